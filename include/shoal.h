@@ -1,0 +1,161 @@
+/*
+ * shoal: collective communication for shared, multi-tenant GPU clusters.
+ * The one public header. See README.md for a tour and DESIGN.md for the contracts.
+ */
+#ifndef SHOAL_H
+#define SHOAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SHOAL_EXPORT __attribute__((visibility("default")))
+#else
+#define SHOAL_EXPORT
+#endif
+
+#define SHOAL_VERSION_MAJOR 0
+#define SHOAL_VERSION_MINOR 1
+#define SHOAL_VERSION_PATCH 0
+
+/* One map generates the enum, shoal_strerror() and shoal_status_name().
+ * Ranges: -1..-39 call errors, -40..-59 communicator fatal, -60..-79 tenancy. */
+#define SHOAL_STATUS_MAP(X)                                                     \
+    X(OK,               0, "success")                                           \
+    X(IN_PROGRESS,      1, "operation in progress")                             \
+    X(ERR_INVALID_ARG, -1, "invalid argument")                                  \
+    X(ERR_NO_MEMORY,   -2, "out of memory")                                     \
+    X(ERR_SYSTEM,      -3, "system call failed")                                \
+    X(ERR_UNSUPPORTED, -4, "operation not supported")                           \
+    X(ERR_INTERNAL,    -5, "internal error")                                    \
+    X(ERR_TIMEOUT,    -20, "timed out")                                         \
+    X(ERR_TRANSPORT,  -40, "transport failure")                                 \
+    X(ERR_PROTOCOL,   -41, "protocol violation")                                \
+    X(ERR_PEER_FAILED,-42, "peer process failed")                               \
+    X(ERR_ABORTED,    -43, "communicator aborted")                              \
+    X(ERR_AUTH,       -60, "authentication failed")                             \
+    X(ERR_PERMISSION, -61, "permission denied")
+
+typedef enum {
+#define SHOAL_STATUS_ENUM_(name, val, str) SHOAL_##name = (val),
+    SHOAL_STATUS_MAP(SHOAL_STATUS_ENUM_)
+#undef SHOAL_STATUS_ENUM_
+} shoal_status_t;
+
+/* Data types. Keep the order: tools and tests index tables by it. */
+typedef enum {
+    SHOAL_INT8 = 0,
+    SHOAL_UINT8,
+    SHOAL_INT32,
+    SHOAL_UINT32,
+    SHOAL_INT64,
+    SHOAL_UINT64,
+    SHOAL_FLOAT16,
+    SHOAL_BFLOAT16,
+    SHOAL_FLOAT32,
+    SHOAL_FLOAT64,
+    SHOAL_DTYPE_COUNT
+} shoal_dtype_t;
+
+typedef enum {
+    SHOAL_SUM = 0,
+    SHOAL_PROD,
+    SHOAL_MIN,
+    SHOAL_MAX,
+    SHOAL_AVG,
+    SHOAL_OP_COUNT
+} shoal_op_t;
+
+/* Opaque 128-byte rendezvous blob: root address and a random 256-bit job secret. */
+#define SHOAL_UID_BYTES 128
+typedef struct {
+    char internal[SHOAL_UID_BYTES];
+} shoal_uid_t;
+
+typedef struct shoal_comm *shoal_comm_t;
+typedef struct shoal_request *shoal_request_t;
+
+typedef enum {
+    SHOAL_QOS_DEFAULT = 0,
+    SHOAL_QOS_GUARANTEED,
+    SHOAL_QOS_BURSTABLE,
+    SHOAL_QOS_SPOT
+} shoal_qos_class_t;
+
+/* Caller's configuration. Initialise with SHOAL_CONFIG_INIT; a field left at its initial value
+ * (0 / NULL) means "not set": the environment or the built-in default decides. */
+typedef struct {
+    size_t size;             /* sizeof(shoal_config_t), filled by SHOAL_CONFIG_INIT */
+    const char *tenant;      /* tenant id */
+    const char *job_name;    /* job name for metering and logs */
+    int qos_class;           /* shoal_qos_class_t */
+    int qos_weight;          /* > 0 */
+    int timeout_ms;          /* every wait's deadline; < 0 means infinite */
+    const char *transport;   /* "shm", "tcp", or NULL for automatic */
+    const char *algorithm;   /* "ring", "rd", ... or NULL for automatic */
+} shoal_config_t;
+
+#define SHOAL_CONFIG_INIT                                                       \
+    { sizeof(shoal_config_t), NULL, NULL, SHOAL_QOS_DEFAULT, 0, 0, NULL, NULL }
+
+/* Status */
+SHOAL_EXPORT const char *shoal_strerror(shoal_status_t status);
+SHOAL_EXPORT const char *shoal_status_name(shoal_status_t status);
+SHOAL_EXPORT const char *shoal_version_string(void);
+SHOAL_EXPORT size_t shoal_dtype_size(shoal_dtype_t dtype);
+SHOAL_EXPORT const char *shoal_dtype_name(shoal_dtype_t dtype);
+SHOAL_EXPORT const char *shoal_op_name(shoal_op_t op);
+
+/* Bootstrap and lifecycle */
+SHOAL_EXPORT shoal_status_t shoal_get_unique_id(shoal_uid_t *uid);
+SHOAL_EXPORT shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
+                                            const shoal_uid_t *uid, const shoal_config_t *cfg);
+SHOAL_EXPORT shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *cfg);
+SHOAL_EXPORT shoal_status_t shoal_comm_destroy(shoal_comm_t comm);
+SHOAL_EXPORT shoal_status_t shoal_comm_abort(shoal_comm_t comm);
+SHOAL_EXPORT shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key,
+                                             shoal_comm_t *newcomm_p);
+SHOAL_EXPORT shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p);
+SHOAL_EXPORT shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
+SHOAL_EXPORT const char *shoal_comm_last_error(shoal_comm_t comm);
+#define SHOAL_SPLIT_NOCOLOR (-1)
+
+/* Collectives. stream is a cudaStream_t or NULL (blocking host call). */
+SHOAL_EXPORT shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                            shoal_dtype_t dtype, shoal_op_t op,
+                                            shoal_comm_t comm, void *stream);
+SHOAL_EXPORT shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                            shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                            void *stream);
+SHOAL_EXPORT shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                         shoal_dtype_t dtype, shoal_op_t op, int root,
+                                         shoal_comm_t comm, void *stream);
+/* sendcount elements from each rank; recvbuf holds nranks * sendcount. */
+SHOAL_EXPORT shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                            shoal_dtype_t dtype, shoal_comm_t comm, void *stream);
+/* sendbuf holds nranks * recvcount; rank r receives block r reduced. */
+SHOAL_EXPORT shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                                 size_t recvcount, shoal_dtype_t dtype,
+                                                 shoal_op_t op, shoal_comm_t comm, void *stream);
+SHOAL_EXPORT shoal_status_t shoal_barrier(shoal_comm_t comm, void *stream);
+SHOAL_EXPORT shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype,
+                                       int peer, shoal_comm_t comm, void *stream);
+SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype,
+                                       int peer, shoal_comm_t comm, void *stream);
+
+/* Non-blocking host calls, progressed by the communicator's proxy thread. */
+SHOAL_EXPORT shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                             shoal_dtype_t dtype, shoal_op_t op,
+                                             shoal_comm_t comm, shoal_request_t *req_p);
+/* *done_p = 1 and the request is freed when complete; its status is returned. */
+SHOAL_EXPORT shoal_status_t shoal_test(shoal_request_t req, int *done_p);
+SHOAL_EXPORT shoal_status_t shoal_wait(shoal_request_t req);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHOAL_H */

@@ -1,0 +1,91 @@
+/* The transport interface (DESIGN.md section 4). A transport moves framed messages
+ * (wire header + payload) between two processes; it knows nothing of collectives. */
+#ifndef SHOAL_TL_H
+#define SHOAL_TL_H
+
+#include "core/wire.h"
+
+#define SHOAL_TL_ABI_VERSION 1
+#define SHOAL_TL_ADDR_MAX 256   /* bytes of a transport address in the bootstrap table */
+#define SHOAL_SECRET_BYTES 32
+
+typedef struct shoal_tl_ctx shoal_tl_ctx_t; /* defined by each transport */
+typedef struct shoal_ep shoal_ep_t;         /* defined by each transport */
+
+/* Handed to init. */
+typedef struct {
+    int rank;
+    int nranks;
+    int local_rank;               /* rank among the ranks on this host */
+    int local_size;
+    uint32_t comm_id;
+    const uint8_t *secret;        /* SHOAL_SECRET_BYTES job secret: authenticate peers */
+    int timeout_ms;               /* connect/handshake deadline; < 0 infinite */
+    const volatile int *abort_flag; /* nonzero: stop waiting, fail with SHOAL_ERR_ABORTED */
+} shoal_tl_params_t;
+
+/* A request: embedded by the caller, completed by the transport only inside progress(). */
+typedef struct shoal_tl_req {
+    struct shoal_tl_req *next;    /* transport's queue link */
+    shoal_wire_hdr_t hdr;         /* send: header to send; recv: header expected */
+    void *buf;                    /* payload; hdr.length bytes */
+    size_t off;                   /* transport bookkeeping: bytes moved so far */
+    int hdr_done;                 /* transport bookkeeping */
+    volatile int done;            /* set to 1 by the transport on completion */
+    shoal_status_t status;        /* valid once done */
+    char *errbuf;                 /* optional: the transport writes the cause here on error */
+    size_t errlen;
+} shoal_tl_req_t;
+
+/* Capability flags */
+#define SHOAL_TL_CAP_SHARED_AREA (1u << 0) /* shared_area(): peers' memory mapped directly */
+
+typedef struct shoal_tl_ops {
+    int abi_version;
+    const char *name;             /* "shm", "tcp" */
+    unsigned caps;
+    int intra_node_only;          /* 1: only for peers with the same host id */
+    /* 1 if usable on this machine now */
+    int (*query)(void);
+    shoal_status_t (*init)(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p);
+    /* Opaque address for the bootstrap table, at most SHOAL_TL_ADDR_MAX bytes. */
+    shoal_status_t (*address)(shoal_tl_ctx_t *ctx, void *addr, size_t *len_p);
+    /* Connect to every peer in peers[0..npeers) (ascending ranks); addrs[i] is peer i's
+     * address. Blocks until all are established or the deadline passes; the caller calls
+     * it on every rank with symmetric lists. eps_p[i] receives the endpoint of peers[i]. */
+    shoal_status_t (*connect_all)(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                  const void *const *addrs, const size_t *addr_lens,
+                                  shoal_ep_t **eps_p);
+    /* Optional: every rank has connected (after a bootstrap barrier): drop names, listeners. */
+    shoal_status_t (*ready)(shoal_tl_ctx_t *ctx);
+    shoal_status_t (*isend)(shoal_ep_t *ep, shoal_tl_req_t *req);
+    shoal_status_t (*irecv)(shoal_ep_t *ep, shoal_tl_req_t *req);
+    /* Makes progress on every endpoint; returns the number of completions. */
+    int (*progress)(shoal_tl_ctx_t *ctx);
+    /* fd to sleep on with poll/epoll (readable when progress may be possible), or -1. */
+    int (*wait_fd)(shoal_tl_ctx_t *ctx);
+    /* Optional: sleep up to timeout_us while nothing can progress (used if wait_fd is -1). */
+    void (*wait)(shoal_tl_ctx_t *ctx, int timeout_us);
+    /* Optional: tell every peer this communicator failed because of 'culprit' (best effort,
+     * never blocks), then fail every pending request with status. */
+    void (*fail)(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status);
+    /* Optional (SHOAL_TL_CAP_SHARED_AREA): the shared area of the local peer with this local
+     * rank (own one included), mapped in this process, faulted in, zeroed at init. */
+    void *(*shared_area)(shoal_tl_ctx_t *ctx, int local_rank, size_t *len_p);
+    /* Optional: wake the local peer if it sleeps in wait() (after writing its shared area). */
+    void (*notify)(shoal_tl_ctx_t *ctx, int local_rank);
+    /* Optional: 0 if the local peer process is alive and has not failed its communicator;
+     * otherwise SHOAL_ERR_PEER_FAILED and a sentence in why. Cheap (may be rate limited). */
+    shoal_status_t (*peer_check)(shoal_tl_ctx_t *ctx, int local_rank, char *why, size_t len);
+    void (*fini)(shoal_tl_ctx_t *ctx);
+} shoal_tl_ops_t;
+
+/* Registry in preference order (src/core/tl_registry.c). */
+SHOAL_HIDDEN const shoal_tl_ops_t *shoal_tl_find(const char *name);
+SHOAL_HIDDEN size_t shoal_tl_count(void);
+SHOAL_HIDDEN const shoal_tl_ops_t *shoal_tl_get(size_t i);
+
+extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_shm_ops;
+extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_tcp_ops;
+
+#endif

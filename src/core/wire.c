@@ -1,0 +1,85 @@
+/* Wire header codec and validation. */
+#include "core/wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void shoal_wire_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static uint32_t shoal_wire_get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        v |= (uint32_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+void shoal_wire_encode(const shoal_wire_hdr_t *h, uint8_t out[SHOAL_WIRE_HDR_BYTES])
+{
+    shoal_wire_put32(out + 0, h->magic);
+    shoal_wire_put32(out + 4, (uint32_t)h->version | ((uint32_t)h->type << 16));
+    shoal_wire_put32(out + 8, h->comm_id);
+    shoal_wire_put32(out + 12, h->seq);
+    shoal_wire_put32(out + 16, h->step);
+    shoal_wire_put32(out + 20, h->chunk);
+    shoal_wire_put32(out + 24, (uint32_t)h->length);
+    shoal_wire_put32(out + 28, (uint32_t)(h->length >> 32));
+}
+
+void shoal_wire_decode(const uint8_t in[SHOAL_WIRE_HDR_BYTES], shoal_wire_hdr_t *h)
+{
+    uint32_t vt = shoal_wire_get32(in + 4);
+    h->magic = shoal_wire_get32(in + 0);
+    h->version = (uint16_t)(vt & 0xffff);
+    h->type = (uint16_t)(vt >> 16);
+    h->comm_id = shoal_wire_get32(in + 8);
+    h->seq = shoal_wire_get32(in + 12);
+    h->step = shoal_wire_get32(in + 16);
+    h->chunk = shoal_wire_get32(in + 20);
+    h->length = (uint64_t)shoal_wire_get32(in + 24) | ((uint64_t)shoal_wire_get32(in + 28) << 32);
+}
+
+shoal_status_t shoal_wire_check(const shoal_wire_hdr_t *expect, const shoal_wire_hdr_t *got,
+                                char *why, size_t whylen)
+{
+    if (got->magic != SHOAL_WIRE_MAGIC) {
+        snprintf(why, whylen, "bad magic 0x%08x", got->magic);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (got->version != SHOAL_WIRE_VERSION) {
+        snprintf(why, whylen, "wire version %u, expected %u", got->version, SHOAL_WIRE_VERSION);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (got->comm_id != expect->comm_id) {
+        snprintf(why, whylen, "message for communicator %08x on communicator %08x",
+                 got->comm_id, expect->comm_id);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (got->type == SHOAL_WIRE_ABORT) {
+        snprintf(why, whylen, "peer aborted: its communicator failed because of rank %u",
+                 got->chunk);
+        return SHOAL_ERR_PEER_FAILED;
+    }
+    if (got->type != expect->type) {
+        snprintf(why, whylen, "message type %u, expected %u", got->type, expect->type);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (got->seq != expect->seq || got->step != expect->step || got->chunk != expect->chunk) {
+        snprintf(why, whylen, "message (seq %u, step %u, chunk %u), expected (seq %u, step %u, "
+                 "chunk %u)", got->seq, got->step, got->chunk, expect->seq, expect->step,
+                 expect->chunk);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (got->length != expect->length) {
+        snprintf(why, whylen, "message of %llu bytes, expected %llu",
+                 (unsigned long long)got->length, (unsigned long long)expect->length);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    return SHOAL_OK;
+}

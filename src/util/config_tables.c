@@ -1,0 +1,17 @@
+/* Every env-var config table of the library, in one list (no constructors). */
+#include "util/util.h"
+
+extern const shoal_cfg_table_t shoal_util_cfg_table;
+extern const shoal_cfg_table_t shoal_core_cfg_table;
+extern const shoal_cfg_table_t shoal_coll_cfg_table;
+extern const shoal_cfg_table_t shoal_shm_cfg_table;
+extern const shoal_cfg_table_t shoal_tcp_cfg_table;
+
+const shoal_cfg_table_t *const shoal_cfg_tables[] = {
+    &shoal_util_cfg_table,
+    &shoal_core_cfg_table,
+    &shoal_coll_cfg_table,
+    &shoal_shm_cfg_table,
+    &shoal_tcp_cfg_table,
+};
+const size_t shoal_cfg_ntables = SHOAL_ARRAY_SIZE(shoal_cfg_tables);

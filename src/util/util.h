@@ -1,0 +1,198 @@
+/* Internal services: status helpers, logging, env-var config tables, time, hashing, random. */
+#ifndef SHOAL_UTIL_H
+#define SHOAL_UTIL_H
+
+#include "shoal.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHOAL_HIDDEN __attribute__((visibility("hidden")))
+#define SHOAL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SHOAL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SHOAL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define SHOAL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SHOAL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SHOAL_ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+#define SHOAL_CACHELINE 64
+
+/* ---- logging ---------------------------------------------------------------------------- */
+
+typedef enum {
+    SHOAL_LOG_NONE = 0,
+    SHOAL_LOG_VERSION,
+    SHOAL_LOG_WARN,
+    SHOAL_LOG_INFO,
+    SHOAL_LOG_TRACE
+} shoal_log_level_t;
+
+/* Subsystems: a bit each. SHOAL_DEBUG_SUBSYS=INIT,COLL or ALL or ^TCP. */
+#define SHOAL_SUBSYS_MAP(X)                                                     \
+    X(INIT) X(BOOT) X(CORE) X(COLL) X(SHM) X(TCP) X(UCX) X(IB) X(CUDA) X(TOPO)  \
+    X(QOS) X(METER) X(TENANT) X(SCHED) X(REDUCE) X(TOOLS) X(CONFIG)
+
+typedef enum {
+#define SHOAL_SUBSYS_ENUM_(n) SHOAL_SUBSYS_BIT_##n,
+    SHOAL_SUBSYS_MAP(SHOAL_SUBSYS_ENUM_)
+#undef SHOAL_SUBSYS_ENUM_
+    SHOAL_SUBSYS_COUNT
+} shoal_subsys_bit_t;
+
+#define SHOAL_SUBSYS(n) (1u << SHOAL_SUBSYS_BIT_##n)
+
+/* Current level and subsystem mask; set by shoal_log_init() from the config table. */
+extern SHOAL_HIDDEN int shoal_log_level_cur;
+extern SHOAL_HIDDEN unsigned shoal_log_subsys_mask;
+
+/* Compile-time ceiling: --enable-logging=info makes TRACE free. */
+#ifndef SHOAL_LOG_MAX_LEVEL
+#define SHOAL_LOG_MAX_LEVEL SHOAL_LOG_TRACE
+#endif
+
+SHOAL_HIDDEN void shoal_log_init(void);
+/* Emits one line "host:pid:tid shoal LEVEL [SUBSYS] msg" to stderr or SHOAL_DEBUG_FILE.
+ * Saves and restores errno. tag is "WARN", "INFO", "TRACE", "ERROR". */
+SHOAL_HIDDEN void shoal_log_emit(int level, const char *tag, unsigned subsys_bit,
+                                 const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Parse "INIT,COLL", "ALL", "^TCP,SHM" into a mask; returns 0 on a bad name. */
+SHOAL_HIDDEN int shoal_log_parse_subsys(const char *spec, unsigned *mask_p);
+SHOAL_HIDDEN const char *shoal_log_subsys_name(unsigned subsys_bit);
+
+#define shoal_log_enabled(level, SUB)                                           \
+    ((level) <= SHOAL_LOG_MAX_LEVEL && (level) <= shoal_log_level_cur &&        \
+     (shoal_log_subsys_mask & SHOAL_SUBSYS(SUB)) != 0)
+
+#define shoal_log(level, tag, SUB, ...)                                         \
+    do {                                                                        \
+        if (shoal_log_enabled(level, SUB)) {                                    \
+            shoal_log_emit(level, tag, SHOAL_SUBSYS_BIT_##SUB, __FILE__,        \
+                           __LINE__, __VA_ARGS__);                              \
+        }                                                                       \
+    } while (0)
+
+/* Errors are shown from SHOAL_DEBUG=WARN up (the default). */
+#define shoal_error(SUB, ...) shoal_log(SHOAL_LOG_WARN, "ERROR", SUB, __VA_ARGS__)
+#define shoal_warn(SUB, ...) shoal_log(SHOAL_LOG_WARN, "WARN", SUB, __VA_ARGS__)
+#define shoal_info(SUB, ...) shoal_log(SHOAL_LOG_INFO, "INFO", SUB, __VA_ARGS__)
+#define shoal_trace(SUB, ...) shoal_log(SHOAL_LOG_TRACE, "TRACE", SUB, __VA_ARGS__)
+/* Once per call site. */
+#define shoal_warn_once(SUB, ...)                                               \
+    do {                                                                        \
+        static int shoal_warned_once_;                                          \
+        if (__atomic_exchange_n(&shoal_warned_once_, 1, __ATOMIC_RELAXED) == 0) \
+            shoal_warn(SUB, __VA_ARGS__);                                       \
+    } while (0)
+
+/* Only macros with CHECK in the name may jump. */
+#define SHOAL_CHECK_GOTO(expr, status_var, label)                               \
+    do {                                                                        \
+        (status_var) = (expr);                                                  \
+        if ((status_var) != SHOAL_OK)                                           \
+            goto label;                                                         \
+    } while (0)
+#define SHOAL_CHECK(expr)                                                       \
+    do {                                                                        \
+        shoal_status_t shoal_check_st_ = (expr);                                \
+        if (shoal_check_st_ != SHOAL_OK)                                        \
+            return shoal_check_st_;                                             \
+    } while (0)
+
+/* ---- env-var config tables ------------------------------------------------------------- */
+
+typedef enum {
+    SHOAL_CFG_BOOL,   /* int: y/yes/1/true/on, n/no/0/false/off */
+    SHOAL_CFG_INT,    /* int */
+    SHOAL_CFG_UINT,   /* unsigned */
+    SHOAL_CFG_SIZE,   /* size_t, suffixes k m g (powers of 1024) */
+    SHOAL_CFG_TIME,   /* int milliseconds; suffixes ms s m; "inf" or negative = -1 */
+    SHOAL_CFG_STRING, /* const char * (owned by the table; NULL when default is "") */
+    SHOAL_CFG_ENUM    /* int index into enum_names (case-insensitive) */
+} shoal_cfg_type_t;
+
+typedef struct {
+    const char *name;               /* without the SHOAL_ prefix */
+    const char *dflt;               /* default, as text */
+    const char *doc;                /* one-line meaning */
+    size_t offset;                  /* offsetof(field) in the module's struct */
+    shoal_cfg_type_t type;
+    const char *const *enum_names;  /* NULL-terminated, for SHOAL_CFG_ENUM */
+} shoal_cfg_field_t;
+
+typedef struct {
+    const char *module;             /* "log", "core", "coll", "shm", "tcp", ... */
+    const shoal_cfg_field_t *fields;
+    size_t nfields;
+    void *dst;                      /* the module's parsed struct */
+} shoal_cfg_table_t;
+
+/* All tables, listed in src/util/config_tables.c; each module defines its own table object
+ * (shoal_<module>_cfg_table) in its <module>_config.c. */
+extern SHOAL_HIDDEN const shoal_cfg_table_t *const shoal_cfg_tables[];
+extern SHOAL_HIDDEN const size_t shoal_cfg_ntables;
+
+/* Parses every table once (thread-safe; precedence env > SHOAL_CONF_FILE > default), then
+ * initialises the logger. Warns once about each unknown SHOAL_* variable. Cheap after the
+ * first call. */
+SHOAL_HIDDEN void shoal_config_global_init(void);
+/* Parse one value; 0 on success, -1 if the text is not valid for the type. */
+SHOAL_HIDDEN int shoal_cfg_parse_value(const shoal_cfg_field_t *f, const char *text, void *dst);
+/* Text of the current value of field f in table t (for shoal_info -c). */
+SHOAL_HIDDEN void shoal_cfg_format_value(const shoal_cfg_field_t *f, const void *src,
+                                         char *buf, size_t len);
+/* The raw text that set the field ("env", "file" or "default") and that text. */
+SHOAL_HIDDEN const char *shoal_cfg_source(const shoal_cfg_field_t *f);
+/* Look up a variable by name without the prefix, from the environment or the conf file;
+ * returns NULL if unset. Only the config module calls getenv. */
+SHOAL_HIDDEN const char *shoal_cfg_getenv(const char *name);
+
+/* Module config structs, parsed once. Their tables are in <module>_config.c. */
+typedef struct {
+    int level;                /* shoal_log_level_t, SHOAL_DEBUG */
+    const char *subsys;       /* SHOAL_DEBUG_SUBSYS */
+    const char *file;         /* SHOAL_DEBUG_FILE, %h host %p pid */
+    const char *hostid;       /* SHOAL_HOSTID: overrides the host identity (tests, netns) */
+} shoal_util_config_t;
+extern SHOAL_HIDDEN shoal_util_config_t shoal_util_config;
+
+/* ---- status ------------------------------------------------------------------------------ */
+
+static inline int shoal_status_is_fatal(shoal_status_t s)
+{
+    return s <= SHOAL_ERR_TRANSPORT && s > SHOAL_ERR_AUTH;
+}
+
+/* ---- time -------------------------------------------------------------------------------- */
+
+SHOAL_HIDDEN uint64_t shoal_time_ns(void); /* CLOCK_MONOTONIC */
+static inline uint64_t shoal_time_us(void) { return shoal_time_ns() / 1000; }
+/* Deadline helpers: timeout_ms < 0 is infinite (UINT64_MAX). */
+SHOAL_HIDDEN uint64_t shoal_deadline_ns(int timeout_ms);
+static inline int shoal_deadline_passed(uint64_t deadline_ns)
+{
+    return deadline_ns != UINT64_MAX && shoal_time_ns() >= deadline_ns;
+}
+/* Milliseconds left until deadline, capped at cap_ms; 0 if passed. */
+SHOAL_HIDDEN int shoal_deadline_left_ms(uint64_t deadline_ns, int cap_ms);
+SHOAL_HIDDEN void shoal_sleep_us(unsigned us);
+
+/* ---- hashing and random ---------------------------------------------------------------- */
+
+SHOAL_HIDDEN uint64_t shoal_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a */
+/* Cryptographically strong random bytes (getrandom). */
+SHOAL_HIDDEN shoal_status_t shoal_random_bytes(void *buf, size_t len);
+/* HMAC-SHA256 through OpenSSL libcrypto; out has 32 bytes. */
+#define SHOAL_HMAC_BYTES 32
+SHOAL_HIDDEN shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const void *msg,
+                                       size_t msglen, uint8_t out[SHOAL_HMAC_BYTES]);
+/* Constant-time compare; 1 if equal. */
+SHOAL_HIDDEN int shoal_memeq_ct(const void *a, const void *b, size_t len);
+
+/* ---- host identity --------------------------------------------------------------------- */
+
+/* Hostname (short), and a 64-bit host id: SHOAL_HOSTID if set, else hash(hostname, boot_id). */
+SHOAL_HIDDEN const char *shoal_hostname(void);
+SHOAL_HIDDEN uint64_t shoal_host_id(void);
+
+#endif /* SHOAL_UTIL_H */

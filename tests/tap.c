@@ -1,0 +1,119 @@
+#include "tap.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int tap_n;
+static int tap_failed;
+static int tap_planned = -1;
+
+void tap_plan(int n)
+{
+    tap_planned = n;
+    printf("1..%d\n", n);
+    fflush(stdout);
+}
+
+static void tap_vline(int cond, const char *fmt, va_list ap)
+{
+    tap_n++;
+    if (!cond) {
+        tap_failed++;
+    }
+    printf("%s %d - ", cond ? "ok" : "not ok", tap_n);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+int tap_ok_at(int cond, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tap_vline(cond, fmt, ap);
+    va_end(ap);
+    if (!cond) {
+        printf("# failed at %s:%d\n", file, line);
+    }
+    return cond;
+}
+
+int tap_is_int_at(long long got, long long want, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    int cond = got == want;
+    va_start(ap, fmt);
+    tap_vline(cond, fmt, ap);
+    va_end(ap);
+    if (!cond) {
+        printf("# %s:%d: got %lld, want %lld\n", file, line, got, want);
+    }
+    return cond;
+}
+
+int tap_is_str_at(const char *got, const char *want, const char *file, int line,
+                  const char *fmt, ...)
+{
+    va_list ap;
+    int cond = got != NULL && want != NULL ? strcmp(got, want) == 0 : got == want;
+    va_start(ap, fmt);
+    tap_vline(cond, fmt, ap);
+    va_end(ap);
+    if (!cond) {
+        printf("# %s:%d: got '%s', want '%s'\n", file, line, got ? got : "(null)",
+               want ? want : "(null)");
+    }
+    return cond;
+}
+
+void tap_skip(int n, const char *reason)
+{
+    for (int i = 0; i < n; i++) {
+        printf("ok %d # SKIP %s\n", ++tap_n, reason);
+    }
+    fflush(stdout);
+}
+
+void tap_skip_all(const char *reason)
+{
+    printf("1..0 # SKIP %s\n", reason);
+    fflush(stdout);
+    tap_planned = 0;
+}
+
+void tap_diag(const char *fmt, ...)
+{
+    va_list ap;
+    printf("# ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+void tap_bail(const char *fmt, ...)
+{
+    va_list ap;
+    printf("Bail out! ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+    exit(1);
+}
+
+int tap_done(void)
+{
+    if (tap_planned < 0) {
+        printf("1..%d\n", tap_n);
+    } else if (tap_planned != tap_n && tap_planned != 0) {
+        printf("# planned %d tests but ran %d\n", tap_planned, tap_n);
+        tap_failed++;
+    }
+    fflush(stdout);
+    return tap_failed != 0;
+}

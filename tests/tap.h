@@ -1,0 +1,26 @@
+/* A small TAP producer for the test suite (automake's tap-driver.sh counts the cases). */
+#ifndef SHOAL_TAP_H
+#define SHOAL_TAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void tap_plan(int n);                 /* "1..n"; call once, first (or tap_done at the end) */
+int tap_ok_at(int cond, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int tap_is_int_at(long long got, long long want, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+int tap_is_str_at(const char *got, const char *want, const char *file, int line,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void tap_skip(int n, const char *reason); /* n cases "ok N # SKIP reason" */
+void tap_skip_all(const char *reason);    /* "1..0 # SKIP reason" and nothing else */
+void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tap_bail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int tap_done(void);  /* prints the plan if none was given; returns exit code (0 all passed) */
+
+#define tap_ok(cond, ...) tap_ok_at(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define tap_is_int(got, want, ...) \
+    tap_is_int_at((long long)(got), (long long)(want), __FILE__, __LINE__, __VA_ARGS__)
+#define tap_is_str(got, want, ...) tap_is_str_at((got), (want), __FILE__, __LINE__, __VA_ARGS__)
+
+#endif
