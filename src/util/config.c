@@ -1,1 +1,612 @@
-/* placeholder: being written */
+/* Env-var config tables: parsers, SHOAL_CONF_FILE, the one getenv of the library. */
+#include "util/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define SHOAL_CFG_PREFIX "SHOAL_"
+#define SHOAL_CFG_PREFIX_LEN 6
+#define SHOAL_CFG_NAME_MAX 128
+
+extern char **environ;
+
+/* Variables that are not in a table: set by launchers (shoalrun) or read by the config
+ * module itself. Known, so not warned about. */
+static const char *const shoal_cfg_extra_names[] = {
+    "CONF_FILE", "UID", "RANK", "NRANKS", "ROOT", "LOCAL_RANK", "LOCAL_SIZE",
+};
+
+/* Where each field's value came from; bad_* records a rejected value, warned about once
+ * after the logger is set up (so SHOAL_DEBUG and SHOAL_DEBUG_FILE apply to the warning). */
+typedef struct {
+    const shoal_cfg_field_t *field;
+    const void *dst;          /* the field in its module's struct */
+    const char *source;       /* "default", "file", "env" */
+    const char *bad_source;   /* NULL, "file" or "env" */
+    const char *bad_text;
+} shoal_cfg_origin_t;
+
+typedef struct {
+    const char *name;         /* without the prefix */
+    const char *value;
+    int line;
+} shoal_cfg_file_entry_t;
+
+/* A string kept for the life of the process: reachable from shoal_cfg_pool, never freed. */
+typedef struct shoal_cfg_str {
+    struct shoal_cfg_str *next;
+    char text[];
+} shoal_cfg_str_t;
+
+static pthread_once_t shoal_cfg_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t shoal_cfg_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static shoal_cfg_str_t *shoal_cfg_pool;
+static shoal_cfg_origin_t *shoal_cfg_origins;
+static size_t shoal_cfg_norigins;
+static shoal_cfg_file_entry_t *shoal_cfg_file_entries;
+static size_t shoal_cfg_file_nentries;
+static const char *shoal_cfg_file_path;
+static int shoal_cfg_file_errno;     /* open() failed with this errno */
+static int shoal_cfg_file_bad_line;  /* first malformed line, 0 if none */
+
+/* ---- string pool -------------------------------------------------------------------- */
+
+static const char *shoal_cfg_strdup(const char *s, size_t len)
+{
+    shoal_cfg_str_t *node = malloc(sizeof(*node) + len + 1);
+
+    if (node == NULL)
+        return NULL;
+    memcpy(node->text, s, len);
+    node->text[len] = '\0';
+    pthread_mutex_lock(&shoal_cfg_pool_lock);
+    node->next = shoal_cfg_pool;
+    shoal_cfg_pool = node;
+    pthread_mutex_unlock(&shoal_cfg_pool_lock);
+    return node->text;
+}
+
+/* ---- parsers ------------------------------------------------------------------------ */
+
+/* Copies text without leading/trailing blanks into buf; 0 if it does not fit. */
+static int shoal_cfg_trim(const char *text, char *buf, size_t size)
+{
+    size_t len;
+
+    while (isspace((unsigned char)*text))
+        text++;
+    len = strlen(text);
+    while (len > 0 && isspace((unsigned char)text[len - 1]))
+        len--;
+    if (len >= size)
+        return 0;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    return 1;
+}
+
+static int shoal_cfg_parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"y", "yes", "1", "true", "on"};
+    static const char *const no[] = {"n", "no", "0", "false", "off"};
+    size_t i;
+
+    for (i = 0; i < SHOAL_ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int shoal_cfg_parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    long long v;
+
+    if (*s == '\0')
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Unsigned decimal prefix of s; end_p points past the digits. */
+static int shoal_cfg_parse_digits(const char *s, unsigned long long *out, const char **end_p)
+{
+    unsigned long long v = 0;
+    const char *p = s;
+
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (ULLONG_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (unsigned long long)(*p - '0');
+    }
+    *out = v;
+    *end_p = p;
+    return 0;
+}
+
+/* "4096", "64k", "4m", "1g" (powers of 1024; "kb"/"kib" spellings accepted). */
+static int shoal_cfg_parse_size(const char *s, size_t *out)
+{
+    unsigned long long v, mult = 1;
+    const char *p;
+
+    if (shoal_cfg_parse_digits(s, &v, &p) != 0)
+        return -1;
+    switch (tolower((unsigned char)*p)) {
+    case 'k': mult = 1ull << 10; p++; break;
+    case 'm': mult = 1ull << 20; p++; break;
+    case 'g': mult = 1ull << 30; p++; break;
+    default: break;
+    }
+    if (mult != 1 && strcasecmp(p, "b") != 0 && strcasecmp(p, "ib") != 0 && *p != '\0')
+        return -1;
+    if (mult == 1 && strcasecmp(p, "b") != 0 && *p != '\0')
+        return -1;
+    if (v > SIZE_MAX / mult)
+        return -1;
+    *out = (size_t)(v * mult);
+    return 0;
+}
+
+/* "100ms", "5s", "2m", "250" (ms), "inf" or a negative number (infinite: -1). */
+static int shoal_cfg_parse_time(const char *s, int *out)
+{
+    unsigned long long v, mult;
+    const char *p;
+    long long neg;
+
+    if (strcasecmp(s, "inf") == 0 || strcasecmp(s, "infinity") == 0) {
+        *out = -1;
+        return 0;
+    }
+    if (s[0] == '-') {
+        if (shoal_cfg_parse_int(s, LLONG_MIN, -1, &neg) != 0)
+            return -1;
+        *out = -1;
+        return 0;
+    }
+    if (shoal_cfg_parse_digits(s, &v, &p) != 0)
+        return -1;
+    if (*p == '\0' || strcasecmp(p, "ms") == 0)
+        mult = 1;
+    else if (strcasecmp(p, "s") == 0)
+        mult = 1000;
+    else if (strcasecmp(p, "m") == 0 || strcasecmp(p, "min") == 0)
+        mult = 60000;
+    else
+        return -1;
+    if (v > (unsigned long long)INT_MAX / mult)
+        return -1;
+    *out = (int)(v * mult);
+    return 0;
+}
+
+static int shoal_cfg_parse_enum(const char *s, const char *const *names, int *out)
+{
+    int i;
+
+    if (names == NULL)
+        return -1;
+    for (i = 0; names[i] != NULL; i++) {
+        if (strcasecmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int shoal_cfg_parse_string(const char *text, void *dst)
+{
+    const char *copy = NULL;
+
+    if (text[0] != '\0') {
+        copy = shoal_cfg_strdup(text, strlen(text));
+        if (copy == NULL)
+            return -1;
+    }
+    *(const char **)dst = copy;
+    return 0;
+}
+
+int shoal_cfg_parse_value(const shoal_cfg_field_t *f, const char *text, void *dst)
+{
+    char s[SHOAL_CFG_NAME_MAX];
+    long long ll;
+    size_t z;
+    int i;
+
+    if (f == NULL || text == NULL || dst == NULL)
+        return -1;
+    if (f->type == SHOAL_CFG_STRING)
+        return shoal_cfg_parse_string(text, dst);
+    if (!shoal_cfg_trim(text, s, sizeof(s)))
+        return -1;
+    switch (f->type) {
+    case SHOAL_CFG_BOOL:
+    case SHOAL_CFG_TIME:
+    case SHOAL_CFG_ENUM:
+        if ((f->type == SHOAL_CFG_BOOL && shoal_cfg_parse_bool(s, &i) != 0) ||
+            (f->type == SHOAL_CFG_TIME && shoal_cfg_parse_time(s, &i) != 0) ||
+            (f->type == SHOAL_CFG_ENUM && shoal_cfg_parse_enum(s, f->enum_names, &i) != 0))
+            return -1;
+        *(int *)dst = i;
+        return 0;
+    case SHOAL_CFG_INT:
+        if (shoal_cfg_parse_int(s, INT_MIN, INT_MAX, &ll) != 0)
+            return -1;
+        *(int *)dst = (int)ll;
+        return 0;
+    case SHOAL_CFG_UINT:
+        if (s[0] == '-' || shoal_cfg_parse_int(s, 0, UINT_MAX, &ll) != 0)
+            return -1;
+        *(unsigned *)dst = (unsigned)ll;
+        return 0;
+    case SHOAL_CFG_SIZE:
+        if (shoal_cfg_parse_size(s, &z) != 0)
+            return -1;
+        *(size_t *)dst = z;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* ---- formatting --------------------------------------------------------------------- */
+
+static void shoal_cfg_format_size(size_t v, char *buf, size_t len)
+{
+    if (v != 0 && v % (1ull << 30) == 0)
+        snprintf(buf, len, "%zug", v >> 30);
+    else if (v != 0 && v % (1ull << 20) == 0)
+        snprintf(buf, len, "%zum", v >> 20);
+    else if (v != 0 && v % (1ull << 10) == 0)
+        snprintf(buf, len, "%zuk", v >> 10);
+    else
+        snprintf(buf, len, "%zu", v);
+}
+
+static void shoal_cfg_format_time(int ms, char *buf, size_t len)
+{
+    if (ms < 0)
+        snprintf(buf, len, "inf");
+    else if (ms != 0 && ms % 60000 == 0)
+        snprintf(buf, len, "%dm", ms / 60000);
+    else if (ms != 0 && ms % 1000 == 0)
+        snprintf(buf, len, "%ds", ms / 1000);
+    else
+        snprintf(buf, len, "%dms", ms);
+}
+
+static const char *shoal_cfg_enum_name(const shoal_cfg_field_t *f, int v)
+{
+    int i;
+
+    for (i = 0; f->enum_names != NULL && f->enum_names[i] != NULL; i++) {
+        if (i == v)
+            return f->enum_names[i];
+    }
+    return "?";
+}
+
+void shoal_cfg_format_value(const shoal_cfg_field_t *f, const void *src, char *buf, size_t len)
+{
+    const char *s;
+
+    if (len == 0)
+        return;
+    switch (f->type) {
+    case SHOAL_CFG_BOOL:
+        snprintf(buf, len, "%s", *(const int *)src ? "yes" : "no");
+        break;
+    case SHOAL_CFG_INT:
+        snprintf(buf, len, "%d", *(const int *)src);
+        break;
+    case SHOAL_CFG_UINT:
+        snprintf(buf, len, "%u", *(const unsigned *)src);
+        break;
+    case SHOAL_CFG_SIZE:
+        shoal_cfg_format_size(*(const size_t *)src, buf, len);
+        break;
+    case SHOAL_CFG_TIME:
+        shoal_cfg_format_time(*(const int *)src, buf, len);
+        break;
+    case SHOAL_CFG_STRING:
+        s = *(const char *const *)src;
+        snprintf(buf, len, "%s", s != NULL ? s : "");
+        break;
+    case SHOAL_CFG_ENUM:
+        snprintf(buf, len, "%s", shoal_cfg_enum_name(f, *(const int *)src));
+        break;
+    default:
+        snprintf(buf, len, "?");
+        break;
+    }
+}
+
+/* ---- SHOAL_CONF_FILE ---------------------------------------------------------------- */
+
+static int shoal_cfg_file_add(const char *name, size_t name_len, const char *value, int line)
+{
+    shoal_cfg_file_entry_t *entries;
+    const char *n, *v;
+
+    entries = realloc(shoal_cfg_file_entries,
+                      (shoal_cfg_file_nentries + 1) * sizeof(*shoal_cfg_file_entries));
+    if (entries == NULL)
+        return -1;
+    shoal_cfg_file_entries = entries;
+    n = shoal_cfg_strdup(name, name_len);
+    v = shoal_cfg_strdup(value, strlen(value));
+    if (n == NULL || v == NULL)
+        return -1;
+    entries[shoal_cfg_file_nentries++] = (shoal_cfg_file_entry_t){
+        .name = n, .value = v, .line = line};
+    return 0;
+}
+
+/* One line "SHOAL_NAME=value" (blanks around both trimmed); comments and blank lines are
+ * skipped. Returns -1 on a malformed line. */
+static int shoal_cfg_file_line(char *line, int lineno)
+{
+    char *p = line, *eq, *name_end, *value;
+    size_t len;
+
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p == '\0' || *p == '#')
+        return 0;
+    eq = strchr(p, '=');
+    if (eq == NULL || strncmp(p, SHOAL_CFG_PREFIX, SHOAL_CFG_PREFIX_LEN) != 0)
+        return -1;
+    name_end = eq;
+    while (name_end > p && isspace((unsigned char)name_end[-1]))
+        name_end--;
+    p += SHOAL_CFG_PREFIX_LEN;
+    if (name_end <= p)
+        return -1;
+    value = eq + 1;
+    while (isspace((unsigned char)*value))
+        value++;
+    len = strlen(value);
+    while (len > 0 && isspace((unsigned char)value[len - 1]))
+        value[--len] = '\0';
+    return shoal_cfg_file_add(p, (size_t)(name_end - p), value, lineno);
+}
+
+static void shoal_cfg_file_load(void)
+{
+    const char *path = getenv("SHOAL_CONF_FILE");
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    FILE *fp;
+
+    if (path == NULL || path[0] == '\0')
+        return;
+    shoal_cfg_file_path = shoal_cfg_strdup(path, strlen(path));
+    fp = fopen(path, "re");
+    if (fp == NULL) {
+        shoal_cfg_file_errno = errno;
+        return;
+    }
+    while (getline(&line, &cap, fp) >= 0) {
+        lineno++;
+        if (shoal_cfg_file_line(line, lineno) != 0 && shoal_cfg_file_bad_line == 0)
+            shoal_cfg_file_bad_line = lineno;
+    }
+    free(line);
+    fclose(fp);
+}
+
+static const char *shoal_cfg_file_lookup(const char *name)
+{
+    size_t i;
+
+    /* The last assignment wins, as in a shell script. */
+    for (i = shoal_cfg_file_nentries; i > 0; i--) {
+        if (strcmp(shoal_cfg_file_entries[i - 1].name, name) == 0)
+            return shoal_cfg_file_entries[i - 1].value;
+    }
+    return NULL;
+}
+
+static const char *shoal_cfg_env_lookup(const char *name)
+{
+    char full[SHOAL_CFG_NAME_MAX];
+    int n;
+
+    n = snprintf(full, sizeof(full), SHOAL_CFG_PREFIX "%s", name);
+    if (n < 0 || (size_t)n >= sizeof(full))
+        return NULL;
+    return getenv(full);
+}
+
+/* ---- global init -------------------------------------------------------------------- */
+
+static shoal_cfg_origin_t *shoal_cfg_origin_find(const shoal_cfg_field_t *f)
+{
+    size_t i;
+
+    for (i = 0; i < shoal_cfg_norigins; i++) {
+        if (shoal_cfg_origins[i].field == f)
+            return &shoal_cfg_origins[i];
+    }
+    return NULL;
+}
+
+/* Default, then the conf file, then the environment; a bad value keeps the one before. */
+static void shoal_cfg_field_load(const shoal_cfg_table_t *t, const shoal_cfg_field_t *f,
+                                 shoal_cfg_origin_t *o)
+{
+    void *dst = (char *)t->dst + f->offset;
+    const char *text;
+
+    o->field = f;
+    o->dst = dst;
+    o->source = "default";
+    if (shoal_cfg_parse_value(f, f->dflt, dst) != 0) {
+        o->bad_source = "default";
+        o->bad_text = f->dflt;
+    }
+    text = shoal_cfg_file_lookup(f->name);
+    if (text != NULL) {
+        if (shoal_cfg_parse_value(f, text, dst) == 0) {
+            o->source = "file";
+        } else {
+            o->bad_source = "conf file";
+            o->bad_text = text;
+        }
+    }
+    text = shoal_cfg_env_lookup(f->name);
+    if (text != NULL) {
+        if (shoal_cfg_parse_value(f, text, dst) == 0) {
+            o->source = "env";
+        } else {
+            o->bad_source = "environment";
+            o->bad_text = shoal_cfg_strdup(text, strlen(text));
+        }
+    }
+}
+
+static int shoal_cfg_name_known(const char *name, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < shoal_cfg_norigins; i++) {
+        if (strlen(shoal_cfg_origins[i].field->name) == len &&
+            strncmp(shoal_cfg_origins[i].field->name, name, len) == 0)
+            return 1;
+    }
+    for (i = 0; i < SHOAL_ARRAY_SIZE(shoal_cfg_extra_names); i++) {
+        if (strlen(shoal_cfg_extra_names[i]) == len &&
+            strncmp(shoal_cfg_extra_names[i], name, len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void shoal_cfg_report_bad(const shoal_cfg_origin_t *o)
+{
+    char cur[SHOAL_CFG_NAME_MAX];
+
+    if (o->bad_source == NULL)
+        return;
+    if (strcmp(o->bad_source, "default") == 0) {
+        shoal_warn(CONFIG, "built-in default of SHOAL_%s ('%s') does not parse", o->field->name,
+                   o->bad_text);
+        return;
+    }
+    shoal_cfg_format_value(o->field, o->dst, cur, sizeof(cur));
+    shoal_warn(CONFIG, "SHOAL_%s=%s (from the %s) is not valid; keeping '%s' (from the %s)",
+               o->field->name, o->bad_text, o->bad_source, cur,
+               strcmp(o->source, "env") == 0 ? "environment" : o->source);
+}
+
+/* Warnings, after the logger is set up: rejected values, unknown names, conf file trouble. */
+static void shoal_cfg_report(void)
+{
+    const char *eq;
+    size_t i;
+    char **env;
+
+    if (shoal_cfg_file_errno != 0) {
+        shoal_warn(CONFIG, "cannot read SHOAL_CONF_FILE %s: %s", shoal_cfg_file_path,
+                   strerror(shoal_cfg_file_errno));
+    }
+    if (shoal_cfg_file_bad_line != 0) {
+        shoal_warn(CONFIG, "%s:%d: expected SHOAL_NAME=value; line ignored", shoal_cfg_file_path,
+                   shoal_cfg_file_bad_line);
+    }
+    for (i = 0; i < shoal_cfg_norigins; i++)
+        shoal_cfg_report_bad(&shoal_cfg_origins[i]);
+    for (i = 0; i < shoal_cfg_file_nentries; i++) {
+        const shoal_cfg_file_entry_t *e = &shoal_cfg_file_entries[i];
+        if (!shoal_cfg_name_known(e->name, strlen(e->name)))
+            shoal_warn(CONFIG, "%s:%d: unknown variable SHOAL_%s", shoal_cfg_file_path, e->line,
+                       e->name);
+    }
+    for (env = environ; env != NULL && *env != NULL; env++) {
+        if (strncmp(*env, SHOAL_CFG_PREFIX, SHOAL_CFG_PREFIX_LEN) != 0)
+            continue;
+        eq = strchr(*env, '=');
+        if (eq == NULL)
+            continue;
+        if (!shoal_cfg_name_known(*env + SHOAL_CFG_PREFIX_LEN,
+                                  (size_t)(eq - *env) - SHOAL_CFG_PREFIX_LEN))
+            shoal_warn(CONFIG, "unknown environment variable %.*s (see shoal_info -c)",
+                       (int)(eq - *env), *env);
+    }
+}
+
+static void shoal_cfg_global_init_once(void)
+{
+    size_t t, i, n = 0;
+
+    for (t = 0; t < shoal_cfg_ntables; t++)
+        n += shoal_cfg_tables[t]->nfields;
+    shoal_cfg_origins = calloc(n > 0 ? n : 1, sizeof(*shoal_cfg_origins));
+    shoal_cfg_file_load();
+    for (t = 0; t < shoal_cfg_ntables; t++) {
+        const shoal_cfg_table_t *tab = shoal_cfg_tables[t];
+        for (i = 0; i < tab->nfields; i++) {
+            shoal_cfg_origin_t scratch = {.field = NULL};
+            shoal_cfg_origin_t *o =
+                shoal_cfg_origins != NULL ? &shoal_cfg_origins[shoal_cfg_norigins] : &scratch;
+            shoal_cfg_field_load(tab, &tab->fields[i], o);
+            if (shoal_cfg_origins != NULL)
+                shoal_cfg_norigins++;
+        }
+    }
+    shoal_log_init();
+    shoal_cfg_report();
+}
+
+void shoal_config_global_init(void)
+{
+    pthread_once(&shoal_cfg_once, shoal_cfg_global_init_once);
+}
+
+const char *shoal_cfg_source(const shoal_cfg_field_t *f)
+{
+    const shoal_cfg_origin_t *o;
+
+    shoal_config_global_init();
+    o = shoal_cfg_origin_find(f);
+    return o != NULL ? o->source : "default";
+}
+
+const char *shoal_cfg_getenv(const char *name)
+{
+    const char *v;
+
+    if (name == NULL)
+        return NULL;
+    shoal_config_global_init();
+    v = shoal_cfg_env_lookup(name);
+    return v != NULL ? v : shoal_cfg_file_lookup(name);
+}
+
+const char *shoal_cfg_getenv_raw(const char *full_name)
+{
+    return full_name != NULL ? getenv(full_name) : NULL;
+}

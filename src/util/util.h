@@ -136,9 +136,11 @@ extern SHOAL_HIDDEN const size_t shoal_cfg_ntables;
  * initialises the logger. Warns once about each unknown SHOAL_* variable. Cheap after the
  * first call. */
 SHOAL_HIDDEN void shoal_config_global_init(void);
-/* Parse one value; 0 on success, -1 if the text is not valid for the type. */
+/* Parse one value into dst, the field itself ((char *)table->dst + f->offset), written only
+ * on success; 0 on success, -1 if the text is not valid for the type. */
 SHOAL_HIDDEN int shoal_cfg_parse_value(const shoal_cfg_field_t *f, const char *text, void *dst);
-/* Text of the current value of field f in table t (for shoal_info -c). */
+/* Text of the current value of field f in table t (for shoal_info -c); src is the field
+ * itself, (char *)t->dst + f->offset. */
 SHOAL_HIDDEN void shoal_cfg_format_value(const shoal_cfg_field_t *f, const void *src,
                                          char *buf, size_t len);
 /* The raw text that set the field ("env", "file" or "default") and that text. */
@@ -146,6 +148,9 @@ SHOAL_HIDDEN const char *shoal_cfg_source(const shoal_cfg_field_t *f);
 /* Look up a variable by name without the prefix, from the environment or the conf file;
  * returns NULL if unset. Only the config module calls getenv. */
 SHOAL_HIDDEN const char *shoal_cfg_getenv(const char *name);
+/* Other programs' variables, by full name (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID):
+ * plain environment lookup, no prefix, no conf file. */
+SHOAL_HIDDEN const char *shoal_cfg_getenv_raw(const char *full_name);
 
 /* Module config structs, parsed once. Their tables are in <module>_config.c. */
 typedef struct {
