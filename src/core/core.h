@@ -1,0 +1,136 @@
+/* Core: communicator, bootstrap, channels, progress, proxy thread. */
+#ifndef SHOAL_CORE_H
+#define SHOAL_CORE_H
+
+#include "core/tl.h"
+
+#include <pthread.h>
+
+#define SHOAL_TL_MAX 4
+#define SHOAL_HOSTNAME_MAX 64
+#define SHOAL_ERRMSG_MAX 512
+
+/* SHOAL_* variables of the core (table in core_config.c). */
+typedef struct {
+    int timeout_ms;            /* SHOAL_TIMEOUT_MS */
+    const char *transport;     /* SHOAL_TRANSPORT */
+    unsigned spin_count;       /* SHOAL_SPIN_COUNT */
+    const char *uid;           /* SHOAL_UID (hex, set by shoalrun) */
+    int rank;                  /* SHOAL_RANK */
+    int nranks;                /* SHOAL_NRANKS */
+    const char *root;          /* SHOAL_ROOT host:port */
+    const char *secret;        /* SHOAL_SECRET (hex) for SHOAL_ROOT */
+} shoal_core_config_t;
+extern SHOAL_HIDDEN shoal_core_config_t shoal_core_config;
+
+/* What every rank tells the others at init (round 0 of the bootstrap allgather). */
+typedef struct {
+    uint64_t host_id;
+    int32_t rank;
+    int32_t pid;
+    char host[SHOAL_HOSTNAME_MAX];
+    uint32_t tl_mask;          /* bit i: registry transport i usable on this rank */
+    uint32_t pad;
+} shoal_peer_info_t;
+
+/* A transport instance of one communicator. */
+typedef struct {
+    const shoal_tl_ops_t *ops;
+    shoal_tl_ctx_t *ctx;
+    int npeers;                /* peers whose channel uses it */
+} shoal_tl_inst_t;
+
+/* Channel to one peer: the transport chosen once for the pair. */
+typedef struct {
+    shoal_tl_inst_t *tl;
+    shoal_ep_t *ep;
+    uint32_t p2p_send_seq;     /* shoal_send/shoal_recv sequence numbers per direction */
+    uint32_t p2p_recv_seq;
+} shoal_chan_t;
+
+struct shoal_coll_state;       /* src/coll: algorithm scratch, shm direct path */
+struct shoal_proxy;
+
+struct shoal_comm {
+    int rank;
+    int nranks;
+    int local_rank;            /* among ranks with the same host id, by rank */
+    int local_size;
+    int *local_ranks;          /* global rank of each local rank */
+    int all_local;             /* every rank on this host */
+    uint32_t comm_id;
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    shoal_config_t cfg;        /* caller's config, strings copied */
+    int timeout_ms;
+    unsigned spin_count;
+    shoal_peer_info_t *peers;  /* [nranks] */
+    shoal_tl_inst_t tls[SHOAL_TL_MAX];
+    int ntls;
+    shoal_tl_inst_t *shm;      /* the instance offering a shared area, or NULL */
+    shoal_chan_t *chans;       /* [nranks], self unused */
+    uint32_t seq;              /* collective sequence number */
+    int abort_efd;             /* eventfd: wakes pollers on abort */
+    volatile int aborted;      /* shoal_comm_abort() was called */
+    volatile shoal_status_t fatal; /* first communicator-fatal error, or SHOAL_OK */
+    char last_error[SHOAL_ERRMSG_MAX];
+    pthread_mutex_t err_lock;
+    /* issue-order execution of blocking calls and proxy-run requests */
+    pthread_mutex_t exec_lock;
+    pthread_cond_t exec_cond;
+    uint64_t ticket_next;
+    uint64_t ticket_serving;
+    struct shoal_proxy *proxy;
+    struct shoal_coll_state *coll;
+};
+
+/* ---- communicator internals (comm.c) ---- */
+/* Records the first fatal error (sentence for shoal_comm_last_error), tells the transports
+ * (so peers learn), wakes waiters. Returns status. */
+SHOAL_HIDDEN shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t status,
+                                                  int culprit, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+SHOAL_HIDDEN const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank);
+/* Before any collective: SHOAL_OK or the sticky fatal / aborted status. */
+SHOAL_HIDDEN shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm);
+/* Issue-order execution: take a ticket, wait for it to be served, run, release. */
+SHOAL_HIDDEN uint64_t shoal_comm_ticket_take(struct shoal_comm *comm);
+SHOAL_HIDDEN shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket);
+SHOAL_HIDDEN void shoal_comm_ticket_release(struct shoal_comm *comm);
+
+/* ---- channels and progress (chan.c) ---- */
+SHOAL_HIDDEN shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *buf,
+                                             size_t len, uint32_t seq, uint32_t step,
+                                             uint32_t chunk, shoal_tl_req_t *req);
+SHOAL_HIDDEN shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf,
+                                             size_t len, uint32_t seq, uint32_t step,
+                                             uint32_t chunk, shoal_tl_req_t *req);
+/* Progress every transport once; returns completions. */
+SHOAL_HIDDEN int shoal_chan_progress(struct shoal_comm *comm);
+/* Wait until every non-NULL request in reqs[0..n) is done; spins briefly, then sleeps.
+ * Fails the communicator (naming the peer) on a request error, timeout or abort. peers[i]
+ * is the peer of reqs[i] (for the error sentence). */
+SHOAL_HIDDEN shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs,
+                                               const int *peers, int n);
+/* Wait until at least one of reqs is done (same failure rules). */
+SHOAL_HIDDEN shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl_req_t **reqs,
+                                               const int *peers, int n);
+/* One idle step for a waiter that polls shared memory itself (shm direct path): spins,
+ * yields, then sleeps briefly on the transports; checks abort and the deadline. *spins_p
+ * counts idle iterations (reset it to 0 after progress). */
+SHOAL_HIDDEN shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p,
+                                            uint64_t deadline_ns, const char *what);
+
+/* ---- bootstrap (boot.c, boot.h) ---- */
+#include "core/boot.h"
+
+/* ---- proxy thread (proxy.c) for shoal_i* calls ---- */
+typedef shoal_status_t (*shoal_proxy_fn_t)(struct shoal_comm *comm, void *arg);
+SHOAL_HIDDEN shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn,
+                                             void *arg, size_t arglen, shoal_request_t *req_p);
+SHOAL_HIDDEN void shoal_proxy_stop(struct shoal_comm *comm);
+
+/* ---- coll hooks the core calls (src/coll) ---- */
+SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
+SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
+
+#endif
