@@ -1,1 +1,339 @@
-/* placeholder: being written */
+/* Config tables, parsers, logging subsystems, status names, HMAC and host identity. */
+#include "util/util.h"
+#include "tap.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef SHOAL_TEST_STUB_TABLES
+/* Only while other modules' tables are placeholders: build with -DSHOAL_TEST_STUB_TABLES. */
+static int test_stub_dst;
+#define TEST_STUB_TABLE(mod, suffix)                                                        \
+    static const shoal_cfg_field_t test_stub_fields_##mod[] = {                             \
+        {.name = suffix, .dflt = "0", .doc = "stub", .type = SHOAL_CFG_INT}};               \
+    const shoal_cfg_table_t shoal_##mod##_cfg_table = {                                     \
+        .module = #mod, .fields = test_stub_fields_##mod, .nfields = 1, .dst = &test_stub_dst};
+TEST_STUB_TABLE(core, "STUB_CORE")
+TEST_STUB_TABLE(coll, "STUB_COLL")
+TEST_STUB_TABLE(shm, "STUB_SHM")
+TEST_STUB_TABLE(tcp, "STUB_TCP")
+#endif
+
+extern const shoal_cfg_table_t shoal_util_cfg_table;
+
+/* Big enough and aligned for any field type. */
+typedef union {
+    int i;
+    unsigned u;
+    size_t z;
+    const char *s;
+    long long pad[2];
+} test_value_t;
+
+static void test_tables(void)
+{
+    size_t t, i, t2, i2;
+    int dups = 0, bad_default = 0, no_doc = 0, bad_name = 0, bad_enum = 0, bad_format = 0;
+
+    tap_ok(shoal_cfg_ntables >= 1, "%zu config tables", shoal_cfg_ntables);
+    for (t = 0; t < shoal_cfg_ntables; t++) {
+        const shoal_cfg_table_t *tab = shoal_cfg_tables[t];
+        for (i = 0; i < tab->nfields; i++) {
+            const shoal_cfg_field_t *f = &tab->fields[i];
+            test_value_t v = {.pad = {0}}, v2 = {.pad = {0}};
+            char text[256];
+
+            if (f->name == NULL || f->name[0] == '\0' || strncmp(f->name, "SHOAL_", 6) == 0 ||
+                strspn(f->name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != strlen(f->name)) {
+                tap_diag("table %s: bad name '%s'", tab->module, f->name ? f->name : "(null)");
+                bad_name++;
+                continue;
+            }
+            if (f->doc == NULL || f->doc[0] == '\0') {
+                tap_diag("SHOAL_%s has no doc", f->name);
+                no_doc++;
+            }
+            if (f->type == SHOAL_CFG_ENUM && f->enum_names == NULL) {
+                tap_diag("SHOAL_%s is an enum without names", f->name);
+                bad_enum++;
+            }
+            if (f->dflt == NULL || shoal_cfg_parse_value(f, f->dflt, &v) != 0) {
+                tap_diag("SHOAL_%s: default '%s' does not parse", f->name,
+                         f->dflt ? f->dflt : "(null)");
+                bad_default++;
+                continue;
+            }
+            /* The formatted value parses back to the same value. */
+            shoal_cfg_format_value(f, &v, text, sizeof(text));
+            if (shoal_cfg_parse_value(f, text, &v2) != 0 ||
+                (f->type == SHOAL_CFG_STRING
+                     ? !((v.s == NULL && v2.s == NULL) ||
+                         (v.s != NULL && v2.s != NULL && strcmp(v.s, v2.s) == 0))
+                     : memcmp(&v, &v2, sizeof(v)) != 0)) {
+                tap_diag("SHOAL_%s: default '%s' formats as '%s', which does not round-trip",
+                         f->name, f->dflt, text);
+                bad_format++;
+            }
+            for (t2 = 0; t2 < shoal_cfg_ntables; t2++) {
+                for (i2 = 0; i2 < shoal_cfg_tables[t2]->nfields; i2++) {
+                    const shoal_cfg_field_t *g = &shoal_cfg_tables[t2]->fields[i2];
+                    if ((t2 > t || (t2 == t && i2 > i)) && g->name != NULL &&
+                        strcmp(g->name, f->name) == 0) {
+                        tap_diag("SHOAL_%s defined by %s and %s", f->name, tab->module,
+                                 shoal_cfg_tables[t2]->module);
+                        dups++;
+                    }
+                }
+            }
+        }
+    }
+    tap_is_int(bad_name, 0, "every name is SHOAL_-less upper case");
+    tap_is_int(no_doc, 0, "every variable has a doc");
+    tap_is_int(bad_enum, 0, "every enum lists its names");
+    tap_is_int(bad_default, 0, "every default parses with its parser");
+    tap_is_int(bad_format, 0, "every default formats and parses back");
+    tap_is_int(dups, 0, "no variable name is defined twice");
+}
+
+static int test_parse(shoal_cfg_type_t type, const char *text, test_value_t *v)
+{
+    static const char *const names[] = {"NONE", "WARN", "INFO", NULL};
+    const shoal_cfg_field_t f = {.name = "T", .dflt = "", .doc = "t", .type = type,
+                                 .enum_names = names};
+
+    memset(v, 0, sizeof(*v));
+    return shoal_cfg_parse_value(&f, text, v);
+}
+
+#define TEST_OK(type, text, member, want)                                                   \
+    do {                                                                                    \
+        test_value_t v_;                                                                    \
+        int rc_ = test_parse(type, text, &v_);                                              \
+        tap_ok(rc_ == 0 && v_.member == (want), #type " '%s' -> %lld (got rc %d, %lld)",    \
+               text, (long long)(want), rc_, (long long)v_.member);                         \
+    } while (0)
+#define TEST_BAD(type, text)                                                                \
+    do {                                                                                    \
+        test_value_t v_;                                                                    \
+        tap_ok(test_parse(type, text, &v_) != 0, #type " '%s' rejected", text);             \
+    } while (0)
+
+static void test_parsers(void)
+{
+    test_value_t v;
+
+    TEST_OK(SHOAL_CFG_SIZE, "4096", z, 4096);
+    TEST_OK(SHOAL_CFG_SIZE, "64k", z, 65536);
+    TEST_OK(SHOAL_CFG_SIZE, "4M", z, 4u << 20);
+    TEST_OK(SHOAL_CFG_SIZE, "1g", z, 1u << 30);
+    TEST_OK(SHOAL_CFG_SIZE, " 8kb ", z, 8192);
+    TEST_OK(SHOAL_CFG_SIZE, "0", z, 0);
+    TEST_BAD(SHOAL_CFG_SIZE, "");
+    TEST_BAD(SHOAL_CFG_SIZE, "-1");
+    TEST_BAD(SHOAL_CFG_SIZE, "12q");
+    TEST_BAD(SHOAL_CFG_SIZE, "k");
+    TEST_BAD(SHOAL_CFG_SIZE, "99999999999999999999999");
+    TEST_BAD(SHOAL_CFG_SIZE, "1.5m");
+
+    TEST_OK(SHOAL_CFG_TIME, "100ms", i, 100);
+    TEST_OK(SHOAL_CFG_TIME, "5s", i, 5000);
+    TEST_OK(SHOAL_CFG_TIME, "2m", i, 120000);
+    TEST_OK(SHOAL_CFG_TIME, "250", i, 250);
+    TEST_OK(SHOAL_CFG_TIME, "inf", i, -1);
+    TEST_OK(SHOAL_CFG_TIME, "INF", i, -1);
+    TEST_OK(SHOAL_CFG_TIME, "-1", i, -1);
+    TEST_OK(SHOAL_CFG_TIME, "-30", i, -1);
+    TEST_OK(SHOAL_CFG_TIME, "0", i, 0);
+    TEST_BAD(SHOAL_CFG_TIME, "5h");
+    TEST_BAD(SHOAL_CFG_TIME, "fast");
+    TEST_BAD(SHOAL_CFG_TIME, "");
+    TEST_BAD(SHOAL_CFG_TIME, "9999999999s");
+
+    TEST_OK(SHOAL_CFG_BOOL, "yes", i, 1);
+    TEST_OK(SHOAL_CFG_BOOL, "Y", i, 1);
+    TEST_OK(SHOAL_CFG_BOOL, "1", i, 1);
+    TEST_OK(SHOAL_CFG_BOOL, "true", i, 1);
+    TEST_OK(SHOAL_CFG_BOOL, "on", i, 1);
+    TEST_OK(SHOAL_CFG_BOOL, "no", i, 0);
+    TEST_OK(SHOAL_CFG_BOOL, "0", i, 0);
+    TEST_OK(SHOAL_CFG_BOOL, "FALSE", i, 0);
+    TEST_OK(SHOAL_CFG_BOOL, "off", i, 0);
+    TEST_BAD(SHOAL_CFG_BOOL, "maybe");
+    TEST_BAD(SHOAL_CFG_BOOL, "2");
+
+    TEST_OK(SHOAL_CFG_INT, "-42", i, -42);
+    TEST_OK(SHOAL_CFG_INT, "2147483647", i, INT_MAX);
+    TEST_BAD(SHOAL_CFG_INT, "2147483648");
+    TEST_BAD(SHOAL_CFG_INT, "12abc");
+    TEST_OK(SHOAL_CFG_UINT, "4294967295", u, UINT_MAX);
+    TEST_BAD(SHOAL_CFG_UINT, "-1");
+    TEST_BAD(SHOAL_CFG_UINT, "4294967296");
+
+    TEST_OK(SHOAL_CFG_ENUM, "warn", i, 1);
+    TEST_OK(SHOAL_CFG_ENUM, "INFO", i, 2);
+    TEST_BAD(SHOAL_CFG_ENUM, "LOUD");
+    TEST_BAD(SHOAL_CFG_ENUM, "");
+
+    tap_ok(test_parse(SHOAL_CFG_STRING, "", &v) == 0 && v.s == NULL, "STRING '' -> NULL");
+    tap_ok(test_parse(SHOAL_CFG_STRING, "eth0", &v) == 0 && v.s != NULL &&
+               strcmp(v.s, "eth0") == 0, "STRING 'eth0' copied");
+}
+
+static void test_subsys(void)
+{
+    unsigned all = (1u << SHOAL_SUBSYS_COUNT) - 1u, mask = 0;
+
+    tap_ok(shoal_log_parse_subsys("ALL", &mask) && mask == all, "subsys ALL");
+    tap_ok(shoal_log_parse_subsys("INIT,COLL", &mask) &&
+               mask == (SHOAL_SUBSYS(INIT) | SHOAL_SUBSYS(COLL)), "subsys INIT,COLL");
+    tap_ok(shoal_log_parse_subsys("^TCP", &mask) && mask == (all & ~SHOAL_SUBSYS(TCP)),
+           "subsys ^TCP");
+    tap_ok(shoal_log_parse_subsys("^TCP,shm", &mask) &&
+               mask == (all & ~(SHOAL_SUBSYS(TCP) | SHOAL_SUBSYS(SHM))), "subsys ^TCP,shm");
+    mask = 7;
+    tap_ok(!shoal_log_parse_subsys("INIT,BOGUS", &mask) && mask == 7,
+           "subsys INIT,BOGUS rejected, mask untouched");
+    tap_is_str(shoal_log_subsys_name(SHOAL_SUBSYS_BIT_TENANT), "TENANT", "subsys name");
+}
+
+static void test_crypto(void)
+{
+    static const uint8_t want[SHOAL_HMAC_BYTES] = {
+        0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24,
+        0x26, 0x08, 0x95, 0x75, 0xc7, 0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27,
+        0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+    const char *msg = "what do ya want for nothing?";
+    uint8_t mac[SHOAL_HMAC_BYTES], r1[32], r2[32];
+
+    tap_ok(shoal_hmac((const uint8_t *)"Jefe", 4, msg, strlen(msg), mac) == SHOAL_OK &&
+               memcmp(mac, want, sizeof(want)) == 0, "HMAC-SHA256 RFC 4231 test case 2");
+    tap_ok(shoal_memeq_ct(mac, want, sizeof(want)), "memeq_ct equal");
+    mac[31] ^= 1;
+    tap_ok(!shoal_memeq_ct(mac, want, sizeof(want)), "memeq_ct differs in the last byte");
+    tap_ok(shoal_random_bytes(r1, sizeof(r1)) == SHOAL_OK &&
+               shoal_random_bytes(r2, sizeof(r2)) == SHOAL_OK && memcmp(r1, r2, 32) != 0,
+           "random bytes differ between draws");
+    tap_is_int(shoal_hash64("", 0, 0), 0xcbf29ce484222325ull, "FNV-1a of nothing");
+    tap_is_int(shoal_hash64("a", 1, 0), 0xaf63dc4c8601ec8cull, "FNV-1a of 'a'");
+}
+
+static void test_status(void)
+{
+    tap_is_str(shoal_strerror(SHOAL_ERR_TIMEOUT), "timed out", "strerror");
+    tap_is_str(shoal_status_name(SHOAL_ERR_PEER_FAILED), "SHOAL_ERR_PEER_FAILED", "status name");
+    tap_is_str(shoal_strerror((shoal_status_t)-999), "unknown status", "unknown status");
+    tap_is_str(shoal_version_string(), "shoal " PACKAGE_VERSION, "version");
+    tap_is_str(shoal_dtype_name(SHOAL_FLOAT16), "half", "dtype name half");
+    tap_is_str(shoal_dtype_name(SHOAL_FLOAT32), "float", "dtype name float");
+    tap_is_int(shoal_dtype_size(SHOAL_BFLOAT16), 2, "bfloat16 size");
+    tap_is_int(shoal_dtype_size(SHOAL_FLOAT64), 8, "double size");
+    tap_is_int(shoal_dtype_size(SHOAL_DTYPE_COUNT), 0, "bad dtype size 0");
+    tap_is_str(shoal_op_name(SHOAL_AVG), "avg", "op name");
+    tap_ok(shoal_status_is_fatal(SHOAL_ERR_PEER_FAILED) && !shoal_status_is_fatal(SHOAL_ERR_AUTH) &&
+               !shoal_status_is_fatal(SHOAL_ERR_TIMEOUT), "fatal range");
+}
+
+static void test_time(void)
+{
+    uint64_t d = shoal_deadline_ns(50), t0 = shoal_time_ns();
+    int left = shoal_deadline_left_ms(d, 1000);
+
+    tap_ok(shoal_deadline_ns(-1) == UINT64_MAX && !shoal_deadline_passed(UINT64_MAX),
+           "infinite deadline never passes");
+    tap_ok(left > 0 && left <= 50, "left %d ms of 50", left);
+    tap_is_int(shoal_deadline_left_ms(d, 10), 10, "left capped");
+    shoal_sleep_us(2000);
+    tap_ok(shoal_time_ns() - t0 >= 2000000ull, "slept 2 ms");
+    tap_ok(shoal_deadline_passed(shoal_deadline_ns(0)), "zero deadline passed");
+    tap_is_int(shoal_deadline_left_ms(shoal_deadline_ns(0), 100), 0, "nothing left");
+}
+
+static const shoal_cfg_field_t *test_util_field(const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < shoal_util_cfg_table.nfields; i++) {
+        if (strcmp(shoal_util_cfg_table.fields[i].name, name) == 0)
+            return &shoal_util_cfg_table.fields[i];
+    }
+    return NULL;
+}
+
+/* Environment > conf file > default; warnings go to SHOAL_DEBUG_FILE. */
+static void test_global_init(void)
+{
+    char dir[] = "/tmp/shoal_test_config.XXXXXX", conf[256], logpath[256], logtext[8192];
+    char *expanded;
+    FILE *fp;
+    size_t n = 0;
+    int loglen;
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(11, "mkdtemp failed");
+        return;
+    }
+    snprintf(conf, sizeof(conf), "%s/shoal.conf", dir);
+    fp = fopen(conf, "w");
+    fprintf(fp, "# comment\n\nSHOAL_HOSTID = node-a\nSHOAL_DEBUG_SUBSYS=INIT\n"
+                "SHOAL_NOT_A_KNOB=1\ngarbage line\n");
+    fclose(fp);
+    snprintf(logpath, sizeof(logpath), "%s/log.%%h.%%p", dir);
+    setenv("SHOAL_CONF_FILE", conf, 1);
+    setenv("SHOAL_DEBUG_FILE", logpath, 1);
+    setenv("SHOAL_DEBUG", "bogus", 1);
+    setenv("SHOAL_DEBUG_SUBSYS", "^TCP", 1);
+    setenv("SHOAL_TOTALLY_UNKNOWN", "x", 1);
+    shoal_config_global_init();
+    shoal_config_global_init();
+
+    tap_is_int(shoal_util_config.level, SHOAL_LOG_WARN, "bad SHOAL_DEBUG keeps WARN");
+    tap_is_str(shoal_util_config.subsys, "^TCP", "env beats the conf file");
+    tap_is_str(shoal_cfg_source(test_util_field("DEBUG_SUBSYS")), "env", "source env");
+    tap_is_str(shoal_util_config.hostid, "node-a", "conf file beats the default");
+    tap_is_str(shoal_cfg_source(test_util_field("HOSTID")), "file", "source file");
+    tap_is_str(shoal_cfg_source(test_util_field("DEBUG")), "default", "source default");
+    tap_is_str(shoal_cfg_getenv("HOSTID"), "node-a", "getenv falls back to the conf file");
+    tap_is_int(shoal_host_id(), shoal_hash64("node-a", 6, 0), "host id from SHOAL_HOSTID");
+
+    snprintf(logpath, sizeof(logpath), "%s/log.%s.%d", dir, shoal_hostname(), (int)getpid());
+    shoal_warn(INIT, "after init %d", 42);
+    shoal_warn(TCP, "tcp is masked out");
+    shoal_info(INIT, "info is above the level");
+    fp = fopen(logpath, "r");
+    if (fp != NULL) {
+        n = fread(logtext, 1, sizeof(logtext) - 1, fp);
+        fclose(fp);
+    }
+    logtext[n] = '\0';
+    tap_ok(fp != NULL && strstr(logtext, "SHOAL_DEBUG=bogus") != NULL &&
+               strstr(logtext, "SHOAL_TOTALLY_UNKNOWN") != NULL &&
+               strstr(logtext, "SHOAL_NOT_A_KNOB") != NULL && strstr(logtext, ":6:") != NULL,
+           "warnings name the bad value, unknown variables and the bad line");
+    loglen = asprintf(&expanded, "%s:%d:", shoal_hostname(), (int)getpid());
+    tap_ok(loglen > 0 && strstr(logtext, expanded) != NULL &&
+               strstr(logtext, " shoal WARN [INIT] after init 42\n") != NULL &&
+               strstr(logtext, "masked") == NULL && strstr(logtext, "above the level") == NULL,
+           "log line format, level and subsystem mask");
+    if (loglen > 0)
+        free(expanded);
+    if (getenv("TEST_CONFIG_VERBOSE") != NULL)
+        tap_diag("log %s:\n%s", logpath, logtext);
+    unlink(logpath);
+    unlink(conf);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    test_tables();
+    test_parsers();
+    test_subsys();
+    test_crypto();
+    test_status();
+    test_time();
+    test_global_init();
+    return tap_done();
+}
