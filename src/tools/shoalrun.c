@@ -1,1 +1,894 @@
-/* placeholder: being written */
+/*
+ * shoalrun: the local launcher. Starts N ranks of a program on this host with the SHOAL_*
+ * variables that shoal_comm_init_env() reads, tags their output with "[rank] ", forwards
+ * signals, enforces a timeout, kills the survivors when one rank fails, and returns the worst
+ * exit status.
+ *
+ *   shoalrun -n N [-x VAR=VALUE]... [--timeout SEC] [--grace SEC] [--no-prefix] [--] prog args...
+ *
+ * Process model: every rank is the leader of its own process group (so that killing a rank
+ * kills whatever it started), dies with shoalrun (PR_SET_PDEATHSIG), and gets stdin from
+ * /dev/null, except rank 0 which inherits shoalrun's stdin when that is not a terminal.
+ * The rendezvous root started by shoal_get_unique_id() lives in this process until it exits.
+ *
+ * One thread, one poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and the ranks'
+ * output pipes; it sleeps until something happens or the next deadline.
+ */
+#include <shoal.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHOALRUN_MAX_RANKS      1024
+#define SHOALRUN_SIGNAL_GRACE_S 3.0   /* after a forwarded signal, before SIGKILL */
+#define SHOALRUN_TIMEOUT_TERM_S 1.0   /* after the timeout's SIGTERM, before SIGKILL */
+#define SHOALRUN_DRAIN_S        1.0   /* output still open after all ranks exited */
+#define SHOALRUN_LINE_MIN       4096
+#define SHOALRUN_LINE_MAX       (1024 * 1024) /* longer lines are split */
+#define SHOALRUN_EXIT_USAGE     2
+#define SHOALRUN_EXIT_TIMEOUT   124
+#define SHOALRUN_EXIT_NOEXEC    127
+
+extern char **environ;
+
+typedef struct {
+    int fd;         /* read end of the rank's pipe, -1 once closed */
+    int out_fd;     /* where its lines go: 1 or 2 */
+    char *buf;      /* bytes of the current, unfinished line(s) */
+    size_t len;
+    size_t cap;
+} shoalrun_stream_t;
+
+typedef struct {
+    pid_t pid;
+    int running;
+    int code;       /* exit status, 128 + signal for a signal death */
+    int killed;     /* SIGKILLed by shoalrun: does not count towards the exit status */
+    shoalrun_stream_t out;
+    shoalrun_stream_t err;
+} shoalrun_rank_t;
+
+typedef struct {
+    int nranks;
+    int prefix;
+    double timeout_s;   /* <= 0: none */
+    double grace_s;
+    const char **xvars; /* -x arguments */
+    int nxvars;
+    char **argv;        /* the program and its arguments */
+} shoalrun_opts_t;
+
+typedef struct {
+    shoalrun_opts_t opts;
+    shoalrun_rank_t *ranks;
+    char *path;          /* resolved program */
+    char ***envs;        /* per rank: NULL-terminated environment */
+    int sigfd;
+    sigset_t orig_mask;
+    pid_t self;
+    int stdin_inherit;   /* rank 0 keeps stdin */
+    int nrunning;
+    int nopen;           /* open streams */
+    double timeout_at;   /* 0: none */
+    double kill_at;      /* SIGKILL deadline, 0: none */
+    double drain_until;  /* stop waiting for output, 0: none */
+    int timed_out;
+    int signo;           /* last forwarded signal */
+    int failed;          /* a rank failed: survivors are on grace */
+    int sink_dead[3];    /* writes to fd 1/2 failed: drop output */
+    char *scratch;       /* formatted output */
+    size_t scratch_cap;
+} shoalrun_job_t;
+
+static double shoalrun_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void shoalrun_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shoalrun -n N [options] [--] program [args...]\n"
+            "Start N ranks of program on this host (shoal's local launcher).\n"
+            "\n"
+            "  -n, --np N          number of ranks (1..%d), required\n"
+            "  -x VAR=VALUE        set VAR for every rank (repeatable; -x VAR passes VAR on)\n"
+            "  -p, --prefix        tag each output line with \"[rank] \" (default)\n"
+            "      --no-prefix     let ranks write straight to shoalrun's stdout/stderr\n"
+            "      --timeout SEC   kill every rank after SEC seconds, exit %d\n"
+            "      --grace SEC     after a rank fails, wait SEC seconds for the others to\n"
+            "                      exit on their own before killing them (default 10)\n"
+            "  -h, --help          this help\n"
+            "\n"
+            "Each rank gets SHOAL_UID, SHOAL_RANK, SHOAL_NRANKS, SHOAL_LOCAL_RANK and\n"
+            "SHOAL_LOCAL_SIZE. The exit status is the worst of the ranks' (128+N for a rank\n"
+            "killed by signal N), %d on timeout, %d if program cannot be run.\n",
+            SHOALRUN_MAX_RANKS, SHOALRUN_EXIT_TIMEOUT, SHOALRUN_EXIT_TIMEOUT,
+            SHOALRUN_EXIT_NOEXEC);
+}
+
+static int shoalrun_parse_seconds(const char *s, const char *what, double *out_p)
+{
+    char *end = NULL;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 1e9) {
+        fprintf(stderr, "shoalrun: invalid %s '%s' (seconds expected)\n", what, s);
+        return -1;
+    }
+    *out_p = v;
+    return 0;
+}
+
+static int shoalrun_parse_np(const char *s, int *out_p)
+{
+    char *end = NULL;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 1 || v > SHOALRUN_MAX_RANKS) {
+        fprintf(stderr, "shoalrun: invalid rank count '%s' (1..%d)\n", s, SHOALRUN_MAX_RANKS);
+        return -1;
+    }
+    *out_p = (int)v;
+    return 0;
+}
+
+enum { SHOALRUN_OPT_NO_PREFIX = 256, SHOALRUN_OPT_TIMEOUT, SHOALRUN_OPT_GRACE };
+
+/* Returns 0 to run, 1 for --help, -1 on a usage error. */
+static int shoalrun_opts_parse(shoalrun_opts_t *o, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {.name = "np", .has_arg = required_argument, .val = 'n'},
+        {.name = "prefix", .has_arg = no_argument, .val = 'p'},
+        {.name = "no-prefix", .has_arg = no_argument, .val = SHOALRUN_OPT_NO_PREFIX},
+        {.name = "timeout", .has_arg = required_argument, .val = SHOALRUN_OPT_TIMEOUT},
+        {.name = "grace", .has_arg = required_argument, .val = SHOALRUN_OPT_GRACE},
+        {.name = "help", .has_arg = no_argument, .val = 'h'},
+        {0},
+    };
+    int c;
+
+    *o = (shoalrun_opts_t){.nranks = 0, .prefix = 1, .timeout_s = 0, .grace_s = 10.0};
+    o->xvars = calloc((size_t)argc, sizeof(*o->xvars));
+    if (o->xvars == NULL) {
+        fprintf(stderr, "shoalrun: out of memory\n");
+        return -1;
+    }
+    while ((c = getopt_long(argc, argv, "+n:px:h", longopts, NULL)) != -1) {
+        int bad = 0;
+
+        switch (c) {
+        case 'n': bad = shoalrun_parse_np(optarg, &o->nranks); break;
+        case 'p': o->prefix = 1; break;
+        case SHOALRUN_OPT_NO_PREFIX: o->prefix = 0; break;
+        case SHOALRUN_OPT_TIMEOUT: bad = shoalrun_parse_seconds(optarg, "timeout", &o->timeout_s);
+            break;
+        case SHOALRUN_OPT_GRACE: bad = shoalrun_parse_seconds(optarg, "grace", &o->grace_s); break;
+        case 'x':
+            if (optarg[0] == '\0' || optarg[0] == '=') {
+                fprintf(stderr, "shoalrun: invalid -x '%s' (VAR=VALUE expected)\n", optarg);
+                bad = -1;
+            }
+            o->xvars[o->nxvars++] = optarg;
+            break;
+        case 'h': return 1;
+        default: bad = -1; break;
+        }
+        if (bad != 0) {
+            return -1;
+        }
+    }
+    if (o->nranks == 0) {
+        fprintf(stderr, "shoalrun: -n N is required\n");
+        return -1;
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "shoalrun: no program given\n");
+        return -1;
+    }
+    o->argv = &argv[optind];
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Environment and program path, built before any fork: the rendezvous root may run threads,
+ * so a child may only call async-signal-safe functions between fork() and execve().
+ */
+
+static int shoalrun_env_name_is(const char *entry, const char *name, size_t name_len)
+{
+    return strncmp(entry, name, name_len) == 0 && entry[name_len] == '=';
+}
+
+/* The value -x VAR=VALUE (or -x VAR: the current value) sets, or NULL. */
+static const char *shoalrun_xvar_lookup(const shoalrun_opts_t *o, const char *name)
+{
+    size_t n = strlen(name);
+    const char *val = NULL;
+
+    for (int i = 0; i < o->nxvars; i++) {
+        if (shoalrun_env_name_is(o->xvars[i], name, n)) {
+            val = o->xvars[i] + n + 1;
+        }
+    }
+    return val;
+}
+
+static int shoalrun_env_overridden(const shoalrun_opts_t *o, const char *entry)
+{
+    static const char *const ours[] = {"SHOAL_UID", "SHOAL_RANK", "SHOAL_NRANKS",
+                                       "SHOAL_LOCAL_RANK", "SHOAL_LOCAL_SIZE"};
+    size_t n = strcspn(entry, "=");
+
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+        if (strlen(ours[i]) == n && strncmp(entry, ours[i], n) == 0) {
+            return 1;
+        }
+    }
+    for (int i = 0; i < o->nxvars; i++) {
+        if (strncmp(o->xvars[i], entry, n) == 0 &&
+            (o->xvars[i][n] == '=' || o->xvars[i][n] == '\0')) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static char *shoalrun_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *shoalrun_strdupf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0) {
+        s = NULL;
+    }
+    va_end(ap);
+    return s;
+}
+
+static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, int rank)
+{
+    size_t nenv = 0, k = 0;
+    char **env;
+
+    while (environ[nenv] != NULL) {
+        nenv++;
+    }
+    env = calloc(nenv + (size_t)o->nxvars + 6, sizeof(*env));
+    if (env == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < nenv; i++) {
+        if (!shoalrun_env_overridden(o, environ[i])) {
+            env[k++] = environ[i];
+        }
+    }
+    for (int i = 0; i < o->nxvars; i++) {
+        if (strchr(o->xvars[i], '=') != NULL) {
+            env[k++] = (char *)o->xvars[i];
+        } else if (getenv(o->xvars[i]) != NULL) {
+            env[k++] = shoalrun_strdupf("%s=%s", o->xvars[i], getenv(o->xvars[i]));
+        }
+    }
+    env[k++] = shoalrun_strdupf("SHOAL_UID=%s", uid_hex);
+    env[k++] = shoalrun_strdupf("SHOAL_RANK=%d", rank);
+    env[k++] = shoalrun_strdupf("SHOAL_NRANKS=%d", o->nranks);
+    env[k++] = shoalrun_strdupf("SHOAL_LOCAL_RANK=%d", rank);
+    env[k++] = shoalrun_strdupf("SHOAL_LOCAL_SIZE=%d", o->nranks);
+    for (size_t i = 0; i < k; i++) {
+        if (env[i] == NULL) {
+            return NULL; /* leaked: the launcher is about to exit */
+        }
+    }
+    return env;
+}
+
+static int shoalrun_is_executable(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* Like execvp's search, with PATH from -x PATH=... if given. */
+static char *shoalrun_path_resolve(const shoalrun_opts_t *o, const char *prog)
+{
+    const char *path = shoalrun_xvar_lookup(o, "PATH");
+    const char *p;
+
+    if (strchr(prog, '/') != NULL) {
+        return shoalrun_is_executable(prog) ? strdup(prog) : NULL;
+    }
+    if (path == NULL) {
+        path = getenv("PATH");
+    }
+    if (path == NULL) {
+        path = "/usr/local/bin:/usr/bin:/bin";
+    }
+    for (p = path; ; p += strcspn(p, ":") + 1) {
+        size_t n = strcspn(p, ":");
+        char *cand = n == 0 ? shoalrun_strdupf("./%s", prog) /* empty entry: the cwd */
+                            : shoalrun_strdupf("%.*s/%s", (int)n, p, prog);
+
+        if (cand != NULL && shoalrun_is_executable(cand)) {
+            return cand;
+        }
+        free(cand);
+        if (p[n] == '\0') {
+            return NULL;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Starting the ranks
+ */
+
+static void shoalrun_child_fail(const char *what)
+{
+    static const char msg[] = "shoalrun: rank setup failed: ";
+
+    (void)!write(2, msg, sizeof(msg) - 1);
+    (void)!write(2, what, strlen(what));
+    (void)!write(2, "\n", 1);
+    _exit(SHOALRUN_EXIT_NOEXEC);
+}
+
+/* Runs in the child between fork() and execve(): async-signal-safe calls only. */
+static void shoalrun_child_exec(shoalrun_job_t *job, int rank, int out_w, int err_w)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+
+    setpgid(0, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != job->self) {
+        _exit(SHOALRUN_EXIT_NOEXEC); /* shoalrun is already gone */
+    }
+    sigaction(SIGPIPE, &dfl, NULL);
+    sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
+    if (rank != 0 || !job->stdin_inherit) {
+        int fd = open("/dev/null", O_RDONLY);
+
+        if (fd < 0 || dup2(fd, 0) < 0) {
+            shoalrun_child_fail("cannot open /dev/null");
+        }
+        if (fd != 0) {
+            close(fd);
+        }
+    }
+    if (out_w >= 0 && (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)) {
+        shoalrun_child_fail("dup2 failed");
+    }
+    execve(job->path, job->opts.argv, job->envs[rank]);
+    shoalrun_child_fail("execve failed");
+}
+
+static void shoalrun_stream_init(shoalrun_stream_t *s, int fd, int out_fd)
+{
+    *s = (shoalrun_stream_t){.fd = fd, .out_fd = out_fd};
+}
+
+static int shoalrun_rank_start(shoalrun_job_t *job, int rank)
+{
+    shoalrun_rank_t *r = &job->ranks[rank];
+    int outp[2] = {-1, -1}, errp[2] = {-1, -1};
+    pid_t pid;
+
+    if (job->opts.prefix && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
+        fprintf(stderr, "shoalrun: pipe failed: %s\n", strerror(errno));
+        return -1;
+    }
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "shoalrun: fork failed: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        shoalrun_child_exec(job, rank, outp[1], errp[1]);
+    }
+    setpgid(pid, pid); /* also done by the child: whichever runs first */
+    *r = (shoalrun_rank_t){.pid = pid, .running = 1};
+    shoalrun_stream_init(&r->out, outp[0], 1);
+    shoalrun_stream_init(&r->err, errp[0], 2);
+    if (job->opts.prefix) {
+        close(outp[1]);
+        close(errp[1]);
+        fcntl(outp[0], F_SETFL, O_NONBLOCK);
+        fcntl(errp[0], F_SETFL, O_NONBLOCK);
+        job->nopen += 2;
+    }
+    job->nrunning++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Output: whole lines, each with its rank's prefix
+ */
+
+static void shoalrun_sink_write(shoalrun_job_t *job, int fd, const char *buf, size_t len)
+{
+    while (len > 0 && !job->sink_dead[fd]) {
+        ssize_t n = write(fd, buf, len);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            job->sink_dead[fd] = 1; /* EPIPE and friends: drop the rest */
+            return;
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
+static int shoalrun_scratch_reserve(shoalrun_job_t *job, size_t need)
+{
+    char *p;
+
+    if (need <= job->scratch_cap) {
+        return 0;
+    }
+    p = realloc(job->scratch, need);
+    if (p == NULL) {
+        return -1;
+    }
+    job->scratch = p;
+    job->scratch_cap = need;
+    return 0;
+}
+
+/* Emits buf[0, len) (whole lines; a final '\n' is added if missing) with prefixes. */
+static void shoalrun_emit(shoalrun_job_t *job, int rank, int fd, const char *buf, size_t len)
+{
+    char prefix[32];
+    int plen = snprintf(prefix, sizeof(prefix), "[%d] ", rank);
+    size_t nlines = 1, k = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        nlines += buf[i] == '\n';
+    }
+    if (shoalrun_scratch_reserve(job, len + nlines * (size_t)plen + 1) != 0) {
+        shoalrun_sink_write(job, fd, buf, len); /* no memory: unprefixed beats lost */
+        return;
+    }
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(buf + i, '\n', len - i);
+        size_t end = nl != NULL ? (size_t)(nl - buf) : len;
+
+        memcpy(job->scratch + k, prefix, (size_t)plen);
+        k += (size_t)plen;
+        memcpy(job->scratch + k, buf + i, end - i);
+        k += end - i;
+        job->scratch[k++] = '\n';
+        i = end + 1;
+    }
+    shoalrun_sink_write(job, fd, job->scratch, k);
+}
+
+static void shoalrun_stream_close(shoalrun_job_t *job, int rank, shoalrun_stream_t *s)
+{
+    if (s->len > 0) {
+        shoalrun_emit(job, rank, s->out_fd, s->buf, s->len);
+    }
+    close(s->fd);
+    free(s->buf);
+    *s = (shoalrun_stream_t){.fd = -1, .out_fd = s->out_fd};
+    job->nopen--;
+}
+
+/* Reads what the pipe holds, prints the complete lines, keeps the rest. */
+static void shoalrun_stream_read(shoalrun_job_t *job, int rank, shoalrun_stream_t *s)
+{
+    for (;;) {
+        ssize_t n;
+        char *last;
+
+        if (s->cap - s->len < SHOALRUN_LINE_MIN && s->cap < SHOALRUN_LINE_MAX) {
+            size_t cap = s->cap == 0 ? 2 * SHOALRUN_LINE_MIN : 2 * s->cap;
+            char *p = realloc(s->buf, cap);
+
+            if (p != NULL) {
+                s->buf = p;
+                s->cap = cap;
+            }
+        }
+        if (s->len == s->cap) { /* a line longer than SHOALRUN_LINE_MAX: split it */
+            shoalrun_emit(job, rank, s->out_fd, s->buf, s->len);
+            s->len = 0;
+            continue;
+        }
+        n = read(s->fd, s->buf + s->len, s->cap - s->len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN) {
+            return;
+        }
+        if (n <= 0) {
+            shoalrun_stream_close(job, rank, s);
+            return;
+        }
+        s->len += (size_t)n;
+        last = memrchr(s->buf, '\n', s->len);
+        if (last != NULL) {
+            size_t done = (size_t)(last - s->buf) + 1;
+
+            shoalrun_emit(job, rank, s->out_fd, s->buf, done - 1);
+            memmove(s->buf, s->buf + done, s->len - done);
+            s->len -= done;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Signals, deaths and deadlines
+ */
+
+static void shoalrun_signal_rank(shoalrun_rank_t *r, int sig)
+{
+    if (kill(-r->pid, sig) != 0) {
+        kill(r->pid, sig); /* its group is not set up yet */
+    }
+}
+
+static void shoalrun_signal_all(shoalrun_job_t *job, int sig)
+{
+    for (int i = 0; i < job->opts.nranks; i++) {
+        shoalrun_rank_t *r = &job->ranks[i];
+
+        if (r->running) {
+            shoalrun_signal_rank(r, sig);
+        } else if (sig == SIGKILL && (r->out.fd >= 0 || r->err.fd >= 0)) {
+            kill(-r->pid, SIGKILL); /* what it started still holds its output open */
+        }
+    }
+}
+
+static void shoalrun_kill_deadline(shoalrun_job_t *job, double at)
+{
+    if (job->kill_at == 0 || at < job->kill_at) {
+        job->kill_at = at;
+    }
+}
+
+static void shoalrun_rank_report(shoalrun_job_t *job, int rank, int st)
+{
+    shoalrun_rank_t *r = &job->ranks[rank];
+
+    if (WIFSIGNALED(st)) {
+        r->code = 128 + WTERMSIG(st);
+        if (r->killed) {
+            return;
+        }
+        fprintf(stderr, "shoalrun: rank %d (pid %d) killed by signal %d (%s)\n", rank,
+                (int)r->pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    } else {
+        r->code = WEXITSTATUS(st);
+        if (r->code == 0) {
+            return;
+        }
+        fprintf(stderr, "shoalrun: rank %d (pid %d) exited with status %d\n", rank,
+                (int)r->pid, r->code);
+    }
+    if (!job->failed && job->nrunning > 0 && job->signo == 0 && !job->timed_out) {
+        job->failed = 1;
+        fprintf(stderr, "shoalrun: waiting up to %g s for the %d other running rank(s) to exit\n",
+                job->opts.grace_s, job->nrunning);
+        shoalrun_kill_deadline(job, shoalrun_now() + job->opts.grace_s);
+    }
+}
+
+static void shoalrun_reap(shoalrun_job_t *job)
+{
+    for (;;) {
+        int st = 0;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+
+        if (pid <= 0) {
+            return; /* 0: none exited; -1 ECHILD: none left */
+        }
+        for (int i = 0; i < job->opts.nranks; i++) {
+            if (job->ranks[i].running && job->ranks[i].pid == pid) {
+                job->ranks[i].running = 0;
+                job->nrunning--;
+                shoalrun_rank_report(job, i, st);
+                break;
+            }
+        }
+    }
+}
+
+static void shoalrun_on_signal(shoalrun_job_t *job, int sig)
+{
+    if (sig == SIGCHLD) {
+        return; /* reaped by the loop */
+    }
+    if (job->signo != 0) {
+        fprintf(stderr, "shoalrun: %s again, killing all ranks\n", strsignal(sig));
+        shoalrun_kill_deadline(job, shoalrun_now());
+        return;
+    }
+    job->signo = sig;
+    fprintf(stderr, "shoalrun: %s, forwarding it to %d rank(s)\n", strsignal(sig),
+            job->nrunning);
+    shoalrun_signal_all(job, sig);
+    shoalrun_kill_deadline(job, shoalrun_now() + SHOALRUN_SIGNAL_GRACE_S);
+}
+
+static void shoalrun_read_signals(shoalrun_job_t *job)
+{
+    struct signalfd_siginfo si[16];
+    ssize_t n;
+
+    while ((n = read(job->sigfd, si, sizeof(si))) > 0) {
+        for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
+            shoalrun_on_signal(job, (int)si[i].ssi_signo);
+        }
+    }
+}
+
+static void shoalrun_check_deadlines(shoalrun_job_t *job, double now)
+{
+    if (job->timeout_at != 0 && now >= job->timeout_at && !job->timed_out) {
+        job->timed_out = 1;
+        fprintf(stderr, "shoalrun: timeout after %g s, killing %d running rank(s)\n",
+                job->opts.timeout_s, job->nrunning);
+        shoalrun_signal_all(job, SIGTERM);
+        shoalrun_kill_deadline(job, now + SHOALRUN_TIMEOUT_TERM_S);
+    }
+    if (job->kill_at != 0 && now >= job->kill_at) {
+        job->kill_at = 0;
+        for (int i = 0; i < job->opts.nranks; i++) {
+            job->ranks[i].killed |= job->ranks[i].running;
+        }
+        if (job->nrunning > 0) {
+            fprintf(stderr, "shoalrun: killing %d remaining rank(s)\n", job->nrunning);
+        }
+        shoalrun_signal_all(job, SIGKILL);
+    }
+    if (job->nrunning == 0 && job->nopen > 0 && job->drain_until == 0) {
+        job->drain_until = now + SHOALRUN_DRAIN_S;
+    }
+    if (job->drain_until != 0 && now >= job->drain_until) {
+        for (int i = 0; i < job->opts.nranks; i++) {
+            if (job->ranks[i].out.fd >= 0) {
+                shoalrun_stream_close(job, i, &job->ranks[i].out);
+            }
+            if (job->ranks[i].err.fd >= 0) {
+                shoalrun_stream_close(job, i, &job->ranks[i].err);
+            }
+        }
+    }
+}
+
+/* poll() timeout to the nearest deadline, -1 for none. */
+static int shoalrun_poll_timeout(const shoalrun_job_t *job, double now)
+{
+    double at = 0;
+    const double cands[] = {job->timed_out ? 0 : job->timeout_at, job->kill_at,
+                            job->drain_until};
+
+    for (size_t i = 0; i < sizeof(cands) / sizeof(cands[0]); i++) {
+        if (cands[i] != 0 && (at == 0 || cands[i] < at)) {
+            at = cands[i];
+        }
+    }
+    if (at == 0) {
+        return -1;
+    }
+    if (at <= now) {
+        return 0;
+    }
+    return (int)((at - now) * 1000.0) + 1;
+}
+
+static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stream_t **smap,
+                          int *rmap)
+{
+    while (job->nrunning > 0 || job->nopen > 0) {
+        int n = 0;
+
+        pfd[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
+        for (int i = 0; i < job->opts.nranks; i++) {
+            shoalrun_stream_t *ss[2] = {&job->ranks[i].out, &job->ranks[i].err};
+
+            for (int j = 0; j < 2; j++) {
+                if (ss[j]->fd >= 0) {
+                    smap[n] = ss[j];
+                    rmap[n] = i;
+                    pfd[n++] = (struct pollfd){.fd = ss[j]->fd, .events = POLLIN};
+                }
+            }
+        }
+        if (poll(pfd, (nfds_t)n, shoalrun_poll_timeout(job, shoalrun_now())) < 0 &&
+            errno != EINTR) {
+            fprintf(stderr, "shoalrun: poll failed: %s\n", strerror(errno));
+            shoalrun_kill_deadline(job, shoalrun_now());
+        }
+        if (pfd[0].revents != 0) {
+            shoalrun_read_signals(job);
+        }
+        shoalrun_reap(job);
+        for (int k = 1; k < n; k++) {
+            if (pfd[k].revents != 0 && smap[k]->fd >= 0) {
+                shoalrun_stream_read(job, rmap[k], smap[k]);
+            }
+        }
+        shoalrun_check_deadlines(job, shoalrun_now());
+    }
+}
+
+static int shoalrun_exit_code(const shoalrun_job_t *job)
+{
+    int worst = 0;
+
+    if (job->timed_out) {
+        return SHOALRUN_EXIT_TIMEOUT;
+    }
+    for (int i = 0; i < job->opts.nranks; i++) {
+        if (!job->ranks[i].killed && job->ranks[i].code > worst) {
+            worst = job->ranks[i].code;
+        }
+    }
+    if (job->signo != 0 && worst < 128 + job->signo) {
+        worst = 128 + job->signo;
+    }
+    if (worst == 0 && job->failed) {
+        worst = 1; /* a rank could not be started */
+    }
+    return worst;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Setup
+ */
+
+static void shoalrun_uid_hex(const shoal_uid_t *uid, char *hex)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < SHOAL_UID_BYTES; i++) {
+        unsigned char b = (unsigned char)uid->internal[i];
+
+        hex[2 * i] = digits[b >> 4];
+        hex[2 * i + 1] = digits[b & 0xf];
+    }
+    hex[2 * SHOAL_UID_BYTES] = '\0';
+}
+
+/* Blocks the signals we wait for, before any thread exists, so that only the signalfd
+ * sees them. */
+static int shoalrun_signals_setup(shoalrun_job_t *job)
+{
+    sigset_t set;
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask) != 0) {
+        fprintf(stderr, "shoalrun: sigprocmask failed: %s\n", strerror(errno));
+        return -1;
+    }
+    sigaction(SIGPIPE, &ign, NULL);
+    job->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (job->sigfd < 0) {
+        fprintf(stderr, "shoalrun: signalfd failed: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int shoalrun_job_prepare(shoalrun_job_t *job)
+{
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    shoal_uid_t uid;
+    shoal_status_t status;
+
+    job->path = shoalrun_path_resolve(&job->opts, job->opts.argv[0]);
+    if (job->path == NULL) {
+        fprintf(stderr, "shoalrun: %s: command not found or not executable\n",
+                job->opts.argv[0]);
+        return SHOALRUN_EXIT_NOEXEC;
+    }
+    if (shoalrun_signals_setup(job) != 0) {
+        return 1;
+    }
+    status = shoal_get_unique_id(&uid);
+    if (status != SHOAL_OK) {
+        fprintf(stderr, "shoalrun: shoal_get_unique_id failed: %s\n", shoal_strerror(status));
+        return 1;
+    }
+    shoalrun_uid_hex(&uid, hex);
+    job->ranks = calloc((size_t)job->opts.nranks, sizeof(*job->ranks));
+    job->envs = calloc((size_t)job->opts.nranks, sizeof(*job->envs));
+    if (job->ranks == NULL || job->envs == NULL) {
+        fprintf(stderr, "shoalrun: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < job->opts.nranks; i++) {
+        job->envs[i] = shoalrun_env_build(&job->opts, hex, i);
+        if (job->envs[i] == NULL) {
+            fprintf(stderr, "shoalrun: out of memory\n");
+            return 1;
+        }
+    }
+    memset(hex, 0, sizeof(hex));
+    job->self = getpid();
+    job->stdin_inherit = !isatty(0);
+    return 0;
+}
+
+static int shoalrun_job_run(shoalrun_job_t *job)
+{
+    size_t nfds = 1 + 2 * (size_t)job->opts.nranks;
+    struct pollfd *pfd = calloc(nfds, sizeof(*pfd));
+    shoalrun_stream_t **smap = calloc(nfds, sizeof(*smap));
+    int *rmap = calloc(nfds, sizeof(*rmap));
+
+    if (pfd == NULL || smap == NULL || rmap == NULL) {
+        fprintf(stderr, "shoalrun: out of memory\n");
+        return 1;
+    }
+    if (job->opts.timeout_s > 0) {
+        job->timeout_at = shoalrun_now() + job->opts.timeout_s;
+    }
+    for (int i = 0; i < job->opts.nranks; i++) {
+        if (shoalrun_rank_start(job, i) != 0) {
+            job->failed = 1;
+            shoalrun_kill_deadline(job, shoalrun_now());
+            break;
+        }
+    }
+    shoalrun_loop(job, pfd, smap, rmap);
+    free(pfd);
+    free(smap);
+    free(rmap);
+    return shoalrun_exit_code(job);
+}
+
+int main(int argc, char **argv)
+{
+    shoalrun_job_t job = {.sigfd = -1};
+    int rc = shoalrun_opts_parse(&job.opts, argc, argv);
+
+    if (rc != 0) {
+        shoalrun_usage(rc > 0 ? stdout : stderr);
+        return rc > 0 ? 0 : SHOALRUN_EXIT_USAGE;
+    }
+    rc = shoalrun_job_prepare(&job);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = shoalrun_job_run(&job);
+    free(job.scratch);
+    return rc;
+}
