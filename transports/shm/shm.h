@@ -1,0 +1,181 @@
+/* Shared-memory transport (same host).
+ *
+ * Each rank creates one POSIX shm segment at init, under an unguessable name, mode 0600:
+ *
+ *   [control block][ring from local peer a][ring from local peer b]...[shared area]
+ *
+ * A ring is an SPSC queue of nslots slots of slot_size bytes that one local peer produces
+ * into and the owner consumes from. Slot headers (one cache line each) carry a sequence
+ * number in the style of a bounded Vyukov queue: slot i starts at seq i; the producer at
+ * position p waits for seq == p, writes data and length, then release-stores seq = p + 1;
+ * the consumer at position c waits for seq == c + 1, copies out, then release-stores
+ * seq = c + nslots. Producer and consumer positions live in each side's private memory, so
+ * nothing is shared but the slot headers and data.
+ *
+ * A message is the 32-byte wire header followed by its payload, streamed slot by slot from a
+ * fresh slot: the first slot carries the header and the first slot_size - 32 payload bytes.
+ *
+ * Sleeping: the owner's control block holds a futex doorbell that peers increment (and
+ * FUTEX_WAKE when the owner's sleeping flag is set) after they produce into its ring, free a
+ * slot of theirs, or write their shared area (notify()). wait() sleeps on the doorbell value
+ * read by the last progress() call: anything rung after that returns at once. Callers that
+ * poll their own conditions (the collective direct path) must therefore call progress()
+ * before checking them, then wait().
+ */
+#ifndef SHOAL_SHM_H
+#define SHOAL_SHM_H
+
+#include "core/tl.h"
+
+#include <sys/types.h>
+
+#define SHOAL_SHM_MAGIC 0x53484f414c53484dull /* "MHSLAOHS" */
+#define SHOAL_SHM_VERSION 1
+#define SHOAL_SHM_ADDR_MAGIC 0x6d687373u
+#define SHOAL_SHM_NAME_MAX 48
+#define SHOAL_SHM_NAME_PREFIX "/shoal-"
+/* Longest futex sleep while a request is pending: a dead peer never rings the doorbell. */
+#define SHOAL_SHM_PENDING_SLEEP_US 2000
+/* Peer liveness is checked at most this often while a request to/from it is pending. */
+#define SHOAL_SHM_CHECK_NS 1000000ull
+
+typedef struct {
+    size_t slot_size;   /* SHOAL_SHM_SLOT_SIZE */
+    unsigned nslots;    /* SHOAL_SHM_NSLOTS */
+    size_t area_size;   /* SHOAL_SHM_AREA_SIZE */
+    const char *dir;    /* SHOAL_SHM_DIR */
+    int disable;        /* SHOAL_SHM_DISABLE */
+} shoal_shm_config_t;
+
+extern SHOAL_HIDDEN shoal_shm_config_t shoal_shm_config;
+extern SHOAL_HIDDEN const shoal_cfg_table_t shoal_shm_cfg_table;
+
+/* Control block at the start of every segment; each group on its own cache line. */
+typedef struct {
+    /* written once by the owner at init */
+    uint64_t magic;
+    uint32_t version;
+    int32_t pid;
+    uint32_t comm_id;
+    uint32_t local_rank;
+    uint32_t local_size;
+    uint32_t nslots;
+    uint64_t slot_size;
+    uint64_t area_size;
+    uint64_t total_size;
+    /* set by the owner's fail(): culprit first, then failed (release) */
+    uint32_t failed __attribute__((aligned(SHOAL_CACHELINE)));
+    int32_t culprit;
+    /* futex word, incremented by anyone who has news for the owner */
+    uint32_t doorbell __attribute__((aligned(SHOAL_CACHELINE)));
+    /* 1 while the owner sleeps (or is about to) on the doorbell */
+    uint32_t sleeping __attribute__((aligned(SHOAL_CACHELINE)));
+} __attribute__((aligned(SHOAL_CACHELINE))) shoal_shm_ctrl_t;
+
+typedef struct {
+    uint64_t seq;       /* see the protocol above */
+    uint32_t len;       /* bytes of data in the slot */
+} __attribute__((aligned(SHOAL_CACHELINE))) shoal_shm_slot_hdr_t;
+
+/* Geometry of a segment, the same function of the sizes in every process. */
+typedef struct {
+    size_t slot_stride;   /* slot_size rounded to a cache line */
+    size_t ring_bytes;    /* headers (page-aligned) + slots, page-aligned */
+    size_t hdrs_bytes;
+    size_t rings_off;
+    size_t area_off;
+    size_t total;
+    unsigned nrings;
+} shoal_shm_layout_t;
+
+/* Address published through the bootstrap. */
+typedef struct {
+    uint32_t magic;
+    uint32_t version;
+    char name[SHOAL_SHM_NAME_MAX];
+    int32_t pid;
+    int32_t local_rank;
+    uint32_t local_size;
+    uint32_t nslots;
+    uint64_t slot_size;
+    uint64_t area_size;
+    uint32_t comm_id;
+    uint32_t pad;
+} shoal_shm_addr_t;
+
+/* A ring as seen from one process. */
+typedef struct {
+    shoal_shm_slot_hdr_t *hdrs;
+    uint8_t *data;
+} shoal_shm_ring_t;
+
+struct shoal_ep {
+    struct shoal_tl_ctx *ctx;
+    int rank;                 /* global rank of the peer */
+    int local_rank;
+    pid_t pid;
+    unsigned long long starttime; /* from /proc/<pid>/stat at connect; 0 if unknown */
+    void *peer_base;          /* the peer's whole segment, mapped here */
+    size_t peer_len;
+    shoal_shm_ctrl_t *peer_ctrl;
+    shoal_shm_ring_t tx;      /* in the peer's segment: we produce */
+    shoal_shm_ring_t rx;      /* in our segment: the peer produces */
+    uint64_t tx_pos;          /* producer position (private) */
+    uint64_t rx_pos;          /* consumer position (private) */
+    shoal_tl_req_t *sq_head, *sq_tail;
+    shoal_tl_req_t *rq_head, *rq_tail;
+    shoal_status_t status;    /* != SHOAL_OK once the endpoint failed */
+    uint64_t last_check_ns;   /* peer_check() rate limit */
+    int peer_gone;            /* the liveness check failed once: gone_why says why */
+    char gone_why[160];
+    char why[192];            /* the failure sentence */
+};
+
+struct shoal_tl_ctx {
+    int rank;
+    int local_rank;
+    int local_size;
+    uint32_t comm_id;
+    size_t slot_size;
+    unsigned nslots;
+    size_t area_size;
+    shoal_shm_layout_t layout;
+    char name[SHOAL_SHM_NAME_MAX];
+    int unlinked;
+    void *base;                 /* our segment */
+    shoal_shm_ctrl_t *ctrl;
+    uint32_t bell_seen;         /* doorbell value read by the last progress() */
+    uint64_t npending;          /* queued requests over all endpoints */
+    uint64_t last_check_ns;     /* progress()/wait() liveness rate limit */
+    int failed;                 /* fail() was called */
+    struct shoal_ep *eps;       /* npeers endpoints */
+    int npeers;
+    struct shoal_ep **ep_by_local; /* local_size entries; NULL for self and unconnected */
+};
+
+typedef struct shoal_tl_ctx shoal_shm_ctx_t;
+typedef struct shoal_ep shoal_shm_ep_t;
+
+SHOAL_HIDDEN void shoal_shm_layout_compute(size_t slot_size, unsigned nslots, size_t area_size,
+                                           unsigned local_size, shoal_shm_layout_t *l_p);
+/* The ring of a segment owned by local rank 'owner' that local rank 'sender' produces into. */
+SHOAL_HIDDEN shoal_shm_ring_t shoal_shm_ring_at(void *base, const shoal_shm_layout_t *l,
+                                                int owner, int sender);
+
+/* shm_ep.c */
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
+SHOAL_HIDDEN int shoal_shm_ctx_progress(shoal_tl_ctx_t *ctx);
+SHOAL_HIDDEN int shoal_shm_ctx_has_work(shoal_tl_ctx_t *ctx);
+/* Fails the endpoint (first failure wins) and completes its requests; returns how many. */
+SHOAL_HIDDEN int shoal_shm_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+/* Is the peer alive and its communicator not failed? Sentence in why otherwise. */
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len);
+/* Liveness of every peer with pending requests, at most every SHOAL_SHM_CHECK_NS. */
+SHOAL_HIDDEN int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns);
+/* Bump a control block's doorbell and wake its owner if it sleeps. */
+SHOAL_HIDDEN void shoal_shm_ctrl_ring(shoal_shm_ctrl_t *ctrl);
+/* /proc/<pid>/stat: state char and start time; 0 on success. */
+SHOAL_HIDDEN int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p);
+
+#endif

@@ -1,1 +1,58 @@
-/* placeholder: being written */
+/* Env-var config table of the shared-memory transport. */
+#include "transports/shm/shm.h"
+
+#include <stddef.h>
+
+shoal_shm_config_t shoal_shm_config = {
+    .slot_size = 64 * 1024,
+    .nslots = 8,
+    .area_size = 8 * 1024 * 1024,
+    .dir = "/dev/shm",
+    .disable = 0,
+};
+
+static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
+    {
+        .name = "SHM_SLOT_SIZE",
+        .dflt = "64k",
+        .doc = "bytes per ring slot of the shm transport (at least 256; messages stream "
+               "through the ring slot by slot)",
+        .offset = offsetof(shoal_shm_config_t, slot_size),
+        .type = SHOAL_CFG_SIZE,
+    },
+    {
+        .name = "SHM_NSLOTS",
+        .dflt = "8",
+        .doc = "ring slots per direction per local peer of the shm transport (at least 2)",
+        .offset = offsetof(shoal_shm_config_t, nslots),
+        .type = SHOAL_CFG_UINT,
+    },
+    {
+        .name = "SHM_AREA_SIZE",
+        .dflt = "8m",
+        .doc = "bytes of shared area per rank for the intra-node direct collective path",
+        .offset = offsetof(shoal_shm_config_t, area_size),
+        .type = SHOAL_CFG_SIZE,
+    },
+    {
+        .name = "SHM_DIR",
+        .dflt = "/dev/shm",
+        .doc = "where POSIX shared memory lives (checked for write access and free space)",
+        .offset = offsetof(shoal_shm_config_t, dir),
+        .type = SHOAL_CFG_STRING,
+    },
+    {
+        .name = "SHM_DISABLE",
+        .dflt = "no",
+        .doc = "disable the shared-memory transport (same-host peers then use the next one)",
+        .offset = offsetof(shoal_shm_config_t, disable),
+        .type = SHOAL_CFG_BOOL,
+    },
+};
+
+const shoal_cfg_table_t shoal_shm_cfg_table = {
+    .module = "shm",
+    .fields = shoal_shm_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_shm_cfg_fields),
+    .dst = &shoal_shm_config,
+};

@@ -1,1 +1,525 @@
-/* placeholder: being written */
+/* Shared-memory transport: segments, connection, sleeping, failure, shared areas. */
+#include "transports/shm/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHOAL_SHM_PAGE 4096
+#define SHOAL_SHM_MIN_SLOT 256
+
+void shoal_shm_layout_compute(size_t slot_size, unsigned nslots, size_t area_size,
+                              unsigned local_size, shoal_shm_layout_t *l_p)
+{
+    shoal_shm_layout_t l = {
+        .slot_stride = SHOAL_ALIGN_UP(slot_size, SHOAL_CACHELINE),
+        .hdrs_bytes = SHOAL_ALIGN_UP(nslots * sizeof(shoal_shm_slot_hdr_t), SHOAL_SHM_PAGE),
+        .rings_off = SHOAL_ALIGN_UP(sizeof(shoal_shm_ctrl_t), SHOAL_SHM_PAGE),
+        .nrings = local_size > 0 ? local_size - 1 : 0,
+    };
+    l.ring_bytes = SHOAL_ALIGN_UP(l.hdrs_bytes + (size_t)nslots * l.slot_stride, SHOAL_SHM_PAGE);
+    l.area_off = l.rings_off + (size_t)l.nrings * l.ring_bytes;
+    l.total = l.area_off + SHOAL_ALIGN_UP(area_size, SHOAL_SHM_PAGE);
+    *l_p = l;
+}
+
+shoal_shm_ring_t shoal_shm_ring_at(void *base, const shoal_shm_layout_t *l, int owner,
+                                   int sender)
+{
+    int idx = sender < owner ? sender : sender - 1;
+    uint8_t *ring = (uint8_t *)base + l->rings_off + (size_t)idx * l->ring_bytes;
+    return (shoal_shm_ring_t){
+        .hdrs = (shoal_shm_slot_hdr_t *)ring,
+        .data = ring + l->hdrs_bytes,
+    };
+}
+
+static const char *shoal_shm_dir(void)
+{
+    const char *d = shoal_shm_config.dir;
+    return d != NULL && d[0] != '\0' ? d : "/dev/shm";
+}
+
+static int shoal_shm_query(void)
+{
+    if (shoal_shm_config.disable) {
+        return 0;
+    }
+    return access(shoal_shm_dir(), W_OK | X_OK) == 0;
+}
+
+static shoal_status_t shoal_shm_config_check(void)
+{
+    const shoal_shm_config_t *c = &shoal_shm_config;
+    if (c->slot_size < SHOAL_SHM_MIN_SLOT || c->slot_size > (1u << 30)) {
+        shoal_error(SHM, "SHOAL_SHM_SLOT_SIZE=%zu is out of range [%d, 1g]", c->slot_size,
+                    SHOAL_SHM_MIN_SLOT);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (c->nslots < 2 || c->nslots > 4096) {
+        shoal_error(SHM, "SHOAL_SHM_NSLOTS=%u is out of range [2, 4096]", c->nslots);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (c->area_size > ((size_t)1 << 40)) {
+        shoal_error(SHM, "SHOAL_SHM_AREA_SIZE=%zu is too large", c->area_size);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
+/* Creates, sizes, maps and faults in our segment; ctx->name/base/ctrl on success. */
+static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
+{
+    size_t total = ctx->layout.total;
+    struct statvfs vfs;
+    if (statvfs(shoal_shm_dir(), &vfs) == 0 &&
+        (unsigned long long)vfs.f_bavail * vfs.f_frsize < total) {
+        shoal_error(SHM, "not enough space in %s for a %zu-byte segment (%llu bytes free)",
+                    shoal_shm_dir(), total, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 4; attempt++) {
+        uint8_t rnd[16];
+        shoal_status_t st = shoal_random_bytes(rnd, sizeof(rnd));
+        if (st != SHOAL_OK) {
+            return st;
+        }
+        int off = snprintf(ctx->name, sizeof(ctx->name), "%s", SHOAL_SHM_NAME_PREFIX);
+        for (size_t i = 0; i < sizeof(rnd); i++) {
+            off += snprintf(ctx->name + off, sizeof(ctx->name) - off, "%02x", rnd[i]);
+        }
+        fd = shm_open(ctx->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0 && errno != EEXIST) {
+            break;
+        }
+    }
+    if (fd < 0) {
+        shoal_error(SHM, "shm_open(%s, O_CREAT|O_EXCL) failed: %s", ctx->name, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    shoal_status_t status = SHOAL_ERR_SYSTEM;
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)total) != 0) {
+        shoal_error(SHM, "sizing %s to %zu bytes failed: %s", ctx->name, total, strerror(errno));
+        goto err_unlink;
+    }
+    /* Reserve the pages now: a full tmpfs must fail here, not SIGBUS us later. */
+    int ret = posix_fallocate(fd, 0, (off_t)total);
+    if (ret != 0 && ret != EOPNOTSUPP && ret != EINVAL) {
+        shoal_error(SHM, "posix_fallocate(%s, %zu bytes) in %s failed: %s", ctx->name, total,
+                    shoal_shm_dir(), strerror(ret));
+        status = ret == ENOSPC ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_SYSTEM;
+        goto err_unlink;
+    }
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (base == MAP_FAILED) {
+        shoal_error(SHM, "mmap(%s, %zu bytes) failed: %s", ctx->name, total, strerror(errno));
+        goto err_unlink;
+    }
+    close(fd);
+    memset(base, 0, total); /* fault every page in now, never on the data path */
+    ctx->base = base;
+    ctx->ctrl = base;
+    return SHOAL_OK;
+
+err_unlink:
+    close(fd);
+    shm_unlink(ctx->name);
+    return status;
+}
+
+static void shoal_shm_segment_format(shoal_tl_ctx_t *ctx)
+{
+    shoal_shm_ctrl_t *c = ctx->ctrl;
+    c->version = SHOAL_SHM_VERSION;
+    c->pid = (int32_t)getpid();
+    c->comm_id = ctx->comm_id;
+    c->local_rank = (uint32_t)ctx->local_rank;
+    c->local_size = (uint32_t)ctx->local_size;
+    c->nslots = ctx->nslots;
+    c->slot_size = ctx->slot_size;
+    c->area_size = ctx->area_size;
+    c->total_size = ctx->layout.total;
+    c->culprit = -1;
+    for (int s = 0; s < ctx->local_size; s++) {
+        if (s == ctx->local_rank) {
+            continue;
+        }
+        shoal_shm_ring_t r = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, s);
+        for (unsigned i = 0; i < ctx->nslots; i++) {
+            r.hdrs[i].seq = i;
+        }
+    }
+    __atomic_store_n(&c->magic, SHOAL_SHM_MAGIC, __ATOMIC_RELEASE);
+}
+
+static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p)
+{
+    shoal_status_t status = shoal_shm_config_check();
+    if (status != SHOAL_OK) {
+        return status;
+    }
+    if (params->local_size < 1 || params->local_rank < 0 ||
+        params->local_rank >= params->local_size) {
+        shoal_error(SHM, "local rank %d of %d is invalid", params->local_rank,
+                    params->local_size);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        shoal_error(SHM, "out of memory for a context");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    *ctx = (shoal_tl_ctx_t){
+        .rank = params->rank,
+        .local_rank = params->local_rank,
+        .local_size = params->local_size,
+        .comm_id = params->comm_id,
+        .slot_size = SHOAL_ALIGN_UP(shoal_shm_config.slot_size, SHOAL_CACHELINE),
+        .nslots = shoal_shm_config.nslots,
+        .area_size = SHOAL_ALIGN_UP(shoal_shm_config.area_size, SHOAL_SHM_PAGE),
+    };
+    shoal_shm_layout_compute(ctx->slot_size, ctx->nslots, ctx->area_size,
+                             (unsigned)ctx->local_size, &ctx->layout);
+    ctx->ep_by_local = calloc((size_t)ctx->local_size, sizeof(*ctx->ep_by_local));
+    if (ctx->ep_by_local == NULL) {
+        shoal_error(SHM, "out of memory for %d local peers", ctx->local_size);
+        status = SHOAL_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    status = shoal_shm_segment_create(ctx);
+    if (status != SHOAL_OK) {
+        goto err_free;
+    }
+    shoal_shm_segment_format(ctx);
+    shoal_info(SHM, "rank %d: segment %zu bytes (%u rings of %u x %zu B, area %zu B)",
+               ctx->rank, ctx->layout.total, ctx->layout.nrings, ctx->nslots, ctx->slot_size,
+               ctx->area_size);
+    *ctx_p = ctx;
+    return SHOAL_OK;
+
+err_free:
+    free(ctx->ep_by_local);
+    free(ctx);
+    return status;
+}
+
+static shoal_status_t shoal_shm_address(shoal_tl_ctx_t *ctx, void *addr, size_t *len_p)
+{
+    shoal_shm_addr_t a = {
+        .magic = SHOAL_SHM_ADDR_MAGIC,
+        .version = SHOAL_SHM_VERSION,
+        .pid = (int32_t)getpid(),
+        .local_rank = ctx->local_rank,
+        .local_size = (uint32_t)ctx->local_size,
+        .nslots = ctx->nslots,
+        .slot_size = ctx->slot_size,
+        .area_size = ctx->area_size,
+        .comm_id = ctx->comm_id,
+    };
+    memcpy(a.name, ctx->name, sizeof(a.name));
+    memcpy(addr, &a, sizeof(a));
+    *len_p = sizeof(a);
+    return SHOAL_OK;
+}
+
+static int shoal_shm_name_valid(const char *name)
+{
+    size_t plen = strlen(SHOAL_SHM_NAME_PREFIX);
+    if (memchr(name, '\0', SHOAL_SHM_NAME_MAX) == NULL ||
+        strncmp(name, SHOAL_SHM_NAME_PREFIX, plen) != 0 || strlen(name) != plen + 32) {
+        return 0;
+    }
+    return strspn(name + plen, "0123456789abcdef") == 32;
+}
+
+/* Checks a peer's address against our geometry; a sentence in why otherwise. */
+static int shoal_shm_addr_valid(shoal_tl_ctx_t *ctx, const shoal_shm_addr_t *a, char *why,
+                                size_t len)
+{
+    if (a->magic != SHOAL_SHM_ADDR_MAGIC || a->version != SHOAL_SHM_VERSION ||
+        !shoal_shm_name_valid(a->name)) {
+        snprintf(why, len, "not a shm address of this version");
+    } else if (a->comm_id != ctx->comm_id) {
+        snprintf(why, len, "address of communicator %08x, expected %08x", a->comm_id,
+                 ctx->comm_id);
+    } else if (a->local_size != (uint32_t)ctx->local_size || a->local_rank < 0 ||
+               a->local_rank >= ctx->local_size || a->local_rank == ctx->local_rank ||
+               ctx->ep_by_local[a->local_rank] != NULL) {
+        snprintf(why, len, "local rank %d of %u is invalid or duplicate", a->local_rank,
+                 a->local_size);
+    } else if (a->slot_size != ctx->slot_size || a->nslots != ctx->nslots ||
+               a->area_size != ctx->area_size) {
+        snprintf(why, len, "SHOAL_SHM_SLOT_SIZE/NSLOTS/AREA_SIZE differ (%llu/%u/%llu there, "
+                 "%zu/%u/%zu here)", (unsigned long long)a->slot_size, a->nslots,
+                 (unsigned long long)a->area_size, ctx->slot_size, ctx->nslots, ctx->area_size);
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+/* Opens, checks and maps a peer's segment. */
+static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
+                                       const shoal_shm_addr_t *a)
+{
+    size_t total = ctx->layout.total;
+    struct stat sb;
+    int fd = shm_open(a->name, O_RDWR, 0);
+    if (fd < 0) {
+        shoal_error(SHM, "peer %d: shm_open(%s) failed: %s", ep->rank, a->name, strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (sb.st_mode & 07777) != 0600 ||
+        !S_ISREG(sb.st_mode) || (size_t)sb.st_size != total) {
+        shoal_error(SHM, "peer %d: segment %s refused (uid %d mode %o size %lld; expected uid "
+                    "%d mode 600 size %zu)", ep->rank, a->name, (int)sb.st_uid,
+                    (unsigned)(sb.st_mode & 07777), (long long)sb.st_size, (int)geteuid(),
+                    total);
+        close(fd);
+        return SHOAL_ERR_PERMISSION;
+    }
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        shoal_error(SHM, "peer %d: mmap(%s, %zu) failed: %s", ep->rank, a->name, total,
+                    strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    const shoal_shm_ctrl_t *c = base;
+    if (__atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) != SHOAL_SHM_MAGIC ||
+        c->version != SHOAL_SHM_VERSION || c->comm_id != ctx->comm_id ||
+        c->pid != a->pid || c->local_rank != (uint32_t)a->local_rank ||
+        c->local_size != (uint32_t)ctx->local_size || c->total_size != total) {
+        shoal_error(SHM, "peer %d: segment %s does not match its address", ep->rank, a->name);
+        munmap(base, total);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    ep->peer_base = base;
+    ep->peer_len = total;
+    ep->peer_ctrl = base;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_ep_connect(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, int rank,
+                                           const void *addr, size_t addr_len)
+{
+    shoal_shm_addr_t a;
+    char why[160];
+    *ep = (shoal_ep_t){.ctx = ctx, .rank = rank, .status = SHOAL_OK};
+    if (addr_len != sizeof(a)) {
+        shoal_error(SHM, "peer %d: shm address of %zu bytes, expected %zu", rank, addr_len,
+                    sizeof(a));
+        return SHOAL_ERR_PROTOCOL;
+    }
+    memcpy(&a, addr, sizeof(a));
+    if (!shoal_shm_addr_valid(ctx, &a, why, sizeof(why))) {
+        shoal_error(SHM, "peer %d: %s", rank, why);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    shoal_status_t status = shoal_shm_ep_map(ctx, ep, &a);
+    if (status != SHOAL_OK) {
+        return status;
+    }
+    char state;
+    ep->local_rank = a.local_rank;
+    ep->pid = (pid_t)a.pid;
+    if (shoal_shm_proc_stat(ep->pid, &state, &ep->starttime) != 0) {
+        ep->starttime = 0; /* another pid namespace? liveness falls back to kill() */
+    }
+    ep->tx = shoal_shm_ring_at(ep->peer_base, &ctx->layout, a.local_rank, ctx->local_rank);
+    ep->rx = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, a.local_rank);
+    ctx->ep_by_local[a.local_rank] = ep;
+    return SHOAL_OK;
+}
+
+static void shoal_shm_eps_release(shoal_tl_ctx_t *ctx, int n)
+{
+    for (int p = 0; p < n; p++) {
+        if (ctx->eps[p].peer_base != NULL) {
+            munmap(ctx->eps[p].peer_base, ctx->eps[p].peer_len);
+        }
+    }
+    memset(ctx->ep_by_local, 0, (size_t)ctx->local_size * sizeof(*ctx->ep_by_local));
+    free(ctx->eps);
+    ctx->eps = NULL;
+    ctx->npeers = 0;
+}
+
+static shoal_status_t shoal_shm_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                            const void *const *addrs, const size_t *addr_lens,
+                                            shoal_ep_t **eps_p)
+{
+    if (ctx->eps != NULL || npeers < 0 || npeers > ctx->local_size - 1) {
+        shoal_error(SHM, "connect_all: %d peers for %d local ranks (or called twice)", npeers,
+                    ctx->local_size);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (npeers == 0) {
+        return SHOAL_OK;
+    }
+    ctx->eps = calloc((size_t)npeers, sizeof(*ctx->eps));
+    if (ctx->eps == NULL) {
+        shoal_error(SHM, "out of memory for %d endpoints", npeers);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    /* Every segment exists since init: nothing here waits, so no deadline to watch. */
+    for (int p = 0; p < npeers; p++) {
+        shoal_status_t status =
+            shoal_shm_ep_connect(ctx, &ctx->eps[p], peers[p], addrs[p], addr_lens[p]);
+        if (status != SHOAL_OK) {
+            shoal_shm_eps_release(ctx, p);
+            return status;
+        }
+    }
+    ctx->npeers = npeers;
+    for (int p = 0; p < npeers; p++) {
+        eps_p[p] = &ctx->eps[p];
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *ctx)
+{
+    if (!ctx->unlinked) {
+        ctx->unlinked = 1;
+        if (shm_unlink(ctx->name) != 0) {
+            shoal_warn(SHM, "shm_unlink(%s) failed: %s", ctx->name, strerror(errno));
+        }
+    }
+    return SHOAL_OK;
+}
+
+static void shoal_shm_fini(shoal_tl_ctx_t *ctx)
+{
+    if (ctx == NULL) {
+        return;
+    }
+    shoal_shm_ready(ctx);
+    shoal_shm_eps_release(ctx, ctx->npeers);
+    munmap(ctx->base, ctx->layout.total);
+    free(ctx->ep_by_local);
+    free(ctx);
+}
+
+static int shoal_shm_wait_fd(shoal_tl_ctx_t *ctx)
+{
+    return -1;
+}
+
+static void shoal_shm_wait(shoal_tl_ctx_t *ctx, int timeout_us)
+{
+    shoal_shm_ctrl_t *c = ctx->ctrl;
+    uint32_t seen = ctx->bell_seen;
+    if (ctx->npending > 0 && (timeout_us < 0 || timeout_us > SHOAL_SHM_PENDING_SLEEP_US)) {
+        timeout_us = SHOAL_SHM_PENDING_SLEEP_US;
+    }
+    if (timeout_us == 0) {
+        return;
+    }
+    __atomic_store_n(&c->sleeping, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!shoal_shm_ctx_has_work(ctx)) {
+        struct timespec ts = {
+            .tv_sec = timeout_us / 1000000,
+            .tv_nsec = (long)(timeout_us % 1000000) * 1000,
+        };
+        syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, seen, timeout_us > 0 ? &ts : NULL, NULL,
+                0);
+    }
+    __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
+    if (ctx->npending > 0) {
+        shoal_shm_ctx_check_peers(ctx, shoal_time_ns());
+    }
+}
+
+static void shoal_shm_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
+{
+    char why[160];
+    if (!ctx->failed) {
+        ctx->failed = 1;
+        __atomic_store_n(&ctx->ctrl->culprit, culprit, __ATOMIC_RELAXED);
+        __atomic_store_n(&ctx->ctrl->failed, 1, __ATOMIC_RELEASE);
+        for (int p = 0; p < ctx->npeers; p++) {
+            shoal_shm_ctrl_ring(ctx->eps[p].peer_ctrl);
+        }
+    }
+    snprintf(why, sizeof(why), "communicator failed because of rank %d: %s", culprit,
+             shoal_strerror(status));
+    for (int p = 0; p < ctx->npeers; p++) {
+        shoal_shm_ep_fail(&ctx->eps[p], status, why);
+    }
+}
+
+static void *shoal_shm_shared_area(shoal_tl_ctx_t *ctx, int local_rank, size_t *len_p)
+{
+    void *base;
+    if (local_rank == ctx->local_rank) {
+        base = ctx->base;
+    } else if (local_rank >= 0 && local_rank < ctx->local_size &&
+               ctx->ep_by_local[local_rank] != NULL) {
+        base = ctx->ep_by_local[local_rank]->peer_base;
+    } else {
+        return NULL;
+    }
+    *len_p = ctx->area_size;
+    return (uint8_t *)base + ctx->layout.area_off;
+}
+
+static void shoal_shm_notify(shoal_tl_ctx_t *ctx, int local_rank)
+{
+    if (local_rank == ctx->local_rank) {
+        shoal_shm_ctrl_ring(ctx->ctrl);
+    } else if (local_rank >= 0 && local_rank < ctx->local_size &&
+               ctx->ep_by_local[local_rank] != NULL) {
+        shoal_shm_ctrl_ring(ctx->ep_by_local[local_rank]->peer_ctrl);
+    }
+}
+
+static shoal_status_t shoal_shm_peer_check(shoal_tl_ctx_t *ctx, int local_rank, char *why,
+                                           size_t len)
+{
+    if (local_rank == ctx->local_rank || local_rank < 0 || local_rank >= ctx->local_size ||
+        ctx->ep_by_local[local_rank] == NULL) {
+        return SHOAL_OK;
+    }
+    shoal_ep_t *ep = ctx->ep_by_local[local_rank];
+    uint64_t now = shoal_time_ns();
+    if (ep->peer_gone == 0 && now - ep->last_check_ns < SHOAL_SHM_CHECK_NS) {
+        return SHOAL_OK;
+    }
+    ep->last_check_ns = now;
+    return shoal_shm_ep_check_peer(ep, why, len);
+}
+
+const shoal_tl_ops_t shoal_tl_shm_ops = {
+    .abi_version = SHOAL_TL_ABI_VERSION,
+    .name = "shm",
+    .caps = SHOAL_TL_CAP_SHARED_AREA,
+    .intra_node_only = 1,
+    .query = shoal_shm_query,
+    .init = shoal_shm_init,
+    .address = shoal_shm_address,
+    .connect_all = shoal_shm_connect_all,
+    .ready = shoal_shm_ready,
+    .isend = shoal_shm_ep_isend,
+    .irecv = shoal_shm_ep_irecv,
+    .progress = shoal_shm_ctx_progress,
+    .wait_fd = shoal_shm_wait_fd,
+    .wait = shoal_shm_wait,
+    .fail = shoal_shm_fail,
+    .shared_area = shoal_shm_shared_area,
+    .notify = shoal_shm_notify,
+    .peer_check = shoal_shm_peer_check,
+    .fini = shoal_shm_fini,
+};

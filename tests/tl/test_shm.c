@@ -1,0 +1,660 @@
+/* Shared-memory transport specifics (the generic conformance suite is tests/tl/test_tl.c):
+ * segment naming/mode/unlink, a 64 MiB stream through 8 x 64 KiB slots, ring wraparound with
+ * many small messages all ways, shared areas + notify, futex wakeup latency and idle CPU,
+ * peer death by SIGKILL, fail() propagation, and corrupted ring contents.
+ *
+ * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
+ * parent prints as TAP once they are gone. Every child runs under alarm(), and the parent
+ * SIGKILLs whatever is left at the deadline: the test never hangs. */
+#include "tests/tap.h"
+#include "transports/shm/shm.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAXR 4
+#define MAXCHECKS 48
+#define BIG (64u << 20)
+
+typedef struct {
+    int ok;
+    char msg[200];
+} check_t;
+
+typedef struct {
+    pthread_barrier_t bar;
+    int nprocs;
+    int variant;
+    size_t addr_len[MAXR];
+    uint8_t addr[MAXR][SHOAL_TL_ADDR_MAX];
+    uint64_t stamp[MAXR];
+    int nchecks[MAXR];
+    check_t checks[MAXR][MAXCHECKS];
+} shared_t;
+
+typedef struct {
+    int rank;
+    int nprocs;
+    shoal_tl_ctx_t *ctx;
+    shoal_ep_t *eps[MAXR]; /* by rank; NULL for self */
+} env_t;
+
+static shared_t *sh;
+static const shoal_tl_ops_t *tl = &shoal_tl_shm_ops;
+static int my_rank;
+static const volatile int no_abort;
+static const uint8_t secret[SHOAL_SECRET_BYTES];
+
+static void check(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int cond, const char *fmt, ...)
+{
+    int i = sh->nchecks[my_rank];
+    if (i >= MAXCHECKS) {
+        return;
+    }
+    check_t *c = &sh->checks[my_rank][i];
+    va_list ap;
+    int off = snprintf(c->msg, sizeof(c->msg), "rank %d: ", my_rank);
+    va_start(ap, fmt);
+    vsnprintf(c->msg + off, sizeof(c->msg) - off, fmt, ap);
+    va_end(ap);
+    c->ok = cond;
+    __atomic_store_n(&sh->nchecks[my_rank], i + 1, __ATOMIC_RELEASE);
+}
+
+static void barrier(void)
+{
+    pthread_barrier_wait(&sh->bar);
+}
+
+static shoal_wire_hdr_t hdr_make(uint32_t seq, uint32_t chunk, uint64_t len)
+{
+    return (shoal_wire_hdr_t){
+        .magic = SHOAL_WIRE_MAGIC,
+        .version = SHOAL_WIRE_VERSION,
+        .type = SHOAL_WIRE_DATA,
+        .comm_id = 0x5eed0000u,
+        .seq = seq,
+        .step = 0,
+        .chunk = chunk,
+        .length = len,
+    };
+}
+
+/* Progress until every request is done or timeout_ms passes; spins briefly, then sleeps. */
+static int wait_reqs(env_t *e, shoal_tl_req_t **reqs, int n, int timeout_ms)
+{
+    uint64_t deadline = shoal_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    int idle = 0;
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < n; i++) {
+            left += reqs[i]->done == 0;
+        }
+        if (left == 0) {
+            return 0;
+        }
+        if (shoal_time_ns() > deadline) {
+            return -1;
+        }
+        if (tl->progress(e->ctx) > 0) {
+            idle = 0;
+        } else if (++idle < 64) {
+            sched_yield();
+        } else {
+            tl->wait(e->ctx, 100000);
+        }
+    }
+}
+
+static int wait_one(env_t *e, shoal_tl_req_t *req, int timeout_ms)
+{
+    return wait_reqs(e, &req, 1, timeout_ms);
+}
+
+static void fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+}
+
+static size_t fill_big(uint8_t *buf, size_t len, int verify)
+{
+    uint64_t *w = (uint64_t *)buf;
+    size_t bad = 0;
+    for (size_t i = 0; i < len / 8; i++) {
+        uint64_t v = (i + 1) * 0x9e3779b97f4a7c15ull;
+        if (verify) {
+            bad += w[i] != v;
+        } else {
+            w[i] = v;
+        }
+    }
+    return bad;
+}
+
+/* ---- cases ------------------------------------------------------------------------------- */
+
+static void case_segment_pre_ready(env_t *e)
+{
+    const shoal_shm_addr_t *a = (const shoal_shm_addr_t *)sh->addr[e->rank];
+    char path[128];
+    struct stat sb;
+    snprintf(path, sizeof(path), "/dev/shm%s", a->name);
+    int r = stat(path, &sb);
+    check(r == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == 0600,
+          "segment %s exists with mode 0600 before ready (mode %o)", a->name,
+          r == 0 ? (unsigned)(sb.st_mode & 07777) : 0u);
+    check(strlen(a->name) == strlen(SHOAL_SHM_NAME_PREFIX) + 32 &&
+              strspn(a->name + strlen(SHOAL_SHM_NAME_PREFIX), "0123456789abcdef") == 32,
+          "segment name has 32 random hex characters");
+}
+
+static void case_segment(env_t *e)
+{
+    const shoal_shm_addr_t *a = (const shoal_shm_addr_t *)sh->addr[e->rank];
+    char path[128];
+    struct stat sb;
+    snprintf(path, sizeof(path), "/dev/shm%s", a->name);
+    int r = stat(path, &sb);
+    check(r != 0 && errno == ENOENT, "segment gone from /dev/shm after ready()");
+    /* still works once unlinked: 0 bytes each way */
+    int peer = 1 - e->rank;
+    shoal_tl_req_t s = {.hdr = hdr_make(1, 0, 0)}, rr = {.hdr = hdr_make(1, 0, 0)};
+    shoal_tl_req_t *reqs[2] = {&s, &rr};
+    tl->isend(e->eps[peer], &s);
+    tl->irecv(e->eps[peer], &rr);
+    check(wait_reqs(e, reqs, 2, 5000) == 0 && s.status == SHOAL_OK && rr.status == SHOAL_OK,
+          "0-byte message each way after unlink");
+}
+
+static void case_big(env_t *e)
+{
+    size_t cap = e->ctx->slot_size;
+    size_t sizes[] = {0, 1, cap - 32, cap - 31, cap, cap + 1, 3 * cap - 32, 3 * cap};
+    size_t maxs = 3 * cap;
+    uint8_t *small = malloc(maxs), *buf = malloc(BIG);
+    if (small == NULL || buf == NULL) {
+        check(0, "malloc");
+        goto out;
+    }
+    int ok = 1;
+    for (size_t k = 0; k < SHOAL_ARRAY_SIZE(sizes); k++) {
+        shoal_tl_req_t r = {.hdr = hdr_make(10, (uint32_t)k, sizes[k]), .buf = small};
+        if (e->rank == 0) {
+            fill(small, sizes[k], k);
+            tl->isend(e->eps[1], &r);
+            ok &= wait_one(e, &r, 5000) == 0 && r.status == SHOAL_OK;
+        } else {
+            uint8_t want[3 * 65536 + 64];
+            memset(small, 0xee, maxs);
+            tl->irecv(e->eps[0], &r);
+            ok &= wait_one(e, &r, 5000) == 0 && r.status == SHOAL_OK;
+            if (sizes[k] <= sizeof(want)) {
+                fill(want, sizes[k], k);
+                ok &= memcmp(small, want, sizes[k]) == 0;
+            }
+        }
+    }
+    check(ok, "slot-boundary sizes (0, 1, cap-32 .. 3 cap) intact");
+    shoal_tl_req_t r = {.hdr = hdr_make(11, 0, BIG), .buf = buf};
+    if (e->rank == 0) {
+        fill_big(buf, BIG, 0);
+    } else {
+        memset(buf, 0, BIG);
+    }
+    barrier();
+    uint64_t t0 = shoal_time_ns();
+    if (e->rank == 0) {
+        tl->isend(e->eps[1], &r);
+    } else {
+        tl->irecv(e->eps[0], &r);
+    }
+    int w = wait_one(e, &r, 20000);
+    double s = (shoal_time_ns() - t0) / 1e9;
+    check(w == 0 && r.status == SHOAL_OK, "64 MiB %s completes (%.1f ms, %.2f GB/s)",
+          e->rank == 0 ? "send" : "recv", s * 1e3, BIG / s / 1e9);
+    if (e->rank == 1) {
+        check(fill_big(buf, BIG, 1) == 0, "64 MiB pattern intact");
+    }
+out:
+    free(small);
+    free(buf);
+}
+
+#define NSMALL 400
+static void case_wrap(env_t *e)
+{
+    int n = e->nprocs, np = n - 1;
+    shoal_tl_req_t *reqs = calloc((size_t)2 * np * NSMALL, sizeof(*reqs));
+    shoal_tl_req_t **ptrs = calloc((size_t)2 * np * NSMALL, sizeof(*ptrs));
+    uint8_t *sbuf = malloc((size_t)np * NSMALL * 256), *rbuf = malloc((size_t)np * NSMALL * 256);
+    if (reqs == NULL || ptrs == NULL || sbuf == NULL || rbuf == NULL) {
+        check(0, "malloc");
+        goto out;
+    }
+    int k = 0, pi = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == e->rank) {
+            continue;
+        }
+        for (int i = 0; i < NSMALL; i++, k++) {
+            size_t len = (size_t)(i * 37 + p * 11 + e->rank) % 200 + 1;
+            shoal_tl_req_t *s = &reqs[2 * k], *r = &reqs[2 * k + 1];
+            uint8_t *sb = sbuf + (size_t)k * 256, *rb = rbuf + (size_t)k * 256;
+            size_t rlen = (size_t)(i * 37 + e->rank * 11 + p) % 200 + 1;
+            fill(sb, len, (uint64_t)e->rank * 1000003 + p * 1009 + i);
+            *s = (shoal_tl_req_t){.hdr = hdr_make((uint32_t)i, (uint32_t)e->rank, len), .buf = sb};
+            *r = (shoal_tl_req_t){.hdr = hdr_make((uint32_t)i, (uint32_t)p, rlen), .buf = rb};
+            tl->isend(e->eps[p], s);
+            tl->irecv(e->eps[p], r);
+            ptrs[pi++] = s;
+            ptrs[pi++] = r;
+        }
+    }
+    int w = wait_reqs(e, ptrs, pi, 20000);
+    int bad = 0;
+    k = 0;
+    for (int p = 0; p < n; p++) {
+        if (p == e->rank) {
+            continue;
+        }
+        for (int i = 0; i < NSMALL; i++, k++) {
+            uint8_t want[256];
+            shoal_tl_req_t *r = &reqs[2 * k + 1];
+            fill(want, r->hdr.length, (uint64_t)p * 1000003 + e->rank * 1009 + i);
+            bad += reqs[2 * k].status != SHOAL_OK || r->status != SHOAL_OK ||
+                   memcmp(r->buf, want, r->hdr.length) != 0;
+        }
+    }
+    check(w == 0 && bad == 0, "%d small messages to and from each of %d peers at once "
+          "(%d bad)", NSMALL, np, bad);
+out:
+    free(reqs);
+    free(ptrs);
+    free(sbuf);
+    free(rbuf);
+}
+
+static void case_area(env_t *e)
+{
+    size_t len = 0, len2 = 0;
+    uint8_t *mine = tl->shared_area(e->ctx, e->rank, &len);
+    int zero = mine != NULL && len == e->ctx->area_size;
+    for (size_t i = 0; zero && i < len; i += 4096) {
+        zero = mine[i] == 0 && mine[len - 1 - i] == 0;
+    }
+    check(zero, "own shared area of %zu bytes, zeroed", len);
+    if (mine == NULL || len < 4096) {
+        return;
+    }
+    barrier();
+    fill(mine + 64, len - 64, (uint64_t)e->rank + 77);
+    __atomic_store_n((uint32_t *)mine, 1u, __ATOMIC_RELEASE);
+    for (int p = 0; p < e->nprocs; p++) {
+        if (p != e->rank) {
+            tl->notify(e->ctx, p);
+        }
+    }
+    int ok = 1;
+    uint8_t *want = malloc(len);
+    for (int p = 0; p < e->nprocs && want != NULL; p++) {
+        if (p == e->rank) {
+            continue;
+        }
+        uint8_t *a = tl->shared_area(e->ctx, p, &len2);
+        uint64_t deadline = shoal_time_ns() + 5000000000ull;
+        for (;;) {
+            tl->progress(e->ctx); /* reads the doorbell before we look at the flag */
+            if (__atomic_load_n((uint32_t *)a, __ATOMIC_ACQUIRE) == 1 ||
+                shoal_time_ns() > deadline) {
+                break;
+            }
+            tl->wait(e->ctx, 1000000);
+        }
+        fill(want, len - 64, (uint64_t)p + 77);
+        ok &= a != NULL && len2 == len && *(uint32_t *)a == 1 &&
+              memcmp(a + 64, want, len - 64) == 0;
+    }
+    free(want);
+    check(ok, "peers' shared areas readable after notify, contents intact");
+    barrier();
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static void case_futex(env_t *e)
+{
+    uint64_t v = 0;
+    shoal_tl_req_t r = {.hdr = hdr_make(3, 0, sizeof(v)), .buf = &v};
+    if (e->rank == 1) {
+        barrier();
+        shoal_sleep_us(200000);
+        v = shoal_time_ns();
+        tl->isend(e->eps[0], &r);
+        wait_one(e, &r, 5000);
+        barrier();
+        shoal_sleep_us(150000);
+        __atomic_store_n(&sh->stamp[1], shoal_time_ns(), __ATOMIC_RELEASE);
+        tl->notify(e->ctx, 0);
+        barrier();
+        return;
+    }
+    tl->irecv(e->eps[1], &r);
+    barrier();
+    double c0 = cpu_s();
+    uint64_t t0 = shoal_time_ns();
+    int w = wait_one(e, &r, 5000);
+    uint64_t t1 = shoal_time_ns();
+    double cpu = cpu_s() - c0, wall = (t1 - t0) / 1e9;
+    double lat_ms = (t1 - v) / 1e6;
+    check(w == 0 && r.status == SHOAL_OK && lat_ms < 50,
+          "wakeup %.3f ms after the send with a recv pending", lat_ms);
+    check(cpu < wall / 4, "waiting was not busy: %.1f ms CPU over %.1f ms", cpu * 1e3, wall * 1e3);
+    /* no request pending: only the doorbell can wake us, before the 2 s timeout */
+    barrier();
+    tl->progress(e->ctx);
+    c0 = cpu_s();
+    t0 = shoal_time_ns();
+    while (__atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE) == 0 &&
+           shoal_time_ns() - t0 < 3000000000ull) {
+        tl->wait(e->ctx, 2000000);
+        tl->progress(e->ctx);
+    }
+    t1 = shoal_time_ns();
+    uint64_t st = __atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE);
+    lat_ms = st != 0 ? (t1 - st) / 1e6 : 1e9;
+    check(lat_ms < 50, "notify() wakes an idle wait(): %.3f ms", lat_ms);
+    check(cpu_s() - c0 < (t1 - t0) / 4e9, "idle wait slept (%.1f ms CPU over %.1f ms)",
+          (cpu_s() - c0) * 1e3, (t1 - t0) / 1e6);
+    barrier();
+}
+
+static void case_kill(env_t *e)
+{
+    uint64_t v = 0;
+    char err[200] = "";
+    shoal_tl_req_t r = {.hdr = hdr_make(4, 0, sizeof(v)), .buf = &v, .errbuf = err,
+                        .errlen = sizeof(err)};
+    if (e->rank == 1) {
+        barrier();
+        shoal_sleep_us(50000);
+        __atomic_store_n(&sh->stamp[1], shoal_time_ns(), __ATOMIC_RELEASE);
+        raise(SIGKILL);
+        return;
+    }
+    tl->irecv(e->eps[1], &r);
+    barrier();
+    int w = wait_one(e, &r, 5000);
+    uint64_t t1 = shoal_time_ns();
+    double ms = (t1 - __atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE)) / 1e6;
+    check(w == 0 && r.status == SHOAL_ERR_PEER_FAILED, "recv from a SIGKILLed peer fails with "
+          "ERR_PEER_FAILED (status %d)", r.status);
+    check(w == 0 && ms < 100, "death noticed %.1f ms after the kill", ms);
+    check(strstr(err, "died") != NULL, "cause: '%s'", err);
+    char why[160] = "";
+    check(tl->peer_check(e->ctx, 1, why, sizeof(why)) == SHOAL_ERR_PEER_FAILED,
+          "peer_check names it: '%s'", why);
+    shoal_tl_req_t s = {.hdr = hdr_make(5, 0, 0)};
+    check(tl->isend(e->eps[1], &s) == SHOAL_ERR_PEER_FAILED, "isend on the failed endpoint "
+          "returns ERR_PEER_FAILED");
+}
+
+static void case_fail(env_t *e)
+{
+    uint64_t v = 0;
+    char err[200] = "";
+    int peer = e->rank == 1 ? 0 : 1;
+    shoal_tl_req_t r = {.hdr = hdr_make(6, 0, sizeof(v)), .buf = &v, .errbuf = err,
+                        .errlen = sizeof(err)};
+    tl->irecv(e->eps[peer], &r);
+    barrier();
+    if (e->rank == 1) {
+        tl->fail(e->ctx, 2, SHOAL_ERR_ABORTED);
+        check(r.done && r.status == SHOAL_ERR_ABORTED, "fail() completes our own pending recv "
+              "with its status (%d)", r.status);
+        barrier();
+        return;
+    }
+    int w = wait_one(e, &r, 5000);
+    check(w == 0 && r.status == SHOAL_ERR_PEER_FAILED && strstr(err, "because of rank 2"),
+          "pending recv fails with ERR_PEER_FAILED naming the culprit: '%s'", err);
+    char why[160] = "";
+    check(tl->peer_check(e->ctx, 1, why, sizeof(why)) == SHOAL_ERR_PEER_FAILED &&
+              strstr(why, "rank 2") != NULL, "peer_check: '%s'", why);
+    barrier();
+}
+
+/* Rank 1 writes straight into rank 0's ring instead of sending. */
+static void case_corrupt(env_t *e)
+{
+    uint8_t buf[16 + 64];
+    char err[200] = "";
+    shoal_tl_req_t r = {.hdr = hdr_make(7, 0, 16), .buf = buf, .errbuf = err,
+                        .errlen = sizeof(err)};
+    int var = sh->variant;
+    static const char *const names[] = {"bad magic", "length 1 GiB", "slot length 0xffffffff",
+                                        "garbage slot sequence", "abort header"};
+    if (e->rank == 1) {
+        shoal_ep_t *ep = e->eps[0];
+        shoal_wire_hdr_t h = hdr_make(7, 0, 16);
+        uint32_t slot_len = 32 + 16;
+        uint64_t seq = 1;
+        if (var == 0) {
+            h.magic = 0xdeadbeef;
+        } else if (var == 1) {
+            h.length = 1ull << 30;
+            slot_len = (uint32_t)e->ctx->slot_size;
+        } else if (var == 2) {
+            slot_len = 0xffffffffu;
+        } else if (var == 3) {
+            seq = 12345;
+        } else {
+            h.type = SHOAL_WIRE_ABORT;
+            h.chunk = 1;
+            h.length = 0;
+        }
+        shoal_wire_encode(&h, ep->tx.data);
+        memset(ep->tx.data + 32, 0xab, e->ctx->slot_size - 32);
+        ep->tx.hdrs[0].len = slot_len;
+        __atomic_store_n(&ep->tx.hdrs[0].seq, seq, __ATOMIC_RELEASE);
+        tl->notify(e->ctx, 0);
+        barrier();
+        return;
+    }
+    memset(buf, 0x5a, sizeof(buf));
+    tl->irecv(e->eps[1], &r);
+    int w = wait_one(e, &r, 5000);
+    shoal_status_t want = var == 4 ? SHOAL_ERR_PEER_FAILED : SHOAL_ERR_PROTOCOL;
+    int canary = 1;
+    for (size_t i = 16; i < sizeof(buf); i++) {
+        canary &= buf[i] == 0x5a;
+    }
+    check(w == 0 && r.status == want, "%s: recv fails with %s (got %d): '%s'", names[var],
+          var == 4 ? "ERR_PEER_FAILED" : "ERR_PROTOCOL", r.status, err);
+    check(canary, "%s: nothing written past the posted buffer", names[var]);
+    shoal_tl_req_t r2 = {.hdr = hdr_make(8, 0, 0)};
+    check(tl->irecv(e->eps[1], &r2) == want, "%s: later irecv on the endpoint is refused",
+          names[var]);
+    barrier();
+}
+
+/* ---- runner ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    int nprocs;
+    void (*fn)(env_t *);
+    void (*pre_ready)(env_t *);
+    int killed_rank; /* rank expected to die of SIGKILL, or -1 */
+    int variant;
+} case_t;
+
+static void child_run(const case_t *c, int rank)
+{
+    env_t e = {.rank = rank, .nprocs = c->nprocs};
+    shoal_tl_params_t params = {
+        .rank = rank,
+        .nranks = c->nprocs,
+        .local_rank = rank,
+        .local_size = c->nprocs,
+        .comm_id = 0x5eed0000u,
+        .secret = secret,
+        .timeout_ms = 5000,
+        .abort_flag = &no_abort,
+    };
+    my_rank = rank;
+    alarm(30);
+    shoal_status_t st = tl->init(&params, &e.ctx);
+    check(st == SHOAL_OK, "init: %s", shoal_strerror(st));
+    if (st != SHOAL_OK) {
+        _exit(1); /* the others time out at the barrier: the parent reports it */
+    }
+    tl->address(e.ctx, sh->addr[rank], &sh->addr_len[rank]);
+    barrier();
+    int peers[MAXR], np = 0;
+    const void *addrs[MAXR];
+    size_t lens[MAXR];
+    shoal_ep_t *eps[MAXR];
+    for (int p = 0; p < c->nprocs; p++) {
+        if (p != rank) {
+            addrs[np] = sh->addr[p];
+            lens[np] = sh->addr_len[p];
+            peers[np++] = p;
+        }
+    }
+    st = tl->connect_all(e.ctx, peers, np, addrs, lens, eps);
+    if (st == SHOAL_OK) {
+        for (int i = 0; i < np; i++) {
+            e.eps[peers[i]] = eps[i];
+        }
+    }
+    barrier();
+    if (c->pre_ready != NULL) {
+        c->pre_ready(&e);
+    }
+    barrier();
+    tl->ready(e.ctx);
+    barrier();
+    if (st == SHOAL_OK) {
+        c->fn(&e);
+    } else {
+        check(0, "connect_all: %s", shoal_strerror(st));
+    }
+    tl->fini(e.ctx);
+    _exit(0);
+}
+
+static void run_case(const case_t *c)
+{
+    pid_t pids[MAXR];
+    memset(sh, 0, sizeof(*sh));
+    pthread_barrierattr_t ba;
+    pthread_barrierattr_init(&ba);
+    pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+    pthread_barrier_init(&sh->bar, &ba, (unsigned)c->nprocs);
+    sh->nprocs = c->nprocs;
+    sh->variant = c->variant;
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < c->nprocs; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            child_run(c, r);
+        }
+    }
+    int status[MAXR], left = c->nprocs;
+    uint64_t deadline = shoal_time_ns() + 40000000000ull;
+    for (int r = 0; r < c->nprocs; r++) {
+        status[r] = -1;
+    }
+    while (left > 0) {
+        for (int r = 0; r < c->nprocs; r++) {
+            if (status[r] == -1 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+                left--;
+            }
+        }
+        if (left > 0 && shoal_time_ns() > deadline) {
+            for (int r = 0; r < c->nprocs; r++) {
+                if (status[r] == -1) {
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], &status[r], 0);
+                    tap_diag("%s: rank %d killed at the deadline", c->name, r);
+                }
+            }
+            break;
+        }
+        shoal_sleep_us(2000);
+    }
+    for (int r = 0; r < c->nprocs; r++) {
+        for (int i = 0; i < sh->nchecks[r]; i++) {
+            tap_ok(sh->checks[r][i].ok, "%s: %s", c->name, sh->checks[r][i].msg);
+        }
+        int want_kill = r == c->killed_rank;
+        int ok = want_kill ? WIFSIGNALED(status[r]) && WTERMSIG(status[r]) == SIGKILL
+                           : WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0;
+        tap_ok(ok, "%s: rank %d %s (wait status 0x%x)", c->name, r,
+               want_kill ? "died of SIGKILL" : "exited cleanly", status[r]);
+    }
+    pthread_barrier_destroy(&sh->bar);
+}
+
+int main(void)
+{
+    shoal_config_global_init();
+    if (!tl->query()) {
+        tap_skip_all("shm transport not usable here");
+        return 0;
+    }
+    /* the geometry the 64 MiB case is about, whatever the environment says */
+    shoal_shm_config.slot_size = 64 * 1024;
+    shoal_shm_config.nslots = 8;
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        tap_bail("mmap: %s", strerror(errno));
+        return 1;
+    }
+    const case_t cases[] = {
+        {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
+         .killed_rank = -1},
+        {.name = "big", .nprocs = 2, .fn = case_big, .killed_rank = -1},
+        {.name = "wrap", .nprocs = 2, .fn = case_wrap, .killed_rank = -1},
+        {.name = "wrap4", .nprocs = 4, .fn = case_wrap, .killed_rank = -1},
+        {.name = "area", .nprocs = 3, .fn = case_area, .killed_rank = -1},
+        {.name = "futex", .nprocs = 2, .fn = case_futex, .killed_rank = -1},
+        {.name = "kill", .nprocs = 2, .fn = case_kill, .killed_rank = 1},
+        {.name = "fail", .nprocs = 3, .fn = case_fail, .killed_rank = -1},
+        {.name = "corrupt0", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 0},
+        {.name = "corrupt1", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 1},
+        {.name = "corrupt2", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 2},
+        {.name = "corrupt3", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 3},
+        {.name = "corrupt4", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 4},
+    };
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
+        run_case(&cases[i]);
+    }
+    munmap(sh, sizeof(*sh));
+    return tap_done();
+}
