@@ -1,1 +1,467 @@
-/* placeholder: being written */
+/* TCP transport: context (interface choice, listener, epoll), address codecs, progress,
+ * sleeping, failure and the ops table. Connection setup is in tcp_conn.c, the data path in
+ * tcp_ep.c. */
+#include "transports/tcp/tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SHOAL_TCP_BACKLOG 4096
+
+/* ---- codecs ------------------------------------------------------------------------------ */
+
+static void shoal_tcp_put(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static uint64_t shoal_tcp_get(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        v |= (uint64_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+void shoal_tcp_addr_encode(const shoal_tcp_addr_t *a, uint8_t *out)
+{
+    memset(out, 0, SHOAL_TCP_ADDR_BYTES);
+    shoal_tcp_put(out + 0, SHOAL_TCP_ADDR_MAGIC, 4);
+    shoal_tcp_put(out + 4, a->family, 2);
+    shoal_tcp_put(out + 6, a->port, 2);
+    shoal_tcp_put(out + 8, a->scope_id, 4);
+    memcpy(out + 12, a->ip, 16);
+    shoal_tcp_put(out + 28, a->nsocks, 4);
+    shoal_tcp_put(out + 32, a->min_split, 8);
+    shoal_tcp_put(out + 40, a->pid, 4);
+}
+
+int shoal_tcp_addr_decode(const void *in, size_t len, shoal_tcp_addr_t *a)
+{
+    const uint8_t *p = in;
+    if (in == NULL || len != SHOAL_TCP_ADDR_BYTES ||
+        shoal_tcp_get(p, 4) != SHOAL_TCP_ADDR_MAGIC) {
+        return -1;
+    }
+    a->family = (uint16_t)shoal_tcp_get(p + 4, 2);
+    a->port = (uint16_t)shoal_tcp_get(p + 6, 2);
+    a->scope_id = (uint32_t)shoal_tcp_get(p + 8, 4);
+    memcpy(a->ip, p + 12, 16);
+    a->nsocks = (uint32_t)shoal_tcp_get(p + 28, 4);
+    a->min_split = shoal_tcp_get(p + 32, 8);
+    a->pid = (uint32_t)shoal_tcp_get(p + 40, 4);
+    if ((a->family != AF_INET && a->family != AF_INET6) || a->port == 0 || a->nsocks == 0 ||
+        a->nsocks > SHOAL_TCP_MAX_SOCKS) {
+        return -1;
+    }
+    return 0;
+}
+
+void shoal_tcp_addr_sockaddr(const shoal_tcp_addr_t *a, struct sockaddr_storage *ss,
+                             socklen_t *len_p)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (a->family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(a->port);
+        memcpy(&sin->sin_addr, a->ip, 4);
+        *len_p = sizeof(*sin);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(a->port);
+        sin6->sin6_scope_id = a->scope_id;
+        memcpy(&sin6->sin6_addr, a->ip, 16);
+        *len_p = sizeof(*sin6);
+    }
+}
+
+void shoal_tcp_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+        snprintf(buf, len, "%s:%u", ip, ntohs(sin->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+        snprintf(buf, len, "[%s]:%u", ip, ntohs(sin6->sin6_port));
+    } else {
+        snprintf(buf, len, "(family %d)", sa->sa_family);
+    }
+}
+
+void shoal_tcp_hello_encode(const shoal_tcp_hello_t *h, uint8_t out[SHOAL_TCP_HELLO_BYTES])
+{
+    shoal_tcp_put(out + 0, h->magic, 4);
+    shoal_tcp_put(out + 4, h->version, 2);
+    shoal_tcp_put(out + 6, h->length, 2);
+    shoal_tcp_put(out + 8, h->comm_id, 4);
+    shoal_tcp_put(out + 12, h->rank, 4);
+    shoal_tcp_put(out + 16, h->sock_idx, 4);
+    shoal_tcp_put(out + 20, h->nsocks, 4);
+}
+
+void shoal_tcp_hello_decode(const uint8_t in[SHOAL_TCP_HELLO_BYTES], shoal_tcp_hello_t *h)
+{
+    h->magic = (uint32_t)shoal_tcp_get(in + 0, 4);
+    h->version = (uint16_t)shoal_tcp_get(in + 4, 2);
+    h->length = (uint16_t)shoal_tcp_get(in + 6, 2);
+    h->comm_id = (uint32_t)shoal_tcp_get(in + 8, 4);
+    h->rank = (uint32_t)shoal_tcp_get(in + 12, 4);
+    h->sock_idx = (uint32_t)shoal_tcp_get(in + 16, 4);
+    h->nsocks = (uint32_t)shoal_tcp_get(in + 20, 4);
+}
+
+shoal_status_t shoal_tcp_proof(const uint8_t *secret, const char *label, uint32_t comm_id,
+                               const uint8_t *challenge, uint32_t from, uint32_t to,
+                               uint32_t sock_idx, uint8_t out[SHOAL_HMAC_BYTES])
+{
+    uint8_t msg[32 + 4 + SHOAL_TCP_CHALLENGE_BYTES + 12];
+    size_t llen = strlen(label);
+    size_t off = llen;
+
+    memcpy(msg, label, llen);
+    shoal_tcp_put(msg + off, comm_id, 4);
+    off += 4;
+    memcpy(msg + off, challenge, SHOAL_TCP_CHALLENGE_BYTES);
+    off += SHOAL_TCP_CHALLENGE_BYTES;
+    shoal_tcp_put(msg + off, from, 4);
+    shoal_tcp_put(msg + off + 4, to, 4);
+    shoal_tcp_put(msg + off + 8, sock_idx, 4);
+    off += 12;
+    return shoal_hmac(secret, SHOAL_SECRET_BYTES, msg, off, out);
+}
+
+/* ---- interface choice (NCCL's SOCKET_IFNAME semantics) ---------------------------------- */
+
+/* 1 if ifname matches the list spec ("eth,ib" prefixes, "^" excludes, "=" exact names). */
+static int shoal_tcp_ifname_match(const char *spec, const char *ifname)
+{
+    int exclude = 0, exact = 0, hit = 0;
+    char item[IFNAMSIZ + 1];
+
+    if (*spec == '^') {
+        exclude = 1;
+        spec++;
+    }
+    if (*spec == '=') {
+        exact = 1;
+        spec++;
+    }
+    while (*spec != '\0' && !hit) {
+        size_t n = strcspn(spec, ",");
+        size_t m = SHOAL_MIN(n, sizeof(item) - 1);
+        memcpy(item, spec, m);
+        item[m] = '\0';
+        if (m > 0) {
+            hit = exact ? strcmp(ifname, item) == 0 : strncmp(ifname, item, m) == 0;
+        }
+        spec += n;
+        if (*spec == ',') {
+            spec++;
+        }
+    }
+    return exclude ? !hit : hit;
+}
+
+static int shoal_tcp_family_wanted(int family, int pass_family)
+{
+    return family == pass_family;
+}
+
+/* Scans the interfaces once for one family; pass 0 wants non-loopback non-docker, 1 docker,
+ * 2 loopback (only when no spec is given). */
+static int shoal_tcp_scan(struct ifaddrs *list, const char *spec, int family, int pass,
+                          struct sockaddr_storage *ss, char *ifname, size_t iflen)
+{
+    for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+        if (ifa->ifa_addr == NULL || !shoal_tcp_family_wanted(ifa->ifa_addr->sa_family, family) ||
+            (ifa->ifa_flags & IFF_UP) == 0) {
+            continue;
+        }
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr)) {
+            continue;
+        }
+        int loop = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
+        int docker = strncmp(ifa->ifa_name, "docker", 6) == 0;
+        if (spec != NULL) {
+            if (!shoal_tcp_ifname_match(spec, ifa->ifa_name)) {
+                continue;
+            }
+        } else if ((pass == 0 && (loop || docker)) || (pass == 1 && (loop || !docker)) ||
+                   (pass == 2 && !loop)) {
+            continue;
+        }
+        memcpy(ss, ifa->ifa_addr,
+               family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+        snprintf(ifname, iflen, "%s", ifa->ifa_name);
+        return 1;
+    }
+    return 0;
+}
+
+static shoal_status_t shoal_tcp_pick_addr(struct sockaddr_storage *ss, char *ifname,
+                                          size_t iflen)
+{
+    const char *spec = shoal_tcp_config.ifname;
+    int fams[2], nfam = 0;
+    struct ifaddrs *list;
+
+    if (spec != NULL && spec[0] == '\0') {
+        spec = NULL;
+    }
+    if (shoal_tcp_config.family != SHOAL_TCP_FAMILY_INET6) {
+        fams[nfam++] = AF_INET;
+    }
+    if (shoal_tcp_config.family != SHOAL_TCP_FAMILY_INET) {
+        fams[nfam++] = AF_INET6;
+    }
+    if (getifaddrs(&list) != 0) {
+        shoal_error(TCP, "getifaddrs() failed: %s", strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    int found = 0;
+    for (int pass = 0; pass < (spec != NULL ? 1 : 3) && !found; pass++) {
+        for (int f = 0; f < nfam && !found; f++) {
+            found = shoal_tcp_scan(list, spec, fams[f], pass, ss, ifname, iflen);
+        }
+    }
+    freeifaddrs(list);
+    if (!found) {
+        shoal_error(TCP, "no usable interface (SHOAL_SOCKET_IFNAME=\"%s\", "
+                    "SHOAL_SOCKET_FAMILY=%d): none is up with an address of that family",
+                    spec != NULL ? spec : "", shoal_tcp_config.family);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    return SHOAL_OK;
+}
+
+/* ---- context ----------------------------------------------------------------------------- */
+
+shoal_status_t shoal_tcp_socket_setopts(shoal_tl_ctx_t *ctx, int fd, int data)
+{
+    int one = 1;
+    if (ctx->sndbuf != 0) {
+        int v = (int)SHOAL_MIN(ctx->sndbuf, (size_t)1 << 30);
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)) != 0) {
+            shoal_warn(TCP, "setsockopt(fd %d, SO_SNDBUF, %d): %s", fd, v, strerror(errno));
+        }
+    }
+    if (ctx->rcvbuf != 0) {
+        int v = (int)SHOAL_MIN(ctx->rcvbuf, (size_t)1 << 30);
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)) != 0) {
+            shoal_warn(TCP, "setsockopt(fd %d, SO_RCVBUF, %d): %s", fd, v, strerror(errno));
+        }
+    }
+    if (data && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+        shoal_error(TCP, "setsockopt(fd %d, TCP_NODELAY): %s", fd, strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_tcp_ctx_listen(shoal_tl_ctx_t *ctx)
+{
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    char ifname[IFNAMSIZ + 1];
+
+    SHOAL_CHECK(shoal_tcp_pick_addr(&ss, ifname, sizeof(ifname)));
+    slen = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    ((struct sockaddr_in *)&ss)->sin_port = 0; /* same offset in sockaddr_in6 */
+    ctx->listen_fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (ctx->listen_fd < 0) {
+        shoal_error(TCP, "socket(family %d) failed: %s", ss.ss_family, strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    (void)shoal_tcp_socket_setopts(ctx, ctx->listen_fd, 0);
+    shoal_tcp_sockaddr_str((struct sockaddr *)&ss, ctx->name, sizeof(ctx->name));
+    if (bind(ctx->listen_fd, (struct sockaddr *)&ss, slen) != 0 ||
+        listen(ctx->listen_fd, SHOAL_TCP_BACKLOG) != 0 ||
+        getsockname(ctx->listen_fd, (struct sockaddr *)&ss, &slen) != 0) {
+        shoal_error(TCP, "bind/listen on %s (%s) failed: %s", ctx->name, ifname,
+                    strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    shoal_tcp_sockaddr_str((struct sockaddr *)&ss, ctx->name, sizeof(ctx->name));
+    ctx->addr.family = ss.ss_family;
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        ctx->addr.port = ntohs(sin->sin_port);
+        memcpy(ctx->addr.ip, &sin->sin_addr, 4);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+        ctx->addr.port = ntohs(sin6->sin6_port);
+        ctx->addr.scope_id = sin6->sin6_scope_id;
+        memcpy(ctx->addr.ip, &sin6->sin6_addr, 16);
+    }
+    ctx->addr.nsocks = ctx->nsocks;
+    ctx->addr.min_split = ctx->min_split;
+    ctx->addr.pid = (uint32_t)getpid();
+    shoal_info(TCP, "rank %d listens on %s (%s), %u sockets per peer", ctx->rank, ctx->name,
+               ifname, ctx->nsocks);
+    return SHOAL_OK;
+}
+
+static void shoal_tcp_fini(shoal_tl_ctx_t *ctx)
+{
+    if (ctx == NULL) {
+        return;
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_tcp_ep_close(&ctx->eps[i]);
+    }
+    free(ctx->eps);
+    if (ctx->listen_fd >= 0) {
+        close(ctx->listen_fd);
+    }
+    if (ctx->epfd >= 0) {
+        close(ctx->epfd);
+    }
+    memset(ctx->secret, 0, sizeof(ctx->secret));
+    free(ctx);
+}
+
+static shoal_status_t shoal_tcp_init(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p)
+{
+    shoal_tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    shoal_status_t status;
+
+    if (ctx == NULL) {
+        shoal_error(TCP, "out of memory allocating the tcp context");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    ctx->listen_fd = -1;
+    ctx->rank = params->rank;
+    ctx->comm_id = params->comm_id;
+    memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
+    ctx->timeout_ms = params->timeout_ms;
+    ctx->abort_flag = params->abort_flag;
+    ctx->nsocks = shoal_tcp_config.nsocks;
+    if (ctx->nsocks < 1 || ctx->nsocks > SHOAL_TCP_MAX_SOCKS) {
+        shoal_warn_once(TCP, "SHOAL_SOCKET_NSOCKS=%u out of range 1..%d, clamped",
+                        ctx->nsocks, SHOAL_TCP_MAX_SOCKS);
+        ctx->nsocks = ctx->nsocks < 1 ? 1 : SHOAL_TCP_MAX_SOCKS;
+    }
+    ctx->min_split = shoal_tcp_config.min_split;
+    ctx->sndbuf = shoal_tcp_config.sndbuf;
+    ctx->rcvbuf = shoal_tcp_config.rcvbuf;
+    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (ctx->epfd < 0) {
+        shoal_error(TCP, "epoll_create1() failed: %s", strerror(errno));
+        status = SHOAL_ERR_SYSTEM;
+        goto err_free;
+    }
+    SHOAL_CHECK_GOTO(shoal_tcp_ctx_listen(ctx), status, err_free);
+    *ctx_p = ctx;
+    return SHOAL_OK;
+
+err_free:
+    shoal_tcp_fini(ctx);
+    return status;
+}
+
+static shoal_status_t shoal_tcp_address(shoal_tl_ctx_t *ctx, void *addr, size_t *len_p)
+{
+    if (*len_p < SHOAL_TCP_ADDR_BYTES) {
+        shoal_error(TCP, "address buffer of %zu bytes, need %d", *len_p, SHOAL_TCP_ADDR_BYTES);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_tcp_addr_encode(&ctx->addr, addr);
+    *len_p = SHOAL_TCP_ADDR_BYTES;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_tcp_ready(shoal_tl_ctx_t *ctx)
+{
+    if (ctx->listen_fd >= 0) {
+        close(ctx->listen_fd); /* also leaves the epoll set */
+        ctx->listen_fd = -1;
+    }
+    return SHOAL_OK;
+}
+
+/* Empties the epoll ready list: every socket is registered edge-triggered, so this rearms
+ * the epoll fd; the caller then tries every pending transfer directly. */
+void shoal_tcp_epoll_drain(shoal_tl_ctx_t *ctx)
+{
+    while (epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, 0) == SHOAL_TCP_EVENTS) {
+    }
+}
+
+static int shoal_tcp_progress(shoal_tl_ctx_t *ctx)
+{
+    int n = 0;
+    if (ctx->npending == 0) {
+        return 0;
+    }
+    /* Drain before trying I/O: an edge after this point wakes the next sleep. */
+    shoal_tcp_epoll_drain(ctx);
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->sq_head != NULL || ep->rq_head != NULL) {
+            n += shoal_tcp_ep_progress(ep);
+        }
+    }
+    return n;
+}
+
+static int shoal_tcp_wait_fd(shoal_tl_ctx_t *ctx)
+{
+    /* Nothing pending: nothing to miss, and stale edges must not keep the fd readable. */
+    if (ctx->npending == 0) {
+        shoal_tcp_epoll_drain(ctx);
+    }
+    return ctx->epfd;
+}
+
+static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->status == SHOAL_OK) {
+            shoal_tcp_ep_send_abort(ep, culprit);
+            (void)shoal_tcp_ep_fail(ep, status, why);
+        }
+    }
+}
+
+static int shoal_tcp_query(void)
+{
+    return 1;
+}
+
+const shoal_tl_ops_t shoal_tl_tcp_ops = {
+    .abi_version = SHOAL_TL_ABI_VERSION,
+    .name = "tcp",
+    .caps = 0,
+    .intra_node_only = 0,
+    .query = shoal_tcp_query,
+    .init = shoal_tcp_init,
+    .address = shoal_tcp_address,
+    .connect_all = shoal_tcp_connect_all,
+    .ready = shoal_tcp_ready,
+    .isend = shoal_tcp_ep_isend,
+    .irecv = shoal_tcp_ep_irecv,
+    .progress = shoal_tcp_progress,
+    .wait_fd = shoal_tcp_wait_fd,
+    .wait = NULL,
+    .fail = shoal_tcp_fail,
+    .fini = shoal_tcp_fini,
+};

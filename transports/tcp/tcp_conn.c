@@ -1,0 +1,673 @@
+/* TCP transport: connect_all. Lower ranks accept, higher ranks connect, nsocks sockets per
+ * pair. Every socket runs a challenge-response handshake:
+ *   connector -> hello (magic, version, length, comm_id, rank, socket index, nsocks)
+ *   acceptor  -> 32 random bytes (challenge)
+ *   connector -> HMAC(secret, "shoal-tcp" | comm_id | challenge | from | to | index)
+ *   acceptor  -> HMAC(secret, "shoal-tcp-ack" | ...) so that the connector knows it too.
+ * All non-blocking connects and accepted sockets are driven together by one epoll loop, so no
+ * rank waits for another to reach a particular point. Strangers are refused and forgotten. */
+#include "transports/tcp/tcp.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SHOAL_TCP_SPARE_SLOTS 64     /* room for strangers next to the expected sockets */
+#define SHOAL_TCP_LOOP_MS 10         /* the abort flag is looked at this often */
+#define SHOAL_TCP_RETRY_MS 20        /* first pause before connecting again after a refusal */
+#define SHOAL_TCP_READ_DEFAULT_MS 30000 /* per-read handshake deadline when timeout_ms < 0 */
+
+typedef enum {
+    SHOAL_TCP_HS_FREE = 0,
+    SHOAL_TCP_HS_RETRY,      /* connector: waiting to connect (again) */
+    SHOAL_TCP_HS_CONNECTING, /* connector: non-blocking connect in flight */
+    SHOAL_TCP_HS_C_HELLO,    /* connector: sending the hello */
+    SHOAL_TCP_HS_C_CHAL,     /* connector: reading the challenge */
+    SHOAL_TCP_HS_C_PROOF,    /* connector: sending its proof */
+    SHOAL_TCP_HS_C_ACK,      /* connector: reading the acceptor's proof */
+    SHOAL_TCP_HS_A_HELLO,    /* acceptor: reading the hello */
+    SHOAL_TCP_HS_A_CHAL,     /* acceptor: sending the challenge */
+    SHOAL_TCP_HS_A_PROOF,    /* acceptor: reading the proof */
+    SHOAL_TCP_HS_A_ACK,      /* acceptor: sending its proof */
+} shoal_tcp_hs_state_t;
+
+typedef struct {
+    int state;
+    int fd;
+    int ep_idx;                  /* -1 until known */
+    int sock_idx;
+    size_t off, len;             /* transfer within buf */
+    uint8_t buf[64];
+    uint8_t chal[SHOAL_TCP_CHALLENGE_BYTES];
+    uint64_t time_ns;            /* acceptor: read deadline; RETRY: when to connect */
+    int retries;
+    char from[SHOAL_TCP_NAME_MAX]; /* acceptor: the remote address */
+} shoal_tcp_hs_t;
+
+typedef struct {
+    shoal_tl_ctx_t *ctx;
+    shoal_tcp_hs_t *slots;
+    int nslots;
+    int nneeded, nestablished;
+    uint64_t read_ns;            /* per-read deadline of accepted sockets */
+    shoal_status_t status;       /* first fatal error */
+} shoal_tcp_conn_t;
+
+static int shoal_tcp_hs_sending(int state)
+{
+    return state == SHOAL_TCP_HS_C_HELLO || state == SHOAL_TCP_HS_C_PROOF ||
+           state == SHOAL_TCP_HS_A_CHAL || state == SHOAL_TCP_HS_A_ACK;
+}
+
+static void shoal_tcp_hs_next(shoal_tcp_hs_t *hs, int state, size_t len)
+{
+    hs->state = state;
+    hs->off = 0;
+    hs->len = len;
+}
+
+static void shoal_tcp_hs_free(shoal_tcp_hs_t *hs)
+{
+    if (hs->fd >= 0) {
+        close(hs->fd);
+    }
+    hs->fd = -1;
+    hs->state = SHOAL_TCP_HS_FREE;
+}
+
+/* Acceptor side: refuse, log, forget. */
+static void shoal_tcp_hs_refuse(shoal_tcp_hs_t *hs, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void shoal_tcp_hs_refuse(shoal_tcp_hs_t *hs, const char *fmt, ...)
+{
+    char why[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    shoal_error(TCP, "refused connection from %s: %s", hs->from, why);
+    shoal_tcp_hs_free(hs);
+}
+
+/* Connector side: the first fatal error ends connect_all. */
+static void shoal_tcp_conn_fatal(shoal_tcp_conn_t *conn, shoal_status_t st, const char *fmt,
+                                 ...) __attribute__((format(printf, 3, 4)));
+static void shoal_tcp_conn_fatal(shoal_tcp_conn_t *conn, shoal_status_t st, const char *fmt, ...)
+{
+    char why[224];
+    va_list ap;
+    if (conn->status != SHOAL_OK) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    shoal_error(TCP, "%s", why);
+    conn->status = st;
+}
+
+static shoal_ep_t *shoal_tcp_conn_ep(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    return &conn->ctx->eps[hs->ep_idx];
+}
+
+static int shoal_tcp_find_ep(shoal_tl_ctx_t *ctx, uint32_t rank)
+{
+    int lo = 0, hi = ctx->neps - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if ((uint32_t)ctx->eps[mid].peer == rank) {
+            return mid;
+        }
+        if ((uint32_t)ctx->eps[mid].peer < rank) {
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return -1;
+}
+
+static shoal_status_t shoal_tcp_epoll_add(shoal_tl_ctx_t *ctx, int fd)
+{
+    struct epoll_event ev = {
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .data.fd = fd,
+    };
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        shoal_error(TCP, "epoll_ctl(ADD, fd %d) failed: %s", fd, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+/* The handshake socket becomes data socket sock_idx of its endpoint. */
+static void shoal_tcp_hs_establish(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    ep->fds[hs->sock_idx] = hs->fd;
+    ep->nestablished++;
+    conn->nestablished++;
+    shoal_trace(TCP, "rank %d: socket %d of %d to peer %d (%s) established (fd %d)",
+                conn->ctx->rank, hs->sock_idx, ep->nsocks, ep->peer, ep->name, hs->fd);
+    hs->fd = -1;
+    hs->state = SHOAL_TCP_HS_FREE;
+}
+
+/* ---- connector --------------------------------------------------------------------------- */
+
+static int shoal_tcp_retryable(int err)
+{
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
+           err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN;
+}
+
+static void shoal_tcp_hs_retry(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int err)
+{
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    if (!shoal_tcp_retryable(err)) {
+        shoal_tcp_conn_fatal(conn, SHOAL_ERR_TRANSPORT, "connect to peer %d (%s) failed: %s",
+                             ep->peer, ep->name, strerror(err));
+        return;
+    }
+    shoal_trace(TCP, "connect to peer %d (%s): %s, retrying", ep->peer, ep->name,
+                strerror(err));
+    if (hs->fd >= 0) {
+        close(hs->fd);
+        hs->fd = -1;
+    }
+    hs->retries++;
+    hs->state = SHOAL_TCP_HS_RETRY;
+    hs->time_ns = shoal_time_ns() +
+                  (uint64_t)SHOAL_TCP_RETRY_MS * SHOAL_MIN(hs->retries, 10) * 1000000ull;
+}
+
+static void shoal_tcp_hs_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    shoal_tcp_hello_t h = {
+        .magic = SHOAL_TCP_HELLO_MAGIC,
+        .version = SHOAL_TCP_HELLO_VERSION,
+        .length = SHOAL_TCP_HELLO_BYTES,
+        .comm_id = conn->ctx->comm_id,
+        .rank = (uint32_t)conn->ctx->rank,
+        .sock_idx = (uint32_t)hs->sock_idx,
+        .nsocks = (uint32_t)ep->nsocks,
+    };
+    shoal_tcp_hello_encode(&h, hs->buf);
+    shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_HELLO, SHOAL_TCP_HELLO_BYTES);
+}
+
+static void shoal_tcp_hs_connect(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    shoal_tcp_addr_t a;
+
+    (void)shoal_tcp_addr_decode(ep->addr_raw, SHOAL_TCP_ADDR_BYTES, &a);
+    shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+    hs->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (hs->fd < 0) {
+        shoal_tcp_conn_fatal(conn, SHOAL_ERR_TRANSPORT, "socket() to connect to peer %d (%s) "
+                             "failed: %s", ep->peer, ep->name, strerror(errno));
+        return;
+    }
+    if (shoal_tcp_socket_setopts(ctx, hs->fd, 1) != SHOAL_OK ||
+        shoal_tcp_epoll_add(ctx, hs->fd) != SHOAL_OK) {
+        conn->status = SHOAL_ERR_TRANSPORT;
+        return;
+    }
+    if (connect(hs->fd, (struct sockaddr *)&ss, slen) == 0) {
+        shoal_tcp_hs_hello(conn, hs);
+    } else if (errno == EINPROGRESS || errno == EINTR) {
+        hs->state = SHOAL_TCP_HS_CONNECTING;
+    } else {
+        shoal_tcp_hs_retry(conn, hs, errno);
+    }
+}
+
+/* A non-blocking connect finished? */
+static void shoal_tcp_hs_connecting(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    struct sockaddr_storage ss;
+    socklen_t slen = sizeof(ss);
+
+    if (getsockopt(hs->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
+        err = errno;
+    }
+    if (err != 0) {
+        shoal_tcp_hs_retry(conn, hs, err);
+    } else if (getpeername(hs->fd, (struct sockaddr *)&ss, &slen) == 0) {
+        shoal_tcp_hs_hello(conn, hs);
+    } else if (errno != ENOTCONN) {
+        shoal_tcp_hs_retry(conn, hs, errno);
+    }
+}
+
+static void shoal_tcp_hs_connector_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    uint8_t want[SHOAL_HMAC_BYTES];
+
+    switch (hs->state) {
+    case SHOAL_TCP_HS_C_HELLO:
+        shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_CHAL, SHOAL_TCP_CHALLENGE_BYTES);
+        break;
+    case SHOAL_TCP_HS_C_CHAL:
+        memcpy(hs->chal, hs->buf, SHOAL_TCP_CHALLENGE_BYTES);
+        if (shoal_tcp_proof(ctx->secret, "shoal-tcp", ctx->comm_id, hs->chal,
+                            (uint32_t)ctx->rank, (uint32_t)ep->peer, (uint32_t)hs->sock_idx,
+                            hs->buf) != SHOAL_OK) {
+            conn->status = SHOAL_ERR_INTERNAL;
+            break;
+        }
+        shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_PROOF, SHOAL_HMAC_BYTES);
+        break;
+    case SHOAL_TCP_HS_C_PROOF:
+        shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_ACK, SHOAL_HMAC_BYTES);
+        break;
+    case SHOAL_TCP_HS_C_ACK:
+        if (shoal_tcp_proof(ctx->secret, "shoal-tcp-ack", ctx->comm_id, hs->chal,
+                            (uint32_t)ctx->rank, (uint32_t)ep->peer, (uint32_t)hs->sock_idx,
+                            want) != SHOAL_OK) {
+            conn->status = SHOAL_ERR_INTERNAL;
+            break;
+        }
+        if (!shoal_memeq_ct(want, hs->buf, SHOAL_HMAC_BYTES)) {
+            shoal_tcp_conn_fatal(conn, SHOAL_ERR_AUTH, "peer %d (%s) failed to prove the job "
+                                 "secret on socket %d", ep->peer, ep->name, hs->sock_idx);
+            break;
+        }
+        shoal_tcp_hs_establish(conn, hs);
+        break;
+    }
+}
+
+/* ---- acceptor ---------------------------------------------------------------------------- */
+
+static void shoal_tcp_hs_got_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    shoal_tcp_hello_t h;
+    shoal_ep_t *ep;
+
+    shoal_tcp_hello_decode(hs->buf, &h);
+    if (h.magic != SHOAL_TCP_HELLO_MAGIC || h.version != SHOAL_TCP_HELLO_VERSION ||
+        h.length != SHOAL_TCP_HELLO_BYTES) {
+        shoal_tcp_hs_refuse(hs, "bad hello (magic 0x%08x, version %u, length %u)", h.magic,
+                            h.version, h.length);
+        return;
+    }
+    if (h.comm_id != ctx->comm_id) {
+        shoal_tcp_hs_refuse(hs, "hello for communicator %08x, ours is %08x", h.comm_id,
+                            ctx->comm_id);
+        return;
+    }
+    hs->ep_idx = shoal_tcp_find_ep(ctx, h.rank);
+    if (hs->ep_idx < 0 || h.rank <= (uint32_t)ctx->rank) {
+        shoal_tcp_hs_refuse(hs, "hello from rank %u, not a peer that connects to rank %d",
+                            h.rank, ctx->rank);
+        return;
+    }
+    ep = &ctx->eps[hs->ep_idx];
+    if (h.nsocks != (uint32_t)ep->nsocks || h.sock_idx >= (uint32_t)ep->nsocks ||
+        ep->fds[h.sock_idx] >= 0) {
+        shoal_tcp_hs_refuse(hs, "rank %u: socket %u of %u, expected one of %d not yet "
+                            "connected", h.rank, h.sock_idx, h.nsocks, ep->nsocks);
+        return;
+    }
+    hs->sock_idx = (int)h.sock_idx;
+    if (shoal_random_bytes(hs->chal, sizeof(hs->chal)) != SHOAL_OK) {
+        conn->status = SHOAL_ERR_SYSTEM;
+        return;
+    }
+    memcpy(hs->buf, hs->chal, sizeof(hs->chal));
+    shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_CHAL, SHOAL_TCP_CHALLENGE_BYTES);
+}
+
+static void shoal_tcp_hs_got_proof(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    uint8_t want[SHOAL_HMAC_BYTES];
+
+    if (shoal_tcp_proof(ctx->secret, "shoal-tcp", ctx->comm_id, hs->chal, (uint32_t)ep->peer,
+                        (uint32_t)ctx->rank, (uint32_t)hs->sock_idx, want) != SHOAL_OK) {
+        conn->status = SHOAL_ERR_INTERNAL;
+        return;
+    }
+    if (!shoal_memeq_ct(want, hs->buf, SHOAL_HMAC_BYTES)) {
+        shoal_tcp_hs_refuse(hs, "wrong proof of the job secret (claimed rank %d, socket %d)",
+                            ep->peer, hs->sock_idx);
+        return;
+    }
+    if (shoal_tcp_proof(ctx->secret, "shoal-tcp-ack", ctx->comm_id, hs->chal,
+                        (uint32_t)ep->peer, (uint32_t)ctx->rank, (uint32_t)hs->sock_idx,
+                        hs->buf) != SHOAL_OK) {
+        conn->status = SHOAL_ERR_INTERNAL;
+        return;
+    }
+    shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_ACK, SHOAL_HMAC_BYTES);
+}
+
+static void shoal_tcp_hs_acceptor_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    hs->time_ns = shoal_time_ns() + conn->read_ns;
+    switch (hs->state) {
+    case SHOAL_TCP_HS_A_HELLO:
+        shoal_tcp_hs_got_hello(conn, hs);
+        break;
+    case SHOAL_TCP_HS_A_CHAL:
+        shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_PROOF, SHOAL_HMAC_BYTES);
+        break;
+    case SHOAL_TCP_HS_A_PROOF:
+        shoal_tcp_hs_got_proof(conn, hs);
+        break;
+    case SHOAL_TCP_HS_A_ACK:
+        if (shoal_tcp_conn_ep(conn, hs)->fds[hs->sock_idx] >= 0) {
+            shoal_tcp_hs_refuse(hs, "duplicate socket %d of rank %d", hs->sock_idx,
+                                shoal_tcp_conn_ep(conn, hs)->peer);
+            break;
+        }
+        shoal_tcp_hs_establish(conn, hs);
+        break;
+    }
+}
+
+static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t slen = sizeof(ss);
+        char from[SHOAL_TCP_NAME_MAX];
+        int fd = accept4(ctx->listen_fd, (struct sockaddr *)&ss, &slen,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED) {
+                shoal_warn(TCP, "accept(fd %d) failed: %s", ctx->listen_fd, strerror(errno));
+            }
+            if (errno == ECONNABORTED || errno == EINTR) {
+                continue;
+            }
+            return;
+        }
+        shoal_tcp_sockaddr_str((struct sockaddr *)&ss, from, sizeof(from));
+        shoal_tcp_hs_t *hs = NULL;
+        for (int i = 0; i < conn->nslots && hs == NULL; i++) {
+            if (conn->slots[i].state == SHOAL_TCP_HS_FREE) {
+                hs = &conn->slots[i];
+            }
+        }
+        if (hs == NULL || shoal_tcp_socket_setopts(ctx, fd, 1) != SHOAL_OK ||
+            shoal_tcp_epoll_add(ctx, fd) != SHOAL_OK) {
+            shoal_error(TCP, "refused connection from %s: %s", from,
+                        hs == NULL ? "too many handshakes in progress" : "socket setup failed");
+            close(fd);
+            continue;
+        }
+        memset(hs, 0, sizeof(*hs));
+        hs->fd = fd;
+        hs->ep_idx = -1;
+        snprintf(hs->from, sizeof(hs->from), "%s", from);
+        hs->time_ns = shoal_time_ns() + conn->read_ns;
+        shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_HELLO, SHOAL_TCP_HELLO_BYTES);
+    }
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+/* Moves hs's current buffer. 1 complete, 0 would block, -1 error (errno; 0 = EOF). */
+static int shoal_tcp_hs_io(shoal_tcp_hs_t *hs)
+{
+    while (hs->off < hs->len) {
+        ssize_t r = shoal_tcp_hs_sending(hs->state)
+                        ? send(hs->fd, hs->buf + hs->off, hs->len - hs->off,
+                               MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(hs->fd, hs->buf + hs->off, hs->len - hs->off, MSG_DONTWAIT);
+        if (r > 0) {
+            hs->off += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else {
+            if (r == 0) {
+                errno = 0;
+            }
+            return -1;
+        }
+    }
+    return 1;
+}
+
+static void shoal_tcp_hs_io_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int err)
+{
+    const char *cause = err == 0 ? "connection closed" : strerror(err);
+    if (hs->state >= SHOAL_TCP_HS_A_HELLO) {
+        shoal_tcp_hs_refuse(hs, "%s during the handshake", cause);
+        return;
+    }
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    if (hs->state == SHOAL_TCP_HS_C_ACK || hs->state == SHOAL_TCP_HS_C_PROOF) {
+        shoal_tcp_conn_fatal(conn, SHOAL_ERR_AUTH, "peer %d (%s) refused our handshake on "
+                             "socket %d (%s): different job secret?", ep->peer, ep->name,
+                             hs->sock_idx, cause);
+    } else {
+        shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s): %s during the "
+                             "handshake on socket %d", ep->peer, ep->name, cause,
+                             hs->sock_idx);
+    }
+}
+
+static void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint64_t now)
+{
+    while (conn->status == SHOAL_OK) {
+        int state = hs->state;
+        if (state == SHOAL_TCP_HS_FREE) {
+            return;
+        }
+        if (state == SHOAL_TCP_HS_RETRY) {
+            if (now < hs->time_ns) {
+                return;
+            }
+            shoal_tcp_hs_connect(conn, hs);
+        } else if (state == SHOAL_TCP_HS_CONNECTING) {
+            shoal_tcp_hs_connecting(conn, hs);
+        } else {
+            int r = shoal_tcp_hs_io(hs);
+            if (r < 0) {
+                shoal_tcp_hs_io_failed(conn, hs, errno);
+            } else if (r == 0) {
+                if (state >= SHOAL_TCP_HS_A_HELLO && now >= hs->time_ns) {
+                    shoal_tcp_hs_refuse(hs, "handshake read timed out");
+                }
+                return;
+            } else if (state >= SHOAL_TCP_HS_A_HELLO) {
+                shoal_tcp_hs_acceptor_step(conn, hs);
+            } else {
+                shoal_tcp_hs_connector_step(conn, hs);
+            }
+        }
+        if (hs->state == state) {
+            return; /* no progress possible now */
+        }
+    }
+}
+
+static shoal_status_t shoal_tcp_conn_timeout(shoal_tcp_conn_t *conn)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    int logged = 0;
+    for (int i = 0; i < ctx->neps && logged < 4; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->nestablished < ep->nsocks) {
+            shoal_error(TCP, "rank %d: timed out after %d ms waiting for peer %d (%s) to %s: "
+                        "%d of %d sockets established", ctx->rank, ctx->timeout_ms, ep->peer,
+                        ep->name, ep->peer < ctx->rank ? "accept" : "connect",
+                        ep->nestablished, ep->nsocks);
+            logged++;
+        }
+    }
+    return SHOAL_ERR_TIMEOUT;
+}
+
+static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms);
+
+    for (;;) {
+        uint64_t now = shoal_time_ns();
+        shoal_tcp_conn_accept(conn);
+        for (int i = 0; i < conn->nslots && conn->status == SHOAL_OK; i++) {
+            shoal_tcp_hs_drive(conn, &conn->slots[i], now);
+        }
+        if (conn->status != SHOAL_OK || conn->nestablished == conn->nneeded) {
+            return conn->status;
+        }
+        if (ctx->abort_flag != NULL && *ctx->abort_flag != 0) {
+            shoal_info(TCP, "rank %d: connect_all aborted", ctx->rank);
+            return SHOAL_ERR_ABORTED;
+        }
+        if (shoal_deadline_passed(deadline)) {
+            return shoal_tcp_conn_timeout(conn);
+        }
+        int ms = shoal_deadline_left_ms(deadline, SHOAL_TCP_LOOP_MS);
+        if (epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, ms) < 0 && errno != EINTR) {
+            shoal_error(TCP, "epoll_wait(fd %d) failed: %s", ctx->epfd, strerror(errno));
+            return SHOAL_ERR_SYSTEM;
+        }
+    }
+}
+
+/* Endpoints from the peers' addresses; counts the sockets to connect and to accept. */
+static shoal_status_t shoal_tcp_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                         const void *const *addrs, const size_t *addr_lens,
+                                         int *nconnect_p, int *naccept_p)
+{
+    ctx->eps = calloc((size_t)(npeers > 0 ? npeers : 1), sizeof(*ctx->eps));
+    if (ctx->eps == NULL) {
+        shoal_error(TCP, "out of memory allocating %d endpoints", npeers);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    ctx->neps = npeers;
+    *nconnect_p = *naccept_p = 0;
+    for (int i = 0; i < npeers; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        shoal_tcp_addr_t a;
+        struct sockaddr_storage ss;
+        socklen_t slen;
+        for (int s = 0; s < SHOAL_TCP_MAX_SOCKS; s++) {
+            ep->fds[s] = -1;
+        }
+        ep->ctx = ctx;
+        ep->peer = peers[i];
+        if (peers[i] == ctx->rank || (i > 0 && peers[i] <= peers[i - 1]) ||
+            shoal_tcp_addr_decode(addrs[i], addr_lens[i], &a) != 0) {
+            shoal_error(TCP, "rank %d: bad peer list or address at index %d (peer %d)",
+                        ctx->rank, i, peers[i]);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        memcpy(ep->addr_raw, addrs[i], SHOAL_TCP_ADDR_BYTES);
+        shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+        shoal_tcp_sockaddr_str((struct sockaddr *)&ss, ep->name, sizeof(ep->name));
+        ep->nsocks = (int)SHOAL_MIN(ctx->nsocks, a.nsocks);
+        ep->min_split = SHOAL_MAX(ctx->min_split, (size_t)a.min_split);
+        ep->status = SHOAL_OK;
+        *(peers[i] < ctx->rank ? nconnect_p : naccept_p) += ep->nsocks;
+    }
+    return SHOAL_OK;
+}
+
+static void shoal_tcp_conn_start(shoal_tcp_conn_t *conn, int nconnect)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    int k = 0;
+    for (int i = 0; i < ctx->neps && ctx->eps[i].peer < ctx->rank; i++) {
+        for (int s = 0; s < ctx->eps[i].nsocks; s++, k++) {
+            shoal_tcp_hs_t *hs = &conn->slots[k];
+            hs->fd = -1;
+            hs->ep_idx = i;
+            hs->sock_idx = s;
+            hs->state = SHOAL_TCP_HS_RETRY; /* time 0: connect at the first drive */
+        }
+    }
+    for (; k < conn->nslots; k++) {
+        conn->slots[k].fd = -1;
+    }
+    (void)nconnect;
+}
+
+shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                     const void *const *addrs, const size_t *addr_lens,
+                                     shoal_ep_t **eps_p)
+{
+    shoal_tcp_conn_t conn = {.ctx = ctx, .status = SHOAL_OK};
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = ctx->listen_fd};
+    int nconnect, naccept;
+    shoal_status_t status;
+
+    if (ctx->eps != NULL || ctx->listen_fd < 0) {
+        shoal_error(TCP, "rank %d: connect_all called twice", ctx->rank);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    SHOAL_CHECK_GOTO(shoal_tcp_conn_eps(ctx, peers, npeers, addrs, addr_lens, &nconnect,
+                                        &naccept), status, err_eps);
+    conn.nneeded = nconnect + naccept;
+    conn.nslots = nconnect + 2 * naccept + SHOAL_TCP_SPARE_SLOTS;
+    conn.read_ns = (uint64_t)(ctx->timeout_ms >= 0 ? ctx->timeout_ms
+                                                   : SHOAL_TCP_READ_DEFAULT_MS) * 1000000ull;
+    conn.slots = calloc((size_t)conn.nslots, sizeof(*conn.slots));
+    if (conn.slots == NULL) {
+        shoal_error(TCP, "out of memory allocating %d handshake slots", conn.nslots);
+        status = SHOAL_ERR_NO_MEMORY;
+        goto err_eps;
+    }
+    shoal_tcp_conn_start(&conn, nconnect);
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->listen_fd, &ev) != 0) {
+        shoal_error(TCP, "epoll_ctl(ADD, listener fd %d) failed: %s", ctx->listen_fd,
+                    strerror(errno));
+        status = SHOAL_ERR_SYSTEM;
+        goto err_slots;
+    }
+    status = shoal_tcp_conn_loop(&conn);
+    (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ctx->listen_fd, NULL);
+    if (status != SHOAL_OK) {
+        goto err_slots;
+    }
+    for (int i = 0; i < conn.nslots; i++) {
+        shoal_tcp_hs_free(&conn.slots[i]); /* strangers still in their handshake */
+    }
+    free(conn.slots);
+    shoal_tcp_epoll_drain(ctx);
+    for (int i = 0; i < npeers; i++) {
+        eps_p[i] = &ctx->eps[i];
+    }
+    shoal_info(TCP, "rank %d: connected to %d peers (%d sockets)", ctx->rank, npeers,
+               conn.nneeded);
+    return SHOAL_OK;
+
+err_slots:
+    for (int i = 0; i < conn.nslots; i++) {
+        shoal_tcp_hs_free(&conn.slots[i]);
+    }
+    free(conn.slots);
+err_eps:
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_tcp_ep_close(&ctx->eps[i]);
+    }
+    free(ctx->eps);
+    ctx->eps = NULL;
+    ctx->neps = 0;
+    return status;
+}
