@@ -1,1 +1,213 @@
-/* placeholder: being written */
+/*
+ * Channels and the progress engine: post framed sends and receives to a peer's transport,
+ * and wait for them. A waiter spins a little (yielding: ranks outnumber cores), then sleeps
+ * on the transports' fds / futexes; it always honours the deadline and the abort flag.
+ */
+#include "core/core.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void shoal_chan_req_init(struct shoal_comm *comm, shoal_tl_req_t *req, void *buf,
+                                size_t len, uint32_t seq, uint32_t step, uint32_t chunk)
+{
+    req->next = NULL;
+    req->hdr = (shoal_wire_hdr_t){.magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION,
+                                  .type = SHOAL_WIRE_DATA, .comm_id = comm->comm_id,
+                                  .seq = seq, .step = step, .chunk = chunk, .length = len};
+    req->buf = buf;
+    req->off = 0;
+    req->hdr_done = 0;
+    req->done = 0;
+    req->status = SHOAL_OK;
+    req->errbuf = comm->tl_err;
+    req->errlen = sizeof(comm->tl_err);
+}
+
+static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
+                                             shoal_status_t st, const char *what)
+{
+    return shoal_comm_set_failed(comm, st, peer, "%s peer %d (%s) failed: %s", what, peer,
+                                 shoal_comm_peer_host(comm, peer),
+                                 comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(st));
+}
+
+shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *buf, size_t len,
+                                uint32_t seq, uint32_t step, uint32_t chunk, shoal_tl_req_t *req)
+{
+    shoal_chan_t *ch = &comm->chans[peer];
+    shoal_status_t st;
+    shoal_chan_req_init(comm, req, (void *)buf, len, seq, step, chunk);
+    st = ch->tl->ops->isend(ch->ep, req);
+    if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
+        return shoal_chan_post_failed(comm, peer, st, "send to");
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf, size_t len,
+                                uint32_t seq, uint32_t step, uint32_t chunk, shoal_tl_req_t *req)
+{
+    shoal_chan_t *ch = &comm->chans[peer];
+    shoal_status_t st;
+    shoal_chan_req_init(comm, req, buf, len, seq, step, chunk);
+    st = ch->tl->ops->irecv(ch->ep, req);
+    if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
+        return shoal_chan_post_failed(comm, peer, st, "receive from");
+    }
+    return SHOAL_OK;
+}
+
+int shoal_chan_progress(struct shoal_comm *comm)
+{
+    int n = 0;
+    for (int t = 0; t < comm->ntls; t++) {
+        if (comm->tls[t].ctx != NULL) {
+            n += comm->tls[t].ops->progress(comm->tls[t].ctx);
+        }
+    }
+    return n;
+}
+
+/* Sleep up to us microseconds or until a transport or abort wakes us. */
+static void shoal_chan_sleep(struct shoal_comm *comm, int us)
+{
+    struct pollfd pfds[SHOAL_TL_MAX + 1];
+    shoal_tl_inst_t *waiter = NULL;
+    nfds_t n = 0;
+
+    pfds[n++] = (struct pollfd){.fd = comm->abort_efd, .events = POLLIN};
+    for (int t = 0; t < comm->ntls; t++) {
+        shoal_tl_inst_t *tl = &comm->tls[t];
+        int fd;
+        if (tl->ctx == NULL) {
+            continue;
+        }
+        fd = tl->ops->wait_fd != NULL ? tl->ops->wait_fd(tl->ctx) : -1;
+        if (fd >= 0) {
+            pfds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        } else if (tl->ops->wait != NULL) {
+            waiter = tl;
+        }
+    }
+    if (waiter != NULL && n == 1) {
+        waiter->ops->wait(waiter->ctx, us); /* abort rings our own doorbell */
+    } else if (waiter != NULL) {
+        /* Both kinds: look at the fds, then doze on the futex for a fraction. */
+        if (poll(pfds, n, 0) == 0) {
+            waiter->ops->wait(waiter->ctx, SHOAL_MAX(us / 8, 50));
+        }
+    } else {
+        (void)poll(pfds, n, SHOAL_MAX(us / 1000, 1));
+    }
+}
+
+shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint64_t deadline_ns,
+                               const char *what)
+{
+    unsigned spins = ++*spins_p;
+    if (SHOAL_UNLIKELY(comm->fatal != SHOAL_OK)) {
+        return comm->fatal;
+    }
+    if (SHOAL_UNLIKELY(comm->aborted)) {
+        return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
+                                     "aborted by the application while %s", what);
+    }
+    if (spins < comm->spin_count) {
+        if ((spins & 255) == 0 && shoal_deadline_passed(deadline_ns)) {
+            goto timeout;
+        }
+        sched_yield();
+        return SHOAL_OK;
+    }
+    if (shoal_deadline_passed(deadline_ns)) {
+        goto timeout;
+    }
+    shoal_chan_sleep(comm, 1000);
+    return SHOAL_OK;
+timeout:
+    return shoal_comm_set_failed(comm, SHOAL_ERR_TIMEOUT, -1, "timed out after %d ms %s",
+                                 comm->timeout_ms, what);
+}
+
+static shoal_status_t shoal_chan_req_failed(struct shoal_comm *comm, shoal_tl_req_t *req,
+                                            int peer)
+{
+    const char *why = comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(req->status);
+    return shoal_comm_set_failed(comm, req->status, peer, "peer %d (%s) failed: %s", peer,
+                                 shoal_comm_peer_host(comm, peer), why);
+}
+
+/* Scans reqs: returns the number still pending, or -1 with *failed_p set on an error. */
+static int shoal_chan_scan(shoal_tl_req_t **reqs, int n, int *failed_p, int *first_pending_p,
+                           int *live_p)
+{
+    int pending = 0;
+    *first_pending_p = -1;
+    *live_p = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == NULL) {
+            continue;
+        }
+        ++*live_p;
+        if (!__atomic_load_n(&reqs[i]->done, __ATOMIC_ACQUIRE)) {
+            if (pending++ == 0) {
+                *first_pending_p = i;
+            }
+        } else if (reqs[i]->status != SHOAL_OK) {
+            *failed_p = i;
+            return -1;
+        }
+    }
+    return pending;
+}
+
+static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **reqs,
+                                      const int *peers, int n, int want_all)
+{
+    uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
+    unsigned spins = 0;
+    for (;;) {
+        int failed = -1, first = -1, live;
+        int pending = shoal_chan_scan(reqs, n, &failed, &first, &live);
+        char what[96];
+        shoal_status_t st;
+
+        if (pending < 0) {
+            return shoal_chan_req_failed(comm, reqs[failed], peers[failed]);
+        }
+        if (pending == 0 || (!want_all && pending < live)) {
+            return SHOAL_OK;
+        }
+        if (shoal_chan_progress(comm) > 0) {
+            spins = 0;
+            continue;
+        }
+        if (spins + 1 < comm->spin_count) {
+            st = shoal_chan_idle(comm, &spins, deadline, "waiting");
+        } else {
+            snprintf(what, sizeof(what), "waiting for peer %d (%s)", peers[first],
+                     shoal_comm_peer_host(comm, peers[first]));
+            st = shoal_chan_idle(comm, &spins, deadline, what);
+        }
+        if (st != SHOAL_OK) {
+            return st;
+        }
+    }
+}
+
+shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs,
+                                  const int *peers, int n)
+{
+    return shoal_chan_wait(comm, reqs, peers, n, 1);
+}
+
+shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl_req_t **reqs,
+                                  const int *peers, int n)
+{
+    return shoal_chan_wait(comm, reqs, peers, n, 0);
+}

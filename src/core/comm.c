@@ -1,1 +1,624 @@
-/* placeholder: being written */
+/*
+ * Communicator lifecycle: unique ids, init (bootstrap rounds, transport choice, connects),
+ * destroy, abort, split, and the sticky error every later call reports.
+ */
+#include "core/core.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Round 1 of the bootstrap: every transport's address, indexed like the registry. */
+typedef struct {
+    uint32_t len[SHOAL_TL_MAX];
+    uint8_t addr[SHOAL_TL_MAX][SHOAL_TL_ADDR_MAX];
+} shoal_addr_blob_t;
+
+shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
+{
+    shoal_boot_uid_t u;
+    struct sockaddr_storage ss;
+    socklen_t len;
+
+    if (uid == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_config_global_init();
+    memset(&u, 0, sizeof(u));
+    SHOAL_CHECK(shoal_boot_pick_addr(&ss, &len));
+    SHOAL_CHECK(shoal_boot_root_start(&ss, len, 0, &u));
+    shoal_boot_uid_encode(&u, uid);
+    return SHOAL_OK;
+}
+
+const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank)
+{
+    if (comm->peers == NULL || rank < 0 || rank >= comm->nranks) {
+        return "?";
+    }
+    return comm->peers[rank].host;
+}
+
+shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t status, int culprit,
+                                     const char *fmt, ...)
+{
+    va_list ap;
+    int first;
+
+    pthread_mutex_lock(&comm->err_lock);
+    first = comm->fatal == SHOAL_OK;
+    if (first) {
+        int n = snprintf(comm->last_error, sizeof(comm->last_error), "rank %d (%s): ",
+                         comm->rank, shoal_hostname());
+        va_start(ap, fmt);
+        vsnprintf(comm->last_error + n, sizeof(comm->last_error) - (size_t)n, fmt, ap);
+        va_end(ap);
+        comm->fatal = status;
+    }
+    pthread_mutex_unlock(&comm->err_lock);
+    if (first) {
+        shoal_error(CORE, "%s (%s)", comm->last_error, shoal_status_name(status));
+        /* Tell the peers, so that they fail now rather than at their timeout. */
+        for (int i = 0; i < comm->ntls; i++) {
+            if (comm->tls[i].ctx != NULL && comm->tls[i].ops->fail != NULL) {
+                comm->tls[i].ops->fail(comm->tls[i].ctx, culprit < 0 ? comm->rank : culprit,
+                                       status);
+            }
+        }
+    }
+    return status;
+}
+
+shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm)
+{
+    if (comm->fatal != SHOAL_OK) {
+        return comm->fatal;
+    }
+    return comm->aborted ? SHOAL_ERR_ABORTED : SHOAL_OK;
+}
+
+/* ---- issue-order execution ---------------------------------------------------------- */
+
+uint64_t shoal_comm_ticket_take(struct shoal_comm *comm)
+{
+    uint64_t t;
+    pthread_mutex_lock(&comm->exec_lock);
+    t = comm->ticket_next++;
+    pthread_mutex_unlock(&comm->exec_lock);
+    return t;
+}
+
+shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
+{
+    pthread_mutex_lock(&comm->exec_lock);
+    while (comm->ticket_serving != ticket) {
+        /* The call being served has its own deadline; this wait ends when it does. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
+    }
+    pthread_mutex_unlock(&comm->exec_lock);
+    return shoal_comm_check_usable(comm);
+}
+
+void shoal_comm_ticket_release(struct shoal_comm *comm)
+{
+    pthread_mutex_lock(&comm->exec_lock);
+    comm->ticket_serving++;
+    pthread_cond_broadcast(&comm->exec_cond);
+    pthread_mutex_unlock(&comm->exec_lock);
+}
+
+/* ---- init ------------------------------------------------------------------------------ */
+
+static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_t *cfg,
+                                       struct shoal_comm **comm_p)
+{
+    struct shoal_comm *comm = calloc(1, sizeof(*comm));
+    if (comm == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->abort_efd = -1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+    pthread_mutex_init(&comm->exec_lock, NULL);
+    pthread_cond_init(&comm->exec_cond, NULL);
+    if (cfg != NULL) {
+        size_t n = cfg->size != 0 && cfg->size < sizeof(comm->cfg) ? cfg->size : sizeof(comm->cfg);
+        memcpy(&comm->cfg, cfg, n);
+    }
+    comm->cfg.size = sizeof(comm->cfg);
+    /* Explicit config field > env > default. */
+    comm->timeout_ms = comm->cfg.timeout_ms != 0 ? comm->cfg.timeout_ms
+                                                 : shoal_core_config.timeout_ms;
+    if (comm->timeout_ms < 0) {
+        comm->timeout_ms = -1;
+    }
+    comm->spin_count = shoal_core_config.spin_count;
+    /* Strings in cfg are the caller's: keep copies. */
+    comm->cfg.tenant = comm->cfg.tenant ? strdup(comm->cfg.tenant) : NULL;
+    comm->cfg.job_name = comm->cfg.job_name ? strdup(comm->cfg.job_name) : NULL;
+    comm->cfg.transport = comm->cfg.transport ? strdup(comm->cfg.transport) : NULL;
+    comm->cfg.algorithm = comm->cfg.algorithm ? strdup(comm->cfg.algorithm) : NULL;
+    comm->peers = calloc((size_t)nranks, sizeof(*comm->peers));
+    comm->chans = calloc((size_t)nranks, sizeof(*comm->chans));
+    comm->local_ranks = calloc((size_t)nranks, sizeof(int));
+    comm->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (comm->peers == NULL || comm->chans == NULL || comm->local_ranks == NULL ||
+        comm->abort_efd < 0) {
+        shoal_comm_destroy(comm);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    *comm_p = comm;
+    return SHOAL_OK;
+}
+
+/* Which registry transport carries the channel to peer p (same on both sides). */
+static int shoal_comm_pick_tl(struct shoal_comm *comm, int forced, int p)
+{
+    const shoal_peer_info_t *me = &comm->peers[comm->rank], *it = &comm->peers[p];
+    if (forced >= 0) {
+        return forced;
+    }
+    for (size_t i = 0; i < shoal_tl_count(); i++) {
+        const shoal_tl_ops_t *ops = shoal_tl_get(i);
+        if ((me->tl_mask & it->tl_mask & (1u << i)) == 0) {
+            continue;
+        }
+        if (ops->intra_node_only && me->host_id != it->host_id) {
+            continue;
+        }
+        return (int)i;
+    }
+    return -1;
+}
+
+static shoal_status_t shoal_comm_forced_tl(struct shoal_comm *comm, int *forced_p)
+{
+    const char *name = comm->cfg.transport != NULL ? comm->cfg.transport
+                                                   : shoal_core_config.transport;
+    *forced_p = -1;
+    if (name == NULL || name[0] == '\0') {
+        return SHOAL_OK;
+    }
+    for (size_t i = 0; i < shoal_tl_count(); i++) {
+        if (strcmp(shoal_tl_get(i)->name, name) == 0) {
+            *forced_p = (int)i;
+            return SHOAL_OK;
+        }
+    }
+    shoal_error(INIT, "SHOAL_TRANSPORT=%s: no such transport in this build", name);
+    return SHOAL_ERR_INVALID_ARG;
+}
+
+/* Round 0 done: local ranks, and which transport each channel uses. */
+static shoal_status_t shoal_comm_plan_channels(struct shoal_comm *comm, int *used)
+{
+    int forced;
+    SHOAL_CHECK(shoal_comm_forced_tl(comm, &forced));
+    comm->local_size = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->peers[p].host_id == comm->peers[comm->rank].host_id) {
+            if (p == comm->rank) {
+                comm->local_rank = comm->local_size;
+            }
+            comm->local_ranks[comm->local_size++] = p;
+        }
+    }
+    comm->all_local = comm->local_size == comm->nranks;
+    for (int p = 0; p < comm->nranks; p++) {
+        int t;
+        if (p == comm->rank) {
+            continue;
+        }
+        t = shoal_comm_pick_tl(comm, forced, p);
+        if (t < 0 || (comm->peers[p].tl_mask & (1u << t)) == 0 ||
+            (shoal_tl_get((size_t)t)->intra_node_only &&
+             comm->peers[p].host_id != comm->peers[comm->rank].host_id)) {
+            shoal_error(INIT, "no transport can reach peer %d (%s)%s%s", p, comm->peers[p].host,
+                        forced >= 0 ? " with SHOAL_TRANSPORT=" : "",
+                        forced >= 0 ? shoal_tl_get((size_t)forced)->name : "");
+            return SHOAL_ERR_UNSUPPORTED;
+        }
+        comm->chans[p].tl = &comm->tls[t];
+        used[t]++;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *used)
+{
+    shoal_tl_params_t params = {
+        .rank = comm->rank, .nranks = comm->nranks,
+        .local_rank = comm->local_rank, .local_size = comm->local_size,
+        .comm_id = comm->comm_id, .secret = comm->secret,
+        .timeout_ms = comm->timeout_ms, .abort_flag = &comm->aborted,
+    };
+    comm->ntls = (int)shoal_tl_count();
+    for (int t = 0; t < comm->ntls; t++) {
+        comm->tls[t].ops = shoal_tl_get((size_t)t);
+        comm->tls[t].npeers = used[t];
+        if (used[t] == 0) {
+            continue;
+        }
+        shoal_status_t st = comm->tls[t].ops->init(&params, &comm->tls[t].ctx);
+        if (st != SHOAL_OK) {
+            shoal_error(INIT, "rank %d: transport %s failed to initialise: %s", comm->rank,
+                        comm->tls[t].ops->name, shoal_strerror(st));
+            return st;
+        }
+        if ((comm->tls[t].ops->caps & SHOAL_TL_CAP_SHARED_AREA) != 0) {
+            comm->shm = &comm->tls[t];
+        }
+    }
+    return SHOAL_OK;
+}
+
+/* Round 1: exchange addresses, then connect every transport to its peers. */
+static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *boot)
+{
+    shoal_addr_blob_t *all = calloc((size_t)comm->nranks, sizeof(*all)), mine;
+    int *peers = malloc(sizeof(int) * (size_t)comm->nranks);
+    const void **addrs = malloc(sizeof(void *) * (size_t)comm->nranks);
+    size_t *lens = malloc(sizeof(size_t) * (size_t)comm->nranks);
+    shoal_ep_t **eps = malloc(sizeof(void *) * (size_t)comm->nranks);
+    shoal_status_t st = SHOAL_ERR_NO_MEMORY;
+
+    if (all == NULL || peers == NULL || addrs == NULL || lens == NULL || eps == NULL) {
+        goto out;
+    }
+    memset(&mine, 0, sizeof(mine));
+    for (int t = 0; t < comm->ntls; t++) {
+        size_t len = SHOAL_TL_ADDR_MAX;
+        if (comm->tls[t].ctx == NULL) {
+            continue;
+        }
+        SHOAL_CHECK_GOTO(comm->tls[t].ops->address(comm->tls[t].ctx, mine.addr[t], &len), st,
+                         out);
+        mine.len[t] = (uint32_t)len;
+    }
+    SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &mine, sizeof(mine), all), st, out);
+    for (int t = 0; t < comm->ntls; t++) {
+        int n = 0;
+        if (comm->tls[t].ctx == NULL) {
+            continue;
+        }
+        for (int p = 0; p < comm->nranks; p++) {
+            if (p != comm->rank && comm->chans[p].tl == &comm->tls[t]) {
+                if (all[p].len[t] == 0 || all[p].len[t] > SHOAL_TL_ADDR_MAX) {
+                    shoal_error(INIT, "peer %d (%s) published no %s address", p,
+                                comm->peers[p].host, comm->tls[t].ops->name);
+                    st = SHOAL_ERR_PROTOCOL;
+                    goto out;
+                }
+                peers[n] = p;
+                addrs[n] = all[p].addr[t];
+                lens[n] = all[p].len[t];
+                n++;
+            }
+        }
+        st = comm->tls[t].ops->connect_all(comm->tls[t].ctx, peers, n, addrs, lens, eps);
+        if (st != SHOAL_OK) {
+            shoal_error(INIT, "rank %d: %s connections failed: %s", comm->rank,
+                        comm->tls[t].ops->name, shoal_strerror(st));
+            goto out;
+        }
+        for (int i = 0; i < n; i++) {
+            comm->chans[peers[i]].ep = eps[i];
+        }
+    }
+    st = SHOAL_OK;
+out:
+    free(all);
+    free(peers);
+    free(addrs);
+    free(lens);
+    free(eps);
+    return st;
+}
+
+static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_boot_uid_t *u)
+{
+    shoal_boot_t *boot = NULL;
+    shoal_peer_info_t me;
+    int used[SHOAL_TL_MAX] = {0};
+    shoal_status_t st;
+
+    SHOAL_CHECK(shoal_boot_connect(u, comm->rank, comm->nranks, comm->timeout_ms,
+                                   &comm->aborted, &boot));
+    memset(&me, 0, sizeof(me));
+    me.host_id = shoal_host_id();
+    me.rank = comm->rank;
+    me.pid = (int32_t)getpid();
+    snprintf(me.host, sizeof(me.host), "%s", shoal_hostname());
+    for (size_t i = 0; i < shoal_tl_count(); i++) {
+        if (shoal_tl_get(i)->query()) {
+            me.tl_mask |= 1u << i;
+        }
+    }
+    SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &me, sizeof(me), comm->peers), st, out);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->peers[p].rank != p) {
+            shoal_error(INIT, "bootstrap table entry %d claims rank %d", p, comm->peers[p].rank);
+            st = SHOAL_ERR_PROTOCOL;
+            goto out;
+        }
+        comm->peers[p].host[SHOAL_HOSTNAME_MAX - 1] = '\0';
+    }
+    SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
+    SHOAL_CHECK_GOTO(shoal_comm_init_tls(comm, used), st, out);
+    SHOAL_CHECK_GOTO(shoal_comm_connect(comm, boot), st, out);
+    /* Everyone connected: transports may drop their names and listeners. */
+    SHOAL_CHECK_GOTO(shoal_boot_barrier(boot), st, out);
+    for (int t = 0; t < comm->ntls; t++) {
+        if (comm->tls[t].ctx != NULL && comm->tls[t].ops->ready != NULL) {
+            SHOAL_CHECK_GOTO(comm->tls[t].ops->ready(comm->tls[t].ctx), st, out);
+        }
+    }
+    st = SHOAL_OK;
+out:
+    shoal_boot_close(boot);
+    return st;
+}
+
+static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int rank,
+                                          const shoal_boot_uid_t *u, const shoal_config_t *cfg)
+{
+    struct shoal_comm *comm = NULL;
+    shoal_status_t st;
+
+    SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
+    memcpy(comm->secret, u->secret, sizeof(comm->secret));
+    comm->comm_id = (uint32_t)shoal_hash64(u->secret, sizeof(u->secret), 0x5b0a1);
+    SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
+    SHOAL_CHECK_GOTO(shoal_coll_comm_init(comm), st, err);
+    shoal_info(INIT, "rank %d of %d on %s: comm %08x ready (local rank %d of %d)", rank, nranks,
+               shoal_hostname(), comm->comm_id, comm->local_rank, comm->local_size);
+    *comm_p = comm;
+    return SHOAL_OK;
+err:
+    shoal_comm_destroy(comm);
+    return st;
+}
+
+shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
+                               const shoal_uid_t *uid, const shoal_config_t *cfg)
+{
+    shoal_boot_uid_t u;
+
+    if (comm_p == NULL || uid == NULL || nranks <= 0 || rank < 0 || rank >= nranks) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_config_global_init();
+    SHOAL_CHECK(shoal_boot_uid_decode(uid, &u));
+    return shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+}
+
+static shoal_status_t shoal_comm_hex_decode(const char *hex, uint8_t *out, size_t len)
+{
+    if (strlen(hex) != 2 * len) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return SHOAL_OK;
+}
+
+/* SHOAL_ROOT=host:port and SHOAL_SECRET: rank 0 runs the root there. */
+static shoal_status_t shoal_comm_root_from_env(int rank, shoal_boot_uid_t *u)
+{
+    char host[256];
+    const char *colon = strrchr(shoal_core_config.root, ':');
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int ret;
+
+    if (colon == NULL || colon == shoal_core_config.root ||
+        (size_t)(colon - shoal_core_config.root) >= sizeof(host)) {
+        shoal_error(INIT, "SHOAL_ROOT=%s is not host:port", shoal_core_config.root);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (shoal_core_config.secret == NULL ||
+        shoal_comm_hex_decode(shoal_core_config.secret, u->secret, sizeof(u->secret)) !=
+            SHOAL_OK) {
+        shoal_error(INIT, "SHOAL_ROOT needs SHOAL_SECRET: %d hex characters, the same on every "
+                    "rank", 2 * SHOAL_SECRET_BYTES);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(host, shoal_core_config.root, (size_t)(colon - shoal_core_config.root));
+    host[colon - shoal_core_config.root] = '\0';
+    ret = getaddrinfo(host, colon + 1, &hints, &res);
+    if (ret != 0 || res == NULL) {
+        shoal_error(INIT, "SHOAL_ROOT=%s: cannot resolve: %s", shoal_core_config.root,
+                    gai_strerror(ret));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(&u->root, res->ai_addr, res->ai_addrlen);
+    u->root_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (rank == 0) {
+        return shoal_boot_root_start(&u->root, u->root_len, 1, u);
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *cfg)
+{
+    int rank, nranks;
+    shoal_boot_uid_t u;
+
+    if (comm_p == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_config_global_init();
+    rank = shoal_core_config.rank;
+    nranks = shoal_core_config.nranks;
+    if (rank < 0 || nranks <= 0) {
+        shoal_core_launcher_env(&rank, &nranks);
+    }
+    if (rank < 0 || nranks <= 0 || rank >= nranks) {
+        shoal_error(INIT, "shoal_comm_init_env: no rank/size (set SHOAL_RANK and SHOAL_NRANKS, "
+                    "or launch with shoalrun, mpirun or srun)");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memset(&u, 0, sizeof(u));
+    if (shoal_core_config.uid != NULL && shoal_core_config.uid[0] != '\0') {
+        shoal_uid_t uid;
+        SHOAL_CHECK(shoal_boot_uid_from_hex(shoal_core_config.uid, &uid));
+        SHOAL_CHECK(shoal_boot_uid_decode(&uid, &u));
+    } else if (shoal_core_config.root != NULL && shoal_core_config.root[0] != '\0') {
+        SHOAL_CHECK(shoal_comm_root_from_env(rank, &u));
+    } else {
+        shoal_error(INIT, "shoal_comm_init_env: neither SHOAL_UID nor SHOAL_ROOT is set");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
+{
+    if (comm == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_proxy_stop(comm);
+    shoal_coll_comm_fini(comm);
+    for (int t = 0; t < comm->ntls; t++) {
+        if (comm->tls[t].ctx != NULL) {
+            comm->tls[t].ops->fini(comm->tls[t].ctx);
+            comm->tls[t].ctx = NULL;
+        }
+    }
+    if (comm->abort_efd >= 0) {
+        close(comm->abort_efd);
+    }
+    free((void *)comm->cfg.tenant);
+    free((void *)comm->cfg.job_name);
+    free((void *)comm->cfg.transport);
+    free((void *)comm->cfg.algorithm);
+    free(comm->peers);
+    free(comm->chans);
+    free(comm->local_ranks);
+    pthread_mutex_destroy(&comm->err_lock);
+    pthread_mutex_destroy(&comm->exec_lock);
+    pthread_cond_destroy(&comm->exec_cond);
+    free(comm);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_abort(shoal_comm_t comm)
+{
+    uint64_t one = 1;
+    if (comm == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_SEQ_CST);
+    (void)!write(comm->abort_efd, &one, sizeof(one));
+    if (comm->shm != NULL && comm->shm->ops->notify != NULL) {
+        comm->shm->ops->notify(comm->shm->ctx, comm->local_rank);
+    }
+    pthread_mutex_lock(&comm->exec_lock);
+    pthread_cond_broadcast(&comm->exec_cond);
+    pthread_mutex_unlock(&comm->exec_lock);
+    shoal_info(CORE, "rank %d: communicator %08x aborted by the application", comm->rank,
+               comm->comm_id);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p)
+{
+    if (comm == NULL || rank_p == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *rank_p = comm->rank;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p)
+{
+    if (comm == NULL || size_p == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *size_p = comm->nranks;
+    return SHOAL_OK;
+}
+
+const char *shoal_comm_last_error(shoal_comm_t comm)
+{
+    if (comm == NULL) {
+        return "invalid communicator (NULL)";
+    }
+    if (comm->fatal == SHOAL_OK) {
+        return comm->aborted ? "communicator aborted by the application" : "no error";
+    }
+    return comm->last_error;
+}
+
+/* ---- split: (color, key) over the parent, the leader of each color makes the id ---------- */
+
+shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
+{
+    int64_t mine[2] = {color, key}, *all;
+    int newrank = 0, newsize = 0, leader = -1;
+    shoal_uid_t uid;
+    shoal_status_t st;
+
+    if (comm == NULL || newcomm_p == NULL || (color < 0 && color != SHOAL_SPLIT_NOCOLOR)) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    all = malloc(sizeof(mine) * (size_t)comm->nranks);
+    if (all == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    SHOAL_CHECK_GOTO(shoal_allgather(mine, all, 2, SHOAL_INT64, comm, NULL), st, out);
+    /* New rank: order by (key, parent rank) among ranks of my color. */
+    for (int p = 0; p < comm->nranks; p++) {
+        if (all[2 * p] != color) {
+            continue;
+        }
+        newsize++;
+        if (all[2 * p + 1] < key || (all[2 * p + 1] == key && p < comm->rank)) {
+            newrank++;
+        }
+        if (leader < 0 || all[2 * p + 1] < all[2 * leader + 1]) {
+            leader = p;
+        }
+    }
+    *newcomm_p = NULL;
+    if (color == SHOAL_SPLIT_NOCOLOR) {
+        st = SHOAL_OK;
+        goto out;
+    }
+    if (leader == comm->rank) {
+        SHOAL_CHECK_GOTO(shoal_get_unique_id(&uid), st, out);
+        for (int p = 0; p < comm->nranks; p++) {
+            if (p != comm->rank && all[2 * p] == color) {
+                SHOAL_CHECK_GOTO(shoal_send(&uid, sizeof(uid), SHOAL_UINT8, p, comm, NULL), st,
+                                 out);
+            }
+        }
+    } else {
+        SHOAL_CHECK_GOTO(shoal_recv(&uid, sizeof(uid), SHOAL_UINT8, leader, comm, NULL), st, out);
+    }
+    st = shoal_comm_init(newcomm_p, newsize, newrank, &uid, &comm->cfg);
+out:
+    free(all);
+    return st;
+}

@@ -22,6 +22,7 @@ typedef struct {
     const char *secret;        /* SHOAL_SECRET (hex) for SHOAL_ROOT */
 } shoal_core_config_t;
 extern SHOAL_HIDDEN shoal_core_config_t shoal_core_config;
+SHOAL_HIDDEN void shoal_core_launcher_env(int *rank_p, int *nranks_p);
 
 /* What every rank tells the others at init (round 0 of the bootstrap allgather). */
 typedef struct {
@@ -73,6 +74,7 @@ struct shoal_comm {
     volatile int aborted;      /* shoal_comm_abort() was called */
     volatile shoal_status_t fatal; /* first communicator-fatal error, or SHOAL_OK */
     char last_error[SHOAL_ERRMSG_MAX];
+    char tl_err[256];          /* transports write a failed request's cause here */
     pthread_mutex_t err_lock;
     /* issue-order execution of blocking calls and proxy-run requests */
     pthread_mutex_t exec_lock;

@@ -1,1 +1,64 @@
-/* placeholder: being written */
+/* SHOAL_* variables of the core. */
+#include "core/core.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+
+shoal_core_config_t shoal_core_config;
+
+static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
+    {.name = "TIMEOUT_MS", .dflt = "300s", .type = SHOAL_CFG_TIME,
+     .offset = offsetof(shoal_core_config_t, timeout_ms),
+     .doc = "deadline of every wait (bootstrap, connect, each collective); a dead or stuck "
+            "peer becomes an error after this long; inf = never"},
+    {.name = "TRANSPORT", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_core_config_t, transport),
+     .doc = "force one transport for every peer (shm, tcp); empty = shm on the same host, tcp "
+            "across hosts"},
+    {.name = "SPIN_COUNT", .dflt = "2000", .type = SHOAL_CFG_UINT,
+     .offset = offsetof(shoal_core_config_t, spin_count),
+     .doc = "idle polls (each followed by sched_yield) before a waiter sleeps"},
+    {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_core_config_t, uid),
+     .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},
+    {.name = "RANK", .dflt = "-1", .type = SHOAL_CFG_INT,
+     .offset = offsetof(shoal_core_config_t, rank),
+     .doc = "this process's rank for shoal_comm_init_env; -1 = from OMPI/PMI/Slurm variables"},
+    {.name = "NRANKS", .dflt = "-1", .type = SHOAL_CFG_INT,
+     .offset = offsetof(shoal_core_config_t, nranks),
+     .doc = "number of ranks for shoal_comm_init_env; -1 = from OMPI/PMI/Slurm variables"},
+    {.name = "ROOT", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_core_config_t, root),
+     .doc = "host:port of the rendezvous root when SHOAL_UID is not set (rank 0 listens there)"},
+    {.name = "SECRET", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_core_config_t, secret),
+     .doc = "job secret (64 hex characters) that authenticates ranks joining through "
+            "SHOAL_ROOT; must be the same on every rank"},
+};
+
+const shoal_cfg_table_t shoal_core_cfg_table = {
+    .module = "core",
+    .fields = shoal_core_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_core_cfg_fields),
+    .dst = &shoal_core_config,
+};
+
+/* Rank and size from the launcher's own variables (Open MPI, PMI/PMIx, Slurm). These are not
+ * SHOAL_* knobs, so they are read here rather than through the table. */
+void shoal_core_launcher_env(int *rank_p, int *nranks_p)
+{
+    static const char *const pairs[][2] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        {"PMIX_RANK", "PMIX_SIZE"},
+        {"PMI_RANK", "PMI_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+    };
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(pairs); i++) {
+        const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
+        if (r != NULL && n != NULL) {
+            *rank_p = atoi(r);
+            *nranks_p = atoi(n);
+            return;
+        }
+    }
+}

@@ -1,1 +1,191 @@
-/* placeholder: being written */
+/*
+ * The proxy thread: runs a communicator's shoal_i* calls in issue order (tickets shared with
+ * blocking calls), so the caller's thread returns at once. Started on first use. Requests
+ * outlive the communicator safely: shoal_test/shoal_wait touch only the request.
+ */
+#include "core/core.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct shoal_request {
+    struct shoal_request *next;
+    struct shoal_comm *comm;
+    uint64_t ticket;
+    shoal_proxy_fn_t fn;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    shoal_status_t status;
+    uint8_t arg[];                /* copy of the call's arguments */
+};
+
+struct shoal_proxy {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct shoal_request *head;
+    struct shoal_request *tail;
+    int stop;
+};
+
+static void shoal_proxy_complete(struct shoal_request *req, shoal_status_t st)
+{
+    pthread_mutex_lock(&req->lock);
+    req->status = st;
+    req->done = 1;
+    pthread_cond_broadcast(&req->cond);
+    pthread_mutex_unlock(&req->lock);
+}
+
+static void *shoal_proxy_main(void *arg)
+{
+    struct shoal_comm *comm = arg;
+    struct shoal_proxy *px = comm->proxy;
+
+    pthread_mutex_lock(&px->lock);
+    for (;;) {
+        struct shoal_request *req;
+        shoal_status_t st;
+        while (px->head == NULL && !px->stop) {
+            pthread_cond_wait(&px->cond, &px->lock);
+        }
+        if (px->head == NULL) {
+            break;
+        }
+        req = px->head;
+        px->head = req->next;
+        if (px->head == NULL) {
+            px->tail = NULL;
+        }
+        pthread_mutex_unlock(&px->lock);
+        st = shoal_comm_ticket_wait(comm, req->ticket);
+        if (st == SHOAL_OK && !px->stop) {
+            st = req->fn(comm, req->arg);
+        } else if (st == SHOAL_OK) {
+            st = SHOAL_ERR_ABORTED; /* communicator destroyed with the request pending */
+        }
+        shoal_comm_ticket_release(comm);
+        shoal_proxy_complete(req, st);
+        pthread_mutex_lock(&px->lock);
+    }
+    pthread_mutex_unlock(&px->lock);
+    return NULL;
+}
+
+static shoal_status_t shoal_proxy_start(struct shoal_comm *comm)
+{
+    struct shoal_proxy *px = calloc(1, sizeof(*px));
+    int ret;
+    if (px == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&px->lock, NULL);
+    pthread_cond_init(&px->cond, NULL);
+    comm->proxy = px;
+    ret = pthread_create(&px->thread, NULL, shoal_proxy_main, comm);
+    if (ret != 0) {
+        shoal_error(CORE, "pthread_create for the proxy thread failed: %s", strerror(ret));
+        comm->proxy = NULL;
+        pthread_mutex_destroy(&px->lock);
+        pthread_cond_destroy(&px->cond);
+        free(px);
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, void *arg,
+                                size_t arglen, shoal_request_t *req_p)
+{
+    struct shoal_request *req;
+    struct shoal_proxy *px;
+
+    if (comm->proxy == NULL) {
+        SHOAL_CHECK(shoal_proxy_start(comm));
+    }
+    px = comm->proxy;
+    req = calloc(1, sizeof(*req) + arglen);
+    if (req == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    req->comm = comm;
+    req->fn = fn;
+    pthread_mutex_init(&req->lock, NULL);
+    pthread_cond_init(&req->cond, NULL);
+    memcpy(req->arg, arg, arglen);
+    pthread_mutex_lock(&px->lock);
+    req->ticket = shoal_comm_ticket_take(comm);
+    if (px->tail != NULL) {
+        px->tail->next = req;
+    } else {
+        px->head = req;
+    }
+    px->tail = req;
+    pthread_cond_signal(&px->cond);
+    pthread_mutex_unlock(&px->lock);
+    *req_p = req;
+    return SHOAL_OK;
+}
+
+void shoal_proxy_stop(struct shoal_comm *comm)
+{
+    struct shoal_proxy *px = comm->proxy;
+    if (px == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&px->lock);
+    px->stop = 1;
+    pthread_cond_signal(&px->cond);
+    pthread_mutex_unlock(&px->lock);
+    pthread_join(px->thread, NULL);
+    pthread_mutex_destroy(&px->lock);
+    pthread_cond_destroy(&px->cond);
+    free(px);
+    comm->proxy = NULL;
+}
+
+static void shoal_request_free(struct shoal_request *req)
+{
+    pthread_mutex_destroy(&req->lock);
+    pthread_cond_destroy(&req->cond);
+    free(req);
+}
+
+shoal_status_t shoal_test(shoal_request_t req, int *done_p)
+{
+    int done;
+    shoal_status_t st;
+    if (req == NULL || done_p == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&req->lock);
+    done = req->done;
+    st = req->status;
+    pthread_mutex_unlock(&req->lock);
+    *done_p = done;
+    if (!done) {
+        return SHOAL_OK;
+    }
+    shoal_request_free(req);
+    return st;
+}
+
+shoal_status_t shoal_wait(shoal_request_t req)
+{
+    shoal_status_t st;
+    if (req == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    /* The operation has its own deadline (SHOAL_TIMEOUT_MS) and always completes. */
+    pthread_mutex_lock(&req->lock);
+    while (!req->done) {
+        pthread_cond_wait(&req->cond, &req->lock);
+    }
+    st = req->status;
+    pthread_mutex_unlock(&req->lock);
+    shoal_request_free(req);
+    return st;
+}
