@@ -10,6 +10,7 @@
 #include "transports/shm/shm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -564,7 +565,7 @@ static void child_run(const case_t *c, int rank)
         check(0, "connect_all: %s", shoal_strerror(st));
     }
     tl->fini(e.ctx);
-    _exit(0);
+    exit(0); /* not _exit: lets LeakSanitizer look (stdio was flushed before the fork) */
 }
 
 static void run_case(const case_t *c)
@@ -621,6 +622,54 @@ static void run_case(const case_t *c)
     pthread_barrier_destroy(&sh->bar);
 }
 
+/* In the parent: config table, SHM_DISABLE, and refusal of a segment that is not 0600. */
+static void test_local(void)
+{
+    const shoal_cfg_table_t *t = &shoal_shm_cfg_table;
+    int docs = t->nfields == 5 && strcmp(t->module, "shm") == 0;
+    for (size_t i = 0; i < t->nfields; i++) {
+        shoal_shm_config_t tmp;
+        docs &= t->fields[i].doc != NULL && t->fields[i].doc[0] != '\0' &&
+                shoal_cfg_parse_value(&t->fields[i], t->fields[i].dflt,
+                                      (char *)&tmp + t->fields[i].offset) == 0;
+    }
+    tap_ok(docs, "config table: 5 documented rows whose defaults parse");
+    shoal_shm_config.disable = 1;
+    tap_ok(tl->query() == 0, "SHM_DISABLE makes query() report not usable");
+    shoal_shm_config.disable = 0;
+
+    shoal_tl_params_t params = {.rank = 0, .nranks = 2, .local_rank = 0, .local_size = 2,
+                                .comm_id = 0x5eed0000u, .secret = secret, .timeout_ms = 1000,
+                                .abort_flag = &no_abort};
+    shoal_tl_ctx_t *ctx = NULL;
+    if (tl->init(&params, &ctx) != SHOAL_OK) {
+        tap_ok(0, "init in the parent");
+        return;
+    }
+    shoal_shm_addr_t a;
+    size_t alen;
+    tl->address(ctx, &a, &alen);
+    /* a look-alike segment of a fake local rank 1, but group/other readable */
+    a.local_rank = 1;
+    a.name[strlen(a.name) - 1] = a.name[strlen(a.name) - 1] == '0' ? '1' : '0';
+    int fd = shm_open(a.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int made = fd >= 0 && fchmod(fd, 0644) == 0 && ftruncate(fd, (off_t)ctx->layout.total) == 0;
+    if (fd >= 0) {
+        close(fd);
+    }
+    int peers[1] = {1};
+    const void *addrs[1] = {&a};
+    shoal_ep_t *eps[1];
+    shoal_status_t st = made ? tl->connect_all(ctx, peers, 1, addrs, &alen, eps) : SHOAL_OK;
+    tap_ok(made && st == SHOAL_ERR_PERMISSION, "a peer segment with mode 0644 is refused (%s)",
+           shoal_strerror(st));
+    shm_unlink(a.name);
+    alen = 7;
+    st = tl->connect_all(ctx, peers, 1, addrs, &alen, eps);
+    tap_ok(st == SHOAL_ERR_PROTOCOL, "a short address is refused (%s)", shoal_strerror(st));
+    tl->fini(ctx);
+}
+
 int main(void)
 {
     shoal_config_global_init();
@@ -636,6 +685,7 @@ int main(void)
         tap_bail("mmap: %s", strerror(errno));
         return 1;
     }
+    test_local();
     const case_t cases[] = {
         {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
          .killed_rank = -1},

@@ -36,6 +36,8 @@
 #define SHOAL_SHM_NAME_PREFIX "/shoal-"
 /* Longest futex sleep while a request is pending: a dead peer never rings the doorbell. */
 #define SHOAL_SHM_PENDING_SLEEP_US 2000
+/* Longest futex sleep when wait() is given a negative (infinite) timeout. */
+#define SHOAL_SHM_MAX_SLEEP_US 100000
 /* Peer liveness is checked at most this often while a request to/from it is pending. */
 #define SHOAL_SHM_CHECK_NS 1000000ull
 
@@ -148,6 +150,7 @@ struct shoal_tl_ctx {
     uint64_t npending;          /* queued requests over all endpoints */
     uint64_t last_check_ns;     /* progress()/wait() liveness rate limit */
     int failed;                 /* fail() was called */
+    const volatile int *abort_flag;
     struct shoal_ep *eps;       /* npeers endpoints */
     int npeers;
     struct shoal_ep **ep_by_local; /* local_size entries; NULL for self and unconnected */

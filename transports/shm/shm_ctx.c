@@ -185,6 +185,7 @@ static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_c
         .local_rank = params->local_rank,
         .local_size = params->local_size,
         .comm_id = params->comm_id,
+        .abort_flag = params->abort_flag,
         .slot_size = SHOAL_ALIGN_UP(shoal_shm_config.slot_size, SHOAL_CACHELINE),
         .nslots = shoal_shm_config.nslots,
         .area_size = SHOAL_ALIGN_UP(shoal_shm_config.area_size, SHOAL_SHM_PAGE),
@@ -365,6 +366,9 @@ static shoal_status_t shoal_shm_connect_all(shoal_tl_ctx_t *ctx, const int *peer
                     ctx->local_size);
         return SHOAL_ERR_INVALID_ARG;
     }
+    if (ctx->abort_flag != NULL && *ctx->abort_flag != 0) {
+        return SHOAL_ERR_ABORTED;
+    }
     if (npeers == 0) {
         return SHOAL_OK;
     }
@@ -421,7 +425,10 @@ static void shoal_shm_wait(shoal_tl_ctx_t *ctx, int timeout_us)
 {
     shoal_shm_ctrl_t *c = ctx->ctrl;
     uint32_t seen = ctx->bell_seen;
-    if (ctx->npending > 0 && (timeout_us < 0 || timeout_us > SHOAL_SHM_PENDING_SLEEP_US)) {
+    if (timeout_us < 0 || timeout_us > SHOAL_SHM_MAX_SLEEP_US) {
+        timeout_us = SHOAL_SHM_MAX_SLEEP_US; /* the caller loops; never sleep unbounded */
+    }
+    if (ctx->npending > 0 && timeout_us > SHOAL_SHM_PENDING_SLEEP_US) {
         timeout_us = SHOAL_SHM_PENDING_SLEEP_US;
     }
     if (timeout_us == 0) {
@@ -434,8 +441,7 @@ static void shoal_shm_wait(shoal_tl_ctx_t *ctx, int timeout_us)
             .tv_sec = timeout_us / 1000000,
             .tv_nsec = (long)(timeout_us % 1000000) * 1000,
         };
-        syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, seen, timeout_us > 0 ? &ts : NULL, NULL,
-                0);
+        syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, seen, &ts, NULL, 0);
     }
     __atomic_store_n(&c->sleeping, 0, __ATOMIC_RELAXED);
     if (ctx->npending > 0) {
