@@ -1,1 +1,157 @@
-/* placeholder: being written */
+/* The public collective calls: validate, order, run (or hand to the proxy thread). */
+#include "coll/coll.h"
+
+static shoal_status_t shoal_api_check_comm(shoal_comm_t comm, void *stream)
+{
+    if (comm == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (stream != NULL) {
+        shoal_warn_once(COLL, "stream-ordered collectives need a CUDA build; this build has "
+                        "none (pass stream = NULL for a blocking host call)");
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    return shoal_comm_check_usable(comm);
+}
+
+static shoal_status_t shoal_api_check_args(shoal_comm_t comm, const shoal_coll_args_t *a)
+{
+    int need_send = 1, need_recv = 1;
+    if ((unsigned)a->dtype >= SHOAL_DTYPE_COUNT || (unsigned)a->op >= SHOAL_OP_COUNT) {
+        shoal_error(COLL, "invalid dtype %d or op %d", (int)a->dtype, (int)a->op);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    switch (a->type) {
+    case SHOAL_COLL_BROADCAST:
+    case SHOAL_COLL_REDUCE:
+        if (a->root < 0 || a->root >= comm->nranks) {
+            shoal_error(COLL, "root %d out of range [0, %d)", a->root, comm->nranks);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        need_send = a->type == SHOAL_COLL_REDUCE || comm->rank == a->root;
+        need_recv = a->type == SHOAL_COLL_BROADCAST || comm->rank == a->root;
+        break;
+    case SHOAL_COLL_SEND:
+    case SHOAL_COLL_RECV:
+        if (a->root < 0 || a->root >= comm->nranks || a->root == comm->rank) {
+            shoal_error(COLL, "peer %d is not another rank of this communicator (size %d)",
+                        a->root, comm->nranks);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        need_send = a->type == SHOAL_COLL_SEND;
+        need_recv = a->type == SHOAL_COLL_RECV;
+        break;
+    case SHOAL_COLL_BARRIER:
+        return SHOAL_OK;
+    default:
+        break;
+    }
+    if (a->count > 0 && ((need_send && a->sendbuf == NULL) || (need_recv && a->recvbuf == NULL))) {
+        shoal_error(COLL, "NULL buffer with count %zu", a->count);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (a->count > SIZE_MAX / 8 / (size_t)comm->nranks) {
+        shoal_error(COLL, "count %zu is too large", a->count);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
+/* Blocking call: runs on the caller's thread in issue order. */
+static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t *a, void *stream)
+{
+    uint64_t ticket;
+    shoal_status_t st;
+
+    SHOAL_CHECK(shoal_api_check_comm(comm, stream));
+    SHOAL_CHECK(shoal_api_check_args(comm, a));
+    ticket = shoal_comm_ticket_take(comm);
+    st = shoal_comm_ticket_wait(comm, ticket);
+    if (st == SHOAL_OK) {
+        st = shoal_coll_run(comm, a);
+    }
+    shoal_comm_ticket_release(comm);
+    return st;
+}
+
+shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .op = op};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, int root, shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_BROADCAST, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .root = root};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count, shoal_dtype_t dtype,
+                            shoal_op_t op, int root, shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_REDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .op = op, .root = root};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               shoal_dtype_t dtype, shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_ALLGATHER, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = sendcount, .dtype = dtype};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                    void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_REDUCE_SCATTER, .sendbuf = sendbuf,
+                           .recvbuf = recvbuf, .count = recvcount, .dtype = dtype, .op = op};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_barrier(shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_BARRIER};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
+                          shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_SEND, .sendbuf = sendbuf, .count = count,
+                           .dtype = dtype, .root = peer};
+    return shoal_api_call(comm, &a, stream);
+}
+
+shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                          shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_RECV, .recvbuf = recvbuf, .count = count,
+                           .dtype = dtype, .root = peer};
+    return shoal_api_call(comm, &a, stream);
+}
+
+static shoal_status_t shoal_api_proxy_run(struct shoal_comm *comm, void *arg)
+{
+    return shoal_coll_run(comm, arg);
+}
+
+shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .op = op};
+    if (req_p == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    SHOAL_CHECK(shoal_api_check_comm(comm, NULL));
+    SHOAL_CHECK(shoal_api_check_args(comm, &a));
+    return shoal_proxy_post(comm, shoal_api_proxy_run, &a, sizeof(a), req_p);
+}
