@@ -1,6 +1,6 @@
 /* Config tables, parsers, logging subsystems, status names, HMAC and host identity. */
 #include "util/util.h"
-#include "tap.h"
+#include "tests/tap.h"
 
 #include <limits.h>
 #include <stdio.h>
