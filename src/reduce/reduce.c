@@ -1,7 +1,8 @@
 /* Entry points of the reduce module: pick the kernel for (dtype, op) from a table once per
  * call, pick its aliasing variant, and run it over the whole buffer (reduce2) or over
  * cache-sized blocks (reduce_n: the dst block stays in L1 while every source streams through
- * once). Kernels are in reduce_kern.c (native dtypes) and reduce_half.c (fp16, bf16).
+ * once). Kernels are in reduce_kern.c (native dtypes), reduce_half.c and reduce_x86.c
+ * (fp16, bf16).
  *
  * Semantics worth knowing:
  * - integer SUM and PROD wrap modulo 2^bits (two's complement for signed types);
@@ -26,11 +27,6 @@ static const size_t shoal_reduce_dtype_size[SHOAL_DTYPE_COUNT] = {
 int shoal_reduce_valid(shoal_dtype_t dtype, shoal_op_t op)
 {
     return (unsigned)dtype < SHOAL_DTYPE_COUNT && (unsigned)op < SHOAL_OP_COUNT;
-}
-
-static inline const shoal_reduce_half_kern_t *shoal_reduce_half_kern(shoal_dtype_t dtype)
-{
-    return dtype == SHOAL_FLOAT16 ? shoal_reduce_fp16_kern() : &shoal_reduce_bf16_portable;
 }
 
 static inline const shoal_reduce_kern_t *shoal_reduce_kern_get(shoal_dtype_t dtype,

@@ -1,7 +1,7 @@
 /* Internals of the reduce module: kernel tables, element types that tolerate any alignment,
  * the per-op expressions and the portable fp16/bf16 conversions. Included by the reduce
- * sources and by tests/unit/test_reduce.c (which checks the portable and F16C paths against
- * each other). */
+ * sources and by tests/unit/test_reduce.c (which checks the portable and x86 SIMD paths
+ * against each other). */
 #ifndef SHOAL_REDUCE_IMPL_H
 #define SHOAL_REDUCE_IMPL_H
 
@@ -23,16 +23,18 @@ typedef float __attribute__((aligned(1), may_alias)) shoal_f32u_t;
 typedef double __attribute__((aligned(1), may_alias)) shoal_f64u_t;
 
 /* x86-64: one AVX2 clone of every generic kernel besides the baseline one, picked by the
- * loader (ifunc), so a generic build still runs 256-bit vectors where the CPU has them. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+ * loader (ifunc), so a generic build still runs 256-bit vectors where the CPU has them.
+ * -DSHOAL_REDUCE_NO_SIMD builds what other architectures get (portable C only). */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && \
+    !defined(SHOAL_REDUCE_NO_SIMD)
 #if __has_attribute(target_clones)
 #define SHOAL_REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
-#define SHOAL_REDUCE_HAVE_F16C 1
+#define SHOAL_REDUCE_HAVE_X86 1
 #endif
 #endif
 #ifndef SHOAL_REDUCE_CLONES
 #define SHOAL_REDUCE_CLONES
-#define SHOAL_REDUCE_HAVE_F16C 0
+#define SHOAL_REDUCE_HAVE_X86 0
 #endif
 
 /* The ops on values (VT: value type, UT: type the arithmetic runs in). Integer SUM/PROD run in
@@ -70,18 +72,21 @@ typedef struct {
 
 /* reduce_kern.c: the native dtypes (all but FLOAT16 and BFLOAT16, whose rows are empty). */
 extern SHOAL_HIDDEN const shoal_reduce_kern_t shoal_reduce_kern_table[SHOAL_DTYPE_COUNT][SHOAL_AVG];
-/* reduce_half.c: portable kernels, and F16C kernels for FLOAT16 where built. */
+/* reduce_half.c: portable kernels. reduce_x86.c: AVX2+F16C (fp16) and AVX2 (bf16) kernels. */
 extern SHOAL_HIDDEN const shoal_reduce_half_kern_t shoal_reduce_fp16_portable;
 extern SHOAL_HIDDEN const shoal_reduce_half_kern_t shoal_reduce_bf16_portable;
-#if SHOAL_REDUCE_HAVE_F16C
+#if SHOAL_REDUCE_HAVE_X86
 extern SHOAL_HIDDEN const shoal_reduce_half_kern_t shoal_reduce_fp16_f16c;
+extern SHOAL_HIDDEN const shoal_reduce_half_kern_t shoal_reduce_bf16_avx2;
 #endif
-/* 1 if this CPU runs the F16C kernels (AVX2 and F16C). */
+/* 1 if this CPU runs the AVX2 kernels; the fp16 ones also need F16C. */
+SHOAL_HIDDEN int shoal_reduce_cpu_has_avx2(void);
 SHOAL_HIDDEN int shoal_reduce_cpu_has_f16c(void);
-/* The FLOAT16 kernels in use; tests switch with shoal_reduce_fp16_use_f16c (0 forces the
- * portable ones, 1 selects F16C when the CPU has it). Returns whether F16C is now in use. */
-SHOAL_HIDDEN const shoal_reduce_half_kern_t *shoal_reduce_fp16_kern(void);
-SHOAL_HIDDEN int shoal_reduce_fp16_use_f16c(int enable);
+/* The FLOAT16 or BFLOAT16 kernel set in use (the best the CPU runs, chosen on first use). */
+SHOAL_HIDDEN const shoal_reduce_half_kern_t *shoal_reduce_half_kern(shoal_dtype_t dtype);
+/* Tests and benchmarks: 0 forces the portable kernels, 1 selects the x86 ones where the CPU
+ * has them. Returns 1 if the x86 bf16 kernels are now in use (fp16 ones too if F16C). */
+SHOAL_HIDDEN int shoal_reduce_half_use_simd(int enable);
 
 /* ---- portable conversions (bit manipulation, branch-free) ------------------------------- */
 
@@ -110,9 +115,10 @@ static inline float shoal_reduce_bf16_to_f32(uint16_t b)
 static inline uint16_t shoal_reduce_f32_to_bf16(float f)
 {
     uint32_t u = shoal_reduce_f32_bits(f);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x40u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+    uint32_t quiet = u | 0x00400000u;
+    int32_t mag = (int32_t)(u & 0x7fffffffu); /* signed compare: one instruction in AVX2 */
+    return (uint16_t)((mag > 0x7f800000 ? quiet : rounded) >> 16);
 }
 
 /* fp16 -> fp32, exact. Normal numbers: move exponent and mantissa into place and rescale by

@@ -3,7 +3,7 @@
  * their own type in source order, fp16/bf16 widened and rounded by slow reference
  * conversions built on frexp/ldexp/nearbyint), over counts that straddle vector and block
  * sizes, unaligned pointers, in-place aliasing, AVG, wraparound, NaN/inf and every fp16/bf16
- * bit pattern. The FLOAT16 kernels run twice where the CPU has F16C: hardware and portable. */
+ * bit pattern. fp16/bf16 kernels run twice where the CPU has AVX2/F16C: SIMD and portable. */
 #include "reduce/reduce_impl.h"
 #include "tests/tap.h"
 
@@ -704,51 +704,71 @@ static size_t probe_floats(float *out, size_t cap)
     return n;
 }
 
+/* The x86 kernels' conversions (VCVTPS2PH, VCVTPH2PS, the AVX2 bf16 rounding) against the
+ * portable ones, bit for bit, NaN payloads included. */
+static void test_conv_simd(const float *f, size_t n)
+{
+#if SHOAL_REDUCE_HAVE_X86
+    uint16_t *out = malloc(n * sizeof(uint16_t)), *all = malloc(65536 * sizeof(uint16_t));
+    float *w = malloc(65536 * sizeof(float));
+    size_t bad_h = 0, bad_w = 0, bad_b = 0, bad_bw = 0;
+    if (out == NULL || all == NULL || w == NULL) {
+        tap_bail("out of memory");
+    }
+    for (uint32_t i = 0; i < 65536; i++) {
+        all[i] = (uint16_t)i;
+    }
+    if (shoal_reduce_cpu_has_f16c()) {
+        shoal_reduce_fp16_f16c.store(out, f, n);
+        for (size_t i = 0; i < n; i++) {
+            bad_h += out[i] != shoal_float_to_half(f[i]);
+        }
+        shoal_reduce_fp16_f16c.load(w, all, 65536);
+        for (uint32_t i = 0; i < 65536; i++) {
+            bad_w += f32_bits(w[i]) != f32_bits(shoal_half_to_float((uint16_t)i));
+        }
+        tap_ok(bad_h == 0, "fp32 -> fp16 bit-identical to F16C (%zu bad)", bad_h);
+        tap_ok(bad_w == 0, "fp16 -> fp32 bit-identical to F16C, all 65536 (%zu bad)", bad_w);
+    } else {
+        tap_skip(2, "CPU has no F16C");
+    }
+    if (shoal_reduce_cpu_has_avx2()) {
+        shoal_reduce_bf16_avx2.store(out, f, n);
+        for (size_t i = 0; i < n; i++) {
+            bad_b += out[i] != shoal_float_to_bf16(f[i]);
+        }
+        shoal_reduce_bf16_avx2.load(w, all, 65536);
+        for (uint32_t i = 0; i < 65536; i++) {
+            bad_bw += f32_bits(w[i]) != f32_bits(shoal_bf16_to_float((uint16_t)i));
+        }
+        tap_ok(bad_b == 0, "fp32 -> bf16 bit-identical in AVX2 kernels (%zu bad)", bad_b);
+        tap_ok(bad_bw == 0, "bf16 -> fp32 bit-identical in AVX2 kernels (%zu bad)", bad_bw);
+    } else {
+        tap_skip(2, "CPU has no AVX2");
+    }
+    free(out), free(all), free(w);
+#else
+    (void)f, (void)n;
+    tap_skip(4, "x86 SIMD kernels not built");
+#endif
+}
+
 static void test_conv_rounding(void)
 {
     size_t cap = 1u << 20;
     float *f = malloc(cap * sizeof(float));
-    uint16_t *hw = malloc(cap * sizeof(uint16_t));
-    if (f == NULL || hw == NULL) {
+    if (f == NULL) {
         tap_bail("out of memory");
     }
-    size_t n = probe_floats(f, cap), bad_h = 0, bad_b = 0, bad_hw = 0, bad_nan = 0;
+    size_t n = probe_floats(f, cap), bad_h = 0, bad_b = 0;
     for (size_t i = 0; i < n; i++) {
         bad_h += !same_h(shoal_float_to_half(f[i]), ref_f2h(f[i]), 0);
         bad_b += !same_h(shoal_float_to_bf16(f[i]), ref_f2bf(f[i]), 1);
     }
     tap_ok(bad_h == 0, "fp32 -> fp16 matches reference RNE on %zu probes (%zu bad)", n, bad_h);
     tap_ok(bad_b == 0, "fp32 -> bf16 matches reference RNE on %zu probes (%zu bad)", n, bad_b);
-#if SHOAL_REDUCE_HAVE_F16C
-    if (shoal_reduce_cpu_has_f16c()) {
-        shoal_reduce_fp16_f16c.store(hw, f, n); /* VCVTPS2PH */
-        for (size_t i = 0; i < n; i++) {
-            bad_hw += hw[i] != shoal_float_to_half(f[i]);
-        }
-        float *w = malloc(65536 * sizeof(float));
-        uint16_t *all = malloc(65536 * sizeof(uint16_t));
-        if (w == NULL || all == NULL) {
-            tap_bail("out of memory");
-        }
-        for (uint32_t i = 0; i < 65536; i++) {
-            all[i] = (uint16_t)i;
-        }
-        shoal_reduce_fp16_f16c.load(w, all, 65536); /* VCVTPH2PS */
-        for (uint32_t i = 0; i < 65536; i++) {
-            bad_nan += f32_bits(w[i]) != f32_bits(shoal_half_to_float((uint16_t)i));
-        }
-        free(w), free(all);
-        tap_ok(bad_hw == 0, "fp32 -> fp16 bit-identical to F16C, NaN payloads too (%zu bad)",
-               bad_hw);
-        tap_ok(bad_nan == 0, "fp16 -> fp32 bit-identical to F16C for all 65536 (%zu bad)",
-               bad_nan);
-    } else {
-        tap_skip(2, "CPU has no F16C");
-    }
-#else
-    tap_skip(2, "F16C kernels not built");
-#endif
-    free(f), free(hw);
+    test_conv_simd(f, n);
+    free(f);
 }
 
 static void test_conv_specials(void)
@@ -821,16 +841,16 @@ int main(void)
     test_wraparound();
     test_float_specials();
     for (int dt = 0; dt < NDT; dt++) {
-        int f16c = dt == SHOAL_FLOAT16 ? shoal_reduce_fp16_use_f16c(1) : 0;
-        test_matrix(dt, f16c ? " (f16c)" : "");
+        int simd = is_half(dt) ? shoal_reduce_half_use_simd(1) : 0;
+        test_matrix(dt, simd ? " (simd)" : "");
         if (is_half(dt)) {
             test_half_specials(dt);
         }
-        if (f16c) {
-            shoal_reduce_fp16_use_f16c(0);
+        if (simd) {
+            shoal_reduce_half_use_simd(0);
             test_matrix(dt, " (portable)");
             test_half_specials(dt);
-            shoal_reduce_fp16_use_f16c(1);
+            shoal_reduce_half_use_simd(1);
         }
         test_avg(dt);
     }
