@@ -28,8 +28,8 @@ static void shoal_info_usage(FILE *fp)
 
 static void shoal_info_print_version(void)
 {
-    printf("# %s (library ABI %d.%d.%d, transport ABI %d)\n", shoal_version_string(),
-           SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH, SHOAL_TL_ABI_VERSION);
+    printf("# %s (API %d.%d.%d, transport ABI %d)\n", shoal_version_string(), SHOAL_VERSION_MAJOR,
+           SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH, SHOAL_TL_ABI_VERSION);
 }
 
 static void shoal_info_print_transports(void)
