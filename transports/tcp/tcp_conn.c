@@ -589,7 +589,7 @@ static shoal_status_t shoal_tcp_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, 
     return SHOAL_OK;
 }
 
-static void shoal_tcp_conn_start(shoal_tcp_conn_t *conn, int nconnect)
+static void shoal_tcp_conn_start(shoal_tcp_conn_t *conn)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
     int k = 0;
@@ -605,7 +605,6 @@ static void shoal_tcp_conn_start(shoal_tcp_conn_t *conn, int nconnect)
     for (; k < conn->nslots; k++) {
         conn->slots[k].fd = -1;
     }
-    (void)nconnect;
 }
 
 shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
@@ -633,7 +632,7 @@ shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
         status = SHOAL_ERR_NO_MEMORY;
         goto err_eps;
     }
-    shoal_tcp_conn_start(&conn, nconnect);
+    shoal_tcp_conn_start(&conn);
     if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->listen_fd, &ev) != 0) {
         shoal_error(TCP, "epoll_ctl(ADD, listener fd %d) failed: %s", ctx->listen_fd,
                     strerror(errno));

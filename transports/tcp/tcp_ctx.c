@@ -177,18 +177,13 @@ static int shoal_tcp_ifname_match(const char *spec, const char *ifname)
     return exclude ? !hit : hit;
 }
 
-static int shoal_tcp_family_wanted(int family, int pass_family)
-{
-    return family == pass_family;
-}
-
 /* Scans the interfaces once for one family; pass 0 wants non-loopback non-docker, 1 docker,
  * 2 loopback (only when no spec is given). */
 static int shoal_tcp_scan(struct ifaddrs *list, const char *spec, int family, int pass,
                           struct sockaddr_storage *ss, char *ifname, size_t iflen)
 {
     for (struct ifaddrs *ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
-        if (ifa->ifa_addr == NULL || !shoal_tcp_family_wanted(ifa->ifa_addr->sa_family, family) ||
+        if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != family ||
             (ifa->ifa_flags & IFF_UP) == 0) {
             continue;
         }
