@@ -121,7 +121,8 @@ static shoal_status_t shoal_shmd_wait(struct shoal_comm *comm, int which, uint64
             if ((spins & 63) == 63 && comm->shm->ops->peer_check != NULL &&
                 comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why)) != SHOAL_OK) {
                 int peer = comm->local_ranks[q];
-                return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, peer,
+                return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
+                                             shoal_comm_culprit(comm, why, peer),
                                              "peer %d (%s) failed: %s", peer,
                                              shoal_comm_peer_host(comm, peer), why);
             }

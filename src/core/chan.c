@@ -31,7 +31,8 @@ static void shoal_chan_req_init(struct shoal_comm *comm, shoal_tl_req_t *req, vo
 static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
                                              shoal_status_t st, const char *what)
 {
-    return shoal_comm_set_failed(comm, st, peer, "%s peer %d (%s) failed: %s", what, peer,
+    return shoal_comm_set_failed(comm, st, shoal_comm_culprit(comm, comm->tl_err, peer),
+                                 "%s peer %d (%s) failed: %s", what, peer,
                                  shoal_comm_peer_host(comm, peer),
                                  comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(st));
 }
@@ -138,7 +139,8 @@ static shoal_status_t shoal_chan_req_failed(struct shoal_comm *comm, shoal_tl_re
                                             int peer)
 {
     const char *why = comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(req->status);
-    return shoal_comm_set_failed(comm, req->status, peer, "peer %d (%s) failed: %s", peer,
+    return shoal_comm_set_failed(comm, req->status, shoal_comm_culprit(comm, why, peer),
+                                 "peer %d (%s) failed: %s", peer,
                                  shoal_comm_peer_host(comm, peer), why);
 }
 

@@ -45,6 +45,18 @@ const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank)
     return comm->peers[rank].host;
 }
 
+int shoal_comm_culprit(struct shoal_comm *comm, const char *why, int peer)
+{
+    const char *p = why != NULL ? strstr(why, "because of rank ") : NULL;
+    if (p != NULL) {
+        int r = atoi(p + strlen("because of rank "));
+        if (r >= 0 && r < comm->nranks) {
+            return r;
+        }
+    }
+    return peer;
+}
+
 shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t status, int culprit,
                                      const char *fmt, ...)
 {
