@@ -49,24 +49,28 @@ static void shoal_info_print_transports(void)
 
 static void shoal_info_print_built(void)
 {
+    /* found: configure found the dependency; used_by: the layer of shoal that uses it, or
+     * NULL while that layer is not written yet (then nothing of it is in this build). */
     static const struct {
         const char *name;
-        int built;
+        int found;
+        const char *used_by;
     } deps[] = {
-        {.name = "hwloc", .built = SHOAL_HAVE_HWLOC},
-        {.name = "ucx", .built = SHOAL_HAVE_UCX},
-        {.name = "verbs", .built = SHOAL_HAVE_VERBS},
-        {.name = "cuda", .built = SHOAL_HAVE_CUDA},
-        {.name = "nccl", .built = SHOAL_HAVE_NCCL},
-        {.name = "mpi", .built = SHOAL_HAVE_MPI},
+        {.name = "hwloc", .found = SHOAL_HAVE_HWLOC, .used_by = NULL},
+        {.name = "ucx", .found = SHOAL_HAVE_UCX, .used_by = NULL},
+        {.name = "verbs", .found = SHOAL_HAVE_VERBS, .used_by = NULL},
+        {.name = "cuda", .found = SHOAL_HAVE_CUDA, .used_by = NULL},
+        {.name = "nccl", .found = SHOAL_HAVE_NCCL, .used_by = NULL},
+        {.name = "mpi", .found = SHOAL_HAVE_MPI, .used_by = NULL},
     };
     static const char *const levels[] = {"none", "version", "warn", "info", "trace"};
     size_t i;
 
     shoal_info_print_transports();
-    printf("# optional dependencies\n");
+    printf("# optional dependencies (found by configure; built in only where a layer uses them)\n");
     for (i = 0; i < SHOAL_ARRAY_SIZE(deps); i++)
-        printf("#   %-6s built: %s\n", deps[i].name, deps[i].built ? "yes" : "no");
+        printf("#   %-6s found: %-3s built in: %s\n", deps[i].name, deps[i].found ? "yes" : "no",
+               deps[i].found && deps[i].used_by != NULL ? deps[i].used_by : "no");
     printf("# build\n");
     printf("#   logging up to: %s\n", levels[SHOAL_LOG_MAX_LEVEL]);
 #ifdef SHOAL_DEBUG_BUILD
