@@ -37,6 +37,7 @@
 
 #define SHOALRUN_MAX_RANKS      1024
 #define SHOALRUN_SIGNAL_GRACE_S 3.0   /* after a forwarded signal, before SIGKILL */
+#define SHOALRUN_SIGNAL_REPEAT_S 1.0  /* a second signal sooner than this is the same one */
 #define SHOALRUN_TIMEOUT_TERM_S 1.0   /* after the timeout's SIGTERM, before SIGKILL */
 #define SHOALRUN_DRAIN_S        1.0   /* output still open after all ranks exited */
 #define SHOALRUN_LINE_MIN       4096
@@ -89,7 +90,8 @@ typedef struct {
     double kill_at;      /* SIGKILL deadline, 0: none */
     double drain_until;  /* stop waiting for output, 0: none */
     int timed_out;
-    int signo;           /* last forwarded signal */
+    int signo;           /* first forwarded signal */
+    double signal_at;    /* when it came */
     int failed;          /* a rank failed: survivors are on grace */
     int sink_dead[3];    /* writes to fd 1/2 failed: drop output */
     char *scratch;       /* formatted output */
@@ -630,11 +632,15 @@ static void shoalrun_on_signal(shoalrun_job_t *job, int sig)
         return; /* reaped by the loop */
     }
     if (job->signo != 0) {
+        if (shoalrun_now() - job->signal_at < SHOALRUN_SIGNAL_REPEAT_S) {
+            return; /* the same event twice (e.g. sent to us and to our process group) */
+        }
         fprintf(stderr, "shoalrun: %s again, killing all ranks\n", strsignal(sig));
         shoalrun_kill_deadline(job, shoalrun_now());
         return;
     }
     job->signo = sig;
+    job->signal_at = shoalrun_now();
     fprintf(stderr, "shoalrun: %s, forwarding it to %d rank(s)\n", strsignal(sig),
             job->nrunning);
     shoalrun_signal_all(job, sig);

@@ -1,0 +1,168 @@
+#!/bin/sh
+# TAP test of the shoalrun launcher (ranks, exit codes, failures, timeout, output tagging,
+# signals) and a smoke run of the perf tools through it (#wrong must be 0).
+# Needs: top_builddir (exported by `make check`; defaults to the current directory).
+
+top_builddir=${top_builddir:-.}
+SHOALRUN="$top_builddir/shoalrun"
+T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
+
+NTESTS=25
+echo "1..$NTESTS"
+n=0
+ok() { # ok COND-EXIT-STATUS DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi
+}
+is() { # is GOT WANT DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" = "$2" ]; then echo "ok $n - $3"; else
+        echo "not ok $n - $3"; echo "#   got: '$1'"; echo "#  want: '$2'"; fi
+}
+diag_file() { sed 's/^/#   /' "$1" | head -n 30; }
+# Runs shoalrun under an outer deadline (so a broken launcher cannot hang the suite),
+# output in $T/out and $T/err, status in $rc, wall seconds in $secs.
+run() {
+    t0=$(date +%s)
+    timeout -s KILL 120 "$SHOALRUN" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    secs=$(($(date +%s) - t0))
+}
+alive() { # alive PID: exists and is not a zombie waiting for a reaper
+    kill -0 "$1" 2>/dev/null && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null
+}
+all_dead() { # all_dead PIDFILE...: every pid listed is gone
+    for f in "$@"; do
+        [ -s "$f" ] || return 1
+        alive "$(cat "$f")" && return 1
+    done
+    return 0
+}
+
+if [ ! -x "$SHOALRUN" ]; then
+    i=0; while [ $i -lt $NTESTS ]; do i=$((i + 1)); echo "ok $i # SKIP no shoalrun in $top_builddir"; done
+    exit 0
+fi
+
+# 1-4: every rank sees its own SHOAL_RANK, the rank count, the local rank/size and one uid
+run -n 4 --timeout 60 sh -c 'echo "rank=$SHOAL_RANK nranks=$SHOAL_NRANKS local=$SHOAL_LOCAL_RANK/$SHOAL_LOCAL_SIZE"; echo "uid=$SHOAL_UID"'
+is "$rc" 0 "4 ranks of a small command exit 0"
+got=$(grep -o 'rank=[0-9]* nranks=[0-9]* local=[0-9/]*' "$T/out" | sort | tr '\n' ' ')
+is "$got" "rank=0 nranks=4 local=0/4 rank=1 nranks=4 local=1/4 rank=2 nranks=4 local=2/4 rank=3 nranks=4 local=3/4 " \
+    "each rank sees a distinct SHOAL_RANK, SHOAL_NRANKS, SHOAL_LOCAL_RANK/SIZE"
+bad=$(grep -c '^\[\([0-3]\)\] rank=\1 ' "$T/out")
+is "$bad" 4 "each line carries its own rank's prefix"
+uids=$(sed -n 's/^\[[0-9]*\] uid=//p' "$T/out" | sort -u)
+echo "$uids" | grep -qx '[0-9a-f]\{256\}' && [ "$(echo "$uids" | wc -l)" -eq 1 ]
+ok $? "every rank gets the same SHOAL_UID of 256 hex digits"
+
+# 5-6: exit status is the worst rank's
+run -n 3 --timeout 60 sh -c 'exit $((SHOAL_RANK * 2))'
+is "$rc" 4 "exit status is the worst of the ranks' (0, 2, 4 -> 4)"
+grep -q 'rank 2 (pid [0-9]*) exited with status 4' "$T/err"
+ok $? "a failing rank is reported on stderr"
+
+# 7-9: a rank killed by a signal: the others are killed after the grace period
+run -n 3 --grace 1 --timeout 60 sh -c 'echo $$ > '"$T"'/pid.$SHOAL_RANK; if [ $SHOAL_RANK = 1 ]; then sleep 0.3; kill -9 $$; fi; exec sleep 30'
+is "$rc" 137 "a rank killed by SIGKILL gives exit status 128+9"
+grep -q 'rank 1 (pid [0-9]*) killed by signal 9' "$T/err"
+ok $? "the killed rank is reported on stderr"
+[ "$secs" -lt 10 ] && all_dead "$T/pid.0" "$T/pid.1" "$T/pid.2"
+ok $? "survivors are killed once the grace period ends (${secs}s)"
+rm -f "$T"/pid.*
+
+# 10: survivors that exit on their own within the grace period keep their status
+run -n 3 --grace 20 --timeout 60 sh -c 'if [ $SHOAL_RANK = 0 ]; then exit 3; fi; sleep 1; exit 5'
+[ "$rc" -eq 5 ] && [ "$secs" -lt 15 ]
+ok $? "survivors exiting by themselves in the grace period count (rc $rc, ${secs}s)"
+
+# 11-12: --timeout kills everything and exits 124, quickly
+run -n 3 --timeout 1 sh -c 'echo $$ > '"$T"'/pid.$SHOAL_RANK; exec sleep 30'
+is "$rc" 124 "--timeout exits 124"
+[ "$secs" -lt 6 ] && all_dead "$T/pid.0" "$T/pid.1" "$T/pid.2"
+ok $? "--timeout 1 kills every rank promptly (${secs}s)"
+rm -f "$T"/pid.*
+
+# 13-15: prefixed output keeps every line, whole, from every rank, on the right stream
+run -n 3 --timeout 60 sh -c 'i=0; while [ $i -lt 2000 ]; do echo "line $i of rank $SHOAL_RANK"; i=$((i+1)); done; echo "err of rank $SHOAL_RANK" >&2; printf "tail of rank $SHOAL_RANK"'
+good=0
+for r in 0 1 2; do
+    c=$(grep -c "^\[$r\] line [0-9]* of rank $r\$" "$T/out")
+    u=$(sed -n "s/^\[$r\] line \([0-9]*\) of rank $r\$/\1/p" "$T/out" | sort -un | wc -l)
+    [ "$c" -eq 2000 ] && [ "$u" -eq 2000 ] && good=$((good + 1))
+done
+[ "$rc" -eq 0 ] && [ "$good" -eq 3 ] && [ "$(wc -l < "$T/out")" -eq 6003 ]
+ok $? "all 3 x 2000 lines arrive whole, each with its rank's prefix"
+[ "$(grep -c '^\[[0-2]\] tail of rank [0-2]$' "$T/out")" -eq 3 ]
+ok $? "an unterminated last line is flushed at exit"
+[ "$(grep -c '^\[\([0-2]\)\] err of rank \1$' "$T/err")" -eq 3 ] && ! grep -q 'err of' "$T/out"
+ok $? "stderr lines go to stderr, prefixed"
+
+# 16: -x sets variables for the ranks
+run -n 2 --timeout 60 -x SHOALRUN_TEST_VAR=hello -- sh -c 'echo "v=$SHOALRUN_TEST_VAR"'
+[ "$rc" -eq 0 ] && [ "$(grep -c '^\[[01]\] v=hello$' "$T/out")" -eq 2 ]
+ok $? "-x VAR=VALUE reaches every rank"
+
+# 17: --no-prefix leaves output alone
+run -n 2 --no-prefix --timeout 60 sh -c 'echo plain'
+[ "$rc" -eq 0 ] && [ "$(grep -cx plain "$T/out")" -eq 2 ]
+ok $? "--no-prefix passes output through untouched"
+
+# 18: usage errors and a missing program
+"$SHOALRUN" true >/dev/null 2>&1; a=$?
+"$SHOALRUN" -n 2 /nonexistent/program >/dev/null 2>&1; b=$?
+[ "$a" -eq 2 ] && [ "$b" -eq 127 ]
+ok $? "missing -n exits 2, a missing program exits 127 (got $a, $b)"
+
+# 19: SIGTERM to shoalrun is forwarded to every rank
+t0=$(date +%s)
+"$SHOALRUN" -n 2 --timeout 60 sh -c 'trap "echo got-term; exit 0" TERM; sleep 30 & wait' \
+    >"$T/out" 2>"$T/err" &
+pid=$!
+sleep 1
+kill -TERM $pid
+wait $pid; rc=$?
+secs=$(($(date +%s) - t0))
+[ "$rc" -eq 143 ] && [ "$(grep -c 'got-term' "$T/out")" -eq 2 ] && [ "$secs" -lt 10 ]
+ok $? "SIGTERM is forwarded to every rank, shoalrun exits 128+15 (rc $rc, ${secs}s)"
+
+# 20: ranks die with shoalrun (PR_SET_PDEATHSIG)
+"$SHOALRUN" -n 2 sh -c 'echo $$ > '"$T"'/pid.$SHOAL_RANK; exec sleep 30' >/dev/null 2>&1 &
+pid=$!
+i=0; while [ $i -lt 50 ] && ! [ -s "$T/pid.0" -a -s "$T/pid.1" ]; do sleep 0.1; i=$((i + 1)); done
+kill -KILL $pid; wait $pid 2>/dev/null
+sleep 0.5
+all_dead "$T/pid.0" "$T/pid.1"
+ok $? "ranks are killed when shoalrun itself is killed"
+rm -f "$T"/pid.*
+
+# 21-25: perf smoke (needs the whole library): #wrong must be 0 everywhere
+perf_ok() { # perf_ok: rc 0, at least one data row, every #wrong column 0, bounds line OK
+    [ "$rc" -eq 0 ] || return 1
+    sed -n 's/^\[0\] //p' "$T/out" > "$T/out0"
+    grep -q '^# Out of bounds values : 0 OK' "$T/out0" || return 1
+    tail -n 1 "$T/out0" | grep -q '^# Avg bus bandwidth' || return 1
+    grep -v '^#' "$T/out0" |
+        awk 'NF == 13 { rows++; if ($9 != 0 || $13 != 0) bad++ } END { exit !(rows > 0 && bad == 0) }'
+}
+perf_case() { # perf_case DESCRIPTION SHOALRUN-ARGS...
+    d=$1; shift
+    run "$@"
+    perf_ok; r=$?
+    ok $r "$d (rc $rc)"
+    [ $r -eq 0 ] || { diag_file "$T/out"; diag_file "$T/err"; }
+}
+P="$top_builddir"
+perf_case "shoalrun -n 2 allreduce_perf -b 8 -e 1M -f 4: #wrong 0" \
+    -n 2 --timeout 120 "$P/allreduce_perf" -b 8 -e 1M -f 4 -n 2 -w 1 -c 1
+perf_case "shoalrun -n 3 allreduce_perf over tcp: #wrong 0" \
+    -n 3 --timeout 120 -x SHOAL_TRANSPORT=tcp "$P/allreduce_perf" -b 8 -e 1M -f 4 -n 2 -w 1 -c 1
+perf_case "shoalrun -n 3 broadcast_perf -r 1: #wrong 0" \
+    -n 3 --timeout 120 "$P/broadcast_perf" -b 8 -e 256K -f 8 -n 2 -w 1 -c 1 -r 1
+perf_case "shoalrun -n 3 allgather_perf: #wrong 0" \
+    -n 3 --timeout 120 "$P/allgather_perf" -b 8 -e 256K -f 8 -n 2 -w 1 -c 1
+perf_case "shoalrun -n 3 reduce_scatter_perf: #wrong 0" \
+    -n 3 --timeout 120 "$P/reduce_scatter_perf" -b 8 -e 256K -f 8 -n 2 -w 1 -c 1
+exit 0
