@@ -4,7 +4,8 @@
  *
  * Build (installed shoal):   cc allreduce.c $(pkg-config --cflags --libs shoal) -o allreduce
  * Run 4 ranks on this host:  shoalrun -n 4 ./allreduce
- * Or under Open MPI / Slurm: mpirun -n 4 -x SHOAL_ROOT=host0:29500 ./allreduce
+ * Under mpirun or srun instead, give every rank the same SHOAL_ROOT=host:port (rank 0
+ * listens there) and SHOAL_SECRET (64 hex characters); the rank comes from the launcher.
  */
 #include <shoal.h>
 

@@ -564,7 +564,9 @@ static const char *perf_backend_name(void)
 {
     static char name[64];
 
-    snprintf(name, sizeof(name), "shoal %s", shoal_version_string());
+    const char *v = shoal_version_string();
+
+    snprintf(name, sizeof(name), "%s%s", strncmp(v, "shoal", 5) == 0 ? "" : "shoal ", v);
     return name;
 }
 
