@@ -3,7 +3,11 @@
 # Required: a C toolchain, autotools, pkg-config, OpenSSL's libcrypto (HMAC for authenticated
 # joins). For the test suite: iproute2 (network-namespace tests), procps.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps"
+# Optional (used where found): UCX, rdma-core (verbs, rdmacm), hwloc, PMIx, Open MPI, Gloo,
+# gnuplot (perf/compare.sh plots).
+pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps
+      libucx-dev libibverbs-dev librdmacm-dev libhwloc-dev libpmix-dev libopenmpi-dev
+      openmpi-bin libgloo-dev gnuplot-nox"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
