@@ -80,6 +80,7 @@ typedef struct {
     shoalrun_rank_t *ranks;
     char *path;          /* resolved program */
     char ***envs;        /* per rank: NULL-terminated environment */
+    size_t *env_owned;   /* per rank: entries from this index on are ours to free */
     int sigfd;
     sigset_t orig_mask;
     pid_t self;
@@ -274,7 +275,10 @@ static char *shoalrun_strdupf(const char *fmt, ...)
     return s;
 }
 
-static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, int rank)
+/* environ minus what we set, then the -x variables and the SHOAL_* ones; entries from
+ * *owned_p on are allocated. */
+static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, int rank,
+                                 size_t *owned_p)
 {
     size_t nenv = 0, k = 0;
     char **env;
@@ -291,9 +295,10 @@ static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, 
             env[k++] = environ[i];
         }
     }
+    *owned_p = k;
     for (int i = 0; i < o->nxvars; i++) {
         if (strchr(o->xvars[i], '=') != NULL) {
-            env[k++] = (char *)o->xvars[i];
+            env[k++] = strdup(o->xvars[i]);
         } else if (getenv(o->xvars[i]) != NULL) {
             env[k++] = shoalrun_strdupf("%s=%s", o->xvars[i], getenv(o->xvars[i]));
         }
@@ -303,7 +308,7 @@ static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, 
     env[k++] = shoalrun_strdupf("SHOAL_NRANKS=%d", o->nranks);
     env[k++] = shoalrun_strdupf("SHOAL_LOCAL_RANK=%d", rank);
     env[k++] = shoalrun_strdupf("SHOAL_LOCAL_SIZE=%d", o->nranks);
-    for (size_t i = 0; i < k; i++) {
+    for (size_t i = *owned_p; i < k; i++) {
         if (env[i] == NULL) {
             return NULL; /* leaked: the launcher is about to exit */
         }
@@ -836,12 +841,13 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     shoalrun_uid_hex(&uid, hex);
     job->ranks = calloc((size_t)job->opts.nranks, sizeof(*job->ranks));
     job->envs = calloc((size_t)job->opts.nranks, sizeof(*job->envs));
-    if (job->ranks == NULL || job->envs == NULL) {
+    job->env_owned = calloc((size_t)job->opts.nranks, sizeof(*job->env_owned));
+    if (job->ranks == NULL || job->envs == NULL || job->env_owned == NULL) {
         fprintf(stderr, "shoalrun: out of memory\n");
         return 1;
     }
     for (int i = 0; i < job->opts.nranks; i++) {
-        job->envs[i] = shoalrun_env_build(&job->opts, hex, i);
+        job->envs[i] = shoalrun_env_build(&job->opts, hex, i, &job->env_owned[i]);
         if (job->envs[i] == NULL) {
             fprintf(stderr, "shoalrun: out of memory\n");
             return 1;
@@ -881,6 +887,28 @@ static int shoalrun_job_run(shoalrun_job_t *job)
     return shoalrun_exit_code(job);
 }
 
+static void shoalrun_job_free(shoalrun_job_t *job)
+{
+    for (int i = 0; job->envs != NULL && i < job->opts.nranks; i++) {
+        for (size_t k = job->env_owned[i]; job->envs[i] != NULL && job->envs[i][k] != NULL; k++) {
+            if (strncmp(job->envs[i][k], "SHOAL_UID=", 10) == 0) {
+                memset(job->envs[i][k], 0, strlen(job->envs[i][k])); /* holds the job secret */
+            }
+            free(job->envs[i][k]);
+        }
+        free(job->envs[i]);
+    }
+    free(job->envs);
+    free(job->env_owned);
+    free(job->ranks);
+    free(job->path);
+    free(job->scratch);
+    free(job->opts.xvars);
+    if (job->sigfd >= 0) {
+        close(job->sigfd);
+    }
+}
+
 int main(int argc, char **argv)
 {
     shoalrun_job_t job = {.sigfd = -1};
@@ -888,13 +916,13 @@ int main(int argc, char **argv)
 
     if (rc != 0) {
         shoalrun_usage(rc > 0 ? stdout : stderr);
+        free(job.opts.xvars);
         return rc > 0 ? 0 : SHOALRUN_EXIT_USAGE;
     }
     rc = shoalrun_job_prepare(&job);
-    if (rc != 0) {
-        return rc;
+    if (rc == 0) {
+        rc = shoalrun_job_run(&job);
     }
-    rc = shoalrun_job_run(&job);
-    free(job.scratch);
+    shoalrun_job_free(&job);
     return rc;
 }
