@@ -41,6 +41,13 @@ all_dead() { # all_dead PIDFILE...: every pid listed is gone
     return 0
 }
 
+wait_files() { # wait_files FILE...: up to 10 s for every file to be non-empty
+    i=0
+    for f in "$@"; do
+        while [ ! -s "$f" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    done
+}
+
 if [ ! -x "$SHOALRUN" ]; then
     i=0; while [ $i -lt $NTESTS ]; do i=$((i + 1)); echo "ok $i # SKIP no shoalrun in $top_builddir"; done
     exit 0
@@ -118,22 +125,23 @@ ok $? "missing -n exits 2, a missing program exits 127 (got $a, $b)"
 
 # 19: SIGTERM to shoalrun is forwarded to every rank
 t0=$(date +%s)
-"$SHOALRUN" -n 2 --timeout 60 sh -c 'trap "echo got-term; exit 0" TERM; sleep 30 & wait' \
+"$SHOALRUN" -n 2 --timeout 60 sh -c 'trap "echo got-term; exit 0" TERM; echo $$ > '"$T"'/pid.$SHOAL_RANK; sleep 30 & wait' \
     >"$T/out" 2>"$T/err" &
 pid=$!
-sleep 1
+wait_files "$T/pid.0" "$T/pid.1"
 kill -TERM $pid
 wait $pid; rc=$?
 secs=$(($(date +%s) - t0))
+rm -f "$T"/pid.*
 [ "$rc" -eq 143 ] && [ "$(grep -c 'got-term' "$T/out")" -eq 2 ] && [ "$secs" -lt 10 ]
 ok $? "SIGTERM is forwarded to every rank, shoalrun exits 128+15 (rc $rc, ${secs}s)"
 
 # 20: ranks die with shoalrun (PR_SET_PDEATHSIG)
 "$SHOALRUN" -n 2 sh -c 'echo $$ > '"$T"'/pid.$SHOAL_RANK; exec sleep 30' >/dev/null 2>&1 &
 pid=$!
-i=0; while [ $i -lt 50 ] && ! [ -s "$T/pid.0" -a -s "$T/pid.1" ]; do sleep 0.1; i=$((i + 1)); done
+wait_files "$T/pid.0" "$T/pid.1"
 kill -KILL $pid; wait $pid 2>/dev/null
-sleep 0.5
+i=0; while [ $i -lt 50 ] && ! all_dead "$T/pid.0" "$T/pid.1"; do sleep 0.1; i=$((i + 1)); done
 all_dead "$T/pid.0" "$T/pid.1"
 ok $? "ranks are killed when shoalrun itself is killed"
 rm -f "$T"/pid.*
