@@ -3,6 +3,9 @@
  * destroy, abort, split, and the sticky error every later call reports.
  */
 #include "core/core.h"
+#if SHOAL_HAVE_PMIX
+#include "core/pmix.h"
+#endif
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -97,39 +100,43 @@ shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm)
 
 /* ---- issue-order execution ---------------------------------------------------------- */
 
+/* Tickets are atomics: the common case (no proxy work queued) takes no lock at all. */
 uint64_t shoal_comm_ticket_take(struct shoal_comm *comm)
 {
-    uint64_t t;
-    pthread_mutex_lock(&comm->exec_lock);
-    t = comm->ticket_next++;
-    pthread_mutex_unlock(&comm->exec_lock);
-    return t;
+    return __atomic_fetch_add(&comm->ticket_next, 1, __ATOMIC_SEQ_CST);
 }
 
 shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
 {
-    pthread_mutex_lock(&comm->exec_lock);
-    while (comm->ticket_serving != ticket) {
-        /* The call being served has its own deadline; this wait ends when it does. */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
+    if (__atomic_load_n(&comm->ticket_serving, __ATOMIC_ACQUIRE) != ticket) {
+        pthread_mutex_lock(&comm->exec_lock);
+        comm->ticket_waiters++;
+        while (__atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST) != ticket) {
+            /* The call being served has its own deadline; this wait ends when it does. The
+             * 10 ms cap only bounds the cost of a missed broadcast. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
         }
-        pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
+        comm->ticket_waiters--;
+        pthread_mutex_unlock(&comm->exec_lock);
     }
-    pthread_mutex_unlock(&comm->exec_lock);
     return shoal_comm_check_usable(comm);
 }
 
 void shoal_comm_ticket_release(struct shoal_comm *comm)
 {
-    pthread_mutex_lock(&comm->exec_lock);
-    comm->ticket_serving++;
-    pthread_cond_broadcast(&comm->exec_cond);
-    pthread_mutex_unlock(&comm->exec_lock);
+    __atomic_fetch_add(&comm->ticket_serving, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&comm->ticket_waiters, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&comm->exec_lock);
+        pthread_cond_broadcast(&comm->exec_cond);
+        pthread_mutex_unlock(&comm->exec_lock);
+    }
 }
 
 /* ---- init ------------------------------------------------------------------------------ */
@@ -474,6 +481,10 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
 {
     int rank, nranks;
     shoal_boot_uid_t u;
+#if SHOAL_HAVE_PMIX
+    shoal_uid_t pmix_uid;
+    shoal_status_t st;
+#endif
 
     if (comm_p == NULL) {
         return SHOAL_ERR_INVALID_ARG;
@@ -496,8 +507,15 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
         SHOAL_CHECK(shoal_boot_uid_decode(&uid, &u));
     } else if (shoal_core_config.root != NULL && shoal_core_config.root[0] != '\0') {
         SHOAL_CHECK(shoal_comm_root_from_env(rank, &u));
+#if SHOAL_HAVE_PMIX
+    } else if ((st = shoal_pmix_exchange_uid(rank, nranks, &pmix_uid)) != SHOAL_ERR_UNSUPPORTED) {
+        SHOAL_CHECK(st); /* PMIx launcher: rank 0's id, published through the PMIx server */
+        SHOAL_CHECK(shoal_boot_uid_decode(&pmix_uid, &u));
+#endif
     } else {
-        shoal_error(INIT, "shoal_comm_init_env: neither SHOAL_UID nor SHOAL_ROOT is set");
+        shoal_error(INIT, "shoal_comm_init_env: neither SHOAL_UID nor SHOAL_ROOT is set%s",
+                    SHOAL_HAVE_PMIX ? ", and no PMIx server (mpirun, srun --mpi=pmix) answered"
+                                    : "");
         return SHOAL_ERR_INVALID_ARG;
     }
     return shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);

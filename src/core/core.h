@@ -81,6 +81,7 @@ struct shoal_comm {
     pthread_cond_t exec_cond;
     uint64_t ticket_next;
     uint64_t ticket_serving;
+    int ticket_waiters;        /* threads blocked in shoal_comm_ticket_wait (under exec_lock) */
     struct shoal_proxy *proxy;
     struct shoal_coll_state *coll;
 };

@@ -182,6 +182,16 @@ static inline int shoal_deadline_passed(uint64_t deadline_ns)
 SHOAL_HIDDEN int shoal_deadline_left_ms(uint64_t deadline_ns, int cap_ms);
 SHOAL_HIDDEN void shoal_sleep_us(unsigned us);
 
+/* A pause between polls of a shared flag (spin-wait hint to the CPU). */
+static inline void shoal_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* ---- hashing and random ---------------------------------------------------------------- */
 
 SHOAL_HIDDEN uint64_t shoal_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a */
