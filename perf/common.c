@@ -550,10 +550,17 @@ static int perf_backend_coll(perf_backend_t *be, perf_coll_kind_t kind, const vo
                            n, dt, recv, n, dt, be->comm);
         return perf_backend_check(be, rc, "MPI_Allgather");
     default:
-        rc = MPI_Reduce_scatter_block(
-            (const char *)send + (size_t)be->rank * count * perf_dtype_size(dtype) == recv ?
-                MPI_IN_PLACE : send,
-            recv, n, dt, perf_mpi_op(op), be->comm);
+        if ((const char *)send + (size_t)be->rank * count * perf_dtype_size(dtype) != recv) {
+            rc = MPI_Reduce_scatter_block(send, recv, n, dt, perf_mpi_op(op), be->comm);
+            return perf_backend_check(be, rc, "MPI_Reduce_scatter_block");
+        }
+        /* In place, MPI leaves block r at the start of the buffer, not at block r (where
+         * shoal and NCCL leave it): move it there, inside the timed call. */
+        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)send, n, dt, perf_mpi_op(op),
+                                      be->comm);
+        if (rc == MPI_SUCCESS && send != recv) {
+            memmove(recv, send, count * perf_dtype_size(dtype));
+        }
         return perf_backend_check(be, rc, "MPI_Reduce_scatter_block");
     }
 }
@@ -935,6 +942,11 @@ static int perf_run_all(perf_ctx_t *ctx)
             shoal_op_t op = ctx->coll->has_op ? o->ops[k] : PERF_OP_NONE;
 
             if (!perf_backend_supports(o->dtypes[d], op)) {
+                if (perf_is_root(ctx)) {
+                    printf("# %s %s: not supported by %s, skipped\n",
+                           perf_dtype_names[o->dtypes[d]], perf_op_names[op],
+                           perf_backend_name());
+                }
                 continue;
             }
             if (perf_sweep(ctx, o->dtypes[d], op) != 0) {
