@@ -1,0 +1,174 @@
+/*
+ * shoal_comm_init_env under a PMIx launcher (Open MPI's mpirun, srun --mpi=pmix, prterun)
+ * without linking MPI: rank 0 creates the unique id and publishes it through the PMIx server
+ * that launched the job; the other ranks fetch it. Nothing here runs unless the launcher put
+ * PMIX_NAMESPACE in the environment, and a failing PMIx_Init only means "no PMIx here".
+ */
+#include "core/pmix.h"
+
+#include <pmix.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOAL_PMIX_KEY_PREFIX "shoal.uid."
+
+/* How many exchanges this process has done: part of the key, so that a second
+ * shoal_comm_init_env (collective, so every rank counts alike) never reads a cached old id. */
+static unsigned shoal_pmix_seq;
+
+static void shoal_pmix_proc_set(pmix_proc_t *p, const pmix_proc_t *me, pmix_rank_t rank)
+{
+    PMIX_PROC_CONSTRUCT(p);
+    memcpy(p->nspace, me->nspace, sizeof(p->nspace));
+    p->rank = rank;
+}
+
+/* PMIX_TIMEOUT is in whole seconds, 0 = infinite. */
+static int shoal_pmix_timeout_s(void)
+{
+    int ms = shoal_core_config.timeout_ms;
+
+    return ms < 0 ? 0 : (ms + 999) / 1000 > 0 ? (ms + 999) / 1000 : 1;
+}
+
+static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks)
+{
+    pmix_status_t rc;
+    pmix_value_t *val = NULL;
+    pmix_proc_t wild;
+    uint32_t size = 0;
+
+    if (getenv("PMIX_NAMESPACE") == NULL) {
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    rc = PMIx_Init(me, NULL, 0);
+    if (rc != PMIX_SUCCESS) {
+        shoal_info(INIT, "PMIx_Init failed (%s): no PMIx server to exchange the unique id",
+                   PMIx_Error_string(rc));
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    shoal_pmix_proc_set(&wild, me, PMIX_RANK_WILDCARD);
+    rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val);
+    if (rc == PMIX_SUCCESS && val != NULL && val->type == PMIX_UINT32) {
+        size = val->data.uint32;
+    }
+    if (val != NULL) {
+        PMIX_VALUE_RELEASE(val);
+    }
+    if ((int)me->rank != rank || (size != 0 && (int)size != nranks)) {
+        shoal_error(INIT, "rank %d of %d, but PMIx says rank %u of %u (namespace %s): set "
+                    "SHOAL_UID or SHOAL_ROOT when shoal's ranks are not the PMIx job's",
+                    rank, nranks, (unsigned)me->rank, (unsigned)size, me->nspace);
+        PMIx_Finalize(NULL, 0);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
+/* Rank 0: puts the id (size 0 when creating it failed, so that the others fail fast). */
+static shoal_status_t shoal_pmix_publish(const char *key, const shoal_uid_t *uid)
+{
+    pmix_value_t v;
+    pmix_status_t rc;
+
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BYTE_OBJECT;
+    v.data.bo.bytes = uid != NULL ? (char *)uid->internal : NULL;
+    v.data.bo.size = uid != NULL ? sizeof(uid->internal) : 0;
+    rc = PMIx_Put(PMIX_GLOBAL, key, &v);
+    if (rc == PMIX_SUCCESS) {
+        rc = PMIx_Commit();
+    }
+    if (rc != PMIX_SUCCESS) {
+        shoal_error(INIT, "PMIx_Put/PMIx_Commit(%s) failed: %s", key, PMIx_Error_string(rc));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_pmix_fence(const pmix_proc_t *me)
+{
+    pmix_info_t info[2];
+    pmix_proc_t wild;
+    pmix_status_t rc;
+    bool collect = true;
+    int timeout_s = shoal_pmix_timeout_s();
+
+    shoal_pmix_proc_set(&wild, me, PMIX_RANK_WILDCARD);
+    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+    rc = PMIx_Fence(&wild, 1, info, 2);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+    if (rc != PMIX_SUCCESS) {
+        shoal_error(INIT, "PMIx_Fence over namespace %s failed: %s", me->nspace,
+                    PMIx_Error_string(rc));
+        return rc == PMIX_ERR_TIMEOUT ? SHOAL_ERR_TIMEOUT : SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, shoal_uid_t *uid)
+{
+    pmix_value_t *val = NULL;
+    pmix_proc_t root;
+    pmix_info_t info;
+    pmix_status_t rc;
+    int timeout_s = shoal_pmix_timeout_s();
+    shoal_status_t status = SHOAL_OK;
+
+    shoal_pmix_proc_set(&root, me, 0);
+    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+    rc = PMIx_Get(&root, key, &info, 1, &val);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS || val == NULL) {
+        shoal_error(INIT, "PMIx_Get(rank 0, %s) failed: %s", key, PMIx_Error_string(rc));
+        status = SHOAL_ERR_SYSTEM;
+    } else if (val->type != PMIX_BYTE_OBJECT || val->data.bo.size != sizeof(uid->internal)) {
+        shoal_error(INIT, "PMIx key %s from rank 0 holds no unique id (rank 0 could not create "
+                    "one: see its log)", key);
+        status = SHOAL_ERR_PEER_FAILED;
+    } else {
+        memcpy(uid->internal, val->data.bo.bytes, sizeof(uid->internal));
+    }
+    if (val != NULL) {
+        PMIX_VALUE_RELEASE(val);
+    }
+    return status;
+}
+
+shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, shoal_uid_t *uid)
+{
+    char key[64];
+    pmix_proc_t me;
+    shoal_uid_t mine;
+    shoal_status_t status, created = SHOAL_OK;
+
+    status = shoal_pmix_init(&me, rank, nranks);
+    if (status != SHOAL_OK) {
+        return status;
+    }
+    snprintf(key, sizeof(key), SHOAL_PMIX_KEY_PREFIX "%u", shoal_pmix_seq++);
+    if (rank == 0) {
+        created = shoal_get_unique_id(&mine);
+        status = shoal_pmix_publish(key, created == SHOAL_OK ? &mine : NULL);
+    }
+    if (status == SHOAL_OK) {
+        status = shoal_pmix_fence(&me); /* every rank, even when rank 0 failed */
+    }
+    if (status == SHOAL_OK && rank != 0) {
+        status = shoal_pmix_fetch(&me, key, &mine);
+    }
+    PMIx_Finalize(NULL, 0);
+    if (status == SHOAL_OK && created != SHOAL_OK) {
+        status = created;
+    }
+    if (status == SHOAL_OK) {
+        *uid = mine;
+        shoal_info(INIT, "rank %d: unique id exchanged through PMIx (namespace %s)", rank,
+                   me.nspace);
+    }
+    return status;
+}

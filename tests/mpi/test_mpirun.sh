@@ -1,0 +1,150 @@
+#!/bin/sh
+# TAP test of shoal under Open MPI's mpirun: libshoal_mpi (tests/mpi/test_shoal_mpi), the MPI
+# example, the perf tools through shoal_comm_init_env with no MPI linked (unique id through
+# PMIx, then through SHOAL_ROOT + SHOAL_SECRET), and the perf tools' MPI twins.
+# Skips with the reason when mpirun (or a piece built only with MPI/PMIx) is missing.
+# Needs: top_builddir (exported by `make check`; defaults to the current directory).
+
+top_builddir=${top_builddir:-.}
+B=$top_builddir
+T=$(mktemp -d "${TMPDIR:-/tmp}/test_mpirun.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
+    SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
+
+NTESTS=27
+echo "1..$NTESTS"
+n=0
+ok() { # ok COND-EXIT-STATUS DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
+        echo "not ok $n - $2"; diag; fi
+}
+skip() { # skip COUNT REASON
+    i=0; while [ $i -lt "$1" ]; do i=$((i + 1)); n=$((n + 1)); echo "ok $n # SKIP $2"; done
+}
+diag() { sed 's/^/#   /' "$T/out" "$T/err" 2>/dev/null | tail -n 25; }
+
+if ! command -v mpirun >/dev/null 2>&1; then
+    skip $NTESTS "mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)"
+    exit 0
+fi
+
+# Root is refused by Open MPI unless told; 4 ranks on fewer cores need --oversubscribe.
+# pml ob1 with the self/vader/tcp BTLs: what works on any machine (no UCX device needed).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader,tcp"
+# Sanitizer builds: Open MPI and PMIx keep much of what they allocate until exit, which
+# LeakSanitizer reports as leaks in every rank; leak checking is off for these runs only
+# (the other tests keep it). ASan/UBSan errors still fail the runs.
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+export ASAN_OPTIONS
+
+# run NP PROGRAM ARGS...: under mpirun with an outer deadline; out/err in $T, status in $rc.
+run() {
+    np=$1; shift
+    t0=$(date +%s)
+    timeout -k 10 180 $MPIRUN -np "$np" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    secs=$(($(date +%s) - t0))
+}
+# wrong_ok: the perf table in $T/out has rows, each with #wrong 0 twice, and says OK.
+wrong_ok() {
+    awk '/^ *[0-9]/ { rows++; if ($9 != "0" || $13 != "0") bad++ }
+         /Out of bounds values : 0 OK/ { okline = 1 }
+         END { exit !(rows > 0 && bad == 0 && okline) }' "$T/out"
+}
+
+# 1-4: libshoal_mpi over MPI_COMM_WORLD and over the halves of a split, 4 and 3 ranks
+if [ -x "$B/tests/mpi/test_shoal_mpi" ]; then
+    for np in 4 3; do
+        run $np "$B/tests/mpi/test_shoal_mpi"
+        ok $rc "test_shoal_mpi, $np ranks: exit 0 (${secs}s)"
+        [ "$(grep -c '^ok - ' "$T/out")" -eq 10 ] && ! grep -q '^not ok' "$T/out"
+        ok $? "test_shoal_mpi, $np ranks: all 10 checks pass"
+    done
+else
+    skip 4 "built without MPI: no tests/mpi/test_shoal_mpi"
+fi
+
+# 5-6: the example, as README tells users to run it
+if [ -x "$B/examples/allreduce_mpi" ]; then
+    run 4 "$B/examples/allreduce_mpi"
+    ok $rc "mpirun -np 4 examples/allreduce_mpi exits 0 (${secs}s)"
+    grep -q '^allreduce_mpi: 4 ranks, 1048576 floats each: correct on every rank$' "$T/out"
+    ok $? "examples/allreduce_mpi prints a correct result"
+else
+    skip 2 "built without MPI: no examples/allreduce_mpi"
+fi
+
+# 7-14: shoal perf tools under mpirun, no MPI linked: the unique id goes through PMIx
+if grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
+    run 4 -x SHOAL_DEBUG=info -x SHOAL_DEBUG_SUBSYS=INIT "$B/allreduce_perf" -b 8 -e 1M -f 4 -c 1
+    ok $rc "allreduce_perf under mpirun (PMIx) exits 0 (${secs}s)"
+    wrong_ok
+    ok $? "allreduce_perf under mpirun (PMIx): #wrong 0 at every size"
+    [ "$(grep -c 'unique id exchanged through PMIx' "$T/err")" -eq 4 ]
+    ok $? "all 4 ranks got the unique id through PMIx"
+    run 4 -x SHOAL_TRANSPORT=tcp "$B/allreduce_perf" -b 8 -e 1M -f 32 -d all -o all
+    [ $rc -eq 0 ] && wrong_ok
+    ok $? "allreduce_perf under mpirun (PMIx), tcp, every dtype and op (${secs}s)"
+    for tool in broadcast_perf allgather_perf reduce_scatter_perf; do
+        run 4 "$B/$tool" -b 8 -e 1M -f 8 -c 1
+        [ $rc -eq 0 ] && wrong_ok
+        ok $? "$tool under mpirun (PMIx): exit 0, #wrong 0 (${secs}s)"
+    done
+    # A stale PMIX_NAMESPACE with no server: PMIx_Init fails, the old error, quickly.
+    t0=$(date +%s)
+    PMIX_NAMESPACE=shoal-test-none SHOAL_RANK=0 SHOAL_NRANKS=2 \
+        timeout 30 "$B/allreduce_perf" -b 8 -e 8 >"$T/out" 2>"$T/err"
+    rc=$?
+    [ $rc -ne 0 ] && [ $(($(date +%s) - t0)) -lt 10 ] &&
+        grep -q 'neither SHOAL_UID nor SHOAL_ROOT is set, and no PMIx server' "$T/err"
+    ok $? "no PMIx server: fails at once, naming SHOAL_UID, SHOAL_ROOT and PMIx"
+else
+    skip 8 "built without PMIx (Debian: libpmix-dev)"
+fi
+
+# 15-17: the same through SHOAL_ROOT + SHOAL_SECRET (rank 0 listens on the port)
+port=$((20000 + $$ % 20000))
+secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+run 4 -x SHOAL_ROOT=127.0.0.1:$port -x SHOAL_SECRET=$secret -x SHOAL_DEBUG=info \
+    -x SHOAL_DEBUG_SUBSYS=INIT "$B/allreduce_perf" -b 8 -e 1M -f 4 -c 1
+ok $rc "allreduce_perf under mpirun (SHOAL_ROOT=127.0.0.1:$port) exits 0 (${secs}s)"
+wrong_ok
+ok $? "allreduce_perf under mpirun (SHOAL_ROOT): #wrong 0 at every size"
+! grep -q 'through PMIx' "$T/err"
+ok $? "SHOAL_ROOT wins over PMIx"
+
+# 18: a wrong secret on one rank is refused (auth), and nothing hangs
+run 2 -x SHOAL_ROOT=127.0.0.1:$((port + 1)) -x SHOAL_SECRET=$secret -x SHOAL_TIMEOUT_MS=20s \
+    sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && SHOAL_SECRET=$(echo "$SHOAL_SECRET" | tr 0-9a-f 1-9a-f0); export SHOAL_SECRET; exec "$0" -b 8 -e 8' "$B/allreduce_perf"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]
+ok $? "SHOAL_ROOT with a different secret on rank 1 fails (rc $rc, ${secs}s)"
+
+# 19-27: the MPI twins print the same table for Open MPI
+if [ -x "$B/allreduce_perf_mpi" ]; then
+    run 4 "$B/allreduce_perf_mpi" -b 8 -e 1M -f 4 -c 1
+    ok $rc "allreduce_perf_mpi exits 0 (${secs}s)"
+    wrong_ok
+    ok $? "allreduce_perf_mpi: #wrong 0 at every size"
+    grep -q '^# allreduce_perf_mpi: Open MPI' "$T/out"
+    ok $? "allreduce_perf_mpi names Open MPI in its header"
+    run 4 "$B/allreduce_perf_mpi" -b 8 -e 64K -f 64 -d all -o all
+    [ $rc -eq 0 ] && wrong_ok
+    ok $? "allreduce_perf_mpi, every dtype and op MPI has: #wrong 0 (${secs}s)"
+    grep -q '^# half sum: not supported by Open MPI' "$T/out" &&
+        grep -q '^# bfloat16 max: not supported' "$T/out" &&
+        grep -q '^# float avg: not supported' "$T/out"
+    ok $? "allreduce_perf_mpi reports half, bfloat16 and avg as not supported"
+    for tool in broadcast_perf_mpi allgather_perf_mpi reduce_scatter_perf_mpi; do
+        run 4 "$B/$tool" -b 8 -e 1M -f 8 -c 1
+        [ $rc -eq 0 ] && wrong_ok
+        ok $? "$tool: exit 0, #wrong 0 (${secs}s)"
+    done
+    run 3 "$B/reduce_scatter_perf_mpi" -b 8 -e 64K -f 8 -d int32 -o all
+    [ $rc -eq 0 ] && wrong_ok
+    ok $? "reduce_scatter_perf_mpi, 3 ranks, int32, every op: #wrong 0 (${secs}s)"
+else
+    skip 9 "built without MPI: no MPI twins of the perf tools"
+fi

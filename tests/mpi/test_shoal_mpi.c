@@ -1,0 +1,105 @@
+/*
+ * libshoal_mpi under mpirun (run by tests/mpi/test_mpirun.sh): argument errors, a shoal
+ * communicator over MPI_COMM_WORLD and one over each half of an MPI_Comm_split, each checked
+ * against MPI_Allreduce of the same data. Every check is agreed over all ranks; rank 0 prints
+ * one line per check, "ok - ..." or "not ok - ...", and the exit status is 1 if any failed.
+ */
+#include <shoal_mpi.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TEST_COUNT 100003 /* odd, not a multiple of anything shoal chunks by */
+
+static int test_failed;
+
+/* Agreed verdict: fails on every rank if it failed on one. */
+static void test_check(int ok, const char *what, MPI_Comm comm)
+{
+    int bad = !ok, any = 0, rank = 0;
+
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (any) {
+        test_failed = 1;
+    }
+    if (rank == 0) {
+        printf("%s - %s\n", any ? "not ok" : "ok", what);
+        fflush(stdout);
+    }
+}
+
+/* shoal_allreduce (int32 sum and float max) over scomm equals MPI_Allreduce over mcomm. */
+static int test_allreduce_vs_mpi(shoal_comm_t scomm, MPI_Comm mcomm)
+{
+    int32_t *a = malloc(TEST_COUNT * sizeof(*a)), *b = malloc(TEST_COUNT * sizeof(*b));
+    float *fa = malloc(TEST_COUNT * sizeof(*fa)), *fb = malloc(TEST_COUNT * sizeof(*fb));
+    int rank, ok = a != NULL && b != NULL && fa != NULL && fb != NULL;
+
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank); /* world rank: the data differ between subgroups */
+    for (int i = 0; ok && i < TEST_COUNT; i++) {
+        a[i] = (rank + 1) * (i % 1009) - 7 * rank;
+        fa[i] = (float)((rank * 31 + i) % 113);
+    }
+    ok = ok && shoal_allreduce(a, b, TEST_COUNT, SHOAL_INT32, SHOAL_SUM, scomm, NULL) == SHOAL_OK;
+    ok = ok && MPI_Allreduce(MPI_IN_PLACE, a, TEST_COUNT, MPI_INT32_T, MPI_SUM, mcomm) ==
+                   MPI_SUCCESS;
+    ok = ok && shoal_allreduce(fa, fb, TEST_COUNT, SHOAL_FLOAT32, SHOAL_MAX, scomm, NULL) ==
+                   SHOAL_OK;
+    ok = ok && MPI_Allreduce(MPI_IN_PLACE, fa, TEST_COUNT, MPI_FLOAT, MPI_MAX, mcomm) ==
+                   MPI_SUCCESS;
+    for (int i = 0; ok && i < TEST_COUNT; i++) {
+        ok = a[i] == b[i] && fa[i] == fb[i];
+    }
+    free(a);
+    free(b);
+    free(fa);
+    free(fb);
+    return ok;
+}
+
+static void test_comm(MPI_Comm mcomm, const char *name)
+{
+    shoal_comm_t scomm = NULL;
+    int mrank, msize, srank = -1, ssize = -1;
+    char what[128];
+
+    MPI_Comm_rank(mcomm, &mrank);
+    MPI_Comm_size(mcomm, &msize);
+    snprintf(what, sizeof(what), "shoal_mpi_comm_init over %s", name);
+    test_check(shoal_mpi_comm_init(&scomm, mcomm, NULL) == SHOAL_OK, what, MPI_COMM_WORLD);
+    if (scomm == NULL) {
+        return;
+    }
+    shoal_comm_rank(scomm, &srank);
+    shoal_comm_size(scomm, &ssize);
+    snprintf(what, sizeof(what), "%s: shoal rank and size are the MPI ones", name);
+    test_check(srank == mrank && ssize == msize, what, MPI_COMM_WORLD);
+    snprintf(what, sizeof(what), "%s: shoal_allreduce int32 sum, float max == MPI_Allreduce",
+             name);
+    test_check(test_allreduce_vs_mpi(scomm, mcomm), what, MPI_COMM_WORLD);
+    test_check(shoal_comm_destroy(scomm) == SHOAL_OK, "shoal_comm_destroy", MPI_COMM_WORLD);
+}
+
+int main(int argc, char **argv)
+{
+    shoal_comm_t c = NULL;
+    MPI_Comm half;
+    int rank, size;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    test_check(shoal_mpi_comm_init(NULL, MPI_COMM_WORLD, NULL) == SHOAL_ERR_INVALID_ARG,
+               "NULL comm_p: invalid argument", MPI_COMM_WORLD);
+    test_check(shoal_mpi_comm_init(&c, MPI_COMM_NULL, NULL) == SHOAL_ERR_INVALID_ARG && c == NULL,
+               "MPI_COMM_NULL: invalid argument, *comm_p untouched", MPI_COMM_WORLD);
+    test_comm(MPI_COMM_WORLD, "MPI_COMM_WORLD");
+    /* Odd and even world ranks, in reverse order: shoal ranks follow the MPI ones. */
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &half);
+    test_comm(half, "each half of an MPI_Comm_split (reversed keys)");
+    MPI_Comm_free(&half);
+    MPI_Finalize();
+    return test_failed;
+}
