@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SHOAL_PMIX_KEY_PREFIX "shoal.uid."
 
@@ -33,6 +34,21 @@ static int shoal_pmix_timeout_s(void)
     return ms < 0 ? 0 : (ms + 999) / 1000 > 0 ? (ms + 999) / 1000 : 1;
 }
 
+/* A PMIx launcher puts the job's namespace and its server's address in the environment;
+ * without both there is no one to ask (and PMIx_Init would only fail, leaking as it does). */
+static int shoal_pmix_launched(void)
+{
+    if (getenv("PMIX_NAMESPACE") == NULL) {
+        return 0;
+    }
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, "PMIX_SERVER_URI", strlen("PMIX_SERVER_URI")) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks)
 {
     pmix_status_t rc;
@@ -40,13 +56,14 @@ static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks)
     pmix_proc_t wild;
     uint32_t size = 0;
 
-    if (getenv("PMIX_NAMESPACE") == NULL) {
+    if (!shoal_pmix_launched()) {
         return SHOAL_ERR_UNSUPPORTED;
     }
     rc = PMIx_Init(me, NULL, 0);
     if (rc != PMIX_SUCCESS) {
         shoal_info(INIT, "PMIx_Init failed (%s): no PMIx server to exchange the unique id",
                    PMIx_Error_string(rc));
+        /* No PMIx_Finalize: after this failure (server unreachable) PMIx 4.2's crashes. */
         return SHOAL_ERR_UNSUPPORTED;
     }
     shoal_pmix_proc_set(&wild, me, PMIX_RANK_WILDCARD);

@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=27
+NTESTS=28
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -77,7 +77,7 @@ else
     skip 2 "built without MPI: no examples/allreduce_mpi"
 fi
 
-# 7-14: shoal perf tools under mpirun, no MPI linked: the unique id goes through PMIx
+# 7-15: shoal perf tools under mpirun, no MPI linked: the unique id goes through PMIx
 if grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
     run 4 -x SHOAL_DEBUG=info -x SHOAL_DEBUG_SUBSYS=INIT "$B/allreduce_perf" -b 8 -e 1M -f 4 -c 1
     ok $rc "allreduce_perf under mpirun (PMIx) exits 0 (${secs}s)"
@@ -100,12 +100,18 @@ if grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
     rc=$?
     [ $rc -ne 0 ] && [ $(($(date +%s) - t0)) -lt 10 ] &&
         grep -q 'neither SHOAL_UID nor SHOAL_ROOT is set, and no PMIx server' "$T/err"
-    ok $? "no PMIx server: fails at once, naming SHOAL_UID, SHOAL_ROOT and PMIx"
+    ok $? "PMIX_NAMESPACE without a server address: fails at once, naming SHOAL_UID, SHOAL_ROOT and PMIx"
+    # A dead server (nothing listens on port 1): PMIx_Init fails; the same error, no crash.
+    PMIX_NAMESPACE=shoal-test-none PMIX_RANK=0 PMIX_SERVER_URI41='1.0;tcp4://127.0.0.1:1' \
+        SHOAL_RANK=0 SHOAL_NRANKS=2 timeout 30 "$B/allreduce_perf" -b 8 -e 8 >"$T/out" 2>"$T/err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q 'neither SHOAL_UID nor SHOAL_ROOT is set, and no PMIx server' "$T/err"
+    ok $? "PMIx server unreachable: PMIx_Init fails, the same error (rc $rc)"
 else
-    skip 8 "built without PMIx (Debian: libpmix-dev)"
+    skip 9 "built without PMIx (Debian: libpmix-dev)"
 fi
 
-# 15-17: the same through SHOAL_ROOT + SHOAL_SECRET (rank 0 listens on the port)
+# 16-18: the same through SHOAL_ROOT + SHOAL_SECRET (rank 0 listens on the port)
 port=$((20000 + $$ % 20000))
 secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 run 4 -x SHOAL_ROOT=127.0.0.1:$port -x SHOAL_SECRET=$secret -x SHOAL_DEBUG=info \
@@ -116,13 +122,13 @@ ok $? "allreduce_perf under mpirun (SHOAL_ROOT): #wrong 0 at every size"
 ! grep -q 'through PMIx' "$T/err"
 ok $? "SHOAL_ROOT wins over PMIx"
 
-# 18: a wrong secret on one rank is refused (auth), and nothing hangs
+# 19: a wrong secret on one rank is refused (auth), and nothing hangs
 run 2 -x SHOAL_ROOT=127.0.0.1:$((port + 1)) -x SHOAL_SECRET=$secret -x SHOAL_TIMEOUT_MS=20s \
     sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && SHOAL_SECRET=$(echo "$SHOAL_SECRET" | tr 0-9a-f 1-9a-f0); export SHOAL_SECRET; exec "$0" -b 8 -e 8' "$B/allreduce_perf"
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]
 ok $? "SHOAL_ROOT with a different secret on rank 1 fails (rc $rc, ${secs}s)"
 
-# 19-27: the MPI twins print the same table for Open MPI
+# 20-28: the MPI twins print the same table for Open MPI
 if [ -x "$B/allreduce_perf_mpi" ]; then
     run 4 "$B/allreduce_perf_mpi" -b 8 -e 1M -f 4 -c 1
     ok $rc "allreduce_perf_mpi exits 0 (${secs}s)"
