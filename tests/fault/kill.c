@@ -1,0 +1,215 @@
+/*
+ * Fault test rank program, run under shoalrun by run_kill.sh.
+ *
+ *   kill kill  [MiB]  ranks loop over large AllReduces; the last rank SIGKILLs itself from a
+ *                     helper thread while inside one. Every survivor must get
+ *                     SHOAL_ERR_PEER_FAILED naming the victim; it prints
+ *                     "survivor R: status NAME after X ms: <sentence>" and exits 0 if the
+ *                     status is right and the sentence names the victim.
+ *   kill abort [MiB]  rank 0 blocks in an AllReduce that rank 1.. never join (they sleep);
+ *                     a second thread calls shoal_comm_abort after 200 ms. The call must
+ *                     return SHOAL_ERR_ABORTED within 1 s of the abort: rank 0 prints
+ *                     "aborted 0: status NAME after X ms since abort: <sentence>". The others
+ *                     then call AllReduces and must get an error by the third:
+ *                     "late R: status NAME after X ms (N calls completed before): ...".
+ * Every rank gives up on its own after a bounded time (never hangs).
+ */
+#include <shoal.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KILL_LOOP_LIMIT_MS 60000.0
+#define KILL_ABORT_DELAY_MS 200
+
+typedef struct {
+    shoal_comm_t comm;
+    int rank;
+    int nranks;
+    volatile int in_call;   /* main thread is inside shoal_allreduce */
+    volatile int calls;     /* calls completed */
+    double abort_at;        /* when shoal_comm_abort was called */
+} kill_ctx_t;
+
+static double kill_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void kill_sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* "peer V" or "rank V" not followed by another digit. */
+static int kill_names_rank(const char *s, int v)
+{
+    static const char *const words[] = {"peer ", "rank "};
+    char pat[32];
+    for (int w = 0; w < 2; w++) {
+        const char *p = s;
+        snprintf(pat, sizeof(pat), "%s%d", words[w], v);
+        while ((p = strstr(p, pat)) != NULL) {
+            p += strlen(pat);
+            if (*p < '0' || *p > '9') {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The victim's helper: wait until the main thread is well into the loop, then die while it is
+ * inside an AllReduce. */
+static void *kill_victim_thread(void *arg)
+{
+    kill_ctx_t *k = arg;
+    double give_up = kill_now_ms() + 20000;
+    while (k->calls < 3 && kill_now_ms() < give_up) {
+        kill_sleep_ms(5);
+    }
+    kill_sleep_ms(50 + (int)(getpid() % 100));
+    while (!k->in_call && kill_now_ms() < give_up) {
+        sched_yield();
+    }
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+static int kill_mode_kill(kill_ctx_t *k, size_t count)
+{
+    int victim = k->nranks - 1;
+    float *s = malloc(count * sizeof(float)), *r = malloc(count * sizeof(float));
+    double start = kill_now_ms(), t0 = start, ms;
+    shoal_status_t st = SHOAL_OK;
+    const char *why;
+    pthread_t tid;
+    int ok;
+
+    if (s == NULL || r == NULL) {
+        fprintf(stderr, "kill: out of memory\n");
+        return 2;
+    }
+    for (size_t i = 0; i < count; i++) {
+        s[i] = (float)(i % 7);
+        r[i] = 0;
+    }
+    if (k->rank == victim && pthread_create(&tid, NULL, kill_victim_thread, k) != 0) {
+        fprintf(stderr, "kill: pthread_create failed\n");
+        return 2;
+    }
+    while (st == SHOAL_OK && kill_now_ms() - start < KILL_LOOP_LIMIT_MS) {
+        t0 = kill_now_ms();
+        k->in_call = 1;
+        st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+        k->in_call = 0;
+        k->calls++;
+    }
+    ms = kill_now_ms() - t0;
+    why = shoal_comm_last_error(k->comm);
+    ok = st == SHOAL_ERR_PEER_FAILED && kill_names_rank(why, victim);
+    printf("survivor %d: status %s after %.0f ms: %s\n", k->rank, shoal_status_name(st), ms,
+           st == SHOAL_OK ? "no error (the victim never died?)" : why);
+    if (!ok) {
+        fprintf(stderr, "# survivor %d: expected SHOAL_ERR_PEER_FAILED naming rank %d\n",
+                k->rank, victim);
+    }
+    fflush(stdout);
+    free(s);
+    free(r);
+    return ok ? 0 : 1;
+}
+
+static void *kill_abort_thread(void *arg)
+{
+    kill_ctx_t *k = arg;
+    kill_sleep_ms(KILL_ABORT_DELAY_MS);
+    k->abort_at = kill_now_ms();
+    shoal_comm_abort(k->comm);
+    return NULL;
+}
+
+static int kill_mode_abort(kill_ctx_t *k, size_t count)
+{
+    float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
+    shoal_status_t st;
+    pthread_t tid;
+    double t0, ms;
+    int ok;
+
+    if (s == NULL || r == NULL) {
+        return 2;
+    }
+    if (k->rank != 0) {
+        /* Arrive long after rank 0 gave up. A small first call may still complete (rank 0
+         * had sent its whole part before it aborted), but rank 0 is gone: a later call at
+         * the latest must fail. */
+        int calls = 0;
+        kill_sleep_ms(KILL_ABORT_DELAY_MS + 1500);
+        do {
+            t0 = kill_now_ms();
+            st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+            ms = kill_now_ms() - t0;
+        } while (st == SHOAL_OK && ++calls < 3);
+        printf("late %d: status %s after %.0f ms (%d calls completed before): %s\n", k->rank,
+               shoal_status_name(st), ms, calls, shoal_comm_last_error(k->comm));
+        ok = st != SHOAL_OK;
+    } else {
+        if (pthread_create(&tid, NULL, kill_abort_thread, k) != 0) {
+            return 2;
+        }
+        st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+        ms = kill_now_ms() - k->abort_at;
+        pthread_join(tid, NULL);
+        printf("aborted %d: status %s after %.0f ms since abort: %s\n", k->rank,
+               shoal_status_name(st), ms, shoal_comm_last_error(k->comm));
+        ok = st == SHOAL_ERR_ABORTED && ms < 1000;
+        /* Later calls fail at once too. */
+        st = shoal_barrier(k->comm, NULL);
+        printf("after abort %d: barrier status %s\n", k->rank, shoal_status_name(st));
+        ok = ok && st == SHOAL_ERR_ABORTED;
+    }
+    fflush(stdout);
+    free(s);
+    free(r);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    kill_ctx_t k = {0};
+    const char *mode = argc > 1 ? argv[1] : "kill";
+    size_t mib = argc > 2 ? (size_t)atoi(argv[2]) : 8;
+    size_t count = mib > 0 ? mib * 1048576 / sizeof(float) : 1021;
+    shoal_status_t st;
+    int rc;
+
+    alarm(120); /* last resort: never outlive a broken test by much */
+    st = shoal_comm_init_env(&k.comm, NULL);
+    if (st != SHOAL_OK) {
+        printf("init failed: %s\n", shoal_status_name(st));
+        return 2;
+    }
+    shoal_comm_rank(k.comm, &k.rank);
+    shoal_comm_size(k.comm, &k.nranks);
+    if (strcmp(mode, "kill") == 0) {
+        rc = kill_mode_kill(&k, count);
+    } else if (strcmp(mode, "abort") == 0) {
+        rc = kill_mode_abort(&k, count);
+    } else {
+        fprintf(stderr, "usage: kill kill|abort [MiB]\n");
+        rc = 2;
+    }
+    shoal_comm_destroy(k.comm);
+    return rc;
+}

@@ -1,0 +1,135 @@
+#!/bin/sh
+# Fault tests under shoalrun, TAP on stdout (tests/fault/kill.c does the work):
+#  - kill: N ranks loop over 8 MiB AllReduces, the last one SIGKILLs itself inside one; every
+#    survivor must fail with SHOAL_ERR_PEER_FAILED naming the victim, within
+#    SHOAL_TIMEOUT_MS + slack, and shoalrun must report the victim's SIGKILL (exit 137).
+#  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
+#    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
+#    error too.
+# Environment: top_builddir (set by make check), KILL_REPEAT (runs per kill case, default 1).
+
+builddir=${top_builddir:-.}
+shoalrun=$builddir/shoalrun
+prog=$builddir/tests/fault/kill
+timeout_ms=5000
+slack_ms=3000
+n_tap=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_kill.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ ! -x "$shoalrun" ] || [ ! -x "$prog" ]; then
+    echo "1..0 # SKIP $shoalrun or $prog not built"
+    exit 0
+fi
+
+tap() { # tap OK|FAIL description
+    n_tap=$((n_tap + 1))
+    if [ "$1" = OK ]; then
+        echo "ok $n_tap - $2"
+    else
+        echo "not ok $n_tap - $2"
+    fi
+}
+
+# launch LABEL NRANKS TRANSPORT ARGS...: runs the job, output in $tmp/out and $tmp/err.
+launch() {
+    label=$1
+    n=$2
+    tl=$3
+    shift 3
+    env -u SHOAL_TRANSPORT "$shoalrun" --no-prefix --grace 30 --timeout 90 -n "$n" \
+        -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} "$prog" "$@" \
+        >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    sed -e 's/^/# /' "$tmp/out"
+}
+
+dump_err() {
+    sed -e 's/^/# stderr: /' "$tmp/err" | head -n 40
+}
+
+# check_survivor LABEL RANK VICTIM
+check_survivor() {
+    line=$(grep "^survivor $2: " "$tmp/out" | head -n 1)
+    if [ -z "$line" ]; then
+        tap FAIL "$1: survivor $2 printed no verdict (hung and killed, or crashed)"
+        return
+    fi
+    st=$(echo "$line" | sed -n 's/^survivor [0-9]*: status \([A-Z_]*\) after .*/\1/p')
+    ms=$(echo "$line" | sed -n 's/^survivor [0-9]*: status [A-Z_]* after \([0-9]*\) ms: .*/\1/p')
+    why=${line#*ms: }
+    if [ "$st" != SHOAL_ERR_PEER_FAILED ]; then
+        tap FAIL "$1: survivor $2 got $st, expected SHOAL_ERR_PEER_FAILED"
+    elif ! echo "$why" | grep -Eq "(peer|rank) $3([^0-9]|\$)"; then
+        tap FAIL "$1: survivor $2: the error does not name rank $3: $why"
+    elif [ "${ms:-999999}" -gt $((timeout_ms + slack_ms)) ]; then
+        tap FAIL "$1: survivor $2 took $ms ms (limit $((timeout_ms + slack_ms)))"
+    else
+        tap OK "$1: survivor $2: SHOAL_ERR_PEER_FAILED after $ms ms naming rank $3"
+    fi
+}
+
+kill_case() { # kill_case TRANSPORT NRANKS
+    label="kill ${1:-shm} n=$2"
+    victim=$(($2 - 1))
+    launch "$label" "$2" "$1" kill 8
+    if [ "$rc" -eq 137 ]; then
+        tap OK "$label: the victim died of SIGKILL (shoalrun exit 137)"
+    else
+        tap FAIL "$label: shoalrun exited $rc, expected 137 (victim SIGKILLed)"
+        dump_err
+    fi
+    r=0
+    while [ $r -lt "$victim" ]; do
+        check_survivor "$label" $r $victim
+        r=$((r + 1))
+    done
+}
+
+abort_case() { # abort_case TRANSPORT NRANKS MIB
+    label="abort ${1:-shm} n=$2 ${3}MiB"
+    launch "$label" "$2" "$1" abort "$3"
+    line=$(grep '^aborted 0: ' "$tmp/out")
+    st=$(echo "$line" | sed -n 's/^aborted 0: status \([A-Z_]*\) after .*/\1/p')
+    ms=$(echo "$line" | sed -n 's/^aborted 0: status [A-Z_]* after \([0-9]*\) ms .*/\1/p')
+    if [ "$st" = SHOAL_ERR_ABORTED ] && [ "${ms:-999999}" -lt 1000 ]; then
+        tap OK "$label: blocked AllReduce returned SHOAL_ERR_ABORTED $ms ms after the abort"
+    else
+        tap FAIL "$label: blocked AllReduce: ${line:-no verdict from rank 0}"
+    fi
+    if grep -q '^after abort 0: barrier status SHOAL_ERR_ABORTED' "$tmp/out"; then
+        tap OK "$label: later calls on the aborted communicator fail at once"
+    else
+        tap FAIL "$label: later calls: $(grep '^after abort 0' "$tmp/out")"
+    fi
+    r=1
+    while [ $r -lt "$2" ]; do
+        line=$(grep "^late $r: " "$tmp/out")
+        case $line in
+        "late $r: status SHOAL_OK"*|"") tap FAIL "$label: rank $r: ${line:-no verdict}" ;;
+        *) tap OK "$label: late rank $r got an error: ${line#late $r: status }" ;;
+        esac
+        r=$((r + 1))
+    done
+    if [ "$rc" -eq 0 ]; then
+        tap OK "$label: shoalrun exited 0"
+    else
+        tap FAIL "$label: shoalrun exited $rc"
+        dump_err
+    fi
+}
+
+i=0
+while [ $i -lt "${KILL_REPEAT:-1}" ]; do
+    for tl in "" tcp; do
+        kill_case "$tl" 3
+        kill_case "$tl" 4
+    done
+    i=$((i + 1))
+done
+for tl in "" tcp; do
+    abort_case "$tl" 2 0
+    abort_case "$tl" 2 8
+    abort_case "$tl" 3 8
+done
+echo "1..$n_tap"

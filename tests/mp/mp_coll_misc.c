@@ -1,0 +1,496 @@
+/* mp_coll sections beyond the data sweeps: barrier, send/recv, non-blocking calls, split,
+ * invalid arguments, determinism. */
+#include "tests/mp/mptest.h"
+
+#include "reduce/reduce.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void mp_test_barrier(const mp_ctx_t *c, uint8_t *buf);
+void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf);
+void mp_test_nonblocking(const mp_ctx_t *c);
+void mp_test_split(const mp_ctx_t *c);
+void mp_test_invalid(const mp_ctx_t *c);
+void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in);
+
+#define MP_ERR(st, comm) shoal_status_name(st), shoal_comm_last_error(comm)
+
+static int64_t mp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- barrier ------------------------------------------------------------------------------ */
+
+/* Ranks arrive staggered; nobody may leave before the last one arrived (one host: one
+ * CLOCK_MONOTONIC for all ranks). */
+static void mp_barrier_order(const mp_ctx_t *c, int g, int reverse, int64_t *enters)
+{
+    int slot = reverse ? c->nranks - 1 - c->rank : c->rank;
+    int64_t enter, leave, last = 0;
+    shoal_status_t st;
+
+    usleep((useconds_t)slot * 15000);
+    enter = mp_now_ns();
+    st = shoal_barrier(c->comm, NULL);
+    leave = mp_now_ns();
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "ordered barrier: %s: %s", MP_ERR(st, c->comm));
+        return;
+    }
+    st = shoal_allgather(&enter, enters, 1, SHOAL_INT64, c->comm, NULL);
+    for (int q = 0; st == SHOAL_OK && q < c->nranks; q++) {
+        last = enters[q] > last ? enters[q] : last;
+    }
+    mp_case(g, st == SHOAL_OK && leave >= last, c->rank,
+            "left the barrier %.3f ms before the last rank arrived (status %s)",
+            (double)(last - leave) / 1e6, shoal_status_name(st));
+}
+
+void mp_test_barrier(const mp_ctx_t *c, uint8_t *buf)
+{
+    int g = mp_group("barrier");
+    for (int k = 0; k < 5; k++) {
+        shoal_status_t st = shoal_barrier(c->comm, NULL);
+        mp_case(g, st == SHOAL_OK, c->rank, "barrier %d: %s: %s", k, MP_ERR(st, c->comm));
+    }
+    mp_barrier_order(c, g, 0, (int64_t *)buf);
+    mp_barrier_order(c, g, 1, (int64_t *)buf);
+}
+
+/* ---- send/recv ---------------------------------------------------------------------------- */
+
+static void mp_ring_exchange(const mp_ctx_t *c, int g, shoal_dtype_t dt, size_t count,
+                             uint8_t *sbuf, uint8_t *rbuf, uint8_t *want)
+{
+    int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+    size_t bytes = count * shoal_dtype_size(dt);
+    shoal_status_t st1, st2;
+    char why[256] = "";
+    int ok;
+
+    mp_fill(dt, SHOAL_MAX, c->rank, c->nranks, sbuf, count, 0);
+    mp_fill(dt, SHOAL_MAX, prev, c->nranks, want, count, 0);
+    memset(rbuf, 0xA5, bytes + 64);
+    if (c->rank % 2 == 0) {
+        st1 = shoal_send(sbuf, count, dt, next, c->comm, NULL);
+        st2 = shoal_recv(rbuf, count, dt, prev, c->comm, NULL);
+    } else {
+        st2 = shoal_recv(rbuf, count, dt, prev, c->comm, NULL);
+        st1 = shoal_send(sbuf, count, dt, next, c->comm, NULL);
+    }
+    ok = st1 == SHOAL_OK && st2 == SHOAL_OK;
+    if (!ok) {
+        snprintf(why, sizeof(why), "send %s, recv %s: %s", shoal_status_name(st1),
+                 shoal_status_name(st2), shoal_comm_last_error(c->comm));
+    } else {
+        size_t d = mp_first_diff(rbuf, want, count, shoal_dtype_size(dt));
+        char a[64], b[64];
+        if (d < count) {
+            ok = 0;
+            snprintf(why, sizeof(why), "element %zu: expected %s got %s", d,
+                     mp_fmt(dt, want, d, a, sizeof(a)), mp_fmt(dt, rbuf, d, b, sizeof(b)));
+        } else if (rbuf[bytes] != 0xA5) {
+            ok = 0;
+            snprintf(why, sizeof(why), "wrote past the receive buffer");
+        }
+    }
+    mp_case(g, ok, c->rank, "ring %s count %zu from %d: %s", shoal_dtype_name(dt), count, prev,
+            why);
+}
+
+/* Everyone sends to rank 0, which receives in rank order. */
+static void mp_fan_in(const mp_ctx_t *c, int g, uint8_t *sbuf, uint8_t *rbuf)
+{
+    const size_t count = 1021;
+    shoal_status_t st = SHOAL_OK;
+
+    if (c->rank != 0) {
+        mp_fill(SHOAL_INT32, SHOAL_MIN, c->rank, c->nranks, sbuf, count, 0);
+        st = shoal_send(sbuf, count, SHOAL_INT32, 0, c->comm, NULL);
+        mp_case(g, st == SHOAL_OK, c->rank, "fan-in send: %s: %s", MP_ERR(st, c->comm));
+        return;
+    }
+    for (int q = 1; q < c->nranks; q++) {
+        int ok;
+        st = shoal_recv(rbuf, count, SHOAL_INT32, q, c->comm, NULL);
+        mp_fill(SHOAL_INT32, SHOAL_MIN, q, c->nranks, sbuf, count, 0);
+        ok = st == SHOAL_OK && memcmp(rbuf, sbuf, count * 4) == 0;
+        mp_case(g, ok, c->rank, "fan-in from %d: %s, data %s", q, shoal_status_name(st),
+                st == SHOAL_OK && !ok ? "wrong" : "-");
+    }
+}
+
+void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
+{
+    int g = mp_group("send/recv");
+    uint8_t *want;
+
+    if (c->nranks < 2) {
+        return;
+    }
+    want = mp_alloc((size_t)4 * 1048576 + 64);
+    mp_ring_exchange(c, g, SHOAL_UINT8, 0, sbuf, rbuf, want);
+    mp_ring_exchange(c, g, SHOAL_UINT8, 1, sbuf, rbuf, want);
+    mp_ring_exchange(c, g, SHOAL_INT32, 1, sbuf, rbuf, want);
+    mp_ring_exchange(c, g, SHOAL_FLOAT64, 1021, sbuf, rbuf, want);
+    mp_ring_exchange(c, g, SHOAL_UINT8, (size_t)4 * 1048576, sbuf, rbuf, want);
+    mp_ring_exchange(c, g, SHOAL_INT32, 1048576, sbuf, rbuf, want);
+    mp_fan_in(c, g, sbuf, rbuf);
+    mp_ring_exchange(c, g, SHOAL_UINT8, 0, sbuf, rbuf, want);
+    free(want);
+}
+
+/* ---- non-blocking ------------------------------------------------------------------------- */
+
+typedef struct {
+    shoal_dtype_t dt;
+    shoal_op_t op;
+    size_t count;
+    int inplace;
+    uint8_t *s, *r, *want;
+    shoal_request_t req;
+} mp_nb_t;
+
+static void mp_nb_setup(const mp_ctx_t *c, mp_nb_t *nb)
+{
+    size_t bytes = nb->count * shoal_dtype_size(nb->dt);
+    nb->s = mp_alloc(bytes + 64);
+    nb->r = nb->inplace ? nb->s : mp_alloc(bytes + 64);
+    nb->want = mp_alloc(bytes + 64);
+    mp_fill(nb->dt, nb->op, c->rank, c->nranks, nb->s, nb->count, 0);
+    mp_expect(nb->dt, nb->op, c->nranks, nb->want, nb->count, 0);
+    nb->req = NULL;
+}
+
+static void mp_nb_check(const mp_ctx_t *c, int g, mp_nb_t *nb, shoal_status_t st,
+                        const char *how)
+{
+    size_t d = st == SHOAL_OK ? mp_first_diff(nb->r, nb->want, nb->count,
+                                               shoal_dtype_size(nb->dt))
+                              : 0;
+    char a[64], b[64];
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "%s %s %s count %zu: %s: %s", how, shoal_dtype_name(nb->dt),
+                shoal_op_name(nb->op), nb->count, MP_ERR(st, c->comm));
+    } else {
+        mp_case(g, d == nb->count, c->rank, "%s %s %s count %zu: element %zu expected %s got %s",
+                how, shoal_dtype_name(nb->dt), shoal_op_name(nb->op), nb->count, d,
+                d < nb->count ? mp_fmt(nb->dt, nb->want, d, a, sizeof(a)) : "-",
+                d < nb->count ? mp_fmt(nb->dt, nb->r, d, b, sizeof(b)) : "-");
+    }
+    if (!nb->inplace) {
+        free(nb->r);
+    }
+    free(nb->s);
+    free(nb->want);
+}
+
+static shoal_status_t mp_nb_poll(shoal_request_t req)
+{
+    double deadline = mp_now_ms() + 60000;
+    int done = 0;
+    shoal_status_t st;
+    for (;;) {
+        st = shoal_test(req, &done);
+        if (done || (st != SHOAL_OK && st != SHOAL_IN_PROGRESS)) {
+            return st;
+        }
+        if (mp_now_ms() > deadline) {
+            (void)shoal_wait(req); /* the request must be freed; report the slowness */
+            return SHOAL_ERR_TIMEOUT;
+        }
+        usleep(100);
+    }
+}
+
+static void mp_nb_post(const mp_ctx_t *c, int g, mp_nb_t *nbs, int n)
+{
+    for (int k = 0; k < n; k++) {
+        shoal_status_t st;
+        mp_nb_setup(c, &nbs[k]);
+        st = shoal_iallreduce(nbs[k].s, nbs[k].r, nbs[k].count, nbs[k].dt, nbs[k].op, c->comm,
+                              &nbs[k].req);
+        mp_case(g, st == SHOAL_OK && nbs[k].req != NULL, c->rank, "iallreduce post %d: %s", k,
+                shoal_status_name(st));
+    }
+}
+
+void mp_test_nonblocking(const mp_ctx_t *c)
+{
+    int g = mp_group("iallreduce/test/wait");
+    mp_nb_t nbs[4] = {
+        {.dt = SHOAL_FLOAT32, .op = SHOAL_SUM, .count = 1021},
+        {.dt = SHOAL_INT32, .op = SHOAL_MAX, .count = 65537},
+        {.dt = SHOAL_BFLOAT16, .op = SHOAL_AVG, .count = 13, .inplace = 1},
+        {.dt = SHOAL_UINT8, .op = SHOAL_SUM, .count = 0},
+    };
+    mp_nb_t blk = {.dt = SHOAL_INT64, .op = SHOAL_SUM, .count = 7};
+
+    /* Several outstanding, a blocking call behind them, then test-poll one and wait the rest. */
+    mp_nb_post(c, g, nbs, 4);
+    mp_nb_setup(c, &blk);
+    mp_nb_check(c, g, &blk,
+                shoal_allreduce(blk.s, blk.r, blk.count, blk.dt, blk.op, c->comm, NULL),
+                "blocking call behind 4 requests:");
+    mp_nb_check(c, g, &nbs[0], mp_nb_poll(nbs[0].req), "shoal_test polling:");
+    for (int k = 1; k < 4; k++) {
+        mp_nb_check(c, g, &nbs[k], shoal_wait(nbs[k].req), "shoal_wait:");
+    }
+    /* Waited in reverse order. */
+    mp_nb_post(c, g, nbs, 3);
+    for (int k = 2; k >= 0; k--) {
+        mp_nb_check(c, g, &nbs[k], shoal_wait(nbs[k].req), "shoal_wait in reverse order:");
+    }
+    /* Polled in reverse order, all of them. */
+    mp_nb_post(c, g, nbs, 4);
+    for (int k = 3; k >= 0; k--) {
+        mp_nb_check(c, g, &nbs[k], mp_nb_poll(nbs[k].req), "shoal_test in reverse order:");
+    }
+}
+
+/* ---- split -------------------------------------------------------------------------------- */
+
+static void mp_split_check(const mp_ctx_t *c, int g, int color, int key, int want_size,
+                           int want_rank, int want_sum, int want_root_parent)
+{
+    shoal_comm_t nc = NULL;
+    shoal_status_t st = shoal_comm_split(c->comm, color, key, &nc);
+    int32_t v[2] = {c->rank, 0};
+    int32_t root_parent = c->rank;
+    int r = -1, s = -1;
+
+    if (color == SHOAL_SPLIT_NOCOLOR) {
+        mp_case(g, st == SHOAL_OK && nc == NULL, c->rank, "split NOCOLOR: %s, comm %p",
+                shoal_status_name(st), (void *)nc);
+        return;
+    }
+    if (st != SHOAL_OK || nc == NULL) {
+        mp_case(g, 0, c->rank, "split color %d key %d: %s: %s", color, key, MP_ERR(st, c->comm));
+        return;
+    }
+    shoal_comm_rank(nc, &r);
+    shoal_comm_size(nc, &s);
+    mp_case(g, r == want_rank && s == want_size, c->rank,
+            "color %d key %d: new rank %d of %d, expected %d of %d", color, key, r, s, want_rank,
+            want_size);
+    v[1] = r;
+    st = shoal_allreduce(v, v, 2, SHOAL_INT32, SHOAL_SUM, nc, NULL);
+    mp_case(g, st == SHOAL_OK && v[0] == want_sum && v[1] == want_size * (want_size - 1) / 2,
+            c->rank, "allreduce on the split comm: %s, sum of parent ranks %d (expected %d), "
+            "of new ranks %d", shoal_status_name(st), v[0], want_sum, v[1]);
+    st = shoal_broadcast(&root_parent, &root_parent, 1, SHOAL_INT32, 0, nc, NULL);
+    mp_case(g, st == SHOAL_OK && root_parent == want_root_parent, c->rank,
+            "broadcast from new rank 0: %s, got parent rank %d, expected %d",
+            shoal_status_name(st), root_parent, want_root_parent);
+    st = shoal_comm_destroy(nc);
+    mp_case(g, st == SHOAL_OK, c->rank, "destroy split comm: %s", shoal_status_name(st));
+}
+
+void mp_test_split(const mp_ctx_t *c)
+{
+    int g = mp_group("comm_split");
+    int color = c->rank % 2, size = 0, newrank = 0, sum = 0, top = -1;
+    shoal_status_t st;
+    int32_t x;
+
+    for (int q = 0; q < c->nranks; q++) {
+        if (q % 2 == color) {
+            size++;
+            sum += q;
+            newrank += q > c->rank;
+            top = q;
+        }
+    }
+    /* key = -rank: the highest parent rank of each color becomes new rank 0. */
+    mp_split_check(c, g, color, -c->rank, size, newrank, sum, top);
+    /* The parent still works. */
+    x = 1;
+    st = shoal_allreduce(&x, &x, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+    mp_case(g, st == SHOAL_OK && x == c->nranks, c->rank, "parent after split: %s, %d",
+            shoal_status_name(st), (int)x);
+    if (c->nranks >= 2) {
+        /* Rank 0 opts out; the rest keep their order (equal keys: parent order). */
+        int n1 = c->nranks - 1;
+        mp_split_check(c, g, c->rank == 0 ? SHOAL_SPLIT_NOCOLOR : 7, 0, n1, c->rank - 1,
+                       c->nranks * n1 / 2, 1);
+    }
+}
+
+/* ---- invalid arguments -------------------------------------------------------------------- */
+
+#define MP_EXPECT_ST(g, call, want)                                                            \
+    do {                                                                                       \
+        shoal_status_t st_ = (call);                                                           \
+        mp_case((g), st_ == (want), c->rank, "%s returned %s, expected %s", #call,             \
+                shoal_status_name(st_), shoal_status_name(want));                              \
+    } while (0)
+
+static void mp_invalid_colls(const mp_ctx_t *c, int g)
+{
+    shoal_comm_t comm = c->comm;
+    int32_t x[4] = {0};
+    int n = c->nranks, me = c->rank;
+    void *strm = (void *)x;
+
+    MP_EXPECT_ST(g, shoal_allreduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, NULL, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x, x, 1, SHOAL_DTYPE_COUNT, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x, x, 1, (shoal_dtype_t)-1, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x, x, 1, SHOAL_INT32, SHOAL_OP_COUNT, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(NULL, x, 4, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x, NULL, 4, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x, x, SIZE_MAX, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_broadcast(x, x, 1, SHOAL_INT32, n, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_broadcast(x, x, 1, SHOAL_INT32, -1, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_reduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, n, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allgather(x, x, 1, SHOAL_DTYPE_COUNT, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_reduce_scatter(x, x, 1, SHOAL_INT32, SHOAL_OP_COUNT, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_send(x, 1, SHOAL_INT32, me, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_recv(x, 1, SHOAL_INT32, me, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_send(x, 1, SHOAL_INT32, n, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_recv(x, 1, SHOAL_INT32, -1, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, comm, strm),
+                 SHOAL_ERR_UNSUPPORTED);
+    MP_EXPECT_ST(g, shoal_broadcast(x, x, 1, SHOAL_INT32, 0, comm, strm), SHOAL_ERR_UNSUPPORTED);
+    MP_EXPECT_ST(g, shoal_barrier(comm, strm), SHOAL_ERR_UNSUPPORTED);
+    if (n > 1) {
+        MP_EXPECT_ST(g, shoal_send(x, 1, SHOAL_INT32, (me + 1) % n, comm, strm),
+                     SHOAL_ERR_UNSUPPORTED);
+    }
+}
+
+static void mp_invalid_misc(const mp_ctx_t *c, int g)
+{
+    shoal_comm_t comm = c->comm, nc = NULL;
+    shoal_request_t req = NULL;
+    shoal_uid_t uid;
+    int32_t x[4] = {0};
+    int r, done;
+
+    memset(&uid, 0, sizeof(uid));
+    MP_EXPECT_ST(g, shoal_iallreduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_iallreduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, NULL, &req),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_iallreduce(x, x, 1, SHOAL_BFLOAT16, SHOAL_OP_COUNT, comm, &req),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_test(NULL, &done), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_wait(NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_rank(NULL, &r), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_size(comm, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_split(comm, -5, 0, &nc), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_split(NULL, 0, 0, &nc), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_init(&nc, 0, 0, &uid, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_init(&nc, 2, 2, &uid, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_init(NULL, 2, 0, &uid, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_init(&nc, 2, 0, NULL, NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_destroy(NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_comm_abort(NULL), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_get_unique_id(NULL), SHOAL_ERR_INVALID_ARG);
+}
+
+void mp_test_invalid(const mp_ctx_t *c)
+{
+    int g = mp_group("invalid arguments");
+    int32_t x[4];
+    shoal_status_t st;
+    const char *le;
+
+    mp_invalid_colls(c, g);
+    mp_invalid_misc(c, g);
+    /* The communicator is unharmed. */
+    le = shoal_comm_last_error(c->comm);
+    mp_case(g, strcmp(le, "no error") == 0, c->rank, "last error after invalid calls: '%s'", le);
+    for (int k = 0; k < 4; k++) {
+        x[k] = c->rank + k;
+    }
+    st = shoal_allreduce(x, x, 4, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+    mp_case(g, st == SHOAL_OK && x[3] == c->nranks * (c->nranks - 1) / 2 + 3 * c->nranks,
+            c->rank, "allreduce after invalid calls: %s: %s, x[3] = %d", MP_ERR(st, c->comm),
+            (int)x[3]);
+}
+
+/* ---- determinism -------------------------------------------------------------------------- */
+
+static void mp_det_fill(shoal_dtype_t dt, int rank, uint8_t *in, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        double v = sin((double)rank * 7919.0 + (double)i * 0.37) * 1000.0 / 3.0;
+        switch (dt) {
+        case SHOAL_FLOAT16:
+            ((uint16_t *)in)[i] = shoal_float_to_half((float)v);
+            break;
+        case SHOAL_BFLOAT16:
+            ((uint16_t *)in)[i] = shoal_float_to_bf16((float)v);
+            break;
+        case SHOAL_FLOAT32:
+            ((float *)in)[i] = (float)v;
+            break;
+        default:
+            ((double *)in)[i] = v;
+            break;
+        }
+    }
+}
+
+static void mp_det_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, shoal_op_t op, size_t count,
+                        uint8_t *a, uint8_t *b, uint8_t *in)
+{
+    size_t bytes = count * shoal_dtype_size(dt);
+    shoal_status_t st1, st2, st3, st4;
+    uint64_t h, *all = calloc((size_t)c->nranks, sizeof(uint64_t));
+    int same_runs, same_inplace, same_ranks = 1;
+
+    mp_det_fill(dt, c->rank, in, count);
+    st1 = shoal_allreduce(in, a, count, dt, op, c->comm, NULL);
+    st2 = shoal_allreduce(in, b, count, dt, op, c->comm, NULL);
+    same_runs = memcmp(a, b, bytes) == 0;
+    memcpy(b, in, bytes);
+    st3 = shoal_allreduce(b, b, count, dt, op, c->comm, NULL);
+    same_inplace = memcmp(a, b, bytes) == 0;
+    h = mp_hash(a, bytes);
+    st4 = all == NULL ? SHOAL_ERR_NO_MEMORY
+                      : shoal_allgather(&h, all, 1, SHOAL_UINT64, c->comm, NULL);
+    for (int q = 0; st4 == SHOAL_OK && q < c->nranks; q++) {
+        same_ranks &= all[q] == h;
+    }
+    mp_case(g, st1 == SHOAL_OK && st2 == SHOAL_OK && st3 == SHOAL_OK && st4 == SHOAL_OK &&
+                   same_runs && same_inplace && same_ranks,
+            c->rank, "%s %s count %zu: status %s/%s/%s/%s, same bits: twice %d, in-place %d, "
+            "across ranks %d", shoal_dtype_name(dt), shoal_op_name(op), count,
+            shoal_status_name(st1), shoal_status_name(st2), shoal_status_name(st3),
+            shoal_status_name(st4), same_runs, same_inplace, same_ranks);
+    free(all);
+}
+
+void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in)
+{
+    static const shoal_dtype_t dts[] = {SHOAL_FLOAT32, SHOAL_FLOAT64, SHOAL_BFLOAT16,
+                                        SHOAL_FLOAT16};
+    static const size_t counts[] = {1021, 65537, 300001};
+    int g = mp_group("determinism");
+    for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            mp_det_case(c, g, dts[d], SHOAL_SUM, counts[k], a, b, in);
+        }
+    }
+    mp_det_case(c, g, SHOAL_FLOAT32, SHOAL_AVG, 65537, a, b, in);
+    mp_det_case(c, g, SHOAL_FLOAT64, SHOAL_PROD, 1021, a, b, in);
+}

@@ -1,0 +1,96 @@
+#!/bin/sh
+# Runs tests/mp/mp_coll under shoalrun for every transport x number of ranks (plus a few
+# forced-algorithm variants) and merges rank 0's TAP lines into one TAP stream, each
+# description prefixed by the configuration ("tcp n=3: allreduce float sum (23 cases)").
+# One more line per run checks shoalrun's exit status. The plan comes last.
+#
+# Environment: top_builddir (set by make check), MP_NRANKS (default "1 2 3 4 5 8"),
+# MP_TRANSPORTS (default "shm tcp"), MP_VARIANTS=0 to skip the forced-algorithm runs,
+# MP_TIMEOUT (seconds per run, default 240), MP_SECTIONS (mp_coll sections, default all).
+
+builddir=${top_builddir:-.}
+shoalrun=$builddir/shoalrun
+prog=$builddir/tests/mp/mp_coll
+nranks_list=${MP_NRANKS:-"1 2 3 4 5 8"}
+transports=${MP_TRANSPORTS:-"shm tcp"}
+timeout=${MP_TIMEOUT:-240}
+n_tap=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_mp.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ ! -x "$shoalrun" ] || [ ! -x "$prog" ]; then
+    echo "1..0 # SKIP $shoalrun or $prog not built"
+    exit 0
+fi
+
+now() {
+    date +%s.%N
+}
+
+# run LABEL NRANKS [VAR=VALUE...]: one shoalrun job; its variables go to every rank with -x
+# (SHOAL_TRANSPORT is never inherited: unset means the automatic choice).
+run() {
+    label=$1
+    n=$2
+    shift 2
+    xs=""
+    for v in SHOAL_TIMEOUT_MS=30000 "$@"; do
+        xs="$xs -x $v"
+    done
+    t0=$(now)
+    # shellcheck disable=SC2086 # xs and MP_SECTIONS are word lists on purpose
+    env -u SHOAL_TRANSPORT "$shoalrun" --no-prefix --timeout "$timeout" -n "$n" $xs "$prog" ${MP_SECTIONS:-} \
+        >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    t1=$(now)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    ngroups=0
+    while IFS= read -r line; do
+        case $line in
+        "ok "*|"not ok "*)
+            desc=${line#* - }
+            status=${line%% [0-9]*}
+            n_tap=$((n_tap + 1))
+            ngroups=$((ngroups + 1))
+            echo "$status $n_tap - $label: $desc"
+            ;;
+        "Bail out!"*)
+            n_tap=$((n_tap + 1))
+            echo "not ok $n_tap - $label: rank 0 bailed out: ${line#Bail out!}"
+            ;;
+        "#"*)
+            echo "$line"
+            ;;
+        esac
+    done <"$tmp/out"
+    # Diagnostics of failing cases (and the library's errors) into the log as comments.
+    if [ "$rc" -ne 0 ] || grep -q '^# rank' "$tmp/err"; then
+        sed -e 's/^/# stderr: /' "$tmp/err" | grep -v '^# stderr: $' | head -n 60
+    fi
+    n_tap=$((n_tap + 1))
+    if [ "$rc" -eq 0 ] && [ "$ngroups" -gt 0 ]; then
+        echo "ok $n_tap - $label: shoalrun exited 0 after ${secs} s ($ngroups groups)"
+    elif [ "$rc" -eq 124 ]; then
+        echo "not ok $n_tap - $label: timed out after ${secs} s (shoalrun --timeout $timeout)"
+    else
+        echo "not ok $n_tap - $label: shoalrun exited $rc after ${secs} s ($ngroups groups)"
+    fi
+}
+
+for tl in $transports; do
+    for n in $nranks_list; do
+        if [ "$tl" = shm ]; then
+            run "shm n=$n" "$n" # the automatic choice: shm between ranks of one host
+        else
+            run "$tl n=$n" "$n" SHOAL_TRANSPORT="$tl"
+        fi
+    done
+done
+if [ "${MP_VARIANTS:-1}" != 0 ]; then
+    # Forced algorithms and tiny pipeline chunks / windows: many slices per call.
+    run "shm n=4 ring chunk=4k" 4 SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
+    run "shm n=5 rd" 5 SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096
+    run "shm n=3 window=4k" 3 SHOAL_SHM_WINDOW=4096 SHOAL_SHM_ONESHOT_MAX=1024
+    run "tcp n=3 ring chunk=4k" 3 SHOAL_TRANSPORT=tcp SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
+fi
+echo "1..$n_tap"
