@@ -87,5 +87,8 @@ SHOAL_HIDDEN const shoal_tl_ops_t *shoal_tl_get(size_t i);
 
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_shm_ops;
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_tcp_ops;
+#if SHOAL_HAVE_VERBS
+extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_ib_ops;
+#endif
 
 #endif

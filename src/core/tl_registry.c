@@ -6,6 +6,9 @@
 static const shoal_tl_ops_t *const shoal_tl_registry[] = {
     &shoal_tl_shm_ops,
     &shoal_tl_tcp_ops,
+#if SHOAL_HAVE_VERBS
+    &shoal_tl_ib_ops, /* after tcp: used when forced with SHOAL_TRANSPORT=ib */
+#endif
 };
 
 size_t shoal_tl_count(void)

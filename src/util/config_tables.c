@@ -6,6 +6,9 @@ extern const shoal_cfg_table_t shoal_core_cfg_table;
 extern const shoal_cfg_table_t shoal_coll_cfg_table;
 extern const shoal_cfg_table_t shoal_shm_cfg_table;
 extern const shoal_cfg_table_t shoal_tcp_cfg_table;
+#if SHOAL_HAVE_VERBS
+extern const shoal_cfg_table_t shoal_ib_cfg_table;
+#endif
 
 const shoal_cfg_table_t *const shoal_cfg_tables[] = {
     &shoal_util_cfg_table,
@@ -13,5 +16,8 @@ const shoal_cfg_table_t *const shoal_cfg_tables[] = {
     &shoal_coll_cfg_table,
     &shoal_shm_cfg_table,
     &shoal_tcp_cfg_table,
+#if SHOAL_HAVE_VERBS
+    &shoal_ib_cfg_table,
+#endif
 };
 const size_t shoal_cfg_ntables = SHOAL_ARRAY_SIZE(shoal_cfg_tables);

@@ -1,0 +1,67 @@
+/* Out-of-band TCP helper for transports that need a side channel to set up their connections
+ * (ib: queue pair numbers). Listener on a chosen interface (NCCL's SOCKET_IFNAME syntax),
+ * blocking-with-deadline connect/accept/transfer that watch an abort flag, and a mutual
+ * HMAC-SHA256 challenge-response over the job secret, the same idea as the tcp transport's
+ * handshake (transports/tcp/tcp_conn.c), in a reusable, sequential form:
+ *   connector -> hello (magic, version, comm_id, from, to) + nonce_c (32 bytes)
+ *   acceptor  -> nonce_a + HMAC(secret, label "-acc" | comm | nonce_c | nonce_a | from | to)
+ *   connector -> HMAC(secret, label "-con" | comm | nonce_c | nonce_a | from | to)
+ * Each side proves the secret over both nonces, so neither proof can be replayed or reflected.
+ */
+#ifndef SHOAL_OOB_H
+#define SHOAL_OOB_H
+
+#include "core/tl.h" /* SHOAL_SECRET_BYTES */
+
+#include <stdint.h>
+
+#define SHOAL_OOB_ADDR_BYTES 24
+#define SHOAL_OOB_NAME_MAX 64
+#define SHOAL_OOB_NONCE_BYTES 32
+
+typedef struct {
+    uint16_t family;          /* AF_INET or AF_INET6 */
+    uint16_t port;
+    uint32_t scope_id;
+    uint8_t ip[16];
+} shoal_oob_addr_t;
+
+typedef struct {
+    const uint8_t *secret;    /* SHOAL_SECRET_BYTES */
+    const char *label;        /* "shoal-ib": domain separation between users */
+    uint32_t comm_id;
+    uint32_t self;            /* our rank */
+    const volatile int *abort_flag;
+} shoal_oob_auth_t;
+
+/* 1 if ifname matches spec ("eth,ib" prefixes, "^" excludes, "=" exact). */
+SHOAL_HIDDEN int shoal_oob_ifname_match(const char *spec, const char *ifname);
+SHOAL_HIDDEN void shoal_oob_addr_encode(const shoal_oob_addr_t *a,
+                                        uint8_t out[SHOAL_OOB_ADDR_BYTES]);
+SHOAL_HIDDEN int shoal_oob_addr_decode(const uint8_t in[SHOAL_OOB_ADDR_BYTES],
+                                       shoal_oob_addr_t *a);
+SHOAL_HIDDEN void shoal_oob_addr_str(const shoal_oob_addr_t *a, char *buf, size_t len);
+/* Listens on the first interface matching ifspec (NULL/"": first non-loopback up, else lo),
+ * port chosen by the kernel. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_listen(const char *ifspec, int *fd_p,
+                                             shoal_oob_addr_t *a);
+/* Connects, retrying refusals until the deadline. TIMEOUT, ABORTED or TRANSPORT. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_connect(const shoal_oob_addr_t *a, uint64_t deadline_ns,
+                                              const volatile int *abort_flag, int *fd_p);
+SHOAL_HIDDEN shoal_status_t shoal_oob_accept(int lfd, uint64_t deadline_ns,
+                                             const volatile int *abort_flag, int *fd_p);
+/* Moves exactly len bytes. PEER_FAILED on EOF/reset, TIMEOUT, ABORTED. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_send(int fd, const void *buf, size_t len,
+                                           uint64_t deadline_ns, const volatile int *abort_flag);
+SHOAL_HIDDEN shoal_status_t shoal_oob_recv(int fd, void *buf, size_t len, uint64_t deadline_ns,
+                                           const volatile int *abort_flag);
+/* The handshake. AUTH if the other side cannot prove the secret. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_auth_connect(int fd, const shoal_oob_auth_t *a,
+                                                   uint32_t peer, uint64_t deadline_ns);
+/* expect(arg, rank): 1 if that rank may connect now. *peer_p: the proven rank. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t *a,
+                                                  int (*expect)(void *arg, uint32_t rank),
+                                                  void *arg, uint32_t *peer_p,
+                                                  uint64_t deadline_ns, char *why, size_t len);
+
+#endif

@@ -1,0 +1,86 @@
+/* Env-var config table of the IB verbs transport. */
+#include "transports/ib/ib.h"
+
+#include <stddef.h>
+
+shoal_ib_config_t shoal_ib_config = {
+    .gid_index = -1,
+    .family = SHOAL_IB_FAMILY_INET,
+    .timeout = 18,
+    .retry_cnt = 7,
+    .rnr_retry = 7,
+    .tc = 0,
+    .sl = 0,
+    .nslots = 64,
+    .slot_size = 64 * 1024,
+    .reg_cache_max = 1024ul * 1024 * 1024,
+    .max_inline = 128,
+};
+
+static const char *const shoal_ib_family_names[] = {
+    [SHOAL_IB_FAMILY_INET] = "AF_INET",
+    [SHOAL_IB_FAMILY_INET6] = "AF_INET6",
+    NULL,
+};
+
+#define SHOAL_IB_FIELD(n, d, t, f, text)                                                   \
+    {.name = n, .dflt = d, .doc = text, .offset = offsetof(shoal_ib_config_t, f), .type = t}
+
+static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
+    SHOAL_IB_FIELD("IB_HCA", "", SHOAL_CFG_STRING, hca,
+                   "RDMA devices and ports to use, as NCCL_IB_HCA: \"mlx5_0:1,mlx5_1\" (name "
+                   "prefixes, optional :port), \"^mlx5_2\" excludes, \"=mlx5_0\" exact names; "
+                   "empty: the first active port of the first device"),
+    SHOAL_IB_FIELD("IB_GID_INDEX", "-1", SHOAL_CFG_INT, gid_index,
+                   "RoCE GID table index to use; -1 picks a RoCE v2 GID of "
+                   "SHOAL_IB_ADDR_FAMILY from sysfs"),
+    {
+        .name = "IB_ADDR_FAMILY",
+        .dflt = "AF_INET",
+        .doc = "address family of the RoCE v2 GID to pick: AF_INET (IPv4-mapped) or AF_INET6",
+        .offset = offsetof(shoal_ib_config_t, family),
+        .type = SHOAL_CFG_ENUM,
+        .enum_names = shoal_ib_family_names,
+    },
+    SHOAL_IB_FIELD("IB_MTU", "0", SHOAL_CFG_UINT, mtu,
+                   "cap on the path MTU in bytes (256..4096); 0: the smaller active MTU of "
+                   "both ports"),
+    SHOAL_IB_FIELD("IB_TIMEOUT", "18", SHOAL_CFG_UINT, timeout,
+                   "RC local ACK timeout exponent: 4.096 us * 2^value (1..31; 18 is ~1 s)"),
+    SHOAL_IB_FIELD("IB_RETRY_CNT", "7", SHOAL_CFG_UINT, retry_cnt,
+                   "RC transport retries before a send fails (0..7)"),
+    SHOAL_IB_FIELD("IB_RNR_RETRY", "7", SHOAL_CFG_UINT, rnr_retry,
+                   "RC receiver-not-ready retries (0..7; 7 is infinite)"),
+    SHOAL_IB_FIELD("IB_TC", "0", SHOAL_CFG_UINT, tc,
+                   "traffic class in the GRH (RoCE DSCP << 2 | ECN; 0..255)"),
+    SHOAL_IB_FIELD("IB_SL", "0", SHOAL_CFG_UINT, sl, "InfiniBand service level (0..15)"),
+    SHOAL_IB_FIELD("IB_PKEY", "0", SHOAL_CFG_UINT, pkey_index, "partition key table index"),
+    SHOAL_IB_FIELD("IB_RING_SLOTS", "64", SHOAL_CFG_UINT, nslots,
+                   "receive ring slots per peer (2..4096): the credits a sender starts with"),
+    SHOAL_IB_FIELD("IB_SLOT_SIZE", "64k", SHOAL_CFG_SIZE, slot_size,
+                   "bytes per ring slot (4k..16m); larger messages are pipelined in chunks of "
+                   "this size"),
+    SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "1g", SHOAL_CFG_SIZE, reg_cache_max,
+                   "bytes of send buffers kept registered between messages; 0 registers and "
+                   "deregisters per message (safe if the application unmaps and remaps "
+                   "buffers at the same address)"),
+    SHOAL_IB_FIELD("IB_MAX_INLINE", "128", SHOAL_CFG_UINT, max_inline,
+                   "chunks up to this many bytes (header included) are sent inline, without "
+                   "registering the buffer"),
+    SHOAL_IB_FIELD("IB_OOB_IFNAME", "", SHOAL_CFG_STRING, oob_ifname,
+                   "interface for the out-of-band TCP connection that exchanges queue pair "
+                   "numbers (NCCL prefix syntax); empty: the first non-loopback interface "
+                   "that is up, else lo"),
+    SHOAL_IB_FIELD("IB_USE_RDMACM", "0", SHOAL_CFG_BOOL, use_rdmacm,
+                   "connect through librdmacm instead of the out-of-band exchange (not "
+                   "implemented yet: a warning, then the out-of-band exchange)"),
+    SHOAL_IB_FIELD("IB_SYSFS_ROOT", "/sys", SHOAL_CFG_STRING, sysfs_root,
+                   "root of the sysfs tree read for RoCE GID types (tests)"),
+};
+
+const shoal_cfg_table_t shoal_ib_cfg_table = {
+    .module = "ib",
+    .fields = shoal_ib_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_ib_cfg_fields),
+    .dst = &shoal_ib_config,
+};

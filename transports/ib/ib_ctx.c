@@ -1,0 +1,518 @@
+/* IB transport: context (device/port/GID choice, PD, completion channel, out-of-band
+ * listener), address codecs, progress, sleeping, failure and the ops table. Connection setup
+ * and the data path are in ib_ep.c. */
+#include "transports/ib/ib_verbs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#define SHOAL_IB_CHECK_NS 1000000ull   /* peer liveness checks at most every 1 ms */
+
+/* ---- codecs -------------------------------------------------------------------------------- */
+
+static void shoal_ib_put(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static uint64_t shoal_ib_get(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        v |= (uint64_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+void shoal_ib_addr_encode(const shoal_ib_addr_t *a, uint8_t *out)
+{
+    memset(out, 0, SHOAL_IB_ADDR_BYTES);
+    shoal_ib_put(out, SHOAL_IB_ADDR_MAGIC, 4);
+    shoal_ib_put(out + 4, SHOAL_IB_ADDR_VERSION, 2);
+    out[6] = a->link_layer;
+    out[7] = a->port;
+    out[8] = a->mtu;
+    out[9] = a->is_global;
+    shoal_ib_put(out + 10, a->lid, 2);
+    memcpy(out + 12, a->gid, 16);
+    shoal_oob_addr_encode(&a->oob, out + 28);
+}
+
+int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a)
+{
+    const uint8_t *p = in;
+    if (in == NULL || len != SHOAL_IB_ADDR_BYTES || shoal_ib_get(p, 4) != SHOAL_IB_ADDR_MAGIC ||
+        shoal_ib_get(p + 4, 2) != SHOAL_IB_ADDR_VERSION) {
+        return -1;
+    }
+    a->link_layer = p[6];
+    a->port = p[7];
+    a->mtu = p[8];
+    a->is_global = p[9];
+    a->lid = (uint16_t)shoal_ib_get(p + 10, 2);
+    memcpy(a->gid, p + 12, 16);
+    return shoal_oob_addr_decode(p + 28, &a->oob);
+}
+
+void shoal_ib_pair_encode(const shoal_ib_pair_t *p, uint8_t *out)
+{
+    memset(out, 0, SHOAL_IB_PAIR_BYTES);
+    shoal_ib_put(out, p->qpn, 4);
+    shoal_ib_put(out + 4, p->psn, 4);
+    shoal_ib_put(out + 8, p->ring_addr, 8);
+    shoal_ib_put(out + 16, p->rkey, 4);
+    shoal_ib_put(out + 20, p->nslots, 4);
+    shoal_ib_put(out + 24, p->slot_size, 4);
+}
+
+void shoal_ib_pair_decode(const uint8_t *in, shoal_ib_pair_t *p)
+{
+    p->qpn = (uint32_t)shoal_ib_get(in, 4);
+    p->psn = (uint32_t)shoal_ib_get(in + 4, 4);
+    p->ring_addr = shoal_ib_get(in + 8, 8);
+    p->rkey = (uint32_t)shoal_ib_get(in + 16, 4);
+    p->nslots = (uint32_t)shoal_ib_get(in + 20, 4);
+    p->slot_size = (uint32_t)shoal_ib_get(in + 24, 4);
+}
+
+/* ---- device and port choice ---------------------------------------------------------------- */
+
+typedef struct {
+    struct ibv_context *dev;
+    char name[SHOAL_IB_NAME_MAX];
+    int port;
+    struct ibv_port_attr attr;
+} shoal_ib_pick_t;
+
+/* The first ACTIVE port allowed by SHOAL_IB_HCA. quiet: no log (query). */
+static shoal_status_t shoal_ib_pick_port(shoal_ib_pick_t *pk, int quiet)
+{
+    shoal_ib_hca_spec_t spec;
+    char why[200] = "", down[200] = "";
+    int ndev = 0;
+    struct ibv_device **list;
+
+    if (shoal_ib_hca_parse(shoal_ib_config.hca, &spec, why, sizeof(why)) != 0) {
+        if (!quiet) {
+            shoal_error(IB, "%s", why);
+        }
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    list = ibv_get_device_list(&ndev);
+    if (list == NULL || ndev == 0) {
+        if (!quiet) {
+            shoal_error(IB, "no RDMA device (ibv_get_device_list found none)");
+        }
+        if (list != NULL) {
+            ibv_free_device_list(list);
+        }
+        return SHOAL_ERR_TRANSPORT;
+    }
+    for (int d = 0; d < ndev && pk->dev == NULL; d++) {
+        const char *name = ibv_get_device_name(list[d]);
+        struct ibv_context *dev = ibv_open_device(list[d]);
+        struct ibv_device_attr da;
+        if (dev == NULL || ibv_query_device(dev, &da) != 0) {
+            if (dev != NULL) {
+                ibv_close_device(dev);
+            }
+            continue;
+        }
+        for (int p = 1; p <= da.phys_port_cnt && pk->dev == NULL; p++) {
+            struct ibv_port_attr pa;
+            if (!shoal_ib_hca_match(&spec, name, p) || ibv_query_port(dev, (uint8_t)p, &pa)) {
+                continue;
+            }
+            if (pa.state != IBV_PORT_ACTIVE) {
+                if (down[0] == '\0') {
+                    snprintf(down, sizeof(down), "%s port %d is %s, not ACTIVE", name, p,
+                             ibv_port_state_str(pa.state));
+                }
+                continue;
+            }
+            pk->dev = dev;
+            pk->port = p;
+            pk->attr = pa;
+            snprintf(pk->name, sizeof(pk->name), "%s", name);
+        }
+        if (pk->dev == NULL) {
+            ibv_close_device(dev);
+        }
+    }
+    ibv_free_device_list(list);
+    if (pk->dev == NULL) {
+        if (!quiet) {
+            shoal_error(IB, "no usable RDMA port (SHOAL_IB_HCA=\"%s\", %d devices): %s",
+                        shoal_ib_config.hca != NULL ? shoal_ib_config.hca : "", ndev,
+                        down[0] != '\0' ? down : "no device/port matches");
+        }
+        return SHOAL_ERR_TRANSPORT;
+    }
+    return SHOAL_OK;
+}
+
+/* GID (RoCE) or LID (IB) of the chosen port into ctx->addr. */
+static shoal_status_t shoal_ib_ctx_gid(shoal_tl_ctx_t *ctx, const shoal_ib_pick_t *pk)
+{
+    char why[256], text[64];
+    union ibv_gid g;
+
+    ctx->addr.link_layer = pk->attr.link_layer;
+    ctx->addr.port = (uint8_t)pk->port;
+    ctx->addr.lid = pk->attr.lid;
+    if (pk->attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        if (pk->attr.lid == 0) {
+            shoal_error(IB, "%s port %d has no LID: is a subnet manager running?", pk->name,
+                        pk->port);
+            return SHOAL_ERR_TRANSPORT;
+        }
+        ctx->gid.index = 0;
+        ctx->addr.is_global = 0;
+        return SHOAL_OK;
+    }
+    if (shoal_ib_gid_select(shoal_ib_config.sysfs_root, pk->name, pk->port,
+                            shoal_ib_config.family, shoal_ib_config.gid_index, &ctx->gid, why,
+                            sizeof(why)) != SHOAL_OK) {
+        shoal_error(IB, "%s", why);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (ibv_query_gid(ctx->dev, (uint8_t)pk->port, ctx->gid.index, &g) != 0 ||
+        memcmp(g.raw, ctx->gid.raw, 16) != 0) {
+        shoal_error(IB, "GID %d of %s port %d: sysfs and ibv_query_gid disagree (table "
+                    "changing?)", ctx->gid.index, pk->name, pk->port);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    memcpy(ctx->addr.gid, ctx->gid.raw, 16);
+    ctx->addr.is_global = 1;
+    shoal_ib_gid_str(ctx->gid.raw, text, sizeof(text));
+    shoal_info(IB, "rank %d: %s port %d RoCE GID %d %s (%s)", ctx->rank, pk->name, pk->port,
+               ctx->gid.index, text, ctx->gid.ndev);
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pick_t *pk)
+{
+    char why[200];
+    int mtu = shoal_ib_mtu_negotiate(pk->attr.active_mtu, pk->attr.active_mtu,
+                                     shoal_ib_config.mtu, why, sizeof(why));
+    if (mtu == 0) {
+        shoal_error(IB, "%s port %d: %s", pk->name, pk->port, why);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    ctx->addr.mtu = (uint8_t)mtu;
+    ctx->nslots = shoal_ib_config.nslots;
+    ctx->slot_size = (uint32_t)shoal_ib_config.slot_size;
+    if (ctx->nslots < 2 || ctx->nslots > SHOAL_IB_SLOTS_MAX ||
+        shoal_ib_config.slot_size < 4096 || shoal_ib_config.slot_size > (16u << 20)) {
+        shoal_error(IB, "SHOAL_IB_RING_SLOTS=%u (2..%d) or SHOAL_IB_SLOT_SIZE=%zu (4k..16m) "
+                    "out of range", ctx->nslots, SHOAL_IB_SLOTS_MAX, shoal_ib_config.slot_size);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (shoal_ib_config.timeout < 1 || shoal_ib_config.timeout > 31 ||
+        shoal_ib_config.retry_cnt > 7 || shoal_ib_config.rnr_retry > 7 ||
+        shoal_ib_config.tc > 255 || shoal_ib_config.sl > 15) {
+        shoal_error(IB, "SHOAL_IB_TIMEOUT (1..31), RETRY_CNT (0..7), RNR_RETRY (0..7), TC "
+                    "(0..255) or SL (0..15) out of range");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    ctx->credit_thresh = SHOAL_MAX(1u, ctx->nslots / 4);
+    ctx->max_inline = shoal_ib_config.max_inline;
+    return SHOAL_OK;
+}
+
+static void shoal_ib_fini(shoal_tl_ctx_t *ctx)
+{
+    if (ctx == NULL) {
+        return;
+    }
+    shoal_ib_conn_free(ctx);
+    if (ctx->chan != NULL) {
+        ibv_destroy_comp_channel(ctx->chan);
+    }
+    if (ctx->pd != NULL) {
+        ibv_dealloc_pd(ctx->pd);
+    }
+    if (ctx->dev != NULL) {
+        ibv_close_device(ctx->dev);
+    }
+    if (ctx->listen_fd >= 0) {
+        close(ctx->listen_fd);
+    }
+    if (ctx->evfd >= 0) {
+        close(ctx->evfd);
+    }
+    if (ctx->epfd >= 0) {
+        close(ctx->epfd);
+    }
+    memset(ctx->secret, 0, sizeof(ctx->secret));
+    free(ctx);
+}
+
+static shoal_status_t shoal_ib_ctx_wait_setup(shoal_tl_ctx_t *ctx)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    int fl = fcntl(ctx->chan->fd, F_GETFL);
+    if (fl < 0 || fcntl(ctx->chan->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        shoal_error(IB, "fcntl(completion channel fd, O_NONBLOCK): %s", strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+    ctx->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ctx->epfd < 0 || ctx->evfd < 0) {
+        shoal_error(IB, "epoll_create1/eventfd: %s", strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    ev.data.fd = ctx->chan->fd;
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->chan->fd, &ev) != 0) {
+        return SHOAL_ERR_SYSTEM;
+    }
+    ev.data.fd = ctx->evfd;
+    return epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->evfd, &ev) == 0 ? SHOAL_OK
+                                                                   : SHOAL_ERR_SYSTEM;
+}
+
+static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p)
+{
+    shoal_tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    shoal_ib_pick_t pk = {0};
+    shoal_status_t status;
+
+    if (ctx == NULL) {
+        shoal_error(IB, "out of memory allocating the ib context");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    ctx->listen_fd = ctx->epfd = ctx->evfd = -1;
+    ctx->rank = params->rank;
+    ctx->comm_id = params->comm_id;
+    memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
+    ctx->timeout_ms = params->timeout_ms;
+    ctx->abort_flag = params->abort_flag;
+    if (shoal_ib_config.use_rdmacm) {
+        shoal_warn_once(IB, "SHOAL_IB_USE_RDMACM=1: librdmacm connection setup is not "
+                        "implemented; using the out-of-band queue pair exchange");
+    }
+    SHOAL_CHECK_GOTO(shoal_ib_pick_port(&pk, 0), status, err);
+    ctx->dev = pk.dev;
+    snprintf(ctx->devname, sizeof(ctx->devname), "%s", pk.name);
+    SHOAL_CHECK_GOTO(shoal_ib_ctx_gid(ctx, &pk), status, err);
+    SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk), status, err);
+    ctx->pd = ibv_alloc_pd(ctx->dev);
+    ctx->chan = ctx->pd != NULL ? ibv_create_comp_channel(ctx->dev) : NULL;
+    if (ctx->chan == NULL) {
+        shoal_error(IB, "%s: ibv_alloc_pd/ibv_create_comp_channel failed: %s", ctx->devname,
+                    strerror(errno));
+        status = SHOAL_ERR_TRANSPORT;
+        goto err;
+    }
+    SHOAL_CHECK_GOTO(shoal_ib_ctx_wait_setup(ctx), status, err);
+    SHOAL_CHECK_GOTO(shoal_oob_listen(shoal_ib_config.oob_ifname, &ctx->listen_fd,
+                                      &ctx->addr.oob), status, err);
+    shoal_info(IB, "rank %d: %s port %d, %s, MTU %d, %u slots of %u bytes per peer", ctx->rank,
+               ctx->devname, pk.port,
+               pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+               shoal_ib_mtu_bytes(ctx->addr.mtu), ctx->nslots, ctx->slot_size);
+    *ctx_p = ctx;
+    return SHOAL_OK;
+err:
+    shoal_ib_fini(ctx);
+    return status;
+}
+
+static shoal_status_t shoal_ib_address(shoal_tl_ctx_t *ctx, void *addr, size_t *len_p)
+{
+    if (*len_p < SHOAL_IB_ADDR_BYTES) {
+        shoal_error(IB, "address buffer of %zu bytes, need %d", *len_p, SHOAL_IB_ADDR_BYTES);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_ib_addr_encode(&ctx->addr, addr);
+    *len_p = SHOAL_IB_ADDR_BYTES;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ib_ready(shoal_tl_ctx_t *ctx)
+{
+    if (ctx->listen_fd >= 0) {
+        close(ctx->listen_fd);
+        ctx->listen_fd = -1;
+    }
+    return SHOAL_OK;
+}
+
+/* ---- progress and sleeping ----------------------------------------------------------------- */
+
+/* Consumes completion events and eventfd wakeups; the CQ must be re-armed after an event. */
+static void shoal_ib_drain_events(shoal_tl_ctx_t *ctx)
+{
+    struct ibv_cq *cq;
+    void *cq_ctx;
+    unsigned n = 0;
+    uint64_t v;
+    while (ibv_get_cq_event(ctx->chan, &cq, &cq_ctx) == 0) {
+        n++;
+    }
+    if (n > 0) {
+        ibv_ack_cq_events(ctx->cq, n);
+        ctx->armed = 0;
+    }
+    while (read(ctx->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {
+    }
+}
+
+/* The oob socket of a peer: EOF (or reset) means its process is gone. */
+static void shoal_ib_peer_check(shoal_tl_ctx_t *ctx, shoal_ep_t *ep)
+{
+    char b;
+    ssize_t r;
+    if (ep->oob_fd < 0 || ep->oob_eof || ep->status != SHOAL_OK) {
+        return;
+    }
+    r = recv(ep->oob_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        ep->oob_eof = r == 0 ? -1 : errno;
+        (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->oob_fd, NULL);
+    }
+}
+
+static int shoal_ib_poll_cq(shoal_tl_ctx_t *ctx)
+{
+    int done = 0, n;
+    for (int i = 0; i < ctx->nstash; i++) {
+        done += shoal_ib_handle_wc(ctx, &ctx->stash[i]);
+    }
+    ctx->nstash = 0;
+    do {
+        n = ibv_poll_cq(ctx->cq, SHOAL_IB_WC_BATCH, ctx->wc);
+        for (int i = 0; i < n; i++) {
+            done += shoal_ib_handle_wc(ctx, &ctx->wc[i]);
+        }
+    } while (n == SHOAL_IB_WC_BATCH);
+    if (n < 0) {
+        shoal_warn_once(IB, "ibv_poll_cq failed (%d)", n);
+    }
+    return done;
+}
+
+static int shoal_ib_progress(shoal_tl_ctx_t *ctx)
+{
+    int n, check = 0;
+    uint64_t now;
+    if (ctx->npending == 0) {
+        return 0;
+    }
+    now = shoal_time_ns();
+    if (now - ctx->check_ns >= SHOAL_IB_CHECK_NS) {
+        ctx->check_ns = now;
+        check = 1;
+        for (int i = 0; i < ctx->neps; i++) {
+            if (ctx->eps[i].sq_head != NULL || ctx->eps[i].rq_head != NULL) {
+                shoal_ib_peer_check(ctx, &ctx->eps[i]);
+            }
+        }
+    }
+    shoal_ib_drain_events(ctx);
+    n = shoal_ib_poll_cq(ctx);
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->status != SHOAL_OK) {
+            continue;
+        }
+        n += shoal_ib_ep_progress(ep);
+        if (check && ep->oob_eof != 0 && (ep->sq_head != NULL || ep->rq_head != NULL)) {
+            n += shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d closed its out-of-band "
+                                   "connection (%s): the process is gone", ep->peer,
+                                   ep->oob_eof < 0 ? "EOF" : strerror(ep->oob_eof));
+        }
+    }
+    return n;
+}
+
+static int shoal_ib_wait_fd(shoal_tl_ctx_t *ctx)
+{
+    int n;
+    if (ctx->cq == NULL) {
+        return ctx->epfd;
+    }
+    if (ctx->npending == 0) {
+        shoal_ib_drain_events(ctx); /* nothing to miss: stay quiet */
+        return ctx->epfd;
+    }
+    /* Peers whose oob socket hit EOF leave the set (it would stay readable forever). */
+    n = epoll_wait(ctx->epfd, ctx->events, SHOAL_IB_EVENTS, 0);
+    for (int i = 0; i < n; i++) {
+        int fd = ctx->events[i].data.fd;
+        for (int e = 0; e < ctx->neps && fd != ctx->chan->fd && fd != ctx->evfd; e++) {
+            if (ctx->eps[e].oob_fd == fd) {
+                shoal_ib_peer_check(ctx, &ctx->eps[e]);
+            }
+        }
+    }
+    if (!ctx->armed) {
+        if (ibv_req_notify_cq(ctx->cq, 0) != 0) {
+            uint64_t one = 1;
+            (void)write(ctx->evfd, &one, sizeof(one)); /* cannot sleep: make poll return */
+            return ctx->epfd;
+        }
+        ctx->armed = 1;
+    }
+    /* Completions that landed before the arm raise no event: stash them and wake. */
+    if (ctx->nstash < SHOAL_IB_WC_BATCH) {
+        int k = ibv_poll_cq(ctx->cq, SHOAL_IB_WC_BATCH - ctx->nstash, ctx->stash + ctx->nstash);
+        if (k > 0) {
+            uint64_t one = 1;
+            ctx->nstash += k;
+            (void)write(ctx->evfd, &one, sizeof(one));
+        }
+    }
+    return ctx->epfd;
+}
+
+static void shoal_ib_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->status == SHOAL_OK) {
+            shoal_ib_ep_send_abort(ep, culprit);
+            (void)shoal_ib_ep_fail(ep, status, why);
+        }
+    }
+}
+
+/* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. */
+static int shoal_ib_query(void)
+{
+    shoal_ib_pick_t pk = {0};
+    if (shoal_ib_pick_port(&pk, 1) != SHOAL_OK) {
+        return 0;
+    }
+    ibv_close_device(pk.dev);
+    return 1;
+}
+
+const shoal_tl_ops_t shoal_tl_ib_ops = {
+    .abi_version = SHOAL_TL_ABI_VERSION,
+    .name = "ib",
+    .caps = 0,
+    .intra_node_only = 0,
+    .query = shoal_ib_query,
+    .init = shoal_ib_init,
+    .address = shoal_ib_address,
+    .connect_all = shoal_ib_connect_all,
+    .ready = shoal_ib_ready,
+    .isend = shoal_ib_ep_isend,
+    .irecv = shoal_ib_ep_irecv,
+    .progress = shoal_ib_progress,
+    .wait_fd = shoal_ib_wait_fd,
+    .wait = NULL,
+    .fail = shoal_ib_fail,
+    .fini = shoal_ib_fini,
+};

@@ -1,0 +1,826 @@
+/* IB transport: connection setup and the data path.
+ *
+ * connect_all: per-peer resources (RC QP in INIT with its receives posted, a slice of the
+ * ring), then the per-pair exchange over out-of-band TCP authenticated with the job secret
+ * (transports/common/oob.c). Every rank first connects to its lower peers in ascending order,
+ * then accepts its higher peers in arrival order: rank 0 only accepts, and by induction every
+ * rank reaches its accept phase, so the sequence cannot deadlock. Per pair: handshake, both
+ * send their shoal_ib_pair_t, both move the QP INIT->RTR->RTS, both send one sync byte and
+ * wait for the other's, so no write can reach a QP that is not ready. The oob socket stays
+ * open: its EOF tells us the peer process died.
+ *
+ * Data path: see ib.h. Completion of a send request comes with the send completion of its
+ * last chunk (RC completes in order); a receive completes when its last chunk is copied. */
+#include "transports/ib/ib_verbs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SHOAL_IB_STRANGER_MS 5000  /* a stranger on the oob listener gets this long */
+
+/* ---- failure ------------------------------------------------------------------------------- */
+
+static void shoal_ib_req_complete(shoal_tl_req_t *req, shoal_status_t status, const char *why)
+{
+    req->next = NULL;
+    req->status = status;
+    if (status != SHOAL_OK && req->errbuf != NULL && req->errlen > 0) {
+        snprintf(req->errbuf, req->errlen, "%s", why);
+    }
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
+static int shoal_ib_queue_fail(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p,
+                               shoal_status_t status, const char *why)
+{
+    int n = 0;
+    shoal_tl_req_t *req = *head_p;
+    while (req != NULL) {
+        shoal_tl_req_t *next = req->next;
+        shoal_ib_req_complete(req, status, why);
+        req = next;
+        n++;
+    }
+    *head_p = *tail_p = NULL;
+    return n;
+}
+
+int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
+{
+    int n;
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    ep->status = status;
+    snprintf(ep->why, sizeof(ep->why), "%s", why);
+    if (ep->cur_reg) {
+        shoal_ib_regcache_put(&ep->ctx->rc, ep->cur_key, ep->cur_addr);
+        ep->cur_reg = 0;
+    }
+    /* In-flight work requests keep their wrs[] entries (released by their flush
+     * completions); the requests themselves complete now. */
+    for (uint32_t i = ep->sq_done; i != ep->sq_posted; i++) {
+        ep->wrs[i % ep->sq_depth].req = NULL;
+    }
+    ep->sq_post = NULL;
+    n = shoal_ib_queue_fail(&ep->sq_head, &ep->sq_tail, status, ep->why);
+    n += shoal_ib_queue_fail(&ep->rq_head, &ep->rq_tail, status, ep->why);
+    ep->ctx->npending -= n;
+    if (ep->oob_fd >= 0) {
+        (void)epoll_ctl(ep->ctx->epfd, EPOLL_CTL_DEL, ep->oob_fd, NULL);
+    }
+    return n;
+}
+
+int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
+{
+    char why[192];
+    va_list ap;
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    shoal_error(IB, "rank %d: %s", ep->ctx->rank, why);
+    return shoal_ib_ep_fail(ep, status, why);
+}
+
+/* ---- posting ------------------------------------------------------------------------------- */
+
+static shoal_status_t shoal_ib_post_recv(shoal_ep_t *ep)
+{
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)ep->idx, .num_sge = 0}, *bad;
+    return ibv_post_recv(ep->qp, &wr, &bad) == 0 ? SHOAL_OK : SHOAL_ERR_TRANSPORT;
+}
+
+/* Posts one RDMA write with immediate; the caller checked the send queue has room. */
+static int shoal_ib_post_write(shoal_ep_t *ep, struct ibv_sge *sge, int nsge, size_t bytes,
+                               int slot, const shoal_ib_imm_t *imm)
+{
+    struct ibv_send_wr wr = {0}, *bad;
+    uint32_t v;
+    if (shoal_ib_imm_encode(imm, &v) != 0) {
+        return -1;
+    }
+    wr.wr_id = SHOAL_IB_SEND_BIT | (uint64_t)ep->idx << 32 | (ep->sq_posted % ep->sq_depth);
+    wr.sg_list = sge;
+    wr.num_sge = nsge;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED | (bytes <= ep->ctx->max_inline ? IBV_SEND_INLINE : 0);
+    wr.imm_data = htonl(v);
+    wr.wr.rdma.remote_addr = ep->rring + (uint64_t)(slot < 0 ? 0 : slot) * ep->rslot_size;
+    wr.wr.rdma.rkey = ep->rkey;
+    if (ibv_post_send(ep->qp, &wr, &bad) != 0) {
+        return -1;
+    }
+    ep->sq_posted++;
+    return 0;
+}
+
+static int shoal_ib_sq_room(const shoal_ep_t *ep)
+{
+    return ep->sq_posted - ep->sq_done < ep->sq_depth;
+}
+
+/* A zero-byte write carrying credits when enough are owed. */
+static int shoal_ib_ep_credits(shoal_ep_t *ep)
+{
+    shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_CREDIT};
+    shoal_ib_wr_t *w;
+    if (ep->rx.owed < ep->ctx->credit_thresh || !shoal_ib_sq_room(ep)) {
+        return 0;
+    }
+    w = &ep->wrs[ep->sq_posted % ep->sq_depth];
+    *w = (shoal_ib_wr_t){0};
+    imm.credits = shoal_ib_ring_take_owed(&ep->rx, SHOAL_IB_CREDITS_MAX);
+    if (shoal_ib_post_write(ep, NULL, 0, 0, -1, &imm) != 0) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: ibv_post_send (credits) "
+                                 "failed: %s", ep->peer, strerror(errno));
+    }
+    return 0;
+}
+
+/* Posts the next chunk of ep->sq_post; 1 if one was posted, 0 if it must wait, -1 failed. */
+static int shoal_ib_ep_post_chunk(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    shoal_tl_req_t *req = ep->sq_post;
+    int first = !req->hdr_done, slot, nsge = 0;
+    size_t n;
+    unsigned flags = shoal_ib_chunk_next(req->hdr.length, req->off, first, ep->rslot_size, &n);
+    uint32_t sidx = ep->sq_posted % ep->sq_depth;
+    uint8_t *hdr = ep->hdrs + (size_t)sidx * SHOAL_WIRE_HDR_BYTES;
+    struct ibv_sge sge[2];
+    shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_DATA, .flags = flags};
+
+    if (!shoal_ib_sq_room(ep) || ep->tx.avail == 0) {
+        return 0;
+    }
+    if (first && req->hdr.length + SHOAL_WIRE_HDR_BYTES > ctx->max_inline &&
+        req->hdr.length > 0) {
+        if (shoal_ib_regcache_get(&ctx->rc, req->buf, req->hdr.length, &ep->cur_key,
+                                  &ep->cur_lkey) != SHOAL_OK) {
+            return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: cannot register the "
+                                     "%llu-byte send buffer", ep->peer,
+                                     (unsigned long long)req->hdr.length), -1;
+        }
+        ep->cur_reg = 1;
+        ep->cur_addr = req->buf;
+    }
+    if (first) {
+        shoal_wire_encode(&req->hdr, hdr);
+        sge[nsge++] = (struct ibv_sge){.addr = (uintptr_t)hdr, .length = SHOAL_WIRE_HDR_BYTES,
+                                       .lkey = ctx->hdr_mr->lkey};
+    }
+    if (n > 0) {
+        sge[nsge++] = (struct ibv_sge){.addr = (uintptr_t)req->buf + req->off,
+                                       .length = (uint32_t)n,
+                                       .lkey = ep->cur_reg ? ep->cur_lkey : 0};
+    }
+    slot = shoal_ib_credit_take(&ep->tx);
+    imm.slot = (uint32_t)slot;
+    imm.credits = shoal_ib_ring_take_owed(&ep->rx, SHOAL_IB_CREDITS_MAX);
+    ep->wrs[sidx] = (shoal_ib_wr_t){
+        .req = (flags & SHOAL_IB_CHUNK_LAST) ? req : NULL,
+        .reg_key = ep->cur_key,
+        .reg_addr = ep->cur_addr,
+        .has_reg = (flags & SHOAL_IB_CHUNK_LAST) && ep->cur_reg,
+    };
+    if (shoal_ib_post_write(ep, sge, nsge, (first ? SHOAL_WIRE_HDR_BYTES : 0) + n, slot,
+                            &imm) != 0) {
+        ep->wrs[sidx] = (shoal_ib_wr_t){0};
+        return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: ibv_post_send failed: %s",
+                                 ep->peer, strerror(errno)), -1;
+    }
+    req->hdr_done = 1;
+    req->off += n;
+    if (flags & SHOAL_IB_CHUNK_LAST) {
+        ep->sq_post = req->next;
+        ep->cur_reg = 0;
+    }
+    return 1;
+}
+
+/* Abort header into the next slot, best effort. */
+void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit)
+{
+    shoal_wire_hdr_t h = {
+        .magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION, .type = SHOAL_WIRE_ABORT,
+        .comm_id = ep->ctx->comm_id, .chunk = (uint32_t)culprit, .length = 0,
+    };
+    uint32_t sidx = ep->sq_posted % ep->sq_depth;
+    uint8_t *hdr = ep->hdrs + (size_t)sidx * SHOAL_WIRE_HDR_BYTES;
+    struct ibv_sge sge = {.addr = (uintptr_t)hdr, .length = SHOAL_WIRE_HDR_BYTES,
+                          .lkey = ep->ctx->hdr_mr->lkey};
+    shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_DATA,
+                          .flags = SHOAL_IB_CHUNK_FIRST | SHOAL_IB_CHUNK_LAST};
+    int slot;
+    if (ep->qp == NULL || !shoal_ib_sq_room(ep) || ep->tx.avail == 0 || ep->sq_post != NULL) {
+        return; /* mid-message or no room: the peer learns from its oob socket instead */
+    }
+    shoal_wire_encode(&h, hdr);
+    slot = shoal_ib_credit_take(&ep->tx);
+    imm.slot = (uint32_t)slot;
+    ep->wrs[sidx] = (shoal_ib_wr_t){0};
+    (void)shoal_ib_post_write(ep, &sge, 1, SHOAL_WIRE_HDR_BYTES, slot, &imm);
+}
+
+/* ---- completions --------------------------------------------------------------------------- */
+
+static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ibv_wc *wc)
+{
+    shoal_ib_wr_t *w = &ep->wrs[(uint32_t)wc->wr_id % ep->sq_depth];
+    shoal_tl_req_t *req = w->req;
+    int n = 0;
+    ep->sq_done++;
+    if (w->has_reg) {
+        shoal_ib_regcache_put(&ctx->rc, w->reg_key, w->reg_addr);
+    }
+    *w = (shoal_ib_wr_t){0};
+    if (wc->status != IBV_WC_SUCCESS) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: RDMA write failed: %s "
+                                 "(vendor error %#x)%s", ep->peer,
+                                 ibv_wc_status_str(wc->status), wc->vendor_err,
+                                 wc->status == IBV_WC_RETRY_EXC_ERR
+                                     ? ": the peer is dead or unreachable" : "");
+    }
+    if (req != NULL && ep->status == SHOAL_OK) {
+        if (req != ep->sq_head) {
+            return shoal_ib_ep_error(ep, SHOAL_ERR_INTERNAL, "peer %d: send completions out "
+                                     "of order", ep->peer);
+        }
+        ep->sq_head = req->next;
+        if (ep->sq_head == NULL) {
+            ep->sq_tail = NULL;
+        }
+        ctx->npending--;
+        shoal_ib_req_complete(req, SHOAL_OK, NULL);
+        n = 1;
+    }
+    return n;
+}
+
+static int shoal_ib_wc_recv(shoal_ep_t *ep, const struct ibv_wc *wc)
+{
+    shoal_ib_imm_t imm;
+    if (wc->status != IBV_WC_SUCCESS) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: receive failed: %s",
+                                 ep->peer, ibv_wc_status_str(wc->status));
+    }
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    if (wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc->wc_flags & IBV_WC_WITH_IMM)) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: unexpected receive "
+                                 "completion (opcode %d)", ep->peer, wc->opcode);
+    }
+    if (shoal_ib_post_recv(ep) != SHOAL_OK) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: ibv_post_recv failed",
+                                 ep->peer);
+    }
+    shoal_ib_imm_decode(ntohl(wc->imm_data), &imm);
+    if (shoal_ib_credit_grant(&ep->tx, imm.credits) != 0) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d returned %u credits, more "
+                                 "than the %u slots we used", ep->peer, imm.credits,
+                                 ep->tx.nslots - ep->tx.avail);
+    }
+    if (imm.kind == SHOAL_IB_IMM_CREDIT) {
+        return 0;
+    }
+    if (imm.kind != SHOAL_IB_IMM_DATA || wc->byte_len > ep->ctx->slot_size ||
+        shoal_ib_ring_arrive(&ep->rx, imm.slot) != 0) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: write into slot %u (%u "
+                                 "bytes, kind %u) not allowed by the credits we granted",
+                                 ep->peer, imm.slot, wc->byte_len, imm.kind);
+    }
+    ep->slot_len[imm.slot] = wc->byte_len;
+    ep->slot_flags[imm.slot] = (uint8_t)imm.flags;
+    if ((imm.flags & SHOAL_IB_CHUNK_FIRST) && wc->byte_len >= SHOAL_WIRE_HDR_BYTES) {
+        shoal_wire_hdr_t h;
+        shoal_wire_decode(ep->ring + (size_t)imm.slot * ep->ctx->slot_size, &h);
+        if (h.magic == SHOAL_WIRE_MAGIC && h.type == SHOAL_WIRE_ABORT &&
+            h.comm_id == ep->ctx->comm_id) {
+            return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: its communicator "
+                                     "failed because of rank %u", ep->peer, h.chunk);
+        }
+    }
+    return 0;
+}
+
+int shoal_ib_handle_wc(shoal_tl_ctx_t *ctx, const struct ibv_wc *wc)
+{
+    int send = (wc->wr_id & SHOAL_IB_SEND_BIT) != 0;
+    uint32_t idx = send ? (uint32_t)((wc->wr_id & ~SHOAL_IB_SEND_BIT) >> 32)
+                        : (uint32_t)wc->wr_id;
+    if (idx >= (uint32_t)ctx->neps) {
+        shoal_warn_once(IB, "completion for an unknown endpoint %u", idx);
+        return 0;
+    }
+    return send ? shoal_ib_wc_send(ctx, &ctx->eps[idx], wc)
+                : shoal_ib_wc_recv(&ctx->eps[idx], wc);
+}
+
+/* ---- matching ------------------------------------------------------------------------------ */
+
+/* Moves the ring's head slot into the head receive; 1 if a request completed, -1 on error. */
+static int shoal_ib_ep_take_slot(shoal_ep_t *ep)
+{
+    shoal_tl_req_t *req = ep->rq_head;
+    uint32_t slot = ep->rx.head, len = ep->slot_len[slot];
+    unsigned flags = ep->slot_flags[slot];
+    const uint8_t *p = ep->ring + (size_t)slot * ep->ctx->slot_size;
+    char why[160];
+
+    if (!req->hdr_done) {
+        shoal_wire_hdr_t got;
+        shoal_status_t st;
+        if (!(flags & SHOAL_IB_CHUNK_FIRST) || len < SHOAL_WIRE_HDR_BYTES) {
+            return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: message chunk without "
+                                     "a header (%u bytes)", ep->peer, len), -1;
+        }
+        shoal_wire_decode(p, &got);
+        st = shoal_wire_check(&req->hdr, &got, why, sizeof(why));
+        if (st != SHOAL_OK) {
+            return shoal_ib_ep_error(ep, st, "peer %d: %s", ep->peer, why), -1;
+        }
+        req->hdr_done = 1;
+        p += SHOAL_WIRE_HDR_BYTES;
+        len -= SHOAL_WIRE_HDR_BYTES;
+    } else if (flags & SHOAL_IB_CHUNK_FIRST) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: new message after %llu of "
+                                 "%llu bytes", ep->peer, (unsigned long long)req->off,
+                                 (unsigned long long)req->hdr.length), -1;
+    }
+    if (len > req->hdr.length - req->off ||
+        ((flags & SHOAL_IB_CHUNK_LAST) != 0) != (req->off + len == req->hdr.length)) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: chunk of %u bytes at %llu "
+                                 "of a %llu-byte message (flags %u)", ep->peer, len,
+                                 (unsigned long long)req->off,
+                                 (unsigned long long)req->hdr.length, flags), -1;
+    }
+    if (len > 0) {
+        memcpy((uint8_t *)req->buf + req->off, p, len);
+    }
+    req->off += len;
+    (void)shoal_ib_ring_consume(&ep->rx);
+    if (!(flags & SHOAL_IB_CHUNK_LAST)) {
+        return 0;
+    }
+    ep->rq_head = req->next;
+    if (ep->rq_head == NULL) {
+        ep->rq_tail = NULL;
+    }
+    ep->ctx->npending--;
+    shoal_ib_req_complete(req, SHOAL_OK, NULL);
+    return 1;
+}
+
+int shoal_ib_ep_progress(shoal_ep_t *ep)
+{
+    int n = 0, r;
+    while (ep->status == SHOAL_OK && ep->rq_head != NULL && ep->rx.filled > 0) {
+        r = shoal_ib_ep_take_slot(ep);
+        if (r < 0) {
+            return n;
+        }
+        n += r;
+    }
+    while (ep->status == SHOAL_OK && ep->sq_post != NULL && shoal_ib_ep_post_chunk(ep) > 0) {
+    }
+    if (ep->status == SHOAL_OK) {
+        (void)shoal_ib_ep_credits(ep);
+    }
+    return n;
+}
+
+shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    if (ep->status != SHOAL_OK) {
+        return ep->status;
+    }
+    req->next = NULL;
+    req->off = 0;
+    req->hdr_done = 0;
+    req->done = 0;
+    req->status = SHOAL_OK;
+    if (ep->sq_tail != NULL) {
+        ep->sq_tail->next = req;
+    } else {
+        ep->sq_head = req;
+    }
+    ep->sq_tail = req;
+    if (ep->sq_post == NULL) {
+        ep->sq_post = req;
+    }
+    ep->ctx->npending++;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    if (ep->status != SHOAL_OK) {
+        return ep->status;
+    }
+    req->next = NULL;
+    req->off = 0;
+    req->hdr_done = 0;
+    req->done = 0;
+    req->status = SHOAL_OK;
+    if (ep->rq_tail != NULL) {
+        ep->rq_tail->next = req;
+    } else {
+        ep->rq_head = req;
+    }
+    ep->rq_tail = req;
+    ep->ctx->npending++;
+    return SHOAL_OK;
+}
+
+/* ---- resources ----------------------------------------------------------------------------- */
+
+static int shoal_ib_rc_reg(void *arg, void *addr, size_t len, void **handle_p, uint32_t *lkey_p)
+{
+    shoal_tl_ctx_t *ctx = arg;
+    struct ibv_mr *mr = ibv_reg_mr(ctx->pd, addr, len, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == NULL) {
+        shoal_error(IB, "rank %d: ibv_reg_mr(%p, %zu) failed: %s", ctx->rank, addr, len,
+                    strerror(errno));
+        return -1;
+    }
+    *handle_p = mr;
+    *lkey_p = mr->lkey;
+    return 0;
+}
+
+static void shoal_ib_rc_dereg(void *arg, void *handle)
+{
+    (void)arg;
+    (void)ibv_dereg_mr(handle);
+}
+
+void shoal_ib_ep_close(shoal_ep_t *ep)
+{
+    if (ep->qp != NULL) {
+        (void)ibv_destroy_qp(ep->qp);
+        ep->qp = NULL;
+    }
+    if (ep->oob_fd >= 0) {
+        close(ep->oob_fd);
+        ep->oob_fd = -1;
+    }
+}
+
+void shoal_ib_conn_free(shoal_tl_ctx_t *ctx)
+{
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ib_ep_close(&ctx->eps[i]);
+    }
+    if (ctx->rc_ready) {
+        shoal_ib_regcache_fini(&ctx->rc);
+        ctx->rc_ready = 0;
+    }
+    if (ctx->ring_mr != NULL) {
+        (void)ibv_dereg_mr(ctx->ring_mr);
+    }
+    if (ctx->hdr_mr != NULL) {
+        (void)ibv_dereg_mr(ctx->hdr_mr);
+    }
+    if (ctx->cq != NULL) {
+        (void)ibv_destroy_cq(ctx->cq);
+    }
+    free(ctx->ring_buf);
+    free(ctx->hdr_buf);
+    free(ctx->slot_len);
+    free(ctx->slot_flags);
+    free(ctx->wrs);
+    free(ctx->eps);
+    ctx->ring_mr = ctx->hdr_mr = NULL;
+    ctx->cq = NULL;
+    ctx->ring_buf = ctx->hdr_buf = NULL;
+    ctx->slot_len = NULL;
+    ctx->slot_flags = NULL;
+    ctx->wrs = NULL;
+    ctx->eps = NULL;
+    ctx->neps = 0;
+}
+
+/* Ring, staged headers, CQ and registration cache for n peers. */
+static shoal_status_t shoal_ib_conn_mem(shoal_tl_ctx_t *ctx, int n)
+{
+    size_t nn = (size_t)(n > 0 ? n : 1);
+    uint32_t sq_depth = ctx->nslots + 8, rx_depth = 2 * ctx->nslots + 4;
+    shoal_ib_reg_ops_t ops = {.reg = shoal_ib_rc_reg, .dereg = shoal_ib_rc_dereg, .arg = ctx};
+
+    ctx->ring_bytes = nn * ctx->nslots * ctx->slot_size;
+    if (posix_memalign((void **)&ctx->ring_buf, 4096, ctx->ring_bytes) != 0 ||
+        posix_memalign((void **)&ctx->hdr_buf, 4096, nn * sq_depth * SHOAL_WIRE_HDR_BYTES) ||
+        (ctx->slot_len = calloc(nn * ctx->nslots, sizeof(uint32_t))) == NULL ||
+        (ctx->slot_flags = calloc(nn * ctx->nslots, 1)) == NULL ||
+        (ctx->wrs = calloc(nn * sq_depth, sizeof(*ctx->wrs))) == NULL) {
+        shoal_error(IB, "out of memory for the rings of %d peers (%zu bytes)", n,
+                    ctx->ring_bytes);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memset(ctx->ring_buf, 0, ctx->ring_bytes); /* fault in now, not on the data path */
+    memset(ctx->hdr_buf, 0, nn * sq_depth * SHOAL_WIRE_HDR_BYTES);
+    ctx->ring_mr = ibv_reg_mr(ctx->pd, ctx->ring_buf, ctx->ring_bytes,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ctx->hdr_mr = ibv_reg_mr(ctx->pd, ctx->hdr_buf, nn * sq_depth * SHOAL_WIRE_HDR_BYTES,
+                             IBV_ACCESS_LOCAL_WRITE);
+    ctx->cq = ibv_create_cq(ctx->dev, (int)(nn * (sq_depth + rx_depth) + 16), ctx, ctx->chan,
+                            0);
+    if (ctx->ring_mr == NULL || ctx->hdr_mr == NULL || ctx->cq == NULL) {
+        shoal_error(IB, "rank %d: %s: registering %zu bytes of rings or creating the CQ "
+                    "failed: %s (locked memory limit? ulimit -l)", ctx->rank, ctx->devname,
+                    ctx->ring_bytes, strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    SHOAL_CHECK(shoal_ib_regcache_init(&ctx->rc, &ops, 256,
+                                       shoal_ib_config.reg_cache_max));
+    ctx->rc_ready = 1;
+    for (int i = 0; i < n; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        ep->sq_depth = sq_depth;
+        ep->rx_depth = rx_depth;
+        ep->ring = ctx->ring_buf + (size_t)i * ctx->nslots * ctx->slot_size;
+        ep->slot_len = ctx->slot_len + (size_t)i * ctx->nslots;
+        ep->slot_flags = ctx->slot_flags + (size_t)i * ctx->nslots;
+        ep->wrs = ctx->wrs + (size_t)i * sq_depth;
+        ep->hdrs = ctx->hdr_buf + (size_t)i * sq_depth * SHOAL_WIRE_HDR_BYTES;
+        shoal_ib_ring_init(&ep->rx, ctx->nslots);
+    }
+    return SHOAL_OK;
+}
+
+/* RC QP in INIT with its receives posted. */
+static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    struct ibv_qp_init_attr ia = {
+        .send_cq = ctx->cq, .recv_cq = ctx->cq, .qp_type = IBV_QPT_RC,
+        .cap = {.max_send_wr = ep->sq_depth, .max_recv_wr = ep->rx_depth, .max_send_sge = 2,
+                .max_recv_sge = 1, .max_inline_data = ctx->max_inline},
+    };
+    shoal_ib_qp_plan_t plan = {.port = ctx->addr.port,
+                               .pkey_index = (int)shoal_ib_config.pkey_index};
+    struct ibv_qp_attr a;
+    int mask;
+    uint8_t r[4];
+
+    ep->qp = ibv_create_qp(ctx->pd, &ia);
+    if (ep->qp == NULL) {
+        shoal_error(IB, "rank %d: ibv_create_qp for peer %d failed: %s", ctx->rank, ep->peer,
+                    strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (ia.cap.max_inline_data < ctx->max_inline) {
+        ctx->max_inline = ia.cap.max_inline_data;
+    }
+    SHOAL_CHECK(shoal_random_bytes(r, sizeof(r)));
+    ep->psn = (r[0] | (uint32_t)r[1] << 8 | (uint32_t)r[2] << 16) & 0xffffffu;
+    mask = shoal_ib_qp_step(0, &plan, &a);
+    if (ibv_modify_qp(ep->qp, &a, mask) != 0) {
+        shoal_error(IB, "rank %d: QP to peer %d: %s failed: %s", ctx->rank, ep->peer,
+                    shoal_ib_qp_step_name(0), strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    for (uint32_t i = 0; i < ep->rx_depth; i++) {
+        if (shoal_ib_post_recv(ep) != SHOAL_OK) {
+            shoal_error(IB, "rank %d: ibv_post_recv for peer %d failed", ctx->rank, ep->peer);
+            return SHOAL_ERR_TRANSPORT;
+        }
+    }
+    return SHOAL_OK;
+}
+
+/* INIT -> RTR -> RTS from the peer's pair info. */
+static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    char why[200];
+    int mtu = shoal_ib_mtu_negotiate(ctx->addr.mtu, ep->raddr.mtu, shoal_ib_config.mtu, why,
+                                     sizeof(why));
+    shoal_ib_qp_plan_t plan = {
+        .port = ctx->addr.port, .mtu = mtu, .remote_qpn = rp->qpn, .remote_psn = rp->psn,
+        .local_psn = ep->psn, .is_global = ctx->addr.is_global, .sgid_index = ctx->gid.index,
+        .remote_lid = ep->raddr.lid, .timeout = shoal_ib_config.timeout,
+        .retry_cnt = shoal_ib_config.retry_cnt, .rnr_retry = shoal_ib_config.rnr_retry,
+        .tc = shoal_ib_config.tc, .sl = shoal_ib_config.sl, .max_rd_atomic = 1,
+        .pkey_index = (int)shoal_ib_config.pkey_index,
+    };
+    if (mtu == 0) {
+        shoal_error(IB, "rank %d: peer %d: %s", ctx->rank, ep->peer, why);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (why[0] != '\0') {
+        shoal_warn(IB, "rank %d: peer %d: %s", ctx->rank, ep->peer, why);
+    }
+    if (ep->raddr.link_layer != ctx->addr.link_layer || rp->nslots < 2 ||
+        rp->nslots > SHOAL_IB_SLOTS_MAX || rp->slot_size < 4096) {
+        shoal_error(IB, "rank %d: peer %d: incompatible port (link layer %u vs ours %u) or "
+                    "ring (%u slots of %u bytes)", ctx->rank, ep->peer, ep->raddr.link_layer,
+                    ctx->addr.link_layer, rp->nslots, rp->slot_size);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    memcpy(plan.remote_gid, ep->raddr.gid, 16);
+    for (int step = 1; step <= 2; step++) {
+        struct ibv_qp_attr a;
+        int mask = shoal_ib_qp_step(step, &plan, &a);
+        if (ibv_modify_qp(ep->qp, &a, mask) != 0) {
+            shoal_error(IB, "rank %d: QP to peer %d: %s failed: %s (MTU %d, GID index %d, "
+                        "TC %u, SL %u)", ctx->rank, ep->peer, shoal_ib_qp_step_name(step),
+                        strerror(errno), shoal_ib_mtu_bytes(mtu), ctx->gid.index,
+                        shoal_ib_config.tc, shoal_ib_config.sl);
+            return SHOAL_ERR_TRANSPORT;
+        }
+    }
+    ep->rring = rp->ring_addr;
+    ep->rkey = rp->rkey;
+    ep->rslot_size = rp->slot_size;
+    shoal_ib_credit_init(&ep->tx, rp->nslots);
+    return SHOAL_OK;
+}
+
+/* ---- the out-of-band exchange -------------------------------------------------------------- */
+
+static int shoal_ib_find_ep(shoal_tl_ctx_t *ctx, uint32_t rank)
+{
+    for (int i = 0; i < ctx->neps; i++) {
+        if ((uint32_t)ctx->eps[i].peer == rank) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int shoal_ib_expect(void *arg, uint32_t rank)
+{
+    shoal_tl_ctx_t *ctx = arg;
+    int i = shoal_ib_find_ep(ctx, rank);
+    return i >= 0 && rank > (uint32_t)ctx->rank && ctx->eps[i].oob_fd < 0;
+}
+
+/* Both sides: pair info out and in, RTR/RTS, sync byte out and in. */
+static shoal_status_t shoal_ib_pair_exchange(shoal_ep_t *ep, uint64_t deadline)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    uint8_t out[SHOAL_IB_PAIR_BYTES], in[SHOAL_IB_PAIR_BYTES], sync = 0x5a;
+    shoal_ib_pair_t mine = {
+        .qpn = ep->qp->qp_num, .psn = ep->psn, .ring_addr = (uintptr_t)ep->ring,
+        .rkey = ctx->ring_mr->rkey, .nslots = ctx->nslots, .slot_size = ctx->slot_size,
+    }, theirs;
+    shoal_ib_pair_encode(&mine, out);
+    SHOAL_CHECK(shoal_oob_send(ep->oob_fd, out, sizeof(out), deadline, ctx->abort_flag));
+    SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, in, sizeof(in), deadline, ctx->abort_flag));
+    shoal_ib_pair_decode(in, &theirs);
+    SHOAL_CHECK(shoal_ib_ep_rts(ep, &theirs));
+    SHOAL_CHECK(shoal_oob_send(ep->oob_fd, &sync, 1, deadline, ctx->abort_flag));
+    SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, &sync, 1, deadline, ctx->abort_flag));
+    return sync == 0x5a ? SHOAL_OK : SHOAL_ERR_PROTOCOL;
+}
+
+static shoal_status_t shoal_ib_connect_one(shoal_ep_t *ep, const shoal_oob_auth_t *auth,
+                                           uint64_t deadline)
+{
+    char name[SHOAL_OOB_NAME_MAX];
+    shoal_status_t st = shoal_oob_connect(&ep->raddr.oob, deadline, auth->abort_flag,
+                                          &ep->oob_fd);
+    if (st == SHOAL_OK) {
+        st = shoal_oob_auth_connect(ep->oob_fd, auth, (uint32_t)ep->peer, deadline);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_ib_pair_exchange(ep, deadline);
+    }
+    if (st != SHOAL_OK && st != SHOAL_ERR_ABORTED) {
+        shoal_oob_addr_str(&ep->raddr.oob, name, sizeof(name));
+        shoal_error(IB, "rank %d: connecting to peer %d (out of band %s) failed: %s%s",
+                    ep->ctx->rank, ep->peer, name, shoal_strerror(st),
+                    st == SHOAL_ERR_AUTH ? " (different job secret?)" : "");
+    }
+    return st;
+}
+
+/* Accepts until every higher peer is connected; strangers are refused and forgotten. */
+static shoal_status_t shoal_ib_accept_all(shoal_tl_ctx_t *ctx, const shoal_oob_auth_t *auth,
+                                          int nhigher, uint64_t deadline)
+{
+    while (nhigher > 0) {
+        int fd, i;
+        uint32_t peer;
+        char why[160] = "";
+        uint64_t dl = SHOAL_MIN(deadline, shoal_time_ns() + SHOAL_IB_STRANGER_MS * 1000000ull);
+        shoal_status_t st = shoal_oob_accept(ctx->listen_fd, deadline, ctx->abort_flag, &fd);
+        if (st == SHOAL_ERR_TIMEOUT) {
+            for (int k = 0, logged = 0; k < ctx->neps && logged < 4; k++) {
+                if (ctx->eps[k].peer > ctx->rank && ctx->eps[k].oob_fd < 0) {
+                    shoal_error(IB, "rank %d: timed out after %d ms waiting for peer %d to "
+                                "connect", ctx->rank, ctx->timeout_ms, ctx->eps[k].peer);
+                    logged++;
+                }
+            }
+        }
+        if (st != SHOAL_OK) {
+            return st;
+        }
+        st = shoal_oob_auth_accept(fd, auth, shoal_ib_expect, ctx, &peer, dl, why, sizeof(why));
+        if (st != SHOAL_OK) {
+            close(fd);
+            if (st == SHOAL_ERR_ABORTED) {
+                return st;
+            }
+            shoal_error(IB, "rank %d: refused an out-of-band connection: %s", ctx->rank,
+                        why[0] != '\0' ? why : shoal_strerror(st));
+            continue;
+        }
+        i = shoal_ib_find_ep(ctx, peer);
+        ctx->eps[i].oob_fd = fd;
+        st = shoal_ib_pair_exchange(&ctx->eps[i], deadline);
+        if (st != SHOAL_OK) {
+            if (st != SHOAL_ERR_ABORTED) {
+                shoal_error(IB, "rank %d: queue pair exchange with peer %d failed: %s",
+                            ctx->rank, peer, shoal_strerror(st));
+            }
+            return st;
+        }
+        nhigher--;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ib_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                        const void *const *addrs, const size_t *addr_lens)
+{
+    ctx->eps = calloc((size_t)(npeers > 0 ? npeers : 1), sizeof(*ctx->eps));
+    if (ctx->eps == NULL) {
+        shoal_error(IB, "out of memory allocating %d endpoints", npeers);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    ctx->neps = npeers;
+    for (int i = 0; i < npeers; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        ep->ctx = ctx;
+        ep->idx = i;
+        ep->peer = peers[i];
+        ep->oob_fd = -1;
+        ep->status = SHOAL_OK;
+        if (peers[i] == ctx->rank || (i > 0 && peers[i] <= peers[i - 1]) ||
+            shoal_ib_addr_decode(addrs[i], addr_lens[i], &ep->raddr) != 0) {
+            shoal_error(IB, "rank %d: bad peer list or address at index %d (peer %d)",
+                        ctx->rank, i, peers[i]);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                    const void *const *addrs, const size_t *addr_lens,
+                                    shoal_ep_t **eps_p)
+{
+    shoal_oob_auth_t auth = {.secret = ctx->secret, .label = "shoal-ib",
+                             .comm_id = ctx->comm_id, .self = (uint32_t)ctx->rank,
+                             .abort_flag = ctx->abort_flag};
+    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms);
+    shoal_status_t st;
+    int nhigher = 0;
+
+    if (ctx->eps != NULL || ctx->listen_fd < 0) {
+        shoal_error(IB, "rank %d: connect_all called twice", ctx->rank);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    SHOAL_CHECK_GOTO(shoal_ib_conn_eps(ctx, peers, npeers, addrs, addr_lens), st, err);
+    SHOAL_CHECK_GOTO(shoal_ib_conn_mem(ctx, npeers), st, err);
+    for (int i = 0; i < npeers; i++) {
+        SHOAL_CHECK_GOTO(shoal_ib_ep_qp(&ctx->eps[i]), st, err);
+    }
+    for (int i = 0; i < npeers; i++) {
+        if (peers[i] < ctx->rank) {
+            SHOAL_CHECK_GOTO(shoal_ib_connect_one(&ctx->eps[i], &auth, deadline), st, err);
+        } else {
+            nhigher++;
+        }
+    }
+    SHOAL_CHECK_GOTO(shoal_ib_accept_all(ctx, &auth, nhigher, deadline), st, err);
+    for (int i = 0; i < npeers; i++) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.fd = ctx->eps[i].oob_fd};
+        (void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->eps[i].oob_fd, &ev);
+        eps_p[i] = &ctx->eps[i];
+    }
+    shoal_info(IB, "rank %d: connected to %d peers over %s", ctx->rank, npeers, ctx->devname);
+    return SHOAL_OK;
+err:
+    if (st == SHOAL_ERR_TIMEOUT) {
+        shoal_error(IB, "rank %d: connect_all timed out after %d ms", ctx->rank,
+                    ctx->timeout_ms);
+    } else if (st == SHOAL_ERR_ABORTED) {
+        shoal_info(IB, "rank %d: connect_all aborted", ctx->rank);
+    }
+    shoal_ib_conn_free(ctx);
+    return st;
+}

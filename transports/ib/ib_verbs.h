@@ -1,0 +1,136 @@
+/* IB transport: objects that hold verbs resources (ib_ctx.c, ib_ep.c). */
+#ifndef SHOAL_IB_VERBS_H
+#define SHOAL_IB_VERBS_H
+
+#include "transports/common/oob.h"
+#include "transports/ib/ib.h"
+
+#include <infiniband/verbs.h>
+#include <sys/epoll.h>
+
+#define SHOAL_IB_WC_BATCH 32
+#define SHOAL_IB_EVENTS 16
+#define SHOAL_IB_SEND_BIT (1ull << 63)   /* wr_id of send work requests */
+
+/* What address() publishes (SHOAL_IB_ADDR_BYTES, little-endian). */
+typedef struct {
+    uint8_t link_layer;       /* IBV_LINK_LAYER_* */
+    uint8_t port;
+    uint8_t mtu;              /* active MTU enum, already capped by SHOAL_IB_MTU */
+    uint8_t is_global;
+    uint16_t lid;
+    uint8_t gid[16];
+    shoal_oob_addr_t oob;     /* where our context accepts the per-pair exchange */
+} shoal_ib_addr_t;
+
+/* Exchanged per pair over the out-of-band connection (SHOAL_IB_PAIR_BYTES). */
+typedef struct {
+    uint32_t qpn, psn;
+    uint64_t ring_addr;
+    uint32_t rkey;
+    uint32_t nslots;
+    uint32_t slot_size;
+} shoal_ib_pair_t;
+
+typedef struct {
+    shoal_tl_req_t *req;      /* its last chunk, or NULL (credit/abort/middle chunk) */
+    uintptr_t reg_key;        /* registration to release on completion */
+    const void *reg_addr;
+    int has_reg;
+} shoal_ib_wr_t;
+
+struct shoal_ep {
+    shoal_tl_ctx_t *ctx;
+    int idx, peer;
+    int oob_fd;                   /* kept open: EOF means the peer process is gone */
+    int oob_eof;
+    struct ibv_qp *qp;
+    uint32_t psn;
+    shoal_ib_addr_t raddr;        /* peer's published address */
+    shoal_status_t status;
+    char why[192];
+    /* the peer's ring */
+    uint64_t rring;
+    uint32_t rkey, rslot_size;
+    shoal_ib_credit_t tx;
+    /* our ring for this peer */
+    uint8_t *ring;
+    shoal_ib_ring_t rx;
+    uint32_t *slot_len;
+    uint8_t *slot_flags;
+    uint32_t rx_depth;
+    /* sends: sq_head..: queued; sq_post: the first with chunks left to post */
+    shoal_tl_req_t *sq_head, *sq_tail, *sq_post;
+    shoal_ib_wr_t *wrs;           /* sq_depth, indexed by posting count */
+    uint32_t sq_depth, sq_posted, sq_done;
+    uint8_t *hdrs;                /* sq_depth staged headers, in ctx->hdr_mr */
+    uintptr_t cur_key;            /* registration of sq_post's buffer */
+    const void *cur_addr;
+    uint32_t cur_lkey;
+    int cur_reg;
+    /* receives */
+    shoal_tl_req_t *rq_head, *rq_tail;
+};
+
+struct shoal_tl_ctx {
+    int rank;
+    uint32_t comm_id;
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    int timeout_ms;
+    const volatile int *abort_flag;
+    /* device */
+    struct ibv_context *dev;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    struct ibv_cq *cq;
+    char devname[SHOAL_IB_NAME_MAX];
+    shoal_ib_gid_t gid;
+    shoal_ib_addr_t addr;         /* ours */
+    uint32_t nslots, slot_size, max_inline, credit_thresh;
+    /* out of band */
+    int listen_fd;
+    /* sleeping: epoll over the completion channel, an eventfd and the oob sockets */
+    int epfd, evfd, armed;
+    struct epoll_event events[SHOAL_IB_EVENTS];
+    /* memory */
+    uint8_t *ring_buf;
+    size_t ring_bytes;
+    struct ibv_mr *ring_mr;
+    uint8_t *hdr_buf;
+    struct ibv_mr *hdr_mr;
+    uint32_t *slot_len;
+    uint8_t *slot_flags;
+    shoal_ib_wr_t *wrs;
+    shoal_ib_regcache_t rc;
+    int rc_ready;
+    shoal_ep_t *eps;
+    int neps;
+    int npending;
+    uint64_t check_ns;            /* last peer check */
+    int nstash;
+    struct ibv_wc stash[SHOAL_IB_WC_BATCH];
+    struct ibv_wc wc[SHOAL_IB_WC_BATCH];
+};
+
+/* ib_ctx.c */
+SHOAL_HIDDEN void shoal_ib_addr_encode(const shoal_ib_addr_t *a, uint8_t *out);
+SHOAL_HIDDEN int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a);
+SHOAL_HIDDEN void shoal_ib_pair_encode(const shoal_ib_pair_t *p, uint8_t *out);
+SHOAL_HIDDEN void shoal_ib_pair_decode(const uint8_t *in, shoal_ib_pair_t *p);
+
+/* ib_ep.c */
+SHOAL_HIDDEN shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int *peers,
+                                                 int npeers, const void *const *addrs,
+                                                 const size_t *addr_lens, shoal_ep_t **eps_p);
+SHOAL_HIDDEN shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
+SHOAL_HIDDEN shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
+SHOAL_HIDDEN int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+SHOAL_HIDDEN int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+SHOAL_HIDDEN int shoal_ib_ep_progress(shoal_ep_t *ep);
+SHOAL_HIDDEN int shoal_ib_handle_wc(shoal_tl_ctx_t *ctx, const struct ibv_wc *wc);
+SHOAL_HIDDEN void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit);
+SHOAL_HIDDEN void shoal_ib_ep_close(shoal_ep_t *ep);
+SHOAL_HIDDEN void shoal_ib_conn_free(shoal_tl_ctx_t *ctx);
+
+#endif
