@@ -231,12 +231,12 @@ static void gb_rank_main(const shoal_uid_t *uid, int rank)
     st = shoal_comm_init(&comm, GB_NRANKS, rank, uid, &cfg);
     if (st != SHOAL_OK) {
         fprintf(stderr, "# rank %d: shoal_comm_init: %s\n", rank, shoal_status_name(st));
-        _exit(-st);
+        exit(-st);
     }
     bad = gb_check_allreduce(comm, rank, GB_COUNT_SMALL) ||
           gb_check_allreduce(comm, rank, GB_COUNT_BIG);
     shoal_comm_destroy(comm);
-    _exit(bad);
+    exit(bad); /* not _exit: LeakSanitizer checks at exit */
 }
 
 static void gb_intruder_main(const shoal_uid_t *uid)
@@ -249,25 +249,52 @@ static void gb_intruder_main(const shoal_uid_t *uid)
     if (st == SHOAL_OK) {
         shoal_comm_destroy(comm);
     }
-    _exit(-st);
+    exit(-st);
 }
 
-static pid_t gb_fork(void (*fn)(const shoal_uid_t *, int), const shoal_uid_t *uid, int rank)
-{
+typedef struct {
     pid_t pid;
+    int go_fd;   /* write end: the uid goes there when the child may start */
+} gb_child_t;
+
+/* Forks a child before any library thread exists (fork-safe, and LeakSanitizer in the child
+ * sees only its own allocations). It waits for its uid on a pipe, then runs fn. */
+static gb_child_t gb_spawn(void (*fn)(const shoal_uid_t *, int), int rank)
+{
+    gb_child_t c = {.pid = -1, .go_fd = -1};
+    int p[2];
+    if (pipe(p) != 0) {
+        return c;
+    }
     fflush(stdout);
     fflush(stderr);
-    pid = fork();
-    if (pid == 0) {
-        /* Drop the copies of the root's sockets (and ours): a copy held here would keep a
-         * connection open after the root closed it. */
-        for (int fd = 3; fd < 1024; fd++) {
-            close(fd);
+    c.pid = fork();
+    if (c.pid == 0) {
+        shoal_uid_t uid;
+        size_t have = 0;
+        alarm(40);
+        close(p[1]);
+        while (have < sizeof(uid)) {
+            ssize_t n = read(p[0], (char *)&uid + have, sizeof(uid) - have);
+            if (n <= 0) {
+                _exit(98); /* the parent gave up on us */
+            }
+            have += (size_t)n;
         }
-        fn(uid, rank);
-        _exit(99);
+        close(p[0]);
+        fn(&uid, rank);
+        exit(99);
     }
-    return pid;
+    close(p[0]);
+    c.go_fd = p[1];
+    return c;
+}
+
+static void gb_go(gb_child_t *c, const shoal_uid_t *uid)
+{
+    (void)!write(c->go_fd, uid, sizeof(*uid));
+    close(c->go_fd);
+    c->go_fd = -1;
 }
 
 static void gb_intruder_trampoline(const shoal_uid_t *uid, int rank)
@@ -278,11 +305,15 @@ static void gb_intruder_trampoline(const shoal_uid_t *uid, int rank)
 
 /* Waits for every child until the deadline, then kills the rest. codes[i] = exit status,
  * or -1 if killed / died of a signal. Returns 1 if all exited by themselves. */
-static int gb_reap(pid_t *pids, int *codes, int n, double t0)
+static int gb_reap(gb_child_t *kids, int *codes, int n, double t0)
 {
     int left = n, all = 1;
     for (int i = 0; i < n; i++) {
-        codes[i] = -2;
+        codes[i] = kids[i].pid > 0 ? -2 : -1;
+        left -= kids[i].pid <= 0;
+        if (kids[i].go_fd >= 0) {
+            close(kids[i].go_fd); /* never started: it exits at once */
+        }
     }
     while (left > 0 && gb_now_ms() - t0 < GB_CHILD_DEADLINE_MS) {
         int ws;
@@ -292,7 +323,7 @@ static int gb_reap(pid_t *pids, int *codes, int n, double t0)
             continue;
         }
         for (int i = 0; i < n; i++) {
-            if (pids[i] == p) {
+            if (kids[i].pid == p) {
                 codes[i] = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
                 left--;
             }
@@ -301,8 +332,8 @@ static int gb_reap(pid_t *pids, int *codes, int n, double t0)
     for (int i = 0; i < n; i++) {
         if (codes[i] == -2) {
             all = 0;
-            kill(pids[i], SIGKILL);
-            waitpid(pids[i], NULL, 0);
+            kill(kids[i].pid, SIGKILL);
+            waitpid(kids[i].pid, NULL, 0);
             codes[i] = -1;
         }
     }
@@ -337,7 +368,7 @@ int main(void)
         {.what = "hello with a wrong HMAC", .expect_refused = 1},
     };
     const int nconns = (int)(sizeof(conns) / sizeof(conns[0]));
-    pid_t pids[GB_NRANKS + 1];
+    gb_child_t kids[GB_NRANKS + 1];
     int codes[GB_NRANKS + 1], all_exited;
     shoal_uid_t uid, baduid;
     shoal_boot_uid_t u;
@@ -347,8 +378,13 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     setenv("SHOAL_TIMEOUT_MS", "5000", 1);
     srand((unsigned)getpid());
+    for (int r = 0; r < GB_NRANKS; r++) {
+        kids[r] = gb_spawn(gb_rank_main, r);
+    }
+    kids[GB_NRANKS] = gb_spawn(gb_intruder_trampoline, 0);
     if (shoal_get_unique_id(&uid) != SHOAL_OK || shoal_boot_uid_decode(&uid, &u) != SHOAL_OK) {
         tap_bail("shoal_get_unique_id / shoal_boot_uid_decode failed");
+        gb_reap(kids, codes, GB_NRANKS + 1, gb_now_ms());
         return 1;
     }
     tap_ok(1, "unique id created and decoded (root in this process)");
@@ -360,18 +396,18 @@ int main(void)
     gb_open_all(&u, conns, nconns);
     /* The root must stay up until the hanging stranger's handshake deadline: rank 1 joins
      * half-way (the root's idle deadline restarts), rank 2 once the stranger is dropped. */
-    pids[GB_NRANKS] = gb_fork(gb_intruder_trampoline, &baduid, 0);
-    pids[0] = gb_fork(gb_rank_main, &uid, 0);
+    gb_go(&kids[GB_NRANKS], &baduid);
+    gb_go(&kids[0], &uid);
     gb_drain(conns, nconns, t0, GB_TIMEOUT_MS / 2, -1);
-    pids[1] = gb_fork(gb_rank_main, &uid, 1);
+    gb_go(&kids[1], &uid);
     gb_drain(conns, nconns, t0, GB_EOF_DEADLINE_MS, GB_HANGING);
-    pids[2] = gb_fork(gb_rank_main, &uid, 2);
+    gb_go(&kids[2], &uid);
     gb_drain(conns, nconns, t0, GB_EOF_DEADLINE_MS, -1);
     gb_report(conns, nconns);
     tap_ok(conns[GB_HANGING].closed && conns[GB_HANGING].closed_ms > GB_TIMEOUT_MS - 1000,
            "the hanging stranger was dropped at its handshake deadline (%.0f ms, deadline %d)",
            conns[GB_HANGING].closed_ms, GB_TIMEOUT_MS);
-    all_exited = gb_reap(pids, codes, GB_NRANKS + 1, t0);
+    all_exited = gb_reap(kids, codes, GB_NRANKS + 1, t0);
     tap_is_int(codes[GB_NRANKS], -SHOAL_ERR_AUTH,
                "process with a flipped secret: shoal_comm_init returned %s",
                codes[GB_NRANKS] > 0 ? shoal_status_name((shoal_status_t)-codes[GB_NRANKS])
