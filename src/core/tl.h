@@ -6,7 +6,9 @@
 #include "core/wire.h"
 
 #define SHOAL_TL_ABI_VERSION 1
-#define SHOAL_TL_ADDR_MAX 256   /* bytes of a transport address in the bootstrap table */
+/* Bytes of a transport address in the bootstrap table. 1024: a UCX worker address with tcp on
+ * a few interfaces plus shared memory is ~220 bytes here, several HCAs take it past 256. */
+#define SHOAL_TL_ADDR_MAX 1024
 #define SHOAL_SECRET_BYTES 32
 
 typedef struct shoal_tl_ctx shoal_tl_ctx_t; /* defined by each transport */
@@ -89,6 +91,9 @@ extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_shm_ops;
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_tcp_ops;
 #if SHOAL_HAVE_VERBS
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_ib_ops;
+#endif
+#if SHOAL_HAVE_UCX
+extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_ucx_ops;
 #endif
 
 #endif

@@ -9,6 +9,9 @@ static const shoal_tl_ops_t *const shoal_tl_registry[] = {
 #if SHOAL_HAVE_VERBS
     &shoal_tl_ib_ops, /* after tcp: used when forced with SHOAL_TRANSPORT=ib */
 #endif
+#if SHOAL_HAVE_UCX
+    &shoal_tl_ucx_ops, /* after tcp: used when forced with SHOAL_TRANSPORT=ucx */
+#endif
 };
 
 size_t shoal_tl_count(void)

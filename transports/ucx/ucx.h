@@ -1,0 +1,184 @@
+/* UCX transport: one UCP context and worker per shoal context, tag-matched messages.
+ *
+ * Tags (64 bits): kind (2 bits) | sender rank (22 bits) | key (40 bits). The key of the
+ * direction a->b is the first 40 bits of HMAC(secret, "shoal-ucx-tag" | comm_id | a | b |
+ * nonce_a | nonce_b), so a message only matches a posted receive when its sender knows the
+ * job secret and both contexts' nonces; receives match one peer and one kind with a full mask,
+ * and UCX matches same-tag messages from one endpoint in order: that is the FIFO of the
+ * contract.
+ *
+ * Authentication: connect_all sends every peer an AUTH message (HMAC proof over both nonces)
+ * and waits for the peer's; a receive of data from a peer is only ever posted after its proof
+ * was checked. A wrong proof is SHOAL_ERR_AUTH.
+ *
+ * Messages: a payload of at most inline_max bytes travels with its 32-byte header in one HDR
+ * message (eager); a larger one is a 32-byte HDR message followed by a DATA message with the
+ * payload straight from/to the caller's buffer (UCX's rendezvous for large sizes). The
+ * receiver posts the HDR receive into a slot buffer of its own, checks the header with
+ * shoal_wire_check, and only then copies the inline payload or posts the DATA receive on the
+ * caller's buffer with exactly the posted length (more is truncation: SHOAL_ERR_PROTOCOL).
+ *
+ * Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER; UCX's error callback, or the death
+ * of a same-host peer's process (pidfd), marks the endpoint "gone": receives that UCX can
+ * still satisfy from what already arrived complete, the rest fail with SHOAL_ERR_PEER_FAILED.
+ */
+#ifndef SHOAL_UCX_H
+#define SHOAL_UCX_H
+
+#include "core/tl.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#define SHOAL_UCX_ADDR_MAGIC 0x58435553u   /* "SUCX" */
+#define SHOAL_UCX_ADDR_VERSION 1
+#define SHOAL_UCX_ADDR_HDR_BYTES 48
+#define SHOAL_UCX_NONCE_BYTES 16
+#define SHOAL_UCX_SLOTS 16                 /* in-flight messages per endpoint and direction */
+#define SHOAL_UCX_RANK_BITS 22
+#define SHOAL_UCX_KEY_BITS 40
+#define SHOAL_UCX_CLOSE_MS 1000            /* fini: longest wait for graceful closes */
+
+typedef enum {
+    SHOAL_UCX_TAG_AUTH = 1,
+    SHOAL_UCX_TAG_HDR = 2,
+    SHOAL_UCX_TAG_DATA = 3,
+} shoal_ucx_kind_t;
+
+/* ---- config (ucx_config.c) -------------------------------------------------------------- */
+
+typedef struct {
+    size_t inline_max;     /* SHOAL_UCX_INLINE_MAX */
+} shoal_ucx_config_t;
+
+extern SHOAL_HIDDEN shoal_ucx_config_t shoal_ucx_config;
+extern const shoal_cfg_table_t shoal_ucx_cfg_table;
+
+/* ---- address ------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t rank;
+    uint32_t pid;
+    uint64_t host_id;
+    uint32_t inline_max;
+    uint8_t nonce[SHOAL_UCX_NONCE_BYTES];
+    uint32_t worker_len;   /* bytes of the UCP worker address that follow */
+    const uint8_t *worker; /* points into the decoded buffer */
+} shoal_ucx_addr_t;
+
+/* ---- objects ------------------------------------------------------------------------------- */
+
+typedef enum {
+    SHOAL_UCX_SLOT_FREE = 0,
+    SHOAL_UCX_SLOT_HDR,        /* rx: HDR receive posted */
+    SHOAL_UCX_SLOT_HDR_DONE,   /* rx: HDR arrived, not yet checked */
+    SHOAL_UCX_SLOT_DATA,       /* rx: DATA receive posted; tx: sends in flight */
+    SHOAL_UCX_SLOT_DONE,       /* transfer over (ucs holds the outcome) */
+} shoal_ucx_slot_state_t;
+
+typedef struct shoal_ucx_slot {
+    struct shoal_ep *ep;
+    shoal_tl_req_t *req;       /* NULL once the request was failed with the endpoint */
+    void *ucx_req;             /* rx: the outstanding UCX receive, for cancel */
+    int state;                 /* shoal_ucx_slot_state_t */
+    int nout;                  /* tx: UCX sends in flight */
+    int cancelled;
+    ucs_status_t ucs;          /* first UCX error of the transfer */
+    size_t rlen;               /* rx: bytes the last receive got */
+    uint8_t *buf;              /* SHOAL_WIRE_HDR_BYTES + inline_max */
+} shoal_ucx_slot_t;
+
+struct shoal_ep {
+    shoal_tl_ctx_t *ctx;
+    int peer;                          /* global rank */
+    ucp_ep_h uep;                      /* NULL once closed */
+    void *close_req;                   /* outstanding ucp_ep_close_nbx */
+    int local;                         /* same host: pidfd watched */
+    int pidfd;                         /* -1: none (fallback kill(pid, 0)) */
+    uint32_t pid;
+    size_t inline_max;                 /* min of both sides */
+    ucp_tag_t tx_tag, rx_tag;          /* key | rank bits, without the kind */
+    uint8_t peer_nonce[SHOAL_UCX_NONCE_BYTES];
+    shoal_status_t status;             /* SHOAL_OK until the endpoint fails */
+    int gone;                          /* peer unreachable: fail what cannot complete */
+    uint64_t gone_ns;
+    int post_failed;                   /* isend refused on a gone ep: fail in progress */
+    char why[192];                     /* cause of the failure */
+    int npending;
+    /* connection setup */
+    uint8_t auth_rx[SHOAL_HMAC_BYTES], auth_tx[SHOAL_HMAC_BYTES];
+    void *auth_rreq, *auth_sreq;
+    int auth_rdone, auth_sdone;
+    ucs_status_t auth_ucs;
+    size_t auth_rlen;
+    uint8_t abort_buf[SHOAL_WIRE_HDR_BYTES];
+    /* send side: ring of slots, oldest first; sq_* waits for a free slot */
+    shoal_ucx_slot_t tx[SHOAL_UCX_SLOTS];
+    int tx_head, tx_count;
+    shoal_tl_req_t *sq_head, *sq_tail;
+    /* receive side; the first rx_checked slots from rx_head had their header checked */
+    shoal_ucx_slot_t rx[SHOAL_UCX_SLOTS];
+    int rx_head, rx_count, rx_checked;
+    shoal_tl_req_t *rq_head, *rq_tail;
+};
+
+struct shoal_tl_ctx {
+    int rank;
+    int nranks;
+    uint32_t comm_id;
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    uint8_t nonce[SHOAL_UCX_NONCE_BYTES];
+    int timeout_ms;
+    const volatile int *abort_flag;
+    size_t inline_max;
+    ucp_context_h uctx;
+    ucp_worker_h worker;
+    ucp_address_t *waddr;
+    size_t waddr_len;
+    int waddr_net_only;                /* waddr came from ucp_worker_query, free differently */
+    int ucx_efd;
+    int epfd;                          /* ucx_efd, pidfds and kick_fd */
+    int kick_fd;                       /* eventfd: readable when progress is due now */
+    int kicked;
+    unsigned nevents;                  /* UCX completions since the last progress() */
+    shoal_ep_t *eps;
+    int neps;
+    int npending;
+    uint64_t next_live_ns;             /* next liveness check of same-host peers */
+    struct pollfd *live_pfds;          /* [neps] pidfds of local peers (fd -1 otherwise) */
+    uint8_t *slot_mem;                 /* all slot buffers of all endpoints */
+};
+
+/* ucx_ctx.c */
+SHOAL_HIDDEN const char *shoal_ucx_strerror(ucs_status_t st);
+SHOAL_HIDDEN void shoal_ucx_kick(shoal_tl_ctx_t *ctx);
+
+/* ucx_conn.c: address, keys and proofs, endpoints and connect_all with the AUTH exchange */
+SHOAL_HIDDEN shoal_status_t shoal_ucx_tag_key(const shoal_tl_ctx_t *ctx, int from, int to,
+                                              const uint8_t *nonce_from,
+                                              const uint8_t *nonce_to, ucp_tag_t *key_p);
+SHOAL_HIDDEN shoal_status_t shoal_ucx_proof(const shoal_tl_ctx_t *ctx, int from, int to,
+                                            const uint8_t *nonce_from, const uint8_t *nonce_to,
+                                            uint8_t out[SHOAL_HMAC_BYTES]);
+
+SHOAL_HIDDEN int shoal_ucx_addr_decode(const void *in, size_t len, shoal_ucx_addr_t *a);
+SHOAL_HIDDEN size_t shoal_ucx_addr_encode(const shoal_tl_ctx_t *ctx, uint8_t *out,
+                                          size_t room);
+SHOAL_HIDDEN shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers,
+                                                  int npeers, const void *const *addrs,
+                                                  const size_t *addr_lens, shoal_ep_t **eps_p);
+
+/* ucx_ep.c: data path */
+static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
+{
+    return base | ((ucp_tag_t)kind << 62);
+}
+SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
+SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
+SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep);
+SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
+SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);
+SHOAL_HIDDEN void shoal_ucx_ep_close(shoal_ep_t *ep, int force);
+
+#endif

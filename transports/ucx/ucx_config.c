@@ -1,0 +1,29 @@
+/* Env-var config table of the ucx transport. UCX's own variables (UCX_TLS, UCX_NET_DEVICES,
+ * UCX_RNDV_THRESH, ...) are read by UCX itself and pass through unchanged. */
+#include "transports/ucx/ucx.h"
+
+#include <stddef.h>
+
+shoal_ucx_config_t shoal_ucx_config = {
+    .inline_max = 8192,
+};
+
+static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
+    {
+        .name = "UCX_INLINE_MAX",
+        .dflt = "8k",
+        .doc = "ucx messages with at most this many payload bytes travel in one eager message "
+               "with their header (copied once on each side); larger ones send the payload "
+               "zero-copy from the caller's buffer as a second message (UCX rendezvous); both "
+               "sides use the smaller of their values",
+        .offset = offsetof(shoal_ucx_config_t, inline_max),
+        .type = SHOAL_CFG_SIZE,
+    },
+};
+
+const shoal_cfg_table_t shoal_ucx_cfg_table = {
+    .module = "ucx",
+    .fields = shoal_ucx_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_ucx_cfg_fields),
+    .dst = &shoal_ucx_config,
+};

@@ -1,0 +1,376 @@
+/* UCX transport: the published address, tag keys and proofs, endpoint creation and the
+ * authenticated connect_all. */
+#include "transports/ucx/ucx.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- codecs ------------------------------------------------------------------------------ */
+
+static void shoal_ucx_put(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static uint64_t shoal_ucx_get(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        v |= (uint64_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+size_t shoal_ucx_addr_encode(const shoal_tl_ctx_t *ctx, uint8_t *out, size_t room)
+{
+    size_t len = SHOAL_UCX_ADDR_HDR_BYTES + ctx->waddr_len;
+    if (room < len) {
+        return 0;
+    }
+    memset(out, 0, SHOAL_UCX_ADDR_HDR_BYTES);
+    shoal_ucx_put(out + 0, SHOAL_UCX_ADDR_MAGIC, 4);
+    shoal_ucx_put(out + 4, SHOAL_UCX_ADDR_VERSION, 2);
+    shoal_ucx_put(out + 6, (uint64_t)ctx->waddr_net_only, 2);
+    shoal_ucx_put(out + 8, (uint64_t)ctx->rank, 4);
+    shoal_ucx_put(out + 12, (uint64_t)getpid(), 4);
+    shoal_ucx_put(out + 16, shoal_host_id(), 8);
+    shoal_ucx_put(out + 24, ctx->inline_max, 4);
+    shoal_ucx_put(out + 28, ctx->waddr_len, 4);
+    memcpy(out + 32, ctx->nonce, SHOAL_UCX_NONCE_BYTES);
+    memcpy(out + SHOAL_UCX_ADDR_HDR_BYTES, ctx->waddr, ctx->waddr_len);
+    return len;
+}
+
+int shoal_ucx_addr_decode(const void *in, size_t len, shoal_ucx_addr_t *a)
+{
+    const uint8_t *p = in;
+    if (in == NULL || len < SHOAL_UCX_ADDR_HDR_BYTES ||
+        shoal_ucx_get(p, 4) != SHOAL_UCX_ADDR_MAGIC ||
+        shoal_ucx_get(p + 4, 2) != SHOAL_UCX_ADDR_VERSION) {
+        return -1;
+    }
+    a->rank = (uint32_t)shoal_ucx_get(p + 8, 4);
+    a->pid = (uint32_t)shoal_ucx_get(p + 12, 4);
+    a->host_id = shoal_ucx_get(p + 16, 8);
+    a->inline_max = (uint32_t)shoal_ucx_get(p + 24, 4);
+    a->worker_len = (uint32_t)shoal_ucx_get(p + 28, 4);
+    memcpy(a->nonce, p + 32, SHOAL_UCX_NONCE_BYTES);
+    a->worker = p + SHOAL_UCX_ADDR_HDR_BYTES;
+    if (a->worker_len == 0 || a->worker_len != len - SHOAL_UCX_ADDR_HDR_BYTES) {
+        return -1;
+    }
+    return 0;
+}
+
+/* HMAC-SHA256(secret, label | comm_id | from | to | nonce_from | nonce_to). */
+static shoal_status_t shoal_ucx_mac(const shoal_tl_ctx_t *ctx, const char *label, int from,
+                                    int to, const uint8_t *nonce_from, const uint8_t *nonce_to,
+                                    uint8_t out[SHOAL_HMAC_BYTES])
+{
+    uint8_t msg[32 + 12 + 2 * SHOAL_UCX_NONCE_BYTES];
+    size_t off = strlen(label);
+
+    memcpy(msg, label, off);
+    shoal_ucx_put(msg + off, ctx->comm_id, 4);
+    shoal_ucx_put(msg + off + 4, (uint64_t)from, 4);
+    shoal_ucx_put(msg + off + 8, (uint64_t)to, 4);
+    off += 12;
+    memcpy(msg + off, nonce_from, SHOAL_UCX_NONCE_BYTES);
+    memcpy(msg + off + SHOAL_UCX_NONCE_BYTES, nonce_to, SHOAL_UCX_NONCE_BYTES);
+    off += 2 * SHOAL_UCX_NONCE_BYTES;
+    return shoal_hmac(ctx->secret, SHOAL_SECRET_BYTES, msg, off, out);
+}
+
+shoal_status_t shoal_ucx_proof(const shoal_tl_ctx_t *ctx, int from, int to,
+                               const uint8_t *nonce_from, const uint8_t *nonce_to,
+                               uint8_t out[SHOAL_HMAC_BYTES])
+{
+    return shoal_ucx_mac(ctx, "shoal-ucx-auth", from, to, nonce_from, nonce_to, out);
+}
+
+/* Tag of the direction from -> to, without the kind bits: rank | 40-bit key. */
+shoal_status_t shoal_ucx_tag_key(const shoal_tl_ctx_t *ctx, int from, int to,
+                                 const uint8_t *nonce_from, const uint8_t *nonce_to,
+                                 ucp_tag_t *key_p)
+{
+    uint8_t mac[SHOAL_HMAC_BYTES];
+    SHOAL_CHECK(shoal_ucx_mac(ctx, "shoal-ucx-tag", from, to, nonce_from, nonce_to, mac));
+    *key_p = (shoal_ucx_get(mac, 8) & ((1ull << SHOAL_UCX_KEY_BITS) - 1)) |
+             ((ucp_tag_t)from << SHOAL_UCX_KEY_BITS);
+    return SHOAL_OK;
+}
+
+/* ---- endpoints ---------------------------------------------------------------------------- */
+
+static void shoal_ucx_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
+{
+    shoal_ep_t *ep = arg;
+    char why[192];
+    (void)uep;
+    snprintf(why, sizeof(why), "peer %d: connection failed: %s", ep->peer,
+             shoal_ucx_strerror(st));
+    if (!ep->gone && ep->status == SHOAL_OK) {
+        shoal_error(UCX, "%s", why);
+    }
+    shoal_ucx_ep_set_gone(ep, why);
+}
+
+static void shoal_ucx_auth_rx_cb(void *request, ucs_status_t st,
+                                 const ucp_tag_recv_info_t *info, void *user_data)
+{
+    shoal_ep_t *ep = user_data;
+    ep->auth_rreq = NULL;
+    ep->auth_rdone = 1;
+    ep->auth_rlen = st == UCS_OK ? info->length : 0;
+    if (st != UCS_OK && ep->auth_ucs == UCS_OK) {
+        ep->auth_ucs = st;
+    }
+    ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+static void shoal_ucx_auth_tx_cb(void *request, ucs_status_t st, void *user_data)
+{
+    shoal_ep_t *ep = user_data;
+    ep->auth_sreq = NULL;
+    ep->auth_sdone = 1;
+    if (st != UCS_OK && ep->auth_ucs == UCS_OK) {
+        ep->auth_ucs = st;
+    }
+    ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+/* Watches a same-host peer's process through a pidfd (readable once it exits). */
+static void shoal_ucx_ep_watch(shoal_ep_t *ep, int idx)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    ctx->live_pfds[idx] = (struct pollfd){.fd = -1, .events = POLLIN};
+#ifdef SYS_pidfd_open
+    int fd = (int)syscall(SYS_pidfd_open, (pid_t)ep->pid, 0);
+    if (fd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+        if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            shoal_warn(UCX, "epoll_ctl(add pidfd of peer %d): %s", ep->peer, strerror(errno));
+        }
+        ep->pidfd = fd;
+        ctx->live_pfds[idx].fd = fd;
+        return;
+    }
+    if (errno == ESRCH) {
+        /* not in our pid namespace: leave it to UCX's error handling */
+        ep->local = 0;
+        return;
+    }
+#endif
+    /* no pidfd (old kernel): progress falls back to kill(pid, 0) */
+}
+
+static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
+                                        const shoal_ucx_addr_t *a)
+{
+    shoal_ep_t *ep = &ctx->eps[idx];
+    size_t slot_bytes = SHOAL_WIRE_HDR_BYTES + ctx->inline_max;
+    uint8_t *mem = ctx->slot_mem + (size_t)idx * 2 * SHOAL_UCX_SLOTS * slot_bytes;
+    ucp_ep_params_t p = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)a->worker,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = shoal_ucx_ep_err_cb, .arg = ep},
+    };
+    ucs_status_t ust;
+
+    ep->ctx = ctx;
+    ep->peer = peer;
+    ep->pidfd = -1;
+    ep->pid = a->pid;
+    ep->local = a->host_id == shoal_host_id();
+    ep->status = SHOAL_OK;
+    ep->inline_max = SHOAL_MIN(ctx->inline_max, (size_t)a->inline_max);
+    memcpy(ep->peer_nonce, a->nonce, SHOAL_UCX_NONCE_BYTES);
+    for (int i = 0; i < SHOAL_UCX_SLOTS; i++) {
+        ep->tx[i] = (shoal_ucx_slot_t){.ep = ep, .buf = mem + (size_t)i * slot_bytes};
+        ep->rx[i] = (shoal_ucx_slot_t){
+            .ep = ep, .buf = mem + (size_t)(SHOAL_UCX_SLOTS + i) * slot_bytes};
+    }
+    SHOAL_CHECK(shoal_ucx_tag_key(ctx, ctx->rank, peer, ctx->nonce, a->nonce, &ep->tx_tag));
+    SHOAL_CHECK(shoal_ucx_tag_key(ctx, peer, ctx->rank, a->nonce, ctx->nonce, &ep->rx_tag));
+    ust = ucp_ep_create(ctx->worker, &p, &ep->uep);
+    if (ust != UCS_OK) {
+        ep->uep = NULL;
+        shoal_error(UCX, "peer %d: ucp_ep_create failed: %s", peer, shoal_ucx_strerror(ust));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (ep->local) {
+        shoal_ucx_ep_watch(ep, idx);
+    } else {
+        ctx->live_pfds[idx] = (struct pollfd){.fd = -1};
+    }
+    return SHOAL_OK;
+}
+
+/* Posts the receive of the peer's proof and sends ours. */
+static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = shoal_ucx_auth_rx_cb,
+        .user_data = ep,
+    };
+    ucp_request_param_t sp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.send = shoal_ucx_auth_tx_cb,
+        .user_data = ep,
+    };
+    void *r;
+
+    SHOAL_CHECK(shoal_ucx_proof(ctx, ctx->rank, ep->peer, ctx->nonce, ep->peer_nonce,
+                                ep->auth_tx));
+    r = ucp_tag_recv_nbx(ctx->worker, ep->auth_rx, sizeof(ep->auth_rx),
+                         shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &rp);
+    if (UCS_PTR_IS_ERR(r)) {
+        shoal_error(UCX, "peer %d: posting the proof receive failed: %s", ep->peer,
+                    shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (!ep->auth_rdone) {
+        ep->auth_rreq = r; /* else the callback ran already and released it */
+    }
+    r = ucp_tag_send_nbx(ep->uep, ep->auth_tx, sizeof(ep->auth_tx),
+                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_AUTH), &sp);
+    if (UCS_PTR_IS_ERR(r)) {
+        shoal_error(UCX, "peer %d: sending our proof failed: %s", ep->peer,
+                    shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+        return SHOAL_ERR_PEER_FAILED;
+    }
+    if (!ep->auth_sdone) {
+        ep->auth_sreq = r;
+    }
+    return SHOAL_OK;
+}
+
+/* 1: established; 0: not yet; else the failure status (logged). */
+static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
+{
+    uint8_t want[SHOAL_HMAC_BYTES];
+    shoal_tl_ctx_t *ctx = ep->ctx;
+
+    if (ep->gone || ep->auth_ucs != UCS_OK) {
+        shoal_error(UCX, "peer %d: connection setup failed: %s", ep->peer,
+                    ep->gone ? ep->why : shoal_ucx_strerror(ep->auth_ucs));
+        *st_p = SHOAL_ERR_PEER_FAILED;
+        return -1;
+    }
+    if (!ep->auth_rdone || !ep->auth_sdone) {
+        return 0;
+    }
+    *st_p = shoal_ucx_proof(ctx, ep->peer, ctx->rank, ep->peer_nonce, ctx->nonce, want);
+    if (*st_p != SHOAL_OK) {
+        return -1;
+    }
+    if (ep->auth_rlen != sizeof(want) || !shoal_memeq_ct(want, ep->auth_rx, sizeof(want))) {
+        shoal_error(UCX, "peer %d: wrong authentication proof (%zu bytes): refused", ep->peer,
+                    ep->auth_rlen);
+        *st_p = SHOAL_ERR_AUTH;
+        return -1;
+    }
+    return 1;
+}
+
+/* Waits until every endpoint has exchanged proofs, or the deadline / abort. */
+static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
+{
+    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms);
+    shoal_status_t st = SHOAL_OK;
+    int first = 0;
+
+    for (;;) {
+        while (ucp_worker_progress(ctx->worker) != 0) {
+        }
+        while (first < ctx->neps) {
+            int r = shoal_ucx_ep_auth_check(&ctx->eps[first], &st);
+            if (r < 0) {
+                return st;
+            }
+            if (r == 0) {
+                break;
+            }
+            first++;
+        }
+        if (first == ctx->neps) {
+            return SHOAL_OK;
+        }
+        if (ctx->abort_flag != NULL && __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE)) {
+            shoal_warn(UCX, "rank %d: connection setup aborted while waiting for peer %d",
+                       ctx->rank, ctx->eps[first].peer);
+            return SHOAL_ERR_ABORTED;
+        }
+        if (shoal_deadline_passed(deadline)) {
+            shoal_error(UCX, "rank %d: no proof from peer %d within %d ms", ctx->rank,
+                        ctx->eps[first].peer, ctx->timeout_ms);
+            return SHOAL_ERR_TIMEOUT;
+        }
+        if (ucp_worker_arm(ctx->worker) == UCS_OK) {
+            struct pollfd pfd = {.fd = ctx->epfd, .events = POLLIN};
+            (void)poll(&pfd, 1, shoal_deadline_left_ms(deadline, 10));
+        }
+    }
+}
+
+shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                     const void *const *addrs, const size_t *addr_lens,
+                                     shoal_ep_t **eps_p)
+{
+    size_t slot_bytes = SHOAL_WIRE_HDR_BYTES + ctx->inline_max;
+    size_t mem = (size_t)npeers * 2 * SHOAL_UCX_SLOTS * slot_bytes;
+    shoal_status_t st;
+
+    if (ctx->eps != NULL) {
+        shoal_error(UCX, "connect_all called twice");
+        return SHOAL_ERR_INTERNAL;
+    }
+    ctx->eps = calloc((size_t)SHOAL_MAX(npeers, 1), sizeof(*ctx->eps));
+    ctx->live_pfds = calloc((size_t)SHOAL_MAX(npeers, 1), sizeof(*ctx->live_pfds));
+    ctx->slot_mem = mem > 0 ? malloc(mem) : NULL;
+    if (ctx->eps == NULL || ctx->live_pfds == NULL || (mem > 0 && ctx->slot_mem == NULL)) {
+        shoal_error(UCX, "out of memory for %d endpoints", npeers);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memset(ctx->slot_mem, 0, mem); /* fault the slot buffers in now */
+    for (int i = 0; i < npeers; i++) {
+        shoal_ucx_addr_t a;
+        if (shoal_ucx_addr_decode(addrs[i], addr_lens[i], &a) != 0 ||
+            a.rank != (uint32_t)peers[i]) {
+            shoal_error(UCX, "peer %d published an invalid ucx address (%zu bytes)", peers[i],
+                        addr_lens[i]);
+            return SHOAL_ERR_PROTOCOL;
+        }
+        ctx->neps = i + 1;
+        SHOAL_CHECK(shoal_ucx_ep_open(ctx, i, peers[i], &a));
+    }
+    for (int i = 0; i < npeers; i++) {
+        SHOAL_CHECK(shoal_ucx_ep_auth_start(&ctx->eps[i]));
+    }
+    st = shoal_ucx_connect_wait(ctx);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    for (int i = 0; i < npeers; i++) {
+        eps_p[i] = &ctx->eps[i];
+    }
+    shoal_info(UCX, "rank %d: %d ucx endpoints authenticated", ctx->rank, npeers);
+    return SHOAL_OK;
+}

@@ -1,0 +1,420 @@
+/* UCX transport: context (UCP context and worker, published address), progress, liveness of
+ * same-host peers, sleeping on the worker's event fd, failure, fini and the ops table.
+ * Connection setup is in ucx_conn.c, the data path in ucx_ep.c. */
+#include "transports/ucx/ucx.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define SHOAL_UCX_LIVE_PERIOD_NS (1000ull * 1000) /* liveness check of local peers: 1 ms */
+
+const char *shoal_ucx_strerror(ucs_status_t st)
+{
+    return ucs_status_string(st);
+}
+
+void shoal_ucx_kick(shoal_tl_ctx_t *ctx)
+{
+    uint64_t one = 1;
+    if (!ctx->kicked && ctx->kick_fd >= 0) {
+        ctx->kicked = 1;
+        if (write(ctx->kick_fd, &one, sizeof(one)) != (ssize_t)sizeof(one)) {
+            shoal_trace(UCX, "write(kick eventfd): %s", strerror(errno));
+        }
+    }
+}
+
+static int shoal_ucx_epoll_add(shoal_tl_ctx_t *ctx, int fd, const char *what)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        shoal_error(UCX, "epoll_ctl(add %s fd %d): %s", what, fd, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- fini ----------------------------------------------------------------------------------- */
+
+/* Closes every endpoint (flushing the healthy ones), waits a bounded time for the closes. */
+static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
+{
+    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms >= 0 ?
+                                          SHOAL_MIN(ctx->timeout_ms, SHOAL_UCX_CLOSE_MS) :
+                                          SHOAL_UCX_CLOSE_MS);
+    int left;
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->auth_rreq != NULL) {
+            ucp_request_cancel(ctx->worker, ep->auth_rreq);
+        }
+        for (int k = 0; k < ep->rx_count; k++) {
+            shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + k) % SHOAL_UCX_SLOTS];
+            if (s->ucx_req != NULL && !s->cancelled) {
+                s->cancelled = 1;
+                ucp_request_cancel(ctx->worker, s->ucx_req);
+            }
+        }
+        shoal_ucx_ep_close(ep, ep->status != SHOAL_OK || ep->gone);
+    }
+    do {
+        left = 0;
+        while (ucp_worker_progress(ctx->worker) != 0) {
+        }
+        for (int i = 0; i < ctx->neps; i++) {
+            shoal_ep_t *ep = &ctx->eps[i];
+            if (ep->close_req != NULL && ucp_request_check_status(ep->close_req) !=
+                                             UCS_INPROGRESS) {
+                ucp_request_free(ep->close_req);
+                ep->close_req = NULL;
+            }
+            left += ep->close_req != NULL || ep->auth_rreq != NULL || ep->auth_sreq != NULL;
+        }
+        if (left > 0 && ucp_worker_arm(ctx->worker) == UCS_OK) {
+            struct pollfd pfd = {.fd = ctx->epfd, .events = POLLIN};
+            (void)poll(&pfd, 1, 1);
+        }
+    } while (left > 0 && !shoal_deadline_passed(deadline));
+    if (left > 0) {
+        shoal_warn(UCX, "rank %d: %d endpoint(s) did not close within %d ms", ctx->rank, left,
+                   SHOAL_UCX_CLOSE_MS);
+    }
+}
+
+static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
+{
+    if (ctx == NULL) {
+        return;
+    }
+    if (ctx->worker != NULL) {
+        shoal_ucx_close_all(ctx);
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        if (ctx->eps[i].pidfd >= 0) {
+            close(ctx->eps[i].pidfd);
+        }
+    }
+    if (ctx->waddr != NULL) {
+        ucp_worker_release_address(ctx->worker, ctx->waddr);
+    }
+    if (ctx->worker != NULL) {
+        ucp_worker_destroy(ctx->worker);
+    }
+    if (ctx->uctx != NULL) {
+        ucp_cleanup(ctx->uctx);
+    }
+    if (ctx->epfd >= 0) {
+        close(ctx->epfd);
+    }
+    if (ctx->kick_fd >= 0) {
+        close(ctx->kick_fd);
+    }
+    free(ctx->eps);
+    free(ctx->live_pfds);
+    free(ctx->slot_mem);
+    memset(ctx->secret, 0, sizeof(ctx->secret));
+    free(ctx);
+}
+
+/* ---- init ------------------------------------------------------------------------------------ */
+
+/* UCX leaves its shared-memory transports out of endpoints with peer error handling unless
+ * UCX_MM_ERROR_HANDLING is set: turn it on, unless the user chose, or chose UCX_TLS without
+ * shared memory (UCX warns about a setting of an unused transport). */
+static void shoal_ucx_config_tune(ucp_config_t *cfg)
+{
+    static const char *const shm_names[] = {"sysv", "posix", "mm", "sm", "shm", "all"};
+    const char *tls = shoal_cfg_getenv_raw("UCX_TLS");
+    int shm = tls == NULL;
+
+    for (size_t i = 0; tls != NULL && i < SHOAL_ARRAY_SIZE(shm_names) && !shm; i++) {
+        shm = strstr(tls, shm_names[i]) != NULL;
+    }
+    if (shm && shoal_cfg_getenv_raw("UCX_MM_ERROR_HANDLING") == NULL &&
+        shoal_cfg_getenv_raw("UCX_SYSV_ERROR_HANDLING") == NULL &&
+        shoal_cfg_getenv_raw("UCX_POSIX_ERROR_HANDLING") == NULL) {
+        ucs_status_t st = ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
+        if (st != UCS_OK) {
+            shoal_info(UCX, "UCX_MM_ERROR_HANDLING not supported (%s): shared memory within "
+                       "UCX may be left out", shoal_ucx_strerror(st));
+        }
+    }
+}
+
+static shoal_status_t shoal_ucx_ctx_ucp(shoal_tl_ctx_t *ctx, int nranks)
+{
+    ucp_config_t *cfg;
+    ucp_params_t up = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+        .estimated_num_eps = (size_t)nranks,
+        .mt_workers_shared = 0,
+    };
+    /* One thread at a time, not always the same one (the core's proxy thread). */
+    ucp_worker_params_t wp = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SERIALIZED,
+    };
+    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+
+    if (st != UCS_OK) {
+        shoal_error(UCX, "ucp_config_read failed: %s", shoal_ucx_strerror(st));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    shoal_ucx_config_tune(cfg);
+    st = ucp_init(&up, cfg, &ctx->uctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK) {
+        ctx->uctx = NULL;
+        shoal_error(UCX, "ucp_init failed: %s", shoal_ucx_strerror(st));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    st = ucp_worker_create(ctx->uctx, &wp, &ctx->worker);
+    if (st != UCS_OK) {
+        ctx->worker = NULL;
+        shoal_error(UCX, "ucp_worker_create failed: %s", shoal_ucx_strerror(st));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    return SHOAL_OK;
+}
+
+/* The worker's address, or its network-only part when the whole does not fit. */
+static shoal_status_t shoal_ucx_ctx_address(shoal_tl_ctx_t *ctx)
+{
+    size_t room = SHOAL_TL_ADDR_MAX - SHOAL_UCX_ADDR_HDR_BYTES;
+    ucp_worker_attr_t attr = {
+        .field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS,
+        .address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY,
+    };
+    size_t full;
+    ucs_status_t st = ucp_worker_get_address(ctx->worker, &ctx->waddr, &ctx->waddr_len);
+
+    if (st != UCS_OK) {
+        ctx->waddr = NULL;
+        shoal_error(UCX, "ucp_worker_get_address failed: %s", shoal_ucx_strerror(st));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (ctx->waddr_len <= room) {
+        return SHOAL_OK;
+    }
+    full = ctx->waddr_len;
+    ucp_worker_release_address(ctx->worker, ctx->waddr);
+    ctx->waddr = NULL;
+    st = ucp_worker_query(ctx->worker, &attr);
+    if (st != UCS_OK || attr.address_length > room) {
+        if (st == UCS_OK) {
+            ucp_worker_release_address(ctx->worker, attr.address);
+        }
+        shoal_error(UCX, "the UCX worker address has %zu bytes (%zu network only), more than "
+                    "the %zu a transport address may have: restrict UCX_TLS / UCX_NET_DEVICES",
+                    full, st == UCS_OK ? attr.address_length : (size_t)0, room);
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    shoal_warn_once(UCX, "the UCX worker address (%zu bytes) exceeds %zu: publishing its "
+                    "network part only (%zu bytes); UCX shared memory is not used",
+                    full, room, attr.address_length);
+    ctx->waddr = attr.address;
+    ctx->waddr_len = attr.address_length;
+    ctx->waddr_net_only = 1;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ucx_ctx_fds(shoal_tl_ctx_t *ctx)
+{
+    ucs_status_t st = ucp_worker_get_efd(ctx->worker, &ctx->ucx_efd);
+    if (st != UCS_OK) {
+        shoal_error(UCX, "ucp_worker_get_efd failed: %s", shoal_ucx_strerror(st));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
+    ctx->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ctx->epfd < 0 || ctx->kick_fd < 0) {
+        shoal_error(UCX, "epoll_create1/eventfd failed: %s", strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    if (shoal_ucx_epoll_add(ctx, ctx->ucx_efd, "ucx worker") != 0 ||
+        shoal_ucx_epoll_add(ctx, ctx->kick_fd, "kick") != 0) {
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p)
+{
+    shoal_tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    shoal_status_t status;
+
+    if (ctx == NULL) {
+        shoal_error(UCX, "out of memory allocating the ucx context");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    ctx->epfd = ctx->kick_fd = ctx->ucx_efd = -1;
+    ctx->rank = params->rank;
+    ctx->nranks = params->nranks;
+    ctx->comm_id = params->comm_id;
+    memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
+    ctx->timeout_ms = params->timeout_ms;
+    ctx->abort_flag = params->abort_flag;
+    ctx->inline_max = SHOAL_MIN(shoal_ucx_config.inline_max, (size_t)1 << 20);
+    if (params->nranks > (1 << SHOAL_UCX_RANK_BITS)) {
+        shoal_error(UCX, "%d ranks: the ucx transport's tags hold at most %d", params->nranks,
+                    1 << SHOAL_UCX_RANK_BITS);
+        status = SHOAL_ERR_UNSUPPORTED;
+        goto err_free;
+    }
+    SHOAL_CHECK_GOTO(shoal_random_bytes(ctx->nonce, sizeof(ctx->nonce)), status, err_free);
+    SHOAL_CHECK_GOTO(shoal_ucx_ctx_ucp(ctx, params->nranks), status, err_free);
+    SHOAL_CHECK_GOTO(shoal_ucx_ctx_address(ctx), status, err_free);
+    SHOAL_CHECK_GOTO(shoal_ucx_ctx_fds(ctx), status, err_free);
+    shoal_info(UCX, "rank %d: ucx worker ready, address %zu bytes%s, inline up to %zu bytes",
+               ctx->rank, ctx->waddr_len, ctx->waddr_net_only ? " (network only)" : "",
+               ctx->inline_max);
+    *ctx_p = ctx;
+    return SHOAL_OK;
+
+err_free:
+    shoal_ucx_fini(ctx);
+    return status;
+}
+
+static shoal_status_t shoal_ucx_address(shoal_tl_ctx_t *ctx, void *addr, size_t *len_p)
+{
+    size_t len = shoal_ucx_addr_encode(ctx, addr, *len_p);
+    if (len == 0) {
+        shoal_error(UCX, "address buffer of %zu bytes, need %zu", *len_p,
+                    SHOAL_UCX_ADDR_HDR_BYTES + ctx->waddr_len);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *len_p = len;
+    return SHOAL_OK;
+}
+
+/* ---- progress, liveness, sleeping ------------------------------------------------------------ */
+
+/* Same-host peers whose process exited are gone (after draining what they sent us). */
+static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
+{
+    int dead = 0;
+    if (poll(ctx->live_pfds, (nfds_t)ctx->neps, 0) > 0) {
+        dead = 1;
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        int gone = 0;
+        if (!ep->local || ep->gone) {
+            continue;
+        }
+        if (ep->pidfd >= 0) {
+            gone = dead && (ctx->live_pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+        } else {
+            gone = kill((pid_t)ep->pid, 0) != 0 && errno == ESRCH;
+        }
+        if (!gone) {
+            continue;
+        }
+        char why[192];
+        while (ucp_worker_progress(ctx->worker) != 0) {
+        }
+        snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
+        if (ep->status == SHOAL_OK) {
+            shoal_error(UCX, "%s", why);
+        }
+        if (ep->pidfd >= 0) {
+            (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->pidfd, NULL);
+            ctx->live_pfds[i].fd = -1;
+        }
+        ep->local = 0;
+        shoal_ucx_ep_set_gone(ep, why);
+    }
+}
+
+static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
+{
+    int n = 0;
+    if (ctx->kicked) {
+        uint64_t v;
+        ctx->kicked = 0;
+        (void)read(ctx->kick_fd, &v, sizeof(v));
+    }
+    for (int i = 0; i < 16 && ucp_worker_progress(ctx->worker) != 0; i++) {
+    }
+    ctx->nevents = 0;
+    if (ctx->live_pfds != NULL) {
+        uint64_t now = shoal_time_ns();
+        if (now >= ctx->next_live_ns) {
+            ctx->next_live_ns = now + SHOAL_UCX_LIVE_PERIOD_NS;
+            shoal_ucx_check_live(ctx);
+        }
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->npending > 0 || ep->post_failed) {
+            n += shoal_ucx_ep_progress(ep);
+        }
+    }
+    return n;
+}
+
+/* Arms the worker so that its event fd (inside our epoll fd) wakes a sleeper; if events are
+ * already there, makes the epoll fd readable at once instead. */
+static int shoal_ucx_wait_fd(shoal_tl_ctx_t *ctx)
+{
+    for (int i = 0; i < 4 && ctx->nevents == 0; i++) {
+        ucs_status_t st = ucp_worker_arm(ctx->worker);
+        if (st == UCS_OK) {
+            return ctx->epfd;
+        }
+        if (st != UCS_ERR_BUSY) {
+            shoal_warn_once(UCX, "ucp_worker_arm failed: %s", shoal_ucx_strerror(st));
+            break;
+        }
+        (void)ucp_worker_progress(ctx->worker);
+    }
+    shoal_ucx_kick(ctx);
+    return ctx->epfd;
+}
+
+static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->status == SHOAL_OK) {
+            shoal_ucx_ep_send_abort(ep, culprit);
+            (void)shoal_ucx_ep_fail(ep, status, why);
+        }
+    }
+}
+
+static int shoal_ucx_query(void)
+{
+    return 1;
+}
+
+const shoal_tl_ops_t shoal_tl_ucx_ops = {
+    .abi_version = SHOAL_TL_ABI_VERSION,
+    .name = "ucx",
+    .caps = 0,
+    .intra_node_only = 0,
+    .query = shoal_ucx_query,
+    .init = shoal_ucx_init,
+    .address = shoal_ucx_address,
+    .connect_all = shoal_ucx_connect_all,
+    .ready = NULL,
+    .isend = shoal_ucx_ep_isend,
+    .irecv = shoal_ucx_ep_irecv,
+    .progress = shoal_ucx_progress,
+    .wait_fd = shoal_ucx_wait_fd,
+    .wait = NULL,
+    .fail = shoal_ucx_fail,
+    .fini = shoal_ucx_fini,
+};

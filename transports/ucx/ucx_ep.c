@@ -1,0 +1,526 @@
+/* UCX transport: the data path of an endpoint (see ucx.h for the message layout). Every
+ * shoal request owns a slot of the endpoint's ring for its direction while it is in flight;
+ * slots complete strictly in posting order, requests beyond the ring wait in a queue. UCX
+ * callbacks only record outcomes in slots; progress() checks headers, posts payload receives
+ * and completes requests. */
+#include "transports/ucx/ucx.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SHOAL_UCX_GONE_GRACE_NS (200ull * 1000 * 1000)
+
+static void shoal_ucx_req_complete(shoal_tl_req_t *req, shoal_status_t status, const char *why)
+{
+    req->next = NULL;
+    req->status = status;
+    if (status != SHOAL_OK && req->errbuf != NULL && req->errlen > 0) {
+        snprintf(req->errbuf, req->errlen, "%s", why);
+    }
+    __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
+static void shoal_ucx_queue_push(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p,
+                                 shoal_tl_req_t *req)
+{
+    req->next = NULL;
+    if (*tail_p != NULL) {
+        (*tail_p)->next = req;
+    } else {
+        *head_p = req;
+    }
+    *tail_p = req;
+}
+
+static shoal_tl_req_t *shoal_ucx_queue_pop(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p)
+{
+    shoal_tl_req_t *req = *head_p;
+    if (req != NULL) {
+        *head_p = req->next;
+        if (*head_p == NULL) {
+            *tail_p = NULL;
+        }
+        req->next = NULL;
+    }
+    return req;
+}
+
+/* One request of the endpoint is over. */
+static void shoal_ucx_ep_retire(shoal_ep_t *ep, shoal_tl_req_t *req, shoal_status_t status,
+                                const char *why)
+{
+    ep->npending--;
+    ep->ctx->npending--;
+    shoal_ucx_req_complete(req, status, why);
+}
+
+/* ---- UCX callbacks: record only ------------------------------------------------------------ */
+
+static void shoal_ucx_tx_cb(void *request, ucs_status_t st, void *user_data)
+{
+    shoal_ucx_slot_t *s = user_data;
+    if (st != UCS_OK && s->ucs == UCS_OK) {
+        s->ucs = st;
+    }
+    if (--s->nout == 0) {
+        s->state = SHOAL_UCX_SLOT_DONE;
+    }
+    s->ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+static void shoal_ucx_rx_cb(void *request, ucs_status_t st, const ucp_tag_recv_info_t *info,
+                            void *user_data)
+{
+    shoal_ucx_slot_t *s = user_data;
+    s->ucx_req = NULL;
+    s->ucs = st;
+    s->rlen = st == UCS_OK ? info->length : 0;
+    s->state = s->state == SHOAL_UCX_SLOT_HDR ? SHOAL_UCX_SLOT_HDR_DONE : SHOAL_UCX_SLOT_DONE;
+    s->ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+/* ---- posting -------------------------------------------------------------------------------- */
+
+static void shoal_ucx_send(shoal_ep_t *ep, shoal_ucx_slot_t *s, const void *buf, size_t len,
+                           shoal_ucx_kind_t kind)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .cb.send = shoal_ucx_tx_cb,
+        .user_data = s,
+    };
+    void *r = ucp_tag_send_nbx(ep->uep, buf, len, shoal_ucx_tag(ep->tx_tag, kind), &p);
+    if (UCS_PTR_IS_ERR(r)) {
+        if (s->ucs == UCS_OK) {
+            s->ucs = UCS_PTR_STATUS(r);
+        }
+    } else if (r != NULL) {
+        s->nout++;
+    }
+}
+
+static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    shoal_ucx_slot_t *s = &ep->tx[(ep->tx_head + ep->tx_count) % SHOAL_UCX_SLOTS];
+    uint64_t len = req->hdr.length;
+
+    ep->tx_count++;
+    s->req = req;
+    s->nout = 0;
+    s->ucs = UCS_OK;
+    s->state = SHOAL_UCX_SLOT_DATA;
+    shoal_wire_encode(&req->hdr, s->buf);
+    if (len <= ep->inline_max) {
+        if (len > 0) {
+            memcpy(s->buf + SHOAL_WIRE_HDR_BYTES, req->buf, len);
+        }
+        shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + len, SHOAL_UCX_TAG_HDR);
+    } else {
+        shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES, SHOAL_UCX_TAG_HDR);
+        if (s->ucs == UCS_OK) {
+            shoal_ucx_send(ep, s, req->buf, len, SHOAL_UCX_TAG_DATA);
+        }
+    }
+    if (s->nout == 0) {
+        s->state = SHOAL_UCX_SLOT_DONE;
+    }
+}
+
+/* Posts a receive of kind into buf for slot s (state HDR or DATA set by the caller). UCX
+ * 1.13 does not fill recv_info on immediate completion, so immediate completion is denied:
+ * the callback then reports the length, possibly from within ucp_tag_recv_nbx itself (the
+ * state has moved on then, and the request is already released). */
+static void shoal_ucx_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s, void *buf, size_t len,
+                           shoal_ucx_kind_t kind)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = shoal_ucx_rx_cb,
+        .user_data = s,
+    };
+    int posted = s->state;
+    void *r;
+
+    s->ucx_req = NULL;
+    s->cancelled = 0;
+    s->ucs = UCS_OK;
+    r = ucp_tag_recv_nbx(ep->ctx->worker, buf, len, shoal_ucx_tag(ep->rx_tag, kind),
+                         (ucp_tag_t)-1, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+        s->ucs = UCS_PTR_STATUS(r);
+        s->rlen = 0;
+        s->state = posted == SHOAL_UCX_SLOT_HDR ? SHOAL_UCX_SLOT_HDR_DONE : SHOAL_UCX_SLOT_DONE;
+    } else if (r != NULL && s->state == posted) {
+        s->ucx_req = r;
+    }
+}
+
+static void shoal_ucx_rx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + ep->rx_count) % SHOAL_UCX_SLOTS];
+    ep->rx_count++;
+    s->req = req;
+    s->state = SHOAL_UCX_SLOT_HDR;
+    shoal_ucx_recv(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + ep->inline_max, SHOAL_UCX_TAG_HDR);
+}
+
+static shoal_status_t shoal_ucx_ep_post_check(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    if (ep->status != SHOAL_OK) {
+        return ep->status;
+    }
+    if (req->buf == NULL && req->hdr.length > 0) {
+        shoal_error(UCX, "peer %d: request of %llu bytes without a buffer", ep->peer,
+                    (unsigned long long)req->hdr.length);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    req->next = NULL;
+    req->off = 0;
+    req->hdr_done = 0;
+    req->status = SHOAL_IN_PROGRESS;
+    req->done = 0;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    shoal_status_t st = shoal_ucx_ep_post_check(ep, req);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    if (ep->gone || ep->uep == NULL) {
+        /* Nothing can reach the peer any more: refuse, and fail the endpoint in progress. */
+        if (req->errbuf != NULL && req->errlen > 0) {
+            snprintf(req->errbuf, req->errlen, "%s", ep->why);
+        }
+        ep->post_failed = 1;
+        shoal_ucx_kick(ep->ctx);
+        return SHOAL_ERR_PEER_FAILED;
+    }
+    ep->npending++;
+    ep->ctx->npending++;
+    if (ep->tx_count < SHOAL_UCX_SLOTS && ep->sq_head == NULL) {
+        shoal_ucx_tx_start(ep, req);
+    } else {
+        shoal_ucx_queue_push(&ep->sq_head, &ep->sq_tail, req);
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    shoal_status_t st = shoal_ucx_ep_post_check(ep, req);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    /* Posted even on a gone endpoint: UCX may hold the message already. */
+    ep->npending++;
+    ep->ctx->npending++;
+    if (ep->rx_count < SHOAL_UCX_SLOTS && ep->rq_head == NULL) {
+        shoal_ucx_rx_start(ep, req);
+    } else {
+        shoal_ucx_queue_push(&ep->rq_head, &ep->rq_tail, req);
+    }
+    return SHOAL_OK;
+}
+
+/* ---- failure --------------------------------------------------------------------------------- */
+
+void shoal_ucx_ep_close(shoal_ep_t *ep, int force)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0,
+    };
+    void *r;
+    if (ep->uep == NULL) {
+        return;
+    }
+    r = ucp_ep_close_nbx(ep->uep, &p);
+    ep->uep = NULL;
+    if (UCS_PTR_IS_PTR(r)) {
+        ep->close_req = r;
+    }
+}
+
+/* Cancels the endpoint's outstanding receives (UCX completes them with UCS_ERR_CANCELED;
+ * a receive already matched is not affected and completes or fails on its own). */
+static void shoal_ucx_ep_cancel_rx(shoal_ep_t *ep)
+{
+    for (int i = 0; i < ep->rx_count; i++) {
+        shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS];
+        if (s->ucx_req != NULL && !s->cancelled) {
+            s->cancelled = 1;
+            ucp_request_cancel(ep->ctx->worker, s->ucx_req);
+        }
+    }
+}
+
+static int shoal_ucx_ep_fail_slots(shoal_ep_t *ep, shoal_ucx_slot_t *ring, int head, int count,
+                                   shoal_status_t status)
+{
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        shoal_ucx_slot_t *s = &ring[(head + i) % SHOAL_UCX_SLOTS];
+        if (s->req != NULL) {
+            shoal_ucx_ep_retire(ep, s->req, status, ep->why);
+            s->req = NULL;
+            n++;
+        }
+    }
+    return n;
+}
+
+int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
+{
+    shoal_tl_req_t *req;
+    int n;
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    ep->status = status;
+    if (why != ep->why) {
+        snprintf(ep->why, sizeof(ep->why), "%s", why);
+    }
+    /* Stop UCX from touching the callers' buffers: purge sends, cancel receives. The slots
+     * stay owned by UCX until their callbacks; a failed endpoint never reuses them. */
+    shoal_ucx_ep_close(ep, 1);
+    shoal_ucx_ep_cancel_rx(ep);
+    n = shoal_ucx_ep_fail_slots(ep, ep->tx, ep->tx_head, ep->tx_count, status);
+    n += shoal_ucx_ep_fail_slots(ep, ep->rx, ep->rx_head, ep->rx_count, status);
+    while ((req = shoal_ucx_queue_pop(&ep->sq_head, &ep->sq_tail)) != NULL) {
+        shoal_ucx_ep_retire(ep, req, status, ep->why);
+        n++;
+    }
+    while ((req = shoal_ucx_queue_pop(&ep->rq_head, &ep->rq_tail)) != NULL) {
+        shoal_ucx_ep_retire(ep, req, status, ep->why);
+        n++;
+    }
+    return n;
+}
+
+/* Detected here: log once with the peer, then fail the endpoint. */
+static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
+{
+    char why[192];
+    va_list ap;
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    shoal_error(UCX, "%s", why);
+    return shoal_ucx_ep_fail(ep, status, why);
+}
+
+/* A transfer of the endpoint ended with UCX status st. */
+static int shoal_ucx_ep_ucs_error(shoal_ep_t *ep, const char *what, ucs_status_t st)
+{
+    if (ep->gone || st == UCS_ERR_CANCELED) {
+        /* the peer is gone (the cause was logged when that was detected) */
+        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, ep->why[0] != '\0' ? ep->why :
+                                 "peer failed");
+    }
+    if (st == UCS_ERR_MESSAGE_TRUNCATED) {
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL,
+                                  "peer %d: %s: message longer than the posted receive",
+                                  ep->peer, what);
+    }
+    if (st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT ||
+        st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED) {
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: %s: %s", ep->peer, what,
+                                  shoal_ucx_strerror(st));
+    }
+    return shoal_ucx_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: %s failed: %s", ep->peer, what,
+                              shoal_ucx_strerror(st));
+}
+
+void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why)
+{
+    if (ep->gone || ep->status != SHOAL_OK) {
+        return;
+    }
+    ep->gone = 1;
+    ep->gone_ns = shoal_time_ns();
+    snprintf(ep->why, sizeof(ep->why), "%s", why);
+    shoal_ucx_kick(ep->ctx);
+}
+
+/* The peer is unreachable: close the endpoint (purges sends), cancel receives that UCX has
+ * not matched to an arrived message, fail what is left after a grace period. */
+static int shoal_ucx_ep_progress_gone(shoal_ep_t *ep)
+{
+    shoal_ucx_ep_close(ep, 1);
+    shoal_ucx_ep_cancel_rx(ep);
+    if (ep->post_failed || (ep->npending > 0 &&
+                            shoal_time_ns() - ep->gone_ns > SHOAL_UCX_GONE_GRACE_NS)) {
+        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, ep->why);
+    }
+    return 0;
+}
+
+/* ---- progress -------------------------------------------------------------------------------- */
+
+static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
+{
+    int n = 0;
+    shoal_tl_req_t *req;
+    while (ep->tx_count > 0) {
+        shoal_ucx_slot_t *s = &ep->tx[ep->tx_head];
+        if (s->state != SHOAL_UCX_SLOT_DONE) {
+            break;
+        }
+        if (s->ucs != UCS_OK) {
+            return n + shoal_ucx_ep_ucs_error(ep, "send", s->ucs);
+        }
+        req = s->req;
+        s->req = NULL;
+        s->state = SHOAL_UCX_SLOT_FREE;
+        ep->tx_head = (ep->tx_head + 1) % SHOAL_UCX_SLOTS;
+        ep->tx_count--;
+        shoal_ucx_ep_retire(ep, req, SHOAL_OK, NULL);
+        n++;
+    }
+    while (ep->tx_count < SHOAL_UCX_SLOTS && ep->sq_head != NULL) {
+        shoal_ucx_tx_start(ep, shoal_ucx_queue_pop(&ep->sq_head, &ep->sq_tail));
+    }
+    return n;
+}
+
+/* Checks an arrived header; then copies the inline payload or posts the payload receive.
+ * Returns the completions of a failure, with *failed_p set. */
+static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *failed_p)
+{
+    shoal_tl_req_t *req = s->req;
+    uint64_t len = req->hdr.length;
+    shoal_wire_hdr_t got;
+    shoal_status_t st;
+    char why[160];
+
+    *failed_p = 1;
+    if (s->ucs != UCS_OK) {
+        return shoal_ucx_ep_ucs_error(ep, "receive", s->ucs);
+    }
+    if (s->rlen < SHOAL_WIRE_HDR_BYTES) {
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: %zu-byte message, shorter "
+                                  "than a header", ep->peer, s->rlen);
+    }
+    shoal_wire_decode(s->buf, &got);
+    st = shoal_wire_check(&req->hdr, &got, why, sizeof(why));
+    if (st != SHOAL_OK) {
+        return shoal_ucx_ep_error(ep, st, "peer %d: %s", ep->peer, why);
+    }
+    if (s->rlen != SHOAL_WIRE_HDR_BYTES + (len <= ep->inline_max ? len : 0)) {
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: %zu bytes carry the header "
+                                  "of a %llu-byte message", ep->peer, s->rlen,
+                                  (unsigned long long)len);
+    }
+    *failed_p = 0;
+    if (len <= ep->inline_max) {
+        if (len > 0) {
+            memcpy(req->buf, s->buf + SHOAL_WIRE_HDR_BYTES, len);
+        }
+        s->state = SHOAL_UCX_SLOT_DONE;
+        s->rlen = len;
+    } else {
+        s->state = SHOAL_UCX_SLOT_DATA;
+        shoal_ucx_recv(ep, s, req->buf, len, SHOAL_UCX_TAG_DATA);
+    }
+    return 0;
+}
+
+static int shoal_ucx_ep_progress_rx(shoal_ep_t *ep)
+{
+    int n = 0, failed = 0;
+    shoal_tl_req_t *req;
+    /* Headers arrive in order: check them as they come, payload receives follow in order. */
+    while (ep->rx_checked < ep->rx_count) {
+        shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + ep->rx_checked) % SHOAL_UCX_SLOTS];
+        if (s->state != SHOAL_UCX_SLOT_HDR_DONE) {
+            break;
+        }
+        n += shoal_ucx_ep_check_hdr(ep, s, &failed);
+        if (failed) {
+            return n;
+        }
+        ep->rx_checked++;
+    }
+    while (ep->rx_checked > 0) {
+        shoal_ucx_slot_t *s = &ep->rx[ep->rx_head];
+        if (s->state != SHOAL_UCX_SLOT_DONE) {
+            break;
+        }
+        if (s->ucs != UCS_OK) {
+            return n + shoal_ucx_ep_ucs_error(ep, "receive", s->ucs);
+        }
+        req = s->req;
+        if (s->rlen != req->hdr.length) {
+            return n + shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: %zu payload bytes "
+                                          "for a %llu-byte message", ep->peer, s->rlen,
+                                          (unsigned long long)req->hdr.length);
+        }
+        s->req = NULL;
+        s->state = SHOAL_UCX_SLOT_FREE;
+        ep->rx_head = (ep->rx_head + 1) % SHOAL_UCX_SLOTS;
+        ep->rx_count--;
+        ep->rx_checked--;
+        shoal_ucx_ep_retire(ep, req, SHOAL_OK, NULL);
+        n++;
+    }
+    while (ep->rx_count < SHOAL_UCX_SLOTS && ep->rq_head != NULL) {
+        shoal_ucx_rx_start(ep, shoal_ucx_queue_pop(&ep->rq_head, &ep->rq_tail));
+    }
+    return n;
+}
+
+int shoal_ucx_ep_progress(shoal_ep_t *ep)
+{
+    int n = 0;
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    if (ep->tx_count > 0) {
+        n += shoal_ucx_ep_progress_tx(ep);
+    }
+    if (ep->status == SHOAL_OK && ep->rx_count > 0) {
+        n += shoal_ucx_ep_progress_rx(ep);
+    }
+    if (ep->status == SHOAL_OK && (ep->gone || ep->post_failed)) {
+        n += shoal_ucx_ep_progress_gone(ep);
+    }
+    return n;
+}
+
+/* Best effort, never blocks: an ABORT header where the peer's next header receive is. */
+void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit)
+{
+    shoal_wire_hdr_t h = {
+        .magic = SHOAL_WIRE_MAGIC,
+        .version = SHOAL_WIRE_VERSION,
+        .type = SHOAL_WIRE_ABORT,
+        .comm_id = ep->ctx->comm_id,
+        .chunk = (uint32_t)culprit,
+        .length = 0,
+    };
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    void *r;
+    if (ep->status != SHOAL_OK || ep->gone || ep->uep == NULL) {
+        return;
+    }
+    shoal_wire_encode(&h, ep->abort_buf);
+    r = ucp_tag_send_nbx(ep->uep, ep->abort_buf, sizeof(ep->abort_buf),
+                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_HDR), &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        ucp_request_free(r); /* released by UCX when it completes or the endpoint closes */
+    } else if (UCS_PTR_IS_ERR(r)) {
+        shoal_trace(UCX, "peer %d: abort notice not sent: %s", ep->peer,
+                    shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+    }
+}
