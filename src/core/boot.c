@@ -403,12 +403,25 @@ shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int rank, int nrank
     b->timeout_ms = timeout_ms;
     b->abort_flag = abort_flag;
     shoal_sockaddr_str(&u->root, b->root_str, sizeof(b->root_str));
-    st = shoal_boot_dial(b, u, deadline);
-    if (st != SHOAL_OK) {
-        shoal_boot_fail(b, st, "cannot reach the root");
-        goto err;
+    for (unsigned backoff_us = 1000;; backoff_us = SHOAL_MIN(backoff_us * 2, 100000)) {
+        st = shoal_boot_dial(b, u, deadline);
+        if (st != SHOAL_OK) {
+            shoal_boot_fail(b, st, "cannot reach the root");
+            goto err;
+        }
+        st = shoal_boot_handshake(b, u, deadline);
+        /* An explicit refusal (wrong secret, bad rank) is final; a connection the root
+         * dropped (evicted under a flood of strangers) is worth another try. */
+        if (st == SHOAL_OK || st == SHOAL_ERR_AUTH || st == SHOAL_ERR_INVALID_ARG ||
+            st == SHOAL_ERR_ABORTED || shoal_deadline_passed(deadline)) {
+            break;
+        }
+        shoal_warn(BOOT, "rank %d: root %s dropped the connection before the handshake "
+                   "finished; redialing", rank, b->root_str);
+        close(b->fd);
+        b->fd = -1;
+        shoal_sleep_us(backoff_us);
     }
-    st = shoal_boot_handshake(b, u, deadline);
     if (st != SHOAL_OK) {
         goto err;
     }

@@ -90,9 +90,21 @@ static int shoal_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_
         }
     }
     if (pending >= SHOAL_BOOT_MAX_PENDING) {
-        shoal_warn(BOOT, "root: too many unauthenticated connections; dropping a new one");
-        close(fd);
-        return -1;
+        /* Evict the oldest stranger rather than refuse the newcomer: idle connections must
+         * not be able to lock real ranks out (a real rank answers its challenge at once, and
+         * redials if it is evicted anyway). */
+        int oldest = -1;
+        for (i = 0; i < r->ncl; i++) {
+            if (r->cl[i].state == SHOAL_ROOT_CL_PENDING &&
+                (oldest < 0 || r->cl[i].deadline_ns < r->cl[oldest].deadline_ns)) {
+                oldest = i;
+            }
+        }
+        shoal_root_refuse(r, oldest, SHOAL_ERR_PROTOCOL,
+                          "evicted: too many unauthenticated connections");
+        if (slot < 0) {
+            slot = oldest;
+        }
     }
     if (slot < 0) {
         shoal_root_client_t *ncl = realloc(r->cl, sizeof(*ncl) * (size_t)(r->ncl + 16));

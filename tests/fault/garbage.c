@@ -4,7 +4,8 @@
  * truncated frame (then half-close), a truncated frame left hanging, frame headers with an
  * absurd length, a hello with a wrong HMAC. It also forks a process whose uid has a flipped
  * secret (must get SHOAL_ERR_AUTH) and the 3 ranks of a real job, which must initialise and
- * compute correct AllReduces regardless. Every raw connection must be closed by the root
+ * compute correct AllReduces regardless, one of them while 100 idle strangers hold
+ * connections to the root. Every raw connection must be closed by the root
  * (read until EOF, with a deadline). Children run under alarm(); the parent kills whatever
  * is left at its deadline. TAP on stdout.
  */
@@ -29,6 +30,7 @@
 #define GB_EOF_DEADLINE_MS 9000     /* a hanging stranger is dropped after GB_TIMEOUT_MS */
 #define GB_CHILD_DEADLINE_MS 40000
 #define GB_HANGING 2              /* index of the stranger left hanging */
+#define GB_FLOOD 100              /* idle connections, more than SHOAL_BOOT_MAX_PENDING */
 #define GB_COUNT_SMALL 1021
 #define GB_COUNT_BIG (1048576 + 3)
 
@@ -401,9 +403,22 @@ int main(void)
     gb_drain(conns, nconns, t0, GB_TIMEOUT_MS / 2, -1);
     gb_go(&kids[1], &uid);
     gb_drain(conns, nconns, t0, GB_EOF_DEADLINE_MS, GB_HANGING);
+    /* A flood of idle strangers (more than the root holds pending) while rank 2 joins: the
+     * root evicts the oldest, and a real rank that is evicted anyway redials. */
+    int flood[GB_FLOOD], nflood = 0;
+    for (int i = 0; i < GB_FLOOD; i++) {
+        flood[i] = gb_connect(&u);
+        nflood += flood[i] >= 0;
+    }
+    tap_is_int(nflood, GB_FLOOD, "%d idle connections opened to the root", GB_FLOOD);
     gb_go(&kids[2], &uid);
     gb_drain(conns, nconns, t0, GB_EOF_DEADLINE_MS, -1);
     gb_report(conns, nconns);
+    for (int i = 0; i < GB_FLOOD; i++) {
+        if (flood[i] >= 0) {
+            close(flood[i]);
+        }
+    }
     tap_ok(conns[GB_HANGING].closed && conns[GB_HANGING].closed_ms > GB_TIMEOUT_MS - 1000,
            "the hanging stranger was dropped at its handshake deadline (%.0f ms, deadline %d)",
            conns[GB_HANGING].closed_ms, GB_TIMEOUT_MS);
