@@ -1,0 +1,370 @@
+#!/bin/sh
+# Side by side: shoal vs Open MPI (as a user gets it, and with glibc's malloc tuned so that it
+# does not map and fault in a fresh temporary per call) vs Gloo's ring-chunked AllReduce, on
+# the same ranks, sizes and machine in one run, alternating, REPS repetitions (median).
+# Prints per size each one's time and busbw and the ratios shoal/other, the physical limit
+# measured on the spot and shoal's fraction of it, and writes a PNG plot of busbw vs size.
+#
+# usage: perf/compare.sh [MODE...] [--reps K] [--full] [--build DIR] [--out DIR]
+#   --shm N              N ranks on this host, shared memory (shoal's automatic choice)
+#   --tcp N              N ranks over loopback TCP (SHOAL_TRANSPORT=tcp; Open MPI with
+#                        --mca pml ob1 --mca btl self,tcp)
+#   --netns HxP          H network-namespace hosts x P ranks (tests/netns harness, root only):
+#                        shoal with the topology-aware ring on block placement, shoal with a
+#                        host-oblivious ring (SHOAL_RING_ORDER=rank) over interleaved ranks,
+#                        and Gloo (block placement); Open MPI is not run across namespaces
+#   --rate R             shape every netns host link to R (tc htb; default 1gbit)
+#   --full               more sizes (factor 2), up to 256 MiB, more iterations
+# Default: --shm 2. Data: float sum, in place (Gloo's algorithm is in place only), 8 B to
+# 32 KiB with -w 100 -n 1000, 256 KiB to 64 MiB with -w 5 -n 20 (netns: -w 20 -n 200 and
+# -w 1 -n 5).
+# Environment: COMPARE_TIMEOUT (seconds per launch, default 300).
+
+here=$(cd "$(dirname "$0")" && pwd)
+srcdir=$(cd "$here/.." && pwd)
+build=""
+out=""
+reps=3
+full=0
+rate=1gbit
+modes=""
+tmo=${COMPARE_TIMEOUT:-300}
+tuned_env="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+
+die() {
+    echo "compare.sh: $*" >&2
+    exit 2
+}
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --shm|--tcp|--netns) [ $# -ge 2 ] || die "$1 needs an argument"; modes="$modes ${1#--}:$2"; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --full) full=1; shift ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+modes=${modes:-" shm:2"}
+if [ -z "$build" ]; then
+    for d in . "$srcdir/build" "$srcdir"; do
+        if [ -x "$d/allreduce_perf" ]; then build=$(cd "$d" && pwd); break; fi
+    done
+fi
+[ -n "$build" ] && [ -x "$build/allreduce_perf" ] || die "no allreduce_perf: build first, or --build DIR"
+out=${out:-$build/compare-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out/raw" || die "cannot make $out"
+have_mpi=0
+[ -x "$build/allreduce_perf_mpi" ] && command -v mpirun >/dev/null 2>&1 && have_mpi=1
+have_gloo=0
+[ -x "$build/gloo_twin" ] && have_gloo=1
+
+if [ "$full" = 1 ]; then
+    small="-b 8 -e 32K -f 2 -w 100 -n 1000"
+    large="-b 64K -e 256M -f 2 -w 5 -n 50"
+else
+    small="-b 8 -e 32K -f 8 -w 100 -n 1000"
+    large="-b 256K -e 64M -f 4 -w 5 -n 20"
+fi
+
+log() {
+    echo "$*" >&2
+}
+
+# collect NAME FILE REP: appends "name size time busbw wrong" rows (in-place columns) to data.
+collect() {
+    awk -v name="$1" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ { print name, $1, $10, $12, $13 }' \
+        "$2" >>"$out/data.$mode_tag"
+}
+
+# run_sweeps NAME LAUNCHER...: the two sweeps under the given launch command.
+run_sweeps() {
+    name=$1
+    shift
+    for sweep in small large; do
+        eval "args=\$$sweep"
+        f="$out/raw/$mode_tag.$name.$rep.$sweep.txt"
+        # shellcheck disable=SC2086 # args is a word list
+        "$@" $args >"$f" 2>"$f.err"
+        rc=$?
+        if [ "$rc" -ne 0 ]; then
+            log "  $name ($sweep sweep) exited $rc; see $f.err"
+        fi
+        collect "$name" "$f"
+    done
+}
+
+shoal_local() { # shoal_local N [VAR=VALUE...] -- perf args
+    n=$1
+    shift
+    xs=""
+    while [ "$1" != "--" ]; do xs="$xs -x $1"; shift; done
+    shift
+    # shellcheck disable=SC2086
+    "$build/shoalrun" --no-prefix --timeout "$tmo" -n "$n" $xs "$build/allreduce_perf" "$@"
+}
+
+ompi() { # ompi N tuned|user [mca...] -- perf args
+    n=$1
+    how=$2
+    shift 2
+    mca=""
+    while [ "$1" != "--" ]; do mca="$mca $1"; shift; done
+    shift
+    if [ "$how" = tuned ]; then
+        # shellcheck disable=SC2086
+        GLIBC_TUNABLES=$tuned_env timeout -k 5 "$tmo" mpirun --allow-run-as-root --oversubscribe \
+            -np "$n" -x GLIBC_TUNABLES $mca "$build/allreduce_perf_mpi" "$@"
+    else
+        # shellcheck disable=SC2086
+        timeout -k 5 "$tmo" mpirun --allow-run-as-root --oversubscribe -np "$n" $mca \
+            "$build/allreduce_perf_mpi" "$@"
+    fi
+}
+
+gloo_local() { # gloo_local N -- perf args
+    n=$1
+    shift 2
+    store=$(mktemp -d "$out/raw/gloo-store.XXXXXX")
+    "$build/shoalrun" --no-prefix --timeout "$tmo" -n "$n" "$build/gloo_twin" --store "$store" \
+        --host 127.0.0.1 "$@"
+    rc=$?
+    rm -rf "$store"
+    return $rc
+}
+
+# ---- netns launches (tests/netns/netns_lib.sh) ----
+shoal_ns() { # shoal_ns P block|interleave [VAR=VALUE...] -- perf args
+    p=$1
+    place=$2
+    shift 2
+    envs=""
+    while [ "$1" != "--" ]; do envs="$envs $1"; shift; done
+    shift
+    NETNS_ENV="$envs" netns_job "$NETNS_TMP/job" "$p" "$place" "$tmo" "$build/allreduce_perf" "$@"
+    rc=$?
+    cat "$NETNS_TMP/job.0.out"
+    cat "$NETNS_TMP"/job.*.err >&2
+    return $rc
+}
+
+gloo_ns() { # gloo_ns P -- perf args
+    p=$1
+    shift 2
+    store=$(mktemp -d "$out/raw/gloo-store.XXXXXX")
+    NETNS_ENV="" netns_job "$NETNS_TMP/job" "$p" block "$tmo" "$build/gloo_twin" --store "$store" \
+        --iface veth0 "$@"
+    rc=$?
+    cat "$NETNS_TMP/job.0.out"
+    cat "$NETNS_TMP"/job.*.err >&2
+    rm -rf "$store"
+    return $rc
+}
+
+# median of the values on stdin
+median() {
+    sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# bound_shm N: the shm AllReduce busbw bound from the copy bandwidth, GB/s (sets bound_text).
+bound_shm() {
+    n=$1
+    ncpu=$(nproc)
+    t=$((n < ncpu ? n : ncpu))
+    list=1
+    i=2
+    while [ "$i" -le "$t" ]; do list="$list,$i"; i=$((i + 1)); done
+    "$build/membw" -s 64M -t "$list" -r 10 >"$out/raw/membw.$mode_tag.txt" 2>&1
+    bw=$(awk '$1 == "membw" && $5 > m { m = $5 } END { print m + 0 }' "$out/raw/membw.$mode_tag.txt")
+    bound=$(awk -v b="$bw" -v n="$n" 'BEGIN { printf "%.2f", 4 * (n - 1) * b / (n * (3 * n - 1)) }')
+    bound_text="memory copy bandwidth B = $bw GB/s (perf/membw, best of 1..$t threads, 64 MiB)
+# AllReduce bound on one host: every input byte read once (N*S), every output byte written
+# once (N*S), each result byte read by the N-1 ranks that did not reduce it ((N-1)*S):
+# traffic >= (3N-1)*S at 2*B bytes/s (a copy reads and writes), so
+# busbw = 2(N-1)/N * S/t <= 4(N-1)*B / (N(3N-1)) = $bound GB/s for N=$n"
+}
+
+# report TITLE BOUND: the table of medians and the plot for the current mode.
+report() {
+    title=$1
+    bnd=$2
+    names=$(awk '{ print $1 }' "$out/data.$mode_tag" | awk '!seen[$0]++')
+    sizes=$(awk '{ print $2 }' "$out/data.$mode_tag" | sort -n | uniq)
+    med="$out/median.$mode_tag"
+    : >"$med"
+    for s in $sizes; do
+        line="$s"
+        for nm in $names; do
+            tm=$(awk -v n="$nm" -v s="$s" '$1 == n && $2 == s { print $3 }' "$out/data.$mode_tag" | median)
+            bw=$(awk -v n="$nm" -v s="$s" '$1 == n && $2 == s { print $4 }' "$out/data.$mode_tag" | median)
+            line="$line $tm $bw"
+        done
+        echo "$line" >>"$med"
+    done
+    wrong=$(awk '$5 != 0 && $5 != "N/A" { n++ } END { print n + 0 }' "$out/data.$mode_tag")
+    echo
+    echo "## $title"
+    echo "# medians of $reps runs; time in us, busbw in GB/s (float sum, in place);"
+    echo "# t-ratio = shoal time / other time (< 1: shoal faster), bw-ratio = shoal busbw / other"
+    [ "$wrong" -ne 0 ] && echo "# WARNING: $wrong measurements had wrong results (see $out/raw)"
+    set -- $names
+    first=$1
+    shift
+    others="$*"
+    awk -v names="$first $others" -v bnd="$bnd" '
+        BEGIN { k = split(names, nm, " ")
+                printf "%10s %10s %8s", "size(B)", nm[1] "_us", nm[1] "_bw"
+                for (i = 2; i <= k; i++) printf " | %13s %8s %7s %7s", nm[i] "_us", nm[i] "_bw", "t-ratio", "bw-ratio"
+                if (bnd > 0) printf " | %6s", "%bound"
+                printf "\n" }
+        { printf "%10d %10.2f %8.3f", $1, $2, $3
+          for (i = 2; i <= k; i++) {
+              t = $(2 * i); b = $(2 * i + 1)
+              printf " | %13.2f %8.3f %7.2f %7.2f", t, b, (t > 0 ? $2 / t : 0), (b > 0 ? $3 / b : 0)
+          }
+          if (bnd > 0) printf " | %5.0f%%", 100 * $3 / bnd
+          printf "\n" }' "$med"
+    plot "$title" "$names" "$bnd"
+}
+
+plot() {
+    png="$out/busbw-$mode_tag.png"
+    if ! command -v gnuplot >/dev/null 2>&1; then
+        echo "# gnuplot not found: no plot"
+        return
+    fi
+    {
+        echo "set terminal pngcairo size 1000,650 noenhanced" 2>/dev/null
+        echo "set output '$png'"
+        echo "set title '$1: AllReduce busbw (median of $reps)'"
+        echo "set logscale x 2; set logscale y 10; set grid"
+        echo "set xlabel 'message size (bytes)'; set ylabel 'busbw (GB/s)'; set key left top"
+        printf "plot "
+        i=0
+        sep=""
+        for nm in $2; do
+            printf "%s'%s' using 1:%d with linespoints title '%s'" "$sep" "$out/median.$mode_tag" $((i * 2 + 3)) "$nm"
+            sep=", "
+            i=$((i + 1))
+        done
+        if [ -n "$3" ] && [ "$3" != 0 ]; then
+            printf "%s%s with lines dashtype 2 title 'limit %s GB/s'" "$sep" "$3" "$3"
+        fi
+        echo
+    } >"$out/plot.$mode_tag.gp"
+    if gnuplot "$out/plot.$mode_tag.gp" 2>"$out/plot.$mode_tag.err" ||
+        { sed -i 's/pngcairo/png/' "$out/plot.$mode_tag.gp" && gnuplot "$out/plot.$mode_tag.gp" 2>"$out/plot.$mode_tag.err"; }; then
+        echo "# plot: $png"
+    else
+        echo "# plot failed: $(head -n 2 "$out/plot.$mode_tag.err")"
+    fi
+}
+
+run_local_mode() { # shm|tcp N
+    kind=$1
+    n=$2
+    mode_tag="$kind$n"
+    : >"$out/data.$mode_tag"
+    if [ "$kind" = tcp ]; then
+        shoal_env="SHOAL_TRANSPORT=tcp"
+        mca_user="--mca pml ob1 --mca btl self,tcp"
+        title="TCP loopback, $n ranks"
+    else
+        shoal_env="SHOAL_TIMEOUT_MS=60000"
+        mca_user=""
+        title="shared memory, $n ranks"
+    fi
+    rep=1
+    while [ "$rep" -le "$reps" ]; do
+        log "[$title] repetition $rep of $reps"
+        run_sweeps shoal shoal_local "$n" $shoal_env --
+        if [ "$have_mpi" = 1 ]; then
+            run_sweeps ompi ompi "$n" user $mca_user --
+            run_sweeps ompi_tuned ompi "$n" tuned $mca_user --
+        fi
+        if [ "$have_gloo" = 1 ]; then
+            run_sweeps gloo gloo_local "$n" --
+        fi
+        rep=$((rep + 1))
+    done
+    if [ "$kind" = shm ]; then
+        bound_shm "$n"
+        echo
+        echo "# $bound_text"
+        report "$title" "$bound"
+    else
+        echo
+        echo "# no physical limit is measured for loopback TCP (kernel copies); see the shm bound"
+        report "$title" 0
+    fi
+}
+
+run_netns_mode() { # HxP
+    hp=$1
+    h=${hp%x*}
+    p=${hp#*x}
+    mode_tag="netns$hp"
+    : >"$out/data.$mode_tag"
+    NETNS_TMP="$out/raw/netns.tmp"
+    NETNS_MKUID="$build/tests/netns/mkuid"
+    mkdir -p "$NETNS_TMP"
+    [ -x "$NETNS_MKUID" ] || die "$NETNS_MKUID not built (make check builds it, or make tests/netns/mkuid)"
+    # shellcheck source=tests/netns/netns_lib.sh
+    . "$srcdir/tests/netns/netns_lib.sh"
+    netns_usable || die "network namespaces unavailable: $netns_why"
+    netns_setup "$h" "$rate" || die "namespace setup failed"
+    title="netns $h hosts x $p ranks, links shaped to $rate"
+    # A shaped link is slow (64 MiB takes about a second at 1 Gbit/s): fewer iterations.
+    small_saved=$small
+    large_saved=$large
+    small="-b 8 -e 32K -f 8 -w 20 -n 200"
+    large="-b 256K -e 64M -f 4 -w 1 -n 5"
+    [ "$full" = 1 ] && large="-b 64K -e 64M -f 2 -w 2 -n 10"
+    rep=1
+    while [ "$rep" -le "$reps" ]; do
+        log "[$title] repetition $rep of $reps"
+        run_sweeps shoal shoal_ns "$p" block SHOAL_TIMEOUT_MS=120000 --
+        run_sweeps shoal_oblivious shoal_ns "$p" interleave SHOAL_TIMEOUT_MS=120000 SHOAL_RING_ORDER=rank --
+        run_sweeps shoal_interleaved shoal_ns "$p" interleave SHOAL_TIMEOUT_MS=120000 --
+        if [ "$have_gloo" = 1 ]; then
+            run_sweeps gloo gloo_ns "$p" --
+        fi
+        rep=$((rep + 1))
+    done
+    netns_cleanup
+    small=$small_saved
+    large=$large_saved
+    gbps=$(echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u)
+        m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1
+        printf "%.4f", v * m / 8 / 1e9 }')
+    n=$((h * p))
+    echo
+    echo "# link rate $rate = $gbps GB/s per direction per host (tc htb on both ends of each veth)"
+    echo "# ring over hosts: each host sends and receives 2(H-1)/H * S, so busbw = 2(N-1)/N * S/t"
+    echo "# <= (N-1)/N * H/(H-1) * rate = $(awk -v n=$n -v h=$h -v r=$gbps 'BEGIN { printf "%.4f", (n - 1) / n * h / (h - 1) * r }') GB/s; %bound below is busbw / link rate (the target: >= 90%)"
+    echo "# shoal = block placement, automatic ring; shoal_oblivious = interleaved ranks with"
+    echo "# SHOAL_RING_ORDER=rank (crosses hosts at every hop); shoal_interleaved = interleaved ranks,"
+    echo "# automatic (topology-aware) order; gloo = block placement"
+    report "$title" "$gbps"
+}
+
+{
+    echo "# perf/compare.sh on $(hostname), $(nproc) CPUs, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "# build: $build; raw outputs: $out/raw"
+    echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)"
+    echo "# shoal: $("$build/shoal_info" -v 2>/dev/null | head -n 1)"
+    [ "$have_mpi" = 1 ] && echo "# Open MPI: $(mpirun --version 2>/dev/null | head -n 1); tuned = GLIBC_TUNABLES=$tuned_env"
+    [ "$have_mpi" = 1 ] || echo "# Open MPI: not run (allreduce_perf_mpi not built or mpirun missing)"
+    [ "$have_gloo" = 1 ] || echo "# Gloo: not run (gloo_twin not built)"
+    for m in $modes; do
+        case $m in
+        shm:*) run_local_mode shm "${m#shm:}" ;;
+        tcp:*) run_local_mode tcp "${m#tcp:}" ;;
+        netns:*) run_netns_mode "${m#netns:}" ;;
+        esac
+    done
+} | tee "$out/summary.txt"
+echo "# summary: $out/summary.txt" >&2
