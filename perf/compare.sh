@@ -75,9 +75,11 @@ log() {
 }
 
 # collect NAME FILE REP: appends "name size time busbw wrong" rows (in-place columns) to data.
+# busbw is recomputed from size and time (the tables round it to 2 decimals):
+# busbw = size / time * 2(N-1)/N, N = $cur_nranks.
 collect() {
-    awk -v name="$1" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ { print name, $1, $10, $12, $13 }' \
-        "$2" >>"$out/data.$mode_tag"
+    awk -v name="$1" -v n="$cur_nranks" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ && $10 > 0 {
+        print name, $1, $10, $1 / $10 / 1e3 * 2 * (n - 1) / n, $13 }' "$2" >>"$out/data.$mode_tag"
 }
 
 # run_sweeps NAME LAUNCHER...: the two sweeps under the given launch command.
@@ -220,10 +222,10 @@ report() {
                 for (i = 2; i <= k; i++) printf " | %13s %8s %7s %7s", nm[i] "_us", nm[i] "_bw", "t-ratio", "bw-ratio"
                 if (bnd > 0) printf " | %6s", "%bound"
                 printf "\n" }
-        { printf "%10d %10.2f %8.3f", $1, $2, $3
+        { printf "%10d %10.2f %8.4f", $1, $2, $3
           for (i = 2; i <= k; i++) {
               t = $(2 * i); b = $(2 * i + 1)
-              printf " | %13.2f %8.3f %7.2f %7.2f", t, b, (t > 0 ? $2 / t : 0), (b > 0 ? $3 / b : 0)
+              printf " | %13.2f %8.4f %7.2f %7.2f", t, b, (t > 0 ? $2 / t : 0), (b > 0 ? $3 / b : 0)
           }
           if (bnd > 0) printf " | %5.0f%%", 100 * $3 / bnd
           printf "\n" }' "$med"
@@ -242,6 +244,7 @@ plot() {
         echo "set title '$1: AllReduce busbw (median of $reps)'"
         echo "set logscale x 2; set logscale y 10; set grid"
         echo "set xlabel 'message size (bytes)'; set ylabel 'busbw (GB/s)'; set key left top"
+        echo "set format x '%.0s%cB'"
         printf "plot "
         i=0
         sep=""
@@ -266,6 +269,7 @@ plot() {
 run_local_mode() { # shm|tcp N
     kind=$1
     n=$2
+    cur_nranks=$n
     mode_tag="$kind$n"
     : >"$out/data.$mode_tag"
     if [ "$kind" = tcp ]; then
@@ -307,6 +311,7 @@ run_netns_mode() { # HxP
     h=${hp%x*}
     p=${hp#*x}
     mode_tag="netns$hp"
+    cur_nranks=$((h * p))
     : >"$out/data.$mode_tag"
     NETNS_TMP="$out/raw/netns.tmp"
     NETNS_MKUID="$build/tests/netns/mkuid"
@@ -343,8 +348,12 @@ run_netns_mode() { # HxP
     n=$((h * p))
     echo
     echo "# link rate $rate = $gbps GB/s per direction per host (tc htb on both ends of each veth)"
-    echo "# ring over hosts: each host sends and receives 2(H-1)/H * S, so busbw = 2(N-1)/N * S/t"
-    echo "# <= (N-1)/N * H/(H-1) * rate = $(awk -v n=$n -v h=$h -v r=$gbps 'BEGIN { printf "%.4f", (n - 1) / n * h / (h - 1) * r }') GB/s; %bound below is busbw / link rate (the target: >= 90%)"
+    echo "# bounds: a flat ring whose ranks are grouped by host crosses each host link once per"
+    echo "# direction, and that rank's edge carries 2(N-1)/N * S, so busbw = 2(N-1)/N * S/t <= rate;"
+    echo "# hierarchical (reduce-scatter inside the host, allreduce across, allgather inside):"
+    echo "# each host sends 2(H-1)/H * S, busbw <= (N-1)/N * H/(H-1) * rate = $(awk -v n=$n -v h=$h -v r=$gbps 'BEGIN { printf "%.4f", (n - 1) / n * h / (h - 1) * r }') GB/s;"
+    echo "# a ring over interleaved ranks crosses at every hop: P edges share each link, busbw <= rate/P."
+    echo "# %bound below is busbw / link rate (the target: >= 90%)"
     echo "# shoal = block placement, automatic ring; shoal_oblivious = interleaved ranks with"
     echo "# SHOAL_RING_ORDER=rank (crosses hosts at every hop); shoal_interleaved = interleaved ranks,"
     echo "# automatic (topology-aware) order; gloo = block placement"
@@ -355,7 +364,7 @@ run_netns_mode() { # HxP
     echo "# perf/compare.sh on $(hostname), $(nproc) CPUs, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "# build: $build; raw outputs: $out/raw"
     echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)"
-    echo "# shoal: $("$build/shoal_info" -v 2>/dev/null | head -n 1)"
+    echo "# shoal: $("$build/shoal_info" -v 2>/dev/null | head -n 1 | sed 's/^# *//')"
     [ "$have_mpi" = 1 ] && echo "# Open MPI: $(mpirun --version 2>/dev/null | head -n 1); tuned = GLIBC_TUNABLES=$tuned_env"
     [ "$have_mpi" = 1 ] || echo "# Open MPI: not run (allreduce_perf_mpi not built or mpirun missing)"
     [ "$have_gloo" = 1 ] || echo "# Gloo: not run (gloo_twin not built)"
