@@ -1,0 +1,104 @@
+/*
+ * Alpha-beta cost hints of the algorithms of tree.c, rab.c, hier.c, allgather2.c, alltoall.c,
+ * bcast2.c and rs2.c, for the selection table (select.c). Same conventions as the table:
+ * modelled microseconds of one call, negative when the algorithm cannot run the call;
+ * bytes is the whole message (allreduce, broadcast) or one rank's block (allgather,
+ * reduce_scatter, alltoall).
+ */
+#include "coll/coll.h"
+
+static double shoal_cost_log2(int n)
+{
+    int l = 0;
+    while ((1 << l) < n) {
+        l++;
+    }
+    return l;
+}
+
+/* The link an algorithm over all ranks waits on: across hosts when there are several. */
+static shoal_link_t shoal_cost_link(const shoal_coll_shape_t *s)
+{
+    return s->nhosts > 1 ? s->inter : s->intra;
+}
+
+double shoal_dbtree_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = shoal_cost_link(s);
+    double half = (double)bytes / 2, c = SHOAL_MIN(half, (double)s->chunk);
+    double K = c > 0 ? half / c : 1, depth = shoal_cost_log2(s->nranks + 1);
+    /* Up then down, each a pipeline of K chunks over depth hops; an interior rank moves
+     * two children's chunks per step. */
+    return 2 * (K + depth - 1) * (l.alpha_us + 2 * c * l.beta_us) +
+           (double)bytes * s->reduce_beta * s->oversub;
+}
+
+double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = shoal_cost_link(s);
+    int p = 1;
+    double m = (double)bytes, pieces, fold = 0;
+    while (p * 2 <= s->nranks) {
+        p *= 2;
+    }
+    if (p != s->nranks) {
+        fold = 2 * shoal_link_time(&l, m) + m * s->reduce_beta;
+    }
+    pieces = SHOAL_MAX(1.0, m / 2 / (double)SHOAL_MAX(s->scratch / 2, 1));
+    return fold + 2 * shoal_cost_log2(p) * l.alpha_us + pieces * l.alpha_us +
+           2 * (p - 1) / (double)p * m * l.beta_us +
+           (p - 1) / (double)p * m * s->reduce_beta * s->oversub;
+}
+
+double shoal_hier_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    double L = SHOAL_MAX(s->max_ppn, 1), H = s->nhosts, m = (double)bytes;
+    double intra, inter;
+    if (s->nhosts < 2 || s->max_ppn > SHOAL_HIER_MAX_LOCAL) {
+        return -1;
+    }
+    /* reduce-scatter + allgather inside (L - 1 peers each), a ring across hosts on 1/L of
+     * the data per rank, L rings sharing each host's link. */
+    intra = 2 * (L - 1) * s->intra.alpha_us + 2 * (L - 1) / L * m * s->intra.beta_us +
+            (L - 1) / L * m * s->reduce_beta * s->oversub;
+    inter = 2 * (H - 1) * L * s->inter.alpha_us + 2 * (H - 1) / H * m * s->inter.beta_us +
+            (H - 1) / H * m / L * s->reduce_beta;
+    return intra + inter;
+}
+
+double shoal_bruck_ag_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = shoal_cost_link(s);
+    double n = s->nranks;
+    if ((double)bytes * n > (double)s->scratch) {
+        return -1;
+    }
+    return shoal_cost_log2(s->nranks) * l.alpha_us + (n - 1) * (double)bytes * l.beta_us +
+           2 * n * (double)bytes * s->copy_beta;
+}
+
+double shoal_pairwise_a2a_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = shoal_cost_link(s);
+    return (s->nranks - 1) * shoal_link_time(&l, (double)bytes) + (double)bytes * s->copy_beta;
+}
+
+double shoal_ptree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = shoal_cost_link(s);
+    double c = SHOAL_MIN((double)bytes, (double)s->chunk), K = c > 0 ? (double)bytes / c : 1;
+    return (K + shoal_cost_log2(s->nranks + 1) - 1) * (l.alpha_us + 2 * c * l.beta_us);
+}
+
+double shoal_rh_rs_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = shoal_cost_link(s);
+    double n = s->nranks, total = n * (double)bytes;
+    double slice = (double)s->scratch / 3 / (n / 2), slices;
+    if ((s->nranks & (s->nranks - 1)) != 0 || slice < 64) {
+        return -1;
+    }
+    slices = SHOAL_MAX(1.0, total / 2 / slice);
+    return slices * shoal_cost_log2(s->nranks) * l.alpha_us + (n - 1) / n * total * l.beta_us +
+           (n - 1) / n * total * s->reduce_beta * s->oversub + total / 2 * s->copy_beta;
+}
