@@ -124,7 +124,20 @@ SHOAL_EXPORT shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
 SHOAL_EXPORT const char *shoal_comm_last_error(shoal_comm_t comm);
 #define SHOAL_SPLIT_NOCOLOR (-1)
 
-/* Collectives. stream is a cudaStream_t or NULL (blocking host call). */
+/* Collectives. stream is a cudaStream_t or NULL.
+ * - stream == NULL, host buffers: a blocking host call.
+ * - stream == NULL, device buffers (CUDA builds): blocking; like cudaMemcpy it first waits for
+ *   the device's earlier work and returns with the result in place.
+ * - stream != NULL (CUDA builds): stream-ordered. The call returns at once; the collective
+ *   starts when the work enqueued on stream before it is done, and the work enqueued after it
+ *   waits for it (the host is never blocked). Buffers may be device or host memory and must
+ *   stay valid until the stream passed the call. For the legacy default stream pass
+ *   cudaStreamLegacy ((void *)1), for the per-thread one cudaStreamPerThread ((void *)2).
+ *   An error found later (peer failure) releases the stream with undefined results and makes
+ *   the communicator fail: shoal_comm_last_error() says why, the next call returns it.
+ * Every rank passes the same kind of buffers (all device or all host) to one collective.
+ * Without CUDA (no CUDA build, or no driver / GPU at run time) a stream or a device buffer is
+ * SHOAL_ERR_UNSUPPORTED; host buffers work everywhere. */
 SHOAL_EXPORT shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                             shoal_dtype_t dtype, shoal_op_t op,
                                             shoal_comm_t comm, void *stream);
@@ -146,6 +159,14 @@ SHOAL_EXPORT shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_
                                        int peer, shoal_comm_t comm, void *stream);
 SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype,
                                        int peer, shoal_comm_t comm, void *stream);
+
+/* Groups: the stream-ordered / device-buffer calls between shoal_group_start and the outermost
+ * shoal_group_end are submitted together at the end, one proxy task per (communicator,
+ * stream); the sends and receives of a group are posted at once, so a group may hold matching
+ * send/recv pairs in any order. Host calls on host buffers inside a group run at once.
+ * Groups nest and are per thread. */
+SHOAL_EXPORT shoal_status_t shoal_group_start(void);
+SHOAL_EXPORT shoal_status_t shoal_group_end(void);
 
 /* Non-blocking host calls, progressed by the communicator's proxy thread. */
 SHOAL_EXPORT shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,

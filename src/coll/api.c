@@ -1,15 +1,12 @@
 /* The public collective calls: validate, order, run (or hand to the proxy thread). */
 #include "coll/coll.h"
+#include "cuda/cuda.h"
 
 static shoal_status_t shoal_api_check_comm(shoal_comm_t comm, void *stream)
 {
+    (void)stream; /* a stream goes to the CUDA layer (shoal_api_call) */
     if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
-    }
-    if (stream != NULL) {
-        shoal_warn_once(COLL, "stream-ordered collectives need a CUDA build; this build has "
-                        "none (pass stream = NULL for a blocking host call)");
-        return SHOAL_ERR_UNSUPPORTED;
     }
     return shoal_comm_check_usable(comm);
 }
@@ -65,6 +62,9 @@ static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t 
 
     SHOAL_CHECK(shoal_api_check_comm(comm, stream));
     SHOAL_CHECK(shoal_api_check_args(comm, a));
+    if (shoal_cuda_wants(a, stream)) {
+        return shoal_cuda_call(comm, a, stream); /* stream-ordered or device buffers */
+    }
     ticket = shoal_comm_ticket_take(comm);
     st = shoal_comm_ticket_wait(comm, ticket);
     if (st == SHOAL_OK) {
@@ -153,5 +153,10 @@ shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count
     }
     SHOAL_CHECK(shoal_api_check_comm(comm, NULL));
     SHOAL_CHECK(shoal_api_check_args(comm, &a));
+    if (shoal_cuda_wants(&a, NULL)) {
+        shoal_error(COLL, "shoal_iallreduce takes host buffers; for device buffers pass a "
+                    "stream to shoal_allreduce");
+        return SHOAL_ERR_UNSUPPORTED;
+    }
     return shoal_proxy_post(comm, shoal_api_proxy_run, &a, sizeof(a), req_p);
 }

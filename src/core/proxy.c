@@ -4,6 +4,7 @@
  * outlive the communicator safely: shoal_test/shoal_wait touch only the request.
  */
 #include "core/core.h"
+#include "core/proxy_ext.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ struct shoal_request {
     struct shoal_comm *comm;
     uint64_t ticket;
     shoal_proxy_fn_t fn;
+    int detached;                 /* no caller waits: the proxy frees it (post_detached) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int done;
@@ -29,10 +31,18 @@ struct shoal_proxy {
     struct shoal_request *head;
     struct shoal_request *tail;
     int stop;
+    void *ext;                    /* a layer's per-communicator state (src/cuda) */
+    shoal_proxy_ext_fini_t ext_fini;
 };
+
+static void shoal_request_free(struct shoal_request *req);
 
 static void shoal_proxy_complete(struct shoal_request *req, shoal_status_t st)
 {
+    if (req->detached) {
+        shoal_request_free(req);
+        return;
+    }
     pthread_mutex_lock(&req->lock);
     req->status = st;
     req->done = 1;
@@ -97,8 +107,9 @@ static shoal_status_t shoal_proxy_start(struct shoal_comm *comm)
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, void *arg,
-                                size_t arglen, shoal_request_t *req_p)
+static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_proxy_fn_t fn,
+                                          const void *arg, size_t arglen, int detached,
+                                          shoal_request_t *req_p)
 {
     struct shoal_request *req;
     struct shoal_proxy *px;
@@ -113,6 +124,7 @@ shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, vo
     }
     req->comm = comm;
     req->fn = fn;
+    req->detached = detached;
     pthread_mutex_init(&req->lock, NULL);
     pthread_cond_init(&req->cond, NULL);
     memcpy(req->arg, arg, arglen);
@@ -126,8 +138,37 @@ shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, vo
     px->tail = req;
     pthread_cond_signal(&px->cond);
     pthread_mutex_unlock(&px->lock);
-    *req_p = req;
+    if (req_p != NULL) {
+        *req_p = req;
+    }
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, void *arg,
+                                size_t arglen, shoal_request_t *req_p)
+{
+    return shoal_proxy_enqueue(comm, fn, arg, arglen, 0, req_p);
+}
+
+shoal_status_t shoal_proxy_post_detached(struct shoal_comm *comm, shoal_proxy_fn_t fn,
+                                         const void *arg, size_t arglen)
+{
+    return shoal_proxy_enqueue(comm, fn, arg, arglen, 1, NULL);
+}
+
+shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **ext_p)
+{
+    if (comm->proxy == NULL) {
+        SHOAL_CHECK(shoal_proxy_start(comm));
+    }
+    *ext_p = comm->proxy->ext;
+    return SHOAL_OK;
+}
+
+void shoal_proxy_ext_set(struct shoal_comm *comm, void *ext, shoal_proxy_ext_fini_t fini)
+{
+    comm->proxy->ext = ext;
+    comm->proxy->ext_fini = fini;
 }
 
 void shoal_proxy_stop(struct shoal_comm *comm)
@@ -141,6 +182,9 @@ void shoal_proxy_stop(struct shoal_comm *comm)
     pthread_cond_signal(&px->cond);
     pthread_mutex_unlock(&px->lock);
     pthread_join(px->thread, NULL);
+    if (px->ext_fini != NULL) {
+        px->ext_fini(comm, px->ext); /* after every request ran or was cancelled */
+    }
     pthread_mutex_destroy(&px->lock);
     pthread_cond_destroy(&px->cond);
     free(px);

@@ -1,0 +1,136 @@
+#!/bin/bash
+# perf/gpu_check.sh: the one GPU check of the CUDA layer (issue 5), for the device machine
+# (one H200, 16 cores, CUDA 13, Open MPI, libnccl; autoconf/automake but maybe no libtool).
+# Builds out of tree, runs the IPC/stream-memop probe, the GPU tests, and measures; ends with
+# a short table. Budget: about 8 minutes. Never needs network.
+#
+# Prepare on the build machine (configure is generated there and carried, libtool not needed
+# on the device):
+#   ./autogen.sh                                 # once, if configure is missing
+#   mkdir -p .probe && cp ../shared/probes/ipc_probe.cu .probe/   # .probe/ is git-ignored
+# Call through the device tool (timeout leaves room for one rerun of 15 min total):
+#   run(command="bash perf/gpu_check.sh", timeout_s=560,
+#       carry=["configure", "Makefile.in", "aclocal.m4", "config.h.in", "build-aux",
+#              "config/m4", ".probe"])
+# Outputs: stdout (the table at the end), and $OUT/gpu_check/ (logs) when $OUT is set.
+#
+# Environment: GPU_CHECK_BUILD=dir reuses a configured build dir (default build-gpu, made
+# fresh); GPU_CHECK_QUICK=1 skips the MPI comparison and the 4-rank runs.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+bld=${GPU_CHECK_BUILD:-$src/build-gpu}
+logs=${OUT:-/tmp}/gpu_check
+mkdir -p "$logs"
+t_start=$(date +%s)
+declare -A R
+
+say() { echo "== $(($(date +%s) - t_start))s: $*"; }
+# step NAME TIMEOUT CMD...: runs CMD with a timeout, output to $logs/NAME.log; returns rc.
+step() {
+    local name=$1 to=$2
+    shift 2
+    timeout -k 5 "$to" "$@" >"$logs/$name.log" 2>&1
+    local rc=$?
+    say "$name: rc $rc ($(tail -n 1 "$logs/$name.log" | cut -c1-150))"
+    return $rc
+}
+
+say "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi') $(nproc) cores"
+
+# ---- 1. probe: CUDA IPC between processes on one GPU, cuStreamWaitValue32 on host memory ----
+if [ -f "$src/.probe/ipc_probe.cu" ]; then
+    if step probe_build 120 nvcc -arch=sm_90 -o /tmp/ipc_probe "$src/.probe/ipc_probe.cu" -lcuda; then
+        step probe 60 /tmp/ipc_probe
+        cat "$logs/probe.log"
+        R[probe_ipc]=$(grep -q '^IPC.*-> OK' "$logs/probe.log" && echo OK || echo FAIL)
+        R[probe_wait]=$(grep -q '^cuStreamWaitValue32.*-> OK' "$logs/probe.log" && echo OK || echo FAIL)
+    fi
+else
+    say "no .probe/ipc_probe.cu (copy ../shared/probes/ipc_probe.cu there and carry .probe)"
+fi
+
+# ---- 2. build ----
+if [ -z "${GPU_CHECK_BUILD:-}" ]; then
+    # Generated files newer than their sources: make must not rerun autotools here.
+    (cd "$src" && touch aclocal.m4 && sleep 1 && touch configure config.h.in &&
+        find . -name Makefile.in -exec touch {} +)
+    rm -rf "$bld" && mkdir -p "$bld"
+    (cd "$bld" && step configure 180 "$src/configure" -q --with-cuda) || { say "configure failed"; tail -30 "$logs/configure.log"; }
+fi
+(cd "$bld" && step build 300 make -j"$(nproc)" all) || tail -40 "$logs/build.log"
+(cd "$bld" && step build_check 300 make -j"$(nproc)" check TESTS=) || tail -40 "$logs/build_check.log"
+B=$bld
+
+# ---- 3. tests ----
+export top_builddir=$B top_srcdir=$src
+tap() { # NAME TIMEOUT CMD...: a TAP program; R[NAME] = "pass/total" (+ skip)
+    local name=$1
+    step "$@"
+    local ok nok skip
+    ok=$(grep -c '^ok ' "$logs/$name.log")
+    nok=$(grep -c '^not ok ' "$logs/$name.log")
+    skip=$(grep -c '# SKIP' "$logs/$name.log")
+    R[$name]="$ok/$((ok + nok)) pass"
+    [ "$skip" -gt 0 ] && R[$name]="${R[$name]}, $skip skip"
+    grep '^not ok\|^1\.\.0' "$logs/$name.log" | head -20
+}
+tap test_pipeline 60 "$B/tests/gpu/test_pipeline"
+tap test_cuda_nodriver 60 "$B/tests/gpu/test_cuda_nodriver"
+GPU_NRANKS=${GPU_NRANKS:-$([ "${GPU_CHECK_QUICK:-0}" = 1 ] && echo "1 2" || echo "1 2 4")} \
+    tap gpu_coll 300 sh "$src/tests/gpu/run_gpu_coll.sh"
+
+# ---- 4. reduce kernel vs device-to-device copy at 256 MiB ----
+if step kernel 60 "$B/tests/gpu/gpu_bench" kernel 256; then
+    R[copy]=$(awk '/what=copy/ {sub("GBps=","",$4); print $4}' "$logs/kernel.log")
+    R[red_f32]=$(awk '/what=shoal_reduce_f32_sum/ {for (i=1;i<=NF;i++) if ($i ~ /^(GBps|vs_copy)=/) {split($i,a,"="); printf "%s ", a[2]}}' "$logs/kernel.log")
+    R[red_bf16]=$(awk '/what=shoal_reduce_bf16_sum/ {for (i=1;i<=NF;i++) if ($i ~ /^(GBps|vs_copy)=/) {split($i,a,"="); printf "%s ", a[2]}}' "$logs/kernel.log")
+fi
+
+# ---- 5. AllReduce busbw on device buffers, 2 and 4 ranks on the one GPU ----
+for n in 2 4; do
+    [ "$n" = 4 ] && [ "${GPU_CHECK_QUICK:-0}" = 1 ] && continue
+    for be in auto staging; do
+        if step "ar_dev_${n}_$be" 120 "$B/shoalrun" -n "$n" -x SHOAL_CUDA_BACKEND=$be \
+            "$B/tests/gpu/gpu_bench" allreduce 1 16 256; then
+            R[ar_dev_${n}_$be]=$(awk '/what=allreduce_dev/ {for (i=1;i<=NF;i++) if ($i ~ /^(bytes|busbw)=/) {split($i,a,"="); printf "%s%s", (a[1]=="bytes" ? a[2]/1048576 "MiB:" : a[2] " "), ""}}' "$logs/ar_dev_${n}_$be.log")
+        fi
+    done
+done
+
+# ---- 6. overlap efficiency ----
+if step overlap 120 "$B/shoalrun" -n 2 "$B/examples/cuda_overlap" 64; then
+    R[overlap]=$(sed -n 's/.*overlap efficiency \([0-9.]*\).*/\1/p' "$logs/overlap.log")
+fi
+
+# ---- 7. shm AllReduce (host buffers) scaling 8 and 16 ranks vs Open MPI ----
+busbw() { awk '/^(\[0\] )? *[0-9]+ +[0-9]+ +float/ {v=$(NF-1)} END {print v}' "$1"; }
+for n in 8 16; do
+    if step "shm_$n" 120 "$B/shoalrun" -n "$n" "$B/allreduce_perf" -b 64M -e 64M -n 10 -w 2 -c 0; then
+        R[shm_$n]=$(busbw "$logs/shm_$n.log")
+    fi
+    if [ "${GPU_CHECK_QUICK:-0}" != 1 ] && [ -x "$B/allreduce_perf_mpi" ] && command -v mpirun >/dev/null; then
+        if step "mpi_$n" 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+            "$B/allreduce_perf_mpi" -b 64M -e 64M -n 10 -w 2 -c 0; then
+            R[mpi_$n]=$(busbw "$logs/mpi_$n.log")
+        fi
+    fi
+done
+
+# ---- table ----
+echo
+echo "gpu_check summary ($(($(date +%s) - t_start)) s; logs in $logs)"
+printf '%-44s %s\n' "probe: CUDA IPC same GPU / WaitValue32" "${R[probe_ipc]:-not run} / ${R[probe_wait]:-not run}"
+printf '%-44s %s\n' "tests: pipeline (CPU)" "${R[test_pipeline]:-not run}"
+printf '%-44s %s\n' "tests: no-driver / host" "${R[test_cuda_nodriver]:-not run}"
+printf '%-44s %s\n' "tests: GPU collectives (1,2,4 ranks)" "${R[gpu_coll]:-not run}"
+printf '%-44s %s\n' "D2D copy bandwidth GB/s (256 MiB)" "${R[copy]:-n/a}"
+printf '%-44s %s\n' "reduce f32 sum GB/s, ratio to copy (>=0.9)" "${R[red_f32]:-n/a}"
+printf '%-44s %s\n' "reduce bf16 sum GB/s, ratio to copy" "${R[red_bf16]:-n/a}"
+for n in 2 4; do
+    for be in auto staging; do
+        printf '%-44s %s\n' "AllReduce dev busbw GB/s n=$n $be" "${R[ar_dev_${n}_$be]:-n/a}"
+    done
+done
+printf '%-44s %s\n' "overlap efficiency (<=1.15)" "${R[overlap]:-n/a}"
+printf '%-44s %s\n' "shm AllReduce 64MiB busbw n=8: shoal / MPI" "${R[shm_8]:-n/a} / ${R[mpi_8]:-n/a}"
+printf '%-44s %s\n' "shm AllReduce 64MiB busbw n=16: shoal / MPI" "${R[shm_16]:-n/a} / ${R[mpi_16]:-n/a}"

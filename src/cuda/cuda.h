@@ -1,0 +1,47 @@
+/*
+ * The CUDA layer as the collective API sees it (src/coll/api.c, src/cuda/group.c). A call goes
+ * to the layer when it names a stream or any of its buffers is device memory; the layer runs
+ * it stream-ordered through the proxy thread (stream != NULL) or blocking (stream == NULL).
+ * Without a CUDA build the layer is absent: a stream is SHOAL_ERR_UNSUPPORTED.
+ */
+#ifndef SHOAL_CUDA_H
+#define SHOAL_CUDA_H
+
+#include "coll/coll.h"
+
+#if SHOAL_HAVE_CUDA
+/* 1 if the call is for the CUDA layer (stream != NULL or a device buffer). Cheap for host
+ * buffers in a process that never loaded libcuda. */
+SHOAL_HIDDEN int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream);
+/* Runs or enqueues one call (args validated, communicator usable); inside
+ * shoal_group_start/end it is recorded and runs at the group's end. */
+SHOAL_HIDDEN shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                            void *stream);
+/* The outermost shoal_group_end of this thread: submits what the group recorded. */
+SHOAL_HIDDEN shoal_status_t shoal_cuda_group_flush(void);
+#else
+static inline int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream)
+{
+    (void)a;
+    return stream != NULL;
+}
+static inline shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                             void *stream)
+{
+    (void)comm;
+    (void)a;
+    (void)stream;
+    shoal_warn_once(CUDA, "stream-ordered collectives need a CUDA build; this build has none "
+                    "(pass stream = NULL for a blocking host call)");
+    return SHOAL_ERR_UNSUPPORTED;
+}
+static inline shoal_status_t shoal_cuda_group_flush(void)
+{
+    return SHOAL_OK;
+}
+#endif
+
+/* Depth of shoal_group_start nesting on this thread (group.c). */
+SHOAL_HIDDEN int shoal_group_depth(void);
+
+#endif

@@ -1,0 +1,364 @@
+/*
+ * Entry of the CUDA layer: which calls it takes, groups, and stream ordering.
+ *
+ * A stream-ordered call (stream != NULL) takes a task number seq and enqueues two things on
+ * the caller's stream: a start signal (cuStreamWriteValue32 of seq into a host-mapped flag of
+ * slot seq % SLOTS, or a host function that stores it) and a wait (cuStreamWaitValue32 until
+ * the host-mapped done word reaches seq, or a host function that blocks until it does). It
+ * then posts a detached proxy task, in ticket order with every other call of the
+ * communicator, and returns. The proxy waits for the start flag (the stream reached the
+ * call), runs the batch (staging pipeline, IPC kernels or NCCL on internal streams), waits for
+ * those, and stores seq into the done word: the stream moves on. The host never blocks.
+ * A failed task still releases the stream; the communicator then carries the error
+ * (shoal_comm_last_error, and the next call returns it).
+ */
+#include "cuda/cuda_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct shoal_cuda_hostfn_slot {
+    shoal_cuda_comm_t *cc;
+    uint64_t seq;
+    int busy;                   /* the wait host function of seq has not returned yet */
+};
+
+typedef struct {
+    shoal_cuda_comm_t *cc;
+    uint64_t seq;               /* 0: blocking call (no stream) */
+    int n;
+    shoal_cuda_item_t items[];
+} shoal_cuda_task_t;
+
+/* ---- which calls ------------------------------------------------------------------------ */
+
+int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream)
+{
+    shoal_cuda_ptr_t k;
+    if (stream != NULL) {
+        return 1;
+    }
+    if (!shoal_cuda_drv_present()) {
+        return 0; /* no driver in the process: no device memory either */
+    }
+    if (a->sendbuf != NULL && shoal_cuda_ptr_kind(a->sendbuf, &k) == SHOAL_OK && k.dev) {
+        return 1;
+    }
+    return a->recvbuf != NULL && shoal_cuda_ptr_kind(a->recvbuf, &k) == SHOAL_OK && k.dev;
+}
+
+static shoal_status_t shoal_cuda_item_make(const shoal_coll_args_t *a, shoal_cuda_item_t *it)
+{
+    *it = (shoal_cuda_item_t){.a = *a};
+    SHOAL_CHECK(shoal_cuda_ptr_kind(a->sendbuf, &it->in));
+    return shoal_cuda_ptr_kind(a->recvbuf, &it->out);
+}
+
+/* ---- running a batch -------------------------------------------------------------------- */
+
+static int shoal_cuda_item_p2p(const shoal_cuda_item_t *it)
+{
+    return it->a.type == SHOAL_COLL_SEND || it->a.type == SHOAL_COLL_RECV;
+}
+
+static shoal_status_t shoal_cuda_run_one(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it)
+{
+    const shoal_coll_args_t *a = &it->a;
+    if (!it->in.dev && !it->out.dev) {
+        return shoal_coll_run(cc->comm, a); /* host buffers, stream-ordered */
+    }
+    if (a->type == SHOAL_COLL_ALLREDUCE && it->in.dev && it->out.dev && cc->comm->nranks > 1) {
+        if (shoal_cuda_config.backend == SHOAL_CUDA_BACKEND_NCCL && shoal_cuda_nccl_usable(cc)) {
+            return shoal_cuda_nccl_allreduce(cc, it);
+        }
+        if (shoal_cuda_config.backend != SHOAL_CUDA_BACKEND_STAGING && shoal_cuda_ipc_usable(cc)) {
+            return shoal_cuda_ipc_allreduce(cc, it);
+        }
+    }
+    return shoal_cuda_stage_coll(cc, it);
+}
+
+shoal_status_t shoal_cuda_run_items(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *items, int n)
+{
+    SHOAL_CHECK(shoal_cuda_ctx_enter(cc));
+    for (int i = 0; i < n;) {
+        int j = i;
+        if (shoal_cuda_item_p2p(&items[i])) {
+            while (j < n && shoal_cuda_item_p2p(&items[j])) {
+                j++;
+            }
+            SHOAL_CHECK(shoal_cuda_stage_p2p(cc, &items[i], j - i));
+            i = j;
+            continue;
+        }
+        SHOAL_CHECK(shoal_cuda_run_one(cc, &items[i]));
+        i++;
+    }
+    return SHOAL_OK;
+}
+
+/* ---- stream ordering ---------------------------------------------------------------------- */
+
+static volatile uint32_t *shoal_cuda_start_flag(shoal_cuda_comm_t *cc, uint64_t seq)
+{
+    return cc->flags + (1 + seq % SHOAL_CUDA_FLAG_SLOTS) * SHOAL_CUDA_FLAG_STRIDE;
+}
+
+static void CUDA_CB shoal_cuda_hostfn_start(void *arg)
+{
+    struct shoal_cuda_hostfn_slot *s = arg;
+    __atomic_store_n(shoal_cuda_start_flag(s->cc, s->seq), (uint32_t)s->seq, __ATOMIC_RELEASE);
+}
+
+static void CUDA_CB shoal_cuda_hostfn_wait(void *arg)
+{
+    struct shoal_cuda_hostfn_slot *s = arg;
+    uint64_t deadline = shoal_deadline_ns(s->cc->comm->timeout_ms);
+    unsigned spins = 0;
+    while (__atomic_load_n(&s->cc->done, __ATOMIC_ACQUIRE) < s->seq &&
+           !shoal_deadline_passed(deadline)) {
+        if (++spins > 64) {
+            shoal_sleep_us(20);
+        }
+    }
+    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* Enqueues the start signal and the completion wait of task seq on stream. */
+static shoal_status_t shoal_cuda_stream_enqueue(shoal_cuda_comm_t *cc, CUstream stream,
+                                                uint64_t seq)
+{
+    size_t slot = seq % SHOAL_CUDA_FLAG_SLOTS;
+    if (cc->memops) {
+        CUdeviceptr start = cc->dflags + (1 + slot) * SHOAL_CUDA_FLAG_STRIDE * 4;
+        SHOAL_CHECK(SHOAL_CU(cuStreamWriteValue32, (stream, start, (uint32_t)seq,
+                                                     CU_STREAM_WRITE_VALUE_DEFAULT)));
+        return SHOAL_CU(cuStreamWaitValue32, (stream, cc->dflags, (uint32_t)seq,
+                                               CU_STREAM_WAIT_VALUE_GEQ));
+    }
+    if (cc->hslots == NULL) {
+        cc->hslots = calloc(SHOAL_CUDA_FLAG_SLOTS, sizeof(*cc->hslots));
+        if (cc->hslots == NULL) {
+            return SHOAL_ERR_NO_MEMORY;
+        }
+    }
+    cc->hslots[slot] = (struct shoal_cuda_hostfn_slot){.cc = cc, .seq = seq, .busy = 1};
+    SHOAL_CHECK(SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_start, &cc->hslots[slot])));
+    return SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_wait, &cc->hslots[slot]));
+}
+
+/* Waits until the flag slot of seq is free (the task SLOTS before it completed). */
+static shoal_status_t shoal_cuda_slot_wait(shoal_cuda_comm_t *cc, uint64_t seq)
+{
+    uint64_t deadline = shoal_deadline_ns(cc->comm->timeout_ms);
+    size_t slot = seq % SHOAL_CUDA_FLAG_SLOTS;
+    unsigned spins = 0;
+    while (!shoal_pipe_flag_slot_free(seq, __atomic_load_n(&cc->done, __ATOMIC_ACQUIRE),
+                                      SHOAL_CUDA_FLAG_SLOTS) ||
+           (cc->hslots != NULL && __atomic_load_n(&cc->hslots[slot].busy, __ATOMIC_ACQUIRE))) {
+        if (shoal_deadline_passed(deadline)) {
+            shoal_error(CUDA, "rank %d: %d stream-ordered calls in flight and none completes",
+                        cc->comm->rank, SHOAL_CUDA_FLAG_SLOTS);
+            return SHOAL_ERR_TIMEOUT;
+        }
+        if (++spins > 64) {
+            shoal_sleep_us(50);
+        }
+    }
+    return SHOAL_OK;
+}
+
+/* Proxy side: wait until the stream reached task seq. */
+static shoal_status_t shoal_cuda_start_wait(shoal_cuda_comm_t *cc, uint64_t seq)
+{
+    volatile uint32_t *flag = shoal_cuda_start_flag(cc, seq);
+    uint64_t deadline = shoal_deadline_ns(cc->comm->timeout_ms);
+    unsigned spins = 0;
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) != (uint32_t)seq) {
+        SHOAL_CHECK(shoal_chan_idle(cc->comm, &spins, deadline,
+                                    "waiting for the stream to reach the collective"));
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
+{
+    shoal_cuda_task_t *t = arg;
+    shoal_cuda_comm_t *cc = t->cc;
+    shoal_status_t st = shoal_cuda_ctx_enter(cc);
+
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_start_wait(cc, t->seq);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_run_items(cc, t->items, t->n);
+    }
+    if (st != SHOAL_OK && comm->fatal == SHOAL_OK) {
+        shoal_comm_set_failed(comm, shoal_status_is_fatal(st) ? st : SHOAL_ERR_ABORTED,
+                              comm->rank, "rank %d: a stream-ordered collective failed: %s "
+                              "(its stream was released with undefined results)", comm->rank,
+                              shoal_strerror(st));
+    }
+    __atomic_store_n(&cc->flags[0], (uint32_t)t->seq, __ATOMIC_RELEASE);
+    __atomic_store_n(&cc->done, t->seq, __ATOMIC_RELEASE);
+    return st;
+}
+
+/* ---- submission ---------------------------------------------------------------------------- */
+
+static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc,
+                                                 const shoal_cuda_item_t *items, int n)
+{
+    struct shoal_comm *comm = cc->comm;
+    uint64_t ticket = shoal_comm_ticket_take(comm);
+    shoal_status_t st = shoal_comm_ticket_wait(comm, ticket);
+    if (st == SHOAL_OK) {
+        /* Like cudaMemcpy: the device's earlier work first, the result in place on return. */
+        st = shoal_cuda_ctx_enter(cc);
+        if (st == SHOAL_OK) {
+            st = SHOAL_CU(cuCtxSynchronize, ());
+        }
+        if (st == SHOAL_OK) {
+            st = shoal_cuda_run_items(cc, items, n);
+        }
+    }
+    shoal_comm_ticket_release(comm);
+    return st;
+}
+
+static shoal_status_t shoal_cuda_submit(struct shoal_comm *comm, void *stream,
+                                        const shoal_cuda_item_t *items, int n)
+{
+    shoal_cuda_comm_t *cc;
+    shoal_cuda_task_t *t;
+    size_t len = sizeof(*t) + (size_t)n * sizeof(*items);
+    int ordinal = -1;
+    shoal_status_t st;
+
+    for (int i = 0; i < n; i++) {
+        int o = items[i].in.dev ? items[i].in.ordinal : items[i].out.ordinal;
+        if (o >= 0 && ordinal >= 0 && o != ordinal) {
+            shoal_error(CUDA, "buffers of devices %d and %d in one call or group", ordinal, o);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        ordinal = o >= 0 ? o : ordinal;
+    }
+    SHOAL_CHECK(shoal_cuda_comm_get(comm, ordinal, &cc));
+    if (ordinal >= 0 && ordinal != cc->ordinal) {
+        shoal_error(CUDA, "buffer on device %d, but this communicator uses device %d", ordinal,
+                    cc->ordinal);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (stream == NULL) {
+        return shoal_cuda_submit_blocking(cc, items, n);
+    }
+    t = malloc(len);
+    if (t == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    t->cc = cc;
+    t->n = n;
+    memcpy(t->items, items, (size_t)n * sizeof(*items));
+    pthread_mutex_lock(&cc->issue_lock);
+    t->seq = cc->issued + 1;
+    st = shoal_cuda_slot_wait(cc, t->seq);
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_ctx_enter(cc);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_stream_enqueue(cc, (CUstream)stream, t->seq);
+    }
+    if (st == SHOAL_OK) {
+        /* From here the stream waits for seq: the task must run or the destroy releases it. */
+        cc->issued = t->seq;
+        st = shoal_proxy_post_detached(comm, shoal_cuda_task_run, t, len);
+        if (st != SHOAL_OK) {
+            __atomic_store_n(&cc->flags[0], (uint32_t)t->seq, __ATOMIC_RELEASE);
+            __atomic_store_n(&cc->done, t->seq, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&cc->issue_lock);
+    free(t);
+    return st;
+}
+
+/* ---- groups ------------------------------------------------------------------------------- */
+
+typedef struct {
+    struct shoal_comm *comm;
+    void *stream;
+    shoal_cuda_item_t item;
+} shoal_cuda_gitem_t;
+
+static __thread shoal_cuda_gitem_t *shoal_cuda_group_items;
+static __thread int shoal_cuda_group_n, shoal_cuda_group_cap;
+
+static shoal_status_t shoal_cuda_group_add(struct shoal_comm *comm, void *stream,
+                                           const shoal_cuda_item_t *it)
+{
+    if (shoal_cuda_group_n == shoal_cuda_group_cap) {
+        int cap = shoal_cuda_group_cap == 0 ? 16 : 2 * shoal_cuda_group_cap;
+        void *p = realloc(shoal_cuda_group_items, (size_t)cap * sizeof(shoal_cuda_gitem_t));
+        if (p == NULL) {
+            return SHOAL_ERR_NO_MEMORY;
+        }
+        shoal_cuda_group_items = p;
+        shoal_cuda_group_cap = cap;
+    }
+    shoal_cuda_group_items[shoal_cuda_group_n++] =
+        (shoal_cuda_gitem_t){.comm = comm, .stream = stream, .item = *it};
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_cuda_group_flush(void)
+{
+    shoal_cuda_gitem_t *g = shoal_cuda_group_items;
+    int n = shoal_cuda_group_n, done = 0;
+    shoal_cuda_item_t *batch = n > 0 ? malloc((size_t)n * sizeof(*batch)) : NULL;
+    shoal_status_t st = SHOAL_OK, st2;
+
+    if (n > 0 && batch == NULL) {
+        st = SHOAL_ERR_NO_MEMORY;
+    }
+    /* One task per (communicator, stream), in the order of their first call. */
+    for (int i = 0; i < n && st == SHOAL_OK; i++) {
+        int k = 0;
+        if (g[i].comm == NULL) {
+            continue;
+        }
+        for (int j = i; j < n; j++) {
+            if (g[j].comm == g[i].comm && g[j].stream == g[i].stream) {
+                batch[k++] = g[j].item;
+                if (j > i) {
+                    g[j].comm = NULL;
+                }
+            }
+        }
+        st2 = shoal_comm_check_usable(g[i].comm);
+        st = st2 != SHOAL_OK ? st2 : shoal_cuda_submit(g[i].comm, g[i].stream, batch, k);
+        done += k;
+    }
+    free(batch);
+    free(shoal_cuda_group_items);
+    shoal_cuda_group_items = NULL;
+    shoal_cuda_group_n = shoal_cuda_group_cap = 0;
+    (void)done;
+    return st;
+}
+
+shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a, void *stream)
+{
+    shoal_cuda_item_t it;
+    shoal_status_t st = shoal_cuda_drv_load();
+
+    if (st != SHOAL_OK) {
+        shoal_error(CUDA, "a stream or device buffer was passed, but CUDA is unavailable: %s",
+                    shoal_cuda_drv_reason());
+        return st;
+    }
+    SHOAL_CHECK(shoal_cuda_item_make(a, &it));
+    if (shoal_group_depth() > 0) {
+        return shoal_cuda_group_add(comm, stream, &it);
+    }
+    return shoal_cuda_submit(comm, stream, &it, 1);
+}

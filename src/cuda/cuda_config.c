@@ -1,0 +1,71 @@
+/* SHOAL_CUDA_* variables of the CUDA layer. */
+#include "cuda/cuda_int.h"
+
+#include <pthread.h>
+#include <stddef.h>
+
+shoal_cuda_config_t shoal_cuda_config;
+
+static const char *const shoal_cuda_backend_names[] = {"auto", "staging", "ipc", "nccl", NULL};
+static const char *const shoal_cuda_sync_names[] = {"auto", "memops", "hostfn", NULL};
+
+static const shoal_cfg_field_t shoal_cuda_cfg_fields[] = {
+    {.name = "CUDA_LIBCUDA", .dflt = "libcuda.so.1", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_cuda_config_t, libcuda),
+     .doc = "the CUDA driver library, loaded at the first call with a stream or device buffer"},
+    {.name = "CUDA_STAGING_SIZE", .dflt = "64m", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_cuda_config_t, staging_size),
+     .doc = "pinned host staging per communicator for device buffers (bounds the pipeline)"},
+    {.name = "CUDA_CHUNK_SIZE", .dflt = "4m", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_cuda_config_t, chunk_size),
+     .doc = "bytes per row per pipeline chunk (device-to-host, network, host-to-device "
+            "overlap); must be the same on every rank"},
+    {.name = "CUDA_BACKEND", .dflt = "auto", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_cuda_backend_names, .offset = offsetof(shoal_cuda_config_t, backend),
+     .doc = "device-buffer AllReduce: auto/ipc (GPU kernels over CUDA IPC on one host, else "
+            "staging), staging (pinned host buffers + host algorithms), nccl (NCCL on one host "
+            "with one GPU per rank, else auto)"},
+    {.name = "CUDA_IPC_SIZE", .dflt = "32m", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_cuda_config_t, ipc_size),
+     .doc = "device buffer per rank shared with the ranks of the host through CUDA IPC"},
+    {.name = "CUDA_SYNC", .dflt = "auto", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_cuda_sync_names, .offset = offsetof(shoal_cuda_config_t, sync),
+     .doc = "how a stream hands a collective to the proxy thread and waits for it: memops "
+            "(stream write/wait on host-mapped flags), hostfn (host functions), auto"},
+    {.name = "CUDA_LIBNCCL", .dflt = "libnccl.so.2", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_cuda_config_t, libnccl),
+     .doc = "the NCCL library for SHOAL_CUDA_BACKEND=nccl"},
+};
+
+const shoal_cfg_table_t shoal_cuda_cfg_table = {
+    .module = "cuda",
+    .fields = shoal_cuda_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_cuda_cfg_fields),
+    .dst = &shoal_cuda_config,
+};
+
+static pthread_once_t shoal_cuda_config_once = PTHREAD_ONCE_INIT;
+
+static void shoal_cuda_config_load_once(void)
+{
+    shoal_config_global_init();
+    for (size_t t = 0; t < shoal_cfg_ntables; t++) {
+        if (shoal_cfg_tables[t] == &shoal_cuda_cfg_table) {
+            return; /* listed: parsed with the others */
+        }
+    }
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_cuda_cfg_fields); i++) {
+        const shoal_cfg_field_t *f = &shoal_cuda_cfg_fields[i];
+        void *dst = (char *)&shoal_cuda_config + f->offset;
+        const char *env = shoal_cfg_getenv(f->name);
+        shoal_cfg_parse_value(f, f->dflt, dst);
+        if (env != NULL && shoal_cfg_parse_value(f, env, dst) != 0) {
+            shoal_warn(CONFIG, "SHOAL_%s=%s is not valid; using %s", f->name, env, f->dflt);
+        }
+    }
+}
+
+void shoal_cuda_config_load(void)
+{
+    pthread_once(&shoal_cuda_config_once, shoal_cuda_config_load_once);
+}

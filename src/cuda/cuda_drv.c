@@ -1,0 +1,132 @@
+/* The CUDA driver API resolved at run time (see cuda_drv.h). */
+#include "cuda/cuda_int.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+shoal_cuda_drv_t shoal_cuda_drv;
+
+static pthread_once_t shoal_cuda_drv_once = PTHREAD_ONCE_INIT;
+static shoal_status_t shoal_cuda_drv_status = SHOAL_ERR_UNSUPPORTED;
+static char shoal_cuda_drv_why[256] = "not loaded";
+static void *shoal_cuda_drv_handle;
+static int shoal_cuda_drv_mapped; /* libcuda seen in the process */
+
+#define SHOAL_CUDA_XSTR_(x) #x
+#define SHOAL_CUDA_XSTR(x) SHOAL_CUDA_XSTR_(x)
+
+static int shoal_cuda_drv_resolve(void *h)
+{
+#define SHOAL_CUDA_DRV_SYM_(name)                                                         \
+    *(void **)&shoal_cuda_drv.name = dlsym(h, SHOAL_CUDA_XSTR(name));                       \
+    if (shoal_cuda_drv.name == NULL) {                                                    \
+        snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why),                          \
+                 "the CUDA driver lacks %s (too old?)", SHOAL_CUDA_XSTR(name));           \
+        return -1;                                                                        \
+    }
+    SHOAL_CUDA_DRV_MAP(SHOAL_CUDA_DRV_SYM_)
+#undef SHOAL_CUDA_DRV_SYM_
+    return 0;
+}
+
+static void shoal_cuda_drv_load_once(void)
+{
+    const char *path;
+    CUresult r;
+    int count = 0, version = 0;
+    char err[128];
+
+    shoal_cuda_config_load();
+    path = shoal_cuda_config.libcuda != NULL ? shoal_cuda_config.libcuda : "libcuda.so.1";
+    shoal_cuda_drv_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (shoal_cuda_drv_handle == NULL) {
+        snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why), "no CUDA driver: %s",
+                 dlerror());
+        goto fail;
+    }
+    if (shoal_cuda_drv_resolve(shoal_cuda_drv_handle) != 0) {
+        goto fail;
+    }
+    r = shoal_cuda_drv.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why), "cuInit failed: %s",
+                 shoal_cuda_drv_strerror(r, err, sizeof(err)));
+        goto fail;
+    }
+    r = shoal_cuda_drv.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count == 0) {
+        snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why), "no CUDA device (%s)",
+                 r != CUDA_SUCCESS ? shoal_cuda_drv_strerror(r, err, sizeof(err)) : "count 0");
+        goto fail;
+    }
+    shoal_cuda_drv.cuDriverGetVersion(&version);
+    shoal_info(CUDA, "CUDA driver %d.%d from %s, %d device(s)", version / 1000,
+               version % 1000 / 10, path, count);
+    shoal_cuda_drv_status = SHOAL_OK;
+    snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why), "loaded");
+    return;
+fail:
+    shoal_warn(CUDA, "stream-ordered and device-buffer collectives are unavailable: %s",
+               shoal_cuda_drv_why);
+    if (shoal_cuda_drv_handle != NULL) {
+        dlclose(shoal_cuda_drv_handle);
+        shoal_cuda_drv_handle = NULL;
+    }
+    shoal_cuda_drv_status = SHOAL_ERR_UNSUPPORTED;
+}
+
+shoal_status_t shoal_cuda_drv_load(void)
+{
+    pthread_once(&shoal_cuda_drv_once, shoal_cuda_drv_load_once);
+    return shoal_cuda_drv_status;
+}
+
+const char *shoal_cuda_drv_reason(void)
+{
+    return shoal_cuda_drv_why;
+}
+
+int shoal_cuda_drv_present(void)
+{
+    void *h;
+    if (__atomic_load_n(&shoal_cuda_drv_mapped, __ATOMIC_ACQUIRE)) {
+        return 1;
+    }
+    /* Device memory exists only in a process that loaded the driver (the runtime does). */
+    shoal_cuda_config_load();
+    h = dlopen(shoal_cuda_config.libcuda != NULL ? shoal_cuda_config.libcuda : "libcuda.so.1",
+               RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) {
+        return 0;
+    }
+    dlclose(h);
+    __atomic_store_n(&shoal_cuda_drv_mapped, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+const char *shoal_cuda_drv_strerror(CUresult r, char *buf, size_t len)
+{
+    const char *name = NULL, *str = NULL;
+    if (shoal_cuda_drv.cuGetErrorName != NULL) {
+        shoal_cuda_drv.cuGetErrorName(r, &name);
+        shoal_cuda_drv.cuGetErrorString(r, &str);
+    }
+    snprintf(buf, len, "%s (%s)", name != NULL ? name : "CUDA error",
+             str != NULL ? str : "no description");
+    if (name == NULL) {
+        snprintf(buf, len, "CUDA error %d", (int)r);
+    }
+    return buf;
+}
+
+shoal_status_t shoal_cuda_drv_result(CUresult r, const char *call, const char *file, int line)
+{
+    char err[160];
+    if (SHOAL_LIKELY(r == CUDA_SUCCESS)) {
+        return SHOAL_OK;
+    }
+    shoal_error(CUDA, "%s failed: %s (%s:%d)", call, shoal_cuda_drv_strerror(r, err, sizeof(err)),
+                file, line);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_SYSTEM;
+}

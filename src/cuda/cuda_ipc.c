@@ -1,0 +1,178 @@
+/*
+ * AllReduce between the ranks of one host on device buffers, through CUDA IPC: every rank
+ * owns a device buffer (SHOAL_CUDA_IPC_SIZE) whose handle the others open at the first such
+ * call (a collective step: every rank decides the same). Per chunk: copy the input into the
+ * own buffer; barrier; reduce slice r of the chunk from every rank's buffer into the own
+ * buffer (GPU kernel reading the peers directly); barrier; copy every rank's reduced slice into
+ * the output; barrier (the buffers may be reused). Each slice is reduced by one rank, so every
+ * rank gets the same bits. Ranks may share one GPU (IPC works between processes on one device).
+ */
+#include "cuda/cuda_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t ok;
+    int32_t pad;
+    char busid[32];
+    CUipcMemHandle handle;
+} shoal_cuda_ipc_info_t;
+
+static shoal_status_t shoal_cuda_ipc_open(shoal_cuda_comm_t *cc, const shoal_cuda_ipc_info_t *all,
+                                          int *ok_p)
+{
+    struct shoal_comm *comm = cc->comm;
+    cc->ipc_peer = calloc((size_t)comm->nranks, sizeof(*cc->ipc_peer));
+    if (cc->ipc_peer == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->nranks && *ok_p; r++) {
+        CUresult res;
+        char err[128];
+        if (r == comm->rank) {
+            cc->ipc_peer[r] = cc->ipc_buf;
+            continue;
+        }
+        res = shoal_cuda_drv.cuIpcOpenMemHandle(&cc->ipc_peer[r], all[r].handle,
+                                                CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        if (res != CUDA_SUCCESS) {
+            shoal_info(CUDA, "rank %d: cannot open the IPC buffer of rank %d (%s): %s", comm->rank,
+                       r, all[r].busid, shoal_cuda_drv_strerror(res, err, sizeof(err)));
+            cc->ipc_peer[r] = 0;
+            *ok_p = 0;
+        }
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_cuda_ipc_setup(shoal_cuda_comm_t *cc)
+{
+    struct shoal_comm *comm = cc->comm;
+    shoal_cuda_ipc_info_t me = {.ok = comm->all_local};
+    shoal_cuda_ipc_info_t *all = calloc((size_t)comm->nranks, sizeof(*all));
+    int32_t ok, ok_all;
+    shoal_status_t st;
+
+    if (all == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memcpy(me.busid, cc->busid, sizeof(me.busid));
+    cc->ipc_size = SHOAL_MAX(SHOAL_ALIGN_UP(shoal_cuda_config.ipc_size, 4096), (size_t)65536);
+    if (me.ok && (shoal_cuda_drv.cuMemAlloc(&cc->ipc_buf, cc->ipc_size) != CUDA_SUCCESS ||
+                  shoal_cuda_drv.cuIpcGetMemHandle(&me.handle, cc->ipc_buf) != CUDA_SUCCESS)) {
+        me.ok = 0;
+    }
+    st = shoal_cuda_host_coll(cc, SHOAL_COLL_ALLGATHER, &me, all, sizeof(me), SHOAL_UINT8,
+                              SHOAL_SUM, 0);
+    ok = st == SHOAL_OK;
+    for (int r = 0; r < comm->nranks && ok; r++) {
+        ok = all[r].ok;
+    }
+    if (ok && st == SHOAL_OK) {
+        st = shoal_cuda_ipc_open(cc, all, &ok);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_host_coll(cc, SHOAL_COLL_ALLREDUCE, &ok, &ok_all, 1, SHOAL_INT32,
+                                  SHOAL_MIN, 0);
+    }
+    free(all);
+    SHOAL_CHECK(st);
+    cc->ipc_state = ok_all ? 1 : -1;
+    shoal_info(CUDA, "rank %d: same-host IPC path %s", comm->rank,
+               ok_all ? "in use" : "not usable on every rank; staging instead");
+    return SHOAL_OK;
+}
+
+int shoal_cuda_ipc_usable(shoal_cuda_comm_t *cc)
+{
+    if (cc->ipc_state == 0) {
+        if (!cc->comm->all_local || cc->comm->nranks > 64) {
+            cc->ipc_state = -1; /* the same answer on every rank, no exchange needed */
+        } else if (shoal_cuda_ipc_setup(cc) != SHOAL_OK) {
+            cc->ipc_state = -1;
+        }
+    }
+    return cc->ipc_state > 0;
+}
+
+/* Slice r of a chunk of len elements, cut at 16-byte boundaries. */
+static void shoal_cuda_ipc_slice(size_t len, size_t es, int n, int r, size_t *off_p,
+                                 size_t *cnt_p)
+{
+    size_t v = 16 / es, units = (len + v - 1) / v, lo, ulen;
+    shoal_block_range(units, n, r, &lo, &ulen);
+    *off_p = SHOAL_MIN(lo * v, len);
+    *cnt_p = SHOAL_MIN((lo + ulen) * v, len) - *off_p;
+}
+
+static shoal_status_t shoal_cuda_ipc_barrier(shoal_cuda_comm_t *cc)
+{
+    return shoal_cuda_host_coll(cc, SHOAL_COLL_BARRIER, NULL, NULL, 0, SHOAL_UINT8, SHOAL_SUM, 0);
+}
+
+static shoal_status_t shoal_cuda_ipc_chunk(shoal_cuda_comm_t *cc, const shoal_coll_args_t *a,
+                                           size_t off, size_t len, CUdeviceptr *srcs)
+{
+    struct shoal_comm *comm = cc->comm;
+    size_t es = shoal_dtype_size(a->dtype), soff, scnt;
+    CUdeviceptr in = (CUdeviceptr)(uintptr_t)a->sendbuf + off * es;
+    CUdeviceptr out = (CUdeviceptr)(uintptr_t)a->recvbuf + off * es;
+    int me = comm->rank, n = comm->nranks, k = 0;
+
+    SHOAL_CHECK(SHOAL_CU(cuMemcpyDtoDAsync, (cc->ipc_buf, in, len * es, cc->kern)));
+    SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "IPC copy-in"));
+    SHOAL_CHECK(shoal_cuda_ipc_barrier(cc));
+    shoal_cuda_ipc_slice(len, es, n, me, &soff, &scnt);
+    srcs[k++] = cc->ipc_buf + soff * es; /* own first: dst aliases it */
+    for (int r = 0; r < n; r++) {
+        if (r != me) {
+            srcs[k++] = cc->ipc_peer[r] + soff * es;
+        }
+    }
+    SHOAL_CHECK(shoal_cuda_reduce_launch(cc, cc->kern, cc->ipc_buf + soff * es, srcs, n, scnt,
+                                         a->dtype, a->op, n));
+    SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "IPC reduce"));
+    SHOAL_CHECK(shoal_cuda_ipc_barrier(cc));
+    for (int r = 0; r < n; r++) {
+        shoal_cuda_ipc_slice(len, es, n, r, &soff, &scnt);
+        if (scnt > 0) {
+            SHOAL_CHECK(SHOAL_CU(cuMemcpyDtoDAsync, (out + soff * es, cc->ipc_peer[r] + soff * es,
+                                                     scnt * es, cc->kern)));
+        }
+    }
+    SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "IPC gather"));
+    return shoal_cuda_ipc_barrier(cc);
+}
+
+shoal_status_t shoal_cuda_ipc_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it)
+{
+    const shoal_coll_args_t *a = &it->a;
+    size_t es = shoal_dtype_size(a->dtype);
+    size_t chunk = cc->ipc_size / 16 * 16 / es;
+    CUdeviceptr *srcs = calloc((size_t)cc->comm->nranks, sizeof(*srcs));
+    shoal_status_t st = srcs == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
+
+    for (size_t off = 0; off < a->count && st == SHOAL_OK; off += chunk) {
+        st = shoal_cuda_ipc_chunk(cc, a, off, SHOAL_MIN(chunk, a->count - off), srcs);
+    }
+    free(srcs);
+    return st;
+}
+
+void shoal_cuda_ipc_fini(shoal_cuda_comm_t *cc)
+{
+    if (cc->ipc_peer != NULL) {
+        for (int r = 0; r < cc->comm->nranks; r++) {
+            if (r != cc->comm->rank && cc->ipc_peer[r] != 0) {
+                shoal_cuda_drv.cuIpcCloseMemHandle(cc->ipc_peer[r]);
+            }
+        }
+        free(cc->ipc_peer);
+        cc->ipc_peer = NULL;
+    }
+    if (cc->ipc_buf != 0) {
+        shoal_cuda_drv.cuMemFree(cc->ipc_buf);
+        cc->ipc_buf = 0;
+    }
+}

@@ -1,0 +1,167 @@
+/*
+ * SHOAL_CUDA_BACKEND=nccl: AllReduce on device buffers delegated to NCCL when every rank of
+ * the communicator is on this host with a GPU of its own (NCCL refuses ranks sharing a GPU;
+ * then the IPC path serves them). libnccl is loaded at run time like the driver. Set up at
+ * the first such call, a collective step: the ranks agree through host collectives, rank 0's
+ * ncclUniqueId is broadcast, every rank calls ncclCommInitRank.
+ */
+#include "cuda/cuda_int.h"
+
+#if SHOAL_HAVE_NCCL
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOAL_NCCL_MAP(X)                                                                 \
+    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclCommDestroy)            \
+    X(ncclGetErrorString)
+
+static struct {
+#define SHOAL_NCCL_FIELD_(name) __typeof__(&name) name;
+    SHOAL_NCCL_MAP(SHOAL_NCCL_FIELD_)
+#undef SHOAL_NCCL_FIELD_
+} shoal_nccl;
+static void *shoal_nccl_handle;
+static pthread_once_t shoal_nccl_once = PTHREAD_ONCE_INIT;
+static int shoal_nccl_ok;
+
+static void shoal_cuda_nccl_load_once(void)
+{
+    const char *path = shoal_cuda_config.libnccl != NULL ? shoal_cuda_config.libnccl
+                                                         : "libnccl.so.2";
+    shoal_nccl_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (shoal_nccl_handle == NULL) {
+        shoal_warn(CUDA, "SHOAL_CUDA_BACKEND=nccl: cannot load %s: %s", path, dlerror());
+        return;
+    }
+#define SHOAL_NCCL_SYM_(name)                                                             \
+    *(void **)&shoal_nccl.name = dlsym(shoal_nccl_handle, #name);                           \
+    if (shoal_nccl.name == NULL) {                                                        \
+        shoal_warn(CUDA, "SHOAL_CUDA_BACKEND=nccl: %s lacks %s", path, #name);             \
+        return;                                                                           \
+    }
+    SHOAL_NCCL_MAP(SHOAL_NCCL_SYM_)
+#undef SHOAL_NCCL_SYM_
+    shoal_nccl_ok = 1;
+}
+
+static const ncclDataType_t shoal_nccl_types[SHOAL_DTYPE_COUNT] = {
+    ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64,
+    ncclFloat16, ncclBfloat16, ncclFloat32, ncclFloat64};
+static const ncclRedOp_t shoal_nccl_ops[SHOAL_OP_COUNT] = {ncclSum, ncclProd, ncclMin, ncclMax,
+                                                           ncclAvg};
+
+/* 1 if every rank is local with a distinct GPU and loaded NCCL (same answer everywhere). */
+static shoal_status_t shoal_cuda_nccl_agree(shoal_cuda_comm_t *cc, int *ok_p)
+{
+    struct shoal_comm *comm = cc->comm;
+    char(*ids)[32] = calloc((size_t)comm->nranks, 32);
+    int32_t ok, ok_all = 0;
+    shoal_status_t st;
+
+    if (ids == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    pthread_once(&shoal_nccl_once, shoal_cuda_nccl_load_once);
+    st = shoal_cuda_host_coll(cc, SHOAL_COLL_ALLGATHER, cc->busid, ids, 32, SHOAL_UINT8,
+                              SHOAL_SUM, 0);
+    ok = shoal_nccl_ok;
+    for (int r = 0; r < comm->nranks && st == SHOAL_OK; r++) {
+        for (int q = 0; q < r; q++) {
+            ok &= strncmp(ids[r], ids[q], 32) != 0;
+        }
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_host_coll(cc, SHOAL_COLL_ALLREDUCE, &ok, &ok_all, 1, SHOAL_INT32,
+                                  SHOAL_MIN, 0);
+    }
+    free(ids);
+    *ok_p = ok_all;
+    return st;
+}
+
+static shoal_status_t shoal_cuda_nccl_setup(shoal_cuda_comm_t *cc)
+{
+    struct shoal_comm *comm = cc->comm;
+    ncclUniqueId id;
+    ncclComm_t nc = NULL;
+    ncclResult_t r = ncclSuccess;
+    int ok;
+
+    SHOAL_CHECK(shoal_cuda_nccl_agree(cc, &ok));
+    if (!ok) {
+        shoal_info(CUDA, "rank %d: NCCL not used (needs one host, one GPU per rank, libnccl on "
+                   "every rank)", comm->rank);
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    memset(&id, 0, sizeof(id));
+    if (comm->rank == 0) {
+        r = shoal_nccl.ncclGetUniqueId(&id);
+    }
+    SHOAL_CHECK(shoal_cuda_host_coll(cc, SHOAL_COLL_BROADCAST, &id, &id, sizeof(id), SHOAL_UINT8,
+                                     SHOAL_SUM, 0));
+    if (r == ncclSuccess) {
+        r = shoal_nccl.ncclCommInitRank(&nc, comm->nranks, id, comm->rank);
+    }
+    if (r != ncclSuccess) {
+        shoal_error(CUDA, "rank %d: NCCL initialisation failed: %s", comm->rank,
+                    shoal_nccl.ncclGetErrorString(r));
+        return SHOAL_ERR_SYSTEM;
+    }
+    cc->nccl_comm = nc;
+    shoal_info(CUDA, "rank %d: AllReduce on device buffers delegated to NCCL", comm->rank);
+    return SHOAL_OK;
+}
+
+int shoal_cuda_nccl_usable(shoal_cuda_comm_t *cc)
+{
+    if (cc->nccl_state == 0) {
+        cc->nccl_state = (cc->comm->all_local && shoal_cuda_nccl_setup(cc) == SHOAL_OK) ? 1 : -1;
+    }
+    return cc->nccl_state > 0;
+}
+
+shoal_status_t shoal_cuda_nccl_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it)
+{
+    const shoal_coll_args_t *a = &it->a;
+    ncclResult_t r = shoal_nccl.ncclAllReduce(a->sendbuf, a->recvbuf, a->count,
+                                              shoal_nccl_types[a->dtype], shoal_nccl_ops[a->op],
+                                              cc->nccl_comm, (cudaStream_t)cc->kern);
+    if (r != ncclSuccess) {
+        shoal_error(CUDA, "rank %d: ncclAllReduce failed: %s", cc->comm->rank,
+                    shoal_nccl.ncclGetErrorString(r));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return shoal_cuda_stream_wait(cc, cc->kern, "NCCL AllReduce");
+}
+
+void shoal_cuda_nccl_fini(shoal_cuda_comm_t *cc)
+{
+    if (cc->nccl_comm != NULL) {
+        shoal_nccl.ncclCommDestroy(cc->nccl_comm);
+        cc->nccl_comm = NULL;
+    }
+}
+
+#else /* !SHOAL_HAVE_NCCL */
+
+int shoal_cuda_nccl_usable(shoal_cuda_comm_t *cc)
+{
+    (void)cc;
+    shoal_warn_once(CUDA, "SHOAL_CUDA_BACKEND=nccl, but this build has no NCCL support");
+    return 0;
+}
+
+shoal_status_t shoal_cuda_nccl_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it)
+{
+    (void)cc;
+    (void)it;
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+void shoal_cuda_nccl_fini(shoal_cuda_comm_t *cc)
+{
+    (void)cc;
+}
+#endif

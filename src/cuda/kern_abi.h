@@ -1,0 +1,21 @@
+/* What the host code and the kernels (kernels.cu) agree on: the source-pointer block passed
+ * by value to every reduce kernel, the block size, the kernel names. Plain C, no CUDA. */
+#ifndef SHOAL_CUDA_KERN_ABI_H
+#define SHOAL_CUDA_KERN_ABI_H
+
+#define SHOAL_CUDA_MAX_SRCS 16    /* sources per launch; more are reduced in passes */
+#define SHOAL_CUDA_THREADS 512    /* threads per block */
+#define SHOAL_CUDA_BLOCKS_PER_SM 2 /* __launch_bounds__ minimum: <= 64 registers */
+
+typedef struct {
+    const void *p[SHOAL_CUDA_MAX_SRCS];
+} shoal_cuda_srcs_t;
+
+/* Kernel name parts, indexed by shoal_dtype_t and shoal_op_t (AVG runs the sum kernel with
+ * avg_div = nranks). Kernel "shoal_reduce_<dtype>_<op>"; its parameters:
+ * (void *dst, shoal_cuda_srcs_t srcs, int nsrc, unsigned long long count, int avg_div,
+ *  int vec). */
+#define SHOAL_CUDA_DTYPE_NAMES {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64"}
+#define SHOAL_CUDA_OP_NAMES {"sum", "prod", "min", "max", "sum"}
+
+#endif

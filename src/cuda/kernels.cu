@@ -1,0 +1,150 @@
+/*
+ * GPU reduce kernels of the CUDA layer: dst[i] = srcs[0][i] op ... op srcs[nsrc-1][i] for
+ * every dtype x op, the semantics of src/reduce (integer SUM/PROD wrap; float MIN/MAX
+ * propagate NaN; fp16/bf16 accumulate in fp32 and round once), AVG = SUM then a division by
+ * avg_div (integers truncate). 16-byte vector loads and stores when every pointer is 16-byte
+ * aligned (vec != 0), a scalar tail, grid-stride loops (the host sizes the grid from the SM
+ * count). Compiled by nvcc into a fatbin that libshoal embeds and loads with
+ * cuModuleLoadData (src/cuda/Makefile.inc); launched through cuLaunchKernel by name
+ * "shoal_reduce_<dtype>_<op>" (cuda_kern.c). No runtime API, no host code.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda/kern_abi.h"
+
+template <typename T> struct shoal_acc {
+    typedef T type;
+    static __device__ __forceinline__ T in(T x) { return x; }
+    static __device__ __forceinline__ T out(T x) { return x; }
+};
+template <> struct shoal_acc<__half> {
+    typedef float type;
+    static __device__ __forceinline__ float in(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half out(float x) { return __float2half_rn(x); }
+};
+template <> struct shoal_acc<__nv_bfloat16> {
+    typedef float type;
+    static __device__ __forceinline__ float in(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 out(float x) { return __float2bfloat16_rn(x); }
+};
+
+struct shoal_op_sum {
+    template <typename A> static __device__ __forceinline__ A f(A x, A y) { return x + y; }
+};
+struct shoal_op_prod {
+    template <typename A> static __device__ __forceinline__ A f(A x, A y) { return x * y; }
+};
+struct shoal_op_min {
+    template <typename A> static __device__ __forceinline__ A f(A x, A y)
+    {
+        return ((x != x) | (x < y)) ? x : y;
+    }
+};
+struct shoal_op_max {
+    template <typename A> static __device__ __forceinline__ A f(A x, A y)
+    {
+        return ((x != x) | (x > y)) ? x : y;
+    }
+};
+
+/* Integer sum/product wrap: compute them on the unsigned type of the same width. */
+template <typename T> struct shoal_wrap { typedef T type; };
+template <> struct shoal_wrap<int8_t> { typedef uint8_t type; };
+template <> struct shoal_wrap<int32_t> { typedef uint32_t type; };
+template <> struct shoal_wrap<int64_t> { typedef uint64_t type; };
+
+template <typename Op, typename A> struct shoal_apply {
+    static __device__ __forceinline__ A f(A x, A y) { return Op::f(x, y); }
+};
+template <typename A> struct shoal_apply<shoal_op_sum, A> {
+    static __device__ __forceinline__ A f(A x, A y)
+    {
+        typedef typename shoal_wrap<A>::type W;
+        return (A)shoal_op_sum::f((W)x, (W)y);
+    }
+};
+template <typename A> struct shoal_apply<shoal_op_prod, A> {
+    static __device__ __forceinline__ A f(A x, A y)
+    {
+        typedef typename shoal_wrap<A>::type W;
+        return (A)shoal_op_prod::f((W)x, (W)y);
+    }
+};
+
+template <typename A> static __device__ __forceinline__ A shoal_avg(A x, int div)
+{
+    return x / (A)div;
+}
+
+template <typename T, typename Op>
+static __device__ __forceinline__ void shoal_reduce_body(T *__restrict__ dst,
+                                                         const shoal_cuda_srcs_t &srcs, int nsrc,
+                                                         uint64_t count, int avg_div, int vec)
+{
+    typedef shoal_acc<T> C;
+    typedef typename C::type A;
+    const int V = 16 / sizeof(T);
+    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t nvec = vec ? count / V : 0;
+
+    for (uint64_t v = tid; v < nvec; v += stride) {
+        A acc[V];
+        uint4 w = __ldg(reinterpret_cast<const uint4 *>(srcs.p[0]) + v);
+        const T *t = reinterpret_cast<const T *>(&w);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            acc[k] = C::in(t[k]);
+        }
+        for (int s = 1; s < nsrc; s++) {
+            uint4 x = __ldg(reinterpret_cast<const uint4 *>(srcs.p[s]) + v);
+            const T *u = reinterpret_cast<const T *>(&x);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                acc[k] = shoal_apply<Op, A>::f(acc[k], C::in(u[k]));
+            }
+        }
+        uint4 o;
+        T *ot = reinterpret_cast<T *>(&o);
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            ot[k] = C::out(avg_div > 1 ? shoal_avg(acc[k], avg_div) : acc[k]);
+        }
+        reinterpret_cast<uint4 *>(dst)[v] = o;
+    }
+    for (uint64_t i = nvec * V + tid; i < count; i += stride) {
+        A acc = C::in(reinterpret_cast<const T *>(srcs.p[0])[i]);
+        for (int s = 1; s < nsrc; s++) {
+            acc = shoal_apply<Op, A>::f(acc, C::in(reinterpret_cast<const T *>(srcs.p[s])[i]));
+        }
+        dst[i] = C::out(avg_div > 1 ? shoal_avg(acc, avg_div) : acc);
+    }
+}
+
+#define SHOAL_KERNEL(tname, T, oname, Op)                                                  \
+    extern "C" __global__ void __launch_bounds__(SHOAL_CUDA_THREADS, SHOAL_CUDA_BLOCKS_PER_SM) \
+        shoal_reduce_##tname##_##oname(void *dst, const __grid_constant__ shoal_cuda_srcs_t  \
+                                       srcs, int nsrc, unsigned long long count,           \
+                                       int avg_div, int vec)                               \
+    {                                                                                      \
+        shoal_reduce_body<T, Op>(static_cast<T *>(dst), srcs, nsrc, count, avg_div, vec);  \
+    }
+
+#define SHOAL_KERNELS_OF(tname, T)                                                         \
+    SHOAL_KERNEL(tname, T, sum, shoal_op_sum)                                              \
+    SHOAL_KERNEL(tname, T, prod, shoal_op_prod)                                            \
+    SHOAL_KERNEL(tname, T, min, shoal_op_min)                                              \
+    SHOAL_KERNEL(tname, T, max, shoal_op_max)
+
+SHOAL_KERNELS_OF(i8, int8_t)
+SHOAL_KERNELS_OF(u8, uint8_t)
+SHOAL_KERNELS_OF(i32, int32_t)
+SHOAL_KERNELS_OF(u32, uint32_t)
+SHOAL_KERNELS_OF(i64, int64_t)
+SHOAL_KERNELS_OF(u64, uint64_t)
+SHOAL_KERNELS_OF(f16, __half)
+SHOAL_KERNELS_OF(bf16, __nv_bfloat16)
+SHOAL_KERNELS_OF(f32, float)
+SHOAL_KERNELS_OF(f64, double)

@@ -1,0 +1,378 @@
+/*
+ * Collectives on device buffers, one rank per process under shoalrun (run_gpu_coll.sh), every
+ * rank on the first GPU (ranks share it): every collective x dtype x op x count, stream-
+ * ordered and blocking; stream ordering (the call returns while the stream is held, a kernel
+ * enqueued after the collective sees its result); a group of calls with send/recv pairs.
+ * Results are exact: inputs are small integers. Failure counts are combined over the ranks
+ * (host AllReduce MAX); rank 0 prints one TAP line per group. "--probe" prints a TAP skip
+ * and exits 0 when no driver or GPU can be used.
+ */
+#include "cuda/cuda_int.h"
+#include "tests/tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NGROUPS 64
+static const char *group_names[NGROUPS];
+static int32_t group_fail[NGROUPS];
+static int ngroups;
+
+static int group(const char *name)
+{
+    for (int g = 0; g < ngroups; g++) {
+        if (strcmp(group_names[g], name) == 0) {
+            return g;
+        }
+    }
+    group_names[ngroups] = strdup(name);
+    return ngroups++;
+}
+
+typedef struct {
+    shoal_comm_t comm;
+    int rank, n;
+    CUstream s;
+    CUmodule mod;
+    uint8_t *h_in, *h_out, *h_exp, *h_tmp; /* pinned host */
+    CUdeviceptr d_in, d_out;
+    size_t cap;                            /* bytes of every buffer */
+} ctx_t;
+
+#define CK(call)                                                                         \
+    do {                                                                                 \
+        if (shoal_cuda_drv_result(shoal_cuda_drv.call, #call, __FILE__, __LINE__)) {    \
+            fprintf(stderr, "# rank %d: %s failed\n", x->rank, #call);                  \
+            exit(2);                                                                     \
+        }                                                                                \
+    } while (0)
+
+/* Rank r's input element i for op, stored as dtype. */
+static int64_t val(shoal_op_t op, int r, size_t i, int sgn)
+{
+    switch (op) {
+    case SHOAL_PROD:
+        return ((i + (size_t)r) % 5 == 0) ? 2 : ((sgn && (i + (size_t)r) % 7 == 0) ? -1 : 1);
+    case SHOAL_MIN:
+    case SHOAL_MAX:
+        return sgn ? (int64_t)((i * 13 + (size_t)r * 7) % 11) - 5 : (int64_t)((i * 13 + r * 7) % 11);
+    default:
+        return (int64_t)((i + (size_t)r) % 3) - (sgn ? 1 : 0);
+    }
+}
+
+static int dt_signed(shoal_dtype_t dt)
+{
+    return dt != SHOAL_UINT8 && dt != SHOAL_UINT32 && dt != SHOAL_UINT64;
+}
+
+static void store(shoal_dtype_t dt, void *buf, size_t i, int64_t v)
+{
+    switch (dt) {
+    case SHOAL_INT8: case SHOAL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case SHOAL_INT32: case SHOAL_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case SHOAL_INT64: case SHOAL_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case SHOAL_FLOAT16: ((uint16_t *)buf)[i] = shoal_float_to_half((float)v); break;
+    case SHOAL_BFLOAT16: ((uint16_t *)buf)[i] = shoal_float_to_bf16((float)v); break;
+    case SHOAL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case SHOAL_FLOAT64: ((double *)buf)[i] = (double)v; break;
+    default: break;
+    }
+}
+
+static void fill(shoal_dtype_t dt, shoal_op_t op, int r, void *buf, size_t count, size_t i0)
+{
+    for (size_t i = 0; i < count; i++) {
+        store(dt, buf, i, val(op, r, i0 + i, dt_signed(dt)));
+    }
+}
+
+/* Expected reduction of count elements (indices i0..) over n ranks into out, with the
+ * library's own CPU kernels. */
+static void expect_reduce(shoal_dtype_t dt, shoal_op_t op, int n, void *out, size_t count,
+                          size_t i0, uint8_t *tmp)
+{
+    size_t es = shoal_dtype_size(dt);
+    const void *srcs[64];
+    for (int r = 0; r < n; r++) {
+        fill(dt, op, r, tmp + (size_t)r * count * es, count, i0);
+        srcs[r] = tmp + (size_t)r * count * es;
+    }
+    shoal_reduce_n(out, srcs, n, count, dt, op);
+    shoal_reduce_avg_finalize(out, count, dt, op, n);
+}
+
+static const size_t counts[] = {1, 7, 1000, 65539, (1u << 20) + 5};
+
+static void d2h(ctx_t *x, void *h, CUdeviceptr d, size_t bytes)
+{
+    if (bytes > 0) {
+        CK(cuMemcpyDtoHAsync(h, d, bytes, x->s));
+    }
+    CK(cuStreamSynchronize(x->s));
+}
+
+static void h2d(ctx_t *x, CUdeviceptr d, const void *h, size_t bytes)
+{
+    if (bytes > 0) {
+        CK(cuMemcpyHtoDAsync(d, h, bytes, x->s));
+    }
+    CK(cuStreamSynchronize(x->s));
+}
+
+/* One collective case; returns 1 if the result is wrong (or the call failed). */
+static int one_case(ctx_t *x, shoal_coll_type_t type, shoal_dtype_t dt, shoal_op_t op,
+                    size_t count, int blocking)
+{
+    size_t es = shoal_dtype_size(dt), n = (size_t)x->n, in_n = count, out_n = count;
+    void *stream = blocking ? NULL : (void *)x->s;
+    int root = x->n > 1 ? 1 : 0;
+    shoal_status_t st;
+
+    in_n = type == SHOAL_COLL_REDUCE_SCATTER ? count * n : count;
+    out_n = type == SHOAL_COLL_ALLGATHER ? count * n : count;
+    if ((in_n + out_n) * es > x->cap || (n + 1) * count * es > x->cap) {
+        return 0;
+    }
+    if (type == SHOAL_COLL_REDUCE_SCATTER) {
+        for (size_t b = 0; b < n; b++) {
+            fill(dt, op, x->rank, x->h_in + b * count * es, count, b * count);
+        }
+    } else {
+        fill(dt, type == SHOAL_COLL_ALLGATHER || type == SHOAL_COLL_BROADCAST ? SHOAL_SUM : op,
+             x->rank, x->h_in, count, 0);
+    }
+    h2d(x, x->d_in, x->h_in, in_n * es);
+    CK(cuMemsetD8Async(x->d_out, 0xee, out_n * es, x->s));
+    switch (type) {
+    case SHOAL_COLL_ALLREDUCE:
+        st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, dt, op, x->comm, stream);
+        break;
+    case SHOAL_COLL_REDUCE:
+        st = shoal_reduce((void *)x->d_in, (void *)x->d_out, count, dt, op, root, x->comm, stream);
+        break;
+    case SHOAL_COLL_BROADCAST:
+        st = shoal_broadcast((void *)x->d_in, (void *)x->d_out, count, dt, root, x->comm, stream);
+        break;
+    case SHOAL_COLL_ALLGATHER:
+        st = shoal_allgather((void *)x->d_in, (void *)x->d_out, count, dt, x->comm, stream);
+        break;
+    default:
+        st = shoal_reduce_scatter((void *)x->d_in, (void *)x->d_out, count, dt, op, x->comm,
+                                  stream);
+        break;
+    }
+    if (st != SHOAL_OK) {
+        fprintf(stderr, "# rank %d: type %d %s count %zu: %s\n", x->rank, type,
+                shoal_dtype_name(dt), count, shoal_status_name(st));
+        return 1;
+    }
+    d2h(x, x->h_out, x->d_out, out_n * es);
+    /* expected */
+    if (type == SHOAL_COLL_ALLREDUCE || (type == SHOAL_COLL_REDUCE && x->rank == root)) {
+        expect_reduce(dt, op, x->n, x->h_exp, count, 0, x->h_tmp);
+    } else if (type == SHOAL_COLL_REDUCE) {
+        return 0; /* non-root output is not defined */
+    } else if (type == SHOAL_COLL_REDUCE_SCATTER) {
+        expect_reduce(dt, op, x->n, x->h_exp, count, (size_t)x->rank * count, x->h_tmp);
+    } else if (type == SHOAL_COLL_BROADCAST) {
+        fill(dt, SHOAL_SUM, root, x->h_exp, count, 0);
+    } else {
+        for (size_t b = 0; b < n; b++) {
+            fill(dt, SHOAL_SUM, (int)b, x->h_exp + b * count * es, count, 0);
+        }
+    }
+    if (memcmp(x->h_out, x->h_exp, out_n * es) != 0) {
+        size_t i = 0;
+        while (i < out_n * es && x->h_out[i] == x->h_exp[i]) {
+            i++;
+        }
+        fprintf(stderr, "# rank %d: type %d %s op %d count %zu %s: first wrong byte %zu "
+                "(0x%02x, want 0x%02x)\n", x->rank, type, shoal_dtype_name(dt), op, count,
+                blocking ? "blocking" : "stream", i, x->h_out[i], x->h_exp[i]);
+        return 1;
+    }
+    return 0;
+}
+
+static void sweep(ctx_t *x)
+{
+    static const shoal_coll_type_t types[] = {SHOAL_COLL_ALLREDUCE, SHOAL_COLL_REDUCE,
+                                              SHOAL_COLL_BROADCAST, SHOAL_COLL_ALLGATHER,
+                                              SHOAL_COLL_REDUCE_SCATTER};
+    static const char *const tnames[] = {"allreduce", "reduce", "broadcast", "allgather",
+                                         "reduce_scatter"};
+    char name[96];
+    for (size_t t = 0; t < SHOAL_ARRAY_SIZE(types); t++) {
+        for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
+            int reduces = types[t] != SHOAL_COLL_BROADCAST && types[t] != SHOAL_COLL_ALLGATHER;
+            snprintf(name, sizeof(name), "%s %s: every op and count, stream and blocking",
+                     tnames[t], shoal_dtype_name((shoal_dtype_t)dt));
+            int g = group(name);
+            for (int op = 0; op < (reduces ? SHOAL_OP_COUNT : 1); op++) {
+                for (size_t c = 0; c < SHOAL_ARRAY_SIZE(counts); c++) {
+                    /* the largest count only for a few dtypes: time on the device is short */
+                    if (c == SHOAL_ARRAY_SIZE(counts) - 1 && dt != SHOAL_FLOAT32 &&
+                        dt != SHOAL_BFLOAT16 && dt != SHOAL_INT8) {
+                        continue;
+                    }
+                    group_fail[g] += one_case(x, types[t], (shoal_dtype_t)dt, (shoal_op_t)op,
+                                              counts[c], (int)(c % 2));
+                }
+            }
+        }
+    }
+}
+
+/* The stream is held by a gate; the call must return at once and nothing may run; a kernel
+ * after the collective (the library's f32 sum kernel: out2 = out + out) must see its result. */
+static void stream_order(ctx_t *x)
+{
+    int g = group("stream order: host not blocked, later kernel sees the result");
+    size_t count = 1 << 20, es = 4;
+    volatile uint32_t *gate;
+    CUdeviceptr dgate, out2 = x->d_in + count * es;
+    CUfunction fn;
+    double t0, t1;
+    int bad = 0;
+
+    CK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    *gate = 0;
+    CK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0));
+    CK(cuModuleGetFunction(&fn, x->mod, "shoal_reduce_f32_sum"));
+    fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * es);
+    CK(cuStreamWaitValue32(x->s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    t0 = shoal_time_ns() / 1e6;
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                           x->comm, x->s) != SHOAL_OK;
+    t1 = shoal_time_ns() / 1e6;
+    {
+        shoal_cuda_srcs_t srcs = {{(void *)x->d_out, (void *)x->d_out}};
+        int nsrc = 2, div = 0, vec = 1;
+        unsigned long long cnt = count;
+        void *params[] = {&out2, &srcs, &nsrc, &cnt, &div, &vec};
+        CK(cuLaunchKernel(fn, 64, 1, 1, SHOAL_CUDA_THREADS, 1, 1, 0, x->s, params, NULL));
+    }
+    CK(cuMemcpyDtoHAsync(x->h_out, out2, count * es, x->s));
+    shoal_sleep_us(20000);
+    bad |= (shoal_cuda_drv.cuStreamQuery(x->s) != CUDA_ERROR_NOT_READY) << 1;
+    bad |= (t1 - t0 > 5.0) << 2;
+    *gate = 1;
+    __sync_synchronize();
+    CK(cuStreamSynchronize(x->s));
+    expect_reduce(SHOAL_FLOAT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+    for (size_t i = 0; i < count; i++) {
+        if (((float *)x->h_out)[i] != 2 * ((float *)x->h_exp)[i]) {
+            bad |= 8;
+            break;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "# rank %d: stream order bad 0x%x (call took %.3f ms)\n", x->rank, bad,
+                t1 - t0);
+    }
+    group_fail[g] += bad != 0;
+    shoal_cuda_drv.cuMemFreeHost((void *)gate);
+}
+
+/* A group: allreduce + broadcast + a ring of send/recv pairs, one proxy task. */
+static void group_case(ctx_t *x)
+{
+    int g = group("group: allreduce + broadcast + send/recv ring in one task");
+    size_t count = 300007, es = 4;
+    CUdeviceptr a = x->d_in, b = x->d_in + count * es, sb = x->d_out, rb = x->d_out + count * es;
+    int next = (x->rank + 1) % x->n, prev = (x->rank + x->n - 1) % x->n, bad = 0;
+
+    fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, a, x->h_in, count * es);
+    h2d(x, b, x->h_in, count * es);
+    h2d(x, sb, x->h_in, count * es);
+    shoal_group_start();
+    bad |= shoal_allreduce((void *)a, (void *)a, count, SHOAL_INT32, SHOAL_SUM, x->comm, x->s);
+    bad |= shoal_broadcast((void *)b, (void *)b, count, SHOAL_INT32, 0, x->comm, x->s);
+    if (x->n > 1) {
+        bad |= shoal_recv((void *)rb, count, SHOAL_INT32, prev, x->comm, x->s);
+        bad |= shoal_send((void *)sb, count, SHOAL_INT32, next, x->comm, x->s);
+    }
+    bad |= shoal_group_end();
+    CK(cuStreamSynchronize(x->s));
+    expect_reduce(SHOAL_INT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+    d2h(x, x->h_out, a, count * es);
+    bad |= memcmp(x->h_out, x->h_exp, count * es) != 0;
+    fill(SHOAL_INT32, SHOAL_SUM, 0, x->h_exp, count, 0);
+    d2h(x, x->h_out, b, count * es);
+    bad |= memcmp(x->h_out, x->h_exp, count * es) != 0;
+    if (x->n > 1) {
+        fill(SHOAL_INT32, SHOAL_SUM, prev, x->h_exp, count, 0);
+        d2h(x, x->h_out, rb, count * es);
+        bad |= memcmp(x->h_out, x->h_exp, count * es) != 0;
+    }
+    group_fail[g] += bad != 0;
+}
+
+static int setup(ctx_t *x)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    x->cap = 40u << 20;
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuStreamCreate(&x->s, CU_STREAM_NON_BLOCKING));
+    CK(cuModuleLoadData(&x->mod, shoal_cuda_fatbin));
+    CK(cuMemAlloc(&x->d_in, x->cap));
+    CK(cuMemAlloc(&x->d_out, x->cap));
+    CK(cuMemHostAlloc((void **)&x->h_in, x->cap, 0));
+    CK(cuMemHostAlloc((void **)&x->h_out, x->cap, 0));
+    CK(cuMemHostAlloc((void **)&x->h_exp, x->cap, 0));
+    x->h_tmp = malloc(x->cap * (size_t)SHOAL_MAX(x->n, 1));
+    return x->h_tmp != NULL;
+}
+
+int main(int argc, char **argv)
+{
+    ctx_t ctx = {0}, *x = &ctx;
+    int failed = 0;
+
+    shoal_config_global_init();
+    if (shoal_cuda_drv_load() != SHOAL_OK) {
+        printf("1..0 # SKIP no CUDA driver/GPU (%s)\n", shoal_cuda_drv_reason());
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0) {
+        printf("# CUDA usable: %s\n", shoal_cuda_drv_reason());
+        return 0;
+    }
+    if (shoal_comm_init_env(&x->comm, NULL) != SHOAL_OK) {
+        printf("Bail out! shoal_comm_init_env failed\n");
+        return 1;
+    }
+    shoal_comm_rank(x->comm, &x->rank);
+    shoal_comm_size(x->comm, &x->n);
+    if (!setup(x)) {
+        printf("Bail out! setup failed\n");
+        return 1;
+    }
+    sweep(x);
+    stream_order(x);
+    group_case(x);
+    /* combine over ranks */
+    if (shoal_allreduce(group_fail, group_fail, (size_t)ngroups, SHOAL_INT32, SHOAL_MAX, x->comm,
+                        NULL) != SHOAL_OK) {
+        printf("Bail out! combining the results failed\n");
+        return 1;
+    }
+    for (int g = 0; g < ngroups; g++) {
+        failed += group_fail[g] != 0;
+        if (x->rank == 0) {
+            tap_ok(group_fail[g] == 0, "%s (%d ranks)", group_names[g], x->n);
+        }
+    }
+    shoal_comm_destroy(x->comm);
+    if (x->rank == 0) {
+        tap_done();
+    }
+    return failed != 0;
+}
