@@ -154,6 +154,10 @@ SHOAL_EXPORT shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, 
 SHOAL_EXPORT shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf,
                                                  size_t recvcount, shoal_dtype_t dtype,
                                                  shoal_op_t op, shoal_comm_t comm, void *stream);
+/* count elements to each rank: sendbuf holds nranks blocks of count (block r goes to rank r),
+ * recvbuf receives nranks blocks (block r from rank r). sendbuf == recvbuf is in place. */
+SHOAL_EXPORT shoal_status_t shoal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                           shoal_dtype_t dtype, shoal_comm_t comm, void *stream);
 SHOAL_EXPORT shoal_status_t shoal_barrier(shoal_comm_t comm, void *stream);
 SHOAL_EXPORT shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype,
                                        int peer, shoal_comm_t comm, void *stream);

@@ -115,6 +115,14 @@ shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t r
     return shoal_api_call(comm, &a, stream);
 }
 
+shoal_status_t shoal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                              shoal_dtype_t dtype, shoal_comm_t comm, void *stream)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_ALLTOALL, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype};
+    return shoal_api_call(comm, &a, stream);
+}
+
 shoal_status_t shoal_barrier(shoal_comm_t comm, void *stream)
 {
     shoal_coll_args_t a = {.type = SHOAL_COLL_BARRIER};

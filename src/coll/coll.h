@@ -4,6 +4,7 @@
 
 #include "core/core.h"
 #include "reduce/reduce.h"
+#include "topo/topo.h"
 
 typedef enum {
     SHOAL_COLL_ALLREDUCE = 0,
@@ -14,6 +15,7 @@ typedef enum {
     SHOAL_COLL_BARRIER,
     SHOAL_COLL_SEND,
     SHOAL_COLL_RECV,
+    SHOAL_COLL_ALLTOALL,   /* count elements per peer block */
     SHOAL_COLL_TYPE_COUNT
 } shoal_coll_type_t;
 
@@ -23,6 +25,12 @@ typedef enum {
     SHOAL_ALGO_RD,       /* recursive doubling */
     SHOAL_ALGO_SHM,      /* intra-node direct path through shared areas */
     SHOAL_ALGO_TREE,     /* binomial tree (broadcast, reduce) */
+    SHOAL_ALGO_DBTREE,   /* double binary tree AllReduce (tree.c) */
+    SHOAL_ALGO_RAB,      /* Rabenseifner AllReduce, recursive-halving reduce-scatter (rab.c) */
+    SHOAL_ALGO_HIER,     /* hierarchical AllReduce: intra-host, inter-host, intra-host (hier.c) */
+    SHOAL_ALGO_BRUCK,    /* Bruck allgather for small messages (allgather2.c) */
+    SHOAL_ALGO_PAIRWISE, /* pairwise-exchange alltoall (alltoall.c) */
+    SHOAL_ALGO_PTREE,    /* pipelined binary-tree broadcast (bcast2.c) */
     SHOAL_ALGO_COUNT
 } shoal_algo_t;
 
@@ -44,9 +52,35 @@ typedef struct {
     size_t tree_max;       /* SHOAL_TREE_MAX_BYTES */
     size_t shm_oneshot_max;/* SHOAL_SHM_ONESHOT_MAX */
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
+    int ring_order;        /* SHOAL_RING_ORDER: 0 topo, 1 rank */
+    const char *topo_file; /* SHOAL_TOPO_FILE */
+    int topo_discovery;    /* SHOAL_TOPO_DISCOVERY: SHOAL_TOPO_DISC_* */
+    const char *tuning_file; /* SHOAL_TUNING_FILE */
+    int topo_measure;      /* SHOAL_TOPO_MEASURE: ping-pongs at init */
 } shoal_coll_config_t;
 extern SHOAL_HIDDEN shoal_coll_config_t shoal_coll_config;
 extern SHOAL_HIDDEN const char *const shoal_algo_names[];
+
+/* What the cost model knows of a communicator (topo_comm.c builds it at init from the
+ * exchanged host summaries and link measurements; shoal_info -t from a topology file). It is
+ * identical on every rank, so every rank picks the same algorithm. */
+typedef struct {
+    int nranks;
+    int nhosts;
+    int max_ppn;           /* most ranks on one host */
+    int shm_direct;        /* the intra-node shared-memory path is available */
+    double oversub;        /* ranks per core on the busiest host, >= 1 */
+    shoal_link_t intra;    /* channels between ranks of one host */
+    shoal_link_t inter;    /* channels between hosts (one rank pair alone on the NIC) */
+    int ring_share;        /* ring edges leaving the busiest host (0: one host) */
+    double rd_alpha_us;    /* recursive doubling: sum over its steps of the step latency */
+    double rd_beta_us;     /* ... and of the per-byte time (NIC sharing included) */
+    double reduce_beta;    /* us per byte of a two-input reduction */
+    double copy_beta;      /* us per byte of a memory copy */
+    size_t chunk;          /* pipeline chunk */
+    size_t scratch;        /* scratch bytes (rd and bruck need the message to fit) */
+    size_t shm_oneshot_max;
+} shoal_coll_shape_t;
 
 /* Per-communicator algorithm state: scratch allocated and faulted in once at init. */
 typedef struct shoal_coll_state {
@@ -61,12 +95,40 @@ typedef struct shoal_coll_state {
     size_t window;         /* two-shot window bytes */
     uint64_t gen;          /* shm direct generation */
     void **srcs;           /* [local_size] reduce sources, preallocated */
+    /* topology (topo_comm.c), identical on every rank */
+    int *ring_order;       /* [nranks] ring position -> rank (SHOAL_RING_ORDER) */
+    int ring_pos;          /* this rank's position; ring_next/prev are ranks */
+    int ring_next;
+    int ring_prev;
+    int nhosts;            /* hosts (virtual ones with SHOAL_TOPO_FILE) */
+    int *host_of;          /* [nranks] host index, by first appearance in rank order */
+    int *socket_of;        /* [nranks] socket of each rank (-1 unknown) */
+    shoal_coll_shape_t shape;
+    uint64_t logged[SHOAL_COLL_TYPE_COUNT]; /* size buckets whose choice was logged */
+    struct shoal_hier_map *hier; /* hier.c: hosts and their ranks, built on first use */
 } shoal_coll_state_t;
 
 #define SHOAL_P2P_STEP 0xffffffffu
 
-/* Selection (select.c). */
+/* Selection (select.c): minimum of the cost table's cost_us for the call's collective and
+ * size; SHOAL_ALGO forces where it applies. */
 SHOAL_HIDDEN shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal_coll_args_t *a);
+/* The same choice from a shape alone (shoal_info -t); cost_p, if not NULL, gets its cost. */
+SHOAL_HIDDEN shoal_algo_t shoal_coll_select_shape(const shoal_coll_shape_t *s,
+                                                  shoal_coll_type_t type, size_t bytes,
+                                                  int forced, double *cost_p);
+/* Model cost of one algorithm (negative: not applicable). */
+SHOAL_HIDDEN double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type,
+                                    shoal_algo_t algo, size_t bytes);
+/* Topology of a communicator (topo_comm.c): summaries exchanged over its channels, ring
+ * order, link measurements, shape. Called by shoal_coll_comm_init once scratch exists. */
+SHOAL_HIDDEN shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm);
+SHOAL_HIDDEN void shoal_topo_comm_fini(struct shoal_comm *comm);
+/* Shape from a host layout alone (shoal_info -t, tests): links from tf (or defaults). */
+SHOAL_HIDDEN void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int *host_of,
+                                         const int *ring_order, const shoal_link_t *intra,
+                                         const shoal_link_t *inter, int shm_direct,
+                                         int ncores);
 SHOAL_HIDDEN shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
 /* Algorithms: blocking on the calling thread; seq is the collective's sequence number. */
@@ -87,6 +149,51 @@ SHOAL_HIDDEN shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const sho
                                               uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_barrier_run(struct shoal_comm *comm, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
+
+/* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each
+ * *_applicable(comm, a) says whether the algorithm can run this call (1) or not (0: the
+ * dispatcher must pick another one); all are deterministic and handle any rank count. */
+typedef struct {
+    int parent;            /* -1 at the root */
+    int child[2];          /* -1 where absent */
+} shoal_tree_node_t;
+/* NCCL-style double binary tree: t[0] is an in-order binary tree rooted at rank 0, t[1] its
+ * mirror (even n) or shift by one (odd n), so that most interior nodes of one are leaves of
+ * the other. */
+SHOAL_HIDDEN void shoal_dbtree_build(int n, int rank, shoal_tree_node_t t[2]);
+SHOAL_HIDDEN shoal_status_t shoal_dbtree_allreduce(struct shoal_comm *comm,
+                                                   const shoal_coll_args_t *a, uint32_t seq);
+SHOAL_HIDDEN shoal_status_t shoal_rab_allreduce(struct shoal_comm *comm,
+                                                const shoal_coll_args_t *a, uint32_t seq);
+/* Hierarchical AllReduce: any host layout (uneven ranks per host included); applicable
+ * while a host holds at most SHOAL_HIER_MAX_LOCAL ranks. */
+#define SHOAL_HIER_MAX_LOCAL 64
+SHOAL_HIDDEN int shoal_hier_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
+SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm,
+                                                 const shoal_coll_args_t *a, uint32_t seq);
+SHOAL_HIDDEN void shoal_hier_fini(struct shoal_comm *comm);
+SHOAL_HIDDEN shoal_status_t shoal_pairwise_alltoall(struct shoal_comm *comm,
+                                                    const shoal_coll_args_t *a, uint32_t seq);
+/* Bruck allgather: needs nranks * count * dsize <= scratch_size. */
+SHOAL_HIDDEN int shoal_bruck_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
+SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather(struct shoal_comm *comm,
+                                                  const shoal_coll_args_t *a, uint32_t seq);
+/* Pipelined binary-tree broadcast (chunks of comm->coll->chunk). */
+SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast(struct shoal_comm *comm,
+                                              const shoal_coll_args_t *a, uint32_t seq);
+/* Recursive-halving reduce-scatter: power-of-two nranks only. */
+SHOAL_HIDDEN int shoal_rh_reduce_scatter_applicable(struct shoal_comm *comm,
+                                                    const shoal_coll_args_t *a);
+SHOAL_HIDDEN shoal_status_t shoal_rh_reduce_scatter(struct shoal_comm *comm,
+                                                    const shoal_coll_args_t *a, uint32_t seq);
+/* Cost hints for the selection table (algos_cost.c): modelled us, negative = cannot run. */
+SHOAL_HIDDEN double shoal_dbtree_ar_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_hier_ar_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_bruck_ag_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_pairwise_a2a_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_ptree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_rh_rs_cost(const shoal_coll_shape_t *s, size_t bytes);
 
 /* Primitive helpers (prims.c). */
 /* One send and one receive at once, wait for both. */

@@ -5,13 +5,20 @@
 
 shoal_coll_config_t shoal_coll_config;
 
-const char *const shoal_algo_names[] = {"auto", "ring", "rd", "shm", "tree", NULL};
+const char *const shoal_algo_names[] = {"auto", "ring", "rd", "shm", "tree", "dbtree", "rab",
+                                        "hier", "bruck", "pairwise", "ptree", NULL};
+
+static const char *const shoal_coll_ring_orders[] = {"topo", "rank", NULL};
+static const char *const shoal_coll_topo_disc[] = {"auto", "hwloc", "sysfs", "none", NULL};
 
 static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
     {.name = "ALGO", .dflt = "auto", .type = SHOAL_CFG_ENUM, .enum_names = shoal_algo_names,
      .offset = offsetof(shoal_coll_config_t, algo),
      .doc = "force an algorithm where it applies: ring, rd (recursive doubling), shm (the "
-            "intra-node shared-memory path), tree (broadcast/reduce); auto = choose per call"},
+            "intra-node shared-memory path), tree (broadcast/reduce), dbtree (double binary "
+            "tree), rab (Rabenseifner), hier (hierarchical: intra-host, inter-host, intra-host), "
+            "bruck (allgather), pairwise (alltoall), ptree (pipelined tree broadcast); auto = "
+            "choose per call"},
     {.name = "CHUNK_SIZE", .dflt = "512k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, chunk_size),
      .doc = "pipeline chunk of the ring and tree algorithms (per block per step); scratch is "
@@ -31,6 +38,25 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .offset = offsetof(shoal_coll_config_t, shm_window),
      .doc = "bytes per rank staged per round of the intra-node path (kept cache-sized; capped "
             "by SHOAL_SHM_AREA_SIZE / 2)"},
+    {.name = "RING_ORDER", .dflt = "topo", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
+     .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "
+            "the next host: one crossing per host boundary and direction) or rank (as given)"},
+    {.name = "TOPO_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_coll_config_t, topo_file),
+     .doc = "synthetic topology: assigns ranks to virtual hosts and sockets and gives link "
+            "latency/bandwidth to the cost model (format: README, src/topo/topo.h)"},
+    {.name = "TOPO_DISCOVERY", .dflt = "auto", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_coll_topo_disc, .offset = offsetof(shoal_coll_config_t, topo_discovery),
+     .doc = "host discovery: auto (hwloc if built in, else sysfs), hwloc, sysfs or none"},
+    {.name = "TUNING_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_coll_config_t, tuning_file),
+     .doc = "cached link profile ('<kind> lat <us> bw <GB/s>' lines): read at init instead of "
+            "measuring those kinds; written by rank 0 after measuring when the file is absent"},
+    {.name = "TOPO_MEASURE", .dflt = "1", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_coll_config_t, topo_measure),
+     .doc = "measure link latency/bandwidth at init with a few ping-pongs between neighbour "
+            "ranks (about 1 ms); 0 = tuning file or defaults only"},
 };
 
 const shoal_cfg_table_t shoal_coll_cfg_table = {

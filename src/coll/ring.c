@@ -16,6 +16,7 @@ typedef struct {
     const shoal_coll_args_t *a;
     uint32_t seq;
     size_t dsize;
+    int pos;               /* this rank's ring position */
     int next;
     int prev;
 } shoal_ring_t;
@@ -27,8 +28,11 @@ static void shoal_ring_setup(shoal_ring_t *r, struct shoal_comm *comm, const sho
     r->a = a;
     r->seq = seq;
     r->dsize = shoal_dtype_size(a->dtype);
-    r->next = (comm->rank + 1) % comm->nranks;
-    r->prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+    /* Neighbours in ring order (host-aware unless SHOAL_RING_ORDER=rank). Blocks follow ring
+     * positions: the formulas below use pos where a rank-ordered ring uses rank. */
+    r->pos = comm->coll->ring_pos;
+    r->next = comm->coll->ring_next;
+    r->prev = comm->coll->ring_prev;
 }
 
 /* One step k of slice [s0, s0+m) elements for every slice of the group: post all, then
@@ -38,14 +42,14 @@ static shoal_status_t shoal_ring_ar_step(shoal_ring_t *r, const size_t *s0, cons
 {
     struct shoal_comm *comm = r->comm;
     const shoal_coll_args_t *a = r->a;
-    int n = comm->nranks, rank = comm->rank, rs = k < n - 1;
+    int n = comm->nranks, pos = r->pos, rs = k < n - 1;
     shoal_tl_req_t sreq[SHOAL_RING_SLICES], rreq[SHOAL_RING_SLICES];
     shoal_tl_req_t *reqs[2 * SHOAL_RING_SLICES];
     int peers[2 * SHOAL_RING_SLICES];
     uint8_t *rbuf = a->recvbuf;
     const uint8_t *sbuf = a->sendbuf;
-    int sblk = rs ? shoal_mod(rank - k, n) : shoal_mod(rank + 1 - (k - (n - 1)), n);
-    int rblk = rs ? shoal_mod(rank - k - 1, n) : shoal_mod(rank - (k - (n - 1)), n);
+    int sblk = rs ? shoal_mod(pos - k, n) : shoal_mod(pos + 1 - (k - (n - 1)), n);
+    int rblk = rs ? shoal_mod(pos - k - 1, n) : shoal_mod(pos - (k - (n - 1)), n);
 
     for (int i = 0; i < nsl; i++) {
         size_t soff, slen, roff, rlen;
@@ -116,14 +120,16 @@ shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm, const shoal_coll_ar
     return SHOAL_OK;
 }
 
-/* Reduce-scatter: rank r ends with block r. Step k sends the partial of block r-k-1 and
- * receives block r-k-2; the last step reduces straight into the receive buffer. Chunked so
- * scratch stays bounded: two accumulators alternate, one being sent while the other fills. */
+/* Reduce-scatter: rank r ends with block r. At ring position p, step k sends the partial of
+ * the block owned by position p-k-1 and receives that of position p-k-2 (block = the owner's
+ * rank); the last step reduces straight into the receive buffer. Chunked so scratch stays
+ * bounded: two accumulators alternate, one being sent while the other fills. */
 shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                          uint32_t seq)
 {
     shoal_ring_t r;
-    int n = comm->nranks, rank = comm->rank;
+    int n = comm->nranks;
+    const int *order = comm->coll->ring_order;
     size_t dsize = shoal_dtype_size(a->dtype);
     size_t celems = SHOAL_MAX(comm->coll->chunk / dsize, 1);
     const uint8_t *sbuf = a->sendbuf;
@@ -135,9 +141,10 @@ shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm, const shoal_co
     shoal_ring_setup(&r, comm, a, seq);
     for (size_t off = 0; off < a->count; off += celems, chunk++) {
         size_t len = SHOAL_MIN(celems, a->count - off), bytes = len * dsize;
-        const uint8_t *src = sbuf + ((size_t)shoal_mod(rank - 1, n) * a->count + off) * dsize;
+        const uint8_t *src =
+            sbuf + ((size_t)order[shoal_mod(r.pos - 1, n)] * a->count + off) * dsize;
         for (int k = 0; k < n - 1; k++) {
-            int rblk = shoal_mod(rank - k - 2, n);
+            int rblk = order[shoal_mod(r.pos - k - 2, n)];
             uint8_t *dst = k == n - 2 ? (uint8_t *)a->recvbuf + off * dsize : acc[k & 1];
             SHOAL_CHECK(shoal_prim_sendrecv(comm, r.next, src, bytes, r.prev, tmp, bytes, seq,
                                             (uint32_t)k, chunk));
@@ -150,12 +157,14 @@ shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm, const shoal_co
     return SHOAL_OK;
 }
 
-/* Allgather: blocks of count elements; step j passes block r-j on. */
+/* Allgather: blocks of count elements; at ring position p, step j passes on the block of the
+ * rank at position p-j. */
 shoal_status_t shoal_ring_allgather(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                     uint32_t seq)
 {
     shoal_ring_t r;
     int n = comm->nranks, rank = comm->rank;
+    const int *order = comm->coll->ring_order;
     size_t bytes = a->count * shoal_dtype_size(a->dtype);
     uint8_t *rbuf = a->recvbuf;
 
@@ -164,7 +173,7 @@ shoal_status_t shoal_ring_allgather(struct shoal_comm *comm, const shoal_coll_ar
         memmove(rbuf + (size_t)rank * bytes, a->sendbuf, bytes);
     }
     for (int j = 0; j < n - 1; j++) {
-        int sblk = shoal_mod(rank - j, n), rblk = shoal_mod(rank - j - 1, n);
+        int sblk = order[shoal_mod(r.pos - j, n)], rblk = order[shoal_mod(r.pos - j - 1, n)];
         SHOAL_CHECK(shoal_prim_sendrecv(comm, r.next, rbuf + (size_t)sblk * bytes, bytes, r.prev,
                                         rbuf + (size_t)rblk * bytes, bytes, seq, (uint32_t)j, 0));
     }

@@ -1,33 +1,249 @@
 /* Algorithm choice per call and the dispatch that runs it. */
 #include "coll/coll.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- cost model: one row per (algorithm, collective) ----------------------------------
+ * cost_us(shape, bytes) is the modelled time of one call (negative: cannot run it); bytes is
+ * the whole message for allreduce/broadcast/reduce and one rank's block for allgather and
+ * reduce_scatter. applicable(comm, a), where set, adds the checks only a communicator can
+ * answer. Selection takes the cheapest applicable row; SHOAL_ALGO forces a row. */
+typedef double (*shoal_coll_cost_fn_t)(const shoal_coll_shape_t *s, size_t bytes);
+typedef int (*shoal_coll_applicable_fn_t)(struct shoal_comm *comm, const shoal_coll_args_t *a);
+
+typedef struct {
+    shoal_algo_t algo;
+    shoal_coll_type_t coll;
+    shoal_coll_cost_fn_t cost_us;
+    shoal_coll_applicable_fn_t applicable;
+} shoal_coll_algo_row_t;
+
+static const char *const shoal_coll_type_names[SHOAL_COLL_TYPE_COUNT] = {
+    [SHOAL_COLL_ALLREDUCE] = "allreduce", [SHOAL_COLL_BROADCAST] = "broadcast",
+    [SHOAL_COLL_REDUCE] = "reduce", [SHOAL_COLL_ALLGATHER] = "allgather",
+    [SHOAL_COLL_REDUCE_SCATTER] = "reduce_scatter", [SHOAL_COLL_BARRIER] = "barrier",
+    [SHOAL_COLL_SEND] = "send", [SHOAL_COLL_RECV] = "recv", [SHOAL_COLL_ALLTOALL] = "alltoall",
+};
+
+static int shoal_coll_log2_ceil(int n)
+{
+    int l = 0;
+    while ((1 << l) < n) {
+        l++;
+    }
+    return l;
+}
+
+/* Time of the ring's per-step transfer: the slowest edge (the NIC shared by the ring edges
+ * leaving the busiest host). */
+static void shoal_coll_ring_link(const shoal_coll_shape_t *s, double *alpha, double *beta)
+{
+    if (s->nhosts > 1) {
+        *alpha = SHOAL_MAX(s->inter.alpha_us, s->intra.alpha_us);
+        *beta = SHOAL_MAX(s->inter.beta_us * SHOAL_MAX(s->ring_share, 1), s->intra.beta_us);
+    } else {
+        *alpha = s->intra.alpha_us;
+        *beta = s->intra.beta_us;
+    }
+}
+
+static double shoal_coll_cost_ring_ar(const shoal_coll_shape_t *s, size_t bytes)
+{
+    double n = s->nranks, m = (double)bytes, alpha, beta;
+    double groups = SHOAL_MAX(1.0, (double)((bytes + 2 * s->nranks * s->chunk - 1) /
+                                           (2 * s->nranks * s->chunk)));
+    shoal_coll_ring_link(s, &alpha, &beta);
+    return 2 * (n - 1) * groups * alpha + 2 * (n - 1) / n * m * beta +
+           (n - 1) / n * m * s->reduce_beta * s->oversub;
+}
+
+static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
+{
+    int l = shoal_coll_log2_ceil(s->nranks);
+    if (bytes > s->scratch) {
+        return -1;
+    }
+    return s->rd_alpha_us + (double)bytes * s->rd_beta_us +
+           l * (double)bytes * s->reduce_beta * s->oversub;
+}
+
+static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
+{
+    /* A flag store and poll in shared memory: far below a channel message's latency. */
+    double n = s->nranks, m = (double)bytes, sync = 0.1 * n * s->oversub;
+    if (!s->shm_direct) {
+        return -1;
+    }
+    if (bytes <= s->shm_oneshot_max) {
+        /* stage, then every rank reduces all n inputs */
+        return 2 * sync + m * s->copy_beta + (n - 1) * m * s->reduce_beta * s->oversub;
+    }
+    /* stage, reduce my 1/n across n inputs, copy the other segments out */
+    return 3 * sync * SHOAL_MAX(1.0, m / (double)(1 << 20)) +
+           m * s->copy_beta * (1 + s->oversub) + (n - 1) / n * m * s->reduce_beta * s->oversub;
+}
+
+static double shoal_coll_cost_tree_bcast(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = s->nhosts > 1 ? s->inter : s->intra;
+    return shoal_coll_log2_ceil(s->nranks) * shoal_link_time(&l, (double)bytes);
+}
+
+static double shoal_coll_cost_chain_bcast(const shoal_coll_shape_t *s, size_t bytes)
+{
+    double alpha, beta, chunks = (double)((bytes + s->chunk - 1) / s->chunk);
+    size_t c = SHOAL_MIN(bytes, s->chunk);
+    shoal_coll_ring_link(s, &alpha, &beta);
+    return (s->nranks - 1 + chunks - 1) * (alpha + (double)c * beta);
+}
+
+static double shoal_coll_cost_tree_reduce(const shoal_coll_shape_t *s, size_t bytes)
+{
+    shoal_link_t l = s->nhosts > 1 ? s->inter : s->intra;
+    return shoal_coll_log2_ceil(s->nranks) *
+           (shoal_link_time(&l, (double)bytes) + (double)bytes * s->reduce_beta);
+}
+
+static double shoal_coll_cost_ring_ag(const shoal_coll_shape_t *s, size_t bytes)
+{
+    double alpha, beta;
+    shoal_coll_ring_link(s, &alpha, &beta);
+    return (s->nranks - 1) * (alpha + (double)bytes * beta);
+}
+
+static double shoal_coll_cost_ring_rs(const shoal_coll_shape_t *s, size_t bytes)
+{
+    double alpha, beta, chunks = SHOAL_MAX(1.0, (double)((bytes + s->chunk - 1) / s->chunk));
+    shoal_coll_ring_link(s, &alpha, &beta);
+    return (s->nranks - 1) * (chunks * alpha + (double)bytes * (beta + s->reduce_beta));
+}
+
+static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
+    {.algo = SHOAL_ALGO_SHM, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_shm_ar},
+    {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar},
+    {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_BROADCAST,
+     .cost_us = shoal_coll_cost_tree_bcast},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST,
+     .cost_us = shoal_coll_cost_chain_bcast},
+    {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_REDUCE_SCATTER,
+     .cost_us = shoal_coll_cost_ring_rs},
+    /* algorithms of tree.c, rab.c, hier.c, bcast2.c, allgather2.c, rs2.c, alltoall.c */
+    {.algo = SHOAL_ALGO_DBTREE, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_dbtree_ar_cost},
+    {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_rab_ar_cost},
+    {.algo = SHOAL_ALGO_HIER, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_hier_ar_cost,
+     .applicable = shoal_hier_applicable},
+    {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost},
+    {.algo = SHOAL_ALGO_BRUCK, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_bruck_ag_cost,
+     .applicable = shoal_bruck_applicable},
+    {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_REDUCE_SCATTER, .cost_us = shoal_rh_rs_cost,
+     .applicable = shoal_rh_reduce_scatter_applicable},
+    {.algo = SHOAL_ALGO_PAIRWISE, .coll = SHOAL_COLL_ALLTOALL,
+     .cost_us = shoal_pairwise_a2a_cost},
+};
+
+/* What runs when no row applies (or the collective has none). */
+static shoal_algo_t shoal_coll_default_algo(shoal_coll_type_t type)
+{
+    return type == SHOAL_COLL_BROADCAST || type == SHOAL_COLL_REDUCE ? SHOAL_ALGO_TREE
+                                                                     : SHOAL_ALGO_RING;
+}
+
+double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type, shoal_algo_t algo,
+                       size_t bytes)
+{
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_coll_algo_table); i++) {
+        const shoal_coll_algo_row_t *row = &shoal_coll_algo_table[i];
+        if (row->coll == type && row->algo == algo) {
+            return row->cost_us(s, bytes);
+        }
+    }
+    return -1;
+}
+
+/* The cheapest row (or the forced one) whose cost is known and, given comm, applicable. */
+static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_comm *comm,
+                                    const shoal_coll_args_t *a, shoal_coll_type_t type,
+                                    size_t bytes, int forced, double *cost_p)
+{
+    shoal_algo_t best = shoal_coll_default_algo(type);
+    double best_cost = -1;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_coll_algo_table); i++) {
+        const shoal_coll_algo_row_t *row = &shoal_coll_algo_table[i];
+        double c;
+        if (row->coll != type || (c = row->cost_us(s, bytes)) < 0 ||
+            (comm != NULL && row->applicable != NULL && !row->applicable(comm, a))) {
+            continue;
+        }
+        if ((int)row->algo == forced) {
+            best = row->algo;
+            best_cost = c;
+            break;
+        }
+        if (best_cost < 0 || c < best_cost) {
+            best = row->algo;
+            best_cost = c;
+        }
+    }
+    if (cost_p != NULL) {
+        *cost_p = best_cost;
+    }
+    return best;
+}
+
+shoal_algo_t shoal_coll_select_shape(const shoal_coll_shape_t *s, shoal_coll_type_t type,
+                                     size_t bytes, int forced, double *cost_p)
+{
+    return shoal_coll_pick(s, NULL, NULL, type, bytes, forced, cost_p);
+}
+
+/* INFO [COLL] once per (collective, power-of-two size bucket): the choice and every cost. */
+static void shoal_coll_log_choice(struct shoal_comm *comm, shoal_coll_type_t type, size_t bytes,
+                                  shoal_algo_t algo)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int bucket = bytes == 0 ? 0 : 63 - __builtin_clzll((unsigned long long)bytes);
+    char costs[256];
+    size_t len = 0;
+
+    if ((cs->logged[type] & (1ull << bucket)) != 0) {
+        return;
+    }
+    cs->logged[type] |= 1ull << bucket;
+    costs[0] = '\0';
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_coll_algo_table) && len < sizeof(costs); i++) {
+        const shoal_coll_algo_row_t *row = &shoal_coll_algo_table[i];
+        if (row->coll == type) {
+            double c = row->cost_us(&cs->shape, bytes);
+            len += (size_t)snprintf(costs + len, sizeof(costs) - len, " %s=%.1f",
+                                    shoal_algo_names[row->algo], c);
+        }
+    }
+    shoal_info(COLL, "rank %d: %s of %zu bytes (bucket 2^%d): %s%s; model us:%s", comm->rank,
+               shoal_coll_type_names[type], bytes, bucket, shoal_algo_names[algo],
+               cs->algo != SHOAL_ALGO_AUTO ? " (SHOAL_ALGO)" : "", costs);
+}
 
 shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
     shoal_coll_state_t *cs = comm->coll;
     size_t bytes = a->count * shoal_dtype_size(a->dtype);
+    shoal_algo_t algo;
 
-    switch (a->type) {
-    case SHOAL_COLL_ALLREDUCE:
-        if (cs->algo == SHOAL_ALGO_RING || cs->algo == SHOAL_ALGO_RD) {
-            return (shoal_algo_t)cs->algo;
-        }
-        if (cs->shm_ok && (cs->algo == SHOAL_ALGO_SHM || cs->algo == SHOAL_ALGO_AUTO)) {
-            return SHOAL_ALGO_SHM;
-        }
-        return bytes <= shoal_coll_config.rd_max ? SHOAL_ALGO_RD : SHOAL_ALGO_RING;
-    case SHOAL_COLL_BROADCAST:
-        if (cs->algo == SHOAL_ALGO_TREE || cs->algo == SHOAL_ALGO_RING) {
-            return (shoal_algo_t)cs->algo;
-        }
-        return bytes <= shoal_coll_config.tree_max ? SHOAL_ALGO_TREE : SHOAL_ALGO_RING;
-    case SHOAL_COLL_REDUCE:
-        return SHOAL_ALGO_TREE;
-    default:
-        return SHOAL_ALGO_RING;
+    if (a->type >= SHOAL_COLL_TYPE_COUNT || a->type == SHOAL_COLL_BARRIER ||
+        a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
+        return shoal_coll_default_algo(a->type);
     }
+    algo = shoal_coll_pick(&cs->shape, comm, a, a->type, bytes, cs->algo, NULL);
+    if (shoal_log_enabled(SHOAL_LOG_INFO, COLL)) {
+        shoal_coll_log_choice(comm, a->type, bytes, algo);
+    }
+    return algo;
 }
 
 static shoal_status_t shoal_coll_local(const shoal_coll_args_t *a)
@@ -66,16 +282,36 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
         if (algo == SHOAL_ALGO_SHM) {
             return shoal_shmdirect_allreduce(comm, a);
         }
+        if (algo == SHOAL_ALGO_DBTREE) {
+            return shoal_dbtree_allreduce(comm, a, seq);
+        }
+        if (algo == SHOAL_ALGO_RAB) {
+            return shoal_rab_allreduce(comm, a, seq);
+        }
+        if (algo == SHOAL_ALGO_HIER) {
+            return shoal_hier_allreduce(comm, a, seq);
+        }
         return algo == SHOAL_ALGO_RD ? shoal_rd_allreduce(comm, a, seq)
                                      : shoal_ring_allreduce(comm, a, seq);
     case SHOAL_COLL_BROADCAST:
+        if (algo == SHOAL_ALGO_PTREE) {
+            return shoal_ptree_bcast(comm, a, seq);
+        }
         return shoal_bcast_run(comm, a, seq, algo);
     case SHOAL_COLL_REDUCE:
         return shoal_tree_reduce(comm, a, seq);
     case SHOAL_COLL_ALLGATHER:
+        if (algo == SHOAL_ALGO_BRUCK) {
+            return shoal_bruck_allgather(comm, a, seq);
+        }
         return shoal_ring_allgather(comm, a, seq);
     case SHOAL_COLL_REDUCE_SCATTER:
+        if (algo == SHOAL_ALGO_RAB) {
+            return shoal_rh_reduce_scatter(comm, a, seq);
+        }
         return shoal_ring_reduce_scatter(comm, a, seq);
+    case SHOAL_COLL_ALLTOALL:
+        return shoal_pairwise_alltoall(comm, a, seq);
     case SHOAL_COLL_BARRIER:
         return shoal_barrier_run(comm, seq);
     default:
@@ -117,6 +353,7 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
         memset(cs->scratch, 0, cs->scratch_size);
     }
     SHOAL_CHECK(shoal_shmdirect_init(comm));
+    SHOAL_CHECK(shoal_topo_comm_init(comm));
     if (cs->algo == SHOAL_ALGO_SHM && !cs->shm_ok) {
         shoal_warn(COLL, "SHOAL_ALGO=shm needs every rank on one host with the shm transport; "
                    "using the automatic choice");
@@ -130,6 +367,8 @@ void shoal_coll_comm_fini(struct shoal_comm *comm)
     if (cs == NULL) {
         return;
     }
+    shoal_topo_comm_fini(comm);
+    shoal_hier_fini(comm);
     free(cs->scratch);
     free(cs->areas);
     free(cs->srcs);

@@ -1,12 +1,17 @@
 /* shoal_info: what was built in, what is usable now, and every SHOAL_* variable.
  *   -v  version           -b  built-in components (transports, optional dependencies)
  *   -c  config variables  -m  with -c: the Markdown table for the README
+ *   -t  topology: this host (or SHOAL_TOPO_FILE), ring order, trees, allreduce choice per size
+ *       (-n N ranks, --ppn P ranks per host)
  *   -h  help
  * A tool, not the library: it prints to stdout. */
+#include "coll/coll.h"
 #include "core/tl.h"
 #include "util/util.h"
 
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -15,13 +20,21 @@
 static void shoal_info_usage(FILE *fp)
 {
     fprintf(fp,
-            "usage: shoal_info [-v] [-b] [-c [-m]] [-h]\n"
+            "usage: shoal_info [-v] [-b] [-c [-m]] [-t [-n N] [--ppn P]] [-h]\n"
             "  -v  print the version\n"
             "  -b  print built-in components: transports (and whether usable now),\n"
             "      optional dependencies\n"
             "  -c  print every SHOAL_* variable: value, default, source and meaning\n"
             "      (the output is a valid SHOAL_CONF_FILE)\n"
             "  -m  with -c: print a Markdown table (Variable | Default | Meaning)\n"
+            "  -t  print the topology: this host (hwloc or sysfs), the hosts and sockets of\n"
+            "      N ranks (SHOAL_TOPO_FILE, or --ppn P ranks per host in blocks), the ring\n"
+            "      order, the double binary trees, and the AllReduce algorithm chosen per\n"
+            "      size by the cost model (links: SHOAL_TOPO_FILE, SHOAL_TUNING_FILE or\n"
+            "      defaults)\n"
+            "  -n N      with -t: number of ranks (default: the topology file's, else the\n"
+            "            number of PUs of this host)\n"
+            "  --ppn P   with -t: ranks per host (default: all on one host)\n"
             "  -h  print this help\n"
             "With no option, -v is assumed.\n");
 }
@@ -144,13 +157,166 @@ static void shoal_info_print_config_md(void)
     }
 }
 
+/* ---- -t: topology, ring, trees, choice per size ---------------------------------------- */
+
+typedef struct {
+    int n;
+    int *host_of;
+    int *socket_of;
+    int *order;
+    shoal_link_t intra, inter;
+} shoal_info_topo_t;
+
+/* Ranks on hosts: SHOAL_TOPO_FILE, else blocks of ppn. Links: file, tuning file, defaults. */
+static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
+{
+    const char *path = shoal_coll_config.topo_file, *tpath = shoal_coll_config.tuning_file;
+    shoal_topo_file_t tf;
+    shoal_tuning_t tun;
+    int have_tun = tpath != NULL && tpath[0] != '\0' && shoal_tuning_load(tpath, &tun) == 1;
+
+    memset(&tf, 0, sizeof(tf));
+    t->intra = have_tun && tun.have[SHOAL_LINK_SHM] ? tun.link[SHOAL_LINK_SHM]
+                                                    : shoal_link_default(SHOAL_LINK_SHM);
+    t->inter = have_tun && tun.have[SHOAL_LINK_TCP] ? tun.link[SHOAL_LINK_TCP]
+                                                    : shoal_link_default(SHOAL_LINK_TCP);
+    t->n = n;
+    t->host_of = calloc((size_t)n, sizeof(int));
+    t->socket_of = calloc((size_t)n, sizeof(int));
+    t->order = calloc((size_t)n, sizeof(int));
+    if (t->host_of == NULL || t->socket_of == NULL || t->order == NULL) {
+        return -1;
+    }
+    if (path != NULL && path[0] != '\0') {
+        if (shoal_topo_file_load(path, n, &tf) != SHOAL_OK) {
+            return -1;
+        }
+        memcpy(t->host_of, tf.host_of, sizeof(int) * (size_t)n);
+        memcpy(t->socket_of, tf.socket_of, sizeof(int) * (size_t)n);
+        t->intra = tf.have_intra ? tf.intra : t->intra;
+        t->inter = tf.have_inter ? tf.inter : t->inter;
+        shoal_topo_file_free(&tf);
+    } else {
+        for (int r = 0; r < n; r++) {
+            t->host_of[r] = r / ppn;
+        }
+    }
+    uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n);
+    if (ids == NULL) {
+        return -1;
+    }
+    for (int r = 0; r < n; r++) {
+        ids[r] = (uint64_t)t->host_of[r];
+    }
+    shoal_topo_host_index(n, ids, t->host_of);
+    free(ids);
+    if (shoal_coll_config.ring_order == 0) {
+        shoal_topo_ring_order(n, t->host_of, t->socket_of, t->order);
+    } else {
+        for (int r = 0; r < n; r++) {
+            t->order[r] = r;
+        }
+    }
+    return 0;
+}
+
+static void shoal_info_print_trees(int n)
+{
+    shoal_tree_node_t t[2];
+    printf("# double binary trees (rank: parent/children in tree 0 | tree 1)\n");
+    for (int r = 0; r < n && r < 64; r++) {
+        shoal_dbtree_build(n, r, t);
+        printf("#   %3d: %3d / %3d %3d | %3d / %3d %3d\n", r, t[0].parent, t[0].child[0],
+               t[0].child[1], t[1].parent, t[1].child[0], t[1].child[1]);
+    }
+}
+
+static void shoal_info_print_choice(const shoal_coll_shape_t *s)
+{
+    static const shoal_algo_t algos[] = {SHOAL_ALGO_SHM, SHOAL_ALGO_RD, SHOAL_ALGO_RING,
+                                         SHOAL_ALGO_DBTREE, SHOAL_ALGO_RAB, SHOAL_ALGO_HIER};
+    printf("# allreduce: modelled time (us) per algorithm, '-' = not applicable\n#   %10s",
+           "bytes");
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(algos); i++) {
+        printf(" %9s", shoal_algo_names[algos[i]]);
+    }
+    printf("  choice\n");
+    for (size_t b = 8; b <= ((size_t)256 << 20); b *= 4) {
+        double c;
+        shoal_algo_t a = shoal_coll_select_shape(s, SHOAL_COLL_ALLREDUCE, b,
+                                                 shoal_coll_config.algo, NULL);
+        printf("#   %10zu", b);
+        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(algos); i++) {
+            c = shoal_coll_cost(s, SHOAL_COLL_ALLREDUCE, algos[i], b);
+            if (c < 0) {
+                printf(" %9s", "-");
+            } else {
+                printf(" %9.1f", c);
+            }
+        }
+        printf("  %s\n", shoal_algo_names[a]);
+    }
+}
+
+static int shoal_info_print_topo(int n, int ppn)
+{
+    shoal_topo_summary_t sum;
+    shoal_info_topo_t t;
+    shoal_coll_shape_t shape;
+    const char *path = shoal_coll_config.topo_file;
+    int ok;
+
+    memset(&t, 0, sizeof(t));
+    shoal_topo_discover(shoal_coll_config.topo_discovery, &sum);
+    printf("# this host (%s)\n", shoal_hostname());
+    shoal_topo_summary_print(&sum, stdout);
+    if (n <= 0) {
+        n = SHOAL_MAX(sum.npus, 2);
+    }
+    if (ppn <= 0) {
+        ppn = n;
+    }
+    ok = shoal_info_topo_layout(&t, n, ppn) == 0;
+    if (ok) {
+        shoal_topo_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
+                               path == NULL || path[0] == '\0', sum.ncores);
+        printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s, inter %.2f us "
+               "%.3f GB/s\n", n, shape.nhosts, path != NULL && path[0] != '\0' ? " from " : "",
+               path != NULL ? path : "", t.intra.alpha_us, shoal_beta_to_gbs(t.intra.beta_us),
+               t.inter.alpha_us, shoal_beta_to_gbs(t.inter.beta_us));
+        printf("# rank: host socket\n");
+        for (int r = 0; r < n && r < 64; r++) {
+            printf("#   %3d: %3d %3d\n", r, t.host_of[r], t.socket_of[r]);
+        }
+        printf("# ring order (SHOAL_RING_ORDER=%s), crossings per host and direction %d:\n#  ",
+               shoal_coll_config.ring_order == 0 ? "topo" : "rank", shape.ring_share);
+        for (int i = 0; i < n && i < 64; i++) {
+            printf(" %d", t.order[i]);
+        }
+        printf("\n");
+        shoal_info_print_trees(n);
+        shoal_info_print_choice(&shape);
+    }
+    free(t.host_of);
+    free(t.socket_of);
+    free(t.order);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
-    int opt, version = 0, built = 0, config = 0, markdown = 0;
+    static const struct option longopts[] = {
+        {.name = "ppn", .has_arg = required_argument, .val = 'p'},
+        {.name = NULL},
+    };
+    int opt, version = 0, built = 0, config = 0, markdown = 0, topo = 0, nranks = 0, ppn = 0;
 
     opterr = 0;
-    while ((opt = getopt(argc, argv, "vbcmh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "vbcmhtn:p:", longopts, NULL)) != -1) {
         switch (opt) {
+        case 't': topo = 1; break;
+        case 'n': nranks = atoi(optarg); break;
+        case 'p': ppn = atoi(optarg); break;
         case 'v': version = 1; break;
         case 'b': built = 1; break;
         case 'c': config = 1; break;
@@ -170,7 +336,7 @@ int main(int argc, char **argv)
         shoal_info_usage(stderr);
         return 2;
     }
-    if (!version && !built && !config)
+    if (!version && !built && !config && !topo)
         version = 1;
     shoal_config_global_init();
     if (version)
@@ -181,5 +347,7 @@ int main(int argc, char **argv)
         shoal_info_print_config_md();
     else if (config)
         shoal_info_print_config();
+    if (topo && shoal_info_print_topo(nranks, ppn) != 0)
+        return 1;
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -1,0 +1,146 @@
+/*
+ * Topology: what a host has (hwloc, or sysfs where hwloc is absent), a synthetic cluster
+ * description (SHOAL_TOPO_FILE), the host-aware ring order, and the alpha-beta link model
+ * the algorithm selection uses. Everything here is plain data and pure functions except
+ * discovery (reads the machine) and topo_comm.c (exchanges summaries over a communicator).
+ */
+#ifndef SHOAL_TOPO_H
+#define SHOAL_TOPO_H
+
+#include "util/util.h"
+
+#include <stdio.h>
+
+#define SHOAL_TOPO_DEV_MAX 4
+#define SHOAL_TOPO_DEVNAME_MAX 24
+
+/* A NIC (network OS device) or GPU (PCI class display/3D) with its locality. */
+typedef struct {
+    char name[SHOAL_TOPO_DEVNAME_MAX]; /* eth0, mlx5_0; GPUs: PCI bus id */
+    int16_t numa;                      /* NUMA node of its PCI locality, -1 unknown */
+    int16_t socket;                    /* package, -1 unknown */
+    uint32_t speed_mbps;               /* link speed where known, else 0 */
+} shoal_topo_dev_t;
+
+enum { SHOAL_TOPO_SRC_NONE = 0, SHOAL_TOPO_SRC_SYSFS = 1, SHOAL_TOPO_SRC_HWLOC = 2 };
+
+/* Fixed-size summary of one rank's host, exchanged as plain bytes at communicator init. */
+typedef struct {
+    uint64_t host_id;
+    int32_t source;        /* SHOAL_TOPO_SRC_* */
+    int32_t nsockets;
+    int32_t nnuma;
+    int32_t ncores;
+    int32_t npus;
+    uint32_t l1d_kb, l2_kb, l3_kb; /* sizes of the caches above PU 0 */
+    int32_t nnics;         /* found; only the first SHOAL_TOPO_DEV_MAX are listed */
+    int32_t ngpus;
+    int32_t cpu;           /* this rank's CPU at init (sched_getcpu), -1 unknown */
+    int32_t socket;        /* its package (logical index), -1 unknown */
+    int32_t numa;          /* its NUMA node (os index), -1 unknown */
+    shoal_topo_dev_t nics[SHOAL_TOPO_DEV_MAX];
+    shoal_topo_dev_t gpus[SHOAL_TOPO_DEV_MAX];
+} shoal_topo_summary_t;
+
+/* Discovery mode: SHOAL_TOPO_DISCOVERY. */
+enum { SHOAL_TOPO_DISC_AUTO = 0, SHOAL_TOPO_DISC_HWLOC, SHOAL_TOPO_DISC_SYSFS,
+       SHOAL_TOPO_DISC_NONE };
+
+/* The calling process's host summary; the host part is discovered once per process and
+ * cached, cpu/socket/numa are read at each call. Never fails: unknown fields are 0 or -1. */
+SHOAL_HIDDEN void shoal_topo_discover(int mode, shoal_topo_summary_t *out);
+SHOAL_HIDDEN int shoal_topo_discover_hwloc(shoal_topo_summary_t *out); /* 0: ok */
+SHOAL_HIDDEN int shoal_topo_discover_sysfs(shoal_topo_summary_t *out); /* 0: ok */
+SHOAL_HIDDEN void shoal_topo_summary_print(const shoal_topo_summary_t *s, FILE *fp);
+
+/* ---- link model ---------------------------------------------------------------------- */
+
+/* Channel kinds, named like their transports. */
+typedef enum {
+    SHOAL_LINK_SHM = 0,
+    SHOAL_LINK_TCP,
+    SHOAL_LINK_UCX,
+    SHOAL_LINK_IB,
+    SHOAL_LINK_KINDS
+} shoal_link_kind_t;
+extern SHOAL_HIDDEN const char *const shoal_link_kind_names[];
+SHOAL_HIDDEN int shoal_link_kind_from_name(const char *tl_name); /* -1 if unknown */
+
+/* alpha: microseconds per message; beta: microseconds per byte (1 / bandwidth). */
+typedef struct {
+    double alpha_us;
+    double beta_us;
+} shoal_link_t;
+
+static inline double shoal_link_time(const shoal_link_t *l, double bytes)
+{
+    return l->alpha_us + bytes * l->beta_us;
+}
+static inline double shoal_gbs_to_beta(double gbs) { return gbs > 0 ? 1e-3 / gbs : 0; }
+static inline double shoal_beta_to_gbs(double beta) { return beta > 0 ? 1e-3 / beta : 0; }
+
+/* Defaults per kind (used when neither a measurement nor a tuning file gives a value). */
+SHOAL_HIDDEN shoal_link_t shoal_link_default(shoal_link_kind_t kind);
+
+/* Cached profile (SHOAL_TUNING_FILE): lines "<kind> lat <us> bw <GB/s>", kind one of the
+ * link kinds or "reduce" / "copy" (local memory rates, lat ignored); '#' comments. */
+typedef struct {
+    shoal_link_t link[SHOAL_LINK_KINDS];
+    int have[SHOAL_LINK_KINDS];
+    double reduce_gbs, copy_gbs; /* 0 when absent */
+} shoal_tuning_t;
+SHOAL_HIDDEN shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t);
+/* 1 loaded, 0 no such file, negative status on a malformed file. */
+SHOAL_HIDDEN int shoal_tuning_load(const char *path, shoal_tuning_t *t);
+SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t);
+
+/* ---- synthetic topology (SHOAL_TOPO_FILE) ---------------------------------------------
+ *   # comment                      anything after '#' is ignored
+ *   hosts 2                        number of hosts
+ *   ppn 2                          ranks per host; a list (ppn 3 1) gives each host's count
+ *   layout block                   block (host of rank r: 0 0 1 1) or cyclic (0 1 0 1)
+ *   host 1 ranks 0 2 5             explicit placement of these ranks (overrides layout)
+ *   sockets 2                      sockets per host: a host's ranks, in rank order, are cut
+ *                                  into this many contiguous groups
+ *   link intra lat 0.5 bw 10       same host: latency in us, bandwidth in GB/s
+ *   link inter lat 30 bw 0.125     between hosts (per host: the NIC is shared)
+ * Ranks past the described ones wrap around (rank r is placed like r mod described).
+ */
+typedef struct {
+    int nhosts;
+    int nranks;         /* ranks the arrays describe */
+    int sockets;        /* per host, >= 1 */
+    int *host_of;       /* [nranks] */
+    int *socket_of;     /* [nranks] */
+    shoal_link_t intra, inter;
+    int have_intra, have_inter;
+} shoal_topo_file_t;
+
+/* Parse text for a communicator of nranks ranks. On error logs the line and returns
+ * SHOAL_ERR_INVALID_ARG; tf is then empty. */
+SHOAL_HIDDEN shoal_status_t shoal_topo_file_parse(const char *text, int nranks,
+                                                  shoal_topo_file_t *tf);
+SHOAL_HIDDEN shoal_status_t shoal_topo_file_load(const char *path, int nranks,
+                                                 shoal_topo_file_t *tf);
+SHOAL_HIDDEN void shoal_topo_file_free(shoal_topo_file_t *tf);
+
+/* ---- grouping and ring order --------------------------------------------------------- */
+
+static inline int shoal_mod_int(int a, int n)
+{
+    int m = a % n;
+    return m < 0 ? m + n : m;
+}
+
+/* Dense host indices in order of first appearance by rank; returns the number of hosts. */
+SHOAL_HIDDEN int shoal_topo_host_index(int n, const uint64_t *host_ids, int *host_of);
+/* order[pos] = rank: hosts in order of their lowest rank; within a host, sockets ascending
+ * (by socket id, -1 first), then ranks ascending. The ring crosses each host boundary once per
+ * direction. Deterministic: the same inputs give the same order on every rank. */
+SHOAL_HIDDEN void shoal_topo_ring_order(int n, const int *host_of, const int *socket_of,
+                                        int *order);
+/* Largest number of ring edges (order[i] -> order[i+1]) leaving any one host: 1 for a
+ * host-grouped ring over several hosts, 0 on one host. */
+SHOAL_HIDDEN int shoal_topo_ring_share(int n, const int *host_of, const int *order);
+
+#endif

@@ -1,0 +1,458 @@
+/*
+ * Topology of a communicator, built at init over its own channels:
+ *  1. every rank discovers its host (cached per process) and lists the link kinds of its
+ *     channels to ranks of its own host and of other hosts; one ring allgather in rank order
+ *     spreads these records (rank 0's tuning file rides along, so all use the same one);
+ *  2. ranks are grouped by host (host id, or virtual hosts from SHOAL_TOPO_FILE) and socket,
+ *     and the ring order is computed (the same on every rank);
+ *  3. unless every link kind is known, neighbour pairs (0-1, 2-3, ... then 1-2, 3-4, ...)
+ *     time a few ping-pongs, and a second allgather spreads the results;
+ *  4. the shape for the cost model is derived from all of it, identically on every rank.
+ */
+#include "coll/coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SHOAL_TOPO_PP_SMALL_ITERS 5
+#define SHOAL_TOPO_PP_LARGE_ITERS 3
+#define SHOAL_TOPO_PP_LARGE (256 * 1024)
+#define SHOAL_TOPO_PP_STEP 0x70000000u
+
+/* Round 1 record: one per rank. */
+typedef struct {
+    shoal_topo_summary_t sum;
+    uint32_t kinds_intra;  /* bit k: a channel of kind k to a rank of my host */
+    uint32_t kinds_inter;  /* ... to a rank of another host */
+    int32_t tuning_loaded; /* rank 0: the tuning file below is valid */
+    int32_t pad;
+    shoal_tuning_t tuning;
+} shoal_topo_rec_t;
+
+/* Round 2 record: what this rank measured as the leader of a pair (kind -1: nothing). */
+typedef struct {
+    int32_t kind[2];
+    double alpha_us[2];
+    double beta_us[2];
+} shoal_topo_meas_t;
+
+/* A ring allgather of fixed-size records over the current ring order. */
+static shoal_status_t shoal_topo_allgather(struct shoal_comm *comm, const void *mine, size_t len,
+                                           void *all)
+{
+    shoal_coll_args_t a = {
+        .type = SHOAL_COLL_ALLGATHER, .sendbuf = mine, .recvbuf = all, .count = len,
+        .dtype = SHOAL_UINT8, .op = SHOAL_SUM, .root = 0,
+    };
+    return shoal_ring_allgather(comm, &a, comm->seq++);
+}
+
+static void shoal_topo_set_ring(shoal_coll_state_t *cs, int n, int rank)
+{
+    for (int i = 0; i < n; i++) {
+        if (cs->ring_order[i] == rank) {
+            cs->ring_pos = i;
+        }
+    }
+    cs->ring_next = cs->ring_order[(cs->ring_pos + 1) % n];
+    cs->ring_prev = cs->ring_order[(cs->ring_pos + n - 1) % n];
+}
+
+static int shoal_topo_chan_kind(struct shoal_comm *comm, int p)
+{
+    int k;
+    if (comm->chans[p].tl == NULL || comm->chans[p].tl->ops == NULL) {
+        return SHOAL_LINK_TCP;
+    }
+    k = shoal_link_kind_from_name(comm->chans[p].tl->ops->name);
+    return k < 0 ? SHOAL_LINK_TCP : k;
+}
+
+/* Hosts: virtual ones from SHOAL_TOPO_FILE, else the host ids of the bootstrap. */
+static shoal_status_t shoal_topo_hosts(struct shoal_comm *comm, shoal_topo_file_t *tf)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->nranks;
+    const char *path = shoal_coll_config.topo_file;
+
+    if (path != NULL && path[0] != '\0') {
+        SHOAL_CHECK(shoal_topo_file_load(path, n, tf));
+        memcpy(cs->host_of, tf->host_of, sizeof(int) * (size_t)n);
+        cs->nhosts = 0;
+        /* Renumber by first appearance, like host ids. */
+        uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n);
+        if (ids == NULL) {
+            return SHOAL_ERR_NO_MEMORY;
+        }
+        for (int r = 0; r < n; r++) {
+            ids[r] = (uint64_t)tf->host_of[r];
+        }
+        cs->nhosts = shoal_topo_host_index(n, ids, cs->host_of);
+        free(ids);
+        return SHOAL_OK;
+    }
+    uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n);
+    if (ids == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < n; r++) {
+        ids[r] = comm->peers[r].host_id;
+    }
+    cs->nhosts = shoal_topo_host_index(n, ids, cs->host_of);
+    free(ids);
+    return SHOAL_OK;
+}
+
+/* Leader side times round trips of len bytes; returns the best one-way time in us. */
+static shoal_status_t shoal_topo_pingpong(struct shoal_comm *comm, int peer, int lead,
+                                          size_t len, int iters, uint32_t *step,
+                                          double *oneway_p)
+{
+    uint8_t *buf = comm->coll->scratch;
+    uint32_t seq = comm->seq;
+    double best = 1e30;
+
+    for (int i = 0; i < iters; i++) {
+        uint64_t t0 = shoal_time_ns();
+        if (lead) {
+            SHOAL_CHECK(shoal_prim_send(comm, peer, buf, len, seq, (*step)++, 0));
+            SHOAL_CHECK(shoal_prim_recv(comm, peer, buf, len, seq, (*step)++, 0));
+        } else {
+            SHOAL_CHECK(shoal_prim_recv(comm, peer, buf, len, seq, (*step)++, 0));
+            SHOAL_CHECK(shoal_prim_send(comm, peer, buf, len, seq, (*step)++, 0));
+        }
+        double us = (double)(shoal_time_ns() - t0) / 2000.0;
+        /* The first round trip warms the path up: not counted. */
+        if (i > 0 && us < best) {
+            best = us;
+        }
+    }
+    *oneway_p = best;
+    return SHOAL_OK;
+}
+
+/* Phase ph (0: pairs 0-1, 2-3...; 1: pairs 1-2, 3-4...) for kinds not in known. */
+static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, uint32_t known,
+                                               shoal_topo_meas_t *m)
+{
+    int rank = comm->rank, peer = ((rank + ph) % 2 == 0) ? rank + 1 : rank - 1;
+    size_t large = SHOAL_MIN((size_t)SHOAL_TOPO_PP_LARGE, comm->coll->scratch_size);
+    uint32_t step = SHOAL_TOPO_PP_STEP;
+    double small_us, large_us;
+    int kind;
+
+    m->kind[ph] = -1;
+    if (peer < 0 || peer >= comm->nranks) {
+        return SHOAL_OK;
+    }
+    kind = shoal_topo_chan_kind(comm, peer);
+    if ((known & (1u << kind)) != 0) {
+        return SHOAL_OK; /* both sides see the same kind and the same known mask */
+    }
+    SHOAL_CHECK(shoal_topo_pingpong(comm, peer, rank < peer, 8, SHOAL_TOPO_PP_SMALL_ITERS,
+                                    &step, &small_us));
+    SHOAL_CHECK(shoal_topo_pingpong(comm, peer, rank < peer, large, SHOAL_TOPO_PP_LARGE_ITERS,
+                                    &step, &large_us));
+    if (rank < peer) {
+        m->kind[ph] = kind;
+        m->alpha_us[ph] = small_us;
+        m->beta_us[ph] = SHOAL_MAX(large_us - small_us, 0.01) / (double)large;
+    }
+    return SHOAL_OK;
+}
+
+/* Per kind: the mean of the measurements (summed in rank order: same bits everywhere), else
+ * rank 0's tuning file, else the default. */
+static void shoal_topo_link_table(int n, const shoal_topo_meas_t *all, const shoal_tuning_t *t,
+                                  shoal_link_t *links)
+{
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        double a = 0, b = 0;
+        int cnt = 0;
+        for (int r = 0; all != NULL && r < n; r++) {
+            for (int ph = 0; ph < 2; ph++) {
+                if (all[r].kind[ph] == k) {
+                    a += all[r].alpha_us[ph];
+                    b += all[r].beta_us[ph];
+                    cnt++;
+                }
+            }
+        }
+        if (cnt > 0) {
+            links[k] = (shoal_link_t){.alpha_us = a / cnt, .beta_us = b / cnt};
+        } else if (t != NULL && t->have[k]) {
+            links[k] = t->link[k];
+        } else {
+            links[k] = shoal_link_default((shoal_link_kind_t)k);
+        }
+    }
+}
+
+/* The slowest of the kinds in mask (dflt when the mask is empty). */
+static shoal_link_t shoal_topo_worst(uint32_t mask, const shoal_link_t *links, int dflt)
+{
+    shoal_link_t w = links[dflt];
+    int any = 0;
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        if ((mask & (1u << k)) != 0) {
+            w = any ? (shoal_link_t){.alpha_us = SHOAL_MAX(w.alpha_us, links[k].alpha_us),
+                                     .beta_us = SHOAL_MAX(w.beta_us, links[k].beta_us)}
+                    : links[k];
+            any = 1;
+        }
+    }
+    return w;
+}
+
+static void shoal_topo_log(struct shoal_comm *comm, const shoal_link_t *links, uint32_t used)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    if (comm->rank != 0 || !shoal_log_enabled(SHOAL_LOG_INFO, TOPO)) {
+        return;
+    }
+    shoal_info(TOPO, "%d ranks on %d host(s), ring order %s, ring crossings per host %d",
+               comm->nranks, cs->nhosts, shoal_coll_config.ring_order == 0 ? "topo" : "rank",
+               cs->shape.ring_share);
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        if ((used & (1u << k)) != 0) {
+            shoal_info(TOPO, "link %s: %.2f us, %.3f GB/s", shoal_link_kind_names[k],
+                       links[k].alpha_us, shoal_beta_to_gbs(links[k].beta_us));
+        }
+    }
+}
+
+static shoal_status_t shoal_topo_alloc(struct shoal_comm *comm)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->nranks;
+    cs->ring_order = malloc(sizeof(int) * (size_t)n);
+    cs->host_of = calloc((size_t)n, sizeof(int));
+    cs->socket_of = calloc((size_t)n, sizeof(int));
+    if (cs->ring_order == NULL || cs->host_of == NULL || cs->socket_of == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n; i++) {
+        cs->ring_order[i] = i;
+    }
+    shoal_topo_set_ring(cs, n, comm->rank);
+    return SHOAL_OK;
+}
+
+/* Round 1: my record, everyone's records. */
+static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, shoal_topo_rec_t *all)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    shoal_topo_rec_t *me = calloc(1, sizeof(*me));
+    const char *tpath = shoal_coll_config.tuning_file;
+    shoal_status_t st;
+
+    if (me == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    shoal_topo_discover(shoal_coll_config.topo_discovery, &me->sum);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p != comm->rank) {
+            uint32_t bit = 1u << shoal_topo_chan_kind(comm, p);
+            if (cs->host_of[p] == cs->host_of[comm->rank]) {
+                me->kinds_intra |= bit;
+            } else {
+                me->kinds_inter |= bit;
+            }
+        }
+    }
+    if (comm->rank == 0 && tpath != NULL && tpath[0] != '\0') {
+        me->tuning_loaded = shoal_tuning_load(tpath, &me->tuning) == 1;
+    }
+    st = shoal_topo_allgather(comm, me, sizeof(*me), all);
+    free(me);
+    return st;
+}
+
+/* Rounds 1 and 2 done: grouping, order, links, shape. */
+static void shoal_topo_finish(struct shoal_comm *comm, const shoal_topo_rec_t *all,
+                              const shoal_topo_file_t *tf, const shoal_topo_meas_t *meas)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->nranks, ncores = 0;
+    uint32_t ki = 0, ke = 0;
+    shoal_link_t links[SHOAL_LINK_KINDS], intra, inter;
+
+    for (int r = 0; r < n; r++) {
+        cs->socket_of[r] = tf->host_of != NULL ? tf->socket_of[r] : all[r].sum.socket;
+        ki |= all[r].kinds_intra;
+        ke |= all[r].kinds_inter;
+        if (ncores == 0 || (all[r].sum.ncores > 0 && all[r].sum.ncores < ncores)) {
+            ncores = all[r].sum.ncores;
+        }
+    }
+    if (shoal_coll_config.ring_order == 0) {
+        shoal_topo_ring_order(n, cs->host_of, cs->socket_of, cs->ring_order);
+    }
+    shoal_topo_set_ring(cs, n, comm->rank);
+    shoal_topo_link_table(n, meas, all[0].tuning_loaded ? &all[0].tuning : NULL, links);
+    intra = tf->have_intra ? tf->intra : shoal_topo_worst(ki, links, SHOAL_LINK_SHM);
+    inter = tf->have_inter ? tf->inter : shoal_topo_worst(ke, links, SHOAL_LINK_TCP);
+    shoal_topo_shape_build(&cs->shape, n, cs->host_of, cs->ring_order, &intra, &inter,
+                           cs->shm_ok, ncores);
+    shoal_topo_log(comm, links, ki | ke);
+}
+
+static void shoal_topo_save_tuning(struct shoal_comm *comm, const shoal_topo_rec_t *all,
+                                   const shoal_topo_meas_t *meas)
+{
+    const char *tpath = shoal_coll_config.tuning_file;
+    shoal_tuning_t t;
+    shoal_link_t links[SHOAL_LINK_KINDS];
+
+    if (comm->rank != 0 || tpath == NULL || tpath[0] == '\0' || all[0].tuning_loaded ||
+        meas == NULL) {
+        return;
+    }
+    memset(&t, 0, sizeof(t));
+    shoal_topo_link_table(comm->nranks, meas, NULL, links);
+    for (int r = 0; r < comm->nranks; r++) {
+        for (int ph = 0; ph < 2; ph++) {
+            int k = meas[r].kind[ph];
+            if (k >= 0 && k < SHOAL_LINK_KINDS) {
+                t.have[k] = 1;
+                t.link[k] = links[k];
+            }
+        }
+    }
+    if (shoal_tuning_save(tpath, &t) == SHOAL_OK) {
+        shoal_info(TOPO, "wrote the measured link profile to %s", tpath);
+    }
+}
+
+shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->nranks;
+    shoal_topo_file_t tf;
+    shoal_topo_rec_t *all = NULL;
+    shoal_topo_meas_t *meas = NULL, mine = {.kind = {-1, -1}};
+    uint32_t known = 0;
+    shoal_status_t st;
+
+    memset(&tf, 0, sizeof(tf));
+    SHOAL_CHECK(shoal_topo_alloc(comm));
+    SHOAL_CHECK(shoal_topo_hosts(comm, &tf));
+    if (n == 1) {
+        shoal_topo_shape_build(&cs->shape, 1, cs->host_of, cs->ring_order, &tf.intra, &tf.inter,
+                               0, 1);
+        shoal_topo_file_free(&tf);
+        return SHOAL_OK;
+    }
+    all = calloc((size_t)n, sizeof(*all));
+    st = all == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
+    SHOAL_CHECK_GOTO(st, st, out);
+    SHOAL_CHECK_GOTO(shoal_topo_round1(comm, all), st, out);
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        known |= all[0].tuning_loaded && all[0].tuning.have[k] ? 1u << k : 0;
+    }
+    if (shoal_coll_config.topo_measure) {
+        meas = calloc((size_t)n, sizeof(*meas));
+        st = meas == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
+        SHOAL_CHECK_GOTO(st, st, out);
+        SHOAL_CHECK_GOTO(shoal_topo_measure_phase(comm, 0, known, &mine), st, out);
+        SHOAL_CHECK_GOTO(shoal_topo_measure_phase(comm, 1, known, &mine), st, out);
+        comm->seq++;
+        SHOAL_CHECK_GOTO(shoal_topo_allgather(comm, &mine, sizeof(mine), meas), st, out);
+    }
+    shoal_topo_finish(comm, all, &tf, meas);
+    shoal_topo_save_tuning(comm, all, meas);
+out:
+    free(all);
+    free(meas);
+    shoal_topo_file_free(&tf);
+    return st;
+}
+
+void shoal_topo_comm_fini(struct shoal_comm *comm)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    free(cs->ring_order);
+    free(cs->host_of);
+    free(cs->socket_of);
+    cs->ring_order = cs->host_of = cs->socket_of = NULL;
+}
+
+/* Partner of rank r in recursive doubling (rd.c) at exchange mask, or in the fold (mask 0:
+ * ranks below 2*extra pair up); -1 when r sits the step out. */
+static int shoal_topo_rd_peer(int r, int extra, int mask)
+{
+    int v, vp;
+    if (mask == 0) {
+        return r < 2 * extra ? (r % 2 == 0 ? r + 1 : r - 1) : -1;
+    }
+    if (r < 2 * extra && r % 2 == 1) {
+        return -1;
+    }
+    v = r < 2 * extra ? r / 2 : r - extra;
+    vp = v ^ mask;
+    return vp < extra ? vp * 2 : vp + extra;
+}
+
+/* Recursive doubling over rank order: per step, the ranks of the busiest host that talk to
+ * another host share its NIC. Sums each step's latency and per-byte time (the fold counts
+ * twice: there and back). */
+static void shoal_topo_shape_rd(shoal_coll_shape_t *s, int n, const int *host_of)
+{
+    int p = 1, extra, *cross = calloc((size_t)n, sizeof(int));
+
+    while (p * 2 <= n) {
+        p *= 2;
+    }
+    extra = n - p;
+    s->rd_alpha_us = 0;
+    s->rd_beta_us = 0;
+    for (int mask = extra > 0 ? 0 : 1; mask < p; mask = mask == 0 ? 1 : mask << 1) {
+        int share = 0, w = mask == 0 ? 2 : 1;
+        shoal_link_t l;
+        for (int r = 0; cross != NULL && r < n; r++) {
+            cross[r] = 0;
+        }
+        for (int r = 0; cross != NULL && r < n; r++) {
+            int peer = shoal_topo_rd_peer(r, extra, mask);
+            if (peer >= 0 && host_of[peer] != host_of[r]) {
+                cross[host_of[r]]++;
+                share = SHOAL_MAX(share, cross[host_of[r]]);
+            }
+        }
+        l = share > 0 ? s->inter : s->intra;
+        s->rd_alpha_us += w * l.alpha_us;
+        s->rd_beta_us += w * l.beta_us * SHOAL_MAX(share, 1);
+    }
+    free(cross);
+}
+
+void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int *host_of,
+                            const int *ring_order, const shoal_link_t *intra,
+                            const shoal_link_t *inter, int shm_direct, int ncores)
+{
+    int *cnt = calloc((size_t)n, sizeof(int));
+    size_t chunk = SHOAL_MAX(SHOAL_ALIGN_UP(shoal_coll_config.chunk_size, 64), 4096);
+
+    memset(s, 0, sizeof(*s));
+    s->nranks = n;
+    for (int r = 0; r < n; r++) {
+        s->nhosts = SHOAL_MAX(s->nhosts, host_of[r] + 1);
+        if (cnt != NULL) {
+            cnt[host_of[r]]++;
+            s->max_ppn = SHOAL_MAX(s->max_ppn, cnt[host_of[r]]);
+        }
+    }
+    free(cnt);
+    s->shm_direct = shm_direct && s->nhosts == 1;
+    s->oversub = ncores > 0 && s->max_ppn > ncores ? (double)s->max_ppn / ncores : 1.0;
+    s->intra = intra->beta_us > 0 ? *intra : shoal_link_default(SHOAL_LINK_SHM);
+    s->inter = inter->beta_us > 0 ? *inter : shoal_link_default(SHOAL_LINK_TCP);
+    s->ring_share = n > 1 ? shoal_topo_ring_share(n, host_of, ring_order) : 0;
+    s->reduce_beta = shoal_gbs_to_beta(4.0);
+    s->copy_beta = shoal_gbs_to_beta(8.0);
+    s->chunk = chunk;
+    s->scratch = SHOAL_MAX(4 * chunk, SHOAL_ALIGN_UP(shoal_coll_config.rd_max, 64));
+    s->shm_oneshot_max = shoal_coll_config.shm_oneshot_max;
+    shoal_topo_shape_rd(s, n, host_of);
+}

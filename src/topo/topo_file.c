@@ -1,0 +1,292 @@
+/* SHOAL_TOPO_FILE: a synthetic cluster (hosts, ranks per host, links); format in topo.h. */
+#include "topo/topo.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOAL_TOPO_FILE_MAX (1 << 20)
+#define SHOAL_TOPO_TOK_MAX 64
+
+typedef struct {
+    int nhosts;
+    int cyclic;
+    int sockets;
+    int nppn;
+    int ppn[SHOAL_TOPO_TOK_MAX];
+    int *explicit_host; /* [nranks], -1 when not placed by a host line */
+} shoal_topo_spec_t;
+
+/* Splits line into whitespace-separated tokens (in place); returns the count. */
+static int shoal_topo_file_tokens(char *line, char **tok, int max)
+{
+    int n = 0;
+    char *save = NULL, *t;
+    char *hash = strchr(line, '#');
+
+    if (hash != NULL) {
+        *hash = '\0';
+    }
+    for (t = strtok_r(line, " \t\r", &save); t != NULL && n < max;
+         t = strtok_r(NULL, " \t\r", &save)) {
+        tok[n++] = t;
+    }
+    return n;
+}
+
+static int shoal_topo_file_int(const char *s, int lo, int *v_p)
+{
+    char *end;
+    long v;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 1 << 20) {
+        return -1;
+    }
+    *v_p = (int)v;
+    return 0;
+}
+
+static int shoal_topo_file_double(const char *s, double *v_p)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= 0) || v > 1e9) {
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+/* "link intra|inter lat <us> bw <GB/s>" (either part may be left out, not both). */
+static int shoal_topo_file_link(char **tok, int n, shoal_topo_file_t *tf)
+{
+    shoal_link_t l;
+    int inter;
+    if (n < 4 || (n % 2) != 0) {
+        return -1;
+    }
+    if (strcmp(tok[1], "intra") == 0) {
+        inter = 0;
+    } else if (strcmp(tok[1], "inter") == 0) {
+        inter = 1;
+    } else {
+        return -1;
+    }
+    l = inter ? tf->inter : tf->intra;
+    for (int i = 2; i < n; i += 2) {
+        double v;
+        if (shoal_topo_file_double(tok[i + 1], &v) != 0) {
+            return -1;
+        }
+        if (strcmp(tok[i], "lat") == 0) {
+            l.alpha_us = v;
+        } else if (strcmp(tok[i], "bw") == 0 && v > 0) {
+            l.beta_us = shoal_gbs_to_beta(v);
+        } else {
+            return -1;
+        }
+    }
+    if (inter) {
+        tf->inter = l;
+        tf->have_inter = 1;
+    } else {
+        tf->intra = l;
+        tf->have_intra = 1;
+    }
+    return 0;
+}
+
+static int shoal_topo_file_line(char **tok, int n, int nranks, shoal_topo_spec_t *sp,
+                                shoal_topo_file_t *tf)
+{
+    if (strcmp(tok[0], "hosts") == 0) {
+        return n == 2 ? shoal_topo_file_int(tok[1], 1, &sp->nhosts) : -1;
+    }
+    if (strcmp(tok[0], "sockets") == 0) {
+        return n == 2 ? shoal_topo_file_int(tok[1], 1, &sp->sockets) : -1;
+    }
+    if (strcmp(tok[0], "layout") == 0) {
+        if (n != 2 || (strcmp(tok[1], "block") != 0 && strcmp(tok[1], "cyclic") != 0)) {
+            return -1;
+        }
+        sp->cyclic = strcmp(tok[1], "cyclic") == 0;
+        return 0;
+    }
+    if (strcmp(tok[0], "ppn") == 0) {
+        sp->nppn = n - 1;
+        for (int i = 1; i < n; i++) {
+            if (shoal_topo_file_int(tok[i], 1, &sp->ppn[i - 1]) != 0) {
+                return -1;
+            }
+        }
+        return n >= 2 ? 0 : -1;
+    }
+    if (strcmp(tok[0], "host") == 0) {
+        int h;
+        if (n < 4 || strcmp(tok[2], "ranks") != 0 || shoal_topo_file_int(tok[1], 0, &h) != 0) {
+            return -1;
+        }
+        for (int i = 3; i < n; i++) {
+            int r;
+            if (shoal_topo_file_int(tok[i], 0, &r) != 0) {
+                return -1;
+            }
+            if (r < nranks) {
+                sp->explicit_host[r] = h;
+            }
+        }
+        sp->nhosts = SHOAL_MAX(sp->nhosts, h + 1);
+        return 0;
+    }
+    if (strcmp(tok[0], "link") == 0) {
+        return shoal_topo_file_link(tok, n, tf);
+    }
+    return -1;
+}
+
+/* Host of rank r from hosts/ppn/layout (explicit host lines aside); nppn >= 1 unless cyclic. */
+static int shoal_topo_file_place(const shoal_topo_spec_t *sp, int r)
+{
+    int total = 0;
+
+    if (sp->cyclic) {
+        return r % sp->nhosts;
+    }
+    if (sp->nppn == 1) {
+        return (r / sp->ppn[0]) % sp->nhosts;
+    }
+    for (int h = 0; h < sp->nppn; h++) {
+        total += sp->ppn[h];
+    }
+    r %= total;
+    for (int h = 0; h < sp->nppn; h++) {
+        if (r < sp->ppn[h]) {
+            return h % sp->nhosts;
+        }
+        r -= sp->ppn[h];
+    }
+    return 0;
+}
+
+/* Sockets: each host's ranks, in rank order, cut into sp->sockets contiguous groups. */
+static void shoal_topo_file_sockets(shoal_topo_file_t *tf)
+{
+    for (int h = 0; h < tf->nhosts; h++) {
+        int cnt = 0, i = 0;
+        for (int r = 0; r < tf->nranks; r++) {
+            cnt += tf->host_of[r] == h;
+        }
+        for (int r = 0; r < tf->nranks; r++) {
+            if (tf->host_of[r] == h) {
+                tf->socket_of[r] = cnt > 0 ? i * tf->sockets / cnt : 0;
+                i++;
+            }
+        }
+    }
+}
+
+static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
+                                             shoal_topo_file_t *tf)
+{
+    if (sp->nhosts == 0) {
+        sp->nhosts = sp->nppn > 1 ? sp->nppn : 1;
+        if (sp->nppn == 1) {
+            sp->nhosts = (nranks + sp->ppn[0] - 1) / sp->ppn[0];
+        }
+    }
+    if (sp->nppn == 0 && !sp->cyclic) {
+        sp->nppn = 1;
+        sp->ppn[0] = (nranks + sp->nhosts - 1) / sp->nhosts;
+    }
+    tf->nhosts = sp->nhosts;
+    tf->sockets = sp->sockets;
+    tf->nranks = nranks;
+    for (int r = 0; r < nranks; r++) {
+        tf->host_of[r] = sp->explicit_host[r] >= 0 ? sp->explicit_host[r]
+                                                   : shoal_topo_file_place(sp, r);
+    }
+    shoal_topo_file_sockets(tf);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_file_t *tf)
+{
+    shoal_topo_spec_t sp = {.sockets = 1};
+    char *copy = strdup(text), *save = NULL, *line;
+    int lineno = 0;
+    shoal_status_t st = SHOAL_ERR_INVALID_ARG;
+
+    memset(tf, 0, sizeof(*tf));
+    if (nranks <= 0) {
+        free(copy);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    tf->host_of = calloc((size_t)nranks, sizeof(int));
+    tf->socket_of = calloc((size_t)nranks, sizeof(int));
+    sp.explicit_host = malloc(sizeof(int) * (size_t)nranks);
+    if (copy == NULL || tf->host_of == NULL || tf->socket_of == NULL || sp.explicit_host == NULL) {
+        st = SHOAL_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int r = 0; r < nranks; r++) {
+        sp.explicit_host[r] = -1;
+    }
+    /* strtok_r on "\n" would merge empty lines, which is fine: they carry nothing. */
+    for (line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        char *tok[SHOAL_TOPO_TOK_MAX + 1];
+        int n = shoal_topo_file_tokens(line, tok, SHOAL_TOPO_TOK_MAX + 1);
+        lineno++;
+        if (n == 0) {
+            continue;
+        }
+        if (n > SHOAL_TOPO_TOK_MAX || shoal_topo_file_line(tok, n, nranks, &sp, tf) != 0) {
+            shoal_error(TOPO, "topology file: cannot parse the line starting with '%s'", tok[0]);
+            goto out;
+        }
+    }
+    st = shoal_topo_file_finish(&sp, nranks, tf);
+out:
+    free(copy);
+    free(sp.explicit_host);
+    if (st != SHOAL_OK) {
+        shoal_topo_file_free(tf);
+    }
+    return st;
+}
+
+shoal_status_t shoal_topo_file_load(const char *path, int nranks, shoal_topo_file_t *tf)
+{
+    FILE *fp = fopen(path, "r");
+    char *buf;
+    size_t len;
+    shoal_status_t st;
+
+    memset(tf, 0, sizeof(*tf));
+    if (fp == NULL) {
+        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s: cannot open: %s", path, strerror(errno));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    buf = malloc(SHOAL_TOPO_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(fp);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    len = fread(buf, 1, SHOAL_TOPO_FILE_MAX, fp);
+    buf[len] = '\0';
+    fclose(fp);
+    st = shoal_topo_file_parse(buf, nranks, tf);
+    if (st != SHOAL_OK) {
+        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s is not a valid topology file", path);
+    }
+    free(buf);
+    return st;
+}
+
+void shoal_topo_file_free(shoal_topo_file_t *tf)
+{
+    free(tf->host_of);
+    free(tf->socket_of);
+    memset(tf, 0, sizeof(*tf));
+}

@@ -1,0 +1,151 @@
+/* Link kinds, their default alpha/beta, and the cached profile (SHOAL_TUNING_FILE). */
+#include "topo/topo.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *const shoal_link_kind_names[] = {"shm", "tcp", "ucx", "ib", NULL};
+
+int shoal_link_kind_from_name(const char *tl_name)
+{
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        if (strcmp(tl_name, shoal_link_kind_names[k]) == 0) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Defaults: what the shm and tcp transports do on a small VM (loopback TCP), and typical
+ * figures for UCX and verbs. Measurements or a tuning file replace them. */
+shoal_link_t shoal_link_default(shoal_link_kind_t kind)
+{
+    static const struct {
+        double lat_us, gbs;
+    } d[SHOAL_LINK_KINDS] = {
+        [SHOAL_LINK_SHM] = {.lat_us = 1.5, .gbs = 6.0},
+        [SHOAL_LINK_TCP] = {.lat_us = 20.0, .gbs = 1.5},
+        [SHOAL_LINK_UCX] = {.lat_us = 3.0, .gbs = 10.0},
+        [SHOAL_LINK_IB] = {.lat_us = 2.5, .gbs = 11.0},
+    };
+    return (shoal_link_t){.alpha_us = d[kind].lat_us, .beta_us = shoal_gbs_to_beta(d[kind].gbs)};
+}
+
+static int shoal_tuning_line(char *line, shoal_tuning_t *t)
+{
+    char name[16];
+    double lat, bw;
+    int k;
+
+    if (sscanf(line, "%15s lat %lf bw %lf", name, &lat, &bw) != 3 || !(lat >= 0) || !(bw > 0)) {
+        return -1;
+    }
+    if (strcmp(name, "reduce") == 0) {
+        t->reduce_gbs = bw;
+        return 0;
+    }
+    if (strcmp(name, "copy") == 0) {
+        t->copy_gbs = bw;
+        return 0;
+    }
+    k = shoal_link_kind_from_name(name);
+    if (k < 0) {
+        return -1;
+    }
+    t->link[k] = (shoal_link_t){.alpha_us = lat, .beta_us = shoal_gbs_to_beta(bw)};
+    t->have[k] = 1;
+    return 0;
+}
+
+shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
+{
+    char *copy = strdup(text), *save = NULL, *line;
+    shoal_status_t st = SHOAL_OK;
+
+    memset(t, 0, sizeof(*t));
+    if (copy == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        char *hash = strchr(line, '#');
+        if (hash != NULL) {
+            *hash = '\0';
+        }
+        line += strspn(line, " \t\r");
+        if (line[0] == '\0') {
+            continue;
+        }
+        if (shoal_tuning_line(line, t) != 0) {
+            shoal_error(TOPO, "tuning file: cannot parse '%s' (want '<kind> lat <us> bw <GB/s>')",
+                        line);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
+    }
+    free(copy);
+    return st;
+}
+
+int shoal_tuning_load(const char *path, shoal_tuning_t *t)
+{
+    char buf[4096];
+    size_t len;
+    FILE *fp = fopen(path, "r");
+    shoal_status_t st;
+
+    memset(t, 0, sizeof(*t));
+    if (fp == NULL) {
+        return 0;
+    }
+    len = fread(buf, 1, sizeof(buf) - 1, fp);
+    buf[len] = '\0';
+    fclose(fp);
+    st = shoal_tuning_parse(buf, t);
+    if (st != SHOAL_OK) {
+        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is malformed: ignored", path);
+        memset(t, 0, sizeof(*t));
+        return (int)st;
+    }
+    return 1;
+}
+
+/* Written to a temporary name, then renamed: readers see the old file or the new one. */
+shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t)
+{
+    char tmp[4096];
+    FILE *fp;
+    int ok;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    fp = fopen(tmp, "w");
+    if (fp == NULL) {
+        shoal_warn(TOPO, "cannot write the tuning file %s: %s", tmp, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    fprintf(fp, "# shoal link profile: <kind> lat <us> bw <GB/s> (SHOAL_TUNING_FILE)\n");
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        if (t->have[k]) {
+            fprintf(fp, "%s lat %.3f bw %.4f\n", shoal_link_kind_names[k], t->link[k].alpha_us,
+                    shoal_beta_to_gbs(t->link[k].beta_us));
+        }
+    }
+    if (t->reduce_gbs > 0) {
+        fprintf(fp, "reduce lat 0 bw %.4f\n", t->reduce_gbs);
+    }
+    if (t->copy_gbs > 0) {
+        fprintf(fp, "copy lat 0 bw %.4f\n", t->copy_gbs);
+    }
+    ok = fflush(fp) == 0;
+    ok = fclose(fp) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        shoal_warn(TOPO, "cannot write the tuning file %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}

@@ -1,0 +1,178 @@
+/* Topology: ring order, topology and tuning files, discovery, cost-model choice. */
+#include "coll/coll.h"
+#include "tests/tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Checks that order is a permutation, each host's ranks are contiguous on the ring (so it
+ * crosses each host boundary once per direction) and returns the share. */
+static void test_ring_valid(int n, const int *host_of, const int *order, const char *what)
+{
+    int *seen = calloc((size_t)n, sizeof(int)), perm = 1, runs = 0, nhosts = 0;
+    for (int i = 0; i < n; i++) {
+        perm &= order[i] >= 0 && order[i] < n && !seen[order[i]];
+        if (order[i] >= 0 && order[i] < n) {
+            seen[order[i]] = 1;
+        }
+        nhosts = SHOAL_MAX(nhosts, host_of[i] + 1);
+        runs += host_of[order[i]] != host_of[order[(i + n - 1) % n]];
+    }
+    tap_ok(perm, "%s: a permutation", what);
+    tap_is_int(runs, nhosts > 1 ? nhosts : 0, "%s: one host change per host", what);
+    tap_is_int(shoal_topo_ring_share(n, host_of, order), nhosts > 1 ? 1 : 0,
+               "%s: one crossing per host and direction", what);
+    free(seen);
+}
+
+static void test_ring_order(void)
+{
+    int inter[8] = {0, 1, 0, 1, 0, 1, 0, 1}, order[8];
+    int uneven[7] = {0, 1, 1, 2, 1, 0, 1};
+    int sock[8] = {1, 0, 0, 1, 1, 0, 0, 1}, one[8] = {0};
+    int ident[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    uint64_t ids[5] = {77, 5, 77, 9, 5};
+    int hidx[5];
+
+    shoal_topo_ring_order(8, inter, NULL, order);
+    test_ring_valid(8, inter, order, "interleaved 2 hosts");
+    tap_is_int(order[0], 0, "interleaved: starts at rank 0");
+    tap_is_int(order[1], 2, "interleaved: then rank 2 (same host)");
+    tap_is_int(order[4], 1, "interleaved: host 1 starts at rank 1");
+    tap_is_int(shoal_topo_ring_share(8, inter, ident), 4,
+               "rank order over interleaved hosts crosses 4 times per host");
+    shoal_topo_ring_order(7, uneven, NULL, order);
+    test_ring_valid(7, uneven, order, "uneven 3 hosts (2, 4, 1 ranks)");
+    tap_ok(order[0] == 0 && order[1] == 5 && order[2] == 1 && order[6] == 3,
+           "uneven: host 0 (0 5), host 1 (1 2 4 6), host 2 (3)");
+    shoal_topo_ring_order(8, one, NULL, order);
+    test_ring_valid(8, one, order, "single host");
+    tap_ok(memcmp(order, ident, sizeof(ident)) == 0, "single host: rank order");
+    shoal_topo_ring_order(8, one, sock, order);
+    tap_ok(order[0] == 1 && order[1] == 2 && order[2] == 5 && order[3] == 6 && order[4] == 0,
+           "single host, two sockets: socket 0 ranks (1 2 5 6) then socket 1 (0 3 4 7)");
+    tap_is_int(shoal_topo_host_index(5, ids, hidx), 3, "host index: 3 hosts");
+    tap_ok(hidx[0] == 0 && hidx[1] == 1 && hidx[2] == 0 && hidx[3] == 2 && hidx[4] == 1,
+           "host index by first appearance");
+}
+
+static void test_topo_file(void)
+{
+    shoal_topo_file_t tf;
+    const char *txt = "# two hosts\nhosts 2\nppn 2\nlayout cyclic\n"
+                      "link intra lat 0.5 bw 10\nlink inter lat 30 bw 0.125  # 1 Gbit/s\n";
+
+    tap_is_int(shoal_topo_file_parse(txt, 4, &tf), SHOAL_OK, "topo file: parses");
+    tap_is_int(tf.nhosts, 2, "topo file: 2 hosts");
+    tap_ok(tf.host_of[0] == 0 && tf.host_of[1] == 1 && tf.host_of[2] == 0 && tf.host_of[3] == 1,
+           "topo file: cyclic layout");
+    tap_ok(tf.have_inter && tf.inter.alpha_us == 30 && tf.inter.beta_us > 0.0079 &&
+           tf.inter.beta_us < 0.0081, "topo file: inter link 30 us, 0.125 GB/s");
+    tap_ok(tf.have_intra && tf.intra.alpha_us == 0.5, "topo file: intra link");
+    shoal_topo_file_free(&tf);
+
+    tap_is_int(shoal_topo_file_parse("hosts 2\nppn 3 1\nsockets 2\n", 8, &tf), SHOAL_OK,
+               "topo file: uneven ppn list");
+    tap_ok(tf.host_of[0] == 0 && tf.host_of[2] == 0 && tf.host_of[3] == 1 &&
+           tf.host_of[4] == 0 && tf.host_of[7] == 1, "topo file: ppn 3 1 wraps (0 0 0 1 ...)");
+    tap_ok(tf.socket_of[0] == 0 && tf.socket_of[5] == 1 && tf.socket_of[3] == 0,
+           "topo file: sockets split each host's ranks");
+    tap_ok(!tf.have_inter && !tf.have_intra, "topo file: no links given");
+    shoal_topo_file_free(&tf);
+
+    tap_is_int(shoal_topo_file_parse("hosts 2\nhost 1 ranks 0 3\n", 4, &tf), SHOAL_OK,
+               "topo file: explicit host line");
+    tap_ok(tf.host_of[0] == 1 && tf.host_of[3] == 1 && tf.host_of[1] == 0,
+           "topo file: explicit placement wins over the layout");
+    shoal_topo_file_free(&tf);
+
+    tap_is_int(shoal_topo_file_parse("hosts two\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
+               "topo file: bad number refused");
+    tap_is_int(shoal_topo_file_parse("link middle lat 1 bw 1\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
+               "topo file: bad link class refused");
+    tap_is_int(shoal_topo_file_parse("frobnicate 3\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
+               "topo file: unknown keyword refused");
+}
+
+static void test_tuning(void)
+{
+    shoal_tuning_t t, u;
+    char path[] = "/tmp/test_topo_tuning.XXXXXX";
+    int fd = mkstemp(path);
+
+    tap_is_int(shoal_tuning_parse("# x\ntcp lat 20 bw 1.5\nreduce lat 0 bw 5\n", &t), SHOAL_OK,
+               "tuning: parses");
+    tap_ok(t.have[SHOAL_LINK_TCP] && !t.have[SHOAL_LINK_SHM] && t.reduce_gbs == 5,
+           "tuning: tcp and reduce given");
+    tap_is_int(shoal_tuning_parse("warp lat 1 bw 1\n", &t), SHOAL_ERR_INVALID_ARG,
+               "tuning: unknown kind refused");
+    shoal_tuning_parse("shm lat 1.25 bw 8\n", &t);
+    close(fd);
+    tap_is_int(shoal_tuning_save(path, &t), SHOAL_OK, "tuning: saved");
+    tap_is_int(shoal_tuning_load(path, &u), 1, "tuning: loaded back");
+    tap_ok(u.have[SHOAL_LINK_SHM] && u.link[SHOAL_LINK_SHM].alpha_us == 1.25,
+           "tuning: round trip");
+    unlink(path);
+    tap_is_int(shoal_tuning_load(path, &u), 0, "tuning: absent file is not an error");
+}
+
+static void test_model(void)
+{
+    int inter[4] = {0, 1, 0, 1}, order[4], ident[4] = {0, 1, 2, 3}, one[4] = {0};
+    shoal_link_t intra = {.alpha_us = 1, .beta_us = shoal_gbs_to_beta(10)};
+    shoal_link_t net = {.alpha_us = 30, .beta_us = shoal_gbs_to_beta(0.125)};
+    shoal_coll_shape_t topo, rank, local;
+    double c_topo, c_rank;
+
+    shoal_topo_ring_order(4, inter, NULL, order);
+    shoal_topo_shape_build(&topo, 4, inter, order, &intra, &net, 0, 4);
+    shoal_topo_shape_build(&rank, 4, inter, ident, &intra, &net, 0, 4);
+    tap_is_int(topo.ring_share, 1, "model: host-aware ring shares nothing");
+    tap_is_int(rank.ring_share, 2, "model: rank-order ring shares the NIC by 2");
+    c_topo = shoal_coll_cost(&topo, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_RING, 64 << 20);
+    c_rank = shoal_coll_cost(&rank, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_RING, 64 << 20);
+    tap_ok(c_rank > 1.8 * c_topo, "model: 64 MiB over 1 Gbit/s: topo ring %.0f us vs %.0f us",
+           c_topo, c_rank);
+    tap_is_int(shoal_coll_select_shape(&topo, SHOAL_COLL_ALLREDUCE, 8, 0, NULL), SHOAL_ALGO_RD,
+               "model: 8 B across hosts picks recursive doubling");
+    tap_ok(shoal_coll_select_shape(&topo, SHOAL_COLL_ALLREDUCE, 64 << 20, 0, NULL) !=
+           SHOAL_ALGO_RD, "model: 64 MiB across hosts picks a bandwidth algorithm");
+    tap_ok(shoal_coll_select_shape(&topo, SHOAL_COLL_ALLREDUCE, 64 << 20, SHOAL_ALGO_RD,
+                                   NULL) != SHOAL_ALGO_RD,
+           "model: forced rd too large for scratch falls back");
+    tap_is_int(shoal_coll_select_shape(&topo, SHOAL_COLL_ALLREDUCE, 1024, SHOAL_ALGO_RING,
+                                       NULL), SHOAL_ALGO_RING, "model: SHOAL_ALGO=ring forces");
+    shoal_topo_shape_build(&local, 4, one, ident, &intra, &net, 1, 2);
+    tap_is_int(shoal_coll_select_shape(&local, SHOAL_COLL_ALLREDUCE, 8, 0, NULL),
+               SHOAL_ALGO_SHM, "model: one host with shared areas picks shm at 8 B");
+    tap_ok(local.oversub == 2.0, "model: 4 ranks on 2 cores: oversubscribed by 2");
+}
+
+static void test_discover(void)
+{
+    shoal_topo_summary_t s;
+    shoal_topo_discover(SHOAL_TOPO_DISC_SYSFS, &s);
+    tap_ok(s.source == SHOAL_TOPO_SRC_SYSFS && s.npus >= 1 && s.nsockets >= 1,
+           "sysfs discovery: %d PUs, %d sockets", s.npus, s.nsockets);
+    tap_ok(s.host_id == shoal_host_id(), "summary carries the host id");
+#if SHOAL_HAVE_HWLOC
+    shoal_topo_discover(SHOAL_TOPO_DISC_HWLOC, &s);
+    tap_ok(s.source == SHOAL_TOPO_SRC_HWLOC && s.npus >= 1 && s.ncores >= 1,
+           "hwloc discovery: %d PUs, %d cores, %d NICs", s.npus, s.ncores, s.nnics);
+#else
+    tap_skip(1, "hwloc not built in");
+#endif
+}
+
+int main(void)
+{
+    shoal_config_global_init();
+    test_ring_order();
+    test_topo_file();
+    test_tuning();
+    test_model();
+    test_discover();
+    return tap_done();
+}
