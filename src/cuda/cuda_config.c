@@ -44,28 +44,8 @@ const shoal_cfg_table_t shoal_cuda_cfg_table = {
     .dst = &shoal_cuda_config,
 };
 
-static pthread_once_t shoal_cuda_config_once = PTHREAD_ONCE_INIT;
-
-static void shoal_cuda_config_load_once(void)
-{
-    shoal_config_global_init();
-    for (size_t t = 0; t < shoal_cfg_ntables; t++) {
-        if (shoal_cfg_tables[t] == &shoal_cuda_cfg_table) {
-            return; /* listed: parsed with the others */
-        }
-    }
-    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_cuda_cfg_fields); i++) {
-        const shoal_cfg_field_t *f = &shoal_cuda_cfg_fields[i];
-        void *dst = (char *)&shoal_cuda_config + f->offset;
-        const char *env = shoal_cfg_getenv(f->name);
-        shoal_cfg_parse_value(f, f->dflt, dst);
-        if (env != NULL && shoal_cfg_parse_value(f, env, dst) != 0) {
-            shoal_warn(CONFIG, "SHOAL_%s=%s is not valid; using %s", f->name, env, f->dflt);
-        }
-    }
-}
-
+/* The table is listed in src/util/config_tables.c and parsed with all the others. */
 void shoal_cuda_config_load(void)
 {
-    pthread_once(&shoal_cuda_config_once, shoal_cuda_config_load_once);
+    shoal_config_global_init();
 }

@@ -12,6 +12,9 @@ extern const shoal_cfg_table_t shoal_ib_cfg_table;
 #if SHOAL_HAVE_UCX
 extern const shoal_cfg_table_t shoal_ucx_cfg_table;
 #endif
+#if SHOAL_HAVE_CUDA
+extern const shoal_cfg_table_t shoal_cuda_cfg_table;
+#endif
 
 const shoal_cfg_table_t *const shoal_cfg_tables[] = {
     &shoal_util_cfg_table,
@@ -24,6 +27,9 @@ const shoal_cfg_table_t *const shoal_cfg_tables[] = {
 #endif
 #if SHOAL_HAVE_UCX
     &shoal_ucx_cfg_table,
+#endif
+#if SHOAL_HAVE_CUDA
+    &shoal_cuda_cfg_table,
 #endif
 };
 const size_t shoal_cfg_ntables = SHOAL_ARRAY_SIZE(shoal_cfg_tables);
