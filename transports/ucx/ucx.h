@@ -18,6 +18,17 @@
  * shoal_wire_check, and only then copies the inline payload or posts the DATA receive on the
  * caller's buffer with exactly the posted length (more is truncation: SHOAL_ERR_PROTOCOL).
  *
+ * Abort notices (fail()) have a tag kind of their own: they overtake the data in flight (a
+ * peer stuck in a rendezvous with a failed sender still learns why), and progress() probes
+ * for them every millisecond on endpoints with pending requests, and before failing an
+ * endpoint whose peer is gone (so the error names the rank that started the failure).
+ *
+ * Quarantine: UCX cannot cancel a receive it has matched (a rendezvous in progress), and a
+ * failed request must complete at once; so if an endpoint fails while such a payload receive
+ * into a caller's buffer is outstanding, the context never progresses the worker again (not
+ * even in fini): nothing can then write into a buffer its owner got back. Any failure is
+ * communicator-fatal above, so only the teardown is left to do.
+ *
  * Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER; UCX's error callback, or the death
  * of a same-host peer's process (pidfd), marks the endpoint "gone": receives that UCX can
  * still satisfy from what already arrived complete, the rest fail with SHOAL_ERR_PEER_FAILED.
@@ -40,6 +51,7 @@
 #define SHOAL_UCX_CLOSE_MS 1000            /* fini: longest wait for graceful closes */
 
 typedef enum {
+    SHOAL_UCX_TAG_ABORT = 0,   /* overtakes data: found by probing, see ucx_ep.c */
     SHOAL_UCX_TAG_AUTH = 1,
     SHOAL_UCX_TAG_HDR = 2,
     SHOAL_UCX_TAG_DATA = 3,
@@ -102,6 +114,7 @@ struct shoal_ep {
     shoal_status_t status;             /* SHOAL_OK until the endpoint fails */
     int gone;                          /* peer unreachable: fail what cannot complete */
     uint64_t gone_ns;
+    int gone_fresh;                    /* gone, not yet looked for an abort notice */
     int post_failed;                   /* isend refused on a gone ep: fail in progress */
     char why[192];                     /* cause of the failure */
     int npending;
@@ -111,7 +124,8 @@ struct shoal_ep {
     int auth_rdone, auth_sdone;
     ucs_status_t auth_ucs;
     size_t auth_rlen;
-    uint8_t abort_buf[SHOAL_WIRE_HDR_BYTES];
+    uint8_t abort_buf[SHOAL_WIRE_HDR_BYTES], abort_rx[SHOAL_WIRE_HDR_BYTES];
+    void *abort_req;                   /* fail(): our abort notice still in flight */
     /* send side: ring of slots, oldest first; sq_* waits for a free slot */
     shoal_ucx_slot_t tx[SHOAL_UCX_SLOTS];
     int tx_head, tx_count;
@@ -140,6 +154,7 @@ struct shoal_tl_ctx {
     int epfd;                          /* ucx_efd, pidfds and kick_fd */
     int kick_fd;                       /* eventfd: readable when progress is due now */
     int kicked;
+    int quarantined;                   /* a failed receive may still be written: no progress */
     unsigned nevents;                  /* UCX completions since the last progress() */
     shoal_ep_t *eps;
     int neps;
@@ -175,7 +190,7 @@ static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 }
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
-SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep);
+SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick);
 SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);

@@ -93,8 +93,12 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
     if (ctx == NULL) {
         return;
     }
-    if (ctx->worker != NULL) {
+    if (ctx->worker != NULL && !ctx->quarantined) {
         shoal_ucx_close_all(ctx);
+    } else {
+        for (int i = 0; i < ctx->neps; i++) {
+            shoal_ucx_ep_close(&ctx->eps[i], 1);
+        }
     }
     for (int i = 0; i < ctx->neps; i++) {
         if (ctx->eps[i].pidfd >= 0) {
@@ -338,26 +342,36 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
 
 static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
 {
-    int n = 0;
+    int n = 0, tick = 0;
     if (ctx->kicked) {
         uint64_t v;
         ctx->kicked = 0;
         (void)read(ctx->kick_fd, &v, sizeof(v));
     }
+    if (SHOAL_UNLIKELY(ctx->quarantined)) {
+        /* fail every endpoint still open: nothing can complete any more */
+        for (int i = 0; i < ctx->neps; i++) {
+            n += shoal_ucx_ep_fail(&ctx->eps[i], SHOAL_ERR_TRANSPORT,
+                                   "the ucx context failed earlier");
+        }
+        return n;
+    }
     for (int i = 0; i < 16 && ucp_worker_progress(ctx->worker) != 0; i++) {
     }
     ctx->nevents = 0;
-    if (ctx->live_pfds != NULL) {
+    if (ctx->neps > 0) {
         uint64_t now = shoal_time_ns();
         if (now >= ctx->next_live_ns) {
+            /* every ms: liveness of same-host peers, abort notices */
             ctx->next_live_ns = now + SHOAL_UCX_LIVE_PERIOD_NS;
+            tick = 1;
             shoal_ucx_check_live(ctx);
         }
     }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
-        if (ep->npending > 0 || ep->post_failed) {
-            n += shoal_ucx_ep_progress(ep);
+        if (ep->npending > 0 || ep->post_failed || ep->gone_fresh) {
+            n += shoal_ucx_ep_progress(ep, tick);
         }
     }
     return n;
@@ -367,6 +381,9 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
  * already there, makes the epoll fd readable at once instead. */
 static int shoal_ucx_wait_fd(shoal_tl_ctx_t *ctx)
 {
+    if (ctx->quarantined) {
+        return -1;
+    }
     for (int i = 0; i < 4 && ctx->nevents == 0; i++) {
         ucs_status_t st = ucp_worker_arm(ctx->worker);
         if (st == UCS_OK) {
@@ -382,14 +399,34 @@ static int shoal_ucx_wait_fd(shoal_tl_ctx_t *ctx)
     return ctx->epfd;
 }
 
+/* Sends every peer an abort notice, lets the worker push them out for at most ~1 ms (never
+ * waiting on a peer), then fails every endpoint. */
 static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
 {
+    uint64_t deadline = shoal_time_ns() + 1000 * 1000;
     char why[128];
+    int left = 0;
+
     snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    for (int i = 0; i < ctx->neps && !ctx->quarantined; i++) {
+        shoal_ucx_ep_send_abort(&ctx->eps[i], culprit);
+        left += ctx->eps[i].abort_req != NULL;
+    }
+    while (left > 0 && shoal_time_ns() < deadline) {
+        ucp_worker_progress(ctx->worker);
+        left = 0;
+        for (int i = 0; i < ctx->neps; i++) {
+            void *r = ctx->eps[i].abort_req;
+            left += r != NULL && ucp_request_check_status(r) == UCS_INPROGRESS;
+        }
+    }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->abort_req != NULL) {
+            ucp_request_free(ep->abort_req); /* released when done or purged */
+            ep->abort_req = NULL;
+        }
         if (ep->status == SHOAL_OK) {
-            shoal_ucx_ep_send_abort(ep, culprit);
             (void)shoal_ucx_ep_fail(ep, status, why);
         }
     }

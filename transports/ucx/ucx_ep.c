@@ -171,6 +171,9 @@ static void shoal_ucx_rx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
 static shoal_status_t shoal_ucx_ep_post_check(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
+        if (req->errbuf != NULL && req->errlen > 0) {
+            snprintf(req->errbuf, req->errlen, "%s", ep->why);
+        }
         return ep->status;
     }
     if (req->buf == NULL && req->hdr.length > 0) {
@@ -290,6 +293,15 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
      * stay owned by UCX until their callbacks; a failed endpoint never reuses them. */
     shoal_ucx_ep_close(ep, 1);
     shoal_ucx_ep_cancel_rx(ep);
+    for (int i = 0; i < ep->rx_count && !ep->ctx->quarantined; i++) {
+        shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS];
+        if (s->ucx_req != NULL && s->state == SHOAL_UCX_SLOT_DATA) {
+            shoal_warn(UCX, "peer %d: a matched %llu-byte receive cannot be cancelled: "
+                       "the ucx context stops progressing", ep->peer,
+                       s->req != NULL ? (unsigned long long)s->req->hdr.length : 0ull);
+            ep->ctx->quarantined = 1;
+        }
+    }
     n = shoal_ucx_ep_fail_slots(ep, ep->tx, ep->tx_head, ep->tx_count, status);
     n += shoal_ucx_ep_fail_slots(ep, ep->rx, ep->rx_head, ep->rx_count, status);
     while ((req = shoal_ucx_queue_pop(&ep->sq_head, &ep->sq_tail)) != NULL) {
@@ -348,15 +360,60 @@ void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why)
         return;
     }
     ep->gone = 1;
+    ep->gone_fresh = 1;
     ep->gone_ns = shoal_time_ns();
     snprintf(ep->why, sizeof(ep->why), "%s", why);
     shoal_ucx_kick(ep->ctx);
+}
+
+/* Looks for an abort notice from the peer; if there is one, fails the endpoint with its
+ * cause. Returns 1 then (completions in *n_p). */
+static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
+{
+    ucp_worker_h worker = ep->ctx->worker;
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    shoal_wire_hdr_t expect = {.comm_id = ep->ctx->comm_id, .type = SHOAL_WIRE_DATA}, got;
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    shoal_status_t st;
+    char why[160];
+    void *r;
+
+    msg = ucp_tag_probe_nb(worker, shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_ABORT),
+                           (ucp_tag_t)-1, 1, &info);
+    if (msg == NULL) {
+        return 0;
+    }
+    memset(ep->abort_rx, 0, sizeof(ep->abort_rx));
+    if (info.length == sizeof(ep->abort_rx)) {
+        r = ucp_tag_msg_recv_nbx(worker, ep->abort_rx, sizeof(ep->abort_rx), msg, &p);
+        for (int i = 0; UCS_PTR_IS_PTR(r) && i < 1000 &&
+                        ucp_request_check_status(r) == UCS_INPROGRESS; i++) {
+            ucp_worker_progress(worker); /* 32 bytes that have arrived: at once in practice */
+        }
+        if (UCS_PTR_IS_PTR(r)) {
+            ucp_request_free(r);
+        }
+    }
+    shoal_wire_decode(ep->abort_rx, &got);
+    st = shoal_wire_check(&expect, &got, why, sizeof(why));
+    if (st == SHOAL_OK || got.type != SHOAL_WIRE_ABORT) {
+        st = SHOAL_ERR_PROTOCOL;
+        snprintf(why, sizeof(why), "malformed abort notice of %zu bytes", info.length);
+    }
+    *n_p += shoal_ucx_ep_error(ep, st, "peer %d: %s", ep->peer, why);
+    return 1;
 }
 
 /* The peer is unreachable: close the endpoint (purges sends), cancel receives that UCX has
  * not matched to an arrived message, fail what is left after a grace period. */
 static int shoal_ucx_ep_progress_gone(shoal_ep_t *ep)
 {
+    int n = 0;
+    ep->gone_fresh = 0;
+    if (shoal_ucx_ep_probe_abort(ep, &n)) {
+        return n;
+    }
     shoal_ucx_ep_close(ep, 1);
     shoal_ucx_ep_cancel_rx(ep);
     if (ep->post_failed || (ep->npending > 0 &&
@@ -480,11 +537,11 @@ static int shoal_ucx_ep_progress_rx(shoal_ep_t *ep)
     return n;
 }
 
-int shoal_ucx_ep_progress(shoal_ep_t *ep)
+int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick)
 {
     int n = 0;
-    if (ep->status != SHOAL_OK) {
-        return 0;
+    if (ep->status != SHOAL_OK || (tick && shoal_ucx_ep_probe_abort(ep, &n))) {
+        return n;
     }
     if (ep->tx_count > 0) {
         n += shoal_ucx_ep_progress_tx(ep);
@@ -498,7 +555,7 @@ int shoal_ucx_ep_progress(shoal_ep_t *ep)
     return n;
 }
 
-/* Best effort, never blocks: an ABORT header where the peer's next header receive is. */
+/* Best effort, never blocks: an ABORT header with the abort tag. */
 void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit)
 {
     shoal_wire_hdr_t h = {
@@ -516,9 +573,9 @@ void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit)
     }
     shoal_wire_encode(&h, ep->abort_buf);
     r = ucp_tag_send_nbx(ep->uep, ep->abort_buf, sizeof(ep->abort_buf),
-                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_HDR), &p);
+                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_ABORT), &p);
     if (UCS_PTR_IS_PTR(r)) {
-        ucp_request_free(r); /* released by UCX when it completes or the endpoint closes */
+        ep->abort_req = r; /* fail() gives it a moment, then releases it */
     } else if (UCS_PTR_IS_ERR(r)) {
         shoal_trace(UCX, "peer %d: abort notice not sent: %s", ep->peer,
                     shoal_ucx_strerror(UCS_PTR_STATUS(r)));
