@@ -111,13 +111,8 @@ done
 algos=$(valid_algos)
 echo "# forced algorithms: ${algos:-none}"
 for a in $algos; do
-    cap=""
-    # Forced rd at a size above the scratch buffer (max(4 x SHOAL_CHUNK_SIZE,
-    # SHOAL_RD_MAX_BYTES) = 2 MiB) overruns it: src/coll/select.c keeps a forced rd at every
-    # size. Reported; drop this cap once the selection falls back to ring there.
-    case $a in rd) cap="NS_MAX_COUNT=${NETNS_RD_MAX_COUNT:-65539}" ;; esac
     for layout in $algo_layouts; do
-        run "$layout" "SHOAL_ALGO=$a" $cap
+        run "$layout" "SHOAL_ALGO=$a"
     done
 done
 echo "1..$n_tap"
