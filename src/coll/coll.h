@@ -83,6 +83,8 @@ typedef struct {
 } shoal_coll_shape_t;
 
 /* Per-communicator algorithm state: scratch allocated and faulted in once at init. */
+#define SHOAL_SELECT_CACHE 64 /* entries of the per-communicator choice cache */
+
 typedef struct shoal_coll_state {
     int algo;              /* forced algorithm or SHOAL_ALGO_AUTO */
     size_t chunk;          /* bytes per pipeline chunk, a multiple of 64 */
@@ -105,6 +107,13 @@ typedef struct shoal_coll_state {
     int *socket_of;        /* [nranks] socket of each rank (-1 unknown) */
     shoal_coll_shape_t shape;
     uint64_t logged[SHOAL_COLL_TYPE_COUNT]; /* size buckets whose choice was logged */
+    /* Choices already made, keyed by (collective, bytes): applicability depends only on
+     * the communicator and the size, so a hit skips the cost table on the hot path. */
+    struct {
+        size_t bytes;
+        int8_t type;           /* -1: empty */
+        uint8_t algo;
+    } sel_cache[SHOAL_SELECT_CACHE];
     struct shoal_hier_map *hier; /* hier.c: hosts and their ranks, built on first use */
 } shoal_coll_state_t;
 

@@ -239,10 +239,18 @@ shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal_coll_args_t 
         a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
         return shoal_coll_default_algo(a->type);
     }
+    size_t slot = (bytes * 0x9e3779b97f4a7c15ull >> 58) ^ (size_t)a->type;
+    slot &= SHOAL_SELECT_CACHE - 1;
+    if (cs->sel_cache[slot].type == (int8_t)a->type && cs->sel_cache[slot].bytes == bytes) {
+        return (shoal_algo_t)cs->sel_cache[slot].algo;
+    }
     algo = shoal_coll_pick(&cs->shape, comm, a, a->type, bytes, cs->algo, NULL);
     if (shoal_log_enabled(SHOAL_LOG_INFO, COLL)) {
         shoal_coll_log_choice(comm, a->type, bytes, algo);
     }
+    cs->sel_cache[slot].bytes = bytes;
+    cs->sel_cache[slot].type = (int8_t)a->type;
+    cs->sel_cache[slot].algo = (uint8_t)algo;
     return algo;
 }
 
@@ -328,6 +336,9 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
         return SHOAL_ERR_NO_MEMORY;
     }
     comm->coll = cs;
+    for (size_t i = 0; i < SHOAL_SELECT_CACHE; i++) {
+        cs->sel_cache[i].type = -1;
+    }
     cs->algo = shoal_coll_config.algo;
     if (forced != NULL && forced[0] != '\0') {
         cs->algo = -1;

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Idle polls spent with a pause instruction before the waiter starts yielding. */
-#define SHOAL_CHAN_PAUSE_SPINS 128
 
 static void shoal_chan_req_init(struct shoal_comm *comm, shoal_tl_req_t *req, void *buf,
                                 size_t len, uint32_t seq, uint32_t step, uint32_t chunk)
@@ -121,7 +119,7 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
         return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
                                      "aborted by the application while %s", what);
     }
-    if (spins < SHOAL_CHAN_PAUSE_SPINS) {
+    if (spins < comm->pause_spins) {
         /* A few microseconds of pure polling first: a yield is a system call, and on an idle
          * core the answer usually arrives within that time. */
         shoal_cpu_relax();

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,23 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     }
     *comm_p = comm;
     return SHOAL_OK;
+}
+
+/* Waiters poll with a pause instruction for a few microseconds before they yield, unless the
+ * ranks of this host outnumber the cores this process may run on: then a spinning waiter
+ * only delays the rank it waits for, and it yields at once. */
+#define SHOAL_COMM_PAUSE_SPINS 128
+
+static void shoal_comm_plan_spinning(struct shoal_comm *comm)
+{
+    cpu_set_t set;
+    int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        ncpu = CPU_COUNT(&set);
+    }
+    comm->pause_spins = comm->local_size > ncpu ? 0 : SHOAL_COMM_PAUSE_SPINS;
+    shoal_trace(INIT, "rank %d: %d local ranks on %d cpus: %u pause polls before yielding",
+                comm->rank, comm->local_size, ncpu, comm->pause_spins);
 }
 
 /* Which registry transport carries the channel to peer p (same on both sides). */
@@ -377,6 +395,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
         comm->peers[p].host[SHOAL_HOSTNAME_MAX - 1] = '\0';
     }
     SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
+    shoal_comm_plan_spinning(comm);
     SHOAL_CHECK_GOTO(shoal_comm_init_tls(comm, used), st, out);
     SHOAL_CHECK_GOTO(shoal_comm_connect(comm, boot), st, out);
     /* Everyone connected: transports may drop their names and listeners. */

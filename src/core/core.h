@@ -64,6 +64,7 @@ struct shoal_comm {
     shoal_config_t cfg;        /* caller's config, strings copied */
     int timeout_ms;
     unsigned spin_count;
+    unsigned pause_spins;      /* pure polls before yielding: 0 when ranks outnumber cores */
     shoal_peer_info_t *peers;  /* [nranks] */
     shoal_tl_inst_t tls[SHOAL_TL_MAX];
     int ntls;

@@ -2,6 +2,7 @@
 #include "cuda/cuda_int.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -87,17 +88,32 @@ const char *shoal_cuda_drv_reason(void)
     return shoal_cuda_drv_why;
 }
 
+static int shoal_cuda_drv_adds_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    *(unsigned long long *)data = info->dlpi_adds;
+    return 1; /* the counter is global: the first object is enough */
+}
+
 int shoal_cuda_drv_present(void)
 {
+    static unsigned long long adds_checked = ~0ULL;
+    unsigned long long adds = 0;
     void *h;
     if (__atomic_load_n(&shoal_cuda_drv_mapped, __ATOMIC_ACQUIRE)) {
         return 1;
     }
-    /* Device memory exists only in a process that loaded the driver (the runtime does). */
+    /* Device memory exists only in a process that loaded the driver (the runtime does).
+     * dlopen(RTLD_NOLOAD) searches the library path (tens of microseconds), so ask again
+     * only when the process has loaded some object since the last answer. */
+    dl_iterate_phdr(shoal_cuda_drv_adds_cb, &adds);
+    if (adds == __atomic_load_n(&adds_checked, __ATOMIC_RELAXED)) {
+        return 0;
+    }
     shoal_cuda_config_load();
     h = dlopen(shoal_cuda_config.libcuda != NULL ? shoal_cuda_config.libcuda : "libcuda.so.1",
                RTLD_NOW | RTLD_NOLOAD);
     if (h == NULL) {
+        __atomic_store_n(&adds_checked, adds, __ATOMIC_RELAXED);
         return 0;
     }
     dlclose(h);

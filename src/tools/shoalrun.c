@@ -21,6 +21,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,6 +71,7 @@ typedef struct {
     int prefix;
     double timeout_s;   /* <= 0: none */
     double grace_s;
+    int bind;           /* SHOALRUN_BIND_* */
     const char **xvars; /* -x arguments */
     int nxvars;
     char **argv;        /* the program and its arguments */
@@ -85,6 +87,8 @@ typedef struct {
     sigset_t orig_mask;
     pid_t self;
     int stdin_inherit;   /* rank 0 keeps stdin */
+    int cpus[CPU_SETSIZE]; /* CPUs to pin ranks to (--bind-to), in order */
+    int ncpus;           /* 0: ranks are not pinned */
     int nrunning;
     int nopen;           /* open streams */
     double timeout_at;   /* 0: none */
@@ -120,6 +124,8 @@ static void shoalrun_usage(FILE *f)
             "      --timeout SEC   kill every rank after SEC seconds, exit %d\n"
             "      --grace SEC     after a rank fails, wait SEC seconds for the others to\n"
             "                      exit on their own before killing them (default 10)\n"
+            "      --bind-to W     core: pin rank i to the i-th allowed CPU; none: do not pin;\n"
+            "                      auto (default): core when ranks <= CPUs, else none (as mpirun)\n"
             "  -h, --help          this help\n"
             "\n"
             "Each rank gets SHOAL_UID, SHOAL_RANK, SHOAL_NRANKS, SHOAL_LOCAL_RANK and\n"
@@ -159,7 +165,23 @@ static int shoalrun_parse_np(const char *s, int *out_p)
     return 0;
 }
 
-enum { SHOALRUN_OPT_NO_PREFIX = 256, SHOALRUN_OPT_TIMEOUT, SHOALRUN_OPT_GRACE };
+enum { SHOALRUN_OPT_NO_PREFIX = 256, SHOALRUN_OPT_TIMEOUT, SHOALRUN_OPT_GRACE, SHOALRUN_OPT_BIND };
+enum { SHOALRUN_BIND_AUTO = 0, SHOALRUN_BIND_CORE, SHOALRUN_BIND_NONE };
+
+static int shoalrun_parse_bind(const char *s, int *out_p)
+{
+    if (strcmp(s, "auto") == 0) {
+        *out_p = SHOALRUN_BIND_AUTO;
+    } else if (strcmp(s, "core") == 0) {
+        *out_p = SHOALRUN_BIND_CORE;
+    } else if (strcmp(s, "none") == 0) {
+        *out_p = SHOALRUN_BIND_NONE;
+    } else {
+        fprintf(stderr, "shoalrun: invalid --bind-to '%s' (core, none or auto)\n", s);
+        return -1;
+    }
+    return 0;
+}
 
 /* Returns 0 to run, 1 for --help, -1 on a usage error. */
 static int shoalrun_opts_parse(shoalrun_opts_t *o, int argc, char **argv)
@@ -170,6 +192,7 @@ static int shoalrun_opts_parse(shoalrun_opts_t *o, int argc, char **argv)
         {.name = "no-prefix", .has_arg = no_argument, .val = SHOALRUN_OPT_NO_PREFIX},
         {.name = "timeout", .has_arg = required_argument, .val = SHOALRUN_OPT_TIMEOUT},
         {.name = "grace", .has_arg = required_argument, .val = SHOALRUN_OPT_GRACE},
+        {.name = "bind-to", .has_arg = required_argument, .val = SHOALRUN_OPT_BIND},
         {.name = "help", .has_arg = no_argument, .val = 'h'},
         {0},
     };
@@ -191,6 +214,7 @@ static int shoalrun_opts_parse(shoalrun_opts_t *o, int argc, char **argv)
         case SHOALRUN_OPT_TIMEOUT: bad = shoalrun_parse_seconds(optarg, "timeout", &o->timeout_s);
             break;
         case SHOALRUN_OPT_GRACE: bad = shoalrun_parse_seconds(optarg, "grace", &o->grace_s); break;
+        case SHOALRUN_OPT_BIND: bad = shoalrun_parse_bind(optarg, &o->bind); break;
         case 'x':
             if (optarg[0] == '\0' || optarg[0] == '=') {
                 fprintf(stderr, "shoalrun: invalid -x '%s' (VAR=VALUE expected)\n", optarg);
@@ -368,6 +392,28 @@ static void shoalrun_child_fail(const char *what)
 }
 
 /* Runs in the child between fork() and execve(): async-signal-safe calls only. */
+/* --bind-to: like mpirun, pin ranks one per allowed CPU when they fit, so two ranks never
+ * share a core by the scheduler's whim; leave them free when they outnumber the CPUs. */
+static void shoalrun_plan_binding(shoalrun_job_t *job)
+{
+    cpu_set_t set;
+    int n = 0;
+
+    job->ncpus = 0;
+    if (job->opts.bind == SHOALRUN_BIND_NONE || sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return;
+    }
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &set)) {
+            job->cpus[n++] = c;
+        }
+    }
+    if (n == 0 || (job->opts.bind == SHOALRUN_BIND_AUTO && job->opts.nranks > n)) {
+        return;
+    }
+    job->ncpus = n;
+}
+
 static void shoalrun_child_exec(shoalrun_job_t *job, int rank, int out_w, int err_w)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
@@ -378,6 +424,12 @@ static void shoalrun_child_exec(shoalrun_job_t *job, int rank, int out_w, int er
     }
     sigaction(SIGPIPE, &dfl, NULL);
     sigprocmask(SIG_SETMASK, &job->orig_mask, NULL);
+    if (job->ncpus > 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(job->cpus[rank % job->ncpus], &one);
+        (void)sched_setaffinity(0, sizeof(one), &one); /* best effort: run unpinned otherwise */
+    }
     if (rank != 0 || !job->stdin_inherit) {
         int fd = open("/dev/null", O_RDONLY);
 
@@ -856,6 +908,7 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     memset(hex, 0, sizeof(hex));
     job->self = getpid();
     job->stdin_inherit = !isatty(0);
+    shoalrun_plan_binding(job);
     return 0;
 }
 
