@@ -97,14 +97,23 @@ static int shoal_cuda_drv_adds_cb(struct dl_phdr_info *info, size_t size, void *
 int shoal_cuda_drv_present(void)
 {
     static unsigned long long adds_checked = ~0ULL;
+    static uint64_t asked_ns;
     unsigned long long adds = 0;
+    uint64_t now;
     void *h;
     if (__atomic_load_n(&shoal_cuda_drv_mapped, __ATOMIC_ACQUIRE)) {
         return 1;
     }
     /* Device memory exists only in a process that loaded the driver (the runtime does).
      * dlopen(RTLD_NOLOAD) searches the library path (tens of microseconds), so ask again
-     * only when the process has loaded some object since the last answer. */
+     * only when the process has loaded some object since the last answer; and look at that
+     * (dl_iterate_phdr takes the loader's lock) at most every 200 us: between loading
+     * libcuda and holding a device pointer there is cuInit and a context, many milliseconds. */
+    now = shoal_time_ns();
+    if (now - __atomic_load_n(&asked_ns, __ATOMIC_RELAXED) < 200000) {
+        return 0;
+    }
+    __atomic_store_n(&asked_ns, now, __ATOMIC_RELAXED);
     dl_iterate_phdr(shoal_cuda_drv_adds_cb, &adds);
     if (adds == __atomic_load_n(&adds_checked, __ATOMIC_RELAXED)) {
         return 0;
