@@ -146,8 +146,15 @@ static shoal_status_t shoal_chan_req_failed(struct shoal_comm *comm, shoal_tl_re
                                             int peer)
 {
     const char *why = comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(req->status);
-    return shoal_comm_set_failed(comm, req->status, shoal_comm_culprit(comm, why, peer),
-                                 "peer %d (%s) failed: %s", peer,
+    int culprit = shoal_comm_culprit(comm, why, peer);
+    if (culprit != peer && strstr(why, "because of rank ") == NULL) {
+        return shoal_comm_set_failed(comm, req->status, culprit,
+                                     "peer %d (%s) failed: %s; the failure started at rank %d "
+                                     "(%s), whose process is gone", peer,
+                                     shoal_comm_peer_host(comm, peer), why, culprit,
+                                     shoal_comm_peer_host(comm, culprit));
+    }
+    return shoal_comm_set_failed(comm, req->status, culprit, "peer %d (%s) failed: %s", peer,
                                  shoal_comm_peer_host(comm, peer), why);
 }
 

@@ -9,8 +9,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,14 +51,61 @@ const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank)
     return comm->peers[rank].host;
 }
 
+/* 0 if the process is gone or a zombie (killed, not yet reaped by its parent). */
+static int shoal_comm_pid_alive(pid_t pid)
+{
+    char path[64], buf[512], *rp;
+    ssize_t n;
+    int fd;
+
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+        return 0;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return errno != ENOENT;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return 1;
+    }
+    buf[n] = '\0';
+    rp = strrchr(buf, ')');
+    return rp == NULL || rp[1] == '\0' || (rp[2] != 'Z' && rp[2] != 'X');
+}
+
+/* A process of this host that is gone, or -1. Only a hint for the error sentence. */
+static int shoal_comm_dead_local_peer(struct shoal_comm *comm, int except)
+{
+    for (int l = 0; l < comm->local_size; l++) {
+        int r = comm->local_ranks[l];
+        if (r != comm->rank && r != except && comm->peers[r].pid > 0 &&
+            !shoal_comm_pid_alive((pid_t)comm->peers[r].pid)) {
+            return r;
+        }
+    }
+    return -1;
+}
+
 int shoal_comm_culprit(struct shoal_comm *comm, const char *why, int peer)
 {
     const char *p = why != NULL ? strstr(why, "because of rank ") : NULL;
+    int dead;
     if (p != NULL) {
         int r = atoi(p + strlen("because of rank "));
         if (r >= 0 && r < comm->nranks) {
             return r;
         }
+    }
+    /* A peer that only closed its connection (it failed because of someone else, and its
+     * notice did not reach us) while another process of this host is gone: that one. */
+    if (peer >= 0 && peer < comm->nranks && comm->peers != NULL &&
+        comm->peers[peer].host_id == comm->peers[comm->rank].host_id &&
+        shoal_comm_pid_alive((pid_t)comm->peers[peer].pid) &&
+        (dead = shoal_comm_dead_local_peer(comm, peer)) >= 0) {
+        return dead;
     }
     return peer;
 }

@@ -88,17 +88,40 @@ static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, const char 
     return shoal_tcp_ep_fail(ep, status, why);
 }
 
+/* The peer went away: if its last words, an abort notice, wait unread at a message boundary
+ * of socket 0 (we were only sending to it), say whom it blamed. Best effort, never blocks. */
+static void shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len)
+{
+    uint8_t raw[SHOAL_WIRE_HDR_BYTES];
+    shoal_wire_hdr_t h;
+
+    buf[0] = '\0';
+    if (ep->fds[0] < 0 || ep->rhdr_off != 0 || (ep->rq_head != NULL && ep->rq_head->hdr_done) ||
+        recv(ep->fds[0], raw, sizeof(raw), MSG_DONTWAIT | MSG_PEEK) != (ssize_t)sizeof(raw)) {
+        return;
+    }
+    shoal_wire_decode(raw, &h);
+    if (h.magic == SHOAL_WIRE_MAGIC && h.type == SHOAL_WIRE_ABORT &&
+        h.comm_id == ep->ctx->comm_id) {
+        snprintf(buf, len, "; its communicator failed because of rank %u", h.chunk);
+    }
+}
+
 /* A failed send/recv (ret 0 from recv is EOF). Returns the completions of the failure. */
 static int shoal_tcp_ep_io_error(shoal_ep_t *ep, const char *op, int sock, int err)
 {
+    char last[80];
+    shoal_tcp_ep_last_words(ep, last, sizeof(last));
     if (err == 0) {
         return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED,
-                                  "peer %d (%s) closed the connection", ep->peer, ep->name);
+                                  "peer %d (%s) closed the connection%s", ep->peer, ep->name,
+                                  last);
     }
     if (err == ECONNRESET || err == EPIPE || err == ECONNABORTED || err == ETIMEDOUT ||
         err == EHOSTUNREACH || err == ENETUNREACH) {
-        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d (%s): %s on socket %d: %s",
-                                  ep->peer, ep->name, op, sock, strerror(err));
+        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED,
+                                  "peer %d (%s): %s on socket %d: %s%s", ep->peer, ep->name, op,
+                                  sock, strerror(err), last);
     }
     return shoal_tcp_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d (%s): %s(fd %d) failed: %s",
                               ep->peer, ep->name, op, ep->fds[sock], strerror(err));
