@@ -253,6 +253,7 @@ static const char *const perf_op_names[SHOAL_OP_COUNT + 1] = {
 };
 
 static const char *perf_prog = "perf";
+static const char *perf_transport; /* -t: shoal_config_t.transport, NULL = automatic */
 
 static void perf_usage(FILE *f)
 {
@@ -271,6 +272,8 @@ static void perf_usage(FILE *f)
             "  -r, --root R           root rank (default 0)\n"
             "  -a, --average 0..3     time reported: rank 0, average, min, max (default 1)\n"
             "  -z, --blocking 0|1     accepted for nccl-tests compatibility (calls block)\n"
+            "  -t, --transport TL     shoal only: shm, tcp, ucx or ib for every peer (as\n"
+            "                         SHOAL_TRANSPORT; default: automatic choice)\n"
             "  -h, --help             this help\n",
             perf_prog);
 }
@@ -370,6 +373,7 @@ static int perf_opt_apply(perf_opts_t *o, int c, const char *arg)
     case 'r': return perf_parse_int(arg, 0, 1 << 30, &o->root);
     case 'a': return perf_parse_int(arg, 0, 3, &o->average);
     case 'z': return perf_parse_int(arg, 0, 1, &ignored);
+    case 't': perf_transport = arg; return 0;
     case 'd': return perf_parse_dtype(o, arg);
     case 'o': return perf_parse_op(o, arg);
     default: return -1;
@@ -392,6 +396,7 @@ static int perf_opts_parse(perf_opts_t *o, int argc, char **argv)
         {.name = "root", .has_arg = required_argument, .val = 'r'},
         {.name = "average", .has_arg = required_argument, .val = 'a'},
         {.name = "blocking", .has_arg = required_argument, .val = 'z'},
+        {.name = "transport", .has_arg = required_argument, .val = 't'},
         {.name = "help", .has_arg = no_argument, .val = 'h'},
         {0},
     };
@@ -401,7 +406,7 @@ static int perf_opts_parse(perf_opts_t *o, int argc, char **argv)
                        .step_factor = 1.0, .iters = 20, .warmup = 5, .check = 1, .root = 0,
                        .average = 1, .dtypes = {SHOAL_FLOAT32}, .ndtypes = 1,
                        .ops = {SHOAL_SUM}, .nops = 1};
-    while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:z:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:z:t:h", longopts, NULL)) != -1) {
         if (c == 'h') {
             return 1;
         }
@@ -498,6 +503,10 @@ static int perf_backend_init(perf_backend_t *be, int *argc, char ***argv)
     MPI_Comm_set_errhandler(be->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(be->comm, &be->rank);
     MPI_Comm_size(be->comm, &be->nranks);
+    if (perf_transport != NULL && be->rank == 0) {
+        fprintf(stderr, "%s: -t %s ignored: MPI chooses its transport (--mca pml/btl)\n",
+                perf_prog, perf_transport);
+    }
     return 0;
 }
 
@@ -600,6 +609,7 @@ static int perf_backend_init(perf_backend_t *be, int *argc, char ***argv)
 {
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
 
+    cfg.transport = perf_transport;
     be->comm = NULL;
     be->rank = -1;
     if (perf_backend_check(be, shoal_comm_init_env(&be->comm, &cfg), "shoal_comm_init_env") != 0 ||
