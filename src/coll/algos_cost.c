@@ -29,8 +29,8 @@ double shoal_dbtree_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
     double K = c > 0 ? half / c : 1, depth = shoal_cost_log2(s->nranks + 1);
     /* Up then down, each a pipeline of K chunks over depth hops; an interior rank moves
      * two children's chunks per step. */
-    return 2 * (K + depth - 1) * (l.alpha_us + 2 * c * l.beta_us) +
-           (double)bytes * s->reduce_beta * s->oversub;
+    return 2 * (K + depth - 1) * (shoal_coll_step_us(s, l.alpha_us) + 2 * c * l.beta_us) +
+           shoal_coll_reduce_us(s, (double)bytes, bytes);
 }
 
 double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
@@ -42,12 +42,14 @@ double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
         p *= 2;
     }
     if (p != s->nranks) {
-        fold = 2 * shoal_link_time(&l, m) + m * s->reduce_beta;
+        fold = 2 * (shoal_coll_step_us(s, l.alpha_us) + m * l.beta_us) +
+               shoal_coll_reduce_us(s, m, bytes);
     }
+    /* pieces of scratch / 2: each exchanged, then reduced (no overlap) */
     pieces = SHOAL_MAX(1.0, m / 2 / (double)SHOAL_MAX(s->scratch / 2, 1));
-    return fold + 2 * shoal_cost_log2(p) * l.alpha_us + pieces * l.alpha_us +
+    return fold + (2 * shoal_cost_log2(p) + pieces) * shoal_coll_step_us(s, l.alpha_us) +
            2 * (p - 1) / (double)p * m * l.beta_us +
-           (p - 1) / (double)p * m * s->reduce_beta * s->oversub;
+           shoal_coll_reduce_us(s, (p - 1) / (double)p * m, bytes);
 }
 
 double shoal_hier_ar_cost(const shoal_coll_shape_t *s, size_t bytes)

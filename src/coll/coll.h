@@ -228,4 +228,21 @@ static inline int shoal_mod(int a, int n)
     return m < 0 ? m + n : m;
 }
 
+/* Cost-model terms shared by the AllReduce rows (select.c, algos_cost.c), measured with
+ * perf/select_check.sh on a 2-core VM:
+ * - a step of an algorithm (send, receive, wake the peer) costs 1.5 ping-pong latencies, and
+ *   when ranks outnumber cores every step also waits for the ranks to be scheduled in turn:
+ *   about one more latency per rank per core (ring at 3 and 4 ranks on 2 cores);
+ * - the reduction kernels run ~40 GB/s on cache-resident messages, ~8 GB/s from memory, where
+ *   s->reduce_beta is the 4 GB/s conservative figure; cores are shared when oversubscribed. */
+static inline double shoal_coll_step_us(const shoal_coll_shape_t *s, double alpha)
+{
+    return alpha * (1.5 + (s->oversub > 1 ? s->oversub : 0));
+}
+
+static inline double shoal_coll_reduce_us(const shoal_coll_shape_t *s, double bytes, size_t msg)
+{
+    return bytes * s->reduce_beta * (msg <= ((size_t)1 << 20) ? 0.1 : 0.5) * s->oversub;
+}
+
 #endif

@@ -55,8 +55,9 @@ static double shoal_coll_cost_ring_ar(const shoal_coll_shape_t *s, size_t bytes)
     double groups = SHOAL_MAX(1.0, (double)((bytes + 2 * s->nranks * s->chunk - 1) /
                                            (2 * s->nranks * s->chunk)));
     shoal_coll_ring_link(s, &alpha, &beta);
-    return 2 * (n - 1) * groups * alpha + 2 * (n - 1) / n * m * beta +
-           (n - 1) / n * m * s->reduce_beta * s->oversub;
+    /* the chunks' reductions overlap the next transfers: half of it shows */
+    return 2 * (n - 1) * groups * shoal_coll_step_us(s, alpha) + 2 * (n - 1) / n * m * beta +
+           0.5 * shoal_coll_reduce_us(s, (n - 1) / n * m, bytes);
 }
 
 static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
@@ -65,8 +66,8 @@ static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
     if (bytes > s->scratch) {
         return -1;
     }
-    return s->rd_alpha_us + (double)bytes * s->rd_beta_us +
-           l * (double)bytes * s->reduce_beta * s->oversub;
+    return shoal_coll_step_us(s, s->rd_alpha_us) + (double)bytes * s->rd_beta_us +
+           shoal_coll_reduce_us(s, l * (double)bytes, bytes);
 }
 
 static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
@@ -165,6 +166,19 @@ double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type, shoa
     return -1;
 }
 
+/* On one host, the intra-node AllReduce through the shared areas wins whenever it can run:
+ * every channel algorithm moves the same data through the same shared memory, plus a copy
+ * into and out of the transport's rings and a message per step (measured with
+ * perf/select_check.sh: the shm path is the fastest or within noise at every size on 2-4
+ * ranks). Its row therefore overrides the model; the model still ranks the others (logs,
+ * shoal_info -t, SHOAL_ALGO=shm where unavailable). The rule only reads the shape, which every
+ * rank shares, so the choice stays identical everywhere. */
+static int shoal_coll_preferred(const shoal_coll_shape_t *s, const shoal_coll_algo_row_t *row)
+{
+    return row->algo == SHOAL_ALGO_SHM && row->coll == SHOAL_COLL_ALLREDUCE && s->shm_direct &&
+           s->nhosts == 1;
+}
+
 /* The cheapest row (or the forced one) whose cost is known and, given comm, applicable. */
 static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_comm *comm,
                                     const shoal_coll_args_t *a, shoal_coll_type_t type,
@@ -181,6 +195,11 @@ static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_co
             continue;
         }
         if ((int)row->algo == forced) {
+            best = row->algo;
+            best_cost = c;
+            break;
+        }
+        if (forced == SHOAL_ALGO_AUTO && shoal_coll_preferred(s, row)) {
             best = row->algo;
             best_cost = c;
             break;
