@@ -64,11 +64,13 @@ one_run() { # transport nranks
     awk -v n="$2" -v coll="$coll" '
         function lg(x,  l) { l = -1; while (x >= 1) { x /= 2; l++ } return l }
         /INFO \[COLL\] rank 0: / {
+            b = -1
             for (i = 1; i <= NF; i++) {
                 if ($i == coll && $(i + 1) == "of") { b = lg($(i + 2)) }
                 if ($i ~ /^2\^[0-9]+\):$/) { a = $(i + 1); f = $(i + 2) == "(SHOAL_ALGO);" }
             }
             sub(/;$/, "", a)
+            if (b < 0) next
             if (f) ran[b, a] = 1; else pick[b] = a
             next
         }
