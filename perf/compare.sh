@@ -9,6 +9,9 @@
 #   --shm N              N ranks on this host, shared memory (shoal's automatic choice)
 #   --tcp N              N ranks over loopback TCP (SHOAL_TRANSPORT=tcp; Open MPI with
 #                        --mca pml ob1 --mca btl self,tcp)
+#   --ucx N              N ranks over UCX (SHOAL_TRANSPORT=ucx) vs Open MPI's pml ucx
+#                        (--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any: Open MPI
+#                        4.1 refuses UCX here without them), both on what UCX finds (sysv/cma/tcp)
 #   --netns HxP          H network-namespace hosts x P ranks (tests/netns harness, root only):
 #                        shoal with the topology-aware ring on block placement, shoal with a
 #                        host-oblivious ring (SHOAL_RING_ORDER=rank) over interleaved ranks,
@@ -38,7 +41,7 @@ die() {
 
 while [ $# -gt 0 ]; do
     case $1 in
-    --shm|--tcp|--netns) [ $# -ge 2 ] || die "$1 needs an argument"; modes="$modes ${1#--}:$2"; shift 2 ;;
+    --shm|--tcp|--ucx|--netns) [ $# -ge 2 ] || die "$1 needs an argument"; modes="$modes ${1#--}:$2"; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --full) full=1; shift ;;
@@ -266,7 +269,7 @@ plot() {
     fi
 }
 
-run_local_mode() { # shm|tcp N
+run_local_mode() { # shm|tcp|ucx N
     kind=$1
     n=$2
     cur_nranks=$n
@@ -276,6 +279,10 @@ run_local_mode() { # shm|tcp N
         shoal_env="SHOAL_TRANSPORT=tcp"
         mca_user="--mca pml ob1 --mca btl self,tcp"
         title="TCP loopback, $n ranks"
+    elif [ "$kind" = ucx ]; then
+        shoal_env="SHOAL_TRANSPORT=ucx"
+        mca_user="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any"
+        title="UCX, $n ranks (shoal over UCX vs Open MPI pml ucx)"
     else
         shoal_env="SHOAL_TIMEOUT_MS=60000"
         mca_user=""
@@ -289,7 +296,7 @@ run_local_mode() { # shm|tcp N
             run_sweeps ompi ompi "$n" user $mca_user --
             run_sweeps ompi_tuned ompi "$n" tuned $mca_user --
         fi
-        if [ "$have_gloo" = 1 ]; then
+        if [ "$have_gloo" = 1 ] && [ "$kind" != ucx ]; then
             run_sweeps gloo gloo_local "$n" --
         fi
         rep=$((rep + 1))
@@ -301,7 +308,7 @@ run_local_mode() { # shm|tcp N
         report "$title" "$bound"
     else
         echo
-        echo "# no physical limit is measured for loopback TCP (kernel copies); see the shm bound"
+        echo "# no physical limit is measured for $kind (kernel or UCX copies); see the shm bound"
         report "$title" 0
     fi
 }
@@ -372,6 +379,7 @@ run_netns_mode() { # HxP
         case $m in
         shm:*) run_local_mode shm "${m#shm:}" ;;
         tcp:*) run_local_mode tcp "${m#tcp:}" ;;
+        ucx:*) run_local_mode ucx "${m#ucx:}" ;;
         netns:*) run_netns_mode "${m#netns:}" ;;
         esac
     done
