@@ -69,21 +69,22 @@ static void shoal_info_print_built(void)
         int found;
         const char *used_by;
     } deps[] = {
-        {.name = "hwloc", .found = SHOAL_HAVE_HWLOC, .used_by = NULL},
-        {.name = "ucx", .found = SHOAL_HAVE_UCX, .used_by = NULL},
-        {.name = "verbs", .found = SHOAL_HAVE_VERBS, .used_by = NULL},
-        {.name = "cuda", .found = SHOAL_HAVE_CUDA, .used_by = NULL},
-        {.name = "nccl", .found = SHOAL_HAVE_NCCL, .used_by = NULL},
-        {.name = "mpi", .found = SHOAL_HAVE_MPI, .used_by = NULL},
+        {.name = "hwloc", .found = SHOAL_HAVE_HWLOC, .used_by = "topology discovery"},
+        {.name = "ucx", .found = SHOAL_HAVE_UCX, .used_by = "transport ucx"},
+        {.name = "verbs", .found = SHOAL_HAVE_VERBS, .used_by = "transport ib"},
+        {.name = "pmix", .found = SHOAL_HAVE_PMIX, .used_by = "shoal_comm_init_env under mpirun/srun"},
+        {.name = "cuda", .found = SHOAL_HAVE_CUDA, .used_by = "stream-ordered collectives (libcuda loaded at first use)"},
+        {.name = "nccl", .found = SHOAL_HAVE_NCCL && SHOAL_HAVE_CUDA, .used_by = "SHOAL_CUDA_BACKEND=nccl (loaded at first use)"},
+        {.name = "mpi", .found = SHOAL_HAVE_MPI, .used_by = "libshoal_mpi, *_perf_mpi"},
     };
     static const char *const levels[] = {"none", "version", "warn", "info", "trace"};
     size_t i;
 
     shoal_info_print_transports();
-    printf("# optional dependencies (found by configure; built in only where a layer uses them)\n");
+    printf("# optional dependencies (found by configure, and what of shoal uses them)\n");
     for (i = 0; i < SHOAL_ARRAY_SIZE(deps); i++)
         printf("#   %-6s found: %-3s built in: %s\n", deps[i].name, deps[i].found ? "yes" : "no",
-               deps[i].found && deps[i].used_by != NULL ? deps[i].used_by : "no");
+               deps[i].found ? deps[i].used_by : "no");
     printf("# build\n");
     printf("#   logging up to: %s\n", levels[SHOAL_LOG_MAX_LEVEL]);
 #ifdef SHOAL_DEBUG_BUILD

@@ -5,13 +5,17 @@
 # One more line per run checks shoalrun's exit status. The plan comes last.
 #
 # Environment: top_builddir (set by make check), MP_NRANKS (default "1 2 3 4 5 8"),
-# MP_TRANSPORTS (default "shm tcp"), MP_VARIANTS=0 to skip the forced-algorithm runs,
+# MP_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable; ucx
+# runs use MP_UCX_NRANKS, default "2 3 4"), MP_VARIANTS=0 to skip the forced-algorithm runs,
 # MP_TIMEOUT (seconds per run, default 240), MP_SECTIONS (mp_coll sections, default all).
 
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/mp/mp_coll
 nranks_list=${MP_NRANKS:-"1 2 3 4 5 8"}
+if [ -z "${MP_TRANSPORTS:-}" ] && "$builddir/shoal_info" -b 2>/dev/null | grep -q "ucx *usable: yes"; then
+    MP_TRANSPORTS="shm tcp ucx"
+fi
 transports=${MP_TRANSPORTS:-"shm tcp"}
 timeout=${MP_TIMEOUT:-240}
 n_tap=0
@@ -78,7 +82,9 @@ run() {
 }
 
 for tl in $transports; do
-    for n in $nranks_list; do
+    list=$nranks_list
+    [ "$tl" = ucx ] && [ -z "${MP_NRANKS:-}" ] && list=${MP_UCX_NRANKS:-"2 3 4"}
+    for n in $list; do
         if [ "$tl" = shm ]; then
             run "shm n=$n" "$n" # the automatic choice: shm between ranks of one host
         else
