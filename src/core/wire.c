@@ -4,45 +4,32 @@
 #include <stdio.h>
 #include <string.h>
 
-static void shoal_wire_put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint32_t shoal_wire_get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        v |= (uint32_t)p[i] << (8 * i);
-    }
-    return v;
-}
+#define shoal_put_le32(p, v) shoal_put_le((p), (v), 4)
+#define shoal_get_le32(p) ((uint32_t)shoal_get_le((p), 4))
 
 void shoal_wire_encode(const shoal_wire_hdr_t *h, uint8_t out[SHOAL_WIRE_HDR_BYTES])
 {
-    shoal_wire_put32(out + 0, h->magic);
-    shoal_wire_put32(out + 4, (uint32_t)h->version | ((uint32_t)h->type << 16));
-    shoal_wire_put32(out + 8, h->comm_id);
-    shoal_wire_put32(out + 12, h->seq);
-    shoal_wire_put32(out + 16, h->step);
-    shoal_wire_put32(out + 20, h->chunk);
-    shoal_wire_put32(out + 24, (uint32_t)h->length);
-    shoal_wire_put32(out + 28, (uint32_t)(h->length >> 32));
+    shoal_put_le32(out + 0, h->magic);
+    shoal_put_le32(out + 4, (uint32_t)h->version | ((uint32_t)h->type << 16));
+    shoal_put_le32(out + 8, h->comm_id);
+    shoal_put_le32(out + 12, h->seq);
+    shoal_put_le32(out + 16, h->step);
+    shoal_put_le32(out + 20, h->chunk);
+    shoal_put_le32(out + 24, (uint32_t)h->length);
+    shoal_put_le32(out + 28, (uint32_t)(h->length >> 32));
 }
 
 void shoal_wire_decode(const uint8_t in[SHOAL_WIRE_HDR_BYTES], shoal_wire_hdr_t *h)
 {
-    uint32_t vt = shoal_wire_get32(in + 4);
-    h->magic = shoal_wire_get32(in + 0);
+    uint32_t vt = shoal_get_le32(in + 4);
+    h->magic = shoal_get_le32(in + 0);
     h->version = (uint16_t)(vt & 0xffff);
     h->type = (uint16_t)(vt >> 16);
-    h->comm_id = shoal_wire_get32(in + 8);
-    h->seq = shoal_wire_get32(in + 12);
-    h->step = shoal_wire_get32(in + 16);
-    h->chunk = shoal_wire_get32(in + 20);
-    h->length = (uint64_t)shoal_wire_get32(in + 24) | ((uint64_t)shoal_wire_get32(in + 28) << 32);
+    h->comm_id = shoal_get_le32(in + 8);
+    h->seq = shoal_get_le32(in + 12);
+    h->step = shoal_get_le32(in + 16);
+    h->chunk = shoal_get_le32(in + 20);
+    h->length = (uint64_t)shoal_get_le32(in + 24) | ((uint64_t)shoal_get_le32(in + 28) << 32);
 }
 
 shoal_status_t shoal_wire_check(const shoal_wire_hdr_t *expect, const shoal_wire_hdr_t *got,

@@ -192,6 +192,28 @@ static inline void shoal_cpu_relax(void)
 #endif
 }
 
+/* ---- little-endian codecs for wire and address formats --------------------------------- */
+
+static inline void shoal_put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static inline uint64_t shoal_get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        v |= (uint64_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+/* 1 if the interface name matches an NCCL-style list: "eth,ib" prefixes, "^eth" excludes,
+ * "=eth0" exact names (src/util/net.c). */
+SHOAL_HIDDEN int shoal_ifname_match(const char *spec, const char *ifname);
+
 /* ---- hashing and random ---------------------------------------------------------------- */
 
 SHOAL_HIDDEN uint64_t shoal_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a */

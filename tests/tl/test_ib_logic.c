@@ -512,8 +512,8 @@ static void test_oob(void)
     tap_is_int(handshake(k1, k1, &peer), SHOAL_OK, "oob: same secret authenticates");
     tap_is_int(peer, 3, "oob: acceptor learns the connector's rank");
     tap_ok(handshake(k1, k2, &peer) != SHOAL_OK, "oob: different secret refused");
-    tap_ok(shoal_oob_ifname_match("=lo", "lo") && !shoal_oob_ifname_match("=lo", "lo0") &&
-           shoal_oob_ifname_match("^docker", "eth0"), "oob: interface spec syntax");
+    tap_ok(shoal_ifname_match("=lo", "lo") && !shoal_ifname_match("=lo", "lo0") &&
+           shoal_ifname_match("^docker", "eth0"), "oob: interface spec syntax");
 }
 
 int main(int argc, char **argv)

@@ -20,60 +20,19 @@
 #define SHOAL_OOB_HELLO_BYTES 20
 #define SHOAL_OOB_SLICE_MS 10        /* the abort flag is looked at this often */
 
-static void shoal_oob_put(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint64_t shoal_oob_get(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        v |= (uint64_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
-int shoal_oob_ifname_match(const char *spec, const char *ifname)
-{
-    int exclude = 0, exact = 0, hit = 0;
-    if (*spec == '^') {
-        exclude = 1;
-        spec++;
-    }
-    if (*spec == '=') {
-        exact = 1;
-        spec++;
-    }
-    while (*spec != '\0' && !hit) {
-        size_t n = strcspn(spec, ",");
-        if (n > 0) {
-            hit = exact ? strlen(ifname) == n && strncmp(ifname, spec, n) == 0
-                        : strncmp(ifname, spec, n) == 0;
-        }
-        spec += n;
-        if (*spec == ',') {
-            spec++;
-        }
-    }
-    return exclude ? !hit : hit;
-}
-
 void shoal_oob_addr_encode(const shoal_oob_addr_t *a, uint8_t out[SHOAL_OOB_ADDR_BYTES])
 {
-    shoal_oob_put(out, a->family, 2);
-    shoal_oob_put(out + 2, a->port, 2);
-    shoal_oob_put(out + 4, a->scope_id, 4);
+    shoal_put_le(out, a->family, 2);
+    shoal_put_le(out + 2, a->port, 2);
+    shoal_put_le(out + 4, a->scope_id, 4);
     memcpy(out + 8, a->ip, 16);
 }
 
 int shoal_oob_addr_decode(const uint8_t in[SHOAL_OOB_ADDR_BYTES], shoal_oob_addr_t *a)
 {
-    a->family = (uint16_t)shoal_oob_get(in, 2);
-    a->port = (uint16_t)shoal_oob_get(in + 2, 2);
-    a->scope_id = (uint32_t)shoal_oob_get(in + 4, 4);
+    a->family = (uint16_t)shoal_get_le(in, 2);
+    a->port = (uint16_t)shoal_get_le(in + 2, 2);
+    a->scope_id = (uint32_t)shoal_get_le(in + 4, 4);
     memcpy(a->ip, in + 8, 16);
     return (a->family == AF_INET || a->family == AF_INET6) && a->port != 0 ? 0 : -1;
 }
@@ -118,7 +77,7 @@ static int shoal_oob_pick(struct ifaddrs *list, const char *spec, int pass,
                 continue;
             }
             loop = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
-            if (spec != NULL ? !shoal_oob_ifname_match(spec, ifa->ifa_name)
+            if (spec != NULL ? !shoal_ifname_match(spec, ifa->ifa_name)
                              : (pass == 0) == loop) {
                 continue;
             }
@@ -322,14 +281,14 @@ static shoal_status_t shoal_oob_proof(const shoal_oob_auth_t *a, const char *suf
     uint8_t msg[64 + 4 + 2 * SHOAL_OOB_NONCE_BYTES + 8];
     int n = snprintf((char *)msg, 64, "%s%s", a->label, suffix);
     size_t off = (size_t)SHOAL_MIN(n, 63);
-    shoal_oob_put(msg + off, a->comm_id, 4);
+    shoal_put_le(msg + off, a->comm_id, 4);
     off += 4;
     memcpy(msg + off, nc, SHOAL_OOB_NONCE_BYTES);
     off += SHOAL_OOB_NONCE_BYTES;
     memcpy(msg + off, na, SHOAL_OOB_NONCE_BYTES);
     off += SHOAL_OOB_NONCE_BYTES;
-    shoal_oob_put(msg + off, from, 4);
-    shoal_oob_put(msg + off + 4, to, 4);
+    shoal_put_le(msg + off, from, 4);
+    shoal_put_le(msg + off + 4, to, 4);
     return shoal_hmac(a->secret, SHOAL_SECRET_BYTES, msg, off + 8, out);
 }
 
@@ -340,11 +299,11 @@ shoal_status_t shoal_oob_auth_connect(int fd, const shoal_oob_auth_t *a, uint32_
     uint8_t reply[SHOAL_OOB_NONCE_BYTES + SHOAL_HMAC_BYTES], want[SHOAL_HMAC_BYTES];
     uint8_t *nc = hello + SHOAL_OOB_HELLO_BYTES;
 
-    shoal_oob_put(hello, SHOAL_OOB_MAGIC, 4);
-    shoal_oob_put(hello + 4, SHOAL_OOB_VERSION, 4);
-    shoal_oob_put(hello + 8, a->comm_id, 4);
-    shoal_oob_put(hello + 12, a->self, 4);
-    shoal_oob_put(hello + 16, peer, 4);
+    shoal_put_le(hello, SHOAL_OOB_MAGIC, 4);
+    shoal_put_le(hello + 4, SHOAL_OOB_VERSION, 4);
+    shoal_put_le(hello + 8, a->comm_id, 4);
+    shoal_put_le(hello + 12, a->self, 4);
+    shoal_put_le(hello + 16, peer, 4);
     SHOAL_CHECK(shoal_random_bytes(nc, SHOAL_OOB_NONCE_BYTES));
     SHOAL_CHECK(shoal_oob_send(fd, hello, sizeof(hello), deadline_ns, a->abort_flag));
     SHOAL_CHECK(shoal_oob_recv(fd, reply, sizeof(reply), deadline_ns, a->abort_flag));
@@ -367,13 +326,13 @@ shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t *a,
     uint32_t from, to;
 
     SHOAL_CHECK(shoal_oob_recv(fd, hello, sizeof(hello), deadline_ns, a->abort_flag));
-    from = (uint32_t)shoal_oob_get(hello + 12, 4);
-    to = (uint32_t)shoal_oob_get(hello + 16, 4);
-    if (shoal_oob_get(hello, 4) != SHOAL_OOB_MAGIC ||
-        shoal_oob_get(hello + 4, 4) != SHOAL_OOB_VERSION ||
-        shoal_oob_get(hello + 8, 4) != a->comm_id || to != a->self || !expect(arg, from)) {
+    from = (uint32_t)shoal_get_le(hello + 12, 4);
+    to = (uint32_t)shoal_get_le(hello + 16, 4);
+    if (shoal_get_le(hello, 4) != SHOAL_OOB_MAGIC ||
+        shoal_get_le(hello + 4, 4) != SHOAL_OOB_VERSION ||
+        shoal_get_le(hello + 8, 4) != a->comm_id || to != a->self || !expect(arg, from)) {
         snprintf(why, len, "unexpected hello (from rank %u to rank %u, communicator %08x)",
-                 from, to, (unsigned)shoal_oob_get(hello + 8, 4));
+                 from, to, (unsigned)shoal_get_le(hello + 8, 4));
         return SHOAL_ERR_PROTOCOL;
     }
     SHOAL_CHECK(shoal_random_bytes(reply, SHOAL_OOB_NONCE_BYTES));

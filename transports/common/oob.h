@@ -35,7 +35,6 @@ typedef struct {
 } shoal_oob_auth_t;
 
 /* 1 if ifname matches spec ("eth,ib" prefixes, "^" excludes, "=" exact). */
-SHOAL_HIDDEN int shoal_oob_ifname_match(const char *spec, const char *ifname);
 SHOAL_HIDDEN void shoal_oob_addr_encode(const shoal_oob_addr_t *a,
                                         uint8_t out[SHOAL_OOB_ADDR_BYTES]);
 SHOAL_HIDDEN int shoal_oob_addr_decode(const uint8_t in[SHOAL_OOB_ADDR_BYTES],

@@ -16,32 +16,16 @@
 
 /* ---- codecs -------------------------------------------------------------------------------- */
 
-static void shoal_ib_put(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint64_t shoal_ib_get(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        v |= (uint64_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
 void shoal_ib_addr_encode(const shoal_ib_addr_t *a, uint8_t *out)
 {
     memset(out, 0, SHOAL_IB_ADDR_BYTES);
-    shoal_ib_put(out, SHOAL_IB_ADDR_MAGIC, 4);
-    shoal_ib_put(out + 4, SHOAL_IB_ADDR_VERSION, 2);
+    shoal_put_le(out, SHOAL_IB_ADDR_MAGIC, 4);
+    shoal_put_le(out + 4, SHOAL_IB_ADDR_VERSION, 2);
     out[6] = a->link_layer;
     out[7] = a->port;
     out[8] = a->mtu;
     out[9] = a->is_global;
-    shoal_ib_put(out + 10, a->lid, 2);
+    shoal_put_le(out + 10, a->lid, 2);
     memcpy(out + 12, a->gid, 16);
     shoal_oob_addr_encode(&a->oob, out + 28);
 }
@@ -49,15 +33,15 @@ void shoal_ib_addr_encode(const shoal_ib_addr_t *a, uint8_t *out)
 int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a)
 {
     const uint8_t *p = in;
-    if (in == NULL || len != SHOAL_IB_ADDR_BYTES || shoal_ib_get(p, 4) != SHOAL_IB_ADDR_MAGIC ||
-        shoal_ib_get(p + 4, 2) != SHOAL_IB_ADDR_VERSION) {
+    if (in == NULL || len != SHOAL_IB_ADDR_BYTES || shoal_get_le(p, 4) != SHOAL_IB_ADDR_MAGIC ||
+        shoal_get_le(p + 4, 2) != SHOAL_IB_ADDR_VERSION) {
         return -1;
     }
     a->link_layer = p[6];
     a->port = p[7];
     a->mtu = p[8];
     a->is_global = p[9];
-    a->lid = (uint16_t)shoal_ib_get(p + 10, 2);
+    a->lid = (uint16_t)shoal_get_le(p + 10, 2);
     memcpy(a->gid, p + 12, 16);
     return shoal_oob_addr_decode(p + 28, &a->oob);
 }
@@ -65,22 +49,22 @@ int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a)
 void shoal_ib_pair_encode(const shoal_ib_pair_t *p, uint8_t *out)
 {
     memset(out, 0, SHOAL_IB_PAIR_BYTES);
-    shoal_ib_put(out, p->qpn, 4);
-    shoal_ib_put(out + 4, p->psn, 4);
-    shoal_ib_put(out + 8, p->ring_addr, 8);
-    shoal_ib_put(out + 16, p->rkey, 4);
-    shoal_ib_put(out + 20, p->nslots, 4);
-    shoal_ib_put(out + 24, p->slot_size, 4);
+    shoal_put_le(out, p->qpn, 4);
+    shoal_put_le(out + 4, p->psn, 4);
+    shoal_put_le(out + 8, p->ring_addr, 8);
+    shoal_put_le(out + 16, p->rkey, 4);
+    shoal_put_le(out + 20, p->nslots, 4);
+    shoal_put_le(out + 24, p->slot_size, 4);
 }
 
 void shoal_ib_pair_decode(const uint8_t *in, shoal_ib_pair_t *p)
 {
-    p->qpn = (uint32_t)shoal_ib_get(in, 4);
-    p->psn = (uint32_t)shoal_ib_get(in + 4, 4);
-    p->ring_addr = shoal_ib_get(in + 8, 8);
-    p->rkey = (uint32_t)shoal_ib_get(in + 16, 4);
-    p->nslots = (uint32_t)shoal_ib_get(in + 20, 4);
-    p->slot_size = (uint32_t)shoal_ib_get(in + 24, 4);
+    p->qpn = (uint32_t)shoal_get_le(in, 4);
+    p->psn = (uint32_t)shoal_get_le(in + 4, 4);
+    p->ring_addr = shoal_get_le(in + 8, 8);
+    p->rkey = (uint32_t)shoal_get_le(in + 16, 4);
+    p->nslots = (uint32_t)shoal_get_le(in + 20, 4);
+    p->slot_size = (uint32_t)shoal_get_le(in + 24, 4);
 }
 
 /* ---- device and port choice ---------------------------------------------------------------- */

@@ -17,49 +17,33 @@
 
 /* ---- codecs ------------------------------------------------------------------------------ */
 
-static void shoal_tcp_put(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint64_t shoal_tcp_get(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        v |= (uint64_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
 void shoal_tcp_addr_encode(const shoal_tcp_addr_t *a, uint8_t *out)
 {
     memset(out, 0, SHOAL_TCP_ADDR_BYTES);
-    shoal_tcp_put(out + 0, SHOAL_TCP_ADDR_MAGIC, 4);
-    shoal_tcp_put(out + 4, a->family, 2);
-    shoal_tcp_put(out + 6, a->port, 2);
-    shoal_tcp_put(out + 8, a->scope_id, 4);
+    shoal_put_le(out + 0, SHOAL_TCP_ADDR_MAGIC, 4);
+    shoal_put_le(out + 4, a->family, 2);
+    shoal_put_le(out + 6, a->port, 2);
+    shoal_put_le(out + 8, a->scope_id, 4);
     memcpy(out + 12, a->ip, 16);
-    shoal_tcp_put(out + 28, a->nsocks, 4);
-    shoal_tcp_put(out + 32, a->min_split, 8);
-    shoal_tcp_put(out + 40, a->pid, 4);
+    shoal_put_le(out + 28, a->nsocks, 4);
+    shoal_put_le(out + 32, a->min_split, 8);
+    shoal_put_le(out + 40, a->pid, 4);
 }
 
 int shoal_tcp_addr_decode(const void *in, size_t len, shoal_tcp_addr_t *a)
 {
     const uint8_t *p = in;
     if (in == NULL || len != SHOAL_TCP_ADDR_BYTES ||
-        shoal_tcp_get(p, 4) != SHOAL_TCP_ADDR_MAGIC) {
+        shoal_get_le(p, 4) != SHOAL_TCP_ADDR_MAGIC) {
         return -1;
     }
-    a->family = (uint16_t)shoal_tcp_get(p + 4, 2);
-    a->port = (uint16_t)shoal_tcp_get(p + 6, 2);
-    a->scope_id = (uint32_t)shoal_tcp_get(p + 8, 4);
+    a->family = (uint16_t)shoal_get_le(p + 4, 2);
+    a->port = (uint16_t)shoal_get_le(p + 6, 2);
+    a->scope_id = (uint32_t)shoal_get_le(p + 8, 4);
     memcpy(a->ip, p + 12, 16);
-    a->nsocks = (uint32_t)shoal_tcp_get(p + 28, 4);
-    a->min_split = shoal_tcp_get(p + 32, 8);
-    a->pid = (uint32_t)shoal_tcp_get(p + 40, 4);
+    a->nsocks = (uint32_t)shoal_get_le(p + 28, 4);
+    a->min_split = shoal_get_le(p + 32, 8);
+    a->pid = (uint32_t)shoal_get_le(p + 40, 4);
     if ((a->family != AF_INET && a->family != AF_INET6) || a->port == 0 || a->nsocks == 0 ||
         a->nsocks > SHOAL_TCP_MAX_SOCKS) {
         return -1;
@@ -105,24 +89,24 @@ void shoal_tcp_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len)
 
 void shoal_tcp_hello_encode(const shoal_tcp_hello_t *h, uint8_t out[SHOAL_TCP_HELLO_BYTES])
 {
-    shoal_tcp_put(out + 0, h->magic, 4);
-    shoal_tcp_put(out + 4, h->version, 2);
-    shoal_tcp_put(out + 6, h->length, 2);
-    shoal_tcp_put(out + 8, h->comm_id, 4);
-    shoal_tcp_put(out + 12, h->rank, 4);
-    shoal_tcp_put(out + 16, h->sock_idx, 4);
-    shoal_tcp_put(out + 20, h->nsocks, 4);
+    shoal_put_le(out + 0, h->magic, 4);
+    shoal_put_le(out + 4, h->version, 2);
+    shoal_put_le(out + 6, h->length, 2);
+    shoal_put_le(out + 8, h->comm_id, 4);
+    shoal_put_le(out + 12, h->rank, 4);
+    shoal_put_le(out + 16, h->sock_idx, 4);
+    shoal_put_le(out + 20, h->nsocks, 4);
 }
 
 void shoal_tcp_hello_decode(const uint8_t in[SHOAL_TCP_HELLO_BYTES], shoal_tcp_hello_t *h)
 {
-    h->magic = (uint32_t)shoal_tcp_get(in + 0, 4);
-    h->version = (uint16_t)shoal_tcp_get(in + 4, 2);
-    h->length = (uint16_t)shoal_tcp_get(in + 6, 2);
-    h->comm_id = (uint32_t)shoal_tcp_get(in + 8, 4);
-    h->rank = (uint32_t)shoal_tcp_get(in + 12, 4);
-    h->sock_idx = (uint32_t)shoal_tcp_get(in + 16, 4);
-    h->nsocks = (uint32_t)shoal_tcp_get(in + 20, 4);
+    h->magic = (uint32_t)shoal_get_le(in + 0, 4);
+    h->version = (uint16_t)shoal_get_le(in + 4, 2);
+    h->length = (uint16_t)shoal_get_le(in + 6, 2);
+    h->comm_id = (uint32_t)shoal_get_le(in + 8, 4);
+    h->rank = (uint32_t)shoal_get_le(in + 12, 4);
+    h->sock_idx = (uint32_t)shoal_get_le(in + 16, 4);
+    h->nsocks = (uint32_t)shoal_get_le(in + 20, 4);
 }
 
 shoal_status_t shoal_tcp_proof(const uint8_t *secret, const char *label, uint32_t comm_id,
@@ -134,48 +118,18 @@ shoal_status_t shoal_tcp_proof(const uint8_t *secret, const char *label, uint32_
     size_t off = llen;
 
     memcpy(msg, label, llen);
-    shoal_tcp_put(msg + off, comm_id, 4);
+    shoal_put_le(msg + off, comm_id, 4);
     off += 4;
     memcpy(msg + off, challenge, SHOAL_TCP_CHALLENGE_BYTES);
     off += SHOAL_TCP_CHALLENGE_BYTES;
-    shoal_tcp_put(msg + off, from, 4);
-    shoal_tcp_put(msg + off + 4, to, 4);
-    shoal_tcp_put(msg + off + 8, sock_idx, 4);
+    shoal_put_le(msg + off, from, 4);
+    shoal_put_le(msg + off + 4, to, 4);
+    shoal_put_le(msg + off + 8, sock_idx, 4);
     off += 12;
     return shoal_hmac(secret, SHOAL_SECRET_BYTES, msg, off, out);
 }
 
 /* ---- interface choice (NCCL's SOCKET_IFNAME semantics) ---------------------------------- */
-
-/* 1 if ifname matches the list spec ("eth,ib" prefixes, "^" excludes, "=" exact names). */
-static int shoal_tcp_ifname_match(const char *spec, const char *ifname)
-{
-    int exclude = 0, exact = 0, hit = 0;
-    char item[IFNAMSIZ + 1];
-
-    if (*spec == '^') {
-        exclude = 1;
-        spec++;
-    }
-    if (*spec == '=') {
-        exact = 1;
-        spec++;
-    }
-    while (*spec != '\0' && !hit) {
-        size_t n = strcspn(spec, ",");
-        size_t m = SHOAL_MIN(n, sizeof(item) - 1);
-        memcpy(item, spec, m);
-        item[m] = '\0';
-        if (m > 0) {
-            hit = exact ? strcmp(ifname, item) == 0 : strncmp(ifname, item, m) == 0;
-        }
-        spec += n;
-        if (*spec == ',') {
-            spec++;
-        }
-    }
-    return exclude ? !hit : hit;
-}
 
 /* Scans the interfaces once for one family; pass 0 wants non-loopback non-docker, 1 docker,
  * 2 loopback (only when no spec is given). */
@@ -194,7 +148,7 @@ static int shoal_tcp_scan(struct ifaddrs *list, const char *spec, int family, in
         int loop = (ifa->ifa_flags & IFF_LOOPBACK) != 0;
         int docker = strncmp(ifa->ifa_name, "docker", 6) == 0;
         if (spec != NULL) {
-            if (!shoal_tcp_ifname_match(spec, ifa->ifa_name)) {
+            if (!shoal_ifname_match(spec, ifa->ifa_name)) {
                 continue;
             }
         } else if ((pass == 0 && (loop || docker)) || (pass == 1 && (loop || !docker)) ||

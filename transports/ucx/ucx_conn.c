@@ -14,22 +14,6 @@
 
 /* ---- codecs ------------------------------------------------------------------------------ */
 
-static void shoal_ucx_put(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++) {
-        p[i] = (uint8_t)(v >> (8 * i));
-    }
-}
-
-static uint64_t shoal_ucx_get(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) {
-        v |= (uint64_t)p[i] << (8 * i);
-    }
-    return v;
-}
-
 size_t shoal_ucx_addr_encode(const shoal_tl_ctx_t *ctx, uint8_t *out, size_t room)
 {
     size_t len = SHOAL_UCX_ADDR_HDR_BYTES + ctx->waddr_len;
@@ -37,14 +21,14 @@ size_t shoal_ucx_addr_encode(const shoal_tl_ctx_t *ctx, uint8_t *out, size_t roo
         return 0;
     }
     memset(out, 0, SHOAL_UCX_ADDR_HDR_BYTES);
-    shoal_ucx_put(out + 0, SHOAL_UCX_ADDR_MAGIC, 4);
-    shoal_ucx_put(out + 4, SHOAL_UCX_ADDR_VERSION, 2);
-    shoal_ucx_put(out + 6, (uint64_t)ctx->waddr_net_only, 2);
-    shoal_ucx_put(out + 8, (uint64_t)ctx->rank, 4);
-    shoal_ucx_put(out + 12, (uint64_t)getpid(), 4);
-    shoal_ucx_put(out + 16, shoal_host_id(), 8);
-    shoal_ucx_put(out + 24, ctx->inline_max, 4);
-    shoal_ucx_put(out + 28, ctx->waddr_len, 4);
+    shoal_put_le(out + 0, SHOAL_UCX_ADDR_MAGIC, 4);
+    shoal_put_le(out + 4, SHOAL_UCX_ADDR_VERSION, 2);
+    shoal_put_le(out + 6, (uint64_t)ctx->waddr_net_only, 2);
+    shoal_put_le(out + 8, (uint64_t)ctx->rank, 4);
+    shoal_put_le(out + 12, (uint64_t)getpid(), 4);
+    shoal_put_le(out + 16, shoal_host_id(), 8);
+    shoal_put_le(out + 24, ctx->inline_max, 4);
+    shoal_put_le(out + 28, ctx->waddr_len, 4);
     memcpy(out + 32, ctx->nonce, SHOAL_UCX_NONCE_BYTES);
     memcpy(out + SHOAL_UCX_ADDR_HDR_BYTES, ctx->waddr, ctx->waddr_len);
     return len;
@@ -54,15 +38,15 @@ int shoal_ucx_addr_decode(const void *in, size_t len, shoal_ucx_addr_t *a)
 {
     const uint8_t *p = in;
     if (in == NULL || len < SHOAL_UCX_ADDR_HDR_BYTES ||
-        shoal_ucx_get(p, 4) != SHOAL_UCX_ADDR_MAGIC ||
-        shoal_ucx_get(p + 4, 2) != SHOAL_UCX_ADDR_VERSION) {
+        shoal_get_le(p, 4) != SHOAL_UCX_ADDR_MAGIC ||
+        shoal_get_le(p + 4, 2) != SHOAL_UCX_ADDR_VERSION) {
         return -1;
     }
-    a->rank = (uint32_t)shoal_ucx_get(p + 8, 4);
-    a->pid = (uint32_t)shoal_ucx_get(p + 12, 4);
-    a->host_id = shoal_ucx_get(p + 16, 8);
-    a->inline_max = (uint32_t)shoal_ucx_get(p + 24, 4);
-    a->worker_len = (uint32_t)shoal_ucx_get(p + 28, 4);
+    a->rank = (uint32_t)shoal_get_le(p + 8, 4);
+    a->pid = (uint32_t)shoal_get_le(p + 12, 4);
+    a->host_id = shoal_get_le(p + 16, 8);
+    a->inline_max = (uint32_t)shoal_get_le(p + 24, 4);
+    a->worker_len = (uint32_t)shoal_get_le(p + 28, 4);
     memcpy(a->nonce, p + 32, SHOAL_UCX_NONCE_BYTES);
     a->worker = p + SHOAL_UCX_ADDR_HDR_BYTES;
     if (a->worker_len == 0 || a->worker_len != len - SHOAL_UCX_ADDR_HDR_BYTES) {
@@ -80,9 +64,9 @@ static shoal_status_t shoal_ucx_mac(const shoal_tl_ctx_t *ctx, const char *label
     size_t off = strlen(label);
 
     memcpy(msg, label, off);
-    shoal_ucx_put(msg + off, ctx->comm_id, 4);
-    shoal_ucx_put(msg + off + 4, (uint64_t)from, 4);
-    shoal_ucx_put(msg + off + 8, (uint64_t)to, 4);
+    shoal_put_le(msg + off, ctx->comm_id, 4);
+    shoal_put_le(msg + off + 4, (uint64_t)from, 4);
+    shoal_put_le(msg + off + 8, (uint64_t)to, 4);
     off += 12;
     memcpy(msg + off, nonce_from, SHOAL_UCX_NONCE_BYTES);
     memcpy(msg + off + SHOAL_UCX_NONCE_BYTES, nonce_to, SHOAL_UCX_NONCE_BYTES);
@@ -104,7 +88,7 @@ shoal_status_t shoal_ucx_tag_key(const shoal_tl_ctx_t *ctx, int from, int to,
 {
     uint8_t mac[SHOAL_HMAC_BYTES];
     SHOAL_CHECK(shoal_ucx_mac(ctx, "shoal-ucx-tag", from, to, nonce_from, nonce_to, mac));
-    *key_p = (shoal_ucx_get(mac, 8) & ((1ull << SHOAL_UCX_KEY_BITS) - 1)) |
+    *key_p = (shoal_get_le(mac, 8) & ((1ull << SHOAL_UCX_KEY_BITS) - 1)) |
              ((ucp_tag_t)from << SHOAL_UCX_KEY_BITS);
     return SHOAL_OK;
 }
