@@ -44,7 +44,7 @@ const shoal_cfg_table_t shoal_core_cfg_table = {
 };
 
 /* Rank and size from the launcher's own variables (Open MPI, PMI/PMIx, Slurm). These are not
- * SHOAL_* knobs, so they are read here rather than through the table. */
+ * SHOAL_* knobs: read through the config module's raw lookup rather than a table. */
 void shoal_core_launcher_env(int *rank_p, int *nranks_p)
 {
     static const char *const pairs[][2] = {
@@ -54,7 +54,8 @@ void shoal_core_launcher_env(int *rank_p, int *nranks_p)
         {"SLURM_PROCID", "SLURM_NTASKS"},
     };
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(pairs); i++) {
-        const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
+        const char *r = shoal_cfg_getenv_raw(pairs[i][0]);
+        const char *n = shoal_cfg_getenv_raw(pairs[i][1]);
         if (r != NULL && n != NULL) {
             *rank_p = atoi(r);
             *nranks_p = atoi(n);

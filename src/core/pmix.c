@@ -38,7 +38,7 @@ static int shoal_pmix_timeout_s(void)
  * without both there is no one to ask (and PMIx_Init would only fail, leaking as it does). */
 static int shoal_pmix_launched(void)
 {
-    if (getenv("PMIX_NAMESPACE") == NULL) {
+    if (shoal_cfg_getenv_raw("PMIX_NAMESPACE") == NULL) {
         return 0;
     }
     for (char **e = environ; *e != NULL; e++) {

@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -80,11 +81,29 @@ int main(int argc, char **argv)
     driver_ok = shoal_cuda_drv_load() == SHOAL_OK;
     tap_diag("CUDA driver: %s", shoal_cuda_drv_reason());
 
-    tap_ok(shoal_get_unique_id(&uid) == SHOAL_OK, "unique id");
+    /* Fork before the unique id exists: its root thread must not be running at fork time
+     * (a child of a threaded process may inherit a lock held by another thread, e.g. the
+     * sanitizer allocator's). The child gets the id through a pipe. */
+    int fds[2];
+    if (pipe(fds) != 0) {
+        tap_bail("pipe: %s", strerror(errno));
+    }
     pid = fork();
     if (pid == 0) {
+        alarm(120);
+        close(fds[1]);
+        if (read(fds[0], &uid, sizeof(uid)) != (ssize_t)sizeof(uid)) {
+            _exit(99);
+        }
         _exit(rank_body(1, &uid, driver_ok));
     }
+    close(fds[0]);
+    alarm(150);
+    tap_ok(shoal_get_unique_id(&uid) == SHOAL_OK, "unique id");
+    if (write(fds[1], &uid, sizeof(uid)) != (ssize_t)sizeof(uid)) {
+        tap_bail("write: %s", strerror(errno));
+    }
+    close(fds[1]);
     bad0 = rank_body(0, &uid, driver_ok);
     waitpid(pid, &status, 0);
     tap_is_int(bad0, 0, "rank 0: host collectives, group of host calls, iallreduce");
