@@ -234,11 +234,9 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     return SHOAL_OK;
 }
 
-/* Waiters poll with a pause instruction for a few microseconds before they yield, unless the
- * ranks of this host outnumber the cores this process may run on: then a spinning waiter
- * only delays the rank it waits for, and it yields at once. */
-#define SHOAL_COMM_PAUSE_SPINS 128
-
+/* Waiters poll with a pause instruction for a few microseconds (SHOAL_SPIN_PAUSE) before they
+ * yield, unless the ranks of this host outnumber the cores this process may run on: then a
+ * spinning waiter only delays the rank it waits for, and it yields at once. */
 static void shoal_comm_plan_spinning(struct shoal_comm *comm)
 {
     cpu_set_t set;
@@ -246,7 +244,7 @@ static void shoal_comm_plan_spinning(struct shoal_comm *comm)
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
         ncpu = CPU_COUNT(&set);
     }
-    comm->pause_spins = comm->local_size > ncpu ? 0 : SHOAL_COMM_PAUSE_SPINS;
+    comm->pause_spins = comm->local_size > ncpu ? 0 : shoal_core_config.spin_pause;
     shoal_trace(INIT, "rank %d: %d local ranks on %d cpus: %u pause polls before yielding",
                 comm->rank, comm->local_size, ncpu, comm->pause_spins);
 }

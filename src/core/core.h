@@ -15,6 +15,7 @@ typedef struct {
     int timeout_ms;            /* SHOAL_TIMEOUT_MS */
     const char *transport;     /* SHOAL_TRANSPORT */
     unsigned spin_count;       /* SHOAL_SPIN_COUNT */
+    unsigned spin_pause;       /* SHOAL_SPIN_PAUSE */
     const char *uid;           /* SHOAL_UID (hex, set by shoalrun) */
     int rank;                  /* SHOAL_RANK */
     int nranks;                /* SHOAL_NRANKS */

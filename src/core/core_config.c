@@ -18,6 +18,10 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
     {.name = "SPIN_COUNT", .dflt = "2000", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoal_core_config_t, spin_count),
      .doc = "idle polls (each followed by sched_yield) before a waiter sleeps"},
+    {.name = "SPIN_PAUSE", .dflt = "8", .type = SHOAL_CFG_UINT,
+     .offset = offsetof(shoal_core_config_t, spin_pause),
+     .doc = "idle polls with a CPU pause (no system call) before a waiter starts yielding; "
+            "0 when the ranks of a host outnumber its CPUs"},
     {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_core_config_t, uid),
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},
