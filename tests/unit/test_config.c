@@ -8,19 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef SHOAL_TEST_STUB_TABLES
-/* Only while other modules' tables are placeholders: build with -DSHOAL_TEST_STUB_TABLES. */
-static int test_stub_dst;
-#define TEST_STUB_TABLE(mod, suffix)                                                        \
-    static const shoal_cfg_field_t test_stub_fields_##mod[] = {                             \
-        {.name = suffix, .dflt = "0", .doc = "stub", .type = SHOAL_CFG_INT}};               \
-    const shoal_cfg_table_t shoal_##mod##_cfg_table = {                                     \
-        .module = #mod, .fields = test_stub_fields_##mod, .nfields = 1, .dst = &test_stub_dst};
-TEST_STUB_TABLE(core, "STUB_CORE")
-TEST_STUB_TABLE(coll, "STUB_COLL")
-TEST_STUB_TABLE(shm, "STUB_SHM")
-TEST_STUB_TABLE(tcp, "STUB_TCP")
-#endif
 
 extern const shoal_cfg_table_t shoal_util_cfg_table;
 
