@@ -14,7 +14,7 @@
 #                        4.1 refuses UCX here without them), both on what UCX finds (sysv/cma/tcp)
 #   --netns HxP          H network-namespace hosts x P ranks (tests/netns harness, root only):
 #                        shoal with the topology-aware ring on block placement, shoal with a
-#                        host-oblivious ring (SHOAL_RING_ORDER=rank) over interleaved ranks,
+#                        host-oblivious ring (SHOAL_ALGO=ring SHOAL_RING_ORDER=rank) over interleaved ranks,
 #                        and Gloo (block placement); Open MPI is not run across namespaces
 #   --rate R             shape every netns host link to R (tc htb; default 1gbit)
 #   --full               more sizes (factor 2), up to 256 MiB, more iterations
@@ -339,7 +339,7 @@ run_netns_mode() { # HxP
     while [ "$rep" -le "$reps" ]; do
         log "[$title] repetition $rep of $reps"
         run_sweeps shoal shoal_ns "$p" block SHOAL_TIMEOUT_MS=120000 --
-        run_sweeps shoal_oblivious shoal_ns "$p" interleave SHOAL_TIMEOUT_MS=120000 SHOAL_RING_ORDER=rank --
+        run_sweeps shoal_oblivious shoal_ns "$p" interleave SHOAL_TIMEOUT_MS=120000 SHOAL_ALGO=ring SHOAL_RING_ORDER=rank --
         run_sweeps shoal_interleaved shoal_ns "$p" interleave SHOAL_TIMEOUT_MS=120000 --
         if [ "$have_gloo" = 1 ]; then
             run_sweeps gloo gloo_ns "$p" --
@@ -361,9 +361,9 @@ run_netns_mode() { # HxP
     echo "# each host sends 2(H-1)/H * S, busbw <= (N-1)/N * H/(H-1) * rate = $(awk -v n=$n -v h=$h -v r=$gbps 'BEGIN { printf "%.4f", (n - 1) / n * h / (h - 1) * r }') GB/s;"
     echo "# a ring over interleaved ranks crosses at every hop: P edges share each link, busbw <= rate/P."
     echo "# %bound below is busbw / link rate (the target: >= 90%)"
-    echo "# shoal = block placement, automatic ring; shoal_oblivious = interleaved ranks with"
-    echo "# SHOAL_RING_ORDER=rank (crosses hosts at every hop); shoal_interleaved = interleaved ranks,"
-    echo "# automatic (topology-aware) order; gloo = block placement"
+    echo "# shoal = block placement, automatic choice; shoal_oblivious = interleaved ranks with"
+    echo "# SHOAL_ALGO=ring SHOAL_RING_ORDER=rank (crosses hosts at every hop); shoal_interleaved = interleaved ranks,"
+    echo "# automatic (topology-aware) choice and order; gloo = block placement"
     report "$title" "$gbps"
 }
 
