@@ -196,10 +196,16 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
                                          shoal_comm_peer_host(comm, peer), why);
         }
         if (spins + 1 < comm->spin_count || comm->aborted || comm->fatal != SHOAL_OK) {
+            /* The sentence is only needed when this idle step may fail (deadline checks come
+             * every 256 steps); formatting it on every step would cost more than the wait. */
             char msg[160];
-            snprintf(msg, sizeof(msg), "for peer %d (%s) to say it %s", peer,
-                     shoal_comm_peer_host(comm, peer), what);
-            SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, msg));
+            const char *m = "waiting in the intra-node path";
+            if (((spins + 1) & 255) == 0 || comm->aborted || comm->fatal != SHOAL_OK) {
+                snprintf(msg, sizeof(msg), "for peer %d (%s) to say it %s", peer,
+                         shoal_comm_peer_host(comm, peer), what);
+                m = msg;
+            }
+            SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, m));
             continue;
         }
         spins++;
