@@ -39,6 +39,16 @@ typedef struct shoal_tl_req {
     size_t errlen;
 } shoal_tl_req_t;
 
+/* A transport accepting a request resets its bookkeeping: not done, nothing moved yet. */
+static inline void shoal_tl_req_start(shoal_tl_req_t *req)
+{
+    req->next = NULL;
+    req->off = 0;
+    req->hdr_done = 0;
+    req->status = SHOAL_IN_PROGRESS;
+    req->done = 0;
+}
+
 /* Capability flags */
 #define SHOAL_TL_CAP_SHARED_AREA (1u << 0) /* shared_area(): peers' memory mapped directly */
 

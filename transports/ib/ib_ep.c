@@ -404,11 +404,7 @@ shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
     if (ep->status != SHOAL_OK) {
         return ep->status;
     }
-    req->next = NULL;
-    req->off = 0;
-    req->hdr_done = 0;
-    req->done = 0;
-    req->status = SHOAL_OK;
+    shoal_tl_req_start(req);
     if (ep->sq_tail != NULL) {
         ep->sq_tail->next = req;
     } else {
@@ -427,11 +423,7 @@ shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     if (ep->status != SHOAL_OK) {
         return ep->status;
     }
-    req->next = NULL;
-    req->off = 0;
-    req->hdr_done = 0;
-    req->done = 0;
-    req->status = SHOAL_OK;
+    shoal_tl_req_start(req);
     if (ep->rq_tail != NULL) {
         ep->rq_tail->next = req;
     } else {

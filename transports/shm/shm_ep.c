@@ -78,20 +78,13 @@ int shoal_shm_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
     return n + shoal_shm_queue_fail(ep->ctx, &ep->rq_head, &ep->rq_tail, ep->status, ep->why);
 }
 
-static void shoal_shm_req_start(shoal_tl_req_t *req)
-{
-    req->off = 0;
-    req->hdr_done = 0;
-    req->status = SHOAL_IN_PROGRESS;
-    req->done = 0;
-}
 
 shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
         return ep->status;
     }
-    shoal_shm_req_start(req);
+    shoal_tl_req_start(req);
     shoal_shm_queue_push(&ep->sq_head, &ep->sq_tail, req);
     ep->ctx->npending++;
     return SHOAL_OK;
@@ -102,7 +95,7 @@ shoal_status_t shoal_shm_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     if (ep->status != SHOAL_OK) {
         return ep->status;
     }
-    shoal_shm_req_start(req);
+    shoal_tl_req_start(req);
     shoal_shm_queue_push(&ep->rq_head, &ep->rq_tail, req);
     ep->ctx->npending++;
     return SHOAL_OK;

@@ -314,11 +314,7 @@ static shoal_status_t shoal_tcp_ep_post(shoal_ep_t *ep, shoal_tl_req_t *req,
                     (unsigned long long)req->hdr.length);
         return SHOAL_ERR_INVALID_ARG;
     }
-    req->next = NULL;
-    req->off = 0;
-    req->hdr_done = 0;
-    req->status = SHOAL_IN_PROGRESS;
-    req->done = 0;
+    shoal_tl_req_start(req);
     if (*tail_p != NULL) {
         (*tail_p)->next = req;
     } else {

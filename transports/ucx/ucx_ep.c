@@ -181,11 +181,7 @@ static shoal_status_t shoal_ucx_ep_post_check(shoal_ep_t *ep, shoal_tl_req_t *re
                     (unsigned long long)req->hdr.length);
         return SHOAL_ERR_INVALID_ARG;
     }
-    req->next = NULL;
-    req->off = 0;
-    req->hdr_done = 0;
-    req->status = SHOAL_IN_PROGRESS;
-    req->done = 0;
+    shoal_tl_req_start(req);
     return SHOAL_OK;
 }
 
