@@ -50,6 +50,7 @@ typedef struct {
     size_t chunk_size;     /* SHOAL_CHUNK_SIZE */
     size_t rd_max;         /* SHOAL_RD_MAX_BYTES */
     size_t tree_max;       /* SHOAL_TREE_MAX_BYTES */
+    size_t shm_ll_max;     /* SHOAL_SHM_LL_MAX */
     size_t shm_oneshot_max;/* SHOAL_SHM_ONESHOT_MAX */
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
     int ring_order;        /* SHOAL_RING_ORDER: 0 topo, 1 rank */
@@ -97,6 +98,7 @@ typedef struct shoal_coll_state {
     size_t window;         /* two-shot window bytes */
     uint64_t gen;          /* shm direct generation */
     void **srcs;           /* [local_size] reduce sources, preallocated */
+    void **srcs2;          /* [local_size] scratch pointers for shoal_reduce_n_pieces */
     /* topology (topo_comm.c), identical on every rank */
     int *ring_order;       /* [nranks] ring position -> rank (SHOAL_RING_ORDER) */
     int ring_pos;          /* this rank's position; ring_next/prev are ranks */

@@ -30,6 +30,10 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
     {.name = "TREE_MAX_BYTES", .dflt = "64k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, tree_max),
      .doc = "broadcasts up to this size use a binomial tree, larger ones a pipelined chain"},
+    {.name = "SHM_LL_MAX", .dflt = "64", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_coll_config_t, shm_ll_max),
+     .doc = "intra-node AllReduce up to this size (at most 4k) sends data and flag together in "
+            "cache lines (one transfer per line); larger is one-shot"},
     {.name = "SHM_ONESHOT_MAX", .dflt = "64k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_oneshot_max),
      .doc = "intra-node AllReduce up to this size is one-shot (every rank reduces everything); "

@@ -402,6 +402,7 @@ void shoal_coll_comm_fini(struct shoal_comm *comm)
     free(cs->scratch);
     free(cs->areas);
     free(cs->srcs);
+    free(cs->srcs2);
     free(cs);
     comm->coll = NULL;
 }

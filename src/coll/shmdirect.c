@@ -1,10 +1,10 @@
 /*
  * Intra-node AllReduce straight through the shared areas of the shm transport, for a
  * communicator whose ranks all share a host. Three protocols, by size:
- *  - LL (up to SHOAL_SHM_LL_MAX): every rank writes its input into its own area as 64-byte
- *    lines of 56 data bytes + an 8-byte generation flag, and every rank reduces all inputs
- *    line by line as the flags arrive. Data and flag travel in one cache line: one transfer
- *    per line, no separate "ready" flag on the critical path.
+ *  - LL (up to SHOAL_SHM_LL_MAX, at most 4 KiB): every rank writes its input into its own
+ *    area as 64-byte lines of 56 data bytes + an 8-byte generation flag; a peer's last flag
+ *    says all its lines are there, and every rank reduces all inputs. Data and flag travel in
+ *    one cache line: a single-line message costs one transfer, no separate "ready" flag.
  *  - one-shot (up to SHOAL_SHM_ONESHOT_MAX): stage the input, publish "ready", reduce all.
  *  - two-shot: window by window (cache-sized): stage, reduce my segment across all ranks,
  *    publish "reduced", copy the other segments out.
@@ -33,7 +33,7 @@
 
 #define SHOAL_SHMD_CTRL 4096      /* control block at the start of each area */
 #define SHOAL_SHMD_LL_DATA 56     /* data bytes per LL line; a multiple of every dtype size */
-#define SHOAL_SHMD_LL_MAX 4096    /* largest message sent as LL lines */
+#define SHOAL_SHMD_LL_MAX 4096    /* largest message the LL lines hold (SHOAL_SHM_LL_MAX caps) */
 #define SHOAL_SHMD_LL_LINES ((SHOAL_SHMD_LL_MAX + SHOAL_SHMD_LL_DATA - 1) / SHOAL_SHMD_LL_DATA)
 #define SHOAL_SHMD_LL_BYTES SHOAL_ALIGN_UP(SHOAL_SHMD_LL_LINES * 64, 4096) /* per parity */
 #define SHOAL_SHMD_SLEEP_NS 1000000 /* longest futex sleep */
@@ -89,7 +89,8 @@ shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
     }
     cs->areas = calloc((size_t)comm->local_size, sizeof(*cs->areas));
     cs->srcs = calloc((size_t)comm->local_size, sizeof(*cs->srcs));
-    if (cs->areas == NULL || cs->srcs == NULL) {
+    cs->srcs2 = calloc((size_t)comm->local_size, sizeof(*cs->srcs2));
+    if (cs->areas == NULL || cs->srcs == NULL || cs->srcs2 == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
     for (int q = 0; q < comm->local_size; q++) {
@@ -109,8 +110,9 @@ shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
     cs->window = SHOAL_MAX(w / 4096 * 4096, 4096);
     cs->area_size = len;
     cs->shm_ok = 1;
-    shoal_info(COLL, "intra-node path: %d ranks, LL up to %d bytes, one-shot up to %zu bytes, "
-               "window %zu bytes", comm->local_size, SHOAL_SHMD_LL_MAX,
+    shoal_info(COLL, "intra-node path: %d ranks, LL up to %zu bytes, one-shot up to %zu bytes, "
+               "window %zu bytes", comm->local_size,
+               SHOAL_MIN(shoal_coll_config.shm_ll_max, (size_t)SHOAL_SHMD_LL_MAX),
                SHOAL_MIN(shoal_coll_config.shm_oneshot_max, cs->window), cs->window);
     return SHOAL_OK;
 }
@@ -262,12 +264,10 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     shoal_coll_state_t *cs = comm->coll;
     uint64_t g = ++cs->gen;
     int n = comm->local_size;
-    size_t dsize = shoal_dtype_size(a->dtype), nlines = (bytes + SHOAL_SHMD_LL_DATA - 1) /
-                                                        SHOAL_SHMD_LL_DATA;
+    size_t nlines = (bytes + SHOAL_SHMD_LL_DATA - 1) / SHOAL_SHMD_LL_DATA;
     shoal_shmd_line_t *mine = shoal_shmd_lines(cs, comm->local_rank, g);
     const void **srcs = (const void **)cs->srcs;
     const uint8_t *in = a->sendbuf;
-    uint8_t *out = a->recvbuf;
 
     for (size_t i = 0; i < nlines; i++) {
         size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
@@ -275,19 +275,21 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
         __atomic_store_n(&mine[i].flag, g, __ATOMIC_RELEASE);
     }
     shoal_shmd_wake(comm);
-    /* Line by line: wait for each rank's line, then reduce it (in rank order). */
-    for (size_t i = 0; i < nlines; i++) {
-        size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
-        for (int q = 0; q < n; q++) {
-            const shoal_shmd_line_t *l = &shoal_shmd_lines(cs, q, g)[i];
-            if (q != comm->local_rank) {
-                SHOAL_CHECK(shoal_shmd_wait_line(comm, q, l, g));
-            }
-            srcs[q] = l->data;
+    /* A peer's lines are stored in order, each flag with release: once its last flag reads g
+     * (acquire), every line before it is there too. No wake here: a peer can only be asleep
+     * waiting for these lines after it wrote its own, so our wait below never needs it awake;
+     * waking it after our reduction keeps the fence that the wake needs off the critical
+     * path (the stores have drained by then). */
+    for (int q = 0; q < n; q++) {
+        shoal_shmd_line_t *l = shoal_shmd_lines(cs, q, g);
+        if (q != comm->local_rank) {
+            SHOAL_CHECK(shoal_shmd_wait_line(comm, q, &l[nlines - 1], g));
         }
-        shoal_reduce_n(out + off, srcs, n, len / dsize, a->dtype, a->op);
+        srcs[q] = l[0].data;
     }
-    shoal_reduce_avg_finalize(out, a->count, a->dtype, a->op, comm->nranks);
+    shoal_reduce_n_pieces(a->recvbuf, srcs, (const void **)cs->srcs2, n, a->count, a->dtype,
+                          a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
+    shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
     return SHOAL_OK;
 }
 
@@ -362,7 +364,7 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
     size_t dsize = shoal_dtype_size(a->dtype), bytes = a->count * dsize;
     size_t welems = cs->window / dsize;
 
-    if (bytes <= SHOAL_SHMD_LL_MAX) {
+    if (bytes <= SHOAL_MIN(shoal_coll_config.shm_ll_max, SHOAL_SHMD_LL_MAX)) {
         return shoal_shmd_ll(comm, a, bytes);
     }
     if (bytes <= SHOAL_MIN(shoal_coll_config.shm_oneshot_max, cs->window)) {

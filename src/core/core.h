@@ -32,7 +32,7 @@ typedef struct {
     int32_t pid;
     char host[SHOAL_HOSTNAME_MAX];
     uint32_t tl_mask;          /* bit i: registry transport i usable on this rank */
-    uint32_t pad;
+    int32_t pinned_cpu;        /* 1 + the CPU this rank is bound to, 0: several CPUs allowed */
 } shoal_peer_info_t;
 
 /* A transport instance of one communicator. */

@@ -21,7 +21,8 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
     {.name = "SPIN_PAUSE", .dflt = "8", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoal_core_config_t, spin_pause),
      .doc = "idle polls with a CPU pause (no system call) before a waiter starts yielding; "
-            "0 when the ranks of a host outnumber its CPUs"},
+            "0 when another rank of the host may run on this rank's CPU (bound to the same CPU, or "
+            "the host's ranks outnumber the CPUs)"},
     {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_core_config_t, uid),
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},

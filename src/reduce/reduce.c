@@ -121,6 +121,51 @@ void shoal_reduce_n(void *dst, const void *const *srcs, int nsrc, size_t count,
     }
 }
 
+void shoal_reduce_n_pieces(void *dst, const void *const *srcs, const void **tmp, int nsrc,
+                           size_t count, shoal_dtype_t dtype, shoal_op_t op, size_t piece_bytes,
+                           size_t src_stride)
+{
+    const shoal_reduce_kern_t *k;
+    size_t esize, per, bytes;
+
+    if (count == 0 || nsrc < 1 || !shoal_reduce_valid(dtype, op)) {
+        return;
+    }
+    esize = shoal_reduce_dtype_size[dtype];
+    per = piece_bytes / esize;
+    bytes = count * esize;
+    if (per == 0) {
+        return;
+    }
+    if (op == SHOAL_AVG) {
+        op = SHOAL_SUM;
+    }
+    if (nsrc > 2 && (dtype == SHOAL_FLOAT16 || dtype == SHOAL_BFLOAT16)) {
+        /* per piece, reduce_n's fp32 accumulation (rounded once) */
+        for (size_t off = 0, p = 0; off < bytes; off += piece_bytes, p++) {
+            for (int s = 0; s < nsrc; s++) {
+                tmp[s] = (const char *)srcs[s] + p * src_stride;
+            }
+            shoal_reduce_n((char *)dst + off, tmp, nsrc, SHOAL_MIN(per, (bytes - off) / esize),
+                           dtype, op);
+        }
+        return;
+    }
+    k = shoal_reduce_kern_get(dtype, op);
+    for (size_t off = 0, p = 0; off < bytes; off += piece_bytes, p++) {
+        size_t n = SHOAL_MIN(per, (bytes - off) / esize), soff = p * src_stride;
+        char *d = (char *)dst + off;
+        if (nsrc == 1) {
+            memcpy(d, (const char *)srcs[0] + soff, n * esize);
+            continue;
+        }
+        shoal_reduce_kern_run(k, d, (const char *)srcs[0] + soff, (const char *)srcs[1] + soff, n);
+        for (int s = 2; s < nsrc; s++) {
+            shoal_reduce_kern_run(k, d, d, (const char *)srcs[s] + soff, n);
+        }
+    }
+}
+
 /* ---- AVG ------------------------------------------------------------------------------- */
 
 #define SHOAL_REDUCE_DEF_DIV(NAME, ET, VT, DT)                                                 \

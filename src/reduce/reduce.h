@@ -14,6 +14,13 @@ SHOAL_HIDDEN void shoal_reduce2(void *dst, const void *a, const void *b, size_t 
  * fp16/bf16 accumulate all nsrc inputs in fp32 and round once. dst may alias srcs[0]. */
 SHOAL_HIDDEN void shoal_reduce_n(void *dst, const void *const *srcs, int nsrc, size_t count,
                                  shoal_dtype_t dtype, shoal_op_t op);
+/* shoal_reduce_n over pieces, same bits: sources hold their data in pieces of piece_bytes (a
+ * multiple of the dtype size) every src_stride bytes, dst is contiguous (count elements). The
+ * kernel is chosen once for all pieces (the intra-node LL lines: 56 data bytes per 64-byte
+ * line). tmp: room for nsrc pointers. */
+SHOAL_HIDDEN void shoal_reduce_n_pieces(void *dst, const void *const *srcs, const void **tmp,
+                                        int nsrc, size_t count, shoal_dtype_t dtype,
+                                        shoal_op_t op, size_t piece_bytes, size_t src_stride);
 /* For SHOAL_AVG: buf[i] /= nranks (integers: truncating division; floats: true division,
  * fp16/bf16 through fp32). No-op for other ops. */
 SHOAL_HIDDEN void shoal_reduce_avg_finalize(void *buf, size_t count, shoal_dtype_t dtype,

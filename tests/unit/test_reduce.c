@@ -452,6 +452,54 @@ static void test_reduce_n(int dt, int op, const char *tag)
            f.bad != 0 ? ": " : "", f.first);
 }
 
+/* reduce_n_pieces gives reduce_n's bits on data laid out in pieces (the intra-node LL lines:
+ * 56 bytes every 64), for every source count, and writes nothing past dst. */
+static void test_reduce_n_pieces(int dt, int op, const char *tag)
+{
+    static const size_t piece = 56, stride = 64;
+    size_t sz = shoal_dtype_size(dt);
+    int ok = 1;
+    for (size_t c = 0; c < NCOUNTS && ok; c++) {
+        size_t count = test_counts[c], bytes = count * sz, npieces = (bytes + piece - 1) / piece;
+        for (int nsrc = 1; nsrc <= MAXSRC && ok; nsrc++) {
+            unsigned char *flat[MAXSRC], *lines[MAXSRC];
+            const void *fs[MAXSRC], *ls[MAXSRC], *tmp[MAXSRC];
+            unsigned char *want = alloc_buf(bytes + 8), *got = alloc_buf(bytes + 8);
+            for (int s = 0; s < nsrc; s++) {
+                flat[s] = alloc_buf(bytes + 1);
+                lines[s] = alloc_buf(npieces * stride + 1);
+                memset(lines[s], 0x5a, npieces * stride + 1);
+                for (size_t i = 0; i < count; i++) {
+                    gen_elem(dt, flat[s] + i * sz);
+                }
+                for (size_t p = 0; p < npieces; p++) {
+                    size_t len = bytes - p * piece < piece ? bytes - p * piece : piece;
+                    memcpy(lines[s] + p * stride, flat[s] + p * piece, len);
+                }
+                fs[s] = flat[s];
+                ls[s] = lines[s];
+            }
+            memset(got + bytes, 0xa5, 8);
+            shoal_reduce_n(want, fs, nsrc, count, dt, op);
+            shoal_reduce_n_pieces(got, ls, tmp, nsrc, count, dt, op, piece, stride);
+            ok = memcmp(want, got, bytes) == 0;
+            for (int k = 0; k < 8; k++) {
+                ok &= got[bytes + (size_t)k] == 0xa5;
+            }
+            if (!ok) {
+                tap_diag("%s %s: count %zu nsrc %d differs", shoal_dtype_name(dt),
+                         shoal_op_name(op), count, nsrc);
+            }
+            for (int s = 0; s < nsrc; s++) {
+                free(flat[s]), free(lines[s]);
+            }
+            free(want), free(got);
+        }
+    }
+    tap_ok(ok, "reduce_n_pieces %s %s%s matches reduce_n", shoal_dtype_name(dt),
+           shoal_op_name(op), tag);
+}
+
 /* ---- AVG -------------------------------------------------------------------------------- */
 
 static void ref_div(int dt, unsigned char *p, int nranks)
@@ -830,6 +878,7 @@ static void test_matrix(int dt, const char *tag)
     for (int op = 0; op < NOP; op++) {
         test_reduce2(dt, op, tag);
         test_reduce_n(dt, op, tag);
+        test_reduce_n_pieces(dt, op, tag);
     }
 }
 
