@@ -51,6 +51,13 @@ static shoal_status_t shoal_cuda_stage_shape(shoal_cuda_stage_t *s, unsigned *fl
         s->shape.inplace = 0;
         s->shape.in_rows = n;
         break;
+    case SHOAL_COLL_ALLTOALL:
+        /* row j goes to rank j, row j of the output came from rank j: a chunk takes the same
+         * element range of every row, and the host alltoall of that chunk moves it */
+        s->shape.inplace = 0;
+        s->shape.in_rows = n;
+        s->shape.out_rows = n;
+        break;
     default:
         shoal_error(CUDA, "collective type %d is not supported on device buffers yet", a->type);
         return SHOAL_ERR_UNSUPPORTED;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NGROUPS 64
+#define NGROUPS 96
 static const char *group_names[NGROUPS];
 static int32_t group_fail[NGROUPS];
 static int ngroups;
@@ -25,6 +25,10 @@ static int group(const char *name)
         if (strcmp(group_names[g], name) == 0) {
             return g;
         }
+    }
+    if (ngroups == NGROUPS) {
+        fprintf(stderr, "# more than %d test groups: raise NGROUPS\n", NGROUPS);
+        return NGROUPS - 1;
     }
     group_names[ngroups] = strdup(name);
     return ngroups++;
@@ -130,14 +134,15 @@ static int one_case(ctx_t *x, shoal_coll_type_t type, shoal_dtype_t dt, shoal_op
     int root = x->n > 1 ? 1 : 0;
     shoal_status_t st;
 
-    in_n = type == SHOAL_COLL_REDUCE_SCATTER ? count * n : count;
-    out_n = type == SHOAL_COLL_ALLGATHER ? count * n : count;
+    in_n = type == SHOAL_COLL_REDUCE_SCATTER || type == SHOAL_COLL_ALLTOALL ? count * n : count;
+    out_n = type == SHOAL_COLL_ALLGATHER || type == SHOAL_COLL_ALLTOALL ? count * n : count;
     if ((in_n + out_n) * es > x->cap || (n + 1) * count * es > x->cap) {
         return 0;
     }
-    if (type == SHOAL_COLL_REDUCE_SCATTER) {
+    if (type == SHOAL_COLL_REDUCE_SCATTER || type == SHOAL_COLL_ALLTOALL) {
         for (size_t b = 0; b < n; b++) {
-            fill(dt, op, x->rank, x->h_in + b * count * es, count, b * count);
+            fill(dt, type == SHOAL_COLL_ALLTOALL ? SHOAL_SUM : op, x->rank,
+                 x->h_in + b * count * es, count, b * count);
         }
     } else {
         fill(dt, type == SHOAL_COLL_ALLGATHER || type == SHOAL_COLL_BROADCAST ? SHOAL_SUM : op,
@@ -157,6 +162,9 @@ static int one_case(ctx_t *x, shoal_coll_type_t type, shoal_dtype_t dt, shoal_op
         break;
     case SHOAL_COLL_ALLGATHER:
         st = shoal_allgather((void *)x->d_in, (void *)x->d_out, count, dt, x->comm, stream);
+        break;
+    case SHOAL_COLL_ALLTOALL:
+        st = shoal_alltoall((void *)x->d_in, (void *)x->d_out, count, dt, x->comm, stream);
         break;
     default:
         st = shoal_reduce_scatter((void *)x->d_in, (void *)x->d_out, count, dt, op, x->comm,
@@ -178,6 +186,11 @@ static int one_case(ctx_t *x, shoal_coll_type_t type, shoal_dtype_t dt, shoal_op
         expect_reduce(dt, op, x->n, x->h_exp, count, (size_t)x->rank * count, x->h_tmp);
     } else if (type == SHOAL_COLL_BROADCAST) {
         fill(dt, SHOAL_SUM, root, x->h_exp, count, 0);
+    } else if (type == SHOAL_COLL_ALLTOALL) {
+        for (size_t b = 0; b < n; b++) {
+            fill(dt, SHOAL_SUM, (int)b, x->h_exp + b * count * es, count,
+                 (size_t)x->rank * count);
+        }
     } else {
         for (size_t b = 0; b < n; b++) {
             fill(dt, SHOAL_SUM, (int)b, x->h_exp + b * count * es, count, 0);
@@ -200,13 +213,14 @@ static void sweep(ctx_t *x)
 {
     static const shoal_coll_type_t types[] = {SHOAL_COLL_ALLREDUCE, SHOAL_COLL_REDUCE,
                                               SHOAL_COLL_BROADCAST, SHOAL_COLL_ALLGATHER,
-                                              SHOAL_COLL_REDUCE_SCATTER};
+                                              SHOAL_COLL_REDUCE_SCATTER, SHOAL_COLL_ALLTOALL};
     static const char *const tnames[] = {"allreduce", "reduce", "broadcast", "allgather",
-                                         "reduce_scatter"};
+                                         "reduce_scatter", "alltoall"};
     char name[96];
     for (size_t t = 0; t < SHOAL_ARRAY_SIZE(types); t++) {
         for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
-            int reduces = types[t] != SHOAL_COLL_BROADCAST && types[t] != SHOAL_COLL_ALLGATHER;
+            int reduces = types[t] != SHOAL_COLL_BROADCAST && types[t] != SHOAL_COLL_ALLGATHER &&
+                          types[t] != SHOAL_COLL_ALLTOALL;
             snprintf(name, sizeof(name), "%s %s: every op and count, stream and blocking",
                      tnames[t], shoal_dtype_name((shoal_dtype_t)dt));
             int g = group(name);

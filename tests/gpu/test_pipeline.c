@@ -270,6 +270,7 @@ static void test_geometry(void)
         {.in_rows = 1, .out_rows = 1},                  /* reduce */
         {.in_rows = 1, .out_rows = 8},                  /* allgather, 8 ranks */
         {.in_rows = 8, .out_rows = 1},                  /* reduce-scatter, 8 ranks */
+        {.in_rows = 8, .out_rows = 8},                  /* alltoall, 8 ranks */
     };
     int bad = 0, n = 0, cover_bad = 0;
     for (size_t a = 0; a < SHOAL_ARRAY_SIZE(counts); a++)
