@@ -44,6 +44,12 @@ typedef struct {
     int root;              /* broadcast/reduce root, send/recv peer */
 } shoal_coll_args_t;
 
+/* SHOAL_SHM_ONESHOT_MAX=0: one-shot up to these sizes, with a core per rank / ranks sharing
+ * cores (perf/select_check.sh on 2 cores: two-shot wins from 4 KiB on 2 ranks, where a
+ * flag costs a cache-line transfer; from 32 KiB on 3-4 ranks, where it costs a switch). */
+#define SHOAL_SHM_ONESHOT_OWN_CORE ((size_t)2048)
+#define SHOAL_SHM_ONESHOT_SHARED_CORE ((size_t)16384)
+
 /* SHOAL_* variables of the algorithms (coll_config.c). */
 typedef struct {
     int algo;              /* SHOAL_ALGO, shoal_algo_t */
@@ -148,6 +154,7 @@ SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,
 SHOAL_HIDDEN shoal_status_t shoal_rd_allreduce(struct shoal_comm *comm,
                                                const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
+SHOAL_HIDDEN void shoal_shmdirect_log(struct shoal_comm *comm); /* INFO: its limits */
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
 SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,

@@ -34,10 +34,11 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .offset = offsetof(shoal_coll_config_t, shm_ll_max),
      .doc = "intra-node AllReduce up to this size (at most 4k) sends data and flag together in "
             "cache lines (one transfer per line); larger is one-shot"},
-    {.name = "SHM_ONESHOT_MAX", .dflt = "64k", .type = SHOAL_CFG_SIZE,
+    {.name = "SHM_ONESHOT_MAX", .dflt = "0", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_oneshot_max),
      .doc = "intra-node AllReduce up to this size is one-shot (every rank reduces everything); "
-            "larger is two-shot (reduce-scatter + allgather through shared memory)"},
+            "larger is two-shot (reduce-scatter + allgather through shared memory); 0 = 2k "
+            "when the host has a core per rank, 16k when its ranks outnumber its cores"},
     {.name = "SHM_WINDOW", .dflt = "1m", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_window),
      .doc = "bytes per rank staged per round of the intra-node path (kept cache-sized; capped "

@@ -384,6 +384,7 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
     }
     SHOAL_CHECK(shoal_shmdirect_init(comm));
     SHOAL_CHECK(shoal_topo_comm_init(comm));
+    shoal_shmdirect_log(comm);
     if (cs->algo == SHOAL_ALGO_SHM && !cs->shm_ok) {
         shoal_warn(COLL, "SHOAL_ALGO=shm needs every rank on one host with the shm transport; "
                    "using the automatic choice");

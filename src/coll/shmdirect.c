@@ -110,11 +110,18 @@ shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
     cs->window = SHOAL_MAX(w / 4096 * 4096, 4096);
     cs->area_size = len;
     cs->shm_ok = 1;
-    shoal_info(COLL, "intra-node path: %d ranks, LL up to %zu bytes, one-shot up to %zu bytes, "
-               "window %zu bytes", comm->local_size,
-               SHOAL_MIN(shoal_coll_config.shm_ll_max, (size_t)SHOAL_SHMD_LL_MAX),
-               SHOAL_MIN(shoal_coll_config.shm_oneshot_max, cs->window), cs->window);
     return SHOAL_OK;
+}
+
+void shoal_shmdirect_log(struct shoal_comm *comm)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    if (cs->shm_ok) {
+        shoal_info(COLL, "intra-node path: %d ranks, LL up to %zu bytes, one-shot up to %zu "
+                   "bytes, window %zu bytes", comm->local_size,
+                   SHOAL_MIN(shoal_coll_config.shm_ll_max, (size_t)SHOAL_SHMD_LL_MAX),
+                   SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window), cs->window);
+    }
 }
 
 /* After publishing: wake the peers that announced they sleep. The fence orders our data
@@ -367,7 +374,7 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
     if (bytes <= SHOAL_MIN(shoal_coll_config.shm_ll_max, SHOAL_SHMD_LL_MAX)) {
         return shoal_shmd_ll(comm, a, bytes);
     }
-    if (bytes <= SHOAL_MIN(shoal_coll_config.shm_oneshot_max, cs->window)) {
+    if (bytes <= SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window)) {
         return shoal_shmd_oneshot(comm, a, bytes);
     }
     for (size_t e0 = 0; e0 < a->count; e0 += welems) {

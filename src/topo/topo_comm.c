@@ -453,6 +453,8 @@ void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int *host_of,
     s->copy_beta = shoal_gbs_to_beta(8.0);
     s->chunk = chunk;
     s->scratch = SHOAL_MAX(4 * chunk, SHOAL_ALIGN_UP(shoal_coll_config.rd_max, 64));
-    s->shm_oneshot_max = shoal_coll_config.shm_oneshot_max;
+    s->shm_oneshot_max = shoal_coll_config.shm_oneshot_max != 0 ? shoal_coll_config.shm_oneshot_max
+                         : s->oversub > 1                         ? SHOAL_SHM_ONESHOT_SHARED_CORE
+                                                                  : SHOAL_SHM_ONESHOT_OWN_CORE;
     shoal_topo_shape_rd(s, n, host_of);
 }
