@@ -75,8 +75,9 @@ double shoal_bruck_ag_cost(const shoal_coll_shape_t *s, size_t bytes)
     if ((double)bytes * n > (double)s->scratch) {
         return -1;
     }
-    return shoal_cost_log2(s->nranks) * l.alpha_us + (n - 1) * (double)bytes * l.beta_us +
-           2 * n * (double)bytes * s->copy_beta;
+    /* log2(n) steps, then the rotation out of scratch */
+    return shoal_cost_log2(s->nranks) * shoal_coll_step_us(s, l.alpha_us) +
+           (n - 1) * (double)bytes * l.beta_us + n * (double)bytes * s->copy_beta;
 }
 
 double shoal_pairwise_a2a_cost(const shoal_coll_shape_t *s, size_t bytes)
@@ -100,7 +101,10 @@ double shoal_rh_rs_cost(const shoal_coll_shape_t *s, size_t bytes)
     if ((s->nranks & (s->nranks - 1)) != 0 || slice < 64) {
         return -1;
     }
+    /* the same bytes reduced as the ring's, in log2(n) steps per slice, plus staging copies */
     slices = SHOAL_MAX(1.0, total / 2 / slice);
-    return slices * shoal_cost_log2(s->nranks) * l.alpha_us + (n - 1) / n * total * l.beta_us +
-           (n - 1) / n * total * s->reduce_beta * s->oversub + total / 2 * s->copy_beta;
+    return slices * shoal_cost_log2(s->nranks) * shoal_coll_step_us(s, l.alpha_us) +
+           (n - 1) / n * total * l.beta_us +
+           shoal_coll_reduce_us(s, (n - 1) / n * total, (size_t)total) +
+           total / 2 * s->copy_beta;
 }

@@ -111,14 +111,16 @@ static double shoal_coll_cost_ring_ag(const shoal_coll_shape_t *s, size_t bytes)
 {
     double alpha, beta;
     shoal_coll_ring_link(s, &alpha, &beta);
-    return (s->nranks - 1) * (alpha + (double)bytes * beta);
+    return (s->nranks - 1) * (shoal_coll_step_us(s, alpha) + (double)bytes * beta);
 }
 
 static double shoal_coll_cost_ring_rs(const shoal_coll_shape_t *s, size_t bytes)
 {
     double alpha, beta, chunks = SHOAL_MAX(1.0, (double)((bytes + s->chunk - 1) / s->chunk));
+    double n = s->nranks;
     shoal_coll_ring_link(s, &alpha, &beta);
-    return (s->nranks - 1) * (chunks * alpha + (double)bytes * (beta + s->reduce_beta));
+    return (n - 1) * (chunks * shoal_coll_step_us(s, alpha) + (double)bytes * beta) +
+           shoal_coll_reduce_us(s, (n - 1) * (double)bytes, (size_t)n * bytes);
 }
 
 static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
