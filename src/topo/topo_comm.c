@@ -220,6 +220,8 @@ static void shoal_topo_log(struct shoal_comm *comm, const shoal_link_t *links, u
                        links[k].alpha_us, shoal_beta_to_gbs(links[k].beta_us));
         }
     }
+    shoal_info(TOPO, "memory: reduce %.2f GB/s, copy %.2f GB/s (model)",
+               shoal_beta_to_gbs(cs->shape.reduce_beta), shoal_beta_to_gbs(cs->shape.copy_beta));
 }
 
 static shoal_status_t shoal_topo_alloc(struct shoal_comm *comm)
@@ -295,6 +297,15 @@ static void shoal_topo_finish(struct shoal_comm *comm, const shoal_topo_rec_t *a
     inter = tf->have_inter ? tf->inter : shoal_topo_worst(ke, links, SHOAL_LINK_TCP);
     shoal_topo_shape_build(&cs->shape, n, cs->host_of, cs->ring_order, &intra, &inter,
                            cs->shm_ok, ncores);
+    if (all[0].tuning_loaded) {
+        /* local memory rates of the tuning file (rank 0's copy: every rank builds one shape) */
+        if (all[0].tuning.reduce_gbs > 0) {
+            cs->shape.reduce_beta = shoal_gbs_to_beta(all[0].tuning.reduce_gbs);
+        }
+        if (all[0].tuning.copy_gbs > 0) {
+            cs->shape.copy_beta = shoal_gbs_to_beta(all[0].tuning.copy_gbs);
+        }
+    }
     shoal_topo_log(comm, links, ki | ke);
 }
 

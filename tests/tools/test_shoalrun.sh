@@ -9,7 +9,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=25
+NTESTS=28
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -173,4 +173,19 @@ perf_case "shoalrun -n 3 allgather_perf: #wrong 0" \
     -n 3 --timeout 120 "$P/allgather_perf" -b 8 -e 256K -f 8 -n 2 -w 1 -c 1
 perf_case "shoalrun -n 3 reduce_scatter_perf: #wrong 0" \
     -n 3 --timeout 120 "$P/reduce_scatter_perf" -b 8 -e 256K -f 8 -n 2 -w 1 -c 1
+
+# 26-28: SHOAL_TUNING_FILE: rank 0 writes what it measured when the file is absent; a file
+# that exists is read instead of measuring, its link and memory rates reach the cost model
+tune="$T/tuning"
+run -n 2 --timeout 120 -x SHOAL_TUNING_FILE="$tune" "$P/allreduce_perf" -b 8 -e 8 -n 2 -w 1
+[ "$rc" -eq 0 ] && grep -q '^shm lat [0-9.]* bw [0-9.]*$' "$tune"
+ok $? "an absent tuning file is written after measuring (rc $rc)"
+[ -f "$tune" ] || diag_file "$T/err"
+printf 'shm lat 7.5 bw 3.25\nreduce lat 0 bw 12.5\ncopy lat 0 bw 20\n' > "$tune"
+run -n 2 --timeout 120 -x SHOAL_TUNING_FILE="$tune" -x SHOAL_DEBUG=INFO \
+    -x SHOAL_DEBUG_SUBSYS=TOPO "$P/allreduce_perf" -b 8 -e 8 -n 2 -w 1
+[ "$rc" -eq 0 ] && grep -q 'link shm: 7.50 us, 3.250 GB/s' "$T/out" "$T/err"
+ok $? "a tuning file's link figures replace the measurement (rc $rc)"
+grep -q 'memory: reduce 12.50 GB/s, copy 20.00 GB/s' "$T/out" "$T/err"
+ok $? "a tuning file's reduce and copy rates reach the cost model"
 exit 0
