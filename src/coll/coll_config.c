@@ -39,10 +39,11 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "intra-node AllReduce up to this size is one-shot (every rank reduces everything); "
             "larger is two-shot (reduce-scatter + allgather through shared memory); 0 = 2k "
             "when the host has a core per rank, 16k when its ranks outnumber its cores"},
-    {.name = "SHM_WINDOW", .dflt = "1m", .type = SHOAL_CFG_SIZE,
+    {.name = "SHM_WINDOW", .dflt = "512k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_window),
-     .doc = "bytes per rank staged per round of the intra-node path (kept cache-sized; capped "
-            "by SHOAL_SHM_AREA_SIZE / 2)"},
+     .doc = "bytes per rank staged per round of the intra-node path: the window, its staged "
+            "copy and a peer's segment should fit in L2 (1m in place halved busbw on 1 MiB L2 "
+            "cores); capped by SHOAL_SHM_AREA_SIZE / 2"},
     {.name = "RING_ORDER", .dflt = "topo", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
      .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "

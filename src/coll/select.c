@@ -82,7 +82,7 @@ static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
         return 2 * sync + m * s->copy_beta + (n - 1) * m * s->reduce_beta * s->oversub;
     }
     /* stage, reduce my 1/n across n inputs, copy the other segments out */
-    return 3 * sync * SHOAL_MAX(1.0, m / (double)(1 << 20)) +
+    return 3 * sync * SHOAL_MAX(1.0, m / (double)SHOAL_MAX(shoal_coll_config.shm_window, 4096)) +
            m * s->copy_beta * (1 + s->oversub) + (n - 1) / n * m * s->reduce_beta * s->oversub;
 }
 
