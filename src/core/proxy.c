@@ -4,7 +4,6 @@
  * outlive the communicator safely: shoal_test/shoal_wait touch only the request.
  */
 #include "core/core.h"
-#include "core/proxy_ext.h"
 
 #include <errno.h>
 #include <stdlib.h>

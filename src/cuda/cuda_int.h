@@ -2,7 +2,6 @@
 #ifndef SHOAL_CUDA_INT_H
 #define SHOAL_CUDA_INT_H
 
-#include "core/proxy_ext.h"
 #include "cuda/cuda.h"
 #include "cuda/cuda_drv.h"
 #include "cuda/kern_abi.h"
