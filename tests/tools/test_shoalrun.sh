@@ -1,6 +1,7 @@
 #!/bin/sh
 # TAP test of the shoalrun launcher (ranks, exit codes, failures, timeout, output tagging,
-# signals) and a smoke run of the perf tools through it (#wrong must be 0).
+# signals), a smoke run of the perf tools through it (#wrong must be 0), SHOAL_TUNING_FILE and
+# the waiters' spinning plan for bound and unbound ranks.
 # Needs: top_builddir (exported by `make check`; defaults to the current directory).
 
 top_builddir=${top_builddir:-.}
@@ -9,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=28
+NTESTS=31
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -188,4 +189,27 @@ run -n 2 --timeout 120 -x SHOAL_TUNING_FILE="$tune" -x SHOAL_DEBUG=INFO \
 ok $? "a tuning file's link figures replace the measurement (rc $rc)"
 grep -q 'memory: reduce 12.50 GB/s, copy 20.00 GB/s' "$T/out" "$T/err"
 ok $? "a tuning file's reduce and copy rates reach the cost model"
+
+# 29-31: waiters poll before yielding only when no other local rank may run on their CPU
+spin_plan() { # spin_plan SHOALRUN-PREFIX...: rc, and the trace lines in $T/spin
+    run "$@" -x SHOAL_DEBUG=TRACE -x SHOAL_DEBUG_SUBSYS=INIT "$P/allreduce_perf" -b 8 -e 8 -n 2 -w 1
+    grep -h 'pause polls before yielding' "$T/out" "$T/err" > "$T/spin"
+}
+if [ "$(nproc)" -ge 2 ]; then
+    spin_plan -n 2 --timeout 60 --bind-to auto
+    [ "$rc" -eq 0 ] && [ "$(grep -c 'cpu not shared, [1-9][0-9]* pause polls' "$T/spin")" -eq 2 ]
+    ok $? "2 ranks bound to their own CPUs poll before yielding"
+else
+    n=$((n + 1)); echo "ok $n # SKIP one CPU: 2 ranks cannot have their own"
+fi
+run -n 2 --timeout 60 -x SHOAL_DEBUG=TRACE -x SHOAL_DEBUG_SUBSYS=INIT \
+    sh -c 'exec taskset -c 0 "$0" -b 8 -e 8 -n 2 -w 1' "$P/allreduce_perf"
+grep -h 'pause polls before yielding' "$T/out" "$T/err" > "$T/spin"
+[ "$rc" -eq 0 ] && [ "$(grep -c 'bound to cpu 0 .*cpu shared, 0 pause polls' "$T/spin")" -eq 2 ]
+ok $? "2 ranks bound to the same CPU yield at once (rc $rc)"
+[ "$rc" -eq 0 ] || diag_file "$T/err"
+nr=$(($(nproc) + 1))
+spin_plan -n $nr --timeout 120
+[ "$rc" -eq 0 ] && [ "$(grep -c 'cpu shared, 0 pause polls' "$T/spin")" -eq $nr ]
+ok $? "$nr ranks on $(nproc) CPUs: every rank yields at once (rc $rc)"
 exit 0
