@@ -15,7 +15,8 @@
 #   --netns HxP          H network-namespace hosts x P ranks (tests/netns harness, root only):
 #                        shoal with the topology-aware ring on block placement, shoal with a
 #                        host-oblivious ring (SHOAL_ALGO=ring SHOAL_RING_ORDER=rank) over interleaved ranks,
-#                        and Gloo (block placement); Open MPI is not run across namespaces
+#                        Gloo (block placement) and Open MPI over TCP (btl tcp, block placement,
+#                        daemons started in the namespaces by perf/netns_rsh.sh)
 #   --rate R             shape every netns host link to R (tc htb; default 1gbit)
 #   --full               more sizes (factor 2), up to 256 MiB, more iterations
 # Default: --shm 2. Data: float sum, in place (Gloo's algorithm is in place only), 8 B to
@@ -167,6 +168,26 @@ gloo_ns() { # gloo_ns P -- perf args
     cat "$NETNS_TMP"/job.*.err >&2
     rm -rf "$store"
     return $rc
+}
+
+ompi_ns() { # ompi_ns P -- perf args: Open MPI over TCP across the namespaces, block placement
+    p=$1
+    shift 2
+    hosts=""
+    k=1
+    while [ "$k" -le "$netns_nhosts" ]; do
+        hosts="$hosts${hosts:+,}10.99.0.$k:$p"
+        k=$((k + 1))
+    done
+    # mpirun runs in the first host (its own UTS namespace); netns_rsh.sh starts the daemons of
+    # the others. btl tcp only: shared memory between "hosts" would bypass the shaped links.
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    SHOAL_NETNS_PREFIX=$netns_prefix timeout -k 5 "$tmo" ip netns exec "$netns_prefix-0" \
+        unshare --uts sh -c 'hostname nshost1 && exec "$@"' sh \
+        mpirun --allow-run-as-root --oversubscribe --host "$hosts" -np "$((p * netns_nhosts))" \
+        --mca plm_rsh_agent "$here/netns_rsh.sh" --mca pml ob1 --mca btl self,tcp \
+        --mca btl_tcp_if_include 10.99.0.0/24 --mca oob_tcp_if_include 10.99.0.0/24 \
+        "$build/allreduce_perf_mpi" "$@"
 }
 
 # median of the values on stdin
@@ -344,6 +365,9 @@ run_netns_mode() { # HxP
         if [ "$have_gloo" = 1 ]; then
             run_sweeps gloo gloo_ns "$p" --
         fi
+        if [ "$have_mpi" = 1 ] && command -v unshare >/dev/null 2>&1; then
+            run_sweeps ompi ompi_ns "$p" --
+        fi
         rep=$((rep + 1))
     done
     netns_cleanup
@@ -363,7 +387,8 @@ run_netns_mode() { # HxP
     echo "# %bound below is busbw / link rate (the target: >= 90%)"
     echo "# shoal = block placement, automatic choice; shoal_oblivious = interleaved ranks with"
     echo "# SHOAL_ALGO=ring SHOAL_RING_ORDER=rank (crosses hosts at every hop); shoal_interleaved = interleaved ranks,"
-    echo "# automatic (topology-aware) choice and order; gloo = block placement"
+    echo "# automatic (topology-aware) choice and order; gloo = block placement; ompi = Open MPI"
+    echo "# over TCP (btl tcp, block placement)"
     report "$title" "$gbps"
 }
 
