@@ -90,7 +90,14 @@ double shoal_ptree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes)
 {
     shoal_link_t l = shoal_cost_link(s);
     double c = SHOAL_MIN((double)bytes, (double)s->chunk), K = c > 0 ? (double)bytes / c : 1;
-    return (K + shoal_cost_log2(s->nranks + 1) - 1) * (l.alpha_us + 2 * c * l.beta_us);
+    double copies = s->nhosts > 1 ? 2 : 3;
+    if (s->nranks == 2) {
+        return K * shoal_link_send_us(&l) + (double)bytes * l.beta_us;
+    }
+    /* back to back, as the other broadcast rows (select.c): an inner node receives each
+     * chunk and sends it to two children */
+    return SHOAL_MAX(K, 1.0) *
+           (shoal_link_recv_us(&l) + 2 * shoal_link_send_us(&l) + copies * c * l.beta_us);
 }
 
 double shoal_rh_rs_cost(const shoal_coll_shape_t *s, size_t bytes)

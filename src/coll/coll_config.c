@@ -57,9 +57,10 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "host discovery: auto (hwloc if built in, else sysfs), hwloc, sysfs or none"},
     {.name = "TUNING_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_coll_config_t, tuning_file),
-     .doc = "cached link profile ('<kind> lat <us> bw <GB/s>' lines; 'reduce' and 'copy' lines "
-            "give local memory rates): read at init instead of measuring those kinds; written "
-            "by rank 0 after measuring when the file is absent"},
+     .doc = "cached link profile ('<kind> lat <us> bw <GB/s> [send <us> [recv <us>]]' lines: "
+            "latency, bandwidth, busy time per message of a sender and a receiver; 'reduce' "
+            "and 'copy' lines give local memory rates): read at init instead of measuring "
+            "those kinds; written by rank 0 after measuring when the file is absent"},
     {.name = "TOPO_MEASURE", .dflt = "1", .type = SHOAL_CFG_BOOL,
      .offset = offsetof(shoal_coll_config_t, topo_measure),
      .doc = "measure link latency/bandwidth at init with a few ping-pongs between neighbour "

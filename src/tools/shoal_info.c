@@ -281,10 +281,13 @@ static int shoal_info_print_topo(int n, int ppn)
     if (ok) {
         shoal_topo_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
                                path == NULL || path[0] == '\0', sum.ncores);
-        printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s, inter %.2f us "
-               "%.3f GB/s\n", n, shape.nhosts, path != NULL && path[0] != '\0' ? " from " : "",
-               path != NULL ? path : "", t.intra.alpha_us, shoal_beta_to_gbs(t.intra.beta_us),
-               t.inter.alpha_us, shoal_beta_to_gbs(t.inter.beta_us));
+        printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s (send %.2f, recv "
+               "%.2f us), inter %.2f us %.3f GB/s (send %.2f, recv %.2f us)\n", n, shape.nhosts,
+               path != NULL && path[0] != '\0' ? " from " : "", path != NULL ? path : "",
+               t.intra.alpha_us, shoal_beta_to_gbs(t.intra.beta_us),
+               shoal_link_send_us(&t.intra), shoal_link_recv_us(&t.intra), t.inter.alpha_us,
+               shoal_beta_to_gbs(t.inter.beta_us), shoal_link_send_us(&t.inter),
+               shoal_link_recv_us(&t.inter));
         printf("# rank: host socket\n");
         for (int r = 0; r < n && r < 64; r++) {
             printf("#   %3d: %3d %3d\n", r, t.host_of[r], t.socket_of[r]);

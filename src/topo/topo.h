@@ -66,11 +66,25 @@ typedef enum {
 extern SHOAL_HIDDEN const char *const shoal_link_kind_names[];
 SHOAL_HIDDEN int shoal_link_kind_from_name(const char *tl_name); /* -1 if unknown */
 
-/* alpha: microseconds per message; beta: microseconds per byte (1 / bandwidth). */
+/* alpha: microseconds per message (half a round trip); beta: microseconds per byte
+ * (1 / bandwidth); send / recv: microseconds a sender / receiver is busy per small message
+ * (LogP's o: what limits messages issued back to back; 0 = unknown, taken as alpha). */
 typedef struct {
     double alpha_us;
     double beta_us;
+    double send_us;
+    double recv_us;
 } shoal_link_t;
+
+/* The sender's and receiver's busy time per message (alpha where unknown). */
+static inline double shoal_link_send_us(const shoal_link_t *l)
+{
+    return l->send_us > 0 ? SHOAL_MIN(l->send_us, l->alpha_us) : l->alpha_us;
+}
+static inline double shoal_link_recv_us(const shoal_link_t *l)
+{
+    return l->recv_us > 0 ? SHOAL_MIN(l->recv_us, l->alpha_us) : l->alpha_us;
+}
 
 static inline double shoal_link_time(const shoal_link_t *l, double bytes)
 {

@@ -19,6 +19,9 @@
 #define SHOAL_TOPO_PP_LARGE_ITERS 3
 #define SHOAL_TOPO_PP_LARGE (256 * 1024)
 #define SHOAL_TOPO_PP_STEP 0x70000000u
+#define SHOAL_TOPO_BURST 8        /* sends per burst: within the shm ring's default 8 slots */
+#define SHOAL_TOPO_BURST_ITERS 4
+#define SHOAL_TOPO_BURST_WAIT_US 200
 
 /* Round 1 record: one per rank. */
 typedef struct {
@@ -35,6 +38,8 @@ typedef struct {
     int32_t kind[2];
     double alpha_us[2];
     double beta_us[2];
+    double send_us[2];
+    double recv_us[2];
 } shoal_topo_meas_t;
 
 /* A ring allgather of fixed-size records over the current ring order. */
@@ -132,6 +137,53 @@ static shoal_status_t shoal_topo_pingpong(struct shoal_comm *comm, int peer, int
     return SHOAL_OK;
 }
 
+/* Busy time per small message of a sender and of a receiver. Sender: the leader posts
+ * SHOAL_TOPO_BURST sends at once and times until all completed (handed to the transport:
+ * copied into a ring or a socket). Receiver: the other side lets the burst arrive
+ * (SHOAL_TOPO_BURST_WAIT_US), then times posting and completing the receives (copying them
+ * out); an answer closes the round. Best of SHOAL_TOPO_BURST_ITERS after a warm-up. */
+static shoal_status_t shoal_topo_burst(struct shoal_comm *comm, int peer, int lead,
+                                       uint32_t *step, double *send_p, double *recv_p)
+{
+    shoal_tl_req_t reqs[SHOAL_TOPO_BURST], *rp[SHOAL_TOPO_BURST];
+    int peers[SHOAL_TOPO_BURST];
+    uint8_t *buf = comm->coll->scratch;
+    uint32_t seq = comm->seq;
+    double best = 1e30;
+
+    for (int it = 0; it <= SHOAL_TOPO_BURST_ITERS; it++) {
+        uint32_t ack = *step + SHOAL_TOPO_BURST;
+        uint64_t t0;
+        double us;
+        if (!lead) {
+            shoal_sleep_us(SHOAL_TOPO_BURST_WAIT_US);
+        }
+        t0 = shoal_time_ns();
+        for (int i = 0; i < SHOAL_TOPO_BURST; i++) {
+            peers[i] = peer;
+            rp[i] = &reqs[i];
+            if (lead) {
+                SHOAL_CHECK(shoal_chan_isend(comm, peer, buf + 64 * i, 8, seq, *step + i, 0,
+                                             &reqs[i]));
+            } else {
+                SHOAL_CHECK(shoal_chan_irecv(comm, peer, buf + 64 * i, 8, seq, *step + i, 0,
+                                             &reqs[i]));
+            }
+        }
+        SHOAL_CHECK(shoal_chan_waitall(comm, rp, peers, SHOAL_TOPO_BURST));
+        us = (double)(shoal_time_ns() - t0) / 1000.0 / SHOAL_TOPO_BURST;
+        best = it > 0 && us < best ? us : best;
+        if (lead) {
+            SHOAL_CHECK(shoal_prim_recv(comm, peer, buf, 1, seq, ack, 0));
+        } else {
+            SHOAL_CHECK(shoal_prim_send(comm, peer, buf, 1, seq, ack, 0));
+        }
+        *step = ack + 1;
+    }
+    *(lead ? send_p : recv_p) = best;
+    return SHOAL_OK;
+}
+
 /* Phase ph (0: pairs 0-1, 2-3...; 1: pairs 1-2, 3-4...) for kinds not in known. */
 static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, uint32_t known,
                                                shoal_topo_meas_t *m)
@@ -139,7 +191,7 @@ static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, 
     int rank = comm->rank, peer = ((rank + ph) % 2 == 0) ? rank + 1 : rank - 1;
     size_t large = SHOAL_MIN((size_t)SHOAL_TOPO_PP_LARGE, comm->coll->scratch_size);
     uint32_t step = SHOAL_TOPO_PP_STEP;
-    double small_us, large_us;
+    double small_us, large_us, send_us = 0, recv_us = 0, peer_recv_us = 0;
     int kind;
 
     m->kind[ph] = -1;
@@ -154,10 +206,18 @@ static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, 
                                     &step, &small_us));
     SHOAL_CHECK(shoal_topo_pingpong(comm, peer, rank < peer, large, SHOAL_TOPO_PP_LARGE_ITERS,
                                     &step, &large_us));
+    SHOAL_CHECK(shoal_topo_burst(comm, peer, rank < peer, &step, &send_us, &recv_us));
+    /* the receiver's figure travels to the leader, which reports the pair */
     if (rank < peer) {
+        SHOAL_CHECK(shoal_prim_recv(comm, peer, &peer_recv_us, sizeof(double), comm->seq, step,
+                                    0));
         m->kind[ph] = kind;
         m->alpha_us[ph] = small_us;
         m->beta_us[ph] = SHOAL_MAX(large_us - small_us, 0.01) / (double)large;
+        m->send_us[ph] = SHOAL_MIN(send_us, small_us);
+        m->recv_us[ph] = SHOAL_MIN(peer_recv_us, small_us);
+    } else {
+        SHOAL_CHECK(shoal_prim_send(comm, peer, &recv_us, sizeof(double), comm->seq, step, 0));
     }
     return SHOAL_OK;
 }
@@ -168,19 +228,22 @@ static void shoal_topo_link_table(int n, const shoal_topo_meas_t *all, const sho
                                   shoal_link_t *links)
 {
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
-        double a = 0, b = 0;
+        double a = 0, b = 0, o = 0, orcv = 0;
         int cnt = 0;
         for (int r = 0; all != NULL && r < n; r++) {
             for (int ph = 0; ph < 2; ph++) {
                 if (all[r].kind[ph] == k) {
                     a += all[r].alpha_us[ph];
                     b += all[r].beta_us[ph];
+                    o += all[r].send_us[ph];
+                    orcv += all[r].recv_us[ph];
                     cnt++;
                 }
             }
         }
         if (cnt > 0) {
-            links[k] = (shoal_link_t){.alpha_us = a / cnt, .beta_us = b / cnt};
+            links[k] = (shoal_link_t){.alpha_us = a / cnt, .beta_us = b / cnt,
+                                      .send_us = o / cnt, .recv_us = orcv / cnt};
         } else if (t != NULL && t->have[k]) {
             links[k] = t->link[k];
         } else {
@@ -197,7 +260,9 @@ static shoal_link_t shoal_topo_worst(uint32_t mask, const shoal_link_t *links, i
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
         if ((mask & (1u << k)) != 0) {
             w = any ? (shoal_link_t){.alpha_us = SHOAL_MAX(w.alpha_us, links[k].alpha_us),
-                                     .beta_us = SHOAL_MAX(w.beta_us, links[k].beta_us)}
+                                     .beta_us = SHOAL_MAX(w.beta_us, links[k].beta_us),
+                                     .send_us = SHOAL_MAX(w.send_us, links[k].send_us),
+                                     .recv_us = SHOAL_MAX(w.recv_us, links[k].recv_us)}
                     : links[k];
             any = 1;
         }
@@ -216,8 +281,9 @@ static void shoal_topo_log(struct shoal_comm *comm, const shoal_link_t *links, u
                cs->shape.ring_share);
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
         if ((used & (1u << k)) != 0) {
-            shoal_info(TOPO, "link %s: %.2f us, %.3f GB/s", shoal_link_kind_names[k],
-                       links[k].alpha_us, shoal_beta_to_gbs(links[k].beta_us));
+            shoal_info(TOPO, "link %s: %.2f us, %.3f GB/s, send %.2f us, recv %.2f us",
+                       shoal_link_kind_names[k], links[k].alpha_us,
+                       shoal_beta_to_gbs(links[k].beta_us), links[k].send_us, links[k].recv_us);
         }
     }
     shoal_info(TOPO, "memory: reduce %.2f GB/s, copy %.2f GB/s (model)",

@@ -59,7 +59,8 @@ static int shoal_topo_file_double(const char *s, double *v_p)
     return 0;
 }
 
-/* "link intra|inter lat <us> bw <GB/s>" (either part may be left out, not both). */
+/* "link intra|inter lat <us> bw <GB/s> send <us> recv <us>" (any part may be left out, not
+ * all). */
 static int shoal_topo_file_link(char **tok, int n, shoal_topo_file_t *tf)
 {
     shoal_link_t l;
@@ -84,6 +85,10 @@ static int shoal_topo_file_link(char **tok, int n, shoal_topo_file_t *tf)
             l.alpha_us = v;
         } else if (strcmp(tok[i], "bw") == 0 && v > 0) {
             l.beta_us = shoal_gbs_to_beta(v);
+        } else if (strcmp(tok[i], "send") == 0) {
+            l.send_us = v;
+        } else if (strcmp(tok[i], "recv") == 0) {
+            l.recv_us = v;
         } else {
             return -1;
         }

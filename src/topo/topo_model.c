@@ -24,23 +24,25 @@ int shoal_link_kind_from_name(const char *tl_name)
 shoal_link_t shoal_link_default(shoal_link_kind_t kind)
 {
     static const struct {
-        double lat_us, gbs;
+        double lat_us, gbs, send_us, recv_us;
     } d[SHOAL_LINK_KINDS] = {
-        [SHOAL_LINK_SHM] = {.lat_us = 1.5, .gbs = 6.0},
-        [SHOAL_LINK_TCP] = {.lat_us = 20.0, .gbs = 1.5},
-        [SHOAL_LINK_UCX] = {.lat_us = 3.0, .gbs = 10.0},
-        [SHOAL_LINK_IB] = {.lat_us = 2.5, .gbs = 11.0},
+        [SHOAL_LINK_SHM] = {.lat_us = 1.5, .gbs = 6.0, .send_us = 0.3, .recv_us = 0.3},
+        [SHOAL_LINK_TCP] = {.lat_us = 20.0, .gbs = 1.5, .send_us = 5.0, .recv_us = 2.0},
+        [SHOAL_LINK_UCX] = {.lat_us = 3.0, .gbs = 10.0, .send_us = 0.5, .recv_us = 0.5},
+        [SHOAL_LINK_IB] = {.lat_us = 2.5, .gbs = 11.0, .send_us = 0.3, .recv_us = 0.3},
     };
-    return (shoal_link_t){.alpha_us = d[kind].lat_us, .beta_us = shoal_gbs_to_beta(d[kind].gbs)};
+    return (shoal_link_t){.alpha_us = d[kind].lat_us, .beta_us = shoal_gbs_to_beta(d[kind].gbs),
+                          .send_us = d[kind].send_us, .recv_us = d[kind].recv_us};
 }
 
 static int shoal_tuning_line(char *line, shoal_tuning_t *t)
 {
     char name[16];
-    double lat, bw;
-    int k;
+    double lat, bw, send = 0, recv = 0;
+    int k, got = sscanf(line, "%15s lat %lf bw %lf send %lf recv %lf", name, &lat, &bw, &send,
+                        &recv);
 
-    if (sscanf(line, "%15s lat %lf bw %lf", name, &lat, &bw) != 3 || !(lat >= 0) || !(bw > 0)) {
+    if (got < 3 || !(lat >= 0) || !(bw > 0) || !(send >= 0) || !(recv >= 0)) {
         return -1;
     }
     if (strcmp(name, "reduce") == 0) {
@@ -55,7 +57,8 @@ static int shoal_tuning_line(char *line, shoal_tuning_t *t)
     if (k < 0) {
         return -1;
     }
-    t->link[k] = (shoal_link_t){.alpha_us = lat, .beta_us = shoal_gbs_to_beta(bw)};
+    t->link[k] = (shoal_link_t){.alpha_us = lat, .beta_us = shoal_gbs_to_beta(bw),
+                                .send_us = send, .recv_us = recv};
     t->have[k] = 1;
     return 0;
 }
@@ -127,11 +130,13 @@ shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t)
         shoal_warn(TOPO, "cannot write the tuning file %s: %s", tmp, strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
-    fprintf(fp, "# shoal link profile: <kind> lat <us> bw <GB/s> (SHOAL_TUNING_FILE)\n");
+    fprintf(fp, "# shoal link profile (SHOAL_TUNING_FILE): <kind> lat <us> bw <GB/s> "
+                "[send <us> [recv <us>]]\n");
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
         if (t->have[k]) {
-            fprintf(fp, "%s lat %.3f bw %.4f\n", shoal_link_kind_names[k], t->link[k].alpha_us,
-                    shoal_beta_to_gbs(t->link[k].beta_us));
+            fprintf(fp, "%s lat %.3f bw %.4f send %.3f recv %.3f\n", shoal_link_kind_names[k],
+                    t->link[k].alpha_us, shoal_beta_to_gbs(t->link[k].beta_us),
+                    t->link[k].send_us, t->link[k].recv_us);
         }
     }
     if (t->reduce_gbs > 0) {

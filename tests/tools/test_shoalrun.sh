@@ -179,7 +179,7 @@ perf_case "shoalrun -n 3 reduce_scatter_perf: #wrong 0" \
 # that exists is read instead of measuring, its link and memory rates reach the cost model
 tune="$T/tuning"
 run -n 2 --timeout 120 -x SHOAL_TUNING_FILE="$tune" "$P/allreduce_perf" -b 8 -e 8 -n 2 -w 1
-[ "$rc" -eq 0 ] && grep -q '^shm lat [0-9.]* bw [0-9.]*$' "$tune"
+[ "$rc" -eq 0 ] && grep -q '^shm lat [0-9.]* bw [0-9.]* send [0-9.]* recv [0-9.]*$' "$tune"
 ok $? "an absent tuning file is written after measuring (rc $rc)"
 [ -f "$tune" ] || diag_file "$T/err"
 printf 'shm lat 7.5 bw 3.25\nreduce lat 0 bw 12.5\ncopy lat 0 bw 20\n' > "$tune"

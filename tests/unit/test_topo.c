@@ -62,7 +62,8 @@ static void test_topo_file(void)
 {
     shoal_topo_file_t tf;
     const char *txt = "# two hosts\nhosts 2\nppn 2\nlayout cyclic\n"
-                      "link intra lat 0.5 bw 10\nlink inter lat 30 bw 0.125  # 1 Gbit/s\n";
+                      "link intra lat 0.5 bw 10\n"
+                      "link inter lat 30 bw 0.125 send 2 recv 1 # 1 Gbit/s\n";
 
     tap_is_int(shoal_topo_file_parse(txt, 4, &tf), SHOAL_OK, "topo file: parses");
     tap_is_int(tf.nhosts, 2, "topo file: 2 hosts");
@@ -71,6 +72,9 @@ static void test_topo_file(void)
     tap_ok(tf.have_inter && tf.inter.alpha_us == 30 && tf.inter.beta_us > 0.0079 &&
            tf.inter.beta_us < 0.0081, "topo file: inter link 30 us, 0.125 GB/s");
     tap_ok(tf.have_intra && tf.intra.alpha_us == 0.5, "topo file: intra link");
+    tap_ok(tf.inter.send_us == 2 && tf.inter.recv_us == 1 && tf.intra.send_us == 0 &&
+               shoal_link_send_us(&tf.intra) == 0.5,
+           "topo file: send/recv busy times given, or the latency when not");
     shoal_topo_file_free(&tf);
 
     tap_is_int(shoal_topo_file_parse("hosts 2\nppn 3 1\nsockets 2\n", 8, &tf), SHOAL_OK,
@@ -108,12 +112,15 @@ static void test_tuning(void)
            "tuning: tcp and reduce given");
     tap_is_int(shoal_tuning_parse("warp lat 1 bw 1\n", &t), SHOAL_ERR_INVALID_ARG,
                "tuning: unknown kind refused");
-    shoal_tuning_parse("shm lat 1.25 bw 8\n", &t);
+    tap_is_int(shoal_tuning_parse("tcp lat 1 bw 1 send -2\n", &t), SHOAL_ERR_INVALID_ARG,
+               "tuning: negative busy time refused");
+    shoal_tuning_parse("shm lat 1.25 bw 8 send 0.5 recv 0.25\n", &t);
     close(fd);
     tap_is_int(shoal_tuning_save(path, &t), SHOAL_OK, "tuning: saved");
     tap_is_int(shoal_tuning_load(path, &u), 1, "tuning: loaded back");
-    tap_ok(u.have[SHOAL_LINK_SHM] && u.link[SHOAL_LINK_SHM].alpha_us == 1.25,
-           "tuning: round trip");
+    tap_ok(u.have[SHOAL_LINK_SHM] && u.link[SHOAL_LINK_SHM].alpha_us == 1.25 &&
+               u.link[SHOAL_LINK_SHM].send_us == 0.5 && u.link[SHOAL_LINK_SHM].recv_us == 0.25,
+           "tuning: round trip (send and recv busy times too)");
     unlink(path);
     tap_is_int(shoal_tuning_load(path, &u), 0, "tuning: absent file is not an error");
 }
