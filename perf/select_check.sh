@@ -14,7 +14,9 @@
 #                             [-b MIN] [-e MAX] [-l LIMIT] [-B BUILDDIR]
 #   COLL: allreduce (default), broadcast, allgather, reduce_scatter
 #   Sizes MIN (8) to MAX (64M), factor 4. Run from a build directory (or give it with -B):
-#   it needs ./shoalrun and ./select_bench.
+#   it needs ./shoalrun and ./select_bench. SELECT_CHECK_RUN_ARGS: extra shoalrun options
+#   (e.g. "--bind-to core": ranks that outnumber the cores are then placed the same way in
+#   every run, rank i on CPU i mod ncpu).
 set -u
 
 coll=allreduce
@@ -35,7 +37,7 @@ while getopts c:t:n:r:b:e:l:B:h opt; do
     e) maxb=$OPTARG ;;
     l) limit=$OPTARG ;;
     B) bdir=$OPTARG ;;
-    *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 
@@ -58,7 +60,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 # the log says ran (forced rows whose algorithm never shows in the log at that size: "-").
 one_run() { # transport nranks
     SHOAL_TRANSPORT=$1 SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=COLL \
-        timeout 600 "$run" -n "$2" "$bench" -c "$coll" -b "$minb" -e "$maxb" -r "$reps" \
+        timeout 600 "$run" ${SELECT_CHECK_RUN_ARGS:-} -n "$2" "$bench" -c "$coll" -b "$minb" -e "$maxb" -r "$reps" \
         $algos >"$tmp/out" 2>&1 ||
         { echo "select_check: $1 n=$2 failed:" >&2; tail -5 "$tmp/out" >&2; }
     awk -v n="$2" -v coll="$coll" '
