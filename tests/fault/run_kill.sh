@@ -6,7 +6,8 @@
 #  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
 #    error too.
-# Environment: top_builddir (set by make check), KILL_REPEAT (runs per kill case, default 1).
+# Environment: top_builddir (set by make check), KILL_REPEAT (runs per kill case, default 1),
+# KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable).
 
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
@@ -119,11 +120,13 @@ abort_case() { # abort_case TRANSPORT NRANKS MIB
     fi
 }
 
-# UCX is not in the default set: its survivors sometimes name an intermediate rank (one whose
-# process exited after failing) instead of the killed one; KILL_TRANSPORTS="shm tcp ucx" runs it.
+kill_tls="shm tcp"
+if "$builddir/shoal_info" -b 2>/dev/null | grep -q "ucx *usable: yes"; then
+    kill_tls="shm tcp ucx"
+fi
 i=0
 while [ $i -lt "${KILL_REPEAT:-1}" ]; do
-    for tl in ${KILL_TRANSPORTS:-shm tcp}; do
+    for tl in ${KILL_TRANSPORTS:-$kill_tls}; do
         [ "$tl" = shm ] && tl="" # the automatic choice: shm on one host
         kill_case "$tl" 3
         kill_case "$tl" 4

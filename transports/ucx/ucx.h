@@ -162,6 +162,13 @@ struct shoal_tl_ctx {
     uint64_t next_live_ns;             /* next liveness check of same-host peers */
     struct pollfd *live_pfds;          /* [neps] pidfds of local peers (fd -1 otherwise) */
     uint8_t *slot_mem;                 /* all slot buffers of all endpoints */
+    /* Who failed first, as far as this rank saw (-1: nobody yet): the culprit named by the
+     * first abort notice, else the first same-host peer seen gone. A peer that exited
+     * without a notice reaching us is reported with it: it most likely exited because of
+     * that failure (a cascade), and survivors must name the rank that started it. */
+    int notice_culprit;
+    int first_gone;
+    uint64_t first_gone_ns;            /* when first_gone was seen gone */
 };
 
 /* ucx_ctx.c */

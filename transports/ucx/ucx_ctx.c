@@ -261,6 +261,7 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
         return SHOAL_ERR_NO_MEMORY;
     }
     ctx->epfd = ctx->kick_fd = ctx->ucx_efd = -1;
+    ctx->notice_culprit = ctx->first_gone = -1;
     ctx->rank = params->rank;
     ctx->nranks = params->nranks;
     ctx->comm_id = params->comm_id;
@@ -306,6 +307,7 @@ static shoal_status_t shoal_ucx_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
 /* Same-host peers whose process exited are gone (after draining what they sent us). */
 static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
 {
+    uint64_t pass_ns = shoal_time_ns(); /* peers found gone in one pass: no order among them */
     int dead = 0;
     if (poll(ctx->live_pfds, (nfds_t)ctx->neps, 0) > 0) {
         dead = 1;
@@ -337,6 +339,10 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
         }
         ep->local = 0;
         shoal_ucx_ep_set_gone(ep, why);
+        ep->gone_ns = pass_ns;
+        if (ctx->first_gone == ep->peer) {
+            ctx->first_gone_ns = pass_ns;
+        }
     }
 }
 

@@ -191,17 +191,16 @@ shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
     if (st != SHOAL_OK) {
         return st;
     }
-    if (ep->gone || ep->uep == NULL) {
-        /* Nothing can reach the peer any more: refuse, and fail the endpoint in progress. */
-        if (req->errbuf != NULL && req->errlen > 0) {
-            snprintf(req->errbuf, req->errlen, "%s", ep->why);
-        }
-        ep->post_failed = 1;
-        shoal_ucx_kick(ep->ctx);
-        return SHOAL_ERR_PEER_FAILED;
-    }
     ep->npending++;
     ep->ctx->npending++;
+    if (ep->gone || ep->uep == NULL) {
+        /* Nothing can reach the peer any more: the send waits, unsent, for the endpoint to
+         * fail (after the grace period, or at once with the cause an abort notice gives). */
+        shoal_ucx_queue_push(&ep->sq_head, &ep->sq_tail, req);
+        ep->post_failed = ep->uep == NULL && !ep->gone;
+        shoal_ucx_kick(ep->ctx);
+        return SHOAL_OK;
+    }
     if (ep->tx_count < SHOAL_UCX_SLOTS && ep->sq_head == NULL) {
         shoal_ucx_tx_start(ep, req);
     } else {
@@ -328,13 +327,14 @@ static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, const char 
     return shoal_ucx_ep_fail(ep, status, why);
 }
 
+static int shoal_ucx_ep_fail_gone(shoal_ep_t *ep);
+
 /* A transfer of the endpoint ended with UCX status st. */
 static int shoal_ucx_ep_ucs_error(shoal_ep_t *ep, const char *what, ucs_status_t st)
 {
     if (ep->gone || st == UCS_ERR_CANCELED) {
         /* the peer is gone (the cause was logged when that was detected) */
-        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, ep->why[0] != '\0' ? ep->why :
-                                 "peer failed");
+        return shoal_ucx_ep_fail_gone(ep);
     }
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {
         return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL,
@@ -359,6 +359,10 @@ void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why)
     ep->gone_fresh = 1;
     ep->gone_ns = shoal_time_ns();
     snprintf(ep->why, sizeof(ep->why), "%s", why);
+    if (ep->ctx->first_gone < 0) {
+        ep->ctx->first_gone = ep->peer;
+        ep->ctx->first_gone_ns = ep->gone_ns;
+    }
     shoal_ucx_kick(ep->ctx);
 }
 
@@ -396,9 +400,32 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
     if (st == SHOAL_OK || got.type != SHOAL_WIRE_ABORT) {
         st = SHOAL_ERR_PROTOCOL;
         snprintf(why, sizeof(why), "malformed abort notice of %zu bytes", info.length);
+    } else if (ep->ctx->notice_culprit < 0 && got.chunk < (uint32_t)ep->ctx->nranks) {
+        ep->ctx->notice_culprit = (int)got.chunk;
     }
     *n_p += shoal_ucx_ep_error(ep, st, "peer %d: %s", ep->peer, why);
     return 1;
+}
+
+/* Fails a gone endpoint that sent no abort notice; when this rank saw another rank fail
+ * first (a notice naming it, or an earlier death), the cause names that rank too. */
+static int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
+{
+    const shoal_tl_ctx_t *ctx = ep->ctx;
+    int first = ctx->notice_culprit;
+    char why[sizeof(ep->why)];
+
+    /* a death seen in an earlier liveness check than this one's (same check: no order) */
+    if (first < 0 && ctx->first_gone >= 0 && ctx->first_gone_ns < ep->gone_ns) {
+        first = ctx->first_gone;
+    }
+    if (first < 0 || first == ep->peer || strstr(ep->why, "because of rank ") != NULL) {
+        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, ep->why[0] != '\0' ? ep->why
+                                                                              : "peer failed");
+    }
+    snprintf(why, sizeof(why), "%.100s, after the communicator failed because of rank %d",
+             ep->why[0] != '\0' ? ep->why : "peer failed", first);
+    return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, why);
 }
 
 /* The peer is unreachable: close the endpoint (purges sends), cancel receives that UCX has
@@ -414,7 +441,7 @@ static int shoal_ucx_ep_progress_gone(shoal_ep_t *ep)
     shoal_ucx_ep_cancel_rx(ep);
     if (ep->post_failed || (ep->npending > 0 &&
                             shoal_time_ns() - ep->gone_ns > SHOAL_UCX_GONE_GRACE_NS)) {
-        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, ep->why);
+        return shoal_ucx_ep_fail_gone(ep);
     }
     return 0;
 }
