@@ -63,8 +63,9 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
             "those kinds; written by rank 0 after measuring when the file is absent"},
     {.name = "TOPO_MEASURE", .dflt = "1", .type = SHOAL_CFG_BOOL,
      .offset = offsetof(shoal_coll_config_t, topo_measure),
-     .doc = "measure link latency/bandwidth at init with a few ping-pongs between neighbour "
-            "ranks (about 1 ms); 0 = tuning file or defaults only"},
+     .doc = "measure links at init between neighbour ranks: latency and bandwidth by "
+            "ping-pongs, a sender's and a receiver's busy time per message by bursts (about "
+            "3 ms); 0 = tuning file or defaults only"},
 };
 
 const shoal_cfg_table_t shoal_coll_cfg_table = {

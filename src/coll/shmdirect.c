@@ -283,10 +283,8 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     }
     shoal_shmd_wake(comm);
     /* A peer's lines are stored in order, each flag with release: once its last flag reads g
-     * (acquire), every line before it is there too. No wake here: a peer can only be asleep
-     * waiting for these lines after it wrote its own, so our wait below never needs it awake;
-     * waking it after our reduction keeps the fence that the wake needs off the critical
-     * path (the stores have drained by then). */
+     * (acquire), every line before it is there too; one wait per peer, then one pass of the
+     * reduction over all lines. */
     for (int q = 0; q < n; q++) {
         shoal_shmd_line_t *l = shoal_shmd_lines(cs, q, g);
         if (q != comm->local_rank) {
