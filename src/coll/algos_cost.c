@@ -86,18 +86,84 @@ double shoal_pairwise_a2a_cost(const shoal_coll_shape_t *s, size_t bytes)
     return (s->nranks - 1) * shoal_link_time(&l, (double)bytes) + (double)bytes * s->copy_beta;
 }
 
-double shoal_ptree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes)
+/* ---- broadcast ----------------------------------------------------------------------------
+ * Broadcast rows model calls issued back to back (what the perf tools time, and what a job's
+ * stream of broadcasts sees): the work of the busiest core per call. Per message a sender is
+ * busy send_us and a receiver recv_us (measured at init: LogP's o); per byte both copy inside
+ * a host, while across hosts the NIC moves the bytes and only the sender's side counts. When
+ * a host's ranks outnumber its cores, rank v shares core v mod C (shoalrun --bind-to core,
+ * and roughly what the scheduler does), so ranks that share a core add up. Measured with
+ * perf/select_check.sh -c broadcast: over loopback TCP a send keeps the sender busy 3.5 us
+ * and a receive 1.4; on 3 ranks sharing 2 cores the binomial root's core does two sends and
+ * a receive per call, the chain's cores one of each: the chain is 1.2-2x faster, on shm too. */
+enum { SHOAL_BC_TREE, SHOAL_BC_CHAIN, SHOAL_BC_PTREE };
+#define SHOAL_BC_MAX_CORES 64
+
+/* Transfers of virtual rank v (0 = root) per call. */
+static void shoal_bcast_transfers(int shape, int n, int v, int *sends_p, int *recvs_p)
+{
+    int sends = 0, recvs = v != 0;
+    if (shape == SHOAL_BC_CHAIN) {
+        sends = v < n - 1;
+    } else if (shape == SHOAL_BC_TREE) {
+        int mask = 1;
+        while (mask < n && (v & mask) == 0) {
+            mask <<= 1; /* the root's loop ends at the first power of two >= n */
+        }
+        for (mask >>= 1; mask > 0; mask >>= 1) {
+            sends += v + mask < n;
+        }
+    } else {
+        shoal_tree_node_t t[2];
+        shoal_dbtree_build(n, v, t);
+        recvs = t[0].parent >= 0;
+        sends = (t[0].child[0] >= 0) + (t[0].child[1] >= 0);
+    }
+    *sends_p = sends;
+    *recvs_p = recvs;
+}
+
+static double shoal_bcast_cost(const shoal_coll_shape_t *s, size_t bytes, int shape)
 {
     shoal_link_t l = shoal_cost_link(s);
-    double c = SHOAL_MIN((double)bytes, (double)s->chunk), K = c > 0 ? (double)bytes / c : 1;
-    double copies = s->nhosts > 1 ? 2 : 3;
-    if (s->nranks == 2) {
-        return K * shoal_link_send_us(&l) + (double)bytes * l.beta_us;
+    double m = (double)bytes, K = 1, load[SHOAL_BC_MAX_CORES] = {0}, worst = 0;
+    double recv_bytes = s->nhosts > 1 ? 0 : m * l.beta_us;
+    int n = s->nranks, cores = n;
+
+    if (shape != SHOAL_BC_TREE && bytes > s->chunk) {
+        K = (double)((bytes + s->chunk - 1) / s->chunk); /* chunks: a message each */
     }
-    /* back to back, as the other broadcast rows (select.c): an inner node receives each
-     * chunk and sends it to two children */
-    return SHOAL_MAX(K, 1.0) *
-           (shoal_link_recv_us(&l) + 2 * shoal_link_send_us(&l) + copies * c * l.beta_us);
+    if (s->nhosts == 1 && s->oversub > 1) {
+        cores = SHOAL_MAX(1, (int)((double)n / s->oversub + 0.5));
+    }
+    for (int v = 0; v < n; v++) {
+        int sends, recvs;
+        double busy;
+        shoal_bcast_transfers(shape, n, v, &sends, &recvs);
+        busy = sends * (K * shoal_link_send_us(&l) + m * l.beta_us) +
+               recvs * (K * shoal_link_recv_us(&l) + recv_bytes);
+        if (cores < n && cores <= SHOAL_BC_MAX_CORES) {
+            load[v % cores] += busy;
+            busy = load[v % cores];
+        }
+        worst = SHOAL_MAX(worst, busy);
+    }
+    return worst;
+}
+
+double shoal_tree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    return shoal_bcast_cost(s, bytes, SHOAL_BC_TREE);
+}
+
+double shoal_chain_bcast_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    return shoal_bcast_cost(s, bytes, SHOAL_BC_CHAIN);
+}
+
+double shoal_ptree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes)
+{
+    return shoal_bcast_cost(s, bytes, SHOAL_BC_PTREE);
 }
 
 double shoal_rh_rs_cost(const shoal_coll_shape_t *s, size_t bytes)

@@ -210,6 +210,8 @@ SHOAL_HIDDEN double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
 SHOAL_HIDDEN double shoal_hier_ar_cost(const shoal_coll_shape_t *s, size_t bytes);
 SHOAL_HIDDEN double shoal_bruck_ag_cost(const shoal_coll_shape_t *s, size_t bytes);
 SHOAL_HIDDEN double shoal_pairwise_a2a_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_tree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes);
+SHOAL_HIDDEN double shoal_chain_bcast_cost(const shoal_coll_shape_t *s, size_t bytes);
 SHOAL_HIDDEN double shoal_ptree_bcast_cost(const shoal_coll_shape_t *s, size_t bytes);
 SHOAL_HIDDEN double shoal_rh_rs_cost(const shoal_coll_shape_t *s, size_t bytes);
 

@@ -86,31 +86,6 @@ static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
            m * s->copy_beta * (1 + s->oversub) + (n - 1) / n * m * s->reduce_beta * s->oversub;
 }
 
-/* Broadcast rows model calls issued back to back (what the perf tools time, and what a
- * job's stream of broadcasts sees): the work of the busiest rank per call, from the busy
- * times per message measured at init (send_us, recv_us: LogP's o). The binomial root sends
- * log2(n) copies; a chain's inner rank receives and forwards each chunk (inside a host both
- * are CPU copies; across hosts the NIC overlaps them). Over loopback TCP a send keeps the
- * sender busy 3.5 us and a receive 1.4 us: on 3-4 ranks the root's two sends took 7 us per
- * call where the chain took 3-5 (perf/select_check.sh -c broadcast). */
-static double shoal_coll_cost_tree_bcast(const shoal_coll_shape_t *s, size_t bytes)
-{
-    shoal_link_t l = s->nhosts > 1 ? s->inter : s->intra;
-    return shoal_coll_log2_ceil(s->nranks) * (shoal_link_send_us(&l) + (double)bytes * l.beta_us);
-}
-
-static double shoal_coll_cost_chain_bcast(const shoal_coll_shape_t *s, size_t bytes)
-{
-    double alpha, beta, chunks = SHOAL_MAX(1.0, (double)((bytes + s->chunk - 1) / s->chunk));
-    double c = (double)SHOAL_MIN(bytes, s->chunk), copies = s->nhosts > 1 ? 1 : 2;
-    shoal_link_t l = s->nhosts > 1 ? s->inter : s->intra;
-    if (s->nranks == 2) {
-        return shoal_link_send_us(&l) + (double)bytes * l.beta_us;
-    }
-    shoal_coll_ring_link(s, &alpha, &beta);
-    return chunks * (shoal_link_send_us(&l) + shoal_link_recv_us(&l) + copies * c * beta);
-}
-
 static double shoal_coll_cost_tree_reduce(const shoal_coll_shape_t *s, size_t bytes)
 {
     shoal_link_t l = s->nhosts > 1 ? s->inter : s->intra;
@@ -139,9 +114,9 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_BROADCAST,
-     .cost_us = shoal_coll_cost_tree_bcast},
+     .cost_us = shoal_tree_bcast_cost},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST,
-     .cost_us = shoal_coll_cost_chain_bcast},
+     .cost_us = shoal_chain_bcast_cost},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_REDUCE_SCATTER,
