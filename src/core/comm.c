@@ -265,8 +265,10 @@ static int shoal_comm_pinned_cpu(int *ncpu_p)
  * latency of a small AllReduce on 2 ranks.) */
 static void shoal_comm_plan_spinning(struct shoal_comm *comm)
 {
-    int ncpu, mine = shoal_comm_pinned_cpu(&ncpu), online = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int shared = 0, unbound = 0;
+    int ncpu, mine = comm->peers[comm->rank].pinned_cpu, shared = 0, unbound = 0;
+    int online = (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+    (void)shoal_comm_pinned_cpu(&ncpu); /* the CPUs it may run on (mine: as the others saw) */
 
     if (mine == 0) {
         shared = comm->local_size > ncpu;

@@ -27,58 +27,17 @@ if [ ! -x "$shoalrun" ] || [ ! -x "$prog" ]; then
     exit 0
 fi
 
-now() {
-    date +%s.%N
-}
+# shellcheck source=tests/mp/run_lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/mp/run_lib.sh"
 
-# run LABEL NRANKS [VAR=VALUE...]: one shoalrun job; its variables go to every rank with -x
-# (SHOAL_TRANSPORT is never inherited: unset means the automatic choice).
+# run LABEL NRANKS [VAR=VALUE...]: one mp_coll job (run_lib.sh); SHOAL_TRANSPORT unset means
+# the automatic choice.
 run() {
-    label=$1
-    n=$2
+    _label=$1
+    _n=$2
     shift 2
-    xs=""
-    for v in SHOAL_TIMEOUT_MS=30000 "$@"; do
-        xs="$xs -x $v"
-    done
-    t0=$(now)
-    # shellcheck disable=SC2086 # xs and MP_SECTIONS are word lists on purpose
-    env -u SHOAL_TRANSPORT "$shoalrun" --no-prefix --timeout "$timeout" -n "$n" $xs "$prog" ${MP_SECTIONS:-} \
-        >"$tmp/out" 2>"$tmp/err"
-    rc=$?
-    t1=$(now)
-    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-    ngroups=0
-    while IFS= read -r line; do
-        case $line in
-        "ok "*|"not ok "*)
-            desc=${line#* - }
-            status=${line%% [0-9]*}
-            n_tap=$((n_tap + 1))
-            ngroups=$((ngroups + 1))
-            echo "$status $n_tap - $label: $desc"
-            ;;
-        "Bail out!"*)
-            n_tap=$((n_tap + 1))
-            echo "not ok $n_tap - $label: rank 0 bailed out: ${line#Bail out!}"
-            ;;
-        "#"*)
-            echo "$line"
-            ;;
-        esac
-    done <"$tmp/out"
-    # Diagnostics of failing cases (and the library's errors) into the log as comments.
-    if [ "$rc" -ne 0 ] || grep -q '^# rank' "$tmp/err"; then
-        sed -e 's/^/# stderr: /' "$tmp/err" | grep -v '^# stderr: $' | head -n 60
-    fi
-    n_tap=$((n_tap + 1))
-    if [ "$rc" -eq 0 ] && [ "$ngroups" -gt 0 ]; then
-        echo "ok $n_tap - $label: shoalrun exited 0 after ${secs} s ($ngroups groups)"
-    elif [ "$rc" -eq 124 ]; then
-        echo "not ok $n_tap - $label: timed out after ${secs} s (shoalrun --timeout $timeout)"
-    else
-        echo "not ok $n_tap - $label: shoalrun exited $rc after ${secs} s ($ngroups groups)"
-    fi
+    # shellcheck disable=SC2086 # MP_SECTIONS is a word list on purpose
+    mp_job "$_label" "$_n" "$*" "$prog" ${MP_SECTIONS:-}
 }
 
 for tl in $transports; do
