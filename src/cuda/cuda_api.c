@@ -41,10 +41,13 @@ int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream)
     if (!shoal_cuda_drv_present()) {
         return 0; /* no driver in the process: no device memory either */
     }
-    if (a->sendbuf != NULL && shoal_cuda_ptr_kind(a->sendbuf, &k) == SHOAL_OK && k.dev) {
+    /* A pointer the driver cannot classify (it fails, e.g. with the sticky error of an
+     * earlier device fault) goes to the CUDA path too: that call reports the error, where the
+     * host path would dereference what may be device memory. */
+    if (a->sendbuf != NULL && (shoal_cuda_ptr_kind(a->sendbuf, &k) != SHOAL_OK || k.dev)) {
         return 1;
     }
-    return a->recvbuf != NULL && shoal_cuda_ptr_kind(a->recvbuf, &k) == SHOAL_OK && k.dev;
+    return a->recvbuf != NULL && (shoal_cuda_ptr_kind(a->recvbuf, &k) != SHOAL_OK || k.dev);
 }
 
 static shoal_status_t shoal_cuda_item_make(const shoal_coll_args_t *a, shoal_cuda_item_t *it)

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Runs tests/gpu/test_gpu_coll under shoalrun for GPU_NRANKS (default "1 2 4") ranks, all on
 # the first GPU, and for a few backend variants; merges rank 0's TAP lines into one stream
-# prefixed by the configuration. Prints "1..0 # SKIP ..." when no CUDA driver/GPU is usable.
+# prefixed by the configuration (GPU_LABEL, then the variant). Then two kill cases (a rank
+# dies with a stream-ordered AllReduce in flight). Prints "1..0 # SKIP ..." when no CUDA
+# driver/GPU is usable.
 # Environment: top_builddir (make check), GPU_NRANKS, GPU_TIMEOUT (s per run, default 300).
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
@@ -53,10 +55,63 @@ run() {
     fi
 }
 
+tap() { # tap OK|FAIL description
+    n_tap=$((n_tap + 1))
+    if [ "$1" = OK ]; then
+        echo "ok $n_tap - $2"
+    else
+        echo "not ok $n_tap - $2"
+    fi
+}
+
+# kill_case LABEL NRANKS VAR=VALUE...: test_gpu_coll --kill (the last rank SIGKILLs itself
+# with a stream-ordered AllReduce in flight); every survivor's stream must be released and
+# its communicator fail with SHOAL_ERR_PEER_FAILED naming the victim within the timeout.
+kill_case() {
+    label=$1
+    n=$2
+    shift 2
+    xs=""
+    for v in SHOAL_TIMEOUT_MS=5000 "$@"; do
+        xs="$xs -x $v"
+    done
+    # shellcheck disable=SC2086
+    "$shoalrun" --no-prefix --grace 30 --timeout 90 -n "$n" $xs "$prog" --kill >"$tmp/out" \
+        2>"$tmp/err"
+    rc=$?
+    sed -e 's/^/# /' "$tmp/out"
+    if [ "$rc" -eq 137 ]; then
+        tap OK "$label: the victim died of SIGKILL (shoalrun exit 137)"
+    else
+        tap FAIL "$label: shoalrun exited $rc, expected 137"
+        sed -e 's/^/# stderr: /' "$tmp/err" | head -n 40
+    fi
+    r=0
+    while [ $r -lt $((n - 1)) ]; do
+        line=$(grep "^survivor $r: " "$tmp/out" | head -n 1)
+        ms=$(echo "$line" | sed -n 's/^survivor [0-9]*: status [A-Z_]* after \([0-9]*\) ms: .*/\1/p')
+        case $line in
+        *"status SHOAL_ERR_PEER_FAILED after"*"[victim not named]") ok=FAIL ;;
+        *"status SHOAL_ERR_PEER_FAILED after"*) ok=OK ;;
+        *) ok=FAIL ;;
+        esac
+        if [ "$ok" = OK ] && [ "${ms:-99999}" -gt 8000 ]; then
+            ok=FAIL
+        fi
+        tap $ok "$label: survivor $r: stream released, ${line#survivor $r: status }"
+        r=$((r + 1))
+    done
+}
+
+L=${GPU_LABEL:-}
 for n in ${GPU_NRANKS:-1 2 4}; do
-    run "gpu n=$n" "$n"
+    run "${L}gpu n=$n" "$n"
 done
-run "gpu n=2 staging chunk=64k" 2 SHOAL_CUDA_BACKEND=staging SHOAL_CUDA_CHUNK_SIZE=65536 \
+run "${L}gpu n=2 staging chunk=64k" 2 SHOAL_CUDA_BACKEND=staging SHOAL_CUDA_CHUNK_SIZE=65536 \
     SHOAL_CUDA_STAGING_SIZE=1m
-run "gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn
+run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn
+# one device per rank where there are several (FAKECUDA_DEVICES: the emulation's count)
+run "${L}gpu n=2 device per rank" 2 GPU_DEVICE_PER_RANK=1 FAKECUDA_DEVICES=2
+kill_case "${L}gpu kill n=3" 3
+kill_case "${L}gpu kill n=4 tcp staging" 4 SHOAL_TRANSPORT=tcp SHOAL_CUDA_BACKEND=staging
 echo "1..$n_tap"

@@ -10,9 +10,11 @@
 #include "cuda/cuda_int.h"
 #include "tests/tap.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NGROUPS 96
 static const char *group_names[NGROUPS];
@@ -239,8 +241,9 @@ static void sweep(ctx_t *x)
     }
 }
 
-/* The stream is held by a gate; the call must return at once and nothing may run; a kernel
- * after the collective (the library's f32 sum kernel: out2 = out + out) must see its result. */
+/* The stream is held by a gate, the input is copied in behind it; the call must return at
+ * once and nothing may run; a kernel after the collective (the library's f32 sum kernel:
+ * out2 = out + out) must see its result. */
 static void stream_order(ctx_t *x)
 {
     int g = group("stream order: host not blocked, later kernel sees the result");
@@ -256,8 +259,12 @@ static void stream_order(ctx_t *x)
     CK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0));
     CK(cuModuleGetFunction(&fn, x->mod, "shoal_reduce_f32_sum"));
     fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
-    h2d(x, x->d_in, x->h_in, count * es);
+    CK(cuMemsetD8Async(x->d_in, 0xee, count * es, x->s));
+    CK(cuStreamSynchronize(x->s));
+    /* the input arrives behind the gate: a collective that starts before the stream reaches
+     * it reduces the old bytes */
     CK(cuStreamWaitValue32(x->s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    CK(cuMemcpyHtoDAsync(x->d_in, x->h_in, count * es, x->s));
     t0 = shoal_time_ns() / 1e6;
     bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
                            x->comm, x->s) != SHOAL_OK;
@@ -326,12 +333,79 @@ static void group_case(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
+/* 1 if text names rank r ("peer r" or "rank r", not followed by a digit). */
+static int names_rank(const char *text, int r)
+{
+    static const char *const words[] = {"peer ", "rank "};
+    char pat[32];
+    for (int w = 0; w < 2 && text != NULL; w++) {
+        const char *p = text;
+        snprintf(pat, sizeof(pat), "%s%d", words[w], r);
+        while ((p = strstr(p, pat)) != NULL) {
+            p += strlen(pat);
+            if (*p < '0' || *p > '9') {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* "--kill": every rank loops stream-ordered device AllReduces; the last rank SIGKILLs itself
+ * right after issuing its fourth. A survivor's stream must be released (no hang) and the
+ * communicator must fail with SHOAL_ERR_PEER_FAILED naming the victim. Prints
+ * "survivor R: status S after MS ms: WHY" (run_gpu_emu.sh checks it). */
+static int kill_mode(ctx_t *x)
+{
+    size_t count = 2u << 20;
+    int victim = x->n - 1, calls = 0, released = 1;
+    shoal_status_t st = SHOAL_OK;
+    double start = shoal_time_ns() / 1e6, t0 = start;
+    const char *why;
+
+    fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * 4);
+    while (st == SHOAL_OK && shoal_time_ns() / 1e6 - start < 30000) {
+        double deadline;
+        t0 = shoal_time_ns() / 1e6; /* the verdict's delay counts from the failing call */
+        st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                             x->comm, x->s);
+        if (x->rank == victim && ++calls == 4) {
+            kill(getpid(), SIGKILL);
+        }
+        deadline = shoal_time_ns() / 1e6 + 20000;
+        while (shoal_cuda_drv.cuStreamQuery(x->s) == CUDA_ERROR_NOT_READY &&
+               shoal_time_ns() / 1e6 < deadline) {
+            shoal_sleep_us(1000);
+        }
+        released = shoal_cuda_drv.cuStreamQuery(x->s) != CUDA_ERROR_NOT_READY;
+        if (!released) {
+            break;
+        }
+    }
+    if (st == SHOAL_OK && released) {
+        /* the failure was found by the last task: the next call reports it (t0 stays) */
+        st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                             x->comm, x->s);
+    }
+    why = shoal_comm_last_error(x->comm);
+    printf("survivor %d: status %s after %.0f ms: %s%s\n", x->rank,
+           released ? shoal_status_name(st) : "STREAM_NOT_RELEASED", shoal_time_ns() / 1e6 - t0,
+           why != NULL ? why : "(no message)", names_rank(why, victim) ? "" : " [victim not named]");
+    fflush(stdout);
+    return !(released && st == SHOAL_ERR_PEER_FAILED && names_rank(why, victim));
+}
+
 static int setup(ctx_t *x)
 {
     CUdevice dev;
     CUcontext ctx;
     x->cap = 40u << 20;
-    CK(cuDeviceGet(&dev, 0));
+    int ndev = 1;
+    CK(cuDeviceGetCount(&ndev));
+    /* GPU_DEVICE_PER_RANK=1: rank r on device r % count (default: every rank on the first) */
+    CK(cuDeviceGet(&dev, getenv("GPU_DEVICE_PER_RANK") != NULL &&
+                                 atoi(getenv("GPU_DEVICE_PER_RANK")) ? x->rank % ndev : 0));
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CK(cuCtxSetCurrent(ctx));
     CK(cuStreamCreate(&x->s, CU_STREAM_NON_BLOCKING));
@@ -343,6 +417,22 @@ static int setup(ctx_t *x)
     CK(cuMemHostAlloc((void **)&x->h_exp, x->cap, 0));
     x->h_tmp = malloc(x->cap * (size_t)SHOAL_MAX(x->n, 1));
     return x->h_tmp != NULL;
+}
+
+static void teardown(ctx_t *x)
+{
+    shoal_comm_destroy(x->comm);
+    shoal_cuda_drv.cuStreamDestroy(x->s);
+    shoal_cuda_drv.cuModuleUnload(x->mod);
+    shoal_cuda_drv.cuMemFree(x->d_in);
+    shoal_cuda_drv.cuMemFree(x->d_out);
+    shoal_cuda_drv.cuMemFreeHost(x->h_in);
+    shoal_cuda_drv.cuMemFreeHost(x->h_out);
+    shoal_cuda_drv.cuMemFreeHost(x->h_exp);
+    free(x->h_tmp);
+    for (int g = 0; g < ngroups; g++) {
+        free((void *)group_names[g]);
+    }
 }
 
 int main(int argc, char **argv)
@@ -369,6 +459,11 @@ int main(int argc, char **argv)
         printf("Bail out! setup failed\n");
         return 1;
     }
+    if (argc > 1 && strcmp(argv[1], "--kill") == 0) {
+        failed = kill_mode(x);
+        teardown(x);
+        return failed;
+    }
     sweep(x);
     stream_order(x);
     group_case(x);
@@ -384,7 +479,7 @@ int main(int argc, char **argv)
             tap_ok(group_fail[g] == 0, "%s (%d ranks)", group_names[g], x->n);
         }
     }
-    shoal_comm_destroy(x->comm);
+    teardown(x);
     if (x->rank == 0) {
         tap_done();
     }

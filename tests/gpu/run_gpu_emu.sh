@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs run_gpu_coll.sh (test_gpu_coll: every collective x dtype x op x count on device
+# buffers, stream ordering, groups; 1, 2 and 4 ranks; staging and hostfn variants) on
+# libfakecuda, the host emulation of the CUDA driver (tests/gpu/fakecuda.c), so the CUDA
+# layer's logic is checked where there is no GPU. Then the emulation's own strictness: a
+# device fault (kernel on memory outside every allocation) must fail the call with a named
+# error, and a host read of a device pointer must crash rather than pass.
+# Environment: top_builddir (make check), GPU_NRANKS, GPU_TIMEOUT.
+builddir=${top_builddir:-.}
+srcdir=${srcdir:-$(dirname "$0")/../..}
+lib=$builddir/tests/gpu/.libs/libfakecuda.so
+if [ ! -r "$lib" ]; then
+    echo "1..0 # SKIP $lib not built"
+    exit 0
+fi
+case $lib in
+/*) ;;
+*) lib=$(pwd)/$lib ;;
+esac
+SHOAL_CUDA_LIBCUDA=$lib
+export SHOAL_CUDA_LIBCUDA
+GPU_LABEL="emulated driver, " top_builddir=$builddir sh "$srcdir/tests/gpu/run_gpu_coll.sh"
