@@ -101,6 +101,7 @@ static int bench_allreduce(int argc, char **argv)
     CUdeviceptr buf;
     int rank, n, iters;
     size_t max = 0;
+    shoal_status_t st = SHOAL_OK;
 
     if (shoal_comm_init_env(&comm, NULL) != SHOAL_OK) {
         return 1;
@@ -117,14 +118,27 @@ static int bench_allreduce(int argc, char **argv)
         size_t bytes = (size_t)atoi(argv[i]) << 20, count = bytes / 4;
         iters = bytes >= (64u << 20) ? 5 : 20;
         /* warm-up (IPC / NCCL setup happens on the first call) */
-        shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, s);
+        st = shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, s);
         CK(cuStreamSynchronize(s));
-        shoal_barrier(comm, NULL);
+        if (st == SHOAL_OK) {
+            st = shoal_barrier(comm, NULL);
+        }
         uint64_t t0 = shoal_time_ns();
-        for (int k = 0; k < iters; k++) {
-            shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, s);
+        for (int k = 0; k < iters && st == SHOAL_OK; k++) {
+            st = shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm,
+                                 s);
         }
         CK(cuStreamSynchronize(s));
+        if (st == SHOAL_OK) {
+            /* a stream-ordered call's failure shows in the communicator, not in its return */
+            st = shoal_barrier(comm, NULL);
+        }
+        if (st != SHOAL_OK) {
+            printf("result what=error status=%s msg=\"%s\"\n", shoal_status_name(st),
+                   shoal_comm_last_error(comm));
+            shoal_comm_destroy(comm);
+            return 1;
+        }
         double sec = (shoal_time_ns() - t0) / 1e9 / iters;
         double algbw = bytes / sec / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
         if (rank == 0) {
@@ -132,9 +146,6 @@ static int bench_allreduce(int argc, char **argv)
                    "busbw=%.2f\n", n, bytes, sec * 1e6, algbw, busbw);
             fflush(stdout);
         }
-    }
-    if (shoal_comm_last_error(comm)[0] != '\0' && rank == 0) {
-        printf("result what=error msg=\"%s\"\n", shoal_comm_last_error(comm));
     }
     shoal_comm_destroy(comm);
     return 0;

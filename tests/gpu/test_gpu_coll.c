@@ -298,6 +298,46 @@ static void stream_order(ctx_t *x)
     shoal_cuda_drv.cuMemFreeHost((void *)gate);
 }
 
+/* Host buffers on a stream: the call is stream-ordered all the same (it runs when the
+ * stream reaches it, behind a gate here) and the stream's later work sees the result. */
+static void host_on_stream(ctx_t *x)
+{
+    int g = group("host buffers on a stream: ordered, result visible to later stream work");
+    size_t count = 100003;
+    int32_t *in = malloc(count * 4), *out = malloc(count * 4);
+    volatile uint32_t *gate;
+    CUdeviceptr dgate;
+    int bad = in == NULL || out == NULL;
+
+    CK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    *gate = 0;
+    CK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0));
+    if (!bad) {
+        fill(SHOAL_INT32, SHOAL_SUM, x->rank, in, count, 0);
+        memset(out, 0, count * 4);
+        CK(cuStreamWaitValue32(x->s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ));
+        bad |= shoal_allreduce(in, out, count, SHOAL_INT32, SHOAL_SUM, x->comm, x->s) != SHOAL_OK;
+        /* later stream work: the result goes to the device and back */
+        CK(cuMemcpyHtoDAsync(x->d_out, out, count * 4, x->s));
+        CK(cuMemcpyDtoHAsync(x->h_out, x->d_out, count * 4, x->s));
+        shoal_sleep_us(10000);
+        bad |= (out[0] != 0 || out[count - 1] != 0) << 1; /* nothing ran behind the gate */
+        *gate = 1;
+        __sync_synchronize();
+        CK(cuStreamSynchronize(x->s));
+        expect_reduce(SHOAL_INT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+        bad |= (memcmp(out, x->h_exp, count * 4) != 0) << 2;
+        bad |= (memcmp(x->h_out, x->h_exp, count * 4) != 0) << 3;
+    }
+    if (bad) {
+        fprintf(stderr, "# rank %d: host buffers on a stream: bad 0x%x\n", x->rank, bad);
+    }
+    group_fail[g] += bad != 0;
+    free(in);
+    free(out);
+    shoal_cuda_drv.cuMemFreeHost((void *)gate);
+}
+
 /* A group: allreduce + broadcast + a ring of send/recv pairs, one proxy task. */
 static void group_case(ctx_t *x)
 {
@@ -466,6 +506,7 @@ int main(int argc, char **argv)
     }
     sweep(x);
     stream_order(x);
+    host_on_stream(x);
     group_case(x);
     /* combine over ranks */
     if (shoal_allreduce(group_fail, group_fail, (size_t)ngroups, SHOAL_INT32, SHOAL_MAX, x->comm,
