@@ -17,12 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct shoal_cuda_hostfn_slot {
-    shoal_cuda_comm_t *cc;
-    uint64_t seq;
-    int busy;                   /* the wait host function of seq has not returned yet */
-};
-
 typedef struct {
     shoal_cuda_comm_t *cc;
     uint64_t seq;               /* 0: blocking call (no stream) */
@@ -116,7 +110,7 @@ static void CUDA_CB shoal_cuda_hostfn_start(void *arg)
 static void CUDA_CB shoal_cuda_hostfn_wait(void *arg)
 {
     struct shoal_cuda_hostfn_slot *s = arg;
-    uint64_t deadline = shoal_deadline_ns(s->cc->comm->timeout_ms);
+    uint64_t deadline = shoal_deadline_ns(s->timeout_ms);
     unsigned spins = 0;
     while (__atomic_load_n(&s->cc->done, __ATOMIC_ACQUIRE) < s->seq &&
            !shoal_deadline_passed(deadline)) {
@@ -145,7 +139,9 @@ static shoal_status_t shoal_cuda_stream_enqueue(shoal_cuda_comm_t *cc, CUstream 
             return SHOAL_ERR_NO_MEMORY;
         }
     }
-    cc->hslots[slot] = (struct shoal_cuda_hostfn_slot){.cc = cc, .seq = seq, .busy = 1};
+    cc->hslots[slot] = (struct shoal_cuda_hostfn_slot){.cc = cc, .seq = seq,
+                                                       .timeout_ms = cc->comm->timeout_ms,
+                                                       .busy = 1};
     SHOAL_CHECK(SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_start, &cc->hslots[slot])));
     return SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_wait, &cc->hslots[slot]));
 }

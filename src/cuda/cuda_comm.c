@@ -87,6 +87,63 @@ static shoal_status_t shoal_cuda_comm_memory(shoal_cuda_comm_t *cc)
     return SHOAL_CU(cuStreamCreate, (&cc->kern, CU_STREAM_NON_BLOCKING));
 }
 
+/* Communicators whose user streams had not passed their last task at destroy: everything of
+ * theirs stays allocated for the life of the process (a stream that reaches the task later
+ * still writes and reads the flags). Reachable from here. */
+static shoal_cuda_comm_t *shoal_cuda_comm_kept;
+
+/* 1 once the user streams went past the signals of every task issued (the last SLOTS can be
+ * outstanding): the start flag carries the task's number (memops), or its wait host function
+ * returned (hostfn). */
+static int shoal_cuda_comm_streams_passed(shoal_cuda_comm_t *cc)
+{
+    uint64_t first =
+        cc->issued > SHOAL_CUDA_FLAG_SLOTS ? cc->issued - SHOAL_CUDA_FLAG_SLOTS + 1 : 1;
+    for (uint64_t seq = first; seq <= cc->issued; seq++) {
+        size_t slot = seq % SHOAL_CUDA_FLAG_SLOTS;
+        if (cc->hslots != NULL && cc->hslots[slot].seq == seq) {
+            if (__atomic_load_n(&cc->hslots[slot].busy, __ATOMIC_ACQUIRE)) {
+                return 0;
+            }
+        } else if (cc->memops &&
+                   __atomic_load_n(&cc->flags[(1 + slot) * SHOAL_CUDA_FLAG_STRIDE],
+                                   __ATOMIC_ACQUIRE) != (uint32_t)seq) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Releases every stream waiting for a task the destroy cancelled and waits, up to the
+ * communicator's timeout, for the internal streams to drain and the user streams to pass.
+ * Never cuCtxSynchronize: a user stream held by something else (an event of the job's, a
+ * gate) would block the destroy forever. Returns 1 if the streams passed. */
+static int shoal_cuda_comm_drain(shoal_cuda_comm_t *cc)
+{
+    /* no waiting forever even where SHOAL_TIMEOUT_MS < 0: keeping the memory is safe */
+    int ms = cc->comm->timeout_ms < 0 ? 10000 : cc->comm->timeout_ms;
+    uint64_t deadline = shoal_deadline_ns(ms);
+    CUstream streams[3] = {cc->d2h, cc->h2d, cc->kern};
+    int passed;
+
+    __atomic_store_n(&cc->flags[0], (uint32_t)cc->issued, __ATOMIC_RELEASE);
+    __atomic_store_n(&cc->done, cc->issued, __ATOMIC_RELEASE);
+    for (int i = 0; i < 3; i++) {
+        while (streams[i] != NULL &&
+               shoal_cuda_drv.cuStreamQuery(streams[i]) == CUDA_ERROR_NOT_READY &&
+               !shoal_deadline_passed(deadline)) {
+            shoal_sleep_us(100);
+        }
+    }
+    while (!(passed = shoal_cuda_comm_streams_passed(cc)) && !shoal_deadline_passed(deadline)) {
+        shoal_sleep_us(200);
+    }
+    if (passed && cc->memops && cc->issued > 0) {
+        shoal_sleep_us(1000); /* the wait after the last start signal reads the done word */
+    }
+    return passed;
+}
+
 static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
 {
     shoal_cuda_comm_t *cc = ext;
@@ -94,12 +151,23 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
         return;
     }
     if (cc->ctx != NULL && shoal_cuda_ctx_enter(cc) == SHOAL_OK) {
-        if (cc->flags != NULL) {
-            /* Release every stream still waiting for a task the destroy cancelled, then let
-             * the streams pass their waits before the flags go away. */
-            __atomic_store_n(&cc->flags[0], (uint32_t)cc->issued, __ATOMIC_RELEASE);
-            __atomic_store_n(&cc->done, cc->issued, __ATOMIC_RELEASE);
-            shoal_cuda_drv.cuCtxSynchronize();
+        if (cc->flags != NULL && !shoal_cuda_comm_drain(cc)) {
+            /* Keep everything: the stream still has to write and read the flags, and the
+             * driver's frees synchronize with the device, which would wait for that stream
+             * (held by something of the job's) without end. */
+            pthread_mutex_lock(&shoal_cuda_comm_lock);
+            cc->kept_next = shoal_cuda_comm_kept;
+            shoal_cuda_comm_kept = cc;
+            pthread_mutex_unlock(&shoal_cuda_comm_lock);
+            shoal_warn(CUDA, "rank %d: communicator destroyed while a stream has not reached "
+                       "its stream-ordered call within the timeout: its CUDA resources (%zu "
+                       "bytes pinned, %zu on the device) are kept for the life of the process "
+                       "so that the stream can pass it", comm->rank,
+                       cc->staging_size +
+                           (size_t)(1 + SHOAL_CUDA_FLAG_SLOTS) * SHOAL_CUDA_FLAG_STRIDE * 4,
+                       cc->ipc_buf != 0 ? cc->ipc_size : 0);
+            cc->comm = NULL; /* the stream's host functions read only cc's own fields */
+            return;
         }
         shoal_cuda_nccl_fini(cc);
         shoal_cuda_ipc_fini(cc);
@@ -130,7 +198,6 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
     free(cc->hslots);
     pthread_mutex_destroy(&cc->issue_lock);
     free(cc);
-    (void)comm;
 }
 
 static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)

@@ -42,7 +42,16 @@ typedef struct {
     int ordinal;                 /* its device, or -1 */
 } shoal_cuda_ptr_t;
 
-struct shoal_cuda_hostfn_slot;
+struct shoal_cuda_comm;
+
+/* The argument of the host functions that signal a stream task (SHOAL_CUDA_SYNC=hostfn). */
+struct shoal_cuda_hostfn_slot {
+    struct shoal_cuda_comm *cc; /* only its flags and done word are read (it may outlive its
+                                 * communicator: cuda_comm.c keeps it then) */
+    uint64_t seq;
+    int timeout_ms;
+    int busy;                   /* the wait host function of seq has not returned yet */
+};
 
 typedef struct shoal_cuda_comm {
     struct shoal_comm *comm;
@@ -73,6 +82,7 @@ typedef struct shoal_cuda_comm {
     /* NCCL delegate (cuda_nccl.c) */
     int nccl_state;
     void *nccl_comm;
+    struct shoal_cuda_comm *kept_next; /* kept past its destroy (cuda_comm.c) */
 } shoal_cuda_comm_t;
 
 /* One recorded call of a batch. */

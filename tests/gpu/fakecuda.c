@@ -15,6 +15,9 @@
  *    functions and events complete asynchronously, in stream order, never before they are
  *    reached (reading a staging slot before its copy's event completed shows up as wrong data);
  *  - creation calls and cuCtxSynchronize need a current context (CUDA_ERROR_INVALID_CONTEXT);
+ *  - cuMemFree, cuMemFreeHost, cuModuleUnload and cuIpcCloseMemHandle wait for every stream to
+ *    drain, like the real driver's implicit synchronization (a free while some stream waits
+ *    on a flag nobody sets hangs here as it does on a GPU);
  *  - IPC handles carry (pid, memfd): another process maps the same pages; opening a handle in
  *    the process that made it fails, as with the real driver.
  * Kernels: the reduce kernels of src/cuda/kernels.cu compiled for the host
@@ -1145,8 +1148,13 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent e)
     if (e == NULL) {
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    /* Real drivers defer the release until recorded work completed: so do we. */
-    fk_drain_all();
+    /* Real drivers return at once and release the event when its recorded work completed;
+     * here a record still queued holds a pointer to it: wait for that one event only. */
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < e->recorded) {
+        pthread_cond_wait(&e->cond, &e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
     free(e);

@@ -110,6 +110,55 @@ static int fault_then_shoal(void)
     return 0;
 }
 
+/* shoal_comm_destroy while the user's stream has not reached a stream-ordered call (held by
+ * a gate of the job's): the destroy returns within the timeout (no cuCtxSynchronize forever),
+ * and the stream, released later, passes the call's signals without a fault (their memory
+ * was kept). Then the ordinary case: destroy after the stream passed. */
+static int destroy_while_held(void)
+{
+    CUstream s;
+    CUdeviceptr a, b, dgate;
+    volatile uint32_t *gate;
+    shoal_comm_t comm;
+    shoal_uid_t uid;
+    double t0, t1;
+    if (!OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) || !OK(cuMemAlloc(&a, 4096)) ||
+        !OK(cuMemAlloc(&b, 4096)) ||
+        !OK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP)) ||
+        !OK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0))) {
+        return 3;
+    }
+    for (int held = 1; held >= 0; held--) {
+        *gate = 0;
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK ||
+            !OK(cuStreamWaitValue32(s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ)) ||
+            shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, s) !=
+                SHOAL_OK) {
+            return 4;
+        }
+        if (!held) {
+            __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+            if (!OK(cuStreamSynchronize(s))) {
+                return 5;
+            }
+        }
+        t0 = shoal_time_ns() / 1e6;
+        shoal_comm_destroy(comm);
+        t1 = shoal_time_ns() / 1e6;
+        printf("# %s: destroy took %.0f ms\n", held ? "held stream" : "passed stream", t1 - t0);
+        fflush(stdout);
+        if (t1 - t0 > 5000) {
+            return 6;
+        }
+        __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+        if (!OK(cuStreamSynchronize(s))) {
+            return 7;
+        }
+    }
+    return 0;
+}
+
 static int misaligned_vector(void)
 {
     CUstream s;
@@ -220,6 +269,7 @@ int main(void)
         tap_skip_all("libfakecuda not built");
         return 0;
     }
+    setenv("SHOAL_TIMEOUT_MS", "1000", 1); /* the destroy case waits this long */
     shoal_config_global_init();
     if (shoal_cuda_drv_load() != SHOAL_OK || !setup()) {
         tap_bail("the emulated driver does not load: %s", shoal_cuda_drv_reason());
@@ -234,6 +284,11 @@ int main(void)
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "an out-of-bounds kernel is a sticky illegal-address fault; shoal calls then fail "
            "with SHOAL_ERR_SYSTEM, no hang (child exit %d)",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+    status = in_child(destroy_while_held);
+    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "destroy while a stream has not reached its call: returns within the timeout, the "
+           "stream passes later without a fault (child exit %d)",
            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
     status = in_child(misaligned_vector);
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
