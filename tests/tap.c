@@ -117,3 +117,20 @@ int tap_done(void)
     fflush(stdout);
     return tap_failed != 0;
 }
+
+int tap_names_rank(const char *text, int r)
+{
+    static const char *const words[] = {"peer ", "rank "};
+    char pat[32];
+    for (int w = 0; w < 2 && text != NULL; w++) {
+        const char *p = text;
+        snprintf(pat, sizeof(pat), "%s%d", words[w], r);
+        while ((p = strstr(p, pat)) != NULL) {
+            p += strlen(pat);
+            if (*p < '0' || *p > '9') {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}

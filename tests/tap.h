@@ -16,7 +16,9 @@ void tap_skip(int n, const char *reason); /* n cases "ok N # SKIP reason" */
 void tap_skip_all(const char *reason);    /* "1..0 # SKIP reason" and nothing else */
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tap_bail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int tap_done(void);  /* prints the plan if none was given; returns exit code (0 all passed) */
+int tap_done(void);
+/* 1 if text (an error message) names rank r: "peer r" or "rank r", not followed by a digit. */
+int tap_names_rank(const char *text, int r);  /* prints the plan if none was given; returns exit code (0 all passed) */
 
 #define tap_ok(cond, ...) tap_ok_at(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 #define tap_is_int(got, want, ...) \

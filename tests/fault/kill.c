@@ -15,6 +15,7 @@
  * Every rank gives up on its own after a bounded time (never hangs).
  */
 #include <shoal.h>
+#include "tests/tap.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -49,24 +50,6 @@ static void kill_sleep_ms(int ms)
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
-}
-
-/* "peer V" or "rank V" not followed by another digit. */
-static int kill_names_rank(const char *s, int v)
-{
-    static const char *const words[] = {"peer ", "rank "};
-    char pat[32];
-    for (int w = 0; w < 2; w++) {
-        const char *p = s;
-        snprintf(pat, sizeof(pat), "%s%d", words[w], v);
-        while ((p = strstr(p, pat)) != NULL) {
-            p += strlen(pat);
-            if (*p < '0' || *p > '9') {
-                return 1;
-            }
-        }
-    }
-    return 0;
 }
 
 /* The victim's helper: wait until the main thread is well into the loop, then die while it is
@@ -117,7 +100,7 @@ static int kill_mode_kill(kill_ctx_t *k, size_t count)
     }
     ms = kill_now_ms() - t0;
     why = shoal_comm_last_error(k->comm);
-    ok = st == SHOAL_ERR_PEER_FAILED && kill_names_rank(why, victim);
+    ok = st == SHOAL_ERR_PEER_FAILED && tap_names_rank(why, victim);
     printf("survivor %d: status %s after %.0f ms: %s\n", k->rank, shoal_status_name(st), ms,
            st == SHOAL_OK ? "no error (the victim never died?)" : why);
     if (!ok) {

@@ -373,24 +373,6 @@ static void group_case(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
-/* 1 if text names rank r ("peer r" or "rank r", not followed by a digit). */
-static int names_rank(const char *text, int r)
-{
-    static const char *const words[] = {"peer ", "rank "};
-    char pat[32];
-    for (int w = 0; w < 2 && text != NULL; w++) {
-        const char *p = text;
-        snprintf(pat, sizeof(pat), "%s%d", words[w], r);
-        while ((p = strstr(p, pat)) != NULL) {
-            p += strlen(pat);
-            if (*p < '0' || *p > '9') {
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
 /* "--kill": every rank loops stream-ordered device AllReduces; the last rank SIGKILLs itself
  * right after issuing its fourth. A survivor's stream must be released (no hang) and the
  * communicator must fail with SHOAL_ERR_PEER_FAILED naming the victim. Prints
@@ -400,14 +382,15 @@ static int kill_mode(ctx_t *x)
     size_t count = 2u << 20;
     int victim = x->n - 1, calls = 0, released = 1;
     shoal_status_t st = SHOAL_OK;
-    double start = shoal_time_ns() / 1e6, t0 = start;
+    double start = shoal_time_ns() / 1e6, t0 = start, t_prev = start;
     const char *why;
 
     fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
     h2d(x, x->d_in, x->h_in, count * 4);
     while (st == SHOAL_OK && shoal_time_ns() / 1e6 - start < 30000) {
         double deadline;
-        t0 = shoal_time_ns() / 1e6; /* the verdict's delay counts from the failing call */
+        t_prev = t0; /* the verdict's delay counts from the call before the failing one */
+        t0 = shoal_time_ns() / 1e6;
         st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
                              x->comm, x->s);
         if (x->rank == victim && ++calls == 4) {
@@ -424,16 +407,19 @@ static int kill_mode(ctx_t *x)
         }
     }
     if (st == SHOAL_OK && released) {
-        /* the failure was found by the last task: the next call reports it (t0 stays) */
+        /* the failure was found by the last task: the next call reports it */
+        t_prev = t0;
         st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
                              x->comm, x->s);
     }
     why = shoal_comm_last_error(x->comm);
     printf("survivor %d: status %s after %.0f ms: %s%s\n", x->rank,
-           released ? shoal_status_name(st) : "STREAM_NOT_RELEASED", shoal_time_ns() / 1e6 - t0,
-           why != NULL ? why : "(no message)", names_rank(why, victim) ? "" : " [victim not named]");
+           released ? shoal_status_name(st) : "STREAM_NOT_RELEASED",
+           shoal_time_ns() / 1e6 - t_prev,
+           why != NULL ? why : "(no message)",
+           tap_names_rank(why, victim) ? "" : " [victim not named]");
     fflush(stdout);
-    return !(released && st == SHOAL_ERR_PEER_FAILED && names_rank(why, victim));
+    return !(released && st == SHOAL_ERR_PEER_FAILED && tap_names_rank(why, victim));
 }
 
 static int setup(ctx_t *x)
