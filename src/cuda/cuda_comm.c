@@ -117,14 +117,15 @@ static int shoal_cuda_comm_streams_passed(shoal_cuda_comm_t *cc)
 /* Releases every stream waiting for a task the destroy cancelled and waits, up to the
  * communicator's timeout, for the internal streams to drain and the user streams to pass.
  * Never cuCtxSynchronize: a user stream held by something else (an event of the job's, a
- * gate) would block the destroy forever. Returns 1 if the streams passed. */
+ * gate) would block the destroy forever. Returns 1 if the internal streams drained and the
+ * user streams passed. */
 static int shoal_cuda_comm_drain(shoal_cuda_comm_t *cc)
 {
     /* no waiting forever even where SHOAL_TIMEOUT_MS < 0: keeping the memory is safe */
     int ms = cc->comm->timeout_ms < 0 ? 10000 : cc->comm->timeout_ms;
     uint64_t deadline = shoal_deadline_ns(ms);
     CUstream streams[3] = {cc->d2h, cc->h2d, cc->kern};
-    int passed;
+    int passed, idle = 1;
 
     __atomic_store_n(&cc->flags[0], (uint32_t)cc->issued, __ATOMIC_RELEASE);
     __atomic_store_n(&cc->done, cc->issued, __ATOMIC_RELEASE);
@@ -134,6 +135,8 @@ static int shoal_cuda_comm_drain(shoal_cuda_comm_t *cc)
                !shoal_deadline_passed(deadline)) {
             shoal_sleep_us(100);
         }
+        idle &= streams[i] == NULL ||
+                shoal_cuda_drv.cuStreamQuery(streams[i]) != CUDA_ERROR_NOT_READY;
     }
     while (!(passed = shoal_cuda_comm_streams_passed(cc)) && !shoal_deadline_passed(deadline)) {
         shoal_sleep_us(200);
@@ -141,7 +144,7 @@ static int shoal_cuda_comm_drain(shoal_cuda_comm_t *cc)
     if (passed && cc->memops && cc->issued > 0) {
         shoal_sleep_us(1000); /* the wait after the last start signal reads the done word */
     }
-    return passed;
+    return passed && idle; /* else the staging may still be in use: keep it */
 }
 
 static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)

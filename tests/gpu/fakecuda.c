@@ -221,11 +221,7 @@ static uint8_t *fk_any_access(uintptr_t p, size_t len, int *is_dev_p)
     fk_region_t *r;
     uint8_t *q = (uint8_t *)p;
     pthread_mutex_lock(&fk.lock);
-    for (r = fk.regions; r != NULL; r = r->next) {
-        if (p >= r->base && p < r->base + r->size) {
-            break;
-        }
-    }
+    r = fk_region_find_locked(p, 0);
     *is_dev_p = r != NULL && r->kind != FK_HOST;
     if (r != NULL) {
         q = len <= r->size - (p - r->base) ? r->back + (p - r->base) : NULL;
@@ -565,6 +561,22 @@ static void fk_drain_all(void)
     }
 }
 
+/* The frees: like the real driver's, they synchronize with the device first (no kernel or
+ * copy may still use the memory); p must be the start of an allocation of that kind. */
+static CUresult fk_release(uintptr_t p, fk_kind_t kind, const char *what)
+{
+    fk_region_t *r;
+    FK_ENTER();
+    fk_drain_all();
+    r = fk_region_take(p, kind);
+    if (r == NULL) {
+        fk_log("%s(0x%lx): not the start of such an allocation", what, (unsigned long)p);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    fk_region_free(r);
+    return CUDA_SUCCESS;
+}
+
 /* ---- initialization, devices, contexts ---------------------------------------------------- */
 
 static int fk_env_int(const char *name, int def, int lo, int hi)
@@ -830,19 +842,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t bytes)
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr p)
 {
-    fk_region_t *r;
-    FK_ENTER();
-    if (p == 0) {
-        return CUDA_SUCCESS;
-    }
-    fk_drain_all(); /* like the real one: no kernel may still use it */
-    r = fk_region_take((uintptr_t)p, FK_DEV);
-    if (r == NULL) {
-        fk_log("cuMemFree(0x%lx): not the start of a device allocation", (unsigned long)p);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    fk_region_free(r);
-    return CUDA_SUCCESS;
+    return p == 0 ? fk_sticky() : fk_release((uintptr_t)p, FK_DEV, "cuMemFree");
 }
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
@@ -873,16 +873,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytes, unsigne
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
 {
-    fk_region_t *r;
-    FK_ENTER();
-    fk_drain_all();
-    r = fk_region_take((uintptr_t)p, FK_HOST);
-    if (r == NULL) {
-        fk_log("cuMemFreeHost(%p): not a cuMemHostAlloc pointer", p);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    fk_region_free(r);
-    return CUDA_SUCCESS;
+    return fk_release((uintptr_t)p, FK_HOST, "cuMemFreeHost");
 }
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *d, void *p,
@@ -1281,8 +1272,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, 
         }
     }
     if (r != CUDA_SUCCESS && nfuncs < 64) {
-        funcs[nfuncs] = (struct CUfunc_st){.name = name, .fn = fn, .esize = es};
-        funcs[nfuncs].name = strdup(name);
+        funcs[nfuncs] = (struct CUfunc_st){.name = strdup(name), .fn = fn, .esize = es};
         *f = &funcs[nfuncs++];
         r = CUDA_SUCCESS;
     }
@@ -1386,13 +1376,5 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHand
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr p)
 {
-    fk_region_t *r;
-    FK_ENTER();
-    fk_drain_all();
-    r = fk_region_take((uintptr_t)p, FK_IPC);
-    if (r == NULL) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    fk_region_free(r);
-    return CUDA_SUCCESS;
+    return fk_release((uintptr_t)p, FK_IPC, "cuIpcCloseMemHandle");
 }
