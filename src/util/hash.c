@@ -2,6 +2,7 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -65,4 +66,35 @@ shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const void *msg, si
 int shoal_memeq_ct(const void *a, const void *b, size_t len)
 {
     return CRYPTO_memcmp(a, b, len) == 0;
+}
+
+void shoal_secret_wipe(void *p, size_t len)
+{
+    if (p != NULL && len > 0)
+        OPENSSL_cleanse(p, len);
+}
+
+shoal_status_t shoal_kdf(const uint8_t *secret, size_t secret_len, const char *label,
+                         const void *context, size_t context_len, uint8_t out[SHOAL_HMAC_BYTES])
+{
+    size_t llen = label != NULL ? strlen(label) : 0;
+    uint8_t *msg;
+    shoal_status_t st;
+
+    if (secret == NULL || out == NULL || (context == NULL && context_len != 0) ||
+        llen > 255 || context_len > (1u << 20))
+        return SHOAL_ERR_INVALID_ARG;
+    /* label length | label | context: no two (label, context) pairs give the same message */
+    msg = malloc(1 + llen + context_len);
+    if (msg == NULL)
+        return SHOAL_ERR_NO_MEMORY;
+    msg[0] = (uint8_t)llen;
+    if (llen > 0)
+        memcpy(msg + 1, label, llen);
+    if (context_len > 0)
+        memcpy(msg + 1 + llen, context, context_len);
+    st = shoal_hmac(secret, secret_len, msg, 1 + llen + context_len, out);
+    shoal_secret_wipe(msg, 1 + llen + context_len);
+    free(msg);
+    return st;
 }

@@ -225,6 +225,13 @@ SHOAL_HIDDEN shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const 
                                        size_t msglen, uint8_t out[SHOAL_HMAC_BYTES]);
 /* Constant-time compare; 1 if equal. */
 SHOAL_HIDDEN int shoal_memeq_ct(const void *a, const void *b, size_t len);
+/* Wipes len bytes of secret material so the compiler cannot drop it (OPENSSL_cleanse). */
+SHOAL_HIDDEN void shoal_secret_wipe(void *p, size_t len);
+/* Derives a key for one purpose from a secret: HMAC-SHA256(secret, label | context), the
+ * expand step of HKDF with one block. Keys for different labels or contexts are unrelated. */
+SHOAL_HIDDEN shoal_status_t shoal_kdf(const uint8_t *secret, size_t secret_len, const char *label,
+                                      const void *context, size_t context_len,
+                                      uint8_t out[SHOAL_HMAC_BYTES]);
 
 /* ---- host identity --------------------------------------------------------------------- */
 
