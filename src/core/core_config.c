@@ -23,7 +23,7 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .doc = "idle polls with a CPU pause (no system call) before a waiter starts yielding; "
             "0 when another rank of the host may run on this rank's CPU (bound to the same CPU, or "
             "the host's ranks outnumber the CPUs)"},
-    {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING,
+    {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING, .flags = SHOAL_CFG_F_SECRET,
      .offset = offsetof(shoal_core_config_t, uid),
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},
     {.name = "RANK", .dflt = "-1", .type = SHOAL_CFG_INT,
@@ -35,7 +35,7 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
     {.name = "ROOT", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_core_config_t, root),
      .doc = "host:port of the rendezvous root when SHOAL_UID is not set (rank 0 listens there)"},
-    {.name = "SECRET", .dflt = "", .type = SHOAL_CFG_STRING,
+    {.name = "SECRET", .dflt = "", .type = SHOAL_CFG_STRING, .flags = SHOAL_CFG_F_SECRET,
      .offset = offsetof(shoal_core_config_t, secret),
      .doc = "job secret (64 hex characters) that authenticates ranks joining through "
             "SHOAL_ROOT; must be the same on every rank"},

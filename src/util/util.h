@@ -118,7 +118,12 @@ typedef struct {
     size_t offset;                  /* offsetof(field) in the module's struct */
     shoal_cfg_type_t type;
     const char *const *enum_names;  /* NULL-terminated, for SHOAL_CFG_ENUM */
+    unsigned flags;                 /* SHOAL_CFG_F_* */
 } shoal_cfg_field_t;
+
+/* The value is a secret (a job secret, a unique id, a credential): redacted in every dump and
+ * log, removed from the environment once read, wiped when no longer needed. */
+#define SHOAL_CFG_F_SECRET (1u << 0)
 
 typedef struct {
     const char *module;             /* "log", "core", "coll", "shm", "tcp", ... */
