@@ -1,0 +1,63 @@
+/* Tenancy: who a communicator belongs to (DESIGN.md section 7). The identity is part of every
+ * join proof and of every key a communicator derives, so ranks of different tenants, jobs or
+ * epochs never form one communicator, even when handed the same job secret.
+ *
+ * Two sources, one result:
+ *  - ident.c: the identity a rank is configured with (shoal_config_t.tenant/job_name, else
+ *    SHOAL_TENANT / SHOAL_JOB / SHOAL_EPOCH, else defaults);
+ *  - cred.c: a provider-signed credential (SHOAL_CREDENTIAL) naming tenant, job, epoch, class
+ *    and weight. When present it is the identity; a configured tenant or job that differs is
+ *    a SHOAL_ERR_PERMISSION, and a configured QoS class may only lower the credential's.
+ */
+#ifndef SHOAL_TENANT_H
+#define SHOAL_TENANT_H
+
+#include "util/util.h"
+
+#define SHOAL_TENANT_NAME_MAX 64 /* bytes of a tenant or job name, NUL included */
+
+typedef struct {
+    char tenant[SHOAL_TENANT_NAME_MAX]; /* "" when the job names none */
+    char job[SHOAL_TENANT_NAME_MAX];
+    uint64_t epoch;                     /* restart count of the job: old ranks cannot rejoin */
+    int qos_class;                      /* shoal_qos_class_t */
+    int qos_weight;
+    int from_credential;                /* 1: tenant/job/epoch/class come from a credential */
+} shoal_tenant_id_t;
+
+/* ---- ident.c ---- */
+/* The identity this rank is configured with (cfg may be NULL). Names are checked: printable
+ * ASCII without spaces, shorter than SHOAL_TENANT_NAME_MAX; else SHOAL_ERR_INVALID_ARG. */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
+                                                    shoal_tenant_id_t *id);
+/* Canonical bytes of the identity (length-prefixed fields), for MACs and key derivation. */
+SHOAL_HIDDEN size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t *buf,
+                                           size_t len);
+
+/* ---- cred.c ---- */
+typedef struct {
+    shoal_tenant_id_t id;
+    int64_t expires;                    /* unix seconds; 0 = never */
+    uint8_t mac[SHOAL_HMAC_BYTES];      /* HMAC(tenant key, canonical fields) */
+} shoal_tenant_cred_t;
+
+/* Text form (one line, for SHOAL_CREDENTIAL and files). */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cred);
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_format(const shoal_tenant_cred_t *cred, char *buf,
+                                                     size_t len);
+/* The per-tenant key the provider derives from its master key; jobs never hold either. */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_key_derive(const uint8_t *master, size_t master_len,
+                                                    const char *tenant,
+                                                    uint8_t key[SHOAL_HMAC_BYTES]);
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_sign(shoal_tenant_cred_t *cred,
+                                                   const uint8_t key[SHOAL_HMAC_BYTES]);
+/* SHOAL_OK, SHOAL_ERR_AUTH (bad MAC) or SHOAL_ERR_PERMISSION (expired at now). */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_verify(const shoal_tenant_cred_t *cred,
+                                                     const uint8_t key[SHOAL_HMAC_BYTES],
+                                                     int64_t now);
+/* Makes the credential the identity: SHOAL_ERR_PERMISSION when the configured identity names
+ * another tenant or job, or the credential has expired; a configured class may only lower. */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_apply(const shoal_tenant_cred_t *cred,
+                                                    shoal_tenant_id_t *id);
+
+#endif
