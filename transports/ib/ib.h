@@ -13,12 +13,24 @@
  *   Every message goes through the receiver's ring of nslots slots of slot_size bytes. The
  *   sender RDMA-writes-with-immediate chunk k of a message into the next slot; the first chunk
  *   starts with the 32-byte wire header. The immediate carries (kind, first, last, slot, credits
- *   returned). The sender reads its payload in place (registration cache; small chunks inline),
- *   the receiver copies each slot into the posted buffer once the header has been validated,
+ *   returned). The sender copies each chunk into one of its own registered bounce slots (small
+ *   chunks go inline; with SHOAL_IB_REG_CACHE=1 the user's buffer is registered and read in
+ *   place instead), the receiver copies each slot into the posted buffer once the header has
+ *   been validated,
  *   then returns the slot as a credit (piggybacked on reverse traffic or, past a threshold, in
  *   a zero-byte write with immediate). Large messages are pipelined through the ring in
  *   slot_size chunks. A rendezvous (receiver posts its destination's addr/rkey) would save the
- *   receiver's copy; it is not implemented. */
+ *   receiver's copy; it is not implemented.
+ *
+ * Memory and keys (least privilege): every peer has its own protection domain holding its
+ * queue pair, its receive ring (the only remote-writable registration, and the only address
+ * range and rkey that peer is told) and its send area (bounce slots and staged headers, no
+ * remote access). An rkey is valid only on queue pairs of its own protection domain, so a peer
+ * that guesses another peer's rkey still cannot write into that peer's ring. Everything is
+ * deregistered (and so invalidated) at destroy. Type 2 memory windows bound to the queue pair
+ * would give the same guarantee with a single protection domain (and allow revoking a window
+ * without tearing down the QP), but not every device supports them; per-peer protection
+ * domains and registrations work on every device. */
 #ifndef SHOAL_IB_H
 #define SHOAL_IB_H
 
@@ -34,6 +46,7 @@
 #define SHOAL_IB_ADDR_BYTES 64
 #define SHOAL_IB_PAIR_BYTES 40
 #define SHOAL_IB_SLOTS_MAX 4096         /* 12 bits of the immediate */
+#define SHOAL_IB_SLOT_MAX (16u << 20)   /* largest SHOAL_IB_SLOT_SIZE */
 #define SHOAL_IB_CREDITS_MAX 0xffffu    /* 16 bits of the immediate */
 
 /* ---- config (ib_config.c) --------------------------------------------------------------- */
@@ -56,7 +69,9 @@ typedef struct {
     unsigned pkey_index;      /* SHOAL_IB_PKEY */
     unsigned nslots;          /* SHOAL_IB_RING_SLOTS */
     size_t slot_size;         /* SHOAL_IB_SLOT_SIZE */
-    size_t reg_cache_max;     /* SHOAL_IB_REG_CACHE_MAX bytes, 0 = register per message */
+    unsigned send_slots;      /* SHOAL_IB_SEND_SLOTS: bounce slots per peer */
+    int reg_cache;            /* SHOAL_IB_REG_CACHE: send from registered user buffers */
+    size_t reg_cache_max;     /* SHOAL_IB_REG_CACHE_MAX bytes per peer, 0 = per message */
     unsigned max_inline;      /* SHOAL_IB_MAX_INLINE */
     const char *oob_ifname;   /* SHOAL_IB_OOB_IFNAME */
     int use_rdmacm;           /* SHOAL_IB_USE_RDMACM */
@@ -180,7 +195,109 @@ typedef struct {
 SHOAL_HIDDEN int shoal_ib_imm_encode(const shoal_ib_imm_t *imm, uint32_t *out);
 SHOAL_HIDDEN void shoal_ib_imm_decode(uint32_t v, shoal_ib_imm_t *imm);
 
-/* ---- registration cache (ib_logic.c) ---------------------------------------------------- */
+/* ---- per-peer memory (ib_logic.c) -------------------------------------------------------
+ * Two allocations: the receive rings of all peers, and the send areas of all peers, each peer's
+ * part starting on its own page. Peer idx's ring is registered on its own (remote write), its
+ * send area on its own (local only); user buffers registered in SHOAL_IB_REG_CACHE mode are
+ * local only too. */
+
+typedef enum {
+    SHOAL_IB_REGION_RING = 0, /* a peer's receive ring: the peer writes it remotely */
+    SHOAL_IB_REGION_SEND,     /* a peer's bounce slots and staged headers: gather source */
+    SHOAL_IB_REGION_USER,     /* a user send buffer (SHOAL_IB_REG_CACHE=1): gather source */
+} shoal_ib_region_kind_t;
+
+typedef struct {
+    size_t page;
+    uint32_t nslots, slot_size; /* our rings */
+    uint32_t nbounce, sq_depth; /* bounce slots (slot_size each) and staged headers per peer */
+    int npeers;
+    size_t ring_len, ring_stride; /* one peer's ring; page-aligned distance between two */
+    size_t send_len, send_stride; /* one peer's send area; page-aligned distance between two */
+    size_t hdr_off;               /* staged headers inside a send area (after the bounces) */
+    size_t ring_total, send_total;
+} shoal_ib_layout_t;
+
+/* SHOAL_OK, or SHOAL_ERR_INVALID_ARG if a size overflows or a count is zero. */
+SHOAL_HIDDEN shoal_status_t shoal_ib_layout_init(shoal_ib_layout_t *l, int npeers,
+                                                 uint32_t nslots, uint32_t slot_size,
+                                                 uint32_t nbounce, uint32_t sq_depth,
+                                                 size_t page);
+
+typedef struct {
+    size_t off;               /* from the start of its allocation (rings or send areas) */
+    size_t len;
+    int access;               /* IBV_ACCESS_* to register it with */
+} shoal_ib_region_t;
+
+/* The least access flags a region kind needs (IBV_ACCESS_*). */
+SHOAL_HIDDEN int shoal_ib_region_access(int kind);
+/* Peer idx's region of a kind (RING or SEND). */
+SHOAL_HIDDEN void shoal_ib_region_get(const shoal_ib_layout_t *l, int idx, int kind,
+                                      shoal_ib_region_t *r);
+
+/* Exchanged per pair over the out-of-band connection (SHOAL_IB_PAIR_BYTES). */
+typedef struct {
+    uint32_t qpn, psn;
+    uint64_t ring_addr;
+    uint32_t rkey;
+    uint32_t nslots;
+    uint32_t slot_size;
+} shoal_ib_pair_t;
+
+/* What we tell peer idx: its own ring (inside rings, our ring allocation) and the rkey of that
+ * ring's registration, nothing else. */
+SHOAL_HIDDEN void shoal_ib_pair_local(const shoal_ib_layout_t *l, const uint8_t *rings, int idx,
+                                      uint32_t qpn, uint32_t psn, uint32_t ring_rkey,
+                                      shoal_ib_pair_t *p);
+
+/* ---- building a chunk (ib_logic.c) ------------------------------------------------------ */
+
+typedef enum {
+    SHOAL_IB_SRC_INLINE = 0,  /* header and payload copied into the work request at post */
+    SHOAL_IB_SRC_HDR,         /* an empty message: its staged header alone */
+    SHOAL_IB_SRC_BOUNCE,      /* copied now into a bounce slot of the send area */
+    SHOAL_IB_SRC_ZCOPY,       /* read in place from the registered user buffer */
+} shoal_ib_src_t;
+
+typedef struct {
+    uint64_t addr;
+    uint32_t length, lkey;
+} shoal_ib_sge_t;
+
+/* Where the next chunk's bytes may come from. */
+typedef struct {
+    size_t slot_size;         /* the peer's */
+    unsigned max_inline;
+    uint8_t *hdr;             /* this work request's staged header (encoded when first) */
+    uint32_t send_lkey;       /* lkey of the send area (staged headers and bounce slots) */
+    uint8_t *bounce;          /* a free bounce slot (slot_size bytes), NULL if none is free */
+    int zcopy;                /* the buffer is registered (SHOAL_IB_REG_CACHE=1) */
+    uint32_t buf_lkey;
+} shoal_ib_chunk_src_t;
+
+typedef struct {
+    shoal_ib_sge_t sge[2];
+    int nsge;
+    size_t n;                 /* payload bytes */
+    size_t bytes;             /* bytes written into the slot, header included */
+    unsigned flags;           /* SHOAL_IB_CHUNK_* */
+    int src;                  /* shoal_ib_src_t */
+} shoal_ib_chunk_t;
+
+/* The next chunk of the len-byte message in buf after off payload bytes (first: the header is
+ * not sent yet): its gather list, staging it into s->bounce when it is too large to go inline
+ * and the buffer is not registered. 0, or -1 (nothing staged) when it needs a bounce slot and
+ * none is free. */
+SHOAL_HIDDEN int shoal_ib_chunk_build(const shoal_ib_chunk_src_t *s, const void *buf,
+                                      uint64_t len, uint64_t off, int first,
+                                      shoal_ib_chunk_t *c);
+
+/* ---- registration cache (ib_logic.c), used only with SHOAL_IB_REG_CACHE=1 ----------------
+ * Unsafe when the application unmaps (or frees a large malloc block) and maps memory again at
+ * the same address while an entry covers it: the registration still pins the old pages, so
+ * RDMA would send stale bytes. shoal_ib_regcache_invalidate drops such entries; the default
+ * (SHOAL_IB_REG_CACHE=0) never registers user memory. */
 
 typedef struct {
     /* register [addr, addr + len): handle and lkey, or nonzero on failure */

@@ -13,6 +13,8 @@ shoal_ib_config_t shoal_ib_config = {
     .sl = 0,
     .nslots = 64,
     .slot_size = 64 * 1024,
+    .send_slots = 16,
+    .reg_cache = 0,
     .reg_cache_max = 1024ul * 1024 * 1024,
     .max_inline = 128,
 };
@@ -60,13 +62,22 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
     SHOAL_IB_FIELD("IB_SLOT_SIZE", "64k", SHOAL_CFG_SIZE, slot_size,
                    "bytes per ring slot (4k..16m); larger messages are pipelined in chunks of "
                    "this size"),
+    SHOAL_IB_FIELD("IB_SEND_SLOTS", "16", SHOAL_CFG_UINT, send_slots,
+                   "bounce slots per peer (1..4096, SHOAL_IB_SLOT_SIZE bytes each, registered "
+                   "once): each chunk of a send is copied into one and written from there, so "
+                   "this many chunks of a large message are in flight at once"),
+    SHOAL_IB_FIELD("IB_REG_CACHE", "0", SHOAL_CFG_BOOL, reg_cache,
+                   "1: send large messages from the user's buffer in place, registering it "
+                   "and keeping the registration cached (no copy). UNSAFE if the application "
+                   "frees or unmaps a send buffer and gets new memory at the same address: "
+                   "RDMA may then send the old pages. 0: only memory shoal owns is registered"),
     SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "1g", SHOAL_CFG_SIZE, reg_cache_max,
-                   "bytes of send buffers kept registered between messages; 0 registers and "
-                   "deregisters per message (safe if the application unmaps and remaps "
-                   "buffers at the same address)"),
+                   "with SHOAL_IB_REG_CACHE=1: bytes of user send buffers kept registered per "
+                   "peer between messages; 0 registers and deregisters per message (no copy "
+                   "and safe, but slow)"),
     SHOAL_IB_FIELD("IB_MAX_INLINE", "128", SHOAL_CFG_UINT, max_inline,
-                   "chunks up to this many bytes (header included) are sent inline, without "
-                   "registering the buffer"),
+                   "chunks up to this many bytes (header included) are sent inline: copied "
+                   "into the work request, neither staged nor registered"),
     SHOAL_IB_FIELD("IB_OOB_IFNAME", "", SHOAL_CFG_STRING, oob_ifname,
                    "interface for the out-of-band TCP connection that exchanges queue pair "
                    "numbers (NCCL prefix syntax); empty: the first non-loopback interface "

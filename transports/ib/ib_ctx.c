@@ -194,10 +194,15 @@ static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pic
     ctx->addr.mtu = (uint8_t)mtu;
     ctx->nslots = shoal_ib_config.nslots;
     ctx->slot_size = (uint32_t)shoal_ib_config.slot_size;
+    ctx->nbounce = shoal_ib_config.send_slots;
+    ctx->reg_cache = shoal_ib_config.reg_cache;
     if (ctx->nslots < 2 || ctx->nslots > SHOAL_IB_SLOTS_MAX ||
-        shoal_ib_config.slot_size < 4096 || shoal_ib_config.slot_size > (16u << 20)) {
-        shoal_error(IB, "SHOAL_IB_RING_SLOTS=%u (2..%d) or SHOAL_IB_SLOT_SIZE=%zu (4k..16m) "
-                    "out of range", ctx->nslots, SHOAL_IB_SLOTS_MAX, shoal_ib_config.slot_size);
+        shoal_ib_config.slot_size < 4096 || shoal_ib_config.slot_size > SHOAL_IB_SLOT_MAX ||
+        ctx->nbounce < 1 || ctx->nbounce > SHOAL_IB_SLOTS_MAX) {
+        shoal_error(IB, "SHOAL_IB_RING_SLOTS=%u (2..%d), SHOAL_IB_SEND_SLOTS=%u (1..%d) or "
+                    "SHOAL_IB_SLOT_SIZE=%zu (4k..16m) out of range", ctx->nslots,
+                    SHOAL_IB_SLOTS_MAX, ctx->nbounce, SHOAL_IB_SLOTS_MAX,
+                    shoal_ib_config.slot_size);
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoal_ib_config.timeout < 1 || shoal_ib_config.timeout > 31 ||
@@ -220,9 +225,6 @@ static void shoal_ib_fini(shoal_tl_ctx_t *ctx)
     shoal_ib_conn_free(ctx);
     if (ctx->chan != NULL) {
         ibv_destroy_comp_channel(ctx->chan);
-    }
-    if (ctx->pd != NULL) {
-        ibv_dealloc_pd(ctx->pd);
     }
     if (ctx->dev != NULL) {
         ibv_close_device(ctx->dev);
@@ -288,10 +290,9 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     snprintf(ctx->devname, sizeof(ctx->devname), "%s", pk.name);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_gid(ctx, &pk), status, err);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk), status, err);
-    ctx->pd = ibv_alloc_pd(ctx->dev);
-    ctx->chan = ctx->pd != NULL ? ibv_create_comp_channel(ctx->dev) : NULL;
+    ctx->chan = ibv_create_comp_channel(ctx->dev); /* protection domains are per peer */
     if (ctx->chan == NULL) {
-        shoal_error(IB, "%s: ibv_alloc_pd/ibv_create_comp_channel failed: %s", ctx->devname,
+        shoal_error(IB, "%s: ibv_create_comp_channel failed: %s", ctx->devname,
                     strerror(errno));
         status = SHOAL_ERR_TRANSPORT;
         goto err;
@@ -299,10 +300,12 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     SHOAL_CHECK_GOTO(shoal_ib_ctx_wait_setup(ctx), status, err);
     SHOAL_CHECK_GOTO(shoal_oob_listen(shoal_ib_config.oob_ifname, &ctx->listen_fd,
                                       &ctx->addr.oob), status, err);
-    shoal_info(IB, "rank %d: %s port %d, %s, MTU %d, %u slots of %u bytes per peer", ctx->rank,
+    shoal_info(IB, "rank %d: %s port %d, %s, MTU %d, %u slots of %u bytes per peer, %s", ctx->rank,
                ctx->devname, pk.port,
                pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
-               shoal_ib_mtu_bytes(ctx->addr.mtu), ctx->nslots, ctx->slot_size);
+               shoal_ib_mtu_bytes(ctx->addr.mtu), ctx->nslots, ctx->slot_size,
+               ctx->reg_cache ? "sends from registered user buffers (SHOAL_IB_REG_CACHE=1)"
+                              : "sends through bounce slots");
     *ctx_p = ctx;
     return SHOAL_OK;
 err:

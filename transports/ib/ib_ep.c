@@ -59,7 +59,7 @@ int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
     ep->status = status;
     snprintf(ep->why, sizeof(ep->why), "%s", why);
     if (ep->cur_reg) {
-        shoal_ib_regcache_put(&ep->ctx->rc, ep->cur_key, ep->cur_addr);
+        shoal_ib_regcache_put(&ep->rc, ep->cur_key, ep->cur_addr);
         ep->cur_reg = 0;
     }
     /* In-flight work requests keep their wrs[] entries (released by their flush
@@ -99,20 +99,26 @@ static shoal_status_t shoal_ib_post_recv(shoal_ep_t *ep)
     return ibv_post_recv(ep->qp, &wr, &bad) == 0 ? SHOAL_OK : SHOAL_ERR_TRANSPORT;
 }
 
-/* Posts one RDMA write with immediate; the caller checked the send queue has room. */
-static int shoal_ib_post_write(shoal_ep_t *ep, struct ibv_sge *sge, int nsge, size_t bytes,
+/* Posts one RDMA write with immediate (inl: IBV_SEND_INLINE); the caller checked the send
+ * queue has room. */
+static int shoal_ib_post_write(shoal_ep_t *ep, const shoal_ib_sge_t *sg, int nsge, int inl,
                                int slot, const shoal_ib_imm_t *imm)
 {
     struct ibv_send_wr wr = {0}, *bad;
+    struct ibv_sge sge[2];
     uint32_t v;
-    if (shoal_ib_imm_encode(imm, &v) != 0) {
+    if (shoal_ib_imm_encode(imm, &v) != 0 || nsge > 2) {
         return -1;
     }
+    for (int i = 0; i < nsge; i++) {
+        sge[i] = (struct ibv_sge){.addr = sg[i].addr, .length = sg[i].length,
+                                  .lkey = sg[i].lkey};
+    }
     wr.wr_id = SHOAL_IB_SEND_BIT | (uint64_t)ep->idx << 32 | (ep->sq_posted % ep->sq_depth);
-    wr.sg_list = sge;
+    wr.sg_list = nsge > 0 ? sge : NULL;
     wr.num_sge = nsge;
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED | (bytes <= ep->ctx->max_inline ? IBV_SEND_INLINE : 0);
+    wr.send_flags = IBV_SEND_SIGNALED | (inl ? IBV_SEND_INLINE : 0);
     wr.imm_data = htonl(v);
     wr.wr.rdma.remote_addr = ep->rring + (uint64_t)(slot < 0 ? 0 : slot) * ep->rslot_size;
     wr.wr.rdma.rkey = ep->rkey;
@@ -139,10 +145,24 @@ static int shoal_ib_ep_credits(shoal_ep_t *ep)
     w = &ep->wrs[ep->sq_posted % ep->sq_depth];
     *w = (shoal_ib_wr_t){0};
     imm.credits = shoal_ib_ring_take_owed(&ep->rx, SHOAL_IB_CREDITS_MAX);
-    if (shoal_ib_post_write(ep, NULL, 0, 0, -1, &imm) != 0) {
+    if (shoal_ib_post_write(ep, NULL, 0, 1, -1, &imm) != 0) {
         return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: ibv_post_send (credits) "
                                  "failed: %s", ep->peer, strerror(errno));
     }
+    return 0;
+}
+
+/* SHOAL_IB_REG_CACHE=1: the registration of a message's buffer, taken at its first chunk. */
+static int shoal_ib_ep_reg_buf(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    if (shoal_ib_regcache_get(&ep->rc, req->buf, req->hdr.length, &ep->cur_key,
+                              &ep->cur_lkey) != SHOAL_OK) {
+        return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: cannot register the "
+                                 "%llu-byte send buffer", ep->peer,
+                                 (unsigned long long)req->hdr.length), -1;
+    }
+    ep->cur_reg = 1;
+    ep->cur_addr = req->buf;
     return 0;
 }
 
@@ -151,56 +171,55 @@ static int shoal_ib_ep_post_chunk(shoal_ep_t *ep)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     shoal_tl_req_t *req = ep->sq_post;
-    int first = !req->hdr_done, slot, nsge = 0;
-    size_t n;
-    unsigned flags = shoal_ib_chunk_next(req->hdr.length, req->off, first, ep->rslot_size, &n);
+    int first = !req->hdr_done, slot;
     uint32_t sidx = ep->sq_posted % ep->sq_depth;
     uint8_t *hdr = ep->hdrs + (size_t)sidx * SHOAL_WIRE_HDR_BYTES;
-    struct ibv_sge sge[2];
-    shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_DATA, .flags = flags};
+    shoal_ib_chunk_src_t src;
+    shoal_ib_chunk_t c;
+    shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_DATA};
 
     if (!shoal_ib_sq_room(ep) || ep->tx.avail == 0) {
         return 0;
     }
-    if (first && req->hdr.length + SHOAL_WIRE_HDR_BYTES > ctx->max_inline &&
-        req->hdr.length > 0) {
-        if (shoal_ib_regcache_get(&ctx->rc, req->buf, req->hdr.length, &ep->cur_key,
-                                  &ep->cur_lkey) != SHOAL_OK) {
-            return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: cannot register the "
-                                     "%llu-byte send buffer", ep->peer,
-                                     (unsigned long long)req->hdr.length), -1;
-        }
-        ep->cur_reg = 1;
-        ep->cur_addr = req->buf;
+    if (first && ctx->reg_cache && !ep->cur_reg && req->hdr.length > 0 &&
+        req->hdr.length + SHOAL_WIRE_HDR_BYTES > ctx->max_inline &&
+        shoal_ib_ep_reg_buf(ep, req) != 0) {
+        return -1;
     }
     if (first) {
         shoal_wire_encode(&req->hdr, hdr);
-        sge[nsge++] = (struct ibv_sge){.addr = (uintptr_t)hdr, .length = SHOAL_WIRE_HDR_BYTES,
-                                       .lkey = ctx->hdr_mr->lkey};
     }
-    if (n > 0) {
-        sge[nsge++] = (struct ibv_sge){.addr = (uintptr_t)req->buf + req->off,
-                                       .length = (uint32_t)n,
-                                       .lkey = ep->cur_reg ? ep->cur_lkey : 0};
+    src = (shoal_ib_chunk_src_t){
+        .slot_size = ep->chunk_size, .max_inline = ctx->max_inline, .hdr = hdr,
+        .send_lkey = ep->send_mr->lkey,
+        .bounce = ep->bq.avail > 0 ? ep->bounce + (size_t)ep->bq.tail * ctx->slot_size : NULL,
+        .zcopy = ep->cur_reg, .buf_lkey = ep->cur_lkey,
+    };
+    if (shoal_ib_chunk_build(&src, req->buf, req->hdr.length, req->off, first, &c) != 0) {
+        return 0; /* every bounce slot is in flight: the next send completion frees one */
     }
     slot = shoal_ib_credit_take(&ep->tx);
+    if (c.src == SHOAL_IB_SRC_BOUNCE) {
+        (void)shoal_ib_credit_take(&ep->bq);
+    }
+    imm.flags = c.flags;
     imm.slot = (uint32_t)slot;
     imm.credits = shoal_ib_ring_take_owed(&ep->rx, SHOAL_IB_CREDITS_MAX);
     ep->wrs[sidx] = (shoal_ib_wr_t){
-        .req = (flags & SHOAL_IB_CHUNK_LAST) ? req : NULL,
+        .req = (c.flags & SHOAL_IB_CHUNK_LAST) ? req : NULL,
         .reg_key = ep->cur_key,
         .reg_addr = ep->cur_addr,
-        .has_reg = (flags & SHOAL_IB_CHUNK_LAST) && ep->cur_reg,
+        .has_reg = (c.flags & SHOAL_IB_CHUNK_LAST) && ep->cur_reg,
+        .has_bounce = c.src == SHOAL_IB_SRC_BOUNCE,
     };
-    if (shoal_ib_post_write(ep, sge, nsge, (first ? SHOAL_WIRE_HDR_BYTES : 0) + n, slot,
-                            &imm) != 0) {
+    if (shoal_ib_post_write(ep, c.sge, c.nsge, c.src == SHOAL_IB_SRC_INLINE, slot, &imm) != 0) {
         ep->wrs[sidx] = (shoal_ib_wr_t){0};
         return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: ibv_post_send failed: %s",
                                  ep->peer, strerror(errno)), -1;
     }
     req->hdr_done = 1;
-    req->off += n;
-    if (flags & SHOAL_IB_CHUNK_LAST) {
+    req->off += c.n;
+    if (c.flags & SHOAL_IB_CHUNK_LAST) {
         ep->sq_post = req->next;
         ep->cur_reg = 0;
     }
@@ -216,19 +235,21 @@ void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit)
     };
     uint32_t sidx = ep->sq_posted % ep->sq_depth;
     uint8_t *hdr = ep->hdrs + (size_t)sidx * SHOAL_WIRE_HDR_BYTES;
-    struct ibv_sge sge = {.addr = (uintptr_t)hdr, .length = SHOAL_WIRE_HDR_BYTES,
-                          .lkey = ep->ctx->hdr_mr->lkey};
+    shoal_ib_sge_t sge = {.addr = (uintptr_t)hdr, .length = SHOAL_WIRE_HDR_BYTES};
     shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_DATA,
                           .flags = SHOAL_IB_CHUNK_FIRST | SHOAL_IB_CHUNK_LAST};
     int slot;
-    if (ep->qp == NULL || !shoal_ib_sq_room(ep) || ep->tx.avail == 0 || ep->sq_post != NULL) {
+    if (ep->qp == NULL || ep->send_mr == NULL || !shoal_ib_sq_room(ep) || ep->tx.avail == 0 ||
+        ep->sq_post != NULL) {
         return; /* mid-message or no room: the peer learns from its oob socket instead */
     }
     shoal_wire_encode(&h, hdr);
+    sge.lkey = ep->send_mr->lkey;
     slot = shoal_ib_credit_take(&ep->tx);
     imm.slot = (uint32_t)slot;
     ep->wrs[sidx] = (shoal_ib_wr_t){0};
-    (void)shoal_ib_post_write(ep, &sge, 1, SHOAL_WIRE_HDR_BYTES, slot, &imm);
+    (void)shoal_ib_post_write(ep, &sge, 1, SHOAL_WIRE_HDR_BYTES <= ep->ctx->max_inline, slot,
+                              &imm);
 }
 
 /* ---- completions --------------------------------------------------------------------------- */
@@ -240,7 +261,10 @@ static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ib
     int n = 0;
     ep->sq_done++;
     if (w->has_reg) {
-        shoal_ib_regcache_put(&ctx->rc, w->reg_key, w->reg_addr);
+        shoal_ib_regcache_put(&ep->rc, w->reg_key, w->reg_addr);
+    }
+    if (w->has_bounce) {
+        (void)shoal_ib_credit_grant(&ep->bq, 1); /* completions come in posting order */
     }
     *w = (shoal_ib_wr_t){0};
     if (wc->status != IBV_WC_SUCCESS) {
@@ -436,13 +460,15 @@ shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
 
 /* ---- resources ----------------------------------------------------------------------------- */
 
+/* SHOAL_IB_REG_CACHE=1: user send buffers, registered in the peer's protection domain. */
 static int shoal_ib_rc_reg(void *arg, void *addr, size_t len, void **handle_p, uint32_t *lkey_p)
 {
-    shoal_tl_ctx_t *ctx = arg;
-    struct ibv_mr *mr = ibv_reg_mr(ctx->pd, addr, len, IBV_ACCESS_LOCAL_WRITE);
+    shoal_ep_t *ep = arg;
+    struct ibv_mr *mr = ibv_reg_mr(ep->pd, addr, len,
+                                   shoal_ib_region_access(SHOAL_IB_REGION_USER));
     if (mr == NULL) {
-        shoal_error(IB, "rank %d: ibv_reg_mr(%p, %zu) failed: %s", ctx->rank, addr, len,
-                    strerror(errno));
+        shoal_error(IB, "rank %d: ibv_reg_mr(%p, %zu) for peer %d failed: %s", ep->ctx->rank,
+                    addr, len, ep->peer, strerror(errno));
         return -1;
     }
     *handle_p = mr;
@@ -468,33 +494,45 @@ void shoal_ib_ep_close(shoal_ep_t *ep)
     }
 }
 
+/* Deregisters (so invalidates: the peer's rkey stops working) and frees the peer's protection
+ * domain; its QP is gone already. */
+static void shoal_ib_ep_mem_free(shoal_ep_t *ep)
+{
+    if (ep->rc_ready) {
+        shoal_ib_regcache_fini(&ep->rc);
+        ep->rc_ready = 0;
+    }
+    if (ep->ring_mr != NULL) {
+        (void)ibv_dereg_mr(ep->ring_mr);
+        ep->ring_mr = NULL;
+    }
+    if (ep->send_mr != NULL) {
+        (void)ibv_dereg_mr(ep->send_mr);
+        ep->send_mr = NULL;
+    }
+    if (ep->pd != NULL) {
+        (void)ibv_dealloc_pd(ep->pd);
+        ep->pd = NULL;
+    }
+}
+
 void shoal_ib_conn_free(shoal_tl_ctx_t *ctx)
 {
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ib_ep_close(&ctx->eps[i]);
-    }
-    if (ctx->rc_ready) {
-        shoal_ib_regcache_fini(&ctx->rc);
-        ctx->rc_ready = 0;
-    }
-    if (ctx->ring_mr != NULL) {
-        (void)ibv_dereg_mr(ctx->ring_mr);
-    }
-    if (ctx->hdr_mr != NULL) {
-        (void)ibv_dereg_mr(ctx->hdr_mr);
+        shoal_ib_ep_mem_free(&ctx->eps[i]);
     }
     if (ctx->cq != NULL) {
         (void)ibv_destroy_cq(ctx->cq);
     }
     free(ctx->ring_buf);
-    free(ctx->hdr_buf);
+    free(ctx->send_buf);
     free(ctx->slot_len);
     free(ctx->slot_flags);
     free(ctx->wrs);
     free(ctx->eps);
-    ctx->ring_mr = ctx->hdr_mr = NULL;
     ctx->cq = NULL;
-    ctx->ring_buf = ctx->hdr_buf = NULL;
+    ctx->ring_buf = ctx->send_buf = NULL;
     ctx->slot_len = NULL;
     ctx->slot_flags = NULL;
     ctx->wrs = NULL;
@@ -502,50 +540,83 @@ void shoal_ib_conn_free(shoal_tl_ctx_t *ctx)
     ctx->neps = 0;
 }
 
-/* Ring, staged headers, CQ and registration cache for n peers. */
+/* Peer ep's protection domain and registrations: its ring (remote write, the only key it
+ * gets) and its send area (local only), at their places in the layout. */
+static shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    shoal_ib_region_t ring, send;
+    shoal_ib_reg_ops_t ops = {.reg = shoal_ib_rc_reg, .dereg = shoal_ib_rc_dereg, .arg = ep};
+
+    shoal_ib_region_get(&ctx->lay, ep->idx, SHOAL_IB_REGION_RING, &ring);
+    shoal_ib_region_get(&ctx->lay, ep->idx, SHOAL_IB_REGION_SEND, &send);
+    ep->ring = ctx->ring_buf + ring.off;
+    ep->bounce = ctx->send_buf + send.off;
+    ep->hdrs = ep->bounce + ctx->lay.hdr_off;
+    shoal_ib_credit_init(&ep->bq, ctx->nbounce);
+    ep->pd = ibv_alloc_pd(ctx->dev);
+    if (ep->pd == NULL) {
+        shoal_error(IB, "rank %d: %s: ibv_alloc_pd for peer %d failed: %s", ctx->rank,
+                    ctx->devname, ep->peer, strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    ep->ring_mr = ibv_reg_mr(ep->pd, ep->ring, ring.len, ring.access);
+    ep->send_mr = ep->ring_mr != NULL ? ibv_reg_mr(ep->pd, ep->bounce, send.len, send.access)
+                                      : NULL;
+    if (ep->send_mr == NULL) {
+        shoal_error(IB, "rank %d: %s: registering the %zu-byte ring or %zu-byte send area of "
+                    "peer %d failed: %s (locked memory limit? ulimit -l)", ctx->rank,
+                    ctx->devname, ring.len, send.len, ep->peer, strerror(errno));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (ctx->reg_cache) {
+        SHOAL_CHECK(shoal_ib_regcache_init(&ep->rc, &ops, 256, shoal_ib_config.reg_cache_max));
+        ep->rc_ready = 1;
+    }
+    return SHOAL_OK;
+}
+
+/* Rings, send areas and CQ for n peers, then each peer's protection domain and registrations. */
 static shoal_status_t shoal_ib_conn_mem(shoal_tl_ctx_t *ctx, int n)
 {
     size_t nn = (size_t)(n > 0 ? n : 1);
     uint32_t sq_depth = ctx->nslots + 8, rx_depth = 2 * ctx->nslots + 4;
-    shoal_ib_reg_ops_t ops = {.reg = shoal_ib_rc_reg, .dereg = shoal_ib_rc_dereg, .arg = ctx};
+    long page = sysconf(_SC_PAGESIZE);
+    shoal_ib_layout_t *l = &ctx->lay;
 
-    ctx->ring_bytes = nn * ctx->nslots * ctx->slot_size;
-    if (posix_memalign((void **)&ctx->ring_buf, 4096, ctx->ring_bytes) != 0 ||
-        posix_memalign((void **)&ctx->hdr_buf, 4096, nn * sq_depth * SHOAL_WIRE_HDR_BYTES) ||
+    if (shoal_ib_layout_init(l, n, ctx->nslots, ctx->slot_size, ctx->nbounce, sq_depth,
+                             page > 0 ? (size_t)page : 4096) != SHOAL_OK) {
+        shoal_error(IB, "rank %d: rings of %u x %u bytes for %d peers do not fit the address "
+                    "space", ctx->rank, ctx->nslots, ctx->slot_size, n);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (posix_memalign((void **)&ctx->ring_buf, l->page, l->ring_total) != 0 ||
+        posix_memalign((void **)&ctx->send_buf, l->page, l->send_total) != 0 ||
         (ctx->slot_len = calloc(nn * ctx->nslots, sizeof(uint32_t))) == NULL ||
         (ctx->slot_flags = calloc(nn * ctx->nslots, 1)) == NULL ||
         (ctx->wrs = calloc(nn * sq_depth, sizeof(*ctx->wrs))) == NULL) {
-        shoal_error(IB, "out of memory for the rings of %d peers (%zu bytes)", n,
-                    ctx->ring_bytes);
+        shoal_error(IB, "out of memory for the rings and send areas of %d peers (%zu + %zu "
+                    "bytes)", n, l->ring_total, l->send_total);
         return SHOAL_ERR_NO_MEMORY;
     }
-    memset(ctx->ring_buf, 0, ctx->ring_bytes); /* fault in now, not on the data path */
-    memset(ctx->hdr_buf, 0, nn * sq_depth * SHOAL_WIRE_HDR_BYTES);
-    ctx->ring_mr = ibv_reg_mr(ctx->pd, ctx->ring_buf, ctx->ring_bytes,
-                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    ctx->hdr_mr = ibv_reg_mr(ctx->pd, ctx->hdr_buf, nn * sq_depth * SHOAL_WIRE_HDR_BYTES,
-                             IBV_ACCESS_LOCAL_WRITE);
+    memset(ctx->ring_buf, 0, l->ring_total); /* fault in now, not on the data path */
+    memset(ctx->send_buf, 0, l->send_total);
     ctx->cq = ibv_create_cq(ctx->dev, (int)(nn * (sq_depth + rx_depth) + 16), ctx, ctx->chan,
                             0);
-    if (ctx->ring_mr == NULL || ctx->hdr_mr == NULL || ctx->cq == NULL) {
-        shoal_error(IB, "rank %d: %s: registering %zu bytes of rings or creating the CQ "
-                    "failed: %s (locked memory limit? ulimit -l)", ctx->rank, ctx->devname,
-                    ctx->ring_bytes, strerror(errno));
+    if (ctx->cq == NULL) {
+        shoal_error(IB, "rank %d: %s: ibv_create_cq failed: %s", ctx->rank, ctx->devname,
+                    strerror(errno));
         return SHOAL_ERR_TRANSPORT;
     }
-    SHOAL_CHECK(shoal_ib_regcache_init(&ctx->rc, &ops, 256,
-                                       shoal_ib_config.reg_cache_max));
-    ctx->rc_ready = 1;
     for (int i = 0; i < n; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         ep->sq_depth = sq_depth;
         ep->rx_depth = rx_depth;
-        ep->ring = ctx->ring_buf + (size_t)i * ctx->nslots * ctx->slot_size;
         ep->slot_len = ctx->slot_len + (size_t)i * ctx->nslots;
         ep->slot_flags = ctx->slot_flags + (size_t)i * ctx->nslots;
         ep->wrs = ctx->wrs + (size_t)i * sq_depth;
-        ep->hdrs = ctx->hdr_buf + (size_t)i * sq_depth * SHOAL_WIRE_HDR_BYTES;
         shoal_ib_ring_init(&ep->rx, ctx->nslots);
+        SHOAL_CHECK(shoal_ib_ep_mem(ep));
     }
     return SHOAL_OK;
 }
@@ -565,7 +636,7 @@ static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
     int mask;
     uint8_t r[4];
 
-    ep->qp = ibv_create_qp(ctx->pd, &ia);
+    ep->qp = ibv_create_qp(ep->pd, &ia);
     if (ep->qp == NULL) {
         shoal_error(IB, "rank %d: ibv_create_qp for peer %d failed: %s", ctx->rank, ep->peer,
                     strerror(errno));
@@ -614,7 +685,8 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
         shoal_warn(IB, "rank %d: peer %d: %s", ctx->rank, ep->peer, why);
     }
     if (ep->raddr.link_layer != ctx->addr.link_layer || rp->nslots < 2 ||
-        rp->nslots > SHOAL_IB_SLOTS_MAX || rp->slot_size < 4096) {
+        rp->nslots > SHOAL_IB_SLOTS_MAX || rp->slot_size < 4096 ||
+        rp->slot_size > SHOAL_IB_SLOT_MAX) {
         shoal_error(IB, "rank %d: peer %d: incompatible port (link layer %u vs ours %u) or "
                     "ring (%u slots of %u bytes)", ctx->rank, ep->peer, ep->raddr.link_layer,
                     ctx->addr.link_layer, rp->nslots, rp->slot_size);
@@ -635,6 +707,7 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
     ep->rring = rp->ring_addr;
     ep->rkey = rp->rkey;
     ep->rslot_size = rp->slot_size;
+    ep->chunk_size = SHOAL_MIN(rp->slot_size, ctx->slot_size); /* its slots, our bounces */
     shoal_ib_credit_init(&ep->tx, rp->nslots);
     return SHOAL_OK;
 }
@@ -663,10 +736,10 @@ static shoal_status_t shoal_ib_pair_exchange(shoal_ep_t *ep, uint64_t deadline)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     uint8_t out[SHOAL_IB_PAIR_BYTES], in[SHOAL_IB_PAIR_BYTES], sync = 0x5a;
-    shoal_ib_pair_t mine = {
-        .qpn = ep->qp->qp_num, .psn = ep->psn, .ring_addr = (uintptr_t)ep->ring,
-        .rkey = ctx->ring_mr->rkey, .nslots = ctx->nslots, .slot_size = ctx->slot_size,
-    }, theirs;
+    shoal_ib_pair_t mine, theirs;
+    /* this peer learns its own ring and the key of that ring's registration, nothing else */
+    shoal_ib_pair_local(&ctx->lay, ctx->ring_buf, ep->idx, ep->qp->qp_num, ep->psn,
+                        ep->ring_mr->rkey, &mine);
     shoal_ib_pair_encode(&mine, out);
     SHOAL_CHECK(shoal_oob_send(ep->oob_fd, out, sizeof(out), deadline, ctx->abort_flag));
     SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, in, sizeof(in), deadline, ctx->abort_flag));

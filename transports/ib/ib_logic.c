@@ -1,8 +1,10 @@
-/* IB transport, pure logic: credit accounting, ring bookkeeping, chunk plan, immediate
- * codec, the registration cache (verbs behind callbacks) and the QP transition table. */
+/* IB transport, pure logic: credit accounting, ring bookkeeping, chunk plan and staging,
+ * per-peer memory layout and access flags, immediate codec, the registration cache (verbs
+ * behind callbacks) and the QP transition table. */
 #include "transports/ib/ib.h"
 
 #include <infiniband/verbs.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -97,6 +99,125 @@ unsigned shoal_ib_chunk_next(uint64_t len, uint64_t off, int first, size_t slot_
     uint64_t n = SHOAL_MIN(left, room);
     *n_p = (size_t)n;
     return (first ? SHOAL_IB_CHUNK_FIRST : 0u) | (off + n == len ? SHOAL_IB_CHUNK_LAST : 0u);
+}
+
+/* ---- building a chunk ---------------------------------------------------------------------- */
+
+int shoal_ib_chunk_build(const shoal_ib_chunk_src_t *s, const void *buf, uint64_t len,
+                         uint64_t off, int first, shoal_ib_chunk_t *c)
+{
+    size_t n, h = first ? SHOAL_WIRE_HDR_BYTES : 0;
+    const uint8_t *p = (const uint8_t *)buf + off;
+
+    memset(c, 0, sizeof(*c));
+    c->flags = shoal_ib_chunk_next(len, off, first, s->slot_size, &n);
+    c->n = n;
+    c->bytes = h + n;
+    if (c->bytes <= s->max_inline) {
+        c->src = SHOAL_IB_SRC_INLINE; /* the CPU copies the bytes at post time */
+    } else if (n == 0) {
+        c->src = SHOAL_IB_SRC_HDR;
+    } else if (s->zcopy) {
+        c->src = SHOAL_IB_SRC_ZCOPY;
+    } else {
+        /* the bytes of the buffer as they are now, into memory shoal owns and registered */
+        if (s->bounce == NULL) {
+            return -1;
+        }
+        c->src = SHOAL_IB_SRC_BOUNCE;
+        if (h > 0) {
+            memcpy(s->bounce, s->hdr, SHOAL_WIRE_HDR_BYTES);
+        }
+        memcpy(s->bounce + h, p, n);
+        c->sge[c->nsge++] = (shoal_ib_sge_t){.addr = (uintptr_t)s->bounce,
+                                             .length = (uint32_t)c->bytes,
+                                             .lkey = s->send_lkey};
+        return 0;
+    }
+    if (h > 0) {
+        c->sge[c->nsge++] = (shoal_ib_sge_t){.addr = (uintptr_t)s->hdr,
+                                             .length = SHOAL_WIRE_HDR_BYTES,
+                                             .lkey = s->send_lkey};
+    }
+    if (n > 0) {
+        c->sge[c->nsge++] = (shoal_ib_sge_t){
+            .addr = (uintptr_t)p, .length = (uint32_t)n,
+            .lkey = c->src == SHOAL_IB_SRC_ZCOPY ? s->buf_lkey : 0};
+    }
+    return 0;
+}
+
+/* ---- per-peer memory ----------------------------------------------------------------------- */
+
+shoal_status_t shoal_ib_layout_init(shoal_ib_layout_t *l, int npeers, uint32_t nslots,
+                                    uint32_t slot_size, uint32_t nbounce, uint32_t sq_depth,
+                                    size_t page)
+{
+    size_t n = (size_t)(npeers > 0 ? npeers : 1);
+    memset(l, 0, sizeof(*l));
+    if (nslots == 0 || slot_size == 0 || nbounce == 0 || sq_depth == 0 || page == 0 ||
+        (page & (page - 1)) != 0 || npeers < 0) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    l->page = page;
+    l->npeers = npeers;
+    l->nslots = nslots;
+    l->slot_size = slot_size;
+    l->nbounce = nbounce;
+    l->sq_depth = sq_depth;
+    /* 32-bit counts times 32-bit sizes fit 64 bits; the products over peers are checked */
+    l->ring_len = (size_t)nslots * slot_size;
+    l->hdr_off = (size_t)nbounce * slot_size;
+    l->send_len = l->hdr_off + (size_t)sq_depth * SHOAL_WIRE_HDR_BYTES;
+    l->ring_stride = SHOAL_ALIGN_UP(l->ring_len, page);
+    l->send_stride = SHOAL_ALIGN_UP(l->send_len, page);
+    if (l->ring_stride > SIZE_MAX / n || l->send_stride > SIZE_MAX / n) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    l->ring_total = l->ring_stride * n;
+    l->send_total = l->send_stride * n;
+    return SHOAL_OK;
+}
+
+int shoal_ib_region_access(int kind)
+{
+    switch (kind) {
+    case SHOAL_IB_REGION_RING:
+        /* the peer RDMA-writes its slots; verbs requires LOCAL_WRITE with REMOTE_WRITE */
+        return IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    case SHOAL_IB_REGION_SEND:
+    case SHOAL_IB_REGION_USER:
+        /* Only ever gathered from: no remote access at all. LOCAL_WRITE makes the kernel pin
+         * the pages writable, which breaks copy-on-write at registration; a read-only pin of a
+         * page shared with a forked child (data-loader workers) could otherwise keep the old
+         * page while the CPU writes the new one, on kernels before the R/O pin fixes. */
+        return IBV_ACCESS_LOCAL_WRITE;
+    default:
+        return 0;
+    }
+}
+
+void shoal_ib_region_get(const shoal_ib_layout_t *l, int idx, int kind, shoal_ib_region_t *r)
+{
+    if (kind == SHOAL_IB_REGION_RING) {
+        r->off = (size_t)idx * l->ring_stride;
+        r->len = l->ring_len;
+    } else {
+        r->off = (size_t)idx * l->send_stride;
+        r->len = l->send_len;
+    }
+    r->access = shoal_ib_region_access(kind);
+}
+
+void shoal_ib_pair_local(const shoal_ib_layout_t *l, const uint8_t *rings, int idx,
+                         uint32_t qpn, uint32_t psn, uint32_t ring_rkey, shoal_ib_pair_t *p)
+{
+    shoal_ib_region_t r;
+    shoal_ib_region_get(l, idx, SHOAL_IB_REGION_RING, &r);
+    *p = (shoal_ib_pair_t){
+        .qpn = qpn, .psn = psn, .ring_addr = (uintptr_t)(rings + r.off), .rkey = ring_rkey,
+        .nslots = l->nslots, .slot_size = l->slot_size,
+    };
 }
 
 /* ---- immediate: kind:2 | first:1 | last:1 | slot:12 | credits:16 --------------------------- */

@@ -23,20 +23,12 @@ typedef struct {
     shoal_oob_addr_t oob;     /* where our context accepts the per-pair exchange */
 } shoal_ib_addr_t;
 
-/* Exchanged per pair over the out-of-band connection (SHOAL_IB_PAIR_BYTES). */
-typedef struct {
-    uint32_t qpn, psn;
-    uint64_t ring_addr;
-    uint32_t rkey;
-    uint32_t nslots;
-    uint32_t slot_size;
-} shoal_ib_pair_t;
-
 typedef struct {
     shoal_tl_req_t *req;      /* its last chunk, or NULL (credit/abort/middle chunk) */
     uintptr_t reg_key;        /* registration to release on completion */
     const void *reg_addr;
     int has_reg;
+    int has_bounce;           /* took a bounce slot: returned on completion */
 } shoal_ib_wr_t;
 
 struct shoal_ep {
@@ -44,7 +36,11 @@ struct shoal_ep {
     int idx, peer;
     int oob_fd;                   /* kept open: EOF means the peer process is gone */
     int oob_eof;
+    /* this peer's protection domain: its QP and registrations only (see ib.h) */
+    struct ibv_pd *pd;
     struct ibv_qp *qp;
+    struct ibv_mr *ring_mr;       /* our ring for this peer: remote write, rkey told to it */
+    struct ibv_mr *send_mr;       /* bounce slots and staged headers: local only */
     uint32_t psn;
     shoal_ib_addr_t raddr;        /* peer's published address */
     shoal_status_t status;
@@ -52,6 +48,7 @@ struct shoal_ep {
     /* the peer's ring */
     uint64_t rring;
     uint32_t rkey, rslot_size;
+    uint32_t chunk_size;          /* min(its slot size, ours: our bounce slots) */
     shoal_ib_credit_t tx;
     /* our ring for this peer */
     uint8_t *ring;
@@ -63,7 +60,11 @@ struct shoal_ep {
     shoal_tl_req_t *sq_head, *sq_tail, *sq_post;
     shoal_ib_wr_t *wrs;           /* sq_depth, indexed by posting count */
     uint32_t sq_depth, sq_posted, sq_done;
-    uint8_t *hdrs;                /* sq_depth staged headers, in ctx->hdr_mr */
+    uint8_t *hdrs;                /* sq_depth staged headers, in send_mr */
+    uint8_t *bounce;              /* nbounce bounce slots of slot_size bytes, in send_mr */
+    shoal_ib_credit_t bq;         /* bounce slots: taken at post, returned at completion */
+    shoal_ib_regcache_t rc;       /* SHOAL_IB_REG_CACHE=1: user buffers in this pd */
+    int rc_ready;
     uintptr_t cur_key;            /* registration of sq_post's buffer */
     const void *cur_addr;
     uint32_t cur_lkey;
@@ -80,29 +81,25 @@ struct shoal_tl_ctx {
     const volatile int *abort_flag;
     /* device */
     struct ibv_context *dev;
-    struct ibv_pd *pd;
     struct ibv_comp_channel *chan;
     struct ibv_cq *cq;
     char devname[SHOAL_IB_NAME_MAX];
     shoal_ib_gid_t gid;
     shoal_ib_addr_t addr;         /* ours */
-    uint32_t nslots, slot_size, max_inline, credit_thresh;
+    uint32_t nslots, slot_size, max_inline, credit_thresh, nbounce;
+    int reg_cache;                /* SHOAL_IB_REG_CACHE */
     /* out of band */
     int listen_fd;
     /* sleeping: epoll over the completion channel, an eventfd and the oob sockets */
     int epfd, evfd, armed;
     struct epoll_event events[SHOAL_IB_EVENTS];
-    /* memory */
+    /* memory: the rings and the send areas of all peers (layout in ib.h) */
+    shoal_ib_layout_t lay;
     uint8_t *ring_buf;
-    size_t ring_bytes;
-    struct ibv_mr *ring_mr;
-    uint8_t *hdr_buf;
-    struct ibv_mr *hdr_mr;
+    uint8_t *send_buf;
     uint32_t *slot_len;
     uint8_t *slot_flags;
     shoal_ib_wr_t *wrs;
-    shoal_ib_regcache_t rc;
-    int rc_ready;
     shoal_ep_t *eps;
     int neps;
     int npending;
