@@ -1,7 +1,8 @@
 /* IB transport: connection setup and the data path.
  *
- * connect_all: per-peer resources (RC QP in INIT with its receives posted, a slice of the
- * ring), then the per-pair exchange over out-of-band TCP authenticated with the job secret
+ * connect_all: per-peer resources (a protection domain holding the peer's ring and send area
+ * registrations and its RC QP, in INIT with its receives posted; see ib.h), then the
+ * per-pair exchange over out-of-band TCP authenticated with the job secret
  * (transports/common/oob.c). Every rank first connects to its lower peers in ascending order,
  * then accepts its higher peers in arrival order: rank 0 only accepts, and by induction every
  * rank reaches its accept phase, so the sequence cannot deadlock. Per pair: handshake, both
