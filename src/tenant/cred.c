@@ -292,7 +292,8 @@ shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cr
             goto err;
         }
         if (k < i) {
-            shoal_error(TENANT, "credential: field '%s' appears twice", shoal_tenant_cred_fields[k]);
+            shoal_error(TENANT, "credential: field '%s' appears twice",
+                        shoal_tenant_cred_fields[k]);
             goto err;
         }
         if (k > i) {
@@ -339,7 +340,8 @@ shoal_status_t shoal_tenant_cred_format(const shoal_tenant_cred_t *cred, char *b
     }
     for (i = 0; i < SHOAL_HMAC_BYTES; i++)
         snprintf(hex + 2 * i, 3, "%02x", cred->mac[i]);
-    n = snprintf(buf, len, "%stenant=%s;job=%s;epoch=%" PRIu64 ";class=%s;weight=%d;expires=%" PRId64
+    n = snprintf(buf, len,
+                 "%stenant=%s;job=%s;epoch=%" PRIu64 ";class=%s;weight=%d;expires=%" PRId64
                  ";mac=%s", SHOAL_TENANT_CRED_PREFIX, cred->id.tenant, cred->id.job,
                  cred->id.epoch, shoal_tenant_cred_classes[cred->id.qos_class],
                  cred->id.qos_weight, cred->expires, hex);

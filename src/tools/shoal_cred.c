@@ -38,8 +38,9 @@ static void shoal_cred_usage(FILE *fp)
             "            the master key); give it to the job as SHOAL_CREDENTIAL or in the file\n"
             "            named by SHOAL_CREDENTIAL_FILE. Defaults: epoch 0, class burstable,\n"
             "            weight 1, expires in 7 days (SECONDS from now, @UNIXTIME, or never)\n"
-            "verify      checks a credential's MAC and expiry (the credential from the argument,\n"
-            "            or from stdin with - or none: prefer stdin, arguments are visible in ps);\n"
+            "verify      checks a credential's MAC and expiry (the credential from the\n"
+            "            argument, or from stdin with - or none: prefer stdin, arguments are\n"
+            "            visible in ps);\n"
             "            exit 0 valid, 1 rejected\n"
             "tenant-key  writes the key of one tenant (for a node agent that serves only it:\n"
             "            verify -K accepts it)\n");

@@ -38,7 +38,8 @@ cred_in() { # cred_in INPUT ARGS...: the same with INPUT on stdin
 }
 
 if [ ! -x "$CRED" ]; then
-    i=0; while [ $i -lt $NTESTS ]; do i=$((i + 1)); echo "ok $i # SKIP no shoal-cred in $top_builddir"; done
+    i=0
+    while [ $i -lt $NTESTS ]; do i=$((i + 1)); echo "ok $i # SKIP no shoal-cred in $top_builddir"; done
     exit 0
 fi
 : >"$T/all"
@@ -63,7 +64,9 @@ cred issue -k "$T/master.key" --tenant acme --job train-42 --epoch 3 --class spo
 is "$rc" 0 "issue exits 0"
 good=$(cat "$T/out")
 is "$(wc -l <"$T/out" | tr -d ' ')" 1 "one line"
-printf '%s\n' "$good" | grep -Eq '^shoal-cred-v1:tenant=acme;job=train-42;epoch=3;class=spot;weight=5;expires=[1-9][0-9]*;mac=[0-9a-f]{64}$'
+re='^shoal-cred-v1:tenant=acme;job=train-42;epoch=3;class=spot;weight=5;'
+re="${re}expires=[1-9][0-9]*;mac=[0-9a-f]{64}\$"
+printf '%s\n' "$good" | grep -Eq "$re"
 ok $? "the line has every field, an expiry and a 64-digit mac"
 
 # 9-11: verify from stdin and from the argument
@@ -79,7 +82,8 @@ for edit in 's/tenant=acme/tenant=acmf/' 's/job=train-42/job=train-43/' 's/epoch
     's/class=spot/class=guaranteed/' 's/weight=5/weight=50/' 's/expires=/expires=1/'; do
     bad=$(printf '%s\n' "$good" | sed "$edit")
     cred_in "$bad" verify -k "$T/master.key"
-    [ "$rc" -eq 1 ] && grep -q 'MAC does not match' "$T/err" && grep -q 'credential rejected' "$T/err"
+    [ "$rc" -eq 1 ] && grep -q 'MAC does not match' "$T/err" &&
+        grep -q 'credential rejected' "$T/err"
     ok $? "altered field ($edit): rejected, exit 1"
 done
 
