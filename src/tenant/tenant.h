@@ -35,6 +35,15 @@ SHOAL_HIDDEN size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t 
                                            size_t len);
 
 /* ---- cred.c ---- */
+/* Text form: "shoal-cred-v1:tenant=T;job=J;epoch=E;class=C;weight=W;expires=X;mac=<64 hex>",
+ * fields in this order, each once; names non-empty printable ASCII without ';' '=' or spaces;
+ * epoch, weight and expires decimal without leading zeros; class guaranteed|burstable|spot;
+ * weight 1..SHOAL_TENANT_WEIGHT_MAX; expires 0 (never) or unix seconds. Nothing else, no
+ * trailing newline (a credential file may end in one). */
+#define SHOAL_TENANT_CRED_TEXT_MAX 512 /* bytes of the text form, NUL included */
+#define SHOAL_TENANT_WEIGHT_MAX 1000000
+#define SHOAL_TENANT_MASTER_MIN 16     /* bytes of a provider master key, at least */
+
 typedef struct {
     shoal_tenant_id_t id;
     int64_t expires;                    /* unix seconds; 0 = never */
@@ -59,5 +68,17 @@ SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_verify(const shoal_tenant_cred_t *
  * another tenant or job, or the credential has expired; a configured class may only lower. */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_apply(const shoal_tenant_cred_t *cred,
                                                     shoal_tenant_id_t *id);
+
+/* SHOAL_CREDENTIAL / SHOAL_CREDENTIAL_FILE (src/tenant/tenant_config.c). */
+typedef struct {
+    const char *credential;      /* the text form (a secret: a bearer token) */
+    const char *credential_file; /* path of a file holding it */
+} shoal_tenant_cred_config_t;
+extern SHOAL_HIDDEN shoal_tenant_cred_config_t shoal_tenant_cred_config;
+
+/* The credential this process was given (SHOAL_CREDENTIAL or SHOAL_CREDENTIAL_FILE, not
+ * both), parsed: *found_p = 0 and SHOAL_OK when neither is set. The MAC is not verified here
+ * (a job holds no key); the node agent that holds the tenant key verifies it. */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_load(shoal_tenant_cred_t *cred, int *found_p);
 
 #endif

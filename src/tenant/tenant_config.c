@@ -1,0 +1,24 @@
+/* SHOAL_* variables of the tenant module: the provider-signed job credential. */
+#include "tenant/tenant.h"
+
+#include <stddef.h>
+
+shoal_tenant_cred_config_t shoal_tenant_cred_config;
+
+static const shoal_cfg_field_t shoal_tenant_cred_cfg_fields[] = {
+    {.name = "CREDENTIAL", .dflt = "", .type = SHOAL_CFG_STRING, .flags = SHOAL_CFG_F_SECRET,
+     .offset = offsetof(shoal_tenant_cred_config_t, credential),
+     .doc = "provider-signed job credential (from shoal-cred issue) naming tenant, job, epoch, "
+            "QoS class and weight; it is the job's identity: a configured tenant or job must "
+            "match it, a configured class or weight may only lower it"},
+    {.name = "CREDENTIAL_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_tenant_cred_config_t, credential_file),
+     .doc = "file holding the job credential (one line), instead of SHOAL_CREDENTIAL"},
+};
+
+const shoal_cfg_table_t shoal_tenant_cred_cfg_table = {
+    .module = "tenant",
+    .fields = shoal_tenant_cred_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_tenant_cred_cfg_fields),
+    .dst = &shoal_tenant_cred_config,
+};
