@@ -225,6 +225,8 @@ static int raw_wrong_hmac(const uint8_t *addr, size_t alen, uint32_t comm_id)
 {
     uint8_t b[SHOAL_TCP_HELLO_BYTES], chal[SHOAL_TCP_CHALLENGE_BYTES], proof[SHOAL_HMAC_BYTES];
     shoal_tcp_hello_t h = hello_make(comm_id, 1, 0);
+    shoal_tcp_transcript_t t = {.comm_id = comm_id, .nonce_c = h.nonce, .nonce_a = chal,
+                                .from = 1, .to = 0, .sock_idx = 0, .nsocks = h.nsocks};
     int fd = raw_connect(addr, alen), ok = 0;
     if (fd < 0) {
         return 0;
@@ -232,7 +234,7 @@ static int raw_wrong_hmac(const uint8_t *addr, size_t alen, uint32_t comm_id)
     shoal_tcp_hello_encode(&h, b);
     if (send(fd, b, sizeof(b), MSG_NOSIGNAL) == (ssize_t)sizeof(b) &&
         raw_read(fd, chal, sizeof(chal), 3000) == 0 &&
-        shoal_tcp_proof(wrong_secret, "shoal-tcp", comm_id, chal, 1, 0, 0, proof) == SHOAL_OK &&
+        shoal_tcp_proof(wrong_secret, "shoal-tcp", &t, proof) == SHOAL_OK &&
         send(fd, proof, sizeof(proof), MSG_NOSIGNAL) == (ssize_t)sizeof(proof)) {
         ok = raw_closed(fd, 3000);
     }

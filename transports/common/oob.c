@@ -1,6 +1,8 @@
 /* Out-of-band TCP helper: listener, deadline-bounded connect/accept/transfer, and the mutual
  * HMAC challenge-response (see oob.h). */
 #include "transports/common/oob.h"
+#include "tenant/breaker.h"
+#include "transports/tcp/tcp.h" /* shoal_tcp_config.hello_timeout_ms */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,14 +13,20 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define SHOAL_OOB_MAGIC 0x424f4853u  /* "SHOB" */
-#define SHOAL_OOB_VERSION 1
+#define SHOAL_OOB_VERSION 2          /* 2: the acceptor verifies before it proves */
 #define SHOAL_OOB_HELLO_BYTES 20
 #define SHOAL_OOB_SLICE_MS 10        /* the abort flag is looked at this often */
+#define SHOAL_OOB_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
+#define SHOAL_OOB_RETRY_MS 20        /* first pause before reconnecting after an early close */
+#define SHOAL_OOB_SLOTS 16           /* handshakes the acceptor serves at once */
+#define SHOAL_OOB_HANDSHAKE_MS 5000  /* a connection's whole handshake, hello included */
+#define SHOAL_OOB_TRUSTED_MAX 1024   /* peer addresses the acceptor tells the breaker about */
 
 void shoal_oob_addr_encode(const shoal_oob_addr_t *a, uint8_t out[SHOAL_OOB_ADDR_BYTES])
 {
@@ -60,6 +68,20 @@ void shoal_oob_addr_str(const shoal_oob_addr_t *a, char *buf, size_t len)
     char ip[INET6_ADDRSTRLEN] = "?";
     inet_ntop(a->family == AF_INET ? AF_INET : AF_INET6, a->ip, ip, sizeof(ip));
     snprintf(buf, len, a->family == AF_INET ? "%s:%u" : "[%s]:%u", ip, a->port);
+}
+
+static void shoal_oob_sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+        snprintf(buf, len, "%s:%u", ip, ntohs(sin->sin_port));
+    } else {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+        snprintf(buf, len, "[%s]:%u", ip, ntohs(sin6->sin6_port));
+    }
 }
 
 /* pass 0: non-loopback, 1: loopback (only without a spec). */
@@ -292,27 +314,90 @@ static shoal_status_t shoal_oob_proof(const shoal_oob_auth_t *a, const char *suf
     return shoal_hmac(a->secret, SHOAL_SECRET_BYTES, msg, off + 8, out);
 }
 
-shoal_status_t shoal_oob_auth_connect(int fd, const shoal_oob_auth_t *a, uint32_t peer,
-                                      uint64_t deadline_ns)
+static void shoal_oob_hello_make(const shoal_oob_auth_t *a, uint32_t peer, const uint8_t *nc,
+                                 uint8_t hello[SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES])
 {
-    uint8_t hello[SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES];
-    uint8_t reply[SHOAL_OOB_NONCE_BYTES + SHOAL_HMAC_BYTES], want[SHOAL_HMAC_BYTES];
-    uint8_t *nc = hello + SHOAL_OOB_HELLO_BYTES;
-
     shoal_put_le(hello, SHOAL_OOB_MAGIC, 4);
     shoal_put_le(hello + 4, SHOAL_OOB_VERSION, 4);
     shoal_put_le(hello + 8, a->comm_id, 4);
     shoal_put_le(hello + 12, a->self, 4);
     shoal_put_le(hello + 16, peer, 4);
-    SHOAL_CHECK(shoal_random_bytes(nc, SHOAL_OOB_NONCE_BYTES));
+    memcpy(hello + SHOAL_OOB_HELLO_BYTES, nc, SHOAL_OOB_NONCE_BYTES);
+}
+
+/* The connector's side; *proved_p is set once our proof is sent (a close after that is a
+ * refusal of the proof, before it rather an eviction). */
+static shoal_status_t shoal_oob_auth_connect_at(int fd, const shoal_oob_auth_t *a,
+                                                uint32_t peer, uint64_t deadline_ns,
+                                                int *proved_p)
+{
+    uint8_t hello[SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES], nc[SHOAL_OOB_NONCE_BYTES];
+    uint8_t na[SHOAL_OOB_NONCE_BYTES], proof[SHOAL_HMAC_BYTES], want[SHOAL_HMAC_BYTES];
+
+    *proved_p = 0;
+    SHOAL_CHECK(shoal_random_bytes(nc, sizeof(nc)));
+    shoal_oob_hello_make(a, peer, nc, hello);
     SHOAL_CHECK(shoal_oob_send(fd, hello, sizeof(hello), deadline_ns, a->abort_flag));
-    SHOAL_CHECK(shoal_oob_recv(fd, reply, sizeof(reply), deadline_ns, a->abort_flag));
-    SHOAL_CHECK(shoal_oob_proof(a, "-acc", nc, reply, a->self, peer, want));
-    if (!shoal_memeq_ct(want, reply + SHOAL_OOB_NONCE_BYTES, SHOAL_HMAC_BYTES)) {
-        return SHOAL_ERR_AUTH;
+    SHOAL_CHECK(shoal_oob_recv(fd, na, sizeof(na), deadline_ns, a->abort_flag));
+    SHOAL_CHECK(shoal_oob_proof(a, "-con", nc, na, a->self, peer, proof));
+    SHOAL_CHECK(shoal_oob_send(fd, proof, sizeof(proof), deadline_ns, a->abort_flag));
+    *proved_p = 1;
+    SHOAL_CHECK(shoal_oob_recv(fd, proof, sizeof(proof), deadline_ns, a->abort_flag));
+    SHOAL_CHECK(shoal_oob_proof(a, "-acc", nc, na, a->self, peer, want));
+    return shoal_memeq_ct(want, proof, SHOAL_HMAC_BYTES) ? SHOAL_OK : SHOAL_ERR_AUTH;
+}
+
+shoal_status_t shoal_oob_auth_connect(int fd, const shoal_oob_auth_t *a, uint32_t peer,
+                                      uint64_t deadline_ns)
+{
+    int proved;
+    return shoal_oob_auth_connect_at(fd, a, peer, deadline_ns, &proved);
+}
+
+shoal_status_t shoal_oob_connect_auth(const shoal_oob_addr_t *addr, const shoal_oob_auth_t *a,
+                                      uint32_t peer, uint64_t deadline_ns, int *fd_p)
+{
+    int refusals = 0, closes = 0;
+    for (;;) {
+        int fd, proved;
+        shoal_status_t st = shoal_oob_connect(addr, deadline_ns, a->abort_flag, &fd);
+        if (st != SHOAL_OK) {
+            return st;
+        }
+        st = shoal_oob_auth_connect_at(fd, a, peer, deadline_ns, &proved);
+        if (st == SHOAL_OK) {
+            *fd_p = fd;
+            return SHOAL_OK;
+        }
+        close(fd);
+        if (st != SHOAL_ERR_PEER_FAILED) {
+            return st;
+        }
+        /* Closed early: evicted or timed out by a listener full of strangers, or (right after
+         * our proof) our proof refused. Reconnect with a growing pause. */
+        if (proved && ++refusals >= SHOAL_OOB_AUTH_TRIES) {
+            return SHOAL_ERR_AUTH;
+        }
+        shoal_sleep_us(1000u * SHOAL_OOB_RETRY_MS * SHOAL_MIN((unsigned)++closes, 10u));
     }
-    SHOAL_CHECK(shoal_oob_proof(a, "-con", nc, reply, a->self, peer, want));
-    return shoal_oob_send(fd, want, sizeof(want), deadline_ns, a->abort_flag);
+}
+
+/* The acceptor's checks of a hello; 1 if it may go on. */
+static int shoal_oob_hello_ok(const shoal_oob_auth_t *a, const uint8_t *hello,
+                              int (*expect)(void *arg, uint32_t rank), void *arg,
+                              uint32_t *from_p, char *why, size_t len)
+{
+    uint32_t from = (uint32_t)shoal_get_le(hello + 12, 4);
+    uint32_t to = (uint32_t)shoal_get_le(hello + 16, 4);
+    if (shoal_get_le(hello, 4) != SHOAL_OOB_MAGIC ||
+        shoal_get_le(hello + 4, 4) != SHOAL_OOB_VERSION ||
+        shoal_get_le(hello + 8, 4) != a->comm_id || to != a->self || !expect(arg, from)) {
+        snprintf(why, len, "unexpected hello (from rank %u to rank %u, communicator %08x)",
+                 from, to, (unsigned)shoal_get_le(hello + 8, 4));
+        return 0;
+    }
+    *from_p = from;
+    return 1;
 }
 
 shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t *a,
@@ -321,31 +406,338 @@ shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t *a,
                                      size_t len)
 {
     uint8_t hello[SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES];
-    uint8_t reply[SHOAL_OOB_NONCE_BYTES + SHOAL_HMAC_BYTES], proof[SHOAL_HMAC_BYTES];
-    uint8_t want[SHOAL_HMAC_BYTES];
-    uint32_t from, to;
+    uint8_t na[SHOAL_OOB_NONCE_BYTES], proof[SHOAL_HMAC_BYTES], want[SHOAL_HMAC_BYTES];
+    uint32_t from;
 
     SHOAL_CHECK(shoal_oob_recv(fd, hello, sizeof(hello), deadline_ns, a->abort_flag));
-    from = (uint32_t)shoal_get_le(hello + 12, 4);
-    to = (uint32_t)shoal_get_le(hello + 16, 4);
-    if (shoal_get_le(hello, 4) != SHOAL_OOB_MAGIC ||
-        shoal_get_le(hello + 4, 4) != SHOAL_OOB_VERSION ||
-        shoal_get_le(hello + 8, 4) != a->comm_id || to != a->self || !expect(arg, from)) {
-        snprintf(why, len, "unexpected hello (from rank %u to rank %u, communicator %08x)",
-                 from, to, (unsigned)shoal_get_le(hello + 8, 4));
+    if (!shoal_oob_hello_ok(a, hello, expect, arg, &from, why, len)) {
         return SHOAL_ERR_PROTOCOL;
     }
-    SHOAL_CHECK(shoal_random_bytes(reply, SHOAL_OOB_NONCE_BYTES));
-    SHOAL_CHECK(shoal_oob_proof(a, "-acc", hello + SHOAL_OOB_HELLO_BYTES, reply, from, a->self,
-                                reply + SHOAL_OOB_NONCE_BYTES));
-    SHOAL_CHECK(shoal_oob_send(fd, reply, sizeof(reply), deadline_ns, a->abort_flag));
+    SHOAL_CHECK(shoal_random_bytes(na, sizeof(na)));
+    SHOAL_CHECK(shoal_oob_send(fd, na, sizeof(na), deadline_ns, a->abort_flag));
     SHOAL_CHECK(shoal_oob_recv(fd, proof, sizeof(proof), deadline_ns, a->abort_flag));
-    SHOAL_CHECK(shoal_oob_proof(a, "-con", hello + SHOAL_OOB_HELLO_BYTES, reply, from, a->self,
+    /* Verify first, then prove: a stranger never obtains a proof of ours. */
+    SHOAL_CHECK(shoal_oob_proof(a, "-con", hello + SHOAL_OOB_HELLO_BYTES, na, from, a->self,
                                 want));
     if (!shoal_memeq_ct(want, proof, SHOAL_HMAC_BYTES)) {
         snprintf(why, len, "rank %u failed to prove the job secret", from);
         return SHOAL_ERR_AUTH;
     }
+    SHOAL_CHECK(shoal_oob_proof(a, "-acc", hello + SHOAL_OOB_HELLO_BYTES, na, from, a->self,
+                                proof));
+    SHOAL_CHECK(shoal_oob_send(fd, proof, sizeof(proof), deadline_ns, a->abort_flag));
     *peer_p = from;
     return SHOAL_OK;
+}
+
+/* ---- the concurrent acceptor --------------------------------------------------------------- */
+
+enum {
+    SHOAL_OOB_HS_FREE = 0,
+    SHOAL_OOB_HS_HELLO,  /* reading hello + nonce_c */
+    SHOAL_OOB_HS_NONCE,  /* sending nonce_a */
+    SHOAL_OOB_HS_PROOF,  /* reading the connector's proof */
+    SHOAL_OOB_HS_ACK,    /* sending ours */
+};
+
+typedef struct {
+    int state;
+    int fd;
+    size_t off, len;
+    uint8_t buf[SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES];
+    uint8_t nc[SHOAL_OOB_NONCE_BYTES], na[SHOAL_OOB_NONCE_BYTES];
+    uint32_t from;
+    uint64_t start_ns, deadline_ns;
+    struct sockaddr_storage src;
+} shoal_oob_hs_t;
+
+struct shoal_oob_acceptor {
+    int lfd;
+    shoal_oob_auth_t auth;
+    int (*expect)(void *arg, uint32_t rank);
+    void *arg;
+    uint64_t hello_ns;                      /* a new connection's hello deadline */
+    shoal_oob_hs_t slots[SHOAL_OOB_SLOTS];
+    struct sockaddr_storage trusted[SHOAL_OOB_TRUSTED_MAX];
+    int ntrusted;
+};
+
+shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_auth_t *a,
+                                         int (*expect)(void *arg, uint32_t rank), void *arg,
+                                         shoal_oob_acceptor_t **acc_p)
+{
+    shoal_oob_acceptor_t *acc = calloc(1, sizeof(*acc));
+    int hello_ms = shoal_tcp_config.hello_timeout_ms;
+    if (acc == NULL) {
+        shoal_error(IB, "out of memory allocating the out-of-band acceptor");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    acc->lfd = lfd;
+    acc->auth = *a;
+    acc->expect = expect;
+    acc->arg = arg;
+    acc->hello_ns = (uint64_t)(hello_ms >= 0 && hello_ms < SHOAL_OOB_HANDSHAKE_MS
+                                   ? hello_ms : SHOAL_OOB_HANDSHAKE_MS) * 1000000ull;
+    for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
+        acc->slots[i].fd = -1;
+    }
+    *acc_p = acc;
+    return SHOAL_OK;
+}
+
+void shoal_oob_acceptor_trust(shoal_oob_acceptor_t *acc, const shoal_oob_addr_t *addr)
+{
+    if (acc->ntrusted < SHOAL_OOB_TRUSTED_MAX) {
+        struct sockaddr_storage *ss = &acc->trusted[acc->ntrusted++];
+        (void)shoal_oob_sockaddr(addr, ss);
+        shoal_tenant_breaker_trust((struct sockaddr *)ss, 1);
+    }
+}
+
+static void shoal_oob_hs_close(shoal_oob_hs_t *hs)
+{
+    if (hs->fd >= 0) {
+        close(hs->fd);
+    }
+    hs->fd = -1;
+    hs->state = SHOAL_OOB_HS_FREE;
+}
+
+void shoal_oob_acceptor_destroy(shoal_oob_acceptor_t *acc)
+{
+    if (acc == NULL) {
+        return;
+    }
+    for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
+        shoal_oob_hs_close(&acc->slots[i]);
+    }
+    for (int i = 0; i < acc->ntrusted; i++) {
+        shoal_tenant_breaker_trust((struct sockaddr *)&acc->trusted[i], -1);
+    }
+    shoal_secret_wipe(acc, sizeof(*acc));
+    free(acc);
+}
+
+/* Refuse, count against the source, log in full once per source per minute, forget. */
+static void shoal_oob_hs_refuse(shoal_oob_acceptor_t *acc, shoal_oob_hs_t *hs, const char *why)
+{
+    char from[SHOAL_OOB_NAME_MAX];
+    shoal_oob_sockaddr_str(&hs->src, from, sizeof(from));
+    if (shoal_tenant_breaker_note_fail((struct sockaddr *)&hs->src)) {
+        shoal_error(IB, "rank %u: refused an out-of-band connection from %s: %s",
+                    acc->auth.self, from, why);
+    } else {
+        shoal_trace(IB, "rank %u: refused an out-of-band connection from %s: %s",
+                    acc->auth.self, from, why);
+    }
+    shoal_oob_hs_close(hs);
+}
+
+/* A free slot, else the oldest connection without a hello, else the oldest without a proof. */
+static shoal_oob_hs_t *shoal_oob_acceptor_slot(shoal_oob_acceptor_t *acc)
+{
+    shoal_oob_hs_t *victim = NULL;
+    for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
+        if (acc->slots[i].state == SHOAL_OOB_HS_FREE) {
+            return &acc->slots[i];
+        }
+    }
+    for (int tier = 0; tier < 2 && victim == NULL; tier++) {
+        for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
+            shoal_oob_hs_t *hs = &acc->slots[i];
+            int ok = tier == 0 ? hs->state == SHOAL_OOB_HS_HELLO
+                               : hs->state != SHOAL_OOB_HS_ACK;
+            if (ok && (victim == NULL || hs->start_ns < victim->start_ns)) {
+                victim = hs;
+            }
+        }
+    }
+    if (victim != NULL) {
+        shoal_oob_hs_refuse(acc, victim, "evicted: every handshake slot is taken and it has "
+                            "not proved the job secret");
+    }
+    return victim;
+}
+
+static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t slen = sizeof(ss);
+        shoal_oob_hs_t *hs;
+        int one = 1;
+        int fd = accept4(acc->lfd, (struct sockaddr *)&ss, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                shoal_warn(IB, "accept(fd %d) failed: %s", acc->lfd, strerror(errno));
+            }
+            return;
+        }
+        if (!shoal_tenant_breaker_admit((struct sockaddr *)&ss)) {
+            close(fd); /* logged by the breaker, once a minute */
+            continue;
+        }
+        hs = shoal_oob_acceptor_slot(acc);
+        if (hs == NULL) {
+            close(fd);
+            continue;
+        }
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        memset(hs, 0, sizeof(*hs));
+        hs->fd = fd;
+        hs->state = SHOAL_OOB_HS_HELLO;
+        hs->len = SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES;
+        memcpy(&hs->src, &ss, sizeof(ss));
+        hs->start_ns = shoal_time_ns();
+        hs->deadline_ns = hs->start_ns + acc->hello_ns;
+    }
+}
+
+/* Moves the slot's buffer. 1 complete, 0 would block, -1 closed or failed. */
+static int shoal_oob_hs_io(shoal_oob_hs_t *hs)
+{
+    int sending = hs->state == SHOAL_OOB_HS_NONCE || hs->state == SHOAL_OOB_HS_ACK;
+    while (hs->off < hs->len) {
+        ssize_t r = sending ? send(hs->fd, hs->buf + hs->off, hs->len - hs->off,
+                                   MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(hs->fd, hs->buf + hs->off, hs->len - hs->off, MSG_DONTWAIT);
+        if (r > 0) {
+            hs->off += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else {
+            return -1;
+        }
+    }
+    return 1;
+}
+
+static void shoal_oob_hs_next(shoal_oob_hs_t *hs, int state, size_t len)
+{
+    hs->state = state;
+    hs->off = 0;
+    hs->len = len;
+}
+
+/* One completed transfer of hs. 1 when the connector is authenticated. */
+static int shoal_oob_hs_step(shoal_oob_acceptor_t *acc, shoal_oob_hs_t *hs)
+{
+    char why[160];
+    uint8_t want[SHOAL_HMAC_BYTES];
+
+    switch (hs->state) {
+    case SHOAL_OOB_HS_HELLO:
+        if (!shoal_oob_hello_ok(&acc->auth, hs->buf, acc->expect, acc->arg, &hs->from, why,
+                                sizeof(why))) {
+            shoal_oob_hs_refuse(acc, hs, why);
+            return 0;
+        }
+        memcpy(hs->nc, hs->buf + SHOAL_OOB_HELLO_BYTES, SHOAL_OOB_NONCE_BYTES);
+        if (shoal_random_bytes(hs->na, sizeof(hs->na)) != SHOAL_OK) {
+            shoal_oob_hs_refuse(acc, hs, "no random bytes for a nonce");
+            return 0;
+        }
+        memcpy(hs->buf, hs->na, sizeof(hs->na));
+        hs->deadline_ns = hs->start_ns + SHOAL_OOB_HANDSHAKE_MS * 1000000ull;
+        shoal_oob_hs_next(hs, SHOAL_OOB_HS_NONCE, SHOAL_OOB_NONCE_BYTES);
+        return 0;
+    case SHOAL_OOB_HS_NONCE:
+        shoal_oob_hs_next(hs, SHOAL_OOB_HS_PROOF, SHOAL_HMAC_BYTES);
+        return 0;
+    case SHOAL_OOB_HS_PROOF:
+        /* Verify first, then prove. */
+        if (shoal_oob_proof(&acc->auth, "-con", hs->nc, hs->na, hs->from, acc->auth.self,
+                            want) != SHOAL_OK ||
+            !shoal_memeq_ct(want, hs->buf, SHOAL_HMAC_BYTES)) {
+            snprintf(why, sizeof(why), "rank %u failed to prove the job secret", hs->from);
+            shoal_oob_hs_refuse(acc, hs, why);
+            return 0;
+        }
+        if (shoal_oob_proof(&acc->auth, "-acc", hs->nc, hs->na, hs->from, acc->auth.self,
+                            hs->buf) != SHOAL_OK) {
+            shoal_oob_hs_refuse(acc, hs, "HMAC failed");
+            return 0;
+        }
+        shoal_oob_hs_next(hs, SHOAL_OOB_HS_ACK, SHOAL_HMAC_BYTES);
+        return 0;
+    case SHOAL_OOB_HS_ACK:
+        if (!acc->expect(acc->arg, hs->from)) {
+            snprintf(why, sizeof(why), "rank %u is already connected", hs->from);
+            shoal_oob_hs_refuse(acc, hs, why);
+            return 0;
+        }
+        shoal_tenant_breaker_note_ok((struct sockaddr *)&hs->src);
+        return 1;
+    }
+    return 0;
+}
+
+/* Drives hs as far as it goes now. 1 when authenticated. */
+static int shoal_oob_hs_drive(shoal_oob_acceptor_t *acc, shoal_oob_hs_t *hs, uint64_t now)
+{
+    while (hs->state != SHOAL_OOB_HS_FREE) {
+        int r = shoal_oob_hs_io(hs);
+        if (r < 0) {
+            shoal_oob_hs_refuse(acc, hs, "connection closed during the handshake");
+            return 0;
+        }
+        if (r == 0) {
+            if (now >= hs->deadline_ns) {
+                shoal_oob_hs_refuse(acc, hs, hs->state == SHOAL_OOB_HS_HELLO
+                                                 ? "no hello in time"
+                                                 : "handshake not finished in time");
+            }
+            return 0;
+        }
+        if (shoal_oob_hs_step(acc, hs)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadline_ns,
+                                       uint32_t *peer_p, int *fd_p)
+{
+    for (;;) {
+        struct pollfd p[SHOAL_OOB_SLOTS + 1];
+        int n = 0;
+        uint64_t now = shoal_time_ns();
+
+        shoal_oob_acceptor_accept(acc);
+        for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
+            shoal_oob_hs_t *hs = &acc->slots[i];
+            if (hs->state != SHOAL_OOB_HS_FREE && shoal_oob_hs_drive(acc, hs, now)) {
+                *peer_p = hs->from;
+                *fd_p = hs->fd;
+                hs->fd = -1;
+                hs->state = SHOAL_OOB_HS_FREE;
+                return SHOAL_OK;
+            }
+        }
+        if (acc->auth.abort_flag != NULL && *acc->auth.abort_flag != 0) {
+            return SHOAL_ERR_ABORTED;
+        }
+        if (shoal_deadline_passed(deadline_ns)) {
+            return SHOAL_ERR_TIMEOUT;
+        }
+        p[n++] = (struct pollfd){.fd = acc->lfd, .events = POLLIN};
+        for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
+            shoal_oob_hs_t *hs = &acc->slots[i];
+            if (hs->state != SHOAL_OOB_HS_FREE) {
+                int out = hs->state == SHOAL_OOB_HS_NONCE || hs->state == SHOAL_OOB_HS_ACK;
+                p[n++] = (struct pollfd){.fd = hs->fd, .events = out ? POLLOUT : POLLIN};
+            }
+        }
+        if (poll(p, (nfds_t)n, shoal_deadline_left_ms(deadline_ns, SHOAL_OOB_SLICE_MS)) < 0 &&
+            errno != EINTR) {
+            shoal_error(IB, "poll() of %d out-of-band sockets failed: %s", n, strerror(errno));
+            return SHOAL_ERR_SYSTEM;
+        }
+    }
 }

@@ -2,11 +2,19 @@
  * (ib: queue pair numbers). Listener on a chosen interface (NCCL's SOCKET_IFNAME syntax),
  * blocking-with-deadline connect/accept/transfer that watch an abort flag, and a mutual
  * HMAC-SHA256 challenge-response over the job secret, the same idea as the tcp transport's
- * handshake (transports/tcp/tcp_conn.c), in a reusable, sequential form:
+ * handshake (transports/tcp/tcp_conn.c):
  *   connector -> hello (magic, version, comm_id, from, to) + nonce_c (32 bytes)
- *   acceptor  -> nonce_a + HMAC(secret, label "-acc" | comm | nonce_c | nonce_a | from | to)
+ *   acceptor  -> nonce_a
  *   connector -> HMAC(secret, label "-con" | comm | nonce_c | nonce_a | from | to)
- * Each side proves the secret over both nonces, so neither proof can be replayed or reflected.
+ *   acceptor  -> HMAC(secret, label "-acc" | comm | nonce_c | nonce_a | from | to), only once
+ *                the connector's proof checked out: verify first, then prove.
+ * Each side proves the secret over both nonces, so neither proof can be replayed or reflected,
+ * and a stranger never obtains a proof of the acceptor's.
+ * The acceptor (shoal_oob_acceptor_*) serves several handshakes at once: a new connection must
+ * send its hello within SHOAL_SOCKET_HELLO_TIMEOUT and finish within 5 s; when its slots are
+ * full the oldest unauthenticated connection is closed; the circuit breaker
+ * (src/tenant/breaker.h) refuses sources that keep failing. shoal_oob_connect_auth reconnects
+ * when it is closed early (evicted).
  */
 #ifndef SHOAL_OOB_H
 #define SHOAL_OOB_H
@@ -62,5 +70,28 @@ SHOAL_HIDDEN shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t
                                                   int (*expect)(void *arg, uint32_t rank),
                                                   void *arg, uint32_t *peer_p,
                                                   uint64_t deadline_ns, char *why, size_t len);
+
+/* connect + handshake; reconnects (within the deadline) when the acceptor closes the
+ * connection before the handshake finished; SHOAL_ERR_AUTH after SHOAL_OOB_AUTH_TRIES closes
+ * right after our proof, or when the acceptor's proof is wrong. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_connect_auth(const shoal_oob_addr_t *addr,
+                                                   const shoal_oob_auth_t *a, uint32_t peer,
+                                                   uint64_t deadline_ns, int *fd_p);
+
+/* The concurrent acceptor on a listening socket lfd (not owned). a is copied; a->secret must
+ * outlive it. */
+typedef struct shoal_oob_acceptor shoal_oob_acceptor_t;
+SHOAL_HIDDEN shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_auth_t *a,
+                                                      int (*expect)(void *arg, uint32_t rank),
+                                                      void *arg, shoal_oob_acceptor_t **acc_p);
+/* A peer is expected from this address: the circuit breaker never refuses it (until destroy). */
+SHOAL_HIDDEN void shoal_oob_acceptor_trust(shoal_oob_acceptor_t *acc,
+                                           const shoal_oob_addr_t *addr);
+/* The next authenticated connection (expect() said yes at the hello and again at the end):
+ * its fd (non-blocking, now the caller's) and rank. TIMEOUT, ABORTED or SYSTEM. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc,
+                                                    uint64_t deadline_ns, uint32_t *peer_p,
+                                                    int *fd_p);
+SHOAL_HIDDEN void shoal_oob_acceptor_destroy(shoal_oob_acceptor_t *acc);
 
 #endif

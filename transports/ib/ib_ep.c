@@ -22,8 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SHOAL_IB_STRANGER_MS 5000  /* a stranger on the oob listener gets this long */
-
 /* ---- failure ------------------------------------------------------------------------------- */
 
 static void shoal_ib_req_complete(shoal_tl_req_t *req, shoal_status_t status, const char *why)
@@ -755,11 +753,8 @@ static shoal_status_t shoal_ib_connect_one(shoal_ep_t *ep, const shoal_oob_auth_
                                            uint64_t deadline)
 {
     char name[SHOAL_OOB_NAME_MAX];
-    shoal_status_t st = shoal_oob_connect(&ep->raddr.oob, deadline, auth->abort_flag,
-                                          &ep->oob_fd);
-    if (st == SHOAL_OK) {
-        st = shoal_oob_auth_connect(ep->oob_fd, auth, (uint32_t)ep->peer, deadline);
-    }
+    shoal_status_t st = shoal_oob_connect_auth(&ep->raddr.oob, auth, (uint32_t)ep->peer,
+                                               deadline, &ep->oob_fd);
     if (st == SHOAL_OK) {
         st = shoal_ib_pair_exchange(ep, deadline);
     }
@@ -772,16 +767,13 @@ static shoal_status_t shoal_ib_connect_one(shoal_ep_t *ep, const shoal_oob_auth_
     return st;
 }
 
-/* Accepts until every higher peer is connected; strangers are refused and forgotten. */
-static shoal_status_t shoal_ib_accept_all(shoal_tl_ctx_t *ctx, const shoal_oob_auth_t *auth,
-                                          int nhigher, uint64_t deadline)
+static shoal_status_t shoal_ib_accept_loop(shoal_tl_ctx_t *ctx, shoal_oob_acceptor_t *acc,
+                                           int nhigher, uint64_t deadline)
 {
     while (nhigher > 0) {
         int fd, i;
         uint32_t peer;
-        char why[160] = "";
-        uint64_t dl = SHOAL_MIN(deadline, shoal_time_ns() + SHOAL_IB_STRANGER_MS * 1000000ull);
-        shoal_status_t st = shoal_oob_accept(ctx->listen_fd, deadline, ctx->abort_flag, &fd);
+        shoal_status_t st = shoal_oob_acceptor_next(acc, deadline, &peer, &fd);
         if (st == SHOAL_ERR_TIMEOUT) {
             for (int k = 0, logged = 0; k < ctx->neps && logged < 4; k++) {
                 if (ctx->eps[k].peer > ctx->rank && ctx->eps[k].oob_fd < 0) {
@@ -793,16 +785,6 @@ static shoal_status_t shoal_ib_accept_all(shoal_tl_ctx_t *ctx, const shoal_oob_a
         }
         if (st != SHOAL_OK) {
             return st;
-        }
-        st = shoal_oob_auth_accept(fd, auth, shoal_ib_expect, ctx, &peer, dl, why, sizeof(why));
-        if (st != SHOAL_OK) {
-            close(fd);
-            if (st == SHOAL_ERR_ABORTED) {
-                return st;
-            }
-            shoal_error(IB, "rank %d: refused an out-of-band connection: %s", ctx->rank,
-                        why[0] != '\0' ? why : shoal_strerror(st));
-            continue;
         }
         i = shoal_ib_find_ep(ctx, peer);
         ctx->eps[i].oob_fd = fd;
@@ -817,6 +799,28 @@ static shoal_status_t shoal_ib_accept_all(shoal_tl_ctx_t *ctx, const shoal_oob_a
         nhigher--;
     }
     return SHOAL_OK;
+}
+
+/* Accepts until every higher peer is connected; strangers are refused and forgotten (the
+ * acceptor serves several handshakes at once, see transports/common/oob.h). */
+static shoal_status_t shoal_ib_accept_all(shoal_tl_ctx_t *ctx, const shoal_oob_auth_t *auth,
+                                          int nhigher, uint64_t deadline)
+{
+    shoal_oob_acceptor_t *acc;
+    shoal_status_t st = nhigher > 0 ? shoal_oob_acceptor_create(ctx->listen_fd, auth,
+                                                                 shoal_ib_expect, ctx, &acc)
+                                    : SHOAL_OK;
+    if (st != SHOAL_OK || nhigher == 0) {
+        return st;
+    }
+    for (int k = 0; k < ctx->neps; k++) {
+        if (ctx->eps[k].peer > ctx->rank) {
+            shoal_oob_acceptor_trust(acc, &ctx->eps[k].raddr.oob);
+        }
+    }
+    st = shoal_ib_accept_loop(ctx, acc, nhigher, deadline);
+    shoal_oob_acceptor_destroy(acc);
+    return st;
 }
 
 static shoal_status_t shoal_ib_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, int npeers,

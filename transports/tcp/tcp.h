@@ -12,9 +12,10 @@
 #define SHOAL_TCP_MAX_SOCKS 16
 #define SHOAL_TCP_ADDR_MAGIC 0x50435453u   /* "STCP" */
 #define SHOAL_TCP_HELLO_MAGIC 0x4f4c4548u  /* "HELO" */
-#define SHOAL_TCP_HELLO_VERSION 1
-#define SHOAL_TCP_HELLO_BYTES 24
-#define SHOAL_TCP_CHALLENGE_BYTES 32
+#define SHOAL_TCP_HELLO_VERSION 2
+#define SHOAL_TCP_NONCE_BYTES 32
+#define SHOAL_TCP_HELLO_BYTES (24 + SHOAL_TCP_NONCE_BYTES)
+#define SHOAL_TCP_CHALLENGE_BYTES SHOAL_TCP_NONCE_BYTES
 #define SHOAL_TCP_NAME_MAX 64              /* "[ipv6]:port" */
 
 /* ---- config (tcp_config.c) ------------------------------------------------------------ */
@@ -32,6 +33,7 @@ typedef struct {
     size_t min_split;      /* SHOAL_TCP_MIN_SPLIT */
     size_t sndbuf;         /* SHOAL_TCP_SNDBUF, 0 = kernel default */
     size_t rcvbuf;         /* SHOAL_TCP_RCVBUF, 0 = kernel default */
+    int hello_timeout_ms;  /* SHOAL_SOCKET_HELLO_TIMEOUT: a new connection's hello deadline */
 } shoal_tcp_config_t;
 
 extern SHOAL_HIDDEN shoal_tcp_config_t shoal_tcp_config;
@@ -60,7 +62,18 @@ typedef struct {
     uint32_t rank;         /* connector's rank */
     uint32_t sock_idx;
     uint32_t nsocks;       /* sockets the connector opens to this peer */
+    uint8_t nonce[SHOAL_TCP_NONCE_BYTES]; /* the connector's fresh nonce */
 } shoal_tcp_hello_t;
+
+/* What both proofs of a socket's handshake cover: each side's fresh nonce and everything the
+ * socket is for, so that no proof is valid for another run, pair, socket or direction. */
+typedef struct {
+    uint32_t comm_id;
+    const uint8_t *nonce_c;  /* connector's, from its hello */
+    const uint8_t *nonce_a;  /* acceptor's challenge */
+    uint32_t from, to;       /* connector's and acceptor's ranks */
+    uint32_t sock_idx, nsocks;
+} shoal_tcp_transcript_t;
 
 SHOAL_HIDDEN void shoal_tcp_addr_encode(const shoal_tcp_addr_t *a, uint8_t *out);
 SHOAL_HIDDEN int shoal_tcp_addr_decode(const void *in, size_t len, shoal_tcp_addr_t *a);
@@ -71,11 +84,11 @@ SHOAL_HIDDEN void shoal_tcp_hello_encode(const shoal_tcp_hello_t *h,
                                          uint8_t out[SHOAL_TCP_HELLO_BYTES]);
 SHOAL_HIDDEN void shoal_tcp_hello_decode(const uint8_t in[SHOAL_TCP_HELLO_BYTES],
                                          shoal_tcp_hello_t *h);
-/* HMAC-SHA256(secret, label | comm_id | challenge | from | to | sock_idx). label is
- * "shoal-tcp" for the connector's proof and "shoal-tcp-ack" for the acceptor's answer. */
+/* HMAC-SHA256(secret, label | 0 | comm_id | nonce_c | nonce_a | from | to | sock_idx |
+ * nsocks). label (the direction) is "shoal-tcp" for the connector's proof and
+ * "shoal-tcp-ack" for the acceptor's answer. */
 SHOAL_HIDDEN shoal_status_t shoal_tcp_proof(const uint8_t *secret, const char *label,
-                                            uint32_t comm_id, const uint8_t *challenge,
-                                            uint32_t from, uint32_t to, uint32_t sock_idx,
+                                            const shoal_tcp_transcript_t *t,
                                             uint8_t out[SHOAL_HMAC_BYTES]);
 
 /* ---- objects ----------------------------------------------------------------------------- */

@@ -7,6 +7,7 @@ shoal_tcp_config_t shoal_tcp_config = {
     .family = SHOAL_TCP_FAMILY_ANY,
     .nsocks = 2,
     .min_split = 256 * 1024,
+    .hello_timeout_ms = 3000,
 };
 
 static const char *const shoal_tcp_family_names[] = {
@@ -63,6 +64,17 @@ static const shoal_cfg_field_t shoal_tcp_cfg_fields[] = {
         .doc = "SO_RCVBUF of tcp data sockets; 0 keeps the kernel default (autotuning)",
         .offset = offsetof(shoal_tcp_config_t, rcvbuf),
         .type = SHOAL_CFG_SIZE,
+    },
+    {
+        .name = "SOCKET_HELLO_TIMEOUT",
+        .dflt = "3s",
+        .doc = "a connection to a tcp transport listener (or the ib out-of-band listener) must "
+               "send its hello within this time, else it is closed (a connector that is closed "
+               "early reconnects); the rest of the handshake is bounded by the communicator "
+               "timeout (ib: 5 s). When every handshake slot is taken, the oldest connection "
+               "that has not proved the job secret is closed",
+        .offset = offsetof(shoal_tcp_config_t, hello_timeout_ms),
+        .type = SHOAL_CFG_TIME,
     },
 };
 

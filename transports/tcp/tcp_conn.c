@@ -1,12 +1,21 @@
 /* TCP transport: connect_all. Lower ranks accept, higher ranks connect, nsocks sockets per
- * pair. Every socket runs a challenge-response handshake:
- *   connector -> hello (magic, version, length, comm_id, rank, socket index, nsocks)
- *   acceptor  -> 32 random bytes (challenge)
- *   connector -> HMAC(secret, "shoal-tcp" | comm_id | challenge | from | to | index)
- *   acceptor  -> HMAC(secret, "shoal-tcp-ack" | ...) so that the connector knows it too.
+ * pair. Every socket runs a mutual challenge-response handshake in which both sides
+ * contribute a fresh nonce, so that no recorded handshake replays against a later run:
+ *   connector -> hello (magic, version, length, comm_id, rank, socket index, nsocks, nonce_c)
+ *   acceptor  -> nonce_a (32 random bytes)
+ *   connector -> HMAC(secret, "shoal-tcp" | transcript)
+ *   acceptor  -> HMAC(secret, "shoal-tcp-ack" | transcript), only once the connector's proof
+ *                checked out (a stranger never obtains a proof of ours);
+ * transcript = comm_id | nonce_c | nonce_a | from | to | socket index | nsocks. The connector
+ * checks the acceptor's proof before the socket carries data.
  * All non-blocking connects and accepted sockets are driven together by one epoll loop, so no
- * rank waits for another to reach a particular point. Strangers are refused and forgotten. */
+ * rank waits for another to reach a particular point. Strangers are refused and forgotten:
+ * an accepted connection must send its hello within SHOAL_SOCKET_HELLO_TIMEOUT and finish the
+ * handshake within the communicator timeout; when every slot is taken, the oldest connection
+ * that has not proved anything is closed (connectors reconnect when closed early); sources
+ * that keep failing are refused by the circuit breaker (src/tenant/breaker.c). */
 #include "transports/tcp/tcp.h"
+#include "tenant/breaker.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,7 +27,8 @@
 #define SHOAL_TCP_SPARE_SLOTS 64     /* room for strangers next to the expected sockets */
 #define SHOAL_TCP_LOOP_MS 10         /* the abort flag is looked at this often */
 #define SHOAL_TCP_RETRY_MS 20        /* first pause before connecting again after a refusal */
-#define SHOAL_TCP_READ_DEFAULT_MS 30000 /* per-read handshake deadline when timeout_ms < 0 */
+#define SHOAL_TCP_READ_DEFAULT_MS 30000 /* handshake deadline when timeout_ms < 0 */
+#define SHOAL_TCP_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
 
 typedef enum {
     SHOAL_TCP_HS_FREE = 0,
@@ -41,10 +51,15 @@ typedef struct {
     int sock_idx;
     size_t off, len;             /* transfer within buf */
     uint8_t buf[64];
-    uint8_t chal[SHOAL_TCP_CHALLENGE_BYTES];
-    uint64_t time_ns;            /* acceptor: read deadline; RETRY: when to connect */
+    uint8_t nc[SHOAL_TCP_NONCE_BYTES]; /* connector's nonce */
+    uint8_t na[SHOAL_TCP_NONCE_BYTES]; /* acceptor's nonce (the challenge) */
+    uint64_t time_ns;            /* acceptor: deadline; RETRY: when to connect */
+    uint64_t start_ns;           /* acceptor: when accepted (the oldest is evicted first) */
     int retries;
+    int early_closes;            /* connector: closed by the acceptor before its proof */
+    int auth_closes;             /* connector: closed by the acceptor right after our proof */
     char from[SHOAL_TCP_NAME_MAX]; /* acceptor: the remote address */
+    struct sockaddr_storage src; /* acceptor: the remote address, for the circuit breaker */
 } shoal_tcp_hs_t;
 
 typedef struct {
@@ -52,7 +67,8 @@ typedef struct {
     shoal_tcp_hs_t *slots;
     int nslots;
     int nneeded, nestablished;
-    uint64_t read_ns;            /* per-read deadline of accepted sockets */
+    uint64_t read_ns;            /* whole-handshake deadline of accepted sockets */
+    uint64_t hello_ns;           /* hello deadline of accepted sockets */
     shoal_status_t status;       /* first fatal error */
 } shoal_tcp_conn_t;
 
@@ -78,7 +94,8 @@ static void shoal_tcp_hs_free(shoal_tcp_hs_t *hs)
     hs->state = SHOAL_TCP_HS_FREE;
 }
 
-/* Acceptor side: refuse, log, forget. */
+/* Acceptor side: refuse, count against the source, log (in full once per source per
+ * minute, so that a flood does not flood the log), forget. */
 static void shoal_tcp_hs_refuse(shoal_tcp_hs_t *hs, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void shoal_tcp_hs_refuse(shoal_tcp_hs_t *hs, const char *fmt, ...)
@@ -88,7 +105,11 @@ static void shoal_tcp_hs_refuse(shoal_tcp_hs_t *hs, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    shoal_error(TCP, "refused connection from %s: %s", hs->from, why);
+    if (shoal_tenant_breaker_note_fail((struct sockaddr *)&hs->src)) {
+        shoal_error(TCP, "refused connection from %s: %s", hs->from, why);
+    } else {
+        shoal_trace(TCP, "refused connection from %s: %s", hs->from, why);
+    }
     shoal_tcp_hs_free(hs);
 }
 
@@ -173,6 +194,14 @@ static void shoal_tcp_hs_retry(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int e
                              ep->peer, ep->name, strerror(err));
         return;
     }
+    /* Its listener was there (we learnt its address after it listened) and answered us: a
+     * refusal now means it has closed, its process is gone or has failed its init. */
+    if (err == ECONNREFUSED && hs->early_closes + hs->auth_closes > 0) {
+        shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s) closed our handshake "
+                             "on socket %d and no longer listens", ep->peer, ep->name,
+                             hs->sock_idx);
+        return;
+    }
     shoal_trace(TCP, "connect to peer %d (%s): %s, retrying", ep->peer, ep->name,
                 strerror(err));
     if (hs->fd >= 0) {
@@ -188,6 +217,10 @@ static void shoal_tcp_hs_retry(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int e
 static void shoal_tcp_hs_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    if (shoal_random_bytes(hs->nc, sizeof(hs->nc)) != SHOAL_OK) {
+        conn->status = SHOAL_ERR_SYSTEM;
+        return;
+    }
     shoal_tcp_hello_t h = {
         .magic = SHOAL_TCP_HELLO_MAGIC,
         .version = SHOAL_TCP_HELLO_VERSION,
@@ -197,6 +230,7 @@ static void shoal_tcp_hs_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
         .sock_idx = (uint32_t)hs->sock_idx,
         .nsocks = (uint32_t)ep->nsocks,
     };
+    memcpy(h.nonce, hs->nc, sizeof(h.nonce));
     shoal_tcp_hello_encode(&h, hs->buf);
     shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_HELLO, SHOAL_TCP_HELLO_BYTES);
 }
@@ -251,10 +285,28 @@ static void shoal_tcp_hs_connecting(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
     }
 }
 
+/* The transcript of hs: the connector's rank first. */
+static shoal_tcp_transcript_t shoal_tcp_hs_transcript(shoal_tcp_conn_t *conn,
+                                                      shoal_tcp_hs_t *hs, int connector)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    return (shoal_tcp_transcript_t){
+        .comm_id = ctx->comm_id,
+        .nonce_c = hs->nc,
+        .nonce_a = hs->na,
+        .from = (uint32_t)(connector ? ctx->rank : ep->peer),
+        .to = (uint32_t)(connector ? ep->peer : ctx->rank),
+        .sock_idx = (uint32_t)hs->sock_idx,
+        .nsocks = (uint32_t)ep->nsocks,
+    };
+}
+
 static void shoal_tcp_hs_connector_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
     shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    shoal_tcp_transcript_t t = shoal_tcp_hs_transcript(conn, hs, 1);
     uint8_t want[SHOAL_HMAC_BYTES];
 
     switch (hs->state) {
@@ -262,10 +314,8 @@ static void shoal_tcp_hs_connector_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *
         shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_CHAL, SHOAL_TCP_CHALLENGE_BYTES);
         break;
     case SHOAL_TCP_HS_C_CHAL:
-        memcpy(hs->chal, hs->buf, SHOAL_TCP_CHALLENGE_BYTES);
-        if (shoal_tcp_proof(ctx->secret, "shoal-tcp", ctx->comm_id, hs->chal,
-                            (uint32_t)ctx->rank, (uint32_t)ep->peer, (uint32_t)hs->sock_idx,
-                            hs->buf) != SHOAL_OK) {
+        memcpy(hs->na, hs->buf, SHOAL_TCP_NONCE_BYTES);
+        if (shoal_tcp_proof(ctx->secret, "shoal-tcp", &t, hs->buf) != SHOAL_OK) {
             conn->status = SHOAL_ERR_INTERNAL;
             break;
         }
@@ -275,9 +325,7 @@ static void shoal_tcp_hs_connector_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *
         shoal_tcp_hs_next(hs, SHOAL_TCP_HS_C_ACK, SHOAL_HMAC_BYTES);
         break;
     case SHOAL_TCP_HS_C_ACK:
-        if (shoal_tcp_proof(ctx->secret, "shoal-tcp-ack", ctx->comm_id, hs->chal,
-                            (uint32_t)ctx->rank, (uint32_t)ep->peer, (uint32_t)hs->sock_idx,
-                            want) != SHOAL_OK) {
+        if (shoal_tcp_proof(ctx->secret, "shoal-tcp-ack", &t, want) != SHOAL_OK) {
             conn->status = SHOAL_ERR_INTERNAL;
             break;
         }
@@ -325,11 +373,14 @@ static void shoal_tcp_hs_got_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
         return;
     }
     hs->sock_idx = (int)h.sock_idx;
-    if (shoal_random_bytes(hs->chal, sizeof(hs->chal)) != SHOAL_OK) {
+    memcpy(hs->nc, h.nonce, sizeof(hs->nc));
+    if (shoal_random_bytes(hs->na, sizeof(hs->na)) != SHOAL_OK) {
         conn->status = SHOAL_ERR_SYSTEM;
         return;
     }
-    memcpy(hs->buf, hs->chal, sizeof(hs->chal));
+    memcpy(hs->buf, hs->na, sizeof(hs->na));
+    /* A hello that checks out: the rest of the handshake gets the communicator timeout. */
+    hs->time_ns = hs->start_ns + conn->read_ns;
     shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_CHAL, SHOAL_TCP_CHALLENGE_BYTES);
 }
 
@@ -337,10 +388,11 @@ static void shoal_tcp_hs_got_proof(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
     shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    shoal_tcp_transcript_t t = shoal_tcp_hs_transcript(conn, hs, 0);
     uint8_t want[SHOAL_HMAC_BYTES];
 
-    if (shoal_tcp_proof(ctx->secret, "shoal-tcp", ctx->comm_id, hs->chal, (uint32_t)ep->peer,
-                        (uint32_t)ctx->rank, (uint32_t)hs->sock_idx, want) != SHOAL_OK) {
+    /* Verify first, then prove: our proof goes only to a connector that proved itself. */
+    if (shoal_tcp_proof(ctx->secret, "shoal-tcp", &t, want) != SHOAL_OK) {
         conn->status = SHOAL_ERR_INTERNAL;
         return;
     }
@@ -349,9 +401,7 @@ static void shoal_tcp_hs_got_proof(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
                             ep->peer, hs->sock_idx);
         return;
     }
-    if (shoal_tcp_proof(ctx->secret, "shoal-tcp-ack", ctx->comm_id, hs->chal,
-                        (uint32_t)ep->peer, (uint32_t)ctx->rank, (uint32_t)hs->sock_idx,
-                        hs->buf) != SHOAL_OK) {
+    if (shoal_tcp_proof(ctx->secret, "shoal-tcp-ack", &t, hs->buf) != SHOAL_OK) {
         conn->status = SHOAL_ERR_INTERNAL;
         return;
     }
@@ -360,7 +410,6 @@ static void shoal_tcp_hs_got_proof(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 
 static void shoal_tcp_hs_acceptor_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
-    hs->time_ns = shoal_time_ns() + conn->read_ns;
     switch (hs->state) {
     case SHOAL_TCP_HS_A_HELLO:
         shoal_tcp_hs_got_hello(conn, hs);
@@ -377,9 +426,45 @@ static void shoal_tcp_hs_acceptor_step(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *h
                                 shoal_tcp_conn_ep(conn, hs)->peer);
             break;
         }
+        shoal_tenant_breaker_note_ok((struct sockaddr *)&hs->src);
         shoal_tcp_hs_establish(conn, hs);
         break;
     }
+}
+
+/* All slots taken: the oldest accepted connection that has not sent a hello, else the oldest
+ * that has not proved the secret (only one that knows the communicator gets that far) makes
+ * room. A real connector that was closed early reconnects. NULL if none qualifies. */
+static shoal_tcp_hs_t *shoal_tcp_conn_evict(shoal_tcp_conn_t *conn)
+{
+    shoal_tcp_hs_t *victim = NULL;
+    for (int tier = 0; tier < 2 && victim == NULL; tier++) {
+        for (int i = 0; i < conn->nslots; i++) {
+            shoal_tcp_hs_t *hs = &conn->slots[i];
+            int ok = tier == 0 ? hs->state == SHOAL_TCP_HS_A_HELLO
+                               : hs->state == SHOAL_TCP_HS_A_CHAL ||
+                                     hs->state == SHOAL_TCP_HS_A_PROOF;
+            if (ok && (victim == NULL || hs->start_ns < victim->start_ns)) {
+                victim = hs;
+            }
+        }
+    }
+    if (victim != NULL) {
+        shoal_tcp_hs_refuse(victim, "evicted: every handshake slot is taken and it has not "
+                            "%s", victim->state == SHOAL_TCP_HS_A_HELLO
+                                      ? "sent its hello" : "proved the job secret");
+    }
+    return victim;
+}
+
+static shoal_tcp_hs_t *shoal_tcp_conn_slot(shoal_tcp_conn_t *conn)
+{
+    for (int i = 0; i < conn->nslots; i++) {
+        if (conn->slots[i].state == SHOAL_TCP_HS_FREE) {
+            return &conn->slots[i];
+        }
+    }
+    return shoal_tcp_conn_evict(conn);
 }
 
 static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
@@ -401,13 +486,12 @@ static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
             }
             return;
         }
-        shoal_tcp_sockaddr_str((struct sockaddr *)&ss, from, sizeof(from));
-        shoal_tcp_hs_t *hs = NULL;
-        for (int i = 0; i < conn->nslots && hs == NULL; i++) {
-            if (conn->slots[i].state == SHOAL_TCP_HS_FREE) {
-                hs = &conn->slots[i];
-            }
+        if (!shoal_tenant_breaker_admit((struct sockaddr *)&ss)) {
+            close(fd); /* logged by the breaker, once a minute */
+            continue;
         }
+        shoal_tcp_sockaddr_str((struct sockaddr *)&ss, from, sizeof(from));
+        shoal_tcp_hs_t *hs = shoal_tcp_conn_slot(conn);
         if (hs == NULL || shoal_tcp_socket_setopts(ctx, fd, 1) != SHOAL_OK ||
             shoal_tcp_epoll_add(ctx, fd) != SHOAL_OK) {
             shoal_error(TCP, "refused connection from %s: %s", from,
@@ -419,7 +503,9 @@ static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
         hs->fd = fd;
         hs->ep_idx = -1;
         snprintf(hs->from, sizeof(hs->from), "%s", from);
-        hs->time_ns = shoal_time_ns() + conn->read_ns;
+        memcpy(&hs->src, &ss, sizeof(ss));
+        hs->start_ns = shoal_time_ns();
+        hs->time_ns = hs->start_ns + conn->hello_ns;
         shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_HELLO, SHOAL_TCP_HELLO_BYTES);
     }
 }
@@ -450,6 +536,29 @@ static int shoal_tcp_hs_io(shoal_tcp_hs_t *hs)
     return 1;
 }
 
+/* The acceptor closed (or reset) the connection: before our proof, it may have evicted us
+ * (slots full of strangers) or timed us out: reconnect, within the communicator timeout. Right
+ * after our proof, it refused the proof, unless it evicted us at that moment: reconnect a few
+ * times, then conclude that the secrets differ. */
+static void shoal_tcp_hs_closed_early(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs,
+                                      const char *cause)
+{
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    if (hs->state == SHOAL_TCP_HS_C_ACK || hs->state == SHOAL_TCP_HS_C_PROOF) {
+        if (++hs->auth_closes >= SHOAL_TCP_AUTH_TRIES) {
+            shoal_tcp_conn_fatal(conn, SHOAL_ERR_AUTH, "peer %d (%s) refused our handshake on "
+                                 "socket %d %d times (%s): different job secret?", ep->peer,
+                                 ep->name, hs->sock_idx, hs->auth_closes, cause);
+            return;
+        }
+    } else {
+        hs->early_closes++;
+    }
+    shoal_info(TCP, "peer %d (%s): %s during the handshake on socket %d, reconnecting",
+               ep->peer, ep->name, cause, hs->sock_idx);
+    shoal_tcp_hs_retry(conn, hs, ECONNRESET);
+}
+
 static void shoal_tcp_hs_io_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int err)
 {
     const char *cause = err == 0 ? "connection closed" : strerror(err);
@@ -457,16 +566,13 @@ static void shoal_tcp_hs_io_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, i
         shoal_tcp_hs_refuse(hs, "%s during the handshake", cause);
         return;
     }
-    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
-    if (hs->state == SHOAL_TCP_HS_C_ACK || hs->state == SHOAL_TCP_HS_C_PROOF) {
-        shoal_tcp_conn_fatal(conn, SHOAL_ERR_AUTH, "peer %d (%s) refused our handshake on "
-                             "socket %d (%s): different job secret?", ep->peer, ep->name,
-                             hs->sock_idx, cause);
-    } else {
-        shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s): %s during the "
-                             "handshake on socket %d", ep->peer, ep->name, cause,
-                             hs->sock_idx);
+    if (err == 0 || err == ECONNRESET || err == EPIPE || err == ECONNABORTED) {
+        shoal_tcp_hs_closed_early(conn, hs, cause);
+        return;
     }
+    shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
+    shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s): %s during the "
+                         "handshake on socket %d", ep->peer, ep->name, cause, hs->sock_idx);
 }
 
 static void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint64_t now)
@@ -488,8 +594,12 @@ static void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint6
             if (r < 0) {
                 shoal_tcp_hs_io_failed(conn, hs, errno);
             } else if (r == 0) {
-                if (state >= SHOAL_TCP_HS_A_HELLO && now >= hs->time_ns) {
-                    shoal_tcp_hs_refuse(hs, "handshake read timed out");
+                if (state == SHOAL_TCP_HS_A_HELLO && now >= hs->time_ns) {
+                    shoal_tcp_hs_refuse(hs, "no hello within %llu ms",
+                                        (unsigned long long)(conn->hello_ns / 1000000ull));
+                } else if (state > SHOAL_TCP_HS_A_HELLO && now >= hs->time_ns) {
+                    shoal_tcp_hs_refuse(hs, "handshake not finished within %llu ms",
+                                        (unsigned long long)(conn->read_ns / 1000000ull));
                 }
                 return;
             } else if (state >= SHOAL_TCP_HS_A_HELLO) {
@@ -607,6 +717,22 @@ static void shoal_tcp_conn_start(shoal_tcp_conn_t *conn)
     }
 }
 
+/* The circuit breaker never refuses the addresses our peers published while we expect them
+ * (see src/tenant/breaker.h). */
+static void shoal_tcp_conn_trust(shoal_tl_ctx_t *ctx, int delta)
+{
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_tcp_addr_t a;
+        struct sockaddr_storage ss;
+        socklen_t slen;
+        if (ctx->eps[i].peer > ctx->rank &&
+            shoal_tcp_addr_decode(ctx->eps[i].addr_raw, SHOAL_TCP_ADDR_BYTES, &a) == 0) {
+            shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+            shoal_tenant_breaker_trust((struct sockaddr *)&ss, delta);
+        }
+    }
+}
+
 shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
                                      const void *const *addrs, const size_t *addr_lens,
                                      shoal_ep_t **eps_p)
@@ -626,6 +752,10 @@ shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
     conn.nslots = nconnect + 2 * naccept + SHOAL_TCP_SPARE_SLOTS;
     conn.read_ns = (uint64_t)(ctx->timeout_ms >= 0 ? ctx->timeout_ms
                                                    : SHOAL_TCP_READ_DEFAULT_MS) * 1000000ull;
+    conn.hello_ns = shoal_tcp_config.hello_timeout_ms >= 0
+                        ? SHOAL_MIN((uint64_t)shoal_tcp_config.hello_timeout_ms * 1000000ull,
+                                    conn.read_ns)
+                        : conn.read_ns;
     conn.slots = calloc((size_t)conn.nslots, sizeof(*conn.slots));
     if (conn.slots == NULL) {
         shoal_error(TCP, "out of memory allocating %d handshake slots", conn.nslots);
@@ -639,7 +769,9 @@ shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
         status = SHOAL_ERR_SYSTEM;
         goto err_slots;
     }
+    shoal_tcp_conn_trust(ctx, 1);
     status = shoal_tcp_conn_loop(&conn);
+    shoal_tcp_conn_trust(ctx, -1);
     (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ctx->listen_fd, NULL);
     if (status != SHOAL_OK) {
         goto err_slots;

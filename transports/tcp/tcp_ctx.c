@@ -96,6 +96,7 @@ void shoal_tcp_hello_encode(const shoal_tcp_hello_t *h, uint8_t out[SHOAL_TCP_HE
     shoal_put_le(out + 12, h->rank, 4);
     shoal_put_le(out + 16, h->sock_idx, 4);
     shoal_put_le(out + 20, h->nsocks, 4);
+    memcpy(out + 24, h->nonce, SHOAL_TCP_NONCE_BYTES);
 }
 
 void shoal_tcp_hello_decode(const uint8_t in[SHOAL_TCP_HELLO_BYTES], shoal_tcp_hello_t *h)
@@ -107,25 +108,29 @@ void shoal_tcp_hello_decode(const uint8_t in[SHOAL_TCP_HELLO_BYTES], shoal_tcp_h
     h->rank = (uint32_t)shoal_get_le(in + 12, 4);
     h->sock_idx = (uint32_t)shoal_get_le(in + 16, 4);
     h->nsocks = (uint32_t)shoal_get_le(in + 20, 4);
+    memcpy(h->nonce, in + 24, SHOAL_TCP_NONCE_BYTES);
 }
 
-shoal_status_t shoal_tcp_proof(const uint8_t *secret, const char *label, uint32_t comm_id,
-                               const uint8_t *challenge, uint32_t from, uint32_t to,
-                               uint32_t sock_idx, uint8_t out[SHOAL_HMAC_BYTES])
+shoal_status_t shoal_tcp_proof(const uint8_t *secret, const char *label,
+                               const shoal_tcp_transcript_t *t, uint8_t out[SHOAL_HMAC_BYTES])
 {
-    uint8_t msg[32 + 4 + SHOAL_TCP_CHALLENGE_BYTES + 12];
-    size_t llen = strlen(label);
+    uint8_t msg[32 + 1 + 4 + 2 * SHOAL_TCP_NONCE_BYTES + 16];
+    size_t llen = strnlen(label, 32);
     size_t off = llen;
 
     memcpy(msg, label, llen);
-    shoal_put_le(msg + off, comm_id, 4);
+    msg[off++] = 0; /* the label ends here: no label is a prefix of another's message */
+    shoal_put_le(msg + off, t->comm_id, 4);
     off += 4;
-    memcpy(msg + off, challenge, SHOAL_TCP_CHALLENGE_BYTES);
-    off += SHOAL_TCP_CHALLENGE_BYTES;
-    shoal_put_le(msg + off, from, 4);
-    shoal_put_le(msg + off + 4, to, 4);
-    shoal_put_le(msg + off + 8, sock_idx, 4);
-    off += 12;
+    memcpy(msg + off, t->nonce_c, SHOAL_TCP_NONCE_BYTES);
+    off += SHOAL_TCP_NONCE_BYTES;
+    memcpy(msg + off, t->nonce_a, SHOAL_TCP_NONCE_BYTES);
+    off += SHOAL_TCP_NONCE_BYTES;
+    shoal_put_le(msg + off, t->from, 4);
+    shoal_put_le(msg + off + 4, t->to, 4);
+    shoal_put_le(msg + off + 8, t->sock_idx, 4);
+    shoal_put_le(msg + off + 12, t->nsocks, 4);
+    off += 16;
     return shoal_hmac(secret, SHOAL_SECRET_BYTES, msg, off, out);
 }
 

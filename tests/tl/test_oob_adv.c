@@ -1,0 +1,328 @@
+/* The ib out-of-band handshake (transports/common/oob.c) under attack, over loopback (no RDMA
+ * device needed):
+ *  - verify first, then prove: a stranger who sends a valid hello gets the acceptor's nonce
+ *    and nothing else; the acceptor's proof only goes to a connector that proved itself;
+ *  - the connector's bytes of a real handshake, recorded, replayed to a later acceptor with
+ *    the same secret and communicator: refused;
+ *  - many silent strangers on the listener do not delay a real connector (they used to be
+ *    served one at a time, 5 s each), and a connector closed early reconnects. */
+#include "tenant/breaker.h"
+#include "tests/tap.h"
+#include "transports/common/oob.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const uint8_t secret[SHOAL_SECRET_BYTES] = "oob-adversarial-secret-32-bytes!";
+#define COMM 0x51ab0001u
+
+static shoal_oob_auth_t auth_of(uint32_t self)
+{
+    return (shoal_oob_auth_t){.secret = secret, .label = "shoal-ib", .comm_id = COMM,
+                              .self = self};
+}
+
+static int expect_3(void *arg, uint32_t r)
+{
+    (void)arg;
+    return r == 3;
+}
+
+static int raw_connect(const shoal_oob_addr_t *a)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(a->port)};
+    memcpy(&sin.sin_addr, a->ip, 4);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Bytes that arrive on fd within ms (until EOF or silence); -1 if none and no EOF. */
+static ssize_t raw_drain(int fd, uint8_t *buf, size_t len, int ms, int *eof_p)
+{
+    size_t got = 0;
+    *eof_p = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, ms) != 1) {
+            return (ssize_t)got;
+        }
+        ssize_t r = recv(fd, buf + got, len - got, 0);
+        if (r <= 0) {
+            *eof_p = 1;
+            return (ssize_t)got;
+        }
+        got += (size_t)r;
+        if (got == len) {
+            return (ssize_t)got;
+        }
+    }
+}
+
+/* A hello as the oob protocol lays it out: magic, version, comm, from, to, nonce. */
+static void hello_make(uint8_t h[52], uint32_t from, uint32_t to)
+{
+    shoal_put_le(h, 0x424f4853u, 4);
+    shoal_put_le(h + 4, 2, 4);
+    shoal_put_le(h + 8, COMM, 4);
+    shoal_put_le(h + 12, from, 4);
+    shoal_put_le(h + 16, to, 4);
+    shoal_random_bytes(h + 20, 32);
+}
+
+typedef struct {
+    int lfd;
+    shoal_status_t st;
+    uint32_t peer;
+    int fd;
+} acc_t;
+
+/* The sequential acceptor (oob.c's shoal_oob_auth_accept) on one connection. */
+static void *acc_one(void *arg)
+{
+    acc_t *a = arg;
+    shoal_oob_auth_t au = auth_of(1);
+    char why[160];
+    int fd = -1;
+    a->st = shoal_oob_accept(a->lfd, shoal_deadline_ns(5000), NULL, &fd);
+    if (a->st == SHOAL_OK) {
+        a->st = shoal_oob_auth_accept(fd, &au, expect_3, NULL, &a->peer, shoal_deadline_ns(5000),
+                                      why, sizeof(why));
+        close(fd);
+    }
+    return NULL;
+}
+
+static void test_verify_first(const shoal_oob_addr_t *la, int lfd)
+{
+    acc_t a = {.lfd = lfd};
+    pthread_t th;
+    uint8_t h[52], buf[128], junk[SHOAL_HMAC_BYTES];
+    int eof;
+    hello_make(h, 3, 1);
+    pthread_create(&th, NULL, acc_one, &a);
+    int fd = raw_connect(la);
+    ssize_t n = fd >= 0 && send(fd, h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h)
+                    ? raw_drain(fd, buf, sizeof(buf), 500, &eof) : -1;
+    tap_is_int((int)n, SHOAL_OOB_NONCE_BYTES, "a stranger's valid hello gets the acceptor's "
+               "nonce and nothing more (no proof before the connector proved itself)");
+    memset(junk, 0x33, sizeof(junk));
+    n = fd >= 0 && send(fd, junk, sizeof(junk), MSG_NOSIGNAL) == (ssize_t)sizeof(junk)
+            ? raw_drain(fd, buf, sizeof(buf), 3000, &eof) : -1;
+    tap_ok(n == 0 && eof, "a wrong proof: closed without a proof of the acceptor's");
+    if (fd >= 0) {
+        close(fd);
+    }
+    pthread_join(th, NULL);
+    tap_is_int(a.st, SHOAL_ERR_AUTH, "the acceptor reports SHOAL_ERR_AUTH");
+}
+
+/* A real connector through a recording relay; then its bytes replayed to a new acceptor. */
+typedef struct {
+    int lfd;
+    shoal_oob_addr_t up;
+    uint8_t c2a[256];
+    size_t n;
+} relay_t;
+
+static void *relay_run(void *arg)
+{
+    relay_t *r = arg;
+    int c = -1, u = raw_connect(&r->up);
+    struct pollfd p = {.fd = r->lfd, .events = POLLIN};
+    if (u < 0 || poll(&p, 1, 5000) != 1 || (c = accept(r->lfd, NULL, NULL)) < 0) {
+        return NULL;
+    }
+    for (int open = 2; open > 0;) {
+        struct pollfd q[2] = {{.fd = c, .events = POLLIN}, {.fd = u, .events = POLLIN}};
+        uint8_t b[512];
+        if (poll(q, 2, 5000) <= 0) {
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
+            if (q[k].revents == 0 || q[k].fd < 0) {
+                continue;
+            }
+            ssize_t m = recv(q[k].fd, b, sizeof(b), 0);
+            if (m <= 0) {
+                open = 0;
+                break;
+            }
+            if (k == 0) {
+                memcpy(r->c2a + r->n, b, SHOAL_MIN((size_t)m, sizeof(r->c2a) - r->n));
+                r->n += SHOAL_MIN((size_t)m, sizeof(r->c2a) - r->n);
+            }
+            (void)send(k == 0 ? u : c, b, (size_t)m, MSG_NOSIGNAL);
+        }
+    }
+    close(c);
+    close(u);
+    return NULL;
+}
+
+static void test_replay(const shoal_oob_addr_t *la, int lfd)
+{
+    relay_t r = {.up = *la};
+    shoal_oob_addr_t ra;
+    acc_t a = {.lfd = lfd};
+    pthread_t th, rt;
+    shoal_oob_auth_t c = auth_of(3);
+    int fd = -1;
+    if (shoal_oob_listen("=lo", &r.lfd, &ra) != SHOAL_OK) {
+        tap_bail("relay listener");
+        return;
+    }
+    pthread_create(&th, NULL, acc_one, &a);
+    pthread_create(&rt, NULL, relay_run, &r);
+    shoal_status_t st = shoal_oob_connect_auth(&ra, &c, 1, shoal_deadline_ns(5000), &fd);
+    if (fd >= 0 && st == SHOAL_OK) {
+        close(fd);
+    }
+    pthread_join(th, NULL);
+    pthread_join(rt, NULL);
+    close(r.lfd);
+    tap_ok(st == SHOAL_OK && a.st == SHOAL_OK && r.n == 52 + SHOAL_HMAC_BYTES,
+           "a real handshake through a recording relay (%zu bytes from the connector)", r.n);
+
+    /* Replay: hello + nonce_c, (read nonce_a), the recorded proof. */
+    acc_t b = {.lfd = lfd};
+    uint8_t buf[128];
+    int eof;
+    pthread_create(&th, NULL, acc_one, &b);
+    fd = raw_connect(la);
+    ssize_t n1 = fd >= 0 && send(fd, r.c2a, 52, MSG_NOSIGNAL) == 52
+                     ? raw_drain(fd, buf, SHOAL_OOB_NONCE_BYTES, 3000, &eof) : -1;
+    ssize_t n2 = n1 == SHOAL_OOB_NONCE_BYTES &&
+                         send(fd, r.c2a + 52, SHOAL_HMAC_BYTES, MSG_NOSIGNAL) == SHOAL_HMAC_BYTES
+                     ? raw_drain(fd, buf, sizeof(buf), 3000, &eof) : -1;
+    if (fd >= 0) {
+        close(fd);
+    }
+    pthread_join(th, NULL);
+    tap_ok(n2 == 0 && eof && b.st == SHOAL_ERR_AUTH, "the recorded connector bytes replayed "
+           "to a later acceptor: refused (%s), no proof sent back", shoal_status_name(b.st));
+}
+
+/* ---- concurrent acceptor ------------------------------------------------------------------ */
+
+typedef struct {
+    int lfd;
+    shoal_oob_addr_t peer_addr; /* where rank 3 publishes its own listener: trusted */
+    shoal_status_t st;
+    uint32_t peer;
+    double ms;
+} next_t;
+
+static void *acc_next(void *arg)
+{
+    next_t *x = arg;
+    shoal_oob_auth_t au = auth_of(1);
+    shoal_oob_acceptor_t *acc;
+    int fd = -1;
+    uint64_t t0 = shoal_time_ns();
+    x->st = shoal_oob_acceptor_create(x->lfd, &au, expect_3, NULL, &acc);
+    if (x->st == SHOAL_OK) {
+        shoal_oob_acceptor_trust(acc, &x->peer_addr); /* as transports/ib does for its peers */
+        x->st = shoal_oob_acceptor_next(acc, shoal_deadline_ns(15000), &x->peer, &fd);
+        shoal_oob_acceptor_destroy(acc);
+    }
+    x->ms = (double)(shoal_time_ns() - t0) / 1e6;
+    if (fd >= 0) {
+        close(fd);
+    }
+    return NULL;
+}
+
+static void test_strangers(const shoal_oob_addr_t *la, int lfd)
+{
+    enum { NSTRANGERS = 40 };
+    int fds[NSTRANGERS], fd = -1;
+    next_t x = {.lfd = lfd, .peer_addr = *la};
+    pthread_t th;
+    shoal_oob_auth_t c = auth_of(3);
+
+    for (int i = 0; i < NSTRANGERS; i++) {
+        fds[i] = raw_connect(la); /* silent, queued before the acceptor even starts */
+    }
+    pthread_create(&th, NULL, acc_next, &x);
+    usleep(100000);
+    shoal_status_t st = shoal_oob_connect_auth(la, &c, 1, shoal_deadline_ns(15000), &fd);
+    pthread_join(th, NULL);
+    tap_ok(st == SHOAL_OK && x.st == SHOAL_OK && x.peer == 3 && x.ms < 2000,
+           "%d silent strangers ahead of it: the real connector is served in %.0f ms (%s, %s)",
+           NSTRANGERS, x.ms, shoal_status_name(st), shoal_status_name(x.st));
+    if (fd >= 0) {
+        close(fd);
+    }
+    for (int i = 0; i < NSTRANGERS; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+    }
+}
+
+typedef struct {
+    int lfd;
+    int nclose;
+    next_t x;
+} closer_t;
+
+static void *closer_run(void *arg)
+{
+    closer_t *c = arg;
+    for (int i = 0; i < c->nclose; i++) {
+        int fd = -1;
+        if (shoal_oob_accept(c->lfd, shoal_deadline_ns(5000), NULL, &fd) == SHOAL_OK) {
+            close(fd); /* as an acceptor evicting it would */
+        }
+    }
+    acc_next(&c->x);
+    return NULL;
+}
+
+static void test_early_close(const shoal_oob_addr_t *la, int lfd)
+{
+    closer_t cl = {.lfd = lfd, .nclose = 2, .x = {.lfd = lfd, .peer_addr = *la}};
+    pthread_t th;
+    shoal_oob_auth_t c = auth_of(3);
+    int fd = -1;
+    pthread_create(&th, NULL, closer_run, &cl);
+    shoal_status_t st = shoal_oob_connect_auth(la, &c, 1, shoal_deadline_ns(10000), &fd);
+    pthread_join(th, NULL);
+    tap_ok(st == SHOAL_OK && cl.x.st == SHOAL_OK && cl.x.peer == 3,
+           "a connector closed early twice reconnects and authenticates (%s, %s)",
+           shoal_status_name(st), shoal_status_name(cl.x.st));
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
+int main(void)
+{
+    void (*tests[])(const shoal_oob_addr_t *, int) = {test_verify_first, test_replay,
+                                                      test_strangers, test_early_close};
+    alarm(120);
+    shoal_config_global_init();
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(tests); i++) {
+        shoal_oob_addr_t la;
+        int lfd;
+        if (shoal_oob_listen("=lo", &lfd, &la) != SHOAL_OK) {
+            tap_bail("no loopback listener");
+            return 1;
+        }
+        shoal_tenant_breaker_reset();
+        tests[i](&la, lfd); /* a fresh listener each: no stranger left in a backlog */
+        close(lfd);
+    }
+    return tap_done();
+}
