@@ -124,7 +124,9 @@ typedef struct shoal_tl_lib {
     char why[640];                /* "loaded from PATH" or why it is unavailable */
 } shoal_tl_lib_t;
 
-#define SHOAL_TL_LIB_STATE_INIT                                                                    .lock = PTHREAD_MUTEX_INITIALIZER, .tried = 0, .status = SHOAL_ERR_UNSUPPORTED,               .handle = NULL, .why = "not loaded"
+#define SHOAL_TL_LIB_STATE_INIT                                                                \
+    .lock = PTHREAD_MUTEX_INITIALIZER, .tried = 0, .status = SHOAL_ERR_UNSUPPORTED,           \
+    .handle = NULL, .why = "not loaded"
 
 /* Loads the library and resolves every symbol (first call; later calls return the outcome).
  * Restores the application's handlers of fatal signals that the library's constructors

@@ -68,15 +68,17 @@ unsigned shoal_tl_query_mask(int forced)
         if (e->ops->query()) {
             mask |= 1u << i;
             reach_hosts |= !e->ops->intra_node_only;
-        } else if ((int)i == forced && e->lib != NULL) {
-            shoal_error(INIT, "SHOAL_TRANSPORT=%s, but the transport is unusable: %s",
-                        e->ops->name, e->lib->why);
+        } else if ((int)i == forced) {
+            int nolib = e->lib != NULL && e->lib->status != SHOAL_OK;
+            shoal_error(INIT, "SHOAL_TRANSPORT=%s, but the transport is not usable here%s%s",
+                        e->ops->name, nolib ? ": " : " (its query says it cannot run on this machine)",
+                        nolib ? e->lib->why : "");
         }
     }
     return mask;
 }
 
-/* ---- libraries loaded at first use ------------------------------------------------------------ */
+/* ---- libraries loaded at first use ------------------------------------------------------- */
 
 static const struct {
     int sig;
@@ -109,17 +111,20 @@ static void shoal_tl_lib_restore_signals(shoal_tl_lib_t *lib, const struct sigac
         }
     }
     if (changed[0] != '\0') {
-        shoal_info(INIT, "%s installed handlers of%s: %s", lib->what, changed,
-                   keep ? "kept them (its signal variable is set)"
-                        : "restored the application's");
+        shoal_info(INIT, "%s installed handlers of%s: %s%s%s", lib->what, changed,
+                   keep ? "kept, as " : "the application's restored",
+                   keep ? lib->keep_signals_env : "", keep ? " is set" : "");
     }
 }
 
 static void *shoal_tl_lib_open(shoal_tl_lib_t *lib, char *path, size_t len)
 {
-    const char *name = *lib->path_p != NULL && (*lib->path_p)[0] != '\0' ? *lib->path_p : lib->dflt;
+    const char *name = *lib->path_p;
     void *h;
 
+    if (name == NULL || name[0] == '\0') {
+        name = lib->dflt;
+    }
     snprintf(path, len, "%s", name);
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL && strchr(name, '/') == NULL && lib->fallback_dir[0] != '\0') {

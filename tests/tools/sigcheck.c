@@ -77,8 +77,8 @@ int main(void)
         before[i] = sigcheck_handler(sigcheck_signals[i]);
 #if !defined(__SANITIZE_ADDRESS__)
         if (before[i] != (void *)SIG_DFL) {
-            snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed),
-                     "%s%s at start", changed[0] != '\0' ? "," : "", strsignal(sigcheck_signals[i]));
+            snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed), "%s%s at start",
+                     changed[0] != '\0' ? "," : "", strsignal(sigcheck_signals[i]));
         }
 #endif
     }

@@ -76,7 +76,7 @@ if have UCX; then
     ok $? "SHOAL_TRANSPORT=ucx UCX_HANDLE_ERRORS=bt: UCX's handlers are kept"
     # 15: a missing library is a clean error that says which
     run SHOAL_TRANSPORT=ucx SHOAL_UCX_LIBRARY=/nonexistent/libucp.so.0
-    [ "$rc" -ne 0 ] && grep -q 'SHOAL_TRANSPORT=ucx, but the transport is unusable: cannot load /nonexistent/libucp.so.0' "$T/err"
+    [ "$rc" -ne 0 ] && grep -q 'SHOAL_TRANSPORT=ucx, but the transport is not usable here: cannot load /nonexistent/libucp.so.0' "$T/err"
     ok $? "SHOAL_UCX_LIBRARY missing: init fails and says which library could not be loaded"
 else
     skip "ucx not built"; skip "ucx not built"; skip "ucx not built"; skip "ucx not built"
