@@ -476,8 +476,8 @@ static void shoal_ib_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t statu
     }
 }
 
-/* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. */
-/* Loads libibverbs (first call): only asked when the ib transport may be used (tl_registry.c). */
+/* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. Loads libibverbs (first
+ * call): only asked when the ib transport may be used (tl_registry.c). */
 static int shoal_ib_query(void)
 {
     shoal_ib_pick_t pk = {0};
