@@ -46,7 +46,7 @@ ok $((1 - $?)) "ldd libshoal.so lists no libucp/libucs/libuct/libibverbs"
 # (an undefined one would mean a UCX/verbs call without a forwarder in ucx_dl.c/ib_dl.c)
 nm -D "$LIB" | grep -E ' [TUWw] (ucp_|ucs_|uct_|ibv_)' >"$T/syms"
 [ -s "$T/syms" ]
-ok $((1 - $?)) "libshoal.so neither exports nor needs a ucp_/ucs_/uct_/ibv_ symbol (forwarders are hidden)"
+ok $((1 - $?)) "libshoal.so neither exports nor needs a ucp_/ucs_/uct_/ibv_ symbol"
 [ -s "$T/syms" ] && sed 's/^/#   /' "$T/syms" | head -n 10
 
 # 3-8: shm (forced), then the default choice (shm on one host): nothing loaded, signals untouched
@@ -79,7 +79,8 @@ if have UCX; then
     ok $? "SHOAL_TRANSPORT=ucx UCX_HANDLE_ERRORS=bt: UCX's handlers are kept"
     # 15: a missing library is a clean error that says which
     run SHOAL_TRANSPORT=ucx SHOAL_UCX_LIBRARY=/nonexistent/libucp.so.0
-    [ "$rc" -ne 0 ] && grep -q 'SHOAL_TRANSPORT=ucx, but the transport is not usable here: cannot load /nonexistent/libucp.so.0' "$T/err"
+    want='SHOAL_TRANSPORT=ucx, but the transport is not usable here: cannot load /nonexistent/'
+    [ "$rc" -ne 0 ] && grep -q "$want" "$T/err"
     ok $? "SHOAL_UCX_LIBRARY missing: init fails and says which library could not be loaded"
 else
     skip "ucx not built"; skip "ucx not built"; skip "ucx not built"; skip "ucx not built"
