@@ -457,9 +457,10 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
 {
     shoal_boot_t *boot = NULL;
     shoal_peer_info_t me;
-    int used[SHOAL_TL_MAX] = {0}, ncpu;
+    int used[SHOAL_TL_MAX] = {0}, ncpu, forced;
     shoal_status_t st;
 
+    SHOAL_CHECK(shoal_comm_forced_tl(comm, &forced));
     SHOAL_CHECK(shoal_boot_connect(u, comm->rank, comm->nranks, comm->timeout_ms,
                                    &comm->aborted, &boot));
     memset(&me, 0, sizeof(me));
@@ -468,11 +469,8 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.pid = (int32_t)getpid();
     snprintf(me.host, sizeof(me.host), "%s", shoal_hostname());
     me.pinned_cpu = shoal_comm_pinned_cpu(&ncpu);
-    for (size_t i = 0; i < shoal_tl_count(); i++) {
-        if (shoal_tl_get(i)->query()) {
-            me.tl_mask |= 1u << i;
-        }
-    }
+    /* UCX and verbs are queried (loaded) only when SHOAL_TRANSPORT forces them */
+    me.tl_mask = shoal_tl_query_mask(forced);
     SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &me, sizeof(me), comm->peers), st, out);
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->peers[p].rank != p) {

@@ -5,6 +5,8 @@
 
 #include "core/wire.h"
 
+#include <pthread.h>
+
 #define SHOAL_TL_ABI_VERSION 1
 /* Bytes of a transport address in the bootstrap table. 1024: a UCX worker address with tcp on
  * a few interfaces plus shared memory is ~220 bytes here, several HCAs take it past 256. */
@@ -92,18 +94,66 @@ typedef struct shoal_tl_ops {
     void (*fini)(shoal_tl_ctx_t *ctx);
 } shoal_tl_ops_t;
 
+/* ---- libraries loaded at first use ---------------------------------------------------------
+ * libshoal never links an optional transport's library (UCX, verbs): loading one runs its
+ * constructors in every process (UCX's installs SIGSEGV/SIGBUS/SIGILL/SIGFPE handlers), so a
+ * job that uses only shm and tcp must not have it mapped at all. Such a transport keeps its
+ * code in libshoal and calls the library through forwarders of the same names (ucx_dl.c,
+ * ib_dl.c): hidden functions that jump through pointers resolved by shoal_tl_lib_load() when
+ * the transport is first queried or initialised. The registry queries it only when it may be
+ * used (shoal_tl_query_mask). A symbol the transport calls and the forwarder file lacks is an
+ * undefined reference at link time, never a silent dependency. */
+typedef struct {
+    const char *name;             /* symbol in the library */
+    void **slot;                  /* receives its address */
+} shoal_tl_sym_t;
+
+typedef struct shoal_tl_lib {
+    const char *what;             /* "UCX": for messages */
+    const char *const *path_p;    /* config value: file name (dynamic loader's search) or path */
+    const char *dflt;             /* file name if the config value is empty */
+    const char *fallback_dir;     /* where configure found it ("" if in the default path) */
+    const char *keep_signals_env; /* set in the environment: keep the library's signal handlers */
+    const shoal_tl_sym_t *syms;
+    size_t nsyms;
+    /* state, under lock; loaded once, never unloaded */
+    pthread_mutex_t lock;
+    int tried;
+    shoal_status_t status;
+    void *handle;
+    char why[640];                /* "loaded from PATH" or why it is unavailable */
+} shoal_tl_lib_t;
+
+#define SHOAL_TL_LIB_STATE_INIT                                                                \
+    .lock = PTHREAD_MUTEX_INITIALIZER, .tried = 0, .status = SHOAL_ERR_UNSUPPORTED,           \
+    .handle = NULL, .why = "not loaded"
+
+/* Loads the library and resolves every symbol (first call; later calls return the outcome).
+ * Restores the application's handlers of fatal signals that the library's constructors
+ * replaced, unless keep_signals_env is set. SHOAL_OK, or SHOAL_ERR_UNSUPPORTED with the
+ * sentence in lib->why (logged at INFO: a transport that is not used may well be absent). */
+SHOAL_HIDDEN shoal_status_t shoal_tl_lib_load(shoal_tl_lib_t *lib);
+
 /* Registry in preference order (src/core/tl_registry.c). */
 SHOAL_HIDDEN const shoal_tl_ops_t *shoal_tl_find(const char *name);
 SHOAL_HIDDEN size_t shoal_tl_count(void);
 SHOAL_HIDDEN const shoal_tl_ops_t *shoal_tl_get(size_t i);
+/* The library transport i loads at first use, or NULL (built in, nothing to load). */
+SHOAL_HIDDEN shoal_tl_lib_t *shoal_tl_lib(size_t i);
+/* Bit i set: transport i is usable here. A transport with a library is queried (and its
+ * library loaded) only if it is forced (index forced, -1: none) or if no transport before it
+ * can reach other hosts; so a job on shm/tcp never loads UCX or verbs. */
+SHOAL_HIDDEN unsigned shoal_tl_query_mask(int forced);
 
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_shm_ops;
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_tcp_ops;
 #if SHOAL_HAVE_VERBS
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_ib_ops;
+extern SHOAL_HIDDEN shoal_tl_lib_t shoal_ib_lib;       /* libibverbs (transports/ib/ib_dl.c) */
 #endif
 #if SHOAL_HAVE_UCX
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_ucx_ops;
+extern SHOAL_HIDDEN shoal_tl_lib_t shoal_ucx_lib;      /* libucp (transports/ucx/ucx_dl.c) */
 #endif
 
 #endif

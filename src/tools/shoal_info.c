@@ -53,10 +53,16 @@ static void shoal_info_print_transports(void)
     for (i = 0; i < n; i++) {
         const shoal_tl_ops_t *tl = shoal_tl_get(i);
         const char *usable = tl->query == NULL ? "unknown" : (tl->query() ? "yes" : "no");
+        const shoal_tl_lib_t *lib = shoal_tl_lib(i);
 
         printf("#   %-6s usable: %-7s scope: %s%s\n", tl->name, usable,
                tl->intra_node_only ? "same host" : "any host",
                (tl->caps & SHOAL_TL_CAP_SHARED_AREA) != 0 ? ", shared area" : "");
+        /* query() above loaded it: a job loads it only when it uses the transport */
+        if (lib != NULL) {
+            printf("#   %-6s library: %s (a job loads it only when SHOAL_TRANSPORT=%s)\n",
+                   tl->name, lib->why, tl->name);
+        }
     }
 }
 
@@ -70,8 +76,8 @@ static void shoal_info_print_built(void)
         const char *used_by;
     } deps[] = {
         {.name = "hwloc", .found = SHOAL_HAVE_HWLOC, .used_by = "topology discovery"},
-        {.name = "ucx", .found = SHOAL_HAVE_UCX, .used_by = "transport ucx"},
-        {.name = "verbs", .found = SHOAL_HAVE_VERBS, .used_by = "transport ib"},
+        {.name = "ucx", .found = SHOAL_HAVE_UCX, .used_by = "transport ucx (libucp loaded at first use)"},
+        {.name = "verbs", .found = SHOAL_HAVE_VERBS, .used_by = "transport ib (libibverbs loaded at first use)"},
         {.name = "pmix", .found = SHOAL_HAVE_PMIX, .used_by = "shoal_comm_init_env under mpirun/srun"},
         {.name = "cuda", .found = SHOAL_HAVE_CUDA, .used_by = "stream-ordered collectives (libcuda loaded at first use)"},
         {.name = "nccl", .found = SHOAL_HAVE_NCCL && SHOAL_HAVE_CUDA, .used_by = "SHOAL_CUDA_BACKEND=nccl (loaded at first use)"},

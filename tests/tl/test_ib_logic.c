@@ -933,7 +933,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
         int n = 0;
-        struct ibv_device **l = ibv_get_device_list(&n);
+        /* libshoal loads libibverbs at the ib transport's first use */
+        struct ibv_device **l = shoal_tl_lib_load(&shoal_ib_lib) == SHOAL_OK ?
+                                ibv_get_device_list(&n) : NULL;
         if (l != NULL) {
             ibv_free_device_list(l);
         }

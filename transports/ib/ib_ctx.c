@@ -285,6 +285,11 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
         shoal_warn_once(IB, "SHOAL_IB_USE_RDMACM=1: librdmacm connection setup is not "
                         "implemented; using the out-of-band queue pair exchange");
     }
+    if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK) {
+        shoal_error(IB, "the ib transport is unusable: %s", shoal_ib_lib.why);
+        status = SHOAL_ERR_UNSUPPORTED;
+        goto err;
+    }
     SHOAL_CHECK_GOTO(shoal_ib_pick_port(&pk, 0), status, err);
     ctx->dev = pk.dev;
     snprintf(ctx->devname, sizeof(ctx->devname), "%s", pk.name);
@@ -474,11 +479,12 @@ static void shoal_ib_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t statu
     }
 }
 
-/* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. */
+/* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. Loads libibverbs (first
+ * call): only asked when the ib transport may be used (tl_registry.c). */
 static int shoal_ib_query(void)
 {
     shoal_ib_pick_t pk = {0};
-    if (shoal_ib_pick_port(&pk, 1) != SHOAL_OK) {
+    if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK || shoal_ib_pick_port(&pk, 1) != SHOAL_OK) {
         return 0;
     }
     ibv_close_device(pk.dev);

@@ -61,6 +61,7 @@ typedef enum {
 
 typedef struct {
     size_t inline_max;     /* SHOAL_UCX_INLINE_MAX */
+    const char *library;   /* SHOAL_UCX_LIBRARY: libucp, loaded at first use (ucx_dl.c) */
 } shoal_ucx_config_t;
 
 extern SHOAL_HIDDEN shoal_ucx_config_t shoal_ucx_config;

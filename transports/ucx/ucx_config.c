@@ -19,6 +19,17 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .offset = offsetof(shoal_ucx_config_t, inline_max),
         .type = SHOAL_CFG_SIZE,
     },
+    {
+        .name = "UCX_LIBRARY",
+        .dflt = "libucp.so.0",
+        .doc = "the UCX library the ucx transport loads when it is first used (SHOAL_TRANSPORT="
+               "ucx); libshoal does not link UCX, so a job on shm or tcp never loads it nor "
+               "gets its signal handlers. A file name is looked up by the dynamic loader, then "
+               "where configure found UCX; a path is used as it is. UCX's SIGSEGV/SIGBUS/"
+               "SIGILL/SIGFPE handlers are removed again unless UCX_HANDLE_ERRORS is set",
+        .offset = offsetof(shoal_ucx_config_t, library),
+        .type = SHOAL_CFG_STRING,
+    },
 };
 
 const shoal_cfg_table_t shoal_ucx_cfg_table = {

@@ -253,9 +253,14 @@ static shoal_status_t shoal_ucx_ctx_fds(shoal_tl_ctx_t *ctx)
 
 static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p)
 {
-    shoal_tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    shoal_tl_ctx_t *ctx;
     shoal_status_t status;
 
+    if (shoal_tl_lib_load(&shoal_ucx_lib) != SHOAL_OK) {
+        shoal_error(UCX, "the ucx transport is unusable: %s", shoal_ucx_lib.why);
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
         shoal_error(UCX, "out of memory allocating the ucx context");
         return SHOAL_ERR_NO_MEMORY;
@@ -438,9 +443,10 @@ static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
     }
 }
 
+/* Loads libucp (first call): only asked when the ucx transport may be used (tl_registry.c). */
 static int shoal_ucx_query(void)
 {
-    return 1;
+    return shoal_tl_lib_load(&shoal_ucx_lib) == SHOAL_OK;
 }
 
 const shoal_tl_ops_t shoal_tl_ucx_ops = {

@@ -1,0 +1,168 @@
+/* libucp loaded at first use (see "libraries loaded at first use" in core/tl.h): the UCP
+ * functions the ucx transport calls, as hidden forwarders through pointers that
+ * shoal_tl_lib_load() resolves. libshoal does not link libucp, so UCX's constructors (its
+ * signal handlers, its memory hooks) run only in a process that uses the ucx transport. A
+ * UCP call added to the transport needs a line in the map and a forwarder here: without them
+ * the link fails (undefined reference), it never silently links libucp again. */
+#include "transports/ucx/ucx.h"
+
+#define SHOAL_UCX_DL_MAP(X)                                                                    \
+    X(ucp_cleanup) X(ucp_config_modify) X(ucp_config_read) X(ucp_config_release)                \
+    X(ucp_ep_close_nbx) X(ucp_ep_create) X(ucp_init_version) X(ucp_request_cancel)              \
+    X(ucp_request_check_status) X(ucp_request_free) X(ucp_tag_msg_recv_nbx) X(ucp_tag_probe_nb) \
+    X(ucp_tag_recv_nbx) X(ucp_tag_send_nbx) X(ucp_worker_arm) X(ucp_worker_create)              \
+    X(ucp_worker_destroy) X(ucp_worker_get_address) X(ucp_worker_get_efd)                       \
+    X(ucp_worker_progress) X(ucp_worker_query) X(ucp_worker_release_address)                    \
+    X(ucs_status_string)
+
+static struct {
+#define SHOAL_UCX_DL_PTR(name) __typeof__(name) *name;
+    SHOAL_UCX_DL_MAP(SHOAL_UCX_DL_PTR)
+#undef SHOAL_UCX_DL_PTR
+} shoal_ucx_dl;
+
+static const shoal_tl_sym_t shoal_ucx_dl_syms[] = {
+#define SHOAL_UCX_DL_SYM(fn) {.name = #fn, .slot = (void **)&shoal_ucx_dl.fn},
+    SHOAL_UCX_DL_MAP(SHOAL_UCX_DL_SYM)
+#undef SHOAL_UCX_DL_SYM
+};
+
+shoal_tl_lib_t shoal_ucx_lib = {
+    .what = "UCX",
+    .path_p = &shoal_ucx_config.library,
+    .dflt = "libucp.so.0",
+    .fallback_dir = SHOAL_UCX_LIBDIR,
+    .keep_signals_env = "UCX_HANDLE_ERRORS",
+    .syms = shoal_ucx_dl_syms,
+    .nsyms = SHOAL_ARRAY_SIZE(shoal_ucx_dl_syms),
+    SHOAL_TL_LIB_STATE_INIT,
+};
+
+/* ---- forwarders: the prototypes of ucp/api/ucp.h, checked by the compiler --------------- */
+
+void ucp_cleanup(ucp_context_h context_p)
+{
+    shoal_ucx_dl.ucp_cleanup(context_p);
+}
+
+ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
+{
+    return shoal_ucx_dl.ucp_config_modify(config, name, value);
+}
+
+ucs_status_t ucp_config_read(const char *env_prefix, const char *filename,
+                             ucp_config_t **config_p)
+{
+    return shoal_ucx_dl.ucp_config_read(env_prefix, filename, config_p);
+}
+
+void ucp_config_release(ucp_config_t *config)
+{
+    shoal_ucx_dl.ucp_config_release(config);
+}
+
+ucs_status_ptr_t ucp_ep_close_nbx(ucp_ep_h ep, const ucp_request_param_t *param)
+{
+    return shoal_ucx_dl.ucp_ep_close_nbx(ep, param);
+}
+
+ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, ucp_ep_h *ep_p)
+{
+    return shoal_ucx_dl.ucp_ep_create(worker, params, ep_p);
+}
+
+ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_version,
+                              const ucp_params_t *params, const ucp_config_t *config,
+                              ucp_context_h *context_p)
+{
+    return shoal_ucx_dl.ucp_init_version(api_major_version, api_minor_version, params, config,
+                                         context_p);
+}
+
+void ucp_request_cancel(ucp_worker_h worker, void *request)
+{
+    shoal_ucx_dl.ucp_request_cancel(worker, request);
+}
+
+ucs_status_t ucp_request_check_status(void *request)
+{
+    return shoal_ucx_dl.ucp_request_check_status(request);
+}
+
+void ucp_request_free(void *request)
+{
+    shoal_ucx_dl.ucp_request_free(request);
+}
+
+ucs_status_ptr_t ucp_tag_msg_recv_nbx(ucp_worker_h worker, void *buffer, size_t count,
+                                      ucp_tag_message_h message,
+                                      const ucp_request_param_t *param)
+{
+    return shoal_ucx_dl.ucp_tag_msg_recv_nbx(worker, buffer, count, message, param);
+}
+
+ucp_tag_message_h ucp_tag_probe_nb(ucp_worker_h worker, ucp_tag_t tag, ucp_tag_t tag_mask,
+                                   int remove, ucp_tag_recv_info_t *info)
+{
+    return shoal_ucx_dl.ucp_tag_probe_nb(worker, tag, tag_mask, remove, info);
+}
+
+ucs_status_ptr_t ucp_tag_recv_nbx(ucp_worker_h worker, void *buffer, size_t count,
+                                  ucp_tag_t tag, ucp_tag_t tag_mask,
+                                  const ucp_request_param_t *param)
+{
+    return shoal_ucx_dl.ucp_tag_recv_nbx(worker, buffer, count, tag, tag_mask, param);
+}
+
+ucs_status_ptr_t ucp_tag_send_nbx(ucp_ep_h ep, const void *buffer, size_t count, ucp_tag_t tag,
+                                  const ucp_request_param_t *param)
+{
+    return shoal_ucx_dl.ucp_tag_send_nbx(ep, buffer, count, tag, param);
+}
+
+ucs_status_t ucp_worker_arm(ucp_worker_h worker)
+{
+    return shoal_ucx_dl.ucp_worker_arm(worker);
+}
+
+ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t *params,
+                               ucp_worker_h *worker_p)
+{
+    return shoal_ucx_dl.ucp_worker_create(context, params, worker_p);
+}
+
+void ucp_worker_destroy(ucp_worker_h worker)
+{
+    shoal_ucx_dl.ucp_worker_destroy(worker);
+}
+
+ucs_status_t ucp_worker_get_address(ucp_worker_h worker, ucp_address_t **address_p,
+                                    size_t *address_length_p)
+{
+    return shoal_ucx_dl.ucp_worker_get_address(worker, address_p, address_length_p);
+}
+
+ucs_status_t ucp_worker_get_efd(ucp_worker_h worker, int *fd)
+{
+    return shoal_ucx_dl.ucp_worker_get_efd(worker, fd);
+}
+
+unsigned ucp_worker_progress(ucp_worker_h worker)
+{
+    return shoal_ucx_dl.ucp_worker_progress(worker);
+}
+
+ucs_status_t ucp_worker_query(ucp_worker_h worker, ucp_worker_attr_t *attr)
+{
+    return shoal_ucx_dl.ucp_worker_query(worker, attr);
+}
+
+void ucp_worker_release_address(ucp_worker_h worker, ucp_address_t *address)
+{
+    shoal_ucx_dl.ucp_worker_release_address(worker, address);
+}
+
+const char *ucs_status_string(ucs_status_t status)
+{
+    return shoal_ucx_dl.ucs_status_string(status);
+}
