@@ -14,7 +14,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_CONF_FILE SHOAL_DEBUG SHOAL_DEBUG_SUBSYS SHOAL_DEBUG_FILE
 
-NTESTS=17
+NTESTS=19
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -150,3 +150,14 @@ ok $? "shoal_info -c run as shoalrun's ranks prints SHOAL_UID=<set>"
 timeout -s KILL 60 "$SHOALRUN" -n 2 --timeout 30 "$INFO" -c -m >"$T/md.out" 2>&1
 ! grep -q '[0-9a-f]\{64\}' "$T/md.out"
 ok $? "shoal_info -c -m prints no secret either"
+
+# 18-19: shoalrun passes on the secrets the user gave it (the library it links removes them
+# from shoalrun's own environment), with and without -x
+timeout -s KILL 60 env SHOAL_SECRET=$SECRET "$SHOALRUN" -n 2 --timeout 30 \
+    sh -c 'echo "s=$SHOAL_SECRET"' >"$T/pass.out" 2>&1
+[ "$(grep -c "^.*s=$SECRET\$" "$T/pass.out")" -eq 2 ]
+ok $? "shoalrun hands its ranks the SHOAL_SECRET of its environment"
+timeout -s KILL 60 env SHOAL_SECRET=$SECRET "$SHOALRUN" -n 2 --timeout 30 -x SHOAL_SECRET \
+    sh -c 'echo "s=$SHOAL_SECRET"' >"$T/pass2.out" 2>&1
+[ "$(grep -c "^.*s=$SECRET\$" "$T/pass2.out")" -eq 2 ]
+ok $? "shoalrun -x SHOAL_SECRET hands its ranks the current value"
