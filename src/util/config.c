@@ -57,9 +57,7 @@ static const char *shoal_cfg_file_path;
 static int shoal_cfg_file_errno;     /* open() failed with this errno */
 static int shoal_cfg_file_bad_line;  /* first malformed line, 0 if none */
 
-/* ---- string pool -------------------------------------------------------------------- */
-
-/* ---- secret strings ----------------------------------------------------------------
+/* ---- secret strings -----------------------------------------------------------------
  *
  * The values of rows flagged SHOAL_CFG_F_SECRET (SHOAL_UID, SHOAL_SECRET, ...) are kept out
  * of the pool: each lives in its own anonymous mapping, left out of core dumps
@@ -110,6 +108,8 @@ static void shoal_cfg_secret_free(const char *text)
     (void)munlock(node, map_len);
     munmap(node, map_len);
 }
+
+/* ---- string pool -------------------------------------------------------------------- */
 
 static const char *shoal_cfg_strdup(const char *s, size_t len)
 {

@@ -65,15 +65,16 @@ SHOAL_CONF_FILE="$T/conf" SHOAL_DEBUG=TRACE SHOAL_DEBUG_SUBSYS=ALL "$INFO" -c >"
     grep -q 'set by: file' "$T/info2"
 ok $? "shoal_info -c does not print a secret from SHOAL_CONF_FILE (TRACE log included)"
 
-# check_job DIR NRANKS WHAT: the per-rank reports, the children's environments and the logs
+# check_job DIR NRANKS WHAT RC: the exit status, the per-rank reports, the children's
+# environments and the logs
 check_job() {
     d=$1; nr=$2; what=$3
-    bad=0; r=0
+    bad=$4; r=0
     while [ $r -lt "$nr" ]; do
         [ -s "$d/rank.$r" ] && grep -qx 'allreduce=ok' "$d/rank.$r" || bad=1
         r=$((r + 1))
     done
-    ok $bad "$what: $nr ranks joined and reduced"
+    ok $bad "$what: $nr ranks joined, reduced and exited 0"
     bad=0; r=0
     while [ $r -lt "$nr" ]; do
         grep -qx 'getenv_uid=0' "$d/rank.$r" && grep -qx 'getenv_secret=0' "$d/rank.$r" &&
@@ -107,7 +108,7 @@ timeout -s KILL 120 env SHOAL_DEBUG=TRACE SHOAL_DEBUG_SUBSYS=ALL \
 rc=$?
 [ $rc -ne 0 ] && diag_file "$T/err"
 grep -qx 'had_uid=1' "$T/run/rank.0" 2>/dev/null || echo "# rank 0 was not handed SHOAL_UID"
-check_job "$T/run" 3 "shoalrun"
+check_job "$T/run" 3 "shoalrun" $rc
 
 # 8-11: ranks started with SHOAL_ROOT + SHOAL_SECRET
 mkdir "$T/root"
@@ -123,7 +124,7 @@ rc=0
 for p in $pids; do wait "$p" || rc=1; done
 [ $rc -ne 0 ] && diag_file "$T/root.out.0"
 grep -qx 'had_secret=1' "$T/root/rank.0" 2>/dev/null || echo "# rank 0 was not handed SHOAL_SECRET"
-check_job "$T/root" 3 "SHOAL_ROOT"
+check_job "$T/root" 3 "SHOAL_ROOT" $rc
 grep -q "$SECRET" "$T"/root.out.*
 [ $? -ne 0 ]
 ok $? "SHOAL_ROOT: nothing the ranks print shows the secret"

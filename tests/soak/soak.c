@@ -124,7 +124,8 @@ static int soak_one(soak_t *s, long i)
         st = shoal_allgather(s->in, s->out, c, SHOAL_INT32, s->comm, NULL);
         for (b = 0; b < n && st == SHOAL_OK; b++)
             for (j = 0; j < c; j++)
-                if (s->out[(size_t)b * c + j] != b * 100000 + (int32_t)((j + (size_t)seed) % 100000))
+                if (s->out[(size_t)b * c + j] !=
+                    b * 100000 + (int32_t)((j + (size_t)seed) % 100000))
                     return -1;
         break;
     case 3: /* reduce_scatter int32 sum */
@@ -143,7 +144,8 @@ static int soak_one(soak_t *s, long i)
         st = shoal_alltoall(s->in, s->out, c, SHOAL_INT32, s->comm, NULL);
         for (b = 0; b < n && st == SHOAL_OK; b++)
             for (j = 0; j < c; j++)
-                if (s->out[(size_t)b * c + j] != b * 1000 + r * 10 + (int32_t)((j + (size_t)seed) % 7))
+                if (s->out[(size_t)b * c + j] !=
+                    b * 1000 + r * 10 + (int32_t)((j + (size_t)seed) % 7))
                     return -1;
         break;
     case 5:
