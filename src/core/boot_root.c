@@ -389,6 +389,7 @@ static void shoal_root_fini(shoal_root_t *r)
     free(r->rank_cl);
     free(r->table);
     close(r->listen_fd);
+    shoal_secret_wipe(r->secret, sizeof(r->secret));
     free(r);
 }
 

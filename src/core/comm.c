@@ -40,6 +40,7 @@ shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
     SHOAL_CHECK(shoal_boot_pick_addr(&ss, &len));
     SHOAL_CHECK(shoal_boot_root_start(&ss, len, 0, &u));
     shoal_boot_uid_encode(&u, uid);
+    shoal_secret_wipe(&u, sizeof(u));
     return SHOAL_OK;
 }
 
@@ -527,7 +528,9 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
     }
     shoal_config_global_init();
     SHOAL_CHECK(shoal_boot_uid_decode(uid, &u));
-    return shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+    shoal_status_t st = shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+    shoal_secret_wipe(&u, sizeof(u));
+    return st;
 }
 
 static shoal_status_t shoal_comm_hex_decode(const char *hex, uint8_t *out, size_t len)
@@ -609,7 +612,9 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
     if (shoal_core_config.uid != NULL && shoal_core_config.uid[0] != '\0') {
         shoal_uid_t uid;
         SHOAL_CHECK(shoal_boot_uid_from_hex(shoal_core_config.uid, &uid));
-        SHOAL_CHECK(shoal_boot_uid_decode(&uid, &u));
+        shoal_status_t dst = shoal_boot_uid_decode(&uid, &u);
+        shoal_secret_wipe(&uid, sizeof(uid));
+        SHOAL_CHECK(dst);
     } else if (shoal_core_config.root != NULL && shoal_core_config.root[0] != '\0') {
         SHOAL_CHECK(shoal_comm_root_from_env(rank, &u));
 #if SHOAL_HAVE_PMIX
@@ -623,7 +628,9 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
                                     : "");
         return SHOAL_ERR_INVALID_ARG;
     }
-    return shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+    shoal_status_t ist = shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+    shoal_secret_wipe(&u, sizeof(u));
+    return ist;
 }
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
@@ -654,6 +661,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     pthread_mutex_destroy(&comm->err_lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_cond_destroy(&comm->exec_cond);
+    shoal_secret_wipe(comm->secret, sizeof(comm->secret));
     free(comm);
     return SHOAL_OK;
 }
@@ -754,6 +762,7 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     }
     st = shoal_comm_init(newcomm_p, newsize, newrank, &uid, &comm->cfg);
 out:
+    shoal_secret_wipe(&uid, sizeof(uid));
     free(all);
     return st;
 }

@@ -300,15 +300,64 @@ static char *shoalrun_strdupf(const char *fmt, ...)
     return s;
 }
 
-/* environ minus what we set, then the -x variables and the SHOAL_* ones; entries from
- * *owned_p on are allocated. */
+/* A copy of the environment taken before the first library call: the library removes the
+ * secret variables it reads (SHOAL_SECRET, ...) from its process's environment, and the ranks
+ * must still get what the user gave shoalrun. Wiped and freed at exit. */
+static char **shoalrun_env0;
+
+static int shoalrun_env_snapshot(void)
+{
+    size_t n = 0;
+
+    while (environ[n] != NULL) {
+        n++;
+    }
+    shoalrun_env0 = calloc(n + 1, sizeof(*shoalrun_env0));
+    if (shoalrun_env0 == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        shoalrun_env0[i] = strdup(environ[i]);
+        if (shoalrun_env0[i] == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void shoalrun_env_snapshot_free(void)
+{
+    for (size_t i = 0; shoalrun_env0 != NULL && shoalrun_env0[i] != NULL; i++) {
+        explicit_bzero(shoalrun_env0[i], strlen(shoalrun_env0[i]));
+        free(shoalrun_env0[i]);
+    }
+    free(shoalrun_env0);
+    shoalrun_env0 = NULL;
+}
+
+/* getenv on the snapshot. */
+static const char *shoalrun_env0_get(const char *name)
+{
+    size_t n = strlen(name);
+
+    for (size_t i = 0; shoalrun_env0[i] != NULL; i++) {
+        if (strncmp(shoalrun_env0[i], name, n) == 0 && shoalrun_env0[i][n] == '=') {
+            return shoalrun_env0[i] + n + 1;
+        }
+    }
+    return NULL;
+}
+
+/* The environment (its snapshot) minus what we set, then the -x variables and the SHOAL_*
+ * ones; entries from *owned_p on are allocated. */
 static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, int rank,
                                  size_t *owned_p)
 {
+    char **const environ0 = shoalrun_env0;
     size_t nenv = 0, k = 0;
     char **env;
 
-    while (environ[nenv] != NULL) {
+    while (environ0[nenv] != NULL) {
         nenv++;
     }
     env = calloc(nenv + (size_t)o->nxvars + 6, sizeof(*env));
@@ -316,16 +365,16 @@ static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, 
         return NULL;
     }
     for (size_t i = 0; i < nenv; i++) {
-        if (!shoalrun_env_overridden(o, environ[i])) {
-            env[k++] = environ[i];
+        if (!shoalrun_env_overridden(o, environ0[i])) {
+            env[k++] = environ0[i];
         }
     }
     *owned_p = k;
     for (int i = 0; i < o->nxvars; i++) {
         if (strchr(o->xvars[i], '=') != NULL) {
             env[k++] = strdup(o->xvars[i]);
-        } else if (getenv(o->xvars[i]) != NULL) {
-            env[k++] = shoalrun_strdupf("%s=%s", o->xvars[i], getenv(o->xvars[i]));
+        } else if (shoalrun_env0_get(o->xvars[i]) != NULL) {
+            env[k++] = shoalrun_strdupf("%s=%s", o->xvars[i], shoalrun_env0_get(o->xvars[i]));
         }
     }
     env[k++] = shoalrun_strdupf("SHOAL_UID=%s", uid_hex);
@@ -907,7 +956,8 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
             return 1;
         }
     }
-    memset(hex, 0, sizeof(hex));
+    explicit_bzero(hex, sizeof(hex));
+    explicit_bzero(&uid, sizeof(uid));
     job->self = getpid();
     job->stdin_inherit = !isatty(0);
     shoalrun_plan_binding(job);
@@ -947,7 +997,8 @@ static void shoalrun_job_free(shoalrun_job_t *job)
     for (int i = 0; job->envs != NULL && i < job->opts.nranks; i++) {
         for (size_t k = job->env_owned[i]; job->envs[i] != NULL && job->envs[i][k] != NULL; k++) {
             if (strncmp(job->envs[i][k], "SHOAL_UID=", 10) == 0) {
-                memset(job->envs[i][k], 0, strlen(job->envs[i][k])); /* holds the job secret */
+                /* Holds the job secret; explicit_bzero cannot be optimised away. */
+                explicit_bzero(job->envs[i][k], strlen(job->envs[i][k]));
             }
             free(job->envs[i][k]);
         }
@@ -959,6 +1010,7 @@ static void shoalrun_job_free(shoalrun_job_t *job)
     free(job->path);
     free(job->scratch);
     free(job->opts.xvars);
+    shoalrun_env_snapshot_free();
     if (job->sigfd >= 0) {
         close(job->sigfd);
     }
@@ -967,11 +1019,17 @@ static void shoalrun_job_free(shoalrun_job_t *job)
 int main(int argc, char **argv)
 {
     shoalrun_job_t job = {.sigfd = -1};
-    int rc = shoalrun_opts_parse(&job.opts, argc, argv);
+    int rc;
 
+    if (shoalrun_env_snapshot() != 0) {
+        fprintf(stderr, "shoalrun: out of memory\n");
+        return 1;
+    }
+    rc = shoalrun_opts_parse(&job.opts, argc, argv);
     if (rc != 0) {
         shoalrun_usage(rc > 0 ? stdout : stderr);
         free(job.opts.xvars);
+        shoalrun_env_snapshot_free();
         return rc > 0 ? 0 : SHOALRUN_EXIT_USAGE;
     }
     rc = shoalrun_job_prepare(&job);

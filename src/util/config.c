@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define SHOAL_CFG_PREFIX "SHOAL_"
 #define SHOAL_CFG_PREFIX_LEN 6
@@ -54,6 +56,58 @@ static size_t shoal_cfg_file_nentries;
 static const char *shoal_cfg_file_path;
 static int shoal_cfg_file_errno;     /* open() failed with this errno */
 static int shoal_cfg_file_bad_line;  /* first malformed line, 0 if none */
+
+/* ---- secret strings -----------------------------------------------------------------
+ *
+ * The values of rows flagged SHOAL_CFG_F_SECRET (SHOAL_UID, SHOAL_SECRET, ...) are kept out
+ * of the pool: each lives in its own anonymous mapping, left out of core dumps
+ * (MADV_DONTDUMP) and locked in memory when RLIMIT_MEMLOCK allows (never swapped; a failed
+ * mlock is ignored). A value replaced while the tables are parsed (the conf file's, then the
+ * environment's) is wiped and unmapped at once. The value in force stays for the life of the
+ * process, because shoal_comm_init_env may be called again (a second communicator of the
+ * job); the library registers no exit handler to wipe it (a library must not), the process's
+ * exit returns the pages to the kernel, which clears them before reuse. A child forked
+ * (without exec) keeps a copy of the page like the rest of its parent's memory; a child
+ * exec'ed does not see the value at all (shoal_cfg_secret_scrub_env). */
+typedef struct {
+    size_t map_len;
+    char text[];
+} shoal_cfg_secret_t;
+
+static const char *shoal_cfg_secret_strdup(const char *s, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t map_len = SHOAL_ALIGN_UP(sizeof(shoal_cfg_secret_t) + len + 1,
+                                    (size_t)(page > 0 ? page : 4096));
+    shoal_cfg_secret_t *node;
+
+    node = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (node == MAP_FAILED)
+        return NULL;
+#ifdef MADV_DONTDUMP
+    (void)madvise(node, map_len, MADV_DONTDUMP);
+#endif
+    (void)mlock(node, map_len);
+    node->map_len = map_len;
+    memcpy(node->text, s, len);
+    node->text[len] = '\0';
+    return node->text;
+}
+
+static void shoal_cfg_secret_free(const char *text)
+{
+    shoal_cfg_secret_t *node;
+    size_t map_len;
+
+    if (text == NULL)
+        return;
+    node = (shoal_cfg_secret_t *)(void *)((char *)(uintptr_t)text -
+                                          offsetof(shoal_cfg_secret_t, text));
+    map_len = node->map_len;
+    shoal_secret_wipe(node, map_len);
+    (void)munlock(node, map_len);
+    munmap(node, map_len);
+}
 
 /* ---- string pool -------------------------------------------------------------------- */
 
@@ -215,12 +269,13 @@ static int shoal_cfg_parse_enum(const char *s, const char *const *names, int *ou
     return -1;
 }
 
-static int shoal_cfg_parse_string(const char *text, void *dst)
+static int shoal_cfg_parse_string(const shoal_cfg_field_t *f, const char *text, void *dst)
 {
     const char *copy = NULL;
 
     if (text[0] != '\0') {
-        copy = shoal_cfg_strdup(text, strlen(text));
+        copy = (f->flags & SHOAL_CFG_F_SECRET) ? shoal_cfg_secret_strdup(text, strlen(text))
+                                               : shoal_cfg_strdup(text, strlen(text));
         if (copy == NULL)
             return -1;
     }
@@ -238,7 +293,7 @@ int shoal_cfg_parse_value(const shoal_cfg_field_t *f, const char *text, void *ds
     if (f == NULL || text == NULL || dst == NULL)
         return -1;
     if (f->type == SHOAL_CFG_STRING)
-        return shoal_cfg_parse_string(text, dst);
+        return shoal_cfg_parse_string(f, text, dst);
     if (!shoal_cfg_trim(text, s, sizeof(s)))
         return -1;
     switch (f->type) {
@@ -314,6 +369,16 @@ void shoal_cfg_format_value(const shoal_cfg_field_t *f, const void *src, char *b
 
     if (len == 0)
         return;
+    if (f->flags & SHOAL_CFG_F_SECRET) {
+        /* Never the value itself: whether it is set, nothing more. */
+        if (f->type == SHOAL_CFG_STRING) {
+            s = *(const char *const *)src;
+            snprintf(buf, len, "%s", s != NULL && s[0] != '\0' ? "<set>" : "<unset>");
+        } else {
+            snprintf(buf, len, "<redacted>");
+        }
+        return;
+    }
     switch (f->type) {
     case SHOAL_CFG_BOOL:
         snprintf(buf, len, "%s", *(const int *)src ? "yes" : "no");
@@ -414,6 +479,8 @@ static void shoal_cfg_file_load(void)
         if (shoal_cfg_file_line(line, lineno) != 0 && shoal_cfg_file_bad_line == 0)
             shoal_cfg_file_bad_line = lineno;
     }
+    if (line != NULL)
+        shoal_secret_wipe(line, cap); /* the last line read may hold a secret */
     free(line);
     fclose(fp);
 }
@@ -425,7 +492,7 @@ static const char *shoal_cfg_file_lookup(const char *name)
     /* The last assignment wins, as in a shell script. */
     for (i = shoal_cfg_file_nentries; i > 0; i--) {
         if (strcmp(shoal_cfg_file_entries[i - 1].name, name) == 0)
-            return shoal_cfg_file_entries[i - 1].value;
+            return shoal_cfg_file_entries[i - 1].value; /* NULL: a secret, wiped */
     }
     return NULL;
 }
@@ -454,11 +521,47 @@ static shoal_cfg_origin_t *shoal_cfg_origin_find(const shoal_cfg_field_t *f)
     return NULL;
 }
 
-/* Default, then the conf file, then the environment; a bad value keeps the one before. */
+/* Removes a secret variable from the environment once its value is read: the bytes of the
+ * value are overwritten where they are (getenv points into the environment block itself, so
+ * /proc/<pid>/environ no longer shows them either), then the variable is unset, so a child
+ * the process starts (data-loader workers, system()) does not inherit it. Like every change
+ * of the environment, this is not safe against another thread calling getenv or setenv at the
+ * same time: it runs once, in the first shoal call that reads the configuration. */
+static void shoal_cfg_secret_scrub_env(const char *name)
+{
+    char full[SHOAL_CFG_NAME_MAX];
+    char *value;
+    int n;
+
+    n = snprintf(full, sizeof(full), SHOAL_CFG_PREFIX "%s", name);
+    if (n < 0 || (size_t)n >= sizeof(full))
+        return;
+    value = getenv(full);
+    if (value == NULL)
+        return;
+    shoal_secret_wipe(value, strlen(value));
+    unsetenv(full);
+}
+
+/* A secret's earlier value in dst (default or conf file) is wiped once a later one wins. */
+static int shoal_cfg_field_parse(const shoal_cfg_field_t *f, const char *text, void *dst)
+{
+    const char *before = f->type == SHOAL_CFG_STRING ? *(const char **)dst : NULL;
+
+    if (shoal_cfg_parse_value(f, text, dst) != 0)
+        return -1;
+    if ((f->flags & SHOAL_CFG_F_SECRET) && before != NULL && before != *(const char **)dst)
+        shoal_cfg_secret_free(before);
+    return 0;
+}
+
+/* Default, then the conf file, then the environment; a bad value keeps the one before. The
+ * text of a bad secret is never kept (the warning names the variable only). */
 static void shoal_cfg_field_load(const shoal_cfg_table_t *t, const shoal_cfg_field_t *f,
                                  shoal_cfg_origin_t *o)
 {
     void *dst = (char *)t->dst + f->offset;
+    int secret = (f->flags & SHOAL_CFG_F_SECRET) != 0;
     const char *text;
 
     o->field = f;
@@ -470,20 +573,43 @@ static void shoal_cfg_field_load(const shoal_cfg_table_t *t, const shoal_cfg_fie
     }
     text = shoal_cfg_file_lookup(f->name);
     if (text != NULL) {
-        if (shoal_cfg_parse_value(f, text, dst) == 0) {
+        if (shoal_cfg_field_parse(f, text, dst) == 0) {
             o->source = "file";
         } else {
             o->bad_source = "conf file";
-            o->bad_text = text;
+            o->bad_text = secret ? NULL : text;
         }
     }
     text = shoal_cfg_env_lookup(f->name);
     if (text != NULL) {
-        if (shoal_cfg_parse_value(f, text, dst) == 0) {
+        if (shoal_cfg_field_parse(f, text, dst) == 0) {
             o->source = "env";
         } else {
             o->bad_source = "environment";
-            o->bad_text = shoal_cfg_strdup(text, strlen(text));
+            o->bad_text = secret ? NULL : shoal_cfg_strdup(text, strlen(text));
+        }
+        if (secret)
+            shoal_cfg_secret_scrub_env(f->name);
+    }
+}
+
+/* The conf file's copies of secret values, once every table has taken its own. */
+static void shoal_cfg_file_wipe_secrets(void)
+{
+    size_t t, i, e;
+
+    for (t = 0; t < shoal_cfg_ntables; t++) {
+        const shoal_cfg_table_t *tab = shoal_cfg_tables[t];
+        for (i = 0; i < tab->nfields; i++) {
+            if (!(tab->fields[i].flags & SHOAL_CFG_F_SECRET))
+                continue;
+            for (e = 0; e < shoal_cfg_file_nentries; e++) {
+                shoal_cfg_file_entry_t *ent = &shoal_cfg_file_entries[e];
+                if (ent->value != NULL && strcmp(ent->name, tab->fields[i].name) == 0) {
+                    shoal_secret_wipe((char *)(uintptr_t)ent->value, strlen(ent->value));
+                    ent->value = NULL;
+                }
+            }
         }
     }
 }
@@ -517,6 +643,13 @@ static void shoal_cfg_report_bad(const shoal_cfg_origin_t *o)
         return;
     }
     shoal_cfg_format_value(o->field, o->dst, cur, sizeof(cur));
+    if (o->bad_text == NULL) {
+        /* A secret: its text is not repeated, even when it is wrong. */
+        shoal_warn(CONFIG, "SHOAL_%s (from the %s) is not valid; keeping the value from the %s",
+                   o->field->name, o->bad_source,
+                   strcmp(o->source, "env") == 0 ? "environment" : o->source);
+        return;
+    }
     shoal_warn(CONFIG, "SHOAL_%s=%s (from the %s) is not valid; keeping '%s' (from the %s)",
                o->field->name, o->bad_text, o->bad_source, cur,
                strcmp(o->source, "env") == 0 ? "environment" : o->source);
@@ -577,6 +710,7 @@ static void shoal_cfg_global_init_once(void)
                 shoal_cfg_norigins++;
         }
     }
+    shoal_cfg_file_wipe_secrets();
     shoal_log_init();
     shoal_cfg_report();
 }
