@@ -1,0 +1,102 @@
+/* The metering page: a communicator's exact counters, written by the library alone, read by
+ * shoal_comm_stats() and, through a shared memfd, by the node agent shoald (DESIGN.md section
+ * 7). This header is the contract between the two: plain C, no library internals, so the
+ * agent (src/agent) includes it without linking libshoal.
+ *
+ * Writer: the thread running the communicator's current collective (calls are serialised by
+ * the communicator's tickets, so there is one writer at a time). Every counter is a u64 that
+ * only grows, stored with a relaxed atomic store (no read-modify-write atomics on the hot
+ * path: the writer owns the line). Readers load each counter with a relaxed atomic load; a
+ * reader that needs one consistent snapshot of all counters uses the seqlock `seq` (odd while
+ * the writer is between updates of one call). Deltas between two reads are exact.
+ *
+ * Registration with the agent (UNIX stream socket, SHOAL_AGENT, default
+ * /run/shoal/shoald.sock): the library sends one shoal_meter_reg_t with the memfd holding the
+ * page attached as SCM_RIGHTS; the agent answers one shoal_meter_reg_reply_t. The agent takes
+ * the process's identity from SO_PEERCRED, never from the message, and checks the tenant claim
+ * against the credential (src/tenant/cred.c) before it accepts the page.
+ */
+#ifndef SHOAL_METER_PAGE_H
+#define SHOAL_METER_PAGE_H
+
+#include <stdint.h>
+
+#define SHOAL_METER_MAGIC 0x52544d53u /* "SMTR" */
+#define SHOAL_METER_VERSION 1
+#define SHOAL_METER_PAGE_BYTES 4096
+#define SHOAL_METER_NAME_MAX 64       /* = SHOAL_TENANT_NAME_MAX */
+#define SHOAL_METER_MAX_GPUS 16
+
+/* Collectives counted (same order as src/coll's shoal_coll_type_t). */
+enum {
+    SHOAL_METER_ALLREDUCE = 0,
+    SHOAL_METER_BROADCAST,
+    SHOAL_METER_REDUCE,
+    SHOAL_METER_ALLGATHER,
+    SHOAL_METER_REDUCE_SCATTER,
+    SHOAL_METER_BARRIER,
+    SHOAL_METER_SEND,
+    SHOAL_METER_RECV,
+    SHOAL_METER_ALLTOALL,
+    SHOAL_METER_NCOLL
+};
+
+/* Transports (registry names) and localities counted. */
+enum { SHOAL_METER_TL_SHM = 0, SHOAL_METER_TL_TCP, SHOAL_METER_TL_UCX, SHOAL_METER_TL_IB,
+       SHOAL_METER_NTL };
+enum { SHOAL_METER_SAME_HOST = 0, SHOAL_METER_OTHER_HOST, SHOAL_METER_NLOC };
+
+/* Page states (field state). */
+enum { SHOAL_METER_LIVE = 1, SHOAL_METER_CLOSED = 2 /* shoal_comm_destroy ran */ };
+
+typedef struct {
+    /* ---- header and identity: written once at init, before the page is shared ---- */
+    uint32_t magic;                      /* SHOAL_METER_MAGIC */
+    uint32_t version;                    /* SHOAL_METER_VERSION */
+    uint32_t size;                       /* sizeof(shoal_meter_page_t) */
+    uint32_t state;                      /* SHOAL_METER_LIVE / CLOSED (atomic) */
+    char tenant[SHOAL_METER_NAME_MAX];   /* as the job claims it; the agent checks it */
+    char job[SHOAL_METER_NAME_MAX];
+    uint64_t epoch;
+    uint32_t comm_id;
+    int32_t rank;
+    int32_t nranks;
+    int32_t qos_class;                   /* shoal_qos_class_t */
+    int32_t qos_weight;
+    int32_t ngpus;                       /* GPUs this rank declared or uses */
+    int32_t gpus[SHOAL_METER_MAX_GPUS];  /* their indices (CUDA ordinal), -1 unused */
+    int32_t pid;
+    uint32_t pad0;
+    uint64_t created_unix_ns;            /* CLOCK_REALTIME at init */
+    uint64_t pad1[4];
+    /* ---- counters: monotonic, single writer ---- */
+    uint64_t seq;                        /* seqlock: odd while a call's counters change */
+    uint64_t ops[SHOAL_METER_NCOLL];     /* calls completed (successfully or not) */
+    uint64_t bytes_sent[SHOAL_METER_NTL][SHOAL_METER_NLOC]; /* payload bytes, no headers */
+    uint64_t bytes_recv[SHOAL_METER_NTL][SHOAL_METER_NLOC];
+    uint64_t coll_ns;                    /* time inside collective calls (host side) */
+    uint64_t errors;                     /* calls that returned an error */
+    uint64_t peer_failures;              /* SHOAL_ERR_PEER_FAILED / TRANSPORT / TIMEOUT */
+    uint64_t aborts;                     /* the application called shoal_comm_abort */
+    uint64_t spare[32];                  /* room to grow without a new version */
+} shoal_meter_page_t;
+
+_Static_assert(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "meter page too large");
+
+/* ---- agent registration (library -> shoald), little-endian host order ---- */
+#define SHOAL_METER_REG_MAGIC 0x47524d53u /* "SMRG" */
+typedef struct {
+    uint32_t magic;                      /* SHOAL_METER_REG_MAGIC */
+    uint32_t version;                    /* SHOAL_METER_VERSION */
+    uint32_t page_bytes;                 /* size of the memfd sent alongside */
+    uint32_t cred_len;                   /* bytes of credential text that follow (0: none) */
+    /* followed by cred_len bytes: the job's credential (src/tenant text form) */
+} shoal_meter_reg_t;
+
+typedef struct {
+    uint32_t magic;                      /* SHOAL_METER_REG_MAGIC */
+    int32_t status;                      /* shoal_status_t: OK, ERR_PERMISSION, ERR_AUTH... */
+    char reason[120];                    /* a sentence when refused */
+} shoal_meter_reg_reply_t;
+
+#endif
