@@ -1,0 +1,77 @@
+/* The billing ledger of shoald: one record per tenant, job and wall-clock minute, chained by
+ * an HMAC so that no record can be altered or dropped unnoticed. SQLite (embedded default) or
+ * PostgreSQL (libpq, a provider's central database), one schema.
+ *
+ * Contract with the agent (src/agent/shoald*.c):
+ *  - The agent samples every registered page at each minute boundary (and when a page's rank
+ *    exits), computes per (tenant, job) the exact counter deltas since the cursor stored in
+ *    the ledger, and hands the minute to shoal_ledger_commit() together with the new cursors.
+ *    Records and cursors are written in ONE transaction: a kill -9 before the commit loses
+ *    nothing (the next agent recomputes from the old cursors), after it counts nothing twice.
+ *  - A database that is down: commit returns SHOAL_ERR_TRANSPORT; the agent keeps the minute
+ *    in memory (and retries with backoff), never drops it.
+ */
+#ifndef SHOAL_AGENT_LEDGER_H
+#define SHOAL_AGENT_LEDGER_H
+
+#include <shoal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHOAL_LEDGER_NAME_MAX 64
+
+typedef struct {
+    char tenant[SHOAL_LEDGER_NAME_MAX];
+    char job[SHOAL_LEDGER_NAME_MAX];
+    char qos_class[16];                /* "reserved" | "spot" (billing class) */
+    int64_t minute;                    /* unix seconds of the minute's start (multiple of the
+                                        * minute length; tests may shorten the minute) */
+    double gpu_seconds;                /* allocated GPU-seconds: sum over ranks of GPUs x
+                                        * seconds the rank lived within this minute */
+    uint64_t bytes_same_host;          /* payload bytes sent, same host */
+    uint64_t bytes_cross_host;         /* payload bytes sent, other hosts */
+    uint64_t ops;                      /* collective calls */
+    double coll_seconds;               /* time inside collectives */
+    uint64_t failed_platform;          /* ranks that failed for causes the platform owns
+                                        * (peer lost, timeout, transport) in this minute */
+    uint64_t failed_tenant;            /* ranks that failed by the tenant's own abort */
+    /* set by the ledger on commit */
+    uint64_t seq;                      /* 1, 2, ... over the whole ledger */
+    uint8_t mac[32];                   /* HMAC(ledger key, prev mac | canonical record) */
+} shoal_ledger_record_t;
+
+/* Where a registered page's counters stood when they were last billed. */
+typedef struct {
+    char key[96];                      /* stable id of a page: host, pid, comm_id, rank,
+                                        * created_unix_ns */
+    uint64_t counters[64];             /* the page's counters, in page order */
+    int ncounters;
+} shoal_ledger_cursor_t;
+
+typedef struct shoal_ledger shoal_ledger_t;
+
+/* url: "sqlite:///path/to/ledger.db" or a libpq URI "postgresql://user@host:port/db".
+ * key: the ledger's HMAC key (from the agent's config file, never logged). */
+shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t keylen,
+                                 shoal_ledger_t **ledger_p);
+void shoal_ledger_close(shoal_ledger_t *ledger);
+/* Appends the records (seq and mac are assigned) and replaces the cursors, atomically. A
+ * record whose (tenant, job, minute) exists already is refused as SHOAL_ERR_INVALID_ARG
+ * (nothing is written). */
+shoal_status_t shoal_ledger_commit(shoal_ledger_t *ledger, shoal_ledger_record_t *recs, size_t n,
+                                   const shoal_ledger_cursor_t *cursors, size_t ncursors);
+/* The stored cursor of key; SHOAL_ERR_INVALID_ARG when there is none. */
+shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
+                                   shoal_ledger_cursor_t *cursor);
+/* The last minute committed for (tenant, job), or -1. */
+int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job);
+/* Iterates the records with minute in [from, to) in seq order (tenant/job NULL: all). */
+typedef int (*shoal_ledger_each_cb_t)(const shoal_ledger_record_t *rec, void *arg);
+shoal_status_t shoal_ledger_each(shoal_ledger_t *ledger, int64_t from, int64_t to,
+                                 const char *tenant, const char *job, shoal_ledger_each_cb_t cb,
+                                 void *arg);
+/* Recomputes the chain; SHOAL_OK, or SHOAL_ERR_AUTH with *bad_seq_p = the first bad record
+ * (altered, missing or reordered). */
+shoal_status_t shoal_ledger_verify(shoal_ledger_t *ledger, uint64_t *bad_seq_p);
+
+#endif
