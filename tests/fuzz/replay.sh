@@ -8,6 +8,7 @@ b=${top_builddir:-.}
 s=${top_srcdir:-.}
 targets=$(cat "$b/tests/fuzz/targets") || { echo "1..0 # SKIP no tests/fuzz/targets"; exit 0; }
 tmp=$(mktemp -d) || exit 1
+export FUZZ_CFG_STRINGS=1 # fuzz_config: the STRING rows too (one input each, no growing pool)
 trap 'rm -rf "$tmp"' EXIT
 
 regress() { # target -> the regression inputs, one a line
