@@ -4,10 +4,11 @@
 # joins). For the test suite: iproute2 (network-namespace tests), procps.
 set -e
 # Optional (used where found): UCX, rdma-core (verbs, rdmacm), hwloc, PMIx, Open MPI, Gloo,
-# gnuplot (perf/compare.sh plots).
+# gnuplot (perf/compare.sh plots). CI's fuzzing build: clang and its compiler-rt (libFuzzer,
+# libclang_rt.fuzzer in libclang-rt-14-dev, which libclang-rt-dev pulls in).
 pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps
       libucx-dev libibverbs-dev librdmacm-dev libhwloc-dev libpmix-dev libopenmpi-dev
-      openmpi-bin libgloo-dev gnuplot-nox"
+      openmpi-bin libgloo-dev gnuplot-nox clang libclang-rt-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -6,6 +6,7 @@
 
 #if SHOAL_REDUCE_HAVE_X86
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define SHOAL_X86_TGT_fp16 __attribute__((target("avx2,f16c")))
@@ -206,10 +207,13 @@ int shoal_reduce_cpu_has_avx2(void)
     return __builtin_cpu_supports("avx2");
 }
 
+/* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c"). */
 int shoal_reduce_cpu_has_f16c(void)
 {
+    unsigned eax, ebx, ecx, edx;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+           (ecx & bit_F16C) != 0;
 }
 
 #else

@@ -185,7 +185,8 @@ static void shoal_topo_file_sockets(shoal_topo_file_t *tf)
         }
         for (int r = 0; r < tf->nranks; r++) {
             if (tf->host_of[r] == h) {
-                tf->socket_of[r] = cnt > 0 ? i * tf->sockets / cnt : 0;
+                /* 64-bit product: up to 2^20 sockets times thousands of ranks */
+                tf->socket_of[r] = cnt > 0 ? (int)((int64_t)i * tf->sockets / cnt) : 0;
                 i++;
             }
         }

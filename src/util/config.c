@@ -429,9 +429,8 @@ static int shoal_cfg_file_add(const char *name, size_t name_len, const char *val
     return 0;
 }
 
-/* One line "SHOAL_NAME=value" (blanks around both trimmed); comments and blank lines are
- * skipped. Returns -1 on a malformed line. */
-static int shoal_cfg_file_line(char *line, int lineno)
+int shoal_cfg_line_parse(char *line, const char **name_p, size_t *name_len_p,
+                         const char **value_p)
 {
     char *p = line, *eq, *name_end, *value;
     size_t len;
@@ -455,7 +454,22 @@ static int shoal_cfg_file_line(char *line, int lineno)
     len = strlen(value);
     while (len > 0 && isspace((unsigned char)value[len - 1]))
         value[--len] = '\0';
-    return shoal_cfg_file_add(p, (size_t)(name_end - p), value, lineno);
+    *name_p = p;
+    *name_len_p = (size_t)(name_end - p);
+    *value_p = value;
+    return 1;
+}
+
+/* One line of the file; comments and blank lines are skipped. -1 on a malformed line. */
+static int shoal_cfg_file_line(char *line, int lineno)
+{
+    const char *name, *value;
+    size_t name_len;
+    int ret = shoal_cfg_line_parse(line, &name, &name_len, &value);
+
+    if (ret <= 0)
+        return ret;
+    return shoal_cfg_file_add(name, name_len, value, lineno);
 }
 
 static void shoal_cfg_file_load(void)

@@ -144,6 +144,12 @@ SHOAL_HIDDEN void shoal_config_global_init(void);
 /* Parse one value into dst, the field itself ((char *)table->dst + f->offset), written only
  * on success; 0 on success, -1 if the text is not valid for the type. */
 SHOAL_HIDDEN int shoal_cfg_parse_value(const shoal_cfg_field_t *f, const char *text, void *dst);
+/* One line of SHOAL_CONF_FILE, "SHOAL_NAME=value" (blanks around both trimmed, the value's
+ * trailing ones in place): 1 with the name (without the prefix, name_len bytes, not
+ * terminated) and the value (terminated), both pointing into line; 0 for a blank or comment
+ * line; -1 if malformed. */
+SHOAL_HIDDEN int shoal_cfg_line_parse(char *line, const char **name_p, size_t *name_len_p,
+                                      const char **value_p);
 /* Text of the current value of field f in table t (for shoal_info -c); src is the field
  * itself, (char *)t->dst + f->offset. */
 SHOAL_HIDDEN void shoal_cfg_format_value(const shoal_cfg_field_t *f, const void *src,

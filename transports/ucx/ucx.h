@@ -192,6 +192,12 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int
                                                   const size_t *addr_lens, shoal_ep_t **eps_p);
 
 /* ucx_ep.c: data path */
+/* Checks an arrived HDR message (rlen bytes in buf) against the posted receive's header:
+ * a valid wire header, followed by exactly the inline payload (expect->length bytes when at
+ * most inline_max), nothing otherwise. SHOAL_OK, or the status with a sentence in why. */
+SHOAL_HIDDEN shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect,
+                                                const uint8_t *buf, size_t rlen,
+                                                size_t inline_max, char *why, size_t whylen);
 static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 {
     return base | ((ucp_tag_t)kind << 62);

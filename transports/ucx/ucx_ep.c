@@ -474,13 +474,36 @@ static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
     return n;
 }
 
+shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t *buf,
+                                   size_t rlen, size_t inline_max, char *why, size_t whylen)
+{
+    uint64_t len = expect->length;
+    shoal_wire_hdr_t got;
+    shoal_status_t st;
+
+    if (rlen < SHOAL_WIRE_HDR_BYTES) {
+        snprintf(why, whylen, "%zu-byte message, shorter than a header", rlen);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    shoal_wire_decode(buf, &got);
+    st = shoal_wire_check(expect, &got, why, whylen);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    if (rlen != SHOAL_WIRE_HDR_BYTES + (len <= inline_max ? len : 0)) {
+        snprintf(why, whylen, "%zu bytes carry the header of a %llu-byte message", rlen,
+                 (unsigned long long)len);
+        return SHOAL_ERR_PROTOCOL;
+    }
+    return SHOAL_OK;
+}
+
 /* Checks an arrived header; then copies the inline payload or posts the payload receive.
  * Returns the completions of a failure, with *failed_p set. */
 static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *failed_p)
 {
     shoal_tl_req_t *req = s->req;
     uint64_t len = req->hdr.length;
-    shoal_wire_hdr_t got;
     shoal_status_t st;
     char why[160];
 
@@ -488,19 +511,9 @@ static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *fail
     if (s->ucs != UCS_OK) {
         return shoal_ucx_ep_ucs_error(ep, "receive", s->ucs);
     }
-    if (s->rlen < SHOAL_WIRE_HDR_BYTES) {
-        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: %zu-byte message, shorter "
-                                  "than a header", ep->peer, s->rlen);
-    }
-    shoal_wire_decode(s->buf, &got);
-    st = shoal_wire_check(&req->hdr, &got, why, sizeof(why));
+    st = shoal_ucx_hdr_check(&req->hdr, s->buf, s->rlen, ep->inline_max, why, sizeof(why));
     if (st != SHOAL_OK) {
         return shoal_ucx_ep_error(ep, st, "peer %d: %s", ep->peer, why);
-    }
-    if (s->rlen != SHOAL_WIRE_HDR_BYTES + (len <= ep->inline_max ? len : 0)) {
-        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: %zu bytes carry the header "
-                                  "of a %llu-byte message", ep->peer, s->rlen,
-                                  (unsigned long long)len);
     }
     *failed_p = 0;
     if (len <= ep->inline_max) {

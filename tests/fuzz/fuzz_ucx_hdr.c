@@ -1,0 +1,56 @@
+/* Fuzz target: the UCX transport's check of an arrived HDR message (shoal_ucx_hdr_check,
+ * transports/ucx/ucx_ep.c) and the inline copy it guards. Input: 16 bytes for the posted
+ * receive (seq, step, chunk, length) and the transport's inline limit, then the message as
+ * UCX delivered it (header and inline payload). */
+#include "transports/ucx/ucx.h"
+#include "tests/fuzz/fuzz.h"
+
+#define FUZZ_UCX_INLINE_MAX 8192
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_quiet_log();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    fuzz_in_t in = {.p = data, .left = size};
+    shoal_wire_hdr_t expect = {.magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION,
+                               .type = SHOAL_WIRE_DATA, .comm_id = 0x5a5a0001u};
+    uint32_t lim;
+    size_t inline_max, rlen;
+    uint8_t *msg;
+    char why[160];
+    shoal_status_t st;
+
+    expect.seq = fuzz_u32(&in);
+    expect.step = fuzz_u32(&in) & 0xff;
+    expect.chunk = fuzz_u32(&in) & 0xff;
+    lim = fuzz_u32(&in);
+    expect.length = lim >> 16;               /* the receive's size */
+    inline_max = (lim & 0xffff) % (FUZZ_UCX_INLINE_MAX + 1);
+    /* the slot buffer (header + inline_max): UCX truncates longer messages */
+    rlen = SHOAL_MIN(in.left, SHOAL_WIRE_HDR_BYTES + inline_max);
+    msg = malloc(rlen > 0 ? rlen : 1);
+    fuzz_require(msg != NULL);
+    memcpy(msg, in.p, rlen);
+
+    st = shoal_ucx_hdr_check(&expect, msg, rlen, inline_max, why, sizeof(why));
+    if (st == SHOAL_OK) {
+        if (expect.length <= inline_max) {
+            /* the receive's buffer is exactly the posted length */
+            uint8_t *dst = malloc(expect.length > 0 ? expect.length : 1);
+            fuzz_require(dst != NULL);
+            memcpy(dst, msg + SHOAL_WIRE_HDR_BYTES, expect.length);
+            free(dst);
+        } else {
+            fuzz_require(rlen == SHOAL_WIRE_HDR_BYTES);
+        }
+    } else {
+        fuzz_require(st == SHOAL_ERR_PROTOCOL || st == SHOAL_ERR_PEER_FAILED);
+        fuzz_require(memchr(why, '\0', sizeof(why)) != NULL);
+    }
+    free(msg);
+    return 0;
+}
