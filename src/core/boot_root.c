@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +224,7 @@ int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_st
 
 static void shoal_root_accept(shoal_root_t *r)
 {
+    int one = 1;
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -234,6 +236,8 @@ static void shoal_root_accept(shoal_root_t *r)
             }
             return;
         }
+        /* Header, payload and MAC go out as separate writes: no Nagle delay between them. */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         shoal_boot_root_add_client(r, fd, &ss);
     }
 }
