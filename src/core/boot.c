@@ -545,8 +545,8 @@ static shoal_status_t shoal_boot_read_mac(shoal_boot_t *b, const shoal_boot_fram
     return SHOAL_OK;
 }
 
-/* Reads one frame of the given type and length. After the welcome (b->joined: payload MAC'd)
- * nothing in payload may be used unless this returns SHOAL_OK. */
+/* Reads one frame of the given type and length; macd: a frame after the welcome, with a MAC
+ * trailer that is checked before SHOAL_OK (nothing in payload may be used otherwise). */
 static shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type,
                                             void *payload, uint32_t len, uint64_t deadline)
 {

@@ -516,7 +516,7 @@ out:
  * every communicator on a path of splits is its own. */
 static shoal_status_t shoal_comm_derive_keys(struct shoal_comm *comm, const uint8_t *secret)
 {
-    uint8_t ctx[SHOAL_TENANT_ID_ENC_MAX + 4], out[SHOAL_HMAC_BYTES];
+    uint8_t ctx[SHOAL_TENANT_ID_ENC_MAX + 4], out[SHOAL_HMAC_BYTES] = {0};
     size_t n = shoal_tenant_id_encode(&comm->ident, ctx, sizeof(ctx));
     shoal_status_t st;
 
