@@ -26,7 +26,9 @@ static shoal_status_t shoal_tenant_name_set(const char *what, const char *src, c
             return SHOAL_ERR_INVALID_ARG;
         }
     }
-    memcpy(dst, src, n);
+    if (n > 0) {
+        memcpy(dst, src, n);
+    }
     dst[n] = '\0';
     return SHOAL_OK;
 }
