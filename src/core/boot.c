@@ -21,13 +21,11 @@
 
 /* ---- uid ------------------------------------------------------------------------------ */
 
-/* Layout: magic u32 | version u16 | family u16 | port u16 (network order) | pad u16 |
- * addr[16] | secret[32] | zero. */
 void shoal_boot_uid_encode(const shoal_boot_uid_t *u, shoal_uid_t *uid)
 {
     uint8_t *p = (uint8_t *)uid->internal;
     uint32_t magic = SHOAL_UID_MAGIC;
-    uint16_t version = 1, family = u->root.ss_family, port;
+    uint16_t version = SHOAL_UID_VERSION, family = u->root.ss_family, port;
 
     memset(uid, 0, sizeof(*uid));
     memcpy(p, &magic, 4);
@@ -44,6 +42,9 @@ void shoal_boot_uid_encode(const shoal_boot_uid_t *u, shoal_uid_t *uid)
     }
     memcpy(p + 8, &port, 2);
     memcpy(p + 28, u->secret, SHOAL_SECRET_BYTES);
+    shoal_put_le(p + 60, u->ident.epoch, 8);
+    memcpy(p + 68, u->ident.tenant, SHOAL_BOOT_DIGEST);
+    memcpy(p + 84, u->ident.job, SHOAL_BOOT_DIGEST);
 }
 
 shoal_status_t shoal_boot_uid_decode(const shoal_uid_t *uid, shoal_boot_uid_t *u)
@@ -56,9 +57,10 @@ shoal_status_t shoal_boot_uid_decode(const shoal_uid_t *uid, shoal_boot_uid_t *u
     memcpy(&version, p + 4, 2);
     memcpy(&family, p + 6, 2);
     memcpy(&port, p + 8, 2);
-    if (magic != SHOAL_UID_MAGIC || version != 1 || (family != AF_INET && family != AF_INET6)) {
-        shoal_error(BOOT, "unique id is not a shoal id (magic 0x%08x, version %u)", magic,
-                    version);
+    if (magic != SHOAL_UID_MAGIC || version != SHOAL_UID_VERSION ||
+        (family != AF_INET && family != AF_INET6)) {
+        shoal_error(BOOT, "unique id is not a shoal id of this version (magic 0x%08x, version "
+                    "%u, expected version %d)", magic, version, SHOAL_UID_VERSION);
         return SHOAL_ERR_INVALID_ARG;
     }
     memset(u, 0, sizeof(*u));
@@ -76,7 +78,53 @@ shoal_status_t shoal_boot_uid_decode(const shoal_uid_t *uid, shoal_boot_uid_t *u
         u->root_len = sizeof(*s4);
     }
     memcpy(u->secret, p + 28, SHOAL_SECRET_BYTES);
+    u->ident.epoch = shoal_get_le(p + 60, 8);
+    memcpy(u->ident.tenant, p + 68, SHOAL_BOOT_DIGEST);
+    memcpy(u->ident.job, p + 84, SHOAL_BOOT_DIGEST);
     return SHOAL_OK;
+}
+
+/* ---- identity ------------------------------------------------------------------------- */
+
+/* A name's digest: HMAC-SHA256 under a public label (a hash; names are not secret, but do
+ * not fit an id), truncated. */
+static shoal_status_t shoal_boot_name_digest(const char *label, const char *name, uint8_t *out)
+{
+    uint8_t full[SHOAL_HMAC_BYTES];
+    SHOAL_CHECK(shoal_hmac((const uint8_t *)label, strlen(label), name,
+                           strnlen(name, SHOAL_TENANT_NAME_MAX), full));
+    memcpy(out, full, SHOAL_BOOT_DIGEST);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_ident_make(const shoal_tenant_id_t *id, shoal_boot_ident_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    SHOAL_CHECK(shoal_boot_name_digest("shoal-ident-tenant", id->tenant, out->tenant));
+    SHOAL_CHECK(shoal_boot_name_digest("shoal-ident-job", id->job, out->job));
+    out->epoch = id->epoch;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_ident_check(const shoal_boot_ident_t *want,
+                                      const shoal_boot_ident_t *mine,
+                                      const shoal_tenant_id_t *id, char *why, size_t len)
+{
+    if (!shoal_memeq_ct(want->tenant, mine->tenant, SHOAL_BOOT_DIGEST)) {
+        snprintf(why, len, "this rank is configured for tenant \"%s\" (shoal_config_t.tenant "
+                 "or SHOAL_TENANT), but the unique id was made for another tenant", id->tenant);
+    } else if (!shoal_memeq_ct(want->job, mine->job, SHOAL_BOOT_DIGEST)) {
+        snprintf(why, len, "this rank is configured for job \"%s\" (shoal_config_t.job_name, "
+                 "SHOAL_JOB or SLURM_JOB_ID), but the unique id was made for another job",
+                 id->job);
+    } else if (want->epoch != mine->epoch) {
+        snprintf(why, len, "this rank is of epoch %llu (SHOAL_EPOCH or SLURM_RESTART_COUNT), "
+                 "but the unique id was made for epoch %llu",
+                 (unsigned long long)mine->epoch, (unsigned long long)want->epoch);
+    } else {
+        return SHOAL_OK;
+    }
+    return SHOAL_ERR_PERMISSION;
 }
 
 static int shoal_boot_hexval(char c)
@@ -202,13 +250,50 @@ shoal_status_t shoal_sock_read_all(int fd, void *buf, size_t len, uint64_t deadl
     return SHOAL_OK;
 }
 
-/* The address published in the unique id: the first IPv4 interface that is up and not
- * loopback (reachable from other hosts and network namespaces), else 127.0.0.1. */
+/* First address of one family on an interface that fits: pass 0 wants non-loopback,
+ * non-docker interfaces, 1 docker bridges, 2 loopback; with a spec, any interface it names. */
+static int shoal_boot_scan(struct ifaddrs *list, const char *spec, int family, int pass,
+                           struct sockaddr_storage *ss, socklen_t *len_p)
+{
+    for (struct ifaddrs *it = list; it != NULL; it = it->ifa_next) {
+        int loop, docker;
+        if (it->ifa_addr == NULL || it->ifa_addr->sa_family != family ||
+            (it->ifa_flags & IFF_UP) == 0) {
+            continue;
+        }
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr)) {
+            continue;
+        }
+        loop = (it->ifa_flags & IFF_LOOPBACK) != 0;
+        docker = strncmp(it->ifa_name, "docker", 6) == 0;
+        if (spec != NULL ? !shoal_ifname_match(spec, it->ifa_name)
+                         : (pass == 0 && (loop || docker)) || (pass == 1 && (loop || !docker)) ||
+                               (pass == 2 && !loop)) {
+            continue;
+        }
+        *len_p = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+        memset(ss, 0, sizeof(*ss));
+        memcpy(ss, it->ifa_addr, *len_p);
+        return 1;
+    }
+    return 0;
+}
+
+/* The address published in the unique id (and listened on): SHOAL_SOCKET_IFNAME's first
+ * interface, IPv4 before IPv6, as the tcp transport chooses; without it the first IPv4
+ * interface that is up and not loopback (reachable from other hosts and network namespaces),
+ * docker bridges last, else 127.0.0.1. */
 shoal_status_t shoal_boot_pick_addr(struct sockaddr_storage *ss, socklen_t *len_p)
 {
-    struct ifaddrs *ifs = NULL, *it;
+    const char *spec = shoal_cfg_getenv("SOCKET_IFNAME");
+    struct ifaddrs *ifs = NULL;
     struct sockaddr_in *out = (struct sockaddr_in *)ss;
+    int found = 0;
 
+    if (spec != NULL && spec[0] == '\0') {
+        spec = NULL;
+    }
     memset(ss, 0, sizeof(*ss));
     out->sin_family = AF_INET;
     out->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -217,15 +302,34 @@ shoal_status_t shoal_boot_pick_addr(struct sockaddr_storage *ss, socklen_t *len_
         shoal_warn(BOOT, "getifaddrs failed: %s; using loopback", strerror(errno));
         return SHOAL_OK;
     }
-    for (it = ifs; it != NULL; it = it->ifa_next) {
-        if (it->ifa_addr == NULL || it->ifa_addr->sa_family != AF_INET ||
-            (it->ifa_flags & IFF_UP) == 0 || (it->ifa_flags & IFF_LOOPBACK) != 0) {
-            continue;
-        }
-        out->sin_addr = ((struct sockaddr_in *)it->ifa_addr)->sin_addr;
-        break;
+    for (int pass = 0; pass < (spec != NULL ? 1 : 3) && !found; pass++) {
+        found = shoal_boot_scan(ifs, spec, AF_INET, pass, ss, len_p) ||
+                (spec != NULL && shoal_boot_scan(ifs, spec, AF_INET6, pass, ss, len_p));
     }
     freeifaddrs(ifs);
+    if (!found && spec != NULL) {
+        shoal_error(BOOT, "SHOAL_SOCKET_IFNAME=%s: no interface of that name is up with an "
+                    "address", spec);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_listen_addr(int local_only, struct sockaddr_storage *ss,
+                                      socklen_t *len_p, int *bind_any_p)
+{
+    int mode = shoal_core_config.boot_bind;
+    *bind_any_p = 0;
+    if (mode == SHOAL_BOOT_BIND_LOOPBACK || (local_only && mode != SHOAL_BOOT_BIND_ANY)) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+        memset(ss, 0, sizeof(*ss));
+        s4->sin_family = AF_INET;
+        s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        *len_p = sizeof(*s4);
+        return SHOAL_OK;
+    }
+    SHOAL_CHECK(shoal_boot_pick_addr(ss, len_p));
+    *bind_any_p = mode == SHOAL_BOOT_BIND_ANY;
     return SHOAL_OK;
 }
 
@@ -240,29 +344,97 @@ static int shoal_sock_nonblock_cloexec(int fd)
 
 /* ---- authentication ----------------------------------------------------------------- */
 
-void shoal_boot_hello_mac(const uint8_t *secret, const uint8_t *root_nonce,
-                          const shoal_boot_hello_t *h, uint8_t *mac)
+/* Canonical bytes of what a hello claims (rank, nranks, client nonce, identity). */
+static size_t shoal_boot_hello_claim(const shoal_boot_hello_t *h, uint8_t *p)
 {
-    uint8_t msg[16 + SHOAL_BOOT_NONCE + 8 + SHOAL_BOOT_NONCE];
-    memcpy(msg, "shoal-boot-hello", 16);
+    size_t off = 0;
+    shoal_put_le(p + off, (uint32_t)h->rank, 4);
+    off += 4;
+    shoal_put_le(p + off, (uint32_t)h->nranks, 4);
+    off += 4;
+    memcpy(p + off, h->nonce, SHOAL_BOOT_NONCE);
+    off += SHOAL_BOOT_NONCE;
+    memcpy(p + off, h->ident.tenant, SHOAL_BOOT_DIGEST);
+    off += SHOAL_BOOT_DIGEST;
+    memcpy(p + off, h->ident.job, SHOAL_BOOT_DIGEST);
+    off += SHOAL_BOOT_DIGEST;
+    shoal_put_le(p + off, h->ident.epoch, 8);
+    return off + 8;
+}
+
+#define SHOAL_BOOT_CLAIM_MAX (8 + SHOAL_BOOT_NONCE + 2 * SHOAL_BOOT_DIGEST + 8)
+
+/* HMAC(secret, label(16) | root nonce | claim). */
+static void shoal_boot_proof(const uint8_t *secret, const char *label, const uint8_t *root_nonce,
+                             const shoal_boot_hello_t *h, uint8_t *mac)
+{
+    uint8_t msg[16 + SHOAL_BOOT_NONCE + SHOAL_BOOT_CLAIM_MAX];
+    size_t n;
+    memcpy(msg, label, 16);
     memcpy(msg + 16, root_nonce, SHOAL_BOOT_NONCE);
-    memcpy(msg + 16 + SHOAL_BOOT_NONCE, &h->rank, 4);
-    memcpy(msg + 20 + SHOAL_BOOT_NONCE, &h->nranks, 4);
-    memcpy(msg + 24 + SHOAL_BOOT_NONCE, h->nonce, SHOAL_BOOT_NONCE);
-    if (shoal_hmac(secret, SHOAL_SECRET_BYTES, msg, sizeof(msg), mac) != SHOAL_OK) {
-        memset(mac, 0, SHOAL_HMAC_BYTES); /* can never match a real proof */
+    n = 16 + SHOAL_BOOT_NONCE + shoal_boot_hello_claim(h, msg + 16 + SHOAL_BOOT_NONCE);
+    if (shoal_hmac(secret, SHOAL_SECRET_BYTES, msg, n, mac) != SHOAL_OK) {
+        /* Can never match a real proof: the two labels fill with different bytes. */
+        memset(mac, label[11] == 'h' ? 0 : 0xff, SHOAL_HMAC_BYTES);
     }
 }
 
-void shoal_boot_welcome_mac(const uint8_t *secret, const uint8_t *client_nonce, int32_t rank,
-                            uint8_t *mac)
+void shoal_boot_hello_mac(const uint8_t *secret, const uint8_t *root_nonce,
+                          const shoal_boot_hello_t *h, uint8_t *mac)
 {
-    uint8_t msg[16 + SHOAL_BOOT_NONCE + 4];
-    memcpy(msg, "shoal-boot-welco", 16);
-    memcpy(msg + 16, client_nonce, SHOAL_BOOT_NONCE);
-    memcpy(msg + 16 + SHOAL_BOOT_NONCE, &rank, 4);
-    if (shoal_hmac(secret, SHOAL_SECRET_BYTES, msg, sizeof(msg), mac) != SHOAL_OK) {
-        memset(mac, 0xff, SHOAL_HMAC_BYTES);
+    shoal_boot_proof(secret, "shoal-boot-hello", root_nonce, h, mac);
+}
+
+void shoal_boot_welcome_mac(const uint8_t *secret, const uint8_t *root_nonce,
+                            const shoal_boot_hello_t *h, uint8_t *mac)
+{
+    shoal_boot_proof(secret, "shoal-boot-welco", root_nonce, h, mac);
+}
+
+void shoal_boot_session_key(const uint8_t *secret, const uint8_t *root_nonce,
+                            const shoal_boot_hello_t *h, uint8_t key[SHOAL_HMAC_BYTES])
+{
+    uint8_t ctx[SHOAL_BOOT_NONCE + SHOAL_BOOT_CLAIM_MAX];
+    size_t n;
+    memcpy(ctx, root_nonce, SHOAL_BOOT_NONCE);
+    n = SHOAL_BOOT_NONCE + shoal_boot_hello_claim(h, ctx + SHOAL_BOOT_NONCE);
+    if (shoal_kdf(secret, SHOAL_SECRET_BYTES, "boot-session", ctx, n, key) != SHOAL_OK) {
+        /* Unusable key: every frame MAC then fails, the bootstrap with it. */
+        (void)shoal_random_bytes(key, SHOAL_HMAC_BYTES);
+    }
+}
+
+void shoal_boot_payload_digest(const void *payload, size_t len,
+                               uint8_t digest[SHOAL_HMAC_BYTES])
+{
+    static const uint8_t label[] = "shoal-boot-payload";
+    if (shoal_hmac(label, sizeof(label) - 1, len > 0 ? payload : label, len, digest) !=
+        SHOAL_OK) {
+        memset(digest, 0, SHOAL_HMAC_BYTES);
+    }
+}
+
+void shoal_boot_frame_mac(const uint8_t key[SHOAL_HMAC_BYTES], int dir, uint64_t seq,
+                          const shoal_boot_frame_t *f, const uint8_t digest[SHOAL_HMAC_BYTES],
+                          uint8_t mac[SHOAL_BOOT_MAC])
+{
+    uint8_t msg[16 + 1 + 8 + 16 + SHOAL_HMAC_BYTES];
+    size_t off = 0;
+    memcpy(msg, "shoal-boot-frame", 16);
+    off += 16;
+    msg[off++] = (uint8_t)dir;
+    shoal_put_le(msg + off, seq, 8);
+    off += 8;
+    shoal_put_le(msg + off, f->magic, 4);
+    shoal_put_le(msg + off + 4, f->type, 4);
+    shoal_put_le(msg + off + 8, f->len, 4);
+    shoal_put_le(msg + off + 12, f->round, 4);
+    off += 16;
+    memcpy(msg + off, digest, SHOAL_HMAC_BYTES);
+    off += SHOAL_HMAC_BYTES;
+    if (shoal_hmac(key, SHOAL_HMAC_BYTES, msg, off, mac) != SHOAL_OK) {
+        /* Sender and receiver then disagree: the frame is refused. */
+        (void)shoal_random_bytes(mac, SHOAL_BOOT_MAC);
     }
 }
 
@@ -275,6 +447,11 @@ struct shoal_boot {
     int timeout_ms;
     const volatile int *abort_flag;
     uint32_t round;
+    int keyed;                          /* session key known (hello sent) */
+    int final;                          /* the root's answer ends the join: no redial */
+    uint8_t key[SHOAL_HMAC_BYTES];
+    uint64_t tx_seq;
+    uint64_t rx_seq;
     char root_str[80];
     char error[256];
 };
@@ -330,29 +507,111 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
     }
 }
 
-static shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, uint32_t type, void *payload,
-                                            uint32_t len, uint64_t deadline)
+/* The status a root's refusal or failure notice carries, as this rank reports it. */
+static shoal_status_t shoal_boot_notice_status(uint32_t round)
+{
+    shoal_status_t why = (shoal_status_t)(int32_t)round;
+    switch (why) {
+    case SHOAL_ERR_AUTH:
+    case SHOAL_ERR_PERMISSION:
+    case SHOAL_ERR_INVALID_ARG:
+    case SHOAL_ERR_PROTOCOL:
+    case SHOAL_ERR_TIMEOUT:
+    case SHOAL_ERR_PEER_FAILED:
+    case SHOAL_ERR_NO_MEMORY:
+        return why;
+    default:
+        return SHOAL_ERR_PROTOCOL;
+    }
+}
+
+/* Reads and checks the MAC trailer of a frame whose payload is in memory. */
+static shoal_status_t shoal_boot_read_mac(shoal_boot_t *b, const shoal_boot_frame_t *f,
+                                          const void *payload, uint64_t deadline)
+{
+    uint8_t mac[SHOAL_BOOT_MAC], want[SHOAL_BOOT_MAC], digest[SHOAL_HMAC_BYTES];
+    shoal_status_t st = shoal_sock_read_all(b->fd, mac, sizeof(mac), deadline, b->abort_flag);
+    if (st != SHOAL_OK) {
+        return shoal_boot_fail(b, st, "truncated frame from the root");
+    }
+    shoal_boot_payload_digest(payload, f->len, digest);
+    shoal_boot_frame_mac(b->key, SHOAL_BOOT_DIR_DOWN, b->rx_seq, f, digest, want);
+    if (!shoal_memeq_ct(mac, want, sizeof(mac))) {
+        b->final = 1;
+        return shoal_boot_fail(b, SHOAL_ERR_AUTH, "a frame from the root fails its MAC "
+                               "(tampered, replayed or reordered on the way)");
+    }
+    b->rx_seq++;
+    return SHOAL_OK;
+}
+
+/* Reads one frame of the given type and length; macd: a frame after the welcome, with a MAC
+ * trailer that is checked before SHOAL_OK (nothing in payload may be used otherwise). */
+static shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type,
+                                            void *payload, uint32_t len, uint64_t deadline)
 {
     shoal_boot_frame_t f;
     shoal_status_t st = shoal_sock_read_all(b->fd, &f, sizeof(f), deadline, b->abort_flag);
     if (st != SHOAL_OK) {
         return shoal_boot_fail(b, st, "no answer from the root");
     }
-    if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_REFUSED) {
-        shoal_status_t why = (shoal_status_t)(int32_t)f.round;
-        if (why != SHOAL_ERR_AUTH && why != SHOAL_ERR_INVALID_ARG) {
-            why = SHOAL_ERR_PROTOCOL;
-        }
-        return shoal_boot_fail(b, why, "the root refused this rank");
+    if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_REFUSED && !macd &&
+        f.len == 0) {
+        st = shoal_boot_notice_status(f.round);
+        /* A wrong secret, identity or rank is final; an eviction is worth another try. */
+        b->final = st == SHOAL_ERR_AUTH || st == SHOAL_ERR_PERMISSION ||
+                   st == SHOAL_ERR_INVALID_ARG;
+        return shoal_boot_fail(b, st, st == SHOAL_ERR_PERMISSION
+                                          ? "the root refused this rank (configured for "
+                                            "another tenant, job or epoch than the job)"
+                                          : "the root refused this rank");
+    }
+    if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_FAILED && b->keyed &&
+        f.len == 0) {
+        SHOAL_CHECK(shoal_boot_read_mac(b, &f, NULL, deadline));
+        b->final = 1;
+        return shoal_boot_fail(b, shoal_boot_notice_status(f.round),
+                               "the bootstrap of the job failed at the root");
     }
     if (f.magic != SHOAL_BOOT_FRAME_MAGIC || f.type != type || f.len != len) {
+        b->final = macd;
         return shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "unexpected frame from the root");
     }
     st = shoal_sock_read_all(b->fd, payload, len, deadline, b->abort_flag);
     if (st != SHOAL_OK) {
         return shoal_boot_fail(b, st, "truncated frame from the root");
     }
-    return SHOAL_OK;
+    return macd ? shoal_boot_read_mac(b, &f, payload, deadline) : SHOAL_OK;
+}
+
+/* Sends header | payload | MAC in one write. */
+static shoal_status_t shoal_boot_send_frame(shoal_boot_t *b, uint32_t type, const void *payload,
+                                            uint32_t len, uint64_t deadline)
+{
+    shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = type, .len = len,
+                            .round = b->round};
+    uint8_t digest[SHOAL_HMAC_BYTES], small[sizeof(f) + 4096 + SHOAL_BOOT_MAC];
+    uint8_t *buf = sizeof(f) + (size_t)len + SHOAL_BOOT_MAC <= sizeof(small)
+                       ? small
+                       : malloc(sizeof(f) + (size_t)len + SHOAL_BOOT_MAC);
+    shoal_status_t st;
+
+    if (buf == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    shoal_boot_payload_digest(payload, len, digest);
+    memcpy(buf, &f, sizeof(f));
+    if (len > 0) {
+        memcpy(buf + sizeof(f), payload, len);
+    }
+    shoal_boot_frame_mac(b->key, SHOAL_BOOT_DIR_UP, b->tx_seq++, &f, digest,
+                         buf + sizeof(f) + len);
+    st = shoal_sock_write_all(b->fd, buf, sizeof(f) + (size_t)len + SHOAL_BOOT_MAC, deadline,
+                              b->abort_flag);
+    if (buf != small) {
+        free(buf);
+    }
+    return st;
 }
 
 static shoal_status_t shoal_boot_handshake(shoal_boot_t *b, const shoal_boot_uid_t *u,
@@ -365,22 +624,29 @@ static shoal_status_t shoal_boot_handshake(shoal_boot_t *b, const shoal_boot_uid
     } msg;
     shoal_status_t st;
 
-    SHOAL_CHECK(shoal_boot_read_frame(b, SHOAL_BOOT_CHALLENGE, root_nonce, sizeof(root_nonce),
-                                      deadline));
+    b->keyed = 0;
+    b->tx_seq = 0;
+    b->rx_seq = 0;
+    SHOAL_CHECK(shoal_boot_read_frame(b, 0, SHOAL_BOOT_CHALLENGE, root_nonce,
+                                      sizeof(root_nonce), deadline));
     memset(&msg, 0, sizeof(msg));
     msg.f = (shoal_boot_frame_t){.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_HELLO,
                                  .len = sizeof(msg.h)};
     msg.h.rank = b->rank;
     msg.h.nranks = b->nranks;
+    msg.h.ident = u->ident;
     SHOAL_CHECK(shoal_random_bytes(msg.h.nonce, sizeof(msg.h.nonce)));
     shoal_boot_hello_mac(u->secret, root_nonce, &msg.h, msg.h.mac);
     st = shoal_sock_write_all(b->fd, &msg, sizeof(msg), deadline, b->abort_flag);
     if (st != SHOAL_OK) {
         return shoal_boot_fail(b, st, "sending hello");
     }
-    SHOAL_CHECK(shoal_boot_read_frame(b, SHOAL_BOOT_WELCOME, mac, sizeof(mac), deadline));
-    shoal_boot_welcome_mac(u->secret, msg.h.nonce, b->rank, want);
+    shoal_boot_session_key(u->secret, root_nonce, &msg.h, b->key);
+    b->keyed = 1;
+    SHOAL_CHECK(shoal_boot_read_frame(b, 0, SHOAL_BOOT_WELCOME, mac, sizeof(mac), deadline));
+    shoal_boot_welcome_mac(u->secret, root_nonce, &msg.h, want);
     if (!shoal_memeq_ct(mac, want, sizeof(mac))) {
+        b->final = 1;
         return shoal_boot_fail(b, SHOAL_ERR_AUTH, "the root does not know the job secret");
     }
     return SHOAL_OK;
@@ -410,10 +676,11 @@ shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int rank, int nrank
             goto err;
         }
         st = shoal_boot_handshake(b, u, deadline);
-        /* An explicit refusal (wrong secret, bad rank) is final; a connection the root
-         * dropped (evicted under a flood of strangers) is worth another try. */
-        if (st == SHOAL_OK || st == SHOAL_ERR_AUTH || st == SHOAL_ERR_INVALID_ARG ||
-            st == SHOAL_ERR_ABORTED || shoal_deadline_passed(deadline)) {
+        /* An explicit refusal (wrong secret, identity or rank) or a failed job is final; a
+         * connection the root dropped (evicted under a flood of strangers) is worth another
+         * try. */
+        if (st == SHOAL_OK || b->final || st == SHOAL_ERR_ABORTED ||
+            shoal_deadline_passed(deadline)) {
             break;
         }
         shoal_warn(BOOT, "rank %d: root %s dropped the connection before the handshake "
@@ -432,6 +699,7 @@ err:
     if (b->fd >= 0) {
         close(b->fd);
     }
+    shoal_secret_wipe(b->key, sizeof(b->key));
     free(b);
     return st;
 }
@@ -439,22 +707,17 @@ err:
 shoal_status_t shoal_boot_allgather(shoal_boot_t *b, const void *in, size_t len, void *out)
 {
     uint64_t deadline = shoal_deadline_ns(b->timeout_ms);
-    shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_AG,
-                            .len = (uint32_t)len, .round = b->round};
     shoal_status_t st;
 
     if (len > SHOAL_BOOT_MAX_BLOB || (size_t)b->nranks * len > UINT32_MAX) {
         return shoal_boot_fail(b, SHOAL_ERR_INVALID_ARG, "allgather blob too large");
     }
-    st = shoal_sock_write_all(b->fd, &f, sizeof(f), deadline, b->abort_flag);
-    if (st == SHOAL_OK) {
-        st = shoal_sock_write_all(b->fd, in, len, deadline, b->abort_flag);
-    }
+    st = shoal_boot_send_frame(b, SHOAL_BOOT_AG, in, (uint32_t)len, deadline);
     if (st != SHOAL_OK) {
         return shoal_boot_fail(b, st, "sending to the root");
     }
-    SHOAL_CHECK(shoal_boot_read_frame(b, SHOAL_BOOT_AG, out, (uint32_t)(len * (size_t)b->nranks),
-                                      deadline));
+    SHOAL_CHECK(shoal_boot_read_frame(b, 1, SHOAL_BOOT_AG, out,
+                                      (uint32_t)(len * (size_t)b->nranks), deadline));
     b->round++;
     return SHOAL_OK;
 }
@@ -471,9 +734,9 @@ void shoal_boot_close(shoal_boot_t *b)
         return;
     }
     if (b->fd >= 0) {
-        shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_BYE};
-        (void)shoal_sock_write_all(b->fd, &f, sizeof(f), shoal_deadline_ns(1000), NULL);
+        (void)shoal_boot_send_frame(b, SHOAL_BOOT_BYE, NULL, 0, shoal_deadline_ns(1000));
         close(b->fd);
     }
+    shoal_secret_wipe(b->key, sizeof(b->key));
     free(b);
 }

@@ -3,37 +3,73 @@
 #define SHOAL_BOOT_H
 
 #include "core/tl.h"
+#include "tenant/tenant.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #define SHOAL_UID_MAGIC 0x49554853u /* "SHUI" */
+#define SHOAL_UID_VERSION 2
+#define SHOAL_BOOT_DIGEST 16        /* bytes of a keyed tenant or job name digest */
 
-/* Decoded unique id. */
+/* The identity a join proves besides the secret: digests of the tenant and job names (names
+ * do not fit a unique id) and the epoch. The hello's MAC binds them to the job secret. */
+typedef struct {
+    uint8_t tenant[SHOAL_BOOT_DIGEST];
+    uint8_t job[SHOAL_BOOT_DIGEST];
+    uint64_t epoch;
+} shoal_boot_ident_t;
+
+/* Decoded unique id (or SHOAL_ROOT + SHOAL_SECRET, or a split child's derived values). */
 typedef struct {
     struct sockaddr_storage root;
     socklen_t root_len;
     uint8_t secret[SHOAL_SECRET_BYTES];
+    shoal_boot_ident_t ident;
 } shoal_boot_uid_t;
 
+/* Layout (version 2): magic u32 | version u16 | family u16 | port u16 (network order) |
+ * zero u16 | addr[16] | secret[32] | epoch u64 (little endian) | tenant digest[16] |
+ * job digest[16] | zero. */
 SHOAL_HIDDEN void shoal_boot_uid_encode(const shoal_boot_uid_t *u, shoal_uid_t *uid);
 SHOAL_HIDDEN shoal_status_t shoal_boot_uid_decode(const shoal_uid_t *uid, shoal_boot_uid_t *u);
 SHOAL_HIDDEN shoal_status_t shoal_boot_uid_from_hex(const char *hex, shoal_uid_t *uid);
 
-/* Starts a root listening on bind_addr (port 0: any) and serving one communicator of any size
- * in a detached thread; fills u (address + fresh secret unless keep_secret). The thread ends
- * once every rank has finished init, or on error/timeout. */
-SHOAL_HIDDEN shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *bind_addr,
-                                                  socklen_t len, int keep_secret,
-                                                  shoal_boot_uid_t *u);
+/* The digests of an identity. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_ident_make(const shoal_tenant_id_t *id,
+                                                  shoal_boot_ident_t *out);
+/* SHOAL_OK when mine matches want; else SHOAL_ERR_PERMISSION and a sentence in why naming
+ * the field that differs (id: this rank's names, for the sentence). Logs nothing. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_ident_check(const shoal_boot_ident_t *want,
+                                                   const shoal_boot_ident_t *mine,
+                                                   const shoal_tenant_id_t *id, char *why,
+                                                   size_t len);
 
-/* Client: connection to the root of one communicator during its init. */
+/* Where a root listens: SHOAL_BOOT_BIND=loopback (or local_only: every rank on this host)
+ * gives 127.0.0.1; auto the address shoal_boot_pick_addr chooses; any every interface (the
+ * chosen address is published). *bind_any_p: listen on every interface. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_listen_addr(int local_only, struct sockaddr_storage *ss,
+                                                   socklen_t *len_p, int *bind_any_p);
+
+/* Starts a root listening on addr (port 0: any; every interface when bind_any) and serving
+ * one communicator of any size in a detached thread. u holds the job secret and the identity
+ * (the caller's); the root's address and port are filled in. The thread ends once every rank
+ * has finished init, or on error/timeout after telling every rank. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr,
+                                                  socklen_t len, int bind_any,
+                                                  shoal_boot_uid_t *u);
+/* Test seam: called (when set) with the address of every root started, before its thread
+ * runs. NULL in every program but the adversarial tests. */
+extern SHOAL_HIDDEN void (*shoal_boot_root_started_hook)(const shoal_boot_uid_t *u);
+
+/* Client: connection to the root of one communicator during its init. u->ident is the
+ * identity this rank proves. */
 typedef struct shoal_boot shoal_boot_t;
 SHOAL_HIDDEN shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int rank, int nranks,
                                                int timeout_ms, const volatile int *abort_flag,
                                                shoal_boot_t **boot_p);
-/* Every rank gives len bytes; out receives nranks * len bytes in rank order. Authenticated
- * in both directions with the job secret. */
+/* Every rank gives len bytes; out receives nranks * len bytes in rank order. Every frame is
+ * MAC'd with the connection's session key and checked before out is believed. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_allgather(shoal_boot_t *boot, const void *in, size_t len,
                                                  void *out);
 SHOAL_HIDDEN shoal_status_t shoal_boot_barrier(shoal_boot_t *boot);
@@ -47,7 +83,9 @@ SHOAL_HIDDEN shoal_status_t shoal_sock_write_all(int fd, const void *buf, size_t
 SHOAL_HIDDEN shoal_status_t shoal_sock_read_all(int fd, void *buf, size_t len,
                                                 uint64_t deadline_ns,
                                                 const volatile int *abort_flag);
-/* Address to listen on / publish: SHOAL_SOCKET_IFNAME rules; loopback fallback. */
+/* Address to publish: the first interface matching SHOAL_SOCKET_IFNAME (NCCL syntax); without
+ * it the first IPv4 interface that is up and not loopback (docker bridges last); loopback
+ * when nothing else is up. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_pick_addr(struct sockaddr_storage *ss, socklen_t *len_p);
 SHOAL_HIDDEN void shoal_sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len);
 

@@ -1,11 +1,22 @@
-/* Bootstrap wire frames, shared by the root (boot_root.c) and the client (boot.c). */
+/* Bootstrap wire frames, shared by the root (boot_root.c) and the client (boot.c).
+ *
+ *   root   -> client  CHALLENGE  root nonce
+ *   client -> root    HELLO      rank, nranks, client nonce, identity, HMAC(job secret, ...)
+ *   root   -> client  WELCOME    HMAC(job secret, both nonces, rank, nranks, identity)
+ *                     (or REFUSED: round = status, then close)
+ * After the welcome both sides hold a session key, derived from the job secret, both nonces,
+ * the rank and the identity. Every later frame (allgather rounds both ways, bye, failure
+ * notices) is header | payload | HMAC(session key, direction, sequence number, header,
+ * digest of the payload), so frames can be neither forged, nor replayed, nor reordered.
+ */
 #ifndef SHOAL_BOOT_PROTO_H
 #define SHOAL_BOOT_PROTO_H
 
-#include "core/tl.h"
+#include "core/boot.h"
 
 #define SHOAL_BOOT_FRAME_MAGIC 0x544f4253u /* "SBOT" */
 #define SHOAL_BOOT_NONCE 32
+#define SHOAL_BOOT_MAC SHOAL_HMAC_BYTES   /* trailer of every frame after the handshake */
 #define SHOAL_BOOT_MAX_RANKS (1 << 20)
 #define SHOAL_BOOT_MAX_BLOB (1 << 20)      /* bytes per rank per round */
 #define SHOAL_BOOT_MAX_PENDING 64          /* unauthenticated connections held at once */
@@ -13,17 +24,22 @@
 enum {
     SHOAL_BOOT_CHALLENGE = 1, /* root -> client: root nonce */
     SHOAL_BOOT_HELLO,         /* client -> root: shoal_boot_hello_t */
-    SHOAL_BOOT_WELCOME,       /* root -> client: mac over the client nonce and rank */
-    SHOAL_BOOT_REFUSED,       /* root -> client: round = status code; then close */
-    SHOAL_BOOT_AG,            /* client -> root: blob; root -> client: all blobs */
-    SHOAL_BOOT_BYE            /* client -> root: done with the bootstrap */
+    SHOAL_BOOT_WELCOME,       /* root -> client: mac over both nonces, rank and identity */
+    SHOAL_BOOT_REFUSED,       /* root -> client before a welcome: round = status; then close */
+    SHOAL_BOOT_AG,            /* client -> root: blob; root -> client: all blobs (MAC'd) */
+    SHOAL_BOOT_BYE,           /* client -> root: done with the bootstrap (MAC'd) */
+    SHOAL_BOOT_FAILED         /* root -> client: the bootstrap failed, round = status (MAC'd) */
 };
+
+/* Directions in the frame MAC. */
+#define SHOAL_BOOT_DIR_UP 0   /* client -> root */
+#define SHOAL_BOOT_DIR_DOWN 1 /* root -> client */
 
 /* Host byte order: the bootstrap runs between hosts of one architecture. */
 typedef struct {
     uint32_t magic;
     uint32_t type;
-    uint32_t len;   /* payload bytes that follow */
+    uint32_t len;   /* payload bytes that follow (the MAC trailer not counted) */
     uint32_t round;
 } shoal_boot_frame_t;
 
@@ -31,12 +47,42 @@ typedef struct {
     int32_t rank;
     int32_t nranks;
     uint8_t nonce[SHOAL_BOOT_NONCE];   /* client's challenge to the root */
-    uint8_t mac[SHOAL_HMAC_BYTES];     /* HMAC(secret, "shoal-boot-hello" root nonce rank nranks nonce) */
+    shoal_boot_ident_t ident;          /* tenant, job and epoch the rank is configured for */
+    uint8_t mac[SHOAL_HMAC_BYTES];     /* HMAC(secret, "shoal-boot-hello" root nonce rank
+                                          nranks nonce ident) */
 } shoal_boot_hello_t;
 
 SHOAL_HIDDEN void shoal_boot_hello_mac(const uint8_t *secret, const uint8_t *root_nonce,
                                        const shoal_boot_hello_t *h, uint8_t *mac);
-SHOAL_HIDDEN void shoal_boot_welcome_mac(const uint8_t *secret, const uint8_t *client_nonce,
-                                         int32_t rank, uint8_t *mac);
+SHOAL_HIDDEN void shoal_boot_welcome_mac(const uint8_t *secret, const uint8_t *root_nonce,
+                                         const shoal_boot_hello_t *h, uint8_t *mac);
+/* The session key of one joined connection. */
+SHOAL_HIDDEN void shoal_boot_session_key(const uint8_t *secret, const uint8_t *root_nonce,
+                                         const shoal_boot_hello_t *h,
+                                         uint8_t key[SHOAL_HMAC_BYTES]);
+/* Digest of a frame's payload (computed once for a table sent to every rank). */
+SHOAL_HIDDEN void shoal_boot_payload_digest(const void *payload, size_t len,
+                                            uint8_t digest[SHOAL_HMAC_BYTES]);
+/* The MAC trailer of a frame after the handshake. */
+SHOAL_HIDDEN void shoal_boot_frame_mac(const uint8_t key[SHOAL_HMAC_BYTES], int dir,
+                                       uint64_t seq, const shoal_boot_frame_t *f,
+                                       const uint8_t digest[SHOAL_HMAC_BYTES],
+                                       uint8_t mac[SHOAL_BOOT_MAC]);
+
+/* ---- the root's frame handling without sockets of its own (boot_root.c) ----
+ * For fuzzing and tests: a root with no listener (listen_fd -1), clients added by fd (a
+ * socketpair end; the root writes its challenges and answers there), and bytes fed as if
+ * they had arrived from client i. Returns SHOAL_OK, or the status that fails the bootstrap
+ * (then every joined rank has been told and closed). */
+typedef struct shoal_root shoal_root_t;
+SHOAL_HIDDEN shoal_status_t shoal_boot_root_new(const shoal_boot_uid_t *u, int listen_fd,
+                                                int timeout_ms, shoal_root_t **r_p);
+SHOAL_HIDDEN int shoal_boot_root_add_client(shoal_root_t *r, int fd,
+                                            const struct sockaddr_storage *ss);
+SHOAL_HIDDEN shoal_status_t shoal_boot_root_feed(shoal_root_t *r, int client,
+                                                 const uint8_t *bytes, size_t n);
+/* The challenge the root sent to client i (NULL when i is not a pending or joined client). */
+SHOAL_HIDDEN const uint8_t *shoal_boot_root_nonce(shoal_root_t *r, int client);
+SHOAL_HIDDEN void shoal_boot_root_free(shoal_root_t *r);
 
 #endif

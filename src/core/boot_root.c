@@ -1,19 +1,29 @@
 /*
  * The rendezvous root: one thread per communicator being created. It serves joins and
  * allgather rounds from a single poll loop; every socket is non-blocking, every frame is
- * validated before it is believed, and the whole thing gives up after SHOAL_TIMEOUT_MS
- * without progress.
+ * validated (and after the handshake authenticated) before it is believed, and the whole
+ * thing gives up after SHOAL_TIMEOUT_MS without progress.
+ *
+ * Received bytes go through one state machine (shoal_root_rx_target / shoal_root_rx_advance),
+ * fed either by recv() on the client's socket or by shoal_boot_root_feed() (fuzzing, tests).
+ *
+ * A failure of the bootstrap (a joined rank that misbehaves or leaves) is told to every rank:
+ * the joined ones at once with an authenticated FAILED frame, the ones still to come when
+ * their hello arrives, so that no rank waits for its timeout.
  */
 #include "core/core.h"
 #include "core/boot_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define SHOAL_ROOT_TOLD (-2) /* rank_cl[k]: rank k was told that the bootstrap failed */
 
 typedef enum {
     SHOAL_ROOT_CL_FREE = 0,
@@ -29,29 +39,38 @@ typedef struct {
     char peer[64];
     uint64_t deadline_ns;               /* handshake deadline while pending */
     uint8_t nonce[SHOAL_BOOT_NONCE];    /* our challenge */
+    uint8_t key[SHOAL_HMAC_BYTES];      /* session key once joined */
+    uint64_t rx_seq;                    /* frames received / sent since the welcome */
+    uint64_t tx_seq;
     shoal_boot_frame_t hdr;             /* frame being read */
     size_t hdr_have;
-    uint8_t *payload;                   /* frame payload being read (hello or blob) */
-    size_t payload_have;
+    uint8_t hello[sizeof(shoal_boot_hello_t)];
+    size_t payload_have;                /* of the hello, or of this rank's table slot */
+    uint8_t mac[SHOAL_BOOT_MAC];
+    size_t mac_have;
     uint32_t round_sent;                /* rounds this rank has contributed */
 } shoal_root_client_t;
 
-typedef struct {
+struct shoal_root {
     int listen_fd;
     uint8_t secret[SHOAL_SECRET_BYTES];
+    shoal_boot_ident_t ident;           /* the job's identity: every hello must prove it */
     int timeout_ms;
     int nranks;                         /* 0 until the first valid hello */
     int joined;
     int done;
     shoal_root_client_t *cl;            /* [ncl] */
     int ncl;
-    int *rank_cl;                       /* [nranks]: client index of each rank */
+    int *rank_cl;                       /* [nranks]: client index of each rank, -1, or TOLD */
     uint32_t round;                     /* current allgather round */
-    uint32_t blob_len;                  /* this round's per-rank length */
+    uint32_t blob_len;                  /* this round's per-rank length, fixed by ... */
+    int blob_set;                       /* ... the round's first header */
     int have;                           /* contributions to this round */
     uint8_t *table;                     /* nranks * blob_len */
     unsigned refused;
-} shoal_root_t;
+    shoal_status_t failed;              /* the bootstrap's failure being told, or SHOAL_OK */
+    int told;                           /* ranks told about it (or done before it) */
+};
 
 static void shoal_root_client_close(shoal_root_t *r, int i)
 {
@@ -59,9 +78,7 @@ static void shoal_root_client_close(shoal_root_t *r, int i)
     if (c->fd >= 0) {
         close(c->fd);
     }
-    if (c->state != SHOAL_ROOT_CL_JOINED) {
-        free(c->payload);
-    }
+    shoal_secret_wipe(c->key, sizeof(c->key));
     memset(c, 0, sizeof(*c));
     c->fd = -1;
 }
@@ -79,7 +96,60 @@ static void shoal_root_refuse(shoal_root_t *r, int i, shoal_status_t why, const 
     shoal_root_client_close(r, i);
 }
 
-static int shoal_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_storage *ss)
+/* An authenticated frame to a joined client (or one whose hello was just verified). */
+static shoal_status_t shoal_root_send(shoal_root_t *r, shoal_root_client_t *c, uint32_t type,
+                                      const void *payload, uint32_t len, const uint8_t *digest,
+                                      uint64_t deadline)
+{
+    shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = type, .len = len,
+                            .round = r->round};
+    uint8_t mac[SHOAL_BOOT_MAC], d[SHOAL_HMAC_BYTES];
+    shoal_status_t st;
+
+    if (type == SHOAL_BOOT_FAILED) {
+        f.round = (uint32_t)(int32_t)r->failed;
+    }
+    if (digest == NULL) {
+        shoal_boot_payload_digest(payload, len, d);
+        digest = d;
+    }
+    shoal_boot_frame_mac(c->key, SHOAL_BOOT_DIR_DOWN, c->tx_seq++, &f, digest, mac);
+    st = shoal_sock_write_all(c->fd, &f, sizeof(f), deadline, NULL);
+    if (st == SHOAL_OK && len > 0) {
+        st = shoal_sock_write_all(c->fd, payload, len, deadline, NULL);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_sock_write_all(c->fd, mac, sizeof(mac), deadline, NULL);
+    }
+    return st;
+}
+
+/* The bootstrap failed: tell every joined rank (best effort, briefly), close them, and keep
+ * listening only to tell the ranks still to come. */
+static void shoal_root_fail(shoal_root_t *r, shoal_status_t st)
+{
+    uint64_t deadline = shoal_deadline_ns(200);
+    r->failed = st;
+    shoal_warn(BOOT, "root: bootstrap failed (%s); telling every rank", shoal_strerror(st));
+    for (int i = 0; i < r->ncl; i++) {
+        shoal_root_client_t *c = &r->cl[i];
+        if (c->state != SHOAL_ROOT_CL_JOINED && c->state != SHOAL_ROOT_CL_DONE) {
+            continue;
+        }
+        if (c->state == SHOAL_ROOT_CL_JOINED) {
+            (void)shoal_root_send(r, c, SHOAL_BOOT_FAILED, NULL, 0, NULL, deadline);
+        }
+        if (r->rank_cl[c->rank] != SHOAL_ROOT_TOLD) {
+            r->rank_cl[c->rank] = SHOAL_ROOT_TOLD;
+            r->told++;
+        }
+        shoal_root_client_close(r, i);
+    }
+    r->have = 0;
+    r->blob_set = 0;
+}
+
+static int shoal_root_add_client_slot(shoal_root_t *r)
 {
     int i, pending = 0, slot = -1;
     for (i = 0; i < r->ncl; i++) {
@@ -109,7 +179,6 @@ static int shoal_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_
     if (slot < 0) {
         shoal_root_client_t *ncl = realloc(r->cl, sizeof(*ncl) * (size_t)(r->ncl + 16));
         if (ncl == NULL) {
-            close(fd);
             return -1;
         }
         r->cl = ncl;
@@ -119,6 +188,16 @@ static int shoal_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_
         }
         slot = r->ncl;
         r->ncl += 16;
+    }
+    return slot;
+}
+
+int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_storage *ss)
+{
+    int slot = shoal_root_add_client_slot(r);
+    if (slot < 0) {
+        close(fd);
+        return -1;
     }
     shoal_root_client_t *c = &r->cl[slot];
     c->fd = fd;
@@ -145,6 +224,7 @@ static int shoal_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_
 
 static void shoal_root_accept(shoal_root_t *r)
 {
+    int one = 1;
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -156,66 +236,119 @@ static void shoal_root_accept(shoal_root_t *r)
             }
             return;
         }
-        shoal_root_add_client(r, fd, &ss);
+        /* Header, payload and MAC go out as separate writes: no Nagle delay between them. */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        shoal_boot_root_add_client(r, fd, &ss);
     }
 }
 
-/* Mutual authentication: verify the client's proof, answer with ours. */
+/* A hello whose proof holds: does it fit the job? SHOAL_OK or the refusal's status. */
+static shoal_status_t shoal_root_hello_fits(shoal_root_t *r, const shoal_boot_hello_t *h,
+                                            char *what, size_t len)
+{
+    if (h->nranks <= 0 || h->nranks > SHOAL_BOOT_MAX_RANKS || h->rank < 0 ||
+        h->rank >= h->nranks || (r->nranks != 0 && h->nranks != r->nranks)) {
+        snprintf(what, len, "rank %d of %d does not fit a job of %d ranks", h->rank, h->nranks,
+                 r->nranks);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (!shoal_memeq_ct(h->ident.tenant, r->ident.tenant, sizeof(r->ident.tenant))) {
+        snprintf(what, len, "rank %d knows the job secret but is configured for another "
+                 "tenant", h->rank);
+        return SHOAL_ERR_PERMISSION;
+    }
+    if (!shoal_memeq_ct(h->ident.job, r->ident.job, sizeof(r->ident.job))) {
+        snprintf(what, len, "rank %d knows the job secret but is configured for another job",
+                 h->rank);
+        return SHOAL_ERR_PERMISSION;
+    }
+    if (h->ident.epoch != r->ident.epoch) {
+        snprintf(what, len, "rank %d is of epoch %llu, the job of epoch %llu", h->rank,
+                 (unsigned long long)h->ident.epoch, (unsigned long long)r->ident.epoch);
+        return SHOAL_ERR_PERMISSION;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_root_rank_table(shoal_root_t *r, int nranks)
+{
+    r->rank_cl = malloc(sizeof(int) * (size_t)nranks);
+    if (r->rank_cl == NULL) {
+        shoal_error(BOOT, "root: cannot allocate the table of %d ranks", nranks);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int k = 0; k < nranks; k++) {
+        r->rank_cl[k] = -1;
+    }
+    r->nranks = nranks;
+    return SHOAL_OK;
+}
+
+/* Mutual authentication: verify the client's proof, answer with ours. Returns SHOAL_OK (also
+ * when a stranger was refused), or a status that fails the whole bootstrap. */
 static shoal_status_t shoal_root_on_hello(shoal_root_t *r, int i)
 {
     shoal_root_client_t *c = &r->cl[i];
     shoal_boot_hello_t h;
     uint8_t mac[SHOAL_HMAC_BYTES];
+    char what[160];
+    shoal_status_t st;
 
-    memcpy(&h, c->payload, sizeof(h));
+    memcpy(&h, c->hello, sizeof(h));
     shoal_boot_hello_mac(r->secret, c->nonce, &h, mac);
     if (!shoal_memeq_ct(mac, h.mac, sizeof(mac))) {
         shoal_root_refuse(r, i, SHOAL_ERR_AUTH, "wrong job secret (bad HMAC proof)");
-        return SHOAL_ERR_AUTH;
+        return SHOAL_OK;
     }
-    if (h.nranks <= 0 || h.nranks > SHOAL_BOOT_MAX_RANKS || h.rank < 0 || h.rank >= h.nranks ||
-        (r->nranks != 0 && h.nranks != r->nranks)) {
-        char what[128];
-        snprintf(what, sizeof(what), "rank %d of %d does not fit a job of %d ranks", h.rank,
-                 h.nranks, r->nranks);
-        shoal_root_refuse(r, i, SHOAL_ERR_INVALID_ARG, what);
-        return SHOAL_ERR_INVALID_ARG;
+    st = shoal_root_hello_fits(r, &h, what, sizeof(what));
+    if (st != SHOAL_OK) {
+        shoal_root_refuse(r, i, st, what);
+        return SHOAL_OK;
     }
     if (r->nranks == 0) {
-        r->rank_cl = malloc(sizeof(int) * (size_t)h.nranks);
-        if (r->rank_cl == NULL) {
-            return SHOAL_ERR_NO_MEMORY;
+        SHOAL_CHECK(shoal_root_rank_table(r, h.nranks));
+    }
+    c->rank = h.rank;
+    shoal_boot_session_key(r->secret, c->nonce, &h, c->key);
+    if (r->failed != SHOAL_OK) {
+        /* A rank of the job that comes late: it learns the failure now, not at its timeout. */
+        (void)shoal_root_send(r, c, SHOAL_BOOT_FAILED, NULL, 0, NULL, shoal_deadline_ns(200));
+        if (r->rank_cl[h.rank] != SHOAL_ROOT_TOLD) {
+            r->rank_cl[h.rank] = SHOAL_ROOT_TOLD;
+            r->told++;
         }
-        for (int k = 0; k < h.nranks; k++) {
-            r->rank_cl[k] = -1;
-        }
-        r->nranks = h.nranks;
+        shoal_root_client_close(r, i);
+        return SHOAL_OK;
     }
     if (r->rank_cl[h.rank] >= 0) {
-        shoal_root_refuse(r, i, SHOAL_ERR_INVALID_ARG, "rank joined twice");
+        /* Two processes that both know the secret claim one rank: a launch error (or a
+         * stolen secret). Neither can be trusted to be the real one: fail the job now. */
+        shoal_error(BOOT, "root: rank %d joined twice (from %s, then from %s)", h.rank,
+                    r->cl[r->rank_cl[h.rank]].peer, c->peer);
+        c->state = SHOAL_ROOT_CL_JOINED;
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_WELCOME,
                             .len = SHOAL_HMAC_BYTES, .round = 0};
     uint8_t msg[sizeof(f) + SHOAL_HMAC_BYTES];
-    shoal_boot_welcome_mac(r->secret, h.nonce, h.rank, mac);
+    shoal_boot_welcome_mac(r->secret, c->nonce, &h, mac);
     memcpy(msg, &f, sizeof(f));
     memcpy(msg + sizeof(f), mac, sizeof(mac));
     if (shoal_sock_write_all(c->fd, msg, sizeof(msg), shoal_deadline_ns(r->timeout_ms), NULL) !=
         SHOAL_OK) {
         shoal_root_client_close(r, i);
-        return SHOAL_ERR_TRANSPORT;
+        return SHOAL_OK;
     }
-    free(c->payload);
-    c->payload = NULL;
     c->state = SHOAL_ROOT_CL_JOINED;
-    c->rank = h.rank;
+    c->round_sent = r->round;
     r->rank_cl[h.rank] = i;
     r->joined++;
     shoal_trace(BOOT, "root: rank %d of %d joined from %s", h.rank, h.nranks, c->peer);
     return SHOAL_OK;
 }
 
+/* The round's first header fixes its length; the table is sized once, before any payload of
+ * the round has arrived. */
 static shoal_status_t shoal_root_round_begin(shoal_root_t *r, uint32_t len)
 {
     size_t total = (size_t)r->nranks * len;
@@ -226,31 +359,31 @@ static shoal_status_t shoal_root_round_begin(shoal_root_t *r, uint32_t len)
     }
     r->table = t;
     r->blob_len = len;
+    r->blob_set = 1;
     return SHOAL_OK;
 }
 
 /* Every rank contributed: send the table to all, start the next round. */
 static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
 {
-    shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_AG,
-                            .len = (uint32_t)((size_t)r->nranks * r->blob_len),
-                            .round = r->round};
+    uint32_t len = (uint32_t)((size_t)r->nranks * r->blob_len);
     uint64_t deadline = shoal_deadline_ns(r->timeout_ms);
+    uint8_t digest[SHOAL_HMAC_BYTES];
+
+    shoal_boot_payload_digest(r->table, len, digest);
     for (int k = 0; k < r->nranks; k++) {
-        int fd = r->cl[r->rank_cl[k]].fd;
-        shoal_status_t st = shoal_sock_write_all(fd, &f, sizeof(f), deadline, NULL);
-        if (st == SHOAL_OK) {
-            st = shoal_sock_write_all(fd, r->table, f.len, deadline, NULL);
-        }
+        shoal_root_client_t *c = &r->cl[r->rank_cl[k]];
+        shoal_status_t st = shoal_root_send(r, c, SHOAL_BOOT_AG, r->table, len, digest, deadline);
         if (st != SHOAL_OK) {
-            shoal_error(BOOT, "root: sending round %u to rank %d failed: %s", r->round, k,
-                        shoal_strerror(st));
-            return st;
+            shoal_error(BOOT, "root: sending round %u to rank %d (%s) failed: %s", r->round, k,
+                        c->peer, shoal_strerror(st));
+            return SHOAL_ERR_PEER_FAILED;
         }
     }
     r->round++;
     r->have = 0;
     r->blob_len = 0;
+    r->blob_set = 0;
     return SHOAL_OK;
 }
 
@@ -274,11 +407,154 @@ static shoal_status_t shoal_root_check_hdr(shoal_root_t *r, shoal_root_client_t 
         return SHOAL_OK;
     }
     if (h->type != SHOAL_BOOT_AG || h->round != r->round || c->round_sent != r->round ||
-        h->len > SHOAL_BOOT_MAX_BLOB || (r->have > 0 && h->len != r->blob_len)) {
-        *why = "allgather frame out of order or of the wrong size";
+        h->len > SHOAL_BOOT_MAX_BLOB) {
+        *why = "allgather frame out of order or too large";
         return SHOAL_ERR_PROTOCOL;
     }
+    if (r->blob_set && h->len != r->blob_len) {
+        *why = "allgather frame of another length than the round's";
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (r->done > 0) {
+        *why = "allgather round after a rank already left the bootstrap";
+        return SHOAL_ERR_PEER_FAILED;
+    }
     return SHOAL_OK;
+}
+
+/* A header is complete. SHOAL_OK, or a status that fails the bootstrap. */
+static shoal_status_t shoal_root_on_hdr(shoal_root_t *r, int i)
+{
+    shoal_root_client_t *c = &r->cl[i];
+    const char *why = NULL;
+    shoal_status_t st = shoal_root_check_hdr(r, c, &why);
+
+    if (st != SHOAL_OK) {
+        if (c->state == SHOAL_ROOT_CL_PENDING) {
+            shoal_root_refuse(r, i, SHOAL_ERR_PROTOCOL, why);
+            return SHOAL_OK;
+        }
+        shoal_error(BOOT, "root: rank %d (%s) sent a bad frame in round %u: %s (%u bytes, "
+                    "type %u)", c->rank, c->peer, r->round, why, c->hdr.len, c->hdr.type);
+        return st;
+    }
+    if (c->state == SHOAL_ROOT_CL_JOINED && c->hdr.type == SHOAL_BOOT_AG && !r->blob_set) {
+        return shoal_root_round_begin(r, c->hdr.len);
+    }
+    return SHOAL_OK;
+}
+
+/* A joined client's frame is complete, MAC included. */
+static shoal_status_t shoal_root_on_frame(shoal_root_t *r, int i)
+{
+    shoal_root_client_t *c = &r->cl[i];
+    uint8_t digest[SHOAL_HMAC_BYTES], mac[SHOAL_BOOT_MAC];
+    const uint8_t *payload = c->hdr.type == SHOAL_BOOT_AG
+                                 ? r->table + (size_t)c->rank * r->blob_len
+                                 : NULL;
+
+    shoal_boot_payload_digest(payload, c->hdr.len, digest);
+    shoal_boot_frame_mac(c->key, SHOAL_BOOT_DIR_UP, c->rx_seq, &c->hdr, digest, mac);
+    if (!shoal_memeq_ct(mac, c->mac, sizeof(mac))) {
+        shoal_error(BOOT, "root: a frame on the connection of rank %d (%s) fails its MAC "
+                    "(tampered, replayed or reordered) in round %u", c->rank, c->peer, r->round);
+        return SHOAL_ERR_AUTH;
+    }
+    c->rx_seq++;
+    if (c->hdr.type == SHOAL_BOOT_BYE) {
+        if (r->have > 0 && c->round_sent == r->round) {
+            shoal_error(BOOT, "root: rank %d (%s) left in round %u, which others began",
+                        c->rank, c->peer, r->round);
+            return SHOAL_ERR_PEER_FAILED;
+        }
+        c->state = SHOAL_ROOT_CL_DONE;
+        r->done++;
+        return SHOAL_OK;
+    }
+    c->round_sent++;
+    if (++r->have == r->nranks && r->joined == r->nranks) {
+        return shoal_root_round_finish(r);
+    }
+    return SHOAL_OK;
+}
+
+/* Where the next bytes from client c go, and how many belong to the current frame. */
+static uint8_t *shoal_root_rx_target(shoal_root_t *r, shoal_root_client_t *c, size_t *want_p)
+{
+    if (c->hdr_have < sizeof(c->hdr)) {
+        *want_p = sizeof(c->hdr) - c->hdr_have;
+        return (uint8_t *)&c->hdr + c->hdr_have;
+    }
+    if (c->state == SHOAL_ROOT_CL_PENDING) {
+        *want_p = sizeof(c->hello) - c->payload_have; /* the header said exactly that */
+        return c->hello + c->payload_have;
+    }
+    if (c->payload_have < c->hdr.len) { /* AG only: the round's length, checked */
+        *want_p = c->hdr.len - c->payload_have;
+        return r->table + (size_t)c->rank * r->blob_len + c->payload_have;
+    }
+    *want_p = sizeof(c->mac) - c->mac_have;
+    return c->mac + c->mac_have;
+}
+
+/* n bytes arrived at the target. SHOAL_OK (the client may have been refused and closed), or
+ * a status that fails the bootstrap. */
+static shoal_status_t shoal_root_rx_advance(shoal_root_t *r, int i, size_t n)
+{
+    shoal_root_client_t *c = &r->cl[i];
+    if (c->hdr_have < sizeof(c->hdr)) {
+        c->hdr_have += n;
+        if (c->hdr_have < sizeof(c->hdr)) {
+            return SHOAL_OK;
+        }
+        c->payload_have = 0;
+        c->mac_have = 0;
+        return shoal_root_on_hdr(r, i);
+    }
+    if (c->state == SHOAL_ROOT_CL_PENDING) {
+        c->payload_have += n;
+        if (c->payload_have < sizeof(c->hello)) {
+            return SHOAL_OK;
+        }
+        c->hdr_have = 0;
+        return shoal_root_on_hello(r, i);
+    }
+    if (c->payload_have < c->hdr.len) {
+        c->payload_have += n;
+        return SHOAL_OK;
+    }
+    c->mac_have += n;
+    if (c->mac_have < sizeof(c->mac)) {
+        return SHOAL_OK;
+    }
+    c->hdr_have = 0;
+    return shoal_root_on_frame(r, i);
+}
+
+static int shoal_root_client_live(const shoal_root_client_t *c)
+{
+    return c->state == SHOAL_ROOT_CL_PENDING || c->state == SHOAL_ROOT_CL_JOINED;
+}
+
+shoal_status_t shoal_boot_root_feed(shoal_root_t *r, int i, const uint8_t *bytes, size_t n)
+{
+    shoal_status_t st = SHOAL_OK;
+    if (i < 0 || i >= r->ncl) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    while (n > 0 && st == SHOAL_OK && shoal_root_client_live(&r->cl[i])) {
+        size_t want, k;
+        uint8_t *dst = shoal_root_rx_target(r, &r->cl[i], &want);
+        k = SHOAL_MIN(want, n);
+        memcpy(dst, bytes, k);
+        bytes += k;
+        n -= k;
+        st = shoal_root_rx_advance(r, i, k);
+    }
+    if (st != SHOAL_OK && r->failed == SHOAL_OK) {
+        shoal_root_fail(r, st);
+    }
+    return st;
 }
 
 /* Reads what is available from client i. Returns SHOAL_OK, or a fatal bootstrap error (a
@@ -286,25 +562,13 @@ static shoal_status_t shoal_root_check_hdr(shoal_root_t *r, shoal_root_client_t 
 static shoal_status_t shoal_root_read(shoal_root_t *r, int i)
 {
     shoal_root_client_t *c = &r->cl[i];
-    const char *why = NULL;
-    for (;;) {
-        uint8_t *dst;
+    while (shoal_root_client_live(c)) {
         size_t want;
-        ssize_t n;
-        int in_hdr = c->hdr_have < sizeof(c->hdr);
+        uint8_t *dst = shoal_root_rx_target(r, c, &want);
+        ssize_t n = recv(c->fd, dst, want, MSG_DONTWAIT);
+        shoal_status_t st;
 
-        if (in_hdr) {
-            dst = (uint8_t *)&c->hdr + c->hdr_have;
-            want = sizeof(c->hdr) - c->hdr_have;
-        } else if (c->state == SHOAL_ROOT_CL_PENDING) {
-            dst = c->payload + c->payload_have;
-            want = c->hdr.len - c->payload_have;
-        } else {
-            dst = r->table + (size_t)c->rank * r->blob_len + c->payload_have;
-            want = c->hdr.len - c->payload_have;
-        }
-        n = want == 0 ? 0 : recv(c->fd, dst, want, MSG_DONTWAIT);
-        if (want != 0 && n == 0) {
+        if (n == 0) {
             if (c->state == SHOAL_ROOT_CL_PENDING) {
                 shoal_root_refuse(r, i, SHOAL_ERR_PROTOCOL, "closed before a complete hello");
                 return SHOAL_OK;
@@ -324,73 +588,82 @@ static shoal_status_t shoal_root_read(shoal_root_t *r, int i)
                         strerror(errno));
             return SHOAL_ERR_PEER_FAILED;
         }
-        if (in_hdr) {
-            c->hdr_have += (size_t)n;
-            if (c->hdr_have < sizeof(c->hdr)) {
-                continue;
-            }
-            if (shoal_root_check_hdr(r, c, &why) != SHOAL_OK) {
-                if (c->state == SHOAL_ROOT_CL_PENDING) {
-                    shoal_root_refuse(r, i, SHOAL_ERR_PROTOCOL, why);
-                    return SHOAL_OK;
-                }
-                shoal_error(BOOT, "root: rank %d (%s) sent a bad frame: %s", c->rank, c->peer,
-                            why);
-                return SHOAL_ERR_PROTOCOL;
-            }
-            if (c->state == SHOAL_ROOT_CL_PENDING) {
-                c->payload = malloc(sizeof(shoal_boot_hello_t));
-                if (c->payload == NULL) {
-                    return SHOAL_ERR_NO_MEMORY;
-                }
-            } else if (c->hdr.type == SHOAL_BOOT_AG && r->have == 0) {
-                shoal_status_t st = shoal_root_round_begin(r, c->hdr.len);
-                if (st != SHOAL_OK) {
-                    return st;
-                }
-            }
-            c->payload_have = 0;
-        } else {
-            c->payload_have += (size_t)n;
-        }
-        if (c->hdr_have < sizeof(c->hdr) || c->payload_have < c->hdr.len) {
-            continue;
-        }
-        /* A whole frame. */
-        c->hdr_have = 0;
-        c->payload_have = 0;
-        if (c->state == SHOAL_ROOT_CL_PENDING) {
-            shoal_status_t st = shoal_root_on_hello(r, i);
-            if (st == SHOAL_ERR_NO_MEMORY) {
-                return st;
-            }
-            return SHOAL_OK; /* refused clients are already closed */
-        }
-        if (c->hdr.type == SHOAL_BOOT_BYE) {
-            c->state = SHOAL_ROOT_CL_DONE;
-            r->done++;
-            return SHOAL_OK;
-        }
-        c->round_sent++;
-        if (++r->have == r->nranks && r->joined == r->nranks) {
-            return shoal_root_round_finish(r);
+        st = shoal_root_rx_advance(r, i, (size_t)n);
+        if (st != SHOAL_OK) {
+            return st;
         }
     }
+    return SHOAL_OK;
 }
 
-static void shoal_root_fini(shoal_root_t *r)
+const uint8_t *shoal_boot_root_nonce(shoal_root_t *r, int i)
+{
+    if (i < 0 || i >= r->ncl || !shoal_root_client_live(&r->cl[i])) {
+        return NULL;
+    }
+    return r->cl[i].nonce;
+}
+
+shoal_status_t shoal_boot_root_new(const shoal_boot_uid_t *u, int listen_fd, int timeout_ms,
+                                   shoal_root_t **r_p)
+{
+    shoal_root_t *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    r->listen_fd = listen_fd;
+    r->timeout_ms = timeout_ms;
+    memcpy(r->secret, u->secret, sizeof(r->secret));
+    r->ident = u->ident;
+    *r_p = r;
+    return SHOAL_OK;
+}
+
+void shoal_boot_root_free(shoal_root_t *r)
 {
     for (int i = 0; i < r->ncl; i++) {
-        if (r->cl[i].fd >= 0) {
+        if (r->cl[i].fd >= 0 || r->cl[i].state != SHOAL_ROOT_CL_FREE) {
             shoal_root_client_close(r, i);
         }
     }
     free(r->cl);
     free(r->rank_cl);
     free(r->table);
-    close(r->listen_fd);
+    if (r->listen_fd >= 0) {
+        close(r->listen_fd);
+    }
     shoal_secret_wipe(r->secret, sizeof(r->secret));
     free(r);
+}
+
+/* The thread's work is over: every rank done, or (after a failure) every rank told. */
+static int shoal_root_finished(const shoal_root_t *r)
+{
+    if (r->failed != SHOAL_OK) {
+        return r->nranks == 0 || r->told >= r->nranks;
+    }
+    return r->nranks != 0 && r->done == r->nranks;
+}
+
+/* One pass over the clients after poll(). */
+static shoal_status_t shoal_root_serve(shoal_root_t *r)
+{
+    for (int i = 0; i < r->ncl; i++) {
+        shoal_root_client_t *c = &r->cl[i];
+        shoal_status_t st;
+        if (c->fd < 0 || !shoal_root_client_live(c)) {
+            continue;
+        }
+        if (c->state == SHOAL_ROOT_CL_PENDING && shoal_deadline_passed(c->deadline_ns)) {
+            shoal_root_refuse(r, i, SHOAL_ERR_TIMEOUT, "no hello in time");
+            continue;
+        }
+        st = shoal_root_read(r, i);
+        if (st != SHOAL_OK) {
+            return st;
+        }
+    }
+    return SHOAL_OK;
 }
 
 static void *shoal_root_thread(void *arg)
@@ -398,130 +671,121 @@ static void *shoal_root_thread(void *arg)
     shoal_root_t *r = arg;
     uint64_t idle_deadline = shoal_deadline_ns(r->timeout_ms);
     struct pollfd *pfds = NULL;
-    int npfds = 0;
-    shoal_status_t st = SHOAL_OK;
 
-    while (r->nranks == 0 || r->done < r->nranks) {
-        int n = 0, ret;
+    while (!shoal_root_finished(r)) {
+        int npfds = 0, ret, told_before = r->told, joined_before = r->joined;
         struct pollfd *np = realloc(pfds, sizeof(*pfds) * (size_t)(r->ncl + 1));
         uint32_t round_before = r->round;
-        int joined_before = r->joined;
+        shoal_status_t st;
         if (np == NULL) {
-            st = SHOAL_ERR_NO_MEMORY;
+            shoal_error(BOOT, "root: out of memory");
             break;
         }
         pfds = np;
-        npfds = 0;
         pfds[npfds++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
         for (int i = 0; i < r->ncl; i++) {
-            if (r->cl[i].fd >= 0 && r->cl[i].state != SHOAL_ROOT_CL_DONE) {
+            if (r->cl[i].fd >= 0 && shoal_root_client_live(&r->cl[i])) {
                 pfds[npfds++] = (struct pollfd){.fd = r->cl[i].fd, .events = POLLIN};
             }
         }
         ret = poll(pfds, (nfds_t)npfds, shoal_deadline_left_ms(idle_deadline, 200));
         if (ret < 0 && errno != EINTR) {
             shoal_error(BOOT, "root: poll failed: %s", strerror(errno));
-            st = SHOAL_ERR_SYSTEM;
             break;
         }
         if (ret > 0 && (pfds[0].revents & POLLIN)) {
             shoal_root_accept(r);
         }
-        for (int i = 0; i < r->ncl && st == SHOAL_OK; i++) {
-            shoal_root_client_t *c = &r->cl[i];
-            if (c->fd < 0 || c->state == SHOAL_ROOT_CL_DONE) {
-                continue;
-            }
-            if (c->state == SHOAL_ROOT_CL_PENDING && shoal_deadline_passed(c->deadline_ns)) {
-                shoal_root_refuse(r, i, SHOAL_ERR_TIMEOUT, "no hello in time");
-                continue;
-            }
-            st = shoal_root_read(r, i);
-            n++;
-        }
+        st = shoal_root_serve(r);
         if (st != SHOAL_OK) {
-            break;
+            shoal_root_fail(r, st);
+            idle_deadline = shoal_deadline_ns(r->timeout_ms);
+            continue;
         }
-        if (r->round != round_before || r->joined != joined_before) {
+        if (r->round != round_before || r->joined != joined_before || r->told != told_before) {
             idle_deadline = shoal_deadline_ns(r->timeout_ms);
         } else if (shoal_deadline_passed(idle_deadline)) {
-            shoal_error(BOOT, "root: no progress for %d ms (%d of %d ranks joined, round %u); "
-                        "giving up", r->timeout_ms, r->joined, r->nranks, r->round);
-            st = SHOAL_ERR_TIMEOUT;
+            if (r->failed == SHOAL_OK) {
+                shoal_error(BOOT, "root: no progress for %d ms (%d of %d ranks joined, round "
+                            "%u); giving up", r->timeout_ms, r->joined, r->nranks, r->round);
+            }
             break;
         }
     }
-    if (st != SHOAL_OK) {
-        shoal_warn(BOOT, "root: bootstrap failed (%s); closing every rank's connection",
-                   shoal_strerror(st));
-    } else {
+    if (r->failed == SHOAL_OK && shoal_root_finished(r)) {
         shoal_trace(BOOT, "root: all %d ranks done (%u strangers refused)", r->nranks, r->refused);
     }
     free(pfds);
-    shoal_root_fini(r);
+    shoal_boot_root_free(r);
     return NULL;
 }
 
-shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *bind_addr, socklen_t len,
-                                     int keep_secret, shoal_boot_uid_t *u)
+void (*shoal_boot_root_started_hook)(const shoal_boot_uid_t *u);
+
+/* Listens on addr (or every interface at its port when bind_any); fills u's address. */
+static shoal_status_t shoal_boot_root_listen(const struct sockaddr_storage *addr, socklen_t len,
+                                             int bind_any, shoal_boot_uid_t *u, int *fd_p)
 {
-    shoal_root_t *r = calloc(1, sizeof(*r));
-    struct sockaddr_storage any;
-    socklen_t alen = sizeof(any);
+    struct sockaddr_storage where, got;
+    socklen_t glen = sizeof(got);
+    char a[80];
+    int one = 1, fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0) {
+        shoal_error(BOOT, "socket() for the bootstrap root failed: %s", strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&where, 0, sizeof(where));
+    memcpy(&where, addr, len);
+    if (bind_any && where.ss_family == AF_INET) {
+        ((struct sockaddr_in *)&where)->sin_addr.s_addr = htonl(INADDR_ANY);
+    } else if (bind_any) {
+        ((struct sockaddr_in6 *)&where)->sin6_addr = in6addr_any;
+    }
+    shoal_sockaddr_str(&where, a, sizeof(a));
+    if (bind(fd, (struct sockaddr *)&where, len) != 0 || listen(fd, 1024) != 0 ||
+        getsockname(fd, (struct sockaddr *)&got, &glen) != 0) {
+        shoal_error(BOOT, "bootstrap root cannot listen on %s: %s", a, strerror(errno));
+        close(fd);
+        return SHOAL_ERR_SYSTEM;
+    }
+    memcpy(&u->root, addr, len);
+    u->root_len = len;
+    if (got.ss_family == AF_INET) {
+        ((struct sockaddr_in *)&u->root)->sin_port = ((struct sockaddr_in *)&got)->sin_port;
+    } else {
+        ((struct sockaddr_in6 *)&u->root)->sin6_port = ((struct sockaddr_in6 *)&got)->sin6_port;
+    }
+    shoal_sockaddr_str(&got, a, sizeof(a));
+    shoal_trace(BOOT, "bootstrap root listening on %s", a);
+    *fd_p = fd;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, socklen_t len,
+                                     int bind_any, shoal_boot_uid_t *u)
+{
+    shoal_root_t *r = NULL;
     pthread_attr_t attr;
     pthread_t tid;
-    int one = 1, ret;
+    int fd = -1, ret;
 
-    if (r == NULL) {
+    SHOAL_CHECK(shoal_boot_root_listen(addr, len, bind_any, u, &fd));
+    if (shoal_boot_root_new(u, fd, shoal_core_config.timeout_ms, &r) != SHOAL_OK) {
+        close(fd);
         return SHOAL_ERR_NO_MEMORY;
     }
-    r->timeout_ms = shoal_core_config.timeout_ms;
-    r->listen_fd = socket(bind_addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (r->listen_fd < 0) {
-        shoal_error(BOOT, "socket() for the bootstrap root failed: %s", strerror(errno));
-        free(r);
-        return SHOAL_ERR_SYSTEM;
+    if (shoal_boot_root_started_hook != NULL) {
+        shoal_boot_root_started_hook(u);
     }
-    setsockopt(r->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    /* Listen on every interface at the published port: reachable from other namespaces. */
-    memset(&any, 0, sizeof(any));
-    any.ss_family = bind_addr->ss_family;
-    memcpy(&any, bind_addr, len);
-    if (any.ss_family == AF_INET) {
-        ((struct sockaddr_in *)&any)->sin_addr.s_addr = htonl(INADDR_ANY);
-    } else {
-        ((struct sockaddr_in6 *)&any)->sin6_addr = in6addr_any;
-    }
-    if (bind(r->listen_fd, (struct sockaddr *)&any, len) != 0 || listen(r->listen_fd, 1024) != 0 ||
-        getsockname(r->listen_fd, (struct sockaddr *)&any, &alen) != 0) {
-        char a[80];
-        shoal_sockaddr_str(bind_addr, a, sizeof(a));
-        shoal_error(BOOT, "bootstrap root cannot listen on %s: %s", a, strerror(errno));
-        close(r->listen_fd);
-        free(r);
-        return SHOAL_ERR_SYSTEM;
-    }
-    memcpy(&u->root, bind_addr, len);
-    u->root_len = len;
-    if (any.ss_family == AF_INET) {
-        ((struct sockaddr_in *)&u->root)->sin_port = ((struct sockaddr_in *)&any)->sin_port;
-    } else {
-        ((struct sockaddr_in6 *)&u->root)->sin6_port = ((struct sockaddr_in6 *)&any)->sin6_port;
-    }
-    if (!keep_secret && shoal_random_bytes(u->secret, sizeof(u->secret)) != SHOAL_OK) {
-        close(r->listen_fd);
-        free(r);
-        return SHOAL_ERR_SYSTEM;
-    }
-    memcpy(r->secret, u->secret, sizeof(r->secret));
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     ret = pthread_create(&tid, &attr, shoal_root_thread, r);
     pthread_attr_destroy(&attr);
     if (ret != 0) {
         shoal_error(BOOT, "pthread_create for the bootstrap root failed: %s", strerror(ret));
-        close(r->listen_fd);
-        free(r);
+        shoal_boot_root_free(r);
         return SHOAL_ERR_SYSTEM;
     }
     return SHOAL_OK;

@@ -29,19 +29,28 @@ typedef struct {
 shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
 {
     shoal_boot_uid_t u;
+    shoal_tenant_id_t id;
     struct sockaddr_storage ss;
     socklen_t len;
+    int any;
+    shoal_status_t st;
 
     if (uid == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_config_global_init();
     memset(&u, 0, sizeof(u));
-    SHOAL_CHECK(shoal_boot_pick_addr(&ss, &len));
-    SHOAL_CHECK(shoal_boot_root_start(&ss, len, 0, &u));
+    /* The id carries the identity of the process that makes it: its ranks must match. */
+    SHOAL_CHECK(shoal_tenant_id_resolve(NULL, &id));
+    SHOAL_CHECK(shoal_random_bytes(u.secret, sizeof(u.secret)));
+    SHOAL_CHECK_GOTO(shoal_boot_ident_make(&id, &u.ident), st, out);
+    SHOAL_CHECK_GOTO(shoal_boot_listen_addr(0, &ss, &len, &any), st, out);
+    SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, &u), st, out);
     shoal_boot_uid_encode(&u, uid);
+    st = SHOAL_OK;
+out:
     shoal_secret_wipe(&u, sizeof(u));
-    return SHOAL_OK;
+    return st;
 }
 
 const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank)
@@ -498,15 +507,40 @@ out:
     return st;
 }
 
+/* The communicator's key and id, from the job secret and the identity: key = kdf(secret,
+ * "comm", identity | nranks), comm_id the start of another output (it reveals nothing and
+ * differs between tenants, jobs, epochs and splits). A split child's job secret is itself
+ * derived from its parent's key, the split's sequence number and the color, so the key of
+ * every communicator on a path of splits is its own. */
+static shoal_status_t shoal_comm_derive_keys(struct shoal_comm *comm, const uint8_t *secret)
+{
+    uint8_t ctx[SHOAL_TENANT_ID_ENC_MAX + 4], out[SHOAL_HMAC_BYTES] = {0};
+    size_t n = shoal_tenant_id_encode(&comm->ident, ctx, sizeof(ctx));
+    shoal_status_t st;
+
+    shoal_put_le(ctx + n, (uint32_t)comm->nranks, 4);
+    n += 4;
+    st = shoal_kdf(secret, SHOAL_SECRET_BYTES, "comm", ctx, n, comm->secret);
+    if (st == SHOAL_OK) {
+        st = shoal_kdf(secret, SHOAL_SECRET_BYTES, "comm-id", ctx, n, out);
+    }
+    comm->comm_id = (uint32_t)shoal_get_le(out, 4);
+    shoal_secret_wipe(out, sizeof(out));
+    return st;
+}
+
+/* u: where the root is, the job secret (used for the join, never kept) and the identity the
+ * rank proves; id: the same identity in names. */
 static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int rank,
-                                          const shoal_boot_uid_t *u, const shoal_config_t *cfg)
+                                          const shoal_boot_uid_t *u, const shoal_tenant_id_t *id,
+                                          const shoal_config_t *cfg)
 {
     struct shoal_comm *comm = NULL;
     shoal_status_t st;
 
     SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
-    memcpy(comm->secret, u->secret, sizeof(comm->secret));
-    comm->comm_id = (uint32_t)shoal_hash64(u->secret, sizeof(u->secret), 0x5b0a1);
+    comm->ident = *id;
+    SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
     SHOAL_CHECK_GOTO(shoal_coll_comm_init(comm), st, err);
     shoal_info(INIT, "rank %d of %d on %s: comm %08x ready (local rank %d of %d)", rank, nranks,
@@ -518,17 +552,35 @@ err:
     return st;
 }
 
+/* A unique id: this rank's configured identity must be the one the id was made for. */
+static shoal_status_t shoal_comm_init_from_uid(shoal_comm_t *comm_p, int nranks, int rank,
+                                               shoal_boot_uid_t *u, const shoal_config_t *cfg)
+{
+    shoal_tenant_id_t id;
+    shoal_boot_ident_t mine;
+    char why[256];
+
+    SHOAL_CHECK(shoal_tenant_id_resolve(cfg, &id));
+    SHOAL_CHECK(shoal_boot_ident_make(&id, &mine));
+    if (shoal_boot_ident_check(&u->ident, &mine, &id, why, sizeof(why)) != SHOAL_OK) {
+        shoal_error(INIT, "rank %d of %d: %s", rank, nranks, why);
+        return SHOAL_ERR_PERMISSION;
+    }
+    return shoal_comm_init_uid(comm_p, nranks, rank, u, &id, cfg);
+}
+
 shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
                                const shoal_uid_t *uid, const shoal_config_t *cfg)
 {
     shoal_boot_uid_t u;
+    shoal_status_t st;
 
     if (comm_p == NULL || uid == NULL || nranks <= 0 || rank < 0 || rank >= nranks) {
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_config_global_init();
     SHOAL_CHECK(shoal_boot_uid_decode(uid, &u));
-    shoal_status_t st = shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+    st = shoal_comm_init_from_uid(comm_p, nranks, rank, &u, cfg);
     shoal_secret_wipe(&u, sizeof(u));
     return st;
 }
@@ -549,7 +601,8 @@ static shoal_status_t shoal_comm_hex_decode(const char *hex, uint8_t *out, size_
 }
 
 /* SHOAL_ROOT=host:port and SHOAL_SECRET: rank 0 runs the root there. */
-static shoal_status_t shoal_comm_root_from_env(int rank, shoal_boot_uid_t *u)
+static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t *id,
+                                               shoal_boot_uid_t *u)
 {
     char host[256];
     const char *colon = strrchr(shoal_core_config.root, ':');
@@ -579,8 +632,12 @@ static shoal_status_t shoal_comm_root_from_env(int rank, shoal_boot_uid_t *u)
     memcpy(&u->root, res->ai_addr, res->ai_addrlen);
     u->root_len = res->ai_addrlen;
     freeaddrinfo(res);
+    /* No id to carry the identity: every rank proves its own, the root holds rank 0's. */
+    SHOAL_CHECK(shoal_boot_ident_make(id, &u->ident));
     if (rank == 0) {
-        return shoal_boot_root_start(&u->root, u->root_len, 1, u);
+        struct sockaddr_storage at = u->root;
+        return shoal_boot_root_start(&at, u->root_len,
+                                     shoal_core_config.boot_bind == SHOAL_BOOT_BIND_ANY, u);
     }
     return SHOAL_OK;
 }
@@ -589,9 +646,9 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
 {
     int rank, nranks;
     shoal_boot_uid_t u;
+    shoal_status_t st;
 #if SHOAL_HAVE_PMIX
     shoal_uid_t pmix_uid;
-    shoal_status_t st;
 #endif
 
     if (comm_p == NULL) {
@@ -612,15 +669,24 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
     if (shoal_core_config.uid != NULL && shoal_core_config.uid[0] != '\0') {
         shoal_uid_t uid;
         SHOAL_CHECK(shoal_boot_uid_from_hex(shoal_core_config.uid, &uid));
-        shoal_status_t dst = shoal_boot_uid_decode(&uid, &u);
+        st = shoal_boot_uid_decode(&uid, &u);
         shoal_secret_wipe(&uid, sizeof(uid));
-        SHOAL_CHECK(dst);
+        SHOAL_CHECK(st);
     } else if (shoal_core_config.root != NULL && shoal_core_config.root[0] != '\0') {
-        SHOAL_CHECK(shoal_comm_root_from_env(rank, &u));
+        shoal_tenant_id_t id;
+        SHOAL_CHECK(shoal_tenant_id_resolve(cfg, &id));
+        st = shoal_comm_root_from_env(rank, &id, &u);
+        if (st == SHOAL_OK) {
+            st = shoal_comm_init_uid(comm_p, nranks, rank, &u, &id, cfg);
+        }
+        shoal_secret_wipe(&u, sizeof(u));
+        return st;
 #if SHOAL_HAVE_PMIX
     } else if ((st = shoal_pmix_exchange_uid(rank, nranks, &pmix_uid)) != SHOAL_ERR_UNSUPPORTED) {
         SHOAL_CHECK(st); /* PMIx launcher: rank 0's id, published through the PMIx server */
-        SHOAL_CHECK(shoal_boot_uid_decode(&pmix_uid, &u));
+        st = shoal_boot_uid_decode(&pmix_uid, &u);
+        shoal_secret_wipe(&pmix_uid, sizeof(pmix_uid));
+        SHOAL_CHECK(st);
 #endif
     } else {
         shoal_error(INIT, "shoal_comm_init_env: neither SHOAL_UID nor SHOAL_ROOT is set%s",
@@ -628,9 +694,9 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
                                     : "");
         return SHOAL_ERR_INVALID_ARG;
     }
-    shoal_status_t ist = shoal_comm_init_uid(comm_p, nranks, rank, &u, cfg);
+    st = shoal_comm_init_from_uid(comm_p, nranks, rank, &u, cfg);
     shoal_secret_wipe(&u, sizeof(u));
-    return ist;
+    return st;
 }
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
@@ -658,6 +724,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     free(comm->peers);
     free(comm->chans);
     free(comm->local_ranks);
+    shoal_secret_wipe(comm->secret, sizeof(comm->secret));
     pthread_mutex_destroy(&comm->err_lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_cond_destroy(&comm->exec_cond);
@@ -714,13 +781,108 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
     return comm->last_error;
 }
 
-/* ---- split: (color, key) over the parent, the leader of each color makes the id ---------- */
+/* ---- split: (color, key) over the parent; the leader of each color runs the child's root ----
+ * No secret travels: every rank derives the child's job secret from the parent's key, and only
+ * the root's address goes over the parent's channels. */
+
+typedef struct {
+    uint16_t family;                    /* 0: the leader could not start the root */
+    uint16_t port;                      /* network order */
+    uint8_t addr[16];
+} shoal_split_addr_t;
+
+/* kdf(parent key, "split", parent identity | parent comm id | sequence number | color). */
+static shoal_status_t shoal_comm_split_secret(struct shoal_comm *comm, uint32_t seq, int color,
+                                              uint8_t out[SHOAL_SECRET_BYTES])
+{
+    uint8_t ctx[SHOAL_TENANT_ID_ENC_MAX + 12];
+    size_t n = shoal_tenant_id_encode(&comm->ident, ctx, sizeof(ctx));
+    shoal_put_le(ctx + n, comm->comm_id, 4);
+    shoal_put_le(ctx + n + 4, seq, 4);
+    shoal_put_le(ctx + n + 8, (uint32_t)color, 4);
+    return shoal_kdf(comm->secret, sizeof(comm->secret), "split", ctx, n + 12, out);
+}
+
+static void shoal_comm_split_addr_pack(const shoal_boot_uid_t *u, shoal_split_addr_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->family = u->root.ss_family;
+    if (a->family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&u->root;
+        a->port = s6->sin6_port;
+        memcpy(a->addr, &s6->sin6_addr, 16);
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)&u->root;
+        a->port = s4->sin_port;
+        memcpy(a->addr, &s4->sin_addr, 4);
+    }
+}
+
+static shoal_status_t shoal_comm_split_addr_unpack(const shoal_split_addr_t *a, int leader,
+                                                   shoal_boot_uid_t *u)
+{
+    memset(&u->root, 0, sizeof(u->root));
+    if (a->family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&u->root;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = a->port;
+        memcpy(&s6->sin6_addr, a->addr, 16);
+        u->root_len = sizeof(*s6);
+    } else if (a->family == AF_INET) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&u->root;
+        s4->sin_family = AF_INET;
+        s4->sin_port = a->port;
+        memcpy(&s4->sin_addr, a->addr, 4);
+        u->root_len = sizeof(*s4);
+    } else {
+        shoal_error(INIT, "split: leader rank %d could not start the new communicator's root",
+                    leader);
+        return SHOAL_ERR_PEER_FAILED;
+    }
+    return SHOAL_OK;
+}
+
+/* The leader starts the child's root where its members can reach it (loopback when they all
+ * share its host) and tells them where; the others learn it. */
+static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64_t *all,
+                                            int color, int leader, shoal_boot_uid_t *u)
+{
+    shoal_split_addr_t a;
+    shoal_status_t st = SHOAL_OK;
+
+    if (leader != comm->rank) {
+        SHOAL_CHECK(shoal_recv(&a, sizeof(a), SHOAL_UINT8, leader, comm, NULL));
+        return shoal_comm_split_addr_unpack(&a, leader, u);
+    }
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int any, local = 1;
+    for (int p = 0; p < comm->nranks; p++) {
+        local &= all[2 * p] != color || comm->peers[p].host_id == comm->peers[comm->rank].host_id;
+    }
+    st = shoal_boot_listen_addr(local, &ss, &len, &any);
+    if (st == SHOAL_OK) {
+        st = shoal_boot_root_start(&ss, len, any, u);
+    }
+    if (st == SHOAL_OK) {
+        shoal_comm_split_addr_pack(u, &a);
+    } else {
+        memset(&a, 0, sizeof(a)); /* family 0: the members fail now, not at their timeout */
+    }
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p != comm->rank && all[2 * p] == color) {
+            SHOAL_CHECK(shoal_send(&a, sizeof(a), SHOAL_UINT8, p, comm, NULL));
+        }
+    }
+    return st;
+}
 
 shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
 {
     int64_t mine[2] = {color, key}, *all;
     int newrank = 0, newsize = 0, leader = -1;
-    shoal_uid_t uid;
+    uint32_t seq;
+    shoal_boot_uid_t u;
     shoal_status_t st;
 
     if (comm == NULL || newcomm_p == NULL || (color < 0 && color != SHOAL_SPLIT_NOCOLOR)) {
@@ -730,6 +892,8 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     if (all == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    memset(&u, 0, sizeof(u));
+    seq = comm->split_seq++; /* every rank of the parent counts every split */
     SHOAL_CHECK_GOTO(shoal_allgather(mine, all, 2, SHOAL_INT64, comm, NULL), st, out);
     /* New rank: order by (key, parent rank) among ranks of my color. */
     for (int p = 0; p < comm->nranks; p++) {
@@ -749,20 +913,12 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
         st = SHOAL_OK;
         goto out;
     }
-    if (leader == comm->rank) {
-        SHOAL_CHECK_GOTO(shoal_get_unique_id(&uid), st, out);
-        for (int p = 0; p < comm->nranks; p++) {
-            if (p != comm->rank && all[2 * p] == color) {
-                SHOAL_CHECK_GOTO(shoal_send(&uid, sizeof(uid), SHOAL_UINT8, p, comm, NULL), st,
-                                 out);
-            }
-        }
-    } else {
-        SHOAL_CHECK_GOTO(shoal_recv(&uid, sizeof(uid), SHOAL_UINT8, leader, comm, NULL), st, out);
-    }
-    st = shoal_comm_init(newcomm_p, newsize, newrank, &uid, &comm->cfg);
+    SHOAL_CHECK_GOTO(shoal_comm_split_secret(comm, seq, color, u.secret), st, out);
+    SHOAL_CHECK_GOTO(shoal_boot_ident_make(&comm->ident, &u.ident), st, out);
+    SHOAL_CHECK_GOTO(shoal_comm_split_root(comm, all, color, leader, &u), st, out);
+    st = shoal_comm_init_uid(newcomm_p, newsize, newrank, &u, &comm->ident, &comm->cfg);
 out:
-    shoal_secret_wipe(&uid, sizeof(uid));
+    shoal_secret_wipe(&u, sizeof(u));
     free(all);
     return st;
 }

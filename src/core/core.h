@@ -3,6 +3,7 @@
 #define SHOAL_CORE_H
 
 #include "core/tl.h"
+#include "tenant/tenant.h"
 
 #include <pthread.h>
 
@@ -21,7 +22,13 @@ typedef struct {
     int nranks;                /* SHOAL_NRANKS */
     const char *root;          /* SHOAL_ROOT host:port */
     const char *secret;        /* SHOAL_SECRET (hex) for SHOAL_ROOT */
+    int boot_bind;             /* SHOAL_BOOT_BIND: shoal_boot_bind_t */
 } shoal_core_config_t;
+typedef enum {
+    SHOAL_BOOT_BIND_AUTO = 0,  /* the address shoal_boot_pick_addr chooses */
+    SHOAL_BOOT_BIND_LOOPBACK,  /* 127.0.0.1: every rank on this host (shoalrun) */
+    SHOAL_BOOT_BIND_ANY        /* every interface (NAT, several addresses) */
+} shoal_boot_bind_t;
 extern SHOAL_HIDDEN shoal_core_config_t shoal_core_config;
 SHOAL_HIDDEN void shoal_core_launcher_env(int *rank_p, int *nranks_p);
 
@@ -60,8 +67,10 @@ struct shoal_comm {
     int local_size;
     int *local_ranks;          /* global rank of each local rank */
     int all_local;             /* every rank on this host */
-    uint32_t comm_id;
-    uint8_t secret[SHOAL_SECRET_BYTES];
+    uint32_t comm_id;          /* from a key derivation: reveals nothing of the secret */
+    uint8_t secret[SHOAL_SECRET_BYTES]; /* the communicator's key, derived from the job secret */
+    shoal_tenant_id_t ident;   /* tenant, job, epoch: part of every key derived below */
+    uint32_t split_seq;        /* splits of this communicator so far (same on every rank) */
     shoal_config_t cfg;        /* caller's config, strings copied */
     int timeout_ms;
     unsigned spin_count;

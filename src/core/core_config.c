@@ -6,6 +6,8 @@
 
 shoal_core_config_t shoal_core_config;
 
+static const char *const shoal_core_boot_binds[] = {"auto", "loopback", "any", NULL};
+
 static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
     {.name = "TIMEOUT_MS", .dflt = "300s", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoal_core_config_t, timeout_ms),
@@ -39,6 +41,11 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .offset = offsetof(shoal_core_config_t, secret),
      .doc = "job secret (64 hex characters) that authenticates ranks joining through "
             "SHOAL_ROOT; must be the same on every rank"},
+    {.name = "BOOT_BIND", .dflt = "auto", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_core_boot_binds, .offset = offsetof(shoal_core_config_t, boot_bind),
+     .doc = "where a rendezvous root listens: auto (the address it publishes, chosen by "
+            "SHOAL_SOCKET_IFNAME; loopback for a split whose ranks share one host), loopback "
+            "(set by shoalrun: one host), any (every interface); SHOAL_ROOT binds its address"},
 };
 
 const shoal_cfg_table_t shoal_core_cfg_table = {

@@ -23,7 +23,8 @@ typedef struct {
     int local_rank;               /* rank among the ranks on this host */
     int local_size;
     uint32_t comm_id;
-    const uint8_t *secret;        /* SHOAL_SECRET_BYTES job secret: authenticate peers */
+    const uint8_t *secret;        /* SHOAL_SECRET_BYTES communicator key (derived from the job
+                                   * secret and the identity): authenticate peers */
     int timeout_ms;               /* connect/handshake deadline; < 0 infinite */
     const volatile int *abort_flag; /* nonzero: stop waiting, fail with SHOAL_ERR_ABORTED */
 } shoal_tl_params_t;

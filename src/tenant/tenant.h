@@ -25,12 +25,22 @@ typedef struct {
     int from_credential;                /* 1: tenant/job/epoch/class come from a credential */
 } shoal_tenant_id_t;
 
+/* SHOAL_* variables of the tenant module (table in tenant_config.c). */
+typedef struct {
+    const char *tenant;                 /* SHOAL_TENANT */
+    const char *job;                    /* SHOAL_JOB */
+    unsigned epoch;                     /* SHOAL_EPOCH */
+} shoal_tenant_config_t;
+extern SHOAL_HIDDEN shoal_tenant_config_t shoal_tenant_config;
+
 /* ---- ident.c ---- */
 /* The identity this rank is configured with (cfg may be NULL). Names are checked: printable
  * ASCII without spaces, shorter than SHOAL_TENANT_NAME_MAX; else SHOAL_ERR_INVALID_ARG. */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
                                                     shoal_tenant_id_t *id);
-/* Canonical bytes of the identity (length-prefixed fields), for MACs and key derivation. */
+/* Canonical bytes of the identity (length-prefixed fields), for MACs and key derivation.
+ * Returns the length (at most SHOAL_TENANT_ID_ENC_MAX), or 0 if buf is too small. */
+#define SHOAL_TENANT_ID_ENC_MAX (16 + 2 * SHOAL_TENANT_NAME_MAX + 8)
 SHOAL_HIDDEN size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t *buf,
                                            size_t len);
 

@@ -936,6 +936,9 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     if (shoalrun_signals_setup(job) != 0) {
         return 1;
     }
+    /* Every rank runs on this host: the root (and the ranks' split roots) listen on loopback
+     * only, unless the user asked otherwise. */
+    setenv("SHOAL_BOOT_BIND", "loopback", 0);
     status = shoal_get_unique_id(&uid);
     if (status != SHOAL_OK) {
         fprintf(stderr, "shoalrun: shoal_get_unique_id failed: %s\n", shoal_strerror(status));

@@ -1,0 +1,129 @@
+/*
+ * The identity a rank is configured with: tenant, job and epoch (DESIGN.md section 7). It is
+ * part of the unique id, of every join proof and of every key a communicator derives, so
+ * ranks configured for different tenants, jobs or epochs never form one communicator.
+ */
+#include "tenant/tenant.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Printable ASCII without spaces, shorter than SHOAL_TENANT_NAME_MAX. */
+static shoal_status_t shoal_tenant_name_set(const char *what, const char *src, char *dst)
+{
+    size_t n = src != NULL ? strlen(src) : 0;
+    if (n >= SHOAL_TENANT_NAME_MAX) {
+        shoal_error(TENANT, "%s name is %zu bytes long; at most %d", what, n,
+                    SHOAL_TENANT_NAME_MAX - 1);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (src[i] <= ' ' || src[i] > '~') {
+            shoal_error(TENANT, "%s name has a space or a non-printable character at byte %zu",
+                        what, i);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    if (n > 0) {
+        memcpy(dst, src, n);
+    }
+    dst[n] = '\0';
+    return SHOAL_OK;
+}
+
+/* SHOAL_EPOCH when set, else Slurm's restart count, else 0. */
+static shoal_status_t shoal_tenant_epoch(uint64_t *epoch_p)
+{
+    const char *slurm;
+    char *end;
+    unsigned long long v;
+
+    if (shoal_cfg_getenv("EPOCH") != NULL) {
+        *epoch_p = shoal_tenant_config.epoch;
+        return SHOAL_OK;
+    }
+    slurm = shoal_cfg_getenv_raw("SLURM_RESTART_COUNT");
+    if (slurm == NULL || slurm[0] == '\0') {
+        *epoch_p = 0;
+        return SHOAL_OK;
+    }
+    errno = 0;
+    v = strtoull(slurm, &end, 10);
+    if (errno != 0 || *end != '\0' || slurm[0] == '-') {
+        shoal_error(TENANT, "SLURM_RESTART_COUNT=%s is not a count", slurm);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *epoch_p = v;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_id_t *id)
+{
+    const char *tenant = cfg != NULL ? cfg->tenant : NULL;
+    const char *job = cfg != NULL ? cfg->job_name : NULL;
+    shoal_tenant_id_t out;
+    shoal_tenant_cred_t cred;
+    shoal_status_t st;
+    int found = 0;
+
+    shoal_config_global_init();
+    memset(&out, 0, sizeof(out));
+    /* Explicit config field > SHOAL_* variable > the credential > the launcher's (Slurm) >
+     * empty. */
+    if (tenant == NULL || tenant[0] == '\0') {
+        tenant = shoal_tenant_config.tenant;
+    }
+    if (job == NULL || job[0] == '\0') {
+        job = shoal_tenant_config.job;
+    }
+    SHOAL_CHECK(shoal_tenant_cred_load(&cred, &found));
+    if (!found && (job == NULL || job[0] == '\0')) {
+        job = shoal_cfg_getenv_raw("SLURM_JOB_ID");
+    }
+    SHOAL_CHECK(shoal_tenant_name_set("tenant", tenant, out.tenant));
+    SHOAL_CHECK(shoal_tenant_name_set("job", job, out.job));
+    if (found) {
+        /* Only an explicit SHOAL_EPOCH is a claim the credential must match. */
+        out.epoch = shoal_cfg_getenv("EPOCH") != NULL ? shoal_tenant_config.epoch : 0;
+    } else {
+        SHOAL_CHECK(shoal_tenant_epoch(&out.epoch));
+    }
+    out.qos_class = cfg != NULL ? cfg->qos_class : 0;
+    out.qos_weight = cfg != NULL ? cfg->qos_weight : 0;
+    out.from_credential = 0;
+
+    /* A credential is the identity: a configured tenant, job or epoch that differs is refused
+     * (SHOAL_ERR_PERMISSION), a configured class or weight may only lower the credential's. */
+    if (found) {
+        st = shoal_tenant_cred_apply(&cred, &out);
+        shoal_secret_wipe(&cred, sizeof(cred));
+        SHOAL_CHECK(st);
+    }
+    *id = out;
+    return SHOAL_OK;
+}
+
+size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t *buf, size_t len)
+{
+    static const char tag[16] = "shoal-tenant-v1";
+    size_t tl = strnlen(id->tenant, SHOAL_TENANT_NAME_MAX - 1);
+    size_t jl = strnlen(id->job, SHOAL_TENANT_NAME_MAX - 1);
+    size_t need = sizeof(tag) + 1 + tl + 1 + jl + 8, off = 0;
+
+    if (buf == NULL || len < need) {
+        return 0;
+    }
+    memcpy(buf, tag, sizeof(tag));
+    off += sizeof(tag);
+    buf[off++] = (uint8_t)tl;
+    memcpy(buf + off, id->tenant, tl);
+    off += tl;
+    buf[off++] = (uint8_t)jl;
+    memcpy(buf + off, id->job, jl);
+    off += jl;
+    shoal_put_le(buf + off, id->epoch, 8);
+    off += 8;
+    return off;
+}

@@ -1,0 +1,496 @@
+/*
+ * The adversarial join suite: each case runs a real job (adv_rank processes) against a root
+ * in this process while a stranger, a rank of another tenant, job or epoch, or an
+ * authenticated rank that misbehaves attacks the join. Every case ends with a clear status on
+ * the real ranks (SHOAL_ERR_AUTH, _PERMISSION, _PROTOCOL, _INVALID_ARG, well before their
+ * SHOAL_TIMEOUT_MS) or with the job unharmed. TAP on stdout.
+ */
+#include "tests/adv/adv_lib.h"
+#include "tests/tap.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ADV_T "SHOAL_TENANT=acme"
+#define ADV_J "SHOAL_JOB=train-7"
+#define ADV_E "SHOAL_EPOCH=3"
+static const char *const adv_job_env[] = {ADV_T, ADV_J, ADV_E, NULL};
+
+/* Starts n real ranks of the job (ranks first..first+n-1 of nranks) and waits for them. */
+static void adv_job(adv_proc_t *p, const char *hex, int first, int n, int nranks)
+{
+    for (int i = 0; i < n; i++) {
+        adv_spawn(&p[i], "init", hex, first + i, nranks, adv_job_env, -1);
+    }
+    adv_wait(p, n, 3 * ADV_TIMEOUT_MS);
+}
+
+static int adv_new_root(shoal_boot_uid_t *u, char *hex)
+{
+    if (adv_root("acme", "train-7", 3, u, hex) != 0) {
+        tap_bail("cannot start a root");
+    }
+    return 0;
+}
+
+static void adv_case_sanity(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_proc_t p[3];
+    adv_new_root(&u, hex);
+    adv_job(p, hex, 0, 3, 3);
+    adv_diag(p, 3, "rank");
+    tap_ok(adv_all(p, 3, "SHOAL_OK", 1), "a job of 3 ranks of tenant acme forms and computes");
+}
+
+/* A stranger with a wrong secret is refused (AUTH); the job forms regardless. */
+static void adv_case_wrong_secret(void)
+{
+    shoal_boot_uid_t u, bad;
+    char hex[2 * SHOAL_UID_BYTES + 1], badhex[2 * SHOAL_UID_BYTES + 1];
+    adv_proc_t s, p[2];
+    adv_new_root(&u, hex);
+    bad = u;
+    bad.secret[5] ^= 0x80;
+    adv_uid_hex(&bad, badhex);
+    adv_spawn(&s, "init", badhex, 1, 2, adv_job_env, -1);
+    adv_wait(&s, 1, 2 * ADV_TIMEOUT_MS);
+    adv_job(p, hex, 0, 2, 2);
+    adv_diag(&s, 1, "stranger");
+    tap_ok(adv_all(&s, 1, "SHOAL_ERR_AUTH", 0) && adv_all_quick(&s, 1) &&
+               adv_all(p, 2, "SHOAL_OK", 1),
+           "wrong secret: the stranger gets SHOAL_ERR_AUTH, the job forms");
+}
+
+/* The right id, a rank configured for another tenant (or epoch): PERMISSION before joining. */
+static void adv_case_uid_identity(const char *what, const char *env1, const char *env2,
+                                  const char *env3)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    const char *const env[] = {env1, env2, env3, NULL};
+    adv_proc_t s, p[2];
+    adv_new_root(&u, hex);
+    adv_spawn(&s, "init", hex, 1, 2, env, -1);
+    adv_wait(&s, 1, 2 * ADV_TIMEOUT_MS);
+    adv_job(p, hex, 0, 2, 2);
+    adv_diag(&s, 1, "stranger");
+    tap_ok(adv_all(&s, 1, "SHOAL_ERR_PERMISSION", 0) && adv_all_quick(&s, 1) &&
+               adv_all(p, 2, "SHOAL_OK", 1),
+           "right secret, %s: SHOAL_ERR_PERMISSION, the job forms", what);
+}
+
+/* The right secret, another identity, proved to the root itself (a forged or stale id). */
+static void adv_case_root_identity(const char *what, const char *tenant, const char *job,
+                                   uint64_t epoch)
+{
+    shoal_boot_uid_t u;
+    shoal_boot_ident_t other;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_fake_t f;
+    int32_t why = 0;
+    adv_proc_t p[2];
+    int r;
+    adv_new_root(&u, hex);
+    adv_ident(tenant, job, epoch, &other);
+    r = adv_fake_join(&u, u.secret, &other, 1, 2, &f, &why);
+    adv_fake_close(&f);
+    adv_job(p, hex, 0, 2, 2);
+    tap_diag("root answered %d (status %d)", r, why);
+    tap_ok(r == 1 && why == SHOAL_ERR_PERMISSION && adv_all(p, 2, "SHOAL_OK", 1),
+           "right secret, %s, at the root: refused with SHOAL_ERR_PERMISSION, the job forms",
+           what);
+}
+
+/* SHOAL_ROOT mode: no id carries the identity; the root refuses a rank of another job. */
+static void adv_case_env_root_job(void)
+{
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    char sec_env[16 + 2 * SHOAL_SECRET_BYTES], root_env[64];
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    adv_proc_t r0, s, r1;
+
+    /* A free port (the race with another process taking it is harmless here). */
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        tap_bail("no free port");
+    }
+    close(fd);
+    shoal_random_bytes(secret, sizeof(secret));
+    strcpy(sec_env, "SHOAL_SECRET=");
+    for (size_t i = 0; i < sizeof(secret); i++) {
+        sprintf(sec_env + 13 + 2 * i, "%02x", secret[i]);
+    }
+    snprintf(root_env, sizeof(root_env), "SHOAL_ROOT=127.0.0.1:%u", ntohs(a.sin_port));
+    const char *const job[] = {ADV_T, ADV_J, ADV_E, sec_env, root_env, NULL};
+    const char *const other[] = {ADV_T, "SHOAL_JOB=other-job", ADV_E, sec_env, root_env, NULL};
+    adv_spawn(&r0, "init", NULL, 0, 2, job, -1);
+    usleep(200 * 1000);
+    adv_spawn(&s, "init", NULL, 1, 2, other, -1);
+    adv_wait(&s, 1, 2 * ADV_TIMEOUT_MS);
+    adv_spawn(&r1, "init", NULL, 1, 2, job, -1);
+    adv_wait(&r0, 1, 2 * ADV_TIMEOUT_MS);
+    adv_wait(&r1, 1, 2 * ADV_TIMEOUT_MS);
+    adv_diag(&s, 1, "stranger");
+    adv_diag(&r0, 1, "rank 0");
+    tap_ok(adv_all(&s, 1, "SHOAL_ERR_PERMISSION", 0) && adv_all_quick(&s, 1) &&
+               adv_all(&r0, 1, "SHOAL_OK", 1) && adv_all(&r1, 1, "SHOAL_OK", 1),
+           "SHOAL_ROOT mode, right secret, another job: SHOAL_ERR_PERMISSION, the job forms");
+}
+
+/* A hello with a guessed MAC, or a truncated one. */
+static void adv_case_bad_proof(int truncated)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    uint8_t nonce[SHOAL_BOOT_NONCE];
+    struct {
+        shoal_boot_frame_t f;
+        shoal_boot_hello_t h;
+    } msg;
+    int32_t why = 0;
+    int fd, r = -9;
+    adv_proc_t p[2];
+    adv_new_root(&u, hex);
+    fd = adv_dial(&u);
+    if (fd >= 0 && adv_read_challenge(fd, nonce) == 0) {
+        memset(&msg, 0, sizeof(msg));
+        msg.f = (shoal_boot_frame_t){.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_HELLO,
+                                     .len = sizeof(msg.h)};
+        msg.h.rank = 1;
+        msg.h.nranks = 2;
+        msg.h.ident = u.ident;
+        shoal_random_bytes(msg.h.nonce, sizeof(msg.h.nonce));
+        shoal_random_bytes(msg.h.mac, sizeof(msg.h.mac));
+        if (truncated) {
+            msg.f.len -= SHOAL_HMAC_BYTES / 2; /* a proof of 16 bytes */
+        }
+        (void)!send(fd, &msg, sizeof(msg) - (truncated ? SHOAL_HMAC_BYTES / 2 : 0),
+                    MSG_NOSIGNAL);
+        r = adv_expect_refused(fd, 3000, &why);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    adv_job(p, hex, 0, 2, 2);
+    tap_diag("root answered %d (status %d)", r, why);
+    tap_ok(r == 1 && why == (truncated ? SHOAL_ERR_PROTOCOL : SHOAL_ERR_AUTH) &&
+               adv_all(p, 2, "SHOAL_OK", 1),
+           "%s proof: refused with %s, the job forms", truncated ? "truncated" : "guessed",
+           truncated ? "SHOAL_ERR_PROTOCOL" : "SHOAL_ERR_AUTH");
+}
+
+/* A hello recorded from a real rank's join, replayed on a new connection. */
+static void adv_case_replay(void)
+{
+    shoal_boot_uid_t u, via;
+    char hex[2 * SHOAL_UID_BYTES + 1], viahex[2 * SHOAL_UID_BYTES + 1];
+    uint8_t nonce[SHOAL_BOOT_NONCE];
+    size_t hello = sizeof(shoal_boot_frame_t) + sizeof(shoal_boot_hello_t);
+    adv_proxy_t px;
+    adv_proc_t r0, r1;
+    int32_t why = 0;
+    int fd, r = -9;
+    double deadline;
+
+    adv_new_root(&u, hex);
+    if (adv_proxy_start(&px, &u, -1, &via) != 0) {
+        tap_bail("relay failed");
+    }
+    adv_uid_hex(&via, viahex);
+    adv_spawn(&r0, "init", viahex, 0, 2, adv_job_env, -1);
+    /* Rank 0 joined (challenge and welcome went through the relay): replay its hello. */
+    deadline = adv_now_ms() + 5000;
+    while (px.down < 96 && adv_now_ms() < deadline) {
+        usleep(10 * 1000);
+    }
+    fd = adv_dial(&u);
+    if (fd >= 0 && px.rec_len >= hello && adv_read_challenge(fd, nonce) == 0) {
+        (void)!send(fd, px.rec, hello, MSG_NOSIGNAL);
+        r = adv_expect_refused(fd, 3000, &why);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    adv_spawn(&r1, "init", hex, 1, 2, adv_job_env, -1);
+    adv_wait(&r0, 1, 2 * ADV_TIMEOUT_MS);
+    adv_wait(&r1, 1, 2 * ADV_TIMEOUT_MS);
+    adv_proxy_stop(&px);
+    tap_diag("root answered the replay with %d (status %d)", r, why);
+    tap_ok(r == 1 && why == SHOAL_ERR_AUTH && adv_all(&r0, 1, "SHOAL_OK", 1) &&
+               adv_all(&r1, 1, "SHOAL_OK", 1),
+           "a recorded hello replayed: refused with SHOAL_ERR_AUTH, the job forms");
+}
+
+/* Finding 1: two authenticated ranks send allgather frames of different lengths, the longer
+ * one's payload still streaming when the shorter arrives. */
+static void adv_case_wrong_length(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    static uint8_t big[4096];
+    uint8_t small[16] = {0};
+    adv_fake_t f0, f1;
+    int32_t w0 = 0, w1 = 0, refused = 0;
+    int j0, j1, e0 = -9, e1 = -9;
+    adv_proc_t p;
+
+    memset(big, 0xab, sizeof(big));
+    adv_new_root(&u, hex);
+    j0 = adv_fake_join(&u, u.secret, &u.ident, 0, 3, &f0, &refused);
+    j1 = adv_fake_join(&u, u.secret, &u.ident, 1, 3, &f1, &refused);
+    if (j0 == 0 && j1 == 0) {
+        adv_fake_send_ag(&f0, 0, big, sizeof(big), 0, sizeof(shoal_boot_frame_t) + 100);
+        usleep(100 * 1000);
+        adv_fake_send_ag(&f1, 0, small, sizeof(small), 0, (size_t)-1);
+        usleep(100 * 1000);
+        adv_fake_send_rest(&f0);
+        e0 = adv_fake_expect_failed(&f0, 3000, &w0);
+        e1 = adv_fake_expect_failed(&f1, 3000, &w1);
+    }
+    adv_spawn(&p, "init", hex, 2, 3, adv_job_env, -1);
+    adv_wait(&p, 1, 2 * ADV_TIMEOUT_MS);
+    adv_fake_close(&f0);
+    adv_fake_close(&f1);
+    adv_diag(&p, 1, "real rank");
+    tap_diag("fake ranks: joined %d %d, failure notices %d %d (status %d %d)", j0, j1, e0, e1,
+             w0, w1);
+    tap_ok(j0 == 0 && j1 == 0 && e0 == 1 && w0 == SHOAL_ERR_PROTOCOL && e1 == 1 &&
+               w1 == SHOAL_ERR_PROTOCOL && adv_all(&p, 1, "SHOAL_ERR_PROTOCOL", 0) &&
+               adv_all_quick(&p, 1),
+           "allgather frames of two lengths in one round: SHOAL_ERR_PROTOCOL for every rank");
+}
+
+/* An authenticated process takes rank 1, then the real rank 1 comes: the job fails at once. */
+static void adv_case_join_twice(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_fake_t f;
+    int32_t refused = 0;
+    adv_proc_t p[3];
+    int j;
+    adv_new_root(&u, hex);
+    j = adv_fake_join(&u, u.secret, &u.ident, 1, 3, &f, &refused);
+    adv_job(p, hex, 0, 3, 3);
+    adv_fake_close(&f);
+    adv_diag(p, 3, "rank");
+    tap_ok(j == 0 && adv_all(p, 3, "SHOAL_ERR_INVALID_ARG", 0) && adv_all_quick(p, 3),
+           "rank 1 joins twice: every real rank gets SHOAL_ERR_INVALID_ARG at once");
+}
+
+/* A stranger holds far more connections than the root keeps pending (slow loris). */
+static void adv_case_slow_loris(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    enum { N = 3 * SHOAL_BOOT_MAX_PENDING };
+    int fds[N];
+    shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_HELLO,
+                            .len = sizeof(shoal_boot_hello_t)};
+    adv_proc_t p[3];
+    double t0;
+    adv_new_root(&u, hex);
+    for (int i = 0; i < N; i++) {
+        fds[i] = adv_dial(&u);
+        if (fds[i] >= 0) {
+            (void)!send(fds[i], &f, sizeof(f) - 3, MSG_NOSIGNAL); /* never finished */
+        }
+    }
+    t0 = adv_now_ms();
+    for (int i = 0; i < 3; i++) {
+        adv_spawn(&p[i], "init", hex, i, 3, adv_job_env, -1);
+    }
+    /* Keep the flood going while the job joins. */
+    for (int i = 0; i < N; i += 2) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+        fds[i] = adv_dial(&u);
+    }
+    adv_wait(p, 3, 3 * ADV_TIMEOUT_MS);
+    for (int i = 0; i < N; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+    }
+    adv_diag(p, 3, "rank");
+    tap_ok(adv_all(p, 3, "SHOAL_OK", 1) && adv_all_quick(p, 3),
+           "%d idle strangers hold the root's pending slots: the job forms (%.0f ms)", N,
+           adv_now_ms() - t0);
+}
+
+typedef struct {
+    shoal_boot_uid_t u;
+    volatile int stop;
+    int count;
+} adv_scan_t;
+
+static void *adv_scan_thread(void *arg)
+{
+    adv_scan_t *s = arg;
+    while (!s->stop && s->count < 5000) {
+        int fd = adv_dial(&s->u);
+        if (fd >= 0) {
+            close(fd);
+        }
+        s->count++;
+    }
+    return NULL;
+}
+
+/* A port scanner connects and closes again and again while the job joins. */
+static void adv_case_port_scan(void)
+{
+    adv_scan_t s;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    pthread_t th;
+    adv_proc_t p[3];
+    memset(&s, 0, sizeof(s));
+    adv_new_root(&s.u, hex);
+    pthread_create(&th, NULL, adv_scan_thread, &s);
+    usleep(20 * 1000);
+    adv_job(p, hex, 0, 3, 3);
+    s.stop = 1;
+    pthread_join(th, NULL);
+    adv_diag(p, 3, "rank");
+    tap_ok(adv_all(p, 3, "SHOAL_OK", 1) && s.count > 0,
+           "a port scan (%d connect/close) during init: the job forms", s.count);
+}
+
+/* A split child's root, tried by a rank of another job and by one that holds only the
+ * parent's id: both refused, the child forms. */
+static void adv_case_split(void)
+{
+    shoal_boot_uid_t u, child, other;
+    char hex[2 * SHOAL_UID_BYTES + 1], line[64] = "";
+    const char *const env[] = {ADV_T, ADV_J, ADV_E, "ADV_HOOK_MS=1500", NULL};
+    unsigned fam = 0, port = 0, addr = 0;
+    int hook[2], ra = -9, rb = -9;
+    int32_t wa = 0, wb = 0;
+    adv_fake_t f;
+    adv_proc_t p[2];
+    struct pollfd pfd;
+
+    adv_new_root(&u, hex);
+    if (pipe(hook) != 0) {
+        tap_bail("pipe");
+    }
+    for (int i = 0; i < 2; i++) {
+        adv_spawn(&p[i], "split", hex, i, 2, env, hook[1]);
+    }
+    close(hook[1]);
+    pfd = (struct pollfd){.fd = hook[0], .events = POLLIN};
+    if (poll(&pfd, 1, 10000) > 0 && read(hook[0], line, sizeof(line) - 1) > 0 &&
+        sscanf(line, "%u %u %x", &fam, &port, &addr) == 3) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&child.root;
+        memset(&child, 0, sizeof(child));
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        s4->sin_addr.s_addr = htonl(addr);
+        child.root_len = sizeof(*s4);
+        /* Another job: its own secret, the same names. */
+        shoal_random_bytes(other.secret, sizeof(other.secret));
+        ra = adv_fake_join(&child, other.secret, &u.ident, 1, 2, &f, &wa);
+        adv_fake_close(&f);
+        /* The parent's id (what split used to send in clear): not the child's secret. */
+        rb = adv_fake_join(&child, u.secret, &u.ident, 1, 2, &f, &wb);
+        adv_fake_close(&f);
+    }
+    close(hook[0]);
+    adv_wait(p, 2, 3 * ADV_TIMEOUT_MS);
+    adv_diag(p, 2, "rank");
+    tap_diag("child root at port %u; another job: %d (status %d), the parent's id: %d (%d)",
+             port, ra, wa, rb, wb);
+    tap_ok(ra == 1 && wa == SHOAL_ERR_AUTH && rb == 1 && wb == SHOAL_ERR_AUTH &&
+               adv_all(p, 2, "SHOAL_OK", 1),
+           "split: the child's root refuses another job and the parent's secret "
+           "(SHOAL_ERR_AUTH); the child forms");
+}
+
+/* An authenticated rank sends a frame whose MAC does not match (tampered on the way up). */
+static void adv_case_tamper_up(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    uint8_t blob[64] = {0};
+    adv_fake_t f;
+    int32_t refused = 0;
+    adv_proc_t p[2];
+    int j;
+    adv_new_root(&u, hex);
+    for (int i = 0; i < 2; i++) {
+        adv_spawn(&p[i], "init", hex, 1 + i, 3, adv_job_env, -1);
+    }
+    j = adv_fake_join(&u, u.secret, &u.ident, 0, 3, &f, &refused);
+    if (j == 0) {
+        adv_fake_send_ag(&f, 0, blob, sizeof(blob), 1, (size_t)-1);
+    }
+    adv_wait(p, 2, 3 * ADV_TIMEOUT_MS);
+    adv_fake_close(&f);
+    adv_diag(p, 2, "rank");
+    tap_ok(j == 0 && adv_all(p, 2, "SHOAL_ERR_AUTH", 0) && adv_all_quick(p, 2),
+           "a tampered allgather frame to the root: SHOAL_ERR_AUTH on every real rank");
+}
+
+/* An on-path relay flips one byte of the address table the root sends to rank 2. */
+static void adv_case_tamper_down(void)
+{
+    shoal_boot_uid_t u, via;
+    char hex[2 * SHOAL_UID_BYTES + 1], viahex[2 * SHOAL_UID_BYTES + 1];
+    adv_proxy_t px;
+    adv_proc_t p[3];
+    /* challenge (16 + 32) and welcome (16 + 32), then the round-0 header: a table byte. */
+    long at = 96 + (long)sizeof(shoal_boot_frame_t) + 9;
+
+    adv_new_root(&u, hex);
+    if (adv_proxy_start(&px, &u, at, &via) != 0) {
+        tap_bail("relay failed");
+    }
+    adv_uid_hex(&via, viahex);
+    adv_spawn(&p[0], "init", hex, 0, 3, adv_job_env, -1);
+    adv_spawn(&p[1], "init", hex, 1, 3, adv_job_env, -1);
+    adv_spawn(&p[2], "init", viahex, 2, 3, adv_job_env, -1);
+    adv_wait(p, 3, 3 * ADV_TIMEOUT_MS);
+    adv_proxy_stop(&px);
+    adv_diag(p, 3, "rank");
+    tap_ok(adv_all(&p[2], 1, "SHOAL_ERR_AUTH", 0) && adv_all_quick(p, 3) &&
+               !adv_all(&p[0], 1, "SHOAL_OK", 0) && !adv_all(&p[1], 1, "SHOAL_OK", 0) &&
+               !adv_all(&p[0], 1, "SHOAL_ERR_TIMEOUT", 0),
+           "a table byte flipped on the way to rank 2: it refuses the frame "
+           "(SHOAL_ERR_AUTH), the others fail at once");
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    adv_init(argv[0]);
+    tap_plan(18);
+    adv_case_sanity();
+    adv_case_wrong_secret();
+    adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
+    adv_case_uid_identity("another job", ADV_T, "SHOAL_JOB=train-8", ADV_E);
+    adv_case_uid_identity("a rank of the previous epoch", ADV_T, ADV_J, "SHOAL_EPOCH=2");
+    adv_case_root_identity("another tenant", "globex", "train-7", 3);
+    adv_case_root_identity("a rank of the previous epoch", "acme", "train-7", 2);
+    adv_case_env_root_job();
+    adv_case_bad_proof(0);
+    adv_case_bad_proof(1);
+    adv_case_replay();
+    adv_case_wrong_length();
+    adv_case_join_twice();
+    adv_case_slow_loris();
+    adv_case_port_scan();
+    adv_case_split();
+    adv_case_tamper_up();
+    adv_case_tamper_down();
+    return tap_done();
+}

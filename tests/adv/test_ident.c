@@ -1,0 +1,133 @@
+/*
+ * The tenant identity (src/tenant/ident.c) and the unique id that carries it: where the names
+ * come from (config field > SHOAL_TENANT/SHOAL_JOB/SHOAL_EPOCH > Slurm's variables), which
+ * names are refused, the canonical encoding, the version 2 id, and the sentence a rank of
+ * another tenant, job or epoch gets. TAP on stdout.
+ */
+#include "core/boot.h"
+#include "tests/tap.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void ti_env(void)
+{
+    /* Before the first shoal call: the tables are parsed once per process. */
+    setenv("SHOAL_TENANT", "acme", 1);
+    unsetenv("SHOAL_JOB");
+    unsetenv("SHOAL_EPOCH");
+    setenv("SLURM_JOB_ID", "4242", 1);
+    setenv("SLURM_RESTART_COUNT", "5", 1);
+    setenv("SHOAL_DEBUG", "NONE", 1);
+    shoal_config_global_init();
+}
+
+static void ti_resolve(void)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_tenant_id_t id;
+    char longname[80];
+
+    tap_is_int(shoal_tenant_id_resolve(NULL, &id), SHOAL_OK, "resolve from the environment");
+    tap_is_str(id.tenant, "acme", "tenant from SHOAL_TENANT");
+    tap_is_str(id.job, "4242", "job from SLURM_JOB_ID when SHOAL_JOB is unset");
+    tap_is_int(id.epoch, 5, "epoch from SLURM_RESTART_COUNT when SHOAL_EPOCH is unset");
+    cfg.tenant = "globex";
+    cfg.job_name = "train-7";
+    tap_is_int(shoal_tenant_id_resolve(&cfg, &id), SHOAL_OK, "resolve with config fields");
+    tap_ok(strcmp(id.tenant, "globex") == 0 && strcmp(id.job, "train-7") == 0,
+           "shoal_config_t.tenant and job_name win over the environment");
+    cfg.tenant = "two words";
+    tap_is_int(shoal_tenant_id_resolve(&cfg, &id), SHOAL_ERR_INVALID_ARG,
+               "a tenant name with a space is refused");
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    cfg.tenant = longname;
+    tap_is_int(shoal_tenant_id_resolve(&cfg, &id), SHOAL_ERR_INVALID_ARG,
+               "a tenant name of %zu bytes is refused", strlen(longname));
+    cfg.tenant = "t\x01";
+    tap_is_int(shoal_tenant_id_resolve(&cfg, &id), SHOAL_ERR_INVALID_ARG,
+               "a tenant name with a control character is refused");
+}
+
+static size_t ti_enc(const char *t, const char *j, uint64_t e, uint8_t *buf)
+{
+    shoal_tenant_id_t id;
+    memset(&id, 0, sizeof(id));
+    strcpy(id.tenant, t);
+    strcpy(id.job, j);
+    id.epoch = e;
+    return shoal_tenant_id_encode(&id, buf, SHOAL_TENANT_ID_ENC_MAX);
+}
+
+static void ti_encode(void)
+{
+    uint8_t a[SHOAL_TENANT_ID_ENC_MAX], b[SHOAL_TENANT_ID_ENC_MAX];
+    size_t la = ti_enc("ab", "c", 1, a), lb = ti_enc("a", "bc", 1, b);
+    shoal_tenant_id_t id;
+
+    tap_ok(la > 0 && lb > 0 && (la != lb || memcmp(a, b, la) != 0),
+           "encoding is length-prefixed: (ab, c) and (a, bc) differ");
+    lb = ti_enc("ab", "c", 2, b);
+    tap_ok(la == lb && memcmp(a, b, la) != 0, "the epoch is part of the encoding");
+    lb = ti_enc("ab", "c", 1, b);
+    tap_ok(la == lb && memcmp(a, b, la) == 0, "the encoding is canonical (same input, bytes)");
+    memset(&id, 0, sizeof(id));
+    tap_is_int(shoal_tenant_id_encode(&id, a, 8), 0, "a buffer too small gives 0");
+}
+
+static void ti_uid(void)
+{
+    shoal_boot_uid_t u, v;
+    shoal_tenant_id_t id, other;
+    shoal_uid_t uid;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&u.root;
+    char why[256];
+    uint16_t version = 1;
+
+    memset(&u, 0, sizeof(u));
+    s4->sin_family = AF_INET;
+    s4->sin_port = htons(4242);
+    s4->sin_addr.s_addr = htonl(0x7f000001);
+    u.root_len = sizeof(*s4);
+    memset(u.secret, 0x33, sizeof(u.secret));
+    memset(&id, 0, sizeof(id));
+    strcpy(id.tenant, "acme");
+    strcpy(id.job, "train-7");
+    id.epoch = 3;
+    shoal_boot_ident_make(&id, &u.ident);
+    shoal_boot_uid_encode(&u, &uid);
+    tap_is_int(shoal_boot_uid_decode(&uid, &v), SHOAL_OK, "a version 2 id decodes");
+    tap_ok(memcmp(&u.ident, &v.ident, sizeof(u.ident)) == 0 &&
+               memcmp(u.secret, v.secret, sizeof(u.secret)) == 0,
+           "the id carries tenant, job and epoch (digests) and the secret");
+    tap_is_int(shoal_boot_ident_check(&v.ident, &u.ident, &id, why, sizeof(why)), SHOAL_OK,
+               "the same identity passes");
+    other = id;
+    strcpy(other.tenant, "globex");
+    shoal_boot_ident_make(&other, &v.ident);
+    tap_is_int(shoal_boot_ident_check(&u.ident, &v.ident, &other, why, sizeof(why)),
+               SHOAL_ERR_PERMISSION, "another tenant: SHOAL_ERR_PERMISSION");
+    tap_ok(strstr(why, "tenant \"globex\"") != NULL && strstr(why, "3333") == NULL,
+           "the sentence names the tenant, never the secret: %s", why);
+    other = id;
+    other.epoch = 2;
+    shoal_boot_ident_make(&other, &v.ident);
+    tap_is_int(shoal_boot_ident_check(&u.ident, &v.ident, &other, why, sizeof(why)),
+               SHOAL_ERR_PERMISSION, "a rank of epoch 2 and an id of epoch 3");
+    tap_ok(strstr(why, "epoch 2") != NULL && strstr(why, "epoch 3") != NULL,
+           "the sentence names both epochs: %s", why);
+    memcpy(uid.internal + 4, &version, 2);
+    tap_is_int(shoal_boot_uid_decode(&uid, &v), SHOAL_ERR_INVALID_ARG,
+               "a version 1 id (no identity) is refused");
+}
+
+int main(void)
+{
+    ti_env();
+    ti_resolve();
+    ti_encode();
+    ti_uid();
+    return tap_done();
+}
