@@ -13,6 +13,9 @@
  */
 #include "core/core.h"
 #include "core/boot_proto.h"
+#include "tenant/breaker.h"
+
+#include <arpa/inet.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +40,7 @@ typedef struct {
     shoal_root_cl_state_t state;
     int rank;
     char peer[64];
+    struct sockaddr_storage addr;       /* the source, for the circuit breaker */
     uint64_t deadline_ns;               /* handshake deadline while pending */
     uint8_t nonce[SHOAL_BOOT_NONCE];    /* our challenge */
     uint8_t key[SHOAL_HMAC_BYTES];      /* session key once joined */
@@ -70,6 +74,10 @@ struct shoal_root {
     unsigned refused;
     shoal_status_t failed;              /* the bootstrap's failure being told, or SHOAL_OK */
     int told;                           /* ranks told about it (or done before it) */
+    /* Addresses of this host that the breaker trusts while the root runs (breaker.h): the
+     * ranks of the root's own host connect from them, and must never be refused. */
+    struct sockaddr_storage trusted[3];
+    int ntrusted;
 };
 
 static void shoal_root_client_close(shoal_root_t *r, int i)
@@ -89,8 +97,16 @@ static void shoal_root_refuse(shoal_root_t *r, int i, shoal_status_t why, const 
     shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_REFUSED,
                             .len = 0, .round = (uint32_t)(int32_t)why};
     r->refused++;
-    shoal_error(BOOT, "root refused connection from %s: %s (%u refused so far)", c->peer, what,
-                r->refused);
+    /* A stranger that keeps failing opens the breaker against its address; its refusals are
+     * logged in full once per source per minute, traced otherwise. */
+    if (c->state != SHOAL_ROOT_CL_PENDING || c->addr.ss_family == AF_UNSPEC ||
+        shoal_tenant_breaker_note_fail((const struct sockaddr *)&c->addr)) {
+        shoal_error(BOOT, "root refused connection from %s: %s (%u refused so far)", c->peer,
+                    what, r->refused);
+    } else {
+        shoal_trace(BOOT, "root refused connection from %s: %s (%u refused so far)", c->peer,
+                    what, r->refused);
+    }
     /* Best effort; never wait on a stranger. */
     (void)!send(c->fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
     shoal_root_client_close(r, i);
@@ -205,6 +221,7 @@ int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_st
     c->rank = -1;
     c->deadline_ns = shoal_deadline_ns(r->timeout_ms < 0 ? 60000 : SHOAL_MIN(r->timeout_ms, 60000));
     shoal_sockaddr_str(ss, c->peer, sizeof(c->peer));
+    c->addr = *ss;
     if (shoal_random_bytes(c->nonce, sizeof(c->nonce)) != SHOAL_OK) {
         shoal_root_client_close(r, slot);
         return -1;
@@ -235,6 +252,10 @@ static void shoal_root_accept(shoal_root_t *r)
                 shoal_warn(BOOT, "root accept failed: %s", strerror(errno));
             }
             return;
+        }
+        if (!shoal_tenant_breaker_admit((const struct sockaddr *)&ss)) {
+            close(fd); /* a source that kept failing: refused (and logged) by the breaker */
+            continue;
         }
         /* Header, payload and MAC go out as separate writes: no Nagle delay between them. */
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -341,6 +362,9 @@ static shoal_status_t shoal_root_on_hello(shoal_root_t *r, int i)
     }
     c->state = SHOAL_ROOT_CL_JOINED;
     c->round_sent = r->round;
+    if (c->addr.ss_family != AF_UNSPEC) {
+        shoal_tenant_breaker_note_ok((const struct sockaddr *)&c->addr);
+    }
     r->rank_cl[h.rank] = i;
     r->joined++;
     shoal_trace(BOOT, "root: rank %d of %d joined from %s", h.rank, h.nranks, c->peer);
@@ -604,6 +628,23 @@ const uint8_t *shoal_boot_root_nonce(shoal_root_t *r, int i)
     return r->cl[i].nonce;
 }
 
+/* The breaker never opens against this host's loopback addresses nor the address the root
+ * publishes: the ranks of the root's host connect from them. */
+static void shoal_root_trust(shoal_root_t *r, const struct sockaddr_storage *published)
+{
+    struct sockaddr_in lo4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in6 lo6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    memcpy(&r->trusted[0], &lo4, sizeof(lo4));
+    memcpy(&r->trusted[1], &lo6, sizeof(lo6));
+    r->ntrusted = 2;
+    if (published->ss_family == AF_INET || published->ss_family == AF_INET6) {
+        r->trusted[r->ntrusted++] = *published;
+    }
+    for (int t = 0; t < r->ntrusted; t++) {
+        shoal_tenant_breaker_trust((const struct sockaddr *)&r->trusted[t], +1);
+    }
+}
+
 shoal_status_t shoal_boot_root_new(const shoal_boot_uid_t *u, int listen_fd, int timeout_ms,
                                    shoal_root_t **r_p)
 {
@@ -615,6 +656,7 @@ shoal_status_t shoal_boot_root_new(const shoal_boot_uid_t *u, int listen_fd, int
     r->timeout_ms = timeout_ms;
     memcpy(r->secret, u->secret, sizeof(r->secret));
     r->ident = u->ident;
+    shoal_root_trust(r, &u->root);
     *r_p = r;
     return SHOAL_OK;
 }
@@ -631,6 +673,9 @@ void shoal_boot_root_free(shoal_root_t *r)
     free(r->table);
     if (r->listen_fd >= 0) {
         close(r->listen_fd);
+    }
+    for (int t = 0; t < r->ntrusted; t++) {
+        shoal_tenant_breaker_trust((const struct sockaddr *)&r->trusted[t], -1);
     }
     shoal_secret_wipe(r->secret, sizeof(r->secret));
     free(r);

@@ -469,11 +469,76 @@ static void adv_case_tamper_down(void)
            "(SHOAL_ERR_AUTH), the others fail at once");
 }
 
+/* Dials the root from another loopback address (a host that runs no rank of the job). */
+static int adv_dial_from(const shoal_boot_uid_t *u, const char *src)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    inet_pton(AF_INET, src, &a.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        connect(fd, (const struct sockaddr *)&u->root, u->root_len) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A source that keeps failing the proof opens the root's circuit breaker: its next
+ * connections are closed at accept, unanswered; the job's ranks (from this host's trusted
+ * addresses) still form it. */
+static void adv_case_breaker(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    struct {
+        shoal_boot_frame_t f;
+        shoal_boot_hello_t h;
+    } msg;
+    uint8_t nonce[SHOAL_BOOT_NONCE];
+    int refused = 0, unanswered = 0;
+    adv_proc_t p[2];
+    adv_new_root(&u, hex);
+    if (u.root.ss_family != AF_INET) {
+        tap_skip(1, "the root is not on IPv4 loopback");
+        return;
+    }
+    for (int i = 0; i < 12; i++) {
+        int32_t why = 0;
+        int fd = adv_dial_from(&u, "127.0.0.2");
+        if (fd < 0) {
+            continue;
+        }
+        if (adv_read_challenge(fd, nonce) != 0) {
+            unanswered++;
+        } else {
+            memset(&msg, 0, sizeof(msg));
+            msg.f = (shoal_boot_frame_t){.magic = SHOAL_BOOT_FRAME_MAGIC,
+                                         .type = SHOAL_BOOT_HELLO, .len = sizeof(msg.h)};
+            msg.h.rank = 0;
+            msg.h.nranks = 2;
+            msg.h.ident = u.ident;
+            shoal_random_bytes(msg.h.nonce, sizeof(msg.h.nonce));
+            shoal_random_bytes(msg.h.mac, sizeof(msg.h.mac));
+            (void)!send(fd, &msg, sizeof(msg), MSG_NOSIGNAL);
+            refused += adv_expect_refused(fd, 3000, &why) == 1 && why == SHOAL_ERR_AUTH;
+        }
+        close(fd);
+    }
+    adv_job(p, hex, 0, 2, 2);
+    adv_diag(p, 2, "rank");
+    tap_diag("stranger: %d refused with AUTH, %d unanswered", refused, unanswered);
+    tap_ok(refused == 8 && unanswered == 4 && adv_all(p, 2, "SHOAL_OK", 1),
+           "a source failing 8 proofs is refused at accept by the breaker; the job forms");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(18);
+    tap_plan(19);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -492,5 +557,6 @@ int main(int argc, char **argv)
     adv_case_split();
     adv_case_tamper_up();
     adv_case_tamper_down();
+    adv_case_breaker();
     return tap_done();
 }
