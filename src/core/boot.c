@@ -141,20 +141,78 @@ static int shoal_boot_hexval(char c)
     return -1;
 }
 
-shoal_status_t shoal_boot_uid_from_hex(const char *hex, shoal_uid_t *uid)
+shoal_status_t shoal_boot_hex_decode(const char *hex, uint8_t *out, size_t len)
 {
-    if (hex == NULL || strlen(hex) != 2 * SHOAL_UID_BYTES) {
-        shoal_error(BOOT, "SHOAL_UID must be %d hex characters", 2 * SHOAL_UID_BYTES);
+    if (hex == NULL || strlen(hex) != 2 * len) {
         return SHOAL_ERR_INVALID_ARG;
     }
-    for (int i = 0; i < SHOAL_UID_BYTES; i++) {
+    for (size_t i = 0; i < len; i++) {
         int hi = shoal_boot_hexval(hex[2 * i]), lo = shoal_boot_hexval(hex[2 * i + 1]);
         if (hi < 0 || lo < 0) {
-            shoal_error(BOOT, "SHOAL_UID has a non-hex character at position %d", 2 * i);
             return SHOAL_ERR_INVALID_ARG;
         }
-        uid->internal[i] = (char)(hi << 4 | lo);
+        out[i] = (uint8_t)(hi << 4 | lo);
     }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_uid_from_hex(const char *hex, shoal_uid_t *uid)
+{
+    uint8_t raw[SHOAL_UID_BYTES];
+    if (shoal_boot_hex_decode(hex, raw, sizeof(raw)) != SHOAL_OK) {
+        shoal_secret_wipe(raw, sizeof(raw));
+        /* Never echo the text: it holds the job secret. */
+        shoal_error(BOOT, "SHOAL_UID must be exactly %d hex characters", 2 * SHOAL_UID_BYTES);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(uid->internal, raw, sizeof(raw));
+    shoal_secret_wipe(raw, sizeof(raw));
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_root_split(const char *spec, char *host, size_t hostlen,
+                                     uint16_t *port_p)
+{
+    const char *colon, *h = spec, *hend;
+    char *end;
+    unsigned long port;
+
+    if (spec == NULL || host == NULL || hostlen == 0) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    colon = strrchr(spec, ':');
+    if (colon == NULL || colon == spec) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    hend = colon;
+    if (spec[0] == '[') { /* [IPv6]:port */
+        if (colon[-1] != ']' || colon - spec < 3) {
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        h = spec + 1;
+        hend = colon - 1;
+    } else if (memchr(spec, ':', (size_t)(colon - spec)) != NULL) {
+        return SHOAL_ERR_INVALID_ARG; /* a bare IPv6 address needs brackets */
+    }
+    if ((size_t)(hend - h) >= hostlen || hend == h) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    for (const char *c = h; c < hend; c++) {
+        if (*c <= ' ' || *c > '~' || *c == '[' || *c == ']' || *c == '/') {
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    if (colon[1] < '0' || colon[1] > '9') {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    errno = 0;
+    port = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || port == 0 || port > 65535 || end - (colon + 1) > 5) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(host, h, (size_t)(hend - h));
+    host[hend - h] = '\0';
+    *port_p = (uint16_t)port;
     return SHOAL_OK;
 }
 

@@ -34,6 +34,13 @@ typedef struct {
 SHOAL_HIDDEN void shoal_boot_uid_encode(const shoal_boot_uid_t *u, shoal_uid_t *uid);
 SHOAL_HIDDEN shoal_status_t shoal_boot_uid_decode(const shoal_uid_t *uid, shoal_boot_uid_t *u);
 SHOAL_HIDDEN shoal_status_t shoal_boot_uid_from_hex(const char *hex, shoal_uid_t *uid);
+/* Exactly 2 * len hex digits (no sign, space or prefix) into out; nothing logged (the text may
+ * be a secret). SHOAL_ERR_INVALID_ARG otherwise. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_hex_decode(const char *hex, uint8_t *out, size_t len);
+/* SHOAL_ROOT's "host:port" or "[ipv6]:port" into host (NUL-terminated) and a port 1..65535;
+ * SHOAL_ERR_INVALID_ARG for anything else. Pure: resolves nothing. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_root_split(const char *spec, char *host, size_t hostlen,
+                                                  uint16_t *port_p);
 
 /* The digests of an identity. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_ident_make(const shoal_tenant_id_t *id,

@@ -585,45 +585,29 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
     return st;
 }
 
-static shoal_status_t shoal_comm_hex_decode(const char *hex, uint8_t *out, size_t len)
-{
-    if (strlen(hex) != 2 * len) {
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
-            return SHOAL_ERR_INVALID_ARG;
-        }
-        out[i] = (uint8_t)v;
-    }
-    return SHOAL_OK;
-}
-
 /* SHOAL_ROOT=host:port and SHOAL_SECRET: rank 0 runs the root there. */
 static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t *id,
                                                shoal_boot_uid_t *u)
 {
-    char host[256];
-    const char *colon = strrchr(shoal_core_config.root, ':');
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    char host[256], port[8];
+    uint16_t portnum;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res = NULL;
     int ret;
 
-    if (colon == NULL || colon == shoal_core_config.root ||
-        (size_t)(colon - shoal_core_config.root) >= sizeof(host)) {
-        shoal_error(INIT, "SHOAL_ROOT=%s is not host:port", shoal_core_config.root);
+    if (shoal_boot_root_split(shoal_core_config.root, host, sizeof(host), &portnum) != SHOAL_OK) {
+        shoal_error(INIT, "SHOAL_ROOT=%s is not host:port or [ipv6]:port (port 1..65535)",
+                    shoal_core_config.root);
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoal_core_config.secret == NULL ||
-        shoal_comm_hex_decode(shoal_core_config.secret, u->secret, sizeof(u->secret)) !=
+        shoal_boot_hex_decode(shoal_core_config.secret, u->secret, sizeof(u->secret)) !=
             SHOAL_OK) {
-        shoal_error(INIT, "SHOAL_ROOT needs SHOAL_SECRET: %d hex characters, the same on every "
-                    "rank", 2 * SHOAL_SECRET_BYTES);
+        shoal_error(INIT, "SHOAL_ROOT needs SHOAL_SECRET: exactly %d hex characters, the same on "
+                    "every rank", 2 * SHOAL_SECRET_BYTES);
         return SHOAL_ERR_INVALID_ARG;
     }
-    memcpy(host, shoal_core_config.root, (size_t)(colon - shoal_core_config.root));
-    host[colon - shoal_core_config.root] = '\0';
-    ret = getaddrinfo(host, colon + 1, &hints, &res);
+    snprintf(port, sizeof(port), "%u", (unsigned)portnum);
+    ret = getaddrinfo(host, port, &hints, &res);
     if (ret != 0 || res == NULL) {
         shoal_error(INIT, "SHOAL_ROOT=%s: cannot resolve: %s", shoal_core_config.root,
                     gai_strerror(ret));

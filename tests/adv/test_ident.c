@@ -123,11 +123,53 @@ static void ti_uid(void)
                "a version 1 id (no identity) is refused");
 }
 
+/* SHOAL_SECRET is exactly 64 hex digits (sscanf("%2x") took " f", "+f" and "-1" for digits,
+ * so several texts gave one secret); SHOAL_ROOT is host:port or [ipv6]:port. */
+static void ti_env_parsers(void)
+{
+    static const char *const bad_secret[] = {
+        " f112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "+f112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "-1112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "0x112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeef",
+    };
+    static const char *const bad_root[] = {"host", ":80", "host:", "host:0", "host:65536",
+                                           "host:+80", "host: 80", "::1:80", "[::1]80",
+                                           "[]:80", "a b:80", "host:80x"};
+    uint8_t s[SHOAL_SECRET_BYTES];
+    char host[64];
+    uint16_t port = 0;
+    int bad = 0;
+
+    tap_is_int(shoal_boot_hex_decode("00112233445566778899aabbccddeeff00112233445566778899AABBCC"
+                                     "DDEEFF", s, sizeof(s)), SHOAL_OK,
+               "SHOAL_SECRET: 64 hex digits (either case) are a secret");
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(bad_secret); i++) {
+        bad += shoal_boot_hex_decode(bad_secret[i], s, sizeof(s)) == SHOAL_ERR_INVALID_ARG;
+    }
+    tap_is_int(bad, (int)SHOAL_ARRAY_SIZE(bad_secret),
+               "SHOAL_SECRET with a space, a sign, 0x or 63 digits is refused");
+    tap_ok(shoal_boot_root_split("node01:29500", host, sizeof(host), &port) == SHOAL_OK &&
+               strcmp(host, "node01") == 0 && port == 29500 &&
+               shoal_boot_root_split("[fe80::1]:7", host, sizeof(host), &port) == SHOAL_OK &&
+               strcmp(host, "fe80::1") == 0 && port == 7,
+           "SHOAL_ROOT: host:port and [ipv6]:port");
+    bad = 0;
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(bad_root); i++) {
+        bad += shoal_boot_root_split(bad_root[i], host, sizeof(host), &port) ==
+               SHOAL_ERR_INVALID_ARG;
+    }
+    tap_is_int(bad, (int)SHOAL_ARRAY_SIZE(bad_root),
+               "SHOAL_ROOT without a host or a port 1..65535, or a bare IPv6 address, is refused");
+}
+
 int main(void)
 {
     ti_env();
     ti_resolve();
     ti_encode();
     ti_uid();
+    ti_env_parsers();
     return tap_done();
 }
