@@ -25,9 +25,10 @@ static const shoal_cfg_field_t shoal_tenant_breaker_cfg_fields[] = {
         .name = "TENANT_BREAKER_FAILS",
         .dflt = "8",
         .doc = "a source address (IP) with this many failed authentications at a join "
-               "listener (tcp transport, ib out-of-band) within SHOAL_TENANT_BREAKER_WINDOW "
-               "is refused for SHOAL_TENANT_BREAKER_COOLDOWN (at most 64); never applied to "
-               "the addresses of the job's peers; 0 disables",
+               "listener (bootstrap root, tcp transport, ib out-of-band) within "
+               "SHOAL_TENANT_BREAKER_WINDOW is refused for SHOAL_TENANT_BREAKER_COOLDOWN (at "
+               "most 64); never applied to the addresses of the job's peers or the root's own "
+               "host; 0 disables",
         .offset = offsetof(shoal_tenant_breaker_config_t, fails),
         .type = SHOAL_CFG_UINT,
     },
