@@ -596,7 +596,7 @@ static int shoal_bill_plot_write(const shoal_bill_plot_t *p, const char *dir)
                 "set output '%s/usage.png'\n"
                 "set xdata time\nset timefmt '%%s'\nset format x \"%%m-%%d\\n%%H:%%M\"\n"
                 "set xlabel 'time (UTC)'\nset ylabel '%s per %" PRId64 " s'\n"
-                "set key outside right\nset grid\nplot ", dir, ylabel[mi], p->step);
+                "set yrange [0:*]\nset key outside right\nset grid\nplot ", dir, ylabel[mi], p->step);
     for (int t = 0; t < p->nnames; t++) {
         shoal_bill_title(p->names[t], title, sizeof(title));
         fprintf(gp, "%s'%s/usage.dat' index %d using 1:2 with steps lw 2 title '%s'",
