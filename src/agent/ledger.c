@@ -488,7 +488,8 @@ shoal_status_t shoal_ledger_commit(shoal_ledger_t *ledger, shoal_ledger_record_t
                    "already; nothing written", n, tmp[0].seq);
         ledger->ops->rollback(ledger->be);
     } else {
-        memcpy(tmp, recs, n * sizeof(*tmp));
+        if (n > 0)
+            memcpy(tmp, recs, n * sizeof(*tmp));
         SHOAL_CHECK_GOTO(shoal_ledger_write(ledger, tmp, n, cursors, ncursors), status,
                          out_rollback);
         SHOAL_CHECK_GOTO(ledger->ops->commit(ledger->be), status, out_free);

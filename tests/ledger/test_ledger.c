@@ -257,6 +257,11 @@ static void test_duplicates(shoal_ledger_t *l)
     replay[1].ops++;
     tap_is_int(shoal_ledger_commit(l, replay, 2, replay_cursors, 2), SHOAL_ERR_INVALID_ARG,
                "a replay with a different figure is refused");
+    cur = cursor_make("host-c/7/comm-3/0", 11, 8);
+    tap_ok(shoal_ledger_commit(l, NULL, 0, &cur, 1) == SHOAL_OK &&
+           shoal_ledger_cursor(l, cur.key, &got) == SHOAL_OK && got.counters[7] == 88 &&
+           shoal_ledger_head(l, &seq, NULL) == SHOAL_OK && seq == 5,
+           "a commit of cursors only (a new page's baseline): stored, head unchanged");
     tap_is_int(shoal_ledger_verify(l, &bad), SHOAL_OK, "the chain still verifies");
 }
 
