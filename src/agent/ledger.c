@@ -285,7 +285,7 @@ shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t key
         memcpy(ledger->key, key, keylen);
         ledger->keylen = keylen;
     }
-    SHOAL_CHECK_GOTO(ops->open(arg, &ledger->be), status, err_free);
+    SHOAL_CHECK_GOTO(ops->open(arg, keylen > 0, &ledger->be), status, err_free);
     *ledger_p = ledger;
     return SHOAL_OK;
 

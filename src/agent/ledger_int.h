@@ -42,7 +42,8 @@ extern SHOAL_HIDDEN const char *const shoal_ledger_sql[SHOAL_LEDGER_SQL_COUNT];
  * call the backend. */
 typedef struct {
     const char *name;
-    shoal_status_t (*open)(const char *url, void **be_p);
+    /* writer 0 (a reader: reports): no file or table is created, only the version checked */
+    shoal_status_t (*open)(const char *url, int writer, void **be_p);
     void (*close)(void *be);
     shoal_status_t (*begin)(void *be);
     shoal_status_t (*commit)(void *be);

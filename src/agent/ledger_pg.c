@@ -19,6 +19,7 @@
 typedef struct {
     PGconn *conn;
     char *url;
+    int writer;                        /* 0: a reader, never creates the tables */
     int in_txn;
 } shoal_ledger_pg_t;
 
@@ -110,10 +111,13 @@ static shoal_status_t shoal_ledger_pg_schema(shoal_ledger_pg_t *be)
 
     SHOAL_CHECK(shoal_ledger_pg_exec(be, "BEGIN", "begin"));
     snprintf(lock, sizeof(lock), "SELECT pg_advisory_xact_lock(%lld)", SHOAL_LEDGER_PG_LOCK_ID);
-    SHOAL_CHECK_GOTO(shoal_ledger_pg_exec(be, lock, "schema lock"), status, err_rollback);
-    for (size_t i = 0; i < shoal_ledger_schema_nsql; i++)
+    for (size_t i = 0; be->writer && i < shoal_ledger_schema_nsql; i++) {
+        if (i == 0)
+            SHOAL_CHECK_GOTO(shoal_ledger_pg_exec(be, lock, "schema lock"), status,
+                             err_rollback);
         SHOAL_CHECK_GOTO(shoal_ledger_pg_exec(be, shoal_ledger_schema_sql[i], "schema creation"),
                          status, err_rollback);
+    }
     res = PQexec(be->conn, "SELECT value FROM ledger_meta WHERE name = 'schema_version'");
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         status = shoal_ledger_pg_fail(be, res, "read of the schema version");
@@ -182,7 +186,7 @@ static shoal_status_t shoal_ledger_pg_ready(shoal_ledger_pg_t *be)
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_ledger_pg_open(const char *url, void **be_p)
+static shoal_status_t shoal_ledger_pg_open(const char *url, int writer, void **be_p)
 {
     shoal_ledger_pg_t *be = calloc(1, sizeof(*be));
     shoal_status_t status;
@@ -194,6 +198,7 @@ static shoal_status_t shoal_ledger_pg_open(const char *url, void **be_p)
         free(be);
         return SHOAL_ERR_NO_MEMORY;
     }
+    be->writer = writer;
     status = shoal_ledger_pg_connect(be);
     if (status != SHOAL_OK) {
         shoal_secret_wipe(be->url, strlen(be->url));

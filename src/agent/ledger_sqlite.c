@@ -24,6 +24,7 @@ typedef struct {
     char *path;
     dev_t dev;
     ino_t ino;
+    int writer;                        /* 0: a reader, never creates or changes the schema */
     int in_txn;
     sqlite3_stmt *stmt[SHOAL_LEDGER_SQL_COUNT];
 } shoal_ledger_sqlite_t;
@@ -94,20 +95,13 @@ static shoal_status_t shoal_ledger_sqlite_stmt(shoal_ledger_sqlite_t *be, shoal_
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
+static shoal_status_t shoal_ledger_sqlite_version(shoal_ledger_sqlite_t *be)
 {
-    shoal_status_t status;
+    shoal_status_t status = SHOAL_OK;
     sqlite3_stmt *st;
     int rc;
 
-    SHOAL_CHECK(shoal_ledger_sqlite_exec(be, "BEGIN IMMEDIATE"));
-    for (size_t i = 0; i < shoal_ledger_schema_nsql; i++) {
-        status = shoal_ledger_sqlite_exec(be, shoal_ledger_schema_sql[i]);
-        if (status != SHOAL_OK)
-            goto err_rollback;
-    }
-    SHOAL_CHECK_GOTO(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_META_GET, &st), status,
-                     err_rollback);
+    SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_META_GET, &st));
     sqlite3_bind_text(st, 1, "schema_version", -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
     if (rc != SQLITE_ROW || sqlite3_column_int(st, 0) != SHOAL_LEDGER_SCHEMA_VERSION) {
@@ -115,9 +109,25 @@ static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
                     be->path, rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : "?",
                     SHOAL_LEDGER_SCHEMA_VERSION);
         status = SHOAL_ERR_UNSUPPORTED;
-        goto err_rollback;
     }
     sqlite3_reset(st);
+    return status;
+}
+
+/* A writer creates what is missing, then checks the version; a reader only checks. */
+static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
+{
+    shoal_status_t status;
+
+    if (!be->writer)
+        return shoal_ledger_sqlite_version(be);
+    SHOAL_CHECK(shoal_ledger_sqlite_exec(be, "BEGIN IMMEDIATE"));
+    for (size_t i = 0; i < shoal_ledger_schema_nsql; i++) {
+        status = shoal_ledger_sqlite_exec(be, shoal_ledger_schema_sql[i]);
+        if (status != SHOAL_OK)
+            goto err_rollback;
+    }
+    SHOAL_CHECK_GOTO(shoal_ledger_sqlite_version(be), status, err_rollback);
     return shoal_ledger_sqlite_exec(be, "COMMIT");
 
 err_rollback:
@@ -139,8 +149,12 @@ static shoal_status_t shoal_ledger_sqlite_connect(shoal_ledger_sqlite_t *be, int
     }
     sqlite3_extended_result_codes(be->db, 1);
     sqlite3_busy_timeout(be->db, SHOAL_LEDGER_SQLITE_BUSY_MS);
-    SHOAL_CHECK_GOTO(shoal_ledger_sqlite_exec(be, "PRAGMA journal_mode=WAL"), status, err_close);
-    SHOAL_CHECK_GOTO(shoal_ledger_sqlite_exec(be, "PRAGMA synchronous=FULL"), status, err_close);
+    if (be->writer) {
+        SHOAL_CHECK_GOTO(shoal_ledger_sqlite_exec(be, "PRAGMA journal_mode=WAL"), status,
+                         err_close);
+        SHOAL_CHECK_GOTO(shoal_ledger_sqlite_exec(be, "PRAGMA synchronous=FULL"), status,
+                         err_close);
+    }
     SHOAL_CHECK_GOTO(shoal_ledger_sqlite_schema(be), status, err_close);
     if (stat(be->path, &st) != 0) {
         shoal_error(METER, "ledger: stat(%s) failed: %s", be->path, strerror(errno));
@@ -187,7 +201,7 @@ static shoal_status_t shoal_ledger_sqlite_check(shoal_ledger_sqlite_t *be, int w
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_ledger_sqlite_open(const char *path, void **be_p)
+static shoal_status_t shoal_ledger_sqlite_open(const char *path, int writer, void **be_p)
 {
     shoal_ledger_sqlite_t *be = calloc(1, sizeof(*be));
     shoal_status_t status;
@@ -199,7 +213,8 @@ static shoal_status_t shoal_ledger_sqlite_open(const char *path, void **be_p)
         free(be);
         return SHOAL_ERR_NO_MEMORY;
     }
-    status = shoal_ledger_sqlite_connect(be, 1);
+    be->writer = writer;
+    status = shoal_ledger_sqlite_connect(be, writer);
     if (status != SHOAL_OK) {
         free(be->path);
         free(be);

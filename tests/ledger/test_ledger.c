@@ -350,6 +350,25 @@ static void test_tampering(shoal_ledger_t *l)
                 " INSERT INTO ledger_records SELECT * FROM saved; DROP TABLE saved", 1);
 }
 
+/* A reader (no key): reads, never writes, never verifies. */
+static void test_reader(void)
+{
+    shoal_ledger_record_t r = rec_make("reader", "j", MINUTE0, 1);
+    shoal_ledger_t *rd = NULL;
+    uint64_t bad = 0;
+    collect_t c;
+
+    tap_is_int(shoal_ledger_open(test_url, NULL, 0, &rd), SHOAL_OK, "a reader opens the ledger");
+    if (rd == NULL)
+        return;
+    tap_ok(collect(rd, INT64_MIN, INT64_MAX, NULL, NULL, &c) == 0 && c.count == 5,
+           "the reader sees the 5 records");
+    tap_ok(shoal_ledger_commit(rd, &r, 1, NULL, 0) == SHOAL_ERR_INVALID_ARG &&
+           shoal_ledger_verify(rd, &bad) == SHOAL_ERR_INVALID_ARG,
+           "the reader can neither commit nor verify");
+    shoal_ledger_close(rd);
+}
+
 /* ---- kill -9 of a writer ------------------------------------------------------------------- */
 
 #define KILL_JOBS 3
@@ -578,6 +597,7 @@ int main(int argc, char **argv)
     test_round_trips(l);
     test_duplicates(l);
     test_tampering(l);
+    test_reader();
     test_kill9(l, seed);
     if (test_pg)
         test_down_pg(l);

@@ -11,7 +11,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=28
+NTESTS=29
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -86,6 +86,8 @@ is "$(tail -n +2 "$T/out" | cut -d, -f1-4 | tr '\n' ' ')" "acme,eval,spot,100 ac
    "an offset in ISO-8601 (10:00+02:00 = 08:00Z: train 480 minutes, eval all 100)"
 bill usage --from yesterday
 is "$rc" 2 "a malformed time exits 2"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" usage >"$T/out" 2>"$T/err"
+is "$?:$(ls "$T" | grep -c typo)" "1:0" "a ledger that is not there: exit 1, and none is created"
 
 # ---- verify ----------------------------------------------------------------------------------
 bill --key-file "$T/key" verify
