@@ -93,19 +93,22 @@ static int shoal_bill_point_cmp(const void *a, const void *b)
     return x->bucket < y->bucket ? -1 : x->bucket > y->bucket;
 }
 
-/* The step (--step, or about 500 whole minutes over the records' range), then each point's
- * minute rounded down to its step. */
+/* The step (--step, or the shortest of 1 min, 5 min, ... 1 day, 1 week that gives at most 500
+ * steps over the records' range), then each point's minute rounded down to its step. */
 static void shoal_bill_plot_buckets(shoal_bill_plot_t *p)
 {
+    static const int64_t steps[] = {60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+                                    86400, 7 * 86400};
     int64_t lo = INT64_MAX, hi = INT64_MIN;
+    size_t k = 0;
 
     for (size_t i = 0; i < p->npts; i++) {
         lo = SHOAL_MIN(lo, p->pts[i].bucket);
         hi = SHOAL_MAX(hi, p->pts[i].bucket);
     }
-    p->step = p->a->step;
-    if (p->step <= 0)
-        p->step = SHOAL_MAX((int64_t)60, (hi - lo) / 500 / 60 * 60);
+    while (k + 1 < SHOAL_ARRAY_SIZE(steps) && (hi - lo) / steps[k] > 500)
+        k++;
+    p->step = p->a->step > 0 ? p->a->step : steps[k];
     for (size_t i = 0; i < p->npts; i++) {
         int64_t m = p->pts[i].bucket;
 
