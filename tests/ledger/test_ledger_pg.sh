@@ -27,16 +27,16 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-if ! as_user "$PGBIN/initdb" -D "$T/pg" -A trust -U shoal -E UTF8 --no-sync \
+if ! as_user timeout -s KILL 120 "$PGBIN/initdb" -D "$T/pg" -A trust -U shoal -E UTF8 --no-sync \
         >"$T/initdb.log" 2>&1; then
     echo "1..1"; echo "not ok 1 - initdb failed"; sed 's/^/#   /' "$T/initdb.log"; exit 1
 fi
-LEDGER_TEST_START="$PGBIN/pg_ctl -D $T/pg -l $T/pg.log -w -t 60 -o \"$PGOPTS\" start >/dev/null"
-LEDGER_TEST_STOP="$PGBIN/pg_ctl -D $T/pg -m fast -w -t 60 stop >/dev/null"
+LEDGER_TEST_START="timeout -s KILL 90 $PGBIN/pg_ctl -D $T/pg -l $T/pg.log -w -t 60 -o \"$PGOPTS\" start >/dev/null"
+LEDGER_TEST_STOP="timeout -s KILL 90 $PGBIN/pg_ctl -D $T/pg -m fast -w -t 60 stop >/dev/null"
 LEDGER_TEST_LOGDIR=$T
 export LEDGER_TEST_START LEDGER_TEST_STOP LEDGER_TEST_LOGDIR
 if ! as_user sh -c "$LEDGER_TEST_START" || \
-   ! as_user "$PGBIN/createdb" -h "$T" -p "$PORT" -U shoal shoal_ledger; then
+   ! as_user timeout -s KILL 60 "$PGBIN/createdb" -h "$T" -p "$PORT" -U shoal shoal_ledger; then
     echo "1..1"; echo "not ok 1 - the PostgreSQL server did not start"
     sed 's/^/#   /' "$T/pg.log" 2>/dev/null | tail -n 20; exit 1
 fi
