@@ -45,27 +45,36 @@ typedef struct {
     char key[96];                      /* stable id of a page: host, pid, comm_id, rank,
                                         * created_unix_ns */
     uint64_t counters[64];             /* the page's counters, in page order */
-    int ncounters;
+    int ncounters;                     /* in a commit, < 0 removes the key's cursor (a page
+                                        * that is gone and fully billed) */
 } shoal_ledger_cursor_t;
 
 typedef struct shoal_ledger shoal_ledger_t;
 
-/* url: "sqlite:///path/to/ledger.db" or a libpq URI "postgresql://user@host:port/db".
- * key: the ledger's HMAC key (from the agent's config file, never logged). */
+/* url: "sqlite:///path/to/ledger.db" (also "sqlite:PATH" or a bare path; the file is created
+ * with the schema when missing) or a libpq URI "postgresql://user@host:port/db" (also
+ * "postgres://", and "postgresql:///db?host=/socket/dir&port=N"; the tables are created when
+ * missing). key: the ledger's HMAC key (from the agent's config file, never logged); NULL with
+ * keylen 0 opens a reader (reports): commit and verify are then refused. */
 shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t keylen,
                                  shoal_ledger_t **ledger_p);
 void shoal_ledger_close(shoal_ledger_t *ledger);
 /* Appends the records (seq and mac are assigned) and replaces the cursors, atomically. A
  * record whose (tenant, job, minute) exists already is refused as SHOAL_ERR_INVALID_ARG
- * (nothing is written). */
+ * (nothing is written), except the exact replay of a commit that was stored but whose answer
+ * was lost (every record identical and every cursor as given): SHOAL_OK, seq and mac filled
+ * from the stored records, nothing written twice. SHOAL_ERR_TRANSPORT: the database is down,
+ * unreachable, unwritable or its file is gone; nothing was written, retry later (the next call
+ * reconnects). */
 shoal_status_t shoal_ledger_commit(shoal_ledger_t *ledger, shoal_ledger_record_t *recs, size_t n,
                                    const shoal_ledger_cursor_t *cursors, size_t ncursors);
 /* The stored cursor of key; SHOAL_ERR_INVALID_ARG when there is none. */
 shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
                                    shoal_ledger_cursor_t *cursor);
-/* The last minute committed for (tenant, job), or -1. */
+/* The last minute committed for (tenant, job), or -1 (none, or the database failed: logged). */
 int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job);
-/* Iterates the records with minute in [from, to) in seq order (tenant/job NULL: all). */
+/* Iterates the records with minute in [from, to) in seq order (tenant/job NULL: all). The
+ * callback returns 0 to go on, nonzero to stop; it must not call the ledger. */
 typedef int (*shoal_ledger_each_cb_t)(const shoal_ledger_record_t *rec, void *arg);
 shoal_status_t shoal_ledger_each(shoal_ledger_t *ledger, int64_t from, int64_t to,
                                  const char *tenant, const char *job, shoal_ledger_each_cb_t cb,
@@ -73,5 +82,8 @@ shoal_status_t shoal_ledger_each(shoal_ledger_t *ledger, int64_t from, int64_t t
 /* Recomputes the chain; SHOAL_OK, or SHOAL_ERR_AUTH with *bad_seq_p = the first bad record
  * (altered, missing or reordered). */
 shoal_status_t shoal_ledger_verify(shoal_ledger_t *ledger, uint64_t *bad_seq_p);
+/* The head of the chain: the last seq committed (0: none) and its mac (mac_p may be NULL).
+ * Kept outside the ledger (printed by shoal-bill verify), it also detects a truncated tail. */
+shoal_status_t shoal_ledger_head(shoal_ledger_t *ledger, uint64_t *seq_p, uint8_t mac_p[32]);
 
 #endif

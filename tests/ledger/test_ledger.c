@@ -1,0 +1,611 @@
+/* TAP test of the billing ledger (src/agent/ledger.h) against a real database:
+ *   test_ledger sqlite:///DIR/ledger.db      (DIR made by the caller, writable)
+ *   test_ledger postgresql:///DB?host=...     (a server the caller started; LEDGER_TEST_STOP
+ *                                              and LEDGER_TEST_START are shell commands that
+ *                                              stop and start it)
+ * Round trips (commit, each, last_minute, cursor), a duplicate refused atomically, the exact
+ * replay of a stored commit, the chain verified and every kind of tampering named by seq
+ * (each field altered, a record deleted, the tail dropped, two records swapped), kill -9 of a
+ * writer in the middle of a stream of commits (records present iff their cursors are), and a
+ * database gone (file unwritable, directory moved away, server stopped): SHOAL_ERR_TRANSPORT,
+ * nothing half-written, the retried commit succeeds. The log never shows the key. */
+#include "agent/ledger.h"
+#include "tests/tap.h"
+#include "util/util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#if SHOAL_HAVE_LIBPQ
+#include <libpq-fe.h>
+#endif
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MINUTE0 1796083200LL          /* 2026-12-01T00:00:00Z */
+#define KILL_MINUTE0 1798761600LL     /* 2027-01-01T00:00:00Z */
+
+static const uint8_t test_key[] = "test-ledger-key-3f9a0c17d2b84e65";
+static const char *test_url;
+static int test_pg;
+static char test_path[4096];          /* SQLite: the database file */
+static char test_dir[4096];           /* SQLite: its directory */
+static char test_log[4200];
+
+static shoal_ledger_record_t rec_make(const char *tenant, const char *job, int64_t minute, int i)
+{
+    shoal_ledger_record_t r;
+
+    memset(&r, 0, sizeof(r));
+    snprintf(r.tenant, sizeof(r.tenant), "%s", tenant);
+    snprintf(r.job, sizeof(r.job), "%s", job);
+    snprintf(r.qos_class, sizeof(r.qos_class), "%s", i % 2 == 0 ? "reserved" : "spot");
+    r.minute = minute;
+    r.gpu_seconds = 30.25 + i;
+    r.bytes_same_host = 1000u * (uint64_t)i + 7;
+    r.bytes_cross_host = ((uint64_t)1 << 40) | (uint64_t)i;
+    r.ops = 3u * (uint64_t)i + 1;
+    r.coll_seconds = 0.1 * i;         /* not exact in binary: must come back bit for bit */
+    r.failed_platform = (uint64_t)(i % 2);
+    r.failed_tenant = (uint64_t)(i % 3 == 0);
+    return r;
+}
+
+static shoal_ledger_cursor_t cursor_make(const char *key, uint64_t base, int n)
+{
+    shoal_ledger_cursor_t c;
+
+    memset(&c, 0, sizeof(c));
+    snprintf(c.key, sizeof(c.key), "%s", key);
+    c.ncounters = n;
+    for (int i = 0; i < n; i++)
+        c.counters[i] = base * (uint64_t)(i + 1);
+    return c;
+}
+
+static int rec_equal(const shoal_ledger_record_t *a, const shoal_ledger_record_t *b)
+{
+    return strcmp(a->tenant, b->tenant) == 0 && strcmp(a->job, b->job) == 0 &&
+           strcmp(a->qos_class, b->qos_class) == 0 && a->minute == b->minute &&
+           memcmp(&a->gpu_seconds, &b->gpu_seconds, sizeof(double)) == 0 &&
+           a->bytes_same_host == b->bytes_same_host &&
+           a->bytes_cross_host == b->bytes_cross_host && a->ops == b->ops &&
+           memcmp(&a->coll_seconds, &b->coll_seconds, sizeof(double)) == 0 &&
+           a->failed_platform == b->failed_platform && a->failed_tenant == b->failed_tenant &&
+           a->seq == b->seq && memcmp(a->mac, b->mac, 32) == 0;
+}
+
+/* ---- collecting records ------------------------------------------------------------------ */
+
+typedef struct {
+    shoal_ledger_record_t r[64];
+    int n;
+    uint64_t count;
+    int in_order;
+    uint64_t last_seq;
+} collect_t;
+
+static int collect_cb(const shoal_ledger_record_t *rec, void *arg)
+{
+    collect_t *c = arg;
+
+    if (c->n < 64)
+        c->r[c->n++] = *rec;
+    c->count++;
+    if (rec->seq <= c->last_seq)
+        c->in_order = 0;
+    c->last_seq = rec->seq;
+    return 0;
+}
+
+static int collect(shoal_ledger_t *l, int64_t from, int64_t to, const char *tenant,
+                   const char *job, collect_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->in_order = 1;
+    return shoal_ledger_each(l, from, to, tenant, job, collect_cb, c) == SHOAL_OK ? 0 : -1;
+}
+
+/* ---- SQL outside the API: the tampering and the server ------------------------------------- */
+
+static int tamper(const char *sql)
+{
+    int ok = 0;
+
+    if (test_pg) {
+#if SHOAL_HAVE_LIBPQ
+        PGconn *c = PQconnectdb(test_url);
+        PGresult *res;
+
+        if (PQstatus(c) == CONNECTION_OK) {
+            res = PQexec(c, sql);
+            ok = PQresultStatus(res) == PGRES_COMMAND_OK ||
+                 PQresultStatus(res) == PGRES_TUPLES_OK;
+            if (!ok)
+                tap_diag("psql: %s", PQresultErrorMessage(res));
+            PQclear(res);
+        }
+        PQfinish(c);
+#endif
+    } else {
+        sqlite3 *db = NULL;
+        char *err = NULL;
+
+        if (sqlite3_open_v2(test_path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK) {
+            sqlite3_busy_timeout(db, 10000);
+            ok = sqlite3_exec(db, sql, NULL, NULL, &err) == SQLITE_OK;
+            if (!ok)
+                tap_diag("sqlite3: %s", err != NULL ? err : "?");
+            sqlite3_free(err);
+        }
+        sqlite3_close(db);
+    }
+    return ok ? 0 : -1;
+}
+
+static int run_cmd(const char *what, const char *env)
+{
+    const char *cmd = getenv(env);
+    int rc;
+
+    if (cmd == NULL)
+        return -1;
+    fflush(stdout);
+    rc = system(cmd);
+    if (rc != 0)
+        tap_diag("%s (%s) exited %d", what, env, rc);
+    return rc == 0 ? 0 : -1;
+}
+
+/* ---- the cases ----------------------------------------------------------------------------- */
+
+static void test_round_trips(shoal_ledger_t *l)
+{
+    shoal_ledger_record_t b1[3] = {
+        rec_make("acme", "train-1", MINUTE0, 1), rec_make("acme", "train-2", MINUTE0, 2),
+        rec_make("globex", "sim", MINUTE0, 3),
+    };
+    shoal_ledger_record_t b2[2] = {
+        rec_make("acme", "train-1", MINUTE0 + 60, 4), rec_make("globex", "sim", MINUTE0 + 60, 5),
+    };
+    shoal_ledger_cursor_t c1 = cursor_make("host-a/101/comm-1/0", 1000, 40);
+    shoal_ledger_cursor_t c2 = cursor_make("host-a/102/comm-1/1", 7, 3);
+    shoal_ledger_cursor_t cursors1[2] = {c1, c2}, got;
+    shoal_ledger_cursor_t cursors2[2];
+    uint64_t seq = 99, bad = 0;
+    collect_t c;
+
+    c1.counters[39] = UINT64_MAX;
+    c1.counters[38] = ((uint64_t)1 << 63) + 5;
+    cursors1[0] = c1;
+    b1[1].bytes_cross_host = UINT64_MAX - 5;          /* above INT64_MAX: kept bit for bit */
+    tap_ok(shoal_ledger_head(l, &seq, NULL) == SHOAL_OK && seq == 0, "an empty ledger: head 0");
+    tap_is_int(shoal_ledger_verify(l, &bad), SHOAL_OK, "an empty ledger verifies");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1"), -1, "no last minute yet");
+    tap_is_int(shoal_ledger_cursor(l, c1.key, &got), SHOAL_ERR_INVALID_ARG, "no cursor yet");
+
+    tap_is_int(shoal_ledger_commit(l, b1, 3, cursors1, 2), SHOAL_OK, "commit of 3 records");
+    tap_ok(b1[0].seq == 1 && b1[1].seq == 2 && b1[2].seq == 3, "seq assigned 1, 2, 3 (%" PRIu64
+           ", %" PRIu64 ", %" PRIu64 ")", b1[0].seq, b1[1].seq, b1[2].seq);
+    tap_ok(collect(l, INT64_MIN, INT64_MAX, NULL, NULL, &c) == 0 && c.n == 3 &&
+           rec_equal(&c.r[0], &b1[0]) && rec_equal(&c.r[1], &b1[1]) &&
+           rec_equal(&c.r[2], &b1[2]), "each returns the records bit for bit, mac included");
+    tap_ok(shoal_ledger_cursor(l, c1.key, &got) == SHOAL_OK && got.ncounters == 40 &&
+           memcmp(got.counters, c1.counters, sizeof(c1.counters)) == 0 &&
+           strcmp(got.key, c1.key) == 0, "a cursor of 40 counters (to UINT64_MAX) round trips");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1"), MINUTE0, "last minute");
+
+    cursors2[0] = cursor_make(c1.key, 2000, 40);
+    cursors2[1] = c2;
+    cursors2[1].ncounters = -1;                       /* the page is gone: its cursor too */
+    tap_is_int(shoal_ledger_commit(l, b2, 2, cursors2, 2), SHOAL_OK, "second commit");
+    tap_ok(b2[0].seq == 4 && b2[1].seq == 5, "seq goes on: 4, 5");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1"), MINUTE0 + 60,
+               "last minute moved");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-2"), MINUTE0, "the other job's too");
+    tap_ok(shoal_ledger_cursor(l, c1.key, &got) == SHOAL_OK && got.counters[0] == 2000 &&
+           got.counters[39] == 80000, "the cursor was replaced");
+    tap_is_int(shoal_ledger_cursor(l, c2.key, &got), SHOAL_ERR_INVALID_ARG,
+               "a cursor with ncounters < 0 is removed");
+    tap_ok(collect(l, INT64_MIN, INT64_MAX, "acme", NULL, &c) == 0 && c.n == 3 && c.in_order,
+           "each by tenant: 3 records in seq order");
+    tap_ok(collect(l, INT64_MIN, INT64_MAX, "acme", "train-1", &c) == 0 && c.n == 2 &&
+           rec_equal(&c.r[1], &b2[0]), "each by tenant and job");
+    tap_ok(collect(l, MINUTE0 + 60, MINUTE0 + 120, NULL, NULL, &c) == 0 && c.n == 2 &&
+           c.r[0].seq == 4, "each over [from, to): the second minute only");
+    tap_ok(collect(l, MINUTE0, MINUTE0 + 60, "nobody", NULL, &c) == 0 && c.n == 0,
+           "an unknown tenant: nothing");
+    tap_is_int(shoal_ledger_verify(l, &bad), SHOAL_OK, "the chain verifies");
+}
+
+static void test_duplicates(shoal_ledger_t *l)
+{
+    shoal_ledger_record_t dup[2] = {
+        rec_make("initech", "etl", MINUTE0, 6), rec_make("acme", "train-1", MINUTE0, 1),
+    };
+    shoal_ledger_record_t replay[2] = {
+        rec_make("acme", "train-1", MINUTE0 + 60, 4), rec_make("globex", "sim", MINUTE0 + 60, 5),
+    };
+    shoal_ledger_record_t twice[2] = {
+        rec_make("initech", "etl", MINUTE0, 6), rec_make("initech", "etl", MINUTE0, 7),
+    };
+    shoal_ledger_cursor_t cur = cursor_make("host-b/1/comm-9/0", 5, 4), got;
+    shoal_ledger_cursor_t replay_cursors[2] = {
+        cursor_make("host-a/101/comm-1/0", 2000, 40), cursor_make("host-a/102/comm-1/1", 7, 3),
+    };
+    uint64_t seq = 0, bad = 0;
+
+    replay_cursors[1].ncounters = -1;
+    tap_is_int(shoal_ledger_commit(l, dup, 2, &cur, 1), SHOAL_ERR_INVALID_ARG,
+               "a commit holding an existing (tenant, job, minute) is refused");
+    tap_ok(shoal_ledger_last_minute(l, "initech", "etl") == -1 &&
+           shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG &&
+           shoal_ledger_head(l, &seq, NULL) == SHOAL_OK && seq == 5,
+           "... atomically: neither its new record nor its cursor is there, head still 5");
+    tap_is_int(shoal_ledger_commit(l, twice, 2, NULL, 0), SHOAL_ERR_INVALID_ARG,
+               "a commit holding one minute twice is refused");
+    tap_is_int(shoal_ledger_commit(l, replay, 2, replay_cursors, 2), SHOAL_OK,
+               "the exact replay of a stored commit (answer lost) is accepted");
+    tap_ok(replay[0].seq == 4 && replay[1].seq == 5 && shoal_ledger_head(l, &seq, NULL) ==
+           SHOAL_OK && seq == 5, "... with the stored seq, and nothing written twice");
+    replay[1].ops++;
+    tap_is_int(shoal_ledger_commit(l, replay, 2, replay_cursors, 2), SHOAL_ERR_INVALID_ARG,
+               "a replay with a different figure is refused");
+    cur = cursor_make("host-c/7/comm-3/0", 11, 8);
+    tap_ok(shoal_ledger_commit(l, NULL, 0, &cur, 1) == SHOAL_OK &&
+           shoal_ledger_cursor(l, cur.key, &got) == SHOAL_OK && got.counters[7] == 88 &&
+           shoal_ledger_head(l, &seq, NULL) == SHOAL_OK && seq == 5,
+           "a commit of cursors only (a new page's baseline): stored, head unchanged");
+    tap_is_int(shoal_ledger_verify(l, &bad), SHOAL_OK, "the chain still verifies");
+}
+
+/* One tampering: apply, verify names want_seq, undo, verify clean. */
+static void tamper_case(shoal_ledger_t *l, const char *what, const char *apply, const char *undo,
+                        uint64_t want_seq)
+{
+    uint64_t bad = 0;
+    shoal_status_t status;
+
+    if (tamper(apply) != 0) {
+        tap_ok(0, "%s: the tampering SQL ran", what);
+        return;
+    }
+    status = shoal_ledger_verify(l, &bad);
+    tap_ok(status == SHOAL_ERR_AUTH && bad == want_seq, "%s: detected at seq %" PRIu64
+           " (status %d, seq %" PRIu64 ")", what, want_seq, (int)status, bad);
+    tap_ok(tamper(undo) == 0 && shoal_ledger_verify(l, &bad) == SHOAL_OK,
+           "%s: undone, the chain verifies again", what);
+}
+
+static void test_tampering(shoal_ledger_t *l)
+{
+    static const char *const fields[][3] = {
+        {"tenant", "tenant = tenant || 'x'", "tenant = substr(tenant, 1, length(tenant) - 1)"},
+        {"job", "job = job || 'x'", "job = substr(job, 1, length(job) - 1)"},
+        {"class", "class = 'spot'", "class = 'reserved'"},
+        {"minute", "minute = minute + 60", "minute = minute - 60"},
+        {"gpu_seconds", "gpu_seconds = gpu_seconds + 1", "gpu_seconds = gpu_seconds - 1"},
+        {"bytes_same_host", "bytes_same_host = bytes_same_host - 1",
+         "bytes_same_host = bytes_same_host + 1"},
+        {"bytes_cross_host", "bytes_cross_host = bytes_cross_host - 1",
+         "bytes_cross_host = bytes_cross_host + 1"},
+        {"ops", "ops = ops + 1", "ops = ops - 1"},
+        {"coll_seconds", "coll_seconds = coll_seconds * 2", "coll_seconds = coll_seconds / 2"},
+        {"failed_platform", "failed_platform = 1", "failed_platform = 0"},
+        {"failed_tenant", "failed_tenant = 1", "failed_tenant = 0"},
+    };
+    char apply[512], undo[512], what[128];
+    collect_t c;
+
+    /* seq 2 is (acme, train-2, MINUTE0, i = 2): reserved, no failures */
+    if (collect(l, INT64_MIN, INT64_MAX, NULL, NULL, &c) != 0 || c.n != 5) {
+        tap_ok(0, "the 5 records to tamper with are there");
+        return;
+    }
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(fields); i++) {
+        snprintf(apply, sizeof(apply), "UPDATE ledger_records SET %s WHERE seq = 2",
+                 fields[i][1]);
+        snprintf(undo, sizeof(undo), "UPDATE ledger_records SET %s WHERE seq = 2", fields[i][2]);
+        snprintf(what, sizeof(what), "%s altered", fields[i][0]);
+        tamper_case(l, what, apply, undo, 2);
+    }
+    {
+        char hex[65];
+
+        for (int i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", c.r[1].mac[i]);
+        snprintf(apply, sizeof(apply), "UPDATE ledger_records SET mac = '%s' WHERE seq = 2",
+                 "0000000000000000000000000000000000000000000000000000000000000000");
+        snprintf(undo, sizeof(undo), "UPDATE ledger_records SET mac = '%s' WHERE seq = 2", hex);
+        tamper_case(l, "mac altered", apply, undo, 2);
+    }
+    tamper_case(l, "record 3 deleted",
+                "CREATE TABLE saved AS SELECT * FROM ledger_records WHERE seq = 3;"
+                " DELETE FROM ledger_records WHERE seq = 3",
+                "INSERT INTO ledger_records SELECT * FROM saved; DROP TABLE saved", 3);
+    tamper_case(l, "the last record (5) deleted",
+                "CREATE TABLE saved AS SELECT * FROM ledger_records WHERE seq = 5;"
+                " DELETE FROM ledger_records WHERE seq = 5",
+                "INSERT INTO ledger_records SELECT * FROM saved; DROP TABLE saved", 5);
+    tamper_case(l, "records 2 and 4 swapped (seq exchanged)",
+                "UPDATE ledger_records SET seq = -2 WHERE seq = 2;"
+                " UPDATE ledger_records SET seq = 2 WHERE seq = 4;"
+                " UPDATE ledger_records SET seq = 4 WHERE seq = -2",
+                "UPDATE ledger_records SET seq = -2 WHERE seq = 2;"
+                " UPDATE ledger_records SET seq = 2 WHERE seq = 4;"
+                " UPDATE ledger_records SET seq = 4 WHERE seq = -2", 2);
+    tamper_case(l, "records 1 and 2 swapped (contents and macs exchanged)",
+                "CREATE TABLE saved AS SELECT * FROM ledger_records WHERE seq IN (1, 2);"
+                " DELETE FROM ledger_records WHERE seq IN (1, 2);"
+                " INSERT INTO ledger_records SELECT 3 - seq, tenant, job, class, minute,"
+                " gpu_seconds, bytes_same_host, bytes_cross_host, ops, coll_seconds,"
+                " failed_platform, failed_tenant, mac FROM saved",
+                "DELETE FROM ledger_records WHERE seq IN (1, 2);"
+                " INSERT INTO ledger_records SELECT * FROM saved; DROP TABLE saved", 1);
+}
+
+/* A reader (no key): reads, never writes, never verifies. */
+static void test_reader(void)
+{
+    shoal_ledger_record_t r = rec_make("reader", "j", MINUTE0, 1);
+    shoal_ledger_t *rd = NULL;
+    uint64_t bad = 0;
+    collect_t c;
+
+    tap_is_int(shoal_ledger_open(test_url, NULL, 0, &rd), SHOAL_OK, "a reader opens the ledger");
+    if (rd == NULL)
+        return;
+    tap_ok(collect(rd, INT64_MIN, INT64_MAX, NULL, NULL, &c) == 0 && c.count == 5,
+           "the reader sees the 5 records");
+    tap_ok(shoal_ledger_commit(rd, &r, 1, NULL, 0) == SHOAL_ERR_INVALID_ARG &&
+           shoal_ledger_verify(rd, &bad) == SHOAL_ERR_INVALID_ARG,
+           "the reader can neither commit nor verify");
+    shoal_ledger_close(rd);
+}
+
+/* ---- kill -9 of a writer ------------------------------------------------------------------- */
+
+#define KILL_JOBS 3
+#define KILL_COUNTERS 5
+
+/* Commits k = K+1, K+2, ... : KILL_JOBS records of minute KILL_MINUTE0 + 60 k and the cursors
+ * "kill/a" = (k, 2k, ..) and "kill/b" = (k); never returns. */
+static void kill_writer(void)
+{
+    shoal_ledger_cursor_t cur[2];
+    shoal_ledger_record_t recs[KILL_JOBS];
+    shoal_ledger_t *l;
+    uint64_t k = 0;
+
+    if (shoal_ledger_open(test_url, test_key, sizeof(test_key) - 1, &l) != SHOAL_OK)
+        _exit(3);
+    if (shoal_ledger_cursor(l, "kill/a", &cur[0]) == SHOAL_OK)
+        k = cur[0].counters[0];
+    for (int iter = 0; iter < 100000; iter++) {
+        k++;
+        for (int j = 0; j < KILL_JOBS; j++) {
+            char job[16];
+
+            snprintf(job, sizeof(job), "job-%d", j);
+            recs[j] = rec_make("killme", job, KILL_MINUTE0 + 60 * (int64_t)k, (int)(k % 7));
+        }
+        cur[0] = cursor_make("kill/a", k, KILL_COUNTERS);
+        cur[1] = cursor_make("kill/b", k, 1);
+        if (shoal_ledger_commit(l, recs, KILL_JOBS, cur, 2) != SHOAL_OK)
+            _exit(4);
+    }
+    _exit(0);
+}
+
+static void test_kill9(shoal_ledger_t *l, unsigned seed)
+{
+    const int rounds = 8;
+    int consistent = 1, chain = 1, died = 1;
+    uint64_t k = 0, prev = 0, bad = 0;
+
+    srand(seed);
+    for (int r = 0; r < rounds; r++) {
+        shoal_ledger_cursor_t a, b;
+        collect_t c;
+        int wst = 0;
+        pid_t pid;
+
+        fflush(stdout);
+        fflush(stderr);
+        pid = fork();
+        if (pid == 0)
+            kill_writer();
+        shoal_sleep_us(30000 + (unsigned)(rand() % 250) * 1000);
+        kill(pid, SIGKILL);
+        waitpid(pid, &wst, 0);
+        if (!WIFSIGNALED(wst) || WTERMSIG(wst) != SIGKILL) {
+            tap_diag("round %d: the writer ended by itself (status %d)", r, wst);
+            died = 0;
+        }
+        if (shoal_ledger_verify(l, &bad) != SHOAL_OK) {
+            tap_diag("round %d: the chain is broken at seq %" PRIu64, r, bad);
+            chain = 0;
+        }
+        k = 0;
+        if (shoal_ledger_cursor(l, "kill/a", &a) == SHOAL_OK) {
+            k = a.counters[0];
+            for (int i = 0; i < KILL_COUNTERS; i++)
+                consistent &= a.ncounters == KILL_COUNTERS && a.counters[i] == k * (i + 1u);
+            consistent &= shoal_ledger_cursor(l, "kill/b", &b) == SHOAL_OK &&
+                          b.counters[0] == k;
+        }
+        /* every committed minute has all its records, none beyond the cursor */
+        consistent &= collect(l, INT64_MIN, INT64_MAX, "killme", NULL, &c) == 0 &&
+                      c.count == KILL_JOBS * k;
+        for (int j = 0; j < KILL_JOBS; j++) {
+            char job[16];
+
+            snprintf(job, sizeof(job), "job-%d", j);
+            consistent &= shoal_ledger_last_minute(l, "killme", job) ==
+                          (k > 0 ? KILL_MINUTE0 + 60 * (int64_t)k : -1);
+        }
+        tap_diag("round %d: %" PRIu64 " commits stored (+%" PRIu64 ")", r, k, k - prev);
+        prev = k;
+    }
+    tap_ok(died, "the writer was killed by SIGKILL in each of %d rounds", rounds);
+    tap_ok(chain, "after each kill -9 the chain verifies");
+    tap_ok(consistent, "after each kill -9 the records are there iff their cursors are "
+           "(%" PRIu64 " commits of %d records)", k, KILL_JOBS);
+    tap_ok(k > (uint64_t)rounds, "the writers made progress (%" PRIu64 " commits)", k);
+}
+
+/* ---- the database gone --------------------------------------------------------------------- */
+
+static void check_nothing_lost(shoal_ledger_t *l, const char *tenant, int64_t minute,
+                               const char *ckey, const char *what)
+{
+    shoal_ledger_cursor_t got;
+    uint64_t bad = 0;
+
+    tap_ok(shoal_ledger_last_minute(l, tenant, "j") == minute &&
+           shoal_ledger_cursor(l, ckey, &got) == SHOAL_OK && got.counters[0] == 42 &&
+           shoal_ledger_verify(l, &bad) == SHOAL_OK, "%s: the retried commit is stored, "
+           "the chain verifies", what);
+}
+
+static void test_down_sqlite(shoal_ledger_t *l)
+{
+    shoal_ledger_record_t r = rec_make("outage", "j", MINUTE0, 1);
+    shoal_ledger_cursor_t cur = cursor_make("outage/1", 42, 2), got;
+    char moved[4200];
+
+    if (geteuid() == 0) {
+        tap_skip(3, "root ignores file modes");
+    } else {
+        chmod(test_path, 0444);
+        tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
+                   "database file made read-only: SHOAL_ERR_TRANSPORT");
+        chmod(test_path, 0644);
+        tap_ok(shoal_ledger_last_minute(l, "outage", "j") == -1 &&
+               shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
+               "... nothing of it was written");
+        tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK, "writable again: retry ok");
+    }
+    r = rec_make("outage2", "j", MINUTE0, 2);
+    cur = cursor_make("outage/2", 42, 2);
+    snprintf(moved, sizeof(moved), "%s.away", test_dir);
+    if (rename(test_dir, moved) != 0) {
+        tap_ok(0, "rename %s: %s", test_dir, strerror(errno));
+        return;
+    }
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
+               "database directory moved away: SHOAL_ERR_TRANSPORT");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
+               "... and again (no new empty ledger is created in its place)");
+    tap_ok(access(test_path, F_OK) != 0, "... nothing was created at the old path");
+    if (rename(moved, test_dir) != 0) {
+        tap_ok(0, "rename back %s: %s", moved, strerror(errno));
+        return;
+    }
+    tap_ok(shoal_ledger_last_minute(l, "outage2", "j") == -1 &&
+           shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
+           "directory back: nothing of the failed commit was written");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK, "the retried commit succeeds");
+    check_nothing_lost(l, "outage2", MINUTE0, cur.key, "directory back");
+}
+
+static void test_down_pg(shoal_ledger_t *l)
+{
+    shoal_ledger_record_t r = rec_make("outage", "j", MINUTE0, 1);
+    shoal_ledger_cursor_t cur = cursor_make("outage/1", 42, 2), got;
+
+    if (getenv("LEDGER_TEST_STOP") == NULL || getenv("LEDGER_TEST_START") == NULL) {
+        tap_skip(5, "LEDGER_TEST_STOP/START not given");
+        return;
+    }
+    tap_ok(run_cmd("stopping the server", "LEDGER_TEST_STOP") == 0, "the server is stopped");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
+               "server down: SHOAL_ERR_TRANSPORT");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
+               "... again (the reconnect fails too, within its timeout)");
+    tap_ok(run_cmd("starting the server", "LEDGER_TEST_START") == 0, "the server is back");
+    tap_ok(shoal_ledger_last_minute(l, "outage", "j") == -1 &&
+           shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
+           "nothing of the failed commits was written");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK,
+               "the retried commit reconnects and succeeds");
+    check_nothing_lost(l, "outage", MINUTE0, cur.key, "server back");
+    /* a restart between two calls: the stale connection is noticed and replaced */
+    r = rec_make("outage", "j", MINUTE0 + 60, 2);
+    tap_ok(run_cmd("stopping", "LEDGER_TEST_STOP") == 0 &&
+           run_cmd("starting", "LEDGER_TEST_START") == 0, "the server restarted");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK,
+               "the next commit after a restart succeeds at once");
+}
+
+static void test_log_lines(void)
+{
+    char buf[1 << 16];
+    FILE *fp = fopen(test_log, "r");
+    size_t n = 0;
+
+    if (fp != NULL) {
+        n = fread(buf, 1, sizeof(buf) - 1, fp);
+        fclose(fp);
+    }
+    buf[n] = '\0';
+    tap_ok(strstr(buf, test_pg ? "connection is lost" : "moved or replaced") != NULL,
+           "the log says why the database failed");
+    tap_ok(strstr(buf, "is recorded already") != NULL, "the log names the duplicate minute");
+    tap_ok(strstr(buf, (const char *)test_key) == NULL && strstr(buf, "3f9a0c17") == NULL,
+           "the log never shows the key");
+}
+
+int main(int argc, char **argv)
+{
+    shoal_ledger_t *l;
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    char *slash;
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_ledger sqlite:///DIR/ledger.db | postgresql://...\n");
+        return 2;
+    }
+    test_url = argv[1];
+    test_pg = strncmp(test_url, "postgres", 8) == 0;
+    if (!test_pg) {
+        snprintf(test_path, sizeof(test_path), "%s", test_url + strlen("sqlite://"));
+        snprintf(test_dir, sizeof(test_dir), "%s", test_path);
+        slash = strrchr(test_dir, '/');
+        if (slash != NULL)
+            *slash = '\0';
+        snprintf(test_log, sizeof(test_log), "%s.log", test_dir);
+    } else {
+        snprintf(test_log, sizeof(test_log), "%s/test_ledger_pg.%d.log",
+                 getenv("LEDGER_TEST_LOGDIR") != NULL ? getenv("LEDGER_TEST_LOGDIR") : "/tmp",
+                 (int)getpid());
+    }
+    unlink(test_log);
+    setenv("SHOAL_DEBUG", "INFO", 1);
+    setenv("SHOAL_DEBUG_FILE", test_log, 1);
+    shoal_config_global_init();
+    tap_diag("%s ledger, kill seed %u", test_pg ? "PostgreSQL" : "SQLite", seed);
+
+    if (shoal_ledger_open(test_url, test_key, sizeof(test_key) - 1, &l) != SHOAL_OK)
+        tap_bail("cannot open the ledger %s", test_pg ? "(PostgreSQL)" : test_path);
+    test_round_trips(l);
+    test_duplicates(l);
+    test_tampering(l);
+    test_reader();
+    test_kill9(l, seed);
+    if (test_pg)
+        test_down_pg(l);
+    else
+        test_down_sqlite(l);
+    shoal_ledger_close(l);
+    test_log_lines();
+    if (test_pg)
+        unlink(test_log);
+    return tap_done();
+}

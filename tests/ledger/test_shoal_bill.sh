@@ -1,0 +1,162 @@
+#!/bin/sh
+# TAP test of shoal-bill on an SQLite ledger filled with crafted records (tests/ledger/
+# ledger_fill): usage table and CSV sums equal to the records, time ranges in ISO-8601 and unix
+# seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI), a PNG from
+# plot, and the SLA figures of a crafted month (3 platform-failed minutes out of 1000: 99.700%,
+# met; 2 out of 200: 99.000%, missed).
+. "$(dirname "$0")/ledger_env.sh"
+BILL="$top_builddir/shoal-bill"
+FILL="$top_builddir/tests/ledger/ledger_fill"
+T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+export LC_ALL=C
+
+NTESTS=29
+echo "1..$NTESTS"
+n=0
+ok() { # ok EXIT-STATUS DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
+        echo "not ok $n - $2"; sed 's/^/#   /' "$T/out" "$T/err" | head -n 20; fi
+}
+is() { # is GOT WANT DESCRIPTION
+    n=$((n + 1))
+    if [ "$1" = "$2" ]; then echo "ok $n - $3"; else
+        echo "not ok $n - $3"; echo "#   got: '$1'"; echo "#  want: '$2'"; fi
+}
+bill() { timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger.db" "$@" >"$T/out" 2>"$T/err"; rc=$?; }
+
+if [ ! -x "$BILL" ] || [ ! -x "$FILL" ]; then
+    i=0; while [ $i -lt $NTESTS ]; do i=$((i + 1)); echo "ok $i # SKIP not built"; done; exit 0
+fi
+
+# The month: December 2026 (1796083200). acme: train every minute 0..999 (platform failures at
+# 100, 200, 300; tenant aborts at 400, 401), eval at minutes 150..249 (a platform failure at
+# 200, the same minute as train's; a tenant abort at 160). globex: sim-a and sim-b at minutes
+# 0..199 (platform failures at 5 and 6 in sim-a, 6 in sim-b). One acme record in November.
+D=1796083200
+awk -v d=$D 'BEGIN {
+    for (i = 0; i < 1000; i++)
+        printf "acme train reserved %d 480 %d %d 10 1.5 %d %d\n", d + 60 * i, 1000 + i, 500 * i,
+               (i == 100 || i == 200 || i == 300), (i == 400 || i == 401);
+    for (i = 150; i < 250; i++)
+        printf "acme eval spot %d 60.25 7 0 2 0.25 %d %d\n", d + 60 * i, i == 200, i == 160;
+    for (i = 0; i < 200; i++) {
+        printf "globex sim-a reserved %d 120 0 4096 4 0.5 %d 0\n", d + 60 * i, (i == 5 || i == 6);
+        printf "globex sim-b reserved %d 120 0 8192 4 0.5 %d 0\n", d + 60 * i, i == 6;
+    }
+    printf "acme train reserved %d 480 1 1 1 1 0 0\n", d - 3600;
+}' >"$T/records"
+head -c 32 /dev/urandom >"$T/key"
+chmod 600 "$T/key"
+"$FILL" "sqlite://$T/ledger.db" "$T/key" <"$T/records" >"$T/out" 2>"$T/err"
+ok $? "the ledger holds the $(wc -l <"$T/records") crafted records"
+
+# ---- usage -----------------------------------------------------------------------------------
+awk '{ k = $1 "," $2 "," $3; m[k]++; g[k] += $5; s[k] += $6; c[k] += $7; o[k] += $8; t[k] += $9 }
+     END { for (k in m) printf "%s,%d,%.6f,%d,%d,%d,%.6f\n", k, m[k], g[k], s[k], c[k], o[k], t[k] }' \
+    "$T/records" | sort >"$T/want.csv"
+bill usage --csv
+ok $rc "usage --csv exits 0"
+is "$(head -n 1 "$T/out")" \
+   "tenant,job,class,minutes,gpu_seconds,gpu_hours,bytes_same_host,bytes_cross_host,ops,coll_seconds" \
+   "the CSV header"
+tail -n +2 "$T/out" | awk -F, '{ print $1 "," $2 "," $3 "," $4 "," $5 "," $7 "," $8 "," $9 "," $10 }' \
+    | sort >"$T/got.csv"
+cmp -s "$T/got.csv" "$T/want.csv"
+ok $? "CSV rows equal the sums of the records per tenant, job and class"
+is "$(awk -F, 'NR > 1 && $2 == "train" { print $6 }' "$T/out")" "133.466667" \
+   "GPU-hours = GPU-seconds / 3600 (acme train: 480480 s)"
+
+bill usage
+ok $rc "usage (table) exits 0"
+is "$(awk '{ print length($0) }' "$T/out" | sort -u | wc -l | tr -d ' ')" 1 \
+   "the table is aligned: every line has the same width"
+is "$(awk '$1 == "TOTAL" { print $4, $5, $9 }' "$T/out")" \
+   "$(awk '{ m++; g += $5; o += $8 } END { printf "%d %.3f %d", m, g, o }' "$T/records")" \
+   "the TOTAL line: minutes, GPU-seconds and ops of all records"
+is "$(awk '$1 == "acme" && $2 == "eval" { print $3, $4, $7, $8 }' "$T/out")" "spot 100 700 0" \
+   "the table row of acme eval"
+
+bill usage --csv --from 2026-12-01T00:00:00Z --to $((D + 60 * 500)) --tenant acme --job train
+is "$rc:$(tail -n +2 "$T/out" | cut -d, -f1-4)" "0:acme,train,reserved,500" \
+   "--from ISO-8601 --to unix seconds --tenant --job: 500 minutes"
+bill usage --csv --from $D --to 2026-12-01T10:00:00+02:00 --tenant acme
+is "$(tail -n +2 "$T/out" | cut -d, -f1-4 | tr '\n' ' ')" "acme,eval,spot,100 acme,train,reserved,480 " \
+   "an offset in ISO-8601 (10:00+02:00 = 08:00Z: train 480 minutes, eval all 100)"
+bill usage --from yesterday
+is "$rc" 2 "a malformed time exits 2"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" usage >"$T/out" 2>"$T/err"
+is "$?:$(ls "$T" | grep -c typo)" "1:0" "a ledger that is not there: exit 1, and none is created"
+
+# ---- verify ----------------------------------------------------------------------------------
+bill --key-file "$T/key" verify
+is "$rc:$(cut -d: -f1 "$T/out")" "0:ledger chain ok" "verify an intact chain: exit 0"
+grep -q "head seq 1501 mac [0-9a-f]\{64\}" "$T/out"
+ok $? "it prints the head (seq 1501 and its mac) for safekeeping"
+head1501=$(sed -n 's/.*head seq \([0-9]*\) mac \([0-9a-f]*\)$/\1:\2/p' "$T/out")
+bill --key-file "$T/key" verify --head "$head1501"
+is "$rc" 0 "verify --head with the head just printed: exit 0"
+bill verify
+is "$rc" 2 "verify without --key-file exits 2"
+head -c 32 /dev/urandom >"$T/otherkey"
+chmod 600 "$T/otherkey"
+bill --key-file "$T/otherkey" verify
+is "$rc:$(cat "$T/out")" "1:ledger chain BROKEN at seq 1 (altered, missing or reordered record)" \
+   "verify with another key: exit 1 at seq 1"
+if command -v sqlite3 >/dev/null 2>&1; then
+    sqlite3 "$T/ledger.db" "UPDATE ledger_records SET bytes_cross_host = bytes_cross_host + 1 WHERE seq = 777"
+    bill --key-file "$T/key" verify
+    is "$rc:$(grep -o 'seq [0-9]*' "$T/out")" "1:seq 777" \
+       "a byte count altered with the sqlite3 CLI: exit 1 naming seq 777"
+    sqlite3 "$T/ledger.db" "UPDATE ledger_records SET bytes_cross_host = bytes_cross_host - 1 WHERE seq = 777;
+        CREATE TABLE gone AS SELECT * FROM ledger_records WHERE seq = 1200;
+        DELETE FROM ledger_records WHERE seq = 1200"
+    bill --key-file "$T/key" verify
+    is "$rc:$(grep -o 'seq [0-9]*' "$T/out")" "1:seq 1200" "a record deleted: exit 1 naming seq 1200"
+    # the tail dropped and the head in ledger_meta rewritten to match: the chain alone is
+    # consistent, the head recorded earlier is not in it
+    sqlite3 "$T/ledger.db" "INSERT INTO ledger_records SELECT * FROM gone; DROP TABLE gone;
+        CREATE TABLE gone AS SELECT * FROM ledger_records WHERE seq >= 1200;
+        CREATE TABLE gone_meta AS SELECT * FROM ledger_meta;
+        DELETE FROM ledger_records WHERE seq >= 1200;
+        UPDATE ledger_meta SET value = '1199' WHERE name = 'head_seq';
+        UPDATE ledger_meta SET value = (SELECT mac FROM ledger_records WHERE seq = 1199)
+            WHERE name = 'head_mac'"
+    bill --key-file "$T/key" verify
+    is "$rc" 0 "the tail truncated with the head rewritten: the chain alone verifies"
+    bill --key-file "$T/key" verify --head "$head1501"
+    is "$rc:$(grep -o 'seq [0-9]*' "$T/out")" "1:seq 1501" \
+       "... verify --head with the head recorded before: exit 1 naming seq 1501"
+    sqlite3 "$T/ledger.db" "INSERT INTO ledger_records SELECT * FROM gone; DROP TABLE gone;
+        DELETE FROM ledger_meta; INSERT INTO ledger_meta SELECT * FROM gone_meta;
+        DROP TABLE gone_meta"
+    bill --key-file "$T/key" verify --head "$head1501"
+    is "$rc" 0 "all put back: verify --head exits 0 again"
+else
+    for i in 1 2 3 4 5; do n=$((n + 1)); echo "ok $n # SKIP no sqlite3 CLI"; done
+fi
+
+# ---- plot ------------------------------------------------------------------------------------
+if command -v gnuplot >/dev/null 2>&1; then
+    bill plot --out "$T/usage.png" --from 2026-12-01 --to 2026-12-02
+    is "$rc:$(head -c 8 "$T/usage.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" \
+       "0:89504e470d0a1a0a" "plot writes a PNG (its signature)"
+    [ "$(stat -c %s "$T/usage.png" 2>/dev/null || echo 0)" -gt 1000 ]
+    ok $? "... of more than 1000 bytes"
+    is "$(ls "$T" | grep -c '^shoal-bill')$(ls "${TMPDIR:-/tmp}" | grep -c "^shoal-bill\.")" "00" \
+       "... and leaves no temp files"
+else
+    for i in 1 2 3; do n=$((n + 1)); echo "ok $n # SKIP no gnuplot"; done
+fi
+
+# ---- sla -------------------------------------------------------------------------------------
+bill sla --month 2026-12
+is "$(awk '$1 == "acme" { print $2, $3, $4, $5, $6, $7, $8 }' "$T/out")" \
+   "2026-12 1000 3 3 99.700% 99.500% met" \
+   "acme: 1000 minutes, 3 platform-failed, 3 tenant-failed, 99.700%, met"
+is "$(awk '$1 == "globex" { print $3, $4, $5, $6, $8 }' "$T/out")" "200 2 0 99.000% missed" \
+   "globex: 200 minutes, 2 platform-failed (one minute counted once), 99.000%, missed"
+bill sla --month 2026-12 --tenant globex --csv --target 98
+is "$(tail -n +2 "$T/out")" "globex,2026-12,200,2,0,99.000%,98.000%,met" \
+   "--tenant --csv --target 98: one CSV line, met"
