@@ -4,10 +4,11 @@
 # joins). For the test suite: iproute2 (network-namespace tests), procps.
 set -e
 # Optional (used where found): UCX, rdma-core (verbs, rdmacm), hwloc, PMIx, Open MPI, Gloo,
-# gnuplot (perf/compare.sh plots).
+# gnuplot (perf/compare.sh plots), libmicrohttpd (the node agent shoald's /metrics) and
+# prometheus (promtool and a real server for the agent's tests), curl (the tests' HTTP client).
 pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps
       libucx-dev libibverbs-dev librdmacm-dev libhwloc-dev libpmix-dev libopenmpi-dev
-      openmpi-bin libgloo-dev gnuplot-nox"
+      openmpi-bin libgloo-dev gnuplot-nox libmicrohttpd-dev prometheus curl"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
