@@ -163,8 +163,9 @@ typedef struct shoald_abuse {
     char tenant[SHOALD_NAME_MAX];
     uid_t uid;
     uint64_t refused, auth_failed, flags;
-    unsigned this_minute;
-    int flagged;                           /* flagged in the current minute */
+    uint64_t window_ns;                    /* monotonic start of the rule's window */
+    unsigned this_minute;                  /* refusals in the window */
+    int flagged;                           /* flagged in this window */
 } shoald_abuse_t;
 
 typedef struct {
@@ -204,7 +205,6 @@ int shoald_name_ok(const char *s, size_t max);
 double shoald_page_gpu_seconds(const shoald_page_t *p, uint64_t from_ns, uint64_t to_ns);
 /* Counts a refusal for the claimed tenant and the uid; applies the abuse rule. */
 void shoald_abuse_note(shoald_t *a, const char *claimed_tenant, uid_t uid, int auth_failure);
-void shoald_abuse_minute(shoald_t *a);
 
 /* ---- minute loop and ledger (agent_minute.c) ---- */
 /* Looks up the page's ledger cursor (when the ledger is open). */

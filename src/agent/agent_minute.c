@@ -258,7 +258,6 @@ void shoald_minute_tick(shoald_t *a)
     /* One batch for the minute that just ended (a late tick bills the missed time there). */
     boundary = now / m * m;
     a->next_boundary = boundary + m;
-    shoald_abuse_minute(a);
     if (a->cfg->ledger_url == NULL) {
         shoald_pages_collect(a);
         return;

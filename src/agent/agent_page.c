@@ -306,8 +306,18 @@ static shoald_abuse_t *shoald_abuse_get(shoald_t *a, int is_uid, const char *ten
     return b;
 }
 
+/* The window of the rule opens at a refusal and lasts one minute (minute_seconds). */
 static void shoald_abuse_count(shoald_t *a, shoald_abuse_t *b, int auth_failure)
 {
+    uint64_t now = shoal_time_ns();
+
+    uint64_t len = (uint64_t)a->cfg->minute_seconds * 1000000000ull;
+
+    if (b->window_ns == 0 || now - b->window_ns >= len) {
+        b->window_ns = now;
+        b->this_minute = 0;
+        b->flagged = 0;
+    }
     b->refused++;
     b->this_minute++;
     if (auth_failure)
@@ -344,15 +354,6 @@ void shoald_abuse_note(shoald_t *a, const char *claimed, uid_t uid, int auth_fai
         shoald_abuse_count(a, b, auth_failure);
 }
 
-void shoald_abuse_minute(shoald_t *a)
-{
-    shoald_abuse_t *b;
-
-    for (b = a->abuse; b != NULL; b = b->next) {
-        b->this_minute = 0;
-        b->flagged = 0;
-    }
-}
 
 /* At the agent's stop: every page unmapped, every descriptor closed, nothing billed. */
 void shoald_pages_free(shoald_t *a)

@@ -8,6 +8,9 @@
  *                [--fork-holder S] [--created-ago S]
  * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts.
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent.
+ * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
+ * --rereg: when the agent goes away, register the same page again with the next agent (as
+ * the library does); the final counters are printed at the end ("final ops=N sent=N").
  * Exit 0 accepted, 1 refused, 3 failure of the client itself. */
 #include "meter/meter_page.h"
 
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -94,6 +98,95 @@ static uint64_t *mc_counter(shoal_meter_page_t *pg, const char *name)
     exit(3);
 }
 
+static int mc_connect(const struct sockaddr_un *sa)
+{
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (s < 0)
+        mc_die("socket");
+    if (connect(s, (const struct sockaddr *)sa, sizeof(*sa)) != 0) {
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+static int mc_reply(int s, shoal_meter_reg_reply_t *rep)
+{
+    size_t got;
+    ssize_t ret;
+
+    for (got = 0; got < sizeof(*rep);) {
+        ret = recv(s, (char *)rep + got, sizeof(*rep) - got, 0);
+        if (ret <= 0)
+            return -1;
+        got += (size_t)ret;
+    }
+    rep->reason[sizeof(rep->reason) - 1] = '\0';
+    return 0;
+}
+
+static uint64_t mc_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Holds the page: ticks the counters, re-registers with a new agent, until the deadline or
+ * stdin's end. */
+static void mc_hold(shoal_meter_page_t *pg, int *s_p, const struct sockaddr_un *sa,
+                    const uint8_t *msg, size_t len, int fd, double hold, int hold_stdin,
+                    int tick_ms, int rereg)
+{
+    uint64_t end = hold > 0 ? mc_now_ms() + (uint64_t)(hold * 1000) : UINT64_MAX;
+    uint64_t next_tick = mc_now_ms() + (uint64_t)tick_ms;
+    shoal_meter_reg_reply_t rep;
+    struct pollfd pf[2];
+    char junk[256];
+    int n;
+
+    if (!hold_stdin && hold <= 0)
+        return;
+    while (mc_now_ms() < end) {
+        n = 0;
+        if (hold_stdin)
+            pf[n++] = (struct pollfd){.fd = 0, .events = POLLIN};
+        if (*s_p >= 0)
+            pf[n++] = (struct pollfd){.fd = *s_p, .events = POLLIN};
+        poll(pf, (nfds_t)n, 20);
+        if (hold_stdin && (pf[0].revents & (POLLIN | POLLHUP)) != 0 &&
+            read(0, junk, sizeof(junk)) <= 0)
+            return;
+        if (*s_p >= 0 && (pf[n - 1].revents & (POLLIN | POLLHUP)) != 0 &&
+            recv(*s_p, junk, sizeof(junk), MSG_DONTWAIT) <= 0) {
+            close(*s_p); /* the agent went away */
+            *s_p = -1;
+        }
+        if (*s_p < 0 && rereg) {
+            *s_p = mc_connect(sa);
+            if (*s_p >= 0) {
+                mc_send(*s_p, msg, len, &fd, 1);
+                if (mc_reply(*s_p, &rep) != 0 || rep.status != 0) {
+                    close(*s_p);
+                    *s_p = -1;
+                } else {
+                    fprintf(stderr, "meter_client: registered again\n");
+                }
+            }
+        }
+        if (tick_ms > 0 && mc_now_ms() >= next_tick) {
+            next_tick += (uint64_t)tick_ms;
+            __atomic_store_n(&pg->seq, pg->seq + 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&pg->ops[0], pg->ops[0] + 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&pg->bytes_sent[1][1], pg->bytes_sent[1][1] + 1000,
+                             __ATOMIC_RELAXED);
+            __atomic_store_n(&pg->seq, pg->seq + 1, __ATOMIC_RELEASE);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -101,10 +194,12 @@ int main(int argc, char **argv)
         {"rank", 1, NULL, 'r'}, {"nranks", 1, NULL, 'n'}, {"ngpus", 1, NULL, 'g'},
         {"epoch", 1, NULL, 'e'}, {"cred", 1, NULL, 'c'}, {"mode", 1, NULL, 'm'},
         {"set", 1, NULL, 'S'}, {"hold", 1, NULL, 'H'}, {"hold-stdin", 0, NULL, 'I'},
-        {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {NULL, 0, NULL, 0}};
+        {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
+        {"rereg", 0, NULL, 'R'}, {NULL, 0, NULL, 0}};
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
-    char *sets[64], *eq, line[256];
+    char *sets[64], *eq;
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
+    int tick_ms = 0, rereg = 0;
     double hold = 0, fork_hold = -1, created_ago = 0;
     unsigned long long epoch = 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -112,9 +207,8 @@ int main(int argc, char **argv)
     shoal_meter_page_t *pg;
     shoal_meter_reg_t *reg;
     struct timespec ts;
-    size_t len, got;
+    size_t len;
     uint8_t msg[1024];
-    ssize_t ret;
 
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -132,14 +226,16 @@ int main(int argc, char **argv)
         case 'I': hold_stdin = 1; break;
         case 'F': fork_hold = atof(optarg); break;
         case 'C': created_ago = atof(optarg); break;
+        case 'T': tick_ms = atoi(optarg); break;
+        case 'R': rereg = 1; break;
         default: return 3;
         }
     }
     if (sock == NULL || strlen(sock) >= sizeof(sa.sun_path))
         return 3;
     memcpy(sa.sun_path, sock, strlen(sock));
-    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+    s = mc_connect(&sa);
+    if (s < 0)
         mc_die("connect");
 
     fd = mc_memfd(strcmp(mode, "badsize") == 0 ? 2 * SHOAL_METER_PAGE_BYTES :
@@ -194,15 +290,10 @@ int main(int argc, char **argv)
         mc_send(s, msg, len, fds, strcmp(mode, "nofd") == 0 ? 0 :
                 strcmp(mode, "twofds") == 0 ? 2 : 1);
     }
-    for (got = 0; got < sizeof(rep);) {
-        ret = recv(s, (char *)&rep + got, sizeof(rep) - got, 0);
-        if (ret <= 0) {
-            printf("status=closed reason=the agent closed the connection\n");
-            return 1;
-        }
-        got += (size_t)ret;
+    if (mc_reply(s, &rep) != 0) {
+        printf("status=closed reason=the agent closed the connection\n");
+        return 1;
     }
-    rep.reason[sizeof(rep.reason) - 1] = '\0';
     printf("status=%d reason=%s\n", rep.status, rep.reason);
     fflush(stdout);
     if (rep.magic != SHOAL_METER_REG_MAGIC || rep.status != 0)
@@ -226,13 +317,12 @@ int main(int argc, char **argv)
         }
         _exit(0);
     }
-    if (hold_stdin) {
-        while (fgets(line, sizeof(line), stdin) != NULL)
-            ;
-    }
-    if (hold > 0)
-        usleep((useconds_t)(hold * 1e6));
+    mc_hold(pg, &s, &sa, msg, len, fd, hold, hold_stdin, tick_ms, rereg);
     __atomic_store_n(&pg->state, SHOAL_METER_CLOSED, __ATOMIC_RELEASE);
-    close(s);
+    printf("final ops=%llu sent=%llu\n", (unsigned long long)pg->ops[0],
+           (unsigned long long)pg->bytes_sent[1][1]);
+    fflush(stdout);
+    if (s >= 0)
+        close(s);
     return 0;
 }
