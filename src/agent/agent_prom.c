@@ -1,7 +1,7 @@
 /* shoald: the Prometheus text exposition (format 0.0.4) of /metrics. Conventions: prefix
  * shoal_, base units (bytes, seconds), _total on counters, # HELP and # TYPE for every family,
  * label values escaped (backslash, double quote, newline). Cardinality is bounded: labels are
- * tenant, job, collective, transport, locality, direction and the refusal reason; rank only
+ * tenant, shoal_job, collective, transport, locality, direction and the refusal reason; rank only
  * with export_ranks; claimed tenants that are not configured are folded into "_unknown".
  *
  * A job's counters are the sum of its live pages' current values and the final values of its
@@ -85,12 +85,15 @@ static void shoald_prom_family(shoald_text_t *t, const char *name, const char *t
     shoald_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* name{tenant="..",job=".."  (the caller adds more labels and "} value") */
+/* name{tenant="..",shoal_job=".."  (the caller adds more labels and "} value"). The job's
+ * label is shoal_job, not job: job and instance are the labels Prometheus gives every target,
+ * a scraped "job" would be renamed exported_job (or, with honor_labels, would replace the
+ * scrape job's name). */
 static void shoald_prom_job_labels(shoald_text_t *t, const char *name, const shoald_job_t *j)
 {
     shoald_text_printf(t, "%s{tenant=", name);
     shoald_text_label(t, j->tenant);
-    shoald_text_printf(t, ",job=");
+    shoald_text_printf(t, ",shoal_job=");
     shoald_text_label(t, j->job);
 }
 
@@ -330,9 +333,9 @@ static void shoald_prom_agent(shoald_t *a, shoald_text_t *t)
                                k % 3 == 1 ? b->auth_failed : b->flags));
         }
     }
-    shoald_prom_family(t, "shoal_ledger_pending_minutes", "gauge",
-                       "Billing minutes waiting for the ledger (database down).");
-    shoald_text_printf(t, "shoal_ledger_pending_minutes %u\n", a->npending);
+    shoald_prom_family(t, "shoal_ledger_pending_batches", "gauge",
+                       "Billing minutes (one batch each) waiting for the ledger (database down).");
+    shoald_text_printf(t, "shoal_ledger_pending_batches %u\n", a->npending);
     shoald_prom_family(t, "shoal_ledger_commit_failures_total", "counter",
                        "Failed attempts to write minutes to the ledger.");
     shoald_text_printf(t, "shoal_ledger_commit_failures_total %llu\n",

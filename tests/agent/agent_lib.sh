@@ -107,7 +107,7 @@ scrape() { # scrape [PATH] [curl options...]: body in $T/scrape, HTTP code print
     curl -s -m 10 -o "$T/scrape" -w '%{http_code}' "$@" "http://$HTTP$p"
 }
 metric() { # metric 'name{labels}' [FILE]: the value of one series (exact match of the prefix)
-    awk -v k="$1" 'index($0, k " ") == 1 { print $2 }' "${2:-$T/scrape}"
+    K=$1 awk 'index($0, ENVIRON["K"] " ") == 1 { print $2 }' "${2:-$T/scrape}"
 }
 wait_metric() { # wait_metric 'series' VALUE: polls /metrics for 10 s until it has VALUE
     i=0

@@ -105,7 +105,7 @@ is "$(metric 'shoal_abuse_flags_total{tenant="acme"}')" 1 \
     "the abuse rule flags acme (more than 5 refusals claiming it in a minute)"
 grep -q "abuse: tenant acme flagged" "$T/agent.log"
 ok $? "the flag is in the log" "$T/agent.log"
-wait_metric 'shoal_ranks{tenant="acme",job="train"}' 0
+wait_metric 'shoal_ranks{tenant="acme",shoal_job="train"}' 0
 ok $? "the accepted rank has exited: no rank alive"
 
 # Silent clients fill the pending slots: a good registration still goes through at once.
@@ -132,7 +132,7 @@ ok $? "the silent clients were dropped (limit $lim, timeout $tmo)"
 # The pidfd: the process exits while a child keeps its connection open.
 mc --tenant acme --job pidjob --cred "$(cred acme pidjob)" --ngpus 1 --fork-holder 8
 is "$rc" 0 "a rank registers, forks a child holding the connection, exits"
-wait_metric 'shoal_ranks{tenant="acme",job="pidjob"}' 0
+wait_metric 'shoal_ranks{tenant="acme",shoal_job="pidjob"}' 0
 ok $? "the agent notices the exit through the pidfd, the connection still open"
 grep -q "acme/pidjob (pid [0-9]*) exited" "$T/agent.log"
 ok $? "and says so in the log" "$T/agent.log"
