@@ -40,6 +40,8 @@ skip_rest() { # skip_rest COUNT REASON
     while [ "$i" -lt "$1" ]; do n=$((n + 1)); i=$((i + 1)); echo "ok $n # SKIP $2"; done
 }
 done_testing() {
+    ! grep -q 'Sanitizer\|runtime error' "$T/agent.log" 2>/dev/null
+    ok $? "no sanitizer report in the agent's log" "$T/agent.log"
     echo "1..$n"
     [ "$failed" -eq 0 ]
 }

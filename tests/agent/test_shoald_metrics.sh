@@ -48,22 +48,24 @@ AJ='tenant="acme",shoal_job="train"'
 is "$(metric "shoal_collective_ops_total{$AJ,collective=\"allreduce\"}")" 200 \
     "allreduce calls: the sum of both ranks' pages"
 is "$(metric "shoal_collective_ops_total{$AJ,collective=\"allgather\"}")" 14 "allgather calls"
-is "$(metric "shoal_payload_bytes_total{$AJ,transport=\"tcp\",locality=\"other_host\",direction=\"sent\"}")" \
-    124456789 "tcp bytes sent to other hosts"
-is "$(metric "shoal_payload_bytes_total{$AJ,transport=\"tcp\",locality=\"other_host\",direction=\"received\"}")" \
-    125456000 "tcp bytes received from other hosts"
-is "$(metric "shoal_payload_bytes_total{$AJ,transport=\"shm\",locality=\"same_host\",direction=\"received\"}")" \
-    8192 "shm bytes received"
+PB="shoal_payload_bytes_total{$AJ"
+TCPO='transport="tcp",locality="other_host"'
+is "$(metric "$PB,$TCPO,direction=\"sent\"}")" 124456789 "tcp bytes sent to other hosts"
+is "$(metric "$PB,$TCPO,direction=\"received\"}")" 125456000 "tcp bytes received from other hosts"
+is "$(metric "$PB,transport=\"shm\",locality=\"same_host\",direction=\"received\"}")" 8192 \
+    "shm bytes received"
 is "$(metric "shoal_collective_seconds_total{$AJ}")" 2.000000000 "seconds inside collectives"
 is "$(metric "shoal_errors_total{$AJ}")" 1 "errors"
 is "$(metric "shoal_peer_failures_total{$AJ}")" 2 "peer failures"
 is "$(metric "shoal_ranks{$AJ}")" 2 "ranks alive"
 is "$(metric "shoal_gpus_allocated{$AJ}")" 4 "GPUs allocated"
 is "$(metric "shoal_rank_collective_ops_total{$AJ,rank=\"1\"}")" 107 "per-rank series on request"
-is "$(metric 'shoal_payload_bytes_total{tenant="beta",shoal_job="infer",transport="ucx",locality="other_host",direction="sent"}')" \
-    777 "beta's ucx bytes"
-is "$(metric 'shoal_collective_ops_total{tenant="acme",shoal_job="we\"ird\\job",collective="barrier"}')" \
-    3 "label values are escaped (quote and backslash)"
+BJ='tenant="beta",shoal_job="infer"'
+UCXO='transport="ucx",locality="other_host",direction="sent"'
+is "$(metric "shoal_payload_bytes_total{$BJ,$UCXO}")" 777 "beta's ucx bytes"
+WJ='tenant="acme",shoal_job="we\"ird\\job"'
+is "$(metric "shoal_collective_ops_total{$WJ,collective=\"barrier\"}")" 3 \
+    "label values are escaped (quote and backslash)"
 grep -c '^# TYPE ' "$T/scrape" >"$T/ntype"
 [ "$(grep -c '^# HELP ' "$T/scrape")" = "$(cat "$T/ntype")" ] &&
     ! grep -v '^#' "$T/scrape" | grep -q '^shoal_[a-z_]*_total{[^}]*} -'

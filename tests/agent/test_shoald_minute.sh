@@ -16,8 +16,12 @@ sum_col() { # sum_col TENANT JOB COLUMN: the sum of a record field over the ledg
         END { printf "%.6f\n", s }' "$L"
 }
 int_col() { sum_col "$@" | sed 's/\..*//'; }
-dup_minutes() { awk '$1 == "R" { k = $2 " " $3 " " $5; if (seen[k]++) d++ } END { print d + 0 }' "$L"; }
-final_of() { sed -n "s/^final $1=\\([0-9]*\\).*/\\1/p; s/^final .* $1=\\([0-9]*\\).*/\\1/p" "$2" | head -n 1; }
+dup_minutes() {
+    awk '$1 == "R" { k = $2 " " $3 " " $5; if (seen[k]++) d++ } END { print d + 0 }' "$L"
+}
+final_of() { # final_of ops|sent CLIENT-OUTPUT: the rank's final counter
+    sed -n "s/^final .*$1=\\([0-9]*\\).*/\\1/p" "$2" | head -n 1
+}
 wait_minutes() { # wait_minutes N: N minute boundaries later (and a little)
     sleep $(( $1 * 2 ))
     sleep 0.5

@@ -51,7 +51,8 @@ refuse() { # refuse WANT-STATUS REASON-GREP DESCRIPTION CLIENT-ARGS...
 BETA=$(cred beta infer)
 refuse -61 "claims tenant acme" "a rank of tenant beta claiming tenant acme is refused " \
     --tenant acme --job infer --cred "$BETA"
-refuse -61 "claims tenant acme" "a rank claiming acme's job with another job's credential is refused" \
+refuse -61 "claims tenant acme" \
+    "a rank claiming acme's job with another job's credential is refused" \
     --tenant acme --job other --cred "$ACME"
 FORGED=$("$CREDTOOL" issue -k "$T/other.key" --tenant acme --job train 2>/dev/null)
 refuse -60 "does not verify" "a forged credential (signed with another key) is refused" \
@@ -142,7 +143,8 @@ stop_agent
 base_conf "$T/conf2" "allow_uncredentialed=yes"
 start_agent "$T/conf2"
 mc --job anon
-is "$rc:$(status_of)" "0:0" "with allow_uncredentialed, a page without tenant or credential is accepted"
+is "$rc:$(status_of)" "0:0" \
+    "with allow_uncredentialed, a page without tenant or credential is accepted"
 refuse -61 "no credential" "but one that claims a tenant still needs a credential" \
     --tenant acme --job train
 stop_agent
