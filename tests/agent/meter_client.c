@@ -10,7 +10,8 @@
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent.
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
  * --rereg: when the agent goes away, register the same page again with the next agent (as
- * the library does); the final counters are printed at the end ("final ops=N sent=N").
+ * the library does); the final counters and the page's life are printed at the end
+ * ("final ops=N sent=N life_ns=N").
  * Exit 0 accepted, 1 refused, 3 failure of the client itself. */
 #include "meter/meter_page.h"
 
@@ -319,8 +320,12 @@ int main(int argc, char **argv)
     }
     mc_hold(pg, &s, &sa, msg, len, fd, hold, hold_stdin, tick_ms, rereg);
     __atomic_store_n(&pg->state, SHOAL_METER_CLOSED, __ATOMIC_RELEASE);
-    printf("final ops=%llu sent=%llu\n", (unsigned long long)pg->ops[0],
-           (unsigned long long)pg->bytes_sent[1][1]);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    /* life_ns: from the page's creation to its end (the connection closes right after) */
+    printf("final ops=%llu sent=%llu life_ns=%llu\n", (unsigned long long)pg->ops[0],
+           (unsigned long long)pg->bytes_sent[1][1],
+           (unsigned long long)((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec -
+                                pg->created_unix_ns));
     fflush(stdout);
     if (s >= 0)
         close(s);
