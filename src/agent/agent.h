@@ -121,6 +121,7 @@ typedef struct shoald_page {
     uint64_t end_ns;                       /* unix ns of exit / close, 0 while live */
     int failed;                            /* 0, 1 platform (peer failure), 2 tenant abort */
     int cursor_known;                      /* billed[] is what the ledger holds (or no ledger) */
+    int superseded;                        /* registered again: the newer page counts */
     char key[96];                          /* ledger cursor key */
     uint64_t ctr[SHOALD_NCTR];             /* last values read, never decreasing */
     uint64_t billed[SHOALD_CUR_NCOUNTERS]; /* cursor: what the ledger has (or will have) */

@@ -164,7 +164,7 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
         memset(rec, 0, sizeof(*rec));
         used = 0;
         for (p = j->pages; p != NULL; p = p->next) {
-            if (!p->cursor_known || (p->end_ns != 0 &&
+            if (!p->cursor_known || p->superseded || (p->end_ns != 0 &&
                 p->billed[SHOALD_CUR_BILLED_NS] >= p->end_ns &&
                 memcmp(p->billed, p->ctr, sizeof(p->ctr)) == 0))
                 continue; /* not known yet, or fully billed */

@@ -149,6 +149,37 @@ void shoald_pages_read(shoald_t *a)
     }
 }
 
+/* The same page (same process, communicator, rank, creation) registered again with this
+ * agent (the library reconnected before the agent saw the old connection end): the new
+ * registration carries on where the old one was, counters and billing included; the old one
+ * is closed and dropped without being counted again (it is freed by the next collect, not
+ * now: an event of this loop turn may still point at it). */
+static void shoald_page_supersede(shoald_job_t *j, shoald_page_t *p)
+{
+    shoald_page_t *q;
+    int i;
+
+    for (q = j->pages; q != NULL; q = q->next) {
+        if (q->superseded || strcmp(q->key, p->key) != 0)
+            continue;
+        memcpy(p->billed, q->billed, sizeof(p->billed));
+        for (i = 0; i < SHOALD_NCTR; i++)
+            p->ctr[i] = SHOAL_MAX(p->ctr[i], q->ctr[i]);
+        p->created_ns = q->created_ns;
+        p->cursor_known = q->cursor_known;
+        q->superseded = 1;
+        if (q->end_ns == 0)
+            q->end_ns = shoald_unix_ns();
+        if (q->conn_fd >= 0)
+            close(q->conn_fd);
+        if (q->pidfd >= 0)
+            close(q->pidfd);
+        q->conn_fd = -1;
+        q->pidfd = -1;
+        shoal_info(METER, "page %s registered again: it carries on", p->key);
+    }
+}
+
 shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
                                const volatile shoal_meter_page_t *map, int conn_fd, int pidfd,
                                pid_t pid, uid_t uid, gid_t gid, const char *class_name,
@@ -188,6 +219,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
              (unsigned long long)snap->created_unix_ns);
     p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
     shoald_page_read(p);
+    shoald_page_supersede(j, p);
     shoald_page_cursor(a, p);
     p->tag_conn = (shoald_tag_t){.kind = SHOALD_TAG_PAGE_CONN, .obj = p};
     p->tag_pid = (shoald_tag_t){.kind = SHOALD_TAG_PAGE_PID, .obj = p};
@@ -201,7 +233,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
 
 void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
 {
-    if (p->end_ns != 0)
+    if (p->end_ns != 0 || p->superseded)
         return;
     shoald_page_read(p);
     p->end_ns = shoald_unix_ns();
@@ -261,13 +293,14 @@ void shoald_pages_collect(shoald_t *a)
 
     for (jp = &a->jobs; (j = *jp) != NULL;) {
         for (pp = &j->pages; (p = *pp) != NULL;) {
-            if (p->end_ns == 0 || !shoald_page_billed(a, p)) {
+            if (!p->superseded && (p->end_ns == 0 || !shoald_page_billed(a, p))) {
                 pp = &p->next;
                 continue;
             }
-            for (i = 0; i < SHOALD_NCTR; i++)
+            for (i = 0; i < SHOALD_NCTR && !p->superseded; i++)
                 j->gone[i] += p->ctr[i];
-            j->gone_gpu_s += shoald_page_gpu_seconds(p, 0, p->end_ns);
+            if (!p->superseded)
+                j->gone_gpu_s += shoald_page_gpu_seconds(p, 0, p->end_ns);
             *pp = p->next;
             munmap((void *)p->map, SHOAL_METER_PAGE_BYTES);
             free(p);

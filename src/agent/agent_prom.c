@@ -112,6 +112,8 @@ static void shoald_prom_job_sum(const shoald_job_t *j, uint64_t now_ns, shoald_j
     memcpy(s->c, j->gone, sizeof(s->c));
     s->gpu_s = j->gone_gpu_s;
     for (p = j->pages; p != NULL; p = p->next) {
+        if (p->superseded)
+            continue;
         for (i = 0; i < SHOALD_NCTR; i++)
             s->c[i] += p->ctr[i];
         s->gpu_s += shoald_page_gpu_seconds(p, 0, now_ns);

@@ -9,6 +9,7 @@
  * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts.
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent.
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
+ * --dup: register the same page a second time on another connection (a reconnect);
  * --rereg: when the agent goes away, register the same page again with the next agent (as
  * the library does); the final counters and the page's life are printed at the end
  * ("final ops=N sent=N life_ns=N").
@@ -196,11 +197,11 @@ int main(int argc, char **argv)
         {"epoch", 1, NULL, 'e'}, {"cred", 1, NULL, 'c'}, {"mode", 1, NULL, 'm'},
         {"set", 1, NULL, 'S'}, {"hold", 1, NULL, 'H'}, {"hold-stdin", 0, NULL, 'I'},
         {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
-        {"rereg", 0, NULL, 'R'}, {NULL, 0, NULL, 0}};
+        {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {NULL, 0, NULL, 0}};
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
     char *sets[64], *eq;
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
-    int tick_ms = 0, rereg = 0;
+    int tick_ms = 0, rereg = 0, dup = 0, s2;
     double hold = 0, fork_hold = -1, created_ago = 0;
     unsigned long long epoch = 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -229,6 +230,7 @@ int main(int argc, char **argv)
         case 'C': created_ago = atof(optarg); break;
         case 'T': tick_ms = atoi(optarg); break;
         case 'R': rereg = 1; break;
+        case 'D': dup = 1; break;
         default: return 3;
         }
     }
@@ -300,6 +302,19 @@ int main(int argc, char **argv)
     if (rep.magic != SHOAL_METER_REG_MAGIC || rep.status != 0)
         return 1;
 
+    if (dup) {
+        /* The same page registered again on a second connection, the first one still open. */
+        s2 = mc_connect(&sa);
+        if (s2 < 0)
+            mc_die("connect");
+        mc_send(s2, msg, len, &fd, 1);
+        if (mc_reply(s2, &rep) != 0)
+            return 1;
+        printf("dup status=%d reason=%s\n", rep.status, rep.reason);
+        fflush(stdout);
+        close(s);
+        s = s2;
+    }
     /* The library's writer: seq odd while the counters change. */
     __atomic_store_n(&pg->seq, pg->seq + 1, __ATOMIC_RELEASE);
     for (i = 0; i < nsets; i++) {

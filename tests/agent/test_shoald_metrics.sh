@@ -42,6 +42,11 @@ WEIRD='we"ird\job'
 client w0 --tenant acme --job "$WEIRD" --cred "$(cred acme "$WEIRD")" --set ops:5=3
 ok $? "a job whose name holds a quote and a backslash registered" "$T/w0.out"
 
+client d0 --tenant acme --job dupjob --cred "$(cred acme dupjob)" --ngpus 1 --dup \
+    --set ops:0=9
+grep -q '^dup status=0 ' "$T/d0.out"
+ok $? "the same page registered again (a reconnect) is accepted" "$T/d0.out"
+
 code=$(scrape)
 is "$code" 200 "GET /metrics answers 200"
 AJ='tenant="acme",shoal_job="train"'
@@ -58,6 +63,9 @@ is "$(metric "shoal_collective_seconds_total{$AJ}")" 2.000000000 "seconds inside
 is "$(metric "shoal_errors_total{$AJ}")" 1 "errors"
 is "$(metric "shoal_peer_failures_total{$AJ}")" 2 "peer failures"
 is "$(metric "shoal_ranks{$AJ}")" 2 "ranks alive"
+DJ='tenant="acme",shoal_job="dupjob"'
+dops=$(metric "shoal_collective_ops_total{$DJ,collective=\"allreduce\"}")
+is "$dops:$(metric "shoal_ranks{$DJ}")" 9:1 "a page registered twice counts once"
 is "$(metric "shoal_gpus_allocated{$AJ}")" 4 "GPUs allocated"
 is "$(metric "shoal_rank_collective_ops_total{$AJ,rank=\"1\"}")" 107 "per-rank series on request"
 BJ='tenant="beta",shoal_job="infer"'
