@@ -109,7 +109,9 @@ ok $? "the flag is in the log" "$T/agent.log"
 wait_metric 'shoal_ranks{tenant="acme",shoal_job="train"}' 0
 ok $? "the accepted rank has exited: no rank alive"
 
-# Silent clients fill the pending slots: a good registration still goes through at once.
+# Silent clients fill the pending slots: a good registration still goes through at once (an
+# agent that waited on them would take 12 x reg_timeout; the bound leaves room for a loaded
+# machine).
 i=0
 while [ $i -lt 12 ]; do
     timeout -s KILL 20 "$MC" --sock "$SOCK" --mode silent >/dev/null 2>&1 &
@@ -121,7 +123,7 @@ t0=$(date +%s%N)
 mc --tenant acme --job train --cred "$ACME"
 t1=$(date +%s%N)
 ms=$(( (t1 - t0) / 1000000 ))
-[ "$rc" = 0 ] && [ $ms -lt 400 ]
+[ "$rc" = 0 ] && [ $ms -lt 1000 ]
 ok $? "12 silent clients do not stall a registration (it took $ms ms)" "$T/mc.out"
 sleep 1
 scrape >/dev/null
