@@ -7,11 +7,13 @@ set -e
 # gnuplot (perf/compare.sh plots, shoal-bill plot). CI's fuzzing build: clang and its
 # compiler-rt (libFuzzer, libclang_rt.fuzzer in libclang-rt-14-dev, which libclang-rt-dev pulls
 # in). The billing ledger: libsqlite3-dev (the embedded default) and libpq-dev (PostgreSQL); its
-# tests use sqlite3 and a PostgreSQL server they start themselves (postgresql).
+# tests use sqlite3 and a PostgreSQL server they start themselves (postgresql). The node agent
+# shoald: libmicrohttpd (its /metrics); its tests: prometheus (promtool and a real server) and
+# curl (HTTP client).
 pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps
       libucx-dev libibverbs-dev librdmacm-dev libhwloc-dev libpmix-dev libopenmpi-dev
       openmpi-bin libgloo-dev gnuplot-nox clang libclang-rt-dev libsqlite3-dev sqlite3
-      libpq-dev postgresql"
+      libpq-dev postgresql libmicrohttpd-dev prometheus curl"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

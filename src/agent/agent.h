@@ -1,0 +1,255 @@
+/* shoald, the node agent (DESIGN.md section 7): keeps the metering page of every registered
+ * communicator on this host, notices a rank's exit (pidfd), aggregates per tenant and job,
+ * serves /metrics for Prometheus and closes one ledger record per tenant, job and minute.
+ *
+ * One thread, one epoll loop (shoald.c): the registration socket and its connections
+ * (agent_reg.c), the pidfds of the registered processes, libmicrohttpd's epoll fd
+ * (agent_http.c) and the minute timer (agent_minute.c). Nothing blocks: every read of a
+ * client has a deadline, so no client can stall the agent.
+ *
+ * Trust: the page is written by the job, so everything in it is an untrusted claim. The agent
+ * copies the identity once at registration (after checking it against SO_PEERCRED and the
+ * credential) and never reads it again; counters are read with the seqlock and clamped so a
+ * counter never goes backwards; names are checked before they become label values.
+ */
+#ifndef SHOAL_AGENT_H
+#define SHOAL_AGENT_H
+
+#include "util/util.h"
+#include "meter/meter_page.h"
+#include "agent/ledger.h"
+
+#include <stdio.h>
+#include <sys/types.h>
+
+#define SHOALD_NAME_MAX SHOAL_METER_NAME_MAX
+#define SHOALD_KEY_BYTES 32                /* raw key files, as shoal-cred writes them */
+#define SHOALD_TOKEN_MAX 128               /* a scrape bearer token, bytes */
+
+/* Counters of a page, in page order (the ledger cursor's counters[0..SHOALD_NCTR-1]). */
+enum {
+    SHOALD_CTR_OPS = 0,                                       /* ops[SHOAL_METER_NCOLL] */
+    SHOALD_CTR_SENT = SHOALD_CTR_OPS + SHOAL_METER_NCOLL,     /* bytes_sent[tl][loc] */
+    SHOALD_CTR_RECV = SHOALD_CTR_SENT + SHOAL_METER_NTL * SHOAL_METER_NLOC,
+    SHOALD_CTR_COLL_NS = SHOALD_CTR_RECV + SHOAL_METER_NTL * SHOAL_METER_NLOC,
+    SHOALD_CTR_ERRORS,
+    SHOALD_CTR_PEER_FAILURES,
+    SHOALD_CTR_ABORTS,
+    SHOALD_NCTR,
+    /* cursor extras, after the page's counters: unix ns up to which the rank's GPU time is
+     * billed, and 1 once the rank's exit (or failure) was billed */
+    SHOALD_CUR_BILLED_NS = SHOALD_NCTR,
+    SHOALD_CUR_NCOUNTERS
+};
+
+/* ---- configuration (agent_config.c) ---- */
+typedef struct shoald_tenant {
+    struct shoald_tenant *next;
+    char name[SHOALD_NAME_MAX];
+    char class_name[16];                   /* "reserved" | "spot" */
+    const char *key_file;                  /* tenant key (32 raw bytes); NULL: derive */
+    uint8_t key[SHOALD_KEY_BYTES];
+    int have_key;
+    uid_t *uids;                           /* allowed SO_PEERCRED uids; NULL: any */
+    size_t nuids;
+    const char *token_file;                /* bearer token of its /metrics?tenant= view */
+    char token[SHOALD_TOKEN_MAX];
+    size_t token_len;
+} shoald_tenant_t;
+
+typedef struct {
+    const char *listen;                    /* registration socket path */
+    unsigned socket_mode;                  /* octal, e.g. 0666 */
+    const char *socket_group;              /* group owning the socket ("" keep) */
+    const char *http;                      /* "127.0.0.1:9464", "[::1]:9464", "none" */
+    int minute_seconds;
+    const char *ledger_url;
+    const char *ledger_key_file;
+    const char *master_key_file;           /* derive tenant keys from the provider master */
+    int export_ranks;                      /* per-rank series on /metrics */
+    int allow_uncredentialed;              /* accept pages with no credential and no tenant */
+    unsigned abuse_max_refused;            /* refusals per minute that flag a tenant or uid */
+    int reg_timeout_ms;                    /* a registration must arrive within this */
+    unsigned max_pages;                    /* registered pages, all processes */
+    unsigned max_pages_per_uid;
+    unsigned max_pending;                  /* registrations in progress */
+    int job_retention_s;                   /* series of a job without ranks stay this long */
+    const char *ready_file;                /* written once listening (tests, scripts) */
+    const char *hostname;                  /* for the cursor keys ("" = this host's name) */
+    shoald_tenant_t *tenants;
+    uint8_t master[SHOALD_KEY_BYTES];
+    int have_master;
+    uint8_t ledger_key[SHOALD_KEY_BYTES];
+    int have_ledger_key;
+} shoald_config_t;
+
+/* Parses path (NULL: defaults only); on error prints the file, line and cause to stderr and
+ * returns SHOAL_ERR_INVALID_ARG. Reads the key and token files (modes checked). */
+shoal_status_t shoald_config_load(shoald_config_t *cfg, const char *path);
+/* Checks the values and reads the key and token files (after the command line's overrides). */
+shoal_status_t shoald_config_keys(shoald_config_t *cfg);
+void shoald_config_free(shoald_config_t *cfg);
+void shoald_config_help(FILE *fp);
+shoald_tenant_t *shoald_config_tenant(shoald_config_t *cfg, const char *name);
+/* Reads a 32-byte raw key file (regular file, exact size; warns when group/others may read). */
+shoal_status_t shoald_key_read(const char *path, uint8_t key[SHOALD_KEY_BYTES]);
+
+/* ---- aggregation (agent_page.c) ---- */
+typedef struct shoald_job shoald_job_t;
+
+/* What an epoll event's data.ptr points at. */
+enum { SHOALD_TAG_LISTEN = 1, SHOALD_TAG_PENDING, SHOALD_TAG_PAGE_CONN, SHOALD_TAG_PAGE_PID,
+       SHOALD_TAG_HTTP };
+typedef struct {
+    int kind;
+    void *obj;
+} shoald_tag_t;
+
+typedef struct shoald_page {
+    struct shoald_page *next;              /* in its job */
+    shoald_job_t *job;
+    const volatile shoal_meter_page_t *map; /* read-only mapping of the memfd */
+    shoald_tag_t tag_conn, tag_pid;
+    int conn_fd;                           /* the registration connection, kept open */
+    int pidfd;                             /* -1 once the exit was seen */
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    int32_t rank, nranks, ngpus;
+    uint32_t comm_id;
+    uint64_t created_ns;                   /* unix ns, clamped to [process start, now] */
+    uint64_t end_ns;                       /* unix ns of exit / close, 0 while live */
+    int failed;                            /* 0, 1 platform (peer failure), 2 tenant abort */
+    int cursor_known;                      /* billed[] is what the ledger holds (or no ledger) */
+    int superseded;                        /* registered again: the newer page counts */
+    char key[96];                          /* ledger cursor key */
+    uint64_t ctr[SHOALD_NCTR];             /* last values read, never decreasing */
+    uint64_t billed[SHOALD_CUR_NCOUNTERS]; /* cursor: what the ledger has (or will have) */
+} shoald_page_t;
+
+struct shoald_job {
+    shoald_job_t *next;
+    char tenant[SHOALD_NAME_MAX];
+    char job[SHOALD_NAME_MAX];
+    char class_name[16];
+    shoald_page_t *pages;                  /* live and gone, until billed */
+    uint64_t gone[SHOALD_NCTR];            /* final counters of dropped pages */
+    double gone_gpu_s;                     /* allocated GPU-seconds of dropped pages */
+    unsigned failed_platform, failed_tenant; /* rank failures not yet billed */
+    uint64_t failures_platform_total, failures_tenant_total;
+    uint64_t empty_since_ns;               /* monotonic; 0 while it has pages */
+    int64_t last_minute;                   /* from the ledger, -1 none */
+    int last_minute_known;
+};
+
+/* Refusal reasons (the label of shoal_registrations_refused_total). */
+#define SHOALD_REFUSAL_MAP(X)                                                   \
+    X(MALFORMED, "malformed") X(NO_FD, "no_fd") X(BAD_PAGE, "bad_page")          \
+    X(UNSEALED, "unsealed") X(NO_CREDENTIAL, "no_credential")                   \
+    X(BAD_CREDENTIAL, "bad_credential") X(EXPIRED, "expired")                   \
+    X(UNKNOWN_TENANT, "unknown_tenant") X(TENANT_MISMATCH, "tenant_mismatch")     \
+    X(UID_NOT_ALLOWED, "uid_not_allowed") X(LIMIT, "limit") X(TIMEOUT, "timeout")
+typedef enum {
+#define SHOALD_REFUSAL_ENUM_(n, s) SHOALD_REFUSE_##n,
+    SHOALD_REFUSAL_MAP(SHOALD_REFUSAL_ENUM_)
+#undef SHOALD_REFUSAL_ENUM_
+    SHOALD_NREFUSALS
+} shoald_refusal_t;
+const char *shoald_refusal_name(int r);
+
+/* Refusals per claimed tenant (configured tenants only; others are "_unknown") or per uid. */
+typedef struct shoald_abuse {
+    struct shoald_abuse *next;
+    int is_uid;
+    char tenant[SHOALD_NAME_MAX];
+    uid_t uid;
+    uint64_t refused, auth_failed, flags;
+    uint64_t window_ns;                    /* monotonic start of the rule's window */
+    unsigned this_minute;                  /* refusals in the window */
+    int flagged;                           /* flagged in this window */
+} shoald_abuse_t;
+
+typedef struct {
+    shoald_config_t *cfg;
+    char hostname[64];
+    shoald_job_t *jobs;
+    unsigned npages;
+    uint64_t refused[SHOALD_NREFUSALS];
+    uint64_t accepted;
+    shoald_abuse_t *abuse;
+    /* ledger */
+    shoal_ledger_t *ledger;
+    uint64_t ledger_next_try_ns;           /* monotonic */
+    int ledger_backoff_ms;
+    uint64_t ledger_commits, ledger_failures, ledger_records;
+    struct shoald_batch *pending;          /* minutes waiting for the ledger, oldest first */
+    unsigned npending;
+    int64_t next_boundary;                 /* unix seconds of the next minute boundary */
+} shoald_t;
+
+/* A rank's page was accepted: the agent takes conn_fd, pidfd and the mapping. */
+shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snapshot,
+                               const volatile shoal_meter_page_t *map, int conn_fd, int pidfd,
+                               pid_t pid, uid_t uid, gid_t gid, const char *class_name,
+                               shoald_page_t **page_p);
+/* Reads every live page's counters (seqlock, clamped). */
+void shoald_pages_read(shoald_t *a);
+void shoald_page_read(shoald_page_t *p);
+/* The rank exited or closed its communicator: last read, end time, failure class. */
+void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why);
+void shoald_pages_free(shoald_t *a);
+/* Frees pages and jobs that are fully billed (and jobs past the retention). */
+void shoald_pages_collect(shoald_t *a);
+uint64_t shoald_unix_ns(void);
+int shoald_name_ok(const char *s, size_t max);
+/* GPU-seconds the page lived within [from_ns, to_ns). */
+double shoald_page_gpu_seconds(const shoald_page_t *p, uint64_t from_ns, uint64_t to_ns);
+/* Counts a refusal for the claimed tenant and the uid; applies the abuse rule. */
+void shoald_abuse_note(shoald_t *a, const char *claimed_tenant, uid_t uid, int auth_failure);
+
+/* ---- minute loop and ledger (agent_minute.c) ---- */
+/* Looks up the page's ledger cursor (when the ledger is open). */
+void shoald_page_cursor(shoald_t *a, shoald_page_t *p);
+void shoald_minute_init(shoald_t *a);
+/* Called when the minute boundary has passed: builds the batch and commits what it can. */
+void shoald_minute_tick(shoald_t *a);
+/* Retries pending batches when their backoff has passed. */
+void shoald_ledger_retry(shoald_t *a);
+/* Milliseconds until the next boundary or retry (for epoll_wait). */
+int shoald_minute_wait_ms(shoald_t *a);
+void shoald_minute_fini(shoald_t *a);
+
+/* ---- Prometheus text (agent_prom.c) ---- */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} shoald_text_t;
+/* tenant NULL: the provider's view (every tenant, the agent's own series). */
+void shoald_prom_render(shoald_t *a, const char *tenant, shoald_text_t *t);
+void shoald_text_printf(shoald_text_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Appends s as a Prometheus label value (\\, \", \n escaped). */
+void shoald_text_label(shoald_text_t *t, const char *s);
+
+/* ---- HTTP (agent_http.c) ---- */
+typedef struct shoald_http shoald_http_t;
+shoal_status_t shoald_http_start(shoald_t *a, const char *addr, shoald_http_t **h_p,
+                                 int *port_p);
+int shoald_http_fd(shoald_http_t *h);
+void shoald_http_run(shoald_http_t *h);
+int shoald_http_wait_ms(shoald_http_t *h);
+void shoald_http_stop(shoald_http_t *h);
+
+/* ---- registration (agent_reg.c) ---- */
+typedef struct shoald_reg shoald_reg_t;
+shoal_status_t shoald_reg_start(shoald_t *a, int epfd, shoald_reg_t **r_p);
+void shoald_reg_stop(shoald_reg_t *r);
+/* An epoll event for a tag that belongs to the registration side. */
+void shoald_reg_event(shoald_reg_t *r, void *tag, uint32_t events);
+void shoald_reg_timeouts(shoald_reg_t *r);
+int shoald_reg_wait_ms(shoald_reg_t *r);
+/* Watches a page's connection and pidfd in the loop (after shoald_page_add). */
+void shoald_reg_watch(shoald_reg_t *r, shoald_page_t *p);
+
+#endif

@@ -1,0 +1,454 @@
+/* shoald's configuration file (default /etc/shoal/shoald.conf): lines KEY=VALUE, blanks
+ * around both trimmed, '#' comments, the last assignment wins. The fixed keys are a config
+ * table (name, default, doc, offset, parser: the library's conventions); tenants are keys
+ * tenant.NAME.FIELD. An unknown key, a bad value or an unreadable key file is an error naming
+ * the file and line. Keys and tokens are read from files (never the config file itself), kept
+ * in memory only and never logged. */
+#include "agent/agent.h"
+#include "tenant/tenant.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const shoal_cfg_field_t shoald_cfg_fields[] = {
+    {.name = "listen", .dflt = "/run/shoal/shoald.sock", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, listen),
+     .doc = "UNIX socket where ranks register their metering page (its directory is created "
+            "0755); identity comes from SO_PEERCRED, not from the job"},
+    {.name = "socket_mode", .dflt = "0666", .type = SHOAL_CFG_UINT /* octal, parsed below */,
+     .offset = offsetof(shoald_config_t, socket_mode),
+     .doc = "permissions of the socket (octal): 0666 lets any local job register (the "
+            "credential decides the tenant); 0660 with socket_group limits it to a group"},
+    {.name = "socket_group", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, socket_group),
+     .doc = "group that owns the socket (name or gid); empty: the agent's group"},
+    {.name = "http", .dflt = "127.0.0.1:9464", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, http),
+     .doc = "address of the Prometheus endpoint /metrics (IPv4:port, [IPv6]:port, port 0 "
+            "picks a free one; none: no HTTP)"},
+    {.name = "minute_seconds", .dflt = "60", .type = SHOAL_CFG_INT,
+     .offset = offsetof(shoald_config_t, minute_seconds),
+     .doc = "length of a billing minute in seconds (tests shorten it; --minute-seconds)"},
+    {.name = "ledger_url", .dflt = "sqlite:///var/lib/shoal/ledger.db", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, ledger_url),
+     .doc = "billing ledger: sqlite:///path or postgresql://user@host:port/db; none: no "
+            "ledger (metrics only)"},
+    {.name = "ledger_key_file", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, ledger_key_file),
+     .doc = "file of the ledger's HMAC key (32 raw bytes, mode 0600; shoal-cred keygen makes "
+            "one); required with a ledger"},
+    {.name = "master_key_file", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, master_key_file),
+     .doc = "provider master key (32 raw bytes): tenant keys are derived from it for tenants "
+            "without tenant.NAME.key_file"},
+    {.name = "export_ranks", .dflt = "no", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoald_config_t, export_ranks),
+     .doc = "also export per-rank series (label rank); off by default to bound cardinality"},
+    {.name = "allow_uncredentialed", .dflt = "no", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoald_config_t, allow_uncredentialed),
+     .doc = "accept pages that carry no credential and claim no tenant (metered as tenant "
+            "\"\"); a page that claims a tenant always needs a credential"},
+    {.name = "abuse_max_refused", .dflt = "10", .type = SHOAL_CFG_UINT,
+     .offset = offsetof(shoald_config_t, abuse_max_refused),
+     .doc = "a tenant or uid with more refused registrations (auth failures included) in one "
+            "minute is flagged: logged and counted in shoal_abuse_flags_total (0: never)"},
+    {.name = "reg_timeout", .dflt = "1s", .type = SHOAL_CFG_TIME,
+     .offset = offsetof(shoald_config_t, reg_timeout_ms),
+     .doc = "a registration message must arrive complete within this (ms, s)"},
+    {.name = "max_pages", .dflt = "4096", .type = SHOAL_CFG_UINT,
+     .offset = offsetof(shoald_config_t, max_pages),
+     .doc = "registered pages kept at most (all processes)"},
+    {.name = "max_pages_per_uid", .dflt = "1024", .type = SHOAL_CFG_UINT,
+     .offset = offsetof(shoald_config_t, max_pages_per_uid),
+     .doc = "registered pages kept at most per uid"},
+    {.name = "max_pending", .dflt = "64", .type = SHOAL_CFG_UINT,
+     .offset = offsetof(shoald_config_t, max_pending),
+     .doc = "registrations in progress at most; beyond, the oldest is dropped"},
+    {.name = "job_retention", .dflt = "3600s", .type = SHOAL_CFG_TIME,
+     .offset = offsetof(shoald_config_t, job_retention_s),
+     .doc = "a job whose ranks are all gone keeps its series this long (ms, s)"},
+    {.name = "ready_file", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, ready_file),
+     .doc = "file written once the agent listens: sock=PATH and http=ADDR:PORT lines"},
+    {.name = "hostname", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, hostname),
+     .doc = "host name in the ledger's cursor keys (empty: this host's name)"},
+};
+#define SHOALD_CFG_SOCKET_MODE 1 /* index of the socket_mode row */
+
+static const char *const shoald_cfg_tenant_doc[][2] = {
+    {"tenant.NAME.key_file", "the tenant's key (32 raw bytes, shoal-cred tenant-key); "
+                             "credentials of the tenant must verify with it"},
+    {"tenant.NAME.uids", "comma-separated uids the tenant's jobs run as; a rank of another "
+                         "uid claiming the tenant is refused (default: any uid)"},
+    {"tenant.NAME.class", "billing class of its minutes: reserved (default) or spot (a spot "
+                          "credential is always billed spot)"},
+    {"tenant.NAME.scrape_token_file", "bearer token for the tenant's own view "
+                                      "/metrics?tenant=NAME (without it, no tenant view)"},
+};
+
+void shoald_config_help(FILE *fp)
+{
+    size_t i;
+
+    fprintf(fp, "# shoald configuration (KEY=VALUE, one per line, # comments)\n");
+    fprintf(fp, "%-34s %-34s %s\n", "# key", "default", "meaning");
+    for (i = 0; i < SHOAL_ARRAY_SIZE(shoald_cfg_fields); i++)
+        fprintf(fp, "%-34s %-34s %s\n", shoald_cfg_fields[i].name,
+                shoald_cfg_fields[i].dflt[0] != '\0' ? shoald_cfg_fields[i].dflt : "\"\"",
+                shoald_cfg_fields[i].doc);
+    for (i = 0; i < SHOAL_ARRAY_SIZE(shoald_cfg_tenant_doc); i++)
+        fprintf(fp, "%-34s %-34s %s\n", shoald_cfg_tenant_doc[i][0], "",
+                shoald_cfg_tenant_doc[i][1]);
+}
+
+shoald_tenant_t *shoald_config_tenant(shoald_config_t *cfg, const char *name)
+{
+    shoald_tenant_t *t;
+
+    for (t = cfg->tenants; t != NULL; t = t->next) {
+        if (strcmp(t->name, name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+static shoal_status_t shoald_file_read(const char *path, uint8_t *buf, size_t max, size_t *len_p,
+                                       int exact)
+{
+    struct stat st;
+    size_t n = 0;
+    ssize_t ret;
+    int fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "shoald: cannot open %s: %s\n", path, strerror(errno));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (exact && (size_t)st.st_size != max) || (size_t)st.st_size > max) {
+        fprintf(stderr, "shoald: %s is not a regular file of %s%zu bytes\n", path,
+                exact ? "" : "at most ", max);
+        close(fd);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if ((st.st_mode & 077) != 0)
+        fprintf(stderr, "shoald: warning: secret file %s may be read by group or others "
+                "(mode %04o): chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
+    while (n < (size_t)st.st_size) {
+        ret = read(fd, buf + n, (size_t)st.st_size - n);
+        if (ret < 0 && errno == EINTR)
+            continue;
+        if (ret <= 0) {
+            fprintf(stderr, "shoald: cannot read %s: %s\n", path,
+                    ret < 0 ? strerror(errno) : "short file");
+            close(fd);
+            shoal_secret_wipe(buf, max);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        n += (size_t)ret;
+    }
+    close(fd);
+    *len_p = n;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoald_key_read(const char *path, uint8_t key[SHOALD_KEY_BYTES])
+{
+    size_t len;
+
+    return shoald_file_read(path, key, SHOALD_KEY_BYTES, &len, 1);
+}
+
+static int shoald_cfg_uids_parse(shoald_tenant_t *t, const char *v)
+{
+    const char *p = v;
+    char *end;
+    unsigned long u;
+    uid_t *uids;
+
+    free(t->uids);
+    t->uids = NULL;
+    t->nuids = 0;
+    while (*p != '\0') {
+        errno = 0;
+        u = strtoul(p, &end, 10);
+        if (end == p || errno != 0 || u >= (unsigned long)(uid_t)-1 || !isdigit((unsigned char)*p))
+            return -1;
+        uids = realloc(t->uids, (t->nuids + 1) * sizeof(*uids));
+        if (uids == NULL)
+            return -1;
+        t->uids = uids;
+        t->uids[t->nuids++] = (uid_t)u;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            return -1;
+        while (*p == ' ')
+            p++;
+    }
+    return t->nuids > 0 ? 0 : -1;
+}
+
+/* tenant.NAME.FIELD=value; -1 with *why set on error. */
+static int shoald_cfg_tenant_line(shoald_config_t *cfg, const char *key, const char *value,
+                                  const char **why)
+{
+    const char *name = key + strlen("tenant."), *dot = strrchr(name, '.');
+    char tname[SHOALD_NAME_MAX];
+    shoald_tenant_t *t;
+    const char *field;
+    size_t nlen;
+
+    if (dot == NULL || dot == name) {
+        *why = "expected tenant.NAME.FIELD";
+        return -1;
+    }
+    nlen = (size_t)(dot - name);
+    field = dot + 1;
+    if (nlen >= sizeof(tname)) {
+        *why = "tenant name too long";
+        return -1;
+    }
+    memcpy(tname, name, nlen);
+    tname[nlen] = '\0';
+    if (!shoald_name_ok(tname, sizeof(tname))) {
+        *why = "tenant name must be printable ASCII without spaces, ';', '=' or '.'";
+        return -1;
+    }
+    t = shoald_config_tenant(cfg, tname);
+    if (t == NULL) {
+        t = calloc(1, sizeof(*t));
+        if (t == NULL) {
+            *why = "out of memory";
+            return -1;
+        }
+        snprintf(t->name, sizeof(t->name), "%s", tname);
+        snprintf(t->class_name, sizeof(t->class_name), "reserved");
+        t->next = cfg->tenants;
+        cfg->tenants = t;
+    }
+    if (strcmp(field, "key_file") == 0) {
+        free((void *)t->key_file);
+        t->key_file = strdup(value);
+    } else if (strcmp(field, "token_file") == 0 || strcmp(field, "scrape_token_file") == 0) {
+        free((void *)t->token_file);
+        t->token_file = strdup(value);
+    } else if (strcmp(field, "uids") == 0) {
+        if (shoald_cfg_uids_parse(t, value) != 0) {
+            *why = "uids must be a comma-separated list of numeric uids";
+            return -1;
+        }
+    } else if (strcmp(field, "class") == 0) {
+        if (strcmp(value, "reserved") != 0 && strcmp(value, "spot") != 0) {
+            *why = "class must be reserved or spot";
+            return -1;
+        }
+        snprintf(t->class_name, sizeof(t->class_name), "%s", value);
+    } else {
+        *why = "unknown tenant field (key_file, uids, class, scrape_token_file)";
+        return -1;
+    }
+    return 0;
+}
+
+static int shoald_cfg_set(shoald_config_t *cfg, const char *key, const char *value,
+                          const char **why)
+{
+    const shoal_cfg_field_t *f;
+    char *end;
+    unsigned long mode;
+    size_t i;
+
+    if (strncmp(key, "tenant.", 7) == 0)
+        return shoald_cfg_tenant_line(cfg, key, value, why);
+    for (i = 0; i < SHOAL_ARRAY_SIZE(shoald_cfg_fields); i++) {
+        f = &shoald_cfg_fields[i];
+        if (strcmp(f->name, key) != 0)
+            continue;
+        if (i == SHOALD_CFG_SOCKET_MODE) {
+            errno = 0;
+            mode = strtoul(value, &end, 8);
+            if (end == value || *end != '\0' || errno != 0 || mode > 0777) {
+                *why = "socket_mode must be octal permissions, e.g. 0666";
+                return -1;
+            }
+            cfg->socket_mode = (unsigned)mode;
+            return 0;
+        }
+        if (shoal_cfg_parse_value(f, value, (char *)cfg + f->offset) != 0) {
+            *why = "bad value for the key's type";
+            return -1;
+        }
+        return 0;
+    }
+    *why = "unknown key (shoald --help-config lists them)";
+    return -1;
+}
+
+static shoal_status_t shoald_cfg_tenants_load(shoald_config_t *cfg)
+{
+    shoald_tenant_t *t;
+    size_t len;
+
+    for (t = cfg->tenants; t != NULL; t = t->next) {
+        if (t->key_file != NULL && t->key_file[0] != '\0') {
+            if (shoald_key_read(t->key_file, t->key) != SHOAL_OK)
+                return SHOAL_ERR_INVALID_ARG;
+            t->have_key = 1;
+        } else if (cfg->have_master) {
+            if (shoal_tenant_key_derive(cfg->master, sizeof(cfg->master), t->name, t->key) !=
+                SHOAL_OK)
+                return SHOAL_ERR_INVALID_ARG;
+            t->have_key = 1;
+        } else {
+            fprintf(stderr, "shoald: tenant %s has no key: set tenant.%s.key_file or "
+                    "master_key_file\n", t->name, t->name);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        if (t->token_file != NULL && t->token_file[0] != '\0') {
+            if (shoald_file_read(t->token_file, (uint8_t *)t->token, sizeof(t->token) - 1, &len,
+                                 0) != SHOAL_OK)
+                return SHOAL_ERR_INVALID_ARG;
+            while (len > 0 && isspace((unsigned char)t->token[len - 1]))
+                len--;
+            t->token[len] = '\0';
+            t->token_len = len;
+            if (len < 16) {
+                fprintf(stderr, "shoald: the scrape token of tenant %s is shorter than 16 "
+                        "bytes\n", t->name);
+                return SHOAL_ERR_INVALID_ARG;
+            }
+        }
+    }
+    return SHOAL_OK;
+}
+
+static void shoald_cfg_trim(char **s_p)
+{
+    char *s = *s_p;
+    size_t len;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    len = strlen(s);
+    while (len > 0 && isspace((unsigned char)s[len - 1]))
+        s[--len] = '\0';
+    *s_p = s;
+}
+
+static shoal_status_t shoald_cfg_file(shoald_config_t *cfg, const char *path)
+{
+    char *line = NULL, *p, *eq, *key, *value;
+    const char *why = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    FILE *fp;
+
+    fp = fopen(path, "re");
+    if (fp == NULL) {
+        fprintf(stderr, "shoald: cannot read config %s: %s\n", path, strerror(errno));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    while (getline(&line, &cap, fp) >= 0) {
+        lineno++;
+        p = line;
+        shoald_cfg_trim(&p);
+        if (*p == '\0' || *p == '#')
+            continue;
+        eq = strchr(p, '=');
+        if (eq == NULL) {
+            why = "expected KEY=VALUE";
+            break;
+        }
+        *eq = '\0';
+        key = p;
+        value = eq + 1;
+        shoald_cfg_trim(&key);
+        shoald_cfg_trim(&value);
+        if (shoald_cfg_set(cfg, key, value, &why) != 0)
+            break;
+    }
+    free(line);
+    fclose(fp);
+    if (why != NULL) {
+        fprintf(stderr, "shoald: %s:%d: %s\n", path, lineno, why);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoald_config_load(shoald_config_t *cfg, const char *path)
+{
+    const char *why = NULL;
+    size_t i;
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (i = 0; i < SHOAL_ARRAY_SIZE(shoald_cfg_fields); i++) {
+        if (shoald_cfg_set(cfg, shoald_cfg_fields[i].name, shoald_cfg_fields[i].dflt, &why) !=
+            0) {
+            fprintf(stderr, "shoald: bad default of %s\n", shoald_cfg_fields[i].name);
+            return SHOAL_ERR_INTERNAL;
+        }
+    }
+    if (path != NULL && shoald_cfg_file(cfg, path) != SHOAL_OK)
+        return SHOAL_ERR_INVALID_ARG;
+    return SHOAL_OK;
+}
+
+/* After the command line overrides: reads the key and token files. */
+shoal_status_t shoald_config_keys(shoald_config_t *cfg)
+{
+    if (cfg->minute_seconds < 1 || cfg->minute_seconds > 3600) {
+        fprintf(stderr, "shoald: minute_seconds must be 1..3600\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (cfg->listen == NULL || cfg->listen[0] != '/') {
+        fprintf(stderr, "shoald: listen must be an absolute socket path\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (cfg->master_key_file != NULL) {
+        if (shoald_key_read(cfg->master_key_file, cfg->master) != SHOAL_OK)
+            return SHOAL_ERR_INVALID_ARG;
+        cfg->have_master = 1;
+    }
+    if (cfg->ledger_key_file != NULL) {
+        if (shoald_key_read(cfg->ledger_key_file, cfg->ledger_key) != SHOAL_OK)
+            return SHOAL_ERR_INVALID_ARG;
+        cfg->have_ledger_key = 1;
+    }
+    if (cfg->ledger_url != NULL && strcmp(cfg->ledger_url, "none") != 0 &&
+        !cfg->have_ledger_key) {
+        fprintf(stderr, "shoald: a ledger (%s) needs ledger_key_file\n", cfg->ledger_url);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return shoald_cfg_tenants_load(cfg);
+}
+
+void shoald_config_free(shoald_config_t *cfg)
+{
+    shoald_tenant_t *t, *next;
+
+    for (t = cfg->tenants; t != NULL; t = next) {
+        next = t->next;
+        shoal_secret_wipe(t->key, sizeof(t->key));
+        shoal_secret_wipe(t->token, sizeof(t->token));
+        free((void *)t->key_file);
+        free((void *)t->token_file);
+        free(t->uids);
+        free(t);
+    }
+    cfg->tenants = NULL;
+    shoal_secret_wipe(cfg->master, sizeof(cfg->master));
+    shoal_secret_wipe(cfg->ledger_key, sizeof(cfg->ledger_key));
+}

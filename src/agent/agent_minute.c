@@ -1,0 +1,328 @@
+/* shoald: the billing minute. At each boundary (a multiple of minute_seconds in unix time) the
+ * agent reads every page and builds one record per (tenant, job) with the exact counter deltas
+ * since each page's cursor, the allocated GPU-seconds (GPUs x the seconds each rank lived
+ * since its cursor, up to the boundary or its end) and the ranks that ended failed; the batch
+ * carries the pages' new cursors and goes to shoal_ledger_commit() in one call (ledger.h: one
+ * transaction). A batch the ledger refuses (database down) stays in memory, in order, and is
+ * retried with backoff; none is dropped. After a restart the cursors come back from the
+ * ledger when a page re-registers, so nothing is billed twice; a page whose cursor is not
+ * known yet (ledger unreachable) is left out of the batches until it is, its counters keep
+ * growing in the page meanwhile, so nothing is lost either.
+ *
+ * The deltas of a minute are what the counters moved between two reads at boundaries; the
+ * GPU-seconds of a time the agent was not running are billed in the first minute after it
+ * restarts (the total stays exact). */
+#include "agent/agent.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOALD_LEDGER_BACKOFF_MIN_MS 500
+#define SHOALD_LEDGER_BACKOFF_MAX_MS 30000
+
+typedef struct shoald_batch {
+    struct shoald_batch *next;
+    int64_t minute;
+    shoal_ledger_record_t *recs;
+    size_t nrecs;
+    shoal_ledger_cursor_t *curs;
+    size_t ncurs;
+} shoald_batch_t;
+
+static int64_t shoald_minute_now_s(void)
+{
+    return (int64_t)(shoald_unix_ns() / 1000000000ull);
+}
+
+static void shoald_ledger_open(shoald_t *a)
+{
+    shoal_status_t st;
+    shoald_job_t *j;
+    shoald_page_t *p;
+
+    if (a->ledger != NULL || a->cfg->ledger_url == NULL)
+        return;
+    st = shoal_ledger_open(a->cfg->ledger_url, a->cfg->ledger_key, sizeof(a->cfg->ledger_key),
+                           &a->ledger);
+    if (st != SHOAL_OK) {
+        a->ledger = NULL;
+        a->ledger_failures++;
+        shoal_warn(METER, "ledger %s cannot be opened (%s): holding minutes in memory, "
+                   "retrying", a->cfg->ledger_url, shoal_strerror(st));
+        return;
+    }
+    shoal_info(METER, "ledger %s open", a->cfg->ledger_url);
+    for (j = a->jobs; j != NULL; j = j->next) {
+        j->last_minute_known = 0;
+        for (p = j->pages; p != NULL; p = p->next)
+            shoald_page_cursor(a, p);
+    }
+}
+
+void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
+{
+    shoal_ledger_cursor_t cur;
+    int i;
+
+    if (p->cursor_known)
+        return;
+    if (a->cfg->ledger_url == NULL) {
+        p->cursor_known = 1;
+        return;
+    }
+    if (a->ledger == NULL)
+        return;
+    memset(&cur, 0, sizeof(cur));
+    if (shoal_ledger_cursor(a->ledger, p->key, &cur) == SHOAL_OK) {
+        for (i = 0; i < cur.ncounters && i < SHOALD_CUR_NCOUNTERS; i++)
+            p->billed[i] = cur.counters[i];
+        shoal_info(METER, "page %s resumes from its ledger cursor", p->key);
+    }
+    if (p->billed[SHOALD_CUR_BILLED_NS] < p->created_ns)
+        p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
+    for (i = 0; i < SHOALD_NCTR; i++) {
+        if (p->ctr[i] < p->billed[i])
+            p->ctr[i] = p->billed[i];
+    }
+    p->cursor_known = 1;
+}
+
+static void shoald_batch_free(shoald_batch_t *b)
+{
+    free(b->recs);
+    free(b->curs);
+    free(b);
+}
+
+/* Adds page p's deltas to rec, and its new cursor to the batch. */
+static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_record_t *rec,
+                               shoal_ledger_cursor_t *cur)
+{
+    uint64_t d[SHOALD_NCTR], upto;
+    int i, l;
+
+    for (i = 0; i < SHOALD_NCTR; i++)
+        d[i] = p->ctr[i] - p->billed[i];
+    for (i = 0; i < SHOAL_METER_NCOLL; i++)
+        rec->ops += d[SHOALD_CTR_OPS + i];
+    for (i = 0; i < SHOAL_METER_NTL; i++) {
+        for (l = 0; l < SHOAL_METER_NLOC; l++) {
+            if (l == SHOAL_METER_SAME_HOST)
+                rec->bytes_same_host += d[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + l];
+            else
+                rec->bytes_cross_host += d[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + l];
+        }
+    }
+    rec->coll_seconds += (double)d[SHOALD_CTR_COLL_NS] / 1e9;
+    rec->gpu_seconds += shoald_page_gpu_seconds(p, p->billed[SHOALD_CUR_BILLED_NS], to_ns);
+    upto = p->end_ns != 0 ? SHOAL_MIN(p->end_ns, to_ns) : to_ns;
+    if (upto < p->billed[SHOALD_CUR_BILLED_NS])
+        upto = p->billed[SHOALD_CUR_BILLED_NS];
+    memcpy(p->billed, p->ctr, sizeof(p->ctr));
+    p->billed[SHOALD_CUR_BILLED_NS] = upto;
+    memset(cur, 0, sizeof(*cur));
+    snprintf(cur->key, sizeof(cur->key), "%s", p->key);
+    memcpy(cur->counters, p->billed, sizeof(p->billed));
+    cur->ncounters = SHOALD_CUR_NCOUNTERS;
+}
+
+static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
+{
+    int64_t minute = boundary - a->cfg->minute_seconds;
+    uint64_t to_ns = (uint64_t)boundary * 1000000000ull;
+    shoal_ledger_record_t *rec;
+    shoald_batch_t *b;
+    shoald_job_t *j;
+    shoald_page_t *p;
+    size_t njobs = 0, npages = 0;
+    int used;
+
+    for (j = a->jobs; j != NULL; j = j->next) {
+        njobs++;
+        for (p = j->pages; p != NULL; p = p->next)
+            npages++;
+    }
+    b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->recs = calloc(njobs + 1, sizeof(*b->recs))) == NULL ||
+        (b->curs = calloc(npages + 1, sizeof(*b->curs))) == NULL) {
+        if (b != NULL)
+            shoald_batch_free(b);
+        shoal_error(METER, "out of memory building the minute %lld: retrying next minute",
+                    (long long)minute);
+        return NULL;
+    }
+    b->minute = minute;
+    for (j = a->jobs; j != NULL; j = j->next) {
+        if (a->ledger != NULL && !j->last_minute_known) {
+            j->last_minute = shoal_ledger_last_minute(a->ledger, j->tenant, j->job);
+            j->last_minute_known = 1;
+        }
+        if (j->last_minute_known && j->last_minute >= minute)
+            continue; /* that minute is in the ledger (an agent before us): next one */
+        rec = &b->recs[b->nrecs];
+        memset(rec, 0, sizeof(*rec));
+        used = 0;
+        for (p = j->pages; p != NULL; p = p->next) {
+            if (!p->cursor_known || p->superseded || (p->end_ns != 0 &&
+                p->billed[SHOALD_CUR_BILLED_NS] >= p->end_ns &&
+                memcmp(p->billed, p->ctr, sizeof(p->ctr)) == 0))
+                continue; /* not known yet, or fully billed */
+            if (p->end_ns == 0)
+                shoald_page_read(p);
+            shoald_minute_page(p, to_ns, rec, &b->curs[b->ncurs++]);
+            used = 1;
+        }
+        if (!used && j->failed_platform == 0 && j->failed_tenant == 0)
+            continue;
+        snprintf(rec->tenant, sizeof(rec->tenant), "%s", j->tenant);
+        snprintf(rec->job, sizeof(rec->job), "%s", j->job);
+        snprintf(rec->qos_class, sizeof(rec->qos_class), "%s", j->class_name);
+        rec->minute = minute;
+        rec->failed_platform = j->failed_platform;
+        rec->failed_tenant = j->failed_tenant;
+        j->failed_platform = 0;
+        j->failed_tenant = 0;
+        j->last_minute = minute;
+        j->last_minute_known = a->ledger != NULL;
+        b->nrecs++;
+    }
+    return b;
+}
+
+/* Writes pending batches in order while the ledger takes them. */
+static void shoald_ledger_flush(shoald_t *a)
+{
+    shoald_batch_t *b;
+    shoal_status_t st;
+    size_t i;
+
+    if (a->pending == NULL)
+        return;
+    shoald_ledger_open(a);
+    while ((b = a->pending) != NULL && a->ledger != NULL) {
+        st = shoal_ledger_commit(a->ledger, b->recs, b->nrecs, b->curs, b->ncurs);
+        if (st != SHOAL_OK) {
+            a->ledger_failures++;
+            a->ledger_backoff_ms = a->ledger_backoff_ms == 0 ? SHOALD_LEDGER_BACKOFF_MIN_MS :
+                SHOAL_MIN(2 * a->ledger_backoff_ms, SHOALD_LEDGER_BACKOFF_MAX_MS);
+            a->ledger_next_try_ns = shoal_deadline_ns(a->ledger_backoff_ms);
+            shoal_warn(METER, "ledger commit of minute %lld (%zu records) failed: %s; %u "
+                       "minutes held in memory, retrying in %d ms", (long long)b->minute,
+                       b->nrecs, shoal_strerror(st), a->npending, a->ledger_backoff_ms);
+            if (st == SHOAL_ERR_INVALID_ARG) {
+                /* a record's minute exists already (another agent wrote it): move ours after
+                 * the stored one, so the counters still reach the ledger once */
+                for (i = 0; i < b->nrecs; i++) {
+                    int64_t last = shoal_ledger_last_minute(a->ledger, b->recs[i].tenant,
+                                                            b->recs[i].job);
+                    if (last >= b->recs[i].minute)
+                        b->recs[i].minute = last + a->cfg->minute_seconds;
+                }
+            }
+            return;
+        }
+        if (a->ledger_backoff_ms != 0)
+            shoal_info(METER, "ledger writes again (minute %lld)", (long long)b->minute);
+        a->ledger_backoff_ms = 0;
+        a->ledger_commits++;
+        a->ledger_records += b->nrecs;
+        a->pending = b->next;
+        a->npending--;
+        shoald_batch_free(b);
+    }
+    if (a->ledger == NULL) {
+        a->ledger_backoff_ms = a->ledger_backoff_ms == 0 ? SHOALD_LEDGER_BACKOFF_MIN_MS :
+            SHOAL_MIN(2 * a->ledger_backoff_ms, SHOALD_LEDGER_BACKOFF_MAX_MS);
+        a->ledger_next_try_ns = shoal_deadline_ns(a->ledger_backoff_ms);
+    }
+}
+
+void shoald_minute_init(shoald_t *a)
+{
+    int64_t now = shoald_minute_now_s(), m = a->cfg->minute_seconds;
+
+    a->next_boundary = (now / m + 1) * m;
+    shoald_ledger_open(a);
+    if (a->cfg->ledger_url != NULL && a->ledger == NULL)
+        a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MIN_MS);
+}
+
+void shoald_minute_tick(shoald_t *a)
+{
+    int64_t now = shoald_minute_now_s(), m = a->cfg->minute_seconds, boundary;
+    shoald_batch_t *b, **tail;
+
+    if (now < a->next_boundary)
+        return;
+    /* One batch for the minute that just ended (a late tick bills the missed time there). */
+    boundary = now / m * m;
+    a->next_boundary = boundary + m;
+    if (a->cfg->ledger_url == NULL) {
+        shoald_pages_collect(a);
+        return;
+    }
+    shoald_ledger_open(a);
+    b = shoald_minute_build(a, boundary);
+    if (b != NULL && b->nrecs == 0 && b->ncurs == 0) {
+        shoald_batch_free(b);
+        b = NULL;
+    }
+    if (b != NULL) {
+        for (tail = &a->pending; *tail != NULL; tail = &(*tail)->next)
+            ;
+        *tail = b;
+        a->npending++;
+    }
+    if (a->ledger_backoff_ms == 0 || shoal_deadline_passed(a->ledger_next_try_ns))
+        shoald_ledger_flush(a);
+    shoald_pages_collect(a);
+}
+
+void shoald_ledger_retry(shoald_t *a)
+{
+    if (a->cfg->ledger_url == NULL || a->ledger_next_try_ns == 0 ||
+        !shoal_deadline_passed(a->ledger_next_try_ns))
+        return;
+    a->ledger_next_try_ns = 0;
+    if (a->pending != NULL)
+        shoald_ledger_flush(a);
+    else
+        shoald_ledger_open(a);
+    if (a->ledger == NULL && a->ledger_next_try_ns == 0)
+        a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MAX_MS);
+    shoald_pages_collect(a);
+}
+
+int shoald_minute_wait_ms(shoald_t *a)
+{
+    int64_t left_ms = (a->next_boundary * 1000) - (int64_t)(shoald_unix_ns() / 1000000ull);
+    int ms = left_ms < 0 ? 0 : (int)SHOAL_MIN(left_ms + 1, 60000);
+
+    if (a->ledger_next_try_ns != 0)
+        ms = SHOAL_MIN(ms, shoal_deadline_left_ms(a->ledger_next_try_ns, 60000));
+    return ms;
+}
+
+/* At a clean stop: one last batch up to now is not written (the minute is not over); the
+ * cursors stay where the ledger has them, so the next agent bills the rest. Pending batches
+ * get one last try. */
+void shoald_minute_fini(shoald_t *a)
+{
+    shoald_batch_t *b;
+
+    if (a->pending != NULL) {
+        a->ledger_backoff_ms = 0;
+        shoald_ledger_flush(a);
+    }
+    if (a->pending != NULL)
+        shoal_warn(METER, "%u minutes could not be written to the ledger; the next agent bills "
+                   "their counters from the stored cursors", a->npending);
+    while ((b = a->pending) != NULL) {
+        a->pending = b->next;
+        shoald_batch_free(b);
+    }
+    if (a->ledger != NULL)
+        shoal_ledger_close(a->ledger);
+    a->ledger = NULL;
+}

@@ -1,0 +1,416 @@
+/* shoald: the registered pages, their jobs, and the abuse counters. A page's counters are
+ * read with the seqlock and clamped so that no counter ever goes backwards; a page whose rank
+ * is gone is read one last time and stays until the ledger has billed it, then its final
+ * counters fold into its job's totals (Prometheus counters never go backwards either). */
+#include "agent/agent.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t shoald_unix_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Names that become label values and ledger keys: printable ASCII, no spaces, ';', '=' or
+ * '.', NUL-terminated within max. Label escaping still applies on export. */
+int shoald_name_ok(const char *s, size_t max)
+{
+    size_t i;
+
+    for (i = 0; i < max && s[i] != '\0'; i++) {
+        if (s[i] <= ' ' || s[i] > '~' || s[i] == ';' || s[i] == '=')
+            return 0;
+    }
+    return i > 0 && i < max;
+}
+
+/* Unix ns when pid started (from /proc), 0 if unknown. */
+static uint64_t shoald_proc_start_ns(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long start_ticks = 0, btime = 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    size_t n;
+    FILE *fp;
+    int i;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fp = fopen(path, "re");
+    if (fp == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (p == NULL)
+        return 0;
+    for (i = 2; i < 22 && p != NULL; i++) /* field 22: starttime */
+        p = strchr(p + 1, ' ');
+    if (p == NULL || sscanf(p + 1, "%llu", &start_ticks) != 1)
+        return 0;
+    fp = fopen("/proc/stat", "re");
+    if (fp == NULL)
+        return 0;
+    while (fgets(buf, sizeof(buf), fp) != NULL) {
+        if (sscanf(buf, "btime %llu", &btime) == 1)
+            break;
+    }
+    fclose(fp);
+    if (btime == 0 || hz <= 0)
+        return 0;
+    return btime * 1000000000ull + start_ticks * (1000000000ull / (unsigned long long)hz);
+}
+
+static shoald_job_t *shoald_job_get(shoald_t *a, const char *tenant, const char *job,
+                                    const char *class_name)
+{
+    shoald_job_t *j;
+
+    for (j = a->jobs; j != NULL; j = j->next) {
+        if (strcmp(j->tenant, tenant) == 0 && strcmp(j->job, job) == 0)
+            return j;
+    }
+    j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return NULL;
+    snprintf(j->tenant, sizeof(j->tenant), "%s", tenant);
+    snprintf(j->job, sizeof(j->job), "%s", job);
+    snprintf(j->class_name, sizeof(j->class_name), "%s", class_name);
+    j->last_minute = -1;
+    j->next = a->jobs;
+    a->jobs = j;
+    return j;
+}
+
+/* The page's counters in page order, one relaxed load each. */
+static void shoald_page_load(const volatile shoal_meter_page_t *m, uint64_t c[SHOALD_NCTR])
+{
+    const shoal_meter_page_t *pg = (const shoal_meter_page_t *)m;
+    int i, l;
+
+    for (i = 0; i < SHOAL_METER_NCOLL; i++)
+        c[SHOALD_CTR_OPS + i] = __atomic_load_n(&pg->ops[i], __ATOMIC_RELAXED);
+    for (i = 0; i < SHOAL_METER_NTL; i++) {
+        for (l = 0; l < SHOAL_METER_NLOC; l++) {
+            c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + l] =
+                __atomic_load_n(&pg->bytes_sent[i][l], __ATOMIC_RELAXED);
+            c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + l] =
+                __atomic_load_n(&pg->bytes_recv[i][l], __ATOMIC_RELAXED);
+        }
+    }
+    c[SHOALD_CTR_COLL_NS] = __atomic_load_n(&pg->coll_ns, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_ERRORS] = __atomic_load_n(&pg->errors, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_PEER_FAILURES] = __atomic_load_n(&pg->peer_failures, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_ABORTS] = __atomic_load_n(&pg->aborts, __ATOMIC_RELAXED);
+}
+
+/* A consistent snapshot when the writer lets us (a few tries of the seqlock); otherwise the
+ * values as they are: each counter is monotonic on its own, so deltas stay exact, and a rank
+ * killed in the middle of a call leaves seq odd forever. */
+void shoald_page_read(shoald_page_t *p)
+{
+    const shoal_meter_page_t *pg = (const shoal_meter_page_t *)p->map;
+    uint64_t c[SHOALD_NCTR], s1, s2;
+    int tries, i;
+
+    for (tries = 0; tries < 64; tries++) {
+        s1 = __atomic_load_n(&pg->seq, __ATOMIC_ACQUIRE);
+        shoald_page_load(p->map, c);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        s2 = __atomic_load_n(&pg->seq, __ATOMIC_RELAXED);
+        if (s1 == s2 && (s1 & 1) == 0)
+            break;
+    }
+    for (i = 0; i < SHOALD_NCTR; i++) {
+        if (c[i] > p->ctr[i])
+            p->ctr[i] = c[i];
+    }
+}
+
+void shoald_pages_read(shoald_t *a)
+{
+    shoald_job_t *j;
+    shoald_page_t *p;
+
+    for (j = a->jobs; j != NULL; j = j->next) {
+        for (p = j->pages; p != NULL; p = p->next) {
+            if (p->end_ns == 0)
+                shoald_page_read(p);
+        }
+    }
+}
+
+/* The same page (same process, communicator, rank, creation) registered again with this
+ * agent (the library reconnected before the agent saw the old connection end): the new
+ * registration carries on where the old one was, counters and billing included; the old one
+ * is closed and dropped without being counted again (it is freed by the next collect, not
+ * now: an event of this loop turn may still point at it). */
+static void shoald_page_supersede(shoald_job_t *j, shoald_page_t *p)
+{
+    shoald_page_t *q;
+    int i;
+
+    for (q = j->pages; q != NULL; q = q->next) {
+        if (q->superseded || strcmp(q->key, p->key) != 0)
+            continue;
+        memcpy(p->billed, q->billed, sizeof(p->billed));
+        for (i = 0; i < SHOALD_NCTR; i++)
+            p->ctr[i] = SHOAL_MAX(p->ctr[i], q->ctr[i]);
+        p->created_ns = q->created_ns;
+        p->cursor_known = q->cursor_known;
+        q->superseded = 1;
+        if (q->end_ns == 0)
+            q->end_ns = shoald_unix_ns();
+        if (q->conn_fd >= 0)
+            close(q->conn_fd);
+        if (q->pidfd >= 0)
+            close(q->pidfd);
+        q->conn_fd = -1;
+        q->pidfd = -1;
+        shoal_info(METER, "page %s registered again: it carries on", p->key);
+    }
+}
+
+shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
+                               const volatile shoal_meter_page_t *map, int conn_fd, int pidfd,
+                               pid_t pid, uid_t uid, gid_t gid, const char *class_name,
+                               shoald_page_t **page_p)
+{
+    uint64_t now = shoald_unix_ns(), start = shoald_proc_start_ns(pid);
+    shoald_page_t *p;
+    shoald_job_t *j;
+
+    j = shoald_job_get(a, snap->tenant, snap->job, class_name);
+    p = calloc(1, sizeof(*p));
+    if (j == NULL || p == NULL) {
+        free(p);
+        shoal_error(METER, "out of memory registering a page of pid %d", (int)pid);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    p->job = j;
+    p->map = map;
+    p->conn_fd = conn_fd;
+    p->pidfd = pidfd;
+    p->pid = pid;
+    p->uid = uid;
+    p->gid = gid;
+    p->rank = snap->rank;
+    p->nranks = snap->nranks;
+    p->ngpus = snap->ngpus < 0 ? 0 : SHOAL_MIN(snap->ngpus, SHOAL_METER_MAX_GPUS);
+    p->comm_id = snap->comm_id;
+    /* The job says when the communicator was made; it cannot be before the process started
+     * nor after it registered. */
+    p->created_ns = snap->created_unix_ns;
+    if (p->created_ns < start)
+        p->created_ns = start;
+    if (p->created_ns > now || p->created_ns == 0)
+        p->created_ns = now;
+    snprintf(p->key, sizeof(p->key), "%.32s:%d:%u:%d:%llu", a->hostname, (int)pid,
+             (unsigned)snap->comm_id, (int)snap->rank,
+             (unsigned long long)snap->created_unix_ns);
+    p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
+    shoald_page_read(p);
+    shoald_page_supersede(j, p);
+    shoald_page_cursor(a, p);
+    p->tag_conn = (shoald_tag_t){.kind = SHOALD_TAG_PAGE_CONN, .obj = p};
+    p->tag_pid = (shoald_tag_t){.kind = SHOALD_TAG_PAGE_PID, .obj = p};
+    p->next = j->pages;
+    j->pages = p;
+    j->empty_since_ns = 0;
+    a->npages++;
+    *page_p = p;
+    return SHOAL_OK;
+}
+
+void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
+{
+    if (p->end_ns != 0 || p->superseded)
+        return;
+    shoald_page_read(p);
+    p->end_ns = shoald_unix_ns();
+    if (p->end_ns < p->created_ns)
+        p->end_ns = p->created_ns;
+    if (p->ctr[SHOALD_CTR_ABORTS] > 0) {
+        p->failed = 2;
+        p->job->failed_tenant++;
+        p->job->failures_tenant_total++;
+    } else if (p->ctr[SHOALD_CTR_PEER_FAILURES] > 0) {
+        p->failed = 1;
+        p->job->failed_platform++;
+        p->job->failures_platform_total++;
+    }
+    if (p->conn_fd >= 0)
+        close(p->conn_fd);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    p->conn_fd = -1;
+    p->pidfd = -1;
+    shoal_info(METER, "rank %d of %s/%s (pid %d) %s%s", (int)p->rank, p->job->tenant,
+               p->job->job, (int)p->pid, why,
+               p->failed == 2 ? ", aborted" : p->failed == 1 ? ", after peer failures" : "");
+}
+
+double shoald_page_gpu_seconds(const shoald_page_t *p, uint64_t from_ns, uint64_t to_ns)
+{
+    uint64_t s = SHOAL_MAX(from_ns, p->created_ns);
+    uint64_t e = p->end_ns != 0 ? SHOAL_MIN(to_ns, p->end_ns) : to_ns;
+
+    if (e <= s)
+        return 0.0;
+    return (double)p->ngpus * (double)(e - s) / 1e9;
+}
+
+static int shoald_page_billed(const shoald_t *a, const shoald_page_t *p)
+{
+    int i;
+
+    if (a->cfg->ledger_url == NULL)
+        return 1; /* no ledger: nothing to wait for */
+    if (p->billed[SHOALD_CUR_BILLED_NS] < p->end_ns)
+        return 0;
+    for (i = 0; i < SHOALD_NCTR; i++) {
+        if (p->billed[i] != p->ctr[i])
+            return 0;
+    }
+    return 1;
+}
+
+void shoald_pages_collect(shoald_t *a)
+{
+    uint64_t now = shoal_time_ns();
+    shoald_job_t **jp, *j;
+    shoald_page_t **pp, *p;
+    int i;
+
+    for (jp = &a->jobs; (j = *jp) != NULL;) {
+        for (pp = &j->pages; (p = *pp) != NULL;) {
+            if (!p->superseded && (p->end_ns == 0 || !shoald_page_billed(a, p))) {
+                pp = &p->next;
+                continue;
+            }
+            for (i = 0; i < SHOALD_NCTR && !p->superseded; i++)
+                j->gone[i] += p->ctr[i];
+            if (!p->superseded)
+                j->gone_gpu_s += shoald_page_gpu_seconds(p, 0, p->end_ns);
+            *pp = p->next;
+            munmap((void *)p->map, SHOAL_METER_PAGE_BYTES);
+            free(p);
+            a->npages--;
+        }
+        if (j->pages == NULL && j->empty_since_ns == 0)
+            j->empty_since_ns = now;
+        if (j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0 &&
+            now - j->empty_since_ns >= (uint64_t)a->cfg->job_retention_s * 1000000ull) {
+            *jp = j->next;
+            free(j);
+            continue;
+        }
+        jp = &j->next;
+    }
+}
+
+/* ---- abuse signals ------------------------------------------------------------------ */
+
+static shoald_abuse_t *shoald_abuse_get(shoald_t *a, int is_uid, const char *tenant, uid_t uid)
+{
+    shoald_abuse_t *b;
+
+    for (b = a->abuse; b != NULL; b = b->next) {
+        if (b->is_uid == is_uid && (is_uid ? b->uid == uid : strcmp(b->tenant, tenant) == 0))
+            return b;
+    }
+    b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return NULL;
+    b->is_uid = is_uid;
+    b->uid = uid;
+    snprintf(b->tenant, sizeof(b->tenant), "%s", is_uid ? "" : tenant);
+    b->next = a->abuse;
+    a->abuse = b;
+    return b;
+}
+
+/* The window of the rule opens at a refusal and lasts one minute (minute_seconds). */
+static void shoald_abuse_count(shoald_t *a, shoald_abuse_t *b, int auth_failure)
+{
+    uint64_t now = shoal_time_ns();
+
+    uint64_t len = (uint64_t)a->cfg->minute_seconds * 1000000000ull;
+
+    if (b->window_ns == 0 || now - b->window_ns >= len) {
+        b->window_ns = now;
+        b->this_minute = 0;
+        b->flagged = 0;
+    }
+    b->refused++;
+    b->this_minute++;
+    if (auth_failure)
+        b->auth_failed++;
+    if (a->cfg->abuse_max_refused > 0 && b->this_minute > a->cfg->abuse_max_refused &&
+        !b->flagged) {
+        b->flagged = 1;
+        b->flags++;
+        if (b->is_uid)
+            shoal_warn(METER, "abuse: uid %u flagged: %u refused registrations within this "
+                       "minute (limit %u)", (unsigned)b->uid, b->this_minute,
+                       a->cfg->abuse_max_refused);
+        else
+            shoal_warn(METER, "abuse: tenant %s flagged: %u refused registrations claiming it "
+                       "within this minute (limit %u)", b->tenant, b->this_minute,
+                       a->cfg->abuse_max_refused);
+    }
+}
+
+/* Claimed tenants become labels: only configured names, others as "_unknown", so a stranger
+ * cannot grow the agent's series by inventing names. */
+void shoald_abuse_note(shoald_t *a, const char *claimed, uid_t uid, int auth_failure)
+{
+    const char *t = "_unknown";
+    shoald_abuse_t *b;
+
+    if (claimed != NULL && shoald_config_tenant(a->cfg, claimed) != NULL)
+        t = claimed;
+    b = shoald_abuse_get(a, 0, t, 0);
+    if (b != NULL)
+        shoald_abuse_count(a, b, auth_failure);
+    b = shoald_abuse_get(a, 1, NULL, uid);
+    if (b != NULL)
+        shoald_abuse_count(a, b, auth_failure);
+}
+
+
+/* At the agent's stop: every page unmapped, every descriptor closed, nothing billed. */
+void shoald_pages_free(shoald_t *a)
+{
+    shoald_abuse_t *b;
+    shoald_page_t *p;
+    shoald_job_t *j;
+
+    while ((j = a->jobs) != NULL) {
+        while ((p = j->pages) != NULL) {
+            j->pages = p->next;
+            if (p->conn_fd >= 0)
+                close(p->conn_fd);
+            if (p->pidfd >= 0)
+                close(p->pidfd);
+            munmap((void *)p->map, SHOAL_METER_PAGE_BYTES);
+            free(p);
+        }
+        a->jobs = j->next;
+        free(j);
+    }
+    while ((b = a->abuse) != NULL) {
+        a->abuse = b->next;
+        free(b);
+    }
+    a->npages = 0;
+}

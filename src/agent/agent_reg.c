@@ -1,0 +1,684 @@
+/* shoald: the registration socket. A rank connects, sends one shoal_meter_reg_t followed by
+ * its credential text, with the memfd of its metering page attached (SCM_RIGHTS), and reads
+ * one shoal_meter_reg_reply_t. The connection then stays open: its end is the sign that the
+ * communicator ended (the pidfd tells the process's exit).
+ *
+ * The agent believes the kernel, not the job: pid, uid and gid come from SO_PEERCRED, the
+ * tenant from a credential that verifies with the tenant's key. Everything else is checked:
+ * one descriptor exactly, a sealed memfd of the page's size, the page's header, names, ranks.
+ * Every read is non-blocking with a deadline (reg_timeout); at most max_pending registrations
+ * are in progress (the oldest is dropped); a refusal is answered with a reason, counted per
+ * reason, per claimed tenant and per uid, and the agent goes on. */
+#include "agent/agent.h"
+#include "tenant/tenant.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef F_SEAL_SHRINK
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#endif
+
+#define SHOALD_REG_MAX_FDS 4   /* ancillary room: more than one is refused, not truncated */
+#define SHOALD_REG_LOG_PER_MINUTE 20
+
+typedef struct shoald_pend {
+    struct shoald_pend *next, *prev;
+    shoald_tag_t tag;
+    int fd;
+    int memfd;                  /* first descriptor received, -1 none */
+    int extra_fds;              /* more descriptors than one, or truncated ancillary data */
+    int evicted;                /* dropped for a newer one (max_pending), at the next sweep */
+    uint64_t deadline_ns;
+    struct ucred peer;
+    size_t len;
+    uint8_t buf[sizeof(shoal_meter_reg_t) + SHOAL_TENANT_CRED_TEXT_MAX];
+} shoald_pend_t;
+
+struct shoald_reg {
+    shoald_t *a;
+    int epfd;
+    int lfd;
+    shoald_tag_t tag;
+    shoald_pend_t *head, *tail; /* oldest first */
+    unsigned npending;
+    unsigned logged, suppressed;
+    uint64_t log_minute;
+};
+
+const char *shoald_refusal_name(int r)
+{
+    static const char *const names[] = {
+#define SHOALD_REFUSAL_NAME_(n, s) s,
+        SHOALD_REFUSAL_MAP(SHOALD_REFUSAL_NAME_)
+#undef SHOALD_REFUSAL_NAME_
+    };
+    return r >= 0 && r < SHOALD_NREFUSALS ? names[r] : "?";
+}
+
+/* ---- listening socket ------------------------------------------------------------------ */
+
+static shoal_status_t shoald_reg_mkdir(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], *p;
+
+    snprintf(dir, sizeof(dir), "%s", path);
+    p = strrchr(dir, '/');
+    if (p == NULL || p == dir)
+        return SHOAL_OK;
+    *p = '\0';
+    for (p = dir + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            goto err;
+        *p = '/';
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        goto err;
+    return SHOAL_OK;
+err:
+    shoal_error(METER, "cannot create %s: %s", dir, strerror(errno));
+    return SHOAL_ERR_SYSTEM;
+}
+
+/* A socket file left by an agent that died is removed; one that answers is another agent. */
+static shoal_status_t shoald_reg_stale(const struct sockaddr_un *sa)
+{
+    struct stat st;
+    int fd, ret;
+
+    if (lstat(sa->sun_path, &st) != 0)
+        return SHOAL_OK;
+    if (!S_ISSOCK(st.st_mode)) {
+        shoal_error(METER, "%s exists and is not a socket", sa->sun_path);
+        return SHOAL_ERR_SYSTEM;
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return SHOAL_ERR_SYSTEM;
+    ret = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
+    close(fd);
+    if (ret == 0) {
+        shoal_error(METER, "another agent listens on %s", sa->sun_path);
+        return SHOAL_ERR_SYSTEM;
+    }
+    unlink(sa->sun_path);
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoald_reg_listen(shoald_reg_t *r)
+{
+    const shoald_config_t *cfg = r->a->cfg;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct group *gr;
+    char *end;
+    gid_t gid;
+
+    if (strlen(cfg->listen) >= sizeof(sa.sun_path)) {
+        shoal_error(METER, "socket path %s is too long", cfg->listen);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(sa.sun_path, cfg->listen, strlen(cfg->listen) + 1);
+    SHOAL_CHECK(shoald_reg_mkdir(sa.sun_path));
+    SHOAL_CHECK(shoald_reg_stale(&sa));
+    r->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        shoal_error(METER, "cannot bind %s: %s", sa.sun_path, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    if (chmod(sa.sun_path, cfg->socket_mode) != 0) {
+        shoal_error(METER, "chmod %o %s: %s", cfg->socket_mode, sa.sun_path, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    if (cfg->socket_group != NULL) {
+        gr = getgrnam(cfg->socket_group);
+        gid = gr != NULL ? gr->gr_gid : (gid_t)strtoul(cfg->socket_group, &end, 10);
+        if ((gr == NULL && *end != '\0') || chown(sa.sun_path, (uid_t)-1, gid) != 0) {
+            shoal_error(METER, "cannot give %s to group %s: %s", sa.sun_path,
+                        cfg->socket_group, gr == NULL && *end != '\0' ? "no such group" :
+                        strerror(errno));
+            return SHOAL_ERR_SYSTEM;
+        }
+    }
+    if (listen(r->lfd, 128) != 0) {
+        shoal_error(METER, "listen %s: %s", sa.sun_path, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+/* ---- pending registrations ------------------------------------------------------------ */
+
+static void shoald_reg_pend_free(shoald_reg_t *r, shoald_pend_t *q, int close_fd)
+{
+    if (q->prev != NULL)
+        q->prev->next = q->next;
+    else
+        r->head = q->next;
+    if (q->next != NULL)
+        q->next->prev = q->prev;
+    else
+        r->tail = q->prev;
+    r->npending--;
+    if (close_fd && q->fd >= 0)
+        close(q->fd);
+    if (q->memfd >= 0)
+        close(q->memfd);
+    shoal_secret_wipe(q->buf, sizeof(q->buf)); /* the credential is a bearer token */
+    free(q);
+}
+
+static void shoald_reg_reply(int fd, shoal_status_t st, const char *reason)
+{
+    shoal_meter_reg_reply_t rep;
+    ssize_t ret;
+
+    memset(&rep, 0, sizeof(rep));
+    rep.magic = SHOAL_METER_REG_MAGIC;
+    rep.status = st;
+    snprintf(rep.reason, sizeof(rep.reason), "%s", reason);
+    /* A fresh socket's buffer holds it: never blocks, a peer that left gets nothing. */
+    ret = send(fd, &rep, sizeof(rep), MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)ret;
+}
+
+static void shoald_reg_log_refusal(shoald_reg_t *r, const char *msg)
+{
+    uint64_t minute = shoald_unix_ns() / 60000000000ull;
+
+    if (minute != r->log_minute) {
+        if (r->suppressed > 0)
+            shoal_warn(METER, "%u more refused registrations were not logged", r->suppressed);
+        r->log_minute = minute;
+        r->logged = 0;
+        r->suppressed = 0;
+    }
+    if (r->logged++ < SHOALD_REG_LOG_PER_MINUTE)
+        shoal_warn(METER, "%s", msg);
+    else
+        r->suppressed++;
+}
+
+static void shoald_reg_refuse(shoald_reg_t *r, shoald_pend_t *q, shoald_refusal_t why,
+                              shoal_status_t st, const char *claimed, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static void shoald_reg_refuse(shoald_reg_t *r, shoald_pend_t *q, shoald_refusal_t why,
+                              shoal_status_t st, const char *claimed, const char *fmt, ...)
+{
+    char reason[120], line[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    r->a->refused[why]++;
+    shoald_abuse_note(r->a, claimed, q->peer.uid, why == SHOALD_REFUSE_BAD_CREDENTIAL ||
+                      why == SHOALD_REFUSE_EXPIRED);
+    snprintf(line, sizeof(line), "registration of pid %d (uid %u) refused (%s): %s",
+             (int)q->peer.pid, (unsigned)q->peer.uid, shoald_refusal_name(why), reason);
+    shoald_reg_log_refusal(r, line);
+    shoald_reg_reply(q->fd, st, reason);
+    shoald_reg_pend_free(r, q, 1);
+}
+
+static int shoald_reg_uid_ok(const shoald_tenant_t *t, uid_t uid)
+{
+    size_t i;
+
+    if (t->uids == NULL)
+        return 1;
+    for (i = 0; i < t->nuids; i++) {
+        if (t->uids[i] == uid)
+            return 1;
+    }
+    return 0;
+}
+
+static unsigned shoald_reg_uid_pages(shoald_t *a, uid_t uid)
+{
+    shoald_job_t *j;
+    shoald_page_t *p;
+    unsigned n = 0;
+
+    for (j = a->jobs; j != NULL; j = j->next) {
+        for (p = j->pages; p != NULL; p = p->next)
+            n += p->end_ns == 0 && p->uid == uid;
+    }
+    return n;
+}
+
+static int shoald_reg_pidfd(shoald_pend_t *q)
+{
+    socklen_t len = sizeof(int);
+    int fd = -1;
+
+    /* The kernel's pidfd of the peer (Linux 6.5): no window for pid reuse. */
+    if (getsockopt(q->fd, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0) {
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        return fd;
+    }
+    return (int)syscall(SYS_pidfd_open, q->peer.pid, 0);
+}
+
+/* The page is checked: its header, identity and names. NULL when it is fine. */
+static const char *shoald_reg_page_check(const shoal_meter_page_t *s)
+{
+    if (s->magic != SHOAL_METER_MAGIC)
+        return "the page's magic is wrong";
+    if (s->version != SHOAL_METER_VERSION)
+        return "the page's version is not supported";
+    if (s->size != sizeof(shoal_meter_page_t))
+        return "the page's size field is wrong";
+    if (s->nranks <= 0 || s->rank < 0 || s->rank >= s->nranks)
+        return "the page's rank is out of range";
+    if (s->ngpus < 0 || s->ngpus > SHOAL_METER_MAX_GPUS)
+        return "the page's GPU count is out of range";
+    if (!shoald_name_ok(s->job, sizeof(s->job)))
+        return "the page's job name is missing or not printable";
+    if (s->tenant[0] != '\0' && !shoald_name_ok(s->tenant, sizeof(s->tenant)))
+        return "the page's tenant name is not printable";
+    return NULL;
+}
+
+/* The tenant claim: credential (verified with the tenant's key), then the uid. On refusal it
+ * answers and frees q and returns NULL. */
+static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
+                                    const shoal_meter_page_t *s, const char *credtext)
+{
+    shoal_tenant_cred_t cred;
+    shoald_tenant_t *t;
+    shoal_status_t st;
+    const char *cls;
+
+    if (credtext[0] == '\0') {
+        if (s->tenant[0] != '\0' || !r->a->cfg->allow_uncredentialed) {
+            shoald_reg_refuse(r, q, SHOALD_REFUSE_NO_CREDENTIAL, SHOAL_ERR_PERMISSION,
+                              s->tenant, "no credential%s%s", s->tenant[0] != '\0' ?
+                              " for the claimed tenant " : "", s->tenant);
+            return NULL;
+        }
+        return "reserved";
+    }
+    if (shoal_tenant_cred_parse(credtext, &cred) != SHOAL_OK) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_CREDENTIAL, SHOAL_ERR_AUTH, s->tenant,
+                          "the credential is malformed");
+        return NULL;
+    }
+    t = shoald_config_tenant(r->a->cfg, cred.id.tenant);
+    if (t == NULL) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_UNKNOWN_TENANT, SHOAL_ERR_PERMISSION, NULL,
+                          "tenant %.64s is not served by this agent", cred.id.tenant);
+        return NULL;
+    }
+    st = shoal_tenant_cred_verify(&cred, t->key, (int64_t)(shoald_unix_ns() / 1000000000ull));
+    if (st != SHOAL_OK) {
+        shoald_reg_refuse(r, q, st == SHOAL_ERR_PERMISSION ? SHOALD_REFUSE_EXPIRED :
+                          SHOALD_REFUSE_BAD_CREDENTIAL, st == SHOAL_ERR_PERMISSION ?
+                          SHOAL_ERR_PERMISSION : SHOAL_ERR_AUTH, t->name,
+                          st == SHOAL_ERR_PERMISSION ? "the credential of tenant %s expired" :
+                          "the credential does not verify with the key of tenant %s",
+                          t->name);
+        return NULL;
+    }
+    if (strcmp(s->tenant, cred.id.tenant) != 0 || strcmp(s->job, cred.id.job) != 0 ||
+        s->epoch != cred.id.epoch) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_TENANT_MISMATCH, SHOAL_ERR_PERMISSION, s->tenant,
+                          "the page claims tenant %.32s job %.32s, the credential names "
+                          "another tenant, job or epoch", s->tenant, s->job);
+        return NULL;
+    }
+    if (!shoald_reg_uid_ok(t, q->peer.uid)) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_UID_NOT_ALLOWED, SHOAL_ERR_PERMISSION, t->name,
+                          "uid %u may not run jobs of tenant %s", (unsigned)q->peer.uid,
+                          t->name);
+        return NULL;
+    }
+    cls = cred.id.qos_class == SHOAL_QOS_SPOT ? "spot" : t->class_name;
+    shoal_secret_wipe(&cred, sizeof(cred));
+    return cls;
+}
+
+/* The message is complete: check everything, then hand the page to the aggregation. */
+static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
+{
+    const shoal_meter_reg_t *m = (const shoal_meter_reg_t *)q->buf;
+    char credtext[SHOAL_TENANT_CRED_TEXT_MAX];
+    shoal_meter_page_t snap;
+    const char *bad, *cls;
+    void *map;
+    struct stat st;
+    shoald_page_t *p;
+    int seals, pidfd, fd;
+
+    if (q->extra_fds || q->memfd < 0) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_NO_FD, SHOAL_ERR_INVALID_ARG, NULL,
+                          q->memfd < 0 ? "no page descriptor was attached" :
+                          "more than one descriptor was attached");
+        return;
+    }
+    if (fstat(q->memfd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size != SHOAL_METER_PAGE_BYTES) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_PAGE, SHOAL_ERR_INVALID_ARG, NULL,
+                          "the page is %lld bytes, expected a memfd of %d",
+                          (long long)st.st_size, SHOAL_METER_PAGE_BYTES);
+        return;
+    }
+    seals = fcntl(q->memfd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_UNSEALED, SHOAL_ERR_INVALID_ARG, NULL,
+                          "the page's memfd is not sealed against shrinking and growing");
+        return;
+    }
+    map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED, q->memfd, 0);
+    if (map == MAP_FAILED) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_PAGE, SHOAL_ERR_INVALID_ARG, NULL,
+                          "the page cannot be mapped: %s", strerror(errno));
+        return;
+    }
+    memcpy(&snap, map, sizeof(snap)); /* the identity is read once, here */
+    bad = shoald_reg_page_check(&snap);
+    if (bad != NULL) {
+        munmap(map, SHOAL_METER_PAGE_BYTES);
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_PAGE, SHOAL_ERR_INVALID_ARG, NULL, "%s", bad);
+        return;
+    }
+    memcpy(credtext, q->buf + sizeof(*m), m->cred_len);
+    credtext[m->cred_len] = '\0';
+    cls = shoald_reg_claim(r, q, &snap, credtext);
+    shoal_secret_wipe(credtext, sizeof(credtext));
+    if (cls == NULL) {
+        munmap(map, SHOAL_METER_PAGE_BYTES);
+        return;
+    }
+    if (r->a->npages >= r->a->cfg->max_pages ||
+        shoald_reg_uid_pages(r->a, q->peer.uid) >= r->a->cfg->max_pages_per_uid) {
+        munmap(map, SHOAL_METER_PAGE_BYTES);
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_LIMIT, SHOAL_ERR_NO_MEMORY, snap.tenant,
+                          "the agent holds its limit of pages (max_pages, max_pages_per_uid)");
+        return;
+    }
+    pidfd = shoald_reg_pidfd(q);
+    fd = q->fd;
+    if (shoald_page_add(r->a, &snap, map, fd, pidfd, q->peer.pid, q->peer.uid, q->peer.gid,
+                        cls, &p) != SHOAL_OK) {
+        munmap(map, SHOAL_METER_PAGE_BYTES);
+        if (pidfd >= 0)
+            close(pidfd);
+        shoald_reg_reply(fd, SHOAL_ERR_NO_MEMORY, "the agent is out of memory");
+        shoald_reg_pend_free(r, q, 1);
+        return;
+    }
+    r->a->accepted++;
+    shoald_reg_reply(fd, SHOAL_OK, "");
+    shoal_info(METER, "rank %d/%d of %s/%s registered (pid %d, uid %u, %d GPUs, class %s)",
+               (int)snap.rank, (int)snap.nranks, snap.tenant, snap.job, (int)q->peer.pid,
+               (unsigned)q->peer.uid, (int)snap.ngpus, cls);
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+    shoald_reg_pend_free(r, q, 0);
+    shoald_reg_watch(r, p);
+    if (pidfd < 0)
+        shoald_page_end(r->a, p, "exited before the agent could watch it");
+}
+
+/* Reads what the peer sent so far, exactly up to the end of the message; descriptors are
+ * collected from every segment. */
+static void shoald_reg_pend_read(shoald_reg_t *r, shoald_pend_t *q)
+{
+    union {
+        char buf[CMSG_SPACE(SHOALD_REG_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    const shoal_meter_reg_t *m = (const shoal_meter_reg_t *)q->buf;
+    struct msghdr msg = {0};
+    struct cmsghdr *c;
+    struct iovec iov;
+    size_t want, i, nfd;
+    ssize_t ret;
+    int *fds;
+
+    for (;;) {
+        want = sizeof(*m);
+        if (q->len >= sizeof(*m)) {
+            if (m->magic != SHOAL_METER_REG_MAGIC || m->version != SHOAL_METER_VERSION ||
+                m->page_bytes != SHOAL_METER_PAGE_BYTES ||
+                m->cred_len >= SHOAL_TENANT_CRED_TEXT_MAX) {
+                shoald_reg_refuse(r, q, SHOALD_REFUSE_MALFORMED, SHOAL_ERR_INVALID_ARG, NULL,
+                                  "not a shoal_meter_reg_t of version %d for a %d-byte page "
+                                  "(or the credential is too long)", SHOAL_METER_VERSION,
+                                  SHOAL_METER_PAGE_BYTES);
+                return;
+            }
+            want += m->cred_len;
+        }
+        if (q->len == want) {
+            shoald_reg_complete(r, q);
+            return;
+        }
+        iov.iov_base = q->buf + q->len;
+        iov.iov_len = want - q->len;
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = sizeof(ctl.buf);
+        ret = recvmsg(q->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (ret < 0 && errno == EINTR)
+            continue;
+        if (ret < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        for (c = CMSG_FIRSTHDR(&msg); ret > 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            fds = (int *)CMSG_DATA(c);
+            nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (i = 0; i < nfd; i++) {
+                if (q->memfd < 0) {
+                    q->memfd = fds[i];
+                } else {
+                    close(fds[i]);
+                    q->extra_fds = 1;
+                }
+            }
+        }
+        if (ret > 0 && (msg.msg_flags & MSG_CTRUNC) != 0)
+            q->extra_fds = 1;
+        if (ret <= 0) {
+            /* The peer left (or broke the socket) before a whole message: nobody to answer. */
+            r->a->refused[SHOALD_REFUSE_MALFORMED]++;
+            shoald_abuse_note(r->a, NULL, q->peer.uid, 0);
+            shoal_info(METER, "registration of pid %d ended after %zu bytes: %s",
+                       (int)q->peer.pid, q->len, ret == 0 ? "closed" : strerror(errno));
+            shoald_reg_pend_free(r, q, 1);
+            return;
+        }
+        q->len += (size_t)ret;
+    }
+}
+
+static void shoald_reg_accept(shoald_reg_t *r)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
+    socklen_t len;
+    shoald_pend_t *q;
+    int fd;
+
+    for (;;) {
+        fd = accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                shoal_warn(METER, "accept on %s: %s", r->a->cfg->listen, strerror(errno));
+            return;
+        }
+        if (r->npending >= r->a->cfg->max_pending) {
+            /* The oldest registrations in progress give way, at the sweep after this batch of
+             * events (one of them may be in the batch). */
+            for (q = r->head; q != NULL && q->evicted; q = q->next)
+                ;
+            if (q != NULL) {
+                q->evicted = 1;
+                q->deadline_ns = 0;
+            }
+        }
+        q = calloc(1, sizeof(*q));
+        if (q == NULL) {
+            close(fd);
+            continue;
+        }
+        q->fd = fd;
+        q->memfd = -1;
+        q->tag = (shoald_tag_t){.kind = SHOALD_TAG_PENDING, .obj = q};
+        len = sizeof(q->peer);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &q->peer, &len) != 0) {
+            shoal_warn(METER, "SO_PEERCRED: %s", strerror(errno));
+            close(fd);
+            free(q);
+            continue;
+        }
+        q->deadline_ns = shoal_deadline_ns(r->a->cfg->reg_timeout_ms);
+        q->prev = r->tail;
+        if (r->tail != NULL)
+            r->tail->next = q;
+        else
+            r->head = q;
+        r->tail = q;
+        r->npending++;
+        ev.data.ptr = &q->tag;
+        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            shoal_warn(METER, "epoll_ctl: %s", strerror(errno));
+            shoald_reg_pend_free(r, q, 1);
+        }
+    }
+}
+
+void shoald_reg_event(shoald_reg_t *r, void *tagp, uint32_t events)
+{
+    shoald_tag_t *tag = tagp;
+    shoald_page_t *p;
+    char junk[256];
+    ssize_t ret;
+
+    switch (tag->kind) {
+    case SHOALD_TAG_LISTEN:
+        shoald_reg_accept(r);
+        break;
+    case SHOALD_TAG_PENDING:
+        shoald_reg_pend_read(r, tag->obj);
+        break;
+    case SHOALD_TAG_PAGE_CONN:
+        p = tag->obj;
+        /* The library sends nothing after its registration: bytes are drained and ignored,
+         * the end of the connection is the end of the communicator. */
+        do {
+            ret = recv(p->conn_fd, junk, sizeof(junk), MSG_DONTWAIT);
+        } while (ret > 0 || (ret < 0 && errno == EINTR));
+        if (ret == 0 || (ret < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+            (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0)
+            shoald_page_end(r->a, p, "closed its communicator");
+        break;
+    case SHOALD_TAG_PAGE_PID:
+        shoald_page_end(r->a, tag->obj, "exited");
+        break;
+    default:
+        break;
+    }
+}
+
+void shoald_reg_watch(shoald_reg_t *r, shoald_page_t *p)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
+
+    ev.data.ptr = &p->tag_conn;
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, p->conn_fd, &ev) != 0)
+        shoal_warn(METER, "epoll_ctl(connection of pid %d): %s", (int)p->pid, strerror(errno));
+    if (p->pidfd >= 0) {
+        ev.events = EPOLLIN;
+        ev.data.ptr = &p->tag_pid;
+        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, p->pidfd, &ev) != 0)
+            shoal_warn(METER, "epoll_ctl(pidfd of %d): %s", (int)p->pid, strerror(errno));
+    }
+}
+
+void shoald_reg_timeouts(shoald_reg_t *r)
+{
+    uint64_t now = shoal_time_ns();
+
+    shoald_pend_t *q, *next;
+
+    /* Deadlines are in arrival order; evicted ones may sit anywhere. */
+    for (q = r->head; q != NULL; q = next) {
+        next = q->next;
+        if (q->evicted)
+            shoald_reg_refuse(r, q, SHOALD_REFUSE_LIMIT, SHOAL_ERR_TIMEOUT, NULL,
+                              "too many registrations in progress");
+        else if (q->deadline_ns <= now)
+            shoald_reg_refuse(r, q, SHOALD_REFUSE_TIMEOUT, SHOAL_ERR_TIMEOUT, NULL,
+                              "the registration did not arrive within reg_timeout");
+        else
+            break;
+    }
+}
+
+int shoald_reg_wait_ms(shoald_reg_t *r)
+{
+    if (r->head == NULL)
+        return -1;
+    return shoal_deadline_left_ms(r->head->deadline_ns, 60000) + 1;
+}
+
+shoal_status_t shoald_reg_start(shoald_t *a, int epfd, shoald_reg_t **r_p)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    shoald_reg_t *r;
+
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return SHOAL_ERR_NO_MEMORY;
+    r->a = a;
+    r->epfd = epfd;
+    r->lfd = -1;
+    r->tag = (shoald_tag_t){.kind = SHOALD_TAG_LISTEN, .obj = r};
+    if (shoald_reg_listen(r) != SHOAL_OK)
+        goto err;
+    ev.data.ptr = &r->tag;
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, r->lfd, &ev) != 0) {
+        shoal_error(METER, "epoll_ctl: %s", strerror(errno));
+        goto err;
+    }
+    *r_p = r;
+    return SHOAL_OK;
+err:
+    if (r->lfd >= 0)
+        close(r->lfd);
+    free(r);
+    return SHOAL_ERR_SYSTEM;
+}
+
+void shoald_reg_stop(shoald_reg_t *r)
+{
+    if (r == NULL)
+        return;
+    while (r->head != NULL)
+        shoald_reg_pend_free(r, r->head, 1);
+    close(r->lfd);
+    unlink(r->a->cfg->listen);
+    free(r);
+}

@@ -1,0 +1,141 @@
+/* Unit tests of shoald's pieces that the shell tests cannot reach: Prometheus label escaping
+ * (a newline cannot come from a checked name), names, the config file parser (values, tenant
+ * fields, errors), the exposition of jobs with no ranks and the tenant filter. */
+#include "agent/agent.h"
+#include "tests/tap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int conf_load(const char *text, shoald_config_t *cfg)
+{
+    char path[] = "/tmp/test_agent_unit.XXXXXX";
+    int fd = mkstemp(path), ret;
+    FILE *fp;
+
+    if (fd < 0)
+        return -2;
+    fp = fdopen(fd, "w");
+    fputs(text, fp);
+    fclose(fp);
+    ret = shoald_config_load(cfg, path) == SHOAL_OK ? 0 : -1;
+    unlink(path);
+    return ret;
+}
+
+static void test_escape(void)
+{
+    shoald_text_t t = {0};
+
+    shoald_text_label(&t, "a\"b\\c\nd");
+    tap_is_str(t.buf, "\"a\\\"b\\\\c\\nd\"", "label values: quote, backslash, newline escaped");
+    free(t.buf);
+    memset(&t, 0, sizeof(t));
+    shoald_text_label(&t, "");
+    tap_is_str(t.buf, "\"\"", "an empty label value");
+    free(t.buf);
+}
+
+static void test_names(void)
+{
+    char longname[SHOALD_NAME_MAX];
+
+    memset(longname, 'x', sizeof(longname));
+    tap_ok(shoald_name_ok("acme", SHOALD_NAME_MAX), "a plain name is fine");
+    tap_ok(shoald_name_ok("we\"ird\\job", SHOALD_NAME_MAX), "quote and backslash are allowed");
+    tap_ok(!shoald_name_ok("", SHOALD_NAME_MAX), "an empty name is refused");
+    tap_ok(!shoald_name_ok("a b", SHOALD_NAME_MAX), "a space is refused");
+    tap_ok(!shoald_name_ok("a\nb", SHOALD_NAME_MAX), "a newline is refused");
+    tap_ok(!shoald_name_ok("a;b", SHOALD_NAME_MAX), "a semicolon is refused");
+    tap_ok(!shoald_name_ok(longname, sizeof(longname)), "a name without its NUL is refused");
+}
+
+static void test_config(void)
+{
+    shoald_config_t cfg;
+    shoald_tenant_t *t;
+
+    tap_is_int(conf_load("", &cfg), 0, "an empty file gives the defaults");
+    tap_is_str(cfg.listen, "/run/shoal/shoald.sock", "default socket");
+    tap_is_str(cfg.http, "127.0.0.1:9464", "default http address: loopback, port 9464");
+    tap_is_int(cfg.minute_seconds, 60, "default minute");
+    tap_is_str(cfg.ledger_url, "sqlite:///var/lib/shoal/ledger.db", "default ledger");
+    tap_is_int(cfg.socket_mode, 0666, "default socket mode 0666");
+    shoald_config_free(&cfg);
+
+    tap_is_int(conf_load("# a comment\n  minute_seconds = 5 \nsocket_mode=0660\n"
+                         "tenant.acme.uids=1000, 1001\ntenant.acme.class=spot\n"
+                         "export_ranks=yes\nreg_timeout=250ms\n", &cfg), 0,
+               "values, blanks and comments parse");
+    t = shoald_config_tenant(&cfg, "acme");
+    tap_ok(t != NULL && t->nuids == 2 && t->uids[0] == 1000 && t->uids[1] == 1001,
+           "tenant uids parse");
+    tap_ok(t != NULL && strcmp(t->class_name, "spot") == 0, "tenant class parses");
+    tap_ok(cfg.minute_seconds == 5 && cfg.socket_mode == 0660 && cfg.export_ranks == 1 &&
+           cfg.reg_timeout_ms == 250, "fixed keys parse");
+    shoald_config_free(&cfg);
+
+    tap_is_int(conf_load("minute_seconds=5\nnope=1\n", &cfg), -1, "an unknown key fails");
+    shoald_config_free(&cfg);
+    tap_is_int(conf_load("minute_seconds=five\n", &cfg), -1, "a bad integer fails");
+    shoald_config_free(&cfg);
+    tap_is_int(conf_load("tenant.acme.uids=1000,x\n", &cfg), -1, "a bad uid list fails");
+    shoald_config_free(&cfg);
+    tap_is_int(conf_load("tenant.a b.class=spot\n", &cfg), -1, "a bad tenant name fails");
+    shoald_config_free(&cfg);
+    tap_is_int(conf_load("tenant.acme.color=red\n", &cfg), -1, "an unknown tenant field fails");
+    shoald_config_free(&cfg);
+    tap_is_int(conf_load("socket_mode=999\n", &cfg), -1, "a socket mode that is not octal fails");
+    shoald_config_free(&cfg);
+    tap_is_int(conf_load("just text\n", &cfg), -1, "a line without '=' fails");
+    shoald_config_free(&cfg);
+}
+
+static void test_render(void)
+{
+    shoald_config_t cfg;
+    shoald_job_t ja = {0}, jb = {0};
+    shoald_text_t t = {0};
+    shoald_t a = {0};
+
+    conf_load("", &cfg);
+    a.cfg = &cfg;
+    snprintf(ja.tenant, sizeof(ja.tenant), "acme");
+    snprintf(ja.job, sizeof(ja.job), "train");
+    ja.gone[SHOALD_CTR_OPS] = 42;
+    ja.gone[SHOALD_CTR_SENT + SHOAL_METER_TL_TCP * SHOAL_METER_NLOC + 1] = 1000;
+    snprintf(jb.tenant, sizeof(jb.tenant), "beta");
+    snprintf(jb.job, sizeof(jb.job), "secret-project");
+    ja.next = &jb;
+    a.jobs = &ja;
+    shoald_prom_render(&a, NULL, &t);
+    tap_ok(t.buf != NULL && strstr(t.buf, "shoal_collective_ops_total{tenant=\"acme\","
+                                   "shoal_job=\"train\",collective=\"allreduce\"} 42\n") != NULL,
+           "a gone rank's counters are exported");
+    tap_ok(t.buf != NULL && strstr(t.buf, "# TYPE shoal_payload_bytes_total counter\n") != NULL,
+           "counters are typed counter");
+    tap_ok(t.buf != NULL && strstr(t.buf, "secret-project") != NULL &&
+           strstr(t.buf, "shoal_registrations_refused_total{reason=\"tenant_mismatch\"} 0") !=
+           NULL, "the provider's view has every tenant and the agent's series");
+    free(t.buf);
+    memset(&t, 0, sizeof(t));
+    shoald_prom_render(&a, "acme", &t);
+    tap_ok(t.buf != NULL && strstr(t.buf, "secret-project") == NULL &&
+           strstr(t.buf, "beta") == NULL && strstr(t.buf, "shoal_registrations") == NULL &&
+           strstr(t.buf, "shoal_job=\"train\"") != NULL,
+           "acme's view has neither beta's job nor the agent's series");
+    free(t.buf);
+    shoald_config_free(&cfg);
+}
+
+int main(void)
+{
+    tap_plan(30);
+    test_escape();
+    test_names();
+    test_config();
+    test_render();
+    return tap_done();
+}

@@ -1,0 +1,200 @@
+#!/bin/sh
+# TAP test of shoald's /metrics: the series equal the counters the ranks wrote in their pages
+# (sums per tenant and job, gone ranks kept), label values escaped, promtool check metrics
+# passes, the tenant view carries no other tenant's jobs (bearer token per tenant), 404 and
+# 405 for what is not served, a slow or garbage HTTP client stalls neither registration nor
+# scrapes, and a real Prometheus server scraping the agent answers the same totals through
+# its HTTP API.
+. "$(dirname "$0")/agent_lib.sh"
+need_agent
+make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
+
+base_conf "$T/conf" "export_ranks=yes"
+start_agent "$T/conf"
+ok $? "the agent starts" "$T/agent.log"
+
+# client NAME ARGS...: a rank held for 120 s in the background (killed by the test), output
+# in $T/NAME.out; waits until the agent answered it.
+client() {
+    name=$1; shift
+    "$MC" --sock "$SOCK" --hold 120 "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    eval "PID_$name=$!"
+    PIDS="$PIDS $!"
+    i=0
+    while ! grep -q '^status=' "$T/$name.out" 2>/dev/null && [ $i -lt 100 ]; do
+        sleep 0.1; i=$((i + 1))
+    done
+    grep -q '^status=0 ' "$T/$name.out"
+}
+ACME=$(cred acme train)
+client a0 --tenant acme --job train --cred "$ACME" --rank 0 --nranks 2 --ngpus 2 \
+    --set ops:0=100 --set ops:3=7 --set sent:1:1=123456789 --set recv:1:1=123456000 \
+    --set sent:0:0=4096 --set recv:0:0=8192 --set coll_ns=1500000000 --set errors=1
+ok $? "rank 0 of acme/train registered" "$T/a0.out"
+client a1 --tenant acme --job train --cred "$ACME" --rank 1 --nranks 2 --ngpus 2 \
+    --set ops:0=100 --set ops:3=7 --set sent:1:1=1000000 --set recv:1:1=2000000 \
+    --set coll_ns=500000000 --set peer_failures=2
+ok $? "rank 1 of acme/train registered" "$T/a1.out"
+client b0 --tenant beta --job infer --cred "$(cred beta infer)" --ngpus 1 \
+    --set ops:1=5 --set sent:2:1=777
+ok $? "rank 0 of beta/infer registered" "$T/b0.out"
+WEIRD='we"ird\job'
+client w0 --tenant acme --job "$WEIRD" --cred "$(cred acme "$WEIRD")" --set ops:5=3
+ok $? "a job whose name holds a quote and a backslash registered" "$T/w0.out"
+
+client d0 --tenant acme --job dupjob --cred "$(cred acme dupjob)" --ngpus 1 --dup \
+    --set ops:0=9
+grep -q '^dup status=0 ' "$T/d0.out"
+ok $? "the same page registered again (a reconnect) is accepted" "$T/d0.out"
+
+code=$(scrape)
+is "$code" 200 "GET /metrics answers 200"
+AJ='tenant="acme",shoal_job="train"'
+is "$(metric "shoal_collective_ops_total{$AJ,collective=\"allreduce\"}")" 200 \
+    "allreduce calls: the sum of both ranks' pages"
+is "$(metric "shoal_collective_ops_total{$AJ,collective=\"allgather\"}")" 14 "allgather calls"
+PB="shoal_payload_bytes_total{$AJ"
+TCPO='transport="tcp",locality="other_host"'
+is "$(metric "$PB,$TCPO,direction=\"sent\"}")" 124456789 "tcp bytes sent to other hosts"
+is "$(metric "$PB,$TCPO,direction=\"received\"}")" 125456000 "tcp bytes received from other hosts"
+is "$(metric "$PB,transport=\"shm\",locality=\"same_host\",direction=\"received\"}")" 8192 \
+    "shm bytes received"
+is "$(metric "shoal_collective_seconds_total{$AJ}")" 2.000000000 "seconds inside collectives"
+is "$(metric "shoal_errors_total{$AJ}")" 1 "errors"
+is "$(metric "shoal_peer_failures_total{$AJ}")" 2 "peer failures"
+is "$(metric "shoal_ranks{$AJ}")" 2 "ranks alive"
+DJ='tenant="acme",shoal_job="dupjob"'
+dops=$(metric "shoal_collective_ops_total{$DJ,collective=\"allreduce\"}")
+is "$dops:$(metric "shoal_ranks{$DJ}")" 9:1 "a page registered twice counts once"
+is "$(metric "shoal_gpus_allocated{$AJ}")" 4 "GPUs allocated"
+is "$(metric "shoal_rank_collective_ops_total{$AJ,rank=\"1\"}")" 107 "per-rank series on request"
+BJ='tenant="beta",shoal_job="infer"'
+UCXO='transport="ucx",locality="other_host",direction="sent"'
+is "$(metric "shoal_payload_bytes_total{$BJ,$UCXO}")" 777 "beta's ucx bytes"
+WJ='tenant="acme",shoal_job="we\"ird\\job"'
+is "$(metric "shoal_collective_ops_total{$WJ,collective=\"barrier\"}")" 3 \
+    "label values are escaped (quote and backslash)"
+grep -c '^# TYPE ' "$T/scrape" >"$T/ntype"
+[ "$(grep -c '^# HELP ' "$T/scrape")" = "$(cat "$T/ntype")" ] &&
+    ! grep -v '^#' "$T/scrape" | grep -q '^shoal_[a-z_]*_total{[^}]*} -'
+ok $? "every family has HELP and TYPE"
+if command -v promtool >/dev/null 2>&1; then
+    promtool check metrics <"$T/scrape" >"$T/promtool" 2>&1
+    ok $? "promtool check metrics passes" "$T/promtool"
+else
+    skip_rest 1 "promtool not installed (Debian: prometheus)"
+fi
+
+# A rank that exits: its counters stay in the job's totals.
+kill "$PID_a1"
+wait_metric "shoal_ranks{$AJ}" 1
+ok $? "rank 1's exit is noticed"
+is "$(metric "shoal_collective_ops_total{$AJ,collective=\"allreduce\"}")" 200 \
+    "its counters stay in the job's totals"
+is "$(metric "shoal_rank_failures_total{$AJ,cause=\"platform\"}")" 1 \
+    "a rank that ends after peer failures counts as a platform failure"
+
+# The tenant views.
+code=$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer acme-scrape-token-0123456789")
+is "$code" 200 "acme's view with acme's token answers 200"
+grep -q 'shoal_job="train"' "$T/scrape" && ! grep -q 'tenant="beta"' "$T/scrape" &&
+    ! grep -q 'infer' "$T/scrape" && ! grep -q 'shoal_registrations' "$T/scrape"
+ok $? "acme's view has acme's jobs and none of beta's, nor the agent's own series" "$T/scrape"
+code=$(scrape "/metrics?tenant=beta" -H "Authorization: Bearer beta-scrape-token-0123456789")
+[ "$code" = 200 ] && grep -q 'shoal_job="infer"' "$T/scrape" && ! grep -q 'train' "$T/scrape" &&
+    ! grep -q 'ird' "$T/scrape"
+ok $? "beta's view has beta's job and none of acme's" "$T/scrape"
+is "$(scrape "/metrics?tenant=acme")" 401 "a tenant view without a token is refused (401)"
+is "$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer beta-scrape-token-0123456789")" \
+    401 "a tenant view with another tenant's token is refused"
+is "$(scrape "/metrics?tenant=ghost" -H "Authorization: Bearer x")" 401 \
+    "an unknown tenant gets the same answer"
+if command -v promtool >/dev/null 2>&1; then
+    scrape "/metrics?tenant=acme" -H "Authorization: Bearer acme-scrape-token-0123456789" >/dev/null
+    promtool check metrics <"$T/scrape" >"$T/promtool" 2>&1
+    ok $? "promtool passes on the tenant view" "$T/promtool"
+else
+    skip_rest 1 "promtool not installed"
+fi
+
+# What is not served.
+code=$(scrape /nothing)
+[ "$code" = 404 ] && grep -q "serves /metrics" "$T/scrape"
+ok $? "an unknown path answers 404 with a sentence"
+is "$(scrape / )" 404 "so does /"
+is "$(scrape /metrics -X POST -d x)" 405 "POST answers 405"
+
+# Slow and garbage HTTP clients, while ranks register and Prometheus-like scrapes go on.
+HOST=${HTTP%:*}
+PORT=${HTTP##*:}
+(printf 'GET /metr'; sleep 8) | timeout -s KILL 12 curl -s "telnet://$HOST:$PORT" \
+    >/dev/null 2>&1 &
+PIDS="$PIDS $!"
+(head -c 3000 /dev/urandom; sleep 8) | timeout -s KILL 12 curl -s "telnet://$HOST:$PORT" \
+    >/dev/null 2>&1 &
+PIDS="$PIDS $!"
+sleep 0.3
+t0=$(date +%s%N)
+mc --tenant acme --job quick --cred "$(cred acme quick)"
+t1=$(date +%s%N)
+ms=$(( (t1 - t0) / 1000000 ))
+[ "$rc" = 0 ] && [ $ms -lt 1000 ]
+ok $? "a slow and a garbage HTTP client do not stall registration ($ms ms)" "$T/mc.out"
+is "$(scrape)" 200 "nor other scrapes"
+alive
+ok $? "the agent is still running"
+
+# A real Prometheus server scrapes the agent; its HTTP API answers the same totals.
+if ! command -v prometheus >/dev/null 2>&1; then
+    skip_rest 4 "prometheus not installed (Debian: prometheus)"
+    stop_agent
+    done_testing
+    exit $?
+fi
+start_prometheus() {
+    try=0
+    while [ $try -lt 5 ]; do
+        PPORT=$(( 20000 + ($(od -An -N2 -tu2 /dev/urandom) + try * 7919) % 40000 ))
+        cat >"$T/prom.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: shoald
+    static_configs:
+      - targets: ['$HTTP']
+EOF
+        rm -rf "$T/prom-data"
+        prometheus --config.file="$T/prom.yml" --storage.tsdb.path="$T/prom-data" \
+            --web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$T/prom.log" 2>&1 &
+        PROM_PID=$!
+        PIDS="$PIDS $PROM_PID"
+        i=0
+        while [ $i -lt 100 ]; do
+            if ! kill -0 "$PROM_PID" 2>/dev/null; then break; fi
+            curl -s -m 2 "http://127.0.0.1:$PPORT/-/ready" 2>/dev/null | grep -q Ready && return 0
+            sleep 0.2; i=$((i + 1))
+        done
+        kill -9 "$PROM_PID" 2>/dev/null
+        try=$((try + 1))
+    done
+    return 1
+}
+promq() { # promq QUERY: the value of the first result, or nothing
+    curl -s -m 5 -G "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" |
+        sed -n 's/.*"value":\[[0-9.e+]*,"\([^"]*\)"\].*/\1/p'
+}
+start_prometheus
+ok $? "a Prometheus server starts on loopback (port $PPORT)" "$T/prom.log"
+Q1="shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"train\",collective=\"allreduce\"}"
+Q2="sum(shoal_payload_bytes_total{tenant=\"acme\",shoal_job=\"train\",direction=\"sent\"})"
+i=0
+while [ $i -lt 150 ] && [ "$(promq "$Q1")" != 200 ]; do sleep 0.2; i=$((i + 1)); done
+is "$(promq "$Q1")" 200 "Prometheus's API answers the allreduce calls of acme/train"
+is "$(promq "$Q2")" 124460885 "and the payload bytes it sent (all transports)"
+is "$(promq 'up{job="shoald"}')" 1 "the target is up (its job label is Prometheus's own)"
+kill "$PROM_PID" 2>/dev/null
+wait "$PROM_PID" 2>/dev/null
+
+stop_agent
+done_testing

@@ -1,0 +1,156 @@
+#!/bin/sh
+# TAP test of shoald's registration socket: a good page is accepted; a wrong tenant claim, a
+# forged credential, an unknown tenant, an expired credential, a uid the tenant does not
+# allow, no credential, a malformed message, garbage bytes, a page of the wrong size, an
+# unsealed memfd, no descriptor, two descriptors are refused with a reason and counted (per
+# reason, per claimed tenant, per uid; the abuse rule flags the flood) while the agent keeps
+# running; silent and slow clients time out and do not stall others; the pidfd tells a
+# process's exit while its connection is still open; config errors name the line.
+. "$(dirname "$0")/agent_lib.sh"
+need_agent
+make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
+uid=$(id -u)
+
+# 1-3: the configuration file: --help-config, an unknown key, a bad value
+"$SHOALD" --help-config >"$T/help" 2>&1
+grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
+    grep -q '^ledger_url' "$T/help"
+ok $? "--help-config lists the keys with their meaning" "$T/help"
+printf 'listen=%s\n# comment\nbogus_key=1\n' "$T/x.sock" >"$T/bad.conf"
+timeout 10 "$SHOALD" -c "$T/bad.conf" >"$T/bad.out" 2>&1
+brc=$?
+[ $brc -eq 1 ] && grep -q "bad.conf:3: unknown key" "$T/bad.out"
+ok $? "an unknown key is an error naming the file and line" "$T/bad.out"
+printf 'tenant.acme.class=gold\n' >"$T/bad2.conf"
+timeout 10 "$SHOALD" -c "$T/bad2.conf" >"$T/bad.out" 2>&1
+[ $? -eq 1 ] && grep -q "bad2.conf:1: class must be reserved or spot" "$T/bad.out"
+ok $? "a bad tenant class is an error naming the line" "$T/bad.out"
+
+base_conf "$T/conf" "tenant.gamma.uids=$((uid + 4242))" "abuse_max_refused=5" \
+    "reg_timeout=500ms" "max_pending=8"
+start_agent "$T/conf"
+ok $? "the agent starts and writes its ready file" "$T/agent.log"
+[ -S "$SOCK" ] && [ "$(stat -c %a "$SOCK")" = 666 ] && [ "$(stat -c %a "$T/run")" = 755 ]
+ok $? "the socket is 0666 in a 0755 directory"
+
+ACME=$(cred acme train)
+mc --tenant acme --job train --cred "$ACME" --ngpus 2 --hold-stdin </dev/null
+is "$rc:$(status_of)" "0:0" "a page of tenant acme with acme's credential is accepted"
+
+# Refusals: each answered with a status and a reason, and the agent goes on.
+refuse() { # refuse WANT-STATUS REASON-GREP DESCRIPTION CLIENT-ARGS...
+    want=$1; grepr=$2; desc=$3; shift 3
+    mc "$@"
+    st=$(status_of)
+    if [ "$rc" = 1 ] && [ "$st" = "$want" ] && grep -q "$grepr" "$T/mc.out" && alive; then
+        ok 0 "$desc"
+    else
+        ok 1 "$desc (rc $rc, status '$st')" "$T/mc.out"
+    fi
+}
+BETA=$(cred beta infer)
+refuse -61 "claims tenant acme" "a rank of tenant beta claiming tenant acme is refused " \
+    --tenant acme --job infer --cred "$BETA"
+refuse -61 "claims tenant acme" \
+    "a rank claiming acme's job with another job's credential is refused" \
+    --tenant acme --job other --cred "$ACME"
+FORGED=$("$CREDTOOL" issue -k "$T/other.key" --tenant acme --job train 2>/dev/null)
+refuse -60 "does not verify" "a forged credential (signed with another key) is refused" \
+    --tenant acme --job train --cred "$FORGED"
+TAMPER=$(printf '%s' "$ACME" | sed 's/job=train/job=trainX/')
+refuse -60 "does not verify" "a credential whose fields were altered is refused" \
+    --tenant acme --job trainX --cred "$TAMPER"
+GHOST=$(cred ghost j1)
+refuse -61 "not served" "a credential of a tenant the agent does not serve is refused" \
+    --tenant ghost --job j1 --cred "$GHOST"
+OLD=$(cred acme train --expires @1000000000)
+refuse -61 "expired" "an expired credential is refused" --tenant acme --job train --cred "$OLD"
+GAMMA=$(cred gamma g1)
+refuse -61 "uid $uid may not" "a uid the tenant does not allow is refused" \
+    --tenant gamma --job g1 --cred "$GAMMA"
+refuse -61 "no credential" "a page claiming a tenant without a credential is refused" \
+    --tenant acme --job train
+refuse -61 "no credential" "a page without credential nor tenant is refused by default" \
+    --job anon
+refuse -1 "not a shoal_meter_reg_t" "garbage bytes are refused as malformed" \
+    --mode garbage --tenant acme --job train --cred "$ACME"
+refuse -1 "no page descriptor" "a registration without a descriptor is refused" \
+    --mode nofd --tenant acme --job train --cred "$ACME"
+refuse -1 "more than one descriptor" "a registration with two descriptors is refused" \
+    --mode twofds --tenant acme --job train --cred "$ACME"
+refuse -1 "8192 bytes" "a page of the wrong size is refused" \
+    --mode badsize --tenant acme --job train --cred "$ACME"
+refuse -1 "not sealed" "an unsealed memfd is refused" \
+    --mode unsealed --tenant acme --job train --cred "$ACME"
+refuse -1 "magic" "a page with a wrong magic is refused" \
+    --mode badmagic --tenant acme --job train --cred "$ACME"
+mc --mode shortclose --tenant acme --job train --cred "$ACME"
+sleep 0.2
+alive
+ok $? "a client that sends 5 bytes and leaves does not hurt the agent"
+refuse -20 "reg_timeout" "a slow client (a byte every 300 ms) is cut at reg_timeout" \
+    --mode slow --tenant acme --job train --cred "$ACME"
+
+# The counters of the refusals, per reason, per claimed tenant, per uid.
+scrape >/dev/null
+is "$(metric 'shoal_registrations_refused_total{reason="tenant_mismatch"}')" 2 \
+    "tenant_mismatch refusals counted"
+is "$(metric 'shoal_registrations_refused_total{reason="bad_credential"}')" 2 \
+    "bad_credential refusals counted"
+is "$(metric 'shoal_auth_failures_total{tenant="acme"}')" 3 \
+    "auth failures claiming acme counted (forged, altered, expired)"
+is "$(metric 'shoal_tenant_refusals_total{tenant="_unknown"}')" 10 \
+    "refusals with no configured tenant are folded into _unknown"
+is "$(metric "shoal_uid_refusals_total{uid=\"$uid\"}")" 17 "refusals counted per uid"
+is "$(metric 'shoal_abuse_flags_total{tenant="acme"}')" 1 \
+    "the abuse rule flags acme (more than 5 refusals claiming it in a minute)"
+grep -q "abuse: tenant acme flagged" "$T/agent.log"
+ok $? "the flag is in the log" "$T/agent.log"
+wait_metric 'shoal_ranks{tenant="acme",shoal_job="train"}' 0
+ok $? "the accepted rank has exited: no rank alive"
+
+# Silent clients fill the pending slots: a good registration still goes through at once (an
+# agent that waited on them would take 12 x reg_timeout; the bound leaves room for a loaded
+# machine).
+i=0
+while [ $i -lt 12 ]; do
+    timeout -s KILL 20 "$MC" --sock "$SOCK" --mode silent >/dev/null 2>&1 &
+    PIDS="$PIDS $!"
+    i=$((i + 1))
+done
+sleep 0.1
+t0=$(date +%s%N)
+mc --tenant acme --job train --cred "$ACME"
+t1=$(date +%s%N)
+ms=$(( (t1 - t0) / 1000000 ))
+[ "$rc" = 0 ] && [ $ms -lt 1000 ]
+ok $? "12 silent clients do not stall a registration (it took $ms ms)" "$T/mc.out"
+sleep 1
+scrape >/dev/null
+lim=$(metric 'shoal_registrations_refused_total{reason="limit"}')
+tmo=$(metric 'shoal_registrations_refused_total{reason="timeout"}')
+[ "$((lim + tmo))" -ge 12 ] && [ "$lim" -ge 4 ]
+ok $? "the silent clients were dropped (limit $lim, timeout $tmo)"
+
+# The pidfd: the process exits while a child keeps its connection open.
+mc --tenant acme --job pidjob --cred "$(cred acme pidjob)" --ngpus 1 --fork-holder 8
+is "$rc" 0 "a rank registers, forks a child holding the connection, exits"
+wait_metric 'shoal_ranks{tenant="acme",shoal_job="pidjob"}' 0
+ok $? "the agent notices the exit through the pidfd, the connection still open"
+grep -q "acme/pidjob (pid [0-9]*) exited" "$T/agent.log"
+ok $? "and says so in the log" "$T/agent.log"
+
+# Uncredentialed pages when the provider allows them.
+stop_agent
+base_conf "$T/conf2" "allow_uncredentialed=yes"
+start_agent "$T/conf2"
+mc --job anon
+is "$rc:$(status_of)" "0:0" \
+    "with allow_uncredentialed, a page without tenant or credential is accepted"
+refuse -61 "no credential" "but one that claims a tenant still needs a credential" \
+    --tenant acme --job train
+stop_agent
+is "$agent_rc" 0 "the agent stops cleanly on SIGTERM"
+[ ! -e "$SOCK" ]
+ok $? "and removes its socket"
+done_testing
