@@ -151,9 +151,8 @@ static void fuzz_concurrent(const uint8_t *c, uint8_t *s, size_t slen, fuzz_ctl_
     sin->sin_family = AF_INET;
     sin->sin_port = htons(40000);
     sin->sin_addr.s_addr = htonl(0xc0000263u); /* 192.0.2.99, the stranger */
-    if (c[0] & 0x10) {
-        shoal_tcp_config.hello_timeout_ms = 0;
-    }
+    /* whatever the environment says: the longest hello deadline (5 s), or none */
+    shoal_tcp_config.hello_timeout_ms = (c[0] & 0x10) ? 0 : 5000;
     st = shoal_oob_acceptor_create(fuzz_lfd, auth, fuzz_expect, ctl, &acc);
     shoal_tcp_config.hello_timeout_ms = saved_hello_ms;
     fuzz_require(st == SHOAL_OK);
