@@ -559,13 +559,30 @@ static shoal_oob_hs_t *shoal_oob_acceptor_slot(shoal_oob_acceptor_t *acc)
     return victim;
 }
 
+int shoal_oob_acceptor_add(shoal_oob_acceptor_t *acc, int fd,
+                           const struct sockaddr_storage *src)
+{
+    shoal_oob_hs_t *hs = shoal_oob_acceptor_slot(acc);
+    int one = 1;
+    if (hs == NULL) {
+        return 0;
+    }
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    memset(hs, 0, sizeof(*hs));
+    hs->fd = fd;
+    hs->state = SHOAL_OOB_HS_HELLO;
+    hs->len = SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES;
+    memcpy(&hs->src, src, sizeof(*src));
+    hs->start_ns = shoal_time_ns();
+    hs->deadline_ns = hs->start_ns + acc->hello_ns;
+    return 1;
+}
+
 static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
 {
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t slen = sizeof(ss);
-        shoal_oob_hs_t *hs;
-        int one = 1;
         int fd = accept4(acc->lfd, (struct sockaddr *)&ss, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) {
@@ -580,19 +597,9 @@ static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
             close(fd); /* logged by the breaker, once a minute */
             continue;
         }
-        hs = shoal_oob_acceptor_slot(acc);
-        if (hs == NULL) {
+        if (!shoal_oob_acceptor_add(acc, fd, &ss)) {
             close(fd);
-            continue;
         }
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        memset(hs, 0, sizeof(*hs));
-        hs->fd = fd;
-        hs->state = SHOAL_OOB_HS_HELLO;
-        hs->len = SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES;
-        memcpy(&hs->src, &ss, sizeof(ss));
-        hs->start_ns = shoal_time_ns();
-        hs->deadline_ns = hs->start_ns + acc->hello_ns;
     }
 }
 

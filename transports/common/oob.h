@@ -22,6 +22,7 @@
 #include "core/tl.h" /* SHOAL_SECRET_BYTES */
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 #define SHOAL_OOB_ADDR_BYTES 24
 #define SHOAL_OOB_NAME_MAX 64
@@ -87,6 +88,12 @@ SHOAL_HIDDEN shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_a
 /* A peer is expected from this address: the circuit breaker never refuses it (until destroy). */
 SHOAL_HIDDEN void shoal_oob_acceptor_trust(shoal_oob_acceptor_t *acc,
                                            const shoal_oob_addr_t *addr);
+/* An accepted connection fd (non-blocking) from src takes a handshake slot, evicting the
+ * oldest unauthenticated one when all are taken: 1, the acceptor now owns fd; 0 if no slot
+ * could be freed (fd is still the caller's). acceptor_next accepts from lfd through this; the
+ * fuzz target tests/fuzz/fuzz_oob_hs.c hands it one end of a socketpair. */
+SHOAL_HIDDEN int shoal_oob_acceptor_add(shoal_oob_acceptor_t *acc, int fd,
+                                        const struct sockaddr_storage *src);
 /* The next authenticated connection (expect() said yes at the hello and again at the end):
  * its fd (non-blocking, now the caller's) and rank. TIMEOUT, ABORTED or SYSTEM. */
 SHOAL_HIDDEN shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc,

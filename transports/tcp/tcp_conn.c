@@ -14,7 +14,7 @@
  * handshake within the communicator timeout; when every slot is taken, the oldest connection
  * that has not proved anything is closed (connectors reconnect when closed early); sources
  * that keep failing are refused by the circuit breaker (src/tenant/breaker.c). */
-#include "transports/tcp/tcp.h"
+#include "transports/tcp/tcp_hs.h"
 #include "tenant/breaker.h"
 
 #include <errno.h>
@@ -29,48 +29,6 @@
 #define SHOAL_TCP_RETRY_MS 20        /* first pause before connecting again after a refusal */
 #define SHOAL_TCP_READ_DEFAULT_MS 30000 /* handshake deadline when timeout_ms < 0 */
 #define SHOAL_TCP_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
-
-typedef enum {
-    SHOAL_TCP_HS_FREE = 0,
-    SHOAL_TCP_HS_RETRY,      /* connector: waiting to connect (again) */
-    SHOAL_TCP_HS_CONNECTING, /* connector: non-blocking connect in flight */
-    SHOAL_TCP_HS_C_HELLO,    /* connector: sending the hello */
-    SHOAL_TCP_HS_C_CHAL,     /* connector: reading the challenge */
-    SHOAL_TCP_HS_C_PROOF,    /* connector: sending its proof */
-    SHOAL_TCP_HS_C_ACK,      /* connector: reading the acceptor's proof */
-    SHOAL_TCP_HS_A_HELLO,    /* acceptor: reading the hello */
-    SHOAL_TCP_HS_A_CHAL,     /* acceptor: sending the challenge */
-    SHOAL_TCP_HS_A_PROOF,    /* acceptor: reading the proof */
-    SHOAL_TCP_HS_A_ACK,      /* acceptor: sending its proof */
-} shoal_tcp_hs_state_t;
-
-typedef struct {
-    int state;
-    int fd;
-    int ep_idx;                  /* -1 until known */
-    int sock_idx;
-    size_t off, len;             /* transfer within buf */
-    uint8_t buf[64];
-    uint8_t nc[SHOAL_TCP_NONCE_BYTES]; /* connector's nonce */
-    uint8_t na[SHOAL_TCP_NONCE_BYTES]; /* acceptor's nonce (the challenge) */
-    uint64_t time_ns;            /* acceptor: deadline; RETRY: when to connect */
-    uint64_t start_ns;           /* acceptor: when accepted (the oldest is evicted first) */
-    int retries;
-    int early_closes;            /* connector: closed by the acceptor before its proof */
-    int auth_closes;             /* connector: closed by the acceptor right after our proof */
-    char from[SHOAL_TCP_NAME_MAX]; /* acceptor: the remote address */
-    struct sockaddr_storage src; /* acceptor: the remote address, for the circuit breaker */
-} shoal_tcp_hs_t;
-
-typedef struct {
-    shoal_tl_ctx_t *ctx;
-    shoal_tcp_hs_t *slots;
-    int nslots;
-    int nneeded, nestablished;
-    uint64_t read_ns;            /* whole-handshake deadline of accepted sockets */
-    uint64_t hello_ns;           /* hello deadline of accepted sockets */
-    shoal_status_t status;       /* first fatal error */
-} shoal_tcp_conn_t;
 
 static int shoal_tcp_hs_sending(int state)
 {
@@ -214,7 +172,7 @@ static void shoal_tcp_hs_retry(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int e
                   (uint64_t)SHOAL_TCP_RETRY_MS * SHOAL_MIN(hs->retries, 10) * 1000000ull;
 }
 
-static void shoal_tcp_hs_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+void shoal_tcp_hs_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
     if (shoal_random_bytes(hs->nc, sizeof(hs->nc)) != SHOAL_OK) {
@@ -467,6 +425,19 @@ static shoal_tcp_hs_t *shoal_tcp_conn_slot(shoal_tcp_conn_t *conn)
     return shoal_tcp_conn_evict(conn);
 }
 
+void shoal_tcp_hs_accepted(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int fd,
+                           const struct sockaddr_storage *src, const char *from)
+{
+    memset(hs, 0, sizeof(*hs));
+    hs->fd = fd;
+    hs->ep_idx = -1;
+    snprintf(hs->from, sizeof(hs->from), "%s", from);
+    memcpy(&hs->src, src, sizeof(*src));
+    hs->start_ns = shoal_time_ns();
+    hs->time_ns = hs->start_ns + conn->hello_ns;
+    shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_HELLO, SHOAL_TCP_HELLO_BYTES);
+}
+
 static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
@@ -499,14 +470,7 @@ static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
             close(fd);
             continue;
         }
-        memset(hs, 0, sizeof(*hs));
-        hs->fd = fd;
-        hs->ep_idx = -1;
-        snprintf(hs->from, sizeof(hs->from), "%s", from);
-        memcpy(&hs->src, &ss, sizeof(ss));
-        hs->start_ns = shoal_time_ns();
-        hs->time_ns = hs->start_ns + conn->hello_ns;
-        shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_HELLO, SHOAL_TCP_HELLO_BYTES);
+        shoal_tcp_hs_accepted(conn, hs, fd, &ss, from);
     }
 }
 
@@ -575,7 +539,7 @@ static void shoal_tcp_hs_io_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, i
                          "handshake on socket %d", ep->peer, ep->name, cause, hs->sock_idx);
 }
 
-static void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint64_t now)
+void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint64_t now)
 {
     while (conn->status == SHOAL_OK) {
         int state = hs->state;
