@@ -112,10 +112,11 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
                                const char *what)
 {
     unsigned spins = ++*spins_p;
-    if (SHOAL_UNLIKELY(comm->fatal != SHOAL_OK)) {
-        return comm->fatal;
+    shoal_status_t fatal = shoal_comm_fatal(comm);
+    if (SHOAL_UNLIKELY(fatal != SHOAL_OK)) {
+        return fatal;
     }
-    if (SHOAL_UNLIKELY(comm->aborted)) {
+    if (SHOAL_UNLIKELY(shoal_comm_aborted(comm))) {
         return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
                                      "aborted by the application while %s", what);
     }
@@ -203,7 +204,8 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
             spins = 0;
             continue;
         }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 && !comm->aborted) {
+        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
+            !shoal_comm_aborted(comm)) {
             st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
         } else {
             snprintf(what, sizeof(what), "waiting for peer %d (%s)", peers[first],

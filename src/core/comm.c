@@ -117,14 +117,15 @@ shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t sta
     int first;
 
     pthread_mutex_lock(&comm->err_lock);
-    first = comm->fatal == SHOAL_OK;
+    first = shoal_comm_fatal(comm) == SHOAL_OK;
     if (first) {
         int n = snprintf(comm->last_error, sizeof(comm->last_error), "rank %d (%s): ",
                          comm->rank, shoal_hostname());
         va_start(ap, fmt);
         vsnprintf(comm->last_error + n, sizeof(comm->last_error) - (size_t)n, fmt, ap);
         va_end(ap);
-        comm->fatal = status;
+        /* Publishes the sentence: a reader that sees fatal (acquire) sees last_error. */
+        __atomic_store_n(&comm->fatal, status, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&comm->err_lock);
     if (first) {
@@ -142,10 +143,11 @@ shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t sta
 
 shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm)
 {
-    if (comm->fatal != SHOAL_OK) {
-        return comm->fatal;
+    shoal_status_t fatal = shoal_comm_fatal(comm);
+    if (fatal != SHOAL_OK) {
+        return fatal;
     }
-    return comm->aborted ? SHOAL_ERR_ABORTED : SHOAL_OK;
+    return shoal_comm_aborted(comm) ? SHOAL_ERR_ABORTED : SHOAL_OK;
 }
 
 /* ---- issue-order execution ---------------------------------------------------------- */
@@ -204,6 +206,7 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     pthread_mutex_init(&comm->err_lock, NULL);
     pthread_mutex_init(&comm->exec_lock, NULL);
     pthread_cond_init(&comm->exec_cond, NULL);
+    pthread_mutex_init(&comm->proxy_lock, NULL);
     if (cfg != NULL) {
         size_t n = cfg->size != 0 && cfg->size < sizeof(comm->cfg) ? cfg->size : sizeof(comm->cfg);
         memcpy(&comm->cfg, cfg, n);
@@ -656,6 +659,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     pthread_mutex_destroy(&comm->err_lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_cond_destroy(&comm->exec_cond);
+    pthread_mutex_destroy(&comm->proxy_lock);
     free(comm);
     return SHOAL_OK;
 }
@@ -666,7 +670,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
     if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
-    __atomic_store_n(&comm->aborted, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     (void)!write(comm->abort_efd, &one, sizeof(one));
     if (comm->shm != NULL && comm->shm->ops->notify != NULL) {
         comm->shm->ops->notify(comm->shm->ctx, comm->local_rank);
@@ -702,8 +706,9 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
     if (comm == NULL) {
         return "invalid communicator (NULL)";
     }
-    if (comm->fatal == SHOAL_OK) {
-        return comm->aborted ? "communicator aborted by the application" : "no error";
+    if (shoal_comm_fatal(comm) == SHOAL_OK) { /* acquire: the sentence is complete */
+        return shoal_comm_aborted(comm) ? "communicator aborted by the application"
+                                        : "no error";
     }
     return comm->last_error;
 }

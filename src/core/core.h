@@ -73,8 +73,10 @@ struct shoal_comm {
     shoal_chan_t *chans;       /* [nranks], self unused */
     uint32_t seq;              /* collective sequence number */
     int abort_efd;             /* eventfd: wakes pollers on abort */
-    volatile int aborted;      /* shoal_comm_abort() was called */
-    volatile shoal_status_t fatal; /* first communicator-fatal error, or SHOAL_OK */
+    /* Read by any thread: only through shoal_comm_aborted() / shoal_comm_fatal() (acquire).
+     * fatal is stored once, with release, after last_error is written (under err_lock). */
+    int aborted;               /* shoal_comm_abort() was called */
+    shoal_status_t fatal;      /* first communicator-fatal error, or SHOAL_OK */
     char last_error[SHOAL_ERRMSG_MAX];
     char tl_err[256];          /* transports write a failed request's cause here */
     pthread_mutex_t err_lock;
@@ -84,9 +86,22 @@ struct shoal_comm {
     uint64_t ticket_next;
     uint64_t ticket_serving;
     int ticket_waiters;        /* threads blocked in shoal_comm_ticket_wait (under exec_lock) */
-    struct shoal_proxy *proxy;
+    pthread_mutex_t proxy_lock; /* starts the proxy once (proxy.c) */
+    struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;
 };
+
+/* The sticky state any thread may read while another fails or aborts the communicator. A
+ * fatal status seen here comes with its sentence in last_error. */
+static inline shoal_status_t shoal_comm_fatal(const struct shoal_comm *comm)
+{
+    return __atomic_load_n(&comm->fatal, __ATOMIC_ACQUIRE);
+}
+
+static inline int shoal_comm_aborted(const struct shoal_comm *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
+}
 
 /* ---- communicator internals (comm.c) ---- */
 /* Records the first fatal error (sentence for shoal_comm_last_error), tells the transports

@@ -192,7 +192,7 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
     if (st == SHOAL_OK) {
         st = shoal_cuda_run_items(cc, t->items, t->n);
     }
-    if (st != SHOAL_OK && comm->fatal == SHOAL_OK) {
+    if (st != SHOAL_OK && shoal_comm_fatal(comm) == SHOAL_OK) {
         shoal_comm_set_failed(comm, shoal_status_is_fatal(st) ? st : SHOAL_ERR_ABORTED,
                               comm->rank, "rank %d: a stream-ordered collective failed: %s "
                               "(its stream was released with undefined results)", comm->rank,
