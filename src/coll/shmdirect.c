@@ -197,10 +197,12 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
 
     while (!cond(comm->coll, q, arg)) {
         char why[160];
+        int blamed = -1;
         if ((spins & 63) == 63 && comm->shm->ops->peer_check != NULL &&
-            comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why)) != SHOAL_OK) {
+            comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) !=
+                SHOAL_OK) {
             return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
-                                         shoal_comm_culprit(comm, why, peer),
+                                         shoal_comm_culprit(comm, blamed, peer),
                                          "peer %d (%s) failed: %s", peer,
                                          shoal_comm_peer_host(comm, peer), why);
         }

@@ -89,15 +89,11 @@ static int shoal_comm_dead_local_peer(struct shoal_comm *comm, int except)
     return -1;
 }
 
-int shoal_comm_culprit(struct shoal_comm *comm, const char *why, int peer)
+int shoal_comm_culprit(struct shoal_comm *comm, int blamed, int peer)
 {
-    const char *p = why != NULL ? strstr(why, "because of rank ") : NULL;
     int dead;
-    if (p != NULL) {
-        int r = atoi(p + strlen("because of rank "));
-        if (r >= 0 && r < comm->nranks) {
-            return r;
-        }
+    if (blamed >= 0 && blamed < comm->nranks) {
+        return blamed;
     }
     /* A peer that only closed its connection (it failed because of someone else, and its
      * notice did not reach us) while another process of this host is gone: that one. */

@@ -110,9 +110,10 @@ SHOAL_HIDDEN shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal
                                                   int culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 SHOAL_HIDDEN const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank);
-/* The rank that started a failure: an abort notice's sentence says "because of rank N"
- * (shoal_wire_check, transports' fail()); otherwise the peer that failed. */
-SHOAL_HIDDEN int shoal_comm_culprit(struct shoal_comm *comm, const char *why, int peer);
+/* The rank that started a failure: the rank the transport learnt from an abort notice
+ * (blamed, a request's culprit or peer_check's), when it is one of ours; otherwise a gone
+ * process of this host if the failed peer is alive; otherwise the peer that failed. */
+SHOAL_HIDDEN int shoal_comm_culprit(struct shoal_comm *comm, int blamed, int peer);
 /* Before any collective: SHOAL_OK or the sticky fatal / aborted status. */
 SHOAL_HIDDEN shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm);
 /* Issue-order execution: take a ticket, wait for it to be served, run, release. */

@@ -116,6 +116,7 @@ struct shoal_ep {
     uint64_t gone_ns;
     int gone_fresh;                    /* gone, not yet looked for an abort notice */
     int post_failed;                   /* isend refused on a gone ep: fail in progress */
+    int culprit;                       /* with status: the rank blamed, or -1 */
     char why[192];                     /* cause of the failure */
     int npending;
     /* connection setup */
@@ -198,7 +199,8 @@ static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick);
-SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                                   const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN void shoal_ucx_ep_close(shoal_ep_t *ep, int force);
