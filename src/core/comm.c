@@ -158,7 +158,9 @@ shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
 {
     if (__atomic_load_n(&comm->ticket_serving, __ATOMIC_ACQUIRE) != ticket) {
         pthread_mutex_lock(&comm->exec_lock);
-        comm->ticket_waiters++;
+        /* Atomic: shoal_comm_ticket_release reads it without the lock (seq_cst on both
+         * sides: either it sees this waiter, or this waiter sees its serving count). */
+        __atomic_fetch_add(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST) != ticket) {
             /* The call being served has its own deadline; this wait ends when it does. The
              * 10 ms cap only bounds the cost of a missed broadcast. */
@@ -171,7 +173,7 @@ shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
             }
             pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
         }
-        comm->ticket_waiters--;
+        __atomic_fetch_sub(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&comm->exec_lock);
     }
     return shoal_comm_check_usable(comm);

@@ -85,7 +85,7 @@ struct shoal_comm {
     pthread_cond_t exec_cond;
     uint64_t ticket_next;
     uint64_t ticket_serving;
-    int ticket_waiters;        /* threads blocked in shoal_comm_ticket_wait (under exec_lock) */
+    int ticket_waiters;        /* threads blocked in shoal_comm_ticket_wait (atomic) */
     pthread_mutex_t proxy_lock; /* starts the proxy once (proxy.c) */
     struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;

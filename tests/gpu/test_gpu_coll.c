@@ -280,8 +280,7 @@ static void stream_order(ctx_t *x)
     shoal_sleep_us(20000);
     bad |= (shoal_cuda_drv.cuStreamQuery(x->s) != CUDA_ERROR_NOT_READY) << 1;
     bad |= (t1 - t0 > 5.0) << 2;
-    *gate = 1;
-    __sync_synchronize();
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE); /* the stream (a thread here) polls it */
     CK(cuStreamSynchronize(x->s));
     expect_reduce(SHOAL_FLOAT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
     for (size_t i = 0; i < count; i++) {
