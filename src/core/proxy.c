@@ -31,7 +31,7 @@ struct shoal_proxy {
     pthread_cond_t cond;
     struct shoal_request *head;
     struct shoal_request *tail;
-    int stop;
+    int stop;                     /* atomic */
     void *ext;                    /* a layer's per-communicator state (src/cuda) */
     shoal_proxy_ext_fini_t ext_fini;
 };
@@ -73,7 +73,7 @@ static void *shoal_proxy_main(void *arg)
         }
         pthread_mutex_unlock(&px->lock);
         st = shoal_comm_ticket_wait(comm, req->ticket);
-        if (st == SHOAL_OK && !px->stop) {
+        if (st == SHOAL_OK && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
             st = req->fn(comm, req->arg);
         } else if (st == SHOAL_OK) {
             st = SHOAL_ERR_ABORTED; /* communicator destroyed with the request pending */
@@ -195,7 +195,7 @@ void shoal_proxy_stop(struct shoal_comm *comm)
         return;
     }
     pthread_mutex_lock(&px->lock);
-    px->stop = 1;
+    __atomic_store_n(&px->stop, 1, __ATOMIC_RELEASE); /* read without the lock, mid-queue */
     pthread_cond_signal(&px->cond);
     pthread_mutex_unlock(&px->lock);
     pthread_join(px->thread, NULL);
