@@ -176,9 +176,11 @@ SHOAL_EXPORT shoal_status_t shoal_group_end(void);
 SHOAL_EXPORT shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
                                              shoal_dtype_t dtype, shoal_op_t op,
                                              shoal_comm_t comm, shoal_request_t *req_p);
-/* *done_p = 1 and the request is freed when complete; its status is returned. */
-SHOAL_EXPORT shoal_status_t shoal_test(shoal_request_t req, int *done_p);
-SHOAL_EXPORT shoal_status_t shoal_wait(shoal_request_t req);
+/* Test or wait for *req_p. The call that finds the request complete frees it, sets *req_p to
+ * NULL and returns its status (*done_p = 1); a NULL *req_p is a completed request (done,
+ * SHOAL_OK), so a second test or wait is harmless. req_p == NULL: SHOAL_ERR_INVALID_ARG. */
+SHOAL_EXPORT shoal_status_t shoal_test(shoal_request_t *req_p, int *done_p);
+SHOAL_EXPORT shoal_status_t shoal_wait(shoal_request_t *req_p);
 
 #ifdef __cplusplus
 }

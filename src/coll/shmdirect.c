@@ -180,7 +180,7 @@ static void shoal_shmd_sleep(struct shoal_comm *comm, shoal_shmd_cond_fn_t cond,
 
     __atomic_store_n(&me->sleeping, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (!cond(comm->coll, q, arg) && !comm->aborted) {
+    if (!cond(comm->coll, q, arg) && !shoal_comm_aborted(comm)) {
         syscall(SYS_futex, &me->bell, FUTEX_WAIT, bell, &ts, NULL, 0);
     }
     __atomic_store_n(&me->sleeping, 0, __ATOMIC_RELAXED);
@@ -197,19 +197,22 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
 
     while (!cond(comm->coll, q, arg)) {
         char why[160];
+        int blamed = -1;
         if ((spins & 63) == 63 && comm->shm->ops->peer_check != NULL &&
-            comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why)) != SHOAL_OK) {
+            comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) !=
+                SHOAL_OK) {
             return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
-                                         shoal_comm_culprit(comm, why, peer),
+                                         shoal_comm_culprit(comm, blamed, peer),
                                          "peer %d (%s) failed: %s", peer,
                                          shoal_comm_peer_host(comm, peer), why);
         }
-        if (spins + 1 < comm->spin_count || comm->aborted || comm->fatal != SHOAL_OK) {
+        int stopping = shoal_comm_aborted(comm) || shoal_comm_fatal(comm) != SHOAL_OK;
+        if (spins + 1 < comm->spin_count || stopping) {
             /* The sentence is only needed when this idle step may fail (deadline checks come
              * every 256 steps); formatting it on every step would cost more than the wait. */
             char msg[160];
             const char *m = "waiting in the intra-node path";
-            if (((spins + 1) & 255) == 0 || comm->aborted || comm->fatal != SHOAL_OK) {
+            if (((spins + 1) & 255) == 0 || stopping) {
                 snprintf(msg, sizeof(msg), "for peer %d (%s) to say it %s", peer,
                          shoal_comm_peer_host(comm, peer), what);
                 m = msg;

@@ -25,14 +25,16 @@ static void shoal_chan_req_init(struct shoal_comm *comm, shoal_tl_req_t *req, vo
     req->hdr_done = 0;
     req->done = 0;
     req->status = SHOAL_OK;
+    req->culprit = -1;
     req->errbuf = comm->tl_err;
     req->errlen = sizeof(comm->tl_err);
 }
 
 static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
-                                             shoal_status_t st, const char *what)
+                                             const shoal_tl_req_t *req, shoal_status_t st,
+                                             const char *what)
 {
-    return shoal_comm_set_failed(comm, st, shoal_comm_culprit(comm, comm->tl_err, peer),
+    return shoal_comm_set_failed(comm, st, shoal_comm_culprit(comm, req->culprit, peer),
                                  "%s peer %d (%s) failed: %s", what, peer,
                                  shoal_comm_peer_host(comm, peer),
                                  comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(st));
@@ -46,7 +48,7 @@ shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *b
     shoal_chan_req_init(comm, req, (void *)buf, len, seq, step, chunk);
     st = ch->tl->ops->isend(ch->ep, req);
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
-        return shoal_chan_post_failed(comm, peer, st, "send to");
+        return shoal_chan_post_failed(comm, peer, req, st, "send to");
     }
     return SHOAL_OK;
 }
@@ -59,7 +61,7 @@ shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf, si
     shoal_chan_req_init(comm, req, buf, len, seq, step, chunk);
     st = ch->tl->ops->irecv(ch->ep, req);
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
-        return shoal_chan_post_failed(comm, peer, st, "receive from");
+        return shoal_chan_post_failed(comm, peer, req, st, "receive from");
     }
     return SHOAL_OK;
 }
@@ -112,10 +114,11 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
                                const char *what)
 {
     unsigned spins = ++*spins_p;
-    if (SHOAL_UNLIKELY(comm->fatal != SHOAL_OK)) {
-        return comm->fatal;
+    shoal_status_t fatal = shoal_comm_fatal(comm);
+    if (SHOAL_UNLIKELY(fatal != SHOAL_OK)) {
+        return fatal;
     }
-    if (SHOAL_UNLIKELY(comm->aborted)) {
+    if (SHOAL_UNLIKELY(shoal_comm_aborted(comm))) {
         return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
                                      "aborted by the application while %s", what);
     }
@@ -146,8 +149,8 @@ static shoal_status_t shoal_chan_req_failed(struct shoal_comm *comm, shoal_tl_re
                                             int peer)
 {
     const char *why = comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(req->status);
-    int culprit = shoal_comm_culprit(comm, why, peer);
-    if (culprit != peer && strstr(why, "because of rank ") == NULL) {
+    int culprit = shoal_comm_culprit(comm, req->culprit, peer);
+    if (culprit != peer && req->culprit < 0) { /* not blamed by a notice: a gone process */
         return shoal_comm_set_failed(comm, req->status, culprit,
                                      "peer %d (%s) failed: %s; the failure started at rank %d "
                                      "(%s), whose process is gone", peer,
@@ -203,7 +206,8 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
             spins = 0;
             continue;
         }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 && !comm->aborted) {
+        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
+            !shoal_comm_aborted(comm)) {
             st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
         } else {
             snprintf(what, sizeof(what), "waiting for peer %d (%s)", peers[first],

@@ -99,15 +99,11 @@ static int shoal_comm_dead_local_peer(struct shoal_comm *comm, int except)
     return -1;
 }
 
-int shoal_comm_culprit(struct shoal_comm *comm, const char *why, int peer)
+int shoal_comm_culprit(struct shoal_comm *comm, int blamed, int peer)
 {
-    const char *p = why != NULL ? strstr(why, "because of rank ") : NULL;
     int dead;
-    if (p != NULL) {
-        int r = atoi(p + strlen("because of rank "));
-        if (r >= 0 && r < comm->nranks) {
-            return r;
-        }
+    if (blamed >= 0 && blamed < comm->nranks) {
+        return blamed;
     }
     /* A peer that only closed its connection (it failed because of someone else, and its
      * notice did not reach us) while another process of this host is gone: that one. */
@@ -127,14 +123,15 @@ shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t sta
     int first;
 
     pthread_mutex_lock(&comm->err_lock);
-    first = comm->fatal == SHOAL_OK;
+    first = shoal_comm_fatal(comm) == SHOAL_OK;
     if (first) {
         int n = snprintf(comm->last_error, sizeof(comm->last_error), "rank %d (%s): ",
                          comm->rank, shoal_hostname());
         va_start(ap, fmt);
         vsnprintf(comm->last_error + n, sizeof(comm->last_error) - (size_t)n, fmt, ap);
         va_end(ap);
-        comm->fatal = status;
+        /* Publishes the sentence: a reader that sees fatal (acquire) sees last_error. */
+        __atomic_store_n(&comm->fatal, status, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&comm->err_lock);
     if (first) {
@@ -152,10 +149,11 @@ shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t sta
 
 shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm)
 {
-    if (comm->fatal != SHOAL_OK) {
-        return comm->fatal;
+    shoal_status_t fatal = shoal_comm_fatal(comm);
+    if (fatal != SHOAL_OK) {
+        return fatal;
     }
-    return comm->aborted ? SHOAL_ERR_ABORTED : SHOAL_OK;
+    return shoal_comm_aborted(comm) ? SHOAL_ERR_ABORTED : SHOAL_OK;
 }
 
 /* ---- issue-order execution ---------------------------------------------------------- */
@@ -170,7 +168,9 @@ shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
 {
     if (__atomic_load_n(&comm->ticket_serving, __ATOMIC_ACQUIRE) != ticket) {
         pthread_mutex_lock(&comm->exec_lock);
-        comm->ticket_waiters++;
+        /* Atomic: shoal_comm_ticket_release reads it without the lock (seq_cst on both
+         * sides: either it sees this waiter, or this waiter sees its serving count). */
+        __atomic_fetch_add(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST) != ticket) {
             /* The call being served has its own deadline; this wait ends when it does. The
              * 10 ms cap only bounds the cost of a missed broadcast. */
@@ -183,7 +183,7 @@ shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
             }
             pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
         }
-        comm->ticket_waiters--;
+        __atomic_fetch_sub(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&comm->exec_lock);
     }
     return shoal_comm_check_usable(comm);
@@ -214,6 +214,7 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     pthread_mutex_init(&comm->err_lock, NULL);
     pthread_mutex_init(&comm->exec_lock, NULL);
     pthread_cond_init(&comm->exec_cond, NULL);
+    pthread_mutex_init(&comm->proxy_lock, NULL);
     if (cfg != NULL) {
         size_t n = cfg->size != 0 && cfg->size < sizeof(comm->cfg) ? cfg->size : sizeof(comm->cfg);
         memcpy(&comm->cfg, cfg, n);
@@ -712,6 +713,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     pthread_mutex_destroy(&comm->err_lock);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_cond_destroy(&comm->exec_cond);
+    pthread_mutex_destroy(&comm->proxy_lock);
     shoal_secret_wipe(comm->secret, sizeof(comm->secret));
     free(comm);
     return SHOAL_OK;
@@ -723,7 +725,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
     if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
-    __atomic_store_n(&comm->aborted, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     (void)!write(comm->abort_efd, &one, sizeof(one));
     if (comm->shm != NULL && comm->shm->ops->notify != NULL) {
         comm->shm->ops->notify(comm->shm->ctx, comm->local_rank);
@@ -759,8 +761,9 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
     if (comm == NULL) {
         return "invalid communicator (NULL)";
     }
-    if (comm->fatal == SHOAL_OK) {
-        return comm->aborted ? "communicator aborted by the application" : "no error";
+    if (shoal_comm_fatal(comm) == SHOAL_OK) { /* acquire: the sentence is complete */
+        return shoal_comm_aborted(comm) ? "communicator aborted by the application"
+                                        : "no error";
     }
     return comm->last_error;
 }

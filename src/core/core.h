@@ -82,8 +82,10 @@ struct shoal_comm {
     shoal_chan_t *chans;       /* [nranks], self unused */
     uint32_t seq;              /* collective sequence number */
     int abort_efd;             /* eventfd: wakes pollers on abort */
-    volatile int aborted;      /* shoal_comm_abort() was called */
-    volatile shoal_status_t fatal; /* first communicator-fatal error, or SHOAL_OK */
+    /* Read by any thread: only through shoal_comm_aborted() / shoal_comm_fatal() (acquire).
+     * fatal is stored once, with release, after last_error is written (under err_lock). */
+    int aborted;               /* shoal_comm_abort() was called */
+    shoal_status_t fatal;      /* first communicator-fatal error, or SHOAL_OK */
     char last_error[SHOAL_ERRMSG_MAX];
     char tl_err[256];          /* transports write a failed request's cause here */
     pthread_mutex_t err_lock;
@@ -92,10 +94,23 @@ struct shoal_comm {
     pthread_cond_t exec_cond;
     uint64_t ticket_next;
     uint64_t ticket_serving;
-    int ticket_waiters;        /* threads blocked in shoal_comm_ticket_wait (under exec_lock) */
-    struct shoal_proxy *proxy;
+    int ticket_waiters;        /* threads blocked in shoal_comm_ticket_wait (atomic) */
+    pthread_mutex_t proxy_lock; /* starts the proxy once (proxy.c) */
+    struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;
 };
+
+/* The sticky state any thread may read while another fails or aborts the communicator. A
+ * fatal status seen here comes with its sentence in last_error. */
+static inline shoal_status_t shoal_comm_fatal(const struct shoal_comm *comm)
+{
+    return __atomic_load_n(&comm->fatal, __ATOMIC_ACQUIRE);
+}
+
+static inline int shoal_comm_aborted(const struct shoal_comm *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
+}
 
 /* ---- communicator internals (comm.c) ---- */
 /* Records the first fatal error (sentence for shoal_comm_last_error), tells the transports
@@ -104,9 +119,10 @@ SHOAL_HIDDEN shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal
                                                   int culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 SHOAL_HIDDEN const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank);
-/* The rank that started a failure: an abort notice's sentence says "because of rank N"
- * (shoal_wire_check, transports' fail()); otherwise the peer that failed. */
-SHOAL_HIDDEN int shoal_comm_culprit(struct shoal_comm *comm, const char *why, int peer);
+/* The rank that started a failure: the rank the transport learnt from an abort notice
+ * (blamed, a request's culprit or peer_check's), when it is one of ours; otherwise a gone
+ * process of this host if the failed peer is alive; otherwise the peer that failed. */
+SHOAL_HIDDEN int shoal_comm_culprit(struct shoal_comm *comm, int blamed, int peer);
 /* Before any collective: SHOAL_OK or the sticky fatal / aborted status. */
 SHOAL_HIDDEN shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm);
 /* Issue-order execution: take a ticket, wait for it to be served, run, release. */

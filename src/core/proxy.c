@@ -1,7 +1,8 @@
 /*
  * The proxy thread: runs a communicator's shoal_i* calls in issue order (tickets shared with
- * blocking calls), so the caller's thread returns at once. Started on first use. Requests
- * outlive the communicator safely: shoal_test/shoal_wait touch only the request.
+ * blocking calls), so the caller's thread returns at once. Started once, on first use, under
+ * the communicator's proxy_lock (several threads may make their first call at once).
+ * Requests outlive the communicator safely: shoal_test/shoal_wait touch only the request.
  */
 #include "core/core.h"
 
@@ -24,12 +25,13 @@ struct shoal_request {
 };
 
 struct shoal_proxy {
+    struct shoal_comm *comm;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct shoal_request *head;
     struct shoal_request *tail;
-    int stop;
+    int stop;                     /* atomic */
     void *ext;                    /* a layer's per-communicator state (src/cuda) */
     shoal_proxy_ext_fini_t ext_fini;
 };
@@ -51,8 +53,8 @@ static void shoal_proxy_complete(struct shoal_request *req, shoal_status_t st)
 
 static void *shoal_proxy_main(void *arg)
 {
-    struct shoal_comm *comm = arg;
-    struct shoal_proxy *px = comm->proxy;
+    struct shoal_proxy *px = arg;
+    struct shoal_comm *comm = px->comm;
 
     pthread_mutex_lock(&px->lock);
     for (;;) {
@@ -71,7 +73,7 @@ static void *shoal_proxy_main(void *arg)
         }
         pthread_mutex_unlock(&px->lock);
         st = shoal_comm_ticket_wait(comm, req->ticket);
-        if (st == SHOAL_OK && !px->stop) {
+        if (st == SHOAL_OK && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
             st = req->fn(comm, req->arg);
         } else if (st == SHOAL_OK) {
             st = SHOAL_ERR_ABORTED; /* communicator destroyed with the request pending */
@@ -84,26 +86,46 @@ static void *shoal_proxy_main(void *arg)
     return NULL;
 }
 
-static shoal_status_t shoal_proxy_start(struct shoal_comm *comm)
+/* Starts the proxy unless it runs; returns it in *px_p. Readers that see comm->proxy set
+ * (acquire) see it fully initialised (the release store below). */
+static shoal_status_t shoal_proxy_get(struct shoal_comm *comm, struct shoal_proxy **px_p)
 {
-    struct shoal_proxy *px = calloc(1, sizeof(*px));
+    struct shoal_proxy *px = __atomic_load_n(&comm->proxy, __ATOMIC_ACQUIRE);
+    shoal_status_t st = SHOAL_OK;
     int ret;
-    if (px == NULL) {
-        return SHOAL_ERR_NO_MEMORY;
+
+    if (SHOAL_LIKELY(px != NULL)) {
+        *px_p = px;
+        return SHOAL_OK;
     }
+    pthread_mutex_lock(&comm->proxy_lock);
+    px = __atomic_load_n(&comm->proxy, __ATOMIC_ACQUIRE);
+    if (px != NULL) {
+        goto out; /* another thread started it meanwhile */
+    }
+    px = calloc(1, sizeof(*px));
+    if (px == NULL) {
+        st = SHOAL_ERR_NO_MEMORY;
+        goto out;
+    }
+    px->comm = comm;
     pthread_mutex_init(&px->lock, NULL);
     pthread_cond_init(&px->cond, NULL);
-    comm->proxy = px;
-    ret = pthread_create(&px->thread, NULL, shoal_proxy_main, comm);
+    ret = pthread_create(&px->thread, NULL, shoal_proxy_main, px);
     if (ret != 0) {
         shoal_error(CORE, "pthread_create for the proxy thread failed: %s", strerror(ret));
-        comm->proxy = NULL;
         pthread_mutex_destroy(&px->lock);
         pthread_cond_destroy(&px->cond);
         free(px);
-        return SHOAL_ERR_SYSTEM;
+        px = NULL;
+        st = SHOAL_ERR_SYSTEM;
+        goto out;
     }
-    return SHOAL_OK;
+    __atomic_store_n(&comm->proxy, px, __ATOMIC_RELEASE);
+out:
+    pthread_mutex_unlock(&comm->proxy_lock);
+    *px_p = px;
+    return st;
 }
 
 static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_proxy_fn_t fn,
@@ -113,10 +135,7 @@ static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_proxy_f
     struct shoal_request *req;
     struct shoal_proxy *px;
 
-    if (comm->proxy == NULL) {
-        SHOAL_CHECK(shoal_proxy_start(comm));
-    }
-    px = comm->proxy;
+    SHOAL_CHECK(shoal_proxy_get(comm, &px));
     req = calloc(1, sizeof(*req) + arglen);
     if (req == NULL) {
         return SHOAL_ERR_NO_MEMORY;
@@ -157,10 +176,9 @@ shoal_status_t shoal_proxy_post_detached(struct shoal_comm *comm, shoal_proxy_fn
 
 shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **ext_p)
 {
-    if (comm->proxy == NULL) {
-        SHOAL_CHECK(shoal_proxy_start(comm));
-    }
-    *ext_p = comm->proxy->ext;
+    struct shoal_proxy *px;
+    SHOAL_CHECK(shoal_proxy_get(comm, &px));
+    *ext_p = px->ext;
     return SHOAL_OK;
 }
 
@@ -177,7 +195,7 @@ void shoal_proxy_stop(struct shoal_comm *comm)
         return;
     }
     pthread_mutex_lock(&px->lock);
-    px->stop = 1;
+    __atomic_store_n(&px->stop, 1, __ATOMIC_RELEASE); /* read without the lock, mid-queue */
     pthread_cond_signal(&px->cond);
     pthread_mutex_unlock(&px->lock);
     pthread_join(px->thread, NULL);
@@ -197,12 +215,20 @@ static void shoal_request_free(struct shoal_request *req)
     free(req);
 }
 
-shoal_status_t shoal_test(shoal_request_t req, int *done_p)
+/* A request handle is freed by the call that sees it complete, which sets it to NULL (as MPI
+ * does): a second test or wait on the same handle finds NULL, a completed request. */
+shoal_status_t shoal_test(shoal_request_t *req_p, int *done_p)
 {
+    struct shoal_request *req;
     int done;
     shoal_status_t st;
-    if (req == NULL || done_p == NULL) {
+    if (req_p == NULL || done_p == NULL) {
         return SHOAL_ERR_INVALID_ARG;
+    }
+    req = *req_p;
+    if (req == NULL) {
+        *done_p = 1;
+        return SHOAL_OK;
     }
     pthread_mutex_lock(&req->lock);
     done = req->done;
@@ -212,15 +238,21 @@ shoal_status_t shoal_test(shoal_request_t req, int *done_p)
     if (!done) {
         return SHOAL_OK;
     }
+    *req_p = NULL;
     shoal_request_free(req);
     return st;
 }
 
-shoal_status_t shoal_wait(shoal_request_t req)
+shoal_status_t shoal_wait(shoal_request_t *req_p)
 {
+    struct shoal_request *req;
     shoal_status_t st;
-    if (req == NULL) {
+    if (req_p == NULL) {
         return SHOAL_ERR_INVALID_ARG;
+    }
+    req = *req_p;
+    if (req == NULL) {
+        return SHOAL_OK;
     }
     /* The operation has its own deadline (SHOAL_TIMEOUT_MS) and always completes. */
     pthread_mutex_lock(&req->lock);
@@ -229,6 +261,7 @@ shoal_status_t shoal_wait(shoal_request_t req)
     }
     st = req->status;
     pthread_mutex_unlock(&req->lock);
+    *req_p = NULL;
     shoal_request_free(req);
     return st;
 }

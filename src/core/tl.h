@@ -7,7 +7,7 @@
 
 #include <pthread.h>
 
-#define SHOAL_TL_ABI_VERSION 1
+#define SHOAL_TL_ABI_VERSION 2 /* 2: requests carry the culprit rank, peer_check returns it */
 /* Bytes of a transport address in the bootstrap table. 1024: a UCX worker address with tcp on
  * a few interfaces plus shared memory is ~220 bytes here, several HCAs take it past 256. */
 #define SHOAL_TL_ADDR_MAX 1024
@@ -38,6 +38,8 @@ typedef struct shoal_tl_req {
     int hdr_done;                 /* transport bookkeeping */
     volatile int done;            /* set to 1 by the transport on completion */
     shoal_status_t status;        /* valid once done */
+    int culprit;                  /* failed: the rank that started the communicator's failure,
+                                   * as the transport learnt it (an abort notice), or -1 */
     char *errbuf;                 /* optional: the transport writes the cause here on error */
     size_t errlen;
 } shoal_tl_req_t;
@@ -49,6 +51,7 @@ static inline void shoal_tl_req_start(shoal_tl_req_t *req)
     req->off = 0;
     req->hdr_done = 0;
     req->status = SHOAL_IN_PROGRESS;
+    req->culprit = -1;
     req->done = 0;
 }
 
@@ -90,8 +93,10 @@ typedef struct shoal_tl_ops {
     /* Optional: wake the local peer if it sleeps in wait() (after writing its shared area). */
     void (*notify)(shoal_tl_ctx_t *ctx, int local_rank);
     /* Optional: 0 if the local peer process is alive and has not failed its communicator;
-     * otherwise SHOAL_ERR_PEER_FAILED and a sentence in why. Cheap (may be rate limited). */
-    shoal_status_t (*peer_check)(shoal_tl_ctx_t *ctx, int local_rank, char *why, size_t len);
+     * otherwise SHOAL_ERR_PEER_FAILED, a sentence in why and in *culprit_p the rank that peer
+     * blamed (-1: none, it died). Cheap (may be rate limited). */
+    shoal_status_t (*peer_check)(shoal_tl_ctx_t *ctx, int local_rank, char *why, size_t len,
+                                 int *culprit_p);
     void (*fini)(shoal_tl_ctx_t *ctx);
 } shoal_tl_ops_t;
 

@@ -70,3 +70,12 @@ shoal_status_t shoal_wire_check(const shoal_wire_hdr_t *expect, const shoal_wire
     }
     return SHOAL_OK;
 }
+
+int shoal_wire_culprit(const shoal_wire_hdr_t *got)
+{
+    if (got->magic != SHOAL_WIRE_MAGIC || got->type != SHOAL_WIRE_ABORT ||
+        got->chunk > (uint32_t)INT32_MAX) {
+        return -1;
+    }
+    return (int)got->chunk;
+}

@@ -33,5 +33,8 @@ SHOAL_HIDDEN void shoal_wire_decode(const uint8_t in[SHOAL_WIRE_HDR_BYTES], shoa
 SHOAL_HIDDEN shoal_status_t shoal_wire_check(const shoal_wire_hdr_t *expect,
                                              const shoal_wire_hdr_t *got, char *why,
                                              size_t whylen);
+/* The rank an abort notice blames (its chunk field), or -1 for any other header. The caller
+ * checks the range against its communicator. */
+SHOAL_HIDDEN int shoal_wire_culprit(const shoal_wire_hdr_t *got);
 
 #endif

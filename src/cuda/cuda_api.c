@@ -3,8 +3,10 @@
  *
  * A stream-ordered call (stream != NULL) takes a task number seq and enqueues two things on
  * the caller's stream: a start signal (cuStreamWriteValue32 of seq into a host-mapped flag of
- * slot seq % SLOTS, or a host function that stores it) and a wait (cuStreamWaitValue32 until
- * the host-mapped done word reaches seq, or a host function that blocks until it does). It
+ * slot seq % SLOTS, or a host function that stores it and returns) and a wait
+ * (cuStreamWaitValue32 until the host-mapped done word reaches seq, or the one-thread kernel
+ * shoal_stream_wait polling that word; never a host function that blocks: it would hold the
+ * driver's callback thread, and every host function of every stream behind it). It
  * then posts a detached proxy task, in ticket order with every other call of the
  * communicator, and returns. The proxy waits for the start flag (the stream reached the
  * call), runs the batch (staging pipeline, IPC kernels or NCCL on internal streams), waits for
@@ -101,24 +103,25 @@ static volatile uint32_t *shoal_cuda_start_flag(shoal_cuda_comm_t *cc, uint64_t 
     return cc->flags + (1 + seq % SHOAL_CUDA_FLAG_SLOTS) * SHOAL_CUDA_FLAG_STRIDE;
 }
 
+/* Never blocks: stores the start flag; the slot is free again once it returned. */
 static void CUDA_CB shoal_cuda_hostfn_start(void *arg)
 {
     struct shoal_cuda_hostfn_slot *s = arg;
     __atomic_store_n(shoal_cuda_start_flag(s->cc, s->seq), (uint32_t)s->seq, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
 }
 
-static void CUDA_CB shoal_cuda_hostfn_wait(void *arg)
+/* The wait of task seq without stream memory operations: shoal_stream_wait on the done word,
+ * bounded by the communicator's timeout. */
+static shoal_status_t shoal_cuda_stream_wait_kernel(shoal_cuda_comm_t *cc, CUstream stream,
+                                                    uint64_t seq)
 {
-    struct shoal_cuda_hostfn_slot *s = arg;
-    uint64_t deadline = shoal_deadline_ns(s->timeout_ms);
-    unsigned spins = 0;
-    while (__atomic_load_n(&s->cc->done, __ATOMIC_ACQUIRE) < s->seq &&
-           !shoal_deadline_passed(deadline)) {
-        if (++spins > 64) {
-            shoal_sleep_us(20);
-        }
-    }
-    __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+    CUdeviceptr word = cc->dflags;
+    unsigned int seq32 = (unsigned int)seq;
+    unsigned long long timeout_ns =
+        cc->comm->timeout_ms < 0 ? ~0ull : (unsigned long long)cc->comm->timeout_ms * 1000000ull;
+    void *params[] = {&word, &seq32, &timeout_ns};
+    return SHOAL_CU(cuLaunchKernel, (cc->wait_fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
 }
 
 /* Enqueues the start signal and the completion wait of task seq on stream. */
@@ -139,11 +142,9 @@ static shoal_status_t shoal_cuda_stream_enqueue(shoal_cuda_comm_t *cc, CUstream 
             return SHOAL_ERR_NO_MEMORY;
         }
     }
-    cc->hslots[slot] = (struct shoal_cuda_hostfn_slot){.cc = cc, .seq = seq,
-                                                       .timeout_ms = cc->comm->timeout_ms,
-                                                       .busy = 1};
+    cc->hslots[slot] = (struct shoal_cuda_hostfn_slot){.cc = cc, .seq = seq, .busy = 1};
     SHOAL_CHECK(SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_start, &cc->hslots[slot])));
-    return SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_wait, &cc->hslots[slot]));
+    return shoal_cuda_stream_wait_kernel(cc, stream, seq);
 }
 
 /* Waits until the flag slot of seq is free (the task SLOTS before it completed). */
@@ -192,7 +193,7 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
     if (st == SHOAL_OK) {
         st = shoal_cuda_run_items(cc, t->items, t->n);
     }
-    if (st != SHOAL_OK && comm->fatal == SHOAL_OK) {
+    if (st != SHOAL_OK && shoal_comm_fatal(comm) == SHOAL_OK) {
         shoal_comm_set_failed(comm, shoal_status_is_fatal(st) ? st : SHOAL_ERR_ABORTED,
                               comm->rank, "rank %d: a stream-ordered collective failed: %s "
                               "(its stream was released with undefined results)", comm->rank,

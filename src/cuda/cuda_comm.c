@@ -60,7 +60,7 @@ static shoal_status_t shoal_cuda_comm_kernels(shoal_cuda_comm_t *cc)
             SHOAL_CHECK(SHOAL_CU(cuModuleGetFunction, (&cc->fns[d][o], cc->module, name)));
         }
     }
-    return SHOAL_OK;
+    return SHOAL_CU(cuModuleGetFunction, (&cc->wait_fn, cc->module, SHOAL_CUDA_WAIT_KERNEL));
 }
 
 static shoal_status_t shoal_cuda_comm_memory(shoal_cuda_comm_t *cc)
@@ -93,8 +93,8 @@ static shoal_status_t shoal_cuda_comm_memory(shoal_cuda_comm_t *cc)
 static shoal_cuda_comm_t *shoal_cuda_comm_kept;
 
 /* 1 once the user streams went past the signals of every task issued (the last SLOTS can be
- * outstanding): the start flag carries the task's number (memops), or its wait host function
- * returned (hostfn). */
+ * outstanding): the start flag carries the task's number (memops), or its start host function
+ * ran (hostfn). The wait behind either ends at once: the drain stored done = issued. */
 static int shoal_cuda_comm_streams_passed(shoal_cuda_comm_t *cc)
 {
     uint64_t first =

@@ -17,7 +17,7 @@ typedef enum {
 typedef enum {
     SHOAL_CUDA_SYNC_AUTO = 0,    /* memops where the device supports them, else hostfn */
     SHOAL_CUDA_SYNC_MEMOPS,      /* cuStreamWriteValue32 / cuStreamWaitValue32 on host flags */
-    SHOAL_CUDA_SYNC_HOSTFN       /* cuLaunchHostFunc (the wait blocks a driver thread) */
+    SHOAL_CUDA_SYNC_HOSTFN       /* a host function signals the start, a kernel waits */
 } shoal_cuda_sync_t;
 
 typedef struct {
@@ -44,13 +44,13 @@ typedef struct {
 
 struct shoal_cuda_comm;
 
-/* The argument of the host functions that signal a stream task (SHOAL_CUDA_SYNC=hostfn). */
+/* The argument of the host function that signals a stream task's start
+ * (SHOAL_CUDA_SYNC=hostfn; the kernel shoal_stream_wait then waits for its end). */
 struct shoal_cuda_hostfn_slot {
-    struct shoal_cuda_comm *cc; /* only its flags and done word are read (it may outlive its
+    struct shoal_cuda_comm *cc; /* only its flags are written (it may outlive its
                                  * communicator: cuda_comm.c keeps it then) */
     uint64_t seq;
-    int timeout_ms;
-    int busy;                   /* the wait host function of seq has not returned yet */
+    int busy;                   /* the start host function of seq has not run yet */
 };
 
 typedef struct shoal_cuda_comm {
@@ -63,6 +63,7 @@ typedef struct shoal_cuda_comm {
     char busid[32];
     CUmodule module;
     CUfunction fns[SHOAL_DTYPE_COUNT][4];
+    CUfunction wait_fn;          /* shoal_stream_wait (SHOAL_CUDA_SYNC=hostfn) */
     CUstream d2h, h2d, kern;     /* internal non-blocking streams */
     CUevent ev[2][SHOAL_PIPE_MAX_SLOTS];
     uint8_t *staging;            /* pinned, staging_size bytes */

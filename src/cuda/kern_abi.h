@@ -18,4 +18,10 @@ typedef struct {
 #define SHOAL_CUDA_DTYPE_NAMES {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64"}
 #define SHOAL_CUDA_OP_NAMES {"sum", "prod", "min", "max", "sum"}
 
+/* The stream-side wait of SHOAL_CUDA_SYNC=hostfn (no stream memory operations): one thread
+ * polls a host-mapped word until it reaches seq (cyclic 32-bit >=, as
+ * CU_STREAM_WAIT_VALUE_GEQ) or timeout_ns passed (~0: never). Its parameters:
+ * (const unsigned int *word, unsigned int seq, unsigned long long timeout_ns). */
+#define SHOAL_CUDA_WAIT_KERNEL "shoal_stream_wait"
+
 #endif

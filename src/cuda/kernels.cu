@@ -6,7 +6,8 @@
  * aligned (vec != 0), a scalar tail, grid-stride loops (the host sizes the grid from the SM
  * count). Compiled by nvcc into a fatbin that libshoal embeds and loads with
  * cuModuleLoadData (src/cuda/Makefile.inc); launched through cuLaunchKernel by name
- * "shoal_reduce_<dtype>_<op>" (cuda_kern.c). No runtime API, no host code.
+ * "shoal_reduce_<dtype>_<op>" (cuda_kern.c). No runtime API, no host code. Also the
+ * stream-side wait of SHOAL_CUDA_SYNC=hostfn (shoal_stream_wait, at the end).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -148,3 +149,61 @@ SHOAL_KERNELS_OF(f16, __half)
 SHOAL_KERNELS_OF(bf16, __nv_bfloat16)
 SHOAL_KERNELS_OF(f32, float)
 SHOAL_KERNELS_OF(f64, double)
+
+/* ---- the stream-side wait (SHOAL_CUDA_SYNC=hostfn) ---------------------------------------- */
+
+/* tests/gpu/fakecuda_kern.cc compiles this file for the host (no __CUDA_ARCH__): the clock,
+ * the pause and the load come from the emulation there. */
+#ifndef __CUDA_ARCH__
+extern "C" unsigned long long fakecuda_kern_now_ns(void);
+extern "C" void fakecuda_kern_pause(void);
+extern "C" unsigned int fakecuda_kern_load(const unsigned int *word);
+#endif
+
+static __device__ __forceinline__ unsigned long long shoal_kern_now_ns()
+{
+#ifdef __CUDA_ARCH__
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    return fakecuda_kern_now_ns();
+#endif
+}
+
+static __device__ __forceinline__ unsigned int shoal_kern_load(const unsigned int *word)
+{
+#ifdef __CUDA_ARCH__
+    return *(const volatile unsigned int *)word; /* host-mapped: every read goes to the host */
+#else
+    return fakecuda_kern_load(word);
+#endif
+}
+
+static __device__ __forceinline__ void shoal_kern_pause()
+{
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(1000);
+#endif
+#else
+    fakecuda_kern_pause();
+#endif
+}
+
+/* Holds its stream (one thread of one block, sleeping between polls) until the proxy stored
+ * seq into the done word, or the communicator's timeout passed: the stream is then released
+ * with undefined results, as with the stream memory operations. The host function launched
+ * before it only stores the start flag: no host function ever waits (a blocked host function
+ * holds the driver's callback thread, and every stream's host functions behind it). */
+extern "C" __global__ void __launch_bounds__(1, 1)
+    shoal_stream_wait(const unsigned int *word, unsigned int seq, unsigned long long timeout_ns)
+{
+    const unsigned long long t0 = shoal_kern_now_ns();
+    while ((int)(shoal_kern_load(word) - seq) < 0) {
+        if (timeout_ns != ~0ull && shoal_kern_now_ns() - t0 > timeout_ns) {
+            break;
+        }
+        shoal_kern_pause();
+    }
+}

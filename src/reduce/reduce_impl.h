@@ -24,9 +24,11 @@ typedef double __attribute__((aligned(1), may_alias)) shoal_f64u_t;
 
 /* x86-64: one AVX2 clone of every generic kernel besides the baseline one, picked by the
  * loader (ifunc), so a generic build still runs 256-bit vectors where the CPU has them.
- * -DSHOAL_REDUCE_NO_SIMD builds what other architectures get (portable C only). */
+ * -DSHOAL_REDUCE_NO_SIMD builds what other architectures get (portable C only), and so does a
+ * ThreadSanitizer build: the ifunc resolvers run during relocation, before the sanitizer's
+ * runtime is up, and their instrumented entry crashes the process (GCC 12). */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && \
-    !defined(SHOAL_REDUCE_NO_SIMD)
+    !defined(SHOAL_REDUCE_NO_SIMD) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define SHOAL_REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
 #define SHOAL_REDUCE_HAVE_X86 1

@@ -22,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t inline_max, rlen;
     uint8_t *msg;
     char why[160];
+    int culprit;
     shoal_status_t st;
 
     expect.seq = fuzz_u32(&in);
@@ -36,7 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_require(msg != NULL);
     memcpy(msg, in.p, rlen);
 
-    st = shoal_ucx_hdr_check(&expect, msg, rlen, inline_max, why, sizeof(why));
+    st = shoal_ucx_hdr_check(&expect, msg, rlen, inline_max, why, sizeof(why), &culprit);
+    fuzz_require(st != SHOAL_OK || culprit == -1);
     if (st == SHOAL_OK) {
         if (expect.length <= inline_max) {
             /* the receive's buffer is exactly the posted length */

@@ -64,7 +64,7 @@ typedef struct fk_region {
 } fk_region_t;
 
 typedef enum { OP_COPY, OP_SET, OP_KERNEL, OP_WAITV, OP_WRITEV, OP_HOSTFN, OP_EVENT,
-               OP_WAITEV } fk_op_kind_t;
+               OP_WAITEV, OP_KWAIT } fk_op_kind_t;
 
 struct CUevent_st {
     pthread_mutex_t lock;
@@ -75,7 +75,7 @@ struct CUevent_st {
 
 struct CUfunc_st {
     const char *name;
-    fakecuda_kern_fn fn;
+    fakecuda_kern_fn fn;         /* a reduce kernel, or NULL for the stream-wait kernel */
     size_t esize;
 };
 
@@ -93,6 +93,7 @@ typedef struct fk_op {
                  shoal_cuda_srcs_t srcs; int nsrc; unsigned long long count; int div, vec; } k;
         struct { volatile uint32_t *addr; uint32_t value; unsigned flags; } val;
         struct { CUhostFn fn; void *arg; } host;
+        struct { const unsigned int *word; unsigned int seq; unsigned long long timeout; } kw;
         struct { struct CUevent_st *e; uint64_t gen; } ev;
     } u;
 } fk_op_t;
@@ -118,6 +119,7 @@ static struct {
     int inited;
     int ndev, nsm, memops;
     unsigned kernel_delay_us;
+    unsigned hostfn_max_ms;        /* FAKECUDA_HOSTFN_MAX_MS: a longer host function faults */
     fk_region_t *regions;
     struct CUstream_st *streams;
     struct CUstream_st *null_stream[FAKECUDA_MAX_DEVICES];
@@ -397,8 +399,25 @@ static void fk_run_op(fk_op_t *op)
     case OP_WRITEV:
         __atomic_store_n(op->u.val.addr, op->u.val.value, __ATOMIC_RELEASE);
         break;
-    case OP_HOSTFN:
+    case OP_HOSTFN: {
+        uint64_t t0 = fk_now_ns(), ms;
         op->u.host.fn(op->u.host.arg);
+        ms = (fk_now_ns() - t0) / 1000000;
+        if (fk.hostfn_max_ms > 0 && ms > fk.hostfn_max_ms) {
+            /* A host function holds the driver's callback thread: the host functions of
+             * every stream wait behind it. */
+            fk_log("a host function ran %llu ms (FAKECUDA_HOSTFN_MAX_MS=%u)",
+                   (unsigned long long)ms, fk.hostfn_max_ms);
+            pthread_mutex_lock(&fk.lock);
+            if (fk.sticky == CUDA_SUCCESS) {
+                fk.sticky = CUDA_ERROR_LAUNCH_TIMEOUT;
+            }
+            pthread_mutex_unlock(&fk.lock);
+        }
+        break;
+    }
+    case OP_KWAIT:
+        fakecuda_kern_wait(op->u.kw.word, op->u.kw.seq, op->u.kw.timeout);
         break;
     case OP_EVENT:
         break; /* completed by the stream thread once the op left the queue */
@@ -606,6 +625,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuInit(unsigned int flags)
         fk.nsm = fk_env_int("FAKECUDA_SMS", 4, 1, 1024);
         fk.memops = fk_env_int("FAKECUDA_MEMOPS", 1, 0, 1);
         fk.kernel_delay_us = (unsigned)fk_env_int("FAKECUDA_KERNEL_DELAY_US", 0, 0, 10000000);
+        fk.hostfn_max_ms = (unsigned)fk_env_int("FAKECUDA_HOSTFN_MAX_MS", 0, 0, 10000000);
         for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) {
             fk.ctx[d].ordinal = d;
         }
@@ -1261,12 +1281,12 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, 
         return CUDA_ERROR_INVALID_VALUE;
     }
     fn = fakecuda_kern_find(name, &es);
-    if (fn == NULL) {
+    if (fn == NULL && strcmp(name, SHOAL_CUDA_WAIT_KERNEL) != 0) {
         return CUDA_ERROR_NOT_FOUND;
     }
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nfuncs; i++) {
-        if (funcs[i].fn == fn) {
+        if (funcs[i].fn == fn && strcmp(funcs[i].name, name) == 0) {
             *f = &funcs[i];
             r = CUDA_SUCCESS;
         }
@@ -1296,6 +1316,23 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, u
     if (bx == 0 || bx > SHOAL_CUDA_THREADS || shmem > 0) {
         /* __launch_bounds__(SHOAL_CUDA_THREADS): more threads per block cannot launch */
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    }
+    if (f->fn == NULL) {
+        /* the stream wait: (const unsigned int *word, unsigned int seq, u64 timeout_ns) */
+        CUdeviceptr word = *(CUdeviceptr *)params[0];
+        if (gx != 1 || bx != 1) {
+            return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; /* __launch_bounds__(1, 1) */
+        }
+        op.kind = OP_KWAIT;
+        op.u.kw.word = (const unsigned int *)fk_dev_access((uintptr_t)word, 4);
+        if (op.u.kw.word == NULL || word % 4 != 0) {
+            fk_log("%s: word 0x%lx is not device or host-mapped memory", f->name,
+                   (unsigned long)word);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        op.u.kw.seq = *(unsigned int *)params[1];
+        op.u.kw.timeout = *(unsigned long long *)params[2];
+        return fk_enqueue(s, &op);
     }
     /* The parameters are copied at launch, as the driver does (shoal_reduce_* signature). */
     op.u.k.f = f;

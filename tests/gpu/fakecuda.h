@@ -24,6 +24,10 @@ void fakecuda_kern_run(fakecuda_kern_fn fn, unsigned grid, unsigned block, void 
                        shoal_cuda_srcs_t srcs, int nsrc, unsigned long long count, int avg_div,
                        int vec);
 
+/* Runs the stream-wait kernel (SHOAL_CUDA_WAIT_KERNEL) on the calling stream thread. */
+void fakecuda_kern_wait(const unsigned int *word, unsigned int seq,
+                        unsigned long long timeout_ns);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,9 +9,31 @@
 #include <cuda_fp16.h>
 #include <vector_types.h>
 
+#include <sched.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "tests/gpu/fakecuda.h"
+
+/* What the stream-wait kernel takes from the device (globaltimer, __nanosleep, a load of
+ * host-mapped memory), on the host. */
+extern "C" unsigned long long fakecuda_kern_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+extern "C" void fakecuda_kern_pause(void)
+{
+    usleep(2);
+}
+
+extern "C" unsigned int fakecuda_kern_load(const unsigned int *word)
+{
+    return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
 
 namespace {
 struct fakecuda_dim {
@@ -65,6 +87,14 @@ extern "C" fakecuda_kern_fn fakecuda_kern_find(const char *name, size_t *esize_p
         }
     }
     return nullptr;
+}
+
+extern "C" void fakecuda_kern_wait(const unsigned int *word, unsigned int seq,
+                                   unsigned long long timeout_ns)
+{
+    gridDim = blockDim = {1, 1, 1};
+    blockIdx = threadIdx = {0, 0, 0};
+    shoal_stream_wait(word, seq, timeout_ns);
 }
 
 extern "C" void fakecuda_kern_run(fakecuda_kern_fn fn, unsigned grid, unsigned block, void *dst,

@@ -18,5 +18,8 @@ case $lib in
 *) lib=$(pwd)/$lib ;;
 esac
 SHOAL_CUDA_LIBCUDA=$lib
-export SHOAL_CUDA_LIBCUDA
+# No host function may hold the driver's callback thread (SHOAL_CUDA_SYNC=hostfn waits on the
+# device): one that runs longer faults the emulated driver, and the run fails.
+FAKECUDA_HOSTFN_MAX_MS=${FAKECUDA_HOSTFN_MAX_MS:-150}
+export SHOAL_CUDA_LIBCUDA FAKECUDA_HOSTFN_MAX_MS
 GPU_LABEL="emulated driver, " top_builddir=$builddir sh "$srcdir/tests/gpu/run_gpu_coll.sh"

@@ -51,7 +51,7 @@ static int rank_body(int rank, const shoal_uid_t *uid, int driver_ok)
     bad |= (shoal_group_end() != SHOAL_OK) << 3;
     bad |= (out[10] != 11) << 3;
     bad |= (shoal_iallreduce(in, out, 1000, SHOAL_INT32, SHOAL_MIN, comm, &req) != SHOAL_OK ||
-            shoal_wait(req) != SHOAL_OK || out[10] != 10) << 4;
+            shoal_wait(&req) != SHOAL_OK || out[10] != 10) << 4;
     if (!driver_ok) {
         bad |= (shoal_allreduce(in, out, 1000, SHOAL_INT32, SHOAL_SUM, comm, (void *)1) !=
                 SHOAL_ERR_UNSUPPORTED) << 5;

@@ -193,7 +193,7 @@ static void mp_nb_check(const mp_ctx_t *c, int g, mp_nb_t *nb, shoal_status_t st
     free(nb->want);
 }
 
-static shoal_status_t mp_nb_poll(shoal_request_t req)
+static shoal_status_t mp_nb_poll(shoal_request_t *req)
 {
     double deadline = mp_now_ms() + 60000;
     int done = 0;
@@ -209,6 +209,38 @@ static shoal_status_t mp_nb_poll(shoal_request_t req)
         }
         usleep(100);
     }
+}
+
+static void mp_nb_post(const mp_ctx_t *c, int g, mp_nb_t *nbs, int n);
+
+/* The call that completes a request frees it and clears the handle: a second wait or test
+ * on it is a completed request (before the handle was cleared, it was a use after free). */
+static void mp_nb_twice(const mp_ctx_t *c, int g, mp_nb_t *nb)
+{
+    shoal_status_t st, st2, st3;
+    int done = 0;
+
+    mp_nb_post(c, g, nb, 1);
+    st = shoal_wait(&nb->req);
+    mp_case(g, nb->req == NULL, c->rank, "shoal_wait left the handle set (%p)", (void *)nb->req);
+    st2 = shoal_wait(&nb->req);
+    st3 = shoal_test(&nb->req, &done);
+    mp_case(g, st2 == SHOAL_OK && st3 == SHOAL_OK && done == 1, c->rank,
+            "second wait %s, then test %s done %d on a completed request: expected SUCCESS "
+            "done 1", shoal_status_name(st2), shoal_status_name(st3), done);
+    mp_nb_check(c, g, nb, st, "wait, then wait and test again:");
+
+    mp_nb_post(c, g, nb, 1);
+    st = mp_nb_poll(&nb->req);
+    mp_case(g, nb->req == NULL, c->rank, "shoal_test done left the handle set (%p)",
+            (void *)nb->req);
+    done = 0;
+    st2 = shoal_test(&nb->req, &done);
+    st3 = shoal_wait(&nb->req);
+    mp_case(g, st2 == SHOAL_OK && done == 1 && st3 == SHOAL_OK, c->rank,
+            "test %s done %d, then wait %s after a completing test: expected SUCCESS done 1",
+            shoal_status_name(st2), done, shoal_status_name(st3));
+    mp_nb_check(c, g, nb, st, "test until done, then test and wait again:");
 }
 
 static void mp_nb_post(const mp_ctx_t *c, int g, mp_nb_t *nbs, int n)
@@ -240,20 +272,21 @@ void mp_test_nonblocking(const mp_ctx_t *c)
     mp_nb_check(c, g, &blk,
                 shoal_allreduce(blk.s, blk.r, blk.count, blk.dt, blk.op, c->comm, NULL),
                 "blocking call behind 4 requests:");
-    mp_nb_check(c, g, &nbs[0], mp_nb_poll(nbs[0].req), "shoal_test polling:");
+    mp_nb_check(c, g, &nbs[0], mp_nb_poll(&nbs[0].req), "shoal_test polling:");
     for (int k = 1; k < 4; k++) {
-        mp_nb_check(c, g, &nbs[k], shoal_wait(nbs[k].req), "shoal_wait:");
+        mp_nb_check(c, g, &nbs[k], shoal_wait(&nbs[k].req), "shoal_wait:");
     }
     /* Waited in reverse order. */
     mp_nb_post(c, g, nbs, 3);
     for (int k = 2; k >= 0; k--) {
-        mp_nb_check(c, g, &nbs[k], shoal_wait(nbs[k].req), "shoal_wait in reverse order:");
+        mp_nb_check(c, g, &nbs[k], shoal_wait(&nbs[k].req), "shoal_wait in reverse order:");
     }
     /* Polled in reverse order, all of them. */
     mp_nb_post(c, g, nbs, 4);
     for (int k = 3; k >= 0; k--) {
-        mp_nb_check(c, g, &nbs[k], mp_nb_poll(nbs[k].req), "shoal_test in reverse order:");
+        mp_nb_check(c, g, &nbs[k], mp_nb_poll(&nbs[k].req), "shoal_test in reverse order:");
     }
+    mp_nb_twice(c, g, &nbs[0]);
 }
 
 /* ---- split -------------------------------------------------------------------------------- */
@@ -392,7 +425,13 @@ static void mp_invalid_misc(const mp_ctx_t *c, int g)
     MP_EXPECT_ST(g, shoal_iallreduce(x, x, 1, SHOAL_BFLOAT16, SHOAL_OP_COUNT, comm, &req),
                  SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_test(NULL, &done), SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_test(&req, NULL), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_wait(NULL), SHOAL_ERR_INVALID_ARG);
+    req = NULL;
+    done = 0;
+    MP_EXPECT_ST(g, shoal_test(&req, &done), SHOAL_OK);
+    mp_case(g, done == 1, c->rank, "shoal_test of a NULL request: done %d, expected 1", done);
+    MP_EXPECT_ST(g, shoal_wait(&req), SHOAL_OK);
     MP_EXPECT_ST(g, shoal_comm_rank(NULL, &r), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_comm_size(comm, NULL), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_comm_split(comm, -5, 0, &nc), SHOAL_ERR_INVALID_ARG);

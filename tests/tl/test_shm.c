@@ -416,8 +416,9 @@ static void case_kill(env_t *e)
     check(w == 0 && ms < 100, "death noticed %.1f ms after the kill", ms);
     check(strstr(err, "died") != NULL, "cause: '%s'", err);
     char why[160] = "";
-    check(tl->peer_check(e->ctx, 1, why, sizeof(why)) == SHOAL_ERR_PEER_FAILED,
-          "peer_check names it: '%s'", why);
+    int blamed = 99;
+    check(tl->peer_check(e->ctx, 1, why, sizeof(why), &blamed) == SHOAL_ERR_PEER_FAILED &&
+              blamed == -1, "peer_check names it: '%s', blames no other rank (%d)", why, blamed);
     shoal_tl_req_t s = {.hdr = hdr_make(5, 0, 0)};
     check(tl->isend(e->eps[1], &s) == SHOAL_ERR_PEER_FAILED, "isend on the failed endpoint "
           "returns ERR_PEER_FAILED");
@@ -442,9 +443,12 @@ static void case_fail(env_t *e)
     int w = wait_one(e, &r, 5000);
     check(w == 0 && r.status == SHOAL_ERR_PEER_FAILED && strstr(err, "because of rank 2"),
           "pending recv fails with ERR_PEER_FAILED naming the culprit: '%s'", err);
+    check(w == 0 && r.culprit == 2, "the request carries the culprit as data: %d", r.culprit);
     char why[160] = "";
-    check(tl->peer_check(e->ctx, 1, why, sizeof(why)) == SHOAL_ERR_PEER_FAILED &&
-              strstr(why, "rank 2") != NULL, "peer_check: '%s'", why);
+    int blamed = -1;
+    check(tl->peer_check(e->ctx, 1, why, sizeof(why), &blamed) == SHOAL_ERR_PEER_FAILED &&
+              strstr(why, "rank 2") != NULL && blamed == 2, "peer_check: '%s', blames %d", why,
+          blamed);
     barrier();
 }
 

@@ -68,6 +68,10 @@ static void test_wire_rejects(void)
     tap_is_int(shoal_wire_check(&h, &g, why, sizeof(why)), SHOAL_ERR_PEER_FAILED,
                "abort notice -> peer failed");
     tap_ok(strstr(why, "rank 5") != NULL, "abort notice names the culprit: %s", why);
+    tap_is_int(shoal_wire_culprit(&g), 5, "the culprit decodes as data");
+    g.chunk = 0x80000000u;
+    tap_is_int(shoal_wire_culprit(&g), -1, "a culprit past INT32_MAX is none");
+    tap_is_int(shoal_wire_culprit(&h), -1, "a data header blames nobody");
     /* Random bytes are never accepted. */
     srand(1);
     int accepted = 0;

@@ -474,7 +474,7 @@ static void shoal_ib_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t statu
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {
             shoal_ib_ep_send_abort(ep, culprit);
-            (void)shoal_ib_ep_fail(ep, status, why);
+            (void)shoal_ib_ep_fail(ep, status, culprit, why);
         }
     }
 }

@@ -24,10 +24,12 @@
 
 /* ---- failure ------------------------------------------------------------------------------- */
 
-static void shoal_ib_req_complete(shoal_tl_req_t *req, shoal_status_t status, const char *why)
+static void shoal_ib_req_complete(shoal_tl_req_t *req, shoal_status_t status, int culprit,
+                                  const char *why)
 {
     req->next = NULL;
     req->status = status;
+    req->culprit = culprit;
     if (status != SHOAL_OK && req->errbuf != NULL && req->errlen > 0) {
         snprintf(req->errbuf, req->errlen, "%s", why);
     }
@@ -35,13 +37,13 @@ static void shoal_ib_req_complete(shoal_tl_req_t *req, shoal_status_t status, co
 }
 
 static int shoal_ib_queue_fail(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p,
-                               shoal_status_t status, const char *why)
+                               shoal_status_t status, int culprit, const char *why)
 {
     int n = 0;
     shoal_tl_req_t *req = *head_p;
     while (req != NULL) {
         shoal_tl_req_t *next = req->next;
-        shoal_ib_req_complete(req, status, why);
+        shoal_ib_req_complete(req, status, culprit, why);
         req = next;
         n++;
     }
@@ -49,13 +51,14 @@ static int shoal_ib_queue_fail(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p,
     return n;
 }
 
-int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
+int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const char *why)
 {
     int n;
     if (ep->status != SHOAL_OK) {
         return 0;
     }
     ep->status = status;
+    ep->culprit = culprit;
     snprintf(ep->why, sizeof(ep->why), "%s", why);
     if (ep->cur_reg) {
         shoal_ib_regcache_put(&ep->rc, ep->cur_key, ep->cur_addr);
@@ -67,8 +70,8 @@ int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
         ep->wrs[i % ep->sq_depth].req = NULL;
     }
     ep->sq_post = NULL;
-    n = shoal_ib_queue_fail(&ep->sq_head, &ep->sq_tail, status, ep->why);
-    n += shoal_ib_queue_fail(&ep->rq_head, &ep->rq_tail, status, ep->why);
+    n = shoal_ib_queue_fail(&ep->sq_head, &ep->sq_tail, status, culprit, ep->why);
+    n += shoal_ib_queue_fail(&ep->rq_head, &ep->rq_tail, status, culprit, ep->why);
     ep->ctx->npending -= n;
     if (ep->oob_fd >= 0) {
         (void)epoll_ctl(ep->ctx->epfd, EPOLL_CTL_DEL, ep->oob_fd, NULL);
@@ -87,7 +90,20 @@ int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ..
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     shoal_error(IB, "rank %d: %s", ep->ctx->rank, why);
-    return shoal_ib_ep_fail(ep, status, why);
+    return shoal_ib_ep_fail(ep, status, -1, why);
+}
+
+/* The peer's abort notice: it failed because of rank culprit. */
+static int shoal_ib_ep_abort_notice(shoal_ep_t *ep, int culprit)
+{
+    char why[192];
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "peer %d: its communicator failed because of rank %d", ep->peer,
+             culprit);
+    shoal_error(IB, "rank %d: %s", ep->ctx->rank, why);
+    return shoal_ib_ep_fail(ep, SHOAL_ERR_PEER_FAILED, culprit, why);
 }
 
 /* ---- posting ------------------------------------------------------------------------------- */
@@ -283,7 +299,7 @@ static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ib
             ep->sq_tail = NULL;
         }
         ctx->npending--;
-        shoal_ib_req_complete(req, SHOAL_OK, NULL);
+        shoal_ib_req_complete(req, SHOAL_OK, -1, NULL);
         n = 1;
     }
     return n;
@@ -327,10 +343,8 @@ static int shoal_ib_wc_recv(shoal_ep_t *ep, const struct ibv_wc *wc)
     if ((imm.flags & SHOAL_IB_CHUNK_FIRST) && wc->byte_len >= SHOAL_WIRE_HDR_BYTES) {
         shoal_wire_hdr_t h;
         shoal_wire_decode(ep->ring + (size_t)imm.slot * ep->ctx->slot_size, &h);
-        if (h.magic == SHOAL_WIRE_MAGIC && h.type == SHOAL_WIRE_ABORT &&
-            h.comm_id == ep->ctx->comm_id) {
-            return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: its communicator "
-                                     "failed because of rank %u", ep->peer, h.chunk);
+        if (shoal_wire_culprit(&h) >= 0 && h.comm_id == ep->ctx->comm_id) {
+            return shoal_ib_ep_abort_notice(ep, shoal_wire_culprit(&h));
         }
     }
     return 0;
@@ -369,6 +383,9 @@ static int shoal_ib_ep_take_slot(shoal_ep_t *ep)
         }
         shoal_wire_decode(p, &got);
         st = shoal_wire_check(&req->hdr, &got, why, sizeof(why));
+        if (st == SHOAL_ERR_PEER_FAILED && shoal_wire_culprit(&got) >= 0) {
+            return shoal_ib_ep_abort_notice(ep, shoal_wire_culprit(&got)), -1;
+        }
         if (st != SHOAL_OK) {
             return shoal_ib_ep_error(ep, st, "peer %d: %s", ep->peer, why), -1;
         }
@@ -400,7 +417,7 @@ static int shoal_ib_ep_take_slot(shoal_ep_t *ep)
         ep->rq_tail = NULL;
     }
     ep->ctx->npending--;
-    shoal_ib_req_complete(req, SHOAL_OK, NULL);
+    shoal_ib_req_complete(req, SHOAL_OK, -1, NULL);
     return 1;
 }
 
@@ -425,6 +442,7 @@ int shoal_ib_ep_progress(shoal_ep_t *ep)
 shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
+        req->culprit = ep->culprit;
         return ep->status;
     }
     shoal_tl_req_start(req);
@@ -444,6 +462,7 @@ shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
 shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
+        req->culprit = ep->culprit;
         return ep->status;
     }
     shoal_tl_req_start(req);

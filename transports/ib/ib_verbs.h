@@ -44,6 +44,7 @@ struct shoal_ep {
     uint32_t psn;
     shoal_ib_addr_t raddr;        /* peer's published address */
     shoal_status_t status;
+    int culprit;                  /* with status: the rank blamed (abort notice), or -1 */
     char why[192];
     /* the peer's ring */
     uint64_t rring;
@@ -121,7 +122,9 @@ SHOAL_HIDDEN shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int 
                                                  const size_t *addr_lens, shoal_ep_t **eps_p);
 SHOAL_HIDDEN shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
-SHOAL_HIDDEN int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+/* culprit: the rank the failure is blamed on (an abort notice), or -1. */
+SHOAL_HIDDEN int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                                  const char *why);
 SHOAL_HIDDEN int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 SHOAL_HIDDEN int shoal_ib_ep_progress(shoal_ep_t *ep);

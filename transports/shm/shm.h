@@ -129,7 +129,9 @@ struct shoal_ep {
     shoal_status_t status;    /* != SHOAL_OK once the endpoint failed */
     uint64_t last_check_ns;   /* peer_check() rate limit */
     int peer_gone;            /* the liveness check failed once: gone_why says why */
+    int gone_culprit;         /* with peer_gone: the rank the peer blamed, -1 if it died */
     char gone_why[160];
+    int culprit;              /* with status: the rank the failure is blamed on, or -1 */
     char why[192];            /* the failure sentence */
 };
 
@@ -170,10 +172,14 @@ SHOAL_HIDDEN shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *r
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_shm_ctx_progress(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN int shoal_shm_ctx_has_work(shoal_tl_ctx_t *ctx);
-/* Fails the endpoint (first failure wins) and completes its requests; returns how many. */
-SHOAL_HIDDEN int shoal_shm_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
-/* Is the peer alive and its communicator not failed? Sentence in why otherwise. */
-SHOAL_HIDDEN shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len);
+/* Fails the endpoint (first failure wins) and completes its requests; returns how many.
+ * culprit: the rank the failure is blamed on (an abort notice), or -1. */
+SHOAL_HIDDEN int shoal_shm_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                                   const char *why);
+/* Is the peer alive and its communicator not failed? Sentence in why and the rank the peer
+ * blamed in *culprit_p (-1: none) otherwise. */
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len,
+                                                    int *culprit_p);
 /* Liveness of every peer with pending requests, at most every SHOAL_SHM_CHECK_NS. */
 SHOAL_HIDDEN int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns);
 /* Bump a control block's doorbell and wake its owner if it sleeps. */

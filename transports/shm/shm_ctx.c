@@ -463,7 +463,7 @@ static void shoal_shm_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
     snprintf(why, sizeof(why), "communicator failed because of rank %d: %s", culprit,
              shoal_strerror(status));
     for (int p = 0; p < ctx->npeers; p++) {
-        shoal_shm_ep_fail(&ctx->eps[p], status, why);
+        shoal_shm_ep_fail(&ctx->eps[p], status, culprit, why);
     }
 }
 
@@ -493,7 +493,7 @@ static void shoal_shm_notify(shoal_tl_ctx_t *ctx, int local_rank)
 }
 
 static shoal_status_t shoal_shm_peer_check(shoal_tl_ctx_t *ctx, int local_rank, char *why,
-                                           size_t len)
+                                           size_t len, int *culprit_p)
 {
     if (local_rank == ctx->local_rank || local_rank < 0 || local_rank >= ctx->local_size ||
         ctx->ep_by_local[local_rank] == NULL) {
@@ -505,7 +505,7 @@ static shoal_status_t shoal_shm_peer_check(shoal_tl_ctx_t *ctx, int local_rank, 
         return SHOAL_OK;
     }
     ep->last_check_ns = now;
-    return shoal_shm_ep_check_peer(ep, why, len);
+    return shoal_shm_ep_check_peer(ep, why, len, culprit_p);
 }
 
 const shoal_tl_ops_t shoal_tl_shm_ops = {

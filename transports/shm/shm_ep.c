@@ -23,9 +23,10 @@ void shoal_shm_ctrl_ring(shoal_shm_ctrl_t *ctrl)
 }
 
 static void shoal_shm_req_complete(shoal_tl_ctx_t *ctx, shoal_tl_req_t *req,
-                                   shoal_status_t status, const char *why)
+                                   shoal_status_t status, int culprit, const char *why)
 {
     req->status = status;
+    req->culprit = culprit;
     if (status != SHOAL_OK && req->errbuf != NULL && req->errlen > 0) {
         snprintf(req->errbuf, req->errlen, "%s", why);
     }
@@ -55,33 +56,34 @@ static void shoal_shm_queue_pop(shoal_tl_req_t **head, shoal_tl_req_t **tail)
     req->next = NULL;
 }
 
-static int shoal_shm_queue_fail(shoal_tl_ctx_t *ctx, shoal_tl_req_t **head,
-                                shoal_tl_req_t **tail, shoal_status_t status, const char *why)
+static int shoal_shm_queue_fail(shoal_ep_t *ep, shoal_tl_req_t **head, shoal_tl_req_t **tail)
 {
     int n = 0;
     while (*head != NULL) {
         shoal_tl_req_t *req = *head;
         shoal_shm_queue_pop(head, tail);
-        shoal_shm_req_complete(ctx, req, status, why);
+        shoal_shm_req_complete(ep->ctx, req, ep->status, ep->culprit, ep->why);
         n++;
     }
     return n;
 }
 
-int shoal_shm_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
+int shoal_shm_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const char *why)
 {
     if (ep->status == SHOAL_OK) {
         ep->status = status;
+        ep->culprit = culprit;
         snprintf(ep->why, sizeof(ep->why), "%s", why);
     }
-    int n = shoal_shm_queue_fail(ep->ctx, &ep->sq_head, &ep->sq_tail, ep->status, ep->why);
-    return n + shoal_shm_queue_fail(ep->ctx, &ep->rq_head, &ep->rq_tail, ep->status, ep->why);
+    int n = shoal_shm_queue_fail(ep, &ep->sq_head, &ep->sq_tail);
+    return n + shoal_shm_queue_fail(ep, &ep->rq_head, &ep->rq_tail);
 }
 
 
 shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
+        req->culprit = ep->culprit;
         return ep->status;
     }
     shoal_tl_req_start(req);
@@ -93,6 +95,7 @@ shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
 shoal_status_t shoal_shm_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
+        req->culprit = ep->culprit;
         return ep->status;
     }
     shoal_tl_req_start(req);
@@ -106,7 +109,7 @@ static int shoal_shm_ep_protocol(shoal_ep_t *ep, const char *what)
     char why[sizeof(ep->why)];
     snprintf(why, sizeof(why), "peer %d: %s", ep->rank, what);
     shoal_error(SHM, "%s", why);
-    return shoal_shm_ep_fail(ep, SHOAL_ERR_PROTOCOL, why);
+    return shoal_shm_ep_fail(ep, SHOAL_ERR_PROTOCOL, -1, why);
 }
 
 /* Fills one free slot of the peer's ring from req; returns 1 if the request is complete. */
@@ -158,7 +161,7 @@ static int shoal_shm_ep_progress_send(shoal_ep_t *ep)
         produced = 1;
         if (shoal_shm_ep_fill_slot(ep, sh, ep->tx.data + i * ctx->layout.slot_stride, req)) {
             shoal_shm_queue_pop(&ep->sq_head, &ep->sq_tail);
-            shoal_shm_req_complete(ctx, req, SHOAL_OK, NULL);
+            shoal_shm_req_complete(ctx, req, SHOAL_OK, -1, NULL);
             ncomp++;
         }
     }
@@ -191,7 +194,7 @@ static int shoal_shm_ep_drain_slot(shoal_ep_t *ep, shoal_shm_slot_hdr_t *sh,
             char why[sizeof(ep->why)];
             snprintf(why, sizeof(why), "peer %d: %s", ep->rank, what);
             shoal_error(SHM, "%s", why);
-            *ncomp_p += shoal_shm_ep_fail(ep, st, why);
+            *ncomp_p += shoal_shm_ep_fail(ep, st, shoal_wire_culprit(&got), why);
             return -1;
         }
         if (st != SHOAL_OK) {
@@ -250,7 +253,7 @@ static int shoal_shm_ep_progress_recv(shoal_ep_t *ep)
         freed = 1;
         if (req->off == req->hdr.length) {
             shoal_shm_queue_pop(&ep->rq_head, &ep->rq_tail);
-            shoal_shm_req_complete(ctx, req, SHOAL_OK, NULL);
+            shoal_shm_req_complete(ctx, req, SHOAL_OK, -1, NULL);
             ncomp++;
         }
     }
@@ -355,22 +358,25 @@ static int shoal_shm_pid_dead(shoal_ep_t *ep)
     return state == 'Z' || state == 'X' || start != ep->starttime;
 }
 
-shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len)
+shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len, int *culprit_p)
 {
     if (ep->peer_gone == 0) {
         if (__atomic_load_n(&ep->peer_ctrl->failed, __ATOMIC_ACQUIRE) != 0) {
+            ep->gone_culprit = (int)__atomic_load_n(&ep->peer_ctrl->culprit, __ATOMIC_RELAXED);
             snprintf(ep->gone_why, sizeof(ep->gone_why),
                      "peer %d failed: its communicator failed because of rank %d", ep->rank,
-                     (int)__atomic_load_n(&ep->peer_ctrl->culprit, __ATOMIC_RELAXED));
+                     ep->gone_culprit);
             ep->peer_gone = 1;
         } else if (shoal_shm_pid_dead(ep)) {
             snprintf(ep->gone_why, sizeof(ep->gone_why), "peer %d (pid %d) died", ep->rank,
                      (int)ep->pid);
+            ep->gone_culprit = -1;
             ep->peer_gone = 1;
         }
     }
     if (ep->peer_gone != 0) {
         snprintf(why, len, "%s", ep->gone_why);
+        *culprit_p = ep->gone_culprit;
         return SHOAL_ERR_PEER_FAILED;
     }
     return SHOAL_OK;
@@ -386,12 +392,13 @@ int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns)
     for (int p = 0; p < ctx->npeers; p++) {
         shoal_ep_t *ep = &ctx->eps[p];
         char why[sizeof(ep->why)];
+        int culprit = -1;
         if (ep->sq_head == NULL && ep->rq_head == NULL) {
             continue;
         }
-        if (shoal_shm_ep_check_peer(ep, why, sizeof(why)) != SHOAL_OK) {
+        if (shoal_shm_ep_check_peer(ep, why, sizeof(why), &culprit) != SHOAL_OK) {
             shoal_error(SHM, "%s", why);
-            ncomp += shoal_shm_ep_fail(ep, SHOAL_ERR_PEER_FAILED, why);
+            ncomp += shoal_shm_ep_fail(ep, SHOAL_ERR_PEER_FAILED, culprit, why);
         }
     }
     return ncomp;

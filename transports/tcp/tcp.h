@@ -103,6 +103,7 @@ struct shoal_ep {
     char name[SHOAL_TCP_NAME_MAX];     /* peer's listening address, for messages */
     uint8_t addr_raw[SHOAL_TCP_ADDR_BYTES]; /* peer's address as published */
     shoal_status_t status;             /* SHOAL_OK until the endpoint fails */
+    int culprit;                       /* with status: the rank blamed (abort notice), or -1 */
     char why[192];                     /* cause of the failure */
     /* send queue: the head is in flight */
     shoal_tl_req_t *sq_head, *sq_tail;
@@ -148,7 +149,9 @@ SHOAL_HIDDEN shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_tcp_ep_progress(shoal_ep_t *ep);
-SHOAL_HIDDEN int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+/* culprit: the rank the failure is blamed on (an abort notice), or -1. */
+SHOAL_HIDDEN int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                                   const char *why);
 SHOAL_HIDDEN void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN void shoal_tcp_ep_close(shoal_ep_t *ep);
 

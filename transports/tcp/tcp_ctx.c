@@ -391,7 +391,7 @@ static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {
             shoal_tcp_ep_send_abort(ep, culprit);
-            (void)shoal_tcp_ep_fail(ep, status, why);
+            (void)shoal_tcp_ep_fail(ep, status, culprit, why);
         }
     }
 }

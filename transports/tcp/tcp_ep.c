@@ -29,10 +29,12 @@ static void shoal_tcp_stripe(uint64_t len, int n, int i, uint64_t *start_p, uint
     *size_p = end - start;
 }
 
-static void shoal_tcp_req_complete(shoal_tl_req_t *req, shoal_status_t status, const char *why)
+static void shoal_tcp_req_complete(shoal_tl_req_t *req, shoal_status_t status, int culprit,
+                                   const char *why)
 {
     req->next = NULL;
     req->status = status;
+    req->culprit = culprit;
     if (status != SHOAL_OK && req->errbuf != NULL && req->errlen > 0) {
         snprintf(req->errbuf, req->errlen, "%s", why);
     }
@@ -40,13 +42,13 @@ static void shoal_tcp_req_complete(shoal_tl_req_t *req, shoal_status_t status, c
 }
 
 static int shoal_tcp_queue_fail(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p,
-                                shoal_status_t status, const char *why)
+                                shoal_status_t status, int culprit, const char *why)
 {
     int n = 0;
     shoal_tl_req_t *req = *head_p;
     while (req != NULL) {
         shoal_tl_req_t *next = req->next;
-        shoal_tcp_req_complete(req, status, why);
+        shoal_tcp_req_complete(req, status, culprit, why);
         req = next;
         n++;
     }
@@ -54,16 +56,17 @@ static int shoal_tcp_queue_fail(shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p
     return n;
 }
 
-int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
+int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const char *why)
 {
     int n;
     if (ep->status != SHOAL_OK) {
         return 0;
     }
     ep->status = status;
+    ep->culprit = culprit;
     snprintf(ep->why, sizeof(ep->why), "%s", why);
-    n = shoal_tcp_queue_fail(&ep->sq_head, &ep->sq_tail, status, ep->why);
-    n += shoal_tcp_queue_fail(&ep->rq_head, &ep->rq_tail, status, ep->why);
+    n = shoal_tcp_queue_fail(&ep->sq_head, &ep->sq_tail, status, culprit, ep->why);
+    n += shoal_tcp_queue_fail(&ep->rq_head, &ep->rq_tail, status, culprit, ep->why);
     ep->ctx->npending -= n;
     /* A failed endpoint must not wake sleepers any more. */
     for (int i = 0; i < ep->nsocks; i++) {
@@ -75,9 +78,10 @@ int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
 }
 
 /* Detected here: log once with the peer, then fail the endpoint. */
-static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
+static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                              const char *fmt, ...)
 {
     char why[192];
     va_list ap;
@@ -85,45 +89,49 @@ static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, const char 
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     shoal_error(TCP, "%s", why);
-    return shoal_tcp_ep_fail(ep, status, why);
+    return shoal_tcp_ep_fail(ep, status, culprit, why);
 }
 
 /* The peer went away: if its last words, an abort notice, wait unread at a message boundary
- * of socket 0 (we were only sending to it), say whom it blamed. Best effort, never blocks. */
-static void shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len)
+ * of socket 0 (we were only sending to it), say whom it blamed: the rank, or -1. Best effort,
+ * never blocks. */
+static int shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len)
 {
     uint8_t raw[SHOAL_WIRE_HDR_BYTES];
     shoal_wire_hdr_t h;
+    int culprit;
 
     buf[0] = '\0';
     if (ep->fds[0] < 0 || ep->rhdr_off != 0 || (ep->rq_head != NULL && ep->rq_head->hdr_done) ||
         recv(ep->fds[0], raw, sizeof(raw), MSG_DONTWAIT | MSG_PEEK) != (ssize_t)sizeof(raw)) {
-        return;
+        return -1;
     }
     shoal_wire_decode(raw, &h);
-    if (h.magic == SHOAL_WIRE_MAGIC && h.type == SHOAL_WIRE_ABORT &&
-        h.comm_id == ep->ctx->comm_id) {
-        snprintf(buf, len, "; its communicator failed because of rank %u", h.chunk);
+    culprit = shoal_wire_culprit(&h);
+    if (culprit < 0 || h.comm_id != ep->ctx->comm_id) {
+        return -1;
     }
+    snprintf(buf, len, "; its communicator failed because of rank %d", culprit);
+    return culprit;
 }
 
 /* A failed send/recv (ret 0 from recv is EOF). Returns the completions of the failure. */
 static int shoal_tcp_ep_io_error(shoal_ep_t *ep, const char *op, int sock, int err)
 {
     char last[80];
-    shoal_tcp_ep_last_words(ep, last, sizeof(last));
+    int culprit = shoal_tcp_ep_last_words(ep, last, sizeof(last));
     if (err == 0) {
-        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED,
+        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, culprit,
                                   "peer %d (%s) closed the connection%s", ep->peer, ep->name,
                                   last);
     }
     if (err == ECONNRESET || err == EPIPE || err == ECONNABORTED || err == ETIMEDOUT ||
         err == EHOSTUNREACH || err == ENETUNREACH) {
-        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED,
+        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, culprit,
                                   "peer %d (%s): %s on socket %d: %s%s", ep->peer, ep->name, op,
                                   sock, strerror(err), last);
     }
-    return shoal_tcp_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d (%s): %s(fd %d) failed: %s",
+    return shoal_tcp_ep_error(ep, SHOAL_ERR_TRANSPORT, -1, "peer %d (%s): %s(fd %d) failed: %s",
                               ep->peer, ep->name, op, ep->fds[sock], strerror(err));
 }
 
@@ -204,7 +212,8 @@ static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
     shoal_wire_decode(ep->rhdr, &got);
     st = shoal_wire_check(&req->hdr, &got, why, sizeof(why));
     if (st != SHOAL_OK) {
-        *n_p += shoal_tcp_ep_error(ep, st, "peer %d (%s): %s", ep->peer, ep->name, why);
+        *n_p += shoal_tcp_ep_error(ep, st, shoal_wire_culprit(&got), "peer %d (%s): %s",
+                                   ep->peer, ep->name, why);
         return -1;
     }
     ep->rhdr_off = 0;
@@ -263,7 +272,7 @@ static int shoal_tcp_ep_progress_send(shoal_ep_t *ep)
             ep->sq_tail = NULL;
         }
         ep->ctx->npending--;
-        shoal_tcp_req_complete(req, SHOAL_OK, NULL);
+        shoal_tcp_req_complete(req, SHOAL_OK, -1, NULL);
         n++;
     }
     return n;
@@ -285,7 +294,7 @@ static int shoal_tcp_ep_progress_recv(shoal_ep_t *ep)
             ep->rq_tail = NULL;
         }
         ep->ctx->npending--;
-        shoal_tcp_req_complete(req, SHOAL_OK, NULL);
+        shoal_tcp_req_complete(req, SHOAL_OK, -1, NULL);
         n++;
     }
     return n;
@@ -307,6 +316,7 @@ static shoal_status_t shoal_tcp_ep_post(shoal_ep_t *ep, shoal_tl_req_t *req,
                                         shoal_tl_req_t **head_p, shoal_tl_req_t **tail_p)
 {
     if (ep->status != SHOAL_OK) {
+        req->culprit = ep->culprit;
         return ep->status;
     }
     if (req->buf == NULL && req->hdr.length > 0) {

@@ -117,6 +117,7 @@ struct shoal_ep {
     uint64_t gone_ns;
     int gone_fresh;                    /* gone, not yet looked for an abort notice */
     int post_failed;                   /* isend refused on a gone ep: fail in progress */
+    int culprit;                       /* with status: the rank blamed, or -1 */
     char why[192];                     /* cause of the failure */
     int npending;
     /* connection setup */
@@ -194,10 +195,12 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int
 /* ucx_ep.c: data path */
 /* Checks an arrived HDR message (rlen bytes in buf) against the posted receive's header:
  * a valid wire header, followed by exactly the inline payload (expect->length bytes when at
- * most inline_max), nothing otherwise. SHOAL_OK, or the status with a sentence in why. */
+ * most inline_max), nothing otherwise. SHOAL_OK, or the status with a sentence in why and in
+ * *culprit_p the rank an abort notice blames (-1: none). */
 SHOAL_HIDDEN shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect,
                                                 const uint8_t *buf, size_t rlen,
-                                                size_t inline_max, char *why, size_t whylen);
+                                                size_t inline_max, char *why, size_t whylen,
+                                                int *culprit_p);
 static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 {
     return base | ((ucp_tag_t)kind << 62);
@@ -205,7 +208,8 @@ static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick);
-SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why);
+SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                                   const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN void shoal_ucx_ep_close(shoal_ep_t *ep, int force);

@@ -362,7 +362,7 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
     if (SHOAL_UNLIKELY(ctx->quarantined)) {
         /* fail every endpoint still open: nothing can complete any more */
         for (int i = 0; i < ctx->neps; i++) {
-            n += shoal_ucx_ep_fail(&ctx->eps[i], SHOAL_ERR_TRANSPORT,
+            n += shoal_ucx_ep_fail(&ctx->eps[i], SHOAL_ERR_TRANSPORT, -1,
                                    "the ucx context failed earlier");
         }
         return n;
@@ -438,7 +438,7 @@ static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
             ep->abort_req = NULL;
         }
         if (ep->status == SHOAL_OK) {
-            (void)shoal_ucx_ep_fail(ep, status, why);
+            (void)shoal_ucx_ep_fail(ep, status, culprit, why);
         }
     }
 }

@@ -11,10 +11,12 @@
 
 #define SHOAL_UCX_GONE_GRACE_NS (200ull * 1000 * 1000)
 
-static void shoal_ucx_req_complete(shoal_tl_req_t *req, shoal_status_t status, const char *why)
+static void shoal_ucx_req_complete(shoal_tl_req_t *req, shoal_status_t status, int culprit,
+                                   const char *why)
 {
     req->next = NULL;
     req->status = status;
+    req->culprit = culprit;
     if (status != SHOAL_OK && req->errbuf != NULL && req->errlen > 0) {
         snprintf(req->errbuf, req->errlen, "%s", why);
     }
@@ -52,7 +54,7 @@ static void shoal_ucx_ep_retire(shoal_ep_t *ep, shoal_tl_req_t *req, shoal_statu
 {
     ep->npending--;
     ep->ctx->npending--;
-    shoal_ucx_req_complete(req, status, why);
+    shoal_ucx_req_complete(req, status, status != SHOAL_OK ? ep->culprit : -1, why);
 }
 
 /* ---- UCX callbacks: record only ------------------------------------------------------------ */
@@ -174,6 +176,7 @@ static shoal_status_t shoal_ucx_ep_post_check(shoal_ep_t *ep, shoal_tl_req_t *re
         if (req->errbuf != NULL && req->errlen > 0) {
             snprintf(req->errbuf, req->errlen, "%s", ep->why);
         }
+        req->culprit = ep->culprit;
         return ep->status;
     }
     if (req->buf == NULL && req->hdr.length > 0) {
@@ -273,7 +276,7 @@ static int shoal_ucx_ep_fail_slots(shoal_ep_t *ep, shoal_ucx_slot_t *ring, int h
     return n;
 }
 
-int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
+int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const char *why)
 {
     shoal_tl_req_t *req;
     int n;
@@ -281,6 +284,7 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
         return 0;
     }
     ep->status = status;
+    ep->culprit = culprit;
     if (why != ep->why) {
         snprintf(ep->why, sizeof(ep->why), "%s", why);
     }
@@ -311,9 +315,10 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, const char *why)
 }
 
 /* Detected here: log once with the peer, then fail the endpoint. */
-static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
+static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit,
+                              const char *fmt, ...)
 {
     char why[192];
     va_list ap;
@@ -324,7 +329,7 @@ static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, const char 
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     shoal_error(UCX, "%s", why);
-    return shoal_ucx_ep_fail(ep, status, why);
+    return shoal_ucx_ep_fail(ep, status, culprit, why);
 }
 
 static int shoal_ucx_ep_fail_gone(shoal_ep_t *ep);
@@ -337,16 +342,16 @@ static int shoal_ucx_ep_ucs_error(shoal_ep_t *ep, const char *what, ucs_status_t
         return shoal_ucx_ep_fail_gone(ep);
     }
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {
-        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL,
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1,
                                   "peer %d: %s: message longer than the posted receive",
                                   ep->peer, what);
     }
     if (st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT ||
         st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED) {
-        return shoal_ucx_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: %s: %s", ep->peer, what,
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PEER_FAILED, -1, "peer %d: %s: %s", ep->peer, what,
                                   shoal_ucx_strerror(st));
     }
-    return shoal_ucx_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: %s failed: %s", ep->peer, what,
+    return shoal_ucx_ep_error(ep, SHOAL_ERR_TRANSPORT, -1, "peer %d: %s failed: %s", ep->peer, what,
                               shoal_ucx_strerror(st));
 }
 
@@ -377,6 +382,7 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
     ucp_tag_message_h msg;
     shoal_status_t st;
     char why[160];
+    int culprit = -1;
     void *r;
 
     msg = ucp_tag_probe_nb(worker, shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_ABORT),
@@ -400,10 +406,13 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
     if (st == SHOAL_OK || got.type != SHOAL_WIRE_ABORT) {
         st = SHOAL_ERR_PROTOCOL;
         snprintf(why, sizeof(why), "malformed abort notice of %zu bytes", info.length);
-    } else if (ep->ctx->notice_culprit < 0 && got.chunk < (uint32_t)ep->ctx->nranks) {
-        ep->ctx->notice_culprit = (int)got.chunk;
+    } else if (shoal_wire_culprit(&got) < ep->ctx->nranks) {
+        culprit = shoal_wire_culprit(&got);
+        if (ep->ctx->notice_culprit < 0) {
+            ep->ctx->notice_culprit = culprit;
+        }
     }
-    *n_p += shoal_ucx_ep_error(ep, st, "peer %d: %s", ep->peer, why);
+    *n_p += shoal_ucx_ep_error(ep, st, culprit, "peer %d: %s", ep->peer, why);
     return 1;
 }
 
@@ -419,13 +428,13 @@ static int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
     if (first < 0 && ctx->first_gone >= 0 && ctx->first_gone_ns < ep->gone_ns) {
         first = ctx->first_gone;
     }
-    if (first < 0 || first == ep->peer || strstr(ep->why, "because of rank ") != NULL) {
-        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, ep->why[0] != '\0' ? ep->why
-                                                                              : "peer failed");
+    if (first < 0 || first == ep->peer) {
+        return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, first,
+                                 ep->why[0] != '\0' ? ep->why : "peer failed");
     }
     snprintf(why, sizeof(why), "%.100s, after the communicator failed because of rank %d",
              ep->why[0] != '\0' ? ep->why : "peer failed", first);
-    return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, why);
+    return shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, first, why);
 }
 
 /* The peer is unreachable: close the endpoint (purges sends), cancel receives that UCX has
@@ -475,12 +484,14 @@ static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
 }
 
 shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t *buf,
-                                   size_t rlen, size_t inline_max, char *why, size_t whylen)
+                                   size_t rlen, size_t inline_max, char *why, size_t whylen,
+                                   int *culprit_p)
 {
     uint64_t len = expect->length;
     shoal_wire_hdr_t got;
     shoal_status_t st;
 
+    *culprit_p = -1;
     if (rlen < SHOAL_WIRE_HDR_BYTES) {
         snprintf(why, whylen, "%zu-byte message, shorter than a header", rlen);
         return SHOAL_ERR_PROTOCOL;
@@ -488,6 +499,7 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
     shoal_wire_decode(buf, &got);
     st = shoal_wire_check(expect, &got, why, whylen);
     if (st != SHOAL_OK) {
+        *culprit_p = shoal_wire_culprit(&got); /* an abort notice names who failed first */
         return st;
     }
     if (rlen != SHOAL_WIRE_HDR_BYTES + (len <= inline_max ? len : 0)) {
@@ -506,14 +518,16 @@ static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *fail
     uint64_t len = req->hdr.length;
     shoal_status_t st;
     char why[160];
+    int culprit;
 
     *failed_p = 1;
     if (s->ucs != UCS_OK) {
         return shoal_ucx_ep_ucs_error(ep, "receive", s->ucs);
     }
-    st = shoal_ucx_hdr_check(&req->hdr, s->buf, s->rlen, ep->inline_max, why, sizeof(why));
+    st = shoal_ucx_hdr_check(&req->hdr, s->buf, s->rlen, ep->inline_max, why, sizeof(why),
+                             &culprit);
     if (st != SHOAL_OK) {
-        return shoal_ucx_ep_error(ep, st, "peer %d: %s", ep->peer, why);
+        return shoal_ucx_ep_error(ep, st, culprit, "peer %d: %s", ep->peer, why);
     }
     *failed_p = 0;
     if (len <= ep->inline_max) {
@@ -555,7 +569,7 @@ static int shoal_ucx_ep_progress_rx(shoal_ep_t *ep)
         }
         req = s->req;
         if (s->rlen != req->hdr.length) {
-            return n + shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: %zu payload bytes "
+            return n + shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d: %zu payload bytes "
                                           "for a %llu-byte message", ep->peer, s->rlen,
                                           (unsigned long long)req->hdr.length);
         }

@@ -1,0 +1,209 @@
+/*
+ * The proxy thread under concurrent first use: many threads make their first non-blocking
+ * call on a fresh communicator at the same moment, many times over. Exactly one proxy may
+ * start (a second one leaked a thread that outlived shoal_comm_destroy, or hung later calls),
+ * every result is right, and nothing hangs (a watchdog fails the test instead). Also run
+ * under ThreadSanitizer in CI (.ci/run), where the unlocked start was a reported race.
+ */
+#include "tests/tap.h"
+
+#include <shoal.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NTHREADS 8
+#define COUNT 257
+
+typedef struct {
+    shoal_comm_t comm;
+    int rank;
+    int nranks;
+    pthread_barrier_t *go;
+    int bad;                   /* first wrong element + 1, or a status below 0 */
+} caller_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n;
+}
+
+/* Threads of the process settle (a root thread ending) within a second; a leaked proxy never
+ * does. */
+static int threads_back_to(int base)
+{
+    double end = now_s() + 2.0;
+    int n;
+    while ((n = thread_count()) > base && now_s() < end) {
+        usleep(1000);
+    }
+    return n;
+}
+
+/* One caller: its first iallreduce on the communicator races the others'. Every rank's
+ * callers contribute the same values, so any pairing of the ranks' calls gives the sum. */
+static void *caller_main(void *arg)
+{
+    caller_t *c = arg;
+    int32_t in[COUNT], out[COUNT];
+    shoal_request_t req = NULL;
+    shoal_status_t st;
+
+    for (int i = 0; i < COUNT; i++) {
+        in[i] = (c->rank + 1) * (i + 1);
+        out[i] = -1;
+    }
+    pthread_barrier_wait(c->go);
+    st = shoal_iallreduce(in, out, COUNT, SHOAL_INT32, SHOAL_SUM, c->comm, &req);
+    if (st == SHOAL_OK) {
+        st = shoal_wait(&req);
+    }
+    if (st != SHOAL_OK) {
+        c->bad = (int)st;
+        return NULL;
+    }
+    for (int i = 0; i < COUNT; i++) {
+        if (out[i] != c->nranks * (c->nranks + 1) / 2 * (i + 1)) {
+            c->bad = i + 1;
+            break;
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    const shoal_uid_t *uid;
+    int rank;
+    int nranks;
+    int nthreads;
+    shoal_status_t st;         /* init or destroy status */
+    int bad;                   /* a caller's bad, 0 if all fine */
+} rank_t;
+
+/* One rank: init, NTHREADS callers released at once, destroy. */
+static void *rank_main(void *arg)
+{
+    rank_t *r = arg;
+    shoal_comm_t comm = NULL;
+    caller_t callers[NTHREADS];
+    pthread_t th[NTHREADS];
+    pthread_barrier_t go;
+
+    r->bad = 0;
+    r->st = shoal_comm_init(&comm, r->nranks, r->rank, r->uid, NULL);
+    if (r->st != SHOAL_OK) {
+        return NULL;
+    }
+    pthread_barrier_init(&go, NULL, (unsigned)r->nthreads);
+    for (int t = 0; t < r->nthreads; t++) {
+        callers[t] = (caller_t){.comm = comm, .rank = r->rank, .nranks = r->nranks, .go = &go};
+        pthread_create(&th[t], NULL, caller_main, &callers[t]);
+    }
+    for (int t = 0; t < r->nthreads; t++) {
+        pthread_join(th[t], NULL);
+        if (r->bad == 0) {
+            r->bad = callers[t].bad;
+        }
+    }
+    pthread_barrier_destroy(&go);
+    r->st = shoal_comm_destroy(comm);
+    return NULL;
+}
+
+/* reps rounds of nranks ranks (threads of this process) x nthreads callers. */
+static void run_rounds(int nranks, int nthreads, int reps)
+{
+    int base = thread_count(), bad = 0, leaked = 0, round = -1, threads = base;
+    shoal_status_t st = SHOAL_OK;
+    double t0 = now_s();
+
+    for (int k = 0; k < reps && bad == 0 && st == SHOAL_OK && !leaked; k++) {
+        shoal_uid_t uid;
+        rank_t ranks[4];
+        pthread_t th[4];
+
+        round = k;
+        st = shoal_get_unique_id(&uid);
+        if (st != SHOAL_OK) {
+            break;
+        }
+        for (int r = 0; r < nranks; r++) {
+            ranks[r] = (rank_t){.uid = &uid, .rank = r, .nranks = nranks, .nthreads = nthreads};
+            pthread_create(&th[r], NULL, rank_main, &ranks[r]);
+        }
+        for (int r = 0; r < nranks; r++) {
+            pthread_join(th[r], NULL);
+            if (st == SHOAL_OK) {
+                st = ranks[r].st;
+            }
+            if (bad == 0) {
+                bad = ranks[r].bad;
+            }
+        }
+        threads = threads_back_to(base);
+        leaked = threads > base;
+    }
+    tap_ok(st == SHOAL_OK && bad == 0, "%d rank(s) x %d threads, first iallreduce at once, "
+           "%d rounds: %s, %s (round %d)", nranks, nthreads, reps, shoal_status_name(st),
+           bad == 0 ? "results right" : bad < 0 ? shoal_status_name((shoal_status_t)bad)
+                                               : "wrong result", round);
+    tap_ok(!leaked, "%d rank(s) x %d threads: no thread left after destroy (%d threads, %d "
+           "before; a second proxy leaks one) (round %d)", nranks, nthreads, threads, base,
+           round);
+    tap_diag("%d rounds in %.2f s", round + 1, now_s() - t0);
+}
+
+static void watchdog(int sig)
+{
+    static const char msg[] = "not ok - test_proxy hung: watchdog fired\n";
+    (void)sig;
+    (void)!write(1, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+static void *nothing(void *arg)
+{
+    return arg;
+}
+
+int main(void)
+{
+    int reps = getenv("TEST_PROXY_REPS") != NULL ? atoi(getenv("TEST_PROXY_REPS")) : 100;
+    pthread_t th;
+
+    /* A sanitizer's runtime starts its own thread at the first pthread_create: before the
+     * baseline count. */
+    pthread_create(&th, NULL, nothing, NULL);
+    pthread_join(th, NULL);
+
+    signal(SIGALRM, watchdog);
+    alarm(240);
+    setenv("SHOAL_TIMEOUT_MS", "60000", 0);
+    tap_plan(4);
+    run_rounds(1, NTHREADS, reps);
+    run_rounds(2, NTHREADS / 2, reps / 4 > 0 ? reps / 4 : 1);
+    return tap_done();
+}
