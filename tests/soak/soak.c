@@ -38,13 +38,10 @@ typedef struct {
     float *fin, *fout;
 } soak_t;
 
-/* shoal_wait takes the request by value today; the isolation work makes it take a pointer
- * (MPI-style, set to NULL). Only this function changes then. */
+/* shoal_wait sets *req to NULL once it has freed the request (MPI-style). */
 static shoal_status_t soak_wait(shoal_request_t *req)
 {
-    shoal_status_t st = shoal_wait(*req);
-    *req = NULL;
-    return st;
+    return shoal_wait(req);
 }
 
 static double soak_now(void)
