@@ -8,6 +8,7 @@ extern const shoal_cfg_table_t shoal_shm_cfg_table;
 extern const shoal_cfg_table_t shoal_tcp_cfg_table;
 extern const shoal_cfg_table_t shoal_tenant_cred_cfg_table;
 extern const shoal_cfg_table_t shoal_tenant_breaker_cfg_table;
+extern const shoal_cfg_table_t shoal_meter_cfg_table;
 #if SHOAL_HAVE_VERBS
 extern const shoal_cfg_table_t shoal_ib_cfg_table;
 #endif
@@ -26,6 +27,7 @@ const shoal_cfg_table_t *const shoal_cfg_tables[] = {
     &shoal_tcp_cfg_table,
     &shoal_tenant_cred_cfg_table,
     &shoal_tenant_breaker_cfg_table,
+    &shoal_meter_cfg_table,
 #if SHOAL_HAVE_VERBS
     &shoal_ib_cfg_table,
 #endif
