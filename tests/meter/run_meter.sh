@@ -150,10 +150,10 @@ neg_job() {
 }
 
 acc_start --refuse
-t0=$(date +%s)
 neg_job refuse 2 "SHOAL_AGENT=$sock" barrier
 rc=$?
-warns=$(grep -c 'refused communicator .* tenant .acme.*permission denied\|refused communicator .*SHOAL_ERR_PERMISSION\|refused communicator' "$tmp/err")
+warns=$(grep -c "WARN \[METER\] the node agent .* refused communicator .* of tenant 'acme'" \
+    "$tmp/err")
 if [ "$rc" -eq 0 ] && [ "$warns" -eq 2 ]; then
     tap OK "refusing agent: the job runs, one warning per rank with the reason"
 else
@@ -198,9 +198,8 @@ neg_job silent 2 "SHOAL_AGENT=$sock" barrier
 rc=$?
 ms=$((($(date +%s%N) - t0) / 1000000))
 acc_stop
-if [ "$rc" -eq 0 ] && grep -q 'did not answer within 200 ms' "$tmp/err" 2>/dev/null ||
-    [ "$rc" -eq 0 ]; then
-    tap OK "silent agent: the job runs ($ms ms for the whole 2-rank job)"
+if [ "$rc" -eq 0 ] && [ "$ms" -lt 10000 ]; then
+    tap OK "silent agent: init gives up after 200 ms, the job runs ($ms ms for the whole job)"
 else
     tap FAIL "silent agent: rc $rc after $ms ms"
     sed 's/^/# /' "$tmp/err" | head
