@@ -30,12 +30,12 @@ perf=$build/allreduce_perf
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/meter_overhead.XXXXXX") || exit 2
 trap 'rm -rf "$tmp"' EXIT
 
-# one_run METER SIZE WARMUP ITERS: the out-of-place time (us) of rank 0's line
+# one_run METER SIZE WARMUP ITERS NRANKS: the out-of-place time (us) of rank 0's line
 one_run() {
     xs="-x SHOAL_METER=$1 -x SHOAL_AGENT=none"
     [ -n "$transport" ] && xs="$xs -x SHOAL_TRANSPORT=$transport"
     # shellcheck disable=SC2086
-    "$shoalrun" --no-prefix --timeout 300 -n "$ranks" $xs "$perf" -b "$2" -e "$2" -w "$3" \
+    "$shoalrun" --no-prefix --timeout 300 -n "$5" $xs "$perf" -b "$2" -e "$2" -w "$3" \
         -n "$4" -c 0 2>/dev/null | awk '$1 ~ /^[0-9]+$/ { print $6; exit }'
 }
 
@@ -45,22 +45,26 @@ spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s..%s",
 
 echo "# meter overhead: allreduce_perf, $ranks ranks${transport:+, $transport}, $reps" \
     "alternated repetitions of SHOAL_METER=1 and =0, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '# %10s %14s %14s %10s   %s\n' size "on (us)" "off (us)" "on/off" "spread on | off"
-for spec in "8 2000 20000" "64M 2 10"; do
+printf '# %10s %6s %14s %14s %10s   %s\n' size ranks "on (us)" "off (us)" "on/off" \
+    "spread on | off"
+# The last line is the per-call cost alone: one rank, no communication, so on - off is what
+# the counting adds to every call (compare it with the 2-rank 8 B time of a quiet machine).
+for spec in "8 2000 20000 $ranks" "64M 2 10 $ranks" "8 10000 1000000 1"; do
+    # shellcheck disable=SC2086
     set -- $spec
     : >"$tmp/on"
     : >"$tmp/off"
     for r in $(seq "$reps"); do
         if [ $((r % 2)) -eq 1 ]; then order="1 0"; else order="0 1"; fi
         for m in $order; do
-            t=$(one_run "$m" "$1" "$2" "$3")
+            t=$(one_run "$m" "$1" "$2" "$3" "$4")
             [ -n "$t" ] || { echo "meter_overhead.sh: a run failed (SHOAL_METER=$m, $1)" >&2; exit 1; }
             if [ "$m" = 1 ]; then echo "$t" >>"$tmp/on"; else echo "$t" >>"$tmp/off"; fi
         done
     done
     on=$(median <"$tmp/on")
     off=$(median <"$tmp/off")
-    printf '  %10s %14s %14s %10s   %s | %s\n' "$1" "$on" "$off" \
+    printf '  %10s %6s %14s %14s %10s   %s | %s\n' "$1" "$4" "$on" "$off" \
         "$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.4f", a / b }')" \
         "$(spread <"$tmp/on")" "$(spread <"$tmp/off")"
 done

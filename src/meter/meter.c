@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,71 @@ _Static_assert((int)SHOAL_METER_ALLREDUCE == (int)SHOAL_STATS_ALLREDUCE &&
                "public and page indices agree");
 _Static_assert(SHOAL_METER_CRED_MAX == SHOAL_TENANT_CRED_TEXT_MAX, "credential text size");
 _Static_assert(SHOAL_METER_NAME_MAX == SHOAL_TENANT_NAME_MAX, "tenant name size");
+
+shoal_meter_clock_t shoal_meter_clock;
+static pthread_once_t shoal_meter_clock_once = PTHREAD_ONCE_INIT;
+
+static int shoal_meter_tsc_invariant(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+    if (a < 0x80000007u) {
+        return 0;
+    }
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
+    return (d >> 8) & 1; /* invariant TSC: constant rate, runs in every C-state */
+#else
+    return 0;
+#endif
+}
+
+static void shoal_meter_clock_init(void)
+{
+    shoal_meter_clock_t *c = &shoal_meter_clock;
+    c->mult = 1ull << 32;
+    c->ticks_per_sec = 1000000000ull;
+#if defined(__x86_64__)
+    if (shoal_meter_tsc_invariant()) {
+        uint64_t ns0 = shoal_time_ns(), t0 = __builtin_ia32_rdtsc(), ns1, t1;
+        do {
+            ns1 = shoal_time_ns();
+            t1 = __builtin_ia32_rdtsc();
+        } while (ns1 - ns0 < SHOAL_METER_CALIBRATE_NS);
+        if (t1 > t0) {
+            c->tick0 = t0;
+            c->ns0 = ns0;
+            c->mult = (uint64_t)(((unsigned __int128)(ns1 - ns0) << 32) / (t1 - t0));
+            c->ticks_per_sec = (t1 - t0) * 1000000000ull / (ns1 - ns0);
+            c->tsc = c->mult != 0;
+        }
+    }
+#endif
+    shoal_info(METER, "meter clock: %s, %.4f ns per tick", c->tsc ? "TSC" : "CLOCK_MONOTONIC",
+               (double)c->mult / 4294967296.0);
+}
+
+/* Refines the TSC rate over everything since the calibration (a 1 s base is already good to
+ * ~1e-7). Any thread; the rate is one relaxed 64-bit store. */
+static void shoal_meter_clock_refine(uint64_t now_ticks)
+{
+    shoal_meter_clock_t *c = &shoal_meter_clock;
+    uint64_t ns = shoal_time_ns();
+    if (c->tsc && now_ticks > c->tick0 + c->ticks_per_sec / 2 && ns > c->ns0) {
+        uint64_t mult = (uint64_t)(((unsigned __int128)(ns - c->ns0) << 32) /
+                                   (now_ticks - c->tick0));
+        if (mult != 0) {
+            __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)
+{
+    m->next_check = now_ticks + shoal_meter_clock.ticks_per_sec;
+    shoal_meter_clock_refine(now_ticks);
+    shoal_meter_agent_check(m);
+}
 
 /* The page in a sealed memfd; an anonymous shared mapping if memfds are unavailable (then no
  * agent can be given the page, shoal_comm_stats still works). */
@@ -200,6 +266,8 @@ shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
     }
     m->memfd = -1;
     m->sock = -1;
+    pthread_once(&shoal_meter_clock_once, shoal_meter_clock_init);
+    m->next_check = shoal_meter_ticks() + shoal_meter_clock.ticks_per_sec;
     st = shoal_meter_page_create(m);
     if (st != SHOAL_OK) {
         free(m);

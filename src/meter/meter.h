@@ -32,11 +32,40 @@ extern SHOAL_HIDDEN shoal_meter_config_t shoal_meter_config;
 
 #define SHOAL_METER_CRED_MAX 512   /* = SHOAL_TENANT_CRED_TEXT_MAX */
 #define SHOAL_METER_AGENT_MS 200   /* the longest a registration may take */
-#define SHOAL_METER_CHECK_NS 1000000000ull /* agent connection looked at once a second */
+#define SHOAL_METER_CALIBRATE_NS 2000000ull /* first estimate of the TSC rate */
+
+/* The meter's clock: the TSC where it is invariant (one rdtsc, no system call, no vDSO page
+ * read: a clock_gettime costs 2-3 times as much, and a call reads the clock twice), else
+ * CLOCK_MONOTONIC. Ticks become nanoseconds by ns_per_tick << 32; the rate is measured over
+ * 2 ms at the first communicator of the process and refined against CLOCK_MONOTONIC at every
+ * check (once a second on the call path), over the whole time since then. */
+typedef struct {
+    int tsc;                   /* 1: ticks are TSC cycles */
+    uint64_t mult;             /* ns per tick << 32 (atomic: refined by any communicator) */
+    uint64_t ticks_per_sec;
+    uint64_t tick0, ns0;       /* the calibration's start */
+} shoal_meter_clock_t;
+extern SHOAL_HIDDEN shoal_meter_clock_t shoal_meter_clock;
+
+static inline uint64_t shoal_meter_ticks(void)
+{
+#if defined(__x86_64__)
+    if (shoal_meter_clock.tsc) {
+        return __builtin_ia32_rdtsc();
+    }
+#endif
+    return shoal_time_ns();
+}
+
+static inline uint64_t shoal_meter_ticks_ns(uint64_t ticks)
+{
+    return (uint64_t)(((unsigned __int128)ticks *
+                       __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED)) >> 32);
+}
 
 struct shoal_meter {
     shoal_meter_page_t *page;  /* first: the counters */
-    uint64_t next_check_ns;    /* CLOCK_MONOTONIC time of the next agent check */
+    uint64_t next_check;       /* meter clock ticks of the next check (clock, agent) */
     int memfd;                 /* the page's memfd, -1 if the page is anonymous */
     int sock;                  /* connection to the agent, -1 when none */
     int agent_state;           /* SHOAL_METER_AGENT_* */
@@ -64,9 +93,10 @@ SHOAL_HIDDEN void shoal_meter_comm_fini(struct shoal_comm *comm);
  * SHOAL_METER_AGENT_MS). SHOAL_OK unless SHOAL_AGENT_REQUIRED=1 and the agent is absent
  * (SHOAL_ERR_SYSTEM), silent (SHOAL_ERR_TIMEOUT) or refuses (the status it answered). */
 SHOAL_HIDDEN shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m);
-/* Out of line, at most once a second from shoal_meter_call_end: re-register with an agent
- * that restarted (or appeared). */
-SHOAL_HIDDEN void shoal_meter_agent_check(struct shoal_meter *m, uint64_t now_ns);
+/* Out of line, at most once a second from shoal_meter_call_end: refine the clock rate,
+ * re-register with an agent that restarted (or appeared). */
+SHOAL_HIDDEN void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks);
+SHOAL_HIDDEN void shoal_meter_agent_check(struct shoal_meter *m);
 /* GPUs of SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES: count, ordinals in gpus[] (-1 unknown). */
 SHOAL_HIDDEN int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max);
 
@@ -84,7 +114,7 @@ static inline uint64_t shoal_meter_call_begin(struct shoal_meter *m)
     shoal_meter_page_t *p = m->page;
     __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    return shoal_time_ns();
+    return shoal_meter_ticks();
 }
 
 static inline int shoal_meter_is_peer_failure(shoal_status_t st)
@@ -97,9 +127,9 @@ static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_s
                                         uint64_t t0)
 {
     shoal_meter_page_t *p = m->page;
-    uint64_t now = shoal_time_ns();
+    uint64_t now = shoal_meter_ticks();
     shoal_meter_add(&p->ops[type], 1);
-    shoal_meter_add(&p->coll_ns, now - t0);
+    shoal_meter_add(&p->coll_ns, shoal_meter_ticks_ns(now - t0));
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         __atomic_fetch_add(&p->errors, 1, __ATOMIC_RELAXED);
         if (shoal_meter_is_peer_failure(st)) {
@@ -107,8 +137,8 @@ static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_s
         }
     }
     __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
-    if (SHOAL_UNLIKELY(now >= m->next_check_ns)) {
-        shoal_meter_agent_check(m, now);
+    if (SHOAL_UNLIKELY(now >= m->next_check)) {
+        shoal_meter_check(m, now);
     }
 }
 

@@ -215,10 +215,8 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
     shoal_status_t refused = SHOAL_ERR_PERMISSION;
     shoal_meter_reg_result_t r;
 
-    m->next_check_ns = shoal_time_ns() + SHOAL_METER_CHECK_NS;
     if (shoal_meter_agent_off()) {
         m->agent_state = SHOAL_METER_AGENT_OFF;
-        m->next_check_ns = UINT64_MAX;
         if (shoal_meter_config.agent_required) {
             shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 but SHOAL_AGENT=none");
             return SHOAL_ERR_INVALID_ARG;
@@ -232,7 +230,6 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
         return SHOAL_OK;
     case SHOAL_METER_REG_REFUSED:
         m->agent_state = SHOAL_METER_AGENT_REFUSED;
-        m->next_check_ns = UINT64_MAX;
         if (shoal_meter_config.agent_required) {
             shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 and the node agent refused this "
                         "communicator");
@@ -273,10 +270,9 @@ static int shoal_meter_agent_dropped(int fd)
     }
 }
 
-void shoal_meter_agent_check(struct shoal_meter *m, uint64_t now_ns)
+void shoal_meter_agent_check(struct shoal_meter *m)
 {
     shoal_status_t refused = SHOAL_ERR_PERMISSION;
-    m->next_check_ns = now_ns + SHOAL_METER_CHECK_NS;
     if (m->agent_state == SHOAL_METER_AGENT_REGISTERED) {
         if (!shoal_meter_agent_dropped(m->sock)) {
             return;
@@ -288,8 +284,7 @@ void shoal_meter_agent_check(struct shoal_meter *m, uint64_t now_ns)
         m->agent_state = SHOAL_METER_AGENT_NONE;
     }
     if (m->agent_state != SHOAL_METER_AGENT_NONE) {
-        m->next_check_ns = UINT64_MAX;
-        return;
+        return; /* off or refused: never asked again */
     }
     switch (shoal_meter_agent_register(m, &refused)) {
     case SHOAL_METER_REG_OK:
@@ -297,7 +292,6 @@ void shoal_meter_agent_check(struct shoal_meter *m, uint64_t now_ns)
         break;
     case SHOAL_METER_REG_REFUSED:
         m->agent_state = SHOAL_METER_AGENT_REFUSED;
-        m->next_check_ns = UINT64_MAX;
         break;
     default:
         break; /* still none: look again in a second */
