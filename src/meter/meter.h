@@ -10,7 +10,8 @@
  *    without channel messages, adds to the shm / same-host pair what it takes from peers'
  *    areas (received) and what peers take from its own area (sent), see shmdirect.c;
  *  - the API layer (src/coll/api.c) brackets every call that ran: seqlock, one clock read at
- *    entry and at exit, ops, coll_ns, errors, peer failures; shoal_comm_abort counts aborts.
+ *    entry and at exit (the TSC, see shoal_meter_clock_t), ops, coll_ns, errors, peer
+ *    failures; shoal_comm_abort counts aborts.
  * One writer at a time (the thread holding the communicator's ticket): plain relaxed atomic
  * stores, no read-modify-write, no lock. The rare counters written from outside the ticket
  * (errors of calls refused before they ran, aborts) use atomic adds, on every writer.
