@@ -153,7 +153,7 @@ typedef struct {
     uint64_t bytes_recv_other_host;
     uint64_t bytes_sent_by[SHOAL_STATS_NTL][2]; /* [SHOAL_STATS_TL_*][SHOAL_STATS_*_HOST] */
     uint64_t bytes_recv_by[SHOAL_STATS_NTL][2];
-    uint64_t coll_ns;                 /* time inside calls (host side, entry to return) */
+    uint64_t coll_ns;                 /* time inside calls (host side, entry to return; TSC) */
     uint64_t errors;                  /* calls that returned an error */
     uint64_t peer_failures;           /* calls that found a peer failed, lost or timed out */
     uint64_t aborts;                  /* shoal_comm_abort calls */

@@ -103,7 +103,10 @@ static void check_common(int g, const char *what, const shoal_stats_t *a, const 
             type, (unsigned long long)(b->ops[type] - a->ops[type]), (unsigned long long)calls);
     mp_case(g, b->ops_total - a->ops_total == calls, R, "%s: ops_total +%llu, want +%llu", what,
             (unsigned long long)(b->ops_total - a->ops_total), (unsigned long long)calls);
-    mp_case(g, b->coll_ns > a->coll_ns && b->coll_ns - a->coll_ns <= wall_ns, R,
+    /* coll_ns runs on the TSC at a rate measured against CLOCK_MONOTONIC (2 ms at first, to
+     * ~1e-4; refined every second): within 1e-3 + 1 us of the test's own clock. */
+    mp_case(g, b->coll_ns > a->coll_ns && b->coll_ns - a->coll_ns <= wall_ns + wall_ns / 1000 +
+                                                                     1000, R,
             "%s: coll_ns +%llu, wall %llu ns", what,
             (unsigned long long)(b->coll_ns - a->coll_ns), (unsigned long long)wall_ns);
     mp_case(g, b->errors == a->errors && b->peer_failures == a->peer_failures, R,
@@ -419,7 +422,7 @@ static void check_sums(shoal_comm_t comm)
                         (unsigned long long)s, (unsigned long long)r);
             }
         }
-    }
+    }    free(all);
 }
 
 int main(int argc, char **argv)
@@ -508,5 +511,7 @@ int main(int argc, char **argv)
     fin = snap(comm);
     write_stats(0, &fin);
     shoal_comm_destroy(comm);
+    free(buf_a);
+    free(buf_b);
     return failed != 0;
 }
