@@ -124,6 +124,45 @@ SHOAL_EXPORT shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
 SHOAL_EXPORT const char *shoal_comm_last_error(shoal_comm_t comm);
 #define SHOAL_SPLIT_NOCOLOR (-1)
 
+/* Metering: a communicator's exact counters since shoal_comm_init (monotonic; deltas between
+ * two reads are exact). Payload bytes only (no headers), counted once per message when the
+ * transport accepts it; the intra-node direct AllReduce counts what a rank takes from peers'
+ * shared areas as received and what peers take from its own area as sent. Initialise with
+ * SHOAL_STATS_INIT: the library fills at most stats->size bytes, so the struct can grow at
+ * its end. SHOAL_ERR_UNSUPPORTED with SHOAL_METER=0. Any thread; while a call runs on
+ * another thread each counter is exact but the set may straddle that call. */
+#define SHOAL_STATS_NCOLL 16 /* room for more collectives; unused entries are 0 */
+#define SHOAL_STATS_NTL 8    /* room for more transports; unused entries are 0 */
+enum {
+    SHOAL_STATS_ALLREDUCE = 0, SHOAL_STATS_BROADCAST, SHOAL_STATS_REDUCE, SHOAL_STATS_ALLGATHER,
+    SHOAL_STATS_REDUCE_SCATTER, SHOAL_STATS_BARRIER, SHOAL_STATS_SEND, SHOAL_STATS_RECV,
+    SHOAL_STATS_ALLTOALL
+};
+enum { SHOAL_STATS_TL_SHM = 0, SHOAL_STATS_TL_TCP, SHOAL_STATS_TL_UCX, SHOAL_STATS_TL_IB };
+enum { SHOAL_STATS_SAME_HOST = 0, SHOAL_STATS_OTHER_HOST };
+
+typedef struct {
+    size_t size;                      /* sizeof(shoal_stats_t), filled by SHOAL_STATS_INIT */
+    uint64_t ops_total;               /* calls that ran (successfully or not) */
+    uint64_t ops[SHOAL_STATS_NCOLL];  /* per collective, SHOAL_STATS_ALLREDUCE... */
+    uint64_t bytes_sent;              /* payload bytes, all transports and localities */
+    uint64_t bytes_recv;
+    uint64_t bytes_sent_same_host;    /* to peers with this rank's host id */
+    uint64_t bytes_sent_other_host;
+    uint64_t bytes_recv_same_host;
+    uint64_t bytes_recv_other_host;
+    uint64_t bytes_sent_by[SHOAL_STATS_NTL][2]; /* [SHOAL_STATS_TL_*][SHOAL_STATS_*_HOST] */
+    uint64_t bytes_recv_by[SHOAL_STATS_NTL][2];
+    uint64_t coll_ns;                 /* time inside calls (host side, entry to return; TSC) */
+    uint64_t errors;                  /* calls that returned an error */
+    uint64_t peer_failures;           /* calls that found a peer failed, lost or timed out */
+    uint64_t aborts;                  /* shoal_comm_abort calls */
+} shoal_stats_t;
+
+#define SHOAL_STATS_INIT { sizeof(shoal_stats_t) }
+
+SHOAL_EXPORT shoal_status_t shoal_comm_stats(shoal_comm_t comm, shoal_stats_t *stats);
+
 /* Collectives. stream is a cudaStream_t or NULL.
  * - stream == NULL, host buffers: a blocking host call.
  * - stream == NULL, device buffers (CUDA builds): blocking; like cudaMemcpy it first waits for

@@ -1,6 +1,38 @@
 /* The public collective calls: validate, order, run (or hand to the proxy thread). */
 #include "coll/coll.h"
 #include "cuda/cuda.h"
+#include "meter/meter.h"
+
+_Static_assert((int)SHOAL_METER_NCOLL == (int)SHOAL_COLL_TYPE_COUNT &&
+               (int)SHOAL_METER_SEND == (int)SHOAL_COLL_SEND &&
+               (int)SHOAL_METER_ALLTOALL == (int)SHOAL_COLL_ALLTOALL,
+               "the meter page's collectives follow shoal_coll_type_t");
+
+/* Runs a call that holds its ticket, metered: seqlock, one clock read at entry and exit, a few
+ * single-writer increments (src/meter/meter.h). */
+static shoal_status_t shoal_api_run(struct shoal_comm *comm, const shoal_coll_args_t *a)
+{
+    struct shoal_meter *m = comm->meter;
+    shoal_status_t st;
+    uint64_t t0;
+
+    if (m == NULL) {
+        return shoal_coll_run(comm, a);
+    }
+    t0 = shoal_meter_call_begin(m);
+    st = shoal_coll_run(comm, a);
+    shoal_meter_call_end(m, (int)a->type, st, t0);
+    return st;
+}
+
+/* A call refused before it ran: counted in errors (st is returned). */
+static shoal_status_t shoal_api_refused(shoal_comm_t comm, shoal_status_t st)
+{
+    if (comm != NULL) {
+        shoal_meter_count_refused(comm->meter);
+    }
+    return st;
+}
 
 static shoal_status_t shoal_api_check_comm(shoal_comm_t comm, void *stream)
 {
@@ -60,15 +92,22 @@ static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t 
     uint64_t ticket;
     shoal_status_t st;
 
-    SHOAL_CHECK(shoal_api_check_comm(comm, stream));
-    SHOAL_CHECK(shoal_api_check_args(comm, a));
+    st = shoal_api_check_comm(comm, stream);
+    if (st == SHOAL_OK) {
+        st = shoal_api_check_args(comm, a);
+    }
+    if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
+        return shoal_api_refused(comm, st);
+    }
     if (shoal_cuda_wants(a, stream)) {
         return shoal_cuda_call(comm, a, stream); /* stream-ordered or device buffers */
     }
     ticket = shoal_comm_ticket_take(comm);
     st = shoal_comm_ticket_wait(comm, ticket);
     if (st == SHOAL_OK) {
-        st = shoal_coll_run(comm, a);
+        st = shoal_api_run(comm, a);
+    } else {
+        shoal_meter_count_refused(comm->meter);
     }
     shoal_comm_ticket_release(comm);
     return st;
@@ -147,7 +186,7 @@ shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int 
 
 static shoal_status_t shoal_api_proxy_run(struct shoal_comm *comm, void *arg)
 {
-    return shoal_coll_run(comm, arg);
+    return shoal_api_run(comm, arg);
 }
 
 shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -156,11 +195,17 @@ shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count
 {
     shoal_coll_args_t a = {.type = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
                            .count = count, .dtype = dtype, .op = op};
+    shoal_status_t st;
     if (req_p == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
-    SHOAL_CHECK(shoal_api_check_comm(comm, NULL));
-    SHOAL_CHECK(shoal_api_check_args(comm, &a));
+    st = shoal_api_check_comm(comm, NULL);
+    if (st == SHOAL_OK) {
+        st = shoal_api_check_args(comm, &a);
+    }
+    if (st != SHOAL_OK) {
+        return shoal_api_refused(comm, st);
+    }
     if (shoal_cuda_wants(&a, NULL)) {
         shoal_error(COLL, "shoal_iallreduce takes host buffers; for device buffers pass a "
                     "stream to shoal_allreduce");

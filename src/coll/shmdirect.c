@@ -18,8 +18,18 @@
  * published something looks (after a fence) at each peer's "sleeping" word and wakes only
  * those that sleep. The sleeper re-checks its condition after announcing itself, so no
  * wakeup is lost; sleeps are capped at 1 ms so that abort, deadlines and peer death are seen.
+ *
+ * Metering (src/meter, shm / same host): no channel messages here, so the path counts what
+ * moves between processes itself. "Received" = payload bytes this rank takes from peers'
+ * areas; "sent" = payload bytes peers take from this rank's area (its staged input, its
+ * reduced segment). Copies within a rank's own memory and the flags are not counted. With n
+ * local ranks and B bytes: LL and one-shot, sent = received = (n - 1) * B; two-shot, per
+ * window of m elements and this rank's segment of s, sent = received = ((n - 1) * s + m - s)
+ * elements, i.e. 2 (n - 1) / n * B when the windows divide evenly, like a ring. Every byte
+ * one rank receives is sent by exactly one other, so the sums over ranks agree.
  */
 #include "coll/coll.h"
+#include "meter/meter.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -298,6 +308,7 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     shoal_reduce_n_pieces(a->recvbuf, srcs, (const void **)cs->srcs2, n, a->count, a->dtype,
                           a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
     shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
+    shoal_meter_add_shm(comm->meter, (uint64_t)(n - 1) * bytes, (uint64_t)(n - 1) * bytes);
     return SHOAL_OK;
 }
 
@@ -316,6 +327,8 @@ static shoal_status_t shoal_shmd_oneshot(struct shoal_comm *comm, const shoal_co
     }
     shoal_reduce_n(a->recvbuf, srcs, comm->local_size, a->count, a->dtype, a->op);
     shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
+    shoal_meter_add_shm(comm->meter, (uint64_t)(comm->local_size - 1) * bytes,
+                        (uint64_t)(comm->local_size - 1) * bytes);
     return SHOAL_OK;
 }
 
@@ -363,6 +376,10 @@ static shoal_status_t shoal_shmd_window(struct shoal_comm *comm, const shoal_col
         shoal_block_range(m, n, q, &qo, &ql);
         memcpy(out + qo * dsize, shoal_shmd_buf(cs, q, g) + qo * dsize, ql * dsize);
     }
+    /* Phase 1: my segment of each peer's input in, the peers' segments of mine out; phase 2:
+     * their reduced segments in, mine out. Both directions: (n - 1) * sl + (m - sl). */
+    shoal_meter_add_shm(comm->meter, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize,
+                        ((uint64_t)(n - 1) * sl + (m - sl)) * dsize);
     return SHOAL_OK;
 }
 

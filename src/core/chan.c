@@ -30,6 +30,18 @@ static void shoal_chan_req_init(struct shoal_comm *comm, shoal_tl_req_t *req, vo
     req->errlen = sizeof(comm->tl_err);
 }
 
+/* Metering: the payload of a message the transport accepted, counted once (the wire header
+ * is not payload). Counted at the post, not at completion: a request may be waited for more
+ * than once, a post happens once; a call that fails may have counted messages that never
+ * completed (the call then counts in errors and the communicator is dead). One writer (the
+ * ticket holder): a relaxed load and store, no read-modify-write. */
+static inline void shoal_chan_meter(uint64_t *ctr, size_t len)
+{
+    if (ctr != NULL) {
+        __atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + len, __ATOMIC_RELAXED);
+    }
+}
+
 static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
                                              const shoal_tl_req_t *req, shoal_status_t st,
                                              const char *what)
@@ -50,6 +62,7 @@ shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *b
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_chan_post_failed(comm, peer, req, st, "send to");
     }
+    shoal_chan_meter(ch->meter_sent, len);
     return SHOAL_OK;
 }
 
@@ -63,6 +76,7 @@ shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf, si
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_chan_post_failed(comm, peer, req, st, "receive from");
     }
+    shoal_chan_meter(ch->meter_recv, len);
     return SHOAL_OK;
 }
 

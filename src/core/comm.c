@@ -3,6 +3,7 @@
  * destroy, abort, split, and the sticky error every later call reports.
  */
 #include "core/core.h"
+#include "meter/meter.h"
 #if SHOAL_HAVE_PMIX
 #include "core/pmix.h"
 #endif
@@ -544,6 +545,8 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
     SHOAL_CHECK_GOTO(shoal_coll_comm_init(comm), st, err);
+    /* After the topology's init traffic: the counters start at the first call. */
+    SHOAL_CHECK_GOTO(shoal_meter_comm_init(comm), st, err);
     shoal_info(INIT, "rank %d of %d on %s: comm %08x ready (local rank %d of %d)", rank, nranks,
                shoal_hostname(), comm->comm_id, comm->local_rank, comm->local_size);
     *comm_p = comm;
@@ -692,6 +695,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_proxy_stop(comm);
+    shoal_meter_comm_fini(comm); /* no call runs any more: state CLOSED, agent told */
     shoal_coll_comm_fini(comm);
     for (int t = 0; t < comm->ntls; t++) {
         if (comm->tls[t].ctx != NULL) {
@@ -726,6 +730,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
         return SHOAL_ERR_INVALID_ARG;
     }
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    shoal_meter_count_abort(comm->meter);
     (void)!write(comm->abort_efd, &one, sizeof(one));
     if (comm->shm != NULL && comm->shm->ops->notify != NULL) {
         comm->shm->ops->notify(comm->shm->ctx, comm->local_rank);

@@ -55,9 +55,14 @@ typedef struct {
     shoal_ep_t *ep;
     uint32_t p2p_send_seq;     /* shoal_send/shoal_recv sequence numbers per direction */
     uint32_t p2p_recv_seq;
+    /* Metering (src/meter): the page's payload byte counters of this channel's (transport,
+     * locality) pair, or NULL when not metered. Single writer: the ticket holder. */
+    uint64_t *meter_sent;
+    uint64_t *meter_recv;
 } shoal_chan_t;
 
 struct shoal_coll_state;       /* src/coll: algorithm scratch, shm direct path */
+struct shoal_meter;            /* src/meter: the counter page, agent registration */
 struct shoal_proxy;
 
 struct shoal_comm {
@@ -98,6 +103,7 @@ struct shoal_comm {
     pthread_mutex_t proxy_lock; /* starts the proxy once (proxy.c) */
     struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;
+    struct shoal_meter *meter; /* NULL with SHOAL_METER=0 (its first member is the page) */
 };
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A

@@ -1,0 +1,362 @@
+/*
+ * The metering page of a communicator: created in a memfd (so the node agent can map it),
+ * sealed against resizing, mapped shared and faulted in at init; identity written once before
+ * the page is shared; shoal_comm_stats reads it. Registration with the agent: meter_agent.c.
+ */
+#include "meter/meter.h"
+#include "tenant/tenant.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(SHOAL_METER_NCOLL <= SHOAL_STATS_NCOLL, "shoal_stats_t.ops too small");
+_Static_assert(SHOAL_METER_NTL <= SHOAL_STATS_NTL, "shoal_stats_t transports too few");
+_Static_assert((int)SHOAL_METER_ALLREDUCE == (int)SHOAL_STATS_ALLREDUCE &&
+               (int)SHOAL_METER_ALLTOALL == (int)SHOAL_STATS_ALLTOALL &&
+               (int)SHOAL_METER_TL_IB == (int)SHOAL_STATS_TL_IB &&
+               (int)SHOAL_METER_OTHER_HOST == (int)SHOAL_STATS_OTHER_HOST,
+               "public and page indices agree");
+_Static_assert(SHOAL_METER_CRED_MAX == SHOAL_TENANT_CRED_TEXT_MAX, "credential text size");
+_Static_assert(SHOAL_METER_NAME_MAX == SHOAL_TENANT_NAME_MAX, "tenant name size");
+
+shoal_meter_clock_t shoal_meter_clock;
+static pthread_once_t shoal_meter_clock_once = PTHREAD_ONCE_INIT;
+
+static int shoal_meter_tsc_invariant(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+    if (a < 0x80000007u) {
+        return 0;
+    }
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
+    return (d >> 8) & 1; /* invariant TSC: constant rate, runs in every C-state */
+#else
+    return 0;
+#endif
+}
+
+static void shoal_meter_clock_init(void)
+{
+    shoal_meter_clock_t *c = &shoal_meter_clock;
+    c->mult = 1ull << 32;
+    c->ticks_per_sec = 1000000000ull;
+#if defined(__x86_64__)
+    if (shoal_meter_tsc_invariant()) {
+        uint64_t ns0 = shoal_time_ns(), t0 = __builtin_ia32_rdtsc(), ns1, t1;
+        do {
+            ns1 = shoal_time_ns();
+            t1 = __builtin_ia32_rdtsc();
+        } while (ns1 - ns0 < SHOAL_METER_CALIBRATE_NS);
+        if (t1 > t0) {
+            c->tick0 = t0;
+            c->ns0 = ns0;
+            c->mult = (uint64_t)(((unsigned __int128)(ns1 - ns0) << 32) / (t1 - t0));
+            c->ticks_per_sec = (t1 - t0) * 1000000000ull / (ns1 - ns0);
+            c->tsc = c->mult != 0;
+        }
+    }
+#endif
+    shoal_info(METER, "meter clock: %s, %.4f ns per tick", c->tsc ? "TSC" : "CLOCK_MONOTONIC",
+               (double)c->mult / 4294967296.0);
+}
+
+/* Refines the TSC rate over everything since the calibration (a 1 s base is already good to
+ * ~1e-7). Any thread; the rate is one relaxed 64-bit store. */
+static void shoal_meter_clock_refine(uint64_t now_ticks)
+{
+    shoal_meter_clock_t *c = &shoal_meter_clock;
+    uint64_t ns = shoal_time_ns();
+    if (c->tsc && now_ticks > c->tick0 + c->ticks_per_sec / 2 && ns > c->ns0) {
+        uint64_t mult = (uint64_t)(((unsigned __int128)(ns - c->ns0) << 32) /
+                                   (now_ticks - c->tick0));
+        if (mult != 0) {
+            __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
+        }
+    }
+}
+
+void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)
+{
+    m->next_check = now_ticks + shoal_meter_clock.ticks_per_sec;
+    shoal_meter_clock_refine(now_ticks);
+    shoal_meter_agent_check(m);
+}
+
+/* The page in a sealed memfd; an anonymous shared mapping if memfds are unavailable (then no
+ * agent can be given the page, shoal_comm_stats still works). */
+static shoal_status_t shoal_meter_page_create(struct shoal_meter *m)
+{
+    void *p;
+    m->memfd = memfd_create("shoal-meter", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (m->memfd < 0) {
+        shoal_warn(METER, "memfd_create(shoal-meter) failed: %s; the counters stay private "
+                   "(no node agent)", strerror(errno));
+    } else if (ftruncate(m->memfd, SHOAL_METER_PAGE_BYTES) != 0 ||
+               fcntl(m->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        shoal_warn(METER, "sizing or sealing the meter memfd (fd %d) failed: %s; the counters "
+                   "stay private (no node agent)", m->memfd, strerror(errno));
+        close(m->memfd);
+        m->memfd = -1;
+    }
+    p = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ | PROT_WRITE,
+             m->memfd >= 0 ? MAP_SHARED | MAP_POPULATE : MAP_SHARED | MAP_ANONYMOUS, m->memfd, 0);
+    if (p == MAP_FAILED) {
+        shoal_error(METER, "mmap of the meter page (%d bytes, fd %d) failed: %s",
+                    SHOAL_METER_PAGE_BYTES, m->memfd, strerror(errno));
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memset(p, 0, SHOAL_METER_PAGE_BYTES); /* faults the page in */
+    m->page = p;
+    return SHOAL_OK;
+}
+
+int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max)
+{
+    int n = 0;
+    const char *s = text;
+    for (int i = 0; i < max; i++) {
+        gpus[i] = -1;
+    }
+    if (text == NULL || text[0] == '\0' || strcmp(text, "none") == 0 ||
+        strcmp(text, "NoDevFiles") == 0) {
+        return 0;
+    }
+    if (strncmp(text, "count:", 6) == 0) {
+        long c = strtol(text + 6, NULL, 10);
+        return c < 0 ? 0 : c > 4096 ? 4096 : (int)c;
+    }
+    /* A list: ordinals, or CUDA_VISIBLE_DEVICES UUIDs (GPU-..., MIG-...): counted, no
+     * ordinal. CUDA stops at the first invalid entry (e.g. -1); so do we. */
+    while (*s != '\0') {
+        const char *end = strchr(s, ',');
+        size_t len = end != NULL ? (size_t)(end - s) : strlen(s);
+        char *e;
+        long v = strtol(s, &e, 10);
+        if (len == 0 || (e == s + len && v < 0)) {
+            break;
+        }
+        if (n < max) {
+            gpus[n] = e == s + len ? (int32_t)v : -1;
+        }
+        n++;
+        if (end == NULL) {
+            break;
+        }
+        s = end + 1;
+    }
+    return n;
+}
+
+/* Identity of the page: the communicator's resolved identity (src/tenant: the credential when
+ * the job has one, else the configured names), and the credential's text for the agent, which
+ * checks the claim; the library only reports it. */
+static void shoal_meter_identity(struct shoal_comm *comm, struct shoal_meter *m)
+{
+    shoal_meter_page_t *p = m->page;
+    shoal_tenant_cred_t cred;
+    shoal_tenant_id_t id = comm->ident;
+    const char *gpus = shoal_meter_config.gpus;
+    int found = 0;
+
+    if (id.qos_weight <= 0) {
+        id.qos_weight = 1;
+    }
+    if (shoal_tenant_cred_load(&cred, &found) != SHOAL_OK) {
+        shoal_warn(METER, "the job credential could not be read: registering without it");
+        found = 0;
+    }
+    if (found) {
+        if (shoal_tenant_cred_format(&cred, m->cred, sizeof(m->cred)) == SHOAL_OK) {
+            m->cred_len = strlen(m->cred);
+        }
+    }
+    shoal_secret_wipe(&cred, sizeof(cred));
+    p->magic = SHOAL_METER_MAGIC;
+    p->version = SHOAL_METER_VERSION;
+    p->size = sizeof(*p);
+    memcpy(p->tenant, id.tenant, sizeof(p->tenant));
+    memcpy(p->job, id.job, sizeof(p->job));
+    p->tenant[sizeof(p->tenant) - 1] = '\0';
+    p->job[sizeof(p->job) - 1] = '\0';
+    p->epoch = id.epoch;
+    p->comm_id = comm->comm_id;
+    p->rank = comm->rank;
+    p->nranks = comm->nranks;
+    p->qos_class = id.qos_class;
+    p->qos_weight = id.qos_weight;
+    if (gpus == NULL || gpus[0] == '\0') {
+        gpus = shoal_cfg_getenv_raw("CUDA_VISIBLE_DEVICES");
+    }
+    p->ngpus = shoal_meter_gpus_parse(gpus, p->gpus, SHOAL_METER_MAX_GPUS);
+    p->pid = (int32_t)getpid();
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p->created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    }
+    __atomic_store_n(&p->state, SHOAL_METER_LIVE, __ATOMIC_RELEASE);
+}
+
+static int shoal_meter_tl_index(const char *name)
+{
+    static const char *const names[SHOAL_METER_NTL] = {
+        [SHOAL_METER_TL_SHM] = "shm", [SHOAL_METER_TL_TCP] = "tcp",
+        [SHOAL_METER_TL_UCX] = "ucx", [SHOAL_METER_TL_IB] = "ib"};
+    for (int i = 0; i < SHOAL_METER_NTL; i++) {
+        if (strcmp(names[i], name) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Every channel's counter pair: its transport, and whether the peer shares our host. */
+static void shoal_meter_chans_attach(struct shoal_comm *comm, shoal_meter_page_t *p)
+{
+    uint64_t me = comm->peers[comm->rank].host_id;
+    for (int q = 0; q < comm->nranks; q++) {
+        shoal_chan_t *ch = &comm->chans[q];
+        int tl, loc;
+        if (q == comm->rank || ch->tl == NULL) {
+            continue;
+        }
+        tl = shoal_meter_tl_index(ch->tl->ops->name);
+        if (tl < 0) {
+            shoal_warn(METER, "transport %s is not metered", ch->tl->ops->name);
+            continue;
+        }
+        loc = comm->peers[q].host_id == me ? SHOAL_METER_SAME_HOST : SHOAL_METER_OTHER_HOST;
+        ch->meter_sent = &p->bytes_sent[tl][loc];
+        ch->meter_recv = &p->bytes_recv[tl][loc];
+    }
+}
+
+shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
+{
+    struct shoal_meter *m;
+    shoal_status_t st;
+
+    if (!shoal_meter_config.enabled) {
+        if (shoal_meter_config.agent_required) {
+            shoal_error(METER, "SHOAL_METER=0 with SHOAL_AGENT_REQUIRED=1: this node meters "
+                        "every communicator");
+            return SHOAL_ERR_PERMISSION;
+        }
+        return SHOAL_OK;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    m->memfd = -1;
+    m->sock = -1;
+    pthread_once(&shoal_meter_clock_once, shoal_meter_clock_init);
+    m->next_check = shoal_meter_ticks() + shoal_meter_clock.ticks_per_sec;
+    st = shoal_meter_page_create(m);
+    if (st != SHOAL_OK) {
+        free(m);
+        return st;
+    }
+    shoal_meter_identity(comm, m);
+    comm->meter = m;
+    shoal_meter_chans_attach(comm, m->page);
+    st = shoal_meter_agent_register_init(m);
+    if (st != SHOAL_OK) {
+        shoal_meter_comm_fini(comm);
+        return st;
+    }
+    return SHOAL_OK;
+}
+
+void shoal_meter_comm_fini(struct shoal_comm *comm)
+{
+    struct shoal_meter *m = comm->meter;
+    if (m == NULL) {
+        return;
+    }
+    for (int q = 0; q < comm->nranks && comm->chans != NULL; q++) {
+        comm->chans[q].meter_sent = NULL;
+        comm->chans[q].meter_recv = NULL;
+    }
+    __atomic_store_n(&m->page->state, SHOAL_METER_CLOSED, __ATOMIC_SEQ_CST);
+    if (m->sock >= 0) {
+        close(m->sock); /* the agent's sign that the communicator ended */
+    }
+    munmap(m->page, SHOAL_METER_PAGE_BYTES);
+    if (m->memfd >= 0) {
+        close(m->memfd);
+    }
+    shoal_secret_wipe(m->cred, sizeof(m->cred));
+    free(m);
+    comm->meter = NULL;
+}
+
+/* ---- shoal_comm_stats ---------------------------------------------------------------- */
+
+static void shoal_meter_stats_read(const shoal_meter_page_t *p, shoal_stats_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->size = sizeof(*s);
+    for (int c = 0; c < SHOAL_METER_NCOLL; c++) {
+        s->ops[c] = __atomic_load_n(&p->ops[c], __ATOMIC_RELAXED);
+        s->ops_total += s->ops[c];
+    }
+    for (int t = 0; t < SHOAL_METER_NTL; t++) {
+        for (int l = 0; l < SHOAL_METER_NLOC; l++) {
+            uint64_t sent = __atomic_load_n(&p->bytes_sent[t][l], __ATOMIC_RELAXED);
+            uint64_t recv = __atomic_load_n(&p->bytes_recv[t][l], __ATOMIC_RELAXED);
+            s->bytes_sent_by[t][l] = sent;
+            s->bytes_recv_by[t][l] = recv;
+            s->bytes_sent += sent;
+            s->bytes_recv += recv;
+            if (l == SHOAL_METER_SAME_HOST) {
+                s->bytes_sent_same_host += sent;
+                s->bytes_recv_same_host += recv;
+            } else {
+                s->bytes_sent_other_host += sent;
+                s->bytes_recv_other_host += recv;
+            }
+        }
+    }
+    s->coll_ns = __atomic_load_n(&p->coll_ns, __ATOMIC_RELAXED);
+    s->errors = __atomic_load_n(&p->errors, __ATOMIC_RELAXED);
+    s->peer_failures = __atomic_load_n(&p->peer_failures, __ATOMIC_RELAXED);
+    s->aborts = __atomic_load_n(&p->aborts, __ATOMIC_RELAXED);
+}
+
+shoal_status_t shoal_comm_stats(shoal_comm_t comm, shoal_stats_t *stats)
+{
+    shoal_stats_t s;
+    size_t n;
+
+    if (comm == NULL || stats == NULL || stats->size < sizeof(size_t)) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (comm->meter == NULL) {
+        return SHOAL_ERR_UNSUPPORTED; /* SHOAL_METER=0 */
+    }
+    /* One consistent snapshot when no call is between its updates (seq even and unchanged);
+     * while a long call runs on another thread, each counter as it is (each one exact). */
+    for (int tries = 0; tries < 1000; tries++) {
+        const shoal_meter_page_t *p = comm->meter->page;
+        uint64_t s0 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+        shoal_meter_stats_read(p, &s);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if ((s0 & 1) == 0 && __atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s0) {
+            break;
+        }
+        shoal_cpu_relax();
+    }
+    n = SHOAL_MIN(stats->size, sizeof(s));
+    memcpy((char *)stats + sizeof(size_t), (char *)&s + sizeof(size_t), n - sizeof(size_t));
+    return SHOAL_OK;
+}

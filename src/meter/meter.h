@@ -1,0 +1,171 @@
+/* Metering (DESIGN.md section 7): a communicator's exact counters in a page the library can
+ * share with the node agent (meter_page.h is the contract), shoal_comm_stats, and the
+ * registration with the agent.
+ *
+ * How the data path reaches the counters (the narrow hook of the core):
+ *  - each channel carries two counter pointers (shoal_chan_t.meter_sent / meter_recv) into the
+ *    page, for its (transport, locality) pair; shoal_chan_isend / shoal_chan_irecv add the
+ *    payload length of every message the transport accepted, once, without the wire header;
+ *  - the intra-node direct path (src/coll/shmdirect.c), which moves data through shared areas
+ *    without channel messages, adds to the shm / same-host pair what it takes from peers'
+ *    areas (received) and what peers take from its own area (sent), see shmdirect.c;
+ *  - the API layer (src/coll/api.c) brackets every call that ran: seqlock, one clock read at
+ *    entry and at exit (the TSC, see shoal_meter_clock_t), ops, coll_ns, errors, peer
+ *    failures; shoal_comm_abort counts aborts.
+ * One writer at a time (the thread holding the communicator's ticket): plain relaxed atomic
+ * stores, no read-modify-write, no lock. The rare counters written from outside the ticket
+ * (errors of calls refused before they ran, aborts) use atomic adds, on every writer.
+ */
+#ifndef SHOAL_METER_H
+#define SHOAL_METER_H
+
+#include "core/core.h"
+#include "meter/meter_page.h"
+
+/* SHOAL_* variables of the metering module (meter_config.c). */
+typedef struct {
+    int enabled;               /* SHOAL_METER */
+    const char *gpus;          /* SHOAL_METER_GPUS */
+    const char *agent;         /* SHOAL_AGENT */
+    int agent_required;        /* SHOAL_AGENT_REQUIRED */
+} shoal_meter_config_t;
+extern SHOAL_HIDDEN shoal_meter_config_t shoal_meter_config;
+
+#define SHOAL_METER_CRED_MAX 512   /* = SHOAL_TENANT_CRED_TEXT_MAX */
+#define SHOAL_METER_AGENT_MS 200   /* the longest a registration may take */
+#define SHOAL_METER_CALIBRATE_NS 2000000ull /* first estimate of the TSC rate */
+
+/* The meter's clock: the TSC where it is invariant (one rdtsc, no system call, no vDSO page
+ * read: a clock_gettime costs 2-3 times as much, and a call reads the clock twice), else
+ * CLOCK_MONOTONIC. Ticks become nanoseconds by ns_per_tick << 32; the rate is measured over
+ * 2 ms at the first communicator of the process and refined against CLOCK_MONOTONIC at every
+ * check (once a second on the call path), over the whole time since then. */
+typedef struct {
+    int tsc;                   /* 1: ticks are TSC cycles */
+    uint64_t mult;             /* ns per tick << 32 (atomic: refined by any communicator) */
+    uint64_t ticks_per_sec;
+    uint64_t tick0, ns0;       /* the calibration's start */
+} shoal_meter_clock_t;
+extern SHOAL_HIDDEN shoal_meter_clock_t shoal_meter_clock;
+
+static inline uint64_t shoal_meter_ticks(void)
+{
+#if defined(__x86_64__)
+    if (shoal_meter_clock.tsc) {
+        return __builtin_ia32_rdtsc();
+    }
+#endif
+    return shoal_time_ns();
+}
+
+static inline uint64_t shoal_meter_ticks_ns(uint64_t ticks)
+{
+    return (uint64_t)(((unsigned __int128)ticks *
+                       __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED)) >> 32);
+}
+
+struct shoal_meter {
+    shoal_meter_page_t *page;  /* first: the counters */
+    uint64_t next_check;       /* meter clock ticks of the next check (clock, agent) */
+    int memfd;                 /* the page's memfd, -1 if the page is anonymous */
+    int sock;                  /* connection to the agent, -1 when none */
+    int agent_state;           /* SHOAL_METER_AGENT_* */
+    size_t cred_len;
+    char cred[SHOAL_METER_CRED_MAX]; /* credential text sent at registration (a secret) */
+};
+
+enum {
+    SHOAL_METER_AGENT_NONE = 0,   /* no agent (yet): look for one at the next check */
+    SHOAL_METER_AGENT_REGISTERED, /* the agent accepted the page */
+    SHOAL_METER_AGENT_REFUSED,    /* the agent refused it: never asked again */
+    SHOAL_METER_AGENT_OFF         /* SHOAL_AGENT=none */
+};
+
+/* Creates the page (memfd, sealed, mapped, faulted in), fills the identity, sets every
+ * channel's counter pointers and registers with the agent. Called by comm.c once the
+ * communicator works (after the init traffic of the topology). With SHOAL_METER=0 it leaves
+ * comm->meter NULL. Fails only when SHOAL_AGENT_REQUIRED=1 and the agent is absent or refuses
+ * (or memory is short). */
+SHOAL_HIDDEN shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm);
+/* The page's state becomes CLOSED, then the agent connection closes (the agent's sign that
+ * the communicator ended), then the page goes. */
+SHOAL_HIDDEN void shoal_meter_comm_fini(struct shoal_comm *comm);
+/* At init (meter_agent.c): register the page if an agent listens at SHOAL_AGENT (at most
+ * SHOAL_METER_AGENT_MS). SHOAL_OK unless SHOAL_AGENT_REQUIRED=1 and the agent is absent
+ * (SHOAL_ERR_SYSTEM), silent (SHOAL_ERR_TIMEOUT) or refuses (the status it answered). */
+SHOAL_HIDDEN shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m);
+/* Out of line, at most once a second from shoal_meter_call_end: refine the clock rate,
+ * re-register with an agent that restarted (or appeared). */
+SHOAL_HIDDEN void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks);
+SHOAL_HIDDEN void shoal_meter_agent_check(struct shoal_meter *m);
+/* GPUs of SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES: count, ordinals in gpus[] (-1 unknown). */
+SHOAL_HIDDEN int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max);
+
+/* ---- hot path helpers ---------------------------------------------------------------- */
+
+/* The single writer's increment: a relaxed load and store, no read-modify-write. */
+static inline void shoal_meter_add(uint64_t *ctr, uint64_t n)
+{
+    __atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+/* A call starts (the caller holds the ticket): seq becomes odd; returns the entry time. */
+static inline uint64_t shoal_meter_call_begin(struct shoal_meter *m)
+{
+    shoal_meter_page_t *p = m->page;
+    __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    return shoal_meter_ticks();
+}
+
+static inline int shoal_meter_is_peer_failure(shoal_status_t st)
+{
+    return st == SHOAL_ERR_PEER_FAILED || st == SHOAL_ERR_TRANSPORT || st == SHOAL_ERR_TIMEOUT;
+}
+
+/* The call ends with st: ops, time, errors; seq becomes even again. */
+static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_status_t st,
+                                        uint64_t t0)
+{
+    shoal_meter_page_t *p = m->page;
+    uint64_t now = shoal_meter_ticks();
+    shoal_meter_add(&p->ops[type], 1);
+    shoal_meter_add(&p->coll_ns, shoal_meter_ticks_ns(now - t0));
+    if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
+        __atomic_fetch_add(&p->errors, 1, __ATOMIC_RELAXED);
+        if (shoal_meter_is_peer_failure(st)) {
+            shoal_meter_add(&p->peer_failures, 1);
+        }
+    }
+    __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+    if (SHOAL_UNLIKELY(now >= m->next_check)) {
+        shoal_meter_check(m, now);
+    }
+}
+
+/* A call refused before it ran (invalid argument, unusable communicator): any thread. */
+static inline void shoal_meter_count_refused(struct shoal_meter *m)
+{
+    if (m != NULL) {
+        __atomic_fetch_add(&m->page->errors, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* shoal_comm_abort (any thread). */
+static inline void shoal_meter_count_abort(struct shoal_meter *m)
+{
+    if (m != NULL) {
+        __atomic_fetch_add(&m->page->aborts, 1, __ATOMIC_RELAXED);
+    }
+}
+
+/* The intra-node direct path moved bytes: shm, same host. */
+static inline void shoal_meter_add_shm(struct shoal_meter *m, uint64_t sent, uint64_t recv)
+{
+    if (m != NULL) {
+        shoal_meter_add(&m->page->bytes_sent[SHOAL_METER_TL_SHM][SHOAL_METER_SAME_HOST], sent);
+        shoal_meter_add(&m->page->bytes_recv[SHOAL_METER_TL_SHM][SHOAL_METER_SAME_HOST], recv);
+    }
+}
+
+#endif

@@ -1,0 +1,36 @@
+/* SHOAL_* variables of the metering module (src/meter). */
+#include "meter/meter.h"
+
+#include <stddef.h>
+
+shoal_meter_config_t shoal_meter_config;
+
+static const shoal_cfg_field_t shoal_meter_cfg_fields[] = {
+    {.name = "METER", .dflt = "1", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_meter_config_t, enabled),
+     .doc = "keep the per-communicator counters (shoal_comm_stats, the node agent); 0 only to "
+            "measure their cost (perf/meter_overhead.sh): no counting, no page, no agent "
+            "registration (refused when SHOAL_AGENT_REQUIRED=1)"},
+    {.name = "METER_GPUS", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_meter_config_t, gpus),
+     .doc = "GPUs this rank occupies, for billing: a list of CUDA ordinals (0,1,3), count:N "
+            "(N GPUs, ordinals unknown) or none; empty = the entries of CUDA_VISIBLE_DEVICES if "
+            "it is set, else none"},
+    {.name = "AGENT", .dflt = "/run/shoal/shoald.sock", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_meter_config_t, agent),
+     .doc = "UNIX socket of the node agent shoald: each communicator registers its counter "
+            "page there at init if the socket exists (200 ms at most) and again after the agent "
+            "restarted; none = never"},
+    {.name = "AGENT_REQUIRED", .dflt = "0", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_meter_config_t, agent_required),
+     .doc = "1: shoal_comm_init fails when the node agent is absent or refuses the "
+            "communicator (SHOAL_ERR_PERMISSION for a refused tenant); 0: the job runs and a "
+            "refusal is a warning"},
+};
+
+const shoal_cfg_table_t shoal_meter_cfg_table = {
+    .module = "meter",
+    .fields = shoal_meter_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_meter_cfg_fields),
+    .dst = &shoal_meter_config,
+};

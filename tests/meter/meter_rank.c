@@ -1,0 +1,517 @@
+/*
+ * One rank of the metering exactness test (run by tests/meter/run_meter.sh under shoalrun):
+ * collectives whose traffic is known exactly (forced ring algorithms, SHOAL_RING_ORDER=rank,
+ * point-to-point around the ring, the intra-node direct path with forced protocols), each
+ * followed by a check that shoal_comm_stats moved by exactly the expected bytes (per transport
+ * and locality: the transport of the channel to the ring neighbour, same host or not by
+ * SHOAL_HOSTID), ops and seq. At the end the sums over ranks of every sent bucket equal those
+ * of the received ones, and each rank writes its final counters (METER_STATS_FILE) for the
+ * script to compare with what the test acceptor read from the shared page.
+ *
+ *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
+ *                        barrier shmd errors split_abort hold=SECONDS
+ * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
+ * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE.
+ */
+#include "tests/mp/mptest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NB SHOAL_STATS_NTL
+#define MAX_CASES 32
+
+static mp_ctx_t ctx;
+static int P, R;
+static const char *tl_names[] = {"shm", "tcp", "ucx", "ib"};
+/* Per case: this rank's deltas of every bucket, for the sums over ranks at the end. */
+static uint64_t deltas[MAX_CASES][2][NB][2];
+static int ncases;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int host_of(int r)
+{
+    const char *map = getenv("MP_HOSTMAP"), *ppn = getenv("MP_PPN");
+    if (map != NULL && map[0] != '\0') {
+        const char *s = map;
+        for (int i = 0; i < r && s != NULL; i++) {
+            s = strchr(s, ',');
+            s = s != NULL ? s + 1 : NULL;
+        }
+        return s != NULL ? atoi(s) : -1;
+    }
+    return ppn != NULL ? r / atoi(ppn) : 0; /* no virtual hosts: all on this host */
+}
+
+/* Transport and locality of the channel to peer q (as the library picks it). */
+static void bucket_of(int q, int *tl_p, int *loc_p)
+{
+    const char *forced = getenv("SHOAL_TRANSPORT");
+    int same = host_of(q) == host_of(R);
+    *loc_p = same ? SHOAL_STATS_SAME_HOST : SHOAL_STATS_OTHER_HOST;
+    *tl_p = same ? SHOAL_STATS_TL_SHM : SHOAL_STATS_TL_TCP;
+    if (forced != NULL && forced[0] != '\0') {
+        for (int i = 0; i < 4; i++) {
+            if (strcmp(forced, tl_names[i]) == 0) {
+                *tl_p = i;
+            }
+        }
+    }
+}
+
+static shoal_stats_t snap(shoal_comm_t comm)
+{
+    shoal_stats_t s = SHOAL_STATS_INIT;
+    if (shoal_comm_stats(comm, &s) != SHOAL_OK) {
+        fprintf(stderr, "# rank %d: shoal_comm_stats failed\n", R);
+        exit(2);
+    }
+    return s;
+}
+
+static uint64_t d_sent(const shoal_stats_t *a, const shoal_stats_t *b, int tl, int loc)
+{
+    return b->bytes_sent_by[tl][loc] - a->bytes_sent_by[tl][loc];
+}
+
+static uint64_t d_recv(const shoal_stats_t *a, const shoal_stats_t *b, int tl, int loc)
+{
+    return b->bytes_recv_by[tl][loc] - a->bytes_recv_by[tl][loc];
+}
+
+/* Records the case's deltas and checks ops (one call of type per call), totals and time. */
+static void check_common(int g, const char *what, const shoal_stats_t *a, const shoal_stats_t *b,
+                         int type, uint64_t calls, uint64_t wall_ns)
+{
+    int c = ncases++;
+    for (int t = 0; t < NB; t++) {
+        for (int l = 0; l < 2; l++) {
+            deltas[c][0][t][l] = d_sent(a, b, t, l);
+            deltas[c][1][t][l] = d_recv(a, b, t, l);
+        }
+    }
+    mp_case(g, b->ops[type] - a->ops[type] == calls, R, "%s: ops[%d] +%llu, want +%llu", what,
+            type, (unsigned long long)(b->ops[type] - a->ops[type]), (unsigned long long)calls);
+    mp_case(g, b->ops_total - a->ops_total == calls, R, "%s: ops_total +%llu, want +%llu", what,
+            (unsigned long long)(b->ops_total - a->ops_total), (unsigned long long)calls);
+    /* coll_ns runs on the TSC at a rate measured against CLOCK_MONOTONIC (2 ms at first, to
+     * ~1e-4; refined every second): within 1e-3 + 1 us of the test's own clock. */
+    mp_case(g, b->coll_ns > a->coll_ns && b->coll_ns - a->coll_ns <= wall_ns + wall_ns / 1000 +
+                                                                     1000, R,
+            "%s: coll_ns +%llu, wall %llu ns", what,
+            (unsigned long long)(b->coll_ns - a->coll_ns), (unsigned long long)wall_ns);
+    mp_case(g, b->errors == a->errors && b->peer_failures == a->peer_failures, R,
+            "%s: errors +%llu, peer failures +%llu", what,
+            (unsigned long long)(b->errors - a->errors),
+            (unsigned long long)(b->peer_failures - a->peer_failures));
+}
+
+/* All sent bytes to the ring's next rank, all received from the previous one. */
+static void check_ring(int g, const char *what, const shoal_stats_t *a, const shoal_stats_t *b,
+                       uint64_t sent, uint64_t recv)
+{
+    int ts, ls, tr, lr;
+    bucket_of((R + 1) % P, &ts, &ls);
+    bucket_of((R + P - 1) % P, &tr, &lr);
+    mp_case(g, d_sent(a, b, ts, ls) == sent, R, "%s: sent %s/%s +%llu, want %llu", what,
+            tl_names[ts], ls ? "other" : "same", (unsigned long long)d_sent(a, b, ts, ls),
+            (unsigned long long)sent);
+    mp_case(g, d_recv(a, b, tr, lr) == recv, R, "%s: recv %s/%s +%llu, want %llu", what,
+            tl_names[tr], lr ? "other" : "same", (unsigned long long)d_recv(a, b, tr, lr),
+            (unsigned long long)recv);
+    mp_case(g, b->bytes_sent - a->bytes_sent == sent && b->bytes_recv - a->bytes_recv == recv,
+            R, "%s: totals sent +%llu recv +%llu, want %llu %llu (bytes in other buckets)", what,
+            (unsigned long long)(b->bytes_sent - a->bytes_sent),
+            (unsigned long long)(b->bytes_recv - a->bytes_recv), (unsigned long long)sent,
+            (unsigned long long)recv);
+    mp_case(g, (b->bytes_sent_same_host - a->bytes_sent_same_host) +
+                       (b->bytes_sent_other_host - a->bytes_sent_other_host) == sent &&
+                   (ls ? b->bytes_sent_other_host - a->bytes_sent_other_host
+                       : b->bytes_sent_same_host - a->bytes_sent_same_host) == sent,
+            R, "%s: locality split of sent bytes", what);
+}
+
+static void check_totals(int g, const char *what, const shoal_stats_t *a, const shoal_stats_t *b,
+                         uint64_t sent, uint64_t recv)
+{
+    mp_case(g, b->bytes_sent - a->bytes_sent == sent, R, "%s: sent +%llu, want %llu", what,
+            (unsigned long long)(b->bytes_sent - a->bytes_sent), (unsigned long long)sent);
+    mp_case(g, b->bytes_recv - a->bytes_recv == recv, R, "%s: recv +%llu, want %llu", what,
+            (unsigned long long)(b->bytes_recv - a->bytes_recv), (unsigned long long)recv);
+}
+
+#define RUN(g, what, type, calls, expr)                                                         \
+    do {                                                                                        \
+        shoal_stats_t a_ = snap(comm), b_;                                                      \
+        uint64_t t0_ = now_ns();                                                                \
+        shoal_status_t st_ = (expr);                                                            \
+        uint64_t w_ = now_ns() - t0_;                                                           \
+        b_ = snap(comm);                                                                        \
+        mp_case(g, st_ == SHOAL_OK, R, "%s: %s", what, shoal_strerror(st_));                    \
+        mp_case(g, (b_.size == sizeof(b_)), R, "%s: size", what);                               \
+        check_common(g, what, &a_, &b_, type, calls, w_);                                       \
+        sa = a_;                                                                                \
+        sb = b_;                                                                                \
+    } while (0)
+
+static void *buf_a, *buf_b;
+
+static void case_allreduce(shoal_comm_t comm)
+{
+    int g = mp_group("meter: ring allreduce bytes exact");
+    shoal_stats_t sa, sb;
+    size_t k = 300000; /* per rank block > one 512 KiB chunk of int32: several slices */
+    RUN(g, "allreduce", SHOAL_STATS_ALLREDUCE, 1,
+        shoal_allreduce(buf_a, buf_b, k * (size_t)P, SHOAL_INT32, SHOAL_SUM, comm, NULL));
+    check_ring(g, "allreduce", &sa, &sb, 2ull * (P - 1) * k * 4, 2ull * (P - 1) * k * 4);
+    /* In place, and a count that is not a multiple of P: only the sums at the end know. */
+    RUN(g, "allreduce odd", SHOAL_STATS_ALLREDUCE, 1,
+        shoal_allreduce(buf_b, buf_b, 1001, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL));
+}
+
+static void case_allgather(shoal_comm_t comm)
+{
+    int g = mp_group("meter: ring allgather bytes exact");
+    shoal_stats_t sa, sb;
+    size_t k = 70001;
+    RUN(g, "allgather", SHOAL_STATS_ALLGATHER, 1,
+        shoal_allgather(buf_a, buf_b, k, SHOAL_UINT8, comm, NULL));
+    check_ring(g, "allgather", &sa, &sb, (uint64_t)(P - 1) * k, (uint64_t)(P - 1) * k);
+}
+
+static void case_reduce_scatter(shoal_comm_t comm)
+{
+    int g = mp_group("meter: ring reduce_scatter bytes exact");
+    shoal_stats_t sa, sb;
+    size_t k = 50000;
+    RUN(g, "reduce_scatter", SHOAL_STATS_REDUCE_SCATTER, 1,
+        shoal_reduce_scatter(buf_a, buf_b, k, SHOAL_FLOAT64, SHOAL_MAX, comm, NULL));
+    check_ring(g, "reduce_scatter", &sa, &sb, (uint64_t)(P - 1) * k * 8,
+               (uint64_t)(P - 1) * k * 8);
+}
+
+static void case_p2p(shoal_comm_t comm)
+{
+    int g = mp_group("meter: send/recv around the ring bytes exact");
+    shoal_stats_t sa, sb, s0, s1;
+    size_t b = 123457;
+    int next = (R + 1) % P, prev = (R + P - 1) % P;
+    if (R == 0) {
+        RUN(g, "send", SHOAL_STATS_SEND, 1, shoal_send(buf_a, b, SHOAL_UINT8, next, comm, NULL));
+        s0 = sa;
+        RUN(g, "recv", SHOAL_STATS_RECV, 1, shoal_recv(buf_b, b, SHOAL_UINT8, prev, comm, NULL));
+        s1 = sb;
+    } else {
+        RUN(g, "recv", SHOAL_STATS_RECV, 1, shoal_recv(buf_b, b, SHOAL_UINT8, prev, comm, NULL));
+        s0 = sa;
+        RUN(g, "send", SHOAL_STATS_SEND, 1, shoal_send(buf_a, b, SHOAL_UINT8, next, comm, NULL));
+        s1 = sb;
+    }
+    ncases--; /* one case: the pair */
+    for (int t = 0; t < NB; t++) {
+        for (int l = 0; l < 2; l++) {
+            deltas[ncases - 1][0][t][l] = d_sent(&s0, &s1, t, l);
+            deltas[ncases - 1][1][t][l] = d_recv(&s0, &s1, t, l);
+        }
+    }
+    check_ring(g, "send+recv", &s0, &s1, b, b);
+}
+
+static void case_bcast(shoal_comm_t comm)
+{
+    int g = mp_group("meter: broadcast: every non-root receives the buffer once");
+    shoal_stats_t sa, sb;
+    size_t b = 200003;
+    RUN(g, "broadcast", SHOAL_STATS_BROADCAST, 1,
+        shoal_broadcast(buf_a, buf_b, b, SHOAL_UINT8, 0, comm, NULL));
+    mp_case(g, sb.bytes_recv - sa.bytes_recv == (R == 0 ? 0 : b), R, "broadcast: recv +%llu",
+            (unsigned long long)(sb.bytes_recv - sa.bytes_recv));
+    mp_case(g, R != 0 || sb.bytes_sent - sa.bytes_sent >= b, R, "broadcast: root sent +%llu",
+            (unsigned long long)(sb.bytes_sent - sa.bytes_sent));
+}
+
+static void case_reduce(shoal_comm_t comm)
+{
+    int g = mp_group("meter: reduce: every non-root sends the buffer once");
+    shoal_stats_t sa, sb;
+    size_t k = 40000;
+    RUN(g, "reduce", SHOAL_STATS_REDUCE, 1,
+        shoal_reduce(buf_a, buf_b, k, SHOAL_INT64, SHOAL_SUM, 0, comm, NULL));
+    mp_case(g, sb.bytes_sent - sa.bytes_sent == (R == 0 ? 0 : k * 8), R, "reduce: sent +%llu",
+            (unsigned long long)(sb.bytes_sent - sa.bytes_sent));
+}
+
+static void case_alltoall(shoal_comm_t comm)
+{
+    int g = mp_group("meter: alltoall bytes exact");
+    shoal_stats_t sa, sb;
+    size_t k = 10007;
+    RUN(g, "alltoall", SHOAL_STATS_ALLTOALL, 1,
+        shoal_alltoall(buf_a, buf_b, k, SHOAL_UINT8, comm, NULL));
+    check_totals(g, "alltoall", &sa, &sb, (uint64_t)(P - 1) * k, (uint64_t)(P - 1) * k);
+}
+
+static void case_barrier(shoal_comm_t comm)
+{
+    int g = mp_group("meter: barrier counts an op and no bytes");
+    shoal_stats_t sa, sb;
+    RUN(g, "barrier", SHOAL_STATS_BARRIER, 1, shoal_barrier(comm, NULL));
+    check_totals(g, "barrier", &sa, &sb, 0, 0);
+}
+
+/* SHOAL_ALGO=shm, SHOAL_SHM_LL_MAX=1024, SHOAL_SHM_ONESHOT_MAX=16k (set by the script). */
+static void case_shmd(shoal_comm_t comm)
+{
+    int g = mp_group("meter: intra-node direct allreduce (LL, one-shot, two-shot)");
+    shoal_stats_t sa, sb;
+    uint64_t n1 = (uint64_t)P - 1;
+    RUN(g, "shm LL 512 B", SHOAL_STATS_ALLREDUCE, 1,
+        shoal_allreduce(buf_a, buf_b, 128, SHOAL_INT32, SHOAL_SUM, comm, NULL));
+    check_ring(g, "shm LL", &sa, &sb, n1 * 512, n1 * 512);
+    RUN(g, "shm one-shot 8 KiB", SHOAL_STATS_ALLREDUCE, 1,
+        shoal_allreduce(buf_a, buf_b, 2048, SHOAL_INT32, SHOAL_SUM, comm, NULL));
+    check_ring(g, "shm one-shot", &sa, &sb, n1 * 8192, n1 * 8192);
+    /* Two-shot over several windows: sent == received on every rank, and the sums over
+     * ranks are 2 (P - 1) B (checked at the end with the other sums). */
+    RUN(g, "shm two-shot 4 MiB + 12 B", SHOAL_STATS_ALLREDUCE, 1,
+        shoal_allreduce(buf_a, buf_b, (4u << 20) / 4 + 3, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL));
+    mp_case(g, sb.bytes_sent - sa.bytes_sent == sb.bytes_recv - sa.bytes_recv, R,
+            "two-shot: sent +%llu != recv +%llu",
+            (unsigned long long)(sb.bytes_sent - sa.bytes_sent),
+            (unsigned long long)(sb.bytes_recv - sa.bytes_recv));
+    mp_case(g, sb.bytes_sent_by[SHOAL_STATS_TL_SHM][SHOAL_STATS_SAME_HOST] -
+                       sa.bytes_sent_by[SHOAL_STATS_TL_SHM][SHOAL_STATS_SAME_HOST] ==
+                   sb.bytes_sent - sa.bytes_sent,
+            R, "two-shot: bytes outside shm/same-host");
+}
+
+static void case_errors(shoal_comm_t comm)
+{
+    int g = mp_group("meter: refused calls count errors, not ops");
+    shoal_stats_t a = snap(comm), b;
+    shoal_status_t st1 = shoal_broadcast(buf_a, buf_b, 4, SHOAL_UINT8, P, comm, NULL);
+    shoal_status_t st2 = shoal_allreduce(buf_a, buf_b, 4, (shoal_dtype_t)99, SHOAL_SUM, comm,
+                                         NULL);
+    b = snap(comm);
+    mp_case(g, st1 == SHOAL_ERR_INVALID_ARG && st2 == SHOAL_ERR_INVALID_ARG, R, "statuses %d %d",
+            st1, st2);
+    mp_case(g, b.errors - a.errors == 2 && b.ops_total == a.ops_total &&
+                   b.peer_failures == a.peer_failures && b.bytes_sent == a.bytes_sent,
+            R, "errors +%llu ops +%llu", (unsigned long long)(b.errors - a.errors),
+            (unsigned long long)(b.ops_total - a.ops_total));
+}
+
+static void stats_line(FILE *f, int c, const shoal_stats_t *s)
+{
+    fprintf(f, "pid=%d c=%d rank=%d ops=", (int)getpid(), c, R);
+    for (int i = 0; i < SHOAL_STATS_NCOLL; i++) {
+        fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)s->ops[i]);
+    }
+    fprintf(f, " sent=");
+    for (int t = 0; t < 4; t++) {
+        fprintf(f, "%s%llu,%llu", t ? "," : "", (unsigned long long)s->bytes_sent_by[t][0],
+                (unsigned long long)s->bytes_sent_by[t][1]);
+    }
+    fprintf(f, " recv=");
+    for (int t = 0; t < 4; t++) {
+        fprintf(f, "%s%llu,%llu", t ? "," : "", (unsigned long long)s->bytes_recv_by[t][0],
+                (unsigned long long)s->bytes_recv_by[t][1]);
+    }
+    fprintf(f, " coll_ns=%llu errors=%llu peer_failures=%llu aborts=%llu\n",
+            (unsigned long long)s->coll_ns, (unsigned long long)s->errors,
+            (unsigned long long)s->peer_failures, (unsigned long long)s->aborts);
+}
+
+static void write_stats(int c, const shoal_stats_t *s)
+{
+    const char *path = getenv("METER_STATS_FILE");
+    FILE *f;
+    if (path == NULL || path[0] == '\0') {
+        return;
+    }
+    f = fopen(path, "a");
+    if (f != NULL) {
+        stats_line(f, c, s);
+        fclose(f);
+    }
+}
+
+/* A second communicator (split), aborted: aborts +1, the next call is refused (errors +1, no
+ * peer failure); its counters are written too (the acceptor gets its page as well). */
+static void case_split_abort(shoal_comm_t comm)
+{
+    int g = mp_group("meter: split communicator, abort");
+    shoal_comm_t sub = NULL;
+    shoal_stats_t a, b;
+    shoal_status_t st = shoal_comm_split(comm, 0, R, &sub);
+    mp_case(g, st == SHOAL_OK && sub != NULL, R, "split: %s", shoal_strerror(st));
+    if (sub == NULL) {
+        return;
+    }
+    st = shoal_allreduce(buf_a, buf_b, 1000, SHOAL_INT32, SHOAL_SUM, sub, NULL);
+    a = snap(sub);
+    mp_case(g, st == SHOAL_OK && a.ops_total == 1 && a.ops[SHOAL_STATS_ALLREDUCE] == 1 &&
+                   a.aborts == 0 && a.errors == 0, R, "sub: ops %llu",
+            (unsigned long long)a.ops_total);
+    shoal_comm_abort(sub);
+    st = shoal_barrier(sub, NULL);
+    b = snap(sub);
+    mp_case(g, st == SHOAL_ERR_ABORTED, R, "after abort: %s", shoal_strerror(st));
+    mp_case(g, b.aborts == 1 && b.errors == 1 && b.peer_failures == 0 &&
+                   b.ops_total == a.ops_total, R,
+            "after abort: aborts %llu errors %llu peer failures %llu ops %llu",
+            (unsigned long long)b.aborts, (unsigned long long)b.errors,
+            (unsigned long long)b.peer_failures, (unsigned long long)b.ops_total);
+    write_stats(1, &b);
+    shoal_comm_destroy(sub);
+}
+
+/* Calls for SECONDS (the acceptor drops the first registration: the library registers again
+ * on a call at least a second later). */
+static void case_hold(shoal_comm_t comm, double secs)
+{
+    int g = mp_group("meter: calls over %.1f s count exactly", secs);
+    shoal_stats_t a = snap(comm), b;
+    uint64_t end = now_ns() + (uint64_t)(secs * 1e9), n = 0;
+    int32_t more = 1;
+    while (more) {
+        mp_case(g, shoal_allreduce(buf_a, buf_b, 1024, SHOAL_INT32, SHOAL_SUM, comm, NULL) ==
+                       SHOAL_OK, R, "allreduce");
+        more = now_ns() < end;
+        /* every rank stops after the same call */
+        mp_case(g, shoal_allreduce(&more, &more, 1, SHOAL_INT32, SHOAL_MIN, comm, NULL) ==
+                       SHOAL_OK, R, "allreduce");
+        n += 2;
+        usleep(20000);
+    }
+    b = snap(comm);
+    mp_case(g, b.ops[SHOAL_STATS_ALLREDUCE] - a.ops[SHOAL_STATS_ALLREDUCE] == n, R,
+            "ops +%llu, want %llu",
+            (unsigned long long)(b.ops[SHOAL_STATS_ALLREDUCE] - a.ops[SHOAL_STATS_ALLREDUCE]),
+            (unsigned long long)n);
+}
+
+/* Sums over ranks of every bucket of every case: sent == received. */
+static void check_sums(shoal_comm_t comm)
+{
+    int g = mp_group("meter: per case and bucket, sum over ranks of sent == of received");
+    size_t n = (size_t)ncases * 2 * NB * 2;
+    uint64_t *all = mp_alloc(n * 8 * (size_t)P);
+    mp_case(g, shoal_allgather(deltas, all, n, SHOAL_UINT64, comm, NULL) == SHOAL_OK, R,
+            "allgather");
+    for (int c = 0; c < ncases; c++) {
+        for (int t = 0; t < NB; t++) {
+            for (int l = 0; l < 2; l++) {
+                uint64_t s = 0, r = 0;
+                for (int p = 0; p < P; p++) {
+                    uint64_t(*d)[2][NB][2] = (void *)(all + (size_t)p * n);
+                    s += d[c][0][t][l];
+                    r += d[c][1][t][l];
+                }
+                mp_case(g, s == r, R, "case %d bucket %s/%s: sent %llu recv %llu", c,
+                        t < 4 ? tl_names[t] : "?", l ? "other" : "same",
+                        (unsigned long long)s, (unsigned long long)r);
+            }
+        }
+    }    free(all);
+}
+
+int main(int argc, char **argv)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t comm;
+    shoal_stats_t fin;
+    shoal_status_t st;
+    int failed;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cfg.tenant = "acme";
+    cfg.job_name = "meter-test";
+    st = shoal_comm_init_env(&comm, &cfg);
+    if (argc > 1 && strncmp(argv[1], "expect_init=", 12) == 0) {
+        /* A refused or absent agent with SHOAL_AGENT_REQUIRED=1: init fails with a status. */
+        printf("init: %s\n", shoal_status_name(st));
+        if (st == SHOAL_OK) {
+            shoal_comm_destroy(comm);
+        }
+        return strcmp(shoal_status_name(st), argv[1] + 12) != 0;
+    }
+    if (st != SHOAL_OK) {
+        printf("Bail out! shoal_comm_init_env: %s\n", shoal_strerror(st));
+        return 1;
+    }
+    if (argc > 1 && strcmp(argv[1], "disabled") == 0) {
+        /* SHOAL_METER=0: calls work, shoal_comm_stats says the counters are not kept. */
+        shoal_stats_t s = SHOAL_STATS_INIT;
+        int32_t v = 1;
+        int ok = shoal_allreduce(&v, &v, 1, SHOAL_INT32, SHOAL_SUM, comm, NULL) == SHOAL_OK;
+        ok &= shoal_comm_stats(comm, &s) == SHOAL_ERR_UNSUPPORTED;
+        printf("disabled: %s\n", ok ? "ok" : "FAILED");
+        shoal_comm_destroy(comm);
+        return !ok;
+    }
+    shoal_comm_rank(comm, &R);
+    shoal_comm_size(comm, &P);
+    ctx = (mp_ctx_t){.comm = comm, .rank = R, .nranks = P};
+    buf_a = mp_alloc((size_t)16 << 20);
+    buf_b = mp_alloc((size_t)16 << 20);
+    {
+        shoal_stats_t s0 = snap(comm);
+        int g = mp_group("meter: a new communicator counts nothing");
+        mp_case(g, s0.ops_total == 0 && s0.bytes_sent == 0 && s0.bytes_recv == 0 &&
+                       s0.coll_ns == 0 && s0.errors == 0, R, "initial counters not zero");
+    }
+    for (int i = 1; i < argc; i++) {
+        if (ncases >= MAX_CASES - 4) {
+            break;
+        }
+        if (strcmp(argv[i], "allreduce") == 0) {
+            case_allreduce(comm);
+        } else if (strcmp(argv[i], "allgather") == 0) {
+            case_allgather(comm);
+        } else if (strcmp(argv[i], "reduce_scatter") == 0) {
+            case_reduce_scatter(comm);
+        } else if (strcmp(argv[i], "p2p") == 0) {
+            case_p2p(comm);
+        } else if (strcmp(argv[i], "bcast") == 0) {
+            case_bcast(comm);
+        } else if (strcmp(argv[i], "reduce") == 0) {
+            case_reduce(comm);
+        } else if (strcmp(argv[i], "alltoall") == 0) {
+            case_alltoall(comm);
+        } else if (strcmp(argv[i], "barrier") == 0) {
+            case_barrier(comm);
+        } else if (strcmp(argv[i], "shmd") == 0) {
+            case_shmd(comm);
+        } else if (strcmp(argv[i], "errors") == 0) {
+            case_errors(comm);
+        } else if (strncmp(argv[i], "hold=", 5) == 0) {
+            case_hold(comm, atof(argv[i] + 5));
+        } else if (strcmp(argv[i], "split_abort") != 0) {
+            printf("Bail out! unknown case %s\n", argv[i]);
+            return 1;
+        }
+    }
+    check_sums(comm);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "split_abort") == 0) {
+            case_split_abort(comm);
+        }
+    }
+    failed = mp_groups_report(&ctx);
+    fin = snap(comm);
+    write_stats(0, &fin);
+    shoal_comm_destroy(comm);
+    free(buf_a);
+    free(buf_b);
+    return failed != 0;
+}

@@ -1,0 +1,49 @@
+/* Metering (src/meter): the SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES parser, the page layout
+ * the agent relies on, and the public stats struct's size rule. */
+#include "meter/meter.h"
+#include "tests/tap.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static void test_gpus(const char *text, int want_n, int g0, int g1)
+{
+    int32_t g[SHOAL_METER_MAX_GPUS];
+    int n = shoal_meter_gpus_parse(text, g, SHOAL_METER_MAX_GPUS);
+    tap_is_int(n, want_n, "gpus \"%s\": count", text != NULL ? text : "(null)");
+    tap_is_int(g[0], g0, "gpus \"%s\": first ordinal", text != NULL ? text : "(null)");
+    tap_is_int(g[1], g1, "gpus \"%s\": second ordinal", text != NULL ? text : "(null)");
+}
+
+int main(void)
+{
+    int32_t g[SHOAL_METER_MAX_GPUS];
+
+    test_gpus(NULL, 0, -1, -1);
+    test_gpus("", 0, -1, -1);
+    test_gpus("none", 0, -1, -1);
+    test_gpus("NoDevFiles", 0, -1, -1);
+    test_gpus("0,2", 2, 0, 2);
+    test_gpus("3", 1, 3, -1);
+    test_gpus("count:4", 4, -1, -1);
+    test_gpus("GPU-8e1f3c2a,MIG-1", 2, -1, -1);   /* UUIDs: counted, ordinal unknown */
+    test_gpus("1,-1,3", 1, 1, -1);                  /* CUDA stops at an invalid entry */
+    test_gpus("5,,6", 1, 5, -1);
+    tap_is_int(shoal_meter_gpus_parse("0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", g,
+                                  SHOAL_METER_MAX_GPUS),
+           18, "more GPUs than the page lists: all counted");
+    tap_is_int(g[15], 15, "... the first 16 listed");
+    /* The layout is the agent's contract: offsets it may hard-code must not move. */
+    tap_ok(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "page fits %d bytes",
+       SHOAL_METER_PAGE_BYTES);
+    tap_is_int((long long)offsetof(shoal_meter_page_t, seq) % 8, 0, "counters 8-byte aligned");
+    tap_is_int((long long)offsetof(shoal_meter_page_t, bytes_sent) % 8, 0, "bytes 8-byte aligned");
+    /* shoal_comm_stats: a NULL communicator or a struct without room for its size field is an
+     * invalid argument. */
+    {
+        shoal_stats_t s = SHOAL_STATS_INIT;
+        tap_is_int(s.size, sizeof(shoal_stats_t), "SHOAL_STATS_INIT sets the size");
+        tap_is_int(shoal_comm_stats(NULL, &s), SHOAL_ERR_INVALID_ARG, "stats of NULL");
+    }
+    return tap_done();
+}
