@@ -13,6 +13,9 @@
 # METER_QUICK=1 for fewer rank counts.
 
 builddir=${top_builddir:-.}
+# The ranks configure tenant acme, job meter-test (meter_rank.c): the unique id must carry the
+# same identity, or the join refuses them (SHOAL_ERR_PERMISSION).
+export SHOAL_TENANT=acme SHOAL_JOB=meter-test
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 shoalrun=$builddir/shoalrun
 rank=$builddir/tests/meter/meter_rank

@@ -22,6 +22,9 @@
 # Needs root and ip netns (else the whole test is skipped).
 
 builddir=${top_builddir:-.}
+# The ranks configure tenant acme, job meter-test (meter_rank.c): the unique id must carry the
+# same identity, or the join refuses them (SHOAL_ERR_PERMISSION).
+export SHOAL_TENANT=acme SHOAL_JOB=meter-test
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 prog=$builddir/tests/meter/meter_rank
 NETNS_MKUID=$builddir/tests/netns/mkuid
