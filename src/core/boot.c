@@ -202,7 +202,7 @@ shoal_status_t shoal_boot_root_split(const char *spec, char *host, size_t hostle
             return SHOAL_ERR_INVALID_ARG;
         }
     }
-    if (colon[1] < '0' || colon[1] > '9') {
+    if (colon[1] < '1' || colon[1] > '9') { /* digits only, no sign, no leading zero */
         return SHOAL_ERR_INVALID_ARG;
     }
     errno = 0;

@@ -37,7 +37,8 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_uid_from_hex(const char *hex, shoal_uid_t
 /* Exactly 2 * len hex digits (no sign, space or prefix) into out; nothing logged (the text may
  * be a secret). SHOAL_ERR_INVALID_ARG otherwise. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_hex_decode(const char *hex, uint8_t *out, size_t len);
-/* SHOAL_ROOT's "host:port" or "[ipv6]:port" into host (NUL-terminated) and a port 1..65535;
+/* SHOAL_ROOT's "host:port" or "[ipv6]:port" into host (NUL-terminated) and a port 1..65535
+ * (decimal, no leading zero);
  * SHOAL_ERR_INVALID_ARG for anything else. Pure: resolves nothing. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_root_split(const char *spec, char *host, size_t hostlen,
                                                   uint16_t *port_p);

@@ -135,7 +135,7 @@ static void ti_env_parsers(void)
         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeef",
     };
     static const char *const bad_root[] = {"host", ":80", "host:", "host:0", "host:65536",
-                                           "host:+80", "host: 80", "::1:80", "[::1]80",
+                                           "host:+80", "host: 80", "host:080", "::1:80", "[::1]80",
                                            "[]:80", "a b:80", "host:80x"};
     uint8_t s[SHOAL_SECRET_BYTES];
     char host[64];
