@@ -237,12 +237,6 @@ void shoal_tcp_socket_qos(shoal_tl_ctx_t *ctx, int fd, uint64_t rate)
     int family = AF_INET;
     socklen_t flen = sizeof(family);
 
-    if (ctx->qos_priority >= 0 &&
-        setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &ctx->qos_priority, sizeof(int)) != 0) {
-        shoal_warn_once(TCP, "setsockopt(fd %d, SO_PRIORITY, %d): %s; the sockets keep their "
-                        "priority (above 6 needs CAP_NET_ADMIN: SHOAL_QOS_PRIORITY)", fd,
-                        ctx->qos_priority, strerror(errno));
-    }
     if (ctx->qos_dscp >= 0) {
         int tos = ctx->qos_dscp << 2;
         (void)getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &flen);
@@ -253,6 +247,13 @@ void shoal_tcp_socket_qos(shoal_tl_ctx_t *ctx, int fd, uint64_t rate)
                             fd, family == AF_INET6 ? "IPV6_TCLASS" : "IP_TOS", tos,
                             strerror(errno));
         }
+    }
+    /* After IP_TOS: setting the TOS resets the priority (rt_tos2priority). */
+    if (ctx->qos_priority >= 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &ctx->qos_priority, sizeof(int)) != 0) {
+        shoal_warn_once(TCP, "setsockopt(fd %d, SO_PRIORITY, %d): %s; the sockets keep their "
+                        "priority (above 6 needs CAP_NET_ADMIN: SHOAL_QOS_PRIORITY)", fd,
+                        ctx->qos_priority, strerror(errno));
     }
     if (rate > 0) {
         /* The kernel's field is 64 bits since 4.20; a 32-bit value caps at ~4 GB/s. */
