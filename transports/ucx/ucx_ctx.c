@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sched.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,21 @@ static void shoal_ucx_config_tune(ucp_config_t *cfg)
     }
 }
 
+static int shoal_ucx_have_rdma(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    struct dirent *e;
+    int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n > 0;
+}
+
 /* The communicator's QoS class as UCX's traffic class on IB / RoCE (per context and worker,
  * so per communicator); an explicit UCX_IB_TRAFFIC_CLASS wins. */
 static void shoal_ucx_config_qos(shoal_tl_ctx_t *ctx, ucp_config_t *cfg)
@@ -159,8 +175,9 @@ static void shoal_ucx_config_qos(shoal_tl_ctx_t *ctx, ucp_config_t *cfg)
     char v[16];
     ucs_status_t st;
 
-    if (ctx->qos_ib_tc < 0 || shoal_cfg_getenv_raw("UCX_IB_TRAFFIC_CLASS") != NULL) {
-        return;
+    if (ctx->qos_ib_tc < 0 || shoal_cfg_getenv_raw("UCX_IB_TRAFFIC_CLASS") != NULL ||
+        !shoal_ucx_have_rdma()) {
+        return; /* without an RDMA device UCX warns that the key is unused */
     }
     snprintf(v, sizeof(v), "%d", ctx->qos_ib_tc);
     st = ucp_config_modify(cfg, "IB_TRAFFIC_CLASS", v);
