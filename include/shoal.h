@@ -157,6 +157,15 @@ typedef struct {
     uint64_t errors;                  /* calls that returned an error */
     uint64_t peer_failures;           /* calls that found a peer failed, lost or timed out */
     uint64_t aborts;                  /* shoal_comm_abort calls */
+    /* QoS (src/qos): the communicator's effective class and weight (a credential's, which a
+     * variable may only lower) and the marks it carries; -1: that mark is left alone. */
+    int32_t qos_class;                /* shoal_qos_class_t */
+    int32_t qos_weight;
+    int32_t qos_dscp;                 /* TCP sockets: IP_TOS / IPV6_TCLASS = dscp << 2 */
+    int32_t qos_priority;             /* TCP sockets: SO_PRIORITY */
+    int32_t qos_ib_tc;                /* IB / RoCE / UCX traffic class; -1: SHOAL_IB_TC */
+    int32_t qos_ib_sl;                /* IB service level; -1: SHOAL_IB_SL */
+    uint64_t qos_rate_max;            /* bytes/s per peer connection, 0: no cap */
 } shoal_stats_t;
 
 #define SHOAL_STATS_INIT { sizeof(shoal_stats_t) }

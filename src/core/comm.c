@@ -381,6 +381,9 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
         .local_rank = comm->local_rank, .local_size = comm->local_size,
         .comm_id = comm->comm_id, .secret = comm->secret,
         .timeout_ms = comm->timeout_ms, .abort_flag = &comm->aborted,
+        .qos_valid = 1, .qos_priority = comm->qos.marks.priority, .qos_dscp = comm->qos.marks.dscp,
+        .qos_ib_tc = comm->qos.marks.ib_tc, .qos_ib_sl = comm->qos.marks.ib_sl,
+        .qos_rate_max = comm->qos.rate_max,
     };
     comm->ntls = (int)shoal_tl_count();
     for (int t = 0; t < comm->ntls; t++) {
@@ -542,6 +545,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
 
     SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
     comm->ident = *id;
+    SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
     SHOAL_CHECK_GOTO(shoal_coll_comm_init(comm), st, err);

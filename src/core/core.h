@@ -3,6 +3,7 @@
 #define SHOAL_CORE_H
 
 #include "core/tl.h"
+#include "qos/qos.h"
 #include "tenant/tenant.h"
 
 #include <pthread.h>
@@ -104,6 +105,7 @@ struct shoal_comm {
     struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;
     struct shoal_meter *meter; /* NULL with SHOAL_METER=0 (its first member is the page) */
+    shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
 };
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A

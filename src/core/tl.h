@@ -27,6 +27,15 @@ typedef struct {
                                    * secret and the identity): authenticate peers */
     int timeout_ms;               /* connect/handshake deadline; < 0 infinite */
     const volatile int *abort_flag; /* nonzero: stop waiting, fail with SHOAL_ERR_ABORTED */
+    /* QoS marks of the communicator (src/qos resolves them from its class); -1: leave the
+     * socket's / the transport's own default. A mark the kernel refuses is a warning. All of
+     * them are ignored while qos_valid is 0 (callers that build params themselves). */
+    int qos_valid;
+    int qos_priority;             /* SO_PRIORITY of every data socket */
+    int qos_dscp;                 /* DSCP: IP_TOS / IPV6_TCLASS = qos_dscp << 2 */
+    int qos_ib_tc;                /* GRH traffic class (IB, RoCE; UCX IB_TRAFFIC_CLASS) */
+    int qos_ib_sl;                /* IB service level */
+    uint64_t qos_rate_max;        /* bytes/s per peer connection, 0 = none */
 } shoal_tl_params_t;
 
 /* A request: embedded by the caller, completed by the transport only inside progress(). */

@@ -356,6 +356,13 @@ shoal_status_t shoal_comm_stats(shoal_comm_t comm, shoal_stats_t *stats)
         }
         shoal_cpu_relax();
     }
+    s.qos_class = comm->qos.qos_class;
+    s.qos_weight = comm->qos.weight;
+    s.qos_dscp = comm->qos.marks.dscp;
+    s.qos_priority = comm->qos.marks.priority;
+    s.qos_ib_tc = comm->qos.marks.ib_tc;
+    s.qos_ib_sl = comm->qos.marks.ib_sl;
+    s.qos_rate_max = comm->qos.rate_max;
     n = SHOAL_MIN(stats->size, sizeof(s));
     memcpy((char *)stats + sizeof(size_t), (char *)&s + sizeof(size_t), n - sizeof(size_t));
     return SHOAL_OK;

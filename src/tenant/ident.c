@@ -3,6 +3,7 @@
  * part of the unique id, of every join proof and of every key a communicator derives, so
  * ranks configured for different tenants, jobs or epochs never form one communicator.
  */
+#include "qos/qos.h"
 #include "tenant/tenant.h"
 
 #include <errno.h>
@@ -90,8 +91,13 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
     } else {
         SHOAL_CHECK(shoal_tenant_epoch(&out.epoch));
     }
-    out.qos_class = cfg != NULL ? cfg->qos_class : 0;
-    out.qos_weight = cfg != NULL ? cfg->qos_weight : 0;
+    /* Explicit field > SHOAL_QOS_CLASS / SHOAL_QOS_WEIGHT; either may only lower: below the
+     * credential's (shoal_tenant_cred_apply), else at most SHOAL_QOS_CLASS_MAX / _WEIGHT_MAX. */
+    shoal_qos_requested(cfg, &out.qos_class, &out.qos_weight);
+    if (!found) {
+        shoal_qos_uncredentialed(out.qos_class, out.qos_weight, &shoal_qos_class_config,
+                                 &out.qos_class, &out.qos_weight);
+    }
     out.from_credential = 0;
 
     /* A credential is the identity: a configured tenant, job or epoch that differs is refused

@@ -3,9 +3,12 @@
  *   -c  config variables  -m  with -c: the Markdown table for the README
  *   -t  topology: this host (or SHOAL_TOPO_FILE), ring order, trees, allreduce choice per size
  *       (-n N ranks, --ppn P ranks per host)
+ *   -q  QoS: this process's effective class and weight, and the marks of every class
  *   -h  help
  * A tool, not the library: it prints to stdout. */
 #include "coll/coll.h"
+#include "qos/qos.h"
+#include "tenant/tenant.h"
 #include "core/tl.h"
 #include "util/util.h"
 
@@ -20,7 +23,7 @@
 static void shoal_info_usage(FILE *fp)
 {
     fprintf(fp,
-            "usage: shoal_info [-v] [-b] [-c [-m]] [-t [-n N] [--ppn P]] [-h]\n"
+            "usage: shoal_info [-v] [-b] [-c [-m]] [-t [-n N] [--ppn P]] [-q] [-h]\n"
             "  -v  print the version\n"
             "  -b  print built-in components: transports (and whether usable now),\n"
             "      optional dependencies\n"
@@ -35,6 +38,10 @@ static void shoal_info_usage(FILE *fp)
             "  -n N      with -t: number of ranks (default: the topology file's, else the\n"
             "            number of PUs of this host)\n"
             "  --ppn P   with -t: ranks per host (default: all on one host)\n"
+            "  -q  print QoS: the class and weight this process's communicators get (the\n"
+            "      credential's, lowered by SHOAL_QOS_CLASS/_WEIGHT; without one at most\n"
+            "      SHOAL_QOS_CLASS_MAX) and the marks of every class (DSCP, SO_PRIORITY,\n"
+            "      IB traffic class and service level, rate cap)\n"
             "  -h  print this help\n"
             "With no option, -v is assumed.\n");
 }
@@ -313,6 +320,52 @@ static int shoal_info_print_topo(int n, int ppn)
     return ok ? 0 : 1;
 }
 
+static void shoal_info_print_mark(int v)
+{
+    if (v < 0) {
+        printf(" %8s", "-");
+    } else {
+        printf(" %8d", v);
+    }
+}
+
+static int shoal_info_print_qos(void)
+{
+    shoal_tenant_id_t id;
+    shoal_status_t st = shoal_tenant_id_resolve(NULL, &id);
+    int tc_fixed = shoal_cfg_getenv("IB_TC") != NULL, sl_fixed = shoal_cfg_getenv("IB_SL") != NULL;
+
+    if (st != SHOAL_OK) {
+        printf("# QoS: the identity does not resolve: %s\n", shoal_strerror(st));
+        return 1;
+    }
+    printf("# QoS: class %s, weight %d (%s), rate cap %zu B/s per peer connection%s\n",
+           shoal_qos_class_name(id.qos_class), id.qos_weight > 0 ? id.qos_weight : 1,
+           id.from_credential ? "from the credential" : "no credential: at most "
+           "SHOAL_QOS_CLASS_MAX / SHOAL_QOS_WEIGHT_MAX", shoal_qos_class_config.rate_max,
+           shoal_qos_class_config.rate_max == 0 ? " (none)" : "");
+    printf("# %-11s %8s %8s %8s %8s %8s\n", "class", "DSCP", "IP_TOS", "SO_PRIO", "IB_TC",
+           "IB_SL");
+    for (int c = 0; c < SHOAL_QOS_NCLASSES; c++) {
+        shoal_qos_marks_t m;
+        if (shoal_qos_marks_resolve(c, &shoal_qos_class_config, tc_fixed, sl_fixed, &m) !=
+            SHOAL_OK) {
+            return 1;
+        }
+        printf("# %c%-10s", c == id.qos_class ? '*' : ' ', shoal_qos_class_name(c));
+        shoal_info_print_mark(m.dscp);
+        shoal_info_print_mark(m.dscp >= 0 ? m.dscp << 2 : -1);
+        shoal_info_print_mark(m.priority);
+        shoal_info_print_mark(m.ib_tc);
+        shoal_info_print_mark(m.ib_sl);
+        printf("\n");
+    }
+    printf("# (-: left alone; IB_TC/IB_SL -: SHOAL_IB_TC=%s / SHOAL_IB_SL=%s apply)\n",
+           tc_fixed ? shoal_cfg_getenv("IB_TC") : "default",
+           sl_fixed ? shoal_cfg_getenv("IB_SL") : "default");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -320,11 +373,13 @@ int main(int argc, char **argv)
         {.name = NULL},
     };
     int opt, version = 0, built = 0, config = 0, markdown = 0, topo = 0, nranks = 0, ppn = 0;
+    int qos = 0;
 
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "vbcmhtn:p:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "vbcmhqtn:p:", longopts, NULL)) != -1) {
         switch (opt) {
         case 't': topo = 1; break;
+        case 'q': qos = 1; break;
         case 'n': nranks = atoi(optarg); break;
         case 'p': ppn = atoi(optarg); break;
         case 'v': version = 1; break;
@@ -346,7 +401,7 @@ int main(int argc, char **argv)
         shoal_info_usage(stderr);
         return 2;
     }
-    if (!version && !built && !config && !topo)
+    if (!version && !built && !config && !topo && !qos)
         version = 1;
     shoal_config_global_init();
     if (version)
@@ -358,6 +413,8 @@ int main(int argc, char **argv)
     else if (config)
         shoal_info_print_config();
     if (topo && shoal_info_print_topo(nranks, ppn) != 0)
+        return 1;
+    if (qos && shoal_info_print_qos() != 0)
         return 1;
     return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -361,5 +361,14 @@ struct ibv_qp_attr;
  * (IBV_QP_*), or -1 for an unknown step. */
 SHOAL_HIDDEN int shoal_ib_qp_step(int step, const shoal_ib_qp_plan_t *p, struct ibv_qp_attr *a);
 SHOAL_HIDDEN const char *shoal_ib_qp_step_name(int step);
+/* The communicator's QoS on its queue pairs: traffic class and service level (qos_tc / qos_sl
+ * from the class, -1: SHOAL_IB_TC / SHOAL_IB_SL, cfg_tc / cfg_sl) and the rate limit in kbps
+ * for ibv_modify_qp_rate_limit (rate_Bps bytes/s per peer, 0: none; at least 1 kbps). */
+typedef struct {
+    unsigned tc, sl;
+    uint32_t rate_kbps;
+} shoal_ib_qos_t;
+SHOAL_HIDDEN void shoal_ib_qos_pick(unsigned cfg_tc, unsigned cfg_sl, int qos_tc, int qos_sl,
+                                    uint64_t rate_Bps, shoal_ib_qos_t *out);
 
 #endif /* SHOAL_IB_H */

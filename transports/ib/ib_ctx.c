@@ -281,6 +281,10 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
     ctx->timeout_ms = params->timeout_ms;
     ctx->abort_flag = params->abort_flag;
+    shoal_ib_qos_pick(shoal_ib_config.tc, shoal_ib_config.sl,
+                      params->qos_valid ? params->qos_ib_tc : -1,
+                      params->qos_valid ? params->qos_ib_sl : -1,
+                      params->qos_valid ? params->qos_rate_max : 0, &ctx->qos);
     if (shoal_ib_config.use_rdmacm) {
         shoal_warn_once(IB, "SHOAL_IB_USE_RDMACM=1: librdmacm connection setup is not "
                         "implemented; using the out-of-band queue pair exchange");

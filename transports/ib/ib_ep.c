@@ -692,7 +692,7 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
         .local_psn = ep->psn, .is_global = ctx->addr.is_global, .sgid_index = ctx->gid.index,
         .remote_lid = ep->raddr.lid, .timeout = shoal_ib_config.timeout,
         .retry_cnt = shoal_ib_config.retry_cnt, .rnr_retry = shoal_ib_config.rnr_retry,
-        .tc = shoal_ib_config.tc, .sl = shoal_ib_config.sl, .max_rd_atomic = 1,
+        .tc = ctx->qos.tc, .sl = ctx->qos.sl, .max_rd_atomic = 1,
         .pkey_index = (int)shoal_ib_config.pkey_index,
     };
     if (mtu == 0) {
@@ -718,8 +718,18 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
             shoal_error(IB, "rank %d: QP to peer %d: %s failed: %s (MTU %d, GID index %d, "
                         "TC %u, SL %u)", ctx->rank, ep->peer, shoal_ib_qp_step_name(step),
                         strerror(errno), shoal_ib_mtu_bytes(mtu), ctx->gid.index,
-                        shoal_ib_config.tc, shoal_ib_config.sl);
+                        ctx->qos.tc, ctx->qos.sl);
             return SHOAL_ERR_TRANSPORT;
+        }
+    }
+    if (ctx->qos.rate_kbps > 0) {
+        /* In RTS; devices without packet pacing refuse it (EOPNOTSUPP): one warning. */
+        struct ibv_qp_rate_limit_attr rl = {.rate_limit = ctx->qos.rate_kbps};
+        int err = ibv_modify_qp_rate_limit(ep->qp, &rl);
+        if (err != 0) {
+            shoal_warn_once(IB, "rank %d: ibv_modify_qp_rate_limit(QP to peer %d, %u kbps): "
+                            "%s; no rate cap on this device (SHOAL_QOS_RATE_MAX)", ctx->rank,
+                            ep->peer, ctx->qos.rate_kbps, strerror(err));
         }
     }
     ep->rring = rp->ring_addr;

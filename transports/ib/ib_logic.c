@@ -456,3 +456,13 @@ int shoal_ib_qp_step(int step, const shoal_ib_qp_plan_t *p, struct ibv_qp_attr *
         return -1;
     }
 }
+
+void shoal_ib_qos_pick(unsigned cfg_tc, unsigned cfg_sl, int qos_tc, int qos_sl,
+                       uint64_t rate_Bps, shoal_ib_qos_t *out)
+{
+    uint64_t kbps = rate_Bps / 125; /* bytes/s * 8 / 1000 */
+
+    out->tc = qos_tc >= 0 && qos_tc <= 255 ? (unsigned)qos_tc : cfg_tc;
+    out->sl = qos_sl >= 0 && qos_sl <= 15 ? (unsigned)qos_sl : cfg_sl;
+    out->rate_kbps = rate_Bps == 0 ? 0 : (uint32_t)SHOAL_MIN(SHOAL_MAX(kbps, 1), UINT32_MAX);
+}

@@ -80,6 +80,7 @@ struct shoal_tl_ctx {
     uint8_t secret[SHOAL_SECRET_BYTES];
     int timeout_ms;
     const volatile int *abort_flag;
+    shoal_ib_qos_t qos;           /* traffic class, service level, rate limit of every QP */
     /* device */
     struct ibv_context *dev;
     struct ibv_comp_channel *chan;

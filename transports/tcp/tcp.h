@@ -132,6 +132,9 @@ struct shoal_tl_ctx {
     unsigned nsocks;
     size_t min_split;
     size_t sndbuf, rcvbuf;
+    int qos_priority;                  /* SO_PRIORITY of every socket, -1: leave it */
+    int qos_dscp;                      /* DSCP (IP_TOS / IPV6_TCLASS = dscp << 2), -1: leave it */
+    uint64_t qos_rate_max;             /* bytes/s per peer, spread over its sockets; 0: none */
     shoal_ep_t *eps;
     int neps;
     int npending;                      /* requests queued on all endpoints */
@@ -140,6 +143,9 @@ struct shoal_tl_ctx {
 
 /* tcp_ctx.c */
 SHOAL_HIDDEN shoal_status_t shoal_tcp_socket_setopts(shoal_tl_ctx_t *ctx, int fd, int data);
+/* The communicator's QoS marks on a socket: SO_PRIORITY and DSCP, and with rate > 0
+ * SO_MAX_PACING_RATE (bytes/s). A refusal is one warning per kind, never an error. */
+SHOAL_HIDDEN void shoal_tcp_socket_qos(shoal_tl_ctx_t *ctx, int fd, uint64_t rate);
 SHOAL_HIDDEN void shoal_tcp_epoll_drain(shoal_tl_ctx_t *ctx);
 
 /* tcp_ep.c: connection setup and data path */

@@ -128,6 +128,10 @@ static void shoal_tcp_hs_establish(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_ep_t *ep = shoal_tcp_conn_ep(conn, hs);
     ep->fds[hs->sock_idx] = hs->fd;
+    if (conn->ctx->qos_rate_max > 0) {
+        shoal_tcp_socket_qos(conn->ctx, hs->fd,
+                             SHOAL_MAX(conn->ctx->qos_rate_max / (uint64_t)ep->nsocks, 1));
+    }
     ep->nestablished++;
     conn->nestablished++;
     shoal_trace(TCP, "rank %d: socket %d of %d to peer %d (%s) established (fd %d)",

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/tcp.h>
@@ -225,7 +226,46 @@ shoal_status_t shoal_tcp_socket_setopts(shoal_tl_ctx_t *ctx, int fd, int data)
         shoal_error(TCP, "setsockopt(fd %d, TCP_NODELAY): %s", fd, strerror(errno));
         return SHOAL_ERR_TRANSPORT;
     }
+    /* From the first packet on (SYN, handshake): the marks; the pacing rate once the
+     * endpoint's socket count is known (shoal_tcp_hs_establish). */
+    shoal_tcp_socket_qos(ctx, fd, 0);
     return SHOAL_OK;
+}
+
+void shoal_tcp_socket_qos(shoal_tl_ctx_t *ctx, int fd, uint64_t rate)
+{
+    int family = AF_INET;
+    socklen_t flen = sizeof(family);
+
+    if (ctx->qos_dscp >= 0) {
+        int tos = ctx->qos_dscp << 2;
+        (void)getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &flen);
+        if ((family == AF_INET6
+                 ? setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tos, sizeof(tos))
+                 : setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof(tos))) != 0) {
+            shoal_warn_once(TCP, "setsockopt(fd %d, %s, 0x%x): %s; the sockets keep their DSCP",
+                            fd, family == AF_INET6 ? "IPV6_TCLASS" : "IP_TOS", tos,
+                            strerror(errno));
+        }
+    }
+    /* After IP_TOS: setting the TOS resets the priority (rt_tos2priority). */
+    if (ctx->qos_priority >= 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &ctx->qos_priority, sizeof(int)) != 0) {
+        shoal_warn_once(TCP, "setsockopt(fd %d, SO_PRIORITY, %d): %s; the sockets keep their "
+                        "priority (above 6 needs CAP_NET_ADMIN: SHOAL_QOS_PRIORITY)", fd,
+                        ctx->qos_priority, strerror(errno));
+    }
+    if (rate > 0) {
+        /* The kernel's field is 64 bits since 4.20; a 32-bit value caps at ~4 GB/s. */
+        uint64_t r = rate;
+        if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &r, sizeof(r)) != 0) {
+            unsigned r32 = (unsigned)SHOAL_MIN(rate, (uint64_t)UINT32_MAX - 1);
+            if (setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &r32, sizeof(r32)) != 0) {
+                shoal_warn_once(TCP, "setsockopt(fd %d, SO_MAX_PACING_RATE, %" PRIu64 "): %s; "
+                                "no rate cap on these sockets", fd, rate, strerror(errno));
+            }
+        }
+    }
 }
 
 static shoal_status_t shoal_tcp_ctx_listen(shoal_tl_ctx_t *ctx)
@@ -305,6 +345,9 @@ static shoal_status_t shoal_tcp_init(const shoal_tl_params_t *params, shoal_tl_c
     memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
     ctx->timeout_ms = params->timeout_ms;
     ctx->abort_flag = params->abort_flag;
+    ctx->qos_priority = params->qos_valid ? params->qos_priority : -1;
+    ctx->qos_dscp = params->qos_valid ? params->qos_dscp : -1;
+    ctx->qos_rate_max = params->qos_valid ? params->qos_rate_max : 0;
     ctx->nsocks = shoal_tcp_config.nsocks;
     if (ctx->nsocks < 1 || ctx->nsocks > SHOAL_TCP_MAX_SOCKS) {
         shoal_warn_once(TCP, "SHOAL_SOCKET_NSOCKS=%u out of range 1..%d, clamped",

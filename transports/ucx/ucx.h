@@ -146,6 +146,7 @@ struct shoal_tl_ctx {
     uint8_t nonce[SHOAL_UCX_NONCE_BYTES];
     int timeout_ms;
     const volatile int *abort_flag;
+    int qos_ib_tc;                     /* the class's IB_TRAFFIC_CLASS, -1: UCX's own */
     size_t inline_max;
     ucp_context_h uctx;
     ucp_worker_h worker;

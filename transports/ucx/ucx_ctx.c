@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sched.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,40 @@ static void shoal_ucx_config_tune(ucp_config_t *cfg)
     }
 }
 
+static int shoal_ucx_have_rdma(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    struct dirent *e;
+    int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n > 0;
+}
+
+/* The communicator's QoS class as UCX's traffic class on IB / RoCE (per context and worker,
+ * so per communicator); an explicit UCX_IB_TRAFFIC_CLASS wins. */
+static void shoal_ucx_config_qos(shoal_tl_ctx_t *ctx, ucp_config_t *cfg)
+{
+    char v[16];
+    ucs_status_t st;
+
+    if (ctx->qos_ib_tc < 0 || shoal_cfg_getenv_raw("UCX_IB_TRAFFIC_CLASS") != NULL ||
+        !shoal_ucx_have_rdma()) {
+        return; /* without an RDMA device UCX warns that the key is unused */
+    }
+    snprintf(v, sizeof(v), "%d", ctx->qos_ib_tc);
+    st = ucp_config_modify(cfg, "IB_TRAFFIC_CLASS", v);
+    if (st != UCS_OK) {
+        shoal_warn_once(UCX, "UCX_IB_TRAFFIC_CLASS=%s not accepted (%s): UCX keeps its own "
+                        "traffic class", v, shoal_ucx_strerror(st));
+    }
+}
+
 static shoal_status_t shoal_ucx_ctx_ucp(shoal_tl_ctx_t *ctx, int nranks)
 {
     ucp_config_t *cfg;
@@ -174,6 +209,7 @@ static shoal_status_t shoal_ucx_ctx_ucp(shoal_tl_ctx_t *ctx, int nranks)
         return SHOAL_ERR_TRANSPORT;
     }
     shoal_ucx_config_tune(cfg);
+    shoal_ucx_config_qos(ctx, cfg);
     st = ucp_init(&up, cfg, &ctx->uctx);
     ucp_config_release(cfg);
     if (st != UCS_OK) {
@@ -272,6 +308,7 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
     ctx->comm_id = params->comm_id;
     memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
     ctx->timeout_ms = params->timeout_ms;
+    ctx->qos_ib_tc = params->qos_valid ? params->qos_ib_tc : -1;
     ctx->abort_flag = params->abort_flag;
     ctx->inline_max = SHOAL_MIN(shoal_ucx_config.inline_max, (size_t)1 << 20);
     if (params->nranks > (1 << SHOAL_UCX_RANK_BITS)) {
