@@ -157,6 +157,8 @@ typedef struct {
     uint64_t errors;                  /* calls that returned an error */
     uint64_t peer_failures;           /* calls that found a peer failed, lost or timed out */
     uint64_t aborts;                  /* shoal_comm_abort calls */
+    uint64_t paced_ns;                /* time this rank's sends were held back by QoS pacing */
+    uint64_t pace_rate;               /* this rank's pacing rate now, bytes/s; 0 = not paced */
 } shoal_stats_t;
 
 #define SHOAL_STATS_INIT { sizeof(shoal_stats_t) }

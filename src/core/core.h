@@ -63,6 +63,7 @@ typedef struct {
 
 struct shoal_coll_state;       /* src/coll: algorithm scratch, shm direct path */
 struct shoal_meter;            /* src/meter: the counter page, agent registration */
+struct shoal_qos_pacer;        /* src/qos: the token bucket of paced communicators */
 struct shoal_proxy;
 
 struct shoal_comm {
@@ -104,6 +105,7 @@ struct shoal_comm {
     struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;
     struct shoal_meter *meter; /* NULL with SHOAL_METER=0 (its first member is the page) */
+    struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */
 };
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A
