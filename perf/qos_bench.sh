@@ -12,8 +12,12 @@
 #                   pages (SHOAL_QOS_RATES=DIR/%t.rate, beaten every 200 ms); prints each
 #                   tenant's share per window against its target, and Jain's index of the
 #                   weight-normalised rates.
+#   --mode overhead allreduce_perf (one job, RANKS ranks) at 8 B and 64 MiB, REPS alternated
+#                   runs with SHOAL_QOS_RATE_MAX unset (no pacer: one branch per send) and
+#                   set very high (1000g: the pacer's clock read and arithmetic on every send,
+#                   never a wait); medians and the ratio set/unset.
 #
-# usage: perf/qos_bench.sh [--mode cap|weights] [--transport shm|tcp] [--ranks N]
+# usage: perf/qos_bench.sh [--mode cap|weights|overhead] [--reps K] [--transport shm|tcp] [--ranks N]
 #            [--seconds S] [--bytes B] [--cap RATE] [--capacity RATE] [--weights wa:wb]
 #            [--period MS] [--build DIR]
 # RATE in bytes/s with k m g suffixes (powers of 1024, as SHOAL_QOS_RATE_MAX takes them).
@@ -24,7 +28,7 @@
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
 mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
-period=1000
+period=1000 reps=5
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
     --capacity) capacity=$2; shift 2 ;;
     --weights) weights=$2; shift 2 ;;
     --period) period=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
@@ -71,6 +76,33 @@ job() {
     pids="$pids $!"
 }
 
+if [ "$mode" = overhead ]; then
+    perf=$build/allreduce_perf
+    median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
+        else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+    one() { # one RATE_MAX SIZE WARMUP ITERS: rank 0's out-of-place time (us)
+        "$shoalrun" --no-prefix --timeout 300 -n "$ranks" -x SHOAL_AGENT=none \
+            -x SHOAL_TRANSPORT="$transport" ${1:+-x SHOAL_QOS_RATE_MAX=$1} "$perf" -b "$2" \
+            -e "$2" -w "$3" -n "$4" -c 0 2>/dev/null | awk '$1 ~ /^[0-9]+$/ { print $6; exit }'
+    }
+    echo "# qos overhead: allreduce_perf, $transport, $ranks ranks, $reps alternated runs;" \
+        "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '# %8s %14s %14s %8s\n' size "unset (us)" "1000g (us)" ratio
+    for spec in "8 2000 20000" "64M 2 10"; do
+        # shellcheck disable=SC2086
+        set -- $spec
+        : >"$tmp/u"
+        : >"$tmp/s"
+        for r in $(seq "$reps"); do
+            one "" "$1" "$2" "$3" >>"$tmp/u"
+            one 1000g "$1" "$2" "$3" >>"$tmp/s"
+        done
+        u=$(median <"$tmp/u")
+        v=$(median <"$tmp/s")
+        printf '  %8s %14s %14s %8.3f\n' "$1" "$u" "$v" "$(echo "$v $u" | awk '{ print $1 / $2 }')"
+    done
+    exit 0
+fi
 echo "# qos bench: mode $mode, $transport, 2 jobs x $ranks ranks, AllReduce of $bytes bytes," \
     "${seconds} s, windows of $period ms; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$mode" = cap ]; then

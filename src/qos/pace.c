@@ -15,6 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The pacer's clock in ns: the meter's TSC where it is invariant (a clock_gettime costs 2-3
+ * times as much), chosen once per pacer so that its times never mix two clocks. */
+static inline uint64_t shoal_qos_pace_now(const shoal_qos_pacer_t *p)
+{
+    return p->tsc ? shoal_meter_ticks_ns(shoal_meter_ticks()) : shoal_time_ns();
+}
+
 /* ---- the rates page -------------------------------------------------------------------- */
 
 static void shoal_qos_pace_page_unmap(shoal_qos_pacer_t *p)
@@ -158,7 +165,7 @@ shoal_status_t shoal_qos_pace_create(const shoal_qos_pace_params_t *params,
                                      shoal_qos_pacer_t **pacer_p)
 {
     shoal_qos_pacer_t *p = calloc(1, sizeof(*p));
-    uint64_t now = shoal_time_ns();
+    uint64_t now;
     if (p == NULL) {
         shoal_error(QOS, "out of memory for a pacer");
         return SHOAL_ERR_NO_MEMORY;
@@ -176,6 +183,9 @@ shoal_status_t shoal_qos_pace_create(const shoal_qos_pace_params_t *params,
     p->timeout_ms = params->rates_timeout_ms;
     p->share_div = SHOAL_MAX(params->share_div, 1u);
     p->abort_flag = params->abort_flag;
+    p->wait_timeout_ms = params->wait_timeout_ms;
+    p->tsc = __atomic_load_n(&shoal_meter_clock.tsc, __ATOMIC_ACQUIRE);
+    now = shoal_qos_pace_now(p);
     p->paced_ctr = &p->paced_own;
     p->page_seen_ns = now;
     p->last_ns = now;
@@ -197,7 +207,7 @@ void shoal_qos_pace_destroy(shoal_qos_pacer_t *p)
 
 uint64_t shoal_qos_pace_rate(shoal_qos_pacer_t *p)
 {
-    shoal_qos_pace_check(p, shoal_time_ns());
+    shoal_qos_pace_check(p, shoal_qos_pace_now(p));
     return p->rate;
 }
 
@@ -228,12 +238,15 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
 {
     uint64_t now = *now_p, t0 = now;
     shoal_status_t st = SHOAL_OK;
+    if (deadline == 0) {
+        deadline = shoal_deadline_ns(p->wait_timeout_ms);
+    }
     while (p->rate != 0 && p->tokens < step) {
         if (p->abort_flag != NULL && __atomic_load_n(p->abort_flag, __ATOMIC_ACQUIRE)) {
             st = SHOAL_ERR_ABORTED;
             break;
         }
-        if (deadline != UINT64_MAX && now >= deadline) {
+        if (shoal_deadline_passed(deadline)) {
             if (!p->warned_deadline) {
                 shoal_warn(QOS, "pacing at %llu bytes/s reached the call's deadline: no longer "
                            "holding back this call", (unsigned long long)p->rate);
@@ -243,7 +256,7 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
             break;
         }
         shoal_qos_pace_doze((uint64_t)((step - p->tokens) * 1e9 / (double)p->rate));
-        now = shoal_time_ns();
+        now = shoal_qos_pace_now(p);
         shoal_qos_pace_refill(p, now);
         if (now >= p->next_check_ns) {
             shoal_qos_pace_check(p, now);
@@ -257,7 +270,7 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
 
 shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t deadline_ns)
 {
-    uint64_t now = shoal_time_ns();
+    uint64_t now = shoal_qos_pace_now(p);
     if (now >= p->next_check_ns) {
         shoal_qos_pace_check(p, now);
     }
@@ -310,6 +323,7 @@ shoal_status_t shoal_qos_pace_comm_init(struct shoal_comm *comm)
         .rates_timeout_ms = shoal_qos_pace_config.rates_timeout_ms,
         .share_div = div,
         .abort_flag = &comm->aborted,
+        .wait_timeout_ms = comm->timeout_ms,
     };
     shoal_qos_pacer_t *p;
 
@@ -348,8 +362,7 @@ void shoal_qos_pace_comm_fini(struct shoal_comm *comm)
 
 shoal_status_t shoal_qos_pace_comm_take(struct shoal_comm *comm, size_t bytes)
 {
-    shoal_status_t st = shoal_qos_pace_take(comm->pace, bytes,
-                                            shoal_deadline_ns(comm->timeout_ms));
+    shoal_status_t st = shoal_qos_pace_take(comm->pace, bytes, 0);
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_comm_set_failed(comm, st, comm->rank,
                                      "aborted by the application while paced");

@@ -58,6 +58,7 @@ typedef struct {
     int rates_timeout_ms;      /* agent silent this long: full speed; < 0 = never */
     unsigned share_div;        /* the page's rate is divided by this (local ranks), >= 1 */
     const int *abort_flag;     /* read with acquire; NULL = none */
+    int wait_timeout_ms;       /* take(deadline 0): the longest hold-back of one call; < 0 none */
 } shoal_qos_pace_params_t;
 
 typedef struct shoal_qos_pacer {
@@ -81,6 +82,8 @@ typedef struct shoal_qos_pacer {
     int agent_dead;            /* the timeout passed: agent's rate dropped */
     int warned_deadline;
     const int *abort_flag;
+    int wait_timeout_ms;
+    int tsc;                   /* its clock: the meter's TSC (1) or CLOCK_MONOTONIC (0) */
     /* time held back, ns: *paced_ctr (the meter page's paced_ns, or own) */
     uint64_t paced_own;
     uint64_t *paced_ctr;
@@ -92,8 +95,11 @@ SHOAL_HIDDEN shoal_status_t shoal_qos_pace_create(const shoal_qos_pace_params_t 
                                                   shoal_qos_pacer_t **pacer_p);
 SHOAL_HIDDEN void shoal_qos_pace_destroy(shoal_qos_pacer_t *p);
 /* Waits until bytes may go (in steps of SHOAL_QOS_PACE_STEP). SHOAL_OK, or
- * SHOAL_ERR_ABORTED when the abort flag was set while waiting. Past deadline_ns (UINT64_MAX:
- * none) it stops holding back (never a hang). */
+ * SHOAL_ERR_ABORTED when the abort flag was set while waiting. Past deadline_ns
+ * (CLOCK_MONOTONIC as shoal_deadline_ns; UINT64_MAX: none; 0: wait_timeout_ms after the
+ * wait began, so that a call that need not wait reads no clock for it) it stops holding back
+ * (never a hang). Without a wait: one clock read (the TSC where the meter has it) and a few
+ * flops. */
 SHOAL_HIDDEN shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes,
                                                 uint64_t deadline_ns);
 /* The rate in force now (bytes/s, 0 = none), after a look at the rates page. */

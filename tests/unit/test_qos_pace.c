@@ -76,6 +76,17 @@ static void test_bucket(void)
     tap_ok(got <= rate * 1.02 && got >= rate * 0.90, "rate within -10%%..+2%% of the cap");
     tap_ok(shoal_qos_pace_held_ns(p) > 300000000ull, "time held back counted (%llu ns)",
            (unsigned long long)shoal_qos_pace_held_ns(p));
+    /* The cost of a take that need not wait (the data path's cost with a rate set). */
+    shoal_qos_pace_destroy(p);
+    prm.rate_max = 1ull << 50;
+    shoal_qos_pace_create(&prm, &p);
+    t0 = shoal_time_ns();
+    for (int i = 0; i < 1000000; i++) {
+        bad += shoal_qos_pace_take(p, 8, UINT64_MAX) != SHOAL_OK;
+    }
+    t1 = shoal_time_ns();
+    tap_diag("a take without a wait: %.1f ns", (double)(t1 - t0) / 1e6);
+    tap_ok(bad == 0 && shoal_qos_pace_held_ns(p) == 0, "a rate never reached: never held back");
     shoal_qos_pace_destroy(p);
 }
 
