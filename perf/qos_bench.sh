@@ -141,9 +141,9 @@ done
 
 cat "$tmp/a" "$tmp/b" | awk -v ranks="$ranks" -v period="$period" -v mode="$mode" \
     -v ta="$target_a" -v tb="$target_b" -v wa="$wa" -v wb="$wb" -v status="$status" '
+$1 == "qos" && $4 ~ /^end=/ { split($2, j, "="); split($6, p, "="); last_paced[j[2]] += p[2] }
 $1 == "qos" && $4 ~ /^t=/ {
     split($2, j, "="); split($4, t, "="); split($5, s, "="); split($6, p, "=");
-    if (t[2] % period != 0) { last_paced[j[2]] += p[2]; next }  # the final sample
     sum[j[2], t[2]] += s[2]; n[j[2], t[2]]++; times[t[2]] = 1;
 }
 END {

