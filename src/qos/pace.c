@@ -110,9 +110,10 @@ static void shoal_qos_pace_apply(shoal_qos_pacer_t *p)
     if (r != 0 && r < SHOAL_QOS_PACE_RATE_MIN) {
         r = SHOAL_QOS_PACE_RATE_MIN;
     }
-    /* At least two steps and 1 ms of the rate (see pace.h), at least what was asked. */
+    /* At least two steps and SHOAL_QOS_PACE_SLACK_NS of the rate (see pace.h), at least what
+     * was asked. */
     burst = SHOAL_MAX((double)p->burst_cfg, 2.0 * SHOAL_QOS_PACE_STEP);
-    burst = SHOAL_MAX(burst, (double)r / 1000.0);
+    burst = SHOAL_MAX(burst, (double)r * 1e-9 * (double)SHOAL_QOS_PACE_SLACK_NS);
     if (r != p->rate) {
         shoal_info(QOS, "pacing rate now %llu bytes/s (cap %llu, agent %llu), bucket %.0f "
                    "bytes", (unsigned long long)r, (unsigned long long)p->rate_max,

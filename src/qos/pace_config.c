@@ -13,7 +13,7 @@ static const shoal_cfg_field_t shoal_qos_pace_cfg_fields[] = {
             "rank is paced at its equal part; 0 = none"},
     {.name = "QOS_BURST", .dflt = "256k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_qos_pace_config_t, burst),
-     .doc = "token bucket size of a paced rank, bytes (at least 128k and 1 ms of its rate); "
+     .doc = "token bucket size of a paced rank, bytes (at least 128k and 5 ms of its rate); "
             "the rates page may set another"},
     {.name = "QOS_RATES", .dflt = "none", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_qos_pace_config_t, rates),
