@@ -20,6 +20,9 @@
 # usage: perf/qos_bench.sh [--mode cap|weights|overhead] [--reps K] [--transport shm|tcp] [--ranks N]
 #            [--seconds S] [--bytes B] [--cap RATE] [--capacity RATE] [--weights wa:wb]
 #            [--period MS] [--build DIR]
+# --transport netns: two "hosts" (network namespaces, tests/netns/netns_lib.sh, needs root)
+# joined by links shaped to --link (default 1gbit) with htb, RANKS ranks per host per job, tcp
+# between them (the same jobs, each launched by netns_job instead of shoalrun).
 # RATE in bytes/s with k m g suffixes (powers of 1024, as SHOAL_QOS_RATE_MAX takes them).
 # Last lines (for tests/qos/run_qos.sh):
 #   result mode=cap windows=N max_err_pct=E mean_err_pct=M min_b=B paced_a=P paced_b=Q status=ok
@@ -28,7 +31,7 @@
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
 mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
-period=1000 reps=5
+period=1000 reps=5 link=1gbit
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
     --weights) weights=$2; shift 2 ;;
     --period) period=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
+    --link) link=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
@@ -60,13 +64,43 @@ bytes_of() { # 64m -> 67108864
 }
 cap_b=$(bytes_of "$cap")
 capacity_b=$(bytes_of "$capacity")
+hosts=1
+[ "$transport" = netns ] && hosts=2
 wa=${weights%%:*}
 wb=${weights##*:}
 
-# job TENANT [VAR=VALUE...]: one shoalrun of qos_load in the background, output in tmp/TENANT
+if [ "$transport" = netns ]; then
+    NETNS_MKUID=$build/tests/netns/mkuid
+    NETNS_TMP=$tmp
+    netns_on_exit='for p in $pids; do kill "$p" 2>/dev/null; done; [ -n "$QOS_KEEP" ] || rm -rf "$tmp"'
+    # shellcheck source=tests/netns/netns_lib.sh
+    . "$here/../tests/netns/netns_lib.sh"
+    netns_usable || { echo "qos_bench.sh: no network namespaces: $netns_why" >&2; exit 2; }
+    netns_setup 2 "$link" 2>"$tmp/setup.err" || {
+        echo "qos_bench.sh: namespace setup failed: $(head -n 1 "$tmp/setup.err")" >&2; exit 2; }
+fi
+
+# job TENANT [VAR=VALUE...]: one job of qos_load in the background, output in tmp/TENANT
 job() {
     t=$1
     shift
+    if [ "$transport" = netns ]; then
+        mkdir -p "$tmp/ns.$t"
+        # A subshell per job: netns_job keeps its state in variables and NETNS_TMP files.
+        (
+            NETNS_TMP=$tmp/ns.$t
+            NETNS_ENV="SHOAL_TENANT=$t SHOAL_JOB=qos-bench SHOAL_AGENT=none SHOAL_TRANSPORT=tcp $*"
+            export SHOAL_TENANT="$t" SHOAL_JOB=qos-bench
+            netns_job "$tmp/ns.$t/r" "$ranks" block \
+                $((${seconds%.*} + 60)) "$load" -s "$seconds" -b "$bytes" -p "$period"
+            rc=$?
+            cat "$tmp/ns.$t"/r.*.out >"$tmp/$t"
+            cat "$tmp/ns.$t"/r.*.err >"$tmp/$t.err"
+            exit $rc
+        ) &
+        pids="$pids $!"
+        return
+    fi
     xs="-x SHOAL_AGENT=none -x SHOAL_TRANSPORT=$transport"
     for v in "$@"; do xs="$xs -x $v"; done
     # shellcheck disable=SC2086
@@ -106,10 +140,11 @@ fi
 echo "# qos bench: mode $mode, $transport, 2 jobs x $ranks ranks, AllReduce of $bytes bytes," \
     "${seconds} s, windows of $period ms; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$mode" = cap ]; then
-    echo "# job a: SHOAL_QOS_RATE_MAX=$cap ($cap_b bytes/s for its ranks together); job b: none"
+    echo "# job a: SHOAL_QOS_RATE_MAX=$cap ($cap_b bytes/s for its ranks on each of $hosts" \
+        "host(s) together); job b: none"
     job a "SHOAL_QOS_RATE_MAX=$cap"
     job b
-    target_a=$cap_b target_b=0
+    target_a=$((cap_b * hosts)) target_b=0
 else
     ra=$(awk -v c="$capacity_b" -v a="$wa" -v b="$wb" 'BEGIN { printf "%.0f", c * a / (a + b) }')
     rb=$(awk -v c="$capacity_b" -v a="$wa" -v b="$wb" 'BEGIN { printf "%.0f", c * b / (a + b) }')
@@ -139,7 +174,7 @@ for t in a b; do
     fi
 done
 
-cat "$tmp/a" "$tmp/b" | awk -v ranks="$ranks" -v period="$period" -v mode="$mode" \
+cat "$tmp/a" "$tmp/b" | awk -v ranks="$((ranks * hosts))" -v period="$period" -v mode="$mode" \
     -v ta="$target_a" -v tb="$target_b" -v wa="$wa" -v wb="$wb" -v status="$status" '
 $1 == "qos" && $4 ~ /^end=/ { split($2, j, "="); split($6, p, "="); last_paced[j[2]] += p[2] }
 $1 == "qos" && $4 ~ /^t=/ {
