@@ -166,6 +166,8 @@ typedef struct {
     int32_t qos_ib_tc;                /* IB / RoCE / UCX traffic class; -1: SHOAL_IB_TC */
     int32_t qos_ib_sl;                /* IB service level; -1: SHOAL_IB_SL */
     uint64_t qos_rate_max;            /* bytes/s per peer connection, 0: no cap */
+    uint64_t paced_ns;                /* time this rank's sends were held back by QoS pacing */
+    uint64_t pace_rate;               /* this rank's pacing rate now, bytes/s; 0 = not paced */
 } shoal_stats_t;
 
 #define SHOAL_STATS_INIT { sizeof(shoal_stats_t) }

@@ -30,6 +30,7 @@
  */
 #include "coll/coll.h"
 #include "meter/meter.h"
+#include "qos/pace.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -278,6 +279,16 @@ static shoal_status_t shoal_shmd_wait_line(struct shoal_comm *comm, int q,
     return SHOAL_OK;
 }
 
+/* QoS pacing (src/qos/pace.h): no channel sends here, so each path takes from the bucket what
+ * the meter counts as sent (what peers take from this rank's area), before offering it. */
+static inline shoal_status_t shoal_shmd_pace(struct shoal_comm *comm, uint64_t sent)
+{
+    if (SHOAL_UNLIKELY(comm->pace != NULL)) {
+        return shoal_qos_pace_comm_take(comm, sent);
+    }
+    return SHOAL_OK;
+}
+
 static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                     size_t bytes)
 {
@@ -289,6 +300,7 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     const void **srcs = (const void **)cs->srcs;
     const uint8_t *in = a->sendbuf;
 
+    SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(n - 1) * bytes));
     for (size_t i = 0; i < nlines; i++) {
         size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
         memcpy(mine[i].data, in + off, len);
@@ -319,6 +331,7 @@ static shoal_status_t shoal_shmd_oneshot(struct shoal_comm *comm, const shoal_co
     uint64_t g = ++cs->gen;
     const void **srcs = (const void **)cs->srcs;
 
+    SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(comm->local_size - 1) * bytes));
     memcpy(shoal_shmd_buf(cs, comm->local_rank, g), a->sendbuf, bytes);
     shoal_shmd_publish(comm, SHOAL_SHMD_READY, g);
     SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g));
@@ -349,6 +362,7 @@ static shoal_status_t shoal_shmd_window(struct shoal_comm *comm, const shoal_col
      * straight from the send buffer, unless the call is in place (the result overwrites it,
      * and the reduction may alias its destination with its first source only). */
     shoal_block_range(m, n, me, &so, &sl);
+    SHOAL_CHECK(shoal_shmd_pace(comm, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize));
     if (a->sendbuf == a->recvbuf) {
         memcpy(stage, in, m * dsize);
     } else {

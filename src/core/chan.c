@@ -4,6 +4,7 @@
  * on the transports' fds / futexes; it always honours the deadline and the abort flag.
  */
 #include "core/core.h"
+#include "qos/pace.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -57,6 +58,13 @@ shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *b
 {
     shoal_chan_t *ch = &comm->chans[peer];
     shoal_status_t st;
+    if (SHOAL_UNLIKELY(comm->pace != NULL)) {
+        /* QoS pacing (src/qos/pace.h) before the transport sees the message. */
+        st = shoal_qos_pace_comm_take(comm, len);
+        if (st != SHOAL_OK) {
+            return st;
+        }
+    }
     shoal_chan_req_init(comm, req, (void *)buf, len, seq, step, chunk);
     st = ch->tl->ops->isend(ch->ep, req);
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {

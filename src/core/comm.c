@@ -4,6 +4,7 @@
  */
 #include "core/core.h"
 #include "meter/meter.h"
+#include "qos/pace.h"
 #if SHOAL_HAVE_PMIX
 #include "core/pmix.h"
 #endif
@@ -551,6 +552,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK_GOTO(shoal_coll_comm_init(comm), st, err);
     /* After the topology's init traffic: the counters start at the first call. */
     SHOAL_CHECK_GOTO(shoal_meter_comm_init(comm), st, err);
+    SHOAL_CHECK_GOTO(shoal_qos_pace_comm_init(comm), st, err); /* after the meter: its page */
     shoal_info(INIT, "rank %d of %d on %s: comm %08x ready (local rank %d of %d)", rank, nranks,
                shoal_hostname(), comm->comm_id, comm->local_rank, comm->local_size);
     *comm_p = comm;
@@ -699,6 +701,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_proxy_stop(comm);
+    shoal_qos_pace_comm_fini(comm);
     shoal_meter_comm_fini(comm); /* no call runs any more: state CLOSED, agent told */
     shoal_coll_comm_fini(comm);
     for (int t = 0; t < comm->ntls; t++) {

@@ -64,6 +64,7 @@ typedef struct {
 
 struct shoal_coll_state;       /* src/coll: algorithm scratch, shm direct path */
 struct shoal_meter;            /* src/meter: the counter page, agent registration */
+struct shoal_qos_pacer;        /* src/qos: the token bucket of paced communicators */
 struct shoal_proxy;
 
 struct shoal_comm {
@@ -106,6 +107,7 @@ struct shoal_comm {
     struct shoal_coll_state *coll;
     struct shoal_meter *meter; /* NULL with SHOAL_METER=0 (its first member is the page) */
     shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
+    struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */
 };
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A

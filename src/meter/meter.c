@@ -331,6 +331,8 @@ static void shoal_meter_stats_read(const shoal_meter_page_t *p, shoal_stats_t *s
     s->errors = __atomic_load_n(&p->errors, __ATOMIC_RELAXED);
     s->peer_failures = __atomic_load_n(&p->peer_failures, __ATOMIC_RELAXED);
     s->aborts = __atomic_load_n(&p->aborts, __ATOMIC_RELAXED);
+    s->paced_ns = __atomic_load_n(&p->paced_ns, __ATOMIC_RELAXED);
+    s->pace_rate = __atomic_load_n(&p->pace_rate, __ATOMIC_RELAXED);
 }
 
 shoal_status_t shoal_comm_stats(shoal_comm_t comm, shoal_stats_t *stats)

@@ -78,7 +78,10 @@ typedef struct {
     uint64_t errors;                     /* calls that returned an error */
     uint64_t peer_failures;              /* SHOAL_ERR_PEER_FAILED / TRANSPORT / TIMEOUT */
     uint64_t aborts;                     /* the application called shoal_comm_abort */
-    uint64_t spare[32];                  /* room to grow without a new version */
+    uint64_t paced_ns;                   /* time held back by QoS pacing (src/qos/pace.c) */
+    uint64_t pace_rate;                  /* pacing rate in force, bytes/s of this rank, 0 none
+                                          * (a gauge, not a counter) */
+    uint64_t spare[30];                  /* room to grow without a new version */
 } shoal_meter_page_t;
 
 _Static_assert(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "meter page too large");

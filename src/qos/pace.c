@@ -1,0 +1,380 @@
+/*
+ * Token-bucket pacing where no kernel hook exists (pace.h), and the reading side of the
+ * node agent's rates page (pace_page.h).
+ */
+#include "qos/pace.h"
+#include "meter/meter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The pacer's clock in ns: the meter's TSC where it is invariant (a clock_gettime costs 2-3
+ * times as much), chosen once per pacer so that its times never mix two clocks. */
+static inline uint64_t shoal_qos_pace_now(const shoal_qos_pacer_t *p)
+{
+    return p->tsc ? shoal_meter_ticks_ns(shoal_meter_ticks()) : shoal_time_ns();
+}
+
+/* ns from t to now; 0 if t is later (the TSC's rate is refined while the job runs, so two
+ * readings may step back a little). */
+static inline uint64_t shoal_qos_pace_since(uint64_t now, uint64_t t)
+{
+    return now > t ? now - t : 0;
+}
+
+/* ---- the rates page -------------------------------------------------------------------- */
+
+static void shoal_qos_pace_page_unmap(shoal_qos_pacer_t *p)
+{
+    if (p->page != NULL) {
+        munmap((void *)p->page, SHOAL_QOS_RATES_PAGE_BYTES);
+        p->page = NULL;
+    }
+}
+
+/* Maps the page at p->path if it is there and new (another inode than the one mapped). */
+static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
+{
+    struct stat sb;
+    void *map;
+    int fd;
+
+    p->next_open_ns = now + SHOAL_QOS_PACE_REOPEN_NS;
+    fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        return; /* no agent (yet), or gone: the timeout decides */
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        sb.st_size < (off_t)sizeof(shoal_qos_rates_page_t) ||
+        (p->page != NULL && (uint64_t)sb.st_ino == p->page_ino &&
+         (uint64_t)sb.st_dev == p->page_dev)) {
+        close(fd);
+        return;
+    }
+    map = mmap(NULL, SHOAL_QOS_RATES_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        shoal_warn(QOS, "mmap of the rates page %s failed: %s", p->path, strerror(errno));
+        return;
+    }
+    const shoal_qos_rates_page_t *pg = map;
+    if (pg->magic != SHOAL_QOS_RATES_MAGIC || pg->version != SHOAL_QOS_RATES_VERSION) {
+        shoal_warn(QOS, "%s is not a rates page (magic %08x version %u): ignored", p->path,
+                   pg->magic, pg->version);
+        munmap(map, SHOAL_QOS_RATES_PAGE_BYTES);
+        return;
+    }
+    shoal_qos_pace_page_unmap(p);
+    p->page = pg;
+    p->page_ino = (uint64_t)sb.st_ino;
+    p->page_dev = (uint64_t)sb.st_dev;
+    p->page_gen = UINT64_MAX; /* read it now */
+    p->page_seen_ns = now;
+    shoal_info(QOS, "rates page %s mapped", p->path);
+}
+
+/* One seqlocked read of the page: 1 when gen moved (rate/burst read), 0 otherwise. */
+static int shoal_qos_pace_page_read(shoal_qos_pacer_t *p, uint64_t *rate_p, uint64_t *burst_p)
+{
+    const shoal_qos_rates_page_t *pg = p->page;
+    uint64_t g = __atomic_load_n(&pg->gen, __ATOMIC_ACQUIRE), rate, burst;
+    if (g == p->page_gen || (g & 1) != 0) {
+        return 0;
+    }
+    rate = __atomic_load_n(&pg->rate, __ATOMIC_RELAXED);
+    burst = __atomic_load_n(&pg->burst, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&pg->gen, __ATOMIC_RELAXED) != g) {
+        return 0; /* the writer is at it: next look */
+    }
+    p->page_gen = g;
+    *rate_p = rate;
+    *burst_p = burst;
+    return 1;
+}
+
+static void shoal_qos_pace_apply(shoal_qos_pacer_t *p)
+{
+    uint64_t r = p->rate_max, a = p->rate_agent;
+    double burst;
+    if (a != 0 && (r == 0 || a < r)) {
+        r = a;
+    }
+    if (r != 0 && r < SHOAL_QOS_PACE_RATE_MIN) {
+        r = SHOAL_QOS_PACE_RATE_MIN;
+    }
+    /* At least two steps and SHOAL_QOS_PACE_SLACK_NS of the rate (see pace.h), at least what
+     * was asked. */
+    burst = SHOAL_MAX((double)p->burst_cfg, 2.0 * SHOAL_QOS_PACE_STEP);
+    burst = SHOAL_MAX(burst, (double)r * 1e-9 * (double)SHOAL_QOS_PACE_SLACK_NS);
+    if (r != p->rate) {
+        shoal_info(QOS, "pacing rate now %llu bytes/s (cap %llu, agent %llu), bucket %.0f "
+                   "bytes", (unsigned long long)r, (unsigned long long)p->rate_max,
+                   (unsigned long long)p->rate_agent, burst);
+    }
+    p->rate = r;
+    p->burst = burst;
+    if (p->tokens > burst) {
+        p->tokens = burst;
+    }
+    if (p->rate_ctr != NULL) {
+        __atomic_store_n(p->rate_ctr, r, __ATOMIC_RELAXED);
+    }
+}
+
+/* Between chunks, at most every SHOAL_QOS_PACE_CHECK_NS: the agent's rate, its heartbeat. */
+static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
+{
+    uint64_t rate, burst;
+    p->next_check_ns = now + SHOAL_QOS_PACE_CHECK_NS;
+    if (p->path == NULL) {
+        return;
+    }
+    if (p->page != NULL && shoal_qos_pace_page_read(p, &rate, &burst)) {
+        p->page_seen_ns = now;
+        if (p->agent_dead) {
+            shoal_info(QOS, "the rates page %s is updated again", p->path);
+            p->agent_dead = 0;
+        }
+        p->rate_agent = rate == 0 ? 0 : SHOAL_MAX(rate / p->share_div, 1);
+        p->burst_cfg = burst != 0 ? burst : shoal_qos_pace_config.burst;
+        shoal_qos_pace_apply(p);
+        return;
+    }
+    /* Silent (or no page): an agent may have started or restarted with a new page. */
+    if (now >= p->next_open_ns && (p->page == NULL ||
+                                   shoal_qos_pace_since(now, p->page_seen_ns) >
+                                       SHOAL_QOS_PACE_REOPEN_NS)) {
+        shoal_qos_pace_page_open(p, now);
+        if (p->page != NULL && p->page_gen == UINT64_MAX) {
+            shoal_qos_pace_check(p, now);
+            return;
+        }
+    }
+    if (p->rate_agent != 0 && !p->agent_dead && p->timeout_ms >= 0 &&
+        shoal_qos_pace_since(now, p->page_seen_ns) > (uint64_t)p->timeout_ms * 1000000ull) {
+        shoal_warn(QOS, "the rates page %s was not updated for %d ms (agent gone?): its rate "
+                   "no longer applies", p->path, p->timeout_ms);
+        p->agent_dead = 1;
+        p->rate_agent = 0;
+        shoal_qos_pace_apply(p);
+    }
+}
+
+/* ---- the bucket ------------------------------------------------------------------------ */
+
+shoal_status_t shoal_qos_pace_create(const shoal_qos_pace_params_t *params,
+                                     shoal_qos_pacer_t **pacer_p)
+{
+    shoal_qos_pacer_t *p = calloc(1, sizeof(*p));
+    uint64_t now;
+    if (p == NULL) {
+        shoal_error(QOS, "out of memory for a pacer");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    if (params->rates_path != NULL) {
+        p->path = strdup(params->rates_path);
+        if (p->path == NULL) {
+            free(p);
+            shoal_error(QOS, "out of memory for a pacer");
+            return SHOAL_ERR_NO_MEMORY;
+        }
+    }
+    p->rate_max = params->rate_max;
+    p->burst_cfg = params->burst;
+    p->timeout_ms = params->rates_timeout_ms;
+    p->share_div = SHOAL_MAX(params->share_div, 1u);
+    p->abort_flag = params->abort_flag;
+    p->wait_timeout_ms = params->wait_timeout_ms;
+    p->tsc = __atomic_load_n(&shoal_meter_clock.tsc, __ATOMIC_ACQUIRE);
+    now = shoal_qos_pace_now(p);
+    p->paced_ctr = &p->paced_own;
+    p->page_seen_ns = now;
+    p->last_ns = now;
+    shoal_qos_pace_apply(p);
+    p->tokens = p->burst; /* a full bucket: the first burst goes at once */
+    shoal_qos_pace_check(p, now);
+    *pacer_p = p;
+    return SHOAL_OK;
+}
+
+void shoal_qos_pace_destroy(shoal_qos_pacer_t *p)
+{
+    if (p != NULL) {
+        shoal_qos_pace_page_unmap(p);
+        free(p->path);
+        free(p);
+    }
+}
+
+uint64_t shoal_qos_pace_rate(shoal_qos_pacer_t *p)
+{
+    shoal_qos_pace_check(p, shoal_qos_pace_now(p));
+    return p->rate;
+}
+
+static inline void shoal_qos_pace_refill(shoal_qos_pacer_t *p, uint64_t now)
+{
+    if (now > p->last_ns) {
+        p->tokens += (double)(now - p->last_ns) * (double)p->rate * 1e-9;
+        if (p->tokens > p->burst) {
+            p->tokens = p->burst;
+        }
+    }
+    p->last_ns = now;
+}
+
+static void shoal_qos_pace_doze(uint64_t ns)
+{
+    if (ns < 20000) {
+        sched_yield(); /* a sleep would overshoot by more than it waits */
+        return;
+    }
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)SHOAL_MIN(ns, SHOAL_QOS_PACE_SLEEP_NS)};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until tokens >= step; returns the time now. */
+static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uint64_t deadline,
+                                          uint64_t *now_p)
+{
+    uint64_t now = *now_p, t0 = now;
+    shoal_status_t st = SHOAL_OK;
+    if (deadline == 0) {
+        deadline = shoal_deadline_ns(p->wait_timeout_ms);
+    }
+    while (p->rate != 0 && p->tokens < step) {
+        if (p->abort_flag != NULL && __atomic_load_n(p->abort_flag, __ATOMIC_ACQUIRE)) {
+            st = SHOAL_ERR_ABORTED;
+            break;
+        }
+        if (shoal_deadline_passed(deadline)) {
+            if (!p->warned_deadline) {
+                shoal_warn(QOS, "pacing at %llu bytes/s reached the call's deadline: no longer "
+                           "holding back this call", (unsigned long long)p->rate);
+                p->warned_deadline = 1;
+            }
+            p->tokens = step;
+            break;
+        }
+        shoal_qos_pace_doze((uint64_t)((step - p->tokens) * 1e9 / (double)p->rate));
+        now = shoal_qos_pace_now(p);
+        shoal_qos_pace_refill(p, now);
+        if (now >= p->next_check_ns) {
+            shoal_qos_pace_check(p, now);
+        }
+    }
+    __atomic_store_n(p->paced_ctr, __atomic_load_n(p->paced_ctr, __ATOMIC_RELAXED) +
+                     shoal_qos_pace_since(now, t0), __ATOMIC_RELAXED);
+    *now_p = now;
+    return st;
+}
+
+shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t deadline_ns)
+{
+    uint64_t now = shoal_qos_pace_now(p);
+    if (now >= p->next_check_ns) {
+        shoal_qos_pace_check(p, now);
+    }
+    if (p->rate == 0) {
+        return SHOAL_OK;
+    }
+    shoal_qos_pace_refill(p, now);
+    while (bytes > 0 && p->rate != 0) {
+        double step = (double)SHOAL_MIN(bytes, (size_t)SHOAL_QOS_PACE_STEP);
+        if (p->tokens < step) {
+            SHOAL_CHECK(shoal_qos_pace_wait(p, step, deadline_ns, &now));
+        }
+        p->tokens -= step;
+        bytes -= (size_t)step;
+    }
+    return SHOAL_OK;
+}
+
+/* ---- the communicator's pacer ---------------------------------------------------------- */
+
+/* The configured path with %t replaced by the tenant ("default" when none). */
+static shoal_status_t shoal_qos_pace_path(struct shoal_comm *comm, char *buf, size_t len)
+{
+    const char *t = comm->ident.tenant[0] != '\0' ? comm->ident.tenant : "default";
+    const char *src = shoal_qos_pace_config.rates;
+    size_t n = 0;
+    for (; *src != '\0'; src++) {
+        const char *ins = src[0] == '%' && src[1] == 't' ? t : NULL;
+        size_t k = ins != NULL ? strlen(ins) : 1;
+        if (n + k + 1 > len) {
+            shoal_error(QOS, "SHOAL_QOS_RATES=%s is too long", shoal_qos_pace_config.rates);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        memcpy(buf + n, ins != NULL ? ins : src, k);
+        n += k;
+        src += ins != NULL;
+    }
+    buf[n] = '\0';
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_qos_pace_comm_init(struct shoal_comm *comm)
+{
+    const char *rates = shoal_qos_pace_config.rates;
+    unsigned div = (unsigned)SHOAL_MAX(comm->local_size, 1);
+    char path[512];
+    shoal_qos_pace_params_t params = {
+        .rate_max = shoal_qos_pace_config.rate_max / div,
+        .burst = shoal_qos_pace_config.burst,
+        .rates_timeout_ms = shoal_qos_pace_config.rates_timeout_ms,
+        .share_div = div,
+        .abort_flag = &comm->aborted,
+        .wait_timeout_ms = comm->timeout_ms,
+    };
+    shoal_qos_pacer_t *p;
+
+    comm->pace = NULL;
+    if (rates != NULL && (rates[0] == '\0' || strcmp(rates, "none") == 0)) {
+        rates = NULL;
+    }
+    if (params.rate_max == 0 && shoal_qos_pace_config.rate_max != 0) {
+        params.rate_max = 1; /* raised to the minimum rate */
+    }
+    if (params.rate_max == 0 && rates == NULL) {
+        return SHOAL_OK; /* nothing to pace: the hook is one branch */
+    }
+    if (rates != NULL) {
+        SHOAL_CHECK(shoal_qos_pace_path(comm, path, sizeof(path)));
+        params.rates_path = path;
+    }
+    SHOAL_CHECK(shoal_qos_pace_create(&params, &p));
+    if (comm->meter != NULL) {
+        p->paced_ctr = &comm->meter->page->paced_ns;
+        p->rate_ctr = &comm->meter->page->pace_rate;
+        __atomic_store_n(p->rate_ctr, p->rate, __ATOMIC_RELAXED);
+    }
+    comm->pace = p;
+    shoal_info(QOS, "comm %08x paced: cap %zu bytes/s on this host (%u local ranks), rates "
+               "page %s", comm->comm_id, shoal_qos_pace_config.rate_max, div,
+               rates != NULL ? path : "none");
+    return SHOAL_OK;
+}
+
+void shoal_qos_pace_comm_fini(struct shoal_comm *comm)
+{
+    shoal_qos_pace_destroy(comm->pace);
+    comm->pace = NULL;
+}
+
+shoal_status_t shoal_qos_pace_comm_take(struct shoal_comm *comm, size_t bytes)
+{
+    shoal_status_t st = shoal_qos_pace_take(comm->pace, bytes, 0);
+    if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
+        return shoal_comm_set_failed(comm, st, comm->rank,
+                                     "aborted by the application while paced");
+    }
+    return SHOAL_OK;
+}

@@ -1,0 +1,66 @@
+/* Weighted max-min shares for the node agent (share.h). */
+#include "qos/share.h"
+
+double shoal_qos_share(const double *weights, const double *demands, int n, double capacity,
+                       double *rates)
+{
+    double left = capacity, given = 0;
+    int active = 0;
+
+    for (int i = 0; i < n; i++) {
+        rates[i] = 0;
+        if (weights[i] > 0 && demands[i] != 0) {
+            active++;
+        }
+    }
+    if (n <= 0 || !(capacity > 0)) {
+        return 0;
+    }
+    /* Water filling: each round hands every unsatisfied tenant its weighted part of what is
+     * left; those whose demand is met drop out and their excess is shared in the next round.
+     * At most n rounds: each one either satisfies a tenant or ends. */
+    while (active > 0 && left > capacity * 1e-12) {
+        double wsum = 0;
+        int satisfied = 0;
+        for (int i = 0; i < n; i++) {
+            if (weights[i] > 0 && demands[i] != 0 && (demands[i] < 0 || rates[i] < demands[i])) {
+                wsum += weights[i];
+            }
+        }
+        if (!(wsum > 0)) {
+            break;
+        }
+        double unit = left / wsum, used = 0;
+        for (int i = 0; i < n; i++) {
+            if (!(weights[i] > 0) || demands[i] == 0 ||
+                (demands[i] >= 0 && rates[i] >= demands[i])) {
+                continue;
+            }
+            double want = unit * weights[i];
+            if (demands[i] >= 0 && rates[i] + want >= demands[i]) {
+                want = demands[i] - rates[i];
+                satisfied++;
+            }
+            rates[i] += want;
+            used += want;
+        }
+        left -= used;
+        if (satisfied == 0) {
+            break; /* everyone took a full part: nothing left to redistribute */
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        given += rates[i];
+    }
+    return given;
+}
+
+double shoal_qos_jain(const double *x, int n)
+{
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+        s += x[i];
+        s2 += x[i] * x[i];
+    }
+    return n > 0 && s2 > 0 ? s * s / (n * s2) : 0;
+}

@@ -1,0 +1,257 @@
+/* QoS pacing (src/qos/pace.c): the token bucket holds its rate and never hangs (abort,
+ * deadline), the rates page the node agent writes (alive, silent, gone, replaced, garbage),
+ * and the agent's weighted max-min arbiter (src/qos/share.c). */
+#include "qos/pace.h"
+#include "qos/share.h"
+#include "tests/tap.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char page_path[256];
+
+/* The agent's side of the page: a file in a private directory, a seqlocked update. */
+static void page_write(const char *path, uint64_t gen, uint64_t rate, uint32_t magic)
+{
+    shoal_qos_rates_page_t pg = {.magic = magic, .version = SHOAL_QOS_RATES_VERSION,
+                                 .gen = gen, .rate = rate};
+    char tmp[300];
+    FILE *f;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL || fwrite(&pg, sizeof(pg), 1, f) != 1 || ftruncate(fileno(f), 4096) != 0) {
+        tap_bail("writing %s", tmp);
+    }
+    fclose(f);
+    if (rename(tmp, path) != 0) { /* a new inode: what a restarted agent leaves */
+        tap_bail("rename %s", tmp);
+    }
+}
+
+/* In place, as the running agent does: gen odd, rate, gen even. */
+static void page_update(const char *path, uint64_t gen, uint64_t rate)
+{
+    int fd = open(path, O_RDWR);
+    uint64_t odd = gen - 1;
+    if (fd < 0 ||
+        pwrite(fd, &odd, 8, offsetof(shoal_qos_rates_page_t, gen)) != 8 ||
+        pwrite(fd, &rate, 8, offsetof(shoal_qos_rates_page_t, rate)) != 8 ||
+        pwrite(fd, &gen, 8, offsetof(shoal_qos_rates_page_t, gen)) != 8) {
+        tap_bail("updating %s", path);
+    }
+    close(fd);
+}
+
+static void sleep_ms(int ms)
+{
+    usleep((useconds_t)ms * 1000);
+}
+
+static void test_bucket(void)
+{
+    const uint64_t rate = 40ull << 20; /* 40 MiB/s */
+    shoal_qos_pace_params_t prm = {.rate_max = rate, .rates_timeout_ms = -1};
+    shoal_qos_pacer_t *p;
+    uint64_t sent = 0, t0, t1;
+
+    tap_is_int(shoal_qos_pace_create(&prm, &p), SHOAL_OK, "a pacer at 40 MiB/s");
+    tap_is_int((long long)shoal_qos_pace_rate(p), (long long)rate, "its rate");
+    /* Drain the initial bucket, then 0.5 s of 48 KiB messages (not a multiple of a step). */
+    shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX);
+    t0 = shoal_time_ns();
+    int bad = 0;
+    while (sent < rate / 2) {
+        bad += shoal_qos_pace_take(p, 48 * 1024, UINT64_MAX) != SHOAL_OK;
+        sent += 48 * 1024;
+    }
+    tap_is_int(bad, 0, "every take succeeded");
+    t1 = shoal_time_ns();
+    double got = (double)sent / ((double)(t1 - t0) * 1e-9);
+    tap_diag("paced %.1f MiB/s for a cap of %.1f MiB/s (%+.2f%%)", got / 1048576.0,
+             (double)rate / 1048576.0, 100.0 * (got / (double)rate - 1));
+    /* Never above the cap; below it only when the process was not scheduled for longer than
+     * the bucket's slack (a loaded machine, a sanitizer build): a broken pacer is far off. */
+    tap_ok(got <= rate * 1.02 && got >= rate * 0.75, "rate within -25%%..+2%% of the cap");
+    tap_ok(shoal_qos_pace_held_ns(p) > 300000000ull, "time held back counted (%llu ns)",
+           (unsigned long long)shoal_qos_pace_held_ns(p));
+    /* The cost of a take that need not wait (the data path's cost with a rate set). */
+    shoal_qos_pace_destroy(p);
+    prm.rate_max = 1ull << 50;
+    shoal_qos_pace_create(&prm, &p);
+    t0 = shoal_time_ns();
+    for (int i = 0; i < 1000000; i++) {
+        bad += shoal_qos_pace_take(p, 8, UINT64_MAX) != SHOAL_OK;
+    }
+    t1 = shoal_time_ns();
+    tap_diag("a take without a wait: %.1f ns", (double)(t1 - t0) / 1e6);
+    tap_ok(bad == 0 && shoal_qos_pace_held_ns(p) == 0, "a rate never reached: never held back");
+    shoal_qos_pace_destroy(p);
+}
+
+static void test_never_hangs(void)
+{
+    shoal_qos_pace_params_t prm = {.rate_max = 1, .rates_timeout_ms = -1}; /* -> 64 KiB/s */
+    shoal_qos_pacer_t *p;
+    int abort_flag = 0;
+    uint64_t t0;
+
+    prm.abort_flag = &abort_flag;
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)p->rate, (long long)SHOAL_QOS_PACE_RATE_MIN,
+               "a rate below the minimum is raised to it");
+    shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX); /* empty bucket */
+    t0 = shoal_time_ns();
+    tap_is_int(shoal_qos_pace_take(p, 1 << 20, t0 + 50000000ull), SHOAL_OK,
+               "past the deadline: no longer held back");
+    tap_ok(shoal_time_ns() - t0 < 1000000000ull, "... 16 s of tokens owed, returned in %.0f ms",
+           (shoal_time_ns() - t0) / 1e6);
+    abort_flag = 1;
+    shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX);
+    t0 = shoal_time_ns();
+    tap_is_int(shoal_qos_pace_take(p, 1 << 20, UINT64_MAX), SHOAL_ERR_ABORTED,
+               "the abort flag ends a wait");
+    tap_ok(shoal_time_ns() - t0 < 100000000ull, "... at once");
+    shoal_qos_pace_destroy(p);
+
+    prm = (shoal_qos_pace_params_t){.rates_timeout_ms = -1};
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 0, "no cap, no page: not paced");
+    t0 = shoal_time_ns();
+    for (int i = 0; i < 1000; i++) {
+        shoal_qos_pace_take(p, 64 << 20, UINT64_MAX);
+    }
+    tap_ok(shoal_time_ns() - t0 < 50000000ull && shoal_qos_pace_held_ns(p) == 0,
+           "... 64 GiB go at once, nothing held back");
+    shoal_qos_pace_destroy(p);
+}
+
+/* Rate in force after the pacer had a chance to look (checks are 2 ms apart). */
+static uint64_t rate_after(shoal_qos_pacer_t *p, int ms)
+{
+    sleep_ms(ms);
+    return shoal_qos_pace_rate(p);
+}
+
+static void test_rates_page(void)
+{
+    shoal_qos_pace_params_t prm = {.rates_path = page_path, .rates_timeout_ms = 400,
+                                   .share_div = 2};
+    shoal_qos_pacer_t *p;
+    uint64_t gen = 2;
+
+    page_write(page_path, gen, 20000000, SHOAL_QOS_RATES_MAGIC);
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 10000000,
+               "the agent's rate, shared by the communicator's 2 local ranks");
+    page_update(page_path, gen += 2, 8000000);
+    tap_is_int((long long)rate_after(p, 5), 4000000, "a new rate is taken between chunks");
+    page_update(page_path, gen + 2, 1000000); /* leaves gen odd: a writer at work */
+    {
+        uint64_t odd = gen + 1;
+        int fd = open(page_path, O_RDWR);
+        pwrite(fd, &odd, 8, offsetof(shoal_qos_rates_page_t, gen));
+        close(fd);
+    }
+    tap_is_int((long long)rate_after(p, 5), 4000000, "a half-written page is not read");
+    gen += 2;
+    page_update(page_path, gen, 8000000);
+    /* Heartbeats for longer than the timeout: the rate stays. */
+    for (int i = 0; i < 12; i++) {
+        page_update(page_path, gen += 2, 8000000);
+        sleep_ms(50);
+    }
+    tap_is_int((long long)shoal_qos_pace_rate(p), 4000000, "a beating agent's rate stays");
+    /* The agent stops: its last rate holds, then full speed after the timeout. */
+    tap_is_int((long long)rate_after(p, 200), 4000000, "silent agent: its last rate holds");
+    tap_is_int((long long)rate_after(p, 400), 0, "silent past the timeout: full speed");
+    page_update(page_path, gen += 2, 8000000);
+    tap_is_int((long long)rate_after(p, 5), 4000000, "it beats again: its rate again");
+    /* The page goes away: same as silent. */
+    unlink(page_path);
+    tap_is_int((long long)rate_after(p, 100), 4000000, "page gone: the last rate holds");
+    tap_is_int((long long)rate_after(p, 500), 0, "... then full speed");
+    /* A restarted agent writes a new page (another inode): found within a second. */
+    page_write(page_path, 2, 6000000, SHOAL_QOS_RATES_MAGIC);
+    uint64_t r = 0;
+    for (int i = 0; i < 150 && r == 0; i++) {
+        r = rate_after(p, 10);
+    }
+    tap_is_int((long long)r, 3000000, "a restarted agent's new page is found");
+    shoal_qos_pace_destroy(p);
+
+    /* The smaller of the cap and the agent's rate; garbage is ignored. */
+    prm.rate_max = 1000000;
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 1000000, "the hard cap below the agent's");
+    shoal_qos_pace_destroy(p);
+    unlink(page_path);
+    page_write(page_path, 2, 1000, 0xdeadbeef);
+    prm.rate_max = 0;
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 0, "a page with a wrong magic is ignored");
+    shoal_qos_pace_destroy(p);
+    unlink(page_path);
+    /* No page at the start: the pacer runs free and finds it later. */
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 0, "no page yet: not paced");
+    page_write(page_path, 2, 6000000, SHOAL_QOS_RATES_MAGIC);
+    r = 0;
+    for (int i = 0; i < 150 && r == 0; i++) {
+        r = rate_after(p, 10);
+    }
+    tap_is_int((long long)r, 3000000, "... the page that appears later is found");
+    shoal_qos_pace_destroy(p);
+    unlink(page_path);
+}
+
+static int near(const double *got, const double *want, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (fabs(got[i] - want[i]) > 1e-9 * (1 + fabs(want[i]))) {
+            tap_diag("rate[%d] = %g, want %g", i, got[i], want[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_share(void)
+{
+    double r[4];
+    const double unl[4] = {-1, -1, -1, -1};
+
+    shoal_qos_share((double[]){1, 1}, unl, 2, 10, r);
+    tap_ok(near(r, (double[]){5, 5}, 2), "1:1 -> 5, 5");
+    shoal_qos_share((double[]){1, 3}, unl, 2, 12, r);
+    tap_ok(near(r, (double[]){3, 9}, 2), "1:3 -> 3, 9");
+    shoal_qos_share((double[]){1, 1, 2}, (double[]){-1, 0, -1}, 3, 9, r);
+    tap_ok(near(r, (double[]){3, 0, 6}, 3), "an idle tenant's share goes to the others 1:2");
+    shoal_qos_share((double[]){1, 1, 1}, (double[]){1, -1, -1}, 3, 9, r);
+    tap_ok(near(r, (double[]){1, 4, 4}, 3), "a demand below the share: the rest to the others");
+    shoal_qos_share((double[]){1, 3}, (double[]){-1, 2}, 2, 12, r);
+    tap_ok(near(r, (double[]){10, 2}, 2), "the heavy tenant wants little: the light one gets the rest");
+    shoal_qos_share((double[]){1, 1, 1, 1}, (double[]){1, 2, 10, 10}, 4, 12, r);
+    tap_ok(near(r, (double[]){1, 2, 4.5, 4.5}, 4), "two rounds of water filling");
+    double given = shoal_qos_share((double[]){1, 1}, (double[]){1, 2}, 2, 10, r);
+    tap_ok(near(r, (double[]){1, 2}, 2) && fabs(given - 3) < 1e-9, "all demands met: 3 of 10 used");
+    shoal_qos_share((double[]){0, 1}, unl, 2, 10, r);
+    tap_ok(near(r, (double[]){0, 10}, 2), "weight 0 gets nothing");
+    tap_ok(fabs(shoal_qos_jain((double[]){5, 5}, 2) - 1) < 1e-12, "Jain of equal shares is 1");
+    tap_ok(fabs(shoal_qos_jain((double[]){1, 0}, 2) - 0.5) < 1e-12, "Jain of one of two is 1/2");
+}
+
+int main(void)
+{
+    snprintf(page_path, sizeof(page_path), "%s/shoal-qos-test-%d.rate",
+             getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    test_bucket();
+    test_never_hangs();
+    test_rates_page();
+    test_share();
+    unlink(page_path);
+    return tap_done();
+}
