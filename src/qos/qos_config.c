@@ -53,9 +53,10 @@ static const shoal_cfg_field_t shoal_qos_class_cfg_fields[] = {
      .doc = "InfiniBand service level of each class (class=value list, 0..15 or none; "
             "unlisted: SHOAL_IB_SL). Match the subnet manager's SL-to-VL map. An explicit "
             "SHOAL_IB_SL overrides every class"},
-    {.name = "QOS_RATE_MAX", .dflt = "0", .type = SHOAL_CFG_SIZE,
+    {.name = "QOS_LINK_RATE_MAX", .dflt = "0", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_qos_class_config_t, rate_max),
-     .doc = "rate cap in bytes/s (k/m/g) of each peer connection of a communicator, 0 = none: "
+     .doc = "rate cap the kernel and fabric enforce, in bytes/s (k/m/g) per peer connection "
+            "of a communicator (SHOAL_QOS_RATE_MAX is the library's own pacer), 0 = none: "
             "TCP spreads it over the connection's sockets (SO_MAX_PACING_RATE, needs the fq "
             "qdisc or TCP internal pacing), IB sets it on the queue pair where the device "
             "supports it (ibv_modify_qp_rate_limit)"},
