@@ -13,9 +13,11 @@ AGENT_PID=""
 n=0
 failed=0
 
+CLEANUP_HOOK=""  # a command the test adds (a database server to stop, a directory to remove)
 agent_cleanup() {
     for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
     for p in $PIDS; do wait "$p" 2>/dev/null; done
+    [ -n "$CLEANUP_HOOK" ] && eval "$CLEANUP_HOOK"
     rm -rf "$T"
 }
 trap agent_cleanup EXIT
