@@ -151,39 +151,6 @@ if ! command -v prometheus >/dev/null 2>&1; then
     done_testing
     exit $?
 fi
-start_prometheus() {
-    try=0
-    while [ $try -lt 5 ]; do
-        PPORT=$(( 20000 + ($(od -An -N2 -tu2 /dev/urandom) + try * 7919) % 40000 ))
-        cat >"$T/prom.yml" <<EOF
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: shoald
-    static_configs:
-      - targets: ['$HTTP']
-EOF
-        rm -rf "$T/prom-data"
-        prometheus --config.file="$T/prom.yml" --storage.tsdb.path="$T/prom-data" \
-            --web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$T/prom.log" 2>&1 &
-        PROM_PID=$!
-        PIDS="$PIDS $PROM_PID"
-        i=0
-        while [ $i -lt 100 ]; do
-            if ! kill -0 "$PROM_PID" 2>/dev/null; then break; fi
-            curl -s -m 2 "http://127.0.0.1:$PPORT/-/ready" 2>/dev/null | grep -q Ready && return 0
-            sleep 0.2; i=$((i + 1))
-        done
-        kill -9 "$PROM_PID" 2>/dev/null
-        try=$((try + 1))
-    done
-    return 1
-}
-promq() { # promq QUERY: the value of the first result, or nothing
-    curl -s -m 5 -G "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" |
-        sed -n 's/.*"value":\[[0-9.e+]*,"\([^"]*\)"\].*/\1/p'
-}
 start_prometheus
 ok $? "a Prometheus server starts on loopback (port $PPORT)" "$T/prom.log"
 Q1="shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"train\",collective=\"allreduce\"}"

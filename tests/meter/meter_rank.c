@@ -11,9 +11,14 @@
  *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
  *                        barrier shmd errors split_abort hold=SECONDS
  * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
- * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE.
+ * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE, METER_TENANT and METER_JOB
+ * (the names configured, default acme / meter-test), METER_LIFE_FILE (each rank appends
+ * "pid=P rank=R life_ns=N": CLOCK_REALTIME from the page's creation, as the library stamped
+ * it in the metering page, to the return of shoal_comm_destroy).
  */
 #include "tests/mp/mptest.h"
+#include "core/core.h"
+#include "meter/meter.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +336,27 @@ static void stats_line(FILE *f, int c, const shoal_stats_t *s)
             (unsigned long long)s->peer_failures, (unsigned long long)s->aborts);
 }
 
+static uint64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void write_life(uint64_t ns)
+{
+    const char *path = getenv("METER_LIFE_FILE");
+    FILE *f;
+    if (path == NULL || path[0] == '\0') {
+        return;
+    }
+    f = fopen(path, "a");
+    if (f != NULL) {
+        fprintf(f, "pid=%d rank=%d life_ns=%llu\n", (int)getpid(), R, (unsigned long long)ns);
+        fclose(f);
+    }
+}
+
 static void write_stats(int c, const shoal_stats_t *s)
 {
     const char *path = getenv("METER_STATS_FILE");
@@ -431,12 +457,14 @@ int main(int argc, char **argv)
     shoal_comm_t comm;
     shoal_stats_t fin;
     shoal_status_t st;
+    uint64_t t_init;
     int failed;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    cfg.tenant = "acme";
-    cfg.job_name = "meter-test";
+    cfg.tenant = getenv("METER_TENANT") != NULL ? getenv("METER_TENANT") : "acme";
+    cfg.job_name = getenv("METER_JOB") != NULL ? getenv("METER_JOB") : "meter-test";
     st = shoal_comm_init_env(&comm, &cfg);
+    t_init = st == SHOAL_OK && comm->meter != NULL ? comm->meter->page->created_unix_ns : 0;
     if (argc > 1 && strncmp(argv[1], "expect_init=", 12) == 0) {
         /* A refused or absent agent with SHOAL_AGENT_REQUIRED=1: init fails with a status. */
         printf("init: %s\n", shoal_status_name(st));
@@ -511,6 +539,9 @@ int main(int argc, char **argv)
     fin = snap(comm);
     write_stats(0, &fin);
     shoal_comm_destroy(comm);
+    if (t_init != 0) {
+        write_life(real_ns() - t_init);
+    }
     free(buf_a);
     free(buf_b);
     return failed != 0;
