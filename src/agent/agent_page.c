@@ -134,6 +134,46 @@ void shoald_page_read(shoald_page_t *p)
         if (c[i] > p->ctr[i])
             p->ctr[i] = c[i];
     }
+    if (p->proc != NULL) {
+        uint64_t v[SHOALD_NABUSE] = {
+            [SHOALD_ABUSE_AUTH_FAILED] = __atomic_load_n(&pg->auth_failed, __ATOMIC_RELAXED),
+            [SHOALD_ABUSE_AUTH_REFUSED] = __atomic_load_n(&pg->auth_refused, __ATOMIC_RELAXED),
+            [SHOALD_ABUSE_BREAKER_OPENED] =
+                __atomic_load_n(&pg->breaker_opened, __ATOMIC_RELAXED)};
+
+        for (i = 0; i < SHOALD_NABUSE; i++)
+            p->proc->v[i] = SHOAL_MAX(p->proc->v[i], v[i]);
+    }
+}
+
+/* The job's entry of process (pid, start), made on first use; NULL when out of memory (the
+ * page's abuse signals are then not exported, its counters still are). */
+static shoald_proc_t *shoald_proc_get(shoald_job_t *j, pid_t pid, uint64_t start_ns)
+{
+    shoald_proc_t *pr;
+
+    for (pr = j->procs; pr != NULL; pr = pr->next) {
+        if (pr->pid == pid && pr->start_ns == start_ns)
+            return pr;
+    }
+    pr = calloc(1, sizeof(*pr));
+    if (pr == NULL)
+        return NULL;
+    pr->pid = pid;
+    pr->start_ns = start_ns;
+    pr->next = j->procs;
+    j->procs = pr;
+    return pr;
+}
+
+static void shoald_procs_free(shoald_job_t *j)
+{
+    shoald_proc_t *pr;
+
+    while ((pr = j->procs) != NULL) {
+        j->procs = pr->next;
+        free(pr);
+    }
 }
 
 void shoald_pages_read(shoald_t *a)
@@ -218,6 +258,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
              (unsigned)snap->comm_id, (int)snap->rank,
              (unsigned long long)snap->created_unix_ns);
     p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
+    p->proc = shoald_proc_get(j, pid, start);
     shoald_page_read(p);
     shoald_page_supersede(j, p);
     shoald_page_cursor(a, p);
@@ -311,6 +352,7 @@ void shoald_pages_collect(shoald_t *a)
         if (j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0 &&
             now - j->empty_since_ns >= (uint64_t)a->cfg->job_retention_s * 1000000ull) {
             *jp = j->next;
+            shoald_procs_free(j);
             free(j);
             continue;
         }
@@ -406,6 +448,7 @@ void shoald_pages_free(shoald_t *a)
             free(p);
         }
         a->jobs = j->next;
+        shoald_procs_free(j);
         free(j);
     }
     while ((b = a->abuse) != NULL) {

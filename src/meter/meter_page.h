@@ -78,7 +78,15 @@ typedef struct {
     uint64_t errors;                     /* calls that returned an error */
     uint64_t peer_failures;              /* SHOAL_ERR_PEER_FAILED / TRANSPORT / TIMEOUT */
     uint64_t aborts;                     /* the application called shoal_comm_abort */
-    uint64_t spare[32];                  /* room to grow without a new version */
+    /* ---- abuse signals of the process (src/tenant/breaker.h: one table per process, shared
+     * by its communicators): the same values in every page of the process, so a reader takes
+     * the largest over a process's pages, never their sum. Monotonic, relaxed stores, written
+     * outside the seqlock at init, at the once-a-second check of a call and at destroy (not
+     * per call). 0 from a library that predates them (they were spare). ---- */
+    uint64_t auth_failed;                /* failed authentications on the join listeners */
+    uint64_t auth_refused;               /* connections refused while a breaker was open */
+    uint64_t breaker_opened;             /* times a breaker opened against a source */
+    uint64_t spare[29];                  /* room to grow without a new version */
 } shoal_meter_page_t;
 
 _Static_assert(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "meter page too large");

@@ -219,7 +219,8 @@ ok $? "the job ran through the crashes, every case exact" "$T/crash.err"
 wait_minutes 2
 ops=$(rank_ops crash)
 same=$(rank_sent crash same)
-is "$(usage_col acme e2e-crash 9)" "$ops" "across the crashes the ledger's operations are exact ($ops)"
+is "$(usage_col acme e2e-crash 9)" "$ops" \
+    "across the crashes the ledger's operations are exact ($ops)"
 is "$(usage_col acme e2e-crash 7)" "$same" "and its bytes ($same)"
 life=$(rank_gpu_s crash)
 gs=$(usage_col acme e2e-crash 5)
@@ -227,7 +228,9 @@ within "$gs" "$life" 5
 ok $? "GPU-seconds $gs within 0.5% of 2 GPUs x the ranks' lives ($life)"
 lmin=$(awk -F'life_ns=' '{ if ($2 > m) m = $2 } END { printf "%d", m / 2e9 }' "$T/crash.life")
 minutes_ok acme e2e-crash "$lmin"
-ok $? "every minute of the job's life is in the ledger, once ($(minutes_of acme e2e-crash); life $((lmin * 2)) s)"
+r=$?
+q "SELECT minute, gpu_seconds, ops FROM ledger_records WHERE job = 'e2e-crash'" >"$T/minutes"
+ok $r "every minute of the job's life (${lmin}x2 s) is in the ledger, once" "$T/minutes"
 is "$(q "SELECT count(*) FROM ledger_records WHERE job = 'e2e-crash' AND gpu_seconds > 8.001")" 0 \
     "no minute holds more than 2 ranks x 2 GPUs x 2 s"
 is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || minute) FROM

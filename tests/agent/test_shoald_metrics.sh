@@ -144,6 +144,36 @@ is "$(scrape)" 200 "nor other scrapes"
 alive
 ok $? "the agent is still running"
 
+# Abuse signals from the library's circuit breaker (meter_page.h: auth_failed, auth_refused,
+# breaker_opened; process-wide, so every page of a process carries the same values): per
+# process the largest over its pages, summed over the job's processes; kept after they end.
+G=$(cred acme guarded)
+timeout -s KILL 20 "$MC" --sock "$SOCK" --tenant acme --job guarded --cred "$G" --nranks 2 \
+    --set auth_failed=5 --set auth_refused=2 --set breaker_opened=1 --set2 auth_failed=7 \
+    --set2 auth_refused=1 --set2 breaker_opened=1 --hold 2 >"$T/g1.out" 2>&1 &
+G1=$!
+timeout -s KILL 20 "$MC" --sock "$SOCK" --tenant acme --job guarded --cred "$G" --rank 1 \
+    --nranks 2 --set auth_failed=3 --hold 2 >"$T/g2.out" 2>&1 &
+G2=$!
+PIDS="$PIDS $G1 $G2"
+JL='{tenant="acme",shoal_job="guarded"}'
+wait_metric "shoal_join_auth_failures_total$JL" 10
+ok $? "join auth failures: the largest of a process's pages (7, not 5 + 7), plus 3" "$T/scrape"
+is "$(metric "shoal_join_refused_total$JL")" 2 \
+    "refused joins: the largest of the process's pages (2)"
+is "$(metric "shoal_join_breakers_opened_total$JL")" 1 "breakers opened: not summed over pages (1)"
+wait "$G1"; wait "$G2"
+grep -q '^second status=0' "$T/g1.out"
+ok $? "the process's second communicator registered too" "$T/g1.out"
+sleep 0.3
+scrape >/dev/null
+is "$(metric "shoal_join_auth_failures_total$JL")" 10 "the counts stay after the processes ended"
+code=$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer acme-scrape-token-0123456789")
+is "$(metric "shoal_join_auth_failures_total$JL")" 10 "acme's own view carries them"
+code=$(scrape "/metrics?tenant=beta" -H "Authorization: Bearer beta-scrape-token-0123456789")
+! grep -q 'guarded' "$T/scrape"
+ok $? "beta's view does not" "$T/scrape"
+
 # A real Prometheus server scrapes the agent; its HTTP API answers the same totals.
 if ! command -v prometheus >/dev/null 2>&1; then
     skip_rest 4 "prometheus not installed (Debian: prometheus)"
