@@ -66,8 +66,9 @@ rank_sent() { # rank_sent NAME same|other
 rank_gpu_s() { awk -F'life_ns=' '{ s += 2 * $2 / 1e9 } END { printf "%.4f\n", s }' "$T/$1.life"; }
 # From the agent's /metrics ($T/scrape): a family summed over the job's series
 metric_sum() { # metric_sum FAMILY TENANT JOB [EXTRA-LABEL-MATCH]
-    awk -v f="$1{tenant=\"$2\",shoal_job=\"$3\"," -v x="${4:-}" \
-        'index($0, f) == 1 && index($0, x) > 0 { s += $NF } END { printf "%d\n", s }' "$T/scrape"
+    awk -v f="$1{tenant=\"$2\",shoal_job=\"$3\"" -v x="${4:-}" \
+        'index($0, f) == 1 && substr($0, length(f) + 1, 1) ~ /[,}]/ && index($0, x) > 0 {
+         s += $NF } END { printf "%d\n", s }' "$T/scrape"
 }
 metric_gpu_s() {
     awk -v f="shoal_allocated_gpu_seconds_total{tenant=\"$1\",shoal_job=\"$2\"}" \
@@ -108,10 +109,14 @@ else
 fi
 
 # ---- acme over shm (2 ranks) and beta over tcp (4 ranks), at the same time ----
-CASES="allreduce allgather reduce_scatter bcast p2p hold=3"
-job shm 2 acme e2e-shm "SHOAL_ALGO=ring SHOAL_TRANSPORT=shm" $CASES &
+# breaker=3: each rank's process notes 3 failed authentications of a stranger in its circuit
+# breaker (SHOAL_TENANT_BREAKER_FAILS=3: it opens, 2 connections refused); the metering page
+# carries them to the agent
+CASES="allreduce allgather reduce_scatter bcast p2p breaker=3 hold=2"
+BRK="SHOAL_TENANT_BREAKER_FAILS=3"
+job shm 2 acme e2e-shm "SHOAL_ALGO=ring SHOAL_TRANSPORT=shm $BRK" $CASES &
 J1=$!
-job tcp 4 beta e2e-tcp "SHOAL_ALGO=ring SHOAL_TRANSPORT=tcp" $CASES &
+job tcp 4 beta e2e-tcp "SHOAL_ALGO=ring SHOAL_TRANSPORT=tcp $BRK" $CASES &
 J2=$!
 PIDS="$PIDS $J1 $J2"
 wait "$J1"
@@ -168,6 +173,13 @@ for x in "shm acme e2e-shm" "tcp beta e2e-tcp"; do
     ok $? "$2/$3: /metrics GPU-seconds $mg within 0.5% too"
     minutes_ok "$2" "$3" 2
     ok $? "$2/$3: one ledger record per minute of its life ($(minutes_of "$2" "$3"))"
+    nr=$(grep -c 'c=0 ' "$T/$1.stats")
+    is "$(metric_sum shoal_join_auth_failures_total "$2" "$3")" $((3 * nr)) \
+        "$2/$3: /metrics join auth failures, 3 per rank's process ($((3 * nr)))"
+    is "$(metric_sum shoal_join_refused_total "$2" "$3")" $((2 * nr)) \
+        "$2/$3: refused joins, 2 per process"
+    is "$(metric_sum shoal_join_breakers_opened_total "$2" "$3")" "$nr" \
+        "$2/$3: breakers opened, 1 per process"
     if [ $have_prom = 1 ]; then
         QO="sum(shoal_collective_ops_total{tenant=\"$2\",shoal_job=\"$3\"})"
         QB="sum(shoal_payload_bytes_total{tenant=\"$2\",shoal_job=\"$3\",direction=\"sent\"})"
