@@ -17,8 +17,8 @@
  *
  * A commit that failed is retried with the same batch: when the database had stored it but
  * its answer was lost, the ledger takes the exact replay as done (ledger.h), so nothing is
- * written twice. A page that ended and is billed to its end has its cursor deleted in the
- * batch of its last record. */
+ * written twice. A page that ended for good and is billed to its end has its cursor deleted
+ * in the batch of its last record. */
 #include "agent/agent.h"
 
 #include <stdio.h>
@@ -105,8 +105,9 @@ static void shoald_batch_free(shoald_batch_t *b)
 }
 
 /* Adds page p's counter deltas to rec, and its new cursor (billed up to to_ns) to the batch.
- * A page that has ended and is billed to its end is done: its cursor is deleted (the same
- * page cannot register again: its process is gone or its communicator destroyed). */
+ * A page that ended for good (its communicator destroyed or its process gone: it cannot
+ * register again) and is billed to its end is done: its cursor is deleted. A page whose
+ * connection closed while it was live keeps its cursor: the library registers it again. */
 static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_record_t *rec,
                                shoal_ledger_cursor_t *cur)
 {
@@ -134,7 +135,7 @@ static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_re
     memset(cur, 0, sizeof(*cur));
     snprintf(cur->key, sizeof(cur->key), "%s", p->key);
     memcpy(cur->counters, p->billed, sizeof(p->billed));
-    cur->ncounters = p->end_ns != 0 && upto >= p->end_ns ? -1 : SHOALD_CUR_NCOUNTERS;
+    cur->ncounters = p->final && upto >= p->end_ns ? -1 : SHOALD_CUR_NCOUNTERS;
 }
 
 /* A page the batch bills: its cursor is known, it is the newest registration of its key, and

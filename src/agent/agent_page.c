@@ -5,6 +5,8 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,11 +274,28 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
     return SHOAL_OK;
 }
 
+/* 1 when the page can never be registered again: its communicator was destroyed (the library
+ * marks the page CLOSED before it closes the connection) or its process is gone. A connection
+ * that closed while the page is LIVE is a registration the library gave up on (its deadline
+ * passed); it registers the same page again later. */
+static int shoald_page_final(const shoald_page_t *p)
+{
+    const shoal_meter_page_t *pg = (const shoal_meter_page_t *)p->map;
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+
+    if (__atomic_load_n(&pg->state, __ATOMIC_ACQUIRE) == SHOAL_METER_CLOSED)
+        return 1;
+    if (p->pidfd < 0)
+        return kill(p->pid, 0) != 0 && errno == ESRCH;
+    return poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN) != 0;
+}
+
 void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
 {
     if (p->end_ns != 0 || p->superseded)
         return;
     shoald_page_read(p);
+    p->final = shoald_page_final(p);
     p->end_ns = shoald_unix_ns();
     if (p->end_ns < p->created_ns)
         p->end_ns = p->created_ns;

@@ -8,6 +8,8 @@
  *                [--fork-holder S] [--created-ago S]
  * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts,
  * and the process's abuse signals auth_failed, auth_refused, breaker_opened.
+ * --abandon S: count for S s, close the connection with the page still live (a registration
+ * the library gave up on), count S s more unregistered, then register the same page again;
  * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
  * connection) registered after the first, with these values; it ends with the first.
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent.
@@ -208,6 +210,7 @@ int main(int argc, char **argv)
         {"set", 1, NULL, 'S'}, {"hold", 1, NULL, 'H'}, {"hold-stdin", 0, NULL, 'I'},
         {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
         {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {"set2", 1, NULL, '2'},
+        {"abandon", 1, NULL, 'A'},
         {NULL, 0, NULL, 0}};
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
     char *sets[64], *sets2[64], *eq;
@@ -215,7 +218,7 @@ int main(int argc, char **argv)
     shoal_meter_page_t *pg2;
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
     int tick_ms = 0, rereg = 0, dup = 0, s2;
-    double hold = 0, fork_hold = -1, created_ago = 0;
+    double hold = 0, fork_hold = -1, created_ago = 0, abandon = 0;
     unsigned long long epoch = 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     shoal_meter_reg_reply_t rep;
@@ -245,6 +248,7 @@ int main(int argc, char **argv)
         case 'R': rereg = 1; break;
         case 'D': dup = 1; break;
         case '2': if (nsets2 < 64) sets2[nsets2++] = optarg; break;
+        case 'A': abandon = atof(optarg); break;
         default: return 3;
         }
     }
@@ -370,6 +374,20 @@ int main(int argc, char **argv)
             _exit(0);
         }
         _exit(0);
+    }
+    if (abandon > 0) {
+        mc_hold(pg, &s, &sa, msg, len, fd, abandon, 0, tick_ms, 0);
+        if (s >= 0)
+            close(s);
+        s = -1;
+        mc_hold(pg, &s, &sa, msg, len, fd, abandon, 0, tick_ms, 0);
+        s = mc_connect(&sa);
+        if (s < 0)
+            mc_die("connect");
+        mc_send(s, msg, len, &fd, 1);
+        if (mc_reply(s, &rep) != 0 || rep.status != 0)
+            return 1;
+        fprintf(stderr, "meter_client: registered again\n");
     }
     mc_hold(pg, &s, &sa, msg, len, fd, hold, hold_stdin, tick_ms, rereg);
     __atomic_store_n(&pg->state, SHOAL_METER_CLOSED, __ATOMIC_RELEASE);

@@ -154,10 +154,24 @@ is "$(q "SELECT sum(failed_tenant) FROM ledger_records WHERE job = 'fails'")" 1 
     "a rank that aborted is a failure the tenant caused"
 is "$(q "SELECT sum(failed_platform) FROM ledger_records WHERE job = 'fails'")" 1 \
     "a rank that ended after peer failures is the platform's"
+
+# 23-26: a registration the library gave up on (its connection closed, the page still live)
+# is billed to that point, and its cursor kept: the same page registered again goes on from
+# it (nothing counted twice), and only the end of the communicator deletes the cursor
+timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job abandon --cred "$(cred acme abandon)" \
+    --ngpus 1 --tick 20 --abandon 3 --hold 2 >"$T/r4.out" 2>"$T/r4.err"
+is "$?" 0 "a rank gave up its registration, counted on and registered the same page again"
+wait_minutes 2
+is "$(sum_ops acme abandon)" "$(final_of ops "$T/r4.out")" \
+    "its operations are exact (the part before it gave up is not counted again)"
+life=$(awk -v l="$(final_of life_ns "$T/r4.out")" 'BEGIN { printf "%.4f", l / 1e9 }')
+gs=$(sum_gpu acme abandon)
+within "$gs" "$life" 5
+ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
 is "$(q "SELECT count(*) FROM ledger_cursors")" 0 \
     "every rank ended and was billed: no cursor is left in the ledger"
 
-# 24-26: the chain, a clean stop
+# 27-29: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
