@@ -72,6 +72,7 @@ static void shoald_ledger_open(shoald_t *a)
 void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
 {
     shoal_ledger_cursor_t cur;
+    shoal_status_t st;
     int i;
 
     if (p->cursor_known)
@@ -83,10 +84,17 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
     if (a->ledger == NULL)
         return;
     memset(&cur, 0, sizeof(cur));
-    if (shoal_ledger_cursor(a->ledger, p->key, &cur) == SHOAL_OK) {
+    st = shoal_ledger_cursor(a->ledger, p->key, &cur);
+    if (st == SHOAL_OK) {
         for (i = 0; i < cur.ncounters && i < SHOALD_CUR_NCOUNTERS; i++)
             p->billed[i] = cur.counters[i];
         shoal_info(METER, "page %s resumes from its ledger cursor", p->key);
+    } else if (st != SHOAL_ERR_INVALID_ARG) {
+        /* the database did not answer: "no cursor" is not known, so the page stays out of
+         * the batches (its counters keep growing in the page) until it does */
+        shoal_warn(METER, "the ledger cursor of page %s cannot be read (%s): billing it once "
+                   "the database answers", p->key, shoal_strerror(st));
+        return;
     }
     if (p->billed[SHOALD_CUR_BILLED_NS] < p->created_ns)
         p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
@@ -272,6 +280,10 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
         goto err_oom;
     b->minute = minute;
     for (j = a->jobs; j != NULL; j = j->next) {
+        for (p = j->pages; p != NULL && a->ledger != NULL; p = p->next) {
+            if (!p->cursor_known && !p->superseded)
+                shoald_page_cursor(a, p); /* the database did not answer before */
+        }
         if (a->ledger != NULL && !j->last_minute_known) {
             j->last_minute = shoal_ledger_last_minute(a->ledger, j->tenant, j->job);
             j->last_minute_known = 1;

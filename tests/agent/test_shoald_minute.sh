@@ -146,7 +146,36 @@ ok $? "GPU-seconds across the crash $gs within 0.5% of 4 GPUs x the lifetime ($l
 is "$(q "SELECT count(*) FROM ledger_records WHERE job = 'crash' AND gpu_seconds > 8.001")" 0 \
     "no minute holds more than 4 GPUs x 2 s"
 
-# 21-23: failures per cause
+# 21-24: kill -9 again, and the database is down when the rank registers with the new agent
+# (the rank is stopped meanwhile, so it registers only then): its cursor cannot be read, so
+# the page waits, counting, instead of being billed again from zero; exact once it answers
+timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job dbdown --cred "$(cred acme dbdown)" \
+    --ngpus 1 --tick 20 --hold 11 --rereg >"$T/r5.out" 2>"$T/r5.err" &
+R5=$!
+PIDS="$PIDS $R5"
+sleep 3.3
+R5C=$(pgrep -P "$R5")      # the client (R5 is its timeout)
+kill -STOP "$R5C"
+stop_agent KILL
+start_agent "$T/conf"
+ok $? "a new agent starts with the database up" "$T/agent.log"
+db_down
+kill -CONT "$R5C"
+sleep 3
+grep -q "cursor of page .* cannot be read" "$T/agent.log"
+ok $? "the rank registered while the database was down: its cursor is awaited" "$T/agent.log"
+db_up
+wait "$R5"
+wait_minutes 2
+sleep 1
+is "$(sum_ops acme dbdown)" "$(final_of ops "$T/r5.out")" \
+    "its operations are exact (what the killed agent billed is not billed again)"
+life=$(awk -v l="$(final_of life_ns "$T/r5.out")" 'BEGIN { printf "%.4f", l / 1e9 }')
+gs=$(sum_gpu acme dbdown)
+within "$gs" "$life" 5
+ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
+
+# 25-27: failures per cause
 mc --tenant acme --job fails --cred "$(cred acme fails)" --set aborts=1
 mc --tenant acme --job fails --cred "$(cred acme fails)" --rank 0 --set peer_failures=3
 wait_minutes 2
@@ -155,7 +184,7 @@ is "$(q "SELECT sum(failed_tenant) FROM ledger_records WHERE job = 'fails'")" 1 
 is "$(q "SELECT sum(failed_platform) FROM ledger_records WHERE job = 'fails'")" 1 \
     "a rank that ended after peer failures is the platform's"
 
-# 23-26: a registration the library gave up on (its connection closed, the page still live)
+# 28-31: a registration the library gave up on (its connection closed, the page still live)
 # is billed to that point, and its cursor kept: the same page registered again goes on from
 # it (nothing counted twice), and only the end of the communicator deletes the cursor
 timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job abandon --cred "$(cred acme abandon)" \
@@ -171,7 +200,7 @@ ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
 is "$(q "SELECT count(*) FROM ledger_cursors")" 0 \
     "every rank ended and was billed: no cursor is left in the ledger"
 
-# 27-29: the chain, a clean stop
+# 32-34: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
