@@ -105,6 +105,19 @@ typedef struct {
     void *obj;
 } shoald_tag_t;
 
+/* The abuse signals of a process (meter_page.h: auth_failed, auth_refused, breaker_opened):
+ * every page of a process carries the same process-wide values, so a job's figure is, per
+ * process (pid and start time), the largest value any of its pages showed, summed over the
+ * job's processes. Kept with the job (so they never go backwards while it is kept). */
+enum { SHOALD_ABUSE_AUTH_FAILED = 0, SHOALD_ABUSE_AUTH_REFUSED, SHOALD_ABUSE_BREAKER_OPENED,
+       SHOALD_NABUSE };
+typedef struct shoald_proc {
+    struct shoald_proc *next;
+    pid_t pid;
+    uint64_t start_ns;                     /* the process's start (from /proc), 0 unknown */
+    uint64_t v[SHOALD_NABUSE];
+} shoald_proc_t;
+
 typedef struct shoald_page {
     struct shoald_page *next;              /* in its job */
     shoald_job_t *job;
@@ -120,10 +133,13 @@ typedef struct shoald_page {
     uint64_t created_ns;                   /* unix ns, clamped to [process start, now] */
     uint64_t end_ns;                       /* unix ns of exit / close, 0 while live */
     int failed;                            /* 0, 1 platform (peer failure), 2 tenant abort */
+    int final;                             /* ended for good (communicator destroyed, process
+                                            * gone): the same page cannot register again */
     int cursor_known;                      /* billed[] is what the ledger holds (or no ledger) */
     int superseded;                        /* registered again: the newer page counts */
     char key[96];                          /* ledger cursor key */
     uint64_t ctr[SHOALD_NCTR];             /* last values read, never decreasing */
+    shoald_proc_t *proc;                   /* its process's abuse signals (in its job) */
     uint64_t billed[SHOALD_CUR_NCOUNTERS]; /* cursor: what the ledger has (or will have) */
 } shoald_page_t;
 
@@ -137,6 +153,7 @@ struct shoald_job {
     double gone_gpu_s;                     /* allocated GPU-seconds of dropped pages */
     unsigned failed_platform, failed_tenant; /* rank failures not yet billed */
     uint64_t failures_platform_total, failures_tenant_total;
+    shoald_proc_t *procs;                  /* abuse signals per process of the job */
     uint64_t empty_since_ns;               /* monotonic; 0 while it has pages */
     int64_t last_minute;                   /* from the ledger, -1 none */
     int last_minute_known;

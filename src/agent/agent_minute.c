@@ -9,9 +9,16 @@
  * known yet (ledger unreachable) is left out of the batches until it is, its counters keep
  * growing in the page meanwhile, so nothing is lost either.
  *
- * The deltas of a minute are what the counters moved between two reads at boundaries; the
- * GPU-seconds of a time the agent was not running are billed in the first minute after it
- * restarts (the total stays exact). */
+ * The deltas of a minute are what the counters moved between two reads at boundaries. When
+ * the agent was not running for some minutes of a job (a restart, a kill -9), its first batch
+ * after that holds one record per minute the job's ranks lived, each with that minute's
+ * GPU-seconds, and the counters' deltas over the whole gap in the last one: no minute of a
+ * job's life is missing from the ledger, and the totals stay exact.
+ *
+ * A commit that failed is retried with the same batch: when the database had stored it but
+ * its answer was lost, the ledger takes the exact replay as done (ledger.h), so nothing is
+ * written twice. A page that ended for good and is billed to its end has its cursor deleted
+ * in the batch of its last record. */
 #include "agent/agent.h"
 
 #include <stdio.h>
@@ -40,6 +47,7 @@ static void shoald_ledger_open(shoald_t *a)
     shoal_status_t st;
     shoald_job_t *j;
     shoald_page_t *p;
+    uint64_t head = 0;
 
     if (a->ledger != NULL || a->cfg->ledger_url == NULL)
         return;
@@ -52,7 +60,8 @@ static void shoald_ledger_open(shoald_t *a)
                    "retrying", a->cfg->ledger_url, shoal_strerror(st));
         return;
     }
-    shoal_info(METER, "ledger %s open", a->cfg->ledger_url);
+    if (shoal_ledger_head(a->ledger, &head, NULL) == SHOAL_OK)
+        shoal_info(METER, "ledger open, its chain at seq %llu", (unsigned long long)head);
     for (j = a->jobs; j != NULL; j = j->next) {
         j->last_minute_known = 0;
         for (p = j->pages; p != NULL; p = p->next)
@@ -63,6 +72,7 @@ static void shoald_ledger_open(shoald_t *a)
 void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
 {
     shoal_ledger_cursor_t cur;
+    shoal_status_t st;
     int i;
 
     if (p->cursor_known)
@@ -74,10 +84,17 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
     if (a->ledger == NULL)
         return;
     memset(&cur, 0, sizeof(cur));
-    if (shoal_ledger_cursor(a->ledger, p->key, &cur) == SHOAL_OK) {
+    st = shoal_ledger_cursor(a->ledger, p->key, &cur);
+    if (st == SHOAL_OK) {
         for (i = 0; i < cur.ncounters && i < SHOALD_CUR_NCOUNTERS; i++)
             p->billed[i] = cur.counters[i];
         shoal_info(METER, "page %s resumes from its ledger cursor", p->key);
+    } else if (st != SHOAL_ERR_INVALID_ARG) {
+        /* the database did not answer: "no cursor" is not known, so the page stays out of
+         * the batches (its counters keep growing in the page) until it does */
+        shoal_warn(METER, "the ledger cursor of page %s cannot be read (%s): billing it once "
+                   "the database answers", p->key, shoal_strerror(st));
+        return;
     }
     if (p->billed[SHOALD_CUR_BILLED_NS] < p->created_ns)
         p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
@@ -95,7 +112,10 @@ static void shoald_batch_free(shoald_batch_t *b)
     free(b);
 }
 
-/* Adds page p's deltas to rec, and its new cursor to the batch. */
+/* Adds page p's counter deltas to rec, and its new cursor (billed up to to_ns) to the batch.
+ * A page that ended for good (its communicator destroyed or its process gone: it cannot
+ * register again) and is billed to its end is done: its cursor is deleted. A page whose
+ * connection closed while it was live keeps its cursor: the library registers it again. */
 static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_record_t *rec,
                                shoal_ledger_cursor_t *cur)
 {
@@ -115,7 +135,6 @@ static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_re
         }
     }
     rec->coll_seconds += (double)d[SHOALD_CTR_COLL_NS] / 1e9;
-    rec->gpu_seconds += shoald_page_gpu_seconds(p, p->billed[SHOALD_CUR_BILLED_NS], to_ns);
     upto = p->end_ns != 0 ? SHOAL_MIN(p->end_ns, to_ns) : to_ns;
     if (upto < p->billed[SHOALD_CUR_BILLED_NS])
         upto = p->billed[SHOALD_CUR_BILLED_NS];
@@ -124,70 +143,168 @@ static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_re
     memset(cur, 0, sizeof(*cur));
     snprintf(cur->key, sizeof(cur->key), "%s", p->key);
     memcpy(cur->counters, p->billed, sizeof(p->billed));
-    cur->ncounters = SHOALD_CUR_NCOUNTERS;
+    cur->ncounters = p->final && upto >= p->end_ns ? -1 : SHOALD_CUR_NCOUNTERS;
+}
+
+/* A page the batch bills: its cursor is known, it is the newest registration of its key, and
+ * it is not billed to its end yet. */
+static int shoald_minute_billable(const shoald_page_t *p)
+{
+    return p->cursor_known && !p->superseded && !(p->end_ns != 0 &&
+           p->billed[SHOALD_CUR_BILLED_NS] >= p->end_ns &&
+           memcmp(p->billed, p->ctr, sizeof(p->ctr)) == 0);
+}
+
+/* Minutes of one job in one batch, at most (the oldest unbilled time folds into the first). */
+#define SHOALD_MINUTE_FILL_MAX 1440
+
+static shoal_ledger_record_t *shoald_batch_rec(shoald_batch_t *b, size_t *cap)
+{
+    shoal_ledger_record_t *r;
+
+    if (b->nrecs == *cap) {
+        r = realloc(b->recs, (*cap * 2 + 8) * sizeof(*r));
+        if (r == NULL)
+            return NULL;
+        b->recs = r;
+        *cap = *cap * 2 + 8;
+    }
+    r = &b->recs[b->nrecs];
+    memset(r, 0, sizeof(*r));
+    return r;
+}
+
+/* The records of job j for the minutes up to `minute`. Normally one: the minute that just
+ * ended. When the job's time since its last billed minute spans several minutes (the agent
+ * was down, or killed, in between), one record per minute in which a rank of the job lived,
+ * so that the ledger has no gap over the job's life: each carries the GPU-seconds of its own
+ * minute (exact: the ranks' creation and end are known), the counters' deltas go to the last
+ * one (where they were read; when within the gap they moved is not known). */
+static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t minute,
+                                        uint64_t to_ns, shoald_batch_t *b, size_t *cap)
+{
+    int64_t m = a->cfg->minute_seconds, first = minute, t, s;
+    shoal_ledger_record_t *rec = NULL;
+    int64_t last0 = j->last_minute;
+    size_t nrecs0 = b->nrecs;
+    shoald_page_t *p;
+    uint64_t from, lo, hi, end;
+    int used = 0, alive;
+
+    for (p = j->pages; p != NULL; p = p->next) {
+        if (!shoald_minute_billable(p))
+            continue;
+        s = (int64_t)(p->billed[SHOALD_CUR_BILLED_NS] / 1000000000ull) / m * m;
+        first = SHOAL_MIN(first, s);
+    }
+    if (j->last_minute >= 0)
+        first = SHOAL_MAX(first, j->last_minute + m);
+    first = SHOAL_MAX(first, minute - (SHOALD_MINUTE_FILL_MAX - 1) * m);
+    for (t = first; t <= minute; t += m) {
+        alive = 0;
+        for (p = j->pages; p != NULL; p = p->next) {
+            if (!shoald_minute_billable(p))
+                continue;
+            /* the page's unbilled time within this minute (the first takes all before it) */
+            from = p->billed[SHOALD_CUR_BILLED_NS];
+            lo = t == first ? from : SHOAL_MAX(from, (uint64_t)t * 1000000000ull);
+            hi = t == minute ? to_ns : (uint64_t)(t + m) * 1000000000ull;
+            end = p->end_ns != 0 ? SHOAL_MIN(p->end_ns, hi) : hi;
+            if (end <= SHOAL_MAX(lo, p->created_ns))
+                continue;
+            if (!alive) {
+                rec = shoald_batch_rec(b, cap);
+                if (rec == NULL)
+                    goto err_oom;
+                alive = 1;
+            }
+            rec->gpu_seconds += shoald_page_gpu_seconds(p, lo, hi);
+        }
+        if (t < minute && alive)
+            rec->minute = t;
+        else if (t < minute)
+            continue;
+        if (t == minute) {
+            if (!alive) {
+                rec = shoald_batch_rec(b, cap);
+                if (rec == NULL)
+                    goto err_oom;
+            }
+            for (p = j->pages; p != NULL; p = p->next) {
+                if (!shoald_minute_billable(p))
+                    continue;
+                if (p->end_ns == 0)
+                    shoald_page_read(p);
+                shoald_minute_page(p, to_ns, rec, &b->curs[b->ncurs++]);
+                used = 1;
+            }
+            if (!used && !alive && j->failed_platform == 0 && j->failed_tenant == 0)
+                return SHOAL_OK; /* nothing to bill: the record is not kept */
+            rec->minute = minute;
+            rec->failed_platform = j->failed_platform;
+            rec->failed_tenant = j->failed_tenant;
+            j->failed_platform = 0;
+            j->failed_tenant = 0;
+        }
+        snprintf(rec->tenant, sizeof(rec->tenant), "%s", j->tenant);
+        snprintf(rec->job, sizeof(rec->job), "%s", j->job);
+        snprintf(rec->qos_class, sizeof(rec->qos_class), "%s", j->class_name);
+        b->nrecs++;
+        j->last_minute = rec->minute;
+    }
+    j->last_minute_known = a->ledger != NULL;
+    return SHOAL_OK;
+
+err_oom:
+    /* before the last minute's record: no page's cursor moved yet, the job is left out */
+    b->nrecs = nrecs0;
+    j->last_minute = last0;
+    return SHOAL_ERR_NO_MEMORY;
 }
 
 static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
 {
     int64_t minute = boundary - a->cfg->minute_seconds;
     uint64_t to_ns = (uint64_t)boundary * 1000000000ull;
-    shoal_ledger_record_t *rec;
     shoald_batch_t *b;
     shoald_job_t *j;
     shoald_page_t *p;
-    size_t njobs = 0, npages = 0;
-    int used;
+    size_t npages = 0, cap = 0;
 
     for (j = a->jobs; j != NULL; j = j->next) {
-        njobs++;
         for (p = j->pages; p != NULL; p = p->next)
             npages++;
     }
     b = calloc(1, sizeof(*b));
-    if (b == NULL || (b->recs = calloc(njobs + 1, sizeof(*b->recs))) == NULL ||
-        (b->curs = calloc(npages + 1, sizeof(*b->curs))) == NULL) {
-        if (b != NULL)
-            shoald_batch_free(b);
-        shoal_error(METER, "out of memory building the minute %lld: retrying next minute",
-                    (long long)minute);
-        return NULL;
-    }
+    if (b == NULL || (b->curs = calloc(npages + 1, sizeof(*b->curs))) == NULL)
+        goto err_oom;
     b->minute = minute;
     for (j = a->jobs; j != NULL; j = j->next) {
+        for (p = j->pages; p != NULL && a->ledger != NULL; p = p->next) {
+            if (!p->cursor_known && !p->superseded)
+                shoald_page_cursor(a, p); /* the database did not answer before */
+        }
         if (a->ledger != NULL && !j->last_minute_known) {
             j->last_minute = shoal_ledger_last_minute(a->ledger, j->tenant, j->job);
             j->last_minute_known = 1;
         }
         if (j->last_minute_known && j->last_minute >= minute)
             continue; /* that minute is in the ledger (an agent before us): next one */
-        rec = &b->recs[b->nrecs];
-        memset(rec, 0, sizeof(*rec));
-        used = 0;
-        for (p = j->pages; p != NULL; p = p->next) {
-            if (!p->cursor_known || p->superseded || (p->end_ns != 0 &&
-                p->billed[SHOALD_CUR_BILLED_NS] >= p->end_ns &&
-                memcmp(p->billed, p->ctr, sizeof(p->ctr)) == 0))
-                continue; /* not known yet, or fully billed */
-            if (p->end_ns == 0)
-                shoald_page_read(p);
-            shoald_minute_page(p, to_ns, rec, &b->curs[b->ncurs++]);
-            used = 1;
-        }
-        if (!used && j->failed_platform == 0 && j->failed_tenant == 0)
-            continue;
-        snprintf(rec->tenant, sizeof(rec->tenant), "%s", j->tenant);
-        snprintf(rec->job, sizeof(rec->job), "%s", j->job);
-        snprintf(rec->qos_class, sizeof(rec->qos_class), "%s", j->class_name);
-        rec->minute = minute;
-        rec->failed_platform = j->failed_platform;
-        rec->failed_tenant = j->failed_tenant;
-        j->failed_platform = 0;
-        j->failed_tenant = 0;
-        j->last_minute = minute;
-        j->last_minute_known = a->ledger != NULL;
-        b->nrecs++;
+        if (shoald_minute_job(a, j, minute, to_ns, b, &cap) != SHOAL_OK)
+            goto err_oom;
     }
     return b;
+
+err_oom:
+    /* the pages' billed[] of the jobs done so far moved on: rebuilding would lose them, so
+     * what was built goes to the ledger; nothing of the failed or unbuilt jobs was touched */
+    if (b != NULL && b->curs != NULL && (b->nrecs > 0 || b->ncurs > 0))
+        return b;
+    if (b != NULL)
+        shoald_batch_free(b);
+    shoal_error(METER, "out of memory building the minute %lld: retrying next minute",
+                (long long)minute);
+    return NULL;
 }
 
 /* Writes pending batches in order while the ledger takes them. */
@@ -212,12 +329,21 @@ static void shoald_ledger_flush(shoald_t *a)
                        b->nrecs, shoal_strerror(st), a->npending, a->ledger_backoff_ms);
             if (st == SHOAL_ERR_INVALID_ARG) {
                 /* a record's minute exists already (another agent wrote it): move ours after
-                 * the stored one, so the counters still reach the ledger once */
+                 * the stored one (and after the batch's earlier minutes of its job), so the
+                 * counters still reach the ledger once */
                 for (i = 0; i < b->nrecs; i++) {
-                    int64_t last = shoal_ledger_last_minute(a->ledger, b->recs[i].tenant,
-                                                            b->recs[i].job);
-                    if (last >= b->recs[i].minute)
-                        b->recs[i].minute = last + a->cfg->minute_seconds;
+                    shoal_ledger_record_t *r = &b->recs[i];
+                    int64_t floor = shoal_ledger_last_minute(a->ledger, r->tenant, r->job);
+
+                    if (floor >= 0)
+                        floor += a->cfg->minute_seconds;
+                    for (size_t k = 0; k < i; k++) {
+                        if (strcmp(b->recs[k].tenant, r->tenant) == 0 &&
+                            strcmp(b->recs[k].job, r->job) == 0)
+                            floor = SHOAL_MAX(floor, b->recs[k].minute + a->cfg->minute_seconds);
+                    }
+                    if (r->minute < floor)
+                        r->minute = floor;
                 }
             }
             return;

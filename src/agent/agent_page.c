@@ -5,6 +5,8 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,46 @@ void shoald_page_read(shoald_page_t *p)
         if (c[i] > p->ctr[i])
             p->ctr[i] = c[i];
     }
+    if (p->proc != NULL) {
+        uint64_t v[SHOALD_NABUSE] = {
+            [SHOALD_ABUSE_AUTH_FAILED] = __atomic_load_n(&pg->auth_failed, __ATOMIC_RELAXED),
+            [SHOALD_ABUSE_AUTH_REFUSED] = __atomic_load_n(&pg->auth_refused, __ATOMIC_RELAXED),
+            [SHOALD_ABUSE_BREAKER_OPENED] =
+                __atomic_load_n(&pg->breaker_opened, __ATOMIC_RELAXED)};
+
+        for (i = 0; i < SHOALD_NABUSE; i++)
+            p->proc->v[i] = SHOAL_MAX(p->proc->v[i], v[i]);
+    }
+}
+
+/* The job's entry of process (pid, start), made on first use; NULL when out of memory (the
+ * page's abuse signals are then not exported, its counters still are). */
+static shoald_proc_t *shoald_proc_get(shoald_job_t *j, pid_t pid, uint64_t start_ns)
+{
+    shoald_proc_t *pr;
+
+    for (pr = j->procs; pr != NULL; pr = pr->next) {
+        if (pr->pid == pid && pr->start_ns == start_ns)
+            return pr;
+    }
+    pr = calloc(1, sizeof(*pr));
+    if (pr == NULL)
+        return NULL;
+    pr->pid = pid;
+    pr->start_ns = start_ns;
+    pr->next = j->procs;
+    j->procs = pr;
+    return pr;
+}
+
+static void shoald_procs_free(shoald_job_t *j)
+{
+    shoald_proc_t *pr;
+
+    while ((pr = j->procs) != NULL) {
+        j->procs = pr->next;
+        free(pr);
+    }
 }
 
 void shoald_pages_read(shoald_t *a)
@@ -218,6 +260,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
              (unsigned)snap->comm_id, (int)snap->rank,
              (unsigned long long)snap->created_unix_ns);
     p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
+    p->proc = shoald_proc_get(j, pid, start);
     shoald_page_read(p);
     shoald_page_supersede(j, p);
     shoald_page_cursor(a, p);
@@ -231,11 +274,28 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
     return SHOAL_OK;
 }
 
+/* 1 when the page can never be registered again: its communicator was destroyed (the library
+ * marks the page CLOSED before it closes the connection) or its process is gone. A connection
+ * that closed while the page is LIVE is a registration the library gave up on (its deadline
+ * passed); it registers the same page again later. */
+static int shoald_page_final(const shoald_page_t *p)
+{
+    const shoal_meter_page_t *pg = (const shoal_meter_page_t *)p->map;
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+
+    if (__atomic_load_n(&pg->state, __ATOMIC_ACQUIRE) == SHOAL_METER_CLOSED)
+        return 1;
+    if (p->pidfd < 0)
+        return kill(p->pid, 0) != 0 && errno == ESRCH;
+    return poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN) != 0;
+}
+
 void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
 {
     if (p->end_ns != 0 || p->superseded)
         return;
     shoald_page_read(p);
+    p->final = shoald_page_final(p);
     p->end_ns = shoald_unix_ns();
     if (p->end_ns < p->created_ns)
         p->end_ns = p->created_ns;
@@ -311,6 +371,7 @@ void shoald_pages_collect(shoald_t *a)
         if (j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0 &&
             now - j->empty_since_ns >= (uint64_t)a->cfg->job_retention_s * 1000000ull) {
             *jp = j->next;
+            shoald_procs_free(j);
             free(j);
             continue;
         }
@@ -406,6 +467,7 @@ void shoald_pages_free(shoald_t *a)
             free(p);
         }
         a->jobs = j->next;
+        shoald_procs_free(j);
         free(j);
     }
     while ((b = a->abuse) != NULL) {

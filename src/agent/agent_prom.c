@@ -99,6 +99,7 @@ static void shoald_prom_job_labels(shoald_text_t *t, const char *name, const sho
 
 typedef struct {
     uint64_t c[SHOALD_NCTR];
+    uint64_t abuse[SHOALD_NABUSE];
     unsigned ranks, gpus;
     double gpu_s;
 } shoald_job_sum_t;
@@ -106,10 +107,15 @@ typedef struct {
 static void shoald_prom_job_sum(const shoald_job_t *j, uint64_t now_ns, shoald_job_sum_t *s)
 {
     const shoald_page_t *p;
+    const shoald_proc_t *pr;
     int i;
 
     memset(s, 0, sizeof(*s));
     memcpy(s->c, j->gone, sizeof(s->c));
+    for (pr = j->procs; pr != NULL; pr = pr->next) {
+        for (i = 0; i < SHOALD_NABUSE; i++)
+            s->abuse[i] += pr->v[i];
+    }
     s->gpu_s = j->gone_gpu_s;
     for (p = j->pages; p != NULL; p = p->next) {
         if (p->superseded)
@@ -227,6 +233,27 @@ static void shoald_prom_jobs(shoald_t *a, const char *tenant, shoald_text_t *t)
         shoald_prom_job_labels(t, "shoal_rank_failures_total", j);
         shoald_text_printf(t, ",cause=\"tenant\"} %llu\n",
                            (unsigned long long)j->failures_tenant_total);
+    }
+    {
+        static const struct {
+            const char *name, *help;
+        } ab[SHOALD_NABUSE] = {
+            [SHOALD_ABUSE_AUTH_FAILED] = {"shoal_join_auth_failures_total",
+                "Failed authentications on the join listeners of the job's processes (the "
+                "library's circuit breaker; per process, summed over processes)."},
+            [SHOALD_ABUSE_AUTH_REFUSED] = {"shoal_join_refused_total",
+                "Connections to the job's join listeners refused while a breaker was open."},
+            [SHOALD_ABUSE_BREAKER_OPENED] = {"shoal_join_breakers_opened_total",
+                "Times a circuit breaker of the job's processes opened against a source."},
+        };
+
+        for (i = 0; i < SHOALD_NABUSE; i++) {
+            shoald_prom_family(t, ab[i].name, "counter", ab[i].help);
+            SHOALD_FOR_JOBS {
+                shoald_prom_job_labels(t, ab[i].name, j);
+                shoald_text_printf(t, "} %llu\n", (unsigned long long)sums[k].abuse[i]);
+            }
+        }
     }
 #undef SHOALD_FOR_JOBS
     free(sums);

@@ -5,6 +5,7 @@
  */
 #include "meter/meter.h"
 #include "tenant/tenant.h"
+#include "tenant/breaker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,10 +85,23 @@ static void shoal_meter_clock_refine(uint64_t now_ticks)
     }
 }
 
+/* The process's circuit-breaker counters into the page (meter_page.h: abuse signals). The
+ * breaker's table takes its lock: called once a second at most, never per call. */
+static void shoal_meter_abuse_update(struct shoal_meter *m)
+{
+    shoal_tenant_breaker_stats_t b;
+    size_t n = 0;
+    shoal_tenant_breaker_stats(&b, NULL, 0, &n);
+    __atomic_store_n(&m->page->auth_failed, b.failed, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->page->auth_refused, b.refused, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->page->breaker_opened, b.opened, __ATOMIC_RELAXED);
+}
+
 void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)
 {
     m->next_check = now_ticks + shoal_meter_clock.ticks_per_sec;
     shoal_meter_clock_refine(now_ticks);
+    shoal_meter_abuse_update(m);
     shoal_meter_agent_check(m);
 }
 
@@ -267,6 +281,7 @@ shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
         return st;
     }
     shoal_meter_identity(comm, m);
+    shoal_meter_abuse_update(m);
     comm->meter = m;
     shoal_meter_chans_attach(comm, m->page);
     st = shoal_meter_agent_register_init(m);
@@ -287,6 +302,7 @@ void shoal_meter_comm_fini(struct shoal_comm *comm)
         comm->chans[q].meter_sent = NULL;
         comm->chans[q].meter_recv = NULL;
     }
+    shoal_meter_abuse_update(m);
     __atomic_store_n(&m->page->state, SHOAL_METER_CLOSED, __ATOMIC_SEQ_CST);
     if (m->sock >= 0) {
         close(m->sock); /* the agent's sign that the communicator ended */

@@ -81,7 +81,15 @@ typedef struct {
     uint64_t paced_ns;                   /* time held back by QoS pacing (src/qos/pace.c) */
     uint64_t pace_rate;                  /* pacing rate in force, bytes/s of this rank, 0 none
                                           * (a gauge, not a counter) */
-    uint64_t spare[30];                  /* room to grow without a new version */
+    /* ---- abuse signals of the process (src/tenant/breaker.h: one table per process, shared
+     * by its communicators): the same values in every page of the process, so a reader takes
+     * the largest over a process's pages, never their sum. Monotonic, relaxed stores, written
+     * outside the seqlock at init, at the once-a-second check of a call and at destroy (not
+     * per call). 0 from a library that predates them (they were spare). ---- */
+    uint64_t auth_failed;                /* failed authentications on the join listeners */
+    uint64_t auth_refused;               /* connections refused while a breaker was open */
+    uint64_t breaker_opened;             /* times a breaker opened against a source */
+    uint64_t spare[27];                  /* room to grow without a new version */
 } shoal_meter_page_t;
 
 _Static_assert(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "meter page too large");

@@ -13,13 +13,15 @@ AGENT_PID=""
 n=0
 failed=0
 
+CLEANUP_HOOK=""  # a command the test adds (a database server to stop, a directory to remove)
 agent_cleanup() {
     for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
     for p in $PIDS; do wait "$p" 2>/dev/null; done
+    [ -n "$CLEANUP_HOOK" ] && eval "$CLEANUP_HOOK"
     rm -rf "$T"
 }
 trap agent_cleanup EXIT
-trap 'exit 1' INT TERM
+trap 'exit 1' INT TERM HUP PIPE
 
 ok() { # ok EXIT-STATUS DESCRIPTION [FILE-TO-SHOW]
     n=$((n + 1))
@@ -134,4 +136,40 @@ base_conf() { # base_conf FILE [extra lines...]
         echo "tenant.beta.scrape_token_file=$T/beta.token"
         for l in "$@"; do echo "$l"; done
     } >"$f"
+}
+
+# A real Prometheus server scraping the agent ($HTTP) every second, on a free loopback port
+# ($PPORT; five tries), data in $T; killed at exit with the test's other processes.
+start_prometheus() {
+    try=0
+    while [ $try -lt 5 ]; do
+        PPORT=$(( 20000 + ($(od -An -N2 -tu2 /dev/urandom) + try * 7919) % 40000 ))
+        cat >"$T/prom.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: shoald
+    static_configs:
+      - targets: ['$HTTP']
+EOF
+        rm -rf "$T/prom-data"
+        prometheus --config.file="$T/prom.yml" --storage.tsdb.path="$T/prom-data" \
+            --web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$T/prom.log" 2>&1 &
+        PROM_PID=$!
+        PIDS="$PIDS $PROM_PID"
+        i=0
+        while [ $i -lt 100 ]; do
+            if ! kill -0 "$PROM_PID" 2>/dev/null; then break; fi
+            curl -s -m 2 "http://127.0.0.1:$PPORT/-/ready" 2>/dev/null | grep -q Ready && return 0
+            sleep 0.2; i=$((i + 1))
+        done
+        kill -9 "$PROM_PID" 2>/dev/null
+        try=$((try + 1))
+    done
+    return 1
+}
+promq() { # promq QUERY: the value of the first result, or nothing
+    curl -s -m 5 -G "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" |
+        sed -n 's/.*"value":\[[0-9.e+]*,"\([^"]*\)"\].*/\1/p'
 }

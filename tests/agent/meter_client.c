@@ -6,7 +6,12 @@
  *   meter_client --sock PATH --tenant T --job J [--rank R --nranks N --ngpus G --epoch E]
  *                [--cred TEXT] [--mode M] [--set NAME=V]... [--hold-stdin | --hold S]
  *                [--fork-holder S] [--created-ago S]
- * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts.
+ * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts,
+ * and the process's abuse signals auth_failed, auth_refused, breaker_opened.
+ * --abandon S: count for S s, close the connection with the page still live (a registration
+ * the library gave up on), count S s more unregistered, then register the same page again;
+ * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
+ * connection) registered after the first, with these values; it ends with the first.
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent.
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
  * --dup: register the same page a second time on another connection (a reconnect);
@@ -19,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +102,12 @@ static uint64_t *mc_counter(shoal_meter_page_t *pg, const char *name)
         return &pg->peer_failures;
     if (strcmp(name, "aborts") == 0)
         return &pg->aborts;
+    if (strcmp(name, "auth_failed") == 0)
+        return &pg->auth_failed;
+    if (strcmp(name, "auth_refused") == 0)
+        return &pg->auth_refused;
+    if (strcmp(name, "breaker_opened") == 0)
+        return &pg->breaker_opened;
     fprintf(stderr, "meter_client: unknown counter %s\n", name);
     exit(3);
 }
@@ -197,12 +209,16 @@ int main(int argc, char **argv)
         {"epoch", 1, NULL, 'e'}, {"cred", 1, NULL, 'c'}, {"mode", 1, NULL, 'm'},
         {"set", 1, NULL, 'S'}, {"hold", 1, NULL, 'H'}, {"hold-stdin", 0, NULL, 'I'},
         {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
-        {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {NULL, 0, NULL, 0}};
+        {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {"set2", 1, NULL, '2'},
+        {"abandon", 1, NULL, 'A'},
+        {NULL, 0, NULL, 0}};
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
-    char *sets[64], *eq;
+    char *sets[64], *sets2[64], *eq;
+    int nsets2 = 0, s3 = -1, fd2;
+    shoal_meter_page_t *pg2;
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
     int tick_ms = 0, rereg = 0, dup = 0, s2;
-    double hold = 0, fork_hold = -1, created_ago = 0;
+    double hold = 0, fork_hold = -1, created_ago = 0, abandon = 0;
     unsigned long long epoch = 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     shoal_meter_reg_reply_t rep;
@@ -231,6 +247,8 @@ int main(int argc, char **argv)
         case 'T': tick_ms = atoi(optarg); break;
         case 'R': rereg = 1; break;
         case 'D': dup = 1; break;
+        case '2': if (nsets2 < 64) sets2[nsets2++] = optarg; break;
+        case 'A': abandon = atof(optarg); break;
         default: return 3;
         }
     }
@@ -325,6 +343,30 @@ int main(int argc, char **argv)
         __atomic_store_n(mc_counter(pg, sets[i]), strtoull(eq + 1, NULL, 10), __ATOMIC_RELAXED);
     }
     __atomic_store_n(&pg->seq, pg->seq + 1, __ATOMIC_RELEASE);
+    if (nsets2 > 0) {
+        /* A second communicator of this process: its own page and connection. */
+        fd2 = mc_memfd(SHOAL_METER_PAGE_BYTES, 1);
+        pg2 = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd2, 0);
+        if (pg2 == MAP_FAILED)
+            mc_die("mmap");
+        memcpy(pg2, pg, offsetof(shoal_meter_page_t, seq));
+        pg2->comm_id = 2;
+        for (i = 0; i < nsets2; i++) {
+            eq = strchr(sets2[i], '=');
+            if (eq == NULL)
+                return 3;
+            *eq = '\0';
+            *mc_counter(pg2, sets2[i]) = strtoull(eq + 1, NULL, 10);
+        }
+        s3 = mc_connect(&sa);
+        if (s3 < 0)
+            mc_die("connect");
+        mc_send(s3, msg, len, &fd2, 1);
+        if (mc_reply(s3, &rep) != 0)
+            return 1;
+        printf("second status=%d reason=%s\n", rep.status, rep.reason);
+        fflush(stdout);
+    }
     if (fork_hold >= 0) {
         /* A child keeps the connection open: only the pidfd can tell the agent we left. */
         if (fork() == 0) {
@@ -332,6 +374,20 @@ int main(int argc, char **argv)
             _exit(0);
         }
         _exit(0);
+    }
+    if (abandon > 0) {
+        mc_hold(pg, &s, &sa, msg, len, fd, abandon, 0, tick_ms, 0);
+        if (s >= 0)
+            close(s);
+        s = -1;
+        mc_hold(pg, &s, &sa, msg, len, fd, abandon, 0, tick_ms, 0);
+        s = mc_connect(&sa);
+        if (s < 0)
+            mc_die("connect");
+        mc_send(s, msg, len, &fd, 1);
+        if (mc_reply(s, &rep) != 0 || rep.status != 0)
+            return 1;
+        fprintf(stderr, "meter_client: registered again\n");
     }
     mc_hold(pg, &s, &sa, msg, len, fd, hold, hold_stdin, tick_ms, rereg);
     __atomic_store_n(&pg->state, SHOAL_METER_CLOSED, __ATOMIC_RELEASE);
@@ -344,5 +400,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (s >= 0)
         close(s);
+    if (s3 >= 0)
+        close(s3);
     return 0;
 }

@@ -144,6 +144,36 @@ is "$(scrape)" 200 "nor other scrapes"
 alive
 ok $? "the agent is still running"
 
+# Abuse signals from the library's circuit breaker (meter_page.h: auth_failed, auth_refused,
+# breaker_opened; process-wide, so every page of a process carries the same values): per
+# process the largest over its pages, summed over the job's processes; kept after they end.
+G=$(cred acme guarded)
+timeout -s KILL 20 "$MC" --sock "$SOCK" --tenant acme --job guarded --cred "$G" --nranks 2 \
+    --set auth_failed=5 --set auth_refused=2 --set breaker_opened=1 --set2 auth_failed=7 \
+    --set2 auth_refused=1 --set2 breaker_opened=1 --hold 2 >"$T/g1.out" 2>&1 &
+G1=$!
+timeout -s KILL 20 "$MC" --sock "$SOCK" --tenant acme --job guarded --cred "$G" --rank 1 \
+    --nranks 2 --set auth_failed=3 --hold 2 >"$T/g2.out" 2>&1 &
+G2=$!
+PIDS="$PIDS $G1 $G2"
+JL='{tenant="acme",shoal_job="guarded"}'
+wait_metric "shoal_join_auth_failures_total$JL" 10
+ok $? "join auth failures: the largest of a process's pages (7, not 5 + 7), plus 3" "$T/scrape"
+is "$(metric "shoal_join_refused_total$JL")" 2 \
+    "refused joins: the largest of the process's pages (2)"
+is "$(metric "shoal_join_breakers_opened_total$JL")" 1 "breakers opened: not summed over pages (1)"
+wait "$G1"; wait "$G2"
+grep -q '^second status=0' "$T/g1.out"
+ok $? "the process's second communicator registered too" "$T/g1.out"
+sleep 0.3
+scrape >/dev/null
+is "$(metric "shoal_join_auth_failures_total$JL")" 10 "the counts stay after the processes ended"
+code=$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer acme-scrape-token-0123456789")
+is "$(metric "shoal_join_auth_failures_total$JL")" 10 "acme's own view carries them"
+code=$(scrape "/metrics?tenant=beta" -H "Authorization: Bearer beta-scrape-token-0123456789")
+! grep -q 'guarded' "$T/scrape"
+ok $? "beta's view does not" "$T/scrape"
+
 # A real Prometheus server scrapes the agent; its HTTP API answers the same totals.
 if ! command -v prometheus >/dev/null 2>&1; then
     skip_rest 4 "prometheus not installed (Debian: prometheus)"
@@ -151,39 +181,6 @@ if ! command -v prometheus >/dev/null 2>&1; then
     done_testing
     exit $?
 fi
-start_prometheus() {
-    try=0
-    while [ $try -lt 5 ]; do
-        PPORT=$(( 20000 + ($(od -An -N2 -tu2 /dev/urandom) + try * 7919) % 40000 ))
-        cat >"$T/prom.yml" <<EOF
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: shoald
-    static_configs:
-      - targets: ['$HTTP']
-EOF
-        rm -rf "$T/prom-data"
-        prometheus --config.file="$T/prom.yml" --storage.tsdb.path="$T/prom-data" \
-            --web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$T/prom.log" 2>&1 &
-        PROM_PID=$!
-        PIDS="$PIDS $PROM_PID"
-        i=0
-        while [ $i -lt 100 ]; do
-            if ! kill -0 "$PROM_PID" 2>/dev/null; then break; fi
-            curl -s -m 2 "http://127.0.0.1:$PPORT/-/ready" 2>/dev/null | grep -q Ready && return 0
-            sleep 0.2; i=$((i + 1))
-        done
-        kill -9 "$PROM_PID" 2>/dev/null
-        try=$((try + 1))
-    done
-    return 1
-}
-promq() { # promq QUERY: the value of the first result, or nothing
-    curl -s -m 5 -G "http://127.0.0.1:$PPORT/api/v1/query" --data-urlencode "query=$1" |
-        sed -n 's/.*"value":\[[0-9.e+]*,"\([^"]*\)"\].*/\1/p'
-}
 start_prometheus
 ok $? "a Prometheus server starts on loopback (port $PPORT)" "$T/prom.log"
 Q1="shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"train\",collective=\"allreduce\"}"

@@ -1,24 +1,57 @@
 #!/bin/sh
-# TAP test of shoald's billing minute (minute_seconds=2) against the test ledger (ledger.h
-# over a text file, tests/agent/ledger_mem.c): per (tenant, job, minute) one record whose sums
-# equal the counters the rank wrote; allocated GPU-seconds within 0.5% of GPUs x the rank's
-# lifetime (the page's creation to its end, as the rank measured it); a ledger that goes
-# down holds the minutes in memory and gets them all when it
-# comes back; a kill -9 of the agent in the middle of a job, then a new agent that the rank
-# registers with again: no minute lost or doubled, totals exact; failed ranks per cause.
+# TAP test of shoald's billing minute (minute_seconds=2) with the real ledger: SQLite (a fresh
+# database in the test's directory), or with LEDGER_MODE=pg a PostgreSQL server started here
+# (test_shoald_minute_pg.sh). Per (tenant, job, minute) one record whose sums (shoal-bill
+# usage --csv) equal the counters the rank wrote; allocated GPU-seconds within 0.5% of GPUs x
+# the rank's lifetime (the page's creation to its end, as the rank measured it); a database
+# that goes down (SQLite: its directory moved away and back; PostgreSQL: the server stopped
+# and started) holds the minutes in memory and gets them all when it comes back; a kill -9 of
+# the agent in the middle of a job, then a new agent that the rank registers with again: no
+# minute of the job's life missing, none doubled, totals exact, the chain verifies; failed
+# ranks per cause; the cursors of ended ranks are deleted once billed.
 . "$(dirname "$0")/agent_lib.sh"
+. "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
+BILL="$top_builddir/shoal-bill"
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
-L="$T/ledger.txt"
-base_conf "$T/conf" "ledger_url=mem://$L" "ledger_key_file=$T/ledger.key" "minute_seconds=2"
+mode=${LEDGER_MODE:-sqlite}
+if [ "$mode" = pg ]; then
+    pg_find || { echo "1..0 # SKIP no PostgreSQL server binaries (initdb, pg_ctl)"; exit 0; }
+    PGT=$(ledger_tmpdir test_shoald_pg) || exit 1
+    CLEANUP_HOOK='pg_cleanup; rm -rf "$PGT"'
+    pg_setup "$PGT" || { echo "1..1"; echo "not ok 1 - the PostgreSQL server did not start"
+        sed 's/^/#   /' "$PGT/pg.log" 2>/dev/null | tail -n 20; exit 1; }
+    URL="postgresql:///shoal_ledger?host=$PGT&port=$PG_PORT&user=shoal"
+    q() { timeout -s KILL 30 psql -X -q -At -h "$PGT" -p "$PG_PORT" -U shoal shoal_ledger -c "$1"; }
+    db_down() { pg_stop; }
+    db_up() { pg_start; }
+else
+    mkdir "$T/db" || exit 1
+    L="$T/db/ledger.db"
+    URL="sqlite://$L"
+    q() { timeout -s KILL 30 sqlite3 -batch "$L" "$1"; }
+    # the agent's SQLite backend notices the file is not at its path any more
+    db_down() { mv "$T/db" "$T/db.away"; }
+    db_up() { mv "$T/db.away" "$T/db"; }
+fi
+base_conf "$T/conf" "ledger_url=$URL" "ledger_key_file=$T/ledger.key" "minute_seconds=2"
 
-sum_col() { # sum_col TENANT JOB COLUMN: the sum of a record field over the ledger
-    awk -v t="$1" -v j="$2" -v c="$3" '$1 == "R" && $2 == t && $3 == j { s += $c }
-        END { printf "%.6f\n", s }' "$L"
+usage_col() { # usage_col TENANT JOB COLUMN: a column of shoal-bill usage --csv
+    timeout -s KILL 30 "$BILL" --ledger "$URL" usage --csv --tenant "$1" --job "$2" \
+        2>>"$T/bill.err" | awk -F, -v c="$3" 'NR == 2 { print $c }'
 }
-int_col() { sum_col "$@" | sed 's/\..*//'; }
-dup_minutes() {
-    awk '$1 == "R" { k = $2 " " $3 " " $5; if (seen[k]++) d++ } END { print d + 0 }' "$L"
+sum_gpu() { usage_col "$1" "$2" 5; }
+sum_ops() { usage_col "$1" "$2" 9; }
+sum_cross() { usage_col "$1" "$2" 8; }
+# minutes_ok TENANT JOB: one record per minute from the first to the last (none missing, none
+# twice), at least MIN of them; prints "count first last"
+minutes_of() {
+    q "SELECT count(*), count(DISTINCT minute), min(minute), max(minute) FROM ledger_records
+       WHERE tenant = '$1' AND job = '$2'" | tr '|' ' '
+}
+minutes_ok() {
+    set -- $(minutes_of "$1" "$2") "$3"
+    [ "$1" = "$2" ] && [ "$1" -ge "$5" ] && [ $(( ($4 - $3) / 2 + 1 )) -eq "$1" ]
 }
 final_of() { # final_of ops|sent CLIENT-OUTPUT: the rank's final counter
     sed -n "s/^final .*$1=\\([0-9]*\\).*/\\1/p" "$2" | head -n 1
@@ -27,9 +60,13 @@ wait_minutes() { # wait_minutes N: N minute boundaries later (and a little)
     sleep $(( $1 * 2 ))
     sleep 0.5
 }
+within() { # within GOT WANT PERMILLE
+    awk -v g="$1" -v l="$2" -v p="$3" 'BEGIN { d = g - l; if (d < 0) d = -d;
+        exit !(l > 0 && d <= p / 1000 * l) }'
+}
 
 start_agent "$T/conf"
-ok $? "the agent starts with a 2 s minute and the test ledger" "$T/agent.log"
+ok $? "the agent starts with a 2 s minute and the $mode ledger" "$T/agent.log"
 
 # 2-6: a rank with 2 GPUs that lives about 6 s and counts all the while
 ACME=$(cred acme train)
@@ -40,52 +77,54 @@ is "$rc" 0 "the rank registered, counted for 6 s and ended"
 wait_minutes 2
 ops=$(final_of ops "$T/r1.out")
 sent=$(final_of sent "$T/r1.out")
-is "$(int_col acme train 9)" "$ops" "the ledger's operations equal the rank's ($ops)"
-is "$(int_col acme train 8)" "$sent" "the ledger's cross-host bytes equal the rank's ($sent)"
+is "$(sum_ops acme train)" "$ops" "the ledger's operations equal the rank's ($ops)"
+is "$(sum_cross acme train)" "$sent" "the ledger's cross-host bytes equal the rank's ($sent)"
 life=$(awk -v l="$(final_of life_ns "$T/r1.out")" 'BEGIN { printf "%.4f", 2 * l / 1e9 }')
-gs=$(sum_col acme train 6)
-awk -v g="$gs" -v l="$life" 'BEGIN { d = g - l; if (d < 0) d = -d; exit !(d <= 0.005 * l) }'
+gs=$(sum_gpu acme train)
+within "$gs" "$life" 5
 ok $? "allocated GPU-seconds $gs within 0.5% of 2 GPUs x the lifetime ($life)"
-nrec=$(awk '$1 == "R" && $2 == "acme" && $3 == "train"' "$L" | wc -l)
-[ "$nrec" -ge 3 ] && [ "$(dup_minutes)" = 0 ] &&
-    awk '$1 == "R" && $2 == "acme" && $3 == "train" && $4 != "reserved" { exit 1 }' "$L"
-ok $? "one record per minute ($nrec), none twice, class reserved" "$L"
+minutes_ok acme train 3 &&
+    [ "$(q "SELECT count(*) FROM ledger_records WHERE tenant = 'acme' AND job = 'train'
+           AND class <> 'reserved'")" = 0 ]
+ok $? "one record per minute ($(minutes_of acme train)), none missing or twice, class reserved"
 
-# 7-11: the ledger goes down for 3 minutes while a rank counts; nothing is lost
+# 7-12: the database goes down for 3 minutes while a rank counts; nothing is lost
 BETA=$(cred beta infer)
 timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant beta --job infer --cred "$BETA" --ngpus 1 \
     --tick 20 --hold 9 >"$T/r2.out" 2>&1 &
 R2=$!
 PIDS="$PIDS $R2"
 sleep 1
-: >"$L.down"
+db_down
 wait_minutes 3
 scrape >/dev/null
 pend=$(metric shoal_ledger_pending_batches)
 fails=$(metric shoal_ledger_commit_failures_total)
 [ "${pend:-0}" -ge 2 ] && [ "${fails:-0}" -ge 1 ]
-ok $? "with the ledger down, minutes are held ($pend batches, $fails failed commits)"
+ok $? "with the database down, minutes are held ($pend batches, $fails failed commits)"
 grep -q "minutes held in memory" "$T/agent.log"
 ok $? "the agent says so in its log" "$T/agent.log"
-rm -f "$L.down"
+db_up
 wait "$R2"
 wait_minutes 2
 sleep 1
 scrape >/dev/null
 is "$(metric shoal_ledger_pending_batches)" 0 "when it comes back every held minute is written"
-is "$(int_col beta infer 9)" "$(final_of ops "$T/r2.out")" "beta's operations are exact"
-is "$(int_col beta infer 8)" "$(final_of sent "$T/r2.out")" "beta's bytes are exact"
-awk '$1 == "R" && $2 == "beta" && $4 != "spot" { exit 1 }' "$L"
-ok $? "beta's minutes are billed spot (its tenant class)" "$L"
+is "$(sum_ops beta infer)" "$(final_of ops "$T/r2.out")" "beta's operations are exact"
+is "$(sum_cross beta infer)" "$(final_of sent "$T/r2.out")" "beta's bytes are exact"
+minutes_ok beta infer 4 &&
+    [ "$(q "SELECT count(*) FROM ledger_records WHERE tenant = 'beta' AND class <> 'spot'")" = 0 ]
+ok $? "beta's minutes ($(minutes_of beta infer)) have no gap and are billed spot (its class)"
 
-# 13-18: kill -9 of the agent in the middle of a job; a new agent; the rank registers again
+# 13-20: kill -9 of the agent in the middle of a job, down for more than two minutes; a new
+# agent; the rank registers again
 timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job crash --cred "$(cred acme crash)" \
-    --ngpus 4 --tick 20 --hold 11 --rereg >"$T/r3.out" 2>"$T/r3.err" &
+    --ngpus 4 --tick 20 --hold 12 --rereg >"$T/r3.out" 2>"$T/r3.err" &
 R3=$!
 PIDS="$PIDS $R3"
 sleep 3.3
 stop_agent KILL
-sleep 1.5
+sleep 4.5
 start_agent "$T/conf"
 ok $? "a new agent starts on the socket the killed one left" "$T/agent.log"
 wait "$R3"
@@ -94,21 +133,78 @@ ok $? "the rank registered its page again with the new agent" "$T/r3.err"
 grep -q "resumes from its ledger cursor" "$T/agent.log"
 ok $? "the new agent took the page's cursor from the ledger" "$T/agent.log"
 wait_minutes 2
-is "$(int_col acme crash 9)" "$(final_of ops "$T/r3.out")" \
+is "$(sum_ops acme crash)" "$(final_of ops "$T/r3.out")" \
     "operations across the crash are exact (none lost, none twice)"
-is "$(int_col acme crash 8)" "$(final_of sent "$T/r3.out")" "bytes across the crash are exact"
-is "$(dup_minutes)" 0 "no minute is in the ledger twice"
+is "$(sum_cross acme crash)" "$(final_of sent "$T/r3.out")" "bytes across the crash are exact"
+minutes_ok acme crash 6
+ok $? "every minute of the job's life is in the ledger once ($(minutes_of acme crash))"
 life=$(awk -v l="$(final_of life_ns "$T/r3.out")" 'BEGIN { printf "%.4f", 4 * l / 1e9 }')
-gs=$(sum_col acme crash 6)
-awk -v g="$gs" -v l="$life" 'BEGIN { d = g - l; if (d < 0) d = -d; exit !(d <= 0.005 * l) }'
+gs=$(sum_gpu acme crash)
+within "$gs" "$life" 5
 ok $? "GPU-seconds across the crash $gs within 0.5% of 4 GPUs x the lifetime ($life)"
+# each minute's GPU-seconds is at most 4 GPUs x 2 s (the gap's time is not piled into one)
+is "$(q "SELECT count(*) FROM ledger_records WHERE job = 'crash' AND gpu_seconds > 8.001")" 0 \
+    "no minute holds more than 4 GPUs x 2 s"
 
-# 20-21: failures per cause
+# 21-24: kill -9 again, and the database is down when the rank registers with the new agent
+# (the rank is stopped meanwhile, so it registers only then): its cursor cannot be read, so
+# the page waits, counting, instead of being billed again from zero; exact once it answers
+timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job dbdown --cred "$(cred acme dbdown)" \
+    --ngpus 1 --tick 20 --hold 11 --rereg >"$T/r5.out" 2>"$T/r5.err" &
+R5=$!
+PIDS="$PIDS $R5"
+sleep 3.3
+R5C=$(pgrep -P "$R5")      # the client (R5 is its timeout)
+kill -STOP "$R5C"
+stop_agent KILL
+start_agent "$T/conf"
+ok $? "a new agent starts with the database up" "$T/agent.log"
+db_down
+kill -CONT "$R5C"
+sleep 3
+grep -q "cursor of page .* cannot be read" "$T/agent.log"
+ok $? "the rank registered while the database was down: its cursor is awaited" "$T/agent.log"
+db_up
+wait "$R5"
+wait_minutes 2
+sleep 1
+is "$(sum_ops acme dbdown)" "$(final_of ops "$T/r5.out")" \
+    "its operations are exact (what the killed agent billed is not billed again)"
+life=$(awk -v l="$(final_of life_ns "$T/r5.out")" 'BEGIN { printf "%.4f", l / 1e9 }')
+gs=$(sum_gpu acme dbdown)
+within "$gs" "$life" 5
+ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
+
+# 25-27: failures per cause
 mc --tenant acme --job fails --cred "$(cred acme fails)" --set aborts=1
 mc --tenant acme --job fails --cred "$(cred acme fails)" --rank 0 --set peer_failures=3
 wait_minutes 2
-is "$(int_col acme fails 12)" 1 "a rank that aborted is a failure the tenant caused"
-is "$(int_col acme fails 11)" 1 "a rank that ended after peer failures is the platform's"
+is "$(q "SELECT sum(failed_tenant) FROM ledger_records WHERE job = 'fails'")" 1 \
+    "a rank that aborted is a failure the tenant caused"
+is "$(q "SELECT sum(failed_platform) FROM ledger_records WHERE job = 'fails'")" 1 \
+    "a rank that ended after peer failures is the platform's"
+
+# 28-31: a registration the library gave up on (its connection closed, the page still live)
+# is billed to that point, and its cursor kept: the same page registered again goes on from
+# it (nothing counted twice), and only the end of the communicator deletes the cursor
+timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job abandon --cred "$(cred acme abandon)" \
+    --ngpus 1 --tick 20 --abandon 3 --hold 2 >"$T/r4.out" 2>"$T/r4.err"
+is "$?" 0 "a rank gave up its registration, counted on and registered the same page again"
+wait_minutes 2
+is "$(sum_ops acme abandon)" "$(final_of ops "$T/r4.out")" \
+    "its operations are exact (the part before it gave up is not counted again)"
+life=$(awk -v l="$(final_of life_ns "$T/r4.out")" 'BEGIN { printf "%.4f", l / 1e9 }')
+gs=$(sum_gpu acme abandon)
+within "$gs" "$life" 5
+ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
+is "$(q "SELECT count(*) FROM ledger_cursors")" 0 \
+    "every rank ended and was billed: no cursor is left in the ledger"
+
+# 32-34: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
+timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
+ok $? "shoal-bill verify: the HMAC chain is intact" "$T/verify.out"
+is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || minute) FROM
+         ledger_records")" 0 "no (tenant, job, minute) twice in the whole ledger"
 done_testing

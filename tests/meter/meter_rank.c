@@ -9,11 +9,20 @@
  * script to compare with what the test acceptor read from the shared page.
  *
  *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
- *                        barrier shmd errors split_abort hold=SECONDS
+ *                        barrier shmd errors split_abort hold=SECONDS breaker=N
  * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
- * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE.
+ * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE, METER_TENANT and METER_JOB
+ * (the names configured, default acme / meter-test), METER_LIFE_FILE (each rank appends
+ * "pid=P rank=R life_ns=N": CLOCK_REALTIME from the page's creation, as the library stamped
+ * it in the metering page, to the return of shoal_comm_destroy).
  */
 #include "tests/mp/mptest.h"
+#include "core/core.h"
+#include "meter/meter.h"
+#include "tenant/breaker.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +340,27 @@ static void stats_line(FILE *f, int c, const shoal_stats_t *s)
             (unsigned long long)s->peer_failures, (unsigned long long)s->aborts);
 }
 
+static uint64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void write_life(uint64_t ns)
+{
+    const char *path = getenv("METER_LIFE_FILE");
+    FILE *f;
+    if (path == NULL || path[0] == '\0') {
+        return;
+    }
+    f = fopen(path, "a");
+    if (f != NULL) {
+        fprintf(f, "pid=%d rank=%d life_ns=%llu\n", (int)getpid(), R, (unsigned long long)ns);
+        fclose(f);
+    }
+}
+
 static void write_stats(int c, const shoal_stats_t *s)
 {
     const char *path = getenv("METER_STATS_FILE");
@@ -400,6 +430,40 @@ static void case_hold(shoal_comm_t comm, double secs)
             (unsigned long long)n);
 }
 
+/* N failed authentications from a stranger (192.0.2.1, TEST-NET) noted in this process's
+ * circuit breaker as its join listeners note them, then 2 connections from it offered to the
+ * breaker: within the library's once-a-second check (calls for 1.2 s) the metering page
+ * carries the breaker's process-wide counters (auth_failed, auth_refused, breaker_opened). */
+static void case_breaker(shoal_comm_t comm, int n)
+{
+    int g = mp_group("meter: %d failed authentications reach the metering page", n);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(9)};
+    const shoal_meter_page_t *pg = comm->meter != NULL ? comm->meter->page : NULL;
+    shoal_tenant_breaker_stats_t b0, b1;
+    size_t ns;
+    inet_pton(AF_INET, "192.0.2.1", &sa.sin_addr);
+    shoal_tenant_breaker_stats(&b0, NULL, 0, &ns);
+    for (int i = 0; i < n; i++) {
+        shoal_tenant_breaker_note_fail((const struct sockaddr *)&sa);
+    }
+    for (int i = 0; i < 2; i++) {
+        shoal_tenant_breaker_admit((const struct sockaddr *)&sa);
+    }
+    shoal_tenant_breaker_stats(&b1, NULL, 0, &ns);
+    mp_case(g, b1.failed == b0.failed + (uint64_t)n, R, "breaker: failed %llu -> %llu",
+            (unsigned long long)b0.failed, (unsigned long long)b1.failed);
+    case_hold(comm, 1.2);
+    mp_case(g, pg != NULL, R, "no metering page");
+    if (pg != NULL) {
+        mp_case(g, pg->auth_failed == b1.failed && pg->auth_refused == b1.refused &&
+                       pg->breaker_opened == b1.opened, R,
+                "page: failed %llu refused %llu opened %llu, breaker: %llu %llu %llu",
+                (unsigned long long)pg->auth_failed, (unsigned long long)pg->auth_refused,
+                (unsigned long long)pg->breaker_opened, (unsigned long long)b1.failed,
+                (unsigned long long)b1.refused, (unsigned long long)b1.opened);
+    }
+}
+
 /* Sums over ranks of every bucket of every case: sent == received. */
 static void check_sums(shoal_comm_t comm)
 {
@@ -431,12 +495,14 @@ int main(int argc, char **argv)
     shoal_comm_t comm;
     shoal_stats_t fin;
     shoal_status_t st;
+    uint64_t t_init;
     int failed;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    cfg.tenant = "acme";
-    cfg.job_name = "meter-test";
+    cfg.tenant = getenv("METER_TENANT") != NULL ? getenv("METER_TENANT") : "acme";
+    cfg.job_name = getenv("METER_JOB") != NULL ? getenv("METER_JOB") : "meter-test";
     st = shoal_comm_init_env(&comm, &cfg);
+    t_init = st == SHOAL_OK && comm->meter != NULL ? comm->meter->page->created_unix_ns : 0;
     if (argc > 1 && strncmp(argv[1], "expect_init=", 12) == 0) {
         /* A refused or absent agent with SHOAL_AGENT_REQUIRED=1: init fails with a status. */
         printf("init: %s\n", shoal_status_name(st));
@@ -496,6 +562,8 @@ int main(int argc, char **argv)
             case_errors(comm);
         } else if (strncmp(argv[i], "hold=", 5) == 0) {
             case_hold(comm, atof(argv[i] + 5));
+        } else if (strncmp(argv[i], "breaker=", 8) == 0) {
+            case_breaker(comm, atoi(argv[i] + 8));
         } else if (strcmp(argv[i], "split_abort") != 0) {
             printf("Bail out! unknown case %s\n", argv[i]);
             return 1;
@@ -511,6 +579,9 @@ int main(int argc, char **argv)
     fin = snap(comm);
     write_stats(0, &fin);
     shoal_comm_destroy(comm);
+    if (t_init != 0) {
+        write_life(real_ns() - t_init);
+    }
     free(buf_a);
     free(buf_b);
     return failed != 0;

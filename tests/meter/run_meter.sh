@@ -13,9 +13,6 @@
 # METER_QUICK=1 for fewer rank counts.
 
 builddir=${top_builddir:-.}
-# The ranks configure tenant acme, job meter-test (meter_rank.c): the unique id must carry the
-# same identity, or the join refuses them (SHOAL_ERR_PERMISSION).
-export SHOAL_TENANT=acme SHOAL_JOB=meter-test
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 shoalrun=$builddir/shoalrun
 rank=$builddir/tests/meter/meter_rank
@@ -40,6 +37,11 @@ fi
 . "$srcdir/tests/mp/run_lib.sh"
 
 sock=$tmp/agent.sock
+# meter_rank configures tenant acme, job meter-test: shoalrun makes the job's unique id for
+# them (the tenant-bound join refuses a rank whose tenant differs from the id's)
+SHOAL_TENANT=acme
+SHOAL_JOB=meter-test
+export SHOAL_TENANT SHOAL_JOB
 
 tap() { # tap OK|FAIL description
     n_tap=$((n_tap + 1))
@@ -144,6 +146,10 @@ else
     sed 's/^/# /' "$tmp/acc" | head
 fi
 acc_compare "agent restart" 3
+
+# The process's circuit-breaker counters reach the page (auth_failed, auth_refused,
+# breaker_opened) at the library's once-a-second check, with or without an agent.
+mp_job "breaker signals" 2 "SHOAL_AGENT=none SHOAL_TENANT_BREAKER_FAILS=3" "$rank" breaker=3
 
 # neg_job LABEL N "VARS" EXPECTED-STATUS-OR-ok: init outcome with a refusing/absent agent.
 neg_job() {

@@ -22,15 +22,16 @@
 # Needs root and ip netns (else the whole test is skipped).
 
 builddir=${top_builddir:-.}
-# The ranks configure tenant acme, job meter-test (meter_rank.c): the unique id must carry the
-# same identity, or the join refuses them (SHOAL_ERR_PERMISSION).
-export SHOAL_TENANT=acme SHOAL_JOB=meter-test
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 prog=$builddir/tests/meter/meter_rank
 NETNS_MKUID=$builddir/tests/netns/mkuid
 NETNS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/meter_netns.XXXXXX") || exit 99
 netns_on_exit='rm -rf "$NETNS_TMP"'
 n_tap=0
+# meter_rank configures tenant acme, job meter-test: mkuid makes the job's unique id for them
+SHOAL_TENANT=acme
+SHOAL_JOB=meter-test
+export SHOAL_TENANT SHOAL_JOB
 
 # shellcheck source=tests/netns/netns_lib.sh
 . "$srcdir/tests/netns/netns_lib.sh"
