@@ -122,41 +122,18 @@ shoald_tenant_t *shoald_config_tenant(shoald_config_t *cfg, const char *name)
 static shoal_status_t shoald_file_read(const char *path, uint8_t *buf, size_t max, size_t *len_p,
                                        int exact)
 {
-    struct stat st;
-    size_t n = 0;
-    ssize_t ret;
-    int fd;
+    char why[512];
+    int loose;
+    shoal_status_t st;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "shoald: cannot open %s: %s\n", path, strerror(errno));
-        return SHOAL_ERR_INVALID_ARG;
+    st = shoal_secret_file_read(path, buf, exact ? max : 0, max, len_p, &loose, why, sizeof(why));
+    if (st != SHOAL_OK) {
+        fprintf(stderr, "shoald: %s\n", why);
+        return st;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        (exact && (size_t)st.st_size != max) || (size_t)st.st_size > max) {
-        fprintf(stderr, "shoald: %s is not a regular file of %s%zu bytes\n", path,
-                exact ? "" : "at most ", max);
-        close(fd);
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    if ((st.st_mode & 077) != 0)
-        fprintf(stderr, "shoald: warning: secret file %s may be read by group or others "
-                "(mode %04o): chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
-    while (n < (size_t)st.st_size) {
-        ret = read(fd, buf + n, (size_t)st.st_size - n);
-        if (ret < 0 && errno == EINTR)
-            continue;
-        if (ret <= 0) {
-            fprintf(stderr, "shoald: cannot read %s: %s\n", path,
-                    ret < 0 ? strerror(errno) : "short file");
-            close(fd);
-            shoal_secret_wipe(buf, max);
-            return SHOAL_ERR_INVALID_ARG;
-        }
-        n += (size_t)ret;
-    }
-    close(fd);
-    *len_p = n;
+    if (loose)
+        fprintf(stderr, "shoald: warning: secret file %s may be read by group or others: "
+                "chmod 600 it\n", path);
     return SHOAL_OK;
 }
 

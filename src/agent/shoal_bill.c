@@ -122,41 +122,17 @@ static int shoal_bill_month_parse(const char *s, int64_t *from_p, int64_t *to_p)
 /* The ledger key: a file of raw bytes (shoal-cred keygen writes one). */
 static int shoal_bill_key_read(const char *path, uint8_t *key, size_t *len_p)
 {
-    struct stat st;
-    size_t n = 0;
-    ssize_t ret;
-    int fd;
+    char why[512];
+    int loose;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "shoal-bill: cannot open key file %s: %s\n", path, strerror(errno));
+    if (shoal_secret_file_read(path, key, 16, SHOAL_BILL_KEY_MAX, len_p, &loose, why,
+                               sizeof(why)) != SHOAL_OK) {
+        fprintf(stderr, "shoal-bill: key file %s\n", why);
         return -1;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 16 ||
-        st.st_size > SHOAL_BILL_KEY_MAX) {
-        fprintf(stderr, "shoal-bill: key file %s is not a regular file of 16 to %d bytes\n",
-                path, SHOAL_BILL_KEY_MAX);
-        close(fd);
-        return -1;
-    }
-    if ((st.st_mode & 077) != 0)
-        fprintf(stderr, "shoal-bill: warning: key file %s may be read by group or others "
-                "(mode %04o): chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
-    while (n < (size_t)st.st_size) {
-        ret = read(fd, key + n, (size_t)st.st_size - n);
-        if (ret < 0 && errno == EINTR)
-            continue;
-        if (ret <= 0) {
-            fprintf(stderr, "shoal-bill: cannot read key file %s: %s\n", path,
-                    ret < 0 ? strerror(errno) : "short file");
-            close(fd);
-            shoal_secret_wipe(key, SHOAL_BILL_KEY_MAX);
-            return -1;
-        }
-        n += (size_t)ret;
-    }
-    close(fd);
-    *len_p = n;
+    if (loose)
+        fprintf(stderr, "shoal-bill: warning: key file %s may be read by group or others: "
+                "chmod 600 it\n", path);
     return 0;
 }
 

@@ -50,39 +50,18 @@ static void shoal_cred_usage(FILE *fp)
 
 static int shoal_cred_key_read(const char *path, uint8_t key[SHOAL_CRED_KEY_BYTES])
 {
-    struct stat st;
-    size_t n = 0;
-    ssize_t ret;
-    int fd;
+    char why[512];
+    size_t len;
+    int loose;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "shoal-cred: cannot open key file %s: %s\n", path, strerror(errno));
+    if (shoal_secret_file_read(path, key, SHOAL_CRED_KEY_BYTES, SHOAL_CRED_KEY_BYTES, &len,
+                               &loose, why, sizeof(why)) != SHOAL_OK) {
+        fprintf(stderr, "shoal-cred: key file %s\n", why);
         return -1;
     }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != SHOAL_CRED_KEY_BYTES) {
-        fprintf(stderr, "shoal-cred: key file %s is not a regular file of %d bytes\n", path,
-                SHOAL_CRED_KEY_BYTES);
-        close(fd);
-        return -1;
-    }
-    if ((st.st_mode & 077) != 0)
-        fprintf(stderr, "shoal-cred: warning: key file %s may be read by group or others "
-                "(mode %04o): chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
-    while (n < SHOAL_CRED_KEY_BYTES) {
-        ret = read(fd, key + n, SHOAL_CRED_KEY_BYTES - n);
-        if (ret < 0 && errno == EINTR)
-            continue;
-        if (ret <= 0) {
-            fprintf(stderr, "shoal-cred: cannot read key file %s: %s\n", path,
-                    ret < 0 ? strerror(errno) : "short file");
-            close(fd);
-            shoal_secret_wipe(key, SHOAL_CRED_KEY_BYTES);
-            return -1;
-        }
-        n += (size_t)ret;
-    }
-    close(fd);
+    if (loose)
+        fprintf(stderr, "shoal-cred: warning: key file %s may be read by group or others: "
+                "chmod 600 it\n", path);
     return 0;
 }
 

@@ -236,6 +236,12 @@ SHOAL_HIDDEN shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const 
                                        size_t msglen, uint8_t out[SHOAL_HMAC_BYTES]);
 /* Constant-time compare; 1 if equal. */
 SHOAL_HIDDEN int shoal_memeq_ct(const void *a, const void *b, size_t len);
+/* Reads a key file of the provider's tools: a regular file of min..max bytes. SHOAL_OK with
+ * *len_p its size and *loose_p = 1 when group or others may read it (the caller warns); else
+ * a sentence in why (never the content) and buf wiped. */
+SHOAL_HIDDEN shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min,
+                                                   size_t max, size_t *len_p, int *loose_p,
+                                                   char *why, size_t whylen);
 /* Wipes len bytes of secret material so the compiler cannot drop it (OPENSSL_cleanse). */
 SHOAL_HIDDEN void shoal_secret_wipe(void *p, size_t len);
 /* Derives a key for one purpose from a secret: HMAC-SHA256(secret, label | context), the

@@ -1,0 +1,53 @@
+/* Key files of the provider's tools (shoal-cred, shoal-bill, shoald): one reader, so that every
+ * tool checks them the same way and wipes what it read when it fails. */
+#include "util/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min, size_t max,
+                                      size_t *len_p, int *loose_p, char *why, size_t whylen)
+{
+    struct stat st;
+    size_t n = 0;
+    ssize_t ret;
+    int fd;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < min ||
+        (size_t)st.st_size > max) {
+        if (min == max) {
+            snprintf(why, whylen, "%s is not a regular file of %zu bytes", path, max);
+        } else {
+            snprintf(why, whylen, "%s is not a regular file of %zu to %zu bytes", path, min, max);
+        }
+        close(fd);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    while (n < (size_t)st.st_size) {
+        ret = read(fd, buf + n, (size_t)st.st_size - n);
+        if (ret < 0 && errno == EINTR) {
+            continue;
+        }
+        if (ret <= 0) {
+            snprintf(why, whylen, "cannot read %s: %s", path,
+                     ret < 0 ? strerror(errno) : "short file");
+            close(fd);
+            shoal_secret_wipe(buf, max);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        n += (size_t)ret;
+    }
+    close(fd);
+    *len_p = n;
+    *loose_p = (st.st_mode & 077) != 0;
+    return SHOAL_OK;
+}
