@@ -1,7 +1,9 @@
 /* Interface-name lists with NCCL's SOCKET_IFNAME semantics. */
 #include "util/util.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 
 int shoal_ifname_match(const char *spec, const char *ifname)
 {
@@ -26,4 +28,25 @@ int shoal_ifname_match(const char *spec, const char *ifname)
         }
     }
     return exclude ? !hit : hit;
+}
+
+int shoal_sock_step(int fd, uint8_t *buf, size_t *off, size_t len, int sending)
+{
+    while (*off < len) {
+        ssize_t r = sending ? send(fd, buf + *off, len - *off, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd, buf + *off, len - *off, MSG_DONTWAIT);
+        if (r > 0) {
+            *off += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else {
+            if (r == 0) {
+                errno = 0;
+            }
+            return -1;
+        }
+    }
+    return 1;
 }

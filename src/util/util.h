@@ -224,6 +224,9 @@ static inline uint64_t shoal_get_le(const uint8_t *p, int n)
 /* 1 if the interface name matches an NCCL-style list: "eth,ib" prefixes, "^eth" excludes,
  * "=eth0" exact names (src/util/net.c). */
 SHOAL_HIDDEN int shoal_ifname_match(const char *spec, const char *ifname);
+/* Moves buf[*off..len) over a non-blocking socket (send when sending, else recv), advancing
+ * *off: 1 all moved, 0 it would block, -1 closed or failed (errno; 0 = EOF). */
+SHOAL_HIDDEN int shoal_sock_step(int fd, uint8_t *buf, size_t *off, size_t len, int sending);
 
 /* ---- hashing and random ---------------------------------------------------------------- */
 

@@ -607,21 +607,7 @@ static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
 static int shoal_oob_hs_io(shoal_oob_hs_t *hs)
 {
     int sending = hs->state == SHOAL_OOB_HS_NONCE || hs->state == SHOAL_OOB_HS_ACK;
-    while (hs->off < hs->len) {
-        ssize_t r = sending ? send(hs->fd, hs->buf + hs->off, hs->len - hs->off,
-                                   MSG_NOSIGNAL | MSG_DONTWAIT)
-                            : recv(hs->fd, hs->buf + hs->off, hs->len - hs->off, MSG_DONTWAIT);
-        if (r > 0) {
-            hs->off += (size_t)r;
-        } else if (r < 0 && errno == EINTR) {
-            continue;
-        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        } else {
-            return -1;
-        }
-    }
-    return 1;
+    return shoal_sock_step(hs->fd, hs->buf, &hs->off, hs->len, sending);
 }
 
 static void shoal_oob_hs_next(shoal_oob_hs_t *hs, int state, size_t len)

@@ -483,25 +483,7 @@ static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
 /* Moves hs's current buffer. 1 complete, 0 would block, -1 error (errno; 0 = EOF). */
 static int shoal_tcp_hs_io(shoal_tcp_hs_t *hs)
 {
-    while (hs->off < hs->len) {
-        ssize_t r = shoal_tcp_hs_sending(hs->state)
-                        ? send(hs->fd, hs->buf + hs->off, hs->len - hs->off,
-                               MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : recv(hs->fd, hs->buf + hs->off, hs->len - hs->off, MSG_DONTWAIT);
-        if (r > 0) {
-            hs->off += (size_t)r;
-        } else if (r < 0 && errno == EINTR) {
-            continue;
-        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        } else {
-            if (r == 0) {
-                errno = 0;
-            }
-            return -1;
-        }
-    }
-    return 1;
+    return shoal_sock_step(hs->fd, hs->buf, &hs->off, hs->len, shoal_tcp_hs_sending(hs->state));
 }
 
 /* The acceptor closed (or reset) the connection: before our proof, it may have evicted us
