@@ -165,7 +165,7 @@ typedef struct {
     int32_t qos_priority;             /* TCP sockets: SO_PRIORITY */
     int32_t qos_ib_tc;                /* IB / RoCE / UCX traffic class; -1: SHOAL_IB_TC */
     int32_t qos_ib_sl;                /* IB service level; -1: SHOAL_IB_SL */
-    uint64_t qos_rate_max;            /* bytes/s per peer connection, 0: no cap */
+    uint64_t qos_rate_max;            /* SHOAL_QOS_LINK_RATE_MAX: bytes/s per peer connection */
     uint64_t paced_ns;                /* time this rank's sends were held back by QoS pacing */
     uint64_t pace_rate;               /* this rank's pacing rate now, bytes/s; 0 = not paced */
 } shoal_stats_t;
