@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 static int tap_n;
 static int tap_failed;
@@ -131,6 +133,24 @@ int tap_names_rank(const char *text, int r)
                 return 1;
             }
         }
+    }
+    return 0;
+}
+
+int tap_read_n(int fd, void *buf, size_t len, int ms)
+{
+    size_t off = 0;
+    while (off < len) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t r;
+        if (poll(&pfd, 1, ms) != 1) {
+            return -1;
+        }
+        r = recv(fd, (char *)buf + off, len - off, 0);
+        if (r <= 0) {
+            return -1;
+        }
+        off += (size_t)r;
     }
     return 0;
 }

@@ -25,4 +25,8 @@ int tap_names_rank(const char *text, int r);  /* prints the plan if none was giv
     tap_is_int_at((long long)(got), (long long)(want), __FILE__, __LINE__, __VA_ARGS__)
 #define tap_is_str(got, want, ...) tap_is_str_at((got), (want), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Tests that speak a wire protocol by hand: reads exactly len bytes from fd, waiting at most
+ * ms for each piece; 0, or -1 on timeout, EOF or error. */
+int tap_read_n(int fd, void *buf, size_t len, int ms);
+
 #endif

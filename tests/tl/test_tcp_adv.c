@@ -140,23 +140,6 @@ static int raw_connect_from(const uint8_t *addr, const char *src)
     return fd;
 }
 
-static int raw_read(int fd, uint8_t *buf, size_t len, int ms)
-{
-    size_t off = 0;
-    while (off < len) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, ms) != 1) {
-            return -1;
-        }
-        ssize_t r = recv(fd, buf + off, len - off, 0);
-        if (r <= 0) {
-            return -1;
-        }
-        off += (size_t)r;
-    }
-    return 0;
-}
-
 /* 1 if the other side closes fd within ms, having sent at most `upto` bytes. */
 static int raw_closed(int fd, int ms, size_t upto)
 {
@@ -383,7 +366,7 @@ static void *replay_acceptor_run(void *arg)
         int i = n >= 24 ? rec_for_socket(r->rec, (uint32_t)shoal_get_le(hello + 16, 4)) : -1;
         if (i >= 0 && r->rec->na2c[i] >= 64) {
             (void)send(fd, r->rec->a2c[i], 32, MSG_NOSIGNAL);           /* the challenge */
-            if (raw_read(fd, proof, sizeof(proof), 3000) == 0) {
+            if (tap_read_n(fd, proof, sizeof(proof), 3000) == 0) {
                 (void)send(fd, r->rec->a2c[i] + 32, 32, MSG_NOSIGNAL); /* rank 0's proof */
                 r->served++;
             }
@@ -450,7 +433,7 @@ static void test_replay(void)
     size_t hello_len = SHOAL_TCP_HELLO_BYTES;
     refused = fd >= 0 && i >= 0 &&
               send(fd, m->c2a[i], hello_len, MSG_NOSIGNAL) == (ssize_t)hello_len &&
-              raw_read(fd, chal, sizeof(chal), 3000) == 0 &&
+              tap_read_n(fd, chal, sizeof(chal), 3000) == 0 &&
               send(fd, m->c2a[i] + hello_len, SHOAL_HMAC_BYTES, MSG_NOSIGNAL) == SHOAL_HMAC_BYTES &&
               raw_closed(fd, 3000, 0);
     if (fd >= 0) {

@@ -171,23 +171,6 @@ static int raw_closed(int fd, int ms)
     return r == 0 || (r < 0 && errno == ECONNRESET);
 }
 
-static int raw_read(int fd, uint8_t *buf, size_t len, int ms)
-{
-    size_t off = 0;
-    while (off < len) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, ms) != 1) {
-            return -1;
-        }
-        ssize_t r = recv(fd, buf + off, len - off, 0);
-        if (r <= 0) {
-            return -1;
-        }
-        off += (size_t)r;
-    }
-    return 0;
-}
-
 static shoal_tcp_hello_t hello_make(uint32_t comm_id, uint32_t rank, uint32_t idx)
 {
     return (shoal_tcp_hello_t){
@@ -233,7 +216,7 @@ static int raw_wrong_hmac(const uint8_t *addr, size_t alen, uint32_t comm_id)
     }
     shoal_tcp_hello_encode(&h, b);
     if (send(fd, b, sizeof(b), MSG_NOSIGNAL) == (ssize_t)sizeof(b) &&
-        raw_read(fd, chal, sizeof(chal), 3000) == 0 &&
+        tap_read_n(fd, chal, sizeof(chal), 3000) == 0 &&
         shoal_tcp_proof(wrong_secret, "shoal-tcp", &t, proof) == SHOAL_OK &&
         send(fd, proof, sizeof(proof), MSG_NOSIGNAL) == (ssize_t)sizeof(proof)) {
         ok = raw_closed(fd, 3000);
