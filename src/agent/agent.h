@@ -55,6 +55,9 @@ typedef struct shoald_tenant {
     const char *token_file;                /* bearer token of its /metrics?tenant= view */
     char token[SHOALD_TOKEN_MAX];
     size_t token_len;
+    int tc_weight;                         /* its htb class's share of a link (qos_tc), >= 1 */
+    int tc_dscp;                           /* tc classifier: the DSCP of its packets, -1 none */
+    int tc_mark;                           /* or the fwmark the provider's firewall sets, -1 */
 } shoald_tenant_t;
 
 typedef struct {
@@ -76,6 +79,14 @@ typedef struct {
     int job_retention_s;                   /* series of a job without ranks stay this long */
     const char *ready_file;                /* written once listening (tests, scripts) */
     const char *hostname;                  /* for the cursor keys ("" = this host's name) */
+    /* QoS (agent_qos.c) */
+    int qos_period_ms;                     /* the arbiter runs this often */
+    const char *qos_rates_dir;             /* rates pages DIR/TENANT.rate; "none": no arbiter */
+    size_t qos_capacity_shm;               /* bytes/s of same-host traffic, 0 = not divided */
+    size_t qos_capacity_net;               /* bytes/s of other-host traffic (pacing fallback) */
+    const char *qos_tc;                    /* shoal-tc.sh to run, "none" */
+    const char *qos_tc_dev;                /* its interfaces, comma-separated */
+    const char *qos_tc_link_rate;          /* their line rate (tc units, 1gbit) */
     shoald_tenant_t *tenants;
     uint8_t master[SHOALD_KEY_BYTES];
     int have_master;
@@ -140,6 +151,10 @@ typedef struct shoald_page {
     char key[96];                          /* ledger cursor key */
     uint64_t ctr[SHOALD_NCTR];             /* last values read, never decreasing */
     shoald_proc_t *proc;                   /* its process's abuse signals (in its job) */
+    int32_t qos_class, qos_weight;         /* effective (the credential's at most) */
+    int qos_seen;                          /* qos_prev holds a reading */
+    uint64_t qos_prev[2];                  /* bytes sent same host / other host, last tick */
+    uint64_t qos_paced_prev;               /* paced_ns, last tick */
     uint64_t billed[SHOALD_CUR_NCOUNTERS]; /* cursor: what the ledger has (or will have) */
 } shoald_page_t;
 
@@ -202,6 +217,7 @@ typedef struct {
     struct shoald_batch *pending;          /* minutes waiting for the ledger, oldest first */
     unsigned npending;
     int64_t next_boundary;                 /* unix seconds of the next minute boundary */
+    struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
 } shoald_t;
 
 /* A rank's page was accepted: the agent takes conn_fd, pidfd and the mapping. */
@@ -248,6 +264,24 @@ void shoald_text_printf(shoald_text_t *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Appends s as a Prometheus label value (\\, \", \n escaped). */
 void shoald_text_label(shoald_text_t *t, const char *s);
+
+/* ---- QoS arbiter (agent_qos.c) ---- */
+/* Sets up tc (qos_tc) and the rates directory; SHOAL_OK also when QoS is off or tc cannot be
+ * configured here (then pacing stands in, said once). */
+shoal_status_t shoald_qos_start(shoald_t *a);
+/* Runs the arbiter when its period has passed: demands from the pages' counters, weighted
+ * max-min shares, the rates pages written (and their heartbeat). */
+void shoald_qos_tick(shoald_t *a);
+/* Milliseconds until the next run (-1: off). */
+int shoald_qos_wait_ms(shoald_t *a);
+/* Lifts the rates (0 = no limit), removes the pages and the tc tree. */
+void shoald_qos_stop(shoald_t *a);
+/* The QoS series of /metrics (tenant NULL: every tenant). */
+void shoald_qos_prom(shoald_t *a, const char *tenant, shoald_text_t *t);
+/* The effective class and weight of a page: its claim, never above the credential's (cred_class
+ * 0: no credential, at most burstable and weight 1). */
+void shoald_qos_page_class(shoald_page_t *p, const shoal_meter_page_t *snap, int cred_class,
+                           int cred_weight);
 
 /* ---- HTTP (agent_http.c) ---- */
 typedef struct shoald_http shoald_http_t;

@@ -79,6 +79,33 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
     {.name = "hostname", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, hostname),
      .doc = "host name in the ledger's cursor keys (empty: this host's name)"},
+    {.name = "qos_rates_dir", .dflt = "/run/shoal/qos", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, qos_rates_dir),
+     .doc = "QoS arbiter: the rates pages DIR/TENANT.rate it writes (jobs read theirs with "
+            "SHOAL_QOS_RATES=DIR/%t.rate); none: no arbiter"},
+    {.name = "qos_period", .dflt = "100ms", .type = SHOAL_CFG_TIME,
+     .offset = offsetof(shoald_config_t, qos_period_ms),
+     .doc = "QoS arbiter: how often the active tenants' shares are computed and published "
+            "(ms, s); also the rates pages' heartbeat"},
+    {.name = "qos_capacity_shm", .dflt = "0", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoald_config_t, qos_capacity_shm),
+     .doc = "payload bytes/s the tenants' same-host traffic (shared memory, loopback) may "
+            "carry together, divided by weight (k m g = 1024 powers; measure it with "
+            "perf/qos_bench.sh --mode capacity); 0: not divided"},
+    {.name = "qos_capacity_net", .dflt = "0", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoald_config_t, qos_capacity_net),
+     .doc = "payload bytes/s of the host's NICs, divided by weight by pacing where tc is not "
+            "set up (with tc the kernel divides the link); 0: not divided"},
+    {.name = "qos_tc", .dflt = "none", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, qos_tc),
+     .doc = "shoal-tc.sh to run at start (htb class per tenant on qos_tc_dev) and stop "
+            "(removed); none: no tc"},
+    {.name = "qos_tc_dev", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, qos_tc_dev),
+     .doc = "interfaces for qos_tc, comma-separated"},
+    {.name = "qos_tc_link_rate", .dflt = "1gbit", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, qos_tc_link_rate),
+     .doc = "line rate of the qos_tc_dev interfaces (tc units: 1gbit, 100gbit)"},
 };
 #define SHOALD_CFG_SOCKET_MODE 1 /* index of the socket_mode row */
 
@@ -91,6 +118,11 @@ static const char *const shoald_cfg_tenant_doc[][2] = {
                           "credential is always billed spot)"},
     {"tenant.NAME.scrape_token_file", "bearer token for the tenant's own view "
                                       "/metrics?tenant=NAME (without it, no tenant view)"},
+    {"tenant.NAME.dscp", "qos_tc: the DSCP (0..63) of the tenant's packets (its class's "
+                         "SHOAL_QOS_DSCP) that puts them in its htb class"},
+    {"tenant.NAME.tc_mark", "qos_tc: or the fwmark the provider's firewall gives its uids"},
+    {"tenant.NAME.tc_weight", "qos_tc: its htb class's share of the link among the reserved "
+                              "tenants (default 1; spot tenants get 1% in all)"},
 };
 
 void shoald_config_help(FILE *fp)
@@ -212,6 +244,9 @@ static int shoald_cfg_tenant_line(shoald_config_t *cfg, const char *key, const c
         }
         snprintf(t->name, sizeof(t->name), "%s", tname);
         snprintf(t->class_name, sizeof(t->class_name), "reserved");
+        t->tc_weight = 1;
+        t->tc_dscp = -1;
+        t->tc_mark = -1;
         t->next = cfg->tenants;
         cfg->tenants = t;
     }
@@ -232,8 +267,27 @@ static int shoald_cfg_tenant_line(shoald_config_t *cfg, const char *key, const c
             return -1;
         }
         snprintf(t->class_name, sizeof(t->class_name), "%s", value);
+    } else if (strcmp(field, "dscp") == 0 || strcmp(field, "tc_mark") == 0 ||
+               strcmp(field, "tc_weight") == 0) {
+        char *end;
+        long v = strtol(value, &end, 0);
+        int dscp = field[0] == 'd', mark = field[3] == 'm';
+
+        if (end == value || *end != '\0' || v < (dscp || mark ? 0 : 1) ||
+            v > (dscp ? 63 : mark ? 0x7fffffffL : 1000000L)) {
+            *why = dscp ? "dscp must be 0..63" : mark ? "tc_mark must be a positive integer" :
+                   "tc_weight must be 1..1000000";
+            return -1;
+        }
+        if (dscp)
+            t->tc_dscp = (int)v;
+        else if (mark)
+            t->tc_mark = (int)v;
+        else
+            t->tc_weight = (int)v;
     } else {
-        *why = "unknown tenant field (key_file, uids, class, scrape_token_file)";
+        *why = "unknown tenant field (key_file, uids, class, scrape_token_file, dscp, tc_mark, "
+               "tc_weight)";
         return -1;
     }
     return 0;

@@ -381,6 +381,7 @@ void shoald_prom_render(shoald_t *a, const char *tenant, shoald_text_t *t)
     shoald_prom_jobs(a, tenant, t);
     if (a->cfg->export_ranks)
         shoald_prom_ranks(a, tenant, t);
+    shoald_qos_prom(a, tenant, t);
     if (tenant == NULL)
         shoald_prom_agent(a, t);
 }

@@ -301,7 +301,8 @@ static const char *shoald_reg_page_check(const shoal_meter_page_t *s)
 /* The tenant claim: credential (verified with the tenant's key), then the uid. On refusal it
  * answers and frees q and returns NULL. */
 static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
-                                    const shoal_meter_page_t *s, const char *credtext)
+                                    const shoal_meter_page_t *s, const char *credtext,
+                                    int *cred_class, int *cred_weight)
 {
     shoal_tenant_cred_t cred;
     shoald_tenant_t *t;
@@ -352,6 +353,8 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
         return NULL;
     }
     cls = cred.id.qos_class == SHOAL_QOS_SPOT ? "spot" : t->class_name;
+    *cred_class = cred.id.qos_class;
+    *cred_weight = cred.id.qos_weight;
     shoal_secret_wipe(&cred, sizeof(cred));
     return cls;
 }
@@ -366,7 +369,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
     void *map;
     struct stat st;
     shoald_page_t *p;
-    int seals, pidfd, fd;
+    int seals, pidfd, fd, cred_class = 0, cred_weight = 1;
 
     if (q->extra_fds || q->memfd < 0) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_NO_FD, SHOAL_ERR_INVALID_ARG, NULL,
@@ -402,7 +405,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
     }
     memcpy(credtext, q->buf + sizeof(*m), m->cred_len);
     credtext[m->cred_len] = '\0';
-    cls = shoald_reg_claim(r, q, &snap, credtext);
+    cls = shoald_reg_claim(r, q, &snap, credtext, &cred_class, &cred_weight);
     shoal_secret_wipe(credtext, sizeof(credtext));
     if (cls == NULL) {
         munmap(map, SHOAL_METER_PAGE_BYTES);
@@ -426,6 +429,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
         shoald_reg_pend_free(r, q, 1);
         return;
     }
+    shoald_qos_page_class(p, &snap, cred_class, cred_weight);
     r->a->accepted++;
     shoald_reg_reply(fd, SHOAL_OK, "");
     shoal_info(METER, "rank %d/%d of %s/%s registered (pid %d, uid %u, %d GPUs, class %s)",

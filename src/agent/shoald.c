@@ -169,6 +169,7 @@ static int shoald_loop(shoald_t *a, int epfd, int sigfd, shoald_reg_t *reg, shoa
 
     while (!stop) {
         timeout = shoald_min_wait(shoald_reg_wait_ms(reg), shoald_minute_wait_ms(a));
+        timeout = shoald_min_wait(timeout, shoald_qos_wait_ms(a));
         if (http != NULL)
             timeout = shoald_min_wait(timeout, shoald_http_wait_ms(http));
         n = epoll_wait(epfd, evs, (int)SHOAL_ARRAY_SIZE(evs), timeout);
@@ -188,6 +189,7 @@ static int shoald_loop(shoald_t *a, int epfd, int sigfd, shoald_reg_t *reg, shoa
         shoald_reg_timeouts(reg);
         shoald_minute_tick(a);
         shoald_ledger_retry(a);
+        shoald_qos_tick(a);
     }
     (void)sigfd;
     shoal_info(METER, "stopping");
@@ -248,6 +250,8 @@ int main(int argc, char **argv)
         }
     }
     shoald_minute_init(&a);
+    if (shoald_qos_start(&a) != SHOAL_OK)
+        goto out;
     shoal_info(METER, "shoald %s: registrations on %s, metrics on %s%s%s (port %d), minute %d s, "
                "ledger %s", PACKAGE_VERSION, cfg.listen, cfg.http != NULL ? "http://" : "",
                cfg.http != NULL ? cfg.http : "none", cfg.http != NULL ? "/metrics" : "", port,
@@ -258,6 +262,7 @@ int main(int argc, char **argv)
     shoald_notify("STOPPING=1");
     shoald_minute_fini(&a);
 out:
+    shoald_qos_stop(&a);
     shoald_http_stop(http);
     shoald_reg_stop(reg);
     shoald_pages_free(&a);
