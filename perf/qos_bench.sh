@@ -31,7 +31,7 @@
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
 mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
-period=1000 reps=5 link=1gbit
+period=1000 reps=5 link=1gbit qperiod=100ms arrive= leave= tol=5 png= lat_n=2000 skip=1000
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -46,6 +46,13 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --link) link=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --qperiod) qperiod=$2; shift 2 ;;
+    --arrive) arrive=$2; shift 2 ;;
+    --leave) leave=$2; shift 2 ;;
+    --tol) tol=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    --png) png=$2; shift 2 ;;
+    --lat-iters) lat_n=$2; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
 done
@@ -76,7 +83,9 @@ if [ "$transport" = netns ]; then
     # shellcheck source=tests/netns/netns_lib.sh
     . "$here/../tests/netns/netns_lib.sh"
     netns_usable || { echo "qos_bench.sh: no network namespaces: $netns_why" >&2; exit 2; }
-    netns_setup 2 "$link" 2>"$tmp/setup.err" || {
+    # agent and latency: shoal-tc.sh shapes the links (and divides them), not netns_setup
+    case $mode in agent|latency) nslink= ;; *) nslink=$link ;; esac
+    netns_setup 2 "$nslink" 2>"$tmp/setup.err" || {
         echo "qos_bench.sh: namespace setup failed: $(head -n 1 "$tmp/setup.err")" >&2; exit 2; }
 fi
 
@@ -135,6 +144,289 @@ if [ "$mode" = overhead ]; then
         v=$(median <"$tmp/s")
         printf '  %8s %14s %14s %8.3f\n' "$1" "$u" "$v" "$(echo "$v $u" | awk '{ print $1 / $2 }')"
     done
+    exit 0
+fi
+# ---- modes with the node agent (agent, latency, capacity) ------------------------------------
+# agent: N tenants (one per weight of --weights, named t1..tN), each one job of RANKS ranks per
+# host. shm: shoald arbitrates (qos_capacity_shm = --capacity, qos_period = --qperiod), the
+# jobs register with it and read their rates pages. netns: the kernel divides the link:
+# shoal-tc.sh puts an htb tree on each host's link (--link, classes by weight, DSCP classifier)
+# and each tenant's packets carry its own DSCP (SHOAL_QOS_DSCP); no pacing.
+# --arrive I:S  tenant I starts S seconds after the others; --leave I:S  tenant I stops after
+# S seconds. Per window: each tenant's MiB/s, its share of what the active tenants sent
+# against its weight's share, Jain's index of rate/weight; after each arrival and leave, the
+# time until the first window with every share within --tol % (re-convergence); a PNG of
+# each tenant's throughput over time (--png FILE, gnuplot).
+# latency: tenant "g" (guaranteed, weight 8) runs qos_load -L (8 B..32 KiB AllReduce, p99)
+# alone, then again while tenant "s" (spot, weight 1) saturates with --bytes AllReduces; the
+# ratio of the p99s per size. shm: under the agent; netns: under the htb tree.
+# capacity: one tenant alone, unpaced: what the transport carries (the capacity to configure).
+agent_tenants=
+agent_setup() { # the agent (shm) or the htb trees (netns); sets agent_env
+    agent_env=
+    if [ "$transport" = netns ]; then
+        sum_w=$(echo "$weights" | tr ':' '\n' | awk '{ s += $1 } END { print s }')
+        link_bits=$(echo "$link" | awk '{ v = tolower($1); m = 1;
+            if (v ~ /gbit$/) { m = 1e9; sub(/gbit$/, "", v) } else if (v ~ /mbit$/) { m = 1e6;
+            sub(/mbit$/, "", v) } printf "%.0f\n", v * m }')
+        specs= i=0
+        for w in $(echo "$weights" | tr ':' ' '); do
+            i=$((i + 1))
+            specs="$specs t$i,rate=$(awk -v l="$link_bits" -v w="$w" -v s="$sum_w" \
+                'BEGIN { printf "%.0f", l * 0.97 * w / s }')bit,dscp=$((2 + 8 * i))"
+        done
+        for h in $netns_hosts; do
+            # shellcheck disable=SC2086
+            "$here/../scripts/shoal-tc.sh" -n "$h" setup "$netns_ifname" "$link" $specs \
+                >>"$tmp/tc.log" 2>&1 || { echo "qos_bench.sh: shoal-tc.sh failed:" \
+                "$(tail -n 1 "$tmp/tc.log")" >&2; exit 2; }
+        done
+        echo "# tc: htb on each host's $netns_ifname at $link:$specs"
+        return
+    fi
+    shoald=$build/shoald
+    [ -x "$shoald" ] && [ -x "$build/shoal-cred" ] || {
+        echo "qos_bench.sh: shoald not built (libmicrohttpd)" >&2; exit 2; }
+    "$build/shoal-cred" keygen -o "$tmp/master.key" >/dev/null 2>&1 || exit 2
+    cat >"$tmp/shoald.conf" <<EOC
+listen=$tmp/shoald.sock
+http=127.0.0.1:0
+ledger_url=none
+master_key_file=$tmp/master.key
+qos_rates_dir=$tmp/rates
+qos_capacity_shm=$capacity
+qos_period=$qperiod
+EOC
+    for t in $agent_tenants; do echo "tenant.$t.class=reserved" >>"$tmp/shoald.conf"; done
+    SHOAL_DEBUG=${QOS_AGENT_DEBUG:-INFO} "$shoald" -c "$tmp/shoald.conf" \
+        --ready-file "$tmp/ready" >"$tmp/shoald.log" 2>&1 &
+    agent_pid=$!
+    pids="$pids $agent_pid"
+    i=0
+    while [ ! -s "$tmp/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -s "$tmp/ready" ] || { echo "qos_bench.sh: shoald did not start:" \
+        "$(tail -n 2 "$tmp/shoald.log")" >&2; exit 2; }
+    agent_http=$(sed -n 's/^http=//p' "$tmp/ready")
+    echo "# agent: shoald (pid $agent_pid), capacity $capacity same host, period $qperiod," \
+        "metrics http://$agent_http/metrics"
+}
+agent_cred() { # agent_cred TENANT CLASS WEIGHT: its credential file
+    "$build/shoal-cred" issue -k "$tmp/master.key" --tenant "$1" --job qos-bench \
+        --class "$2" --weight "$3" >"$tmp/$1.cred" 2>/dev/null || exit 2
+    chmod 600 "$tmp/$1.cred"
+}
+# ajob TENANT INDEX SECONDS [qos_load args...]: one tenant's job in the background
+ajob() {
+    t=$1 idx=$2 secs=$3
+    shift 3
+    if [ "$transport" = netns ]; then
+        mkdir -p "$tmp/ns.$t"
+        (
+            NETNS_TMP=$tmp/ns.$t
+            NETNS_ENV="SHOAL_TENANT=$t SHOAL_JOB=qos-bench SHOAL_AGENT=none SHOAL_TRANSPORT=tcp
+                SHOAL_QOS_CLASS=burstable SHOAL_QOS_DSCP=burstable=$((2 + 8 * idx))"
+            netns_job "$tmp/ns.$t/r" "$ranks" block $((${secs%.*} + 60)) "$load" "$@"
+            rc=$?
+            cat "$tmp/ns.$t"/r.*.out >"$tmp/$t"
+            cat "$tmp/ns.$t"/r.*.err >"$tmp/$t.err"
+            exit $rc
+        ) &
+        pids="$pids $!"
+        jpids="$jpids $!"
+        return
+    fi
+    # shellcheck disable=SC2086
+    SHOAL_TENANT=$t SHOAL_JOB=qos-bench SHOAL_CREDENTIAL_FILE=$tmp/$t.cred \
+        "$shoalrun" --no-prefix --timeout $((${secs%.*} + 60)) -n "$ranks" \
+        -x SHOAL_TENANT -x SHOAL_JOB -x SHOAL_CREDENTIAL_FILE -x SHOAL_AGENT="$tmp/shoald.sock" \
+        -x SHOAL_TRANSPORT="$transport" -x SHOAL_QOS_RATES="$tmp/rates/%t.rate" \
+        $agent_x "$load" "$@" >"$tmp/$t" 2>"$tmp/$t.err" &
+    pids="$pids $!"
+    jpids="$jpids $!"
+}
+agent_wait() { # waits for the jobs; status=failed when one did not end cleanly
+    for p in $jpids; do wait "$p" || status=failed; done
+    jpids=
+}
+
+if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
+    status=ok jpids= agent_x=
+    if [ "$mode" = latency ]; then weights=8:1; fi
+    if [ "$mode" = capacity ]; then weights=1; fi
+    i=0
+    for w in $(echo "$weights" | tr ':' ' '); do i=$((i + 1)); agent_tenants="$agent_tenants t$i"; done
+    ntenants=$i
+    echo "# qos bench: mode $mode, $transport, $ntenants tenant(s) x $ranks ranks x $hosts" \
+        "host(s), weights $weights, AllReduce of $bytes bytes, ${seconds} s, windows of" \
+        "$period ms; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    if [ "$mode" = capacity ]; then
+        transport_=$transport
+        SHOAL_TENANT=t1 SHOAL_JOB=qos-bench "$shoalrun" --no-prefix --timeout $((${seconds%.*} + 60)) \
+            -n "$ranks" -x SHOAL_AGENT=none -x SHOAL_TRANSPORT="$transport_" -x SHOAL_TENANT \
+            -x SHOAL_JOB "$load" -s "$seconds" -b "$bytes" -p "$period" >"$tmp/t1" 2>"$tmp/t1.err"
+        awk -v ranks="$ranks" '$1 == "qos" && $4 ~ /^t=/ { split($4, t, "="); split($5, s, "=");
+            sum[t[2]] += s[2]; n[t[2]]++ } END { m = 0; k = 0; prev = ""
+            for (x in sum) tl[++k] = x
+            for (i = 2; i <= k; i++) for (j = i; j > 1 && tl[j - 1] + 0 > tl[j] + 0; j--) {
+                y = tl[j]; tl[j] = tl[j - 1]; tl[j - 1] = y }
+            for (i = 2; i <= k; i++) if (n[tl[i]] == ranks && n[tl[i - 1]] == ranks) {
+                r = (sum[tl[i]] - sum[tl[i - 1]]) * 1000 / (tl[i] - tl[i - 1]); c++; tot += r
+                if (r > m) m = r }
+            printf "result mode=capacity windows=%d mean_bps=%.0f max_bps=%.0f\n", c,
+                c ? tot / c : 0, m }' "$tmp/t1"
+        exit 0
+    fi
+    agent_setup
+    if [ "$mode" = latency ]; then
+        agent_cred t1 guaranteed 8
+        agent_cred t2 spot 1
+        echo "# t1: guaranteed, weight 8, qos_load -L $lat_n (alone, then with t2)"
+        ajob t1 1 60 -L "$lat_n"
+        agent_wait
+        grep '^lat' "$tmp/t1" >"$tmp/alone"
+        ajob t2 2 $((${seconds%.*} + 60)) -s $((${seconds%.*} + 60)) -b "$bytes" -p "$period"
+        spot_pid=${jpids# }
+        sleep 1.5
+        jpids=
+        ajob t1 1 60 -L "$lat_n"
+        agent_wait
+        grep '^lat' "$tmp/t1" >"$tmp/loaded"
+        # the spot job: stopped now (its deadline is far), its ranks with it
+        kill "$spot_pid" 2>/dev/null
+        [ "$transport" = netns ] || pkill -P "$spot_pid" 2>/dev/null
+        printf '# %8s %12s %12s %12s %12s %8s\n' size "alone p50" "alone p99" "spot p50" \
+            "spot p99" "p99 x"
+        paste -d ' ' "$tmp/alone" "$tmp/loaded" | awk -v status="$status" '
+            { gsub(/[a-z_0-9]+=/, ""); }
+            { a50 = $5; a99 = $6; b50 = $11; b99 = $12; x = a99 > 0 ? b99 / a99 : 0
+              printf "  %8s %12.2f %12.2f %12.2f %12.2f %8.2f\n", $3, a50, a99, b50, b99, x
+              if (x > worst) worst = x; n++ }
+            END { if (n != 5) status = "failed"
+                  printf "result mode=latency sizes=%d worst_p99_ratio=%.3f status=%s\n", n,
+                      worst, status }'
+        exit 0
+    fi
+    i=0
+    for w in $(echo "$weights" | tr ':' ' '); do
+        i=$((i + 1))
+        [ "$transport" = netns ] || agent_cred "t$i" burstable "$w"
+    done
+    arr_i=${arrive%%:*} arr_s=${arrive##*:} lv_i=${leave%%:*} lv_s=${leave##*:}
+    i=0
+    for w in $(echo "$weights" | tr ':' ' '); do
+        i=$((i + 1))
+        [ "$i" = "$arr_i" ] && continue
+        s=$seconds
+        [ "$i" = "$lv_i" ] && s=$lv_s
+        ajob "t$i" "$i" "$s" -s "$s" -b "$bytes" -p "$period"
+    done
+    if [ -n "$arrive" ]; then
+        sleep "$arr_s"
+        s=$(awk -v a="$seconds" -v b="$arr_s" 'BEGIN { print a - b }')
+        ajob "t$arr_i" "$arr_i" "$s" -s "$s" -b "$bytes" -p "$period"
+    fi
+    agent_wait
+    for t in $agent_tenants; do
+        if ! grep -q "done iters=.* status=SHOAL_OK" "$tmp/$t"; then
+            status=failed
+            echo "# job $t did not finish cleanly:"
+            sed 's/^/#   /' "$tmp/$t.err" | tail -n 5
+        fi
+    done
+    if [ -n "${agent_http:-}" ] && command -v curl >/dev/null 2>&1; then
+        curl -s "http://$agent_http/metrics" >"$tmp/metrics" 2>/dev/null
+    fi
+    cat $(for t in $agent_tenants; do echo "$tmp/$t"; done) | awk -v ranks="$((ranks * hosts))" \
+        -v period="$period" -v weights="$weights" -v status="$status" -v tol="$tol" \
+        -v data="$tmp/plot.dat" -v skip="$skip" '
+    $1 == "qos" && $4 ~ /^t=/ {
+        split($2, j, "="); split($4, t, "="); split($5, s, "=")
+        sum[j[2], t[2]] += s[2]; n[j[2], t[2]]++; times[t[2]] = 1
+        if (!(j[2] in first) || t[2] + 0 < first[j[2]] + 0) first[j[2]] = t[2]
+        if (!(j[2] in last) || t[2] + 0 > last[j[2]] + 0) last[j[2]] = t[2]
+    }
+    END {
+        nt = split(weights, w, ":")
+        k = 0
+        for (x in times) tl[++k] = x
+        for (i = 2; i <= k; i++) for (m = i; m > 1 && tl[m - 1] + 0 > tl[m] + 0; m--) {
+            y = tl[m]; tl[m] = tl[m - 1]; tl[m - 1] = y }
+        hdr = sprintf("# %6s", "t (s)")
+        for (i = 1; i <= nt; i++) hdr = hdr sprintf(" %9s", "t" i " MiB/s")
+        for (i = 1; i <= nt; i++) hdr = hdr sprintf(" %7s", "t" i " err")
+        print hdr sprintf(" %7s", "Jain")
+        # events: arrivals (a tenant whose first sample is late) and leaves (early last)
+        t00 = tl[1]; tend = tl[k]; nev = 0
+        for (i = 1; i <= nt; i++) {
+            if (first["t" i] - t00 > period) ev[++nev] = first["t" i]
+            if (tend - last["t" i] > period) ev[++nev] = last["t" i]
+        }
+        nw = 0; maxe = 0; minj = 1
+        for (i = 2; i <= k; i++) {
+            t0 = tl[i - 1]; t1 = tl[i]
+            if (t1 - t0 != period) continue
+            wsum = 0; tot = 0; na = 0; line = sprintf("  %6.1f", (t1 - t00) / 1000)
+            for (q = 1; q <= nt; q++) {
+                id = "t" q; act[q] = n[id, t0] == ranks && n[id, t1] == ranks
+                r[q] = act[q] ? (sum[id, t1] - sum[id, t0]) * 1000 / period : 0
+                if (act[q]) { wsum += w[q]; tot += r[q]; na++ }
+                line = line sprintf(" %9.2f", r[q] / 1048576)
+            }
+            printf "%.3f", (t1 - t00) / 1000 > data
+            for (q = 1; q <= nt; q++) printf " %.3f", r[q] / 1048576 > data
+            printf "\n" > data
+            if (na < 2 || tot <= 0) { print line; continue }
+            s1 = 0; s2 = 0; worst = 0
+            for (q = 1; q <= nt; q++) {
+                if (!act[q]) { line = line sprintf(" %7s", "-"); continue }
+                e = 100 * ((r[q] / tot) / (w[q] / wsum) - 1); ae = e < 0 ? -e : e
+                if (ae > worst) worst = ae
+                line = line sprintf(" %+6.1f%%", e)
+                x = r[q] / w[q]; s1 += x; s2 += x * x
+            }
+            jain = s1 * s1 / (na * s2)
+            print line sprintf(" %7.4f", jain)
+            win_ok[i] = worst <= tol; win_t1[i] = t1
+            # steady windows: not within skip ms after the start or an event
+            steady = t0 - t00 >= skip
+            for (e2 = 1; e2 <= nev; e2++) if (t0 >= ev[e2] - period && t0 < ev[e2] + skip) steady = 0
+            if (!steady) continue
+            nw++
+            if (worst > maxe) maxe = worst
+            if (jain < minj) minj = jain
+        }
+        conv = ""; worstc = 0
+        for (e2 = 1; e2 <= nev; e2++) {
+            c = -1
+            for (i = 2; i <= k; i++) if ((i in win_ok) && tl[i - 1] + 0 >= ev[e2] + 0 && win_ok[i]) {
+                c = win_t1[i] - ev[e2]; break }
+            conv = conv (conv == "" ? "" : ",") c
+            if (c < 0 || c > worstc) worstc = c < 0 ? 1e9 : c
+        }
+        if (nw == 0) status = "no-windows"
+        printf "result mode=agent tenants=%d windows=%d max_share_err_pct=%.2f min_jain=%.4f " \
+            "events=%d conv_ms=%s worst_conv_ms=%.0f status=%s\n", nt, nw, maxe, minj, nev,
+            conv == "" ? "none" : conv, worstc, status
+    }'
+    if [ -n "$png" ] && command -v gnuplot >/dev/null 2>&1 && [ -s "$tmp/plot.dat" ]; then
+        {
+            echo "set terminal pngcairo size 1000,500 noenhanced"
+            echo "set output '$png'"
+            echo "set title 'shoal QoS: $ntenants tenants, weights $weights, $transport'"
+            echo "set xlabel 'time (s)'; set ylabel 'MiB/s (payload sent)'; set key outside"
+            printf "plot"
+            i=0
+            for w in $(echo "$weights" | tr ':' ' '); do
+                i=$((i + 1))
+                [ $i -gt 1 ] && printf ","
+                printf " '%s' using 1:%d with steps lw 2 title 't%d (weight %s)'" \
+                    "$tmp/plot.dat" $((i + 1)) "$i" "$w"
+            done
+            echo
+        } >"$tmp/plot.gp"
+        gnuplot "$tmp/plot.gp" 2>"$tmp/plot.err" && echo "# plot: $png" ||
+            echo "# plot failed: $(head -n 1 "$tmp/plot.err")"
+    fi
     exit 0
 fi
 echo "# qos bench: mode $mode, $transport, 2 jobs x $ranks ranks, AllReduce of $bytes bytes," \

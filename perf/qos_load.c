@@ -7,6 +7,11 @@
  * and at the end the same with end=<unix ms> instead of t=, and "qos job=... rank=... done iters=<n> status=<name>".
  * usage: qos_load [-s seconds] [-b bytes] [-p period_ms] [-t transport]
  *
+ * qos_load -L N: latency instead: AllReduce of 8 B, 64 B, 512 B, 4 KiB and 32 KiB, N timed
+ * calls each (after N/10 untimed), every call timed on every rank; rank 0 prints, per size,
+ *   lat job=<SHOAL_TENANT> size=<bytes> n=<N> p50_us=<median> p99_us=<99th percentile>
+ * of the slowest rank's time per call (each rank's times are reduced with MAX).
+ *
  * qos_load -w PATH -r RATE [-s seconds] stands in for the node agent instead: it writes the
  * rates page PATH (src/qos/pace_page.h) with RATE bytes/s and beats it (gen += 2) every
  * 200 ms for the given seconds, then leaves it (a silent agent).
@@ -103,8 +108,50 @@ static int qos_agent(const char *path, uint64_t rate, double seconds)
     return 0;
 }
 
+static int qos_cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* -L N: the latency loop (see the header). */
+static shoal_status_t qos_latency(long n)
+{
+    static const size_t sizes[] = {8, 64, 512, 4096, 32768};
+    float buf[32768 / sizeof(float)];
+    double *t = calloc((size_t)n, sizeof(double));
+    shoal_status_t st = SHOAL_OK;
+
+    if (t == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memset(buf, 0, sizeof(buf));
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]) && st == SHOAL_OK; k++) {
+        size_t count = sizes[k] / sizeof(float);
+        for (long i = -n / 10; i < n && st == SHOAL_OK; i++) {
+            uint64_t t0 = qos_now_ns(CLOCK_MONOTONIC);
+            st = shoal_allreduce(buf, buf, count, SHOAL_FLOAT32, SHOAL_SUM, qos_comm, NULL);
+            if (i >= 0) {
+                t[i] = (double)(qos_now_ns(CLOCK_MONOTONIC) - t0) * 1e-3;
+            }
+        }
+        if (st == SHOAL_OK) {
+            st = shoal_allreduce(t, t, (size_t)n, SHOAL_FLOAT64, SHOAL_MAX, qos_comm, NULL);
+        }
+        if (st == SHOAL_OK && qos_rank == 0) {
+            qsort(t, (size_t)n, sizeof(double), qos_cmp_double);
+            printf("lat job=%s size=%zu n=%ld p50_us=%.2f p99_us=%.2f\n", qos_job, sizes[k], n,
+                   t[n / 2], t[(size_t)((double)n * 0.99) < (size_t)n ?
+                                 (size_t)((double)n * 0.99) : (size_t)n - 1]);
+        }
+    }
+    free(t);
+    return st;
+}
+
 int main(int argc, char **argv)
 {
+    long lat_n = 0;
     const char *agent_path = NULL;
     uint64_t agent_rate = 0;
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
@@ -116,7 +163,7 @@ int main(int argc, char **argv)
     float *buf;
     int opt;
 
-    while ((opt = getopt(argc, argv, "s:b:p:t:w:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "s:b:p:t:w:r:L:")) != -1) {
         switch (opt) {
         case 's': seconds = atof(optarg); break;
         case 'b': bytes = strtoull(optarg, NULL, 0); break;
@@ -124,9 +171,10 @@ int main(int argc, char **argv)
         case 't': cfg.transport = optarg; break;
         case 'w': agent_path = optarg; break;
         case 'r': agent_rate = strtoull(optarg, NULL, 0); break;
+        case 'L': lat_n = atol(optarg); break;
         default:
             fprintf(stderr, "usage: qos_load [-s seconds] [-b bytes] [-p period_ms] "
-                            "[-t transport]\n");
+                            "[-t transport] [-L calls]\n");
             return 2;
         }
     }
@@ -146,6 +194,14 @@ int main(int argc, char **argv)
         return 1;
     }
     shoal_comm_rank(qos_comm, &qos_rank);
+    if (lat_n > 0) {
+        st = qos_latency(lat_n);
+        printf("qos job=%s rank=%d done latency status=%s\n", qos_job, qos_rank,
+               shoal_status_name(st));
+        shoal_comm_destroy(qos_comm);
+        free(buf);
+        return st == SHOAL_OK ? 0 : 1;
+    }
     end = qos_now_ns(CLOCK_MONOTONIC) + (uint64_t)(seconds * 1e9);
     pthread_create(&th, NULL, qos_sampler, NULL);
     for (;;) {

@@ -278,10 +278,11 @@ int shoald_qos_wait_ms(shoald_t *a);
 void shoald_qos_stop(shoald_t *a);
 /* The QoS series of /metrics (tenant NULL: every tenant). */
 void shoald_qos_prom(shoald_t *a, const char *tenant, shoald_text_t *t);
-/* The effective class and weight of a page: its claim, never above the credential's (cred_class
- * 0: no credential, at most burstable and weight 1). */
-void shoald_qos_page_class(shoald_page_t *p, const shoal_meter_page_t *snap, int cred_class,
-                           int cred_weight);
+/* A page was accepted: its effective class and weight (its claim, never above the
+ * credential's; cred_class 0: no credential, at most burstable and weight 1), and its tenant's
+ * rates page made (before the reply, so the rank's pacer finds it at init). */
+void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_page_t *snap,
+                              int cred_class, int cred_weight);
 
 /* ---- HTTP (agent_http.c) ---- */
 typedef struct shoald_http shoald_http_t;

@@ -304,20 +304,36 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
 
 /* ---- the arbiter -------------------------------------------------------------------------- */
 
-void shoald_qos_page_class(shoald_page_t *p, const shoal_meter_page_t *snap, int cred_class,
-                           int cred_weight)
+void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_page_t *snap,
+                              int cred_class, int cred_weight)
 {
     /* Service rank: guaranteed > burstable > default > spot (as src/qos/qos_class.c). */
     static const int rank[4] = {1, 3, 2, 0};
     int c = snap->qos_class >= 0 && snap->qos_class < 4 ? snap->qos_class : 0;
     int w = snap->qos_weight >= 1 ? snap->qos_weight : 1;
     int cmax = cred_class > 0 && cred_class < 4 ? cred_class : 2 /* burstable */;
+    shoald_qos_tenant_t *t, *o;
+    double wsum;
 
     if (rank[c] > rank[cmax])
         c = cmax;
     w = SHOAL_MIN(w, cred_class > 0 ? SHOAL_MAX(cred_weight, 1) : 1);
     p->qos_class = c;
     p->qos_weight = w;
+    if (a->qos == NULL || (t = shoald_qos_tenant(a, p->job->tenant)) == NULL)
+        return;
+    /* Before the reply, so that the rank's pacer finds its page at init. A tenant that was
+     * not active starts at its arrival share (its weight against the active tenants'); the
+     * next run of the arbiter, at most qos_period away, measures it. */
+    if (t->comms == 0 && t->page != NULL && a->qos->capacity[SHOALD_QOS_SAME] > 0) {
+        wsum = w;
+        for (o = a->qos->tenants; o != NULL; o = o->next) {
+            if (o != t && o->comms > 0)
+                wsum += o->weight;
+        }
+        shoald_qos_publish(t->page,
+                           (uint64_t)(a->qos->capacity[SHOALD_QOS_SAME] * w / wsum));
+    }
 }
 
 /* 1 when two live pages belong to one communicator (the same job and comm id). */

@@ -429,7 +429,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
         shoald_reg_pend_free(r, q, 1);
         return;
     }
-    shoald_qos_page_class(p, &snap, cred_class, cred_weight);
+    shoald_qos_page_register(r->a, p, &snap, cred_class, cred_weight);
     r->a->accepted++;
     shoald_reg_reply(fd, SHOAL_OK, "");
     shoal_info(METER, "rank %d/%d of %s/%s registered (pid %d, uid %u, %d GPUs, class %s)",
