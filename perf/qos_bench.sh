@@ -32,6 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
 mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
 period=1000 reps=5 link=1gbit qperiod=100ms arrive= leave= tol=5 png= lat_n=2000 skip=1000
+kill_agent= agent_x_add=
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -53,6 +54,8 @@ while [ $# -gt 0 ]; do
     --skip) skip=$2; shift 2 ;;
     --png) png=$2; shift 2 ;;
     --lat-iters) lat_n=$2; shift 2 ;;
+    --kill-agent) kill_agent=$2; shift 2 ;;
+    --job-env) agent_x_add="$agent_x_add -x $2"; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
 done
@@ -225,6 +228,7 @@ ajob() {
             NETNS_TMP=$tmp/ns.$t
             NETNS_ENV="SHOAL_TENANT=$t SHOAL_JOB=qos-bench SHOAL_AGENT=none SHOAL_TRANSPORT=tcp
                 SHOAL_QOS_CLASS=burstable SHOAL_QOS_DSCP=burstable=$((2 + 8 * idx))"
+            export SHOAL_TENANT="$t" SHOAL_JOB=qos-bench # mkuid makes the id for the tenant
             netns_job "$tmp/ns.$t/r" "$ranks" block $((${secs%.*} + 60)) "$load" "$@"
             rc=$?
             cat "$tmp/ns.$t"/r.*.out >"$tmp/$t"
@@ -250,7 +254,7 @@ agent_wait() { # waits for the jobs; status=failed when one did not end cleanly
 }
 
 if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
-    status=ok jpids= agent_x=
+    status=ok jpids= agent_x=$agent_x_add
     if [ "$mode" = latency ]; then weights=8:1; fi
     if [ "$mode" = capacity ]; then weights=1; fi
     i=0
@@ -320,6 +324,17 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         [ "$i" = "$lv_i" ] && s=$lv_s
         ajob "t$i" "$i" "$s" -s "$s" -b "$bytes" -p "$period"
     done
+    if [ -n "$kill_agent" ] && [ -n "${agent_pid:-}" ]; then
+        # a dead agent: its pages stay, their gen stops; the jobs' pacers must not stall
+        (sleep "$kill_agent"; kill -9 "$agent_pid" 2>/dev/null; echo "# agent killed (SIGKILL)" \
+            "after $kill_agent s") &
+    fi
+    if [ -n "${agent_http:-}" ] && command -v curl >/dev/null 2>&1; then
+        # the agent's QoS series half way through
+        (sleep "$(awk -v s="$seconds" 'BEGIN { print s / 2 }')"
+         curl -s -m 5 "http://$agent_http/metrics" >"$tmp/metrics.new" 2>/dev/null &&
+             mv "$tmp/metrics.new" "$tmp/metrics") &
+    fi
     if [ -n "$arrive" ]; then
         sleep "$arr_s"
         s=$(awk -v a="$seconds" -v b="$arr_s" 'BEGIN { print a - b }')
@@ -333,14 +348,15 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             sed 's/^/#   /' "$tmp/$t.err" | tail -n 5
         fi
     done
-    if [ -n "${agent_http:-}" ] && command -v curl >/dev/null 2>&1; then
-        curl -s "http://$agent_http/metrics" >"$tmp/metrics" 2>/dev/null
+    if [ -s "$tmp/metrics" ]; then
+        grep '^shoal_qos_' "$tmp/metrics" | sed 's/^/# metrics: /'
     fi
     cat $(for t in $agent_tenants; do echo "$tmp/$t"; done) | awk -v ranks="$((ranks * hosts))" \
         -v period="$period" -v weights="$weights" -v status="$status" -v tol="$tol" \
-        -v data="$tmp/plot.dat" -v skip="$skip" '
+        -v data="$tmp/plot.dat" -v skip="$skip" -v arr="${arrive:+t$arr_i}" \
+        -v lv="${leave:+t$lv_i}" -v col="$([ "$transport" = netns ] && echo 8 || echo 5)" '
     $1 == "qos" && $4 ~ /^t=/ {
-        split($2, j, "="); split($4, t, "="); split($5, s, "=")
+        split($2, j, "="); split($4, t, "="); split($col, s, "=")
         sum[j[2], t[2]] += s[2]; n[j[2], t[2]]++; times[t[2]] = 1
         if (!(j[2] in first) || t[2] + 0 < first[j[2]] + 0) first[j[2]] = t[2]
         if (!(j[2] in last) || t[2] + 0 > last[j[2]] + 0) last[j[2]] = t[2]
@@ -357,10 +373,8 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         print hdr sprintf(" %7s", "Jain")
         # events: arrivals (a tenant whose first sample is late) and leaves (early last)
         t00 = tl[1]; tend = tl[k]; nev = 0
-        for (i = 1; i <= nt; i++) {
-            if (first["t" i] - t00 > period) ev[++nev] = first["t" i]
-            if (tend - last["t" i] > period) ev[++nev] = last["t" i]
-        }
+        if (arr != "") ev[++nev] = first[arr]
+        if (lv != "") ev[++nev] = last[lv]
         nw = 0; maxe = 0; minj = 1
         for (i = 2; i <= k; i++) {
             t0 = tl[i - 1]; t1 = tl[i]
@@ -372,10 +386,20 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
                 if (act[q]) { wsum += w[q]; tot += r[q]; na++ }
                 line = line sprintf(" %9.2f", r[q] / 1048576)
             }
+            lastt = 0
+            for (q = 1; q <= nt; q++) lastt += r[q]
             printf "%.3f", (t1 - t00) / 1000 > data
             for (q = 1; q <= nt; q++) printf " %.3f", r[q] / 1048576 > data
             printf "\n" > data
             if (na < 2 || tot <= 0) { print line; continue }
+            # the expected set: every tenant but one not yet arrived or already gone (a job
+            # that starts or ends a little late or early is not an event)
+            full = 1
+            for (q = 1; q <= nt; q++) {
+                id = "t" q
+                want = !((id == arr && t1 <= first[arr]) || (id == lv && t0 >= last[lv]))
+                if (want != act[q]) full = 0
+            }
             s1 = 0; s2 = 0; worst = 0
             for (q = 1; q <= nt; q++) {
                 if (!act[q]) { line = line sprintf(" %7s", "-"); continue }
@@ -386,7 +410,10 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             }
             jain = s1 * s1 / (na * s2)
             print line sprintf(" %7.4f", jain)
+            if (!full) continue
             win_ok[i] = worst <= tol; win_t1[i] = t1
+            if (t0 - t00 >= skip && (nev == 0 || t1 <= ev[1])) { pre += tot; npre++ }
+            if (nev > 0 && t0 >= ev[nev] + skip) { post += tot; npost++ }
             # steady windows: not within skip ms after the start or an event
             steady = t0 - t00 >= skip
             for (e2 = 1; e2 <= nev; e2++) if (t0 >= ev[e2] - period && t0 < ev[e2] + skip) steady = 0
@@ -403,10 +430,11 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             conv = conv (conv == "" ? "" : ",") c
             if (c < 0 || c > worstc) worstc = c < 0 ? 1e9 : c
         }
-        if (nw == 0) status = "no-windows"
+        if (nw == 0 && nt >= 2) status = "no-windows"
         printf "result mode=agent tenants=%d windows=%d max_share_err_pct=%.2f min_jain=%.4f " \
-            "events=%d conv_ms=%s worst_conv_ms=%.0f status=%s\n", nt, nw, maxe, minj, nev,
-            conv == "" ? "none" : conv, worstc, status
+            "events=%d conv_ms=%s worst_conv_ms=%.0f tot_pre=%.0f tot_post=%.0f last=%.0f " \
+            "status=%s\n", nt, nw, maxe, minj, nev, conv == "" ? "none" : conv, worstc,
+            npre ? pre / npre : 0, npost ? post / npost : 0, lastt, status
     }'
     if [ -n "$png" ] && command -v gnuplot >/dev/null 2>&1 && [ -s "$tmp/plot.dat" ]; then
         {

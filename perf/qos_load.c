@@ -4,6 +4,7 @@
  * whole period of CLOCK_REALTIME (-p ms, default 1000), so the ranks of every job running at
  * once sample the same windows. One line per sample on stdout:
  *   qos job=<SHOAL_TENANT> rank=<r> t=<unix ms> sent=<bytes_sent> paced_ns=<ns> rate=<B/s>
+ *       net=<bytes_sent_other_host>
  * and at the end the same with end=<unix ms> instead of t=, and "qos job=... rank=... done iters=<n> status=<name>".
  * usage: qos_load [-s seconds] [-b bytes] [-p period_ms] [-t transport]
  *
@@ -46,9 +47,10 @@ static void qos_sample(const char *what, uint64_t t_ms)
 {
     shoal_stats_t s = SHOAL_STATS_INIT;
     if (shoal_comm_stats(qos_comm, &s) == SHOAL_OK) {
-        printf("qos job=%s rank=%d %s=%llu sent=%llu paced_ns=%llu rate=%llu\n", qos_job,
-               qos_rank, what, (unsigned long long)t_ms, (unsigned long long)s.bytes_sent,
-               (unsigned long long)s.paced_ns, (unsigned long long)s.pace_rate);
+        printf("qos job=%s rank=%d %s=%llu sent=%llu paced_ns=%llu rate=%llu net=%llu\n",
+               qos_job, qos_rank, what, (unsigned long long)t_ms,
+               (unsigned long long)s.bytes_sent, (unsigned long long)s.paced_ns,
+               (unsigned long long)s.pace_rate, (unsigned long long)s.bytes_sent_other_host);
     }
 }
 

@@ -1,0 +1,104 @@
+#!/bin/sh
+# QoS with the node agent arbitrating (src/agent/agent_qos.c), the short form of
+# perf/qos_bench.sh --mode agent over shared memory: shoald divides qos_capacity_shm among the
+# tenants that register with it, by the weights of their credentials, and publishes the rates
+# in the rates pages the jobs' pacers read. Checked: 1:3 shares; three tenants 1:1:2 where one
+# leaves (the others take its part: work-conserving, and re-converge); the QoS series on
+# /metrics; an agent killed with SIGKILL leaves the job at its last rate, then at full speed
+# after SHOAL_QOS_RATES_TIMEOUT, never stalled. Generous bounds (the bench has the figures).
+#
+# Environment: top_builddir, top_srcdir (make check).
+
+builddir=${top_builddir:-.}
+srcdir=${top_srcdir:-$(dirname "$0")/../..}
+bench=$srcdir/perf/qos_bench.sh
+n_tap=0
+fails=0
+
+if [ ! -x "$builddir/shoalrun" ] || [ ! -x "$builddir/qos_load" ] || [ ! -x "$builddir/shoald" ]; then
+    echo "1..0 # SKIP shoalrun, qos_load or shoald not built"
+    exit 0
+fi
+unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_TENANT
+
+tap() { # tap OK|FAIL description...
+    n_tap=$((n_tap + 1))
+    r=$1
+    shift
+    if [ "$r" = OK ]; then echo "ok $n_tap - $*"; else echo "not ok $n_tap - $*"; fails=1; fi
+}
+field() { # field NAME RESULT_LINE
+    echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
+}
+within() { # within VALUE LIMIT: VALUE <= LIMIT (floats)
+    awk -v v="$1" -v l="$2" 'BEGIN { exit !(v != "" && v + 0 <= l + 0) }'
+}
+# bench CHECK ARGS...: runs the bench (twice at most: a loaded machine may spoil a window);
+# CHECK is a shell condition on $res; leaves the output in $out
+bench() {
+    check=$1
+    shift
+    for try in 1 2; do
+        out=$(top_builddir=$builddir "$bench" --build "$builddir" --mode agent --transport shm \
+            "$@" 2>&1)
+        res=$(echo "$out" | grep '^result')
+        eval "$check" && return 0
+        echo "# try $try:"
+        echo "$out" | sed 's/^/# /'
+    done
+    return 1
+}
+
+# 1. Two tenants 1:3 (their credentials' weights), capacity 64 MiB/s, 1 s windows.
+bench '[ "$(field status "$res")" = ok ] && [ "$(field windows "$res")" -ge 2 ] &&
+    within "$(field max_share_err_pct "$res")" 10' --weights 1:3 --capacity 64m --seconds 4
+echo "$out" | grep -v '^result' | sed 's/^/# /'
+if [ "$(field status "$res")" = ok ] && within "$(field max_share_err_pct "$res")" 10; then
+    tap OK "agent, 1:3: each tenant within 10% of its share in every window (worst" \
+        "$(field max_share_err_pct "$res")%, Jain $(field min_jain "$res"))"
+else
+    tap FAIL "agent, 1:3: shares off ($res)"
+fi
+if echo "$out" | grep -q 'metrics: shoal_qos_weight{tenant="t2",class="burstable"} 3' &&
+    echo "$out" | grep -q 'metrics: shoal_qos_rate_bytes_per_second{tenant="t1"} [1-9]' &&
+    echo "$out" | grep -q 'metrics: shoal_qos_paced_seconds_total{tenant="t1"} [0-9.]*[1-9]'; then
+    tap OK "/metrics: the tenants' class, weight, rate and time held back"
+else
+    tap FAIL "/metrics lacks the QoS series"
+fi
+
+# 2. Three tenants 1:1:2, t3 leaves after 2 s: t1 and t2 take its part (work-conserving).
+bench '[ "$(field status "$res")" = ok ] && [ "$(field events "$res")" = 1 ] &&
+    within "$(field worst_conv_ms "$res")" 1000 &&
+    awk -v a="$(field tot_pre "$res")" -v b="$(field tot_post "$res")" \
+        "BEGIN { exit !(a > 0 && b >= 0.8 * a) }"' \
+    --weights 1:1:2 --capacity 64m --seconds 5 --period 250 --leave 3:2 --tol 15
+echo "$out" | grep -v '^result' | sed 's/^/# /'
+if [ "$(field status "$res")" = ok ] && within "$(field worst_conv_ms "$res")" 1000; then
+    tap OK "agent, 1:1:2, one leaves: shares within 15% again $(field conv_ms "$res") ms after"
+else
+    tap FAIL "agent, 1:1:2, one leaves: no re-convergence ($res)"
+fi
+if awk -v a="$(field tot_pre "$res")" -v b="$(field tot_post "$res")" \
+    'BEGIN { exit !(a > 0 && b >= 0.8 * a) }'; then
+    tap OK "work-conserving: the remaining tenants send $(field tot_post "$res") B/s after," \
+        "$(field tot_pre "$res") B/s before"
+else
+    tap FAIL "not work-conserving: $(field tot_pre "$res") B/s before, $(field tot_post "$res") after"
+fi
+
+# 3. The agent dies (SIGKILL) after 1 s: the job keeps its rate, then runs free after the
+# 1 s timeout (the last window far above the 32 MiB/s it was given).
+bench '[ "$(field status "$res")" = ok ] &&
+    awk -v l="$(field last "$res")" "BEGIN { exit !(l > 2 * 33554432) }"' \
+    --weights 1 --capacity 32m --seconds 4 --kill-agent 1 --job-env SHOAL_QOS_RATES_TIMEOUT=1s
+echo "$out" | grep -v '^result' | sed 's/^/# /'
+if [ "$(field status "$res")" = ok ] &&
+    awk -v l="$(field last "$res")" 'BEGIN { exit !(l > 2 * 33554432) }'; then
+    tap OK "agent killed: the job ended cleanly, at full speed after the timeout" \
+        "($(field last "$res") B/s in its last window, 32 MiB/s given)"
+else
+    tap FAIL "agent killed: the job stalled or stayed paced ($res)"
+fi
+echo "1..$n_tap"
+exit $fails
