@@ -351,6 +351,14 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
     if [ -s "$tmp/metrics" ]; then
         grep '^shoal_qos_' "$tmp/metrics" | sed 's/^/# metrics: /'
     fi
+    if [ "$transport" = netns ]; then
+        # what each htb class of the first host carried (5:a = t1, 5:b = t2, ..., 5:99 other)
+        # shellcheck disable=SC2086
+        set -- $netns_hosts
+        tc -n "$1" -s class show dev "$netns_ifname" 2>/dev/null | awk '
+            $1 == "class" && $2 == "htb" { c = $3 }
+            $1 == "Sent" && c != "" && c != "5:1" { print "# tc class " c " sent " $2 " bytes"; c = "" }'
+    fi
     cat $(for t in $agent_tenants; do echo "$tmp/$t"; done) | awk -v ranks="$((ranks * hosts))" \
         -v period="$period" -v weights="$weights" -v status="$status" -v tol="$tol" \
         -v data="$tmp/plot.dat" -v skip="$skip" -v arr="${arrive:+t$arr_i}" \
