@@ -82,7 +82,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
     {.name = "qos_rates_dir", .dflt = "/run/shoal/qos", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_rates_dir),
      .doc = "QoS arbiter: the rates pages DIR/TENANT.rate it writes (jobs read theirs with "
-            "SHOAL_QOS_RATES=DIR/%t.rate); none: no arbiter"},
+            "SHOAL_QOS_RATES=DIR/%t.rate; made 0755); none: no arbiter. The arbiter runs when "
+            "there is something to divide: qos_capacity_shm, qos_capacity_net or qos_tc set"},
     {.name = "qos_period", .dflt = "100ms", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoald_config_t, qos_period_ms),
      .doc = "QoS arbiter: how often the active tenants' shares are computed and published "

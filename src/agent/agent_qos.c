@@ -478,6 +478,28 @@ static void shoald_qos_run_once(shoald_t *a, double dt)
     }
 }
 
+/* mkdir -p, mode 0755 (the pages are for every local job to read). */
+static int shoald_qos_mkdir(const char *dir)
+{
+    char buf[4096];
+    size_t i, n = strlen(dir);
+
+    if (n == 0 || n >= sizeof(buf)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, dir, n + 1);
+    for (i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        buf[i] = i < n ? '/' : '\0';
+    }
+    return 0;
+}
+
 shoal_status_t shoald_qos_start(shoald_t *a)
 {
     const shoald_config_t *cfg = a->cfg;
@@ -486,15 +508,20 @@ shoal_status_t shoald_qos_start(shoald_t *a)
     if (cfg->qos_rates_dir == NULL || strcmp(cfg->qos_rates_dir, "none") == 0 ||
         cfg->qos_rates_dir[0] == '\0')
         return SHOAL_OK;
+    if (cfg->qos_capacity_shm == 0 && cfg->qos_capacity_net == 0 &&
+        (cfg->qos_tc == NULL || strcmp(cfg->qos_tc, "none") == 0))
+        return SHOAL_OK; /* nothing to divide: no arbiter, no pages */
     q = calloc(1, sizeof(*q));
     if (q == NULL)
         return SHOAL_ERR_NO_MEMORY;
-    a->qos = q;
-    if (mkdir(cfg->qos_rates_dir, 0755) != 0 && errno != EEXIST) {
-        shoal_error(METER, "cannot make the rates directory %s: %s", cfg->qos_rates_dir,
-                    strerror(errno));
-        return SHOAL_ERR_INTERNAL;
+    if (shoald_qos_mkdir(cfg->qos_rates_dir) != 0) {
+        /* Metering and billing do not depend on it: the agent serves without an arbiter. */
+        shoal_warn(METER, "cannot make the rates directory %s: %s: no QoS arbiter (jobs run "
+                   "without the agent's rates)", cfg->qos_rates_dir, strerror(errno));
+        free(q);
+        return SHOAL_OK;
     }
+    a->qos = q;
     q->capacity[SHOALD_QOS_SAME] = (double)cfg->qos_capacity_shm;
     q->capacity[SHOALD_QOS_NIC] = (double)cfg->qos_capacity_net;
     if (cfg->qos_tc != NULL && strcmp(cfg->qos_tc, "none") != 0 && cfg->qos_tc_dev[0] != '\0') {

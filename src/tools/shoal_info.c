@@ -8,11 +8,15 @@
  * A tool, not the library: it prints to stdout. */
 #include "coll/coll.h"
 #include "qos/qos.h"
+#include "qos/pace.h"
 #include "tenant/tenant.h"
 #include "core/tl.h"
 #include "util/util.h"
 
+#include <fcntl.h>
 #include <getopt.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +333,59 @@ static void shoal_info_print_mark(int v)
     }
 }
 
+/* The pacing this process's communicators get: the hard cap and the node agent's rates page
+ * for its tenant (SHOAL_QOS_RATES, %t = the tenant), with the page's rate and heartbeat. */
+static void shoal_info_print_pacing(const shoal_tenant_id_t *id)
+{
+    const char *rates = shoal_qos_pace_config.rates, *t = id->tenant[0] ? id->tenant : "default";
+    char path[512];
+    size_t n = 0;
+    int fd;
+
+    printf("# pacing: cap SHOAL_QOS_RATE_MAX %zu B/s per host%s, agent rates page ",
+           shoal_qos_pace_config.rate_max, shoal_qos_pace_config.rate_max ? "" : " (none)");
+    if (rates == NULL || rates[0] == '\0' || strcmp(rates, "none") == 0) {
+        printf("none (SHOAL_QOS_RATES)\n");
+        return;
+    }
+    for (; *rates != '\0' && n + 1 < sizeof(path); rates++) {
+        if (rates[0] == '%' && rates[1] == 't') {
+            n += (size_t)snprintf(path + n, sizeof(path) - n, "%s", t);
+            n = n < sizeof(path) ? n : sizeof(path) - 1;
+            rates++;
+        } else {
+            path[n++] = *rates;
+        }
+    }
+    path[n] = '\0';
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    void *map = fd >= 0 ? mmap(NULL, SHOAL_QOS_RATES_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0)
+                        : MAP_FAILED;
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (map == MAP_FAILED) {
+        printf("%s: absent (no agent: not paced by one)\n", path);
+        return;
+    }
+    const shoal_qos_rates_page_t *pg = map;
+    if (pg->magic != SHOAL_QOS_RATES_MAGIC) {
+        printf("%s: not a rates page\n", path);
+    } else {
+        struct timespec now;
+        uint64_t hb = __atomic_load_n(&pg->heartbeat_ns, __ATOMIC_ACQUIRE);
+        clock_gettime(CLOCK_REALTIME, &now);
+        uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+        printf("%s: %llu B/s per communicator on this host%s, updated %.1f s ago "
+               "(SHOAL_QOS_RATES_TIMEOUT %d ms)\n", path,
+               (unsigned long long)__atomic_load_n(&pg->rate, __ATOMIC_ACQUIRE),
+               pg->rate == 0 ? " (no limit)" : "",
+               hb != 0 && now_ns > hb ? (double)(now_ns - hb) * 1e-9 : 0.0,
+               shoal_qos_pace_config.rates_timeout_ms);
+    }
+    munmap(map, SHOAL_QOS_RATES_PAGE_BYTES);
+}
+
 static int shoal_info_print_qos(void)
 {
     shoal_tenant_id_t id;
@@ -363,6 +420,7 @@ static int shoal_info_print_qos(void)
     printf("# (-: left alone; IB_TC/IB_SL -: SHOAL_IB_TC=%s / SHOAL_IB_SL=%s apply)\n",
            tc_fixed ? shoal_cfg_getenv("IB_TC") : "default",
            sl_fixed ? shoal_cfg_getenv("IB_SL") : "default");
+    shoal_info_print_pacing(&id);
     return 0;
 }
 
