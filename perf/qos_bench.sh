@@ -396,6 +396,7 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             }
             lastt = 0
             for (q = 1; q <= nt; q++) lastt += r[q]
+            if (firstt == "") firstt = lastt
             printf "%.3f", (t1 - t00) / 1000 > data
             for (q = 1; q <= nt; q++) printf " %.3f", r[q] / 1048576 > data
             printf "\n" > data
@@ -440,9 +441,9 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         }
         if (nw == 0 && nt >= 2) status = "no-windows"
         printf "result mode=agent tenants=%d windows=%d max_share_err_pct=%.2f min_jain=%.4f " \
-            "events=%d conv_ms=%s worst_conv_ms=%.0f tot_pre=%.0f tot_post=%.0f last=%.0f " \
-            "status=%s\n", nt, nw, maxe, minj, nev, conv == "" ? "none" : conv, worstc,
-            npre ? pre / npre : 0, npost ? post / npost : 0, lastt, status
+            "events=%d conv_ms=%s worst_conv_ms=%.0f tot_pre=%.0f tot_post=%.0f first=%.0f " \
+            "last=%.0f status=%s\n", nt, nw, maxe, minj, nev, conv == "" ? "none" : conv, worstc,
+            npre ? pre / npre : 0, npost ? post / npost : 0, firstt, lastt, status
     }'
     if [ -n "$png" ] && command -v gnuplot >/dev/null 2>&1 && [ -s "$tmp/plot.dat" ]; then
         {
