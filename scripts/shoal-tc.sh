@@ -168,12 +168,13 @@ for spec in "$@"; do
         esac
     done
     hex=$(printf '%x' "$id")
-    # burst: 20 ms of its rate (at least htb's own default), so that a tenant whose traffic
-    # comes in steps (a collective waits for its peers between them) gets back what it left
-    # to the others while it waited, instead of losing it to them
+    # burst: SHOAL_TC_BURST_MS (100) ms of its rate (at least 16000 bytes), so that a tenant
+    # whose traffic comes in steps (a collective waits for its peers between them) gets back
+    # what it left to the others while it waited, instead of losing it to them
     rb=$(bits "$rate")
+    bb=$(( rb / 8 * ${SHOAL_TC_BURST_MS:-100} / 1000 ))
     run class add dev "$dev" parent 5:1 classid "5:$hex" htb rate "${rb}bit" \
-        ceil "${link_b}bit" burst "$(( rb / 8 / 50 > 16000 ? rb / 8 / 50 : 16000 ))"
+        ceil "${link_b}bit" burst "$(( bb > 16000 ? bb : 16000 ))"
     [ -z "$leaf" ] || run qdisc add dev "$dev" parent "5:$hex" handle "$hex:" "$leaf"
     if [ -n "$dscp" ]; then
         tos=$(printf '0x%02x' $((dscp << 2)))
