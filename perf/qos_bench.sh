@@ -282,8 +282,10 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
     fi
     agent_setup
     if [ "$mode" = latency ]; then
-        agent_cred t1 guaranteed 8
-        agent_cred t2 spot 1
+        if [ "$transport" != netns ]; then
+            agent_cred t1 guaranteed 8
+            agent_cred t2 spot 1
+        fi
         echo "# t1: guaranteed, weight 8, qos_load -L $lat_n (alone, then with t2)"
         ajob t1 1 60 -L "$lat_n"
         agent_wait
