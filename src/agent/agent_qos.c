@@ -8,7 +8,7 @@
  *    host (the NICs, qos_capacity_net: arbitrated only where tc is not set up, the pacing
  *    fallback; with tc the kernel's htb divides the link and the agent leaves it alone). A
  *    tenant that used at least 90% of the rate it was given (or had none) is greedy (demand
- *    unlimited); one that used less asks for 1.25 times what it used (it may grow by a quarter
+ *    unlimited); one that used less asks for 1.5 times what it used (it may grow by half
  *    a period, and becomes greedy as soon as it fills that); one that sent nothing is idle.
  *  - shares: weighted max-min (share.c, work-conserving: an idle or modest tenant's part goes to
  *    the others by weight), per resource, with the weights of the tenants' credentials.
@@ -60,7 +60,7 @@ static const char *const shoald_qos_class_names[] = {"default", "guaranteed", "b
                                                      "spot"};
 
 #define SHOALD_QOS_GREEDY 0.9      /* used this much of its rate: wants more */
-#define SHOALD_QOS_GROWTH 1.25     /* a modest tenant asks for this much of what it used */
+#define SHOALD_QOS_GROWTH 1.5      /* a modest tenant asks for this much of what it used */
 #define SHOALD_QOS_IDLE_BYTES 4096 /* less than this in a period: idle */
 #define SHOALD_QOS_TC_TIMEOUT_MS 10000
 
