@@ -327,9 +327,15 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         ajob "t$i" "$i" "$s" -s "$s" -b "$bytes" -p "$period"
     done
     if [ -n "$kill_agent" ] && [ -n "${agent_pid:-}" ]; then
-        # a dead agent: its pages stay, their gen stops; the jobs' pacers must not stall
-        (sleep "$kill_agent"; kill -9 "$agent_pid" 2>/dev/null; echo "# agent killed (SIGKILL)" \
-            "after $kill_agent s") &
+        # a dead agent: its pages stay, their gen stops; the jobs' pacers must not stall.
+        # Timed from the first job's first sample (a loaded machine may start it late), at
+        # most 30 s of waiting for it.
+        (w=0
+         while [ $w -lt 300 ] && ! grep -q '^qos' "$tmp/t1" 2>/dev/null; do
+             sleep 0.1; w=$((w + 1))
+         done
+         sleep "$kill_agent"; kill -9 "$agent_pid" 2>/dev/null; echo "# agent killed (SIGKILL)" \
+            "$kill_agent s after the first sample") &
     fi
     if [ -n "${agent_http:-}" ] && command -v curl >/dev/null 2>&1; then
         # the agent's QoS series half way through
