@@ -110,7 +110,8 @@ free_port() {
     while ss -Htln "sport = :$p" 2>/dev/null | grep -q .; do p=$((p + 1)); done
     echo "$p"
 }
-jobfield() { # jobfield JOBID FIELD: a field of scontrol show job
+jobfield() { # jobfield JOBID FIELD: a field of scontrol show job (nothing without a job id)
+    [ -n "$1" ] || return 0
     sl scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
 }
 job_state() { jobfield "$1" JobState; }
