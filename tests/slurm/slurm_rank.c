@@ -14,6 +14,7 @@
  *   ident rank=R nranks=N job=J epoch=E tenant=T
  *   check rank=R wrong=W                      (check)
  *   check: N ranks, ITERS allreduces: correct on every rank   (rank 0, check)
+ *   loop rank=R ready pid=P                   (loop: the handlers are in place)
  *   stop rank=R step=S signal=NAME|none       (loop; NAME: the signal this rank got)
  */
 #include "core/core.h"
@@ -129,7 +130,7 @@ static int slurm_rank_loop(shoal_comm_t comm, int rank, int nranks, long seconds
     shoal_status_t st;
 
     /* Ready: the harness waits for every rank's line before it makes Slurm signal the job. */
-    printf("loop rank=%d ready\n", rank);
+    printf("loop rank=%d ready pid=%ld\n", rank, (long)getpid());
     fflush(stdout);
     for (step = 0; time(NULL) < end; step++) {
         for (int i = 0; i < 64; i++) {

@@ -12,7 +12,8 @@
 #      begins), stop at the same step and checkpoint, the job requeues itself, the reserved job
 #      runs, and the spot job comes back with SLURM_RESTART_COUNT=1;
 #   4. the communicator's identity: job = SLURM_JOB_ID, epoch = SLURM_RESTART_COUNT (0, then 1
-#      after the requeue).
+#      after the requeue);
+#   5. srun of the same loop where only one rank gets the signal: all still stop together.
 # Every daemon is stopped and the temp dir removed at the end, also on failure; the last test
 # checks that no process of this Slurm is left. Skips (with the reason) only where Slurm
 # cannot run here: not root, or Slurm/munge not installed, or shoal built without PMIx.
@@ -116,6 +117,13 @@ jobfield() { # jobfield JOBID FIELD: a field of scontrol show job (nothing witho
 }
 job_state() { jobfield "$1" JobState; }
 job_is() { [ "$(job_state "$1")" = "$2" ]; }
+job_finished() { # the job reached a final state (any: the callers check which)
+    case "$(job_state "$1")" in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY)
+        return 0 ;;
+    esac
+    return 1
+}
 lines() { grep -c "$@" 2>/dev/null || true; } # lines PATTERN FILE: matching lines (0 if none)
 # same_step FILE: 4 "stop rank=R step=S" lines, one per rank, all with the same S; prints S
 same_step() {
@@ -126,7 +134,7 @@ same_step() {
 }
 
 # ---- start: munge, slurmctld, slurmd -----------------------------------------------------
-mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/log" "$T/out" "$T/ckpt2" "$T/ckpt3" || exit 1
+mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/log" "$T/out" "$T/ckpt2" "$T/ckpt3" "$T/ckpt5" || exit 1
 chmod 711 "$T" "$T/munge" # munged: its socket's dir must be searchable by all
 if command -v mungekey >/dev/null 2>&1; then
     mungekey -c -b 1024 -k "$T/munge/munge.key" 2>"$T/log/mungekey.err"
@@ -252,12 +260,32 @@ J1=$(sed -n 's/^ident rank=0 nranks=4 job=\([0-9][0-9]*\) epoch=0 .*/\1/p' "$T/o
 ok $? "identity under srun: every rank's job is SLURM_JOB_ID (${J1:-none}, the job shoal-case1), epoch 0" \
     "$T/out/case1.out"
 
+# ---- case 5: the stop signal reaches one rank only (a launcher that forwards it to some ranks,
+# an agent that tells one): every rank still stops at the same step. Runs while case 2 waits.
+VICTIM=$(($$ % 4))
+sl timeout -k 5 120 srun --mpi=pmix -J shoal-onerank -n 4 $OC "$PROG" loop 90 "$T/ckpt5" \
+    >"$T/out/case5.out" 2>"$T/out/case5.err" &
+C5=$!
+c5_ready() { [ "$(lines '^loop rank=[0-3] ready pid=' "$T/out/case5.out")" = 4 ]; }
+wait_for 100 c5_ready
+rc=$?
+VPID=$(sed -n "s/^loop rank=$VICTIM ready pid=\([0-9]*\)$/\1/p" "$T/out/case5.out")
+[ $rc -eq 0 ] && [ -n "$VPID" ] && kill -USR1 "$VPID"
+ok $? "4 ranks in their loop under srun; SIGUSR1 to rank $VICTIM only (pid ${VPID:-none})" \
+    "$T/out/case5.out" "$T/out/case5.err"
+wait $C5
+rc=$?
+S5=$(same_step "$T/out/case5.out")
+[ $rc -eq 0 ] && [ -n "$S5" ] &&
+    [ "$(lines "^stop rank=$VICTIM step=$S5 signal=USR1$" "$T/out/case5.out")" = 1 ] &&
+    [ "$(lines "^stop rank=[0-3] step=$S5 signal=none$" "$T/out/case5.out")" = 3 ]
+ok $? "only rank $VICTIM got it, yet all 4 stopped at step ${S5:-?} and srun exits 0 (rc $rc)" \
+    "$T/out/case5.out" "$T/out/case5.err"
+
 # ---- case 2: its result ------------------------------------------------------------------
 t0=$(date +%s)
-job2_done() { s=$(job_state "$J2"); [ -n "$s" ] && [ "$s" != PENDING ] && [ "$s" != RUNNING ] &&
-              [ "$s" != COMPLETING ]; }
-wait_for 100 job2_done
-[ "$(job_state "$J2")" = COMPLETED ] && [ "$(jobfield "$J2" ExitCode)" = 0:0 ]
+job2_ok() { job_is "$J2" COMPLETED && [ "$(jobfield "$J2" ExitCode)" = 0:0 ]; }
+wait_for 100 job_finished "$J2" && wait_for 5 job2_ok
 ok $? "the sbatch job completes: $(job_state "$J2") $(jobfield "$J2" ExitCode) (waited $(($(date +%s) - t0))s)" \
     "$T/out/case2.out" "$T/log/slurmctld.log"
 [ "$(jobfield "$J2" NodeList)" = "$NODE" ] && [ "$(jobfield "$J2" ReqNodeList)" = "$NODELIST" ] &&
@@ -284,9 +312,9 @@ ok $ck "every rank's checkpoint holds step $S2, job $J2, epoch 0" "$T/ckpt2/ckpt
 # HOOK (issue 13, coordinated stop): slurm_rank's stop decision is a MAX allreduce of a
 # per-rank flag; built with -DSLURM_RANK_STOP_API it uses shoal_comm_request_stop (in its
 # signal handler) and shoal_comm_should_stop instead. Once that API lands, enable it in
-# tests/slurm/Makefile.inc, and add here the case the API exists for: the TERM reaching only
-# one rank (kill -TERM one rank's pid instead of letting Slurm signal all), with the same
-# checks below (every rank stops at the same step, checkpoints, exits 0 within $GRACE s).
+# tests/slurm/Makefile.inc: this case (Slurm signals every rank) and case 5 (one rank only)
+# then check the library's stop under Slurm with the same assertions (every rank stops at the
+# same step, checkpoints, exits 0 well within the grace time).
 cat > "$T/case3.sh" <<EOF
 #!/bin/sh
 echo "batch job=\$SLURM_JOB_ID restart=\${SLURM_RESTART_COUNT:-0}"
@@ -304,7 +332,7 @@ fi
 EOF
 J3=$(sl sbatch --parsable -p spot -J shoal-spot --requeue --exclusive -n 4 $OC --time=5 \
          --open-mode=append -o "$T/out/case3.out" "$T/case3.sh" 2>"$T/out/case3.err")
-spot_ready() { [ "$(lines '^loop rank=[0-3] ready$' "$T/out/case3.out")" = 4 ]; }
+spot_ready() { [ "$(lines '^loop rank=[0-3] ready pid=' "$T/out/case3.out")" = 4 ]; }
 wait_for 60 spot_ready
 ok $? "the spot job ${J3:-none} runs: 4 ranks in their loop" "$T/out/case3.out" "$T/out/case3.err"
 cat > "$T/case3r.sh" <<EOF
@@ -327,9 +355,8 @@ for r in 0 1 2 3; do
     grep -qx "step=$S3 job=$J3 epoch=0" "$T/ckpt3/ckpt.$r" 2>/dev/null || ck=1
 done
 ok $ck "every spot rank's checkpoint holds step $S3, job $J3, epoch 0" "$T/ckpt3/ckpt.0"
-res_done() { s=$(job_state "$J3R"); [ "$s" = COMPLETED ] || [ "$s" = FAILED ] || [ "$s" = CANCELLED ]; }
-wait_for 60 res_done
-[ "$(job_state "$J3R")" = COMPLETED ] && grep -qx 'srun exit 0' "$T/out/case3r.out" &&
+wait_for 60 job_finished "$J3R" && wait_for 5 job_is "$J3R" COMPLETED &&
+    grep -qx 'srun exit 0' "$T/out/case3r.out" &&
     grep -qx 'check: 4 ranks, 5 allreduces: correct on every rank' "$T/out/case3r.out"
 ok $? "the reserved job ${J3R:-none} ran and completed with correct results" \
     "$T/out/case3r.out" "$T/log/slurmctld.log"
@@ -347,10 +374,9 @@ wait_for 30 requeued
 rq=$?
 sl scontrol update JobId="$J3" StartTime=now >/dev/null 2>&1
 ok $rq "the spot job is requeued: PENDING, Restarts=1" "$T/log/slurmctld.log"
-spot_done() { s=$(job_state "$J3"); [ "$(jobfield "$J3" Restarts)" = 1 ] &&
-              { [ "$s" = COMPLETED ] || [ "$s" = FAILED ] || [ "$s" = CANCELLED ]; }; }
-wait_for 60 spot_done
-[ "$(job_state "$J3")" = COMPLETED ] && grep -qx "resume from step $S3" "$T/out/case3.out" &&
+spot_done() { [ "$(jobfield "$J3" Restarts)" = 1 ] && job_finished "$J3"; }
+wait_for 60 spot_done && wait_for 5 job_is "$J3" COMPLETED &&
+    grep -qx "resume from step $S3" "$T/out/case3.out" &&
     [ "$(lines '^check rank=[0-3] wrong=0$' "$T/out/case3.out")" = 4 ] &&
     [ "$(lines '^srun exit 0$' "$T/out/case3.out")" = 1 ]
 ok $? "the spot job comes back (restart 1), resumes from step $S3 and completes" \
