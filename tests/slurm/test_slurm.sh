@@ -135,6 +135,12 @@ same_step() {
 
 # ---- start: munge, slurmctld, slurmd -----------------------------------------------------
 mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/log" "$T/out" "$T/ckpt2" "$T/ckpt3" "$T/ckpt5" || exit 1
+# Sanitizer builds: libpmix keeps a few strings from PMIx_Init until exit (PMIx 4.2), which
+# LeakSanitizer reports in every rank; those, and only those, are suppressed (srun passes the
+# environment to the ranks). shoal's own leaks still fail the runs.
+printf 'leak:libpmix.so\n' > "$T/lsan.supp"
+LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$T/lsan.supp"
+export LSAN_OPTIONS
 chmod 711 "$T" "$T/munge" # munged: its socket's dir must be searchable by all
 if command -v mungekey >/dev/null 2>&1; then
     mungekey -c -b 1024 -k "$T/munge/munge.key" 2>"$T/log/mungekey.err"
