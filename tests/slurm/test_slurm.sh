@@ -41,7 +41,7 @@ for c in munged slurmctld slurmd srun sbatch sinfo squeue scontrol scancel; do
 done
 [ -x "$PROG" ] || skip_all "$PROG not built"
 grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null ||
-    skip_all "shoal built without PMIx (Debian: libpmix-dev): srun --mpi=pmix cannot pass the unique id"
+    skip_all "shoal built without PMIx (Debian: libpmix-dev): no unique id through srun --mpi=pmix"
 
 NODE=$(hostname -s 2>/dev/null || hostname)
 # One short dir: munge's and PMIx's unix socket paths live under it (108 bytes at most).
@@ -134,7 +134,8 @@ same_step() {
 }
 
 # ---- start: munge, slurmctld, slurmd -----------------------------------------------------
-mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/log" "$T/out" "$T/ckpt2" "$T/ckpt3" "$T/ckpt5" || exit 1
+mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/log" "$T/out" "$T/ckpt2" "$T/ckpt3" "$T/ckpt5" ||
+    exit 1
 # Sanitizer builds: libpmix keeps a few strings from PMIx_Init until exit (PMIx 4.2), which
 # LeakSanitizer reports in every rank; those, and only those, are suppressed (srun passes the
 # environment to the ranks). shoal's own leaks still fail the runs.
@@ -205,7 +206,7 @@ MinJobAge=600
 InactiveLimit=0
 NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$(hostname) $HW State=UNKNOWN
 PartitionName=reserved Nodes=$NODE PriorityTier=10 PreemptMode=OFF MaxTime=10 Default=YES State=UP
-PartitionName=spot Nodes=$NODE PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE MaxTime=10 State=UP
+PartitionName=spot Nodes=$NODE PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE MaxTime=10
 EOF
 : > "$T/plugstack.conf" # no SPANK plugins from /etc/slurm
 SLURM_CONF=$CONF slurmctld -D -i -f "$CONF" >"$T/log/slurmctld.out" 2>&1 &
@@ -216,7 +217,9 @@ PIDS="$SLURMD_PID $CTLD_PID $MUNGE_PID"
 node_idle() { [ "$(sl sinfo -h -n "$NODE" -o %t 2>/dev/null | head -1)" = "idle" ]; }
 t0=$(date +%s)
 wait_for 60 node_idle
-ok $? "slurmctld and slurmd up: sinfo shows $NODE idle ($(($(date +%s) - t0))s, $CPUS CPUs, ports $CTLD_PORT/$SLURMD_PORT)" \
+rc=$?
+d="$(($(date +%s) - t0))s, $CPUS CPUs, ports $CTLD_PORT/$SLURMD_PORT"
+ok $rc "slurmctld and slurmd up: sinfo shows $NODE idle ($d)" \
     "$T/log/slurmctld.out" "$T/log/slurmctld.log" "$T/log/slurmd.out" "$T/log/slurmd.log" ||
     bail "slurmctld/slurmd did not bring $NODE up"
 sl srun --mpi=list >"$T/out/mpilist" 2>&1
@@ -261,9 +264,10 @@ ok $rc "srun --mpi=pmix -n 4 slurm_rank check: exit 0 ($(($(date +%s) - t0))s)" 
 ok $? "20 allreduces of 65536 int32 correct on all 4 ranks" "$T/out/case1.out"
 # case 4 (identity), from case 1: the ranks saw one job id, Slurm's, and epoch 0
 J1=$(sed -n 's/^ident rank=0 nranks=4 job=\([0-9][0-9]*\) epoch=0 .*/\1/p' "$T/out/case1.out")
-[ -n "$J1" ] && [ "$(lines "^ident rank=[0-3] nranks=4 job=$J1 epoch=0 " "$T/out/case1.out")" = 4 ] &&
+[ -n "$J1" ] &&
+    [ "$(lines "^ident rank=[0-3] nranks=4 job=$J1 epoch=0 " "$T/out/case1.out")" = 4 ] &&
     [ "$(jobfield "$J1" JobName)" = shoal-case1 ]
-ok $? "identity under srun: every rank's job is SLURM_JOB_ID (${J1:-none}, the job shoal-case1), epoch 0" \
+ok $? "identity under srun: every rank's job is SLURM_JOB_ID (${J1:-none}, shoal-case1), epoch 0" \
     "$T/out/case1.out"
 
 # ---- case 5: the stop signal reaches one rank only (a launcher that forwards it to some ranks,
@@ -292,11 +296,15 @@ ok $? "only rank $VICTIM got it, yet all 4 stopped at step ${S5:-?} and srun exi
 t0=$(date +%s)
 job2_ok() { job_is "$J2" COMPLETED && [ "$(jobfield "$J2" ExitCode)" = 0:0 ]; }
 wait_for 100 job_finished "$J2" && wait_for 5 job2_ok
-ok $? "the sbatch job completes: $(job_state "$J2") $(jobfield "$J2" ExitCode) (waited $(($(date +%s) - t0))s)" \
+rc=$?
+d=$(($(date +%s) - t0))
+ok $rc "the sbatch job completes: $(job_state "$J2") $(jobfield "$J2" ExitCode) (waited ${d}s)" \
     "$T/out/case2.out" "$T/log/slurmctld.log"
 [ "$(jobfield "$J2" NodeList)" = "$NODE" ] && [ "$(jobfield "$J2" ReqNodeList)" = "$NODELIST" ] &&
     grep -qx "batch job=$J2 nodelist=$NODE" "$T/out/case2.out"
-ok $? "it ran where the node list said (ReqNodeList=$(jobfield "$J2" ReqNodeList), NodeList=$(jobfield "$J2" NodeList))" \
+rc=$?
+d="ReqNodeList=$(jobfield "$J2" ReqNodeList), NodeList=$(jobfield "$J2" NodeList)"
+ok $rc "it ran where the node list said ($d)" \
     "$T/out/case2.out"
 S2=$(same_step "$T/out/case2.out")
 [ -n "$S2" ] && [ "$(lines '^stop rank=[0-3] step=[0-9]* signal=USR1$' "$T/out/case2.out")" = 4 ] &&
@@ -354,7 +362,9 @@ spot_stopped() { grep -q '^srun exit' "$T/out/case3.out"; }
 wait_for 30 spot_stopped
 S3=$(same_step "$T/out/case3.out")
 [ -n "$S3" ] && [ "$(lines '^stop rank=[0-3] step=[0-9]* signal=TERM$' "$T/out/case3.out")" = 4 ]
-ok $? "preempted: every spot rank got SIGTERM, all 4 stopped at step ${S3:-?} ($(($(date +%s) - T3))s after the reserved job's submission, grace $GRACE s)" \
+rc=$?
+d="$(($(date +%s) - T3))s after the reserved job's submission, grace $GRACE s"
+ok $rc "preempted: every spot rank got SIGTERM, all 4 stopped at step ${S3:-?} ($d)" \
     "$T/out/case3.out" "$T/log/slurmctld.log"
 ck=0
 for r in 0 1 2 3; do
@@ -371,7 +381,9 @@ res_at=$(sed -n 's/^reserved start //p' "$T/out/case3r.out")
 ptime=$(sed -n 's/^PreemptTime=//p' "$T/out/case3.out" | head -1)
 [ -n "$stop_at" ] && [ -n "$res_at" ] && [ "$res_at" -ge "$stop_at" ] &&
     [ -n "$ptime" ] && [ "$ptime" != None ]
-ok $? "slurmctld preempted the spot job for it (PreemptTime=${ptime:-none}); it started after the spot ranks stopped (at $res_at, stop at $stop_at)" \
+rc=$?
+d="PreemptTime=${ptime:-none}; it started at $res_at, the ranks stopped at $stop_at"
+ok $rc "slurmctld preempted the spot job for the reserved one ($d)" \
     "$T/out/case3.out" "$T/log/slurmctld.log"
 # A requeued job waits (BeginTime) about two minutes before it may start again; the test
 # lets it start at once.
