@@ -11,7 +11,7 @@
  *                                  exits 0; exits 3 when no signal came within SECONDS
  *
  * Output lines (one per rank unless said):
- *   ident rank=R nranks=N job=J epoch=E tenant=T
+ *   ident rank=R nranks=N job=J epoch=E tenant=T host=H   (H: the short host name)
  *   check rank=R wrong=W                      (check)
  *   check: N ranks, ITERS allreduces: correct on every rank   (rank 0, check)
  *   loop rank=R ready pid=P                   (loop: the handlers are in place)
@@ -181,6 +181,7 @@ int main(int argc, char **argv)
     shoal_comm_t comm = NULL;
     shoal_status_t st;
     int rank = -1, nranks = 0, rc;
+    char host[256] = "?";
 
     if (argc != 4 || (strcmp(argv[1], "check") != 0 && strcmp(argv[1], "loop") != 0)) {
         fprintf(stderr, "usage: slurm_rank check ITERS COUNT | loop SECONDS DIR\n");
@@ -202,11 +203,16 @@ int main(int argc, char **argv)
     }
 #ifdef SLURM_RANK_STOP_API
     slurm_rank_comm = comm;
+    if (slurm_rank_signal != 0) { /* it came while joining */
+        shoal_comm_request_stop(comm);
+    }
 #endif
     shoal_comm_rank(comm, &rank);
     shoal_comm_size(comm, &nranks);
-    printf("ident rank=%d nranks=%d job=%s epoch=%llu tenant=%s\n", rank, nranks,
-           comm->ident.job, (unsigned long long)comm->ident.epoch, comm->ident.tenant);
+    gethostname(host, sizeof(host) - 1);
+    host[strcspn(host, ".")] = '\0'; /* the short name, as Slurm's node names */
+    printf("ident rank=%d nranks=%d job=%s epoch=%llu tenant=%s host=%s\n", rank, nranks,
+           comm->ident.job, (unsigned long long)comm->ident.epoch, comm->ident.tenant, host);
     fflush(stdout);
     if (strcmp(argv[1], "check") == 0) {
         rc = slurm_rank_check(comm, rank, nranks, atol(argv[2]), (size_t)atol(argv[3]));

@@ -5,7 +5,8 @@
 # "reserved" and "spot" with preempt/partition_prio and a GraceTime on spot, non-default
 # ports), then:
 #   1. srun --mpi=pmix -n 4 of tests/slurm/slurm_rank: the unique id through Slurm's PMIx
-#      server, allreduces checked on every rank;
+#      server, allreduces checked on every rank; again with -m arbitrary and a SLURM_HOSTFILE
+#      (the planner's per-rank placement), each rank on its line's host;
 #   2. sbatch --nodelist=<the planner's node list> --signal=USR1@N: every rank gets USR1, all
 #      stop at the same step, write a checkpoint, the job completes;
 #   3. a spot job preempted by a reserved one: the spot ranks get SIGTERM (the grace time
@@ -22,6 +23,9 @@
 #   SLURMTEST_PLACE_CMD  the command that makes case 2's node list: run as
 #                        "$SLURMTEST_PLACE_CMD SLURM_CONF NTASKS", it prints a Slurm hostlist
 #                        (default: none, the one node). The place for shoal-place (src/sched).
+#   SLURMTEST_HOSTFILE_CMD  the command that makes case 1b's SLURM_HOSTFILE (srun -m
+#                        arbitrary: one host per rank, in rank order), run the same way; it
+#                        prints the file (default: this node, once per rank).
 #   SLURMTEST_KEEP=1     keep the temp dir (logs) after the test.
 # Needs: top_builddir (exported by `make check`; defaults to the current directory).
 
@@ -35,7 +39,7 @@ unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK
 skip_all() { echo "1..0 # SKIP $1"; exit 0; }
 
 [ "$(id -u)" = 0 ] || skip_all "needs root (slurmd starts job steps as their user; CI runs as root)"
-for c in munged slurmctld slurmd srun sbatch sinfo squeue scontrol scancel; do
+for c in munged munge unmunge slurmctld slurmd srun sbatch sinfo squeue scontrol scancel; do
     command -v "$c" >/dev/null 2>&1 ||
         skip_all "no $c (Debian: apt-get install slurmctld slurmd slurm-client munge)"
 done
@@ -291,6 +295,28 @@ S5=$(same_step "$T/out/case5.out")
     [ "$(lines "^stop rank=[0-3] step=$S5 signal=none$" "$T/out/case5.out")" = 3 ]
 ok $? "only rank $VICTIM got it, yet all 4 stopped at step ${S5:-?} and srun exits 0 (rc $rc)" \
     "$T/out/case5.out" "$T/out/case5.err"
+
+# ---- case 1b: srun -m arbitrary, the ranks placed by a SLURM_HOSTFILE (shoal-place writes
+# one; the default is this node for every rank) --------------------------------------------
+if [ -n "${SLURMTEST_HOSTFILE_CMD:-}" ]; then
+    $SLURMTEST_HOSTFILE_CMD "$CONF" 4 >"$T/hostfile" 2>"$T/out/place.err"
+else
+    for r in 0 1 2 3; do echo "$NODE"; done >"$T/hostfile"
+fi
+SLURM_HOSTFILE=$T/hostfile sl timeout -k 5 120 srun --mpi=pmix -J shoal-arbitrary -m arbitrary \
+    -n 4 $OC "$PROG" check 3 1024 >"$T/out/case1b.out" 2>"$T/out/case1b.err"
+rc=$?
+placed=0
+r=0
+while read -r h; do
+    [ $r -lt 4 ] && { grep -q "^ident rank=$r nranks=4 .* host=${h%%.*}$" "$T/out/case1b.out" ||
+                      placed=1; }
+    r=$((r + 1))
+done <"$T/hostfile"
+[ $rc -eq 0 ] && [ $r -ge 4 ] && [ $placed -eq 0 ] &&
+    grep -qx 'check: 4 ranks, 3 allreduces: correct on every rank' "$T/out/case1b.out"
+ok $? "srun -m arbitrary with SLURM_HOSTFILE: correct, every rank on its hostfile line's host" \
+    "$T/hostfile" "$T/out/case1b.out" "$T/out/case1b.err" "$T/out/place.err"
 
 # ---- case 2: its result ------------------------------------------------------------------
 t0=$(date +%s)
