@@ -4,8 +4,10 @@
  *
  * Build (installed shoal):   cc allreduce.c $(pkg-config --cflags --libs shoal) -o allreduce
  * Run 4 ranks on this host:  shoalrun -n 4 ./allreduce
- * Under mpirun or srun instead, give every rank the same SHOAL_ROOT=host:port (rank 0
- * listens there) and SHOAL_SECRET (64 hex characters); the rank comes from the launcher.
+ * Under mpirun or srun --mpi=pmix (shoal built with PMIx) it needs nothing more: rank 0's
+ * unique id travels through the launcher's PMIx server. Without PMIx, give every rank the
+ * same SHOAL_ROOT=host:port (rank 0 listens there) and SHOAL_SECRET (64 hex characters); the
+ * rank comes from the launcher.
  */
 #include <shoal.h>
 
