@@ -2,7 +2,7 @@
 # Coordinated stop under shoalrun, TAP on stdout (tests/stop/stop_rank.c is one rank):
 #  - STOP_RUNS (default 100) runs of a 4-rank training-like loop (AllReduce + should_stop per
 #    step). Once every rank is in its loop, after a random delay (0..STOP_DELAY_MS, default
-#    200), ONE random rank gets SIGUSR1; every 4th run, three ranks get it at staggered random
+#    150), ONE random rank gets SIGUSR1; every 4th run, three ranks get it at staggered random
 #    moments and one never does. The rank that turns the signal into a request alternates: the
 #    library's handler (SHOAL_STOP_SIGNALS=USR1), the program's handler calling
 #    shoal_request_stop, or shoal_comm_request_stop; every 5th run runs over tcp. Each run
@@ -19,7 +19,7 @@ builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/stop/stop_rank
 runs=${STOP_RUNS:-100}
-delay_max=${STOP_DELAY_MS:-200}
+delay_max=${STOP_DELAY_MS:-150}
 grace_s=${STOP_GRACE_S:-10}
 seed=${STOP_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
 timeout_ms=3000
