@@ -547,7 +547,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
     comm->ident = *id;
     /* First: a stop signal during a long bootstrap is then a request, not a death. */
-    SHOAL_CHECK_GOTO(shoal_stop_comm_init(&comm->stop), st, err);
+    SHOAL_CHECK_GOTO(shoal_stop_comm_init(&comm->stop, id->tenant, id->job), st, err);
     SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);

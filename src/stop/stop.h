@@ -8,6 +8,8 @@
  *    when the call starts, over the communicator (its timeout and failure detection apply). The
  *    agreement's result, never the local flag, is the answer: every rank gets the same one for
  *    the same call; a request arriving during the agreement is seen by the next call.
+ *  - The stop file (SHOAL_STOP_FILE): a path whose existence is a request, looked at by each
+ *    agreement until there is one (one access() call), for a node agent or a preStop hook.
  *  - The optional handler (stop_sig.c): installed only when SHOAL_STOP_SIGNALS names signals,
  *    with sigaction at the first communicator's init, the application's action saved (and
  *    chained when it was a function), restored when the last communicator is destroyed.
@@ -26,6 +28,7 @@
 /* SHOAL_STOP_* variables (stop_config.c). */
 typedef struct {
     const char *signals;       /* SHOAL_STOP_SIGNALS: "USR1,TERM"; empty = no handler */
+    const char *file;          /* SHOAL_STOP_FILE: a path (%t tenant, %j job); empty = none */
 } shoal_stop_config_t;
 extern SHOAL_HIDDEN shoal_stop_config_t shoal_stop_config;
 
@@ -36,14 +39,26 @@ typedef struct {
     int agreed;                /* an agreement said stop (the same call on every rank) */
     uint32_t checks;           /* agreements run so far (same on every rank) */
     int sig_user;              /* this communicator holds a reference on the handler */
+    char *file;                /* SHOAL_STOP_FILE expanded, or NULL */
 } shoal_stop_comm_t;
 
-/* At communicator init (before the bootstrap; stop is the communicator's member): takes a reference on the SHOAL_STOP_SIGNALS
- * handler, installing it first if this is the first communicator. SHOAL_ERR_INVALID_ARG for a
- * malformed list, SHOAL_ERR_SYSTEM when sigaction fails (logged). */
-SHOAL_HIDDEN shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop);
+/* At communicator init (before the bootstrap; stop is the communicator's member, tenant and
+ * job its identity's names, "" when none): expands SHOAL_STOP_FILE, and takes a reference on
+ * the SHOAL_STOP_SIGNALS handler, installing it first if this is the first communicator.
+ * SHOAL_ERR_INVALID_ARG for a malformed list or path, SHOAL_ERR_SYSTEM when sigaction fails
+ * (logged). */
+SHOAL_HIDDEN shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop, const char *tenant,
+                                                 const char *job);
 /* At destroy: drops the reference; the last one restores the saved actions. */
 SHOAL_HIDDEN void shoal_stop_comm_fini(shoal_stop_comm_t *stop);
+/* SHOAL_STOP_FILE's pattern with %t the tenant and %j the job ("default" for an empty name)
+ * and %% a percent sign, into buf; SHOAL_ERR_INVALID_ARG when it does not fit. */
+SHOAL_HIDDEN shoal_status_t shoal_stop_file_path(const char *pattern, const char *tenant,
+                                                 const char *job, char *buf, size_t len);
+
+/* The handler's references (stop_sig.c), one per communicator: see shoal_stop_comm_init. */
+SHOAL_HIDDEN shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop);
+SHOAL_HIDDEN void shoal_stop_sig_unref(shoal_stop_comm_t *stop);
 
 /* The process-wide flag (stop.c): set by shoal_request_stop and the handler. */
 SHOAL_HIDDEN void shoal_stop_request_process(int signo);

@@ -14,6 +14,12 @@ static const shoal_cfg_field_t shoal_stop_cfg_fields[] = {
             "still runs; its actions are restored when the last communicator is destroyed); "
             "HUP INT QUIT ALRM TERM USR1 USR2 XCPU PWR RTMIN+n; empty = the library installs "
             "no handler"},
+    {.name = "STOP_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_stop_config_t, file),
+     .doc = "a path whose existence asks the job to stop (%t the tenant, %j the job): every "
+            "shoal_comm_should_stop looks for it (one access() call) until a stop is "
+            "requested; for the node agent or a Kubernetes preStop hook; put it in a "
+            "directory only the provider can write; empty = none"},
 };
 
 const shoal_cfg_table_t shoal_stop_cfg_table = {

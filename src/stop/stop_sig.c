@@ -215,7 +215,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop)
+shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
 {
     shoal_status_t st = SHOAL_OK;
     uint64_t mask;
@@ -244,7 +244,7 @@ shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop)
     return st;
 }
 
-void shoal_stop_comm_fini(shoal_stop_comm_t *stop)
+void shoal_stop_sig_unref(shoal_stop_comm_t *stop)
 {
     if (!stop->sig_user) {
         return;

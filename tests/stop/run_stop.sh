@@ -10,6 +10,7 @@
 #    its checkpoint with the same step.
 #  - api: no signal; a random rank calls shoal_comm_request_stop at a random step: every rank
 #    stops at exactly that step.
+#  - file: no signal; the harness creates SHOAL_STOP_FILE after a random delay (3 runs).
 #  - none: no request: 300 steps, every answer 0.
 #  - die: a rank SIGKILLs itself mid-loop: the others get an error within SHOAL_TIMEOUT_MS +
 #    slack, never a hang, never a stop.
@@ -55,7 +56,7 @@ start() {
     [ "$h" = lib ] && lib=1
     env -u SHOAL_TRANSPORT -u SHOAL_STOP_SIGNALS "$shoalrun" --no-prefix --grace 5 \
         --timeout 60 -n $n -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} \
-        ${lib:+-x SHOAL_STOP_SIGNALS=USR1} "$prog" "$d" "$h" "$@" </dev/null >"$d/out" 2>"$d/err" &
+        ${lib:+-x SHOAL_STOP_SIGNALS=USR1} ${stopfile:+-x SHOAL_STOP_FILE=$stopfile} "$prog" "$d" "$h" "$@" </dev/null >"$d/out" 2>"$d/err" &
     job=$!
 }
 
@@ -126,6 +127,7 @@ awk -v seed="$seed" -v runs="$runs" -v dmax="$delay_max" -v n=$n 'BEGIN {
         }
     }
     for (i = 0; i < 3; i++) printf "api %d %d\n", int(rand() * n), int(rand() * 200);
+    for (i = 0; i < 3; i++) printf "file %d\n", int(rand() * (dmax + 1));
 }' >"$tmp/plan"
 echo "# STOP_SEED=$seed: $runs signal runs, delays 0..$delay_max ms, grace $grace_s s"
 
@@ -214,6 +216,37 @@ grep '^api ' "$tmp/plan" | while read -r _ who at; do
         dump "$d"
     else
         tap OK "api: rank $who asks at step $at (no signal anywhere): every rank stopped at step $at, exit 0"
+    fi
+done
+n_tap=$((n_tap + 3))
+
+# file: the stop file appears after a random delay (the node agent's or a preStop hook's way).
+grep '^file ' "$tmp/plan" | while read -r _ delay; do
+    d=$tmp/file.$(now_ns)
+    stopfile=$d/stop.%t.%j
+    start "$d" file ""
+    stopfile=""
+    if ! wait_ready "$d"; then
+        kill "$job" 2>/dev/null
+        wait "$job"
+        tap FAIL "file: the ranks never got ready"
+        dump "$d"
+        continue
+    fi
+    sleep "$(awk -v ms="$delay" 'BEGIN { printf "%.3f", ms / 1000 }')"
+    t_sig=$(now_ns)
+    : >"$d/stop.default.default"
+    wait "$job"
+    rc=$?
+    if ! res=$(check_same "$d" file "$t_sig"); then
+        tap FAIL "file: stop file after $delay ms: $res (exit $rc)"
+        dump "$d"
+    elif [ "$rc" -ne 0 ]; then
+        tap FAIL "file: stop file after $delay ms: shoalrun exited $rc"
+        dump "$d"
+    else
+        set -- $res
+        tap OK "file: SHOAL_STOP_FILE ($d/stop.%t.%j) created after $delay ms: every rank stopped at step $1, $2 ms later, exit 0"
     fi
 done
 n_tap=$((n_tap + 3))

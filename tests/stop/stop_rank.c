@@ -14,6 +14,7 @@
  *   appcomm  the program's own handler, calling shoal_comm_request_stop(comm)
  *   api      no signal: rank API_RANK calls shoal_comm_request_stop before the agreement of
  *            step API_STEP, so every rank must stop at exactly API_STEP
+ *   file     no signal: the harness creates SHOAL_STOP_FILE
  *   none     no request at all: the loop runs MAX_STEPS steps, every answer must be 0; the
  *            checkpoint then says "done S"
  *   die      rank DIE_RANK SIGKILLs itself at step DIE_STEP; every other rank must get an
@@ -109,7 +110,8 @@ int main(int argc, char **argv)
     long step;
 
     if (argc < 3) {
-        fprintf(stderr, "usage: stop_rank DIR lib|app|appcomm|api|none|die [RANK STEP] [MAX]\n");
+        fprintf(stderr, "usage: stop_rank DIR lib|app|appcomm|api|file|none|die [RANK STEP] "
+                "[MAX]\n");
         return 2;
     }
     dir = argv[1];

@@ -2,6 +2,7 @@
  * The coordinated stop's agreement with in-process ranks (threads of this process, one
  * communicator each), also run under ThreadSanitizer in CI (.ci/run):
  *  - SHOAL_STOP_SIGNALS lists: what parses, what is refused (KILL, fault signals, junk);
+ *    SHOAL_STOP_FILE's %t / %j expansion;
  *  - without a request every answer is 0, and every check is one real AllReduce;
  *  - a request from another thread at a random moment (often while an agreement runs): every
  *    rank gets 1 at the same check; later checks say 1 without traffic;
@@ -233,6 +234,19 @@ static void test_parse(void)
     }
 }
 
+static void test_file_path(void)
+{
+    char buf[64];
+    tap_ok(shoal_stop_file_path("/run/shoal/stop/%t.%j", "acme", "train-42", buf, sizeof(buf)) ==
+           SHOAL_OK && strcmp(buf, "/run/shoal/stop/acme.train-42") == 0,
+           "SHOAL_STOP_FILE %%t.%%j: %s", buf);
+    tap_ok(shoal_stop_file_path("/s/%t/%j%%x%q", "", "", buf, sizeof(buf)) == SHOAL_OK &&
+           strcmp(buf, "/s/default/default%x%q") == 0, "empty names are 'default', %%%% is "
+           "%%, other %% stay: %s", buf);
+    tap_ok(shoal_stop_file_path("/s/%t", "a-tenant-name-that-is-long-enough-to-overflow-this",
+                                "j", buf, 32) == SHOAL_ERR_INVALID_ARG, "a path too long is refused");
+}
+
 /* A forked child (before this process has threads): env, then one 1-rank communicator. */
 static int child_status(const char *signals, int *init_st_p)
 {
@@ -324,8 +338,9 @@ int main(void)
     int stop = -1;
     requester_t q;
 
-    tap_plan(28);
+    tap_plan(31);
     test_parse();
+    test_file_path();
     test_children(); /* before this process has threads */
 
     signal(SIGALRM, watchdog);
