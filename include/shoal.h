@@ -146,7 +146,10 @@ SHOAL_EXPORT const char *shoal_comm_last_error(shoal_comm_t comm);
  * - SHOAL_STOP_SIGNALS=USR1,TERM: the library installs a handler for those signals that calls
  *   shoal_request_stop (and then the application's previous handler, if it had one), at the
  *   first communicator's init, and restores the previous actions when the last communicator
- *   is destroyed. Unset (the default), the library changes no signal disposition. */
+ *   is destroyed, unless a stop is under way (one of the signals came, or an agreement said
+ *   stop): then the handler stays, so that a late or repeated signal cannot kill the process
+ *   while it checkpoints and exits. Unset (the default), the library changes no signal
+ *   disposition. */
 SHOAL_EXPORT shoal_status_t shoal_comm_request_stop(shoal_comm_t comm);
 SHOAL_EXPORT shoal_status_t shoal_request_stop(void);
 SHOAL_EXPORT shoal_status_t shoal_comm_should_stop(shoal_comm_t comm, int *stop_p);

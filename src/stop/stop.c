@@ -16,12 +16,21 @@ _Static_assert(__atomic_always_lock_free(sizeof(int), 0), "int atomics must be l
 static int shoal_stop_process_flag;
 /* The signal that set it, 0 for a call (for the log line of the agreement). */
 static int shoal_stop_process_signo;
+/* An agreement of some communicator of the process said stop. */
+static int shoal_stop_agreed_any;
 
 void shoal_stop_request_process(int signo)
 {
     /* The signal number first: whoever sees the flag (acquire) sees the number too. */
     __atomic_store_n(&shoal_stop_process_signo, signo, __ATOMIC_RELAXED);
     __atomic_store_n(&shoal_stop_process_flag, 1, __ATOMIC_RELEASE);
+}
+
+int shoal_stop_under_way(void)
+{
+    return __atomic_load_n(&shoal_stop_agreed_any, __ATOMIC_ACQUIRE) ||
+           (__atomic_load_n(&shoal_stop_process_flag, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(&shoal_stop_process_signo, __ATOMIC_RELAXED) != 0);
 }
 
 shoal_status_t shoal_request_stop(void)
@@ -152,6 +161,7 @@ shoal_status_t shoal_comm_should_stop(shoal_comm_t comm, int *stop_p)
     checks = __atomic_add_fetch(&comm->stop.checks, 1, __ATOMIC_RELAXED);
     if (all != 0) {
         __atomic_store_n(&comm->stop.agreed, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&shoal_stop_agreed_any, 1, __ATOMIC_RELEASE);
         shoal_info(SCHED, "rank %d: communicator %08x: every rank agreed to stop at check %u "
                    "(this rank: %s)", comm->rank, comm->comm_id, checks,
                    shoal_stop_why(comm_req, proc_req, why, sizeof(why), name, sizeof(name)));

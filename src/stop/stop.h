@@ -12,7 +12,8 @@
  *    agreement until there is one (one access() call), for a node agent or a preStop hook.
  *  - The optional handler (stop_sig.c): installed only when SHOAL_STOP_SIGNALS names signals,
  *    with sigaction at the first communicator's init, the application's action saved (and
- *    chained when it was a function), restored when the last communicator is destroyed.
+ *    chained when it was a function), restored when the last communicator is destroyed (kept
+ *    once a stop is under way: a late signal must not kill the exiting process).
  *
  * The core's narrow hook: the per-communicator state below lives in struct shoal_comm (stop),
  * and comm.c calls shoal_stop_comm_init / shoal_stop_comm_fini.
@@ -62,6 +63,8 @@ SHOAL_HIDDEN void shoal_stop_sig_unref(shoal_stop_comm_t *stop);
 
 /* The process-wide flag (stop.c): set by shoal_request_stop and the handler. */
 SHOAL_HIDDEN void shoal_stop_request_process(int signo);
+/* 1 once the process is stopping: a stop signal came, or an agreement said stop. */
+SHOAL_HIDDEN int shoal_stop_under_way(void);
 
 /* Parses a SHOAL_STOP_SIGNALS list ("USR1,TERM", "SIGUSR1", "10", "RTMIN+2"; commas or spaces,
  * case-insensitive) into a bit mask (bit s - 1 for signal s). Signals a job is told to stop with

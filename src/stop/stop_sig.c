@@ -1,7 +1,9 @@
 /* The optional stop handler (SHOAL_STOP_SIGNALS). The library changes no signal disposition
  * unless this variable names signals: then the first communicator installs one handler for
  * them (sigaction, SA_SIGINFO | SA_RESTART, the application's actions saved) and the last one
- * destroyed puts the saved actions back, unless the application replaced the handler since.
+ * destroyed puts the saved actions back, unless the application replaced the handler since,
+ * or unless a stop is under way (a stop signal came, or an agreement said stop: the process is
+ * exiting, and a late signal must not kill it, so the handler stays).
  * The handler only sets the process-wide request flag (one atomic store) and then calls the
  * application's own handler if the saved action was one (a function, not SIG_DFL/SIG_IGN):
  * SIGTERM's default action (death) is what the handler exists to replace. */
@@ -233,7 +235,9 @@ shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
         return SHOAL_OK;
     }
     pthread_mutex_lock(&shoal_stop_sig_lock);
-    if (shoal_stop_sig_users == 0) {
+    /* Not when it stayed in place after a stop signal (see shoal_stop_sig_unref): saving our
+     * own handler as the application's would make it call itself. */
+    if (__atomic_load_n(&shoal_stop_sig_mask, __ATOMIC_RELAXED) == 0) {
         st = shoal_stop_sig_install(mask);
     }
     if (st == SHOAL_OK) {
@@ -252,8 +256,18 @@ void shoal_stop_sig_unref(shoal_stop_comm_t *stop)
     pthread_mutex_lock(&shoal_stop_sig_lock);
     stop->sig_user = 0;
     if (--shoal_stop_sig_users == 0) {
-        shoal_stop_sig_restore(__atomic_load_n(&shoal_stop_sig_mask, __ATOMIC_RELAXED));
-        shoal_info(SCHED, "stop handler removed: the application's actions are back");
+        if (shoal_stop_under_way()) {
+            /* The process is on its way out (a stop signal came, or the ranks agreed to stop
+             * because another rank got one): a late or repeated signal (a launcher that
+             * forwards it to the ranks one by one, a second SIGTERM) must not kill it with the
+             * default action while it saves and exits. The handler only sets a flag and calls
+             * the application's, so it may stay. */
+            shoal_info(SCHED, "stop handler kept: a stop is under way, and a late signal must "
+                       "not kill the process while it exits");
+        } else {
+            shoal_stop_sig_restore(__atomic_load_n(&shoal_stop_sig_mask, __ATOMIC_RELAXED));
+            shoal_info(SCHED, "stop handler removed: the application's actions are back");
+        }
     }
     pthread_mutex_unlock(&shoal_stop_sig_lock);
 }

@@ -45,6 +45,9 @@ static void stop_on_usr1_process(int sig)
     shoal_request_stop();
 }
 
+/* The main thread clears stop_comm before it destroys the communicator, so a late signal finds
+ * NULL (a harmless SHOAL_ERR_INVALID_ARG). This program has no thread of its own and makes no
+ * shoal_i* call (no proxy thread): the handler runs on the main thread, between its steps. */
 static void stop_on_usr1_comm(int sig)
 {
     (void)sig;
@@ -194,6 +197,8 @@ int main(int argc, char **argv)
         if (stop) {
             snprintf(text, sizeof(text), "step %ld ns %lld\n", step, stop_real_ns());
             stop_write(dir, "ckpt", rank, text); /* the checkpoint: this step's state */
+            /* A late signal must not reach a destroyed communicator through the handler. */
+            __atomic_store_n(&stop_comm, NULL, __ATOMIC_RELEASE);
             st = shoal_comm_destroy(comm);
             return st == SHOAL_OK ? 0 : 3;
         }
