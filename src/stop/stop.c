@@ -113,7 +113,8 @@ static const char *shoal_stop_why(int comm_req, int proc_req, char *buf, size_t 
 {
     int signo = __atomic_load_n(&shoal_stop_process_signo, __ATOMIC_RELAXED);
     if (proc_req && signo > 0) {
-        snprintf(buf, len, "signal %d (SIG%s)", signo, shoal_stop_signal_name(signo, name, namelen));
+        snprintf(buf, len, "signal %d (SIG%s)", signo,
+                 shoal_stop_signal_name(signo, name, namelen));
     } else if (proc_req) {
         snprintf(buf, len, "shoal_request_stop");
     } else if (comm_req == 2) {

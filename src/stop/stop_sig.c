@@ -213,7 +213,8 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
         done |= SHOAL_STOP_SIG_BIT(s);
         __atomic_store_n(&shoal_stop_sig_mask, done, __ATOMIC_RELEASE);
     }
-    shoal_info(SCHED, "stop handler installed for SHOAL_STOP_SIGNALS=%s", shoal_stop_config.signals);
+    shoal_info(SCHED, "stop handler installed for SHOAL_STOP_SIGNALS=%s",
+               shoal_stop_config.signals);
     return SHOAL_OK;
 }
 

@@ -56,7 +56,8 @@ start() {
     [ "$h" = lib ] && lib=1
     env -u SHOAL_TRANSPORT -u SHOAL_STOP_SIGNALS "$shoalrun" --no-prefix --grace 5 \
         --timeout 60 -n $n -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} \
-        ${lib:+-x SHOAL_STOP_SIGNALS=USR1} ${stopfile:+-x SHOAL_STOP_FILE=$stopfile} "$prog" "$d" "$h" "$@" </dev/null >"$d/out" 2>"$d/err" &
+        ${lib:+-x SHOAL_STOP_SIGNALS=USR1} ${stopfile:+-x SHOAL_STOP_FILE=$stopfile} \
+        "$prog" "$d" "$h" "$@" </dev/null >"$d/out" 2>"$d/err" &
     job=$!
 }
 
@@ -198,8 +199,12 @@ awk -v total="$t_all" '
         # steps: min / median / max (insertion sort, n is small)
         for (i = 2; i <= n; i++) { v = st[i]; j = i - 1;
             while (j > 0 && st[j] > v) { st[j + 1] = st[j]; j-- } st[j + 1] = v }
-        printf "# stats: %d good runs in %.1f s (%.0f ms per run, launch to exit); steps at the stop min %d median %d max %d; stop latency (signal to the last rank'"'"'s answer) mean %.1f ms max %d ms; exit after the signal max %d ms\n",
-            n, total / 1000, run / n, st[1], st[int((n + 1) / 2)], st[n], latsum / n, lat, ex
+        printf "# stats: %d good runs in %.1f s (%.0f ms per run, launch to exit); ", n,
+            total / 1000, run / n
+        printf "steps at the stop min %d median %d max %d; ", st[1], st[int((n + 1) / 2)], st[n]
+        printf "stop latency (signal to the last rank'"'"'s answer) mean %.1f ms max %d ms; ",
+            latsum / n, lat
+        printf "exit after the signal max %d ms\n", ex
     }' "$tmp/stats"
 
 # api: no signal, one rank asks through the API at a known step.
