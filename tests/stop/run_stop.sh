@@ -23,7 +23,9 @@ runs=${STOP_RUNS:-100}
 delay_max=${STOP_DELAY_MS:-150}
 grace_s=${STOP_GRACE_S:-10}
 seed=${STOP_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
-timeout_ms=3000
+# Generous for the bootstrap of 4 ranks on a loaded 2-core host (3 s was too short at a load of
+# 11); a killed rank is still found at once (its pid is gone), far inside the limit.
+timeout_ms=15000
 n=4
 n_tap=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_stop.XXXXXX") || exit 99

@@ -43,6 +43,7 @@ typedef struct {
     int max_steps;
     pthread_barrier_t *ready;  /* NRANKS + the requester, after init */
     shoal_comm_t comm;
+    shoal_status_t init_st;
     shoal_status_t st;
     int stop_step;             /* the check that said stop, -1: none */
     int bad;                   /* a wrong AllReduce result, or a check that was not one */
@@ -79,8 +80,10 @@ static void *trank_main(void *arg)
     int stop = 0;
 
     r->stop_step = -1;
-    r->st = shoal_comm_init(&r->comm, NRANKS, r->rank, r->uid, NULL);
+    /* comm and init_st are what the requester reads, after the barrier; st is this thread's. */
+    r->init_st = shoal_comm_init(&r->comm, NRANKS, r->rank, r->uid, NULL);
     pthread_barrier_wait(r->ready);
+    r->st = r->init_st;
     if (r->st != SHOAL_OK) {
         return NULL;
     }
@@ -133,7 +136,7 @@ static void *requester_main(void *arg)
     }
     if (q->use_signal) {
         kill(getpid(), SIGUSR2);
-    } else if (q->ranks[q->target].st == SHOAL_OK) {
+    } else if (q->ranks[q->target].init_st == SHOAL_OK) {
         shoal_comm_request_stop(q->ranks[q->target].comm);
     }
     return NULL;
