@@ -124,6 +124,36 @@ SHOAL_EXPORT shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
 SHOAL_EXPORT const char *shoal_comm_last_error(shoal_comm_t comm);
 #define SHOAL_SPLIT_NOCOLOR (-1)
 
+/* Coordinated stop (preemption). A job told to stop (Slurm's --signal, SIGTERM from
+ * Kubernetes) must stop on every rank at the same step, so that its checkpoint is one
+ * consistent state, even when only some ranks got the signal (torchrun does not forward
+ * SIGUSR1 to its workers; sbatch --signal=B:... signals only the batch shell).
+ * - shoal_comm_request_stop(comm) asks comm to stop; shoal_request_stop() asks every
+ *   communicator of the process, present and future (a handler rarely has a handle). Both are
+ *   async-signal-safe (one lock-free atomic store: no allocation, lock or log), so they may be
+ *   called from the application's signal handler or from any thread. A request is sticky.
+ *   comm must stay valid while a handler may use it; shoal_request_stop needs none.
+ * - shoal_comm_should_stop(comm, &stop) is a collective: every rank calls it at the same point
+ *   of its loop (e.g. after each step). It agrees, with one AllReduce MAX of 4 bytes under the
+ *   communicator's timeout and failure detection, whether any rank had a request when it
+ *   entered the call, and sets *stop to that answer (0 or 1): the same on every rank for the
+ *   same call. A request arriving during the agreement is answered by the next call. When the
+ *   call returns, every rank has finished the calls it issued on comm before it (host calls
+ *   and shoal_i* requests; synchronise a stream first). Once the answer was 1 it stays 1, and
+ *   later calls return at once without traffic. A failed or aborted communicator returns its
+ *   error and leaves *stop unchanged: a dead rank is an error within SHOAL_TIMEOUT_MS, never a
+ *   hang.
+ * - SHOAL_STOP_SIGNALS=USR1,TERM: the library installs a handler for those signals that calls
+ *   shoal_request_stop (and then the application's previous handler, if it had one), at the
+ *   first communicator's init, and restores the previous actions when the last communicator
+ *   is destroyed, unless a stop is under way (one of the signals came, or an agreement said
+ *   stop): then the handler stays, so that a late or repeated signal cannot kill the process
+ *   while it checkpoints and exits. Unset (the default), the library changes no signal
+ *   disposition. */
+SHOAL_EXPORT shoal_status_t shoal_comm_request_stop(shoal_comm_t comm);
+SHOAL_EXPORT shoal_status_t shoal_request_stop(void);
+SHOAL_EXPORT shoal_status_t shoal_comm_should_stop(shoal_comm_t comm, int *stop_p);
+
 /* Metering: a communicator's exact counters since shoal_comm_init (monotonic; deltas between
  * two reads are exact). Payload bytes only (no headers), counted once per message when the
  * transport accepts it; the intra-node direct AllReduce counts what a rank takes from peers'

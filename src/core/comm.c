@@ -546,6 +546,8 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
 
     SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
     comm->ident = *id;
+    /* First: a stop signal during a long bootstrap is then a request, not a death. */
+    SHOAL_CHECK_GOTO(shoal_stop_comm_init(&comm->stop, id->tenant, id->job), st, err);
     SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
@@ -726,6 +728,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     pthread_cond_destroy(&comm->exec_cond);
     pthread_mutex_destroy(&comm->proxy_lock);
     shoal_secret_wipe(comm->secret, sizeof(comm->secret));
+    shoal_stop_comm_fini(&comm->stop); /* last: the handler outlives everything else */
     free(comm);
     return SHOAL_OK;
 }

@@ -4,6 +4,7 @@
 
 #include "core/tl.h"
 #include "qos/qos.h"
+#include "stop/stop.h"
 #include "tenant/tenant.h"
 
 #include <pthread.h>
@@ -108,6 +109,7 @@ struct shoal_comm {
     struct shoal_meter *meter; /* NULL with SHOAL_METER=0 (its first member is the page) */
     shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
     struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */
+    shoal_stop_comm_t stop;    /* src/stop: stop requests and their agreement */
 };
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A

@@ -1,0 +1,472 @@
+/*
+ * The coordinated stop's agreement with in-process ranks (threads of this process, one
+ * communicator each), also run under ThreadSanitizer in CI (.ci/run):
+ *  - SHOAL_STOP_SIGNALS lists: what parses, what is refused (KILL, fault signals, junk);
+ *    SHOAL_STOP_FILE's %t / %j expansion;
+ *  - without a request every answer is 0, and every check is one real AllReduce;
+ *  - a request from another thread at a random moment (often while an agreement runs): every
+ *    rank gets 1 at the same check; later checks say 1 without traffic;
+ *  - a rank's own request before check K: every rank stops at exactly K;
+ *  - the handler: SHOAL_STOP_SIGNALS=USR2 installs it at the first communicator (replacing the
+ *    test's own handler), restores the test's handler after the last destroy while no stop
+ *    is under way, keeps it once one was agreed (installed once, never twice), and a real
+ *    SIGUSR2 from another thread stops every rank at the same check, the test's handler still
+ *    called once (chained); a late signal after the last destroy is harmless; a communicator
+ *    created afterwards says stop at its first check (the process was told to stop);
+ *  - in forked children: no SHOAL_STOP_SIGNALS, no handler (the disposition is untouched);
+ *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG.
+ */
+#include "tests/tap.h"
+
+#include "stop/stop.h"
+
+#include <shoal.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NRANKS 4
+#define COUNT 64
+#define MAX_STEPS 20000
+
+typedef struct {
+    const shoal_uid_t *uid;
+    int rank;
+    int ask_at;                /* shoal_comm_request_stop before check ask_at; -1: never */
+    int max_steps;
+    pthread_barrier_t *ready;  /* NRANKS + the requester, after init */
+    shoal_comm_t comm;
+    shoal_status_t init_st;
+    shoal_status_t st;
+    int stop_step;             /* the check that said stop, -1: none */
+    int bad;                   /* a wrong AllReduce result, or a check that was not one */
+    int sticky;                /* 1: a later check said stop without traffic */
+} trank_t;
+
+typedef struct {
+    trank_t *ranks;
+    pthread_barrier_t *ready;
+    unsigned seed;
+    int use_signal;            /* 1: kill(getpid(), SIGUSR2), else shoal_comm_request_stop */
+    int target;                /* the rank asked */
+    int delay_us;
+} requester_t;
+
+static int app_handler_calls;
+
+static void app_handler(int sig)
+{
+    (void)sig;
+    __atomic_add_fetch(&app_handler_calls, 1, __ATOMIC_RELAXED);
+}
+
+static uint64_t ops_now(shoal_comm_t comm)
+{
+    shoal_stats_t s = SHOAL_STATS_INIT;
+    return shoal_comm_stats(comm, &s) == SHOAL_OK ? s.ops[SHOAL_STATS_ALLREDUCE] : UINT64_MAX;
+}
+
+static void *trank_main(void *arg)
+{
+    trank_t *r = arg;
+    int32_t in[COUNT], out[COUNT];
+    int stop = 0;
+
+    r->stop_step = -1;
+    /* comm and init_st are what the requester reads, after the barrier; st is this thread's. */
+    r->init_st = shoal_comm_init(&r->comm, NRANKS, r->rank, r->uid, NULL);
+    pthread_barrier_wait(r->ready);
+    r->st = r->init_st;
+    if (r->st != SHOAL_OK) {
+        return NULL;
+    }
+    for (int step = 0; step < r->max_steps; step++) {
+        uint64_t ops0;
+        for (int i = 0; i < COUNT; i++) {
+            in[i] = (r->rank + 1) * (step + 1) + i;
+        }
+        r->st = shoal_allreduce(in, out, COUNT, SHOAL_INT32, SHOAL_SUM, r->comm, NULL);
+        if (r->st != SHOAL_OK) {
+            break;
+        }
+        for (int i = 0; i < COUNT; i++) {
+            r->bad |= out[i] != NRANKS * (NRANKS + 1) / 2 * (step + 1) + NRANKS * i;
+        }
+        if (step == r->ask_at) {
+            shoal_comm_request_stop(r->comm);
+        }
+        ops0 = ops_now(r->comm);
+        r->st = shoal_comm_should_stop(r->comm, &stop);
+        if (r->st != SHOAL_OK) {
+            break;
+        }
+        /* The agreement is one AllReduce on the communicator (metered as one). */
+        r->bad |= ops0 != UINT64_MAX && ops_now(r->comm) != ops0 + 1;
+        if (stop) {
+            r->stop_step = step;
+            break;
+        }
+    }
+    if (r->stop_step >= 0) {
+        uint64_t ops0 = ops_now(r->comm);
+        stop = 0;
+        r->sticky = shoal_comm_should_stop(r->comm, &stop) == SHOAL_OK && stop == 1 &&
+                    ops_now(r->comm) == ops0;
+    }
+    if (shoal_comm_destroy(r->comm) != SHOAL_OK && r->st == SHOAL_OK) {
+        r->st = SHOAL_ERR_INTERNAL;
+    }
+    return NULL;
+}
+
+static void *requester_main(void *arg)
+{
+    requester_t *q = arg;
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)q->delay_us * 1000L};
+
+    pthread_barrier_wait(q->ready);
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    if (q->use_signal) {
+        kill(getpid(), SIGUSR2);
+    } else if (q->ranks[q->target].init_st == SHOAL_OK) {
+        shoal_comm_request_stop(q->ranks[q->target].comm);
+    }
+    return NULL;
+}
+
+/* One job of NRANKS rank threads (+ a requester when q != NULL). Returns a sentence on
+ * failure, NULL when fine; *step_p: the common stop step (-1: none). */
+static const char *run_job(int ask_rank, int ask_at, int max_steps, requester_t *q, int *step_p)
+{
+    static char why[256];
+    trank_t ranks[NRANKS];
+    pthread_t th[NRANKS], qt;
+    pthread_barrier_t ready;
+    shoal_uid_t uid;
+    shoal_status_t st;
+
+    st = shoal_get_unique_id(&uid);
+    if (st != SHOAL_OK) {
+        snprintf(why, sizeof(why), "shoal_get_unique_id: %s", shoal_status_name(st));
+        return why;
+    }
+    pthread_barrier_init(&ready, NULL, NRANKS + (q != NULL));
+    for (int r = 0; r < NRANKS; r++) {
+        ranks[r] = (trank_t){.uid = &uid, .rank = r, .ask_at = r == ask_rank ? ask_at : -1,
+                             .max_steps = max_steps, .ready = &ready};
+        pthread_create(&th[r], NULL, trank_main, &ranks[r]);
+    }
+    if (q != NULL) {
+        q->ranks = ranks;
+        q->ready = &ready;
+        pthread_create(&qt, NULL, requester_main, q);
+        pthread_join(qt, NULL);
+    }
+    for (int r = 0; r < NRANKS; r++) {
+        pthread_join(th[r], NULL);
+    }
+    pthread_barrier_destroy(&ready);
+    *step_p = ranks[0].stop_step;
+    for (int r = 0; r < NRANKS; r++) {
+        if (ranks[r].st != SHOAL_OK) {
+            snprintf(why, sizeof(why), "rank %d: %s", r, shoal_status_name(ranks[r].st));
+            return why;
+        }
+        if (ranks[r].bad) {
+            snprintf(why, sizeof(why), "rank %d: a wrong result or a check without traffic", r);
+            return why;
+        }
+        if (ranks[r].stop_step != ranks[0].stop_step) {
+            snprintf(why, sizeof(why), "rank %d stopped at check %d, rank 0 at %d", r,
+                     ranks[r].stop_step, ranks[0].stop_step);
+            return why;
+        }
+        if (ranks[r].stop_step >= 0 && !ranks[r].sticky) {
+            snprintf(why, sizeof(why), "rank %d: the check after the stop did not say stop at "
+                     "once", r);
+            return why;
+        }
+    }
+    return NULL;
+}
+
+static void test_parse(void)
+{
+    static const struct {
+        const char *spec;
+        int ok;
+        uint64_t mask;
+    } cases[] = {
+        {"", 1, 0},
+        {"USR1,TERM", 1, (1ull << (SIGUSR1 - 1)) | (1ull << (SIGTERM - 1))},
+        {" sigusr2 , int ", 1, (1ull << (SIGUSR2 - 1)) | (1ull << (SIGINT - 1))},
+        {"10", 1, 1ull << (SIGUSR1 - 1)},
+        {"SIGHUP SIGXCPU", 1, (1ull << (SIGHUP - 1)) | (1ull << (SIGXCPU - 1))},
+        {"RTMIN+2", 1, 0}, /* mask computed below: SIGRTMIN is a run-time value */
+        {"KILL", 0, 0},
+        {"9", 0, 0},
+        {"SEGV", 0, 0},
+        {"STOP", 0, 0},
+        {"CHLD", 0, 0},
+        {"USR1,FOO", 0, 0},
+        {"RTMIN+99", 0, 0},
+        {"65", 0, 0},
+        {"USR1x", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t mask = 12345, want = cases[i].mask;
+        char why[256] = "";
+        shoal_status_t st = shoal_stop_signals_parse(cases[i].spec, &mask, why, sizeof(why));
+        if (strcmp(cases[i].spec, "RTMIN+2") == 0) {
+            want = 1ull << (SIGRTMIN + 2 - 1);
+        }
+        if (cases[i].ok) {
+            tap_ok(st == SHOAL_OK && mask == want, "SHOAL_STOP_SIGNALS='%s' parses (mask %#llx, "
+                   "want %#llx)", cases[i].spec, (unsigned long long)mask,
+                   (unsigned long long)want);
+        } else {
+            tap_ok(st == SHOAL_ERR_INVALID_ARG && mask == 12345 && why[0] != '\0',
+                   "SHOAL_STOP_SIGNALS='%s' refused: %s", cases[i].spec, why);
+        }
+    }
+}
+
+static void test_file_path(void)
+{
+    char buf[64];
+    tap_ok(shoal_stop_file_path("/run/shoal/stop/%t.%j", "acme", "train-42", buf, sizeof(buf)) ==
+           SHOAL_OK && strcmp(buf, "/run/shoal/stop/acme.train-42") == 0,
+           "SHOAL_STOP_FILE %%t.%%j: %s", buf);
+    tap_ok(shoal_stop_file_path("/s/%t/%j%%x%q", "", "", buf, sizeof(buf)) == SHOAL_OK &&
+           strcmp(buf, "/s/default/default%x%q") == 0, "empty names are 'default', %%%% is "
+           "%%, other %% stay: %s", buf);
+    tap_ok(shoal_stop_file_path("/s/%t", "a-tenant-name-that-is-long-enough-to-overflow-this",
+                                "j", buf, 32) == SHOAL_ERR_INVALID_ARG,
+           "a path too long is refused");
+}
+
+/* A forked child (before this process has threads): env, then one 1-rank communicator. */
+static int child_status(const char *signals, int *init_st_p)
+{
+    int pipefd[2], status = 0, init_st = 1;
+    pid_t pid;
+
+    if (pipe(pipefd) != 0) {
+        return -1;
+    }
+    pid = fork();
+    if (pid == 0) {
+        struct sigaction sa, cur;
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        int st, untouched;
+
+        close(pipefd[0]);
+        if (signals == NULL) {
+            unsetenv("SHOAL_STOP_SIGNALS");
+        } else {
+            setenv("SHOAL_STOP_SIGNALS", signals, 1);
+        }
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = app_handler;
+        sigaction(SIGUSR2, &sa, NULL);
+        st = shoal_get_unique_id(&uid);
+        if (st == SHOAL_OK) {
+            st = shoal_comm_init(&comm, 1, 0, &uid, NULL);
+        }
+        sigaction(SIGUSR2, NULL, &cur);
+        untouched = cur.sa_handler == app_handler && shoal_stop_signals_installed() == 0;
+        (void)!write(pipefd[1], &st, sizeof(st));
+        if (comm != NULL) {
+            shoal_comm_destroy(comm);
+        }
+        _exit(untouched ? 0 : 1);
+    }
+    close(pipefd[1]);
+    if (pid < 0 || read(pipefd[0], &init_st, sizeof(init_st)) != (ssize_t)sizeof(init_st)) {
+        init_st = 1;
+    }
+    close(pipefd[0]);
+    if (pid > 0) {
+        waitpid(pid, &status, 0);
+    }
+    *init_st_p = init_st;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_children(void)
+{
+    int init_st, code;
+
+    code = child_status(NULL, &init_st);
+    tap_ok(init_st == SHOAL_OK && code == 0, "no SHOAL_STOP_SIGNALS: init %s, SIGUSR2's "
+           "disposition untouched, no handler (child exit %d)",
+           shoal_status_name((shoal_status_t)init_st), code);
+    code = child_status("KILL", &init_st);
+    tap_ok(init_st == SHOAL_ERR_INVALID_ARG && code == 0, "SHOAL_STOP_SIGNALS=KILL: init "
+           "returns %s, nothing installed (child exit %d)",
+           shoal_status_name((shoal_status_t)init_st), code);
+}
+
+static int usr2_is_app(void)
+{
+    struct sigaction cur;
+    sigaction(SIGUSR2, NULL, &cur);
+    return (cur.sa_flags & SA_SIGINFO) == 0 && cur.sa_handler == app_handler;
+}
+
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.';
+    }
+    closedir(d);
+    return n;
+}
+
+static void *nothing(void *arg)
+{
+    return arg;
+}
+
+/* The rendezvous root of the last unique id ends on its own once its job said goodbye; exiting
+ * before that tears libcrypto down under its feet. Waits (5 s at most) for the thread count
+ * to be back to base. */
+static void wait_threads_gone(int base)
+{
+    for (int i = 0; i < 500 && thread_count() > base; i++) {
+        usleep(10000);
+    }
+}
+
+static void watchdog(int sig)
+{
+    static const char msg[] = "not ok - test_stop hung: watchdog fired\n";
+    (void)sig;
+    (void)!write(1, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+int main(void)
+{
+    unsigned seed = getenv("TEST_STOP_SEED") != NULL ? (unsigned)atoi(getenv("TEST_STOP_SEED"))
+                                                     : (unsigned)time(NULL);
+    int rounds = getenv("TEST_STOP_ROUNDS") != NULL ? atoi(getenv("TEST_STOP_ROUNDS")) : 40;
+    int step, bad_rounds = 0, installed_ok = 1, steps_min = MAX_STEPS, steps_max = -1;
+    const char *why = NULL, *first_why = NULL;
+    struct sigaction sa;
+    shoal_comm_t late = NULL;
+    shoal_uid_t uid;
+    int stop = -1;
+    requester_t q;
+    pthread_t nt;
+    int base;
+
+    /* A sanitizer's runtime starts its own thread at the first pthread_create: before the
+     * baseline count (as test_proxy does). */
+    pthread_create(&nt, NULL, nothing, NULL);
+    pthread_join(nt, NULL);
+    base = thread_count();
+    tap_plan(32);
+    test_parse();
+    test_file_path();
+    test_children(); /* before this process has threads */
+
+    signal(SIGALRM, watchdog);
+    alarm(240);
+    setenv("SHOAL_TIMEOUT_MS", "60000", 0);
+    /* The test's own handler first: the library must save it, chain it and put it back. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = app_handler;
+    sigaction(SIGUSR2, &sa, NULL);
+    setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+
+    tap_ok(shoal_comm_should_stop(NULL, &stop) == SHOAL_ERR_INVALID_ARG &&
+           shoal_comm_request_stop(NULL) == SHOAL_ERR_INVALID_ARG,
+           "NULL communicator: SHOAL_ERR_INVALID_ARG");
+
+    why = run_job(-1, -1, 30, NULL, &step);
+    tap_ok(why == NULL && step == -1, "no request: 30 checks on %d ranks all say 0, each one "
+           "AllReduce%s%s", NRANKS, why ? ": " : "", why ? why : "");
+    tap_ok(usr2_is_app(), "after the last destroy SIGUSR2 has the test's handler again");
+
+    why = run_job(2, 17, MAX_STEPS, NULL, &step);
+    tap_ok(why == NULL && step == 17, "rank 2 asks before check 17: every rank stops at check "
+           "%d%s%s", step, why ? ": " : "", why ? why : "");
+
+    /* Requests from another thread at random moments. */
+    tap_diag("TEST_STOP_SEED=%u, %d rounds", seed, rounds);
+    for (int k = 0; k < rounds; k++) {
+        q = (requester_t){.target = (int)(rand_r(&seed) % NRANKS),
+                          .delay_us = (int)(rand_r(&seed) % 4000)};
+        why = run_job(-1, -1, MAX_STEPS, &q, &step);
+        if (why == NULL && step < 0) {
+            why = "no rank stopped";
+        }
+        if (why != NULL) {
+            bad_rounds++;
+            if (first_why == NULL) {
+                first_why = why;
+                tap_diag("round %d (rank %d asked after %d us): %s", k, q.target, q.delay_us,
+                         why);
+            }
+        } else {
+            steps_min = step < steps_min ? step : steps_min;
+            steps_max = step > steps_max ? step : steps_max;
+        }
+        installed_ok &= !usr2_is_app() &&
+                        (shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))) != 0;
+    }
+    tap_ok(bad_rounds == 0, "%d rounds, one rank asked from another thread at a random moment: "
+           "every rank stopped at the same check (checks %d..%d)", rounds, steps_min, steps_max);
+    tap_ok(installed_ok, "once a stop was agreed, the handler stays past every round's last "
+           "destroy (the process is stopping: a late signal must not kill it)");
+
+    /* A real signal, from another thread; the test's handler is chained. */
+    q = (requester_t){.use_signal = 1, .delay_us = (int)(rand_r(&seed) % 4000)};
+    why = run_job(-1, -1, MAX_STEPS, &q, &step);
+    tap_ok(why == NULL && step >= 0, "SIGUSR2 from another thread after %d us: every rank "
+           "stopped at check %d%s%s", q.delay_us, step, why ? ": " : "", why ? why : "");
+    tap_ok(__atomic_load_n(&app_handler_calls, __ATOMIC_RELAXED) == 1,
+           "the test's own SIGUSR2 handler ran once (chained): %d", app_handler_calls);
+    tap_ok(!usr2_is_app() && (shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))),
+           "after the stop the handler stays past the last destroy");
+    raise(SIGUSR2);
+    tap_ok(__atomic_load_n(&app_handler_calls, __ATOMIC_RELAXED) == 2,
+           "a late SIGUSR2 is harmless and still reaches the test's handler (%d calls)",
+           app_handler_calls);
+
+    /* The process was told to stop: a communicator made afterwards says so at once. */
+    stop = -1;
+    if (shoal_get_unique_id(&uid) == SHOAL_OK && shoal_comm_init(&late, 1, 0, &uid, NULL) ==
+        SHOAL_OK) {
+        raise(SIGUSR2); /* installed twice, the handler would call itself without end */
+        tap_ok(__atomic_load_n(&app_handler_calls, __ATOMIC_RELAXED) == 3 &&
+               (shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))),
+               "a new communicator keeps the one handler (not saved as the application's): %d "
+               "calls", app_handler_calls);
+        shoal_status_t st = shoal_comm_should_stop(late, &stop);
+        tap_ok(st == SHOAL_OK && stop == 1, "a communicator created after the signal says stop "
+               "at its first check (%s, %d)", shoal_status_name(st), stop);
+        shoal_comm_destroy(late);
+    } else {
+        tap_ok(0, "a new communicator keeps the one handler (init failed)");
+        tap_ok(0, "a communicator created after the signal says stop (init failed)");
+    }
+    wait_threads_gone(base);
+    return tap_done();
+}
