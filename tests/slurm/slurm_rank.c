@@ -31,23 +31,14 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t slurm_rank_signal; /* the last signal this rank got, or 0 */
-#ifdef SLURM_RANK_STOP_API
-static shoal_comm_t slurm_rank_comm; /* set before the handlers can run */
-#endif
 
 static void slurm_rank_on_signal(int sig)
 {
     slurm_rank_signal = sig;
-    /* HOOK (issue 13, coordinated stop): once the library's stop API lands, the handler also
-     * tells the communicator, which is async-signal-safe by contract:
-     *     shoal_comm_request_stop(slurm_rank_comm);
-     * and slurm_rank_should_stop() below asks shoal_comm_should_stop() instead of reducing
-     * the flag itself. Build with -DSLURM_RANK_STOP_API to switch (tests/slurm/Makefile.inc). */
-#ifdef SLURM_RANK_STOP_API
-    if (slurm_rank_comm != NULL) {
-        shoal_comm_request_stop(slurm_rank_comm);
-    }
-#endif
+    /* The library's coordinated stop: async-signal-safe, for every communicator of the
+     * process (also one still joining); shoal_comm_should_stop() below makes every rank
+     * agree on the step. */
+    shoal_request_stop();
 }
 
 static int slurm_rank_fail(const char *call, shoal_status_t st, shoal_comm_t comm, int rank)
@@ -65,19 +56,11 @@ static const char *slurm_rank_signame(int sig)
            : sig == 0 ? "none" : "other";
 }
 
-/* Every rank's answer to "stop now?", the same on every rank at the same step: a MAX
- * allreduce of the per-rank flag (the collective before it completed everywhere). */
+/* Every rank's answer to "stop now?", the same on every rank at the same step, from the
+ * library's agreement (src/stop): the collective before it completed everywhere. */
 static shoal_status_t slurm_rank_should_stop(shoal_comm_t comm, int *stop)
 {
-#ifdef SLURM_RANK_STOP_API
     return shoal_comm_should_stop(comm, stop);
-#else
-    int32_t flag = slurm_rank_signal != 0;
-    shoal_status_t st = shoal_allreduce(&flag, &flag, 1, SHOAL_INT32, SHOAL_MAX, comm, NULL);
-
-    *stop = flag != 0;
-    return st;
-#endif
 }
 
 /* ITERS allreduces: element i of rank r at iteration it holds (r + 1) * (it + 1) + i % 13. */
@@ -201,12 +184,6 @@ int main(int argc, char **argv)
     if (st != SHOAL_OK) {
         return slurm_rank_fail("shoal_comm_init_env", st, NULL, rank);
     }
-#ifdef SLURM_RANK_STOP_API
-    slurm_rank_comm = comm;
-    if (slurm_rank_signal != 0) { /* it came while joining */
-        shoal_comm_request_stop(comm);
-    }
-#endif
     shoal_comm_rank(comm, &rank);
     shoal_comm_size(comm, &nranks);
     gethostname(host, sizeof(host) - 1);

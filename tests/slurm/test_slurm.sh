@@ -350,12 +350,10 @@ ok $ck "every rank's checkpoint holds step $S2, job $J2, epoch 0" "$T/ckpt2/ckpt
 # GraceTime, and a job that just exits is COMPLETED, never requeued). On the restart
 # (SLURM_RESTART_COUNT=1) it resumes from the checkpoint's step.
 #
-# HOOK (issue 13, coordinated stop): slurm_rank's stop decision is a MAX allreduce of a
-# per-rank flag; built with -DSLURM_RANK_STOP_API it uses shoal_comm_request_stop (in its
-# signal handler) and shoal_comm_should_stop instead. Once that API lands, enable it in
-# tests/slurm/Makefile.inc: this case (Slurm signals every rank) and case 5 (one rank only)
-# then check the library's stop under Slurm with the same assertions (every rank stops at the
-# same step, checkpoints, exits 0 well within the grace time).
+# slurm_rank stops through the library's coordinated stop (src/stop): its handler calls
+# shoal_request_stop, its loop shoal_comm_should_stop, so this case (Slurm signals every
+# rank) and case 5 (one rank only) check that every rank stops at the same step,
+# checkpoints and exits 0 well within the grace time.
 cat > "$T/case3.sh" <<EOF
 #!/bin/sh
 echo "batch job=\$SLURM_JOB_ID restart=\${SLURM_RESTART_COUNT:-0}"
