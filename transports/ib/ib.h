@@ -433,6 +433,11 @@ SHOAL_HIDDEN int shoal_ib_hostqos_parse_dcbnl(const void *buf, size_t len,
  * available (why says why). */
 SHOAL_HIDDEN int shoal_ib_hostqos_read_dcbnl(const char *ndev, shoal_ib_hostqos_t *hq,
                                              char *why, size_t len);
+/* Both sources in order (sysfs, then netlink) into *hq; 1 if anything is known (why: what
+ * netlink said when nothing is). */
+SHOAL_HIDDEN int shoal_ib_hostqos_read(const char *root, const char *dev, int port,
+                                       const char *ndev, shoal_ib_hostqos_t *hq, char *why,
+                                       size_t len);
 /* Where traffic class tc (and service level sl, which is the PCP under trust pcp) lands. */
 SHOAL_HIDDEN void shoal_ib_hostqos_judge(const shoal_ib_hostqos_t *hq, unsigned tc, unsigned sl,
                                          shoal_ib_qos_verdict_t *v);

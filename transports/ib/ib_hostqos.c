@@ -202,8 +202,14 @@ static int shoal_ib_hq_slurp(const char *path, char *buf, size_t len)
 
 static void shoal_ib_hq_note(shoal_ib_hostqos_t *hq, const char *what)
 {
-    size_t l = strlen(hq->source);
-    snprintf(hq->source + l, sizeof(hq->source) - l, "%s%s", l > 0 ? ", " : "", what);
+    size_t l = strlen(hq->source), n;
+    if (l > 0 && l + 2 < sizeof(hq->source)) {
+        memcpy(hq->source + l, ", ", 2);
+        l += 2;
+    }
+    n = strnlen(what, sizeof(hq->source) - 1 - l);
+    memcpy(hq->source + l, what, n);
+    hq->source[l + n] = '\0';
 }
 
 int shoal_ib_hostqos_read_sysfs(const char *root, const char *ndev, const char *dev, int port,
@@ -418,6 +424,24 @@ void shoal_ib_hostqos_judge(const shoal_ib_hostqos_t *hq, unsigned tc, unsigned 
 /* One warning per traffic class and process: every communicator of a class finds the same. */
 static uint8_t shoal_ib_hq_warned[256 / 8];
 
+int shoal_ib_hostqos_read(const char *root, const char *dev, int port, const char *ndev,
+                          shoal_ib_hostqos_t *hq, char *why, size_t len)
+{
+    int found = shoal_ib_hostqos_read_sysfs(root, ndev, dev, port, hq);
+    if (!found) {
+        shoal_ib_hostqos_t nl;
+        found = shoal_ib_hostqos_read_dcbnl(ndev, &nl, why, len);
+        if (found) {
+            nl.forced_tc = hq->forced_tc; /* the device's override still applies */
+            if (hq->source[0] != '\0') {
+                shoal_ib_hq_note(&nl, hq->source);
+            }
+            *hq = nl;
+        }
+    }
+    return found || hq->forced_tc >= 0;
+}
+
 int shoal_ib_hostqos_check(const char *root, const char *dev, int port, const char *ndev,
                            const char *class_name, unsigned tc, unsigned sl,
                            shoal_ib_qos_verdict_t *v_p)
@@ -425,24 +449,15 @@ int shoal_ib_hostqos_check(const char *root, const char *dev, int port, const ch
     shoal_ib_hostqos_t hq;
     shoal_ib_qos_verdict_t v;
     char why[200] = "";
-    int found = shoal_ib_hostqos_read_sysfs(root, ndev, dev, port, &hq);
+    int found = shoal_ib_hostqos_read(root, dev, port, ndev, &hq, why, sizeof(why));
     int forced = hq.forced_tc;
     const char *cls = class_name != NULL ? class_name : "default";
 
-    if (!found) {
-        char src[sizeof(hq.source)];
-        memcpy(src, hq.source, sizeof(src));
-        found = shoal_ib_hostqos_read_dcbnl(ndev, &hq, why, sizeof(why));
-        hq.forced_tc = forced;
-        if (!found) {
-            memcpy(hq.source, src, sizeof(src));
-        }
-    }
     shoal_ib_hostqos_judge(&hq, tc, sl, &v);
     if (v_p != NULL) {
         *v_p = v;
     }
-    if (!found && forced < 0) {
+    if (!found) {
         shoal_trace(IB, "%s port %d (%s): no RoCE QoS configuration readable (no %s/class/net/"
                     "%s/qos, %s); cannot tell whether class %s's traffic class %u is lossless",
                     dev, port, ndev != NULL && ndev[0] != '\0' ? ndev : "no net device",
