@@ -98,6 +98,8 @@ static void test_parsers(void)
     tap_is_int(en, 0x40, "pfc: priority 6");
     en = 0x77;
     tap_is_int(shoal_ib_hostqos_parse_pfc("0 0 1", &en), -1, "pfc: three values refused");
+    tap_is_int(shoal_ib_hostqos_parse_pfc("\tenabled 0 0 0 1\n\tbuffer 0 0 0 0\n", &en), -1,
+               "pfc: a short enabled line is not completed from the next line");
     tap_is_int(shoal_ib_hostqos_parse_pfc("enabled 0 0 0 2 0 0 0 0", &en), -1,
                "pfc: a 2 refused");
     tap_is_int(shoal_ib_hostqos_parse_pfc("3:maybe 0 0 0 0 0 0 0", &en), -1,
@@ -179,7 +181,8 @@ static void test_sysfs(void)
 
 static size_t attr(char *p, int type, const void *data, size_t len)
 {
-    struct nlattr a = {.nla_len = (unsigned short)(NLA_HDRLEN + len), .nla_type = (unsigned short)type};
+    struct nlattr a = {.nla_len = (unsigned short)(NLA_HDRLEN + len),
+                       .nla_type = (unsigned short)type};
     memcpy(p, &a, sizeof(a));
     if (len > 0) {
         memcpy(p + NLA_HDRLEN, data, len);

@@ -135,8 +135,8 @@ int shoal_ib_hostqos_parse_pfc(const char *text, uint8_t *en_p)
     while (*s != '\0' && n < SHOAL_IB_NPRIO && (line == NULL || *s != '\n')) {
         const char *p;
         int v;
-        s += strspn(s, " \t,:\r\n");
-        if (*s == '\0') {
+        s += strspn(s, line != NULL ? " \t,:\r" : " \t,:\r\n"); /* the line ends the table */
+        if (*s == '\0' || *s == '\n') {
             break;
         }
         if (strncmp(s, "prio-pfc", 8) == 0) {
@@ -263,7 +263,8 @@ static void shoal_ib_hq_ieee(const struct nlattr *nest, shoal_ib_hostqos_t *hq)
     int dscp_apps = 0;
     for (const struct nlattr *a = (const void *)((const char *)nest + NLA_HDRLEN);
          rem >= NLA_HDRLEN && a->nla_len >= NLA_HDRLEN && a->nla_len <= rem;
-         rem -= NLA_ALIGN(a->nla_len), a = (const void *)((const char *)a + NLA_ALIGN(a->nla_len))) {
+         rem -= NLA_ALIGN(a->nla_len),
+         a = (const void *)((const char *)a + NLA_ALIGN(a->nla_len))) {
         int type = a->nla_type & NLA_TYPE_MASK;
         const char *pl = (const char *)a + NLA_HDRLEN;
         int plen = a->nla_len - NLA_HDRLEN;
@@ -321,7 +322,8 @@ int shoal_ib_hostqos_parse_dcbnl(const void *buf, size_t len, shoal_ib_hostqos_t
     rem = (int)nh->nlmsg_len - (int)NLMSG_LENGTH(sizeof(struct dcbmsg));
     a = (const void *)((const char *)NLMSG_DATA(nh) + NLMSG_ALIGN(sizeof(struct dcbmsg)));
     for (; rem >= NLA_HDRLEN && a->nla_len >= NLA_HDRLEN && a->nla_len <= rem;
-         rem -= NLA_ALIGN(a->nla_len), a = (const void *)((const char *)a + NLA_ALIGN(a->nla_len))) {
+         rem -= NLA_ALIGN(a->nla_len),
+         a = (const void *)((const char *)a + NLA_ALIGN(a->nla_len))) {
         if ((a->nla_type & NLA_TYPE_MASK) == DCB_ATTR_IEEE) {
             shoal_ib_hq_ieee(a, hq);
             return 1;
