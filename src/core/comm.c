@@ -385,6 +385,7 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
         .qos_valid = 1, .qos_priority = comm->qos.marks.priority, .qos_dscp = comm->qos.marks.dscp,
         .qos_ib_tc = comm->qos.marks.ib_tc, .qos_ib_sl = comm->qos.marks.ib_sl,
         .qos_rate_max = comm->qos.rate_max,
+        .qos_class_name = shoal_qos_class_name(comm->qos.qos_class),
     };
     comm->ntls = (int)shoal_tl_count();
     for (int t = 0; t < comm->ntls; t++) {

@@ -36,6 +36,7 @@ typedef struct {
     int qos_ib_tc;                /* GRH traffic class (IB, RoCE; UCX IB_TRAFFIC_CLASS) */
     int qos_ib_sl;                /* IB service level */
     uint64_t qos_rate_max;        /* bytes/s per peer connection, 0 = none */
+    const char *qos_class_name;   /* the class, for messages ("guaranteed"); NULL: unknown */
 } shoal_tl_params_t;
 
 /* A request: embedded by the caller, completed by the transport only inside progress(). */

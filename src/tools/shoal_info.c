@@ -11,6 +11,10 @@
 #include "qos/pace.h"
 #include "tenant/tenant.h"
 #include "core/tl.h"
+#if SHOAL_HAVE_VERBS
+#include "transports/ib/ib.h"
+#include <dirent.h>
+#endif
 #include "util/util.h"
 
 #include <fcntl.h>
@@ -386,6 +390,49 @@ static void shoal_info_print_pacing(const shoal_tenant_id_t *id)
     munmap(map, SHOAL_QOS_RATES_PAGE_BYTES);
 }
 
+#if SHOAL_HAVE_VERBS
+/* Per RoCE port of this host: where each class's traffic class lands (priority, lossless), from
+ * the host's trust mode, DSCP map and PFC (transports/ib/ib_hostqos.c). Nothing without one. */
+static void shoal_info_print_roce(int tc_fixed, int sl_fixed)
+{
+    const char *root = shoal_ib_config.sysfs_root;
+    char dir[400], why[200];
+    DIR *d;
+    struct dirent *e;
+    snprintf(dir, sizeof(dir), "%s/class/infiniband", root != NULL && root[0] ? root : "/sys");
+    if ((d = opendir(dir)) == NULL) {
+        printf("# RoCE QoS: no RDMA device (%s)\n", dir);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        shoal_ib_gid_t g;
+        shoal_ib_hostqos_t hq;
+        if (e->d_name[0] == '.' ||
+            shoal_ib_gid_select(root, e->d_name, 1, shoal_ib_config.family,
+                                shoal_ib_config.gid_index, &g, why, sizeof(why)) != SHOAL_OK) {
+            continue; /* an InfiniBand port, or no RoCE v2 GID: nothing to say */
+        }
+        if (!shoal_ib_hostqos_read(root, e->d_name, 1, g.ndev, &hq, why, sizeof(why))) {
+            printf("# RoCE QoS on %s port 1 (%s): not readable (%s)\n", e->d_name, g.ndev, why);
+            continue;
+        }
+        printf("# RoCE QoS on %s port 1 (%s), from %s:\n", e->d_name, g.ndev, hq.source);
+        for (int c = 0; c < SHOAL_QOS_NCLASSES; c++) {
+            shoal_qos_marks_t m;
+            shoal_ib_qos_verdict_t v;
+            if (shoal_qos_marks_resolve(c, &shoal_qos_class_config, tc_fixed, sl_fixed, &m) !=
+                SHOAL_OK) {
+                return;
+            }
+            shoal_ib_hostqos_judge(&hq, m.ib_tc >= 0 ? (unsigned)m.ib_tc : shoal_ib_config.tc,
+                                   m.ib_sl >= 0 ? (unsigned)m.ib_sl : shoal_ib_config.sl, &v);
+            printf("#   %-10s %s\n", shoal_qos_class_name(c), v.why);
+        }
+    }
+    closedir(d);
+}
+#endif
+
 static int shoal_info_print_qos(void)
 {
     shoal_tenant_id_t id;
@@ -420,6 +467,9 @@ static int shoal_info_print_qos(void)
     printf("# (-: left alone; IB_TC/IB_SL -: SHOAL_IB_TC=%s / SHOAL_IB_SL=%s apply)\n",
            tc_fixed ? shoal_cfg_getenv("IB_TC") : "default",
            sl_fixed ? shoal_cfg_getenv("IB_SL") : "default");
+#if SHOAL_HAVE_VERBS
+    shoal_info_print_roce(tc_fixed, sl_fixed);
+#endif
     shoal_info_print_pacing(&id);
     return 0;
 }

@@ -371,4 +371,81 @@ typedef struct {
 SHOAL_HIDDEN void shoal_ib_qos_pick(unsigned cfg_tc, unsigned cfg_sl, int qos_tc, int qos_sl,
                                     uint64_t rate_Bps, shoal_ib_qos_t *out);
 
+/* ---- the host's RoCE QoS configuration (ib_hostqos.c) ------------------------------------ */
+/* On RoCE the NIC, not the queue pair, decides whether a packet is lossless: it maps the packet
+ * to a priority (by its DSCP under trust dscp, by its VLAN PCP = the service level under trust
+ * pcp) and only priorities with PFC on are lossless. A class whose traffic class lands on a
+ * priority without PFC runs lossy (drops, go-back-N retransmissions): worth a warning at init.
+ * Sources, first that answers: the MLNX_OFED sysfs files <root>/class/net/<ndev>/qos/{trust,
+ * dscp2prio,pfc} (mlnx_qos's formats), then DCB netlink (RTM_GETDCB, what `dcb app|pfc show`
+ * reads: trust dscp is an app table with DSCP entries, as mlx5 does it); and MLNX_OFED's
+ * device-wide override <root>/class/infiniband/<dev>/tc/<port>/traffic_class. */
+#define SHOAL_IB_NPRIO 8
+
+typedef enum {
+    SHOAL_IB_TRUST_UNKNOWN = 0,
+    SHOAL_IB_TRUST_PCP,
+    SHOAL_IB_TRUST_DSCP,
+} shoal_ib_trust_t;
+
+typedef struct {
+    int trust;                /* shoal_ib_trust_t */
+    int8_t dscp2prio[64];     /* priority of each DSCP, -1: not known */
+    int pfc_known;
+    uint8_t pfc_en;           /* bit p set: PFC on for priority p (lossless) */
+    int forced_tc;            /* device-wide RoCE traffic class overriding the QPs', -1: none */
+    char source[160];         /* where it was read ("" if nowhere) */
+} shoal_ib_hostqos_t;
+
+/* What a traffic class gets on this host. */
+typedef struct {
+    int tc;                   /* the traffic class the NIC sends (forced_tc if set) */
+    int dscp;                 /* tc >> 2 */
+    int prio;                 /* priority 0..7, -1: not known */
+    int lossless;             /* 1 PFC on, 0 lossy, -1 not known */
+    char why[400];            /* one sentence: how prio and lossless were found */
+} shoal_ib_qos_verdict_t;
+
+/* Parsers of one file's text (never fail hard: garbage reads as "not known").
+ * trust: "dscp", "pcp" (also inside mlnx_qos's "Priority trust state: dscp").
+ * dscp2prio: mlnx_qos lines "prio:3 dscp:31,30,...," or "dscp:prio" pairs ("26:3", as `dcb app
+ *   show` prints them); fills map (entries not named stay as they are), returns how many were
+ *   read, -1 on a malformed entry (map unchanged).
+ * pfc: mlnx_qos's "enabled 0 0 0 1 0 0 0 0" line, "prio:on|off" pairs (`dcb pfc show`), or
+ *   eight 0/1 separated by spaces or commas; 0 and *en_p, or -1.
+ * tclass: "Global tclass=106" (MLNX_OFED) or "106"; the class, or -1 (empty, garbage). */
+SHOAL_HIDDEN int shoal_ib_hostqos_parse_trust(const char *text);
+SHOAL_HIDDEN int shoal_ib_hostqos_parse_dscp2prio(const char *text, int8_t map[64]);
+SHOAL_HIDDEN int shoal_ib_hostqos_parse_pfc(const char *text, uint8_t *en_p);
+SHOAL_HIDDEN int shoal_ib_hostqos_parse_tclass(const char *text);
+/* Reads the sysfs sources under root ("" or NULL: /sys) for net device ndev ("" : skipped) and
+ * RDMA device dev port port into *hq (reset first); 1 if the net device's trust, map or PFC
+ * was found, else 0 (the forced class may still be set). */
+SHOAL_HIDDEN int shoal_ib_hostqos_read_sysfs(const char *root, const char *ndev,
+                                             const char *dev, int port,
+                                             shoal_ib_hostqos_t *hq);
+/* Decodes a DCB netlink reply to DCB_CMD_IEEE_GET (one message, as received) into *hq: PFC
+ * bits, DSCP app entries (trust dscp iff there is one, else pcp). 1 decoded, 0 an error reply
+ * (errno_p set: EOPNOTSUPP for a device without DCB), -1 malformed. */
+SHOAL_HIDDEN int shoal_ib_hostqos_parse_dcbnl(const void *buf, size_t len,
+                                              shoal_ib_hostqos_t *hq, int *errno_p);
+/* Asks the kernel (DCB netlink, 1 s deadline) for ndev's IEEE DCB state; 1 read, 0 not
+ * available (why says why). */
+SHOAL_HIDDEN int shoal_ib_hostqos_read_dcbnl(const char *ndev, shoal_ib_hostqos_t *hq,
+                                             char *why, size_t len);
+/* Both sources in order (sysfs, then netlink) into *hq; 1 if anything is known (why: what
+ * netlink said when nothing is). */
+SHOAL_HIDDEN int shoal_ib_hostqos_read(const char *root, const char *dev, int port,
+                                       const char *ndev, shoal_ib_hostqos_t *hq, char *why,
+                                       size_t len);
+/* Where traffic class tc (and service level sl, which is the PCP under trust pcp) lands. */
+SHOAL_HIDDEN void shoal_ib_hostqos_judge(const shoal_ib_hostqos_t *hq, unsigned tc, unsigned sl,
+                                         shoal_ib_qos_verdict_t *v);
+/* At init of a RoCE port: reads the host's configuration (sysfs, then netlink) and warns once
+ * per traffic class when the class would run lossy; debug (trace) only when nothing is
+ * readable. Returns the verdict's lossless (-1, 0, 1) for callers and shoal_info. */
+SHOAL_HIDDEN int shoal_ib_hostqos_check(const char *root, const char *dev, int port,
+                                        const char *ndev, const char *class_name, unsigned tc,
+                                        unsigned sl, shoal_ib_qos_verdict_t *v_p);
+
 #endif /* SHOAL_IB_H */

@@ -86,7 +86,8 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "connect through librdmacm instead of the out-of-band exchange (not "
                    "implemented yet: a warning, then the out-of-band exchange)"),
     SHOAL_IB_FIELD("IB_SYSFS_ROOT", "/sys", SHOAL_CFG_STRING, sysfs_root,
-                   "root of the sysfs tree read for RoCE GID types (tests)"),
+                   "root of the sysfs tree read for RoCE GID types and the host's RoCE QoS "
+                   "configuration (tests)"),
 };
 
 const shoal_cfg_table_t shoal_ib_cfg_table = {

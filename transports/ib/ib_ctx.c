@@ -299,6 +299,13 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     snprintf(ctx->devname, sizeof(ctx->devname), "%s", pk.name);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_gid(ctx, &pk), status, err);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk), status, err);
+    if (pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        /* RoCE: would this class run lossless here? (a warning, never a failure) */
+        shoal_ib_hostqos_check(shoal_ib_config.sysfs_root, ctx->devname, pk.port,
+                               ctx->gid.ndev,
+                               params->qos_valid ? params->qos_class_name : NULL,
+                               ctx->qos.tc, ctx->qos.sl, NULL);
+    }
     ctx->chan = ibv_create_comp_channel(ctx->dev); /* protection domains are per peer */
     if (ctx->chan == NULL) {
         shoal_error(IB, "%s: ibv_create_comp_channel failed: %s", ctx->devname,
