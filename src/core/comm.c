@@ -210,6 +210,7 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     if (comm == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    shoal_ticks_init(); /* the call path's clock, before any call (once per process, 2 ms) */
     comm->rank = rank;
     comm->nranks = nranks;
     comm->abort_efd = -1;
