@@ -16,7 +16,11 @@
  * measures each call's time cannot go below two clock reads per call.
  *
  *   shoalrun -n 2 build/meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] [-c COLL]
+ *                                   [-o on|off]
  *   COLL: allreduce (default) | broadcast | barrier
+ *   -o: only CALLS calls on the metered (on) or the unmetered (off) communicator, after the
+ *       warm-up, nothing timed: for an instruction count under valgrind --tool=callgrind
+ *       --toggle-collect=shoal_allreduce (two values of CALLS, the difference per call).
  * Output: "key value" lines (perf/meter_overhead.sh reads them).
  */
 #include "core/core.h"
@@ -92,16 +96,24 @@ static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, s
     return (double)(now_ns() - t0) / n;
 }
 
-/* Median ns per iteration of 31 runs of 1M iterations of body. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Median ns per iteration of 31 runs of 1M iterations of body, in this thread's CPU time (a
+ * loaded machine's preemptions do not count). */
 #define TIME_LOOP(result, body)                                                              \
     do {                                                                                     \
         double v_[31];                                                                       \
         for (int r_ = 0; r_ < 31; r_++) {                                                    \
-            uint64_t t0_ = now_ns();                                                         \
+            uint64_t t0_ = cpu_ns();                                                         \
             for (int i_ = 0; i_ < 1000000; i_++) {                                           \
                 body;                                                                        \
             }                                                                                \
-            v_[r_] = (double)(now_ns() - t0_) / 1e6;                                         \
+            v_[r_] = (double)(cpu_ns() - t0_) / 1e6;                                         \
         }                                                                                    \
         (result) = median(v_, 31);                                                           \
     } while (0)
@@ -136,18 +148,25 @@ static void pieces(struct shoal_meter *m, pieces_t *p)
 int main(int argc, char **argv)
 {
     size_t bytes = 8;
-    int calls = 2000, pairs = 101, warmup = 2000, opt, rank;
+    int calls = 2000, pairs = 101, warmup = 2000, opt, rank, only = -1;
     coll_t coll = COLL_ALLREDUCE;
     shoal_comm_t parent, on, off;
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
     double *ton, *toff, *diff;
     char *in, *out;
 
-    while ((opt = getopt(argc, argv, "b:n:k:w:c:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:")) != -1) {
         switch (opt) {
-        case 'b':
-            bytes = strtoull(optarg, NULL, 0);
+        case 'o':
+            only = strcmp(optarg, "on") == 0;
             break;
+        case 'b': {
+            char *end;
+            bytes = strtoull(optarg, &end, 0);
+            bytes <<= *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
+                      : *end == 'G' || *end == 'g' ? 30 : 0;
+            break;
+        }
         case 'n':
             calls = atoi(optarg);
             break;
@@ -164,7 +183,7 @@ int main(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] "
-                            "[-c allreduce|broadcast|barrier]\n");
+                            "[-c allreduce|broadcast|barrier] [-o on|off]\n");
             return 2;
         }
     }
@@ -203,6 +222,10 @@ int main(int argc, char **argv)
     }
     batch(on, coll, in, out, bytes, warmup);
     batch(off, coll, in, out, bytes, warmup);
+    if (only >= 0) {
+        batch(only ? on : off, coll, in, out, bytes, calls);
+        pairs = 0;
+    }
     for (int k = 0; k < pairs; k++) {
         if (k % 2 == 0) {
             ton[k] = batch(on, coll, in, out, bytes, calls);
@@ -213,7 +236,7 @@ int main(int argc, char **argv)
         }
         diff[k] = ton[k] - toff[k];
     }
-    if (rank == 0) {
+    if (rank == 0 && pairs > 0) {
         int nranks;
         double mon, moff, mnon, mnoff, md;
         pieces_t pc;
