@@ -483,8 +483,10 @@ static void metering(ctx_t *x)
     fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
     h2d(x, x->d_in, x->h_in, count * es);
 
-    /* (a) behind a gate */
+    /* (a) behind a gate. The IPC path's state is read after a host call of this thread (its
+     * ticket comes after the proxy's last task: the proxy's writes are visible) */
     bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
+    ipc = ipc_expected(x, count, es);
     bad |= meter_stats(x, &a);
     CK(cuStreamWaitValue32(x->s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ));
     bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
@@ -495,7 +497,6 @@ static void metering(ctx_t *x)
     CK(cuStreamSynchronize(x->s));
     t_done = shoal_time_ns();
     bad |= meter_stats(x, &b);
-    ipc = ipc_expected(x, count, es);
     bad |= meter_check(x, "gated stream", &a, &b, 1, 0, ipc) << 1;
     held_ns = b.coll_ns - a.coll_ns;
     if (held_ns > (t_done - t_open) + (t_done - t_open) / 100 + 2000000) {
