@@ -89,6 +89,9 @@ static void shoal_ticks_init_once(void)
         }
     }
 #endif
+    shoal_info(INIT, "call path clock: %s, %.4f ns per tick",
+               shoal_tick_clock.tsc ? "TSC" : "CLOCK_MONOTONIC",
+               (double)shoal_tick_clock.mult / 4294967296.0);
 }
 
 void shoal_ticks_init(void)
