@@ -168,7 +168,11 @@ enum {
     SHOAL_STATS_REDUCE_SCATTER, SHOAL_STATS_BARRIER, SHOAL_STATS_SEND, SHOAL_STATS_RECV,
     SHOAL_STATS_ALLTOALL
 };
-enum { SHOAL_STATS_TL_SHM = 0, SHOAL_STATS_TL_TCP, SHOAL_STATS_TL_UCX, SHOAL_STATS_TL_IB };
+/* SHOAL_STATS_TL_CUDA_IPC: device-to-device bytes between the GPUs of ranks on one host
+ * (the CUDA layer's IPC path: what this rank's device read from peers' device buffers is
+ * received, what peers' devices read from its buffer is sent); same host only. */
+enum { SHOAL_STATS_TL_SHM = 0, SHOAL_STATS_TL_TCP, SHOAL_STATS_TL_UCX, SHOAL_STATS_TL_IB,
+       SHOAL_STATS_TL_CUDA_IPC };
 enum { SHOAL_STATS_SAME_HOST = 0, SHOAL_STATS_OTHER_HOST };
 
 typedef struct {
@@ -183,7 +187,9 @@ typedef struct {
     uint64_t bytes_recv_other_host;
     uint64_t bytes_sent_by[SHOAL_STATS_NTL][2]; /* [SHOAL_STATS_TL_*][SHOAL_STATS_*_HOST] */
     uint64_t bytes_recv_by[SHOAL_STATS_NTL][2];
-    uint64_t coll_ns;                 /* time inside calls (host side, entry to return; TSC) */
+    uint64_t coll_ns;                 /* time inside calls (host side, entry to return; TSC;
+                                       * a stream-ordered call: from the stream reaching it
+                                       * to its release of the stream) */
     uint64_t errors;                  /* calls that returned an error */
     uint64_t peer_failures;           /* calls that found a peer failed, lost or timed out */
     uint64_t aborts;                  /* shoal_comm_abort calls */

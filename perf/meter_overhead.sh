@@ -1,74 +1,103 @@
 #!/bin/sh
-# Cost of metering (src/meter) on the data path: allreduce_perf with the counters on
-# (SHOAL_METER=1, the default) and off (SHOAL_METER=0), alternating in one run, REPS
-# repetitions each, at 8 B (latency: the per-call cost, seqlock + two clock reads + a few
-# stores) and 64 MiB (bandwidth: one store per message). Prints the median time of each and
-# the ratio on/off (and of the minima: the best estimate of a quiet machine when others load
-# it); the issue's budget is <= 1.01 at 8 B and no measurable change at 64 MiB.
-# The agent is off (SHOAL_AGENT=none) so that only counting is measured.
+# Cost of metering (src/meter) on the data path, both sides in one run: meter_bench
+# (perf/meter_bench.c) splits two communicators from one parent, identical but for the meter
+# (SHOAL_METER on / off), and times alternating batches of the same AllReduce in one process,
+# so that drift, placement and load fall on both. Per case: medians and minima of the per-call
+# time (ns) on and off, their ratios, and the median of the per-pair differences (the best
+# figure of the meter's cost on a loaded machine). Cases: 8 B on RANKS ranks (latency: the
+# per-call cost), 64 MiB on RANKS ranks (bandwidth: one add per message), 8 B on 1 rank (no
+# communication: the call path alone). The issue's budget: <= 1.01 at 8 B, nothing
+# measurable at 64 MiB.
 #
-# usage: perf/meter_overhead.sh [--ranks N] [--reps K] [--build DIR] [--transport T]
-# A loaded machine makes single runs noisy: the medians of alternated runs are what to
-# compare, and the spread is printed with them.
+# Then the pieces on this machine (1-rank run): one read of the call path's clock
+# (shoal_ticks: rdtsc), one clock_gettime, the meter's hooks with both clock reads, and with
+# the entry read given (a call pays that much for the meter where the entry read is shared
+# with the CUDA layer's driver check: a process without libcuda). And, with valgrind, the
+# instructions per call on and off (callgrind, 1 rank, two call counts: the difference per
+# call; a machine-independent figure).
+#
+# usage: perf/meter_overhead.sh [--ranks N] [--pairs K] [--build DIR] [--transport T]
+#                               [--no-callgrind]
+# The agent is off (SHOAL_AGENT=none) so that only counting is measured.
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=$here/../build
 ranks=2
-reps=7
+pairs=101
 transport=""
+callgrind=1
 while [ $# -gt 0 ]; do
     case $1 in
     --ranks) ranks=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
+    --pairs|--reps) pairs=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --transport) transport=$2; shift 2 ;;
-    *) echo "usage: $0 [--ranks N] [--reps K] [--build DIR] [--transport T]" >&2; exit 2 ;;
+    --no-callgrind) callgrind=0; shift ;;
+    *) echo "usage: $0 [--ranks N] [--pairs K] [--build DIR] [--transport T] [--no-callgrind]" >&2
+       exit 2 ;;
     esac
 done
 shoalrun=$build/shoalrun
-perf=$build/allreduce_perf
-[ -x "$shoalrun" ] && [ -x "$perf" ] || { echo "meter_overhead.sh: build $build first" >&2; exit 2; }
+bench=$build/meter_bench
+[ -x "$shoalrun" ] && [ -x "$bench" ] || { echo "meter_overhead.sh: build $build first" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/meter_overhead.XXXXXX") || exit 2
 trap 'rm -rf "$tmp"' EXIT
 
-# one_run METER SIZE WARMUP ITERS NRANKS: the out-of-place time (us) of rank 0's line
-one_run() {
-    xs="-x SHOAL_METER=$1 -x SHOAL_AGENT=none"
+# run NRANKS ARGS...: meter_bench's key value lines in $tmp/out
+run() {
+    n=$1
+    shift
+    xs="-x SHOAL_AGENT=none"
     [ -n "$transport" ] && xs="$xs -x SHOAL_TRANSPORT=$transport"
     # shellcheck disable=SC2086
-    "$shoalrun" --no-prefix --timeout 300 -n "$5" $xs "$perf" -b "$2" -e "$2" -w "$3" \
-        -n "$4" -c 0 2>/dev/null | awk '$1 ~ /^[0-9]+$/ { print $6; exit }'
+    "$shoalrun" --no-prefix --timeout 600 -n "$n" $xs "$bench" "$@" >"$tmp/out" 2>"$tmp/err" ||
+        { echo "meter_overhead.sh: meter_bench $* on $n ranks failed:" >&2; cat "$tmp/err" >&2; exit 1; }
 }
+key() { awk -v k="$1" '$1 == k { print $2 }' "$tmp/out"; }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s..%s", lo, hi }'; }
-
-echo "# meter overhead: allreduce_perf, $ranks ranks${transport:+, $transport}, $reps" \
-    "alternated repetitions of SHOAL_METER=1 and =0, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '# %10s %6s %12s %12s %8s %10s %10s %8s\n' size ranks "on median" "off median" \
-    "ratio" "on min" "off min" "ratio"
-# The last line is the per-call cost alone: one rank, no communication, so on - off is what
-# the counting adds to every call (compare it with the 2-rank 8 B time of a quiet machine).
-for spec in "8 2000 20000 $ranks" "64M 2 10 $ranks" "8 10000 1000000 1"; do
+echo "# meter overhead: meter_bench, $pairs alternated pairs of batches (metered and unmetered" \
+    "communicator in one process)${transport:+, $transport}, $(nproc) CPUs, load" \
+    "$(cut -d' ' -f1-3 /proc/loadavg), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+printf '# %8s %5s %11s %11s %7s %11s %11s %7s %9s %7s\n' size ranks "on median" "off median" \
+    ratio "on min" "off min" ratio "on-off" ratio
+for spec in "8 $ranks 2000" "64M $ranks 2" "8 1 20000"; do
     # shellcheck disable=SC2086
     set -- $spec
-    : >"$tmp/on"
-    : >"$tmp/off"
-    for r in $(seq "$reps"); do
-        if [ $((r % 2)) -eq 1 ]; then order="1 0"; else order="0 1"; fi
-        for m in $order; do
-            t=$(one_run "$m" "$1" "$2" "$3" "$4")
-            [ -n "$t" ] || { echo "meter_overhead.sh: a run failed (SHOAL_METER=$m, $1)" >&2; exit 1; }
-            if [ "$m" = 1 ]; then echo "$t" >>"$tmp/on"; else echo "$t" >>"$tmp/off"; fi
+    k=$pairs
+    w=$3
+    [ "$1" = 64M ] && { k=$(( pairs < 21 ? pairs : 21 )); w=2; }
+    run "$2" -b "$1" -n "$3" -k "$k" -w "$w"
+    printf '  %8s %5s %11s %11s %7s %11s %11s %7s %9s %7s\n' "$1" "$2" "$(key on_median_ns)" \
+        "$(key off_median_ns)" "$(key ratio_median)" "$(key on_min_ns)" "$(key off_min_ns)" \
+        "$(key ratio_min)" "$(key diff_median_ns)" "$(key ratio_diff)"
+    if [ "$1" = 8 ] && [ "$2" != 1 ]; then
+        cp "$tmp/out" "$tmp/lat"
+    fi
+done
+# (times in ns per call; on-off: median of the per-pair differences, its ratio to off median)
+echo "# pieces (ns, this machine, 1 rank): clock $(key clock) at $(key clock_ghz) GHz;" \
+    "one clock read $(key clock_read_ns), one clock_gettime $(key clock_gettime_ns);" \
+    "meter hooks with both reads $(key hooks_ns), with the entry read shared $(key hooks_marginal_ns)"
+if [ -s "$tmp/lat" ]; then
+    awk -v c="$(key clock_read_ns)" '$1 == "off_median_ns" { off = $2 } END {
+        printf "# 1%% of the %s-rank 8 B call (%.1f ns) is %.2f ns; one clock read is %.1f%% of it\n",
+               r, off, off / 100, 100 * c / off }' r="$ranks" "$tmp/lat"
+fi
+
+if [ "$callgrind" = 1 ] && command -v valgrind >/dev/null 2>&1; then
+    for m in on off; do
+        for n in 5000 10000; do
+            "$shoalrun" --no-prefix --timeout 600 -n 1 -x SHOAL_AGENT=none valgrind \
+                --tool=callgrind --toggle-collect=shoal_allreduce \
+                --callgrind-out-file="$tmp/cg.$m.$n" "$bench" -o "$m" -n "$n" -w 10 \
+                >/dev/null 2>"$tmp/cg.$m.$n.err" || { echo "meter_overhead.sh: callgrind failed" >&2; exit 1; }
+            sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/cg.$m.$n.err" >"$tmp/ir.$m.$n"
         done
     done
-    on=$(median <"$tmp/on")
-    off=$(median <"$tmp/off")
-    onmin=$(sort -g "$tmp/on" | head -n 1)
-    offmin=$(sort -g "$tmp/off" | head -n 1)
-    printf '  %10s %6s %12s %12s %8s %10s %10s %8s\n' "$1" "$4" "$on" "$off" \
-        "$(awk -v a="$on" -v b="$off" 'BEGIN { printf "%.4f", a / b }')" "$onmin" "$offmin" \
-        "$(awk -v a="$onmin" -v b="$offmin" 'BEGIN { printf "%.4f", a / b }')"
-    echo "#   spread (us): on $(spread <"$tmp/on"), off $(spread <"$tmp/off")"
-done
+    on=$(( ($(cat "$tmp/ir.on.10000") - $(cat "$tmp/ir.on.5000")) ))
+    off=$(( ($(cat "$tmp/ir.off.10000") - $(cat "$tmp/ir.off.5000")) ))
+    awk -v on="$on" -v off="$off" 'BEGIN {
+        printf "# instructions per 8 B AllReduce call, 1 rank (callgrind, shoal_allreduce and below):" \
+               " on %.1f, off %.1f, meter %.1f (%.1f%%)\n", on / 5000, off / 5000,
+               (on - off) / 5000, 100 * (on - off) / off }'
+fi

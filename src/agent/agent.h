@@ -26,12 +26,16 @@
 #define SHOALD_KEY_BYTES 32                /* raw key files, as shoal-cred writes them */
 #define SHOALD_TOKEN_MAX 128               /* a scrape bearer token, bytes */
 
+/* Transports the agent reports: the page's bytes_sent/bytes_recv ones, then cuda_ipc
+ * (SHOAL_METER_TL_CUDA_IPC: the page's cuda_ipc_sent/recv, same host only). */
+#define SHOALD_NTL (SHOAL_METER_NTL + 1)
+
 /* Counters of a page, in page order (the ledger cursor's counters[0..SHOALD_NCTR-1]). */
 enum {
     SHOALD_CTR_OPS = 0,                                       /* ops[SHOAL_METER_NCOLL] */
     SHOALD_CTR_SENT = SHOALD_CTR_OPS + SHOAL_METER_NCOLL,     /* bytes_sent[tl][loc] */
-    SHOALD_CTR_RECV = SHOALD_CTR_SENT + SHOAL_METER_NTL * SHOAL_METER_NLOC,
-    SHOALD_CTR_COLL_NS = SHOALD_CTR_RECV + SHOAL_METER_NTL * SHOAL_METER_NLOC,
+    SHOALD_CTR_RECV = SHOALD_CTR_SENT + SHOALD_NTL * SHOAL_METER_NLOC,
+    SHOALD_CTR_COLL_NS = SHOALD_CTR_RECV + SHOALD_NTL * SHOAL_METER_NLOC,
     SHOALD_CTR_ERRORS,
     SHOALD_CTR_PEER_FAILURES,
     SHOALD_CTR_ABORTS,
@@ -39,7 +43,10 @@ enum {
     /* cursor extras, after the page's counters: unix ns up to which the rank's GPU time is
      * billed, and 1 once the rank's exit (or failure) was billed */
     SHOALD_CUR_BILLED_NS = SHOALD_NCTR,
-    SHOALD_CUR_NCOUNTERS
+    SHOALD_CUR_NCOUNTERS,
+    /* the cursor of an agent before cuda_ipc: its transports were SHOAL_METER_NTL (read by
+     * shoald_page_cursor, which moves the entries to their places) */
+    SHOALD_CUR_NCOUNTERS_V1 = SHOALD_CUR_NCOUNTERS - 2 * SHOAL_METER_NLOC
 };
 
 /* ---- configuration (agent_config.c) ---- */

@@ -85,7 +85,19 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
         return;
     memset(&cur, 0, sizeof(cur));
     st = shoal_ledger_cursor(a->ledger, p->key, &cur);
-    if (st == SHOAL_OK) {
+    if (st == SHOAL_OK && cur.ncounters == SHOALD_CUR_NCOUNTERS_V1) {
+        /* written before cuda_ipc: every entry after the old transports moves up; the
+         * cuda_ipc ones start at 0 (that agent billed none of them) */
+        int nv1 = SHOAL_METER_NTL * SHOAL_METER_NLOC;
+        for (i = 0; i < SHOALD_CTR_SENT + nv1; i++)
+            p->billed[i] = cur.counters[i];
+        for (i = 0; i < nv1; i++)
+            p->billed[SHOALD_CTR_RECV + i] = cur.counters[SHOALD_CTR_SENT + nv1 + i];
+        for (i = SHOALD_CTR_COLL_NS; i < SHOALD_CUR_NCOUNTERS; i++)
+            p->billed[i] = cur.counters[i - 2 * SHOAL_METER_NLOC];
+        shoal_info(METER, "page %s resumes from its ledger cursor (written before cuda_ipc)",
+                   p->key);
+    } else if (st == SHOAL_OK) {
         for (i = 0; i < cur.ncounters && i < SHOALD_CUR_NCOUNTERS; i++)
             p->billed[i] = cur.counters[i];
         shoal_info(METER, "page %s resumes from its ledger cursor", p->key);
@@ -126,7 +138,7 @@ static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_re
         d[i] = p->ctr[i] - p->billed[i];
     for (i = 0; i < SHOAL_METER_NCOLL; i++)
         rec->ops += d[SHOALD_CTR_OPS + i];
-    for (i = 0; i < SHOAL_METER_NTL; i++) {
+    for (i = 0; i < SHOALD_NTL; i++) {
         for (l = 0; l < SHOAL_METER_NLOC; l++) {
             if (l == SHOAL_METER_SAME_HOST)
                 rec->bytes_same_host += d[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + l];

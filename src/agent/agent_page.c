@@ -109,6 +109,13 @@ static void shoald_page_load(const volatile shoal_meter_page_t *m, uint64_t c[SH
                 __atomic_load_n(&pg->bytes_recv[i][l], __ATOMIC_RELAXED);
         }
     }
+    i = SHOAL_METER_TL_CUDA_IPC;
+    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
+        __atomic_load_n(&pg->cuda_ipc_sent, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
+        __atomic_load_n(&pg->cuda_ipc_recv, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
+    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
     c[SHOALD_CTR_COLL_NS] = __atomic_load_n(&pg->coll_ns, __ATOMIC_RELAXED);
     c[SHOALD_CTR_ERRORS] = __atomic_load_n(&pg->errors, __ATOMIC_RELAXED);
     c[SHOALD_CTR_PEER_FAILURES] = __atomic_load_n(&pg->peer_failures, __ATOMIC_RELAXED);

@@ -17,7 +17,7 @@
 static const char *const shoald_coll_names[SHOAL_METER_NCOLL] = {
     "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier", "send",
     "recv", "alltoall"};
-static const char *const shoald_tl_names[SHOAL_METER_NTL] = {"shm", "tcp", "ucx", "ib"};
+static const char *const shoald_tl_names[SHOALD_NTL] = {"shm", "tcp", "ucx", "ib", "cuda_ipc"};
 static const char *const shoald_loc_names[SHOAL_METER_NLOC] = {"same_host", "other_host"};
 
 static void shoald_text_reserve(shoald_text_t *t, size_t more)
@@ -187,8 +187,10 @@ static void shoald_prom_jobs(shoald_t *a, const char *tenant, shoald_text_t *t)
                        "Payload bytes moved (no headers), per transport, locality, direction.");
     SHOALD_FOR_JOBS {
         for (d = 0; d < 2; d++) {
-            for (i = 0; i < SHOAL_METER_NTL; i++) {
+            for (i = 0; i < SHOALD_NTL; i++) {
                 for (l = 0; l < SHOAL_METER_NLOC; l++) {
+                    if (i == SHOAL_METER_TL_CUDA_IPC && l != SHOAL_METER_SAME_HOST)
+                        continue; /* one host by construction */
                     shoald_prom_job_labels(t, "shoal_payload_bytes_total", j);
                     shoald_text_printf(t, ",transport=\"%s\",locality=\"%s\",direction=\"%s\"} "
                                        "%llu\n", shoald_tl_names[i], shoald_loc_names[l],
@@ -295,7 +297,7 @@ static void shoald_prom_ranks(shoald_t *a, const char *tenant, shoald_text_t *t)
                             continue;
                         for (i = 0; i < SHOAL_METER_NCOLL; i++)
                             v[0] += q->ctr[SHOALD_CTR_OPS + i];
-                        for (i = 0; i < SHOAL_METER_NTL * SHOAL_METER_NLOC; i++)
+                        for (i = 0; i < SHOALD_NTL * SHOAL_METER_NLOC; i++)
                             v[1] += q->ctr[(d == 0 ? SHOALD_CTR_SENT : SHOALD_CTR_RECV) + i];
                         v[2] += q->ctr[SHOALD_CTR_COLL_NS];
                     }

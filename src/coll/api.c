@@ -8,18 +8,19 @@ _Static_assert((int)SHOAL_METER_NCOLL == (int)SHOAL_COLL_TYPE_COUNT &&
                (int)SHOAL_METER_ALLTOALL == (int)SHOAL_COLL_ALLTOALL,
                "the meter page's collectives follow shoal_coll_type_t");
 
-/* Runs a call that holds its ticket, metered: seqlock, one clock read at entry and exit, a few
- * single-writer increments (src/meter/meter.h). */
-static shoal_status_t shoal_api_run(struct shoal_comm *comm, const shoal_coll_args_t *a)
+/* Runs a call that holds its ticket, metered (src/meter/meter.h): seqlock, a few single-writer
+ * increments, and the time from t0 (the call's entry, shoal_ticks) to one clock read at the
+ * end. */
+static shoal_status_t shoal_api_run(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                    uint64_t t0)
 {
     struct shoal_meter *m = comm->meter;
     shoal_status_t st;
-    uint64_t t0;
 
     if (m == NULL) {
         return shoal_coll_run(comm, a);
     }
-    t0 = shoal_meter_call_begin(m);
+    shoal_meter_call_enter(m);
     st = shoal_coll_run(comm, a);
     shoal_meter_call_end(m, (int)a->type, st, t0);
     return st;
@@ -89,7 +90,7 @@ static shoal_status_t shoal_api_check_args(shoal_comm_t comm, const shoal_coll_a
 /* Blocking call: runs on the caller's thread in issue order. */
 static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t *a, void *stream)
 {
-    uint64_t ticket;
+    uint64_t ticket, t0 = 0;
     shoal_status_t st;
 
     st = shoal_api_check_comm(comm, stream);
@@ -99,13 +100,18 @@ static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t 
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_api_refused(comm, st);
     }
-    if (shoal_cuda_wants(a, stream)) {
+    /* The call's entry time, once: the meter's start, and the clock of the CUDA layer's look
+     * for a loaded driver (which reads it itself when the meter is off and it needs it). */
+    if (comm->meter != NULL) {
+        t0 = shoal_ticks();
+    }
+    if (shoal_cuda_wants(a, stream, &t0)) {
         return shoal_cuda_call(comm, a, stream); /* stream-ordered or device buffers */
     }
     ticket = shoal_comm_ticket_take(comm);
     st = shoal_comm_ticket_wait(comm, ticket);
     if (st == SHOAL_OK) {
-        st = shoal_api_run(comm, a);
+        st = shoal_api_run(comm, a, t0);
     } else {
         shoal_meter_count_refused(comm->meter);
     }
@@ -186,7 +192,8 @@ shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int 
 
 static shoal_status_t shoal_api_proxy_run(struct shoal_comm *comm, void *arg)
 {
-    return shoal_api_run(comm, arg);
+    /* The time of a nonblocking call is the proxy thread's, from the start of its run. */
+    return shoal_api_run(comm, arg, comm->meter != NULL ? shoal_ticks() : 0);
 }
 
 shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -206,7 +213,7 @@ shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count
     if (st != SHOAL_OK) {
         return shoal_api_refused(comm, st);
     }
-    if (shoal_cuda_wants(&a, NULL)) {
+    if (shoal_cuda_wants(&a, NULL, &(uint64_t){0})) {
         shoal_error(COLL, "shoal_iallreduce takes host buffers; for device buffers pass a "
                     "stream to shoal_allreduce");
         return SHOAL_ERR_UNSUPPORTED;

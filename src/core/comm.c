@@ -210,6 +210,7 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     if (comm == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    shoal_ticks_init(); /* the call path's clock, before any call (once per process, 2 ms) */
     comm->rank = rank;
     comm->nranks = nranks;
     comm->abort_efd = -1;
@@ -705,7 +706,6 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     }
     shoal_proxy_stop(comm);
     shoal_qos_pace_comm_fini(comm);
-    shoal_meter_comm_fini(comm); /* no call runs any more: state CLOSED, agent told */
     shoal_coll_comm_fini(comm);
     for (int t = 0; t < comm->ntls; t++) {
         if (comm->tls[t].ctx != NULL) {
@@ -713,6 +713,9 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
             comm->tls[t].ctx = NULL;
         }
     }
+    /* Last: the communicator holds its resources (and the GPUs it bills) until its
+     * transports are down; then state CLOSED, the agent told. */
+    shoal_meter_comm_fini(comm);
     if (comm->abort_efd >= 0) {
         close(comm->abort_efd);
     }

@@ -11,8 +11,9 @@
 
 #if SHOAL_HAVE_CUDA
 /* 1 if the call is for the CUDA layer (stream != NULL or a device buffer). Cheap for host
- * buffers in a process that never loaded libcuda. */
-SHOAL_HIDDEN int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream);
+ * buffers in a process that never loaded libcuda: the look for the driver is rate-limited by
+ * the call's entry time *now_ticks (shoal_ticks(); 0: read here and left there). */
+SHOAL_HIDDEN int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream, uint64_t *now_ticks);
 /* Runs or enqueues one call (args validated, communicator usable); inside
  * shoal_group_start/end it is recorded and runs at the group's end. */
 SHOAL_HIDDEN shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a,
@@ -20,9 +21,11 @@ SHOAL_HIDDEN shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal
 /* The outermost shoal_group_end of this thread: submits what the group recorded. */
 SHOAL_HIDDEN shoal_status_t shoal_cuda_group_flush(void);
 #else
-static inline int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream)
+static inline int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream,
+                                   uint64_t *now_ticks)
 {
     (void)a;
+    (void)now_ticks;
     return stream != NULL;
 }
 static inline shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a,

@@ -13,8 +13,19 @@
  * those, and stores seq into the done word: the stream moves on. The host never blocks.
  * A failed task still releases the stream; the communicator then carries the error
  * (shoal_comm_last_error, and the next call returns it).
+ *
+ * Metering (src/meter/meter.h): each call of a task counts one op of its collective; the
+ * task's time is measured in stream order, on the proxy thread (which holds the ticket, so it
+ * is the page's single writer): from the moment the stream reached the call (the start flag
+ * seen; or the proxy got to the task, if the stream was there first) to the release of the
+ * stream, device work included. The stream's earlier work, and the time between the host's
+ * enqueue and the stream's arrival, are not the collective's. A blocking device call counts
+ * from holding its ticket and the device's earlier work done, to its return. Bytes: the
+ * staging path moves them through the host transports (counted there), the IPC path counts
+ * its device-to-device reads (cuda_ipc.c).
  */
 #include "cuda/cuda_int.h"
+#include "meter/meter.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +39,13 @@ typedef struct {
 
 /* ---- which calls ------------------------------------------------------------------------ */
 
-int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream)
+int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream, uint64_t *now_ticks)
 {
     shoal_cuda_ptr_t k;
     if (stream != NULL) {
         return 1;
     }
-    if (!shoal_cuda_drv_present()) {
+    if (!shoal_cuda_drv_present_at(now_ticks)) {
         return 0; /* no driver in the process: no device memory either */
     }
     /* A pointer the driver cannot classify (it fails, e.g. with the sticky error of an
@@ -54,6 +65,16 @@ static shoal_status_t shoal_cuda_item_make(const shoal_coll_args_t *a, shoal_cud
 }
 
 /* ---- running a batch -------------------------------------------------------------------- */
+
+/* The batch's n calls ran as one, from t0 with status st: an op each, the time once. */
+static void shoal_cuda_meter_end(struct shoal_meter *m, const shoal_cuda_item_t *items, int n,
+                                 shoal_status_t st, uint64_t t0)
+{
+    for (int i = 1; i < n; i++) {
+        shoal_meter_add(&m->page->ops[items[i].a.type], 1);
+    }
+    shoal_meter_call_end(m, (int)items[0].a.type, st, t0);
+}
 
 static int shoal_cuda_item_p2p(const shoal_cuda_item_t *it)
 {
@@ -191,7 +212,14 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
         st = shoal_cuda_start_wait(cc, t->seq);
     }
     if (st == SHOAL_OK) {
+        struct shoal_meter *m = comm->meter;
+        uint64_t t0 = m != NULL ? shoal_meter_call_begin(m) : 0; /* the stream is here */
         st = shoal_cuda_run_items(cc, t->items, t->n);
+        if (m != NULL) {
+            shoal_cuda_meter_end(m, t->items, t->n, st, t0); /* the stream goes on below */
+        }
+    } else {
+        shoal_meter_count_refused(comm->meter); /* never ran: the stream did not come */
     }
     if (st != SHOAL_OK && shoal_comm_fatal(comm) == SHOAL_OK) {
         shoal_comm_set_failed(comm, shoal_status_is_fatal(st) ? st : SHOAL_ERR_ABORTED,
@@ -219,8 +247,17 @@ static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc,
             st = SHOAL_CU(cuCtxSynchronize, ());
         }
         if (st == SHOAL_OK) {
+            struct shoal_meter *m = comm->meter;
+            uint64_t t0 = m != NULL ? shoal_meter_call_begin(m) : 0;
             st = shoal_cuda_run_items(cc, items, n);
+            if (m != NULL) {
+                shoal_cuda_meter_end(m, items, n, st, t0);
+            }
+        } else {
+            shoal_meter_count_refused(comm->meter);
         }
+    } else {
+        shoal_meter_count_refused(comm->meter);
     }
     shoal_comm_ticket_release(comm);
     return st;

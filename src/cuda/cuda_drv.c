@@ -94,10 +94,10 @@ static int shoal_cuda_drv_adds_cb(struct dl_phdr_info *info, size_t size, void *
     return 1; /* the counter is global: the first object is enough */
 }
 
-int shoal_cuda_drv_present(void)
+int shoal_cuda_drv_present_at(uint64_t *now_ticks)
 {
     static unsigned long long adds_checked = ~0ULL;
-    static uint64_t asked_ns;
+    static uint64_t asked;
     unsigned long long adds = 0;
     uint64_t now;
     void *h;
@@ -108,12 +108,16 @@ int shoal_cuda_drv_present(void)
      * dlopen(RTLD_NOLOAD) searches the library path (tens of microseconds), so ask again
      * only when the process has loaded some object since the last answer; and look at that
      * (dl_iterate_phdr takes the loader's lock) at most every 200 us: between loading
-     * libcuda and holding a device pointer there is cuInit and a context, many milliseconds. */
-    now = shoal_time_ns();
-    if (now - __atomic_load_n(&asked_ns, __ATOMIC_RELAXED) < 200000) {
+     * libcuda and holding a device pointer there is cuInit and a context, many milliseconds.
+     * The clock is the call path's (shoal_ticks): the collective's entry read, no extra one. */
+    if (*now_ticks == 0) {
+        *now_ticks = shoal_ticks();
+    }
+    now = *now_ticks;
+    if (now - __atomic_load_n(&asked, __ATOMIC_RELAXED) < shoal_tick_clock.ticks_per_sec / 5000) {
         return 0;
     }
-    __atomic_store_n(&asked_ns, now, __ATOMIC_RELAXED);
+    __atomic_store_n(&asked, now, __ATOMIC_RELAXED);
     dl_iterate_phdr(shoal_cuda_drv_adds_cb, &adds);
     if (adds == __atomic_load_n(&adds_checked, __ATOMIC_RELAXED)) {
         return 0;

@@ -42,8 +42,15 @@ extern SHOAL_HIDDEN shoal_cuda_drv_t shoal_cuda_drv;
 SHOAL_HIDDEN shoal_status_t shoal_cuda_drv_load(void);
 SHOAL_HIDDEN const char *shoal_cuda_drv_reason(void);
 /* 1 if libcuda is already mapped into this process (then device pointers may exist);
- * cheap, loads nothing. */
-SHOAL_HIDDEN int shoal_cuda_drv_present(void);
+ * cheap, loads nothing. Until it is, it looks at most every 200 us, by the call path's clock:
+ * *now_ticks if it is not 0 (the caller's read of shoal_ticks()), else it reads the clock and
+ * leaves the time there for the caller (src/coll/api.c shares one read with the meter). */
+SHOAL_HIDDEN int shoal_cuda_drv_present_at(uint64_t *now_ticks);
+static inline int shoal_cuda_drv_present(void)
+{
+    uint64_t now = 0;
+    return shoal_cuda_drv_present_at(&now);
+}
 /* "CUDA_ERROR_INVALID_VALUE (invalid argument)" for r. */
 SHOAL_HIDDEN const char *shoal_cuda_drv_strerror(CUresult r, char *buf, size_t len);
 

@@ -6,8 +6,14 @@
  * buffer (GPU kernel reading the peers directly); barrier; copy every rank's reduced slice into
  * the output; barrier (the buffers may be reused). Each slice is reduced by one rank, so every
  * rank gets the same bits. Ranks may share one GPU (IPC works between processes on one device).
+ *
+ * Metering: per chunk, this rank's device reads slice me of every peer's buffer (reduce) and
+ * every peer's reduced slice (gather): received; the peers' devices read the same amounts from
+ * its buffer: sent (transport cuda_ipc, same host). Counted once the chunk's last barrier says
+ * every read is done. The copy into the own buffer stays on the device: not counted.
  */
 #include "cuda/cuda_int.h"
+#include "meter/meter.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -142,7 +148,15 @@ static shoal_status_t shoal_cuda_ipc_chunk(shoal_cuda_comm_t *cc, const shoal_co
         }
     }
     SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "IPC gather"));
-    return shoal_cuda_ipc_barrier(cc);
+    SHOAL_CHECK(shoal_cuda_ipc_barrier(cc));
+    /* slice me from n - 1 peers, and the other slices (len minus ours) from their owners;
+     * the peers read as much from our buffer */
+    shoal_cuda_ipc_slice(len, es, n, me, &soff, &scnt);
+    {
+        uint64_t moved = ((uint64_t)(n - 1) * scnt + (len - scnt)) * es;
+        shoal_meter_add_cuda_ipc(comm->meter, moved, moved);
+    }
+    return SHOAL_OK;
 }
 
 shoal_status_t shoal_cuda_ipc_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it)

@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 _Static_assert(SHOAL_METER_NCOLL <= SHOAL_STATS_NCOLL, "shoal_stats_t.ops too small");
-_Static_assert(SHOAL_METER_NTL <= SHOAL_STATS_NTL, "shoal_stats_t transports too few");
+_Static_assert(SHOAL_METER_NTL + 1 <= SHOAL_STATS_NTL, "shoal_stats_t transports too few");
+_Static_assert((int)SHOAL_METER_TL_CUDA_IPC == (int)SHOAL_STATS_TL_CUDA_IPC, "cuda_ipc index");
 _Static_assert((int)SHOAL_METER_ALLREDUCE == (int)SHOAL_STATS_ALLREDUCE &&
                (int)SHOAL_METER_ALLTOALL == (int)SHOAL_STATS_ALLTOALL &&
                (int)SHOAL_METER_TL_IB == (int)SHOAL_STATS_TL_IB &&
@@ -26,64 +27,6 @@ _Static_assert((int)SHOAL_METER_ALLREDUCE == (int)SHOAL_STATS_ALLREDUCE &&
                "public and page indices agree");
 _Static_assert(SHOAL_METER_CRED_MAX == SHOAL_TENANT_CRED_TEXT_MAX, "credential text size");
 _Static_assert(SHOAL_METER_NAME_MAX == SHOAL_TENANT_NAME_MAX, "tenant name size");
-
-shoal_meter_clock_t shoal_meter_clock;
-static pthread_once_t shoal_meter_clock_once = PTHREAD_ONCE_INIT;
-
-static int shoal_meter_tsc_invariant(void)
-{
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
-    if (a < 0x80000007u) {
-        return 0;
-    }
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
-    return (d >> 8) & 1; /* invariant TSC: constant rate, runs in every C-state */
-#else
-    return 0;
-#endif
-}
-
-static void shoal_meter_clock_init(void)
-{
-    shoal_meter_clock_t *c = &shoal_meter_clock;
-    c->mult = 1ull << 32;
-    c->ticks_per_sec = 1000000000ull;
-#if defined(__x86_64__)
-    if (shoal_meter_tsc_invariant()) {
-        uint64_t ns0 = shoal_time_ns(), t0 = __builtin_ia32_rdtsc(), ns1, t1;
-        do {
-            ns1 = shoal_time_ns();
-            t1 = __builtin_ia32_rdtsc();
-        } while (ns1 - ns0 < SHOAL_METER_CALIBRATE_NS);
-        if (t1 > t0) {
-            c->tick0 = t0;
-            c->ns0 = ns0;
-            c->mult = (uint64_t)(((unsigned __int128)(ns1 - ns0) << 32) / (t1 - t0));
-            c->ticks_per_sec = (t1 - t0) * 1000000000ull / (ns1 - ns0);
-            c->tsc = c->mult != 0;
-        }
-    }
-#endif
-    shoal_info(METER, "meter clock: %s, %.4f ns per tick", c->tsc ? "TSC" : "CLOCK_MONOTONIC",
-               (double)c->mult / 4294967296.0);
-}
-
-/* Refines the TSC rate over everything since the calibration (a 1 s base is already good to
- * ~1e-7). Any thread; the rate is one relaxed 64-bit store. */
-static void shoal_meter_clock_refine(uint64_t now_ticks)
-{
-    shoal_meter_clock_t *c = &shoal_meter_clock;
-    uint64_t ns = shoal_time_ns();
-    if (c->tsc && now_ticks > c->tick0 + c->ticks_per_sec / 2 && ns > c->ns0) {
-        uint64_t mult = (uint64_t)(((unsigned __int128)(ns - c->ns0) << 32) /
-                                   (now_ticks - c->tick0));
-        if (mult != 0) {
-            __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
-        }
-    }
-}
 
 /* The process's circuit-breaker counters into the page (meter_page.h: abuse signals). The
  * breaker's table takes its lock: called once a second at most, never per call. */
@@ -100,7 +43,7 @@ static void shoal_meter_abuse_update(struct shoal_meter *m)
 void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)
 {
     m->next_check = now_ticks + shoal_meter_clock.ticks_per_sec;
-    shoal_meter_clock_refine(now_ticks);
+    shoal_ticks_refine(now_ticks);
     shoal_meter_abuse_update(m);
     shoal_meter_agent_check(m);
 }
@@ -273,7 +216,6 @@ shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
     }
     m->memfd = -1;
     m->sock = -1;
-    pthread_once(&shoal_meter_clock_once, shoal_meter_clock_init);
     m->next_check = shoal_meter_ticks() + shoal_meter_clock.ticks_per_sec;
     st = shoal_meter_page_create(m);
     if (st != SHOAL_OK) {
@@ -342,6 +284,16 @@ static void shoal_meter_stats_read(const shoal_meter_page_t *p, shoal_stats_t *s
                 s->bytes_recv_other_host += recv;
             }
         }
+    }
+    {
+        uint64_t sent = __atomic_load_n(&p->cuda_ipc_sent, __ATOMIC_RELAXED);
+        uint64_t recv = __atomic_load_n(&p->cuda_ipc_recv, __ATOMIC_RELAXED);
+        s->bytes_sent_by[SHOAL_METER_TL_CUDA_IPC][SHOAL_METER_SAME_HOST] = sent;
+        s->bytes_recv_by[SHOAL_METER_TL_CUDA_IPC][SHOAL_METER_SAME_HOST] = recv;
+        s->bytes_sent += sent;
+        s->bytes_recv += recv;
+        s->bytes_sent_same_host += sent;
+        s->bytes_recv_same_host += recv;
     }
     s->coll_ns = __atomic_load_n(&p->coll_ns, __ATOMIC_RELAXED);
     s->errors = __atomic_load_n(&p->errors, __ATOMIC_RELAXED);

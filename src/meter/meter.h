@@ -9,9 +9,14 @@
  *  - the intra-node direct path (src/coll/shmdirect.c), which moves data through shared areas
  *    without channel messages, adds to the shm / same-host pair what it takes from peers'
  *    areas (received) and what peers take from its own area (sent), see shmdirect.c;
- *  - the API layer (src/coll/api.c) brackets every call that ran: seqlock, one clock read at
- *    entry and at exit (the TSC, see shoal_meter_clock_t), ops, coll_ns, errors, peer
- *    failures; shoal_comm_abort counts aborts.
+ *  - the API layer (src/coll/api.c) brackets every call that ran: seqlock, ops, coll_ns,
+ *    errors, peer failures; the time is two reads of the call path's clock (shoal_ticks, the
+ *    TSC): the call's entry read, which the CUDA layer's driver check shares, and one at the
+ *    end; shoal_comm_abort counts aborts;
+ *  - the CUDA layer (src/cuda) brackets a stream-ordered call's task on the proxy thread from
+ *    the moment the stream reached it to the moment it released the stream (stream order),
+ *    and a blocking device call like a host one; its device-to-device copies through CUDA IPC
+ *    count as transport cuda_ipc, same host (shoal_meter_add_cuda_ipc).
  * One writer at a time (the thread holding the communicator's ticket): plain relaxed atomic
  * stores, no read-modify-write, no lock. The rare counters written from outside the ticket
  * (errors of calls refused before they ran, aborts) use atomic adds, on every writer.
@@ -33,35 +38,19 @@ extern SHOAL_HIDDEN shoal_meter_config_t shoal_meter_config;
 
 #define SHOAL_METER_CRED_MAX 512   /* = SHOAL_TENANT_CRED_TEXT_MAX */
 #define SHOAL_METER_AGENT_MS 200   /* the longest a registration may take */
-#define SHOAL_METER_CALIBRATE_NS 2000000ull /* first estimate of the TSC rate */
 
-/* The meter's clock: the TSC where it is invariant (one rdtsc, no system call, no vDSO page
- * read: a clock_gettime costs 2-3 times as much, and a call reads the clock twice), else
- * CLOCK_MONOTONIC. Ticks become nanoseconds by ns_per_tick << 32; the rate is measured over
- * 2 ms at the first communicator of the process and refined against CLOCK_MONOTONIC at every
- * check (once a second on the call path), over the whole time since then. */
-typedef struct {
-    int tsc;                   /* 1: ticks are TSC cycles */
-    uint64_t mult;             /* ns per tick << 32 (atomic: refined by any communicator) */
-    uint64_t ticks_per_sec;
-    uint64_t tick0, ns0;       /* the calibration's start */
-} shoal_meter_clock_t;
-extern SHOAL_HIDDEN shoal_meter_clock_t shoal_meter_clock;
-
+/* The meter's clock is the call path's (src/util/util.h, shoal_ticks: the TSC where it is
+ * invariant, one rdtsc), so that one read at a call's entry serves the CUDA layer's check and
+ * the meter (src/coll/api.c). The names below are kept for src/qos/pace.c. */
+#define shoal_meter_clock shoal_tick_clock
 static inline uint64_t shoal_meter_ticks(void)
 {
-#if defined(__x86_64__)
-    if (shoal_meter_clock.tsc) {
-        return __builtin_ia32_rdtsc();
-    }
-#endif
-    return shoal_time_ns();
+    return shoal_ticks();
 }
 
 static inline uint64_t shoal_meter_ticks_ns(uint64_t ticks)
 {
-    return (uint64_t)(((unsigned __int128)ticks *
-                       __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED)) >> 32);
+    return shoal_ticks_ns(ticks);
 }
 
 struct shoal_meter {
@@ -109,13 +98,22 @@ static inline void shoal_meter_add(uint64_t *ctr, uint64_t n)
     __atomic_store_n(ctr, __atomic_load_n(ctr, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
-/* A call starts (the caller holds the ticket): seq becomes odd; returns the entry time. */
-static inline uint64_t shoal_meter_call_begin(struct shoal_meter *m)
+/* A call that holds its ticket starts: seq becomes odd. Its entry time is the call path's
+ * clock read at the call's entry (src/coll/api.c), which the CUDA layer's check shares: the
+ * meter adds one clock read per call (at the end), not two. */
+static inline void shoal_meter_call_enter(struct shoal_meter *m)
 {
     shoal_meter_page_t *p = m->page;
     __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    return shoal_meter_ticks();
+}
+
+/* The same with its own clock read (the proxy thread, the CUDA layer's tasks): returns the
+ * entry time. */
+static inline uint64_t shoal_meter_call_begin(struct shoal_meter *m)
+{
+    shoal_meter_call_enter(m);
+    return shoal_ticks();
 }
 
 static inline int shoal_meter_is_peer_failure(shoal_status_t st)
@@ -128,7 +126,7 @@ static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_s
                                         uint64_t t0)
 {
     shoal_meter_page_t *p = m->page;
-    uint64_t now = shoal_meter_ticks();
+    uint64_t now = shoal_ticks();
     shoal_meter_add(&p->ops[type], 1);
     shoal_meter_add(&p->coll_ns, shoal_meter_ticks_ns(now - t0));
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
@@ -165,6 +163,15 @@ static inline void shoal_meter_add_shm(struct shoal_meter *m, uint64_t sent, uin
     if (m != NULL) {
         shoal_meter_add(&m->page->bytes_sent[SHOAL_METER_TL_SHM][SHOAL_METER_SAME_HOST], sent);
         shoal_meter_add(&m->page->bytes_recv[SHOAL_METER_TL_SHM][SHOAL_METER_SAME_HOST], recv);
+    }
+}
+
+/* The CUDA layer's IPC path moved device bytes between the GPUs of this host. */
+static inline void shoal_meter_add_cuda_ipc(struct shoal_meter *m, uint64_t sent, uint64_t recv)
+{
+    if (m != NULL) {
+        shoal_meter_add(&m->page->cuda_ipc_sent, sent);
+        shoal_meter_add(&m->page->cuda_ipc_recv, recv);
     }
 }
 

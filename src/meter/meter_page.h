@@ -41,9 +41,12 @@ enum {
     SHOAL_METER_NCOLL
 };
 
-/* Transports (registry names) and localities counted. */
+/* Transports (registry names) and localities counted in bytes_sent / bytes_recv. CUDA IPC
+ * (device to device on one host) has its own pair of counters, after the abuse signals:
+ * readers report it as transport SHOAL_METER_TL_CUDA_IPC, same host. */
 enum { SHOAL_METER_TL_SHM = 0, SHOAL_METER_TL_TCP, SHOAL_METER_TL_UCX, SHOAL_METER_TL_IB,
        SHOAL_METER_NTL };
+#define SHOAL_METER_TL_CUDA_IPC SHOAL_METER_NTL
 enum { SHOAL_METER_SAME_HOST = 0, SHOAL_METER_OTHER_HOST, SHOAL_METER_NLOC };
 
 /* Page states (field state). */
@@ -89,7 +92,14 @@ typedef struct {
     uint64_t auth_failed;                /* failed authentications on the join listeners */
     uint64_t auth_refused;               /* connections refused while a breaker was open */
     uint64_t breaker_opened;             /* times a breaker opened against a source */
-    uint64_t spare[27];                  /* room to grow without a new version */
+    /* ---- device-to-device payload bytes between the GPUs of ranks on one host through CUDA
+     * IPC (src/cuda/cuda_ipc.c; transport "cuda_ipc", locality same host by construction):
+     * what this rank's device read from peers' device buffers (recv) and what peers' devices
+     * read from its own (sent). Single writer, like bytes_sent. 0 from a library that
+     * predates them (they were spare). ---- */
+    uint64_t cuda_ipc_sent;
+    uint64_t cuda_ipc_recv;
+    uint64_t spare[25];                  /* room to grow without a new version */
 } shoal_meter_page_t;
 
 _Static_assert(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "meter page too large");

@@ -2,7 +2,14 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <time.h>
+
+#define SHOAL_TICKS_CALIBRATE_NS 2000000ull /* first estimate of the TSC rate */
+
+/* Until shoal_ticks_init: ticks are CLOCK_MONOTONIC ns. */
+shoal_tick_clock_t shoal_tick_clock = {.mult = 1ull << 32, .ticks_per_sec = 1000000000ull};
+static pthread_once_t shoal_ticks_once = PTHREAD_ONCE_INIT;
 
 uint64_t shoal_time_ns(void)
 {
@@ -42,5 +49,68 @@ void shoal_sleep_us(unsigned us)
     struct timespec ts = {.tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L};
 
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static int shoal_ticks_tsc_invariant(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+    if (a < 0x80000007u) {
+        return 0;
+    }
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
+    return (d >> 8) & 1; /* invariant TSC: constant rate, runs in every C-state */
+#else
+    return 0;
+#endif
+}
+
+static void shoal_ticks_init_once(void)
+{
+#if defined(__x86_64__)
+    shoal_tick_clock_t *c = &shoal_tick_clock;
+    if (shoal_ticks_tsc_invariant()) {
+        uint64_t ns0 = shoal_time_ns(), t0 = __builtin_ia32_rdtsc(), ns1, t1;
+        do {
+            ns1 = shoal_time_ns();
+            t1 = __builtin_ia32_rdtsc();
+        } while (ns1 - ns0 < SHOAL_TICKS_CALIBRATE_NS);
+        if (t1 > t0) {
+            uint64_t mult = (uint64_t)(((unsigned __int128)(ns1 - ns0) << 32) / (t1 - t0));
+            if (mult != 0) {
+                c->tick0 = t0;
+                c->ns0 = ns0;
+                c->ticks_per_sec = (t1 - t0) * 1000000000ull / (ns1 - ns0);
+                __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
+                __atomic_store_n(&c->tsc, 1, __ATOMIC_RELEASE);
+            }
+        }
+    }
+#endif
+    shoal_info(INIT, "call path clock: %s, %.4f ns per tick",
+               shoal_tick_clock.tsc ? "TSC" : "CLOCK_MONOTONIC",
+               (double)shoal_tick_clock.mult / 4294967296.0);
+}
+
+void shoal_ticks_init(void)
+{
+    pthread_once(&shoal_ticks_once, shoal_ticks_init_once);
+}
+
+/* Refines the TSC rate over everything since the calibration (a 1 s base is already good to
+ * ~1e-7). Any thread; the rate is one relaxed 64-bit store. */
+void shoal_ticks_refine(uint64_t now_ticks)
+{
+    shoal_tick_clock_t *c = &shoal_tick_clock;
+    uint64_t ns = shoal_time_ns();
+    if (__atomic_load_n(&c->tsc, __ATOMIC_ACQUIRE) && now_ticks > c->tick0 + c->ticks_per_sec / 2 &&
+        ns > c->ns0) {
+        uint64_t mult = (uint64_t)(((unsigned __int128)(ns - c->ns0) << 32) /
+                                   (now_ticks - c->tick0));
+        if (mult != 0) {
+            __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
+        }
     }
 }

@@ -193,6 +193,40 @@ static inline int shoal_deadline_passed(uint64_t deadline_ns)
 SHOAL_HIDDEN int shoal_deadline_left_ms(uint64_t deadline_ns, int cap_ms);
 SHOAL_HIDDEN void shoal_sleep_us(unsigned us);
 
+/* The call path's clock (time.c): the TSC where it is invariant (one rdtsc: no system call, no
+ * vDSO page, no fence; a clock_gettime costs about twice as much), else CLOCK_MONOTONIC ns.
+ * One read at a collective call's entry serves the CUDA layer's check for a loaded driver and
+ * the meter's entry time (src/coll/api.c). Ticks become ns by mult (ns per tick << 32),
+ * measured over 2 ms by shoal_ticks_init (once per process, at the first communicator; until
+ * then ticks are ns) and refined by shoal_ticks_refine over the whole time since then.
+ * rdtsc without a fence may run a few instructions early or late: an error of a few cycles
+ * on an interval, not cumulative in a sum of intervals; no serialising read is needed. */
+typedef struct {
+    int tsc;                   /* 1: ticks are TSC cycles (atomic) */
+    uint64_t mult;             /* ns per tick << 32 (atomic: refined by any thread) */
+    uint64_t ticks_per_sec;
+    uint64_t tick0, ns0;       /* the calibration's start */
+} shoal_tick_clock_t;
+extern SHOAL_HIDDEN shoal_tick_clock_t shoal_tick_clock;
+SHOAL_HIDDEN void shoal_ticks_init(void);
+SHOAL_HIDDEN void shoal_ticks_refine(uint64_t now_ticks);
+
+static inline uint64_t shoal_ticks(void)
+{
+#if defined(__x86_64__)
+    if (SHOAL_LIKELY(__atomic_load_n(&shoal_tick_clock.tsc, __ATOMIC_RELAXED))) {
+        return __builtin_ia32_rdtsc();
+    }
+#endif
+    return shoal_time_ns();
+}
+
+static inline uint64_t shoal_ticks_ns(uint64_t ticks)
+{
+    return (uint64_t)(((unsigned __int128)ticks *
+                       __atomic_load_n(&shoal_tick_clock.mult, __ATOMIC_RELAXED)) >> 32);
+}
+
 /* A pause between polls of a shared flag (spin-wait hint to the CPU). */
 static inline void shoal_cpu_relax(void)
 {

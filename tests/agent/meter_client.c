@@ -7,7 +7,8 @@
  *                [--cred TEXT] [--mode M] [--set NAME=V]... [--hold-stdin | --hold S]
  *                [--fork-holder S] [--created-ago S]
  * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts,
- * and the process's abuse signals auth_failed, auth_refused, breaker_opened.
+ * and the process's abuse signals auth_failed, auth_refused, breaker_opened; cuda_ipc_sent,
+ * cuda_ipc_recv (device bytes through CUDA IPC).
  * --abandon S: count for S s, close the connection with the page still live (a registration
  * the library gave up on), count S s more unregistered, then register the same page again;
  * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
@@ -108,6 +109,10 @@ static uint64_t *mc_counter(shoal_meter_page_t *pg, const char *name)
         return &pg->auth_refused;
     if (strcmp(name, "breaker_opened") == 0)
         return &pg->breaker_opened;
+    if (strcmp(name, "cuda_ipc_sent") == 0)
+        return &pg->cuda_ipc_sent;
+    if (strcmp(name, "cuda_ipc_recv") == 0)
+        return &pg->cuda_ipc_recv;
     fprintf(stderr, "meter_client: unknown counter %s\n", name);
     exit(3);
 }

@@ -130,12 +130,88 @@ static void test_render(void)
     shoald_config_free(&cfg);
 }
 
+/* A cursor an agent stored before the cuda_ipc transport (4 transports, SHOALD_CUR_NCOUNTERS_V1
+ * entries) is read back with every entry in its place; the cuda_ipc entries start at 0. And
+ * the cuda_ipc bytes are exported as transport cuda_ipc, same host only. */
+static void test_cuda_ipc(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", url[128];
+    const uint8_t key[SHOALD_KEY_BYTES] = {1};
+    shoal_ledger_t *l = NULL;
+    shoal_ledger_cursor_t c = {0};
+    shoald_config_t cfg;
+    shoald_page_t p = {0};
+    shoald_t a = {0};
+    shoald_job_t j = {0};
+    shoald_text_t t = {0};
+    const char *url0;
+    const int nv1 = SHOAL_METER_NTL * SHOAL_METER_NLOC, ipc = SHOAL_METER_TL_CUDA_IPC;
+    int ok = 1;
+
+    if (mkdtemp(dir) == NULL) {
+        tap_bail("mkdtemp failed");
+    }
+    snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
+    tap_ok(shoal_ledger_open(url, key, sizeof(key), &l) == SHOAL_OK, "a sqlite ledger opens");
+    snprintf(c.key, sizeof(c.key), "host/1/2/0");
+    c.ncounters = SHOALD_CUR_NCOUNTERS_V1;
+    for (int i = 0; i < c.ncounters; i++) {
+        c.counters[i] = 1000 + (uint64_t)i;
+    }
+    ok = l != NULL && shoal_ledger_commit(l, NULL, 0, &c, 1) == SHOAL_OK;
+    conf_load("", &cfg);
+    url0 = cfg.ledger_url;
+    cfg.ledger_url = url;
+    a.cfg = &cfg;
+    a.ledger = l;
+    snprintf(p.key, sizeof(p.key), "%s", c.key);
+    if (ok) {
+        shoald_page_cursor(&a, &p);
+    }
+    ok = ok && p.cursor_known;
+    for (int i = 0; i < SHOAL_METER_NCOLL + nv1 && ok; i++) {
+        ok = p.billed[i] == 1000 + (uint64_t)i; /* ops, then the old transports' sent */
+    }
+    for (int i = 0; i < nv1 && ok; i++) {
+        ok = p.billed[SHOALD_CTR_RECV + i] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + nv1 + i);
+    }
+    for (int l2 = 0; l2 < SHOAL_METER_NLOC && ok; l2++) {
+        ok = p.billed[SHOALD_CTR_SENT + ipc * SHOAL_METER_NLOC + l2] == 0 &&
+             p.billed[SHOALD_CTR_RECV + ipc * SHOAL_METER_NLOC + l2] == 0;
+    }
+    ok = ok && p.billed[SHOALD_CTR_COLL_NS] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + 2 * nv1) &&
+         p.billed[SHOALD_CTR_ABORTS] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + 2 * nv1 + 3) &&
+         p.billed[SHOALD_CUR_BILLED_NS] == 1000 + (uint64_t)(SHOALD_CUR_NCOUNTERS_V1 - 1);
+    tap_ok(ok, "a cursor written before cuda_ipc resumes with every counter in its place");
+    shoal_ledger_close(l);
+    snprintf(url, sizeof(url), "rm -rf '%s'", dir);
+    if (system(url) != 0) {
+        tap_diag("could not remove %s", dir);
+    }
+
+    cfg.ledger_url = url0;
+    snprintf(j.tenant, sizeof(j.tenant), "acme");
+    snprintf(j.job, sizeof(j.job), "train");
+    j.gone[SHOALD_CTR_SENT + ipc * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] = 4096;
+    a.jobs = &j;
+    a.ledger = NULL;
+    shoald_prom_render(&a, NULL, &t);
+    tap_ok(t.buf != NULL && strstr(t.buf, "shoal_payload_bytes_total{tenant=\"acme\",shoal_job="
+                                   "\"train\",transport=\"cuda_ipc\",locality=\"same_host\","
+                                   "direction=\"sent\"} 4096\n") != NULL &&
+           strstr(t.buf, "transport=\"cuda_ipc\",locality=\"other_host\"") == NULL,
+           "cuda_ipc bytes are exported as transport cuda_ipc, same host only");
+    free(t.buf);
+    shoald_config_free(&cfg);
+}
+
 int main(void)
 {
-    tap_plan(30);
+    tap_plan(33);
     test_escape();
     test_names();
     test_config();
     test_render();
+    test_cuda_ipc();
     return tap_done();
 }

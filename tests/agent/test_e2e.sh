@@ -4,7 +4,9 @@
 # forced ring algorithms whose every case checks that shoal_comm_stats moved by exactly the
 # bytes the algorithm moves), each rank holding its tenant's credential (SHOAL_CREDENTIAL_FILE,
 # issued by shoal-cred) and declaring 2 GPUs (SHOAL_METER_GPUS=count:2). Checked:
-#  - acme's job over shm (2 ranks) and beta's over tcp (4 ranks), at the same time: the ranks'
+#  - acme's job over shm (2 ranks) and beta's over tcp (4 ranks), at the same time, then
+#    acme's over ucx (3 ranks, where UCX is usable) and beta's 8 ranks on 2 virtual hosts
+#    (hostid_wrap.sh: shm inside a host, tcp across, so cross-host bytes too): the ranks'
 #    own final shoal_comm_stats totals (payload bytes sent, operations) equal the agent's
 #    /metrics (summed over labels), the ledger's sums (shoal-bill usage --csv, after the jobs
 #    ended and a minute boundary passed) and what a real Prometheus server scraping the agent
@@ -18,6 +20,7 @@
 #    verifies, the totals are exact against the ranks' own stats, GPU-seconds within 0.5%.
 . "$(dirname "$0")/agent_lib.sh"
 need_agent
+top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 SHOALRUN="$top_builddir/shoalrun"
 RANK="$top_builddir/tests/meter/meter_rank"
 BILL="$top_builddir/shoal-bill"
@@ -49,7 +52,7 @@ job() {
         -x "METER_TENANT=$_t" -x "METER_JOB=$_j" -x "METER_STATS_FILE=$T/$_name.stats" \
         -x "METER_LIFE_FILE=$T/$_name.life" -x SHOAL_METER_GPUS=count:2 \
         -x SHOAL_RING_ORDER=rank $(for v in $_vars; do printf -- '-x %s ' "$v"; done) \
-        "$RANK" "$@" >"$T/$_name.out" 2>"$T/$_name.err"
+        $JOB_WRAP "$RANK" "$@" >"$T/$_name.out" 2>"$T/$_name.err"
     echo $? >"$T/$_name.rc"
 }
 job_ok() { # job_ok NAME NRANKS: shoalrun exited 0, every case passed, NRANKS stats lines
@@ -125,6 +128,30 @@ job_ok shm 2
 ok $? "acme's 2-rank shm job ran, every case moved exactly the expected bytes" "$T/shm.err"
 job_ok tcp 4
 ok $? "beta's 4-rank tcp job ran, every case moved exactly the expected bytes" "$T/tcp.err"
+# then ucx (3 ranks) and 8 ranks on 2 virtual hosts (4 + 4: shm inside, tcp across); they
+# live 5 s and more, so that the end of a rank under load (its destroy, tens of ms on 2 busy
+# CPUs) stays well inside the 0.5% of its GPU-seconds
+JOBS="shm acme e2e-shm|tcp beta e2e-tcp"
+if "$top_builddir/shoal_info" -b 2>/dev/null | grep -q 'ucx *usable: yes'; then
+    job ucx 3 acme e2e-ucx "SHOAL_ALGO=ring SHOAL_TRANSPORT=ucx $BRK" allreduce allgather p2p \
+        breaker=3 hold=5 &
+    J3=$!
+    PIDS="$PIDS $J3"
+    JOBS="$JOBS|ucx acme e2e-ucx"
+fi
+JOB_WRAP="$top_srcdir/tests/mp/hostid_wrap.sh" job hosts 8 beta e2e-hosts \
+    "SHOAL_ALGO=ring MP_PPN=4 $BRK" allreduce p2p breaker=3 hold=5
+[ -n "${J3:-}" ] && wait "$J3"
+if [ -n "${J3:-}" ]; then
+    job_ok ucx 3
+    ok $? "acme's 3-rank ucx job ran, every case moved exactly the expected bytes" "$T/ucx.err"
+else
+    skip_rest 1 "UCX is not usable here"
+fi
+job_ok hosts 8
+ok $? "beta's 8 ranks on 2 virtual hosts ran, every case moved exactly the expected bytes" \
+    "$T/hosts.err"
+JOBS="$JOBS|hosts beta e2e-hosts"
 
 # ---- gamma: a valid credential, a tenant the agent does not serve ----
 scrape >/dev/null
@@ -149,14 +176,17 @@ ok $? "nothing of gamma is in /metrics" "$T/scrape"
 # ---- after a minute boundary: the ranks, /metrics, the ledger and Prometheus agree ----
 wait_minutes 2
 scrape >/dev/null
-for x in "shm acme e2e-shm" "tcp beta e2e-tcp"; do
+IFS='|'
+set -- $JOBS
+unset IFS
+for x in "$@"; do
     set -- $x
     ops=$(rank_ops "$1")
     same=$(rank_sent "$1" same)
     other=$(rank_sent "$1" other)
     echo "# $2/$3: the ranks' stats: $ops operations, $same bytes sent same-host, $other other"
-    [ "$ops" -gt 0 ] && [ "$same" -gt 0 ]
-    ok $? "$2/$3: the ranks counted operations and bytes"
+    [ "$ops" -gt 0 ] && [ "$same" -gt 0 ] && { [ "$1" != hosts ] || [ "$other" -gt 0 ]; }
+    ok $? "$2/$3: the ranks counted operations and bytes (and cross-host ones on 2 hosts)"
     is "$(metric_sum shoal_collective_ops_total "$2" "$3")" "$ops" \
         "$2/$3: /metrics operations (summed over collectives) = the ranks' ($ops)"
     is "$(metric_sum shoal_payload_bytes_total "$2" "$3" 'direction="sent"')" \
@@ -197,11 +227,11 @@ is "$(q "SELECT count(*) FROM ledger_records WHERE tenant = 'gamma'")" 0 \
 # ---- each tenant's view carries its own jobs only ----
 code=$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer acme-scrape-token-0123456789")
 [ "$code" = 200 ] && grep -q 'shoal_job="e2e-shm"' "$T/scrape" &&
-    ! grep -q 'e2e-tcp\|tenant="beta"\|gamma' "$T/scrape"
+    ! grep -q 'e2e-tcp\|e2e-hosts\|tenant="beta"\|gamma' "$T/scrape"
 ok $? "acme's view has e2e-shm and no job name of another tenant" "$T/scrape"
 code=$(scrape "/metrics?tenant=beta" -H "Authorization: Bearer beta-scrape-token-0123456789")
 [ "$code" = 200 ] && grep -q 'shoal_job="e2e-tcp"' "$T/scrape" &&
-    ! grep -q 'e2e-shm\|tenant="acme"\|gamma' "$T/scrape"
+    ! grep -q 'e2e-shm\|e2e-ucx\|tenant="acme"\|gamma' "$T/scrape"
 ok $? "beta's view has e2e-tcp and no job name of another tenant" "$T/scrape"
 if [ $have_prom = 1 ]; then
     kill "$PROM_PID" 2>/dev/null

@@ -29,11 +29,13 @@ client() {
 ACME=$(cred acme train)
 client a0 --tenant acme --job train --cred "$ACME" --rank 0 --nranks 2 --ngpus 2 \
     --set ops:0=100 --set ops:3=7 --set sent:1:1=123456789 --set recv:1:1=123456000 \
-    --set sent:0:0=4096 --set recv:0:0=8192 --set coll_ns=1500000000 --set errors=1
+    --set sent:0:0=4096 --set recv:0:0=8192 --set coll_ns=1500000000 --set errors=1 \
+    --set cuda_ipc_sent=65536 --set cuda_ipc_recv=98304
 ok $? "rank 0 of acme/train registered" "$T/a0.out"
 client a1 --tenant acme --job train --cred "$ACME" --rank 1 --nranks 2 --ngpus 2 \
     --set ops:0=100 --set ops:3=7 --set sent:1:1=1000000 --set recv:1:1=2000000 \
-    --set coll_ns=500000000 --set peer_failures=2
+    --set coll_ns=500000000 --set peer_failures=2 --set cuda_ipc_sent=98304 \
+    --set cuda_ipc_recv=65536
 ok $? "rank 1 of acme/train registered" "$T/a1.out"
 client b0 --tenant beta --job infer --cred "$(cred beta infer)" --ngpus 1 \
     --set ops:1=5 --set sent:2:1=777
@@ -59,6 +61,11 @@ is "$(metric "$PB,$TCPO,direction=\"sent\"}")" 124456789 "tcp bytes sent to othe
 is "$(metric "$PB,$TCPO,direction=\"received\"}")" 125456000 "tcp bytes received from other hosts"
 is "$(metric "$PB,transport=\"shm\",locality=\"same_host\",direction=\"received\"}")" 8192 \
     "shm bytes received"
+IPC='transport="cuda_ipc",locality="same_host"'
+is "$(metric "$PB,$IPC,direction=\"sent\"}"):$(metric "$PB,$IPC,direction=\"received\"}")" \
+    163840:163840 "device bytes through CUDA IPC: transport cuda_ipc, same host"
+! grep -q 'transport="cuda_ipc",locality="other_host"' "$T/scrape"
+ok $? "no cuda_ipc series for other hosts (one host by construction)"
 is "$(metric "shoal_collective_seconds_total{$AJ}")" 2.000000000 "seconds inside collectives"
 is "$(metric "shoal_errors_total{$AJ}")" 1 "errors"
 is "$(metric "shoal_peer_failures_total{$AJ}")" 2 "peer failures"
@@ -188,7 +195,7 @@ Q2="sum(shoal_payload_bytes_total{tenant=\"acme\",shoal_job=\"train\",direction=
 i=0
 while [ $i -lt 150 ] && [ "$(promq "$Q1")" != 200 ]; do sleep 0.2; i=$((i + 1)); done
 is "$(promq "$Q1")" 200 "Prometheus's API answers the allreduce calls of acme/train"
-is "$(promq "$Q2")" 124460885 "and the payload bytes it sent (all transports)"
+is "$(promq "$Q2")" 124624725 "and the payload bytes it sent (all transports, cuda_ipc too)"
 is "$(promq 'up{job="shoald"}')" 1 "the target is up (its job label is Prometheus's own)"
 kill "$PROM_PID" 2>/dev/null
 wait "$PROM_PID" 2>/dev/null

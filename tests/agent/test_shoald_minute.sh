@@ -183,6 +183,12 @@ is "$(q "SELECT sum(failed_tenant) FROM ledger_records WHERE job = 'fails'")" 1 
     "a rank that aborted is a failure the tenant caused"
 is "$(q "SELECT sum(failed_platform) FROM ledger_records WHERE job = 'fails'")" 1 \
     "a rank that ended after peer failures is the platform's"
+# device bytes through CUDA IPC are billed as same-host bytes, with the shm ones
+mc --tenant acme --job devipc --cred "$(cred acme devipc)" --set sent:0:0=1000 \
+    --set cuda_ipc_sent=123456 --set cuda_ipc_recv=654321
+wait_minutes 2
+is "$(q "SELECT sum(bytes_same_host) || ':' || sum(bytes_cross_host) FROM ledger_records
+         WHERE job = 'devipc'")" 124456:0 "CUDA IPC bytes are billed as same-host bytes"
 
 # 28-31: a registration the library gave up on (its connection closed, the page still live)
 # is billed to that point, and its cursor kept: the same page registered again goes on from

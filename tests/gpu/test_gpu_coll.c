@@ -400,6 +400,166 @@ static void group_case(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
+/* CUDA IPC bytes one AllReduce of count elements of es bytes moves for rank me (what
+ * cuda_ipc.c reads from peers: slice me of n - 1 peers and the other slices once), 0 when the
+ * IPC path is not in use. */
+static uint64_t ipc_expected(ctx_t *x, size_t count, size_t es)
+{
+    shoal_cuda_comm_t *cc;
+    uint64_t moved = 0;
+    size_t chunk, v = 16 / es;
+
+    if (x->n < 2 || shoal_cuda_comm_get(x->comm, -1, &cc) != SHOAL_OK || cc->ipc_state <= 0) {
+        return 0;
+    }
+    chunk = cc->ipc_size / 16 * 16 / es;
+    for (size_t off = 0; off < count; off += chunk) {
+        size_t len = SHOAL_MIN(chunk, count - off), units = (len + v - 1) / v, lo, ulen, cnt;
+        shoal_block_range(units, x->n, x->rank, &lo, &ulen);
+        cnt = SHOAL_MIN((lo + ulen) * v, len) - SHOAL_MIN(lo * v, len);
+        moved += ((uint64_t)(x->n - 1) * cnt + (len - cnt)) * es;
+    }
+    return moved;
+}
+
+static int meter_stats(ctx_t *x, shoal_stats_t *s)
+{
+    *s = (shoal_stats_t)SHOAL_STATS_INIT;
+    return shoal_comm_stats(x->comm, s) != SHOAL_OK;
+}
+
+/* The deltas of one phase: ops of allreduce and broadcast, no other op, the cuda_ipc bytes
+ * (sent = received = expected, nothing cross-host), bit b of the result per failure. */
+static int meter_check(ctx_t *x, const char *phase, const shoal_stats_t *a,
+                       const shoal_stats_t *b, uint64_t ar, uint64_t bc, uint64_t ipc)
+{
+    const int T = SHOAL_STATS_TL_CUDA_IPC, S = SHOAL_STATS_SAME_HOST, O = SHOAL_STATS_OTHER_HOST;
+    uint64_t others = (b->ops_total - a->ops_total) - (b->ops[SHOAL_STATS_ALLREDUCE] -
+                                                       a->ops[SHOAL_STATS_ALLREDUCE]) -
+                      (b->ops[SHOAL_STATS_BROADCAST] - a->ops[SHOAL_STATS_BROADCAST]);
+    int bad = 0;
+    bad |= (b->ops[SHOAL_STATS_ALLREDUCE] - a->ops[SHOAL_STATS_ALLREDUCE] != ar) << 0;
+    bad |= (b->ops[SHOAL_STATS_BROADCAST] - a->ops[SHOAL_STATS_BROADCAST] != bc) << 1;
+    bad |= (others != 0) << 2;
+    bad |= (b->bytes_sent_by[T][S] - a->bytes_sent_by[T][S] != ipc) << 3;
+    bad |= (b->bytes_recv_by[T][S] - a->bytes_recv_by[T][S] != ipc) << 4;
+    bad |= (b->bytes_sent_by[T][O] != 0 || b->bytes_recv_by[T][O] != 0) << 5;
+    bad |= (b->coll_ns <= a->coll_ns) << 6;
+    bad |= (b->errors != a->errors) << 7;
+    if (bad) {
+        fprintf(stderr, "# rank %d: metering, %s: bad 0x%x: allreduce +%llu (want %llu), "
+                "broadcast +%llu (want %llu), others +%llu, cuda_ipc sent +%llu recv +%llu (want "
+                "%llu), coll_ns +%llu\n", x->rank, phase, bad,
+                (unsigned long long)(b->ops[0] - a->ops[0]), (unsigned long long)ar,
+                (unsigned long long)(b->ops[1] - a->ops[1]), (unsigned long long)bc,
+                (unsigned long long)others,
+                (unsigned long long)(b->bytes_sent_by[T][S] - a->bytes_sent_by[T][S]),
+                (unsigned long long)(b->bytes_recv_by[T][S] - a->bytes_recv_by[T][S]),
+                (unsigned long long)ipc, (unsigned long long)(b->coll_ns - a->coll_ns));
+    }
+    return bad;
+}
+
+/* Metering of device calls (src/cuda/cuda_api.c, cuda_ipc.c): every stream-ordered, blocking
+ * and grouped call counts its ops; the IPC path's device bytes count as cuda_ipc, same host,
+ * exactly; the time is the stream's: (a) a stream held 200 ms by a gate before the call does
+ * not count those 200 ms (at most the time from the gate's opening to the stream's end);
+ * (b) a stream that reaches the call 300 ms before the peers do waits inside it: rank 0
+ * counts at least 250 ms although its call returned at once. The sums over ranks of cuda_ipc
+ * sent and received agree. */
+static void metering(ctx_t *x)
+{
+    int g = group("metering: device calls counted (ops, cuda_ipc bytes), time in stream order");
+    size_t count = 300007, es = 4;
+    shoal_stats_t a, b;
+    volatile uint32_t *gate;
+    CUdeviceptr dgate;
+    uint64_t ipc, sums[2], t_open, t_done, held_ns;
+    int bad = 0;
+
+    CK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    *gate = 0;
+    CK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0));
+    fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * es);
+
+    /* (a) behind a gate. The IPC path's state is read after a host call of this thread (its
+     * ticket comes after the proxy's last task: the proxy's writes are visible) */
+    bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
+    ipc = ipc_expected(x, count, es);
+    bad |= meter_stats(x, &a);
+    CK(cuStreamWaitValue32(x->s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                           x->comm, x->s) != SHOAL_OK;
+    shoal_sleep_us(200000);
+    t_open = shoal_time_ns();
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    CK(cuStreamSynchronize(x->s));
+    t_done = shoal_time_ns();
+    bad |= meter_stats(x, &b);
+    bad |= meter_check(x, "gated stream", &a, &b, 1, 0, ipc) << 1;
+    held_ns = b.coll_ns - a.coll_ns;
+    if (held_ns > (t_done - t_open) + (t_done - t_open) / 100 + 2000000) {
+        fprintf(stderr, "# rank %d: metering: %.3f ms counted for a call the stream reached "
+                "%.3f ms before it was done (the gate's 200 ms counted?)\n", x->rank,
+                held_ns / 1e6, (t_done - t_open) / 1e6);
+        bad |= 1 << 10;
+    }
+
+    /* (b) the peers come 300 ms late: rank 0's stream waits inside the collective */
+    bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
+    bad |= meter_stats(x, &a);
+    if (x->rank != 0) {
+        shoal_sleep_us(300000);
+    }
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                           x->comm, x->s) != SHOAL_OK;
+    CK(cuStreamSynchronize(x->s));
+    bad |= meter_stats(x, &b);
+    bad |= meter_check(x, "late peers", &a, &b, 1, 0, ipc) << 1;
+    if (x->rank == 0 && x->n > 1 && b.coll_ns - a.coll_ns < 250000000ull) {
+        fprintf(stderr, "# rank 0: metering: %.3f ms counted while the stream waited ~300 ms "
+                "for the peers inside the collective\n", (b.coll_ns - a.coll_ns) / 1e6);
+        bad |= 1 << 11;
+    }
+
+    /* (c) blocking device call, (d) a group on a stream: allreduce + broadcast, one task */
+    bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
+    bad |= meter_stats(x, &a);
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                           x->comm, NULL) != SHOAL_OK;
+    bad |= meter_stats(x, &b);
+    bad |= meter_check(x, "blocking", &a, &b, 1, 0, ipc) << 1;
+    bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
+    bad |= meter_stats(x, &a);
+    shoal_group_start();
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                           x->comm, x->s) != SHOAL_OK;
+    bad |= shoal_broadcast((void *)x->d_in, (void *)x->d_in, count, SHOAL_FLOAT32, 0, x->comm,
+                           x->s) != SHOAL_OK;
+    bad |= shoal_group_end() != SHOAL_OK;
+    CK(cuStreamSynchronize(x->s));
+    bad |= meter_stats(x, &b);
+    bad |= meter_check(x, "group", &a, &b, 1, 1, ipc) << 1;
+
+    /* every byte one rank's device read from a peer is one the peer counted as sent */
+    sums[0] = b.bytes_sent_by[SHOAL_STATS_TL_CUDA_IPC][SHOAL_STATS_SAME_HOST];
+    sums[1] = b.bytes_recv_by[SHOAL_STATS_TL_CUDA_IPC][SHOAL_STATS_SAME_HOST];
+    bad |= shoal_allreduce(sums, sums, 2, SHOAL_UINT64, SHOAL_SUM, x->comm, NULL) != SHOAL_OK;
+    bad |= (sums[0] != sums[1]) << 12;
+    if (x->rank == 0) {
+        printf("# metering: cuda_ipc %llu bytes per AllReduce of %zu B on rank 0, sums over "
+               "ranks sent %llu recv %llu; gated call counted %.3f ms of %.3f ms after the "
+               "gate\n", (unsigned long long)ipc, count * es, (unsigned long long)sums[0],
+               (unsigned long long)sums[1], held_ns / 1e6, (t_done - t_open) / 1e6);
+    }
+    if (bad) {
+        fprintf(stderr, "# rank %d: metering: bad 0x%x\n", x->rank, bad);
+    }
+    group_fail[g] += bad != 0;
+    shoal_cuda_drv.cuMemFreeHost((void *)gate);
+}
+
 /* "--kill": every rank loops stream-ordered device AllReduces; the last rank SIGKILLs itself
  * right after issuing its fourth. A survivor's stream must be released (no hang) and the
  * communicator must fail with SHOAL_ERR_PEER_FAILED naming the victim. Prints
@@ -522,6 +682,7 @@ int main(int argc, char **argv)
     host_on_stream(x);
     late_peer(x);
     group_case(x);
+    metering(x);
     /* combine over ranks */
     if (shoal_allreduce(group_fail, group_fail, (size_t)ngroups, SHOAL_INT32, SHOAL_MAX, x->comm,
                         NULL) != SHOAL_OK) {
