@@ -1,0 +1,329 @@
+/*
+ * Gang placement on the switch tree: all ranks of a job or none.
+ *
+ * For each subtree that could take the whole job (a node, then switches level by level), the
+ * ranks are gathered with the fewest children at every level: children in order of free room,
+ * the largest ones taken whole, the rest from the child that fits it most tightly (best fit,
+ * which keeps large blocks free). The subtree whose placement has the lowest ring cost wins
+ * (shoal_sched_ring_cost: a hop through an upper switch costs uplink_cost times a hop inside a
+ * leaf); ties go to the lower level, then the subtree with the least free room (best fit),
+ * then the tree order. A higher level is not searched once its cheapest possible ring (two
+ * hosts meeting at that level) costs more than the best found.
+ */
+#include "sched/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int id;  /* node index, or nnodes + switch index */
+    int cap;
+} shoal_sched_kid_t;
+
+static int shoal_sched_kid_cmp(const void *pa, const void *pb)
+{
+    const shoal_sched_kid_t *a = pa, *b = pb;
+    if (a->cap != b->cap) {
+        return a->cap > b->cap ? -1 : 1;
+    }
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int shoal_sched_sw_caps(shoal_sched_cluster_t *c, int s)
+{
+    const shoal_sched_switch_t *sw = &c->sw[s];
+    int sum = 0;
+    for (int i = 0; i < sw->nnodes; i++) {
+        sum += c->cap[sw->nodes[i]];
+    }
+    for (int i = 0; i < sw->nkids; i++) {
+        sum += shoal_sched_sw_caps(c, sw->kids[i]);
+    }
+    c->cap[c->nnodes + s] = sum;
+    return sum;
+}
+
+static void shoal_sched_caps(shoal_sched_cluster_t *c, int cpus, long mem_mb)
+{
+    for (int i = 0; i < c->nnodes; i++) {
+        c->cap[i] = shoal_sched_node_cap(c, i, cpus, mem_mb);
+    }
+    shoal_sched_sw_caps(c, c->root);
+}
+
+/* Take k ranks (k <= cap) under x into c->take. */
+static int shoal_sched_take(shoal_sched_cluster_t *c, int x, int k)
+{
+    if (x < c->nnodes) {
+        c->take[x] += k;
+        return 0;
+    }
+    const shoal_sched_switch_t *sw = &c->sw[x - c->nnodes];
+    int n = 0, m, sum = 0, rest;
+    shoal_sched_kid_t *kids = malloc(sizeof(*kids) * (size_t)(sw->nnodes + sw->nkids + 1));
+
+    if (kids == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < sw->nnodes; i++) {
+        if (c->cap[sw->nodes[i]] > 0) {
+            kids[n++] = (shoal_sched_kid_t){.id = sw->nodes[i], .cap = c->cap[sw->nodes[i]]};
+        }
+    }
+    for (int i = 0; i < sw->nkids; i++) {
+        int id = c->nnodes + sw->kids[i];
+        if (c->cap[id] > 0) {
+            kids[n++] = (shoal_sched_kid_t){.id = id, .cap = c->cap[id]};
+        }
+    }
+    qsort(kids, (size_t)n, sizeof(*kids), shoal_sched_kid_cmp);
+    for (m = 0; m < n && sum + kids[m].cap < k; m++) {
+        sum += kids[m].cap;
+    }
+    /* kids[0..m-1] whole; the rest k - sum from the tightest of kids[m..] that holds it */
+    for (int i = 0; i < m; i++) {
+        if (shoal_sched_take(c, kids[i].id, kids[i].cap) != 0) {
+            free(kids);
+            return -1;
+        }
+    }
+    rest = k - sum;
+    if (rest > 0) {
+        int best = m;
+        for (int i = m; i < n; i++) {
+            best = kids[i].cap >= rest ? i : best;
+        }
+        if (best >= n || shoal_sched_take(c, kids[best].id, rest) != 0) {
+            free(kids);
+            return -1;
+        }
+    }
+    free(kids);
+    return 0;
+}
+
+/* Nodes of subtree x in tree order with a non-zero take into hosts; returns the count. */
+static int shoal_sched_collect(const shoal_sched_cluster_t *c, int x, int *hosts, int n)
+{
+    if (x < c->nnodes) {
+        if (c->take[x] > 0) {
+            hosts[n++] = x;
+        }
+        return n;
+    }
+    const shoal_sched_switch_t *sw = &c->sw[x - c->nnodes];
+    for (int i = 0; i < sw->nnodes; i++) {
+        n = shoal_sched_collect(c, sw->nodes[i], hosts, n);
+    }
+    for (int i = 0; i < sw->nkids; i++) {
+        n = shoal_sched_collect(c, c->nnodes + sw->kids[i], hosts, n);
+    }
+    return n;
+}
+
+static void shoal_sched_take_clear(shoal_sched_cluster_t *c, const int *hosts, int n)
+{
+    for (int i = 0; i < n; i++) {
+        c->take[hosts[i]] = 0;
+    }
+}
+
+/* Ranks to the taken hosts (tree order), lowest free GPUs; clears the take. */
+static int shoal_sched_assign(shoal_sched_cluster_t *c, shoal_sched_job_t *j, const int *hosts,
+                              int nh)
+{
+    int r = 0;
+
+    if (j->node_of == NULL) {
+        j->node_of = malloc(sizeof(int) * (size_t)j->ranks);
+        j->gpu_of = malloc(sizeof(int) * (size_t)j->ranks);
+        if (j->node_of == NULL || j->gpu_of == NULL) {
+            return SHOAL_ERR_NO_MEMORY;
+        }
+    }
+    for (int h = 0; h < nh; h++) {
+        const shoal_sched_node_t *node = &c->nodes[hosts[h]];
+        for (int g = 0; g < node->gpus && c->take[hosts[h]] > 0; g++) {
+            if ((node->gpu_used & (1ULL << g)) == 0 && r < j->ranks) {
+                j->node_of[r] = hosts[h];
+                j->gpu_of[r++] = g;
+                c->take[hosts[h]]--;
+            }
+        }
+        c->take[hosts[h]] = 0;
+    }
+    return r == j->ranks ? 1 : SHOAL_ERR_INTERNAL;
+}
+
+static double shoal_sched_level_floor(const shoal_sched_cluster_t *c, int level)
+{
+    return level <= 1 ? 0 : 2.0 * (1.0 + 2.0 * (level - 1) * c->uplink_cost);
+}
+
+int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
+                      shoal_sched_place_info_t *info)
+{
+    int k = j->ranks, best = -1, best_level = 0, best_cap = 0, best_order = 0, nh;
+    double best_cost = 0;
+    int *hosts = malloc(sizeof(int) * (size_t)c->nnodes);
+
+    if (hosts == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    shoal_sched_caps(c, j->cpus, j->mem_mb);
+    if (c->cap[c->nnodes + c->root] < k) {
+        free(hosts);
+        return 0;
+    }
+    /* one node: the tightest */
+    for (int i = 0; i < c->nnodes; i++) {
+        if (c->cap[i] >= k && (best < 0 || c->cap[i] < best_cap ||
+                               (c->cap[i] == best_cap && c->nodes[i].order < best_order))) {
+            best = i;
+            best_cap = c->cap[i];
+            best_order = c->nodes[i].order;
+        }
+    }
+    for (int level = 1; best < 0 || (level <= c->maxlevel &&
+                                       best_cost > shoal_sched_level_floor(c, level));
+         level++) {
+        for (int s = 0; s < c->nsw; s++) {
+            int id = c->nnodes + s;
+            if (c->sw[s].level != level || c->cap[id] < k) {
+                continue;
+            }
+            if (shoal_sched_take(c, id, k) != 0) {
+                free(hosts);
+                return SHOAL_ERR_NO_MEMORY;
+            }
+            nh = shoal_sched_collect(c, id, hosts, 0);
+            shoal_sched_take_clear(c, hosts, nh);
+            double cost = shoal_sched_ring_cost(c, hosts, nh);
+            int order = c->nodes[hosts[0]].order;
+            if (best < 0 || cost < best_cost ||
+                (cost == best_cost && level == best_level &&
+                 (c->cap[id] < best_cap || (c->cap[id] == best_cap && order < best_order)))) {
+                best = id;
+                best_cost = cost;
+                best_level = level;
+                best_cap = c->cap[id];
+                best_order = order;
+            }
+        }
+        if (level > c->maxlevel) {
+            break;
+        }
+    }
+    if (best < 0 || shoal_sched_take(c, best, k) != 0) {
+        free(hosts);
+        return best < 0 ? 0 : SHOAL_ERR_NO_MEMORY;
+    }
+    nh = shoal_sched_collect(c, best, hosts, 0);
+    if (info != NULL) {
+        *info = (shoal_sched_place_info_t){
+            .level = best_level, .top = best < c->nnodes ? best : best - c->nnodes,
+            .nhosts = nh, .cost = best_cost, .free_under_top = best_cap,
+        };
+    }
+    int rc = shoal_sched_assign(c, j, hosts, nh);
+    free(hosts);
+    return rc;
+}
+
+int shoal_sched_place_first_fit(shoal_sched_cluster_t *c, shoal_sched_job_t *j)
+{
+    int left = j->ranks, nh = 0, rc;
+    int *hosts = malloc(sizeof(int) * (size_t)c->nnodes);
+
+    if (hosts == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    shoal_sched_caps(c, j->cpus, j->mem_mb);
+    if (c->cap[c->nnodes + c->root] < left) {
+        free(hosts);
+        return 0;
+    }
+    for (int i = 0; i < c->nnodes && left > 0; i++) {
+        int t = SHOAL_MIN(c->cap[i], left);
+        if (t > 0) {
+            c->take[i] = t;
+            hosts[nh++] = i;
+            left -= t;
+        }
+    }
+    rc = shoal_sched_assign(c, j, hosts, nh);
+    free(hosts);
+    return rc;
+}
+
+/* The lowest subtree with room, the one with least room at that level; nodes in order. */
+int shoal_sched_place_slurm_tree(shoal_sched_cluster_t *c, shoal_sched_job_t *j)
+{
+    int k = j->ranks, best = -1, best_cap = 0, nh, rc;
+    int *hosts = malloc(sizeof(int) * (size_t)c->nnodes);
+
+    if (hosts == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    shoal_sched_caps(c, j->cpus, j->mem_mb);
+    for (int i = 0; i < c->nnodes; i++) {
+        if (c->cap[i] >= k && (best < 0 || c->cap[i] < best_cap)) {
+            best = i;
+            best_cap = c->cap[i];
+        }
+    }
+    for (int level = 1; best < 0 && level <= c->maxlevel; level++) {
+        for (int s = 0; s < c->nsw; s++) {
+            int id = c->nnodes + s;
+            if (c->sw[s].level == level && c->cap[id] >= k && (best < 0 || c->cap[id] < best_cap)) {
+                best = id;
+                best_cap = c->cap[id];
+            }
+        }
+    }
+    if (best < 0) {
+        free(hosts);
+        return 0;
+    }
+    if (best < c->nnodes) {
+        c->take[best] = k;
+        hosts[0] = best;
+        nh = 1;
+    } else {
+        /* every node of the subtree, in tree order, first fit */
+        for (int i = 0; i < c->nnodes; i++) {
+            c->take[i] = c->cap[i];
+        }
+        nh = shoal_sched_collect(c, best, hosts, 0);
+        for (int i = 0; i < c->nnodes; i++) {
+            c->take[i] = 0;
+        }
+        int left = k, used = 0;
+        for (int h = 0; h < nh && left > 0; h++) {
+            int t = SHOAL_MIN(c->cap[hosts[h]], left);
+            c->take[hosts[h]] = t;
+            hosts[used++] = hosts[h];
+            left -= t;
+        }
+        nh = used;
+    }
+    rc = shoal_sched_assign(c, j, hosts, nh);
+    free(hosts);
+    return rc;
+}
+
+int shoal_sched_largest_gang(shoal_sched_cluster_t *c)
+{
+    int best = 0;
+    shoal_sched_caps(c, 0, 0);
+    for (int s = 0; s < c->nsw; s++) {
+        if (c->sw[s].nnodes > 0 && !c->sw[s].virt) {
+            best = SHOAL_MAX(best, c->cap[c->nnodes + s]);
+        } else if (c->sw[s].nnodes > 0) {
+            for (int i = 0; i < c->sw[s].nnodes; i++) {
+                best = SHOAL_MAX(best, c->cap[c->sw[s].nodes[i]]);
+            }
+        }
+    }
+    return best;
+}
