@@ -117,6 +117,17 @@ shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
         shoal_error(SCHED, "no nodes (slurm.conf has no NodeName line)");
         return SHOAL_ERR_INVALID_ARG;
     }
+    for (int s = 0; s < c->nsw; s++) {
+        int up = s, steps = 0;
+        while (up >= 0 && steps <= c->nsw) {
+            up = c->sw[up].parent;
+            steps++;
+        }
+        if (up >= 0) {
+            shoal_error(SCHED, "topology: switch %s is its own ancestor (a cycle)", c->sw[s].name);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
     for (int i = 0; i < c->nnodes; i++) {
         if (c->nodes[i].leaf < 0) {
             if (unlisted < 0) {

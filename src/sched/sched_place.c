@@ -2,9 +2,10 @@
  * Gang placement on the switch tree: all ranks of a job or none.
  *
  * For each subtree that could take the whole job (a node, then switches level by level), the
- * ranks are gathered with the fewest children at every level: children in order of free room,
- * the largest ones taken whole, the rest from the child that fits it most tightly (best fit,
- * which keeps large blocks free). The subtree whose placement has the lowest ring cost wins
+ * ranks are gathered in two ways: with the fewest children at every level (children in order
+ * of free room, the largest ones taken whole, the rest from the child that fits it most
+ * tightly: best fit, which keeps large blocks free), and with the fewest hosts anywhere under
+ * it (the same rule over its hosts); the cheaper ring of the two counts. The subtree whose placement has the lowest ring cost wins
  * (shoal_sched_ring_cost: a hop through an upper switch costs uplink_cost times a hop inside a
  * leaf); ties go to the lower level, then the subtree with the least free room (best fit),
  * then the tree order. A higher level is not searched once its cheapest possible ring (two
@@ -155,6 +156,74 @@ static int shoal_sched_assign(shoal_sched_cluster_t *c, shoal_sched_job_t *j, co
     return r == j->ranks ? 1 : SHOAL_ERR_INTERNAL;
 }
 
+/* The other shape: the fewest hosts anywhere under x (largest first, best fit for the rest),
+ * which beats the fewest children per level when a child is made of many small pieces. */
+static int shoal_sched_take_flat(shoal_sched_cluster_t *c, int x, int k, int *hosts,
+                                 const char *leaf_ok)
+{
+    int n = 0, m, sum = 0, rest;
+    shoal_sched_kid_t *kids;
+
+    for (int i = 0; i < c->nnodes; i++) {
+        c->take[i] = c->cap[i];
+    }
+    int nh = shoal_sched_collect(c, x, hosts, 0);
+    for (int i = 0; i < c->nnodes; i++) {
+        c->take[i] = 0;
+    }
+    kids = malloc(sizeof(*kids) * (size_t)(nh + 1));
+    if (kids == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < nh; i++) {
+        if (leaf_ok == NULL || leaf_ok[c->nodes[hosts[i]].leaf]) {
+            kids[n++] = (shoal_sched_kid_t){.id = hosts[i], .cap = c->cap[hosts[i]]};
+        }
+    }
+    qsort(kids, (size_t)n, sizeof(*kids), shoal_sched_kid_cmp);
+    for (m = 0; m < n && sum + kids[m].cap < k; m++) {
+        sum += kids[m].cap;
+        c->take[kids[m].id] = kids[m].cap;
+    }
+    rest = k - sum;
+    if (rest > 0) {
+        int best = m;
+        for (int i = m; i < n; i++) {
+            best = kids[i].cap >= rest ? i : best;
+        }
+        if (best >= n) {
+            free(kids);
+            return -1;
+        }
+        c->take[kids[best].id] = rest;
+    }
+    free(kids);
+    return 0;
+}
+
+/* Shape 0: fewest children per level; 1: fewest hosts under x; 2: fewest hosts within the
+ * leaves shape 0 chose. */
+static int shoal_sched_take_shape(shoal_sched_cluster_t *c, int x, int k, int *hosts, int shape,
+                                  char *leaf_ok)
+{
+    if (shape == 0) {
+        return shoal_sched_take(c, x, k);
+    }
+    if (shape == 1) {
+        return shoal_sched_take_flat(c, x, k, hosts, NULL);
+    }
+    if (shoal_sched_take(c, x, k) != 0) {
+        return -1;
+    }
+    int nh = shoal_sched_collect(c, x, hosts, 0);
+    memset(leaf_ok, 0, (size_t)c->nsw);
+    for (int i = 0; i < nh; i++) {
+        leaf_ok[c->nodes[hosts[i]].leaf] = 1;
+    }
+    shoal_sched_take_clear(c, hosts, nh);
+    return shoal_sched_take_flat(c, x, k, hosts, leaf_ok);
+}
+
 static double shoal_sched_level_floor(const shoal_sched_cluster_t *c, int level)
 {
     return level <= 1 ? 0 : 2.0 * (1.0 + 2.0 * (level - 1) * c->uplink_cost);
@@ -163,16 +232,20 @@ static double shoal_sched_level_floor(const shoal_sched_cluster_t *c, int level)
 int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
                       shoal_sched_place_info_t *info)
 {
-    int k = j->ranks, best = -1, best_level = 0, best_cap = 0, best_order = 0, nh;
+    int k = j->ranks, best = -1, best_level = 0, best_cap = 0, best_order = 0, nh, best_flat = 0;
     double best_cost = 0;
     int *hosts = malloc(sizeof(int) * (size_t)c->nnodes);
+    char *leaf_ok = malloc((size_t)c->nsw + 1);
 
-    if (hosts == NULL) {
+    if (hosts == NULL || leaf_ok == NULL) {
+        free(hosts);
+        free(leaf_ok);
         return SHOAL_ERR_NO_MEMORY;
     }
     shoal_sched_caps(c, j->cpus, j->mem_mb);
     if (c->cap[c->nnodes + c->root] < k) {
         free(hosts);
+        free(leaf_ok);
         return 0;
     }
     /* one node: the tightest */
@@ -192,8 +265,11 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
             if (c->sw[s].level != level || c->cap[id] < k) {
                 continue;
             }
-            if (shoal_sched_take(c, id, k) != 0) {
+            for (int flat = 0; flat < 3; flat++) {
+            int rc = shoal_sched_take_shape(c, id, k, hosts, flat, leaf_ok);
+            if (rc != 0) {
                 free(hosts);
+                free(leaf_ok);
                 return SHOAL_ERR_NO_MEMORY;
             }
             nh = shoal_sched_collect(c, id, hosts, 0);
@@ -204,18 +280,22 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
                 (cost == best_cost && level == best_level &&
                  (c->cap[id] < best_cap || (c->cap[id] == best_cap && order < best_order)))) {
                 best = id;
+                best_flat = flat;
                 best_cost = cost;
                 best_level = level;
                 best_cap = c->cap[id];
                 best_order = order;
+            }
             }
         }
         if (level > c->maxlevel) {
             break;
         }
     }
-    if (best < 0 || shoal_sched_take(c, best, k) != 0) {
+    if (best < 0 || (best < c->nnodes ? shoal_sched_take(c, best, k)
+                     : shoal_sched_take_shape(c, best, k, hosts, best_flat, leaf_ok)) != 0) {
         free(hosts);
+        free(leaf_ok);
         return best < 0 ? 0 : SHOAL_ERR_NO_MEMORY;
     }
     nh = shoal_sched_collect(c, best, hosts, 0);
@@ -227,6 +307,7 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
     }
     int rc = shoal_sched_assign(c, j, hosts, nh);
     free(hosts);
+    free(leaf_ok);
     return rc;
 }
 

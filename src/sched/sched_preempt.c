@@ -4,8 +4,9 @@
  * Victims: running spot jobs. Never a cycle: after the preemption, every victim tenant's
  * weighted dominant share stays strictly above the preemptor's (its share with the new job),
  * so the victim can never be the lower-share tenant that preempts the preemptor back. A
- * tenant's own spot jobs may always yield to its reserved ones. The rule is monotone (losing
- * more jobs only lowers a victim's share), so a job that breaks it alone is never a candidate.
+ * tenant's own spot jobs may always yield to its reserved ones. A job that breaks the rule
+ * even with all the preemptor's own spot jobs gone (the preemptor's lowest share) and no
+ * other job of its tenant taken is never a candidate: taking more only lowers its share.
  *
  * Smallest set: with at most SHOAL_SCHED_EXACT_CANDS candidates, every set of 1, 2, then 3
  * jobs is tried (the first size that works is proven minimal; among its sets the fewest GPUs
@@ -181,10 +182,17 @@ int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji
         shoal_sched_job_t *v = &q->jobs[i];
         if (i != ji && v->state == SHOAL_SCHED_RUNNING && v->cls == SHOAL_SCHED_SPOT &&
             !v->fresh) {
-            shoal_sched_job_release(c, q, v);
-            int fair = shoal_sched_preempt_fair(&x, &i, 1);
-            shoal_sched_job_apply(c, q, v);
-            if (fair) {
+            /* the preemptor's share is lowest with all its own spot jobs gone too */
+            int set[SHOAL_SCHED_VICTIMS_MAX + 1], n = 0;
+            for (int k = 0; k < q->njobs && n < SHOAL_SCHED_VICTIMS_MAX; k++) {
+                const shoal_sched_job_t *o = &q->jobs[k];
+                if (k != ji && k != i && o->tenant == job->tenant &&
+                    o->state == SHOAL_SCHED_RUNNING && o->cls == SHOAL_SCHED_SPOT && !o->fresh) {
+                    set[n++] = k;
+                }
+            }
+            set[n++] = i;
+            if (shoal_sched_preempt_set_fair(&x, set, n)) {
                 cand[nc++] = i;
             }
         }

@@ -15,7 +15,9 @@
  */
 #include "sched/sched.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +97,10 @@ static int shoal_place_simulate(int argc, char **argv)
         o.gpus_per_host < 1 || o.gpus_per_host > SHOAL_SCHED_GPU_MAX || !(o.load > 0)) {
         fprintf(stderr, "shoal-place simulate: a parameter is out of range\n");
         return 2;
+    }
+    if (o.outdir != NULL && mkdir(o.outdir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shoal-place simulate: mkdir(%s): %s\n", o.outdir, strerror(errno));
+        return 1;
     }
     return shoal_sched_simulate_all(&o, stdout) == SHOAL_OK ? 0 : 1;
 }
