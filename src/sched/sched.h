@@ -285,12 +285,13 @@ typedef struct {
     int ntenants;
     int leaves, hosts_per_leaf, gpus_per_host;
     double load;         /* offered load: GPU-hours asked / GPU-hours available */
+    int no_preempt;      /* shoal's policy without preemption */
     const char *outdir;  /* table, data and PNG plots; NULL: table to stdout only */
 } shoal_sched_sim_opts_t;
 
 typedef struct {
     double mean_jct, p95_jct;      /* job completion time (submit to end), hours */
-    double utilization;            /* busy GPU-hours / available until the last end */
+    double utilization;            /* busy GPU-hours / available, until the last arrival */
     double mean_largest_gang;      /* fragmentation: largest gang one leaf could take */
     double cross_traffic;          /* ring edges through the spine x hours */
     double fairness;               /* mean Jain index of backlogged tenants' weighted shares */

@@ -10,7 +10,7 @@
  * checkpoint (its remaining work) when placed again.
  *
  * Measured: job completion time (submit to end), utilization (busy GPU-hours over GPU-hours
- * until the last end), fragmentation (time average of the largest gang one leaf could take),
+ * until the last arrival: the drain at the end says nothing of packing), fragmentation (time average of the largest gang one leaf could take),
  * cross-switch traffic (ring edges through the spine x hours: each edge carries the same
  * bytes per hour of a job's ring), fairness (time average of Jain's index over the weighted
  * dominant shares of the backlogged tenants).
@@ -146,6 +146,7 @@ static double shoal_sched_sim_jain(const shoal_sched_cluster_t *c, const shoal_s
 
 typedef struct {
     double busy, cross, frag, fair, fair_time, last;
+    double busy_until; /* busy GPU-hours are counted until the last arrival */
 } shoal_sched_sim_acc_t;
 
 /* Accumulates the state between last and now. */
@@ -169,7 +170,7 @@ static void shoal_sched_sim_account(shoal_sched_cluster_t *c, shoal_sched_queue_
     }
     gang = shoal_sched_largest_gang(c);
     if (dt > 0) {
-        a->busy += busy * dt;
+        a->busy += busy * SHOAL_MAX(0.0, SHOAL_MIN(now, a->busy_until) - a->last);
         a->cross += cross * dt;
         a->frag += gang * dt;
         if (anyq) {
@@ -195,7 +196,8 @@ shoal_status_t shoal_sched_simulate(const shoal_sched_sim_opts_t *o, int policy,
 {
     shoal_sched_cluster_t c;
     shoal_sched_queue_t q;
-    shoal_sched_opts_t po = {.policy = policy, .preempt = policy == SHOAL_SCHED_POLICY_SHOAL};
+    shoal_sched_opts_t po = {.policy = policy,
+                             .preempt = policy == SHOAL_SCHED_POLICY_SHOAL && !o->no_preempt};
     shoal_sched_sim_acc_t acc = {0};
     shoal_status_t st;
     double now = 0, *jct = NULL, *end = NULL;
@@ -218,6 +220,7 @@ shoal_status_t shoal_sched_simulate(const shoal_sched_sim_opts_t *o, int policy,
         st = SHOAL_ERR_NO_MEMORY;
         goto out;
     }
+    acc.busy_until = q.njobs > 0 ? q.jobs[q.njobs - 1].submit : 0;
     while (done < q.njobs && st == SHOAL_OK) {
         /* the next event: an arrival or the earliest end */
         double t = next < q.njobs ? q.jobs[next].submit : INFINITY;
@@ -262,7 +265,8 @@ shoal_status_t shoal_sched_simulate(const shoal_sched_sim_opts_t *o, int policy,
     }
     res->p95_jct = done > 0 ? jct[(int)(0.95 * (done - 1))] : 0;
     res->makespan = now;
-    res->utilization = now > 0 ? acc.busy / (c.total[SHOAL_SCHED_GPU] * now) : 0;
+    res->utilization = acc.busy_until > 0
+                           ? acc.busy / (c.total[SHOAL_SCHED_GPU] * acc.busy_until) : 0;
     res->mean_largest_gang = now > 0 ? acc.frag / now : 0;
     res->cross_traffic = acc.cross;
     res->fairness = acc.fair_time > 0 ? acc.fair / acc.fair_time : 1.0;

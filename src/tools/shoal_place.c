@@ -5,7 +5,7 @@
  *               [--explain] [--no-preempt] [--policy shoal|first-fit|slurm-tree]
  *               [--uplink-cost X] [--out DIR] [--job NAME --print KIND]
  *   shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]
- *               [--hosts-per-leaf N] [--gpus N] [--load X] [--out DIR]
+ *               [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt] [--out DIR]
  *   shoal-place hostlist expand|compress EXPR
  *
  * Prints one line per decision (place / preempt / pending; --explain adds why). --out DIR
@@ -28,7 +28,8 @@ static void shoal_place_usage(FILE *fp)
             "                   [--no-preempt] [--policy shoal|first-fit|slurm-tree]\n"
             "                   [--uplink-cost X] [--out DIR] [--job NAME --print KIND]\n"
             "       shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]\n"
-            "                   [--hosts-per-leaf N] [--gpus N] [--load X] [--out DIR]\n"
+            "                   [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt]\n"
+            "                   [--out DIR]\n"
             "       shoal-place hostlist expand|compress EXPR\n"
             "KIND: nodelist slurm_hostfile ompi_hostfile rankfile gpus ring\n");
 }
@@ -72,7 +73,7 @@ static int shoal_place_simulate(int argc, char **argv)
         {"tenants", required_argument, NULL, 't'}, {"leaves", required_argument, NULL, 'l'},
         {"hosts-per-leaf", required_argument, NULL, 'h'}, {"gpus", required_argument, NULL, 'g'},
         {"load", required_argument, NULL, 'L'}, {"out", required_argument, NULL, 'o'},
-        {NULL, 0, NULL, 0},
+        {"no-preempt", no_argument, NULL, 'n'}, {NULL, 0, NULL, 0},
     };
     shoal_sched_sim_opts_t o = {.seed = 1, .njobs = 2000, .ntenants = 4, .leaves = 8,
                                 .hosts_per_leaf = 8, .gpus_per_host = 8, .load = 0.9};
@@ -89,6 +90,7 @@ static int shoal_place_simulate(int argc, char **argv)
         case 'g': o.gpus_per_host = atoi(optarg); break;
         case 'L': o.load = atof(optarg); break;
         case 'o': o.outdir = optarg; break;
+        case 'n': o.no_preempt = 1; break;
         default: shoal_place_usage(stderr); return 2;
         }
     }
