@@ -65,7 +65,8 @@ typedef struct {
     long mem_mb;
     int leaf;          /* switch index of its leaf */
     int order;         /* position in the tree's depth-first order (the ring order) */
-    uint64_t gpu_used; /* bit g: GPU g is allocated */
+    uint64_t gpu_used; /* bit g: GPU g is allocated (change it with shoal_sched_node_gpu_set) */
+    int gpus_busy;     /* bits set in gpu_used */
     int cpus_used;
     long mem_used;
 } shoal_sched_node_t;
@@ -90,6 +91,7 @@ typedef struct {
     int maxlevel;
     double total[SHOAL_SCHED_RES]; /* capacity per resource */
     double uplink_cost;            /* cost of a hop above the leaf level (leaf hop: 1) */
+    int free_gpus;                 /* GPUs not allocated, the whole cluster */
     /* scratch for placement, sized to the tree */
     int *cap;      /* ranks a node (index < nnodes) or switch (nnodes + s) could take */
     int *take;     /* ranks taken per node by the placement being built */
@@ -162,6 +164,8 @@ SHOAL_HIDDEN int shoal_sched_lca_level(const shoal_sched_cluster_t *c, int a, in
 /* Cost of a ring over these nodes (distinct, any order; sorted here into tree order): per
  * ring edge, 1 inside a leaf, 1 + 2 (L - 1) uplink_cost through a switch of level L. */
 SHOAL_HIDDEN double shoal_sched_ring_cost(const shoal_sched_cluster_t *c, int *nodes, int n);
+/* Marks GPU g of node n busy or free, keeping the counters. */
+SHOAL_HIDDEN void shoal_sched_node_gpu_set(shoal_sched_cluster_t *c, int n, int g, int busy);
 /* Ranks a node could still take for this per-rank demand. */
 SHOAL_HIDDEN int shoal_sched_node_cap(const shoal_sched_cluster_t *c, int node, int cpus,
                                       long mem_mb);

@@ -173,7 +173,10 @@ shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
         return SHOAL_ERR_INVALID_ARG;
     }
     memset(c->total, 0, sizeof(c->total));
+    c->free_gpus = 0;
     for (int i = 0; i < c->nnodes; i++) {
+        c->nodes[i].gpus_busy = __builtin_popcountll(c->nodes[i].gpu_used);
+        c->free_gpus += c->nodes[i].gpus - c->nodes[i].gpus_busy;
         c->total[SHOAL_SCHED_GPU] += c->nodes[i].gpus;
         c->total[SHOAL_SCHED_CPU] += c->nodes[i].cpus;
         c->total[SHOAL_SCHED_MEM] += (double)c->nodes[i].mem_mb;
@@ -320,10 +323,27 @@ double shoal_sched_ring_cost(const shoal_sched_cluster_t *c, int *nodes, int n)
     return cost;
 }
 
+void shoal_sched_node_gpu_set(shoal_sched_cluster_t *c, int n, int g, int busy)
+{
+    shoal_sched_node_t *node = &c->nodes[n];
+    uint64_t bit = 1ULL << g;
+    int was = (node->gpu_used & bit) != 0;
+
+    if (busy && !was) {
+        node->gpu_used |= bit;
+        node->gpus_busy++;
+        c->free_gpus--;
+    } else if (!busy && was) {
+        node->gpu_used &= ~bit;
+        node->gpus_busy--;
+        c->free_gpus++;
+    }
+}
+
 int shoal_sched_node_cap(const shoal_sched_cluster_t *c, int node, int cpus, long mem_mb)
 {
     const shoal_sched_node_t *n = &c->nodes[node];
-    int cap = n->gpus - __builtin_popcountll(n->gpu_used);
+    int cap = n->gpus - n->gpus_busy;
 
     if (cpus > 0) {
         cap = SHOAL_MIN(cap, (n->cpus - n->cpus_used) / cpus);
@@ -348,7 +368,7 @@ void shoal_sched_job_apply(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
 
     for (int r = 0; r < j->ranks; r++) {
         shoal_sched_node_t *n = &c->nodes[j->node_of[r]];
-        n->gpu_used |= 1ULL << j->gpu_of[r];
+        shoal_sched_node_gpu_set(c, j->node_of[r], j->gpu_of[r], 1);
         n->cpus_used += j->cpus;
         n->mem_used += j->mem_mb;
     }
@@ -366,7 +386,7 @@ void shoal_sched_job_release(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
 
     for (int r = 0; r < j->ranks; r++) {
         shoal_sched_node_t *n = &c->nodes[j->node_of[r]];
-        n->gpu_used &= ~(1ULL << j->gpu_of[r]);
+        shoal_sched_node_gpu_set(c, j->node_of[r], j->gpu_of[r], 0);
         n->cpus_used -= j->cpus;
         n->mem_used -= j->mem_mb;
     }

@@ -462,7 +462,7 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
         }
         /* applied node by node so a node listed twice is counted twice */
         for (int k = r - (j->ranks / nn + (h < j->ranks % nn)); k < r; k++) {
-            ctx->c->nodes[n].gpu_used |= 1ULL << j->gpu_of[k];
+            shoal_sched_node_gpu_set(ctx->c, n, j->gpu_of[k], 1);
             ctx->c->nodes[n].cpus_used += j->cpus;
             ctx->c->nodes[n].mem_used += j->mem_mb;
         }

@@ -122,6 +122,25 @@ static int shoal_sched_collect(const shoal_sched_cluster_t *c, int x, int *hosts
     return n;
 }
 
+/* Every node under x with room, in tree order. */
+static int shoal_sched_subtree_nodes(const shoal_sched_cluster_t *c, int x, int *hosts, int n)
+{
+    if (x < c->nnodes) {
+        if (c->cap[x] > 0) {
+            hosts[n++] = x;
+        }
+        return n;
+    }
+    const shoal_sched_switch_t *sw = &c->sw[x - c->nnodes];
+    for (int i = 0; i < sw->nnodes; i++) {
+        n = shoal_sched_subtree_nodes(c, sw->nodes[i], hosts, n);
+    }
+    for (int i = 0; i < sw->nkids; i++) {
+        n = shoal_sched_subtree_nodes(c, c->nnodes + sw->kids[i], hosts, n);
+    }
+    return n;
+}
+
 static void shoal_sched_take_clear(shoal_sched_cluster_t *c, const int *hosts, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -164,13 +183,7 @@ static int shoal_sched_take_flat(shoal_sched_cluster_t *c, int x, int k, int *ho
     int n = 0, m, sum = 0, rest;
     shoal_sched_kid_t *kids;
 
-    for (int i = 0; i < c->nnodes; i++) {
-        c->take[i] = c->cap[i];
-    }
-    int nh = shoal_sched_collect(c, x, hosts, 0);
-    for (int i = 0; i < c->nnodes; i++) {
-        c->take[i] = 0;
-    }
+    int nh = shoal_sched_subtree_nodes(c, x, hosts, 0);
     kids = malloc(sizeof(*kids) * (size_t)(nh + 1));
     if (kids == NULL) {
         return -1;
@@ -242,6 +255,11 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
         free(leaf_ok);
         return SHOAL_ERR_NO_MEMORY;
     }
+    if (c->free_gpus < k) {
+        free(hosts);
+        free(leaf_ok);
+        return 0; /* the quick answer for most jobs that wait */
+    }
     shoal_sched_caps(c, j->cpus, j->mem_mb);
     if (c->cap[c->nnodes + c->root] < k) {
         free(hosts);
@@ -265,7 +283,9 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
             if (c->sw[s].level != level || c->cap[id] < k) {
                 continue;
             }
-            for (int flat = 0; flat < 3; flat++) {
+            /* under a switch of nodes only, the fewest children are the fewest hosts */
+            int shapes = c->sw[s].nkids > 0 ? 3 : 1;
+            for (int flat = 0; flat < shapes; flat++) {
             int rc = shoal_sched_take_shape(c, id, k, hosts, flat, leaf_ok);
             if (rc != 0) {
                 free(hosts);

@@ -178,24 +178,32 @@ int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji
     }
     memset(out, 0, sizeof(*out));
     shoal_sched_job_demand(job, x.dj);
+    /* the preemptor's share is lowest with all its own spot jobs gone: judged there */
     for (int i = 0; i < q->njobs; i++) {
         shoal_sched_job_t *v = &q->jobs[i];
         if (i != ji && v->state == SHOAL_SCHED_RUNNING && v->cls == SHOAL_SCHED_SPOT &&
-            !v->fresh) {
-            /* the preemptor's share is lowest with all its own spot jobs gone too */
-            int set[SHOAL_SCHED_VICTIMS_MAX + 1], n = 0;
-            for (int k = 0; k < q->njobs && n < SHOAL_SCHED_VICTIMS_MAX; k++) {
-                const shoal_sched_job_t *o = &q->jobs[k];
-                if (k != ji && k != i && o->tenant == job->tenant &&
-                    o->state == SHOAL_SCHED_RUNNING && o->cls == SHOAL_SCHED_SPOT && !o->fresh) {
-                    set[n++] = k;
-                }
-            }
-            set[n++] = i;
-            if (shoal_sched_preempt_set_fair(&x, set, n)) {
+            !v->fresh && v->tenant == job->tenant) {
+            cand[nc++] = i;
+        }
+    }
+    for (int i = 0; i < nc; i++) {
+        shoal_sched_job_release(c, q, &q->jobs[cand[i]]);
+    }
+    int nown = nc;
+    for (int i = 0; i < q->njobs; i++) {
+        shoal_sched_job_t *v = &q->jobs[i];
+        if (i != ji && v->state == SHOAL_SCHED_RUNNING && v->cls == SHOAL_SCHED_SPOT &&
+            !v->fresh && v->tenant != job->tenant) {
+            shoal_sched_job_release(c, q, v);
+            int fair = shoal_sched_preempt_fair(&x, &i, 1);
+            shoal_sched_job_apply(c, q, v);
+            if (fair) {
                 cand[nc++] = i;
             }
         }
+    }
+    for (int i = 0; i < nown; i++) {
+        shoal_sched_job_apply(c, q, &q->jobs[cand[i]]);
     }
     if (nc > 0) {
         /* even all of them together may not make room */

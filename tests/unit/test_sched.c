@@ -164,7 +164,7 @@ static void shoal_ts_random_cluster(uint64_t *s, shoal_sched_cluster_t *c)
     for (int h = 0; h < c->nnodes; h++) {
         for (int g = 0; g < c->nodes[h].gpus; g++) {
             if (shoal_sched_rand(s) % 3 == 0) {
-                c->nodes[h].gpu_used |= 1ULL << g;
+                shoal_sched_node_gpu_set(c, h, g, 1);
             }
         }
     }
@@ -428,7 +428,9 @@ static void shoal_ts_preemption(void)
         int nt = 2 + (int)(shoal_sched_rand(&s) % 3), edge[4][4] = {{0}};
         shoal_ts_random_cluster(&s, &c);
         for (int h = 0; h < c.nnodes; h++) {
-            c.nodes[h].gpu_used = 0;
+            for (int g = 0; g < c.nodes[h].gpus; g++) {
+                shoal_sched_node_gpu_set(&c, h, g, 0);
+            }
         }
         for (int t = 0; t < nt; t++) {
             char name[8];
@@ -507,7 +509,9 @@ static void shoal_ts_preemption(void)
         int spot[16], nspot = 0;
         shoal_ts_random_cluster(&s, &c);
         for (int h = 0; h < c.nnodes; h++) {
-            c.nodes[h].gpu_used = 0;
+            for (int g = 0; g < c.nodes[h].gpus; g++) {
+                shoal_sched_node_gpu_set(&c, h, g, 0);
+            }
         }
         shoal_sched_tenant_get(&q, "a");
         shoal_sched_tenant_get(&q, "b");
