@@ -5,7 +5,9 @@
  * ranks are gathered in two ways: with the fewest children at every level (children in order
  * of free room, the largest ones taken whole, the rest from the child that fits it most
  * tightly: best fit, which keeps large blocks free), and with the fewest hosts anywhere under
- * it (the same rule over its hosts); the cheaper ring of the two counts. The subtree whose placement has the lowest ring cost wins
+ * it (the same rule over its hosts), with the fewest hosts inside the leaves the first way
+ * chose, and, where there are few enough, inside every set of the fewest children (and of one
+ * more) that can hold the job; the cheapest ring counts. The subtree whose placement has the lowest ring cost wins
  * (shoal_sched_ring_cost: a hop through an upper switch costs uplink_cost times a hop inside a
  * leaf); ties go to the lower level, then the subtree with the least free room (best fit),
  * then the tree order. A higher level is not searched once its cheapest possible ring (two
@@ -242,41 +244,163 @@ static double shoal_sched_level_floor(const shoal_sched_cluster_t *c, int level)
     return level <= 1 ? 0 : 2.0 * (1.0 + 2.0 * (level - 1) * c->uplink_cost);
 }
 
+/* The best placement so far: its hosts and ranks per host (copied out of c->take). */
+typedef struct {
+    int *hosts, *take, *scratch;
+    char *leaf_ok;
+    int nh, top, level, cap, order, found;
+    double cost;
+} shoal_sched_best_t;
+
+/* c->take holds a candidate under top (node or nnodes + switch): keep it if it is better
+ * (cost, then level, then least free room under top, then tree order); clears c->take. */
+static void shoal_sched_consider(shoal_sched_cluster_t *c, shoal_sched_best_t *b, int top,
+                                 int level)
+{
+    int nh = shoal_sched_collect(c, top, b->scratch, 0);
+    double cost = shoal_sched_ring_cost(c, b->scratch, nh);
+    int order = c->nodes[b->scratch[0]].order, cap = c->cap[top];
+
+    if (!b->found || cost < b->cost ||
+        (cost == b->cost && (level < b->level || (level == b->level &&
+                                                   (cap < b->cap ||
+                                                    (cap == b->cap && order < b->order)))))) {
+        b->found = 1;
+        b->cost = cost;
+        b->level = level;
+        b->cap = cap;
+        b->order = order;
+        b->top = top;
+        b->nh = nh;
+        for (int i = 0; i < nh; i++) {
+            b->hosts[i] = b->scratch[i];
+            b->take[i] = c->take[b->scratch[i]];
+        }
+    }
+    shoal_sched_take_clear(c, b->scratch, nh);
+}
+
+static void shoal_sched_mark_leaves(const shoal_sched_cluster_t *c, int s, char *leaf_ok)
+{
+    leaf_ok[s] = 1;
+    for (int i = 0; i < c->sw[s].nkids; i++) {
+        shoal_sched_mark_leaves(c, c->sw[s].kids[i], leaf_ok);
+    }
+}
+
+static double shoal_sched_binom(int n, int m)
+{
+    double r = 1;
+    for (int i = 1; i <= m; i++) {
+        r = r * (n - m + i) / i;
+    }
+    return r;
+}
+
+/* Under a switch of switches: every set of the fewest children that can hold k (and of one
+ * more), the fewest hosts inside it, where there are at most SHOAL_SCHED_SUBSETS_MAX sets. */
+#define SHOAL_SCHED_SUBSETS_MAX 64
+static int shoal_sched_try_subsets(shoal_sched_cluster_t *c, shoal_sched_best_t *b, int s, int k)
+{
+    const shoal_sched_switch_t *sw = &c->sw[s];
+    int n = sw->nkids, idx[16], need = 0, sum = 0;
+    int caps[64];
+
+    if (sw->nnodes > 0 || n < 2 || n > 64) {
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        caps[i] = c->cap[c->nnodes + sw->kids[i]];
+    }
+    /* the fewest children: the largest first */
+    int sorted[64];
+    memcpy(sorted, caps, sizeof(int) * (size_t)n);
+    for (int i = 1; i < n; i++) {
+        for (int m = i; m > 0 && sorted[m] > sorted[m - 1]; m--) {
+            int t = sorted[m];
+            sorted[m] = sorted[m - 1];
+            sorted[m - 1] = t;
+        }
+    }
+    while (need < n && sum < k) {
+        sum += sorted[need++];
+    }
+    for (int m = need; m <= need + 1 && m <= n && m <= 16; m++) {
+        if (shoal_sched_binom(n, m) > SHOAL_SCHED_SUBSETS_MAX) {
+            continue;
+        }
+        for (int i = 0; i < m; i++) {
+            idx[i] = i;
+        }
+        for (;;) {
+            int total = 0;
+            for (int i = 0; i < m; i++) {
+                total += caps[idx[i]];
+            }
+            if (total >= k) {
+                memset(b->leaf_ok, 0, (size_t)c->nsw);
+                for (int i = 0; i < m; i++) {
+                    shoal_sched_mark_leaves(c, sw->kids[idx[i]], b->leaf_ok);
+                }
+                if (shoal_sched_take_flat(c, c->nnodes + s, k, b->scratch, b->leaf_ok) != 0) {
+                    return -1;
+                }
+                shoal_sched_consider(c, b, c->nnodes + s, sw->level);
+            }
+            int i = m - 1;
+            while (i >= 0 && idx[i] == n - m + i) {
+                i--;
+            }
+            if (i < 0) {
+                break;
+            }
+            idx[i]++;
+            for (int q = i + 1; q < m; q++) {
+                idx[q] = idx[q - 1] + 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void shoal_sched_best_free(shoal_sched_best_t *b)
+{
+    free(b->hosts);
+    free(b->take);
+    free(b->scratch);
+    free(b->leaf_ok);
+}
+
 int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
                       shoal_sched_place_info_t *info)
 {
-    int k = j->ranks, best = -1, best_level = 0, best_cap = 0, best_order = 0, nh, best_flat = 0;
-    double best_cost = 0;
-    int *hosts = malloc(sizeof(int) * (size_t)c->nnodes);
-    char *leaf_ok = malloc((size_t)c->nsw + 1);
+    int k = j->ranks, rc;
+    shoal_sched_best_t b = {0};
 
-    if (hosts == NULL || leaf_ok == NULL) {
-        free(hosts);
-        free(leaf_ok);
-        return SHOAL_ERR_NO_MEMORY;
-    }
     if (c->free_gpus < k) {
-        free(hosts);
-        free(leaf_ok);
         return 0; /* the quick answer for most jobs that wait */
     }
     shoal_sched_caps(c, j->cpus, j->mem_mb);
     if (c->cap[c->nnodes + c->root] < k) {
-        free(hosts);
-        free(leaf_ok);
         return 0;
+    }
+    b.hosts = malloc(sizeof(int) * (size_t)c->nnodes);
+    b.take = malloc(sizeof(int) * (size_t)c->nnodes);
+    b.scratch = malloc(sizeof(int) * (size_t)c->nnodes);
+    b.leaf_ok = malloc((size_t)c->nsw + 1);
+    if (b.hosts == NULL || b.take == NULL || b.scratch == NULL || b.leaf_ok == NULL) {
+        shoal_sched_best_free(&b);
+        return SHOAL_ERR_NO_MEMORY;
     }
     /* one node: the tightest */
     for (int i = 0; i < c->nnodes; i++) {
-        if (c->cap[i] >= k && (best < 0 || c->cap[i] < best_cap ||
-                               (c->cap[i] == best_cap && c->nodes[i].order < best_order))) {
-            best = i;
-            best_cap = c->cap[i];
-            best_order = c->nodes[i].order;
+        if (c->cap[i] >= k && (!b.found || c->cap[i] < b.cap)) {
+            c->take[i] = k;
+            shoal_sched_consider(c, &b, i, 0);
         }
     }
-    for (int level = 1; best < 0 || (level <= c->maxlevel &&
-                                       best_cost > shoal_sched_level_floor(c, level));
+    for (int level = 1; level <= c->maxlevel &&
+                        (!b.found || b.cost > shoal_sched_level_floor(c, level));
          level++) {
         for (int s = 0; s < c->nsw; s++) {
             int id = c->nnodes + s;
@@ -285,49 +409,34 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
             }
             /* under a switch of nodes only, the fewest children are the fewest hosts */
             int shapes = c->sw[s].nkids > 0 ? 3 : 1;
-            for (int flat = 0; flat < shapes; flat++) {
-            int rc = shoal_sched_take_shape(c, id, k, hosts, flat, leaf_ok);
-            if (rc != 0) {
-                free(hosts);
-                free(leaf_ok);
+            for (int shape = 0; shape < shapes; shape++) {
+                if (shoal_sched_take_shape(c, id, k, b.scratch, shape, b.leaf_ok) != 0) {
+                    shoal_sched_best_free(&b);
+                    return SHOAL_ERR_NO_MEMORY;
+                }
+                shoal_sched_consider(c, &b, id, level);
+            }
+            if (shapes > 1 && shoal_sched_try_subsets(c, &b, s, k) != 0) {
+                shoal_sched_best_free(&b);
                 return SHOAL_ERR_NO_MEMORY;
             }
-            nh = shoal_sched_collect(c, id, hosts, 0);
-            shoal_sched_take_clear(c, hosts, nh);
-            double cost = shoal_sched_ring_cost(c, hosts, nh);
-            int order = c->nodes[hosts[0]].order;
-            if (best < 0 || cost < best_cost ||
-                (cost == best_cost && level == best_level &&
-                 (c->cap[id] < best_cap || (c->cap[id] == best_cap && order < best_order)))) {
-                best = id;
-                best_flat = flat;
-                best_cost = cost;
-                best_level = level;
-                best_cap = c->cap[id];
-                best_order = order;
-            }
-            }
-        }
-        if (level > c->maxlevel) {
-            break;
         }
     }
-    if (best < 0 || (best < c->nnodes ? shoal_sched_take(c, best, k)
-                     : shoal_sched_take_shape(c, best, k, hosts, best_flat, leaf_ok)) != 0) {
-        free(hosts);
-        free(leaf_ok);
-        return best < 0 ? 0 : SHOAL_ERR_NO_MEMORY;
+    if (!b.found) {
+        shoal_sched_best_free(&b);
+        return 0;
     }
-    nh = shoal_sched_collect(c, best, hosts, 0);
+    for (int i = 0; i < b.nh; i++) {
+        c->take[b.hosts[i]] = b.take[i];
+    }
     if (info != NULL) {
         *info = (shoal_sched_place_info_t){
-            .level = best_level, .top = best < c->nnodes ? best : best - c->nnodes,
-            .nhosts = nh, .cost = best_cost, .free_under_top = best_cap,
+            .level = b.level, .top = b.top < c->nnodes ? b.top : b.top - c->nnodes,
+            .nhosts = b.nh, .cost = b.cost, .free_under_top = b.cap,
         };
     }
-    int rc = shoal_sched_assign(c, j, hosts, nh);
-    free(hosts);
-    free(leaf_ok);
+    rc = shoal_sched_assign(c, j, b.hosts, b.nh);
+    shoal_sched_best_free(&b);
     return rc;
 }
 

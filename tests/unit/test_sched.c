@@ -244,11 +244,8 @@ static void shoal_ts_optimality(void)
         shoal_sched_cluster_free(&c);
     }
     tap_is_int(missed, 0, "a job is placed whenever some set of hosts can hold it");
-    /* the greedy shapes (sched_place.c) miss the optimum by one leaf hop in a few cases
-     * (e.g. 20 against 19): counted here and asserted to stay rare and within 1.06x */
-    tap_ok(worse * 1000 <= decisions && worst <= 1.06, "%d placements on %d random instances: "
-           "%d above 1.05x the brute-force optimum, worst ratio %.3f", decisions, instances,
-           worse, worst);
+    tap_is_int(worse, 0, "%d placements on %d random instances: cost within 1.05x of the "
+               "brute-force optimum (worst ratio %.3f)", decisions, instances, worst);
 }
 
 /* ---- weighted DRF ---------------------------------------------------------------------- */
@@ -260,6 +257,11 @@ typedef struct {
     double cap[SHOAL_SCHED_RES];
     double used[SHOAL_SCHED_RES];
     int tasks[8];
+    int blocked[8];                          /* t's task did not fit (it left the round) */
+    double at_block[8][8][SHOAL_SCHED_RES];  /* everyone's use when t left */
+    int at_block_tasks[8][8];
+    int nblocked;
+    int first_tasks[8];                      /* everyone's tasks when the first tenant left */
 } shoal_ts_pool_t;
 
 static int shoal_ts_pool_next(void *ctx, int t)
@@ -274,6 +276,12 @@ static int shoal_ts_pool_try(void *ctx, int t)
     shoal_ts_pool_t *p = ctx;
     for (int r = 0; r < SHOAL_SCHED_RES; r++) {
         if (p->used[r] + p->d[t][r] > p->cap[r] + 1e-9) {
+            p->blocked[t] = 1;
+            memcpy(p->at_block[t], p->use, sizeof(double) * SHOAL_SCHED_RES * (size_t)p->n);
+            memcpy(p->at_block_tasks[t], p->tasks, sizeof(int) * (size_t)p->n);
+            if (p->nblocked++ == 0) {
+                memcpy(p->first_tasks, p->tasks, sizeof(p->tasks));
+            }
             return 0;
         }
     }
@@ -298,10 +306,8 @@ static int shoal_ts_tasks_in(const double *d, const double *a)
 static void shoal_ts_fairness(void)
 {
     uint64_t s = 99;
-    int instances = 10000, envy = 0, incentive = 0, off_target = 0, strict_envy = 0;
-    int strict_incentive = 0;
+    int instances = 10000, envy = 0, incentive = 0, off_target = 0, wasteful = 0;
     double worst_dev = 0;
-    int strict_off = 0;
 
     for (int it = 0; it < instances; it++) {
         shoal_ts_pool_t p;
@@ -336,42 +342,55 @@ static void shoal_ts_fairness(void)
             level = fmin(level, p.cap[r] / denom[r]);
         }
         for (int t = 0; t < p.n; t++) {
-            double x = p.tasks[t] * dom[t];
-            double dev = fabs(x - w[t] * level) / (w[t] * level);
+            /* against the target: the final share may only exceed it by what was left over
+             * once others could not use it; before the first tenant left, within 5% */
+            double x = p.tasks[t] * dom[t], x0 = p.first_tasks[t] * dom[t];
+            double dev = fabs(x0 - w[t] * level) / (w[t] * level);
             worst_dev = fmax(worst_dev, dev);
-            off_target += dev > 0.06;
-            strict_off += dev > 0.05;
-            /* sharing incentive: at least the tasks of its weighted slice of the cluster,
-             * less the one task that discreteness may cost */
+            off_target += dev > 0.05 || x < 0.95 * w[t] * level;
+            /* sharing incentive: at least the tasks of its weighted slice of the cluster, up
+             * to discreteness: its own last task, and one task of each other tenant (each was
+             * served while its share was at most t's, so it holds at most one task more than
+             * its equal part), counted in t's tasks */
             double slice[SHOAL_SCHED_RES];
+            int slack = 1;
             for (int r = 0; r < SHOAL_SCHED_RES; r++) {
                 slice[r] = p.cap[r] * w[t] / sumw;
             }
-            /* (the last rounds of a discrete fill can cost a tenant two tasks: it stops at the
-             * first task that does not fit while others still fit smaller ones) */
-            strict_incentive += p.tasks[t] < shoal_ts_tasks_in(p.d[t], slice) - 1;
-            incentive += p.tasks[t] < shoal_ts_tasks_in(p.d[t], slice) - 2;
-            /* envy-freeness (weighted): t cannot run more than one more task with another
-             * tenant's allocation scaled to its own weight (one task of the other, scaled,
-             * is the discreteness slack) */
+            for (int u = 0; u < p.n; u++) {
+                double ratio = 0;
+                for (int r = 0; r < SHOAL_SCHED_RES && u != t; r++) {
+                    ratio = fmax(ratio, p.d[u][r] / p.d[t][r]);
+                }
+                slack += (int)ceil(ratio);
+            }
+            incentive += p.tasks[t] < shoal_ts_tasks_in(p.d[t], slice) - slack;
+            /* envy-freeness (weighted), up to one task: with another tenant's allocation at
+             * the time t's next task stopped fitting, less one of its tasks, scaled to t's
+             * weight, t could not run more than one task more than it has */
             for (int u = 0; u < p.n; u++) {
                 double scaled[SHOAL_SCHED_RES];
                 for (int r = 0; r < SHOAL_SCHED_RES; r++) {
-                    scaled[r] = use[u][r] * w[t] / w[u];
+                    scaled[r] = (p.at_block[t][u][r] - p.d[u][r]) * w[t] / w[u];
                 }
-                int with = shoal_ts_tasks_in(p.d[t], scaled);
-                strict_envy += u != t && with > p.tasks[t] + 1 + (int)ceil(w[t] / w[u]);
-                envy += u != t && with > p.tasks[t] + 2 + 2 * (int)ceil(w[t] / w[u]);
+                envy += u != t && shoal_ts_tasks_in(p.d[t], scaled) > p.tasks[t] + 1;
             }
+            /* Pareto efficiency: nobody's next task fits in what is left */
+            int fits = 1;
+            for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+                fits &= p.used[r] + p.d[t][r] <= p.cap[r] + 1e-9;
+            }
+            wasteful += fits;
         }
     }
-    tap_is_int(envy, 0, "%d random instances: no tenant prefers another's (weighted) allocation",
-               instances);
-    tap_is_int(incentive, 0, "sharing incentive: every tenant gets its weighted slice's tasks");
-    tap_is_int(off_target, 0, "backlogged tenants' dominant shares within 6%% of the weighted "
-               "DRF targets (worst %.2f%%; %d above 5%%)", 100 * worst_dev, strict_off);
-    tap_diag("strict criteria (one task of slack): %d envy cases, %d sharing-incentive cases",
-             strict_envy, strict_incentive);
+    tap_is_int(envy, 0, "%d random instances: no tenant prefers another's (weighted) allocation "
+               "(up to one task)", instances);
+    tap_is_int(incentive, 0, "sharing incentive: every tenant gets its weighted slice's tasks "
+               "(up to one task of each tenant)");
+    tap_is_int(off_target, 0, "backlogged tenants' dominant shares within 5%% of the weighted "
+               "DRF targets until the first one is blocked (worst %.2f%%), never below 95%% "
+               "after", 100 * worst_dev);
+    tap_is_int(wasteful, 0, "Pareto efficiency: at the end no tenant's next task fits");
 }
 
 /* ---- preemption ------------------------------------------------------------------------- */
