@@ -9,8 +9,9 @@
  * chose, and, where there are few enough, inside every set of the fewest children (and of one
  * more) that can hold the job; the cheapest ring counts. The subtree whose placement has the lowest ring cost wins
  * (shoal_sched_ring_cost: a hop through an upper switch costs uplink_cost times a hop inside a
- * leaf); ties go to the lower level, then the subtree with the least free room (best fit),
- * then the tree order. A higher level is not searched once its cheapest possible ring (two
+ * leaf); ties go to the lower level, then best fit at every level (the subtree whose highest
+ * ancestor below the root has the least free room, then the next one down, ..., then the
+ * subtree itself: large blocks stay free at every level), then the tree order. A higher level is not searched once its cheapest possible ring (two
  * hosts meeting at that level) costs more than the best found.
  */
 #include "sched/sched.h"
@@ -54,6 +55,65 @@ static void shoal_sched_caps(shoal_sched_cluster_t *c, int cpus, long mem_mb)
     shoal_sched_sw_caps(c, c->root);
 }
 
+/* Which children give k ranks (kids sorted by room, largest first): the fewest of them, the
+ * largest whole and the rest from the tightest that holds it; with tighten (children that
+ * are hosts), each chosen one is then swapped for the smallest unchosen one that still makes
+ * k, while that shrinks the room they hold together (the same number of hosts, fitted
+ * tighter: larger hosts stay whole for later jobs). amount[i]: ranks from kids[i]. */
+static int shoal_sched_pick(const shoal_sched_kid_t *kids, int n, int k, int tighten,
+                            int *amount)
+{
+    int m, sum = 0, rest, held = 0;
+
+    for (int i = 0; i < n; i++) {
+        amount[i] = 0;
+    }
+    for (m = 0; m < n && sum + kids[m].cap < k; m++) {
+        sum += kids[m].cap;
+        amount[m] = 1; /* chosen */
+    }
+    rest = k - sum;
+    if (rest > 0) {
+        int best = -1;
+        for (int i = m; i < n; i++) {
+            best = kids[i].cap >= rest ? i : best;
+        }
+        if (best < 0) {
+            return -1;
+        }
+        amount[best] = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        held += amount[i] ? kids[i].cap : 0;
+    }
+    for (int changed = tighten; changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            if (!amount[i]) {
+                continue;
+            }
+            int need = k - (held - kids[i].cap), swap = -1;
+            for (int q = n - 1; q >= 0 && swap < 0; q--) {
+                swap = !amount[q] && kids[q].cap >= need && kids[q].cap < kids[i].cap ? q : -1;
+            }
+            if (swap >= 0) {
+                amount[i] = 0;
+                amount[swap] = 1;
+                held += kids[swap].cap - kids[i].cap;
+                changed = 1;
+            }
+        }
+    }
+    /* the chosen ones, largest first, whole until the last */
+    for (int i = 0, left = k; i < n; i++) {
+        if (amount[i]) {
+            amount[i] = SHOAL_MIN(kids[i].cap, left);
+            left -= amount[i];
+        }
+    }
+    return 0;
+}
+
 /* Take k ranks (k <= cap) under x into c->take. */
 static int shoal_sched_take(shoal_sched_cluster_t *c, int x, int k)
 {
@@ -62,7 +122,7 @@ static int shoal_sched_take(shoal_sched_cluster_t *c, int x, int k)
         return 0;
     }
     const shoal_sched_switch_t *sw = &c->sw[x - c->nnodes];
-    int n = 0, m, sum = 0, rest;
+    int n = 0;
     shoal_sched_kid_t *kids = malloc(sizeof(*kids) * (size_t)(sw->nnodes + sw->nkids + 1));
 
     if (kids == NULL) {
@@ -80,29 +140,16 @@ static int shoal_sched_take(shoal_sched_cluster_t *c, int x, int k)
         }
     }
     qsort(kids, (size_t)n, sizeof(*kids), shoal_sched_kid_cmp);
-    for (m = 0; m < n && sum + kids[m].cap < k; m++) {
-        sum += kids[m].cap;
-    }
-    /* kids[0..m-1] whole; the rest k - sum from the tightest of kids[m..] that holds it */
-    for (int i = 0; i < m; i++) {
-        if (shoal_sched_take(c, kids[i].id, kids[i].cap) != 0) {
-            free(kids);
-            return -1;
+    int *amount = malloc(sizeof(int) * (size_t)(n + 1)), rc = -1;
+    if (amount != NULL && shoal_sched_pick(kids, n, k, sw->nkids == 0, amount) == 0) {
+        rc = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            rc = amount[i] > 0 ? shoal_sched_take(c, kids[i].id, amount[i]) : 0;
         }
     }
-    rest = k - sum;
-    if (rest > 0) {
-        int best = m;
-        for (int i = m; i < n; i++) {
-            best = kids[i].cap >= rest ? i : best;
-        }
-        if (best >= n || shoal_sched_take(c, kids[best].id, rest) != 0) {
-            free(kids);
-            return -1;
-        }
-    }
+    free(amount);
     free(kids);
-    return 0;
+    return rc;
 }
 
 /* Nodes of subtree x in tree order with a non-zero take into hosts; returns the count. */
@@ -182,7 +229,7 @@ static int shoal_sched_assign(shoal_sched_cluster_t *c, shoal_sched_job_t *j, co
 static int shoal_sched_take_flat(shoal_sched_cluster_t *c, int x, int k, int *hosts,
                                  const char *leaf_ok)
 {
-    int n = 0, m, sum = 0, rest;
+    int n = 0;
     shoal_sched_kid_t *kids;
 
     int nh = shoal_sched_subtree_nodes(c, x, hosts, 0);
@@ -196,24 +243,16 @@ static int shoal_sched_take_flat(shoal_sched_cluster_t *c, int x, int k, int *ho
         }
     }
     qsort(kids, (size_t)n, sizeof(*kids), shoal_sched_kid_cmp);
-    for (m = 0; m < n && sum + kids[m].cap < k; m++) {
-        sum += kids[m].cap;
-        c->take[kids[m].id] = kids[m].cap;
-    }
-    rest = k - sum;
-    if (rest > 0) {
-        int best = m;
-        for (int i = m; i < n; i++) {
-            best = kids[i].cap >= rest ? i : best;
+    int *amount = malloc(sizeof(int) * (size_t)(n + 1)), rc = -1;
+    if (amount != NULL && shoal_sched_pick(kids, n, k, 1, amount) == 0) {
+        rc = 0;
+        for (int i = 0; i < n; i++) {
+            c->take[kids[i].id] += amount[i];
         }
-        if (best >= n) {
-            free(kids);
-            return -1;
-        }
-        c->take[kids[best].id] = rest;
     }
+    free(amount);
     free(kids);
-    return 0;
+    return rc;
 }
 
 /* Shape 0: fewest children per level; 1: fewest hosts under x; 2: fewest hosts within the
@@ -245,26 +284,60 @@ static double shoal_sched_level_floor(const shoal_sched_cluster_t *c, int level)
 }
 
 /* The best placement so far: its hosts and ranks per host (copied out of c->take). */
+#define SHOAL_SCHED_CHAIN_MAX 16
 typedef struct {
     int *hosts, *take, *scratch;
     char *leaf_ok;
     int nh, top, level, cap, order, found;
+    int chain[SHOAL_SCHED_CHAIN_MAX], nchain; /* room above and under top (best fit) */
     double cost;
 } shoal_sched_best_t;
 
+/* Free room of top's ancestors below the root, the highest first, then of top itself. */
+static int shoal_sched_room_chain(const shoal_sched_cluster_t *c, int top, int *chain)
+{
+    int tmp[SHOAL_SCHED_CHAIN_MAX], n = 0;
+    int s = top < c->nnodes ? c->nodes[top].leaf : c->sw[top - c->nnodes].parent;
+
+    tmp[n++] = c->cap[top];
+    while (s >= 0 && s != c->root && n < SHOAL_SCHED_CHAIN_MAX) {
+        tmp[n++] = c->cap[c->nnodes + s];
+        s = c->sw[s].parent;
+    }
+    for (int i = 0; i < n; i++) {
+        chain[i] = tmp[n - 1 - i];
+    }
+    return n;
+}
+
+/* Best fit at every level: the tighter highest ancestor first, down to the tighter top. */
+static int shoal_sched_room_cmp(const int *a, int na, const int *b, int nb)
+{
+    for (int i = 0; i < na && i < nb; i++) {
+        if (a[i] != b[i]) {
+            return a[i] < b[i] ? -1 : 1;
+        }
+    }
+    return na < nb ? -1 : na > nb;
+}
+
 /* c->take holds a candidate under top (node or nnodes + switch): keep it if it is better
- * (cost, then level, then least free room under top, then tree order); clears c->take. */
+ * (cost, then level, then best fit at every level, then tree order); clears c->take. */
 static void shoal_sched_consider(shoal_sched_cluster_t *c, shoal_sched_best_t *b, int top,
                                  int level)
 {
     int nh = shoal_sched_collect(c, top, b->scratch, 0);
     double cost = shoal_sched_ring_cost(c, b->scratch, nh);
-    int order = c->nodes[b->scratch[0]].order, cap = c->cap[top];
+    int order = c->nodes[b->scratch[0]].order, cap = c->cap[top], chain[SHOAL_SCHED_CHAIN_MAX];
+    int nchain = shoal_sched_room_chain(c, top, chain);
+    int room = b->found ? shoal_sched_room_cmp(chain, nchain, b->chain, b->nchain) : 0;
 
     if (!b->found || cost < b->cost ||
         (cost == b->cost && (level < b->level || (level == b->level &&
-                                                   (cap < b->cap ||
-                                                    (cap == b->cap && order < b->order)))))) {
+                                                   (room < 0 ||
+                                                    (room == 0 && order < b->order)))))) {
+        memcpy(b->chain, chain, sizeof(int) * (size_t)nchain);
+        b->nchain = nchain;
         b->found = 1;
         b->cost = cost;
         b->level = level;
@@ -392,9 +465,9 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
         shoal_sched_best_free(&b);
         return SHOAL_ERR_NO_MEMORY;
     }
-    /* one node: the tightest */
+    /* one node: the tightest, in the tightest switches */
     for (int i = 0; i < c->nnodes; i++) {
-        if (c->cap[i] >= k && (!b.found || c->cap[i] < b.cap)) {
+        if (c->cap[i] >= k) {
             c->take[i] = k;
             shoal_sched_consider(c, &b, i, 0);
         }
