@@ -160,8 +160,8 @@ SHOAL_HIDDEN int shoal_topo_ring_share(int n, const int *host_of, const int *ord
 /* The order of hosts a placement asks for (shoal-place's ring output): SHOAL_RING_HOSTS (names
  * separated by commas, spaces or newlines) or SHOAL_RING_HOSTS_FILE (the same, '#' comments).
  * A name: letters, digits, '.', '_', '-', fewer than SHOAL_TOPO_HOSTNAME_MAX characters; a
- * host is matched by its short host name (with SHOAL_TOPO_FILE: "host<N>", N its number in the
- * file). A malformed list, a host of the communicator missing from it, or different lists on
+ * host is matched by SHOAL_HOSTID where set, else its short host name (with SHOAL_TOPO_FILE:
+ * "host<N>", N its number in the file). A malformed list, a host of the communicator missing from it, or different lists on
  * different ranks: a warning, and the usual order. */
 #define SHOAL_TOPO_HOSTNAME_MAX 64
 #define SHOAL_TOPO_RING_HOSTS_MAX 65536

@@ -337,7 +337,10 @@ static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, shoal_topo_rec_
     }
     me->ring_bad = ring_bad;
     me->ring_hash = rh->n > 0 ? rh->hash : 0;
-    snprintf(me->host, sizeof(me->host), "%s", shoal_hostname());
+    /* the name SHOAL_RING_HOSTS lists: SHOAL_HOSTID where the provider set one */
+    snprintf(me->host, sizeof(me->host), "%s",
+             shoal_util_config.hostid != NULL && shoal_util_config.hostid[0] != '\0'
+                 ? shoal_util_config.hostid : shoal_hostname());
     st = shoal_topo_allgather(comm, me, sizeof(*me), all);
     free(me);
     return st;
