@@ -117,8 +117,12 @@ run() {
         return
     fi
     # busbw from the time column (the table rounds GB/s to 2 digits): bytes/us = MB/s
-    awk -v n="$n" 'NF == 13 && $1 ~ /^[0-9]+$/ { if ($9 != 0) bad = 1; bw = $1 / $6 * 2 * (n - 1) / n }
-         END { if (bad || bw == "") print "fail"; else printf "%.1f\n", bw }' "$NETNS_TMP/$name.0.out"
+    awk -v n="$n" 'NF == 13 && $1 ~ /^[0-9]+$/ {
+            if ($9 != 0) bad = 1
+            bw = $1 / $6 * 2 * (n - 1) / n
+        }
+        END { if (bad || bw == "") print "fail"; else printf "%.1f\n", bw }' \
+        "$NETNS_TMP/$name.0.out"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b <= 0) print "nan";
@@ -164,8 +168,8 @@ echo "# shoal / best contiguous $r1 (target >= 0.90), shoal / first fit $r2 (tar
 
 echo "# 2. ring order of a 4-rank job whose ranks were dealt across the leaves"
 bw_dealt=$(EXTRA="" run r_dealt node1 node3 node2 node4)
-bw_ring=$(EXTRA="SHOAL_RING_HOSTS_FILE=$NETNS_TMP/j4.ring SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=TOPO" \
-    run r_ring node1 node3 node2 node4)
+ring_env="SHOAL_RING_HOSTS_FILE=$NETNS_TMP/j4.ring SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=TOPO"
+bw_ring=$(EXTRA="$ring_env" run r_ring node1 node3 node2 node4)
 bw_block=$(EXTRA="" run r_block node1 node2 node3 node4)
 echo "dealt, libshoal's order      busbw $bw_dealt MB/s"
 echo "dealt, shoal-place ring file busbw $bw_ring MB/s ($(tr '\n' ' ' < "$NETNS_TMP/j4.ring"))"

@@ -109,14 +109,12 @@ static int shoal_sched_tree_walk(shoal_sched_cluster_t *c, int s, int depth, int
     return level;
 }
 
-shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
+/* Refuses cycles; hangs nodes no switch lists under a made-up leaf, and several trees under
+ * a made-up root. */
+static shoal_status_t shoal_sched_tree_link(shoal_sched_cluster_t *c)
 {
-    int unlisted = -1, nroots = 0, order = 0;
+    int unlisted = -1, nroots = 0;
 
-    if (c->nnodes == 0) {
-        shoal_error(SCHED, "no nodes (slurm.conf has no NodeName line)");
-        return SHOAL_ERR_INVALID_ARG;
-    }
     for (int s = 0; s < c->nsw; s++) {
         int up = s, steps = 0;
         while (up >= 0 && steps <= c->nsw) {
@@ -151,7 +149,7 @@ shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
             c->root = c->sw[s].parent < 0 ? s : c->root;
         }
     } else {
-        /* several trees (or none: a cycle): one made-up root above the tops */
+        /* several trees: one made-up root above the tops */
         int r = shoal_sched_switch_add(c, "(root)");
         if (r < 0) {
             return SHOAL_ERR_NO_MEMORY;
@@ -167,6 +165,18 @@ shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
         }
         c->root = r;
     }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
+{
+    int order = 0;
+
+    if (c->nnodes == 0) {
+        shoal_error(SCHED, "no nodes (slurm.conf has no NodeName line)");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    SHOAL_CHECK(shoal_sched_tree_link(c));
     c->maxlevel = shoal_sched_tree_walk(c, c->root, 0, &order);
     if (c->maxlevel < 0 || order != c->nnodes) {
         shoal_error(SCHED, "topology: the switches form a cycle or a node hangs below no root");

@@ -2,17 +2,18 @@
  * Gang placement on the switch tree: all ranks of a job or none.
  *
  * For each subtree that could take the whole job (a node, then switches level by level), the
- * ranks are gathered in two ways: with the fewest children at every level (children in order
- * of free room, the largest ones taken whole, the rest from the child that fits it most
- * tightly: best fit, which keeps large blocks free), and with the fewest hosts anywhere under
- * it (the same rule over its hosts), with the fewest hosts inside the leaves the first way
- * chose, and, where there are few enough, inside every set of the fewest children (and of one
- * more) that can hold the job; the cheapest ring counts. The subtree whose placement has the lowest ring cost wins
- * (shoal_sched_ring_cost: a hop through an upper switch costs uplink_cost times a hop inside a
- * leaf); ties go to the lower level, then best fit at every level (the subtree whose highest
- * ancestor below the root has the least free room, then the next one down, ..., then the
- * subtree itself: large blocks stay free at every level), then the tree order. A higher level is not searched once its cheapest possible ring (two
- * hosts meeting at that level) costs more than the best found.
+ * ranks are gathered in several shapes: with the fewest children at every level (children in
+ * order of free room, the largest ones taken whole, the rest from the child that fits it most
+ * tightly); with the fewest hosts anywhere under it; with the fewest hosts inside the leaves
+ * the first shape chose; and, where there are few enough, inside every set of the fewest
+ * child switches (and of one more) that can hold the job. A set of hosts is fitted tight: a
+ * chosen host is swapped for a smaller one that still makes the job, so larger hosts stay
+ * whole. The cheapest ring wins (shoal_sched_ring_cost: a hop through an upper switch costs
+ * uplink_cost times a hop inside a leaf); ties go to the lower level, then best fit at every
+ * level (the subtree whose highest ancestor below the root has the least free room, then the
+ * next one down, ..., then the subtree itself: large blocks stay free at every level), then
+ * the tree order. A higher level is not searched once its cheapest possible ring (two hosts
+ * meeting at that level) costs more than the best found.
  */
 #include "sched/sched.h"
 

@@ -183,60 +183,63 @@ static int shoal_sched_preempt_greedy(shoal_sched_pre_ctx_t *x, int *cand, int n
     return 1;
 }
 
-int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
-                        shoal_sched_preempt_t *out, shoal_sched_place_info_t *info)
+/* The candidates: running spot jobs (not started this round) whose tenant keeps a share above
+ * the preemptor's even at its lowest (all the preemptor's own spot jobs gone); none at all
+ * when even all of them together would not make room. */
+static int shoal_sched_preempt_candidates(shoal_sched_pre_ctx_t *x, int *cand)
 {
-    shoal_sched_pre_ctx_t x = {.c = c, .q = q, .ji = ji};
-    shoal_sched_job_t *job = &q->jobs[ji];
-    int *cand = malloc(sizeof(int) * (size_t)(q->njobs + 1));
-    int nc = 0, found = 0;
+    shoal_sched_cluster_t *c = x->c;
+    shoal_sched_queue_t *q = x->q;
+    shoal_sched_job_t *job = &q->jobs[x->ji];
+    shoal_sched_place_info_t pi;
+    int nc = 0, nown, room;
 
-    if (cand == NULL) {
-        return SHOAL_ERR_NO_MEMORY;
-    }
-    memset(out, 0, sizeof(*out));
-    shoal_sched_job_demand(job, x.dj);
-    /* the preemptor's share is lowest with all its own spot jobs gone: judged there */
-    for (int i = 0; i < q->njobs; i++) {
-        shoal_sched_job_t *v = &q->jobs[i];
-        if (i != ji && v->state == SHOAL_SCHED_RUNNING && v->cls == SHOAL_SCHED_SPOT &&
-            !v->fresh && v->tenant == job->tenant) {
-            cand[nc++] = i;
-        }
-    }
-    for (int i = 0; i < nc; i++) {
-        shoal_sched_job_release(c, q, &q->jobs[cand[i]]);
-    }
-    int nown = nc;
-    for (int i = 0; i < q->njobs; i++) {
-        shoal_sched_job_t *v = &q->jobs[i];
-        if (i != ji && v->state == SHOAL_SCHED_RUNNING && v->cls == SHOAL_SCHED_SPOT &&
-            !v->fresh && v->tenant != job->tenant) {
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < q->njobs; i++) {
+            shoal_sched_job_t *v = &q->jobs[i];
+            if (i == x->ji || v->state != SHOAL_SCHED_RUNNING || v->cls != SHOAL_SCHED_SPOT ||
+                v->fresh || (v->tenant == job->tenant) != (pass == 0)) {
+                continue;
+            }
+            if (pass == 0) {
+                cand[nc++] = i;
+                continue;
+            }
             shoal_sched_job_release(c, q, v);
-            int fair = shoal_sched_preempt_fair(&x, &i, 1);
+            int fair = shoal_sched_preempt_fair(x, &i, 1);
             shoal_sched_job_apply(c, q, v);
             if (fair) {
                 cand[nc++] = i;
+            }
+        }
+        if (pass == 0) {
+            nown = nc;
+            for (int i = 0; i < nown; i++) {
+                shoal_sched_job_release(c, q, &q->jobs[cand[i]]);
             }
         }
     }
     for (int i = 0; i < nown; i++) {
         shoal_sched_job_apply(c, q, &q->jobs[cand[i]]);
     }
-    if (nc > 0) {
-        /* even all of them together may not make room */
-        shoal_sched_place_info_t pi;
-        for (int i = 0; i < nc; i++) {
-            shoal_sched_job_release(c, q, &q->jobs[cand[i]]);
-        }
-        int room = shoal_sched_place(c, job, &pi) == 1;
-        for (int i = 0; i < nc; i++) {
-            shoal_sched_job_apply(c, q, &q->jobs[cand[i]]);
-        }
-        nc = room ? nc : 0;
+    for (int i = 0; i < nc; i++) {
+        shoal_sched_job_release(c, q, &q->jobs[cand[i]]);
     }
-    qsort_r(cand, (size_t)nc, sizeof(int), shoal_sched_gpus_asc, q);
-    double budget = SHOAL_SCHED_EXACT_BUDGET / (c->nnodes > 0 ? c->nnodes : 1);
+    room = nc > 0 && shoal_sched_place(c, job, &pi) == 1;
+    for (int i = 0; i < nc; i++) {
+        shoal_sched_job_apply(c, q, &q->jobs[cand[i]]);
+    }
+    return room ? nc : 0;
+}
+
+/* Exhaustive by size while the budget lasts, then greedy. 1 found (in out), 0 none. */
+static int shoal_sched_preempt_search(shoal_sched_pre_ctx_t *x, int *cand, int nc,
+                                      shoal_sched_preempt_t *out)
+{
+    double budget = SHOAL_SCHED_EXACT_BUDGET / (x->c->nnodes > 0 ? x->c->nnodes : 1);
+    int found = 0;
+
+    qsort_r(cand, (size_t)nc, sizeof(int), shoal_sched_gpus_asc, x->q);
     for (int k = 1; nc > 0 && k <= SHOAL_SCHED_EXACT_SIZE && k <= nc && !found; k++) {
         double sets = 1;
         for (int i = 1; i <= k; i++) {
@@ -246,12 +249,29 @@ int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji
             break;
         }
         budget -= sets;
-        found = shoal_sched_preempt_exact(&x, cand, nc, k, out);
+        found = shoal_sched_preempt_exact(x, cand, nc, k, out);
         out->exact = found;
     }
     if (!found && nc > 0) {
-        found = shoal_sched_preempt_greedy(&x, cand, nc, out);
+        found = shoal_sched_preempt_greedy(x, cand, nc, out);
     }
+    return found;
+}
+
+int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
+                        shoal_sched_preempt_t *out, shoal_sched_place_info_t *info)
+{
+    shoal_sched_pre_ctx_t x = {.c = c, .q = q, .ji = ji};
+    shoal_sched_job_t *job = &q->jobs[ji];
+    int *cand = malloc(sizeof(int) * (size_t)(q->njobs + 1));
+    int found;
+
+    if (cand == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memset(out, 0, sizeof(*out));
+    shoal_sched_job_demand(job, x.dj);
+    found = shoal_sched_preempt_search(&x, cand, shoal_sched_preempt_candidates(&x, cand), out);
     free(cand);
     if (!found) {
         return 0;

@@ -10,7 +10,8 @@
  * checkpoint (its remaining work) when placed again.
  *
  * Measured: job completion time (submit to end), utilization (busy GPU-hours over GPU-hours
- * until the last arrival: the drain at the end says nothing of packing), fragmentation (time average of the largest gang one leaf could take),
+ * until the last arrival: the drain at the end says nothing of packing), fragmentation (time
+ * average of the largest gang one leaf could take),
  * cross-switch traffic (ring edges through the spine x hours: each edge carries the same
  * bytes per hour of a job's ring), fairness (time average of Jain's index over the weighted
  * dominant shares of the backlogged tenants).
@@ -191,6 +192,46 @@ static int shoal_sched_dbl_cmp(const void *pa, const void *pb)
     return a < b ? -1 : a > b;
 }
 
+/* One planning round at time now: starts and preemptions. */
+static shoal_status_t shoal_sched_sim_round(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
+                                            const shoal_sched_opts_t *po, double now,
+                                            double *end, shoal_sched_sim_result_t *res)
+{
+    shoal_sched_plan_t plan = {0};
+    shoal_status_t st = shoal_sched_plan_round(c, q, po, &plan);
+
+    for (int i = 0; i < plan.n && st == SHOAL_OK; i++) {
+        shoal_sched_decision_t *d = &plan.d[i];
+        shoal_sched_job_t *j = &q->jobs[d->job];
+        if (d->preempted_by >= 0) {
+            j->done_work += now - j->start; /* resumes from its checkpoint */
+            res->preemptions++;
+        } else if (d->placed) {
+            j->start = now;
+            end[d->job] = now + (j->duration - j->done_work);
+        }
+    }
+    shoal_sched_plan_free(&plan);
+    return st;
+}
+
+static void shoal_sched_sim_results(const shoal_sched_cluster_t *c,
+                                    const shoal_sched_sim_acc_t *acc, double *jct, int done,
+                                    double now, shoal_sched_sim_result_t *res)
+{
+    qsort(jct, (size_t)done, sizeof(double), shoal_sched_dbl_cmp);
+    for (int i = 0; i < done; i++) {
+        res->mean_jct += jct[i] / done;
+    }
+    res->p95_jct = done > 0 ? jct[(int)(0.95 * (done - 1))] : 0;
+    res->makespan = now;
+    res->utilization = acc->busy_until > 0
+                           ? acc->busy / (c->total[SHOAL_SCHED_GPU] * acc->busy_until) : 0;
+    res->mean_largest_gang = now > 0 ? acc->frag / now : 0;
+    res->cross_traffic = acc->cross;
+    res->fairness = acc->fair_time > 0 ? acc->fair / acc->fair_time : 1.0;
+}
+
 shoal_status_t shoal_sched_simulate(const shoal_sched_sim_opts_t *o, int policy,
                                     shoal_sched_sim_result_t *res, FILE *series)
 {
@@ -244,32 +285,9 @@ shoal_status_t shoal_sched_simulate(const shoal_sched_sim_opts_t *o, int policy,
         while (next < q.njobs && q.jobs[next].submit <= now) {
             q.jobs[next++].state = SHOAL_SCHED_QUEUED;
         }
-        shoal_sched_plan_t plan = {0};
-        st = shoal_sched_plan_round(&c, &q, &po, &plan);
-        for (int i = 0; i < plan.n && st == SHOAL_OK; i++) {
-            shoal_sched_decision_t *d = &plan.d[i];
-            shoal_sched_job_t *j = &q.jobs[d->job];
-            if (d->preempted_by >= 0) {
-                j->done_work += now - j->start; /* resumes from its checkpoint */
-                res->preemptions++;
-            } else if (d->placed) {
-                j->start = now;
-                end[d->job] = now + (j->duration - j->done_work);
-            }
-        }
-        shoal_sched_plan_free(&plan);
+        st = shoal_sched_sim_round(&c, &q, &po, now, end, res);
     }
-    qsort(jct, (size_t)done, sizeof(double), shoal_sched_dbl_cmp);
-    for (int i = 0; i < done; i++) {
-        res->mean_jct += jct[i] / done;
-    }
-    res->p95_jct = done > 0 ? jct[(int)(0.95 * (done - 1))] : 0;
-    res->makespan = now;
-    res->utilization = acc.busy_until > 0
-                           ? acc.busy / (c.total[SHOAL_SCHED_GPU] * acc.busy_until) : 0;
-    res->mean_largest_gang = now > 0 ? acc.frag / now : 0;
-    res->cross_traffic = acc.cross;
-    res->fairness = acc.fair_time > 0 ? acc.fair / acc.fair_time : 1.0;
+    shoal_sched_sim_results(&c, &acc, jct, done, now, res);
 out:
     free(jct);
     free(end);
