@@ -85,6 +85,8 @@ typedef struct {
 typedef struct {
     shoal_sched_node_t *nodes;
     int nnodes, nodes_cap;
+    int *name_slot;    /* open-addressing index of the node names: node + 1, 0 empty */
+    int name_slots;    /* a power of two, at least twice nodes_cap */
     shoal_sched_switch_t *sw;
     int nsw, sw_cap;
     int root;

@@ -6,14 +6,47 @@
 
 #define SHOAL_SCHED_UPLINK_COST_DEFAULT 4.0
 
+static size_t shoal_sched_name_hash(const char *name)
+{
+    return (size_t)shoal_hash64(name, strlen(name), 0x6e6f6465ULL);
+}
+
 int shoal_sched_node_find(const shoal_sched_cluster_t *c, const char *name)
 {
-    for (int i = 0; i < c->nnodes; i++) {
-        if (strcmp(c->nodes[i].name, name) == 0) {
-            return i;
+    if (c->name_slots == 0) {
+        return -1;
+    }
+    for (size_t i = shoal_sched_name_hash(name) & (size_t)(c->name_slots - 1);;
+         i = (i + 1) & (size_t)(c->name_slots - 1)) {
+        int n = c->name_slot[i] - 1;
+        if (n < 0 || strcmp(c->nodes[n].name, name) == 0) {
+            return n;
         }
     }
-    return -1;
+}
+
+/* Rebuilds the name index for at least want nodes. */
+static shoal_status_t shoal_sched_name_index(shoal_sched_cluster_t *c, int want)
+{
+    int slots = 16;
+    while (slots < 2 * want) {
+        slots *= 2;
+    }
+    int *idx = calloc((size_t)slots, sizeof(int));
+    if (idx == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    free(c->name_slot);
+    c->name_slot = idx;
+    c->name_slots = slots;
+    for (int n = 0; n < c->nnodes; n++) {
+        size_t i = shoal_sched_name_hash(c->nodes[n].name) & (size_t)(slots - 1);
+        while (idx[i] != 0) {
+            i = (i + 1) & (size_t)(slots - 1);
+        }
+        idx[i] = n + 1;
+    }
+    return SHOAL_OK;
 }
 
 shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, int cpus,
@@ -35,8 +68,14 @@ shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, 
             }
             c->nodes = n;
             c->nodes_cap = cap;
+            SHOAL_CHECK(shoal_sched_name_index(c, cap));
         }
         at = c->nnodes++;
+        size_t i = shoal_sched_name_hash(name) & (size_t)(c->name_slots - 1);
+        while (c->name_slot[i] != 0) {
+            i = (i + 1) & (size_t)(c->name_slots - 1);
+        }
+        c->name_slot[i] = at + 1;
     }
     shoal_sched_node_t *n = &c->nodes[at];
     memset(n, 0, sizeof(*n));
@@ -212,6 +251,7 @@ void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
     }
     free(c->sw);
     free(c->nodes);
+    free(c->name_slot);
     free(c->cap);
     free(c->take);
     memset(c, 0, sizeof(*c));

@@ -77,7 +77,9 @@ static int shoal_sched_pick(const shoal_sched_kid_t *kids, int n, int k, int tig
     if (rest > 0) {
         int best = -1;
         for (int i = m; i < n; i++) {
-            best = kids[i].cap >= rest ? i : best;
+            if (kids[i].cap >= rest && (best < 0 || kids[i].cap < kids[best].cap)) {
+                best = i; /* the smallest that holds it, the first of equals */
+            }
         }
         if (best < 0) {
             return -1;
@@ -94,8 +96,11 @@ static int shoal_sched_pick(const shoal_sched_kid_t *kids, int n, int k, int tig
                 continue;
             }
             int need = k - (held - kids[i].cap), swap = -1;
-            for (int q = n - 1; q >= 0 && swap < 0; q--) {
-                swap = !amount[q] && kids[q].cap >= need && kids[q].cap < kids[i].cap ? q : -1;
+            for (int q = 0; q < n; q++) {
+                if (!amount[q] && kids[q].cap >= need && kids[q].cap < kids[i].cap &&
+                    (swap < 0 || kids[q].cap < kids[swap].cap)) {
+                    swap = q;
+                }
             }
             if (swap >= 0) {
                 amount[i] = 0;
