@@ -14,7 +14,9 @@
 # >= 1.5x the placement that spans the spine needlessly.
 #
 # usage: perf/place_netns.sh [--host-rate 400mbit] [--spine-rate 100mbit] [--size 4M]
-#                            [--iters 5]
+#                            [--iters 5] [--reps 3]
+# Each configuration runs --reps times, the configurations of one comparison alternating, and
+# the median counts (the machine may be shared).
 # Needs root, iproute2 with tc, the build (top_builddir, default build/), gnuplot not needed.
 # Exit 0 when both targets are met, 1 when one is not, 77 when namespaces are unavailable.
 set -u
@@ -24,8 +26,10 @@ host_rate=400mbit
 spine_rate=100mbit
 size=4M
 iters=5
+reps=3
 while [ $# -gt 0 ]; do
     case $1 in
+    --reps) reps=$2; shift 2 ;;
     --host-rate) host_rate=$2; shift 2 ;;
     --spine-rate) spine_rate=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
@@ -125,6 +129,12 @@ run() {
         "$NETNS_TMP/$name.0.out"
 }
 
+# med VALUES...: the median (failures count as 0)
+med() {
+    for _m_v in "$@"; do echo "$_m_v"; done | sed 's/^fail$/0/' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "fail"; else print v[int((NR + 1) / 2)] }'
+}
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b <= 0) print "nan";
                                            else printf "%.2f", a / b }'; }
 meets() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "nan" && r + 0 >= t) }'; }
@@ -154,30 +164,63 @@ plan --jobs "$NETNS_TMP/jobs2" --job j4 --print ring > "$NETNS_TMP/j4.ring"
 echo "# place_netns: 4 hosts under 2 leaves, host links $host_rate, spine $spine_rate," \
     "AllReduce $size, ring, tcp"
 echo "# 1. placement of a 2-rank job with node1 busy"
-# shellcheck disable=SC2086 # host lists split on purpose
-bw_shoal=$(EXTRA="" run p_shoal $shoal_hosts)
+all_shoal="" all_ff="" all_best=""
+i=0
+while [ $i -lt "$reps" ]; do
+    # shellcheck disable=SC2086 # host lists split on purpose
+    all_shoal="$all_shoal $(EXTRA="" run p_shoal.$i $shoal_hosts)"
+    # shellcheck disable=SC2086
+    all_ff="$all_ff $(EXTRA="" run p_ff.$i $ff_hosts)"
+    all_best="$all_best $(EXTRA="" run p_best.$i node3 node4)"
+    i=$((i + 1))
+done
 # shellcheck disable=SC2086
-bw_ff=$(EXTRA="" run p_ff $ff_hosts)
-bw_best=$(EXTRA="" run p_best node3 node4)
-echo "shoal-place   $shoal_hosts busbw $bw_shoal MB/s"
-echo "first-fit     $ff_hosts busbw $bw_ff MB/s"
-echo "best contig.  node3 node4  busbw $bw_best MB/s"
+bw_ff=$(med $all_ff)
+if [ "$shoal_hosts" = "node3 node4 " ]; then
+    # shoal-place chose the best contiguous placement itself: one configuration, all its runs
+    # shellcheck disable=SC2086
+    bw_shoal=$(med $all_shoal $all_best)
+    bw_best=$bw_shoal
+    same=" (the same hosts: both medians over all $((2 * reps)) runs)"
+else
+    # shellcheck disable=SC2086
+    bw_shoal=$(med $all_shoal)
+    # shellcheck disable=SC2086
+    bw_best=$(med $all_best)
+    same=""
+fi
+echo "shoal-place   $shoal_hosts busbw $bw_shoal MB/s (runs:$all_shoal)"
+echo "first-fit     $ff_hosts busbw $bw_ff MB/s (runs:$all_ff)"
+echo "best contig.  node3 node4  busbw $bw_best MB/s (runs:$all_best)"
 r1=$(ratio "$bw_shoal" "$bw_best")
 r2=$(ratio "$bw_shoal" "$bw_ff")
-echo "# shoal / best contiguous $r1 (target >= 0.90), shoal / first fit $r2 (target >= 1.5)"
+echo "# shoal / best contiguous $r1 (target >= 0.90)$same, shoal / first fit $r2" \
+    "(target >= 1.5)"
 
 echo "# 2. ring order of a 4-rank job whose ranks were dealt across the leaves"
-bw_dealt=$(EXTRA="" run r_dealt node1 node3 node2 node4)
 ring_env="SHOAL_RING_HOSTS_FILE=$NETNS_TMP/j4.ring SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=TOPO"
-bw_ring=$(EXTRA="$ring_env" run r_ring node1 node3 node2 node4)
-bw_block=$(EXTRA="" run r_block node1 node2 node3 node4)
-echo "dealt, libshoal's order      busbw $bw_dealt MB/s"
-echo "dealt, shoal-place ring file busbw $bw_ring MB/s ($(tr '\n' ' ' < "$NETNS_TMP/j4.ring"))"
-echo "block order (best)           busbw $bw_block MB/s"
+all_dealt="" all_ring="" all_block=""
+i=0
+while [ $i -lt "$reps" ]; do
+    all_dealt="$all_dealt $(EXTRA="" run r_dealt.$i node1 node3 node2 node4)"
+    all_ring="$all_ring $(EXTRA="$ring_env" run r_ring.$i node1 node3 node2 node4)"
+    all_block="$all_block $(EXTRA="" run r_block.$i node1 node2 node3 node4)"
+    i=$((i + 1))
+done
+# shellcheck disable=SC2086
+bw_dealt=$(med $all_dealt)
+# shellcheck disable=SC2086
+bw_ring=$(med $all_ring)
+# shellcheck disable=SC2086
+bw_block=$(med $all_block)
+echo "dealt, libshoal's order      busbw $bw_dealt MB/s (runs:$all_dealt)"
+echo "dealt, shoal-place ring file busbw $bw_ring MB/s (runs:$all_ring;" \
+    "hosts $(tr '\n' ' ' < "$NETNS_TMP/j4.ring"))"
+echo "block order (best)           busbw $bw_block MB/s (runs:$all_block)"
 r3=$(ratio "$bw_ring" "$bw_block")
 r4=$(ratio "$bw_ring" "$bw_dealt")
 echo "# ring file / best $r3 (target >= 0.90), ring file / dealt order $r4 (target >= 1.5)"
-grep -h 'ring order from SHOAL_RING_HOSTS' "$NETNS_TMP"/r_ring.0.err 2>/dev/null | sed 's/^/# /'
+grep -h 'ring order from SHOAL_RING_HOSTS' "$NETNS_TMP"/r_ring.0.0.err 2>/dev/null | sed 's/^/# /'
 
 ok=0
 for pair in "$r1 0.90" "$r2 1.5" "$r3 0.90" "$r4 1.5"; do
