@@ -14,6 +14,7 @@
  *   sched_plan.c      one planning round: DRF order, place, preempt, explain
  *   sched_output.c    what launchers take: node list, SLURM_HOSTFILE, Open MPI files, ...
  *   sched_sim.c       shoal-place simulate: a seeded trace replayed against three policies
+ *   sched_hwloc.c     one host's CPUs, memory, GPUs and NICs from hwloc XML (with hwloc)
  */
 #ifndef SHOAL_SCHED_H
 #define SHOAL_SCHED_H
@@ -147,6 +148,13 @@ SHOAL_HIDDEN shoal_status_t shoal_sched_jobs_parse(const char *text, const char 
                                                    shoal_sched_cluster_t *c,
                                                    shoal_sched_queue_t *q);
 SHOAL_HIDDEN shoal_status_t shoal_sched_read_file(const char *path, char **text_p);
+
+/* One host from an hwloc XML file (sched_hwloc.c, built with hwloc): adds the node NAME, or
+ * replaces what slurm.conf said of it, with the file's PUs, memory and GPUs; summary (if set)
+ * gets a line naming the GPUs and NICs found. */
+SHOAL_HIDDEN shoal_status_t shoal_sched_hwloc_node(shoal_sched_cluster_t *c, const char *name,
+                                                   const char *path, char *summary,
+                                                   size_t size);
 
 /* ---- model (sched_model.c) --------------------------------------------------------------- */
 SHOAL_HIDDEN int shoal_sched_node_find(const shoal_sched_cluster_t *c, const char *name);

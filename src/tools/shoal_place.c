@@ -3,12 +3,15 @@
  *
  *   shoal-place --slurm-conf slurm.conf [--topology topology.conf] --jobs jobs.txt
  *               [--explain] [--no-preempt] [--policy shoal|first-fit|slurm-tree]
- *               [--uplink-cost X] [--out DIR] [--job NAME --print KIND]
+ *               [--uplink-cost X] [--hwloc NAME=FILE]... [--out DIR]
+ *               [--job NAME --print KIND]
  *   shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]
  *               [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt] [--out DIR]
  *   shoal-place hostlist expand|compress EXPR
  *
- * Prints one line per decision (place / preempt / pending; --explain adds why). --out DIR
+ * --hwloc NAME=FILE takes node NAME's CPUs, memory and GPUs from hwloc XML (after slurm.conf,
+ * before topology.conf). Prints one line per decision (place / preempt / pending; --explain
+ * adds why). --out DIR
  * writes DIR/<job>.{nodelist,slurm_hostfile,ompi_hostfile,rankfile,gpus,ring} for every job
  * placed; --job NAME --print KIND prints one of them (e.g. for sbatch --nodelist=$(...)).
  * Exit status: 0 done, 1 an input or output error, 2 usage, 3 --job was not placed.
@@ -26,7 +29,8 @@ static void shoal_place_usage(FILE *fp)
     fprintf(fp,
             "usage: shoal-place --slurm-conf FILE [--topology FILE] --jobs FILE [--explain]\n"
             "                   [--no-preempt] [--policy shoal|first-fit|slurm-tree]\n"
-            "                   [--uplink-cost X] [--out DIR] [--job NAME --print KIND]\n"
+            "                   [--uplink-cost X] [--hwloc NAME=FILE]... [--out DIR]\n"
+            "                   [--job NAME --print KIND]\n"
             "       shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]\n"
             "                   [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt]\n"
             "                   [--out DIR]\n"
@@ -107,8 +111,12 @@ static int shoal_place_simulate(int argc, char **argv)
     return shoal_sched_simulate_all(&o, stdout) == SHOAL_OK ? 0 : 1;
 }
 
+#define SHOAL_PLACE_HWLOC_MAX 256
+
 typedef struct {
     const char *conf, *topo, *jobs, *out, *job, *print;
+    char *hwloc[SHOAL_PLACE_HWLOC_MAX]; /* NAME=FILE */
+    int nhwloc;
     int explain;
     double uplink;
     shoal_sched_opts_t o;
@@ -122,7 +130,8 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         {"no-preempt", no_argument, NULL, 'n'}, {"policy", required_argument, NULL, 'p'},
         {"uplink-cost", required_argument, NULL, 'u'}, {"out", required_argument, NULL, 'o'},
         {"job", required_argument, NULL, 'J'}, {"print", required_argument, NULL, 'P'},
-        {"help", no_argument, NULL, 'H'}, {NULL, 0, NULL, 0},
+        {"hwloc", required_argument, NULL, 'W'}, {"help", no_argument, NULL, 'H'},
+        {NULL, 0, NULL, 0},
     };
     int c;
 
@@ -139,6 +148,14 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         case 'o': a->out = optarg; break;
         case 'J': a->job = optarg; break;
         case 'P': a->print = optarg; break;
+        case 'W':
+            if (a->nhwloc == SHOAL_PLACE_HWLOC_MAX || strchr(optarg, '=') == NULL) {
+                fprintf(stderr, "shoal-place: --hwloc NAME=FILE (at most %d)\n",
+                        SHOAL_PLACE_HWLOC_MAX);
+                return 2;
+            }
+            a->hwloc[a->nhwloc++] = optarg;
+            break;
         case 'p':
             a->o.policy = strcmp(optarg, "shoal") == 0       ? SHOAL_SCHED_POLICY_SHOAL
                           : strcmp(optarg, "first-fit") == 0  ? SHOAL_SCHED_POLICY_FIRST_FIT
@@ -161,6 +178,30 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
     return -1;
 }
 
+/* --hwloc NAME=FILE: the host's CPUs, memory and GPUs from hwloc XML (stderr says what). */
+static shoal_status_t shoal_place_hwloc(shoal_sched_cluster_t *c, const char *arg)
+{
+#if SHOAL_HAVE_HWLOC
+    char name[SHOAL_SCHED_NAME_MAX], summary[768];
+    const char *eq = strchr(arg, '=');
+    size_t len = (size_t)(eq - arg);
+
+    if (len == 0 || len >= sizeof(name)) {
+        fprintf(stderr, "shoal-place: --hwloc %s: the node name is empty or too long\n", arg);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    SHOAL_CHECK(shoal_sched_hwloc_node(c, name, eq + 1, summary, sizeof(summary)));
+    fprintf(stderr, "shoal-place: hwloc %s\n", summary);
+    return SHOAL_OK;
+#else
+    (void)c;
+    fprintf(stderr, "shoal-place: --hwloc %s: built without hwloc (libhwloc-dev)\n", arg);
+    return SHOAL_ERR_UNSUPPORTED;
+#endif
+}
+
 static shoal_status_t shoal_place_load(const shoal_place_args_t *a, shoal_sched_cluster_t *c,
                                        shoal_sched_queue_t *q)
 {
@@ -172,6 +213,9 @@ static shoal_status_t shoal_place_load(const shoal_place_args_t *a, shoal_sched_
     }
     free(text);
     text = NULL;
+    for (int i = 0; st == SHOAL_OK && i < a->nhwloc; i++) {
+        st = shoal_place_hwloc(c, a->hwloc[i]);
+    }
     if (st == SHOAL_OK && a->topo != NULL) {
         st = shoal_sched_read_file(a->topo, &text);
         if (st == SHOAL_OK) {

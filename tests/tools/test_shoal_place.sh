@@ -11,7 +11,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=20
+NTESTS=22
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -94,6 +94,29 @@ printf 'NodeName=node[01-\n' > "$T/badconf"
 "$PLACE" --slurm-conf "$T/badconf" --jobs "$T/jobs" > /dev/null 2>&1
 is "$?" 1 "a malformed hostlist in slurm.conf: exit 1"
 
+# 18-19: --hwloc, one host's CPUs, memory and GPUs from
+# hwloc XML (4 A100s; the BMC's VGA is not a GPU)
+hwloc_case() {
+    printf 'NodeName=gpu1 CPUs=1 RealMemory=1\nNodeName=gpu2 CPUs=8 RealMemory=64000 Gres=gpu:2\n' \
+        > "$T/h.conf"
+    printf 'job=a tenant=t gpus=4 cpus=2 mem=8G\njob=b tenant=u gpus=5\n' > "$T/h.jobs"
+    "$PLACE" --slurm-conf "$T/h.conf" --hwloc "gpu1=$top_srcdir/tests/tools/sched_gpu_host.xml" \
+        --jobs "$T/h.jobs" > "$T/h.out" 2> "$T/h.err"
+    rc=$?
+    if grep -q 'built without hwloc' "$T/h.err"; then
+        n=$((n + 1)); echo "ok $n # SKIP built without hwloc"
+        n=$((n + 1)); echo "ok $n # SKIP built without hwloc"
+        return
+    fi
+    [ $rc -eq 0 ] && grep -q 'gpu1: 8 CPUs, 65536 MB, 4 GPU(s) \[cuda0 cuda1 cuda2 cuda3\], 1 NIC(s) \[ib0 mlx5_0\]' "$T/h.err"
+    ok $? "--hwloc reads 8 CPUs, 64 GiB, 4 GPUs and the InfiniBand NIC from the XML"
+    [ $? -eq 0 ] || { diag_file "$T/h.err"; diag_file "$T/h.out"; }
+    grep -q '^place job=a tenant=t gpus=4 level=0 cost=0 nodes=gpu1$' "$T/h.out" &&
+        grep -q '^pending job=b' "$T/h.out"
+    ok $? "the XML's GPUs replace slurm.conf's: a 4-GPU job fits on gpu1, a 5-GPU job nowhere"
+}
+top_srcdir=${top_srcdir:-.}
+
 # 15-17: the simulation (small, seeded: the same table twice)
 "$PLACE" simulate --seed 3 --jobs 300 --leaves 4 --hosts-per-leaf 4 --load 2 --out "$T/sim" \
     > "$T/sim1" 2> "$T/simerr"
@@ -112,7 +135,9 @@ else
     n=$((n + 1)); echo "ok $n # SKIP no gnuplot"
 fi
 
-# 18-20: a real communicator takes the ring order from the file shoal-place writes
+hwloc_case
+
+# 20-22: a real communicator takes the ring order from the file shoal-place writes
 # (SHOAL_TOPO_FILE's virtual hosts are host0 and host1; the list puts host1 first)
 printf 'hosts 2\nppn 2\n' > "$T/topo"
 printf '# from shoal-place\nhost1\nhost0\n' > "$T/ring"
