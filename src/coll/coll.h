@@ -60,6 +60,8 @@ typedef struct {
     size_t shm_oneshot_max;/* SHOAL_SHM_ONESHOT_MAX */
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
     int ring_order;        /* SHOAL_RING_ORDER: 0 topo, 1 rank */
+    const char *ring_hosts;      /* SHOAL_RING_HOSTS */
+    const char *ring_hosts_file; /* SHOAL_RING_HOSTS_FILE */
     const char *topo_file; /* SHOAL_TOPO_FILE */
     int topo_discovery;    /* SHOAL_TOPO_DISCOVERY: SHOAL_TOPO_DISC_* */
     const char *tuning_file; /* SHOAL_TUNING_FILE */

@@ -48,6 +48,17 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
      .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "
             "the next host: one crossing per host boundary and direction) or rank (as given)"},
+    {.name = "RING_HOSTS", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_coll_config_t, ring_hosts),
+     .doc = "hosts in the order the ring visits them (names separated by commas or spaces, "
+            "e.g. shoal-place's ring output; a host is its SHOAL_HOSTID if set, else its short "
+            "host name): with SHOAL_RING_ORDER=topo, ranks are grouped by host in this order; "
+            "a malformed list, a host missing from it or different lists on different ranks "
+            "is a warning and the usual order"},
+    {.name = "RING_HOSTS_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_coll_config_t, ring_hosts_file),
+     .doc = "file with the ring's hosts, one a line ('#' comments; shoal-place --out writes "
+            "<job>.ring); SHOAL_RING_HOSTS wins when both are set"},
     {.name = "TOPO_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_coll_config_t, topo_file),
      .doc = "synthetic topology: assigns ranks to virtual hosts and sockets and gives link "

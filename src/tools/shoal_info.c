@@ -224,17 +224,41 @@ static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
         }
     }
     uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)n);
-    if (ids == NULL) {
+    char (*names)[SHOAL_TOPO_HOSTNAME_MAX] = malloc(sizeof(*names) * (size_t)n);
+    const char **np = malloc(sizeof(*np) * (size_t)n);
+    if (ids == NULL || names == NULL || np == NULL) {
+        free(ids);
+        free(names);
+        free(np);
         return -1;
     }
     for (int r = 0; r < n; r++) {
         ids[r] = (uint64_t)t->host_of[r];
+        /* the virtual hosts' names, as the communicator gives them (SHOAL_RING_HOSTS) */
+        snprintf(names[r], sizeof(names[r]), "host%d", t->host_of[r]);
+        np[r] = names[r];
     }
     shoal_topo_host_index(n, ids, t->host_of);
     free(ids);
     if (shoal_coll_config.ring_order == 0) {
+        shoal_topo_ring_hosts_t rh;
         shoal_topo_ring_order(n, t->host_of, t->socket_of, t->order);
+        if (shoal_topo_ring_hosts_load(shoal_coll_config.ring_hosts,
+                                       shoal_coll_config.ring_hosts_file, &rh) != SHOAL_OK) {
+            shoal_warn(TOPO, "SHOAL_RING_HOSTS: malformed: the usual ring order");
+        } else if (rh.n > 0) {
+            int rc = shoal_topo_ring_order_hosts(n, t->socket_of, np, &rh, t->order);
+            if (rc > 0) {
+                shoal_warn(TOPO, "SHOAL_RING_HOSTS: rank %d's host %s is not in the list: the "
+                           "usual ring order", rc - 1, np[rc - 1]);
+            }
+        }
+        shoal_topo_ring_hosts_free(&rh);
+        free(names);
+        free(np);
     } else {
+        free(names);
+        free(np);
         for (int r = 0; r < n; r++) {
             t->order[r] = r;
         }

@@ -157,4 +157,30 @@ SHOAL_HIDDEN void shoal_topo_ring_order(int n, const int *host_of, const int *so
  * host-grouped ring over several hosts, 0 on one host. */
 SHOAL_HIDDEN int shoal_topo_ring_share(int n, const int *host_of, const int *order);
 
+/* The order of hosts a placement asks for (shoal-place's ring output): SHOAL_RING_HOSTS (names
+ * separated by commas, spaces or newlines) or SHOAL_RING_HOSTS_FILE (the same, '#' comments).
+ * A name: letters, digits, '.', '_', '-', fewer than SHOAL_TOPO_HOSTNAME_MAX characters; a
+ * host is matched by SHOAL_HOSTID where set, else its short host name (with SHOAL_TOPO_FILE:
+ * "host<N>", N its number in the file). A malformed list, a host of the communicator missing from it, or different lists on
+ * different ranks: a warning, and the usual order. */
+#define SHOAL_TOPO_HOSTNAME_MAX 64
+#define SHOAL_TOPO_RING_HOSTS_MAX 65536
+#define SHOAL_TOPO_RING_FILE_MAX (4 << 20)
+typedef struct {
+    char (*names)[SHOAL_TOPO_HOSTNAME_MAX];
+    int n, cap;
+    uint64_t hash; /* over the names in order; equal lists, equal hashes */
+} shoal_topo_ring_hosts_t;
+SHOAL_HIDDEN shoal_status_t shoal_topo_ring_hosts_parse(const char *text,
+                                                        shoal_topo_ring_hosts_t *rh);
+/* inline_list if set, else the file at path if set, else an empty list (n == 0). */
+SHOAL_HIDDEN shoal_status_t shoal_topo_ring_hosts_load(const char *inline_list, const char *path,
+                                                       shoal_topo_ring_hosts_t *rh);
+SHOAL_HIDDEN void shoal_topo_ring_hosts_free(shoal_topo_ring_hosts_t *rh);
+/* order[pos] = rank: hosts in list order, within a host sockets then ranks ascending. 0 done;
+ * r + 1 (order untouched) when rank r's host is the first not in the list; -1 no memory. */
+SHOAL_HIDDEN int shoal_topo_ring_order_hosts(int n, const int *socket_of,
+                                             const char *const *host_name,
+                                             const shoal_topo_ring_hosts_t *rh, int *order);
+
 #endif

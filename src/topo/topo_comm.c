@@ -29,7 +29,9 @@ typedef struct {
     uint32_t kinds_intra;  /* bit k: a channel of kind k to a rank of my host */
     uint32_t kinds_inter;  /* ... to a rank of another host */
     int32_t tuning_loaded; /* rank 0: the tuning file below is valid */
-    int32_t pad;
+    int32_t ring_bad;      /* this rank's ring host list is malformed */
+    uint64_t ring_hash;    /* fingerprint of its ring host list, 0 none */
+    char host[SHOAL_TOPO_HOSTNAME_MAX]; /* short host name */
     shoal_tuning_t tuning;
 } shoal_topo_rec_t;
 
@@ -308,7 +310,8 @@ static shoal_status_t shoal_topo_alloc(struct shoal_comm *comm)
 }
 
 /* Round 1: my record, everyone's records. */
-static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, shoal_topo_rec_t *all)
+static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, shoal_topo_rec_t *all,
+                                        const shoal_topo_ring_hosts_t *rh, int ring_bad)
 {
     shoal_coll_state_t *cs = comm->coll;
     shoal_topo_rec_t *me = calloc(1, sizeof(*me));
@@ -332,14 +335,76 @@ static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, shoal_topo_rec_
     if (comm->rank == 0 && tpath != NULL && tpath[0] != '\0') {
         me->tuning_loaded = shoal_tuning_load(tpath, &me->tuning) == 1;
     }
+    me->ring_bad = ring_bad;
+    me->ring_hash = rh->n > 0 ? rh->hash : 0;
+    /* the name SHOAL_RING_HOSTS lists: SHOAL_HOSTID where the provider set one */
+    snprintf(me->host, sizeof(me->host), "%s",
+             shoal_util_config.hostid != NULL && shoal_util_config.hostid[0] != '\0'
+                 ? shoal_util_config.hostid : shoal_hostname());
     st = shoal_topo_allgather(comm, me, sizeof(*me), all);
     free(me);
     return st;
 }
 
+/* The ring order a placement asked for, where every rank was given the same valid list that
+ * names every rank's host (SHOAL_TOPO_FILE's virtual hosts are "host<N>"). */
+static void shoal_topo_ring_hosts_apply(struct shoal_comm *comm, const shoal_topo_rec_t *all,
+                                        const shoal_topo_file_t *tf,
+                                        const shoal_topo_ring_hosts_t *rh)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->nranks, any = 0, same = 1, rc;
+    char (*virt)[SHOAL_TOPO_HOSTNAME_MAX] = NULL;
+    const char **names;
+
+    for (int r = 0; r < n; r++) {
+        any |= all[r].ring_hash != 0 || all[r].ring_bad;
+        same &= !all[r].ring_bad && all[r].ring_hash == all[0].ring_hash;
+    }
+    if (!any) {
+        return;
+    }
+    if (!same) {
+        if (comm->rank == 0) {
+            shoal_warn(TOPO, "SHOAL_RING_HOSTS: malformed or not the same on every rank: the "
+                       "ring keeps its usual order");
+        }
+        return;
+    }
+    names = malloc(sizeof(*names) * (size_t)n);
+    virt = tf->host_of != NULL ? malloc(sizeof(*virt) * (size_t)n) : NULL;
+    if (names == NULL || (tf->host_of != NULL && virt == NULL)) {
+        free(names);
+        free(virt);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        if (virt != NULL) {
+            snprintf(virt[r], sizeof(virt[r]), "host%d", tf->host_of[r]);
+        }
+        names[r] = virt != NULL ? virt[r] : all[r].host;
+    }
+    rc = shoal_topo_ring_order_hosts(n, cs->socket_of, names, rh, cs->ring_order);
+    if (rc > 0 && comm->rank == 0) {
+        shoal_warn(TOPO, "SHOAL_RING_HOSTS: rank %d's host %s is not in the list (%d hosts): "
+                   "the ring keeps its usual order", rc - 1, names[rc - 1], rh->n);
+    } else if (rc == 0 && comm->rank == 0 && shoal_log_enabled(SHOAL_LOG_INFO, TOPO)) {
+        char buf[128];
+        size_t len = 0;
+        for (int i = 0; i < n && len + 12 < sizeof(buf); i++) {
+            len += (size_t)snprintf(buf + len, sizeof(buf) - len, " %d", cs->ring_order[i]);
+        }
+        shoal_info(TOPO, "ring order from SHOAL_RING_HOSTS (%d hosts listed), first host %s, "
+                   "ranks%s%s", rh->n, names[cs->ring_order[0]], buf, n > 10 ? " ..." : "");
+    }
+    free(names);
+    free(virt);
+}
+
 /* Rounds 1 and 2 done: grouping, order, links, shape. */
 static void shoal_topo_finish(struct shoal_comm *comm, const shoal_topo_rec_t *all,
-                              const shoal_topo_file_t *tf, const shoal_topo_meas_t *meas)
+                              const shoal_topo_file_t *tf, const shoal_topo_meas_t *meas,
+                              const shoal_topo_ring_hosts_t *rh)
 {
     shoal_coll_state_t *cs = comm->coll;
     int n = comm->nranks, ncores = 0;
@@ -356,6 +421,7 @@ static void shoal_topo_finish(struct shoal_comm *comm, const shoal_topo_rec_t *a
     }
     if (shoal_coll_config.ring_order == 0) {
         shoal_topo_ring_order(n, cs->host_of, cs->socket_of, cs->ring_order);
+        shoal_topo_ring_hosts_apply(comm, all, tf, rh);
     }
     shoal_topo_set_ring(cs, n, comm->rank);
     shoal_topo_link_table(n, meas, all[0].tuning_loaded ? &all[0].tuning : NULL, links);
@@ -409,7 +475,9 @@ shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm)
     shoal_topo_file_t tf;
     shoal_topo_rec_t *all = NULL;
     shoal_topo_meas_t *meas = NULL, mine = {.kind = {-1, -1}};
+    shoal_topo_ring_hosts_t rh = {0};
     uint32_t known = 0;
+    int ring_bad;
     shoal_status_t st;
 
     memset(&tf, 0, sizeof(tf));
@@ -421,10 +489,12 @@ shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm)
         shoal_topo_file_free(&tf);
         return SHOAL_OK;
     }
+    ring_bad = shoal_topo_ring_hosts_load(shoal_coll_config.ring_hosts,
+                                          shoal_coll_config.ring_hosts_file, &rh) != SHOAL_OK;
     all = calloc((size_t)n, sizeof(*all));
     st = all == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
     SHOAL_CHECK_GOTO(st, st, out);
-    SHOAL_CHECK_GOTO(shoal_topo_round1(comm, all), st, out);
+    SHOAL_CHECK_GOTO(shoal_topo_round1(comm, all, &rh, ring_bad), st, out);
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
         known |= all[0].tuning_loaded && all[0].tuning.have[k] ? 1u << k : 0;
     }
@@ -437,11 +507,12 @@ shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm)
         comm->seq++;
         SHOAL_CHECK_GOTO(shoal_topo_allgather(comm, &mine, sizeof(mine), meas), st, out);
     }
-    shoal_topo_finish(comm, all, &tf, meas);
+    shoal_topo_finish(comm, all, &tf, meas, &rh);
     shoal_topo_save_tuning(comm, all, meas);
 out:
     free(all);
     free(meas);
+    shoal_topo_ring_hosts_free(&rh);
     shoal_topo_file_free(&tf);
     return st;
 }

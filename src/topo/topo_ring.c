@@ -1,7 +1,10 @@
-/* Grouping of ranks by host and socket, the host-aware ring order, double binary trees. */
+/* Grouping of ranks by host and socket, the host-aware ring order, the ring order a placement
+ * asks for (a list of host names). */
 #include "topo/topo.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 int shoal_topo_host_index(int n, const uint64_t *host_ids, int *host_of)
 {
@@ -96,4 +99,143 @@ int shoal_topo_ring_share(int n, const int *host_of, const int *order)
     }
     free(count);
     return best;
+}
+
+/* ---- the ring order a placement asks for (SHOAL_RING_HOSTS / SHOAL_RING_HOSTS_FILE) ------ */
+
+static int shoal_topo_ring_host_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '.' || ch == '_' || ch == '-';
+}
+
+shoal_status_t shoal_topo_ring_hosts_parse(const char *text, shoal_topo_ring_hosts_t *rh)
+{
+    const char *p = text;
+
+    memset(rh, 0, sizeof(*rh));
+    while (*p != '\0') {
+        if (*p == '#') {
+            while (*p != '\0' && *p != '\n') {
+                p++;
+            }
+            continue;
+        }
+        if (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+            p++;
+            continue;
+        }
+        const char *s = p;
+        while (shoal_topo_ring_host_char(*p)) {
+            p++;
+        }
+        size_t len = (size_t)(p - s);
+        if (len == 0 || len >= SHOAL_TOPO_HOSTNAME_MAX ||
+            (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' &&
+             *p != '#') || rh->n == SHOAL_TOPO_RING_HOSTS_MAX) {
+            shoal_warn(TOPO, "ring host list: bad host name near '%.20s' (letters, digits, '.', "
+                       "'_', '-'; at most %d characters, %d hosts)", s,
+                       SHOAL_TOPO_HOSTNAME_MAX - 1, SHOAL_TOPO_RING_HOSTS_MAX);
+            shoal_topo_ring_hosts_free(rh);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        if (rh->n == rh->cap) {
+            int cap = rh->cap == 0 ? 16 : 2 * rh->cap;
+            char (*nn)[SHOAL_TOPO_HOSTNAME_MAX] = realloc(rh->names, sizeof(*nn) * (size_t)cap);
+            if (nn == NULL) {
+                shoal_topo_ring_hosts_free(rh);
+                return SHOAL_ERR_NO_MEMORY;
+            }
+            rh->names = nn;
+            rh->cap = cap;
+        }
+        memcpy(rh->names[rh->n], s, len);
+        rh->names[rh->n][len] = '\0';
+        for (int i = 0; i < rh->n; i++) {
+            if (strcmp(rh->names[i], rh->names[rh->n]) == 0) {
+                shoal_warn(TOPO, "ring host list: host %s listed twice", rh->names[i]);
+                shoal_topo_ring_hosts_free(rh);
+                return SHOAL_ERR_INVALID_ARG;
+            }
+        }
+        rh->n++;
+    }
+    /* the fingerprint ranks compare: the same list on every rank, or none is used */
+    rh->hash = 0x5348524eULL;
+    for (int i = 0; i < rh->n; i++) {
+        rh->hash = shoal_hash64(rh->names[i], strlen(rh->names[i]) + 1, rh->hash);
+    }
+    return SHOAL_OK;
+}
+
+void shoal_topo_ring_hosts_free(shoal_topo_ring_hosts_t *rh)
+{
+    free(rh->names);
+    memset(rh, 0, sizeof(*rh));
+}
+
+int shoal_topo_ring_order_hosts(int n, const int *socket_of, const char *const *host_name,
+                                const shoal_topo_ring_hosts_t *rh, int *order)
+{
+    shoal_topo_key_t *keys = malloc(sizeof(*keys) * (size_t)n);
+
+    if (keys == NULL) {
+        return -1;
+    }
+    for (int r = 0; r < n; r++) {
+        int pos = -1;
+        for (int i = 0; i < rh->n && pos < 0; i++) {
+            pos = strcmp(rh->names[i], host_name[r]) == 0 ? i : -1;
+        }
+        if (pos < 0) {
+            free(keys);
+            return r + 1;
+        }
+        keys[r] = (shoal_topo_key_t){
+            .host_first = pos,
+            .socket = socket_of != NULL ? socket_of[r] : 0,
+            .rank = r,
+        };
+    }
+    qsort(keys, (size_t)n, sizeof(*keys), shoal_topo_key_cmp);
+    for (int i = 0; i < n; i++) {
+        order[i] = keys[i].rank;
+    }
+    free(keys);
+    return 0;
+}
+
+shoal_status_t shoal_topo_ring_hosts_load(const char *inline_list, const char *path,
+                                          shoal_topo_ring_hosts_t *rh)
+{
+    memset(rh, 0, sizeof(*rh));
+    if (inline_list != NULL && inline_list[0] != '\0') {
+        return shoal_topo_ring_hosts_parse(inline_list, rh);
+    }
+    if (path == NULL || path[0] == '\0') {
+        return SHOAL_OK;
+    }
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL) {
+        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s: cannot open: %s", path, strerror(errno));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    char *buf = malloc(SHOAL_TOPO_RING_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(fp);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    size_t len = fread(buf, 1, SHOAL_TOPO_RING_FILE_MAX, fp);
+    int more = fgetc(fp) != EOF;
+    buf[len] = '\0';
+    fclose(fp);
+    shoal_status_t st = SHOAL_ERR_INVALID_ARG;
+    if (more) {
+        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s is larger than %d bytes", path,
+                   SHOAL_TOPO_RING_FILE_MAX);
+    } else {
+        st = shoal_topo_ring_hosts_parse(buf, rh);
+    }
+    free(buf);
+    return st;
 }

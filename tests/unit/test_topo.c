@@ -173,6 +173,36 @@ static void test_discover(void)
 #endif
 }
 
+/* SHOAL_RING_HOSTS: a list orders the hosts; malformed lists and missing hosts are refused. */
+static void test_ring_hosts(void)
+{
+    shoal_topo_ring_hosts_t rh, rh2;
+    const char *names[6] = {"a", "a", "b", "b", "c", "c"};
+    int socket_of[6] = {0, 1, 0, 0, 1, 0}, order[6];
+
+    tap_ok(shoal_topo_ring_hosts_parse("c, a\n# comment\nb", &rh) == SHOAL_OK && rh.n == 3,
+           "ring host list parses (commas, newlines, comments)");
+    tap_is_int(shoal_topo_ring_order_hosts(6, socket_of, names, &rh, order), 0,
+               "every host is listed: the order is taken");
+    tap_ok(order[0] == 5 && order[1] == 4 && order[2] == 0 && order[3] == 1 && order[4] == 2 &&
+           order[5] == 3, "hosts in list order, sockets then ranks within a host");
+    tap_ok(shoal_topo_ring_hosts_parse("c a b", &rh2) == SHOAL_OK && rh2.hash == rh.hash,
+           "the same list gives the same fingerprint");
+    shoal_topo_ring_hosts_free(&rh2);
+    tap_ok(shoal_topo_ring_hosts_parse("a c b", &rh2) == SHOAL_OK && rh2.hash != rh.hash,
+           "another order, another fingerprint");
+    shoal_topo_ring_hosts_free(&rh2);
+    shoal_topo_ring_hosts_free(&rh);
+    tap_ok(shoal_topo_ring_hosts_parse("a,b", &rh) == SHOAL_OK, "a list without c");
+    order[0] = -7;
+    tap_is_int(shoal_topo_ring_order_hosts(6, socket_of, names, &rh, order), 5,
+               "rank 4's host c is missing: refused, naming the rank");
+    tap_is_int(order[0], -7, "the order is left alone");
+    shoal_topo_ring_hosts_free(&rh);
+    tap_ok(shoal_topo_ring_hosts_parse("a,a", &rh) != SHOAL_OK, "a host twice is refused");
+    tap_ok(shoal_topo_ring_hosts_parse("a,b$c", &rh) != SHOAL_OK, "a bad character is refused");
+}
+
 int main(void)
 {
     shoal_config_global_init();
@@ -181,5 +211,6 @@ int main(void)
     test_tuning();
     test_model();
     test_discover();
+    test_ring_hosts();
     return tap_done();
 }

@@ -1,0 +1,451 @@
+/* The cluster tree, free capacity, allocation of a job, the cost of a placement. */
+#include "sched/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOAL_SCHED_UPLINK_COST_DEFAULT 4.0
+
+static size_t shoal_sched_name_hash(const char *name)
+{
+    return (size_t)shoal_hash64(name, strlen(name), 0x6e6f6465ULL);
+}
+
+int shoal_sched_node_find(const shoal_sched_cluster_t *c, const char *name)
+{
+    if (c->name_slots == 0) {
+        return -1;
+    }
+    for (size_t i = shoal_sched_name_hash(name) & (size_t)(c->name_slots - 1);;
+         i = (i + 1) & (size_t)(c->name_slots - 1)) {
+        int n = c->name_slot[i] - 1;
+        if (n < 0 || strcmp(c->nodes[n].name, name) == 0) {
+            return n;
+        }
+    }
+}
+
+/* Rebuilds the name index for at least want nodes. */
+static shoal_status_t shoal_sched_name_index(shoal_sched_cluster_t *c, int want)
+{
+    int slots = 16;
+    while (slots < 2 * want) {
+        slots *= 2;
+    }
+    int *idx = calloc((size_t)slots, sizeof(int));
+    if (idx == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    free(c->name_slot);
+    c->name_slot = idx;
+    c->name_slots = slots;
+    for (int n = 0; n < c->nnodes; n++) {
+        size_t i = shoal_sched_name_hash(c->nodes[n].name) & (size_t)(slots - 1);
+        while (idx[i] != 0) {
+            i = (i + 1) & (size_t)(slots - 1);
+        }
+        idx[i] = n + 1;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, int cpus,
+                                    long mem_mb, int gpus)
+{
+    if (strlen(name) >= SHOAL_SCHED_NAME_MAX || gpus < 0 || gpus > SHOAL_SCHED_GPU_MAX ||
+        cpus < 0 || mem_mb < 0) {
+        shoal_error(SCHED, "node %s: name longer than %d, or GPUs outside 0..%d", name,
+                    SHOAL_SCHED_NAME_MAX - 1, SHOAL_SCHED_GPU_MAX);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    int at = shoal_sched_node_find(c, name);
+    if (at < 0) {
+        if (c->nnodes == c->nodes_cap) {
+            int cap = c->nodes_cap == 0 ? 16 : 2 * c->nodes_cap;
+            shoal_sched_node_t *n = realloc(c->nodes, sizeof(*n) * (size_t)cap);
+            if (n == NULL) {
+                return SHOAL_ERR_NO_MEMORY;
+            }
+            c->nodes = n;
+            c->nodes_cap = cap;
+            SHOAL_CHECK(shoal_sched_name_index(c, cap));
+        }
+        at = c->nnodes++;
+        size_t i = shoal_sched_name_hash(name) & (size_t)(c->name_slots - 1);
+        while (c->name_slot[i] != 0) {
+            i = (i + 1) & (size_t)(c->name_slots - 1);
+        }
+        c->name_slot[i] = at + 1;
+    }
+    shoal_sched_node_t *n = &c->nodes[at];
+    memset(n, 0, sizeof(*n));
+    strcpy(n->name, name);
+    n->cpus = cpus;
+    n->gpus = gpus;
+    n->mem_mb = mem_mb;
+    n->leaf = -1;
+    return SHOAL_OK;
+}
+
+int shoal_sched_switch_add(shoal_sched_cluster_t *c, const char *name)
+{
+    for (int i = 0; i < c->nsw; i++) {
+        if (strcmp(c->sw[i].name, name) == 0) {
+            return i;
+        }
+    }
+    if (strlen(name) >= SHOAL_SCHED_NAME_MAX) {
+        shoal_error(SCHED, "switch name '%s' longer than %d", name, SHOAL_SCHED_NAME_MAX - 1);
+        return -1;
+    }
+    if (c->nsw == c->sw_cap) {
+        int cap = c->sw_cap == 0 ? 8 : 2 * c->sw_cap;
+        shoal_sched_switch_t *s = realloc(c->sw, sizeof(*s) * (size_t)cap);
+        if (s == NULL) {
+            return -1;
+        }
+        c->sw = s;
+        c->sw_cap = cap;
+    }
+    shoal_sched_switch_t *s = &c->sw[c->nsw];
+    memset(s, 0, sizeof(*s));
+    strcpy(s->name, name);
+    s->parent = -1;
+    return c->nsw++;
+}
+
+static int shoal_sched_list_add(int **arr, int *n, int v)
+{
+    int *a = realloc(*arr, sizeof(int) * (size_t)(*n + 1));
+    if (a == NULL) {
+        return -1;
+    }
+    a[(*n)++] = v;
+    *arr = a;
+    return 0;
+}
+
+/* Levels bottom-up and the depth-first order of the nodes; -1 on a cycle. */
+static int shoal_sched_tree_walk(shoal_sched_cluster_t *c, int s, int depth, int *order)
+{
+    shoal_sched_switch_t *sw = &c->sw[s];
+    int level = 1;
+
+    if (depth > c->nsw) {
+        return -1;
+    }
+    for (int i = 0; i < sw->nnodes; i++) {
+        c->nodes[sw->nodes[i]].order = (*order)++;
+    }
+    for (int i = 0; i < sw->nkids; i++) {
+        int l = shoal_sched_tree_walk(c, sw->kids[i], depth + 1, order);
+        if (l < 0) {
+            return -1;
+        }
+        level = SHOAL_MAX(level, l + 1);
+    }
+    sw->level = level;
+    return level;
+}
+
+/* Refuses cycles; hangs nodes no switch lists under a made-up leaf, and several trees under
+ * a made-up root. */
+static shoal_status_t shoal_sched_tree_link(shoal_sched_cluster_t *c)
+{
+    int unlisted = -1, nroots = 0;
+
+    for (int s = 0; s < c->nsw; s++) {
+        int up = s, steps = 0;
+        while (up >= 0 && steps <= c->nsw) {
+            up = c->sw[up].parent;
+            steps++;
+        }
+        if (up >= 0) {
+            shoal_error(SCHED, "topology: switch %s is its own ancestor (a cycle)", c->sw[s].name);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    for (int i = 0; i < c->nnodes; i++) {
+        if (c->nodes[i].leaf < 0) {
+            if (unlisted < 0) {
+                unlisted = shoal_sched_switch_add(c, c->nsw == 0 ? "(all)" : "(unlisted)");
+                if (unlisted < 0) {
+                    return SHOAL_ERR_NO_MEMORY;
+                }
+                c->sw[unlisted].virt = 1;
+            }
+            c->nodes[i].leaf = unlisted;
+            if (shoal_sched_list_add(&c->sw[unlisted].nodes, &c->sw[unlisted].nnodes, i) != 0) {
+                return SHOAL_ERR_NO_MEMORY;
+            }
+        }
+    }
+    for (int s = 0; s < c->nsw; s++) {
+        nroots += c->sw[s].parent < 0;
+    }
+    if (nroots == 1) {
+        for (int s = 0; s < c->nsw; s++) {
+            c->root = c->sw[s].parent < 0 ? s : c->root;
+        }
+    } else {
+        /* several trees: one made-up root above the tops */
+        int r = shoal_sched_switch_add(c, "(root)");
+        if (r < 0) {
+            return SHOAL_ERR_NO_MEMORY;
+        }
+        c->sw[r].virt = 1;
+        for (int s = 0; s < c->nsw; s++) {
+            if (s != r && c->sw[s].parent < 0) {
+                c->sw[s].parent = r;
+                if (shoal_sched_list_add(&c->sw[r].kids, &c->sw[r].nkids, s) != 0) {
+                    return SHOAL_ERR_NO_MEMORY;
+                }
+            }
+        }
+        c->root = r;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
+{
+    int order = 0;
+
+    if (c->nnodes == 0) {
+        shoal_error(SCHED, "no nodes (slurm.conf has no NodeName line)");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    SHOAL_CHECK(shoal_sched_tree_link(c));
+    c->maxlevel = shoal_sched_tree_walk(c, c->root, 0, &order);
+    if (c->maxlevel < 0 || order != c->nnodes) {
+        shoal_error(SCHED, "topology: the switches form a cycle or a node hangs below no root");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memset(c->total, 0, sizeof(c->total));
+    c->free_gpus = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        c->nodes[i].gpus_busy = __builtin_popcountll(c->nodes[i].gpu_used);
+        c->free_gpus += c->nodes[i].gpus - c->nodes[i].gpus_busy;
+        c->total[SHOAL_SCHED_GPU] += c->nodes[i].gpus;
+        c->total[SHOAL_SCHED_CPU] += c->nodes[i].cpus;
+        c->total[SHOAL_SCHED_MEM] += (double)c->nodes[i].mem_mb;
+    }
+    for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+        c->total[r] = c->total[r] > 0 ? c->total[r] : 1;
+    }
+    if (c->uplink_cost <= 0) {
+        c->uplink_cost = SHOAL_SCHED_UPLINK_COST_DEFAULT;
+    }
+    free(c->cap);
+    free(c->take);
+    c->cap = calloc((size_t)(c->nnodes + c->nsw), sizeof(int));
+    c->take = calloc((size_t)c->nnodes, sizeof(int));
+    return c->cap != NULL && c->take != NULL ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
+}
+
+void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
+{
+    for (int s = 0; s < c->nsw; s++) {
+        free(c->sw[s].kids);
+        free(c->sw[s].nodes);
+    }
+    free(c->sw);
+    free(c->nodes);
+    free(c->name_slot);
+    free(c->cap);
+    free(c->take);
+    memset(c, 0, sizeof(*c));
+}
+
+int shoal_sched_tenant_get(shoal_sched_queue_t *q, const char *name)
+{
+    for (int t = 0; t < q->ntenants; t++) {
+        if (strcmp(q->tenants[t].name, name) == 0) {
+            return t;
+        }
+    }
+    if (strlen(name) >= SHOAL_SCHED_NAME_MAX || name[0] == '\0') {
+        shoal_error(SCHED, "tenant name '%s' empty or longer than %d", name,
+                    SHOAL_SCHED_NAME_MAX - 1);
+        return -1;
+    }
+    if (q->ntenants == q->tenants_cap) {
+        int cap = q->tenants_cap == 0 ? 8 : 2 * q->tenants_cap;
+        shoal_sched_tenant_t *t = realloc(q->tenants, sizeof(*t) * (size_t)cap);
+        if (t == NULL) {
+            return -1;
+        }
+        q->tenants = t;
+        q->tenants_cap = cap;
+    }
+    shoal_sched_tenant_t *t = &q->tenants[q->ntenants];
+    memset(t, 0, sizeof(*t));
+    strcpy(t->name, name);
+    t->weight = 0; /* unset: 1 unless a line gives one */
+    return q->ntenants++;
+}
+
+shoal_sched_job_t *shoal_sched_job_new(shoal_sched_queue_t *q)
+{
+    if (q->njobs == q->jobs_cap) {
+        int cap = q->jobs_cap == 0 ? 16 : 2 * q->jobs_cap;
+        shoal_sched_job_t *j = realloc(q->jobs, sizeof(*j) * (size_t)cap);
+        if (j == NULL) {
+            return NULL;
+        }
+        q->jobs = j;
+        q->jobs_cap = cap;
+    }
+    shoal_sched_job_t *j = &q->jobs[q->njobs];
+    memset(j, 0, sizeof(*j));
+    j->seq = q->njobs++;
+    j->grace_s = 120;
+    strcpy(j->signal, "USR1");
+    return j;
+}
+
+void shoal_sched_queue_free(shoal_sched_queue_t *q)
+{
+    for (int i = 0; i < q->njobs; i++) {
+        free(q->jobs[i].node_of);
+        free(q->jobs[i].gpu_of);
+    }
+    free(q->jobs);
+    free(q->tenants);
+    memset(q, 0, sizeof(*q));
+}
+
+static int shoal_sched_depth(const shoal_sched_cluster_t *c, int s)
+{
+    int d = 0;
+    while (c->sw[s].parent >= 0) {
+        s = c->sw[s].parent;
+        d++;
+    }
+    return d;
+}
+
+int shoal_sched_lca_level(const shoal_sched_cluster_t *c, int a, int b)
+{
+    int sa, sb, da, db;
+
+    if (a == b) {
+        return 0;
+    }
+    sa = c->nodes[a].leaf;
+    sb = c->nodes[b].leaf;
+    da = shoal_sched_depth(c, sa);
+    db = shoal_sched_depth(c, sb);
+    while (da > db) {
+        sa = c->sw[sa].parent;
+        da--;
+    }
+    while (db > da) {
+        sb = c->sw[sb].parent;
+        db--;
+    }
+    while (sa != sb) {
+        sa = c->sw[sa].parent;
+        sb = c->sw[sb].parent;
+    }
+    return c->sw[sa].level;
+}
+
+static int shoal_sched_order_cmp(const void *pa, const void *pb, void *ctx)
+{
+    const shoal_sched_cluster_t *c = ctx;
+    int a = c->nodes[*(const int *)pa].order, b = c->nodes[*(const int *)pb].order;
+    return a < b ? -1 : a > b;
+}
+
+double shoal_sched_ring_cost(const shoal_sched_cluster_t *c, int *nodes, int n)
+{
+    double cost = 0;
+
+    if (n <= 1) {
+        return 0;
+    }
+    qsort_r(nodes, (size_t)n, sizeof(int), shoal_sched_order_cmp, (void *)c);
+    for (int i = 0; i < n; i++) {
+        int l = shoal_sched_lca_level(c, nodes[i], nodes[(i + 1) % n]);
+        cost += l <= 1 ? (double)l : 1.0 + 2.0 * (l - 1) * c->uplink_cost;
+    }
+    return cost;
+}
+
+void shoal_sched_node_gpu_set(shoal_sched_cluster_t *c, int n, int g, int busy)
+{
+    shoal_sched_node_t *node = &c->nodes[n];
+    uint64_t bit = 1ULL << g;
+    int was = (node->gpu_used & bit) != 0;
+
+    if (busy && !was) {
+        node->gpu_used |= bit;
+        node->gpus_busy++;
+        c->free_gpus--;
+    } else if (!busy && was) {
+        node->gpu_used &= ~bit;
+        node->gpus_busy--;
+        c->free_gpus++;
+    }
+}
+
+int shoal_sched_node_cap(const shoal_sched_cluster_t *c, int node, int cpus, long mem_mb)
+{
+    const shoal_sched_node_t *n = &c->nodes[node];
+    int cap = n->gpus - n->gpus_busy;
+
+    if (cpus > 0) {
+        cap = SHOAL_MIN(cap, (n->cpus - n->cpus_used) / cpus);
+    }
+    if (mem_mb > 0) {
+        cap = SHOAL_MIN(cap, (int)((n->mem_mb - n->mem_used) / mem_mb));
+    }
+    return SHOAL_MAX(cap, 0);
+}
+
+void shoal_sched_job_demand(const shoal_sched_job_t *j, double d[SHOAL_SCHED_RES])
+{
+    d[SHOAL_SCHED_GPU] = j->ranks;
+    d[SHOAL_SCHED_CPU] = (double)j->ranks * j->cpus;
+    d[SHOAL_SCHED_MEM] = (double)j->ranks * (double)j->mem_mb;
+}
+
+void shoal_sched_job_apply(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
+                           shoal_sched_job_t *j)
+{
+    double d[SHOAL_SCHED_RES];
+
+    for (int r = 0; r < j->ranks; r++) {
+        shoal_sched_node_t *n = &c->nodes[j->node_of[r]];
+        shoal_sched_node_gpu_set(c, j->node_of[r], j->gpu_of[r], 1);
+        n->cpus_used += j->cpus;
+        n->mem_used += j->mem_mb;
+    }
+    shoal_sched_job_demand(j, d);
+    for (int k = 0; k < SHOAL_SCHED_RES; k++) {
+        q->tenants[j->tenant].use[k] += d[k];
+    }
+    j->state = SHOAL_SCHED_RUNNING;
+}
+
+void shoal_sched_job_release(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
+                             shoal_sched_job_t *j)
+{
+    double d[SHOAL_SCHED_RES];
+
+    for (int r = 0; r < j->ranks; r++) {
+        shoal_sched_node_t *n = &c->nodes[j->node_of[r]];
+        shoal_sched_node_gpu_set(c, j->node_of[r], j->gpu_of[r], 0);
+        n->cpus_used -= j->cpus;
+        n->mem_used -= j->mem_mb;
+    }
+    shoal_sched_job_demand(j, d);
+    for (int k = 0; k < SHOAL_SCHED_RES; k++) {
+        q->tenants[j->tenant].use[k] -= d[k];
+        if (q->tenants[j->tenant].use[k] < 1e-9) {
+            q->tenants[j->tenant].use[k] = 0;
+        }
+    }
+    j->state = SHOAL_SCHED_QUEUED;
+}

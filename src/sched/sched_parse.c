@@ -1,0 +1,595 @@
+/*
+ * The inputs: slurm.conf NodeName lines, topology.conf (the tree form), the jobs file.
+ * Every line is "Key=Value Key=Value ..." (keys case-insensitive, '#' starts a comment, a
+ * trailing '\' joins the next line). Anything malformed is an error naming the line.
+ */
+#include "sched/sched.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHOAL_SCHED_LINE_MAX 65536
+#define SHOAL_SCHED_KV_MAX 64
+#define SHOAL_SCHED_FILE_MAX (64 << 20)
+
+typedef struct {
+    char *key[SHOAL_SCHED_KV_MAX];
+    char *val[SHOAL_SCHED_KV_MAX];
+    int n;
+} shoal_sched_kv_t;
+
+shoal_status_t shoal_sched_read_file(const char *path, char **text_p)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    char *text;
+    size_t off = 0;
+
+    if (fd < 0) {
+        shoal_error(SCHED, "open(%s) failed: %s", path, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    if (fstat(fd, &sb) != 0 || sb.st_size > SHOAL_SCHED_FILE_MAX) {
+        shoal_error(SCHED, "%s: not a readable file of at most %d bytes", path,
+                    SHOAL_SCHED_FILE_MAX);
+        close(fd);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    text = malloc((size_t)sb.st_size + 1);
+    if (text == NULL) {
+        close(fd);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    while (off < (size_t)sb.st_size) {
+        ssize_t n = read(fd, text + off, (size_t)sb.st_size - off);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        off += (size_t)n;
+    }
+    close(fd);
+    text[off] = '\0';
+    *text_p = text;
+    return SHOAL_OK;
+}
+
+/* Splits one logical line in place into key=value pairs; a word without '=' is an error. */
+static shoal_status_t shoal_sched_kv_split(char *line, const char *src, int lineno,
+                                           shoal_sched_kv_t *kv)
+{
+    char *p = line;
+
+    kv->n = 0;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') {
+            p++;
+        }
+        if (*p == '\0') {
+            return SHOAL_OK;
+        }
+        char *w = p;
+        while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\r') {
+            p++;
+        }
+        if (*p != '\0') {
+            *p++ = '\0';
+        }
+        char *eq = strchr(w, '=');
+        if (eq == NULL || eq == w || kv->n == SHOAL_SCHED_KV_MAX) {
+            shoal_error(SCHED, "%s:%d: '%s' is not Key=Value (or more than %d pairs)", src,
+                        lineno, w, SHOAL_SCHED_KV_MAX);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        *eq = '\0';
+        kv->key[kv->n] = w;
+        kv->val[kv->n] = eq + 1;
+        kv->n++;
+    }
+}
+
+/* Calls fn for each logical line (comments stripped, continuations joined). */
+typedef shoal_status_t (*shoal_sched_line_cb_t)(void *ctx, shoal_sched_kv_t *kv, const char *src,
+                                                int lineno);
+
+static shoal_status_t shoal_sched_lines(const char *text, const char *src,
+                                        shoal_sched_line_cb_t fn, void *ctx)
+{
+    char *buf = malloc(SHOAL_SCHED_LINE_MAX);
+    size_t len = 0;
+    int lineno = 0, first = 1;
+    shoal_status_t st = SHOAL_OK;
+    shoal_sched_kv_t kv;
+
+    if (buf == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (const char *p = text; st == SHOAL_OK && *p != '\0';) {
+        const char *e = strchr(p, '\n');
+        size_t n = e != NULL ? (size_t)(e - p) : strlen(p);
+        const char *hash = memchr(p, '#', n);
+        size_t keep = hash != NULL ? (size_t)(hash - p) : n;
+        int cont;
+
+        lineno++;
+        first = len == 0 ? lineno : first;
+        while (keep > 0 && (p[keep - 1] == ' ' || p[keep - 1] == '\t' || p[keep - 1] == '\r')) {
+            keep--;
+        }
+        cont = hash == NULL && keep > 0 && p[keep - 1] == '\\';
+        keep -= cont;
+        if (len + keep + 2 > SHOAL_SCHED_LINE_MAX) {
+            shoal_error(SCHED, "%s:%d: line longer than %d bytes", src, lineno,
+                        SHOAL_SCHED_LINE_MAX);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
+        memcpy(buf + len, p, keep);
+        len += keep;
+        buf[len++] = ' ';
+        buf[len] = '\0';
+        p = e != NULL ? e + 1 : p + n;
+        if (!cont || *p == '\0') {
+            st = shoal_sched_kv_split(buf, src, first, &kv);
+            if (st == SHOAL_OK && kv.n > 0) {
+                st = fn(ctx, &kv, src, first);
+            }
+            len = 0;
+        }
+    }
+    free(buf);
+    return st;
+}
+
+/* A non-negative integer; suffix k/K, m/M, g/G, t/T (x1024) when mult is set. */
+static int shoal_sched_num(const char *s, int mult, long max, long *v)
+{
+    char *end;
+    long x;
+
+    if (s[0] < '0' || s[0] > '9') {
+        return -1;
+    }
+    errno = 0;
+    x = strtol(s, &end, 10);
+    if (errno != 0) {
+        return -1;
+    }
+    if (mult && *end != '\0' && end[1] == '\0') {
+        long m = 1;
+        switch (*end) {
+        case 'k': case 'K': m = 1; break; /* memory in MB: k is below a MB, keep MB */
+        case 'm': case 'M': m = 1; break;
+        case 'g': case 'G': m = 1024; break;
+        case 't': case 'T': m = 1024L * 1024; break;
+        default: return -1;
+        }
+        if (x > max / m) {
+            return -1;
+        }
+        x *= m;
+        end++;
+    }
+    if (*end != '\0' || x > max) {
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* Gres=gpu:8, gpu:a100:8, gpu:a100:4(S:0-1),gpu:v100:2, gpu (one), mps:100 (not a GPU). */
+static int shoal_sched_gres_gpus(const char *val, long *gpus)
+{
+    char tmp[512];
+    char *save = NULL;
+
+    if (strlen(val) >= sizeof(tmp)) {
+        return -1;
+    }
+    strcpy(tmp, val);
+    *gpus = 0;
+    for (char *it = strtok_r(tmp, ",", &save); it != NULL; it = strtok_r(NULL, ",", &save)) {
+        char *paren = strchr(it, '(');
+        char *last;
+        long n = 1;
+        if (paren != NULL) {
+            *paren = '\0';
+        }
+        if (strncmp(it, "gpu", 3) != 0 || (it[3] != '\0' && it[3] != ':')) {
+            continue;
+        }
+        last = strrchr(it, ':');
+        if (last != NULL && last[1] >= '0' && last[1] <= '9') {
+            if (shoal_sched_num(last + 1, 0, SHOAL_SCHED_GPU_MAX, &n) != 0) {
+                return -1;
+            }
+        }
+        *gpus += n;
+    }
+    return *gpus <= SHOAL_SCHED_GPU_MAX ? 0 : -1;
+}
+
+typedef struct {
+    shoal_sched_cluster_t *c;
+    long dflt[3]; /* NodeName=DEFAULT: cpus, mem, gpus */
+} shoal_sched_conf_ctx_t;
+
+static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, const char *src,
+                                            int lineno)
+{
+    shoal_sched_conf_ctx_t *ctx = vctx;
+    long cpus = ctx->dflt[0], mem = ctx->dflt[1], gpus = ctx->dflt[2];
+    long sockets = 0, cores = 0, threads = 0, boards = 0;
+    shoal_hostlist_t hl = {0};
+    shoal_status_t st = SHOAL_OK;
+
+    if (strcasecmp(kv->key[0], "NodeName") != 0) {
+        return SHOAL_OK; /* partitions and the rest are Slurm's business */
+    }
+    for (int i = 1; i < kv->n; i++) {
+        const char *k = kv->key[i], *v = kv->val[i];
+        int bad = 0;
+        if (strcasecmp(k, "CPUs") == 0 || strcasecmp(k, "Procs") == 0) {
+            bad = shoal_sched_num(v, 0, 1 << 20, &cpus);
+        } else if (strcasecmp(k, "RealMemory") == 0) {
+            bad = shoal_sched_num(v, 0, 1L << 40, &mem);
+        } else if (strcasecmp(k, "Gres") == 0) {
+            bad = shoal_sched_gres_gpus(v, &gpus);
+        } else if (strcasecmp(k, "Sockets") == 0) {
+            bad = shoal_sched_num(v, 0, 4096, &sockets);
+        } else if (strcasecmp(k, "CoresPerSocket") == 0) {
+            bad = shoal_sched_num(v, 0, 4096, &cores);
+        } else if (strcasecmp(k, "ThreadsPerCore") == 0) {
+            bad = shoal_sched_num(v, 0, 64, &threads);
+        } else if (strcasecmp(k, "Boards") == 0) {
+            bad = shoal_sched_num(v, 0, 64, &boards);
+        }
+        if (bad) {
+            shoal_error(SCHED, "%s:%d: bad value %s=%s", src, lineno, k, v);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    if (cpus == 0 && sockets > 0 && cores > 0) {
+        cpus = SHOAL_MAX(boards, 1) * sockets * cores * SHOAL_MAX(threads, 1);
+    }
+    if (strcasecmp(kv->val[0], "DEFAULT") == 0) {
+        ctx->dflt[0] = cpus;
+        ctx->dflt[1] = mem;
+        ctx->dflt[2] = gpus;
+        return SHOAL_OK;
+    }
+    if (shoal_hostlist_parse(kv->val[0], &hl) != SHOAL_OK || hl.nhosts == 0) {
+        shoal_error(SCHED, "%s:%d: bad NodeName '%s'", src, lineno, kv->val[0]);
+        shoal_hostlist_free(&hl);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    for (size_t h = 0; h < hl.nhosts && st == SHOAL_OK; h++) {
+        char name[SHOAL_SCHED_NAME_MAX];
+        if (shoal_hostlist_nth(&hl, h, name, sizeof(name)) < 0) {
+            shoal_error(SCHED, "%s:%d: a host name longer than %d", src, lineno,
+                        SHOAL_SCHED_NAME_MAX - 1);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
+        st = shoal_sched_node_add(ctx->c, name, (int)cpus, mem, (int)gpus);
+    }
+    shoal_hostlist_free(&hl);
+    return st;
+}
+
+shoal_status_t shoal_sched_slurm_conf_parse(const char *text, const char *src,
+                                            shoal_sched_cluster_t *c)
+{
+    shoal_sched_conf_ctx_t ctx = {.c = c, .dflt = {1, 1, 0}};
+    return shoal_sched_lines(text, src, shoal_sched_conf_line, &ctx);
+}
+
+/* topology.conf: two passes, so Switches= may name a switch defined further down. */
+typedef struct {
+    shoal_sched_cluster_t *c;
+    int pass;
+} shoal_sched_topo_ctx_t;
+
+static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, const char *val,
+                                            int nodes, const char *src, int lineno)
+{
+    shoal_hostlist_t hl = {0};
+    shoal_status_t st = shoal_hostlist_parse(val, &hl);
+
+    for (size_t h = 0; st == SHOAL_OK && h < hl.nhosts; h++) {
+        char name[SHOAL_SCHED_NAME_MAX];
+        int x = -1;
+        if (shoal_hostlist_nth(&hl, h, name, sizeof(name)) >= 0) {
+            x = nodes ? shoal_sched_node_find(c, name) : -2;
+        }
+        if (x == -2) {
+            for (int k = 0; k < c->nsw; k++) {
+                x = strcmp(c->sw[k].name, name) == 0 ? k : x;
+            }
+            if (x < 0 || x == s || c->sw[x].parent >= 0) {
+                shoal_error(SCHED, "%s:%d: switch '%s' unknown, itself, or under two parents",
+                            src, lineno, name);
+                st = SHOAL_ERR_INVALID_ARG;
+                break;
+            }
+            c->sw[x].parent = s;
+            int *k = realloc(c->sw[s].kids, sizeof(int) * (size_t)(c->sw[s].nkids + 1));
+            st = k == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
+            if (k != NULL) {
+                k[c->sw[s].nkids++] = x;
+                c->sw[s].kids = k;
+            }
+        } else if (x < 0) {
+            shoal_warn(SCHED, "%s:%d: node '%s' is not in slurm.conf: ignored", src, lineno,
+                       name);
+        } else if (c->nodes[x].leaf >= 0) {
+            shoal_error(SCHED, "%s:%d: node '%s' under two switches", src, lineno, name);
+            st = SHOAL_ERR_INVALID_ARG;
+        } else {
+            int *k = realloc(c->sw[s].nodes, sizeof(int) * (size_t)(c->sw[s].nnodes + 1));
+            st = k == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
+            if (k != NULL) {
+                k[c->sw[s].nnodes++] = x;
+                c->sw[s].nodes = k;
+                c->nodes[x].leaf = s;
+            }
+        }
+    }
+    shoal_hostlist_free(&hl);
+    return st;
+}
+
+static shoal_status_t shoal_sched_topo_line(void *vctx, shoal_sched_kv_t *kv, const char *src,
+                                            int lineno)
+{
+    shoal_sched_topo_ctx_t *ctx = vctx;
+    shoal_sched_cluster_t *c = ctx->c;
+    int s;
+
+    if (strcasecmp(kv->key[0], "SwitchName") != 0) {
+        shoal_error(SCHED, "%s:%d: expected SwitchName=, got %s=", src, lineno, kv->key[0]);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (ctx->pass == 0) {
+        for (s = 0; s < c->nsw; s++) {
+            if (strcmp(c->sw[s].name, kv->val[0]) == 0) {
+                shoal_error(SCHED, "%s:%d: switch '%s' defined twice", src, lineno, kv->val[0]);
+                return SHOAL_ERR_INVALID_ARG;
+            }
+        }
+        if (kv->val[0][0] == '\0' || shoal_sched_switch_add(c, kv->val[0]) < 0) {
+            shoal_error(SCHED, "%s:%d: bad switch name", src, lineno);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        return SHOAL_OK;
+    }
+    for (s = 0; s < c->nsw && strcmp(c->sw[s].name, kv->val[0]) != 0; s++) {
+    }
+    for (int i = 1; i < kv->n; i++) {
+        if (strcasecmp(kv->key[i], "Nodes") == 0 || strcasecmp(kv->key[i], "Switches") == 0) {
+            SHOAL_CHECK(shoal_sched_topo_link(c, s, kv->val[i],
+                                              strcasecmp(kv->key[i], "Nodes") == 0, src,
+                                              lineno));
+        } else if (strcasecmp(kv->key[i], "LinkSpeed") != 0) {
+            shoal_error(SCHED, "%s:%d: unknown key %s", src, lineno, kv->key[i]);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_sched_topology_parse(const char *text, const char *src,
+                                          shoal_sched_cluster_t *c)
+{
+    shoal_sched_topo_ctx_t ctx = {.c = c, .pass = 0};
+    SHOAL_CHECK(shoal_sched_lines(text, src, shoal_sched_topo_line, &ctx));
+    ctx.pass = 1;
+    return shoal_sched_lines(text, src, shoal_sched_topo_line, &ctx);
+}
+
+/* ---- the jobs file --------------------------------------------------------------------- */
+
+typedef struct {
+    shoal_sched_cluster_t *c;
+    shoal_sched_queue_t *q;
+} shoal_sched_jobs_ctx_t;
+
+static shoal_status_t shoal_sched_weight_set(shoal_sched_tenant_t *t, const char *v,
+                                             const char *src, int lineno)
+{
+    char *end;
+    double w = strtod(v, &end);
+    if (*end != '\0' || !(w > 0) || w > 1e6) {
+        shoal_error(SCHED, "%s:%d: weight '%s' is not a number in (0, 1e6]", src, lineno, v);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (t->weight > 0 && t->weight != w) {
+        shoal_error(SCHED, "%s:%d: tenant %s has weight %g already, not %g", src, lineno,
+                    t->name, t->weight, w);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    t->weight = w;
+    return SHOAL_OK;
+}
+
+/* A running job's ranks over its nodes, as evenly as possible, lowest free GPUs first. */
+static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
+                                                  shoal_sched_job_t *j, const char *nodes,
+                                                  const char *src, int lineno)
+{
+    shoal_hostlist_t hl = {0};
+    shoal_status_t st = shoal_hostlist_parse(nodes, &hl);
+    int nn = (int)hl.nhosts, r = 0;
+
+    if (st != SHOAL_OK || nn == 0 || nn > j->ranks) {
+        shoal_error(SCHED, "%s:%d: nodes=%s: not a host list of 1..%d hosts", src, lineno,
+                    nodes, j->ranks);
+        shoal_hostlist_free(&hl);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    j->node_of = malloc(sizeof(int) * (size_t)j->ranks);
+    j->gpu_of = malloc(sizeof(int) * (size_t)j->ranks);
+    if (j->node_of == NULL || j->gpu_of == NULL) {
+        shoal_hostlist_free(&hl);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int h = 0; h < nn && st == SHOAL_OK; h++) {
+        char name[SHOAL_SCHED_NAME_MAX];
+        int n = shoal_hostlist_nth(&hl, (size_t)h, name, sizeof(name)) >= 0
+                    ? shoal_sched_node_find(ctx->c, name) : -1;
+        int cnt = j->ranks / nn + (h < j->ranks % nn);
+        if (n < 0 || shoal_sched_node_cap(ctx->c, n, j->cpus, j->mem_mb) < cnt) {
+            shoal_error(SCHED, "%s:%d: job %s: node %d of nodes=%s unknown or without room "
+                        "for %d ranks", src, lineno, j->name, h, nodes, cnt);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
+        uint64_t used = ctx->c->nodes[n].gpu_used;
+        for (int g = 0; cnt > 0 && g < ctx->c->nodes[n].gpus; g++) {
+            if ((used & (1ULL << g)) == 0) {
+                j->node_of[r] = n;
+                j->gpu_of[r++] = g;
+                used |= 1ULL << g;
+                cnt--;
+            }
+        }
+        /* applied node by node so a node listed twice is counted twice */
+        for (int k = r - (j->ranks / nn + (h < j->ranks % nn)); k < r; k++) {
+            shoal_sched_node_gpu_set(ctx->c, n, j->gpu_of[k], 1);
+            ctx->c->nodes[n].cpus_used += j->cpus;
+            ctx->c->nodes[n].mem_used += j->mem_mb;
+        }
+    }
+    shoal_hostlist_free(&hl);
+    if (st == SHOAL_OK) {
+        /* the node counters are set; the tenant's use comes with the job's demand */
+        double d[SHOAL_SCHED_RES];
+        shoal_sched_job_demand(j, d);
+        for (int k = 0; k < SHOAL_SCHED_RES; k++) {
+            ctx->q->tenants[j->tenant].use[k] += d[k];
+        }
+        j->state = SHOAL_SCHED_RUNNING;
+    }
+    return st;
+}
+
+static shoal_status_t shoal_sched_job_key(shoal_sched_jobs_ctx_t *ctx, shoal_sched_job_t *j,
+                                          const char *k, const char *v, const char *src,
+                                          int lineno, const char **nodes)
+{
+    long x = 0;
+    int bad = 0;
+
+    if (strcasecmp(k, "tenant") == 0) {
+        j->tenant = shoal_sched_tenant_get(ctx->q, v);
+        bad = j->tenant < 0;
+    } else if (strcasecmp(k, "gpus") == 0 || strcasecmp(k, "ranks") == 0) {
+        bad = shoal_sched_num(v, 0, 1 << 16, &x) != 0 || x < 1;
+        j->ranks = (int)x;
+    } else if (strcasecmp(k, "cpus") == 0) {
+        bad = shoal_sched_num(v, 0, 1 << 20, &x) != 0;
+        j->cpus = (int)x;
+    } else if (strcasecmp(k, "mem") == 0) {
+        bad = shoal_sched_num(v, 1, 1L << 40, &x) != 0;
+        j->mem_mb = x;
+    } else if (strcasecmp(k, "class") == 0) {
+        bad = strcasecmp(v, "reserved") != 0 && strcasecmp(v, "spot") != 0;
+        j->cls = strcasecmp(v, "spot") == 0 ? SHOAL_SCHED_SPOT : SHOAL_SCHED_RESERVED;
+    } else if (strcasecmp(k, "state") == 0) {
+        bad = strcasecmp(v, "queued") != 0 && strcasecmp(v, "running") != 0;
+    } else if (strcasecmp(k, "nodes") == 0) {
+        *nodes = v;
+    } else if (strcasecmp(k, "signal") == 0) {
+        bad = strlen(v) == 0 || strlen(v) >= sizeof(j->signal);
+        if (!bad) {
+            strcpy(j->signal, strncasecmp(v, "SIG", 3) == 0 ? v + 3 : v);
+        }
+    } else if (strcasecmp(k, "grace") == 0) {
+        bad = shoal_sched_num(v, 0, 86400, &x) != 0;
+        j->grace_s = (int)x;
+    } else if (strcasecmp(k, "weight") != 0) {
+        shoal_error(SCHED, "%s:%d: unknown key %s", src, lineno, k);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (bad) {
+        shoal_error(SCHED, "%s:%d: bad value %s=%s", src, lineno, k, v);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_sched_jobs_line(void *vctx, shoal_sched_kv_t *kv, const char *src,
+                                            int lineno)
+{
+    shoal_sched_jobs_ctx_t *ctx = vctx;
+    const char *nodes = NULL, *weight = NULL;
+    int running = 0;
+
+    if (strcasecmp(kv->key[0], "tenant") == 0) {
+        int t = shoal_sched_tenant_get(ctx->q, kv->val[0]);
+        if (t < 0 || kv->n != 2 || strcasecmp(kv->key[1], "weight") != 0) {
+            shoal_error(SCHED, "%s:%d: expected tenant=NAME weight=W", src, lineno);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        return shoal_sched_weight_set(&ctx->q->tenants[t], kv->val[1], src, lineno);
+    }
+    if (strcasecmp(kv->key[0], "job") != 0) {
+        shoal_error(SCHED, "%s:%d: a line starts with job= or tenant=, not %s=", src, lineno,
+                    kv->key[0]);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (kv->val[0][0] == '\0' || strlen(kv->val[0]) >= SHOAL_SCHED_NAME_MAX ||
+        strchr(kv->val[0], '/') != NULL) {
+        shoal_error(SCHED, "%s:%d: job name empty, with '/', or longer than %d", src, lineno,
+                    SHOAL_SCHED_NAME_MAX - 1);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    for (int i = 0; i < ctx->q->njobs; i++) {
+        if (strcmp(ctx->q->jobs[i].name, kv->val[0]) == 0) {
+            shoal_error(SCHED, "%s:%d: job %s listed twice", src, lineno, kv->val[0]);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    shoal_sched_job_t *j = shoal_sched_job_new(ctx->q);
+    if (j == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    strcpy(j->name, kv->val[0]);
+    j->tenant = -1;
+    for (int i = 1; i < kv->n; i++) {
+        SHOAL_CHECK(shoal_sched_job_key(ctx, j, kv->key[i], kv->val[i], src, lineno, &nodes));
+        weight = strcasecmp(kv->key[i], "weight") == 0 ? kv->val[i] : weight;
+        running |= strcasecmp(kv->key[i], "state") == 0 && strcasecmp(kv->val[i], "running") == 0;
+    }
+    if (j->tenant < 0 || j->ranks < 1) {
+        shoal_error(SCHED, "%s:%d: job %s needs tenant= and gpus=", src, lineno, j->name);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (weight != NULL) {
+        SHOAL_CHECK(shoal_sched_weight_set(&ctx->q->tenants[j->tenant], weight, src, lineno));
+    }
+    if (running != (nodes != NULL)) {
+        shoal_error(SCHED, "%s:%d: job %s: state=running and nodes= go together", src, lineno,
+                    j->name);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return running ? shoal_sched_job_alloc_nodes(ctx, j, nodes, src, lineno) : SHOAL_OK;
+}
+
+shoal_status_t shoal_sched_jobs_parse(const char *text, const char *src,
+                                      shoal_sched_cluster_t *c, shoal_sched_queue_t *q)
+{
+    shoal_sched_jobs_ctx_t ctx = {.c = c, .q = q};
+    SHOAL_CHECK(shoal_sched_lines(text, src, shoal_sched_jobs_line, &ctx));
+    for (int t = 0; t < q->ntenants; t++) {
+        q->tenants[t].weight = q->tenants[t].weight > 0 ? q->tenants[t].weight : 1.0;
+    }
+    return SHOAL_OK;
+}

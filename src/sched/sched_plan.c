@@ -1,0 +1,215 @@
+/*
+ * One planning round. Each tenant's queued jobs wait in line (reserved before spot, then in
+ * the order given); weighted DRF picks the tenant served next; its first job is placed as a
+ * gang, or, for a reserved job that does not fit, placed by preempting spot jobs; a job that
+ * can do neither stays pending and its tenant waits for the next round. Every decision keeps
+ * the sentence that --explain prints.
+ */
+#include "sched/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    shoal_sched_cluster_t *c;
+    shoal_sched_queue_t *q;
+    const shoal_sched_opts_t *o;
+    shoal_sched_plan_t *plan;
+    int **line;   /* per tenant: its queued jobs in order */
+    int *nline, *head;
+    double (*use)[SHOAL_SCHED_RES];
+    int waiting;  /* tenants with queued jobs */
+    shoal_status_t st;
+} shoal_sched_round_t;
+
+static shoal_sched_decision_t *shoal_sched_decision_new(shoal_sched_plan_t *p, int job)
+{
+    if (p->n == p->cap) {
+        int cap = p->cap == 0 ? 32 : 2 * p->cap;
+        shoal_sched_decision_t *d = realloc(p->d, sizeof(*d) * (size_t)cap);
+        if (d == NULL) {
+            return NULL;
+        }
+        p->d = d;
+        p->cap = cap;
+    }
+    shoal_sched_decision_t *d = &p->d[p->n++];
+    memset(d, 0, sizeof(*d));
+    d->job = job;
+    d->preempted_by = -1;
+    return d;
+}
+
+void shoal_sched_plan_free(shoal_sched_plan_t *plan)
+{
+    free(plan->d);
+    memset(plan, 0, sizeof(*plan));
+}
+
+static void shoal_sched_round_sync(shoal_sched_round_t *r)
+{
+    for (int t = 0; t < r->q->ntenants; t++) {
+        memcpy(r->use[t], r->q->tenants[t].use, sizeof(r->use[t]));
+    }
+}
+
+static int shoal_sched_round_next(void *vr, int t)
+{
+    shoal_sched_round_t *r = vr;
+    return r->head[t] < r->nline[t];
+}
+
+static double shoal_sched_tenant_share(const shoal_sched_round_t *r, int t)
+{
+    return shoal_sched_drf_share(r->q->tenants[t].use, r->c->total, r->q->tenants[t].weight);
+}
+
+static int shoal_sched_round_place(shoal_sched_round_t *r, shoal_sched_job_t *j,
+                                   shoal_sched_place_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    switch (r->o->policy) {
+    case SHOAL_SCHED_POLICY_FIRST_FIT:
+        return shoal_sched_place_first_fit(r->c, j);
+    case SHOAL_SCHED_POLICY_SLURM:
+        return shoal_sched_place_slurm_tree(r->c, j);
+    default:
+        return shoal_sched_place(r->c, j, info);
+    }
+}
+
+static void shoal_sched_round_victims(shoal_sched_round_t *r, int ji,
+                                      const shoal_sched_decision_t *dj)
+{
+    for (int i = 0; i < dj->pre.nvictims; i++) {
+        int vi = dj->pre.victims[i];
+        shoal_sched_job_t *v = &r->q->jobs[vi];
+        shoal_sched_decision_t *dv = shoal_sched_decision_new(r->plan, vi);
+        if (dv == NULL) {
+            r->st = SHOAL_ERR_NO_MEMORY;
+            return;
+        }
+        dv->preempted_by = ji;
+        dv->share_after = shoal_sched_tenant_share(r, v->tenant);
+        snprintf(dv->why, sizeof(dv->why),
+                 "spot job preempted for reserved job %s of tenant %s: tenant %s keeps a "
+                 "weighted share of %.4f, above %.4f (no cycle); SIG%s, then %d s to checkpoint",
+                 r->q->jobs[ji].name, r->q->tenants[r->q->jobs[ji].tenant].name,
+                 r->q->tenants[v->tenant].name, dv->share_after, dj->share_after, v->signal,
+                 v->grace_s);
+    }
+}
+
+static int shoal_sched_round_try(void *vr, int t)
+{
+    shoal_sched_round_t *r = vr;
+    int ji = r->line[t][r->head[t]];
+    shoal_sched_job_t *j = &r->q->jobs[ji];
+    shoal_sched_decision_t *d = shoal_sched_decision_new(r->plan, ji);
+    int rc;
+
+    if (d == NULL) {
+        r->st = SHOAL_ERR_NO_MEMORY;
+        return 0;
+    }
+    d->share_before = shoal_sched_tenant_share(r, t);
+    rc = shoal_sched_round_place(r, j, &d->info);
+    if (rc == 1) {
+        shoal_sched_job_apply(r->c, r->q, j);
+    } else if (rc == 0 && j->cls == SHOAL_SCHED_RESERVED && r->o->preempt &&
+               r->o->policy == SHOAL_SCHED_POLICY_SHOAL) {
+        rc = shoal_sched_preempt(r->c, r->q, ji, &d->pre, &d->info);
+    }
+    if (rc < 0) {
+        r->st = (shoal_status_t)rc;
+        return 0;
+    }
+    d->placed = rc == 1;
+    j->fresh = rc == 1;
+    d->share_after = shoal_sched_tenant_share(r, t);
+    if (rc == 0) {
+        snprintf(d->why, sizeof(d->why),
+                 "pending: no subtree has room for %d ranks of %d CPUs and %ld MB each%s; "
+                 "tenant %s waits for the next round", j->ranks, j->cpus, j->mem_mb,
+                 j->cls == SHOAL_SCHED_RESERVED ? ", and no set of spot jobs makes room "
+                                                  "without a preemption cycle" : "",
+                 r->q->tenants[t].name);
+        return 0;
+    }
+    snprintf(d->why, sizeof(d->why),
+             "tenant %s had the lowest weighted dominant share (%.4f) of %d tenants waiting; "
+             "%d ranks on %d host(s) under %s (switch level %d, ring cost %.0f), the tightest "
+             "such subtree (%d GPUs free there)%s", r->q->tenants[t].name, d->share_before,
+             r->waiting, j->ranks, d->info.nhosts,
+             r->o->policy != SHOAL_SCHED_POLICY_SHOAL ? "(baseline policy)"
+             : d->info.level == 0 ? r->c->nodes[d->info.top].name
+                                  : r->c->sw[d->info.top].name,
+             d->info.level, d->info.cost, d->info.free_under_top,
+             d->pre.nvictims > 0 ? "; after preempting spot jobs" : "");
+    shoal_sched_round_victims(r, ji, d);
+    r->head[t]++;
+    shoal_sched_round_sync(r);
+    return 1;
+}
+
+static int shoal_sched_seq_cmp(const void *pa, const void *pb, void *ctx)
+{
+    const shoal_sched_queue_t *q = ctx;
+    const shoal_sched_job_t *a = &q->jobs[*(const int *)pa], *b = &q->jobs[*(const int *)pb];
+    if (a->cls != b->cls) {
+        return a->cls < b->cls ? -1 : 1;
+    }
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
+                                      const shoal_sched_opts_t *o, shoal_sched_plan_t *plan)
+{
+    int nt = q->ntenants > 0 ? q->ntenants : 1;
+    shoal_sched_round_t r = {.c = c, .q = q, .o = o, .plan = plan, .st = SHOAL_OK};
+    double *weight = malloc(sizeof(double) * (size_t)nt);
+    int *all = malloc(sizeof(int) * (size_t)(q->njobs + 1));
+
+    r.line = calloc((size_t)nt, sizeof(int *));
+    r.nline = calloc((size_t)nt, sizeof(int));
+    r.head = calloc((size_t)nt, sizeof(int));
+    r.use = calloc((size_t)nt, sizeof(*r.use));
+    if (weight == NULL || all == NULL || r.line == NULL || r.nline == NULL || r.head == NULL ||
+        r.use == NULL) {
+        r.st = SHOAL_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (int i = 0; i < q->njobs; i++) {
+        r.nline[q->jobs[i].tenant] += q->jobs[i].state == SHOAL_SCHED_QUEUED;
+        q->jobs[i].fresh = 0;
+    }
+    for (int t = 0, off = 0; t < q->ntenants; t++) {
+        r.line[t] = all + off;
+        off += r.nline[t];
+        r.waiting += r.nline[t] > 0;
+        r.nline[t] = 0;
+        weight[t] = q->tenants[t].weight;
+    }
+    for (int i = 0; i < q->njobs; i++) {
+        int t = q->jobs[i].tenant;
+        if (q->jobs[i].state == SHOAL_SCHED_QUEUED) {
+            r.line[t][r.nline[t]++] = i;
+        }
+    }
+    for (int t = 0; t < q->ntenants; t++) {
+        qsort_r(r.line[t], (size_t)r.nline[t], sizeof(int), shoal_sched_seq_cmp, q);
+    }
+    shoal_sched_round_sync(&r);
+    if (shoal_sched_drf_fill(q->ntenants, r.use, weight, c->total, shoal_sched_round_next,
+                             shoal_sched_round_try, &r) < 0 && r.st == SHOAL_OK) {
+        r.st = SHOAL_ERR_NO_MEMORY;
+    }
+out:
+    free(weight);
+    free(all);
+    free(r.line);
+    free(r.nline);
+    free(r.head);
+    free(r.use);
+    return r.st;
+}

@@ -1,0 +1,290 @@
+/*
+ * shoal-place: where each queued job's ranks go on a Slurm cluster (src/sched).
+ *
+ *   shoal-place --slurm-conf slurm.conf [--topology topology.conf] --jobs jobs.txt
+ *               [--explain] [--no-preempt] [--policy shoal|first-fit|slurm-tree]
+ *               [--uplink-cost X] [--hwloc NAME=FILE]... [--out DIR]
+ *               [--job NAME --print KIND]
+ *   shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]
+ *               [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt] [--out DIR]
+ *   shoal-place hostlist expand|compress EXPR
+ *
+ * --hwloc NAME=FILE takes node NAME's CPUs, memory and GPUs from hwloc XML (after slurm.conf,
+ * before topology.conf). Prints one line per decision (place / preempt / pending; --explain
+ * adds why). --out DIR
+ * writes DIR/<job>.{nodelist,slurm_hostfile,ompi_hostfile,rankfile,gpus,ring} for every job
+ * placed; --job NAME --print KIND prints one of them (e.g. for sbatch --nodelist=$(...)).
+ * Exit status: 0 done, 1 an input or output error, 2 usage, 3 --job was not placed.
+ */
+#include "sched/sched.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void shoal_place_usage(FILE *fp)
+{
+    fprintf(fp,
+            "usage: shoal-place --slurm-conf FILE [--topology FILE] --jobs FILE [--explain]\n"
+            "                   [--no-preempt] [--policy shoal|first-fit|slurm-tree]\n"
+            "                   [--uplink-cost X] [--hwloc NAME=FILE]... [--out DIR]\n"
+            "                   [--job NAME --print KIND]\n"
+            "       shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]\n"
+            "                   [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt]\n"
+            "                   [--out DIR]\n"
+            "       shoal-place hostlist expand|compress EXPR\n"
+            "KIND: nodelist slurm_hostfile ompi_hostfile rankfile gpus ring\n");
+}
+
+static int shoal_place_hostlist(int argc, char **argv)
+{
+    shoal_hostlist_t hl = {0};
+    int rc = 0;
+
+    if (argc != 4 || (strcmp(argv[2], "expand") != 0 && strcmp(argv[2], "compress") != 0)) {
+        shoal_place_usage(stderr);
+        return 2;
+    }
+    if (shoal_hostlist_parse(argv[3], &hl) != SHOAL_OK) {
+        shoal_hostlist_free(&hl);
+        return 1;
+    }
+    if (strcmp(argv[2], "expand") == 0) {
+        char name[4096];
+        for (size_t i = 0; i < hl.nhosts; i++) {
+            if (shoal_hostlist_nth(&hl, i, name, sizeof(name)) >= 0) {
+                printf("%s\n", name);
+            }
+        }
+    } else {
+        char *s = shoal_hostlist_ranged(&hl);
+        rc = s == NULL;
+        if (s != NULL) {
+            printf("%s\n", s);
+        }
+        free(s);
+    }
+    shoal_hostlist_free(&hl);
+    return rc;
+}
+
+static int shoal_place_simulate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"seed", required_argument, NULL, 's'}, {"jobs", required_argument, NULL, 'j'},
+        {"tenants", required_argument, NULL, 't'}, {"leaves", required_argument, NULL, 'l'},
+        {"hosts-per-leaf", required_argument, NULL, 'h'}, {"gpus", required_argument, NULL, 'g'},
+        {"load", required_argument, NULL, 'L'}, {"out", required_argument, NULL, 'o'},
+        {"no-preempt", no_argument, NULL, 'n'}, {NULL, 0, NULL, 0},
+    };
+    shoal_sched_sim_opts_t o = {.seed = 1, .njobs = 2000, .ntenants = 4, .leaves = 8,
+                                .hosts_per_leaf = 8, .gpus_per_host = 8, .load = 0.9};
+    int c;
+
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': o.seed = strtoull(optarg, NULL, 0); break;
+        case 'j': o.njobs = atoi(optarg); break;
+        case 't': o.ntenants = atoi(optarg); break;
+        case 'l': o.leaves = atoi(optarg); break;
+        case 'h': o.hosts_per_leaf = atoi(optarg); break;
+        case 'g': o.gpus_per_host = atoi(optarg); break;
+        case 'L': o.load = atof(optarg); break;
+        case 'o': o.outdir = optarg; break;
+        case 'n': o.no_preempt = 1; break;
+        default: shoal_place_usage(stderr); return 2;
+        }
+    }
+    if (o.njobs < 1 || o.njobs > 1000000 || o.ntenants < 1 || o.ntenants > 1000 ||
+        o.leaves < 1 || o.leaves > 256 || o.hosts_per_leaf < 1 || o.hosts_per_leaf > 256 ||
+        o.gpus_per_host < 1 || o.gpus_per_host > SHOAL_SCHED_GPU_MAX || !(o.load > 0)) {
+        fprintf(stderr, "shoal-place simulate: a parameter is out of range\n");
+        return 2;
+    }
+    if (o.outdir != NULL && mkdir(o.outdir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shoal-place simulate: mkdir(%s): %s\n", o.outdir, strerror(errno));
+        return 1;
+    }
+    return shoal_sched_simulate_all(&o, stdout) == SHOAL_OK ? 0 : 1;
+}
+
+#define SHOAL_PLACE_HWLOC_MAX 256
+
+typedef struct {
+    const char *conf, *topo, *jobs, *out, *job, *print;
+    char *hwloc[SHOAL_PLACE_HWLOC_MAX]; /* NAME=FILE */
+    int nhwloc;
+    int explain;
+    double uplink;
+    shoal_sched_opts_t o;
+} shoal_place_args_t;
+
+static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
+{
+    static const struct option opts[] = {
+        {"slurm-conf", required_argument, NULL, 'c'}, {"topology", required_argument, NULL, 't'},
+        {"jobs", required_argument, NULL, 'j'}, {"explain", no_argument, NULL, 'e'},
+        {"no-preempt", no_argument, NULL, 'n'}, {"policy", required_argument, NULL, 'p'},
+        {"uplink-cost", required_argument, NULL, 'u'}, {"out", required_argument, NULL, 'o'},
+        {"job", required_argument, NULL, 'J'}, {"print", required_argument, NULL, 'P'},
+        {"hwloc", required_argument, NULL, 'W'}, {"help", no_argument, NULL, 'H'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    memset(a, 0, sizeof(*a));
+    a->o.preempt = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': a->conf = optarg; break;
+        case 't': a->topo = optarg; break;
+        case 'j': a->jobs = optarg; break;
+        case 'e': a->explain = 1; break;
+        case 'n': a->o.preempt = 0; break;
+        case 'u': a->uplink = atof(optarg); break;
+        case 'o': a->out = optarg; break;
+        case 'J': a->job = optarg; break;
+        case 'P': a->print = optarg; break;
+        case 'W':
+            if (a->nhwloc == SHOAL_PLACE_HWLOC_MAX || strchr(optarg, '=') == NULL) {
+                fprintf(stderr, "shoal-place: --hwloc NAME=FILE (at most %d)\n",
+                        SHOAL_PLACE_HWLOC_MAX);
+                return 2;
+            }
+            a->hwloc[a->nhwloc++] = optarg;
+            break;
+        case 'p':
+            a->o.policy = strcmp(optarg, "shoal") == 0       ? SHOAL_SCHED_POLICY_SHOAL
+                          : strcmp(optarg, "first-fit") == 0  ? SHOAL_SCHED_POLICY_FIRST_FIT
+                          : strcmp(optarg, "slurm-tree") == 0 ? SHOAL_SCHED_POLICY_SLURM
+                                                              : -1;
+            if (a->o.policy < 0) {
+                shoal_place_usage(stderr);
+                return 2;
+            }
+            break;
+        case 'H': shoal_place_usage(stdout); return 0;
+        default: shoal_place_usage(stderr); return 2;
+        }
+    }
+    if (a->conf == NULL || a->jobs == NULL || optind != argc || (a->job == NULL) !=
+        (a->print == NULL) || (a->print != NULL && shoal_sched_out_kind(a->print) < 0)) {
+        shoal_place_usage(stderr);
+        return 2;
+    }
+    return -1;
+}
+
+/* --hwloc NAME=FILE: the host's CPUs, memory and GPUs from hwloc XML (stderr says what). */
+static shoal_status_t shoal_place_hwloc(shoal_sched_cluster_t *c, const char *arg)
+{
+#if SHOAL_HAVE_HWLOC
+    char name[SHOAL_SCHED_NAME_MAX], summary[768];
+    const char *eq = strchr(arg, '=');
+    size_t len = (size_t)(eq - arg);
+
+    if (len == 0 || len >= sizeof(name)) {
+        fprintf(stderr, "shoal-place: --hwloc %s: the node name is empty or too long\n", arg);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    SHOAL_CHECK(shoal_sched_hwloc_node(c, name, eq + 1, summary, sizeof(summary)));
+    fprintf(stderr, "shoal-place: hwloc %s\n", summary);
+    return SHOAL_OK;
+#else
+    (void)c;
+    fprintf(stderr, "shoal-place: --hwloc %s: built without hwloc (libhwloc-dev)\n", arg);
+    return SHOAL_ERR_UNSUPPORTED;
+#endif
+}
+
+static shoal_status_t shoal_place_load(const shoal_place_args_t *a, shoal_sched_cluster_t *c,
+                                       shoal_sched_queue_t *q)
+{
+    char *text = NULL;
+    shoal_status_t st = shoal_sched_read_file(a->conf, &text);
+
+    if (st == SHOAL_OK) {
+        st = shoal_sched_slurm_conf_parse(text, a->conf, c);
+    }
+    free(text);
+    text = NULL;
+    for (int i = 0; st == SHOAL_OK && i < a->nhwloc; i++) {
+        st = shoal_place_hwloc(c, a->hwloc[i]);
+    }
+    if (st == SHOAL_OK && a->topo != NULL) {
+        st = shoal_sched_read_file(a->topo, &text);
+        if (st == SHOAL_OK) {
+            st = shoal_sched_topology_parse(text, a->topo, c);
+        }
+        free(text);
+        text = NULL;
+    }
+    c->uplink_cost = a->uplink;
+    if (st == SHOAL_OK) {
+        st = shoal_sched_cluster_finish(c);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_sched_read_file(a->jobs, &text);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_sched_jobs_parse(text, a->jobs, c, q);
+    }
+    free(text);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    shoal_place_args_t a;
+    shoal_sched_cluster_t c = {0};
+    shoal_sched_queue_t q = {0};
+    shoal_sched_plan_t plan = {0};
+    int rc;
+
+    if (argc > 1 && strcmp(argv[1], "hostlist") == 0) {
+        return shoal_place_hostlist(argc, argv);
+    }
+    if (argc > 1 && strcmp(argv[1], "simulate") == 0) {
+        return shoal_place_simulate(argc, argv);
+    }
+    rc = shoal_place_args(argc, argv, &a);
+    if (rc >= 0) {
+        return rc;
+    }
+    rc = 1;
+    if (shoal_place_load(&a, &c, &q) != SHOAL_OK ||
+        shoal_sched_plan_round(&c, &q, &a.o, &plan) != SHOAL_OK) {
+        goto out;
+    }
+    rc = 0;
+    if (a.job != NULL) {
+        rc = 3;
+        for (int i = 0; i < q.njobs; i++) {
+            if (strcmp(q.jobs[i].name, a.job) == 0 && q.jobs[i].state == SHOAL_SCHED_RUNNING) {
+                rc = shoal_sched_output(&c, &q.jobs[i], shoal_sched_out_kind(a.print),
+                                        stdout) == SHOAL_OK ? 0 : 1;
+            }
+        }
+        if (rc == 3) {
+            fprintf(stderr, "shoal-place: job %s is not placed\n", a.job);
+        }
+        goto out;
+    }
+    shoal_sched_plan_print(&c, &q, &plan, a.explain, stdout);
+    for (int i = 0; a.out != NULL && i < plan.n && rc == 0; i++) {
+        const shoal_sched_job_t *j = &q.jobs[plan.d[i].job];
+        if (plan.d[i].placed && j->state == SHOAL_SCHED_RUNNING) {
+            rc = shoal_sched_output_dir(&c, j, a.out) == SHOAL_OK ? 0 : 1;
+        }
+    }
+out:
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+    return rc;
+}

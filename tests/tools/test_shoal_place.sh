@@ -1,0 +1,162 @@
+#!/bin/sh
+# TAP test of shoal-place (src/sched) end to end: hostlist expressions, a plan from real
+# slurm.conf / topology.conf / jobs files (placement, preemption with signal and grace, the
+# launcher files, --job --print, --explain), refusal of bad input, the simulation's table and
+# plots, and the ring order it writes taken by a real communicator (SHOAL_RING_HOSTS_FILE).
+# Needs: top_builddir (exported by `make check`; defaults to the current directory).
+
+top_builddir=${top_builddir:-.}
+PLACE="$top_builddir/shoal-place"
+T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
+
+NTESTS=22
+echo "1..$NTESTS"
+n=0
+ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
+is() {
+    n=$((n + 1))
+    if [ "$1" = "$2" ]; then echo "ok $n - $3"; else
+        echo "not ok $n - $3"; echo "#   got: '$1'"; echo "#  want: '$2'"; fi
+}
+diag_file() { sed 's/^/#   /' "$1" | head -n 30; }
+
+if [ ! -x "$PLACE" ]; then
+    i=0; while [ $i -lt $NTESTS ]; do i=$((i + 1)); echo "ok $i # SKIP no shoal-place"; done
+    exit 0
+fi
+
+# 1-2: hostlist expressions
+is "$("$PLACE" hostlist compress 'n1,n2,n3,gpu07,gpu08,login')" "n[1-3],gpu[07-08],login" \
+    "hostlist compress"
+is "$("$PLACE" hostlist expand 'rack[1-2]-n[09-10]' | tr '\n' ' ')" \
+    "rack1-n09 rack1-n10 rack2-n09 rack2-n10 " "hostlist expand"
+
+# A cluster of two leaves of two 4-GPU hosts; tenant b runs spot jobs filling three hosts.
+cat > "$T/slurm.conf" <<'CONF'
+ClusterName=test
+NodeName=node[01-04] CPUs=16 RealMemory=64000 Gres=gpu:4 State=UNKNOWN
+PartitionName=all Nodes=node[01-04] Default=YES
+CONF
+cat > "$T/topology.conf" <<'CONF'
+SwitchName=leaf1 Nodes=node[01-02]
+SwitchName=leaf2 Nodes=node[03-04]
+SwitchName=spine Switches=leaf[1-2]
+CONF
+cat > "$T/jobs" <<'CONF'
+tenant=a weight=2
+tenant=b weight=1
+job=s1 tenant=b gpus=4 class=spot state=running nodes=node01 signal=USR1 grace=90
+job=s2 tenant=b gpus=4 class=spot state=running nodes=node03
+job=s3 tenant=b gpus=2 class=spot state=running nodes=node04 signal=SIGTERM grace=30
+job=train tenant=a gpus=8 cpus=2 mem=8G class=reserved
+job=small tenant=b gpus=2 class=spot
+CONF
+
+# 3-9: the plan
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --explain --out "$T" > "$T/plan" 2> "$T/err"
+rc=$?
+is "$rc" 0 "shoal-place plans (exit 0)"
+[ $rc -eq 0 ] || { diag_file "$T/plan"; diag_file "$T/err"; }
+# preempting s3 alone (2 GPUs) makes room across the spine; one leaf would take two victims
+grep -q '^place job=train tenant=a gpus=8 level=2 cost=18 nodes=node\[02,04\]$' "$T/plan"
+ok $? "the reserved 8-GPU job: node02 and node04, across the spine (one victim, not two)"
+[ $? -eq 0 ] || diag_file "$T/plan"
+grep -c '^preempt ' "$T/plan" | grep -qx 1 &&
+    grep -q '^preempt job=s3 tenant=b signal=TERM grace=30 for=train$' "$T/plan"
+ok $? "the smallest victim set: s3 alone, with its signal and grace period"
+grep -q '^  why: .*lowest weighted dominant share' "$T/plan"
+ok $? "--explain says why"
+is "$(cat "$T/train.nodelist")" "node[02,04]" "train.nodelist in hostlist form"
+is "$(wc -l < "$T/train.slurm_hostfile" | tr -d ' ')" 8 "train.slurm_hostfile has a line per task"
+is "$(tr '\n' ' ' < "$T/train.ring")" "node02 node04 " "train.ring: the hosts in ring order"
+
+# 10: --job --print for sbatch --nodelist=$(...)
+is "$("$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --job train --print nodelist)" "node[02,04]" "--job train --print nodelist"
+
+# 11: --no-preempt leaves the reserved job pending
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --no-preempt > "$T/plan2" 2>&1
+grep -q '^pending job=train' "$T/plan2" && ! grep -q '^preempt' "$T/plan2"
+ok $? "--no-preempt: the reserved job waits, nothing is preempted"
+
+# 12-14: bad input is an error naming the line, never a crash
+printf 'job=x tenant=a gpus=2 class=gold\n' > "$T/bad"
+"$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/bad" > /dev/null 2> "$T/err"
+rc=$?
+is "$rc" 1 "a bad jobs file: exit 1"
+grep -q 'bad:1: bad value class=gold' "$T/err"
+ok $? "the error names the file, the line and the value"
+printf 'NodeName=node[01-\n' > "$T/badconf"
+"$PLACE" --slurm-conf "$T/badconf" --jobs "$T/jobs" > /dev/null 2>&1
+is "$?" 1 "a malformed hostlist in slurm.conf: exit 1"
+
+# 18-19: --hwloc, one host's CPUs, memory and GPUs from
+# hwloc XML (4 A100s; the BMC's VGA is not a GPU)
+hwloc_case() {
+    printf 'NodeName=gpu1 CPUs=1 RealMemory=1\nNodeName=gpu2 CPUs=8 RealMemory=64000 Gres=gpu:2\n' \
+        > "$T/h.conf"
+    printf 'job=a tenant=t gpus=4 cpus=2 mem=8G\njob=b tenant=u gpus=5\n' > "$T/h.jobs"
+    "$PLACE" --slurm-conf "$T/h.conf" --hwloc "gpu1=$top_srcdir/tests/tools/sched_gpu_host.xml" \
+        --jobs "$T/h.jobs" > "$T/h.out" 2> "$T/h.err"
+    rc=$?
+    if grep -q 'built without hwloc' "$T/h.err"; then
+        n=$((n + 1)); echo "ok $n # SKIP built without hwloc"
+        n=$((n + 1)); echo "ok $n # SKIP built without hwloc"
+        return
+    fi
+    [ $rc -eq 0 ] && grep -q 'gpu1: 8 CPUs, 65536 MB, 4 GPU(s) \[cuda0 cuda1 cuda2 cuda3\], 1 NIC(s) \[ib0 mlx5_0\]' "$T/h.err"
+    ok $? "--hwloc reads 8 CPUs, 64 GiB, 4 GPUs and the InfiniBand NIC from the XML"
+    [ $? -eq 0 ] || { diag_file "$T/h.err"; diag_file "$T/h.out"; }
+    grep -q '^place job=a tenant=t gpus=4 level=0 cost=0 nodes=gpu1$' "$T/h.out" &&
+        grep -q '^pending job=b' "$T/h.out"
+    ok $? "the XML's GPUs replace slurm.conf's: a 4-GPU job fits on gpu1, a 5-GPU job nowhere"
+}
+top_srcdir=${top_srcdir:-.}
+
+# 15-17: the simulation (small, seeded: the same table twice)
+"$PLACE" simulate --seed 3 --jobs 300 --leaves 4 --hosts-per-leaf 4 --load 2 --out "$T/sim" \
+    > "$T/sim1" 2> "$T/simerr"
+rc=$?
+is "$rc" 0 "shoal-place simulate (exit 0)"
+[ $rc -eq 0 ] || diag_file "$T/simerr"
+"$PLACE" simulate --seed 3 --jobs 300 --leaves 4 --hosts-per-leaf 4 --load 2 > "$T/sim2" 2>&1
+cmp -s "$T/sim1" "$T/sim2" && grep -q '^shoal ' "$T/sim1" && grep -q '^first-fit ' "$T/sim1" &&
+    grep -q '^slurm-tree ' "$T/sim1"
+ok $? "the simulation is reproducible and compares three policies"
+if command -v gnuplot > /dev/null 2>&1; then
+    [ -s "$T/sim/utilization.png" ] && [ -s "$T/sim/cross_switch.png" ] &&
+        [ -s "$T/sim/fragmentation.png" ]
+    ok $? "PNG plots written"
+else
+    n=$((n + 1)); echo "ok $n # SKIP no gnuplot"
+fi
+
+hwloc_case
+
+# 20-22: a real communicator takes the ring order from the file shoal-place writes
+# (SHOAL_TOPO_FILE's virtual hosts are host0 and host1; the list puts host1 first)
+printf 'hosts 2\nppn 2\n' > "$T/topo"
+printf '# from shoal-place\nhost1\nhost0\n' > "$T/ring"
+SHOALRUN="$top_builddir/shoalrun"
+timeout -s KILL 120 "$SHOALRUN" -n 4 --timeout 100 -x SHOAL_TOPO_FILE="$T/topo" \
+    -x SHOAL_RING_HOSTS_FILE="$T/ring" -x SHOAL_DEBUG=INFO -x SHOAL_DEBUG_SUBSYS=TOPO \
+    "$top_builddir/allreduce_perf" -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 > "$T/run" 2>&1
+rc=$?
+is "$rc" 0 "4 ranks with SHOAL_RING_HOSTS_FILE run allreduce_perf (exit 0)"
+grep -q 'ring order from SHOAL_RING_HOSTS (2 hosts listed), first host host1, ranks 2 3 0 1' \
+    "$T/run" && ! grep -v '^#' "$T/run" | awk 'NF >= 13 && ($9 != 0 || $13 != 0) { bad = 1 }
+    END { exit bad }'
+ok $? "the ring visits host1 first (ranks 2 3 0 1) and every result is right"
+[ $? -eq 0 ] || diag_file "$T/run"
+printf 'host1\n' > "$T/ring"
+timeout -s KILL 120 "$SHOALRUN" -n 4 --timeout 100 -x SHOAL_TOPO_FILE="$T/topo" \
+    -x SHOAL_RING_HOSTS_FILE="$T/ring" "$top_builddir/allreduce_perf" -b 8 -e 8 -n 1 -w 0 \
+    -c 1 > "$T/run" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "rank 0's host host0 is not in the list" "$T/run"
+ok $? "a host missing from the list: a warning, the usual order, the job runs (rc $rc)"
+[ $? -eq 0 ] || diag_file "$T/run"
