@@ -22,14 +22,21 @@
 # Knobs (environment):
 #   SLURMTEST_PLACE_CMD  the command that makes case 2's node list: run as
 #                        "$SLURMTEST_PLACE_CMD SLURM_CONF NTASKS", it prints a Slurm hostlist
-#                        (default: none, the one node). The place for shoal-place (src/sched).
+#                        (default: tests/slurm/place_cmd.sh, i.e. shoal-place, when built).
 #   SLURMTEST_HOSTFILE_CMD  the command that makes case 1b's SLURM_HOSTFILE (srun -m
 #                        arbitrary: one host per rank, in rank order), run the same way; it
-#                        prints the file (default: this node, once per rank).
+#                        prints the file (default: shoal-place through place_cmd.sh).
 #   SLURMTEST_KEEP=1     keep the temp dir (logs) after the test.
 # Needs: top_builddir (exported by `make check`; defaults to the current directory).
 
 top_builddir=${top_builddir:-.}
+top_builddir=$(cd "$top_builddir" && pwd)
+export top_builddir
+if [ -x "$top_builddir/shoal-place" ]; then
+    here=$(cd "$(dirname "$0")" && pwd)
+    : "${SLURMTEST_PLACE_CMD:=$here/place_cmd.sh nodelist}"
+    : "${SLURMTEST_HOSTFILE_CMD:=$here/place_cmd.sh slurm_hostfile}"
+fi
 B=$top_builddir
 PROG=$B/tests/slurm/slurm_rank
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
