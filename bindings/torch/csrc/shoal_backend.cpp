@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/Utils.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -205,6 +206,11 @@ class ShoalBackend : public c10d::Backend {
         }
     }
     void shutdown() override {}
+
+    // Collectives issued on this group so far (point to point not counted); the same on every
+    // rank unless the ranks disagree. TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper compares it.
+    void setSequenceNumberForGroup() override {}
+    uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                              const c10d::BroadcastOptions &opts) override
@@ -598,6 +604,9 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title,
                                            std::vector<at::Tensor> outputs, Fn fn)
     {
+        if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) {
+            seq_++;
+        }
         auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs));
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -656,6 +665,7 @@ class ShoalBackend : public c10d::Backend {
     std::condition_variable cv_;
     std::deque<Task> queue_;
     bool stop_ = false;
+    std::atomic<uint64_t> seq_{0};
     std::string why_; // worker thread only: a binding-level reason for the failing status
     std::thread worker_;
 

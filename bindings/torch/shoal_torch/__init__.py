@@ -19,7 +19,11 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["launcher_env", "version", "BACKEND"]
+__all__ = ["launcher_env", "version", "BACKEND", "LAUNCHER"]
+
+# The launcher whose variables filled RANK / WORLD_SIZE at import ("shoal", "ompi", "pmix",
+# "pmi", "slurm"), or None.
+LAUNCHER = None
 
 BACKEND = "shoal"
 
@@ -79,5 +83,5 @@ def _register():
         dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
 
 
-launcher_env()
+LAUNCHER = launcher_env()
 _register()

@@ -29,14 +29,20 @@ def model():
                          nn.Linear(128, 10))
 
 
+_TEACHER = torch.randn(32, 10, generator=torch.Generator().manual_seed(7))
+
+
 def batch(rank, step):
+    """A learnable task (labels from a fixed random linear teacher): the loss falls."""
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(16, 32, generator=g)
-    y = torch.randint(0, 10, (16,), generator=g)
+    y = (x @ _TEACHER).argmax(1)
     return x, y
 
 
 def main():
+    if KILL_RANK >= 0:
+        print("ready pid %d" % os.getpid(), flush=True)
     timeout = float(os.environ.get("DDP_TIMEOUT_S", "60"))
     from datetime import timedelta
     dist.init_process_group("shoal", timeout=timedelta(seconds=timeout))
@@ -51,8 +57,9 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     for step in range(STEPS):
         if step == KILL_STEP and rank == KILL_RANK:
-            print("rank %d: killing myself at step %d" % (rank, step), flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+            sig = getattr(signal, os.environ.get("DDP_KILL_SIGNAL", "SIGKILL"))
+            print("rank %d: %s to myself at step %d" % (rank, sig.name, step), flush=True)
+            os.kill(os.getpid(), sig)
         x, y = batch(rank, step)
         for k, m in runs.items():
             opts[k].zero_grad()

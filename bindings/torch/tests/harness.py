@@ -35,9 +35,10 @@ class Result:
                          for r, (rc, o) in enumerate(zip(self.rcs, self.outs)))
 
 
-def launch(script, n, args=(), timeout=120, env=None):
+def launch(script, n, args=(), timeout=120, env=None, expendable=()):
     """Runs n copies of tests/<script> as ranks 0..n-1; kills what is left after timeout
-    (their rc is then None)."""
+    (their rc is then None). Ranks in expendable are killed (rc None) as soon as all the
+    others have ended."""
     port = free_port()
     procs = []
     t0 = time.monotonic()
@@ -48,17 +49,21 @@ def launch(script, n, args=(), timeout=120, env=None):
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script)] + list(args),
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
-    rcs, outs = [], []
-    for p in procs:
+    rcs, outs = [None] * n, [""] * n
+    order = [r for r in range(n) if r not in expendable] + list(expendable)
+    for r in order:
+        p = procs[r]
+        if r in expendable and p.poll() is None:
+            p.kill()
+            outs[r] = p.communicate()[0]
+            continue
         left = max(1.0, timeout - (time.monotonic() - t0))
         try:
-            out, _ = p.communicate(timeout=left)
-            rcs.append(p.returncode)
+            outs[r] = p.communicate(timeout=left)[0]
+            rcs[r] = p.returncode
         except subprocess.TimeoutExpired:
             p.kill()
-            out, _ = p.communicate()
-            rcs.append(None)
-        outs.append(out)
+            outs[r] = p.communicate()[0]
     return Result(rcs, outs, time.monotonic() - t0)
 
 
