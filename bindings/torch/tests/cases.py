@@ -6,7 +6,7 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int
 OPS = ["all_reduce_sum", "all_reduce_product", "all_reduce_min", "all_reduce_max",
        "all_reduce_avg", "broadcast", "reduce_sum", "all_gather", "all_gather_into_tensor",
        "reduce_scatter_sum", "reduce_scatter_tensor_sum", "all_to_all_single_equal",
-       "all_to_all_single_unequal", "send_recv"]
+       "all_to_all_single_unequal", "all_to_all", "gather", "scatter", "send_recv"]
 WORLD_SIZES = [1, 2, 3, 4]
 
 

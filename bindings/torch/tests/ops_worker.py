@@ -181,6 +181,36 @@ def run_case(op, dtype, gloo):
         want = torch.cat([rows(r)[sum(splits_from(r)[:R]):sum(splits_from(r)[:R + 1])]
                           for r in range(N)])
         return check(op, out, want, g)
+    if op == "all_to_all":  # lists: rank r sends (r + d + 1) elements to rank d
+        ins = [data(R, dtype, count=R + d + 1) for d in range(N)]
+        outs = [torch.empty(r + R + 1, dtype=dtype) for r in range(N)]
+        dist.all_to_all(outs, ins)
+
+        def g():
+            o = [torch.empty_like(x) for x in outs]
+            dist.all_to_all(o, ins, group=gloo)
+            return torch.cat(o)
+        return check(op, torch.cat(outs), torch.cat([data(r, dtype, count=r + R + 1)
+                                                     for r in range(N)]), g)
+    if op == "gather":
+        root = N - 1
+        t = data(R, dtype)
+        outs = [torch.empty_like(t) for _ in range(N)] if R == root else None
+        dist.gather(t, outs, dst=root)
+        o = [torch.empty_like(t) for _ in range(N)] if R == root else None
+        dist.gather(t, o, dst=root, group=gloo)
+        if R != root:
+            return "ok"
+        return check(op, torch.stack(outs), torch.stack([data(r, dtype) for r in range(N)]),
+                     lambda: torch.stack(o))
+    if op == "scatter":
+        root = 0
+        ins = [data(10 + r, dtype) for r in range(N)] if R == root else None
+        out = torch.empty(COUNT, dtype=dtype)
+        dist.scatter(out, ins, src=root)
+        o = torch.empty_like(out)
+        dist.scatter(o, ins, src=root, group=gloo)
+        return check(op, out, data(10 + R, dtype), lambda: o)
     if op == "send_recv":
         if N == 1:
             return "ok"
