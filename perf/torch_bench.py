@@ -77,14 +77,19 @@ def worker(args):
     teacher = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(1)) / 32
     params = sum(p.numel() for p in model().parameters())
     out["ddp"]["params"] = params
+    # both models train side by side, step by step, the backend that goes first alternating:
+    # on a shared machine a load change then hits both alike
+    runs = {}
     for name, g in groups.items():
         m = nn.parallel.DistributedDataParallel(model(), process_group=g)
-        opt = torch.optim.SGD(m.parameters(), lr=0.01)
-        losses, times, comm = [], [], []
-        for step in range(args.warmup + args.steps):
-            gen = torch.Generator().manual_seed(100 * step + rank)
-            x = torch.randn(args.batch, 1024, generator=gen)
-            y = x @ teacher
+        runs[name] = (m, torch.optim.Adam(m.parameters(), lr=3e-4), [], [])
+    for step in range(args.warmup + args.steps):
+        # four fixed batches per rank, cycled: the model can fit them, the loss falls
+        gen = torch.Generator().manual_seed(100 * (step % 4) + rank)
+        x = torch.randn(args.batch, 1024, generator=gen)
+        y = x @ teacher
+        for name in (list(runs) if step % 2 == 0 else list(runs)[::-1]):
+            m, opt, losses, times = runs[name]
             dist.barrier(group=gloo)
             t0 = time.perf_counter()
             opt.zero_grad()
@@ -97,26 +102,29 @@ def worker(args):
             if step >= args.warmup:
                 losses.append(lv.item() / n)
                 times.append(dt)
+    for name, g in groups.items():
+        m, opt, losses, times = runs[name]
         # communication alone: one all_reduce of all gradients, the same bytes DDP moves
         flat = torch.cat([p.grad.flatten() for p in m.parameters()])
+        comm = []
         for _ in range(3):
             dist.barrier(group=gloo)
             t0 = time.perf_counter()
             dist.all_reduce(flat, group=g)
             comm.append(slowest(time.perf_counter() - t0))
         out["ddp"][name] = {"loss": losses, "step_s": times, "allreduce_grads_s": min(comm)}
-        del m, opt
         if rank == 0:
             print("ddp %s: %d params, median step %.3f s, gradient all_reduce alone %.3f s, "
                   "loss %.5f -> %.5f" % (name, params, sorted(times)[len(times) // 2],
                                          min(comm), losses[0], losses[-1]), flush=True)
     if rank == 0:
-        print("RESULTS " + json.dumps(out), flush=True)
+        with open(args.result_file, "w") as f:
+            json.dump(out, f)
     dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- driver
-def run_ranks(n, argv):
+def run_ranks(n, argv, result_file):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -124,14 +132,10 @@ def run_ranks(n, argv):
     for r in range(n):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"] +
-                                      argv, env=env, stdout=subprocess.PIPE if r else None,
-                                      stderr=subprocess.STDOUT if r else None, text=True))
-    result = None
-    out0, _ = procs[0].communicate()
-    for p in procs[1:]:
-        p.communicate()
-    return procs[0].returncode, out0
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker",
+                                       "--result-file", result_file] + argv, env=env))
+    rcs = [p.wait() for p in procs]
+    return max(rcs, key=abs)
 
 
 def median(xs):
@@ -171,6 +175,7 @@ def plot(results, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result-file", help=argparse.SUPPRESS)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--max-bytes", type=parse_size, default=64 << 20)
     ap.add_argument("--steps", type=int, default=20)
@@ -187,12 +192,14 @@ def main():
     results = []
     for n in args.ranks:
         print("=== %d ranks" % n, flush=True)
-        rc, out = run_ranks(n, argv)
-        res = next((json.loads(l[8:]) for l in out.splitlines() if l.startswith("RESULTS ")),
-                   None)
-        print("\n".join(l for l in out.splitlines() if not l.startswith("RESULTS ")))
-        if rc != 0 or res is None:
+        rf = os.path.join(args.out, "torch_bench_%d.json" % n)
+        if os.path.exists(rf):
+            os.unlink(rf)
+        rc = run_ranks(n, argv, rf)
+        if rc != 0 or not os.path.exists(rf):
             sys.exit("torch_bench: the %d-rank run failed (rc %s)" % (n, rc))
+        with open(rf) as f:
+            res = json.load(f)
         results.append(res)
     print("\n=== summary (gloo time / shoal time; > 1: shoal faster)")
     print("%10s " % "bytes" + " ".join("%8s" % ("%d ranks" % r["ranks"]) for r in results))
