@@ -1,0 +1,820 @@
+// shoal as a torch.distributed backend: a c10d::Backend whose collectives run on a shoal
+// communicator. Each backend owns one worker thread that runs its operations in issue order
+// (shoal's blocking host calls); a Work completes, and its future is marked, when the worker
+// finishes it, so async_op=True and DDP's communication hooks overlap with the caller.
+//
+// Rendezvous goes through the c10d Store that torch hands a backend: rank 0 creates the unique
+// id and sets it, the others get it (blocking up to the store's timeout). The process group's
+// timeout becomes the communicator's (shoal_config_t.timeout_ms): every wait inside shoal has that
+// deadline, so a dead or stuck peer becomes an error on every surviving rank, carrying shoal's
+// sentence (shoal_comm_last_error, which names the failed rank).
+
+#include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Utils.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include <shoal.h>
+}
+
+namespace shoal_torch {
+
+namespace {
+
+const char kUidKey[] = "shoal_uid";
+
+// A clear error for what shoal cannot do, raised in the caller's thread (ValueError in Python
+// for bad arguments, NotImplementedError for what shoal has no support for).
+[[noreturn]] void unsupported(const std::string &what)
+{
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "shoal backend: ", what);
+}
+
+shoal_dtype_t to_shoal_dtype(const at::Tensor &t)
+{
+    switch (t.scalar_type()) {
+    case at::kChar: return SHOAL_INT8;
+    case at::kByte: return SHOAL_UINT8;
+    case at::kInt: return SHOAL_INT32;
+    case at::kUInt32: return SHOAL_UINT32;
+    case at::kLong: return SHOAL_INT64;
+    case at::kUInt64: return SHOAL_UINT64;
+    case at::kHalf: return SHOAL_FLOAT16;
+    case at::kBFloat16: return SHOAL_BFLOAT16;
+    case at::kFloat: return SHOAL_FLOAT32;
+    case at::kDouble: return SHOAL_FLOAT64;
+    default:
+        unsupported(std::string("dtype ") + c10::toString(t.scalar_type()) +
+                    " is not supported (shoal has int8, uint8, int32, uint32, int64, uint64, "
+                    "float16, bfloat16, float32, float64)");
+    }
+}
+
+shoal_op_t to_shoal_op(const c10d::ReduceOp &op)
+{
+    switch (op.op_) {
+    case c10d::ReduceOp::SUM: return SHOAL_SUM;
+    case c10d::ReduceOp::PRODUCT: return SHOAL_PROD;
+    case c10d::ReduceOp::MIN: return SHOAL_MIN;
+    case c10d::ReduceOp::MAX: return SHOAL_MAX;
+    case c10d::ReduceOp::AVG: return SHOAL_AVG;
+    case c10d::ReduceOp::BAND: unsupported("ReduceOp.BAND (bitwise AND) is not supported");
+    case c10d::ReduceOp::BOR: unsupported("ReduceOp.BOR (bitwise OR) is not supported");
+    case c10d::ReduceOp::BXOR: unsupported("ReduceOp.BXOR (bitwise XOR) is not supported");
+    case c10d::ReduceOp::PREMUL_SUM:
+        unsupported("ReduceOp.PREMUL_SUM is not supported (scale the tensor, then SUM)");
+    default: unsupported("this ReduceOp is not supported");
+    }
+}
+
+// Every tensor handed to shoal: dense, contiguous, on the CPU, of a dtype shoal has.
+void check_tensor(const at::Tensor &t, const char *what)
+{
+    TORCH_CHECK_VALUE(t.defined(), "shoal backend: ", what, " is undefined");
+    if (t.layout() != at::kStrided) {
+        unsupported(std::string(what) + ": only dense (strided) tensors are supported");
+    }
+    if (!t.device().is_cpu()) {
+        unsupported(std::string(what) + " is on " + t.device().str() +
+                    "; this build of the shoal backend takes CPU tensors only");
+    }
+    if (t.is_complex()) {
+        unsupported(std::string(what) + ": complex tensors are not supported");
+    }
+    if (t.scalar_type() == at::kBool) {
+        unsupported(std::string(what) + ": bool tensors are not supported");
+    }
+    TORCH_CHECK_VALUE(t.is_contiguous(), "shoal backend: ", what,
+                      " is not contiguous; call .contiguous() first");
+    (void)to_shoal_dtype(t);
+}
+
+void check_single(const std::vector<at::Tensor> &ts, const char *what)
+{
+    TORCH_CHECK_VALUE(ts.size() == 1, "shoal backend: ", what,
+                      " takes exactly one tensor per call (got ", ts.size(), ")");
+    check_tensor(ts[0], what);
+}
+
+void check_same(const at::Tensor &a, const at::Tensor &b, const char *what)
+{
+    TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), "shoal backend: ", what,
+                      ": dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
+}
+
+// The exception a failed shoal call becomes: torch.distributed.DistBackendError (a
+// RuntimeError) with shoal's status and its sentence.
+std::exception_ptr make_error(const std::string &msg)
+{
+    try {
+        C10_THROW_ERROR(DistBackendError, msg);
+    } catch (...) {
+        return std::current_exception();
+    }
+}
+
+} // namespace
+
+class ShoalWork : public c10d::Work {
+  public:
+    ShoalWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs)
+        : c10d::Work(rank, type, title), outputs_(std::move(outputs)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get())))
+    {
+    }
+
+    std::vector<at::Tensor> result() override { return outputs_; }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+    // Called once by the backend's worker thread.
+    void complete(std::exception_ptr err)
+    {
+        finish(err);
+        if (err) {
+            future_->setError(err);
+        } else {
+            future_->markCompleted(c10::IValue(outputs_));
+        }
+    }
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ShoalBackend : public c10d::Backend {
+  public:
+    ShoalBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                 std::chrono::milliseconds timeout)
+        : c10d::Backend(rank, size), timeout_(timeout)
+    {
+        shoal_uid_t uid;
+        if (rank == 0) {
+            check_init(shoal_get_unique_id(&uid), "shoal_get_unique_id");
+            const uint8_t *p = reinterpret_cast<const uint8_t *>(uid.internal);
+            store->set(kUidKey, std::vector<uint8_t>(p, p + sizeof(uid.internal)));
+        } else {
+            std::vector<uint8_t> v = store->get(kUidKey);
+            TORCH_CHECK(v.size() == sizeof(uid.internal),
+                        "shoal backend: the store holds a unique id of ", v.size(),
+                        " bytes, expected ", sizeof(uid.internal));
+            memcpy(uid.internal, v.data(), v.size());
+        }
+        shoal_config_t cfg = SHOAL_CONFIG_INIT;
+        long long ms = timeout.count();
+        cfg.timeout_ms = ms <= 0 ? -1 : (ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms));
+        check_init(shoal_comm_init(&comm_, size, rank, &uid, &cfg), "shoal_comm_init");
+        worker_ = std::thread([this] { run_worker(); });
+    }
+
+    ~ShoalBackend() override
+    {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (worker_.joinable()) {
+            worker_.join();
+        }
+        if (comm_ != nullptr) {
+            shoal_comm_destroy(comm_);
+        }
+    }
+
+    const std::string getBackendName() const override { return "shoal"; }
+
+    // A failed communicator makes shoal_comm_abort end every call blocked on it at once.
+    void abort() override
+    {
+        if (comm_ != nullptr) {
+            shoal_comm_abort(comm_);
+        }
+    }
+    void shutdown() override {}
+
+    // Collectives issued on this group so far (point to point not counted); the same on every
+    // rank unless the ranks disagree. TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper compares it.
+    void setSequenceNumberForGroup() override {}
+    uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts) override
+    {
+        check_single(tensors, "broadcast tensor");
+        check_root(opts.rootRank);
+        at::Tensor t = tensors[0];
+        int root = static_cast<int>(opts.rootRank);
+        return enqueue(c10d::OpType::BROADCAST, "shoal:broadcast", {t}, [=, this] {
+            return shoal_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t),
+                                   root, comm_, nullptr);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts) override
+    {
+        check_single(tensors, "all_reduce tensor");
+        at::Tensor t = tensors[0];
+        shoal_op_t op = to_shoal_op(opts.reduceOp);
+        return enqueue(c10d::OpType::ALLREDUCE, "shoal:all_reduce", {t}, [=, this] {
+            return shoal_allreduce(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t), op,
+                                   comm_, nullptr);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+        std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) override
+    {
+        TORCH_CHECK_VALUE(!tensors.empty(), "shoal backend: allreduce_coalesced of no tensors");
+        for (const auto &t : tensors) {
+            check_tensor(t, "allreduce_coalesced tensor");
+            check_same(t, tensors[0], "allreduce_coalesced");
+        }
+        shoal_op_t op = to_shoal_op(opts.reduceOp);
+        std::vector<at::Tensor> ts = tensors;
+        return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "shoal:allreduce_coalesced", ts,
+                       [=, this] {
+                           at::Tensor flat = at::cat(flatten_all(ts));
+                           shoal_status_t st = shoal_allreduce(
+                               flat.data_ptr(), flat.data_ptr(), flat.numel(),
+                               to_shoal_dtype(flat), op, comm_, nullptr);
+                           if (st == SHOAL_OK) {
+                               unflatten_into(flat, ts);
+                           }
+                           return st;
+                       });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts) override
+    {
+        check_single(tensors, "reduce tensor");
+        check_root(opts.rootRank);
+        at::Tensor t = tensors[0];
+        shoal_op_t op = to_shoal_op(opts.reduceOp);
+        int root = static_cast<int>(opts.rootRank);
+        return enqueue(c10d::OpType::REDUCE, "shoal:reduce", {t}, [=, this] {
+            return shoal_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t), op,
+                                root, comm_, nullptr);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &) override
+    {
+        check_single(inputs, "all_gather input");
+        TORCH_CHECK_VALUE(outputs.size() == 1, "shoal backend: all_gather takes one output list");
+        check_list(outputs[0], inputs[0], "all_gather");
+        at::Tensor in = inputs[0];
+        std::vector<at::Tensor> outs = outputs[0];
+        return enqueue(c10d::OpType::ALLGATHER, "shoal:all_gather", outs, [=, this] {
+            at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()},
+                                        in.options());
+            shoal_status_t st = shoal_allgather(in.data_ptr(), flat.data_ptr(), in.numel(),
+                                                to_shoal_dtype(in), comm_, nullptr);
+            if (st == SHOAL_OK) {
+                unflatten_into(flat, outs);
+            }
+            return st;
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &) override
+    {
+        check_tensor(input, "all_gather_into_tensor input");
+        check_tensor(output, "all_gather_into_tensor output");
+        check_same(input, output, "all_gather_into_tensor");
+        TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
+                          "shoal backend: all_gather_into_tensor: the output has ",
+                          output.numel(), " elements, expected world size x input = ",
+                          input.numel() * getSize());
+        at::Tensor in = input, out = output;
+        return enqueue(c10d::OpType::_ALLGATHER_BASE, "shoal:all_gather_into_tensor", {out},
+                       [=, this] {
+                           return shoal_allgather(in.data_ptr(), out.data_ptr(), in.numel(),
+                                                  to_shoal_dtype(in), comm_, nullptr);
+                       });
+    }
+
+    c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::AllgatherOptions &opts) override
+    {
+        TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                          "shoal backend: allgather_into_tensor_coalesced: ", outputs.size(),
+                          " outputs for ", inputs.size(), " inputs");
+        c10::intrusive_ptr<c10d::Work> last;
+        for (size_t i = 0; i < inputs.size(); i++) {
+            last = _allgather_base(outputs[i], inputs[i], opts); // run in issue order
+        }
+        return last != nullptr ? last : barrier_work();
+    }
+
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts) override
+    {
+        check_single(inputs, "gather input");
+        check_root(opts.rootRank);
+        int root = static_cast<int>(opts.rootRank);
+        at::Tensor in = inputs[0];
+        std::vector<at::Tensor> outs;
+        if (getRank() == root) {
+            TORCH_CHECK_VALUE(outputs.size() == 1, "shoal backend: gather takes one output list");
+            check_list(outputs[0], in, "gather");
+            outs = outputs[0];
+        } else {
+            TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
+                              "shoal backend: gather: only the root passes outputs");
+        }
+        int me = getRank(), n = getSize();
+        return enqueue(c10d::OpType::GATHER, "shoal:gather", outs, [=, this] {
+            shoal_dtype_t dt = to_shoal_dtype(in);
+            if (me != root) {
+                return shoal_send(in.data_ptr(), in.numel(), dt, root, comm_, nullptr);
+            }
+            for (int r = 0; r < n; r++) {
+                shoal_status_t st = SHOAL_OK;
+                if (r == me) {
+                    outs[r].copy_(in.view(outs[r].sizes()));
+                } else {
+                    st = shoal_recv(outs[r].data_ptr(), outs[r].numel(), dt, r, comm_, nullptr);
+                }
+                if (st != SHOAL_OK) {
+                    return st;
+                }
+            }
+            return SHOAL_OK;
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts) override
+    {
+        check_single(outputs, "scatter output");
+        check_root(opts.rootRank);
+        int root = static_cast<int>(opts.rootRank);
+        at::Tensor out = outputs[0];
+        std::vector<at::Tensor> ins;
+        if (getRank() == root) {
+            TORCH_CHECK_VALUE(inputs.size() == 1, "shoal backend: scatter takes one input list");
+            check_list(inputs[0], out, "scatter");
+            ins = inputs[0];
+        }
+        int me = getRank(), n = getSize();
+        return enqueue(c10d::OpType::SCATTER, "shoal:scatter", {out}, [=, this] {
+            shoal_dtype_t dt = to_shoal_dtype(out);
+            if (me != root) {
+                return shoal_recv(out.data_ptr(), out.numel(), dt, root, comm_, nullptr);
+            }
+            for (int r = 0; r < n; r++) {
+                shoal_status_t st = SHOAL_OK;
+                if (r == me) {
+                    out.copy_(ins[r].view(out.sizes()));
+                } else {
+                    st = shoal_send(ins[r].data_ptr(), ins[r].numel(), dt, r, comm_, nullptr);
+                }
+                if (st != SHOAL_OK) {
+                    return st;
+                }
+            }
+            return SHOAL_OK;
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                  std::vector<std::vector<at::Tensor>> &inputs,
+                                                  const c10d::ReduceScatterOptions &opts) override
+    {
+        check_single(outputs, "reduce_scatter output");
+        TORCH_CHECK_VALUE(inputs.size() == 1, "shoal backend: reduce_scatter takes one input list");
+        check_list(inputs[0], outputs[0], "reduce_scatter");
+        at::Tensor out = outputs[0];
+        std::vector<at::Tensor> ins = inputs[0];
+        shoal_op_t op = to_shoal_op(opts.reduceOp);
+        return enqueue(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", {out}, [=, this] {
+            at::Tensor flat = at::cat(flatten_all(ins));
+            return shoal_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
+                                        to_shoal_dtype(out), op, comm_, nullptr);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+        at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) override
+    {
+        check_tensor(input, "reduce_scatter_tensor input");
+        check_tensor(output, "reduce_scatter_tensor output");
+        check_same(input, output, "reduce_scatter_tensor");
+        TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
+                          "shoal backend: reduce_scatter_tensor: the input has ", input.numel(),
+                          " elements, expected world size x output = ",
+                          output.numel() * getSize());
+        at::Tensor in = input, out = output;
+        shoal_op_t op = to_shoal_op(opts.reduceOp);
+        return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_tensor", {out},
+                       [=, this] {
+                           return shoal_reduce_scatter(in.data_ptr(), out.data_ptr(),
+                                                       out.numel(), to_shoal_dtype(out), op,
+                                                       comm_, nullptr);
+                       });
+    }
+
+    c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::ReduceScatterOptions &opts) override
+    {
+        TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                          "shoal backend: reduce_scatter_tensor_coalesced: ", outputs.size(),
+                          " outputs for ", inputs.size(), " inputs");
+        c10::intrusive_ptr<c10d::Work> last;
+        for (size_t i = 0; i < inputs.size(); i++) {
+            last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+        }
+        return last != nullptr ? last : barrier_work();
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &outSplits,
+                                                 std::vector<int64_t> &inSplits,
+                                                 const c10d::AllToAllOptions &) override;
+
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &opts) override
+    {
+        int n = getSize();
+        TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == n &&
+                              static_cast<int>(outputs.size()) == n,
+                          "shoal backend: all_to_all takes world size (", n,
+                          ") input and output tensors");
+        for (int r = 0; r < n; r++) {
+            check_tensor(inputs[r], "all_to_all input");
+            check_tensor(outputs[r], "all_to_all output");
+            check_same(inputs[r], inputs[0], "all_to_all");
+            check_same(outputs[r], inputs[0], "all_to_all");
+        }
+        // One all_to_all_single with splits of whole tensors (in elements), then copy out.
+        at::Tensor in = at::cat(flatten_all(inputs));
+        std::vector<int64_t> ins(n), outs(n);
+        int64_t total = 0;
+        for (int r = 0; r < n; r++) {
+            ins[r] = inputs[r].numel();
+            outs[r] = outputs[r].numel();
+            total += outs[r];
+        }
+        at::Tensor out = at::empty({total}, in.options());
+        std::vector<at::Tensor> dst = outputs;
+        return enqueue_alltoallv(out, in, outs, ins, 1, dst, "shoal:all_to_all");
+    }
+
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
+    {
+        return barrier_work();
+    }
+
+    // Point to point: shoal matches sends and receives between two ranks in issue order (tags
+    // are not matched, as in NCCL); both run on this group's worker in issue order.
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
+                                        int /*tag*/) override
+    {
+        check_single(tensors, "send tensor");
+        check_peer(dst, "send");
+        at::Tensor t = tensors[0];
+        return enqueue(c10d::OpType::SEND, "shoal:send", {t}, [=, this] {
+            return shoal_send(t.data_ptr(), t.numel(), to_shoal_dtype(t), dst, comm_, nullptr);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
+                                        int /*tag*/) override
+    {
+        check_single(tensors, "recv tensor");
+        check_peer(src, "recv");
+        at::Tensor t = tensors[0];
+        return enqueue(c10d::OpType::RECV, "shoal:recv", {t}, [=, this] {
+            return shoal_recv(t.data_ptr(), t.numel(), to_shoal_dtype(t), src, comm_, nullptr);
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
+    {
+        unsupported("recv from any source is not supported (name the source rank)");
+    }
+
+  private:
+    using Fn = std::function<shoal_status_t()>;
+    struct Task {
+        c10::intrusive_ptr<ShoalWork> work;
+        Fn fn;
+    };
+
+    void check_init(shoal_status_t st, const char *call)
+    {
+        if (st != SHOAL_OK) {
+            std::string msg = std::string("shoal backend: ") + call + " failed: " +
+                              shoal_status_name(st) + " (" + shoal_strerror(st) + ")";
+            if (comm_ != nullptr) {
+                msg += ": " + std::string(shoal_comm_last_error(comm_));
+            }
+            C10_THROW_ERROR(DistBackendError, msg);
+        }
+    }
+
+    void check_root(int64_t root) const
+    {
+        TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "shoal backend: root rank ", root,
+                          " is outside the group (size ", getSize(), ")");
+    }
+
+    void check_peer(int peer, const char *what) const
+    {
+        TORCH_CHECK_VALUE(peer >= 0 && peer < getSize() && peer != getRank(), "shoal backend: ",
+                          what, ": peer ", peer, " is not another rank of the group (rank ",
+                          getRank(), " of ", getSize(), ")");
+    }
+
+    void check_list(const std::vector<at::Tensor> &list, const at::Tensor &one,
+                    const char *what) const
+    {
+        TORCH_CHECK_VALUE(static_cast<int>(list.size()) == getSize(), "shoal backend: ", what,
+                          " takes a list of world size (", getSize(), ") tensors, got ",
+                          list.size());
+        for (const auto &t : list) {
+            check_tensor(t, what);
+            check_same(t, one, what);
+            TORCH_CHECK_VALUE(t.numel() == one.numel(), "shoal backend: ", what,
+                              ": list tensors have ", t.numel(), " elements, the other has ",
+                              one.numel());
+        }
+    }
+
+    static std::vector<at::Tensor> flatten_all(const std::vector<at::Tensor> &ts)
+    {
+        std::vector<at::Tensor> flat;
+        flat.reserve(ts.size());
+        for (const auto &t : ts) {
+            flat.push_back(t.reshape({-1}));
+        }
+        return flat;
+    }
+
+    static void unflatten_into(const at::Tensor &flat, const std::vector<at::Tensor> &ts)
+    {
+        int64_t off = 0;
+        for (const auto &t : ts) {
+            t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+            off += t.numel();
+        }
+    }
+
+    c10::intrusive_ptr<c10d::Work> barrier_work()
+    {
+        return enqueue(c10d::OpType::BARRIER, "shoal:barrier", {},
+                       [this] { return shoal_barrier(comm_, nullptr); });
+    }
+
+    c10::intrusive_ptr<c10d::Work> enqueue_alltoallv(at::Tensor out, at::Tensor in,
+                                                     std::vector<int64_t> outSplits,
+                                                     std::vector<int64_t> inSplits,
+                                                     int64_t row, std::vector<at::Tensor> dst,
+                                                     const char *title);
+    shoal_status_t run_alltoallv(const at::Tensor &out, const at::Tensor &in,
+                                 const std::vector<int64_t> &outSplits,
+                                 const std::vector<int64_t> &inSplits, int64_t row,
+                                 std::string *why);
+
+    c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title,
+                                           std::vector<at::Tensor> outputs, Fn fn)
+    {
+        if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) {
+            seq_++;
+        }
+        auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs));
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            queue_.push_back(Task{work, std::move(fn)});
+        }
+        cv_.notify_one();
+        return work;
+    }
+
+    std::string failure(shoal_status_t st, const std::string &why)
+    {
+        std::string msg = std::string("shoal backend (rank ") + std::to_string(getRank()) +
+                          " of " + std::to_string(getSize()) + "): " + shoal_status_name(st) +
+                          " (" + shoal_strerror(st) + ")";
+        if (!why.empty()) {
+            msg += ": " + why;
+        } else {
+            const char *last = shoal_comm_last_error(comm_);
+            if (last != nullptr && last[0] != '\0') {
+                msg += ": " + std::string(last);
+            }
+        }
+        return msg;
+    }
+
+    void run_worker()
+    {
+        for (;;) {
+            Task task;
+            {
+                std::unique_lock<std::mutex> lk(mu_);
+                cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
+                if (queue_.empty()) {
+                    return; // stopping, nothing left
+                }
+                task = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            std::exception_ptr err;
+            try {
+                why_.clear();
+                shoal_status_t st = task.fn();
+                if (st != SHOAL_OK) {
+                    err = make_error(failure(st, why_));
+                }
+            } catch (...) {
+                err = std::current_exception();
+            }
+            task.work->complete(err);
+        }
+    }
+
+    shoal_comm_t comm_ = nullptr;
+    std::chrono::milliseconds timeout_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Task> queue_;
+    bool stop_ = false;
+    std::atomic<uint64_t> seq_{0};
+    std::string why_; // worker thread only: a binding-level reason for the failing status
+    std::thread worker_;
+
+  public:
+    static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store> &store,
+                                                    int rank, int size, int64_t timeout_ms)
+    {
+        return c10::make_intrusive<ShoalBackend>(store, rank, size,
+                                                 std::chrono::milliseconds(timeout_ms));
+    }
+};
+
+// all_to_all_single. Equal splits are one shoal_alltoall. Unequal splits: the ranks first
+// exchange their send sizes (an alltoall of world-size int64), each checks that what its peers
+// will send is what it expects, and one allreduce(MAX) agrees on both the verdict and the
+// largest block; then every block is padded to that size for one shoal_alltoall, and the
+// blocks are copied out to their places. A mismatch fails on every rank with the same error.
+c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                           std::vector<int64_t> &outSplits,
+                                                           std::vector<int64_t> &inSplits,
+                                                           const c10d::AllToAllOptions &)
+{
+    int n = getSize();
+    check_tensor(input, "all_to_all_single input");
+    check_tensor(output, "all_to_all_single output");
+    check_same(input, output, "all_to_all_single");
+    TORCH_CHECK_VALUE(input.dim() >= 1 && output.dim() >= 1,
+                      "shoal backend: all_to_all_single takes tensors with a first dimension");
+    int64_t row = input.numel() / std::max<int64_t>(input.size(0), 1);
+    int64_t orow = output.numel() / std::max<int64_t>(output.size(0), 1);
+    TORCH_CHECK_VALUE(input.size(0) == 0 || output.size(0) == 0 || row == orow,
+                      "shoal backend: all_to_all_single: input and output rows differ (", row,
+                      " vs ", orow, " elements)");
+    if (input.size(0) == 0) {
+        row = orow;
+    }
+    std::vector<int64_t> ins = inSplits, outs = outSplits;
+    auto fill = [n](std::vector<int64_t> &s, const at::Tensor &t, const char *what) {
+        if (s.empty()) {
+            TORCH_CHECK_VALUE(t.size(0) % n == 0, "shoal backend: all_to_all_single: the ",
+                              what, "'s first dimension (", t.size(0),
+                              ") is not divisible by the world size (", n, ")");
+            s.assign(n, t.size(0) / n);
+        }
+        TORCH_CHECK_VALUE(static_cast<int>(s.size()) == n, "shoal backend: all_to_all_single: ",
+                          what, " split sizes have ", s.size(), " entries, world size is ", n);
+        int64_t sum = 0;
+        for (int64_t v : s) {
+            TORCH_CHECK_VALUE(v >= 0, "shoal backend: all_to_all_single: negative split size");
+            sum += v;
+        }
+        TORCH_CHECK_VALUE(sum == t.size(0), "shoal backend: all_to_all_single: ", what,
+                          " split sizes add up to ", sum, ", the tensor has ", t.size(0),
+                          " rows");
+    };
+    fill(ins, input, "input");
+    fill(outs, output, "output");
+    return enqueue_alltoallv(output, input, outs, ins, row, {}, "shoal:all_to_all_single");
+}
+
+c10::intrusive_ptr<c10d::Work> ShoalBackend::enqueue_alltoallv(
+    at::Tensor out, at::Tensor in, std::vector<int64_t> outSplits, std::vector<int64_t> inSplits,
+    int64_t row, std::vector<at::Tensor> dst, const char *title)
+{
+    std::vector<at::Tensor> results = dst.empty() ? std::vector<at::Tensor>{out} : dst;
+    return enqueue(c10d::OpType::ALLTOALL_BASE, title, results, [=, this] {
+        shoal_status_t st = run_alltoallv(out, in, outSplits, inSplits, row, &why_);
+        if (st == SHOAL_OK && !dst.empty()) {
+            unflatten_into(out, dst);
+        }
+        return st;
+    });
+}
+
+shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tensor &in,
+                                           const std::vector<int64_t> &outSplits,
+                                           const std::vector<int64_t> &inSplits, int64_t row,
+                                           std::string *why)
+{
+    int n = getSize();
+    shoal_dtype_t dt = to_shoal_dtype(in);
+    bool equal = true;
+    for (int r = 0; r < n; r++) {
+        equal = equal && inSplits[r] == inSplits[0] && outSplits[r] == inSplits[0];
+    }
+    // Equal splits on every rank need no agreement round only when every rank knows they are
+    // equal; a rank cannot know that about its peers, so the size exchange always runs.
+    at::Tensor mine = at::tensor(inSplits, at::kLong);
+    at::Tensor theirs = at::empty({n}, at::kLong);
+    shoal_status_t st =
+        shoal_alltoall(mine.data_ptr(), theirs.data_ptr(), 1, SHOAL_INT64, comm_, nullptr);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    const int64_t *th = theirs.data_ptr<int64_t>();
+    int64_t bad = -1, maxc = 0;
+    for (int r = 0; r < n; r++) {
+        if (th[r] != outSplits[r] && bad < 0) {
+            bad = r;
+        }
+        maxc = std::max({maxc, inSplits[r], outSplits[r]});
+    }
+    int64_t agree[3] = {bad >= 0 ? 1 : 0, maxc, equal ? 0 : 1};
+    st = shoal_allreduce(agree, agree, 3, SHOAL_INT64, SHOAL_MAX, comm_, nullptr);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    if (agree[0] != 0) {
+        *why = "all_to_all_single: split sizes do not match across ranks";
+        if (bad >= 0) {
+            *why += " (rank " + std::to_string(bad) + " sends " + std::to_string(th[bad]) +
+                    " rows to rank " + std::to_string(getRank()) + ", which expects " +
+                    std::to_string(outSplits[bad]) + ")";
+        }
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (agree[2] == 0) { // every rank has equal splits: one alltoall in place
+        return shoal_alltoall(in.data_ptr(), out.data_ptr(), inSplits[0] * row, dt, comm_,
+                              nullptr);
+    }
+    int64_t block = agree[1] * row;
+    at::Tensor sendbuf = at::zeros({n * block}, in.options());
+    at::Tensor recvbuf = at::empty({n * block}, in.options());
+    at::Tensor inflat = in.reshape({-1}), outflat = out.view({-1});
+    int64_t off = 0;
+    for (int r = 0; r < n; r++) {
+        int64_t len = inSplits[r] * row;
+        sendbuf.narrow(0, r * block, len).copy_(inflat.narrow(0, off, len));
+        off += len;
+    }
+    st = shoal_alltoall(sendbuf.data_ptr(), recvbuf.data_ptr(), block, dt, comm_, nullptr);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    off = 0;
+    for (int r = 0; r < n; r++) {
+        int64_t len = outSplits[r] * row;
+        outflat.narrow(0, off, len).copy_(recvbuf.narrow(0, r * block, len));
+        off += len;
+    }
+    return SHOAL_OK;
+}
+
+} // namespace shoal_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
+{
+    m.doc() = "shoal as a torch.distributed backend (C++ part)";
+    m.def("create_backend", &shoal_torch::ShoalBackend::create, py::arg("store"), py::arg("rank"),
+          py::arg("size"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>());
+    m.def("version", [] { return std::string(shoal_version_string()); });
+}

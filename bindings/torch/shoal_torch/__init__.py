@@ -1,0 +1,87 @@
+"""shoal as a torch.distributed backend.
+
+    import shoal_torch                      # registers the backend "shoal" (CPU tensors)
+    torch.distributed.init_process_group("shoal")
+
+Installed with pip, the package also registers itself when torch is imported (the
+"torch.backends" entry point), so an unmodified script only changes the backend's name.
+
+Rendezvous goes through the store torch hands the backend (env://, tcp://, file://, torchrun).
+Under shoalrun, mpirun or srun, which set no RANK/WORLD_SIZE, importing this package fills them
+in from the launcher (see launcher_env), so init_process_group("shoal") works there too.
+"""
+import os
+import zlib
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["launcher_env", "version", "BACKEND", "LAUNCHER"]
+
+# The launcher whose variables filled RANK / WORLD_SIZE at import ("shoal", "ompi", "pmix",
+# "pmi", "slurm"), or None.
+LAUNCHER = None
+
+BACKEND = "shoal"
+
+# (rank, size, local rank) variables of the launchers shoal knows, in the order shoal's own
+# shoal_comm_init_env reads them (src/core/core_config.c), shoalrun's first.
+_LAUNCHERS = (
+    ("SHOAL_RANK", "SHOAL_NRANKS", "SHOAL_LOCAL_RANK"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("PMIX_RANK", "PMIX_SIZE", None),
+    ("PMI_RANK", "PMI_SIZE", None),
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+
+# Variables that are the same on every rank of one launch and differ between launches.
+_JOB_IDS = ("SHOAL_UID", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
+            "SLURM_JOB_ID")
+
+
+def version():
+    """The version of the libshoal this backend was built against and runs on."""
+    return _C.version()
+
+
+def launcher_env(environ=None):
+    """Fills RANK, WORLD_SIZE and LOCAL_RANK from shoalrun / Open MPI / PMI / Slurm variables
+    when RANK or WORLD_SIZE is unset, and MASTER_ADDR (127.0.0.1) and MASTER_PORT (a port in
+    20000-49999 derived from the launch's job id, the same on every rank) when unset. Returns
+    the name of the launcher found, or None (then nothing is changed). Set MASTER_ADDR and
+    MASTER_PORT yourself for jobs that span hosts."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return None
+    for rank, size, local in _LAUNCHERS:
+        if rank in env and size in env:
+            env["RANK"] = env[rank]
+            env["WORLD_SIZE"] = env[size]
+            if "LOCAL_RANK" not in env:
+                env["LOCAL_RANK"] = env.get(local, env[rank]) if local else env[rank]
+            env.setdefault("MASTER_ADDR", "127.0.0.1")
+            if "MASTER_PORT" not in env:
+                job = "".join(env.get(k, "") for k in _JOB_IDS) + env.get("SLURM_STEP_ID", "")
+                if job:
+                    env["MASTER_PORT"] = str(20000 + zlib.crc32(job.encode()) % 30000)
+            return rank.split("_")[0].lower()
+    return None
+
+
+def _create(store, rank, size, timeout):
+    if not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    # the group's timeout becomes every wait's deadline inside shoal (<= 0: infinite)
+    return _C.create_backend(store, rank, size, int(timeout.total_seconds() * 1000))
+
+
+def _register():
+    if BACKEND not in dist.Backend.backend_list:
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+
+
+LAUNCHER = launcher_env()
+_register()

@@ -1,0 +1,102 @@
+"""One rank of the error checks (2 ranks): what shoal cannot do raises a clear error in the
+caller, a collective whose ranks disagree fails on every rank, and nothing hangs. Prints
+"RESULTS {case: "ok" | reason}" on rank 0 (rank 1's verdicts are merged through Gloo)."""
+import json
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shoal_torch  # noqa: E402,F401
+
+R = int(os.environ["RANK"])
+TIMEOUT_S = 8
+
+
+def expect(exc_types, words, fn):
+    try:
+        fn()
+    except exc_types as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        return "ok" if not missing else "message lacks %s: %s" % (missing, msg[:300])
+    except Exception as e:  # noqa: BLE001 - any other type is a wrong verdict
+        return "raised %s instead: %s" % (type(e).__name__, str(e)[:300])
+    return "did not raise"
+
+
+def main():
+    dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
+    gloo = dist.new_group(backend="gloo")
+    res = {}
+    t = torch.ones(8)
+    for op in ("BAND", "BOR", "BXOR"):
+        res["bitwise_" + op] = expect(
+            NotImplementedError, [op, "not supported"],
+            lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32),
+                                    op=getattr(dist.ReduceOp, op)))
+    res["premul_sum"] = expect(
+        NotImplementedError, ["PREMUL_SUM"],
+        lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)))
+    # torch.distributed views a complex tensor as real pairs itself where the op allows it
+    # (SUM): the data is right; where it does not, it refuses before the backend
+    c = torch.full((4,), complex(1, 2 * R + 1))
+    dist.all_reduce(c)
+    res["complex_sum_via_torch"] = ("ok" if c.tolist() == [complex(2, 4)] * 4
+                                    else "got %s" % c.tolist())
+    # a complex tensor handed to the backend directly (ProcessGroup API): shoal refuses it
+    pg = dist.distributed_c10d._get_default_group()
+    res["complex"] = expect(NotImplementedError, ["complex"],
+                            lambda: pg.allreduce([torch.ones(4, dtype=torch.complex64)]).wait())
+    res["bool"] = expect(NotImplementedError, ["bool"],
+                         lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)))
+    res["non_contiguous"] = expect(ValueError, ["not contiguous"],
+                                   lambda: dist.all_reduce(torch.ones(4, 4).t()))
+    res["gather_into_wrong_size"] = expect(
+        ValueError, ["all_gather_into_tensor", "expected"],
+        lambda: dist.all_gather_into_tensor(torch.empty(3), torch.ones(2)))
+    res["recv_anysource"] = expect((NotImplementedError, RuntimeError, ValueError), ["source"],
+                                   lambda: dist.recv(torch.empty(2)))
+    # the communicator still works after the refused calls
+    u = torch.full((4,), float(R + 1))
+    dist.all_reduce(u)
+    res["usable_after_refusals"] = "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
+    # all_to_all_single whose splits disagree across ranks: every rank fails the same way
+    ins = [1, 1] if R == 0 else [2, 1]
+    outs = [1, 1] if R == 0 else [1, 1]  # rank 0 expects 1 row from rank 1, which sends 2
+    src = torch.ones(sum(ins), 2)
+    dst = torch.empty(sum(outs), 2)
+    res["alltoall_split_mismatch"] = expect(
+        dist.DistBackendError, ["split sizes do not match"],
+        lambda: dist.all_to_all_single(dst, src, outs, ins))
+    # the binding's own check failed the call on both ranks; the communicator still works
+    u = torch.full((4,), float(R + 1))
+    dist.all_reduce(u)
+    res["usable_after_mismatch"] = "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
+    # mismatched shapes: rank 0 reduces 1000 elements, rank 1 1001. With
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the shoal group (as it wraps Gloo and NCCL)
+    # and compares every collective's shapes, dtypes and op across ranks first (test_errors
+    # runs this worker that way): a clear error on every rank, the communicator untouched.
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL":
+        v = torch.ones(1000 + R)
+        res["shape_mismatch"] = expect(RuntimeError, ["mismatch", "1000", "1001"],
+                                       lambda: dist.all_reduce(v))
+        u = torch.full((4,), float(R + 1))
+        dist.all_reduce(u)
+        res["usable_after_shape_mismatch"] = ("ok" if u.tolist() == [3.0] * 4
+                                              else "got %s" % u.tolist())
+    verdicts = [None, None]
+    dist.all_gather_object(verdicts, res, group=gloo)
+    merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)
+                       if v[k] != "ok"), "ok") for k in res}
+    if R == 0:
+        print("RESULTS " + json.dumps(merged), flush=True)
+    dist.barrier(group=gloo)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""One rank of the op x dtype check: every operation runs on the shoal default group and on a
+Gloo group of the same ranks, on data whose exact result is known. Prints one line
+"RESULTS {case: "ok" | reason}"; rank 0's line covers the cases every rank checked (a case
+fails if it failed on any rank: the ranks agree through a Gloo all_gather of their verdicts)."""
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import shoal_torch  # noqa: E402,F401  registers "shoal"
+from cases import DTYPES, OPS, case_name  # noqa: E402
+
+R = int(os.environ["RANK"])
+N = int(os.environ["WORLD_SIZE"])
+COUNT = 1031  # odd, not a multiple of any world size: uneven chunks inside the algorithms
+RED = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+
+
+def data(rank, dtype, count=COUNT, kind="sum"):
+    """Small integers, exact in every dtype (fp16/bf16 included) and in every reduction."""
+    i = torch.arange(count, dtype=torch.int64)
+    if kind == "product":  # 1 or 2: at most 2^4 for 4 ranks
+        v = 1 + (i + rank) % 2
+    elif kind == "avg":  # a multiple of N: the sum divides exactly
+        v = N * ((i + 3 * rank) % 5)
+    else:
+        v = (i * 7 + rank * 3) % 11 + (1 if dtype.is_floating_point else 0)
+        if not dtype.is_floating_point and dtype != torch.uint8:
+            v = v - 5  # negatives for signed types
+    return v.to(dtype)
+
+
+def expect_reduce(dtype, kind, count=COUNT):
+    ts = [data(r, dtype, count, kind).to(torch.float64 if dtype.is_floating_point
+                                          else torch.int64) for r in range(N)]
+    st = torch.stack(ts)
+    if kind == "sum":
+        out = st.sum(0)
+    elif kind == "product":
+        out = st.prod(0)
+    elif kind == "min":
+        out = st.min(0).values
+    elif kind == "max":
+        out = st.max(0).values
+    else:
+        out = st.sum(0) / N if dtype.is_floating_point else st.sum(0) // N
+    return out.to(dtype)
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def check(name, got, want, gloo_fn):
+    """got: shoal's result; want: the exact result; gloo_fn: runs the same op on Gloo, returns
+    its result or None when Gloo has no such op / dtype."""
+    if not same(got, want):
+        bad = (got.to(torch.float64) != want.to(torch.float64)).nonzero()
+        return "shoal result wrong at %s: got %s want %s" % (
+            bad[:3].flatten().tolist(), got.flatten()[:6].tolist(), want.flatten()[:6].tolist())
+    try:
+        g = gloo_fn()
+    except (RuntimeError, ValueError, NotImplementedError) as e:  # Gloo lacks this op/dtype
+        return "ok (gloo: %s)" % str(e).splitlines()[0][:80]
+    if g is not None and not same(got, g):
+        return "shoal and gloo differ"
+    return "ok"
+
+
+def run_case(op, dtype, gloo):
+    kind = op.split("_")[-1]
+    if op.startswith("all_reduce"):
+        t = data(R, dtype, kind=kind)
+        w = dist.all_reduce(t, op=RED[kind], async_op=True)  # async: the future completes
+        fut_val = w.get_future().wait()
+        assert fut_val[0] is t or torch.equal(fut_val[0], t), "future value is not the tensor"
+
+        def g():
+            if kind == "avg":  # Gloo has no AVG: SUM then divide
+                u = data(R, dtype, kind=kind)
+                dist.all_reduce(u, op=dist.ReduceOp.SUM, group=gloo)
+                return (u // N) if not dtype.is_floating_point else (u / N).to(dtype)
+            u = data(R, dtype, kind=kind)
+            dist.all_reduce(u, op=RED[kind], group=gloo)
+            return u
+        return check(op, t, expect_reduce(dtype, kind), g)
+    if op == "broadcast":
+        root = N - 1
+        t = data(R, dtype)
+        dist.broadcast(t, src=root)
+
+        def g():
+            u = data(R, dtype)
+            dist.broadcast(u, src=root, group=gloo)
+            return u
+        return check(op, t, data(root, dtype), g)
+    if op == "reduce_sum":
+        root = N // 2
+        t = data(R, dtype)
+        dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
+        g = _gloo_reduce(dtype, root, gloo)  # on every rank: Gloo's reduce is collective too
+        if R != root:
+            return "ok"  # a non-root's tensor is unspecified after reduce
+        return check(op, t, expect_reduce(dtype, "sum"), lambda: g)
+    if op == "all_gather":
+        t = data(R, dtype)
+        outs = [torch.empty_like(t) for _ in range(N)]
+        dist.all_gather(outs, t)
+
+        def g():
+            o = [torch.empty_like(t) for _ in range(N)]
+            dist.all_gather(o, t, group=gloo)
+            return torch.stack(o)
+        return check(op, torch.stack(outs), torch.stack([data(r, dtype) for r in range(N)]), g)
+    if op == "all_gather_into_tensor":
+        t = data(R, dtype).view(-1, 1)
+        out = torch.empty(N * COUNT, 1, dtype=dtype)
+        dist.all_gather_into_tensor(out, t)
+
+        def g():
+            o = torch.empty_like(out)
+            dist.all_gather_into_tensor(o, t, group=gloo)
+            return o
+        return check(op, out, torch.cat([data(r, dtype).view(-1, 1) for r in range(N)]), g)
+    if op == "reduce_scatter_sum":
+        ins = [data(R, dtype, kind="sum")[k:k + 97].clone() for k in range(N)]
+        out = torch.empty(97, dtype=dtype)
+        dist.reduce_scatter(out, ins, op=dist.ReduceOp.SUM)
+
+        def g():
+            o = torch.empty_like(out)
+            dist.reduce_scatter(o, ins, op=dist.ReduceOp.SUM, group=gloo)
+            return o
+        return check(op, out, expect_reduce(dtype, "sum")[R:R + 97], g)
+    if op == "reduce_scatter_tensor_sum":
+        t = data(R, dtype, count=N * 257)
+        out = torch.empty(257, dtype=dtype)
+        dist.reduce_scatter_tensor(out, t, op=dist.ReduceOp.SUM)
+
+        def g():
+            o = torch.empty_like(out)
+            dist.reduce_scatter_tensor(o, t, op=dist.ReduceOp.SUM, group=gloo)
+            return o
+        want = expect_reduce(dtype, "sum", N * 257)[R * 257:(R + 1) * 257]
+        return check(op, out, want, g)
+    if op == "all_to_all_single_equal":
+        t = data(R, dtype, count=N * 6).view(N * 3, 2)  # 3 rows of 2 to each rank
+        out = torch.empty_like(t)
+        dist.all_to_all_single(out, t)
+
+        def g():
+            o = torch.empty_like(t)
+            dist.all_to_all_single(o, t, group=gloo)
+            return o
+        want = torch.cat([data(r, dtype, count=N * 6).view(N * 3, 2)[3 * R:3 * R + 3]
+                          for r in range(N)])
+        return check(op, out, want, g)
+    if op == "all_to_all_single_unequal":
+        # rank r sends (r + d + 1) rows of 3 to rank d
+        def splits_from(r):
+            return [r + d + 1 for d in range(N)]
+
+        def rows(r):
+            s = splits_from(r)
+            return data(r, dtype, count=sum(s) * 3).view(-1, 3)
+        ins = splits_from(R)
+        outs = [r + R + 1 for r in range(N)]
+        t = rows(R)
+        out = torch.empty(sum(outs), 3, dtype=dtype)
+        dist.all_to_all_single(out, t, outs, ins)
+
+        def g():
+            o = torch.empty_like(out)
+            dist.all_to_all_single(o, t, outs, ins, group=gloo)
+            return o
+        want = torch.cat([rows(r)[sum(splits_from(r)[:R]):sum(splits_from(r)[:R + 1])]
+                          for r in range(N)])
+        return check(op, out, want, g)
+    if op == "all_to_all":  # lists: rank r sends (r + d + 1) elements to rank d
+        ins = [data(R, dtype, count=R + d + 1) for d in range(N)]
+        outs = [torch.empty(r + R + 1, dtype=dtype) for r in range(N)]
+        dist.all_to_all(outs, ins)
+
+        def g():
+            o = [torch.empty_like(x) for x in outs]
+            dist.all_to_all(o, ins, group=gloo)
+            return torch.cat(o)
+        return check(op, torch.cat(outs), torch.cat([data(r, dtype, count=r + R + 1)
+                                                     for r in range(N)]), g)
+    if op == "gather":
+        root = N - 1
+        t = data(R, dtype)
+        outs = [torch.empty_like(t) for _ in range(N)] if R == root else None
+        dist.gather(t, outs, dst=root)
+        o = [torch.empty_like(t) for _ in range(N)] if R == root else None
+        dist.gather(t, o, dst=root, group=gloo)
+        if R != root:
+            return "ok"
+        return check(op, torch.stack(outs), torch.stack([data(r, dtype) for r in range(N)]),
+                     lambda: torch.stack(o))
+    if op == "scatter":
+        root = 0
+        ins = [data(10 + r, dtype) for r in range(N)] if R == root else None
+        out = torch.empty(COUNT, dtype=dtype)
+        dist.scatter(out, ins, src=root)
+        o = torch.empty_like(out)
+        dist.scatter(o, ins, src=root, group=gloo)
+        return check(op, out, data(10 + R, dtype), lambda: o)
+    if op == "send_recv":
+        if N == 1:
+            return "ok"
+        t = data(R, dtype)
+        got = torch.empty_like(t)
+        nxt, prv = (R + 1) % N, (R - 1) % N
+        if R % 2 == 0:  # even ranks send first: a ring that cannot deadlock
+            dist.send(t, nxt)
+            dist.recv(got, prv)
+        else:
+            dist.recv(got, prv)
+            dist.send(t, nxt)
+        return check(op, got, data(prv, dtype), lambda: None)
+    raise AssertionError("unknown op " + op)
+
+
+def _gloo_reduce(dtype, root, gloo):
+    u = data(R, dtype)
+    dist.reduce(u, dst=root, op=dist.ReduceOp.SUM, group=gloo)
+    return u
+
+
+def main():
+    dist.init_process_group("shoal")
+    gloo = dist.new_group(backend="gloo")
+    res = {}
+    for op in OPS:
+        for dtype in DTYPES:
+            name = case_name(op, dtype, N)
+            if os.environ.get("OPS_VERBOSE"):
+                print("case", name, flush=True)
+            try:
+                res[name] = run_case(op, dtype, gloo)
+            except Exception as e:  # a failure is a verdict, the next case still runs
+                res[name] = "raised %s: %s" % (type(e).__name__, e)
+                traceback.print_exc()
+    # barrier: every rank leaves only after every rank entered
+    import time
+    t = torch.tensor([time.time()], dtype=torch.float64)
+    dist.barrier()
+    after = time.time()
+    enter = [torch.zeros(1, dtype=torch.float64) for _ in range(N)]
+    dist.all_gather(enter, t, group=gloo)
+    res[case_name("barrier", None, N)] = (
+        "ok" if all(e.item() <= after for e in enter) else "left before a rank entered")
+    verdicts = [None] * N
+    dist.all_gather_object(verdicts, res, group=gloo)
+    merged = {}
+    for k in res:
+        bad = [(r, v[k]) for r, v in enumerate(verdicts) if not v[k].startswith("ok")]
+        merged[k] = res[k] if not bad else "rank %d: %s" % bad[0]
+    if R == 0:
+        print("RESULTS " + json.dumps(merged), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
