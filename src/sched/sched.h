@@ -15,6 +15,7 @@
  *   sched_output.c    what launchers take: node list, SLURM_HOSTFILE, Open MPI files, ...
  *   sched_sim.c       shoal-place simulate: a seeded trace replayed against three policies
  *   sched_hwloc.c     one host's CPUs, memory, GPUs and NICs from hwloc XML (with hwloc)
+ *   sched_usage.c     past usage from the metering ledger (shoal-bill usage --csv), decayed
  */
 #ifndef SHOAL_SCHED_H
 #define SHOAL_SCHED_H
@@ -128,6 +129,11 @@ typedef struct {
     char name[SHOAL_SCHED_NAME_MAX];
     double weight;
     double use[SHOAL_SCHED_RES];
+    /* past usage (sched_usage.c): decayed GPU-seconds from the ledger, and the same as a share
+     * of the cluster's GPU-time over one half-life, added to the dominant share in the order
+     * of service only (never to the hard state, never to preemption's no-cycle rule) */
+    double past_gpu_s;
+    double past;
 } shoal_sched_tenant_t;
 
 typedef struct {
@@ -204,6 +210,45 @@ SHOAL_HIDDEN int shoal_sched_drf_fill(int ntenants, double (*use)[SHOAL_SCHED_RE
                                       const double total[SHOAL_SCHED_RES],
                                       shoal_sched_drf_next_cb_t next,
                                       shoal_sched_drf_try_cb_t try_start, void *ctx);
+/* The same with past usage: tenant t is served in order of (dominant share + past[t]) over
+ * its weight (past NULL: none); use[] and the callbacks are unchanged. */
+SHOAL_HIDDEN double shoal_sched_drf_key(const double use[SHOAL_SCHED_RES],
+                                        const double total[SHOAL_SCHED_RES], double weight,
+                                        double past);
+SHOAL_HIDDEN int shoal_sched_drf_fill_past(int ntenants, double (*use)[SHOAL_SCHED_RES],
+                                           const double *weight, const double *past,
+                                           const double total[SHOAL_SCHED_RES],
+                                           shoal_sched_drf_next_cb_t next,
+                                           shoal_sched_drf_try_cb_t try_start, void *ctx);
+
+/* ---- past usage (sched_usage.c) ----------------------------------------------------------
+ * The CSV that `shoal-bill usage --csv` prints (a header naming the columns; tenant and
+ * gpu_seconds are used, the others ignored), or a plain one of `tenant,gpu_seconds`. An
+ * optional column end (unix seconds, the end of the period the row covers) or age_seconds
+ * decays the row by 2^(-age / half_life) (Slurm's PriorityDecayHalfLife); rows without one
+ * count as they are. Each tenant's decayed GPU-seconds go to past_gpu_s, and past = past_gpu_s
+ * / (cluster GPUs x half_life): the share of the cluster's GPU-time it used over one
+ * half-life. Tenants the jobs file does not name are counted in unknown and named in note. */
+#define SHOAL_SCHED_USAGE_HALF_LIFE_DEFAULT (7.0 * 86400.0)
+typedef struct {
+    double half_life;   /* seconds, > 0 */
+    double now;         /* unix seconds, for the end column */
+    int rows;           /* rows read */
+    int decayed;        /* rows with a time column */
+    int unknown;        /* rows of tenants not in the queue */
+    char note[512];     /* the unknown tenants, for --explain */
+} shoal_sched_usage_t;
+/* 2^(-age / half_life); 1 for age <= 0. */
+SHOAL_HIDDEN double shoal_sched_usage_decay(double age, double half_life);
+SHOAL_HIDDEN shoal_status_t shoal_sched_usage_parse(const char *text, const char *src,
+                                                    const shoal_sched_cluster_t *c,
+                                                    shoal_sched_queue_t *q,
+                                                    shoal_sched_usage_t *u);
+/* --explain: each tenant's past usage and the order of service at the start of the round
+ * with and without it (tenants with queued jobs). */
+SHOAL_HIDDEN void shoal_sched_usage_explain(const shoal_sched_cluster_t *c,
+                                            const shoal_sched_queue_t *q,
+                                            const shoal_sched_usage_t *u, FILE *fp);
 
 /* ---- placement (sched_place.c) ------------------------------------------------------------ */
 typedef struct {

@@ -136,11 +136,17 @@ static int shoal_sched_round_try(void *vr, int t)
                  r->q->tenants[t].name);
         return 0;
     }
+    char past[160] = "";
+    if (r->q->tenants[t].past > 0) {
+        snprintf(past, sizeof(past), " plus %.4f for past usage (%.0f GPU-s decayed, over "
+                 "weight %g)", r->q->tenants[t].past / r->q->tenants[t].weight,
+                 r->q->tenants[t].past_gpu_s, r->q->tenants[t].weight);
+    }
     snprintf(d->why, sizeof(d->why),
-             "tenant %s had the lowest weighted dominant share (%.4f) of %d tenants waiting; "
+             "tenant %s had the lowest weighted dominant share (%.4f%s) of %d tenants waiting; "
              "%d ranks on %d host(s) under %s (switch level %d, ring cost %.0f), the tightest "
              "such subtree (%d GPUs free there)%s", r->q->tenants[t].name, d->share_before,
-             r->waiting, j->ranks, d->info.nhosts,
+             past, r->waiting, j->ranks, d->info.nhosts,
              r->o->policy != SHOAL_SCHED_POLICY_SHOAL ? "(baseline policy)"
              : d->info.level == 0 ? r->c->nodes[d->info.top].name
                                   : r->c->sw[d->info.top].name,
@@ -168,13 +174,14 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
     int nt = q->ntenants > 0 ? q->ntenants : 1;
     shoal_sched_round_t r = {.c = c, .q = q, .o = o, .plan = plan, .st = SHOAL_OK};
     double *weight = malloc(sizeof(double) * (size_t)nt);
+    double *past = malloc(sizeof(double) * (size_t)nt);
     int *all = malloc(sizeof(int) * (size_t)(q->njobs + 1));
 
     r.line = calloc((size_t)nt, sizeof(int *));
     r.nline = calloc((size_t)nt, sizeof(int));
     r.head = calloc((size_t)nt, sizeof(int));
     r.use = calloc((size_t)nt, sizeof(*r.use));
-    if (weight == NULL || all == NULL || r.line == NULL || r.nline == NULL || r.head == NULL ||
+    if (weight == NULL || past == NULL || all == NULL || r.line == NULL || r.nline == NULL || r.head == NULL ||
         r.use == NULL) {
         r.st = SHOAL_ERR_NO_MEMORY;
         goto out;
@@ -189,6 +196,7 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
         r.waiting += r.nline[t] > 0;
         r.nline[t] = 0;
         weight[t] = q->tenants[t].weight;
+        past[t] = q->tenants[t].past;
     }
     for (int i = 0; i < q->njobs; i++) {
         int t = q->jobs[i].tenant;
@@ -200,12 +208,14 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
         qsort_r(r.line[t], (size_t)r.nline[t], sizeof(int), shoal_sched_seq_cmp, q);
     }
     shoal_sched_round_sync(&r);
-    if (shoal_sched_drf_fill(q->ntenants, r.use, weight, c->total, shoal_sched_round_next,
-                             shoal_sched_round_try, &r) < 0 && r.st == SHOAL_OK) {
+    if (shoal_sched_drf_fill_past(q->ntenants, r.use, weight, past, c->total,
+                                  shoal_sched_round_next, shoal_sched_round_try, &r) < 0 &&
+        r.st == SHOAL_OK) {
         r.st = SHOAL_ERR_NO_MEMORY;
     }
 out:
     free(weight);
+    free(past);
     free(all);
     free(r.line);
     free(r.nline);

@@ -4,6 +4,7 @@
  *   shoal-place --slurm-conf slurm.conf [--topology topology.conf] --jobs jobs.txt
  *               [--explain] [--no-preempt] [--policy shoal|first-fit|slurm-tree]
  *               [--uplink-cost X] [--hwloc NAME=FILE]... [--out DIR]
+ *               [--usage FILE [--usage-half-life SECONDS] [--usage-now T]]
  *               [--job NAME --print KIND]
  *   shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]
  *               [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt] [--out DIR]
@@ -14,15 +15,20 @@
  * adds why). --out DIR
  * writes DIR/<job>.{nodelist,slurm_hostfile,ompi_hostfile,rankfile,gpus,ring} for every job
  * placed; --job NAME --print KIND prints one of them (e.g. for sbatch --nodelist=$(...)).
+ * --usage FILE: past GPU-seconds per tenant (shoal-bill usage --csv, or tenant,gpu_seconds[,end])
+ * decayed with the half-life (default 7 days; end is unix seconds, age from --usage-now or the
+ * clock) and added to the order of service of weighted DRF (src/sched/sched_usage.c).
  * Exit status: 0 done, 1 an input or output error, 2 usage, 3 --job was not placed.
  */
 #include "sched/sched.h"
 
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void shoal_place_usage(FILE *fp)
 {
@@ -30,6 +36,7 @@ static void shoal_place_usage(FILE *fp)
             "usage: shoal-place --slurm-conf FILE [--topology FILE] --jobs FILE [--explain]\n"
             "                   [--no-preempt] [--policy shoal|first-fit|slurm-tree]\n"
             "                   [--uplink-cost X] [--hwloc NAME=FILE]... [--out DIR]\n"
+            "                   [--usage FILE [--usage-half-life SECONDS] [--usage-now T]]\n"
             "                   [--job NAME --print KIND]\n"
             "       shoal-place simulate [--seed N] [--jobs N] [--tenants N] [--leaves N]\n"
             "                   [--hosts-per-leaf N] [--gpus N] [--load X] [--no-preempt]\n"
@@ -114,7 +121,8 @@ static int shoal_place_simulate(int argc, char **argv)
 #define SHOAL_PLACE_HWLOC_MAX 256
 
 typedef struct {
-    const char *conf, *topo, *jobs, *out, *job, *print;
+    const char *conf, *topo, *jobs, *out, *job, *print, *usage;
+    shoal_sched_usage_t u;
     char *hwloc[SHOAL_PLACE_HWLOC_MAX]; /* NAME=FILE */
     int nhwloc;
     int explain;
@@ -131,12 +139,18 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         {"uplink-cost", required_argument, NULL, 'u'}, {"out", required_argument, NULL, 'o'},
         {"job", required_argument, NULL, 'J'}, {"print", required_argument, NULL, 'P'},
         {"hwloc", required_argument, NULL, 'W'}, {"help", no_argument, NULL, 'H'},
+        {"usage", required_argument, NULL, 'U'},
+        {"usage-half-life", required_argument, NULL, 'h'},
+        {"usage-now", required_argument, NULL, 'N'},
         {NULL, 0, NULL, 0},
     };
     int c;
+    char *end;
 
     memset(a, 0, sizeof(*a));
     a->o.preempt = 1;
+    a->u.half_life = SHOAL_SCHED_USAGE_HALF_LIFE_DEFAULT;
+    a->u.now = (double)time(NULL);
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': a->conf = optarg; break;
@@ -148,6 +162,19 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         case 'o': a->out = optarg; break;
         case 'J': a->job = optarg; break;
         case 'P': a->print = optarg; break;
+        case 'U': a->usage = optarg; break;
+        case 'h':
+        case 'N': {
+            double v = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !isfinite(v) || (c == 'h' ? !(v > 0) : v < 0)) {
+                fprintf(stderr, "shoal-place: --%s %s: expected %s\n",
+                        c == 'h' ? "usage-half-life" : "usage-now", optarg,
+                        c == 'h' ? "seconds > 0" : "unix seconds");
+                return 2;
+            }
+            *(c == 'h' ? &a->u.half_life : &a->u.now) = v;
+            break;
+        }
         case 'W':
             if (a->nhwloc == SHOAL_PLACE_HWLOC_MAX || strchr(optarg, '=') == NULL) {
                 fprintf(stderr, "shoal-place: --hwloc NAME=FILE (at most %d)\n",
@@ -202,7 +229,7 @@ static shoal_status_t shoal_place_hwloc(shoal_sched_cluster_t *c, const char *ar
 #endif
 }
 
-static shoal_status_t shoal_place_load(const shoal_place_args_t *a, shoal_sched_cluster_t *c,
+static shoal_status_t shoal_place_load(shoal_place_args_t *a, shoal_sched_cluster_t *c,
                                        shoal_sched_queue_t *q)
 {
     char *text = NULL;
@@ -235,6 +262,14 @@ static shoal_status_t shoal_place_load(const shoal_place_args_t *a, shoal_sched_
         st = shoal_sched_jobs_parse(text, a->jobs, c, q);
     }
     free(text);
+    text = NULL;
+    if (st == SHOAL_OK && a->usage != NULL) {
+        st = shoal_sched_read_file(a->usage, &text);
+        if (st == SHOAL_OK) {
+            st = shoal_sched_usage_parse(text, a->usage, c, q, &a->u);
+        }
+        free(text);
+    }
     return st;
 }
 
@@ -257,8 +292,13 @@ int main(int argc, char **argv)
         return rc;
     }
     rc = 1;
-    if (shoal_place_load(&a, &c, &q) != SHOAL_OK ||
-        shoal_sched_plan_round(&c, &q, &a.o, &plan) != SHOAL_OK) {
+    if (shoal_place_load(&a, &c, &q) != SHOAL_OK) {
+        goto out;
+    }
+    if (a.usage != NULL && a.explain && a.job == NULL) {
+        shoal_sched_usage_explain(&c, &q, &a.u, stdout);
+    }
+    if (shoal_sched_plan_round(&c, &q, &a.o, &plan) != SHOAL_OK) {
         goto out;
     }
     rc = 0;

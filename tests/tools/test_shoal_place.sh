@@ -2,7 +2,9 @@
 # TAP test of shoal-place (src/sched) end to end: hostlist expressions, a plan from real
 # slurm.conf / topology.conf / jobs files (placement, preemption with signal and grace, the
 # launcher files, --job --print, --explain), refusal of bad input, the simulation's table and
-# plots, and the ring order it writes taken by a real communicator (SHOAL_RING_HOSTS_FILE).
+# plots, the ring order it writes taken by a real communicator (SHOAL_RING_HOSTS_FILE), and
+# --usage: the metering ledger's GPU-seconds (a real SQLite ledger read by shoal-bill usage
+# --csv) changing DRF's order of service.
 # Needs: top_builddir (exported by `make check`; defaults to the current directory).
 
 top_builddir=${top_builddir:-.}
@@ -11,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=22
+NTESTS=30
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -160,3 +162,65 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "rank 0's host host0 is not in the list" "$T/run"
 ok $? "a host missing from the list: a warning, the usual order, the job runs (rc $rc)"
 [ $? -eq 0 ] || diag_file "$T/run"
+
+# 23-30: --usage, past usage from the metering ledger. Two equal tenants each want 12 of the
+# 16 GPUs: without usage the tie goes to a; a ledger where a used 8 GPUs for 100 minutes
+# (and a tenant zed the jobs file does not name) read by the real shoal-bill serves b first.
+cat > "$T/u.jobs" <<'CONF'
+tenant=a weight=1
+tenant=b weight=1
+job=ja tenant=a gpus=12
+job=jb tenant=b gpus=12
+CONF
+place_u() { "$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" \
+    --jobs "$T/u.jobs" "$@" > "$T/u.out" 2> "$T/u.err"; rc=$?; }
+place_u
+[ $rc -eq 0 ] && grep -q '^place job=ja ' "$T/u.out" && grep -q '^pending job=jb ' "$T/u.out"
+ok $? "without --usage the tie goes to tenant a (ja placed, jb pending)"
+BILL="$top_builddir/shoal-bill"
+FILL="$top_builddir/tests/ledger/ledger_fill"
+if [ -x "$BILL" ] && [ -x "$FILL" ]; then
+    awk 'BEGIN { d = 1796083200
+        for (i = 0; i < 100; i++) printf "a train reserved %d 480 0 0 10 1.5 0 0\n", d + 60 * i
+        for (i = 0; i < 10; i++) printf "zed sim spot %d 60 0 0 1 0.5 0 0\n", d + 60 * i }' \
+        > "$T/u.records"
+    head -c 32 /dev/urandom > "$T/u.key"
+    chmod 600 "$T/u.key"
+    "$FILL" "sqlite://$T/u.db" "$T/u.key" < "$T/u.records" > /dev/null 2>&1 &&
+        timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/u.db" usage --csv > "$T/u.csv" \
+        2> "$T/u.err"
+    rc=$?
+    [ $rc -eq 0 ] && grep -q '^a,train,reserved,100,48000.000000,' "$T/u.csv"
+    ok $? "shoal-bill usage --csv of the ledger: a used 48000 GPU-s"
+    [ $? -eq 0 ] || { diag_file "$T/u.csv"; diag_file "$T/u.err"; }
+    place_u --usage "$T/u.csv" --explain
+    [ $rc -eq 0 ] && grep -q '^place job=jb ' "$T/u.out" && grep -q '^pending job=ja ' "$T/u.out"
+    ok $? "--usage: a's past usage serves the equal-weight b first (jb placed, ja pending)"
+    [ $? -eq 0 ] || { diag_file "$T/u.out"; diag_file "$T/u.err"; }
+    grep -q '^usage: order of service at the start, with past usage: b (0.0000), a (0.0050)$' \
+        "$T/u.out" && grep -q '^usage: order of service at the start, without it: *a (0.0000), b (0.0000)$' \
+        "$T/u.out" && grep -q '^usage: past usage changed the order of service$' "$T/u.out"
+    ok $? "--explain: the order with and without usage (48000 GPU-s / (16 GPUs x 7 days) = 0.0050)"
+    grep -q '^usage: 1 row(s) of tenants not in the jobs file ignored: zed$' "$T/u.out"
+    ok $? "--explain: the unknown tenant zed is ignored with a note"
+else
+    for w in csv order explain unknown; do
+        n=$((n + 1)); echo "ok $n # SKIP shoal-bill or ledger_fill not built (no SQLite)"
+    done
+fi
+# a time column: a's 48000 GPU-s ended 1 day before now; a half-life of 1 hour decays them
+# below b's 1000 GPU-s of today, a half-life of 30 days does not
+printf 'tenant,gpu_seconds,end\na,48000,1796000000\nb,1000,1796086400\n' > "$T/u2.csv"
+place_u --usage "$T/u2.csv" --usage-now 1796086400 --usage-half-life 3600
+r1=$rc; grep -q '^place job=ja ' "$T/u.out"; g1=$?
+place_u --usage "$T/u2.csv" --usage-now 1796086400 --usage-half-life 2592000
+[ $r1 -eq 0 ] && [ $g1 -eq 0 ] && [ $rc -eq 0 ] && grep -q '^place job=jb ' "$T/u.out"
+ok $? "--usage-half-life: 1 hour forgets a's usage of yesterday, 30 days does not"
+place_u --usage "$T/nonexistent.csv"
+[ $rc -eq 1 ] && grep -q 'nonexistent.csv' "$T/u.err"
+ok $? "a missing --usage file: exit 1 naming it"
+printf 'tenant,gpu_seconds\na,many\n' > "$T/u3.csv"
+place_u --usage "$T/u3.csv"
+[ $rc -eq 1 ] && grep -q "u3.csv:2: gpu_seconds 'many' is not a number" "$T/u.err"
+ok $? "a malformed --usage file: exit 1 naming the line"
+[ $? -eq 0 ] || diag_file "$T/u.err"

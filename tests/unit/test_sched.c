@@ -2,7 +2,7 @@
  * The planner (src/sched): parsers and launcher outputs on a known cluster; placement cost
  * against a brute-force optimum on small instances; weighted DRF's fairness properties over
  * 10^4 random instances; preemption: the smallest victim set (against brute force) and never
- * a cycle.
+ * a cycle; past usage from the ledger in the order of service (decay, weights, bad files).
  */
 #include "sched/sched.h"
 #include "tests/tap.h"
@@ -758,6 +758,144 @@ static void shoal_ts_preemption(void)
              greedy_cases, greedy_excess);
 }
 
+/* Past usage (sched_usage.c): two equal tenants want 12 of the 16 GPUs; without usage the
+ * tie goes to the first (a), with a's heavy past usage b is served first and a waits. The
+ * decay arithmetic, weights, unknown tenants and malformed files. */
+static const char shoal_ts_usage_jobs[] =
+    "tenant=a weight=1\n"
+    "tenant=b weight=1\n"
+    "job=ja tenant=a gpus=12\n"
+    "job=jb tenant=b gpus=12\n";
+
+static int shoal_ts_usage_round(const char *csv, double half_life, int *a_state, int *b_state,
+                                shoal_sched_usage_t *u, shoal_sched_queue_t *qout)
+{
+    shoal_sched_cluster_t c;
+    shoal_sched_queue_t q;
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+    int ok = shoal_ts_load(&c, &q, shoal_ts_usage_jobs);
+
+    memset(u, 0, sizeof(*u));
+    u->half_life = half_life;
+    u->now = 1796083200.0;
+    if (ok && csv != NULL) {
+        ok = shoal_sched_usage_parse(csv, "usage.csv", &c, &q, u) == SHOAL_OK;
+    }
+    ok = ok && shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK;
+    if (ok) {
+        *a_state = q.jobs[0].state;
+        *b_state = q.jobs[1].state;
+    }
+    if (qout != NULL && ok) {
+        *qout = q;
+    } else {
+        shoal_sched_queue_free(&q);
+    }
+    shoal_sched_plan_free(&plan);
+    shoal_sched_cluster_free(&c);
+    return ok;
+}
+
+static int shoal_ts_usage_bad(const char *csv)
+{
+    shoal_sched_cluster_t c;
+    shoal_sched_queue_t q;
+    shoal_sched_usage_t u = {.half_life = 3600, .now = 0};
+    int ok = shoal_ts_load(&c, &q, shoal_ts_usage_jobs);
+    shoal_status_t st = ok ? shoal_sched_usage_parse(csv, "bad.csv", &c, &q, &u) : SHOAL_OK;
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+    return st == SHOAL_ERR_INVALID_ARG;
+}
+
+static void shoal_ts_usage(void)
+{
+    const double hl = 7 * 86400.0;
+    shoal_sched_usage_t u;
+    shoal_sched_queue_t q;
+    int a = -1, b = -1;
+
+    /* the header shoal-bill usage --csv prints */
+    static const char bill[] =
+        "tenant,job,class,minutes,gpu_seconds,gpu_hours,bytes_same_host,bytes_cross_host,ops,"
+        "coll_seconds\n"
+        "a,train,reserved,1000,480480.000000,133.466667,0,0,10,1.5\n"
+        "a,eval,spot,100,6025.000000,1.673611,0,0,2,0.25\n"
+        "zed,sim,reserved,200,24000.000000,6.666667,0,0,4,0.5\n"
+        "zed,eval,spot,1,60.000000,0.016667,0,0,4,0.5\n"
+        "ze,x,spot,1,60.000000,0.016667,0,0,4,0.5\n";
+
+    tap_ok(shoal_ts_usage_round(NULL, hl, &a, &b, &u, NULL), "usage: a round without usage");
+    tap_ok(a == SHOAL_SCHED_RUNNING && b == SHOAL_SCHED_QUEUED,
+           "usage: without past usage the tie goes to tenant a (a placed, b pending)");
+    tap_ok(shoal_ts_usage_round(bill, hl, &a, &b, &u, &q), "usage: shoal-bill's CSV parses");
+    tap_ok(a == SHOAL_SCHED_QUEUED && b == SHOAL_SCHED_RUNNING,
+           "usage: a's heavy past usage serves the equal-weight b first (b placed, a pending)");
+    tap_ok(fabs(q.tenants[0].past_gpu_s - 486505.0) < 1e-6 && q.tenants[1].past_gpu_s == 0,
+           "usage: a's GPU-seconds summed over its rows, taken as they are without a time "
+           "column (%.3f)", q.tenants[0].past_gpu_s);
+    tap_ok(fabs(q.tenants[0].past - 486505.0 / (16 * hl)) < 1e-12,
+           "usage: past share = GPU-seconds / (16 GPUs x half-life) = %.6f", q.tenants[0].past);
+    tap_is_int(u.rows, 5, "usage: 5 rows read");
+    tap_is_int(u.unknown, 3, "usage: 3 rows of tenants not in the jobs file");
+    tap_is_str(u.note, "zed ze", "usage: the unknown tenants are named once each for --explain");
+    shoal_sched_queue_free(&q);
+
+    /* equal past usage: the order is as without it */
+    tap_ok(shoal_ts_usage_round("tenant,gpu_seconds\na,5000\nb,5000\n", hl, &a, &b, &u, NULL) &&
+               a == SHOAL_SCHED_RUNNING && b == SHOAL_SCHED_QUEUED,
+           "usage: equal past usage leaves the order unchanged");
+
+    /* decay: 2^(-age / half-life) */
+    tap_ok(shoal_sched_usage_decay(0, hl) == 1.0 && shoal_sched_usage_decay(-5, hl) == 1.0,
+           "decay: no age, no decay");
+    tap_ok(fabs(shoal_sched_usage_decay(hl, hl) - 0.5) < 1e-15 &&
+               fabs(shoal_sched_usage_decay(3 * hl, hl) - 0.125) < 1e-15 &&
+               fabs(shoal_sched_usage_decay(hl / 2, hl) - sqrt(0.5)) < 1e-15,
+           "decay: one half-life halves, three leave 1/8, half a half-life 1/sqrt(2)");
+    tap_ok(shoal_ts_usage_round("tenant,gpu_seconds,age_seconds\n"
+                                "a,1000,0\na,1000,3600\na,1000,7200\n", 3600, &a, &b, &u, &q),
+           "decay: an age_seconds column parses");
+    tap_ok(fabs(q.tenants[0].past_gpu_s - 1750.0) < 1e-9 && u.decayed == 3,
+           "decay: 1000 + 500 + 250 GPU-s at ages 0, 1 and 2 half-lives (%.6f)",
+           q.tenants[0].past_gpu_s);
+    shoal_sched_queue_free(&q);
+    /* end column: age = now - end; a's usage 10 half-lives ago weighs less than b's today */
+    tap_ok(shoal_ts_usage_round("tenant,gpu_seconds,end\n"
+                                "a,100000,1796047200\nb,1000,1796083200\n", 3600, &a, &b, &u,
+                                &q), "decay: an end column parses");
+    tap_ok(fabs(q.tenants[0].past_gpu_s - 100000.0 / 1024) < 1e-9 &&
+               q.tenants[1].past_gpu_s == 1000.0,
+           "decay: end 10 half-lives before now: 100000 GPU-s count as %.4f",
+           q.tenants[0].past_gpu_s);
+    tap_ok(a == SHOAL_SCHED_RUNNING && b == SHOAL_SCHED_QUEUED,
+           "decay: old heavy usage decayed below recent light usage: a served first");
+    shoal_sched_queue_free(&q);
+
+    /* the weight divides the past share too */
+    double zero[SHOAL_SCHED_RES] = {0}, tot[SHOAL_SCHED_RES] = {16, 64, 1000};
+    double half[SHOAL_SCHED_RES] = {8, 0, 0};
+    tap_ok(fabs(shoal_sched_drf_key(zero, tot, 2, 0.5) - 0.25) < 1e-15 &&
+               fabs(shoal_sched_drf_key(half, tot, 2, 0.5) - 0.5) < 1e-15 &&
+               fabs(shoal_sched_drf_key(half, tot, 1, 0) -
+                    shoal_sched_drf_share(half, tot, 1)) < 1e-15,
+           "key: (dominant share + past share) / weight");
+
+    /* malformed files are refused */
+    tap_ok(shoal_ts_usage_bad(""), "refused: an empty file");
+    tap_ok(shoal_ts_usage_bad("tenant,job,minutes\na,x,3\n"), "refused: no gpu_seconds column");
+    tap_ok(shoal_ts_usage_bad("a,100\n"), "refused: no header");
+    tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,lots\n"), "refused: a non-number");
+    tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,-5\n"), "refused: negative GPU-seconds");
+    tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,5,6\n"), "refused: a row of 3 columns");
+    tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\n,5\n"), "refused: an empty tenant");
+    tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds,end\na,5,yesterday\n"),
+           "refused: an end that is not unix seconds");
+    tap_ok(!shoal_ts_usage_bad("# from shoal-bill\ntenant,gpu_seconds\n\nzed,5\n"),
+           "accepted: comments, blank lines, only unknown tenants");
+}
+
 int main(void)
 {
     shoal_ts_parse_and_output();
@@ -765,5 +903,6 @@ int main(void)
     shoal_ts_optimality_sequence();
     shoal_ts_fairness();
     shoal_ts_preemption();
+    shoal_ts_usage();
     return tap_done();
 }

@@ -1,0 +1,279 @@
+/*
+ * Past usage for the order of service, the way Slurm's fair-share does it (priority/
+ * multifactor: usage decayed with PriorityDecayHalfLife, normalized by shares): the metering
+ * ledger's GPU-seconds per tenant (`shoal-bill usage --csv`), each row decayed by
+ * 2^(-age / half_life) when the file says when it was used, summed per tenant and turned into
+ * a share of the cluster's GPU-time over one half-life. DRF adds that share to the tenant's
+ * dominant share before dividing by its weight, so a tenant that used more recently is served
+ * later among equals; the running allocations, gangs, topology and preemption are untouched.
+ */
+#include "sched/sched.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOAL_SCHED_USAGE_COLS 64
+
+double shoal_sched_usage_decay(double age, double half_life)
+{
+    if (!(age > 0) || !(half_life > 0)) {
+        return 1.0;
+    }
+    return exp2(-age / half_life);
+}
+
+/* Splits line (modified) at commas into at most max fields; the count, or -1 for too many. */
+static int shoal_sched_usage_split(char *line, char **f, int max)
+{
+    int n = 0;
+    for (char *p = line;;) {
+        char *comma = strchr(p, ',');
+        if (n == max) {
+            return -1;
+        }
+        f[n++] = p;
+        if (comma == NULL) {
+            break;
+        }
+        *comma = '\0';
+        p = comma + 1;
+    }
+    for (int i = 0; i < n; i++) { /* trim blanks */
+        while (*f[i] == ' ' || *f[i] == '\t') {
+            f[i]++;
+        }
+        size_t len = strlen(f[i]);
+        while (len > 0 && (f[i][len - 1] == ' ' || f[i][len - 1] == '\t' ||
+                           f[i][len - 1] == '\r')) {
+            f[i][--len] = '\0';
+        }
+    }
+    return n;
+}
+
+static int shoal_sched_usage_num(const char *s, double *v)
+{
+    char *end;
+    if (*s == '\0') {
+        return 0;
+    }
+    *v = strtod(s, &end);
+    return *end == '\0' && isfinite(*v) && *v >= 0;
+}
+
+static void shoal_sched_usage_note(shoal_sched_usage_t *u, const char *tenant)
+{
+    size_t len = strlen(u->note), tl = strlen(tenant);
+    for (const char *p = u->note; (p = strstr(p, tenant)) != NULL; p++) {
+        if ((p == u->note || p[-1] == ' ') && (p[tl] == '\0' || p[tl] == ' ')) {
+            return; /* named already */
+        }
+    }
+    if (len + strlen(tenant) + 8 < sizeof(u->note)) {
+        snprintf(u->note + len, sizeof(u->note) - len, "%s%s", len > 0 ? " " : "", tenant);
+    } else if (len + 4 < sizeof(u->note) && strcmp(u->note + len - 3, "...") != 0) {
+        snprintf(u->note + len, sizeof(u->note) - len, " ...");
+    }
+}
+
+shoal_status_t shoal_sched_usage_parse(const char *text, const char *src,
+                                       const shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
+                                       shoal_sched_usage_t *u)
+{
+    char *copy = strdup(text), *save = NULL, *line;
+    char *f[SHOAL_SCHED_USAGE_COLS];
+    int lineno = 0, ncols = 0, col_tenant = -1, col_gpu = -1, col_end = -1, col_age = -1;
+    shoal_status_t st = SHOAL_ERR_INVALID_ARG;
+    double gpus = c->total[SHOAL_SCHED_GPU];
+
+    if (copy == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    u->rows = u->decayed = u->unknown = 0;
+    u->note[0] = '\0';
+    if (!(u->half_life > 0) || !isfinite(u->half_life)) {
+        shoal_error(SCHED, "%s: the half-life must be a positive number of seconds", src);
+        goto out;
+    }
+    for (int t = 0; t < q->ntenants; t++) {
+        q->tenants[t].past_gpu_s = 0;
+        q->tenants[t].past = 0;
+    }
+    for (char *p = copy; (line = strtok_r(p, "\n", &save)) != NULL; p = NULL) {
+        lineno++; /* blank lines are skipped by strtok_r: the number is of non-empty lines */
+        char *s = line;
+        while (*s == ' ' || *s == '\t' || *s == '\r') {
+            s++;
+        }
+        if (*s == '\0' || *s == '#') {
+            continue;
+        }
+        int n = shoal_sched_usage_split(s, f, SHOAL_SCHED_USAGE_COLS);
+        if (n < 0) {
+            shoal_error(SCHED, "%s:%d: more than %d columns", src, lineno,
+                        SHOAL_SCHED_USAGE_COLS);
+            goto out;
+        }
+        if (ncols == 0) { /* the header */
+            ncols = n;
+            for (int i = 0; i < n; i++) {
+                int *col = strcmp(f[i], "tenant") == 0        ? &col_tenant
+                           : strcmp(f[i], "gpu_seconds") == 0 ? &col_gpu
+                           : strcmp(f[i], "end") == 0         ? &col_end
+                           : strcmp(f[i], "age_seconds") == 0 ? &col_age
+                                                              : NULL;
+                if (col != NULL && *col >= 0) {
+                    shoal_error(SCHED, "%s:%d: column %s twice", src, lineno, f[i]);
+                    goto out;
+                }
+                if (col != NULL) {
+                    *col = i;
+                }
+            }
+            if (col_tenant < 0 || col_gpu < 0) {
+                shoal_error(SCHED, "%s:%d: the header names no tenant and gpu_seconds columns "
+                            "(expected the CSV of shoal-bill usage --csv, or tenant,gpu_seconds)",
+                            src, lineno);
+                goto out;
+            }
+            if (col_end >= 0 && col_age >= 0) {
+                shoal_error(SCHED, "%s:%d: columns end and age_seconds both given", src, lineno);
+                goto out;
+            }
+            continue;
+        }
+        if (n != ncols) {
+            shoal_error(SCHED, "%s:%d: %d columns, the header has %d", src, lineno, n, ncols);
+            goto out;
+        }
+        double gs, when = 0, age = 0;
+        if (!shoal_sched_usage_num(f[col_gpu], &gs)) {
+            shoal_error(SCHED, "%s:%d: gpu_seconds '%s' is not a number >= 0", src, lineno,
+                        f[col_gpu]);
+            goto out;
+        }
+        if (col_end >= 0 && !shoal_sched_usage_num(f[col_end], &when)) {
+            shoal_error(SCHED, "%s:%d: end '%s' is not unix seconds", src, lineno, f[col_end]);
+            goto out;
+        }
+        if (col_age >= 0 && !shoal_sched_usage_num(f[col_age], &age)) {
+            shoal_error(SCHED, "%s:%d: age_seconds '%s' is not a number >= 0", src, lineno,
+                        f[col_age]);
+            goto out;
+        }
+        if (col_end >= 0) {
+            age = u->now - when; /* a period ending in the future counts fully */
+        }
+        if (f[col_tenant][0] == '\0') {
+            shoal_error(SCHED, "%s:%d: an empty tenant", src, lineno);
+            goto out;
+        }
+        u->rows++;
+        u->decayed += col_end >= 0 || col_age >= 0;
+        int t = -1;
+        for (int i = 0; i < q->ntenants; i++) {
+            if (strcmp(q->tenants[i].name, f[col_tenant]) == 0) {
+                t = i;
+            }
+        }
+        if (t < 0) {
+            u->unknown++;
+            shoal_sched_usage_note(u, f[col_tenant]);
+            continue;
+        }
+        q->tenants[t].past_gpu_s += gs * shoal_sched_usage_decay(age, u->half_life);
+    }
+    if (ncols == 0) {
+        shoal_error(SCHED, "%s: empty: expected a header line (tenant,...,gpu_seconds,...)",
+                    src);
+        goto out;
+    }
+    for (int t = 0; t < q->ntenants; t++) {
+        q->tenants[t].past = gpus > 0 ? q->tenants[t].past_gpu_s / (gpus * u->half_life) : 0;
+    }
+    st = SHOAL_OK;
+out:
+    free(copy);
+    return st;
+}
+
+typedef struct {
+    int t;
+    double key;
+} shoal_sched_usage_rank_t;
+
+static int shoal_sched_usage_rank_cmp(const void *pa, const void *pb)
+{
+    const shoal_sched_usage_rank_t *a = pa, *b = pb;
+    if (a->key != b->key) {
+        return a->key < b->key ? -1 : 1;
+    }
+    return a->t - b->t; /* ties: the lower tenant index, as in shoal_sched_drf_fill */
+}
+
+static void shoal_sched_usage_order(const shoal_sched_cluster_t *c,
+                                    const shoal_sched_queue_t *q, shoal_sched_usage_rank_t *r,
+                                    int n, int with_past, FILE *fp)
+{
+    for (int i = 0; i < n; i++) {
+        const shoal_sched_tenant_t *t = &q->tenants[r[i].t];
+        r[i].key = shoal_sched_drf_key(t->use, c->total, t->weight, with_past ? t->past : 0);
+    }
+    qsort(r, (size_t)n, sizeof(*r), shoal_sched_usage_rank_cmp);
+    for (int i = 0; i < n; i++) {
+        fprintf(fp, "%s%s (%.4f)", i > 0 ? ", " : "", q->tenants[r[i].t].name, r[i].key);
+    }
+    fputc('\n', fp);
+}
+
+void shoal_sched_usage_explain(const shoal_sched_cluster_t *c, const shoal_sched_queue_t *q,
+                               const shoal_sched_usage_t *u, FILE *fp)
+{
+    shoal_sched_usage_rank_t *r = malloc(sizeof(*r) * (size_t)(q->ntenants + 1));
+    int n = 0;
+
+    fprintf(fp, "usage: %d row(s), %d decayed with a half-life of %.0f s; a tenant's past "
+            "share is its decayed GPU-seconds over %.0f GPUs x one half-life\n", u->rows,
+            u->decayed, u->half_life, c->total[SHOAL_SCHED_GPU]);
+    for (int t = 0; t < q->ntenants; t++) {
+        const shoal_sched_tenant_t *x = &q->tenants[t];
+        fprintf(fp, "usage: tenant %s: %.0f GPU-s after decay, past share %.4f, weight %g: "
+                "+%.4f to its weighted dominant share\n", x->name, x->past_gpu_s, x->past,
+                x->weight, x->past / x->weight);
+    }
+    if (u->unknown > 0) {
+        fprintf(fp, "usage: %d row(s) of tenants not in the jobs file ignored: %s\n", u->unknown,
+                u->note);
+    }
+    if (r == NULL) {
+        return;
+    }
+    for (int i = 0; i < q->njobs; i++) {
+        int t = q->jobs[i].tenant, seen = 0;
+        for (int k = 0; k < n; k++) {
+            seen |= r[k].t == t;
+        }
+        if (q->jobs[i].state == SHOAL_SCHED_QUEUED && !seen) {
+            r[n++].t = t;
+        }
+    }
+    shoal_sched_usage_rank_t *w = malloc(sizeof(*w) * (size_t)(n + 1));
+    if (w == NULL) {
+        free(r);
+        return;
+    }
+    memcpy(w, r, sizeof(*r) * (size_t)n);
+    fprintf(fp, "usage: order of service at the start, with past usage: ");
+    shoal_sched_usage_order(c, q, r, n, 1, fp);
+    fprintf(fp, "usage: order of service at the start, without it:      ");
+    shoal_sched_usage_order(c, q, w, n, 0, fp);
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        same &= r[i].t == w[i].t;
+    }
+    fprintf(fp, "usage: past usage %s the order of service\n", same ? "did not change"
+                                                                   : "changed");
+    free(w);
+    free(r);
+}
