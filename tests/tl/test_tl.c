@@ -9,6 +9,9 @@
  * at the group's deadline: the test never hangs. */
 #include "core/tl.h"
 #include "tests/tap.h"
+#if SHOAL_HAVE_VERBS
+#include "transports/ib/ib.h"
+#endif
 
 #include <errno.h>
 #include <poll.h>
@@ -648,12 +651,38 @@ static const group_t groups[] = {
     },
 };
 
+/* TL_IB_HCAS="rxe0,rxe1": rank r uses the (r mod k)-th device of the list as its
+ * SHOAL_IB_HCA, so that the ranks of a group talk across devices (tests/vm: two Soft-RoCE
+ * devices on the ends of a veth pair). */
+static void child_ib_hca(int rank)
+{
+#if SHOAL_HAVE_VERBS
+    static char hca[128];
+    const char *list = getenv("TL_IB_HCAS");
+    int k = 0;
+    if (list == NULL || list[0] == '\0') {
+        return;
+    }
+    for (const char *p = list; *p != '\0'; p++) {
+        k += *p == ',';
+    }
+    for (int i = 0, want = rank % (k + 1); i < want; i++) {
+        list = strchr(list, ',') + 1;
+    }
+    snprintf(hca, sizeof(hca), "%.*s", (int)strcspn(list, ","), list);
+    shoal_ib_config.hca = hca;
+#else
+    (void)rank;
+#endif
+}
+
 static void child_main(const shoal_tl_ops_t *ops, const group_t *g, int nprocs, int rank,
                        shared_t *sh, uint32_t comm_id)
 {
     child_t c = {.ops = ops, .sh = sh, .rank = rank, .n = nprocs, .comm_id = comm_id};
     alarm((unsigned)g->deadline_s);
     shoal_config_global_init();
+    child_ib_hca(rank);
     g->body(&c);
     if (c.ctx != NULL) {
         ops->fini(c.ctx);

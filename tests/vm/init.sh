@@ -3,6 +3,13 @@
 # their host paths, builds the two-"host" RDMA fabric (a veth pair, rxe0 on veth0 and rxe1 on
 # veth1, both in the initial network namespace: on 6.1 an rxe device's UDP socket lives only
 # there), runs the command from the run folder and powers off.
+#
+# Both ends' addresses are local to the one namespace, so the kernel would deliver a packet
+# from 10.71.0.1 to 10.71.0.2 through lo, where rxe finds no device (and address resolution
+# times out). rxe-routes makes each end reach the other through the veth pair instead: the
+# local table moves behind rules that send locally made packets for the other end to a table
+# routing them out of this end's veth, with static neighbours and accept_local. Taking a veth
+# down flushes its routes: run rxe-routes again after bringing it up.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp LANG=C
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -30,6 +37,33 @@ done
 # shellcheck disable=SC2154 # set from the kernel command line
 out=$run/out
 
+cat > /usr/local/sbin/rxe-routes <<'EOS'
+#!/bin/bash
+m0=$(cat /sys/class/net/veth0/address)
+m1=$(cat /sys/class/net/veth1/address)
+for c in all veth0 veth1; do
+    sysctl -qw net.ipv4.conf.$c.accept_local=1 net.ipv4.conf.$c.rp_filter=0
+done
+for f in -4 -6; do
+    ip $f rule show pref 100 | grep -q . || ip $f rule add pref 100 lookup local
+    ip $f rule del pref 0 lookup local 2>/dev/null
+done
+for h in 0 1; do
+    o=$((1 - h))
+    mo=$m1
+    [ $o = 0 ] && mo=$m0
+    ip -4 rule show pref 10 | grep -q "to 10.71.0.$((o + 1)) " ||
+        ip -4 rule add pref 10 iif lo to 10.71.0.$((o + 1)) lookup $((100 + h))
+    ip -6 rule show pref 10 | grep -q "to fd71::$((o + 1)) " ||
+        ip -6 rule add pref 10 iif lo to fd71::$((o + 1)) lookup $((100 + h))
+    ip -4 route replace 10.71.0.$((o + 1)) dev veth$h src 10.71.0.$((h + 1)) table $((100 + h))
+    ip -6 route replace fd71::$((o + 1)) dev veth$h table $((100 + h))
+    ip -4 neigh replace 10.71.0.$((o + 1)) lladdr "$mo" dev veth$h nud permanent
+    ip -6 neigh replace fd71::$((o + 1)) lladdr "$mo" dev veth$h nud permanent
+done
+EOS
+chmod 755 /usr/local/sbin/rxe-routes
+
 fabric() {
     modprobe -a crc32_generic rdma_rxe veth || return 1
     ip link set lo up
@@ -40,6 +74,7 @@ fabric() {
     ip -6 addr add fd71::2/64 dev veth1 nodad
     ip link set veth0 up
     ip link set veth1 up
+    rxe-routes || return 1
     rdma link add rxe0 type rxe netdev veth0 || return 1
     rdma link add rxe1 type rxe netdev veth1 || return 1
     for i in $(seq 50); do # the ports go ACTIVE once the links are up
