@@ -101,7 +101,10 @@ if want kill; then
         "$src/tests/fault/run_kill.sh"
 fi
 
-# ---- failures: the port of one host goes down mid-job -------------------------------------
+# ---- failures: one host becomes unreachable mid-job ----------------------------------------
+# `ip link set veth0 down` with queue pairs in flight soft-locks the 6.1 kernel's rxe (the
+# requester loops on the failing transmit): the host is cut off instead by pointing its
+# neighbour entry for the other host at a MAC nobody has (veth1 drops the frames).
 if want linkdown; then
     t0=$(date +%s)
     timeout -k 5 240 "$b/shoalrun" --no-prefix --timeout 200 -n 2 -x SHOAL_TRANSPORT=ib \
@@ -109,20 +112,19 @@ if want linkdown; then
         "$wrap" "$b/tests/fault/kill" loop 1 > "$tmp/ld.out" 2> "$tmp/ld.err" &
     pid=$!
     for i in $(seq 100); do grep -q '^looping' "$tmp/ld.out" && break; sleep 1; done
-    ip link set veth0 down
+    ip -4 neigh replace 10.71.0.2 lladdr 02:00:00:00:00:01 dev veth0 nud permanent
     t1=$(date +%s)
     wait $pid
     rc=$?
     t2=$(date +%s)
-    ip link set veth0 up
     rxe-routes
-    sed -e 's/^/# linkdown: /' "$tmp/ld.out" | head -20
-    sed -e 's/^/# linkdown stderr: /' "$tmp/ld.err" | head -20
+    sed -e 's/^/# unreachable: /' "$tmp/ld.out" | head -20
+    sed -e 's/^/# unreachable stderr: /' "$tmp/ld.err" | grep -v "^# unreachable stderr: $" | head -20
     tap $([ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $((t2 - t1)) -lt 120 ]; echo $?) \
-        "linkdown: veth0 down mid-AllReduce: shoalrun exited $rc $((t2 - t1)) s later (started $((t1 - t0)) s in)"
-    grep -q "^survivor [01]: status SHOAL_ERR_" "$tmp/ld.out"
-    tap $? "linkdown: the ranks got an error: $(grep -m1 '^survivor' "$tmp/ld.out")"
-    for i in $(seq 50); do rdma link | grep -q "rxe0/1 state ACTIVE" && break; sleep 0.2; done
+        "unreachable: host 1 cut off mid-AllReduce: shoalrun exited $rc $((t2 - t1)) s later (started $((t1 - t0)) s in)"
+    grep -q "^survivor 0: status SHOAL_ERR_PEER_FAILED" "$tmp/ld.out" &&
+        grep -q "retry\|Retry\|RETRY" "$tmp/ld.out"
+    tap $? "unreachable: rank 0 got SHOAL_ERR_PEER_FAILED (retries exhausted): $(grep -m1 '^survivor 0' "$tmp/ld.out")"
 fi
 
 # ---- UCX over the same devices ------------------------------------------------------------

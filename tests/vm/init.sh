@@ -10,7 +10,7 @@
 # local table moves behind rules that send locally made packets for the other end to a table
 # routing them out of this end's veth, with static neighbours and accept_local. Taking a veth
 # down flushes its routes: run rxe-routes again after bringing it up.
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp LANG=C
+export PATH=/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp LANG=C
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
@@ -37,6 +37,7 @@ done
 # shellcheck disable=SC2154 # set from the kernel command line
 out=$run/out
 
+mkdir -p /usr/local/sbin
 cat > /usr/local/sbin/rxe-routes <<'EOS'
 #!/bin/bash
 m0=$(cat /sys/class/net/veth0/address)
