@@ -9,11 +9,13 @@ set -e
 # in). The billing ledger: libsqlite3-dev (the embedded default) and libpq-dev (PostgreSQL); its
 # tests use sqlite3 and a PostgreSQL server they start themselves (postgresql). The node agent
 # shoald: libmicrohttpd (its /metrics); its tests: prometheus (promtool and a real server) and
-# curl (HTTP client).
+# curl (HTTP client). The Soft-RoCE VM stage (tests/vm): qemu-system-x86, debootstrap, cpio,
+# kmod (the guest's kernel and root come from Debian's packages at its first run).
 pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps
       libucx-dev libibverbs-dev librdmacm-dev libhwloc-dev libpmix-dev libopenmpi-dev
       openmpi-bin libgloo-dev gnuplot-nox clang libclang-rt-dev libsqlite3-dev sqlite3
-      libpq-dev postgresql libmicrohttpd-dev prometheus curl"
+      libpq-dev postgresql libmicrohttpd-dev prometheus curl qemu-system-x86 debootstrap cpio
+      kmod"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -171,13 +171,13 @@ fi
 
 # ---- the automatic choice across hosts: ib ahead of tcp -----------------------------------
 if want auto; then
-    timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 4 -x SHOAL_LOG_LEVEL=info \
+    timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 4 -x SHOAL_DEBUG=INFO -x SHOAL_DEBUG_SUBSYS=IB,INIT \
         -x MP_HOSTMAP=0,0,1,1 "$wrap" "$b/tests/mp/mp_coll" allreduce > "$tmp/auto.out" 2> "$tmp/auto.err"
     rc=$?
-    grep -i "transport" "$tmp/auto.err" | head -8 | sed -e 's/^/# auto: /'
+    grep -i "connected to" "$tmp/auto.err" | head -8 | sed -e 's/^/# auto: /'
     tap $([ $rc -eq 0 ] && ! grep -q '^not ok' "$tmp/auto.out"; echo $?) \
         "auto: 4 ranks on two hosts, no SHOAL_TRANSPORT: allreduce passes (exit $rc)"
-    grep -qE "ib.*(rxe|connected)" "$tmp/auto.err"
+    grep -qE "connected to [0-9]+ peers over rxe" "$tmp/auto.err"
     tap $? "auto: the ranks on different hosts talk over ib (not tcp)"
 fi
 

@@ -19,7 +19,7 @@ if [ "${1:-}" = --configure-args ]; then
     exit 0
 fi
 bdir=${top_builddir:-$top/build-vm}
-progs="shoalrun shoal_info tl_perf tests/tl/test_tl tests/mp/mp_coll tests/fault/kill
+progs="shoalrun shoal_info tl_perf tests/tl/test_tl tests/tl/test_ib_logic tests/mp/mp_coll tests/fault/kill
     tests/vm/ib_qp tests/vm/ib_remap"
 
 why=$("$top/tests/vm/vm.sh" check)
