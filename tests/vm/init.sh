@@ -16,6 +16,7 @@ mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /tmp /run
 mount -t devpts devpts /dev/pts
+ln -sf /proc/self/fd /dev/fd
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run

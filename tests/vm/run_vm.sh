@@ -10,7 +10,8 @@
 #   make -C build-vm test-suite.log TESTS=tests/vm/run_vm.sh TEST_LOGS=tests/vm/run_vm.log
 # or simply tests/vm/run_vm.sh (top_builddir defaults to build-vm, configured if missing).
 # Environment: top_builddir, SHOAL_VM_CACHE (the image cache, see vm.sh), VM_TIMEOUT
-# (seconds for the whole VM run, default 900), VM_SECTIONS (guest_ib.sh sections).
+# (seconds for the whole VM run, default 900), VM_SECTIONS (guest_ib.sh sections; default
+# all but perf, "all" for every one), MP_FULL=1 (the full collective sweeps, by hand).
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cfg_args="--disable-shared --without-hwloc --without-pmix --without-cuda --without-mpi
     --without-microhttpd --without-sqlite3 --without-libpq --without-nccl --without-rdmacm"
@@ -47,7 +48,7 @@ share=()
 case $bdir/ in "$top"/*) ;; *) share=(-s "$bdir") ;; esac
 t0=$SECONDS
 "$top/tests/vm/vm.sh" run -t "${VM_TIMEOUT:-900}" "${share[@]}" -- \
-    "top_srcdir=$top top_builddir=$(cd "$bdir" && pwd) VM_SECTIONS='${VM_SECTIONS:-}'" \
+    "top_srcdir=$top top_builddir=$(cd "$bdir" && pwd) VM_SECTIONS='${VM_SECTIONS:-}' MP_FULL='${MP_FULL:-0}'" \
     "bash $top/tests/vm/guest_ib.sh"
 rc=$?
 echo "# the VM stage took $((SECONDS - t0)) s (vm.sh exit $rc)"
