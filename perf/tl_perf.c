@@ -209,7 +209,7 @@ static shoal_status_t tl_perf_size(tl_perf_t *p, const tl_perf_opts_t *o, size_t
     us = tl_perf_now_us() - t0;
     bw = (double)size * win * biters / (us * 1e3); /* GB/s */
     if (p->rank == 0) {
-        printf("%12zu %8d %10.2f %10.3f %10.3f %6d %8ld\n", size, iters, lat, bw,
+        printf("%12zu %8d %10.2f %10.4f %10.3f %6d %8ld\n", size, iters, lat, bw,
                (double)win * biters / us, win, wrong);
         fflush(stdout);
     }

@@ -12,11 +12,14 @@ set -e
 # curl (HTTP client). tests/slurm: a one-node Slurm the test starts itself (slurmctld, slurmd,
 # slurm-client, munge; srun's PMIx plugin, mpi_pmix_v4, is in slurm-wlm-basic-plugins). Their
 # services are not started by the install (see below): the test runs its own daemons.
-# shoal-place's hostlist test compares with Slurm's own: libslurm-dev.
+# shoal-place's hostlist test compares with Slurm's own: libslurm-dev. The Soft-RoCE VM stage
+# (tests/vm): qemu-system-x86, debootstrap, cpio, kmod (the guest's kernel and root come from
+# Debian's packages at its first run).
 pkgs="build-essential autoconf automake libtool pkg-config libssl-dev iproute2 procps
       libucx-dev libibverbs-dev librdmacm-dev libhwloc-dev libpmix-dev libopenmpi-dev
       openmpi-bin libgloo-dev gnuplot-nox clang libclang-rt-dev libsqlite3-dev sqlite3
-      libpq-dev postgresql libmicrohttpd-dev prometheus curl libslurm-dev"
+      libpq-dev postgresql libmicrohttpd-dev prometheus curl libslurm-dev qemu-system-x86
+      debootstrap cpio kmod"
 daemons="slurmctld slurmd slurm-client munge"
 missing=""
 missing_daemons=""

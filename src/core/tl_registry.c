@@ -16,11 +16,12 @@ typedef struct {
 
 static const shoal_tl_entry_t shoal_tl_registry[] = {
     {.ops = &shoal_tl_shm_ops},
-    {.ops = &shoal_tl_tcp_ops},
 #if SHOAL_HAVE_VERBS
-    /* after tcp: used when forced with SHOAL_TRANSPORT=ib */
+    /* ahead of tcp across hosts where its query() finds an ACTIVE RDMA port (run on
+     * Soft-RoCE in tests/vm); elsewhere the query fails and tcp is chosen as before */
     {.ops = &shoal_tl_ib_ops, .lib = &shoal_ib_lib},
 #endif
+    {.ops = &shoal_tl_tcp_ops},
 #if SHOAL_HAVE_UCX
     /* after tcp: used when forced with SHOAL_TRANSPORT=ucx */
     {.ops = &shoal_tl_ucx_ops, .lib = &shoal_ucx_lib},

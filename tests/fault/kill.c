@@ -12,6 +12,10 @@
  *                     "aborted 0: status NAME after X ms since abort: <sentence>". The others
  *                     then call AllReduces and must get an error by the third:
  *                     "late R: status NAME after X ms (N calls completed before): ...".
+ *   kill loop [MiB]   every rank loops over AllReduces (printing "looping" once the first
+ *                     completed) until one fails or 60 s pass, then prints "survivor R:
+ *                     status NAME after X ms: <sentence>"; exits 0 if an AllReduce failed.
+ *                     For faults made from outside (tests/vm: a port taken down).
  * Every rank gives up on its own after a bounded time (never hangs).
  */
 #include <shoal.h>
@@ -168,6 +172,33 @@ static int kill_mode_abort(kill_ctx_t *k, size_t count)
     return ok ? 0 : 1;
 }
 
+static int kill_mode_loop(kill_ctx_t *k, size_t count)
+{
+    float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
+    shoal_status_t st = SHOAL_OK;
+    double start = kill_now_ms(), t0 = start;
+    long calls = 0;
+
+    if (s == NULL || r == NULL) {
+        return 2;
+    }
+    while (st == SHOAL_OK && kill_now_ms() - start < KILL_LOOP_LIMIT_MS) {
+        t0 = kill_now_ms();
+        st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+        if (++calls == 1 && k->rank == 0) {
+            printf("looping\n");
+            fflush(stdout);
+        }
+    }
+    printf("survivor %d: status %s after %.0f ms (%ld calls): %s\n", k->rank,
+           shoal_status_name(st), kill_now_ms() - t0, calls,
+           st == SHOAL_OK ? "no error" : shoal_comm_last_error(k->comm));
+    fflush(stdout);
+    free(s);
+    free(r);
+    return st != SHOAL_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     kill_ctx_t k = {0};
@@ -189,8 +220,10 @@ int main(int argc, char **argv)
         rc = kill_mode_kill(&k, count);
     } else if (strcmp(mode, "abort") == 0) {
         rc = kill_mode_abort(&k, count);
+    } else if (strcmp(mode, "loop") == 0) {
+        rc = kill_mode_loop(&k, count);
     } else {
-        fprintf(stderr, "usage: kill kill|abort [MiB]\n");
+        fprintf(stderr, "usage: kill kill|abort|loop [MiB]\n");
         rc = 2;
     }
     shoal_comm_destroy(k.comm);

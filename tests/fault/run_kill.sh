@@ -7,7 +7,9 @@
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
 #    error too.
 # Environment: top_builddir (set by make check), KILL_REPEAT (runs per kill case, default 1),
-# KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable).
+# KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable),
+# KILL_WRAP (a command every rank runs through, see MP_WRAP in tests/mp/run_lib.sh),
+# KILL_ABORT=0 to skip the abort cases.
 
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
@@ -39,7 +41,7 @@ launch() {
     tl=$3
     shift 3
     env -u SHOAL_TRANSPORT "$shoalrun" --no-prefix --grace 30 --timeout 90 -n "$n" \
-        -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} "$prog" "$@" \
+        -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} ${KILL_WRAP:-} "$prog" "$@" \
         >"$tmp/out" 2>"$tmp/err"
     rc=$?
     sed -e 's/^/# /' "$tmp/out"
@@ -134,6 +136,7 @@ while [ $i -lt "${KILL_REPEAT:-1}" ]; do
     i=$((i + 1))
 done
 for tl in "" tcp; do
+    [ "${KILL_ABORT:-1}" = 0 ] && break
     abort_case "$tl" 2 0
     abort_case "$tl" 2 8
     abort_case "$tl" 3 8

@@ -325,6 +325,50 @@ static void mp_test_reduce_scatter(const mp_ctx_t *c)
     }
 }
 
+/* ---- quick: a few cases of every collective (the Soft-RoCE VM, tests/vm, where a transfer
+ * runs 50-100x slower than natively): small, ragged and pipelined sizes, in place and not ---- */
+
+static void mp_test_quick(const mp_ctx_t *c)
+{
+    static const struct {
+        shoal_dtype_t dt;
+        shoal_op_t op;
+    } ar[] = {{SHOAL_FLOAT32, SHOAL_SUM}, {SHOAL_INT32, SHOAL_MAX}, {SHOAL_BFLOAT16, SHOAL_SUM}};
+    static const size_t counts[] = {0, 1, 61, 65537};
+    int ci = 0;
+    for (size_t a = 0; a < sizeof(ar) / sizeof(ar[0]); a++) {
+        int g = mp_group("quick allreduce %s %s", mp_dn(ar[a].dt), shoal_op_name(ar[a].op));
+        mp_fill(ar[a].dt, ar[a].op, c->rank, c->nranks, mp_tmpl, MP_CMAX, 0);
+        mp_expect(ar[a].dt, ar[a].op, c->nranks, mp_ex, MP_CMAX, 0);
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            mp_ar_case(c, g, ar[a].dt, ar[a].op, counts[k], 0, 0, 0);
+            mp_ar_case(c, g, ar[a].dt, ar[a].op, counts[k], 1, 0, 0);
+        }
+        mp_ar_case(c, g, ar[a].dt, ar[a].op, 1021, 0, 1 + (int)a, 2);
+        mp_reduce_case(c, g, ar[a].dt, ar[a].op, 65537, ci++);
+        mp_reduce_case(c, g, ar[a].dt, ar[a].op, 61, ci++);
+    }
+    int g = mp_group("quick allreduce float32 sum %zu elements", MP_BIG);
+    mp_fill(SHOAL_FLOAT32, SHOAL_SUM, c->rank, c->nranks, mp_tmpl, MP_BIG, 0);
+    mp_expect(SHOAL_FLOAT32, SHOAL_SUM, c->nranks, mp_ex, MP_BIG, 0);
+    mp_ar_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, MP_BIG, 0, 3, 1);
+    g = mp_group("quick broadcast uint8");
+    for (size_t k = 1; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        mp_bcast_case(c, g, SHOAL_UINT8, counts[k], ci++);
+        mp_bcast_case(c, g, SHOAL_UINT8, counts[k], ci++);
+    }
+    g = mp_group("quick allgather float32");
+    for (size_t k = 1; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        mp_allgather_case(c, g, SHOAL_FLOAT32, counts[k], 0);
+        mp_allgather_case(c, g, SHOAL_FLOAT32, counts[k], 1);
+    }
+    g = mp_group("quick reduce_scatter");
+    mp_rs_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, 1, 0);
+    mp_rs_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, 1021, 1);
+    mp_rs_case(c, g, SHOAL_INT32, SHOAL_MAX, 7, 1);
+    mp_rs_case(c, g, SHOAL_INT32, SHOAL_MAX, 65537, 0);
+}
+
 /* ---- the rest lives in mp_coll_misc.c ------------------------------------------------------ */
 
 void mp_test_barrier(const mp_ctx_t *c, uint8_t *buf);
@@ -341,6 +385,7 @@ static void mp_run_determinism(const mp_ctx_t *c) { mp_test_determinism(c, mp_sb
 static const struct {
     const char *name;
     void (*fn)(const mp_ctx_t *c);
+    int named_only; /* run only when named on the command line */
 } mp_sections[] = {
     {"invalid", mp_test_invalid},
     {"allreduce", mp_test_allreduce},
@@ -354,6 +399,7 @@ static const struct {
     {"nonblocking", mp_test_nonblocking},
     {"split", mp_test_split},
     {"determinism", mp_run_determinism},
+    {"quick", mp_test_quick, 1},
 };
 
 static int mp_selected(int argc, char **argv, const char *name)
@@ -395,6 +441,9 @@ int main(int argc, char **argv)
         double t0 = mp_now_ms();
         if (!mp_selected(argc, argv, mp_sections[s].name)) {
             continue;
+        }
+        if (mp_sections[s].named_only && argc <= 1) {
+            continue; /* a subset of the others */
         }
         mp_sections[s].fn(&c);
         if (c.rank == 0 && getenv("MP_TIMING") != NULL) {

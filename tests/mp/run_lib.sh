@@ -8,6 +8,8 @@
 #       results as "ok|not ok N - LABEL: ...", its stderr as comments when something failed,
 #       and one more line for shoalrun's exit status.
 # Needs: $shoalrun, $timeout (seconds per job), $tmp (a scratch directory), n_tap (the count).
+# MP_WRAP: a command every rank runs PROGRAM through (tests/vm/rxe_host.sh: one RDMA device
+# per virtual host).
 
 mp_job() {
     _mp_label=$1
@@ -20,7 +22,7 @@ mp_job() {
     _mp_t0=$(date +%s.%N)
     # shellcheck disable=SC2086 # the -x list is a word list on purpose
     env -u SHOAL_TRANSPORT -u SHOAL_ALGO "$shoalrun" --no-prefix --timeout "$timeout" \
-        -n "$_mp_n" $_mp_xs "$@" >"$tmp/out" 2>"$tmp/err"
+        -n "$_mp_n" $_mp_xs ${MP_WRAP:-} "$@" >"$tmp/out" 2>"$tmp/err"
     _mp_rc=$?
     _mp_secs=$(awk -v a="$_mp_t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     _mp_groups=0

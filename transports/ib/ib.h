@@ -296,8 +296,10 @@ SHOAL_HIDDEN int shoal_ib_chunk_build(const shoal_ib_chunk_src_t *s, const void 
 /* ---- registration cache (ib_logic.c), used only with SHOAL_IB_REG_CACHE=1 ----------------
  * Unsafe when the application unmaps (or frees a large malloc block) and maps memory again at
  * the same address while an entry covers it: the registration still pins the old pages, so
- * RDMA would send stale bytes. shoal_ib_regcache_invalidate drops such entries; the default
- * (SHOAL_IB_REG_CACHE=0) never registers user memory. */
+ * RDMA would send stale bytes (tests/vm/ib_remap shows it on Soft-RoCE).
+ * shoal_ib_regcache_invalidate drops such entries, but nothing tells the transport of an
+ * unmap: the default cap (SHOAL_IB_REG_CACHE_MAX=0) keeps no entry past its message, and the
+ * default SHOAL_IB_REG_CACHE=0 never registers user memory. */
 
 typedef struct {
     /* register [addr, addr + len): handle and lkey, or nonzero on failure */

@@ -15,7 +15,7 @@ shoal_ib_config_t shoal_ib_config = {
     .slot_size = 64 * 1024,
     .send_slots = 16,
     .reg_cache = 0,
-    .reg_cache_max = 1024ul * 1024 * 1024,
+    .reg_cache_max = 0,
     .max_inline = 128,
 };
 
@@ -68,13 +68,14 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "this many chunks of a large message are in flight at once"),
     SHOAL_IB_FIELD("IB_REG_CACHE", "0", SHOAL_CFG_BOOL, reg_cache,
                    "1: send large messages from the user's buffer in place, registering it "
-                   "and keeping the registration cached (no copy). UNSAFE if the application "
-                   "frees or unmaps a send buffer and gets new memory at the same address: "
-                   "RDMA may then send the old pages. 0: only memory shoal owns is registered"),
-    SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "1g", SHOAL_CFG_SIZE, reg_cache_max,
+                   "for the message (no copy; see SHOAL_IB_REG_CACHE_MAX). 0: only memory "
+                   "shoal owns is registered"),
+    SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "0", SHOAL_CFG_SIZE, reg_cache_max,
                    "with SHOAL_IB_REG_CACHE=1: bytes of user send buffers kept registered per "
-                   "peer between messages; 0 registers and deregisters per message (no copy "
-                   "and safe, but slow)"),
+                   "peer between messages; 0 (safe) registers and deregisters per message. "
+                   "UNSAFE above 0 if the application frees or unmaps a send buffer and gets "
+                   "new memory at the same address: RDMA then sends the old pages (seen on "
+                   "Soft-RoCE, tests/vm)"),
     SHOAL_IB_FIELD("IB_MAX_INLINE", "128", SHOAL_CFG_UINT, max_inline,
                    "chunks up to this many bytes (header included) are sent inline: copied "
                    "into the work request, neither staged nor registered"),

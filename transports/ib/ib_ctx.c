@@ -372,14 +372,10 @@ static void shoal_ib_drain_events(shoal_tl_ctx_t *ctx)
 /* The oob socket of a peer: EOF (or reset) means its process is gone. */
 static void shoal_ib_peer_check(shoal_tl_ctx_t *ctx, shoal_ep_t *ep)
 {
-    char b;
-    ssize_t r;
-    if (ep->oob_fd < 0 || ep->oob_eof || ep->status != SHOAL_OK) {
+    if (ep->oob_fd < 0 || ep->oob_eof || ep->oob_abort || ep->status != SHOAL_OK) {
         return;
     }
-    r = recv(ep->oob_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        ep->oob_eof = r == 0 ? -1 : errno;
+    if (shoal_ib_ep_oob_read(ep) != 0) {
         (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->oob_fd, NULL);
     }
 }
@@ -428,7 +424,9 @@ static int shoal_ib_progress(shoal_tl_ctx_t *ctx)
             continue;
         }
         n += shoal_ib_ep_progress(ep);
-        if (check && ep->oob_eof != 0 && (ep->sq_head != NULL || ep->rq_head != NULL)) {
+        if (ep->oob_abort != 0 && ep->status == SHOAL_OK) {
+            n += shoal_ib_ep_abort_notice(ep, ep->oob_abort - 1);
+        } else if (check && ep->oob_eof != 0 && (ep->sq_head != NULL || ep->rq_head != NULL)) {
             n += shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d closed its out-of-band "
                                    "connection (%s): the process is gone", ep->peer,
                                    ep->oob_eof < 0 ? "EOF" : strerror(ep->oob_eof));

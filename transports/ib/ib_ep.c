@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- failure ------------------------------------------------------------------------------- */
@@ -79,12 +80,46 @@ int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const c
     return n;
 }
 
+/* Reads the oob socket without blocking. It carries nothing after the connection but the
+ * peer's abort notice (shoal_ib_ep_send_abort): sets oob_abort (culprit + 1) when one came,
+ * oob_eof on EOF, an error or anything else. 1 if either is set now, else 0. */
+int shoal_ib_ep_oob_read(shoal_ep_t *ep)
+{
+    uint8_t b[SHOAL_WIRE_HDR_BYTES];
+    ssize_t r;
+    if (ep->oob_fd < 0 || ep->oob_eof || ep->oob_abort) {
+        return ep->oob_eof || ep->oob_abort;
+    }
+    r = recv(ep->oob_fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
+    if (r == (ssize_t)sizeof(b) && recv(ep->oob_fd, b, sizeof(b), MSG_DONTWAIT) == r) {
+        shoal_wire_hdr_t h;
+        shoal_wire_decode(b, &h);
+        if (shoal_wire_culprit(&h) >= 0 && h.comm_id == ep->ctx->comm_id) {
+            ep->oob_abort = shoal_wire_culprit(&h) + 1;
+        } else {
+            ep->oob_eof = EPROTO; /* not a notice: nothing more is read from it */
+        }
+        return 1;
+    }
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        ep->oob_eof = r == 0 ? -1 : errno;
+        return 1;
+    }
+    return 0;
+}
+
 int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)
 {
     char why[192];
     va_list ap;
     if (ep->status != SHOAL_OK) {
         return 0;
+    }
+    /* A peer that failed because of another rank told us so before going away: a completion
+     * error or EOF that its exit caused is blamed on that rank, not on the peer. */
+    (void)shoal_ib_ep_oob_read(ep);
+    if (ep->oob_abort != 0) {
+        return shoal_ib_ep_abort_notice(ep, ep->oob_abort - 1);
     }
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
@@ -94,7 +129,7 @@ int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ..
 }
 
 /* The peer's abort notice: it failed because of rank culprit. */
-static int shoal_ib_ep_abort_notice(shoal_ep_t *ep, int culprit)
+int shoal_ib_ep_abort_notice(shoal_ep_t *ep, int culprit)
 {
     char why[192];
     if (ep->status != SHOAL_OK) {
@@ -253,10 +288,19 @@ void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit)
     shoal_ib_sge_t sge = {.addr = (uintptr_t)hdr, .length = SHOAL_WIRE_HDR_BYTES};
     shoal_ib_imm_t imm = {.kind = SHOAL_IB_IMM_DATA,
                           .flags = SHOAL_IB_CHUNK_FIRST | SHOAL_IB_CHUNK_LAST};
+    uint8_t oob[SHOAL_WIRE_HDR_BYTES];
     int slot;
+    /* Also on the oob socket, which carries nothing else after the connection: the kernel
+     * delivers it even when this process exits at once, and mid-message (when the ring path
+     * below cannot) the peer then blames culprit, not us (tests/vm: a rank killed mid-
+     * AllReduce on Soft-RoCE; without it a survivor blamed the neighbour that exited). */
+    shoal_wire_encode(&h, oob);
+    if (ep->oob_fd >= 0) {
+        (void)send(ep->oob_fd, oob, sizeof(oob), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
     if (ep->qp == NULL || ep->send_mr == NULL || !shoal_ib_sq_room(ep) || ep->tx.avail == 0 ||
         ep->sq_post != NULL) {
-        return; /* mid-message or no room: the peer learns from its oob socket instead */
+        return; /* mid-message or no room: the peer reads the notice from its oob socket */
     }
     shoal_wire_encode(&h, hdr);
     sge.lkey = ep->send_mr->lkey;
@@ -443,6 +487,9 @@ shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
         req->culprit = ep->culprit;
+        if (req->errbuf != NULL && req->errlen > 0) {
+            snprintf(req->errbuf, req->errlen, "%s", ep->why); /* whom the failure blames */
+        }
         return ep->status;
     }
     shoal_tl_req_start(req);
@@ -463,6 +510,9 @@ shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     if (ep->status != SHOAL_OK) {
         req->culprit = ep->culprit;
+        if (req->errbuf != NULL && req->errlen > 0) {
+            snprintf(req->errbuf, req->errlen, "%s", ep->why); /* whom the failure blames */
+        }
         return ep->status;
     }
     shoal_tl_req_start(req);

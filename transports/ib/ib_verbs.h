@@ -36,6 +36,7 @@ struct shoal_ep {
     int idx, peer;
     int oob_fd;                   /* kept open: EOF means the peer process is gone */
     int oob_eof;
+    int oob_abort;                /* culprit + 1 of an abort notice read from oob_fd, or 0 */
     /* this peer's protection domain: its QP and registrations only (see ib.h) */
     struct ibv_pd *pd;
     struct ibv_qp *qp;
@@ -131,6 +132,8 @@ SHOAL_HIDDEN int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const 
 SHOAL_HIDDEN int shoal_ib_ep_progress(shoal_ep_t *ep);
 SHOAL_HIDDEN int shoal_ib_handle_wc(shoal_tl_ctx_t *ctx, const struct ibv_wc *wc);
 SHOAL_HIDDEN void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit);
+SHOAL_HIDDEN int shoal_ib_ep_abort_notice(shoal_ep_t *ep, int culprit);
+SHOAL_HIDDEN int shoal_ib_ep_oob_read(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_ep_close(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_conn_free(shoal_tl_ctx_t *ctx);
 

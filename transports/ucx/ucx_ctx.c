@@ -87,6 +87,15 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
         shoal_warn(UCX, "rank %d: %d endpoint(s) did not close within %d ms", ctx->rank, left,
                    SHOAL_UCX_CLOSE_MS);
     }
+    /* A close still in progress is released now (UCX frees it when it ends): the worker's
+     * destruction asserts on one that was not (seen with ud_verbs on Soft-RoCE, tests/vm,
+     * where the close handshake outlasts SHOAL_UCX_CLOSE_MS). */
+    for (int i = 0; i < ctx->neps; i++) {
+        if (ctx->eps[i].close_req != NULL) {
+            ucp_request_free(ctx->eps[i].close_req);
+            ctx->eps[i].close_req = NULL;
+        }
+    }
 }
 
 static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
