@@ -132,6 +132,9 @@ typedef struct shoal_tl_lib {
     const char *keep_signals_env; /* set in the environment: keep the library's signal handlers */
     const shoal_tl_sym_t *syms;
     size_t nsyms;
+    /* NULL, or 0 when this machine surely has nothing the library could drive (no device in
+     * sysfs): a transport that is not forced is then not queried, its library not loaded */
+    int (*present)(void);
     /* state, under lock; loaded once, never unloaded */
     pthread_mutex_t lock;
     int tried;
@@ -157,8 +160,9 @@ SHOAL_HIDDEN const shoal_tl_ops_t *shoal_tl_get(size_t i);
 /* The library transport i loads at first use, or NULL (built in, nothing to load). */
 SHOAL_HIDDEN shoal_tl_lib_t *shoal_tl_lib(size_t i);
 /* Bit i set: transport i is usable here. A transport with a library is queried (and its
- * library loaded) only if it is forced (index forced, -1: none) or if no transport before it
- * can reach other hosts; so a job on shm/tcp never loads UCX or verbs. */
+ * library loaded) only if it is forced (index forced, -1: none), or if no transport before it
+ * can reach other hosts and its lib's present() does not say the machine has no device; so a
+ * job on shm/tcp never loads UCX, nor verbs on a host without an RDMA device. */
 SHOAL_HIDDEN unsigned shoal_tl_query_mask(int forced);
 
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_shm_ops;

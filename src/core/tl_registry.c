@@ -66,6 +66,12 @@ unsigned shoal_tl_query_mask(int forced)
                         e->ops->name, e->ops->name);
             continue;
         }
+        if (e->lib != NULL && (int)i != forced && e->lib->present != NULL &&
+            !e->lib->present()) {
+            shoal_trace(INIT, "transport %s not queried: no device here for %s", e->ops->name,
+                        e->lib->what);
+            continue;
+        }
         if (e->ops->query()) {
             mask |= 1u << i;
             reach_hosts |= !e->ops->intra_node_only;

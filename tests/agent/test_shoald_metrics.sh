@@ -46,6 +46,11 @@ ok $? "a job whose name holds a quote and a backslash registered" "$T/w0.out"
 
 client d0 --tenant acme --job dupjob --cred "$(cred acme dupjob)" --ngpus 1 --dup \
     --set ops:0=9
+# the second registration comes after the first one's answer: wait for it too (10 s at most)
+i=0
+while ! grep -q '^dup status=' "$T/d0.out" 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1; i=$((i + 1))
+done
 grep -q '^dup status=0 ' "$T/d0.out"
 ok $? "the same page registered again (a reconnect) is accepted" "$T/d0.out"
 

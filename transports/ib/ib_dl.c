@@ -6,6 +6,10 @@
  * the map and a forwarder here: without them the link fails (undefined reference). */
 #include "transports/ib/ib_verbs.h"
 
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+
 /* verbs.h wraps these in macros and inline functions that call the exported symbols; the
  * forwarders below are those exported symbols. */
 #undef ibv_get_device_list
@@ -34,6 +38,30 @@ static const shoal_tl_sym_t shoal_ib_dl_syms[] = {
 
 static const char *const shoal_ib_dl_path = "libibverbs.so.1";
 
+/* Without an RDMA device in sysfs (SHOAL_IB_SYSFS_ROOT/class/infiniband empty or absent)
+ * libibverbs would find none either: an ib transport that is not forced is then not queried,
+ * and libibverbs is not loaded into every job on such hosts. */
+static int shoal_ib_dl_present(void)
+{
+    char path[PATH_MAX];
+    struct dirent *de;
+    DIR *d;
+    int found = 0;
+    const char *root = shoal_ib_config.sysfs_root;
+
+    snprintf(path, sizeof(path), "%s/class/infiniband",
+             root != NULL && root[0] != '\0' ? root : "/sys");
+    d = opendir(path);
+    if (d == NULL) {
+        return 0;
+    }
+    while (!found && (de = readdir(d)) != NULL) {
+        found = de->d_name[0] != '.';
+    }
+    closedir(d);
+    return found;
+}
+
 shoal_tl_lib_t shoal_ib_lib = {
     .what = "libibverbs",
     .path_p = &shoal_ib_dl_path,
@@ -42,6 +70,7 @@ shoal_tl_lib_t shoal_ib_lib = {
     .keep_signals_env = NULL,
     .syms = shoal_ib_dl_syms,
     .nsyms = SHOAL_ARRAY_SIZE(shoal_ib_dl_syms),
+    .present = shoal_ib_dl_present,
     SHOAL_TL_LIB_STATE_INIT,
 };
 
