@@ -191,6 +191,7 @@ class ShoalBackend : public c10d::Backend {
         if (worker_.joinable()) {
             worker_.join();
         }
+        done_.clear();
         if (comm_ != nullptr) {
             shoal_comm_destroy(comm_);
         }
@@ -608,12 +609,15 @@ class ShoalBackend : public c10d::Backend {
             seq_++;
         }
         auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs));
+        std::deque<Task> done;
         {
             std::lock_guard<std::mutex> g(mu_);
             queue_.push_back(Task{work, std::move(fn)});
+            done.swap(done_);
         }
         cv_.notify_one();
-        return work;
+        return work; // `done` (finished tasks and their tensors) released here, on this thread
+
     }
 
     std::string failure(shoal_status_t st, const std::string &why)
@@ -656,6 +660,12 @@ class ShoalBackend : public c10d::Backend {
                 err = std::current_exception();
             }
             task.work->complete(err);
+            // The worker never drops a task's tensors: the last reference to a tensor that has
+            // a Python object takes the GIL, which a thread other than Python's own must not
+            // do while the interpreter finalizes (it exits the thread under us: std::terminate).
+            // They are released by the next enqueue or by the destructor, on the caller's thread.
+            std::lock_guard<std::mutex> g(mu_);
+            done_.push_back(std::move(task));
         }
     }
 
@@ -664,6 +674,7 @@ class ShoalBackend : public c10d::Backend {
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Task> queue_;
+    std::deque<Task> done_; // finished tasks, released off the worker thread (run_worker)
     bool stop_ = false;
     std::atomic<uint64_t> seq_{0};
     std::string why_; // worker thread only: a binding-level reason for the failing status
