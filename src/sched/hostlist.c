@@ -335,16 +335,28 @@ shoal_status_t shoal_hostlist_parse(const char *expr, shoal_hostlist_t *hl)
 
 int shoal_hostlist_nth(const shoal_hostlist_t *hl, size_t n, char *buf, size_t size)
 {
-    for (int i = 0; i < hl->nranges; i++) {
+    /* the cursor is a cache, not the list's value: updating it through a const list is safe
+     * (each list belongs to one thread) */
+    shoal_hostlist_t *cur = (shoal_hostlist_t *)hl;
+    int i = 0;
+    size_t base = 0;
+
+    if (hl->it_range > 0 && hl->it_range < hl->nranges && n >= hl->it_base) {
+        i = hl->it_range;
+        base = hl->it_base;
+    }
+    for (; i < hl->nranges; i++) {
         const shoal_hostrange_t *r = &hl->ranges[i];
         size_t cnt = r->single ? 1 : (size_t)(r->hi - r->lo + 1);
-        if (n < cnt) {
+        if (n - base < cnt) {
             int len = r->single ? snprintf(buf, size, "%s", r->prefix)
                                 : snprintf(buf, size, "%s%0*lu", r->prefix, r->width,
-                                           r->lo + n);
+                                           r->lo + (n - base));
+            cur->it_range = i;
+            cur->it_base = base;
             return len >= 0 && (size_t)len < size ? len : -1;
         }
-        n -= cnt;
+        base += cnt;
     }
     return -1;
 }

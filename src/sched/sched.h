@@ -41,6 +41,11 @@ typedef struct {
     shoal_hostrange_t *ranges;
     int nranges, cap;
     size_t nhosts;
+    /* shoal_hostlist_nth's cursor: range it_range starts at host it_base (ranges are only
+     * appended, so it stays true); walking the list in order costs O(hosts), not O(hosts x
+     * ranges) (a fuzzer found "a[1-216]b[1-316]c[1-3]" taking minutes) */
+    int it_range;
+    size_t it_base;
 } shoal_hostlist_t;
 
 /* Appends the hosts of expr to hl (zero-initialised before the first call). On a malformed
