@@ -60,6 +60,11 @@ shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, 
     }
     int at = shoal_sched_node_find(c, name);
     if (at < 0) {
+        if (c->nnodes >= SHOAL_SCHED_NODES_MAX) {
+            shoal_error(SCHED, "node %s: more than %d nodes in the cluster", name,
+                        SHOAL_SCHED_NODES_MAX);
+            return SHOAL_ERR_INVALID_ARG;
+        }
         if (c->nnodes == c->nodes_cap) {
             int cap = c->nodes_cap == 0 ? 16 : 2 * c->nodes_cap;
             shoal_sched_node_t *n = realloc(c->nodes, sizeof(*n) * (size_t)cap);

@@ -132,6 +132,14 @@ static void shoal_ts_parse_and_output(void)
         shoal_sched_cluster_free(&c);
     }
     tap_is_int(refused, (int)SHOAL_ARRAY_SIZE(bad_topo), "every malformed topology is refused");
+    /* A NodeName whose ranges multiply past the cluster's limit is refused before memory runs
+     * out (the fuzzer's 2 GiB limit found it: 64 x 64 x 32 hosts on one line). */
+    memset(&c, 0, sizeof(c));
+    tap_ok(shoal_sched_slurm_conf_parse("NodeName=n[1-64]x[1-64]y[1-32] Gres=gpu:8\n", "big",
+                                        &c) == SHOAL_ERR_INVALID_ARG &&
+               c.nnodes == SHOAL_SCHED_NODES_MAX,
+           "a NodeName of 131072 hosts stops at %d nodes with an error", SHOAL_SCHED_NODES_MAX);
+    shoal_sched_cluster_free(&c);
 }
 
 /* ---- optimality ------------------------------------------------------------------------ */
