@@ -10,13 +10,13 @@
 # KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable),
 # KILL_WRAP (a command every rank runs through, see MP_WRAP in tests/mp/run_lib.sh),
 # KILL_ABORT=0 to skip the abort cases.
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/fault/kill
 timeout_ms=5000
 slack_ms=3000
-n_tap=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_kill.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
@@ -24,15 +24,6 @@ if [ ! -x "$shoalrun" ] || [ ! -x "$prog" ]; then
     echo "1..0 # SKIP $shoalrun or $prog not built"
     exit 0
 fi
-
-tap() { # tap OK|FAIL description
-    n_tap=$((n_tap + 1))
-    if [ "$1" = OK ]; then
-        echo "ok $n_tap - $2"
-    else
-        echo "not ok $n_tap - $2"
-    fi
-}
 
 # launch LABEL NRANKS TRANSPORT ARGS...: runs the job, output in $tmp/out and $tmp/err.
 launch() {
@@ -141,4 +132,4 @@ for tl in "" tcp; do
     abort_case "$tl" 2 8
     abort_case "$tl" 3 8
 done
-echo "1..$n_tap"
+tap_plan

@@ -5,10 +5,10 @@
 # dies with a stream-ordered AllReduce in flight). Prints "1..0 # SKIP ..." when no CUDA
 # driver/GPU is usable.
 # Environment: top_builddir (make check), GPU_NRANKS, GPU_TIMEOUT (s per run, default 300).
+. "$(dirname "$0")/../tap.sh"
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/gpu/test_gpu_coll
-n_tap=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_gpu.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
@@ -52,15 +52,6 @@ run() {
         echo "ok $n_tap - $label: shoalrun exited 0"
     else
         echo "not ok $n_tap - $label: shoalrun exited $rc"
-    fi
-}
-
-tap() { # tap OK|FAIL description
-    n_tap=$((n_tap + 1))
-    if [ "$1" = OK ]; then
-        echo "ok $n_tap - $2"
-    else
-        echo "not ok $n_tap - $2"
     fi
 }
 
@@ -114,4 +105,4 @@ run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn
 run "${L}gpu n=2 device per rank" 2 GPU_DEVICE_PER_RANK=1 FAKECUDA_DEVICES=2
 kill_case "${L}gpu kill n=3" 3
 kill_case "${L}gpu kill n=4 tcp staging" 4 SHOAL_TRANSPORT=tcp SHOAL_CUDA_BACKEND=staging
-echo "1..$n_tap"
+tap_plan

@@ -11,6 +11,7 @@
 #
 # Environment: top_builddir, top_srcdir (make check), METER_TIMEOUT (seconds per job, 120),
 # METER_QUICK=1 for fewer rank counts.
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
@@ -19,7 +20,6 @@ rank=$builddir/tests/meter/meter_rank
 acceptor=$builddir/tests/meter/meter_acceptor
 wrap=$srcdir/tests/mp/hostid_wrap.sh
 timeout=${METER_TIMEOUT:-120}
-n_tap=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_meter.XXXXXX") || exit 99
 acc_pid=
 cleanup() {
@@ -42,11 +42,6 @@ sock=$tmp/agent.sock
 SHOAL_TENANT=acme
 SHOAL_JOB=meter-test
 export SHOAL_TENANT SHOAL_JOB
-
-tap() { # tap OK|FAIL description
-    n_tap=$((n_tap + 1))
-    if [ "$1" = OK ]; then echo "ok $n_tap - $2"; else echo "not ok $n_tap - $2"; fi
-}
 
 acc_start() { # acc_start [options]: a fresh acceptor on $sock writing $tmp/acc
     rm -f "$tmp/acc" "$tmp/stats"
@@ -214,4 +209,4 @@ else
     sed 's/^/# /' "$tmp/err" | head
 fi
 
-echo "1..$n_tap"
+tap_plan

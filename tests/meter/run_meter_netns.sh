@@ -20,6 +20,7 @@
 # twice, or missed a third of them, is far outside the band.
 #
 # Needs root and ip netns (else the whole test is skipped).
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
@@ -27,7 +28,6 @@ prog=$builddir/tests/meter/meter_rank
 NETNS_MKUID=$builddir/tests/netns/mkuid
 NETNS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/meter_netns.XXXXXX") || exit 99
 netns_on_exit='rm -rf "$NETNS_TMP"'
-n_tap=0
 # meter_rank configures tenant acme, job meter-test: mkuid makes the job's unique id for them
 SHOAL_TENANT=acme
 SHOAL_JOB=meter-test
@@ -47,11 +47,6 @@ if ! netns_usable; then
     exit 0
 fi
 netns_arm
-
-tap() {
-    n_tap=$((n_tap + 1))
-    if [ "$1" = OK ]; then echo "ok $n_tap - $2"; else echo "not ok $n_tap - $2"; fi
-}
 
 # veth_bytes HOST: "tx rx" of the host's interface
 veth_bytes() {
@@ -129,4 +124,4 @@ SHOAL_TOPO_MEASURE=0 MP_PPN=$nph METER_STATS_FILE=$NETNS_TMP/stats.all" \
 run_case 2 1
 run_case 3 1
 run_case 2 2
-echo "1..$n_tap"
+tap_plan

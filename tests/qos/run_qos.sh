@@ -7,22 +7,16 @@
 # must finish and never stall.
 #
 # Environment: top_builddir, top_srcdir (make check).
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 bench=$srcdir/perf/qos_bench.sh
-n_tap=0
-fails=0
 
 if [ ! -x "$builddir/shoalrun" ] || [ ! -x "$builddir/qos_load" ]; then
     echo "1..0 # SKIP shoalrun or qos_load not built"
     exit 0
 fi
-
-tap() { # tap OK|FAIL description
-    n_tap=$((n_tap + 1))
-    if [ "$1" = OK ]; then echo "ok $n_tap - $2"; else echo "not ok $n_tap - $2"; fails=1; fi
-}
 
 field() { # field NAME RESULT_LINE
     echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
@@ -102,5 +96,5 @@ if [ "$(field status "$res")" = ok ] && [ "$(field windows "$res")" -ge 2 ] &&
 else
     tap FAIL "rates pages 1:3: shares off ($res)"
 fi
-echo "1..$n_tap"
+tap_plan
 exit $fails

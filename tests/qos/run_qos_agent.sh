@@ -8,12 +8,11 @@
 # after SHOAL_QOS_RATES_TIMEOUT, never stalled. Generous bounds (the bench has the figures).
 #
 # Environment: top_builddir, top_srcdir (make check).
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 bench=$srcdir/perf/qos_bench.sh
-n_tap=0
-fails=0
 
 if [ ! -x "$builddir/shoalrun" ] || [ ! -x "$builddir/qos_load" ] || [ ! -x "$builddir/shoald" ]; then
     echo "1..0 # SKIP shoalrun, qos_load or shoald not built"
@@ -21,12 +20,6 @@ if [ ! -x "$builddir/shoalrun" ] || [ ! -x "$builddir/qos_load" ] || [ ! -x "$bu
 fi
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_TENANT
 
-tap() { # tap OK|FAIL description...
-    n_tap=$((n_tap + 1))
-    r=$1
-    shift
-    if [ "$r" = OK ]; then echo "ok $n_tap - $*"; else echo "not ok $n_tap - $*"; fails=1; fi
-}
 field() { # field NAME RESULT_LINE
     echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
 }
@@ -103,5 +96,5 @@ if [ "$(field status "$res")" = ok ] && within "$(field first "$res")" 43620761 
 else
     tap FAIL "agent killed: the job stalled or stayed paced ($res)"
 fi
-echo "1..$n_tap"
+tap_plan
 exit $fails

@@ -7,14 +7,13 @@
 # falls back to pacing and keeps serving. Needs root (namespaces) and tc; skipped otherwise.
 #
 # Environment: top_builddir, top_srcdir (make check).
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
 builddir=$(cd "$builddir" && pwd)
 srcdir=$(cd "$srcdir" && pwd)
 shoaltc=$srcdir/scripts/shoal-tc.sh
-n_tap=0
-fails=0
 
 if [ "$(id -u)" != 0 ] || ! command -v tc >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
     echo "1..0 # SKIP needs root, ip and tc (network namespaces)"
@@ -36,12 +35,6 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 unset SHOAL_DEBUG SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE
 
-tap() { # tap OK|FAIL description...
-    n_tap=$((n_tap + 1))
-    r=$1
-    shift
-    if [ "$r" = OK ]; then echo "ok $n_tap - $*"; else echo "not ok $n_tap - $*"; fails=1; fi
-}
 field() {
     echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1
 }
@@ -187,5 +180,5 @@ else
     tap OK "# SKIP shoald not built"
     tap OK "# SKIP shoald not built"
 fi
-echo "1..$n_tap"
+tap_plan
 exit $fails

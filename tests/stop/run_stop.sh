@@ -15,6 +15,7 @@
 #  - die: a rank SIGKILLs itself mid-loop: the others get an error within SHOAL_TIMEOUT_MS +
 #    slack, never a hang, never a stop.
 # Plan drawn from STOP_SEED (default: random, printed). Figures of the runs: a "# stats" line.
+. "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
@@ -27,7 +28,6 @@ seed=${STOP_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
 # 11); a killed rank is still found at once (its pid is gone), far inside the limit.
 timeout_ms=15000
 n=4
-n_tap=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_stop.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
@@ -35,15 +35,6 @@ if [ ! -x "$shoalrun" ] || [ ! -x "$prog" ]; then
     echo "1..0 # SKIP $shoalrun or $prog not built"
     exit 0
 fi
-
-tap() { # tap OK|FAIL description
-    n_tap=$((n_tap + 1))
-    if [ "$1" = OK ]; then
-        echo "ok $n_tap - $2"
-    else
-        echo "not ok $n_tap - $2"
-    fi
-}
 
 now_ns() { date +%s%N; }
 
@@ -294,4 +285,4 @@ else
     tap FAIL "die: rank 3 killed mid-loop: exit $rc;$why"
     dump "$d"
 fi
-echo "1..$n_tap"
+tap_plan

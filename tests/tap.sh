@@ -1,0 +1,30 @@
+# shellcheck shell=sh
+# TAP for the shell tests (sourced: . "$(dirname "$0")/../tap.sh"): one counter, one verdict.
+#   tap OK|FAIL DESCRIPTION...   one numbered "ok"/"not ok" line; FAIL also sets fails=1
+#   tap_skip_all REASON...       "1..0 # SKIP REASON" and exit 0 (nothing to run here)
+#   tap_plan                     the "1..N" line, at the end
+# Counters: n_tap (lines so far), fails (0, or 1 once a case failed; "exit $fails" at the end).
+
+n_tap=0
+fails=0
+
+tap() {
+    _tap_r=$1
+    shift
+    n_tap=$((n_tap + 1))
+    if [ "$_tap_r" = OK ]; then
+        echo "ok $n_tap - $*"
+    else
+        echo "not ok $n_tap - $*"
+        fails=1
+    fi
+}
+
+tap_skip_all() {
+    echo "1..0 # SKIP $*"
+    exit 0
+}
+
+tap_plan() {
+    echo "1..$n_tap"
+}
