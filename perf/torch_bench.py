@@ -4,9 +4,12 @@
   1. all_reduce (float32 SUM) from 8 B to 64 MiB, 2 and 4 ranks: time per call on each backend
      and the ratio gloo / shoal (> 1: shoal is faster).
   2. DDP training step time of a ~25M-parameter MLP, 2 and 4 ranks, shoal vs Gloo, the same
-     initial weights and data: step time and loss per step; a PNG of both (gnuplot).
+     initial weights and data: step time and loss per step; a PNG of both (gnuplot); and the
+     same step without communication (no_sync), which says what share of a step the
+     backend's communication is.
 
   python3 perf/torch_bench.py [--ranks 2 4] [--max-bytes 64M] [--steps 20] [--out DIR]
+                              [--batch 8] [--optimizer sgd|adam] [--lr 0.05] [--model mlp|wide]
 
 Needs torch and the shoal backend (pip install --no-build-isolation ./bindings/torch).
 Writes DIR/torch_bench.json and DIR/torch_ddp.png (DIR defaults to perf/out)."""
@@ -69,39 +72,77 @@ def worker(args):
         size *= 2
 
     # DDP: ~25M parameters; per-rank batch small so communication is a large part of a step
+    # --model wide: the same size with most weights in the first layer (as a model with large
+    # input embeddings): its gradient is the last one ready, so its all_reduce cannot hide
+    # behind the rest of the backward pass and the step shows the backend's own speed.
+    width = 1024 if args.model == "mlp" else 16384
+
     def model():
         torch.manual_seed(0)
+        if args.model == "wide":
+            return nn.Sequential(nn.Linear(width, 1536), nn.ReLU(), nn.Linear(1536, 1024))
         return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
                              nn.Linear(4096, 1024))
 
     teacher = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(1)) / 32
     params = sum(p.numel() for p in model().parameters())
     out["ddp"]["params"] = params
+    out["ddp"]["model"] = args.model
     # both models train side by side, step by step, the backend that goes first alternating:
     # on a shared machine a load change then hits both alike
+    def optimizer(m):
+        # Adam reads and writes four copies of the weights per step (about 0.4 GB here): on a
+        # CPU that alone can outweigh the gradients' all_reduce, and the issue asks for a step
+        # in which communication is at least a third; plain SGD touches them once.
+        if args.optimizer == "adam":
+            return torch.optim.Adam(m.parameters(), lr=3e-4)
+        return torch.optim.SGD(m.parameters(), lr=args.lr)
+
+    def batch(step):
+        # four fixed batches per rank, cycled: the model can fit them, the loss falls
+        gen = torch.Generator().manual_seed(100 * (step % 4) + rank)
+        x = torch.randn(args.batch, width, generator=gen)
+        return x, x[:, :1024] @ teacher
+
+    def train_step(m, opt, x, y):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(m(x), y)
+        loss.backward()  # DDP's all_reduces overlap this and are waited for at its end
+        opt.step()
+        return loss
+
     runs = {}
     for name, g in groups.items():
         m = nn.parallel.DistributedDataParallel(model(), process_group=g)
-        runs[name] = (m, torch.optim.Adam(m.parameters(), lr=3e-4), [], [])
+        runs[name] = (m, optimizer(m), [], [])
     for step in range(args.warmup + args.steps):
-        # four fixed batches per rank, cycled: the model can fit them, the loss falls
-        gen = torch.Generator().manual_seed(100 * (step % 4) + rank)
-        x = torch.randn(args.batch, 1024, generator=gen)
-        y = x @ teacher
+        x, y = batch(step)
         for name in (list(runs) if step % 2 == 0 else list(runs)[::-1]):
             m, opt, losses, times = runs[name]
             dist.barrier(group=gloo)
             t0 = time.perf_counter()
-            opt.zero_grad()
-            loss = nn.functional.mse_loss(m(x), y)
-            loss.backward()  # DDP's all_reduces overlap this and are waited for at its end
-            opt.step()
+            loss = train_step(m, opt, x, y)
             dt = slowest(time.perf_counter() - t0)
             lv = loss.detach().clone()
             dist.all_reduce(lv, group=gloo)
             if step >= args.warmup:
                 losses.append(lv.item() / n)
                 times.append(dt)
+    # the same step with no communication at all (DDP's no_sync on a copy of the model):
+    # what the step costs without any backend, so the share of communication is known
+    m = nn.parallel.DistributedDataParallel(model(), process_group=gloo)
+    opt = optimizer(m)
+    alone = []
+    for step in range(args.warmup + max(5, args.steps // 2)):
+        x, y = batch(step)
+        dist.barrier(group=gloo)
+        t0 = time.perf_counter()
+        with m.no_sync():
+            train_step(m, opt, x, y)
+        dt = slowest(time.perf_counter() - t0)
+        if step >= args.warmup:
+            alone.append(dt)
+    out["ddp"]["compute_step_s"] = alone
     for name, g in groups.items():
         m, opt, losses, times = runs[name]
         # communication alone: one all_reduce of all gradients, the same bytes DDP moves
@@ -181,6 +222,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    ap.add_argument("--model", choices=("mlp", "wide"), default="mlp")
+    ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "out"))
     args = ap.parse_args()
@@ -188,7 +232,8 @@ def main():
         return worker(args)
     os.makedirs(args.out, exist_ok=True)
     argv = ["--max-bytes", str(args.max_bytes), "--steps", str(args.steps), "--warmup",
-            str(args.warmup), "--batch", str(args.batch)]
+            str(args.warmup), "--batch", str(args.batch), "--optimizer", args.optimizer,
+            "--lr", str(args.lr), "--model", args.model]
     results = []
     for n in args.ranks:
         print("=== %d ranks" % n, flush=True)
@@ -209,11 +254,17 @@ def main():
     for r in results:
         s, g = r["ddp"]["shoal"], r["ddp"]["gloo"]
         dl = max(abs(a - b) / abs(b) for a, b in zip(s["loss"], g["loss"]))
+        c = median(r["ddp"]["compute_step_s"])
         print("DDP %d ranks, %.1fM params: median step shoal %.3f s, gloo %.3f s, speedup %.2fx; "
-              "gradient all_reduce alone shoal %.3f s gloo %.3f s; max relative loss "
-              "difference %.2e" % (r["ranks"], r["ddp"]["params"] / 1e6, median(s["step_s"]),
-                                   median(g["step_s"]), median(g["step_s"]) / median(s["step_s"]),
-                                   s["allreduce_grads_s"], g["allreduce_grads_s"], dl))
+              "gradient all_reduce alone shoal %.3f s gloo %.3f s; step without communication "
+              "%.3f s (communication %.0f%% of gloo's step, %.0f%% of shoal's); max relative "
+              "loss difference %.2e" % (r["ranks"], r["ddp"]["params"] / 1e6, median(s["step_s"]),
+                                        median(g["step_s"]), median(g["step_s"]) / median(s["step_s"]),
+                                        s["allreduce_grads_s"], g["allreduce_grads_s"], c,
+                                        100 * (1 - c / median(g["step_s"])),
+                                        100 * (1 - c / median(s["step_s"])), dl))
+        print("  (a backend whose communication cost nothing would be at most %.2fx faster than "
+              "gloo here: gloo's step / the step without communication)" % (median(g["step_s"]) / c))
     with open(os.path.join(args.out, "torch_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
     plot(results, os.path.join(args.out, "torch_ddp.png"))
