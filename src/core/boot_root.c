@@ -72,6 +72,7 @@ struct shoal_root {
     int have;                           /* contributions to this round */
     uint8_t *table;                     /* nranks * blob_len */
     unsigned refused;
+    uint64_t bytes_in, bytes_out;       /* every byte read from / written to a client */
     shoal_status_t failed;              /* the bootstrap's failure being told, or SHOAL_OK */
     int told;                           /* ranks told about it (or done before it) */
     /* Addresses of this host that the breaker trusts while the root runs (breaker.h): the
@@ -130,6 +131,7 @@ static shoal_status_t shoal_root_send(shoal_root_t *r, shoal_root_client_t *c, u
         digest = d;
     }
     shoal_boot_frame_mac(c->key, SHOAL_BOOT_DIR_DOWN, c->tx_seq++, &f, digest, mac);
+    r->bytes_out += sizeof(f) + (size_t)len + sizeof(mac);
     st = shoal_sock_write_all(c->fd, &f, sizeof(f), deadline, NULL);
     if (st == SHOAL_OK && len > 0) {
         st = shoal_sock_write_all(c->fd, payload, len, deadline, NULL);
@@ -232,6 +234,7 @@ int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_st
     memcpy(msg, &f, sizeof(f));
     memcpy(msg + sizeof(f), c->nonce, SHOAL_BOOT_NONCE);
     /* A fresh socket's buffer always takes 48 bytes. */
+    r->bytes_out += sizeof(msg);
     if (send(fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(msg)) {
         shoal_root_client_close(r, slot);
         return -1;
@@ -355,6 +358,7 @@ static shoal_status_t shoal_root_on_hello(shoal_root_t *r, int i)
     shoal_boot_welcome_mac(r->secret, c->nonce, &h, mac);
     memcpy(msg, &f, sizeof(f));
     memcpy(msg + sizeof(f), mac, sizeof(mac));
+    r->bytes_out += sizeof(msg);
     if (shoal_sock_write_all(c->fd, msg, sizeof(msg), shoal_deadline_ns(r->timeout_ms), NULL) !=
         SHOAL_OK) {
         shoal_root_client_close(r, i);
@@ -612,6 +616,7 @@ static shoal_status_t shoal_root_read(shoal_root_t *r, int i)
                         strerror(errno));
             return SHOAL_ERR_PEER_FAILED;
         }
+        r->bytes_in += (uint64_t)n;
         st = shoal_root_rx_advance(r, i, (size_t)n);
         if (st != SHOAL_OK) {
             return st;
@@ -758,7 +763,10 @@ static void *shoal_root_thread(void *arg)
         }
     }
     if (r->failed == SHOAL_OK && shoal_root_finished(r)) {
-        shoal_trace(BOOT, "root: all %d ranks done (%u strangers refused)", r->nranks, r->refused);
+        shoal_info(BOOT, "root: all %d ranks done in %u rounds: %llu bytes in, %llu bytes out "
+                   "(%u strangers refused)", r->nranks, r->round,
+                   (unsigned long long)r->bytes_in, (unsigned long long)r->bytes_out,
+                   r->refused);
     }
     free(pfds);
     shoal_boot_root_free(r);
