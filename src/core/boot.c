@@ -780,6 +780,90 @@ shoal_status_t shoal_boot_allgather(shoal_boot_t *b, const void *in, size_t len,
     return SHOAL_OK;
 }
 
+/* The table of a variable-length round: at most nranks * (4 + SHOAL_BOOT_MAX_BLOB) bytes,
+ * never more than a frame can say. */
+static size_t shoal_boot_table_v_max(int nranks)
+{
+    return SHOAL_MIN((size_t)nranks * (4 + (size_t)SHOAL_BOOT_MAX_BLOB), (size_t)UINT32_MAX);
+}
+
+shoal_status_t shoal_boot_table_v_parse(const uint8_t *table, size_t len, int nranks,
+                                        const uint8_t **ents, uint32_t *lens)
+{
+    size_t off = 0;
+    for (int k = 0; k < nranks; k++) {
+        uint32_t n;
+        if (len - off < 4) {
+            return SHOAL_ERR_PROTOCOL;
+        }
+        n = (uint32_t)shoal_get_le(table + off, 4);
+        off += 4;
+        if (n > SHOAL_BOOT_MAX_BLOB || n > len - off) {
+            return SHOAL_ERR_PROTOCOL;
+        }
+        ents[k] = table + off;
+        lens[k] = n;
+        off += n;
+    }
+    return off == len ? SHOAL_OK : SHOAL_ERR_PROTOCOL;
+}
+
+shoal_status_t shoal_boot_allgatherv(shoal_boot_t *b, const void *in, size_t len,
+                                     uint8_t **table_p, const uint8_t **ents, uint32_t *lens)
+{
+    uint64_t deadline = shoal_deadline_ns(b->timeout_ms);
+    shoal_boot_frame_t f;
+    uint8_t *table = NULL;
+    shoal_status_t st;
+
+    *table_p = NULL;
+    if (len > SHOAL_BOOT_MAX_BLOB) {
+        return shoal_boot_fail(b, SHOAL_ERR_INVALID_ARG, "allgather record too large");
+    }
+    st = shoal_boot_send_frame(b, SHOAL_BOOT_AGV, in, (uint32_t)len, deadline);
+    if (st != SHOAL_OK) {
+        return shoal_boot_fail(b, st, "sending to the root");
+    }
+    st = shoal_sock_read_all(b->fd, &f, sizeof(f), deadline, b->abort_flag);
+    if (st != SHOAL_OK) {
+        return shoal_boot_fail(b, st, "no answer from the root");
+    }
+    if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_FAILED && f.len == 0) {
+        SHOAL_CHECK(shoal_boot_read_mac(b, &f, NULL, deadline));
+        b->final = 1;
+        return shoal_boot_fail(b, shoal_boot_notice_status(f.round),
+                               "the bootstrap of the job failed at the root");
+    }
+    /* The length is the root's word until the MAC says otherwise: bounded before any
+     * allocation, parsed only after the MAC checked out. */
+    if (f.magic != SHOAL_BOOT_FRAME_MAGIC || f.type != SHOAL_BOOT_AGV ||
+        f.len < 4 * (size_t)b->nranks || f.len > shoal_boot_table_v_max(b->nranks)) {
+        b->final = 1;
+        return shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "unexpected frame from the root");
+    }
+    table = malloc(f.len);
+    if (table == NULL) {
+        return shoal_boot_fail(b, SHOAL_ERR_NO_MEMORY, "allocating the round's table");
+    }
+    st = shoal_sock_read_all(b->fd, table, f.len, deadline, b->abort_flag);
+    if (st != SHOAL_OK) {
+        free(table);
+        return shoal_boot_fail(b, st, "truncated frame from the root");
+    }
+    st = shoal_boot_read_mac(b, &f, table, deadline);
+    if (st == SHOAL_OK && shoal_boot_table_v_parse(table, f.len, b->nranks, ents, lens) !=
+                              SHOAL_OK) {
+        st = shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "malformed table from the root");
+    }
+    if (st != SHOAL_OK) {
+        free(table);
+        return st;
+    }
+    b->round++;
+    *table_p = table;
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_boot_barrier(shoal_boot_t *b)
 {
     uint8_t dummy = 0;

@@ -80,6 +80,17 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int ra
  * MAC'd with the connection's session key and checked before out is believed. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_allgather(shoal_boot_t *boot, const void *in, size_t len,
                                                  void *out);
+/* Every rank gives a record of its own length (at most SHOAL_BOOT_MAX_BLOB bytes); *table_p
+ * receives (malloc'd, the caller frees it) the table of every rank's record, and ents[k] /
+ * lens[k] (nranks entries each) point at rank k's record in it. MAC'd like every round. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_allgatherv(shoal_boot_t *boot, const void *in,
+                                                  size_t len, uint8_t **table_p,
+                                                  const uint8_t **ents, uint32_t *lens);
+/* Splits a variable-length round's table (per rank: u32 little-endian length | record) into
+ * ents/lens; SHOAL_ERR_PROTOCOL unless it holds exactly nranks records. */
+SHOAL_HIDDEN shoal_status_t shoal_boot_table_v_parse(const uint8_t *table, size_t len,
+                                                     int nranks, const uint8_t **ents,
+                                                     uint32_t *lens);
 SHOAL_HIDDEN shoal_status_t shoal_boot_barrier(shoal_boot_t *boot);
 SHOAL_HIDDEN void shoal_boot_close(shoal_boot_t *boot);
 SHOAL_HIDDEN const char *shoal_boot_error(shoal_boot_t *boot);

@@ -28,7 +28,9 @@ enum {
     SHOAL_BOOT_REFUSED,       /* root -> client before a welcome: round = status; then close */
     SHOAL_BOOT_AG,            /* client -> root: blob; root -> client: all blobs (MAC'd) */
     SHOAL_BOOT_BYE,           /* client -> root: done with the bootstrap (MAC'd) */
-    SHOAL_BOOT_FAILED         /* root -> client: the bootstrap failed, round = status (MAC'd) */
+    SHOAL_BOOT_FAILED,        /* root -> client: the bootstrap failed, round = status (MAC'd) */
+    SHOAL_BOOT_AGV            /* client -> root: a record of any length up to MAX_BLOB; root ->
+                               * client: per rank u32 length | record (MAC'd) */
 };
 
 /* Directions in the frame MAC. */

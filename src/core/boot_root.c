@@ -53,6 +53,8 @@ typedef struct {
     uint8_t mac[SHOAL_BOOT_MAC];
     size_t mac_have;
     uint32_t round_sent;                /* rounds this rank has contributed */
+    uint8_t *blob;                      /* a variable-length round: this rank's record ... */
+    uint32_t blob_len;                  /* ... of the length its header announced */
 } shoal_root_client_t;
 
 struct shoal_root {
@@ -68,10 +70,12 @@ struct shoal_root {
     int *rank_cl;                       /* [nranks]: client index of each rank, -1, or TOLD */
     uint32_t round;                     /* current allgather round */
     uint32_t blob_len;                  /* this round's per-rank length, fixed by ... */
-    int blob_set;                       /* ... the round's first header */
+    int blob_set;                       /* ... the round's first header (with its kind) */
+    uint32_t round_type;                /* SHOAL_BOOT_AG (one length) or SHOAL_BOOT_AGV */
     int have;                           /* contributions to this round */
     uint8_t *table;                     /* nranks * blob_len */
     unsigned refused;
+    uint64_t bytes_in, bytes_out;       /* every byte read from / written to a client */
     shoal_status_t failed;              /* the bootstrap's failure being told, or SHOAL_OK */
     int told;                           /* ranks told about it (or done before it) */
     /* Addresses of this host that the breaker trusts while the root runs (breaker.h): the
@@ -86,6 +90,7 @@ static void shoal_root_client_close(shoal_root_t *r, int i)
     if (c->fd >= 0) {
         close(c->fd);
     }
+    free(c->blob);
     shoal_secret_wipe(c->key, sizeof(c->key));
     memset(c, 0, sizeof(*c));
     c->fd = -1;
@@ -130,6 +135,7 @@ static shoal_status_t shoal_root_send(shoal_root_t *r, shoal_root_client_t *c, u
         digest = d;
     }
     shoal_boot_frame_mac(c->key, SHOAL_BOOT_DIR_DOWN, c->tx_seq++, &f, digest, mac);
+    r->bytes_out += sizeof(f) + (size_t)len + sizeof(mac);
     st = shoal_sock_write_all(c->fd, &f, sizeof(f), deadline, NULL);
     if (st == SHOAL_OK && len > 0) {
         st = shoal_sock_write_all(c->fd, payload, len, deadline, NULL);
@@ -232,6 +238,7 @@ int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_st
     memcpy(msg, &f, sizeof(f));
     memcpy(msg + sizeof(f), c->nonce, SHOAL_BOOT_NONCE);
     /* A fresh socket's buffer always takes 48 bytes. */
+    r->bytes_out += sizeof(msg);
     if (send(fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(msg)) {
         shoal_root_client_close(r, slot);
         return -1;
@@ -355,6 +362,7 @@ static shoal_status_t shoal_root_on_hello(shoal_root_t *r, int i)
     shoal_boot_welcome_mac(r->secret, c->nonce, &h, mac);
     memcpy(msg, &f, sizeof(f));
     memcpy(msg + sizeof(f), mac, sizeof(mac));
+    r->bytes_out += sizeof(msg);
     if (shoal_sock_write_all(c->fd, msg, sizeof(msg), shoal_deadline_ns(r->timeout_ms), NULL) !=
         SHOAL_OK) {
         shoal_root_client_close(r, i);
@@ -373,9 +381,15 @@ static shoal_status_t shoal_root_on_hello(shoal_root_t *r, int i)
 
 /* The round's first header fixes its length; the table is sized once, before any payload of
  * the round has arrived. */
-static shoal_status_t shoal_root_round_begin(shoal_root_t *r, uint32_t len)
+static shoal_status_t shoal_root_round_begin(shoal_root_t *r, uint32_t type, uint32_t len)
 {
     size_t total = (size_t)r->nranks * len;
+    r->round_type = type;
+    if (type == SHOAL_BOOT_AGV) {
+        /* Every rank's record has its own length and buffer (shoal_root_blob_begin). */
+        r->blob_set = 1;
+        return SHOAL_OK;
+    }
     uint8_t *t = realloc(r->table, total > 0 ? total : 1);
     if (t == NULL) {
         shoal_error(BOOT, "root: cannot allocate %zu bytes for round %u", total, r->round);
@@ -387,6 +401,56 @@ static shoal_status_t shoal_root_round_begin(shoal_root_t *r, uint32_t len)
     return SHOAL_OK;
 }
 
+/* A rank's record of a variable-length round: a buffer of exactly the length its header
+ * announced (checked against SHOAL_BOOT_MAX_BLOB), before any byte of it is read. */
+static shoal_status_t shoal_root_blob_begin(shoal_root_t *r, shoal_root_client_t *c)
+{
+    uint8_t *b = realloc(c->blob, c->hdr.len > 0 ? c->hdr.len : 1);
+    if (b == NULL) {
+        shoal_error(BOOT, "root: cannot allocate %u bytes for rank %d in round %u", c->hdr.len,
+                    c->rank, r->round);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    c->blob = b;
+    c->blob_len = c->hdr.len;
+    return SHOAL_OK;
+}
+
+/* The table of a variable-length round: per rank, in rank order, u32 length (little endian)
+ * and the record. Only the records' bytes: a rank with 60 bytes to say sends 60, not the
+ * largest size any transport might need. */
+static shoal_status_t shoal_root_table_v(shoal_root_t *r, uint32_t *len_p)
+{
+    size_t total = 0, off = 0;
+    uint8_t *t;
+    for (int k = 0; k < r->nranks; k++) {
+        total += 4 + (size_t)r->cl[r->rank_cl[k]].blob_len;
+    }
+    if (total > UINT32_MAX) {
+        shoal_error(BOOT, "root: round %u's table of %zu bytes is too large", r->round, total);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    t = realloc(r->table, total > 0 ? total : 1);
+    if (t == NULL) {
+        shoal_error(BOOT, "root: cannot allocate %zu bytes for round %u", total, r->round);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    r->table = t;
+    for (int k = 0; k < r->nranks; k++) {
+        shoal_root_client_t *c = &r->cl[r->rank_cl[k]];
+        shoal_put_le(t + off, c->blob_len, 4);
+        if (c->blob_len > 0) {
+            memcpy(t + off + 4, c->blob, c->blob_len);
+        }
+        off += 4 + (size_t)c->blob_len;
+        free(c->blob);
+        c->blob = NULL;
+        c->blob_len = 0;
+    }
+    *len_p = (uint32_t)total;
+    return SHOAL_OK;
+}
+
 /* Every rank contributed: send the table to all, start the next round. */
 static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
 {
@@ -394,10 +458,15 @@ static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
     uint64_t deadline = shoal_deadline_ns(r->timeout_ms);
     uint8_t digest[SHOAL_HMAC_BYTES];
 
+    if (r->round_type == SHOAL_BOOT_AGV) {
+        SHOAL_CHECK(shoal_root_table_v(r, &len));
+    }
+
     shoal_boot_payload_digest(r->table, len, digest);
     for (int k = 0; k < r->nranks; k++) {
         shoal_root_client_t *c = &r->cl[r->rank_cl[k]];
-        shoal_status_t st = shoal_root_send(r, c, SHOAL_BOOT_AG, r->table, len, digest, deadline);
+        shoal_status_t st = shoal_root_send(r, c, r->round_type, r->table, len, digest,
+                                            deadline);
         if (st != SHOAL_OK) {
             shoal_error(BOOT, "root: sending round %u to rank %d (%s) failed: %s", r->round, k,
                         c->peer, shoal_strerror(st));
@@ -430,12 +499,16 @@ static shoal_status_t shoal_root_check_hdr(shoal_root_t *r, shoal_root_client_t 
     if (h->type == SHOAL_BOOT_BYE && h->len == 0) {
         return SHOAL_OK;
     }
-    if (h->type != SHOAL_BOOT_AG || h->round != r->round || c->round_sent != r->round ||
-        h->len > SHOAL_BOOT_MAX_BLOB) {
+    if ((h->type != SHOAL_BOOT_AG && h->type != SHOAL_BOOT_AGV) || h->round != r->round ||
+        c->round_sent != r->round || h->len > SHOAL_BOOT_MAX_BLOB) {
         *why = "allgather frame out of order or too large";
         return SHOAL_ERR_PROTOCOL;
     }
-    if (r->blob_set && h->len != r->blob_len) {
+    if (r->blob_set && h->type != r->round_type) {
+        *why = "allgather frame of another kind than the round's";
+        return SHOAL_ERR_PROTOCOL;
+    }
+    if (r->blob_set && h->type == SHOAL_BOOT_AG && h->len != r->blob_len) {
         *why = "allgather frame of another length than the round's";
         return SHOAL_ERR_PROTOCOL;
     }
@@ -462,8 +535,12 @@ static shoal_status_t shoal_root_on_hdr(shoal_root_t *r, int i)
                     "type %u)", c->rank, c->peer, r->round, why, c->hdr.len, c->hdr.type);
         return st;
     }
-    if (c->state == SHOAL_ROOT_CL_JOINED && c->hdr.type == SHOAL_BOOT_AG && !r->blob_set) {
-        return shoal_root_round_begin(r, c->hdr.len);
+    if (c->state == SHOAL_ROOT_CL_JOINED &&
+        (c->hdr.type == SHOAL_BOOT_AG || c->hdr.type == SHOAL_BOOT_AGV) && !r->blob_set) {
+        SHOAL_CHECK(shoal_root_round_begin(r, c->hdr.type, c->hdr.len));
+    }
+    if (c->state == SHOAL_ROOT_CL_JOINED && c->hdr.type == SHOAL_BOOT_AGV) {
+        return shoal_root_blob_begin(r, c);
     }
     return SHOAL_OK;
 }
@@ -475,7 +552,7 @@ static shoal_status_t shoal_root_on_frame(shoal_root_t *r, int i)
     uint8_t digest[SHOAL_HMAC_BYTES], mac[SHOAL_BOOT_MAC];
     const uint8_t *payload = c->hdr.type == SHOAL_BOOT_AG
                                  ? r->table + (size_t)c->rank * r->blob_len
-                                 : NULL;
+                                 : c->hdr.type == SHOAL_BOOT_AGV ? c->blob : NULL;
 
     shoal_boot_payload_digest(payload, c->hdr.len, digest);
     shoal_boot_frame_mac(c->key, SHOAL_BOOT_DIR_UP, c->rx_seq, &c->hdr, digest, mac);
@@ -513,8 +590,11 @@ static uint8_t *shoal_root_rx_target(shoal_root_t *r, shoal_root_client_t *c, si
         *want_p = sizeof(c->hello) - c->payload_have; /* the header said exactly that */
         return c->hello + c->payload_have;
     }
-    if (c->payload_have < c->hdr.len) { /* AG only: the round's length, checked */
+    if (c->payload_have < c->hdr.len) { /* AG: the round's length; AGV: the blob's */
         *want_p = c->hdr.len - c->payload_have;
+        if (c->hdr.type == SHOAL_BOOT_AGV) {
+            return c->blob + c->payload_have;
+        }
         return r->table + (size_t)c->rank * r->blob_len + c->payload_have;
     }
     *want_p = sizeof(c->mac) - c->mac_have;
@@ -612,6 +692,7 @@ static shoal_status_t shoal_root_read(shoal_root_t *r, int i)
                         strerror(errno));
             return SHOAL_ERR_PEER_FAILED;
         }
+        r->bytes_in += (uint64_t)n;
         st = shoal_root_rx_advance(r, i, (size_t)n);
         if (st != SHOAL_OK) {
             return st;
@@ -758,7 +839,10 @@ static void *shoal_root_thread(void *arg)
         }
     }
     if (r->failed == SHOAL_OK && shoal_root_finished(r)) {
-        shoal_trace(BOOT, "root: all %d ranks done (%u strangers refused)", r->nranks, r->refused);
+        shoal_info(BOOT, "root: all %d ranks done in %u rounds: %llu bytes in, %llu bytes out "
+                   "(%u strangers refused)", r->nranks, r->round,
+                   (unsigned long long)r->bytes_in, (unsigned long long)r->bytes_out,
+                   r->refused);
     }
     free(pfds);
     shoal_boot_root_free(r);

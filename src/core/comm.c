@@ -22,12 +22,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* Round 1 of the bootstrap: every transport's address, indexed like the registry. */
-typedef struct {
-    uint32_t len[SHOAL_TL_MAX];
-    uint8_t addr[SHOAL_TL_MAX][SHOAL_TL_ADDR_MAX];
-} shoal_addr_blob_t;
-
 shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
 {
     shoal_boot_uid_t u;
@@ -408,30 +402,76 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
     return SHOAL_OK;
 }
 
-/* Round 1: exchange addresses, then connect every transport to its peers. */
-static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *boot)
+/* Round 1: exchange addresses, then connect every transport to its peers. A rank's record
+ * holds only the transports it initialised, each as u8 registry index | u8 0 | u16 length
+ * (little endian) | address: a shm + tcp record is ~170 bytes where a fixed slot per
+ * transport took 4 KiB, and the root sends every rank the whole table (n^2 records). */
+static size_t shoal_comm_addr_record(struct shoal_comm *comm, uint8_t *rec, size_t cap,
+                                     shoal_status_t *st_p)
 {
-    shoal_addr_blob_t *all = calloc((size_t)comm->nranks, sizeof(*all)), mine;
-    int *peers = malloc(sizeof(int) * (size_t)comm->nranks);
-    const void **addrs = malloc(sizeof(void *) * (size_t)comm->nranks);
-    size_t *lens = malloc(sizeof(size_t) * (size_t)comm->nranks);
-    shoal_ep_t **eps = malloc(sizeof(void *) * (size_t)comm->nranks);
-    shoal_status_t st = SHOAL_ERR_NO_MEMORY;
-
-    if (all == NULL || peers == NULL || addrs == NULL || lens == NULL || eps == NULL) {
-        goto out;
-    }
-    memset(&mine, 0, sizeof(mine));
+    size_t off = 0;
+    *st_p = SHOAL_OK;
     for (int t = 0; t < comm->ntls; t++) {
         size_t len = SHOAL_TL_ADDR_MAX;
         if (comm->tls[t].ctx == NULL) {
             continue;
         }
-        SHOAL_CHECK_GOTO(comm->tls[t].ops->address(comm->tls[t].ctx, mine.addr[t], &len), st,
-                         out);
-        mine.len[t] = (uint32_t)len;
+        if (cap - off < 4 + SHOAL_TL_ADDR_MAX) {
+            *st_p = SHOAL_ERR_INTERNAL;
+            return 0;
+        }
+        *st_p = comm->tls[t].ops->address(comm->tls[t].ctx, rec + off + 4, &len);
+        if (*st_p != SHOAL_OK) {
+            return 0;
+        }
+        rec[off] = (uint8_t)t;
+        rec[off + 1] = 0;
+        shoal_put_le(rec + off + 2, len, 2);
+        off += 4 + len;
     }
-    SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &mine, sizeof(mine), all), st, out);
+    return off;
+}
+
+/* Transport t's address in a peer's record, or NULL (*len_p 0) if it published none. */
+static const uint8_t *shoal_comm_addr_find(const uint8_t *rec, uint32_t reclen, int t,
+                                           size_t *len_p)
+{
+    size_t off = 0;
+    *len_p = 0;
+    while (reclen - off >= 4) {
+        size_t len = (size_t)shoal_get_le(rec + off + 2, 2);
+        if (len > reclen - off - 4 || len > SHOAL_TL_ADDR_MAX) {
+            return NULL;
+        }
+        if (rec[off] == t) {
+            *len_p = len;
+            return rec + off + 4;
+        }
+        off += 4 + len;
+    }
+    return NULL;
+}
+
+static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *boot)
+{
+    uint8_t mine[SHOAL_TL_MAX * (4 + SHOAL_TL_ADDR_MAX)], *table = NULL;
+    const uint8_t **ents = malloc(sizeof(void *) * (size_t)comm->nranks);
+    uint32_t *elens = malloc(sizeof(uint32_t) * (size_t)comm->nranks);
+    int *peers = malloc(sizeof(int) * (size_t)comm->nranks);
+    const void **addrs = malloc(sizeof(void *) * (size_t)comm->nranks);
+    size_t *lens = malloc(sizeof(size_t) * (size_t)comm->nranks), mylen;
+    shoal_ep_t **eps = malloc(sizeof(void *) * (size_t)comm->nranks);
+    shoal_status_t st = SHOAL_ERR_NO_MEMORY;
+
+    if (ents == NULL || elens == NULL || peers == NULL || addrs == NULL || lens == NULL ||
+        eps == NULL) {
+        goto out;
+    }
+    mylen = shoal_comm_addr_record(comm, mine, sizeof(mine), &st);
+    if (st != SHOAL_OK) {
+        goto out;
+    }
+    SHOAL_CHECK_GOTO(shoal_boot_allgatherv(boot, mine, mylen, &table, ents, elens), st, out);
     for (int t = 0; t < comm->ntls; t++) {
         int n = 0;
         if (comm->tls[t].ctx == NULL) {
@@ -439,15 +479,14 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
         }
         for (int p = 0; p < comm->nranks; p++) {
             if (p != comm->rank && comm->chans[p].tl == &comm->tls[t]) {
-                if (all[p].len[t] == 0 || all[p].len[t] > SHOAL_TL_ADDR_MAX) {
+                addrs[n] = shoal_comm_addr_find(ents[p], elens[p], t, &lens[n]);
+                if (addrs[n] == NULL || lens[n] == 0) {
                     shoal_error(INIT, "peer %d (%s) published no %s address", p,
                                 comm->peers[p].host, comm->tls[t].ops->name);
                     st = SHOAL_ERR_PROTOCOL;
                     goto out;
                 }
                 peers[n] = p;
-                addrs[n] = all[p].addr[t];
-                lens[n] = all[p].len[t];
                 n++;
             }
         }
@@ -463,7 +502,9 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
     }
     st = SHOAL_OK;
 out:
-    free(all);
+    free(table);
+    free(ents);
+    free(elens);
     free(peers);
     free(addrs);
     free(lens);

@@ -12,7 +12,8 @@
  *                for rank bytes[0] % 4 of nranks bytes[1] % 4 + 1 (so the fuzzer reaches
  *                the authenticated rounds without guessing MACs)
  *   op % 4 == 2  an allgather frame of the record's bytes for round bytes[0] % 4, with a
- *                valid MAC under the client's session key
+ *                valid MAC under the client's session key (fixed-length kind when op & 4 is
+ *                0, variable-length kind otherwise)
  *   op % 4 == 3  a bye with a valid MAC
  *
  * Links the shoal convenience library (libshoal_core.la: the hidden root and frame functions)
@@ -145,7 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fz_hello(r, &u, c, b, n);
             break;
         case 2:
-            fz_frame(r, c, SHOAL_BOOT_AG, n > 0 ? b[0] % 4 : 0, b, n);
+            fz_frame(r, c, (op & 4) != 0 ? SHOAL_BOOT_AGV : SHOAL_BOOT_AG, n > 0 ? b[0] % 4 : 0,
+                     b, n);
             break;
         default:
             fz_frame(r, c, SHOAL_BOOT_BYE, 0, NULL, 0);

@@ -122,6 +122,7 @@ struct shoal_ep {
     shoal_shm_ctrl_t *peer_ctrl;
     shoal_shm_ring_t tx;      /* in the peer's segment: we produce */
     shoal_shm_ring_t rx;      /* in our segment: the peer produces */
+    int tx_reserved;          /* tx's data pages are allocated (at the first send) */
     uint64_t tx_pos;          /* producer position (private) */
     uint64_t rx_pos;          /* consumer position (private) */
     shoal_tl_req_t *sq_head, *sq_tail;
@@ -166,6 +167,10 @@ SHOAL_HIDDEN void shoal_shm_layout_compute(size_t slot_size, unsigned nslots, si
 /* The ring of a segment owned by local rank 'owner' that local rank 'sender' produces into. */
 SHOAL_HIDDEN shoal_shm_ring_t shoal_shm_ring_at(void *base, const shoal_shm_layout_t *l,
                                                 int owner, int sender);
+
+/* shm_ctx.c: allocates the pages of the ring we produce into (first send to the peer);
+ * SHOAL_ERR_NO_MEMORY when the file system is full. */
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_reserve_tx(shoal_ep_t *ep);
 
 /* shm_ep.c */
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);

@@ -77,6 +77,40 @@ static shoal_status_t shoal_shm_config_check(void)
     return SHOAL_OK;
 }
 
+/* posix_fallocate of [off, off + len): 0, or the error (a file system without it counts as
+ * success: its pages are then allocated at first touch). */
+static int shoal_shm_reserve(int fd, size_t off, size_t len)
+{
+    int ret = len > 0 ? posix_fallocate(fd, (off_t)off, (off_t)len) : 0;
+    return ret == EOPNOTSUPP || ret == EINVAL ? 0 : ret;
+}
+
+shoal_status_t shoal_shm_ep_reserve_tx(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    size_t len = SHOAL_ALIGN_UP((size_t)ctx->nslots * ctx->layout.slot_stride, SHOAL_SHM_PAGE);
+    uint8_t *data = ep->tx.data; /* page aligned: rings and their headers are whole pages */
+
+    /* MADV_POPULATE_WRITE allocates the pages and reports a full tmpfs as an error where a
+     * store would raise SIGBUS. A kernel without it (before 5.14): touch each page (only we,
+     * the producer, write the ring's data, so the store races with nobody). */
+    if (madvise(data, len, 23 /* MADV_POPULATE_WRITE */) != 0) {
+        if (errno != EINVAL) {
+            char why[192];
+            snprintf(why, sizeof(why), "cannot reserve the %zu-byte ring to peer %d in %s: %s",
+                     len, ep->rank, shoal_shm_dir(), strerror(errno));
+            shoal_error(SHM, "%s", why);
+            return errno == EFAULT || errno == ENOMEM ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_SYSTEM;
+        }
+        for (size_t off = 0; off < len; off += SHOAL_SHM_PAGE) {
+            volatile uint8_t *b = data + off;
+            *b = *b;
+        }
+    }
+    ep->tx_reserved = 1;
+    return SHOAL_OK;
+}
+
 /* Creates, sizes, maps and faults in our segment; ctx->name/base/ctrl on success. */
 static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
 {
@@ -113,21 +147,38 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
         shoal_error(SHM, "sizing %s to %zu bytes failed: %s", ctx->name, total, strerror(errno));
         goto err_unlink;
     }
-    /* Reserve the pages now: a full tmpfs must fail here, not SIGBUS us later. */
-    int ret = posix_fallocate(fd, 0, (off_t)total);
-    if (ret != 0 && ret != EOPNOTSUPP && ret != EINVAL) {
+    /* Reserve the pages used from init on (control block, ring headers, shared area): a full
+     * tmpfs must fail here, not SIGBUS us later. Ring data is reserved by its producer on its
+     * first send (shoal_shm_ep_reserve_tx): with every rank of a host holding a ring per
+     * local peer, reserving them all at init cost n^2 pages of tmpfs (256 ranks: 33 GB) and
+     * the time to fault them in, for rings most collectives never touch. */
+    int ret = shoal_shm_reserve(fd, 0, ctx->layout.rings_off);
+    for (unsigned i = 0; ret == 0 && i < ctx->layout.nrings; i++) {
+        ret = shoal_shm_reserve(fd, ctx->layout.rings_off + (size_t)i * ctx->layout.ring_bytes,
+                                ctx->layout.hdrs_bytes);
+    }
+    if (ret == 0) {
+        ret = shoal_shm_reserve(fd, ctx->layout.area_off, total - ctx->layout.area_off);
+    }
+    if (ret != 0) {
         shoal_error(SHM, "posix_fallocate(%s, %zu bytes) in %s failed: %s", ctx->name, total,
                     shoal_shm_dir(), strerror(ret));
         status = ret == ENOSPC ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_SYSTEM;
         goto err_unlink;
     }
-    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         shoal_error(SHM, "mmap(%s, %zu bytes) failed: %s", ctx->name, total, strerror(errno));
         goto err_unlink;
     }
     close(fd);
-    memset(base, 0, total); /* fault every page in now, never on the data path */
+    /* Fault the reserved pages in now, never on the data path. */
+    memset(base, 0, ctx->layout.rings_off);
+    for (unsigned i = 0; i < ctx->layout.nrings; i++) {
+        memset((uint8_t *)base + ctx->layout.rings_off + (size_t)i * ctx->layout.ring_bytes, 0,
+               ctx->layout.hdrs_bytes);
+    }
+    memset((uint8_t *)base + ctx->layout.area_off, 0, total - ctx->layout.area_off);
     ctx->base = base;
     ctx->ctrl = base;
     return SHOAL_OK;
@@ -290,7 +341,9 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
         close(fd);
         return SHOAL_ERR_PERMISSION;
     }
-    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    /* No MAP_POPULATE: a peer's pages are faulted in where we touch them (its control block
+     * and shared area, our ring in it), not all of them at every connect. */
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         shoal_error(SHM, "peer %d: mmap(%s, %zu) failed: %s", ep->rank, a->name, total,

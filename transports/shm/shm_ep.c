@@ -86,6 +86,12 @@ shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
         req->culprit = ep->culprit;
         return ep->status;
     }
+    if (SHOAL_UNLIKELY(!ep->tx_reserved)) {
+        shoal_status_t st = shoal_shm_ep_reserve_tx(ep);
+        if (st != SHOAL_OK) {
+            return st;
+        }
+    }
     shoal_tl_req_start(req);
     shoal_shm_queue_push(&ep->sq_head, &ep->sq_tail, req);
     ep->ctx->npending++;

@@ -1,0 +1,149 @@
+/* The bootstrap's variable-length round (shoal_boot_allgatherv): a real root on loopback and
+ * ranks in threads, records of different lengths (one empty, one at the largest a rank may
+ * give), a fixed-length round and a barrier after it on the same connections; the table
+ * parser's bounds; and the root's bytes: a table of the records' lengths, not of the largest. */
+#include "core/core.h"
+#include "core/boot_proto.h"
+#include "tests/tap.h"
+
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NR 5
+
+static shoal_boot_uid_t uid;
+
+typedef struct {
+    int rank;
+    shoal_status_t st;
+    int table_ok;   /* every rank's record came back, in rank order, byte for byte */
+    int fixed_ok;   /* the fixed-length round after it */
+    size_t table_len;
+} rank_t;
+
+/* Rank k's record: k * 37 bytes (rank 0 says nothing), the last rank the largest allowed. */
+static size_t rec_len(int k)
+{
+    return k == NR - 1 ? SHOAL_BOOT_MAX_BLOB : (size_t)k * 37;
+}
+
+static uint8_t rec_byte(int k, size_t i)
+{
+    return (uint8_t)(k * 31 + i * 7 + 1);
+}
+
+static void *rank_main(void *arg)
+{
+    rank_t *me = arg;
+    shoal_boot_t *b = NULL;
+    uint8_t *rec = malloc(rec_len(me->rank) + 1), *table = NULL;
+    const uint8_t *ents[NR];
+    uint32_t lens[NR];
+    int32_t mine = me->rank * 1000, all[NR];
+
+    for (size_t i = 0; i < rec_len(me->rank); i++) {
+        rec[i] = rec_byte(me->rank, i);
+    }
+    me->st = shoal_boot_connect(&uid, me->rank, NR, 20000, NULL, &b);
+    if (me->st == SHOAL_OK) {
+        me->st = shoal_boot_allgatherv(b, rec, rec_len(me->rank), &table, ents, lens);
+    }
+    if (me->st == SHOAL_OK) {
+        me->table_ok = 1;
+        for (int k = 0; k < NR; k++) {
+            me->table_len += 4 + lens[k];
+            if (lens[k] != rec_len(k)) {
+                me->table_ok = 0;
+                continue;
+            }
+            for (size_t i = 0; i < lens[k]; i++) {
+                me->table_ok &= ents[k][i] == rec_byte(k, i);
+            }
+        }
+        me->st = shoal_boot_allgather(b, &mine, sizeof(mine), all);
+    }
+    if (me->st == SHOAL_OK) {
+        me->fixed_ok = 1;
+        for (int k = 0; k < NR; k++) {
+            me->fixed_ok &= all[k] == k * 1000;
+        }
+        me->st = shoal_boot_barrier(b);
+    }
+    shoal_boot_close(b);
+    free(table);
+    free(rec);
+    return NULL;
+}
+
+static void test_round(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    pthread_t th[NR];
+    rank_t r[NR];
+    int all_ok = 1, tables = 1, fixed = 1;
+
+    memset(&uid, 0, sizeof(uid));
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    memset(uid.secret, 0x42, sizeof(uid.secret));
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &uid), SHOAL_OK, "root started");
+    for (int k = 0; k < NR; k++) {
+        memset(&r[k], 0, sizeof(r[k]));
+        r[k].rank = k;
+        pthread_create(&th[k], NULL, rank_main, &r[k]);
+    }
+    for (int k = 0; k < NR; k++) {
+        pthread_join(th[k], NULL);
+        all_ok &= r[k].st == SHOAL_OK;
+        tables &= r[k].table_ok;
+        fixed &= r[k].fixed_ok;
+        if (r[k].st != SHOAL_OK) {
+            tap_diag("rank %d: %s", k, shoal_strerror(r[k].st));
+        }
+    }
+    tap_ok(all_ok, "every rank finished both rounds and the barrier");
+    tap_ok(tables, "every rank got every record, of its own length, byte for byte");
+    tap_ok(fixed, "a fixed-length round after the variable one is right");
+    tap_is_int((long long)r[0].table_len, 4 * NR + 37 * (1 + 2 + 3) + SHOAL_BOOT_MAX_BLOB,
+               "the table holds the records' lengths, not NR times the largest");
+}
+
+static void test_parse(void)
+{
+    uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
+    const uint8_t *ents[3];
+    uint32_t lens[3];
+
+    shoal_put_le(t, 3, 4);
+    memcpy(t + 4, "abc", 3);
+    shoal_put_le(t + 7, 0, 4);
+    shoal_put_le(t + 11, 2, 4);
+    memcpy(t + 15, "xy", 2);
+    tap_is_int(shoal_boot_table_v_parse(t, sizeof(t), 3, ents, lens), SHOAL_OK,
+               "a well-formed table parses");
+    tap_ok(lens[0] == 3 && memcmp(ents[0], "abc", 3) == 0 && lens[1] == 0 && lens[2] == 2 &&
+               memcmp(ents[2], "xy", 2) == 0, "records where they are");
+    tap_is_int(shoal_boot_table_v_parse(t, sizeof(t) - 1, 3, ents, lens), SHOAL_ERR_PROTOCOL,
+               "a record running past the table is refused");
+    tap_is_int(shoal_boot_table_v_parse(t, sizeof(t), 2, ents, lens), SHOAL_ERR_PROTOCOL,
+               "bytes left over after the last rank are refused");
+    tap_is_int(shoal_boot_table_v_parse(t, sizeof(t), 4, ents, lens), SHOAL_ERR_PROTOCOL,
+               "a table with fewer records than ranks is refused");
+    shoal_put_le(t + 11, 0xffffffffu, 4);
+    tap_is_int(shoal_boot_table_v_parse(t, sizeof(t), 3, ents, lens), SHOAL_ERR_PROTOCOL,
+               "a length that would wrap an offset is refused");
+}
+
+int main(void)
+{
+    setenv("SHOAL_DEBUG", "NONE", 0);
+    shoal_config_global_init();
+    test_parse();
+    test_round();
+    return tap_done();
+}
