@@ -59,6 +59,7 @@ typedef struct {
     size_t shm_ll_max;     /* SHOAL_SHM_LL_MAX */
     size_t shm_oneshot_max;/* SHOAL_SHM_ONESHOT_MAX */
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
+    size_t hier_segment;   /* SHOAL_HIER_SEGMENT */
     int ring_order;        /* SHOAL_RING_ORDER: 0 topo, 1 rank */
     const char *ring_hosts;      /* SHOAL_RING_HOSTS */
     const char *ring_hosts_file; /* SHOAL_RING_HOSTS_FILE */

@@ -44,6 +44,11 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "bytes per rank staged per round of the intra-node path: the window, its staged "
             "copy and a peer's segment should fit in L2 (1m in place halved busbw on 1 MiB L2 "
             "cores); capped by SHOAL_SHM_AREA_SIZE / 2"},
+    {.name = "HIER_SEGMENT", .dflt = "1m", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_coll_config_t, hier_segment),
+     .doc = "largest pipeline segment of the hierarchical AllReduce (intra-host "
+            "reduce-scatter, inter-host ring and intra-host allgather of one segment overlap "
+            "the other segments'); smaller buffers are cut into 8 segments of at least 64k"},
     {.name = "RING_ORDER", .dflt = "topo", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
      .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "

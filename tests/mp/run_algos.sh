@@ -54,6 +54,10 @@ mp_job "hosts 2x2 hier" 4 "SHOAL_ALGO=hier MP_PPN=2" "$wrap" "$coll" $ar
 mp_job "hosts 2+2+1 hier chunk=4k" 5 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_CHUNK_SIZE=4096" \
     "$wrap" "$coll" $ar
 mp_job "hosts 1+1+1 hier" 3 "SHOAL_ALGO=hier MP_PPN=1" "$wrap" "$coll" $ar
+# Pipeline segments of 4 KiB: the odd counts end in a partial segment, the big ones run
+# hundreds of segments through the pipeline's slots (every wait advancing the rings).
+mp_job "hosts 2+2+1 hier segment=4k" 5 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_HIER_SEGMENT=4096" \
+    "$wrap" "$coll" $ar
 if [ "${ALGOS_QUICK:-0}" != 1 ]; then
     mp_job "hosts 1+2+3 hier" 6 "SHOAL_ALGO=hier MP_HOSTMAP=0,1,1,2,2,2" "$wrap" "$coll" $ar
     mp_job "hosts 3+2 interleaved hier" 5 "SHOAL_ALGO=hier MP_HOSTMAP=1,0,1,0,0" "$wrap" "$coll" $ar
