@@ -141,6 +141,11 @@ SHOAL_HIDDEN shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal
 SHOAL_HIDDEN shoal_algo_t shoal_coll_select_shape(const shoal_coll_shape_t *s,
                                                   shoal_coll_type_t type, size_t bytes,
                                                   int forced, double *cost_p);
+/* Row i of the algorithm table (shoal_info -t): its algorithm, collective and whether it has
+ * a step-wise plan; 0 past the end. */
+SHOAL_HIDDEN int shoal_coll_table_row(size_t i, shoal_algo_t *algo_p, shoal_coll_type_t *coll_p,
+                                      int *stepwise_p);
+SHOAL_HIDDEN const char *shoal_coll_type_name(shoal_coll_type_t type);
 /* Model cost of one algorithm (negative: not applicable). */
 SHOAL_HIDDEN double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type,
                                     shoal_algo_t algo, size_t bytes);

@@ -191,6 +191,23 @@ static shoal_algo_t shoal_coll_default_algo(shoal_coll_type_t type)
                                                                      : SHOAL_ALGO_RING;
 }
 
+int shoal_coll_table_row(size_t i, shoal_algo_t *algo_p, shoal_coll_type_t *coll_p,
+                         int *stepwise_p)
+{
+    if (i >= SHOAL_ARRAY_SIZE(shoal_coll_algo_table)) {
+        return 0;
+    }
+    *algo_p = shoal_coll_algo_table[i].algo;
+    *coll_p = shoal_coll_algo_table[i].coll;
+    *stepwise_p = shoal_coll_algo_table[i].plan != NULL;
+    return 1;
+}
+
+const char *shoal_coll_type_name(shoal_coll_type_t type)
+{
+    return (unsigned)type < SHOAL_COLL_TYPE_COUNT ? shoal_coll_type_names[type] : "?";
+}
+
 double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type, shoal_algo_t algo,
                        size_t bytes)
 {
