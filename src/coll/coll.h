@@ -159,6 +159,10 @@ SHOAL_HIDDEN void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int
                                          const shoal_link_t *inter, int shm_direct,
                                          int ncores);
 SHOAL_HIDDEN shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
+/* A communicator's algorithm state (scratch, shm direct path, topology); called by the
+ * assembly (src/api/assemble.c). fini is safe after a failed or partial init. */
+SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
+SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
 
 /* ---- plans (plan.c): collectives the progress engine advances step by step ----
  * Every algorithm of the table (select.c) has a blocking run; the ones with a plan builder

@@ -226,8 +226,17 @@ SHOAL_HIDDEN shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **
 SHOAL_HIDDEN void shoal_proxy_ext_set(struct shoal_comm *comm, void *ext,
                                       shoal_proxy_ext_fini_t fini);
 
-/* ---- coll hooks the core calls (src/coll) ---- */
-SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
-SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
+/* ---- the assembly hook ----
+ * A communicator carries the state of layers above core (algorithms, topology, their
+ * scratch). They are assembled in one place above core, topo, coll and cuda (src/api), which
+ * defines this table; core calls the upper layers only through it, never by name. */
+typedef struct {
+    /* After the bootstrap, before the meter and pacing: may exchange messages (issue order
+     * is not yet in use: nothing else runs on the communicator). */
+    shoal_status_t (*init)(struct shoal_comm *comm);
+    /* After the proxy stopped, before the transports close; safe after a failed init. */
+    void (*fini)(struct shoal_comm *comm);
+} shoal_comm_assembly_t;
+extern SHOAL_HIDDEN const shoal_comm_assembly_t shoal_comm_assembly;
 
 #endif

@@ -317,12 +317,21 @@ static int nbc_mode_ok(const mp_ctx_t *ctx)
     return mp_groups_report(ctx) != 0;
 }
 
+/* why names rank as "peer R" or "rank R" (not followed by another digit). */
 static int nbc_names_rank(const char *why, int rank)
 {
-    char a[32], b[32];
-    snprintf(a, sizeof(a), "peer %d ", rank);
-    snprintf(b, sizeof(b), "rank %d ", rank);
-    return strstr(why, a) != NULL || strstr(why, b) != NULL;
+    static const char *const words[] = {"peer ", "rank "};
+    char num[16];
+    size_t len = (size_t)snprintf(num, sizeof(num), "%d", rank);
+    for (int w = 0; w < 2; w++) {
+        for (const char *p = strstr(why, words[w]); p != NULL; p = strstr(p + 1, words[w])) {
+            const char *q = p + strlen(words[w]);
+            if (strncmp(q, num, len) == 0 && (q[len] < '0' || q[len] > '9')) {
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 static int nbc_mode_kill(const mp_ctx_t *ctx)

@@ -1,4 +1,5 @@
-/* The public collective calls: validate, order, run (or hand to the proxy thread). */
+/* The public collective calls (above coll and cuda): validate, order, run (or hand to the
+ * proxy thread as a plan). */
 #include "coll/coll.h"
 #include "cuda/cuda.h"
 #include "meter/meter.h"
