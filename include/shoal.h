@@ -258,10 +258,26 @@ SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_
 SHOAL_EXPORT shoal_status_t shoal_group_start(void);
 SHOAL_EXPORT shoal_status_t shoal_group_end(void);
 
-/* Non-blocking host calls, progressed by the communicator's proxy thread. */
+/* Non-blocking host calls, progressed by the communicator's proxy thread: the same arguments
+ * as the blocking calls (host buffers only), plus the request. They start in issue order with
+ * the blocking calls of the communicator, and several in flight progress together (those of
+ * one communicator that share a channel run one after the other, in issue order). The
+ * buffers must stay untouched until the request completes. A failure (a peer lost, the
+ * deadline SHOAL_TIMEOUT_MS without progress, shoal_comm_abort) completes every request in
+ * flight with the error; shoal_comm_last_error names the rank. */
 SHOAL_EXPORT shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
                                              shoal_dtype_t dtype, shoal_op_t op,
                                              shoal_comm_t comm, shoal_request_t *req_p);
+SHOAL_EXPORT shoal_status_t shoal_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                             shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                             shoal_request_t *req_p);
+SHOAL_EXPORT shoal_status_t shoal_iallgather(const void *sendbuf, void *recvbuf,
+                                             size_t sendcount, shoal_dtype_t dtype,
+                                             shoal_comm_t comm, shoal_request_t *req_p);
+SHOAL_EXPORT shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf,
+                                                  size_t recvcount, shoal_dtype_t dtype,
+                                                  shoal_op_t op, shoal_comm_t comm,
+                                                  shoal_request_t *req_p);
 /* Test or wait for *req_p. The call that finds the request complete frees it, sets *req_p to
  * NULL and returns its status (*done_p = 1); a NULL *req_p is a completed request (done,
  * SHOAL_OK), so a second test or wait is harmless. req_p == NULL: SHOAL_ERR_INVALID_ARG. */

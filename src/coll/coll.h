@@ -94,6 +94,7 @@ typedef struct {
 
 /* Per-communicator algorithm state: scratch allocated and faulted in once at init. */
 #define SHOAL_SELECT_CACHE 64 /* entries of the per-communicator choice cache */
+#define SHOAL_PLAN_POOL 8     /* free plan scratch buffers kept per communicator */
 
 typedef struct shoal_coll_state {
     int algo;              /* forced algorithm or SHOAL_ALGO_AUTO */
@@ -126,6 +127,10 @@ typedef struct shoal_coll_state {
         uint8_t algo;
     } sel_cache[SHOAL_SELECT_CACHE];
     struct shoal_hier_map *hier; /* hier.c: hosts and their ranks, built on first use */
+    /* Scratch of plans in flight on the proxy (scratch_size bytes each, faulted in once),
+     * taken and returned by the ticket holder only (plan.c). */
+    uint8_t *pool[SHOAL_PLAN_POOL];
+    int npool;
 } shoal_coll_state_t;
 
 #define SHOAL_P2P_STEP 0xffffffffu
@@ -137,6 +142,11 @@ SHOAL_HIDDEN shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal
 SHOAL_HIDDEN shoal_algo_t shoal_coll_select_shape(const shoal_coll_shape_t *s,
                                                   shoal_coll_type_t type, size_t bytes,
                                                   int forced, double *cost_p);
+/* Row i of the algorithm table (shoal_info -t): its algorithm, collective and whether it has
+ * a step-wise plan; 0 past the end. */
+SHOAL_HIDDEN int shoal_coll_table_row(size_t i, shoal_algo_t *algo_p, shoal_coll_type_t *coll_p,
+                                      int *stepwise_p);
+SHOAL_HIDDEN const char *shoal_coll_type_name(shoal_coll_type_t type);
 /* Model cost of one algorithm (negative: not applicable). */
 SHOAL_HIDDEN double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type,
                                     shoal_algo_t algo, size_t bytes);
@@ -150,6 +160,70 @@ SHOAL_HIDDEN void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int
                                          const shoal_link_t *inter, int shm_direct,
                                          int ncores);
 SHOAL_HIDDEN shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
+/* A communicator's algorithm state (scratch, shm direct path, topology); called by the
+ * assembly (src/api/assemble.c). fini is safe after a failed or partial init. */
+SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
+SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
+
+/* ---- plans (plan.c): collectives the progress engine advances step by step ----
+ * Every algorithm of the table (select.c) has a blocking run; the ones with a plan builder
+ * also run as plans (core.h), which the proxy advances several at a time. A plan owns a copy
+ * of the arguments and its scratch: several plans of one communicator may be in flight. */
+typedef struct shoal_coll_plan shoal_coll_plan_t;
+struct shoal_coll_plan {
+    shoal_plan_t base;     /* progress: the algorithm's; release: shoal_coll_plan_release */
+    shoal_coll_args_t a;
+    uint32_t seq;
+    size_t dsize;
+    uint8_t *scratch;      /* comm->coll->scratch (blocking) or a pool buffer (own_scratch) */
+    int own_scratch;
+    /* api.c: called once with the outcome before the plan is freed (metering), or NULL */
+    void (*on_done)(struct shoal_comm *comm, shoal_coll_plan_t *cp, shoal_status_t st);
+    uint64_t t0;
+};
+/* Builds the plan of one algorithm: *cp_p is calloc'ed with size bytes (>= sizeof
+ * shoal_coll_plan_t) and filled in except base.progress and base.peers, which the builder
+ * sets. Scratch: the communicator's when exclusive (the caller holds the ticket and no other
+ * plan is in flight), else one from the pool. */
+typedef shoal_status_t (*shoal_coll_run_fn_t)(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                              uint32_t seq);
+SHOAL_HIDDEN shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm,
+                                                  const shoal_coll_args_t *a, uint32_t seq,
+                                                  size_t size, int exclusive,
+                                                  shoal_coll_plan_t **cp_p);
+SHOAL_HIDDEN void shoal_coll_plan_release(struct shoal_comm *comm, shoal_plan_t *plan,
+                                          shoal_status_t st);
+SHOAL_HIDDEN void shoal_coll_pool_fini(struct shoal_comm *comm);
+/* The plan of a call (issue order: takes the sequence number): selects the algorithm from
+ * the table; one without a plan builder becomes a plan that runs it whole, alone on the
+ * communicator. *cp_p NULL: nothing left to do (one rank, count 0), status returned. */
+SHOAL_HIDDEN shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                            int exclusive, shoal_coll_plan_t **cp_p);
+/* Step-wise plan builders (ring.c, others.c). */
+SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce_plan(struct shoal_comm *comm,
+                                                      shoal_coll_plan_t **cp_p,
+                                                      const shoal_coll_args_t *a, uint32_t seq,
+                                                      int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter_plan(struct shoal_comm *comm,
+                                                           shoal_coll_plan_t **cp_p,
+                                                           const shoal_coll_args_t *a,
+                                                           uint32_t seq, int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm,
+                                                      shoal_coll_plan_t **cp_p,
+                                                      const shoal_coll_args_t *a, uint32_t seq,
+                                                      int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm,
+                                                   shoal_coll_plan_t **cp_p,
+                                                   const shoal_coll_args_t *a, uint32_t seq,
+                                                   int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_tree_bcast_plan(struct shoal_comm *comm,
+                                                  shoal_coll_plan_t **cp_p,
+                                                  const shoal_coll_args_t *a, uint32_t seq,
+                                                  int exclusive);
+typedef shoal_status_t (*shoal_coll_plan_build_t)(struct shoal_comm *comm,
+                                                  shoal_coll_plan_t **cp_p,
+                                                  const shoal_coll_args_t *a, uint32_t seq,
+                                                  int exclusive);
 
 /* Algorithms: blocking on the calling thread; seq is the collective's sequence number. */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,

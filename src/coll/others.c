@@ -6,94 +6,199 @@
 
 #define SHOAL_CHAIN_DEPTH 4
 
-/* Binomial tree rooted at root over virtual ranks v = rank - root. The sends to the children
- * are all posted, then waited for together (one blocking send after the other made the root
- * pay a full wait per child: 2-3x slower on TCP at 3-4 ranks). */
-static shoal_status_t shoal_bcast_tree(struct shoal_comm *comm, uint8_t *buf, size_t bytes,
-                                       int root, uint32_t seq)
-{
-    int n = comm->nranks, v = shoal_mod(comm->rank - root, n), mask = 1, k = 0;
-    shoal_tl_req_t reqs[32], *rp[32];
-    int peers[32];
+/* Binomial tree rooted at root over virtual ranks v = rank - root: receive from the parent,
+ * then post every send to the children and wait for them together (one blocking send after
+ * the other made the root pay a full wait per child: 2-3x slower on TCP at 3-4 ranks). */
+#define SHOAL_TREE_MAX_CHILDREN 32
+typedef struct {
+    shoal_coll_plan_t cp;
+    int parent;            /* -1 at the root */
+    int nchildren;
+    int children[SHOAL_TREE_MAX_CHILDREN];
+    int state;             /* 0 post the receive, 1 receiving, 2 sending */
+    shoal_tl_req_t rreq, sreq[SHOAL_TREE_MAX_CHILDREN];
+} shoal_tree_bcast_plan_t;
 
+static shoal_status_t shoal_tree_bcast_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_tree_bcast_plan_t *p = (shoal_tree_bcast_plan_t *)plan;
+    size_t bytes = p->cp.a.count * p->cp.dsize;
+    uint8_t *buf = p->cp.a.recvbuf;
+    shoal_tl_req_t *rp[SHOAL_TREE_MAX_CHILDREN];
+    int done;
+
+    if (p->state == 0) {
+        if (p->parent >= 0) {
+            SHOAL_CHECK(shoal_chan_irecv(comm, p->parent, buf, bytes, p->cp.seq, 0, 0, &p->rreq));
+        }
+        p->state = 1;
+    }
+    if (p->state == 1) {
+        if (p->parent >= 0) {
+            shoal_tl_req_t *r = &p->rreq;
+            SHOAL_CHECK(shoal_chan_test(comm, &r, &p->parent, 1, &done));
+            if (!done) {
+                p->cp.base.wait_peer = p->parent;
+                return SHOAL_IN_PROGRESS;
+            }
+        }
+        for (int i = 0; i < p->nchildren; i++) {
+            SHOAL_CHECK(shoal_chan_isend(comm, p->children[i], buf, bytes, p->cp.seq, 0, 0,
+                                         &p->sreq[i]));
+        }
+        p->state = 2;
+    }
+    for (int i = 0; i < p->nchildren; i++) {
+        rp[i] = &p->sreq[i];
+    }
+    SHOAL_CHECK(shoal_chan_test(comm, rp, p->children, p->nchildren, &done));
+    if (!done) {
+        p->cp.base.wait_peer = p->children[0];
+        return SHOAL_IN_PROGRESS;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_tree_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                     const shoal_coll_args_t *a, uint32_t seq, int exclusive)
+{
+    shoal_tree_bcast_plan_t *p;
+    int n = comm->nranks, v = shoal_mod(comm->rank - a->root, n), mask = 1;
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), exclusive,
+                                      (shoal_coll_plan_t **)&p));
+    p->cp.base.progress = shoal_tree_bcast_progress;
+    p->parent = -1;
     while (mask < n) {
         if (v & mask) {
-            SHOAL_CHECK(shoal_prim_recv(comm, shoal_mod(v - mask + root, n), buf, bytes, seq, 0,
-                                        0));
+            p->parent = shoal_mod(v - mask + a->root, n);
             break;
         }
         mask <<= 1;
     }
     for (mask >>= 1; mask > 0; mask >>= 1) {
         if (v + mask < n) {
-            peers[k] = shoal_mod(v + mask + root, n);
-            rp[k] = &reqs[k];
-            SHOAL_CHECK(shoal_chan_isend(comm, peers[k], buf, bytes, seq, 0, 0, &reqs[k]));
-            k++;
+            p->children[p->nchildren++] = shoal_mod(v + mask + a->root, n);
         }
     }
-    return k > 0 ? shoal_chan_waitall(comm, rp, peers, k) : SHOAL_OK;
+    if (p->nchildren + 1 <= SHOAL_PLAN_PEERS) {
+        if (p->parent >= 0) {
+            p->cp.base.peers[p->cp.base.npeers++] = p->parent;
+        }
+        for (int i = 0; i < p->nchildren; i++) {
+            p->cp.base.peers[p->cp.base.npeers++] = p->children[i];
+        }
+    } else {
+        p->cp.base.npeers = -1; /* more channels than a plan lists: it runs alone */
+    }
+    if (comm->rank == a->root && a->sendbuf != a->recvbuf) {
+        memcpy(a->recvbuf, a->sendbuf, a->count * p->cp.dsize);
+    }
+    *cp_p = &p->cp;
+    return SHOAL_OK;
 }
 
 /* Chain root -> root+1 -> ... in chunks; each rank forwards chunk c while chunks c+1.. are
  * still arriving (up to SHOAL_CHAIN_DEPTH receives posted ahead). */
-static shoal_status_t shoal_bcast_chain(struct shoal_comm *comm, uint8_t *buf, size_t bytes,
-                                        int root, uint32_t seq)
-{
-    int n = comm->nranks, v = shoal_mod(comm->rank - root, n);
-    int prev = shoal_mod(comm->rank - 1, n), next = shoal_mod(comm->rank + 1, n);
-    size_t chunk = comm->coll->chunk, nchunks = (bytes + chunk - 1) / chunk;
+typedef struct {
+    shoal_coll_plan_t cp;
+    int v, prev, next;
+    size_t chunk, nchunks;
+    size_t c;              /* chunk being forwarded */
+    size_t posted;         /* receives posted */
+    int sent;              /* chunk c's send posted */
     shoal_tl_req_t rreq[SHOAL_CHAIN_DEPTH], sreq[SHOAL_CHAIN_DEPTH];
-    size_t posted = 0;
+} shoal_chain_plan_t;
 
-    for (size_t c = 0; c < nchunks; c++) {
-        size_t off = c * chunk, len = SHOAL_MIN(chunk, bytes - off);
-        shoal_tl_req_t *reqs[1];
+static shoal_status_t shoal_chain_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_chain_plan_t *p = (shoal_chain_plan_t *)plan;
+    int n = comm->nranks, done;
+    size_t bytes = p->cp.a.count * p->cp.dsize, chunk = p->chunk;
+    uint8_t *buf = p->cp.a.recvbuf;
+
+    while (p->c < p->nchunks) {
+        size_t c = p->c, off = c * chunk, len = SHOAL_MIN(chunk, bytes - off);
         int slot = (int)(c % SHOAL_CHAIN_DEPTH);
-        if (v != 0) {
-            while (posted < nchunks && posted < c + SHOAL_CHAIN_DEPTH) {
-                size_t po = posted * chunk;
-                SHOAL_CHECK(shoal_chan_irecv(comm, prev, buf + po, SHOAL_MIN(chunk, bytes - po),
-                                             seq, 0, (uint32_t)posted,
-                                             &rreq[posted % SHOAL_CHAIN_DEPTH]));
-                posted++;
+        if (p->v != 0) {
+            while (p->posted < p->nchunks && p->posted < c + SHOAL_CHAIN_DEPTH) {
+                size_t po = p->posted * chunk;
+                SHOAL_CHECK(shoal_chan_irecv(comm, p->prev, buf + po,
+                                             SHOAL_MIN(chunk, bytes - po), p->cp.seq, 0,
+                                             (uint32_t)p->posted,
+                                             &p->rreq[p->posted % SHOAL_CHAIN_DEPTH]));
+                p->posted++;
             }
-            reqs[0] = &rreq[slot];
-            SHOAL_CHECK(shoal_chan_waitall(comm, reqs, &prev, 1));
+            shoal_tl_req_t *r = &p->rreq[slot];
+            SHOAL_CHECK(shoal_chan_test(comm, &r, &p->prev, 1, &done));
+            if (!done) {
+                p->cp.base.wait_peer = p->prev;
+                return SHOAL_IN_PROGRESS;
+            }
         }
-        if (v != n - 1) {
+        if (p->v != n - 1) {
             if (c >= SHOAL_CHAIN_DEPTH) {
-                reqs[0] = &sreq[slot];
-                SHOAL_CHECK(shoal_chan_waitall(comm, reqs, &next, 1));
+                shoal_tl_req_t *r = &p->sreq[slot];
+                SHOAL_CHECK(shoal_chan_test(comm, &r, &p->next, 1, &done));
+                if (!done) {
+                    p->cp.base.wait_peer = p->next;
+                    return SHOAL_IN_PROGRESS;
+                }
             }
-            SHOAL_CHECK(shoal_chan_isend(comm, next, buf + off, len, seq, 0, (uint32_t)c,
-                                         &sreq[slot]));
+            SHOAL_CHECK(shoal_chan_isend(comm, p->next, buf + off, len, p->cp.seq, 0,
+                                         (uint32_t)c, &p->sreq[slot]));
         }
+        p->c++;
     }
-    if (v != n - 1) {
+    if (p->v != n - 1) {
         shoal_tl_req_t *reqs[SHOAL_CHAIN_DEPTH];
         int peers[SHOAL_CHAIN_DEPTH], k = 0;
-        for (size_t c = nchunks > SHOAL_CHAIN_DEPTH ? nchunks - SHOAL_CHAIN_DEPTH : 0;
-             c < nchunks; c++, k++) {
-            reqs[k] = &sreq[c % SHOAL_CHAIN_DEPTH];
-            peers[k] = next;
+        for (size_t c = p->nchunks > SHOAL_CHAIN_DEPTH ? p->nchunks - SHOAL_CHAIN_DEPTH : 0;
+             c < p->nchunks; c++, k++) {
+            reqs[k] = &p->sreq[c % SHOAL_CHAIN_DEPTH];
+            peers[k] = p->next;
         }
-        SHOAL_CHECK(shoal_chan_waitall(comm, reqs, peers, k));
+        SHOAL_CHECK(shoal_chan_test(comm, reqs, peers, k, &done));
+        if (!done) {
+            p->cp.base.wait_peer = p->next;
+            return SHOAL_IN_PROGRESS;
+        }
     }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                      const shoal_coll_args_t *a, uint32_t seq, int exclusive)
+{
+    shoal_chain_plan_t *p;
+    int n = comm->nranks;
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), exclusive,
+                                      (shoal_coll_plan_t **)&p));
+    p->cp.base.progress = shoal_chain_progress;
+    p->v = shoal_mod(comm->rank - a->root, n);
+    p->prev = shoal_mod(comm->rank - 1, n);
+    p->next = shoal_mod(comm->rank + 1, n);
+    p->cp.base.npeers = 2;
+    p->cp.base.peers[0] = p->prev;
+    p->cp.base.peers[1] = p->next;
+    p->chunk = comm->coll->chunk;
+    p->nchunks = (a->count * p->cp.dsize + p->chunk - 1) / p->chunk;
+    if (comm->rank == a->root && a->sendbuf != a->recvbuf) {
+        memcpy(a->recvbuf, a->sendbuf, a->count * p->cp.dsize);
+    }
+    *cp_p = &p->cp;
     return SHOAL_OK;
 }
 
 shoal_status_t shoal_bcast_run(struct shoal_comm *comm, const shoal_coll_args_t *a, uint32_t seq,
                                shoal_algo_t algo)
 {
-    size_t bytes = a->count * shoal_dtype_size(a->dtype);
-    if (comm->rank == a->root && a->sendbuf != a->recvbuf) {
-        memcpy(a->recvbuf, a->sendbuf, bytes);
-    }
+    shoal_coll_plan_t *cp;
     if (algo == SHOAL_ALGO_TREE) {
-        return shoal_bcast_tree(comm, a->recvbuf, bytes, a->root, seq);
+        SHOAL_CHECK(shoal_tree_bcast_plan(comm, &cp, a, seq, 1));
+    } else {
+        SHOAL_CHECK(shoal_chain_bcast_plan(comm, &cp, a, seq, 1));
     }
-    return shoal_bcast_chain(comm, a->recvbuf, bytes, a->root, seq);
+    return shoal_plan_drive(comm, &cp->base);
 }
 
 /* Binomial tree reduce, chunk by chunk. Children are combined in a fixed order, so the result

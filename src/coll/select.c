@@ -5,11 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- cost model: one row per (algorithm, collective) ----------------------------------
+/* ---- the algorithm table: one row per (algorithm, collective) --------------------------
  * cost_us(shape, bytes) is the modelled time of one call (negative: cannot run it); bytes is
  * the whole message for allreduce/broadcast/reduce and one rank's block for allgather and
  * reduce_scatter. applicable(comm, a), where set, adds the checks only a communicator can
- * answer. Selection takes the cheapest applicable row; SHOAL_ALGO forces a row. */
+ * answer. run executes the call on the calling thread; plan, where set, builds the step-wise
+ * plan the progress engine advances beside other calls (a row without one runs whole, alone
+ * on its communicator, when it is a nonblocking call). Selection takes the cheapest applicable
+ * row; SHOAL_ALGO forces a row; shoal_info -t prints this table. Adding an algorithm: its
+ * file and one row here. */
 typedef double (*shoal_coll_cost_fn_t)(const shoal_coll_shape_t *s, size_t bytes);
 typedef int (*shoal_coll_applicable_fn_t)(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
@@ -18,7 +22,29 @@ typedef struct {
     shoal_coll_type_t coll;
     shoal_coll_cost_fn_t cost_us;
     shoal_coll_applicable_fn_t applicable;
+    shoal_coll_run_fn_t run;
+    shoal_coll_plan_build_t plan;
 } shoal_coll_algo_row_t;
+
+/* Entry points whose signature differs from shoal_coll_run_fn_t. */
+static shoal_status_t shoal_coll_run_shm_ar(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                            uint32_t seq)
+{
+    (void)seq;
+    return shoal_shmdirect_allreduce(comm, a);
+}
+
+static shoal_status_t shoal_coll_run_tree_bcast(struct shoal_comm *comm,
+                                                const shoal_coll_args_t *a, uint32_t seq)
+{
+    return shoal_bcast_run(comm, a, seq, SHOAL_ALGO_TREE);
+}
+
+static shoal_status_t shoal_coll_run_chain_bcast(struct shoal_comm *comm,
+                                                 const shoal_coll_args_t *a, uint32_t seq)
+{
+    return shoal_bcast_run(comm, a, seq, SHOAL_ALGO_RING);
+}
 
 static const char *const shoal_coll_type_names[SHOAL_COLL_TYPE_COUNT] = {
     [SHOAL_COLL_ALLREDUCE] = "allreduce", [SHOAL_COLL_BROADCAST] = "broadcast",
@@ -110,48 +136,83 @@ static double shoal_coll_cost_ring_rs(const shoal_coll_shape_t *s, size_t bytes)
 }
 
 static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
-    {.algo = SHOAL_ALGO_SHM, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_shm_ar},
-    {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar},
-    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar},
-    {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_BROADCAST,
-     .cost_us = shoal_tree_bcast_cost},
-    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST,
-     .cost_us = shoal_chain_bcast_cost},
-    {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce},
-    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag},
+    {.algo = SHOAL_ALGO_SHM, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_shm_ar,
+     .run = shoal_coll_run_shm_ar},
+    {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar,
+     .run = shoal_rd_allreduce},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar,
+     .run = shoal_ring_allreduce, .plan = shoal_ring_allreduce_plan},
+    {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_tree_bcast_cost,
+     .run = shoal_coll_run_tree_bcast, .plan = shoal_tree_bcast_plan},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_chain_bcast_cost,
+     .run = shoal_coll_run_chain_bcast, .plan = shoal_chain_bcast_plan},
+    {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce,
+     .run = shoal_tree_reduce},
+    {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag,
+     .run = shoal_ring_allgather, .plan = shoal_ring_allgather_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_REDUCE_SCATTER,
-     .cost_us = shoal_coll_cost_ring_rs},
+     .cost_us = shoal_coll_cost_ring_rs, .run = shoal_ring_reduce_scatter,
+     .plan = shoal_ring_reduce_scatter_plan},
     /* algorithms of tree.c, rab.c, hier.c, bcast2.c, allgather2.c, rs2.c, alltoall.c */
-    {.algo = SHOAL_ALGO_DBTREE, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_dbtree_ar_cost},
-    {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_rab_ar_cost},
+    {.algo = SHOAL_ALGO_DBTREE, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_dbtree_ar_cost,
+     .run = shoal_dbtree_allreduce},
+    {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_rab_ar_cost,
+     .run = shoal_rab_allreduce},
     {.algo = SHOAL_ALGO_HIER, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_hier_ar_cost,
-     .applicable = shoal_hier_applicable},
-    {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost},
+     .applicable = shoal_hier_applicable, .run = shoal_hier_allreduce},
+    {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost,
+     .run = shoal_ptree_bcast},
     {.algo = SHOAL_ALGO_BRUCK, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_bruck_ag_cost,
-     .applicable = shoal_bruck_applicable},
+     .applicable = shoal_bruck_applicable, .run = shoal_bruck_allgather},
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_REDUCE_SCATTER, .cost_us = shoal_rh_rs_cost,
-     .applicable = shoal_rh_reduce_scatter_applicable},
+     .applicable = shoal_rh_reduce_scatter_applicable, .run = shoal_rh_reduce_scatter},
     {.algo = SHOAL_ALGO_PAIRWISE, .coll = SHOAL_COLL_ALLTOALL,
-     .cost_us = shoal_pairwise_a2a_cost},
+     .cost_us = shoal_pairwise_a2a_cost, .run = shoal_pairwise_alltoall},
 };
+
+static const shoal_coll_algo_row_t *shoal_coll_row(shoal_coll_type_t type, shoal_algo_t algo)
+{
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_coll_algo_table); i++) {
+        const shoal_coll_algo_row_t *row = &shoal_coll_algo_table[i];
+        if (row->coll == type && row->algo == algo) {
+            return row;
+        }
+    }
+    return NULL;
+}
 
 /* What runs when no row applies (or the collective has none). */
 static shoal_algo_t shoal_coll_default_algo(shoal_coll_type_t type)
 {
+    if (type == SHOAL_COLL_ALLTOALL) {
+        return SHOAL_ALGO_PAIRWISE;
+    }
     return type == SHOAL_COLL_BROADCAST || type == SHOAL_COLL_REDUCE ? SHOAL_ALGO_TREE
                                                                      : SHOAL_ALGO_RING;
+}
+
+int shoal_coll_table_row(size_t i, shoal_algo_t *algo_p, shoal_coll_type_t *coll_p,
+                         int *stepwise_p)
+{
+    if (i >= SHOAL_ARRAY_SIZE(shoal_coll_algo_table)) {
+        return 0;
+    }
+    *algo_p = shoal_coll_algo_table[i].algo;
+    *coll_p = shoal_coll_algo_table[i].coll;
+    *stepwise_p = shoal_coll_algo_table[i].plan != NULL;
+    return 1;
+}
+
+const char *shoal_coll_type_name(shoal_coll_type_t type)
+{
+    return (unsigned)type < SHOAL_COLL_TYPE_COUNT ? shoal_coll_type_names[type] : "?";
 }
 
 double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type, shoal_algo_t algo,
                        size_t bytes)
 {
-    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_coll_algo_table); i++) {
-        const shoal_coll_algo_row_t *row = &shoal_coll_algo_table[i];
-        if (row->coll == type && row->algo == algo) {
-            return row->cost_us(s, bytes);
-        }
-    }
-    return -1;
+    const shoal_coll_algo_row_t *row = shoal_coll_row(type, algo);
+    return row != NULL ? row->cost_us(s, bytes) : -1;
 }
 
 /* On one host, the intra-node AllReduce through the shared areas wins whenever it can run:
@@ -274,9 +335,24 @@ static shoal_status_t shoal_coll_local(const shoal_coll_args_t *a)
     return SHOAL_OK;
 }
 
+/* The row that runs a call of more than one rank and count > 0. */
+static const shoal_coll_algo_row_t *shoal_coll_row_for(struct shoal_comm *comm,
+                                                       const shoal_coll_args_t *a, uint32_t seq)
+{
+    shoal_algo_t algo = shoal_coll_select(comm, a);
+    const shoal_coll_algo_row_t *row = shoal_coll_row(a->type, algo);
+    shoal_trace(COLL, "rank %d: seq %u type %d count %zu algo %s", comm->rank, seq, a->type,
+                a->count, shoal_algo_names[algo]);
+    if (row == NULL) {
+        shoal_error(COLL, "no algorithm %s for collective %s", shoal_algo_names[algo],
+                    shoal_coll_type_names[a->type]);
+    }
+    return row;
+}
+
 shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
-    shoal_algo_t algo;
+    const shoal_coll_algo_row_t *row;
     uint32_t seq;
 
     if (a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
@@ -286,52 +362,77 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
     if (comm->nranks == 1) {
         return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
     }
-    if (a->count == 0 && a->type != SHOAL_COLL_BARRIER) {
+    if (a->type == SHOAL_COLL_BARRIER) {
+        return shoal_barrier_run(comm, seq);
+    }
+    if (a->count == 0) {
         return SHOAL_OK;
     }
-    algo = shoal_coll_select(comm, a);
-    shoal_trace(COLL, "rank %d: seq %u type %d count %zu algo %s", comm->rank, seq, a->type,
-                a->count, shoal_algo_names[algo]);
-    switch (a->type) {
-    case SHOAL_COLL_ALLREDUCE:
-        if (algo == SHOAL_ALGO_SHM) {
-            return shoal_shmdirect_allreduce(comm, a);
+    row = shoal_coll_row_for(comm, a, seq);
+    return row != NULL ? row->run(comm, a, seq) : SHOAL_ERR_INTERNAL;
+}
+
+/* A row without a plan, run whole on the proxy: alone on its communicator (npeers -1). */
+typedef struct {
+    shoal_coll_plan_t cp;
+    shoal_coll_run_fn_t run;
+} shoal_coll_whole_plan_t;
+
+static shoal_status_t shoal_coll_whole_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_coll_whole_plan_t *p = (shoal_coll_whole_plan_t *)plan;
+    return p->run(comm, &p->cp.a, p->cp.seq);
+}
+
+static shoal_status_t shoal_coll_barrier_whole(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                               uint32_t seq)
+{
+    (void)a;
+    return shoal_barrier_run(comm, seq);
+}
+
+static shoal_status_t shoal_coll_p2p_whole(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                           uint32_t seq)
+{
+    (void)seq;
+    return shoal_p2p_run(comm, a);
+}
+
+shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t *a, int exclusive,
+                               shoal_coll_plan_t **cp_p)
+{
+    const shoal_coll_algo_row_t *row = NULL;
+    shoal_coll_run_fn_t run;
+    shoal_coll_whole_plan_t *wp;
+    uint32_t seq = 0;
+
+    *cp_p = NULL;
+    if (a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
+        run = shoal_coll_p2p_whole;
+    } else {
+        seq = comm->seq++;
+        if (comm->nranks == 1) {
+            return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
         }
-        if (algo == SHOAL_ALGO_DBTREE) {
-            return shoal_dbtree_allreduce(comm, a, seq);
+        if (a->type == SHOAL_COLL_BARRIER) {
+            run = shoal_coll_barrier_whole;
+        } else if (a->count == 0) {
+            return SHOAL_OK;
+        } else if ((row = shoal_coll_row_for(comm, a, seq)) == NULL) {
+            return SHOAL_ERR_INTERNAL;
+        } else if (row->plan != NULL) {
+            return row->plan(comm, cp_p, a, seq, exclusive);
+        } else {
+            run = row->run;
         }
-        if (algo == SHOAL_ALGO_RAB) {
-            return shoal_rab_allreduce(comm, a, seq);
-        }
-        if (algo == SHOAL_ALGO_HIER) {
-            return shoal_hier_allreduce(comm, a, seq);
-        }
-        return algo == SHOAL_ALGO_RD ? shoal_rd_allreduce(comm, a, seq)
-                                     : shoal_ring_allreduce(comm, a, seq);
-    case SHOAL_COLL_BROADCAST:
-        if (algo == SHOAL_ALGO_PTREE) {
-            return shoal_ptree_bcast(comm, a, seq);
-        }
-        return shoal_bcast_run(comm, a, seq, algo);
-    case SHOAL_COLL_REDUCE:
-        return shoal_tree_reduce(comm, a, seq);
-    case SHOAL_COLL_ALLGATHER:
-        if (algo == SHOAL_ALGO_BRUCK) {
-            return shoal_bruck_allgather(comm, a, seq);
-        }
-        return shoal_ring_allgather(comm, a, seq);
-    case SHOAL_COLL_REDUCE_SCATTER:
-        if (algo == SHOAL_ALGO_RAB) {
-            return shoal_rh_reduce_scatter(comm, a, seq);
-        }
-        return shoal_ring_reduce_scatter(comm, a, seq);
-    case SHOAL_COLL_ALLTOALL:
-        return shoal_pairwise_alltoall(comm, a, seq);
-    case SHOAL_COLL_BARRIER:
-        return shoal_barrier_run(comm, seq);
-    default:
-        return SHOAL_ERR_INTERNAL;
     }
+    /* The whole call at once: it has the communicator (and its scratch) to itself. */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*wp), 1, (shoal_coll_plan_t **)&wp));
+    wp->cp.base.progress = shoal_coll_whole_progress;
+    wp->cp.base.npeers = -1;
+    wp->run = run;
+    *cp_p = &wp->cp;
+    return SHOAL_OK;
 }
 
 shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
@@ -388,6 +489,7 @@ void shoal_coll_comm_fini(struct shoal_comm *comm)
     }
     shoal_topo_comm_fini(comm);
     shoal_hier_fini(comm);
+    shoal_coll_pool_fini(comm);
     free(cs->scratch);
     free(cs->areas);
     free(cs->srcs);

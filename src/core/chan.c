@@ -242,6 +242,19 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
     }
 }
 
+shoal_status_t shoal_chan_test(struct shoal_comm *comm, shoal_tl_req_t **reqs, const int *peers,
+                               int n, int *done_p)
+{
+    int failed = -1, first, live;
+    int pending = shoal_chan_scan(reqs, n, &failed, &first, &live);
+    if (pending < 0) {
+        *done_p = 0;
+        return shoal_chan_req_failed(comm, reqs[failed], peers[failed]);
+    }
+    *done_p = pending == 0;
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs,
                                   const int *peers, int n)
 {

@@ -594,7 +594,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
-    SHOAL_CHECK_GOTO(shoal_coll_comm_init(comm), st, err);
+    SHOAL_CHECK_GOTO(shoal_comm_assembly.init(comm), st, err);
     /* After the topology's init traffic: the counters start at the first call. */
     SHOAL_CHECK_GOTO(shoal_meter_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_qos_pace_comm_init(comm), st, err); /* after the meter: its page */
@@ -747,7 +747,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     }
     shoal_proxy_stop(comm);
     shoal_qos_pace_comm_fini(comm);
-    shoal_coll_comm_fini(comm);
+    shoal_comm_assembly.fini(comm);
     for (int t = 0; t < comm->ntls; t++) {
         if (comm->tls[t].ctx != NULL) {
             comm->tls[t].ops->fini(comm->tls[t].ctx);
@@ -889,16 +889,52 @@ static shoal_status_t shoal_comm_split_addr_unpack(const shoal_split_addr_t *a, 
     return SHOAL_OK;
 }
 
+/* The split's messages travel on the parent's channels with core's own primitives (no layer
+ * above core is called), as one collective of the parent: its sequence number, in its issue
+ * order (the caller holds a ticket). */
+static shoal_status_t shoal_comm_split_xfer(struct shoal_comm *comm, int to, const void *sbuf,
+                                            int from, void *rbuf, size_t len, uint32_t seq,
+                                            uint32_t step)
+{
+    shoal_tl_req_t sreq, rreq;
+    shoal_tl_req_t *reqs[2] = {NULL, NULL};
+    int peers[2] = {from, to};
+    if (from >= 0) {
+        SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, len, seq, step, 0, &rreq));
+        reqs[0] = &rreq;
+    }
+    if (to >= 0) {
+        SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, len, seq, step, 0, &sreq));
+        reqs[1] = &sreq;
+    }
+    return shoal_chan_waitall(comm, reqs, peers, 2);
+}
+
+/* Every rank's (color, key) into all[2 * rank ..], around the ring of ranks. */
+static shoal_status_t shoal_comm_split_gather(struct shoal_comm *comm, int64_t *all,
+                                              uint32_t seq)
+{
+    int n = comm->nranks, r = comm->rank;
+    for (int j = 0; j < n - 1; j++) {
+        int sb = (r - j + n) % n, rb = (r - j - 1 + 2 * n) % n;
+        SHOAL_CHECK(shoal_comm_split_xfer(comm, (r + 1) % n, &all[2 * sb], (r + n - 1) % n,
+                                          &all[2 * rb], 2 * sizeof(int64_t), seq, (uint32_t)j));
+    }
+    return SHOAL_OK;
+}
+
 /* The leader starts the child's root where its members can reach it (loopback when they all
  * share its host) and tells them where; the others learn it. */
 static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64_t *all,
-                                            int color, int leader, shoal_boot_uid_t *u)
+                                            int color, int leader, shoal_boot_uid_t *u,
+                                            uint32_t seq)
 {
     shoal_split_addr_t a;
     shoal_status_t st = SHOAL_OK;
+    uint32_t step = (uint32_t)comm->nranks;
 
     if (leader != comm->rank) {
-        SHOAL_CHECK(shoal_recv(&a, sizeof(a), SHOAL_UINT8, leader, comm, NULL));
+        SHOAL_CHECK(shoal_comm_split_xfer(comm, -1, NULL, leader, &a, sizeof(a), seq, step));
         return shoal_comm_split_addr_unpack(&a, leader, u);
     }
     struct sockaddr_storage ss;
@@ -918,7 +954,7 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     }
     for (int p = 0; p < comm->nranks; p++) {
         if (p != comm->rank && all[2 * p] == color) {
-            SHOAL_CHECK(shoal_send(&a, sizeof(a), SHOAL_UINT8, p, comm, NULL));
+            SHOAL_CHECK(shoal_comm_split_xfer(comm, p, &a, -1, NULL, sizeof(a), seq, step));
         }
     }
     return st;
@@ -927,8 +963,9 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
 shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
 {
     int64_t mine[2] = {color, key}, *all;
-    int newrank = 0, newsize = 0, leader = -1;
-    uint32_t seq;
+    int newrank = 0, newsize = 0, leader = -1, held = 0;
+    uint32_t seq, cseq;
+    uint64_t ticket;
     shoal_boot_uid_t u;
     shoal_status_t st;
 
@@ -941,7 +978,16 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     }
     memset(&u, 0, sizeof(u));
     seq = comm->split_seq++; /* every rank of the parent counts every split */
-    SHOAL_CHECK_GOTO(shoal_allgather(mine, all, 2, SHOAL_INT64, comm, NULL), st, out);
+    ticket = shoal_comm_ticket_take(comm);
+    st = shoal_comm_ticket_wait(comm, ticket);
+    held = 1;
+    if (st != SHOAL_OK) {
+        goto out;
+    }
+    cseq = comm->seq++;
+    all[2 * comm->rank] = mine[0];
+    all[2 * comm->rank + 1] = mine[1];
+    SHOAL_CHECK_GOTO(shoal_comm_split_gather(comm, all, cseq), st, out);
     /* New rank: order by (key, parent rank) among ranks of my color. */
     for (int p = 0; p < comm->nranks; p++) {
         if (all[2 * p] != color) {
@@ -962,9 +1008,14 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     }
     SHOAL_CHECK_GOTO(shoal_comm_split_secret(comm, seq, color, u.secret), st, out);
     SHOAL_CHECK_GOTO(shoal_boot_ident_make(&comm->ident, &u.ident), st, out);
-    SHOAL_CHECK_GOTO(shoal_comm_split_root(comm, all, color, leader, &u), st, out);
+    SHOAL_CHECK_GOTO(shoal_comm_split_root(comm, all, color, leader, &u, cseq), st, out);
+    held = 0;
+    shoal_comm_ticket_release(comm); /* the child's bootstrap does not hold the parent */
     st = shoal_comm_init_uid(newcomm_p, newsize, newrank, &u, &comm->ident, &comm->cfg);
 out:
+    if (held) {
+        shoal_comm_ticket_release(comm);
+    }
     shoal_secret_wipe(&u, sizeof(u));
     free(all);
     return st;

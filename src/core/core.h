@@ -156,6 +156,10 @@ SHOAL_HIDDEN int shoal_chan_progress(struct shoal_comm *comm);
  * is the peer of reqs[i] (for the error sentence). */
 SHOAL_HIDDEN shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs,
                                                const int *peers, int n);
+/* Without waiting: *done_p = 1 when every non-NULL request is done; a failed request fails
+ * the communicator (naming the peer) and its status is returned. */
+SHOAL_HIDDEN shoal_status_t shoal_chan_test(struct shoal_comm *comm, shoal_tl_req_t **reqs,
+                                            const int *peers, int n, int *done_p);
 /* Wait until at least one of reqs is done (same failure rules). */
 SHOAL_HIDDEN shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl_req_t **reqs,
                                                const int *peers, int n);
@@ -168,8 +172,41 @@ SHOAL_HIDDEN shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *s
 /* ---- bootstrap (boot.c, boot.h) ---- */
 #include "core/boot.h"
 
+/* ---- plans (proxy.c): a collective advanced step by step ----
+ * An algorithm is a plan: progress() posts the sends and receives it can, consumes the
+ * completions it finds (shoal_chan_test) and returns without blocking. The proxy thread
+ * advances every plan of its communicator in turn, so several collectives move at once; a
+ * blocking call drives its plan on the caller's thread (shoal_plan_drive). Plans of one
+ * communicator that share a peer advance one after the other, in issue order: the channels
+ * match messages first in, first out, so a channel carries one plan's messages at a time. */
+#define SHOAL_PLAN_PEERS 4
+typedef struct shoal_plan shoal_plan_t;
+struct shoal_plan {
+    /* SHOAL_IN_PROGRESS, SHOAL_OK (done) or an error (the communicator is failed with the
+     * sentence naming the peer). Never blocks, except in a plan with npeers < 0, which may
+     * run a whole algorithm in one call. */
+    shoal_status_t (*progress)(struct shoal_comm *comm, shoal_plan_t *plan);
+    /* Frees the plan once it is done, failed or cancelled; st is its outcome. */
+    void (*release)(struct shoal_comm *comm, shoal_plan_t *plan, shoal_status_t st);
+    int npeers;                    /* < 0: any peer (runs alone) */
+    int peers[SHOAL_PLAN_PEERS];   /* the channels it uses */
+    int wait_peer;                 /* the peer progress waits for (timeout sentence), or -1 */
+};
+/* Starts a call whose ticket is served (issue order: it may take the sequence number): a plan
+ * in *plan_p, or the call's status with *plan_p NULL when nothing is left to do. */
+typedef shoal_status_t (*shoal_plan_start_t)(struct shoal_comm *comm, void *arg,
+                                             shoal_plan_t **plan_p);
+/* Runs a plan to completion on the calling thread (blocking calls), with the communicator's
+ * deadline counted from the last completion; releases it. */
+SHOAL_HIDDEN shoal_status_t shoal_plan_drive(struct shoal_comm *comm, shoal_plan_t *plan);
+
 /* ---- proxy thread (proxy.c) for shoal_i* calls ---- */
 typedef shoal_status_t (*shoal_proxy_fn_t)(struct shoal_comm *comm, void *arg);
+/* A call the proxy starts in issue order and then advances with the others in flight. */
+SHOAL_HIDDEN shoal_status_t shoal_proxy_post_plan(struct shoal_comm *comm,
+                                                  shoal_plan_start_t start, const void *arg,
+                                                  size_t arglen, shoal_request_t *req_p);
+/* A call run whole by fn (it has the communicator to itself meanwhile). */
 SHOAL_HIDDEN shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn,
                                              void *arg, size_t arglen, shoal_request_t *req_p);
 SHOAL_HIDDEN void shoal_proxy_stop(struct shoal_comm *comm);
@@ -189,8 +226,17 @@ SHOAL_HIDDEN shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **
 SHOAL_HIDDEN void shoal_proxy_ext_set(struct shoal_comm *comm, void *ext,
                                       shoal_proxy_ext_fini_t fini);
 
-/* ---- coll hooks the core calls (src/coll) ---- */
-SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
-SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
+/* ---- the assembly hook ----
+ * A communicator carries the state of layers above core (algorithms, topology, their
+ * scratch). They are assembled in one place above core, topo, coll and cuda (src/api), which
+ * defines this table; core calls the upper layers only through it, never by name. */
+typedef struct {
+    /* After the bootstrap, before the meter and pacing: may exchange messages (issue order
+     * is not yet in use: nothing else runs on the communicator). */
+    shoal_status_t (*init)(struct shoal_comm *comm);
+    /* After the proxy stopped, before the transports close; safe after a failed init. */
+    void (*fini)(struct shoal_comm *comm);
+} shoal_comm_assembly_t;
+extern SHOAL_HIDDEN const shoal_comm_assembly_t shoal_comm_assembly;
 
 #endif

@@ -1,21 +1,29 @@
 /*
- * The proxy thread: runs a communicator's shoal_i* calls in issue order (tickets shared with
- * blocking calls), so the caller's thread returns at once. Started once, on first use, under
- * the communicator's proxy_lock (several threads may make their first call at once).
- * Requests outlive the communicator safely: shoal_test/shoal_wait touch only the request.
+ * The proxy thread: runs a communicator's shoal_i* calls, so the caller's thread returns at
+ * once. Calls start in issue order (tickets shared with blocking calls); each becomes a plan
+ * (core.h) that the proxy advances together with the other plans in flight, so several
+ * collectives progress at once. While any plan is in flight the proxy holds the
+ * communicator's ticket: it hands it on to its own next call (which starts at once), and to a
+ * blocking call only once every plan is done (one thread drives the transports at a time).
+ * Started once, on first use, under the communicator's proxy_lock (several threads may make
+ * their first call at once). Requests outlive the communicator safely: shoal_test/shoal_wait
+ * touch only the request.
  */
 #include "core/core.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 struct shoal_request {
-    struct shoal_request *next;
+    struct shoal_request *next;   /* proxy queue, then the list of plans in flight */
     struct shoal_comm *comm;
     uint64_t ticket;
-    shoal_proxy_fn_t fn;
+    shoal_plan_start_t start;
+    shoal_proxy_fn_t fn;          /* a call run whole (start == NULL) */
+    shoal_plan_t *plan;           /* in flight */
     int detached;                 /* no caller waits: the proxy frees it (post_detached) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -34,6 +42,11 @@ struct shoal_proxy {
     int stop;                     /* atomic */
     void *ext;                    /* a layer's per-communicator state (src/cuda) */
     shoal_proxy_ext_fini_t ext_fini;
+    /* proxy thread only */
+    struct shoal_request *active; /* plans in flight, in issue order */
+    struct shoal_request *active_tail;
+    int holding;                  /* holds the ticket 'held' (plans in flight) */
+    uint64_t held;
 };
 
 static void shoal_request_free(struct shoal_request *req);
@@ -51,38 +64,271 @@ static void shoal_proxy_complete(struct shoal_request *req, shoal_status_t st)
     pthread_mutex_unlock(&req->lock);
 }
 
-static void *shoal_proxy_main(void *arg)
-{
-    struct shoal_proxy *px = arg;
-    struct shoal_comm *comm = px->comm;
+/* ---- plans ------------------------------------------------------------------------------ */
 
-    pthread_mutex_lock(&px->lock);
-    for (;;) {
-        struct shoal_request *req;
-        shoal_status_t st;
-        while (px->head == NULL && !px->stop) {
-            pthread_cond_wait(&px->cond, &px->lock);
+/* A call run whole, as a plan that has the communicator to itself. */
+typedef struct {
+    shoal_plan_t base;
+    shoal_proxy_fn_t fn;
+    void *arg;
+} shoal_fn_plan_t;
+
+static shoal_status_t shoal_fn_plan_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_fn_plan_t *fp = (shoal_fn_plan_t *)plan;
+    return fp->fn(comm, fp->arg);
+}
+
+static void shoal_fn_plan_release(struct shoal_comm *comm, shoal_plan_t *plan, shoal_status_t st)
+{
+    (void)comm;
+    (void)st;
+    free(plan);
+}
+
+static int shoal_plan_overlap(const shoal_plan_t *a, const shoal_plan_t *b)
+{
+    if (a->npeers < 0 || b->npeers < 0) {
+        return 1;
+    }
+    for (int i = 0; i < a->npeers; i++) {
+        for (int j = 0; j < b->npeers; j++) {
+            if (a->peers[i] == b->peers[j]) {
+                return 1;
+            }
         }
-        if (px->head == NULL) {
+    }
+    return 0;
+}
+
+static void shoal_plan_wait_what(struct shoal_comm *comm, const shoal_plan_t *plan, char *what,
+                                 size_t len)
+{
+    if (plan != NULL && plan->wait_peer >= 0 && plan->wait_peer < comm->nranks) {
+        snprintf(what, len, "waiting for peer %d (%s)", plan->wait_peer,
+                 shoal_comm_peer_host(comm, plan->wait_peer));
+    } else {
+        snprintf(what, len, "waiting");
+    }
+}
+
+shoal_status_t shoal_plan_drive(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
+    unsigned spins = 0;
+    shoal_status_t st;
+
+    for (;;) {
+        st = plan->progress(comm, plan);
+        if (st != SHOAL_IN_PROGRESS) {
             break;
         }
-        req = px->head;
+        if (shoal_chan_progress(comm) > 0) {
+            spins = 0;
+            continue;
+        }
+        if (spins == 0) {
+            deadline = shoal_deadline_ns(comm->timeout_ms); /* from the last completion */
+        }
+        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
+            !shoal_comm_aborted(comm)) {
+            st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
+        } else {
+            char what[96];
+            shoal_plan_wait_what(comm, plan, what, sizeof(what));
+            st = shoal_chan_idle(comm, &spins, deadline, what);
+        }
+        if (st != SHOAL_OK) {
+            break;
+        }
+    }
+    plan->release(comm, plan, st);
+    return st;
+}
+
+/* ---- the proxy's loop ------------------------------------------------------------------- */
+
+/* The plan of a request whose ticket is served: *plan_p NULL when the call is already over. */
+static shoal_status_t shoal_proxy_start(struct shoal_comm *comm, struct shoal_request *req)
+{
+    shoal_status_t st = shoal_comm_check_usable(comm);
+    req->plan = NULL;
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    if (req->start != NULL) {
+        return req->start(comm, req->arg, &req->plan);
+    }
+    shoal_fn_plan_t *fp = calloc(1, sizeof(*fp));
+    if (fp == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    fp->base = (shoal_plan_t){.progress = shoal_fn_plan_progress,
+                              .release = shoal_fn_plan_release, .npeers = -1, .wait_peer = -1};
+    fp->fn = req->fn;
+    fp->arg = req->arg;
+    req->plan = &fp->base;
+    return SHOAL_OK;
+}
+
+static void shoal_proxy_finish(struct shoal_proxy *px, struct shoal_request *req,
+                               struct shoal_request *prev, shoal_status_t st)
+{
+    if (prev != NULL) {
+        prev->next = req->next;
+    } else {
+        px->active = req->next;
+    }
+    if (px->active_tail == req) {
+        px->active_tail = prev;
+    }
+    req->next = NULL;
+    req->plan->release(px->comm, req->plan, st);
+    req->plan = NULL;
+    shoal_proxy_complete(req, st);
+}
+
+/* Starts the queued calls whose turn it is. Called with px->lock held; returns with it held. */
+static void shoal_proxy_take(struct shoal_proxy *px)
+{
+    struct shoal_comm *comm = px->comm;
+    while (px->head != NULL) {
+        struct shoal_request *req = px->head;
+        shoal_status_t st;
+        if (px->holding) {
+            if (req->ticket != px->held + 1) {
+                return; /* a blocking call comes first: it waits for the plans in flight */
+            }
+            shoal_comm_ticket_release(comm); /* serving = our own next ticket */
+        } else {
+            pthread_mutex_unlock(&px->lock);
+            st = shoal_comm_ticket_wait(comm, req->ticket); /* nothing in flight: may block */
+            pthread_mutex_lock(&px->lock);
+            (void)st; /* shoal_proxy_start checks the communicator again */
+        }
+        px->holding = 1;
+        px->held = req->ticket;
         px->head = req->next;
         if (px->head == NULL) {
             px->tail = NULL;
         }
+        req->next = NULL;
         pthread_mutex_unlock(&px->lock);
-        st = shoal_comm_ticket_wait(comm, req->ticket);
-        if (st == SHOAL_OK && !__atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
-            st = req->fn(comm, req->arg);
-        } else if (st == SHOAL_OK) {
-            st = SHOAL_ERR_ABORTED; /* communicator destroyed with the request pending */
+        st = __atomic_load_n(&px->stop, __ATOMIC_ACQUIRE) ? SHOAL_ERR_ABORTED
+                                                          : shoal_proxy_start(comm, req);
+        if (req->plan == NULL) {
+            shoal_proxy_complete(req, st);
+        } else if (px->active_tail != NULL) {
+            px->active_tail->next = req;
+            px->active_tail = req;
+        } else {
+            px->active = px->active_tail = req;
         }
-        shoal_comm_ticket_release(comm);
-        shoal_proxy_complete(req, st);
         pthread_mutex_lock(&px->lock);
     }
-    pthread_mutex_unlock(&px->lock);
+}
+
+/* One pass over the plans in flight; returns how many finished. A plan waits while an
+ * earlier one in flight shares a channel with it. */
+static int shoal_proxy_advance(struct shoal_proxy *px, shoal_status_t fatal,
+                               shoal_plan_t **waiting_p)
+{
+    struct shoal_request *req = px->active, *prev = NULL;
+    int finished = 0;
+    *waiting_p = NULL;
+    while (req != NULL) {
+        struct shoal_request *next = req->next, *e;
+        shoal_status_t st = fatal;
+        int blocked = 0;
+        if (st == SHOAL_OK) {
+            for (e = px->active; e != req && !blocked; e = e->next) {
+                blocked = shoal_plan_overlap(e->plan, req->plan);
+            }
+            if (blocked) {
+                prev = req;
+                req = next;
+                continue;
+            }
+            st = req->plan->progress(px->comm, req->plan);
+        }
+        if (st == SHOAL_IN_PROGRESS) {
+            if (*waiting_p == NULL) {
+                *waiting_p = req->plan;
+            }
+            prev = req;
+        } else {
+            shoal_proxy_finish(px, req, prev, st);
+            finished++;
+        }
+        req = next;
+    }
+    return finished;
+}
+
+static void *shoal_proxy_main(void *arg)
+{
+    struct shoal_proxy *px = arg;
+    struct shoal_comm *comm = px->comm;
+    uint64_t deadline = UINT64_MAX;
+    unsigned spins = 0;
+
+    for (;;) {
+        shoal_plan_t *waiting = NULL;
+        shoal_status_t fatal;
+        int moved;
+
+        pthread_mutex_lock(&px->lock);
+        while (px->head == NULL && px->active == NULL && !px->stop) {
+            pthread_cond_wait(&px->cond, &px->lock);
+        }
+        if (px->head == NULL && px->active == NULL) {
+            pthread_mutex_unlock(&px->lock);
+            break; /* stopped, nothing left */
+        }
+        shoal_proxy_take(px);
+        pthread_mutex_unlock(&px->lock);
+        if (px->active == NULL) {
+            if (px->holding) {
+                px->holding = 0;
+                shoal_comm_ticket_release(comm);
+            }
+            continue;
+        }
+        fatal = shoal_comm_fatal(comm);
+        if (fatal == SHOAL_OK && shoal_comm_aborted(comm)) {
+            /* Failing the communicator makes the transports drop every request that points
+             * into a plan before the plans are freed. */
+            fatal = shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
+                                          "aborted by the application with collectives in "
+                                          "flight");
+        } else if (fatal == SHOAL_OK && __atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)) {
+            fatal = shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
+                                          "communicator destroyed with collectives in flight");
+        }
+        moved = shoal_chan_progress(comm);
+        moved += shoal_proxy_advance(px, fatal, &waiting);
+        if (px->active == NULL) {
+            px->holding = 0;
+            shoal_comm_ticket_release(comm);
+            continue;
+        }
+        if (moved > 0) {
+            spins = 0;
+            continue;
+        }
+        if (spins == 0) {
+            deadline = shoal_deadline_ns(comm->timeout_ms); /* from the last completion */
+        } else if ((spins & 255) == 255 || spins + 1 >= comm->spin_count) {
+            if (shoal_deadline_passed(deadline)) {
+                char what[96];
+                shoal_plan_wait_what(comm, waiting, what, sizeof(what));
+                (void)shoal_comm_set_failed(comm, SHOAL_ERR_TIMEOUT, -1,
+                                            "timed out after %d ms %s", comm->timeout_ms, what);
+                continue; /* the next pass fails every plan in flight */
+            }
+        }
+        (void)shoal_chan_idle(comm, &spins, UINT64_MAX, "waiting"); /* errors: next pass */
+    }
     return NULL;
 }
 
@@ -128,9 +374,9 @@ out:
     return st;
 }
 
-static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_proxy_fn_t fn,
-                                          const void *arg, size_t arglen, int detached,
-                                          shoal_request_t *req_p)
+static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_plan_start_t start,
+                                          shoal_proxy_fn_t fn, const void *arg, size_t arglen,
+                                          int detached, shoal_request_t *req_p)
 {
     struct shoal_request *req;
     struct shoal_proxy *px;
@@ -141,6 +387,7 @@ static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_proxy_f
         return SHOAL_ERR_NO_MEMORY;
     }
     req->comm = comm;
+    req->start = start;
     req->fn = fn;
     req->detached = detached;
     pthread_mutex_init(&req->lock, NULL);
@@ -165,13 +412,19 @@ static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_proxy_f
 shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, void *arg,
                                 size_t arglen, shoal_request_t *req_p)
 {
-    return shoal_proxy_enqueue(comm, fn, arg, arglen, 0, req_p);
+    return shoal_proxy_enqueue(comm, NULL, fn, arg, arglen, 0, req_p);
+}
+
+shoal_status_t shoal_proxy_post_plan(struct shoal_comm *comm, shoal_plan_start_t start,
+                                     const void *arg, size_t arglen, shoal_request_t *req_p)
+{
+    return shoal_proxy_enqueue(comm, start, NULL, arg, arglen, 0, req_p);
 }
 
 shoal_status_t shoal_proxy_post_detached(struct shoal_comm *comm, shoal_proxy_fn_t fn,
                                          const void *arg, size_t arglen)
 {
-    return shoal_proxy_enqueue(comm, fn, arg, arglen, 1, NULL);
+    return shoal_proxy_enqueue(comm, NULL, fn, arg, arglen, 1, NULL);
 }
 
 shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **ext_p)

@@ -277,30 +277,50 @@ static void shoal_info_print_trees(int n)
     }
 }
 
+/* Every collective of the algorithm table (src/coll/select.c), one column per row: the
+ * modelled time per size and the choice; '*' marks a row with a step-wise plan (a
+ * nonblocking call of it progresses beside others; the other rows run whole). */
 static void shoal_info_print_choice(const shoal_coll_shape_t *s)
 {
-    static const shoal_algo_t algos[] = {SHOAL_ALGO_SHM, SHOAL_ALGO_RD, SHOAL_ALGO_RING,
-                                         SHOAL_ALGO_DBTREE, SHOAL_ALGO_RAB, SHOAL_ALGO_HIER};
-    printf("# allreduce: modelled time (us) per algorithm, '-' = not applicable\n#   %10s",
-           "bytes");
-    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(algos); i++) {
-        printf(" %9s", shoal_algo_names[algos[i]]);
-    }
-    printf("  choice\n");
-    for (size_t b = 8; b <= ((size_t)256 << 20); b *= 4) {
-        double c;
-        shoal_algo_t a = shoal_coll_select_shape(s, SHOAL_COLL_ALLREDUCE, b,
-                                                 shoal_coll_config.algo, NULL);
-        printf("#   %10zu", b);
-        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(algos); i++) {
-            c = shoal_coll_cost(s, SHOAL_COLL_ALLREDUCE, algos[i], b);
-            if (c < 0) {
-                printf(" %9s", "-");
-            } else {
-                printf(" %9.1f", c);
+    for (int t = 0; t < SHOAL_COLL_TYPE_COUNT; t++) {
+        shoal_algo_t algos[32], algo;
+        shoal_coll_type_t coll;
+        int stepwise, na = 0;
+        char name[24];
+        for (size_t i = 0; shoal_coll_table_row(i, &algo, &coll, &stepwise) && na < 32; i++) {
+            if ((int)coll == t) {
+                algos[na++] = algo;
             }
         }
-        printf("  %s\n", shoal_algo_names[a]);
+        if (na == 0) {
+            continue;
+        }
+        printf("# %s: modelled time (us) per algorithm ('*': step-wise plan), '-' = not "
+               "applicable\n#   %10s", shoal_coll_type_name((shoal_coll_type_t)t), "bytes");
+        for (int i = 0; i < na; i++) {
+            for (size_t j = 0; shoal_coll_table_row(j, &algo, &coll, &stepwise); j++) {
+                if ((int)coll == t && algo == algos[i]) {
+                    break;
+                }
+            }
+            snprintf(name, sizeof(name), "%s%s", shoal_algo_names[algos[i]], stepwise ? "*" : "");
+            printf(" %9s", name);
+        }
+        printf("  choice\n");
+        for (size_t b = 8; b <= ((size_t)256 << 20); b *= 4) {
+            shoal_algo_t a = shoal_coll_select_shape(s, (shoal_coll_type_t)t, b,
+                                                     shoal_coll_config.algo, NULL);
+            printf("#   %10zu", b);
+            for (int i = 0; i < na; i++) {
+                double c = shoal_coll_cost(s, (shoal_coll_type_t)t, algos[i], b);
+                if (c < 0) {
+                    printf(" %9s", "-");
+                } else {
+                    printf(" %9.1f", c);
+                }
+            }
+            printf("  %s\n", shoal_algo_names[a]);
+        }
     }
 }
 

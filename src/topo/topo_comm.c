@@ -1,5 +1,6 @@
 /*
- * Topology of a communicator, built at init over its own channels:
+ * Topology of a communicator, built at init over its own channels (core's primitives: topo
+ * calls nothing of coll; it still fills the coll state's ring and shape fields, see coll.h):
  *  1. every rank discovers its host (cached per process) and lists the link kinds of its
  *     channels to ranks of its own host and of other hosts; one ring allgather in rank order
  *     spreads these records (rank 0's tuning file rides along, so all use the same one);
@@ -44,15 +45,57 @@ typedef struct {
     double recv_us[2];
 } shoal_topo_meas_t;
 
-/* A ring allgather of fixed-size records over the current ring order. */
+/* Messages of the topology exchange: core's channel primitives, never coll's algorithms
+ * (topo sits below coll). to/from < 0: that side is absent. */
+static shoal_status_t shoal_topo_xfer(struct shoal_comm *comm, int to, const void *sbuf,
+                                      int from, void *rbuf, size_t len, uint32_t seq,
+                                      uint32_t step)
+{
+    shoal_tl_req_t sreq, rreq;
+    shoal_tl_req_t *reqs[2] = {NULL, NULL};
+    int peers[2] = {from, to};
+    if (from >= 0) {
+        SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, len, seq, step, 0, &rreq));
+        reqs[0] = &rreq;
+    }
+    if (to >= 0) {
+        SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, len, seq, step, 0, &sreq));
+        reqs[1] = &sreq;
+    }
+    return shoal_chan_waitall(comm, reqs, peers, 2);
+}
+
+static shoal_status_t shoal_topo_send(struct shoal_comm *comm, int to, const void *buf,
+                                      size_t len, uint32_t seq, uint32_t step)
+{
+    return shoal_topo_xfer(comm, to, buf, -1, NULL, len, seq, step);
+}
+
+static shoal_status_t shoal_topo_recv(struct shoal_comm *comm, int from, void *buf, size_t len,
+                                      uint32_t seq, uint32_t step)
+{
+    return shoal_topo_xfer(comm, -1, NULL, from, buf, len, seq, step);
+}
+
+/* A ring allgather of fixed-size records over the current ring order: at ring position p,
+ * step j passes on the record of the rank at position p-j. */
 static shoal_status_t shoal_topo_allgather(struct shoal_comm *comm, const void *mine, size_t len,
                                            void *all)
 {
-    shoal_coll_args_t a = {
-        .type = SHOAL_COLL_ALLGATHER, .sendbuf = mine, .recvbuf = all, .count = len,
-        .dtype = SHOAL_UINT8, .op = SHOAL_SUM, .root = 0,
-    };
-    return shoal_ring_allgather(comm, &a, comm->seq++);
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->nranks, pos = cs->ring_pos;
+    uint8_t *rbuf = all;
+    uint32_t seq = comm->seq++;
+
+    memmove(rbuf + (size_t)comm->rank * len, mine, len);
+    for (int j = 0; j < n - 1; j++) {
+        int sblk = cs->ring_order[((pos - j) % n + n) % n];
+        int rblk = cs->ring_order[((pos - j - 1) % n + n) % n];
+        SHOAL_CHECK(shoal_topo_xfer(comm, cs->ring_next, rbuf + (size_t)sblk * len,
+                                    cs->ring_prev, rbuf + (size_t)rblk * len, len, seq,
+                                    (uint32_t)j));
+    }
+    return SHOAL_OK;
 }
 
 static void shoal_topo_set_ring(shoal_coll_state_t *cs, int n, int rank)
@@ -123,11 +166,11 @@ static shoal_status_t shoal_topo_pingpong(struct shoal_comm *comm, int peer, int
     for (int i = 0; i < iters; i++) {
         uint64_t t0 = shoal_time_ns();
         if (lead) {
-            SHOAL_CHECK(shoal_prim_send(comm, peer, buf, len, seq, (*step)++, 0));
-            SHOAL_CHECK(shoal_prim_recv(comm, peer, buf, len, seq, (*step)++, 0));
+            SHOAL_CHECK(shoal_topo_send(comm, peer, buf, len, seq, (*step)++));
+            SHOAL_CHECK(shoal_topo_recv(comm, peer, buf, len, seq, (*step)++));
         } else {
-            SHOAL_CHECK(shoal_prim_recv(comm, peer, buf, len, seq, (*step)++, 0));
-            SHOAL_CHECK(shoal_prim_send(comm, peer, buf, len, seq, (*step)++, 0));
+            SHOAL_CHECK(shoal_topo_recv(comm, peer, buf, len, seq, (*step)++));
+            SHOAL_CHECK(shoal_topo_send(comm, peer, buf, len, seq, (*step)++));
         }
         double us = (double)(shoal_time_ns() - t0) / 2000.0;
         /* The first round trip warms the path up: not counted. */
@@ -176,9 +219,9 @@ static shoal_status_t shoal_topo_burst(struct shoal_comm *comm, int peer, int le
         us = (double)(shoal_time_ns() - t0) / 1000.0 / SHOAL_TOPO_BURST;
         best = it > 0 && us < best ? us : best;
         if (lead) {
-            SHOAL_CHECK(shoal_prim_recv(comm, peer, buf, 1, seq, ack, 0));
+            SHOAL_CHECK(shoal_topo_recv(comm, peer, buf, 1, seq, ack));
         } else {
-            SHOAL_CHECK(shoal_prim_send(comm, peer, buf, 1, seq, ack, 0));
+            SHOAL_CHECK(shoal_topo_send(comm, peer, buf, 1, seq, ack));
         }
         *step = ack + 1;
     }
@@ -211,15 +254,15 @@ static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, 
     SHOAL_CHECK(shoal_topo_burst(comm, peer, rank < peer, &step, &send_us, &recv_us));
     /* the receiver's figure travels to the leader, which reports the pair */
     if (rank < peer) {
-        SHOAL_CHECK(shoal_prim_recv(comm, peer, &peer_recv_us, sizeof(double), comm->seq, step,
-                                    0));
+        SHOAL_CHECK(shoal_topo_recv(comm, peer, &peer_recv_us, sizeof(double), comm->seq,
+                                    step));
         m->kind[ph] = kind;
         m->alpha_us[ph] = small_us;
         m->beta_us[ph] = SHOAL_MAX(large_us - small_us, 0.01) / (double)large;
         m->send_us[ph] = SHOAL_MIN(send_us, small_us);
         m->recv_us[ph] = SHOAL_MIN(peer_recv_us, small_us);
     } else {
-        SHOAL_CHECK(shoal_prim_send(comm, peer, &recv_us, sizeof(double), comm->seq, step, 0));
+        SHOAL_CHECK(shoal_topo_send(comm, peer, &recv_us, sizeof(double), comm->seq, step));
     }
     return SHOAL_OK;
 }

@@ -1,4 +1,5 @@
-/* The public collective calls: validate, order, run (or hand to the proxy thread). */
+/* The public collective calls (above coll and cuda): validate, order, run (or hand to the
+ * proxy thread as a plan). */
 #include "coll/coll.h"
 #include "cuda/cuda.h"
 #include "meter/meter.h"
@@ -190,10 +191,65 @@ shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int 
     return shoal_api_call(comm, &a, stream);
 }
 
-static shoal_status_t shoal_api_proxy_run(struct shoal_comm *comm, void *arg)
+/* ---- nonblocking calls: plans on the proxy thread ---- */
+
+/* The plan's outcome, metered like a blocking call: ops, time from its start, errors. Plans
+ * of one communicator overlap, so the page's sequence is entered and left per plan. */
+static void shoal_api_plan_done(struct shoal_comm *comm, shoal_coll_plan_t *cp,
+                                shoal_status_t st)
 {
-    /* The time of a nonblocking call is the proxy thread's, from the start of its run. */
-    return shoal_api_run(comm, arg, comm->meter != NULL ? shoal_ticks() : 0);
+    shoal_meter_call_end(comm->meter, (int)cp->a.type, st, cp->t0);
+}
+
+/* The proxy starts the call in issue order (its ticket is served). */
+static shoal_status_t shoal_api_plan_start(struct shoal_comm *comm, void *arg,
+                                           shoal_plan_t **plan_p)
+{
+    const shoal_coll_args_t *a = arg;
+    struct shoal_meter *m = comm->meter;
+    shoal_coll_plan_t *cp;
+    uint64_t t0 = 0;
+    shoal_status_t st;
+
+    if (m != NULL) {
+        t0 = shoal_meter_call_begin(m);
+    }
+    st = shoal_coll_plan(comm, a, 0, &cp);
+    if (cp == NULL) {
+        if (m != NULL) {
+            shoal_meter_call_end(m, (int)a->type, st, t0);
+        }
+        *plan_p = NULL;
+        return st;
+    }
+    if (m != NULL) {
+        cp->on_done = shoal_api_plan_done;
+        cp->t0 = t0;
+    }
+    *plan_p = &cp->base;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_api_icall(shoal_comm_t comm, const shoal_coll_args_t *a,
+                                      const char *name, shoal_request_t *req_p)
+{
+    shoal_status_t st;
+    if (req_p == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    st = shoal_api_check_comm(comm, NULL);
+    if (st == SHOAL_OK) {
+        st = shoal_api_check_args(comm, a);
+    }
+    if (st != SHOAL_OK) {
+        return shoal_api_refused(comm, st);
+    }
+    if (shoal_cuda_wants(a, NULL, &(uint64_t){0})) {
+        shoal_error(COLL, "%s takes host buffers; for device buffers pass a stream to the "
+                    "blocking call", name);
+        return SHOAL_ERR_UNSUPPORTED;
+    }
+    return shoal_proxy_post_plan(comm, shoal_api_plan_start, a, sizeof(*a), req_p);
 }
 
 shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -202,21 +258,31 @@ shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count
 {
     shoal_coll_args_t a = {.type = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
                            .count = count, .dtype = dtype, .op = op};
-    shoal_status_t st;
-    if (req_p == NULL) {
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    st = shoal_api_check_comm(comm, NULL);
-    if (st == SHOAL_OK) {
-        st = shoal_api_check_args(comm, &a);
-    }
-    if (st != SHOAL_OK) {
-        return shoal_api_refused(comm, st);
-    }
-    if (shoal_cuda_wants(&a, NULL, &(uint64_t){0})) {
-        shoal_error(COLL, "shoal_iallreduce takes host buffers; for device buffers pass a "
-                    "stream to shoal_allreduce");
-        return SHOAL_ERR_UNSUPPORTED;
-    }
-    return shoal_proxy_post(comm, shoal_api_proxy_run, &a, sizeof(a), req_p);
+    return shoal_api_icall(comm, &a, "shoal_iallreduce", req_p);
+}
+
+shoal_status_t shoal_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_BROADCAST, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .root = root};
+    return shoal_api_icall(comm, &a, "shoal_ibroadcast", req_p);
+}
+
+shoal_status_t shoal_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                shoal_dtype_t dtype, shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_ALLGATHER, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = sendcount, .dtype = dtype};
+    return shoal_api_icall(comm, &a, "shoal_iallgather", req_p);
+}
+
+shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                     shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_REDUCE_SCATTER, .sendbuf = sendbuf,
+                           .recvbuf = recvbuf, .count = recvcount, .dtype = dtype, .op = op};
+    return shoal_api_icall(comm, &a, "shoal_ireduce_scatter", req_p);
 }

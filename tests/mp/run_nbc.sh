@@ -1,0 +1,78 @@
+#!/bin/sh
+# Nonblocking collectives (tests/mp/mp_nbc.c) under shoalrun, TAP on stdout:
+#  - ok: every kind of shoal_i* call in flight at once on three communicators, waited for in
+#    several orders, results exact (rank 0's TAP lines, merged as in run_mp.sh);
+#  - kill: the last rank dies while the others have four calls in flight on two
+#    communicators: every call must complete with an error naming it, within the deadline.
+# Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180).
+
+builddir=${top_builddir:-.}
+shoalrun=$builddir/shoalrun
+prog=$builddir/tests/mp/mp_nbc
+timeout=${NBC_TIMEOUT:-180}
+timeout_ms=5000
+slack_ms=5000
+n_tap=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_nbc.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ ! -x "$shoalrun" ] || [ ! -x "$prog" ]; then
+    echo "1..0 # SKIP $shoalrun or $prog not built"
+    exit 0
+fi
+
+# shellcheck source=tests/mp/run_lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/mp/run_lib.sh"
+
+tap() { # tap OK|FAIL description
+    n_tap=$((n_tap + 1))
+    if [ "$1" = OK ]; then
+        echo "ok $n_tap - $2"
+    else
+        echo "not ok $n_tap - $2"
+    fi
+}
+
+mp_job "shm n=3" 3 "" "$prog" ok
+mp_job "tcp n=4" 4 "SHOAL_TRANSPORT=tcp" "$prog" ok
+mp_job "tcp n=3 chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_CHUNK_SIZE=4096" "$prog" ok
+# Rows without a step-wise plan (recursive doubling, Bruck, Rabenseifner) between the plans.
+mp_job "shm n=4 rd chunk=4k" 4 "SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" "$prog" ok
+
+# kill_job LABEL NRANKS TRANSPORT
+kill_job() {
+    env -u SHOAL_TRANSPORT -u SHOAL_ALGO "$shoalrun" --no-prefix --grace 30 --timeout "$timeout" \
+        -n "$2" -x SHOAL_TIMEOUT_MS=$timeout_ms ${3:+-x SHOAL_TRANSPORT=$3} "$prog" kill \
+        >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    victim=$(($2 - 1))
+    r=0
+    while [ $r -lt "$victim" ]; do
+        lines=$(grep -c "^survivor $r: call " "$tmp/out")
+        bad=$(grep "^survivor $r: call " "$tmp/out" | grep -v ": ok " | head -n 1)
+        slow=$(grep "^survivor $r: call " "$tmp/out" |
+            sed -n 's/.* after \([0-9]*\) ms: .*/\1/p' |
+            awk -v lim=$((timeout_ms + slack_ms)) '$1 > lim { print; exit }')
+        if [ "$lines" -ne 4 ]; then
+            tap FAIL "$1: survivor $r reported $lines of 4 calls (hung, or crashed)"
+            sed -e 's/^/# /' "$tmp/out" "$tmp/err" | head -n 40
+        elif [ -n "$bad" ]; then
+            tap FAIL "$1: survivor $r: $bad"
+        elif [ -n "$slow" ]; then
+            tap FAIL "$1: survivor $r took $slow ms (limit $((timeout_ms + slack_ms)))"
+        else
+            tap OK "$1: survivor $r: 4 calls in flight on 2 communicators completed, errors name rank $victim ($(grep "^survivor $r: call 3" "$tmp/out" | sed 's/.*: call 3 [a-z_]* on [a-z]*: ok //' | cut -c1-60))"
+        fi
+        r=$((r + 1))
+    done
+    if [ "$rc" -eq 137 ] || grep -q "killed\|signal 9\|SIGKILL" "$tmp/err"; then
+        tap OK "$1: shoalrun reported the victim's SIGKILL (exit $rc)"
+    else
+        tap FAIL "$1: shoalrun exited $rc, expected the victim's SIGKILL"
+        sed -e 's/^/# stderr: /' "$tmp/err" | head -n 20
+    fi
+}
+
+kill_job "kill tcp n=3" 3 tcp
+kill_job "kill shm n=3" 3 ""
+echo "1..$n_tap"
