@@ -44,6 +44,11 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "bytes per rank staged per round of the intra-node path: the window, its staged "
             "copy and a peer's segment should fit in L2 (1m in place halved busbw on 1 MiB L2 "
             "cores); capped by SHOAL_SHM_AREA_SIZE / 2"},
+    {.name = "SHM_DIRECT_MIN", .dflt = "64k", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_coll_config_t, shm_direct_min),
+     .doc = "intra-node AllReduce from this size first publishes every rank's buffers, then "
+            "reduces in place when all are shoal_mem_alloc buffers, else by single copies "
+            "through the kernel where every rank can (SHOAL_SHM_CMA), else staged two-shot"},
     {.name = "RING_ORDER", .dflt = "topo", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
      .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "
