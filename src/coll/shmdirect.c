@@ -512,10 +512,13 @@ static shoal_status_t shoal_shmd_twoshot(struct shoal_comm *comm, const shoal_co
     uint64_t g0 = cs->gen + 1;
     int staged = 0;
 
-    cs->gen += nwin;
     for (size_t w = 0; w < nwin; w++) {
         size_t e0 = w * welems, m = SHOAL_MIN(welems, a->count - e0), so, sl;
         uint64_t g = g0 + w;
+
+        /* one generation at a time: a call that fails (mismatched arguments are found in its
+         * first window) leaves every rank at the same generation */
+        cs->gen = g;
 
         shoal_block_range(m, n, comm->local_rank, &so, &sl);
         SHOAL_CHECK(shoal_shmd_pace(comm, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize));
