@@ -57,30 +57,37 @@ enum {
     SHOAL_SHMD_CAP_RMEM = 4,    /* receive buffer is one: recv_mem */
 };
 
+/* The direct path's buffers (two lines), published before the call's signature. */
+typedef struct {
+    uint32_t caps;              /* SHOAL_SHMD_CAP_* */
+    uint32_t pad;
+    uint64_t send_va;           /* the buffers in the owner's address space */
+    uint64_t recv_va;
+    uint8_t pad1[SHOAL_CACHELINE - 24];
+    shoal_tl_mem_t send_mem;
+    shoal_tl_mem_t recv_mem;
+} __attribute__((aligned(SHOAL_CACHELINE))) shoal_shmd_desc_t;
+
+/* A call's signature, in the line of the ready flag that peers poll anyway: checking it
+ * costs no extra transfer. */
 typedef struct {
     volatile uint64_t gen;      /* written last, with release */
     uint64_t count;
     uint32_t dtype;
     uint32_t op;
-    uint32_t caps;              /* SHOAL_SHMD_CAP_* (direct path only) */
-    uint32_t pad;
-    uint64_t send_va;           /* the buffers in the owner's address space */
-    uint64_t recv_va;
-    uint8_t pad1[SHOAL_CACHELINE - 48];
-    shoal_tl_mem_t send_mem;    /* second line: read by the direct path only */
-    shoal_tl_mem_t recv_mem;
-} __attribute__((aligned(SHOAL_CACHELINE))) shoal_shmd_desc_t;
+} shoal_shmd_sig_t;
 
 typedef struct {
     volatile uint64_t ready;    /* generation whose input is staged (one-shot, two-shot) */
-    uint8_t pad0[SHOAL_CACHELINE - 8];
+    shoal_shmd_sig_t sig[2];    /* the call of generation g in sig[g & 1] */
+    uint8_t pad0[SHOAL_CACHELINE - 8 - 2 * sizeof(shoal_shmd_sig_t)];
     volatile uint64_t reduced;  /* generation whose own segment is published (two-shot) */
     uint8_t pad1[SHOAL_CACHELINE - 8];
     volatile uint32_t sleeping; /* written by the owner only */
     uint8_t pad2[SHOAL_CACHELINE - 4];
     volatile uint32_t bell;     /* futex word: bumped by whoever wakes the owner */
     uint8_t pad3[SHOAL_CACHELINE - 4];
-    shoal_shmd_desc_t desc[2];  /* the call of generation g in desc[g & 1] */
+    shoal_shmd_desc_t desc[2];  /* the direct path's buffers of generation g: desc[g & 1] */
 } shoal_shmd_ctrl_t;
 
 typedef struct {
@@ -117,10 +124,15 @@ static inline shoal_shmd_desc_t *shoal_shmd_desc(shoal_coll_state_t *cs, int q, 
     return &shoal_shmd_ctrl(cs, q)->desc[g & 1];
 }
 
+static inline shoal_shmd_sig_t *shoal_shmd_sig(shoal_coll_state_t *cs, int q, uint64_t g)
+{
+    return &shoal_shmd_ctrl(cs, q)->sig[g & 1];
+}
+
 /* Publishes this rank's call for generation g (the caller's own stores follow, with release). */
 static void shoal_shmd_desc_put(struct shoal_comm *comm, const shoal_coll_args_t *a, uint64_t g)
 {
-    shoal_shmd_desc_t *d = shoal_shmd_desc(comm->coll, comm->local_rank, g);
+    shoal_shmd_sig_t *d = shoal_shmd_sig(comm->coll, comm->local_rank, g);
     d->count = a->count;
     d->dtype = (uint32_t)a->dtype;
     d->op = (uint32_t)a->op;
@@ -130,11 +142,11 @@ static void shoal_shmd_desc_put(struct shoal_comm *comm, const shoal_coll_args_t
 /* 1 when local rank q published generation g with another call than ours. */
 static int shoal_shmd_desc_differs(struct shoal_comm *comm, int q, uint64_t g)
 {
-    const shoal_shmd_desc_t *d = shoal_shmd_desc(comm->coll, q, g), *m;
+    const shoal_shmd_sig_t *d = shoal_shmd_sig(comm->coll, q, g), *m;
     if (__atomic_load_n(&d->gen, __ATOMIC_ACQUIRE) != g) {
         return 0;
     }
-    m = shoal_shmd_desc(comm->coll, comm->local_rank, g);
+    m = shoal_shmd_sig(comm->coll, comm->local_rank, g);
     return d->count != m->count || d->dtype != m->dtype || d->op != m->op;
 }
 
@@ -143,14 +155,26 @@ static int shoal_shmd_desc_differs(struct shoal_comm *comm, int q, uint64_t g)
 static shoal_status_t shoal_shmd_mismatch(struct shoal_comm *comm, int q, uint64_t g)
 {
     shoal_coll_state_t *cs = comm->coll;
-    const shoal_shmd_desc_t *d = shoal_shmd_desc(cs, q, g);
-    const shoal_shmd_desc_t *m = shoal_shmd_desc(cs, comm->local_rank, g);
+    const shoal_shmd_sig_t *d = shoal_shmd_sig(cs, q, g);
+    const shoal_shmd_sig_t *m = shoal_shmd_sig(cs, comm->local_rank, g);
     shoal_error(COLL, "rank %d: AllReduce arguments differ across ranks: this rank passed count "
                 "%llu %s %s, rank %d passed count %llu %s %s", comm->rank,
                 (unsigned long long)m->count, shoal_dtype_name((shoal_dtype_t)m->dtype),
                 shoal_op_name((shoal_op_t)m->op), comm->local_ranks[q],
                 (unsigned long long)d->count, shoal_dtype_name((shoal_dtype_t)d->dtype),
                 shoal_op_name((shoal_op_t)d->op));
+    /* Only one peer had to reach g for us to see the difference; a slower one may still be
+     * reading our data of g - 1, which our next call would overwrite: wait until every peer
+     * published g (it finished g - 1 then), and they all fail g in turn. */
+    for (int p = 0; p < comm->local_size; p++) {
+        uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
+        unsigned spins = 0;
+        while (p != comm->local_rank &&
+               __atomic_load_n(&shoal_shmd_sig(cs, p, g)->gen, __ATOMIC_ACQUIRE) < g) {
+            SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, "waiting for every local peer "
+                                        "to reach the mismatched AllReduce"));
+        }
+    }
     return SHOAL_ERR_INVALID_ARG;
 }
 
@@ -352,19 +376,34 @@ static shoal_status_t shoal_shmd_wait(struct shoal_comm *comm, int which, uint64
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shmd_wait_line(struct shoal_comm *comm, int q,
-                                           const shoal_shmd_line_t *line, uint64_t g)
+/* An LL line's flag: the generation and the call's signature, exactly (LL counts have at most
+ * 13 bits), so a line of a peer whose call differs never matches: the wait goes on into the
+ * slow path, which finds the difference in the peer's signature. No extra transfer. */
+static inline uint64_t shoal_shmd_ll_flag(uint64_t g, const shoal_coll_args_t *a)
 {
-    shoal_shmd_line_arg_t arg = {.flag = &line->flag, .g = g};
-    for (unsigned i = 0; __atomic_load_n(&line->flag, __ATOMIC_ACQUIRE) < g; i++) {
+    return g << 24 | (uint64_t)(a->count & 0x3fff) << 7 | (uint64_t)(a->dtype & 15) << 3 |
+           (uint64_t)(a->op & 7);
+}
+
+static int shoal_shmd_ll_line_reached(shoal_coll_state_t *cs, int q, const void *arg)
+{
+    const shoal_shmd_line_arg_t *l = arg;
+    return __atomic_load_n(l->flag, __ATOMIC_ACQUIRE) == l->g;
+}
+
+static shoal_status_t shoal_shmd_wait_line(struct shoal_comm *comm, int q,
+                                           const shoal_shmd_line_t *line, uint64_t g,
+                                           uint64_t flag)
+{
+    shoal_shmd_line_arg_t arg = {.flag = &line->flag, .g = flag};
+    for (unsigned i = 0; __atomic_load_n(&line->flag, __ATOMIC_ACQUIRE) != flag; i++) {
         if (i >= comm->pause_spins) {
-            SHOAL_CHECK(shoal_shmd_wait_slow(comm, shoal_shmd_line_reached, q, &arg, g,
-                                             "wrote its input"));
-            break;
+            return shoal_shmd_wait_slow(comm, shoal_shmd_ll_line_reached, q, &arg, g,
+                                        "wrote its input");
         }
         shoal_cpu_relax();
     }
-    return shoal_shmd_desc_check(comm, q, g);
+    return SHOAL_OK;
 }
 
 /* QoS pacing (src/qos/pace.h): no channel sends here, so each path takes from the bucket what
@@ -387,22 +426,23 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     shoal_shmd_line_t *mine = shoal_shmd_lines(cs, comm->local_rank, g);
     const void **srcs = (const void **)cs->srcs;
     const uint8_t *in = a->sendbuf;
+    uint64_t flag = shoal_shmd_ll_flag(g, a);
 
     SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(n - 1) * bytes));
     shoal_shmd_desc_put(comm, a, g);
     for (size_t i = 0; i < nlines; i++) {
         size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
         memcpy(mine[i].data, in + off, len);
-        __atomic_store_n(&mine[i].flag, g, __ATOMIC_RELEASE);
+        __atomic_store_n(&mine[i].flag, flag, __ATOMIC_RELEASE);
     }
     shoal_shmd_wake(comm);
-    /* A peer's lines are stored in order, each flag with release: once its last flag reads g
-     * (acquire), every line before it is there too; one wait per peer, then one pass of the
+    /* A peer's lines are stored in order, each flag with release: once its last flag reads
+     * ours (acquire), every line before it is there too; one wait per peer, then one pass of the
      * reduction over all lines. */
     for (int q = 0; q < n; q++) {
         shoal_shmd_line_t *l = shoal_shmd_lines(cs, q, g);
         if (q != comm->local_rank) {
-            SHOAL_CHECK(shoal_shmd_wait_line(comm, q, &l[nlines - 1], g));
+            SHOAL_CHECK(shoal_shmd_wait_line(comm, q, &l[nlines - 1], g, flag));
         }
         srcs[q] = l[0].data;
     }
@@ -699,7 +739,7 @@ static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, const shoal_col
     /* wait for every peer's description (gen >= g: its ready field is not involved) */
     for (int q = 0; q < n; q++) {
         const shoal_shmd_desc_t *pd = shoal_shmd_desc(cs, q, g);
-        shoal_shmd_line_arg_t arg = {.flag = &pd->gen, .g = g};
+        shoal_shmd_line_arg_t arg = {.flag = &shoal_shmd_sig(cs, q, g)->gen, .g = g};
         for (unsigned i = 0; q != comm->local_rank && !shoal_shmd_line_reached(cs, q, &arg);
              i++) {
             if (i >= comm->pause_spins) {
