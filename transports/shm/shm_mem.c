@@ -191,9 +191,11 @@ int shoal_shm_mem_query(const void *ptr, size_t len, shoal_tl_mem_t *m_p)
 /* The owner's descriptor in this process: pidfd_getfd, else /proc/<pid>/fd/<fd>. */
 static int shoal_shm_mem_fetch_fd(shoal_ep_t *ep, int fd, char *why, size_t len)
 {
-    int pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0), ret = -1, err = ENOSYS;
+    int ret = -1, err = ENOSYS;
     char path[64];
 
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+    int pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
     if (pidfd >= 0) {
         ret = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
         err = errno;
@@ -201,7 +203,10 @@ static int shoal_shm_mem_fetch_fd(shoal_ep_t *ep, int fd, char *why, size_t len)
         if (ret >= 0) {
             return ret;
         }
+    } else {
+        err = errno;
     }
+#endif
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)ep->pid, fd);
     ret = open(path, O_RDWR | O_CLOEXEC);
     if (ret < 0) {
