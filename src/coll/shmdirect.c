@@ -6,9 +6,21 @@
  *    says all its lines are there, and every rank reduces all inputs. Data and flag travel in
  *    one cache line: a single-line message costs one transfer, no separate "ready" flag.
  *  - one-shot (up to SHOAL_SHM_ONESHOT_MAX): stage the input, publish "ready", reduce all.
- *  - two-shot: window by window (cache-sized): stage, reduce my segment across all ranks,
- *    publish "reduced", copy the other segments out.
+ *  - two-shot: window by window (cache-sized): stage the peers' segments of my input,
+ *    reduce my segment across all ranks into my output and my stage in one pass, publish
+ *    "reduced", stage the next window, then copy the other segments out (overlapped: one wait
+ *    per phase, mostly satisfied already; see shoal_shmd_twoshot).
+ *  - direct (from SHOAL_SHM_DIRECT_MIN): every rank first publishes its buffers; if all are
+ *    shoal_mem_alloc buffers, each rank reduces its segment out of every rank's send buffer
+ *    into every rank's receive buffer (no staging, one pass); else, if every rank can make
+ *    single copies through the kernel (process_vm_readv/writev), each reads its segment of
+ *    the peers' inputs and writes its result into theirs; else the staged two-shot.
  * Every rank reduces in rank order, so all ranks get the same bits.
+ *
+ * Mismatched calls: every generation's signature (count, dtype, op) is published next to the
+ * ready flag (and in the LL flags). A rank whose peer published another signature for the
+ * same generation returns SHOAL_ERR_INVALID_ARG, after every peer reached that generation;
+ * all ranks do, at the same generation, so the next matching call works.
  *
  * Buffer reuse needs no "done" flags: each generation g uses buffer set g & 1, and a rank
  * only reaches generation g after it saw every peer at generation g - 1 (it waited for their
