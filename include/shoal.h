@@ -210,6 +210,18 @@ typedef struct {
 
 SHOAL_EXPORT shoal_status_t shoal_comm_stats(shoal_comm_t comm, shoal_stats_t *stats);
 
+/* Host buffers that the local ranks of a communicator read and write in place (like
+ * ncclMemAlloc): an AllReduce on one host whose every rank passes such buffers (send and
+ * receive; in place too) reduces straight out of the peers' inputs into every rank's output,
+ * with no staging copy. Each buffer is a shared-memory segment (memfd, mode 0600) of this
+ * process, not tied to a communicator; a local peer maps it the first time a collective uses
+ * it (only processes of the same user that may inspect this one can), until that
+ * communicator is destroyed. Any other use is that of ordinary memory. size > 0; *ptr_p is
+ * page-aligned. shoal_mem_free(NULL) is a no-op; another pointer is SHOAL_ERR_INVALID_ARG.
+ * Free a buffer only when no collective uses it. */
+SHOAL_EXPORT shoal_status_t shoal_mem_alloc(size_t size, void **ptr_p);
+SHOAL_EXPORT shoal_status_t shoal_mem_free(void *ptr);
+
 /* Collectives. stream is a cudaStream_t or NULL.
  * - stream == NULL, host buffers: a blocking host call.
  * - stream == NULL, device buffers (CUDA builds): blocking; like cudaMemcpy it first waits for

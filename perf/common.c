@@ -254,6 +254,7 @@ static const char *const perf_op_names[SHOAL_OP_COUNT + 1] = {
 
 static const char *perf_prog = "perf";
 static const char *perf_transport; /* -t: shoal_config_t.transport, NULL = automatic */
+static int perf_memalloc;          /* -m 1: buffers from shoal_mem_alloc (shoal only) */
 
 static void perf_usage(FILE *f)
 {
@@ -274,6 +275,7 @@ static void perf_usage(FILE *f)
             "  -z, --blocking 0|1     accepted for nccl-tests compatibility (calls block)\n"
             "  -t, --transport TL     shoal only: shm, tcp, ucx or ib for every peer (as\n"
             "                         SHOAL_TRANSPORT; default: automatic choice)\n"
+            "  -m, --memalloc 0|1     shoal only: buffers from shoal_mem_alloc (default 0)\n"
             "  -h, --help             this help\n",
             perf_prog);
 }
@@ -374,6 +376,7 @@ static int perf_opt_apply(perf_opts_t *o, int c, const char *arg)
     case 'a': return perf_parse_int(arg, 0, 3, &o->average);
     case 'z': return perf_parse_int(arg, 0, 1, &ignored);
     case 't': perf_transport = arg; return 0;
+    case 'm': return perf_parse_int(arg, 0, 1, &perf_memalloc);
     case 'd': return perf_parse_dtype(o, arg);
     case 'o': return perf_parse_op(o, arg);
     default: return -1;
@@ -397,6 +400,7 @@ static int perf_opts_parse(perf_opts_t *o, int argc, char **argv)
         {.name = "average", .has_arg = required_argument, .val = 'a'},
         {.name = "blocking", .has_arg = required_argument, .val = 'z'},
         {.name = "transport", .has_arg = required_argument, .val = 't'},
+        {.name = "memalloc", .has_arg = required_argument, .val = 'm'},
         {.name = "help", .has_arg = no_argument, .val = 'h'},
         {0},
     };
@@ -406,7 +410,7 @@ static int perf_opts_parse(perf_opts_t *o, int argc, char **argv)
                        .step_factor = 1.0, .iters = 20, .warmup = 5, .check = 1, .root = 0,
                        .average = 1, .dtypes = {SHOAL_FLOAT32}, .ndtypes = 1,
                        .ops = {SHOAL_SUM}, .nops = 1};
-    while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:z:t:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:e:i:f:n:w:c:d:o:r:a:z:t:m:h", longopts, NULL)) != -1) {
         if (c == 'h') {
             return 1;
         }
@@ -703,13 +707,29 @@ static int perf_is_root(const perf_ctx_t *ctx)
     return ctx->be.rank == 0;
 }
 
-/* Allocates both buffers for the largest size once and touches every page. */
+/* Allocates both buffers for the largest size once and touches every page (-m 1, shoal only:
+ * with shoal_mem_alloc, so that the intra-node path reduces in place without staging). */
 static int perf_buffers_alloc(perf_ctx_t *ctx)
 {
     size_t bytes = ctx->opts.max_bytes + PERF_ALIGN;
     void *s = NULL, *r = NULL;
 
     bytes = (bytes + PERF_ALIGN - 1) / PERF_ALIGN * PERF_ALIGN;
+#ifndef SHOAL_PERF_MPI
+    if (perf_memalloc) {
+        if (shoal_mem_alloc(bytes, &s) != SHOAL_OK || shoal_mem_alloc(bytes, &r) != SHOAL_OK) {
+            fprintf(stderr, "%s: rank %d: shoal_mem_alloc of 2 x %zu bytes failed\n", perf_prog,
+                    ctx->be.rank, bytes);
+            return -1;
+        }
+        memset(s, 0, bytes);
+        memset(r, 0, bytes);
+        ctx->sendbuf = s;
+        ctx->recvbuf = r;
+        ctx->buf_bytes = bytes;
+        return 0;
+    }
+#endif
     if (posix_memalign(&s, PERF_ALIGN, bytes) != 0 || posix_memalign(&r, PERF_ALIGN, bytes) != 0) {
         fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", perf_prog, ctx->be.rank,
                 bytes);
@@ -992,6 +1012,13 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
     }
     failed = perf_run_all(&ctx) != 0;
     perf_backend_fini(&ctx.be, failed);
+#ifndef SHOAL_PERF_MPI
+    if (perf_memalloc) {
+        shoal_mem_free(ctx.sendbuf);
+        shoal_mem_free(ctx.recvbuf);
+        ctx.sendbuf = ctx.recvbuf = NULL;
+    }
+#endif
     free(ctx.sendbuf);
     free(ctx.recvbuf);
     if (failed) {

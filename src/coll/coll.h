@@ -60,6 +60,7 @@ typedef struct {
     size_t shm_oneshot_max;/* SHOAL_SHM_ONESHOT_MAX */
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
     size_t hier_segment;   /* SHOAL_HIER_SEGMENT */
+    size_t shm_direct_min;    /* SHOAL_SHM_DIRECT_MIN */
     int ring_order;        /* SHOAL_RING_ORDER: 0 topo, 1 rank */
     const char *ring_hosts;      /* SHOAL_RING_HOSTS */
     const char *ring_hosts_file; /* SHOAL_RING_HOSTS_FILE */
@@ -109,6 +110,10 @@ typedef struct shoal_coll_state {
     uint64_t gen;          /* shm direct generation */
     void **srcs;           /* [local_size] reduce sources, preallocated */
     void **srcs2;          /* [local_size] scratch pointers for shoal_reduce_n_pieces */
+    int peer_mem;          /* the transport reaches peers' buffers (direct path) */
+    int shm_logged;        /* direct-path roads already logged (bit 0 mem, bit 1 cma) */
+    uint8_t *cma_scratch;  /* single-copy chunks of the peers' inputs, on first use */
+    size_t cma_scratch_size;
     /* topology (topo_comm.c), identical on every rank */
     int *ring_order;       /* [nranks] ring position -> rank (SHOAL_RING_ORDER) */
     int ring_pos;          /* this rank's position; ring_next/prev are ranks */
@@ -232,6 +237,7 @@ SHOAL_HIDDEN shoal_status_t shoal_rd_allreduce(struct shoal_comm *comm,
                                                const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_shmdirect_log(struct shoal_comm *comm); /* INFO: its limits */
+SHOAL_HIDDEN void shoal_shmdirect_fini(struct shoal_comm *comm);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
 SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,

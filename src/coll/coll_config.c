@@ -49,6 +49,11 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "largest pipeline segment of the hierarchical AllReduce (intra-host "
             "reduce-scatter, inter-host ring and intra-host allgather of one segment overlap "
             "the other segments'); smaller buffers are cut into 8 segments of at least 64k"},
+    {.name = "SHM_DIRECT_MIN", .dflt = "64k", .type = SHOAL_CFG_SIZE,
+     .offset = offsetof(shoal_coll_config_t, shm_direct_min),
+     .doc = "intra-node AllReduce from this size first publishes every rank's buffers, then "
+            "reduces in place when all are shoal_mem_alloc buffers, else by single copies "
+            "through the kernel where every rank can (SHOAL_SHM_CMA), else staged two-shot"},
     {.name = "RING_ORDER", .dflt = "topo", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
      .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "

@@ -490,6 +490,7 @@ void shoal_coll_comm_fini(struct shoal_comm *comm)
     shoal_topo_comm_fini(comm);
     shoal_hier_fini(comm);
     shoal_coll_pool_fini(comm);
+    shoal_shmdirect_fini(comm);
     free(cs->scratch);
     free(cs->areas);
     free(cs->srcs);

@@ -6,9 +6,21 @@
  *    says all its lines are there, and every rank reduces all inputs. Data and flag travel in
  *    one cache line: a single-line message costs one transfer, no separate "ready" flag.
  *  - one-shot (up to SHOAL_SHM_ONESHOT_MAX): stage the input, publish "ready", reduce all.
- *  - two-shot: window by window (cache-sized): stage, reduce my segment across all ranks,
- *    publish "reduced", copy the other segments out.
+ *  - two-shot: window by window (cache-sized): stage the peers' segments of my input,
+ *    reduce my segment across all ranks into my output and my stage in one pass, publish
+ *    "reduced", stage the next window, then copy the other segments out (overlapped: one wait
+ *    per phase, mostly satisfied already; see shoal_shmd_twoshot).
+ *  - direct (from SHOAL_SHM_DIRECT_MIN): every rank first publishes its buffers; if all are
+ *    shoal_mem_alloc buffers, each rank reduces its segment out of every rank's send buffer
+ *    into every rank's receive buffer (no staging, one pass); else, if every rank can make
+ *    single copies through the kernel (process_vm_readv/writev), each reads its segment of
+ *    the peers' inputs and writes its result into theirs; else the staged two-shot.
  * Every rank reduces in rank order, so all ranks get the same bits.
+ *
+ * Mismatched calls: every generation's signature (count, dtype, op) is published next to the
+ * ready flag (and in the LL flags). A rank whose peer published another signature for the
+ * same generation returns SHOAL_ERR_INVALID_ARG, after every peer reached that generation;
+ * all ranks do, at the same generation, so the next matching call works.
  *
  * Buffer reuse needs no "done" flags: each generation g uses buffer set g & 1, and a rank
  * only reaches generation g after it saw every peer at generation g - 1 (it waited for their
@@ -49,15 +61,45 @@
 #define SHOAL_SHMD_LL_BYTES SHOAL_ALIGN_UP(SHOAL_SHMD_LL_LINES * 64, 4096) /* per parity */
 #define SHOAL_SHMD_SLEEP_NS 1000000 /* longest futex sleep */
 
+/* What a rank's call is, published for every generation before its data: peers compare it
+ * with their own call (count, dtype, op), and the direct path learns the peer's buffers. */
+enum {
+    SHOAL_SHMD_CAP_CMA = 1,     /* this rank can single-copy with every local peer */
+    SHOAL_SHMD_CAP_SMEM = 2,    /* send buffer is a shoal_mem_alloc buffer: send_mem */
+    SHOAL_SHMD_CAP_RMEM = 4,    /* receive buffer is one: recv_mem */
+};
+
+/* The direct path's buffers (two lines), published before the call's signature. */
+typedef struct {
+    uint32_t caps;              /* SHOAL_SHMD_CAP_* */
+    uint32_t pad;
+    uint64_t send_va;           /* the buffers in the owner's address space */
+    uint64_t recv_va;
+    uint8_t pad1[SHOAL_CACHELINE - 24];
+    shoal_tl_mem_t send_mem;
+    shoal_tl_mem_t recv_mem;
+} __attribute__((aligned(SHOAL_CACHELINE))) shoal_shmd_desc_t;
+
+/* A call's signature, in the line of the ready flag that peers poll anyway: checking it
+ * costs no extra transfer. */
+typedef struct {
+    volatile uint64_t gen;      /* written last, with release */
+    uint64_t count;
+    uint32_t dtype;
+    uint32_t op;
+} shoal_shmd_sig_t;
+
 typedef struct {
     volatile uint64_t ready;    /* generation whose input is staged (one-shot, two-shot) */
-    uint8_t pad0[SHOAL_CACHELINE - 8];
+    shoal_shmd_sig_t sig[2];    /* the call of generation g in sig[g & 1] */
+    uint8_t pad0[SHOAL_CACHELINE - 8 - 2 * sizeof(shoal_shmd_sig_t)];
     volatile uint64_t reduced;  /* generation whose own segment is published (two-shot) */
     uint8_t pad1[SHOAL_CACHELINE - 8];
     volatile uint32_t sleeping; /* written by the owner only */
     uint8_t pad2[SHOAL_CACHELINE - 4];
     volatile uint32_t bell;     /* futex word: bumped by whoever wakes the owner */
     uint8_t pad3[SHOAL_CACHELINE - 4];
+    shoal_shmd_desc_t desc[2];  /* the direct path's buffers of generation g: desc[g & 1] */
 } shoal_shmd_ctrl_t;
 
 typedef struct {
@@ -87,6 +129,74 @@ static inline volatile uint64_t *shoal_shmd_field(shoal_coll_state_t *cs, int q,
 {
     shoal_shmd_ctrl_t *c = shoal_shmd_ctrl(cs, q);
     return which == SHOAL_SHMD_READY ? &c->ready : &c->reduced;
+}
+
+static inline shoal_shmd_desc_t *shoal_shmd_desc(shoal_coll_state_t *cs, int q, uint64_t g)
+{
+    return &shoal_shmd_ctrl(cs, q)->desc[g & 1];
+}
+
+static inline shoal_shmd_sig_t *shoal_shmd_sig(shoal_coll_state_t *cs, int q, uint64_t g)
+{
+    return &shoal_shmd_ctrl(cs, q)->sig[g & 1];
+}
+
+/* Publishes this rank's call for generation g (the caller's own stores follow, with release). */
+static void shoal_shmd_desc_put(struct shoal_comm *comm, const shoal_coll_args_t *a, uint64_t g)
+{
+    shoal_shmd_sig_t *d = shoal_shmd_sig(comm->coll, comm->local_rank, g);
+    d->count = a->count;
+    d->dtype = (uint32_t)a->dtype;
+    d->op = (uint32_t)a->op;
+    __atomic_store_n(&d->gen, g, __ATOMIC_RELEASE);
+}
+
+/* 1 when local rank q published generation g with another call than ours. */
+static int shoal_shmd_desc_differs(struct shoal_comm *comm, int q, uint64_t g)
+{
+    const shoal_shmd_sig_t *d = shoal_shmd_sig(comm->coll, q, g), *m;
+    if (__atomic_load_n(&d->gen, __ATOMIC_ACQUIRE) != g) {
+        return 0;
+    }
+    m = shoal_shmd_sig(comm->coll, comm->local_rank, g);
+    return d->count != m->count || d->dtype != m->dtype || d->op != m->op;
+}
+
+/* A peer's call differs from ours: every rank finds it in the same generation (each waits for
+ * every peer's data of it), returns this error, and the next matching call works. */
+static shoal_status_t shoal_shmd_mismatch(struct shoal_comm *comm, int q, uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const shoal_shmd_sig_t *d = shoal_shmd_sig(cs, q, g);
+    const shoal_shmd_sig_t *m = shoal_shmd_sig(cs, comm->local_rank, g);
+    shoal_error(COLL, "rank %d: AllReduce arguments differ across ranks: this rank passed count "
+                "%llu %s %s, rank %d passed count %llu %s %s", comm->rank,
+                (unsigned long long)m->count, shoal_dtype_name((shoal_dtype_t)m->dtype),
+                shoal_op_name((shoal_op_t)m->op), comm->local_ranks[q],
+                (unsigned long long)d->count, shoal_dtype_name((shoal_dtype_t)d->dtype),
+                shoal_op_name((shoal_op_t)d->op));
+    /* Only one peer had to reach g for us to see the difference; a slower one may still be
+     * reading our data of g - 1, which our next call would overwrite: wait until every peer
+     * published g (it finished g - 1 then), and they all fail g in turn. */
+    for (int p = 0; p < comm->local_size; p++) {
+        uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
+        unsigned spins = 0;
+        while (p != comm->local_rank &&
+               __atomic_load_n(&shoal_shmd_sig(cs, p, g)->gen, __ATOMIC_ACQUIRE) < g) {
+            SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, "waiting for every local peer "
+                                        "to reach the mismatched AllReduce"));
+        }
+    }
+    return SHOAL_ERR_INVALID_ARG;
+}
+
+/* After local rank q's data of generation g arrived: its call must be ours. */
+static inline shoal_status_t shoal_shmd_desc_check(struct shoal_comm *comm, int q, uint64_t g)
+{
+    if (SHOAL_UNLIKELY(shoal_shmd_desc_differs(comm, q, g))) {
+        return shoal_shmd_mismatch(comm, q, g);
+    }
+    return SHOAL_OK;
 }
 
 shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
@@ -120,6 +230,9 @@ shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
     w = SHOAL_MIN(shoal_coll_config.shm_window, (len - fixed) / 2);
     cs->window = SHOAL_MAX(w / 4096 * 4096, 4096);
     cs->area_size = len;
+    cs->peer_mem = (comm->shm->ops->caps & SHOAL_TL_CAP_PEER_MEM) != 0 &&
+                   comm->shm->ops->mem_query != NULL && comm->shm->ops->mem_map != NULL &&
+                   comm->shm->ops->peer_copy_ok != NULL && comm->shm->ops->peer_copy != NULL;
     cs->shm_ok = 1;
     return SHOAL_OK;
 }
@@ -132,6 +245,10 @@ void shoal_shmdirect_log(struct shoal_comm *comm)
                    "bytes, window %zu bytes", comm->local_size,
                    SHOAL_MIN(shoal_coll_config.shm_ll_max, (size_t)SHOAL_SHMD_LL_MAX),
                    SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window), cs->window);
+        shoal_info(COLL, "intra-node path: from %zu bytes, buffers published first: in place "
+                   "in shoal_mem_alloc buffers, single copies %s", shoal_coll_config.shm_direct_min,
+                   cs->peer_mem && comm->shm->ops->peer_copy_ok(comm->shm->ctx)
+                       ? "possible here" : "off here");
     }
 }
 
@@ -200,7 +317,7 @@ static void shoal_shmd_sleep(struct shoal_comm *comm, shoal_shmd_cond_fn_t cond,
 /* The slow path of a wait for local rank q: yield, then sleep; abort, deadline and peer death
  * end it with an error. */
 static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_cond_fn_t cond,
-                                           int q, const void *arg, const char *what)
+                                           int q, const void *arg, uint64_t g, const char *what)
 {
     uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
     unsigned spins = 0;
@@ -209,6 +326,9 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
     while (!cond(comm->coll, q, arg)) {
         char why[160];
         int blamed = -1;
+        if (shoal_shmd_desc_differs(comm, q, g)) {
+            return shoal_shmd_mismatch(comm, q, g); /* it waits for something else */
+        }
         if ((spins & 63) == 63 && comm->shm->ops->peer_check != NULL &&
             comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) !=
                 SHOAL_OK) {
@@ -255,23 +375,42 @@ static shoal_status_t shoal_shmd_wait(struct shoal_comm *comm, int which, uint64
         }
         for (unsigned i = 0; !shoal_shmd_field_reached(cs, q, &arg); i++) {
             if (i >= comm->pause_spins) {
-                SHOAL_CHECK(shoal_shmd_wait_slow(comm, shoal_shmd_field_reached, q, &arg,
+                SHOAL_CHECK(shoal_shmd_wait_slow(comm, shoal_shmd_field_reached, q, &arg, g,
                                                  shoal_shmd_what[which]));
                 break;
             }
             shoal_cpu_relax();
         }
+        if (which == SHOAL_SHMD_READY) {
+            SHOAL_CHECK(shoal_shmd_desc_check(comm, q, g));
+        }
     }
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shmd_wait_line(struct shoal_comm *comm, int q,
-                                           const shoal_shmd_line_t *line, uint64_t g)
+/* An LL line's flag: the generation and the call's signature, exactly (LL counts have at most
+ * 13 bits), so a line of a peer whose call differs never matches: the wait goes on into the
+ * slow path, which finds the difference in the peer's signature. No extra transfer. */
+static inline uint64_t shoal_shmd_ll_flag(uint64_t g, const shoal_coll_args_t *a)
 {
-    shoal_shmd_line_arg_t arg = {.flag = &line->flag, .g = g};
-    for (unsigned i = 0; __atomic_load_n(&line->flag, __ATOMIC_ACQUIRE) < g; i++) {
+    return g << 24 | (uint64_t)(a->count & 0x3fff) << 7 | (uint64_t)(a->dtype & 15) << 3 |
+           (uint64_t)(a->op & 7);
+}
+
+static int shoal_shmd_ll_line_reached(shoal_coll_state_t *cs, int q, const void *arg)
+{
+    const shoal_shmd_line_arg_t *l = arg;
+    return __atomic_load_n(l->flag, __ATOMIC_ACQUIRE) == l->g;
+}
+
+static shoal_status_t shoal_shmd_wait_line(struct shoal_comm *comm, int q,
+                                           const shoal_shmd_line_t *line, uint64_t g,
+                                           uint64_t flag)
+{
+    shoal_shmd_line_arg_t arg = {.flag = &line->flag, .g = flag};
+    for (unsigned i = 0; __atomic_load_n(&line->flag, __ATOMIC_ACQUIRE) != flag; i++) {
         if (i >= comm->pause_spins) {
-            return shoal_shmd_wait_slow(comm, shoal_shmd_line_reached, q, &arg,
+            return shoal_shmd_wait_slow(comm, shoal_shmd_ll_line_reached, q, &arg, g,
                                         "wrote its input");
         }
         shoal_cpu_relax();
@@ -299,21 +438,23 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     shoal_shmd_line_t *mine = shoal_shmd_lines(cs, comm->local_rank, g);
     const void **srcs = (const void **)cs->srcs;
     const uint8_t *in = a->sendbuf;
+    uint64_t flag = shoal_shmd_ll_flag(g, a);
 
     SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(n - 1) * bytes));
+    shoal_shmd_desc_put(comm, a, g);
     for (size_t i = 0; i < nlines; i++) {
         size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
         memcpy(mine[i].data, in + off, len);
-        __atomic_store_n(&mine[i].flag, g, __ATOMIC_RELEASE);
+        __atomic_store_n(&mine[i].flag, flag, __ATOMIC_RELEASE);
     }
     shoal_shmd_wake(comm);
-    /* A peer's lines are stored in order, each flag with release: once its last flag reads g
-     * (acquire), every line before it is there too; one wait per peer, then one pass of the
+    /* A peer's lines are stored in order, each flag with release: once its last flag reads
+     * ours (acquire), every line before it is there too; one wait per peer, then one pass of the
      * reduction over all lines. */
     for (int q = 0; q < n; q++) {
         shoal_shmd_line_t *l = shoal_shmd_lines(cs, q, g);
         if (q != comm->local_rank) {
-            SHOAL_CHECK(shoal_shmd_wait_line(comm, q, &l[nlines - 1], g));
+            SHOAL_CHECK(shoal_shmd_wait_line(comm, q, &l[nlines - 1], g, flag));
         }
         srcs[q] = l[0].data;
     }
@@ -332,6 +473,7 @@ static shoal_status_t shoal_shmd_oneshot(struct shoal_comm *comm, const shoal_co
     const void **srcs = (const void **)cs->srcs;
 
     SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(comm->local_size - 1) * bytes));
+    shoal_shmd_desc_put(comm, a, g);
     memcpy(shoal_shmd_buf(cs, comm->local_rank, g), a->sendbuf, bytes);
     shoal_shmd_publish(comm, SHOAL_SHMD_READY, g);
     SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g));
@@ -345,55 +487,312 @@ static shoal_status_t shoal_shmd_oneshot(struct shoal_comm *comm, const shoal_co
     return SHOAL_OK;
 }
 
-/* One two-shot window: elements [e0, e0 + m). */
-static shoal_status_t shoal_shmd_window(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                        size_t e0, size_t m, size_t dsize)
+/* Stages the peers' segments of window [e0, e0 + m) (my own one is reduced straight out of the
+ * send buffer, in place too: see shoal_shmd_window_reduce) and publishes it as generation g. */
+static void shoal_shmd_window_stage(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                    size_t e0, size_t m, size_t dsize, uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const uint8_t *in = (const uint8_t *)a->sendbuf + e0 * dsize;
+    uint8_t *stage = shoal_shmd_buf(cs, comm->local_rank, g);
+    size_t so, sl;
+
+    shoal_block_range(m, comm->local_size, comm->local_rank, &so, &sl);
+    shoal_shmd_desc_put(comm, a, g);
+    memcpy(stage, in, so * dsize);
+    memcpy(stage + (so + sl) * dsize, in + (so + sl) * dsize, (m - so - sl) * dsize);
+    shoal_shmd_publish(comm, SHOAL_SHMD_READY, g);
+}
+
+/* Reduces my segment of window g across all ranks, writing the result to the receive buffer
+ * and to my stage (where the peers copy it from) in one pass. In place, the send buffer's
+ * segment is still my input: dsts[0] is the stage (it aliases no source), and the receive
+ * buffer (equal to my source) is written block by block after the block was read. */
+static void shoal_shmd_window_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                     size_t e0, size_t m, size_t dsize, uint64_t g)
 {
     shoal_coll_state_t *cs = comm->coll;
     int n = comm->local_size, me = comm->local_rank;
-    uint64_t g = ++cs->gen;
     const void **srcs = (const void **)cs->srcs;
-    uint8_t *out = (uint8_t *)a->recvbuf + e0 * dsize;
+    void *dsts[2];
     size_t so, sl;
 
-    const uint8_t *in = (const uint8_t *)a->sendbuf + e0 * dsize;
-    uint8_t *stage = shoal_shmd_buf(cs, me, g);
-    /* Peers read only their own segments of my input: stage those. My segment is read
-     * straight from the send buffer, unless the call is in place (the result overwrites it,
-     * and the reduction may alias its destination with its first source only). */
     shoal_block_range(m, n, me, &so, &sl);
-    SHOAL_CHECK(shoal_shmd_pace(comm, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize));
-    if (a->sendbuf == a->recvbuf) {
-        memcpy(stage, in, m * dsize);
-    } else {
-        memcpy(stage, in, so * dsize);
-        memcpy(stage + (so + sl) * dsize, in + (so + sl) * dsize, (m - so - sl) * dsize);
-    }
-    shoal_shmd_publish(comm, SHOAL_SHMD_READY, g);
-    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g));
     for (int q = 0; q < n; q++) {
         srcs[q] = shoal_shmd_buf(cs, q, g) + so * dsize;
     }
-    if (a->sendbuf != a->recvbuf) {
-        srcs[me] = in + so * dsize;
-    }
-    shoal_reduce_n(out + so * dsize, srcs, n, sl, a->dtype, a->op);
-    shoal_reduce_avg_finalize(out + so * dsize, sl, a->dtype, a->op, comm->nranks);
-    memcpy(shoal_shmd_buf(cs, me, g) + so * dsize, out + so * dsize, sl * dsize);
-    shoal_shmd_publish(comm, SHOAL_SHMD_REDUCED, g);
-    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_REDUCED, g));
-    for (int q = 0; q < n; q++) {
+    srcs[me] = (const uint8_t *)a->sendbuf + (e0 + so) * dsize;
+    dsts[0] = shoal_shmd_buf(cs, me, g) + so * dsize;
+    dsts[1] = (uint8_t *)a->recvbuf + (e0 + so) * dsize;
+    shoal_reduce_n_multi(dsts, 2, srcs, n, sl, a->dtype, a->op, comm->nranks);
+}
+
+static void shoal_shmd_window_copyout(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                      size_t e0, size_t m, size_t dsize, uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    uint8_t *out = (uint8_t *)a->recvbuf + e0 * dsize;
+
+    for (int q = 0; q < comm->local_size; q++) {
         size_t qo, ql;
-        if (q == me) {
+        if (q == comm->local_rank) {
             continue;
         }
-        shoal_block_range(m, n, q, &qo, &ql);
+        shoal_block_range(m, comm->local_size, q, &qo, &ql);
         memcpy(out + qo * dsize, shoal_shmd_buf(cs, q, g) + qo * dsize, ql * dsize);
     }
-    /* Phase 1: my segment of each peer's input in, the peers' segments of mine out; phase 2:
-     * their reduced segments in, mine out. Both directions: (n - 1) * sl + (m - sl). */
-    shoal_meter_add_shm(comm->meter, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize,
-                        ((uint64_t)(n - 1) * sl + (m - sl)) * dsize);
+}
+
+/* Two-shot, window after window, overlapped: once my segment of window w is reduced and
+ * published, I stage window w + 1 before waiting for the peers' segments of w, so a peer that
+ * is behind finds w + 1 ready when it gets there; one wait per window and phase, mostly
+ * already satisfied.
+ *
+ * Buffer reuse: staging w + 1 writes buffer set (w + 1) & 1, where peers may still copy my
+ * reduced segment of w - 1 out. It writes only the peers' segments of the window, disjoint
+ * from mine when both windows have the same size; a shorter last window is staged only after
+ * every peer said it reduced w, which it does after its copy-out of w - 1. My own segment of
+ * that set is written by the reduction of w + 1, after every peer staged w + 1, which each
+ * does after its copy-out of w - 1. The first window of a call starts after the previous call
+ * waited for every peer's last "reduced", published after its copy-outs. */
+static shoal_status_t shoal_shmd_twoshot(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                         size_t dsize)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->local_size;
+    size_t welems = cs->window / dsize, nwin = (a->count + welems - 1) / welems;
+    uint64_t g0 = cs->gen + 1;
+    int staged = 0;
+
+    for (size_t w = 0; w < nwin; w++) {
+        size_t e0 = w * welems, m = SHOAL_MIN(welems, a->count - e0), so, sl;
+        uint64_t g = g0 + w;
+
+        /* one generation at a time: a call that fails (mismatched arguments are found in its
+         * first window) leaves every rank at the same generation */
+        cs->gen = g;
+
+        shoal_block_range(m, n, comm->local_rank, &so, &sl);
+        SHOAL_CHECK(shoal_shmd_pace(comm, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize));
+        if (!staged) {
+            shoal_shmd_window_stage(comm, a, e0, m, dsize, g);
+        }
+        SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g));
+        shoal_shmd_window_reduce(comm, a, e0, m, dsize, g);
+        shoal_shmd_publish(comm, SHOAL_SHMD_REDUCED, g);
+        staged = 0;
+        if (w + 1 < nwin && SHOAL_MIN(welems, a->count - e0 - m) == m) {
+            shoal_shmd_window_stage(comm, a, e0 + m, m, dsize, g + 1);
+            staged = 1;
+        }
+        SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_REDUCED, g));
+        shoal_shmd_window_copyout(comm, a, e0, m, dsize, g);
+        /* Phase 1: my segment of each peer's input in, the peers' segments of mine out;
+         * phase 2: their reduced segments in, mine out. Both directions: (n - 1) sl + m - sl. */
+        shoal_meter_add_shm(comm->meter, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize,
+                            ((uint64_t)(n - 1) * sl + (m - sl)) * dsize);
+    }
+    return SHOAL_OK;
+}
+
+/* ---- the direct path: peers' buffers read and written in place --------------------------- */
+
+/* The peer's buffer va (count bytes) inside its allocation m, mapped here; NULL if not. */
+static uint8_t *shoal_shmd_peer_buf(struct shoal_comm *comm, int q, const shoal_tl_mem_t *m,
+                                    uint64_t va, size_t bytes)
+{
+    uint8_t *base;
+    if (va < m->base || va - m->base > m->size || bytes > m->size - (va - m->base)) {
+        shoal_error(COLL, "local rank %d described a buffer outside its allocation", q);
+        return NULL;
+    }
+    base = comm->shm->ops->mem_map(comm->shm->ctx, q, m);
+    return base == NULL ? NULL : base + (va - m->base);
+}
+
+/* Every rank's buffers are shoal_mem_alloc buffers, mapped here: I reduce my segment out of
+ * every rank's send buffer into every rank's receive buffer in one pass, then wait until
+ * every rank did (its writes into my receive buffer are done, and it no longer reads mine). */
+static shoal_status_t shoal_shmd_direct_mem(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                            size_t dsize, uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int n = comm->local_size, me = comm->local_rank;
+    size_t bytes = a->count * dsize, so, sl;
+    const void **srcs = (const void **)cs->srcs;
+    void **dsts = cs->srcs2;
+
+    shoal_block_range(a->count, n, me, &so, &sl);
+    for (int q = 0; q < n; q++) {
+        const shoal_shmd_desc_t *d = shoal_shmd_desc(cs, q, g);
+        uint8_t *sb = (uint8_t *)a->sendbuf, *rb = a->recvbuf;
+        if (q != me) {
+            sb = shoal_shmd_peer_buf(comm, q, &d->send_mem, d->send_va, bytes);
+            rb = shoal_shmd_peer_buf(comm, q, &d->recv_mem, d->recv_va, bytes);
+            if (sb == NULL || rb == NULL) {
+                return shoal_comm_set_failed(comm, SHOAL_ERR_TRANSPORT, comm->local_ranks[q],
+                                             "cannot map the shoal_mem_alloc buffers of peer "
+                                             "%d (%s)", comm->local_ranks[q],
+                                             shoal_comm_peer_host(comm, comm->local_ranks[q]));
+            }
+        }
+        srcs[q] = sb + so * dsize;
+        dsts[q] = rb + so * dsize;
+    }
+    /* dsts[0] is rank 0's receive buffer: it aliases srcs[0] only (in place); the others
+     * equal their sources exactly (in place) or nothing. */
+    shoal_reduce_n_multi(dsts, n, srcs, n, sl, a->dtype, a->op, comm->nranks);
+    shoal_shmd_publish(comm, SHOAL_SHMD_READY, g + 1);
+    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g + 1));
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shmd_cma_failed(struct shoal_comm *comm, int q)
+{
+    int peer = comm->local_ranks[q];
+    return shoal_comm_set_failed(comm, SHOAL_ERR_TRANSPORT, peer, "single copy with peer %d "
+                                 "(%s) failed (the transport's log line says why)", peer,
+                                 shoal_comm_peer_host(comm, peer));
+}
+
+/* Ordinary buffers, single copies through the kernel: chunk by chunk of my segment, read the
+ * peers' inputs into scratch, reduce, write the result into every peer's receive buffer. In
+ * place this is safe: the peers' chunks I overwrite are the ones only I read, and I read them
+ * first. Then wait until every rank did. */
+static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                            size_t dsize, uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const shoal_tl_ops_t *ops = comm->shm->ops;
+    int n = comm->local_size, me = comm->local_rank;
+    size_t so, sl, chunk = SHOAL_MAX(cs->window / (size_t)n / dsize, (size_t)4096 / dsize);
+    const void **srcs = (const void **)cs->srcs;
+    int inplace = a->sendbuf == a->recvbuf;
+
+    if (cs->cma_scratch == NULL) {
+        cs->cma_scratch_size = (size_t)n * chunk * dsize;
+        cs->cma_scratch = aligned_alloc(4096, SHOAL_ALIGN_UP(cs->cma_scratch_size, 4096));
+        if (cs->cma_scratch == NULL) {
+            shoal_error(COLL, "cannot allocate %zu bytes of single-copy scratch",
+                        cs->cma_scratch_size);
+            return SHOAL_ERR_NO_MEMORY;
+        }
+    } else if (cs->cma_scratch_size < (size_t)n * chunk * dsize) {
+        chunk = cs->cma_scratch_size / (size_t)n / dsize;
+    }
+    shoal_block_range(a->count, n, me, &so, &sl);
+    for (size_t off = 0; off < sl; off += chunk) {
+        size_t c = SHOAL_MIN(chunk, sl - off), boff = (so + off) * dsize;
+        uint8_t *mine = (uint8_t *)a->recvbuf + boff;
+        void *dsts[2] = {mine, NULL};
+        int ndst = 1;
+        for (int q = 0; q < n; q++) {
+            const shoal_shmd_desc_t *d = shoal_shmd_desc(cs, q, g);
+            uint8_t *tmp = cs->cma_scratch + (size_t)q * chunk * dsize;
+            if (q == me) {
+                srcs[q] = (const uint8_t *)a->sendbuf + boff;
+                continue;
+            }
+            if (ops->peer_copy(comm->shm->ctx, q, 0, tmp, d->send_va + boff, c * dsize) !=
+                SHOAL_OK) {
+                return shoal_shmd_cma_failed(comm, q);
+            }
+            srcs[q] = tmp;
+        }
+        if (inplace && me != 0) {
+            /* my receive chunk is my source: reduce into rank 0's scratch copy first */
+            dsts[0] = (void *)srcs[0];
+            dsts[1] = mine;
+            ndst = 2;
+        }
+        shoal_reduce_n_multi(dsts, ndst, srcs, n, c, a->dtype, a->op, comm->nranks);
+        for (int q = 0; q < n; q++) {
+            if (q != me && ops->peer_copy(comm->shm->ctx, q, 1, mine,
+                                          shoal_shmd_desc(cs, q, g)->recv_va + boff,
+                                          c * dsize) != SHOAL_OK) {
+                return shoal_shmd_cma_failed(comm, q);
+            }
+        }
+    }
+    shoal_shmd_publish(comm, SHOAL_SHMD_READY, g + 1);
+    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g + 1));
+    return SHOAL_OK;
+}
+
+/* Large calls: every rank publishes its buffers (generation g), then all take the same road
+ * from the same descriptions: in place in shoal_mem_alloc buffers when every rank's are,
+ * single copies when every rank can make them and the call is at least SHOAL_SHM_CMA_MIN,
+ * the staged two-shot otherwise. */
+static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                        size_t dsize, int *done_p)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const shoal_tl_ops_t *ops = comm->shm->ops;
+    size_t bytes = a->count * dsize;
+    uint64_t g = ++cs->gen;
+    shoal_shmd_desc_t *d = shoal_shmd_desc(cs, comm->local_rank, g);
+    uint32_t all = ~0u;
+    int n = comm->local_size;
+
+    d->caps = 0;
+    d->send_va = (uint64_t)(uintptr_t)a->sendbuf;
+    d->recv_va = (uint64_t)(uintptr_t)a->recvbuf;
+    if (ops->peer_copy_ok(comm->shm->ctx)) {
+        d->caps |= SHOAL_SHMD_CAP_CMA;
+    }
+    if (ops->mem_query(a->sendbuf, bytes, &d->send_mem)) {
+        d->caps |= SHOAL_SHMD_CAP_SMEM;
+    }
+    if (ops->mem_query(a->recvbuf, bytes, &d->recv_mem)) {
+        d->caps |= SHOAL_SHMD_CAP_RMEM;
+    }
+    shoal_shmd_desc_put(comm, a, g);
+    shoal_shmd_wake(comm);
+    /* wait for every peer's description (gen >= g: its ready field is not involved) */
+    for (int q = 0; q < n; q++) {
+        const shoal_shmd_desc_t *pd = shoal_shmd_desc(cs, q, g);
+        shoal_shmd_line_arg_t arg = {.flag = &shoal_shmd_sig(cs, q, g)->gen, .g = g};
+        for (unsigned i = 0; q != comm->local_rank && !shoal_shmd_line_reached(cs, q, &arg);
+             i++) {
+            if (i >= comm->pause_spins) {
+                SHOAL_CHECK(shoal_shmd_wait_slow(comm, shoal_shmd_line_reached, q, &arg, g,
+                                                 "described its buffers"));
+                break;
+            }
+            shoal_cpu_relax();
+        }
+        if (q != comm->local_rank) {
+            SHOAL_CHECK(shoal_shmd_desc_check(comm, q, g));
+        }
+        all &= pd->caps;
+    }
+    cs->gen++; /* g + 1: the end of the direct path (or unused) */
+    SHOAL_CHECK(shoal_shmd_pace(comm, 2 * (bytes - bytes / (size_t)n)));
+    if ((all & (SHOAL_SHMD_CAP_SMEM | SHOAL_SHMD_CAP_RMEM)) ==
+        (SHOAL_SHMD_CAP_SMEM | SHOAL_SHMD_CAP_RMEM)) {
+        if (!(cs->shm_logged & 1)) {
+            cs->shm_logged |= 1;
+            shoal_info(COLL, "rank %d: intra-node AllReduce of %zu bytes in place in "
+                       "shoal_mem_alloc buffers (no staging)", comm->rank, bytes);
+        }
+        SHOAL_CHECK(shoal_shmd_direct_mem(comm, a, dsize, g));
+    } else if (all & SHOAL_SHMD_CAP_CMA) {
+        if (!(cs->shm_logged & 2)) {
+            cs->shm_logged |= 2;
+            shoal_info(COLL, "rank %d: intra-node AllReduce of %zu bytes by single copies "
+                       "(process_vm_readv/writev)", comm->rank, bytes);
+        }
+        SHOAL_CHECK(shoal_shmd_direct_cma(comm, a, dsize, g));
+    } else {
+        return SHOAL_OK; /* the staged two-shot (from generation g + 2) */
+    }
+    {
+        size_t so, sl;
+        shoal_block_range(a->count, n, comm->local_rank, &so, &sl);
+        uint64_t moved = ((uint64_t)(n - 1) * sl + (a->count - sl)) * dsize;
+        shoal_meter_add_shm(comm->meter, moved, moved);
+    }
+    *done_p = 1;
     return SHOAL_OK;
 }
 
@@ -401,7 +800,7 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
 {
     shoal_coll_state_t *cs = comm->coll;
     size_t dsize = shoal_dtype_size(a->dtype), bytes = a->count * dsize;
-    size_t welems = cs->window / dsize;
+    int done = 0;
 
     if (bytes <= SHOAL_MIN(shoal_coll_config.shm_ll_max, SHOAL_SHMD_LL_MAX)) {
         return shoal_shmd_ll(comm, a, bytes);
@@ -409,8 +808,18 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
     if (bytes <= SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window)) {
         return shoal_shmd_oneshot(comm, a, bytes);
     }
-    for (size_t e0 = 0; e0 < a->count; e0 += welems) {
-        SHOAL_CHECK(shoal_shmd_window(comm, a, e0, SHOAL_MIN(welems, a->count - e0), dsize));
+    if (cs->peer_mem && bytes >= shoal_coll_config.shm_direct_min) {
+        SHOAL_CHECK(shoal_shmd_direct(comm, a, dsize, &done));
+        if (done) {
+            return SHOAL_OK;
+        }
     }
-    return SHOAL_OK;
+    return shoal_shmd_twoshot(comm, a, dsize);
+}
+
+void shoal_shmdirect_fini(struct shoal_comm *comm)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    free(cs->cma_scratch);
+    cs->cma_scratch = NULL;
 }

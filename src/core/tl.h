@@ -67,6 +67,16 @@ static inline void shoal_tl_req_start(shoal_tl_req_t *req)
 
 /* Capability flags */
 #define SHOAL_TL_CAP_SHARED_AREA (1u << 0) /* shared_area(): peers' memory mapped directly */
+#define SHOAL_TL_CAP_PEER_MEM (1u << 1) /* mem_query/mem_map/peer_copy: peers' buffers */
+
+/* A shoal_mem_alloc buffer as its owner describes it to local peers (transports/shm). */
+typedef struct {
+    uint64_t id;       /* unique per allocation and process, never 0 */
+    uint64_t base;     /* the allocation's first user byte in the owner's address space */
+    uint64_t size;     /* user bytes */
+    int32_t fd;        /* the owner's descriptor of the segment */
+    uint32_t pad;
+} shoal_tl_mem_t;
 
 typedef struct shoal_tl_ops {
     int abi_version;
@@ -108,6 +118,19 @@ typedef struct shoal_tl_ops {
     shoal_status_t (*peer_check)(shoal_tl_ctx_t *ctx, int local_rank, char *why, size_t len,
                                  int *culprit_p);
     void (*fini)(shoal_tl_ctx_t *ctx);
+    /* Optional (SHOAL_TL_CAP_PEER_MEM), after fini so that older plugins keep their layout.
+     * mem_query: 1 and the handle in *m_p if [ptr, ptr + len) lies in one shoal_mem_alloc
+     * buffer of this process, else 0. */
+    int (*mem_query)(const void *ptr, size_t len, shoal_tl_mem_t *m_p);
+    /* Maps local peer local_rank's allocation m here (once: cached until fini, checked by
+     * owner, mode, size and header); the address of m->base here, or NULL (logged). */
+    void *(*mem_map)(shoal_tl_ctx_t *ctx, int local_rank, const shoal_tl_mem_t *m);
+    /* 1 if single copies to and from every local peer's memory work (probed at connect). */
+    int (*peer_copy_ok)(shoal_tl_ctx_t *ctx);
+    /* One copy between local memory and local peer local_rank's address 'remote' (write: to
+     * the peer); all len bytes or an error (logged, the peer named). */
+    shoal_status_t (*peer_copy)(shoal_tl_ctx_t *ctx, int local_rank, int write, void *local,
+                                uint64_t remote, size_t len);
 } shoal_tl_ops_t;
 
 /* ---- libraries loaded at first use ---------------------------------------------------------

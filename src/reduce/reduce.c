@@ -17,6 +17,7 @@
 /* Bytes of dst per block in reduce_n; for fp16/bf16 the fp32 block is twice this. */
 #define SHOAL_REDUCE_BLOCK_BYTES 4096
 #define SHOAL_REDUCE_HBLOCK (SHOAL_REDUCE_BLOCK_BYTES / 2)
+#define SHOAL_REDUCE_MULTI_MAX_SRC 256
 
 static const size_t shoal_reduce_dtype_size[SHOAL_DTYPE_COUNT] = {
     [SHOAL_INT8] = 1,    [SHOAL_UINT8] = 1,    [SHOAL_INT32] = 4,   [SHOAL_UINT32] = 4,
@@ -162,6 +163,44 @@ void shoal_reduce_n_pieces(void *dst, const void *const *srcs, const void **tmp,
         shoal_reduce_kern_run(k, d, (const char *)srcs[0] + soff, (const char *)srcs[1] + soff, n);
         for (int s = 2; s < nsrc; s++) {
             shoal_reduce_kern_run(k, d, d, (const char *)srcs[s] + soff, n);
+        }
+    }
+}
+
+#define SHOAL_REDUCE_MULTI_BLOCK 8192 /* bytes reduced before they are copied on */
+
+void shoal_reduce_n_multi(void *const *dsts, int ndst, const void *const *srcs, int nsrc,
+                          size_t count, shoal_dtype_t dtype, shoal_op_t op, int avg_div)
+{
+    const void *bs[SHOAL_REDUCE_MULTI_MAX_SRC];
+    size_t esize, blk;
+
+    if (count == 0 || nsrc < 1 || ndst < 1 || !shoal_reduce_valid(dtype, op)) {
+        return;
+    }
+    esize = shoal_reduce_dtype_size[dtype];
+    if (nsrc > SHOAL_REDUCE_MULTI_MAX_SRC) {
+        /* more sources than the block's pointer table: reduce whole, then copy */
+        shoal_reduce_n(dsts[0], srcs, nsrc, count, dtype, op);
+        shoal_reduce_avg_finalize(dsts[0], count, dtype, op, avg_div);
+        for (int d = 1; d < ndst; d++) {
+            memcpy(dsts[d], dsts[0], count * esize);
+        }
+        return;
+    }
+    blk = SHOAL_REDUCE_MULTI_BLOCK / esize;
+    for (size_t off = 0; off < count; off += blk) {
+        size_t n = SHOAL_MIN(count - off, blk), boff = off * esize;
+        char *d0 = (char *)dsts[0] + boff;
+        for (int s = 0; s < nsrc; s++) {
+            bs[s] = (const char *)srcs[s] + boff;
+        }
+        shoal_reduce_n(d0, bs, nsrc, n, dtype, op);
+        shoal_reduce_avg_finalize(d0, n, dtype, op, avg_div);
+        for (int d = 1; d < ndst; d++) {
+            if ((char *)dsts[d] + boff != d0) {
+                memcpy((char *)dsts[d] + boff, d0, n * esize);
+            }
         }
     }
 }

@@ -14,6 +14,15 @@ SHOAL_HIDDEN void shoal_reduce2(void *dst, const void *a, const void *b, size_t 
  * fp16/bf16 accumulate all nsrc inputs in fp32 and round once. dst may alias srcs[0]. */
 SHOAL_HIDDEN void shoal_reduce_n(void *dst, const void *const *srcs, int nsrc, size_t count,
                                  shoal_dtype_t dtype, shoal_op_t op);
+/* shoal_reduce_n writing its result to ndst places in one pass over memory: block by block
+ * (a few KiB, L1-resident), the block is reduced into dsts[0], divided by avg_div for
+ * SHOAL_AVG (avg_div > 1; other ops ignore it), and copied from L1 to dsts[1..ndst). Same bits
+ * as shoal_reduce_n + shoal_reduce_avg_finalize. dsts[0] may alias srcs[0] only; every other
+ * dst may also equal any src exactly (same addresses: each block is read before it is
+ * written), which an in-place reduction into the sources' own buffers needs. */
+SHOAL_HIDDEN void shoal_reduce_n_multi(void *const *dsts, int ndst, const void *const *srcs,
+                                       int nsrc, size_t count, shoal_dtype_t dtype,
+                                       shoal_op_t op, int avg_div);
 /* shoal_reduce_n over pieces, same bits: sources hold their data in pieces of piece_bytes (a
  * multiple of the dtype size) every src_stride bytes, dst is contiguous (count elements). The
  * kernel is chosen once for all pieces (the intra-node LL lines: 56 data bytes per 64-byte

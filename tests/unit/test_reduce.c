@@ -500,6 +500,62 @@ static void test_reduce_n_pieces(int dt, int op, const char *tag)
            shoal_op_name(op), tag);
 }
 
+/* reduce_n_multi: every destination gets reduce_n's bits (AVG: divided by nsrc, as
+ * avg_finalize does), across its 8 KiB blocks; in place, every destination is its own
+ * source (the intra-node direct path's shared buffers); nothing is written past the end. */
+static void test_reduce_n_multi(int dt, int op, const char *tag)
+{
+    static const size_t counts[] = {1, 7, 2049, 5003, 20011};
+    size_t sz = shoal_dtype_size(dt);
+    int ok = 1;
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]) && ok; c++) {
+        size_t count = counts[c], bytes = count * sz;
+        for (int nsrc = 1; nsrc <= 4 && ok; nsrc++) {
+            for (int inplace = 0; inplace < 2 && ok; inplace++) {
+                unsigned char *src[4], *dst[4];
+                const void *ss[4];
+                void *ds[4];
+                unsigned char *want = alloc_buf(bytes + 8);
+                int ndst = inplace ? nsrc : 3;
+                for (int s = 0; s < nsrc; s++) {
+                    src[s] = alloc_buf(bytes + 8);
+                    for (size_t i = 0; i < count; i++) {
+                        gen_elem(dt, src[s] + i * sz);
+                    }
+                    ss[s] = src[s];
+                }
+                shoal_reduce_n(want, ss, nsrc, count, dt, op);
+                shoal_reduce_avg_finalize(want, count, dt, op, nsrc);
+                for (int d = 0; d < ndst; d++) {
+                    dst[d] = inplace ? src[d] : alloc_buf(bytes + 8);
+                    memset(dst[d] + bytes, 0xa5, 8);
+                    ds[d] = dst[d];
+                }
+                shoal_reduce_n_multi(ds, ndst, ss, nsrc, count, dt, op, nsrc);
+                for (int d = 0; d < ndst; d++) {
+                    ok &= memcmp(want, dst[d], bytes) == 0;
+                    for (int k = 0; k < 8; k++) {
+                        ok &= dst[d][bytes + (size_t)k] == 0xa5;
+                    }
+                }
+                if (!ok) {
+                    tap_diag("%s %s: count %zu nsrc %d %s differs", shoal_dtype_name(dt),
+                             shoal_op_name(op), count, nsrc, inplace ? "in place" : "3 dsts");
+                }
+                for (int s = 0; s < nsrc; s++) {
+                    free(src[s]);
+                }
+                for (int d = 0; d < ndst && !inplace; d++) {
+                    free(dst[d]);
+                }
+                free(want);
+            }
+        }
+    }
+    tap_ok(ok, "reduce_n_multi %s %s%s matches reduce_n in every destination",
+           shoal_dtype_name(dt), shoal_op_name(op), tag);
+}
+
 /* ---- AVG -------------------------------------------------------------------------------- */
 
 static void ref_div(int dt, unsigned char *p, int nranks)
@@ -879,6 +935,7 @@ static void test_matrix(int dt, const char *tag)
         test_reduce2(dt, op, tag);
         test_reduce_n(dt, op, tag);
         test_reduce_n_pieces(dt, op, tag);
+        test_reduce_n_multi(dt, op, tag);
     }
 }
 

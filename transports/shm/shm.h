@@ -47,6 +47,7 @@ typedef struct {
     size_t area_size;   /* SHOAL_SHM_AREA_SIZE */
     const char *dir;    /* SHOAL_SHM_DIR */
     int disable;        /* SHOAL_SHM_DISABLE */
+    int cma;            /* SHOAL_SHM_CMA: single copies (process_vm_readv/writev) allowed */
 } shoal_shm_config_t;
 
 extern SHOAL_HIDDEN shoal_shm_config_t shoal_shm_config;
@@ -65,6 +66,7 @@ typedef struct {
     uint64_t slot_size;
     uint64_t area_size;
     uint64_t total_size;
+    uint64_t self_va;   /* the segment's address in the owner (single-copy probe) */
     /* set by the owner's fail(): culprit first, then failed (release) */
     uint32_t failed __attribute__((aligned(SHOAL_CACHELINE)));
     int32_t culprit;
@@ -106,6 +108,15 @@ typedef struct {
 } shoal_shm_addr_t;
 
 /* A ring as seen from one process. */
+/* A local peer's shoal_mem_alloc buffer mapped here (shm_mem.c). */
+typedef struct {
+    int local_rank;
+    uint64_t id;
+    void *base;               /* header page */
+    size_t total;
+    uint64_t used;            /* pmap_clock of the last use */
+} shoal_shm_pmap_t;
+
 typedef struct {
     shoal_shm_slot_hdr_t *hdrs;
     uint8_t *data;
@@ -157,6 +168,11 @@ struct shoal_tl_ctx {
     struct shoal_ep *eps;       /* npeers endpoints */
     int npeers;
     struct shoal_ep **ep_by_local; /* local_size entries; NULL for self and unconnected */
+    int cma_ok;                 /* single copies work with every local peer (probed) */
+    shoal_shm_pmap_t *pmaps;    /* peers' shoal_mem_alloc buffers mapped here */
+    int npmaps;
+    int pmaps_cap;
+    uint64_t pmap_clock;
 };
 
 typedef struct shoal_tl_ctx shoal_shm_ctx_t;
@@ -191,5 +207,16 @@ SHOAL_HIDDEN int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns)
 SHOAL_HIDDEN void shoal_shm_ctrl_ring(shoal_shm_ctrl_t *ctrl);
 /* /proc/<pid>/stat: state char and start time; 0 on success. */
 SHOAL_HIDDEN int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p);
+
+/* shm_mem.c: shoal_mem_alloc buffers and single copies (see there). */
+SHOAL_HIDDEN int shoal_shm_mem_query(const void *ptr, size_t len, shoal_tl_mem_t *m_p);
+SHOAL_HIDDEN void *shoal_shm_mem_map(shoal_tl_ctx_t *ctx, int local_rank,
+                                     const shoal_tl_mem_t *m);
+SHOAL_HIDDEN void shoal_shm_mem_unmap_all(shoal_tl_ctx_t *ctx);
+/* 0 if a process_vm_readv of the peer's control block works, else the errno. */
+SHOAL_HIDDEN int shoal_shm_cma_probe(shoal_ep_t *ep);
+SHOAL_HIDDEN int shoal_shm_peer_copy_ok(shoal_tl_ctx_t *ctx);
+SHOAL_HIDDEN shoal_status_t shoal_shm_peer_copy(shoal_tl_ctx_t *ctx, int local_rank, int write,
+                                                void *local, uint64_t remote, size_t len);
 
 #endif

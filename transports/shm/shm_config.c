@@ -9,6 +9,7 @@ shoal_shm_config_t shoal_shm_config = {
     .area_size = 8 * 1024 * 1024,
     .dir = "/dev/shm",
     .disable = 0,
+    .cma = 1,
 };
 
 static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
@@ -46,6 +47,17 @@ static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
         .dflt = "no",
         .doc = "disable the shared-memory transport (same-host peers then use the next one)",
         .offset = offsetof(shoal_shm_config_t, disable),
+        .type = SHOAL_CFG_BOOL,
+    },
+    {
+        .name = "SHM_CMA",
+        .dflt = "yes",
+        .doc = "single-copy transfers between local ranks through the kernel "
+               "(process_vm_readv/writev, like Open MPI's CMA) for large intra-node AllReduce "
+               "on ordinary buffers; used only where a probe read of every local peer at init "
+               "works (same user, ptrace allowed: Yama ptrace_scope 0); no = always stage "
+               "through shared memory",
+        .offset = offsetof(shoal_shm_config_t, cma),
         .type = SHOAL_CFG_BOOL,
     },
 };

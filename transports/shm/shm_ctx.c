@@ -201,6 +201,7 @@ static void shoal_shm_segment_format(shoal_tl_ctx_t *ctx)
     c->slot_size = ctx->slot_size;
     c->area_size = ctx->area_size;
     c->total_size = ctx->layout.total;
+    c->self_va = (uint64_t)(uintptr_t)ctx->base;
     c->culprit = -1;
     for (int s = 0; s < ctx->local_size; s++) {
         if (s == ctx->local_rank) {
@@ -410,6 +411,31 @@ static void shoal_shm_eps_release(shoal_tl_ctx_t *ctx, int n)
     ctx->npeers = 0;
 }
 
+/* Single copies are used only if a real read of every local peer works now. */
+static void shoal_shm_cma_check(shoal_tl_ctx_t *ctx)
+{
+    ctx->cma_ok = 0;
+    if (!shoal_shm_config.cma || ctx->npeers != ctx->local_size - 1 || ctx->npeers == 0) {
+        shoal_info(SHM, "rank %d: single copy (process_vm_readv) %s", ctx->rank,
+                   shoal_shm_config.cma ? "not used: not every local rank is a peer here"
+                                        : "off (SHOAL_SHM_CMA=0)");
+        return;
+    }
+    for (int p = 0; p < ctx->npeers; p++) {
+        int err = shoal_shm_cma_probe(&ctx->eps[p]);
+        if (err != 0) {
+            shoal_info(SHM, "rank %d: single copy (process_vm_readv) off: a probe read of rank "
+                       "%d failed: %s%s", ctx->rank, ctx->eps[p].rank, strerror(err),
+                       err == EPERM ? " (ptrace not allowed: another user, a setuid process "
+                                      "or kernel.yama.ptrace_scope > 0)" : "");
+            return;
+        }
+    }
+    ctx->cma_ok = 1;
+    shoal_info(SHM, "rank %d: single copy (process_vm_readv) on with %d local peers", ctx->rank,
+               ctx->npeers);
+}
+
 static shoal_status_t shoal_shm_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
                                             const void *const *addrs, const size_t *addr_lens,
                                             shoal_ep_t **eps_p)
@@ -443,6 +469,7 @@ static shoal_status_t shoal_shm_connect_all(shoal_tl_ctx_t *ctx, const int *peer
     for (int p = 0; p < npeers; p++) {
         eps_p[p] = &ctx->eps[p];
     }
+    shoal_shm_cma_check(ctx);
     return SHOAL_OK;
 }
 
@@ -463,6 +490,7 @@ static void shoal_shm_fini(shoal_tl_ctx_t *ctx)
         return;
     }
     shoal_shm_ready(ctx);
+    shoal_shm_mem_unmap_all(ctx);
     shoal_shm_eps_release(ctx, ctx->npeers);
     munmap(ctx->base, ctx->layout.total);
     free(ctx->ep_by_local);
@@ -564,7 +592,7 @@ static shoal_status_t shoal_shm_peer_check(shoal_tl_ctx_t *ctx, int local_rank, 
 const shoal_tl_ops_t shoal_tl_shm_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "shm",
-    .caps = SHOAL_TL_CAP_SHARED_AREA,
+    .caps = SHOAL_TL_CAP_SHARED_AREA | SHOAL_TL_CAP_PEER_MEM,
     .intra_node_only = 1,
     .query = shoal_shm_query,
     .init = shoal_shm_init,
@@ -581,4 +609,8 @@ const shoal_tl_ops_t shoal_tl_shm_ops = {
     .notify = shoal_shm_notify,
     .peer_check = shoal_shm_peer_check,
     .fini = shoal_shm_fini,
+    .mem_query = shoal_shm_mem_query,
+    .mem_map = shoal_shm_mem_map,
+    .peer_copy_ok = shoal_shm_peer_copy_ok,
+    .peer_copy = shoal_shm_peer_copy,
 };

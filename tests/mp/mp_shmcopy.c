@@ -1,0 +1,237 @@
+/*
+ * mp_shmcopy: one rank of the test of the intra-node AllReduce's copy-saving roads, run under
+ * shoalrun by run_shmcopy.sh (every rank on this host, transport shm):
+ *  - shoal_mem_alloc buffers on every rank (reduced in place, no staging), every dtype and op,
+ *    odd counts, in place and out of place, an offset into the allocation;
+ *  - ordinary buffers at the same sizes (single copies where the kernel allows, the staged
+ *    two-shot with SHOAL_SHM_CMA=0), and mixed (one rank's buffers shared, the others' not);
+ *  - a count, dtype or op that differs across ranks: every rank gets SHOAL_ERR_INVALID_ARG
+ *    quickly (not at the timeout), and the next matching call works;
+ *  - shoal_mem_alloc / shoal_mem_free argument checks.
+ * Rank 0 prints one TAP line per group; exit status 1 if anything failed.
+ *
+ *   shoalrun -n 3 ./tests/mp/mp_shmcopy
+ */
+#include "tests/mp/mptest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MC_MAX ((size_t)262147)            /* elements of the sweeps (odd) */
+#define MC_BUF (MC_MAX * 8 + 4096)
+#define MC_FILL 0x5a
+
+static uint8_t *mc_tmpl, *mc_ex;
+
+static int mc_check(shoal_dtype_t dt, const void *got, size_t count, char *why, size_t len)
+{
+    size_t d = mp_first_diff(got, mc_ex, count, shoal_dtype_size(dt));
+    char a[64], b[64];
+    if (d == count) {
+        return 1;
+    }
+    snprintf(why, len, "element %zu of %zu: expected %s got %s", d, count,
+             mp_fmt(dt, mc_ex, d, a, sizeof(a)), mp_fmt(dt, got, d, b, sizeof(b)));
+    return 0;
+}
+
+/* One AllReduce of count elements from s into r (r == s: in place); checks the result, the
+ * guard bytes after it and that an out-of-place send buffer is unchanged. */
+static void mc_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, shoal_op_t op, size_t count,
+                    uint8_t *s, uint8_t *r, const char *what)
+{
+    size_t bytes = count * shoal_dtype_size(dt);
+    char why[256] = "";
+    shoal_status_t st;
+    int ok;
+
+    memcpy(s, mc_tmpl, bytes);
+    memset(s + bytes, MC_FILL, 64);
+    if (r != s) {
+        memset(r, MC_FILL, bytes + 64);
+    }
+    st = shoal_allreduce(s, r, count, dt, op, c->comm, NULL);
+    ok = st == SHOAL_OK;
+    if (!ok) {
+        snprintf(why, sizeof(why), "status %s: %s", shoal_status_name(st),
+                 shoal_comm_last_error(c->comm));
+    } else if (!mc_check(dt, r, count, why, sizeof(why))) {
+        ok = 0;
+    } else if (r[bytes] != MC_FILL || r[bytes + 63] != MC_FILL) {
+        ok = 0;
+        snprintf(why, sizeof(why), "wrote past the receive buffer");
+    } else if (r != s && memcmp(s, mc_tmpl, bytes) != 0) {
+        ok = 0;
+        snprintf(why, sizeof(why), "modified the send buffer");
+    }
+    mp_case(g, ok, c->rank, "%s count %zu %s: %s", what, count,
+            r == s ? "in place" : "out of place", why);
+}
+
+/* Every dtype and op over a few odd sizes (LL, one-shot, two-shot, direct), with the buffers
+ * sb/rb (in place: sb); what names them in the group. */
+static void mc_sweep(const mp_ctx_t *c, uint8_t *sb, uint8_t *rb, const char *what)
+{
+    static const size_t counts[] = {1, 7, 1021, 65537, MC_MAX};
+    for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
+        for (int op = 0; op < SHOAL_OP_COUNT; op++) {
+            int g = mp_group("%s: allreduce %s %s", what, shoal_dtype_name(dt),
+                             shoal_op_name(op));
+            mp_fill(dt, op, c->rank, c->nranks, mc_tmpl, MC_MAX, 0);
+            mp_expect(dt, op, c->nranks, mc_ex, MC_MAX, 0);
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                /* the large sizes for a few combinations only: the sweep stays short */
+                if (counts[k] > 1021 && (dt + op) % 3 != 0 && counts[k] != 65537) {
+                    continue;
+                }
+                mc_case(c, g, dt, op, counts[k], sb, rb, what);
+                mc_case(c, g, dt, op, counts[k], sb, sb, what);
+            }
+        }
+    }
+}
+
+static void mc_test_mem(const mp_ctx_t *c)
+{
+    void *a = NULL, *b = NULL;
+    int g = mp_group("shoal_mem_alloc buffers");
+    shoal_status_t st1 = shoal_mem_alloc(MC_BUF, &a), st2 = shoal_mem_alloc(MC_BUF + 1, &b);
+
+    if (!mp_case(g, st1 == SHOAL_OK && st2 == SHOAL_OK && ((uintptr_t)a & 4095) == 0, c->rank,
+                 "shoal_mem_alloc: %s %s", shoal_status_name(st1), shoal_status_name(st2))) {
+        return;
+    }
+    mc_sweep(c, a, b, "shared buffers");
+    /* an offset into the allocation, odd, both directions */
+    g = mp_group("shared buffers at an offset");
+    mp_fill(SHOAL_FLOAT32, SHOAL_SUM, c->rank, c->nranks, mc_tmpl, MC_MAX, 0);
+    mp_expect(SHOAL_FLOAT32, SHOAL_SUM, c->nranks, mc_ex, MC_MAX, 0);
+    mc_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, 100003, (uint8_t *)a + 12, (uint8_t *)b + 4,
+            "offset");
+    mc_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, 100003, (uint8_t *)a + 12, (uint8_t *)a + 12,
+            "offset");
+    /* mixed: rank 0 passes shared buffers, the others ordinary ones */
+    g = mp_group("mixed shared and ordinary buffers");
+    {
+        uint8_t *s = c->rank == 0 ? a : mp_alloc(MC_BUF), *r = c->rank == 0 ? b : mp_alloc(MC_BUF);
+        mc_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, MC_MAX, s, r, "mixed");
+        mc_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, MC_MAX, s, s, "mixed");
+        if (c->rank != 0) {
+            free(s);
+            free(r);
+        }
+    }
+    /* a fresh buffer of the same size after a free: peers map the new one */
+    g = mp_group("shared buffers reallocated");
+    st1 = shoal_mem_free(b);
+    st2 = shoal_mem_alloc(MC_BUF, &b);
+    if (mp_case(g, st1 == SHOAL_OK && st2 == SHOAL_OK, c->rank, "free + alloc: %s %s",
+                shoal_status_name(st1), shoal_status_name(st2))) {
+        mc_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, MC_MAX, a, b, "reallocated");
+    }
+    g = mp_group("shoal_mem_alloc / shoal_mem_free arguments");
+    {
+        void *p = NULL;
+        int x;
+        mp_case(g, shoal_mem_alloc(0, &p) == SHOAL_ERR_INVALID_ARG, c->rank, "size 0");
+        mp_case(g, shoal_mem_alloc(64, NULL) == SHOAL_ERR_INVALID_ARG, c->rank, "NULL");
+        mp_case(g, shoal_mem_free(NULL) == SHOAL_OK, c->rank, "free(NULL)");
+        mp_case(g, shoal_mem_free(&x) == SHOAL_ERR_INVALID_ARG, c->rank, "free(stack)");
+        mp_case(g, shoal_mem_free((uint8_t *)a + 64) == SHOAL_ERR_INVALID_ARG, c->rank,
+                "free(inside)");
+    }
+    shoal_mem_free(a);
+    shoal_mem_free(b);
+}
+
+static void mc_test_plain(const mp_ctx_t *c)
+{
+    uint8_t *sb = mp_alloc(MC_BUF), *rb = mp_alloc(MC_BUF);
+    mc_sweep(c, sb, rb, "ordinary buffers");
+    free(sb);
+    free(rb);
+}
+
+/* Rank 1 passes another count / dtype / op than the others: SHOAL_ERR_INVALID_ARG on every
+ * rank, well before the timeout; then a matching call is right. */
+static void mc_test_mismatch(const mp_ctx_t *c)
+{
+    static const struct {
+        const char *what;
+        size_t count;       /* rank 1: count + dcount */
+        size_t dcount;
+        shoal_dtype_t dt1;  /* rank 1's dtype */
+        shoal_op_t op1;     /* rank 1's op */
+    } cases[] = {
+        {"count (LL)", 2, 1, SHOAL_FLOAT32, SHOAL_SUM},
+        {"count (LL vs one-shot)", 2, 300, SHOAL_FLOAT32, SHOAL_SUM},
+        {"count (one-shot)", 300, 1, SHOAL_FLOAT32, SHOAL_SUM},
+        {"count (two-shot vs direct)", 9000, 100000, SHOAL_FLOAT32, SHOAL_SUM},
+        {"count (direct)", 100000, 1, SHOAL_FLOAT32, SHOAL_SUM},
+        {"count (two-shot windows)", 200000, 100000, SHOAL_FLOAT32, SHOAL_SUM},
+        {"dtype", 5000, 0, SHOAL_INT32, SHOAL_SUM},
+        {"op", 100000, 0, SHOAL_FLOAT32, SHOAL_MAX},
+        {"op (LL)", 3, 0, SHOAL_FLOAT32, SHOAL_MIN},
+    };
+    uint8_t *sb = mp_alloc(MC_BUF * 2), *rb = mp_alloc(MC_BUF * 2);
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        int g = mp_group("mismatched %s", cases[k].what);
+        int one = c->rank == 1;
+        size_t count = cases[k].count + (one ? cases[k].dcount : 0);
+        shoal_dtype_t dt = one ? cases[k].dt1 : SHOAL_FLOAT32;
+        shoal_op_t op = one ? cases[k].op1 : SHOAL_SUM;
+        double t0 = mp_now_ms(), ms;
+        shoal_status_t st;
+
+        memset(sb, 0, count * 4);
+        st = shoal_allreduce(sb, rb, count, dt, op, c->comm, NULL);
+        ms = mp_now_ms() - t0;
+        mp_case(g, st == SHOAL_ERR_INVALID_ARG && ms < 5000, c->rank,
+                "status %s after %.0f ms (expected SHOAL_ERR_INVALID_ARG, quickly)",
+                shoal_status_name(st), ms);
+        /* the communicator still works */
+        mp_fill(SHOAL_FLOAT32, SHOAL_SUM, c->rank, c->nranks, mc_tmpl, MC_MAX, 0);
+        mp_expect(SHOAL_FLOAT32, SHOAL_SUM, c->nranks, mc_ex, MC_MAX, 0);
+        mc_case(c, g, SHOAL_FLOAT32, SHOAL_SUM, cases[k].count, sb, rb, "after the mismatch");
+    }
+    free(sb);
+    free(rb);
+}
+
+int main(int argc, char **argv)
+{
+    mp_ctx_t c = {0};
+    shoal_status_t st;
+    int failed;
+
+    st = shoal_comm_init_env(&c.comm, NULL);
+    if (st != SHOAL_OK) {
+        const char *r = getenv("SHOAL_RANK");
+        fprintf(stderr, "# rank %s: shoal_comm_init_env failed: %s\n", r ? r : "?",
+                shoal_status_name(st));
+        if (r == NULL || strcmp(r, "0") == 0) {
+            printf("not ok 1 - shoal_comm_init_env: %s\n1..1\n", shoal_status_name(st));
+        }
+        return 1;
+    }
+    shoal_comm_rank(c.comm, &c.rank);
+    shoal_comm_size(c.comm, &c.nranks);
+    mc_tmpl = mp_alloc(MC_BUF);
+    mc_ex = mp_alloc(MC_BUF);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "mem") == 0) {
+            mc_test_mem(&c);
+        } else if (strcmp(argv[i], "plain") == 0) {
+            mc_test_plain(&c);
+        } else if (strcmp(argv[i], "mismatch") == 0 && c.nranks > 1) {
+            mc_test_mismatch(&c);
+        }
+    }
+    failed = mp_groups_report(&c);
+    shoal_comm_destroy(c.comm);
+    free(mc_tmpl);
+    free(mc_ex);
+    (void)argv;
+    return failed != 0 ? 1 : 0;
+}
