@@ -309,6 +309,7 @@ static int shoal_info_print_topo(int n, int ppn)
     shoal_topo_summary_t sum;
     shoal_info_topo_t t;
     shoal_coll_shape_t shape;
+    shoal_tune_t tune;
     const char *path = shoal_coll_config.topo_file;
     int ok;
 
@@ -323,9 +324,12 @@ static int shoal_info_print_topo(int n, int ppn)
         ppn = n;
     }
     ok = shoal_info_topo_layout(&t, n, ppn) == 0;
+    shoal_tune_resolve_local(shoal_coll_config.topo_discovery, &tune);
+    shoal_tune_print(&tune, stdout);
     if (ok) {
         shoal_topo_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
                                path == NULL || path[0] == '\0', sum.ncores);
+        shoal_coll_shape_tune(&shape, &tune);
         printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s (send %.2f, recv "
                "%.2f us), inter %.2f us %.3f GB/s (send %.2f, recv %.2f us)\n", n, shape.nhosts,
                path != NULL && path[0] != '\0' ? " from " : "", path != NULL ? path : "",
