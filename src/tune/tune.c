@@ -88,7 +88,7 @@ static void shoal_tune_set(shoal_tune_t *t, int k, uint64_t v, int src, const ch
 static void shoal_tune_set(shoal_tune_t *t, int k, uint64_t v, int src, const char *fmt, ...)
 {
     va_list ap;
-    t->value[k] = v;
+    t->value[k] = SHOAL_MIN(v, (uint64_t)1 << 40);
     t->src[k] = (uint8_t)src;
     va_start(ap, fmt);
     vsnprintf(t->why[k], sizeof(t->why[k]), fmt, ap);
@@ -256,8 +256,8 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line)
         if (strncmp(line, what, wl) == 0 && (line[wl] == ' ' || line[wl] == '\t')) {
             const char *b = strstr(line, " bw ");
             if (b != NULL && sscanf(b, " bw %lf", &bw) == 1 && bw > 0 && bw < 1e6) {
-                shoal_tune_set(t, k, (uint64_t)(bw * 1e3 + 0.5), SHOAL_TUNE_SRC_FILE,
-                               "'%s' line of SHOAL_TUNING_FILE", what);
+                shoal_tune_set(t, k, SHOAL_MAX((uint64_t)(bw * 1e3 + 0.5), 1),
+                               SHOAL_TUNE_SRC_FILE, "'%s' line of SHOAL_TUNING_FILE", what);
             }
             return 1;
         }
@@ -286,7 +286,7 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         }
         line += strspn(line, " \t\r");
         len = strlen(line);
-        while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r')) {
+        while (len > 0 && strchr(" \t\r", line[len - 1]) != NULL) {
             line[--len] = '\0';
         }
         if (line[0] != '\0' && shoal_tune_override_line(t, line) < 0) {

@@ -38,7 +38,7 @@ typedef enum {
 typedef struct {
     uint32_t l1d_kb, l2_kb, l3_kb; /* caches above PU 0; 0 unknown */
     int32_t ncores;
-    int32_t cache_src;         /* SHOAL_TOPO_SRC_* (none, sysfs, hwloc), or 3 = SHOAL_TUNE_MACHINE */
+    int32_t cache_src;         /* SHOAL_TOPO_SRC_* (none, sysfs, hwloc) or SHOAL_TUNE_CACHE_GIVEN */
     int32_t bw_src;            /* shoal_tune_bw_src_t */
     uint32_t copy_cache_mbs;   /* memcpy of an L2-resident block, MB/s (1e6 B/s); 0 unknown */
     uint32_t copy_mem_mbs;     /* memcpy of buffers twice the L3, MB/s */
@@ -120,6 +120,10 @@ SHOAL_HIDDEN shoal_status_t shoal_tune_comm_agree(struct shoal_comm *comm, shoal
 
 /* The config field named name (without SHOAL_) in any module's table, and its storage. */
 SHOAL_HIDDEN const shoal_cfg_field_t *shoal_tune_cfg_find(const char *name, void **dst_p);
+
+/* 1 if a record received from rank 0 is sane (sources known, reasons terminated, rates
+ * above 0, sizes below 1 TiB), else 0. */
+SHOAL_HIDDEN int shoal_tune_record_check(const shoal_tune_t *t);
 
 /* "# ..." lines for shoal_info -t: profile, then each knob with value, source, reason. */
 SHOAL_HIDDEN void shoal_tune_print(const shoal_tune_t *t, FILE *fp);

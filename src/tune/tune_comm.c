@@ -61,12 +61,15 @@ void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
     free(text);
 }
 
-/* Rank 0's record, as received: sane before anyone uses it. */
-static int shoal_tune_valid(shoal_tune_t *t)
+/* Rank 0's record, as received: sane before anyone uses it. Sizes may be 0 (an explicit
+ * SHOAL_CHUNK_SIZE=0: the users clamp them); a rate of 0 would be an infinitely fast memory. */
+int shoal_tune_record_check(const shoal_tune_t *t)
 {
     for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
-        if (t->src[k] > SHOAL_TUNE_SRC_FILE || memchr(t->why[k], '\0', sizeof(t->why[k])) == NULL ||
-            (k != SHOAL_TUNE_SHM_LL_MAX && t->value[k] == 0) || t->value[k] > ((uint64_t)1 << 40)) {
+        int rate = k == SHOAL_TUNE_COPY_MBS || k == SHOAL_TUNE_REDUCE_MBS;
+        if (t->src[k] > SHOAL_TUNE_SRC_FILE ||
+            memchr(t->why[k], '\0', sizeof(t->why[k])) == NULL || (rate && t->value[k] == 0) ||
+            t->value[k] > ((uint64_t)1 << 40)) {
             return 0;
         }
     }
@@ -126,7 +129,7 @@ shoal_status_t shoal_tune_comm_agree(struct shoal_comm *comm, shoal_tune_t *t)
     if (comm->nranks > 1) {
         SHOAL_CHECK(shoal_tune_bcast(comm, t, seq));
     }
-    if (!shoal_tune_valid(t)) {
+    if (!shoal_tune_record_check(t)) {
         return shoal_comm_set_failed(comm, SHOAL_ERR_PROTOCOL, 0, "rank 0 (%s) sent settings "
                                      "that make no sense", shoal_comm_peer_host(comm, 0));
     }

@@ -22,6 +22,7 @@
 #define SHOAL_TUNE_FILE_MAGIC "shoal-tune 1"
 #define SHOAL_TUNE_LOCK_WAIT_MS 5000   /* another process measuring: wait at most this */
 #define SHOAL_TUNE_MAX_MBS 10000000u   /* 10 TB/s: anything above is not a measurement */
+#define SHOAL_TUNE_FILE_MAX_AGE_S (7 * 86400) /* then measured again (a VM may have moved) */
 
 /* ---- SHOAL_TUNE_MACHINE ---------------------------------------------------------------- */
 
@@ -194,12 +195,14 @@ static int shoal_tune_cache_path(char *buf, size_t len)
                     (unsigned long long)shoal_host_id()) < (int)len ? 0 : -1;
 }
 
-/* Ours, a regular file, writable by nobody else: otherwise not trusted. */
-static int shoal_tune_fd_trusted(int fd)
+/* Ours, a regular file, writable by nobody else: otherwise not trusted. max_age_s > 0: also
+ * modified within that many seconds. */
+static int shoal_tune_fd_trusted(int fd, long max_age_s)
 {
     struct stat st;
     return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
-           (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+           (st.st_mode & (S_IWGRP | S_IWOTH)) == 0 &&
+           (max_age_s <= 0 || (long)(time(NULL) - st.st_mtime) <= max_age_s);
 }
 
 /* 0: m's rates filled from the file, whose caches match m's. */
@@ -213,7 +216,8 @@ static int shoal_tune_cache_read(const char *path, shoal_tune_machine_t *m)
     if (fd < 0) {
         return -1;
     }
-    n = shoal_tune_fd_trusted(fd) ? read(fd, buf, sizeof(buf) - 1) : -1;
+    n = shoal_tune_fd_trusted(fd, SHOAL_TUNE_FILE_MAX_AGE_S) ? read(fd, buf, sizeof(buf) - 1)
+                                                             : -1;
     close(fd);
     if (n <= 0) {
         return -1;
@@ -267,7 +271,7 @@ static int shoal_tune_lock(const char *path)
         return -1;
     }
     fd = open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 || !shoal_tune_fd_trusted(fd)) {
+    if (fd < 0 || !shoal_tune_fd_trusted(fd, 0)) {
         if (fd >= 0) {
             close(fd);
         }

@@ -72,6 +72,9 @@ else
 fi
 info_t
 check "shoal_info -t: second run reads the per-host cache" "memory \(measured earlier, per-host cache file\)" "$tmp/info"
+[ -n "$f" ] && touch -d '8 days ago' "$f"
+info_t
+check "a cache file older than a week is measured again" "memory \(measured now\)" "$tmp/info"
 [ -n "$f" ] && chmod 0620 "$f"
 info_t
 check "a cache file others may write is not trusted: measured again" "memory \(measured now\)" "$tmp/info"
