@@ -5,6 +5,7 @@
 #include "core/core.h"
 #include "reduce/reduce.h"
 #include "topo/topo.h"
+#include "tune/tune.h"
 
 typedef enum {
     SHOAL_COLL_ALLREDUCE = 0,
@@ -91,6 +92,7 @@ typedef struct {
     size_t chunk;          /* pipeline chunk */
     size_t scratch;        /* scratch bytes (rd and bruck need the message to fit) */
     size_t shm_oneshot_max;
+    size_t shm_window;     /* two-shot window the cost model assumes */
 } shoal_coll_shape_t;
 
 /* Per-communicator algorithm state: scratch allocated and faulted in once at init. */
@@ -99,6 +101,7 @@ typedef struct {
 
 typedef struct shoal_coll_state {
     int algo;              /* forced algorithm or SHOAL_ALGO_AUTO */
+    shoal_tune_t tune;     /* sizes and limits: rank 0's, the same on every rank (src/tune) */
     size_t chunk;          /* bytes per pipeline chunk, a multiple of 64 */
     uint8_t *scratch;      /* 4 * chunk, also >= rd_max */
     size_t scratch_size;
@@ -164,6 +167,8 @@ SHOAL_HIDDEN void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int
                                          const int *ring_order, const shoal_link_t *intra,
                                          const shoal_link_t *inter, int shm_direct,
                                          int ncores);
+/* The shape's sizes, limits and memory rates from the communicator's settings (src/tune). */
+SHOAL_HIDDEN void shoal_coll_shape_tune(shoal_coll_shape_t *s, const shoal_tune_t *t);
 SHOAL_HIDDEN shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 /* A communicator's algorithm state (scratch, shm direct path, topology); called by the
  * assembly (src/api/assemble.c). fini is safe after a failed or partial init. */

@@ -22,7 +22,8 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
     {.name = "CHUNK_SIZE", .dflt = "512k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, chunk_size),
      .doc = "pipeline chunk of the ring and tree algorithms (per block per step); scratch is "
-            "4 chunks per communicator"},
+            "4 chunks per communicator; unset: half the L2 within 128k..1m (SHOAL_TUNE; the "
+            "default where the L2 is unknown)"},
     {.name = "RD_MAX_BYTES", .dflt = "32k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, rd_max),
      .doc = "AllReduce messages up to this size use recursive doubling across channels "
@@ -33,17 +34,20 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
     {.name = "SHM_LL_MAX", .dflt = "64", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_ll_max),
      .doc = "intra-node AllReduce up to this size (at most 4k) sends data and flag together in "
-            "cache lines (one transfer per line); larger is one-shot"},
+            "cache lines (one transfer per line); larger is one-shot; unset: 64 scaled by the "
+            "measured copy rate (SHOAL_TUNE)"},
     {.name = "SHM_ONESHOT_MAX", .dflt = "0", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_oneshot_max),
      .doc = "intra-node AllReduce up to this size is one-shot (every rank reduces everything); "
             "larger is two-shot (reduce-scatter + allgather through shared memory); 0 = 2k "
-            "when the host has a core per rank, 16k when its ranks outnumber its cores"},
+            "when the host has a core per rank, 16k when its ranks outnumber its cores, both "
+            "scaled by the measured copy rate (SHOAL_TUNE)"},
     {.name = "SHM_WINDOW", .dflt = "512k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_window),
      .doc = "bytes per rank staged per round of the intra-node path: the window, its staged "
             "copy and a peer's segment should fit in L2 (1m in place halved busbw on 1 MiB L2 "
-            "cores); capped by SHOAL_SHM_AREA_SIZE / 2"},
+            "cores); capped by SHOAL_SHM_AREA_SIZE / 2; unset: half the L2 within 64k..4m "
+            "(SHOAL_TUNE)"},
     {.name = "HIER_SEGMENT", .dflt = "1m", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, hier_segment),
      .doc = "largest pipeline segment of the hierarchical AllReduce (intra-host "

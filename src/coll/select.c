@@ -108,7 +108,7 @@ static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
         return 2 * sync + m * s->copy_beta + (n - 1) * m * s->reduce_beta * s->oversub;
     }
     /* stage, reduce my 1/n across n inputs, copy the other segments out */
-    return 3 * sync * SHOAL_MAX(1.0, m / (double)SHOAL_MAX(shoal_coll_config.shm_window, 4096)) +
+    return 3 * sync * SHOAL_MAX(1.0, m / (double)SHOAL_MAX(s->shm_window, 4096)) +
            m * s->copy_beta * (1 + s->oversub) + (n - 1) / n * m * s->reduce_beta * s->oversub;
 }
 
@@ -435,6 +435,17 @@ shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t 
     return SHOAL_OK;
 }
 
+void shoal_coll_shape_tune(shoal_coll_shape_t *s, const shoal_tune_t *t)
+{
+    s->chunk = SHOAL_MAX(SHOAL_ALIGN_UP(t->value[SHOAL_TUNE_CHUNK], 64), 4096);
+    s->scratch = SHOAL_MAX(4 * s->chunk, SHOAL_ALIGN_UP(shoal_coll_config.rd_max, 64));
+    s->shm_oneshot_max = t->value[s->oversub > 1 ? SHOAL_TUNE_SHM_ONESHOT_SHARED
+                                                 : SHOAL_TUNE_SHM_ONESHOT_OWN];
+    s->shm_window = t->value[SHOAL_TUNE_SHM_WINDOW];
+    s->copy_beta = shoal_gbs_to_beta((double)t->value[SHOAL_TUNE_COPY_MBS] / 1e3);
+    s->reduce_beta = shoal_gbs_to_beta((double)t->value[SHOAL_TUNE_REDUCE_MBS] / 1e3);
+}
+
 shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
 {
     shoal_coll_state_t *cs = calloc(1, sizeof(*cs));
@@ -460,7 +471,8 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
             return SHOAL_ERR_INVALID_ARG;
         }
     }
-    cs->chunk = SHOAL_MAX(SHOAL_ALIGN_UP(shoal_coll_config.chunk_size, 64), 4096);
+    SHOAL_CHECK(shoal_tune_comm_agree(comm, &cs->tune));
+    cs->chunk = SHOAL_MAX(SHOAL_ALIGN_UP(cs->tune.value[SHOAL_TUNE_CHUNK], 64), 4096);
     cs->scratch_size = SHOAL_MAX(4 * cs->chunk, SHOAL_ALIGN_UP(shoal_coll_config.rd_max, 64));
     if (comm->nranks > 1) {
         cs->scratch = aligned_alloc(4096, SHOAL_ALIGN_UP(cs->scratch_size, 4096));
@@ -473,6 +485,7 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
     }
     SHOAL_CHECK(shoal_shmdirect_init(comm));
     SHOAL_CHECK(shoal_topo_comm_init(comm));
+    shoal_coll_shape_tune(&cs->shape, &cs->tune);
     shoal_shmdirect_log(comm);
     if (cs->algo == SHOAL_ALGO_SHM && !cs->shm_ok) {
         shoal_warn(COLL, "SHOAL_ALGO=shm needs every rank on one host with the shm transport; "

@@ -227,7 +227,7 @@ shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
         shoal_warn(COLL, "shared area of %zu bytes is too small: intra-node path disabled", len);
         return SHOAL_OK;
     }
-    w = SHOAL_MIN(shoal_coll_config.shm_window, (len - fixed) / 2);
+    w = SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_WINDOW], (len - fixed) / 2);
     cs->window = SHOAL_MAX(w / 4096 * 4096, 4096);
     cs->area_size = len;
     cs->peer_mem = (comm->shm->ops->caps & SHOAL_TL_CAP_PEER_MEM) != 0 &&
@@ -243,7 +243,7 @@ void shoal_shmdirect_log(struct shoal_comm *comm)
     if (cs->shm_ok) {
         shoal_info(COLL, "intra-node path: %d ranks, LL up to %zu bytes, one-shot up to %zu "
                    "bytes, window %zu bytes", comm->local_size,
-                   SHOAL_MIN(shoal_coll_config.shm_ll_max, (size_t)SHOAL_SHMD_LL_MAX),
+                   SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_LL_MAX], (size_t)SHOAL_SHMD_LL_MAX),
                    SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window), cs->window);
         shoal_info(COLL, "intra-node path: from %zu bytes, buffers published first: in place "
                    "in shoal_mem_alloc buffers, single copies %s", shoal_coll_config.shm_direct_min,
@@ -802,7 +802,7 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
     size_t dsize = shoal_dtype_size(a->dtype), bytes = a->count * dsize;
     int done = 0;
 
-    if (bytes <= SHOAL_MIN(shoal_coll_config.shm_ll_max, SHOAL_SHMD_LL_MAX)) {
+    if (bytes <= SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_LL_MAX], SHOAL_SHMD_LL_MAX)) {
         return shoal_shmd_ll(comm, a, bytes);
     }
     if (bytes <= SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window)) {

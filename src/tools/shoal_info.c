@@ -1,7 +1,8 @@
 /* shoal_info: what was built in, what is usable now, and every SHOAL_* variable.
  *   -v  version           -b  built-in components (transports, optional dependencies)
  *   -c  config variables  -m  with -c: the Markdown table for the README
- *   -t  topology: this host (or SHOAL_TOPO_FILE), ring order, trees, allreduce choice per size
+ *   -t  topology: this host (or SHOAL_TOPO_FILE), the settings that follow the machine
+ *       (src/tune), ring order, trees, allreduce choice per size
  *       (-n N ranks, --ppn P ranks per host)
  *   -q  QoS: this process's effective class and weight, and the marks of every class
  *   -h  help
@@ -38,11 +39,13 @@ static void shoal_info_usage(FILE *fp)
             "  -c  print every SHOAL_* variable: value, default, source and meaning\n"
             "      (the output is a valid SHOAL_CONF_FILE)\n"
             "  -m  with -c: print a Markdown table (Variable | Default | Meaning)\n"
-            "  -t  print the topology: this host (hwloc or sysfs), the hosts and sockets of\n"
-            "      N ranks (SHOAL_TOPO_FILE, or --ppn P ranks per host in blocks), the ring\n"
-            "      order, the double binary trees, and the AllReduce algorithm chosen per\n"
-            "      size by the cost model (links: SHOAL_TOPO_FILE, SHOAL_TUNING_FILE or\n"
-            "      defaults)\n"
+            "  -t  print the topology: this host (hwloc or sysfs), the settings derived from\n"
+            "      its caches and memory rates (chunk, window, one-shot and LL limits, model\n"
+            "      rates; each with its source: default, derived, env or file, and why), the\n"
+            "      hosts and sockets of N ranks (SHOAL_TOPO_FILE, or --ppn P ranks per host\n"
+            "      in blocks), the ring order, the double binary trees, and the AllReduce\n"
+            "      algorithm chosen per size by the cost model (links: SHOAL_TOPO_FILE,\n"
+            "      SHOAL_TUNING_FILE or defaults)\n"
             "  -n N      with -t: number of ranks (default: the topology file's, else the\n"
             "            number of PUs of this host)\n"
             "  --ppn P   with -t: ranks per host (default: all on one host)\n"
@@ -329,6 +332,7 @@ static int shoal_info_print_topo(int n, int ppn)
     shoal_topo_summary_t sum;
     shoal_info_topo_t t;
     shoal_coll_shape_t shape;
+    shoal_tune_t tune;
     const char *path = shoal_coll_config.topo_file;
     int ok;
 
@@ -343,9 +347,12 @@ static int shoal_info_print_topo(int n, int ppn)
         ppn = n;
     }
     ok = shoal_info_topo_layout(&t, n, ppn) == 0;
+    shoal_tune_resolve_local(shoal_coll_config.topo_discovery, &tune);
+    shoal_tune_print(&tune, stdout);
     if (ok) {
         shoal_topo_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
                                path == NULL || path[0] == '\0', sum.ncores);
+        shoal_coll_shape_tune(&shape, &tune);
         printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s (send %.2f, recv "
                "%.2f us), inter %.2f us %.3f GB/s (send %.2f, recv %.2f us)\n", n, shape.nhosts,
                path != NULL && path[0] != '\0' ? " from " : "", path != NULL ? path : "",

@@ -97,7 +97,8 @@ static inline double shoal_beta_to_gbs(double beta) { return beta > 0 ? 1e-3 / b
 SHOAL_HIDDEN shoal_link_t shoal_link_default(shoal_link_kind_t kind);
 
 /* Cached profile (SHOAL_TUNING_FILE): lines "<kind> lat <us> bw <GB/s>", kind one of the
- * link kinds or "reduce" / "copy" (local memory rates, lat ignored); '#' comments. */
+ * link kinds or "reduce" / "copy" (local memory rates, lat ignored); '#' comments. Lines
+ * "set <NAME> <value>" are settings (src/tune reads them; skipped here). */
 typedef struct {
     shoal_link_t link[SHOAL_LINK_KINDS];
     int have[SHOAL_LINK_KINDS];

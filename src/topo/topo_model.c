@@ -42,6 +42,9 @@ static int shoal_tuning_line(char *line, shoal_tuning_t *t)
     int k, got = sscanf(line, "%15s lat %lf bw %lf send %lf recv %lf", name, &lat, &bw, &send,
                         &recv);
 
+    if (strncmp(line, "set", 3) == 0 && (line[3] == ' ' || line[3] == '\t')) {
+        return 0; /* a setting: src/tune reads those */
+    }
     if (got < 3 || !(lat >= 0) || !(bw > 0) || !(send >= 0) || !(recv >= 0)) {
         return -1;
     }

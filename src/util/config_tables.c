@@ -13,6 +13,7 @@ extern const shoal_cfg_table_t shoal_meter_cfg_table;
 extern const shoal_cfg_table_t shoal_qos_class_cfg_table;
 extern const shoal_cfg_table_t shoal_qos_pace_cfg_table;
 extern const shoal_cfg_table_t shoal_stop_cfg_table;
+extern const shoal_cfg_table_t shoal_tune_cfg_table;
 #if SHOAL_HAVE_VERBS
 extern const shoal_cfg_table_t shoal_ib_cfg_table;
 #endif
@@ -36,6 +37,7 @@ const shoal_cfg_table_t *const shoal_cfg_tables[] = {
     &shoal_qos_class_cfg_table,
     &shoal_qos_pace_cfg_table,
     &shoal_stop_cfg_table,
+    &shoal_tune_cfg_table,
 #if SHOAL_HAVE_VERBS
     &shoal_ib_cfg_table,
 #endif

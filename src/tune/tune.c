@@ -1,0 +1,338 @@
+/* Derivation of the settings from a machine profile, explicit overrides, printing. */
+#include "tune/tune.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Reference machine: the one the old constants were fitted on (perf/select_check.sh and the
+ * SHOAL_SHM_WINDOW sweep: AMD EPYC VM, 2 vCPUs, 1 MiB L2 per core, 32 MiB L3), as
+ * shoal_tune_measure reports it there (medians of runs on the loaded VM: in L2 51-58 GB/s,
+ * from memory 11.4-12.2, reduce 11.7-13.1). The limits that trade a synchronisation (a
+ * flag's cache-line transfer, a context switch) against bytes moved scale with the copy rate:
+ * twice the rate moves twice the bytes in the time of one flag. The cost model's memory
+ * rates were fitted there too, and scale with the measured rates.
+ */
+#define SHOAL_TUNE_REF_COPY_CACHE_MBS 55000u
+#define SHOAL_TUNE_REF_COPY_MEM_MBS 12000u
+#define SHOAL_TUNE_REF_REDUCE_MEM_MBS 12500u
+
+/* Defaults: the constants as they were. */
+#define SHOAL_TUNE_DFLT_CHUNK ((uint64_t)512 << 10)
+#define SHOAL_TUNE_DFLT_WINDOW ((uint64_t)512 << 10)
+#define SHOAL_TUNE_DFLT_ONESHOT_OWN 2048u
+#define SHOAL_TUNE_DFLT_ONESHOT_SHARED 16384u
+#define SHOAL_TUNE_DFLT_LL 64u
+#define SHOAL_TUNE_DFLT_COPY_MBS 8000u
+#define SHOAL_TUNE_DFLT_REDUCE_MBS 4000u
+
+const char *const shoal_tune_knob_names[SHOAL_TUNE_NKNOBS] = {
+    [SHOAL_TUNE_CHUNK] = "chunk_size",
+    [SHOAL_TUNE_SHM_WINDOW] = "shm_window",
+    [SHOAL_TUNE_SHM_ONESHOT_OWN] = "shm_oneshot_max",
+    [SHOAL_TUNE_SHM_ONESHOT_SHARED] = "shm_oneshot_max_shared",
+    [SHOAL_TUNE_SHM_LL_MAX] = "shm_ll_max",
+    [SHOAL_TUNE_COPY_MBS] = "model_copy_rate",
+    [SHOAL_TUNE_REDUCE_MBS] = "model_reduce_rate",
+};
+
+const char *const shoal_tune_knob_vars[SHOAL_TUNE_NKNOBS] = {
+    [SHOAL_TUNE_CHUNK] = "CHUNK_SIZE",
+    [SHOAL_TUNE_SHM_WINDOW] = "SHM_WINDOW",
+    [SHOAL_TUNE_SHM_ONESHOT_OWN] = "SHM_ONESHOT_MAX",
+    [SHOAL_TUNE_SHM_ONESHOT_SHARED] = "SHM_ONESHOT_MAX",
+    [SHOAL_TUNE_SHM_LL_MAX] = "SHM_LL_MAX",
+    [SHOAL_TUNE_COPY_MBS] = NULL,
+    [SHOAL_TUNE_REDUCE_MBS] = NULL,
+};
+
+const char *shoal_tune_src_name(int src)
+{
+    static const char *const names[] = {"default", "derived", "env", "file"};
+    return src >= 0 && src < (int)SHOAL_ARRAY_SIZE(names) ? names[src] : "?";
+}
+
+static int shoal_tune_is_rate(int k)
+{
+    return k == SHOAL_TUNE_COPY_MBS || k == SHOAL_TUNE_REDUCE_MBS;
+}
+
+/* Largest power of two <= v (v >= 1). */
+static uint64_t shoal_tune_pow2_floor(uint64_t v)
+{
+    uint64_t p = 1;
+    while (p <= v / 2) {
+        p *= 2;
+    }
+    return p;
+}
+
+/* Power of two nearest to v on a log scale (v > 0). */
+static uint64_t shoal_tune_pow2_near(double v)
+{
+    uint64_t p = 1;
+    while (p < ((uint64_t)1 << 40) && (double)p * 1.4142135623730951 <= v) {
+        p *= 2;
+    }
+    return p;
+}
+
+static uint64_t shoal_tune_clamp(uint64_t v, uint64_t lo, uint64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void shoal_tune_set(shoal_tune_t *t, int k, uint64_t v, int src, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void shoal_tune_set(shoal_tune_t *t, int k, uint64_t v, int src, const char *fmt, ...)
+{
+    va_list ap;
+    t->value[k] = SHOAL_MIN(v, (uint64_t)1 << 40);
+    t->src[k] = (uint8_t)src;
+    va_start(ap, fmt);
+    vsnprintf(t->why[k], sizeof(t->why[k]), fmt, ap);
+    va_end(ap);
+}
+
+static void shoal_tune_derive_l2(const shoal_tune_machine_t *m, shoal_tune_t *t)
+{
+    uint64_t l2 = (uint64_t)m->l2_kb << 10;
+
+    if (m->l2_kb == 0) {
+        shoal_tune_set(t, SHOAL_TUNE_CHUNK, SHOAL_TUNE_DFLT_CHUNK, SHOAL_TUNE_SRC_DEFAULT,
+                       "L2 size unknown");
+        shoal_tune_set(t, SHOAL_TUNE_SHM_WINDOW, SHOAL_TUNE_DFLT_WINDOW, SHOAL_TUNE_SRC_DEFAULT,
+                       "L2 size unknown");
+        return;
+    }
+    /* Half the L2: a window in place of 1 MiB halved busbw on 1 MiB L2 cores, half of it
+     * was the best of the sweep; the ring reduces a chunk against scratch the same way. */
+    shoal_tune_set(t, SHOAL_TUNE_SHM_WINDOW,
+                   shoal_tune_clamp(shoal_tune_pow2_floor(l2 / 2), 64 << 10, 4 << 20),
+                   SHOAL_TUNE_SRC_DERIVED, "L2 %u KiB / 2, within 64k..4m", m->l2_kb);
+    shoal_tune_set(t, SHOAL_TUNE_CHUNK,
+                   shoal_tune_clamp(shoal_tune_pow2_floor(l2 / 2), 128 << 10, 1 << 20),
+                   SHOAL_TUNE_SRC_DERIVED, "L2 %u KiB / 2, within 128k..1m", m->l2_kb);
+}
+
+static void shoal_tune_derive_copy(const shoal_tune_machine_t *m, shoal_tune_t *t)
+{
+    static const struct {
+        int knob;
+        uint64_t ref, lo, hi;
+    } lim[] = {
+        {SHOAL_TUNE_SHM_ONESHOT_OWN, SHOAL_TUNE_DFLT_ONESHOT_OWN, 1024, 32768},
+        {SHOAL_TUNE_SHM_ONESHOT_SHARED, SHOAL_TUNE_DFLT_ONESHOT_SHARED, 4096, 131072},
+        {SHOAL_TUNE_SHM_LL_MAX, SHOAL_TUNE_DFLT_LL, 64, 4096},
+    };
+    double r = (double)m->copy_cache_mbs / SHOAL_TUNE_REF_COPY_CACHE_MBS;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(lim); i++) {
+        if (m->copy_cache_mbs == 0) {
+            shoal_tune_set(t, lim[i].knob, lim[i].ref, SHOAL_TUNE_SRC_DEFAULT,
+                           "copy rate unknown");
+        } else {
+            shoal_tune_set(t, lim[i].knob,
+                           shoal_tune_clamp(shoal_tune_pow2_near((double)lim[i].ref * r),
+                                            lim[i].lo, lim[i].hi),
+                           SHOAL_TUNE_SRC_DERIVED, "%llu x copy in L2 %.1f / %.1f GB/s",
+                           (unsigned long long)lim[i].ref, m->copy_cache_mbs / 1e3,
+                           SHOAL_TUNE_REF_COPY_CACHE_MBS / 1e3);
+        }
+    }
+}
+
+void shoal_tune_derive(const shoal_tune_machine_t *m, shoal_tune_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->machine = *m;
+    shoal_tune_derive_l2(m, t);
+    shoal_tune_derive_copy(m, t);
+    if (m->copy_mem_mbs > 0) {
+        shoal_tune_set(t, SHOAL_TUNE_COPY_MBS,
+                       SHOAL_MAX((uint64_t)SHOAL_TUNE_DFLT_COPY_MBS * m->copy_mem_mbs /
+                                     SHOAL_TUNE_REF_COPY_MEM_MBS, 1),
+                       SHOAL_TUNE_SRC_DERIVED, "%u x copy from memory %.1f / %.1f GB/s",
+                       SHOAL_TUNE_DFLT_COPY_MBS, m->copy_mem_mbs / 1e3,
+                       SHOAL_TUNE_REF_COPY_MEM_MBS / 1e3);
+    } else {
+        shoal_tune_set(t, SHOAL_TUNE_COPY_MBS, SHOAL_TUNE_DFLT_COPY_MBS, SHOAL_TUNE_SRC_DEFAULT,
+                       "not measured");
+    }
+    if (m->reduce_mem_mbs > 0) {
+        shoal_tune_set(t, SHOAL_TUNE_REDUCE_MBS,
+                       SHOAL_MAX((uint64_t)SHOAL_TUNE_DFLT_REDUCE_MBS * m->reduce_mem_mbs /
+                                     SHOAL_TUNE_REF_REDUCE_MEM_MBS, 1),
+                       SHOAL_TUNE_SRC_DERIVED, "%u x reduce from memory %.1f / %.1f GB/s",
+                       SHOAL_TUNE_DFLT_REDUCE_MBS, m->reduce_mem_mbs / 1e3,
+                       SHOAL_TUNE_REF_REDUCE_MEM_MBS / 1e3);
+    } else {
+        shoal_tune_set(t, SHOAL_TUNE_REDUCE_MBS, SHOAL_TUNE_DFLT_REDUCE_MBS,
+                       SHOAL_TUNE_SRC_DEFAULT, "not measured");
+    }
+}
+
+/* ---- explicit settings --------------------------------------------------------------- */
+
+const shoal_cfg_field_t *shoal_tune_cfg_find(const char *name, void **dst_p)
+{
+    for (size_t i = 0; i < shoal_cfg_ntables; i++) {
+        const shoal_cfg_table_t *tb = shoal_cfg_tables[i];
+        for (size_t j = 0; j < tb->nfields; j++) {
+            if (strcmp(tb->fields[j].name, name) == 0) {
+                *dst_p = (char *)tb->dst + tb->fields[j].offset;
+                return &tb->fields[j];
+            }
+        }
+    }
+    return NULL;
+}
+
+/* SHOAL_SHM_ONESHOT_MAX=0 means "automatic": not an explicit setting. */
+static int shoal_tune_explicit_zero_is_auto(int k)
+{
+    return k == SHOAL_TUNE_SHM_ONESHOT_OWN || k == SHOAL_TUNE_SHM_ONESHOT_SHARED;
+}
+
+static void shoal_tune_override_vars(shoal_tune_t *t)
+{
+    shoal_config_global_init();
+    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        void *dst = NULL;
+        const shoal_cfg_field_t *f =
+            shoal_tune_knob_vars[k] != NULL ? shoal_tune_cfg_find(shoal_tune_knob_vars[k], &dst)
+                                            : NULL;
+        const char *src = f != NULL ? shoal_cfg_source(f) : NULL;
+        size_t v;
+        if (src == NULL || strcmp(src, "default") == 0 || f->type != SHOAL_CFG_SIZE) {
+            continue;
+        }
+        v = *(const size_t *)dst;
+        if (v == 0 && shoal_tune_explicit_zero_is_auto(k)) {
+            continue;
+        }
+        shoal_tune_set(t, k, v, strcmp(src, "env") == 0 ? SHOAL_TUNE_SRC_ENV : SHOAL_TUNE_SRC_FILE,
+                       "SHOAL_%s%s", shoal_tune_knob_vars[k],
+                       strcmp(src, "env") == 0 ? "" : " in SHOAL_CONF_FILE");
+    }
+}
+
+/* One line of the tuning text: 1 applied, 0 not ours, -1 malformed 'set'. */
+static int shoal_tune_override_line(shoal_tune_t *t, char *line)
+{
+    char name[64], val[64];
+    double bw;
+    int n = 0;
+
+    if (sscanf(line, "set %63s %63s %n", name, val, &n) == 2 && line[n] == '\0') {
+        const char *nm = strncmp(name, "SHOAL_", 6) == 0 ? name + 6 : name;
+        int hit = 0;
+        for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+            void *dst;
+            const shoal_cfg_field_t *f;
+            size_t v;
+            if (shoal_tune_knob_vars[k] == NULL || strcmp(shoal_tune_knob_vars[k], nm) != 0) {
+                continue;
+            }
+            f = shoal_tune_cfg_find(nm, &dst);
+            if (f == NULL || shoal_cfg_parse_value(f, val, &v) != 0) {
+                return -1;
+            }
+            hit = 1;
+            if (t->src[k] != SHOAL_TUNE_SRC_ENV && t->src[k] != SHOAL_TUNE_SRC_FILE &&
+                !(v == 0 && shoal_tune_explicit_zero_is_auto(k))) {
+                shoal_tune_set(t, k, v, SHOAL_TUNE_SRC_FILE, "set %s in SHOAL_TUNING_FILE", nm);
+            }
+        }
+        return hit ? 1 : -1;
+    }
+    if (strncmp(line, "set", 3) == 0 && (line[3] == ' ' || line[3] == '\t' || line[3] == 0)) {
+        return -1;
+    }
+    for (int k = SHOAL_TUNE_COPY_MBS; k <= SHOAL_TUNE_REDUCE_MBS; k++) {
+        const char *what = k == SHOAL_TUNE_COPY_MBS ? "copy" : "reduce";
+        size_t wl = strlen(what);
+        if (strncmp(line, what, wl) == 0 && (line[wl] == ' ' || line[wl] == '\t')) {
+            const char *b = strstr(line, " bw ");
+            if (b != NULL && sscanf(b, " bw %lf", &bw) == 1 && bw > 0 && bw < 1e6) {
+                shoal_tune_set(t, k, SHOAL_MAX((uint64_t)(bw * 1e3 + 0.5), 1),
+                               SHOAL_TUNE_SRC_FILE, "'%s' line of SHOAL_TUNING_FILE", what);
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
+shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
+{
+    shoal_status_t st = SHOAL_OK;
+    char *copy, *save = NULL, *line;
+
+    shoal_tune_override_vars(t);
+    if (tuning_text == NULL) {
+        return SHOAL_OK;
+    }
+    copy = strdup(tuning_text);
+    if (copy == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        char *hash = strchr(line, '#');
+        size_t len;
+        if (hash != NULL) {
+            *hash = '\0';
+        }
+        line += strspn(line, " \t\r");
+        len = strlen(line);
+        while (len > 0 && strchr(" \t\r", line[len - 1]) != NULL) {
+            line[--len] = '\0';
+        }
+        if (line[0] != '\0' && shoal_tune_override_line(t, line) < 0) {
+            shoal_warn(COLL, "tuning file: cannot use '%s' (want 'set <NAME> <size>', NAME one "
+                       "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX)", line);
+            st = SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    free(copy);
+    return st;
+}
+
+/* ---- printing ------------------------------------------------------------------------- */
+
+static void shoal_tune_fmt(int k, uint64_t v, char *buf, size_t len)
+{
+    if (shoal_tune_is_rate(k)) {
+        snprintf(buf, len, "%.2fGB/s", (double)v / 1e3);
+    } else if (v >= (1u << 20) && v % (1u << 20) == 0) {
+        snprintf(buf, len, "%llum", (unsigned long long)(v >> 20));
+    } else if (v >= 1024 && v % 1024 == 0) {
+        snprintf(buf, len, "%lluk", (unsigned long long)(v >> 10));
+    } else {
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+    }
+}
+
+void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
+{
+    static const char *const csrc[] = {"unknown", "sysfs", "hwloc", "SHOAL_TUNE_MACHINE"};
+    static const char *const bsrc[] = {"not measured", "measured now", "measured earlier, "
+                                       "per-host cache file", "SHOAL_TUNE_MACHINE"};
+    const shoal_tune_machine_t *m = &t->machine;
+
+    fprintf(fp, "# settings that follow the machine (SHOAL_TUNE=%d)\n", shoal_tune_config.enable);
+    fprintf(fp, "#   caches (%s): L1d %u KiB, L2 %u KiB, L3 %u KiB; %d cores\n",
+            csrc[m->cache_src >= 0 && m->cache_src <= 3 ? m->cache_src : 0], m->l1d_kb,
+            m->l2_kb, m->l3_kb, m->ncores);
+    fprintf(fp, "#   memory (%s): copy in L2 %.2f GB/s, copy from memory %.2f GB/s, reduce "
+            "from memory %.2f GB/s\n", bsrc[m->bw_src >= 0 && m->bw_src <= 3 ? m->bw_src : 0],
+            m->copy_cache_mbs / 1e3, m->copy_mem_mbs / 1e3, m->reduce_mem_mbs / 1e3);
+    fprintf(fp, "#   %-24s %10s  %-8s %s\n", "setting", "value", "source", "why");
+    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        char v[32];
+        shoal_tune_fmt(k, t->value[k], v, sizeof(v));
+        fprintf(fp, "#   %-24s %10s  %-8s %s\n", shoal_tune_knob_names[k], v,
+                shoal_tune_src_name(t->src[k]), t->why[k]);
+    }
+}

@@ -1,0 +1,146 @@
+/* Resolution on one process, and agreement on rank 0's values within a communicator. */
+#include "tune/tune.h"
+
+#include "core/core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SHOAL_TUNE_STEP 0x71000000u /* channel step of the agreement messages */
+#define SHOAL_TUNE_TEXT_MAX 65536   /* tuning files are a few lines */
+
+/* SHOAL_TUNING_FILE's text, or NULL (absent, unreadable, too large). */
+static char *shoal_tune_file_text(void)
+{
+    void *dst = NULL;
+    const shoal_cfg_field_t *f = shoal_tune_cfg_find("TUNING_FILE", &dst);
+    const char *path = f != NULL ? *(const char *const *)dst : NULL;
+    char *buf;
+    size_t len;
+    FILE *fp;
+
+    if (path == NULL || path[0] == '\0' || (fp = fopen(path, "r")) == NULL) {
+        return NULL;
+    }
+    buf = malloc(SHOAL_TUNE_TEXT_MAX + 1);
+    len = buf != NULL ? fread(buf, 1, SHOAL_TUNE_TEXT_MAX, fp) : 0;
+    fclose(fp);
+    if (buf != NULL) {
+        buf[len] = '\0';
+    }
+    return buf;
+}
+
+/* SHOAL_TOPO_DISCOVERY (coll's table): the discovery the topology uses. */
+static int shoal_tune_disc_mode(void)
+{
+    void *dst = NULL;
+    const shoal_cfg_field_t *f = shoal_tune_cfg_find("TOPO_DISCOVERY", &dst);
+    return f != NULL && f->type == SHOAL_CFG_ENUM ? *(const int *)dst : 0;
+}
+
+void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
+{
+    shoal_tune_machine_t m;
+    char *text;
+
+    shoal_config_global_init();
+    shoal_tune_machine_local(mode, &m);
+    if (shoal_tune_config.enable) {
+        shoal_tune_derive(&m, t);
+    } else {
+        shoal_tune_machine_t none = {0};
+        shoal_tune_derive(&none, t);
+        t->machine = m;
+        for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+            snprintf(t->why[k], sizeof(t->why[k]), "SHOAL_TUNE=0");
+        }
+    }
+    text = shoal_tune_file_text();
+    (void)shoal_tune_override(t, text); /* a bad line is warned about and skipped */
+    free(text);
+}
+
+/* Rank 0's record, as received: sane before anyone uses it. Sizes may be 0 (an explicit
+ * SHOAL_CHUNK_SIZE=0: the users clamp them); a rate of 0 would be an infinitely fast memory. */
+int shoal_tune_record_check(const shoal_tune_t *t)
+{
+    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        int rate = k == SHOAL_TUNE_COPY_MBS || k == SHOAL_TUNE_REDUCE_MBS;
+        if (t->src[k] > SHOAL_TUNE_SRC_FILE ||
+            memchr(t->why[k], '\0', sizeof(t->why[k])) == NULL || (rate && t->value[k] == 0) ||
+            t->value[k] > ((uint64_t)1 << 40)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Binomial tree from rank 0: round m, ranks below m send to rank + m. */
+static shoal_status_t shoal_tune_bcast(struct shoal_comm *comm, shoal_tune_t *t, uint32_t seq)
+{
+    int n = comm->nranks, r = comm->rank;
+
+    for (int m = 1; m < n; m *= 2) {
+        shoal_tl_req_t req, *rp = &req;
+        int peer;
+        if (r < m && r + m < n) {
+            peer = r + m;
+            SHOAL_CHECK(shoal_chan_isend(comm, peer, t, sizeof(*t), seq, SHOAL_TUNE_STEP, 0, &req));
+        } else if (r >= m && r < 2 * m) {
+            peer = r - m;
+            SHOAL_CHECK(shoal_chan_irecv(comm, peer, t, sizeof(*t), seq, SHOAL_TUNE_STEP, 0, &req));
+        } else {
+            continue;
+        }
+        SHOAL_CHECK(shoal_chan_waitall(comm, &rp, &peer, 1));
+    }
+    return SHOAL_OK;
+}
+
+/* A rank whose own explicit setting lost to rank 0's says so once. */
+static void shoal_tune_warn_mismatch(struct shoal_comm *comm, const shoal_tune_t *t)
+{
+    static int warned;
+    shoal_tune_machine_t none = {0};
+    shoal_tune_t mine;
+
+    shoal_tune_derive(&none, &mine);
+    shoal_tune_override(&mine, NULL);
+    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        if ((mine.src[k] == SHOAL_TUNE_SRC_ENV || mine.src[k] == SHOAL_TUNE_SRC_FILE) &&
+            mine.value[k] != t->value[k] && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+            shoal_warn(COLL, "rank %d: %s = %llu is not rank 0's %llu (%s): every rank uses "
+                       "rank 0's settings", comm->rank, mine.why[k],
+                       (unsigned long long)mine.value[k], (unsigned long long)t->value[k],
+                       shoal_tune_src_name(t->src[k]));
+        }
+    }
+}
+
+shoal_status_t shoal_tune_comm_agree(struct shoal_comm *comm, shoal_tune_t *t)
+{
+    uint32_t seq = comm->seq++;
+
+    memset(t, 0, sizeof(*t));
+    if (comm->rank == 0) {
+        shoal_tune_resolve_local(shoal_tune_disc_mode(), t);
+    }
+    if (comm->nranks > 1) {
+        SHOAL_CHECK(shoal_tune_bcast(comm, t, seq));
+    }
+    if (!shoal_tune_record_check(t)) {
+        return shoal_comm_set_failed(comm, SHOAL_ERR_PROTOCOL, 0, "rank 0 (%s) sent settings "
+                                     "that make no sense", shoal_comm_peer_host(comm, 0));
+    }
+    if (comm->rank != 0) {
+        shoal_tune_warn_mismatch(comm, t);
+    } else if (shoal_log_enabled(SHOAL_LOG_INFO, COLL)) {
+        for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+            shoal_info(COLL, "tune: %s = %llu (%s: %s)", shoal_tune_knob_names[k],
+                       (unsigned long long)t->value[k], shoal_tune_src_name(t->src[k]),
+                       t->why[k]);
+        }
+    }
+    return SHOAL_OK;
+}

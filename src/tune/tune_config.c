@@ -1,0 +1,32 @@
+/* SHOAL_* variables of the settings that follow the machine (src/tune). */
+#include "tune/tune.h"
+
+#include <stddef.h>
+
+shoal_tune_config_t shoal_tune_config = {.enable = 1};
+
+static const shoal_cfg_field_t shoal_tune_cfg_fields[] = {
+    {.name = "TUNE", .dflt = "1", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_tune_config_t, enable),
+     .doc = "derive the pipeline chunk, the intra-node window, one-shot and LL limits and the "
+            "cost model's memory rates from this machine's caches and a memory measurement "
+            "(rank 0's, sent to every rank; shoal_info -t shows them); 0 = the fixed defaults. "
+            "Explicit settings (SHOAL_CHUNK_SIZE, SHOAL_SHM_WINDOW, SHOAL_SHM_ONESHOT_MAX, "
+            "SHOAL_SHM_LL_MAX, 'set' lines of SHOAL_TUNING_FILE) always win"},
+    {.name = "TUNE_MACHINE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_tune_config_t, machine),
+     .doc = "this process's machine profile instead of discovering or measuring it, any of "
+            "'l1d=32k l2=1m l3=32m copy_cache=40 copy=9.5 reduce=8' (sizes; rates in GB/s: "
+            "memcpy in L2, memcpy from memory, float sum from memory)"},
+    {.name = "TUNE_CACHE_DIR", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_tune_config_t, cache_dir),
+     .doc = "where the per-host memory measurement is cached (file shoal-tune-<uid>-<hostid>); "
+            "empty = $XDG_RUNTIME_DIR, else /tmp"},
+};
+
+const shoal_cfg_table_t shoal_tune_cfg_table = {
+    .module = "tune",
+    .fields = shoal_tune_cfg_fields,
+    .nfields = SHOAL_ARRAY_SIZE(shoal_tune_cfg_fields),
+    .dst = &shoal_tune_config,
+};

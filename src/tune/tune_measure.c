@@ -1,0 +1,378 @@
+/*
+ * This machine's profile: caches from discovery (hwloc, else sysfs), memory rates from a
+ * short measurement, cached per host and user in a file so that the ranks of a node and
+ * later jobs do not measure again.
+ */
+#include "tune/tune.h"
+
+#include "reduce/reduce.h"
+#include "topo/topo.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHOAL_TUNE_FILE_MAGIC "shoal-tune 1"
+#define SHOAL_TUNE_LOCK_WAIT_MS 5000   /* another process measuring: wait at most this */
+#define SHOAL_TUNE_MAX_MBS 10000000u   /* 10 TB/s: anything above is not a measurement */
+#define SHOAL_TUNE_FILE_MAX_AGE_S (7 * 86400) /* then measured again (a VM may have moved) */
+
+/* ---- SHOAL_TUNE_MACHINE ---------------------------------------------------------------- */
+
+static int shoal_tune_parse_kb(const char *s, uint32_t *kb_p)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned long long mul = 1;
+
+    if (end == s) {
+        return -1;
+    }
+    if (*end == 'k' || *end == 'K') {
+        mul = 1ull << 10;
+        end++;
+    } else if (*end == 'm' || *end == 'M') {
+        mul = 1ull << 20;
+        end++;
+    } else if (*end == 'g' || *end == 'G') {
+        mul = 1ull << 30;
+        end++;
+    }
+    if (*end != '\0' || v > (1ull << 40) / mul) {
+        return -1;
+    }
+    *kb_p = (uint32_t)SHOAL_MIN(v * mul / 1024, (unsigned long long)UINT32_MAX);
+    return 0;
+}
+
+static int shoal_tune_parse_mbs(const char *s, uint32_t *mbs_p)
+{
+    char *end;
+    double gbs = strtod(s, &end);
+    if (end == s || *end != '\0' || !(gbs > 0) || gbs * 1e3 > SHOAL_TUNE_MAX_MBS) {
+        return -1;
+    }
+    *mbs_p = (uint32_t)(gbs * 1e3 + 0.5);
+    return 0;
+}
+
+int shoal_tune_machine_parse(const char *text, shoal_tune_machine_t *m)
+{
+    char buf[256], *save = NULL, *tok;
+    int mask = 0;
+
+    if (snprintf(buf, sizeof(buf), "%s", text) >= (int)sizeof(buf)) {
+        return -1;
+    }
+    for (tok = strtok_r(buf, " ,\t", &save); tok != NULL; tok = strtok_r(NULL, " ,\t", &save)) {
+        char *eq = strchr(tok, '=');
+        const char *v;
+        int rc = -1;
+        if (eq == NULL) {
+            return -1;
+        }
+        *eq = '\0';
+        v = eq + 1;
+        if (strcmp(tok, "l1d") == 0) {
+            rc = shoal_tune_parse_kb(v, &m->l1d_kb), mask |= 1;
+        } else if (strcmp(tok, "l2") == 0) {
+            rc = shoal_tune_parse_kb(v, &m->l2_kb), mask |= 1;
+        } else if (strcmp(tok, "l3") == 0) {
+            rc = shoal_tune_parse_kb(v, &m->l3_kb), mask |= 1;
+        } else if (strcmp(tok, "copy_cache") == 0) {
+            rc = shoal_tune_parse_mbs(v, &m->copy_cache_mbs), mask |= 2;
+        } else if (strcmp(tok, "copy") == 0) {
+            rc = shoal_tune_parse_mbs(v, &m->copy_mem_mbs), mask |= 2;
+        } else if (strcmp(tok, "reduce") == 0) {
+            rc = shoal_tune_parse_mbs(v, &m->reduce_mem_mbs), mask |= 2;
+        }
+        if (rc != 0) {
+            return -1;
+        }
+    }
+    return mask;
+}
+
+/* ---- the measurement ------------------------------------------------------------------- */
+
+static void *shoal_tune_map(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* One timed operation: memcpy (kind 0) or a float32 sum into dst (kind 1); ns. */
+static uint64_t shoal_tune_time_op(uint8_t *dst, const uint8_t *src, size_t len, int kind)
+{
+    uint64_t t0 = shoal_time_ns();
+    if (kind == 0) {
+        memcpy(dst, src, len);
+    } else {
+        shoal_reduce2(dst, dst, src, len / 4, SHOAL_FLOAT32, SHOAL_SUM);
+    }
+    __asm__ __volatile__("" : : "r"(dst) : "memory");
+    return SHOAL_MAX(shoal_time_ns() - t0, (uint64_t)1);
+}
+
+/*
+ * Best rate (MB/s of bytes copied or reduced) over short timed pieces: the best piece is the
+ * one no other process interrupted, so a loaded host still measures its memory, not its load.
+ * In cache: piece = the whole block, repeated. From memory: the buffers (each the L3's size)
+ * are walked piece by piece; only passes after the first count, when a piece was last
+ * touched a whole walk of both buffers (twice the L3) ago and must come from memory.
+ */
+static uint32_t shoal_tune_rate(uint8_t *dst, const uint8_t *src, size_t len, size_t piece,
+                                int passes, int kind)
+{
+    uint64_t best = UINT64_MAX;
+
+    for (int p = 0; p < passes; p++) {
+        for (size_t off = 0; off + piece <= len; off += piece) {
+            uint64_t ns = shoal_tune_time_op(dst + off, src + off, piece, kind);
+            if (p > 0 || piece == len) {
+                best = SHOAL_MIN(best, ns);
+            }
+        }
+    }
+    return (uint32_t)SHOAL_MIN((double)piece * 1e3 / (double)best, (double)SHOAL_TUNE_MAX_MBS);
+}
+
+int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t *m)
+{
+    size_t l2 = caches->l2_kb > 0 ? (size_t)caches->l2_kb << 10 : (size_t)1 << 20;
+    size_t l3 = (size_t)caches->l3_kb << 10;
+    size_t blk = SHOAL_MAX(SHOAL_MIN(l2 / 4, (size_t)512 << 10), (size_t)16 << 10);
+    size_t big = SHOAL_MAX(SHOAL_MIN(l3, (size_t)32 << 20), (size_t)8 << 20);
+    uint8_t *a = shoal_tune_map(big), *b = shoal_tune_map(big);
+    uint64_t t0 = shoal_time_ns();
+
+    if (a == NULL || b == NULL) {
+        shoal_warn(COLL, "tune: cannot map 2 x %zu bytes to measure memory: %s", big,
+                   strerror(errno));
+        if (a != NULL) {
+            munmap(a, big);
+        }
+        if (b != NULL) {
+            munmap(b, big);
+        }
+        return -1;
+    }
+    memset(a, 0, big);
+    /* in cache: a block a quarter of the L2, copied again and again */
+    memcpy(b, a, blk);
+    m->copy_cache_mbs = shoal_tune_rate(b, a, blk, blk, 32, 0);
+    /* from memory: two buffers of the L3's size each (8..32 MiB), 1 MiB pieces */
+    m->copy_mem_mbs = shoal_tune_rate(b, a, big, (size_t)1 << 20, 3, 0);
+    m->reduce_mem_mbs = shoal_tune_rate(b, a, big, (size_t)1 << 20, 3, 1);
+    munmap(a, big);
+    munmap(b, big);
+    shoal_info(COLL, "tune: measured copy in L2 %.2f GB/s, copy from memory %.2f GB/s, reduce "
+               "%.2f GB/s in %.1f ms", m->copy_cache_mbs / 1e3, m->copy_mem_mbs / 1e3,
+               m->reduce_mem_mbs / 1e3, (double)(shoal_time_ns() - t0) / 1e6);
+    return m->copy_cache_mbs > 0 && m->copy_mem_mbs > 0 && m->reduce_mem_mbs > 0 ? 0 : -1;
+}
+
+/* ---- per-host cache file --------------------------------------------------------------- */
+
+static int shoal_tune_cache_path(char *buf, size_t len)
+{
+    const char *dir = shoal_tune_config.cache_dir;
+    if (dir == NULL || dir[0] == '\0') {
+        dir = shoal_cfg_getenv_raw("XDG_RUNTIME_DIR");
+    }
+    if (dir == NULL || dir[0] != '/') {
+        dir = "/tmp";
+    }
+    return snprintf(buf, len, "%s/shoal-tune-%u-%016llx", dir, (unsigned)getuid(),
+                    (unsigned long long)shoal_host_id()) < (int)len ? 0 : -1;
+}
+
+/* Ours, a regular file, writable by nobody else: otherwise not trusted. max_age_s > 0: also
+ * modified within that many seconds. */
+static int shoal_tune_fd_trusted(int fd, long max_age_s)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
+           (st.st_mode & (S_IWGRP | S_IWOTH)) == 0 &&
+           (max_age_s <= 0 || (long)(time(NULL) - st.st_mtime) <= max_age_s);
+}
+
+/* 0: m's rates filled from the file, whose caches match m's. */
+static int shoal_tune_cache_read(const char *path, shoal_tune_machine_t *m)
+{
+    char buf[256];
+    unsigned l1, l2, l3, cc, cm, rm;
+    int ncores, fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0) {
+        return -1;
+    }
+    n = shoal_tune_fd_trusted(fd, SHOAL_TUNE_FILE_MAX_AGE_S) ? read(fd, buf, sizeof(buf) - 1)
+                                                             : -1;
+    close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    if (sscanf(buf, SHOAL_TUNE_FILE_MAGIC " l1d %u l2 %u l3 %u cores %d copy_cache %u copy %u "
+               "reduce %u", &l1, &l2, &l3, &ncores, &cc, &cm, &rm) != 7 ||
+        l1 != m->l1d_kb || l2 != m->l2_kb || l3 != m->l3_kb || ncores != m->ncores ||
+        cc == 0 || cm == 0 || rm == 0 || cc > SHOAL_TUNE_MAX_MBS || cm > SHOAL_TUNE_MAX_MBS ||
+        rm > SHOAL_TUNE_MAX_MBS) {
+        return -1;
+    }
+    m->copy_cache_mbs = cc;
+    m->copy_mem_mbs = cm;
+    m->reduce_mem_mbs = rm;
+    return 0;
+}
+
+static void shoal_tune_cache_write(const char *path, const shoal_tune_machine_t *m)
+{
+    char tmp[4200], buf[256];
+    int fd, len, ok;
+
+    if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
+        return;
+    }
+    len = snprintf(buf, sizeof(buf), SHOAL_TUNE_FILE_MAGIC " l1d %u l2 %u l3 %u cores %d "
+                   "copy_cache %u copy %u reduce %u\n", m->l1d_kb, m->l2_kb, m->l3_kb,
+                   m->ncores, m->copy_cache_mbs, m->copy_mem_mbs, m->reduce_mem_mbs);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        shoal_warn(COLL, "tune: cannot create %s: %s", tmp, strerror(errno));
+        return;
+    }
+    ok = write(fd, buf, (size_t)len) == len;
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        shoal_warn(COLL, "tune: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+/* Exclusive lock on path.lock within the deadline; the fd, or -1 (then measure unlocked). */
+static int shoal_tune_lock(const char *path)
+{
+    char lpath[4200];
+    uint64_t deadline = shoal_time_ns() + (uint64_t)SHOAL_TUNE_LOCK_WAIT_MS * 1000000;
+    int fd;
+
+    if (snprintf(lpath, sizeof(lpath), "%s.lock", path) >= (int)sizeof(lpath)) {
+        return -1;
+    }
+    fd = open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || !shoal_tune_fd_trusted(fd, 0)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 2000000};
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            close(fd);
+            return -1;
+        }
+        if (shoal_time_ns() >= deadline) {
+            shoal_warn(COLL, "tune: %s held for %d ms: measuring without it", lpath,
+                       SHOAL_TUNE_LOCK_WAIT_MS);
+            close(fd);
+            return -1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return fd;
+}
+
+/* Rates: the per-host cache file, else measured (under its lock) and saved. */
+static void shoal_tune_rates(shoal_tune_machine_t *m)
+{
+    char path[4096];
+    int lock;
+
+    if (shoal_tune_cache_path(path, sizeof(path)) != 0) {
+        if (shoal_tune_measure(m, m) == 0) {
+            m->bw_src = SHOAL_TUNE_BW_MEASURED;
+        }
+        return;
+    }
+    if (shoal_tune_cache_read(path, m) == 0) {
+        m->bw_src = SHOAL_TUNE_BW_CACHED;
+        return;
+    }
+    lock = shoal_tune_lock(path);
+    if (lock >= 0 && shoal_tune_cache_read(path, m) == 0) {
+        m->bw_src = SHOAL_TUNE_BW_CACHED; /* another process measured while we waited */
+    } else if (shoal_tune_measure(m, m) == 0) {
+        m->bw_src = SHOAL_TUNE_BW_MEASURED;
+        shoal_tune_cache_write(path, m);
+    } else {
+        m->copy_cache_mbs = m->copy_mem_mbs = m->reduce_mem_mbs = 0;
+    }
+    if (lock >= 0) {
+        close(lock); /* releases the flock */
+    }
+}
+
+static pthread_mutex_t shoal_tune_lock_mu = PTHREAD_MUTEX_INITIALIZER;
+static shoal_tune_machine_t shoal_tune_cached;
+static int shoal_tune_cached_mode = -1;
+
+static void shoal_tune_machine_build(int mode, shoal_tune_machine_t *m)
+{
+    shoal_topo_summary_t sum;
+    int given = 0;
+
+    memset(m, 0, sizeof(*m));
+    shoal_topo_discover(mode, &sum);
+    m->l1d_kb = sum.l1d_kb;
+    m->l2_kb = sum.l2_kb;
+    m->l3_kb = sum.l3_kb;
+    m->ncores = sum.ncores;
+    m->cache_src = sum.source;
+    if (shoal_tune_config.machine != NULL && shoal_tune_config.machine[0] != '\0') {
+        shoal_tune_machine_t g = *m;
+        g.copy_cache_mbs = g.copy_mem_mbs = g.reduce_mem_mbs = 0;
+        given = shoal_tune_machine_parse(shoal_tune_config.machine, &g);
+        if (given < 0) {
+            shoal_warn(COLL, "SHOAL_TUNE_MACHINE='%s' is malformed (want e.g. 'l2=1m l3=32m "
+                       "copy=9.5 copy_cache=40 reduce=8'): ignored", shoal_tune_config.machine);
+            given = 0;
+        } else {
+            if ((given & 1) != 0) {
+                m->l1d_kb = g.l1d_kb, m->l2_kb = g.l2_kb, m->l3_kb = g.l3_kb;
+                m->cache_src = SHOAL_TUNE_CACHE_GIVEN;
+            }
+            if ((given & 2) != 0) {
+                m->copy_cache_mbs = g.copy_cache_mbs;
+                m->copy_mem_mbs = g.copy_mem_mbs;
+                m->reduce_mem_mbs = g.reduce_mem_mbs;
+                m->bw_src = SHOAL_TUNE_BW_GIVEN;
+            }
+        }
+    }
+    if ((given & 2) == 0 && shoal_tune_config.enable) {
+        shoal_tune_rates(m);
+    }
+}
+
+void shoal_tune_machine_local(int mode, shoal_tune_machine_t *m)
+{
+    pthread_mutex_lock(&shoal_tune_lock_mu);
+    if (shoal_tune_cached_mode != mode) {
+        shoal_tune_machine_build(mode, &shoal_tune_cached);
+        shoal_tune_cached_mode = mode;
+    }
+    *m = shoal_tune_cached;
+    pthread_mutex_unlock(&shoal_tune_lock_mu);
+}

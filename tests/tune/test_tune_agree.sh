@@ -1,0 +1,117 @@
+#!/bin/sh
+# Settings that follow the machine (src/tune):
+#  - under shoalrun, rank 1 is given another machine profile (and an explicit setting of its
+#    own): every rank must still use rank 0's values (tune_rank checks; shm and tcp);
+#  - shoal_info -t prints the profile and each setting with its source: derived, env, file
+#    (SHOAL_TUNING_FILE 'set' line, SHOAL_CONF_FILE), default (SHOAL_TUNE=0); the measurement
+#    is cached per host (a second run reads it; a file others may write is not trusted);
+#    caches are found both by sysfs and (where built in) hwloc.
+# Environment: top_builddir, top_srcdir (set by make check).
+
+builddir=${top_builddir:-.}
+srcdir=${top_srcdir:-$(dirname "$0")/../..}
+shoalrun=$builddir/shoalrun
+info=$builddir/shoal_info
+rankp=$builddir/tests/tune/tune_rank
+timeout=120
+n_tap=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_tune.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ ! -x "$shoalrun" ] || [ ! -x "$info" ] || [ ! -x "$rankp" ]; then
+    echo "1..0 # SKIP shoalrun, shoal_info or tune_rank not built"
+    exit 0
+fi
+# shellcheck source=tests/mp/run_lib.sh
+. "$srcdir/tests/mp/run_lib.sh"
+
+m0="l2=2m,l3=32m,copy_cache=20,copy=9,reduce=8"
+m1="l2=256k,l3=8m,copy_cache=160,copy=2,reduce=1"
+export SHOAL_TUNE_CACHE_DIR="$tmp"
+mp_job "shm n=3" 3 "SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1" "$rankp"
+mp_job "shm n=2, rank 1 sets SHOAL_CHUNK_SIZE" 2 \
+    "SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1 TUNE_TEST_RANK1_ENV=SHOAL_CHUNK_SIZE=256k" \
+    "$rankp"
+if grep -q "is not rank 0's" "$tmp/err"; then
+    n_tap=$((n_tap + 1)); echo "ok $n_tap - rank 1 is told its SHOAL_CHUNK_SIZE lost to rank 0's"
+else
+    n_tap=$((n_tap + 1)); echo "not ok $n_tap - rank 1 did not warn about its own SHOAL_CHUNK_SIZE"
+fi
+mp_job "tcp n=3" 3 "SHOAL_TRANSPORT=tcp SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1" \
+    "$rankp"
+
+# check LABEL PATTERN FILE: one TAP line, ok if the extended regex matches a line of FILE.
+check() {
+    n_tap=$((n_tap + 1))
+    if grep -Eq "$2" "$3"; then
+        echo "ok $n_tap - $1"
+    else
+        echo "not ok $n_tap - $1 (no line matches '$2')"
+        sed -e 's/^/# /' "$3" | grep -i -E 'setting|cache|memory|chunk|shm_|model' | head -n 20
+    fi
+}
+info_t() {
+    env -u SHOAL_TUNE_MACHINE "$@" "$info" -t -n 2 >"$tmp/info" 2>"$tmp/info.err"
+}
+
+rm -f "$tmp"/shoal-tune-*
+info_t
+check "shoal_info -t: first run measures" "memory \(measured now\): copy in L2 [0-9.]+ GB/s" "$tmp/info"
+check "shoal_info -t: the window is derived from the L2" \
+    "shm_window +[0-9]+[km] +derived +L2 [0-9]+ KiB / 2" "$tmp/info"
+check "shoal_info -t: the one-shot limit is derived from the copy rate" \
+    "shm_oneshot_max +[0-9]+k? +derived +2048 x copy in L2" "$tmp/info"
+check "shoal_info -t: the model's copy rate is the measured one" \
+    "model_copy_rate +[0-9.]+GB/s +derived +8000 x copy from memory [0-9.]+ / 12.0 GB/s" "$tmp/info"
+n_tap=$((n_tap + 1))
+f=$(ls "$tmp"/shoal-tune-* 2>/dev/null | grep -v '\.lock$' | head -n 1)
+if [ -n "$f" ] && [ "$(stat -c %a "$f")" = 600 ]; then
+    echo "ok $n_tap - the measurement is cached per host in a 0600 file"
+else
+    echo "not ok $n_tap - no per-host cache file in $tmp: $(ls "$tmp")"
+fi
+info_t
+check "shoal_info -t: second run reads the per-host cache" "memory \(measured earlier, per-host cache file\)" "$tmp/info"
+[ -n "$f" ] && touch -d '8 days ago' "$f"
+info_t
+check "a cache file older than a week is measured again" "memory \(measured now\)" "$tmp/info"
+[ -n "$f" ] && chmod 0620 "$f"
+info_t
+check "a cache file others may write is not trusted: measured again" "memory \(measured now\)" "$tmp/info"
+
+info_t SHOAL_SHM_WINDOW=128k
+check "SHOAL_SHM_WINDOW wins over the derived value" "shm_window +128k +env +SHOAL_SHM_WINDOW" "$tmp/info"
+printf 'shm lat 1.0 bw 5.0\nset CHUNK_SIZE 256k\nset SHM_WINDOW 1m\ncopy lat 0 bw 3.5\n' >"$tmp/tuning"
+info_t SHOAL_TUNING_FILE="$tmp/tuning" SHOAL_SHM_WINDOW=128k
+check "a tuning file 'set' line wins over the derived value" \
+    "chunk_size +256k +file +set CHUNK_SIZE in SHOAL_TUNING_FILE" "$tmp/info"
+check "the environment wins over the tuning file" "shm_window +128k +env" "$tmp/info"
+check "the tuning file's copy line sets the model's rate" "model_copy_rate +3.50GB/s +file" "$tmp/info"
+printf 'SHOAL_SHM_LL_MAX=512\n' >"$tmp/conf"
+info_t SHOAL_CONF_FILE="$tmp/conf"
+check "SHOAL_CONF_FILE wins over the derived value" \
+    "shm_ll_max +512 +file +SHOAL_SHM_LL_MAX in SHOAL_CONF_FILE" "$tmp/info"
+info_t SHOAL_TUNE=0
+check "SHOAL_TUNE=0: the fixed defaults" "shm_window +512k +default +SHOAL_TUNE=0" "$tmp/info"
+info_t SHOAL_TUNE_MACHINE="$m1"
+check "SHOAL_TUNE_MACHINE gives the profile" \
+    "shm_window +128k +derived +L2 256 KiB / 2" "$tmp/info"
+
+# discovery: sysfs and, where built in, hwloc give the same L2 as the kernel
+l2=""
+for d in /sys/devices/system/cpu/cpu0/cache/index*; do
+    [ "$(cat "$d/level" 2>/dev/null)" = 2 ] && l2=$(sed 's/K$//' "$d/size") && break
+done
+if [ -z "$l2" ] || ! echo "$l2" | grep -Eq '^[0-9]+$'; then
+    n_tap=$((n_tap + 1)); echo "ok $n_tap # SKIP no L2 size in sysfs"
+else
+    info_t SHOAL_TOPO_DISCOVERY=sysfs
+    check "caches found by sysfs" "caches \(sysfs\): L1d [0-9]+ KiB, L2 $l2 KiB" "$tmp/info"
+    if "$info" -b 2>/dev/null | grep -Eq 'hwloc +found: yes built in'; then
+        info_t SHOAL_TOPO_DISCOVERY=hwloc
+        check "caches found by hwloc" "caches \(hwloc\): L1d [0-9]+ KiB, L2 $l2 KiB" "$tmp/info"
+    else
+        n_tap=$((n_tap + 1)); echo "ok $n_tap # SKIP hwloc not built in"
+    fi
+fi
+echo "1..$n_tap"

@@ -1,0 +1,169 @@
+/* src/tune: derivation from a machine profile (deterministic), explicit settings winning
+ * (environment, SHOAL_CONF_FILE, SHOAL_TUNING_FILE), SHOAL_TUNE_MACHINE, the measurement. */
+#include "tune/tune.h"
+
+#include "tests/tap.h"
+#include "topo/topo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *what;
+    shoal_tune_machine_t m;
+    uint64_t want[SHOAL_TUNE_NKNOBS];
+} tune_case_t;
+
+static const tune_case_t tune_cases[] = {
+    /* the reference machine: the old constants come back */
+    {"1 MiB L2, 55 GB/s in L2", {.l2_kb = 1024, .copy_cache_mbs = 55000, .copy_mem_mbs = 12000,
+                                 .reduce_mem_mbs = 12500},
+     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000}},
+    /* 2 MiB L2 and half the rates: larger windows, smaller one-shot, slower model */
+    {"2 MiB L2, half the rates", {.l2_kb = 2048, .copy_cache_mbs = 27500, .copy_mem_mbs = 6000,
+                                  .reduce_mem_mbs = 6250},
+     {1 << 20, 1 << 20, 1024, 8192, 64, 4000, 2000}},
+    /* small L2, fast copies: the chunk clamps at the bottom, larger LL */
+    {"256 KiB L2, 4x the rates", {.l2_kb = 256, .copy_cache_mbs = 220000,
+                                  .copy_mem_mbs = 48000, .reduce_mem_mbs = 50000},
+     {128 << 10, 128 << 10, 8192, 65536, 256, 32000, 16000}},
+    /* nearest power of two on a log scale: 1.5x rounds up, 1.3x down */
+    {"1.5x the copy rate", {.l2_kb = 1024, .copy_cache_mbs = 82500, .copy_mem_mbs = 12000,
+                            .reduce_mem_mbs = 12500},
+     {512 << 10, 512 << 10, 4096, 32768, 128, 8000, 4000}},
+    {"1.3x the copy rate", {.l2_kb = 1024, .copy_cache_mbs = 71500, .copy_mem_mbs = 12000,
+                            .reduce_mem_mbs = 12500},
+     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000}},
+    /* huge caches and rates: clamps at the top */
+    {"64 MiB L2, 4 TB/s", {.l2_kb = 65536, .copy_cache_mbs = 4000000, .copy_mem_mbs = 3000,
+                           .reduce_mem_mbs = 2500},
+     {1 << 20, 4 << 20, 32768, 131072, 4096, 2000, 800}},
+};
+
+static void test_derive(void)
+{
+    for (size_t i = 0; i < sizeof(tune_cases) / sizeof(tune_cases[0]); i++) {
+        const tune_case_t *c = &tune_cases[i];
+        shoal_tune_t a, b;
+        int all = 1;
+        shoal_tune_derive(&c->m, &a);
+        shoal_tune_derive(&c->m, &b);
+        for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+            all &= tap_is_int((long long)a.value[k], (long long)c->want[k], "%s: %s", c->what,
+                              shoal_tune_knob_names[k]);
+            all &= a.src[k] == SHOAL_TUNE_SRC_DERIVED;
+        }
+        tap_ok(all, "%s: every setting derived", c->what);
+        tap_ok(memcmp(&a, &b, sizeof(a)) == 0, "%s: deterministic (same bytes twice)", c->what);
+    }
+}
+
+static void test_derive_unknown(void)
+{
+    shoal_tune_machine_t none = {0};
+    shoal_tune_t t;
+    int all = 1;
+    static const uint64_t dflt[SHOAL_TUNE_NKNOBS] = {512 << 10, 512 << 10, 2048, 16384, 64,
+                                                     8000, 4000};
+    shoal_tune_derive(&none, &t);
+    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        all &= t.src[k] == SHOAL_TUNE_SRC_DEFAULT && t.value[k] == dflt[k] && t.why[k][0] != 0;
+    }
+    tap_ok(all, "nothing known: every setting is its old default, with a reason");
+}
+
+/* SHOAL_SHM_WINDOW=128k and SHOAL_SHM_ONESHOT_MAX=0 (automatic) in the environment,
+ * SHOAL_SHM_LL_MAX=256 in SHOAL_CONF_FILE (set up by main before the config is read). */
+static void test_override(void)
+{
+    shoal_tune_t t;
+    const char *text = "# a tuning file\nshm lat 1.5 bw 6 send 0.3 recv 0.3\n"
+                       "set CHUNK_SIZE 256k\nset SHOAL_SHM_WINDOW 2m   # loses to env\n"
+                       "set SHM_LL_MAX 1k\ncopy lat 0 bw 3.5\nreduce lat 0 bw 2\n";
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    tap_is_int(shoal_tune_override(&t, text), SHOAL_OK, "a tuning file with 'set' lines");
+    tap_is_int((long long)t.value[SHOAL_TUNE_SHM_WINDOW], 128 << 10, "env wins over the file");
+    tap_is_int(t.src[SHOAL_TUNE_SHM_WINDOW], SHOAL_TUNE_SRC_ENV, "... and says env");
+    tap_ok(strstr(t.why[SHOAL_TUNE_SHM_WINDOW], "SHOAL_SHM_WINDOW") != NULL, "... naming it: %s",
+           t.why[SHOAL_TUNE_SHM_WINDOW]);
+    tap_is_int((long long)t.value[SHOAL_TUNE_SHM_LL_MAX], 256,
+               "SHOAL_CONF_FILE wins over the tuning file");
+    tap_is_int(t.src[SHOAL_TUNE_SHM_LL_MAX], SHOAL_TUNE_SRC_FILE, "... and says file");
+    tap_ok(strstr(t.why[SHOAL_TUNE_SHM_LL_MAX], "SHOAL_CONF_FILE") != NULL, "... naming it: %s",
+           t.why[SHOAL_TUNE_SHM_LL_MAX]);
+    tap_is_int((long long)t.value[SHOAL_TUNE_CHUNK], 256 << 10, "tuning file wins over derived");
+    tap_is_int(t.src[SHOAL_TUNE_CHUNK], SHOAL_TUNE_SRC_FILE, "... and says file");
+    tap_is_int((long long)t.value[SHOAL_TUNE_COPY_MBS], 3500, "the file's copy rate");
+    tap_is_int((long long)t.value[SHOAL_TUNE_REDUCE_MBS], 2000, "the file's reduce rate");
+    tap_is_int((long long)t.value[SHOAL_TUNE_SHM_ONESHOT_OWN], 2048,
+               "SHOAL_SHM_ONESHOT_MAX=0 is automatic: derived");
+    tap_is_int(t.src[SHOAL_TUNE_SHM_ONESHOT_OWN], SHOAL_TUNE_SRC_DERIVED, "... and says so");
+
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    tap_is_int(shoal_tune_override(&t, "set NO_SUCH_KNOB 1\nset CHUNK_SIZE 1m\nset CHUNK_SIZE\n"),
+               SHOAL_ERR_INVALID_ARG, "unknown or incomplete 'set' lines are refused");
+    tap_is_int((long long)t.value[SHOAL_TUNE_CHUNK], 1 << 20, "... the good line still applies");
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    tap_is_int(shoal_tune_override(&t, "set CHUNK_SIZE lots\n"), SHOAL_ERR_INVALID_ARG,
+               "a value that is no size is refused");
+    tap_is_int(t.src[SHOAL_TUNE_CHUNK], SHOAL_TUNE_SRC_DERIVED, "... and changes nothing");
+}
+
+static void test_topo_parser(void)
+{
+    shoal_tuning_t tt;
+    tap_is_int(shoal_tuning_parse("shm lat 1 bw 5\nset CHUNK_SIZE 256k\ncopy lat 0 bw 3\n", &tt),
+               SHOAL_OK, "the link-profile parser skips 'set' lines");
+    tap_ok(tt.have[SHOAL_LINK_SHM] && tt.copy_gbs == 3.0, "... and reads the rest");
+}
+
+static void test_machine_parse(void)
+{
+    shoal_tune_machine_t m = {0};
+    tap_is_int(shoal_tune_machine_parse("l1d=48k l2=2m l3=105m copy=7.5 copy_cache=30 reduce=6",
+                                        &m), 3, "SHOAL_TUNE_MACHINE: caches and rates");
+    tap_ok(m.l1d_kb == 48 && m.l2_kb == 2048 && m.l3_kb == 105 * 1024 &&
+           m.copy_mem_mbs == 7500 && m.copy_cache_mbs == 30000 && m.reduce_mem_mbs == 6000,
+           "... parsed");
+    tap_is_int(shoal_tune_machine_parse("l2=512k", &m), 1, "caches only");
+    tap_is_int(shoal_tune_machine_parse("l2=lots", &m), -1, "a bad size");
+    tap_is_int(shoal_tune_machine_parse("copy=-1", &m), -1, "a bad rate");
+    tap_is_int(shoal_tune_machine_parse("l2", &m), -1, "no value");
+    tap_is_int(shoal_tune_machine_parse("l4=1m", &m), -1, "an unknown field");
+}
+
+static void test_measure(void)
+{
+    shoal_tune_machine_t caches = {.l2_kb = 1024, .l3_kb = 4096}, m = {0};
+    tap_is_int(shoal_tune_measure(&caches, &m), 0, "the measurement runs");
+    tap_ok(m.copy_cache_mbs > 100 && m.copy_mem_mbs > 100 && m.reduce_mem_mbs > 100,
+           "... and gives rates above 0.1 GB/s (in L2 %.2f, memory %.2f, reduce %.2f GB/s)",
+           m.copy_cache_mbs / 1e3, m.copy_mem_mbs / 1e3, m.reduce_mem_mbs / 1e3);
+}
+
+int main(void)
+{
+    char conf[] = "/tmp/test_tune_conf.XXXXXX";
+    int fd = mkstemp(conf);
+
+    if (fd < 0 || write(fd, "SHOAL_SHM_LL_MAX=256\n", 21) != 21) {
+        tap_bail("cannot write %s", conf);
+    }
+    close(fd);
+    setenv("SHOAL_CONF_FILE", conf, 1);
+    setenv("SHOAL_SHM_WINDOW", "128k", 1);
+    setenv("SHOAL_SHM_ONESHOT_MAX", "0", 1);
+    unsetenv("SHOAL_CHUNK_SIZE");
+    unsetenv("SHOAL_SHM_LL_MAX");
+    shoal_config_global_init();
+    test_derive();
+    test_derive_unknown();
+    test_override();
+    test_topo_parser();
+    test_machine_parse();
+    test_measure();
+    unlink(conf);
+    return tap_done();
+}
