@@ -1,7 +1,19 @@
 // shoal as a torch.distributed backend: a c10d::Backend whose collectives run on a shoal
-// communicator. Each backend owns one worker thread that runs its operations in issue order
+// communicator.
+//
+// CPU tensors: each backend owns one worker thread that runs their operations in issue order
 // (shoal's blocking host calls); a Work completes, and its future is marked, when the worker
 // finishes it, so async_op=True and DDP's communication hooks overlap with the caller.
+//
+// CUDA tensors (extension built with SHOAL_TORCH_CUDA): the operation is issued on the
+// caller's thread as stream-ordered shoal calls on the current CUDA stream of the tensors'
+// device; shoal returns at once, the stream runs the collective after the work queued on it
+// before, and the work queued after waits for it. The Work records a CUDA event behind the
+// call: wait() makes the caller's current stream wait for it (the host does not block),
+// isCompleted() queries it, and its future is CUDA-aware (completed at once, in stream order,
+// as NCCL's), so DDP and its communication hooks chain on it without a host sync.
+// Both kinds go to one communicator in one issue order: a CUDA call first waits until the CPU
+// operations queued before it on the worker are done (they took their places in shoal's order).
 //
 // Rendezvous goes through the c10d Store that torch hands a backend: rank 0 creates the unique
 // id and sets it, the others get it (blocking up to the store's timeout). The process group's
@@ -16,11 +28,20 @@
 #include <torch/csrc/distributed/c10d/Utils.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#ifdef SHOAL_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -80,16 +101,29 @@ shoal_op_t to_shoal_op(const c10d::ReduceOp &op)
     }
 }
 
-// Every tensor handed to shoal: dense, contiguous, on the CPU, of a dtype shoal has.
+#ifdef SHOAL_TORCH_CUDA
+constexpr bool kCudaBuilt = true;
+#else
+constexpr bool kCudaBuilt = false;
+#endif
+
+// Every tensor handed to shoal: dense, contiguous, on the CPU (or a CUDA device in a CUDA
+// build), of a dtype shoal has.
 void check_tensor(const at::Tensor &t, const char *what)
 {
     TORCH_CHECK_VALUE(t.defined(), "shoal backend: ", what, " is undefined");
     if (t.layout() != at::kStrided) {
         unsupported(std::string(what) + ": only dense (strided) tensors are supported");
     }
-    if (!t.device().is_cpu()) {
+    if (t.device().is_cuda() && !kCudaBuilt) {
         unsupported(std::string(what) + " is on " + t.device().str() +
-                    "; this build of the shoal backend takes CPU tensors only");
+                    "; this build of the shoal backend takes CPU tensors only (it was built "
+                    "without CUDA: rebuild it where torch has CUDA, the CUDA toolkit is found "
+                    "and libshoal was built with CUDA; see SHOAL_TORCH_CUDA in setup.py)");
+    }
+    if (!t.device().is_cpu() && !t.device().is_cuda()) {
+        unsupported(std::string(what) + " is on " + t.device().str() +
+                    "; the shoal backend takes CPU and CUDA tensors");
     }
     if (t.is_complex()) {
         unsupported(std::string(what) + ": complex tensors are not supported");
@@ -113,6 +147,40 @@ void check_same(const at::Tensor &a, const at::Tensor &b, const char *what)
 {
     TORCH_CHECK_VALUE(a.scalar_type() == b.scalar_type(), "shoal backend: ", what,
                       ": dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
+}
+
+// The one device of a call's tensors: all on the CPU, or all on one CUDA device (CPU when the
+// call has none, as barrier). A mix is refused before anything runs.
+c10::Device call_device(const std::vector<at::Tensor> &ts, const char *what)
+{
+    c10::Device dev(c10::kCPU);
+    bool first = true;
+    for (const auto &t : ts) {
+        if (!t.defined()) {
+            continue;
+        }
+        if (first) {
+            dev = t.device();
+            first = false;
+            continue;
+        }
+        if (t.device() == dev) {
+            continue;
+        }
+        TORCH_CHECK_VALUE(t.device().type() != dev.type(), "shoal backend: ", what,
+                          " has tensors on two devices (", dev, " and ", t.device(),
+                          "); every tensor of one call must be on the same device");
+        TORCH_CHECK_VALUE(false, "shoal backend: ", what, " mixes CPU and CUDA tensors (",
+                          dev, " and ", t.device(),
+                          "); every tensor of one call must be on the same device");
+    }
+    return dev;
+}
+
+// The title of a Work without the "shoal:" prefix, for messages.
+const char *op_name(const char *title)
+{
+    return strncmp(title, "shoal:", 6) == 0 ? title + 6 : title;
 }
 
 // The exception a failed shoal call becomes: torch.distributed.DistBackendError (a
@@ -156,6 +224,137 @@ class ShoalWork : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// The communicator, destroyed when the backend and every CUDA Work that may still look at its
+// error are gone.
+struct CommRef {
+    shoal_comm_t comm = nullptr;
+    ~CommRef()
+    {
+        if (comm != nullptr) {
+            shoal_comm_destroy(comm);
+        }
+    }
+};
+
+// A failed communicator: shoal_comm_last_error says "no error" while it is usable
+// (src/core/comm.c), and why it failed (or that it was aborted) once it is not. A
+// stream-ordered call that fails later (a peer died while the stream waited) releases its
+// stream and fails the communicator; this is how that failure is seen without another call.
+bool comm_failed(shoal_comm_t comm, std::string *why)
+{
+    const char *e = shoal_comm_last_error(comm);
+    if (e == nullptr || strcmp(e, "no error") == 0) {
+        return false;
+    }
+    *why = e;
+    return true;
+}
+
+#ifdef SHOAL_TORCH_CUDA
+// A Work of CUDA tensors: the operation is on its stream; the event recorded behind it marks
+// its end. Like NCCL's WorkNCCL (not copied): wait() and synchronize() make the caller's
+// current stream wait for the event and return at once; isCompleted() queries the event; the
+// future is CUDA-aware and completed at once (its value is ready in stream order), so
+// then-callbacks and DDP's hooks run on streams that wait for the event. A failure found
+// after the call returned (a peer died) fails the communicator and releases the stream with
+// undefined results: once the event passed, a failed communicator makes isCompleted() report
+// the error and wait() raise it, and every later call raises it at once.
+class ShoalCudaWork : public c10d::Work {
+  public:
+    ShoalCudaWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+                  c10::Device dev, const c10::cuda::CUDAStream &stream,
+                  std::shared_ptr<CommRef> comm, std::string who,
+                  std::chrono::milliseconds timeout)
+        : c10d::Work(rank, type, title), outputs_(std::move(outputs)), dev_(dev),
+          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title)),
+          timeout_(timeout)
+    {
+        event_.record(stream);
+        future_ = c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{dev});
+        c10::cuda::CUDAStreamGuard guard(stream); // the future's events go on this stream
+        future_->markCompleted(c10::IValue(outputs_));
+    }
+
+    std::vector<at::Tensor> result() override { return outputs_; }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    std::chrono::milliseconds getTimeout() const override { return timeout_; }
+
+    bool isCompleted() override
+    {
+        if (settled_.load(std::memory_order_acquire)) {
+            return true;
+        }
+        if (!event_.query()) {
+            return false;
+        }
+        settle();
+        return true;
+    }
+
+    void synchronize() override
+    {
+        c10::cuda::CUDAGuard guard(dev_);
+        event_.block(c10::cuda::getCurrentCUDAStream(dev_.index()));
+    }
+
+    // The current stream waits for the operation; the host blocks only when the caller gives
+    // a timeout (then up to it). Raises the communicator's failure once the event passed.
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        synchronize();
+        if (timeout != ::kNoTimeout) {
+            auto deadline = std::chrono::steady_clock::now() + timeout;
+            while (!isCompleted()) {
+                if (std::chrono::steady_clock::now() >= deadline) {
+                    C10_THROW_ERROR(DistBackendError,
+                                    who_ + ": " + title_ + " on " + dev_.str() +
+                                        " did not complete within the wait's timeout of " +
+                                        std::to_string(timeout.count()) + " ms");
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+        } else {
+            (void)isCompleted();
+        }
+        std::exception_ptr err = exception();
+        if (err) {
+            std::rethrow_exception(err);
+        }
+        return true;
+    }
+
+  private:
+    void settle()
+    {
+        std::lock_guard<std::mutex> g(settle_mu_);
+        if (settled_.load(std::memory_order_relaxed)) {
+            return;
+        }
+        std::string why;
+        std::exception_ptr err;
+        if (comm_failed(comm_->comm, &why)) {
+            err = make_error(who_ + ": " + title_ + " on " + dev_.str() +
+                             " ran on a communicator that failed (its stream was released, the "
+                             "results are undefined): " + why);
+        }
+        finish(err);
+        settled_.store(true, std::memory_order_release);
+    }
+
+    std::vector<at::Tensor> outputs_;
+    c10::Device dev_;
+    std::shared_ptr<CommRef> comm_;
+    std::string who_;
+    std::string title_;
+    std::chrono::milliseconds timeout_;
+    at::cuda::CUDAEvent event_; // cudaEventDisableTiming
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+    std::mutex settle_mu_;
+    std::atomic<bool> settled_{false};
+};
+#endif
+
 class ShoalBackend : public c10d::Backend {
   public:
     ShoalBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -178,6 +377,8 @@ class ShoalBackend : public c10d::Backend {
         long long ms = timeout.count();
         cfg.timeout_ms = ms <= 0 ? -1 : (ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms));
         check_init(shoal_comm_init(&comm_, size, rank, &uid, &cfg), "shoal_comm_init");
+        comm_ref_ = std::make_shared<CommRef>();
+        comm_ref_->comm = comm_;
         worker_ = std::thread([this] { run_worker(); });
     }
 
@@ -192,9 +393,7 @@ class ShoalBackend : public c10d::Backend {
             worker_.join();
         }
         done_.clear();
-        if (comm_ != nullptr) {
-            shoal_comm_destroy(comm_);
-        }
+        comm_ref_.reset(); // destroys the communicator unless a CUDA Work still holds it
     }
 
     const std::string getBackendName() const override { return "shoal"; }
@@ -220,9 +419,10 @@ class ShoalBackend : public c10d::Backend {
         check_root(opts.rootRank);
         at::Tensor t = tensors[0];
         int root = static_cast<int>(opts.rootRank);
-        return enqueue(c10d::OpType::BROADCAST, "shoal:broadcast", {t}, [=, this] {
+        return enqueue(c10d::OpType::BROADCAST, "shoal:broadcast", {t},
+                       [=, this](void *stream, std::string *) {
             return shoal_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t),
-                                   root, comm_, nullptr);
+                                   root, comm_, stream);
         });
     }
 
@@ -232,9 +432,10 @@ class ShoalBackend : public c10d::Backend {
         check_single(tensors, "all_reduce tensor");
         at::Tensor t = tensors[0];
         shoal_op_t op = to_shoal_op(opts.reduceOp);
-        return enqueue(c10d::OpType::ALLREDUCE, "shoal:all_reduce", {t}, [=, this] {
+        return enqueue(c10d::OpType::ALLREDUCE, "shoal:all_reduce", {t},
+                       [=, this](void *stream, std::string *) {
             return shoal_allreduce(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t), op,
-                                   comm_, nullptr);
+                                   comm_, stream);
         });
     }
 
@@ -249,11 +450,11 @@ class ShoalBackend : public c10d::Backend {
         shoal_op_t op = to_shoal_op(opts.reduceOp);
         std::vector<at::Tensor> ts = tensors;
         return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "shoal:allreduce_coalesced", ts,
-                       [=, this] {
+                       [=, this](void *stream, std::string *) {
                            at::Tensor flat = at::cat(flatten_all(ts));
                            shoal_status_t st = shoal_allreduce(
                                flat.data_ptr(), flat.data_ptr(), flat.numel(),
-                               to_shoal_dtype(flat), op, comm_, nullptr);
+                               to_shoal_dtype(flat), op, comm_, stream);
                            if (st == SHOAL_OK) {
                                unflatten_into(flat, ts);
                            }
@@ -269,9 +470,10 @@ class ShoalBackend : public c10d::Backend {
         at::Tensor t = tensors[0];
         shoal_op_t op = to_shoal_op(opts.reduceOp);
         int root = static_cast<int>(opts.rootRank);
-        return enqueue(c10d::OpType::REDUCE, "shoal:reduce", {t}, [=, this] {
+        return enqueue(c10d::OpType::REDUCE, "shoal:reduce", {t},
+                       [=, this](void *stream, std::string *) {
             return shoal_reduce(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t), op,
-                                root, comm_, nullptr);
+                                root, comm_, stream);
         });
     }
 
@@ -284,16 +486,17 @@ class ShoalBackend : public c10d::Backend {
         check_list(outputs[0], inputs[0], "all_gather");
         at::Tensor in = inputs[0];
         std::vector<at::Tensor> outs = outputs[0];
-        return enqueue(c10d::OpType::ALLGATHER, "shoal:all_gather", outs, [=, this] {
+        auto fn = [=, this](void *stream, std::string *) {
             at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()},
                                         in.options());
             shoal_status_t st = shoal_allgather(in.data_ptr(), flat.data_ptr(), in.numel(),
-                                                to_shoal_dtype(in), comm_, nullptr);
+                                                to_shoal_dtype(in), comm_, stream);
             if (st == SHOAL_OK) {
                 unflatten_into(flat, outs);
             }
             return st;
-        });
+        };
+        return enqueue(c10d::OpType::ALLGATHER, "shoal:all_gather", outs, fn, {in});
     }
 
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
@@ -308,10 +511,11 @@ class ShoalBackend : public c10d::Backend {
                           input.numel() * getSize());
         at::Tensor in = input, out = output;
         return enqueue(c10d::OpType::_ALLGATHER_BASE, "shoal:all_gather_into_tensor", {out},
-                       [=, this] {
+                       [=, this](void *stream, std::string *) {
                            return shoal_allgather(in.data_ptr(), out.data_ptr(), in.numel(),
-                                                  to_shoal_dtype(in), comm_, nullptr);
-                       });
+                                                  to_shoal_dtype(in), comm_, stream);
+                       },
+                       {in});
     }
 
     c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -346,24 +550,26 @@ class ShoalBackend : public c10d::Backend {
                               "shoal backend: gather: only the root passes outputs");
         }
         int me = getRank(), n = getSize();
-        return enqueue(c10d::OpType::GATHER, "shoal:gather", outs, [=, this] {
+        auto fn = [=, this](void *stream, std::string *) {
             shoal_dtype_t dt = to_shoal_dtype(in);
             if (me != root) {
-                return shoal_send(in.data_ptr(), in.numel(), dt, root, comm_, nullptr);
+                return shoal_send(in.data_ptr(), in.numel(), dt, root, comm_, stream);
             }
             for (int r = 0; r < n; r++) {
                 shoal_status_t st = SHOAL_OK;
                 if (r == me) {
                     outs[r].copy_(in.view(outs[r].sizes()));
                 } else {
-                    st = shoal_recv(outs[r].data_ptr(), outs[r].numel(), dt, r, comm_, nullptr);
+                    st = shoal_recv(outs[r].data_ptr(), outs[r].numel(), dt, r, comm_,
+                                    stream);
                 }
                 if (st != SHOAL_OK) {
                     return st;
                 }
             }
             return SHOAL_OK;
-        });
+        };
+        return enqueue(c10d::OpType::GATHER, "shoal:gather", outs, fn, {in});
     }
 
     c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
@@ -381,24 +587,25 @@ class ShoalBackend : public c10d::Backend {
             ins = inputs[0];
         }
         int me = getRank(), n = getSize();
-        return enqueue(c10d::OpType::SCATTER, "shoal:scatter", {out}, [=, this] {
+        auto fn = [=, this](void *stream, std::string *) {
             shoal_dtype_t dt = to_shoal_dtype(out);
             if (me != root) {
-                return shoal_recv(out.data_ptr(), out.numel(), dt, root, comm_, nullptr);
+                return shoal_recv(out.data_ptr(), out.numel(), dt, root, comm_, stream);
             }
             for (int r = 0; r < n; r++) {
                 shoal_status_t st = SHOAL_OK;
                 if (r == me) {
                     out.copy_(ins[r].view(out.sizes()));
                 } else {
-                    st = shoal_send(ins[r].data_ptr(), ins[r].numel(), dt, r, comm_, nullptr);
+                    st = shoal_send(ins[r].data_ptr(), ins[r].numel(), dt, r, comm_, stream);
                 }
                 if (st != SHOAL_OK) {
                     return st;
                 }
             }
             return SHOAL_OK;
-        });
+        };
+        return enqueue(c10d::OpType::SCATTER, "shoal:scatter", {out}, fn, ins);
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -411,11 +618,12 @@ class ShoalBackend : public c10d::Backend {
         at::Tensor out = outputs[0];
         std::vector<at::Tensor> ins = inputs[0];
         shoal_op_t op = to_shoal_op(opts.reduceOp);
-        return enqueue(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", {out}, [=, this] {
+        auto fn = [=, this](void *stream, std::string *) {
             at::Tensor flat = at::cat(flatten_all(ins));
             return shoal_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(),
-                                        to_shoal_dtype(out), op, comm_, nullptr);
-        });
+                                        to_shoal_dtype(out), op, comm_, stream);
+        };
+        return enqueue(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", {out}, fn, ins);
     }
 
     c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -431,11 +639,12 @@ class ShoalBackend : public c10d::Backend {
         at::Tensor in = input, out = output;
         shoal_op_t op = to_shoal_op(opts.reduceOp);
         return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_tensor", {out},
-                       [=, this] {
+                       [=, this](void *stream, std::string *) {
                            return shoal_reduce_scatter(in.data_ptr(), out.data_ptr(),
                                                        out.numel(), to_shoal_dtype(out), op,
-                                                       comm_, nullptr);
-                       });
+                                                       comm_, stream);
+                       },
+                       {in});
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
@@ -472,6 +681,9 @@ class ShoalBackend : public c10d::Backend {
             check_same(inputs[r], inputs[0], "all_to_all");
             check_same(outputs[r], inputs[0], "all_to_all");
         }
+        std::vector<at::Tensor> all = inputs;
+        all.insert(all.end(), outputs.begin(), outputs.end());
+        (void)call_device(all, "all_to_all"); // before the cat below mixes them
         // One all_to_all_single with splits of whole tensors (in elements), then copy out.
         at::Tensor in = at::cat(flatten_all(inputs));
         std::vector<int64_t> ins(n), outs(n);
@@ -492,15 +704,17 @@ class ShoalBackend : public c10d::Backend {
     }
 
     // Point to point: shoal matches sends and receives between two ranks in issue order (tags
-    // are not matched, as in NCCL); both run on this group's worker in issue order.
+    // are not matched, as in NCCL); both run in this group's issue order (CPU tensors on its
+    // worker, CUDA tensors stream-ordered on the current stream).
     c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
                                         int /*tag*/) override
     {
         check_single(tensors, "send tensor");
         check_peer(dst, "send");
         at::Tensor t = tensors[0];
-        return enqueue(c10d::OpType::SEND, "shoal:send", {t}, [=, this] {
-            return shoal_send(t.data_ptr(), t.numel(), to_shoal_dtype(t), dst, comm_, nullptr);
+        return enqueue(c10d::OpType::SEND, "shoal:send", {t},
+                       [=, this](void *stream, std::string *) {
+            return shoal_send(t.data_ptr(), t.numel(), to_shoal_dtype(t), dst, comm_, stream);
         });
     }
 
@@ -510,8 +724,9 @@ class ShoalBackend : public c10d::Backend {
         check_single(tensors, "recv tensor");
         check_peer(src, "recv");
         at::Tensor t = tensors[0];
-        return enqueue(c10d::OpType::RECV, "shoal:recv", {t}, [=, this] {
-            return shoal_recv(t.data_ptr(), t.numel(), to_shoal_dtype(t), src, comm_, nullptr);
+        return enqueue(c10d::OpType::RECV, "shoal:recv", {t},
+                       [=, this](void *stream, std::string *) {
+            return shoal_recv(t.data_ptr(), t.numel(), to_shoal_dtype(t), src, comm_, stream);
         });
     }
 
@@ -521,7 +736,10 @@ class ShoalBackend : public c10d::Backend {
     }
 
   private:
-    using Fn = std::function<shoal_status_t()>;
+    // One operation as shoal calls: stream is NULL on the worker (CPU tensors, blocking host
+    // calls) or the caller's current CUDA stream (stream-ordered calls); *why may be set to a
+    // binding-level reason for a failing status.
+    using Fn = std::function<shoal_status_t(void *stream, std::string *why)>;
     struct Task {
         c10::intrusive_ptr<ShoalWork> work;
         Fn fn;
@@ -589,7 +807,9 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> barrier_work()
     {
         return enqueue(c10d::OpType::BARRIER, "shoal:barrier", {},
-                       [this] { return shoal_barrier(comm_, nullptr); });
+                       [this](void *stream, std::string *) {
+                           return shoal_barrier(comm_, stream);
+                       });
     }
 
     c10::intrusive_ptr<c10d::Work> enqueue_alltoallv(at::Tensor out, at::Tensor in,
@@ -600,11 +820,20 @@ class ShoalBackend : public c10d::Backend {
     shoal_status_t run_alltoallv(const at::Tensor &out, const at::Tensor &in,
                                  const std::vector<int64_t> &outSplits,
                                  const std::vector<int64_t> &inSplits, int64_t row,
-                                 std::string *why);
+                                 void *stream, std::string *why);
 
+    // Runs one operation: CUDA tensors on the caller's thread, stream-ordered (run_cuda), CPU
+    // tensors (and calls without tensors) on the worker. inputs: the tensors read besides the
+    // outputs (their device is checked with the outputs').
     c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title,
-                                           std::vector<at::Tensor> outputs, Fn fn)
+                                           std::vector<at::Tensor> outputs, Fn fn,
+                                           std::vector<at::Tensor> inputs = {})
     {
+        inputs.insert(inputs.end(), outputs.begin(), outputs.end());
+        c10::Device dev = call_device(inputs, op_name(title));
+        if (dev.is_cuda()) {
+            return run_cuda(type, title, std::move(outputs), inputs, fn, dev);
+        }
         if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) {
             seq_++;
         }
@@ -613,25 +842,91 @@ class ShoalBackend : public c10d::Backend {
         {
             std::lock_guard<std::mutex> g(mu_);
             queue_.push_back(Task{work, std::move(fn)});
+            pending_++;
             done.swap(done_);
         }
         cv_.notify_one();
         return work; // `done` (finished tasks and their tensors) released here, on this thread
-
     }
 
-    std::string failure(shoal_status_t st, const std::string &why)
+    // Waits until the worker has finished every task queued before (they have taken their
+    // places in the communicator's issue order), and releases them on this thread.
+    void drain()
     {
-        std::string msg = std::string("shoal backend (rank ") + std::to_string(getRank()) +
-                          " of " + std::to_string(getSize()) + "): " + shoal_status_name(st) +
-                          " (" + shoal_strerror(st) + ")";
+        std::deque<Task> done;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            idle_cv_.wait(lk, [this] { return pending_ == 0; });
+            done.swap(done_);
+        }
+    }
+
+    c10::intrusive_ptr<c10d::Work> run_cuda(c10d::OpType type, const char *title,
+                                            std::vector<at::Tensor> outputs,
+                                            const std::vector<at::Tensor> &touched, const Fn &fn,
+                                            c10::Device dev)
+    {
+#ifdef SHOAL_TORCH_CUDA
+        // shoal binds a communicator to one device at its first CUDA call
+        int idx = dev.index(), bound = -1;
+        if (!cuda_device_.compare_exchange_strong(bound, idx) && bound != idx) {
+            TORCH_CHECK_VALUE(false, "shoal backend: ", op_name(title), " on ", dev,
+                              ", but this process group's CUDA calls use cuda:", bound,
+                              " (one device per rank: torch.cuda.set_device(local_rank) "
+                              "before the first collective)");
+        }
+        drain(); // the CPU operations queued before this one first, in the same order everywhere
+        if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) {
+            seq_++;
+        }
+        c10::cuda::CUDAGuard guard(dev);
+        c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(idx);
+        // torch's default stream is the legacy default stream (handle 0); a NULL stream is a
+        // blocking call for shoal, which names the legacy one cudaStreamLegacy
+        void *s = stream.stream() != nullptr ? static_cast<void *>(stream.stream())
+                                             : static_cast<void *>(cudaStreamLegacy);
+        std::string why;
+        shoal_status_t st = fn(s, &why);
+        if (st != SHOAL_OK) {
+            C10_THROW_ERROR(DistBackendError, failure(st, why, true));
+        }
+        // The caching allocator must not hand these blocks out again before the stream passed
+        // the call (a tensor allocated on another stream and freed meanwhile).
+        for (const auto &t : touched) {
+            if (t.defined() && t.is_cuda()) {
+                c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
+            }
+        }
+        return c10::make_intrusive<ShoalCudaWork>(getRank(), type, title, std::move(outputs),
+                                                  dev, stream, comm_ref_, who(), timeout_);
+#else
+        (void)type;
+        (void)outputs;
+        (void)touched;
+        (void)fn;
+        unsupported(std::string(op_name(title)) + " on " + dev.str() +
+                    ": this build of the shoal backend takes CPU tensors only");
+#endif
+    }
+
+    std::string who() const
+    {
+        return std::string("shoal backend (rank ") + std::to_string(getRank()) + " of " +
+               std::to_string(getSize()) + ")";
+    }
+
+    std::string failure(shoal_status_t st, const std::string &why, bool cuda = false)
+    {
+        std::string msg =
+            who() + ": " + shoal_status_name(st) + " (" + shoal_strerror(st) + ")";
+        std::string last;
         if (!why.empty()) {
             msg += ": " + why;
-        } else {
-            const char *last = shoal_comm_last_error(comm_);
-            if (last != nullptr && last[0] != '\0') {
-                msg += ": " + std::string(last);
-            }
+        } else if (comm_failed(comm_, &last)) {
+            msg += ": " + last;
+        } else if (cuda && st == SHOAL_ERR_UNSUPPORTED) {
+            msg += ": libshoal takes no CUDA buffers here (built without CUDA, or no CUDA "
+                   "driver or GPU found; `shoal_info -b` says which)";
         }
         return msg;
     }
@@ -651,10 +946,10 @@ class ShoalBackend : public c10d::Backend {
             }
             std::exception_ptr err;
             try {
-                why_.clear();
-                shoal_status_t st = task.fn();
+                std::string why;
+                shoal_status_t st = task.fn(nullptr, &why);
                 if (st != SHOAL_OK) {
-                    err = make_error(failure(st, why_));
+                    err = make_error(failure(st, why));
                 }
             } catch (...) {
                 err = std::current_exception();
@@ -664,20 +959,27 @@ class ShoalBackend : public c10d::Backend {
             // a Python object takes the GIL, which a thread other than Python's own must not
             // do while the interpreter finalizes (it exits the thread under us: std::terminate).
             // They are released by the next enqueue or by the destructor, on the caller's thread.
-            std::lock_guard<std::mutex> g(mu_);
-            done_.push_back(std::move(task));
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                done_.push_back(std::move(task));
+                pending_--;
+            }
+            idle_cv_.notify_all();
         }
     }
 
     shoal_comm_t comm_ = nullptr;
+    std::shared_ptr<CommRef> comm_ref_; // owns comm_ (CUDA Works share it)
     std::chrono::milliseconds timeout_;
     std::mutex mu_;
     std::condition_variable cv_;
+    std::condition_variable idle_cv_; // pending_ reached 0
     std::deque<Task> queue_;
     std::deque<Task> done_; // finished tasks, released off the worker thread (run_worker)
+    size_t pending_ = 0;    // tasks queued or running on the worker
     bool stop_ = false;
     std::atomic<uint64_t> seq_{0};
-    std::string why_; // worker thread only: a binding-level reason for the failing status
+    std::atomic<int> cuda_device_{-1}; // the device of this group's CUDA calls, once known
     std::thread worker_;
 
   public:
@@ -742,19 +1044,20 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::enqueue_alltoallv(
     int64_t row, std::vector<at::Tensor> dst, const char *title)
 {
     std::vector<at::Tensor> results = dst.empty() ? std::vector<at::Tensor>{out} : dst;
-    return enqueue(c10d::OpType::ALLTOALL_BASE, title, results, [=, this] {
-        shoal_status_t st = run_alltoallv(out, in, outSplits, inSplits, row, &why_);
+    auto fn = [=, this](void *stream, std::string *why) {
+        shoal_status_t st = run_alltoallv(out, in, outSplits, inSplits, row, stream, why);
         if (st == SHOAL_OK && !dst.empty()) {
             unflatten_into(out, dst);
         }
         return st;
-    });
+    };
+    return enqueue(c10d::OpType::ALLTOALL_BASE, title, results, fn, {in, out});
 }
 
 shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tensor &in,
                                            const std::vector<int64_t> &outSplits,
                                            const std::vector<int64_t> &inSplits, int64_t row,
-                                           std::string *why)
+                                           void *stream, std::string *why)
 {
     int n = getSize();
     shoal_dtype_t dt = to_shoal_dtype(in);
@@ -795,7 +1098,7 @@ shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tens
     }
     if (agree[2] == 0) { // every rank has equal splits: one alltoall in place
         return shoal_alltoall(in.data_ptr(), out.data_ptr(), inSplits[0] * row, dt, comm_,
-                              nullptr);
+                              stream);
     }
     int64_t block = agree[1] * row;
     at::Tensor sendbuf = at::zeros({n * block}, in.options());
@@ -807,7 +1110,7 @@ shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tens
         sendbuf.narrow(0, r * block, len).copy_(inflat.narrow(0, off, len));
         off += len;
     }
-    st = shoal_alltoall(sendbuf.data_ptr(), recvbuf.data_ptr(), block, dt, comm_, nullptr);
+    st = shoal_alltoall(sendbuf.data_ptr(), recvbuf.data_ptr(), block, dt, comm_, stream);
     if (st != SHOAL_OK) {
         return st;
     }
@@ -828,4 +1131,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("create_backend", &shoal_torch::ShoalBackend::create, py::arg("store"), py::arg("rank"),
           py::arg("size"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>());
     m.def("version", [] { return std::string(shoal_version_string()); });
+    // True when this extension takes CUDA tensors (stream-ordered calls on the current stream)
+    m.def("cuda_built", [] { return shoal_torch::kCudaBuilt; });
 }

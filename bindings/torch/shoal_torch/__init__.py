@@ -1,7 +1,14 @@
 """shoal as a torch.distributed backend.
 
-    import shoal_torch                      # registers the backend "shoal" (CPU tensors)
+    import shoal_torch                      # registers the backend "shoal"
     torch.distributed.init_process_group("shoal")
+
+CPU tensors run on the group's worker thread (shoal's blocking host calls). In a CUDA build
+(shoal_torch.CUDA is True) CUDA tensors run as stream-ordered shoal calls on the current CUDA
+stream of their device: the call returns at once, work.wait() makes the current stream wait
+for it, and the work's future is CUDA-aware (as NCCL's), so DDP on GPUs needs no host sync.
+The backend is registered for the "cpu" and "cuda" device types; in a CPU-only build a CUDA
+tensor raises an error that says how to build with CUDA.
 
 Installed with pip, the package also registers itself when torch is imported (the
 "torch.backends" entry point), so an unmodified script only changes the backend's name.
@@ -19,13 +26,18 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["launcher_env", "version", "BACKEND", "LAUNCHER"]
+__all__ = ["launcher_env", "version", "BACKEND", "CUDA", "LAUNCHER"]
 
 # The launcher whose variables filled RANK / WORLD_SIZE at import ("shoal", "ompi", "pmix",
 # "pmi", "slurm"), or None.
 LAUNCHER = None
 
 BACKEND = "shoal"
+
+# True when this build takes CUDA tensors (torch with CUDA, the CUDA toolkit and a libshoal
+# built with CUDA were found when it was built; see setup.py). Needs no GPU to be True: a CUDA
+# call on a machine without one raises shoal's error.
+CUDA = bool(_C.cuda_built())
 
 # (rank, size, local rank) variables of the launchers shoal knows, in the order shoal's own
 # shoal_comm_init_env reads them (src/core/core_config.c), shoalrun's first.
@@ -80,7 +92,9 @@ def _create(store, rank, size, timeout):
 
 def _register():
     if BACKEND not in dist.Backend.backend_list:
-        dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+        # "cuda" in every build: a CPU-only build then refuses a CUDA tensor with its own
+        # sentence (how to build with CUDA) rather than torch's "no backend for cuda"
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
 
 
 LAUNCHER = launcher_env()
