@@ -261,6 +261,24 @@ shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs
     return shoal_chan_wait(comm, reqs, peers, n, 1);
 }
 
+shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to, const void *sbuf,
+                                   int from, void *rbuf, size_t len, uint32_t seq,
+                                   uint32_t step)
+{
+    shoal_tl_req_t sreq, rreq;
+    shoal_tl_req_t *reqs[2] = {NULL, NULL};
+    int peers[2] = {from, to};
+    if (from >= 0) {
+        SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, len, seq, step, 0, &rreq));
+        reqs[0] = &rreq;
+    }
+    if (to >= 0) {
+        SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, len, seq, step, 0, &sreq));
+        reqs[1] = &sreq;
+    }
+    return shoal_chan_waitall(comm, reqs, peers, 2);
+}
+
 shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl_req_t **reqs,
                                   const int *peers, int n)
 {

@@ -889,26 +889,9 @@ static shoal_status_t shoal_comm_split_addr_unpack(const shoal_split_addr_t *a, 
     return SHOAL_OK;
 }
 
-/* The split's messages travel on the parent's channels with core's own primitives (no layer
- * above core is called), as one collective of the parent: its sequence number, in its issue
- * order (the caller holds a ticket). */
-static shoal_status_t shoal_comm_split_xfer(struct shoal_comm *comm, int to, const void *sbuf,
-                                            int from, void *rbuf, size_t len, uint32_t seq,
-                                            uint32_t step)
-{
-    shoal_tl_req_t sreq, rreq;
-    shoal_tl_req_t *reqs[2] = {NULL, NULL};
-    int peers[2] = {from, to};
-    if (from >= 0) {
-        SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, len, seq, step, 0, &rreq));
-        reqs[0] = &rreq;
-    }
-    if (to >= 0) {
-        SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, len, seq, step, 0, &sreq));
-        reqs[1] = &sreq;
-    }
-    return shoal_chan_waitall(comm, reqs, peers, 2);
-}
+/* The split's messages travel on the parent's channels with core's own primitives
+ * (shoal_chan_sendrecv: no layer above core is called), as one collective of the parent: its
+ * sequence number, in its issue order (the caller holds a ticket). */
 
 /* Every rank's (color, key) into all[2 * rank ..], around the ring of ranks. */
 static shoal_status_t shoal_comm_split_gather(struct shoal_comm *comm, int64_t *all,
@@ -917,7 +900,7 @@ static shoal_status_t shoal_comm_split_gather(struct shoal_comm *comm, int64_t *
     int n = comm->nranks, r = comm->rank;
     for (int j = 0; j < n - 1; j++) {
         int sb = (r - j + n) % n, rb = (r - j - 1 + 2 * n) % n;
-        SHOAL_CHECK(shoal_comm_split_xfer(comm, (r + 1) % n, &all[2 * sb], (r + n - 1) % n,
+        SHOAL_CHECK(shoal_chan_sendrecv(comm, (r + 1) % n, &all[2 * sb], (r + n - 1) % n,
                                           &all[2 * rb], 2 * sizeof(int64_t), seq, (uint32_t)j));
     }
     return SHOAL_OK;
@@ -934,7 +917,7 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     uint32_t step = (uint32_t)comm->nranks;
 
     if (leader != comm->rank) {
-        SHOAL_CHECK(shoal_comm_split_xfer(comm, -1, NULL, leader, &a, sizeof(a), seq, step));
+        SHOAL_CHECK(shoal_chan_sendrecv(comm, -1, NULL, leader, &a, sizeof(a), seq, step));
         return shoal_comm_split_addr_unpack(&a, leader, u);
     }
     struct sockaddr_storage ss;
@@ -954,7 +937,7 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     }
     for (int p = 0; p < comm->nranks; p++) {
         if (p != comm->rank && all[2 * p] == color) {
-            SHOAL_CHECK(shoal_comm_split_xfer(comm, p, &a, -1, NULL, sizeof(a), seq, step));
+            SHOAL_CHECK(shoal_chan_sendrecv(comm, p, &a, -1, NULL, sizeof(a), seq, step));
         }
     }
     return st;

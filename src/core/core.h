@@ -156,6 +156,12 @@ SHOAL_HIDDEN int shoal_chan_progress(struct shoal_comm *comm);
  * is the peer of reqs[i] (for the error sentence). */
 SHOAL_HIDDEN shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs,
                                                const int *peers, int n);
+/* One blocking exchange on the channels: len bytes of sbuf to rank `to` and len bytes from
+ * rank `from` into rbuf, both posted before the wait (to/from < 0: that side is absent).
+ * For the few messages core and topo send themselves (split, topology exchange). */
+SHOAL_HIDDEN shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to,
+                                                const void *sbuf, int from, void *rbuf,
+                                                size_t len, uint32_t seq, uint32_t step);
 /* Without waiting: *done_p = 1 when every non-NULL request is done; a failed request fails
  * the communicator (naming the peer) and its status is returned. */
 SHOAL_HIDDEN shoal_status_t shoal_chan_test(struct shoal_comm *comm, shoal_tl_req_t **reqs,

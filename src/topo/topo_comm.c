@@ -47,34 +47,16 @@ typedef struct {
 
 /* Messages of the topology exchange: core's channel primitives, never coll's algorithms
  * (topo sits below coll). to/from < 0: that side is absent. */
-static shoal_status_t shoal_topo_xfer(struct shoal_comm *comm, int to, const void *sbuf,
-                                      int from, void *rbuf, size_t len, uint32_t seq,
-                                      uint32_t step)
-{
-    shoal_tl_req_t sreq, rreq;
-    shoal_tl_req_t *reqs[2] = {NULL, NULL};
-    int peers[2] = {from, to};
-    if (from >= 0) {
-        SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, len, seq, step, 0, &rreq));
-        reqs[0] = &rreq;
-    }
-    if (to >= 0) {
-        SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, len, seq, step, 0, &sreq));
-        reqs[1] = &sreq;
-    }
-    return shoal_chan_waitall(comm, reqs, peers, 2);
-}
-
 static shoal_status_t shoal_topo_send(struct shoal_comm *comm, int to, const void *buf,
                                       size_t len, uint32_t seq, uint32_t step)
 {
-    return shoal_topo_xfer(comm, to, buf, -1, NULL, len, seq, step);
+    return shoal_chan_sendrecv(comm, to, buf, -1, NULL, len, seq, step);
 }
 
 static shoal_status_t shoal_topo_recv(struct shoal_comm *comm, int from, void *buf, size_t len,
                                       uint32_t seq, uint32_t step)
 {
-    return shoal_topo_xfer(comm, -1, NULL, from, buf, len, seq, step);
+    return shoal_chan_sendrecv(comm, -1, NULL, from, buf, len, seq, step);
 }
 
 /* A ring allgather of fixed-size records over the current ring order: at ring position p,
@@ -91,7 +73,7 @@ static shoal_status_t shoal_topo_allgather(struct shoal_comm *comm, const void *
     for (int j = 0; j < n - 1; j++) {
         int sblk = cs->ring_order[((pos - j) % n + n) % n];
         int rblk = cs->ring_order[((pos - j - 1) % n + n) % n];
-        SHOAL_CHECK(shoal_topo_xfer(comm, cs->ring_next, rbuf + (size_t)sblk * len,
+        SHOAL_CHECK(shoal_chan_sendrecv(comm, cs->ring_next, rbuf + (size_t)sblk * len,
                                     cs->ring_prev, rbuf + (size_t)rblk * len, len, seq,
                                     (uint32_t)j));
     }
