@@ -193,9 +193,21 @@ static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pic
     }
     ctx->addr.mtu = (uint8_t)mtu;
     ctx->nslots = shoal_ib_config.nslots;
-    ctx->slot_size = (uint32_t)shoal_ib_config.slot_size;
+    ctx->slot_size = (uint32_t)shoal_ib_config.slot_size + SHOAL_IB_SLOT_ROOM;
     ctx->nbounce = shoal_ib_config.send_slots;
     ctx->reg_cache = shoal_ib_config.reg_cache;
+    ctx->reg_cache_max = shoal_ib_config.reg_cache_max;
+    if (ctx->reg_cache && ctx->reg_cache_max > 0) {
+        /* Registrations kept past their message are safe only while we learn of every
+         * release of the memory behind them (ib_memhook.c); without that, per message. */
+        const char *hwhy;
+        if (shoal_ib_memhook_install(&hwhy) != 0) {
+            shoal_warn_once(IB, "SHOAL_IB_REG_CACHE_MAX=%zu: memory release hooks unavailable "
+                            "(%s): user buffers are registered per message instead",
+                            ctx->reg_cache_max, hwhy);
+            ctx->reg_cache_max = 0;
+        }
+    }
     if (ctx->nslots < 2 || ctx->nslots > SHOAL_IB_SLOTS_MAX ||
         shoal_ib_config.slot_size < 4096 || shoal_ib_config.slot_size > SHOAL_IB_SLOT_MAX ||
         ctx->nbounce < 1 || ctx->nbounce > SHOAL_IB_SLOTS_MAX) {

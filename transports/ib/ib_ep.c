@@ -638,8 +638,11 @@ static shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep)
         return SHOAL_ERR_TRANSPORT;
     }
     if (ctx->reg_cache) {
-        SHOAL_CHECK(shoal_ib_regcache_init(&ep->rc, &ops, 256, shoal_ib_config.reg_cache_max));
+        SHOAL_CHECK(shoal_ib_regcache_init(&ep->rc, &ops, 256, ctx->reg_cache_max));
         ep->rc_ready = 1;
+        if (ctx->reg_cache_max > 0) {
+            shoal_ib_regcache_follow(&ep->rc); /* the hooks are in (shoal_ib_ctx_sizes) */
+        }
     }
     return SHOAL_OK;
 }
@@ -754,7 +757,7 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
     }
     if (ep->raddr.link_layer != ctx->addr.link_layer || rp->nslots < 2 ||
         rp->nslots > SHOAL_IB_SLOTS_MAX || rp->slot_size < 4096 ||
-        rp->slot_size > SHOAL_IB_SLOT_MAX) {
+        rp->slot_size > SHOAL_IB_SLOT_MAX + SHOAL_IB_SLOT_ROOM) {
         shoal_error(IB, "rank %d: peer %d: incompatible port (link layer %u vs ours %u) or "
                     "ring (%u slots of %u bytes)", ctx->rank, ep->peer, ep->raddr.link_layer,
                     ctx->addr.link_layer, rp->nslots, rp->slot_size);

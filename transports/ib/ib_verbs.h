@@ -91,6 +91,7 @@ struct shoal_tl_ctx {
     shoal_ib_addr_t addr;         /* ours */
     uint32_t nslots, slot_size, max_inline, credit_thresh, nbounce;
     int reg_cache;                /* SHOAL_IB_REG_CACHE */
+    size_t reg_cache_max;         /* SHOAL_IB_REG_CACHE_MAX, 0 where the hooks are missing */
     /* out of band */
     int listen_fd;
     /* sleeping: epoll over the completion channel, an eventfd and the oob sockets */
