@@ -3,7 +3,7 @@
 # rxe0 (veth0) and rxe1 (veth1), two "hosts" as far as shoal can tell (tests/vm/rxe_host.sh).
 # One TAP stream; every sub-suite's lines are renumbered and prefixed with its label.
 #
-# Sections (VM_SECTIONS): tl qp mp remap kill linkdown ucx ucxtl perf auto, or "all". The
+# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm ucx ucxtl perf auto, or "all". The
 # default leaves out perf (a measurement against perftest; under emulation tl_perf's bandwidth
 # is below the 80% target, see the README) and ucxtl (UCX 1.13 asserts now and then, below)
 # and runs the rest, which pass: CI's VM stage.
@@ -14,8 +14,8 @@ src=${top_srcdir:?}
 b=${top_builddir:?}
 export top_srcdir top_builddir
 wrap=$src/tests/vm/rxe_host.sh
-sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown ucx auto"}
-[ "$sections" = all ] && sections="tl qp mp remap kill linkdown ucx ucxtl perf auto"
+sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm ucx auto"}
+[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm ucx ucxtl perf auto"
 n_tap=0
 tmp=$(mktemp -d /tmp/guest_ib.XXXXXX)
 export TMPDIR=$tmp
@@ -143,6 +143,29 @@ if want linkdown; then
         "unreachable: host 1 cut off mid-AllReduce: both ranks fail with SHOAL_ERR_PEER_FAILED ($nsurv of 2), shoalrun exited $rc $((t2 - t1)) s later (started $((t1 - t0)) s in)"
     grep -q "^survivor [01]: status SHOAL_ERR_PEER_FAILED.*retry counter exceeded" "$tmp/ld.out"
     tap $? "unreachable: the error says the retries were exhausted: $(grep -m1 'retry counter' "$tmp/ld.out" | cut -c1-60)"
+fi
+
+# ---- librdmacm connection setup (SHOAL_IB_USE_RDMACM=1) ------------------------------------
+if want cm; then
+    timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 3 -x SHOAL_TRANSPORT=ib \
+        -x SHOAL_IB_USE_RDMACM=1 -x SHOAL_DEBUG=INFO -x SHOAL_DEBUG_SUBSYS=IB "$wrap" \
+        "$b/tests/mp/mp_coll" allreduce > "$tmp/cm.out" 2> "$tmp/cm.err"
+    rc=$?
+    grep -E "rdma_cm|connected to" "$tmp/cm.err" | head -6 | sed -e 's/^/# cm: /'
+    tap $([ $rc -eq 0 ] && grep -q '^ok' "$tmp/cm.out" && ! grep -q '^not ok' "$tmp/cm.out"; echo $?) \
+        "cm: 3 ranks on two hosts connected through rdma_cm: allreduce passes (exit $rc)"
+    n=$(grep -c "connected to 2 peers over rxe[01] through rdma_cm" "$tmp/cm.err")
+    tap $([ "$n" = 3 ]; echo $?) "cm: every rank's queue pairs came from rdma_cm ($n of 3)"
+    # one rank with rdma_cm, one without: both fail at once, naming the knob (no stall)
+    t0=$(date +%s)
+    timeout 120 "$b/shoalrun" --no-prefix --timeout 100 -n 2 -x SHOAL_TRANSPORT=ib \
+        -x SHOAL_TIMEOUT_MS=60000 sh -c '[ "$SHOAL_RANK" = 1 ] && export SHOAL_IB_USE_RDMACM=1;
+        exec "$0" "$@"' "$wrap" "$b/tests/mp/mp_coll" allreduce > "$tmp/cm2.out" 2> "$tmp/cm2.err"
+    rc=$? t1=$(date +%s)
+    n=$(grep -c "SHOAL_IB_USE_RDMACM is [01] here and [01] on peer" "$tmp/cm2.err")
+    grep -m2 "SHOAL_IB_USE_RDMACM" "$tmp/cm2.err" | sed -e 's/^/# cm mixed: /'
+    tap $([ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -ge 2 ] && [ $((t1 - t0)) -lt 50 ]; echo $?) \
+        "cm: SHOAL_IB_USE_RDMACM on one rank only: both ranks refuse at once ($n messages, exit $rc after $((t1 - t0)) s)"
 fi
 
 # ---- UCX over the same devices ------------------------------------------------------------

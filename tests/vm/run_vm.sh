@@ -14,7 +14,7 @@
 # all but perf, "all" for every one), MP_FULL=1 (the full collective sweeps, by hand).
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cfg_args="--disable-shared --without-hwloc --without-pmix --without-cuda --without-mpi
-    --without-microhttpd --without-sqlite3 --without-libpq --without-nccl --without-rdmacm"
+    --without-microhttpd --without-sqlite3 --without-libpq --without-nccl"
 if [ "${1:-}" = --configure-args ]; then
     echo $cfg_args
     exit 0

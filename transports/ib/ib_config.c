@@ -85,8 +85,12 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "numbers (NCCL prefix syntax); empty: the first non-loopback interface "
                    "that is up, else lo"),
     SHOAL_IB_FIELD("IB_USE_RDMACM", "0", SHOAL_CFG_BOOL, use_rdmacm,
-                   "connect through librdmacm instead of the out-of-band exchange (not "
-                   "implemented yet: a warning, then the out-of-band exchange)"),
+                   "1: connect every queue pair through librdmacm (the connection manager "
+                   "resolves the route from the IP address of the peer's RoCE GID, chooses the "
+                   "path MTU and moves the queue pair through its states; SHOAL_IB_MTU does "
+                   "not apply), after the same authenticated out-of-band handshake, which "
+                   "issues the token the rdma_cm request must carry. The same on every rank; "
+                   "0: the out-of-band queue pair exchange"),
     SHOAL_IB_FIELD("IB_SYSFS_ROOT", "/sys", SHOAL_CFG_STRING, sysfs_root,
                    "root of the sysfs tree read for RoCE GID types and the host's RoCE QoS "
                    "configuration (tests)"),
