@@ -166,6 +166,28 @@ if want cm; then
     grep -m2 "SHOAL_IB_USE_RDMACM" "$tmp/cm2.err" | sed -e 's/^/# cm mixed: /'
     tap $([ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -ge 2 ] && [ $((t1 - t0)) -lt 50 ]; echo $?) \
         "cm: SHOAL_IB_USE_RDMACM on one rank only: both ranks refuse at once ($n messages, exit $rc after $((t1 - t0)) s)"
+    # a stranger's rdma_cm request (perftest's, with none of our private data) at a rank's
+    # listener while it accepts its peers: refused, and the job connects anyway
+    timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 3 -x SHOAL_TRANSPORT=ib \
+        -x SHOAL_IB_USE_RDMACM=1 -x SHOAL_DEBUG=INFO -x SHOAL_DEBUG_SUBSYS=IB "$wrap" \
+        "$b/tests/mp/mp_coll" allreduce > "$tmp/cm3.out" 2> "$tmp/cm3.err" &
+    pid=$!
+    port=
+    for i in $(seq 200); do
+        port=$(sed -n 's/.*rank 0: rdma_cm listens on port \([0-9]*\).*/\1/p' "$tmp/cm3.err" | head -1)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    for i in 1 2 3 4 5 6; do
+        [ -n "$port" ] && timeout 20 ib_write_bw -R -d rxe1 -x 1 -p "$port" -n 5 10.71.0.1 > /dev/null 2>&1 &
+        sleep 0.5
+    done
+    wait $pid
+    rc=$?
+    wait
+    n=$(grep -c "refused an rdma_cm connection request" "$tmp/cm3.err")
+    tap $([ $rc -eq 0 ] && ! grep -q '^not ok' "$tmp/cm3.out"; echo $?) \
+        "cm: rdma_cm requests from a stranger (ib_write_bw -R at rank 0's port ${port:-?}) while ranks connect: the job passes (exit $rc; $n refused)"
 fi
 
 # ---- UCX over the same devices ------------------------------------------------------------

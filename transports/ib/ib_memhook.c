@@ -162,6 +162,8 @@ static void *shoal_ib_hook_mremap(void *old, size_t old_len, size_t new_len, int
     shoal_ib_memev_len(old, old_len);
     if (flags & MREMAP_FIXED) {
         shoal_ib_memev_len(new_addr, new_len);
+    } else {
+        new_addr = NULL; /* whatever the caller's register held: not an argument */
     }
     return (void *)syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
 }
