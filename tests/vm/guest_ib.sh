@@ -166,28 +166,29 @@ if want cm; then
     grep -m2 "SHOAL_IB_USE_RDMACM" "$tmp/cm2.err" | sed -e 's/^/# cm mixed: /'
     tap $([ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -ge 2 ] && [ $((t1 - t0)) -lt 50 ]; echo $?) \
         "cm: SHOAL_IB_USE_RDMACM on one rank only: both ranks refuse at once ($n messages, exit $rc after $((t1 - t0)) s)"
-    # a stranger's rdma_cm request (perftest's, with none of our private data) at a rank's
-    # listener while it accepts its peers: refused, and the job connects anyway
-    timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 3 -x SHOAL_TRANSPORT=ib \
-        -x SHOAL_IB_USE_RDMACM=1 -x SHOAL_DEBUG=INFO -x SHOAL_DEBUG_SUBSYS=IB "$wrap" \
+    # A stranger's rdma_cm requests (perftest's: none of our private data) at rank 0's listener
+    # before its peer connects: rank 1 starts 8 s late, so they are queued ahead of rank 1's
+    # and rank 0 reads them first in its accept loop. Refused, and the job connects anyway.
+    timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 2 -x SHOAL_TRANSPORT=ib \
+        -x SHOAL_IB_USE_RDMACM=1 -x SHOAL_DEBUG=INFO -x SHOAL_DEBUG_SUBSYS=IB \
+        sh -c '[ "$SHOAL_RANK" = 0 ] || sleep 8; exec "$0" "$@"' "$wrap" \
         "$b/tests/mp/mp_coll" allreduce > "$tmp/cm3.out" 2> "$tmp/cm3.err" &
     pid=$!
     port=
-    for i in $(seq 200); do
+    for i in $(seq 100); do
         port=$(sed -n 's/.*rank 0: rdma_cm listens on port \([0-9]*\).*/\1/p' "$tmp/cm3.err" | head -1)
         [ -n "$port" ] && break
         sleep 0.1
     done
-    for i in 1 2 3 4 5 6; do
-        [ -n "$port" ] && timeout 20 ib_write_bw -R -d rxe1 -x 1 -p "$port" -n 5 10.71.0.1 > /dev/null 2>&1 &
-        sleep 0.5
+    for i in 1 2; do
+        [ -n "$port" ] && timeout 60 ib_write_bw -R -d rxe1 -x 1 -p "$port" -n 5 10.71.0.1 > "$tmp/cm3.pt$i" 2>&1 &
     done
     wait $pid
     rc=$?
     wait
     n=$(grep -c "refused an rdma_cm connection request" "$tmp/cm3.err")
-    tap $([ $rc -eq 0 ] && ! grep -q '^not ok' "$tmp/cm3.out"; echo $?) \
-        "cm: rdma_cm requests from a stranger (ib_write_bw -R at rank 0's port ${port:-?}) while ranks connect: the job passes (exit $rc; $n refused)"
+    tap $([ $rc -eq 0 ] && ! grep -q '^not ok' "$tmp/cm3.out" && [ "$n" -ge 1 ]; echo $?) \
+        "cm: a stranger's rdma_cm requests (ib_write_bw -R at rank 0's port ${port:-?}) are refused ($n) and the job connects (exit $rc)"
 fi
 
 # ---- UCX over the same devices ------------------------------------------------------------
@@ -221,25 +222,27 @@ if want perf; then
         wait
         cat "$tmp/pt.cli"
     }
-    # rxe's retransmission counters of both devices (a lost packet stalls a QP for its ACK
-    # timeout: the main source of noise under emulation)
+    # rxe's ACK timeouts (completer_retry_err) of both devices: under emulation on a loaded
+    # host the VM stops now and then, an ACK comes late, the requester waits out its ACK
+    # timeout and resends up to 128 packets (duplicate_request on the other side). perftest
+    # gets shoal's ACK timeout (SHOAL_IB_TIMEOUT, default 18: ~1 s), not its own default 14
+    # (67 ms), which under emulation resends spuriously (hundreds of duplicates per run).
     rxe_cnt() {
-        for c in completer_retry_err rcvd_seq_err out_of_seq_request duplicate_request; do
-            cat /sys/class/infiniband/rxe[01]/ports/1/hw_counters/$c 2>/dev/null
-        done | awk '{ s += $1 } END { print s + 0 }'
+        cat /sys/class/infiniband/rxe[01]/ports/1/hw_counters/completer_retry_err 2>/dev/null |
+            awk '{ s += $1 } END { print s + 0 }'
     }
     bw_iters=400 lat_iters=1000
     # Three rounds, perftest and tl_perf alternating (the host's load changes from minute to
     # minute); the medians are compared.
     for r in 1 2 3; do
         c0=$(rxe_cnt)
-        pt ib_write_bw -s 65536 -n $bw_iters > "$tmp/bw$r.txt"
+        pt ib_write_bw -s 65536 -n $bw_iters -u "${SHOAL_IB_TIMEOUT:-18}" > "$tmp/bw$r.txt"
         c1=$(rxe_cnt)
         timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 2 -x SHOAL_TRANSPORT=ib "$wrap" \
             "$b/tl_perf" -t ib -b 65536 -e 65536 -n 640 -w 10 > "$tmp/tlbw$r.txt" 2>&1
         c2=$(rxe_cnt)
-        awk -v r=$r -v c=$((c1 - c0)) '$1 == 65536 { printf "# perf round %d: ib_write_bw %s MB/s (%d retransmission events)\n", r, $4, c }' "$tmp/bw$r.txt"
-        awk -v r=$r -v c=$((c2 - c1)) '$1 == 65536 { printf "# perf round %d: tl_perf %.2f MB/s (%d retransmission events)\n", r, $4 * 1e9 / 1048576, c }' "$tmp/tlbw$r.txt"
+        awk -v r=$r -v c=$((c1 - c0)) '$1 == 65536 { printf "# perf round %d: ib_write_bw %s MB/s (%d ACK timeouts)\n", r, $4, c }' "$tmp/bw$r.txt"
+        awk -v r=$r -v c=$((c2 - c1)) '$1 == 65536 { printf "# perf round %d: tl_perf %.2f MB/s (%d ACK timeouts)\n", r, $4 * 1e9 / 1048576, c }' "$tmp/tlbw$r.txt"
     done
     pt ib_write_lat -s 8 -n $lat_iters > "$tmp/lat.txt"
     timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 2 -x SHOAL_TRANSPORT=ib "$wrap" \

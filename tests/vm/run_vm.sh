@@ -33,6 +33,13 @@ if [ ! -f "$bdir/Makefile" ]; then
     "$top/scripts/build.sh" "$(realpath -m --relative-to="$top" "$bdir")" $cfg_args >/dev/null ||
         { echo "Bail out! configuring the guest build in $bdir failed"; exit 1; }
 fi
+if grep -q '^#define SHOAL_HAVE_RDMACM 0' "$bdir/config.h" 2>/dev/null &&
+    [ -f /usr/include/rdma/rdma_cma.h ]; then
+    # configured before the guest build took librdmacm (the cm section needs it)
+    # shellcheck disable=SC2086 # a word list
+    (cd "$bdir" && "$top/configure" -q $cfg_args) >/dev/null ||
+        { echo "Bail out! reconfiguring the guest build in $bdir failed"; exit 1; }
+fi
 if grep -q '^#define SHOAL_HAVE_VERBS 0' "$bdir/config.h" 2>/dev/null ||
     grep -q '^SHOAL_SAN_CFLAGS = .*-fsanitize' "$bdir/Makefile"; then
     echo "Bail out! $bdir is not a guest build (verbs off or sanitizers on): configure it with $cfg_args"
