@@ -278,6 +278,11 @@ static void test_chunks(void)
     tap_is_int((long long)shoal_ib_chunk_count(first, s), 1, "chunk: fits the first slot");
     tap_is_int((long long)shoal_ib_chunk_count(first + 1, s), 2, "chunk: one byte over");
     tap_is_int((long long)shoal_ib_chunk_count(first + 3 * s, s), 4, "chunk: exact slots");
+    /* the transport's slots have room for the header past SHOAL_IB_SLOT_SIZE */
+    tap_is_int((long long)shoal_ib_chunk_count(65536, 65536 + SHOAL_IB_SLOT_ROOM), 1,
+               "chunk: a SHOAL_IB_SLOT_SIZE-byte message is one write");
+    tap_is_int((long long)shoal_ib_chunk_count(16 * 65536, 65536 + SHOAL_IB_SLOT_ROOM), 16,
+               "chunk: 16 x SHOAL_IB_SLOT_SIZE bytes are 16 writes");
     tap_is_int(shoal_ib_chunk_next(0, 0, 1, s, &n), SHOAL_IB_CHUNK_FIRST | SHOAL_IB_CHUNK_LAST,
                "chunk: 0 B is first and last");
     tap_is_int((long long)n, 0, "chunk: no payload");

@@ -68,6 +68,7 @@ chmod 755 /usr/local/sbin/rxe-routes
 
 fabric() {
     modprobe -a crc32_generic rdma_rxe veth || return 1
+    modprobe rdma_ucm || echo "init: no rdma_ucm: rdma_cm (SHOAL_IB_USE_RDMACM) cannot work"
     ip link set lo up
     ip link add veth0 type veth peer name veth1 || return 1
     ip addr add 10.71.0.1/24 dev veth0

@@ -14,7 +14,7 @@
 # all but perf, "all" for every one), MP_FULL=1 (the full collective sweeps, by hand).
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cfg_args="--disable-shared --without-hwloc --without-pmix --without-cuda --without-mpi
-    --without-microhttpd --without-sqlite3 --without-libpq --without-nccl --without-rdmacm"
+    --without-microhttpd --without-sqlite3 --without-libpq --without-nccl"
 if [ "${1:-}" = --configure-args ]; then
     echo $cfg_args
     exit 0
@@ -32,6 +32,13 @@ if [ ! -f "$bdir/Makefile" ]; then
     # shellcheck disable=SC2086 # a word list
     "$top/scripts/build.sh" "$(realpath -m --relative-to="$top" "$bdir")" $cfg_args >/dev/null ||
         { echo "Bail out! configuring the guest build in $bdir failed"; exit 1; }
+fi
+if grep -q '^#define SHOAL_HAVE_RDMACM 0' "$bdir/config.h" 2>/dev/null &&
+    [ -f /usr/include/rdma/rdma_cma.h ]; then
+    # configured before the guest build took librdmacm (the cm section needs it)
+    # shellcheck disable=SC2086 # a word list
+    (cd "$bdir" && "$top/configure" -q $cfg_args) >/dev/null ||
+        { echo "Bail out! reconfiguring the guest build in $bdir failed"; exit 1; }
 fi
 if grep -q '^#define SHOAL_HAVE_VERBS 0' "$bdir/config.h" 2>/dev/null ||
     grep -q '^SHOAL_SAN_CFLAGS = .*-fsanitize' "$bdir/Makefile"; then

@@ -14,7 +14,7 @@
 #
 # The cache (SHOAL_VM_CACHE, default /var/cache/shoal-vm) holds the kernel (vmlinuz), the
 # initramfs (initrd.cpio: a debootstrap'ed bookworm root with rdma-core, ibverbs-providers,
-# perftest, UCX, iproute2, kmod, plus the kernel modules rdma_rxe, veth and 9p need) and a
+# perftest, UCX, iproute2, kmod, plus the kernel modules rdma_rxe, rdma_ucm, veth and 9p need) and a
 # stamp; it is rebuilt when build_image below or the package list change. The guest's /init
 # (tests/vm/init.sh) is not cached: every run appends it to the initramfs as a second archive.
 # Needs (as root, for debootstrap): qemu-system-x86, debootstrap, cpio, kmod (scripts/deps.sh).
@@ -26,7 +26,7 @@ cache=${SHOAL_VM_CACHE:-/var/cache/shoal-vm}
 mirror=${SHOAL_VM_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 guest_pkgs="libibverbs1,ibverbs-providers,rdma-core,libssl3,libucx0,ucx-utils,perftest,iproute2,kmod,procps,ibverbs-utils"
-guest_mods="rdma_rxe crc32_generic veth 9p 9pnet_virtio virtio_pci ipv6"
+guest_mods="rdma_rxe rdma_ucm crc32_generic veth 9p 9pnet_virtio virtio_pci ipv6"
 vm_mem=${SHOAL_VM_MEM:-3072}
 
 die() {

@@ -47,6 +47,10 @@
 #define SHOAL_IB_PAIR_BYTES 40
 #define SHOAL_IB_SLOTS_MAX 4096         /* 12 bits of the immediate */
 #define SHOAL_IB_SLOT_MAX (16u << 20)   /* largest SHOAL_IB_SLOT_SIZE */
+/* A ring slot (and a bounce slot) holds SHOAL_IB_SLOT_SIZE payload bytes plus the 32-byte wire
+ * header, padded to 64: a message of exactly SHOAL_IB_SLOT_SIZE bytes (the common power of
+ * two) is one RDMA write, not a full one and a 32-byte one. */
+#define SHOAL_IB_SLOT_ROOM 64u
 #define SHOAL_IB_CREDITS_MAX 0xffffu    /* 16 bits of the immediate */
 
 /* ---- config (ib_config.c) --------------------------------------------------------------- */
@@ -294,12 +298,31 @@ SHOAL_HIDDEN int shoal_ib_chunk_build(const shoal_ib_chunk_src_t *s, const void 
                                       shoal_ib_chunk_t *c);
 
 /* ---- registration cache (ib_logic.c), used only with SHOAL_IB_REG_CACHE=1 ----------------
- * Unsafe when the application unmaps (or frees a large malloc block) and maps memory again at
- * the same address while an entry covers it: the registration still pins the old pages, so
- * RDMA would send stale bytes (tests/vm/ib_remap shows it on Soft-RoCE).
- * shoal_ib_regcache_invalidate drops such entries, but nothing tells the transport of an
- * unmap: the default cap (SHOAL_IB_REG_CACHE_MAX=0) keeps no entry past its message, and the
- * default SHOAL_IB_REG_CACHE=0 never registers user memory. */
+ * Keyed by address: when the application frees (munmap, free() of a large block, a heap trim)
+ * and gets new memory at the same address, an entry covering it would still pin the old
+ * pages and RDMA would send stale bytes (tests/vm/ib_remap shows it on Soft-RoCE). A cache
+ * that follows memory events (shoal_ib_regcache_follow, with the hooks of ib_memhook.c
+ * installed) invalidates every entry overlapping a released range at its next lookup; one
+ * that does not must keep no entry past its message (SHOAL_IB_REG_CACHE_MAX=0). */
+
+/* ---- memory events (ib_memhook.c) ---------------------------------------------------------
+ * Hooks patched into libc's munmap, mremap, madvise (the page-dropping advice), mmap
+ * (MAP_FIXED), brk (shrinking) and shmdt record each range before it is released, in a global
+ * lock-free ring of SHOAL_IB_MEMEV_N events. */
+#define SHOAL_IB_MEMEV_N 1024
+
+/* Installs the hooks once per process; 0, or -1 with the reason in *why_p (not x86-64, not
+ * glibc, a function too short to patch, mprotect refused). */
+SHOAL_HIDDEN int shoal_ib_memhook_install(const char **why_p);
+/* Events recorded so far (a sequence number). */
+SHOAL_HIDDEN uint64_t shoal_ib_memhook_seq(void);
+/* Calls fn for every range released since *seen_p and advances it; 1 (fn not called for the
+ * rest) if some were lost: more than SHOAL_IB_MEMEV_N behind, or a writer not done. */
+SHOAL_HIDDEN int shoal_ib_memhook_drain(uint64_t *seen_p,
+                                        void (*fn)(void *arg, uintptr_t start, uintptr_t end),
+                                        void *arg);
+/* Records a release by hand (tests; memory freed behind libc's back). */
+SHOAL_HIDDEN void shoal_ib_memhook_record(const void *addr, size_t len);
 
 typedef struct {
     /* register [addr, addr + len): handle and lkey, or nonzero on failure */
@@ -325,6 +348,9 @@ typedef struct {
     uint64_t clock;
     size_t page;
     uint64_t hits, misses, evictions;
+    int follow;               /* invalidates from memory events (shoal_ib_regcache_follow) */
+    uint64_t ev_seen;         /* memory events already applied */
+    uint64_t flushes;         /* times events were lost and everything was dropped */
 } shoal_ib_regcache_t;
 
 SHOAL_HIDDEN shoal_status_t shoal_ib_regcache_init(shoal_ib_regcache_t *rc,
@@ -338,6 +364,11 @@ SHOAL_HIDDEN shoal_status_t shoal_ib_regcache_get(shoal_ib_regcache_t *rc, const
 /* Drops the reference taken by get (key from get, addr inside the entry). */
 SHOAL_HIDDEN void shoal_ib_regcache_put(shoal_ib_regcache_t *rc, uintptr_t key,
                                         const void *addr);
+/* From now on, every lookup first applies the memory events recorded since (the hooks must
+ * be installed, see shoal_ib_memhook_install). */
+SHOAL_HIDDEN void shoal_ib_regcache_follow(shoal_ib_regcache_t *rc);
+/* Applies the memory events recorded since the last call (get does it itself). */
+SHOAL_HIDDEN void shoal_ib_regcache_sync(shoal_ib_regcache_t *rc);
 /* Deregisters every entry overlapping [addr, addr + len) (busy ones once released). */
 SHOAL_HIDDEN void shoal_ib_regcache_invalidate(shoal_ib_regcache_t *rc, const void *addr,
                                                size_t len);

@@ -15,7 +15,7 @@ shoal_ib_config_t shoal_ib_config = {
     .slot_size = 64 * 1024,
     .send_slots = 16,
     .reg_cache = 0,
-    .reg_cache_max = 0,
+    .reg_cache_max = 64u << 20,
     .max_inline = 128,
 };
 
@@ -60,8 +60,8 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
     SHOAL_IB_FIELD("IB_RING_SLOTS", "64", SHOAL_CFG_UINT, nslots,
                    "receive ring slots per peer (2..4096): the credits a sender starts with"),
     SHOAL_IB_FIELD("IB_SLOT_SIZE", "64k", SHOAL_CFG_SIZE, slot_size,
-                   "bytes per ring slot (4k..16m); larger messages are pipelined in chunks of "
-                   "this size"),
+                   "payload bytes per ring slot (4k..16m; each slot also has room for the "
+                   "message header); larger messages are pipelined in chunks of this size"),
     SHOAL_IB_FIELD("IB_SEND_SLOTS", "16", SHOAL_CFG_UINT, send_slots,
                    "bounce slots per peer (1..4096, SHOAL_IB_SLOT_SIZE bytes each, registered "
                    "once): each chunk of a send is copied into one and written from there, so "
@@ -70,12 +70,13 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "1: send large messages from the user's buffer in place, registering it "
                    "for the message (no copy; see SHOAL_IB_REG_CACHE_MAX). 0: only memory "
                    "shoal owns is registered"),
-    SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "0", SHOAL_CFG_SIZE, reg_cache_max,
+    SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "64m", SHOAL_CFG_SIZE, reg_cache_max,
                    "with SHOAL_IB_REG_CACHE=1: bytes of user send buffers kept registered per "
-                   "peer between messages; 0 (safe) registers and deregisters per message. "
-                   "UNSAFE above 0 if the application frees or unmaps a send buffer and gets "
-                   "new memory at the same address: RDMA then sends the old pages (seen on "
-                   "Soft-RoCE, tests/vm)"),
+                   "peer between messages (0: registered and deregistered per message). A "
+                   "kept registration is dropped when the memory behind it is released: "
+                   "libc's munmap, mremap, madvise, mmap, brk and shmdt are patched to report "
+                   "it (x86-64 glibc; elsewhere, or if patching fails, 0 with a warning). "
+                   "Memory released by raw system calls is not seen"),
     SHOAL_IB_FIELD("IB_MAX_INLINE", "128", SHOAL_CFG_UINT, max_inline,
                    "chunks up to this many bytes (header included) are sent inline: copied "
                    "into the work request, neither staged nor registered"),
@@ -84,8 +85,12 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "numbers (NCCL prefix syntax); empty: the first non-loopback interface "
                    "that is up, else lo"),
     SHOAL_IB_FIELD("IB_USE_RDMACM", "0", SHOAL_CFG_BOOL, use_rdmacm,
-                   "connect through librdmacm instead of the out-of-band exchange (not "
-                   "implemented yet: a warning, then the out-of-band exchange)"),
+                   "1: connect every queue pair through librdmacm (the connection manager "
+                   "resolves the route from the IP address of the peer's RoCE GID, chooses the "
+                   "path MTU and moves the queue pair through its states; SHOAL_IB_MTU does "
+                   "not apply), after the same authenticated out-of-band handshake, which "
+                   "issues the token the rdma_cm request must carry. The same on every rank; "
+                   "0: the out-of-band queue pair exchange"),
     SHOAL_IB_FIELD("IB_SYSFS_ROOT", "/sys", SHOAL_CFG_STRING, sysfs_root,
                    "root of the sysfs tree read for RoCE GID types and the host's RoCE QoS "
                    "configuration (tests)"),

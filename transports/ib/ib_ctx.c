@@ -28,6 +28,7 @@ void shoal_ib_addr_encode(const shoal_ib_addr_t *a, uint8_t *out)
     shoal_put_le(out + 10, a->lid, 2);
     memcpy(out + 12, a->gid, 16);
     shoal_oob_addr_encode(&a->oob, out + 28);
+    shoal_put_le(out + 52, a->cm_port, 2);
 }
 
 int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a)
@@ -43,6 +44,7 @@ int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a)
     a->is_global = p[9];
     a->lid = (uint16_t)shoal_get_le(p + 10, 2);
     memcpy(a->gid, p + 12, 16);
+    a->cm_port = (uint16_t)shoal_get_le(p + 52, 2);
     return shoal_oob_addr_decode(p + 28, &a->oob);
 }
 
@@ -193,9 +195,21 @@ static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pic
     }
     ctx->addr.mtu = (uint8_t)mtu;
     ctx->nslots = shoal_ib_config.nslots;
-    ctx->slot_size = (uint32_t)shoal_ib_config.slot_size;
+    ctx->slot_size = (uint32_t)shoal_ib_config.slot_size + SHOAL_IB_SLOT_ROOM;
     ctx->nbounce = shoal_ib_config.send_slots;
     ctx->reg_cache = shoal_ib_config.reg_cache;
+    ctx->reg_cache_max = shoal_ib_config.reg_cache_max;
+    if (ctx->reg_cache && ctx->reg_cache_max > 0) {
+        /* Registrations kept past their message are safe only while we learn of every
+         * release of the memory behind them (ib_memhook.c); without that, per message. */
+        const char *hwhy;
+        if (shoal_ib_memhook_install(&hwhy) != 0) {
+            shoal_warn_once(IB, "SHOAL_IB_REG_CACHE_MAX=%zu: memory release hooks unavailable "
+                            "(%s): user buffers are registered per message instead",
+                            ctx->reg_cache_max, hwhy);
+            ctx->reg_cache_max = 0;
+        }
+    }
     if (ctx->nslots < 2 || ctx->nslots > SHOAL_IB_SLOTS_MAX ||
         shoal_ib_config.slot_size < 4096 || shoal_ib_config.slot_size > SHOAL_IB_SLOT_MAX ||
         ctx->nbounce < 1 || ctx->nbounce > SHOAL_IB_SLOTS_MAX) {
@@ -226,9 +240,10 @@ static void shoal_ib_fini(shoal_tl_ctx_t *ctx)
     if (ctx->chan != NULL) {
         ibv_destroy_comp_channel(ctx->chan);
     }
-    if (ctx->dev != NULL) {
+    if (ctx->dev != NULL && ctx->cm_devs == NULL) {
         ibv_close_device(ctx->dev);
     }
+    shoal_ib_cm_fini(ctx); /* the device context too, when it is librdmacm's */
     if (ctx->listen_fd >= 0) {
         close(ctx->listen_fd);
     }
@@ -285,10 +300,6 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
                       params->qos_valid ? params->qos_ib_tc : -1,
                       params->qos_valid ? params->qos_ib_sl : -1,
                       params->qos_valid ? params->qos_rate_max : 0, &ctx->qos);
-    if (shoal_ib_config.use_rdmacm) {
-        shoal_warn_once(IB, "SHOAL_IB_USE_RDMACM=1: librdmacm connection setup is not "
-                        "implemented; using the out-of-band queue pair exchange");
-    }
     if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK) {
         shoal_error(IB, "the ib transport is unusable: %s", shoal_ib_lib.why);
         status = SHOAL_ERR_UNSUPPORTED;
@@ -296,6 +307,17 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     }
     SHOAL_CHECK_GOTO(shoal_ib_pick_port(&pk, 0), status, err);
     ctx->dev = pk.dev;
+    if (shoal_ib_config.use_rdmacm) {
+        /* queue pairs on rdma_cm identifiers live in librdmacm's context of the device */
+        ctx->use_cm = 1;
+        ctx->dev = NULL;
+        status = shoal_ib_cm_open(ctx, pk.name, &ctx->dev);
+        ibv_close_device(pk.dev);
+        pk.dev = ctx->dev;
+        if (status != SHOAL_OK) {
+            goto err;
+        }
+    }
     snprintf(ctx->devname, sizeof(ctx->devname), "%s", pk.name);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_gid(ctx, &pk), status, err);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk), status, err);
@@ -316,6 +338,9 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     SHOAL_CHECK_GOTO(shoal_ib_ctx_wait_setup(ctx), status, err);
     SHOAL_CHECK_GOTO(shoal_oob_listen(shoal_ib_config.oob_ifname, &ctx->listen_fd,
                                       &ctx->addr.oob), status, err);
+    if (ctx->use_cm) {
+        SHOAL_CHECK_GOTO(shoal_ib_cm_listen(ctx), status, err);
+    }
     shoal_info(IB, "rank %d: %s port %d, %s, MTU %d, %u slots of %u bytes per peer, %s", ctx->rank,
                ctx->devname, pk.port,
                pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",

@@ -552,6 +552,7 @@ static void shoal_ib_rc_dereg(void *arg, void *handle)
 
 void shoal_ib_ep_close(shoal_ep_t *ep)
 {
+    shoal_ib_cm_close(ep); /* rdma_cm: the queue pair and its identifier */
     if (ep->qp != NULL) {
         (void)ibv_destroy_qp(ep->qp);
         ep->qp = NULL;
@@ -638,8 +639,11 @@ static shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep)
         return SHOAL_ERR_TRANSPORT;
     }
     if (ctx->reg_cache) {
-        SHOAL_CHECK(shoal_ib_regcache_init(&ep->rc, &ops, 256, shoal_ib_config.reg_cache_max));
+        SHOAL_CHECK(shoal_ib_regcache_init(&ep->rc, &ops, 256, ctx->reg_cache_max));
         ep->rc_ready = 1;
+        if (ctx->reg_cache_max > 0) {
+            shoal_ib_regcache_follow(&ep->rc); /* the hooks are in (shoal_ib_ctx_sizes) */
+        }
     }
     return SHOAL_OK;
 }
@@ -689,21 +693,40 @@ static shoal_status_t shoal_ib_conn_mem(shoal_tl_ctx_t *ctx, int n)
     return SHOAL_OK;
 }
 
-/* RC QP in INIT with its receives posted. */
-static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
+void shoal_ib_ep_qp_attr(shoal_ep_t *ep, struct ibv_qp_init_attr *ia)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
-    struct ibv_qp_init_attr ia = {
+    *ia = (struct ibv_qp_init_attr){
         .send_cq = ctx->cq, .recv_cq = ctx->cq, .qp_type = IBV_QPT_RC,
         .cap = {.max_send_wr = ep->sq_depth, .max_recv_wr = ep->rx_depth, .max_send_sge = 2,
                 .max_recv_sge = 1, .max_inline_data = ctx->max_inline},
     };
+}
+
+shoal_status_t shoal_ib_ep_post_recvs(shoal_ep_t *ep)
+{
+    for (uint32_t i = 0; i < ep->rx_depth; i++) {
+        if (shoal_ib_post_recv(ep) != SHOAL_OK) {
+            shoal_error(IB, "rank %d: ibv_post_recv for peer %d failed", ep->ctx->rank,
+                        ep->peer);
+            return SHOAL_ERR_TRANSPORT;
+        }
+    }
+    return SHOAL_OK;
+}
+
+/* RC QP in INIT with its receives posted. */
+static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    struct ibv_qp_init_attr ia;
     shoal_ib_qp_plan_t plan = {.port = ctx->addr.port,
                                .pkey_index = (int)shoal_ib_config.pkey_index};
     struct ibv_qp_attr a;
     int mask;
     uint8_t r[4];
 
+    shoal_ib_ep_qp_attr(ep, &ia);
     ep->qp = ibv_create_qp(ep->pd, &ia);
     if (ep->qp == NULL) {
         shoal_error(IB, "rank %d: ibv_create_qp for peer %d failed: %s", ctx->rank, ep->peer,
@@ -721,12 +744,36 @@ static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
                     shoal_ib_qp_step_name(0), strerror(errno));
         return SHOAL_ERR_TRANSPORT;
     }
-    for (uint32_t i = 0; i < ep->rx_depth; i++) {
-        if (shoal_ib_post_recv(ep) != SHOAL_OK) {
-            shoal_error(IB, "rank %d: ibv_post_recv for peer %d failed", ctx->rank, ep->peer);
-            return SHOAL_ERR_TRANSPORT;
+    return shoal_ib_ep_post_recvs(ep);
+}
+
+/* The peer's ring from its pair info, once its queue pair is connected. */
+static shoal_status_t shoal_ib_ep_remote(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    if (ep->raddr.link_layer != ctx->addr.link_layer || rp->nslots < 2 ||
+        rp->nslots > SHOAL_IB_SLOTS_MAX || rp->slot_size < 4096 ||
+        rp->slot_size > SHOAL_IB_SLOT_MAX + SHOAL_IB_SLOT_ROOM) {
+        shoal_error(IB, "rank %d: peer %d: incompatible port (link layer %u vs ours %u) or "
+                    "ring (%u slots of %u bytes)", ctx->rank, ep->peer, ep->raddr.link_layer,
+                    ctx->addr.link_layer, rp->nslots, rp->slot_size);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    if (ctx->qos.rate_kbps > 0) {
+        /* In RTS; devices without packet pacing refuse it (EOPNOTSUPP): one warning. */
+        struct ibv_qp_rate_limit_attr rl = {.rate_limit = ctx->qos.rate_kbps};
+        int err = ibv_modify_qp_rate_limit(ep->qp, &rl);
+        if (err != 0) {
+            shoal_warn_once(IB, "rank %d: ibv_modify_qp_rate_limit(QP to peer %d, %u kbps): "
+                            "%s; no rate cap on this device (SHOAL_QOS_RATE_MAX)", ctx->rank,
+                            ep->peer, ctx->qos.rate_kbps, strerror(err));
         }
     }
+    ep->rring = rp->ring_addr;
+    ep->rkey = rp->rkey;
+    ep->rslot_size = rp->slot_size;
+    ep->chunk_size = SHOAL_MIN(rp->slot_size, ctx->slot_size); /* its slots, our bounces */
+    shoal_ib_credit_init(&ep->tx, rp->nslots);
     return SHOAL_OK;
 }
 
@@ -752,13 +799,8 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
     if (why[0] != '\0') {
         shoal_warn(IB, "rank %d: peer %d: %s", ctx->rank, ep->peer, why);
     }
-    if (ep->raddr.link_layer != ctx->addr.link_layer || rp->nslots < 2 ||
-        rp->nslots > SHOAL_IB_SLOTS_MAX || rp->slot_size < 4096 ||
-        rp->slot_size > SHOAL_IB_SLOT_MAX) {
-        shoal_error(IB, "rank %d: peer %d: incompatible port (link layer %u vs ours %u) or "
-                    "ring (%u slots of %u bytes)", ctx->rank, ep->peer, ep->raddr.link_layer,
-                    ctx->addr.link_layer, rp->nslots, rp->slot_size);
-        return SHOAL_ERR_TRANSPORT;
+    if (ep->raddr.link_layer != ctx->addr.link_layer) {
+        return shoal_ib_ep_remote(ep, rp); /* says why */
     }
     memcpy(plan.remote_gid, ep->raddr.gid, 16);
     for (int step = 1; step <= 2; step++) {
@@ -772,22 +814,7 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
             return SHOAL_ERR_TRANSPORT;
         }
     }
-    if (ctx->qos.rate_kbps > 0) {
-        /* In RTS; devices without packet pacing refuse it (EOPNOTSUPP): one warning. */
-        struct ibv_qp_rate_limit_attr rl = {.rate_limit = ctx->qos.rate_kbps};
-        int err = ibv_modify_qp_rate_limit(ep->qp, &rl);
-        if (err != 0) {
-            shoal_warn_once(IB, "rank %d: ibv_modify_qp_rate_limit(QP to peer %d, %u kbps): "
-                            "%s; no rate cap on this device (SHOAL_QOS_RATE_MAX)", ctx->rank,
-                            ep->peer, ctx->qos.rate_kbps, strerror(err));
-        }
-    }
-    ep->rring = rp->ring_addr;
-    ep->rkey = rp->rkey;
-    ep->rslot_size = rp->slot_size;
-    ep->chunk_size = SHOAL_MIN(rp->slot_size, ctx->slot_size); /* its slots, our bounces */
-    shoal_ib_credit_init(&ep->tx, rp->nslots);
-    return SHOAL_OK;
+    return shoal_ib_ep_remote(ep, rp);
 }
 
 /* ---- the out-of-band exchange -------------------------------------------------------------- */
@@ -809,12 +836,41 @@ static int shoal_ib_expect(void *arg, uint32_t rank)
     return i >= 0 && rank > (uint32_t)ctx->rank && ctx->eps[i].oob_fd < 0;
 }
 
-/* Both sides: pair info out and in, RTR/RTS, sync byte out and in. */
-static shoal_status_t shoal_ib_pair_exchange(shoal_ep_t *ep, uint64_t deadline)
+/* SHOAL_IB_USE_RDMACM=1, after the authenticated handshake on ep->oob_fd: the acceptor issues
+ * a token over it, the connector presents it in its rdma_cm request (ib_cm.c). */
+static shoal_status_t shoal_ib_pair_cm(shoal_ep_t *ep, int connector, uint64_t deadline)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    uint8_t token[SHOAL_IB_CM_TOKEN_BYTES];
+    shoal_ib_pair_t mine, theirs;
+    /* this peer learns its own ring and the key of that ring's registration, nothing else */
+    shoal_ib_pair_local(&ctx->lay, ctx->ring_buf, ep->idx, 0, 0, ep->ring_mr->rkey, &mine);
+    if (connector) {
+        SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, token, sizeof(token), deadline,
+                                   ctx->abort_flag));
+        SHOAL_CHECK(shoal_ib_cm_connect(ep, token, &mine, &theirs, deadline));
+    } else {
+        SHOAL_CHECK(shoal_random_bytes(token, sizeof(token)));
+        SHOAL_CHECK(shoal_oob_send(ep->oob_fd, token, sizeof(token), deadline,
+                                   ctx->abort_flag));
+        SHOAL_CHECK(shoal_ib_cm_accept(ep, token, &mine, &theirs, deadline));
+    }
+    return shoal_ib_ep_remote(ep, &theirs);
+}
+
+/* Both sides: pair info out and in, RTR/RTS (or the rdma_cm connection), sync byte out and
+ * in. */
+static shoal_status_t shoal_ib_pair_exchange(shoal_ep_t *ep, int connector, uint64_t deadline)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     uint8_t out[SHOAL_IB_PAIR_BYTES], in[SHOAL_IB_PAIR_BYTES], sync = 0x5a;
     shoal_ib_pair_t mine, theirs;
+    if (ctx->use_cm) {
+        SHOAL_CHECK(shoal_ib_pair_cm(ep, connector, deadline));
+        SHOAL_CHECK(shoal_oob_send(ep->oob_fd, &sync, 1, deadline, ctx->abort_flag));
+        SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, &sync, 1, deadline, ctx->abort_flag));
+        return sync == 0x5a ? SHOAL_OK : SHOAL_ERR_PROTOCOL;
+    }
     /* this peer learns its own ring and the key of that ring's registration, nothing else */
     shoal_ib_pair_local(&ctx->lay, ctx->ring_buf, ep->idx, ep->qp->qp_num, ep->psn,
                         ep->ring_mr->rkey, &mine);
@@ -835,7 +891,7 @@ static shoal_status_t shoal_ib_connect_one(shoal_ep_t *ep, const shoal_oob_auth_
     shoal_status_t st = shoal_oob_connect_auth(&ep->raddr.oob, auth, (uint32_t)ep->peer,
                                                deadline, &ep->oob_fd);
     if (st == SHOAL_OK) {
-        st = shoal_ib_pair_exchange(ep, deadline);
+        st = shoal_ib_pair_exchange(ep, 1, deadline);
     }
     if (st != SHOAL_OK && st != SHOAL_ERR_ABORTED) {
         shoal_oob_addr_str(&ep->raddr.oob, name, sizeof(name));
@@ -867,7 +923,7 @@ static shoal_status_t shoal_ib_accept_loop(shoal_tl_ctx_t *ctx, shoal_oob_accept
         }
         i = shoal_ib_find_ep(ctx, peer);
         ctx->eps[i].oob_fd = fd;
-        st = shoal_ib_pair_exchange(&ctx->eps[i], deadline);
+        st = shoal_ib_pair_exchange(&ctx->eps[i], 0, deadline);
         if (st != SHOAL_OK) {
             if (st != SHOAL_ERR_ABORTED) {
                 shoal_error(IB, "rank %d: queue pair exchange with peer %d failed: %s",
@@ -924,6 +980,13 @@ static shoal_status_t shoal_ib_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, i
                         ctx->rank, i, peers[i]);
             return SHOAL_ERR_INVALID_ARG;
         }
+        if ((ep->raddr.cm_port != 0) != (ctx->use_cm != 0)) {
+            /* found now, not as a stalled exchange at the timeout */
+            shoal_error(IB, "rank %d: SHOAL_IB_USE_RDMACM is %d here and %d on peer %d: it "
+                        "must be the same on every rank", ctx->rank, ctx->use_cm,
+                        ep->raddr.cm_port != 0, ep->peer);
+            return SHOAL_ERR_INVALID_ARG;
+        }
     }
     return SHOAL_OK;
 }
@@ -945,7 +1008,8 @@ shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int n
     }
     SHOAL_CHECK_GOTO(shoal_ib_conn_eps(ctx, peers, npeers, addrs, addr_lens), st, err);
     SHOAL_CHECK_GOTO(shoal_ib_conn_mem(ctx, npeers), st, err);
-    for (int i = 0; i < npeers; i++) {
+    for (int i = 0; i < npeers && !ctx->use_cm; i++) {
+        /* with rdma_cm, the queue pair is created on its identifier when it connects */
         SHOAL_CHECK_GOTO(shoal_ib_ep_qp(&ctx->eps[i]), st, err);
     }
     for (int i = 0; i < npeers; i++) {
@@ -961,7 +1025,8 @@ shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int n
         (void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->eps[i].oob_fd, &ev);
         eps_p[i] = &ctx->eps[i];
     }
-    shoal_info(IB, "rank %d: connected to %d peers over %s", ctx->rank, npeers, ctx->devname);
+    shoal_info(IB, "rank %d: connected to %d peers over %s%s", ctx->rank, npeers, ctx->devname,
+               ctx->use_cm ? " through rdma_cm" : "");
     return SHOAL_OK;
 err:
     if (st == SHOAL_ERR_TIMEOUT) {

@@ -338,12 +338,41 @@ static shoal_status_t shoal_ib_regcache_insert(shoal_ib_regcache_t *rc, uintptr_
     return SHOAL_OK;
 }
 
+static void shoal_ib_regcache_released(void *arg, uintptr_t start, uintptr_t end)
+{
+    shoal_ib_regcache_invalidate(arg, (const void *)start, end - start);
+}
+
+void shoal_ib_regcache_follow(shoal_ib_regcache_t *rc)
+{
+    rc->follow = 1;
+    rc->ev_seen = shoal_ib_memhook_seq();
+}
+
+void shoal_ib_regcache_sync(shoal_ib_regcache_t *rc)
+{
+    if (!rc->follow) {
+        return;
+    }
+    if (rc->n == 0) {
+        rc->ev_seen = shoal_ib_memhook_seq(); /* nothing to invalidate */
+        return;
+    }
+    if (shoal_ib_memhook_drain(&rc->ev_seen, shoal_ib_regcache_released, rc) != 0) {
+        rc->flushes++; /* events were lost: nothing cached can be trusted */
+        shoal_ib_regcache_invalidate(rc, NULL, UINTPTR_MAX);
+    }
+}
+
 shoal_status_t shoal_ib_regcache_get(shoal_ib_regcache_t *rc, const void *addr, size_t len,
                                      uintptr_t *key_p, uint32_t *lkey_p)
 {
     uintptr_t a = (uintptr_t)addr / rc->page * rc->page;
     uintptr_t b = SHOAL_ALIGN_UP((uintptr_t)addr + (len > 0 ? len : 1), rc->page);
-    int i = shoal_ib_regcache_find(rc, a, b);
+    int i;
+
+    shoal_ib_regcache_sync(rc); /* memory released since the last lookup */
+    i = shoal_ib_regcache_find(rc, a, b);
 
     if (i >= 0) {
         rc->hits++;

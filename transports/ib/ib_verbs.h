@@ -21,7 +21,12 @@ typedef struct {
     uint16_t lid;
     uint8_t gid[16];
     shoal_oob_addr_t oob;     /* where our context accepts the per-pair exchange */
+    uint16_t cm_port;         /* SHOAL_IB_USE_RDMACM=1: our rdma_cm listener's port, else 0 */
 } shoal_ib_addr_t;
+
+#define SHOAL_IB_CM_TOKEN_BYTES 16
+struct rdma_cm_id;
+struct rdma_event_channel;
 
 typedef struct {
     shoal_tl_req_t *req;      /* its last chunk, or NULL (credit/abort/middle chunk) */
@@ -73,6 +78,10 @@ struct shoal_ep {
     int cur_reg;
     /* receives */
     shoal_tl_req_t *rq_head, *rq_tail;
+    /* SHOAL_IB_USE_RDMACM=1: the queue pair's rdma_cm identifier (and, connecting, its
+     * event channel) */
+    struct rdma_cm_id *cm_id;
+    struct rdma_event_channel *cm_chan;
 };
 
 struct shoal_tl_ctx {
@@ -91,8 +100,15 @@ struct shoal_tl_ctx {
     shoal_ib_addr_t addr;         /* ours */
     uint32_t nslots, slot_size, max_inline, credit_thresh, nbounce;
     int reg_cache;                /* SHOAL_IB_REG_CACHE */
+    size_t reg_cache_max;         /* SHOAL_IB_REG_CACHE_MAX, 0 where the hooks are missing */
     /* out of band */
     int listen_fd;
+    /* SHOAL_IB_USE_RDMACM=1 (ib_cm.c): librdmacm's device contexts (dev is one of them), the
+     * listener and its event channel */
+    int use_cm;
+    struct ibv_context **cm_devs;
+    struct rdma_cm_id *cm_listen;
+    struct rdma_event_channel *cm_chan;
     /* sleeping: epoll over the completion channel, an eventfd and the oob sockets */
     int epfd, evfd, armed;
     struct epoll_event events[SHOAL_IB_EVENTS];
@@ -136,5 +152,29 @@ SHOAL_HIDDEN int shoal_ib_ep_abort_notice(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN int shoal_ib_ep_oob_read(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_ep_close(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_conn_free(shoal_tl_ctx_t *ctx);
+/* The attributes of a peer's RC queue pair; its receives posted. */
+SHOAL_HIDDEN void shoal_ib_ep_qp_attr(shoal_ep_t *ep, struct ibv_qp_init_attr *ia);
+SHOAL_HIDDEN shoal_status_t shoal_ib_ep_post_recvs(shoal_ep_t *ep);
+
+/* ib_cm.c (SHOAL_IB_USE_RDMACM=1; without librdmacm at build time: UNSUPPORTED) */
+/* librdmacm's context of device devname into *dev_p (kept in ctx->cm_devs). */
+SHOAL_HIDDEN shoal_status_t shoal_ib_cm_open(shoal_tl_ctx_t *ctx, const char *devname,
+                                             struct ibv_context **dev_p);
+/* Listens on the IP address of our GID; sets ctx->addr.cm_port. */
+SHOAL_HIDDEN shoal_status_t shoal_ib_cm_listen(shoal_tl_ctx_t *ctx);
+SHOAL_HIDDEN void shoal_ib_cm_fini(shoal_tl_ctx_t *ctx);
+/* Destroys ep's queue pair and identifier. */
+SHOAL_HIDDEN void shoal_ib_cm_close(shoal_ep_t *ep);
+/* After the out-of-band handshake: connects ep's queue pair through rdma_cm with the token
+ * the acceptor sent over it, mine out, theirs in. */
+SHOAL_HIDDEN shoal_status_t shoal_ib_cm_connect(shoal_ep_t *ep,
+                                                const uint8_t token[SHOAL_IB_CM_TOKEN_BYTES],
+                                                const shoal_ib_pair_t *mine,
+                                                shoal_ib_pair_t *theirs, uint64_t deadline);
+/* Accepts peer ep's request carrying token (others are rejected). */
+SHOAL_HIDDEN shoal_status_t shoal_ib_cm_accept(shoal_ep_t *ep,
+                                               const uint8_t token[SHOAL_IB_CM_TOKEN_BYTES],
+                                               const shoal_ib_pair_t *mine,
+                                               shoal_ib_pair_t *theirs, uint64_t deadline);
 
 #endif
