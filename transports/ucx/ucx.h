@@ -28,7 +28,8 @@
  * 48-byte HDR message: the header and a descriptor {SCMA magic, 0, address}. The receiver
  * checks it, reads the payload straight from the sender's buffer into the posted one with
  * process_vm_readv, then sends an 8-byte FIN (tag kind AUTH, unused after connect); the send
- * completes when the FIN arrives. The receiver's verdict travels after the proofs as an 8-byte
+ * completes when the FIN arrives. A read that fails sends a FIN with its errno (the send fails
+ * with it) and fails the endpoint. The receiver's verdict travels after the proofs as an 8-byte
  * HELLO (kind AUTH too: proof, HELLO, then FINs, in order on one tag) between same-host peers.
  *
  * Abort notices (fail()) have a tag kind of their own: they overtake the data in flight (a
@@ -120,7 +121,8 @@ typedef struct shoal_ucx_slot {
     ucs_status_t ucs;          /* first UCX error of the transfer */
     size_t rlen;               /* rx: bytes the last receive got */
     int fin_wait;              /* tx: FIN receive posted, its callback not yet run */
-    int bad_fin;               /* tx: the FIN that arrived was malformed */
+    int fin_err;               /* tx: 0, the receiver's errno (it could not read the
+                                * payload), or -1: the FIN was malformed */
     uint8_t fin[SHOAL_UCX_CTL_BYTES]; /* tx: FIN received; rx: FIN sent */
     uint8_t *buf;              /* SHOAL_WIRE_HDR_BYTES + max(inline_max, CMA descriptor) */
 } shoal_ucx_slot_t;

@@ -99,10 +99,13 @@ static void shoal_ucx_fin_cb(void *request, ucs_status_t st, const ucp_tag_recv_
     s->fin_wait = 0;
     if (st != UCS_OK && s->ucs == UCS_OK) {
         s->ucs = st;
-    } else if (st == UCS_OK &&
-               (shoal_ucx_ctl_decode(s->fin, info->length, SHOAL_UCX_FIN_MAGIC, &v) != 0 ||
-                v != 0)) {
-        s->bad_fin = 1;
+    } else if (st == UCS_OK) {
+        if (shoal_ucx_ctl_decode(s->fin, info->length, SHOAL_UCX_FIN_MAGIC, &v) != 0 ||
+            v > 4095) {
+            s->fin_err = -1;
+        } else {
+            s->fin_err = (int)v;
+        }
     }
     if (--s->nout == 0) {
         s->state = SHOAL_UCX_SLOT_DONE;
@@ -179,7 +182,7 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     s->nout = 0;
     s->ucs = UCS_OK;
     s->state = SHOAL_UCX_SLOT_DATA;
-    s->bad_fin = 0;
+    s->fin_err = 0;
     s->cancelled = 0;
     s->ucx_req = NULL;
     shoal_wire_encode(&req->hdr, s->buf);
@@ -551,9 +554,11 @@ static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
         if (s->ucs != UCS_OK) {
             return n + shoal_ucx_ep_ucs_error(ep, "send", s->ucs);
         }
-        if (s->bad_fin) {
-            return n + shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d: malformed "
-                                          "FIN of a single-copy send", ep->peer);
+        if (s->fin_err != 0) {
+            return n + shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d %s%s", ep->peer,
+                                          s->fin_err < 0 ? "sent a malformed FIN" :
+                                          "could not read the payload of a single-copy send: ",
+                                          s->fin_err < 0 ? "" : strerror(s->fin_err));
         }
         req = s->req;
         s->req = NULL;
@@ -620,6 +625,8 @@ static int shoal_ucx_ep_cma_read(shoal_ep_t *ep, shoal_ucx_slot_t *s, uint64_t a
     size_t len = req->hdr.length, done = 0;
     int n = 0;
 
+    s->nout = 0;
+    s->ucs = UCS_OK;
     while (done < len) {
         struct iovec l = {.iov_base = (uint8_t *)req->buf + done, .iov_len = len - done};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = len - done};
@@ -634,10 +641,16 @@ static int shoal_ucx_ep_cma_read(shoal_ep_t *ep, shoal_ucx_slot_t *s, uint64_t a
             shoal_ucx_ep_set_gone(ep, why);
             return shoal_ucx_ep_fail_gone(ep);
         } else {
+            int err = got < 0 ? errno : EIO;
+            /* tell the sender, whose send waits for this FIN (best effort: the endpoint
+             * fails now) */
+            if (ep->uep != NULL) {
+                shoal_ucx_ctl_encode(s->fin, SHOAL_UCX_FIN_MAGIC, (uint32_t)err);
+                shoal_ucx_send(ep, s, s->fin, sizeof(s->fin), SHOAL_UCX_TAG_AUTH);
+            }
             return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d: single-copy read "
                                       "of %zu bytes at 0x%llx failed after %zu: %s", ep->peer,
-                                      len, (unsigned long long)addr, done,
-                                      got < 0 ? strerror(errno) : "nothing read");
+                                      len, (unsigned long long)addr, done, strerror(err));
         }
     }
     /* A sender that failed sent its abort notice before its caller could reuse the buffer:
@@ -651,8 +664,6 @@ static int shoal_ucx_ep_cma_read(shoal_ep_t *ep, shoal_ucx_slot_t *s, uint64_t a
     ep->ctx->cma_bytes += len;
     s->state = SHOAL_UCX_SLOT_DATA;
     s->rlen = len;
-    s->nout = 0;
-    s->ucs = UCS_OK;
     if (ep->uep != NULL) {
         shoal_ucx_ctl_encode(s->fin, SHOAL_UCX_FIN_MAGIC, 0);
         shoal_ucx_send(ep, s, s->fin, sizeof(s->fin), SHOAL_UCX_TAG_AUTH);
