@@ -20,11 +20,13 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
     {.name = "SPIN_COUNT", .dflt = "2000", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoal_core_config_t, spin_count),
      .doc = "idle polls (each followed by sched_yield) before a waiter sleeps"},
-    {.name = "SPIN_PAUSE", .dflt = "8", .type = SHOAL_CFG_UINT,
+    {.name = "SPIN_PAUSE", .dflt = "1024", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoal_core_config_t, spin_pause),
      .doc = "idle polls with a CPU pause (no system call) before a waiter starts yielding; "
             "0 when another rank of the host may run on this rank's CPU (bound to the same CPU, or "
-            "the host's ranks outnumber the CPUs)"},
+            "the host's ranks outnumber the CPUs). A yield on a machine loaded by other work "
+            "hands the CPU away for a time slice: with 8, a 2-rank 8 B AllReduce over ucx took "
+            "14-69 us (median 52) under load, 0.8-1.0 us with 1024, as Open MPI's pure polling"},
     {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING, .flags = SHOAL_CFG_F_SECRET,
      .offset = offsetof(shoal_core_config_t, uid),
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},

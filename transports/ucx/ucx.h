@@ -18,6 +18,20 @@
  * shoal_wire_check, and only then copies the inline payload or posts the DATA receive on the
  * caller's buffer with exactly the posted length (more is truncation: SHOAL_ERR_PROTOCOL).
  *
+ * Single copy on one host (CMA): between ranks of one host UCX 1.13 leaves its cma transport
+ * out of endpoints with peer error handling, so a large payload would go through UCX's
+ * shared-memory FIFO in fragments (two copies, and a fragment per receiver wakeup). Instead,
+ * where the receiver showed at connect time that it can read the sender's memory (it reads
+ * the sender's nonce at the address the sender published, with process_vm_readv, and compares:
+ * that checks the ptrace permission and that the pid is the peer's process, not another one
+ * in another pid namespace), a payload above inline_max (and SHOAL_UCX_CMA_MIN) travels as a
+ * 48-byte HDR message: the header and a descriptor {SCMA magic, 0, address}. The receiver
+ * checks it, reads the payload straight from the sender's buffer into the posted one with
+ * process_vm_readv, then sends an 8-byte FIN (tag kind AUTH, unused after connect); the send
+ * completes when the FIN arrives. A read that fails sends a FIN with its errno (the send fails
+ * with it) and fails the endpoint. The receiver's verdict travels after the proofs as an 8-byte
+ * HELLO (kind AUTH too: proof, HELLO, then FINs, in order on one tag) between same-host peers.
+ *
  * Abort notices (fail()) have a tag kind of their own: they overtake the data in flight (a
  * peer stuck in a rendezvous with a failed sender still learns why), and progress() probes
  * for them every millisecond on endpoints with pending requests, and before failing an
@@ -42,17 +56,22 @@
 #include <ucp/api/ucp.h>
 
 #define SHOAL_UCX_ADDR_MAGIC 0x58435553u   /* "SUCX" */
-#define SHOAL_UCX_ADDR_VERSION 1
-#define SHOAL_UCX_ADDR_HDR_BYTES 48
+#define SHOAL_UCX_ADDR_VERSION 2        /* 2: the CMA probe address at byte 48 */
+#define SHOAL_UCX_ADDR_HDR_BYTES 56
 #define SHOAL_UCX_NONCE_BYTES 16
 #define SHOAL_UCX_SLOTS 16                 /* in-flight messages per endpoint and direction */
 #define SHOAL_UCX_RANK_BITS 22
 #define SHOAL_UCX_KEY_BITS 40
 #define SHOAL_UCX_CLOSE_MS 1000            /* fini: longest wait for graceful closes */
+#define SHOAL_UCX_CMA_MAGIC 0x414d4353u    /* "SCMA": descriptor after a HDR's header */
+#define SHOAL_UCX_CMA_DESC_BYTES 16        /* magic (4), zero (4), sender's address (8) */
+#define SHOAL_UCX_FIN_MAGIC 0x4e494653u    /* "SFIN": the receiver has read the payload */
+#define SHOAL_UCX_HELLO_MAGIC 0x484d4353u  /* "SCMH": after the proof, same-host peers only */
+#define SHOAL_UCX_CTL_BYTES 8              /* FIN and HELLO: magic (4), value (4) */
 
 typedef enum {
     SHOAL_UCX_TAG_ABORT = 0,   /* overtakes data: found by probing, see ucx_ep.c */
-    SHOAL_UCX_TAG_AUTH = 1,
+    SHOAL_UCX_TAG_AUTH = 1,    /* the proof; then HELLO and FINs (see CMA above) */
     SHOAL_UCX_TAG_HDR = 2,
     SHOAL_UCX_TAG_DATA = 3,
 } shoal_ucx_kind_t;
@@ -62,6 +81,8 @@ typedef enum {
 typedef struct {
     size_t inline_max;     /* SHOAL_UCX_INLINE_MAX */
     const char *library;   /* SHOAL_UCX_LIBRARY: libucp, loaded at first use (ucx_dl.c) */
+    int cma;               /* SHOAL_UCX_CMA: single-copy reads between same-host ranks */
+    size_t cma_min;        /* SHOAL_UCX_CMA_MIN: smallest payload sent that way */
 } shoal_ucx_config_t;
 
 extern SHOAL_HIDDEN shoal_ucx_config_t shoal_ucx_config;
@@ -75,6 +96,7 @@ typedef struct {
     uint64_t host_id;
     uint32_t inline_max;
     uint8_t nonce[SHOAL_UCX_NONCE_BYTES];
+    uint64_t cma_addr;     /* where the nonce lies in the rank's memory; 0: no CMA offered */
     uint32_t worker_len;   /* bytes of the UCP worker address that follow */
     const uint8_t *worker; /* points into the decoded buffer */
 } shoal_ucx_addr_t;
@@ -92,13 +114,17 @@ typedef enum {
 typedef struct shoal_ucx_slot {
     struct shoal_ep *ep;
     shoal_tl_req_t *req;       /* NULL once the request was failed with the endpoint */
-    void *ucx_req;             /* rx: the outstanding UCX receive, for cancel */
+    void *ucx_req;             /* rx: the outstanding UCX receive; tx: FIN receive; cancel */
     int state;                 /* shoal_ucx_slot_state_t */
     int nout;                  /* tx: UCX sends in flight */
     int cancelled;
     ucs_status_t ucs;          /* first UCX error of the transfer */
     size_t rlen;               /* rx: bytes the last receive got */
-    uint8_t *buf;              /* SHOAL_WIRE_HDR_BYTES + inline_max */
+    int fin_wait;              /* tx: FIN receive posted, its callback not yet run */
+    int fin_err;               /* tx: 0, the receiver's errno (it could not read the
+                                * payload), or -1: the FIN was malformed */
+    uint8_t fin[SHOAL_UCX_CTL_BYTES]; /* tx: FIN received; rx: FIN sent */
+    uint8_t *buf;              /* SHOAL_WIRE_HDR_BYTES + max(inline_max, CMA descriptor) */
 } shoal_ucx_slot_t;
 
 struct shoal_ep {
@@ -107,6 +133,7 @@ struct shoal_ep {
     ucp_ep_h uep;                      /* NULL once closed */
     void *close_req;                   /* outstanding ucp_ep_close_nbx */
     int local;                         /* same host: pidfd watched */
+    int same_host;                     /* host ids equal (both sides agree): HELLO exchanged */
     int pidfd;                         /* -1: none (fallback kill(pid, 0)) */
     uint32_t pid;
     size_t inline_max;                 /* min of both sides */
@@ -126,6 +153,14 @@ struct shoal_ep {
     int auth_rdone, auth_sdone;
     ucs_status_t auth_ucs;
     size_t auth_rlen;
+    int auth_ok;                       /* the peer's proof was checked */
+    uint64_t peer_cma_addr;            /* the peer's probe address (its nonce), 0: none */
+    uint8_t hello_rx[SHOAL_UCX_CTL_BYTES], hello_tx[SHOAL_UCX_CTL_BYTES];
+    void *hello_rreq, *hello_sreq;
+    int hello_rdone, hello_sdone, hello_sent;
+    size_t hello_rlen;
+    int cma_rx;                        /* we read the peer's payloads (probe passed) */
+    int cma_tx;                        /* the peer reads ours (its HELLO said so) */
     uint8_t abort_buf[SHOAL_WIRE_HDR_BYTES], abort_rx[SHOAL_WIRE_HDR_BYTES];
     void *abort_req;                   /* fail(): our abort notice still in flight */
     /* send side: ring of slots, oldest first; sq_* waits for a free slot */
@@ -165,6 +200,8 @@ struct shoal_tl_ctx {
     uint64_t next_live_ns;             /* next liveness check of same-host peers */
     struct pollfd *live_pfds;          /* [neps] pidfds of local peers (fd -1 otherwise) */
     uint8_t *slot_mem;                 /* all slot buffers of all endpoints */
+    size_t slot_bytes;                 /* bytes of one slot buffer */
+    uint64_t cma_reads, cma_bytes;     /* payloads read from peers (tests, tracing) */
     /* Who failed first, as far as this rank saw (-1: nobody yet): the culprit named by the
      * first abort notice, else the first same-host peer seen gone. A peer that exited
      * without a notice reaching us is reported with it: it most likely exited because of
@@ -196,11 +233,13 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int
 /* ucx_ep.c: data path */
 /* Checks an arrived HDR message (rlen bytes in buf) against the posted receive's header:
  * a valid wire header, followed by exactly the inline payload (expect->length bytes when at
- * most inline_max), nothing otherwise. SHOAL_OK, or the status with a sentence in why and in
- * *culprit_p the rank an abort notice blames (-1: none). */
+ * most inline_max); above inline_max by nothing (a DATA message follows), or, only when
+ * cma_ok, by a CMA descriptor whose address goes to *cma_addr_p (else 0). SHOAL_OK, or the
+ * status with a sentence in why and in *culprit_p the rank an abort notice blames (-1: none). */
 SHOAL_HIDDEN shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect,
                                                 const uint8_t *buf, size_t rlen,
-                                                size_t inline_max, char *why, size_t whylen,
+                                                size_t inline_max, int cma_ok,
+                                                uint64_t *cma_addr_p, char *why, size_t whylen,
                                                 int *culprit_p);
 static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 {
@@ -214,5 +253,13 @@ SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int cu
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN void shoal_ucx_ep_close(shoal_ep_t *ep, int force);
+/* Cancels the endpoint's outstanding UCX receives (payloads and FINs). */
+SHOAL_HIDDEN void shoal_ucx_ep_cancel_reqs(shoal_ep_t *ep);
+/* FIN and HELLO messages: magic and value, little-endian. */
+SHOAL_HIDDEN void shoal_ucx_ctl_encode(uint8_t out[SHOAL_UCX_CTL_BYTES], uint32_t magic,
+                                       uint32_t value);
+/* 0 and the value in *value_p if the rlen bytes at in are a control message with magic. */
+SHOAL_HIDDEN int shoal_ucx_ctl_decode(const uint8_t *in, size_t rlen, uint32_t magic,
+                                      uint32_t *value_p);
 
 #endif

@@ -6,6 +6,7 @@
 
 shoal_ucx_config_t shoal_ucx_config = {
     .inline_max = 8192,
+    .cma = 1,
 };
 
 static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
@@ -17,6 +18,26 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
                "zero-copy from the caller's buffer as a second message (UCX rendezvous); both "
                "sides use the smaller of their values",
         .offset = offsetof(shoal_ucx_config_t, inline_max),
+        .type = SHOAL_CFG_SIZE,
+    },
+    {
+        .name = "UCX_CMA",
+        .dflt = "y",
+        .doc = "between ranks of one host, a ucx payload above the inline limit is read by the "
+               "receiver straight from the sender's buffer with process_vm_readv (one copy; "
+               "UCX 1.13 leaves its own cma out of endpoints with error handling, and its "
+               "shared-memory FIFO copies twice, in fragments). Used toward a peer only where "
+               "that peer proved at connect time that it can read this rank (ptrace "
+               "permission, same pid namespace); n = never (both directions)",
+        .offset = offsetof(shoal_ucx_config_t, cma),
+        .type = SHOAL_CFG_BOOL,
+    },
+    {
+        .name = "UCX_CMA_MIN",
+        .dflt = "0",
+        .doc = "smallest ucx payload sent by single copy (SHOAL_UCX_CMA); payloads of at most "
+               "SHOAL_UCX_INLINE_MAX bytes always travel inline",
+        .offset = offsetof(shoal_ucx_config_t, cma_min),
         .type = SHOAL_CFG_SIZE,
     },
     {

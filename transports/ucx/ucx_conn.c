@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ---- codecs ------------------------------------------------------------------------------ */
@@ -30,6 +31,8 @@ size_t shoal_ucx_addr_encode(const shoal_tl_ctx_t *ctx, uint8_t *out, size_t roo
     shoal_put_le(out + 24, ctx->inline_max, 4);
     shoal_put_le(out + 28, ctx->waddr_len, 4);
     memcpy(out + 32, ctx->nonce, SHOAL_UCX_NONCE_BYTES);
+    /* where a same-host peer finds our nonce to check that it can read us (CMA) */
+    shoal_put_le(out + 48, shoal_ucx_config.cma ? (uint64_t)(uintptr_t)ctx->nonce : 0, 8);
     memcpy(out + SHOAL_UCX_ADDR_HDR_BYTES, ctx->waddr, ctx->waddr_len);
     return len;
 }
@@ -48,6 +51,7 @@ int shoal_ucx_addr_decode(const void *in, size_t len, shoal_ucx_addr_t *a)
     a->inline_max = (uint32_t)shoal_get_le(p + 24, 4);
     a->worker_len = (uint32_t)shoal_get_le(p + 28, 4);
     memcpy(a->nonce, p + 32, SHOAL_UCX_NONCE_BYTES);
+    a->cma_addr = shoal_get_le(p + 48, 8);
     a->worker = p + SHOAL_UCX_ADDR_HDR_BYTES;
     if (a->worker_len == 0 || a->worker_len != len - SHOAL_UCX_ADDR_HDR_BYTES) {
         return -1;
@@ -134,6 +138,82 @@ static void shoal_ucx_auth_tx_cb(void *request, ucs_status_t st, void *user_data
     ucp_request_free(request);
 }
 
+static void shoal_ucx_hello_rx_cb(void *request, ucs_status_t st,
+                                  const ucp_tag_recv_info_t *info, void *user_data)
+{
+    shoal_ep_t *ep = user_data;
+    ep->hello_rreq = NULL;
+    ep->hello_rdone = 1;
+    ep->hello_rlen = st == UCS_OK ? info->length : 0;
+    if (st != UCS_OK && ep->auth_ucs == UCS_OK) {
+        ep->auth_ucs = st;
+    }
+    ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+static void shoal_ucx_hello_tx_cb(void *request, ucs_status_t st, void *user_data)
+{
+    shoal_ep_t *ep = user_data;
+    ep->hello_sreq = NULL;
+    ep->hello_sdone = 1;
+    if (st != UCS_OK && ep->auth_ucs == UCS_OK) {
+        ep->auth_ucs = st;
+    }
+    ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+/* After the peer's proof: can we read its memory? Reads its nonce where it said it lies; the
+ * read fails without the ptrace permission (Yama, another user, a non-dumpable process), and
+ * finds other bytes if the pid names another process (another pid namespace). */
+static void shoal_ucx_cma_probe(shoal_ep_t *ep)
+{
+    uint8_t got[SHOAL_UCX_NONCE_BYTES];
+    struct iovec l = {.iov_base = got, .iov_len = sizeof(got)};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)ep->peer_cma_addr, .iov_len = sizeof(got)};
+    ssize_t n;
+
+    if (!shoal_ucx_config.cma || ep->peer_cma_addr == 0 || !ep->local) {
+        return;
+    }
+    n = process_vm_readv((pid_t)ep->pid, &l, 1, &r, 1, 0);
+    if (n == (ssize_t)sizeof(got) && shoal_memeq_ct(got, ep->peer_nonce, sizeof(got))) {
+        ep->cma_rx = 1;
+        return;
+    }
+    shoal_info(UCX, "peer %d: single-copy reads from pid %u unavailable (%s): its large "
+               "payloads come through UCX", ep->peer, ep->pid,
+               n < 0 ? strerror(errno) : "another process answers to that pid");
+}
+
+/* Sends our HELLO: whether we read the peer's payloads (1) or not (0). */
+static shoal_status_t shoal_ucx_hello_send(shoal_ep_t *ep)
+{
+    ucp_request_param_t sp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.send = shoal_ucx_hello_tx_cb,
+        .user_data = ep,
+    };
+    void *r;
+
+    shoal_ucx_cma_probe(ep);
+    shoal_ucx_ctl_encode(ep->hello_tx, SHOAL_UCX_HELLO_MAGIC, (uint32_t)ep->cma_rx);
+    ep->hello_sent = 1;
+    r = ucp_tag_send_nbx(ep->uep, ep->hello_tx, sizeof(ep->hello_tx),
+                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_AUTH), &sp);
+    if (UCS_PTR_IS_ERR(r)) {
+        shoal_error(UCX, "peer %d: sending HELLO failed: %s", ep->peer,
+                    shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+        return SHOAL_ERR_PEER_FAILED;
+    }
+    if (!ep->hello_sdone) {
+        ep->hello_sreq = r;
+    }
+    return SHOAL_OK;
+}
+
 /* Watches a same-host peer's process through a pidfd (readable once it exits). */
 static void shoal_ucx_ep_watch(shoal_ep_t *ep, int idx)
 {
@@ -163,7 +243,7 @@ static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
                                         const shoal_ucx_addr_t *a)
 {
     shoal_ep_t *ep = &ctx->eps[idx];
-    size_t slot_bytes = SHOAL_WIRE_HDR_BYTES + ctx->inline_max;
+    size_t slot_bytes = ctx->slot_bytes;
     uint8_t *mem = ctx->slot_mem + (size_t)idx * 2 * SHOAL_UCX_SLOTS * slot_bytes;
     ucp_ep_params_t p = {
         .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -179,6 +259,8 @@ static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
     ep->pidfd = -1;
     ep->pid = a->pid;
     ep->local = a->host_id == shoal_host_id();
+    ep->same_host = ep->local;
+    ep->peer_cma_addr = a->cma_addr;
     ep->status = SHOAL_OK;
     ep->inline_max = SHOAL_MIN(ctx->inline_max, (size_t)a->inline_max);
     memcpy(ep->peer_nonce, a->nonce, SHOAL_UCX_NONCE_BYTES);
@@ -233,6 +315,20 @@ static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
     if (!ep->auth_rdone) {
         ep->auth_rreq = r; /* else the callback ran already and released it */
     }
+    if (ep->same_host) {
+        /* the peer's HELLO, the second message of this kind (after its proof) */
+        rp.cb.recv = shoal_ucx_hello_rx_cb;
+        r = ucp_tag_recv_nbx(ctx->worker, ep->hello_rx, sizeof(ep->hello_rx),
+                             shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &rp);
+        if (UCS_PTR_IS_ERR(r)) {
+            shoal_error(UCX, "peer %d: posting the HELLO receive failed: %s", ep->peer,
+                        shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+            return SHOAL_ERR_TRANSPORT;
+        }
+        if (!ep->hello_rdone) {
+            ep->hello_rreq = r;
+        }
+    }
     r = ucp_tag_send_nbx(ep->uep, ep->auth_tx, sizeof(ep->auth_tx),
                          shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_AUTH), &sp);
     if (UCS_PTR_IS_ERR(r)) {
@@ -251,6 +347,7 @@ static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
 {
     uint8_t want[SHOAL_HMAC_BYTES];
     shoal_tl_ctx_t *ctx = ep->ctx;
+    uint32_t v;
 
     if (ep->gone || ep->auth_ucs != UCS_OK) {
         shoal_error(UCX, "peer %d: connection setup failed: %s", ep->peer,
@@ -258,19 +355,40 @@ static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
         *st_p = SHOAL_ERR_PEER_FAILED;
         return -1;
     }
-    if (!ep->auth_rdone || !ep->auth_sdone) {
+    if (!ep->auth_ok) {
+        if (!ep->auth_rdone || !ep->auth_sdone) {
+            return 0;
+        }
+        *st_p = shoal_ucx_proof(ctx, ep->peer, ctx->rank, ep->peer_nonce, ctx->nonce, want);
+        if (*st_p != SHOAL_OK) {
+            return -1;
+        }
+        if (ep->auth_rlen != sizeof(want) || !shoal_memeq_ct(want, ep->auth_rx, sizeof(want))) {
+            shoal_error(UCX, "peer %d: wrong authentication proof (%zu bytes): refused", ep->peer,
+                        ep->auth_rlen);
+            *st_p = SHOAL_ERR_AUTH;
+            return -1;
+        }
+        ep->auth_ok = 1;
+        /* an authenticated peer: only now look at its memory */
+        if (ep->same_host && (*st_p = shoal_ucx_hello_send(ep)) != SHOAL_OK) {
+            return -1;
+        }
+    }
+    if (!ep->same_host) {
+        return 1;
+    }
+    if (!ep->hello_rdone || !ep->hello_sdone) {
         return 0;
     }
-    *st_p = shoal_ucx_proof(ctx, ep->peer, ctx->rank, ep->peer_nonce, ctx->nonce, want);
-    if (*st_p != SHOAL_OK) {
+    if (shoal_ucx_ctl_decode(ep->hello_rx, ep->hello_rlen, SHOAL_UCX_HELLO_MAGIC, &v) != 0 ||
+        v > 1) {
+        shoal_error(UCX, "peer %d: malformed HELLO (%zu bytes): refused", ep->peer,
+                    ep->hello_rlen);
+        *st_p = SHOAL_ERR_PROTOCOL;
         return -1;
     }
-    if (ep->auth_rlen != sizeof(want) || !shoal_memeq_ct(want, ep->auth_rx, sizeof(want))) {
-        shoal_error(UCX, "peer %d: wrong authentication proof (%zu bytes): refused", ep->peer,
-                    ep->auth_rlen);
-        *st_p = SHOAL_ERR_AUTH;
-        return -1;
-    }
+    ep->cma_tx = v == 1 && shoal_ucx_config.cma;
     return 1;
 }
 
@@ -284,15 +402,16 @@ static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
     for (;;) {
         while (ucp_worker_progress(ctx->worker) != 0) {
         }
-        while (first < ctx->neps) {
-            int r = shoal_ucx_ep_auth_check(&ctx->eps[first], &st);
+        /* every endpoint moves on (proof checked, HELLO sent) while an earlier one waits */
+        for (int i = first, pending = 0; i < ctx->neps; i++) {
+            int r = shoal_ucx_ep_auth_check(&ctx->eps[i], &st);
             if (r < 0) {
                 return st;
             }
-            if (r == 0) {
-                break;
+            pending += r == 0;
+            if (pending == 0) {
+                first = i + 1;
             }
-            first++;
         }
         if (first == ctx->neps) {
             return SHOAL_OK;
@@ -318,14 +437,17 @@ shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
                                      const void *const *addrs, const size_t *addr_lens,
                                      shoal_ep_t **eps_p)
 {
-    size_t slot_bytes = SHOAL_WIRE_HDR_BYTES + ctx->inline_max;
+    size_t slot_bytes = SHOAL_WIRE_HDR_BYTES +
+                        SHOAL_MAX(ctx->inline_max, (size_t)SHOAL_UCX_CMA_DESC_BYTES);
     size_t mem = (size_t)npeers * 2 * SHOAL_UCX_SLOTS * slot_bytes;
+    int ncma_rx = 0, ncma_tx = 0;
     shoal_status_t st;
 
     if (ctx->eps != NULL) {
         shoal_error(UCX, "connect_all called twice");
         return SHOAL_ERR_INTERNAL;
     }
+    ctx->slot_bytes = slot_bytes;
     ctx->eps = calloc((size_t)SHOAL_MAX(npeers, 1), sizeof(*ctx->eps));
     ctx->live_pfds = calloc((size_t)SHOAL_MAX(npeers, 1), sizeof(*ctx->live_pfds));
     ctx->slot_mem = mem > 0 ? malloc(mem) : NULL;
@@ -354,7 +476,10 @@ shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
     }
     for (int i = 0; i < npeers; i++) {
         eps_p[i] = &ctx->eps[i];
+        ncma_rx += ctx->eps[i].cma_rx;
+        ncma_tx += ctx->eps[i].cma_tx;
     }
-    shoal_info(UCX, "rank %d: %d ucx endpoints authenticated", ctx->rank, npeers);
+    shoal_info(UCX, "rank %d: %d ucx endpoints authenticated; single copy from %d and to %d "
+               "same-host peers", ctx->rank, npeers, ncma_rx, ncma_tx);
     return SHOAL_OK;
 }

@@ -56,13 +56,10 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
         if (ep->auth_rreq != NULL) {
             ucp_request_cancel(ctx->worker, ep->auth_rreq);
         }
-        for (int k = 0; k < ep->rx_count; k++) {
-            shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + k) % SHOAL_UCX_SLOTS];
-            if (s->ucx_req != NULL && !s->cancelled) {
-                s->cancelled = 1;
-                ucp_request_cancel(ctx->worker, s->ucx_req);
-            }
+        if (ep->hello_rreq != NULL) {
+            ucp_request_cancel(ctx->worker, ep->hello_rreq);
         }
+        shoal_ucx_ep_cancel_reqs(ep);
         shoal_ucx_ep_close(ep, ep->status != SHOAL_OK || ep->gone);
     }
     do {
@@ -76,7 +73,8 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
                 ucp_request_free(ep->close_req);
                 ep->close_req = NULL;
             }
-            left += ep->close_req != NULL || ep->auth_rreq != NULL || ep->auth_sreq != NULL;
+            left += ep->close_req != NULL || ep->auth_rreq != NULL || ep->auth_sreq != NULL ||
+                    ep->hello_rreq != NULL || ep->hello_sreq != NULL;
         }
         if (left > 0 && ucp_worker_arm(ctx->worker) == UCS_OK) {
             struct pollfd pfd = {.fd = ctx->epfd, .events = POLLIN};

@@ -5,9 +5,11 @@
  * and completes requests. */
 #include "transports/ucx/ucx.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define SHOAL_UCX_GONE_GRACE_NS (200ull * 1000 * 1000)
 
@@ -57,6 +59,21 @@ static void shoal_ucx_ep_retire(shoal_ep_t *ep, shoal_tl_req_t *req, shoal_statu
     shoal_ucx_req_complete(req, status, status != SHOAL_OK ? ep->culprit : -1, why);
 }
 
+void shoal_ucx_ctl_encode(uint8_t out[SHOAL_UCX_CTL_BYTES], uint32_t magic, uint32_t value)
+{
+    shoal_put_le(out, magic, 4);
+    shoal_put_le(out + 4, value, 4);
+}
+
+int shoal_ucx_ctl_decode(const uint8_t *in, size_t rlen, uint32_t magic, uint32_t *value_p)
+{
+    if (rlen != SHOAL_UCX_CTL_BYTES || shoal_get_le(in, 4) != magic) {
+        return -1;
+    }
+    *value_p = (uint32_t)shoal_get_le(in + 4, 4);
+    return 0;
+}
+
 /* ---- UCX callbacks: record only ------------------------------------------------------------ */
 
 static void shoal_ucx_tx_cb(void *request, ucs_status_t st, void *user_data)
@@ -64,6 +81,31 @@ static void shoal_ucx_tx_cb(void *request, ucs_status_t st, void *user_data)
     shoal_ucx_slot_t *s = user_data;
     if (st != UCS_OK && s->ucs == UCS_OK) {
         s->ucs = st;
+    }
+    if (--s->nout == 0) {
+        s->state = SHOAL_UCX_SLOT_DONE;
+    }
+    s->ep->ctx->nevents++;
+    ucp_request_free(request);
+}
+
+/* A CMA send's FIN: the receiver has read the payload. */
+static void shoal_ucx_fin_cb(void *request, ucs_status_t st, const ucp_tag_recv_info_t *info,
+                             void *user_data)
+{
+    shoal_ucx_slot_t *s = user_data;
+    uint32_t v;
+    s->ucx_req = NULL;
+    s->fin_wait = 0;
+    if (st != UCS_OK && s->ucs == UCS_OK) {
+        s->ucs = st;
+    } else if (st == UCS_OK) {
+        if (shoal_ucx_ctl_decode(s->fin, info->length, SHOAL_UCX_FIN_MAGIC, &v) != 0 ||
+            v > 4095) {
+            s->fin_err = -1;
+        } else {
+            s->fin_err = (int)v;
+        }
     }
     if (--s->nout == 0) {
         s->state = SHOAL_UCX_SLOT_DONE;
@@ -104,6 +146,32 @@ static void shoal_ucx_send(shoal_ep_t *ep, shoal_ucx_slot_t *s, const void *buf,
     }
 }
 
+/* Posts the receive of a CMA send's FIN (FINs come in the order of the sends). */
+static void shoal_ucx_fin_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.recv = shoal_ucx_fin_cb,
+        .user_data = s,
+    };
+    void *r;
+
+    s->nout++; /* the callback may run within ucp_tag_recv_nbx */
+    s->fin_wait = 1;
+    r = ucp_tag_recv_nbx(ep->ctx->worker, s->fin, sizeof(s->fin),
+                         shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+        s->nout--;
+        s->fin_wait = 0;
+        if (s->ucs == UCS_OK) {
+            s->ucs = UCS_PTR_STATUS(r);
+        }
+    } else if (s->fin_wait) {
+        s->ucx_req = r; /* else the callback ran already and released it */
+    }
+}
+
 static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     shoal_ucx_slot_t *s = &ep->tx[(ep->tx_head + ep->tx_count) % SHOAL_UCX_SLOTS];
@@ -114,12 +182,26 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     s->nout = 0;
     s->ucs = UCS_OK;
     s->state = SHOAL_UCX_SLOT_DATA;
+    s->fin_err = 0;
+    s->cancelled = 0;
+    s->ucx_req = NULL;
     shoal_wire_encode(&req->hdr, s->buf);
     if (len <= ep->inline_max) {
         if (len > 0) {
             memcpy(s->buf + SHOAL_WIRE_HDR_BYTES, req->buf, len);
         }
         shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + len, SHOAL_UCX_TAG_HDR);
+    } else if (ep->cma_tx && len >= shoal_ucx_config.cma_min) {
+        /* single copy: the receiver reads req->buf, then sends a FIN */
+        uint8_t *d = s->buf + SHOAL_WIRE_HDR_BYTES;
+        shoal_put_le(d, SHOAL_UCX_CMA_MAGIC, 4);
+        shoal_put_le(d + 4, 0, 4);
+        shoal_put_le(d + 8, (uint64_t)(uintptr_t)req->buf, 8);
+        shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + SHOAL_UCX_CMA_DESC_BYTES,
+                       SHOAL_UCX_TAG_HDR);
+        if (s->ucs == UCS_OK) {
+            shoal_ucx_fin_recv(ep, s);
+        }
     } else {
         shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES, SHOAL_UCX_TAG_HDR);
         if (s->ucs == UCS_OK) {
@@ -167,7 +249,7 @@ static void shoal_ucx_rx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     ep->rx_count++;
     s->req = req;
     s->state = SHOAL_UCX_SLOT_HDR;
-    shoal_ucx_recv(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + ep->inline_max, SHOAL_UCX_TAG_HDR);
+    shoal_ucx_recv(ep, s, s->buf, ep->ctx->slot_bytes, SHOAL_UCX_TAG_HDR);
 }
 
 static shoal_status_t shoal_ucx_ep_post_check(shoal_ep_t *ep, shoal_tl_req_t *req)
@@ -248,12 +330,15 @@ void shoal_ucx_ep_close(shoal_ep_t *ep, int force)
     }
 }
 
-/* Cancels the endpoint's outstanding receives (UCX completes them with UCS_ERR_CANCELED;
- * a receive already matched is not affected and completes or fails on its own). */
-static void shoal_ucx_ep_cancel_rx(shoal_ep_t *ep)
+/* Cancels the endpoint's outstanding receives, payloads and FINs (UCX completes them with
+ * UCS_ERR_CANCELED; a receive already matched is not affected and completes or fails on its
+ * own). */
+void shoal_ucx_ep_cancel_reqs(shoal_ep_t *ep)
 {
-    for (int i = 0; i < ep->rx_count; i++) {
-        shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS];
+    for (int i = 0; i < ep->rx_count + ep->tx_count; i++) {
+        shoal_ucx_slot_t *s = i < ep->rx_count ?
+                              &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS] :
+                              &ep->tx[(ep->tx_head + i - ep->rx_count) % SHOAL_UCX_SLOTS];
         if (s->ucx_req != NULL && !s->cancelled) {
             s->cancelled = 1;
             ucp_request_cancel(ep->ctx->worker, s->ucx_req);
@@ -291,7 +376,7 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
     /* Stop UCX from touching the callers' buffers: purge sends, cancel receives. The slots
      * stay owned by UCX until their callbacks; a failed endpoint never reuses them. */
     shoal_ucx_ep_close(ep, 1);
-    shoal_ucx_ep_cancel_rx(ep);
+    shoal_ucx_ep_cancel_reqs(ep);
     for (int i = 0; i < ep->rx_count && !ep->ctx->quarantined; i++) {
         shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS];
         if (s->ucx_req != NULL && s->state == SHOAL_UCX_SLOT_DATA) {
@@ -447,7 +532,7 @@ static int shoal_ucx_ep_progress_gone(shoal_ep_t *ep)
         return n;
     }
     shoal_ucx_ep_close(ep, 1);
-    shoal_ucx_ep_cancel_rx(ep);
+    shoal_ucx_ep_cancel_reqs(ep);
     if (ep->post_failed || (ep->npending > 0 &&
                             shoal_time_ns() - ep->gone_ns > SHOAL_UCX_GONE_GRACE_NS)) {
         return shoal_ucx_ep_fail_gone(ep);
@@ -469,6 +554,12 @@ static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
         if (s->ucs != UCS_OK) {
             return n + shoal_ucx_ep_ucs_error(ep, "send", s->ucs);
         }
+        if (s->fin_err != 0) {
+            return n + shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d %s%s", ep->peer,
+                                          s->fin_err < 0 ? "sent a malformed FIN" :
+                                          "could not read the payload of a single-copy send: ",
+                                          s->fin_err < 0 ? "" : strerror(s->fin_err));
+        }
         req = s->req;
         s->req = NULL;
         s->state = SHOAL_UCX_SLOT_FREE;
@@ -484,7 +575,8 @@ static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
 }
 
 shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t *buf,
-                                   size_t rlen, size_t inline_max, char *why, size_t whylen,
+                                   size_t rlen, size_t inline_max, int cma_ok,
+                                   uint64_t *cma_addr_p, char *why, size_t whylen,
                                    int *culprit_p)
 {
     uint64_t len = expect->length;
@@ -492,6 +584,7 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
     shoal_status_t st;
 
     *culprit_p = -1;
+    *cma_addr_p = 0;
     if (rlen < SHOAL_WIRE_HDR_BYTES) {
         snprintf(why, whylen, "%zu-byte message, shorter than a header", rlen);
         return SHOAL_ERR_PROTOCOL;
@@ -502,6 +595,18 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
         *culprit_p = shoal_wire_culprit(&got); /* an abort notice names who failed first */
         return st;
     }
+    if (len > inline_max && cma_ok && rlen == SHOAL_WIRE_HDR_BYTES + SHOAL_UCX_CMA_DESC_BYTES) {
+        const uint8_t *d = buf + SHOAL_WIRE_HDR_BYTES;
+        uint64_t addr = shoal_get_le(d + 8, 8);
+        if (shoal_get_le(d, 4) != SHOAL_UCX_CMA_MAGIC || shoal_get_le(d + 4, 4) != 0 ||
+            addr == 0 || addr + len < addr) {
+            snprintf(why, whylen, "malformed single-copy descriptor for a %llu-byte message",
+                     (unsigned long long)len);
+            return SHOAL_ERR_PROTOCOL;
+        }
+        *cma_addr_p = addr;
+        return SHOAL_OK;
+    }
     if (rlen != SHOAL_WIRE_HDR_BYTES + (len <= inline_max ? len : 0)) {
         snprintf(why, whylen, "%zu bytes carry the header of a %llu-byte message", rlen,
                  (unsigned long long)len);
@@ -510,12 +615,72 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
     return SHOAL_OK;
 }
 
+/* A single-copy payload: reads it from the sender's buffer at addr into the posted one, then
+ * sends the FIN (the slot is done when UCX has taken it). Returns the completions of a
+ * failure, with *failed_p set. */
+static int shoal_ucx_ep_cma_read(shoal_ep_t *ep, shoal_ucx_slot_t *s, uint64_t addr,
+                                 int *failed_p)
+{
+    shoal_tl_req_t *req = s->req;
+    size_t len = req->hdr.length, done = 0;
+    int n = 0;
+
+    s->nout = 0;
+    s->ucs = UCS_OK;
+    while (done < len) {
+        struct iovec l = {.iov_base = (uint8_t *)req->buf + done, .iov_len = len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = len - done};
+        ssize_t got = process_vm_readv((pid_t)ep->pid, &l, 1, &r, 1, 0);
+        if (got > 0) {
+            done += (size_t)got;
+        } else if (got < 0 && errno == EINTR) {
+            continue;
+        } else if (got < 0 && errno == ESRCH) {
+            char why[96];
+            snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
+            shoal_ucx_ep_set_gone(ep, why);
+            return shoal_ucx_ep_fail_gone(ep);
+        } else {
+            int err = got < 0 ? errno : EIO;
+            /* tell the sender, whose send waits for this FIN (best effort: the endpoint
+             * fails now) */
+            if (ep->uep != NULL) {
+                shoal_ucx_ctl_encode(s->fin, SHOAL_UCX_FIN_MAGIC, (uint32_t)err);
+                shoal_ucx_send(ep, s, s->fin, sizeof(s->fin), SHOAL_UCX_TAG_AUTH);
+            }
+            return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d: single-copy read "
+                                      "of %zu bytes at 0x%llx failed after %zu: %s", ep->peer,
+                                      len, (unsigned long long)addr, done, strerror(err));
+        }
+    }
+    /* A sender that failed sent its abort notice before its caller could reuse the buffer:
+     * if one came, what we read may be stale. */
+    (void)ucp_worker_progress(ep->ctx->worker);
+    if (shoal_ucx_ep_probe_abort(ep, &n)) {
+        return n;
+    }
+    *failed_p = 0;
+    ep->ctx->cma_reads++;
+    ep->ctx->cma_bytes += len;
+    s->state = SHOAL_UCX_SLOT_DATA;
+    s->rlen = len;
+    if (ep->uep != NULL) {
+        shoal_ucx_ctl_encode(s->fin, SHOAL_UCX_FIN_MAGIC, 0);
+        shoal_ucx_send(ep, s, s->fin, sizeof(s->fin), SHOAL_UCX_TAG_AUTH);
+    }
+    if (s->nout == 0) {
+        s->state = SHOAL_UCX_SLOT_DONE;
+    }
+    return 0;
+}
+
 /* Checks an arrived header; then copies the inline payload or posts the payload receive.
  * Returns the completions of a failure, with *failed_p set. */
 static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *failed_p)
 {
     shoal_tl_req_t *req = s->req;
     uint64_t len = req->hdr.length;
+    uint64_t cma_addr;
     shoal_status_t st;
     char why[160];
     int culprit;
@@ -524,10 +689,13 @@ static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *fail
     if (s->ucs != UCS_OK) {
         return shoal_ucx_ep_ucs_error(ep, "receive", s->ucs);
     }
-    st = shoal_ucx_hdr_check(&req->hdr, s->buf, s->rlen, ep->inline_max, why, sizeof(why),
-                             &culprit);
+    st = shoal_ucx_hdr_check(&req->hdr, s->buf, s->rlen, ep->inline_max, ep->cma_rx, &cma_addr,
+                             why, sizeof(why), &culprit);
     if (st != SHOAL_OK) {
         return shoal_ucx_ep_error(ep, st, culprit, "peer %d: %s", ep->peer, why);
+    }
+    if (cma_addr != 0) {
+        return shoal_ucx_ep_cma_read(ep, s, cma_addr, failed_p);
     }
     *failed_p = 0;
     if (len <= ep->inline_max) {
