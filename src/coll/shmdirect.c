@@ -647,9 +647,25 @@ static shoal_status_t shoal_shmd_direct_mem(struct shoal_comm *comm, const shoal
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shmd_cma_failed(struct shoal_comm *comm, int q)
+/* st: what the transport's peer_copy said; a dead peer is SHOAL_ERR_PEER_FAILED, named as
+ * every other path names it. */
+static shoal_status_t shoal_shmd_cma_failed(struct shoal_comm *comm, int q, shoal_status_t st)
 {
-    int peer = comm->local_ranks[q];
+    int peer = comm->local_ranks[q], blamed = -1;
+    char why[256];
+    /* A peer that failed first (its communicator saw another rank die) left the call and may
+     * have freed the buffer the copy went to: its notice names the rank to blame. */
+    if (comm->shm->ops->peer_check != NULL &&
+        comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) != SHOAL_OK) {
+        return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
+                                     shoal_comm_culprit(comm, blamed, peer),
+                                     "peer %d (%s) failed: %s", peer,
+                                     shoal_comm_peer_host(comm, peer), why);
+    }
+    if (st == SHOAL_ERR_PEER_FAILED) {
+        return shoal_comm_set_failed(comm, st, peer, "peer %d (%s) died (its process is gone)",
+                                     peer, shoal_comm_peer_host(comm, peer));
+    }
     return shoal_comm_set_failed(comm, SHOAL_ERR_TRANSPORT, peer, "single copy with peer %d "
                                  "(%s) failed (the transport's log line says why)", peer,
                                  shoal_comm_peer_host(comm, peer));
@@ -693,9 +709,10 @@ static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal
                 srcs[q] = (const uint8_t *)a->sendbuf + boff;
                 continue;
             }
-            if (ops->peer_copy(comm->shm->ctx, q, 0, tmp, d->send_va + boff, c * dsize) !=
-                SHOAL_OK) {
-                return shoal_shmd_cma_failed(comm, q);
+            shoal_status_t st = ops->peer_copy(comm->shm->ctx, q, 0, tmp, d->send_va + boff,
+                                               c * dsize);
+            if (st != SHOAL_OK) {
+                return shoal_shmd_cma_failed(comm, q, st);
             }
             srcs[q] = tmp;
         }
@@ -707,10 +724,12 @@ static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal
         }
         shoal_reduce_n_multi(dsts, ndst, srcs, n, c, a->dtype, a->op, comm->nranks);
         for (int q = 0; q < n; q++) {
-            if (q != me && ops->peer_copy(comm->shm->ctx, q, 1, mine,
-                                          shoal_shmd_desc(cs, q, g)->recv_va + boff,
-                                          c * dsize) != SHOAL_OK) {
-                return shoal_shmd_cma_failed(comm, q);
+            shoal_status_t st = q == me ? SHOAL_OK
+                                        : ops->peer_copy(comm->shm->ctx, q, 1, mine,
+                                                         shoal_shmd_desc(cs, q, g)->recv_va + boff,
+                                                         c * dsize);
+            if (st != SHOAL_OK) {
+                return shoal_shmd_cma_failed(comm, q, st);
             }
         }
     }

@@ -630,14 +630,14 @@ static void run_case(const case_t *c)
 static void test_local(void)
 {
     const shoal_cfg_table_t *t = &shoal_shm_cfg_table;
-    int docs = t->nfields == 5 && strcmp(t->module, "shm") == 0;
+    int docs = t->nfields == 6 && strcmp(t->module, "shm") == 0;
     for (size_t i = 0; i < t->nfields; i++) {
         shoal_shm_config_t tmp;
         docs &= t->fields[i].doc != NULL && t->fields[i].doc[0] != '\0' &&
                 shoal_cfg_parse_value(&t->fields[i], t->fields[i].dflt,
                                       (char *)&tmp + t->fields[i].offset) == 0;
     }
-    tap_ok(docs, "config table: 5 documented rows whose defaults parse");
+    tap_ok(docs, "config table: 6 documented rows whose defaults parse");
     shoal_shm_config.disable = 1;
     tap_ok(tl->query() == 0, "SHM_DISABLE makes query() report not usable");
     shoal_shm_config.disable = 0;

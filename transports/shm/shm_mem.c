@@ -369,6 +369,11 @@ shoal_status_t shoal_shm_peer_copy(shoal_tl_ctx_t *ctx, int local_rank, int writ
             if (n < 0 && errno == EINTR) {
                 continue;
             }
+            if (n < 0 && errno == ESRCH) { /* the peer's process is gone */
+                shoal_info(SHM, "peer %d: process %d is gone (single copy)", ep->rank,
+                           (int)ep->pid);
+                return SHOAL_ERR_PEER_FAILED;
+            }
             shoal_error(SHM, "peer %d: process_vm_%s of %zu bytes at 0x%llx failed: %s",
                         ep->rank, write ? "writev" : "readv", len - done,
                         (unsigned long long)(remote + done), n < 0 ? strerror(errno) : "no bytes");
