@@ -202,21 +202,11 @@ static void mc_test_mismatch(const mp_ctx_t *c)
 int main(int argc, char **argv)
 {
     mp_ctx_t c = {0};
-    shoal_status_t st;
     int failed;
 
-    st = shoal_comm_init_env(&c.comm, NULL);
-    if (st != SHOAL_OK) {
-        const char *r = getenv("SHOAL_RANK");
-        fprintf(stderr, "# rank %s: shoal_comm_init_env failed: %s\n", r ? r : "?",
-                shoal_status_name(st));
-        if (r == NULL || strcmp(r, "0") == 0) {
-            printf("not ok 1 - shoal_comm_init_env: %s\n1..1\n", shoal_status_name(st));
-        }
+    if (mp_init(&c) != 0) {
         return 1;
     }
-    shoal_comm_rank(c.comm, &c.rank);
-    shoal_comm_size(c.comm, &c.nranks);
     mc_tmpl = mp_alloc(MC_BUF);
     mc_ex = mp_alloc(MC_BUF);
     for (int i = 1; i < argc; i++) {

@@ -56,6 +56,9 @@ const char *mp_fmt(shoal_dtype_t dt, const void *buf, size_t i, char *out, size_
 
 /* ---- misc ----------------------------------------------------------------------------- */
 
+/* shoal_comm_init_env, rank and size into ctx; on failure a TAP "not ok" from rank 0, the
+ * status on stderr, and -1. */
+int mp_init(mp_ctx_t *ctx);
 void *mp_alloc(size_t bytes);   /* page-aligned, touched; exits on failure */
 uint64_t mp_hash(const void *buf, size_t len);
 double mp_now_ms(void);
