@@ -154,3 +154,28 @@ int tap_read_n(int fd, void *buf, size_t len, int ms)
     }
     return 0;
 }
+
+void tap_fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x1234567;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+}
+
+int tap_check_fill(const uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x1234567;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if (buf[i] != (uint8_t)x) {
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -29,4 +29,9 @@ int tap_names_rank(const char *text, int r);  /* prints the plan if none was giv
  * ms for each piece; 0, or -1 on timeout, EOF or error. */
 int tap_read_n(int fd, void *buf, size_t len, int ms);
 
+/* A reproducible byte pattern (xorshift from seed) for payload checks: tap_fill writes it,
+ * tap_check_fill answers 1 if buf holds exactly it. */
+void tap_fill(uint8_t *buf, size_t len, uint64_t seed);
+int tap_check_fill(const uint8_t *buf, size_t len, uint64_t seed);
+
 #endif

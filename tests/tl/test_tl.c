@@ -111,31 +111,6 @@ static shoal_wire_hdr_t hdr_make(child_t *c, uint32_t seq, uint32_t step, uint32
     };
 }
 
-static void fill(uint8_t *buf, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x1234567;
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        buf[i] = (uint8_t)x;
-    }
-}
-
-static int check_fill(const uint8_t *buf, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x1234567;
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        if (buf[i] != (uint8_t)x) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Sleeps on the transport's fd or wait() for up to ms. */
 static void tl_sleep(child_t *c, int ms)
 {
@@ -281,7 +256,7 @@ static void exchange(child_t *c, int k_case, int count, size_t (*size_fn)(int), 
                 rec(c, k_case, 0, "malloc");
                 goto out;
             }
-            fill(bufs[ri], len, (uint64_t)c->rank * 4099 + (uint64_t)p * 31 + (uint64_t)k);
+            tap_fill(bufs[ri], len, (uint64_t)c->rank * 4099 + (uint64_t)p * 31 + (uint64_t)k);
             memset(bufs[ri + 1], 0xee, len + 1);
             s->hdr = hdr_make(c, seq, (uint32_t)k, (uint32_t)c->rank, len);
             s->buf = bufs[ri];
@@ -308,7 +283,7 @@ static void exchange(child_t *c, int k_case, int count, size_t (*size_fn)(int), 
         for (int k = 0; p != c->rank && k < count; k++, ri += 2) {
             size_t len = size_fn(k);
             bad += reqs[ri].status != SHOAL_OK || reqs[ri + 1].status != SHOAL_OK ||
-                   !check_fill(bufs[ri + 1], len,
+                   !tap_check_fill(bufs[ri + 1], len,
                                (uint64_t)p * 4099 + (uint64_t)c->rank * 31 + (uint64_t)k) ||
                    bufs[ri + 1][len] != 0xee;
         }
@@ -353,7 +328,7 @@ static void case_wake_recv(child_t *c)
     barrier(c);
     if (c->rank == 0) {
         usleep(50000);
-        fill(buf, sizeof(buf), 20);
+        tap_fill(buf, sizeof(buf), 20);
         c->ops->isend(c->eps[1], &r);
         (void)wait_reqs(c, &pr, 1, 5000);
     } else if (c->rank == 1) {
@@ -363,7 +338,7 @@ static void case_wake_recv(child_t *c)
         int w = wait_reqs_ex(c, &pr, 1, 3000, 1, 2000);
         double wall = now_ms() - t0, cpu = cpu_ms() - u0;
         rec(c, C_WAKE_RECV, w == 0 && r.status == SHOAL_OK && wall < 1000 && cpu < wall / 3 &&
-            check_fill(buf, sizeof(buf), 20),
+            tap_check_fill(buf, sizeof(buf), 20),
             "woke after %.1f ms using %.1f ms CPU (status %s)", wall, cpu,
             shoal_status_name(r.status));
     }
@@ -385,7 +360,7 @@ static void case_wake_send(child_t *c)
         rec(c, C_WAKE_SEND, 0, "malloc");
     }
     if (buf != NULL && c->rank == 0) {
-        fill(buf, len, 21);
+        tap_fill(buf, len, 21);
     } else if (buf != NULL) {
         memset(buf, 0, len);
     }
@@ -402,9 +377,9 @@ static void case_wake_send(child_t *c)
         usleep(50000);
         c->ops->irecv(c->eps[0], &r);
         int w = wait_reqs(c, &pr, 1, 5000);
-        rec(c, C_WAKE_SEND, w == 0 && r.status == SHOAL_OK && check_fill(buf, len, 21),
+        rec(c, C_WAKE_SEND, w == 0 && r.status == SHOAL_OK && tap_check_fill(buf, len, 21),
             "%zu MiB received %s (status %s)", len >> 20,
-            w == 0 && check_fill(buf, len, 21) ? "intact" : "not (yet) intact",
+            w == 0 && tap_check_fill(buf, len, 21) ? "intact" : "not (yet) intact",
             shoal_status_name(r.status));
     }
     barrier(c);

@@ -83,31 +83,6 @@ static shoal_wire_hdr_t hdr_make(child_t *c, uint32_t seq, uint32_t step, uint64
                               .step = step, .length = len};
 }
 
-static void fill(uint8_t *buf, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x1234567;
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        buf[i] = (uint8_t)x;
-    }
-}
-
-static int check_fill(const uint8_t *buf, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 0x1234567;
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        if (buf[i] != (uint8_t)x) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Progress until the n requests are done (0) or timeout_ms passes (-1). */
 static int wait_reqs(child_t *c, shoal_tl_req_t **reqs, int n, int timeout_ms)
 {
@@ -193,7 +168,7 @@ static int exchange(child_t *c, int k_case, int count, size_t (*size_fn)(int), u
         if (bufs[2 * k] == NULL || bufs[2 * k + 1] == NULL) {
             break;
         }
-        fill(bufs[2 * k], len, (uint64_t)c->rank * 7919 + (uint64_t)k);
+        tap_fill(bufs[2 * k], len, (uint64_t)c->rank * 7919 + (uint64_t)k);
         memset(bufs[2 * k + 1], 0xee, len + 1);
         reqs[2 * k].hdr = hdr_make(c, seq, (uint32_t)k, len);
         reqs[2 * k].buf = bufs[2 * k];
@@ -214,7 +189,7 @@ static int exchange(child_t *c, int k_case, int count, size_t (*size_fn)(int), u
     for (int k = 0; w == 0 && k < count; k++) {
         size_t len = size_fn(k);
         bad += reqs[2 * k].status != SHOAL_OK || reqs[2 * k + 1].status != SHOAL_OK ||
-               !check_fill(bufs[2 * k + 1], len, (uint64_t)(1 - c->rank) * 7919 + (uint64_t)k) ||
+               !tap_check_fill(bufs[2 * k + 1], len, (uint64_t)(1 - c->rank) * 7919 + (uint64_t)k) ||
                bufs[2 * k + 1][len] != 0xee;
     }
     *reads_p = c->ctx->cma_reads - reads0;
@@ -277,7 +252,7 @@ static void body_cma(child_t *c)
         if (buf == NULL) {
             rec(c, 2, 0, "malloc");
         } else if (c->rank == 0) {
-            fill(buf, len, 42);
+            tap_fill(buf, len, 42);
             st = c->ops->isend(c->ep, &req);
             progress_for(c, 300); /* the receiver posts after 500 ms */
             int early = req.done;
@@ -292,7 +267,7 @@ static void body_cma(child_t *c)
             uint64_t r0 = c->ctx->cma_reads;
             st = c->ops->irecv(c->ep, &req);
             int w = st == SHOAL_OK ? wait_reqs(c, &rp, 1, 10000) : -1;
-            rec(c, 2, w == 0 && req.status == SHOAL_OK && check_fill(buf, len, 42) &&
+            rec(c, 2, w == 0 && req.status == SHOAL_OK && tap_check_fill(buf, len, 42) &&
                           c->ctx->cma_reads == r0 + 1,
                 "late 2 MiB receive: %s, %s, %llu single-copy read(s)",
                 w == 0 ? "done" : "not done", shoal_status_name(req.status),
