@@ -452,6 +452,41 @@ static void case_fail(env_t *e)
     barrier();
 }
 
+/* Rank 1 sends its last message and dies while rank 0 is descheduled with the recv posted: the
+ * message was whole in the ring before the death, so it is delivered; only a recv for what can
+ * never come fails. (Before the fix, the peer check after the sleep failed the first recv too:
+ * a rank that finished its part and exited looked like a failure of its last message.) */
+static void case_last_words(env_t *e)
+{
+    uint64_t v = 0, w2 = 0;
+    char err[200] = "";
+    shoal_tl_req_t r = {.hdr = hdr_make(8, 0, sizeof(v)), .buf = &v};
+    shoal_tl_req_t r2 = {.hdr = hdr_make(9, 0, sizeof(w2)), .buf = &w2, .errbuf = err,
+                         .errlen = sizeof(err)};
+    if (e->rank == 1) {
+        shoal_tl_req_t s = {.hdr = hdr_make(8, 0, sizeof(v)), .buf = &v};
+        barrier();
+        v = 0x1a57b0a7d5ULL;
+        tl->isend(e->eps[0], &s);
+        wait_one(e, &s, 5000);
+        raise(SIGKILL);
+        return;
+    }
+    tl->irecv(e->eps[1], &r);
+    tl->progress(e->ctx); /* nothing yet: the engine would go to sleep now */
+    barrier();
+    shoal_sleep_us(300000); /* descheduled: the message lands and its sender dies meanwhile */
+    tl->wait(e->ctx, 100000);
+    int w = wait_one(e, &r, 5000);
+    check(w == 0 && r.status == SHOAL_OK && v == 0x1a57b0a7d5ULL,
+          "the dead peer's last message is delivered (status %d, value %llx)", r.status,
+          (unsigned long long)v);
+    tl->irecv(e->eps[1], &r2);
+    w = wait_one(e, &r2, 5000);
+    check(w == 0 && r2.status == SHOAL_ERR_PEER_FAILED && strstr(err, "died") != NULL,
+          "a recv for what never comes fails: status %d, '%s'", r2.status, err);
+}
+
 /* Rank 1 writes straight into rank 0's ring instead of sending. */
 static void case_corrupt(env_t *e)
 {
@@ -700,6 +735,7 @@ int main(void)
         {.name = "futex", .nprocs = 2, .fn = case_futex, .killed_rank = -1},
         {.name = "kill", .nprocs = 2, .fn = case_kill, .killed_rank = 1},
         {.name = "fail", .nprocs = 3, .fn = case_fail, .killed_rank = -1},
+        {.name = "last_words", .nprocs = 2, .fn = case_last_words, .killed_rank = 1},
         {.name = "corrupt0", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 0},
         {.name = "corrupt1", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 1},
         {.name = "corrupt2", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 2},

@@ -403,6 +403,15 @@ int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns)
             continue;
         }
         if (shoal_shm_ep_check_peer(ep, why, sizeof(why), &culprit) != SHOAL_OK) {
+            /* What the peer wrote before it went is whole in the ring (it published each slot
+             * with a release store): deliver that first, fail only what can never come. A
+             * rank that sent its last message and exited is not a failure of that message. */
+            if (ep->rq_head != NULL && ep->status == SHOAL_OK) {
+                ncomp += shoal_shm_ep_progress_recv(ep);
+            }
+            if (ep->sq_head == NULL && ep->rq_head == NULL) {
+                continue;
+            }
             shoal_error(SHM, "%s", why);
             ncomp += shoal_shm_ep_fail(ep, SHOAL_ERR_PEER_FAILED, culprit, why);
         }
