@@ -332,6 +332,9 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
         if ((spins & 63) == 63 && comm->shm->ops->peer_check != NULL &&
             comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) !=
                 SHOAL_OK) {
+            if (cond(comm->coll, q, arg)) {
+                break; /* it said so before it went: what it wrote is whole */
+            }
             return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
                                          shoal_comm_culprit(comm, blamed, peer),
                                          "peer %d (%s) failed: %s", peer,
