@@ -134,8 +134,8 @@ static void test_model(void)
     double c_topo, c_rank;
 
     shoal_topo_ring_order(4, inter, NULL, order);
-    shoal_topo_shape_build(&topo, 4, inter, order, &intra, &net, 0, 4);
-    shoal_topo_shape_build(&rank, 4, inter, ident, &intra, &net, 0, 4);
+    shoal_coll_shape_build(&topo, 4, inter, order, &intra, &net, 0, 4);
+    shoal_coll_shape_build(&rank, 4, inter, ident, &intra, &net, 0, 4);
     tap_is_int(topo.ring_share, 1, "model: host-aware ring shares nothing");
     tap_is_int(rank.ring_share, 2, "model: rank-order ring shares the NIC by 2");
     c_topo = shoal_coll_cost(&topo, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_RING, 64 << 20);
@@ -151,7 +151,7 @@ static void test_model(void)
            "model: forced rd too large for scratch falls back");
     tap_is_int(shoal_coll_select_shape(&topo, SHOAL_COLL_ALLREDUCE, 1024, SHOAL_ALGO_RING,
                                        NULL), SHOAL_ALGO_RING, "model: SHOAL_ALGO=ring forces");
-    shoal_topo_shape_build(&local, 4, one, ident, &intra, &net, 1, 2);
+    shoal_coll_shape_build(&local, 4, one, ident, &intra, &net, 1, 2);
     tap_is_int(shoal_coll_select_shape(&local, SHOAL_COLL_ALLREDUCE, 8, 0, NULL),
                SHOAL_ALGO_SHM, "model: one host with shared areas picks shm at 8 B");
     tap_ok(local.oversub == 2.0, "model: 4 ranks on 2 cores: oversubscribed by 2");
