@@ -21,6 +21,7 @@
 # Known exceptions are listed below with their reason; one that no longer occurs fails too
 # (remove it from the list). Usage: run_layers.sh [source root]; also checks itself on a
 # tree with an upward include, which must be refused.
+# shellcheck source=tests/tap.sh
 . "$(dirname "$0")/../tap.sh"
 
 top=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -82,6 +83,7 @@ layers_check() {
 
 # "file<TAB>header" for every quoted include of the library's sources under root $1.
 layers_list() {
+    # shellcheck disable=SC2016 # an awk program
     (cd "$1" && find src transports -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \
         -o -name '*.cpp' \) 2>/dev/null | sort | xargs awk '
         /^[ \t]*#[ \t]*include[ \t]*"/ {
@@ -143,4 +145,4 @@ layers_run "$T" | grep -q '^STALE src/cuda/cuda.h -> coll/coll.h' && r=OK
 tap $r "a listed exception that no longer occurs is reported"
 
 tap_plan
-exit $fails
+exit "$fails"
