@@ -1,20 +1,25 @@
 /*
- * The assembly of a communicator: what a communicator carries above core (the algorithms'
- * scratch and shared areas, the topology, the ring order, the cost model's shape) is set up
- * here, the one place above core, topo, coll and cuda; core reaches it only through
- * shoal_comm_assembly (core.h). The CUDA layer keeps its per-communicator state in the
- * proxy's extension slot, made on first use.
+ * The assembly of a communicator: what a communicator carries above core is set up here,
+ * the one place above core, topo, coll and cuda, in layer order: first the topology (src/topo:
+ * hosts, sockets, ring order, links; owned by the communicator as comm->topo), then the
+ * algorithms' state (src/coll: scratch, shared areas, the cost model's shape of comm->topo).
+ * Core reaches this only through shoal_comm_assembly (core.h). The CUDA layer keeps its
+ * per-communicator state in the proxy's extension slot, made on first use.
  */
 #include "coll/coll.h"
+#include "topo/topo.h"
 
 static shoal_status_t shoal_assemble_init(struct shoal_comm *comm)
 {
-    return shoal_coll_comm_init(comm); /* scratch, shm direct path, then topo_comm_init */
+    SHOAL_CHECK(shoal_topo_comm_init(comm, &comm->topo));
+    return shoal_coll_comm_init(comm);
 }
 
 static void shoal_assemble_fini(struct shoal_comm *comm)
 {
     shoal_coll_comm_fini(comm);
+    shoal_topo_comm_free(comm->topo);
+    comm->topo = NULL;
 }
 
 const shoal_comm_assembly_t shoal_comm_assembly = {

@@ -52,20 +52,43 @@ double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
            shoal_coll_reduce_us(s, (p - 1) / (double)p * m, bytes);
 }
 
+/* Hierarchical AllReduce (hier.c): the buffer flows in k = m / S segments of S bytes
+ * (shoal_hier_seg_bytes) through three phases: intra-host reduce-scatter, a ring across the
+ * hosts per block, intra-host allgather. A rank's core runs the two intra-host phases of its
+ * segments one after the other (hier.c's loop) while the host's link carries the rings of the
+ * segments in between: a pipeline of two stages, the core and the link. With L ranks on the
+ * busiest host and H hosts, per segment:
+ *   core bytes  2 (L - 1) / L S over the intra-host links, the reduction of L inputs of S / L
+ *               bytes and of the ring's (H - 1) / H S / L;
+ *   link bytes  2 (H - 1) / H S over the link (the L rings of a host share it);
+ *   messages    2 (L - 1) sent and as many received on the core, 2 (H - 1) each way on the
+ *               ring: each costs its sender's and receiver's busy time (LogP's o);
+ *   latency     2 step latencies inside a host (each intra phase posts all its messages at
+ *               once) and 2 (H - 1) across hosts (a segment's chain of ring steps).
+ *   cost = latency + core bytes + link bytes              (the first segment, phase by phase)
+ *        + (k - 1) max(core bytes + core messages, link bytes + link messages)
+ * i.e. the latency terms of each phase, the slowest stage's time for every further segment,
+ * the other stage once (filling and draining the pipeline) and the per-segment messages; one
+ * segment is the plain sum of the phases. */
 double shoal_hier_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
 {
-    double L = SHOAL_MAX(s->max_ppn, 1), H = s->nhosts, m = (double)bytes;
-    double intra, inter;
+    double L = SHOAL_MAX(s->max_ppn, 1), H = s->nhosts, m = (double)bytes, S, k;
+    double lat, core, link, core_msg = 0, link_msg;
     if (s->nhosts < 2 || s->max_ppn > SHOAL_HIER_MAX_LOCAL) {
         return -1;
     }
-    /* reduce-scatter + allgather inside (L - 1 peers each), a ring across hosts on 1/L of
-     * the data per rank, L rings sharing each host's link. */
-    intra = 2 * (L - 1) * s->intra.alpha_us + 2 * (L - 1) / L * m * s->intra.beta_us +
-            (L - 1) / L * m * s->reduce_beta * s->oversub;
-    inter = 2 * (H - 1) * L * s->inter.alpha_us + 2 * (H - 1) / H * m * s->inter.beta_us +
-            (H - 1) / H * m / L * s->reduce_beta;
-    return intra + inter;
+    S = SHOAL_MIN(m, (double)shoal_hier_seg_bytes(bytes, s->hier_segment));
+    k = S > 0 ? m / S : 1;
+    lat = 2 * (H - 1) * shoal_coll_step_us(s, s->inter.alpha_us);
+    core = shoal_coll_reduce_us(s, ((L - 1) / L + (H - 1) / H / L) * S, bytes);
+    if (L > 1) {
+        lat += 2 * shoal_coll_step_us(s, s->intra.alpha_us);
+        core += 2 * (L - 1) / L * S * s->intra.beta_us;
+        core_msg = 2 * (L - 1) * (shoal_link_send_us(&s->intra) + shoal_link_recv_us(&s->intra));
+    }
+    link = 2 * (H - 1) / H * S * s->inter.beta_us;
+    link_msg = 2 * (H - 1) * (shoal_link_send_us(&s->inter) + shoal_link_recv_us(&s->inter));
+    return lat + core + link + (k - 1) * SHOAL_MAX(core + core_msg, link + link_msg);
 }
 
 double shoal_bruck_ag_cost(const shoal_coll_shape_t *s, size_t bytes)

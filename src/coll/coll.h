@@ -62,20 +62,13 @@ typedef struct {
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
     size_t hier_segment;   /* SHOAL_HIER_SEGMENT */
     size_t shm_direct_min;    /* SHOAL_SHM_DIRECT_MIN */
-    int ring_order;        /* SHOAL_RING_ORDER: 0 topo, 1 rank */
-    const char *ring_hosts;      /* SHOAL_RING_HOSTS */
-    const char *ring_hosts_file; /* SHOAL_RING_HOSTS_FILE */
-    const char *topo_file; /* SHOAL_TOPO_FILE */
-    int topo_discovery;    /* SHOAL_TOPO_DISCOVERY: SHOAL_TOPO_DISC_* */
-    const char *tuning_file; /* SHOAL_TUNING_FILE */
-    int topo_measure;      /* SHOAL_TOPO_MEASURE: ping-pongs at init */
 } shoal_coll_config_t;
 extern SHOAL_HIDDEN shoal_coll_config_t shoal_coll_config;
 extern SHOAL_HIDDEN const char *const shoal_algo_names[];
 
-/* What the cost model knows of a communicator (topo_comm.c builds it at init from the
- * exchanged host summaries and link measurements; shoal_info -t from a topology file). It is
- * identical on every rank, so every rank picks the same algorithm. */
+/* What the cost model knows of a communicator (shape.c builds it at init from the topology,
+ * src/topo's shoal_topo_comm_t; shoal_info -t from a topology file). It is identical on every
+ * rank, so every rank picks the same algorithm. */
 typedef struct {
     int nranks;
     int nhosts;
@@ -93,6 +86,7 @@ typedef struct {
     size_t scratch;        /* scratch bytes (rd and bruck need the message to fit) */
     size_t shm_oneshot_max;
     size_t shm_window;     /* two-shot window the cost model assumes */
+    size_t hier_segment;   /* largest pipeline segment of the hierarchical AllReduce */
 } shoal_coll_shape_t;
 
 /* Per-communicator algorithm state: scratch allocated and faulted in once at init. */
@@ -117,14 +111,7 @@ typedef struct shoal_coll_state {
     int shm_logged;        /* direct-path roads already logged (bit 0 mem, bit 1 cma) */
     uint8_t *cma_scratch;  /* single-copy chunks of the peers' inputs, on first use */
     size_t cma_scratch_size;
-    /* topology (topo_comm.c), identical on every rank */
-    int *ring_order;       /* [nranks] ring position -> rank (SHOAL_RING_ORDER) */
-    int ring_pos;          /* this rank's position; ring_next/prev are ranks */
-    int ring_next;
-    int ring_prev;
-    int nhosts;            /* hosts (virtual ones with SHOAL_TOPO_FILE) */
-    int *host_of;          /* [nranks] host index, by first appearance in rank order */
-    int *socket_of;        /* [nranks] socket of each rank (-1 unknown) */
+    /* the cost model's view of comm->topo (src/topo: ring order, hosts, links) */
     shoal_coll_shape_t shape;
     uint64_t logged[SHOAL_COLL_TYPE_COUNT]; /* size buckets whose choice was logged */
     /* Choices already made, keyed by (collective, bytes): applicability depends only on
@@ -158,20 +145,21 @@ SHOAL_HIDDEN const char *shoal_coll_type_name(shoal_coll_type_t type);
 /* Model cost of one algorithm (negative: not applicable). */
 SHOAL_HIDDEN double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type,
                                     shoal_algo_t algo, size_t bytes);
-/* Topology of a communicator (topo_comm.c): summaries exchanged over its channels, ring
- * order, link measurements, shape. Called by shoal_coll_comm_init once scratch exists. */
-SHOAL_HIDDEN shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm);
-SHOAL_HIDDEN void shoal_topo_comm_fini(struct shoal_comm *comm);
-/* Shape from a host layout alone (shoal_info -t, tests): links from tf (or defaults). */
-SHOAL_HIDDEN void shoal_topo_shape_build(shoal_coll_shape_t *s, int n, const int *host_of,
+/* Shape from a host layout alone (shoal_info -t, tests; shape.c): links intra/inter (zero
+ * beta: the defaults), the settings of coll's config table. */
+SHOAL_HIDDEN void shoal_coll_shape_build(shoal_coll_shape_t *s, int n, const int *host_of,
                                          const int *ring_order, const shoal_link_t *intra,
                                          const shoal_link_t *inter, int shm_direct,
                                          int ncores);
+/* Shape of a communicator's topology (comm->topo), plus its tuning file's memory rates. */
+SHOAL_HIDDEN void shoal_coll_shape_topo(shoal_coll_shape_t *s, const shoal_topo_comm_t *tc,
+                                        int shm_direct);
 /* The shape's sizes, limits and memory rates from the communicator's settings (src/tune). */
 SHOAL_HIDDEN void shoal_coll_shape_tune(shoal_coll_shape_t *s, const shoal_tune_t *t);
 SHOAL_HIDDEN shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
-/* A communicator's algorithm state (scratch, shm direct path, topology); called by the
- * assembly (src/api/assemble.c). fini is safe after a failed or partial init. */
+/* A communicator's algorithm state (scratch, shm direct path, the cost model's shape of
+ * comm->topo, which must be set); called by the assembly (src/api/assemble.c) after
+ * shoal_topo_comm_init. fini is safe after a failed or partial init. */
 SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
 
@@ -274,6 +262,14 @@ SHOAL_HIDDEN shoal_status_t shoal_rab_allreduce(struct shoal_comm *comm,
 /* Hierarchical AllReduce: any host layout (uneven ranks per host included); applicable
  * while a host holds at most SHOAL_HIER_MAX_LOCAL ranks. */
 #define SHOAL_HIER_MAX_LOCAL 64
+/* Bytes per pipeline segment of a hierarchical AllReduce of total bytes (hier.c, and its
+ * cost in algos_cost.c): at most cap (SHOAL_HIER_SEGMENT, 4 KiB or more), else an eighth of
+ * the buffer (a pipeline of 8) but not under 64 KiB; a multiple of 64. */
+static inline size_t shoal_hier_seg_bytes(size_t total, size_t cap)
+{
+    size_t seg = SHOAL_MIN(SHOAL_MAX(cap, 4096), SHOAL_MAX(total / 8, (size_t)64 * 1024));
+    return SHOAL_ALIGN_UP(seg, 64);
+}
 SHOAL_HIDDEN int shoal_hier_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
 SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);

@@ -8,9 +8,6 @@ shoal_coll_config_t shoal_coll_config;
 const char *const shoal_algo_names[] = {"auto", "ring", "rd", "shm", "tree", "dbtree", "rab",
                                         "hier", "bruck", "pairwise", "ptree", NULL};
 
-static const char *const shoal_coll_ring_orders[] = {"topo", "rank", NULL};
-static const char *const shoal_coll_topo_disc[] = {"auto", "hwloc", "sysfs", "none", NULL};
-
 static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
     {.name = "ALGO", .dflt = "auto", .type = SHOAL_CFG_ENUM, .enum_names = shoal_algo_names,
      .offset = offsetof(shoal_coll_config_t, algo),
@@ -58,39 +55,6 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "intra-node AllReduce from this size first publishes every rank's buffers, then "
             "reduces in place when all are shoal_mem_alloc buffers, else by single copies "
             "through the kernel where every rank can (SHOAL_SHM_CMA), else staged two-shot"},
-    {.name = "RING_ORDER", .dflt = "topo", .type = SHOAL_CFG_ENUM,
-     .enum_names = shoal_coll_ring_orders, .offset = offsetof(shoal_coll_config_t, ring_order),
-     .doc = "order of the ring algorithms: topo (all ranks of a host, socket by socket, before "
-            "the next host: one crossing per host boundary and direction) or rank (as given)"},
-    {.name = "RING_HOSTS", .dflt = "", .type = SHOAL_CFG_STRING,
-     .offset = offsetof(shoal_coll_config_t, ring_hosts),
-     .doc = "hosts in the order the ring visits them (names separated by commas or spaces, "
-            "e.g. shoal-place's ring output; a host is its SHOAL_HOSTID if set, else its short "
-            "host name): with SHOAL_RING_ORDER=topo, ranks are grouped by host in this order; "
-            "a malformed list, a host missing from it or different lists on different ranks "
-            "is a warning and the usual order"},
-    {.name = "RING_HOSTS_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
-     .offset = offsetof(shoal_coll_config_t, ring_hosts_file),
-     .doc = "file with the ring's hosts, one a line ('#' comments; shoal-place --out writes "
-            "<job>.ring); SHOAL_RING_HOSTS wins when both are set"},
-    {.name = "TOPO_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
-     .offset = offsetof(shoal_coll_config_t, topo_file),
-     .doc = "synthetic topology: assigns ranks to virtual hosts and sockets and gives link "
-            "latency/bandwidth to the cost model (format: README, src/topo/topo.h)"},
-    {.name = "TOPO_DISCOVERY", .dflt = "auto", .type = SHOAL_CFG_ENUM,
-     .enum_names = shoal_coll_topo_disc, .offset = offsetof(shoal_coll_config_t, topo_discovery),
-     .doc = "host discovery: auto (hwloc if built in, else sysfs), hwloc, sysfs or none"},
-    {.name = "TUNING_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
-     .offset = offsetof(shoal_coll_config_t, tuning_file),
-     .doc = "cached link profile ('<kind> lat <us> bw <GB/s> [send <us> [recv <us>]]' lines: "
-            "latency, bandwidth, busy time per message of a sender and a receiver; 'reduce' "
-            "and 'copy' lines give local memory rates): read at init instead of measuring "
-            "those kinds; written by rank 0 after measuring when the file is absent"},
-    {.name = "TOPO_MEASURE", .dflt = "1", .type = SHOAL_CFG_BOOL,
-     .offset = offsetof(shoal_coll_config_t, topo_measure),
-     .doc = "measure links at init between neighbour ranks: latency and bandwidth by "
-            "ping-pongs, a sender's and a receiver's busy time per message by bursts (about "
-            "3 ms); 0 = tuning file or defaults only"},
 };
 
 const shoal_cfg_table_t shoal_coll_cfg_table = {

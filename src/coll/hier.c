@@ -62,8 +62,8 @@ typedef struct shoal_hier_map {
  * the communicator has one, else the host id each rank announced. */
 static uint64_t shoal_hier_host_key(struct shoal_comm *comm, int r)
 {
-    if (comm->coll->host_of != NULL) {
-        return (uint64_t)comm->coll->host_of[r];
+    if (comm->topo != NULL) {
+        return (uint64_t)comm->topo->host_of[r];
     }
     return comm->peers[r].host_id;
 }
@@ -522,13 +522,10 @@ static shoal_status_t shoal_hier_ag(shoal_hier_t *h, size_t s)
     return shoal_hier_wait(h, n, h->nseg);
 }
 
-/* Segment size: SHOAL_HIER_SEGMENT at most, else an eighth of the buffer (a pipeline of 8)
- * but not under 64 KiB; a multiple of 64 bytes. Identical on every rank. */
+/* Segment size in elements (shoal_hier_seg_bytes): identical on every rank. */
 static size_t shoal_hier_segc(size_t count, size_t ds)
 {
-    size_t total = count * ds, cap = SHOAL_MAX(shoal_coll_config.hier_segment, 4096);
-    size_t seg = SHOAL_MIN(cap, SHOAL_MAX(total / 8, (size_t)64 * 1024));
-    return SHOAL_ALIGN_UP(seg, 64) / ds;
+    return shoal_hier_seg_bytes(count * ds, shoal_coll_config.hier_segment) / ds;
 }
 
 shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a,

@@ -16,10 +16,10 @@
  * positions: the formulas below use pos where a rank-ordered ring uses rank. */
 static void shoal_ring_peers(struct shoal_comm *comm, shoal_coll_plan_t *cp, int *pos_p)
 {
-    *pos_p = comm->coll->ring_pos;
+    *pos_p = comm->topo->ring_pos;
     cp->base.npeers = 2;
-    cp->base.peers[0] = comm->coll->ring_next;
-    cp->base.peers[1] = comm->coll->ring_prev;
+    cp->base.peers[0] = comm->topo->ring_next;
+    cp->base.peers[1] = comm->topo->ring_prev;
 }
 
 /* Tests one request: 1 done, 0 pending (the plan waits for peer), or an error. */
@@ -154,8 +154,8 @@ shoal_status_t shoal_ring_allreduce_plan(struct shoal_comm *comm, shoal_coll_pla
                                       (shoal_coll_plan_t **)&p));
     p->cp.base.progress = shoal_ring_ar_progress;
     shoal_ring_peers(comm, &p->cp, &p->pos);
-    p->next = comm->coll->ring_next;
-    p->prev = comm->coll->ring_prev;
+    p->next = comm->topo->ring_next;
+    p->prev = comm->topo->ring_prev;
     p->slice_elems = SHOAL_MAX(comm->coll->chunk / dsize, 1) * (size_t)comm->nranks;
     *cp_p = &p->cp;
     return SHOAL_OK;
@@ -184,7 +184,7 @@ static shoal_status_t shoal_ring_rs_progress(struct shoal_comm *comm, shoal_plan
     shoal_ring_rs_plan_t *p = (shoal_ring_rs_plan_t *)plan;
     const shoal_coll_args_t *a = &p->cp.a;
     int n = comm->nranks, done;
-    const int *order = comm->coll->ring_order;
+    const int *order = comm->topo->ring_order;
     size_t ds = p->cp.dsize, chunk = comm->coll->chunk;
     const uint8_t *sbuf = a->sendbuf;
     uint8_t *tmp = p->cp.scratch;
@@ -236,8 +236,8 @@ shoal_status_t shoal_ring_reduce_scatter_plan(struct shoal_comm *comm, shoal_col
                                       (shoal_coll_plan_t **)&p));
     p->cp.base.progress = shoal_ring_rs_progress;
     shoal_ring_peers(comm, &p->cp, &p->pos);
-    p->next = comm->coll->ring_next;
-    p->prev = comm->coll->ring_prev;
+    p->next = comm->topo->ring_next;
+    p->prev = comm->topo->ring_prev;
     p->celems = SHOAL_MAX(comm->coll->chunk / p->cp.dsize, 1);
     *cp_p = &p->cp;
     return SHOAL_OK;
@@ -260,7 +260,7 @@ static shoal_status_t shoal_ring_ag_progress(struct shoal_comm *comm, shoal_plan
     shoal_ring_ag_plan_t *p = (shoal_ring_ag_plan_t *)plan;
     const shoal_coll_args_t *a = &p->cp.a;
     int n = comm->nranks, done;
-    const int *order = comm->coll->ring_order;
+    const int *order = comm->topo->ring_order;
     size_t bytes = a->count * p->cp.dsize;
     uint8_t *rbuf = a->recvbuf;
 
@@ -298,8 +298,8 @@ shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm, shoal_coll_pla
                                       (shoal_coll_plan_t **)&p));
     p->cp.base.progress = shoal_ring_ag_progress;
     shoal_ring_peers(comm, &p->cp, &p->pos);
-    p->next = comm->coll->ring_next;
-    p->prev = comm->coll->ring_prev;
+    p->next = comm->topo->ring_next;
+    p->prev = comm->topo->ring_prev;
     if (a->sendbuf != rbuf + (size_t)comm->rank * bytes) {
         memmove(rbuf + (size_t)comm->rank * bytes, a->sendbuf, bytes);
     }

@@ -484,7 +484,7 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
         memset(cs->scratch, 0, cs->scratch_size);
     }
     SHOAL_CHECK(shoal_shmdirect_init(comm));
-    SHOAL_CHECK(shoal_topo_comm_init(comm));
+    shoal_coll_shape_topo(&cs->shape, comm->topo, cs->shm_ok);
     shoal_coll_shape_tune(&cs->shape, &cs->tune);
     shoal_shmdirect_log(comm);
     if (cs->algo == SHOAL_ALGO_SHM && !cs->shm_ok) {
@@ -500,7 +500,6 @@ void shoal_coll_comm_fini(struct shoal_comm *comm)
     if (cs == NULL) {
         return;
     }
-    shoal_topo_comm_fini(comm);
     shoal_hier_fini(comm);
     shoal_coll_pool_fini(comm);
     shoal_shmdirect_fini(comm);

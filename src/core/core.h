@@ -64,6 +64,7 @@ typedef struct {
 } shoal_chan_t;
 
 struct shoal_coll_state;       /* src/coll: algorithm scratch, shm direct path */
+struct shoal_topo_comm;        /* src/topo: hosts, sockets, ring order, links */
 struct shoal_meter;            /* src/meter: the counter page, agent registration */
 struct shoal_qos_pacer;        /* src/qos: the token bucket of paced communicators */
 struct shoal_proxy;
@@ -106,6 +107,7 @@ struct shoal_comm {
     pthread_mutex_t proxy_lock; /* starts the proxy once (proxy.c) */
     struct shoal_proxy *proxy; /* set once with release under proxy_lock, read with acquire */
     struct shoal_coll_state *coll;
+    struct shoal_topo_comm *topo; /* set and freed by the assembly (src/api); read-only after */
     struct shoal_meter *meter; /* NULL with SHOAL_METER=0 (its first member is the page) */
     shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
     struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */

@@ -195,7 +195,7 @@ typedef struct {
 /* Ranks on hosts: SHOAL_TOPO_FILE, else blocks of ppn. Links: file, tuning file, defaults. */
 static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
 {
-    const char *path = shoal_coll_config.topo_file, *tpath = shoal_coll_config.tuning_file;
+    const char *path = shoal_topo_config.topo_file, *tpath = shoal_topo_config.tuning_file;
     shoal_topo_file_t tf;
     shoal_tuning_t tun;
     int have_tun = tpath != NULL && tpath[0] != '\0' && shoal_tuning_load(tpath, &tun) == 1;
@@ -243,11 +243,11 @@ static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
     }
     shoal_topo_host_index(n, ids, t->host_of);
     free(ids);
-    if (shoal_coll_config.ring_order == 0) {
+    if (shoal_topo_config.ring_order == 0) {
         shoal_topo_ring_hosts_t rh;
         shoal_topo_ring_order(n, t->host_of, t->socket_of, t->order);
-        if (shoal_topo_ring_hosts_load(shoal_coll_config.ring_hosts,
-                                       shoal_coll_config.ring_hosts_file, &rh) != SHOAL_OK) {
+        if (shoal_topo_ring_hosts_load(shoal_topo_config.ring_hosts,
+                                       shoal_topo_config.ring_hosts_file, &rh) != SHOAL_OK) {
             shoal_warn(TOPO, "SHOAL_RING_HOSTS: malformed: the usual ring order");
         } else if (rh.n > 0) {
             int rc = shoal_topo_ring_order_hosts(n, t->socket_of, np, &rh, t->order);
@@ -333,11 +333,11 @@ static int shoal_info_print_topo(int n, int ppn)
     shoal_info_topo_t t;
     shoal_coll_shape_t shape;
     shoal_tune_t tune;
-    const char *path = shoal_coll_config.topo_file;
+    const char *path = shoal_topo_config.topo_file;
     int ok;
 
     memset(&t, 0, sizeof(t));
-    shoal_topo_discover(shoal_coll_config.topo_discovery, &sum);
+    shoal_topo_discover(shoal_topo_config.topo_discovery, &sum);
     printf("# this host (%s)\n", shoal_hostname());
     shoal_topo_summary_print(&sum, stdout);
     if (n <= 0) {
@@ -347,10 +347,10 @@ static int shoal_info_print_topo(int n, int ppn)
         ppn = n;
     }
     ok = shoal_info_topo_layout(&t, n, ppn) == 0;
-    shoal_tune_resolve_local(shoal_coll_config.topo_discovery, &tune);
+    shoal_tune_resolve_local(shoal_topo_config.topo_discovery, &tune);
     shoal_tune_print(&tune, stdout);
     if (ok) {
-        shoal_topo_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
+        shoal_coll_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
                                path == NULL || path[0] == '\0', sum.ncores);
         shoal_coll_shape_tune(&shape, &tune);
         printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s (send %.2f, recv "
@@ -365,7 +365,7 @@ static int shoal_info_print_topo(int n, int ppn)
             printf("#   %3d: %3d %3d\n", r, t.host_of[r], t.socket_of[r]);
         }
         printf("# ring order (SHOAL_RING_ORDER=%s), crossings per host and direction %d:\n#  ",
-               shoal_coll_config.ring_order == 0 ? "topo" : "rank", shape.ring_share);
+               shoal_topo_config.ring_order == 0 ? "topo" : "rank", shape.ring_share);
         for (int i = 0; i < n && i < 64; i++) {
             printf(" %d", t.order[i]);
         }

@@ -184,4 +184,48 @@ SHOAL_HIDDEN int shoal_topo_ring_order_hosts(int n, const int *socket_of,
                                              const char *const *host_name,
                                              const shoal_topo_ring_hosts_t *rh, int *order);
 
+/* ---- settings (topo_config.c) -------------------------------------------------------- */
+
+/* SHOAL_* variables of the topology. */
+typedef struct {
+    int ring_order;              /* SHOAL_RING_ORDER: 0 topo, 1 rank */
+    const char *ring_hosts;      /* SHOAL_RING_HOSTS */
+    const char *ring_hosts_file; /* SHOAL_RING_HOSTS_FILE */
+    const char *topo_file;       /* SHOAL_TOPO_FILE */
+    int topo_discovery;          /* SHOAL_TOPO_DISCOVERY: SHOAL_TOPO_DISC_* */
+    const char *tuning_file;     /* SHOAL_TUNING_FILE */
+    int topo_measure;            /* SHOAL_TOPO_MEASURE: ping-pongs at init */
+} shoal_topo_config_t;
+extern SHOAL_HIDDEN shoal_topo_config_t shoal_topo_config;
+
+/* ---- the topology of a communicator (topo_comm.c) -------------------------------------
+ * Built at communicator init over the communicator's channels (core's primitives) and owned
+ * by the communicator (comm->topo, set by the assembly in src/api); identical on every rank.
+ * The layers above read it: the ring algorithms their order and neighbours, the
+ * hierarchical ones the host grouping, the cost model (src/coll) the links and the layout. */
+struct shoal_comm;
+typedef struct shoal_topo_comm {
+    int nranks;
+    int *ring_order;       /* [nranks] ring position -> rank (SHOAL_RING_ORDER, _RING_HOSTS) */
+    int ring_pos;          /* this rank's position; ring_next/prev are ranks */
+    int ring_next;
+    int ring_prev;
+    int ring_share;        /* ring edges leaving the busiest host (0: one host) */
+    int nhosts;            /* hosts (virtual ones with SHOAL_TOPO_FILE) */
+    int *host_of;          /* [nranks] host index, by first appearance in rank order */
+    int *socket_of;        /* [nranks] socket of each rank (-1 unknown) */
+    int ncores;            /* fewest cores of any rank's host (0: unknown) */
+    shoal_link_t intra;    /* the slowest link kind between ranks of one host */
+    shoal_link_t inter;    /* ... between hosts (one rank pair alone on the NIC) */
+    double reduce_gbs;     /* local memory rates of rank 0's tuning file, 0 when absent */
+    double copy_gbs;
+} shoal_topo_comm_t;
+
+/* Exchanges the summaries, orders the ring, measures the links (unless known) and returns
+ * the result in *tc_p (freed with shoal_topo_comm_free). Collective over comm: every rank
+ * calls it at the same point of its init. */
+SHOAL_HIDDEN shoal_status_t shoal_topo_comm_init(struct shoal_comm *comm,
+                                                 shoal_topo_comm_t **tc_p);
+SHOAL_HIDDEN void shoal_topo_comm_free(shoal_topo_comm_t *tc);
+
 #endif

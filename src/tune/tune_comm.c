@@ -2,6 +2,7 @@
 #include "tune/tune.h"
 
 #include "core/core.h"
+#include "topo/topo.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +13,7 @@
 /* SHOAL_TUNING_FILE's text, or NULL (absent, unreadable, too large). */
 static char *shoal_tune_file_text(void)
 {
-    void *dst = NULL;
-    const shoal_cfg_field_t *f = shoal_tune_cfg_find("TUNING_FILE", &dst);
-    const char *path = f != NULL ? *(const char *const *)dst : NULL;
+    const char *path = shoal_topo_config.tuning_file;
     char *buf;
     size_t len;
     FILE *fp;
@@ -31,12 +30,10 @@ static char *shoal_tune_file_text(void)
     return buf;
 }
 
-/* SHOAL_TOPO_DISCOVERY (coll's table): the discovery the topology uses. */
+/* SHOAL_TOPO_DISCOVERY (topo's table): the discovery the topology uses. */
 static int shoal_tune_disc_mode(void)
 {
-    void *dst = NULL;
-    const shoal_cfg_field_t *f = shoal_tune_cfg_find("TOPO_DISCOVERY", &dst);
-    return f != NULL && f->type == SHOAL_CFG_ENUM ? *(const int *)dst : 0;
+    return shoal_topo_config.topo_discovery;
 }
 
 void shoal_tune_resolve_local(int mode, shoal_tune_t *t)

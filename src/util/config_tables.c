@@ -4,6 +4,7 @@
 extern const shoal_cfg_table_t shoal_util_cfg_table;
 extern const shoal_cfg_table_t shoal_core_cfg_table;
 extern const shoal_cfg_table_t shoal_coll_cfg_table;
+extern const shoal_cfg_table_t shoal_topo_cfg_table;
 extern const shoal_cfg_table_t shoal_shm_cfg_table;
 extern const shoal_cfg_table_t shoal_tcp_cfg_table;
 extern const shoal_cfg_table_t shoal_tenant_cred_cfg_table;
@@ -28,6 +29,7 @@ const shoal_cfg_table_t *const shoal_cfg_tables[] = {
     &shoal_util_cfg_table,
     &shoal_core_cfg_table,
     &shoal_coll_cfg_table,
+    &shoal_topo_cfg_table,
     &shoal_shm_cfg_table,
     &shoal_tcp_cfg_table,
     &shoal_tenant_cred_cfg_table,

@@ -70,7 +70,7 @@ int main(void)
     shoal_comm_rank(comm, &rank);
     shoal_comm_size(comm, &n);
     c = comm;
-    shoal_tune_resolve_local(shoal_coll_config.topo_discovery, &mine);
+    shoal_tune_resolve_local(shoal_topo_config.topo_discovery, &mine);
     for (int k = 0; k < K; k++) {
         row[k] = c->coll->tune.value[k];
         row[K + k] = c->coll->tune.src[k];

@@ -2,6 +2,7 @@
 #include "coll/coll.h"
 #include "tests/tap.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,8 +135,8 @@ static void test_model(void)
     double c_topo, c_rank;
 
     shoal_topo_ring_order(4, inter, NULL, order);
-    shoal_topo_shape_build(&topo, 4, inter, order, &intra, &net, 0, 4);
-    shoal_topo_shape_build(&rank, 4, inter, ident, &intra, &net, 0, 4);
+    shoal_coll_shape_build(&topo, 4, inter, order, &intra, &net, 0, 4);
+    shoal_coll_shape_build(&rank, 4, inter, ident, &intra, &net, 0, 4);
     tap_is_int(topo.ring_share, 1, "model: host-aware ring shares nothing");
     tap_is_int(rank.ring_share, 2, "model: rank-order ring shares the NIC by 2");
     c_topo = shoal_coll_cost(&topo, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_RING, 64 << 20);
@@ -151,10 +152,84 @@ static void test_model(void)
            "model: forced rd too large for scratch falls back");
     tap_is_int(shoal_coll_select_shape(&topo, SHOAL_COLL_ALLREDUCE, 1024, SHOAL_ALGO_RING,
                                        NULL), SHOAL_ALGO_RING, "model: SHOAL_ALGO=ring forces");
-    shoal_topo_shape_build(&local, 4, one, ident, &intra, &net, 1, 2);
+    shoal_coll_shape_build(&local, 4, one, ident, &intra, &net, 1, 2);
     tap_is_int(shoal_coll_select_shape(&local, SHOAL_COLL_ALLREDUCE, 8, 0, NULL),
                SHOAL_ALGO_SHM, "model: one host with shared areas picks shm at 8 B");
     tap_ok(local.oversub == 2.0, "model: 4 ranks on 2 cores: oversubscribed by 2");
+}
+
+/* The hierarchical AllReduce's cost is a pipeline of segments (hier.c): the latency of each
+ * phase, the slower of the core (intra-host phases) and the link (the ring across hosts) once
+ * per further segment, the other one once. Written out here with the shape's numbers. */
+static double hier_expected(double m, double seg, double L, double H, double ai, double bi,
+                            double oi, double ae, double be, double oe, double rb)
+{
+    double S = m < seg ? m : seg, k = m / S, red = rb * (m <= 1048576 ? 0.1 : 0.5);
+    double lat = 2 * 1.5 * ai + 2 * (H - 1) * 1.5 * ae;
+    double core = ((L - 1) / L + (H - 1) / H / L) * S * red + 2 * (L - 1) / L * S * bi;
+    double link = 2 * (H - 1) / H * S * be;
+    double core_t = core + 2 * (L - 1) * 2 * oi, link_t = link + 2 * (H - 1) * 2 * oe;
+    return lat + core + link + (k - 1) * (core_t > link_t ? core_t : link_t);
+}
+
+static void test_hier_model(void)
+{
+    int hosts[4] = {0, 0, 1, 1}, order[4];
+    /* shm at 8 GB/s, a 40 Gbit/s network (5 GB/s): both phases weigh about the same */
+    shoal_link_t intra = {.alpha_us = 1, .beta_us = shoal_gbs_to_beta(8), .send_us = 0.5,
+                          .recv_us = 0.5};
+    shoal_link_t net = {.alpha_us = 5, .beta_us = shoal_gbs_to_beta(5), .send_us = 2,
+                        .recv_us = 2};
+    shoal_coll_shape_t s, one;
+    double c, want, ring, add, link, core, bi = intra.beta_us, be = net.beta_us, rb;
+    size_t m = (size_t)64 << 20;
+
+    shoal_topo_ring_order(4, hosts, NULL, order);
+    shoal_coll_shape_build(&s, 4, hosts, order, &intra, &net, 0, 4);
+    s.chunk = 512 * 1024;
+    s.scratch = 4 * s.chunk;
+    s.hier_segment = 1 << 20;
+    rb = s.reduce_beta;
+    tap_ok(s.nhosts == 2 && s.max_ppn == 2 && s.oversub == 1.0, "hier model: 2 hosts x 2 ranks");
+    c = shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_HIER, m);
+    want = hier_expected((double)m, 1 << 20, 2, 2, 1, bi, 0.5, 5, be, 2, rb);
+    tap_ok(fabs(c - want) < 1e-6 * want, "hier model: 64 MiB in 64 segments of 1 MiB: %.1f us "
+           "(formula %.1f)", c, want);
+    ring = shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_RING, m);
+    /* the same phases one after the other, segment after segment: what the additive model
+     * said, and more than the ring */
+    add = 2 * 1.5 * 5 + 2 * 1.5 * 1 +
+          64 * (0.75 * (1 << 20) * rb * 0.5 + (1 << 20) * bi + (1 << 20) * be);
+    tap_ok(c < ring && ring < add, "hier model: pipelined %.0f us < ring %.0f us < the phases "
+           "summed %.0f us", c, ring, add);
+    tap_is_int(shoal_coll_select_shape(&s, SHOAL_COLL_ALLREDUCE, m, 0, NULL), SHOAL_ALGO_HIER,
+               "hier model: 64 MiB over 2x2 at 5 GB/s picks hier");
+    c = shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_HIER, 64 * 1024);
+    want = hier_expected(64 * 1024, 64 * 1024, 2, 2, 1, bi, 0.5, 5, be, 2, rb);
+    tap_ok(fabs(c - want) < 1e-6 * want, "hier model: 64 KiB is one segment, the phases "
+           "summed: %.2f us (formula %.2f)", c, want);
+    s.hier_segment = 4 << 20;
+    c = shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_HIER, m);
+    want = hier_expected((double)m, 4 << 20, 2, 2, 1, bi, 0.5, 5, be, 2, rb);
+    tap_ok(fabs(c - want) < 1e-6 * want, "hier model: SHOAL_HIER_SEGMENT=4m, 16 segments: "
+           "%.1f us (formula %.1f)", c, want);
+    /* a 1 Gbit/s network: the link is the bottleneck, the core's work hides behind it */
+    net = (shoal_link_t){.alpha_us = 30, .beta_us = shoal_gbs_to_beta(0.125)};
+    shoal_coll_shape_build(&s, 4, hosts, order, &intra, &net, 0, 4);
+    s.hier_segment = 1 << 20;
+    c = shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_HIER, m);
+    want = hier_expected((double)m, 1 << 20, 2, 2, 1, bi, 0.5, 30, net.beta_us, 30, rb);
+    /* per segment: the link's bytes and its messages (busy time unknown: the latency) */
+    link = 64 * ((1 << 20) * net.beta_us + 2 * (30 + 30));
+    core = 64 * (0.75 * (1 << 20) * rb * 0.5 + (1 << 20) * bi);
+    tap_ok(fabs(c - want) < 1e-6 * want && c > link && c - link < 0.1 * core,
+           "hier model: at 1 Gbit/s the link's %.0f us, the core's %.0f us hidden but one "
+           "segment: %.0f us (formula %.0f)", link, core, c, want);
+    tap_is_int(shoal_coll_select_shape(&s, SHOAL_COLL_ALLREDUCE, m, 0, NULL), SHOAL_ALGO_HIER,
+               "hier model: 64 MiB over 2x2 at 1 Gbit/s picks hier");
+    shoal_coll_shape_build(&one, 4, (int[4]){0, 0, 0, 0}, order, &intra, &net, 0, 4);
+    tap_ok(shoal_coll_cost(&one, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_HIER, m) < 0,
+           "hier model: not applicable on one host");
 }
 
 static void test_discover(void)
@@ -210,6 +285,7 @@ int main(void)
     test_topo_file();
     test_tuning();
     test_model();
+    test_hier_model();
     test_discover();
     test_ring_hosts();
     return tap_done();
