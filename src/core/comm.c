@@ -370,6 +370,20 @@ static shoal_status_t shoal_comm_plan_channels(struct shoal_comm *comm, int *use
     return SHOAL_OK;
 }
 
+/* SHOAL_CONNECT: lazy or eager channels. The same on every rank (same environment and
+ * nranks); a transport that cannot connect lazily stays eager (both sides agree: the flag
+ * follows the transport's caps, the same build everywhere). */
+static void shoal_comm_plan_connect(struct shoal_comm *comm)
+{
+    int mode = shoal_core_config.connect, min = shoal_core_config.connect_lazy_ranks;
+    comm->lazy = mode == SHOAL_CONNECT_LAZY ||
+                 (mode == SHOAL_CONNECT_AUTO && min > 0 && comm->nranks >= min);
+    if (comm->lazy && comm->rank == 0) {
+        shoal_info(INIT, "comm of %d ranks: channels connect at first use (SHOAL_CONNECT=%s)",
+                   comm->nranks, mode == SHOAL_CONNECT_LAZY ? "lazy" : "auto");
+    }
+}
+
 static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *used)
 {
     shoal_tl_params_t params = {
@@ -389,6 +403,8 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
         if (used[t] == 0) {
             continue;
         }
+        params.lazy = comm->lazy && (comm->tls[t].ops->caps & SHOAL_TL_CAP_LAZY) != 0;
+        comm->tls[t].lazy = params.lazy;
         shoal_status_t st = comm->tls[t].ops->init(&params, &comm->tls[t].ctx);
         if (st != SHOAL_OK) {
             shoal_error(INIT, "rank %d: transport %s failed to initialise: %s", comm->rank,
@@ -541,9 +557,11 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     }
     SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
     shoal_comm_plan_spinning(comm);
+    shoal_comm_plan_connect(comm);
     SHOAL_CHECK_GOTO(shoal_comm_init_tls(comm, used), st, out);
     SHOAL_CHECK_GOTO(shoal_comm_connect(comm, boot), st, out);
-    /* Everyone connected: transports may drop their names and listeners. */
+    /* Everyone connected (or, lazy, listening): transports may drop their names and
+     * listeners where no connection is made later. */
     SHOAL_CHECK_GOTO(shoal_boot_barrier(boot), st, out);
     for (int t = 0; t < comm->ntls; t++) {
         if (comm->tls[t].ctx != NULL && comm->tls[t].ops->ready != NULL) {
