@@ -546,6 +546,8 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.pinned_cpu = shoal_comm_pinned_cpu(&ncpu);
     /* UCX and verbs are queried (loaded) only when SHOAL_TRANSPORT forces them */
     me.tl_mask = shoal_tl_query_mask(forced);
+    shoal_comm_plan_connect(comm);
+    me.lazy = comm->lazy;
     SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &me, sizeof(me), comm->peers), st, out);
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->peers[p].rank != p) {
@@ -557,7 +559,16 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     }
     SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
     shoal_comm_plan_spinning(comm);
-    shoal_comm_plan_connect(comm);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->peers[p].lazy != me.lazy) {
+            shoal_error(INIT, "rank %d connects channels %s, rank %d (%s) %s: SHOAL_CONNECT and "
+                        "SHOAL_CONNECT_LAZY_RANKS must be the same on every rank", comm->rank,
+                        me.lazy ? "at first use" : "at init", p, comm->peers[p].host,
+                        comm->peers[p].lazy ? "at first use" : "at init");
+            st = SHOAL_ERR_INVALID_ARG;
+            goto out;
+        }
+    }
     SHOAL_CHECK_GOTO(shoal_comm_init_tls(comm, used), st, out);
     SHOAL_CHECK_GOTO(shoal_comm_connect(comm, boot), st, out);
     /* Everyone connected (or, lazy, listening): transports may drop their names and

@@ -49,6 +49,7 @@ typedef struct {
     char host[SHOAL_HOSTNAME_MAX];
     uint32_t tl_mask;          /* bit i: registry transport i usable on this rank */
     int32_t pinned_cpu;        /* 1 + the CPU this rank is bound to, 0: several CPUs allowed */
+    int32_t lazy;              /* SHOAL_CONNECT resolved: must be the same on every rank */
 } shoal_peer_info_t;
 
 /* A transport instance of one communicator. */
