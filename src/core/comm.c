@@ -478,6 +478,7 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
     size_t *lens = malloc(sizeof(size_t) * (size_t)comm->nranks), mylen;
     shoal_ep_t **eps = malloc(sizeof(void *) * (size_t)comm->nranks);
     shoal_status_t st = SHOAL_ERR_NO_MEMORY;
+    uint64_t t0 = shoal_time_ns(), t1 = 0;
 
     if (ents == NULL || elens == NULL || peers == NULL || addrs == NULL || lens == NULL ||
         eps == NULL) {
@@ -488,6 +489,7 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
         goto out;
     }
     SHOAL_CHECK_GOTO(shoal_boot_allgatherv(boot, mine, mylen, &table, ents, elens), st, out);
+    t1 = shoal_time_ns();
     for (int t = 0; t < comm->ntls; t++) {
         int n = 0;
         if (comm->tls[t].ctx == NULL) {
@@ -516,6 +518,10 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
             comm->chans[peers[i]].ep = eps[i];
         }
     }
+    shoal_info(INIT, "rank %d: addresses exchanged in %.1f ms, channels %s in %.1f ms",
+               comm->rank, (double)(t1 - t0) / 1e6,
+               comm->lazy ? "set up to connect at first use" : "connected",
+               (double)(shoal_time_ns() - t1) / 1e6);
     st = SHOAL_OK;
 out:
     free(table);
