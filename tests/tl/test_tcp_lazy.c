@@ -11,8 +11,8 @@
  *  - a silent stranger on the listener, which lives on after init, is closed after the hello
  *    deadline;
  *  - a peer that listens but never answers: the send fails with SHOAL_ERR_TIMEOUT after the
- *    timeout, not before, never hangs; a peer whose process is gone (listener closed):
- *    SHOAL_ERR_PEER_FAILED at once. */
+ *    timeout, not before, never hangs; a peer whose process is gone (listener closed), or
+ *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once. */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -392,6 +392,38 @@ static void test_unanswered(void)
     side_fini(&s1);
 }
 
+/* Rank 1 is alive and progresses, but its communicator failed: rank 0 learns at once. */
+static void test_failed_peer(void)
+{
+    const uint32_t comm_id = 0x1a2c0050u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
+    side_t s0, s1;
+    side_t *sides[2] = {&s0, &s1};
+
+    if (side_init(&s0, 0, comm_id, key_a, 8000) != 0 ||
+        side_init(&s1, 1, comm_id, key_a, 8000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&s1, addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    side_connect(&s1, addrs);
+    tl->fail(s1.ctx, 1, SHOAL_ERR_ABORTED);
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    double t0 = now_ms();
+    tl->isend(s0.eps[1], &r);
+    int done = drive(sides, 2, reqs, 1, 6000);
+    double dt = now_ms() - t0;
+    tap_ok(done && r.status == SHOAL_ERR_PEER_FAILED && dt < 1000,
+           "a live peer whose communicator failed stops listening: SHOAL_ERR_PEER_FAILED "
+           "after %.0f ms, not the 8000 ms timeout (%s)", dt, shoal_status_name(r.status));
+    side_fini(&s0);
+    side_fini(&s1);
+}
+
 int main(void)
 {
     alarm(120);
@@ -402,5 +434,6 @@ int main(void)
     test_stranger();
     test_silent_stranger();
     test_unanswered();
+    test_failed_peer();
     return tap_done();
 }

@@ -922,10 +922,10 @@ int shoal_tcp_lazy_progress(shoal_tl_ctx_t *ctx)
     do {
         k = epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, 0);
         for (int i = 0; i < k; i++) {
-            listening |= ctx->events[i].data.fd == ctx->listen_fd;
+            listening |= ctx->listen_fd >= 0 && ctx->events[i].data.fd == ctx->listen_fd;
         }
     } while (k == SHOAL_TCP_EVENTS);
-    if (listening) {
+    if (listening && ctx->listen_fd >= 0) {
         shoal_tcp_conn_accept(conn);
         conn->busy = 1;
     }

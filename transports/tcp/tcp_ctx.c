@@ -443,6 +443,13 @@ static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
 {
     char why[128];
     snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    if (ctx->lazy && ctx->listen_fd >= 0) {
+        /* A failed communicator connects nobody any more: a peer that connects to it now is
+         * refused by the kernel and fails at once (SHOAL_ERR_PEER_FAILED), instead of
+         * retrying until its timeout. */
+        close(ctx->listen_fd); /* also leaves the epoll set */
+        ctx->listen_fd = -1;
+    }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {
