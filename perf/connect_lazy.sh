@@ -16,6 +16,7 @@ while getopts b:r: opt; do
     esac
 done
 shift $((OPTIND - 1))
+counts=${*:-"64 128"}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -33,8 +34,8 @@ one() { # one KIND MODE N
 }
 
 uptime
-for r in $(seq "$reps"); do
-    for n in ${*:-64 128}; do
+for _ in $(seq "$reps"); do
+    for n in $counts; do
         for kind in tcp shm; do
             for m in eager lazy; do
                 one "$kind" "$m" "$n"

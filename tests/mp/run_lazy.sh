@@ -43,20 +43,28 @@ for n in ${LAZY_NRANKS:-2 3 5 8}; do
 done
 mp_job "tcp n=4 lazy nsocks=4 alltoall" 4 \
     "SHOAL_TRANSPORT=tcp SHOAL_CONNECT=lazy SHOAL_SOCKET_NSOCKS=4 SHOAL_ALGO=pairwise" "$a2a"
-shm_names() { ls /dev/shm 2>/dev/null | grep -c '^shoal-'; }
+shm_names() {
+    _k=0
+    for _f in /dev/shm/shoal-*; do
+        [ -e "$_f" ] && _k=$((_k + 1))
+    done
+    echo "$_k"
+}
 names0=$(shm_names)
 mp_job "shm n=4 lazy" 4 "SHOAL_CONNECT=lazy" "$coll"
 mp_job "shm n=3 lazy ring" 3 "SHOAL_CONNECT=lazy SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096" "$coll" \
     allreduce reduce_scatter allgather
 # Virtual hosts (hostid_wrap.sh): shm inside a host, tcp across, both lazy.
 ar="allreduce allreduce_big determinism"
+# shellcheck disable=SC2086 # $ar is a word list on purpose
 mp_job "hosts 2x2 hier lazy" 4 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_CONNECT=lazy" "$wrap" "$coll" $ar
 mp_job "hosts 3x2 lazy" 6 "MP_PPN=2 SHOAL_CONNECT=lazy" "$wrap" "$coll" allreduce broadcast \
     allgather reduce_scatter sendrecv split
 names1=$(shm_names)
 n_tap=$((n_tap + 1))
 if [ "$names1" -le "$names0" ]; then
-    echo "ok $n_tap - lazy shm: no segment name left in /dev/shm after the jobs ($names0 before, $names1 after)"
+    echo "ok $n_tap - lazy shm: no segment name left in /dev/shm after the jobs" \
+        "($names0 before, $names1 after)"
 else
     echo "not ok $n_tap - lazy shm: $((names1 - names0)) segment names left in /dev/shm"
 fi
