@@ -370,6 +370,20 @@ static shoal_status_t shoal_comm_plan_channels(struct shoal_comm *comm, int *use
     return SHOAL_OK;
 }
 
+/* SHOAL_CONNECT: lazy or eager channels. The same on every rank (same environment and
+ * nranks); a transport that cannot connect lazily stays eager (both sides agree: the flag
+ * follows the transport's caps, the same build everywhere). */
+static void shoal_comm_plan_connect(struct shoal_comm *comm)
+{
+    int mode = shoal_core_config.connect, min = shoal_core_config.connect_lazy_ranks;
+    comm->lazy = mode == SHOAL_CONNECT_LAZY ||
+                 (mode == SHOAL_CONNECT_AUTO && min > 0 && comm->nranks >= min);
+    if (comm->lazy && comm->rank == 0) {
+        shoal_info(INIT, "comm of %d ranks: channels connect at first use (SHOAL_CONNECT=%s)",
+                   comm->nranks, mode == SHOAL_CONNECT_LAZY ? "lazy" : "auto");
+    }
+}
+
 static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *used)
 {
     shoal_tl_params_t params = {
@@ -389,6 +403,8 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
         if (used[t] == 0) {
             continue;
         }
+        params.lazy = comm->lazy && (comm->tls[t].ops->caps & SHOAL_TL_CAP_LAZY) != 0;
+        comm->tls[t].lazy = params.lazy;
         shoal_status_t st = comm->tls[t].ops->init(&params, &comm->tls[t].ctx);
         if (st != SHOAL_OK) {
             shoal_error(INIT, "rank %d: transport %s failed to initialise: %s", comm->rank,
@@ -462,6 +478,7 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
     size_t *lens = malloc(sizeof(size_t) * (size_t)comm->nranks), mylen;
     shoal_ep_t **eps = malloc(sizeof(void *) * (size_t)comm->nranks);
     shoal_status_t st = SHOAL_ERR_NO_MEMORY;
+    uint64_t t0 = shoal_time_ns(), t1 = 0;
 
     if (ents == NULL || elens == NULL || peers == NULL || addrs == NULL || lens == NULL ||
         eps == NULL) {
@@ -472,6 +489,7 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
         goto out;
     }
     SHOAL_CHECK_GOTO(shoal_boot_allgatherv(boot, mine, mylen, &table, ents, elens), st, out);
+    t1 = shoal_time_ns();
     for (int t = 0; t < comm->ntls; t++) {
         int n = 0;
         if (comm->tls[t].ctx == NULL) {
@@ -500,6 +518,10 @@ static shoal_status_t shoal_comm_connect(struct shoal_comm *comm, shoal_boot_t *
             comm->chans[peers[i]].ep = eps[i];
         }
     }
+    shoal_info(INIT, "rank %d: addresses exchanged in %.1f ms, channels %s in %.1f ms",
+               comm->rank, (double)(t1 - t0) / 1e6,
+               comm->lazy ? "set up to connect at first use" : "connected",
+               (double)(shoal_time_ns() - t1) / 1e6);
     st = SHOAL_OK;
 out:
     free(table);
@@ -530,6 +552,8 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.pinned_cpu = shoal_comm_pinned_cpu(&ncpu);
     /* UCX and verbs are queried (loaded) only when SHOAL_TRANSPORT forces them */
     me.tl_mask = shoal_tl_query_mask(forced);
+    shoal_comm_plan_connect(comm);
+    me.lazy = comm->lazy;
     SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &me, sizeof(me), comm->peers), st, out);
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->peers[p].rank != p) {
@@ -541,9 +565,20 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     }
     SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
     shoal_comm_plan_spinning(comm);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (comm->peers[p].lazy != me.lazy) {
+            shoal_error(INIT, "rank %d connects channels %s, rank %d (%s) %s: SHOAL_CONNECT and "
+                        "SHOAL_CONNECT_LAZY_RANKS must be the same on every rank", comm->rank,
+                        me.lazy ? "at first use" : "at init", p, comm->peers[p].host,
+                        comm->peers[p].lazy ? "at first use" : "at init");
+            st = SHOAL_ERR_INVALID_ARG;
+            goto out;
+        }
+    }
     SHOAL_CHECK_GOTO(shoal_comm_init_tls(comm, used), st, out);
     SHOAL_CHECK_GOTO(shoal_comm_connect(comm, boot), st, out);
-    /* Everyone connected: transports may drop their names and listeners. */
+    /* Everyone connected (or, lazy, listening): transports may drop their names and
+     * listeners where no connection is made later. */
     SHOAL_CHECK_GOTO(shoal_boot_barrier(boot), st, out);
     for (int t = 0; t < comm->ntls; t++) {
         if (comm->tls[t].ctx != NULL && comm->tls[t].ops->ready != NULL) {

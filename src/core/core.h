@@ -25,7 +25,14 @@ typedef struct {
     const char *root;          /* SHOAL_ROOT host:port */
     const char *secret;        /* SHOAL_SECRET (hex) for SHOAL_ROOT */
     int boot_bind;             /* SHOAL_BOOT_BIND: shoal_boot_bind_t */
+    int connect;               /* SHOAL_CONNECT: shoal_connect_mode_t */
+    int connect_lazy_ranks;    /* SHOAL_CONNECT_LAZY_RANKS */
 } shoal_core_config_t;
+typedef enum {
+    SHOAL_CONNECT_AUTO = 0,    /* lazy from connect_lazy_ranks ranks on */
+    SHOAL_CONNECT_EAGER,       /* every channel at init */
+    SHOAL_CONNECT_LAZY         /* a channel at first use (transports with SHOAL_TL_CAP_LAZY) */
+} shoal_connect_mode_t;
 typedef enum {
     SHOAL_BOOT_BIND_AUTO = 0,  /* the address shoal_boot_pick_addr chooses */
     SHOAL_BOOT_BIND_LOOPBACK,  /* 127.0.0.1: every rank on this host (shoalrun) */
@@ -42,6 +49,7 @@ typedef struct {
     char host[SHOAL_HOSTNAME_MAX];
     uint32_t tl_mask;          /* bit i: registry transport i usable on this rank */
     int32_t pinned_cpu;        /* 1 + the CPU this rank is bound to, 0: several CPUs allowed */
+    int32_t lazy;              /* SHOAL_CONNECT resolved: must be the same on every rank */
 } shoal_peer_info_t;
 
 /* A transport instance of one communicator. */
@@ -49,6 +57,7 @@ typedef struct {
     const shoal_tl_ops_t *ops;
     shoal_tl_ctx_t *ctx;
     int npeers;                /* peers whose channel uses it */
+    int lazy;                  /* its channels connect at first use */
 } shoal_tl_inst_t;
 
 /* Channel to one peer: the transport chosen once for the pair. */
@@ -76,6 +85,7 @@ struct shoal_comm {
     int local_size;
     int *local_ranks;          /* global rank of each local rank */
     int all_local;             /* every rank on this host */
+    int lazy;                  /* SHOAL_CONNECT resolved: channels connect at first use */
     uint32_t comm_id;          /* from a key derivation: reveals nothing of the secret */
     uint8_t secret[SHOAL_SECRET_BYTES]; /* the communicator's key, derived from the job secret */
     shoal_tenant_id_t ident;   /* tenant, job, epoch: part of every key derived below */

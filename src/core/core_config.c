@@ -7,6 +7,7 @@
 shoal_core_config_t shoal_core_config;
 
 static const char *const shoal_core_boot_binds[] = {"auto", "loopback", "any", NULL};
+static const char *const shoal_core_connects[] = {"auto", "eager", "lazy", NULL};
 
 static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
     {.name = "TIMEOUT_MS", .dflt = "300s", .type = SHOAL_CFG_TIME,
@@ -48,6 +49,15 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .doc = "where a rendezvous root listens: auto (the address it publishes, chosen by "
             "SHOAL_SOCKET_IFNAME; loopback for a split whose ranks share one host), loopback "
             "(set by shoalrun: one host), any (every interface); SHOAL_ROOT binds its address"},
+    {.name = "CONNECT", .dflt = "auto", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_core_connects, .offset = offsetof(shoal_core_config_t, connect),
+     .doc = "when channels to peers are connected: eager (all at init, n-1 handshakes per "
+            "rank), lazy (a channel at its first send or receive, or when the peer connects; "
+            "transports that cannot, ucx and ib, stay eager), auto (lazy from "
+            "SHOAL_CONNECT_LAZY_RANKS ranks on)"},
+    {.name = "CONNECT_LAZY_RANKS", .dflt = "32", .type = SHOAL_CFG_INT,
+     .offset = offsetof(shoal_core_config_t, connect_lazy_ranks),
+     .doc = "SHOAL_CONNECT=auto connects lazily in communicators of at least this many ranks"},
 };
 
 const shoal_cfg_table_t shoal_core_cfg_table = {

@@ -37,6 +37,10 @@ typedef struct {
     int qos_ib_sl;                /* IB service level */
     uint64_t qos_rate_max;        /* bytes/s per peer connection, 0 = none */
     const char *qos_class_name;   /* the class, for messages ("guaranteed"); NULL: unknown */
+    /* 1 (only for a transport with SHOAL_TL_CAP_LAZY): connect_all connects nothing; each
+     * endpoint connects at its first isend/irecv, driven by progress(), or when the peer
+     * connects to it. The transport keeps its listener / names until fini. */
+    int lazy;
 } shoal_tl_params_t;
 
 /* A request: embedded by the caller, completed by the transport only inside progress(). */
@@ -68,6 +72,12 @@ static inline void shoal_tl_req_start(shoal_tl_req_t *req)
 /* Capability flags */
 #define SHOAL_TL_CAP_SHARED_AREA (1u << 0) /* shared_area(): peers' memory mapped directly */
 #define SHOAL_TL_CAP_PEER_MEM (1u << 1) /* mem_query/mem_map/peer_copy: peers' buffers */
+/* Connects on first use when params->lazy: connect_all returns endpoints at once, without
+ * waiting for any peer; progress() runs the handshakes (both sides may start one: the
+ * transport resolves the race the same way on both), listeners stay open until fini. An
+ * endpoint that cannot connect fails its requests (SHOAL_ERR_PEER_FAILED, SHOAL_ERR_AUTH,
+ * SHOAL_ERR_TIMEOUT after timeout_ms), never blocks. */
+#define SHOAL_TL_CAP_LAZY (1u << 2)
 
 /* A shoal_mem_alloc buffer as its owner describes it to local peers (transports/shm). */
 typedef struct {
@@ -94,7 +104,8 @@ typedef struct shoal_tl_ops {
     shoal_status_t (*connect_all)(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
                                   const void *const *addrs, const size_t *addr_lens,
                                   shoal_ep_t **eps_p);
-    /* Optional: every rank has connected (after a bootstrap barrier): drop names, listeners. */
+    /* Optional: every rank has connected (after a bootstrap barrier): drop names, listeners
+     * (a lazy context keeps them until fini). */
     shoal_status_t (*ready)(shoal_tl_ctx_t *ctx);
     shoal_status_t (*isend)(shoal_ep_t *ep, shoal_tl_req_t *req);
     shoal_status_t (*irecv)(shoal_ep_t *ep, shoal_tl_req_t *req);

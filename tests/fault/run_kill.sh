@@ -2,7 +2,8 @@
 # Fault tests under shoalrun, TAP on stdout (tests/fault/kill.c does the work):
 #  - kill: N ranks loop over 8 MiB AllReduces, the last one SIGKILLs itself inside one; every
 #    survivor must fail with SHOAL_ERR_PEER_FAILED naming the victim, within
-#    SHOAL_TIMEOUT_MS + slack, and shoalrun must report the victim's SIGKILL (exit 137).
+#    SHOAL_TIMEOUT_MS + slack, and shoalrun must report the victim's SIGKILL (exit 137); also
+#    over tcp with SHOAL_CONNECT=lazy on 8 ranks, where most survivors have no channel to it.
 #  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
 #    error too.
@@ -32,7 +33,8 @@ launch() {
     tl=$3
     shift 3
     env -u SHOAL_TRANSPORT "$shoalrun" --no-prefix --grace 30 --timeout 90 -n "$n" \
-        -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} ${KILL_WRAP:-} "$prog" "$@" \
+        -x SHOAL_TIMEOUT_MS=$timeout_ms ${tl:+-x SHOAL_TRANSPORT=$tl} \
+        ${connect:+-x SHOAL_CONNECT=$connect} ${KILL_WRAP:-} "$prog" "$@" \
         >"$tmp/out" 2>"$tmp/err"
     rc=$?
     sed -e 's/^/# /' "$tmp/out"
@@ -63,8 +65,9 @@ check_survivor() {
     fi
 }
 
-kill_case() { # kill_case TRANSPORT NRANKS
-    label="kill ${1:-shm} n=$2"
+kill_case() { # kill_case TRANSPORT NRANKS [CONNECT]
+    connect=${3:-}
+    label="kill ${1:-shm} n=$2${connect:+ $connect}"
     victim=$(($2 - 1))
     launch "$label" "$2" "$1" kill 8
     if [ "$rc" -eq 137 ]; then
@@ -124,8 +127,11 @@ while [ $i -lt "${KILL_REPEAT:-1}" ]; do
         kill_case "$tl" 3
         kill_case "$tl" 4
     done
+    # Channels connected at first use: most survivors never had one to the victim.
+    kill_case tcp 8 lazy
     i=$((i + 1))
 done
+connect=""
 for tl in "" tcp; do
     [ "${KILL_ABORT:-1}" = 0 ] && break
     abort_case "$tl" 2 0

@@ -10,7 +10,8 @@
  *             bytes 32..63, the acceptor's), so that the steps after the proof run too
  *      bit 2  the stranger shuts its side after its last byte (EOF), the slot is driven again
  *      bit 3  acceptor: a last drive after the slot's deadline
- *   c1        our rank (bits 0-1), sockets per peer - 1 (bits 2-3)
+ *   c1        our rank (bits 0-1), sockets per peer - 1 (bits 2-3), bit 4: connections at
+ *             first use (SHOAL_CONNECT=lazy: a lower rank may connect too)
  *   c2        bit 7: one socket is established already: peer index bits 4-5, socket bits 0-3
  *             bit 6: acceptor, honest: the socket the hello names gets established (by
  *             another slot) while this one waits for the proof
@@ -89,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shoal_tcp_hs_t hs;
     shoal_tcp_conn_t conn;
     fuzz_peer_t peer = {.fd = -1};
-    int sv[2], connector, honest, rank, nsocks, raced = 0;
+    int sv[2], connector, honest, rank, nsocks, lazy, raced = 0;
     size_t slen, sent = 0, ci = 0;
     uint64_t t0 = shoal_time_ns();
 
@@ -100,6 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     honest = (c[0] >> 1) & 1;
     rank = c[1] & 3;
     nsocks = ((c[1] >> 2) & 3) + 1;
+    lazy = (c[1] >> 4) & 1;
 
     memset(&ctx, 0, sizeof(ctx));
     ctx.rank = rank;
@@ -133,6 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     conn.slots = &hs;
     conn.nslots = 1;
     conn.nneeded = 1;
+    conn.lazy = lazy;
     conn.read_ns = 1000000000ull;
     conn.hello_ns = 100000000ull;
     conn.status = SHOAL_OK;
@@ -234,7 +237,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int valid = slen >= SHOAL_TCP_HELLO_BYTES && h.magic == SHOAL_TCP_HELLO_MAGIC &&
                     h.version == SHOAL_TCP_HELLO_VERSION &&
                     h.length == SHOAL_TCP_HELLO_BYTES && h.comm_id == FUZZ_COMM &&
-                    ep_idx >= 0 && h.rank > (uint32_t)rank && h.nsocks == (uint32_t)nsocks &&
+                    ep_idx >= 0 && (lazy ? h.rank != (uint32_t)rank : h.rank > (uint32_t)rank) &&
+                    h.nsocks == (uint32_t)nsocks &&
                     h.sock_idx < (uint32_t)nsocks &&
                     (eps[ep_idx].fds[h.sock_idx] != FUZZ_DUMMY_FD || raced);
         int proved = honest && valid && slen >= 88;

@@ -70,6 +70,9 @@ typedef struct {
     /* set by the owner's fail(): culprit first, then failed (release) */
     uint32_t failed __attribute__((aligned(SHOAL_CACHELINE)));
     int32_t culprit;
+    /* lazy contexts: local peers that mapped this segment; the one that completes the count
+     * unlinks its name */
+    uint32_t mapped;
     /* futex word, incremented by anyone who has news for the owner */
     uint32_t doorbell __attribute__((aligned(SHOAL_CACHELINE)));
     /* 1 while the owner sleeps (or is about to) on the doorbell */
@@ -131,6 +134,8 @@ struct shoal_ep {
     void *peer_base;          /* the peer's whole segment, mapped here */
     size_t peer_len;
     shoal_shm_ctrl_t *peer_ctrl;
+    shoal_shm_addr_t addr;    /* as published (checked); mapped at connect, or lazily at the
+                               * first use (peer_base NULL until then) */
     shoal_shm_ring_t tx;      /* in the peer's segment: we produce */
     shoal_shm_ring_t rx;      /* in our segment: the peer produces */
     int tx_reserved;          /* tx's data pages are allocated (at the first send) */
@@ -169,6 +174,8 @@ struct shoal_tl_ctx {
     int npeers;
     struct shoal_ep **ep_by_local; /* local_size entries; NULL for self and unconnected */
     int cma_ok;                 /* single copies work with every local peer (probed) */
+    int cma_checked;            /* the probe ran (lazy: at the first peer_copy_ok) */
+    int lazy;                   /* peers' segments mapped at first use, names kept till then */
     shoal_shm_pmap_t *pmaps;    /* peers' shoal_mem_alloc buffers mapped here */
     int npmaps;
     int pmaps_cap;
@@ -187,6 +194,10 @@ SHOAL_HIDDEN shoal_shm_ring_t shoal_shm_ring_at(void *base, const shoal_shm_layo
 /* shm_ctx.c: allocates the pages of the ring we produce into (first send to the peer);
  * SHOAL_ERR_NO_MEMORY when the file system is full. */
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_reserve_tx(shoal_ep_t *ep);
+/* Maps the peer's segment if not yet (a lazy context's endpoints, at their first use). */
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep);
+/* Probes single copies with every local peer once (mapping them all), sets cma_ok. */
+SHOAL_HIDDEN void shoal_shm_cma_check(shoal_tl_ctx_t *ctx);
 
 /* shm_ep.c */
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);

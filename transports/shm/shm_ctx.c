@@ -238,6 +238,7 @@ static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_c
         .local_size = params->local_size,
         .comm_id = params->comm_id,
         .abort_flag = params->abort_flag,
+        .lazy = params->lazy,
         .slot_size = SHOAL_ALIGN_UP(shoal_shm_config.slot_size, SHOAL_CACHELINE),
         .nslots = shoal_shm_config.nslots,
         .area_size = SHOAL_ALIGN_UP(shoal_shm_config.area_size, SHOAL_SHM_PAGE),
@@ -366,11 +367,13 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shm_ep_connect(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, int rank,
+/* Checks and keeps a peer's address; its segment is mapped by shoal_shm_ep_attach. */
+static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, int rank,
                                            const void *addr, size_t addr_len)
 {
     shoal_shm_addr_t a;
     char why[160];
+    char state;
     *ep = (shoal_ep_t){.ctx = ctx, .rank = rank, .status = SHOAL_OK};
     if (addr_len != sizeof(a)) {
         shoal_error(SHM, "peer %d: shm address of %zu bytes, expected %zu", rank, addr_len,
@@ -382,20 +385,49 @@ static shoal_status_t shoal_shm_ep_connect(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
         shoal_error(SHM, "peer %d: %s", rank, why);
         return SHOAL_ERR_PROTOCOL;
     }
-    shoal_status_t status = shoal_shm_ep_map(ctx, ep, &a);
-    if (status != SHOAL_OK) {
-        return status;
-    }
-    char state;
+    ep->addr = a;
     ep->local_rank = a.local_rank;
     ep->pid = (pid_t)a.pid;
     if (shoal_shm_proc_stat(ep->pid, &state, &ep->starttime) != 0) {
         ep->starttime = 0; /* another pid namespace? liveness falls back to kill() */
     }
-    ep->tx = shoal_shm_ring_at(ep->peer_base, &ctx->layout, a.local_rank, ctx->local_rank);
-    ep->rx = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, a.local_rank);
     ctx->ep_by_local[a.local_rank] = ep;
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    if (SHOAL_LIKELY(ep->peer_base != NULL)) {
+        return SHOAL_OK;
+    }
+    shoal_status_t status = shoal_shm_ep_map(ctx, ep, &ep->addr);
+    if (status != SHOAL_OK) {
+        return status;
+    }
+    ep->tx = shoal_shm_ring_at(ep->peer_base, &ctx->layout, ep->local_rank, ctx->local_rank);
+    ep->rx = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, ep->local_rank);
+    /* Lazy: the name lives until every local peer has mapped the segment; the last one to
+     * map it unlinks it (then nothing of the job's is left in the file system, as after an
+     * eager init). */
+    if (ctx->lazy && __atomic_add_fetch(&ep->peer_ctrl->mapped, 1, __ATOMIC_ACQ_REL) ==
+                         (uint32_t)ctx->local_size - 1) {
+        if (shm_unlink(ep->addr.name) != 0 && errno != ENOENT) {
+            shoal_warn(SHM, "shm_unlink(%s) of peer %d failed: %s", ep->addr.name, ep->rank,
+                       strerror(errno));
+        }
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_ep_connect(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, int rank,
+                                           const void *addr, size_t addr_len)
+{
+    shoal_status_t status = shoal_shm_ep_prepare(ctx, ep, rank, addr, addr_len);
+    if (status == SHOAL_OK && !ctx->lazy) {
+        status = shoal_shm_ep_attach(ep);
+    }
+    return status;
 }
 
 static void shoal_shm_eps_release(shoal_tl_ctx_t *ctx, int n)
@@ -412,9 +444,17 @@ static void shoal_shm_eps_release(shoal_tl_ctx_t *ctx, int n)
 }
 
 /* Single copies are used only if a real read of every local peer works now. */
-static void shoal_shm_cma_check(shoal_tl_ctx_t *ctx)
+void shoal_shm_cma_check(shoal_tl_ctx_t *ctx)
 {
     ctx->cma_ok = 0;
+    ctx->cma_checked = 1;
+    for (int p = 0; p < ctx->npeers; p++) {
+        if (shoal_shm_ep_attach(&ctx->eps[p]) != SHOAL_OK) {
+            shoal_info(SHM, "rank %d: single copy (process_vm_readv) off: local peer %d cannot "
+                       "be mapped", ctx->rank, ctx->eps[p].rank);
+            return;
+        }
+    }
     if (!shoal_shm_config.cma || ctx->npeers != ctx->local_size - 1 || ctx->npeers == 0) {
         shoal_info(SHM, "rank %d: single copy (process_vm_readv) %s", ctx->rank,
                    shoal_shm_config.cma ? "not used: not every local rank is a peer here"
@@ -469,17 +509,27 @@ static shoal_status_t shoal_shm_connect_all(shoal_tl_ctx_t *ctx, const int *peer
     for (int p = 0; p < npeers; p++) {
         eps_p[p] = &ctx->eps[p];
     }
-    shoal_shm_cma_check(ctx);
+    if (!ctx->lazy) {
+        shoal_shm_cma_check(ctx); /* lazy: at the first peer_copy_ok() */
+    }
     return SHOAL_OK;
+}
+
+/* Our segment's name goes; a lazy context's may be gone already (its last mapper). */
+static void shoal_shm_unlink(shoal_tl_ctx_t *ctx)
+{
+    if (!ctx->unlinked) {
+        ctx->unlinked = 1;
+        if (shm_unlink(ctx->name) != 0 && !(ctx->lazy && errno == ENOENT)) {
+            shoal_warn(SHM, "shm_unlink(%s) failed: %s", ctx->name, strerror(errno));
+        }
+    }
 }
 
 static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *ctx)
 {
-    if (!ctx->unlinked) {
-        ctx->unlinked = 1;
-        if (shm_unlink(ctx->name) != 0) {
-            shoal_warn(SHM, "shm_unlink(%s) failed: %s", ctx->name, strerror(errno));
-        }
+    if (!ctx->lazy) {
+        shoal_shm_unlink(ctx); /* lazy: peers may map it later */
     }
     return SHOAL_OK;
 }
@@ -489,7 +539,7 @@ static void shoal_shm_fini(shoal_tl_ctx_t *ctx)
     if (ctx == NULL) {
         return;
     }
-    shoal_shm_ready(ctx);
+    shoal_shm_unlink(ctx);
     shoal_shm_mem_unmap_all(ctx);
     shoal_shm_eps_release(ctx, ctx->npeers);
     munmap(ctx->base, ctx->layout.total);
@@ -538,7 +588,9 @@ static void shoal_shm_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
         __atomic_store_n(&ctx->ctrl->culprit, culprit, __ATOMIC_RELAXED);
         __atomic_store_n(&ctx->ctrl->failed, 1, __ATOMIC_RELEASE);
         for (int p = 0; p < ctx->npeers; p++) {
-            shoal_shm_ctrl_ring(ctx->eps[p].peer_ctrl);
+            if (ctx->eps[p].peer_ctrl != NULL) { /* lazy: unmapped peers see it when they check */
+                shoal_shm_ctrl_ring(ctx->eps[p].peer_ctrl);
+            }
         }
     }
     snprintf(why, sizeof(why), "communicator failed because of rank %d: %s", culprit,
@@ -554,7 +606,8 @@ static void *shoal_shm_shared_area(shoal_tl_ctx_t *ctx, int local_rank, size_t *
     if (local_rank == ctx->local_rank) {
         base = ctx->base;
     } else if (local_rank >= 0 && local_rank < ctx->local_size &&
-               ctx->ep_by_local[local_rank] != NULL) {
+               ctx->ep_by_local[local_rank] != NULL &&
+               shoal_shm_ep_attach(ctx->ep_by_local[local_rank]) == SHOAL_OK) {
         base = ctx->ep_by_local[local_rank]->peer_base;
     } else {
         return NULL;
@@ -568,7 +621,8 @@ static void shoal_shm_notify(shoal_tl_ctx_t *ctx, int local_rank)
     if (local_rank == ctx->local_rank) {
         shoal_shm_ctrl_ring(ctx->ctrl);
     } else if (local_rank >= 0 && local_rank < ctx->local_size &&
-               ctx->ep_by_local[local_rank] != NULL) {
+               ctx->ep_by_local[local_rank] != NULL &&
+               shoal_shm_ep_attach(ctx->ep_by_local[local_rank]) == SHOAL_OK) {
         shoal_shm_ctrl_ring(ctx->ep_by_local[local_rank]->peer_ctrl);
     }
 }
@@ -592,7 +646,7 @@ static shoal_status_t shoal_shm_peer_check(shoal_tl_ctx_t *ctx, int local_rank, 
 const shoal_tl_ops_t shoal_tl_shm_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "shm",
-    .caps = SHOAL_TL_CAP_SHARED_AREA | SHOAL_TL_CAP_PEER_MEM,
+    .caps = SHOAL_TL_CAP_SHARED_AREA | SHOAL_TL_CAP_PEER_MEM | SHOAL_TL_CAP_LAZY,
     .intra_node_only = 1,
     .query = shoal_shm_query,
     .init = shoal_shm_init,

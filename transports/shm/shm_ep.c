@@ -87,7 +87,10 @@ shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
         return ep->status;
     }
     if (SHOAL_UNLIKELY(!ep->tx_reserved)) {
-        shoal_status_t st = shoal_shm_ep_reserve_tx(ep);
+        shoal_status_t st = shoal_shm_ep_attach(ep);
+        if (st == SHOAL_OK) {
+            st = shoal_shm_ep_reserve_tx(ep);
+        }
         if (st != SHOAL_OK) {
             return st;
         }
@@ -103,6 +106,12 @@ shoal_status_t shoal_shm_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     if (ep->status != SHOAL_OK) {
         req->culprit = ep->culprit;
         return ep->status;
+    }
+    if (SHOAL_UNLIKELY(ep->peer_base == NULL)) {
+        shoal_status_t st = shoal_shm_ep_attach(ep);
+        if (st != SHOAL_OK) {
+            return st;
+        }
     }
     shoal_tl_req_start(req);
     shoal_shm_queue_push(&ep->rq_head, &ep->rq_tail, req);
@@ -367,7 +376,9 @@ static int shoal_shm_pid_dead(shoal_ep_t *ep)
 shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len, int *culprit_p)
 {
     if (ep->peer_gone == 0) {
-        if (__atomic_load_n(&ep->peer_ctrl->failed, __ATOMIC_ACQUIRE) != 0) {
+        /* not mapped yet (lazy): only whether its process lives */
+        if (ep->peer_ctrl != NULL &&
+            __atomic_load_n(&ep->peer_ctrl->failed, __ATOMIC_ACQUIRE) != 0) {
             ep->gone_culprit = (int)__atomic_load_n(&ep->peer_ctrl->culprit, __ATOMIC_RELAXED);
             snprintf(ep->gone_why, sizeof(ep->gone_why),
                      "peer %d failed: its communicator failed because of rank %d", ep->rank,

@@ -346,6 +346,9 @@ int shoal_shm_cma_probe(shoal_ep_t *ep)
 
 int shoal_shm_peer_copy_ok(shoal_tl_ctx_t *ctx)
 {
+    if (SHOAL_UNLIKELY(!ctx->cma_checked)) {
+        shoal_shm_cma_check(ctx); /* lazy: maps every local peer once */
+    }
     return ctx->cma_ok;
 }
 

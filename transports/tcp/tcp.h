@@ -119,6 +119,8 @@ struct shoal_ep {
 
 #define SHOAL_TCP_EVENTS 64
 
+struct shoal_tcp_conn;
+
 struct shoal_tl_ctx {
     int rank;
     uint32_t comm_id;
@@ -138,6 +140,11 @@ struct shoal_tl_ctx {
     shoal_ep_t *eps;
     int neps;
     int npending;                      /* requests queued on all endpoints */
+    /* Lazy connections (SHOAL_CONNECT): the handshakes live on between progress calls. */
+    int lazy;
+    struct shoal_tcp_conn *conn;       /* lazy: handshake slots, NULL before connect_all */
+    int nconnected;                    /* lazy: endpoints with every socket established */
+    unsigned idle_polls;               /* lazy: progress calls since the listener was looked at */
     struct epoll_event events[SHOAL_TCP_EVENTS];
 };
 
@@ -152,6 +159,12 @@ SHOAL_HIDDEN void shoal_tcp_epoll_drain(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers,
                                                   int npeers, const void *const *addrs,
                                                   const size_t *addr_lens, shoal_ep_t **eps_p);
+/* Lazy contexts: accepts and drives handshakes, starts the connections of endpoints with
+ * queued requests; returns the endpoints newly connected. Never blocks. */
+SHOAL_HIDDEN int shoal_tcp_lazy_progress(shoal_tl_ctx_t *ctx);
+/* Handshakes still in flight (wait_fd must not eat their edges). */
+SHOAL_HIDDEN int shoal_tcp_lazy_busy(shoal_tl_ctx_t *ctx);
+SHOAL_HIDDEN void shoal_tcp_lazy_fini(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_tcp_ep_progress(shoal_ep_t *ep);

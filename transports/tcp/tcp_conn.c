@@ -29,6 +29,7 @@
 #define SHOAL_TCP_RETRY_MS 20        /* first pause before connecting again after a refusal */
 #define SHOAL_TCP_READ_DEFAULT_MS 30000 /* handshake deadline when timeout_ms < 0 */
 #define SHOAL_TCP_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
+#define SHOAL_TCP_LAZY_GRACE_MS 20   /* lazy: the lower rank's head start to the higher's */
 
 static int shoal_tcp_hs_sending(int state)
 {
@@ -85,6 +86,7 @@ static void shoal_tcp_conn_fatal(shoal_tcp_conn_t *conn, shoal_status_t st, cons
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     shoal_error(TCP, "%s", why);
+    snprintf(conn->why, sizeof(conn->why), "%s", why);
     conn->status = st;
 }
 
@@ -123,6 +125,44 @@ static shoal_status_t shoal_tcp_epoll_add(shoal_tl_ctx_t *ctx, int fd)
     return SHOAL_OK;
 }
 
+static int shoal_tcp_hs_connector(const shoal_tcp_hs_t *hs)
+{
+    return hs->state >= SHOAL_TCP_HS_RETRY && hs->state < SHOAL_TCP_HS_A_HELLO;
+}
+
+/* Lazy: the slot other than skip that carries socket sock_idx of endpoint ep_idx, connecting
+ * (connector 1), accepting past the hello (0) or either (-1); NULL if none. */
+static shoal_tcp_hs_t *shoal_tcp_lazy_find(shoal_tcp_conn_t *conn, int ep_idx, int sock_idx,
+                                           int connector, const shoal_tcp_hs_t *skip)
+{
+    for (int i = 0; i < conn->nslots; i++) {
+        shoal_tcp_hs_t *hs = &conn->slots[i];
+        if (hs != skip && hs->state != SHOAL_TCP_HS_FREE && hs->ep_idx == ep_idx &&
+            hs->sock_idx == sock_idx &&
+            (connector < 0 || connector == shoal_tcp_hs_connector(hs))) {
+            return hs;
+        }
+    }
+    return NULL;
+}
+
+/* Lazy: socket sock_idx of endpoint ep_idx is established, whichever side connected it. Our
+ * own connection of the same socket, if any, lost the race (see shoal_tcp_hs_got_hello). */
+static void shoal_tcp_lazy_established(shoal_tcp_conn_t *conn, int ep_idx, int sock_idx)
+{
+    shoal_ep_t *ep = &conn->ctx->eps[ep_idx];
+    shoal_tcp_hs_t *mine;
+    while ((mine = shoal_tcp_lazy_find(conn, ep_idx, sock_idx, 1, NULL)) != NULL) {
+        shoal_tcp_hs_free(mine);
+    }
+    if (ep->nestablished == ep->nsocks) {
+        conn->ctx->nconnected++;
+        shoal_trace(TCP, "rank %d: connected to peer %d (%s) at first use, %d sockets (%d of "
+                    "%d peers)", conn->ctx->rank, ep->peer, ep->name, ep->nsocks,
+                    conn->ctx->nconnected, conn->ctx->neps);
+    }
+}
+
 /* The handshake socket becomes data socket sock_idx of its endpoint. */
 static void shoal_tcp_hs_establish(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
@@ -138,6 +178,9 @@ static void shoal_tcp_hs_establish(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
                 conn->ctx->rank, hs->sock_idx, ep->nsocks, ep->peer, ep->name, hs->fd);
     hs->fd = -1;
     hs->state = SHOAL_TCP_HS_FREE;
+    if (conn->lazy) {
+        shoal_tcp_lazy_established(conn, hs->ep_idx, hs->sock_idx);
+    }
 }
 
 /* ---- connector --------------------------------------------------------------------------- */
@@ -157,8 +200,10 @@ static void shoal_tcp_hs_retry(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int e
         return;
     }
     /* Its listener was there (we learnt its address after it listened) and answered us: a
-     * refusal now means it has closed, its process is gone or has failed its init. */
-    if (err == ECONNREFUSED && hs->early_closes + hs->auth_closes > 0) {
+     * refusal now means it has closed, its process is gone or has failed its init. A lazy
+     * peer listens from init to destroy: refused twice more, it is gone. */
+    if (err == ECONNREFUSED && (hs->early_closes + hs->auth_closes > 0 ||
+                                (conn->lazy && hs->retries >= 2))) {
         shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s) closed our handshake "
                              "on socket %d and no longer listens", ep->peer, ep->name,
                              hs->sock_idx);
@@ -322,12 +367,34 @@ static void shoal_tcp_hs_got_hello(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
         return;
     }
     hs->ep_idx = shoal_tcp_find_ep(ctx, h.rank);
-    if (hs->ep_idx < 0 || h.rank <= (uint32_t)ctx->rank) {
+    if (hs->ep_idx < 0 || h.rank == (uint32_t)ctx->rank ||
+        (!conn->lazy && h.rank < (uint32_t)ctx->rank)) {
         shoal_tcp_hs_refuse(hs, "hello from rank %u, not a peer that connects to rank %d",
                             h.rank, ctx->rank);
         return;
     }
     ep = &ctx->eps[hs->ep_idx];
+    /* Lazy, both sides connecting the same socket at once: the higher rank's connection
+     * wins on both sides. The higher refuses the lower's hello here; the lower goes on with
+     * the higher's and drops its own once this one is established (never at a mere hello,
+     * which anyone can send). Once the higher has taken the lower's hello it does not
+     * connect that socket itself (shoal_tcp_lazy_kick), so one connection survives. The
+     * lower's connection may still arrive once the higher's is established: closed quietly
+     * too (the lower rank starts its own only SHOAL_TCP_LAZY_GRACE_MS after it needs the
+     * socket, so this is rare). */
+    if (conn->lazy && ep->status != SHOAL_OK) {
+        shoal_tcp_hs_refuse(hs, "rank %u: the endpoint failed", h.rank);
+        return;
+    }
+    if (conn->lazy && h.rank < (uint32_t)ctx->rank && h.sock_idx < (uint32_t)ep->nsocks &&
+        (ep->fds[h.sock_idx] >= 0 ||
+         shoal_tcp_lazy_find(conn, hs->ep_idx, (int)h.sock_idx, 1, hs) != NULL)) {
+        /* Not a stranger's failure: closed without counting against the source. */
+        shoal_trace(TCP, "rank %d: socket %u of rank %u closed: we connect it ourselves and the "
+                    "higher rank's connection wins", ctx->rank, h.sock_idx, h.rank);
+        shoal_tcp_hs_free(hs);
+        return;
+    }
     if (h.nsocks != (uint32_t)ep->nsocks || h.sock_idx >= (uint32_t)ep->nsocks ||
         ep->fds[h.sock_idx] >= 0) {
         shoal_tcp_hs_refuse(hs, "rank %u: socket %u of %u, expected one of %d not yet "
@@ -424,6 +491,23 @@ static shoal_tcp_hs_t *shoal_tcp_conn_slot(shoal_tcp_conn_t *conn)
     for (int i = 0; i < conn->nslots; i++) {
         if (conn->slots[i].state == SHOAL_TCP_HS_FREE) {
             return &conn->slots[i];
+        }
+    }
+    if (conn->lazy && conn->nslots < conn->maxslots) {
+        /* Lazy: slots for the handshakes under way, grown on demand (the caller holds no
+         * slot pointer across this call). */
+        int n = SHOAL_MIN(conn->nslots * 2, conn->maxslots);
+        shoal_tcp_hs_t *slots = realloc(conn->slots, (size_t)n * sizeof(*slots));
+        if (slots != NULL) {
+            memset(slots + conn->nslots, 0, (size_t)(n - conn->nslots) * sizeof(*slots));
+            for (int i = conn->nslots; i < n; i++) {
+                slots[i].fd = -1;
+                slots[i].ep_idx = -1;
+            }
+            conn->slots = slots;
+            int first = conn->nslots;
+            conn->nslots = n;
+            return &conn->slots[first];
         }
     }
     return shoal_tcp_conn_evict(conn);
@@ -669,18 +753,216 @@ static void shoal_tcp_conn_start(shoal_tcp_conn_t *conn)
 
 /* The circuit breaker never refuses the addresses our peers published while we expect them
  * (see src/tenant/breaker.h). */
-static void shoal_tcp_conn_trust(shoal_tl_ctx_t *ctx, int delta)
+static void shoal_tcp_conn_trust(shoal_tl_ctx_t *ctx, int delta, int all)
 {
     for (int i = 0; i < ctx->neps; i++) {
         shoal_tcp_addr_t a;
         struct sockaddr_storage ss;
         socklen_t slen;
-        if (ctx->eps[i].peer > ctx->rank &&
+        if ((all || ctx->eps[i].peer > ctx->rank) &&
             shoal_tcp_addr_decode(ctx->eps[i].addr_raw, SHOAL_TCP_ADDR_BYTES, &a) == 0) {
             shoal_tcp_addr_sockaddr(&a, &ss, &slen);
             shoal_tenant_breaker_trust((struct sockaddr *)&ss, delta);
         }
     }
+}
+
+/* ---- connections at first use (SHOAL_CONNECT=lazy) -------------------------------------- */
+/* The handshake slots outlive connect_all: progress() accepts (the listener stays open until
+ * fini), starts the connections of endpoints with queued requests and drives every handshake
+ * one non-blocking step at a time. Either side connects a socket; the race of both at once is
+ * settled in shoal_tcp_hs_got_hello. A failed handshake fails its endpoint only (its queued
+ * requests, with the cause), never the context. */
+
+static shoal_status_t shoal_tcp_lazy_start(shoal_tl_ctx_t *ctx)
+{
+    shoal_tcp_conn_t *conn = calloc(1, sizeof(*conn));
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = ctx->listen_fd}; /* level-triggered */
+    int nsocks = 0;
+
+    if (conn == NULL) {
+        shoal_error(TCP, "out of memory for the lazy connection state");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        nsocks += ctx->eps[i].nsocks;
+    }
+    conn->ctx = ctx;
+    conn->lazy = 1;
+    conn->status = SHOAL_OK;
+    conn->nslots = SHOAL_TCP_SPARE_SLOTS / 4;
+    conn->maxslots = 2 * nsocks + SHOAL_TCP_SPARE_SLOTS;
+    conn->read_ns = (uint64_t)(ctx->timeout_ms >= 0 ? ctx->timeout_ms
+                                                   : SHOAL_TCP_READ_DEFAULT_MS) * 1000000ull;
+    conn->hello_ns = shoal_tcp_config.hello_timeout_ms >= 0
+                         ? SHOAL_MIN((uint64_t)shoal_tcp_config.hello_timeout_ms * 1000000ull,
+                                     conn->read_ns)
+                         : conn->read_ns;
+    conn->slots = calloc((size_t)conn->nslots, sizeof(*conn->slots));
+    if (conn->slots == NULL) {
+        free(conn);
+        shoal_error(TCP, "out of memory allocating %d handshake slots", SHOAL_TCP_SPARE_SLOTS);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < conn->nslots; i++) {
+        conn->slots[i].fd = -1;
+        conn->slots[i].ep_idx = -1;
+    }
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->listen_fd, &ev) != 0) {
+        shoal_error(TCP, "epoll_ctl(ADD, listener fd %d) failed: %s", ctx->listen_fd,
+                    strerror(errno));
+        free(conn->slots);
+        free(conn);
+        return SHOAL_ERR_SYSTEM;
+    }
+    ctx->conn = conn;
+    shoal_tcp_conn_trust(ctx, 1, 1); /* any peer may connect, until fini */
+    return SHOAL_OK;
+}
+
+/* A handshake failed (conn->status, conn->why): its endpoint fails, with every connection of
+ * ours still under way to it. */
+static void shoal_tcp_lazy_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
+{
+    shoal_status_t st = conn->status;
+    char why[sizeof(conn->why)];
+    int ep_idx = hs->ep_idx;
+
+    if (ep_idx < 0 || !shoal_tcp_hs_connector(hs)) {
+        shoal_tcp_hs_free(hs); /* an acceptor's internal error: forget the connection */
+        return;
+    }
+    snprintf(why, sizeof(why), "%s", conn->why[0] != '\0' ? conn->why : shoal_strerror(st));
+    for (int i = 0; i < conn->nslots; i++) {
+        if (conn->slots[i].state != SHOAL_TCP_HS_FREE && conn->slots[i].ep_idx == ep_idx &&
+            shoal_tcp_hs_connector(&conn->slots[i])) {
+            shoal_tcp_hs_free(&conn->slots[i]);
+        }
+    }
+    (void)shoal_tcp_ep_fail(&conn->ctx->eps[ep_idx], st, -1, why);
+}
+
+/* Endpoint i has requests: connect each of its sockets that is neither established nor
+ * under way in either direction. */
+static void shoal_tcp_lazy_kick(shoal_tcp_conn_t *conn, int i, uint64_t now)
+{
+    shoal_ep_t *ep = &conn->ctx->eps[i];
+    for (int s = 0; s < ep->nsocks; s++) {
+        shoal_tcp_hs_t *hs;
+        if (ep->fds[s] >= 0 || shoal_tcp_lazy_find(conn, i, s, -1, NULL) != NULL) {
+            continue;
+        }
+        hs = shoal_tcp_conn_slot(conn);
+        if (hs == NULL) {
+            return; /* every slot busy with peers' handshakes: again at the next progress */
+        }
+        memset(hs, 0, sizeof(*hs));
+        hs->fd = -1;
+        hs->ep_idx = i;
+        hs->sock_idx = s;
+        hs->state = SHOAL_TCP_HS_RETRY;
+        /* The higher rank connects at the first drive, the lower a little later: when both
+         * need the socket, the higher's connection (the one that wins) is usually alone. */
+        hs->time_ns = ep->peer < conn->ctx->rank
+                          ? 0 : now + (uint64_t)SHOAL_TCP_LAZY_GRACE_MS * 1000000ull;
+        hs->start_ns = now;
+        conn->busy = 1;
+    }
+}
+
+static void shoal_tcp_lazy_drive(shoal_tcp_conn_t *conn)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    uint64_t now = shoal_time_ns();
+    uint64_t limit = ctx->timeout_ms >= 0 ? (uint64_t)ctx->timeout_ms * 1000000ull : 0;
+    int busy = 0;
+
+    for (int i = 0; i < conn->nslots; i++) {
+        shoal_tcp_hs_t *hs = &conn->slots[i];
+        if (hs->state == SHOAL_TCP_HS_FREE) {
+            continue;
+        }
+        conn->status = SHOAL_OK;
+        conn->why[0] = '\0';
+        if (shoal_tcp_hs_connector(hs) && limit > 0 && now - hs->start_ns > limit) {
+            shoal_ep_t *ep = &ctx->eps[hs->ep_idx];
+            shoal_tcp_conn_fatal(conn, SHOAL_ERR_TIMEOUT, "rank %d: timed out after %d ms "
+                                 "connecting to peer %d (%s), socket %d", ctx->rank,
+                                 ctx->timeout_ms, ep->peer, ep->name, hs->sock_idx);
+        } else {
+            shoal_tcp_hs_drive(conn, hs, now);
+        }
+        if (conn->status != SHOAL_OK) {
+            shoal_tcp_lazy_failed(conn, hs);
+        }
+    }
+    conn->status = SHOAL_OK;
+    for (int i = 0; i < conn->nslots; i++) {
+        busy += conn->slots[i].state != SHOAL_TCP_HS_FREE;
+    }
+    conn->busy = busy;
+}
+
+int shoal_tcp_lazy_progress(shoal_tl_ctx_t *ctx)
+{
+    shoal_tcp_conn_t *conn = ctx->conn;
+    int before = ctx->nconnected, listening = 0, k;
+
+    if (conn == NULL) {
+        return 0;
+    }
+    /* Idle (nothing queued, no handshake): a peer's connection waits in the backlog, and
+     * keeps the epoll fd readable (the listener is level-triggered), until one call in 32. */
+    if (ctx->npending == 0 && conn->busy == 0 && (++ctx->idle_polls & 31) != 0) {
+        return 0;
+    }
+    ctx->idle_polls = 0;
+    /* Drains the ready list as shoal_tcp_epoll_drain does (the caller then tries every
+     * queued transfer), noting the listener. */
+    do {
+        k = epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, 0);
+        for (int i = 0; i < k; i++) {
+            listening |= ctx->listen_fd >= 0 && ctx->events[i].data.fd == ctx->listen_fd;
+        }
+    } while (k == SHOAL_TCP_EVENTS);
+    if (listening && ctx->listen_fd >= 0) {
+        shoal_tcp_conn_accept(conn);
+        conn->busy = 1;
+    }
+    if (ctx->npending > 0 && ctx->nconnected < ctx->neps) {
+        uint64_t now = shoal_time_ns();
+        for (int i = 0; i < ctx->neps; i++) {
+            shoal_ep_t *ep = &ctx->eps[i];
+            if (ep->status == SHOAL_OK && ep->nestablished < ep->nsocks &&
+                (ep->sq_head != NULL || ep->rq_head != NULL)) {
+                shoal_tcp_lazy_kick(conn, i, now);
+            }
+        }
+    }
+    if (conn->busy) {
+        shoal_tcp_lazy_drive(conn);
+    }
+    return ctx->nconnected - before;
+}
+
+int shoal_tcp_lazy_busy(shoal_tl_ctx_t *ctx)
+{
+    return ctx->conn != NULL && ctx->conn->busy;
+}
+
+void shoal_tcp_lazy_fini(shoal_tl_ctx_t *ctx)
+{
+    shoal_tcp_conn_t *conn = ctx->conn;
+    if (conn == NULL) {
+        return;
+    }
+    for (int i = 0; i < conn->nslots; i++) {
+        shoal_tcp_hs_free(&conn->slots[i]);
+    }
+    shoal_tcp_conn_trust(ctx, -1, 1);
+    free(conn->slots);
+    free(conn);
+    ctx->conn = NULL;
 }
 
 shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
@@ -698,6 +980,14 @@ shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
     }
     SHOAL_CHECK_GOTO(shoal_tcp_conn_eps(ctx, peers, npeers, addrs, addr_lens, &nconnect,
                                         &naccept), status, err_eps);
+    if (ctx->lazy) {
+        SHOAL_CHECK_GOTO(shoal_tcp_lazy_start(ctx), status, err_eps);
+        for (int i = 0; i < npeers; i++) {
+            eps_p[i] = &ctx->eps[i];
+        }
+        shoal_info(TCP, "rank %d: %d peers, each connected at first use", ctx->rank, npeers);
+        return SHOAL_OK;
+    }
     conn.nneeded = nconnect + naccept;
     conn.nslots = nconnect + 2 * naccept + SHOAL_TCP_SPARE_SLOTS;
     conn.read_ns = (uint64_t)(ctx->timeout_ms >= 0 ? ctx->timeout_ms
@@ -719,9 +1009,9 @@ shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
         status = SHOAL_ERR_SYSTEM;
         goto err_slots;
     }
-    shoal_tcp_conn_trust(ctx, 1);
+    shoal_tcp_conn_trust(ctx, 1, 0);
     status = shoal_tcp_conn_loop(&conn);
-    shoal_tcp_conn_trust(ctx, -1);
+    shoal_tcp_conn_trust(ctx, -1, 0);
     (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ctx->listen_fd, NULL);
     if (status != SHOAL_OK) {
         goto err_slots;

@@ -316,6 +316,7 @@ static void shoal_tcp_fini(shoal_tl_ctx_t *ctx)
     if (ctx == NULL) {
         return;
     }
+    shoal_tcp_lazy_fini(ctx);
     for (int i = 0; i < ctx->neps; i++) {
         shoal_tcp_ep_close(&ctx->eps[i]);
     }
@@ -345,6 +346,7 @@ static shoal_status_t shoal_tcp_init(const shoal_tl_params_t *params, shoal_tl_c
     memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
     ctx->timeout_ms = params->timeout_ms;
     ctx->abort_flag = params->abort_flag;
+    ctx->lazy = params->lazy;
     ctx->qos_priority = params->qos_valid ? params->qos_priority : -1;
     ctx->qos_dscp = params->qos_valid ? params->qos_dscp : -1;
     ctx->qos_rate_max = params->qos_valid ? params->qos_rate_max : 0;
@@ -385,6 +387,9 @@ static shoal_status_t shoal_tcp_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
 
 static shoal_status_t shoal_tcp_ready(shoal_tl_ctx_t *ctx)
 {
+    if (ctx->lazy) {
+        return SHOAL_OK; /* peers connect until fini */
+    }
     if (ctx->listen_fd >= 0) {
         close(ctx->listen_fd); /* also leaves the epoll set */
         ctx->listen_fd = -1;
@@ -403,13 +408,21 @@ void shoal_tcp_epoll_drain(shoal_tl_ctx_t *ctx)
 static int shoal_tcp_progress(shoal_tl_ctx_t *ctx)
 {
     int n = 0;
+    if (ctx->lazy) {
+        n = shoal_tcp_lazy_progress(ctx); /* drains the ready list too */
+    }
     if (ctx->npending == 0) {
-        return 0;
+        return n;
     }
     /* Drain before trying I/O: an edge after this point wakes the next sleep. */
-    shoal_tcp_epoll_drain(ctx);
+    if (!ctx->lazy) {
+        shoal_tcp_epoll_drain(ctx);
+    }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->nestablished < ep->nsocks) {
+            continue; /* lazy: still connecting (a failed one has no requests) */
+        }
         if (ep->sq_head != NULL || ep->rq_head != NULL) {
             n += shoal_tcp_ep_progress(ep);
         }
@@ -420,7 +433,7 @@ static int shoal_tcp_progress(shoal_tl_ctx_t *ctx)
 static int shoal_tcp_wait_fd(shoal_tl_ctx_t *ctx)
 {
     /* Nothing pending: nothing to miss, and stale edges must not keep the fd readable. */
-    if (ctx->npending == 0) {
+    if (ctx->npending == 0 && !shoal_tcp_lazy_busy(ctx)) {
         shoal_tcp_epoll_drain(ctx);
     }
     return ctx->epfd;
@@ -430,6 +443,13 @@ static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
 {
     char why[128];
     snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    if (ctx->lazy && ctx->listen_fd >= 0) {
+        /* A failed communicator connects nobody any more: a peer that connects to it now is
+         * refused by the kernel and fails at once (SHOAL_ERR_PEER_FAILED), instead of
+         * retrying until its timeout. */
+        close(ctx->listen_fd); /* also leaves the epoll set */
+        ctx->listen_fd = -1;
+    }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {
@@ -447,7 +467,7 @@ static int shoal_tcp_query(void)
 const shoal_tl_ops_t shoal_tl_tcp_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "tcp",
-    .caps = 0,
+    .caps = SHOAL_TL_CAP_LAZY,
     .intra_node_only = 0,
     .query = shoal_tcp_query,
     .init = shoal_tcp_init,

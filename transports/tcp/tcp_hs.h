@@ -39,10 +39,14 @@ typedef struct {
     struct sockaddr_storage src; /* acceptor: the remote address, for the circuit breaker */
 } shoal_tcp_hs_t;
 
-typedef struct {
+typedef struct shoal_tcp_conn {
     shoal_tl_ctx_t *ctx;
     shoal_tcp_hs_t *slots;
     int nslots;
+    int maxslots;                /* lazy: slots grow up to this many */
+    int lazy;                    /* connections at first use: either side may connect */
+    int busy;                    /* lazy: slots in use after the last drive (0: skip them) */
+    char why[224];               /* the sentence of status */
     int nneeded, nestablished;
     uint64_t read_ns;            /* whole-handshake deadline of accepted sockets */
     uint64_t hello_ns;           /* hello deadline of accepted sockets */

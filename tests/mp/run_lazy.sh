@@ -1,0 +1,71 @@
+#!/bin/sh
+# Channels connected at first use (SHOAL_CONNECT=lazy, src/core; transports/tcp connects on
+# the progress path, shm maps a peer's segment at first use). mp_lazy counts the peers each
+# rank connects (its tcp sockets): init's own exchanges, then a ring AllReduce's neighbours,
+# then an AllToAll (both ends of every pair connect at once, also with 4 sockets per pair);
+# eager and SHOAL_CONNECT=auto beside it. Then every collective of mp_coll, and the pairwise
+# AllToAll, run lazily over tcp and shm at 2 to 8 ranks. Rank 0's TAP lines are merged into
+# one stream, prefixed by the configuration; one more line per run checks the exit status.
+#
+# Environment: top_builddir, top_srcdir (set by make check), MP_TIMEOUT (seconds per run,
+# default 240), LAZY_NRANKS (mp_coll's rank counts over tcp, default "2 3 5 8").
+
+builddir=${top_builddir:-.}
+srcdir=${top_srcdir:-$(dirname "$0")/../..}
+shoalrun=$builddir/shoalrun
+lazy=$builddir/tests/mp/mp_lazy
+coll=$builddir/tests/mp/mp_coll
+a2a=$builddir/tests/mp/mp_alltoall
+wrap=$srcdir/tests/mp/hostid_wrap.sh
+timeout=${MP_TIMEOUT:-240}
+n_tap=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_lazy.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ ! -x "$shoalrun" ] || [ ! -x "$lazy" ] || [ ! -x "$coll" ] || [ ! -x "$a2a" ]; then
+    echo "1..0 # SKIP shoalrun, mp_lazy, mp_coll or mp_alltoall not built"
+    exit 0
+fi
+
+# shellcheck source=tests/mp/run_lib.sh
+. "$srcdir/tests/mp/run_lib.sh"
+
+count="SHOAL_TRANSPORT=tcp SHOAL_SOCKET_NSOCKS=1 SHOAL_ALGO=ring"
+mp_job "tcp n=8 eager count" 8 "$count SHOAL_CONNECT=eager" "$lazy" eager
+mp_job "tcp n=16 lazy count" 16 "$count SHOAL_CONNECT=lazy" "$lazy" lazy
+mp_job "tcp n=8 auto(4) count" 8 "$count SHOAL_CONNECT=auto SHOAL_CONNECT_LAZY_RANKS=4" \
+    "$lazy" lazy
+mp_job "tcp n=2 lazy count" 2 "$count SHOAL_CONNECT=lazy" "$lazy" lazy
+mp_job "tcp n=5 lazy count nsocks=4" 5 \
+    "SHOAL_TRANSPORT=tcp SHOAL_SOCKET_NSOCKS=4 SHOAL_ALGO=ring SHOAL_CONNECT=lazy" "$lazy" lazy_n4
+for n in ${LAZY_NRANKS:-2 3 5 8}; do
+    mp_job "tcp n=$n lazy" "$n" "SHOAL_TRANSPORT=tcp SHOAL_CONNECT=lazy" "$coll"
+done
+mp_job "tcp n=4 lazy nsocks=4 alltoall" 4 \
+    "SHOAL_TRANSPORT=tcp SHOAL_CONNECT=lazy SHOAL_SOCKET_NSOCKS=4 SHOAL_ALGO=pairwise" "$a2a"
+shm_names() {
+    _k=0
+    for _f in /dev/shm/shoal-*; do
+        [ -e "$_f" ] && _k=$((_k + 1))
+    done
+    echo "$_k"
+}
+names0=$(shm_names)
+mp_job "shm n=4 lazy" 4 "SHOAL_CONNECT=lazy" "$coll"
+mp_job "shm n=3 lazy ring" 3 "SHOAL_CONNECT=lazy SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096" "$coll" \
+    allreduce reduce_scatter allgather
+# Virtual hosts (hostid_wrap.sh): shm inside a host, tcp across, both lazy.
+ar="allreduce allreduce_big determinism"
+# shellcheck disable=SC2086 # $ar is a word list on purpose
+mp_job "hosts 2x2 hier lazy" 4 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_CONNECT=lazy" "$wrap" "$coll" $ar
+mp_job "hosts 3x2 lazy" 6 "MP_PPN=2 SHOAL_CONNECT=lazy" "$wrap" "$coll" allreduce broadcast \
+    allgather reduce_scatter sendrecv split
+names1=$(shm_names)
+n_tap=$((n_tap + 1))
+if [ "$names1" -le "$names0" ]; then
+    echo "ok $n_tap - lazy shm: no segment name left in /dev/shm after the jobs" \
+        "($names0 before, $names1 after)"
+else
+    echo "not ok $n_tap - lazy shm: $((names1 - names0)) segment names left in /dev/shm"
+fi
+echo "1..$n_tap"

@@ -1,0 +1,439 @@
+/* tcp transport, connections at first use (params.lazy, SHOAL_CONNECT=lazy): real contexts on
+ * loopback, driven from one thread (a lazy connect_all never waits for anyone):
+ *  - connect_all returns at once with no peer present, and opens no socket;
+ *  - only the lower rank posts (a send the higher never receives yet): it connects by itself,
+ *    and its send completes, as an eager one would (no dependence on the peer posting);
+ *  - both ranks post to each other at once, 1 and 4 sockets per pair: exactly one connection
+ *    per socket survives on both sides, and data flows both ways;
+ *  - a stranger with the wrong key (another job or tenant: keys are derived from the identity)
+ *    posting to rank 0 gets SHOAL_ERR_AUTH and never becomes rank 0's peer; rank 0's real
+ *    peer connects afterwards;
+ *  - a silent stranger on the listener, which lives on after init, is closed after the hello
+ *    deadline;
+ *  - a peer that listens but never answers: the send fails with SHOAL_ERR_TIMEOUT after the
+ *    timeout, not before, never hangs; a peer whose process is gone (listener closed), or
+ *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once. */
+#include "tests/tap.h"
+#include "transports/tcp/tcp.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const shoal_tl_ops_t *tl = &shoal_tl_tcp_ops;
+static const uint8_t key_a[SHOAL_SECRET_BYTES] = "lazy-tcp-secret-of-job-A-32bytes";
+static const uint8_t key_b[SHOAL_SECRET_BYTES] = "lazy-tcp-secret-of-job-B-32bytes";
+static const volatile int no_abort;
+
+#define NR 3 /* ranks 0..2 of one communicator; a side is one of them */
+
+typedef struct {
+    shoal_tl_ctx_t *ctx;
+    int rank;
+    shoal_ep_t *eps[NR];  /* by rank */
+    shoal_status_t st;
+} side_t;
+
+static double now_ms(void)
+{
+    return (double)shoal_time_ns() / 1e6;
+}
+
+static int side_init(side_t *s, int rank, uint32_t comm_id, const uint8_t *key, int timeout_ms)
+{
+    shoal_tl_params_t p = {
+        .rank = rank, .nranks = NR, .local_rank = rank, .local_size = NR, .comm_id = comm_id,
+        .secret = key, .timeout_ms = timeout_ms, .abort_flag = &no_abort, .lazy = 1,
+    };
+    memset(s, 0, sizeof(*s));
+    s->rank = rank;
+    return tl->init(&p, &s->ctx) == SHOAL_OK ? 0 : -1;
+}
+
+static void side_addr(side_t *s, uint8_t *out)
+{
+    size_t len = SHOAL_TL_ADDR_MAX;
+    (void)tl->address(s->ctx, out, &len);
+}
+
+/* connect_all to every other rank of addrs[NR]; returns its duration in ms, or -1. */
+static double side_connect(side_t *s, uint8_t addrs[NR][SHOAL_TL_ADDR_MAX])
+{
+    int peers[NR - 1], n = 0;
+    const void *a[NR - 1];
+    size_t lens[NR - 1];
+    shoal_ep_t *eps[NR - 1];
+    double t0 = now_ms();
+    for (int r = 0; r < NR; r++) {
+        if (r != s->rank) {
+            peers[n] = r;
+            a[n] = addrs[r];
+            lens[n] = SHOAL_TCP_ADDR_BYTES;
+            n++;
+        }
+    }
+    s->st = tl->connect_all(s->ctx, peers, n, a, lens, eps);
+    if (s->st != SHOAL_OK) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        s->eps[peers[i]] = eps[i];
+    }
+    (void)tl->ready(s->ctx); /* what the core does after its barrier: a lazy one keeps all */
+    return now_ms() - t0;
+}
+
+static void side_fini(side_t *s)
+{
+    if (s->ctx != NULL) {
+        tl->fini(s->ctx);
+        s->ctx = NULL;
+    }
+}
+
+static int nsockets(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300], t[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, t, sizeof(t) - 1);
+        if (len > 0) {
+            t[len] = '\0';
+            n += strncmp(t, "socket:", 7) == 0;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+static shoal_tl_req_t mkreq(uint32_t comm_id, uint32_t seq, void *buf, size_t len)
+{
+    shoal_wire_hdr_t h = {.magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION,
+                          .type = SHOAL_WIRE_DATA, .comm_id = comm_id, .seq = seq,
+                          .length = len};
+    return (shoal_tl_req_t){.hdr = h, .buf = buf};
+}
+
+/* Progresses every side in sides[] until all reqs are done or ms pass; 1 if all are done. */
+static int drive(side_t **sides, int nsides, shoal_tl_req_t **reqs, int nreqs, int ms)
+{
+    uint64_t deadline = shoal_time_ns() + (uint64_t)ms * 1000000ull;
+    for (;;) {
+        int done = 1;
+        for (int i = 0; i < nreqs; i++) {
+            done &= reqs[i]->done;
+        }
+        if (done) {
+            return 1;
+        }
+        if (shoal_time_ns() > deadline) {
+            return 0;
+        }
+        for (int i = 0; i < nsides; i++) {
+            tl->progress(sides[i]->ctx);
+        }
+        sched_yield();
+    }
+}
+
+/* Ranks 0 and 1 each send 64 KiB to the other at once; 1 if both arrive intact. */
+static int both_ways(side_t *a, side_t *b, uint32_t comm_id, uint32_t seq)
+{
+    static uint8_t sa[65536], sb[65536], ra[65536], rb[65536];
+    shoal_tl_req_t s0 = mkreq(comm_id, seq, sa, sizeof(sa)), s1 = mkreq(comm_id, seq, sb,
+                                                                           sizeof(sb));
+    shoal_tl_req_t r0 = mkreq(comm_id, seq, ra, sizeof(ra)), r1 = mkreq(comm_id, seq, rb,
+                                                                           sizeof(rb));
+    shoal_tl_req_t *reqs[] = {&s0, &s1, &r0, &r1};
+    side_t *sides[] = {a, b};
+    memset(sa, 0xa0 + (int)seq, sizeof(sa));
+    memset(sb, 0xb0 + (int)seq, sizeof(sb));
+    memset(ra, 0, sizeof(ra));
+    memset(rb, 0, sizeof(rb));
+    tl->irecv(a->eps[b->rank], &r0);
+    tl->irecv(b->eps[a->rank], &r1);
+    tl->isend(a->eps[b->rank], &s0);
+    tl->isend(b->eps[a->rank], &s1);
+    return drive(sides, 2, reqs, 4, 10000) && s0.status == SHOAL_OK && s1.status == SHOAL_OK &&
+           r0.status == SHOAL_OK && r1.status == SHOAL_OK && memcmp(ra, sb, sizeof(ra)) == 0 &&
+           memcmp(rb, sa, sizeof(rb)) == 0;
+}
+
+static void test_race(unsigned nsocks)
+{
+    const uint32_t comm_id = 0x1a2c0001u + nsocks;
+    unsigned saved = shoal_tcp_config.nsocks;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    side_t s[2];
+    int base = nsockets();
+
+    shoal_tcp_config.nsocks = nsocks;
+    if (side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
+        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s[0], addrs[0]);
+    side_addr(&s[1], addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX); /* rank 2 is never used here */
+    double ms0 = side_connect(&s[0], addrs), ms1 = side_connect(&s[1], addrs);
+    int after_connect = nsockets() - base;
+    tap_ok(ms0 >= 0 && ms1 >= 0 && ms0 < 100 && ms1 < 100 && after_connect == 2,
+           "%u socket(s) per pair: connect_all returns at once (%.1f, %.1f ms), only the 2 "
+           "listeners open (%d sockets)", nsocks, ms0, ms1, after_connect);
+    int ok = both_ways(&s[0], &s[1], comm_id, 1);
+    /* the loser of a race is closed when its acceptor reads it: a second exchange settles */
+    ok = ok && both_ways(&s[0], &s[1], comm_id, 2);
+    int socks = nsockets() - base - 2;
+    tap_ok(ok && socks == 2 * (int)nsocks && s[0].eps[1]->nestablished == (int)nsocks &&
+               s[1].eps[0]->nestablished == (int)nsocks,
+           "%u socket(s) per pair: both ranks post to each other at once; data flows both "
+           "ways and exactly one connection per socket survives (%d sockets, %d per side)",
+           nsocks, socks, nsocks);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    shoal_tcp_config.nsocks = saved;
+}
+
+/* Only rank 0 posts a send; rank 1 progresses but posts nothing: the lower rank connects. */
+static void test_one_sided(void)
+{
+    const uint32_t comm_id = 0x1a2c0010u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[1000], rb[1000];
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
+
+    if (side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
+        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s[0], addrs[0]);
+    side_addr(&s[1], addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s[0], addrs);
+    side_connect(&s[1], addrs);
+    memset(buf, 0x42, sizeof(buf));
+    shoal_tl_req_t sr = mkreq(comm_id, 7, buf, sizeof(buf)), rr = mkreq(comm_id, 7, rb,
+                                                                          sizeof(rb));
+    shoal_tl_req_t *reqs[] = {&sr};
+    tl->isend(s[0].eps[1], &sr);
+    int sent = drive(sides, 2, reqs, 1, 5000);
+    tap_ok(sent && sr.status == SHOAL_OK,
+           "only the lower rank posts: it connects by itself and its send completes while the "
+           "higher rank has posted nothing");
+    reqs[0] = &rr;
+    tl->irecv(s[1].eps[0], &rr);
+    tap_ok(drive(sides, 2, reqs, 1, 5000) && rr.status == SHOAL_OK &&
+               memcmp(buf, rb, sizeof(buf)) == 0,
+           "the higher rank's receive, posted later, gets the message");
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+}
+
+/* A stranger of another job or tenant (another key) claims rank 2 and sends to rank 0. */
+static void test_stranger(void)
+{
+    const uint32_t comm_id = 0x1a2c0020u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[100], rb[100];
+    side_t s0, s2, evil;
+    side_t *sides[3] = {&s0, &evil, &s2};
+
+    if (side_init(&s0, 0, comm_id, key_a, 8000) != 0 ||
+        side_init(&evil, 2, comm_id, key_b, 8000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&evil, addrs[2]);
+    memcpy(addrs[1], addrs[2], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    side_connect(&evil, addrs);
+    memset(buf, 0x17, sizeof(buf));
+    shoal_tl_req_t es = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&es};
+    double t0 = now_ms();
+    tl->isend(evil.eps[0], &es);
+    int done = drive(sides, 2, reqs, 1, 6000);
+    double dt = now_ms() - t0;
+    tap_ok(done && es.status == SHOAL_ERR_AUTH && s0.eps[2]->nestablished == 0 && dt < 4000,
+           "a stranger with another job's key posting to rank 0: SHOAL_ERR_AUTH after %.0f ms "
+           "(%s), never rank 0's peer", dt, shoal_status_name(es.status));
+    /* The real rank 2 (same address book entry would differ in a real job: give rank 0 a
+     * fresh communicator in which rank 2 is real) */
+    side_fini(&evil);
+    side_fini(&s0);
+    if (side_init(&s0, 0, comm_id + 1, key_a, 8000) != 0 ||
+        side_init(&s2, 2, comm_id + 1, key_a, 8000) != 0 ||
+        side_init(&evil, 1, comm_id + 1, key_b, 8000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&evil, addrs[1]);
+    side_addr(&s2, addrs[2]);
+    side_connect(&s0, addrs);
+    side_connect(&evil, addrs);
+    side_connect(&s2, addrs);
+    /* the stranger (rank 1's slot, wrong key) and the real rank 2 both send to rank 0 */
+    shoal_tl_req_t e2 = mkreq(comm_id + 1, 1, buf, sizeof(buf));
+    shoal_tl_req_t g2 = mkreq(comm_id + 1, 1, buf, sizeof(buf));
+    shoal_tl_req_t r2 = mkreq(comm_id + 1, 1, rb, sizeof(rb));
+    shoal_tl_req_t *all[] = {&e2, &g2, &r2};
+    memset(rb, 0, sizeof(rb));
+    tl->isend(evil.eps[0], &e2);
+    tl->isend(s2.eps[0], &g2);
+    tl->irecv(s0.eps[2], &r2);
+    done = drive(sides, 3, all, 3, 6000);
+    tap_ok(done && e2.status == SHOAL_ERR_AUTH && g2.status == SHOAL_OK &&
+               r2.status == SHOAL_OK && memcmp(buf, rb, sizeof(rb)) == 0 &&
+               s0.eps[1]->nestablished == 0,
+           "beside a stranger refused with SHOAL_ERR_AUTH, the real rank 2 connects to rank 0 "
+           "and its message arrives");
+    side_fini(&evil);
+    side_fini(&s2);
+    side_fini(&s0);
+}
+
+static void test_silent_stranger(void)
+{
+    const uint32_t comm_id = 0x1a2c0030u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    int saved = shoal_tcp_config.hello_timeout_ms;
+    side_t s0;
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    shoal_tcp_addr_t a;
+
+    shoal_tcp_config.hello_timeout_ms = 500;
+    if (side_init(&s0, 0, comm_id, key_a, 5000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    memcpy(addrs[1], addrs[0], SHOAL_TL_ADDR_MAX);
+    memcpy(addrs[2], addrs[0], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    (void)shoal_tcp_addr_decode(addrs[0], SHOAL_TCP_ADDR_BYTES, &a);
+    shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int closed = 0;
+    double t0 = now_ms(), dt = 0;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&ss, slen) == 0) {
+        while (now_ms() - t0 < 3000 && !closed) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            char b[8];
+            tl->progress(s0.ctx);
+            if (poll(&pfd, 1, 5) == 1) {
+                ssize_t r = recv(fd, b, sizeof(b), 0);
+                closed = r == 0 || (r < 0 && errno == ECONNRESET);
+            }
+        }
+        dt = now_ms() - t0;
+    }
+    tap_ok(closed && dt >= 400 && dt < 2000, "after init the lazy listener lives on; a silent "
+           "stranger is closed after the hello deadline (500 ms: %.0f ms)", dt);
+    if (fd >= 0) {
+        close(fd);
+    }
+    side_fini(&s0);
+    shoal_tcp_config.hello_timeout_ms = saved;
+}
+
+static void test_unanswered(void)
+{
+    const uint32_t comm_id = 0x1a2c0040u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
+    side_t s0, s1;
+    side_t *sides[1] = {&s0};
+
+    if (side_init(&s0, 0, comm_id, key_a, 1500) != 0 ||
+        side_init(&s1, 1, comm_id, key_a, 1500) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&s1, addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    side_connect(&s1, addrs);
+    /* rank 1 listens (its kernel accepts) but never progresses: nobody answers the hello */
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    double t0 = now_ms();
+    tl->irecv(s0.eps[1], &r);
+    int done = drive(sides, 1, reqs, 1, 6000);
+    double dt = now_ms() - t0;
+    tap_ok(done && r.status == SHOAL_ERR_TIMEOUT && dt >= 1400 && dt < 3500,
+           "a peer that never answers: SHOAL_ERR_TIMEOUT after %.0f ms (timeout 1500 ms), %s",
+           dt, shoal_status_name(r.status));
+    side_fini(&s0);
+    /* rank 1 again, its peer gone: rank 0's listener is closed */
+    r = mkreq(comm_id, 2, buf, sizeof(buf));
+    sides[0] = &s1;
+    t0 = now_ms();
+    tl->isend(s1.eps[0], &r);
+    done = drive(sides, 1, reqs, 1, 6000);
+    dt = now_ms() - t0;
+    tap_ok(done && r.status == SHOAL_ERR_PEER_FAILED && dt < 1000,
+           "a peer whose listener is gone: SHOAL_ERR_PEER_FAILED after %.0f ms (%s)", dt,
+           shoal_status_name(r.status));
+    side_fini(&s1);
+}
+
+/* Rank 1 is alive and progresses, but its communicator failed: rank 0 learns at once. */
+static void test_failed_peer(void)
+{
+    const uint32_t comm_id = 0x1a2c0050u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
+    side_t s0, s1;
+    side_t *sides[2] = {&s0, &s1};
+
+    if (side_init(&s0, 0, comm_id, key_a, 8000) != 0 ||
+        side_init(&s1, 1, comm_id, key_a, 8000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&s1, addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    side_connect(&s1, addrs);
+    tl->fail(s1.ctx, 1, SHOAL_ERR_ABORTED);
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    double t0 = now_ms();
+    tl->isend(s0.eps[1], &r);
+    int done = drive(sides, 2, reqs, 1, 6000);
+    double dt = now_ms() - t0;
+    tap_ok(done && r.status == SHOAL_ERR_PEER_FAILED && dt < 1000,
+           "a live peer whose communicator failed stops listening: SHOAL_ERR_PEER_FAILED "
+           "after %.0f ms, not the 8000 ms timeout (%s)", dt, shoal_status_name(r.status));
+    side_fini(&s0);
+    side_fini(&s1);
+}
+
+int main(void)
+{
+    alarm(120);
+    shoal_config_global_init();
+    test_race(1);
+    test_race(4);
+    test_one_sided();
+    test_stranger();
+    test_silent_stranger();
+    test_unanswered();
+    test_failed_peer();
+    return tap_done();
+}
