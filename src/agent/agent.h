@@ -94,6 +94,7 @@ typedef struct {
     const char *qos_tc;                    /* shoal-tc.sh to run, "none" */
     const char *qos_tc_dev;                /* its interfaces, comma-separated */
     const char *qos_tc_link_rate;          /* their line rate (tc units, 1gbit) */
+    const char *qos_spot_cpu;              /* spot processes: idle, nice, none */
     shoald_tenant_t *tenants;
     uint8_t master[SHOALD_KEY_BYTES];
     int have_master;

@@ -44,14 +44,17 @@
 #include "qos/pace_page.h"
 #include "qos/share.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -95,6 +98,7 @@ typedef struct shoald_qos {
     uint64_t runs;
     int tc_devs;                           /* interfaces tc was set up on */
     int tc_failed_warned;
+    int spot_cpu_warned;
 } shoald_qos_t;
 
 static uint64_t shoald_qos_now(void)
@@ -383,6 +387,57 @@ static void shoald_qos_divide(shoald_qos_t *q)
     }
 }
 
+/* A spot communicator's process (qos_spot_cpu): every thread it has now to SCHED_IDLE or
+ * nice 19 (threads it makes later inherit it from their creator). On a host with fewer CPUs
+ * than busy ranks, a spot job's ranks spin-waiting for each other take CPU time from the
+ * other tenants' ranks, and a guaranteed job's small messages wait for a time slice (ms);
+ * idle, they run only on what the others leave. */
+static void shoald_qos_spot_cpu(shoald_t *a, const shoald_page_t *p)
+{
+    const char *how = a->cfg->qos_spot_cpu != NULL ? a->cfg->qos_spot_cpu : "none";
+    int idle = strcmp(how, "idle") == 0, nice19 = strcmp(how, "nice") == 0, n = 0, err = 0;
+    char dir[64];
+    struct dirent *e;
+    DIR *d;
+
+    if (!idle && !nice19)
+        return;
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)p->pid);
+    d = opendir(dir);
+    if (d == NULL) {
+        err = errno;
+    } else {
+        while ((e = readdir(d)) != NULL) {
+            char *end;
+            long tid = strtol(e->d_name, &end, 10);
+            int rc;
+            if (*end != '\0' || tid <= 0)
+                continue;
+            if (idle) {
+                struct sched_param sp = {.sched_priority = 0};
+                rc = sched_setscheduler((pid_t)tid, SCHED_IDLE, &sp);
+            } else {
+                rc = setpriority(PRIO_PROCESS, (id_t)tid, 19);
+            }
+            if (rc == 0)
+                n++;
+            else
+                err = errno;
+        }
+        closedir(d);
+    }
+    if (n == 0) {
+        if (!a->qos->spot_cpu_warned)
+            shoal_warn(METER, "qos: cannot lower the CPU priority of spot pid %d (%s/%s): %s "
+                       "(qos_spot_cpu=%s needs the same uid or CAP_SYS_NICE)", (int)p->pid,
+                       p->job->tenant, p->job->job, strerror(err), how);
+        a->qos->spot_cpu_warned = 1;
+        return;
+    }
+    shoal_info(METER, "qos: spot cpu of pid %d (%s/%s): %s on %d thread(s)", (int)p->pid,
+               p->job->tenant, p->job->job, idle ? "SCHED_IDLE" : "nice 19", n);
+}
+
 void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_page_t *snap,
                               int cred_class, int cred_weight)
 {
@@ -399,7 +454,11 @@ void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_p
     w = SHOAL_MIN(w, cred_class > 0 ? SHOAL_MAX(cred_weight, 1) : 1);
     p->qos_class = c;
     p->qos_weight = w;
-    if (q == NULL || (t = shoald_qos_tenant(a, p->job->tenant)) == NULL)
+    if (q == NULL)
+        return;
+    if (c == 3)
+        shoald_qos_spot_cpu(a, p);
+    if ((t = shoald_qos_tenant(a, p->job->tenant)) == NULL)
         return;
     /* The page's counters as of now (shoald_page_add read them): the next run counts what it
      * sends from here, not only from its second run. */
