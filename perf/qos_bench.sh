@@ -32,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
 mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
 period=1000 reps= link=1gbit qperiod=100ms arrive= leave= tol=5 png= lat_n=20000 skip=1000
-kill_agent= agent_x_add= spot_cpu=idle
+kill_agent= agent_x_add= spot_cpu=idle job_env_add= cap_alone=
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -55,7 +55,8 @@ while [ $# -gt 0 ]; do
     --png) png=$2; shift 2 ;;
     --lat-iters) lat_n=$2; shift 2 ;;
     --kill-agent) kill_agent=$2; shift 2 ;;
-    --job-env) agent_x_add="$agent_x_add -x $2"; shift 2 ;;
+    --job-env) agent_x_add="$agent_x_add -x $2"; job_env_add="$job_env_add $2"; shift 2 ;;
+    --alone) cap_alone=1; shift ;;
     --spot-cpu) spot_cpu=$2; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
@@ -400,10 +401,12 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
     cat $(for t in $agent_tenants; do echo "$tmp/$t"; done) | awk -v ranks="$((ranks * hosts))" \
         -v period="$period" -v weights="$weights" -v status="$status" -v tol="$tol" \
         -v data="$tmp/plot.dat" -v skip="$skip" -v arr="${arrive:+t$arr_i}" \
-        -v lv="${leave:+t$lv_i}" -v col="$([ "$transport" = netns ] && echo 8 || echo 5)" '
+        -v lv="${leave:+t$lv_i}" -v col="$([ "$transport" = netns ] && echo 8 || echo 5)" \
+        -v capb="$([ "$transport" = netns ] || echo "$capacity_b")" '
     $1 == "qos" && $4 ~ /^t=/ {
         split($2, j, "="); split($4, t, "="); split($col, s, "=")
         sum[j[2], t[2]] += s[2]; n[j[2], t[2]]++; times[t[2]] = 1
+        split($7, rt, "="); prate[j[2], t[2]] += rt[2]
         if (!(j[2] in first) || t[2] + 0 < first[j[2]] + 0) first[j[2]] = t[2]
         if (!(j[2] in last) || t[2] + 0 > last[j[2]] + 0) last[j[2]] = t[2]
     }
@@ -469,6 +472,30 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             if (worst > maxe) maxe = worst
             if (jain < minj) minj = jain
         }
+        # The rates of the pacers (shm, under the agent): from each event, the time until every
+        # tenant that is running after it has the rate of its new share (capacity by weight among
+        # them) within tol %: after an arrival the others at most that much above it (they
+        # made room), after a leave at least that much below (they took its part). 0: at the first
+        # sample of the arriving tenant already. Independent of the noise of the windows.
+        rconv = ""; worstr = 0
+        for (e2 = 1; e2 <= nev && capb > 0; e2++) {
+            c = -1
+            for (i = 1; i <= k && c < 0; i++) {
+                tt = tl[i]; if (tt + 0 < ev[e2] + 0) continue
+                if (tt + 0 == ev[e2] + 0 && !(arr != "" && ev[e2] == first[arr])) continue
+                wsum = 0; ok = 1; m = 0
+                for (q = 1; q <= nt; q++) { id = "t" q
+                    if (n[id, tt] == ranks && !(id == lv && tt >= last[lv])) wsum += w[q] }
+                for (q = 1; q <= nt; q++) { id = "t" q
+                    if (n[id, tt] != ranks || (id == lv && tt >= last[lv])) continue
+                    m++; tgt = capb * w[q] / wsum; pr = prate[id, tt]
+                    if (arr != "" && ev[e2] == first[arr] && id != arr && pr > tgt * (1 + tol / 100)) ok = 0
+                    if (!(arr != "" && ev[e2] == first[arr]) && pr < tgt * (1 - tol / 100)) ok = 0 }
+                if (ok && m > 0) c = tt - ev[e2]
+            }
+            rconv = rconv (rconv == "" ? "" : ",") c
+            if (c < 0 || c > worstr) worstr = c < 0 ? 1e9 : c
+        }
         conv = ""; worstc = 0
         for (e2 = 1; e2 <= nev; e2++) {
             c = -1
@@ -479,8 +506,9 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         }
         if (nw == 0 && nt >= 2) status = "no-windows"
         printf "result mode=agent tenants=%d windows=%d max_share_err_pct=%.2f min_jain=%.4f " \
-            "events=%d conv_ms=%s worst_conv_ms=%.0f tot_pre=%.0f tot_post=%.0f first=%.0f " \
-            "last=%.0f status=%s\n", nt, nw, maxe, minj, nev, conv == "" ? "none" : conv, worstc,
+            "events=%d conv_ms=%s worst_conv_ms=%.0f rate_conv_ms=%s worst_rate_conv_ms=%.0f " \
+            "tot_pre=%.0f tot_post=%.0f first=%.0f last=%.0f status=%s\n", nt, nw, maxe, minj,
+            nev, conv == "" ? "none" : conv, worstc, rconv == "" ? "none" : rconv, worstr,
             npre ? pre / npre : 0, npost ? post / npost : 0, firstt, lastt, status
     }'
     if [ -n "$png" ] && command -v gnuplot >/dev/null 2>&1 && [ -s "$tmp/plot.dat" ]; then
@@ -509,8 +537,10 @@ echo "# qos bench: mode $mode, $transport, 2 jobs x $ranks ranks, AllReduce of $
 if [ "$mode" = cap ]; then
     echo "# job a: SHOAL_QOS_RATE_MAX=$cap ($cap_b bytes/s for its ranks on each of $hosts" \
         "host(s) together); job b: none"
-    job a "SHOAL_QOS_RATE_MAX=$cap"
-    job b
+    # shellcheck disable=SC2086
+    job a "SHOAL_QOS_RATE_MAX=$cap" $job_env_add
+    # --alone: no free job beside it (the pacer's own accuracy, without CPU contention)
+    [ -n "$cap_alone" ] || job b $job_env_add
     target_a=$((cap_b * hosts)) target_b=0
 else
     ra=$(awk -v c="$capacity_b" -v a="$wa" -v b="$wb" 'BEGIN { printf "%.0f", c * a / (a + b) }')
@@ -527,13 +557,14 @@ else
     target_a=$ra target_b=$rb
 fi
 status=ok
-# Wait for the two jobs (the last two pids started with job()); agents are killed at exit.
+# Wait for the jobs (the last two pids started with job(), one with --alone); agents are
+# killed at exit.
 set -- $pids
-while [ $# -gt 2 ]; do shift; done
+while [ $# -gt $([ -n "$cap_alone" ] && echo 1 || echo 2) ]; do shift; done
 for p in "$@"; do
     wait "$p" || status=failed
 done
-for t in a b; do
+for t in a $([ -n "$cap_alone" ] || echo b); do
     if ! grep -q "done iters=.* status=SHOAL_OK" "$tmp/$t"; then
         status=failed
         echo "# job $t did not finish cleanly:"
@@ -541,8 +572,10 @@ for t in a b; do
     fi
 done
 
+[ -n "$cap_alone" ] && : >"$tmp/b"
 cat "$tmp/a" "$tmp/b" | awk -v ranks="$((ranks * hosts))" -v period="$period" -v mode="$mode" \
-    -v ta="$target_a" -v tb="$target_b" -v wa="$wa" -v wb="$wb" -v status="$status" '
+    -v ta="$target_a" -v tb="$target_b" -v wa="$wa" -v wb="$wb" -v status="$status" \
+    -v alone="$cap_alone" '
 $1 == "qos" && $4 ~ /^end=/ { split($2, j, "="); split($6, p, "="); last_paced[j[2]] += p[2] }
 $1 == "qos" && $4 ~ /^t=/ {
     split($2, j, "="); split($4, t, "="); split($5, s, "="); split($6, p, "=");
@@ -561,8 +594,8 @@ END {
     nw = 0; maxe = 0; sume = 0; minb = -1; minj = 1
     for (i = 2; i <= nt; i++) {
         t0 = tl[i - 1]; t1 = tl[i]
-        if (n["a", t0] != ranks || n["a", t1] != ranks || n["b", t0] != ranks ||
-            n["b", t1] != ranks || t1 - t0 != period) continue   # both jobs running
+        if (n["a", t0] != ranks || n["a", t1] != ranks || (!alone && (n["b", t0] != ranks ||
+            n["b", t1] != ranks)) || t1 - t0 != period) continue   # both jobs running
         ra = (sum["a", t1] - sum["a", t0]) * 1000 / period
         rb = (sum["b", t1] - sum["b", t0]) * 1000 / period
         nw++
