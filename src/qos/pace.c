@@ -279,6 +279,16 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
 
 shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t deadline_ns)
 {
+    /* Tokens in hand: no clock read (pace.h, Cost); the next read refills for this time. */
+    if (SHOAL_LIKELY(p->fast_left > 0 && bytes <= SHOAL_QOS_PACE_STEP &&
+                     (p->rate == 0 || p->tokens >= (double)bytes))) {
+        p->fast_left--;
+        if (p->rate != 0) {
+            p->tokens -= (double)bytes;
+        }
+        return SHOAL_OK;
+    }
+    p->fast_left = SHOAL_QOS_PACE_FAST;
     uint64_t now = shoal_qos_pace_now(p);
     if (now >= p->next_check_ns) {
         shoal_qos_pace_check(p, now);
