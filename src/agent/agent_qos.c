@@ -10,6 +10,11 @@
  *    tenant that used at least 90% of the rate it was given (or had none) is greedy (demand
  *    unlimited); one that used less asks for 1.5 times what it used (it may grow by half
  *    a period, and becomes greedy as soon as it fills that); one that sent nothing is idle.
+ *    An active guaranteed tenant counts as greedy whatever it used: its weight's share is
+ *    kept for it (the others, spot first, get less while it sends anything), so that a
+ *    latency-sensitive job that steps up is never paced below its share, and the bulk
+ *    jobs' copies leave it the memory bandwidth. When every active tenant is modest, what
+ *    is left of the capacity goes to them by weight too.
  *  - shares: weighted max-min (share.c, work-conserving: an idle or modest tenant's part goes to
  *    the others by weight), per resource, with the weights of the tenants' credentials.
  *  - publication: a tenant's rate is the sum of its shares; each of its communicators on this
@@ -355,7 +360,14 @@ static void shoald_qos_divide(shoald_qos_t *q)
         if (q->capacity[r] <= 0) {
             memset(out, 0, sizeof(out));
         } else {
-            shoal_qos_share(w, d, n, q->capacity[r], out);
+            double left = q->capacity[r] - shoal_qos_share(w, d, n, q->capacity[r], out), ws = 0;
+            /* Every active tenant modest (no greedy one took the rest): what is left goes to
+             * them by weight too, so that one that steps up (a job going from small messages
+             * to large ones) is not held at 1.5 times its past use until the next run. */
+            for (i = 0; i < n; i++)
+                ws += d[i] != 0 ? w[i] : 0;
+            for (i = 0; i < n && left > q->capacity[r] * 1e-9 && ws > 0; i++)
+                out[i] += d[i] != 0 ? left * w[i] / ws : 0;
         }
         for (i = 0; i < n; i++) {
             ts[i]->given[r] = d[i] != 0 ? out[i] : 0;
@@ -607,6 +619,8 @@ static void shoald_qos_demand(shoald_qos_t *q, double dt)
                 *d = -1; /* arriving: its first periods measure a job still starting */
             } else if (t->used[r] * dt < SHOALD_QOS_IDLE_BYTES) {
                 *d = 0; /* idle here */
+            } else if (t->qos_class == SHOAL_QOS_GUARANTEED) {
+                *d = -1; /* active guaranteed: its weight's share is kept for it */
             } else if (t->given[r] <= 0 || t->used[r] >= SHOALD_QOS_GREEDY * t->given[r]) {
                 *d = -1; /* greedy */
             } else {
