@@ -6,6 +6,8 @@
 #
 #   --mode cap      job a capped with SHOAL_QOS_RATE_MAX=CAP, job b free: a's rate per window
 #                   against the cap (error %), b's rate, both jobs' time held back by pacing.
+#                   --alone: job a only (the pacer's own accuracy, no CPU taken by job b);
+#                   --job-env VAR=VALUE (repeatable) goes to the jobs' environment.
 #   --mode weights  this script stands in for the node agent: it divides CAPACITY among a and
 #                   b by weight (weights W = wa:wb, the two always busy, so the weighted
 #                   max-min shares are proportional) and publishes the rates in their rates
@@ -15,7 +17,8 @@
 #   --mode overhead allreduce_perf (one job, RANKS ranks) at 8 B and 64 MiB, REPS alternated
 #                   runs with SHOAL_QOS_RATE_MAX unset (no pacer: one branch per send) and
 #                   set very high (1000g: the pacer's clock read and arithmetic on every send,
-#                   never a wait); medians and the ratio set/unset.
+#                   never a wait); medians and the ratio set/unset, and the best runs (on
+#                   a loaded machine the best run is the closest to the cost itself).
 #
 # usage: perf/qos_bench.sh [--mode cap|weights|overhead] [--reps K] [--transport shm|tcp] [--ranks N]
 #            [--seconds S] [--bytes B] [--cap RATE] [--capacity RATE] [--weights wa:wb]
@@ -172,7 +175,15 @@ fi
 # each tenant's throughput over time (--png FILE, gnuplot).
 # latency: tenant "g" (guaranteed, weight 8) runs qos_load -L (8 B..32 KiB AllReduce, p99)
 # alone, then again while tenant "s" (spot, weight 1) saturates with --bytes AllReduces; the
-# ratio of the p99s per size. shm: under the agent; netns: under the htb tree.
+# ratio of the p99s per size. shm: under the agent; netns: under the htb tree. --reps K
+# rounds (default 3) of alone then beside spot, --lat-iters calls a size (default 20000);
+# the medians over the rounds. --spot-cpu idle|nice|none: the agent's qos_spot_cpu (default
+# idle). --capacity above what the guaranteed job sends alone (e.g. 16g), so that its own
+# pacing is not what is measured.
+# Re-convergence at a finer resolution than 1 s: --period 20 --bytes 16384 (20 ms windows,
+# 16 KiB calls so that a window holds tens of them); conv_ms is then a multiple of 20 ms
+# (one window: converged in the first window after the event). rate_conv_ms (shm) is the
+# time until the pacers' own rates (pace_rate of shoal_comm_stats) are the new shares.
 # capacity: one tenant alone, unpaced: what the transport carries (the capacity to configure).
 agent_tenants=
 agent_setup() { # the agent (shm) or the htb trees (netns); sets agent_env
