@@ -6,6 +6,8 @@
 #
 #   --mode cap      job a capped with SHOAL_QOS_RATE_MAX=CAP, job b free: a's rate per window
 #                   against the cap (error %), b's rate, both jobs' time held back by pacing.
+#                   --alone: job a only (the pacer's own accuracy, no CPU taken by job b);
+#                   --job-env VAR=VALUE (repeatable) goes to the jobs' environment.
 #   --mode weights  this script stands in for the node agent: it divides CAPACITY among a and
 #                   b by weight (weights W = wa:wb, the two always busy, so the weighted
 #                   max-min shares are proportional) and publishes the rates in their rates
@@ -15,7 +17,8 @@
 #   --mode overhead allreduce_perf (one job, RANKS ranks) at 8 B and 64 MiB, REPS alternated
 #                   runs with SHOAL_QOS_RATE_MAX unset (no pacer: one branch per send) and
 #                   set very high (1000g: the pacer's clock read and arithmetic on every send,
-#                   never a wait); medians and the ratio set/unset.
+#                   never a wait); medians and the ratio set/unset, and the best runs (on
+#                   a loaded machine the best run is the closest to the cost itself).
 #
 # usage: perf/qos_bench.sh [--mode cap|weights|overhead] [--reps K] [--transport shm|tcp] [--ranks N]
 #            [--seconds S] [--bytes B] [--cap RATE] [--capacity RATE] [--weights wa:wb]
@@ -31,8 +34,8 @@
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
 mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
-period=1000 reps=5 link=1gbit qperiod=100ms arrive= leave= tol=5 png= lat_n=2000 skip=1000
-kill_agent= agent_x_add=
+period=1000 reps= link=1gbit qperiod=100ms arrive= leave= tol=5 png= lat_n=20000 skip=1000
+kill_agent= agent_x_add= spot_cpu=idle job_env_add= cap_alone=
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -55,10 +58,13 @@ while [ $# -gt 0 ]; do
     --png) png=$2; shift 2 ;;
     --lat-iters) lat_n=$2; shift 2 ;;
     --kill-agent) kill_agent=$2; shift 2 ;;
-    --job-env) agent_x_add="$agent_x_add -x $2"; shift 2 ;;
+    --job-env) agent_x_add="$agent_x_add -x $2"; job_env_add="$job_env_add $2"; shift 2 ;;
+    --alone) cap_alone=1; shift ;;
+    --spot-cpu) spot_cpu=$2; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
 done
+[ -n "$reps" ] || reps=$([ "$mode" = latency ] && echo 3 || echo 5)
 shoalrun=$build/shoalrun
 load=$build/qos_load
 [ -x "$shoalrun" ] && [ -x "$load" ] || { echo "qos_bench.sh: build $build first" >&2; exit 2; }
@@ -133,8 +139,11 @@ if [ "$mode" = overhead ]; then
     }
     echo "# qos overhead: allreduce_perf, $transport, $ranks ranks, $reps alternated runs;" \
         "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-    printf '# %8s %14s %14s %8s\n' size "unset (us)" "1000g (us)" ratio
-    for spec in "8 2000 20000" "64M 2 10"; do
+    minof() { sort -g | head -n 1; }
+    echo "# median and best (min) of the runs: on a loaded machine the best is the cost itself"
+    printf '# %8s %14s %14s %8s %12s %12s %8s\n' size "unset (us)" "1000g (us)" ratio \
+        "unset min" "1000g min" "ratio"
+    for spec in "8 2000 100000" "64M 2 10"; do
         # shellcheck disable=SC2086
         set -- $spec
         : >"$tmp/u"
@@ -145,7 +154,11 @@ if [ "$mode" = overhead ]; then
         done
         u=$(median <"$tmp/u")
         v=$(median <"$tmp/s")
-        printf '  %8s %14s %14s %8.3f\n' "$1" "$u" "$v" "$(echo "$v $u" | awk '{ print $1 / $2 }')"
+        um=$(minof <"$tmp/u")
+        vm=$(minof <"$tmp/s")
+        printf '  %8s %14s %14s %8.3f %12s %12s %8.3f\n' "$1" "$u" "$v" \
+            "$(echo "$v $u" | awk '{ print $1 / $2 }')" "$um" "$vm" \
+            "$(echo "$vm $um" | awk '{ print $1 / $2 }')"
     done
     exit 0
 fi
@@ -162,7 +175,15 @@ fi
 # each tenant's throughput over time (--png FILE, gnuplot).
 # latency: tenant "g" (guaranteed, weight 8) runs qos_load -L (8 B..32 KiB AllReduce, p99)
 # alone, then again while tenant "s" (spot, weight 1) saturates with --bytes AllReduces; the
-# ratio of the p99s per size. shm: under the agent; netns: under the htb tree.
+# ratio of the p99s per size. shm: under the agent; netns: under the htb tree. --reps K
+# rounds (default 3) of alone then beside spot, --lat-iters calls a size (default 20000);
+# the medians over the rounds. --spot-cpu idle|nice|none: the agent's qos_spot_cpu (default
+# idle). --capacity above what the guaranteed job sends alone (e.g. 16g), so that its own
+# pacing is not what is measured.
+# Re-convergence at a finer resolution than 1 s: --period 20 --bytes 16384 (20 ms windows,
+# 16 KiB calls so that a window holds tens of them); conv_ms is then a multiple of 20 ms
+# (one window: converged in the first window after the event). rate_conv_ms (shm) is the
+# time until the pacers' own rates (pace_rate of shoal_comm_stats) are the new shares.
 # capacity: one tenant alone, unpaced: what the transport carries (the capacity to configure).
 agent_tenants=
 agent_setup() { # the agent (shm) or the htb trees (netns); sets agent_env
@@ -199,6 +220,7 @@ master_key_file=$tmp/master.key
 qos_rates_dir=$tmp/rates
 qos_capacity_shm=$capacity
 qos_period=$qperiod
+qos_spot_cpu=$spot_cpu
 EOC
     for t in $agent_tenants; do echo "tenant.$t.class=reserved" >>"$tmp/shoald.conf"; done
     SHOAL_DEBUG=${QOS_AGENT_DEBUG:-INFO} "$shoald" -c "$tmp/shoald.conf" \
@@ -286,30 +308,57 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             agent_cred t1 guaranteed 8
             agent_cred t2 spot 1
         fi
-        echo "# t1: guaranteed, weight 8, qos_load -L $lat_n (alone, then with t2)"
-        ajob t1 1 60 -L "$lat_n"
-        agent_wait
-        grep '^lat' "$tmp/t1" >"$tmp/alone"
-        ajob t2 2 $((${seconds%.*} + 60)) -s $((${seconds%.*} + 60)) -b "$bytes" -p "$period"
-        spot_pid=${jpids# }
-        sleep 1.5
-        jpids=
-        ajob t1 1 60 -L "$lat_n"
-        agent_wait
-        grep '^lat' "$tmp/t1" >"$tmp/loaded"
-        # the spot job: stopped now (its deadline is far), its ranks with it
-        kill "$spot_pid" 2>/dev/null
-        [ "$transport" = netns ] || pkill -P "$spot_pid" 2>/dev/null
+        echo "# t1: guaranteed, weight 8, qos_load -L $lat_n (alone, then with t2 saturating);" \
+            "$reps rounds, medians of each size's p50 and p99 over the rounds"
+        : >"$tmp/alone"
+        : >"$tmp/loaded"
+        for round in $(seq "$reps"); do
+            ajob t1 1 60 -L "$lat_n"
+            agent_wait
+            grep '^lat' "$tmp/t1" | sed "s/^/round=$round /" >>"$tmp/alone"
+            ajob t2 2 $((${seconds%.*} + 60)) -s $((${seconds%.*} + 60)) -b "$bytes" -p "$period"
+            spot_pid=${jpids# }
+            sleep 1.5
+            jpids=
+            ajob t1 1 60 -L "$lat_n"
+            agent_wait
+            grep '^lat' "$tmp/t1" | sed "s/^/round=$round /" >>"$tmp/loaded"
+            # the spot job: stopped now (its deadline is far), its ranks with it
+            [ "$transport" = netns ] || pkill -P "$spot_pid" 2>/dev/null
+            kill "$spot_pid" 2>/dev/null
+            wait "$spot_pid" 2>/dev/null
+            # the spot ranks' scheduling class and nice value as the agent left them
+            [ -n "${spot_sched:-}" ] || spot_sched=$(grep -h 'spot cpu' "$tmp/shoald.log" 2>/dev/null |
+                tail -n 1 | sed 's/.*spot cpu/spot cpu/')
+        done
+        [ -n "${spot_sched:-}" ] && echo "# agent: $spot_sched"
         printf '# %8s %12s %12s %12s %12s %8s\n' size "alone p50" "alone p99" "spot p50" \
             "spot p99" "p99 x"
-        paste -d ' ' "$tmp/alone" "$tmp/loaded" | awk -v status="$status" '
-            { gsub(/[a-z_0-9]+=/, ""); }
-            { a50 = $5; a99 = $6; b50 = $11; b99 = $12; x = a99 > 0 ? b99 / a99 : 0
-              printf "  %8s %12.2f %12.2f %12.2f %12.2f %8.2f\n", $3, a50, a99, b50, b99, x
-              if (x > worst) worst = x; n++ }
-            END { if (n != 5) status = "failed"
-                  printf "result mode=latency sizes=%d worst_p99_ratio=%.3f status=%s\n", n,
-                      worst, status }'
+        awk -v status="$status" -v reps="$reps" '
+            function med(a, n,   i, j, y) { for (i = 2; i <= n; i++) for (j = i; j > 1 &&
+                a[j - 1] > a[j]; j--) { y = a[j]; a[j] = a[j - 1]; a[j - 1] = y }
+                return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+            { f = FILENAME ~ /loaded$/ ? "l" : "a"; delete v
+              for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+              s = v["size"]; if (!(s in seen)) { seen[s] = 1; order[++ns] = s }
+              k = ++cnt[f, s]; p50[f, s, k] = v["p50_us"]; p99[f, s, k] = v["p99_us"] }
+            END {
+                for (q = 1; q <= ns; q++) {
+                    s = order[q]
+                    for (g = 1; g <= 2; g++) {
+                        f = g == 1 ? "a" : "l"; n = cnt[f, s]
+                        for (k = 1; k <= n; k++) { x[k] = p50[f, s, k]; y[k] = p99[f, s, k] }
+                        m50[f] = med(x, n); m99[f] = med(y, n); if (n != reps) status = "failed"
+                    }
+                    r = m99["a"] > 0 ? m99["l"] / m99["a"] : 0
+                    printf "  %8s %12.2f %12.2f %12.2f %12.2f %8.2f\n", s, m50["a"], m99["a"],
+                        m50["l"], m99["l"], r
+                    if (r > worst) { worst = r; wsize = s }
+                }
+                if (ns != 5) status = "failed"
+                printf "result mode=latency sizes=%d rounds=%d worst_p99_ratio=%.3f " \
+                    "worst_size=%s status=%s\n", ns, reps, worst, wsize, status
+            }' "$tmp/alone" "$tmp/loaded"
         exit 0
     fi
     i=0
@@ -370,10 +419,12 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
     cat $(for t in $agent_tenants; do echo "$tmp/$t"; done) | awk -v ranks="$((ranks * hosts))" \
         -v period="$period" -v weights="$weights" -v status="$status" -v tol="$tol" \
         -v data="$tmp/plot.dat" -v skip="$skip" -v arr="${arrive:+t$arr_i}" \
-        -v lv="${leave:+t$lv_i}" -v col="$([ "$transport" = netns ] && echo 8 || echo 5)" '
+        -v lv="${leave:+t$lv_i}" -v col="$([ "$transport" = netns ] && echo 8 || echo 5)" \
+        -v capb="$([ "$transport" = netns ] || echo "$capacity_b")" '
     $1 == "qos" && $4 ~ /^t=/ {
         split($2, j, "="); split($4, t, "="); split($col, s, "=")
         sum[j[2], t[2]] += s[2]; n[j[2], t[2]]++; times[t[2]] = 1
+        split($7, rt, "="); prate[j[2], t[2]] += rt[2]
         if (!(j[2] in first) || t[2] + 0 < first[j[2]] + 0) first[j[2]] = t[2]
         if (!(j[2] in last) || t[2] + 0 > last[j[2]] + 0) last[j[2]] = t[2]
     }
@@ -439,6 +490,30 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             if (worst > maxe) maxe = worst
             if (jain < minj) minj = jain
         }
+        # The rates of the pacers (shm, under the agent): from each event, the time until every
+        # tenant that is running after it has the rate of its new share (capacity by weight among
+        # them) within tol %: after an arrival the others at most that much above it (they
+        # made room), after a leave at least that much below (they took its part). 0: at the first
+        # sample of the arriving tenant already. Independent of the noise of the windows.
+        rconv = ""; worstr = 0
+        for (e2 = 1; e2 <= nev && capb > 0; e2++) {
+            c = -1
+            for (i = 1; i <= k && c < 0; i++) {
+                tt = tl[i]; if (tt + 0 < ev[e2] + 0) continue
+                if (tt + 0 == ev[e2] + 0 && !(arr != "" && ev[e2] == first[arr])) continue
+                wsum = 0; ok = 1; m = 0
+                for (q = 1; q <= nt; q++) { id = "t" q
+                    if (n[id, tt] == ranks && !(id == lv && tt >= last[lv])) wsum += w[q] }
+                for (q = 1; q <= nt; q++) { id = "t" q
+                    if (n[id, tt] != ranks || (id == lv && tt >= last[lv])) continue
+                    m++; tgt = capb * w[q] / wsum; pr = prate[id, tt]
+                    if (arr != "" && ev[e2] == first[arr] && id != arr && pr > tgt * (1 + tol / 100)) ok = 0
+                    if (!(arr != "" && ev[e2] == first[arr]) && pr < tgt * (1 - tol / 100)) ok = 0 }
+                if (ok && m > 0) c = tt - ev[e2]
+            }
+            rconv = rconv (rconv == "" ? "" : ",") c
+            if (c < 0 || c > worstr) worstr = c < 0 ? 1e9 : c
+        }
         conv = ""; worstc = 0
         for (e2 = 1; e2 <= nev; e2++) {
             c = -1
@@ -449,8 +524,9 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         }
         if (nw == 0 && nt >= 2) status = "no-windows"
         printf "result mode=agent tenants=%d windows=%d max_share_err_pct=%.2f min_jain=%.4f " \
-            "events=%d conv_ms=%s worst_conv_ms=%.0f tot_pre=%.0f tot_post=%.0f first=%.0f " \
-            "last=%.0f status=%s\n", nt, nw, maxe, minj, nev, conv == "" ? "none" : conv, worstc,
+            "events=%d conv_ms=%s worst_conv_ms=%.0f rate_conv_ms=%s worst_rate_conv_ms=%.0f " \
+            "tot_pre=%.0f tot_post=%.0f first=%.0f last=%.0f status=%s\n", nt, nw, maxe, minj,
+            nev, conv == "" ? "none" : conv, worstc, rconv == "" ? "none" : rconv, worstr,
             npre ? pre / npre : 0, npost ? post / npost : 0, firstt, lastt, status
     }'
     if [ -n "$png" ] && command -v gnuplot >/dev/null 2>&1 && [ -s "$tmp/plot.dat" ]; then
@@ -479,8 +555,10 @@ echo "# qos bench: mode $mode, $transport, 2 jobs x $ranks ranks, AllReduce of $
 if [ "$mode" = cap ]; then
     echo "# job a: SHOAL_QOS_RATE_MAX=$cap ($cap_b bytes/s for its ranks on each of $hosts" \
         "host(s) together); job b: none"
-    job a "SHOAL_QOS_RATE_MAX=$cap"
-    job b
+    # shellcheck disable=SC2086
+    job a "SHOAL_QOS_RATE_MAX=$cap" $job_env_add
+    # --alone: no free job beside it (the pacer's own accuracy, without CPU contention)
+    [ -n "$cap_alone" ] || job b $job_env_add
     target_a=$((cap_b * hosts)) target_b=0
 else
     ra=$(awk -v c="$capacity_b" -v a="$wa" -v b="$wb" 'BEGIN { printf "%.0f", c * a / (a + b) }')
@@ -497,13 +575,14 @@ else
     target_a=$ra target_b=$rb
 fi
 status=ok
-# Wait for the two jobs (the last two pids started with job()); agents are killed at exit.
+# Wait for the jobs (the last two pids started with job(), one with --alone); agents are
+# killed at exit.
 set -- $pids
-while [ $# -gt 2 ]; do shift; done
+while [ $# -gt $([ -n "$cap_alone" ] && echo 1 || echo 2) ]; do shift; done
 for p in "$@"; do
     wait "$p" || status=failed
 done
-for t in a b; do
+for t in a $([ -n "$cap_alone" ] || echo b); do
     if ! grep -q "done iters=.* status=SHOAL_OK" "$tmp/$t"; then
         status=failed
         echo "# job $t did not finish cleanly:"
@@ -511,8 +590,10 @@ for t in a b; do
     fi
 done
 
+[ -n "$cap_alone" ] && : >"$tmp/b"
 cat "$tmp/a" "$tmp/b" | awk -v ranks="$((ranks * hosts))" -v period="$period" -v mode="$mode" \
-    -v ta="$target_a" -v tb="$target_b" -v wa="$wa" -v wb="$wb" -v status="$status" '
+    -v ta="$target_a" -v tb="$target_b" -v wa="$wa" -v wb="$wb" -v status="$status" \
+    -v alone="$cap_alone" '
 $1 == "qos" && $4 ~ /^end=/ { split($2, j, "="); split($6, p, "="); last_paced[j[2]] += p[2] }
 $1 == "qos" && $4 ~ /^t=/ {
     split($2, j, "="); split($4, t, "="); split($5, s, "="); split($6, p, "=");
@@ -531,8 +612,8 @@ END {
     nw = 0; maxe = 0; sume = 0; minb = -1; minj = 1
     for (i = 2; i <= nt; i++) {
         t0 = tl[i - 1]; t1 = tl[i]
-        if (n["a", t0] != ranks || n["a", t1] != ranks || n["b", t0] != ranks ||
-            n["b", t1] != ranks || t1 - t0 != period) continue   # both jobs running
+        if (n["a", t0] != ranks || n["a", t1] != ranks || (!alone && (n["b", t0] != ranks ||
+            n["b", t1] != ranks)) || t1 - t0 != period) continue   # both jobs running
         ra = (sum["a", t1] - sum["a", t0]) * 1000 / period
         rb = (sum["b", t1] - sum["b", t0]) * 1000 / period
         nw++

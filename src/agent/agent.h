@@ -94,6 +94,7 @@ typedef struct {
     const char *qos_tc;                    /* shoal-tc.sh to run, "none" */
     const char *qos_tc_dev;                /* its interfaces, comma-separated */
     const char *qos_tc_link_rate;          /* their line rate (tc units, 1gbit) */
+    const char *qos_spot_cpu;              /* spot processes: idle, nice, none */
     shoald_tenant_t *tenants;
     uint8_t master[SHOALD_KEY_BYTES];
     int have_master;
@@ -162,6 +163,9 @@ typedef struct shoald_page {
     int qos_seen;                          /* qos_prev holds a reading */
     uint64_t qos_prev[2];                  /* bytes sent same host / other host, last tick */
     uint64_t qos_paced_prev;               /* paced_ns, last tick */
+    uint64_t qos_fresh_ns;                 /* its tenant's arrival: the tenant counts as
+                                            * greedy until the page has sent for a period, at
+                                            * most until this time (monotonic); 0 = not */
     uint64_t billed[SHOALD_CUR_NCOUNTERS]; /* cursor: what the ledger has (or will have) */
 } shoald_page_t;
 
@@ -290,6 +294,9 @@ void shoald_qos_prom(shoald_t *a, const char *tenant, shoald_text_t *t);
  * rates page made (before the reply, so the rank's pacer finds it at init). */
 void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_page_t *snap,
                               int cred_class, int cred_weight);
+/* A page ended (shoald_page_end): when it was its tenant's last live one, the others get
+ * its part now rather than at the next run. */
+void shoald_qos_page_end(shoald_t *a, shoald_page_t *p);
 
 /* ---- HTTP (agent_http.c) ---- */
 typedef struct shoald_http shoald_http_t;

@@ -107,6 +107,12 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
     {.name = "qos_tc_link_rate", .dflt = "1gbit", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_tc_link_rate),
      .doc = "line rate of the qos_tc_dev interfaces (tc units: 1gbit, 100gbit)"},
+    {.name = "qos_spot_cpu", .dflt = "idle", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, qos_spot_cpu),
+     .doc = "CPU priority the arbiter gives a spot communicator's process at its "
+            "registration, so that its spinning ranks do not take the CPUs from other "
+            "tenants' ranks: idle (SCHED_IDLE: it runs on what others leave), nice (nice "
+            "19), none (left as it is); needs the same uid or CAP_SYS_NICE (said once)"},
 };
 #define SHOALD_CFG_SOCKET_MODE 1 /* index of the socket_mode row */
 

@@ -324,6 +324,7 @@ void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
     shoal_info(METER, "rank %d of %s/%s (pid %d) %s%s", (int)p->rank, p->job->tenant,
                p->job->job, (int)p->pid, why,
                p->failed == 2 ? ", aborted" : p->failed == 1 ? ", after peer failures" : "");
+    shoald_qos_page_end(a, p);
 }
 
 double shoald_page_gpu_seconds(const shoald_page_t *p, uint64_t from_ns, uint64_t to_ns)

@@ -10,12 +10,22 @@
  *    tenant that used at least 90% of the rate it was given (or had none) is greedy (demand
  *    unlimited); one that used less asks for 1.5 times what it used (it may grow by half
  *    a period, and becomes greedy as soon as it fills that); one that sent nothing is idle.
+ *    An active guaranteed tenant counts as greedy whatever it used: its weight's share is
+ *    kept for it (the others, spot first, get less while it sends anything), so that a
+ *    latency-sensitive job that steps up is never paced below its share, and the bulk
+ *    jobs' copies leave it the memory bandwidth. When every active tenant is modest, what
+ *    is left of the capacity goes to them by weight too.
  *  - shares: weighted max-min (share.c, work-conserving: an idle or modest tenant's part goes to
  *    the others by weight), per resource, with the weights of the tenants' credentials.
  *  - publication: a tenant's rate is the sum of its shares; each of its communicators on this
  *    host gets an equal part (the library divides it again among its local ranks). An idle
  *    tenant's page holds the share it would get on arrival, so a tenant that starts never
- *    takes more than its part for the one period the agent needs to see it. A tenant that also
+ *    takes more than its part for the one period the agent needs to see it.
+ *  - arrivals and leaves do not wait for the period: a tenant's first registration divides
+ *    again at once with it greedy (before the reply), and it stays greedy until it has sent
+ *    for a whole period (the first runs measure a job still starting); a tenant's last
+ *    communicator ending divides again at once without it. The libraries read their pages
+ *    every 2 ms, so the shares move within a few ms of the event. A tenant that also
  *    sends on a resource the agent does not divide (the NICs under tc, or a capacity of 0) is
  *    not limited by the agent (rate 0): one token bucket covers all of a communicator's
  *    traffic, and the kernel already divides that resource.
@@ -39,14 +49,17 @@
 #include "qos/pace_page.h"
 #include "qos/share.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,6 +76,7 @@ static const char *const shoald_qos_class_names[] = {"default", "guaranteed", "b
 #define SHOALD_QOS_GROWTH 1.5      /* a modest tenant asks for this much of what it used */
 #define SHOALD_QOS_IDLE_BYTES 4096 /* less than this in a period: idle */
 #define SHOALD_QOS_TC_TIMEOUT_MS 10000
+#define SHOALD_QOS_ARRIVAL_NS 500000000ull /* an arriving tenant is greedy at most this long */
 
 typedef struct shoald_qos_tenant {
     struct shoald_qos_tenant *next;
@@ -74,6 +88,9 @@ typedef struct shoald_qos_tenant {
     double used[SHOALD_QOS_NRES];          /* bytes/s in the last period */
     double given[SHOALD_QOS_NRES];         /* bytes/s the last run gave it, 0 = none */
     int unarbitrated;                      /* sent where the agent does not divide */
+    double demand[SHOALD_QOS_NRES];        /* the last run's: -1 greedy, 0 idle, else bytes/s */
+    int fresh;                             /* arrived: a page of its first communicator has
+                                            * not sent for a full period yet (greedy) */
     uint64_t rate;                         /* tenant's rate on this host, bytes/s, 0 = none */
     uint64_t comm_rate;                    /* published: rate / comms */
     uint64_t paced_ns;                     /* held back by pacing, all its ranks (counter) */
@@ -86,6 +103,7 @@ typedef struct shoald_qos {
     uint64_t runs;
     int tc_devs;                           /* interfaces tc was set up on */
     int tc_failed_warned;
+    int spot_cpu_warned;
 } shoald_qos_t;
 
 static uint64_t shoald_qos_now(void)
@@ -304,6 +322,134 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
 
 /* ---- the arbiter -------------------------------------------------------------------------- */
 
+/* A page's payload bytes sent so far, same host and other host (p->ctr as last read). */
+static void shoald_qos_page_bytes(const shoald_page_t *p, uint64_t now[SHOALD_QOS_NRES])
+{
+    now[SHOALD_QOS_SAME] = now[SHOALD_QOS_NIC] = 0;
+    for (int tl = 0; tl < SHOAL_METER_NTL; tl++) {
+        now[SHOALD_QOS_SAME] += p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC +
+                                       SHOAL_METER_SAME_HOST];
+        now[SHOALD_QOS_NIC] += p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC +
+                                      SHOAL_METER_OTHER_HOST];
+    }
+}
+
+/* Weighted max-min shares of each resource from the tenants' demands (t->demand, t->weight,
+ * t->comms), and every rates page written. */
+static void shoald_qos_divide(shoald_qos_t *q)
+{
+    shoald_qos_tenant_t *t;
+    int n = 0, i, r;
+
+    for (t = q->tenants; t != NULL; t = t->next)
+        n++;
+    if (n == 0)
+        return;
+    double w[n], d[n], out[n], arrive[n];
+    shoald_qos_tenant_t *ts[n];
+    i = 0;
+    for (t = q->tenants; t != NULL; t = t->next) {
+        ts[i++] = t;
+        t->rate = 0;
+    }
+    for (r = 0; r < SHOALD_QOS_NRES; r++) {
+        for (i = 0; i < n; i++) {
+            w[i] = ts[i]->comms > 0 ? ts[i]->weight : 0;
+            d[i] = ts[i]->comms > 0 ? ts[i]->demand[r] : 0;
+        }
+        if (q->capacity[r] <= 0) {
+            memset(out, 0, sizeof(out));
+        } else {
+            double left = q->capacity[r] - shoal_qos_share(w, d, n, q->capacity[r], out), ws = 0;
+            /* Every active tenant modest (no greedy one took the rest): what is left goes to
+             * them by weight too, so that one that steps up (a job going from small messages
+             * to large ones) is not held at 1.5 times its past use until the next run. */
+            for (i = 0; i < n; i++)
+                ws += d[i] != 0 ? w[i] : 0;
+            for (i = 0; i < n && left > q->capacity[r] * 1e-9 && ws > 0; i++)
+                out[i] += d[i] != 0 ? left * w[i] / ws : 0;
+        }
+        for (i = 0; i < n; i++) {
+            ts[i]->given[r] = d[i] != 0 ? out[i] : 0;
+            arrive[i] = 0;
+        }
+        /* Resource r's arrival share of each tenant idle on it (same host only: a tenant's
+         * first traffic is not known to be on the NICs). */
+        if (r == SHOALD_QOS_SAME && q->capacity[r] > 0) {
+            for (i = 0; i < n; i++) {
+                if (d[i] != 0 || w[i] <= 0)
+                    continue;
+                double dd[n], oo[n];
+                memcpy(dd, d, sizeof(dd));
+                dd[i] = -1;
+                shoal_qos_share(w, dd, n, q->capacity[r], oo);
+                arrive[i] = oo[i];
+            }
+        }
+        for (i = 0; i < n; i++)
+            ts[i]->rate += (uint64_t)(ts[i]->given[r] > 0 ? ts[i]->given[r] : arrive[i]);
+    }
+    for (i = 0; i < n; i++) {
+        t = ts[i];
+        if (t->unarbitrated || t->comms == 0)
+            t->rate = 0;
+        t->comm_rate = t->rate / SHOAL_MAX(t->comms, 1u);
+        if (t->page != NULL)
+            shoald_qos_publish(t->page, t->comm_rate);
+    }
+}
+
+/* A spot communicator's process (qos_spot_cpu): every thread it has now to SCHED_IDLE or
+ * nice 19 (threads it makes later inherit it from their creator). On a host with fewer CPUs
+ * than busy ranks, a spot job's ranks spin-waiting for each other take CPU time from the
+ * other tenants' ranks, and a guaranteed job's small messages wait for a time slice (ms);
+ * idle, they run only on what the others leave. */
+static void shoald_qos_spot_cpu(shoald_t *a, const shoald_page_t *p)
+{
+    const char *how = a->cfg->qos_spot_cpu != NULL ? a->cfg->qos_spot_cpu : "none";
+    int idle = strcmp(how, "idle") == 0, nice19 = strcmp(how, "nice") == 0, n = 0, err = 0;
+    char dir[64];
+    struct dirent *e;
+    DIR *d;
+
+    if (!idle && !nice19)
+        return;
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)p->pid);
+    d = opendir(dir);
+    if (d == NULL) {
+        err = errno;
+    } else {
+        while ((e = readdir(d)) != NULL) {
+            char *end;
+            long tid = strtol(e->d_name, &end, 10);
+            int rc;
+            if (*end != '\0' || tid <= 0)
+                continue;
+            if (idle) {
+                struct sched_param sp = {.sched_priority = 0};
+                rc = sched_setscheduler((pid_t)tid, SCHED_IDLE, &sp);
+            } else {
+                rc = setpriority(PRIO_PROCESS, (id_t)tid, 19);
+            }
+            if (rc == 0)
+                n++;
+            else
+                err = errno;
+        }
+        closedir(d);
+    }
+    if (n == 0) {
+        if (!a->qos->spot_cpu_warned)
+            shoal_warn(METER, "qos: cannot lower the CPU priority of spot pid %d (%s/%s): %s "
+                       "(qos_spot_cpu=%s needs the same uid or CAP_SYS_NICE)", (int)p->pid,
+                       p->job->tenant, p->job->job, strerror(err), how);
+        a->qos->spot_cpu_warned = 1;
+        return;
+    }
+    shoal_info(METER, "qos: spot cpu of pid %d (%s/%s): %s on %d thread(s)", (int)p->pid,
+               p->job->tenant, p->job->job, idle ? "SCHED_IDLE" : "nice 19", n);
+}
+
 void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_page_t *snap,
                               int cred_class, int cred_weight)
 {
@@ -312,28 +458,71 @@ void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_p
     int c = snap->qos_class >= 0 && snap->qos_class < 4 ? snap->qos_class : 0;
     int w = snap->qos_weight >= 1 ? snap->qos_weight : 1;
     int cmax = cred_class > 0 && cred_class < 4 ? cred_class : 2 /* burstable */;
-    shoald_qos_tenant_t *t, *o;
-    double wsum;
+    shoald_qos_t *q = a->qos;
+    shoald_qos_tenant_t *t;
 
     if (rank[c] > rank[cmax])
         c = cmax;
     w = SHOAL_MIN(w, cred_class > 0 ? SHOAL_MAX(cred_weight, 1) : 1);
     p->qos_class = c;
     p->qos_weight = w;
-    if (a->qos == NULL || (t = shoald_qos_tenant(a, p->job->tenant)) == NULL)
+    if (q == NULL)
         return;
-    /* Before the reply, so that the rank's pacer finds its page at init. A tenant that was
-     * not active starts at its arrival share (its weight against the active tenants'); the
-     * next run of the arbiter, at most qos_period away, measures it. */
-    if (t->comms == 0 && t->page != NULL && a->qos->capacity[SHOALD_QOS_SAME] > 0) {
-        wsum = w;
-        for (o = a->qos->tenants; o != NULL; o = o->next) {
-            if (o != t && o->comms > 0)
-                wsum += o->weight;
-        }
-        shoald_qos_publish(t->page,
-                           (uint64_t)(a->qos->capacity[SHOALD_QOS_SAME] * w / wsum));
+    if (c == 3)
+        shoald_qos_spot_cpu(a, p);
+    if ((t = shoald_qos_tenant(a, p->job->tenant)) == NULL)
+        return;
+    /* The page's counters as of now (shoald_page_add read them): the next run counts what it
+     * sends from here, not only from its second run. */
+    shoald_qos_page_bytes(p, p->qos_prev);
+    p->qos_paced_prev = __atomic_load_n(&((const shoal_meter_page_t *)p->map)->paced_ns,
+                                        __ATOMIC_RELAXED);
+    p->qos_seen = 1;
+    /* A tenant that was not active arrives: before the reply (so that the rank's pacer finds
+     * its page at init), every tenant's rate is divided again with it greedy (its weight
+     * against the active tenants' demands of the last run), so that the others make room now,
+     * not at the next run, up to qos_period away. It stays greedy until its page has sent for
+     * a whole period (the runs before measure a job still starting), at most
+     * SHOALD_QOS_ARRIVAL_NS. */
+    if (t->comms == 0 && t->page != NULL && q->capacity[SHOALD_QOS_SAME] > 0) {
+        p->qos_fresh_ns = shoald_qos_now() + SHOALD_QOS_ARRIVAL_NS;
+        t->comms = 1;
+        t->weight = w;
+        t->qos_class = c;
+        t->fresh = 1;
+        t->unarbitrated = 0;
+        t->demand[SHOALD_QOS_SAME] = -1;
+        t->demand[SHOALD_QOS_NIC] = 0;
+        shoald_qos_divide(q);
     }
+}
+
+void shoald_qos_page_end(shoald_t *a, shoald_page_t *p)
+{
+    shoald_qos_t *q = a->qos;
+    shoald_qos_tenant_t *t;
+    const shoald_job_t *j;
+    const shoald_page_t *o;
+
+    if (q == NULL)
+        return;
+    for (t = q->tenants; t != NULL && strcmp(t->name, p->job->tenant) != 0; t = t->next) {
+    }
+    if (t == NULL || t->comms == 0)
+        return;
+    for (j = a->jobs; j != NULL; j = j->next) {
+        if (strcmp(j->tenant, t->name) != 0)
+            continue;
+        for (o = j->pages; o != NULL; o = o->next) {
+            if (o->end_ns == 0 && !o->superseded)
+                return; /* still active: the next run measures it */
+        }
+    }
+    /* Its last communicator on this host ended: the others get its part now. */
+    t->comms = 0;
+    t->fresh = 0;
+    memset(t->demand, 0, sizeof(t->demand));
+    shoald_qos_divide(q);
 }
 
 /* 1 when two live pages belong to one communicator (the same job and comm id). */
@@ -343,8 +532,8 @@ static int shoald_qos_same_comm(const shoald_page_t *x, const shoald_page_t *y)
 }
 
 /* Reads the pages: per tenant the bytes/s of the last period per resource, its communicators,
- * weight and class, the time its ranks were held back. */
-static void shoald_qos_measure(shoald_t *a, double dt)
+ * weight and class, the time its ranks were held back, whether it is still arriving. */
+static void shoald_qos_measure(shoald_t *a, double dt, uint64_t mono)
 {
     shoald_qos_t *q = a->qos;
     shoald_qos_tenant_t *t;
@@ -357,31 +546,40 @@ static void shoald_qos_measure(shoald_t *a, double dt)
         t->weight = 1;
         t->qos_class = -1;
         t->unarbitrated = 0;
+        t->fresh = 0;
     }
     shoald_pages_read(a);
     for (j = a->jobs; j != NULL; j = j->next) {
         t = NULL;
         for (p = j->pages; p != NULL; p = p->next) {
             const shoal_meter_page_t *pg = (const shoal_meter_page_t *)p->map;
-            uint64_t now[SHOALD_QOS_NRES] = {0, 0}, paced;
+            uint64_t now[SHOALD_QOS_NRES], paced, sent = 0;
             int first;
 
             if (p->end_ns != 0 || p->superseded)
                 continue;
             if (t == NULL && (t = shoald_qos_tenant(a, j->tenant)) == NULL)
                 break;
-            for (int tl = 0; tl < SHOAL_METER_NTL; tl++) {
-                now[SHOALD_QOS_SAME] += p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC +
-                                               SHOAL_METER_SAME_HOST];
-                now[SHOALD_QOS_NIC] += p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC +
-                                              SHOAL_METER_OTHER_HOST];
-            }
+            shoald_qos_page_bytes(p, now);
             paced = __atomic_load_n(&pg->paced_ns, __ATOMIC_RELAXED);
             if (p->qos_seen) {
-                for (int r = 0; r < SHOALD_QOS_NRES; r++)
+                for (int r = 0; r < SHOALD_QOS_NRES; r++) {
                     t->used[r] += (double)(now[r] - p->qos_prev[r]) / dt;
+                    sent += now[r] - p->qos_prev[r];
+                }
                 if (paced > p->qos_paced_prev)
                     t->paced_ns += paced - p->qos_paced_prev;
+            }
+            if (p->qos_fresh_ns != 0) {
+                /* Arriving: greedy for the run after the first in which it sent (that one
+                 * measured part of a period), and never past its deadline. */
+                if (p->qos_seen && sent >= SHOALD_QOS_IDLE_BYTES)
+                    p->qos_fresh_ns = SHOAL_MIN(p->qos_fresh_ns,
+                                                mono + (uint64_t)(dt * 1.5e9));
+                if (mono >= p->qos_fresh_ns)
+                    p->qos_fresh_ns = 0;
+                else
+                    t->fresh = 1;
             }
             if (!p->qos_seen || paced > p->qos_paced_prev)
                 p->qos_paced_prev = paced;
@@ -403,79 +601,40 @@ static void shoald_qos_measure(shoald_t *a, double dt)
     }
 }
 
-static void shoald_qos_run_once(shoald_t *a, double dt)
+/* Each tenant's demand per resource from what it used in the last period (see the top). */
+static void shoald_qos_demand(shoald_qos_t *q, double dt)
 {
-    shoald_qos_t *q = a->qos;
     shoald_qos_tenant_t *t;
-    int n = 0, i, r;
 
-    shoald_qos_measure(a, dt);
-    for (t = q->tenants; t != NULL; t = t->next)
-        n++;
-    if (n == 0)
-        return;
-    double w[n], d[n], out[n], arrive[n];
-    shoald_qos_tenant_t *ts[n];
-    i = 0;
     for (t = q->tenants; t != NULL; t = t->next) {
-        ts[i++] = t;
-        t->rate = 0;
-    }
-    for (r = 0; r < SHOALD_QOS_NRES; r++) {
-        int any = 0;
-        for (i = 0; i < n; i++) {
-            t = ts[i];
-            w[i] = t->comms > 0 ? t->weight : 0;
-            if (t->comms == 0 || t->used[r] * dt < SHOALD_QOS_IDLE_BYTES) {
-                d[i] = 0; /* idle here */
-                if (t->used[r] > 0 && q->capacity[r] <= 0)
-                    t->unarbitrated = 1;
+        for (int r = 0; r < SHOALD_QOS_NRES; r++) {
+            double *d = &t->demand[r];
+            if (t->comms == 0) {
+                *d = 0;
             } else if (q->capacity[r] <= 0) {
-                t->unarbitrated = 1;
-                d[i] = 0;
+                if (t->used[r] > 0)
+                    t->unarbitrated = 1;
+                *d = 0;
+            } else if (r == SHOALD_QOS_SAME && t->fresh) {
+                *d = -1; /* arriving: its first periods measure a job still starting */
+            } else if (t->used[r] * dt < SHOALD_QOS_IDLE_BYTES) {
+                *d = 0; /* idle here */
+            } else if (t->qos_class == SHOAL_QOS_GUARANTEED) {
+                *d = -1; /* active guaranteed: its weight's share is kept for it */
             } else if (t->given[r] <= 0 || t->used[r] >= SHOALD_QOS_GREEDY * t->given[r]) {
-                d[i] = -1; /* greedy */
-                any = 1;
+                *d = -1; /* greedy */
             } else {
-                d[i] = t->used[r] * SHOALD_QOS_GROWTH;
-                any = 1;
+                *d = t->used[r] * SHOALD_QOS_GROWTH;
             }
         }
-        if (q->capacity[r] <= 0) {
-            memset(out, 0, sizeof(out));
-        } else {
-            shoal_qos_share(w, d, n, q->capacity[r], out);
-        }
-        for (i = 0; i < n; i++) {
-            t = ts[i];
-            t->given[r] = d[i] != 0 ? out[i] : 0;
-            arrive[i] = 0;
-        }
-        /* Resource r's arrival share of each tenant idle on it (same host only: a tenant's
-         * first traffic is not known to be on the NICs). */
-        if (r == SHOALD_QOS_SAME && q->capacity[r] > 0) {
-            for (i = 0; i < n; i++) {
-                if (d[i] != 0 || w[i] <= 0)
-                    continue;
-                double dd[n], oo[n];
-                memcpy(dd, d, sizeof(dd));
-                dd[i] = -1;
-                shoal_qos_share(w, dd, n, q->capacity[r], oo);
-                arrive[i] = oo[i];
-            }
-        }
-        for (i = 0; i < n; i++)
-            ts[i]->rate += (uint64_t)(ts[i]->given[r] > 0 ? ts[i]->given[r] : arrive[i]);
-        (void)any;
     }
-    for (i = 0; i < n; i++) {
-        t = ts[i];
-        if (t->unarbitrated || t->comms == 0)
-            t->rate = 0;
-        t->comm_rate = t->rate / SHOAL_MAX(t->comms, 1u);
-        if (t->page != NULL)
-            shoald_qos_publish(t->page, t->comm_rate);
-    }
+}
+
+static void shoald_qos_run_once(shoald_t *a, double dt, uint64_t mono)
+{
+    shoald_qos_measure(a, dt, mono);
+    shoald_qos_demand(a->qos, dt);
+    shoald_qos_divide(a->qos);
 }
 
 /* mkdir -p, mode 0755 (the pages are for every local job to read). */
@@ -550,7 +709,7 @@ void shoald_qos_tick(shoald_t *a)
     now = shoald_qos_now();
     if (now < q->next_ns)
         return;
-    shoald_qos_run_once(a, (double)(now - q->last_ns) * 1e-9);
+    shoald_qos_run_once(a, (double)(now - q->last_ns) * 1e-9, now);
     q->runs++;
     q->last_ns = now;
     q->next_ns = now + (uint64_t)a->cfg->qos_period_ms * 1000000ull;

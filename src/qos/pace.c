@@ -279,6 +279,10 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
 
 shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t deadline_ns)
 {
+    if (shoal_qos_pace_fast(p, bytes)) {
+        return SHOAL_OK;
+    }
+    p->fast_left = SHOAL_QOS_PACE_FAST;
     uint64_t now = shoal_qos_pace_now(p);
     if (now >= p->next_check_ns) {
         shoal_qos_pace_check(p, now);
@@ -369,7 +373,7 @@ void shoal_qos_pace_comm_fini(struct shoal_comm *comm)
     comm->pace = NULL;
 }
 
-shoal_status_t shoal_qos_pace_comm_take(struct shoal_comm *comm, size_t bytes)
+shoal_status_t shoal_qos_pace_comm_take_slow(struct shoal_comm *comm, size_t bytes)
 {
     shoal_status_t st = shoal_qos_pace_take(comm->pace, bytes, 0);
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {

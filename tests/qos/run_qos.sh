@@ -27,15 +27,23 @@ field() { # field NAME RESULT_LINE
 # the machine is so loaded (make check -j2 beside other tests) that even the free job runs
 # below 3x the cap, a job cannot be expected to keep up with the cap either: then only the
 # ceiling is checked (the run's mean at most 12% above; an unpaced job is far above it).
-# perf/qos_bench.sh --mode cap has the exact figures.
+# The same when the host runs more than 3 runnable tasks per CPU (load average, other jobs
+# beside make check): the capped ranks sleep between their steps and then wait for a CPU
+# behind the spinning ones (the free job, the others), longer than their bucket holds
+# (measured at load 15-20 on 2 CPUs: -14% to -47% with the free job at 0.8-1.4 GB/s, with
+# and without the pacer's fast path alike). perf/qos_bench.sh --mode cap has the figures.
+overloaded() {
+    awk -v n="$(nproc 2>/dev/null || echo 1)" '{ exit !($1 > 3 * n) }' /proc/loadavg 2>/dev/null
+}
 cap_ok() { # cap_ok MAX_ERR MEAN_ERR MIN_B
-    awk -v e="$1" -v m="$2" -v b="$3" -v c=33554432 'BEGIN {
+    awk -v e="$1" -v m="$2" -v b="$3" -v c=33554432 -v o="$(overloaded && echo 1)" 'BEGIN {
         if (e == "" || m == "" || b == "") exit 1
-        if (b < 3 * c) exit !(m <= 12)
+        if (b < 3 * c || o) exit !(m <= 12)
         exit !(e <= 30 && m <= 12 && m >= -12) }'
 }
 cap_starved() { # cap_starved MIN_B
-    awk -v b="$1" -v c=33554432 'BEGIN { exit !(b != "" && b < 3 * c) }'
+    awk -v b="$1" -v c=33554432 -v o="$(overloaded && echo 1)" \
+        'BEGIN { exit !(b != "" && (b < 3 * c || o)) }'
 }
 run_cap() { # run_cap TRANSPORT
     for try in 1 2; do
@@ -57,7 +65,8 @@ run_cap() { # run_cap TRANSPORT
     minb=$(field min_b "$res")
     if cap_ok "$err" "$mean" "$minb" && cap_starved "$minb"; then
         tap OK "$1: the capped job not above its cap ($mean% over the run; the machine too" \
-            "loaded to check the floor: the free job ran at $minb B/s at least)"
+            "loaded to check the floor: the free job ran at $minb B/s at least, load" \
+            "$(cut -d' ' -f1 /proc/loadavg))"
     elif cap_ok "$err" "$mean" "$minb"; then
         tap OK "$1: the capped job within 12% of its cap over the run ($mean%), every window" \
             "within 30% (worst $err%)"

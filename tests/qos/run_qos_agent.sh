@@ -96,5 +96,39 @@ if [ "$(field status "$res")" = ok ] && within "$(field first "$res")" 43620761 
 else
     tap FAIL "agent killed: the job stalled or stayed paced ($res)"
 fi
+# 4. A tenant arrives (1:1, t2 starts 1.5 s after t1), 20 ms windows: t1's pacers already
+# run at the 1:1 rate at t2's first sample, at the latest one window later (the arbiter
+# divides again at t2's registration; its next run came 40-80 ms later, and 150-200 ms before
+# the registration read the counters), and the throughputs are within 25% of 1:1 within
+# 200 ms.
+bench '[ "$(field status "$res")" = ok ] && [ "$(field events "$res")" = 1 ] &&
+    within "$(field worst_rate_conv_ms "$res")" 20 && within "$(field worst_conv_ms "$res")" 200' \
+    --weights 1:1 --capacity 64m --seconds 3 --period 20 --bytes 16384 --arrive 2:1.5 --tol 25
+echo "$out" | grep -v '^result' | sed 's/^/# /' | awk '$2 + 0 >= 1.3 && $2 + 0 <= 1.8'
+if [ "$(field status "$res")" = ok ] && within "$(field worst_rate_conv_ms "$res")" 20; then
+    tap OK "agent, a tenant arrives: the incumbent's rate at 1:1 $(field rate_conv_ms "$res") ms" \
+        "after the newcomer's first sample"
+else
+    tap FAIL "agent, a tenant arrives: the incumbent kept its rate ($res)"
+fi
+if [ "$(field status "$res")" = ok ] && within "$(field worst_conv_ms "$res")" 200; then
+    tap OK "agent, a tenant arrives: throughputs 1:1 within 25% after $(field conv_ms "$res") ms"
+else
+    tap FAIL "agent, a tenant arrives: no re-convergence within 200 ms ($res)"
+fi
+
+# 5. A spot tenant's ranks run SCHED_IDLE (qos_spot_cpu=idle), so that they take no time
+# slices from the guaranteed tenant's; its p99 beside them (1 round, 2000 calls a size: the
+# figures are the bench's, on a quiet machine) only printed.
+out=$(top_builddir=$builddir "$bench" --build "$builddir" --mode latency --transport shm \
+    --capacity 16g --reps 1 --lat-iters 2000 --seconds 4 2>&1)
+res=$(echo "$out" | grep '^result')
+echo "$out" | sed 's/^/# /'
+if [ "$(field status "$res")" = ok ] && echo "$out" | grep -q 'agent: spot cpu of pid [0-9]* (t2/qos-bench): SCHED_IDLE'; then
+    tap OK "latency: the spot tenant's ranks run SCHED_IDLE; the guaranteed job's p99 ratio" \
+        "$(field worst_p99_ratio "$res") at $(field worst_size "$res") B"
+else
+    tap FAIL "latency: the spot tenant's ranks were not made SCHED_IDLE, or a job failed ($res)"
+fi
 tap_plan
 exit $fails

@@ -82,13 +82,21 @@ static void test_bucket(void)
     shoal_qos_pace_destroy(p);
     prm.rate_max = 1ull << 50;
     shoal_qos_pace_create(&prm, &p);
-    t0 = shoal_time_ns();
-    for (int i = 0; i < 1000000; i++) {
-        bad += shoal_qos_pace_take(p, 8, UINT64_MAX) != SHOAL_OK;
+    /* The best of 5 rounds (a loaded machine preempts some): most takes read no clock
+     * (pace.h, Cost), a few ns; each one reading it cost 50-70 ns here. */
+    double best = 1e9;
+    for (int round = 0; round < 5; round++) {
+        t0 = shoal_time_ns();
+        for (int i = 0; i < 200000; i++) {
+            bad += shoal_qos_pace_take(p, 8, UINT64_MAX) != SHOAL_OK;
+        }
+        t1 = shoal_time_ns();
+        best = SHOAL_MIN(best, (double)(t1 - t0) / 2e5);
     }
-    t1 = shoal_time_ns();
-    tap_diag("a take without a wait: %.1f ns", (double)(t1 - t0) / 1e6);
+    tap_diag("a take without a wait: %.1f ns (best of 5 rounds of 200000)", best);
     tap_ok(bad == 0 && shoal_qos_pace_held_ns(p) == 0, "a rate never reached: never held back");
+    tap_ok(best < 25, "a take that need not wait costs %.1f ns (< 25: no clock read on most)",
+           best);
     shoal_qos_pace_destroy(p);
 }
 
