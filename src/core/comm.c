@@ -828,6 +828,80 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
     return comm->last_error;
 }
 
+/* ---- asynchronous error ------------------------------------------------------------------ */
+
+/* The issue order's ticket when nobody holds or waits for it (ticket_next == ticket_serving),
+ * without blocking: 1 if taken (release with shoal_comm_ticket_release), 0 if busy. Tickets
+ * only grow, so the compare-and-swap cannot succeed on a stale pair. */
+static int shoal_comm_ticket_try(struct shoal_comm *comm)
+{
+    uint64_t serving = __atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST);
+    uint64_t expect = serving;
+    return __atomic_compare_exchange_n(&comm->ticket_next, &expect, serving + 1, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* The ticket holder's look at the peers of this host: first their processes (a dead one is
+ * named as itself), then the shared-memory transport's check (also a peer that failed its
+ * communicator, with the rank it blamed). Fails the communicator on the first failed one. */
+static void shoal_comm_probe_local(struct shoal_comm *comm)
+{
+    for (int l = 0; l < comm->local_size; l++) {
+        int r = comm->local_ranks[l];
+        if (r != comm->rank && comm->peers[r].pid > 0 &&
+            !shoal_comm_pid_alive((pid_t)comm->peers[r].pid)) {
+            (void)shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, r,
+                                        "peer %d (%s) died (its process is gone; seen while "
+                                        "idle)", r, shoal_comm_peer_host(comm, r));
+            return;
+        }
+    }
+    if (comm->shm == NULL || comm->shm->ops->peer_check == NULL) {
+        return;
+    }
+    for (int l = 0; l < comm->local_size; l++) {
+        int r = comm->local_ranks[l], culprit = -1;
+        char why[192];
+        why[0] = '\0';
+        if (r != comm->rank &&
+            comm->shm->ops->peer_check(comm->shm->ctx, l, why, sizeof(why), &culprit) !=
+                SHOAL_OK) {
+            (void)shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
+                                        shoal_comm_culprit(comm, culprit, r),
+                                        "peer %d (%s) failed (seen while idle): %s", r,
+                                        shoal_comm_peer_host(comm, r), why);
+            return;
+        }
+    }
+}
+
+shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *async_error)
+{
+    shoal_status_t st;
+    uint64_t now, last;
+
+    if (comm == NULL || async_error == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    st = shoal_comm_check_usable(comm);
+    if (st == SHOAL_OK && comm->local_size > 1) {
+        /* A call in flight (blocking, or plans on the proxy) drives the transports and sees a
+         * failure itself; an idle communicator has nobody looking: look now, as the ticket's
+         * holder (the transports have one driver at a time), at most every
+         * SHOAL_ASYNC_PROBE_NS. */
+        now = shoal_time_ns();
+        last = __atomic_load_n(&comm->async_probe_ns, __ATOMIC_RELAXED);
+        if (now - last >= SHOAL_ASYNC_PROBE_NS && shoal_comm_ticket_try(comm)) {
+            __atomic_store_n(&comm->async_probe_ns, now, __ATOMIC_RELAXED);
+            shoal_comm_probe_local(comm);
+            shoal_comm_ticket_release(comm);
+            st = shoal_comm_check_usable(comm);
+        }
+    }
+    *async_error = st;
+    return SHOAL_OK;
+}
+
 /* ---- split: (color, key) over the parent; the leader of each color runs the child's root ----
  * No secret travels: every rank derives the child's job secret from the parent's key, and only
  * the root's address goes over the parent's channels. */

@@ -110,7 +110,11 @@ struct shoal_comm {
     shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
     struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */
     shoal_stop_comm_t stop;    /* src/stop: stop requests and their agreement */
+    uint64_t async_probe_ns;   /* last idle look at the peers (shoal_comm_get_async_error) */
 };
+
+/* shoal_comm_get_async_error looks at an idle communicator's local peers at most this often. */
+#define SHOAL_ASYNC_PROBE_NS (2 * 1000 * 1000ull)
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A
  * fatal status seen here comes with its sentence in last_error. */
