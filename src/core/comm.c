@@ -822,8 +822,12 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
         return "invalid communicator (NULL)";
     }
     if (shoal_comm_fatal(comm) == SHOAL_OK) { /* acquire: the sentence is complete */
-        return shoal_comm_aborted(comm) ? "communicator aborted by the application"
-                                        : "no error";
+        if (shoal_comm_aborted(comm)) {
+            return "communicator aborted by the application";
+        }
+        /* a dead peer that the call in flight is about to fail the communicator for */
+        return __atomic_load_n(&comm->dead_peer, __ATOMIC_ACQUIRE) > 0 ? comm->dead_why
+                                                                        : "no error";
     }
     return comm->last_error;
 }
@@ -841,27 +845,38 @@ static int shoal_comm_ticket_try(struct shoal_comm *comm)
                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
-/* The ticket holder's look at the peers of this host: first their processes (a dead one is
- * named as itself), then the shared-memory transport's check (also a peer that failed its
- * communicator, with the rank it blamed). Fails the communicator on the first failed one. */
-static void shoal_comm_probe_local(struct shoal_comm *comm)
+/* A local peer whose process is gone, or -1. Reads only what init wrote: any thread. */
+static int shoal_comm_gone_local_peer(struct shoal_comm *comm)
 {
     for (int l = 0; l < comm->local_size; l++) {
         int r = comm->local_ranks[l];
         if (r != comm->rank && comm->peers[r].pid > 0 &&
             !shoal_comm_pid_alive((pid_t)comm->peers[r].pid)) {
-            (void)shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, r,
-                                        "peer %d (%s) died (its process is gone; seen while "
-                                        "idle)", r, shoal_comm_peer_host(comm, r));
-            return;
+            return r;
         }
+    }
+    return -1;
+}
+
+/* The ticket holder's look at the peers of this host: first their processes (a dead one is
+ * named as itself), then the shared-memory transport's check (also a peer that failed its
+ * communicator, with the rank it blamed). Fails the communicator on the first failed one. */
+static void shoal_comm_probe_local(struct shoal_comm *comm)
+{
+    int r = shoal_comm_gone_local_peer(comm);
+    if (r >= 0) {
+        (void)shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, r,
+                                    "peer %d (%s) died (its process is gone; seen while idle)",
+                                    r, shoal_comm_peer_host(comm, r));
+        return;
     }
     if (comm->shm == NULL || comm->shm->ops->peer_check == NULL) {
         return;
     }
     for (int l = 0; l < comm->local_size; l++) {
-        int r = comm->local_ranks[l], culprit = -1;
+        int culprit = -1;
         char why[192];
+        r = comm->local_ranks[l];
         why[0] = '\0';
         if (r != comm->rank &&
             comm->shm->ops->peer_check(comm->shm->ctx, l, why, sizeof(why), &culprit) !=
@@ -879,23 +894,43 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *asy
 {
     shoal_status_t st;
     uint64_t now, last;
+    int r;
 
     if (comm == NULL || async_error == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
     st = shoal_comm_check_usable(comm);
-    if (st == SHOAL_OK && comm->local_size > 1) {
-        /* A call in flight (blocking, or plans on the proxy) drives the transports and sees a
-         * failure itself; an idle communicator has nobody looking: look now, as the ticket's
-         * holder (the transports have one driver at a time), at most every
-         * SHOAL_ASYNC_PROBE_NS. */
-        now = shoal_time_ns();
-        last = __atomic_load_n(&comm->async_probe_ns, __ATOMIC_RELAXED);
-        if (now - last >= SHOAL_ASYNC_PROBE_NS && shoal_comm_ticket_try(comm)) {
-            __atomic_store_n(&comm->async_probe_ns, now, __ATOMIC_RELAXED);
+    now = shoal_time_ns();
+    last = __atomic_load_n(&comm->async_probe_ns, __ATOMIC_RELAXED);
+    if (st == SHOAL_OK && __atomic_load_n(&comm->dead_peer, __ATOMIC_ACQUIRE) != 0) {
+        st = SHOAL_ERR_PEER_FAILED; /* found before: its driver has not failed comm yet */
+    } else if (st == SHOAL_OK && comm->local_size > 1 && now - last >= SHOAL_ASYNC_PROBE_NS) {
+        __atomic_store_n(&comm->async_probe_ns, now, __ATOMIC_RELAXED);
+        if (shoal_comm_ticket_try(comm)) {
+            /* Idle: nobody looks at the peers; look now, as the ticket's holder (the
+             * transports have one driver at a time). */
             shoal_comm_probe_local(comm);
             shoal_comm_ticket_release(comm);
             st = shoal_comm_check_usable(comm);
+        } else if ((r = shoal_comm_gone_local_peer(comm)) >= 0) {
+            /* A call in flight drives the transports and sees the failures of the peers it
+             * waits for; a peer it does not wait for may die unseen. Its driver fails the
+             * communicator at its next idle step (woken as by an abort); the answer is the
+             * status that failure gives. */
+            uint64_t one = 1;
+            int none = 0;
+            if (__atomic_compare_exchange_n(&comm->dead_peer, &none, -1, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                snprintf(comm->dead_why, sizeof(comm->dead_why),
+                         "rank %d (%s): peer %d (%s) died (its process is gone)", comm->rank,
+                         shoal_hostname(), r, shoal_comm_peer_host(comm, r));
+                __atomic_store_n(&comm->dead_peer, r + 1, __ATOMIC_RELEASE);
+            }
+            (void)!write(comm->abort_efd, &one, sizeof(one));
+            if (comm->shm != NULL && comm->shm->ops->notify != NULL) {
+                comm->shm->ops->notify(comm->shm->ctx, comm->local_rank);
+            }
+            st = SHOAL_ERR_PEER_FAILED;
         }
     }
     *async_error = st;

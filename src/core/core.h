@@ -110,7 +110,14 @@ struct shoal_comm {
     shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
     struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */
     shoal_stop_comm_t stop;    /* src/stop: stop requests and their agreement */
-    uint64_t async_probe_ns;   /* last idle look at the peers (shoal_comm_get_async_error) */
+    uint64_t async_probe_ns;   /* last look at the peers (shoal_comm_get_async_error), atomic */
+    /* A local peer shoal_comm_get_async_error found gone while another thread drove the
+     * transports: its rank + 1 (0: none), atomic; that driver fails the communicator
+     * (shoal_chan_idle), as it does on an abort: only the driver may touch the transports.
+     * -1 while the first finder writes dead_why (shoal_comm_last_error's sentence until then),
+     * which a reader that sees a rank (acquire) sees complete. */
+    int dead_peer;
+    char dead_why[160];
 };
 
 /* shoal_comm_get_async_error looks at an idle communicator's local peers at most this often. */
