@@ -826,8 +826,7 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
             return "communicator aborted by the application";
         }
         /* a dead peer that the call in flight is about to fail the communicator for */
-        return __atomic_load_n(&comm->dead_peer, __ATOMIC_ACQUIRE) > 0 ? comm->dead_why
-                                                                        : "no error";
+        return shoal_comm_dead_peer(comm) >= 0 ? comm->dead_why : "no error";
     }
     return comm->last_error;
 }

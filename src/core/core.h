@@ -135,6 +135,14 @@ static inline int shoal_comm_aborted(const struct shoal_comm *comm)
     return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
 }
 
+/* The local peer shoal_comm_get_async_error found gone while a call was in flight (the
+ * communicator is failed by that call's driver at its next idle step), or -1. */
+static inline int shoal_comm_dead_peer(const struct shoal_comm *comm)
+{
+    int v = __atomic_load_n(&comm->dead_peer, __ATOMIC_ACQUIRE);
+    return v > 0 ? v - 1 : -1;
+}
+
 /* ---- communicator internals (comm.c) ---- */
 /* Records the first fatal error (sentence for shoal_comm_last_error), tells the transports
  * (so peers learn), wakes waiters. Returns status. */
