@@ -89,8 +89,8 @@ def worker(args):
     params = sum(p.numel() for p in model().parameters())
     out["ddp"]["params"] = params
     out["ddp"]["model"] = args.model
-    # both models train side by side, step by step, the backend that goes first alternating:
-    # on a shared machine a load change then hits both alike
+    # both models train side by side, step by step, the backend that goes first rotating: on a
+    # shared machine a load change then hits both alike
     def optimizer(m):
         # Adam reads and writes four copies of the weights per step (about 0.4 GB here): on a
         # CPU that alone can outweigh the gradients' all_reduce, and the issue asks for a step
@@ -116,9 +116,24 @@ def worker(args):
     for name, g in groups.items():
         m = nn.parallel.DistributedDataParallel(model(), process_group=g)
         runs[name] = (m, optimizer(m), [], [])
+    # and DDP with a communication hook that communicates nothing (it only divides the bucket
+    # by the world size, as DDP's default does before its all_reduce): DDP's own work (copying
+    # gradients into buckets and back, the hook calls) without a backend, so what is left of a
+    # backend's step beyond it is that backend's cost; no backend can make the step shorter.
+    # Timed in the same rotation as the two backends (a load change hits all three alike).
+    m = nn.parallel.DistributedDataParallel(model(), process_group=gloo)
+
+    def no_comm(state, bucket):
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer().div_(n))
+        return fut
+
+    m.register_comm_hook(None, no_comm)
+    runs["nocomm"] = (m, optimizer(m), [], [])
     for step in range(args.warmup + args.steps):
         x, y = batch(step)
-        for name in (list(runs) if step % 2 == 0 else list(runs)[::-1]):
+        order = list(runs)
+        for name in order[step % 3:] + order[:step % 3]:
             m, opt, losses, times = runs[name]
             dist.barrier(group=gloo)
             t0 = time.perf_counter()
@@ -144,29 +159,7 @@ def worker(args):
         if step >= args.warmup:
             alone.append(dt)
     out["ddp"]["compute_step_s"] = alone
-    # DDP with a communication hook that communicates nothing (it only divides the bucket by
-    # the world size, as DDP's default does before its all_reduce): DDP's own work (copying
-    # gradients into buckets and back, the hook calls) without a backend, so what is left of
-    # a backend's step beyond it is that backend's cost. No backend can make the step shorter.
-    m = nn.parallel.DistributedDataParallel(model(), process_group=gloo)
-
-    def no_comm(state, bucket):
-        fut = torch.futures.Future()
-        fut.set_result(bucket.buffer().div_(n))
-        return fut
-
-    m.register_comm_hook(None, no_comm)
-    opt = optimizer(m)
-    nocomm = []
-    for step in range(args.warmup + max(5, args.steps // 2)):
-        x, y = batch(step)
-        dist.barrier(group=gloo)
-        t0 = time.perf_counter()
-        train_step(m, opt, x, y)
-        dt = slowest(time.perf_counter() - t0)
-        if step >= args.warmup:
-            nocomm.append(dt)
-    out["ddp"]["ddp_nocomm_step_s"] = nocomm
+    out["ddp"]["ddp_nocomm_step_s"] = runs["nocomm"][3]
     for name, g in groups.items():
         m, opt, losses, times = runs[name]
         # communication alone: one all_reduce of all gradients, the same bytes DDP moves
