@@ -122,6 +122,19 @@ SHOAL_EXPORT shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int k
 SHOAL_EXPORT shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p);
 SHOAL_EXPORT shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
 SHOAL_EXPORT const char *shoal_comm_last_error(shoal_comm_t comm);
+/* Whether comm has failed, asked without a collective and without blocking (as NCCL's
+ * ncclCommGetAsyncError): *async_error is SHOAL_OK while comm is usable, otherwise the status
+ * every later call returns (SHOAL_ERR_PEER_FAILED: a peer died or failed; SHOAL_ERR_TIMEOUT:
+ * no progress within the timeout; SHOAL_ERR_ABORTED: shoal_comm_abort, or the communicator
+ * was failed with calls in flight), with shoal_comm_last_error's sentence naming the rank.
+ * A call in flight (blocking, or shoal_i* requests on the proxy thread) detects failures
+ * itself; on an idle communicator this call looks at the peers of this host (their processes,
+ * and whether they failed their own communicator; at most every 2 ms) and fails comm when one
+ * is gone; peers on other hosts are seen failed by the next call that talks to them. A stop
+ * request is not a failure (comm stays usable for shoal_comm_should_stop). Safe from any
+ * thread while others use comm. SHOAL_ERR_INVALID_ARG for a NULL comm or async_error. */
+SHOAL_EXPORT shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm,
+                                                       shoal_status_t *async_error);
 #define SHOAL_SPLIT_NOCOLOR (-1)
 
 /* Coordinated stop (preemption). A job told to stop (Slurm's --signal, SIGTERM from

@@ -6,7 +6,8 @@
   2. DDP training step time of a ~25M-parameter MLP, 2 and 4 ranks, shoal vs Gloo, the same
      initial weights and data: step time and loss per step; a PNG of both (gnuplot); and the
      same step without communication (no_sync), which says what share of a step the
-     backend's communication is.
+     backend's communication is; and the DDP step with a communication hook that communicates
+     nothing, which says what a backend's communication adds to DDP's own work.
 
   python3 perf/torch_bench.py [--ranks 2 4] [--max-bytes 64M] [--steps 20] [--out DIR]
                               [--batch 8] [--optimizer sgd|adam] [--lr 0.05] [--model mlp|wide]
@@ -88,8 +89,8 @@ def worker(args):
     params = sum(p.numel() for p in model().parameters())
     out["ddp"]["params"] = params
     out["ddp"]["model"] = args.model
-    # both models train side by side, step by step, the backend that goes first alternating:
-    # on a shared machine a load change then hits both alike
+    # both models train side by side, step by step, the backend that goes first rotating: on a
+    # shared machine a load change then hits both alike
     def optimizer(m):
         # Adam reads and writes four copies of the weights per step (about 0.4 GB here): on a
         # CPU that alone can outweigh the gradients' all_reduce, and the issue asks for a step
@@ -115,9 +116,24 @@ def worker(args):
     for name, g in groups.items():
         m = nn.parallel.DistributedDataParallel(model(), process_group=g)
         runs[name] = (m, optimizer(m), [], [])
+    # and DDP with a communication hook that communicates nothing (it only divides the bucket
+    # by the world size, as DDP's default does before its all_reduce): DDP's own work (copying
+    # gradients into buckets and back, the hook calls) without a backend, so what is left of a
+    # backend's step beyond it is that backend's cost; no backend can make the step shorter.
+    # Timed in the same rotation as the two backends (a load change hits all three alike).
+    m = nn.parallel.DistributedDataParallel(model(), process_group=gloo)
+
+    def no_comm(state, bucket):
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer().div_(n))
+        return fut
+
+    m.register_comm_hook(None, no_comm)
+    runs["nocomm"] = (m, optimizer(m), [], [])
     for step in range(args.warmup + args.steps):
         x, y = batch(step)
-        for name in (list(runs) if step % 2 == 0 else list(runs)[::-1]):
+        order = list(runs)
+        for name in order[step % 3:] + order[:step % 3]:
             m, opt, losses, times = runs[name]
             dist.barrier(group=gloo)
             t0 = time.perf_counter()
@@ -143,6 +159,7 @@ def worker(args):
         if step >= args.warmup:
             alone.append(dt)
     out["ddp"]["compute_step_s"] = alone
+    out["ddp"]["ddp_nocomm_step_s"] = runs["nocomm"][3]
     for name, g in groups.items():
         m, opt, losses, times = runs[name]
         # communication alone: one all_reduce of all gradients, the same bytes DDP moves
@@ -265,6 +282,12 @@ def main():
                                         100 * (1 - c / median(s["step_s"])), dl))
         print("  (a backend whose communication cost nothing would be at most %.2fx faster than "
               "gloo here: gloo's step / the step without communication)" % (median(g["step_s"]) / c))
+        if "ddp_nocomm_step_s" in r["ddp"]:
+            d = median(r["ddp"]["ddp_nocomm_step_s"])
+            print("  DDP step with a hook that communicates nothing (DDP's bucket copies kept) "
+                  "%.3f s: the backend's share of the step is shoal %.3f s, gloo %.3f s; a "
+                  "backend that cost nothing would be %.2fx faster than gloo" %
+                  (d, median(s["step_s"]) - d, median(g["step_s"]) - d, median(g["step_s"]) / d))
     with open(os.path.join(args.out, "torch_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
     plot(results, os.path.join(args.out, "torch_ddp.png"))

@@ -340,7 +340,8 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
                                          "peer %d (%s) failed: %s", peer,
                                          shoal_comm_peer_host(comm, peer), why);
         }
-        int stopping = shoal_comm_aborted(comm) || shoal_comm_fatal(comm) != SHOAL_OK;
+        int stopping = shoal_comm_aborted(comm) || shoal_comm_fatal(comm) != SHOAL_OK ||
+                       shoal_comm_dead_peer(comm) >= 0;
         if (spins + 1 < comm->spin_count || stopping) {
             /* The sentence is only needed when this idle step may fail (deadline checks come
              * every 256 steps); formatting it on every step would cost more than the wait. */

@@ -144,6 +144,12 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
         return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
                                      "aborted by the application while %s", what);
     }
+    if (SHOAL_UNLIKELY(shoal_comm_dead_peer(comm) >= 0)) {
+        int r = shoal_comm_dead_peer(comm);
+        return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, r,
+                                     "peer %d (%s) died (its process is gone) while %s", r,
+                                     shoal_comm_peer_host(comm, r), what);
+    }
     if (spins < comm->pause_spins) {
         /* A few microseconds of pure polling first: a yield is a system call, and on an idle
          * core the answer usually arrives within that time. */

@@ -857,10 +857,118 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
         return "invalid communicator (NULL)";
     }
     if (shoal_comm_fatal(comm) == SHOAL_OK) { /* acquire: the sentence is complete */
-        return shoal_comm_aborted(comm) ? "communicator aborted by the application"
-                                        : "no error";
+        if (shoal_comm_aborted(comm)) {
+            return "communicator aborted by the application";
+        }
+        /* a dead peer that the call in flight is about to fail the communicator for */
+        return shoal_comm_dead_peer(comm) >= 0 ? comm->dead_why : "no error";
     }
     return comm->last_error;
+}
+
+/* ---- asynchronous error ------------------------------------------------------------------ */
+
+/* The issue order's ticket when nobody holds or waits for it (ticket_next == ticket_serving),
+ * without blocking: 1 if taken (release with shoal_comm_ticket_release), 0 if busy. Tickets
+ * only grow, so the compare-and-swap cannot succeed on a stale pair. */
+static int shoal_comm_ticket_try(struct shoal_comm *comm)
+{
+    uint64_t serving = __atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST);
+    uint64_t expect = serving;
+    return __atomic_compare_exchange_n(&comm->ticket_next, &expect, serving + 1, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* A local peer whose process is gone, or -1. Reads only what init wrote: any thread. */
+static int shoal_comm_gone_local_peer(struct shoal_comm *comm)
+{
+    for (int l = 0; l < comm->local_size; l++) {
+        int r = comm->local_ranks[l];
+        if (r != comm->rank && comm->peers[r].pid > 0 &&
+            !shoal_comm_pid_alive((pid_t)comm->peers[r].pid)) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+/* The ticket holder's look at the peers of this host: first their processes (a dead one is
+ * named as itself), then the shared-memory transport's check (also a peer that failed its
+ * communicator, with the rank it blamed). Fails the communicator on the first failed one. */
+static void shoal_comm_probe_local(struct shoal_comm *comm)
+{
+    int r = shoal_comm_gone_local_peer(comm);
+    if (r >= 0) {
+        (void)shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, r,
+                                    "peer %d (%s) died (its process is gone; seen while idle)",
+                                    r, shoal_comm_peer_host(comm, r));
+        return;
+    }
+    if (comm->shm == NULL || comm->shm->ops->peer_check == NULL) {
+        return;
+    }
+    for (int l = 0; l < comm->local_size; l++) {
+        int culprit = -1;
+        char why[192];
+        r = comm->local_ranks[l];
+        why[0] = '\0';
+        if (r != comm->rank &&
+            comm->shm->ops->peer_check(comm->shm->ctx, l, why, sizeof(why), &culprit) !=
+                SHOAL_OK) {
+            (void)shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
+                                        shoal_comm_culprit(comm, culprit, r),
+                                        "peer %d (%s) failed (seen while idle): %s", r,
+                                        shoal_comm_peer_host(comm, r), why);
+            return;
+        }
+    }
+}
+
+shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *async_error)
+{
+    shoal_status_t st;
+    uint64_t now, last;
+    int r;
+
+    if (comm == NULL || async_error == NULL) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    st = shoal_comm_check_usable(comm);
+    now = shoal_time_ns();
+    last = __atomic_load_n(&comm->async_probe_ns, __ATOMIC_RELAXED);
+    if (st == SHOAL_OK && __atomic_load_n(&comm->dead_peer, __ATOMIC_ACQUIRE) != 0) {
+        st = SHOAL_ERR_PEER_FAILED; /* found before: its driver has not failed comm yet */
+    } else if (st == SHOAL_OK && comm->local_size > 1 && now - last >= SHOAL_ASYNC_PROBE_NS) {
+        __atomic_store_n(&comm->async_probe_ns, now, __ATOMIC_RELAXED);
+        if (shoal_comm_ticket_try(comm)) {
+            /* Idle: nobody looks at the peers; look now, as the ticket's holder (the
+             * transports have one driver at a time). */
+            shoal_comm_probe_local(comm);
+            shoal_comm_ticket_release(comm);
+            st = shoal_comm_check_usable(comm);
+        } else if ((r = shoal_comm_gone_local_peer(comm)) >= 0) {
+            /* A call in flight drives the transports and sees the failures of the peers it
+             * waits for; a peer it does not wait for may die unseen. Its driver fails the
+             * communicator at its next idle step (woken as by an abort); the answer is the
+             * status that failure gives. */
+            uint64_t one = 1;
+            int none = 0;
+            if (__atomic_compare_exchange_n(&comm->dead_peer, &none, -1, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                snprintf(comm->dead_why, sizeof(comm->dead_why),
+                         "rank %d (%s): peer %d (%s) died (its process is gone)", comm->rank,
+                         shoal_hostname(), r, shoal_comm_peer_host(comm, r));
+                __atomic_store_n(&comm->dead_peer, r + 1, __ATOMIC_RELEASE);
+            }
+            (void)!write(comm->abort_efd, &one, sizeof(one));
+            if (comm->shm != NULL && comm->shm->ops->notify != NULL) {
+                comm->shm->ops->notify(comm->shm->ctx, comm->local_rank);
+            }
+            st = SHOAL_ERR_PEER_FAILED;
+        }
+    }
+    *async_error = st;
+    return SHOAL_OK;
 }
 
 /* ---- split: (color, key) over the parent; the leader of each color runs the child's root ----

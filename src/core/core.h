@@ -122,7 +122,18 @@ struct shoal_comm {
     shoal_qos_comm_t qos;      /* src/qos: effective class, weight, marks (before the transports) */
     struct shoal_qos_pacer *pace; /* NULL when no rate applies (src/qos/pace.h) */
     shoal_stop_comm_t stop;    /* src/stop: stop requests and their agreement */
+    uint64_t async_probe_ns;   /* last look at the peers (shoal_comm_get_async_error), atomic */
+    /* A local peer shoal_comm_get_async_error found gone while another thread drove the
+     * transports: its rank + 1 (0: none), atomic; that driver fails the communicator
+     * (shoal_chan_idle), as it does on an abort: only the driver may touch the transports.
+     * -1 while the first finder writes dead_why (shoal_comm_last_error's sentence until then),
+     * which a reader that sees a rank (acquire) sees complete. */
+    int dead_peer;
+    char dead_why[160];
 };
+
+/* shoal_comm_get_async_error looks at an idle communicator's local peers at most this often. */
+#define SHOAL_ASYNC_PROBE_NS (2 * 1000 * 1000ull)
 
 /* The sticky state any thread may read while another fails or aborts the communicator. A
  * fatal status seen here comes with its sentence in last_error. */
@@ -134,6 +145,14 @@ static inline shoal_status_t shoal_comm_fatal(const struct shoal_comm *comm)
 static inline int shoal_comm_aborted(const struct shoal_comm *comm)
 {
     return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
+}
+
+/* The local peer shoal_comm_get_async_error found gone while a call was in flight (the
+ * communicator is failed by that call's driver at its next idle step), or -1. */
+static inline int shoal_comm_dead_peer(const struct shoal_comm *comm)
+{
+    int v = __atomic_load_n(&comm->dead_peer, __ATOMIC_ACQUIRE);
+    return v > 0 ? v - 1 : -1;
 }
 
 /* ---- communicator internals (comm.c) ---- */

@@ -12,6 +12,12 @@
  *                     "aborted 0: status NAME after X ms since abort: <sentence>". The others
  *                     then call AllReduces and must get an error by the third:
  *                     "late R: status NAME after X ms (N calls completed before): ...".
+ *   kill idle [MiB]   shoal_comm_get_async_error: SHOAL_OK on a healthy communicator,
+ *                     SHOAL_ERR_INVALID_ARG for NULL arguments, SHOAL_ERR_ABORTED on an aborted
+ *                     split; then, all ranks idle after an AllReduce, the last rank SIGKILLs
+ *                     itself and the survivors poll it without a collective: it must become
+ *                     SHOAL_ERR_PEER_FAILED naming the victim ("idle R: status NAME after X ms
+ *                     since the last call: <sentence>").
  *   kill loop [MiB]   every rank loops over AllReduces (printing "looping" once the first
  *                     completed) until one fails or 60 s pass, then prints "survivor R:
  *                     status NAME after X ms: <sentence>"; exits 0 if an AllReduce failed.
@@ -172,6 +178,66 @@ static int kill_mode_abort(kill_ctx_t *k, size_t count)
     return ok ? 0 : 1;
 }
 
+/* idle: a healthy communicator answers SHOAL_OK, bad arguments SHOAL_ERR_INVALID_ARG, an
+ * aborted one (a split, so the others stay usable) SHOAL_ERR_ABORTED. Then every rank idles
+ * after a last AllReduce and the last rank SIGKILLs itself: the survivors, calling no
+ * collective, poll shoal_comm_get_async_error until it is not SHOAL_OK and print
+ * "idle R: status NAME after X ms since the last call: <sentence>". */
+static int kill_mode_idle(kill_ctx_t *k, size_t count)
+{
+    int victim = k->nranks - 1, ok = 1;
+    float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
+    shoal_status_t st, async = SHOAL_ERR_INTERNAL;
+    shoal_comm_t sub = NULL;
+    double t0;
+
+    if (s == NULL || r == NULL) {
+        return 2;
+    }
+    st = shoal_comm_get_async_error(k->comm, &async);
+    printf("healthy %d: %s %s\n", k->rank, shoal_status_name(st), shoal_status_name(async));
+    ok = ok && st == SHOAL_OK && async == SHOAL_OK;
+    st = shoal_comm_get_async_error(NULL, &async);
+    printf("null comm %d: %s\n", k->rank, shoal_status_name(st));
+    ok = ok && st == SHOAL_ERR_INVALID_ARG;
+    st = shoal_comm_get_async_error(k->comm, NULL);
+    printf("null out %d: %s\n", k->rank, shoal_status_name(st));
+    ok = ok && st == SHOAL_ERR_INVALID_ARG;
+    st = shoal_comm_split(k->comm, 0, k->rank, &sub);
+    if (st == SHOAL_OK) {
+        shoal_comm_abort(sub);
+        st = shoal_comm_get_async_error(sub, &async);
+        shoal_comm_destroy(sub);
+    }
+    printf("aborted split %d: %s %s\n", k->rank, shoal_status_name(st),
+           shoal_status_name(async));
+    ok = ok && st == SHOAL_OK && async == SHOAL_ERR_ABORTED;
+    st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+    t0 = kill_now_ms();
+    if (k->rank == victim) {
+        fflush(stdout);
+        kill_sleep_ms(300);
+        kill(getpid(), SIGKILL);
+    }
+    async = SHOAL_OK;
+    while (st == SHOAL_OK && async == SHOAL_OK && kill_now_ms() - t0 < 20000) {
+        st = shoal_comm_get_async_error(k->comm, &async);
+        if (async == SHOAL_OK) {
+            kill_sleep_ms(1);
+        }
+    }
+    printf("idle %d: status %s after %.0f ms since the last call: %s\n", k->rank,
+           shoal_status_name(st != SHOAL_OK ? st : async), kill_now_ms() - t0,
+           shoal_comm_last_error(k->comm));
+    ok = ok && st == SHOAL_OK && async == SHOAL_ERR_PEER_FAILED &&
+         tap_names_rank(shoal_comm_last_error(k->comm), victim);
+    fflush(stdout);
+    kill_sleep_ms(500); /* a survivor's exit must not look like the first death to the others */
+    free(s);
+    free(r);
+    return ok ? 0 : 1;
+}
+
 static int kill_mode_loop(kill_ctx_t *k, size_t count)
 {
     float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
@@ -220,10 +286,12 @@ int main(int argc, char **argv)
         rc = kill_mode_kill(&k, count);
     } else if (strcmp(mode, "abort") == 0) {
         rc = kill_mode_abort(&k, count);
+    } else if (strcmp(mode, "idle") == 0) {
+        rc = kill_mode_idle(&k, count);
     } else if (strcmp(mode, "loop") == 0) {
         rc = kill_mode_loop(&k, count);
     } else {
-        fprintf(stderr, "usage: kill kill|abort|loop [MiB]\n");
+        fprintf(stderr, "usage: kill kill|abort|idle|loop [MiB]\n");
         rc = 2;
     }
     shoal_comm_destroy(k.comm);

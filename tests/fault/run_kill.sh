@@ -7,6 +7,9 @@
 #  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
 #    error too.
+#  - idle: shoal_comm_get_async_error's answers (healthy, NULL arguments, aborted), then the
+#    last rank dies while every rank is idle: the survivors, calling no collective, must see
+#    SHOAL_ERR_PEER_FAILED naming it from shoal_comm_get_async_error within 2 s.
 # Environment: top_builddir (set by make check), KILL_REPEAT (runs per kill case, default 1),
 # KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable),
 # KILL_WRAP (a command every rank runs through, see MP_WRAP in tests/mp/run_lib.sh),
@@ -116,6 +119,50 @@ abort_case() { # abort_case TRANSPORT NRANKS MIB
     fi
 }
 
+# idle_case TRANSPORT NRANKS: the survivors of an idle communicator learn of the victim's death
+# from shoal_comm_get_async_error alone, within idle_limit_ms of its death (300 ms after the
+# last call), and its answers to healthy, aborted and NULL arguments are right.
+idle_limit_ms=2000
+idle_case() {
+    label="idle ${1:-shm} n=$2"
+    victim=$(($2 - 1))
+    launch "$label" "$2" "$1" idle 1
+    for what in healthy "null comm" "null out" "aborted split"; do
+        want="SHOAL_OK SHOAL_OK"
+        case $what in
+        null*) want=SHOAL_ERR_INVALID_ARG ;;
+        aborted*) want="SHOAL_OK SHOAL_ERR_ABORTED" ;;
+        esac
+        bad=$(grep "^$what [0-9]*: " "$tmp/out" | grep -v ": $want\$")
+        n=$(grep -c "^$what [0-9]*: " "$tmp/out")
+        if [ -z "$bad" ] && [ "$n" -eq "$2" ]; then
+            tap OK "$label: get_async_error, $what: $want on every rank"
+        else
+            tap FAIL "$label: get_async_error, $what: expected $want on $2 ranks: ${bad:-$n lines}"
+        fi
+    done
+    r=0
+    while [ $r -lt "$victim" ]; do
+        line=$(grep "^idle $r: " "$tmp/out" | head -n 1)
+        st=$(echo "$line" | sed -n 's/^idle [0-9]*: status \([A-Z_]*\) after .*/\1/p')
+        ms=$(echo "$line" | sed -n 's/^idle [0-9]*: status [A-Z_]* after \([0-9]*\) ms .*/\1/p')
+        if [ "$st" != SHOAL_ERR_PEER_FAILED ]; then
+            tap FAIL "$label: survivor $r: ${line:-no verdict}"
+        elif ! echo "$line" | grep -Eq "(peer|rank) $victim([^0-9]|\$)"; then
+            tap FAIL "$label: survivor $r: the error does not name rank $victim: $line"
+        elif [ "${ms:-999999}" -gt $((300 + idle_limit_ms)) ]; then
+            tap FAIL "$label: survivor $r saw it $ms ms after the last call (limit $((300 + idle_limit_ms)))"
+        else
+            tap OK "$label: survivor $r: SHOAL_ERR_PEER_FAILED naming rank $victim, $ms ms after the last call (death at 300 ms), no collective"
+        fi
+        r=$((r + 1))
+    done
+    if [ "$rc" -ne 137 ]; then
+        tap FAIL "$label: shoalrun exited $rc, expected 137 (victim SIGKILLed)"
+        dump_err
+    fi
+}
+
 kill_tls="shm tcp"
 if "$builddir/shoal_info" -b 2>/dev/null | grep -q "ucx *usable: yes"; then
     kill_tls="shm tcp ucx"
@@ -132,6 +179,9 @@ while [ $i -lt "${KILL_REPEAT:-1}" ]; do
     i=$((i + 1))
 done
 connect=""
+for tl in "" tcp; do
+    idle_case "$tl" 3
+done
 for tl in "" tcp; do
     [ "${KILL_ABORT:-1}" = 0 ] && break
     abort_case "$tl" 2 0

@@ -194,19 +194,92 @@ std::exception_ptr make_error(const std::string &msg)
     }
 }
 
+// A failed communicator, asked without blocking or a collective (shoal_comm_get_async_error:
+// a failure the progress engine or the proxy thread saw, a timeout, an abort, or a peer of this
+// host that died while the communicator was idle): false while it is usable; otherwise true
+// and why it failed (its status and shoal_comm_last_error's sentence, which names the rank).
+bool comm_failed(shoal_comm_t comm, std::string *why)
+{
+    shoal_status_t async = SHOAL_OK;
+    if (shoal_comm_get_async_error(comm, &async) != SHOAL_OK || async == SHOAL_OK) {
+        return false;
+    }
+    *why = std::string(shoal_status_name(async)) + ": " + shoal_comm_last_error(comm);
+    return true;
+}
+
 } // namespace
 
+// The communicator, destroyed when the backend and every CUDA Work that may still look at its
+// error are gone.
+struct CommRef {
+    shoal_comm_t comm = nullptr;
+    ~CommRef()
+    {
+        if (comm != nullptr) {
+            shoal_comm_destroy(comm);
+        }
+    }
+};
+
+// A Work of CPU tensors, run by the backend's worker thread. wait() returns when the worker
+// finished it (raising its error), or raises at once when the communicator failed meanwhile
+// (a dead peer, seen by shoal_comm_get_async_error without waiting for the worker's call to
+// give up), or when the wait's timeout passes.
 class ShoalWork : public c10d::Work {
   public:
-    ShoalWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs)
+    ShoalWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+              std::shared_ptr<CommRef> comm, std::string who)
         : c10d::Work(rank, type, title), outputs_(std::move(outputs)),
           future_(c10::make_intrusive<c10::ivalue::Future>(
-              c10::ListType::create(c10::TensorType::get())))
+              c10::ListType::create(c10::TensorType::get()))),
+          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title))
     {
     }
 
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        // How often a waiter asks the communicator (it answers in microseconds, and looks at
+        // its local peers at most every 2 ms).
+        constexpr auto kPoll = std::chrono::milliseconds(5);
+        auto deadline = std::chrono::steady_clock::now() + timeout;
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            auto slice = kPoll;
+            if (timeout != ::kNoTimeout) {
+                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now());
+                slice = std::max(std::chrono::milliseconds(0), std::min(slice, left));
+            }
+            if (cv_.wait_for(lock, slice, [this] { return completed_; })) {
+                break;
+            }
+            std::string why;
+            lock.unlock();
+            bool failed = comm_failed(comm_->comm, &why);
+            lock.lock();
+            if (completed_) {
+                break; // the worker's own error (or result) comes first
+            }
+            if (failed) {
+                C10_THROW_ERROR(DistBackendError, who_ + ": " + title_ +
+                                                      " cannot complete, the communicator "
+                                                      "failed: " + why);
+            }
+            if (timeout != ::kNoTimeout && std::chrono::steady_clock::now() >= deadline) {
+                C10_THROW_ERROR(DistBackendError,
+                                who_ + ": " + title_ + " did not complete within the wait's "
+                                "timeout of " + std::to_string(timeout.count()) + " ms");
+            }
+        }
+        if (exception_) {
+            std::rethrow_exception(exception_);
+        }
+        return true;
+    }
 
     // Called once by the backend's worker thread.
     void complete(std::exception_ptr err)
@@ -222,33 +295,10 @@ class ShoalWork : public c10d::Work {
   private:
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
+    std::shared_ptr<CommRef> comm_;
+    std::string who_;
+    std::string title_;
 };
-
-// The communicator, destroyed when the backend and every CUDA Work that may still look at its
-// error are gone.
-struct CommRef {
-    shoal_comm_t comm = nullptr;
-    ~CommRef()
-    {
-        if (comm != nullptr) {
-            shoal_comm_destroy(comm);
-        }
-    }
-};
-
-// A failed communicator: shoal_comm_last_error says "no error" while it is usable
-// (src/core/comm.c), and why it failed (or that it was aborted) once it is not. A
-// stream-ordered call that fails later (a peer died while the stream waited) releases its
-// stream and fails the communicator; this is how that failure is seen without another call.
-bool comm_failed(shoal_comm_t comm, std::string *why)
-{
-    const char *e = shoal_comm_last_error(comm);
-    if (e == nullptr || strcmp(e, "no error") == 0) {
-        return false;
-    }
-    *why = e;
-    return true;
-}
 
 #ifdef SHOAL_TORCH_CUDA
 // A Work of CUDA tensors: the operation is on its stream; the event recorded behind it marks
@@ -299,13 +349,22 @@ class ShoalCudaWork : public c10d::Work {
     }
 
     // The current stream waits for the operation; the host blocks only when the caller gives
-    // a timeout (then up to it). Raises the communicator's failure once the event passed.
+    // a timeout (then up to it, raising at once when the communicator fails meanwhile: a dead
+    // peer is seen by shoal_comm_get_async_error before the event passes). Raises the
+    // communicator's failure once the event passed.
     bool wait(std::chrono::milliseconds timeout) override
     {
         synchronize();
         if (timeout != ::kNoTimeout) {
             auto deadline = std::chrono::steady_clock::now() + timeout;
             while (!isCompleted()) {
+                std::string why;
+                if (comm_failed(comm_->comm, &why)) { // a dead peer: now, not at the deadline
+                    C10_THROW_ERROR(DistBackendError,
+                                    who_ + ": " + title_ + " on " + dev_.str() +
+                                        " cannot complete, the communicator failed (its stream "
+                                        "is released, the results are undefined): " + why);
+                }
                 if (std::chrono::steady_clock::now() >= deadline) {
                     C10_THROW_ERROR(DistBackendError,
                                     who_ + ": " + title_ + " on " + dev_.str() +
@@ -837,7 +896,8 @@ class ShoalBackend : public c10d::Backend {
         if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) {
             seq_++;
         }
-        auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs));
+        auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs),
+                                                  comm_ref_, who());
         std::deque<Task> done;
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -919,11 +979,11 @@ class ShoalBackend : public c10d::Backend {
     {
         std::string msg =
             who() + ": " + shoal_status_name(st) + " (" + shoal_strerror(st) + ")";
-        std::string last;
+        shoal_status_t async = SHOAL_OK;
         if (!why.empty()) {
             msg += ": " + why;
-        } else if (comm_failed(comm_, &last)) {
-            msg += ": " + last;
+        } else if (shoal_comm_get_async_error(comm_, &async) == SHOAL_OK && async != SHOAL_OK) {
+            msg += ": " + std::string(shoal_comm_last_error(comm_));
         } else if (cuda && st == SHOAL_ERR_UNSUPPORTED) {
             msg += ": libshoal takes no CUDA buffers here (built without CUDA, or no CUDA "
                    "driver or GPU found; `shoal_info -b` says which)";

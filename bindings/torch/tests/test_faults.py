@@ -4,7 +4,9 @@ process group's timeout; none hangs."""
 import re
 import time
 
-from harness import launch
+import pytest
+
+from harness import launch, results_json
 
 TIMEOUT_S = 10  # the process group's timeout (init_process_group(timeout=...))
 
@@ -43,3 +45,15 @@ def test_stopped_rank_times_out():
     _survivors_raised(res, 1, [r"SHOAL_ERR_TIMEOUT", r"timed out after %d ms" % (TIMEOUT_S * 1000),
                                r"peer 1"])
     assert took < 75, "took %.1f s" % took
+
+
+@pytest.mark.parametrize("how", ["plain", "timeout"])
+def test_wait_sees_dead_peer(how):
+    # rank 0 waits for rank 2 (alive, idle); rank 1 dies: the Work's wait raises naming rank 1
+    # within a few seconds (rank 2 idles 15 s, the group's timeout is 60 s)
+    res = launch("waitfail_worker.py", 3, args=[how], timeout=60, expendable=(2,))
+    v = results_json(res.outs[0])
+    assert v is not None and res.rcs[0] == 0, res.text()[-4000:]
+    assert v["raised"] == "DistBackendError", v
+    assert "SHOAL_ERR_PEER_FAILED" in v["message"] and re.search(r"peer 1\b", v["message"]), v
+    assert v["after_kill_s"] < 5.0, v
