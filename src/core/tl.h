@@ -68,6 +68,7 @@ static inline void shoal_tl_req_start(shoal_tl_req_t *req)
 /* Capability flags */
 #define SHOAL_TL_CAP_SHARED_AREA (1u << 0) /* shared_area(): peers' memory mapped directly */
 #define SHOAL_TL_CAP_PEER_MEM (1u << 1) /* mem_query/mem_map/peer_copy: peers' buffers */
+#define SHOAL_TL_CAP_HOST_CPU (1u << 2) /* host_cpu(): whether this host's CPUs move the data */
 
 /* A shoal_mem_alloc buffer as its owner describes it to local peers (transports/shm). */
 typedef struct {
@@ -131,6 +132,11 @@ typedef struct shoal_tl_ops {
      * the peer); all len bytes or an error (logged, the peer named). */
     shoal_status_t (*peer_copy)(shoal_tl_ctx_t *ctx, int local_rank, int write, void *local,
                                 uint64_t remote, size_t len);
+    /* Optional (SHOAL_TL_CAP_HOST_CPU), after peer_copy for the same reason: 1 if this
+     * context's device moves the data with this host's CPUs (a software RDMA device: the
+     * kernel's packet processing), so that a waiter spinning on a CPU the device needs delays
+     * the very transfer it waits for; else 0. */
+    int (*host_cpu)(shoal_tl_ctx_t *ctx);
 } shoal_tl_ops_t;
 
 /* ---- libraries loaded at first use ---------------------------------------------------------
