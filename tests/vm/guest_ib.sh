@@ -129,7 +129,10 @@ fi
 
 # ---- failures: a rank killed mid-AllReduce ------------------------------------------------
 if want kill; then
+    # sanitized (VM_SANITIZE=1), 4 ranks loading their programs through 9p need more than the
+    # default 5 s to meet at the bootstrap
     sub "kill" 900 env KILL_TRANSPORTS=ib KILL_WRAP="$wrap" KILL_ABORT=0 \
+        KILL_TIMEOUT_MS=$([ -n "$san" ] && echo 30000 || echo 5000) \
         "$src/tests/fault/run_kill.sh"
 fi
 
@@ -256,18 +259,17 @@ if want perf; then
     }
     bw_iters=400 lat_iters=1000
     # Three rounds, perftest and tl_perf alternating (the host's load changes from minute to
-    # minute); the medians are compared. perftest twice: polling its completion queue (its
-    # default) and sleeping on completion events (-e): on one CPU its polling takes the CPU
-    # from rxe's packet processing in the kernel, so the better of the two is the bound.
+    # minute); the medians are compared. (perftest's write test can only poll its completion
+    # queue, "Events feature not available on WRITE verb": on one CPU that polling takes the
+    # CPU from rxe's packet processing in the kernel, and its figures pay for it.)
     for r in 1 2 3; do
         c0=$(rxe_cnt completer_retry_err) d0=$(rxe_cnt duplicate_request)
         pt ib_write_bw -s 65536 -n $bw_iters -u "${SHOAL_IB_TIMEOUT:-18}" > "$tmp/bw$r.txt"
-        pt ib_write_bw -e -s 65536 -n $bw_iters -u "${SHOAL_IB_TIMEOUT:-18}" > "$tmp/bwe$r.txt"
         c1=$(rxe_cnt completer_retry_err) d1=$(rxe_cnt duplicate_request)
         timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 2 -x SHOAL_TRANSPORT=ib "$wrap" \
             "$b/tl_perf" -t ib -b 65536 -e 65536 -n 640 -w 10 > "$tmp/tlbw$r.txt" 2>&1
         c2=$(rxe_cnt completer_retry_err) d2=$(rxe_cnt duplicate_request)
-        awk -v r=$r -v c=$((c1 - c0)) -v d=$((d1 - d0)) -v e="$(awk '$1 == 65536 { print $4 }' "$tmp/bwe$r.txt")" '$1 == 65536 { printf "# perf round %d: ib_write_bw %s MB/s, with -e %s MB/s (%d ACK timeouts, %d duplicates)\n", r, $4, e, c, d }' "$tmp/bw$r.txt"
+        awk -v r=$r -v c=$((c1 - c0)) -v d=$((d1 - d0)) '$1 == 65536 { printf "# perf round %d: ib_write_bw %s MB/s (%d ACK timeouts, %d duplicates)\n", r, $4, c, d }' "$tmp/bw$r.txt"
         awk -v r=$r -v c=$((c2 - c1)) -v d=$((d2 - d1)) '$1 == 65536 { printf "# perf round %d: tl_perf %.2f MB/s (%d ACK timeouts, %d duplicates)\n", r, $4 * 1e9 / 1048576, c, d }' "$tmp/tlbw$r.txt"
     done
     pt ib_write_lat -s 8 -n $lat_iters > "$tmp/lat.txt"
@@ -275,14 +277,12 @@ if want perf; then
         "$b/tl_perf" -t ib -b 8 -e 8 -n $lat_iters -w 50 > "$tmp/tl.txt" 2>&1
     # ib_write_bw: "#bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]"
     pbw=$(cat "$tmp"/bw[123].txt | awk '$1 == 65536 { print $4 }' | sort -n | sed -n 2p)
-    pbwe=$(cat "$tmp"/bwe[123].txt | awk '$1 == 65536 { print $4 }' | sort -n | sed -n 2p)
-    pbw=$(awk -v a="${pbw:-0}" -v e="${pbwe:-0}" 'BEGIN { print (e > a) ? e : a }')
     # tl_perf: "size iters lat(us) bw(GB/s) ..." (GB = 1e9 B); perftest's MB are 2^20 B
     sbw=$(cat "$tmp"/tlbw[123].txt | awk '$1 == 65536 { printf "%.2f\n", $4 * 1e9 / 1048576 }' | sort -n | sed -n 2p)
     # ib_write_lat: "#bytes #iterations t_min t_max t_typical t_avg ..." (usec)
     plat=$(awk '$1 == 8 { print $5 }' "$tmp/lat.txt")
     slat=$(awk '$1 == 8 { print $3 }' "$tmp/tl.txt")
-    echo "# perf: ib_write_bw ${pbw:-?} MB/s (the better median of polling and -e), ib_write_lat ${plat:-?} us; tl_perf -t ib bandwidth ${sbw:-?} MB/s, latency ${slat:-?} us (medians of 3 for bandwidth)"
+    echo "# perf: ib_write_bw ${pbw:-?} MB/s, ib_write_lat ${plat:-?} us; tl_perf -t ib bandwidth ${sbw:-?} MB/s, latency ${slat:-?} us (medians of 3 for bandwidth)"
     ok=$(awk -v s="${sbw:-0}" -v p="${pbw:-0}" 'BEGIN { print (p > 0 && s >= 0.8 * p) ? 0 : 1 }')
     tap "$ok" "perf: tl_perf -t ib 64 KiB bandwidth ${sbw:-?} MB/s vs ib_write_bw ${pbw:-?} MB/s ($(awk -v s="${sbw:-0}" -v p="${pbw:-1}" 'BEGIN { printf "%.0f", 100 * s / p }')%; target >= 80%)"
     ok=$(awk -v s="${slat:-0}" -v p="${plat:-0}" 'BEGIN { print (p > 0 && s > 0 && s <= 1.5 * p) ? 0 : 1 }')
