@@ -270,10 +270,30 @@ static int shoal_comm_pinned_cpu(int *ncpu_p)
  * local ranks exist and the host's ranks outnumber its CPUs; an unbound rank shares when the
  * host's ranks outnumber the CPUs it may run on. (Counting only the bound rank's own CPU
  * made every bound rank yield at once: the yield costs a system call per wait, 2x the
- * latency of a small AllReduce on 2 ranks.) */
+ * latency of a small AllReduce on 2 ranks.)
+ * A transport whose device moves the data with this host's CPUs (host_cpu(): Soft-RoCE) adds
+ * one more party to the count: the kernel's packet processing. Where that makes the CPUs
+ * too few, a waiter also yields at once, and it sleeps (on the transport's fd, woken by the
+ * completion) after SHOAL_HOST_CPU_YIELDS yields at most: tests/vm on one CPU, 64 KiB
+ * streams over rxe, 3.3 MiB/s with 2000 yields, 6.6 with 1 (pausing first: 8 B latency 4 ms,
+ * a scheduler tick, against 0.24-0.39 ms). */
+#define SHOAL_HOST_CPU_YIELDS 16
+
+static int shoal_comm_host_cpu(struct shoal_comm *comm)
+{
+    for (int t = 0; t < comm->ntls; t++) {
+        const shoal_tl_ops_t *ops = comm->tls[t].ops;
+        if (comm->tls[t].ctx != NULL && (ops->caps & SHOAL_TL_CAP_HOST_CPU) != 0 &&
+            ops->host_cpu != NULL && ops->host_cpu(comm->tls[t].ctx)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void shoal_comm_plan_spinning(struct shoal_comm *comm)
 {
-    int ncpu, mine = comm->peers[comm->rank].pinned_cpu, shared = 0, unbound = 0;
+    int ncpu, mine = comm->peers[comm->rank].pinned_cpu, shared = 0, unbound = 0, dev = 0;
     int online = (int)sysconf(_SC_NPROCESSORS_ONLN);
 
     (void)shoal_comm_pinned_cpu(&ncpu); /* the CPUs it may run on (mine: as the others saw) */
@@ -291,10 +311,18 @@ static void shoal_comm_plan_spinning(struct shoal_comm *comm)
         }
         shared |= unbound && comm->local_size > online;
     }
+    if (shoal_comm_host_cpu(comm)) {
+        dev = comm->local_size + 1 > (mine == 0 ? ncpu : online);
+        shared |= dev;
+    }
     comm->pause_spins = shared ? 0 : shoal_core_config.spin_pause;
-    shoal_trace(INIT, "rank %d: %d local ranks, bound to cpu %d of %d allowed (%d online): %s, "
-                "%u pause polls before yielding", comm->rank, comm->local_size, mine - 1, ncpu,
-                online, shared ? "cpu shared" : "cpu not shared", comm->pause_spins);
+    comm->spin_count = dev ? SHOAL_MIN(shoal_core_config.spin_count, SHOAL_HOST_CPU_YIELDS)
+                           : shoal_core_config.spin_count;
+    shoal_trace(INIT, "rank %d: %d local ranks, bound to cpu %d of %d allowed (%d online)%s: "
+                "%s, %u pause polls before yielding, %u yields before sleeping", comm->rank,
+                comm->local_size, mine - 1, ncpu, online,
+                dev ? ", a device driven by the host's CPUs" : "",
+                shared ? "cpu shared" : "cpu not shared", comm->pause_spins, comm->spin_count);
 }
 
 /* Which registry transport carries the channel to peer p (same on both sides). */
@@ -564,7 +592,6 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
         comm->peers[p].host[SHOAL_HOSTNAME_MAX - 1] = '\0';
     }
     SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
-    shoal_comm_plan_spinning(comm);
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->peers[p].lazy != me.lazy) {
             shoal_error(INIT, "rank %d connects channels %s, rank %d (%s) %s: SHOAL_CONNECT and "
@@ -576,6 +603,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
         }
     }
     SHOAL_CHECK_GOTO(shoal_comm_init_tls(comm, used), st, out);
+    shoal_comm_plan_spinning(comm); /* after init: a transport's device may need our CPUs */
     SHOAL_CHECK_GOTO(shoal_comm_connect(comm, boot), st, out);
     /* Everyone connected (or, lazy, listening): transports may drop their names and
      * listeners where no connection is made later. */

@@ -78,6 +78,7 @@ static inline void shoal_tl_req_start(shoal_tl_req_t *req)
  * endpoint that cannot connect fails its requests (SHOAL_ERR_PEER_FAILED, SHOAL_ERR_AUTH,
  * SHOAL_ERR_TIMEOUT after timeout_ms), never blocks. */
 #define SHOAL_TL_CAP_LAZY (1u << 2)
+#define SHOAL_TL_CAP_HOST_CPU (1u << 3) /* host_cpu(): whether this host's CPUs move the data */
 
 /* A shoal_mem_alloc buffer as its owner describes it to local peers (transports/shm). */
 typedef struct {
@@ -142,6 +143,11 @@ typedef struct shoal_tl_ops {
      * the peer); all len bytes or an error (logged, the peer named). */
     shoal_status_t (*peer_copy)(shoal_tl_ctx_t *ctx, int local_rank, int write, void *local,
                                 uint64_t remote, size_t len);
+    /* Optional (SHOAL_TL_CAP_HOST_CPU), after peer_copy for the same reason: 1 if this
+     * context's device moves the data with this host's CPUs (a software RDMA device: the
+     * kernel's packet processing), so that a waiter spinning on a CPU the device needs delays
+     * the very transfer it waits for; else 0. */
+    int (*host_cpu)(shoal_tl_ctx_t *ctx);
 } shoal_tl_ops_t;
 
 /* ---- libraries loaded at first use ---------------------------------------------------------

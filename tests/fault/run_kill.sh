@@ -10,7 +10,9 @@
 #  - idle: shoal_comm_get_async_error's answers (healthy, NULL arguments, aborted), then the
 #    last rank dies while every rank is idle: the survivors, calling no collective, must see
 #    SHOAL_ERR_PEER_FAILED naming it from shoal_comm_get_async_error within 2 s.
-# Environment: top_builddir (set by make check), KILL_REPEAT (runs per kill case, default 1),
+# Environment: top_builddir (set by make check), KILL_TIMEOUT_MS (the jobs' SHOAL_TIMEOUT_MS,
+# default 5000; tests/vm's sanitized run gives its slow 4-rank start more), KILL_REPEAT (runs
+# per kill case, default 1),
 # KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable),
 # KILL_WRAP (a command every rank runs through, see MP_WRAP in tests/mp/run_lib.sh),
 # KILL_ABORT=0 to skip the abort cases.
@@ -19,7 +21,7 @@
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/fault/kill
-timeout_ms=5000
+timeout_ms=${KILL_TIMEOUT_MS:-5000}
 slack_ms=3000
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_kill.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM

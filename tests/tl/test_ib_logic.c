@@ -153,6 +153,26 @@ static void test_gid(void)
     tap_is_int(shoal_ib_gid_parse(V6, raw), 0, "gid: parser reads the sysfs form");
 }
 
+/* Software devices: rxe and siw by their vendor ids, others by the missing bus device. */
+static void test_soft_device(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/class/infiniband/mlx5_0/device/vendor", root);
+    put_file(path, "0x15b3");
+    snprintf(path, sizeof(path), "%s/class/infiniband/rxe0/parent", root); /* as rdma_rxe's */
+    put_file(path, "veth0");
+    tap_is_int(shoal_ib_soft_device(root, "mlx5_0", 0x02c9), 0,
+               "soft device: a device with a bus device behind it is hardware");
+    tap_is_int(shoal_ib_soft_device(root, "rxe0", 0x02c9), 1,
+               "soft device: no bus device in sysfs (rdma_rxe's layout) is software");
+    tap_is_int(shoal_ib_soft_device(root, "mlx5_0", SHOAL_IB_VENDOR_RXE), 1,
+               "soft device: rxe's vendor id is software");
+    tap_is_int(shoal_ib_soft_device(root, "mlx5_0", SHOAL_IB_VENDOR_SIW), 1,
+               "soft device: siw's vendor id is software");
+    tap_is_int(shoal_ib_soft_device(root, "absent", 0x02c9), 0,
+               "soft device: without sysfs, a hardware device is assumed");
+}
+
 static void test_mtu(void)
 {
     char why[160];
@@ -955,6 +975,7 @@ int main(int argc, char **argv)
     }
     test_hca();
     test_gid();
+    test_soft_device();
     test_mtu();
     test_credits();
     test_model();

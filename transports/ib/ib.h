@@ -79,6 +79,7 @@ typedef struct {
     unsigned max_inline;      /* SHOAL_IB_MAX_INLINE */
     const char *oob_ifname;   /* SHOAL_IB_OOB_IFNAME */
     int use_rdmacm;           /* SHOAL_IB_USE_RDMACM */
+    int soft_device;          /* SHOAL_IB_SOFT_DEVICE: -1 detect, 0, 1 */
     const char *sysfs_root;   /* SHOAL_IB_SYSFS_ROOT */
 } shoal_ib_config_t;
 
@@ -131,6 +132,14 @@ SHOAL_HIDDEN shoal_status_t shoal_ib_gid_select(const char *root, const char *de
 /* "fe80:0000:...:0001" -> 16 bytes; 0 or -1. */
 SHOAL_HIDDEN int shoal_ib_gid_parse(const char *text, uint8_t raw[16]);
 SHOAL_HIDDEN void shoal_ib_gid_str(const uint8_t raw[16], char *buf, size_t len);
+
+/* ---- software devices (ib_gid.c) -------------------------------------------------------- */
+/* A device whose packets the kernel makes and takes apart on this host's CPUs (Soft-RoCE
+ * rdma_rxe, Soft-iWARP siw): by its vendor id (the drivers' own constants) or, for others,
+ * by having no bus device in <root>/class/infiniband/<dev>/device. 1 or 0. */
+#define SHOAL_IB_VENDOR_RXE 0xffffffu
+#define SHOAL_IB_VENDOR_SIW 0x626d74u
+SHOAL_HIDDEN int shoal_ib_soft_device(const char *root, const char *dev, uint32_t vendor_id);
 
 /* ---- MTU (ib_gid.c): verbs enum values 1 (256) .. 5 (4096) ------------------------------ */
 

@@ -17,6 +17,7 @@ shoal_ib_config_t shoal_ib_config = {
     .reg_cache = 0,
     .reg_cache_max = 64u << 20,
     .max_inline = 128,
+    .soft_device = -1,
 };
 
 static const char *const shoal_ib_family_names[] = {
@@ -91,6 +92,12 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "not apply), after the same authenticated out-of-band handshake, which "
                    "issues the token the rdma_cm request must carry. The same on every rank; "
                    "0: the out-of-band queue pair exchange"),
+    SHOAL_IB_FIELD("IB_SOFT_DEVICE", "-1", SHOAL_CFG_INT, soft_device,
+                   "1: the device is a software one whose packets this host's CPUs process "
+                   "(Soft-RoCE, Soft-iWARP), so where the host's ranks leave no CPU free for "
+                   "that work, waiters neither pause-spin nor yield long but sleep until the "
+                   "completion; 0: a hardware device (waiters spin); -1: detect (the rxe and "
+                   "siw vendor ids, or no bus device in sysfs)"),
     SHOAL_IB_FIELD("IB_SYSFS_ROOT", "/sys", SHOAL_CFG_STRING, sysfs_root,
                    "root of the sysfs tree read for RoCE GID types and the host's RoCE QoS "
                    "configuration (tests)"),

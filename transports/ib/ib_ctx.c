@@ -319,6 +319,13 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
         }
     }
     snprintf(ctx->devname, sizeof(ctx->devname), "%s", pk.name);
+    ctx->soft = shoal_ib_config.soft_device;
+    if (ctx->soft < 0) {
+        struct ibv_device_attr da;
+        ctx->soft = shoal_ib_soft_device(shoal_ib_config.sysfs_root, ctx->devname,
+                                         ibv_query_device(ctx->dev, &da) == 0 ? da.vendor_id
+                                                                               : 0);
+    }
     SHOAL_CHECK_GOTO(shoal_ib_ctx_gid(ctx, &pk), status, err);
     SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk), status, err);
     if (pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
@@ -341,9 +348,10 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     if (ctx->use_cm) {
         SHOAL_CHECK_GOTO(shoal_ib_cm_listen(ctx), status, err);
     }
-    shoal_info(IB, "rank %d: %s port %d, %s, MTU %d, %u slots of %u bytes per peer, %s", ctx->rank,
-               ctx->devname, pk.port,
+    shoal_info(IB, "rank %d: %s port %d, %s%s, MTU %d, %u slots of %u bytes per peer, %s",
+               ctx->rank, ctx->devname, pk.port,
                pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+               ctx->soft ? " (a software device)" : "",
                shoal_ib_mtu_bytes(ctx->addr.mtu), ctx->nslots, ctx->slot_size,
                ctx->reg_cache ? "sends from registered user buffers (SHOAL_IB_REG_CACHE=1)"
                               : "sends through bounce slots");
@@ -513,6 +521,12 @@ static void shoal_ib_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t statu
     }
 }
 
+/* A software device's packets are made and taken apart by this host's CPUs. */
+static int shoal_ib_host_cpu(shoal_tl_ctx_t *ctx)
+{
+    return ctx->soft;
+}
+
 /* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. Loads libibverbs (first
  * call): only asked when the ib transport may be used (tl_registry.c). */
 static int shoal_ib_query(void)
@@ -528,7 +542,7 @@ static int shoal_ib_query(void)
 const shoal_tl_ops_t shoal_tl_ib_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "ib",
-    .caps = 0,
+    .caps = SHOAL_TL_CAP_HOST_CPU,
     .intra_node_only = 0,
     .query = shoal_ib_query,
     .init = shoal_ib_init,
@@ -542,4 +556,5 @@ const shoal_tl_ops_t shoal_tl_ib_ops = {
     .wait = NULL,
     .fail = shoal_ib_fail,
     .fini = shoal_ib_fini,
+    .host_cpu = shoal_ib_host_cpu,
 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #define SHOAL_IB_GID_SCAN_MAX 1024  /* never look past this many table entries */
 
@@ -302,6 +303,25 @@ shoal_status_t shoal_ib_gid_select(const char *root, const char *dev, int port, 
                      family == SHOAL_IB_FAMILY_INET ? "IPv4" : "IPv6", dev, port, nv2);
     }
     return SHOAL_ERR_TRANSPORT;
+}
+
+/* ---- software devices ---------------------------------------------------------------------- */
+
+int shoal_ib_soft_device(const char *root, const char *dev, uint32_t vendor_id)
+{
+    char path[512];
+    struct stat st;
+    if (vendor_id == SHOAL_IB_VENDOR_RXE || vendor_id == SHOAL_IB_VENDOR_SIW) {
+        return 1;
+    }
+    /* a device of the class with no bus device behind it is the kernel's own */
+    snprintf(path, sizeof(path), "%s/class/infiniband/%s", root != NULL ? root : "/sys", dev);
+    if (stat(path, &st) != 0) {
+        return 0; /* no sysfs: not known, a hardware device is the safer guess */
+    }
+    snprintf(path, sizeof(path), "%s/class/infiniband/%s/device", root != NULL ? root : "/sys",
+             dev);
+    return stat(path, &st) != 0;
 }
 
 /* ---- MTU ----------------------------------------------------------------------------------- */

@@ -100,6 +100,7 @@ struct shoal_tl_ctx {
     shoal_ib_addr_t addr;         /* ours */
     uint32_t nslots, slot_size, max_inline, credit_thresh, nbounce;
     int reg_cache;                /* SHOAL_IB_REG_CACHE */
+    int soft;                     /* a software device: this host's CPUs move the data */
     size_t reg_cache_max;         /* SHOAL_IB_REG_CACHE_MAX, 0 where the hooks are missing */
     /* out of band */
     int listen_fd;
