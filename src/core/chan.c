@@ -146,6 +146,13 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
     }
     if (SHOAL_UNLIKELY(shoal_comm_dead_peer(comm) >= 0)) {
         int r = shoal_comm_dead_peer(comm);
+        if (!comm->dead_grace) {
+            /* The caller progresses once more before it comes back here: a peer that wrote its
+             * last message and exited (a job's end) completes this call instead of failing it;
+             * everything it wrote is visible now that its process is gone. */
+            comm->dead_grace = 1;
+            return SHOAL_OK;
+        }
         return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED, r,
                                      "peer %d (%s) died (its process is gone) while %s", r,
                                      shoal_comm_peer_host(comm, r), what);

@@ -130,6 +130,10 @@ struct shoal_comm {
      * which a reader that sees a rank (acquire) sees complete. */
     int dead_peer;
     char dead_why[160];
+    /* The driver's one more pass after it first sees dead_peer (shoal_chan_idle): what the
+     * peer wrote before it went (a finished job's last message) is delivered first. Only the
+     * ticket holder touches it. */
+    int dead_grace;
 };
 
 /* shoal_comm_get_async_error looks at an idle communicator's local peers at most this often. */

@@ -245,6 +245,8 @@ class ShoalWork : public c10d::Work {
         // How often a waiter asks the communicator (it answers in microseconds, and looks at
         // its local peers at most every 2 ms).
         constexpr auto kPoll = std::chrono::milliseconds(5);
+        // How long a failed communicator's worker has to say how its call ended.
+        constexpr auto kWorkerGrace = std::chrono::milliseconds(500);
         auto deadline = std::chrono::steady_clock::now() + timeout;
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
@@ -263,6 +265,12 @@ class ShoalWork : public c10d::Work {
             lock.lock();
             if (completed_) {
                 break; // the worker's own error (or result) comes first
+            }
+            // The worker's own answer stays the truth when it comes soon: a peer that sent its
+            // last message and exited (a job's end) completes this call rather than failing
+            // it, and a call that cannot complete fails at its driver's next idle step.
+            if (failed && cv_.wait_for(lock, kWorkerGrace, [this] { return completed_; })) {
+                break;
             }
             if (failed) {
                 C10_THROW_ERROR(DistBackendError, who_ + ": " + title_ +
