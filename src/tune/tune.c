@@ -317,8 +317,9 @@ static void shoal_tune_fmt(int k, uint64_t v, char *buf, size_t len)
 void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
 {
     static const char *const csrc[] = {"unknown", "sysfs", "hwloc", "SHOAL_TUNE_MACHINE"};
-    static const char *const bsrc[] = {"not measured", "measured now", "measured earlier, "
-                                       "per-host cache file", "SHOAL_TUNE_MACHINE"};
+    static const char *const bsrc[] = {"not measured", "measured now",
+                                       "measured earlier, per-host cache file",
+                                       "SHOAL_TUNE_MACHINE"};
     const shoal_tune_machine_t *m = &t->machine;
 
     fprintf(fp, "# settings that follow the machine (SHOAL_TUNE=%d)\n", shoal_tune_config.enable);
