@@ -182,6 +182,12 @@ while [ $i -lt "${KILL_REPEAT:-1}" ]; do
 done
 connect=""
 for tl in "" tcp; do
+    if [ -n "${KILL_WRAP:-}" ]; then
+        # Ranks on virtual hosts (tests/vm): an idle communicator looks only at the peers of
+        # its own host; others learn of a death at their next call (README).
+        tap OK "idle ${tl:-shm} n=3 # SKIP ranks wrapped onto several hosts (KILL_WRAP)"
+        continue
+    fi
     idle_case "$tl" 3
 done
 for tl in "" tcp; do
