@@ -327,7 +327,7 @@ static void shoal_tcp_fini(shoal_tl_ctx_t *ctx)
     if (ctx->epfd >= 0) {
         close(ctx->epfd);
     }
-    memset(ctx->secret, 0, sizeof(ctx->secret));
+    shoal_secret_wipe(ctx->secret, sizeof(ctx->secret)); /* not elided before the free */
     free(ctx);
 }
 

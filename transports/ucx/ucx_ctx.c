@@ -131,7 +131,7 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
     free(ctx->eps);
     free(ctx->live_pfds);
     free(ctx->slot_mem);
-    memset(ctx->secret, 0, sizeof(ctx->secret));
+    shoal_secret_wipe(ctx->secret, sizeof(ctx->secret)); /* not elided before the free */
     free(ctx);
 }
 
