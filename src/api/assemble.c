@@ -4,9 +4,11 @@
  * hosts, sockets, ring order, links; owned by the communicator as comm->topo), then the
  * algorithms' state (src/coll: scratch, shared areas, the cost model's shape of comm->topo).
  * Core reaches this only through shoal_comm_assembly (core.h). The CUDA layer keeps its
- * per-communicator state in the proxy's extension slot, made on first use.
+ * per-communicator state in the proxy's extension slot, made on first use, and runs calls
+ * on host memory through coll's algorithms by shoal_cuda_host (cuda.h), defined here.
  */
 #include "coll/coll.h"
+#include "cuda/cuda.h"
 #include "topo/topo.h"
 
 static shoal_status_t shoal_assemble_init(struct shoal_comm *comm)
@@ -25,4 +27,8 @@ static void shoal_assemble_fini(struct shoal_comm *comm)
 const shoal_comm_assembly_t shoal_comm_assembly = {
     .init = shoal_assemble_init,
     .fini = shoal_assemble_fini,
+};
+
+const shoal_cuda_host_t shoal_cuda_host = {
+    .run = shoal_coll_run,
 };

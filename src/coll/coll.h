@@ -2,23 +2,11 @@
 #ifndef SHOAL_COLL_H
 #define SHOAL_COLL_H
 
+#include "core/call.h"
 #include "core/core.h"
 #include "reduce/reduce.h"
 #include "topo/topo.h"
 #include "tune/tune.h"
-
-typedef enum {
-    SHOAL_COLL_ALLREDUCE = 0,
-    SHOAL_COLL_BROADCAST,
-    SHOAL_COLL_REDUCE,
-    SHOAL_COLL_ALLGATHER,
-    SHOAL_COLL_REDUCE_SCATTER,
-    SHOAL_COLL_BARRIER,
-    SHOAL_COLL_SEND,
-    SHOAL_COLL_RECV,
-    SHOAL_COLL_ALLTOALL,   /* count elements per peer block */
-    SHOAL_COLL_TYPE_COUNT
-} shoal_coll_type_t;
 
 typedef enum {
     SHOAL_ALGO_AUTO = 0,
@@ -35,15 +23,6 @@ typedef enum {
     SHOAL_ALGO_COUNT
 } shoal_algo_t;
 
-typedef struct {
-    shoal_coll_type_t type;
-    const void *sendbuf;
-    void *recvbuf;
-    size_t count;          /* elements (per rank for allgather/reduce_scatter) */
-    shoal_dtype_t dtype;
-    shoal_op_t op;
-    int root;              /* broadcast/reduce root, send/recv peer */
-} shoal_coll_args_t;
 
 /* SHOAL_SHM_ONESHOT_MAX=0: one-shot up to these sizes, with a core per rank / ranks sharing
  * cores (perf/select_check.sh on 2 cores: two-shot wins from 4 KiB on 2 ranks, where a
@@ -127,8 +106,6 @@ typedef struct shoal_coll_state {
     uint8_t *pool[SHOAL_PLAN_POOL];
     int npool;
 } shoal_coll_state_t;
-
-#define SHOAL_P2P_STEP 0xffffffffu
 
 /* Selection (select.c): minimum of the cost table's cost_us for the call's collective and
  * size; SHOAL_ALGO forces where it applies. */
@@ -310,13 +287,6 @@ SHOAL_HIDDEN shoal_status_t shoal_prim_send(struct shoal_comm *comm, int to, con
 SHOAL_HIDDEN shoal_status_t shoal_prim_recv(struct shoal_comm *comm, int from, void *buf,
                                             size_t len, uint32_t seq, uint32_t step,
                                             uint32_t chunk);
-/* Element range [off, off+len) of block b when n elements are cut into nblocks. */
-static inline void shoal_block_range(size_t n, int nblocks, int b, size_t *off_p, size_t *len_p)
-{
-    size_t lo = n * (size_t)b / (size_t)nblocks, hi = n * (size_t)(b + 1) / (size_t)nblocks;
-    *off_p = lo;
-    *len_p = hi - lo;
-}
 static inline int shoal_mod(int a, int n)
 {
     int m = a % n;

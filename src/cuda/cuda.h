@@ -1,5 +1,5 @@
 /*
- * The CUDA layer as the collective API sees it (src/coll/api.c, src/cuda/group.c). A call goes
+ * The CUDA layer as the collective API sees it (src/api/api.c, src/cuda/group.c). A call goes
  * to the layer when it names a stream or any of its buffers is device memory; the layer runs
  * it stream-ordered through the proxy thread (stream != NULL) or blocking (stream == NULL).
  * Without a CUDA build the layer is absent: a stream is SHOAL_ERR_UNSUPPORTED.
@@ -7,7 +7,16 @@
 #ifndef SHOAL_CUDA_H
 #define SHOAL_CUDA_H
 
-#include "coll/coll.h"
+#include "core/call.h"
+#include "core/core.h"
+
+/* How the CUDA layer runs a call on host memory (a staged chunk, host buffers on a stream):
+ * through coll's algorithms, which sit above it (DESIGN.md section 1: cuda < coll). The
+ * assembly (src/api/assemble.c) defines the table; the CUDA layer never names coll. */
+typedef struct {
+    shoal_status_t (*run)(struct shoal_comm *comm, const shoal_coll_args_t *a);
+} shoal_cuda_host_t;
+extern SHOAL_HIDDEN const shoal_cuda_host_t shoal_cuda_host;
 
 #if SHOAL_HAVE_CUDA
 /* 1 if the call is for the CUDA layer (stream != NULL or a device buffer). Cheap for host

@@ -85,7 +85,7 @@ static shoal_status_t shoal_cuda_run_one(shoal_cuda_comm_t *cc, const shoal_cuda
 {
     const shoal_coll_args_t *a = &it->a;
     if (!it->in.dev && !it->out.dev) {
-        return shoal_coll_run(cc->comm, a); /* host buffers, stream-ordered */
+        return shoal_cuda_host.run(cc->comm, a); /* host buffers, stream-ordered */
     }
     if (a->type == SHOAL_COLL_ALLREDUCE && it->in.dev && it->out.dev && cc->comm->nranks > 1) {
         if (shoal_cuda_config.backend == SHOAL_CUDA_BACKEND_NCCL && shoal_cuda_nccl_usable(cc)) {

@@ -144,7 +144,7 @@ static inline shoal_status_t shoal_cuda_host_coll(shoal_cuda_comm_t *cc, shoal_c
 {
     shoal_coll_args_t a = {.type = type, .sendbuf = in, .recvbuf = out, .count = count,
                            .dtype = dtype, .op = op, .root = root};
-    return shoal_coll_run(cc->comm, &a);
+    return shoal_cuda_host.run(cc->comm, &a);
 }
 
 #endif

@@ -94,7 +94,7 @@ static shoal_status_t shoal_cuda_stage_issue(shoal_cuda_stage_t *s, const shoal_
         b.sendbuf = shoal_cuda_slot_in(s, op->slot);
         b.recvbuf = shoal_cuda_slot_out(s, op->slot);
         b.count = len;
-        SHOAL_CHECK(shoal_coll_run(s->cc->comm, &b));
+        SHOAL_CHECK(shoal_cuda_host.run(s->cc->comm, &b));
         return shoal_pipe_complete(&s->p, SHOAL_PIPE_NET, op->chunk);
     }
     if (dir) {
@@ -138,7 +138,7 @@ shoal_status_t shoal_cuda_stage_coll(shoal_cuda_comm_t *cc, const shoal_cuda_ite
     unsigned flags, spins = 0;
 
     if (it->a.type == SHOAL_COLL_BARRIER) {
-        return shoal_coll_run(cc->comm, &it->a);
+        return shoal_cuda_host.run(cc->comm, &it->a);
     }
     SHOAL_CHECK(shoal_cuda_stage_shape(&s, &flags));
     SHOAL_CHECK(shoal_pipe_geometry(&s.shape, cc->staging_size, shoal_cuda_config.chunk_size,
