@@ -4,6 +4,11 @@
  * Two communicators split from the same parent, identical but for the meter (the second is
  * created with the module's switch SHOAL_METER turned off), run alternating batches of the
  * same collective (the order of each pair alternates too, so drift and warm-up fall on both).
+ * With -d qos the two differ in the QoS pacer instead (src/qos/pace.h): the first is created
+ * with a rate cap too high to ever hold a call back (SHOAL_QOS_RATE_MAX, -r, default 1000g:
+ * the pacer's take on every send, never a wait), the second with none (one branch per send):
+ * issue 12's overhead of QoS for a tenant alone, in one process (perf/qos_bench.sh --mode
+ * overhead).
  * Per batch: the mean ns per call (CLOCK_MONOTONIC around the batch). Rank 0 prints the
  * medians and minima of both, the ratios, and the median of the per-pair differences (the
  * metering's cost per call: the most robust figure on a loaded machine).
@@ -16,7 +21,7 @@
  * measures each call's time cannot go below two clock reads per call.
  *
  *   shoalrun -n 2 build/meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] [-c COLL]
- *                                   [-o on|off]
+ *                                   [-o on|off] [-d meter|qos] [-r RATE]
  *   COLL: allreduce (default) | broadcast | barrier
  *   -o: only CALLS calls on the metered (on) or the unmetered (off) communicator, after the
  *       warm-up, nothing timed: for an instruction count under valgrind --tool=callgrind
@@ -25,6 +30,7 @@
  */
 #include "core/core.h"
 #include "meter/meter.h"
+#include "qos/pace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,15 +154,26 @@ static void pieces(struct shoal_meter *m, pieces_t *p)
 int main(int argc, char **argv)
 {
     size_t bytes = 8;
-    int calls = 2000, pairs = 101, warmup = 2000, opt, rank, only = -1;
+    int calls = 2000, pairs = 101, warmup = 2000, opt, rank, only = -1, qos = 0;
+    size_t rate = (size_t)1000 << 30;
     coll_t coll = COLL_ALLREDUCE;
     shoal_comm_t parent, on, off;
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
     double *ton, *toff, *diff;
     char *in, *out;
 
-    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:d:r:")) != -1) {
         switch (opt) {
+        case 'd':
+            qos = strcmp(optarg, "qos") == 0;
+            break;
+        case 'r': {
+            char *end;
+            rate = strtoull(optarg, &end, 0);
+            rate <<= *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
+                     : *end == 'G' || *end == 'g' ? 30 : 0;
+            break;
+        }
         case 'o':
             only = strcmp(optarg, "on") == 0;
             break;
@@ -183,12 +200,13 @@ int main(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] "
-                            "[-c allreduce|broadcast|barrier] [-o on|off]\n");
+                            "[-c allreduce|broadcast|barrier] [-o on|off] [-d meter|qos] "
+                            "[-r RATE]\n");
             return 2;
         }
     }
-    if (calls < 1 || pairs < 1) {
-        fprintf(stderr, "meter_bench: -n and -k must be positive\n");
+    if (calls < 1 || pairs < 1 || rate == 0) {
+        fprintf(stderr, "meter_bench: -n, -k and -r must be positive\n");
         return 2;
     }
     in = calloc(1, bytes ? bytes : 1);
@@ -205,19 +223,36 @@ int main(int argc, char **argv)
         return 1;
     }
     shoal_comm_rank(parent, &rank);
-    /* Same split, same channels and areas: only the meter differs. */
+    /* Same split, same channels and areas: only the meter (or the pacer) differs. */
+    if (qos) {
+        const char *rp = shoal_qos_pace_config.rates;
+        if (shoal_qos_pace_config.rate_max != 0 || (rp != NULL && strcmp(rp, "none") != 0)) {
+            fprintf(stderr, "meter_bench: -d qos compares with no pacer: unset "
+                            "SHOAL_QOS_RATE_MAX and SHOAL_QOS_RATES\n");
+            return 1;
+        }
+        shoal_qos_pace_config.rate_max = rate;
+    }
     if (shoal_comm_split(parent, 0, rank, &on) != SHOAL_OK) {
         fprintf(stderr, "meter_bench: split failed\n");
         return 1;
     }
-    shoal_meter_config.enabled = 0;
+    if (qos) {
+        shoal_qos_pace_config.rate_max = 0;
+    } else {
+        shoal_meter_config.enabled = 0;
+    }
     if (shoal_comm_split(parent, 0, rank, &off) != SHOAL_OK) {
         fprintf(stderr, "meter_bench: split failed\n");
         return 1;
     }
     shoal_meter_config.enabled = 1;
-    if (on->meter == NULL || off->meter != NULL) {
+    if (!qos && (on->meter == NULL || off->meter != NULL)) {
         fprintf(stderr, "meter_bench: SHOAL_METER must be on (the default) to compare\n");
+        return 1;
+    }
+    if (qos && (on->pace == NULL || off->pace != NULL)) {
+        fprintf(stderr, "meter_bench: the paced communicator has no pacer\n");
         return 1;
     }
     batch(on, coll, in, out, bytes, warmup);
@@ -246,18 +281,22 @@ int main(int argc, char **argv)
         mon = median(ton, pairs);
         moff = median(toff, pairs);
         md = median(diff, pairs);
-        pieces(on->meter, &pc);
-        printf("ranks %d\nbytes %zu\ncalls_per_batch %d\npairs %d\n", nranks, bytes, calls,
-               pairs);
+        printf("ranks %d\nbytes %zu\ncalls_per_batch %d\npairs %d\ndiffers %s\n", nranks,
+               bytes, calls, pairs, qos ? "qos" : "meter");
         printf("on_median_ns %.2f\noff_median_ns %.2f\nratio_median %.4f\n", mon, moff,
                mon / moff);
         printf("on_min_ns %.2f\noff_min_ns %.2f\nratio_min %.4f\n", mnon, mnoff, mnon / mnoff);
         printf("diff_median_ns %.2f\nratio_diff %.4f\n", md, (moff + md) / moff);
-        printf("clock %s\nclock_ghz %.3f\nclock_read_ns %.2f\nclock_gettime_ns %.2f\n"
-               "hooks_ns %.2f\nhooks_marginal_ns %.2f\n",
-               shoal_tick_clock.tsc ? "tsc" : "clock_monotonic",
-               (double)shoal_tick_clock.ticks_per_sec / 1e9, pc.ticks, pc.mono, pc.hooks,
-               pc.marginal);
+        if (!qos) {
+            pieces(on->meter, &pc);
+            printf("clock %s\nclock_ghz %.3f\nclock_read_ns %.2f\nclock_gettime_ns %.2f\n"
+                   "hooks_ns %.2f\nhooks_marginal_ns %.2f\n",
+                   shoal_tick_clock.tsc ? "tsc" : "clock_monotonic",
+                   (double)shoal_tick_clock.ticks_per_sec / 1e9, pc.ticks, pc.mono, pc.hooks,
+                   pc.marginal);
+        } else {
+            printf("paced_ns %llu\n", (unsigned long long)shoal_qos_pace_held_ns(on->pace));
+        }
     }
     shoal_comm_destroy(off);
     shoal_comm_destroy(on);

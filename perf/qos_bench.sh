@@ -18,7 +18,12 @@
 #                   runs with SHOAL_QOS_RATE_MAX unset (no pacer: one branch per send) and
 #                   set very high (1000g: the pacer's clock read and arithmetic on every send,
 #                   never a wait); medians and the ratio set/unset, and the best runs (on
-#                   a loaded machine the best run is the closest to the cost itself).
+#                   a loaded machine the best run is the closest to the cost itself). Then
+#                   the same comparison in one process (perf/meter_bench.c -d qos: two
+#                   communicators split from one parent, one paced at 1000g, one not,
+#                   alternating batches): medians of both, the median per-pair difference
+#                   and its ratio (the least noisy figure; separate runs differ by more
+#                   than the cost at 8 B).
 #
 # usage: perf/qos_bench.sh [--mode cap|weights|overhead] [--reps K] [--transport shm|tcp] [--ranks N]
 #            [--seconds S] [--bytes B] [--cap RATE] [--capacity RATE] [--weights wa:wb]
@@ -159,6 +164,20 @@ if [ "$mode" = overhead ]; then
         printf '  %8s %14s %14s %8.3f %12s %12s %8.3f\n' "$1" "$u" "$v" \
             "$(echo "$v $u" | awk '{ print $1 / $2 }')" "$um" "$vm" \
             "$(echo "$vm $um" | awk '{ print $1 / $2 }')"
+    done
+    echo "# in one process: meter_bench -d qos (paced at 1000g vs no pacer, alternating" \
+        "batches; ratio_diff = (unpaced + median per-pair difference) / unpaced)"
+    printf '# %8s %14s %14s %12s %10s\n' size "none (ns)" "1000g (ns)" "diff (ns)" ratio_diff
+    for spec in "8 2000 101" "64M 2 11"; do
+        # shellcheck disable=SC2086
+        set -- $spec
+        "$shoalrun" --no-prefix --timeout 600 -n "$ranks" -x SHOAL_AGENT=none \
+            -x SHOAL_TRANSPORT="$transport" "$build/meter_bench" -d qos -b "$1" -n "$2" \
+            -k "$3" -w "$2" >"$tmp/mb" 2>"$tmp/mb.err" ||
+            { echo "qos_bench.sh: meter_bench -d qos failed:" >&2; cat "$tmp/mb.err" >&2; exit 1; }
+        mk() { awk -v k="$1" '$1 == k { print $2 }' "$tmp/mb"; }
+        printf '  %8s %14s %14s %12s %10s\n' "$1" "$(mk off_median_ns)" "$(mk on_median_ns)" \
+            "$(mk diff_median_ns)" "$(mk ratio_diff)"
     done
     exit 0
 fi
