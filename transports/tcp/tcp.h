@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 
 #define SHOAL_TCP_MAX_SOCKS 16
+/* A payload up to this size is read with its header in one system call (tcp_ep.c). */
+#define SHOAL_TCP_RX_STAGE 4096
 #define SHOAL_TCP_ADDR_MAGIC 0x50435453u   /* "STCP" */
 #define SHOAL_TCP_HELLO_MAGIC 0x4f4c4548u  /* "HELO" */
 #define SHOAL_TCP_HELLO_VERSION 2
@@ -115,6 +117,8 @@ struct shoal_ep {
     uint8_t rhdr[SHOAL_WIRE_HDR_BYTES];
     size_t rhdr_off;
     size_t roff[SHOAL_TCP_MAX_SOCKS];  /* bytes of each stripe received */
+    /* a small payload read with its header, held until the header is checked */
+    uint8_t rstage[SHOAL_TCP_RX_STAGE];
 };
 
 #define SHOAL_TCP_EVENTS 64

@@ -188,18 +188,38 @@ static int shoal_tcp_ep_push(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
     return complete;
 }
 
-/* Reads the header of the head receive and checks it. 1 checked, 0 would block, -1 failed. */
+/* Reads the header of the head receive and checks it. 1 checked, 0 would block, -1 failed.
+ * A payload of at most SHOAL_TCP_RX_STAGE bytes comes with its header in one recvmsg (the
+ * expected length is known and the check requires it equal, so the read never reaches into
+ * the next message), into the endpoint's stage: the user's buffer receives it only once the
+ * header passed the check, so a refused frame writes nothing there. A small message costs
+ * one system call to receive, as it costs one to send. */
 static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
 {
+    uint64_t len = req->hdr.length, start, size0;
+    size_t staged, got_payload;
     shoal_wire_hdr_t got;
     char why[160];
     shoal_status_t st;
 
+    /* socket 0's stripe (the whole payload unless it is split), which starts at 0 */
+    shoal_tcp_stripe(len, shoal_tcp_ep_nstripes(ep, len), 0, &start, &size0);
+    staged = size0 <= SHOAL_TCP_RX_STAGE ? (size_t)size0 : 0;
+    if (ep->rhdr_off == 0) {
+        memset(ep->roff, 0, sizeof(ep->roff));
+    }
     while (ep->rhdr_off < SHOAL_WIRE_HDR_BYTES) {
-        ssize_t r = recv(ep->fds[0], ep->rhdr + ep->rhdr_off,
-                         SHOAL_WIRE_HDR_BYTES - ep->rhdr_off, MSG_DONTWAIT);
+        struct iovec iov[2] = {
+            {.iov_base = ep->rhdr + ep->rhdr_off,
+             .iov_len = SHOAL_WIRE_HDR_BYTES - ep->rhdr_off},
+            {.iov_base = ep->rstage, .iov_len = staged},
+        };
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = staged > 0 ? 2 : 1};
+        ssize_t r = recvmsg(ep->fds[0], &mh, MSG_DONTWAIT);
         if (r > 0) {
-            ep->rhdr_off += (size_t)r;
+            size_t h = SHOAL_MIN((size_t)r, SHOAL_WIRE_HDR_BYTES - ep->rhdr_off);
+            ep->rhdr_off += h;
+            ep->roff[0] += (size_t)r - h;
         } else if (r < 0 && errno == EINTR) {
             continue;
         } else if (r < 0 && SHOAL_TCP_AGAIN(errno)) {
@@ -216,8 +236,12 @@ static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
                                    ep->peer, ep->name, why);
         return -1;
     }
+    got_payload = ep->roff[0];
+    if (got_payload > 0) { /* staged: the start of socket 0's stripe */
+        memcpy((uint8_t *)req->buf + start, ep->rstage, got_payload);
+        req->off += got_payload;
+    }
     ep->rhdr_off = 0;
-    memset(ep->roff, 0, sizeof(ep->roff));
     req->hdr_done = 1;
     return 1;
 }
