@@ -15,6 +15,8 @@
  *    it, while the real rank 2 connects to rank 0 beside it;
  *  - a peer that never progresses: SHOAL_ERR_TIMEOUT after the timeout, not before;
  *  - a peer whose process is gone: SHOAL_ERR_PEER_FAILED at once, the peer named;
+ *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
+ *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once. */
 #include "tests/tap.h"
 #include "transports/ucx/ucx.h"
@@ -446,6 +448,53 @@ static void test_dead(void)
     close(down[1]);
 }
 
+/* Rank 1 is alive and progresses, but its communicator failed because of rank 2. */
+static void test_failed_peer(int proof_first)
+{
+    const uint32_t comm_id = 0x1a2d0060u + (uint32_t)proof_first;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
+    size_t lens[NR];
+    side_t s[2], two;
+    side_t *sides[2] = {&s[0], &s[1]};
+    char err[200] = "";
+
+    if (trio(s, comm_id, 8000, addrs, lens, &two) != 0) {
+        return;
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    double t0 = now_ms();
+    if (proof_first) {
+        /* rank 0's proof reaches rank 1 before it fails: fail() itself answers */
+        tl->isend(s[0].eps[1], &r);
+        drive(sides, 1, reqs, 1, 20);
+        for (int i = 0; i < 200 && !s[1].eps[0]->auth_rdone; i++) {
+            tl->progress(s[0].ctx);
+            (void)ucp_worker_progress(s[1].ctx->worker); /* no progress() of rank 1's */
+        }
+        tl->fail(s[1].ctx, 2, SHOAL_ERR_PEER_FAILED);
+        sides[1] = sides[0]; /* rank 1 never progresses again */
+    } else {
+        tl->fail(s[1].ctx, 2, SHOAL_ERR_PEER_FAILED);
+        tl->isend(s[0].eps[1], &r);
+    }
+    int done = drive(sides, 2, reqs, 1, 6000);
+    double dt = now_ms() - t0;
+    tap_ok(done && r.status == SHOAL_ERR_PEER_FAILED && r.culprit == 2 && dt < 1000,
+           "a live peer whose communicator failed %s: SHOAL_ERR_PEER_FAILED after %.0f ms, "
+           "not the 8000 ms timeout, culprit %d (%s: %s)",
+           proof_first ? "after our proof reached it (fail() answers)" :
+                         "before we connect (its progress answers)",
+           dt, r.culprit, shoal_status_name(r.status), err);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    side_fini(&two);
+}
+
 int main(void)
 {
     alarm(120);
@@ -463,5 +512,7 @@ int main(void)
     test_stranger();
     test_silent();
     test_dead();
+    test_failed_peer(0);
+    test_failed_peer(1);
     return tap_done();
 }

@@ -262,6 +262,9 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int
 /* Lazy contexts: opens the endpoints that are needed, drives their proof exchanges and fails
  * those that time out; the number of requests completed (failed). */
 SHOAL_HIDDEN int shoal_ucx_lazy_progress(shoal_tl_ctx_t *ctx);
+/* Lazy, fail(): every peer whose proof came to an endpoint not yet opened gets an abort
+ * notice (best effort, at most ~1 ms); later ones get theirs from progress(). */
+SHOAL_HIDDEN void shoal_ucx_lazy_fail(shoal_tl_ctx_t *ctx);
 /* Lazy: a request was queued on an endpoint not yet authenticated: connect it. */
 SHOAL_HIDDEN void shoal_ucx_lazy_want(shoal_ep_t *ep);
 

@@ -560,6 +560,58 @@ static int shoal_ucx_lazy_open(shoal_ep_t *ep, uint64_t now)
     return shoal_ucx_ep_fail(ep, st, -1, why);
 }
 
+/* Our communicator failed, and the peer, which had no endpoint of ours, sent its proof (now, or
+ * before the failure): if the proof is right, tell it why with an abort notice (best effort,
+ * never waits), so that it fails now rather than at its timeout. */
+static void shoal_ucx_lazy_notify_failed(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    uint8_t want[SHOAL_HMAC_BYTES];
+    shoal_wire_hdr_t h = {
+        .magic = SHOAL_WIRE_MAGIC,
+        .version = SHOAL_WIRE_VERSION,
+        .type = SHOAL_WIRE_ABORT,
+        .comm_id = ctx->comm_id,
+        .chunk = (uint32_t)(ep->culprit >= 0 ? ep->culprit : ctx->rank),
+        .length = 0,
+    };
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    void *r;
+
+    ep->lazy_state = SHOAL_UCX_LAZY_OPEN; /* once */
+    ctx->lazy_idle--;
+    if (ep->gone || ep->auth_ucs != UCS_OK || ep->auth_rlen != sizeof(want) ||
+        shoal_ucx_proof(ctx, ep->peer, ctx->rank, ep->peer_nonce, ctx->nonce, want) !=
+            SHOAL_OK ||
+        !shoal_memeq_ct(want, ep->auth_rx, sizeof(want)) ||
+        shoal_ucx_ep_create(ep, ep->peer_worker) != SHOAL_OK) {
+        return;
+    }
+    shoal_wire_encode(&h, ep->abort_buf);
+    r = ucp_tag_send_nbx(ep->uep, ep->abort_buf, sizeof(ep->abort_buf),
+                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_ABORT), &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        ucp_request_free(r); /* UCX releases it when done, or when fini purges it */
+    }
+    shoal_trace(UCX, "rank %d: peer %d connects to a failed communicator: abort notice sent",
+                ctx->rank, ep->peer);
+}
+
+void shoal_ucx_lazy_fail(shoal_tl_ctx_t *ctx)
+{
+    uint64_t deadline = shoal_time_ns() + 1000 * 1000;
+    int sent = 0;
+    for (int i = 0; i < ctx->neps && ctx->lazy_idle > 0; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->lazy_state == SHOAL_UCX_LAZY_IDLE && ep->auth_rdone) {
+            shoal_ucx_lazy_notify_failed(ep);
+            sent++;
+        }
+    }
+    while (sent > 0 && shoal_time_ns() < deadline && ucp_worker_progress(ctx->worker) != 0) {
+    }
+}
+
 /* 1 if the peer's rank sent us a proof under another key (it holds another secret, or another
  * nonce of ours: another job, another communicator): left in UCX's unexpected queue, never
  * matched by any receive of ours. */
@@ -643,9 +695,14 @@ int shoal_ucx_lazy_progress(shoal_tl_ctx_t *ctx)
         ctx->lazy_want = 0;
         for (int i = 0; i < ctx->neps && ctx->lazy_idle > 0; i++) {
             shoal_ep_t *ep = &ctx->eps[i];
-            if (ep->lazy_state == SHOAL_UCX_LAZY_IDLE && ep->status == SHOAL_OK && !ep->gone &&
+            if (ep->lazy_state != SHOAL_UCX_LAZY_IDLE) {
+                continue;
+            }
+            if (ep->status == SHOAL_OK && !ep->gone &&
                 (ep->auth_rdone || ep->sq_head != NULL || ep->rq_head != NULL)) {
                 n += shoal_ucx_lazy_open(ep, now);
+            } else if (ep->status != SHOAL_OK && ep->auth_rdone) {
+                shoal_ucx_lazy_notify_failed(ep);
             }
         }
     }

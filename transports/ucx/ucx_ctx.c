@@ -491,6 +491,9 @@ static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
             (void)shoal_ucx_ep_fail(ep, status, culprit, why);
         }
     }
+    if (ctx->lazy && !ctx->quarantined) {
+        shoal_ucx_lazy_fail(ctx); /* peers that connected to us first */
+    }
 }
 
 /* Loads libucp (first call): only asked when the ucx transport may be used (tl_registry.c). */
