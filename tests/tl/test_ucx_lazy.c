@@ -380,6 +380,17 @@ static void test_silent(void)
     tap_ok(done && a.status == SHOAL_ERR_ABORTED && dt < 500,
            "the abort flag fails a connection under way: %s after %.0f ms",
            shoal_status_name(a.status), dt);
+    /* a request posted to an endpoint never opened, after the abort: fails, opens nothing */
+    shoal_tl_req_t b = mkreq(comm_id, 2, buf, sizeof(buf));
+    reqs[0] = &b;
+    sides[0] = &s[0];
+    abort_flag = 1;
+    tl->isend(s[0].eps[2], &b);
+    done = drive(sides, 1, reqs, 1, 3000);
+    abort_flag = 0;
+    tap_ok(done && b.status == SHOAL_ERR_ABORTED && s[0].eps[2]->uep == NULL,
+           "with the abort flag set, a request to a peer never connected fails (%s) and opens "
+           "no endpoint", shoal_status_name(b.status));
     side_fini(&s[0]);
     side_fini(&s[1]);
     side_fini(&two);

@@ -698,8 +698,14 @@ int shoal_ucx_lazy_progress(shoal_tl_ctx_t *ctx)
             if (ep->lazy_state != SHOAL_UCX_LAZY_IDLE) {
                 continue;
             }
-            if (ep->status == SHOAL_OK && !ep->gone &&
-                (ep->auth_rdone || ep->sq_head != NULL || ep->rq_head != NULL)) {
+            if (ep->status == SHOAL_OK && !ep->gone && aborted &&
+                (ep->sq_head != NULL || ep->rq_head != NULL)) {
+                char why[96];
+                snprintf(why, sizeof(why), "rank %d: connection to peer %d aborted", ctx->rank,
+                         ep->peer);
+                n += shoal_ucx_ep_fail(ep, SHOAL_ERR_ABORTED, -1, why);
+            } else if (ep->status == SHOAL_OK && !ep->gone && !aborted &&
+                       (ep->auth_rdone || ep->sq_head != NULL || ep->rq_head != NULL)) {
                 n += shoal_ucx_lazy_open(ep, now);
             } else if (ep->status != SHOAL_OK && ep->auth_rdone) {
                 shoal_ucx_lazy_notify_failed(ep);
