@@ -3,7 +3,8 @@
 #  - kill: N ranks loop over 8 MiB AllReduces, the last one SIGKILLs itself inside one; every
 #    survivor must fail with SHOAL_ERR_PEER_FAILED naming the victim, within
 #    SHOAL_TIMEOUT_MS + slack, and shoalrun must report the victim's SIGKILL (exit 137); also
-#    over tcp with SHOAL_CONNECT=lazy on 8 ranks, where most survivors have no channel to it.
+#    over tcp (and ucx where usable) with SHOAL_CONNECT=lazy on 8 ranks, where most survivors
+#    have no channel to it.
 #  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
 #    error too.
@@ -178,6 +179,9 @@ while [ $i -lt "${KILL_REPEAT:-1}" ]; do
     done
     # Channels connected at first use: most survivors never had one to the victim.
     kill_case tcp 8 lazy
+    case " ${KILL_TRANSPORTS:-$kill_tls} " in
+    *" ucx "*) kill_case ucx 8 lazy ;;
+    esac
     i=$((i + 1))
 done
 connect=""

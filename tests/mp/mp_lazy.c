@@ -9,6 +9,11 @@
  * binomial broadcast, the topology's ring: at most log2(n) + 2); the ring AllReduce adds at
  * most its two neighbours (fewer than n-1 peers in all from n = 16 on); all n-1 peers after
  * the AllToAll. MODE eager: n-1 peers from init on. Rank 0 prints TAP.
+ * Over ucx (MODE lazy_ucx or eager_ucx, SHOAL_TRANSPORT=ucx) UCX's endpoints are no sockets:
+ * the peers connected are those the transport's log says it authenticated, read back from
+ * this process's SHOAL_DEBUG_FILE (%p: the pid) with SHOAL_DEBUG=TRACE
+ * SHOAL_DEBUG_SUBSYS=UCX: "N ucx endpoints authenticated" (eager, at init), one "...
+ * authenticated at first use" line per peer (lazy).
  *
  *   SHOAL_TRANSPORT=tcp SHOAL_SOCKET_NSOCKS=1 SHOAL_ALGO=ring SHOAL_CONNECT=lazy \
  *       shoalrun -n 8 ./tests/mp/mp_lazy lazy        (MODE eager, lazy, or lazy_nK for
@@ -45,6 +50,37 @@ static int lz_sockets(void)
         }
     }
     closedir(d);
+    return n;
+}
+
+/* ucx: the endpoints authenticated so far, from this process's log (see above). */
+static int lz_ucx_eps(void)
+{
+    const char *tmpl = getenv("SHOAL_DEBUG_FILE");
+    const char *pp = tmpl != NULL ? strstr(tmpl, "%p") : NULL;
+    char path[512], line[1200];
+    FILE *f;
+    int n = 0;
+    if (pp == NULL) {
+        return -1000;
+    }
+    snprintf(path, sizeof(path), "%.*s%d%s", (int)(pp - tmpl), tmpl, (int)getpid(), pp + 2);
+    f = fopen(path, "r");
+    if (f == NULL) {
+        return -1000;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *e = strstr(line, " ucx endpoints authenticated");
+        if (strstr(line, "authenticated at first use") != NULL) {
+            n++;
+        } else if (e != NULL) {
+            while (e > line && e[-1] >= '0' && e[-1] <= '9') {
+                e--;
+            }
+            n += atoi(e);
+        }
+    }
+    fclose(f);
     return n;
 }
 
@@ -115,7 +151,8 @@ int main(int argc, char **argv)
     int lazy = argc > 1 && strncmp(argv[1], "lazy", 4) == 0;
     /* MODE lazy_nK: K sockets per peer (SHOAL_SOCKET_NSOCKS=K) */
     int nsocks = argc > 1 && strstr(argv[1], "_n") != NULL ? atoi(strstr(argv[1], "_n") + 2) : 1;
-    int base = lz_sockets(), listener = lazy ? 1 : 0, t = 0;
+    int ucx = argc > 1 && strstr(argv[1], "_ucx") != NULL;
+    int base = ucx ? 0 : lz_sockets(), listener = lazy && !ucx ? 1 : 0, t = 0;
     /* per rank: peers after init, after the AllReduce, after the AllToAll; failures; and
      * the negated minimum of the last (every rank must reach every peer) */
     int32_t v[6];
@@ -125,18 +162,18 @@ int main(int argc, char **argv)
         return 1;
     }
     nsocks = nsocks > 0 ? nsocks : 1;
-    v[0] = (lz_sockets() - base - listener) / nsocks;
+    v[0] = (ucx ? lz_ucx_eps() : (lz_sockets() - base - listener) / nsocks);
     v[3] = lz_allreduce(&ctx);
     /* Settles: a connection that lost the race of both ends connecting at once is closed
      * when its acceptor next progresses (a second ring AllReduce: no new peer). */
     v[3] += lz_allreduce(&ctx);
-    v[1] = (lz_sockets() - base - listener) / nsocks;
+    v[1] = (ucx ? lz_ucx_eps() : (lz_sockets() - base - listener) / nsocks);
     /* No rank starts the AllToAll (whose peers would connect to us) before every rank has
      * counted: a ring AllReduce completes nowhere before every rank entered it. */
     v[3] += lz_allreduce(&ctx);
     v[3] += lz_alltoall(&ctx);
     v[3] += lz_alltoall(&ctx);
-    v[2] = (lz_sockets() - base - listener) / nsocks;
+    v[2] = (ucx ? lz_ucx_eps() : (lz_sockets() - base - listener) / nsocks);
     v[4] = -v[2];
     v[5] = v[1] - v[0];
     if (lz_max(&ctx, v, 6) != 0) {

@@ -4,11 +4,15 @@
 # rank connects (its tcp sockets): init's own exchanges, then a ring AllReduce's neighbours,
 # then an AllToAll (both ends of every pair connect at once, also with 4 sockets per pair);
 # eager and SHOAL_CONNECT=auto beside it. Then every collective of mp_coll, and the pairwise
-# AllToAll, run lazily over tcp and shm at 2 to 8 ranks. Rank 0's TAP lines are merged into
-# one stream, prefixed by the configuration; one more line per run checks the exit status.
+# AllToAll, run lazily over tcp and shm at 2 to 8 ranks. Where shoal_info -b says ucx is
+# usable, the same over ucx (transports/ucx opens an endpoint at first use): mp_lazy counts
+# the endpoints the transport's log says it authenticated (SHOAL_DEBUG_FILE per process), and
+# mp_coll and the pairwise AllToAll run lazily at 2 to 8 ranks. Rank 0's TAP lines are merged
+# into one stream, prefixed by the configuration; one more line per run checks the exit status.
 #
 # Environment: top_builddir, top_srcdir (set by make check), MP_TIMEOUT (seconds per run,
-# default 240), LAZY_NRANKS (mp_coll's rank counts over tcp, default "2 3 5 8").
+# default 240), LAZY_NRANKS (mp_coll's rank counts over tcp and ucx, default "2 3 5 8"),
+# LAZY_UCX=0 to skip the ucx runs.
 
 builddir=${top_builddir:-.}
 srcdir=${top_srcdir:-$(dirname "$0")/../..}
@@ -43,6 +47,24 @@ for n in ${LAZY_NRANKS:-2 3 5 8}; do
 done
 mp_job "tcp n=4 lazy nsocks=4 alltoall" 4 \
     "SHOAL_TRANSPORT=tcp SHOAL_CONNECT=lazy SHOAL_SOCKET_NSOCKS=4 SHOAL_ALGO=pairwise" "$a2a"
+if [ "${LAZY_UCX:-1}" != 0 ] && "$builddir/shoal_info" -b 2>/dev/null |
+        grep -q "ucx *usable: yes"; then
+    # every rank logs to its own file (%p), which mp_lazy reads back
+    ucount="SHOAL_TRANSPORT=ucx SHOAL_ALGO=ring SHOAL_DEBUG=TRACE SHOAL_DEBUG_SUBSYS=UCX"
+    ucount="$ucount SHOAL_DEBUG_FILE=$tmp/ucxlog.%p"
+    mp_job "ucx n=8 eager count" 8 "$ucount SHOAL_CONNECT=eager" "$lazy" eager_ucx
+    mp_job "ucx n=16 lazy count" 16 "$ucount SHOAL_CONNECT=lazy" "$lazy" lazy_ucx
+    mp_job "ucx n=2 lazy count" 2 "$ucount SHOAL_CONNECT=lazy" "$lazy" lazy_ucx
+    rm -f "$tmp"/ucxlog.*
+    for n in ${LAZY_NRANKS:-2 3 5 8}; do
+        mp_job "ucx n=$n lazy" "$n" "SHOAL_TRANSPORT=ucx SHOAL_CONNECT=lazy" "$coll"
+    done
+    mp_job "ucx n=5 lazy alltoall" 5 "SHOAL_TRANSPORT=ucx SHOAL_CONNECT=lazy SHOAL_ALGO=pairwise" \
+        "$a2a"
+else
+    n_tap=$((n_tap + 1))
+    echo "ok $n_tap - ucx lazy # SKIP ucx not usable here (shoal_info -b) or LAZY_UCX=0"
+fi
 shm_names() {
     _k=0
     for _f in /dev/shm/shoal-*; do

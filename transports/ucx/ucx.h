@@ -11,6 +11,16 @@
  * and waits for the peer's; a receive of data from a peer is only ever posted after its proof
  * was checked. A wrong proof is SHOAL_ERR_AUTH.
  *
+ * Connections at first use (params->lazy, SHOAL_TL_CAP_LAZY): connect_all validates and keeps
+ * the peers' addresses, posts the receive of every peer's proof (a posted receive is no
+ * connection: nothing is sent, no UCX endpoint exists) and returns. progress() opens the UCX
+ * endpoint of a peer and sends our proof when a request is first posted to it, or when its
+ * proof arrives (it connected to us first); both sides may start at once (each side has its
+ * own endpoint, nothing to settle). Requests posted before the proofs are checked wait in the
+ * endpoint's queues, in order. No proof within timeout_ms of opening: SHOAL_ERR_TIMEOUT, or
+ * SHOAL_ERR_AUTH if the peer's rank sent us proofs under another key only (another job's
+ * secret); a peer gone: SHOAL_ERR_PEER_FAILED. Only that endpoint fails.
+ *
  * Messages: a payload of at most inline_max bytes travels with its 32-byte header in one HDR
  * message (eager); a larger one is a 32-byte HDR message followed by a DATA message with the
  * payload straight from/to the caller's buffer (UCX's rendezvous for large sizes). The
@@ -161,6 +171,11 @@ struct shoal_ep {
     size_t hello_rlen;
     int cma_rx;                        /* we read the peer's payloads (probe passed) */
     int cma_tx;                        /* the peer reads ours (its HELLO said so) */
+    /* lazy (SHOAL_UCX_LAZY_*): 0 for an eager endpoint and once the proofs are checked */
+    int lazy_state;
+    uint64_t lazy_start_ns;            /* lazy: when the UCX endpoint was opened */
+    const uint8_t *peer_worker;        /* lazy: the peer's UCP worker address (ctx's copy) */
+    size_t peer_worker_len;
     uint8_t abort_buf[SHOAL_WIRE_HDR_BYTES], abort_rx[SHOAL_WIRE_HDR_BYTES];
     void *abort_req;                   /* fail(): our abort notice still in flight */
     /* send side: ring of slots, oldest first; sq_* waits for a free slot */
@@ -209,6 +224,20 @@ struct shoal_tl_ctx {
     int notice_culprit;
     int first_gone;
     uint64_t first_gone_ns;            /* when first_gone was seen gone */
+    /* connections at first use (params->lazy) */
+    int lazy;
+    int lazy_want;                     /* an idle endpoint got a request or the peer's proof */
+    int lazy_idle;                     /* endpoints not yet opened (healthy or not) */
+    int *lazy_q;                       /* [neps] indices of endpoints authenticating */
+    int lazy_nq;
+    uint8_t *peer_workers;             /* every peer's worker address, kept until fini */
+    int lazy_nup;                      /* endpoints authenticated at first use (tests) */
+};
+
+enum {
+    SHOAL_UCX_LAZY_UP = 0,             /* eager, or authenticated */
+    SHOAL_UCX_LAZY_IDLE = 1,           /* proof receive posted, no UCX endpoint */
+    SHOAL_UCX_LAZY_OPEN = 2,           /* UCX endpoint opened, proofs being exchanged */
 };
 
 /* ucx_ctx.c */
@@ -230,6 +259,15 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int
                                                   int npeers, const void *const *addrs,
                                                   const size_t *addr_lens, shoal_ep_t **eps_p);
 
+/* Lazy contexts: opens the endpoints that are needed, drives their proof exchanges and fails
+ * those that time out; the number of requests completed (failed). */
+SHOAL_HIDDEN int shoal_ucx_lazy_progress(shoal_tl_ctx_t *ctx);
+/* Lazy, fail(): every peer whose proof came to an endpoint not yet opened gets an abort
+ * notice (best effort, at most ~1 ms); later ones get theirs from progress(). */
+SHOAL_HIDDEN void shoal_ucx_lazy_fail(shoal_tl_ctx_t *ctx);
+/* Lazy: a request was queued on an endpoint not yet authenticated: connect it. */
+SHOAL_HIDDEN void shoal_ucx_lazy_want(shoal_ep_t *ep);
+
 /* ucx_ep.c: data path */
 /* Checks an arrived HDR message (rlen bytes in buf) against the posted receive's header:
  * a valid wire header, followed by exactly the inline payload (expect->length bytes when at
@@ -248,6 +286,8 @@ static inline ucp_tag_t shoal_ucx_tag(ucp_tag_t base, shoal_ucx_kind_t kind)
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick);
+/* Lazy: the endpoint is authenticated: starts the requests queued until now, in order. */
+SHOAL_HIDDEN void shoal_ucx_ep_start_queued(shoal_ep_t *ep);
 SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
                                    const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);

@@ -118,6 +118,9 @@ static void shoal_ucx_auth_rx_cb(void *request, ucs_status_t st,
     shoal_ep_t *ep = user_data;
     ep->auth_rreq = NULL;
     ep->auth_rdone = 1;
+    if (ep->lazy_state == SHOAL_UCX_LAZY_IDLE) {
+        ep->ctx->lazy_want = 1; /* the peer connected to us first: answer */
+    }
     ep->auth_rlen = st == UCS_OK ? info->length : 0;
     if (st != UCS_OK && ep->auth_ucs == UCS_OK) {
         ep->auth_ucs = st;
@@ -239,20 +242,13 @@ static void shoal_ucx_ep_watch(shoal_ep_t *ep, int idx)
     /* no pidfd (old kernel): progress falls back to kill(pid, 0) */
 }
 
-static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
-                                        const shoal_ucx_addr_t *a)
+/* Everything of endpoint idx but its UCX endpoint: state, slots, tags, the peer's pidfd. */
+static shoal_status_t shoal_ucx_ep_setup(shoal_tl_ctx_t *ctx, int idx, int peer,
+                                         const shoal_ucx_addr_t *a)
 {
     shoal_ep_t *ep = &ctx->eps[idx];
     size_t slot_bytes = ctx->slot_bytes;
     uint8_t *mem = ctx->slot_mem + (size_t)idx * 2 * SHOAL_UCX_SLOTS * slot_bytes;
-    ucp_ep_params_t p = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = (const ucp_address_t *)a->worker,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = shoal_ucx_ep_err_cb, .arg = ep},
-    };
-    ucs_status_t ust;
 
     ep->ctx = ctx;
     ep->peer = peer;
@@ -271,12 +267,6 @@ static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
     }
     SHOAL_CHECK(shoal_ucx_tag_key(ctx, ctx->rank, peer, ctx->nonce, a->nonce, &ep->tx_tag));
     SHOAL_CHECK(shoal_ucx_tag_key(ctx, peer, ctx->rank, a->nonce, ctx->nonce, &ep->rx_tag));
-    ust = ucp_ep_create(ctx->worker, &p, &ep->uep);
-    if (ust != UCS_OK) {
-        ep->uep = NULL;
-        shoal_error(UCX, "peer %d: ucp_ep_create failed: %s", peer, shoal_ucx_strerror(ust));
-        return SHOAL_ERR_TRANSPORT;
-    }
     if (ep->local) {
         shoal_ucx_ep_watch(ep, idx);
     } else {
@@ -285,8 +275,35 @@ static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
     return SHOAL_OK;
 }
 
-/* Posts the receive of the peer's proof and sends ours. */
-static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
+/* The UCX endpoint to the peer's worker address (non-blocking: UCX wires it up as it goes). */
+static shoal_status_t shoal_ucx_ep_create(shoal_ep_t *ep, const void *worker)
+{
+    ucp_ep_params_t p = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = (const ucp_address_t *)worker,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = shoal_ucx_ep_err_cb, .arg = ep},
+    };
+    ucs_status_t ust = ucp_ep_create(ep->ctx->worker, &p, &ep->uep);
+    if (ust != UCS_OK) {
+        ep->uep = NULL;
+        shoal_error(UCX, "peer %d: ucp_ep_create failed: %s", ep->peer,
+                    shoal_ucx_strerror(ust));
+        return SHOAL_ERR_TRANSPORT;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
+                                        const shoal_ucx_addr_t *a)
+{
+    SHOAL_CHECK(shoal_ucx_ep_setup(ctx, idx, peer, a));
+    return shoal_ucx_ep_create(&ctx->eps[idx], a->worker);
+}
+
+/* Posts the receives of the peer's proof (and HELLO). */
+static shoal_status_t shoal_ucx_ep_auth_post(shoal_ep_t *ep)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     ucp_request_param_t rp = {
@@ -295,16 +312,8 @@ static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
         .cb.recv = shoal_ucx_auth_rx_cb,
         .user_data = ep,
     };
-    ucp_request_param_t sp = {
-        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
-        .cb.send = shoal_ucx_auth_tx_cb,
-        .user_data = ep,
-    };
     void *r;
 
-    SHOAL_CHECK(shoal_ucx_proof(ctx, ctx->rank, ep->peer, ctx->nonce, ep->peer_nonce,
-                                ep->auth_tx));
     r = ucp_tag_recv_nbx(ctx->worker, ep->auth_rx, sizeof(ep->auth_rx),
                          shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &rp);
     if (UCS_PTR_IS_ERR(r)) {
@@ -329,6 +338,23 @@ static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
             ep->hello_rreq = r;
         }
     }
+    return SHOAL_OK;
+}
+
+/* Sends our proof (the peer's receives are posted: shoal_ucx_ep_auth_post). */
+static shoal_status_t shoal_ucx_ep_auth_send(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    ucp_request_param_t sp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        .cb.send = shoal_ucx_auth_tx_cb,
+        .user_data = ep,
+    };
+    void *r;
+
+    SHOAL_CHECK(shoal_ucx_proof(ctx, ctx->rank, ep->peer, ctx->nonce, ep->peer_nonce,
+                                ep->auth_tx));
     r = ucp_tag_send_nbx(ep->uep, ep->auth_tx, sizeof(ep->auth_tx),
                          shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_AUTH), &sp);
     if (UCS_PTR_IS_ERR(r)) {
@@ -340,6 +366,13 @@ static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
         ep->auth_sreq = r;
     }
     return SHOAL_OK;
+}
+
+/* Posts the receive of the peer's proof and sends ours. */
+static shoal_status_t shoal_ucx_ep_auth_start(shoal_ep_t *ep)
+{
+    SHOAL_CHECK(shoal_ucx_ep_auth_post(ep));
+    return shoal_ucx_ep_auth_send(ep);
 }
 
 /* 1: established; 0: not yet; else the failure status (logged). */
@@ -433,6 +466,262 @@ static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
     }
 }
 
+/* ---- connections at first use (params->lazy) ----------------------------------------------- */
+
+/* connect_all of a lazy context: validates and keeps every address, posts the receive of every
+ * peer's proof; opens no UCX endpoint and waits for nobody. */
+static shoal_status_t shoal_ucx_lazy_connect(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
+                                             const void *const *addrs,
+                                             const size_t *addr_lens, shoal_ep_t **eps_p)
+{
+    shoal_ucx_addr_t *as = calloc((size_t)SHOAL_MAX(npeers, 1), sizeof(*as));
+    size_t total = 0, off = 0;
+    shoal_status_t st = SHOAL_OK;
+
+    ctx->lazy_q = calloc((size_t)SHOAL_MAX(npeers, 1), sizeof(*ctx->lazy_q));
+    if (as == NULL || ctx->lazy_q == NULL) {
+        free(as);
+        shoal_error(UCX, "out of memory for %d lazy endpoints", npeers);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < npeers; i++) {
+        if (shoal_ucx_addr_decode(addrs[i], addr_lens[i], &as[i]) != 0 ||
+            as[i].rank != (uint32_t)peers[i]) {
+            shoal_error(UCX, "peer %d published an invalid ucx address (%zu bytes)", peers[i],
+                        addr_lens[i]);
+            free(as);
+            return SHOAL_ERR_PROTOCOL;
+        }
+        total += as[i].worker_len;
+    }
+    /* the caller's table goes after connect_all: keep the worker addresses */
+    ctx->peer_workers = malloc(SHOAL_MAX(total, (size_t)1));
+    if (ctx->peer_workers == NULL) {
+        free(as);
+        shoal_error(UCX, "out of memory for %d peers' worker addresses", npeers);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    /* The slot buffers are not faulted in here: an endpoint's pages at its first use. */
+    for (int i = 0; i < npeers && st == SHOAL_OK; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        ctx->neps = i + 1;
+        st = shoal_ucx_ep_setup(ctx, i, peers[i], &as[i]);
+        if (st != SHOAL_OK) {
+            break;
+        }
+        memcpy(ctx->peer_workers + off, as[i].worker, as[i].worker_len);
+        ep->peer_worker = ctx->peer_workers + off;
+        ep->peer_worker_len = as[i].worker_len;
+        off += as[i].worker_len;
+        ep->lazy_state = SHOAL_UCX_LAZY_IDLE;
+        ctx->lazy_idle++;
+        st = shoal_ucx_ep_auth_post(ep);
+    }
+    free(as);
+    if (st != SHOAL_OK) {
+        return st;
+    }
+    for (int i = 0; i < npeers; i++) {
+        eps_p[i] = &ctx->eps[i];
+    }
+    shoal_info(UCX, "rank %d: %d ucx peers, each connected at first use", ctx->rank, npeers);
+    return SHOAL_OK;
+}
+
+void shoal_ucx_lazy_want(shoal_ep_t *ep)
+{
+    if (ep->lazy_state == SHOAL_UCX_LAZY_IDLE) {
+        ep->ctx->lazy_want = 1;
+        shoal_ucx_kick(ep->ctx);
+    }
+}
+
+/* Opens the UCX endpoint of an idle endpoint and sends our proof; the completions of a
+ * failure. */
+static int shoal_ucx_lazy_open(shoal_ep_t *ep, uint64_t now)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    shoal_status_t st;
+    char why[160];
+
+    ep->lazy_state = SHOAL_UCX_LAZY_OPEN;
+    ep->lazy_start_ns = now;
+    ctx->lazy_idle--;
+    ctx->lazy_q[ctx->lazy_nq++] = (int)(ep - ctx->eps);
+    st = shoal_ucx_ep_create(ep, ep->peer_worker);
+    if (st == SHOAL_OK) {
+        st = shoal_ucx_ep_auth_send(ep);
+    }
+    if (st == SHOAL_OK) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "rank %d: connecting to peer %d failed: %s", ctx->rank, ep->peer,
+             shoal_strerror(st));
+    return shoal_ucx_ep_fail(ep, st, -1, why);
+}
+
+/* Our communicator failed, and the peer, which had no endpoint of ours, sent its proof (now, or
+ * before the failure): if the proof is right, tell it why with an abort notice (best effort,
+ * never waits), so that it fails now rather than at its timeout. */
+static void shoal_ucx_lazy_notify_failed(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    uint8_t want[SHOAL_HMAC_BYTES];
+    shoal_wire_hdr_t h = {
+        .magic = SHOAL_WIRE_MAGIC,
+        .version = SHOAL_WIRE_VERSION,
+        .type = SHOAL_WIRE_ABORT,
+        .comm_id = ctx->comm_id,
+        .chunk = (uint32_t)(ep->culprit >= 0 ? ep->culprit : ctx->rank),
+        .length = 0,
+    };
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    void *r;
+
+    ep->lazy_state = SHOAL_UCX_LAZY_OPEN; /* once */
+    ctx->lazy_idle--;
+    if (ep->gone || ep->auth_ucs != UCS_OK || ep->auth_rlen != sizeof(want) ||
+        shoal_ucx_proof(ctx, ep->peer, ctx->rank, ep->peer_nonce, ctx->nonce, want) !=
+            SHOAL_OK ||
+        !shoal_memeq_ct(want, ep->auth_rx, sizeof(want)) ||
+        shoal_ucx_ep_create(ep, ep->peer_worker) != SHOAL_OK) {
+        return;
+    }
+    shoal_wire_encode(&h, ep->abort_buf);
+    r = ucp_tag_send_nbx(ep->uep, ep->abort_buf, sizeof(ep->abort_buf),
+                         shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_ABORT), &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        ucp_request_free(r); /* UCX releases it when done, or when fini purges it */
+    }
+    shoal_trace(UCX, "rank %d: peer %d connects to a failed communicator: abort notice sent",
+                ctx->rank, ep->peer);
+}
+
+void shoal_ucx_lazy_fail(shoal_tl_ctx_t *ctx)
+{
+    uint64_t deadline = shoal_time_ns() + 1000 * 1000;
+    int sent = 0;
+    for (int i = 0; i < ctx->neps && ctx->lazy_idle > 0; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->lazy_state == SHOAL_UCX_LAZY_IDLE && ep->auth_rdone) {
+            shoal_ucx_lazy_notify_failed(ep);
+            sent++;
+        }
+    }
+    while (sent > 0 && shoal_time_ns() < deadline && ucp_worker_progress(ctx->worker) != 0) {
+    }
+}
+
+/* 1 if the peer's rank sent us a proof under another key (it holds another secret, or another
+ * nonce of ours: another job, another communicator): left in UCX's unexpected queue, never
+ * matched by any receive of ours. */
+static int shoal_ucx_lazy_refused(shoal_ep_t *ep)
+{
+    const ucp_tag_t rank_mask = (((ucp_tag_t)1 << SHOAL_UCX_RANK_BITS) - 1) << SHOAL_UCX_KEY_BITS;
+    ucp_tag_recv_info_t info;
+    ucp_tag_t tag = shoal_ucx_tag((ucp_tag_t)ep->peer << SHOAL_UCX_KEY_BITS, SHOAL_UCX_TAG_AUTH);
+    return ucp_tag_probe_nb(ep->ctx->worker, tag, rank_mask | ((ucp_tag_t)3 << 62), 0, &info) !=
+           NULL;
+}
+
+/* Endpoint ep, opened: 1 when it is done with (authenticated or failed), else 0; the
+ * completions of a failure in *n_p. */
+static int shoal_ucx_lazy_step(shoal_ep_t *ep, uint64_t now, int aborted, int *n_p)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    shoal_status_t st = SHOAL_OK;
+    char why[192];
+    int r;
+
+    if (ep->status != SHOAL_OK) {
+        return 1;
+    }
+    if (ep->gone) {
+        /* with requests: failed by shoal_ucx_ep_progress after its grace period, the culprit
+         * named; without: now */
+        if (ep->npending == 0) {
+            *n_p += shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, -1, ep->why);
+        }
+        return ep->status != SHOAL_OK;
+    }
+    r = shoal_ucx_ep_auth_check(ep, &st);
+    if (r == 1) {
+        ep->lazy_state = SHOAL_UCX_LAZY_UP;
+        ctx->lazy_nup++;
+        shoal_trace(UCX, "rank %d: ucx endpoint to peer %d authenticated at first use after "
+                    "%.1f ms (%d so far)", ctx->rank, ep->peer,
+                    (double)(now - ep->lazy_start_ns) / 1e6, ctx->lazy_nup);
+        shoal_ucx_ep_start_queued(ep);
+        return 1;
+    }
+    if (r < 0) {
+        snprintf(why, sizeof(why), "rank %d: authenticating peer %d failed: %s", ctx->rank,
+                 ep->peer, shoal_strerror(st));
+        *n_p += shoal_ucx_ep_fail(ep, st, -1, why);
+        return 1;
+    }
+    if (aborted) {
+        snprintf(why, sizeof(why), "rank %d: connection to peer %d aborted", ctx->rank,
+                 ep->peer);
+        shoal_warn(UCX, "%s", why);
+        *n_p += shoal_ucx_ep_fail(ep, SHOAL_ERR_ABORTED, -1, why);
+        return 1;
+    }
+    if (ctx->timeout_ms >= 0 && now - ep->lazy_start_ns > (uint64_t)ctx->timeout_ms * 1000000ull) {
+        if (shoal_ucx_lazy_refused(ep)) {
+            st = SHOAL_ERR_AUTH;
+            snprintf(why, sizeof(why), "rank %d: peer %d answered within %d ms only under "
+                     "another key (another job's secret?): refused", ctx->rank, ep->peer,
+                     ctx->timeout_ms);
+        } else {
+            st = SHOAL_ERR_TIMEOUT;
+            snprintf(why, sizeof(why), "rank %d: no proof from peer %d within %d ms", ctx->rank,
+                     ep->peer, ctx->timeout_ms);
+        }
+        shoal_error(UCX, "%s", why);
+        *n_p += shoal_ucx_ep_fail(ep, st, -1, why);
+        return 1;
+    }
+    return 0;
+}
+
+int shoal_ucx_lazy_progress(shoal_tl_ctx_t *ctx)
+{
+    uint64_t now = shoal_time_ns();
+    int n = 0;
+    int aborted = ctx->abort_flag != NULL && __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE);
+
+    if (ctx->lazy_want) {
+        ctx->lazy_want = 0;
+        for (int i = 0; i < ctx->neps && ctx->lazy_idle > 0; i++) {
+            shoal_ep_t *ep = &ctx->eps[i];
+            if (ep->lazy_state != SHOAL_UCX_LAZY_IDLE) {
+                continue;
+            }
+            if (ep->status == SHOAL_OK && !ep->gone && aborted &&
+                (ep->sq_head != NULL || ep->rq_head != NULL)) {
+                char why[96];
+                snprintf(why, sizeof(why), "rank %d: connection to peer %d aborted", ctx->rank,
+                         ep->peer);
+                n += shoal_ucx_ep_fail(ep, SHOAL_ERR_ABORTED, -1, why);
+            } else if (ep->status == SHOAL_OK && !ep->gone && !aborted &&
+                       (ep->auth_rdone || ep->sq_head != NULL || ep->rq_head != NULL)) {
+                n += shoal_ucx_lazy_open(ep, now);
+            } else if (ep->status != SHOAL_OK && ep->auth_rdone) {
+                shoal_ucx_lazy_notify_failed(ep);
+            }
+        }
+    }
+    for (int k = 0; k < ctx->lazy_nq;) {
+        if (shoal_ucx_lazy_step(&ctx->eps[ctx->lazy_q[k]], now, aborted, &n)) {
+            ctx->lazy_q[k] = ctx->lazy_q[--ctx->lazy_nq];
+        } else {
+            k++;
+        }
+    }
+    return n;
+}
+
 shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int npeers,
                                      const void *const *addrs, const size_t *addr_lens,
                                      shoal_ep_t **eps_p)
@@ -454,6 +743,9 @@ shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
     if (ctx->eps == NULL || ctx->live_pfds == NULL || (mem > 0 && ctx->slot_mem == NULL)) {
         shoal_error(UCX, "out of memory for %d endpoints", npeers);
         return SHOAL_ERR_NO_MEMORY;
+    }
+    if (ctx->lazy) {
+        return shoal_ucx_lazy_connect(ctx, peers, npeers, addrs, addr_lens, eps_p);
     }
     memset(ctx->slot_mem, 0, mem); /* fault the slot buffers in now */
     for (int i = 0; i < npeers; i++) {

@@ -131,6 +131,8 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
     free(ctx->eps);
     free(ctx->live_pfds);
     free(ctx->slot_mem);
+    free(ctx->lazy_q);
+    free(ctx->peer_workers);
     shoal_secret_wipe(ctx->secret, sizeof(ctx->secret)); /* not elided before the free */
     free(ctx);
 }
@@ -317,6 +319,7 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
     ctx->timeout_ms = params->timeout_ms;
     ctx->qos_ib_tc = params->qos_valid ? params->qos_ib_tc : -1;
     ctx->abort_flag = params->abort_flag;
+    ctx->lazy = params->lazy;
     ctx->inline_max = SHOAL_MIN(shoal_ucx_config.inline_max, (size_t)1 << 20);
     if (params->nranks > (1 << SHOAL_UCX_RANK_BITS)) {
         shoal_error(UCX, "%d ranks: the ucx transport's tags hold at most %d", params->nranks,
@@ -423,6 +426,9 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
             shoal_ucx_check_live(ctx);
         }
     }
+    if (ctx->lazy_want || ctx->lazy_nq > 0) {
+        n += shoal_ucx_lazy_progress(ctx); /* connections at first use */
+    }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->npending > 0 || ep->post_failed || ep->gone_fresh) {
@@ -485,6 +491,9 @@ static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
             (void)shoal_ucx_ep_fail(ep, status, culprit, why);
         }
     }
+    if (ctx->lazy && !ctx->quarantined) {
+        shoal_ucx_lazy_fail(ctx); /* peers that connected to us first */
+    }
 }
 
 /* Loads libucp (first call): only asked when the ucx transport may be used (tl_registry.c). */
@@ -496,7 +505,7 @@ static int shoal_ucx_query(void)
 const shoal_tl_ops_t shoal_tl_ucx_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "ucx",
-    .caps = 0,
+    .caps = SHOAL_TL_CAP_LAZY,
     .intra_node_only = 0,
     .query = shoal_ucx_query,
     .init = shoal_ucx_init,

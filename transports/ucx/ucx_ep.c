@@ -278,6 +278,12 @@ shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
     }
     ep->npending++;
     ep->ctx->npending++;
+    if (SHOAL_UNLIKELY(ep->lazy_state != SHOAL_UCX_LAZY_UP)) {
+        /* not authenticated yet: waits, in order, until it is (or the endpoint fails) */
+        shoal_ucx_queue_push(&ep->sq_head, &ep->sq_tail, req);
+        shoal_ucx_lazy_want(ep);
+        return SHOAL_OK;
+    }
     if (ep->gone || ep->uep == NULL) {
         /* Nothing can reach the peer any more: the send waits, unsent, for the endpoint to
          * fail (after the grace period, or at once with the cause an abort notice gives). */
@@ -303,6 +309,12 @@ shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     /* Posted even on a gone endpoint: UCX may hold the message already. */
     ep->npending++;
     ep->ctx->npending++;
+    if (SHOAL_UNLIKELY(ep->lazy_state != SHOAL_UCX_LAZY_UP)) {
+        /* nothing from a peer is received before its proof was checked */
+        shoal_ucx_queue_push(&ep->rq_head, &ep->rq_tail, req);
+        shoal_ucx_lazy_want(ep);
+        return SHOAL_OK;
+    }
     if (ep->rx_count < SHOAL_UCX_SLOTS && ep->rq_head == NULL) {
         shoal_ucx_rx_start(ep, req);
     } else {
@@ -753,6 +765,16 @@ static int shoal_ucx_ep_progress_rx(shoal_ep_t *ep)
         shoal_ucx_rx_start(ep, shoal_ucx_queue_pop(&ep->rq_head, &ep->rq_tail));
     }
     return n;
+}
+
+void shoal_ucx_ep_start_queued(shoal_ep_t *ep)
+{
+    while (ep->status == SHOAL_OK && ep->tx_count < SHOAL_UCX_SLOTS && ep->sq_head != NULL) {
+        shoal_ucx_tx_start(ep, shoal_ucx_queue_pop(&ep->sq_head, &ep->sq_tail));
+    }
+    while (ep->status == SHOAL_OK && ep->rx_count < SHOAL_UCX_SLOTS && ep->rq_head != NULL) {
+        shoal_ucx_rx_start(ep, shoal_ucx_queue_pop(&ep->rq_head, &ep->rq_tail));
+    }
 }
 
 int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick)
