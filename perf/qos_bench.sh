@@ -27,10 +27,11 @@
 #
 # usage: perf/qos_bench.sh [--mode cap|weights|overhead] [--reps K] [--transport shm|tcp] [--ranks N]
 #            [--seconds S] [--bytes B] [--cap RATE] [--capacity RATE] [--weights wa:wb]
-#            [--period MS] [--build DIR]
+#            [--period MS] [--build DIR] [--tc-script PATH]
 # --transport netns: two "hosts" (network namespaces, tests/netns/netns_lib.sh, needs root)
 # joined by links shaped to --link (default 1gbit) with htb, RANKS ranks per host per job, tcp
-# between them (the same jobs, each launched by netns_job instead of shoalrun).
+# between them (the same jobs, each launched by netns_job instead of shoalrun). --tc-script:
+# another shoal-tc.sh (e.g. an older one, to compare its htb parameters).
 # RATE in bytes/s with k m g suffixes (powers of 1024, as SHOAL_QOS_RATE_MAX takes them).
 # Last lines (for tests/qos/run_qos.sh):
 #   result mode=cap windows=N max_err_pct=E mean_err_pct=M min_b=B paced_a=P paced_b=Q status=ok
@@ -38,9 +39,9 @@
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
-mode=cap transport=shm ranks=2 seconds=6 bytes=131072 cap=64m capacity=128m weights=1:1
+mode=cap transport=shm ranks=2 seconds=6 bytes= cap=64m capacity=128m weights=1:1
 period=1000 reps= link=1gbit qperiod=100ms arrive= leave= tol=5 png= lat_n=20000 skip=1000
-kill_agent= agent_x_add= spot_cpu=idle job_env_add= cap_alone=
+kill_agent= agent_x_add= spot_cpu=idle job_env_add= cap_alone= tc_script=
 while [ $# -gt 0 ]; do
     case $1 in
     --mode) mode=$2; shift 2 ;;
@@ -66,10 +67,18 @@ while [ $# -gt 0 ]; do
     --job-env) agent_x_add="$agent_x_add -x $2"; job_env_add="$job_env_add $2"; shift 2 ;;
     --alone) cap_alone=1; shift ;;
     --spot-cpu) spot_cpu=$2; shift 2 ;;
+    --tc-script) tc_script=$2; shift 2 ;;
     *) sed -n '/^# usage/,/^# RATE/p' "$0" >&2; exit 2 ;;
     esac
 done
 [ -n "$reps" ] || reps=$([ "$mode" = latency ] && echo 3 || echo 5)
+# --bytes: 128 KiB, but 4 MiB for the weighted split through htb (agent, netns): a tenant
+# whose AllReduces are small cannot keep its class backlogged (a few hundred KiB in flight,
+# its ranks waiting on each other between steps), the link is then not the bottleneck and
+# htb gives each tenant what it sends (1:3 at 200 Mbit/s with 128 KiB: the link 54% used, the
+# split 1:1.1; with 4 MiB: 92-101% used, each second within 6% of 1:3)
+[ -n "$bytes" ] || bytes=$([ "$mode" = agent ] && [ "$transport" = netns ] && echo 4194304 ||
+    echo 131072)
 shoalrun=$build/shoalrun
 load=$build/qos_load
 [ -x "$shoalrun" ] && [ -x "$load" ] || { echo "qos_bench.sh: build $build first" >&2; exit 2; }
@@ -191,7 +200,13 @@ fi
 # S seconds. Per window: each tenant's MiB/s, its share of what the active tenants sent
 # against its weight's share, Jain's index of rate/weight; after each arrival and leave, the
 # time until the first window with every share within --tol % (re-convergence); a PNG of
-# each tenant's throughput over time (--png FILE, gnuplot).
+# each tenant's throughput over time (--png FILE, gnuplot). netns also: the link's own split
+# per window from the htb classes' byte counters (both hosts' egress, sampled every --period
+# ms): "# tc window" lines with each tenant's share error, Jain's index and the link's use, and
+# result_tc (windows, max and mean share error, Jain; sat_*: only the windows in which the link
+# was at least 90% used, the ones where htb, not the jobs, decides the split). The jobs' own
+# counters (the result line) count what they handed to their sockets, which buffers of several
+# MB decouple from the wire within a second.
 # latency: tenant "g" (guaranteed, weight 8) runs qos_load -L (8 B..32 KiB AllReduce, p99)
 # alone, then again while tenant "s" (spot, weight 1) saturates with --bytes AllReduces; the
 # ratio of the p99s per size. shm: under the agent; netns: under the htb tree. --reps K
@@ -220,7 +235,7 @@ agent_setup() { # the agent (shm) or the htb trees (netns); sets agent_env
         done
         for h in $netns_hosts; do
             # shellcheck disable=SC2086
-            "$here/../scripts/shoal-tc.sh" -n "$h" setup "$netns_ifname" "$link" $specs \
+            "${tc_script:-$here/../scripts/shoal-tc.sh}" -n "$h" setup "$netns_ifname" "$link" $specs \
                 >>"$tmp/tc.log" 2>&1 || { echo "qos_bench.sh: shoal-tc.sh failed:" \
                 "$(tail -n 1 "$tmp/tc.log")" >&2; exit 2; }
         done
@@ -386,6 +401,30 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         [ "$transport" = netns ] || agent_cred "t$i" burstable "$w"
     done
     arr_i=${arrive%%:*} arr_s=${arrive##*:} lv_i=${leave%%:*} lv_s=${leave##*:}
+    if [ "$transport" = netns ]; then
+        # what the link carried: every --period ms (on the wall clock's whole periods, as
+        # qos_load samples) the byte counters of each host's tenant classes (5:a = t1, ...),
+        # counted where htb dequeues them: the split of the link itself, not of what the jobs
+        # handed to their sockets (which socket buffers of several MB decouple from the wire)
+        (
+            while [ ! -f "$tmp/tc.stop" ]; do
+                now=$(date +%s%N)
+                sleep "$(awk -v n="$now" -v p="$period" 'BEGIN { ms = int(n / 1e6);
+                    printf "%.3f", (p - ms % p) / 1000 }')"
+                line=$(( $(date +%s%N) / 1000000 ))
+                for h in $netns_hosts; do
+                    line="$line $(tc -n "$h" -s class show dev "$netns_ifname" 2>/dev/null | awk '
+                        $1 == "class" && $2 == "htb" { c = $3 }
+                        $1 == "Sent" && c != "" { s[c] = $2; c = "" }
+                        END { for (i = 10; i < 10 + '"$ntenants"'; i++) {
+                            k = sprintf("5:%x", i); printf "%s%d", (i > 10 ? " " : ""), s[k] } }')"
+                done
+                echo "$line"
+            done
+        ) >"$tmp/tc.samples" 2>/dev/null &
+        tc_sampler=$!
+        pids="$pids $tc_sampler"
+    fi
     i=0
     for w in $(echo "$weights" | tr ':' ' '); do
         i=$((i + 1))
@@ -417,6 +456,10 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         ajob "t$arr_i" "$arr_i" "$s" -s "$s" -b "$bytes" -p "$period"
     fi
     agent_wait
+    if [ -n "${tc_sampler:-}" ]; then
+        touch "$tmp/tc.stop"
+        wait "$tc_sampler" 2>/dev/null
+    fi
     for t in $agent_tenants; do
         if ! grep -q "done iters=.* status=SHOAL_OK" "$tmp/$t"; then
             status=failed
@@ -548,6 +591,51 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             nev, conv == "" ? "none" : conv, worstc, rconv == "" ? "none" : rconv, worstr,
             npre ? pre / npre : 0, npost ? post / npost : 0, firstt, lastt, status
     }'
+    if [ -s "$tmp/tc.samples" ] && [ -z "$arrive$leave" ]; then
+        # the link's split per window from the htb counters (both hosts' egress summed):
+        # from the first window in which every tenant's class sent, after --skip ms, to the
+        # one before the last such window (in which the jobs end, each at its own moment); a
+        # tenant idle in between counts against it
+        awk -v nt="$ntenants" -v nh="$hosts" -v period="$period" -v weights="$weights" \
+            -v skip="$skip" -v linkb="$link_bits" '
+        { t[NR] = $1; for (q = 1; q <= nt; q++) { v = 0
+              for (h = 0; h < nh; h++) v += $(2 + h * nt + q - 1); c[NR, q] = v } }
+        END {
+            split(weights, w, ":"); wsum = 0; for (q = 1; q <= nt; q++) wsum += w[q]
+            first = 0; last = 0
+            for (i = 2; i <= NR; i++) { all = 1
+                for (q = 1; q <= nt; q++) if (c[i, q] - c[i - 1, q] <= 0) all = 0
+                if (all) { if (!first) first = i; last = i } }
+            nw = 0; maxe = 0; sume = 0; minj = 1; sumj = 0
+            for (i = first; first && i < last; i++) {
+                dt = t[i] - t[i - 1]
+                if (t[i - 1] - t[first - 1] < skip || dt < 0.8 * period || dt > 1.2 * period) continue
+                tot = 0; for (q = 1; q <= nt; q++) { r[q] = (c[i, q] - c[i - 1, q]) * 1000 / dt; tot += r[q] }
+                if (tot <= 0) continue
+                s1 = 0; s2 = 0; worst = 0; line = sprintf("# tc window %6.1f s:", (t[i] - t[first - 1]) / 1000)
+                for (q = 1; q <= nt; q++) { e = 100 * ((r[q] / tot) / (w[q] / wsum) - 1); ae = e < 0 ? -e : e
+                    if (ae > worst) worst = ae; x = r[q] / w[q]; s1 += x; s2 += x * x
+                    line = line sprintf(" t%d %7.2f MiB/s %+6.1f%%", q, r[q] / 1048576, e) }
+                j = s1 * s1 / (nt * s2)
+                # the use of the link (payload and headers as htb counts them, per host): below
+                # 90% the link is not the bottleneck and htb gives each what it sends
+                use = 100 * tot * 8 / nh / linkb
+                print line sprintf("  Jain %.4f  link %3.0f%%", j, use)
+                nw++; sume += worst; sumj += j; if (worst > maxe) maxe = worst; if (j < minj) minj = j
+                if (use >= 90) { ns++; if (worst > maxs) maxs = worst; if (!ns1 || j < minjs) minjs = j; ns1 = 1 }
+                if (!t0) t0 = i - 1; t1 = i
+            }
+            sh = ""; tot = 0
+            for (q = 1; q <= nt; q++) tot += c[t1, q] - c[t0, q]
+            for (q = 1; q <= nt && nw; q++) sh = sh (q > 1 ? "," : "") sprintf("%.4f", (c[t1, q] - c[t0, q]) / tot)
+            printf "result_tc windows=%d max_share_err_pct=%.2f mean_share_err_pct=%.2f " \
+                "min_jain=%.4f mean_jain=%.4f shares=%s link_use_pct=%.1f sat_windows=%d " \
+                "sat_max_share_err_pct=%.2f sat_min_jain=%.4f\n", nw, maxe,
+                nw ? sume / nw : 0, minj, nw ? sumj / nw : 0, sh == "" ? "none" : sh,
+                nw ? 100 * tot * 8 * 1000 / (t[t1] - t[t0]) / nh / linkb : 0, ns, maxs,
+                ns ? minjs : 0
+        }' "$tmp/tc.samples"
+    fi
     if [ -n "$png" ] && command -v gnuplot >/dev/null 2>&1 && [ -s "$tmp/plot.dat" ]; then
         {
             echo "set terminal pngcairo size 1000,500 noenhanced"

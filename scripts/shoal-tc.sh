@@ -118,6 +118,7 @@ for spec in "$@"; do
         exit 2
     fi
     sum=$((sum + r))
+    [ "$r" -le "${rmax:-0}" ] || rmax=$r
 done
 [ "$sum" -le "$link_b" ] || {
     echo "shoal-tc: the tenants' rates add up to more than the link ($sum > $link_b bit/s)" >&2
@@ -126,6 +127,23 @@ done
 left=$((link_b - sum))
 floor=$((link_b / 100))
 [ "$left" -ge "$floor" ] || left=$floor
+[ "$left" -le "$rmax" ] || rmax=$left
+# htb's own defaults do not fit a link divided by weight at these rates:
+# - quantum (the bytes a class sends per turn of htb's round robin among the classes that
+#   send within their rate, and among those that borrow the link's spare): tc makes it
+#   rate / r2q and clamps it to 200000 bytes, so above 16 Mbit/s every class got the same
+#   200000 and the spare was split 1:1 whatever the weights. Here: proportional to the rate,
+#   200000 for the largest class, at least one 1514-byte frame.
+# - cburst (and the root's burst): tc's default is about one frame (1375 bytes at 1 Gbit/s),
+#   so every late wake-up of htb's timer on a loaded host is link time lost for good;
+#   2 ms of the link rate (at least 16000 bytes) lets it catch up within the link's rate.
+quantum() { # quantum RATE_BITS
+    q=$(awk -v r="$1" -v m="$rmax" 'BEGIN { printf "%.0f", 200000 * r / m }')
+    [ "$q" -ge 1514 ] || q=1514
+    echo "$q"
+}
+cb=$(( link_b * 2 / 8000 ))
+[ "$cb" -ge 16000 ] || cb=16000
 
 fail() {
     echo "shoal-tc: $1" >&2
@@ -143,8 +161,10 @@ if ours; then
     run qdisc del dev "$dev" root # a fresh tree: htb cannot change its root in place
 fi
 run qdisc replace dev "$dev" root handle 5: htb default 99
-run class add dev "$dev" parent 5: classid 5:1 htb rate "${link_b}bit" ceil "${link_b}bit"
-run class add dev "$dev" parent 5:1 classid 5:99 htb rate "${left}bit" ceil "${link_b}bit"
+run class add dev "$dev" parent 5: classid 5:1 htb rate "${link_b}bit" ceil "${link_b}bit" \
+    burst "$cb" cburst "$cb"
+run class add dev "$dev" parent 5:1 classid 5:99 htb rate "${left}bit" ceil "${link_b}bit" \
+    cburst "$cb" quantum "$(quantum "$left")"
 # The leaf: the first queueing discipline this kernel has (none: htb's fifo).
 leaf=
 for q in fq fq_codel sfq; do
@@ -174,7 +194,8 @@ for spec in "$@"; do
     rb=$(bits "$rate")
     bb=$(( rb / 8 * ${SHOAL_TC_BURST_MS:-100} / 1000 ))
     run class add dev "$dev" parent 5:1 classid "5:$hex" htb rate "${rb}bit" \
-        ceil "${link_b}bit" burst "$(( bb > 16000 ? bb : 16000 ))"
+        ceil "${link_b}bit" burst "$(( bb > 16000 ? bb : 16000 ))" cburst "$cb" \
+        quantum "$(quantum "$rb")"
     [ -z "$leaf" ] || run qdisc add dev "$dev" parent "5:$hex" handle "$hex:" "$leaf"
     if [ -n "$dscp" ]; then
         tos=$(printf '0x%02x' $((dscp << 2)))

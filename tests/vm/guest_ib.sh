@@ -3,7 +3,7 @@
 # rxe0 (veth0) and rxe1 (veth1), two "hosts" as far as shoal can tell (tests/vm/rxe_host.sh).
 # One TAP stream; every sub-suite's lines are renumbered and prefixed with its label.
 #
-# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm ucx ucxtl perf auto, or "all". The
+# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm ucx ucxtl perf auto tc, or "all". The
 # default leaves out perf (a measurement against perftest, about 3 minutes; run_vm.sh runs it
 # under qemu's -icount when it is the only section, see there) and ucxtl (UCX 1.13 asserts now and then, below)
 # and runs the rest, which pass: CI's VM stage.
@@ -14,8 +14,8 @@ src=${top_srcdir:?}
 b=${top_builddir:?}
 export top_srcdir top_builddir
 wrap=$src/tests/vm/rxe_host.sh
-sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm ucx auto"}
-[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm ucx ucxtl perf auto"
+sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm ucx auto tc"}
+[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm ucx ucxtl perf auto tc"
 n_tap=0
 tmp=$(mktemp -d /tmp/guest_ib.XXXXXX)
 export TMPDIR=$tmp
@@ -299,6 +299,12 @@ if want auto; then
         "auto: 4 ranks on two hosts, no SHOAL_TRANSPORT: allreduce passes (exit $rc)"
     grep -qE "connected to [0-9]+ peers over rxe" "$tmp/auto.err"
     tap $? "auto: the ranks on different hosts talk over ib (not tcp)"
+fi
+
+# ---- QoS: shoal-tc.sh's classifiers (priority, fw mark, DSCP) and fq leaves over tcp --------
+# (tests/vm/guest_tc.sh; not the ib devices: network namespaces and a bridge of their own)
+if want tc; then
+    sub "tc" 400 "$src/tests/vm/guest_tc.sh"
 fi
 
 san_check "the last sections"

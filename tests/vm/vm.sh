@@ -14,7 +14,8 @@
 #
 # The cache (SHOAL_VM_CACHE, default /var/cache/shoal-vm) holds the kernel (vmlinuz), the
 # initramfs (initrd.cpio: a debootstrap'ed bookworm root with rdma-core, ibverbs-providers,
-# perftest, UCX, iproute2, kmod, plus the kernel modules rdma_rxe, rdma_ucm, veth and 9p need) and a
+# perftest, UCX, iproute2, kmod, nftables, plus the kernel modules rdma_rxe, rdma_ucm, veth, 9p, and
+# the tc section's qdiscs, classifiers, bridge and nf_tables need) and a
 # stamp; it is rebuilt when build_image below or the package list change. The guest's /init
 # (tests/vm/init.sh) is not cached: every run appends it to the initramfs as a second archive.
 # Needs (as root, for debootstrap): qemu-system-x86, debootstrap, cpio, kmod (scripts/deps.sh).
@@ -30,8 +31,12 @@ top=$(cd "$here/../.." && pwd)
 cache=${SHOAL_VM_CACHE:-/var/cache/shoal-vm}
 mirror=${SHOAL_VM_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
-guest_pkgs="libibverbs1,ibverbs-providers,rdma-core,libssl3,libucx0,ucx-utils,perftest,iproute2,kmod,procps,ibverbs-utils"
-guest_mods="rdma_rxe rdma_ucm crc32_generic veth 9p 9pnet_virtio virtio_pci ipv6"
+guest_pkgs="libibverbs1,ibverbs-providers,rdma-core,libssl3,libucx0,ucx-utils,perftest,iproute2,kmod,procps,ibverbs-utils,nftables"
+# tc section (guest_tc.sh): shoal-tc.sh's htb tree with fq leaves, its three classifiers
+# (u32, basic with the meta ematch, fw), the bridge of tests/netns/netns_lib.sh and nftables
+# for the marks by uid
+guest_mods="rdma_rxe rdma_ucm crc32_generic veth 9p 9pnet_virtio virtio_pci ipv6
+    sch_htb sch_fq sch_fq_codel sch_sfq cls_u32 cls_basic em_meta cls_fw bridge nf_tables"
 vm_mem=${SHOAL_VM_MEM:-3072}
 
 die() {
