@@ -197,7 +197,7 @@ SHOAL_HIDDEN void shoal_coll_pool_fini(struct shoal_comm *comm);
  * communicator. *cp_p NULL: nothing left to do (one rank, count 0), status returned. */
 SHOAL_HIDDEN shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                             int exclusive, shoal_coll_plan_t **cp_p);
-/* Step-wise plan builders (ring.c, others.c). */
+/* Step-wise plan builders (ring.c, rd.c, allgather2.c, others.c). */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce_plan(struct shoal_comm *comm,
                                                       shoal_coll_plan_t **cp_p,
                                                       const shoal_coll_args_t *a, uint32_t seq,
@@ -210,6 +210,14 @@ SHOAL_HIDDEN shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm,
                                                       shoal_coll_plan_t **cp_p,
                                                       const shoal_coll_args_t *a, uint32_t seq,
                                                       int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_rd_allreduce_plan(struct shoal_comm *comm,
+                                                    shoal_coll_plan_t **cp_p,
+                                                    const shoal_coll_args_t *a, uint32_t seq,
+                                                    int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather_plan(struct shoal_comm *comm,
+                                                       shoal_coll_plan_t **cp_p,
+                                                       const shoal_coll_args_t *a, uint32_t seq,
+                                                       int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm,
                                                    shoal_coll_plan_t **cp_p,
                                                    const shoal_coll_args_t *a, uint32_t seq,
@@ -222,6 +230,26 @@ typedef shoal_status_t (*shoal_coll_plan_build_t)(struct shoal_comm *comm,
                                                   shoal_coll_plan_t **cp_p,
                                                   const shoal_coll_args_t *a, uint32_t seq,
                                                   int exclusive);
+/* Runs an algorithm's plan on the calling thread (a blocking call): built with the
+ * communicator's scratch, driven to completion, released. */
+SHOAL_HIDDEN shoal_status_t shoal_coll_plan_run(struct shoal_comm *comm,
+                                                shoal_coll_plan_build_t build,
+                                                const shoal_coll_args_t *a, uint32_t seq);
+/* Adds peer to the channels the plan lists (base.peers, once each); past SHOAL_PLAN_PEERS
+ * the plan lists none (npeers -1): it still advances step by step, but alone. */
+SHOAL_HIDDEN void shoal_coll_plan_peer(shoal_coll_plan_t *cp, int peer);
+/* One exchange step of a plan: the receive from `from` and the send to `to` (either absent
+ * when < 0) are posted on the first call, then tested without blocking: SHOAL_OK once both
+ * are done (the next call posts a new exchange), SHOAL_IN_PROGRESS (wait_peer set), or the
+ * error that failed the communicator. */
+typedef struct {
+    int posted;
+    shoal_tl_req_t sreq, rreq;
+} shoal_coll_xchg_t;
+SHOAL_HIDDEN shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_plan_t *cp,
+                                            shoal_coll_xchg_t *x, int to, const void *sbuf,
+                                            size_t slen, int from, void *rbuf, size_t rlen,
+                                            uint32_t step, uint32_t chunk);
 
 /* Algorithms: blocking on the calling thread; seq is the collective's sequence number. */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,
@@ -237,8 +265,6 @@ SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_ring_allgather(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_bcast_run(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                            uint32_t seq, shoal_algo_t algo);
 SHOAL_HIDDEN shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                               uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_barrier_run(struct shoal_comm *comm, uint32_t seq);

@@ -189,18 +189,6 @@ shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_bcast_run(struct shoal_comm *comm, const shoal_coll_args_t *a, uint32_t seq,
-                               shoal_algo_t algo)
-{
-    shoal_coll_plan_t *cp;
-    if (algo == SHOAL_ALGO_TREE) {
-        SHOAL_CHECK(shoal_tree_bcast_plan(comm, &cp, a, seq, 1));
-    } else {
-        SHOAL_CHECK(shoal_chain_bcast_plan(comm, &cp, a, seq, 1));
-    }
-    return shoal_plan_drive(comm, &cp->base);
-}
-
 /* Binomial tree reduce, chunk by chunk. Children are combined in a fixed order, so the result
  * is deterministic. Non-roots accumulate in scratch: their recvbuf is not significant. */
 shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,

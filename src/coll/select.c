@@ -9,11 +9,12 @@
  * cost_us(shape, bytes) is the modelled time of one call (negative: cannot run it); bytes is
  * the whole message for allreduce/broadcast/reduce and one rank's block for allgather and
  * reduce_scatter. applicable(comm, a), where set, adds the checks only a communicator can
- * answer. run executes the call on the calling thread; plan, where set, builds the step-wise
- * plan the progress engine advances beside other calls (a row without one runs whole, alone
- * on its communicator, when it is a nonblocking call). Selection takes the cheapest applicable
- * row; SHOAL_ALGO forces a row; shoal_info -t prints this table. Adding an algorithm: its
- * file and one row here. */
+ * answer. A row has either plan, the builder of the step-wise plan that the progress engine
+ * advances beside other calls (a blocking call drives the same plan on the calling thread:
+ * shoal_coll_plan_run), or run, which executes the call whole on the calling thread (as a
+ * nonblocking call it then runs alone on its communicator). Selection takes the cheapest
+ * applicable row; SHOAL_ALGO forces a row; shoal_info -t prints this table. Adding an
+ * algorithm: its file (cost, plan builder) and one row here. */
 typedef double (*shoal_coll_cost_fn_t)(const shoal_coll_shape_t *s, size_t bytes);
 typedef int (*shoal_coll_applicable_fn_t)(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
@@ -32,18 +33,6 @@ static shoal_status_t shoal_coll_run_shm_ar(struct shoal_comm *comm, const shoal
 {
     (void)seq;
     return shoal_shmdirect_allreduce(comm, a);
-}
-
-static shoal_status_t shoal_coll_run_tree_bcast(struct shoal_comm *comm,
-                                                const shoal_coll_args_t *a, uint32_t seq)
-{
-    return shoal_bcast_run(comm, a, seq, SHOAL_ALGO_TREE);
-}
-
-static shoal_status_t shoal_coll_run_chain_bcast(struct shoal_comm *comm,
-                                                 const shoal_coll_args_t *a, uint32_t seq)
-{
-    return shoal_bcast_run(comm, a, seq, SHOAL_ALGO_RING);
 }
 
 static const char *const shoal_coll_type_names[SHOAL_COLL_TYPE_COUNT] = {
@@ -139,20 +128,19 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_SHM, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_shm_ar,
      .run = shoal_coll_run_shm_ar},
     {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar,
-     .run = shoal_rd_allreduce},
+     .plan = shoal_rd_allreduce_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar,
-     .run = shoal_ring_allreduce, .plan = shoal_ring_allreduce_plan},
+     .plan = shoal_ring_allreduce_plan},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_tree_bcast_cost,
-     .run = shoal_coll_run_tree_bcast, .plan = shoal_tree_bcast_plan},
+     .plan = shoal_tree_bcast_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_chain_bcast_cost,
-     .run = shoal_coll_run_chain_bcast, .plan = shoal_chain_bcast_plan},
+     .plan = shoal_chain_bcast_plan},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce,
      .run = shoal_tree_reduce},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag,
-     .run = shoal_ring_allgather, .plan = shoal_ring_allgather_plan},
+     .plan = shoal_ring_allgather_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_REDUCE_SCATTER,
-     .cost_us = shoal_coll_cost_ring_rs, .run = shoal_ring_reduce_scatter,
-     .plan = shoal_ring_reduce_scatter_plan},
+     .cost_us = shoal_coll_cost_ring_rs, .plan = shoal_ring_reduce_scatter_plan},
     /* algorithms of tree.c, rab.c, hier.c, bcast2.c, allgather2.c, rs2.c, alltoall.c */
     {.algo = SHOAL_ALGO_DBTREE, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_dbtree_ar_cost,
      .run = shoal_dbtree_allreduce},
@@ -163,7 +151,7 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost,
      .run = shoal_ptree_bcast},
     {.algo = SHOAL_ALGO_BRUCK, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_bruck_ag_cost,
-     .applicable = shoal_bruck_applicable, .run = shoal_bruck_allgather},
+     .applicable = shoal_bruck_applicable, .plan = shoal_bruck_allgather_plan},
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_REDUCE_SCATTER, .cost_us = shoal_rh_rs_cost,
      .applicable = shoal_rh_reduce_scatter_applicable, .run = shoal_rh_reduce_scatter},
     {.algo = SHOAL_ALGO_PAIRWISE, .coll = SHOAL_COLL_ALLTOALL,
@@ -369,7 +357,11 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
         return SHOAL_OK;
     }
     row = shoal_coll_row_for(comm, a, seq);
-    return row != NULL ? row->run(comm, a, seq) : SHOAL_ERR_INTERNAL;
+    if (row == NULL) {
+        return SHOAL_ERR_INTERNAL;
+    }
+    return row->plan != NULL ? shoal_coll_plan_run(comm, row->plan, a, seq)
+                             : row->run(comm, a, seq);
 }
 
 /* A row without a plan, run whole on the proxy: alone on its communicator (npeers -1). */

@@ -36,13 +36,25 @@ tap() { # tap OK|FAIL description
 mp_job "shm n=3" 3 "" "$prog" ok
 mp_job "tcp n=4" 4 "SHOAL_TRANSPORT=tcp" "$prog" ok
 mp_job "tcp n=3 chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_CHUNK_SIZE=4096" "$prog" ok
-# Rows without a step-wise plan (recursive doubling, Bruck, Rabenseifner) between the plans.
+# Forced rows, every call of that collective in flight as its step-wise plan beside the
+# others: recursive doubling (the fold on 3 and 5 ranks; 4 KiB chunks make the 64 Ki-element
+# calls run in several scratch-sized passes) and Bruck (the allgathers that fit the scratch;
+# the larger ones fall back to the ring).
 mp_job "shm n=4 rd chunk=4k" 4 "SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "shm n=5 rd" 5 "SHOAL_ALGO=rd" "$prog" ok
+mp_job "tcp n=3 rd chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+mp_job "shm n=3 bruck" 3 "SHOAL_ALGO=bruck" "$prog" ok
+mp_job "tcp n=4 bruck chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=bruck SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+# Rows without a step-wise plan (Rabenseifner) between the plans: they run whole, alone.
+mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
 
-# kill_job LABEL NRANKS TRANSPORT
+# kill_job LABEL NRANKS TRANSPORT [ALGO]
 kill_job() {
     env -u SHOAL_TRANSPORT -u SHOAL_ALGO "$shoalrun" --no-prefix --grace 30 --timeout "$timeout" \
-        -n "$2" -x SHOAL_TIMEOUT_MS=$timeout_ms ${3:+-x SHOAL_TRANSPORT=$3} "$prog" kill \
+        -n "$2" -x SHOAL_TIMEOUT_MS=$timeout_ms ${3:+-x SHOAL_TRANSPORT=$3} \
+        ${4:+-x SHOAL_ALGO=$4} "$prog" kill \
         >"$tmp/out" 2>"$tmp/err"
     rc=$?
     victim=$(($2 - 1))
@@ -75,4 +87,8 @@ kill_job() {
 
 kill_job "kill tcp n=3" 3 tcp
 kill_job "kill shm n=3" 3 ""
+# The AllReduce and allgather as recursive doubling and Bruck plans (SHOAL_ALGO=bruck also
+# leaves the AllReduce to the model: rd is forced in the first run).
+kill_job "kill tcp n=3 rd" 3 tcp rd
+kill_job "kill shm n=4 bruck" 4 "" bruck
 echo "1..$n_tap"
