@@ -366,4 +366,34 @@ static inline double shoal_coll_reduce_us(const shoal_coll_shape_t *s, double by
     return bytes * s->reduce_beta * (msg <= ((size_t)1 << 20) ? 0.1 : 0.5) * s->oversub;
 }
 
+/* One pass reducing k inputs of bytes each into one output (shoal_reduce_n): the kernels
+ * are bound by memory traffic, k reads and a write against the two-input kernel's three
+ * (src/reduce/reduce_bench: reduce_n of 6 inputs moves 31 GB/s, reduce2 36 GB/s). */
+static inline double shoal_coll_reduce_n_us(const shoal_coll_shape_t *s, double k, double bytes,
+                                            size_t msg)
+{
+    return shoal_coll_reduce_us(s, (k + 1) / 3 * bytes, msg);
+}
+
+/* Memory copies of a core, with the same cache-resident / from-memory factors. */
+static inline double shoal_coll_copy_us(const shoal_coll_shape_t *s, double bytes, size_t msg)
+{
+    return bytes * s->copy_beta * (msg <= ((size_t)1 << 20) ? 0.1 : 0.5) * s->oversub;
+}
+
+/* The per-byte time of a channel algorithm whose busiest rank moves `moved` bytes through
+ * the channels (sent plus received), link_us being what the links alone would take. Across
+ * hosts the links. On one host the channels are the shm transport's rings: every byte sent
+ * is copied into a ring by the sender's core and out of it by the receiver's, so the rank's
+ * own core copies `moved` bytes (while the intra-node AllReduce reads the peers' areas in
+ * place: shoal_coll_cost_shm_ar), and the link's measured rate bounds it too. */
+static inline double shoal_coll_xfer_us(const shoal_coll_shape_t *s, double link_us, double moved,
+                                        size_t msg)
+{
+    if (s->nhosts > 1) {
+        return link_us;
+    }
+    return SHOAL_MAX(link_us, shoal_coll_copy_us(s, moved, msg));
+}
+
 #endif

@@ -66,13 +66,16 @@ static void shoal_coll_ring_link(const shoal_coll_shape_t *s, double *alpha, dou
 
 static double shoal_coll_cost_ring_ar(const shoal_coll_shape_t *s, size_t bytes)
 {
-    double n = s->nranks, m = (double)bytes, alpha, beta;
+    double n = s->nranks, m = (double)bytes, alpha, beta, sent = 2 * (n - 1) / n * m;
     double groups = SHOAL_MAX(1.0, (double)((bytes + 2 * s->nranks * s->chunk - 1) /
                                            (2 * s->nranks * s->chunk)));
+    double reduce = shoal_coll_reduce_us(s, (n - 1) / n * m, bytes);
     shoal_coll_ring_link(s, &alpha, &beta);
-    /* the chunks' reductions overlap the next transfers: half of it shows */
-    return 2 * (n - 1) * groups * shoal_coll_step_us(s, alpha) + 2 * (n - 1) / n * m * beta +
-           0.5 * shoal_coll_reduce_us(s, (n - 1) / n * m, bytes);
+    /* Across hosts the chunks' reductions overlap the next transfers: half of it shows. On
+     * one host the core that reduces also copies every transfer into and out of the rings. */
+    return 2 * (n - 1) * groups * shoal_coll_step_us(s, alpha) +
+           shoal_coll_xfer_us(s, sent * beta, 2 * sent, bytes) +
+           (s->nhosts > 1 ? 0.5 : 1.0) * reduce;
 }
 
 static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
@@ -81,10 +84,16 @@ static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
     if (bytes > s->scratch) {
         return -1;
     }
-    return shoal_coll_step_us(s, s->rd_alpha_us) + (double)bytes * s->rd_beta_us +
+    /* every step sends and receives the whole message */
+    return shoal_coll_step_us(s, s->rd_alpha_us) +
+           shoal_coll_xfer_us(s, (double)bytes * s->rd_beta_us, 2.0 * l * (double)bytes, bytes) +
            shoal_coll_reduce_us(s, l * (double)bytes, bytes);
 }
 
+/* The intra-node AllReduce (shmdirect.c) reads the peers' shared areas in place: no
+ * messages, no transport rings; its memory work counts with the same rates as the channel
+ * algorithms' copies (shoal_coll_xfer_us) and reductions. The staged roads are modelled; the
+ * direct ones (shoal_mem_alloc buffers, single copies) copy less. */
 static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
 {
     /* A flag store and poll in shared memory: far below a channel message's latency. */
@@ -93,12 +102,14 @@ static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
         return -1;
     }
     if (bytes <= s->shm_oneshot_max) {
-        /* stage, then every rank reduces all n inputs */
-        return 2 * sync + m * s->copy_beta + (n - 1) * m * s->reduce_beta * s->oversub;
+        /* stage, then every rank reduces all n inputs in one pass */
+        return 2 * sync + shoal_coll_copy_us(s, m, bytes) + shoal_coll_reduce_n_us(s, n, m, bytes);
     }
-    /* stage, reduce my 1/n across n inputs, copy the other segments out */
+    /* per window: stage the input, reduce my 1/n across the n inputs, copy the other
+     * segments out */
     return 3 * sync * SHOAL_MAX(1.0, m / (double)SHOAL_MAX(s->shm_window, 4096)) +
-           m * s->copy_beta * (1 + s->oversub) + (n - 1) / n * m * s->reduce_beta * s->oversub;
+           shoal_coll_copy_us(s, (2 * n - 1) / n * m, bytes) +
+           shoal_coll_reduce_n_us(s, n, m / n, bytes);
 }
 
 static double shoal_coll_cost_tree_reduce(const shoal_coll_shape_t *s, size_t bytes)
@@ -203,19 +214,6 @@ double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type, shoa
     return row != NULL ? row->cost_us(s, bytes) : -1;
 }
 
-/* On one host, the intra-node AllReduce through the shared areas wins whenever it can run:
- * every channel algorithm moves the same data through the same shared memory, plus a copy
- * into and out of the transport's rings and a message per step (measured with
- * perf/select_check.sh: the shm path is the fastest or within noise at every size on 2-4
- * ranks). Its row therefore overrides the model; the model still ranks the others (logs,
- * shoal_info -t, SHOAL_ALGO=shm where unavailable). The rule only reads the shape, which every
- * rank shares, so the choice stays identical everywhere. */
-static int shoal_coll_preferred(const shoal_coll_shape_t *s, const shoal_coll_algo_row_t *row)
-{
-    return row->algo == SHOAL_ALGO_SHM && row->coll == SHOAL_COLL_ALLREDUCE && s->shm_direct &&
-           s->nhosts == 1;
-}
-
 /* The cheapest row (or the forced one) whose cost is known and, given comm, applicable. */
 static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_comm *comm,
                                     const shoal_coll_args_t *a, shoal_coll_type_t type,
@@ -232,11 +230,6 @@ static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_co
             continue;
         }
         if ((int)row->algo == forced) {
-            best = row->algo;
-            best_cost = c;
-            break;
-        }
-        if (forced == SHOAL_ALGO_AUTO && shoal_coll_preferred(s, row)) {
             best = row->algo;
             best_cost = c;
             break;
