@@ -65,9 +65,3 @@ shoal_status_t shoal_bruck_allgather_plan(struct shoal_comm *comm, shoal_coll_pl
     *cp_p = &p->cp;
     return SHOAL_OK;
 }
-
-shoal_status_t shoal_bruck_allgather(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                     uint32_t seq)
-{
-    return shoal_coll_plan_run(comm, shoal_bruck_allgather_plan, a, seq);
-}

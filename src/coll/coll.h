@@ -197,7 +197,7 @@ SHOAL_HIDDEN void shoal_coll_pool_fini(struct shoal_comm *comm);
  * communicator. *cp_p NULL: nothing left to do (one rank, count 0), status returned. */
 SHOAL_HIDDEN shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                             int exclusive, shoal_coll_plan_t **cp_p);
-/* Step-wise plan builders (ring.c, rd.c, allgather2.c, others.c). */
+/* Step-wise plan builders (ring.c, rd.c, allgather2.c, alltoall.c, others.c). */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce_plan(struct shoal_comm *comm,
                                                       shoal_coll_plan_t **cp_p,
                                                       const shoal_coll_args_t *a, uint32_t seq,
@@ -218,6 +218,13 @@ SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather_plan(struct shoal_comm *comm,
                                                        shoal_coll_plan_t **cp_p,
                                                        const shoal_coll_args_t *a, uint32_t seq,
                                                        int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_barrier_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                               const shoal_coll_args_t *a, uint32_t seq,
+                                               int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_pairwise_alltoall_plan(struct shoal_comm *comm,
+                                                         shoal_coll_plan_t **cp_p,
+                                                         const shoal_coll_args_t *a,
+                                                         uint32_t seq, int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm,
                                                    shoal_coll_plan_t **cp_p,
                                                    const shoal_coll_args_t *a, uint32_t seq,
@@ -254,8 +261,6 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_
 /* Algorithms: blocking on the calling thread; seq is the collective's sequence number. */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_rd_allreduce(struct shoal_comm *comm,
-                                               const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_shmdirect_log(struct shoal_comm *comm); /* INFO: its limits */
 SHOAL_HIDDEN void shoal_shmdirect_fini(struct shoal_comm *comm);
@@ -263,11 +268,8 @@ SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
 SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_ring_allgather(struct shoal_comm *comm,
-                                                 const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                               uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_barrier_run(struct shoal_comm *comm, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each
@@ -300,12 +302,8 @@ SHOAL_HIDDEN int shoal_hier_applicable(struct shoal_comm *comm, const shoal_coll
 SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN void shoal_hier_fini(struct shoal_comm *comm);
-SHOAL_HIDDEN shoal_status_t shoal_pairwise_alltoall(struct shoal_comm *comm,
-                                                    const shoal_coll_args_t *a, uint32_t seq);
 /* Bruck allgather: needs nranks * count * dsize <= scratch_size. */
 SHOAL_HIDDEN int shoal_bruck_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
-SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather(struct shoal_comm *comm,
-                                                  const shoal_coll_args_t *a, uint32_t seq);
 /* Pipelined binary-tree broadcast (chunks of comm->coll->chunk). */
 SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast(struct shoal_comm *comm,
                                               const shoal_coll_args_t *a, uint32_t seq);

@@ -1,5 +1,5 @@
 /* Broadcast (binomial tree / pipelined chain), reduce (chunked binomial tree), barrier
- * (dissemination) and point-to-point. */
+ * (dissemination) and point-to-point. The broadcasts and the barrier are step-wise plans. */
 #include "coll/coll.h"
 
 #include <string.h>
@@ -232,15 +232,42 @@ shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_barrier_run(struct shoal_comm *comm, uint32_t seq)
+/* Dissemination barrier: step d = 1, 2, 4, ... sends an empty message to rank + d and waits
+ * for one from rank - d; ceil(log2 n) steps, as a plan. */
+typedef struct {
+    shoal_coll_plan_t cp;
+    int d;
+    uint8_t dummy[2];      /* what the empty messages point at */
+    shoal_coll_xchg_t x;
+} shoal_barrier_plan_t;
+
+static shoal_status_t shoal_barrier_progress(struct shoal_comm *comm, shoal_plan_t *plan)
 {
+    shoal_barrier_plan_t *p = (shoal_barrier_plan_t *)plan;
     int n = comm->nranks;
-    uint8_t dummy = 0;
-    uint32_t step = 0;
-    for (int d = 1; d < n; d <<= 1, step++) {
-        SHOAL_CHECK(shoal_prim_sendrecv(comm, (comm->rank + d) % n, &dummy, 0,
-                                        shoal_mod(comm->rank - d, n), &dummy, 0, seq, step, 0));
+    for (; p->d < n; p->d <<= 1) {
+        SHOAL_CHECK(shoal_coll_xchg(comm, &p->cp, &p->x, (comm->rank + p->d) % n, &p->dummy[0],
+                                    0, shoal_mod(comm->rank - p->d, n), &p->dummy[1], 0,
+                                    (uint32_t)__builtin_ctz((unsigned)p->d), 0));
     }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_barrier_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                  const shoal_coll_args_t *a, uint32_t seq, int exclusive)
+{
+    shoal_barrier_plan_t *p;
+    int n = comm->nranks;
+    /* no scratch: the communicator's, whoever holds the ticket never touches it */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
+    (void)exclusive;
+    p->cp.base.progress = shoal_barrier_progress;
+    p->d = 1;
+    for (int d = 1; d < n; d <<= 1) {
+        shoal_coll_plan_peer(&p->cp, (comm->rank + d) % n);
+        shoal_coll_plan_peer(&p->cp, shoal_mod(comm->rank - d, n));
+    }
+    *cp_p = &p->cp;
     return SHOAL_OK;
 }
 

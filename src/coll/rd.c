@@ -142,9 +142,3 @@ shoal_status_t shoal_rd_allreduce_plan(struct shoal_comm *comm, shoal_coll_plan_
     *cp_p = &p->cp;
     return SHOAL_OK;
 }
-
-shoal_status_t shoal_rd_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                  uint32_t seq)
-{
-    return shoal_coll_plan_run(comm, shoal_rd_allreduce_plan, a, seq);
-}

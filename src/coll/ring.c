@@ -320,9 +320,3 @@ shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm, const shoal_co
 {
     return shoal_coll_plan_run(comm, shoal_ring_reduce_scatter_plan, a, seq);
 }
-
-shoal_status_t shoal_ring_allgather(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                    uint32_t seq)
-{
-    return shoal_coll_plan_run(comm, shoal_ring_allgather_plan, a, seq);
-}

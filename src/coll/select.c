@@ -166,7 +166,7 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_REDUCE_SCATTER, .cost_us = shoal_rh_rs_cost,
      .applicable = shoal_rh_reduce_scatter_applicable, .run = shoal_rh_reduce_scatter},
     {.algo = SHOAL_ALGO_PAIRWISE, .coll = SHOAL_COLL_ALLTOALL,
-     .cost_us = shoal_pairwise_a2a_cost, .run = shoal_pairwise_alltoall},
+     .cost_us = shoal_pairwise_a2a_cost, .plan = shoal_pairwise_alltoall_plan},
 };
 
 static const shoal_coll_algo_row_t *shoal_coll_row(shoal_coll_type_t type, shoal_algo_t algo)
@@ -344,7 +344,7 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
         return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
     }
     if (a->type == SHOAL_COLL_BARRIER) {
-        return shoal_barrier_run(comm, seq);
+        return shoal_coll_plan_run(comm, shoal_barrier_plan, a, seq);
     }
     if (a->count == 0) {
         return SHOAL_OK;
@@ -367,13 +367,6 @@ static shoal_status_t shoal_coll_whole_progress(struct shoal_comm *comm, shoal_p
 {
     shoal_coll_whole_plan_t *p = (shoal_coll_whole_plan_t *)plan;
     return p->run(comm, &p->cp.a, p->cp.seq);
-}
-
-static shoal_status_t shoal_coll_barrier_whole(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                               uint32_t seq)
-{
-    (void)a;
-    return shoal_barrier_run(comm, seq);
 }
 
 static shoal_status_t shoal_coll_p2p_whole(struct shoal_comm *comm, const shoal_coll_args_t *a,
@@ -400,7 +393,7 @@ shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t 
             return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
         }
         if (a->type == SHOAL_COLL_BARRIER) {
-            run = shoal_coll_barrier_whole;
+            return shoal_barrier_plan(comm, cp_p, a, seq, exclusive);
         } else if (a->count == 0) {
             return SHOAL_OK;
         } else if ((row = shoal_coll_row_for(comm, a, seq)) == NULL) {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Nonblocking collectives (tests/mp/mp_nbc.c) under shoalrun, TAP on stdout:
-#  - ok: every kind of shoal_i* call in flight at once on three communicators, waited for in
-#    several orders, results exact (rank 0's TAP lines, merged as in run_mp.sh);
+#  - ok: every kind of shoal_i* call (the alltoall and the barrier too) in flight at once on
+#    three communicators, waited for in several orders, results exact (rank 0's TAP lines,
+#    merged as in run_mp.sh); with the automatic choice and with rows forced by SHOAL_ALGO;
 #  - kill: the last rank dies while the others have four calls in flight on two
 #    communicators: every call must complete with an error naming it, within the deadline.
 # Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180).
@@ -49,6 +50,9 @@ mp_job "tcp n=4 bruck chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=bruck SHOAL_CH
     "$prog" ok
 # Rows without a step-wise plan (Rabenseifner) between the plans: they run whole, alone.
 mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
+# 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
+# (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
+mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
 
 # kill_job LABEL NRANKS TRANSPORT [ALGO]
 kill_job() {
