@@ -218,6 +218,10 @@ SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather_plan(struct shoal_comm *comm,
                                                        shoal_coll_plan_t **cp_p,
                                                        const shoal_coll_args_t *a, uint32_t seq,
                                                        int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_tree_reduce_plan(struct shoal_comm *comm,
+                                                   shoal_coll_plan_t **cp_p,
+                                                   const shoal_coll_args_t *a, uint32_t seq,
+                                                   int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_barrier_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
                                                const shoal_coll_args_t *a, uint32_t seq,
                                                int exclusive);
@@ -268,8 +272,6 @@ SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
 SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                              uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each

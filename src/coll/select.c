@@ -147,7 +147,7 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_chain_bcast_cost,
      .plan = shoal_chain_bcast_plan},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce,
-     .run = shoal_tree_reduce},
+     .plan = shoal_tree_reduce_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag,
      .plan = shoal_ring_allgather_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_REDUCE_SCATTER,
