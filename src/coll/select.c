@@ -154,7 +154,7 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
      .cost_us = shoal_coll_cost_ring_rs, .plan = shoal_ring_reduce_scatter_plan},
     /* algorithms of tree.c, rab.c, hier.c, bcast2.c, allgather2.c, rs2.c, alltoall.c */
     {.algo = SHOAL_ALGO_DBTREE, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_dbtree_ar_cost,
-     .run = shoal_dbtree_allreduce},
+     .plan = shoal_dbtree_allreduce_plan},
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_rab_ar_cost,
      .run = shoal_rab_allreduce},
     {.algo = SHOAL_ALGO_HIER, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_hier_ar_cost,

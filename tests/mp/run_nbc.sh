@@ -48,6 +48,10 @@ mp_job "tcp n=3 rd chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rd SHOAL_CHUNK_SI
 mp_job "shm n=3 bruck" 3 "SHOAL_ALGO=bruck" "$prog" ok
 mp_job "tcp n=4 bruck chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=bruck SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
+# The double binary tree: 4 KiB chunks make the large calls pipelines of many chunks.
+mp_job "shm n=4 dbtree chunk=4k" 4 "SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "tcp n=5 dbtree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
 # Rows without a step-wise plan (Rabenseifner) between the plans: they run whole, alone.
 mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
 # 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
@@ -91,8 +95,9 @@ kill_job() {
 
 kill_job "kill tcp n=3" 3 tcp
 kill_job "kill shm n=3" 3 ""
-# The AllReduce and allgather as recursive doubling and Bruck plans (SHOAL_ALGO=bruck also
-# leaves the AllReduce to the model: rd is forced in the first run).
+# The AllReduce and allgather as recursive doubling, Bruck and double binary tree plans
+# (SHOAL_ALGO=bruck leaves the AllReduce to the model).
 kill_job "kill tcp n=3 rd" 3 tcp rd
 kill_job "kill shm n=4 bruck" 4 "" bruck
+kill_job "kill tcp n=4 dbtree" 4 tcp dbtree
 echo "1..$n_tap"
