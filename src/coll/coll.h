@@ -197,7 +197,7 @@ SHOAL_HIDDEN void shoal_coll_pool_fini(struct shoal_comm *comm);
  * communicator. *cp_p NULL: nothing left to do (one rank, count 0), status returned. */
 SHOAL_HIDDEN shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                             int exclusive, shoal_coll_plan_t **cp_p);
-/* Step-wise plan builders (ring.c, rd.c, tree.c, allgather2.c, alltoall.c, others.c). */
+/* Step-wise plan builders (ring.c, rd.c, tree.c, rab.c, allgather2.c, alltoall.c, others.c). */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce_plan(struct shoal_comm *comm,
                                                       shoal_coll_plan_t **cp_p,
                                                       const shoal_coll_args_t *a, uint32_t seq,
@@ -226,6 +226,10 @@ SHOAL_HIDDEN shoal_status_t shoal_dbtree_allreduce_plan(struct shoal_comm *comm,
                                                         shoal_coll_plan_t **cp_p,
                                                         const shoal_coll_args_t *a,
                                                         uint32_t seq, int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_rab_allreduce_plan(struct shoal_comm *comm,
+                                                     shoal_coll_plan_t **cp_p,
+                                                     const shoal_coll_args_t *a, uint32_t seq,
+                                                     int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_barrier_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
                                                const shoal_coll_args_t *a, uint32_t seq,
                                                int exclusive);
@@ -289,8 +293,6 @@ typedef struct {
  * mirror (even n) or shift by one (odd n), so that most interior nodes of one are leaves of
  * the other. */
 SHOAL_HIDDEN void shoal_dbtree_build(int n, int rank, shoal_tree_node_t t[2]);
-SHOAL_HIDDEN shoal_status_t shoal_rab_allreduce(struct shoal_comm *comm,
-                                                const shoal_coll_args_t *a, uint32_t seq);
 /* Hierarchical AllReduce: any host layout (uneven ranks per host included); applicable
  * while a host holds at most SHOAL_HIER_MAX_LOCAL ranks. */
 #define SHOAL_HIER_MAX_LOCAL 64

@@ -52,8 +52,13 @@ mp_job "tcp n=4 bruck chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=bruck SHOAL_CH
 mp_job "shm n=4 dbtree chunk=4k" 4 "SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" "$prog" ok
 mp_job "tcp n=5 dbtree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
-# Rows without a step-wise plan (Rabenseifner) between the plans: they run whole, alone.
+# Rabenseifner AllReduce plans (the fold on 3 and 5 ranks, pieces of a 4 KiB-chunk scratch),
+# and the recursive-halving reduce-scatter (SHOAL_ALGO=rab on 4 ranks), which has no plan
+# and runs whole, alone on its communicator, between the plans.
 mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
+mp_job "tcp n=5 rab chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+mp_job "shm n=4 rab chunk=4k" 4 "SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" "$prog" ok
 # 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
 # (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
 mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
