@@ -164,9 +164,10 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
 
 /* ---- plans (plan.c): collectives the progress engine advances step by step ----
- * Every algorithm of the table (select.c) has a blocking run; the ones with a plan builder
- * also run as plans (core.h), which the proxy advances several at a time. A plan owns a copy
- * of the arguments and its scratch: several plans of one communicator may be in flight. */
+ * A row of the table (select.c) has a plan builder (core.h's plans: the proxy advances
+ * several at a time, a blocking call drives one on its thread: shoal_coll_plan_run) or,
+ * for the algorithms not yet converted, a blocking run. A plan owns a copy of the arguments
+ * and its scratch: several plans of one communicator may be in flight. */
 typedef struct shoal_coll_plan shoal_coll_plan_t;
 struct shoal_coll_plan {
     shoal_plan_t base;     /* progress: the algorithm's; release: shoal_coll_plan_release */
@@ -270,7 +271,8 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_
                                             size_t slen, int from, void *rbuf, size_t rlen,
                                             uint32_t step, uint32_t chunk);
 
-/* Algorithms: blocking on the calling thread; seq is the collective's sequence number. */
+/* Blocking entry points (on the calling thread; seq is the collective's sequence number):
+ * the rows without a plan, and the plans other algorithms fall back on. */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
