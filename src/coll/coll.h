@@ -389,14 +389,15 @@ static inline double shoal_coll_copy_us(const shoal_coll_shape_t *s, double byte
 
 /* The per-byte time of a channel algorithm whose busiest rank moves `moved` bytes through
  * the channels (sent plus received), link_us being what the links alone would take. Across
- * hosts the links. On one host the channels are the shm transport's rings: every byte sent
- * is copied into a ring by the sender's core and out of it by the receiver's, so the rank's
- * own core copies `moved` bytes (while the intra-node AllReduce reads the peers' areas in
- * place: shoal_coll_cost_shm_ar), and the link's measured rate bounds it too. */
+ * hosts (or on one host over another transport) the links. On one host with the shm
+ * transport (shm_direct) the channels are its rings: every byte sent is copied into a ring
+ * by the sender's core and out of it by the receiver's, so the rank's own core copies
+ * `moved` bytes (while the intra-node AllReduce reads the peers' areas in place:
+ * shoal_coll_cost_shm_ar), and the link's measured rate bounds it too. */
 static inline double shoal_coll_xfer_us(const shoal_coll_shape_t *s, double link_us, double moved,
                                         size_t msg)
 {
-    if (s->nhosts > 1) {
+    if (!s->shm_direct) {
         return link_us;
     }
     return SHOAL_MAX(link_us, shoal_coll_copy_us(s, moved, msg));

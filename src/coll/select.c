@@ -71,11 +71,12 @@ static double shoal_coll_cost_ring_ar(const shoal_coll_shape_t *s, size_t bytes)
                                            (2 * s->nranks * s->chunk)));
     double reduce = shoal_coll_reduce_us(s, (n - 1) / n * m, bytes);
     shoal_coll_ring_link(s, &alpha, &beta);
-    /* Across hosts the chunks' reductions overlap the next transfers: half of it shows. On
-     * one host the core that reduces also copies every transfer into and out of the rings. */
+    /* The chunks' reductions overlap the next transfers: half of it shows; not through the
+     * shm transport's rings, where the core that reduces also copies every transfer into and
+     * out of them. */
     return 2 * (n - 1) * groups * shoal_coll_step_us(s, alpha) +
            shoal_coll_xfer_us(s, sent * beta, 2 * sent, bytes) +
-           (s->nhosts > 1 ? 0.5 : 1.0) * reduce;
+           (s->shm_direct ? 1.0 : 0.5) * reduce;
 }
 
 static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
