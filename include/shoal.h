@@ -303,6 +303,13 @@ SHOAL_EXPORT shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *rec
                                                   size_t recvcount, shoal_dtype_t dtype,
                                                   shoal_op_t op, shoal_comm_t comm,
                                                   shoal_request_t *req_p);
+SHOAL_EXPORT shoal_status_t shoal_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                            shoal_dtype_t dtype, shoal_comm_t comm,
+                                            shoal_request_t *req_p);
+SHOAL_EXPORT shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                                          shoal_dtype_t dtype, shoal_op_t op, int root,
+                                          shoal_comm_t comm, shoal_request_t *req_p);
+SHOAL_EXPORT shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p);
 /* Test or wait for *req_p. The call that finds the request complete frees it, sets *req_p to
  * NULL and returns its status (*done_p = 1); a NULL *req_p is a completed request (done,
  * SHOAL_OK), so a second test or wait is harmless. req_p == NULL: SHOAL_ERR_INVALID_ARG. */

@@ -286,3 +286,26 @@ shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t 
                            .recvbuf = recvbuf, .count = recvcount, .dtype = dtype, .op = op};
     return shoal_api_icall(comm, &a, "shoal_ireduce_scatter", req_p);
 }
+
+shoal_status_t shoal_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_ALLTOALL, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype};
+    return shoal_api_icall(comm, &a, "shoal_ialltoall", req_p);
+}
+
+shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                             shoal_dtype_t dtype, shoal_op_t op, int root, shoal_comm_t comm,
+                             shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_REDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .op = op, .root = root};
+    return shoal_api_icall(comm, &a, "shoal_ireduce", req_p);
+}
+
+shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_coll_args_t a = {.type = SHOAL_COLL_BARRIER};
+    return shoal_api_icall(comm, &a, "shoal_ibarrier", req_p);
+}

@@ -28,8 +28,11 @@ double shoal_dbtree_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
     double half = (double)bytes / 2, c = SHOAL_MIN(half, (double)s->chunk);
     double K = c > 0 ? half / c : 1, depth = shoal_cost_log2(s->nranks + 1);
     /* Up then down, each a pipeline of K chunks over depth hops; an interior rank moves
-     * two children's chunks per step. */
-    return 2 * (K + depth - 1) * (shoal_coll_step_us(s, l.alpha_us) + 2 * c * l.beta_us) +
+     * two children's chunks per step: 3 m through the rank interior in one tree, m through
+     * it as a leaf of the other. */
+    return 2 * (K + depth - 1) * shoal_coll_step_us(s, l.alpha_us) +
+           shoal_coll_xfer_us(s, 2 * (K + depth - 1) * 2 * c * l.beta_us, 4 * (double)bytes,
+                              bytes) +
            shoal_coll_reduce_us(s, (double)bytes, bytes);
 }
 
@@ -42,13 +45,15 @@ double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes)
         p *= 2;
     }
     if (p != s->nranks) {
-        fold = 2 * (shoal_coll_step_us(s, l.alpha_us) + m * l.beta_us) +
+        fold = 2 * shoal_coll_step_us(s, l.alpha_us) +
+               shoal_coll_xfer_us(s, 2 * m * l.beta_us, 2 * m, bytes) +
                shoal_coll_reduce_us(s, m, bytes);
     }
     /* pieces of scratch / 2: each exchanged, then reduced (no overlap) */
     pieces = SHOAL_MAX(1.0, m / 2 / (double)SHOAL_MAX(s->scratch / 2, 1));
     return fold + (2 * shoal_cost_log2(p) + pieces) * shoal_coll_step_us(s, l.alpha_us) +
-           2 * (p - 1) / (double)p * m * l.beta_us +
+           shoal_coll_xfer_us(s, 2 * (p - 1) / (double)p * m * l.beta_us,
+                              4 * (p - 1) / (double)p * m, bytes) +
            shoal_coll_reduce_us(s, (p - 1) / (double)p * m, bytes);
 }
 

@@ -141,9 +141,10 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_coll_comm_fini(struct shoal_comm *comm);
 
 /* ---- plans (plan.c): collectives the progress engine advances step by step ----
- * Every algorithm of the table (select.c) has a blocking run; the ones with a plan builder
- * also run as plans (core.h), which the proxy advances several at a time. A plan owns a copy
- * of the arguments and its scratch: several plans of one communicator may be in flight. */
+ * A row of the table (select.c) has a plan builder (core.h's plans: the proxy advances
+ * several at a time, a blocking call drives one on its thread: shoal_coll_plan_run) or,
+ * for the algorithms not yet converted, a blocking run. A plan owns a copy of the arguments
+ * and its scratch: several plans of one communicator may be in flight. */
 typedef struct shoal_coll_plan shoal_coll_plan_t;
 struct shoal_coll_plan {
     shoal_plan_t base;     /* progress: the algorithm's; release: shoal_coll_plan_release */
@@ -174,7 +175,7 @@ SHOAL_HIDDEN void shoal_coll_pool_fini(struct shoal_comm *comm);
  * communicator. *cp_p NULL: nothing left to do (one rank, count 0), status returned. */
 SHOAL_HIDDEN shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                             int exclusive, shoal_coll_plan_t **cp_p);
-/* Step-wise plan builders (ring.c, others.c). */
+/* Step-wise plan builders (ring.c, rd.c, tree.c, rab.c, allgather2.c, alltoall.c, others.c). */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce_plan(struct shoal_comm *comm,
                                                       shoal_coll_plan_t **cp_p,
                                                       const shoal_coll_args_t *a, uint32_t seq,
@@ -187,6 +188,33 @@ SHOAL_HIDDEN shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm,
                                                       shoal_coll_plan_t **cp_p,
                                                       const shoal_coll_args_t *a, uint32_t seq,
                                                       int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_rd_allreduce_plan(struct shoal_comm *comm,
+                                                    shoal_coll_plan_t **cp_p,
+                                                    const shoal_coll_args_t *a, uint32_t seq,
+                                                    int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather_plan(struct shoal_comm *comm,
+                                                       shoal_coll_plan_t **cp_p,
+                                                       const shoal_coll_args_t *a, uint32_t seq,
+                                                       int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_tree_reduce_plan(struct shoal_comm *comm,
+                                                   shoal_coll_plan_t **cp_p,
+                                                   const shoal_coll_args_t *a, uint32_t seq,
+                                                   int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_dbtree_allreduce_plan(struct shoal_comm *comm,
+                                                        shoal_coll_plan_t **cp_p,
+                                                        const shoal_coll_args_t *a,
+                                                        uint32_t seq, int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_rab_allreduce_plan(struct shoal_comm *comm,
+                                                     shoal_coll_plan_t **cp_p,
+                                                     const shoal_coll_args_t *a, uint32_t seq,
+                                                     int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_barrier_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                               const shoal_coll_args_t *a, uint32_t seq,
+                                               int exclusive);
+SHOAL_HIDDEN shoal_status_t shoal_pairwise_alltoall_plan(struct shoal_comm *comm,
+                                                         shoal_coll_plan_t **cp_p,
+                                                         const shoal_coll_args_t *a,
+                                                         uint32_t seq, int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm,
                                                    shoal_coll_plan_t **cp_p,
                                                    const shoal_coll_args_t *a, uint32_t seq,
@@ -199,12 +227,31 @@ typedef shoal_status_t (*shoal_coll_plan_build_t)(struct shoal_comm *comm,
                                                   shoal_coll_plan_t **cp_p,
                                                   const shoal_coll_args_t *a, uint32_t seq,
                                                   int exclusive);
+/* Runs an algorithm's plan on the calling thread (a blocking call): built with the
+ * communicator's scratch, driven to completion, released. */
+SHOAL_HIDDEN shoal_status_t shoal_coll_plan_run(struct shoal_comm *comm,
+                                                shoal_coll_plan_build_t build,
+                                                const shoal_coll_args_t *a, uint32_t seq);
+/* Adds peer to the channels the plan lists (base.peers, once each); past SHOAL_PLAN_PEERS
+ * the plan lists none (npeers -1): it still advances step by step, but alone. */
+SHOAL_HIDDEN void shoal_coll_plan_peer(shoal_coll_plan_t *cp, int peer);
+/* One exchange step of a plan: the receive from `from` and the send to `to` (either absent
+ * when < 0) are posted on the first call, then tested without blocking: SHOAL_OK once both
+ * are done (the next call posts a new exchange), SHOAL_IN_PROGRESS (wait_peer set), or the
+ * error that failed the communicator. */
+typedef struct {
+    int posted;
+    shoal_tl_req_t sreq, rreq;
+} shoal_coll_xchg_t;
+SHOAL_HIDDEN shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_plan_t *cp,
+                                            shoal_coll_xchg_t *x, int to, const void *sbuf,
+                                            size_t slen, int from, void *rbuf, size_t rlen,
+                                            uint32_t step, uint32_t chunk);
 
-/* Algorithms: blocking on the calling thread; seq is the collective's sequence number. */
+/* Blocking entry points (on the calling thread; seq is the collective's sequence number):
+ * the rows without a plan, and the plans other algorithms fall back on. */
 SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_rd_allreduce(struct shoal_comm *comm,
-                                               const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_shmdirect_log(struct shoal_comm *comm); /* INFO: its limits */
 SHOAL_HIDDEN void shoal_shmdirect_fini(struct shoal_comm *comm);
@@ -212,13 +259,6 @@ SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
 SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_ring_allgather(struct shoal_comm *comm,
-                                                 const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_bcast_run(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                            uint32_t seq, shoal_algo_t algo);
-SHOAL_HIDDEN shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                              uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_barrier_run(struct shoal_comm *comm, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each
@@ -232,10 +272,6 @@ typedef struct {
  * mirror (even n) or shift by one (odd n), so that most interior nodes of one are leaves of
  * the other. */
 SHOAL_HIDDEN void shoal_dbtree_build(int n, int rank, shoal_tree_node_t t[2]);
-SHOAL_HIDDEN shoal_status_t shoal_dbtree_allreduce(struct shoal_comm *comm,
-                                                   const shoal_coll_args_t *a, uint32_t seq);
-SHOAL_HIDDEN shoal_status_t shoal_rab_allreduce(struct shoal_comm *comm,
-                                                const shoal_coll_args_t *a, uint32_t seq);
 /* Hierarchical AllReduce: any host layout (uneven ranks per host included); applicable
  * while a host holds at most SHOAL_HIER_MAX_LOCAL ranks. */
 #define SHOAL_HIER_MAX_LOCAL 64
@@ -251,12 +287,8 @@ SHOAL_HIDDEN int shoal_hier_applicable(struct shoal_comm *comm, const shoal_coll
 SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm,
                                                  const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN void shoal_hier_fini(struct shoal_comm *comm);
-SHOAL_HIDDEN shoal_status_t shoal_pairwise_alltoall(struct shoal_comm *comm,
-                                                    const shoal_coll_args_t *a, uint32_t seq);
 /* Bruck allgather: needs nranks * count * dsize <= scratch_size. */
 SHOAL_HIDDEN int shoal_bruck_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
-SHOAL_HIDDEN shoal_status_t shoal_bruck_allgather(struct shoal_comm *comm,
-                                                  const shoal_coll_args_t *a, uint32_t seq);
 /* Pipelined binary-tree broadcast (chunks of comm->coll->chunk). */
 SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast(struct shoal_comm *comm,
                                               const shoal_coll_args_t *a, uint32_t seq);
@@ -308,6 +340,37 @@ static inline double shoal_coll_step_us(const shoal_coll_shape_t *s, double alph
 static inline double shoal_coll_reduce_us(const shoal_coll_shape_t *s, double bytes, size_t msg)
 {
     return bytes * s->reduce_beta * (msg <= ((size_t)1 << 20) ? 0.1 : 0.5) * s->oversub;
+}
+
+/* One pass reducing k inputs of bytes each into one output (shoal_reduce_n): the kernels
+ * are bound by memory traffic, k reads and a write against the two-input kernel's three
+ * (src/reduce/reduce_bench: reduce_n of 6 inputs moves 31 GB/s, reduce2 36 GB/s). */
+static inline double shoal_coll_reduce_n_us(const shoal_coll_shape_t *s, double k, double bytes,
+                                            size_t msg)
+{
+    return shoal_coll_reduce_us(s, (k + 1) / 3 * bytes, msg);
+}
+
+/* Memory copies of a core, with the same cache-resident / from-memory factors. */
+static inline double shoal_coll_copy_us(const shoal_coll_shape_t *s, double bytes, size_t msg)
+{
+    return bytes * s->copy_beta * (msg <= ((size_t)1 << 20) ? 0.1 : 0.5) * s->oversub;
+}
+
+/* The per-byte time of a channel algorithm whose busiest rank moves `moved` bytes through
+ * the channels (sent plus received), link_us being what the links alone would take. Across
+ * hosts (or on one host over another transport) the links. On one host with the shm
+ * transport (shm_direct) the channels are its rings: every byte sent is copied into a ring
+ * by the sender's core and out of it by the receiver's, so the rank's own core copies
+ * `moved` bytes (while the intra-node AllReduce reads the peers' areas in place:
+ * shoal_coll_cost_shm_ar), and the link's measured rate bounds it too. */
+static inline double shoal_coll_xfer_us(const shoal_coll_shape_t *s, double link_us, double moved,
+                                        size_t msg)
+{
+    if (!s->shm_direct) {
+        return link_us;
+    }
+    return SHOAL_MAX(link_us, shoal_coll_copy_us(s, moved, msg));
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* Broadcast (binomial tree / pipelined chain), reduce (chunked binomial tree), barrier
- * (dissemination) and point-to-point. */
+ * (dissemination) and point-to-point. The broadcasts, the reduce and the barrier are step-wise
+ * plans. */
 #include "coll/coll.h"
 
 #include <string.h>
@@ -189,70 +190,128 @@ shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_bcast_run(struct shoal_comm *comm, const shoal_coll_args_t *a, uint32_t seq,
-                               shoal_algo_t algo)
-{
-    shoal_coll_plan_t *cp;
-    if (algo == SHOAL_ALGO_TREE) {
-        SHOAL_CHECK(shoal_tree_bcast_plan(comm, &cp, a, seq, 1));
-    } else {
-        SHOAL_CHECK(shoal_chain_bcast_plan(comm, &cp, a, seq, 1));
-    }
-    return shoal_plan_drive(comm, &cp->base);
-}
+/* Binomial tree reduce, chunk by chunk, as a plan. Children are combined in a fixed order, so
+ * the result is deterministic. Non-roots accumulate in scratch: their recvbuf is not
+ * significant. Scratch: the receive slot, then the accumulator (chunk bytes each). */
+typedef struct {
+    shoal_coll_plan_t cp;
+    int v, parent, top;
+    size_t celems, off;
+    uint32_t c;
+    int mask;              /* the next child's distance; 0: the chunk has not started */
+    int sending;           /* the chunk is reduced: sending it to the parent */
+    const uint8_t *first;  /* what the next reduction adds to */
+    shoal_coll_xchg_t x;
+} shoal_tree_reduce_plan_t;
 
-/* Binomial tree reduce, chunk by chunk. Children are combined in a fixed order, so the result
- * is deterministic. Non-roots accumulate in scratch: their recvbuf is not significant. */
-shoal_status_t shoal_tree_reduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                 uint32_t seq)
+static shoal_status_t shoal_tree_reduce_progress(struct shoal_comm *comm, shoal_plan_t *plan)
 {
-    int n = comm->nranks, v = shoal_mod(comm->rank - a->root, n), parent = -1;
-    size_t dsize = shoal_dtype_size(a->dtype);
-    size_t celems = SHOAL_MAX(comm->coll->chunk / dsize, 1);
-    uint8_t *tmp = comm->coll->scratch, *accbuf = comm->coll->scratch + comm->coll->chunk;
-    int top = 1;
+    shoal_tree_reduce_plan_t *p = (shoal_tree_reduce_plan_t *)plan;
+    const shoal_coll_args_t *a = &p->cp.a;
+    int n = comm->nranks, v = p->v;
+    size_t ds = p->cp.dsize;
+    uint8_t *tmp = p->cp.scratch, *accbuf = p->cp.scratch + comm->coll->chunk;
 
-    while (top < n && (v & top) == 0) {
-        top <<= 1;
-    }
-    if (v != 0) {
-        parent = shoal_mod(v - top + a->root, n);
-    }
-    uint32_t c = 0;
-    for (size_t off = 0; off < a->count; off += celems, c++) {
-        size_t len = SHOAL_MIN(celems, a->count - off), bytes = len * dsize;
-        uint8_t *acc = v == 0 ? (uint8_t *)a->recvbuf + off * dsize : accbuf;
-        const uint8_t *first = (const uint8_t *)a->sendbuf + off * dsize;
-        for (int mask = 1; mask < top || (v == 0 && mask < n); mask <<= 1) {
-            if (v + mask >= n) {
-                break;
+    while (p->off < a->count) {
+        size_t len = SHOAL_MIN(p->celems, a->count - p->off), bytes = len * ds;
+        uint8_t *acc = v == 0 ? (uint8_t *)a->recvbuf + p->off * ds : accbuf;
+        if (!p->sending) {
+            if (p->mask == 0) {
+                p->mask = 1;
+                p->first = (const uint8_t *)a->sendbuf + p->off * ds;
             }
-            SHOAL_CHECK(shoal_prim_recv(comm, shoal_mod(v + mask + a->root, n), tmp, bytes, seq,
-                                        0, c));
-            shoal_reduce2(acc, first, tmp, len, a->dtype, a->op);
-            first = acc;
+            for (; (p->mask < p->top || (v == 0 && p->mask < n)) && v + p->mask < n;
+                 p->mask <<= 1) {
+                SHOAL_CHECK(shoal_coll_xchg(comm, &p->cp, &p->x, -1, NULL, 0,
+                                            shoal_mod(v + p->mask + a->root, n), tmp, bytes,
+                                            0, p->c));
+                shoal_reduce2(acc, p->first, tmp, len, a->dtype, a->op);
+                p->first = acc;
+            }
+            if (p->first != acc) {
+                memmove(acc, p->first, bytes);
+            }
+            if (v == 0) {
+                shoal_reduce_avg_finalize(acc, len, a->dtype, a->op, n);
+            }
+            p->sending = v != 0;
         }
-        if (first != acc) {
-            memmove(acc, first, bytes);
+        if (p->sending) {
+            SHOAL_CHECK(shoal_coll_xchg(comm, &p->cp, &p->x, p->parent, acc, bytes, -1, NULL, 0,
+                                        0, p->c));
+            p->sending = 0;
         }
-        if (v == 0) {
-            shoal_reduce_avg_finalize(acc, len, a->dtype, a->op, n);
-        } else {
-            SHOAL_CHECK(shoal_prim_send(comm, parent, acc, bytes, seq, 0, c));
-        }
+        p->off += p->celems;
+        p->c++;
+        p->mask = 0;
     }
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_barrier_run(struct shoal_comm *comm, uint32_t seq)
+shoal_status_t shoal_tree_reduce_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                      const shoal_coll_args_t *a, uint32_t seq, int exclusive)
 {
+    shoal_tree_reduce_plan_t *p;
     int n = comm->nranks;
-    uint8_t dummy = 0;
-    uint32_t step = 0;
-    for (int d = 1; d < n; d <<= 1, step++) {
-        SHOAL_CHECK(shoal_prim_sendrecv(comm, (comm->rank + d) % n, &dummy, 0,
-                                        shoal_mod(comm->rank - d, n), &dummy, 0, seq, step, 0));
+
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), exclusive,
+                                      (shoal_coll_plan_t **)&p));
+    p->cp.base.progress = shoal_tree_reduce_progress;
+    p->v = shoal_mod(comm->rank - a->root, n);
+    p->parent = -1;
+    p->top = 1;
+    while (p->top < n && (p->v & p->top) == 0) {
+        p->top <<= 1;
     }
+    if (p->v != 0) {
+        p->parent = shoal_mod(p->v - p->top + a->root, n);
+        shoal_coll_plan_peer(&p->cp, p->parent);
+    }
+    for (int mask = 1; (mask < p->top || (p->v == 0 && mask < n)) && p->v + mask < n;
+         mask <<= 1) {
+        shoal_coll_plan_peer(&p->cp, shoal_mod(p->v + mask + a->root, n));
+    }
+    p->celems = SHOAL_MAX(comm->coll->chunk / p->cp.dsize, 1);
+    *cp_p = &p->cp;
+    return SHOAL_OK;
+}
+
+/* Dissemination barrier: step d = 1, 2, 4, ... sends an empty message to rank + d and waits
+ * for one from rank - d; ceil(log2 n) steps, as a plan. */
+typedef struct {
+    shoal_coll_plan_t cp;
+    int d;
+    uint8_t dummy[2];      /* what the empty messages point at */
+    shoal_coll_xchg_t x;
+} shoal_barrier_plan_t;
+
+static shoal_status_t shoal_barrier_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_barrier_plan_t *p = (shoal_barrier_plan_t *)plan;
+    int n = comm->nranks;
+    for (; p->d < n; p->d <<= 1) {
+        SHOAL_CHECK(shoal_coll_xchg(comm, &p->cp, &p->x, (comm->rank + p->d) % n, &p->dummy[0],
+                                    0, shoal_mod(comm->rank - p->d, n), &p->dummy[1], 0,
+                                    (uint32_t)__builtin_ctz((unsigned)p->d), 0));
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_barrier_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                  const shoal_coll_args_t *a, uint32_t seq, int exclusive)
+{
+    shoal_barrier_plan_t *p;
+    int n = comm->nranks;
+    /* no scratch: the communicator's, whoever holds the ticket never touches it */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
+    (void)exclusive;
+    p->cp.base.progress = shoal_barrier_progress;
+    p->d = 1;
+    for (int d = 1; d < n; d <<= 1) {
+        shoal_coll_plan_peer(&p->cp, (comm->rank + d) % n);
+        shoal_coll_plan_peer(&p->cp, shoal_mod(comm->rank - d, n));
+    }
+    *cp_p = &p->cp;
     return SHOAL_OK;
 }
 

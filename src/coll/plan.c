@@ -78,3 +78,60 @@ void shoal_coll_plan_release(struct shoal_comm *comm, shoal_plan_t *plan, shoal_
     }
     free(cp);
 }
+
+void shoal_coll_plan_peer(shoal_coll_plan_t *cp, int peer)
+{
+    shoal_plan_t *b = &cp->base;
+    if (peer < 0 || b->npeers < 0) {
+        return;
+    }
+    for (int i = 0; i < b->npeers; i++) {
+        if (b->peers[i] == peer) {
+            return;
+        }
+    }
+    if (b->npeers == SHOAL_PLAN_PEERS) {
+        b->npeers = -1; /* more channels than a plan lists: it advances alone */
+        return;
+    }
+    b->peers[b->npeers++] = peer;
+}
+
+shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_plan_t *cp,
+                               shoal_coll_xchg_t *x, int to, const void *sbuf, size_t slen,
+                               int from, void *rbuf, size_t rlen, uint32_t step, uint32_t chunk)
+{
+    shoal_tl_req_t *reqs[2] = {NULL, NULL};
+    int peers[2] = {from, to}, done;
+
+    if (!x->posted) {
+        if (from >= 0) {
+            SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, rlen, cp->seq, step, chunk, &x->rreq));
+        }
+        if (to >= 0) {
+            SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, slen, cp->seq, step, chunk, &x->sreq));
+        }
+        x->posted = 1;
+    }
+    if (from >= 0) {
+        reqs[0] = &x->rreq;
+    }
+    if (to >= 0) {
+        reqs[1] = &x->sreq;
+    }
+    SHOAL_CHECK(shoal_chan_test(comm, reqs, peers, 2, &done));
+    if (!done) {
+        cp->base.wait_peer = from >= 0 ? from : to;
+        return SHOAL_IN_PROGRESS;
+    }
+    x->posted = 0;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_coll_plan_run(struct shoal_comm *comm, shoal_coll_plan_build_t build,
+                                   const shoal_coll_args_t *a, uint32_t seq)
+{
+    shoal_coll_plan_t *cp;
+    SHOAL_CHECK(build(comm, &cp, a, seq, 1));
+    return shoal_plan_drive(comm, &cp->base);
+}

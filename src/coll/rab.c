@@ -6,7 +6,8 @@
  * virtual rank v owns block v, scales it once for AVG, and the doubling spreads it.
  * Halving exchanges go through scratch in pieces (two alternate, so a piece's reduction
  * overlaps the next piece's transfer); the doubling moves whole ranges buffer to buffer.
- * Each exchange reduces the lower rank's data first.
+ * Each exchange reduces the lower rank's data first. A plan the progress engine advances step
+ * by step (the blocking call drives the same plan).
  */
 #include "coll/coll.h"
 
@@ -14,142 +15,238 @@
 
 #define SHOAL_RAB_UNFOLD_STEP 0x7fffu
 
+/* One piece-wise exchange with peer (see shoal_rab_xchg_start), advanced without blocking. */
 typedef struct {
-    struct shoal_comm *comm;
-    const shoal_coll_args_t *a;
-    uint32_t seq;
-    size_t dsize;
+    int peer;
+    const uint8_t *src;
+    size_t so, sl, ko, kl;
+    uint32_t step;
+    size_t np, i;          /* pieces, the current one */
+    int sub;               /* within piece i: 0 post, 1 reduce piece i - 1 */
+    shoal_tl_req_t sreq[2], rreq[2];
+    int spend[2];          /* slot's send in flight */
+} shoal_rab_xchg_t;
+
+typedef enum {
+    SHOAL_RAB_FOLD,
+    SHOAL_RAB_HALVE,
+    SHOAL_RAB_DOUBLE,
+    SHOAL_RAB_UNFOLD,
+    SHOAL_RAB_DONE
+} shoal_rab_phase_t;
+
+typedef struct {
+    shoal_coll_plan_t cp;
     size_t piece;          /* elements per scratch piece (two pieces in scratch) */
-    uint8_t *buf;
-} shoal_rab_t;
+    int p, extra, vrank, lo, mask;
+    uint32_t step;
+    const uint8_t *src;    /* this rank's data: the send buffer, then the receive buffer */
+    shoal_rab_phase_t phase;
+    int started;           /* the current exchange is set up */
+    shoal_rab_xchg_t x;
+    shoal_coll_xchg_t y;   /* whole-range exchanges (doubling, unfold) */
+} shoal_rab_plan_t;
 
 static size_t shoal_rab_off(size_t count, int p, int b)
 {
     return count * (size_t)b / (size_t)p;
 }
 
-static size_t shoal_rab_npieces(size_t len, size_t piece)
-{
-    return (len + piece - 1) / piece;
-}
-
 /*
  * Exchange with peer: send elements [so, so+sl) of src, receive the peer's copy of
- * [ko, ko+kl) and reduce it into buf (kept: buf[ko..] = low op high where the local data
- * comes from src). Both sides cut their messages into the same pieces (sl here is kl there).
+ * [ko, ko+kl) and reduce it into the receive buffer (kept: buf[ko..] = low op high where the
+ * local data comes from src). Both sides cut their messages into the same pieces (sl here is
+ * kl there); two scratch slots alternate, so a piece's reduction overlaps the next one's
+ * transfer.
  */
-static shoal_status_t shoal_rab_xchg(shoal_rab_t *r, int peer, const uint8_t *src, size_t so,
-                                     size_t sl, size_t ko, size_t kl, uint32_t step)
+static void shoal_rab_xchg_start(shoal_rab_plan_t *r, int peer, const uint8_t *src, size_t so,
+                                 size_t sl, size_t ko, size_t kl, uint32_t step)
 {
-    struct shoal_comm *comm = r->comm;
-    const shoal_coll_args_t *a = r->a;
-    size_t P = r->piece, ds = r->dsize;
-    size_t np = SHOAL_MAX(sl > 0 ? shoal_rab_npieces(sl, P) : 0,
-                          kl > 0 ? shoal_rab_npieces(kl, P) : 0);
-    shoal_tl_req_t sreq[2], rreq[2];
-    shoal_tl_req_t *sp[2] = {NULL, NULL}, *reqs[2];
-    int peers[2] = {peer, peer}, low_first = comm->rank > peer;
-
-    for (size_t i = 0; i <= np; i++) {
-        int s = (int)(i & 1);
-        if (i < np && kl > 0) { /* post piece i */
-            size_t o = SHOAL_MIN(i * P, kl), l = SHOAL_MIN(P, kl - o);
-            SHOAL_CHECK(shoal_chan_irecv(comm, peer, comm->coll->scratch + (size_t)s * P * ds,
-                                         l * ds, r->seq, step, (uint32_t)i, &rreq[s]));
-        }
-        if (i < np && sl > 0) {
-            size_t o = SHOAL_MIN(i * P, sl), l = SHOAL_MIN(P, sl - o);
-            if (sp[s] != NULL) {
-                reqs[0] = sp[s];
-                SHOAL_CHECK(shoal_chan_waitall(comm, reqs, peers, 1));
-            }
-            SHOAL_CHECK(shoal_chan_isend(comm, peer, src + (so + o) * ds, l * ds, r->seq, step,
-                                         (uint32_t)i, &sreq[s]));
-            sp[s] = &sreq[s];
-        }
-        if (i > 0 && kl > 0) { /* reduce piece i-1 */
-            int t = (int)((i - 1) & 1);
-            size_t o = SHOAL_MIN((i - 1) * P, kl), l = SHOAL_MIN(P, kl - o);
-            const uint8_t *tmp = comm->coll->scratch + (size_t)t * P * ds;
-            const uint8_t *mine = src + (ko + o) * ds;
-            reqs[0] = &rreq[t];
-            SHOAL_CHECK(shoal_chan_waitall(comm, reqs, peers, 1));
-            shoal_reduce2(r->buf + (ko + o) * ds, low_first ? tmp : mine,
-                          low_first ? mine : tmp, l, a->dtype, a->op);
-        }
-    }
-    return shoal_chan_waitall(comm, sp, peers, 2);
+    size_t P = r->piece;
+    r->x = (shoal_rab_xchg_t){.peer = peer, .src = src, .so = so, .sl = sl, .ko = ko, .kl = kl,
+                              .step = step};
+    r->x.np = SHOAL_MAX(sl > 0 ? (sl + P - 1) / P : 0, kl > 0 ? (kl + P - 1) / P : 0);
+    r->started = 1;
 }
 
-/* Fold for non-power-of-two n; returns the virtual rank, or -1 for a rank that sat out. */
-static shoal_status_t shoal_rab_fold(shoal_rab_t *r, int extra, const uint8_t **src_p,
-                                     int *vrank_p)
+static shoal_status_t shoal_rab_test(struct shoal_comm *comm, shoal_rab_plan_t *r,
+                                     shoal_tl_req_t *req, int peer)
 {
-    int rank = r->comm->rank;
-    size_t count = r->a->count;
-
-    if (rank >= 2 * extra) {
-        *vrank_p = rank - extra;
-        return SHOAL_OK;
+    int done;
+    SHOAL_CHECK(shoal_chan_test(comm, &req, &peer, 1, &done));
+    if (!done) {
+        r->cp.base.wait_peer = peer;
+        return SHOAL_IN_PROGRESS;
     }
-    if (rank % 2 == 1) {
-        *vrank_p = -1;
-        return shoal_rab_xchg(r, rank - 1, *src_p, 0, count, 0, 0, 0);
-    }
-    *vrank_p = rank / 2;
-    SHOAL_CHECK(shoal_rab_xchg(r, rank + 1, *src_p, 0, 0, 0, count, 0));
-    *src_p = r->buf;
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_rab_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                   uint32_t seq)
+static shoal_status_t shoal_rab_xchg(struct shoal_comm *comm, shoal_rab_plan_t *r)
 {
-    int n = comm->nranks, p = 1, extra, vrank, lo = 0;
-    const uint8_t *src = a->sendbuf;
-    size_t count = a->count;
-    uint32_t step = 1;
-    shoal_rab_t r = {.comm = comm, .a = a, .seq = seq, .dsize = shoal_dtype_size(a->dtype),
-                     .buf = a->recvbuf};
+    shoal_rab_xchg_t *x = &r->x;
+    const shoal_coll_args_t *a = &r->cp.a;
+    size_t P = r->piece, ds = r->cp.dsize;
+    int low_first = comm->rank > x->peer;
 
-    r.piece = SHOAL_MAX(comm->coll->scratch_size / 2 / r.dsize, 1);
-    while (p * 2 <= n) {
-        p *= 2;
-    }
-    extra = n - p;
-    SHOAL_CHECK(shoal_rab_fold(&r, extra, &src, &vrank));
-    if (vrank >= 0) {
-        /* Halving: keep the half of [lo, lo + 2*mask) that holds vrank. */
-        for (int mask = p / 2; mask > 0; mask >>= 1, step++) {
-            int vpeer = vrank ^ mask, peer = vpeer < extra ? vpeer * 2 : vpeer + extra;
-            int klo = (vrank & mask) ? lo + mask : lo, slo = (vrank & mask) ? lo : lo + mask;
-            size_t ko = shoal_rab_off(count, p, klo), so = shoal_rab_off(count, p, slo);
-            SHOAL_CHECK(shoal_rab_xchg(&r, peer, src, so, shoal_rab_off(count, p, slo + mask) - so,
-                                       ko, shoal_rab_off(count, p, klo + mask) - ko, step));
-            src = r.buf;
-            lo = klo;
+    for (; x->i <= x->np; x->i++, x->sub = 0) {
+        int s = (int)(x->i & 1);
+        if (x->sub == 0) {
+            if (x->i < x->np && x->sl > 0 && x->spend[s]) { /* the slot's last send */
+                SHOAL_CHECK(shoal_rab_test(comm, r, &x->sreq[s], x->peer));
+                x->spend[s] = 0;
+            }
+            if (x->i < x->np && x->kl > 0) { /* post piece i */
+                size_t o = SHOAL_MIN(x->i * P, x->kl), l = SHOAL_MIN(P, x->kl - o);
+                SHOAL_CHECK(shoal_chan_irecv(comm, x->peer, r->cp.scratch + (size_t)s * P * ds,
+                                             l * ds, r->cp.seq, x->step, (uint32_t)x->i,
+                                             &x->rreq[s]));
+            }
+            if (x->i < x->np && x->sl > 0) {
+                size_t o = SHOAL_MIN(x->i * P, x->sl), l = SHOAL_MIN(P, x->sl - o);
+                SHOAL_CHECK(shoal_chan_isend(comm, x->peer, x->src + (x->so + o) * ds, l * ds,
+                                             r->cp.seq, x->step, (uint32_t)x->i, &x->sreq[s]));
+                x->spend[s] = 1;
+            }
+            x->sub = 1;
         }
-        size_t bo = shoal_rab_off(count, p, vrank);
-        shoal_reduce_avg_finalize(r.buf + bo * r.dsize, shoal_rab_off(count, p, vrank + 1) - bo,
-                                  a->dtype, a->op, n);
-        /* Doubling: my range [lo, lo + mask) and the peer's swap. */
-        for (int mask = 1; mask < p; mask <<= 1, step++) {
-            int vpeer = vrank ^ mask, peer = vpeer < extra ? vpeer * 2 : vpeer + extra;
-            int mlo = vrank & ~(mask - 1), plo = vpeer & ~(mask - 1);
-            size_t mo = shoal_rab_off(count, p, mlo), po = shoal_rab_off(count, p, plo);
-            SHOAL_CHECK(shoal_prim_sendrecv(
-                comm, peer, r.buf + mo * r.dsize,
-                (shoal_rab_off(count, p, mlo + mask) - mo) * r.dsize, peer, r.buf + po * r.dsize,
-                (shoal_rab_off(count, p, plo + mask) - po) * r.dsize, seq, step, 0));
+        if (x->i > 0 && x->kl > 0) { /* reduce piece i-1 */
+            int t = (int)((x->i - 1) & 1);
+            size_t o = SHOAL_MIN((x->i - 1) * P, x->kl), l = SHOAL_MIN(P, x->kl - o);
+            const uint8_t *tmp = r->cp.scratch + (size_t)t * P * ds;
+            const uint8_t *mine = x->src + (x->ko + o) * ds;
+            SHOAL_CHECK(shoal_rab_test(comm, r, &x->rreq[t], x->peer));
+            shoal_reduce2((uint8_t *)a->recvbuf + (x->ko + o) * ds, low_first ? tmp : mine,
+                          low_first ? mine : tmp, l, a->dtype, a->op);
         }
     }
-    if (comm->rank < 2 * extra) {
-        size_t bytes = count * r.dsize;
-        if (comm->rank % 2 == 1) {
-            return shoal_prim_recv(comm, comm->rank - 1, r.buf, bytes, seq,
-                                   SHOAL_RAB_UNFOLD_STEP, 0);
+    for (int s = 0; s < 2; s++) {
+        if (x->spend[s]) {
+            SHOAL_CHECK(shoal_rab_test(comm, r, &x->sreq[s], x->peer));
+            x->spend[s] = 0;
         }
-        return shoal_prim_send(comm, comm->rank + 1, r.buf, bytes, seq, SHOAL_RAB_UNFOLD_STEP, 0);
     }
+    r->started = 0;
+    return SHOAL_OK;
+}
+
+static int shoal_rab_peer(const shoal_rab_plan_t *r, int mask)
+{
+    int vpeer = r->vrank ^ mask;
+    return vpeer < r->extra ? vpeer * 2 : vpeer + r->extra;
+}
+
+static shoal_status_t shoal_rab_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_rab_plan_t *r = (shoal_rab_plan_t *)plan;
+    const shoal_coll_args_t *a = &r->cp.a;
+    int rank = comm->rank, p = r->p;
+    size_t count = a->count, ds = r->cp.dsize;
+    uint8_t *buf = a->recvbuf;
+
+    for (;;) {
+        switch (r->phase) {
+        case SHOAL_RAB_FOLD:
+            /* Fold for non-power-of-two n: odd ranks below 2*extra hand their input over and
+             * sit out (vrank -1). */
+            if (rank < 2 * r->extra) {
+                if (!r->started) {
+                    if (rank % 2 == 1) {
+                        shoal_rab_xchg_start(r, rank - 1, r->src, 0, count, 0, 0, 0);
+                    } else {
+                        shoal_rab_xchg_start(r, rank + 1, r->src, 0, 0, 0, count, 0);
+                    }
+                }
+                SHOAL_CHECK(shoal_rab_xchg(comm, r));
+                if (rank % 2 == 0) {
+                    r->src = buf;
+                }
+            }
+            r->mask = p / 2;
+            r->phase = r->vrank >= 0 ? SHOAL_RAB_HALVE : SHOAL_RAB_UNFOLD;
+            break;
+        case SHOAL_RAB_HALVE:
+            /* Keep the half of [lo, lo + 2*mask) that holds vrank. */
+            if (r->mask > 0) {
+                int m = r->mask, peer = shoal_rab_peer(r, m);
+                int klo = (r->vrank & m) ? r->lo + m : r->lo;
+                int slo = (r->vrank & m) ? r->lo : r->lo + m;
+                if (!r->started) {
+                    size_t ko = shoal_rab_off(count, p, klo), so = shoal_rab_off(count, p, slo);
+                    shoal_rab_xchg_start(r, peer, r->src, so,
+                                         shoal_rab_off(count, p, slo + m) - so, ko,
+                                         shoal_rab_off(count, p, klo + m) - ko, r->step);
+                }
+                SHOAL_CHECK(shoal_rab_xchg(comm, r));
+                r->src = buf;
+                r->lo = klo;
+                r->mask >>= 1;
+                r->step++;
+                break;
+            }
+            {
+                size_t bo = shoal_rab_off(count, p, r->vrank);
+                shoal_reduce_avg_finalize(buf + bo * ds, shoal_rab_off(count, p, r->vrank + 1) - bo,
+                                          a->dtype, a->op, comm->nranks);
+            }
+            r->mask = 1;
+            r->phase = SHOAL_RAB_DOUBLE;
+            break;
+        case SHOAL_RAB_DOUBLE:
+            /* My range [lo, lo + mask) and the peer's swap. */
+            if (r->mask < p) {
+                int m = r->mask, peer = shoal_rab_peer(r, m), vpeer = r->vrank ^ m;
+                int mlo = r->vrank & ~(m - 1), plo = vpeer & ~(m - 1);
+                size_t mo = shoal_rab_off(count, p, mlo), po = shoal_rab_off(count, p, plo);
+                SHOAL_CHECK(shoal_coll_xchg(comm, &r->cp, &r->y, peer, buf + mo * ds,
+                                            (shoal_rab_off(count, p, mlo + m) - mo) * ds, peer,
+                                            buf + po * ds,
+                                            (shoal_rab_off(count, p, plo + m) - po) * ds, r->step,
+                                            0));
+                r->mask <<= 1;
+                r->step++;
+                break;
+            }
+            r->phase = SHOAL_RAB_UNFOLD;
+            break;
+        case SHOAL_RAB_UNFOLD:
+            if (rank < 2 * r->extra) {
+                int odd = rank % 2 == 1;
+                SHOAL_CHECK(shoal_coll_xchg(comm, &r->cp, &r->y, odd ? -1 : rank + 1, buf,
+                                            count * ds, odd ? rank - 1 : -1, buf, count * ds,
+                                            SHOAL_RAB_UNFOLD_STEP, 0));
+            }
+            r->phase = SHOAL_RAB_DONE;
+            break;
+        case SHOAL_RAB_DONE:
+            return SHOAL_OK;
+        }
+    }
+}
+
+shoal_status_t shoal_rab_allreduce_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                        const shoal_coll_args_t *a, uint32_t seq, int exclusive)
+{
+    shoal_rab_plan_t *r;
+    int n = comm->nranks, rank = comm->rank;
+
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*r), exclusive,
+                                      (shoal_coll_plan_t **)&r));
+    r->cp.base.progress = shoal_rab_progress;
+    r->piece = SHOAL_MAX(comm->coll->scratch_size / 2 / r->cp.dsize, 1);
+    r->p = 1;
+    while (r->p * 2 <= n) {
+        r->p *= 2;
+    }
+    r->extra = n - r->p;
+    r->vrank = rank >= 2 * r->extra ? rank - r->extra : rank % 2 == 0 ? rank / 2 : -1;
+    r->src = a->sendbuf;
+    r->step = 1;
+    if (rank < 2 * r->extra) {
+        shoal_coll_plan_peer(&r->cp, rank % 2 == 1 ? rank - 1 : rank + 1);
+    }
+    for (int mask = 1; r->vrank >= 0 && mask < r->p; mask <<= 1) {
+        shoal_coll_plan_peer(&r->cp, shoal_rab_peer(r, mask));
+    }
+    *cp_p = &r->cp;
     return SHOAL_OK;
 }

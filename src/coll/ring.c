@@ -309,28 +309,14 @@ shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm, shoal_coll_pla
 
 /* ---- blocking entry points (other algorithms fall back on them) -------------------------- */
 
-static shoal_status_t shoal_ring_run(struct shoal_comm *comm, shoal_coll_plan_build_t build,
-                                     const shoal_coll_args_t *a, uint32_t seq)
-{
-    shoal_coll_plan_t *cp;
-    SHOAL_CHECK(build(comm, &cp, a, seq, 1));
-    return shoal_plan_drive(comm, &cp->base);
-}
-
 shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                     uint32_t seq)
 {
-    return shoal_ring_run(comm, shoal_ring_allreduce_plan, a, seq);
+    return shoal_coll_plan_run(comm, shoal_ring_allreduce_plan, a, seq);
 }
 
 shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                          uint32_t seq)
 {
-    return shoal_ring_run(comm, shoal_ring_reduce_scatter_plan, a, seq);
-}
-
-shoal_status_t shoal_ring_allgather(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                    uint32_t seq)
-{
-    return shoal_ring_run(comm, shoal_ring_allgather_plan, a, seq);
+    return shoal_coll_plan_run(comm, shoal_ring_reduce_scatter_plan, a, seq);
 }

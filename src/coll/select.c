@@ -9,11 +9,12 @@
  * cost_us(shape, bytes) is the modelled time of one call (negative: cannot run it); bytes is
  * the whole message for allreduce/broadcast/reduce and one rank's block for allgather and
  * reduce_scatter. applicable(comm, a), where set, adds the checks only a communicator can
- * answer. run executes the call on the calling thread; plan, where set, builds the step-wise
- * plan the progress engine advances beside other calls (a row without one runs whole, alone
- * on its communicator, when it is a nonblocking call). Selection takes the cheapest applicable
- * row; SHOAL_ALGO forces a row; shoal_info -t prints this table. Adding an algorithm: its
- * file and one row here. */
+ * answer. A row has either plan, the builder of the step-wise plan that the progress engine
+ * advances beside other calls (a blocking call drives the same plan on the calling thread:
+ * shoal_coll_plan_run), or run, which executes the call whole on the calling thread (as a
+ * nonblocking call it then runs alone on its communicator). Selection takes the cheapest
+ * applicable row; SHOAL_ALGO forces a row; shoal_info -t prints this table. Adding an
+ * algorithm: its file (cost, plan builder) and one row here. */
 typedef double (*shoal_coll_cost_fn_t)(const shoal_coll_shape_t *s, size_t bytes);
 typedef int (*shoal_coll_applicable_fn_t)(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
@@ -32,18 +33,6 @@ static shoal_status_t shoal_coll_run_shm_ar(struct shoal_comm *comm, const shoal
 {
     (void)seq;
     return shoal_shmdirect_allreduce(comm, a);
-}
-
-static shoal_status_t shoal_coll_run_tree_bcast(struct shoal_comm *comm,
-                                                const shoal_coll_args_t *a, uint32_t seq)
-{
-    return shoal_bcast_run(comm, a, seq, SHOAL_ALGO_TREE);
-}
-
-static shoal_status_t shoal_coll_run_chain_bcast(struct shoal_comm *comm,
-                                                 const shoal_coll_args_t *a, uint32_t seq)
-{
-    return shoal_bcast_run(comm, a, seq, SHOAL_ALGO_RING);
 }
 
 static const char *const shoal_coll_type_names[SHOAL_COLL_TYPE_COUNT] = {
@@ -77,13 +66,17 @@ static void shoal_coll_ring_link(const shoal_coll_shape_t *s, double *alpha, dou
 
 static double shoal_coll_cost_ring_ar(const shoal_coll_shape_t *s, size_t bytes)
 {
-    double n = s->nranks, m = (double)bytes, alpha, beta;
+    double n = s->nranks, m = (double)bytes, alpha, beta, sent = 2 * (n - 1) / n * m;
     double groups = SHOAL_MAX(1.0, (double)((bytes + 2 * s->nranks * s->chunk - 1) /
                                            (2 * s->nranks * s->chunk)));
+    double reduce = shoal_coll_reduce_us(s, (n - 1) / n * m, bytes);
     shoal_coll_ring_link(s, &alpha, &beta);
-    /* the chunks' reductions overlap the next transfers: half of it shows */
-    return 2 * (n - 1) * groups * shoal_coll_step_us(s, alpha) + 2 * (n - 1) / n * m * beta +
-           0.5 * shoal_coll_reduce_us(s, (n - 1) / n * m, bytes);
+    /* The chunks' reductions overlap the next transfers: half of it shows; not through the
+     * shm transport's rings, where the core that reduces also copies every transfer into and
+     * out of them. */
+    return 2 * (n - 1) * groups * shoal_coll_step_us(s, alpha) +
+           shoal_coll_xfer_us(s, sent * beta, 2 * sent, bytes) +
+           (s->shm_direct ? 1.0 : 0.5) * reduce;
 }
 
 static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
@@ -92,10 +85,16 @@ static double shoal_coll_cost_rd_ar(const shoal_coll_shape_t *s, size_t bytes)
     if (bytes > s->scratch) {
         return -1;
     }
-    return shoal_coll_step_us(s, s->rd_alpha_us) + (double)bytes * s->rd_beta_us +
+    /* every step sends and receives the whole message */
+    return shoal_coll_step_us(s, s->rd_alpha_us) +
+           shoal_coll_xfer_us(s, (double)bytes * s->rd_beta_us, 2.0 * l * (double)bytes, bytes) +
            shoal_coll_reduce_us(s, l * (double)bytes, bytes);
 }
 
+/* The intra-node AllReduce (shmdirect.c) reads the peers' shared areas in place: no
+ * messages, no transport rings; its memory work counts with the same rates as the channel
+ * algorithms' copies (shoal_coll_xfer_us) and reductions. The staged roads are modelled; the
+ * direct ones (shoal_mem_alloc buffers, single copies) copy less. */
 static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
 {
     /* A flag store and poll in shared memory: far below a channel message's latency. */
@@ -104,12 +103,14 @@ static double shoal_coll_cost_shm_ar(const shoal_coll_shape_t *s, size_t bytes)
         return -1;
     }
     if (bytes <= s->shm_oneshot_max) {
-        /* stage, then every rank reduces all n inputs */
-        return 2 * sync + m * s->copy_beta + (n - 1) * m * s->reduce_beta * s->oversub;
+        /* stage, then every rank reduces all n inputs in one pass */
+        return 2 * sync + shoal_coll_copy_us(s, m, bytes) + shoal_coll_reduce_n_us(s, n, m, bytes);
     }
-    /* stage, reduce my 1/n across n inputs, copy the other segments out */
+    /* per window: stage the input, reduce my 1/n across the n inputs, copy the other
+     * segments out */
     return 3 * sync * SHOAL_MAX(1.0, m / (double)SHOAL_MAX(s->shm_window, 4096)) +
-           m * s->copy_beta * (1 + s->oversub) + (n - 1) / n * m * s->reduce_beta * s->oversub;
+           shoal_coll_copy_us(s, (2 * n - 1) / n * m, bytes) +
+           shoal_coll_reduce_n_us(s, n, m / n, bytes);
 }
 
 static double shoal_coll_cost_tree_reduce(const shoal_coll_shape_t *s, size_t bytes)
@@ -139,35 +140,34 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_SHM, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_shm_ar,
      .run = shoal_coll_run_shm_ar},
     {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar,
-     .run = shoal_rd_allreduce},
+     .plan = shoal_rd_allreduce_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar,
-     .run = shoal_ring_allreduce, .plan = shoal_ring_allreduce_plan},
+     .plan = shoal_ring_allreduce_plan},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_tree_bcast_cost,
-     .run = shoal_coll_run_tree_bcast, .plan = shoal_tree_bcast_plan},
+     .plan = shoal_tree_bcast_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_chain_bcast_cost,
-     .run = shoal_coll_run_chain_bcast, .plan = shoal_chain_bcast_plan},
+     .plan = shoal_chain_bcast_plan},
     {.algo = SHOAL_ALGO_TREE, .coll = SHOAL_COLL_REDUCE, .cost_us = shoal_coll_cost_tree_reduce,
-     .run = shoal_tree_reduce},
+     .plan = shoal_tree_reduce_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_coll_cost_ring_ag,
-     .run = shoal_ring_allgather, .plan = shoal_ring_allgather_plan},
+     .plan = shoal_ring_allgather_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_REDUCE_SCATTER,
-     .cost_us = shoal_coll_cost_ring_rs, .run = shoal_ring_reduce_scatter,
-     .plan = shoal_ring_reduce_scatter_plan},
+     .cost_us = shoal_coll_cost_ring_rs, .plan = shoal_ring_reduce_scatter_plan},
     /* algorithms of tree.c, rab.c, hier.c, bcast2.c, allgather2.c, rs2.c, alltoall.c */
     {.algo = SHOAL_ALGO_DBTREE, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_dbtree_ar_cost,
-     .run = shoal_dbtree_allreduce},
+     .plan = shoal_dbtree_allreduce_plan},
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_rab_ar_cost,
-     .run = shoal_rab_allreduce},
+     .plan = shoal_rab_allreduce_plan},
     {.algo = SHOAL_ALGO_HIER, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_hier_ar_cost,
      .applicable = shoal_hier_applicable, .run = shoal_hier_allreduce},
     {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost,
      .run = shoal_ptree_bcast},
     {.algo = SHOAL_ALGO_BRUCK, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_bruck_ag_cost,
-     .applicable = shoal_bruck_applicable, .run = shoal_bruck_allgather},
+     .applicable = shoal_bruck_applicable, .plan = shoal_bruck_allgather_plan},
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_REDUCE_SCATTER, .cost_us = shoal_rh_rs_cost,
      .applicable = shoal_rh_reduce_scatter_applicable, .run = shoal_rh_reduce_scatter},
     {.algo = SHOAL_ALGO_PAIRWISE, .coll = SHOAL_COLL_ALLTOALL,
-     .cost_us = shoal_pairwise_a2a_cost, .run = shoal_pairwise_alltoall},
+     .cost_us = shoal_pairwise_a2a_cost, .plan = shoal_pairwise_alltoall_plan},
 };
 
 static const shoal_coll_algo_row_t *shoal_coll_row(shoal_coll_type_t type, shoal_algo_t algo)
@@ -215,19 +215,6 @@ double shoal_coll_cost(const shoal_coll_shape_t *s, shoal_coll_type_t type, shoa
     return row != NULL ? row->cost_us(s, bytes) : -1;
 }
 
-/* On one host, the intra-node AllReduce through the shared areas wins whenever it can run:
- * every channel algorithm moves the same data through the same shared memory, plus a copy
- * into and out of the transport's rings and a message per step (measured with
- * perf/select_check.sh: the shm path is the fastest or within noise at every size on 2-4
- * ranks). Its row therefore overrides the model; the model still ranks the others (logs,
- * shoal_info -t, SHOAL_ALGO=shm where unavailable). The rule only reads the shape, which every
- * rank shares, so the choice stays identical everywhere. */
-static int shoal_coll_preferred(const shoal_coll_shape_t *s, const shoal_coll_algo_row_t *row)
-{
-    return row->algo == SHOAL_ALGO_SHM && row->coll == SHOAL_COLL_ALLREDUCE && s->shm_direct &&
-           s->nhosts == 1;
-}
-
 /* The cheapest row (or the forced one) whose cost is known and, given comm, applicable. */
 static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_comm *comm,
                                     const shoal_coll_args_t *a, shoal_coll_type_t type,
@@ -244,11 +231,6 @@ static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_co
             continue;
         }
         if ((int)row->algo == forced) {
-            best = row->algo;
-            best_cost = c;
-            break;
-        }
-        if (forced == SHOAL_ALGO_AUTO && shoal_coll_preferred(s, row)) {
             best = row->algo;
             best_cost = c;
             break;
@@ -363,13 +345,17 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
         return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
     }
     if (a->type == SHOAL_COLL_BARRIER) {
-        return shoal_barrier_run(comm, seq);
+        return shoal_coll_plan_run(comm, shoal_barrier_plan, a, seq);
     }
     if (a->count == 0) {
         return SHOAL_OK;
     }
     row = shoal_coll_row_for(comm, a, seq);
-    return row != NULL ? row->run(comm, a, seq) : SHOAL_ERR_INTERNAL;
+    if (row == NULL) {
+        return SHOAL_ERR_INTERNAL;
+    }
+    return row->plan != NULL ? shoal_coll_plan_run(comm, row->plan, a, seq)
+                             : row->run(comm, a, seq);
 }
 
 /* A row without a plan, run whole on the proxy: alone on its communicator (npeers -1). */
@@ -382,13 +368,6 @@ static shoal_status_t shoal_coll_whole_progress(struct shoal_comm *comm, shoal_p
 {
     shoal_coll_whole_plan_t *p = (shoal_coll_whole_plan_t *)plan;
     return p->run(comm, &p->cp.a, p->cp.seq);
-}
-
-static shoal_status_t shoal_coll_barrier_whole(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                               uint32_t seq)
-{
-    (void)a;
-    return shoal_barrier_run(comm, seq);
 }
 
 static shoal_status_t shoal_coll_p2p_whole(struct shoal_comm *comm, const shoal_coll_args_t *a,
@@ -415,7 +394,7 @@ shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t 
             return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
         }
         if (a->type == SHOAL_COLL_BARRIER) {
-            run = shoal_coll_barrier_whole;
+            return shoal_barrier_plan(comm, cp_p, a, seq, exclusive);
         } else if (a->count == 0) {
             return SHOAL_OK;
         } else if ((row = shoal_coll_row_for(comm, a, seq)) == NULL) {

@@ -86,6 +86,7 @@ void shoal_coll_shape_build(shoal_coll_shape_t *s, int n, const int *host_of,
     s->shm_oneshot_max = shoal_coll_config.shm_oneshot_max != 0 ? shoal_coll_config.shm_oneshot_max
                          : s->oversub > 1                         ? SHOAL_SHM_ONESHOT_SHARED_CORE
                                                                   : SHOAL_SHM_ONESHOT_OWN_CORE;
+    s->shm_window = shoal_coll_config.shm_window;
     s->hier_segment = shoal_coll_config.hier_segment;
     shoal_coll_shape_rd(s, n, host_of);
 }

@@ -1,7 +1,8 @@
 /*
  * mp_nbc: one rank of the nonblocking-collective test, run under shoalrun by run_nbc.sh.
  *
- *   mp_nbc ok    several shoal_i* calls of every kind in flight at once, on the world, on a
+ *   mp_nbc ok    several shoal_i* calls of every kind (allreduce, allgather, broadcast,
+ *                reduce-scatter, alltoall, barrier, reduce) in flight at once, on the world, on a
  *                copy of it (split, one color) and on halves (split by parity); waited for in
  *                issue order, in reverse, in a shuffled order, and polled with shoal_test;
  *                every result exact. Rank 0 prints one TAP line per group (mptest.c).
@@ -18,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NBC_CALLS 9
+#define NBC_CALLS 15
 
-typedef enum { NBC_AR, NBC_AG, NBC_BC, NBC_RS } nbc_kind_t;
+typedef enum { NBC_AR, NBC_AG, NBC_BC, NBC_RS, NBC_A2A, NBC_BAR, NBC_RED } nbc_kind_t;
 
 typedef struct {
     nbc_kind_t kind;
@@ -41,7 +42,7 @@ typedef struct {
 static const char *nbc_kind_name(nbc_kind_t k)
 {
     static const char *const names[] = {"iallreduce", "iallgather", "ibroadcast",
-                                        "ireduce_scatter"};
+                                        "ireduce_scatter", "ialltoall", "ibarrier", "ireduce"};
     return names[k];
 }
 
@@ -50,6 +51,7 @@ static int64_t nbc_in(const nbc_call_t *c, int r, size_t i)
 {
     switch (c->kind) {
     case NBC_AR:
+    case NBC_RED:
         return c->op == SHOAL_SUM ? r * 7 + (int64_t)(i % 13) : r * 2 + (int64_t)(i % 3);
     case NBC_AG:
         return r * 100000 + (int64_t)(i % 99991);
@@ -57,6 +59,10 @@ static int64_t nbc_in(const nbc_call_t *c, int r, size_t i)
         return r == c->root ? (int64_t)(i % 1000003) * 3 + 5 : -1;
     case NBC_RS: /* i runs over n * count */
         return r + (int64_t)(i / c->count) + (int64_t)(i % 5);
+    case NBC_A2A: /* i runs over n * count: block i / count goes to that rank */
+        return ((int64_t)r * 131 + (int64_t)i * 7) % 1000003;
+    case NBC_BAR:
+        return 0;
     }
     return 0;
 }
@@ -66,6 +72,7 @@ static int64_t nbc_want(const nbc_call_t *c, size_t i)
     int n = c->n;
     switch (c->kind) {
     case NBC_AR:
+    case NBC_RED:
         if (c->op == SHOAL_SUM) {
             return (int64_t)n * (int64_t)(i % 13) + 7LL * n * (n - 1) / 2;
         }
@@ -78,6 +85,10 @@ static int64_t nbc_want(const nbc_call_t *c, size_t i)
         size_t j = (size_t)c->rank * c->count + i;
         return (int64_t)n * (n - 1) / 2 + (int64_t)n * ((int64_t)(j / c->count) + (int64_t)(j % 5));
     }
+    case NBC_A2A: /* block i / count came from that rank: its block for me */
+        return nbc_in(c, (int)(i / c->count), (size_t)c->rank * c->count + i % c->count);
+    case NBC_BAR:
+        return 0;
     }
     return 0;
 }
@@ -125,12 +136,18 @@ static size_t nbc_max1(size_t n)
 
 static size_t nbc_in_count(const nbc_call_t *c)
 {
-    return c->kind == NBC_RS ? c->count * (size_t)c->n : c->count;
+    if (c->kind == NBC_BAR) {
+        return 0;
+    }
+    return c->kind == NBC_RS || c->kind == NBC_A2A ? c->count * (size_t)c->n : c->count;
 }
 
 static size_t nbc_out_count(const nbc_call_t *c)
 {
-    return c->kind == NBC_AG ? c->count * (size_t)c->n : c->count;
+    if (c->kind == NBC_BAR || (c->kind == NBC_RED && c->rank != c->root)) {
+        return 0; /* a reduce's result is significant at the root only */
+    }
+    return c->kind == NBC_AG || c->kind == NBC_A2A ? c->count * (size_t)c->n : c->count;
 }
 
 static void nbc_setup(nbc_call_t *c)
@@ -161,6 +178,12 @@ static shoal_status_t nbc_post(nbc_call_t *c)
         return shoal_ibroadcast(c->s, c->r, c->count, c->dt, c->root, c->comm, &c->req);
     case NBC_RS:
         return shoal_ireduce_scatter(c->s, c->r, c->count, c->dt, c->op, c->comm, &c->req);
+    case NBC_A2A:
+        return shoal_ialltoall(c->s, c->r, c->count, c->dt, c->comm, &c->req);
+    case NBC_BAR:
+        return shoal_ibarrier(c->comm, &c->req);
+    case NBC_RED:
+        return shoal_ireduce(c->s, c->r, c->count, c->dt, c->op, c->root, c->comm, &c->req);
     }
     return SHOAL_ERR_INVALID_ARG;
 }
@@ -206,13 +229,20 @@ static int nbc_round_calls(nbc_call_t *calls, shoal_comm_t w, shoal_comm_t d, sh
         {NBC_BC, "copy", d, 0, 0, 13, SHOAL_INT32, SHOAL_SUM, nw - 1, 1},
         {NBC_AG, "world", w, 0, 0, 7, SHOAL_INT64, SHOAL_SUM, 0, 0},
         {NBC_RS, "half", h, 0, 0, 3, SHOAL_INT64, SHOAL_SUM, 0, 0},
+        {NBC_A2A, "world", w, 0, 0, 5003 + (size_t)round, SHOAL_INT32, SHOAL_SUM, 0, 0},
+        {NBC_BAR, "copy", d, 0, 0, 0, SHOAL_INT32, SHOAL_SUM, 0, 0},
+        {NBC_A2A, "half", h, 0, 0, 17, SHOAL_INT64, SHOAL_SUM, 0, 1},
+        {NBC_BAR, "world", w, 0, 0, 0, SHOAL_INT32, SHOAL_SUM, 0, 0},
+        {NBC_RED, "copy", d, 0, 0, big, SHOAL_INT64, SHOAL_SUM, nw - 1, 0},
+        {NBC_RED, "half", h, 0, 0, 301, SHOAL_FLOAT32, SHOAL_MAX, 1, 1},
     };
     (void)nh;
     for (int k = 0; k < NBC_CALLS; k++) {
         calls[k] = tmpl[k];
         calls[k].rank = nbc_rank(calls[k].comm);
         calls[k].n = nbc_size(calls[k].comm);
-        if (calls[k].kind == NBC_BC && calls[k].root >= calls[k].n) {
+        if ((calls[k].kind == NBC_BC || calls[k].kind == NBC_RED) &&
+            calls[k].root >= calls[k].n) {
             calls[k].root = calls[k].n - 1;
         }
         nbc_setup(&calls[k]);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Nonblocking collectives (tests/mp/mp_nbc.c) under shoalrun, TAP on stdout:
-#  - ok: every kind of shoal_i* call in flight at once on three communicators, waited for in
-#    several orders, results exact (rank 0's TAP lines, merged as in run_mp.sh);
+#  - ok: every kind of shoal_i* call (the alltoall and the barrier too) in flight at once on
+#    three communicators, waited for in several orders, results exact (rank 0's TAP lines,
+#    merged as in run_mp.sh); with the automatic choice and with rows forced by SHOAL_ALGO;
 #  - kill: the last rank dies while the others have four calls in flight on two
 #    communicators: every call must complete with an error naming it, within the deadline.
 # Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180).
@@ -36,13 +37,37 @@ tap() { # tap OK|FAIL description
 mp_job "shm n=3" 3 "" "$prog" ok
 mp_job "tcp n=4" 4 "SHOAL_TRANSPORT=tcp" "$prog" ok
 mp_job "tcp n=3 chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_CHUNK_SIZE=4096" "$prog" ok
-# Rows without a step-wise plan (recursive doubling, Bruck, Rabenseifner) between the plans.
+# Forced rows, every call of that collective in flight as its step-wise plan beside the
+# others: recursive doubling (the fold on 3 and 5 ranks; 4 KiB chunks make the 64 Ki-element
+# calls run in several scratch-sized passes) and Bruck (the allgathers that fit the scratch;
+# the larger ones fall back to the ring).
 mp_job "shm n=4 rd chunk=4k" 4 "SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "shm n=5 rd" 5 "SHOAL_ALGO=rd" "$prog" ok
+mp_job "tcp n=3 rd chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+mp_job "shm n=3 bruck" 3 "SHOAL_ALGO=bruck" "$prog" ok
+mp_job "tcp n=4 bruck chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=bruck SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+# The double binary tree: 4 KiB chunks make the large calls pipelines of many chunks.
+mp_job "shm n=4 dbtree chunk=4k" 4 "SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "tcp n=5 dbtree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+# Rabenseifner AllReduce plans (the fold on 3 and 5 ranks, pieces of a 4 KiB-chunk scratch),
+# and the recursive-halving reduce-scatter (SHOAL_ALGO=rab on 4 ranks), which has no plan
+# and runs whole, alone on its communicator, between the plans.
+mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
+mp_job "tcp n=5 rab chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+mp_job "shm n=4 rab chunk=4k" 4 "SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" "$prog" ok
+# 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
+# (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
+mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
 
-# kill_job LABEL NRANKS TRANSPORT
+# kill_job LABEL NRANKS TRANSPORT [ALGO]
 kill_job() {
     env -u SHOAL_TRANSPORT -u SHOAL_ALGO "$shoalrun" --no-prefix --grace 30 --timeout "$timeout" \
-        -n "$2" -x SHOAL_TIMEOUT_MS=$timeout_ms ${3:+-x SHOAL_TRANSPORT=$3} "$prog" kill \
+        -n "$2" -x SHOAL_TIMEOUT_MS=$timeout_ms ${3:+-x SHOAL_TRANSPORT=$3} \
+        ${4:+-x SHOAL_ALGO=$4} "$prog" kill \
         >"$tmp/out" 2>"$tmp/err"
     rc=$?
     victim=$(($2 - 1))
@@ -75,4 +100,9 @@ kill_job() {
 
 kill_job "kill tcp n=3" 3 tcp
 kill_job "kill shm n=3" 3 ""
+# The AllReduce and allgather as recursive doubling, Bruck and double binary tree plans
+# (SHOAL_ALGO=bruck leaves the AllReduce to the model).
+kill_job "kill tcp n=3 rd" 3 tcp rd
+kill_job "kill shm n=4 bruck" 4 "" bruck
+kill_job "kill tcp n=4 dbtree" 4 tcp dbtree
 echo "1..$n_tap"

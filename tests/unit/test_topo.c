@@ -158,6 +158,75 @@ static void test_model(void)
     tap_ok(local.oversub == 2.0, "model: 4 ranks on 2 cores: oversubscribed by 2");
 }
 
+/* One host with the shared areas: the cost model itself must pick the intra-node AllReduce
+ * (no preference overrides it) on 2, 3, 4 and 8 ranks, with a core each or sharing 2 cores,
+ * from 8 B to 64 MiB, whatever the machine's rates: the channel algorithms move the same
+ * data through the transport's rings (a copy in by the sender, one out by the receiver) plus
+ * a message per step, the direct path reads the peers' areas in place. Swept: intra-host
+ * links of 0.5-3 us and 2-20 GB/s, copies and reductions at 2-20 GB/s (the measured rates
+ * of a VM and of a server). Returns the sizes where it does not. */
+static int one_host_choices(int n, int ncores, const shoal_link_t *intra, double copy_gbs,
+                            double reduce_gbs, char *why, size_t len)
+{
+    int host[8] = {0}, order[8] = {0, 1, 2, 3, 4, 5, 6, 7}, bad = 0;
+    shoal_link_t net = {.alpha_us = 20, .beta_us = shoal_gbs_to_beta(1.5)};
+    shoal_coll_shape_t s;
+
+    shoal_coll_shape_build(&s, n, host, order, intra, &net, 1, ncores);
+    s.copy_beta = shoal_gbs_to_beta(copy_gbs);
+    s.reduce_beta = shoal_gbs_to_beta(reduce_gbs);
+    for (size_t m = 8; m <= ((size_t)64 << 20); m *= 2) {
+        double c;
+        shoal_algo_t a = shoal_coll_select_shape(&s, SHOAL_COLL_ALLREDUCE, m, 0, &c);
+        if (a != SHOAL_ALGO_SHM && getenv("TEST_TOPO_VERBOSE") != NULL) {
+            printf("# n=%d cores=%d intra %.1f us %.0f GB/s copy %.0f reduce %.0f: %zu B picks "
+                   "%s (%.1f us, shm %.1f us)\n", n, ncores, intra->alpha_us,
+                   intra->beta_us > 0 ? 1e-3 / intra->beta_us : 0, copy_gbs, reduce_gbs, m,
+                   shoal_algo_names[a], c,
+                   shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_SHM, m));
+        }
+        if (a != SHOAL_ALGO_SHM && bad++ == 0) {
+            snprintf(why, len, "n=%d cores=%d intra %.1f us %.0f GB/s copy %.0f reduce %.0f: "
+                     "%zu B picks %s (%.1f us, shm %.1f us)", n, ncores, intra->alpha_us,
+                     1e-3 / intra->beta_us, copy_gbs, reduce_gbs, m, shoal_algo_names[a], c,
+                     shoal_coll_cost(&s, SHOAL_COLL_ALLREDUCE, SHOAL_ALGO_SHM, m));
+        }
+    }
+    return bad;
+}
+
+static void test_one_host_model(void)
+{
+    static const int ns[] = {2, 3, 4, 8};
+    static const double alphas[] = {0.5, 1.5, 3}, gbs[] = {2, 6, 20}, mem[] = {2, 6, 20};
+    int cases = 0, bad = 0;
+    char why[256] = "";
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(ns); i++) {
+        for (int shared = 0; shared < 2; shared++) {
+            int ncores = shared ? 2 : ns[i];
+            shoal_link_t def = {0};
+            cases++;
+            bad += one_host_choices(ns[i], ncores, &def, 8, 4, why, sizeof(why)) > 0;
+            for (size_t a = 0; a < SHOAL_ARRAY_SIZE(alphas); a++) {
+                for (size_t b = 0; b < SHOAL_ARRAY_SIZE(gbs); b++) {
+                    shoal_link_t l = {.alpha_us = alphas[a], .beta_us = shoal_gbs_to_beta(gbs[b]),
+                                      .send_us = alphas[a] / 5, .recv_us = alphas[a] / 5};
+                    for (size_t c = 0; c < SHOAL_ARRAY_SIZE(mem); c++) {
+                        for (size_t r = 0; r < SHOAL_ARRAY_SIZE(mem); r++) {
+                            cases++;
+                            bad += one_host_choices(ns[i], ncores, &l, mem[c], mem[r], why,
+                                                    sizeof(why)) > 0;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    tap_ok(bad == 0, "model: one host, 2-8 ranks, 8 B-64 MiB: the cost model picks shm in all "
+           "%d rate settings (%d not%s%s)", cases, bad, bad ? ": " : "", why);
+}
+
 /* The hierarchical AllReduce's cost is a pipeline of segments (hier.c): the latency of each
  * phase, the slower of the core (intra-host phases) and the link (the ring across hosts) once
  * per further segment, the other one once. Written out here with the shape's numbers. */
@@ -285,6 +354,7 @@ int main(void)
     test_topo_file();
     test_tuning();
     test_model();
+    test_one_host_model();
     test_hier_model();
     test_discover();
     test_ring_hosts();
