@@ -187,50 +187,60 @@ static shoal_status_t shoal_ring_listen(shoal_boot_t *b, shoal_boot_ring_t *g, u
     return SHOAL_OK;
 }
 
-/* Connects to the next rank's listener; it exists (the root answered only after every rank
- * had opened its own), so the kernel completes the connection without the peer's help. */
+/* Connects to the next rank's listener. It exists (the root answered only after every rank
+ * had opened its own, and it stays open until this rank has proved itself), so the kernel
+ * completes the connection without the peer's help; a refusal means the next rank is gone.
+ * The root connection is watched meanwhile: its failure notice ends the wait. */
+static shoal_status_t shoal_ring_root_notice(shoal_boot_t *b, uint64_t deadline);
+
 static shoal_status_t shoal_ring_dial(shoal_boot_t *b, shoal_boot_ring_t *g, uint64_t deadline)
 {
-    int one = 1;
-    for (unsigned backoff_us = 1000;; backoff_us = SHOAL_MIN(backoff_us * 2, 100000)) {
-        int fd = socket(g->next_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        int err = 0;
-        socklen_t elen = sizeof(err);
-        shoal_status_t st;
+    int one = 1, err = 0, fd = socket(g->next_addr.ss_family,
+                                      SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t elen = sizeof(err);
 
-        if (fd < 0) {
-            shoal_error(BOOT, "socket() failed: %s", strerror(errno));
-            return SHOAL_ERR_SYSTEM;
-        }
-        if (connect(fd, (const struct sockaddr *)&g->next_addr, g->next_len) != 0) {
-            if (errno != EINPROGRESS) {
-                err = errno;
-            } else if ((st = shoal_sock_poll(fd, POLLOUT, deadline, b->abort_flag)) != SHOAL_OK) {
-                close(fd);
-                return st;
-            } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
-                err = errno;
-            }
-        }
-        if (err == 0) {
-            (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            g->next_fd = fd;
-            return SHOAL_OK;
-        }
-        close(fd);
-        if (err != ECONNREFUSED && err != EINTR && err != ETIMEDOUT) {
-            shoal_error(BOOT, "rank %d: connect to rank %d's peer listener %s failed: %s",
-                        b->rank, (b->rank + 1) % b->nranks, g->next_str, strerror(err));
-            return SHOAL_ERR_TRANSPORT;
-        }
+    if (fd < 0) {
+        return shoal_boot_fail(b, SHOAL_ERR_SYSTEM, "socket() for the ring's link");
+    }
+    if (connect(fd, (const struct sockaddr *)&g->next_addr, g->next_len) != 0) {
+        err = errno;
+    }
+    while (err == EINPROGRESS || err == EINTR) {
+        struct pollfd pfds[2] = {{.fd = b->fd, .events = POLLIN}, {.fd = fd, .events = POLLOUT}};
+        int ret;
         if (b->abort_flag != NULL && *b->abort_flag) {
-            return SHOAL_ERR_ABORTED;
+            close(fd);
+            return shoal_boot_fail(b, SHOAL_ERR_ABORTED, "connecting to the next rank of the "
+                                   "ring");
         }
         if (shoal_deadline_passed(deadline)) {
-            return SHOAL_ERR_TIMEOUT;
+            close(fd);
+            return shoal_boot_fail(b, SHOAL_ERR_TIMEOUT, "connecting to the next rank of the "
+                                   "ring");
         }
-        shoal_sleep_us(backoff_us);
+        ret = poll(pfds, 2, shoal_deadline_left_ms(deadline, 100));
+        if (ret < 0 && errno != EINTR) {
+            err = errno;
+        } else if (ret > 0 && pfds[0].revents != 0) {
+            close(fd);
+            return shoal_ring_root_notice(b, deadline);
+        } else if (ret > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
+            err = errno;
+        }
     }
+    if (err != 0) {
+        char what[160];
+        close(fd);
+        snprintf(what, sizeof(what), "connecting to rank %d's peer listener %s: %s",
+                 (b->rank + 1) % b->nranks, g->next_str, strerror(err));
+        return shoal_boot_fail(b, err == ECONNREFUSED || err == ECONNRESET
+                                      ? SHOAL_ERR_PEER_FAILED
+                                      : SHOAL_ERR_TRANSPORT,
+                               what);
+    }
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    g->next_fd = fd;
+    return SHOAL_OK;
 }
 
 /* ---- the listener --------------------------------------------------------------------- */
