@@ -389,6 +389,34 @@ static shoal_status_t shoal_ring_pend_read(shoal_boot_t *b, shoal_boot_ring_t *g
 
 /* ---- the outgoing handshake ----------------------------------------------------------- */
 
+/* The next rank's listener challenged this rank: prove the secret, this rank and the job. */
+static shoal_status_t shoal_ring_out_hello(shoal_boot_t *b, shoal_boot_ring_t *g)
+{
+    struct {
+        shoal_boot_frame_t f;
+        shoal_boot_hello_t h;
+    } msg;
+    shoal_status_t st;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.f = (shoal_boot_frame_t){.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_HELLO,
+                                 .len = sizeof(msg.h)};
+    msg.h.rank = b->rank;
+    msg.h.nranks = b->nranks;
+    msg.h.ident = b->ident;
+    SHOAL_CHECK(shoal_random_bytes(msg.h.nonce, sizeof(msg.h.nonce)));
+    shoal_boot_peer_hello_mac(b->secret, g->out_lnonce, &msg.h, msg.h.mac);
+    g->out_hello = msg.h;
+    st = shoal_sock_write_all(g->next_fd, &msg, sizeof(msg), shoal_deadline_ns(b->timeout_ms),
+                              b->abort_flag);
+    if (st != SHOAL_OK) {
+        return shoal_boot_fail(b, st, "sending the hello to the next rank of the ring");
+    }
+    g->bytes_out += sizeof(msg);
+    g->out_state = SHOAL_RING_OUT_WELCOME;
+    return SHOAL_OK;
+}
+
 static shoal_status_t shoal_ring_out_read(shoal_boot_t *b, shoal_boot_ring_t *g)
 {
     shoal_boot_frame_t f;
@@ -434,29 +462,8 @@ static shoal_status_t shoal_ring_out_read(shoal_boot_t *b, shoal_boot_ring_t *g)
     }
     g->out_have = 0;
     if (g->out_state == SHOAL_RING_OUT_CHALLENGE) {
-        struct {
-            shoal_boot_frame_t f;
-            shoal_boot_hello_t h;
-        } msg;
-        shoal_status_t st;
         memcpy(g->out_lnonce, g->out_buf + sizeof(f), SHOAL_BOOT_NONCE);
-        memset(&msg, 0, sizeof(msg));
-        msg.f = (shoal_boot_frame_t){.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_HELLO,
-                                     .len = sizeof(msg.h)};
-        msg.h.rank = b->rank;
-        msg.h.nranks = b->nranks;
-        msg.h.ident = b->ident;
-        SHOAL_CHECK(shoal_random_bytes(msg.h.nonce, sizeof(msg.h.nonce)));
-        shoal_boot_peer_hello_mac(b->secret, g->out_lnonce, &msg.h, msg.h.mac);
-        g->out_hello = msg.h;
-        st = shoal_sock_write_all(g->next_fd, &msg, sizeof(msg),
-                                  shoal_deadline_ns(b->timeout_ms), b->abort_flag);
-        if (st != SHOAL_OK) {
-            return shoal_boot_fail(b, st, "sending the hello to the next rank of the ring");
-        }
-        g->bytes_out += sizeof(msg);
-        g->out_state = SHOAL_RING_OUT_WELCOME;
-        return SHOAL_OK;
+        return shoal_ring_out_hello(b, g);
     }
     uint8_t want_mac[SHOAL_HMAC_BYTES];
     shoal_boot_peer_welcome_mac(b->secret, g->out_lnonce, &g->out_hello, want_mac);
@@ -628,9 +635,68 @@ static uint8_t *shoal_ring_rx_target(shoal_ring_rx_t *x, size_t *want_p)
     return x->mac + x->mac_have;
 }
 
-/* One step: sends the frame in tx (already MAC'd), receives the previous rank's frame for
- * the record of rank origin. fixed: the record's length ((uint32_t)-1: any up to
- * SHOAL_BOOT_MAX_BLOB, *dst allocated); else *dst is where it goes. */
+/* Reads what the previous rank sent of the frame carrying the record of rank origin. fixed:
+ * the record's length, read into *dst; (uint32_t)-1: any length up to SHOAL_BOOT_MAX_BLOB,
+ * into a buffer allocated here (x->payload). *got_p: the frame is complete and its MAC holds. */
+static shoal_status_t shoal_ring_rx_read(shoal_boot_t *b, shoal_boot_ring_t *g,
+                                         shoal_ring_rx_t *x, uint32_t type, int origin,
+                                         uint32_t fixed, uint8_t *dst, int *got_p)
+{
+    while (!*got_p) {
+        size_t want;
+        uint8_t *to = shoal_ring_rx_target(x, &want);
+        ssize_t n = recv(g->prev_fd, to, want, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            return shoal_boot_fail(b, SHOAL_ERR_PEER_FAILED, "the previous rank of the ring "
+                                   "left during the exchange");
+        }
+        if (n < 0) {
+            return SHOAL_OK;
+        }
+        g->bytes_in += (uint64_t)n;
+        if (x->hdr_have < sizeof(x->hdr)) {
+            x->hdr_have += (size_t)n;
+            if (x->hdr_have < sizeof(x->hdr)) {
+                continue;
+            }
+            /* The length is the sender's word until the MAC says otherwise: bounded before
+             * any allocation. */
+            if (x->hdr.magic != SHOAL_BOOT_FRAME_MAGIC || x->hdr.type != type ||
+                x->hdr.round != (uint32_t)origin ||
+                (fixed != UINT32_MAX ? x->hdr.len != fixed : x->hdr.len > SHOAL_BOOT_MAX_BLOB)) {
+                return shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "unexpected frame from the "
+                                       "previous rank of the ring");
+            }
+            x->payload = fixed != UINT32_MAX ? dst : malloc(x->hdr.len > 0 ? x->hdr.len : 1);
+            if (x->payload == NULL) {
+                return shoal_boot_fail(b, SHOAL_ERR_NO_MEMORY, "a ring record");
+            }
+        } else if (x->have < x->hdr.len) {
+            x->have += (size_t)n;
+        } else {
+            uint8_t digest[SHOAL_HMAC_BYTES], want_mac[SHOAL_BOOT_MAC];
+            x->mac_have += (size_t)n;
+            if (x->mac_have < sizeof(x->mac)) {
+                continue;
+            }
+            shoal_boot_payload_digest(x->payload, x->hdr.len, digest);
+            shoal_boot_frame_mac(g->prev_key, SHOAL_BOOT_DIR_UP, g->rx_seq, &x->hdr, digest,
+                                 want_mac);
+            if (!shoal_memeq_ct(want_mac, x->mac, sizeof(want_mac))) {
+                return shoal_boot_fail(b, SHOAL_ERR_AUTH, "a frame from the previous rank of "
+                                       "the ring fails its MAC (tampered, replayed or "
+                                       "reordered)");
+            }
+            g->rx_seq++;
+            *got_p = 1;
+        }
+    }
+    return SHOAL_OK;
+}
+
+/* One step: sends the frame in tx (already MAC'd) while it receives the previous rank's
+ * frame for the record of rank origin (fixed, *dst as shoal_ring_rx_read; a record of any
+ * length is returned in *dst). The root connection is watched for its failure notice. */
 static shoal_status_t shoal_ring_step(shoal_boot_t *b, shoal_boot_ring_t *g, uint32_t type,
                                       const uint8_t *tx, size_t txlen, int origin,
                                       uint32_t fixed, uint8_t **dst, uint32_t *dlen,
@@ -641,110 +707,50 @@ static shoal_status_t shoal_ring_step(shoal_boot_t *b, shoal_boot_ring_t *g, uin
     int got = 0;
     shoal_status_t st = SHOAL_OK;
 
-    while (sent < txlen || !got) {
+    while (st == SHOAL_OK && (sent < txlen || !got)) {
         struct pollfd pfds[3] = {{.fd = b->fd, .events = POLLIN},
                                  {.fd = sent < txlen ? g->next_fd : -1, .events = POLLOUT},
                                  {.fd = got ? -1 : g->prev_fd, .events = POLLIN}};
         int ret;
         if (b->abort_flag != NULL && *b->abort_flag) {
             st = shoal_boot_fail(b, SHOAL_ERR_ABORTED, "in a ring round");
-            goto out;
+            break;
         }
         if (shoal_deadline_passed(deadline)) {
             st = shoal_boot_fail(b, SHOAL_ERR_TIMEOUT, got ? "the next rank of the ring does not "
                                                              "take its records"
                                                            : "no record from the previous rank "
                                                              "of the ring");
-            goto out;
+            break;
         }
         ret = poll(pfds, 3, shoal_deadline_left_ms(deadline, 100));
         if (ret < 0 && errno != EINTR) {
             st = shoal_boot_fail(b, SHOAL_ERR_SYSTEM, "poll in a ring round");
-            goto out;
-        }
-        if (ret <= 0) {
-            continue;
-        }
-        if (pfds[0].revents != 0) {
+        } else if (ret > 0 && pfds[0].revents != 0) {
             st = shoal_ring_root_notice(b, deadline);
-            goto out;
-        }
-        if (pfds[1].revents != 0) {
-            ssize_t n = send(g->next_fd, tx + sent, txlen - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0) {
-                sent += (size_t)n;
-                g->bytes_out += (uint64_t)n;
-            } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                st = shoal_boot_fail(b, SHOAL_ERR_PEER_FAILED, "the next rank of the ring left "
-                                     "during the exchange");
-                goto out;
+        } else if (ret > 0) {
+            if (pfds[1].revents != 0) {
+                ssize_t n = send(g->next_fd, tx + sent, txlen - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n > 0) {
+                    sent += (size_t)n;
+                    g->bytes_out += (uint64_t)n;
+                } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    st = shoal_boot_fail(b, SHOAL_ERR_PEER_FAILED, "the next rank of the ring "
+                                         "left during the exchange");
+                }
             }
-        }
-        while (pfds[2].revents != 0 && !got) {
-            size_t want;
-            uint8_t *to = shoal_ring_rx_target(&x, &want);
-            ssize_t n = recv(g->prev_fd, to, want, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                st = shoal_boot_fail(b, SHOAL_ERR_PEER_FAILED, "the previous rank of the ring "
-                                     "left during the exchange");
-                goto out;
-            }
-            if (n < 0) {
-                break;
-            }
-            g->bytes_in += (uint64_t)n;
-            if (x.hdr_have < sizeof(x.hdr)) {
-                x.hdr_have += (size_t)n;
-                if (x.hdr_have < sizeof(x.hdr)) {
-                    continue;
-                }
-                /* The length is the sender's word until the MAC says otherwise: bounded
-                 * before any allocation. */
-                if (x.hdr.magic != SHOAL_BOOT_FRAME_MAGIC || x.hdr.type != type ||
-                    x.hdr.round != (uint32_t)origin ||
-                    (fixed != UINT32_MAX ? x.hdr.len != fixed
-                                         : x.hdr.len > SHOAL_BOOT_MAX_BLOB)) {
-                    st = shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "unexpected frame from the "
-                                         "previous rank of the ring");
-                    goto out;
-                }
-                if (fixed == UINT32_MAX) {
-                    x.payload = malloc(x.hdr.len > 0 ? x.hdr.len : 1);
-                    if (x.payload == NULL) {
-                        st = shoal_boot_fail(b, SHOAL_ERR_NO_MEMORY, "a ring record");
-                        goto out;
-                    }
-                } else {
-                    x.payload = *dst;
-                }
-            } else if (x.have < x.hdr.len) {
-                x.have += (size_t)n;
-            } else {
-                uint8_t digest[SHOAL_HMAC_BYTES], want_mac[SHOAL_BOOT_MAC];
-                x.mac_have += (size_t)n;
-                if (x.mac_have < sizeof(x.mac)) {
-                    continue;
-                }
-                shoal_boot_payload_digest(x.payload, x.hdr.len, digest);
-                shoal_boot_frame_mac(g->prev_key, SHOAL_BOOT_DIR_UP, g->rx_seq, &x.hdr, digest,
-                                     want_mac);
-                if (!shoal_memeq_ct(want_mac, x.mac, sizeof(want_mac))) {
-                    st = shoal_boot_fail(b, SHOAL_ERR_AUTH, "a frame from the previous rank of "
-                                         "the ring fails its MAC (tampered, replayed or "
-                                         "reordered)");
-                    goto out;
-                }
-                g->rx_seq++;
-                got = 1;
+            if (st == SHOAL_OK && pfds[2].revents != 0) {
+                st = shoal_ring_rx_read(b, g, &x, type, origin, fixed, *dst, &got);
             }
         }
     }
-    if (fixed == UINT32_MAX) {
-        *dst = x.payload;
-        x.payload = NULL;
+    if (st == SHOAL_OK) {
+        if (fixed == UINT32_MAX) {
+            *dst = x.payload;
+            x.payload = NULL;
+        }
+        *dlen = x.hdr.len;
     }
-    *dlen = x.hdr.len;
-out:
     if (fixed == UINT32_MAX) {
         free(x.payload);
     }
