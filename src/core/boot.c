@@ -236,7 +236,7 @@ void shoal_sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len
 }
 
 shoal_status_t shoal_sock_poll(int fd, short events, uint64_t deadline_ns,
-                                      const volatile int *abort_flag)
+                               const volatile int *abort_flag)
 {
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = events};
@@ -391,7 +391,7 @@ shoal_status_t shoal_boot_listen_addr(int local_only, struct sockaddr_storage *s
     return SHOAL_OK;
 }
 
-int shoal_sock_nonblock_cloexec(int fd)
+static int shoal_sock_nonblock_cloexec(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
@@ -523,7 +523,6 @@ void shoal_boot_frame_mac(const uint8_t key[SHOAL_HMAC_BYTES], int dir, uint64_t
 
 /* ---- client ------------------------------------------------------------------------- */
 
-
 const char *shoal_boot_error(shoal_boot_t *boot)
 {
     return boot->error;
@@ -615,8 +614,8 @@ static shoal_status_t shoal_boot_read_mac(shoal_boot_t *b, const shoal_boot_fram
 
 /* Reads one frame of the given type and length; macd: a frame after the welcome, with a MAC
  * trailer that is checked before SHOAL_OK (nothing in payload may be used otherwise). */
-shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type,
-                                            void *payload, uint32_t len, uint64_t deadline)
+shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, void *payload,
+                                     uint32_t len, uint64_t deadline)
 {
     shoal_boot_frame_t f;
     shoal_status_t st = shoal_sock_read_all(b->fd, &f, sizeof(f), deadline, b->abort_flag);
@@ -654,7 +653,7 @@ shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type,
 
 /* Sends header | payload | MAC in one write. */
 shoal_status_t shoal_boot_send_frame(shoal_boot_t *b, uint32_t type, const void *payload,
-                                            uint32_t len, uint64_t deadline)
+                                     uint32_t len, uint64_t deadline)
 {
     shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = type, .len = len,
                             .round = b->round};

@@ -130,7 +130,6 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_send_frame(shoal_boot_t *b, uint32_t type
                                                   uint64_t deadline);
 SHOAL_HIDDEN shoal_status_t shoal_sock_poll(int fd, short events, uint64_t deadline_ns,
                                             const volatile int *abort_flag);
-SHOAL_HIDDEN int shoal_sock_nonblock_cloexec(int fd);
 
 /* The peer link of the ring (DESIGN.md, bootstrap): rank k dials rank k+1's listener, which
  * challenges it with a nonce; the dialer's hello (shoal_boot_hello_t: its rank, nranks, its

@@ -451,10 +451,10 @@ static shoal_status_t shoal_root_table_v(shoal_root_t *r, uint32_t *len_p)
     return SHOAL_OK;
 }
 
-/* A RING round: rank k hears only of its ring neighbours, the records of ranks k-1 and k+1
- * (2 * SHOAL_BOOT_RING_REC bytes): the root's bytes grow with n, not n^2. */
 void (*shoal_boot_root_ring_hook)(int nranks, uint8_t *recs);
 
+/* A RING round: rank k hears only of its ring neighbours, the records of ranks k-1 and k+1
+ * (2 * SHOAL_BOOT_RING_REC bytes): the root's bytes grow with n, not n^2. */
 static shoal_status_t shoal_root_ring_answer(shoal_root_t *r, uint64_t deadline)
 {
     uint8_t pair[2 * SHOAL_BOOT_RING_REC];
@@ -478,23 +478,12 @@ static shoal_status_t shoal_root_ring_answer(shoal_root_t *r, uint64_t deadline)
     return SHOAL_OK;
 }
 
-/* Every rank contributed: send the table to all, start the next round. */
-static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
+/* The round's table to every rank (one digest for all). */
+static shoal_status_t shoal_root_send_table(shoal_root_t *r, uint32_t len, uint64_t deadline)
 {
-    uint32_t len = (uint32_t)((size_t)r->nranks * r->blob_len);
-    uint64_t deadline = shoal_deadline_ns(r->timeout_ms);
     uint8_t digest[SHOAL_HMAC_BYTES];
-
-    if (r->round_type == SHOAL_BOOT_AGV) {
-        SHOAL_CHECK(shoal_root_table_v(r, &len));
-    }
-
-    if (r->round_type == SHOAL_BOOT_RING) {
-        SHOAL_CHECK(shoal_root_ring_answer(r, deadline));
-    } else {
-        shoal_boot_payload_digest(r->table, len, digest);
-    }
-    for (int k = 0; k < r->nranks && r->round_type != SHOAL_BOOT_RING; k++) {
+    shoal_boot_payload_digest(r->table, len, digest);
+    for (int k = 0; k < r->nranks; k++) {
         shoal_root_client_t *c = &r->cl[r->rank_cl[k]];
         shoal_status_t st = shoal_root_send(r, c, r->round_type, r->table, len, digest,
                                             deadline);
@@ -503,6 +492,24 @@ static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
                         c->peer, shoal_strerror(st));
             return SHOAL_ERR_PEER_FAILED;
         }
+    }
+    return SHOAL_OK;
+}
+
+/* Every rank contributed: send the table to all (a RING round: each its neighbours'), start
+ * the next round. */
+static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
+{
+    uint32_t len = (uint32_t)((size_t)r->nranks * r->blob_len);
+    uint64_t deadline = shoal_deadline_ns(r->timeout_ms);
+
+    if (r->round_type == SHOAL_BOOT_AGV) {
+        SHOAL_CHECK(shoal_root_table_v(r, &len));
+    }
+    if (r->round_type == SHOAL_BOOT_RING) {
+        SHOAL_CHECK(shoal_root_ring_answer(r, deadline));
+    } else {
+        SHOAL_CHECK(shoal_root_send_table(r, len, deadline));
     }
     r->round++;
     r->have = 0;
