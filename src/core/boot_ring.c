@@ -53,6 +53,8 @@ struct shoal_boot_ring {
     char next_str[64];
     /* the outgoing handshake */
     int out_state;
+    int redial;                          /* the next rank dropped the handshake: dial again */
+    unsigned redials;
     uint8_t out_buf[sizeof(shoal_boot_frame_t) + SHOAL_HMAC_BYTES];
     size_t out_have;
     shoal_boot_hello_t out_hello;
@@ -417,6 +419,19 @@ static shoal_status_t shoal_ring_out_hello(shoal_boot_t *b, shoal_boot_ring_t *g
     return SHOAL_OK;
 }
 
+/* The next rank's listener let this rank's connection go before the welcome: evicted by a
+ * flood of strangers, or the next rank is gone. Dial again (a rank that is gone refuses the
+ * connection, which then fails the ring; so does the deadline). */
+static shoal_status_t shoal_ring_out_dropped(shoal_boot_t *b, shoal_boot_ring_t *g,
+                                             const char *what)
+{
+    shoal_warn(BOOT, "rank %d: the next rank of the ring (%s) %s before its handshake "
+               "finished; redialing", b->rank, g->next_str, what);
+    g->redials++;
+    g->redial = 1;
+    return SHOAL_OK;
+}
+
 static shoal_status_t shoal_ring_out_read(shoal_boot_t *b, shoal_boot_ring_t *g)
 {
     shoal_boot_frame_t f;
@@ -428,9 +443,8 @@ static shoal_status_t shoal_ring_out_read(shoal_boot_t *b, shoal_boot_ring_t *g)
         want += f.len;
     }
     n = recv(g->next_fd, g->out_buf + g->out_have, want - g->out_have, MSG_DONTWAIT);
-    if (n == 0) {
-        return shoal_boot_fail(b, SHOAL_ERR_PEER_FAILED, "the next rank of the ring closed the "
-                               "link during its handshake");
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+        return shoal_ring_out_dropped(b, g, "closed the link");
     }
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
@@ -447,7 +461,8 @@ static shoal_status_t shoal_ring_out_read(shoal_boot_t *b, shoal_boot_ring_t *g)
     if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_REFUSED && f.len == 0) {
         shoal_status_t why = (shoal_status_t)(int32_t)f.round;
         if (why != SHOAL_ERR_AUTH && why != SHOAL_ERR_PERMISSION && why != SHOAL_ERR_INVALID_ARG) {
-            why = SHOAL_ERR_PROTOCOL;
+            /* Evicted or too slow (strangers filled the listener's slots): another try. */
+            return shoal_ring_out_dropped(b, g, "dropped the connection");
         }
         return shoal_boot_fail(b, why, "the next rank of the ring refused this rank");
     }
@@ -534,6 +549,15 @@ static shoal_status_t shoal_ring_links(shoal_boot_t *b, shoal_boot_ring_t *g, ui
         }
         if (pfds[1].revents != 0) {
             SHOAL_CHECK(shoal_ring_out_read(b, g));
+        }
+        if (g->redial) {
+            close(g->next_fd);
+            g->next_fd = -1;
+            g->redial = 0;
+            g->out_state = SHOAL_RING_OUT_CHALLENGE;
+            g->out_have = 0;
+            shoal_sleep_us(SHOAL_MIN(1000u << SHOAL_MIN(g->redials, 7u), 100000u));
+            SHOAL_CHECK(shoal_ring_dial(b, g, deadline));
         }
         for (int k = 3; k < n && g->prev_fd < 0; k++) {
             if (pfds[k].revents != 0 && who[k]->fd == pfds[k].fd) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static const char *const ring_env[] = {"SHOAL_TENANT=acme", "SHOAL_JOB=train-7",
@@ -27,7 +28,8 @@ static const char *const root_env[] = {"SHOAL_TENANT=acme", "SHOAL_JOB=train-7",
 
 #define RING_N 4
 
-enum { RING_WATCH = 0, RING_STRANGERS, RING_TAMPER, RING_KILL };
+enum { RING_WATCH = 0, RING_STRANGERS, RING_TAMPER, RING_KILL, RING_FLOOD };
+#define FLOOD_HOLD 256                   /* connections a flood holds open at once */
 
 /* Stranger kinds against rank 1's listener. */
 enum { ST_GARBAGE = 0, ST_SECRET, ST_TENANT, ST_RANK, ST_IDLE, ST_N };
@@ -46,6 +48,8 @@ static struct {
     int32_t why[ST_N];
     pthread_t th;
     int th_started;
+    shoal_boot_uid_t flood_at;           /* rank 1's listener */
+    int flood_made;                      /* connections the flood opened */
     adv_proxy_t px;
 } ring;
 
@@ -112,6 +116,53 @@ static void *ring_strangers(void *arg)
     return NULL;
 }
 
+/* Connections to rank 1's listener as fast as they go, FLOOD_HOLD held open (the oldest
+ * closed for a new one), none ever sending a byte, for 1.5 s; rank 0, stopped at the root's
+ * answer, goes on 200 ms into it and must get through. */
+static void *ring_flood(void *arg)
+{
+    int held[FLOOD_HOLD], next = 0;
+    double t0 = adv_now_ms();
+    int cont = 0;
+    (void)arg;
+    for (int i = 0; i < FLOOD_HOLD; i++) {
+        held[i] = -1;
+    }
+    while (adv_now_ms() - t0 < 1500) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (!cont && adv_now_ms() - t0 > 200) {
+            kill(ring.p[0].pid, SIGCONT);
+            cont = 1;
+        }
+        if (fd < 0) {
+            break;
+        }
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (connect(fd, (const struct sockaddr *)&ring.flood_at.root, ring.flood_at.root_len) !=
+            0) {
+            close(fd);
+            usleep(1000); /* the listener is gone (rank 1 has its neighbour) or full */
+            continue;
+        }
+        if (held[next] >= 0) {
+            close(held[next]);
+        }
+        held[next] = fd;
+        next = (next + 1) % FLOOD_HOLD;
+        ring.flood_made++;
+    }
+    if (!cont) {
+        kill(ring.p[0].pid, SIGCONT);
+    }
+    for (int i = 0; i < FLOOD_HOLD; i++) {
+        if (held[i] >= 0) {
+            close(held[i]);
+        }
+    }
+    return NULL;
+}
+
 static void *ring_killer(void *arg)
 {
     (void)arg;
@@ -155,6 +206,11 @@ static void ring_hook(int nranks, uint8_t *recs)
         memcpy(r2 + 2, &s4->sin_port, 2);
         memcpy(r2 + 4, &s4->sin_addr, 4);
         ring.th_started = 1;
+    } else if (ring.mode == RING_FLOOD) {
+        ring.flood_at = ring.u;
+        ring_rec_addr(recs + 1 * SHOAL_BOOT_RING_REC, &ring.flood_at);
+        kill(ring.p[0].pid, SIGSTOP);
+        ring.th_started = pthread_create(&ring.th, NULL, ring_flood, NULL) == 0;
     } else if (ring.mode == RING_KILL) {
         /* Rank 1 stops before it hears of its neighbours and dies 300 ms later, while ranks 2
          * and 3 are linked and wait in the exchange and rank 0 waits for rank 1's challenge. */
@@ -266,6 +322,21 @@ static void ring_case_strangers(void)
            "one is closed once the real neighbour is in");
 }
 
+static void ring_case_flood(void)
+{
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_proc_t p[RING_N];
+    ring_start(RING_FLOOD, p, RING_N, ring_env, hex);
+    adv_wait(p, RING_N, 3 * ADV_TIMEOUT_MS);
+    ring_end();
+    adv_diag(p, RING_N, "rank");
+    tap_diag("the flood opened %d connections to rank 1's listener", ring.flood_made);
+    tap_ok(ring.flood_made > 2 * SHOAL_BOOT_MAX_PENDING && adv_all(p, RING_N, "SHOAL_OK", 1) &&
+               adv_all_quick(p, RING_N),
+           "a flood of idle connections on rank 1's peer listener (more than its slots): the "
+           "real neighbour gets through (redialing if evicted), the job forms");
+}
+
 static void ring_case_tamper(void)
 {
     char hex[2 * SHOAL_UID_BYTES + 1];
@@ -308,11 +379,12 @@ int main(int argc, char **argv)
     (void)argc;
     adv_init(argv[0]);
     shoal_boot_root_ring_hook = ring_hook;
-    tap_plan(7);
+    tap_plan(8);
     ring_case_sanity();
     ring_case_root_mode();
     ring_case_mixed();
     ring_case_strangers();
+    ring_case_flood();
     ring_case_tamper();
     ring_case_kill();
     return tap_done();
