@@ -331,7 +331,7 @@ static void ring_case_flood(void)
     ring_end();
     adv_diag(p, RING_N, "rank");
     tap_diag("the flood opened %d connections to rank 1's listener", ring.flood_made);
-    tap_ok(ring.flood_made > 2 * SHOAL_BOOT_MAX_PENDING && adv_all(p, RING_N, "SHOAL_OK", 1) &&
+    tap_ok(ring.flood_made > SHOAL_BOOT_MAX_PENDING && adv_all(p, RING_N, "SHOAL_OK", 1) &&
                adv_all_quick(p, RING_N),
            "a flood of idle connections on rank 1's peer listener (more than its slots): the "
            "real neighbour gets through (redialing if evicted), the job forms");
