@@ -4,8 +4,13 @@ runs, checked against every measured point, extrapolated to 16k ranks.
 
   perf/init_model.py perf/results/init_scale.md.raw [--ranks-per-host 8] [--at 16384]
 
-Root bytes are exact sums of frame sizes, so they are fitted as a*n + b*n^2 (the n^2 term is
-the table every rank receives: n records each) and must match every point to the byte.
+Root bytes are exact sums of frame sizes, so they are fitted as a*n + b*n^2 and must match
+every point to the byte. With SHOAL_BOOT_EXCHANGE=root the n^2 term is the table every rank
+receives (n records each); with SHOAL_BOOT_EXCHANGE=ring (the default) the root's part is
+one RING round of O(1) bytes per rank and the barrier, so b is 0 and the records travel
+around the ring instead: 2 rounds (host identities, transport addresses) of n-1 steps, each
+one hop of latency L (--hop-us, default 30 us) plus one record at B, on the critical path of
+every rank. Both the root's time and the ring's are printed for the cluster projection.
 
 Time on one host with C CPUs is the CPU work of all ranks shared by C CPUs:
     T(n) = t0 + (n * w_rank + P(n) * w_pair) / C
@@ -15,7 +20,8 @@ least squares; the table says how far each measured point is from the fit. On a 
 16k ranks with R ranks per host, every host runs its own R ranks: a rank's init costs
     T_cluster(n) = t0 + R * w_rank / C + (n - 1) * w_pair_per_rank + root(n)
 where each rank does its half of its n-1 handshakes (all-to-all) and root(n) is the time the
-root needs to write its bytes at B bytes/s (1.25 GB/s: 10 Gbit/s) plus per-rank service.
+root needs to write its bytes at B bytes/s (1.25 GB/s: 10 Gbit/s) plus per-rank service; with
+the ring exchange add ring(n) = 2 (n-1) (L + rec/B), rec the mean record (--rec, default 400 B).
 """
 import sys
 
@@ -40,6 +46,9 @@ def main():
     R = int(args[args.index("--ranks-per-host") + 1]) if "--ranks-per-host" in args else 8
     N = int(args[args.index("--at") + 1]) if "--at" in args else 16384
     C = int(args[args.index("--cpus") + 1]) if "--cpus" in args else 2
+    hop = float(args[args.index("--hop-us") + 1]) * 1e-6 if "--hop-us" in args else 30e-6
+    rec = float(args[args.index("--rec") + 1]) if "--rec" in args else 400.0
+    B = 1.25e9
     pts = {}
     bytes_ = {}
     for line in open(raw):
@@ -60,6 +69,12 @@ def main():
             out.append("root bytes %s = %.1f*n + %.2f*n^2 (largest miss on the measured "
                        "points: %.0f B); at n=%d: %.3g B" % (name, a, b, worst, N,
                                                               a * N + b * N * N))
+            if name == "out":
+                out.append("  root writes them in %.3g s at %.3g B/s (n=%d)" %
+                           ((a * N + b * N * N) / B, B, N))
+        out.append("ring exchange (if these runs used it): 2 rounds of n-1 steps: %.3g s at "
+                   "n=%d (hop %.0f us, record %.0f B)" % (2 * (N - 1) * (hop + rec / B), N,
+                                                          hop * 1e6, rec))
     for k in sorted(pts):
         ns = sorted(pts[k])
         ys = [sorted(pts[k][n])[len(pts[k][n]) // 2] for n in ns]

@@ -235,8 +235,8 @@ void shoal_sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len
     }
 }
 
-static shoal_status_t shoal_sock_poll(int fd, short events, uint64_t deadline_ns,
-                                      const volatile int *abort_flag)
+shoal_status_t shoal_sock_poll(int fd, short events, uint64_t deadline_ns,
+                               const volatile int *abort_flag)
 {
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = events};
@@ -449,17 +449,42 @@ void shoal_boot_welcome_mac(const uint8_t *secret, const uint8_t *root_nonce,
     shoal_boot_proof(secret, "shoal-boot-welco", root_nonce, h, mac);
 }
 
-void shoal_boot_session_key(const uint8_t *secret, const uint8_t *root_nonce,
-                            const shoal_boot_hello_t *h, uint8_t key[SHOAL_HMAC_BYTES])
+void shoal_boot_peer_hello_mac(const uint8_t *secret, const uint8_t *lnonce,
+                               const shoal_boot_hello_t *h, uint8_t *mac)
+{
+    shoal_boot_proof(secret, "shoal-peer-hello", lnonce, h, mac);
+}
+
+void shoal_boot_peer_welcome_mac(const uint8_t *secret, const uint8_t *lnonce,
+                                 const shoal_boot_hello_t *h, uint8_t *mac)
+{
+    shoal_boot_proof(secret, "shoal-peer-welco", lnonce, h, mac);
+}
+
+static void shoal_boot_derive_key(const uint8_t *secret, const char *label,
+                                  const uint8_t *nonce, const shoal_boot_hello_t *h,
+                                  uint8_t key[SHOAL_HMAC_BYTES])
 {
     uint8_t ctx[SHOAL_BOOT_NONCE + SHOAL_BOOT_CLAIM_MAX];
     size_t n;
-    memcpy(ctx, root_nonce, SHOAL_BOOT_NONCE);
+    memcpy(ctx, nonce, SHOAL_BOOT_NONCE);
     n = SHOAL_BOOT_NONCE + shoal_boot_hello_claim(h, ctx + SHOAL_BOOT_NONCE);
-    if (shoal_kdf(secret, SHOAL_SECRET_BYTES, "boot-session", ctx, n, key) != SHOAL_OK) {
+    if (shoal_kdf(secret, SHOAL_SECRET_BYTES, label, ctx, n, key) != SHOAL_OK) {
         /* Unusable key: every frame MAC then fails, the bootstrap with it. */
         (void)shoal_random_bytes(key, SHOAL_HMAC_BYTES);
     }
+}
+
+void shoal_boot_peer_session_key(const uint8_t *secret, const uint8_t *lnonce,
+                                 const shoal_boot_hello_t *h, uint8_t key[SHOAL_HMAC_BYTES])
+{
+    shoal_boot_derive_key(secret, "boot-peer", lnonce, h, key);
+}
+
+void shoal_boot_session_key(const uint8_t *secret, const uint8_t *root_nonce,
+                            const shoal_boot_hello_t *h, uint8_t key[SHOAL_HMAC_BYTES])
+{
+    shoal_boot_derive_key(secret, "boot-session", root_nonce, h, key);
 }
 
 void shoal_boot_payload_digest(const void *payload, size_t len,
@@ -498,28 +523,12 @@ void shoal_boot_frame_mac(const uint8_t key[SHOAL_HMAC_BYTES], int dir, uint64_t
 
 /* ---- client ------------------------------------------------------------------------- */
 
-struct shoal_boot {
-    int fd;
-    int rank;
-    int nranks;
-    int timeout_ms;
-    const volatile int *abort_flag;
-    uint32_t round;
-    int keyed;                          /* session key known (hello sent) */
-    int final;                          /* the root's answer ends the join: no redial */
-    uint8_t key[SHOAL_HMAC_BYTES];
-    uint64_t tx_seq;
-    uint64_t rx_seq;
-    char root_str[80];
-    char error[256];
-};
-
 const char *shoal_boot_error(shoal_boot_t *boot)
 {
     return boot->error;
 }
 
-static shoal_status_t shoal_boot_fail(shoal_boot_t *b, shoal_status_t st, const char *what)
+shoal_status_t shoal_boot_fail(shoal_boot_t *b, shoal_status_t st, const char *what)
 {
     snprintf(b->error, sizeof(b->error), "bootstrap with root %s: %s: %s", b->root_str, what,
              shoal_strerror(st));
@@ -605,8 +614,8 @@ static shoal_status_t shoal_boot_read_mac(shoal_boot_t *b, const shoal_boot_fram
 
 /* Reads one frame of the given type and length; macd: a frame after the welcome, with a MAC
  * trailer that is checked before SHOAL_OK (nothing in payload may be used otherwise). */
-static shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type,
-                                            void *payload, uint32_t len, uint64_t deadline)
+shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, void *payload,
+                                     uint32_t len, uint64_t deadline)
 {
     shoal_boot_frame_t f;
     shoal_status_t st = shoal_sock_read_all(b->fd, &f, sizeof(f), deadline, b->abort_flag);
@@ -643,8 +652,8 @@ static shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t 
 }
 
 /* Sends header | payload | MAC in one write. */
-static shoal_status_t shoal_boot_send_frame(shoal_boot_t *b, uint32_t type, const void *payload,
-                                            uint32_t len, uint64_t deadline)
+shoal_status_t shoal_boot_send_frame(shoal_boot_t *b, uint32_t type, const void *payload,
+                                     uint32_t len, uint64_t deadline)
 {
     shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = type, .len = len,
                             .round = b->round};
@@ -726,6 +735,9 @@ shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int rank, int nrank
     b->nranks = nranks;
     b->timeout_ms = timeout_ms;
     b->abort_flag = abort_flag;
+    b->exchange = nranks > 1 ? shoal_core_config.boot_exchange : SHOAL_BOOT_EXCHANGE_ROOT;
+    memcpy(b->secret, u->secret, sizeof(b->secret));
+    b->ident = u->ident;
     shoal_sockaddr_str(&u->root, b->root_str, sizeof(b->root_str));
     for (unsigned backoff_us = 1000;; backoff_us = SHOAL_MIN(backoff_us * 2, 100000)) {
         st = shoal_boot_dial(b, u, deadline);
@@ -758,11 +770,15 @@ err:
         close(b->fd);
     }
     shoal_secret_wipe(b->key, sizeof(b->key));
+    shoal_secret_wipe(b->secret, sizeof(b->secret));
     free(b);
     return st;
 }
 
-shoal_status_t shoal_boot_allgather(shoal_boot_t *b, const void *in, size_t len, void *out)
+/* An allgather of equal-length blobs through the root (the barrier, and every round of
+ * SHOAL_BOOT_EXCHANGE=root). */
+static shoal_status_t shoal_boot_root_allgather(shoal_boot_t *b, const void *in, size_t len,
+                                                void *out)
 {
     uint64_t deadline = shoal_deadline_ns(b->timeout_ms);
     shoal_status_t st;
@@ -778,6 +794,14 @@ shoal_status_t shoal_boot_allgather(shoal_boot_t *b, const void *in, size_t len,
                                       (uint32_t)(len * (size_t)b->nranks), deadline));
     b->round++;
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_boot_allgather(shoal_boot_t *b, const void *in, size_t len, void *out)
+{
+    if (b->exchange == SHOAL_BOOT_EXCHANGE_RING) {
+        return shoal_boot_ring_allgather(b, in, len, out);
+    }
+    return shoal_boot_root_allgather(b, in, len, out);
 }
 
 /* The table of a variable-length round: at most nranks * (4 + SHOAL_BOOT_MAX_BLOB) bytes,
@@ -819,6 +843,9 @@ shoal_status_t shoal_boot_allgatherv(shoal_boot_t *b, const void *in, size_t len
     *table_p = NULL;
     if (len > SHOAL_BOOT_MAX_BLOB) {
         return shoal_boot_fail(b, SHOAL_ERR_INVALID_ARG, "allgather record too large");
+    }
+    if (b->exchange == SHOAL_BOOT_EXCHANGE_RING) {
+        return shoal_boot_ring_allgatherv(b, in, len, table_p, ents, lens);
     }
     st = shoal_boot_send_frame(b, SHOAL_BOOT_AGV, in, (uint32_t)len, deadline);
     if (st != SHOAL_OK) {
@@ -867,7 +894,8 @@ shoal_status_t shoal_boot_allgatherv(shoal_boot_t *b, const void *in, size_t len
 shoal_status_t shoal_boot_barrier(shoal_boot_t *b)
 {
     uint8_t dummy = 0;
-    return shoal_boot_allgather(b, &dummy, 0, &dummy);
+    /* Always through the root: O(n) frames of no payload. */
+    return shoal_boot_root_allgather(b, &dummy, 0, &dummy);
 }
 
 void shoal_boot_close(shoal_boot_t *b)
@@ -875,10 +903,16 @@ void shoal_boot_close(shoal_boot_t *b)
     if (b == NULL) {
         return;
     }
+    shoal_boot_ring_close(b);
     if (b->fd >= 0) {
-        (void)shoal_boot_send_frame(b, SHOAL_BOOT_BYE, NULL, 0, shoal_deadline_ns(1000));
+        /* After a failed ring round no bye: the root takes the closed connection for a rank
+         * that left, and tells every other rank at once. */
+        if (!b->ring_failed) {
+            (void)shoal_boot_send_frame(b, SHOAL_BOOT_BYE, NULL, 0, shoal_deadline_ns(1000));
+        }
         close(b->fd);
     }
     shoal_secret_wipe(b->key, sizeof(b->key));
+    shoal_secret_wipe(b->secret, sizeof(b->secret));
     free(b);
 }

@@ -29,9 +29,14 @@ enum {
     SHOAL_BOOT_AG,            /* client -> root: blob; root -> client: all blobs (MAC'd) */
     SHOAL_BOOT_BYE,           /* client -> root: done with the bootstrap (MAC'd) */
     SHOAL_BOOT_FAILED,        /* root -> client: the bootstrap failed, round = status (MAC'd) */
-    SHOAL_BOOT_AGV            /* client -> root: a record of any length up to MAX_BLOB; root ->
+    SHOAL_BOOT_AGV,           /* client -> root: a record of any length up to MAX_BLOB; root ->
                                * client: per rank u32 length | record (MAC'd) */
+    SHOAL_BOOT_RING           /* client -> root: its peer listener (SHOAL_BOOT_RING_REC bytes);
+                               * root -> rank k: the records of ranks k-1 and k+1 (MAC'd) */
 };
+
+/* A rank's peer listener in a RING round: family u16 | port u16 (network order) | addr[16]. */
+#define SHOAL_BOOT_RING_REC 20
 
 /* Directions in the frame MAC. */
 #define SHOAL_BOOT_DIR_UP 0   /* client -> root */
@@ -86,5 +91,76 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_root_feed(shoal_root_t *r, int client,
 /* The challenge the root sent to client i (NULL when i is not a pending or joined client). */
 SHOAL_HIDDEN const uint8_t *shoal_boot_root_nonce(shoal_root_t *r, int client);
 SHOAL_HIDDEN void shoal_boot_root_free(shoal_root_t *r);
+/* Test seam: called (when set) by a root about to answer a RING round, with every rank's
+ * record (nranks * SHOAL_BOOT_RING_REC bytes, rank order; the answers are taken from it after
+ * the call). NULL in every program but the adversarial tests. */
+extern SHOAL_HIDDEN void (*shoal_boot_root_ring_hook)(int nranks, uint8_t *recs);
+
+/* ---- the client (boot.c) and the ring exchange (boot_ring.c) ---- */
+
+typedef struct shoal_boot_ring shoal_boot_ring_t;
+
+struct shoal_boot {
+    int fd;
+    int rank;
+    int nranks;
+    int timeout_ms;
+    const volatile int *abort_flag;
+    uint32_t round;
+    int keyed;                          /* session key known (hello sent) */
+    int final;                          /* the root's answer ends the join: no redial */
+    uint8_t key[SHOAL_HMAC_BYTES];
+    uint64_t tx_seq;
+    uint64_t rx_seq;
+    int exchange;                       /* SHOAL_BOOT_EXCHANGE of this bootstrap */
+    uint8_t secret[SHOAL_SECRET_BYTES]; /* the job secret (ring: proves the peer links) */
+    shoal_boot_ident_t ident;
+    shoal_boot_ring_t *ring;            /* the ring's links, made at its first round */
+    int ring_failed;                    /* leave without a bye: the root tells every rank */
+    char root_str[80];
+    char error[256];
+};
+
+SHOAL_HIDDEN shoal_status_t shoal_boot_fail(shoal_boot_t *b, shoal_status_t st, const char *what);
+SHOAL_HIDDEN shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type,
+                                                  void *payload, uint32_t len,
+                                                  uint64_t deadline);
+SHOAL_HIDDEN shoal_status_t shoal_boot_send_frame(shoal_boot_t *b, uint32_t type,
+                                                  const void *payload, uint32_t len,
+                                                  uint64_t deadline);
+SHOAL_HIDDEN shoal_status_t shoal_sock_poll(int fd, short events, uint64_t deadline_ns,
+                                            const volatile int *abort_flag);
+
+/* The peer link of the ring (DESIGN.md, bootstrap): rank k dials rank k+1's listener, which
+ * challenges it with a nonce; the dialer's hello (shoal_boot_hello_t: its rank, nranks, its
+ * own nonce, identity) is MAC'd like a root hello under another label, the listener's welcome
+ * likewise, and the link's key is derived from the job secret, both nonces, the rank and the
+ * identity under its own label. Frames then as on the root link (dialer: DIR_UP). */
+SHOAL_HIDDEN void shoal_boot_peer_hello_mac(const uint8_t *secret, const uint8_t *lnonce,
+                                            const shoal_boot_hello_t *h, uint8_t *mac);
+SHOAL_HIDDEN void shoal_boot_peer_welcome_mac(const uint8_t *secret, const uint8_t *lnonce,
+                                              const shoal_boot_hello_t *h, uint8_t *mac);
+SHOAL_HIDDEN void shoal_boot_peer_session_key(const uint8_t *secret, const uint8_t *lnonce,
+                                              const shoal_boot_hello_t *h,
+                                              uint8_t key[SHOAL_HMAC_BYTES]);
+/* A listener's check of what a dialer sent after its challenge (frame header and hello,
+ * SHOAL_BOOT_PEER_HELLO_BYTES): SHOAL_OK when it is rank (me - 1) mod nranks of this job
+ * proving the secret (*h filled), else the refusal's status (PROTOCOL: not a hello; AUTH:
+ * wrong proof; PERMISSION: another tenant, job or epoch; INVALID_ARG: another rank or size)
+ * and a sentence in why. Pure: no socket, no log (fuzzed by tests/fuzz/fuzz_boot_peer.c). */
+#define SHOAL_BOOT_PEER_HELLO_BYTES (sizeof(shoal_boot_frame_t) + sizeof(shoal_boot_hello_t))
+SHOAL_HIDDEN shoal_status_t shoal_boot_peer_check(const uint8_t *secret,
+                                                  const shoal_boot_ident_t *ident, int me,
+                                                  int nranks, const uint8_t *lnonce,
+                                                  const uint8_t *bytes, shoal_boot_hello_t *h,
+                                                  char *why, size_t len);
+/* Rounds over the ring (boot_ring.c), as shoal_boot_allgather / _allgatherv; the links are
+ * made at the first (one RING round through the root). */
+SHOAL_HIDDEN shoal_status_t shoal_boot_ring_allgather(shoal_boot_t *b, const void *in,
+                                                      size_t len, void *out);
+SHOAL_HIDDEN shoal_status_t shoal_boot_ring_allgatherv(shoal_boot_t *b, const void *in,
+                                                       size_t len, uint8_t **table_p,
+                                                       const uint8_t **ents, uint32_t *lens);
+SHOAL_HIDDEN void shoal_boot_ring_close(shoal_boot_t *b);
 
 #endif

@@ -71,7 +71,7 @@ struct shoal_root {
     uint32_t round;                     /* current allgather round */
     uint32_t blob_len;                  /* this round's per-rank length, fixed by ... */
     int blob_set;                       /* ... the round's first header (with its kind) */
-    uint32_t round_type;                /* SHOAL_BOOT_AG (one length) or SHOAL_BOOT_AGV */
+    uint32_t round_type;                /* SHOAL_BOOT_AG or _RING (one length), or _AGV */
     int have;                           /* contributions to this round */
     uint8_t *table;                     /* nranks * blob_len */
     unsigned refused;
@@ -451,17 +451,37 @@ static shoal_status_t shoal_root_table_v(shoal_root_t *r, uint32_t *len_p)
     return SHOAL_OK;
 }
 
-/* Every rank contributed: send the table to all, start the next round. */
-static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
+void (*shoal_boot_root_ring_hook)(int nranks, uint8_t *recs);
+
+/* A RING round: rank k hears only of its ring neighbours, the records of ranks k-1 and k+1
+ * (2 * SHOAL_BOOT_RING_REC bytes): the root's bytes grow with n, not n^2. */
+static shoal_status_t shoal_root_ring_answer(shoal_root_t *r, uint64_t deadline)
 {
-    uint32_t len = (uint32_t)((size_t)r->nranks * r->blob_len);
-    uint64_t deadline = shoal_deadline_ns(r->timeout_ms);
-    uint8_t digest[SHOAL_HMAC_BYTES];
-
-    if (r->round_type == SHOAL_BOOT_AGV) {
-        SHOAL_CHECK(shoal_root_table_v(r, &len));
+    uint8_t pair[2 * SHOAL_BOOT_RING_REC];
+    size_t rl = r->blob_len;
+    if (shoal_boot_root_ring_hook != NULL) {
+        shoal_boot_root_ring_hook(r->nranks, r->table);
     }
+    for (int k = 0; k < r->nranks; k++) {
+        shoal_root_client_t *c = &r->cl[r->rank_cl[k]];
+        int prev = (k + r->nranks - 1) % r->nranks, next = (k + 1) % r->nranks;
+        shoal_status_t st;
+        memcpy(pair, r->table + (size_t)prev * rl, rl);
+        memcpy(pair + rl, r->table + (size_t)next * rl, rl);
+        st = shoal_root_send(r, c, SHOAL_BOOT_RING, pair, (uint32_t)(2 * rl), NULL, deadline);
+        if (st != SHOAL_OK) {
+            shoal_error(BOOT, "root: sending round %u to rank %d (%s) failed: %s", r->round, k,
+                        c->peer, shoal_strerror(st));
+            return SHOAL_ERR_PEER_FAILED;
+        }
+    }
+    return SHOAL_OK;
+}
 
+/* The round's table to every rank (one digest for all). */
+static shoal_status_t shoal_root_send_table(shoal_root_t *r, uint32_t len, uint64_t deadline)
+{
+    uint8_t digest[SHOAL_HMAC_BYTES];
     shoal_boot_payload_digest(r->table, len, digest);
     for (int k = 0; k < r->nranks; k++) {
         shoal_root_client_t *c = &r->cl[r->rank_cl[k]];
@@ -472,6 +492,24 @@ static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
                         c->peer, shoal_strerror(st));
             return SHOAL_ERR_PEER_FAILED;
         }
+    }
+    return SHOAL_OK;
+}
+
+/* Every rank contributed: send the table to all (a RING round: each its neighbours'), start
+ * the next round. */
+static shoal_status_t shoal_root_round_finish(shoal_root_t *r)
+{
+    uint32_t len = (uint32_t)((size_t)r->nranks * r->blob_len);
+    uint64_t deadline = shoal_deadline_ns(r->timeout_ms);
+
+    if (r->round_type == SHOAL_BOOT_AGV) {
+        SHOAL_CHECK(shoal_root_table_v(r, &len));
+    }
+    if (r->round_type == SHOAL_BOOT_RING) {
+        SHOAL_CHECK(shoal_root_ring_answer(r, deadline));
+    } else {
+        SHOAL_CHECK(shoal_root_send_table(r, len, deadline));
     }
     r->round++;
     r->have = 0;
@@ -499,7 +537,8 @@ static shoal_status_t shoal_root_check_hdr(shoal_root_t *r, shoal_root_client_t 
     if (h->type == SHOAL_BOOT_BYE && h->len == 0) {
         return SHOAL_OK;
     }
-    if ((h->type != SHOAL_BOOT_AG && h->type != SHOAL_BOOT_AGV) || h->round != r->round ||
+    if ((h->type != SHOAL_BOOT_AG && h->type != SHOAL_BOOT_AGV && h->type != SHOAL_BOOT_RING) ||
+        h->round != r->round || (h->type == SHOAL_BOOT_RING && h->len != SHOAL_BOOT_RING_REC) ||
         c->round_sent != r->round || h->len > SHOAL_BOOT_MAX_BLOB) {
         *why = "allgather frame out of order or too large";
         return SHOAL_ERR_PROTOCOL;
@@ -508,7 +547,7 @@ static shoal_status_t shoal_root_check_hdr(shoal_root_t *r, shoal_root_client_t 
         *why = "allgather frame of another kind than the round's";
         return SHOAL_ERR_PROTOCOL;
     }
-    if (r->blob_set && h->type == SHOAL_BOOT_AG && h->len != r->blob_len) {
+    if (r->blob_set && h->type != SHOAL_BOOT_AGV && h->len != r->blob_len) {
         *why = "allgather frame of another length than the round's";
         return SHOAL_ERR_PROTOCOL;
     }
@@ -536,7 +575,9 @@ static shoal_status_t shoal_root_on_hdr(shoal_root_t *r, int i)
         return st;
     }
     if (c->state == SHOAL_ROOT_CL_JOINED &&
-        (c->hdr.type == SHOAL_BOOT_AG || c->hdr.type == SHOAL_BOOT_AGV) && !r->blob_set) {
+        (c->hdr.type == SHOAL_BOOT_AG || c->hdr.type == SHOAL_BOOT_AGV ||
+         c->hdr.type == SHOAL_BOOT_RING) &&
+        !r->blob_set) {
         SHOAL_CHECK(shoal_root_round_begin(r, c->hdr.type, c->hdr.len));
     }
     if (c->state == SHOAL_ROOT_CL_JOINED && c->hdr.type == SHOAL_BOOT_AGV) {
@@ -550,7 +591,7 @@ static shoal_status_t shoal_root_on_frame(shoal_root_t *r, int i)
 {
     shoal_root_client_t *c = &r->cl[i];
     uint8_t digest[SHOAL_HMAC_BYTES], mac[SHOAL_BOOT_MAC];
-    const uint8_t *payload = c->hdr.type == SHOAL_BOOT_AG
+    const uint8_t *payload = c->hdr.type == SHOAL_BOOT_AG || c->hdr.type == SHOAL_BOOT_RING
                                  ? r->table + (size_t)c->rank * r->blob_len
                                  : c->hdr.type == SHOAL_BOOT_AGV ? c->blob : NULL;
 

@@ -25,6 +25,7 @@ typedef struct {
     const char *root;          /* SHOAL_ROOT host:port */
     const char *secret;        /* SHOAL_SECRET (hex) for SHOAL_ROOT */
     int boot_bind;             /* SHOAL_BOOT_BIND: shoal_boot_bind_t */
+    int boot_exchange;         /* SHOAL_BOOT_EXCHANGE: shoal_boot_exchange_t */
     int connect;               /* SHOAL_CONNECT: shoal_connect_mode_t */
     int connect_lazy_ranks;    /* SHOAL_CONNECT_LAZY_RANKS */
 } shoal_core_config_t;
@@ -38,6 +39,10 @@ typedef enum {
     SHOAL_BOOT_BIND_LOOPBACK,  /* 127.0.0.1: every rank on this host (shoalrun) */
     SHOAL_BOOT_BIND_ANY        /* every interface (NAT, several addresses) */
 } shoal_boot_bind_t;
+typedef enum {
+    SHOAL_BOOT_EXCHANGE_RING = 0, /* the root relays ring neighbours; ranks pass records on */
+    SHOAL_BOOT_EXCHANGE_ROOT      /* every record through the root, which sends every table */
+} shoal_boot_exchange_t;
 extern SHOAL_HIDDEN shoal_core_config_t shoal_core_config;
 SHOAL_HIDDEN void shoal_core_launcher_env(int *rank_p, int *nranks_p);
 

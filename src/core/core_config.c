@@ -7,6 +7,7 @@
 shoal_core_config_t shoal_core_config;
 
 static const char *const shoal_core_boot_binds[] = {"auto", "loopback", "any", NULL};
+static const char *const shoal_core_boot_exchanges[] = {"ring", "root", NULL};
 static const char *const shoal_core_connects[] = {"auto", "eager", "lazy", NULL};
 
 static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
@@ -49,6 +50,14 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .doc = "where a rendezvous root listens: auto (the address it publishes, chosen by "
             "SHOAL_SOCKET_IFNAME; loopback for a split whose ranks share one host), loopback "
             "(set by shoalrun: one host), any (every interface); SHOAL_ROOT binds its address"},
+    {.name = "BOOT_EXCHANGE", .dflt = "ring", .type = SHOAL_CFG_ENUM,
+     .enum_names = shoal_core_boot_exchanges,
+     .offset = offsetof(shoal_core_config_t, boot_exchange),
+     .doc = "how the bootstrap's address records travel: ring (the root tells each rank its "
+            "ring neighbours' listeners, O(n) bytes at the root; the ranks pass the records on "
+            "over authenticated rank-to-rank links, n-1 steps), root (every record to the root, "
+            "which sends every rank the whole table: O(n^2) bytes at the root); every rank of a "
+            "job must use the same"},
     {.name = "CONNECT", .dflt = "auto", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_core_connects, .offset = offsetof(shoal_core_config_t, connect),
      .doc = "when channels to peers are connected: eager (all at init, n-1 handshakes per "

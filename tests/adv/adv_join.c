@@ -422,21 +422,23 @@ static void adv_case_tamper_up(void)
 {
     shoal_boot_uid_t u;
     char hex[2 * SHOAL_UID_BYTES + 1];
-    /* Round 0 carries each rank's shoal_peer_info_t: a frame of that length passes the
-     * root's length check whether or not a real rank's frame came first, so the MAC decides. */
-    shoal_peer_info_t blob;
+    /* Round 0 at the root is the ring's (SHOAL_BOOT_EXCHANGE=ring, the default): each rank's
+     * peer listener, SHOAL_BOOT_RING_REC bytes. A RING frame of that length passes the root's
+     * kind and length checks whether or not a real rank's frame came first, so the MAC
+     * decides. */
+    uint8_t blob[SHOAL_BOOT_RING_REC];
     adv_fake_t f;
     int32_t refused = 0;
     adv_proc_t p[2];
     int j;
-    memset(&blob, 0, sizeof(blob));
+    memset(blob, 0, sizeof(blob));
     adv_new_root(&u, hex);
     for (int i = 0; i < 2; i++) {
         adv_spawn(&p[i], "init", hex, 1 + i, 3, adv_job_env, -1);
     }
     j = adv_fake_join(&u, u.secret, &u.ident, 0, 3, &f, &refused);
     if (j == 0) {
-        adv_fake_send_ag(&f, 0, &blob, sizeof(blob), 1, (size_t)-1);
+        adv_fake_send_frame(&f, SHOAL_BOOT_RING, 0, blob, sizeof(blob), 1, (size_t)-1);
     }
     adv_wait(p, 2, 3 * ADV_TIMEOUT_MS);
     adv_fake_close(&f);
@@ -452,7 +454,9 @@ static void adv_case_tamper_down(void)
     char hex[2 * SHOAL_UID_BYTES + 1], viahex[2 * SHOAL_UID_BYTES + 1];
     adv_proxy_t px;
     adv_proc_t p[3];
-    /* challenge (16 + 32) and welcome (16 + 32), then the round-0 header: a table byte. */
+    /* challenge (16 + 32) and welcome (16 + 32), then the round-0 header: a byte of the
+     * round's answer (the ring neighbours' listeners; with SHOAL_BOOT_EXCHANGE=root, the
+     * table). */
     long at = 96 + (long)sizeof(shoal_boot_frame_t) + 9;
 
     adv_new_root(&u, hex);

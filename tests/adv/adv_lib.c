@@ -317,7 +317,13 @@ int adv_fake_join(const shoal_boot_uid_t *u, const uint8_t *secret,
 int adv_fake_send_ag(adv_fake_t *f, uint32_t round, const void *payload, uint32_t len,
                      int tamper, size_t send_bytes)
 {
-    shoal_boot_frame_t h = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_AG, .len = len,
+    return adv_fake_send_frame(f, SHOAL_BOOT_AG, round, payload, len, tamper, send_bytes);
+}
+
+int adv_fake_send_frame(adv_fake_t *f, uint32_t type, uint32_t round, const void *payload,
+                        uint32_t len, int tamper, size_t send_bytes)
+{
+    shoal_boot_frame_t h = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = type, .len = len,
                             .round = round};
     uint8_t digest[SHOAL_HMAC_BYTES];
     size_t total = sizeof(h) + len + SHOAL_BOOT_MAC;
@@ -424,7 +430,14 @@ static int adv_proxy_pump(int from, int to, uint8_t *buf, size_t cap, adv_proxy_
             buf[(size_t)p->flip_down - at] ^= 0x40;
         }
         p->down = at + (size_t)n;
-    } else if (p->rec_len < sizeof(p->rec)) {
+    } else {
+        size_t at = p->upn;
+        if (p->flip_up >= 0 && (size_t)p->flip_up >= at && (size_t)p->flip_up < at + (size_t)n) {
+            buf[(size_t)p->flip_up - at] ^= 0x40;
+        }
+        p->upn = at + (size_t)n;
+    }
+    if (!down && p->rec_len < sizeof(p->rec)) {
         size_t k = sizeof(p->rec) - p->rec_len < (size_t)n ? sizeof(p->rec) - p->rec_len
                                                            : (size_t)n;
         memcpy(p->rec + p->rec_len, buf, k);
@@ -475,6 +488,7 @@ int adv_proxy_start(adv_proxy_t *p, const shoal_boot_uid_t *up, long flip_down,
     memset(p, 0, sizeof(*p));
     p->up = *up;
     p->flip_down = flip_down;
+    p->flip_up = -1;
     p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
         listen(p->lfd, 4) != 0 || getsockname(p->lfd, (struct sockaddr *)&a, &len) != 0) {

@@ -70,17 +70,23 @@ int adv_fake_join(const shoal_boot_uid_t *u, const uint8_t *secret,
  * MAC when send_bytes is not (size_t)-1; the rest with adv_fake_send_rest. */
 int adv_fake_send_ag(adv_fake_t *f, uint32_t round, const void *payload, uint32_t len,
                      int tamper, size_t send_bytes);
+/* The same with a frame type of the caller's choice (SHOAL_BOOT_RING, ...). */
+int adv_fake_send_frame(adv_fake_t *f, uint32_t type, uint32_t round, const void *payload,
+                        uint32_t len, int tamper, size_t send_bytes);
 void adv_fake_send_rest(adv_fake_t *f);
 /* Reads frames until an authenticated FAILED notice (1, *status), EOF (0), deadline (-1). */
 int adv_fake_expect_failed(adv_fake_t *f, int ms, int32_t *status);
 void adv_fake_close(adv_fake_t *f);
 
-/* A relay for one connection to the root: records the client's first bytes, or flips the
- * byte at flip_down (offset in the root -> client stream; -1 none). */
+/* A relay for one connection to the root (or to any listener: up.root): records the
+ * client's first bytes, or flips the byte at flip_down (offset in the root -> client stream;
+ * -1 none) or at flip_up (client -> root; -1 none, set after adv_proxy_start). */
 typedef struct {
     int lfd;
     shoal_boot_uid_t up;
     long flip_down;
+    long flip_up;
+    size_t upn;
     uint8_t rec[256];
     size_t rec_len;
     volatile size_t down;

@@ -13,7 +13,7 @@
  *                the authenticated rounds without guessing MACs)
  *   op % 4 == 2  an allgather frame of the record's bytes for round bytes[0] % 4, with a
  *                valid MAC under the client's session key (fixed-length kind when op & 4 is
- *                0, variable-length kind otherwise)
+ *                0, variable-length kind otherwise; the ring's kind, RING, when op & 8)
  *   op % 4 == 3  a bye with a valid MAC
  *
  * Links the shoal convenience library (libshoal_core.la: the hidden root and frame functions)
@@ -146,8 +146,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fz_hello(r, &u, c, b, n);
             break;
         case 2:
-            fz_frame(r, c, (op & 4) != 0 ? SHOAL_BOOT_AGV : SHOAL_BOOT_AG, n > 0 ? b[0] % 4 : 0,
-                     b, n);
+            fz_frame(r, c,
+                     (op & 8) != 0   ? SHOAL_BOOT_RING
+                     : (op & 4) != 0 ? SHOAL_BOOT_AGV
+                                     : SHOAL_BOOT_AG,
+                     n > 0 ? b[0] % 4 : 0, b, n);
             break;
         default:
             fz_frame(r, c, SHOAL_BOOT_BYE, 0, NULL, 0);

@@ -86,7 +86,7 @@ if [ "$san" = 1 ]; then
     # reports go to files that guest_ib.sh turns into failures (children's stderr is not
     # always kept)
     genv="$genv VM_SAN_LOGS=/tmp/shoal-san"
-    genv="$genv ASAN_OPTIONS=detect_leaks=1:exitcode=23:log_path=/tmp/shoal-san/asan"
+    genv="$genv ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0:exitcode=23:log_path=/tmp/shoal-san/asan"
     genv="$genv UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=23:log_path=/tmp/shoal-san/ubsan"
     sections=${sections:-"tl qp mp remap kill linkdown cm auto"}
 fi
