@@ -47,8 +47,8 @@ static int shoal_ucx_epoll_add(shoal_tl_ctx_t *ctx, int fd, const char *what)
 /* Closes every endpoint (flushing the healthy ones), waits a bounded time for the closes.
  *
  * A context that gave its address out but whose connect_all did not complete (it failed, was
- * aborted, or was never called: a peer's setup may still be going on) lingers, progressing its worker for
- * SHOAL_UCX_LINGER_MS even when nothing of ours is left, so that UCX's connection setup
+ * aborted, or was never called: a peer's setup may still be going on) lingers, progressing
+ * its worker for SHOAL_UCX_LINGER_MS even when nothing of ours is left, so that UCX's setup
  * messages (wireup REQ and REP, to and from peers that are in their own fini) leave its
  * endpoints' queues: UCX 1.13 (fixed in 1.14, openucx/ucx#8175) asserts, and aborts the
  * process, when the worker's destruction or a forced close purges a REQ or REP still
