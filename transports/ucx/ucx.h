@@ -73,6 +73,7 @@
 #define SHOAL_UCX_RANK_BITS 22
 #define SHOAL_UCX_KEY_BITS 40
 #define SHOAL_UCX_CLOSE_MS 1000            /* fini: longest wait for graceful closes */
+#define SHOAL_UCX_LINGER_MS 1000           /* fini without a completed connect_all: see there */
 #define SHOAL_UCX_CMA_MAGIC 0x414d4353u    /* "SCMA": descriptor after a HDR's header */
 #define SHOAL_UCX_CMA_DESC_BYTES 16        /* magic (4), zero (4), sender's address (8) */
 #define SHOAL_UCX_FIN_MAGIC 0x4e494653u    /* "SFIN": the receiver has read the payload */
@@ -208,6 +209,8 @@ struct shoal_tl_ctx {
     int kick_fd;                       /* eventfd: readable when progress is due now */
     int kicked;
     int quarantined;                   /* a failed receive may still be written: no progress */
+    int addr_given;                    /* address() handed our worker's address out */
+    int connected;                     /* connect_all returned SHOAL_OK */
     unsigned nevents;                  /* UCX completions since the last progress() */
     shoal_ep_t *eps;
     int neps;

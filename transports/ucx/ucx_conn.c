@@ -771,6 +771,7 @@ shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
         ncma_rx += ctx->eps[i].cma_rx;
         ncma_tx += ctx->eps[i].cma_tx;
     }
+    ctx->connected = 1;
     shoal_info(UCX, "rank %d: %d ucx endpoints authenticated; single copy from %d and to %d "
                "same-host peers", ctx->rank, npeers, ncma_rx, ncma_tx);
     return SHOAL_OK;

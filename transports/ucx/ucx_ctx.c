@@ -44,13 +44,32 @@ static int shoal_ucx_epoll_add(shoal_tl_ctx_t *ctx, int fd, const char *what)
 
 /* ---- fini ----------------------------------------------------------------------------------- */
 
-/* Closes every endpoint (flushing the healthy ones), waits a bounded time for the closes. */
+/* Closes every endpoint (flushing the healthy ones), waits a bounded time for the closes.
+ *
+ * A context that gave its address out but whose connect_all did not complete (it failed, was
+ * aborted, or was never called: a peer's setup may still be going on) lingers, progressing
+ * its worker for SHOAL_UCX_LINGER_MS even when nothing of ours is left, so that UCX's setup
+ * messages (wireup REQ and REP, to and from peers that are in their own fini) leave its
+ * endpoints' queues: UCX 1.13 (fixed in 1.14, openucx/ucx#8175) asserts, and aborts the
+ * process, when the worker's destruction or a forced close purges a REQ or REP still
+ * queued on an endpoint that carries them itself (a ud lane: keepalive or the active message
+ * lane), which is where they wait until the peer's ud answers. Seen in tests/vm (ucxtl
+ * section): the conformance suite's "connect" group, whose absent rank destroyed its worker
+ * at once with replies queued, and whose connecting ranks destroyed theirs with requests
+ * queued to it. A peer that never answers (dead, or gone before we linger) still leaves them
+ * queued: that is out of our hands on UCX 1.13. */
 static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
 {
-    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms >= 0 ?
-                                          SHOAL_MIN(ctx->timeout_ms, SHOAL_UCX_CLOSE_MS) :
-                                          SHOAL_UCX_CLOSE_MS);
+    int close_ms = ctx->timeout_ms >= 0 ? SHOAL_MIN(ctx->timeout_ms, SHOAL_UCX_CLOSE_MS) :
+                                          SHOAL_UCX_CLOSE_MS;
+    int linger = ctx->addr_given && !ctx->connected;
+    uint64_t deadline = shoal_deadline_ns(linger ? SHOAL_MAX(close_ms, SHOAL_UCX_LINGER_MS) :
+                                                   close_ms);
     int left;
+    if (linger) {
+        shoal_info(UCX, "rank %d: connection setup did not complete: progressing the worker "
+                   "for %d ms before its destruction", ctx->rank, SHOAL_UCX_LINGER_MS);
+    }
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->auth_rreq != NULL) {
@@ -76,14 +95,14 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
             left += ep->close_req != NULL || ep->auth_rreq != NULL || ep->auth_sreq != NULL ||
                     ep->hello_rreq != NULL || ep->hello_sreq != NULL;
         }
-        if (left > 0 && ucp_worker_arm(ctx->worker) == UCS_OK) {
+        if ((left > 0 || linger) && ucp_worker_arm(ctx->worker) == UCS_OK) {
             struct pollfd pfd = {.fd = ctx->epfd, .events = POLLIN};
-            (void)poll(&pfd, 1, 1);
+            (void)poll(&pfd, 1, left > 0 ? 1 : shoal_deadline_left_ms(deadline, 10));
         }
-    } while (left > 0 && !shoal_deadline_passed(deadline));
+    } while ((left > 0 || linger) && !shoal_deadline_passed(deadline));
     if (left > 0) {
         shoal_warn(UCX, "rank %d: %d endpoint(s) did not close within %d ms", ctx->rank, left,
-                   SHOAL_UCX_CLOSE_MS);
+                   linger ? SHOAL_MAX(close_ms, SHOAL_UCX_LINGER_MS) : close_ms);
     }
     /* A close still in progress is released now (UCX frees it when it ends): the worker's
      * destruction asserts on one that was not (seen with ud_verbs on Soft-RoCE, tests/vm,
@@ -351,6 +370,7 @@ static shoal_status_t shoal_ucx_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
         return SHOAL_ERR_INVALID_ARG;
     }
     *len_p = len;
+    ctx->addr_given = 1;
     return SHOAL_OK;
 }
 
