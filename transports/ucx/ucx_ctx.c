@@ -47,7 +47,8 @@ static int shoal_ucx_epoll_add(shoal_tl_ctx_t *ctx, int fd, const char *what)
 /* Closes every endpoint (flushing the healthy ones), waits a bounded time for the closes.
  *
  * A context that gave its address out but whose connect_all did not complete (it failed, was
- * aborted, or was never called: a peer's setup may still be going on) lingers, progressing
+ * aborted, or was never called: a peer's setup may still be going on; lazily, one with an
+ * endpoint opened whose proofs were not both checked) lingers, progressing
  * its worker for SHOAL_UCX_LINGER_MS even when nothing of ours is left, so that UCX's setup
  * messages (wireup REQ and REP, to and from peers that are in their own fini) leave its
  * endpoints' queues: UCX 1.13 (fixed in 1.14, openucx/ucx#8175) asserts, and aborts the
@@ -63,6 +64,14 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
     int close_ms = ctx->timeout_ms >= 0 ? SHOAL_MIN(ctx->timeout_ms, SHOAL_UCX_CLOSE_MS) :
                                           SHOAL_UCX_CLOSE_MS;
     int linger = ctx->addr_given && !ctx->connected;
+    if (ctx->lazy && ctx->addr_given) {
+        /* lazy: connect_all returns before any setup; what may be under way is an endpoint
+         * opened whose proofs were not both checked */
+        linger = 0;
+        for (int i = 0; i < ctx->neps; i++) {
+            linger |= ctx->eps[i].lazy_state == SHOAL_UCX_LAZY_OPEN;
+        }
+    }
     uint64_t deadline = shoal_deadline_ns(linger ? SHOAL_MAX(close_ms, SHOAL_UCX_LINGER_MS) :
                                                    close_ms);
     int left;

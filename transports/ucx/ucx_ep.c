@@ -6,12 +6,16 @@
 #include "transports/ucx/ucx.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
 
 #define SHOAL_UCX_GONE_GRACE_NS (200ull * 1000 * 1000)
+/* A single-copy read that failed: how long to wait for the sender's exit to show */
+#define SHOAL_UCX_CMA_EXIT_MS 100
 
 static void shoal_ucx_req_complete(shoal_tl_req_t *req, shoal_status_t status, int culprit,
                                    const char *why)
@@ -627,6 +631,40 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
     return SHOAL_OK;
 }
 
+/* A single-copy read failed (not ESRCH): a sender that failed its communicator and returned,
+ * or is exiting, no longer has the buffer (EFAULT while its address space is torn down),
+ * which is its failure, not a protocol error. 1 (the endpoint failed, completions in *n_p)
+ * when its abort notice is there or its process exits within SHOAL_UCX_CMA_EXIT_MS. */
+static int shoal_ucx_ep_cma_sender_left(shoal_ep_t *ep, int *n_p)
+{
+    uint64_t deadline = shoal_deadline_ns(SHOAL_UCX_CMA_EXIT_MS);
+    int exited = 0;
+    char why[96];
+
+    do {
+        (void)ucp_worker_progress(ep->ctx->worker);
+        if (shoal_ucx_ep_probe_abort(ep, n_p)) {
+            return 1;
+        }
+        if (ep->pidfd >= 0) {
+            struct pollfd pfd = {.fd = ep->pidfd, .events = POLLIN};
+            exited = poll(&pfd, 1, 1) > 0;
+        } else {
+            exited = kill((pid_t)ep->pid, 0) != 0 && errno == ESRCH;
+            if (!exited) {
+                shoal_sleep_us(1000);
+            }
+        }
+    } while (!exited && !shoal_deadline_passed(deadline));
+    if (!exited) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
+    shoal_ucx_ep_set_gone(ep, why);
+    *n_p += shoal_ucx_ep_fail_gone(ep);
+    return 1;
+}
+
 /* A single-copy payload: reads it from the sender's buffer at addr into the posted one, then
  * sends the FIN (the slot is done when UCX has taken it). Returns the completions of a
  * failure, with *failed_p set. */
@@ -654,6 +692,9 @@ static int shoal_ucx_ep_cma_read(shoal_ep_t *ep, shoal_ucx_slot_t *s, uint64_t a
             return shoal_ucx_ep_fail_gone(ep);
         } else {
             int err = got < 0 ? errno : EIO;
+            if (shoal_ucx_ep_cma_sender_left(ep, &n)) {
+                return n;
+            }
             /* tell the sender, whose send waits for this FIN (best effort: the endpoint
              * fails now) */
             if (ep->uep != NULL) {
