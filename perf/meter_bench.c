@@ -21,8 +21,11 @@
  * measures each call's time cannot go below two clock reads per call.
  *
  *   shoalrun -n 2 build/meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] [-c COLL]
- *                                   [-o on|off] [-d meter|qos] [-r RATE]
+ *                                   [-o on|off] [-d meter|qos] [-r RATE] [-S]
  *   COLL: allreduce (default) | broadcast | barrier
+ *   -S: split the unmetered (unpaced) communicator first (the default splits the other first):
+ *       the two orders bracket what favours one split over the other (measured here: up to
+ *       30 ns at 8 B either way, more than the cost itself); perf/qos_bench.sh runs both.
  *   -o: only CALLS calls on the metered (on) or the unmetered (off) communicator, after the
  *       warm-up, nothing timed: for an instruction count under valgrind --tool=callgrind
  *       --toggle-collect=shoal_allreduce (two values of CALLS, the difference per call).
@@ -154,7 +157,7 @@ static void pieces(struct shoal_meter *m, pieces_t *p)
 int main(int argc, char **argv)
 {
     size_t bytes = 8;
-    int calls = 2000, pairs = 101, warmup = 2000, opt, rank, only = -1, qos = 0;
+    int calls = 2000, pairs = 101, warmup = 2000, opt, rank, only = -1, qos = 0, swap = 0;
     size_t rate = (size_t)1000 << 30;
     coll_t coll = COLL_ALLREDUCE;
     shoal_comm_t parent, on, off;
@@ -162,8 +165,11 @@ int main(int argc, char **argv)
     double *ton, *toff, *diff;
     char *in, *out;
 
-    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:d:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:d:r:S")) != -1) {
         switch (opt) {
+        case 'S':
+            swap = 1;
+            break;
         case 'd':
             qos = strcmp(optarg, "qos") == 0;
             break;
@@ -201,7 +207,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] "
                             "[-c allreduce|broadcast|barrier] [-o on|off] [-d meter|qos] "
-                            "[-r RATE]\n");
+                            "[-r RATE] [-S]\n");
             return 2;
         }
     }
@@ -223,7 +229,9 @@ int main(int argc, char **argv)
         return 1;
     }
     shoal_comm_rank(parent, &rank);
-    /* Same split, same channels and areas: only the meter (or the pacer) differs. */
+    /* Same split, same channels and areas: only the meter (or the pacer) differs. -S splits
+     * the unmetered (unpaced) one first: whatever favours the first or the second split
+     * (placement of its areas) falls on the other side, so that the two orders bracket it. */
     if (qos) {
         const char *rp = shoal_qos_pace_config.rates;
         if (shoal_qos_pace_config.rate_max != 0 || (rp != NULL && strcmp(rp, "none") != 0)) {
@@ -231,21 +239,17 @@ int main(int argc, char **argv)
                             "SHOAL_QOS_RATE_MAX and SHOAL_QOS_RATES\n");
             return 1;
         }
-        shoal_qos_pace_config.rate_max = rate;
     }
-    if (shoal_comm_split(parent, 0, rank, &on) != SHOAL_OK) {
-        fprintf(stderr, "meter_bench: split failed\n");
-        return 1;
+    for (int k = 0; k < 2; k++) {
+        int want_on = swap ? k == 1 : k == 0;
+        shoal_qos_pace_config.rate_max = qos && want_on ? rate : 0;
+        shoal_meter_config.enabled = qos || want_on;
+        if (shoal_comm_split(parent, 0, rank, want_on ? &on : &off) != SHOAL_OK) {
+            fprintf(stderr, "meter_bench: split failed\n");
+            return 1;
+        }
     }
-    if (qos) {
-        shoal_qos_pace_config.rate_max = 0;
-    } else {
-        shoal_meter_config.enabled = 0;
-    }
-    if (shoal_comm_split(parent, 0, rank, &off) != SHOAL_OK) {
-        fprintf(stderr, "meter_bench: split failed\n");
-        return 1;
-    }
+    shoal_qos_pace_config.rate_max = 0;
     shoal_meter_config.enabled = 1;
     if (!qos && (on->meter == NULL || off->meter != NULL)) {
         fprintf(stderr, "meter_bench: SHOAL_METER must be on (the default) to compare\n");
@@ -281,8 +285,8 @@ int main(int argc, char **argv)
         mon = median(ton, pairs);
         moff = median(toff, pairs);
         md = median(diff, pairs);
-        printf("ranks %d\nbytes %zu\ncalls_per_batch %d\npairs %d\ndiffers %s\n", nranks,
-               bytes, calls, pairs, qos ? "qos" : "meter");
+        printf("ranks %d\nbytes %zu\ncalls_per_batch %d\npairs %d\ndiffers %s\nsplit_first %s\n",
+               nranks, bytes, calls, pairs, qos ? "qos" : "meter", swap ? "off" : "on");
         printf("on_median_ns %.2f\noff_median_ns %.2f\nratio_median %.4f\n", mon, moff,
                mon / moff);
         printf("on_min_ns %.2f\noff_min_ns %.2f\nratio_min %.4f\n", mnon, mnoff, mnon / mnoff);
