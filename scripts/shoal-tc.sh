@@ -28,6 +28,10 @@
 # setup replaces an existing root qdisc of DEV and removes what it made on failure; remove
 # deletes the root qdisc if it is shoal's (handle 5:); both are idempotent.
 #
+# Environment: SHOAL_TC_BURST_MS (default 100): each tenant class's burst, in ms of its rate
+# (at least 16000 bytes); the classes' cburst is 2 ms of LINK_RATE and their htb quantum
+# follows their rate.
+#
 # Exit status: 0 done; 2 usage; 3 tc may not be configured here (no CAP_NET_ADMIN, no tc, no
 # such device): the caller falls back to in-library pacing (shoald says so once); 1 other.
 
