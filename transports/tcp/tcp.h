@@ -117,8 +117,6 @@ struct shoal_ep {
     uint8_t rhdr[SHOAL_WIRE_HDR_BYTES];
     size_t rhdr_off;
     size_t roff[SHOAL_TCP_MAX_SOCKS];  /* bytes of each stripe received */
-    /* a small payload read with its header, held until the header is checked */
-    uint8_t rstage[SHOAL_TCP_RX_STAGE];
 };
 
 #define SHOAL_TCP_EVENTS 64
@@ -126,6 +124,11 @@ struct shoal_ep {
 struct shoal_tcp_conn;
 
 struct shoal_tl_ctx {
+    /* A small payload read with its header, held until the header is checked: one per
+     * context, not per endpoint (a stage holds bytes only within the call that read the
+     * header, which checks it and copies them out before returning; one thread progresses
+     * a context at a time). */
+    uint8_t rstage[SHOAL_TCP_RX_STAGE];
     int rank;
     uint32_t comm_id;
     uint8_t secret[SHOAL_SECRET_BYTES];

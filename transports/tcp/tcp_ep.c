@@ -191,7 +191,7 @@ static int shoal_tcp_ep_push(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
 /* Reads the header of the head receive and checks it. 1 checked, 0 would block, -1 failed.
  * A payload of at most SHOAL_TCP_RX_STAGE bytes comes with its header in one recvmsg (the
  * expected length is known and the check requires it equal, so the read never reaches into
- * the next message), into the endpoint's stage: the user's buffer receives it only once the
+ * the next message), into the context's stage: the user's buffer receives it only once the
  * header passed the check, so a refused frame writes nothing there. A small message costs
  * one system call to receive, as it costs one to send. */
 static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
@@ -212,7 +212,7 @@ static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
         struct iovec iov[2] = {
             {.iov_base = ep->rhdr + ep->rhdr_off,
              .iov_len = SHOAL_WIRE_HDR_BYTES - ep->rhdr_off},
-            {.iov_base = ep->rstage, .iov_len = staged},
+            {.iov_base = ep->ctx->rstage, .iov_len = staged},
         };
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = staged > 0 ? 2 : 1};
         ssize_t r = recvmsg(ep->fds[0], &mh, MSG_DONTWAIT);
@@ -238,7 +238,7 @@ static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
     }
     got_payload = ep->roff[0];
     if (got_payload > 0) { /* staged: the start of socket 0's stripe */
-        memcpy((uint8_t *)req->buf + start, ep->rstage, got_payload);
+        memcpy((uint8_t *)req->buf + start, ep->ctx->rstage, got_payload);
         req->off += got_payload;
     }
     ep->rhdr_off = 0;
