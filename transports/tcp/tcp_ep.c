@@ -6,6 +6,7 @@
 #include "transports/tcp/tcp.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -369,7 +370,13 @@ shoal_status_t shoal_tcp_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     return shoal_tcp_ep_post(ep, req, &ep->rq_head, &ep->rq_tail);
 }
 
-/* Best effort, never blocks: only at a message boundary of socket 0's stream. */
+/* Best effort: only at a message boundary of socket 0's stream. A message under way is first
+ * finished from its buffer, which is still the caller's (the endpoint's requests are retired
+ * after this), for at most SHOAL_TCP_ABORT_FINISH_NS: without it the peer reads the end of
+ * the stream in the middle of a message and can only blame this rank, not the one that
+ * failed first (seen: run_nbc.sh's kill case, a survivor naming another survivor that had
+ * exited). Never waits longer. */
+#define SHOAL_TCP_ABORT_FINISH_NS (2ull * 1000 * 1000)
 void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit)
 {
     uint8_t buf[SHOAL_WIRE_HDR_BYTES];
@@ -381,9 +388,23 @@ void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit)
         .chunk = (uint32_t)culprit,
         .length = 0,
     };
-    if (ep->status != SHOAL_OK || ep->fds[0] < 0 ||
-        (ep->sq_head != NULL && ep->sq_head->hdr_done)) {
+    if (ep->status != SHOAL_OK || ep->fds[0] < 0) {
         return;
+    }
+    if (ep->sq_head != NULL && ep->sq_head->hdr_done) {
+        uint64_t deadline = shoal_time_ns() + SHOAL_TCP_ABORT_FINISH_NS;
+        int n = 0, r;
+        while ((r = shoal_tcp_ep_push(ep, ep->sq_head, &n)) == 0 &&
+               shoal_time_ns() < deadline) {
+            struct pollfd pfd = {.fd = ep->fds[0], .events = POLLOUT};
+            (void)poll(&pfd, 1, 1);
+        }
+        if (r != 1) {
+            shoal_trace(TCP, "peer %d (%s): abort notice not sent (a message under way)",
+                        ep->peer, ep->name);
+            return;
+        }
+        /* whole on the wire; the request stays queued and fails with the endpoint */
     }
     shoal_wire_encode(&h, buf);
     if (send(ep->fds[0], buf, sizeof(buf), SHOAL_TCP_IO_FLAGS) != (ssize_t)sizeof(buf)) {
