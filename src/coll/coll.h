@@ -324,6 +324,13 @@ static inline int shoal_mod(int a, int n)
     int m = a % n;
     return m < 0 ? m + n : m;
 }
+/* Recursive doubling / halving on n = p + extra ranks (p a power of two): the ranks below
+ * 2*extra fold in pairs and the even one of each pair takes part as virtual rank r/2, the
+ * ranks from 2*extra on as r - extra. The real rank of virtual rank v (rd.c, rab.c, shape.c). */
+static inline int shoal_rd_real_rank(int v, int extra)
+{
+    return v < extra ? v * 2 : v + extra;
+}
 
 /* Cost-model terms shared by the AllReduce rows (select.c, algos_cost.c), measured with
  * perf/select_check.sh on a 2-core VM:

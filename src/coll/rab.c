@@ -131,8 +131,7 @@ static shoal_status_t shoal_rab_xchg(struct shoal_comm *comm, shoal_rab_plan_t *
 
 static int shoal_rab_peer(const shoal_rab_plan_t *r, int mask)
 {
-    int vpeer = r->vrank ^ mask;
-    return vpeer < r->extra ? vpeer * 2 : vpeer + r->extra;
+    return shoal_rd_real_rank(r->vrank ^ mask, r->extra);
 }
 
 static shoal_status_t shoal_rab_progress(struct shoal_comm *comm, shoal_plan_t *plan)

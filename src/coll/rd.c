@@ -36,8 +36,7 @@ typedef struct {
 
 static int shoal_rd_peer(const shoal_rd_plan_t *p, int mask)
 {
-    int vpeer = p->vrank ^ mask;
-    return vpeer < p->extra ? vpeer * 2 : vpeer + p->extra;
+    return shoal_rd_real_rank(p->vrank ^ mask, p->extra);
 }
 
 static shoal_status_t shoal_rd_progress(struct shoal_comm *comm, shoal_plan_t *plan)

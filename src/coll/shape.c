@@ -12,16 +12,13 @@
  * ranks below 2*extra pair up); -1 when r sits the step out. */
 static int shoal_coll_rd_peer(int r, int extra, int mask)
 {
-    int v, vp;
     if (mask == 0) {
         return r < 2 * extra ? (r % 2 == 0 ? r + 1 : r - 1) : -1;
     }
     if (r < 2 * extra && r % 2 == 1) {
         return -1;
     }
-    v = r < 2 * extra ? r / 2 : r - extra;
-    vp = v ^ mask;
-    return vp < extra ? vp * 2 : vp + extra;
+    return shoal_rd_real_rank((r < 2 * extra ? r / 2 : r - extra) ^ mask, extra);
 }
 
 /* Recursive doubling over rank order: per step, the ranks of the busiest host that talk to
