@@ -3,6 +3,7 @@
  * the one place above core, topo, coll and cuda, in layer order: first the topology (src/topo:
  * hosts, sockets, ring order, links; owned by the communicator as comm->topo), then the
  * algorithms' state (src/coll: scratch, shared areas, the cost model's shape of comm->topo).
+ * Before the bootstrap, each rank's transport sizes come from src/tune (tl_sizes).
  * Core reaches this only through shoal_comm_assembly (core.h). The CUDA layer keeps its
  * per-communicator state in the proxy's extension slot, made on first use, and runs calls
  * on host memory through coll's algorithms by shoal_cuda_host (cuda.h), defined here.
@@ -10,6 +11,7 @@
 #include "coll/coll.h"
 #include "cuda/cuda.h"
 #include "topo/topo.h"
+#include "tune/tune.h"
 
 static shoal_status_t shoal_assemble_init(struct shoal_comm *comm)
 {
@@ -25,6 +27,7 @@ static void shoal_assemble_fini(struct shoal_comm *comm)
 }
 
 const shoal_comm_assembly_t shoal_comm_assembly = {
+    .tl_sizes = shoal_tune_tl_sizes,
     .init = shoal_assemble_init,
     .fini = shoal_assemble_fini,
 };

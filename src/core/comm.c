@@ -412,6 +412,29 @@ static void shoal_comm_plan_connect(struct shoal_comm *comm)
     }
 }
 
+/* The transport sizes: the lowest local rank's, so that the shm ring's agree on the host
+ * (each rank derived its own; SHOAL_TUNE_MACHINE or a measurement may differ between
+ * them). A rank whose own differ says so once. */
+static void shoal_comm_plan_sizes(struct shoal_comm *comm)
+{
+    static int warned;
+    const shoal_tl_sizes_t *mine = &comm->peers[comm->rank].tl_sizes;
+    const shoal_tl_sizes_t *lead = &comm->peers[comm->local_ranks[0]].tl_sizes;
+
+    comm->tl_sizes = *lead;
+    if (memcmp(mine, lead, sizeof(*mine)) != 0 &&
+        !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+        shoal_warn(INIT, "rank %d: transport sizes (shm slot %llu x %u, tcp split %llu, ucx "
+                   "inline %u) differ from local rank 0's (rank %d: %llu x %u, %llu, %u): "
+                   "every rank of the host uses local rank 0's", comm->rank,
+                   (unsigned long long)mine->shm_slot_size, mine->shm_nslots,
+                   (unsigned long long)mine->tcp_min_split, mine->ucx_inline_max,
+                   comm->local_ranks[0], (unsigned long long)lead->shm_slot_size,
+                   lead->shm_nslots, (unsigned long long)lead->tcp_min_split,
+                   lead->ucx_inline_max);
+    }
+}
+
 static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *used)
 {
     shoal_tl_params_t params = {
@@ -423,6 +446,7 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
         .qos_ib_tc = comm->qos.marks.ib_tc, .qos_ib_sl = comm->qos.marks.ib_sl,
         .qos_rate_max = comm->qos.rate_max,
         .qos_class_name = shoal_qos_class_name(comm->qos.qos_class),
+        .sizes = &comm->tl_sizes,
     };
     comm->ntls = (int)shoal_tl_count();
     for (int t = 0; t < comm->ntls; t++) {
@@ -582,6 +606,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.tl_mask = shoal_tl_query_mask(forced);
     shoal_comm_plan_connect(comm);
     me.lazy = comm->lazy;
+    shoal_comm_assembly.tl_sizes(&me.tl_sizes);
     SHOAL_CHECK_GOTO(shoal_boot_allgather(boot, &me, sizeof(me), comm->peers), st, out);
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->peers[p].rank != p) {
@@ -592,6 +617,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
         comm->peers[p].host[SHOAL_HOSTNAME_MAX - 1] = '\0';
     }
     SHOAL_CHECK_GOTO(shoal_comm_plan_channels(comm, used), st, out);
+    shoal_comm_plan_sizes(comm);
     for (int p = 0; p < comm->nranks; p++) {
         if (comm->peers[p].lazy != me.lazy) {
             shoal_error(INIT, "rank %d connects channels %s, rank %d (%s) %s: SHOAL_CONNECT and "

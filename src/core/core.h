@@ -55,6 +55,8 @@ typedef struct {
     uint32_t tl_mask;          /* bit i: registry transport i usable on this rank */
     int32_t pinned_cpu;        /* 1 + the CPU this rank is bound to, 0: several CPUs allowed */
     int32_t lazy;              /* SHOAL_CONNECT resolved: must be the same on every rank */
+    int32_t pad;
+    shoal_tl_sizes_t tl_sizes; /* this rank's derived transport sizes (the assembly's) */
 } shoal_peer_info_t;
 
 /* A transport instance of one communicator. */
@@ -103,6 +105,7 @@ struct shoal_comm {
     shoal_tl_inst_t tls[SHOAL_TL_MAX];
     int ntls;
     shoal_tl_inst_t *shm;      /* the instance offering a shared area, or NULL */
+    shoal_tl_sizes_t tl_sizes; /* handed to the transports: the lowest local rank's */
     shoal_chan_t *chans;       /* [nranks], self unused */
     uint32_t seq;              /* collective sequence number */
     int abort_efd;             /* eventfd: wakes pollers on abort */
@@ -277,6 +280,9 @@ SHOAL_HIDDEN void shoal_proxy_ext_set(struct shoal_comm *comm, void *ext,
  * scratch). They are assembled in one place above core, topo, coll and cuda (src/api), which
  * defines this table; core calls the upper layers only through it, never by name. */
 typedef struct {
+    /* Before the bootstrap's round 0, on every rank without communication: the transport
+     * sizes derived from this machine (src/tune), explicit settings applied. */
+    void (*tl_sizes)(shoal_tl_sizes_t *sizes);
     /* After the bootstrap, before the meter and pacing: may exchange messages (issue order
      * is not yet in use: nothing else runs on the communicator). */
     shoal_status_t (*init)(struct shoal_comm *comm);

@@ -16,6 +16,17 @@
 typedef struct shoal_tl_ctx shoal_tl_ctx_t; /* defined by each transport */
 typedef struct shoal_ep shoal_ep_t;         /* defined by each transport */
 
+/* Sizes derived from this machine (src/tune) for the transports, resolved before they start:
+ * explicit settings (SHOAL_* variables, SHOAL_CONF_FILE, SHOAL_TUNING_FILE) already applied.
+ * 0: none derived, the transport keeps its own variable. Same on every rank of a host for the
+ * shm fields (core takes the lowest local rank's). Plain integers: part of round 0's record. */
+typedef struct {
+    uint64_t shm_slot_size;       /* SHOAL_SHM_SLOT_SIZE */
+    uint64_t tcp_min_split;       /* SHOAL_TCP_MIN_SPLIT */
+    uint32_t shm_nslots;          /* SHOAL_SHM_NSLOTS */
+    uint32_t ucx_inline_max;      /* SHOAL_UCX_INLINE_MAX */
+} shoal_tl_sizes_t;
+
 /* Handed to init. */
 typedef struct {
     int rank;
@@ -41,6 +52,9 @@ typedef struct {
      * endpoint connects at its first isend/irecv, driven by progress(), or when the peer
      * connects to it. The transport keeps its listener / names until fini. */
     int lazy;
+    /* Derived sizes (see shoal_tl_sizes_t); NULL: the transport's variables only (callers
+     * that build params themselves). */
+    const shoal_tl_sizes_t *sizes;
 } shoal_tl_params_t;
 
 /* A request: embedded by the caller, completed by the transport only inside progress(). */

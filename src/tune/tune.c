@@ -26,6 +26,26 @@
 #define SHOAL_TUNE_DFLT_LL 64u
 #define SHOAL_TUNE_DFLT_COPY_MBS 8000u
 #define SHOAL_TUNE_DFLT_REDUCE_MBS 4000u
+#define SHOAL_TUNE_DFLT_SHM_SLOT ((uint64_t)64 << 10)
+#define SHOAL_TUNE_DFLT_SHM_NSLOTS 8u
+#define SHOAL_TUNE_DFLT_TCP_SPLIT ((uint64_t)256 << 10)
+#define SHOAL_TUNE_DFLT_UCX_INLINE 8192u
+
+/*
+ * Transport sizes (measured with tl_perf on the CI-kind machine, 2 MiB L2: shm rings of 16k to
+ * 512k slots x 4 to 16 slots, tcp split at 64k to never, see the commit; under load the
+ * differences were within the noise except 16k slots, which lost up to 40%):
+ * - shm slot: one slot's copy in L2 takes about 1 us, ten times a flag's handoff between
+ *   cores (~0.1 us), so the handoffs cost ~10% at most: slot = copy rate in L2 x 1 us.
+ * - shm ring (slot x nslots): covers a peer that reacts late (a wakeup after a futex sleep,
+ *   tens of us): copy rate from memory x 50 us, and stays in cache: at most half the L2.
+ * - tcp split: a message up to twice a socket's initial receive buffer is in flight on one
+ *   socket within about a window's round; striping pays only beyond it.
+ * - ucx inline: the payload is copied into the header's message rather than sent as a second
+ *   one; the bytes a copy moves in the time of a message scale with the copy rate in L2.
+ */
+#define SHOAL_TUNE_SHM_SLOT_NS 1000u
+#define SHOAL_TUNE_SHM_RING_US 50u
 
 const char *const shoal_tune_knob_names[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_CHUNK] = "chunk_size",
@@ -35,6 +55,10 @@ const char *const shoal_tune_knob_names[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_SHM_LL_MAX] = "shm_ll_max",
     [SHOAL_TUNE_COPY_MBS] = "model_copy_rate",
     [SHOAL_TUNE_REDUCE_MBS] = "model_reduce_rate",
+    [SHOAL_TUNE_SHM_SLOT_SIZE] = "shm_slot_size",
+    [SHOAL_TUNE_SHM_NSLOTS] = "shm_nslots",
+    [SHOAL_TUNE_TCP_MIN_SPLIT] = "tcp_min_split",
+    [SHOAL_TUNE_UCX_INLINE_MAX] = "ucx_inline_max",
 };
 
 const char *const shoal_tune_knob_vars[SHOAL_TUNE_NKNOBS] = {
@@ -45,6 +69,10 @@ const char *const shoal_tune_knob_vars[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_SHM_LL_MAX] = "SHM_LL_MAX",
     [SHOAL_TUNE_COPY_MBS] = NULL,
     [SHOAL_TUNE_REDUCE_MBS] = NULL,
+    [SHOAL_TUNE_SHM_SLOT_SIZE] = "SHM_SLOT_SIZE",
+    [SHOAL_TUNE_SHM_NSLOTS] = "SHM_NSLOTS",
+    [SHOAL_TUNE_TCP_MIN_SPLIT] = "TCP_MIN_SPLIT",
+    [SHOAL_TUNE_UCX_INLINE_MAX] = "UCX_INLINE_MAX",
 };
 
 const char *shoal_tune_src_name(int src)
@@ -56,6 +84,12 @@ const char *shoal_tune_src_name(int src)
 static int shoal_tune_is_rate(int k)
 {
     return k == SHOAL_TUNE_COPY_MBS || k == SHOAL_TUNE_REDUCE_MBS;
+}
+
+/* A count, not bytes (printed without k/m). */
+static int shoal_tune_is_count(int k)
+{
+    return k == SHOAL_TUNE_SHM_NSLOTS;
 }
 
 /* Largest power of two <= v (v >= 1). */
@@ -143,12 +177,68 @@ static void shoal_tune_derive_copy(const shoal_tune_machine_t *m, shoal_tune_t *
     }
 }
 
+static void shoal_tune_derive_shm_ring(const shoal_tune_machine_t *m, shoal_tune_t *t)
+{
+    uint64_t slot, ring, cap;
+
+    if (m->copy_cache_mbs == 0 || m->copy_mem_mbs == 0) {
+        shoal_tune_set(t, SHOAL_TUNE_SHM_SLOT_SIZE, SHOAL_TUNE_DFLT_SHM_SLOT,
+                       SHOAL_TUNE_SRC_DEFAULT, "copy rates unknown");
+        shoal_tune_set(t, SHOAL_TUNE_SHM_NSLOTS, SHOAL_TUNE_DFLT_SHM_NSLOTS,
+                       SHOAL_TUNE_SRC_DEFAULT, "copy rates unknown");
+        return;
+    }
+    /* MB/s x ns / 1000 = bytes */
+    slot = shoal_tune_clamp(shoal_tune_pow2_near((double)m->copy_cache_mbs *
+                                                 SHOAL_TUNE_SHM_SLOT_NS / 1e3),
+                            16 << 10, 1 << 20);
+    shoal_tune_set(t, SHOAL_TUNE_SHM_SLOT_SIZE, slot, SHOAL_TUNE_SRC_DERIVED,
+                   "copy in L2 %.1f GB/s x %u ns, within 16k..1m", m->copy_cache_mbs / 1e3,
+                   SHOAL_TUNE_SHM_SLOT_NS);
+    ring = shoal_tune_pow2_near((double)m->copy_mem_mbs * SHOAL_TUNE_SHM_RING_US);
+    cap = m->l2_kb > 0 ? shoal_tune_pow2_floor(((uint64_t)m->l2_kb << 10) / 2) : ring;
+    ring = SHOAL_MIN(ring, cap);
+    shoal_tune_set(t, SHOAL_TUNE_SHM_NSLOTS, shoal_tune_clamp(ring / slot, 2, 64),
+                   SHOAL_TUNE_SRC_DERIVED, "ring copy %.1f GB/s x %u us%s / slot, within 2..64",
+                   m->copy_mem_mbs / 1e3, SHOAL_TUNE_SHM_RING_US,
+                   m->l2_kb > 0 ? " <= L2 / 2" : "");
+}
+
+static void shoal_tune_derive_net(const shoal_tune_machine_t *m, shoal_tune_t *t)
+{
+    if (m->tcp_rbuf_kb == 0) {
+        shoal_tune_set(t, SHOAL_TUNE_TCP_MIN_SPLIT, SHOAL_TUNE_DFLT_TCP_SPLIT,
+                       SHOAL_TUNE_SRC_DEFAULT, "tcp receive buffer unknown");
+    } else {
+        shoal_tune_set(t, SHOAL_TUNE_TCP_MIN_SPLIT,
+                       shoal_tune_clamp(shoal_tune_pow2_near(2.0 * m->tcp_rbuf_kb * 1024),
+                                        64 << 10, 4 << 20),
+                       SHOAL_TUNE_SRC_DERIVED, "2 x tcp receive buffer %u KiB, within 64k..4m",
+                       m->tcp_rbuf_kb);
+    }
+    if (m->copy_cache_mbs == 0) {
+        shoal_tune_set(t, SHOAL_TUNE_UCX_INLINE_MAX, SHOAL_TUNE_DFLT_UCX_INLINE,
+                       SHOAL_TUNE_SRC_DEFAULT, "copy rate unknown");
+    } else {
+        shoal_tune_set(t, SHOAL_TUNE_UCX_INLINE_MAX,
+                       shoal_tune_clamp(shoal_tune_pow2_near((double)SHOAL_TUNE_DFLT_UCX_INLINE *
+                                                             m->copy_cache_mbs /
+                                                             SHOAL_TUNE_REF_COPY_CACHE_MBS),
+                                        2048, 65536),
+                       SHOAL_TUNE_SRC_DERIVED, "%u x copy in L2 %.1f / %.1f GB/s, within 2k..64k",
+                       SHOAL_TUNE_DFLT_UCX_INLINE, m->copy_cache_mbs / 1e3,
+                       SHOAL_TUNE_REF_COPY_CACHE_MBS / 1e3);
+    }
+}
+
 void shoal_tune_derive(const shoal_tune_machine_t *m, shoal_tune_t *t)
 {
     memset(t, 0, sizeof(*t));
     t->machine = *m;
     shoal_tune_derive_l2(m, t);
     shoal_tune_derive_copy(m, t);
+    shoal_tune_derive_shm_ring(m, t);
+    shoal_tune_derive_net(m, t);
     if (m->copy_mem_mbs > 0) {
         shoal_tune_set(t, SHOAL_TUNE_COPY_MBS,
                        SHOAL_MAX((uint64_t)SHOAL_TUNE_DFLT_COPY_MBS * m->copy_mem_mbs /
@@ -204,11 +294,12 @@ static void shoal_tune_override_vars(shoal_tune_t *t)
             shoal_tune_knob_vars[k] != NULL ? shoal_tune_cfg_find(shoal_tune_knob_vars[k], &dst)
                                             : NULL;
         const char *src = f != NULL ? shoal_cfg_source(f) : NULL;
-        size_t v;
-        if (src == NULL || strcmp(src, "default") == 0 || f->type != SHOAL_CFG_SIZE) {
+        uint64_t v;
+        if (src == NULL || strcmp(src, "default") == 0 ||
+            (f->type != SHOAL_CFG_SIZE && f->type != SHOAL_CFG_UINT)) {
             continue;
         }
-        v = *(const size_t *)dst;
+        v = f->type == SHOAL_CFG_SIZE ? *(const size_t *)dst : *(const unsigned *)dst;
         if (v == 0 && shoal_tune_explicit_zero_is_auto(k)) {
             continue;
         }
@@ -231,14 +322,20 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line)
         for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
             void *dst;
             const shoal_cfg_field_t *f;
-            size_t v;
+            union {
+                size_t z;
+                unsigned u;
+            } pv;
+            uint64_t v;
             if (shoal_tune_knob_vars[k] == NULL || strcmp(shoal_tune_knob_vars[k], nm) != 0) {
                 continue;
             }
             f = shoal_tune_cfg_find(nm, &dst);
-            if (f == NULL || shoal_cfg_parse_value(f, val, &v) != 0) {
+            if (f == NULL || (f->type != SHOAL_CFG_SIZE && f->type != SHOAL_CFG_UINT) ||
+                shoal_cfg_parse_value(f, val, &pv) != 0) {
                 return -1;
             }
+            v = f->type == SHOAL_CFG_SIZE ? pv.z : pv.u;
             hit = 1;
             if (t->src[k] != SHOAL_TUNE_SRC_ENV && t->src[k] != SHOAL_TUNE_SRC_FILE &&
                 !(v == 0 && shoal_tune_explicit_zero_is_auto(k))) {
@@ -291,7 +388,8 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         }
         if (line[0] != '\0' && shoal_tune_override_line(t, line) < 0) {
             shoal_warn(COLL, "tuning file: cannot use '%s' (want 'set <NAME> <size>', NAME one "
-                       "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX)", line);
+                       "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX SHM_SLOT_SIZE "
+                       "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX)", line);
             st = SHOAL_ERR_INVALID_ARG;
         }
     }
@@ -305,6 +403,8 @@ static void shoal_tune_fmt(int k, uint64_t v, char *buf, size_t len)
 {
     if (shoal_tune_is_rate(k)) {
         snprintf(buf, len, "%.2fGB/s", (double)v / 1e3);
+    } else if (shoal_tune_is_count(k)) {
+        snprintf(buf, len, "%llu", (unsigned long long)v);
     } else if (v >= (1u << 20) && v % (1u << 20) == 0) {
         snprintf(buf, len, "%llum", (unsigned long long)(v >> 20));
     } else if (v >= 1024 && v % 1024 == 0) {
@@ -329,6 +429,7 @@ void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
     fprintf(fp, "#   memory (%s): copy in L2 %.2f GB/s, copy from memory %.2f GB/s, reduce "
             "from memory %.2f GB/s\n", bsrc[m->bw_src >= 0 && m->bw_src <= 3 ? m->bw_src : 0],
             m->copy_cache_mbs / 1e3, m->copy_mem_mbs / 1e3, m->reduce_mem_mbs / 1e3);
+    fprintf(fp, "#   tcp receive buffer at start: %u KiB\n", m->tcp_rbuf_kb);
     fprintf(fp, "#   %-24s %10s  %-8s %s\n", "setting", "value", "source", "why");
     for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
         char v[32];

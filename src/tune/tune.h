@@ -14,12 +14,19 @@
  * measures, and the measurement is cached per host and user in a file, so the ranks of a node
  * and later jobs reuse it.
  *
+ * Transport sizes (shm ring slots, tcp striping threshold, UCX inline limit) are needed
+ * before any channel exists: every rank resolves them locally and sends them in core's
+ * round 0 (shoal_tl_sizes_t, core/tl.h, through the assembly's tl_sizes hook); the shm ring's
+ * must agree between local peers, so every rank uses those of the lowest rank on its host;
+ * the others are negotiated per pair by the transports (tcp the larger, ucx the smaller).
+ *
  * Layering: tune uses util, reduce, topo (discovery, the tuning file) and core (channels);
  * coll reads the result (comm->coll->tune) where the config is finalized.
  */
 #ifndef SHOAL_TUNE_H
 #define SHOAL_TUNE_H
 
+#include "core/tl.h"
 #include "util/util.h"
 
 #include <stdint.h>
@@ -43,6 +50,8 @@ typedef struct {
     uint32_t copy_cache_mbs;   /* memcpy of an L2-resident block, MB/s (1e6 B/s); 0 unknown */
     uint32_t copy_mem_mbs;     /* memcpy of buffers twice the L3, MB/s */
     uint32_t reduce_mem_mbs;   /* float32 sum of two inputs from memory, MB/s of the output */
+    uint32_t tcp_rbuf_kb;      /* initial TCP receive buffer (SHOAL_TCP_RCVBUF, else the
+                                * kernel's tcp_rmem default), KiB; 0 unknown */
 } shoal_tune_machine_t;
 
 #define SHOAL_TUNE_CACHE_GIVEN 3
@@ -56,6 +65,12 @@ typedef enum {
     SHOAL_TUNE_SHM_LL_MAX,       /* SHOAL_SHM_LL_MAX: LL protocol limit, bytes */
     SHOAL_TUNE_COPY_MBS,         /* cost model: memory copy rate, MB/s */
     SHOAL_TUNE_REDUCE_MBS,       /* cost model: reduction rate (its large-message term), MB/s */
+    /* Transport sizes: each rank resolves them locally before its transports start
+     * (shoal_tune_tl_sizes); the shm ring's are then taken from the lowest rank of the host. */
+    SHOAL_TUNE_SHM_SLOT_SIZE,    /* SHOAL_SHM_SLOT_SIZE: shm ring slot, bytes */
+    SHOAL_TUNE_SHM_NSLOTS,       /* SHOAL_SHM_NSLOTS: shm ring slots per direction */
+    SHOAL_TUNE_TCP_MIN_SPLIT,    /* SHOAL_TCP_MIN_SPLIT: striping threshold, bytes */
+    SHOAL_TUNE_UCX_INLINE_MAX,   /* SHOAL_UCX_INLINE_MAX: payload sent with its header, bytes */
     SHOAL_TUNE_NKNOBS
 } shoal_tune_knob_t;
 
@@ -106,13 +121,19 @@ SHOAL_HIDDEN shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tun
 SHOAL_HIDDEN void shoal_tune_machine_local(int mode, shoal_tune_machine_t *m);
 /* The measurement itself (a few ms to a few tens of ms), no cache involved; 0 on success. */
 SHOAL_HIDDEN int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t *m);
-/* Parse SHOAL_TUNE_MACHINE ("l2=1m l3=32m copy=9.5 copy_cache=40 reduce=8", any subset;
- * sizes with k/m/g, rates in GB/s) into m; returns a mask of the fields given (bit 0 caches,
- * bit 1 bandwidths) or -1 if malformed. */
+/* Parse SHOAL_TUNE_MACHINE ("l2=1m l3=32m copy=9.5 copy_cache=40 reduce=8 tcp_rbuf=128k",
+ * any subset; sizes with k/m/g, rates in GB/s) into m; returns a mask of the fields given
+ * (bit 0 caches, bit 1 bandwidths, bit 2 tcp_rbuf) or -1 if malformed. */
 SHOAL_HIDDEN int shoal_tune_machine_parse(const char *text, shoal_tune_machine_t *m);
 
 /* Local resolution (shoal_info -t, rank 0 of a communicator): profile, derive, override. */
 SHOAL_HIDDEN void shoal_tune_resolve_local(int mode, shoal_tune_t *t);
+
+/* The transport sizes of this process (shoal_tune_resolve_local's, SHOAL_TUNE=0: the fixed
+ * defaults) for core's round 0 (see core/tl.h); cached per process. */
+SHOAL_HIDDEN void shoal_tune_tl_sizes(shoal_tl_sizes_t *s);
+/* The transport sizes of a resolved record. */
+SHOAL_HIDDEN void shoal_tune_tl_sizes_of(const shoal_tune_t *t, shoal_tl_sizes_t *s);
 
 /* Communicator agreement: rank 0 resolves, every rank gets rank 0's values. Uses
  * comm->seq once (same on every rank). */

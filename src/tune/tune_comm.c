@@ -58,6 +58,30 @@ void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
     free(text);
 }
 
+void shoal_tune_tl_sizes_of(const shoal_tune_t *t, shoal_tl_sizes_t *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->shm_slot_size = t->value[SHOAL_TUNE_SHM_SLOT_SIZE];
+    s->shm_nslots = (uint32_t)SHOAL_MIN(t->value[SHOAL_TUNE_SHM_NSLOTS], (uint64_t)UINT32_MAX);
+    s->tcp_min_split = t->value[SHOAL_TUNE_TCP_MIN_SPLIT];
+    s->ucx_inline_max =
+        (uint32_t)SHOAL_MIN(t->value[SHOAL_TUNE_UCX_INLINE_MAX], (uint64_t)UINT32_MAX);
+}
+
+void shoal_tune_tl_sizes(shoal_tl_sizes_t *s)
+{
+    shoal_tune_t t;
+
+    shoal_tune_resolve_local(shoal_tune_disc_mode(), &t);
+    shoal_tune_tl_sizes_of(&t, s);
+    shoal_trace(INIT, "transport sizes: shm slot %llu x %u (%s), tcp split %llu (%s), ucx "
+                "inline %u (%s)", (unsigned long long)s->shm_slot_size, s->shm_nslots,
+                shoal_tune_src_name(t.src[SHOAL_TUNE_SHM_SLOT_SIZE]),
+                (unsigned long long)s->tcp_min_split,
+                shoal_tune_src_name(t.src[SHOAL_TUNE_TCP_MIN_SPLIT]), s->ucx_inline_max,
+                shoal_tune_src_name(t.src[SHOAL_TUNE_UCX_INLINE_MAX]));
+}
+
 /* Rank 0's record, as received: sane before anyone uses it. Sizes may be 0 (an explicit
  * SHOAL_CHUNK_SIZE=0: the users clamp them); a rate of 0 would be an infinitely fast memory. */
 int shoal_tune_record_check(const shoal_tune_t *t)
@@ -104,7 +128,7 @@ static void shoal_tune_warn_mismatch(struct shoal_comm *comm, const shoal_tune_t
 
     shoal_tune_derive(&none, &mine);
     shoal_tune_override(&mine, NULL);
-    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+    for (int k = 0; k < SHOAL_TUNE_SHM_SLOT_SIZE; k++) { /* transport sizes: core's round 0 */
         if ((mine.src[k] == SHOAL_TUNE_SRC_ENV || mine.src[k] == SHOAL_TUNE_SRC_FILE) &&
             mine.value[k] != t->value[k] && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
             shoal_warn(COLL, "rank %d: %s = %llu is not rank 0's %llu (%s): every rank uses "

@@ -92,6 +92,8 @@ int shoal_tune_machine_parse(const char *text, shoal_tune_machine_t *m)
             rc = shoal_tune_parse_mbs(v, &m->copy_mem_mbs), mask |= 2;
         } else if (strcmp(tok, "reduce") == 0) {
             rc = shoal_tune_parse_mbs(v, &m->reduce_mem_mbs), mask |= 2;
+        } else if (strcmp(tok, "tcp_rbuf") == 0) {
+            rc = shoal_tune_parse_kb(v, &m->tcp_rbuf_kb), mask |= 4;
         }
         if (rc != 0) {
             return -1;
@@ -324,6 +326,28 @@ static void shoal_tune_rates(shoal_tune_machine_t *m)
     }
 }
 
+/* The receive buffer a TCP data socket starts with: SHOAL_TCP_RCVBUF if set (the tcp
+ * transport's table), else the kernel's default, the middle value of tcp_rmem; KiB, 0 unknown. */
+static uint32_t shoal_tune_tcp_rbuf_kb(void)
+{
+    void *dst = NULL;
+    const shoal_cfg_field_t *f = shoal_tune_cfg_find("TCP_RCVBUF", &dst);
+    unsigned long lo, mid, hi;
+    FILE *fp;
+    int n;
+
+    if (f != NULL && f->type == SHOAL_CFG_SIZE && *(const size_t *)dst > 0) {
+        return (uint32_t)SHOAL_MIN(*(const size_t *)dst >> 10, (size_t)UINT32_MAX);
+    }
+    fp = fopen("/proc/sys/net/ipv4/tcp_rmem", "r");
+    if (fp == NULL) {
+        return 0;
+    }
+    n = fscanf(fp, "%lu %lu %lu", &lo, &mid, &hi);
+    fclose(fp);
+    return n == 3 && mid < (1ul << 40) ? (uint32_t)(mid >> 10) : 0;
+}
+
 static pthread_mutex_t shoal_tune_lock_mu = PTHREAD_MUTEX_INITIALIZER;
 static shoal_tune_machine_t shoal_tune_cached;
 static int shoal_tune_cached_mode = -1;
@@ -340,18 +364,23 @@ static void shoal_tune_machine_build(int mode, shoal_tune_machine_t *m)
     m->l3_kb = sum.l3_kb;
     m->ncores = sum.ncores;
     m->cache_src = sum.source;
+    m->tcp_rbuf_kb = shoal_tune_tcp_rbuf_kb();
     if (shoal_tune_config.machine != NULL && shoal_tune_config.machine[0] != '\0') {
         shoal_tune_machine_t g = *m;
         g.copy_cache_mbs = g.copy_mem_mbs = g.reduce_mem_mbs = 0;
         given = shoal_tune_machine_parse(shoal_tune_config.machine, &g);
         if (given < 0) {
             shoal_warn(COLL, "SHOAL_TUNE_MACHINE='%s' is malformed (want e.g. 'l2=1m l3=32m "
-                       "copy=9.5 copy_cache=40 reduce=8'): ignored", shoal_tune_config.machine);
+                       "copy=9.5 copy_cache=40 reduce=8 tcp_rbuf=128k'): ignored",
+                       shoal_tune_config.machine);
             given = 0;
         } else {
             if ((given & 1) != 0) {
                 m->l1d_kb = g.l1d_kb, m->l2_kb = g.l2_kb, m->l3_kb = g.l3_kb;
                 m->cache_src = SHOAL_TUNE_CACHE_GIVEN;
+            }
+            if ((given & 4) != 0) {
+                m->tcp_rbuf_kb = g.tcp_rbuf_kb;
             }
             if ((given & 2) != 0) {
                 m->copy_cache_mbs = g.copy_cache_mbs;

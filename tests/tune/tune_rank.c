@@ -6,7 +6,10 @@
  * "NAME=VALUE"), so that deciding locally would give it other sizes and limits than rank 0.
  * Every rank reports what its communicator uses; rank 0 checks that all ranks hold rank 0's
  * values and sources, that rank 1's own resolution really differs, that the algorithm state
- * uses those values, and that AllReduce around each limit is right. Rank 0 prints TAP.
+ * uses those values, and that AllReduce around each limit is right. The transport sizes
+ * (shm ring, tcp split, ucx inline) are each rank's own, taken from the lowest local rank in
+ * round 0: on one host, rank 0's; rank 1's own shm ring would differ (the communicator
+ * would not connect if it used them). Rank 0 prints TAP.
  */
 #include "coll/coll.h"
 
@@ -17,7 +20,7 @@
 #include <string.h>
 
 #define K SHOAL_TUNE_NKNOBS
-#define ROW (3 * K + 2)
+#define ROW (3 * K + 3)
 
 /* AllReduce SUM of float32 (rank + 1) * (i % 7 + 1) at count elements; 0 if right. */
 static int tune_check_allreduce(shoal_comm_t comm, int n, size_t count)
@@ -92,6 +95,11 @@ int main(void)
         }
         row[3 * K + 1] = (uint64_t)b;
     }
+    {
+        shoal_tl_sizes_t z;
+        shoal_tune_tl_sizes_of(&c->coll->tune, &z);
+        row[3 * K + 2] = c->all_local && memcmp(&z, &c->tl_sizes, sizeof(z)) == 0;
+    }
     all = calloc((size_t)n, sizeof(row));
     if (all == NULL ||
         shoal_allgather(row, all, ROW, SHOAL_UINT64, comm, NULL) != SHOAL_OK) {
@@ -99,7 +107,7 @@ int main(void)
         return 1;
     }
     if (rank == 0) {
-        int same = 1, differs = 0, used = 1, ar = 0;
+        int same = 1, differs = 0, used = 1, ar = 0, tl = 1;
         for (int q = 0; q < n; q++) {
             const uint64_t *o = all + (size_t)q * ROW;
             for (int k = 0; k < 2 * K; k++) {
@@ -112,6 +120,7 @@ int main(void)
             }
             used &= o[3 * K] == 1;
             ar |= o[3 * K + 1] != 0;
+            tl &= o[3 * K + 2] == 1;
         }
         for (int k = 0; n > 1 && k < K; k++) {
             differs |= all[ROW + 2 * K + k] != all[k];
@@ -123,13 +132,14 @@ int main(void)
         printf("%s 3 - chunk, window and one-shot limit of every rank come from them\n",
                used ? "ok" : "not ok");
         printf("%s 4 - allreduce around each limit is right\n", ar ? "not ok" : "ok");
+        printf("%s 5 - every rank's transports got local rank 0's sizes\n", tl ? "ok" : "not ok");
         for (int k = 0; k < K; k++) {
             printf("# %s = %llu (%s; rank 1 alone: %llu)\n", shoal_tune_knob_names[k],
                    (unsigned long long)all[k], shoal_tune_src_name((int)all[K + k]),
                    (unsigned long long)(n > 1 ? all[ROW + 2 * K + k] : 0));
         }
-        printf("1..4\n");
-        bad = !(same && differs && used && !ar);
+        printf("1..5\n");
+        bad = !(same && differs && used && !ar && tl);
     }
     free(all);
     shoal_comm_destroy(comm);

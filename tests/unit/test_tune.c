@@ -19,27 +19,28 @@ typedef struct {
 static const tune_case_t tune_cases[] = {
     /* the reference machine: the old constants come back */
     {"1 MiB L2, 55 GB/s in L2", {.l2_kb = 1024, .copy_cache_mbs = 55000, .copy_mem_mbs = 12000,
-                                 .reduce_mem_mbs = 12500},
-     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000}},
+                                 .reduce_mem_mbs = 12500, .tcp_rbuf_kb = 128},
+     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000, 64 << 10, 8, 256 << 10, 8192}},
     /* 2 MiB L2 and half the rates: larger windows, smaller one-shot, slower model */
     {"2 MiB L2, half the rates", {.l2_kb = 2048, .copy_cache_mbs = 27500, .copy_mem_mbs = 6000,
-                                  .reduce_mem_mbs = 6250},
-     {1 << 20, 1 << 20, 1024, 8192, 64, 4000, 2000}},
+                                  .reduce_mem_mbs = 6250, .tcp_rbuf_kb = 64},
+     {1 << 20, 1 << 20, 1024, 8192, 64, 4000, 2000, 32 << 10, 8, 128 << 10, 4096}},
     /* small L2, fast copies: the chunk clamps at the bottom, larger LL */
     {"256 KiB L2, 4x the rates", {.l2_kb = 256, .copy_cache_mbs = 220000,
-                                  .copy_mem_mbs = 48000, .reduce_mem_mbs = 50000},
-     {128 << 10, 128 << 10, 8192, 65536, 256, 32000, 16000}},
+                                  .copy_mem_mbs = 48000, .reduce_mem_mbs = 50000,
+                                  .tcp_rbuf_kb = 6144},
+     {128 << 10, 128 << 10, 8192, 65536, 256, 32000, 16000, 256 << 10, 2, 4 << 20, 32768}},
     /* nearest power of two on a log scale: 1.5x rounds up, 1.3x down */
     {"1.5x the copy rate", {.l2_kb = 1024, .copy_cache_mbs = 82500, .copy_mem_mbs = 12000,
-                            .reduce_mem_mbs = 12500},
-     {512 << 10, 512 << 10, 4096, 32768, 128, 8000, 4000}},
+                            .reduce_mem_mbs = 12500, .tcp_rbuf_kb = 128},
+     {512 << 10, 512 << 10, 4096, 32768, 128, 8000, 4000, 64 << 10, 8, 256 << 10, 16384}},
     {"1.3x the copy rate", {.l2_kb = 1024, .copy_cache_mbs = 71500, .copy_mem_mbs = 12000,
-                            .reduce_mem_mbs = 12500},
-     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000}},
+                            .reduce_mem_mbs = 12500, .tcp_rbuf_kb = 128},
+     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000, 64 << 10, 8, 256 << 10, 8192}},
     /* huge caches and rates: clamps at the top */
     {"64 MiB L2, 4 TB/s", {.l2_kb = 65536, .copy_cache_mbs = 4000000, .copy_mem_mbs = 3000,
-                           .reduce_mem_mbs = 2500},
-     {1 << 20, 4 << 20, 32768, 131072, 4096, 2000, 800}},
+                           .reduce_mem_mbs = 2500, .tcp_rbuf_kb = 16},
+     {1 << 20, 4 << 20, 32768, 131072, 4096, 2000, 800, 1 << 20, 2, 64 << 10, 65536}},
 };
 
 static void test_derive(void)
@@ -66,7 +67,7 @@ static void test_derive_unknown(void)
     shoal_tune_t t;
     int all = 1;
     static const uint64_t dflt[SHOAL_TUNE_NKNOBS] = {512 << 10, 512 << 10, 2048, 16384, 64,
-                                                     8000, 4000};
+                                                     8000, 4000, 64 << 10, 8, 256 << 10, 8192};
     shoal_tune_derive(&none, &t);
     for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
         all &= t.src[k] == SHOAL_TUNE_SRC_DEFAULT && t.value[k] == dflt[k] && t.why[k][0] != 0;
@@ -101,6 +102,32 @@ static void test_override(void)
                "SHOAL_SHM_ONESHOT_MAX=0 is automatic: derived");
     tap_is_int(t.src[SHOAL_TUNE_SHM_ONESHOT_OWN], SHOAL_TUNE_SRC_DERIVED, "... and says so");
 
+    /* transport sizes: a count (SHOAL_SHM_NSLOTS, an unsigned variable) and sizes */
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    tap_is_int(shoal_tune_override(&t, "set SHM_NSLOTS 16\nset SHM_SLOT_SIZE 128k\n"
+                                       "set TCP_MIN_SPLIT 64k\n"), SHOAL_OK,
+               "'set' lines of the transport sizes");
+    tap_ok(t.value[SHOAL_TUNE_SHM_NSLOTS] == 16 && t.src[SHOAL_TUNE_SHM_NSLOTS] ==
+           SHOAL_TUNE_SRC_FILE, "SHM_NSLOTS from the tuning file: %llu (%s)",
+           (unsigned long long)t.value[SHOAL_TUNE_SHM_NSLOTS],
+           shoal_tune_src_name(t.src[SHOAL_TUNE_SHM_NSLOTS]));
+    tap_ok(t.value[SHOAL_TUNE_SHM_SLOT_SIZE] == 128 << 10 &&
+           t.src[SHOAL_TUNE_SHM_SLOT_SIZE] == SHOAL_TUNE_SRC_FILE, "SHM_SLOT_SIZE from the file");
+    tap_ok(t.value[SHOAL_TUNE_TCP_MIN_SPLIT] == 1 << 20 &&
+           t.src[SHOAL_TUNE_TCP_MIN_SPLIT] == SHOAL_TUNE_SRC_ENV,
+           "SHOAL_TCP_MIN_SPLIT in the environment wins over the file: %llu",
+           (unsigned long long)t.value[SHOAL_TUNE_TCP_MIN_SPLIT]);
+    tap_ok(t.src[SHOAL_TUNE_UCX_INLINE_MAX] == SHOAL_TUNE_SRC_DERIVED &&
+           t.value[SHOAL_TUNE_UCX_INLINE_MAX] == 8192, "ucx inline limit derived");
+    {
+        shoal_tl_sizes_t z;
+        shoal_tune_tl_sizes_of(&t, &z);
+        tap_ok(z.shm_slot_size == 128 << 10 && z.shm_nslots == 16 && z.tcp_min_split == 1 << 20 &&
+               z.ucx_inline_max == 8192, "the transports get the resolved sizes");
+    }
+    tap_is_int(shoal_tune_override(&t, "set SHM_NSLOTS many\n"), SHOAL_ERR_INVALID_ARG,
+               "a count that is no number is refused");
+
     shoal_tune_derive(&tune_cases[0].m, &t);
     tap_is_int(shoal_tune_override(&t, "set NO_SUCH_KNOB 1\nset CHUNK_SIZE 1m\nset CHUNK_SIZE\n"),
                SHOAL_ERR_INVALID_ARG, "unknown or incomplete 'set' lines are refused");
@@ -128,6 +155,8 @@ static void test_machine_parse(void)
            m.copy_mem_mbs == 7500 && m.copy_cache_mbs == 30000 && m.reduce_mem_mbs == 6000,
            "... parsed");
     tap_is_int(shoal_tune_machine_parse("l2=512k", &m), 1, "caches only");
+    tap_is_int(shoal_tune_machine_parse("tcp_rbuf=256k", &m), 4, "the tcp receive buffer");
+    tap_is_int(m.tcp_rbuf_kb, 256, "... parsed");
     tap_is_int(shoal_tune_machine_parse("l2=lots", &m), -1, "a bad size");
     tap_is_int(shoal_tune_machine_parse("copy=-1", &m), -1, "a bad rate");
     tap_is_int(shoal_tune_machine_parse("l2", &m), -1, "no value");
@@ -155,7 +184,10 @@ int main(void)
     setenv("SHOAL_CONF_FILE", conf, 1);
     setenv("SHOAL_SHM_WINDOW", "128k", 1);
     setenv("SHOAL_SHM_ONESHOT_MAX", "0", 1);
+    setenv("SHOAL_TCP_MIN_SPLIT", "1m", 1);
     unsetenv("SHOAL_CHUNK_SIZE");
+    unsetenv("SHOAL_SHM_NSLOTS");
+    unsetenv("SHOAL_SHM_SLOT_SIZE");
     unsetenv("SHOAL_SHM_LL_MAX");
     shoal_config_global_init();
     test_derive();

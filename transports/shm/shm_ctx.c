@@ -58,18 +58,30 @@ static int shoal_shm_query(void)
     return access(shoal_shm_dir(), W_OK | X_OK) == 0;
 }
 
-static shoal_status_t shoal_shm_config_check(void)
+/* The ring's geometry: the derived sizes (src/tune through core: explicit settings already
+ * applied, the same on every rank of the host), else the variables. */
+static shoal_status_t shoal_shm_config_check(const shoal_tl_params_t *params, size_t *slot_p,
+                                             unsigned *nslots_p)
 {
     const shoal_shm_config_t *c = &shoal_shm_config;
-    if (c->slot_size < SHOAL_SHM_MIN_SLOT || c->slot_size > (1u << 30)) {
-        shoal_error(SHM, "SHOAL_SHM_SLOT_SIZE=%zu is out of range [%d, 1g]", c->slot_size,
-                    SHOAL_SHM_MIN_SLOT);
+    const shoal_tl_sizes_t *z = params->sizes;
+    uint64_t slot = z != NULL && z->shm_slot_size != 0 ? z->shm_slot_size : c->slot_size;
+    uint64_t nslots = z != NULL && z->shm_nslots != 0 ? z->shm_nslots : c->nslots;
+    const char *from = z != NULL && (z->shm_slot_size != 0 || z->shm_nslots != 0)
+                           ? " (as derived, see shoal_info -t)" : "";
+
+    if (slot < SHOAL_SHM_MIN_SLOT || slot > (1u << 30)) {
+        shoal_error(SHM, "SHOAL_SHM_SLOT_SIZE=%llu%s is out of range [%d, 1g]",
+                    (unsigned long long)slot, from, SHOAL_SHM_MIN_SLOT);
         return SHOAL_ERR_INVALID_ARG;
     }
-    if (c->nslots < 2 || c->nslots > 4096) {
-        shoal_error(SHM, "SHOAL_SHM_NSLOTS=%u is out of range [2, 4096]", c->nslots);
+    if (nslots < 2 || nslots > 4096) {
+        shoal_error(SHM, "SHOAL_SHM_NSLOTS=%llu%s is out of range [2, 4096]",
+                    (unsigned long long)nslots, from);
         return SHOAL_ERR_INVALID_ARG;
     }
+    *slot_p = (size_t)slot;
+    *nslots_p = (unsigned)nslots;
     if (c->area_size > ((size_t)1 << 40)) {
         shoal_error(SHM, "SHOAL_SHM_AREA_SIZE=%zu is too large", c->area_size);
         return SHOAL_ERR_INVALID_ARG;
@@ -217,7 +229,9 @@ static void shoal_shm_segment_format(shoal_tl_ctx_t *ctx)
 
 static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p)
 {
-    shoal_status_t status = shoal_shm_config_check();
+    size_t slot_size;
+    unsigned nslots;
+    shoal_status_t status = shoal_shm_config_check(params, &slot_size, &nslots);
     if (status != SHOAL_OK) {
         return status;
     }
@@ -239,8 +253,8 @@ static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_c
         .comm_id = params->comm_id,
         .abort_flag = params->abort_flag,
         .lazy = params->lazy,
-        .slot_size = SHOAL_ALIGN_UP(shoal_shm_config.slot_size, SHOAL_CACHELINE),
-        .nslots = shoal_shm_config.nslots,
+        .slot_size = SHOAL_ALIGN_UP(slot_size, SHOAL_CACHELINE),
+        .nslots = nslots,
         .area_size = SHOAL_ALIGN_UP(shoal_shm_config.area_size, SHOAL_SHM_PAGE),
     };
     shoal_shm_layout_compute(ctx->slot_size, ctx->nslots, ctx->area_size,

@@ -356,7 +356,9 @@ static shoal_status_t shoal_tcp_init(const shoal_tl_params_t *params, shoal_tl_c
                         ctx->nsocks, SHOAL_TCP_MAX_SOCKS);
         ctx->nsocks = ctx->nsocks < 1 ? 1 : SHOAL_TCP_MAX_SOCKS;
     }
-    ctx->min_split = shoal_tcp_config.min_split;
+    /* derived (src/tune through core, explicit settings applied), else the variable */
+    ctx->min_split = params->sizes != NULL && params->sizes->tcp_min_split != 0
+                         ? (size_t)params->sizes->tcp_min_split : shoal_tcp_config.min_split;
     ctx->sndbuf = shoal_tcp_config.sndbuf;
     ctx->rcvbuf = shoal_tcp_config.rcvbuf;
     ctx->epfd = epoll_create1(EPOLL_CLOEXEC);

@@ -348,7 +348,11 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
     ctx->qos_ib_tc = params->qos_valid ? params->qos_ib_tc : -1;
     ctx->abort_flag = params->abort_flag;
     ctx->lazy = params->lazy;
-    ctx->inline_max = SHOAL_MIN(shoal_ucx_config.inline_max, (size_t)1 << 20);
+    /* derived (src/tune through core, explicit settings applied), else the variable */
+    ctx->inline_max = SHOAL_MIN(params->sizes != NULL && params->sizes->ucx_inline_max != 0
+                                    ? (size_t)params->sizes->ucx_inline_max
+                                    : shoal_ucx_config.inline_max,
+                                (size_t)1 << 20);
     if (params->nranks > (1 << SHOAL_UCX_RANK_BITS)) {
         shoal_error(UCX, "%d ranks: the ucx transport's tags hold at most %d", params->nranks,
                     1 << SHOAL_UCX_RANK_BITS);
