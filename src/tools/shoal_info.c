@@ -136,8 +136,9 @@ static void shoal_info_print_config(void)
             const shoal_cfg_field_t *f = &tab->fields[i];
 
             shoal_cfg_format_value(f, shoal_info_field_src(tab, f), value, sizeof(value));
-            printf("# %s\n# default: '%s', set by: %s\nSHOAL_%s=%s\n", f->doc, f->dflt,
-                   shoal_cfg_source(f), f->name, value);
+            printf("# %s\n# default: %s'%s', set by: %s\nSHOAL_%s=%s\n", f->doc,
+                   (f->flags & SHOAL_CFG_F_DERIVED) ? "derived (see shoal_info -t), else " : "",
+                   f->dflt, shoal_cfg_source(f), f->name, value);
         }
     }
 }
@@ -168,7 +169,11 @@ static void shoal_info_print_config_md(void)
             const shoal_cfg_field_t *f = &tab->fields[i];
 
             printf("| `SHOAL_%s` | ", f->name);
-            if (f->dflt[0] == '\0') {
+            if (f->flags & SHOAL_CFG_F_DERIVED) {
+                printf("derived (see `shoal_info -t`), else `");
+                shoal_info_md_cell(f->dflt);
+                printf("`");
+            } else if (f->dflt[0] == '\0') {
                 printf("*unset*");
             } else {
                 printf("`");

@@ -124,6 +124,10 @@ typedef struct {
 /* The value is a secret (a job secret, a unique id, a credential): redacted in every dump and
  * log, removed from the environment once read, wiped when no longer needed. */
 #define SHOAL_CFG_F_SECRET (1u << 0)
+/* Unset, the value is derived from the machine (src/tune, shown by shoal_info -t); dflt is
+ * the value where nothing can be derived (SHOAL_TUNE=0, nothing known) and the variable's own
+ * value for code that bypasses the derivation. */
+#define SHOAL_CFG_F_DERIVED (1u << 1)
 
 typedef struct {
     const char *module;             /* "log", "core", "coll", "shm", "tcp", ... */

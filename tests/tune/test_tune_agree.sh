@@ -2,6 +2,8 @@
 # Settings that follow the machine (src/tune):
 #  - under shoalrun, rank 1 is given another machine profile (and an explicit setting of its
 #    own): every rank must still use rank 0's values (tune_rank checks; shm and tcp);
+#  - the transport sizes (shm ring, tcp split, ucx inline) are each host's lowest rank's: the
+#    shm segment of rank 1 has rank 0's ring although rank 1's own profile gives another;
 #  - shoal_info -t prints the profile and each setting with its source: derived, env, file
 #    (SHOAL_TUNING_FILE 'set' line, SHOAL_CONF_FILE), default (SHOAL_TUNE=0); the measurement
 #    is cached per host (a second run reads it; a file others may write is not trusted);
@@ -96,6 +98,42 @@ check "SHOAL_TUNE=0: the fixed defaults" "shm_window +512k +default +SHOAL_TUNE=
 info_t SHOAL_TUNE_MACHINE="$m1"
 check "SHOAL_TUNE_MACHINE gives the profile" \
     "shm_window +128k +derived +L2 256 KiB / 2" "$tmp/info"
+
+# transport sizes: derived from the profile, explicit settings win, SHOAL_TUNE=0 the constants
+info_t SHOAL_TUNE_MACHINE="$m0 tcp_rbuf=512k"
+check "shm ring slot from the copy rate in L2" \
+    "shm_slot_size +16k +derived +copy in L2 20.0 GB/s x 1000 ns" "$tmp/info"
+check "shm ring slots from the copy rate from memory and the L2" \
+    "shm_nslots +32 +derived +ring copy 9.0 GB/s x 50 us <= L2 / 2 / slot" "$tmp/info"
+check "tcp striping threshold from the receive buffer" \
+    "tcp_min_split +1m +derived +2 x tcp receive buffer 512 KiB" "$tmp/info"
+check "ucx inline limit from the copy rate in L2" \
+    "ucx_inline_max +4k +derived +8192 x copy in L2 20.0" "$tmp/info"
+info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_SHM_NSLOTS=6 SHOAL_TCP_RCVBUF=64k
+check "SHOAL_SHM_NSLOTS wins over the derived count" "shm_nslots +6 +env +SHOAL_SHM_NSLOTS" \
+    "$tmp/info"
+check "SHOAL_TCP_RCVBUF is the receive buffer the split follows" \
+    "tcp_min_split +128k +derived +2 x tcp receive buffer 64 KiB" "$tmp/info"
+printf 'set SHM_SLOT_SIZE 32k\nset UCX_INLINE_MAX 2k\n' >"$tmp/tuning2"
+info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_TUNING_FILE="$tmp/tuning2"
+check "a tuning file 'set SHM_SLOT_SIZE' wins" "shm_slot_size +32k +file" "$tmp/info"
+if "$info" -b 2>/dev/null | grep -Eq 'ucx +found: yes'; then
+    check "a tuning file 'set UCX_INLINE_MAX' wins" "ucx_inline_max +2k +file" "$tmp/info"
+else
+    n_tap=$((n_tap + 1)); echo "ok $n_tap # SKIP ucx not built in"
+fi
+info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_TUNE=0
+check "SHOAL_TUNE=0: the shm ring's constants" "shm_slot_size +64k +default +SHOAL_TUNE=0" \
+    "$tmp/info"
+"$info" -c -m >"$tmp/md" 2>/dev/null
+check "shoal_info -c -m: the derived defaults say so" \
+    "SHOAL_SHM_SLOT_SIZE. \\| derived \\(see .shoal_info -t.\\), else .64k." "$tmp/md"
+# the shm transport really runs with the derived ring (16k x 32 from m0) on every rank, also
+# where a rank's own profile would give another ring (rank 1: m1)
+mp_job "shm n=2, derived ring" 2 \
+    "SHOAL_DEBUG=info SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1" "$rankp"
+check "every rank's shm segment has 16k x 32 rings" "rank 1: segment .* rings of 32 x 16384 B" \
+    "$tmp/err"
 
 # discovery: sysfs and, where built in, hwloc give the same L2 as the kernel
 l2=""

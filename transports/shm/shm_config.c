@@ -17,16 +17,23 @@ static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
         .name = "SHM_SLOT_SIZE",
         .dflt = "64k",
         .doc = "bytes per ring slot of the shm transport (at least 256; messages stream "
-               "through the ring slot by slot)",
+               "through the ring slot by slot); unset: the copy rate in L2 x 1 us (a slot's "
+               "copy takes ten flag handoffs), a power of two within 16k..1m (SHOAL_TUNE); "
+               "every rank of a host uses its lowest rank's",
         .offset = offsetof(shoal_shm_config_t, slot_size),
         .type = SHOAL_CFG_SIZE,
+        .flags = SHOAL_CFG_F_DERIVED,
     },
     {
         .name = "SHM_NSLOTS",
         .dflt = "8",
-        .doc = "ring slots per direction per local peer of the shm transport (at least 2)",
+        .doc = "ring slots per direction per local peer of the shm transport (at least 2); "
+               "unset: a ring of the copy rate from memory x 50 us (a late peer's reaction), at "
+               "most half the L2, divided by the slot size, within 2..64 (SHOAL_TUNE); every "
+               "rank of a host uses its lowest rank's",
         .offset = offsetof(shoal_shm_config_t, nslots),
         .type = SHOAL_CFG_UINT,
+        .flags = SHOAL_CFG_F_DERIVED,
     },
     {
         .name = "SHM_AREA_SIZE",

@@ -47,9 +47,12 @@ static const shoal_cfg_field_t shoal_tcp_cfg_fields[] = {
         .name = "TCP_MIN_SPLIT",
         .dflt = "256k",
         .doc = "tcp messages at least this large are striped across all sockets of the peer; "
-               "both sides use the larger of their values",
+               "both sides use the larger of their values; unset: twice the socket's initial "
+               "receive buffer (SHOAL_TCP_RCVBUF, else the kernel's tcp_rmem default), a power "
+               "of two within 64k..4m (SHOAL_TUNE)",
         .offset = offsetof(shoal_tcp_config_t, min_split),
         .type = SHOAL_CFG_SIZE,
+        .flags = SHOAL_CFG_F_DERIVED,
     },
     {
         .name = "TCP_SNDBUF",

@@ -16,9 +16,11 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .doc = "ucx messages with at most this many payload bytes travel in one eager message "
                "with their header (copied once on each side); larger ones send the payload "
                "zero-copy from the caller's buffer as a second message (UCX rendezvous); both "
-               "sides use the smaller of their values",
+               "sides use the smaller of their values; unset: 8k x the copy rate in L2 / 55 GB/s, "
+               "a power of two within 2k..64k (SHOAL_TUNE)",
         .offset = offsetof(shoal_ucx_config_t, inline_max),
         .type = SHOAL_CFG_SIZE,
+        .flags = SHOAL_CFG_F_DERIVED,
     },
     {
         .name = "UCX_CMA",
