@@ -709,6 +709,44 @@ static void test_local(void)
     tl->fini(ctx);
 }
 
+/* Sizes derived by src/tune (params->sizes) set the ring; zeros leave the variables'; a
+ * derived value out of range is refused like the variable would be. */
+static void test_sizes(void)
+{
+    shoal_tl_sizes_t z = {.shm_slot_size = 16 << 10, .shm_nslots = 32};
+    shoal_tl_params_t params = {.rank = 0, .nranks = 1, .local_rank = 0, .local_size = 1,
+                                .comm_id = 0x5eed0001u, .secret = secret, .timeout_ms = 1000,
+                                .abort_flag = &no_abort, .sizes = &z};
+    shoal_tl_ctx_t *ctx = NULL;
+    shoal_shm_addr_t a;
+    size_t alen;
+
+    if (tl->init(&params, &ctx) != SHOAL_OK) {
+        tap_ok(0, "init with derived sizes");
+        return;
+    }
+    tl->address(ctx, &a, &alen);
+    tap_ok(a.slot_size == 16 << 10 && a.nslots == 32, "derived sizes make the ring: %llu x %u",
+           (unsigned long long)a.slot_size, a.nslots);
+    tl->fini(ctx);
+    z = (shoal_tl_sizes_t){0};
+    if (tl->init(&params, &ctx) != SHOAL_OK) {
+        tap_ok(0, "init without derived sizes");
+        return;
+    }
+    tl->address(ctx, &a, &alen);
+    tap_ok(a.slot_size == shoal_shm_config.slot_size && a.nslots == shoal_shm_config.nslots,
+           "no derived sizes: the variables' ring (%llu x %u)", (unsigned long long)a.slot_size,
+           a.nslots);
+    tl->fini(ctx);
+    z.shm_nslots = 1;
+    ctx = NULL;
+    tap_is_int(tl->init(&params, &ctx), SHOAL_ERR_INVALID_ARG, "a derived slot count of 1 is "
+               "refused");
+    z = (shoal_tl_sizes_t){.shm_slot_size = 64};
+    tap_is_int(tl->init(&params, &ctx), SHOAL_ERR_INVALID_ARG, "a derived 64 B slot is refused");
+}
+
 int main(void)
 {
     shoal_config_global_init();
@@ -725,6 +763,7 @@ int main(void)
         return 1;
     }
     test_local();
+    test_sizes();
     const case_t cases[] = {
         {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
          .killed_rank = -1},
