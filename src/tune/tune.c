@@ -32,9 +32,10 @@
 #define SHOAL_TUNE_DFLT_UCX_INLINE 8192u
 
 /*
- * Transport sizes (measured with tl_perf on the CI-kind machine, 2 MiB L2: shm rings of 16k to
- * 512k slots x 4 to 16 slots, tcp split at 64k to never, see the commit; under load the
- * differences were within the noise except 16k slots, which lost up to 40%):
+ * Transport sizes. tl_perf on the CI-kind machine (2 MiB L2, 2 vCPUs shared, load 6 to 21),
+ * alternating runs: shm rings of 32k..512k slots x 4..16 slots all streamed 17-18 GB/s up to
+ * 1 MiB and 13-14 GB/s at 4-16 MiB in the quietest round, 16k x 8 about 10 GB/s below 1 MiB;
+ * the tcp split at 64k..never was within the noise. The rules give the old constants there:
  * - shm slot: one slot's copy in L2 takes about 1 us, ten times a flag's handoff between
  *   cores (~0.1 us), so the handoffs cost ~10% at most: slot = copy rate in L2 x 1 us.
  * - shm ring (slot x nslots): covers a peer that reacts late (a wakeup after a futex sleep,
