@@ -18,7 +18,12 @@
  * clock_gettime, and the hooks of src/meter/meter.h around an empty call on the real page,
  * with both clock reads and with the entry read given (in a process without the CUDA driver
  * the entry read is shared with the CUDA layer's check, src/coll/api.c). A design that
- * measures each call's time cannot go below two clock reads per call.
+ * measures each call's time cannot go below two clock reads per call. In context: the same
+ * after a wait like a peer's (a spin with pause whose exit is mispredicted), where a call's
+ * end comes: the wait alone, with one clock read, with the meter's hooks (entry read given),
+ * and with the hooks of page version 1 (a multiply per call, on a scratch page).
+ * Per batch it also takes this thread's CPU time (cpu_* keys): in a 1-rank run, whose calls
+ * never wait, the cost of the meter on the call path without the machine's preemptions.
  *
  *   shoalrun -n 2 build/meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] [-c COLL]
  *                                   [-o on|off] [-d meter|qos] [-r RATE] [-S]
@@ -139,25 +144,24 @@ typedef struct {
     double hooks;    /* the meter's hooks around an empty call, both clock reads */
     double marginal; /* the same with the entry read given (what a call pays for the meter when
                       * the entry read is shared with the CUDA layer's check) */
-    double nomul;    /* the alternative of issue 11, evaluated: time kept in ticks in the page
-                      * (no multiply on the hot path), same hooks otherwise, entry read given */
+    double mul;      /* the hooks of page version 1 (the time converted to ns per call: a
+                      * 128-bit multiply), entry read given: what version 2 (ticks) saved */
     double wait;     /* in context: a wait like a peer's (a spin with pause of unpredictable
                       * length, so its exit is mispredicted as a real wait's is), then a short
                       * dependent path */
     double wait_clock; /* the same with one clock read after the wait */
     double wait_meter; /* the same with the meter's hooks (entry read given) after the wait */
-    double wait_nomul; /* the same with the alternative's hooks (time in ticks) */
+    double wait_mul;   /* the same with the hooks of version 1 */
 } pieces_t;
 
-/* shoal_meter_call_end with the time added in ticks, not ns (the multiply left to readers):
- * the alternative measured by pieces(), on a scratch page. */
-static inline void call_end_ticks(struct shoal_meter *m, int type, shoal_status_t st,
-                                  uint64_t t0)
+/* shoal_meter_call_end of page version 1 (the time converted to ns per call), timed by
+ * pieces() on a scratch page beside today's (ticks, converted by readers). */
+static inline void call_end_mul(struct shoal_meter *m, int type, shoal_status_t st, uint64_t t0)
 {
     shoal_meter_page_t *p = m->page;
     uint64_t now = shoal_ticks();
     shoal_meter_add(&p->ops[type], 1);
-    shoal_meter_add(&p->coll_ns, now - t0);
+    shoal_meter_add(&p->coll_ns, shoal_ticks_ns(now - t0));
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         __atomic_fetch_add(&p->errors, 1, __ATOMIC_RELAXED);
         if (shoal_meter_is_peer_failure(st)) {
@@ -195,10 +199,10 @@ static void pieces(struct shoal_meter *m, pieces_t *p)
         __asm__ volatile("" : : : "memory");
         shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, st, t0);
     });
-    TIME_LOOP(p->nomul, {
+    TIME_LOOP(p->mul, {
         shoal_meter_call_enter(&alt);
         __asm__ volatile("" : : : "memory");
-        call_end_ticks(&alt, SHOAL_METER_ALLREDUCE, st, t0);
+        call_end_mul(&alt, SHOAL_METER_ALLREDUCE, st, t0);
     });
 #define WAIT_PATH                                                                            \
     for (unsigned j_ = trips[(unsigned)i_ * 7u & 4095u]; j_ > 0; j_--) {                     \
@@ -220,11 +224,11 @@ static void pieces(struct shoal_meter *m, pieces_t *p)
         __asm__ volatile("" : : : "memory");
         shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, st, t0);
     });
-    TIME_LOOP_N(p->wait_nomul, 200000, {
+    TIME_LOOP_N(p->wait_mul, 200000, {
         WAIT_PATH;
         shoal_meter_call_enter(&alt);
         __asm__ volatile("" : : : "memory");
-        call_end_ticks(&alt, SHOAL_METER_ALLREDUCE, st, t0);
+        call_end_mul(&alt, SHOAL_METER_ALLREDUCE, st, t0);
     });
 #undef WAIT_PATH
     __asm__ volatile("" : : "r"(sink), "r"(x));
@@ -379,11 +383,11 @@ int main(int argc, char **argv)
         if (!qos) {
             pieces(on->meter, &pc);
             printf("clock %s\nclock_ghz %.3f\nclock_read_ns %.2f\nclock_gettime_ns %.2f\n"
-                   "hooks_ns %.2f\nhooks_marginal_ns %.2f\nhooks_nomul_ns %.2f\n"
-                   "wait_ns %.2f\nwait_clock_ns %.2f\nwait_meter_ns %.2f\nwait_nomul_ns %.2f\n",
+                   "hooks_ns %.2f\nhooks_marginal_ns %.2f\nhooks_mul_ns %.2f\n"
+                   "wait_ns %.2f\nwait_clock_ns %.2f\nwait_meter_ns %.2f\nwait_mul_ns %.2f\n",
                    shoal_tick_clock.tsc ? "tsc" : "clock_monotonic",
                    (double)shoal_tick_clock.ticks_per_sec / 1e9, pc.ticks, pc.mono, pc.hooks,
-                   pc.marginal, pc.nomul, pc.wait, pc.wait_clock, pc.wait_meter, pc.wait_nomul);
+                   pc.marginal, pc.mul, pc.wait, pc.wait_clock, pc.wait_meter, pc.wait_mul);
         } else {
             printf("paced_ns %llu\n", (unsigned long long)shoal_qos_pace_held_ns(on->pace));
         }
