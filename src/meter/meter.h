@@ -123,10 +123,10 @@ static inline int shoal_meter_is_peer_failure(shoal_status_t st)
 }
 
 /* The call ends with st: ops, time, errors; seq becomes even again.
- * Its cost is one clock read (rdtsc: 7.5-8 ns back to back on a 2.6 GHz Xeon, about as much
- * after a wait, where a call ends) and ~24 instructions (perf/meter_overhead.sh). The time
- * goes into the page in ticks: readers convert (meter_page.h), the multiply per call of page
- * version 1 cost 1.2-1.4 ns more. Kept on the critical path on purpose: a read inside the
+ * Its cost is one clock read (rdtsc: 7.5-8.4 ns back to back on a 2.6 GHz Xeon, about 7 ns
+ * after a wait, where a call ends) and 24 instructions (perf/meter_overhead.sh). The time
+ * goes into the page in ticks: readers convert (meter_page.h); the multiply per call of page
+ * version 1 took 5 instructions and about 1 ns more back to back. Kept on the critical path on purpose: a read inside the
  * last wait (overlapping the peer's cache line) would miss the work after it (the reduction
  * of the last lines, the return; more for larger payloads), a systematic undercount; an entry read after the rank published its input would miss the call's setup
  * and copy-in. Exact per-call time needs a read before the call's first step and one after
