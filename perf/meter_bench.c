@@ -18,7 +18,12 @@
  * clock_gettime, and the hooks of src/meter/meter.h around an empty call on the real page,
  * with both clock reads and with the entry read given (in a process without the CUDA driver
  * the entry read is shared with the CUDA layer's check, src/coll/api.c). A design that
- * measures each call's time cannot go below two clock reads per call.
+ * measures each call's time cannot go below two clock reads per call. In context: the same
+ * after a wait like a peer's (a spin with pause whose exit is mispredicted), where a call's
+ * end comes: the wait alone, with one clock read, with the meter's hooks (entry read given),
+ * and with the hooks of page version 1 (a multiply per call, on a scratch page).
+ * Per batch it also takes this thread's CPU time (cpu_* keys): in a 1-rank run, whose calls
+ * never wait, the cost of the meter on the call path without the machine's preemptions.
  *
  *   shoalrun -n 2 build/meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] [-c COLL]
  *                                   [-o on|off] [-d meter|qos] [-r RATE] [-S]
@@ -92,19 +97,6 @@ static int one_call(shoal_comm_t comm, coll_t coll, const void *in, void *out, s
     return 0;
 }
 
-/* ns per call of one batch of n calls. */
-static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, size_t count,
-                    int n)
-{
-    uint64_t t0 = now_ns();
-    for (int i = 0; i < n; i++) {
-        if (one_call(comm, coll, in, out, count) != 0) {
-            exit(1);
-        }
-    }
-    return (double)(now_ns() - t0) / n;
-}
-
 static uint64_t cpu_ns(void)
 {
     struct timespec ts;
@@ -112,20 +104,39 @@ static uint64_t cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Median ns per iteration of 31 runs of 1M iterations of body, in this thread's CPU time (a
+/* ns per call of one batch of n calls (wall clock); *cpu: the same in this thread's CPU time
+ * (time the thread was preempted does not count: on a loaded machine the robust figure of a
+ * 1-rank run, whose calls never wait; a waiting rank's spinning counts as CPU time). */
+static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, size_t count,
+                    int n, double *cpu)
+{
+    uint64_t t0 = now_ns(), c0 = cpu_ns();
+    for (int i = 0; i < n; i++) {
+        if (one_call(comm, coll, in, out, count) != 0) {
+            exit(1);
+        }
+    }
+    if (cpu != NULL) {
+        *cpu = (double)(cpu_ns() - c0) / n;
+    }
+    return (double)(now_ns() - t0) / n;
+}
+
+/* Median ns per iteration of 31 runs of n iterations of body, in this thread's CPU time (a
  * loaded machine's preemptions do not count). */
-#define TIME_LOOP(result, body)                                                              \
+#define TIME_LOOP_N(result, n, body)                                                         \
     do {                                                                                     \
         double v_[31];                                                                       \
         for (int r_ = 0; r_ < 31; r_++) {                                                    \
             uint64_t t0_ = cpu_ns();                                                         \
-            for (int i_ = 0; i_ < 1000000; i_++) {                                           \
+            for (int i_ = 0; i_ < (n); i_++) {                                               \
                 body;                                                                        \
             }                                                                                \
-            v_[r_] = (double)(cpu_ns() - t0_) / 1e6;                                         \
+            v_[r_] = (double)(cpu_ns() - t0_) / (n);                                         \
         }                                                                                    \
         (result) = median(v_, 31);                                                           \
     } while (0)
+#define TIME_LOOP(result, body) TIME_LOOP_N(result, 1000000, body)
 
 typedef struct {
     double ticks;    /* one read of the call path's clock (shoal_ticks: rdtsc) */
@@ -133,25 +144,94 @@ typedef struct {
     double hooks;    /* the meter's hooks around an empty call, both clock reads */
     double marginal; /* the same with the entry read given (what a call pays for the meter when
                       * the entry read is shared with the CUDA layer's check) */
+    double mul;      /* the hooks of page version 1 (the time converted to ns per call: a
+                      * 128-bit multiply), entry read given: what version 2 (ticks) saved */
+    double wait;     /* in context: a wait like a peer's (a spin with pause of unpredictable
+                      * length, so its exit is mispredicted as a real wait's is), then a short
+                      * dependent path */
+    double wait_clock; /* the same with one clock read after the wait */
+    double wait_meter; /* the same with the meter's hooks (entry read given) after the wait */
+    double wait_mul;   /* the same with the hooks of version 1 */
 } pieces_t;
+
+/* shoal_meter_call_end of page version 1 (the time converted to ns per call), timed by
+ * pieces() on a scratch page beside today's (ticks, converted by readers). */
+static inline void call_end_mul(struct shoal_meter *m, int type, shoal_status_t st, uint64_t t0)
+{
+    shoal_meter_page_t *p = m->page;
+    uint64_t now = shoal_ticks();
+    shoal_meter_add(&p->ops[type], 1);
+    shoal_meter_add(&p->coll_ns, shoal_ticks_ns(now - t0));
+    if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
+        __atomic_fetch_add(&p->errors, 1, __ATOMIC_RELAXED);
+        if (shoal_meter_is_peer_failure(st)) {
+            shoal_meter_add(&p->peer_failures, 1);
+        }
+    }
+    __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+    if (SHOAL_UNLIKELY(now >= m->next_check)) {
+        m->next_check = now + shoal_tick_clock.ticks_per_sec;
+    }
+}
 
 static void pieces(struct shoal_meter *m, pieces_t *p)
 {
-    uint64_t sink = 0, t0 = shoal_ticks();
+    uint64_t sink = 0, t0 = shoal_ticks(), x = 1;
+    volatile uint64_t flag = 0;
+    volatile shoal_status_t st = SHOAL_OK;
+    static shoal_meter_page_t scratch;
+    struct shoal_meter alt = {.page = &scratch, .next_check = UINT64_MAX};
+    uint8_t trips[4096];
+
+    for (int i = 0; i < 4096; i++) {
+        trips[i] = (uint8_t)(1 + rand() % 8);
+    }
     TIME_LOOP(p->ticks, sink += shoal_ticks());
     TIME_LOOP(p->mono, sink += now_ns());
     TIME_LOOP(p->hooks, {
         uint64_t e_ = shoal_ticks();
         shoal_meter_call_enter(m);
         __asm__ volatile("" : : : "memory");
-        shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, SHOAL_OK, e_);
+        shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, st, e_);
     });
     TIME_LOOP(p->marginal, {
         shoal_meter_call_enter(m);
         __asm__ volatile("" : : : "memory");
-        shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, SHOAL_OK, t0);
+        shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, st, t0);
     });
-    __asm__ volatile("" : : "r"(sink));
+    TIME_LOOP(p->mul, {
+        shoal_meter_call_enter(&alt);
+        __asm__ volatile("" : : : "memory");
+        call_end_mul(&alt, SHOAL_METER_ALLREDUCE, st, t0);
+    });
+#define WAIT_PATH                                                                            \
+    for (unsigned j_ = trips[(unsigned)i_ * 7u & 4095u]; j_ > 0; j_--) {                     \
+        x += flag;                                                                           \
+        shoal_cpu_relax();                                                                   \
+    }                                                                                        \
+    for (int k_ = 0; k_ < 8; k_++) {                                                         \
+        x += x >> 3;                                                                         \
+        x ^= (uint64_t)k_;                                                                   \
+    }
+    TIME_LOOP_N(p->wait, 200000, { WAIT_PATH });
+    TIME_LOOP_N(p->wait_clock, 200000, {
+        WAIT_PATH;
+        sink += shoal_ticks();
+    });
+    TIME_LOOP_N(p->wait_meter, 200000, {
+        WAIT_PATH;
+        shoal_meter_call_enter(m);
+        __asm__ volatile("" : : : "memory");
+        shoal_meter_call_end(m, SHOAL_METER_ALLREDUCE, st, t0);
+    });
+    TIME_LOOP_N(p->wait_mul, 200000, {
+        WAIT_PATH;
+        shoal_meter_call_enter(&alt);
+        __asm__ volatile("" : : : "memory");
+        call_end_mul(&alt, SHOAL_METER_ALLREDUCE, st, t0);
+    });
+#undef WAIT_PATH
+    __asm__ volatile("" : : "r"(sink), "r"(x));
 }
 
 int main(int argc, char **argv)
@@ -162,7 +242,7 @@ int main(int argc, char **argv)
     coll_t coll = COLL_ALLREDUCE;
     shoal_comm_t parent, on, off;
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
-    double *ton, *toff, *diff;
+    double *ton, *toff, *diff, *con, *coff, *cdiff;
     char *in, *out;
 
     while ((opt = getopt(argc, argv, "b:n:k:w:c:o:d:r:S")) != -1) {
@@ -220,7 +300,11 @@ int main(int argc, char **argv)
     ton = calloc((size_t)pairs, sizeof(double));
     toff = calloc((size_t)pairs, sizeof(double));
     diff = calloc((size_t)pairs, sizeof(double));
-    if (in == NULL || out == NULL || ton == NULL || toff == NULL || diff == NULL) {
+    con = calloc((size_t)pairs, sizeof(double));
+    coff = calloc((size_t)pairs, sizeof(double));
+    cdiff = calloc((size_t)pairs, sizeof(double));
+    if (in == NULL || out == NULL || ton == NULL || toff == NULL || diff == NULL ||
+        con == NULL || coff == NULL || cdiff == NULL) {
         fprintf(stderr, "meter_bench: out of memory\n");
         return 1;
     }
@@ -259,21 +343,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "meter_bench: the paced communicator has no pacer\n");
         return 1;
     }
-    batch(on, coll, in, out, bytes, warmup);
-    batch(off, coll, in, out, bytes, warmup);
+    batch(on, coll, in, out, bytes, warmup, NULL);
+    batch(off, coll, in, out, bytes, warmup, NULL);
     if (only >= 0) {
-        batch(only ? on : off, coll, in, out, bytes, calls);
+        batch(only ? on : off, coll, in, out, bytes, calls, NULL);
         pairs = 0;
     }
     for (int k = 0; k < pairs; k++) {
         if (k % 2 == 0) {
-            ton[k] = batch(on, coll, in, out, bytes, calls);
-            toff[k] = batch(off, coll, in, out, bytes, calls);
+            ton[k] = batch(on, coll, in, out, bytes, calls, &con[k]);
+            toff[k] = batch(off, coll, in, out, bytes, calls, &coff[k]);
         } else {
-            toff[k] = batch(off, coll, in, out, bytes, calls);
-            ton[k] = batch(on, coll, in, out, bytes, calls);
+            toff[k] = batch(off, coll, in, out, bytes, calls, &coff[k]);
+            ton[k] = batch(on, coll, in, out, bytes, calls, &con[k]);
         }
         diff[k] = ton[k] - toff[k];
+        cdiff[k] = con[k] - coff[k];
     }
     if (rank == 0 && pairs > 0) {
         int nranks;
@@ -291,13 +376,18 @@ int main(int argc, char **argv)
                mon / moff);
         printf("on_min_ns %.2f\noff_min_ns %.2f\nratio_min %.4f\n", mnon, mnoff, mnon / mnoff);
         printf("diff_median_ns %.2f\nratio_diff %.4f\n", md, (moff + md) / moff);
+        md = median(cdiff, pairs);
+        moff = median(coff, pairs);
+        printf("cpu_on_median_ns %.2f\ncpu_off_median_ns %.2f\ncpu_diff_median_ns %.2f\n"
+               "cpu_ratio_diff %.4f\n", median(con, pairs), moff, md, (moff + md) / moff);
         if (!qos) {
             pieces(on->meter, &pc);
             printf("clock %s\nclock_ghz %.3f\nclock_read_ns %.2f\nclock_gettime_ns %.2f\n"
-                   "hooks_ns %.2f\nhooks_marginal_ns %.2f\n",
+                   "hooks_ns %.2f\nhooks_marginal_ns %.2f\nhooks_mul_ns %.2f\n"
+                   "wait_ns %.2f\nwait_clock_ns %.2f\nwait_meter_ns %.2f\nwait_mul_ns %.2f\n",
                    shoal_tick_clock.tsc ? "tsc" : "clock_monotonic",
                    (double)shoal_tick_clock.ticks_per_sec / 1e9, pc.ticks, pc.mono, pc.hooks,
-                   pc.marginal);
+                   pc.marginal, pc.mul, pc.wait, pc.wait_clock, pc.wait_meter, pc.wait_mul);
         } else {
             printf("paced_ns %llu\n", (unsigned long long)shoal_qos_pace_held_ns(on->pace));
         }
@@ -310,5 +400,8 @@ int main(int argc, char **argv)
     free(ton);
     free(toff);
     free(diff);
+    free(con);
+    free(coff);
+    free(cdiff);
     return 0;
 }

@@ -9,12 +9,17 @@
 # communication: the call path alone). The issue's budget: <= 1.01 at 8 B, nothing
 # measurable at 64 MiB.
 #
+# The 1-rank case also in thread CPU time (its calls never wait: the meter's cost on the call
+# path without the machine's preemptions, the robust figure on a loaded machine).
 # Then the pieces on this machine (1-rank run): one read of the call path's clock
 # (shoal_ticks: rdtsc), one clock_gettime, the meter's hooks with both clock reads, and with
 # the entry read given (a call pays that much for the meter where the entry read is shared
-# with the CUDA layer's driver check: a process without libcuda). And, with valgrind, the
-# instructions per call on and off (callgrind, 1 rank, two call counts: the difference per
-# call; a machine-independent figure).
+# with the CUDA layer's driver check: a process without libcuda), the hooks of page version 1
+# (a multiply per call); and in context, after a wait whose exit is mispredicted like a
+# peer's: one clock read, the hooks, version 1's hooks. And, with valgrind, the instructions
+# per call on and off (callgrind, 1 rank, two call counts: the difference per call, less the
+# instructions of what runs on time rather than per call: the CUDA layer's look for a loaded
+# driver, dl_iterate_phdr, and the meter's once-a-second check; a machine-independent figure).
 #
 # usage: perf/meter_overhead.sh [--ranks N] [--pairs K] [--build DIR] [--transport T]
 #                               [--no-callgrind]
@@ -73,11 +78,23 @@ for spec in "8 $ranks 2000" "64M $ranks 2" "8 1 20000"; do
     if [ "$1" = 8 ] && [ "$2" != 1 ]; then
         cp "$tmp/out" "$tmp/lat"
     fi
+    if [ "$2" = 1 ]; then
+        printf '  %8s %5s %11s %11s %7s %11s %11s %7s %9s %7s  (thread CPU time)\n' "$1" "$2" \
+            "$(key cpu_on_median_ns)" "$(key cpu_off_median_ns)" "" "" "" "" \
+            "$(key cpu_diff_median_ns)" "$(key cpu_ratio_diff)"
+    fi
 done
 # (times in ns per call; on-off: median of the per-pair differences, its ratio to off median)
 echo "# pieces (ns, this machine, 1 rank): clock $(key clock) at $(key clock_ghz) GHz;" \
     "one clock read $(key clock_read_ns), one clock_gettime $(key clock_gettime_ns);" \
-    "meter hooks with both reads $(key hooks_ns), with the entry read shared $(key hooks_marginal_ns)"
+    "meter hooks with both reads $(key hooks_ns), with the entry read shared $(key hooks_marginal_ns)" \
+    "(page version 1, a multiply per call: $(key hooks_mul_ns))"
+echo "# in context (ns): a wait like a peer's $(key wait_ns); then one clock read" \
+    "+$(awk -v a="$(key wait_clock_ns)" -v b="$(key wait_ns)" 'BEGIN { printf "%.2f", a - b }')," \
+    "the meter's hooks" \
+    "+$(awk -v a="$(key wait_meter_ns)" -v b="$(key wait_ns)" 'BEGIN { printf "%.2f", a - b }')," \
+    "version 1's hooks" \
+    "+$(awk -v a="$(key wait_mul_ns)" -v b="$(key wait_ns)" 'BEGIN { printf "%.2f", a - b }')"
 if [ -s "$tmp/lat" ]; then
     awk -v c="$(key clock_read_ns)" '$1 == "off_median_ns" { off = $2 } END {
         printf "# 1%% of the %s-rank 8 B call (%.1f ns) is %.2f ns; one clock read is %.1f%% of it\n",
@@ -91,7 +108,12 @@ if [ "$callgrind" = 1 ] && command -v valgrind >/dev/null 2>&1; then
                 --tool=callgrind --toggle-collect=shoal_allreduce \
                 --callgrind-out-file="$tmp/cg.$m.$n" "$bench" -o "$m" -n "$n" -w 10 \
                 >/dev/null 2>"$tmp/cg.$m.$n.err" || { echo "meter_overhead.sh: callgrind failed" >&2; exit 1; }
-            sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/cg.$m.$n.err" >"$tmp/ir.$m.$n"
+            # the total less what runs on time, not per call (inclusive costs)
+            callgrind_annotate --inclusive=yes --threshold=100 "$tmp/cg.$m.$n" 2>/dev/null |
+                awk '/PROGRAM TOTALS/ { gsub(",", "", $1); t = $1 }
+                     !/=>/ && /:dl_iterate_phdr |:shoal_meter_check / { gsub(",", "", $1); x += $1 }
+                     END { print t - x }' >"$tmp/ir.$m.$n"
+            [ -s "$tmp/ir.$m.$n" ] || { echo "meter_overhead.sh: callgrind_annotate failed" >&2; exit 1; }
         done
     done
     on=$(( ($(cat "$tmp/ir.on.10000") - $(cat "$tmp/ir.on.5000")) ))

@@ -116,7 +116,7 @@ static void shoald_page_load(const volatile shoal_meter_page_t *m, uint64_t c[SH
         __atomic_load_n(&pg->cuda_ipc_recv, __ATOMIC_RELAXED);
     c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
     c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
-    c[SHOALD_CTR_COLL_NS] = __atomic_load_n(&pg->coll_ns, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_COLL_NS] = shoal_meter_page_coll_ns(pg); /* coll_ns or coll_ticks in ns */
     c[SHOALD_CTR_ERRORS] = __atomic_load_n(&pg->errors, __ATOMIC_RELAXED);
     c[SHOALD_CTR_PEER_FAILURES] = __atomic_load_n(&pg->peer_failures, __ATOMIC_RELAXED);
     c[SHOALD_CTR_ABORTS] = __atomic_load_n(&pg->aborts, __ATOMIC_RELAXED);

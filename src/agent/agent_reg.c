@@ -283,7 +283,7 @@ static const char *shoald_reg_page_check(const shoal_meter_page_t *s)
 {
     if (s->magic != SHOAL_METER_MAGIC)
         return "the page's magic is wrong";
-    if (s->version != SHOAL_METER_VERSION)
+    if (s->version < SHOAL_METER_VERSION_MIN || s->version > SHOAL_METER_VERSION)
         return "the page's version is not supported";
     if (s->size != sizeof(shoal_meter_page_t))
         return "the page's size field is wrong";
@@ -461,12 +461,14 @@ static void shoald_reg_pend_read(shoald_reg_t *r, shoald_pend_t *q)
     for (;;) {
         want = sizeof(*m);
         if (q->len >= sizeof(*m)) {
-            if (m->magic != SHOAL_METER_REG_MAGIC || m->version != SHOAL_METER_VERSION ||
+            if (m->magic != SHOAL_METER_REG_MAGIC || m->version < SHOAL_METER_VERSION_MIN ||
+                m->version > SHOAL_METER_VERSION ||
                 m->page_bytes != SHOAL_METER_PAGE_BYTES ||
                 m->cred_len >= SHOAL_TENANT_CRED_TEXT_MAX) {
                 shoald_reg_refuse(r, q, SHOALD_REFUSE_MALFORMED, SHOAL_ERR_INVALID_ARG, NULL,
-                                  "not a shoal_meter_reg_t of version %d for a %d-byte page "
-                                  "(or the credential is too long)", SHOAL_METER_VERSION,
+                                  "not a shoal_meter_reg_t of version %d to %d for a %d-byte "
+                                  "page (or the credential is too long)",
+                                  SHOAL_METER_VERSION_MIN, SHOAL_METER_VERSION,
                                   SHOAL_METER_PAGE_BYTES);
                 return;
             }

@@ -40,10 +40,33 @@ static void shoal_meter_abuse_update(struct shoal_meter *m)
     __atomic_store_n(&m->page->breaker_opened, b.opened, __ATOMIC_RELAXED);
 }
 
+/* The page's tick conversion follows the refined rate (meter_page.h, coll_ticks): the slot
+ * not in force gets the value now as its start and the new rate, then becomes the one in
+ * force. The writer alone calls it (the call that holds the ticket, at its end). */
+static void shoal_meter_tick_rebase(shoal_meter_page_t *p)
+{
+    uint64_t i = __atomic_load_n(&p->tick_slot, __ATOMIC_RELAXED) & 1, j = i ^ 1;
+    uint64_t t = __atomic_load_n(&p->coll_ticks, __ATOMIC_RELAXED);
+    uint64_t t0 = p->tick_conv[i].ticks0, mult = p->tick_conv[i].mult;
+    uint64_t ns = p->tick_conv[i].ns0;
+    uint64_t nmult = __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED);
+    if (nmult == mult) {
+        return;
+    }
+    if (t > t0) {
+        ns += (uint64_t)(((unsigned __int128)(t - t0) * mult) >> 32); /* = the readers' value */
+    }
+    __atomic_store_n(&p->tick_conv[j].ticks0, t, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->tick_conv[j].ns0, ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->tick_conv[j].mult, nmult, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->tick_slot, j, __ATOMIC_RELEASE);
+}
+
 void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)
 {
     m->next_check = now_ticks + shoal_meter_clock.ticks_per_sec;
     shoal_ticks_refine(now_ticks);
+    shoal_meter_tick_rebase(m->page);
     shoal_meter_abuse_update(m);
     shoal_meter_agent_check(m);
 }
@@ -160,6 +183,10 @@ static void shoal_meter_identity(struct shoal_comm *comm, struct shoal_meter *m)
         clock_gettime(CLOCK_REALTIME, &ts);
         p->created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     }
+    /* coll_ticks from 0 at the call path clock's rate now (measured before the first
+     * communicator, shoal_ticks_init); shoal_meter_check follows its refinements. */
+    p->tick_conv[0].mult = __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED);
+    p->tick_slot = 0;
     __atomic_store_n(&p->state, SHOAL_METER_LIVE, __ATOMIC_RELEASE);
 }
 
@@ -295,7 +322,7 @@ static void shoal_meter_stats_read(const shoal_meter_page_t *p, shoal_stats_t *s
         s->bytes_sent_same_host += sent;
         s->bytes_recv_same_host += recv;
     }
-    s->coll_ns = __atomic_load_n(&p->coll_ns, __ATOMIC_RELAXED);
+    s->coll_ns = shoal_meter_page_coll_ns(p);
     s->errors = __atomic_load_n(&p->errors, __ATOMIC_RELAXED);
     s->peer_failures = __atomic_load_n(&p->peer_failures, __ATOMIC_RELAXED);
     s->aborts = __atomic_load_n(&p->aborts, __ATOMIC_RELAXED);

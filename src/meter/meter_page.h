@@ -22,7 +22,11 @@
 #include <stdint.h>
 
 #define SHOAL_METER_MAGIC 0x52544d53u /* "SMTR" */
-#define SHOAL_METER_VERSION 1
+/* 2: time inside collectives in ticks (coll_ticks and its conversion, below; coll_ns stays 0
+ * from such a library). Readers accept 1 and 2: the fields of version 2 are 0 in a page of
+ * version 1 (they were spare), where shoal_meter_page_coll_ns gives coll_ns. */
+#define SHOAL_METER_VERSION 2
+#define SHOAL_METER_VERSION_MIN 1
 #define SHOAL_METER_PAGE_BYTES 4096
 #define SHOAL_METER_NAME_MAX 64       /* = SHOAL_TENANT_NAME_MAX */
 #define SHOAL_METER_MAX_GPUS 16
@@ -77,7 +81,9 @@ typedef struct {
     uint64_t ops[SHOAL_METER_NCOLL];     /* calls completed (successfully or not) */
     uint64_t bytes_sent[SHOAL_METER_NTL][SHOAL_METER_NLOC]; /* payload bytes, no headers */
     uint64_t bytes_recv[SHOAL_METER_NTL][SHOAL_METER_NLOC];
-    uint64_t coll_ns;                    /* time inside collective calls (host side) */
+    uint64_t coll_ns;                    /* time inside collective calls (host side), ns, from
+                                          * a library of version 1 (0 from version 2, which
+                                          * counts coll_ticks): read shoal_meter_page_coll_ns */
     uint64_t errors;                     /* calls that returned an error */
     uint64_t peer_failures;              /* SHOAL_ERR_PEER_FAILED / TRANSPORT / TIMEOUT */
     uint64_t aborts;                     /* the application called shoal_comm_abort */
@@ -99,8 +105,39 @@ typedef struct {
      * predates them (they were spare). ---- */
     uint64_t cuda_ipc_sent;
     uint64_t cuda_ipc_recv;
-    uint64_t spare[25];                  /* room to grow without a new version */
+    /* ---- time inside collective calls (host side) in ticks of the library's call path
+     * clock (the invariant TSC, else ns), version 2: the hot path adds ticks, no conversion;
+     * readers convert with shoal_meter_page_coll_ns. The conversion is piecewise linear and
+     * continuous: tick_conv[tick_slot] = {ticks0, ns0, mult} gives ns0 + (coll_ticks - ticks0)
+     * * mult / 2^32 (mult: ns per tick << 32). About once a second the writer refines the rate:
+     * it writes the other slot with ticks0 = coll_ticks now, ns0 = the value now (the same
+     * formula, so the value does not jump) and the new mult, then release-stores tick_slot
+     * (atomic). So the value only grows, and a writer killed at any point leaves a whole slot
+     * in force. ---- */
+    uint64_t coll_ticks;                 /* monotonic, single writer */
+    uint64_t tick_slot;                  /* 0 or 1 */
+    struct {
+        uint64_t ticks0, ns0, mult;
+    } tick_conv[2];
+    uint64_t spare[17];                  /* room to grow without a new version */
 } shoal_meter_page_t;
+
+/* Time inside collective calls of a page in ns (any version): coll_ns plus coll_ticks
+ * converted by the slot in force. Loads are relaxed but for tick_slot (acquire, so that the
+ * slot and a coll_ticks at least its ticks0 are seen). */
+static inline uint64_t shoal_meter_page_coll_ns(const shoal_meter_page_t *p)
+{
+    uint64_t i = __atomic_load_n(&p->tick_slot, __ATOMIC_ACQUIRE) & 1;
+    uint64_t t0 = __atomic_load_n(&p->tick_conv[i].ticks0, __ATOMIC_RELAXED);
+    uint64_t n0 = __atomic_load_n(&p->tick_conv[i].ns0, __ATOMIC_RELAXED);
+    uint64_t mult = __atomic_load_n(&p->tick_conv[i].mult, __ATOMIC_RELAXED);
+    uint64_t t = __atomic_load_n(&p->coll_ticks, __ATOMIC_RELAXED);
+    uint64_t ns = __atomic_load_n(&p->coll_ns, __ATOMIC_RELAXED) + n0;
+    if (t > t0) {
+        ns += (uint64_t)(((unsigned __int128)(t - t0) * mult) >> 32);
+    }
+    return ns;
+}
 
 _Static_assert(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "meter page too large");
 

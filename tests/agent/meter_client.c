@@ -8,7 +8,9 @@
  *                [--fork-holder S] [--created-ago S]
  * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts,
  * and the process's abuse signals auth_failed, auth_refused, breaker_opened; cuda_ipc_sent,
- * cuda_ipc_recv (device bytes through CUDA IPC).
+ * cuda_ipc_recv (device bytes through CUDA IPC); coll_ticks and tick_mult (the rate of the
+ * conversion slot in force, ns per tick << 32: set it before coll_ticks), the time of a page
+ * of version 2 (coll_ns is version 1's, still read).
  * --abandon S: count for S s, close the connection with the page still live (a registration
  * the library gave up on), count S s more unregistered, then register the same page again;
  * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
@@ -97,6 +99,10 @@ static uint64_t *mc_counter(shoal_meter_page_t *pg, const char *name)
         return &pg->bytes_recv[a][b];
     if (strcmp(name, "coll_ns") == 0)
         return &pg->coll_ns;
+    if (strcmp(name, "coll_ticks") == 0)
+        return &pg->coll_ticks;
+    if (strcmp(name, "tick_mult") == 0)
+        return &pg->tick_conv[pg->tick_slot & 1].mult;
     if (strcmp(name, "errors") == 0)
         return &pg->errors;
     if (strcmp(name, "peer_failures") == 0)

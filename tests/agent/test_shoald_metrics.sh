@@ -32,10 +32,12 @@ client a0 --tenant acme --job train --cred "$ACME" --rank 0 --nranks 2 --ngpus 2
     --set sent:0:0=4096 --set recv:0:0=8192 --set coll_ns=1500000000 --set errors=1 \
     --set cuda_ipc_sent=65536 --set cuda_ipc_recv=98304
 ok $? "rank 0 of acme/train registered" "$T/a0.out"
+# rank 1's time in ticks (a page of version 2: 1e9 ticks at 0.5 ns), rank 0's in coll_ns (as a
+# library of version 1 writes it): the agent converts and adds both
 client a1 --tenant acme --job train --cred "$ACME" --rank 1 --nranks 2 --ngpus 2 \
     --set ops:0=100 --set ops:3=7 --set sent:1:1=1000000 --set recv:1:1=2000000 \
-    --set coll_ns=500000000 --set peer_failures=2 --set cuda_ipc_sent=98304 \
-    --set cuda_ipc_recv=65536
+    --set tick_mult=2147483648 --set coll_ticks=1000000000 --set peer_failures=2 \
+    --set cuda_ipc_sent=98304 --set cuda_ipc_recv=65536
 ok $? "rank 1 of acme/train registered" "$T/a1.out"
 client b0 --tenant beta --job infer --cred "$(cred beta infer)" --ngpus 1 \
     --set ops:1=5 --set sent:2:1=777

@@ -79,7 +79,7 @@ static void page_line(const conn_t *k)
                 (unsigned long long)p->bytes_recv[t][1]);
     }
     fprintf(out, " coll_ns=%llu errors=%llu peer_failures=%llu aborts=%llu\n",
-            (unsigned long long)p->coll_ns, (unsigned long long)p->errors,
+            (unsigned long long)shoal_meter_page_coll_ns(p), (unsigned long long)p->errors,
             (unsigned long long)p->peer_failures, (unsigned long long)p->aborts);
     fprintf(out, "ident pid=%d c=%d rank=%d nranks=%d state=%u seq_even=%d tenant=%s job=%s "
             "class=%d weight=%d ngpus=%d gpus=%d,%d pid_ok=%d regs=%d cred=%s\n", (int)k->pid,

@@ -406,21 +406,34 @@ static void case_split_abort(shoal_comm_t comm)
 }
 
 /* Calls for SECONDS (the acceptor drops the first registration: the library registers again
- * on a call at least a second later). */
+ * on a call at least a second later). The time inside them (coll_ticks in the page, converted
+ * by the rate the page publishes, meter_page.h) never goes back, across the once-a-second
+ * refinement of the rate too, and stays within the wall time of the calls. */
 static void case_hold(shoal_comm_t comm, double secs)
 {
     int g = mp_group("meter: calls over %.1f s count exactly", secs);
-    shoal_stats_t a = snap(comm), b;
-    uint64_t end = now_ns() + (uint64_t)(secs * 1e9), n = 0;
+    shoal_stats_t a = snap(comm), b, prev = a;
+    const shoal_meter_page_t *pg = comm->meter != NULL ? comm->meter->page : NULL;
+    uint64_t t0 = now_ns(), end = t0 + (uint64_t)(secs * 1e9), n = 0, in_calls = 0, back = 0;
+    uint64_t slot0 = pg != NULL ? __atomic_load_n(&pg->tick_slot, __ATOMIC_ACQUIRE) : 0;
+    uint64_t rebases = 0;
     int32_t more = 1;
     while (more) {
+        uint64_t c0 = now_ns(), slot;
         mp_case(g, shoal_allreduce(buf_a, buf_b, 1024, SHOAL_INT32, SHOAL_SUM, comm, NULL) ==
                        SHOAL_OK, R, "allreduce");
         more = now_ns() < end;
         /* every rank stops after the same call */
         mp_case(g, shoal_allreduce(&more, &more, 1, SHOAL_INT32, SHOAL_MIN, comm, NULL) ==
                        SHOAL_OK, R, "allreduce");
+        in_calls += now_ns() - c0;
         n += 2;
+        b = snap(comm);
+        back += b.coll_ns < prev.coll_ns;
+        prev = b;
+        slot = pg != NULL ? __atomic_load_n(&pg->tick_slot, __ATOMIC_ACQUIRE) : 0;
+        rebases += slot != slot0;
+        slot0 = slot;
         usleep(20000);
     }
     b = snap(comm);
@@ -428,6 +441,15 @@ static void case_hold(shoal_comm_t comm, double secs)
             "ops +%llu, want %llu",
             (unsigned long long)(b.ops[SHOAL_STATS_ALLREDUCE] - a.ops[SHOAL_STATS_ALLREDUCE]),
             (unsigned long long)n);
+    mp_case(g, back == 0, R, "coll_ns went back %llu times", (unsigned long long)back);
+    /* within the test's own clock around the calls: 1e-3 (the rate) + 1 us per call */
+    mp_case(g, b.coll_ns > a.coll_ns && b.coll_ns - a.coll_ns <= in_calls + in_calls / 1000 +
+                                                                 1000 * n, R,
+            "coll_ns +%llu, the calls took %llu ns", (unsigned long long)(b.coll_ns - a.coll_ns),
+            (unsigned long long)in_calls);
+    /* the rate was refined (a TSC clock, over a second): the page's conversion moved on */
+    mp_case(g, secs < 1.1 || !shoal_tick_clock.tsc || rebases > 0, R,
+            "no refinement of the tick rate reached the page in %.1f s", secs);
 }
 
 /* N failed authentications from a stranger (192.0.2.1, TEST-NET) noted in this process's
