@@ -126,11 +126,12 @@ static inline int shoal_meter_is_peer_failure(shoal_status_t st)
  * Its cost is one clock read (rdtsc: 7.5-8.4 ns back to back on a 2.6 GHz Xeon, about 7 ns
  * after a wait, where a call ends) and 24 instructions (perf/meter_overhead.sh). The time
  * goes into the page in ticks: readers convert (meter_page.h); the multiply per call of page
- * version 1 took 5 instructions and about 1 ns more back to back. Kept on the critical path on purpose: a read inside the
- * last wait (overlapping the peer's cache line) would miss the work after it (the reduction
- * of the last lines, the return; more for larger payloads), a systematic undercount; an entry read after the rank published its input would miss the call's setup
- * and copy-in. Exact per-call time needs a read before the call's first step and one after
- * its last. */
+ * version 1 took 5 instructions and about 1 ns more back to back.
+ * The read stays on the critical path on purpose: a read inside the last wait (overlapping
+ * the peer's cache line) would miss the work after it (the reduction of the last lines, the
+ * return; more for larger payloads), a systematic undercount; an entry read after the rank
+ * published its input would miss the call's setup and copy-in. Exact per-call time needs a
+ * read before the call's first step and one after its last. */
 static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_status_t st,
                                         uint64_t t0)
 {
