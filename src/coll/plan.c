@@ -151,6 +151,7 @@ shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_plan_t *cp,
     SHOAL_CHECK(shoal_chan_test(comm, reqs, peers, 2, &done));
     if (!done) {
         cp->base.wait_peer = from >= 0 ? from : to;
+        cp->base.chan_wait = 1;
         return SHOAL_IN_PROGRESS;
     }
     x->posted = 0;
