@@ -105,6 +105,10 @@ typedef struct shoal_coll_state {
      * taken and returned by the ticket holder only (plan.c). */
     uint8_t *pool[SHOAL_PLAN_POOL];
     int npool;
+    /* The memory of the last blocking call's plan, reused by the next one (plan.c):
+     * SHOAL_COLL_PLAN_BLOCKING plans only (ticket holder, no other plan in flight). */
+    void *plan_spare;
+    size_t plan_spare_size;
 } shoal_coll_state_t;
 
 /* Selection (select.c): minimum of the cost table's cost_us for the call's collective and
@@ -153,11 +157,16 @@ struct shoal_coll_plan {
     size_t dsize;
     uint8_t *scratch;      /* comm->coll->scratch (blocking) or a pool buffer (own_scratch) */
     int own_scratch;
+    size_t mem_size;       /* bytes allocated */
+    int blocking;          /* SHOAL_COLL_PLAN_BLOCKING: released to plan_spare */
     /* api.c: called once with the outcome before the plan is freed (metering), or NULL */
     void (*on_done)(struct shoal_comm *comm, shoal_coll_plan_t *cp, shoal_status_t st);
     uint64_t t0;
 };
-/* Builds the plan of one algorithm: *cp_p is calloc'ed with size bytes (>= sizeof
+/* exclusive's value for a blocking call's plan (shoal_coll_plan_run): the communicator's
+ * scratch, and the memory of the previous blocking call's plan (coll->plan_spare) */
+#define SHOAL_COLL_PLAN_BLOCKING 2
+/* Builds the plan of one algorithm: *cp_p is allocated zeroed, size bytes (>= sizeof
  * shoal_coll_plan_t) and filled in except base.progress and base.peers, which the builder
  * sets. Scratch: the communicator's when exclusive (the caller holds the ticket and no other
  * plan is in flight), else one from the pool. */

@@ -240,6 +240,11 @@ struct shoal_plan {
     int npeers;                    /* < 0: any peer (runs alone) */
     int peers[SHOAL_PLAN_PEERS];   /* the channels it uses */
     int wait_peer;                 /* the peer progress waits for (timeout sentence), or -1 */
+    /* Set by progress() when it returned SHOAL_IN_PROGRESS only for channel requests of its
+     * own (shoal_coll_xchg): nothing changes for it until a transport's progress() reports
+     * a completion, so shoal_plan_drive polls the transports alone meanwhile. Cleared before
+     * every call of progress(). */
+    int chan_wait;
 };
 /* Starts a call whose ticket is served (issue order: it may take the sequence number): a plan
  * in *plan_p, or the call's status with *plan_p NULL when nothing is left to do. */

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SHOAL_HIDDEN __attribute__((visibility("hidden")))
 #define SHOAL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -245,6 +246,17 @@ static inline void shoal_cpu_relax(void)
 
 static inline void shoal_put_le(uint8_t *p, uint64_t v, int n)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n == 4) { /* the wire header's fields: one store (a loop of bytes is not merged) */
+        uint32_t v32 = (uint32_t)v;
+        memcpy(p, &v32, 4);
+        return;
+    }
+    if (n == 8) {
+        memcpy(p, &v, 8);
+        return;
+    }
+#endif
     for (int i = 0; i < n; i++) {
         p[i] = (uint8_t)(v >> (8 * i));
     }
@@ -253,6 +265,17 @@ static inline void shoal_put_le(uint8_t *p, uint64_t v, int n)
 static inline uint64_t shoal_get_le(const uint8_t *p, int n)
 {
     uint64_t v = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n == 4) {
+        uint32_t v32;
+        memcpy(&v32, p, 4);
+        return v32;
+    }
+    if (n == 8) {
+        memcpy(&v, p, 8);
+        return v;
+    }
+#endif
     for (int i = 0; i < n; i++) {
         v |= (uint64_t)p[i] << (8 * i);
     }

@@ -243,7 +243,11 @@ static void body_cma(child_t *c)
             "%d above the inline limit read by single copy", (unsigned long long)reads, want);
     }
 
-    /* 2: a send completes only once the receiver has read it (its FIN) */
+    /* 2: a send completes only once the receiver has read it (its FIN). Both start together:
+     * the receiver posts 500 ms after the barrier, the sender looks 300 ms after it (without
+     * it, a sender that left the exchange above 200 ms after the receiver, on a loaded
+     * machine, found its send done) */
+    pthread_barrier_wait(&c->sh->bar);
     {
         size_t len = 2 * MIB;
         uint8_t *buf = malloc(len);

@@ -212,6 +212,11 @@ struct shoal_tl_ctx {
     int addr_given;                    /* address() handed our worker's address out */
     int connected;                     /* connect_all returned SHOAL_OK */
     unsigned nevents;                  /* UCX completions since the last progress() */
+    /* Set where an endpoint's slots or queues change outside a UCX callback (a request
+     * posted or started, a kick): progress() scans the endpoints only then, after a UCX
+     * completion (nevents) or on the liveness tick, so an idle poll costs no walk over the
+     * endpoints */
+    int dirty;
     shoal_ep_t *eps;
     int neps;
     int npending;

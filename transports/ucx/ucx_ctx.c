@@ -24,6 +24,7 @@ const char *shoal_ucx_strerror(ucs_status_t st)
 void shoal_ucx_kick(shoal_tl_ctx_t *ctx)
 {
     uint64_t one = 1;
+    ctx->dirty = 1;
     if (!ctx->kicked && ctx->kick_fd >= 0) {
         ctx->kicked = 1;
         if (write(ctx->kick_fd, &one, sizeof(one)) != (ssize_t)sizeof(one)) {
@@ -447,12 +448,19 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
         }
         return n;
     }
-    for (int i = 0; i < 16 && ucp_worker_progress(ctx->worker) != 0; i++) {
+    /* Once per call, as Open MPI's pml ucx: a call that found events would be followed by
+     * one that finds none, on the path from an arrival to its completion (UCX polls several
+     * FIFO entries per call; what is left is found by the next call). */
+    (void)ucp_worker_progress(ctx->worker);
+    if (ctx->nevents != 0) {
+        ctx->dirty = 1;
+        ctx->nevents = 0;
     }
-    ctx->nevents = 0;
     if (ctx->neps > 0) {
-        uint64_t now = shoal_time_ns();
-        if (now >= ctx->next_live_ns) {
+        /* the call path's clock (one rdtsc, half a clock_gettime in a VM); only compared with
+         * itself, a jump back ticks at once */
+        uint64_t now = shoal_ticks_ns(shoal_ticks());
+        if (now >= ctx->next_live_ns || ctx->next_live_ns - now > SHOAL_UCX_LIVE_PERIOD_NS) {
             /* every ms: liveness of same-host peers, abort notices */
             ctx->next_live_ns = now + SHOAL_UCX_LIVE_PERIOD_NS;
             tick = 1;
@@ -461,7 +469,12 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
     }
     if (ctx->lazy_want || ctx->lazy_nq > 0) {
         n += shoal_ucx_lazy_progress(ctx); /* connections at first use */
+        ctx->dirty = 1;
     }
+    if (!ctx->dirty && !tick) {
+        return n; /* no completion, nothing posted: no endpoint has anything to do */
+    }
+    ctx->dirty = 0;
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->npending > 0 || ep->post_failed || ep->gone_fresh) {

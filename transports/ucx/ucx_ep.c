@@ -181,6 +181,7 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     shoal_ucx_slot_t *s = &ep->tx[(ep->tx_head + ep->tx_count) % SHOAL_UCX_SLOTS];
     uint64_t len = req->hdr.length;
 
+    ep->ctx->dirty = 1; /* it may be done at once, without a callback */
     ep->tx_count++;
     s->req = req;
     s->nout = 0;
@@ -250,6 +251,7 @@ static void shoal_ucx_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s, void *buf, size_
 static void shoal_ucx_rx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + ep->rx_count) % SHOAL_UCX_SLOTS];
+    ep->ctx->dirty = 1;
     ep->rx_count++;
     s->req = req;
     s->state = SHOAL_UCX_SLOT_HDR;
@@ -282,6 +284,7 @@ shoal_status_t shoal_ucx_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
     }
     ep->npending++;
     ep->ctx->npending++;
+    ep->ctx->dirty = 1;
     if (SHOAL_UNLIKELY(ep->lazy_state != SHOAL_UCX_LAZY_UP)) {
         /* not authenticated yet: waits, in order, until it is (or the endpoint fails) */
         shoal_ucx_queue_push(&ep->sq_head, &ep->sq_tail, req);
@@ -313,6 +316,7 @@ shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     /* Posted even on a gone endpoint: UCX may hold the message already. */
     ep->npending++;
     ep->ctx->npending++;
+    ep->ctx->dirty = 1;
     if (SHOAL_UNLIKELY(ep->lazy_state != SHOAL_UCX_LAZY_UP)) {
         /* nothing from a peer is received before its proof was checked */
         shoal_ucx_queue_push(&ep->rq_head, &ep->rq_tail, req);
