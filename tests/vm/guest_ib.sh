@@ -229,6 +229,8 @@ if want lazy; then
     . "$src/tests/mp/run_lib.sh"
     shoalrun=$b/shoalrun
     timeout=400
+    # the transport alone: contexts on rxe0 in one process (races, stranger, failures)
+    sub "tl ib lazy" 300 env SHOAL_IB_HCA=rxe0 SHOAL_IB_OOB_IFNAME=veth0 "$b/tests/tl/test_ib_lazy"
     ibc="SHOAL_TRANSPORT=ib SHOAL_ALGO=ring SHOAL_DEBUG=TRACE SHOAL_DEBUG_SUBSYS=IB"
     MP_WRAP=$wrap mp_job "lazy ib n=4 eager count" 4 \
         "$ibc SHOAL_DEBUG_FILE=$tmp/iblog.%p SHOAL_CONNECT=eager" "$b/tests/mp/mp_lazy" eager_ib
