@@ -250,7 +250,10 @@ if want lazy; then
     MP_WRAP=$wrap mp_job "lazy ib n=4 collectives" 4 "SHOAL_TRANSPORT=ib SHOAL_CONNECT=lazy" \
         "$b/tests/mp/mp_coll" allreduce broadcast allgather reduce_scatter barrier sendrecv
     MP_WRAP=$wrap mp_job "lazy ib n=3 SHOAL_IB_USE_RDMACM=1 (connects at init)" 3 \
-        "SHOAL_TRANSPORT=ib SHOAL_CONNECT=lazy SHOAL_IB_USE_RDMACM=1" "$b/tests/mp/mp_coll" allreduce
+        "SHOAL_TRANSPORT=ib SHOAL_CONNECT=lazy SHOAL_IB_USE_RDMACM=1 SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=IB" \
+        "$b/tests/mp/mp_coll" barrier sendrecv
+    n=$(grep -c "connected to 2 peers over rxe[01] through rdma_cm" "$tmp/err")
+    tap $([ "$n" = 3 ]; echo $?) "lazy ib n=3 SHOAL_IB_USE_RDMACM=1: every rank connected its queue pairs at init through rdma_cm ($n of 3)"
     sub "kill lazy" 600 env KILL_TRANSPORTS=ib KILL_WRAP="$wrap" KILL_ABORT=0 KILL_ONLY_LAZY=1 \
         KILL_LAZY_N=5 KILL_TIMEOUT_MS=$([ -n "$san" ] && echo 30000 || echo 10000) \
         "$src/tests/fault/run_kill.sh"

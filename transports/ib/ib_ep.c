@@ -8,7 +8,8 @@
  * rank reaches its accept phase, so the sequence cannot deadlock. Per pair: handshake, both
  * send their shoal_ib_pair_t, both move the QP INIT->RTR->RTS, both send one sync byte and
  * wait for the other's, so no write can reach a QP that is not ready. The oob socket stays
- * open: its EOF tells us the peer process died.
+ * open: its EOF tells us the peer process died. With SHOAL_CONNECT=lazy, connect_all only
+ * allocates and each pair runs the same exchange at first use, without blocking (ib_lazy.c).
  *
  * Data path: see ib.h. Completion of a send request comes with the send completion of its
  * last chunk (RC completes in order); a receive completes when its last chunk is copied. */
