@@ -77,7 +77,8 @@ static int lz_ucx_eps(int ib)
     while (fgets(line, sizeof(line), f) != NULL) {
         const char *e = ib ? NULL : strstr(line, " ucx endpoints authenticated");
         if (ib) {
-            n += strstr(line, " ib queue pair ") != NULL && strstr(line, " created for peer ") != NULL;
+            n += strstr(line, " ib queue pair ") != NULL &&
+                 strstr(line, " created for peer ") != NULL;
         } else if (strstr(line, "authenticated at first use") != NULL) {
             n++;
         } else if (e != NULL) {
