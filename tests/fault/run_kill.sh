@@ -16,7 +16,9 @@
 # per kill case, default 1),
 # KILL_TRANSPORTS (default "shm tcp", plus "ucx" where shoal_info -b says it is usable),
 # KILL_WRAP (a command every rank runs through, see MP_WRAP in tests/mp/run_lib.sh),
-# KILL_ABORT=0 to skip the abort cases.
+# KILL_ABORT=0 to skip the abort cases. KILL_LAZY_N (default 8): ranks of the lazy cases (over
+# ib too, when set and KILL_TRANSPORTS names ib); KILL_ONLY_LAZY=1: only the lazy cases of
+# KILL_TRANSPORTS (tests/vm's lazy section).
 . "$(dirname "$0")/../tap.sh"
 
 builddir=${top_builddir:-.}
@@ -173,19 +175,24 @@ fi
 i=0
 while [ $i -lt "${KILL_REPEAT:-1}" ]; do
     for tl in ${KILL_TRANSPORTS:-$kill_tls}; do
+        [ "${KILL_ONLY_LAZY:-0}" = 1 ] && break
         [ "$tl" = shm ] && tl="" # the automatic choice: shm on one host
         kill_case "$tl" 3
         kill_case "$tl" 4
     done
     # Channels connected at first use: most survivors never had one to the victim.
-    kill_case tcp 8 lazy
+    [ "${KILL_ONLY_LAZY:-0}" = 1 ] || kill_case tcp "${KILL_LAZY_N:-8}" lazy
     case " ${KILL_TRANSPORTS:-$kill_tls} " in
-    *" ucx "*) kill_case ucx 8 lazy ;;
+    *" ucx "*) kill_case ucx "${KILL_LAZY_N:-8}" lazy ;;
+    esac
+    case " ${KILL_TRANSPORTS:-$kill_tls} " in
+    *" ib "*) [ -n "${KILL_LAZY_N:-}" ] && kill_case ib "$KILL_LAZY_N" lazy ;;
     esac
     i=$((i + 1))
 done
 connect=""
 for tl in "" tcp; do
+    [ "${KILL_ONLY_LAZY:-0}" = 1 ] && break
     if [ -n "${KILL_WRAP:-}" ]; then
         # Ranks on virtual hosts (tests/vm): an idle communicator looks only at the peers of
         # its own host; others learn of a death at their next call (README).

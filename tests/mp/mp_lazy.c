@@ -14,6 +14,10 @@
  * this process's SHOAL_DEBUG_FILE (%p: the pid) with SHOAL_DEBUG=TRACE
  * SHOAL_DEBUG_SUBSYS=UCX: "N ucx endpoints authenticated" (eager, at init), one "...
  * authenticated at first use" line per peer (lazy).
+ * Over ib (MODE lazy_ib or eager_ib, SHOAL_TRANSPORT=ib, SHOAL_DEBUG=TRACE
+ * SHOAL_DEBUG_SUBSYS=IB, SHOAL_DEBUG_FILE with %p) the peers connected are the queue pairs
+ * the log says were created ("ib queue pair N created for peer P": one per peer, eagerly at
+ * init, lazily when the pair connects); run in the Soft-RoCE VM (tests/vm/guest_ib.sh lazy).
  *
  *   SHOAL_TRANSPORT=tcp SHOAL_SOCKET_NSOCKS=1 SHOAL_ALGO=ring SHOAL_CONNECT=lazy \
  *       shoalrun -n 8 ./tests/mp/mp_lazy lazy        (MODE eager, lazy, or lazy_nK for
@@ -53,8 +57,9 @@ static int lz_sockets(void)
     return n;
 }
 
-/* ucx: the endpoints authenticated so far, from this process's log (see above). */
-static int lz_ucx_eps(void)
+/* ucx: the endpoints authenticated so far, from this process's log (see above); ib: the
+ * queue pairs created. */
+static int lz_ucx_eps(int ib)
 {
     const char *tmpl = getenv("SHOAL_DEBUG_FILE");
     const char *pp = tmpl != NULL ? strstr(tmpl, "%p") : NULL;
@@ -70,8 +75,11 @@ static int lz_ucx_eps(void)
         return -1000;
     }
     while (fgets(line, sizeof(line), f) != NULL) {
-        const char *e = strstr(line, " ucx endpoints authenticated");
-        if (strstr(line, "authenticated at first use") != NULL) {
+        const char *e = ib ? NULL : strstr(line, " ucx endpoints authenticated");
+        if (ib) {
+            n += strstr(line, " ib queue pair ") != NULL &&
+                 strstr(line, " created for peer ") != NULL;
+        } else if (strstr(line, "authenticated at first use") != NULL) {
             n++;
         } else if (e != NULL) {
             while (e > line && e[-1] >= '0' && e[-1] <= '9') {
@@ -151,7 +159,8 @@ int main(int argc, char **argv)
     int lazy = argc > 1 && strncmp(argv[1], "lazy", 4) == 0;
     /* MODE lazy_nK: K sockets per peer (SHOAL_SOCKET_NSOCKS=K) */
     int nsocks = argc > 1 && strstr(argv[1], "_n") != NULL ? atoi(strstr(argv[1], "_n") + 2) : 1;
-    int ucx = argc > 1 && strstr(argv[1], "_ucx") != NULL;
+    int ib = argc > 1 && strstr(argv[1], "_ib") != NULL;
+    int ucx = ib || (argc > 1 && strstr(argv[1], "_ucx") != NULL);
     int base = ucx ? 0 : lz_sockets(), listener = lazy && !ucx ? 1 : 0, t = 0;
     /* per rank: peers after init, after the AllReduce, after the AllToAll; failures; and
      * the negated minimum of the last (every rank must reach every peer) */
@@ -162,18 +171,18 @@ int main(int argc, char **argv)
         return 1;
     }
     nsocks = nsocks > 0 ? nsocks : 1;
-    v[0] = (ucx ? lz_ucx_eps() : (lz_sockets() - base - listener) / nsocks);
+    v[0] = (ucx ? lz_ucx_eps(ib) : (lz_sockets() - base - listener) / nsocks);
     v[3] = lz_allreduce(&ctx);
     /* Settles: a connection that lost the race of both ends connecting at once is closed
      * when its acceptor next progresses (a second ring AllReduce: no new peer). */
     v[3] += lz_allreduce(&ctx);
-    v[1] = (ucx ? lz_ucx_eps() : (lz_sockets() - base - listener) / nsocks);
+    v[1] = (ucx ? lz_ucx_eps(ib) : (lz_sockets() - base - listener) / nsocks);
     /* No rank starts the AllToAll (whose peers would connect to us) before every rank has
      * counted: a ring AllReduce completes nowhere before every rank entered it. */
     v[3] += lz_allreduce(&ctx);
     v[3] += lz_alltoall(&ctx);
     v[3] += lz_alltoall(&ctx);
-    v[2] = (ucx ? lz_ucx_eps() : (lz_sockets() - base - listener) / nsocks);
+    v[2] = (ucx ? lz_ucx_eps(ib) : (lz_sockets() - base - listener) / nsocks);
     v[4] = -v[2];
     v[5] = v[1] - v[0];
     if (lz_max(&ctx, v, 6) != 0) {

@@ -5,7 +5,12 @@
  *  - the connector's bytes of a real handshake, recorded, replayed to a later acceptor with
  *    the same secret and communicator: refused;
  *  - many silent strangers on the listener do not delay a real connector (they used to be
- *    served one at a time, 5 s each), and a connector closed early reconnects. */
+ *    served one at a time, 5 s each), and a connector closed early reconnects;
+ *  - the non-blocking dial (lazy ib connections, shoal_oob_dial_*) against the acceptor, both
+ *    driven in one thread without blocking: it authenticates; a dial with another secret is
+ *    closed right after its proof (proved, not refused); one the acceptor does not expect is
+ *    closed before it (neither); a port nobody listens on is refused; an acceptor with
+ *    another secret never gets our proof accepted. */
 #include "tenant/breaker.h"
 #include "tests/tap.h"
 #include "transports/common/oob.h"
@@ -307,10 +312,141 @@ static void test_early_close(const shoal_oob_addr_t *la, int lfd)
     }
 }
 
+
+/* Drives a dial and an acceptor alternately (one thread, nothing blocks) for up to 3 s: the
+ * dial's step result (1, -1, or 0 at the end); the acceptor's hand-over in *peer_p and *afd_p. */
+static int dial_drive(shoal_oob_dial_t *d, const shoal_oob_auth_t *da, shoal_oob_acceptor_t *acc,
+                      shoal_status_t *st_p, uint32_t *peer_p, int *afd_p)
+{
+    uint64_t end = shoal_deadline_ns(3000);
+    int r = 0;
+    *afd_p = -1;
+    while (!shoal_deadline_passed(end)) {
+        uint32_t peer;
+        int fd;
+        if (acc != NULL && shoal_oob_acceptor_next(acc, shoal_time_ns(), &peer, &fd) ==
+                               SHOAL_OK) {
+            *peer_p = peer;
+            *afd_p = fd;
+        }
+        if (r == 0) {
+            r = shoal_oob_dial_step(d, da, st_p);
+        }
+        if (r != 0 && (r < 0 || *afd_p >= 0)) {
+            return r;
+        }
+        shoal_sleep_us(200);
+    }
+    return r;
+}
+
+static int expect_none(void *arg, uint32_t r)
+{
+    (void)arg;
+    (void)r;
+    return 0;
+}
+
+static int expect_later(void *arg, uint32_t r)
+{
+    (void)arg;
+    (void)r;
+    return SHOAL_OOB_EXPECT_LATER;
+}
+
+static void test_dial(const shoal_oob_addr_t *la, int lfd)
+{
+    static const uint8_t other[SHOAL_SECRET_BYTES] = "another-jobs-secret-of-32-bytes!";
+    shoal_oob_auth_t c = auth_of(3), a = auth_of(0), co = c;
+    shoal_oob_acceptor_t *acc = NULL;
+    shoal_oob_dial_t d;
+    shoal_status_t st = SHOAL_OK;
+    uint32_t peer = 99;
+    int afd = -1, r, lfd2;
+    shoal_oob_addr_t la2;
+
+    co.secret = other;
+    tap_ok(shoal_oob_acceptor_create(lfd, &a, expect_3, NULL, &acc) == SHOAL_OK,
+           "dial: acceptor created");
+    if (acc == NULL) {
+        return;
+    }
+    shoal_oob_acceptor_trust(acc, la); /* loopback: the breaker never refuses us here */
+    tap_ok(shoal_oob_dial_start(&d, la, &c, 0) == SHOAL_OK, "dial: started");
+    r = dial_drive(&d, &c, acc, &st, &peer, &afd);
+    tap_ok(r == 1 && afd >= 0 && peer == 3 && d.fd >= 0,
+           "dial: authenticated without blocking (step %d, acceptor handed over rank %u)", r,
+           peer);
+    if (r == 1 && afd >= 0) {
+        /* the two sockets are connected to each other */
+        uint8_t x = 0x5a, y = 0;
+        ssize_t w = send(d.fd, &x, 1, MSG_NOSIGNAL);
+        struct pollfd p = {.fd = afd, .events = POLLIN};
+        tap_ok(w == 1 && poll(&p, 1, 2000) == 1 && recv(afd, &y, 1, 0) == 1 && y == 0x5a,
+               "dial: the handed-over sockets carry bytes");
+    }
+    shoal_oob_dial_close(&d);
+    if (afd >= 0) {
+        close(afd);
+    }
+
+    /* another secret: our proof is refused, the connection closed right after it */
+    tap_ok(shoal_oob_dial_start(&d, la, &co, 0) == SHOAL_OK, "dial: started (other secret)");
+    r = dial_drive(&d, &co, acc, &st, &peer, &afd);
+    tap_ok(r == -1 && st == SHOAL_ERR_PEER_FAILED && d.proved && !d.refused && afd < 0,
+           "dial with another secret: closed after our proof (step %d, %s, proved %d)", r,
+           shoal_status_name(st), d.proved);
+    shoal_oob_acceptor_destroy(acc);
+
+    /* an acceptor that does not expect us: closed at the hello, before our proof */
+    acc = NULL;
+    (void)shoal_oob_acceptor_create(lfd, &a, expect_none, NULL, &acc);
+    shoal_oob_acceptor_trust(acc, la);
+    (void)shoal_oob_dial_start(&d, la, &c, 0);
+    r = dial_drive(&d, &c, acc, &st, &peer, &afd);
+    tap_ok(r == -1 && st == SHOAL_ERR_PEER_FAILED && !d.proved && !d.refused,
+           "dial not expected: closed before our proof (step %d, %s, proved %d)", r,
+           shoal_status_name(st), d.proved);
+    shoal_oob_acceptor_destroy(acc);
+
+    /* expect() says "later" (it dials us itself and wins): closed before our proof, quietly */
+    acc = NULL;
+    (void)shoal_oob_acceptor_create(lfd, &a, expect_later, NULL, &acc);
+    shoal_oob_acceptor_trust(acc, la);
+    (void)shoal_oob_dial_start(&d, la, &c, 0);
+    r = dial_drive(&d, &c, acc, &st, &peer, &afd);
+    tap_ok(r == -1 && st == SHOAL_ERR_PEER_FAILED && !d.proved && !d.refused,
+           "dial while the acceptor dials us and wins: closed before our proof (step %d, %s)",
+           r, shoal_status_name(st));
+    shoal_oob_acceptor_destroy(acc);
+
+    /* an acceptor with another secret: it refuses our proof, and we never accept its */
+    acc = NULL;
+    (void)shoal_oob_acceptor_create(lfd, &co, expect_3, NULL, &acc);
+    shoal_oob_acceptor_trust(acc, la);
+    (void)shoal_oob_dial_start(&d, la, &c, 0);
+    r = dial_drive(&d, &c, acc, &st, &peer, &afd);
+    tap_ok(r == -1 && afd < 0 && (st == SHOAL_ERR_PEER_FAILED || st == SHOAL_ERR_AUTH),
+           "dial to an acceptor with another secret: no connection (step %d, %s)", r,
+           shoal_status_name(st));
+    shoal_oob_acceptor_destroy(acc);
+
+    /* nobody listens: refused */
+    if (shoal_oob_listen("=lo", &lfd2, &la2) == SHOAL_OK) {
+        close(lfd2);
+        (void)shoal_oob_dial_start(&d, &la2, &c, 0);
+        r = dial_drive(&d, &c, NULL, &st, &peer, &afd);
+        tap_ok(r == -1 && st == SHOAL_ERR_PEER_FAILED && d.refused && d.fd < 0,
+               "dial to a closed port: refused (step %d, %s, refused %d)", r,
+               shoal_status_name(st), d.refused);
+    }
+}
+
 int main(void)
 {
     void (*tests[])(const shoal_oob_addr_t *, int) = {test_verify_first, test_replay,
-                                                      test_strangers, test_early_close};
+                                                      test_strangers, test_early_close,
+                                                      test_dial};
     alarm(120);
     shoal_config_global_init();
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(tests); i++) {

@@ -3,7 +3,7 @@
 # rxe0 (veth0) and rxe1 (veth1), two "hosts" as far as shoal can tell (tests/vm/rxe_host.sh).
 # One TAP stream; every sub-suite's lines are renumbered and prefixed with its label.
 #
-# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm ucx ucxtl perf auto tc, or "all". The
+# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto tc, or "all". The
 # default leaves out perf (a measurement against perftest, about 3 minutes; run_vm.sh runs it
 # under qemu's -icount when it is the only section, see there) and runs the rest, which pass:
 # CI's VM stage.
@@ -14,8 +14,8 @@ src=${top_srcdir:?}
 b=${top_builddir:?}
 export top_srcdir top_builddir
 wrap=$src/tests/vm/rxe_host.sh
-sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm ucx ucxtl auto tc"}
-[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm ucx ucxtl perf auto tc"
+sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm lazy ucx ucxtl auto tc"}
+[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto tc"
 n_tap=0
 tmp=$(mktemp -d /tmp/guest_ib.XXXXXX)
 export TMPDIR=$tmp
@@ -217,6 +217,46 @@ if want cm; then
     grep -h -m1 "CM event" "$tmp"/cm3.pt* | sed -e 's/^/# cm stranger: perftest: /'
     tap $([ -n "$port" ] && [ $rc -eq 0 ] && ! grep -q '^not ok' "$tmp/cm3.out" && [ "$ptok" = 0 ]; echo $?) \
         "cm: a stranger's rdma_cm requests (ib_write_bw -R at rank 0's port ${port:-?}) get no connection ($ptok of 2 connected; $n refused by shoal's accept loop) and the job connects (exit $rc)"
+fi
+
+# ---- queue pairs connected at first use (SHOAL_CONNECT=lazy, transports/ib/ib_lazy.c) -------
+# mp_lazy counts the queue pairs each rank's log says it created (one per peer): all at init
+# eagerly; lazily, after init only the peers of init's own exchanges, after a ring AllReduce
+# at most its 2 neighbours more, all after an AllToAll (both ends of every pair connect at
+# once: the higher rank's dial wins). Then collectives lazily, and a rank killed mid-AllReduce
+# where most survivors have no queue pair to it (tests/fault/run_kill.sh KILL_LAZY_N).
+if want lazy; then
+    . "$src/tests/mp/run_lib.sh"
+    shoalrun=$b/shoalrun
+    timeout=400
+    # the transport alone: contexts on rxe0 in one process (races, stranger, failures)
+    sub "tl ib lazy" 300 env SHOAL_IB_HCA=rxe0 SHOAL_IB_OOB_IFNAME=veth0 "$b/tests/tl/test_ib_lazy"
+    ibc="SHOAL_TRANSPORT=ib SHOAL_ALGO=ring SHOAL_DEBUG=TRACE SHOAL_DEBUG_SUBSYS=IB"
+    MP_WRAP=$wrap mp_job "lazy ib n=4 eager count" 4 \
+        "$ibc SHOAL_DEBUG_FILE=$tmp/iblog.%p SHOAL_CONNECT=eager" "$b/tests/mp/mp_lazy" eager_ib
+    rm -f "$tmp"/iblog.*
+    MP_WRAP=$wrap mp_job "lazy ib n=8 lazy count" 8 \
+        "$ibc SHOAL_DEBUG_FILE=$tmp/iblog.%p SHOAL_CONNECT=lazy" "$b/tests/mp/mp_lazy" lazy_ib
+    cp "$tmp/out" "$tmp/lazy8.out"
+    nqp=$(cat "$tmp"/iblog.* | grep -c " ib queue pair [0-9]* created for peer ")
+    nfu=$(cat "$tmp"/iblog.* | grep -c " connected at first use ")
+    # after init, before any collective of the test: fewer than all 7 peers on every rank
+    init=$(sed -n 's/^# lazy: at most \([0-9]*\) peers connected after init.*/\1/p' "$tmp/lazy8.out")
+    tap $([ -n "$init" ] && [ "$init" -lt 7 ]; echo $?) \
+        "lazy ib n=8: after init at most ${init:-?} of 7 queue pairs on any rank"
+    tap $([ "$nqp" = 56 ] && [ "$nfu" = 56 ]; echo $?) \
+        "lazy ib n=8: 56 queue pairs (8 x 7) in all after the AllToAll, each connected at first use ($nqp created, $nfu connected)"
+    rm -f "$tmp"/iblog.*
+    MP_WRAP=$wrap mp_job "lazy ib n=4 collectives" 4 "SHOAL_TRANSPORT=ib SHOAL_CONNECT=lazy" \
+        "$b/tests/mp/mp_coll" allreduce broadcast allgather reduce_scatter barrier sendrecv
+    MP_WRAP=$wrap mp_job "lazy ib n=3 SHOAL_IB_USE_RDMACM=1 (connects at init)" 3 \
+        "SHOAL_TRANSPORT=ib SHOAL_CONNECT=lazy SHOAL_IB_USE_RDMACM=1 SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=IB" \
+        "$b/tests/mp/mp_coll" barrier sendrecv
+    n=$(grep -c "connected to 2 peers over rxe[01] through rdma_cm" "$tmp/err")
+    tap $([ "$n" = 3 ]; echo $?) "lazy ib n=3 SHOAL_IB_USE_RDMACM=1: every rank connected its queue pairs at init through rdma_cm ($n of 3)"
+    sub "kill lazy" 600 env KILL_TRANSPORTS=ib KILL_WRAP="$wrap" KILL_ABORT=0 KILL_ONLY_LAZY=1 \
+        KILL_LAZY_N=5 KILL_TIMEOUT_MS=$([ -n "$san" ] && echo 30000 || echo 10000) \
+        "$src/tests/fault/run_kill.sh"
 fi
 
 # ---- UCX over the same devices ------------------------------------------------------------

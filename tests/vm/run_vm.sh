@@ -35,7 +35,7 @@ if [ "$san" = 1 ]; then
 else
     bdir=${top_builddir:-$top/build-vm}
 fi
-progs="shoalrun shoal_info tl_perf tests/tl/test_tl tests/tl/test_ib_logic tests/mp/mp_coll tests/fault/kill
+progs="shoalrun shoal_info tl_perf tests/tl/test_tl tests/tl/test_ib_logic tests/tl/test_ib_lazy tests/mp/mp_coll tests/mp/mp_lazy tests/fault/kill
     tests/vm/ib_qp tests/vm/ib_remap qos_load tests/netns/mkuid"
 
 why=$("$top/tests/vm/vm.sh" check)

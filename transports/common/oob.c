@@ -382,16 +382,23 @@ shoal_status_t shoal_oob_connect_auth(const shoal_oob_addr_t *addr, const shoal_
     }
 }
 
-/* The acceptor's checks of a hello; 1 if it may go on. */
+/* The acceptor's checks of a hello; 1 if it may go on, 0 if not, SHOAL_OOB_EXPECT_LATER if
+ * expect() said so (a known peer, not now: closed without counting against the source). */
 static int shoal_oob_hello_ok(const shoal_oob_auth_t *a, const uint8_t *hello,
                               int (*expect)(void *arg, uint32_t rank), void *arg,
                               uint32_t *from_p, char *why, size_t len)
 {
     uint32_t from = (uint32_t)shoal_get_le(hello + 12, 4);
     uint32_t to = (uint32_t)shoal_get_le(hello + 16, 4);
+    int e = 0;
     if (shoal_get_le(hello, 4) != SHOAL_OOB_MAGIC ||
         shoal_get_le(hello + 4, 4) != SHOAL_OOB_VERSION ||
-        shoal_get_le(hello + 8, 4) != a->comm_id || to != a->self || !expect(arg, from)) {
+        shoal_get_le(hello + 8, 4) != a->comm_id || to != a->self ||
+        (e = expect(arg, from)) != 1) {
+        if (e == SHOAL_OOB_EXPECT_LATER) {
+            snprintf(why, len, "rank %u dialed while we dial it and our dial wins", from);
+            return SHOAL_OOB_EXPECT_LATER;
+        }
         snprintf(why, len, "unexpected hello (from rank %u to rank %u, communicator %08x)",
                  from, to, (unsigned)shoal_get_le(hello + 8, 4));
         return 0;
@@ -410,7 +417,7 @@ shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t *a,
     uint32_t from;
 
     SHOAL_CHECK(shoal_oob_recv(fd, hello, sizeof(hello), deadline_ns, a->abort_flag));
-    if (!shoal_oob_hello_ok(a, hello, expect, arg, &from, why, len)) {
+    if (shoal_oob_hello_ok(a, hello, expect, arg, &from, why, len) != 1) {
         return SHOAL_ERR_PROTOCOL;
     }
     SHOAL_CHECK(shoal_random_bytes(na, sizeof(na)));
@@ -625,8 +632,16 @@ static int shoal_oob_hs_step(shoal_oob_acceptor_t *acc, shoal_oob_hs_t *hs)
 
     switch (hs->state) {
     case SHOAL_OOB_HS_HELLO:
-        if (!shoal_oob_hello_ok(&acc->auth, hs->buf, acc->expect, acc->arg, &hs->from, why,
-                                sizeof(why))) {
+        switch (shoal_oob_hello_ok(&acc->auth, hs->buf, acc->expect, acc->arg, &hs->from, why,
+                                   sizeof(why))) {
+        case 1:
+            break;
+        case SHOAL_OOB_EXPECT_LATER:
+            shoal_trace(IB, "rank %u: closed an out-of-band connection: %s", acc->auth.self,
+                        why);
+            shoal_oob_hs_close(hs);
+            return 0;
+        default:
             shoal_oob_hs_refuse(acc, hs, why);
             return 0;
         }
@@ -659,7 +674,13 @@ static int shoal_oob_hs_step(shoal_oob_acceptor_t *acc, shoal_oob_hs_t *hs)
         shoal_oob_hs_next(hs, SHOAL_OOB_HS_ACK, SHOAL_HMAC_BYTES);
         return 0;
     case SHOAL_OOB_HS_ACK:
-        if (!acc->expect(acc->arg, hs->from)) {
+        if (acc->expect(acc->arg, hs->from) == SHOAL_OOB_EXPECT_LATER) {
+            shoal_trace(IB, "rank %u: closed an authenticated out-of-band connection of rank "
+                        "%u: our own dial to it wins", acc->auth.self, hs->from);
+            shoal_oob_hs_close(hs);
+            return 0;
+        }
+        if (acc->expect(acc->arg, hs->from) != 1) {
             snprintf(why, sizeof(why), "rank %u is already connected", hs->from);
             shoal_oob_hs_refuse(acc, hs, why);
             return 0;
@@ -733,4 +754,146 @@ shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadl
             return SHOAL_ERR_SYSTEM;
         }
     }
+}
+
+int shoal_oob_acceptor_busy(const shoal_oob_acceptor_t *acc)
+{
+    int n = 0;
+    for (int i = 0; acc != NULL && i < SHOAL_OOB_SLOTS; i++) {
+        n += acc->slots[i].state != SHOAL_OOB_HS_FREE;
+    }
+    return n;
+}
+
+/* ---- the non-blocking dial ------------------------------------------------------------------ */
+
+enum {
+    SHOAL_OOB_DIAL_CONNECT = 0, /* connect() under way */
+    SHOAL_OOB_DIAL_HELLO,       /* sending hello + nonce_c */
+    SHOAL_OOB_DIAL_NONCE,       /* reading nonce_a */
+    SHOAL_OOB_DIAL_PROOF,       /* sending our proof */
+    SHOAL_OOB_DIAL_ACK,         /* reading the acceptor's proof */
+    SHOAL_OOB_DIAL_DONE,
+};
+
+void shoal_oob_dial_close(shoal_oob_dial_t *d)
+{
+    if (d->fd >= 0) {
+        close(d->fd);
+    }
+    d->fd = -1;
+    shoal_secret_wipe(d->nc, sizeof(d->nc));
+    shoal_secret_wipe(d->na, sizeof(d->na));
+}
+
+shoal_status_t shoal_oob_dial_start(shoal_oob_dial_t *d, const shoal_oob_addr_t *addr,
+                                    const shoal_oob_auth_t *a, uint32_t peer)
+{
+    struct sockaddr_storage ss;
+    socklen_t slen = shoal_oob_sockaddr(addr, &ss);
+    memset(d, 0, sizeof(*d));
+    d->peer = peer;
+    d->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (d->fd < 0) {
+        return SHOAL_ERR_SYSTEM;
+    }
+    SHOAL_CHECK(shoal_random_bytes(d->nc, sizeof(d->nc)));
+    shoal_oob_hello_make(a, peer, d->nc, d->buf);
+    d->len = SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES;
+    if (connect(d->fd, (struct sockaddr *)&ss, slen) == 0) {
+        d->state = SHOAL_OOB_DIAL_HELLO;
+    } else if (errno == EINPROGRESS) {
+        d->state = SHOAL_OOB_DIAL_CONNECT;
+    } else {
+        d->refused = errno == ECONNREFUSED;
+        d->state = SHOAL_OOB_DIAL_CONNECT; /* reported by the first step */
+        d->err = errno;
+    }
+    return SHOAL_OK;
+}
+
+short shoal_oob_dial_events(const shoal_oob_dial_t *d)
+{
+    return d->state == SHOAL_OOB_DIAL_NONCE || d->state == SHOAL_OOB_DIAL_ACK ? POLLIN
+                                                                            : POLLOUT;
+}
+
+static int shoal_oob_dial_fail(shoal_oob_dial_t *d, shoal_status_t st, shoal_status_t *st_p)
+{
+    *st_p = st;
+    shoal_oob_dial_close(d);
+    return -1;
+}
+
+int shoal_oob_dial_step(shoal_oob_dial_t *d, const shoal_oob_auth_t *a, shoal_status_t *st_p)
+{
+    uint8_t want[SHOAL_HMAC_BYTES];
+    if (d->fd < 0) {
+        *st_p = SHOAL_ERR_INTERNAL;
+        return -1;
+    }
+    if (d->state == SHOAL_OOB_DIAL_CONNECT) {
+        int err = d->err, one = 1;
+        socklen_t elen = sizeof(err);
+        if (err == 0) {
+            struct pollfd p = {.fd = d->fd, .events = POLLOUT};
+            if (poll(&p, 1, 0) <= 0) {
+                return 0;
+            }
+            if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
+                err = errno;
+            }
+        }
+        if (err != 0) {
+            d->refused = err == ECONNREFUSED || err == ECONNRESET;
+            errno = err;
+            return shoal_oob_dial_fail(d, d->refused || err == ETIMEDOUT || err == EHOSTUNREACH
+                                              || err == ENETUNREACH ? SHOAL_ERR_PEER_FAILED
+                                                                    : SHOAL_ERR_TRANSPORT,
+                                       st_p);
+        }
+        (void)setsockopt(d->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        d->off = 0;
+        d->state = SHOAL_OOB_DIAL_HELLO;
+    }
+    while (d->state != SHOAL_OOB_DIAL_DONE) {
+        int sending = d->state == SHOAL_OOB_DIAL_HELLO || d->state == SHOAL_OOB_DIAL_PROOF;
+        int r = shoal_sock_step(d->fd, d->buf, &d->off, d->len, sending);
+        if (r < 0) {
+            return shoal_oob_dial_fail(d, SHOAL_ERR_PEER_FAILED, st_p);
+        }
+        if (r == 0) {
+            return 0;
+        }
+        d->off = 0;
+        switch (d->state) {
+        case SHOAL_OOB_DIAL_HELLO:
+            d->state = SHOAL_OOB_DIAL_NONCE;
+            d->len = SHOAL_OOB_NONCE_BYTES;
+            break;
+        case SHOAL_OOB_DIAL_NONCE:
+            memcpy(d->na, d->buf, SHOAL_OOB_NONCE_BYTES);
+            if (shoal_oob_proof(a, "-con", d->nc, d->na, a->self, d->peer, d->buf) != SHOAL_OK) {
+                return shoal_oob_dial_fail(d, SHOAL_ERR_SYSTEM, st_p);
+            }
+            d->state = SHOAL_OOB_DIAL_PROOF;
+            d->len = SHOAL_HMAC_BYTES;
+            break;
+        case SHOAL_OOB_DIAL_PROOF:
+            d->proved = 1;
+            d->state = SHOAL_OOB_DIAL_ACK;
+            d->len = SHOAL_HMAC_BYTES;
+            break;
+        case SHOAL_OOB_DIAL_ACK:
+            if (shoal_oob_proof(a, "-acc", d->nc, d->na, a->self, d->peer, want) != SHOAL_OK ||
+                !shoal_memeq_ct(want, d->buf, SHOAL_HMAC_BYTES)) {
+                return shoal_oob_dial_fail(d, SHOAL_ERR_AUTH, st_p);
+            }
+            d->state = SHOAL_OOB_DIAL_DONE;
+            break;
+        }
+    }
+    shoal_secret_wipe(d->nc, sizeof(d->nc));
+    shoal_secret_wipe(d->na, sizeof(d->na));
+    return 1;
 }

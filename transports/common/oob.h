@@ -66,7 +66,10 @@ SHOAL_HIDDEN shoal_status_t shoal_oob_recv(int fd, void *buf, size_t len, uint64
 /* The handshake. AUTH if the other side cannot prove the secret. */
 SHOAL_HIDDEN shoal_status_t shoal_oob_auth_connect(int fd, const shoal_oob_auth_t *a,
                                                    uint32_t peer, uint64_t deadline_ns);
-/* expect(arg, rank): 1 if that rank may connect now. *peer_p: the proven rank. */
+/* expect(arg, rank): 1 if that rank may connect now, 0 if not (refused, counted against the
+ * source by the circuit breaker), SHOAL_OOB_EXPECT_LATER: a peer we are dialing ourselves
+ * (closed quietly; lazy connections, ib_lazy.c). *peer_p: the proven rank. */
+#define SHOAL_OOB_EXPECT_LATER 2
 SHOAL_HIDDEN shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t *a,
                                                   int (*expect)(void *arg, uint32_t rank),
                                                   void *arg, uint32_t *peer_p,
@@ -78,6 +81,33 @@ SHOAL_HIDDEN shoal_status_t shoal_oob_auth_accept(int fd, const shoal_oob_auth_t
 SHOAL_HIDDEN shoal_status_t shoal_oob_connect_auth(const shoal_oob_addr_t *addr,
                                                    const shoal_oob_auth_t *a, uint32_t peer,
                                                    uint64_t deadline_ns, int *fd_p);
+
+/* A non-blocking dial (lazy connections, driven from a progress path): connect, then the
+ * connector's side of the handshake, one step at a time. */
+typedef struct {
+    int state;                /* internal */
+    int fd;                   /* -1 when closed */
+    int refused;              /* the connect was refused (no listener: the process is gone) */
+    int proved;               /* our proof went out (a close after it: the proof refused) */
+    int err;                  /* connect()'s immediate error, reported by the first step */
+    uint32_t peer;
+    size_t off, len;
+    uint8_t buf[64];
+    uint8_t nc[SHOAL_OOB_NONCE_BYTES], na[SHOAL_OOB_NONCE_BYTES];
+} shoal_oob_dial_t;
+
+/* Starts connecting to addr (the fd is non-blocking). SHOAL_OK, or SYSTEM / TRANSPORT. */
+SHOAL_HIDDEN shoal_status_t shoal_oob_dial_start(shoal_oob_dial_t *d, const shoal_oob_addr_t *addr,
+                                                 const shoal_oob_auth_t *a, uint32_t peer);
+/* As far as it goes without blocking: 1 authenticated (d->fd is then the caller's), 0 not yet,
+ * -1 failed with *st_p: PEER_FAILED (refused: d->refused; closed early, before or after our
+ * proof: d->proved), AUTH (the acceptor's proof is wrong), TRANSPORT or SYSTEM. The dial is
+ * closed on failure. */
+SHOAL_HIDDEN int shoal_oob_dial_step(shoal_oob_dial_t *d, const shoal_oob_auth_t *a,
+                                     shoal_status_t *st_p);
+/* POLLIN or POLLOUT: what the dial waits for. */
+SHOAL_HIDDEN short shoal_oob_dial_events(const shoal_oob_dial_t *d);
+SHOAL_HIDDEN void shoal_oob_dial_close(shoal_oob_dial_t *d);
 
 /* The concurrent acceptor on a listening socket lfd (not owned). a is copied; a->secret must
  * outlive it. */
@@ -100,5 +130,8 @@ SHOAL_HIDDEN shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc,
                                                     uint64_t deadline_ns, uint32_t *peer_p,
                                                     int *fd_p);
 SHOAL_HIDDEN void shoal_oob_acceptor_destroy(shoal_oob_acceptor_t *acc);
+/* Handshakes under way (their sockets are the acceptor's: a caller that sleeps on its own fds
+ * must not sleep while this is nonzero). */
+SHOAL_HIDDEN int shoal_oob_acceptor_busy(const shoal_oob_acceptor_t *acc);
 
 #endif

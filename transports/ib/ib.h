@@ -8,6 +8,8 @@
  *                registration cache (verbs calls behind callbacks)
  *   ib_ctx.c     device/port/GID choice, PD/CQ/channel, progress, sleeping, ops table
  *   ib_ep.c      connection setup (out-of-band TCP, authenticated) and the data path
+ *   ib_lazy.c    connections at first use (SHOAL_CONNECT=lazy): the same exchange, non-blocking,
+ *                from the progress path
  *
  * Data path (chosen: eager through the ring, no rendezvous):
  *   Every message goes through the receiver's ring of nslots slots of slot_size bytes. The

@@ -237,6 +237,7 @@ static void shoal_ib_fini(shoal_tl_ctx_t *ctx)
         return;
     }
     shoal_ib_conn_free(ctx);
+    shoal_ib_lazy_fini(ctx);
     if (ctx->chan != NULL) {
         ibv_destroy_comp_channel(ctx->chan);
     }
@@ -296,6 +297,12 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
     memcpy(ctx->secret, params->secret, SHOAL_SECRET_BYTES);
     ctx->timeout_ms = params->timeout_ms;
     ctx->abort_flag = params->abort_flag;
+    /* rdma_cm's connection setup waits on its events: eager then (every rank has the same
+     * SHOAL_IB_USE_RDMACM, checked at connect_all, so every rank decides the same) */
+    ctx->lazy = params->lazy && !shoal_ib_config.use_rdmacm;
+    if (params->lazy && shoal_ib_config.use_rdmacm && params->rank == 0) {
+        shoal_info(IB, "SHOAL_IB_USE_RDMACM=1: queue pairs connect at init, not at first use");
+    }
     shoal_ib_qos_pick(shoal_ib_config.tc, shoal_ib_config.sl,
                       params->qos_valid ? params->qos_ib_tc : -1,
                       params->qos_valid ? params->qos_ib_sl : -1,
@@ -375,7 +382,7 @@ static shoal_status_t shoal_ib_address(shoal_tl_ctx_t *ctx, void *addr, size_t *
 
 static shoal_status_t shoal_ib_ready(shoal_tl_ctx_t *ctx)
 {
-    if (ctx->listen_fd >= 0) {
+    if (ctx->listen_fd >= 0 && !ctx->lazy) { /* lazily: until fini (or fail) */
         close(ctx->listen_fd);
         ctx->listen_fd = -1;
     }
@@ -436,8 +443,12 @@ static int shoal_ib_progress(shoal_tl_ctx_t *ctx)
 {
     int n, check = 0;
     uint64_t now;
-    if (ctx->npending == 0) {
+    if (ctx->npending == 0 && !(ctx->lazy && ctx->lz_open > 0)) {
         return 0;
+    }
+    n = shoal_ib_lazy_progress(ctx);
+    if (ctx->npending == 0) {
+        return n;
     }
     now = shoal_time_ns();
     if (now - ctx->check_ns >= SHOAL_IB_CHECK_NS) {
@@ -450,11 +461,11 @@ static int shoal_ib_progress(shoal_tl_ctx_t *ctx)
         }
     }
     shoal_ib_drain_events(ctx);
-    n = shoal_ib_poll_cq(ctx);
+    n += shoal_ib_poll_cq(ctx);
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
-        if (ep->status != SHOAL_OK) {
-            continue;
+        if (ep->status != SHOAL_OK || ep->lz_state != SHOAL_IB_LZ_READY) {
+            continue; /* lazily: requests wait in order until the QP is in RTS */
         }
         n += shoal_ib_ep_progress(ep);
         if (ep->oob_abort != 0 && ep->status == SHOAL_OK) {
@@ -472,6 +483,12 @@ static int shoal_ib_wait_fd(shoal_tl_ctx_t *ctx)
 {
     int n;
     if (ctx->cq == NULL) {
+        return ctx->epfd;
+    }
+    if (shoal_ib_lazy_busy(ctx)) {
+        /* handshakes on sockets that are not in epfd (the acceptor's, our dials): no sleep */
+        uint64_t one = 1;
+        (void)write(ctx->evfd, &one, sizeof(one));
         return ctx->epfd;
     }
     if (ctx->npending == 0) {
@@ -512,6 +529,7 @@ static void shoal_ib_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t statu
 {
     char why[128];
     snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
+    shoal_ib_lazy_fail(ctx, culprit); /* peers not connected yet: ABORT, listener closed */
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {
@@ -542,7 +560,7 @@ static int shoal_ib_query(void)
 const shoal_tl_ops_t shoal_tl_ib_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "ib",
-    .caps = SHOAL_TL_CAP_HOST_CPU,
+    .caps = SHOAL_TL_CAP_HOST_CPU | SHOAL_TL_CAP_LAZY,
     .intra_node_only = 0,
     .query = shoal_ib_query,
     .init = shoal_ib_init,

@@ -8,7 +8,8 @@
  * rank reaches its accept phase, so the sequence cannot deadlock. Per pair: handshake, both
  * send their shoal_ib_pair_t, both move the QP INIT->RTR->RTS, both send one sync byte and
  * wait for the other's, so no write can reach a QP that is not ready. The oob socket stays
- * open: its EOF tells us the peer process died.
+ * open: its EOF tells us the peer process died. With SHOAL_CONNECT=lazy, connect_all only
+ * allocates and each pair runs the same exchange at first use, without blocking (ib_lazy.c).
  *
  * Data path: see ib.h. Completion of a send request comes with the send completion of its
  * last chunk (RC completes in order); a receive completes when its last chunk is copied. */
@@ -503,6 +504,7 @@ shoal_status_t shoal_ib_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
         ep->sq_post = req;
     }
     ep->ctx->npending++;
+    shoal_ib_lazy_want(ep);
     return SHOAL_OK;
 }
 
@@ -523,6 +525,7 @@ shoal_status_t shoal_ib_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
     }
     ep->rq_tail = req;
     ep->ctx->npending++;
+    shoal_ib_lazy_want(ep);
     return SHOAL_OK;
 }
 
@@ -552,6 +555,7 @@ static void shoal_ib_rc_dereg(void *arg, void *handle)
 
 void shoal_ib_ep_close(shoal_ep_t *ep)
 {
+    shoal_ib_lazy_close(ep);
     shoal_ib_cm_close(ep); /* rdma_cm: the queue pair and its identifier */
     if (ep->qp != NULL) {
         (void)ibv_destroy_qp(ep->qp);
@@ -611,7 +615,7 @@ void shoal_ib_conn_free(shoal_tl_ctx_t *ctx)
 
 /* Peer ep's protection domain and registrations: its ring (remote write, the only key it
  * gets) and its send area (local only), at their places in the layout. */
-static shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep)
+shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     shoal_ib_region_t ring, send;
@@ -622,6 +626,11 @@ static shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep)
     ep->ring = ctx->ring_buf + ring.off;
     ep->bounce = ctx->send_buf + send.off;
     ep->hdrs = ep->bounce + ctx->lay.hdr_off;
+    if (ctx->lazy) {
+        /* connect_all left the peers' parts untouched: only the peers in use get pages */
+        memset(ep->ring, 0, ring.len);
+        memset(ep->bounce, 0, send.len);
+    }
     shoal_ib_credit_init(&ep->bq, ctx->nbounce);
     ep->pd = ibv_alloc_pd(ctx->dev);
     if (ep->pd == NULL) {
@@ -671,8 +680,10 @@ static shoal_status_t shoal_ib_conn_mem(shoal_tl_ctx_t *ctx, int n)
                     "bytes)", n, l->ring_total, l->send_total);
         return SHOAL_ERR_NO_MEMORY;
     }
-    memset(ctx->ring_buf, 0, l->ring_total); /* fault in now, not on the data path */
-    memset(ctx->send_buf, 0, l->send_total);
+    if (!ctx->lazy) {
+        memset(ctx->ring_buf, 0, l->ring_total); /* fault in now, not on the data path */
+        memset(ctx->send_buf, 0, l->send_total);
+    }
     ctx->cq = ibv_create_cq(ctx->dev, (int)(nn * (sq_depth + rx_depth) + 16), ctx, ctx->chan,
                             0);
     if (ctx->cq == NULL) {
@@ -688,7 +699,9 @@ static shoal_status_t shoal_ib_conn_mem(shoal_tl_ctx_t *ctx, int n)
         ep->slot_flags = ctx->slot_flags + (size_t)i * ctx->nslots;
         ep->wrs = ctx->wrs + (size_t)i * sq_depth;
         shoal_ib_ring_init(&ep->rx, ctx->nslots);
-        SHOAL_CHECK(shoal_ib_ep_mem(ep));
+        if (!ctx->lazy) {
+            SHOAL_CHECK(shoal_ib_ep_mem(ep)); /* lazily: when the peer connects */
+        }
     }
     return SHOAL_OK;
 }
@@ -716,7 +729,7 @@ shoal_status_t shoal_ib_ep_post_recvs(shoal_ep_t *ep)
 }
 
 /* RC QP in INIT with its receives posted. */
-static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
+shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     struct ibv_qp_init_attr ia;
@@ -736,6 +749,8 @@ static shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
     if (ia.cap.max_inline_data < ctx->max_inline) {
         ctx->max_inline = ia.cap.max_inline_data;
     }
+    shoal_trace(IB, "rank %d: ib queue pair %u created for peer %d", ctx->rank, ep->qp->qp_num,
+                ep->peer);
     SHOAL_CHECK(shoal_random_bytes(r, sizeof(r)));
     ep->psn = (r[0] | (uint32_t)r[1] << 8 | (uint32_t)r[2] << 16) & 0xffffffu;
     mask = shoal_ib_qp_step(0, &plan, &a);
@@ -778,7 +793,7 @@ static shoal_status_t shoal_ib_ep_remote(shoal_ep_t *ep, const shoal_ib_pair_t *
 }
 
 /* INIT -> RTR -> RTS from the peer's pair info. */
-static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
+shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     char why[200];
@@ -819,7 +834,7 @@ static shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp)
 
 /* ---- the out-of-band exchange -------------------------------------------------------------- */
 
-static int shoal_ib_find_ep(shoal_tl_ctx_t *ctx, uint32_t rank)
+int shoal_ib_find_ep(shoal_tl_ctx_t *ctx, uint32_t rank)
 {
     for (int i = 0; i < ctx->neps; i++) {
         if ((uint32_t)ctx->eps[i].peer == rank) {
@@ -972,7 +987,7 @@ static shoal_status_t shoal_ib_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, i
         ep->ctx = ctx;
         ep->idx = i;
         ep->peer = peers[i];
-        ep->oob_fd = -1;
+        ep->oob_fd = ep->lz_fd = ep->dial.fd = -1;
         ep->status = SHOAL_OK;
         if (peers[i] == ctx->rank || (i > 0 && peers[i] <= peers[i - 1]) ||
             shoal_ib_addr_decode(addrs[i], addr_lens[i], &ep->raddr) != 0) {
@@ -1008,6 +1023,10 @@ shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int n
     }
     SHOAL_CHECK_GOTO(shoal_ib_conn_eps(ctx, peers, npeers, addrs, addr_lens), st, err);
     SHOAL_CHECK_GOTO(shoal_ib_conn_mem(ctx, npeers), st, err);
+    if (ctx->lazy) {
+        SHOAL_CHECK_GOTO(shoal_ib_lazy_start(ctx, eps_p), st, err);
+        return SHOAL_OK;
+    }
     for (int i = 0; i < npeers && !ctx->use_cm; i++) {
         /* with rdma_cm, the queue pair is created on its identifier when it connects */
         SHOAL_CHECK_GOTO(shoal_ib_ep_qp(&ctx->eps[i]), st, err);

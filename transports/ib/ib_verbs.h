@@ -25,6 +25,20 @@ typedef struct {
 } shoal_ib_addr_t;
 
 #define SHOAL_IB_CM_TOKEN_BYTES 16
+/* Lazy connections (ib_lazy.c): states of an endpoint, and the exchange's message: a kind byte
+ * (GO: our pair follows; ABORT: a wire abort header follows, the sender's communicator failed)
+ * and 40 bytes. */
+enum {
+    SHOAL_IB_LZ_READY = 0,    /* connected (and every eager endpoint) */
+    SHOAL_IB_LZ_IDLE,         /* nothing yet: the peer's address is kept */
+    SHOAL_IB_LZ_DIAL,         /* our non-blocking dial and handshake */
+    SHOAL_IB_LZ_WAIT,         /* our dial was closed early: dial again at lz_retry_ns */
+    SHOAL_IB_LZ_XCHG,         /* authenticated: queue pair numbers and rings, sync byte */
+};
+#define SHOAL_IB_LZ_GO 0x47u
+#define SHOAL_IB_LZ_ABORT 0x41u
+#define SHOAL_IB_LZ_MSG_BYTES (1 + SHOAL_IB_PAIR_BYTES)
+
 struct rdma_cm_id;
 struct rdma_event_channel;
 
@@ -82,6 +96,17 @@ struct shoal_ep {
      * event channel) */
     struct rdma_cm_id *cm_id;
     struct rdma_event_channel *cm_chan;
+    /* SHOAL_CONNECT=lazy (ib_lazy.c): where this peer's connection stands */
+    int lz_state;                 /* SHOAL_IB_LZ_*; READY (0) once connected, and eagerly */
+    uint64_t lz_deadline;         /* the connection is due by then (0: nobody asked yet) */
+    uint64_t lz_retry_ns;         /* WAIT: dial again from then on */
+    int lz_refused, lz_closes, lz_proof_closes;
+    shoal_oob_dial_t dial;        /* DIAL: our dial */
+    int lz_fd;                    /* XCHG: the authenticated socket (ours or the peer's) */
+    int lz_dialed;                /* XCHG: lz_fd is our dial's (else our acceptor's) */
+    int lz_phase;                 /* XCHG: 0 send ours, 1 read theirs, 2 send sync, 3 read it */
+    size_t lz_off;
+    uint8_t lz_out[SHOAL_IB_LZ_MSG_BYTES], lz_in[SHOAL_IB_LZ_MSG_BYTES];
 };
 
 struct shoal_tl_ctx {
@@ -124,6 +149,14 @@ struct shoal_tl_ctx {
     int neps;
     int npending;
     uint64_t check_ns;            /* last peer check */
+    /* SHOAL_CONNECT=lazy (ib_lazy.c; not with SHOAL_IB_USE_RDMACM=1: eager then) */
+    int lazy;
+    shoal_oob_auth_t auth;        /* the out-of-band handshake's, kept for the dials */
+    shoal_oob_acceptor_t *acc;    /* on listen_fd, which stays open until fini or fail */
+    int lz_open;                  /* endpoints neither connected nor failed */
+    int lz_busy;                  /* endpoints in DIAL, WAIT or XCHG */
+    int lz_qps;                   /* queue pairs connected at first use */
+    uint64_t lz_poll_ns;          /* last look at the listener while nothing connects */
     int nstash;
     struct ibv_wc stash[SHOAL_IB_WC_BATCH];
     struct ibv_wc wc[SHOAL_IB_WC_BATCH];
@@ -156,6 +189,27 @@ SHOAL_HIDDEN void shoal_ib_conn_free(shoal_tl_ctx_t *ctx);
 /* The attributes of a peer's RC queue pair; its receives posted. */
 SHOAL_HIDDEN void shoal_ib_ep_qp_attr(shoal_ep_t *ep, struct ibv_qp_init_attr *ia);
 SHOAL_HIDDEN shoal_status_t shoal_ib_ep_post_recvs(shoal_ep_t *ep);
+
+SHOAL_HIDDEN int shoal_ib_find_ep(shoal_tl_ctx_t *ctx, uint32_t rank);
+/* A peer's protection domain and registrations; its QP in INIT with receives posted; the QP
+ * to RTS from the peer's pair info (and its ring taken). */
+SHOAL_HIDDEN shoal_status_t shoal_ib_ep_mem(shoal_ep_t *ep);
+SHOAL_HIDDEN shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep);
+SHOAL_HIDDEN shoal_status_t shoal_ib_ep_rts(shoal_ep_t *ep, const shoal_ib_pair_t *rp);
+
+/* ib_lazy.c (SHOAL_CONNECT=lazy) */
+/* connect_all, lazily: every endpoint IDLE, the acceptor on the listener, eps_p filled. */
+SHOAL_HIDDEN shoal_status_t shoal_ib_lazy_start(shoal_tl_ctx_t *ctx, shoal_ep_t **eps_p);
+/* A request was queued on ep: an IDLE endpoint starts its connection (deadline from now). */
+SHOAL_HIDDEN void shoal_ib_lazy_want(shoal_ep_t *ep);
+/* From progress: accepts, dials, exchanges; the number of requests completed (failed). */
+SHOAL_HIDDEN int shoal_ib_lazy_progress(shoal_tl_ctx_t *ctx);
+/* 1 if a handshake or exchange is under way (the caller must not sleep on epfd alone). */
+SHOAL_HIDDEN int shoal_ib_lazy_busy(shoal_tl_ctx_t *ctx);
+/* fail(): endpoints under way tell the peer (ABORT) and fail; the listener closes. */
+SHOAL_HIDDEN void shoal_ib_lazy_fail(shoal_tl_ctx_t *ctx, int culprit);
+SHOAL_HIDDEN void shoal_ib_lazy_close(shoal_ep_t *ep);
+SHOAL_HIDDEN void shoal_ib_lazy_fini(shoal_tl_ctx_t *ctx);
 
 /* ib_cm.c (SHOAL_IB_USE_RDMACM=1; without librdmacm at build time: UNSUPPORTED) */
 /* librdmacm's context of device devname into *dev_p (kept in ctx->cm_devs). */
