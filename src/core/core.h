@@ -19,6 +19,7 @@ typedef struct {
     const char *transport;     /* SHOAL_TRANSPORT */
     unsigned spin_count;       /* SHOAL_SPIN_COUNT */
     unsigned spin_pause;       /* SHOAL_SPIN_PAUSE */
+    int spin_adapt;            /* SHOAL_SPIN_ADAPT */
     const char *uid;           /* SHOAL_UID (hex, set by shoalrun) */
     int rank;                  /* SHOAL_RANK */
     int nranks;                /* SHOAL_NRANKS */
@@ -99,6 +100,13 @@ struct shoal_comm {
     int timeout_ms;
     unsigned spin_count;
     unsigned pause_spins;      /* pure polls before yielding: 0 when ranks outnumber cores */
+    /* Adaptive spinning (SHOAL_SPIN_ADAPT, shoal_chan_idle); touched only by the thread that
+     * progresses the communicator (the ticket's holder). */
+    uint64_t wait_t0_ns;       /* the current wait's clock at its 16th idle call */
+    int wait_phase;            /* 0: before it, 1: timed, 2: past SHORT_NS, 3: past LONG_NS */
+    int wait_short;            /* waits past SHORT_NS sleep (their share past LONG_NS is high) */
+    unsigned wait_score;       /* moving share, 0..256, of the waits past SHORT_NS that went
+                                * on past LONG_NS */
     shoal_peer_info_t *peers;  /* [nranks] */
     shoal_tl_inst_t tls[SHOAL_TL_MAX];
     int ntls;
