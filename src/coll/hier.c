@@ -408,10 +408,7 @@ static shoal_status_t shoal_hier_wait(shoal_hier_t *h, int n, size_t wait_seg)
             spins = 0;
             continue;
         }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
-            !shoal_comm_aborted(comm)) {
-            /* cannot fail by time: no message to format (a snprintf per poll was 2% of a
-             * rank's CPU while it waited on a slow link) */
+        if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
             SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, "waiting"));
         } else if (pending >= 0) {
             char what[96];

@@ -305,9 +305,8 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
             spins = 0;
             continue;
         }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
-            !shoal_comm_aborted(comm)) {
-            st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
+        if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
+            st = shoal_chan_idle(comm, &spins, deadline, "waiting");
         } else {
             snprintf(what, sizeof(what), "waiting for peer %d (%s)", peers[first],
                      shoal_comm_peer_host(comm, peers[first]));

@@ -222,6 +222,16 @@ SHOAL_HIDDEN shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl
  * counts idle iterations (reset it to 0 after progress). */
 SHOAL_HIDDEN shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p,
                                             uint64_t deadline_ns, const char *what);
+/* Whether the next shoal_chan_idle(spins) may fail and so needs its 'what' (abort, a dead
+ * peer, the deadline): callers format their message only then, not once per poll (a snprintf
+ * per sleep was 4% of a rank's CPU while it waited on a slow link). */
+static inline int shoal_chan_idle_may_fail(const struct shoal_comm *comm, unsigned spins,
+                                           uint64_t deadline_ns)
+{
+    return shoal_comm_aborted(comm) || shoal_comm_dead_peer(comm) >= 0 ||
+           ((spins + 1 >= comm->spin_count || ((spins + 1) & 255) == 0) &&
+            shoal_deadline_passed(deadline_ns));
+}
 
 /* ---- bootstrap (boot.c, boot.h) ---- */
 #include "core/boot.h"
