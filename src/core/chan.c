@@ -196,7 +196,7 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
                                const char *what)
 {
     unsigned spins = ++*spins_p;
-    if (shoal_core_config.spin_adapt) {
+    if (comm->spin_adapt) {
         shoal_chan_spin_adapt(comm, spins_p);
         spins = *spins_p;
     }

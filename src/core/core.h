@@ -102,6 +102,7 @@ struct shoal_comm {
     unsigned pause_spins;      /* pure polls before yielding: 0 when ranks outnumber cores */
     /* Adaptive spinning (SHOAL_SPIN_ADAPT, shoal_chan_idle); touched only by the thread that
      * progresses the communicator (the ticket's holder). */
+    int spin_adapt;            /* SHOAL_SPIN_ADAPT and a transport across hosts in use */
     uint64_t wait_t0_ns;       /* the current wait's clock at its 16th idle call */
     int wait_phase;            /* 0: before it, 1: timed, 2: past SHORT_NS, 3: past LONG_NS */
     int wait_short;            /* waits past SHORT_NS sleep (their share past LONG_NS is high) */

@@ -34,8 +34,10 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .doc = "1: a wait spins at most 200 us before it sleeps, and only 20 us while at least a "
             "quarter of the communicator's recent waits past 20 us went on past 200 us (bulk "
             "transfers over a slow link: polls are system calls over tcp, and take CPU from "
-            "the processes with work to do); waits under 20 us are unchanged; 0: the full "
-            "spin of SHOAL_SPIN_PAUSE and SHOAL_SPIN_COUNT polls"},
+            "the processes with work to do); waits under 20 us are unchanged; only "
+            "communicators that use a transport across hosts (tcp, ucx, ib): shared memory "
+            "keeps its full spin; 0: the full spin of SHOAL_SPIN_PAUSE and SHOAL_SPIN_COUNT "
+            "polls"},
     {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING, .flags = SHOAL_CFG_F_SECRET,
      .offset = offsetof(shoal_core_config_t, uid),
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},
