@@ -291,7 +291,7 @@ ajob() {
         (
             NETNS_TMP=$tmp/ns.$t
             NETNS_ENV="SHOAL_TENANT=$t SHOAL_JOB=qos-bench SHOAL_AGENT=none SHOAL_TRANSPORT=tcp
-                SHOAL_QOS_CLASS=burstable SHOAL_QOS_DSCP=burstable=$((2 + 8 * idx))"
+                SHOAL_QOS_CLASS=burstable SHOAL_QOS_DSCP=burstable=$((2 + 8 * idx))$job_env_add"
             export SHOAL_TENANT="$t" SHOAL_JOB=qos-bench # mkuid makes the id for the tenant
             netns_job "$tmp/ns.$t/r" "$ranks" block $((${secs%.*} + 60)) "$load" "$@"
             rc=$?

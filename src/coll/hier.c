@@ -408,7 +408,9 @@ static shoal_status_t shoal_hier_wait(shoal_hier_t *h, int n, size_t wait_seg)
             spins = 0;
             continue;
         }
-        if (pending >= 0) {
+        if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
+            SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, "waiting"));
+        } else if (pending >= 0) {
             char what[96];
             snprintf(what, sizeof(what), "waiting for peer %d (%s)", m->ipeer[pending],
                      shoal_comm_peer_host(comm, m->ipeer[pending]));

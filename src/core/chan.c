@@ -132,10 +132,74 @@ static void shoal_chan_sleep(struct shoal_comm *comm, int us)
     }
 }
 
+/* Adaptive spinning (SHOAL_SPIN_ADAPT). Spinning pays when the answer comes within about
+ * what a sleep and its wake-up cost; a rank whose waits last hundreds of microseconds or more
+ * (a bulk transfer over a slow or shaped link: each chunk's completion) gains nothing from
+ * its polls, a system call or two each over tcp, and takes CPU from the processes with work
+ * to do, among them the peers it waits for (4 MiB AllReduces of 2 tenants over a 1 Gbit/s
+ * link on 2 vCPUs: the ranks polled about all of the time, 1 M epoll_wait calls a second).
+ * So a wait spins at most SHOAL_SPIN_LONG_NS (it would otherwise spin SHOAL_SPIN_PAUSE and
+ * SHOAL_SPIN_COUNT polls: milliseconds over tcp), then sleeps on the transports (woken by
+ * their fds or futex); and each communicator keeps a moving share of its waits that, once
+ * past SHOAL_SPIN_SHORT_NS, went on past LONG_NS: while that share is high (from a quarter
+ * on, until it falls under a sixteenth: a rank that sleeps leaves its peers the CPU, so its
+ * waits get shorter, and one threshold kept the share just below it), a wait sleeps from
+ * SHORT_NS on. Waits that end before SHORT_NS (small messages over loopback or shm) neither
+ * count nor change: their latency is unchanged. The clock is read every 16th idle call only,
+ * from the 16th on: a wait shorter than that reads none. */
+#define SHOAL_SPIN_SHORT_NS (20ull * 1000)
+#define SHOAL_SPIN_LONG_NS (200ull * 1000)
+#define SHOAL_SPIN_SCORE_MAX 256u
+
+static void shoal_chan_spin_adapt(struct shoal_comm *comm, unsigned *spins_p)
+{
+    unsigned spins = *spins_p, sleep_at = SHOAL_MAX(comm->pause_spins, comm->spin_count);
+    uint64_t now, d;
+    if (spins == 1) { /* a new wait: the previous one, if past SHORT_NS only, was short */
+        if (comm->wait_phase == 2) {
+            comm->wait_score -= comm->wait_score / 8;
+        }
+        comm->wait_phase = 0;
+        return;
+    }
+    if ((spins & 15) != 0) {
+        return;
+    }
+    now = shoal_time_ns();
+    if (comm->wait_phase == 0) {
+        comm->wait_t0_ns = now;
+        comm->wait_phase = 1;
+        return;
+    }
+    d = now - comm->wait_t0_ns;
+    if (comm->wait_phase == 1 && d >= SHOAL_SPIN_SHORT_NS) {
+        comm->wait_phase = 2;
+        if (comm->wait_score >= SHOAL_SPIN_SCORE_MAX / 4) {
+            comm->wait_short = 1;
+        } else if (comm->wait_score < SHOAL_SPIN_SCORE_MAX / 16) {
+            comm->wait_short = 0;
+        }
+        if (comm->wait_short && spins < sleep_at) {
+            *spins_p = sleep_at; /* sleep from now on */
+        }
+    }
+    if (comm->wait_phase == 2 && d >= SHOAL_SPIN_LONG_NS) {
+        comm->wait_phase = 3;
+        comm->wait_score += (SHOAL_SPIN_SCORE_MAX - comm->wait_score) / 8;
+        if (spins < sleep_at) {
+            *spins_p = sleep_at; /* long already: likely much longer (see above) */
+        }
+    }
+}
+
 shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint64_t deadline_ns,
                                const char *what)
 {
     unsigned spins = ++*spins_p;
+    if (comm->spin_adapt) {
+        shoal_chan_spin_adapt(comm, spins_p);
+        spins = *spins_p;
+    }
     shoal_status_t fatal = shoal_comm_fatal(comm);
     if (SHOAL_UNLIKELY(fatal != SHOAL_OK)) {
         return fatal;
@@ -241,9 +305,8 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
             spins = 0;
             continue;
         }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
-            !shoal_comm_aborted(comm)) {
-            st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
+        if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
+            st = shoal_chan_idle(comm, &spins, deadline, "waiting");
         } else {
             snprintf(what, sizeof(what), "waiting for peer %d (%s)", peers[first],
                      shoal_comm_peer_host(comm, peers[first]));

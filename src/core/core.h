@@ -19,6 +19,7 @@ typedef struct {
     const char *transport;     /* SHOAL_TRANSPORT */
     unsigned spin_count;       /* SHOAL_SPIN_COUNT */
     unsigned spin_pause;       /* SHOAL_SPIN_PAUSE */
+    int spin_adapt;            /* SHOAL_SPIN_ADAPT */
     const char *uid;           /* SHOAL_UID (hex, set by shoalrun) */
     int rank;                  /* SHOAL_RANK */
     int nranks;                /* SHOAL_NRANKS */
@@ -101,6 +102,14 @@ struct shoal_comm {
     int timeout_ms;
     unsigned spin_count;
     unsigned pause_spins;      /* pure polls before yielding: 0 when ranks outnumber cores */
+    /* Adaptive spinning (SHOAL_SPIN_ADAPT, shoal_chan_idle); touched only by the thread that
+     * progresses the communicator (the ticket's holder). */
+    int spin_adapt;            /* SHOAL_SPIN_ADAPT and a transport across hosts in use */
+    uint64_t wait_t0_ns;       /* the current wait's clock at its 16th idle call */
+    int wait_phase;            /* 0: before it, 1: timed, 2: past SHORT_NS, 3: past LONG_NS */
+    int wait_short;            /* waits past SHORT_NS sleep (their share past LONG_NS is high) */
+    unsigned wait_score;       /* moving share, 0..256, of the waits past SHORT_NS that went
+                                * on past LONG_NS */
     shoal_peer_info_t *peers;  /* [nranks] */
     shoal_tl_inst_t tls[SHOAL_TL_MAX];
     int ntls;
@@ -217,6 +226,16 @@ SHOAL_HIDDEN shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl
  * counts idle iterations (reset it to 0 after progress). */
 SHOAL_HIDDEN shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p,
                                             uint64_t deadline_ns, const char *what);
+/* Whether the next shoal_chan_idle(spins) may fail and so needs its 'what' (abort, a dead
+ * peer, the deadline): callers format their message only then, not once per poll (a snprintf
+ * per sleep was 4% of a rank's CPU while it waited on a slow link). */
+static inline int shoal_chan_idle_may_fail(const struct shoal_comm *comm, unsigned spins,
+                                           uint64_t deadline_ns)
+{
+    return shoal_comm_aborted(comm) || shoal_comm_dead_peer(comm) >= 0 ||
+           ((spins + 1 >= comm->spin_count || ((spins + 1) & 255) == 0) &&
+            shoal_deadline_passed(deadline_ns));
+}
 
 /* ---- bootstrap (boot.c, boot.h) ---- */
 #include "core/boot.h"

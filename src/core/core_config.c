@@ -29,6 +29,15 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
             "the host's ranks outnumber the CPUs). A yield on a machine loaded by other work "
             "hands the CPU away for a time slice: with 8, a 2-rank 8 B AllReduce over ucx took "
             "14-69 us (median 52) under load, 0.8-1.0 us with 1024, as Open MPI's pure polling"},
+    {.name = "SPIN_ADAPT", .dflt = "1", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_core_config_t, spin_adapt),
+     .doc = "1: a wait spins at most 200 us before it sleeps, and only 20 us while at least a "
+            "quarter of the communicator's recent waits past 20 us went on past 200 us (bulk "
+            "transfers over a slow link: polls are system calls over tcp, and take CPU from "
+            "the processes with work to do); waits under 20 us are unchanged; only "
+            "communicators that use a transport across hosts (tcp, ucx, ib): shared memory "
+            "keeps its full spin; 0: the full spin of SHOAL_SPIN_PAUSE and SHOAL_SPIN_COUNT "
+            "polls"},
     {.name = "UID", .dflt = "", .type = SHOAL_CFG_STRING, .flags = SHOAL_CFG_F_SECRET,
      .offset = offsetof(shoal_core_config_t, uid),
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},

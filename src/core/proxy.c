@@ -148,9 +148,8 @@ shoal_status_t shoal_plan_drive(struct shoal_comm *comm, shoal_plan_t *plan)
             deadline = shoal_deadline_ns(comm->timeout_ms);
             deadline_due = 0;
         }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
-            !shoal_comm_aborted(comm)) {
-            st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
+        if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
+            st = shoal_chan_idle(comm, &spins, deadline, "waiting");
         } else {
             char what[96];
             shoal_plan_wait_what(comm, plan, what, sizeof(what));
