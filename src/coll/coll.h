@@ -289,14 +289,19 @@ SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm,
 SHOAL_HIDDEN void shoal_hier_fini(struct shoal_comm *comm);
 /* Bruck allgather: needs nranks * count * dsize <= scratch_size. */
 SHOAL_HIDDEN int shoal_bruck_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
-/* Pipelined binary-tree broadcast (chunks of comm->coll->chunk). */
-SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast(struct shoal_comm *comm,
-                                              const shoal_coll_args_t *a, uint32_t seq);
-/* Recursive-halving reduce-scatter: power-of-two nranks only. */
+/* Pipelined binary-tree broadcast (chunks of comm->coll->chunk), as a plan (bcast2.c). */
+SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast_plan(struct shoal_comm *comm,
+                                                   shoal_coll_plan_t **cp_p,
+                                                   const shoal_coll_args_t *a, uint32_t seq,
+                                                   int exclusive);
+/* Recursive-halving reduce-scatter: power-of-two nranks only; as a plan (rs2.c: the ring's
+ * plan where it does not apply). */
 SHOAL_HIDDEN int shoal_rh_reduce_scatter_applicable(struct shoal_comm *comm,
                                                     const shoal_coll_args_t *a);
-SHOAL_HIDDEN shoal_status_t shoal_rh_reduce_scatter(struct shoal_comm *comm,
-                                                    const shoal_coll_args_t *a, uint32_t seq);
+SHOAL_HIDDEN shoal_status_t shoal_rh_reduce_scatter_plan(struct shoal_comm *comm,
+                                                         shoal_coll_plan_t **cp_p,
+                                                         const shoal_coll_args_t *a,
+                                                         uint32_t seq, int exclusive);
 /* Cost hints for the selection table (algos_cost.c): modelled us, negative = cannot run. */
 SHOAL_HIDDEN double shoal_dbtree_ar_cost(const shoal_coll_shape_t *s, size_t bytes);
 SHOAL_HIDDEN double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes);

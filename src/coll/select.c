@@ -161,11 +161,11 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_HIER, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_hier_ar_cost,
      .applicable = shoal_hier_applicable, .run = shoal_hier_allreduce},
     {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost,
-     .run = shoal_ptree_bcast},
+     .plan = shoal_ptree_bcast_plan},
     {.algo = SHOAL_ALGO_BRUCK, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_bruck_ag_cost,
      .applicable = shoal_bruck_applicable, .plan = shoal_bruck_allgather_plan},
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_REDUCE_SCATTER, .cost_us = shoal_rh_rs_cost,
-     .applicable = shoal_rh_reduce_scatter_applicable, .run = shoal_rh_reduce_scatter},
+     .applicable = shoal_rh_reduce_scatter_applicable, .plan = shoal_rh_reduce_scatter_plan},
     {.algo = SHOAL_ALGO_PAIRWISE, .coll = SHOAL_COLL_ALLTOALL,
      .cost_us = shoal_pairwise_a2a_cost, .plan = shoal_pairwise_alltoall_plan},
 };

@@ -53,12 +53,19 @@ mp_job "shm n=4 dbtree chunk=4k" 4 "SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" "$p
 mp_job "tcp n=5 dbtree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
 # Rabenseifner AllReduce plans (the fold on 3 and 5 ranks, pieces of a 4 KiB-chunk scratch),
-# and the recursive-halving reduce-scatter (SHOAL_ALGO=rab on 4 ranks), which has no plan
-# and runs whole, alone on its communicator, between the plans.
+# and the recursive-halving reduce-scatter plans (SHOAL_ALGO=rab on 4 ranks: on the world's
+# copy of 4 ranks and on the halves of 2 at once; 4 KiB chunks make them several slices).
 mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
 mp_job "tcp n=5 rab chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
 mp_job "shm n=4 rab chunk=4k" 4 "SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "tcp n=4 rab chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+# Pipelined tree broadcast plans on the world and its copy at once (4 KiB chunks: the
+# 2 Mi-element broadcast is a pipeline of 4096 chunks).
+mp_job "shm n=4 ptree chunk=4k" 4 "SHOAL_ALGO=ptree SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "tcp n=5 ptree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=ptree SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
 # 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
 # (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
 mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
@@ -105,4 +112,9 @@ kill_job "kill shm n=3" 3 ""
 kill_job "kill tcp n=3 rd" 3 tcp rd
 kill_job "kill shm n=4 bruck" 4 "" bruck
 kill_job "kill tcp n=4 dbtree" 4 tcp dbtree
+# The reduce-scatter as a recursive-halving plan (4 ranks), the broadcast as a pipelined tree.
+kill_job "kill tcp n=4 rab" 4 tcp rab
+kill_job "kill shm n=4 rab" 4 "" rab
+kill_job "kill tcp n=5 ptree" 5 tcp ptree
+kill_job "kill shm n=3 ptree" 3 "" ptree
 echo "1..$n_tap"
