@@ -30,6 +30,7 @@ static shoal_status_t shoal_ptree_test(struct shoal_comm *comm, shoal_ptree_plan
     SHOAL_CHECK(shoal_chan_test(comm, &req, &peer, 1, &done));
     if (!done) {
         b->cp.base.wait_peer = peer;
+        shoal_plan_wait_on(&b->cp.base, req);
         return SHOAL_IN_PROGRESS;
     }
     return SHOAL_OK;

@@ -36,16 +36,43 @@ void shoal_coll_pool_fini(struct shoal_comm *comm)
     while (cs->npool > 0) {
         free(cs->pool[--cs->npool]);
     }
+    free(cs->plan_mem);
+    cs->plan_mem = NULL;
+    cs->plan_mem_size = 0;
+}
+
+static void shoal_coll_plan_free(struct shoal_comm *comm, shoal_coll_plan_t *cp)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    if ((void *)cp == cs->plan_mem) {
+        cs->plan_mem_busy = 0;
+    } else {
+        free(cp);
+    }
 }
 
 shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                      uint32_t seq, size_t size, int exclusive,
                                      shoal_coll_plan_t **cp_p)
 {
-    shoal_coll_plan_t *cp = calloc(1, size);
-    if (cp == NULL) {
+    shoal_coll_state_t *cs = comm->coll;
+    shoal_coll_plan_t *cp;
+    if (exclusive && !cs->plan_mem_busy) {
+        if (cs->plan_mem_size < size) {
+            void *mem = malloc(size);
+            if (mem == NULL) {
+                return SHOAL_ERR_NO_MEMORY;
+            }
+            free(cs->plan_mem);
+            cs->plan_mem = mem;
+            cs->plan_mem_size = size;
+        }
+        cp = cs->plan_mem;
+        cs->plan_mem_busy = 1;
+    } else if ((cp = malloc(size)) == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    memset(cp, 0, size);
     cp->base.release = shoal_coll_plan_release;
     cp->base.wait_peer = -1;
     cp->a = *a;
@@ -59,7 +86,7 @@ shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm, const shoal_coll_a
         if (cp->scratch == NULL) {
             shoal_error(COLL, "cannot allocate %zu bytes of scratch for a collective in flight",
                         comm->coll->scratch_size);
-            free(cp);
+            shoal_coll_plan_free(comm, cp);
             return SHOAL_ERR_NO_MEMORY;
         }
     }
@@ -76,7 +103,7 @@ void shoal_coll_plan_release(struct shoal_comm *comm, shoal_plan_t *plan, shoal_
     if (cp->own_scratch) {
         shoal_coll_pool_put(comm, cp->scratch);
     }
-    free(cp);
+    shoal_coll_plan_free(comm, cp);
 }
 
 void shoal_coll_plan_peer(shoal_coll_plan_t *cp, int peer)
@@ -122,6 +149,11 @@ shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_plan_t *cp,
     SHOAL_CHECK(shoal_chan_test(comm, reqs, peers, 2, &done));
     if (!done) {
         cp->base.wait_peer = from >= 0 ? from : to;
+        for (int i = 0; i < 2; i++) {
+            if (reqs[i] != NULL && !__atomic_load_n(&reqs[i]->done, __ATOMIC_ACQUIRE)) {
+                shoal_plan_wait_on(&cp->base, reqs[i]);
+            }
+        }
         return SHOAL_IN_PROGRESS;
     }
     x->posted = 0;

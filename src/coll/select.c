@@ -159,7 +159,7 @@ static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_RAB, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_rab_ar_cost,
      .plan = shoal_rab_allreduce_plan},
     {.algo = SHOAL_ALGO_HIER, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_hier_ar_cost,
-     .applicable = shoal_hier_applicable, .run = shoal_hier_allreduce},
+     .applicable = shoal_hier_applicable, .plan = shoal_hier_allreduce_plan},
     {.algo = SHOAL_ALGO_PTREE, .coll = SHOAL_COLL_BROADCAST, .cost_us = shoal_ptree_bcast_cost,
      .plan = shoal_ptree_bcast_plan},
     {.algo = SHOAL_ALGO_BRUCK, .coll = SHOAL_COLL_ALLGATHER, .cost_us = shoal_bruck_ag_cost,

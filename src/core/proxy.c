@@ -119,29 +119,41 @@ shoal_status_t shoal_plan_drive(struct shoal_comm *comm, shoal_plan_t *plan)
     shoal_status_t st;
 
     for (;;) {
+        plan->nwait = 0;
         st = plan->progress(comm, plan);
         if (st != SHOAL_IN_PROGRESS) {
             break;
         }
-        if (shoal_chan_progress(comm) > 0) {
-            spins = 0;
-            continue;
-        }
-        if (spins == 0) {
-            deadline = shoal_deadline_ns(comm->timeout_ms); /* from the last completion */
-        }
-        if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
-            !shoal_comm_aborted(comm)) {
-            st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
-        } else {
-            char what[96];
-            shoal_plan_wait_what(comm, plan, what, sizeof(what));
-            st = shoal_chan_idle(comm, &spins, deadline, what);
-        }
-        if (st != SHOAL_OK) {
-            break;
+        /* Until the plan may move: the requests it waits for are done; none listed: after
+         * one poll of the transports (and an idle step when nothing moved), as before. */
+        while (plan->nwait == 0 || !shoal_plan_ready(plan)) {
+            if (shoal_chan_progress(comm) > 0) {
+                spins = 0;
+                if (plan->nwait == 0) {
+                    break;
+                }
+                continue;
+            }
+            if (spins == 0) {
+                deadline = shoal_deadline_ns(comm->timeout_ms); /* from the last completion */
+            }
+            if (spins + 1 < comm->spin_count && ((spins + 1) & 255) != 0 &&
+                !shoal_comm_aborted(comm)) {
+                st = shoal_chan_idle(comm, &spins, deadline, "waiting"); /* cannot fail by time */
+            } else {
+                char what[96];
+                shoal_plan_wait_what(comm, plan, what, sizeof(what));
+                st = shoal_chan_idle(comm, &spins, deadline, what);
+            }
+            if (st != SHOAL_OK) {
+                goto out;
+            }
+            if (plan->nwait == 0) {
+                break;
+            }
         }
     }
+out:
     plan->release(comm, plan, st);
     return st;
 }
@@ -249,7 +261,12 @@ static int shoal_proxy_advance(struct shoal_proxy *px, shoal_status_t fatal,
                 req = next;
                 continue;
             }
-            st = req->plan->progress(px->comm, req->plan);
+            if (req->plan->nwait > 0 && !shoal_plan_ready(req->plan)) {
+                st = SHOAL_IN_PROGRESS; /* what it waits for is not done yet */
+            } else {
+                req->plan->nwait = 0;
+                st = req->plan->progress(px->comm, req->plan);
+            }
         }
         if (st == SHOAL_IN_PROGRESS) {
             if (*waiting_p == NULL) {
