@@ -335,8 +335,9 @@ static shoal_status_t shoal_hier_failed(struct shoal_comm *comm, shoal_tl_req_t 
     return shoal_chan_test(comm, &r, &peer, 1, &done);
 }
 
-/* Advances the inter-host rings: reduces what arrived, posts what may go. */
-static shoal_status_t shoal_hier_pump(struct shoal_comm *comm, shoal_hier_t *h)
+/* Advances the inter-host rings: reduces what arrived, posts what may go. *moved_p counts
+ * what happened. */
+static shoal_status_t shoal_hier_pump(struct shoal_comm *comm, shoal_hier_t *h, int *moved_p)
 {
     shoal_hier_map_t *m = h->m;
     shoal_hier_bufs_t *hb = h->hb;
@@ -361,6 +362,7 @@ static shoal_status_t shoal_hier_pump(struct shoal_comm *comm, shoal_hier_t *h)
                     return shoal_hier_failed(comm, &sr[hb->snext[x]], m->next[b]);
                 }
                 hb->snext[x]++;
+                ++*moved_p;
             }
             while ((k = hb->rnext[x]) < hb->rposted[x] &&
                    __atomic_load_n(&rr[k].done, __ATOMIC_ACQUIRE)) {
@@ -377,6 +379,7 @@ static shoal_status_t shoal_hier_pump(struct shoal_comm *comm, shoal_hier_t *h)
                     }
                 }
                 hb->rnext[x]++;
+                ++*moved_p;
             }
         }
     }
@@ -390,6 +393,7 @@ static shoal_status_t shoal_hier_pump(struct shoal_comm *comm, shoal_hier_t *h)
                                      shoal_hier_tag(h, s, m->blk[b]), rr));
         hb->rposted[shoal_hier_ix(h, s, b)]++;
         shoal_hier_cursor_next(h, &h->rround, &h->ridx);
+        ++*moved_p;
     }
     /* sends in the canonical order, each once the step before it is received and reduced */
     while (shoal_hier_item(h, h->sround, h->sidx, &s, &k, &b) && s < h->nstarted &&
@@ -401,6 +405,7 @@ static shoal_status_t shoal_hier_pump(struct shoal_comm *comm, shoal_hier_t *h)
                                      shoal_hier_tag(h, s, m->blk[b]), sr));
         hb->sposted[shoal_hier_ix(h, s, b)]++;
         shoal_hier_cursor_next(h, &h->sround, &h->sidx);
+        ++*moved_p;
     }
     return SHOAL_OK;
 }
@@ -558,20 +563,34 @@ static shoal_status_t shoal_hier_ag_post(struct shoal_comm *comm, shoal_hier_t *
     return SHOAL_OK;
 }
 
+/* SHOAL_IN_PROGRESS from a wait once neither the rings nor the transports moved: as long as
+ * they move, progress goes on (the pump's work is progress too: returning after it would
+ * make the driver idle while the rings still have work to do). */
+static shoal_status_t shoal_hier_wait_or_go(struct shoal_comm *comm, int moved)
+{
+    return moved > 0 || shoal_chan_progress(comm) > 0 ? SHOAL_OK : SHOAL_IN_PROGRESS;
+}
+
 static shoal_status_t shoal_hier_progress(struct shoal_comm *comm, shoal_plan_t *plan)
 {
     shoal_hier_t *h = (shoal_hier_t *)plan;
+    shoal_status_t st;
 
     h->cp.base.wait_peer = -1;
     for (;;) {
-        SHOAL_CHECK(shoal_hier_pump(comm, h));
+        int moved = 0;
+        SHOAL_CHECK(shoal_hier_pump(comm, h, &moved));
         switch (h->phase) {
         case SHOAL_HIER_RS_POST:
             SHOAL_CHECK(shoal_hier_rs_post(comm, h, h->rs_s));
             h->phase = SHOAL_HIER_RS_WAIT;
             break;
         case SHOAL_HIER_RS_WAIT:
-            SHOAL_CHECK(shoal_hier_test(comm, h));
+            if ((st = shoal_hier_test(comm, h)) == SHOAL_IN_PROGRESS) {
+                SHOAL_CHECK(shoal_hier_wait_or_go(comm, moved));
+                break;
+            }
+            SHOAL_CHECK(st);
             shoal_hier_rs_reduce(comm, h, h->rs_s);
             h->rs_s++;
             /* the first DEPTH segments one after the other, then one per allgather */
@@ -582,13 +601,18 @@ static shoal_status_t shoal_hier_progress(struct shoal_comm *comm, shoal_plan_t 
         case SHOAL_HIER_AG_RING:
             if (!shoal_hier_seg_done(h, h->ag_s)) {
                 h->cp.base.wait_peer = h->m->nb > 0 ? h->m->prev[0] : -1; /* the ring */
-                return SHOAL_IN_PROGRESS;
+                SHOAL_CHECK(shoal_hier_wait_or_go(comm, moved));
+                break;
             }
             SHOAL_CHECK(shoal_hier_ag_post(comm, h, h->ag_s));
             h->phase = SHOAL_HIER_AG_WAIT;
             break;
         case SHOAL_HIER_AG_WAIT:
-            SHOAL_CHECK(shoal_hier_test(comm, h));
+            if ((st = shoal_hier_test(comm, h)) == SHOAL_IN_PROGRESS) {
+                SHOAL_CHECK(shoal_hier_wait_or_go(comm, moved));
+                break;
+            }
+            SHOAL_CHECK(st);
             h->ag_s++;
             h->phase = h->rs_s < h->nseg   ? SHOAL_HIER_RS_POST
                        : h->ag_s < h->nseg ? SHOAL_HIER_AG_RING
