@@ -3,7 +3,8 @@
  * virtual ranks (rank - root) mod n, chunks of comm->coll->chunk; each rank posts receives
  * SHOAL_PTREE_DEPTH chunks ahead straight into the buffer and forwards every chunk to its
  * (up to two) children as soon as it arrives. Depth log2(n) instead of the chain's n - 1,
- * at twice the send volume on interior ranks.
+ * at twice the send volume on interior ranks. A plan the progress engine advances step by
+ * step (the blocking call drives the same plan).
  */
 #include "coll/coll.h"
 
@@ -12,78 +13,103 @@
 #define SHOAL_PTREE_DEPTH 4
 
 typedef struct {
-    struct shoal_comm *comm;
-    uint8_t *buf;
+    shoal_coll_plan_t cp;
     size_t bytes, chunk, nchunks;
-    uint32_t seq;
     int parent, child[2];
+    size_t c;              /* chunk being forwarded */
+    size_t posted;         /* receives posted */
+    int stage;             /* within chunk c: 0 wait its receive, 1 free the send slot */
     shoal_tl_req_t rreq[SHOAL_PTREE_DEPTH], sreq[2][SHOAL_PTREE_DEPTH];
-    shoal_tl_req_t *spend[2][SHOAL_PTREE_DEPTH];
-} shoal_ptree_t;
+    int spend[2][SHOAL_PTREE_DEPTH]; /* the slot's send to child j is in flight */
+} shoal_ptree_plan_t;
 
-static shoal_status_t shoal_ptree_wait_sends(shoal_ptree_t *b, int slot)
+static shoal_status_t shoal_ptree_test(struct shoal_comm *comm, shoal_ptree_plan_t *b,
+                                       shoal_tl_req_t *req, int peer)
+{
+    int done;
+    SHOAL_CHECK(shoal_chan_test(comm, &req, &peer, 1, &done));
+    if (!done) {
+        b->cp.base.wait_peer = peer;
+        shoal_plan_wait_on(&b->cp.base, req);
+        return SHOAL_IN_PROGRESS;
+    }
+    return SHOAL_OK;
+}
+
+/* The sends of slot (chunk slot - DEPTH's) are done. */
+static shoal_status_t shoal_ptree_slot_free(struct shoal_comm *comm, shoal_ptree_plan_t *b,
+                                            int slot)
 {
     for (int j = 0; j < 2; j++) {
-        if (b->spend[j][slot] != NULL) {
-            SHOAL_CHECK(shoal_chan_waitall(b->comm, &b->spend[j][slot], &b->child[j], 1));
-            b->spend[j][slot] = NULL;
+        if (b->spend[j][slot]) {
+            SHOAL_CHECK(shoal_ptree_test(comm, b, &b->sreq[j][slot], b->child[j]));
+            b->spend[j][slot] = 0;
         }
     }
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_ptree_chunk(shoal_ptree_t *b, size_t c, size_t *posted_p)
+static shoal_status_t shoal_ptree_progress(struct shoal_comm *comm, shoal_plan_t *plan)
 {
-    size_t off = c * b->chunk, len = SHOAL_MIN(b->chunk, b->bytes - off);
-    int slot = (int)(c % SHOAL_PTREE_DEPTH);
+    shoal_ptree_plan_t *b = (shoal_ptree_plan_t *)plan;
+    uint8_t *buf = b->cp.a.recvbuf;
 
-    if (b->parent >= 0) {
-        shoal_tl_req_t *reqs[1] = {&b->rreq[slot]};
-        while (*posted_p < b->nchunks && *posted_p < c + SHOAL_PTREE_DEPTH) {
-            size_t po = *posted_p * b->chunk;
-            SHOAL_CHECK(shoal_chan_irecv(b->comm, b->parent, b->buf + po,
-                                         SHOAL_MIN(b->chunk, b->bytes - po), b->seq, 0,
-                                         (uint32_t)*posted_p,
-                                         &b->rreq[*posted_p % SHOAL_PTREE_DEPTH]));
-            ++*posted_p;
+    for (; b->c < b->nchunks; b->c++, b->stage = 0) {
+        size_t c = b->c, off = c * b->chunk, len = SHOAL_MIN(b->chunk, b->bytes - off);
+        int slot = (int)(c % SHOAL_PTREE_DEPTH);
+        if (b->stage == 0) {
+            if (b->parent >= 0) {
+                while (b->posted < b->nchunks && b->posted < c + SHOAL_PTREE_DEPTH) {
+                    size_t po = b->posted * b->chunk;
+                    SHOAL_CHECK(shoal_chan_irecv(comm, b->parent, buf + po,
+                                                 SHOAL_MIN(b->chunk, b->bytes - po), b->cp.seq,
+                                                 0, (uint32_t)b->posted,
+                                                 &b->rreq[b->posted % SHOAL_PTREE_DEPTH]));
+                    b->posted++;
+                }
+                SHOAL_CHECK(shoal_ptree_test(comm, b, &b->rreq[slot], b->parent));
+            }
+            b->stage = 1;
         }
-        SHOAL_CHECK(shoal_chan_waitall(b->comm, reqs, &b->parent, 1));
+        SHOAL_CHECK(shoal_ptree_slot_free(comm, b, slot));
+        for (int j = 0; j < 2; j++) {
+            if (b->child[j] >= 0) {
+                SHOAL_CHECK(shoal_chan_isend(comm, b->child[j], buf + off, len, b->cp.seq, 0,
+                                             (uint32_t)c, &b->sreq[j][slot]));
+                b->spend[j][slot] = 1;
+            }
+        }
     }
-    SHOAL_CHECK(shoal_ptree_wait_sends(b, slot));
-    for (int j = 0; j < 2; j++) {
-        if (b->child[j] >= 0) {
-            SHOAL_CHECK(shoal_chan_isend(b->comm, b->child[j], b->buf + off, len, b->seq, 0,
-                                         (uint32_t)c, &b->sreq[j][slot]));
-            b->spend[j][slot] = &b->sreq[j][slot];
-        }
+    for (int s = 0; s < SHOAL_PTREE_DEPTH; s++) {
+        SHOAL_CHECK(shoal_ptree_slot_free(comm, b, s));
     }
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_ptree_bcast(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                 uint32_t seq)
+shoal_status_t shoal_ptree_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                      const shoal_coll_args_t *a, uint32_t seq, int exclusive)
 {
     int n = comm->nranks, v = shoal_mod(comm->rank - a->root, n);
     shoal_tree_node_t t[2];
-    shoal_ptree_t b = {.comm = comm, .buf = a->recvbuf, .seq = seq,
-                       .bytes = a->count * shoal_dtype_size(a->dtype), .chunk = comm->coll->chunk};
-    size_t posted = 0;
+    shoal_ptree_plan_t *b;
 
-    if (comm->rank == a->root && a->sendbuf != a->recvbuf) {
-        memcpy(a->recvbuf, a->sendbuf, b.bytes);
-    }
-    memset(b.spend, 0, sizeof(b.spend));
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*b), exclusive,
+                                      (shoal_coll_plan_t **)&b));
+    b->cp.base.progress = shoal_ptree_progress;
+    b->bytes = a->count * b->cp.dsize;
+    b->chunk = comm->coll->chunk;
+    b->nchunks = (b->bytes + b->chunk - 1) / b->chunk;
     shoal_dbtree_build(n, v, t);
-    b.parent = t[0].parent < 0 ? -1 : (t[0].parent + a->root) % n;
+    b->parent = t[0].parent < 0 ? -1 : (t[0].parent + a->root) % n;
     for (int j = 0; j < 2; j++) {
-        b.child[j] = t[0].child[j] < 0 ? -1 : (t[0].child[j] + a->root) % n;
+        b->child[j] = t[0].child[j] < 0 ? -1 : (t[0].child[j] + a->root) % n;
     }
-    b.nchunks = (b.bytes + b.chunk - 1) / b.chunk;
-    for (size_t c = 0; c < b.nchunks; c++) {
-        SHOAL_CHECK(shoal_ptree_chunk(&b, c, &posted));
+    shoal_coll_plan_peer(&b->cp, b->parent);
+    shoal_coll_plan_peer(&b->cp, b->child[0]);
+    shoal_coll_plan_peer(&b->cp, b->child[1]);
+    if (comm->rank == a->root && a->sendbuf != a->recvbuf) {
+        memcpy(a->recvbuf, a->sendbuf, b->bytes);
     }
-    for (int s = 0; s < SHOAL_PTREE_DEPTH; s++) {
-        SHOAL_CHECK(shoal_ptree_wait_sends(&b, s));
-    }
+    *cp_p = &b->cp;
     return SHOAL_OK;
 }

@@ -105,10 +105,11 @@ typedef struct shoal_coll_state {
      * taken and returned by the ticket holder only (plan.c). */
     uint8_t *pool[SHOAL_PLAN_POOL];
     int npool;
-    /* The memory of the last blocking call's plan, reused by the next one (plan.c):
-     * SHOAL_COLL_PLAN_BLOCKING plans only (ticket holder, no other plan in flight). */
-    void *plan_spare;
-    size_t plan_spare_size;
+    /* The memory of a blocking call's plan, kept between calls (plan.c: glibc's calloc skips
+     * its thread cache, about 450 instructions a call with the free); ticket holder only. */
+    void *plan_mem;
+    size_t plan_mem_size;
+    int plan_mem_busy;
 } shoal_coll_state_t;
 
 /* Selection (select.c): minimum of the cost table's cost_us for the call's collective and
@@ -157,15 +158,10 @@ struct shoal_coll_plan {
     size_t dsize;
     uint8_t *scratch;      /* comm->coll->scratch (blocking) or a pool buffer (own_scratch) */
     int own_scratch;
-    size_t mem_size;       /* bytes allocated */
-    int blocking;          /* SHOAL_COLL_PLAN_BLOCKING: released to plan_spare */
     /* api.c: called once with the outcome before the plan is freed (metering), or NULL */
     void (*on_done)(struct shoal_comm *comm, shoal_coll_plan_t *cp, shoal_status_t st);
     uint64_t t0;
 };
-/* exclusive's value for a blocking call's plan (shoal_coll_plan_run): the communicator's
- * scratch, and the memory of the previous blocking call's plan (coll->plan_spare) */
-#define SHOAL_COLL_PLAN_BLOCKING 2
 /* Builds the plan of one algorithm: *cp_p is allocated zeroed, size bytes (>= sizeof
  * shoal_coll_plan_t) and filled in except base.progress and base.peers, which the builder
  * sets. Scratch: the communicator's when exclusive (the caller holds the ticket and no other
@@ -257,17 +253,13 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_
                                             size_t slen, int from, void *rbuf, size_t rlen,
                                             uint32_t step, uint32_t chunk);
 
-/* Blocking entry points (on the calling thread; seq is the collective's sequence number):
- * the rows without a plan, and the plans other algorithms fall back on. */
-SHOAL_HIDDEN shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm,
-                                                 const shoal_coll_args_t *a, uint32_t seq);
+/* Blocking entry points (on the calling thread): the intra-node shm path (the one row without
+ * a plan), point-to-point. */
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_shmdirect_log(struct shoal_comm *comm); /* INFO: its limits */
 SHOAL_HIDDEN void shoal_shmdirect_fini(struct shoal_comm *comm);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
-SHOAL_HIDDEN shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm,
-                                                      const shoal_coll_args_t *a, uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each
@@ -293,19 +285,27 @@ static inline size_t shoal_hier_seg_bytes(size_t total, size_t cap)
     return SHOAL_ALIGN_UP(seg, 64);
 }
 SHOAL_HIDDEN int shoal_hier_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
-SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce(struct shoal_comm *comm,
-                                                 const shoal_coll_args_t *a, uint32_t seq);
+/* As a plan (the ring's plan where it does not apply). */
+SHOAL_HIDDEN shoal_status_t shoal_hier_allreduce_plan(struct shoal_comm *comm,
+                                                      shoal_coll_plan_t **cp_p,
+                                                      const shoal_coll_args_t *a, uint32_t seq,
+                                                      int exclusive);
 SHOAL_HIDDEN void shoal_hier_fini(struct shoal_comm *comm);
 /* Bruck allgather: needs nranks * count * dsize <= scratch_size. */
 SHOAL_HIDDEN int shoal_bruck_applicable(struct shoal_comm *comm, const shoal_coll_args_t *a);
-/* Pipelined binary-tree broadcast (chunks of comm->coll->chunk). */
-SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast(struct shoal_comm *comm,
-                                              const shoal_coll_args_t *a, uint32_t seq);
-/* Recursive-halving reduce-scatter: power-of-two nranks only. */
+/* Pipelined binary-tree broadcast (chunks of comm->coll->chunk), as a plan (bcast2.c). */
+SHOAL_HIDDEN shoal_status_t shoal_ptree_bcast_plan(struct shoal_comm *comm,
+                                                   shoal_coll_plan_t **cp_p,
+                                                   const shoal_coll_args_t *a, uint32_t seq,
+                                                   int exclusive);
+/* Recursive-halving reduce-scatter: power-of-two nranks only; as a plan (rs2.c: the ring's
+ * plan where it does not apply). */
 SHOAL_HIDDEN int shoal_rh_reduce_scatter_applicable(struct shoal_comm *comm,
                                                     const shoal_coll_args_t *a);
-SHOAL_HIDDEN shoal_status_t shoal_rh_reduce_scatter(struct shoal_comm *comm,
-                                                    const shoal_coll_args_t *a, uint32_t seq);
+SHOAL_HIDDEN shoal_status_t shoal_rh_reduce_scatter_plan(struct shoal_comm *comm,
+                                                         shoal_coll_plan_t **cp_p,
+                                                         const shoal_coll_args_t *a,
+                                                         uint32_t seq, int exclusive);
 /* Cost hints for the selection table (algos_cost.c): modelled us, negative = cannot run. */
 SHOAL_HIDDEN double shoal_dbtree_ar_cost(const shoal_coll_shape_t *s, size_t bytes);
 SHOAL_HIDDEN double shoal_rab_ar_cost(const shoal_coll_shape_t *s, size_t bytes);

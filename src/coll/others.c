@@ -40,6 +40,7 @@ static shoal_status_t shoal_tree_bcast_progress(struct shoal_comm *comm, shoal_p
             SHOAL_CHECK(shoal_chan_test(comm, &r, &p->parent, 1, &done));
             if (!done) {
                 p->cp.base.wait_peer = p->parent;
+                shoal_plan_wait_on(&p->cp.base, r);
                 return SHOAL_IN_PROGRESS;
             }
         }
@@ -133,6 +134,7 @@ static shoal_status_t shoal_chain_progress(struct shoal_comm *comm, shoal_plan_t
             SHOAL_CHECK(shoal_chan_test(comm, &r, &p->prev, 1, &done));
             if (!done) {
                 p->cp.base.wait_peer = p->prev;
+                shoal_plan_wait_on(&p->cp.base, r);
                 return SHOAL_IN_PROGRESS;
             }
         }
@@ -142,6 +144,7 @@ static shoal_status_t shoal_chain_progress(struct shoal_comm *comm, shoal_plan_t
                 SHOAL_CHECK(shoal_chan_test(comm, &r, &p->next, 1, &done));
                 if (!done) {
                     p->cp.base.wait_peer = p->next;
+                    shoal_plan_wait_on(&p->cp.base, r);
                     return SHOAL_IN_PROGRESS;
                 }
             }

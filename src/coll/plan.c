@@ -36,9 +36,19 @@ void shoal_coll_pool_fini(struct shoal_comm *comm)
     while (cs->npool > 0) {
         free(cs->pool[--cs->npool]);
     }
-    free(cs->plan_spare);
-    cs->plan_spare = NULL;
-    cs->plan_spare_size = 0;
+    free(cs->plan_mem);
+    cs->plan_mem = NULL;
+    cs->plan_mem_size = 0;
+}
+
+static void shoal_coll_plan_free(struct shoal_comm *comm, shoal_coll_plan_t *cp)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    if ((void *)cp == cs->plan_mem) {
+        cs->plan_mem_busy = 0;
+    } else {
+        free(cp);
+    }
 }
 
 shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm, const shoal_coll_args_t *a,
@@ -46,28 +56,23 @@ shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm, const shoal_coll_a
                                      shoal_coll_plan_t **cp_p)
 {
     shoal_coll_state_t *cs = comm->coll;
-    size_t mem_size = size;
-    shoal_coll_plan_t *cp = NULL;
-
-    /* A blocking call allocates and frees a plan every time: calloc (which glibc serves
-     * without its thread cache, and which GCC makes of malloc + memset) and the free behind
-     * it were about 500 instructions of an 8-byte AllReduce's 3500 (callgrind). A blocking
-     * call's plan reuses the last one's memory instead (on the thread that holds the ticket,
-     * with no other plan in flight). */
-    if (exclusive == SHOAL_COLL_PLAN_BLOCKING && cs->plan_spare != NULL &&
-        cs->plan_spare_size >= size) {
-        cp = cs->plan_spare;
-        mem_size = cs->plan_spare_size;
-        cs->plan_spare = NULL;
-        memset(cp, 0, size);
-    } else {
-        cp = calloc(1, size);
-        if (cp == NULL) {
-            return SHOAL_ERR_NO_MEMORY;
+    shoal_coll_plan_t *cp;
+    if (exclusive && !cs->plan_mem_busy) {
+        if (cs->plan_mem_size < size) {
+            void *mem = malloc(size);
+            if (mem == NULL) {
+                return SHOAL_ERR_NO_MEMORY;
+            }
+            free(cs->plan_mem);
+            cs->plan_mem = mem;
+            cs->plan_mem_size = size;
         }
+        cp = cs->plan_mem;
+        cs->plan_mem_busy = 1;
+    } else if ((cp = malloc(size)) == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
     }
-    cp->mem_size = mem_size;
-    cp->blocking = exclusive == SHOAL_COLL_PLAN_BLOCKING;
+    memset(cp, 0, size);
     cp->base.release = shoal_coll_plan_release;
     cp->base.wait_peer = -1;
     cp->a = *a;
@@ -81,7 +86,7 @@ shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm, const shoal_coll_a
         if (cp->scratch == NULL) {
             shoal_error(COLL, "cannot allocate %zu bytes of scratch for a collective in flight",
                         comm->coll->scratch_size);
-            free(cp);
+            shoal_coll_plan_free(comm, cp);
             return SHOAL_ERR_NO_MEMORY;
         }
     }
@@ -98,14 +103,7 @@ void shoal_coll_plan_release(struct shoal_comm *comm, shoal_plan_t *plan, shoal_
     if (cp->own_scratch) {
         shoal_coll_pool_put(comm, cp->scratch);
     }
-    if (cp->blocking && (comm->coll->plan_spare == NULL ||
-                         comm->coll->plan_spare_size < cp->mem_size)) {
-        free(comm->coll->plan_spare); /* the larger one is kept */
-        comm->coll->plan_spare = cp;
-        comm->coll->plan_spare_size = cp->mem_size;
-        return;
-    }
-    free(cp);
+    shoal_coll_plan_free(comm, cp);
 }
 
 void shoal_coll_plan_peer(shoal_coll_plan_t *cp, int peer)
@@ -151,7 +149,11 @@ shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_plan_t *cp,
     SHOAL_CHECK(shoal_chan_test(comm, reqs, peers, 2, &done));
     if (!done) {
         cp->base.wait_peer = from >= 0 ? from : to;
-        cp->base.chan_wait = 1;
+        for (int i = 0; i < 2; i++) {
+            if (reqs[i] != NULL && !__atomic_load_n(&reqs[i]->done, __ATOMIC_ACQUIRE)) {
+                shoal_plan_wait_on(&cp->base, reqs[i]);
+            }
+        }
         return SHOAL_IN_PROGRESS;
     }
     x->posted = 0;
@@ -162,6 +164,6 @@ shoal_status_t shoal_coll_plan_run(struct shoal_comm *comm, shoal_coll_plan_buil
                                    const shoal_coll_args_t *a, uint32_t seq)
 {
     shoal_coll_plan_t *cp;
-    SHOAL_CHECK(build(comm, &cp, a, seq, SHOAL_COLL_PLAN_BLOCKING));
+    SHOAL_CHECK(build(comm, &cp, a, seq, 1));
     return shoal_plan_drive(comm, &cp->base);
 }

@@ -76,6 +76,7 @@ static shoal_status_t shoal_rab_test(struct shoal_comm *comm, shoal_rab_plan_t *
     SHOAL_CHECK(shoal_chan_test(comm, &req, &peer, 1, &done));
     if (!done) {
         r->cp.base.wait_peer = peer;
+        shoal_plan_wait_on(&r->cp.base, req);
         return SHOAL_IN_PROGRESS;
     }
     return SHOAL_OK;

@@ -29,6 +29,7 @@ static inline shoal_status_t shoal_ring_test(struct shoal_comm *comm, shoal_coll
     shoal_status_t st = shoal_chan_test(comm, &req, &peer, 1, done_p);
     if (!*done_p) {
         cp->base.wait_peer = peer;
+        shoal_plan_wait_on(&cp->base, req);
     }
     return st;
 }
@@ -305,18 +306,4 @@ shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm, shoal_coll_pla
     }
     *cp_p = &p->cp;
     return SHOAL_OK;
-}
-
-/* ---- blocking entry points (other algorithms fall back on them) -------------------------- */
-
-shoal_status_t shoal_ring_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                    uint32_t seq)
-{
-    return shoal_coll_plan_run(comm, shoal_ring_allreduce_plan, a, seq);
-}
-
-shoal_status_t shoal_ring_reduce_scatter(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                         uint32_t seq)
-{
-    return shoal_coll_plan_run(comm, shoal_ring_reduce_scatter_plan, a, seq);
 }

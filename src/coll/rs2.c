@@ -4,7 +4,8 @@
  * an accumulator of n/2 block slices and two staging areas of n/2); step mask = n/2 .. 1 keeps
  * the half of the block range that holds my rank, sends the other half and reduces the
  * partner's copy of mine, lower rank's data first. Rank r ends with block r, scaled once for
- * AVG.
+ * AVG. A plan the progress engine advances step by step (the blocking call drives the same
+ * plan): every exchange is a shoal_coll_xchg that resumes where it left off.
  */
 #include "coll/coll.h"
 
@@ -18,68 +19,96 @@ int shoal_rh_reduce_scatter_applicable(struct shoal_comm *comm, const shoal_coll
 }
 
 typedef struct {
-    struct shoal_comm *comm;
-    const shoal_coll_args_t *a;
-    uint32_t seq;
-    size_t ds, m, e0;
+    shoal_coll_plan_t cp;
+    size_t m, mmax, e0;    /* the slice [e0, e0 + m) of every block, at most mmax */
     uint8_t *acc, *tmps, *tmpr;
-} shoal_rh_t;
+    uint32_t slice, step;
+    int mask, lo;          /* the current halving step over blocks [lo, lo + 2*mask) */
+    int packed;            /* the first step's half is packed into tmps */
+    shoal_coll_xchg_t x;
+} shoal_rh_plan_t;
 
 /* One halving step over the blocks [lo, lo + 2*mask); acc holds them (after the first step). */
-static shoal_status_t shoal_rh_step(shoal_rh_t *h, int lo, int mask, int first, uint32_t step,
-                                    uint32_t slice)
+static shoal_status_t shoal_rh_step(struct shoal_comm *comm, shoal_rh_plan_t *h, int n)
 {
-    struct shoal_comm *comm = h->comm;
-    int rank = comm->rank, peer = rank ^ mask, keep = (rank & mask) ? lo + mask : lo;
-    int send = (rank & mask) ? lo : lo + mask, low_first = rank < peer;
-    size_t bm = h->m * h->ds, half = (size_t)mask * bm;
-    const uint8_t *sb = h->a->sendbuf;
+    const shoal_coll_args_t *a = &h->cp.a;
+    int rank = comm->rank, mask = h->mask, lo = h->lo, peer = rank ^ mask;
+    int keep = (rank & mask) ? lo + mask : lo, send = (rank & mask) ? lo : lo + mask;
+    int first = mask == n / 2, low_first = rank < peer;
+    size_t ds = h->cp.dsize, bm = h->m * ds, half = (size_t)mask * bm;
+    const uint8_t *sb = a->sendbuf;
     const uint8_t *sptr = h->acc + (size_t)(send - lo) * bm;
 
     if (first) { /* pack the half to send from the send buffer */
-        for (int b = 0; b < mask; b++) {
-            memcpy(h->tmps + (size_t)b * bm, sb + ((size_t)(send + b) * h->a->count + h->e0) *
-                                                    h->ds, bm);
+        if (!h->packed) {
+            for (int b = 0; b < mask; b++) {
+                memcpy(h->tmps + (size_t)b * bm,
+                       sb + ((size_t)(send + b) * a->count + h->e0) * ds, bm);
+            }
+            h->packed = 1;
         }
         sptr = h->tmps;
     }
-    SHOAL_CHECK(shoal_prim_sendrecv(comm, peer, sptr, half, peer, h->tmpr, half, h->seq, step,
-                                    slice));
+    SHOAL_CHECK(shoal_coll_xchg(comm, &h->cp, &h->x, peer, sptr, half, peer, h->tmpr, half,
+                                h->step, h->slice));
+    h->packed = 0;
     for (int b = 0; b < mask; b++) {
-        const uint8_t *mine = first ? sb + ((size_t)(keep + b) * h->a->count + h->e0) * h->ds
+        const uint8_t *mine = first ? sb + ((size_t)(keep + b) * a->count + h->e0) * ds
                                     : h->acc + (size_t)(keep - lo + b) * bm;
         const uint8_t *theirs = h->tmpr + (size_t)b * bm;
         shoal_reduce2(h->acc + (size_t)b * bm, low_first ? mine : theirs,
-                      low_first ? theirs : mine, h->m, h->a->dtype, h->a->op);
+                      low_first ? theirs : mine, h->m, a->dtype, a->op);
+    }
+    h->lo = keep;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_rh_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_rh_plan_t *h = (shoal_rh_plan_t *)plan;
+    const shoal_coll_args_t *a = &h->cp.a;
+    int n = comm->nranks;
+    size_t ds = h->cp.dsize;
+
+    while (h->e0 < a->count) {
+        uint8_t *out = (uint8_t *)a->recvbuf + h->e0 * ds;
+        h->m = SHOAL_MIN(h->mmax, a->count - h->e0);
+        for (; h->mask > 0; h->mask >>= 1, h->step++) {
+            SHOAL_CHECK(shoal_rh_step(comm, h, n));
+        }
+        memcpy(out, h->acc, h->m * ds);
+        shoal_reduce_avg_finalize(out, h->m, a->dtype, a->op, n);
+        h->e0 += h->mmax;
+        h->slice++;
+        h->mask = n / 2;
+        h->lo = 0;
+        h->step = 0;
     }
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_rh_reduce_scatter(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                       uint32_t seq)
+shoal_status_t shoal_rh_reduce_scatter_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                            const shoal_coll_args_t *a, uint32_t seq,
+                                            int exclusive)
 {
+    shoal_rh_plan_t *h;
     int n = comm->nranks;
-    shoal_rh_t h = {.comm = comm, .a = a, .seq = seq, .ds = shoal_dtype_size(a->dtype)};
     size_t third = comm->coll->scratch_size / 3 / 64 * 64;
-    size_t mmax = SHOAL_MAX(third / (size_t)(n / 2) / h.ds, 1);
-    uint32_t slice = 0;
 
     if (!shoal_rh_reduce_scatter_applicable(comm, a)) {
-        return shoal_ring_reduce_scatter(comm, a, seq);
+        return shoal_ring_reduce_scatter_plan(comm, cp_p, a, seq, exclusive);
     }
-    h.acc = comm->coll->scratch;
-    h.tmps = h.acc + third;
-    h.tmpr = h.tmps + third;
-    for (h.e0 = 0; h.e0 < a->count; h.e0 += mmax, slice++) {
-        int lo = 0;
-        uint32_t step = 0;
-        h.m = SHOAL_MIN(mmax, a->count - h.e0);
-        for (int mask = n / 2; mask > 0; mask >>= 1, step++) {
-            SHOAL_CHECK(shoal_rh_step(&h, lo, mask, mask == n / 2, step, slice));
-            lo = (comm->rank & mask) ? lo + mask : lo;
-        }
-        memcpy((uint8_t *)a->recvbuf + h.e0 * h.ds, h.acc, h.m * h.ds);
-        shoal_reduce_avg_finalize((uint8_t *)a->recvbuf + h.e0 * h.ds, h.m, a->dtype, a->op, n);
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*h), exclusive,
+                                      (shoal_coll_plan_t **)&h));
+    h->cp.base.progress = shoal_rh_progress;
+    h->mmax = SHOAL_MAX(third / (size_t)(n / 2) / h->cp.dsize, 1);
+    h->acc = h->cp.scratch;
+    h->tmps = h->acc + third;
+    h->tmpr = h->tmps + third;
+    h->mask = n / 2;
+    for (int mask = n / 2; mask > 0; mask >>= 1) {
+        shoal_coll_plan_peer(&h->cp, comm->rank ^ mask);
     }
+    *cp_p = &h->cp;
     return SHOAL_OK;
 }

@@ -115,8 +115,9 @@ static shoal_status_t shoal_dbt_test(struct shoal_comm *comm, shoal_dbt_plan_t *
     SHOAL_CHECK(shoal_chan_test(comm, reqs, peers, n, &done));
     if (!done) {
         for (int i = 0; i < n; i++) {
-            if (reqs[i] != NULL) {
+            if (reqs[i] != NULL && !__atomic_load_n(&reqs[i]->done, __ATOMIC_ACQUIRE)) {
                 d->cp.base.wait_peer = peers[i];
+                shoal_plan_wait_on(&d->cp.base, reqs[i]);
                 break;
             }
         }

@@ -248,6 +248,7 @@ static inline int shoal_chan_idle_may_fail(const struct shoal_comm *comm, unsign
  * communicator that share a peer advance one after the other, in issue order: the channels
  * match messages first in, first out, so a channel carries one plan's messages at a time. */
 #define SHOAL_PLAN_PEERS 4
+#define SHOAL_PLAN_WAIT 2
 typedef struct shoal_plan shoal_plan_t;
 struct shoal_plan {
     /* SHOAL_IN_PROGRESS, SHOAL_OK (done) or an error (the communicator is failed with the
@@ -259,12 +260,33 @@ struct shoal_plan {
     int npeers;                    /* < 0: any peer (runs alone) */
     int peers[SHOAL_PLAN_PEERS];   /* the channels it uses */
     int wait_peer;                 /* the peer progress waits for (timeout sentence), or -1 */
-    /* Set by progress() when it returned SHOAL_IN_PROGRESS only for channel requests of its
-     * own (shoal_coll_xchg): nothing changes for it until a transport's progress() reports
-     * a completion, so shoal_plan_drive polls the transports alone meanwhile. Cleared before
-     * every call of progress(). */
-    int chan_wait;
+    /* Requests progress waits for when it returned SHOAL_IN_PROGRESS (shoal_plan_wait_on):
+     * it cannot move before all of them are done, so the driver and the proxy call it again
+     * only then, and poll the transports meanwhile (a re-entry costs more than a test). Reset
+     * to none before every progress call; none listed: called again after any movement. */
+    shoal_tl_req_t *wait_reqs[SHOAL_PLAN_WAIT];
+    int nwait;
 };
+
+/* Called by progress before it returns SHOAL_IN_PROGRESS for want of req (a request in the
+ * plan's own memory, pending): progress cannot move before req is done. */
+static inline void shoal_plan_wait_on(shoal_plan_t *plan, shoal_tl_req_t *req)
+{
+    if (plan->nwait < SHOAL_PLAN_WAIT) {
+        plan->wait_reqs[plan->nwait++] = req;
+    }
+}
+
+/* Whether progress may move: every request it waits for is done (or failed). */
+static inline int shoal_plan_ready(const shoal_plan_t *plan)
+{
+    for (int i = 0; i < plan->nwait; i++) {
+        if (!__atomic_load_n(&plan->wait_reqs[i]->done, __ATOMIC_ACQUIRE)) {
+            return 0;
+        }
+    }
+    return 1;
+}
 /* Starts a call whose ticket is served (issue order: it may take the sequence number): a plan
  * in *plan_p, or the call's status with *plan_p NULL when nothing is left to do. */
 typedef shoal_status_t (*shoal_plan_start_t)(struct shoal_comm *comm, void *arg,

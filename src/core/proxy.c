@@ -117,48 +117,52 @@ shoal_status_t shoal_plan_drive(struct shoal_comm *comm, shoal_plan_t *plan)
     uint64_t deadline = UINT64_MAX; /* set after a few idle polls, see below */
     unsigned spins = 0;
     shoal_status_t st;
-    int poll_only = 0, deadline_due = 1;
+    int deadline_due = 1;
 
     for (;;) {
-        if (!poll_only) {
-            plan->chan_wait = 0;
-            st = plan->progress(comm, plan);
-            if (st != SHOAL_IN_PROGRESS) {
+        plan->nwait = 0;
+        st = plan->progress(comm, plan);
+        if (st != SHOAL_IN_PROGRESS) {
+            break;
+        }
+        /* Until the plan may move: the requests it waits for are done; none listed: after
+         * one poll of the transports (and an idle step when nothing moved), as before. An
+         * idle poll is then the transports' progress alone: its length is the delay before
+         * an arrival is seen. */
+        while (plan->nwait == 0 || !shoal_plan_ready(plan)) {
+            if (shoal_chan_progress(comm) > 0) {
+                spins = 0;
+                if (plan->nwait == 0) {
+                    break;
+                }
+                continue;
+            }
+            /* The deadline counts from the last completion, read a few idle polls after it
+             * (no clock read on a call whose answer comes at once; shoal_chan_idle looks at
+             * it only every 256th poll, or at every poll past spin_count). */
+            if (spins == 0) {
+                deadline_due = 1;
+            }
+            if (deadline_due && (spins >= 32 || spins + 1 >= comm->spin_count)) {
+                deadline = shoal_deadline_ns(comm->timeout_ms);
+                deadline_due = 0;
+            }
+            if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
+                st = shoal_chan_idle(comm, &spins, deadline, "waiting");
+            } else {
+                char what[96];
+                shoal_plan_wait_what(comm, plan, what, sizeof(what));
+                st = shoal_chan_idle(comm, &spins, deadline, what);
+            }
+            if (st != SHOAL_OK) {
+                goto out;
+            }
+            if (plan->nwait == 0) {
                 break;
             }
         }
-        if (shoal_chan_progress(comm) > 0) {
-            spins = 0;
-            poll_only = 0;
-            continue;
-        }
-        /* A plan that waits for its channel requests only can advance only after a
-         * completion: until one, an idle poll is the transports' progress alone (an 8-byte
-         * AllReduce's idle poll was ~870 instructions with the plan's, ~140 in Open MPI's
-         * loop; the poll's length is the delay before an arrival is seen). The plan runs
-         * again at least every 16th poll all the same. */
-        poll_only = plan->chan_wait && ((spins + 1) & 15) != 0;
-        /* The deadline counts from the last completion, read a few idle polls after it (no
-         * clock read on a call whose answer comes at once; shoal_chan_idle looks at it only
-         * every 256th poll, or at every poll past spin_count). */
-        if (spins == 0) {
-            deadline_due = 1;
-        }
-        if (deadline_due && (spins >= 32 || spins + 1 >= comm->spin_count)) {
-            deadline = shoal_deadline_ns(comm->timeout_ms);
-            deadline_due = 0;
-        }
-        if (!shoal_chan_idle_may_fail(comm, spins, deadline)) {
-            st = shoal_chan_idle(comm, &spins, deadline, "waiting");
-        } else {
-            char what[96];
-            shoal_plan_wait_what(comm, plan, what, sizeof(what));
-            st = shoal_chan_idle(comm, &spins, deadline, what);
-        }
-        if (st != SHOAL_OK) {
-            break;
-        }
     }
+out:
     plan->release(comm, plan, st);
     return st;
 }
@@ -266,7 +270,12 @@ static int shoal_proxy_advance(struct shoal_proxy *px, shoal_status_t fatal,
                 req = next;
                 continue;
             }
-            st = req->plan->progress(px->comm, req->plan);
+            if (req->plan->nwait > 0 && !shoal_plan_ready(req->plan)) {
+                st = SHOAL_IN_PROGRESS; /* what it waits for is not done yet */
+            } else {
+                req->plan->nwait = 0;
+                st = req->plan->progress(px->comm, req->plan);
+            }
         }
         if (st == SHOAL_IN_PROGRESS) {
             if (*waiting_p == NULL) {

@@ -10,6 +10,7 @@
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/mp/mp_nbc
+wrap=${top_srcdir:-$(dirname "$0")/../..}/tests/mp/hostid_wrap.sh
 timeout=${NBC_TIMEOUT:-180}
 timeout_ms=5000
 slack_ms=5000
@@ -53,21 +54,33 @@ mp_job "shm n=4 dbtree chunk=4k" 4 "SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" "$p
 mp_job "tcp n=5 dbtree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=dbtree SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
 # Rabenseifner AllReduce plans (the fold on 3 and 5 ranks, pieces of a 4 KiB-chunk scratch),
-# and the recursive-halving reduce-scatter (SHOAL_ALGO=rab on 4 ranks), which has no plan
-# and runs whole, alone on its communicator, between the plans.
+# and the recursive-halving reduce-scatter plans (SHOAL_ALGO=rab on 4 ranks: on the world's
+# copy of 4 ranks and on the halves of 2 at once; 4 KiB chunks make them several slices).
 mp_job "shm n=3 rab" 3 "SHOAL_ALGO=rab" "$prog" ok
 mp_job "tcp n=5 rab chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
 mp_job "shm n=4 rab chunk=4k" 4 "SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "tcp n=4 rab chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rab SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+# Pipelined tree broadcast plans on the world and its copy at once (4 KiB chunks: the
+# 2 Mi-element broadcast is a pipeline of 4096 chunks).
+mp_job "shm n=4 ptree chunk=4k" 4 "SHOAL_ALGO=ptree SHOAL_CHUNK_SIZE=4096" "$prog" ok
+mp_job "tcp n=5 ptree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=ptree SHOAL_CHUNK_SIZE=4096" \
+    "$prog" ok
+# Hierarchical AllReduce plans on virtual hosts (hostid_wrap.sh): 2x2 on the world and its
+# copy, 1+1 on each half, in flight together; 2+2+1 with 4 KiB segments (pipelines of many).
+mp_job "hosts 2x2 hier" 4 "SHOAL_ALGO=hier MP_PPN=2" "$wrap" "$prog" ok
+mp_job "hosts 2+2+1 hier segment=4k" 5 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_HIER_SEGMENT=4096" \
+    "$wrap" "$prog" ok
 # 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
 # (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
 mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
 
-# kill_job LABEL NRANKS TRANSPORT [ALGO]
+# kill_job LABEL NRANKS TRANSPORT [ALGO [PPN]] (PPN: ranks per virtual host, hostid_wrap.sh)
 kill_job() {
     env -u SHOAL_TRANSPORT -u SHOAL_ALGO "$shoalrun" --no-prefix --grace 30 --timeout "$timeout" \
         -n "$2" -x SHOAL_TIMEOUT_MS=$timeout_ms ${3:+-x SHOAL_TRANSPORT=$3} \
-        ${4:+-x SHOAL_ALGO=$4} "$prog" kill \
+        ${4:+-x SHOAL_ALGO=$4} ${5:+-x MP_PPN=$5} ${5:+"$wrap"} "$prog" kill \
         >"$tmp/out" 2>"$tmp/err"
     rc=$?
     victim=$(($2 - 1))
@@ -105,4 +118,11 @@ kill_job "kill shm n=3" 3 ""
 kill_job "kill tcp n=3 rd" 3 tcp rd
 kill_job "kill shm n=4 bruck" 4 "" bruck
 kill_job "kill tcp n=4 dbtree" 4 tcp dbtree
+# The reduce-scatter as a recursive-halving plan (4 ranks), the broadcast as a pipelined tree.
+kill_job "kill tcp n=4 rab" 4 tcp rab
+kill_job "kill shm n=4 rab" 4 "" rab
+kill_job "kill tcp n=5 ptree" 5 tcp ptree
+kill_job "kill shm n=3 ptree" 3 "" ptree
+# The AllReduce as a hierarchical plan on 2 virtual hosts of 2 ranks (shm within, tcp across).
+kill_job "kill hosts 2x2 hier" 4 "" hier 2
 echo "1..$n_tap"
