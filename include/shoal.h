@@ -183,9 +183,13 @@ enum {
 };
 /* SHOAL_STATS_TL_CUDA_IPC: device-to-device bytes between the GPUs of ranks on one host
  * (the CUDA layer's IPC path: what this rank's device read from peers' device buffers is
- * received, what peers' devices read from its buffer is sent); same host only. */
+ * received, what peers' devices read from its buffer is sent); same host only.
+ * SHOAL_STATS_TL_NCCL: AllReduces delegated to NCCL (SHOAL_CUDA_BACKEND=nccl), counted as
+ * their ring-equivalent bytes, floor(2 (n - 1) S / n) sent and as many received per rank for
+ * S bytes on n ranks (nccl-tests' busbw factor; NCCL does not report what it moved); same
+ * host only. */
 enum { SHOAL_STATS_TL_SHM = 0, SHOAL_STATS_TL_TCP, SHOAL_STATS_TL_UCX, SHOAL_STATS_TL_IB,
-       SHOAL_STATS_TL_CUDA_IPC };
+       SHOAL_STATS_TL_CUDA_IPC, SHOAL_STATS_TL_NCCL };
 enum { SHOAL_STATS_SAME_HOST = 0, SHOAL_STATS_OTHER_HOST };
 
 typedef struct {

@@ -27,8 +27,12 @@
 #define SHOALD_TOKEN_MAX 128               /* a scrape bearer token, bytes */
 
 /* Transports the agent reports: the page's bytes_sent/bytes_recv ones, then cuda_ipc
- * (SHOAL_METER_TL_CUDA_IPC: the page's cuda_ipc_sent/recv, same host only). */
-#define SHOALD_NTL (SHOAL_METER_NTL + 1)
+ * (SHOAL_METER_TL_CUDA_IPC: the page's cuda_ipc_sent/recv, same host only), then nccl
+ * (SHOAL_METER_TL_NCCL: the page's nccl_sent/recv, the NCCL delegate's ring-equivalent bytes,
+ * same host only). */
+#define SHOALD_NTL (SHOAL_METER_NTL + 2)
+/* Entries of a ledger cursor written by an agent that reported ntl transports. */
+#define SHOALD_CUR_NCOUNTERS_NTL(ntl) (SHOAL_METER_NCOLL + 2 * (ntl) * SHOAL_METER_NLOC + 5)
 
 /* Counters of a page, in page order (the ledger cursor's counters[0..SHOALD_NCTR-1]). */
 enum {
@@ -44,10 +48,13 @@ enum {
      * billed, and 1 once the rank's exit (or failure) was billed */
     SHOALD_CUR_BILLED_NS = SHOALD_NCTR,
     SHOALD_CUR_NCOUNTERS,
-    /* the cursor of an agent before cuda_ipc: its transports were SHOAL_METER_NTL (read by
-     * shoald_page_cursor, which moves the entries to their places) */
-    SHOALD_CUR_NCOUNTERS_V1 = SHOALD_CUR_NCOUNTERS - 2 * SHOAL_METER_NLOC
+    /* the cursor of an agent before cuda_ipc (its transports were SHOAL_METER_NTL) and of one
+     * before nccl (SHOAL_METER_NTL + 1): read by shoald_page_cursor, which moves the entries
+     * to their places; the transports they lacked start at 0 */
+    SHOALD_CUR_NCOUNTERS_V1 = SHOALD_CUR_NCOUNTERS_NTL(SHOAL_METER_NTL),
+    SHOALD_CUR_NCOUNTERS_V2 = SHOALD_CUR_NCOUNTERS_NTL(SHOAL_METER_NTL + 1)
 };
+_Static_assert(SHOALD_CUR_NCOUNTERS == SHOALD_CUR_NCOUNTERS_NTL(SHOALD_NTL), "cursor layout");
 
 /* ---- configuration (agent_config.c) ---- */
 typedef struct shoald_tenant {

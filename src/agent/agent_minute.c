@@ -85,18 +85,22 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
         return;
     memset(&cur, 0, sizeof(cur));
     st = shoal_ledger_cursor(a->ledger, p->key, &cur);
-    if (st == SHOAL_OK && cur.ncounters == SHOALD_CUR_NCOUNTERS_V1) {
-        /* written before cuda_ipc: every entry after the old transports moves up; the
-         * cuda_ipc ones start at 0 (that agent billed none of them) */
-        int nv1 = SHOAL_METER_NTL * SHOAL_METER_NLOC;
-        for (i = 0; i < SHOALD_CTR_SENT + nv1; i++)
+    if (st == SHOAL_OK && (cur.ncounters == SHOALD_CUR_NCOUNTERS_V1 ||
+                           cur.ncounters == SHOALD_CUR_NCOUNTERS_V2)) {
+        /* written before cuda_ipc (V1) or before nccl (V2): every entry after the old
+         * transports moves up; the new transports' entries start at 0 (that agent billed none
+         * of them) */
+        int nold = (cur.ncounters == SHOALD_CUR_NCOUNTERS_V1 ? SHOAL_METER_NTL
+                                                             : SHOAL_METER_NTL + 1) *
+                   SHOAL_METER_NLOC;
+        for (i = 0; i < SHOALD_CTR_SENT + nold; i++)
             p->billed[i] = cur.counters[i];
-        for (i = 0; i < nv1; i++)
-            p->billed[SHOALD_CTR_RECV + i] = cur.counters[SHOALD_CTR_SENT + nv1 + i];
+        for (i = 0; i < nold; i++)
+            p->billed[SHOALD_CTR_RECV + i] = cur.counters[SHOALD_CTR_SENT + nold + i];
         for (i = SHOALD_CTR_COLL_NS; i < SHOALD_CUR_NCOUNTERS; i++)
-            p->billed[i] = cur.counters[i - 2 * SHOAL_METER_NLOC];
-        shoal_info(METER, "page %s resumes from its ledger cursor (written before cuda_ipc)",
-                   p->key);
+            p->billed[i] = cur.counters[SHOALD_CTR_SENT + 2 * nold + (i - SHOALD_CTR_COLL_NS)];
+        shoal_info(METER, "page %s resumes from its ledger cursor (written before %s)", p->key,
+                   cur.ncounters == SHOALD_CUR_NCOUNTERS_V1 ? "cuda_ipc" : "nccl");
     } else if (st == SHOAL_OK) {
         for (i = 0; i < cur.ncounters && i < SHOALD_CUR_NCOUNTERS; i++)
             p->billed[i] = cur.counters[i];

@@ -116,6 +116,13 @@ static void shoald_page_load(const volatile shoal_meter_page_t *m, uint64_t c[SH
         __atomic_load_n(&pg->cuda_ipc_recv, __ATOMIC_RELAXED);
     c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
     c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
+    i = SHOAL_METER_TL_NCCL;
+    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
+        __atomic_load_n(&pg->nccl_sent, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
+        __atomic_load_n(&pg->nccl_recv, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
+    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
     c[SHOALD_CTR_COLL_NS] = shoal_meter_page_coll_ns(pg); /* coll_ns or coll_ticks in ns */
     c[SHOALD_CTR_ERRORS] = __atomic_load_n(&pg->errors, __ATOMIC_RELAXED);
     c[SHOALD_CTR_PEER_FAILURES] = __atomic_load_n(&pg->peer_failures, __ATOMIC_RELAXED);

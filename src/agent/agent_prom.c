@@ -17,7 +17,8 @@
 static const char *const shoald_coll_names[SHOAL_METER_NCOLL] = {
     "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier", "send",
     "recv", "alltoall"};
-static const char *const shoald_tl_names[SHOALD_NTL] = {"shm", "tcp", "ucx", "ib", "cuda_ipc"};
+static const char *const shoald_tl_names[SHOALD_NTL] = {"shm", "tcp", "ucx", "ib", "cuda_ipc",
+                                                         "nccl"};
 static const char *const shoald_loc_names[SHOAL_METER_NLOC] = {"same_host", "other_host"};
 
 static void shoald_text_reserve(shoald_text_t *t, size_t more)
@@ -189,8 +190,8 @@ static void shoald_prom_jobs(shoald_t *a, const char *tenant, shoald_text_t *t)
         for (d = 0; d < 2; d++) {
             for (i = 0; i < SHOALD_NTL; i++) {
                 for (l = 0; l < SHOAL_METER_NLOC; l++) {
-                    if (i == SHOAL_METER_TL_CUDA_IPC && l != SHOAL_METER_SAME_HOST)
-                        continue; /* one host by construction */
+                    if (i >= SHOAL_METER_TL_CUDA_IPC && l != SHOAL_METER_SAME_HOST)
+                        continue; /* cuda_ipc, nccl: one host by construction */
                     shoald_prom_job_labels(t, "shoal_payload_bytes_total", j);
                     shoald_text_printf(t, ",transport=\"%s\",locality=\"%s\",direction=\"%s\"} "
                                        "%llu\n", shoald_tl_names[i], shoald_loc_names[l],

@@ -6,6 +6,7 @@
  * ncclUniqueId is broadcast, every rank calls ncclCommInitRank.
  */
 #include "cuda/cuda_int.h"
+#include "meter/meter.h"
 
 #if SHOAL_HAVE_NCCL
 #include <dlfcn.h>
@@ -133,7 +134,14 @@ shoal_status_t shoal_cuda_nccl_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda
                     shoal_nccl.ncclGetErrorString(r));
         return SHOAL_ERR_SYSTEM;
     }
-    return shoal_cuda_stream_wait(cc, cc->kern, "NCCL AllReduce");
+    SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "NCCL AllReduce"));
+    /* NCCL does not say what it moved: the ring-equivalent bytes (meter_page.h, nccl_sent) */
+    {
+        uint64_t ring = shoal_meter_ring_bytes((uint64_t)a->count * shoal_dtype_size(a->dtype),
+                                               cc->comm->nranks);
+        shoal_meter_add_nccl(cc->comm->meter, ring, ring);
+    }
+    return SHOAL_OK;
 }
 
 void shoal_cuda_nccl_fini(shoal_cuda_comm_t *cc)

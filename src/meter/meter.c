@@ -18,8 +18,9 @@
 #include <unistd.h>
 
 _Static_assert(SHOAL_METER_NCOLL <= SHOAL_STATS_NCOLL, "shoal_stats_t.ops too small");
-_Static_assert(SHOAL_METER_NTL + 1 <= SHOAL_STATS_NTL, "shoal_stats_t transports too few");
+_Static_assert(SHOAL_METER_NTL + 2 <= SHOAL_STATS_NTL, "shoal_stats_t transports too few");
 _Static_assert((int)SHOAL_METER_TL_CUDA_IPC == (int)SHOAL_STATS_TL_CUDA_IPC, "cuda_ipc index");
+_Static_assert((int)SHOAL_METER_TL_NCCL == (int)SHOAL_STATS_TL_NCCL, "nccl index");
 _Static_assert((int)SHOAL_METER_ALLREDUCE == (int)SHOAL_STATS_ALLREDUCE &&
                (int)SHOAL_METER_ALLTOALL == (int)SHOAL_STATS_ALLTOALL &&
                (int)SHOAL_METER_TL_IB == (int)SHOAL_STATS_TL_IB &&
@@ -312,11 +313,14 @@ static void shoal_meter_stats_read(const shoal_meter_page_t *p, shoal_stats_t *s
             }
         }
     }
-    {
-        uint64_t sent = __atomic_load_n(&p->cuda_ipc_sent, __ATOMIC_RELAXED);
-        uint64_t recv = __atomic_load_n(&p->cuda_ipc_recv, __ATOMIC_RELAXED);
-        s->bytes_sent_by[SHOAL_METER_TL_CUDA_IPC][SHOAL_METER_SAME_HOST] = sent;
-        s->bytes_recv_by[SHOAL_METER_TL_CUDA_IPC][SHOAL_METER_SAME_HOST] = recv;
+    /* the same-host pairs of their own: cuda_ipc, nccl */
+    for (int t = SHOAL_METER_TL_CUDA_IPC; t <= SHOAL_METER_TL_NCCL; t++) {
+        const uint64_t *ps = t == SHOAL_METER_TL_NCCL ? &p->nccl_sent : &p->cuda_ipc_sent;
+        const uint64_t *pr = t == SHOAL_METER_TL_NCCL ? &p->nccl_recv : &p->cuda_ipc_recv;
+        uint64_t sent = __atomic_load_n(ps, __ATOMIC_RELAXED);
+        uint64_t recv = __atomic_load_n(pr, __ATOMIC_RELAXED);
+        s->bytes_sent_by[t][SHOAL_METER_SAME_HOST] = sent;
+        s->bytes_recv_by[t][SHOAL_METER_SAME_HOST] = recv;
         s->bytes_sent += sent;
         s->bytes_recv += recv;
         s->bytes_sent_same_host += sent;

@@ -185,4 +185,23 @@ static inline void shoal_meter_add_cuda_ipc(struct shoal_meter *m, uint64_t sent
     }
 }
 
+/* An AllReduce delegated to NCCL completed: its ring-equivalent bytes (meter_page.h). */
+static inline void shoal_meter_add_nccl(struct shoal_meter *m, uint64_t sent, uint64_t recv)
+{
+    if (m != NULL) {
+        shoal_meter_add(&m->page->nccl_sent, sent);
+        shoal_meter_add(&m->page->nccl_recv, recv);
+    }
+}
+
+/* The ring-equivalent bytes of an AllReduce of bytes on n ranks: floor(2 (n - 1) bytes / n),
+ * what each rank counts as sent and as received (meter_page.h, nccl_sent). */
+static inline uint64_t shoal_meter_ring_bytes(uint64_t bytes, int n)
+{
+    if (n < 2) {
+        return 0;
+    }
+    return (uint64_t)((unsigned __int128)bytes * (unsigned)(2 * (n - 1)) / (unsigned)n);
+}
+
 #endif

@@ -47,10 +47,12 @@ enum {
 
 /* Transports (registry names) and localities counted in bytes_sent / bytes_recv. CUDA IPC
  * (device to device on one host) has its own pair of counters, after the abuse signals:
- * readers report it as transport SHOAL_METER_TL_CUDA_IPC, same host. */
+ * readers report it as transport SHOAL_METER_TL_CUDA_IPC, same host. So has the NCCL
+ * delegate (nccl_sent / nccl_recv, out of spare): transport SHOAL_METER_TL_NCCL, same host. */
 enum { SHOAL_METER_TL_SHM = 0, SHOAL_METER_TL_TCP, SHOAL_METER_TL_UCX, SHOAL_METER_TL_IB,
        SHOAL_METER_NTL };
 #define SHOAL_METER_TL_CUDA_IPC SHOAL_METER_NTL
+#define SHOAL_METER_TL_NCCL (SHOAL_METER_NTL + 1)
 enum { SHOAL_METER_SAME_HOST = 0, SHOAL_METER_OTHER_HOST, SHOAL_METER_NLOC };
 
 /* Page states (field state). */
@@ -119,7 +121,16 @@ typedef struct {
     struct {
         uint64_t ticks0, ns0, mult;
     } tick_conv[2];
-    uint64_t spare[17];                  /* room to grow without a new version */
+    /* ---- payload bytes of the AllReduces delegated to NCCL (src/cuda/cuda_nccl.c,
+     * SHOAL_CUDA_BACKEND=nccl; transport "nccl", locality same host: the delegate runs only
+     * when every rank is on this host). NCCL does not say what it moved, so the figure is the
+     * ring-equivalent one, nccl-tests' busbw factor: an AllReduce of S bytes on n ranks adds
+     * floor(2 (n - 1) S / n) to both nccl_sent and nccl_recv of every rank (0 for n = 1),
+     * counted when the call completed without error. Single writer, like bytes_sent. 0 from a
+     * library that predates them (they were spare: no new version). ---- */
+    uint64_t nccl_sent;
+    uint64_t nccl_recv;
+    uint64_t spare[15];                  /* room to grow without a new version */
 } shoal_meter_page_t;
 
 /* Time inside collective calls of a page in ns (any version): coll_ns plus coll_ticks

@@ -8,7 +8,8 @@
  *                [--fork-holder S] [--created-ago S]
  * Counter names: ops:C, sent:TL:LOC, recv:TL:LOC, coll_ns, errors, peer_failures, aborts,
  * and the process's abuse signals auth_failed, auth_refused, breaker_opened; cuda_ipc_sent,
- * cuda_ipc_recv (device bytes through CUDA IPC); coll_ticks and tick_mult (the rate of the
+ * cuda_ipc_recv (device bytes through CUDA IPC); nccl_sent, nccl_recv (the NCCL delegate's
+ * ring-equivalent bytes); coll_ticks and tick_mult (the rate of the
  * conversion slot in force, ns per tick << 32: set it before coll_ticks), the time of a page
  * of version 2 (coll_ns is version 1's, still read).
  * --abandon S: count for S s, close the connection with the page still live (a registration
@@ -119,6 +120,10 @@ static uint64_t *mc_counter(shoal_meter_page_t *pg, const char *name)
         return &pg->cuda_ipc_sent;
     if (strcmp(name, "cuda_ipc_recv") == 0)
         return &pg->cuda_ipc_recv;
+    if (strcmp(name, "nccl_sent") == 0)
+        return &pg->nccl_sent;
+    if (strcmp(name, "nccl_recv") == 0)
+        return &pg->nccl_recv;
     fprintf(stderr, "meter_client: unknown counter %s\n", name);
     exit(3);
 }

@@ -131,9 +131,10 @@ static void test_render(void)
 }
 
 /* A cursor an agent stored before the cuda_ipc transport (4 transports, SHOALD_CUR_NCOUNTERS_V1
- * entries) is read back with every entry in its place; the cuda_ipc entries start at 0. And
- * the cuda_ipc bytes are exported as transport cuda_ipc, same host only. */
-static void test_cuda_ipc(void)
+ * entries) or before the nccl one (5, SHOALD_CUR_NCOUNTERS_V2) is read back with every entry
+ * in its place; the entries of the transports it lacked start at 0. And the cuda_ipc and nccl
+ * bytes are exported as transports cuda_ipc and nccl, same host only. */
+static void test_old_cursor(int ntl_old, const char *before, int check_prom)
 {
     char dir[] = "/tmp/agent_unit.XXXXXX", url[128];
     const uint8_t key[SHOALD_KEY_BYTES] = {1};
@@ -145,7 +146,8 @@ static void test_cuda_ipc(void)
     shoald_job_t j = {0};
     shoald_text_t t = {0};
     const char *url0;
-    const int nv1 = SHOAL_METER_NTL * SHOAL_METER_NLOC, ipc = SHOAL_METER_TL_CUDA_IPC;
+    const int nv1 = ntl_old * SHOAL_METER_NLOC, ipc = SHOAL_METER_TL_CUDA_IPC;
+    const int nccl = SHOAL_METER_TL_NCCL;
     int ok = 1;
 
     if (mkdtemp(dir) == NULL) {
@@ -154,7 +156,7 @@ static void test_cuda_ipc(void)
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
     tap_ok(shoal_ledger_open(url, key, sizeof(key), &l) == SHOAL_OK, "a sqlite ledger opens");
     snprintf(c.key, sizeof(c.key), "host/1/2/0");
-    c.ncounters = SHOALD_CUR_NCOUNTERS_V1;
+    c.ncounters = SHOALD_CUR_NCOUNTERS_NTL(ntl_old);
     for (int i = 0; i < c.ncounters; i++) {
         c.counters[i] = 1000 + (uint64_t)i;
     }
@@ -175,14 +177,16 @@ static void test_cuda_ipc(void)
     for (int i = 0; i < nv1 && ok; i++) {
         ok = p.billed[SHOALD_CTR_RECV + i] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + nv1 + i);
     }
-    for (int l2 = 0; l2 < SHOAL_METER_NLOC && ok; l2++) {
-        ok = p.billed[SHOALD_CTR_SENT + ipc * SHOAL_METER_NLOC + l2] == 0 &&
-             p.billed[SHOALD_CTR_RECV + ipc * SHOAL_METER_NLOC + l2] == 0;
+    for (int tl = ntl_old; tl < SHOALD_NTL; tl++) {
+        for (int l2 = 0; l2 < SHOAL_METER_NLOC && ok; l2++) {
+            ok = p.billed[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC + l2] == 0 &&
+                 p.billed[SHOALD_CTR_RECV + tl * SHOAL_METER_NLOC + l2] == 0;
+        }
     }
     ok = ok && p.billed[SHOALD_CTR_COLL_NS] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + 2 * nv1) &&
          p.billed[SHOALD_CTR_ABORTS] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + 2 * nv1 + 3) &&
-         p.billed[SHOALD_CUR_BILLED_NS] == 1000 + (uint64_t)(SHOALD_CUR_NCOUNTERS_V1 - 1);
-    tap_ok(ok, "a cursor written before cuda_ipc resumes with every counter in its place");
+         p.billed[SHOALD_CUR_BILLED_NS] == 1000 + (uint64_t)(c.ncounters - 1);
+    tap_ok(ok, "a cursor written before %s resumes with every counter in its place", before);
     shoal_ledger_close(l);
     snprintf(url, sizeof(url), "rm -rf '%s'", dir);
     if (system(url) != 0) {
@@ -190,9 +194,14 @@ static void test_cuda_ipc(void)
     }
 
     cfg.ledger_url = url0;
+    if (!check_prom) {
+        shoald_config_free(&cfg);
+        return;
+    }
     snprintf(j.tenant, sizeof(j.tenant), "acme");
     snprintf(j.job, sizeof(j.job), "train");
     j.gone[SHOALD_CTR_SENT + ipc * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] = 4096;
+    j.gone[SHOALD_CTR_RECV + nccl * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] = 1800042;
     a.jobs = &j;
     a.ledger = NULL;
     shoald_prom_render(&a, NULL, &t);
@@ -201,17 +210,26 @@ static void test_cuda_ipc(void)
                                    "direction=\"sent\"} 4096\n") != NULL &&
            strstr(t.buf, "transport=\"cuda_ipc\",locality=\"other_host\"") == NULL,
            "cuda_ipc bytes are exported as transport cuda_ipc, same host only");
+    tap_ok(t.buf != NULL && strstr(t.buf, "shoal_payload_bytes_total{tenant=\"acme\",shoal_job="
+                                   "\"train\",transport=\"nccl\",locality=\"same_host\","
+                                   "direction=\"received\"} 1800042\n") != NULL &&
+           strstr(t.buf, "shoal_payload_bytes_total{tenant=\"acme\",shoal_job=\"train\","
+                         "transport=\"nccl\",locality=\"same_host\",direction=\"sent\"} 0\n")
+               != NULL &&
+           strstr(t.buf, "transport=\"nccl\",locality=\"other_host\"") == NULL,
+           "nccl (delegate) bytes are exported as transport nccl, same host only");
     free(t.buf);
     shoald_config_free(&cfg);
 }
 
 int main(void)
 {
-    tap_plan(33);
+    tap_plan(36);
     test_escape();
     test_names();
     test_config();
     test_render();
-    test_cuda_ipc();
+    test_old_cursor(SHOAL_METER_NTL, "cuda_ipc", 0);
+    test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
     return tap_done();
 }

@@ -30,14 +30,16 @@ ACME=$(cred acme train)
 client a0 --tenant acme --job train --cred "$ACME" --rank 0 --nranks 2 --ngpus 2 \
     --set ops:0=100 --set ops:3=7 --set sent:1:1=123456789 --set recv:1:1=123456000 \
     --set sent:0:0=4096 --set recv:0:0=8192 --set coll_ns=1500000000 --set errors=1 \
-    --set cuda_ipc_sent=65536 --set cuda_ipc_recv=98304
+    --set cuda_ipc_sent=65536 --set cuda_ipc_recv=98304 \
+    --set nccl_sent=1800042 --set nccl_recv=1800042
 ok $? "rank 0 of acme/train registered" "$T/a0.out"
 # rank 1's time in ticks (a page of version 2: 1e9 ticks at 0.5 ns), rank 0's in coll_ns (as a
 # library of version 1 writes it): the agent converts and adds both
 client a1 --tenant acme --job train --cred "$ACME" --rank 1 --nranks 2 --ngpus 2 \
     --set ops:0=100 --set ops:3=7 --set sent:1:1=1000000 --set recv:1:1=2000000 \
     --set tick_mult=2147483648 --set coll_ticks=1000000000 --set peer_failures=2 \
-    --set cuda_ipc_sent=98304 --set cuda_ipc_recv=65536
+    --set cuda_ipc_sent=98304 --set cuda_ipc_recv=65536 \
+    --set nccl_sent=1800042 --set nccl_recv=1800042
 ok $? "rank 1 of acme/train registered" "$T/a1.out"
 client b0 --tenant beta --job infer --cred "$(cred beta infer)" --ngpus 1 \
     --set ops:1=5 --set sent:2:1=777
@@ -73,6 +75,13 @@ is "$(metric "$PB,$IPC,direction=\"sent\"}"):$(metric "$PB,$IPC,direction=\"rece
     163840:163840 "device bytes through CUDA IPC: transport cuda_ipc, same host"
 ! grep -q 'transport="cuda_ipc",locality="other_host"' "$T/scrape"
 ok $? "no cuda_ipc series for other hosts (one host by construction)"
+# the NCCL delegate's ring-equivalent bytes (2 (n - 1) S / n of an AllReduce of S = 1200028 B
+# on 4 ranks = 1800042 per rank and direction)
+NC='transport="nccl",locality="same_host"'
+is "$(metric "$PB,$NC,direction=\"sent\"}"):$(metric "$PB,$NC,direction=\"received\"}")" \
+    3600084:3600084 "the NCCL delegate's bytes: transport nccl, same host"
+! grep -q 'transport="nccl",locality="other_host"' "$T/scrape"
+ok $? "no nccl series for other hosts (the delegate runs on one host only)"
 is "$(metric "shoal_collective_seconds_total{$AJ}")" 2.000000000 "seconds inside collectives"
 is "$(metric "shoal_errors_total{$AJ}")" 1 "errors"
 is "$(metric "shoal_peer_failures_total{$AJ}")" 2 "peer failures"
@@ -202,7 +211,7 @@ Q2="sum(shoal_payload_bytes_total{tenant=\"acme\",shoal_job=\"train\",direction=
 i=0
 while [ $i -lt 150 ] && [ "$(promq "$Q1")" != 200 ]; do sleep 0.2; i=$((i + 1)); done
 is "$(promq "$Q1")" 200 "Prometheus's API answers the allreduce calls of acme/train"
-is "$(promq "$Q2")" 124624725 "and the payload bytes it sent (all transports, cuda_ipc too)"
+is "$(promq "$Q2")" 128224809 "and the payload bytes it sent (all transports, cuda_ipc and nccl too)"
 is "$(promq 'up{job="shoald"}')" 1 "the target is up (its job label is Prometheus's own)"
 kill "$PROM_PID" 2>/dev/null
 wait "$PROM_PID" 2>/dev/null

@@ -4,7 +4,8 @@
 # prefixed by the configuration (GPU_LABEL, then the variant). Then two kill cases (a rank
 # dies with a stream-ordered AllReduce in flight). Prints "1..0 # SKIP ..." when no CUDA
 # driver/GPU is usable.
-# Environment: top_builddir (make check), GPU_NRANKS, GPU_TIMEOUT (s per run, default 300).
+# Environment: top_builddir (make check), GPU_NRANKS, GPU_TIMEOUT (s per run, default 300),
+# GPU_NCCL_LIB (a libnccl: also runs test_gpu_coll --nccl through the NCCL delegate).
 . "$(dirname "$0")/../tap.sh"
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
@@ -26,11 +27,16 @@ run() {
     n=$2
     shift 2
     xs=""
+    args=""
     for v in SHOAL_TIMEOUT_MS=60000 "$@"; do
-        xs="$xs -x $v"
+        case $v in
+        GPU_ARGS=*) args=${v#GPU_ARGS=} ;;
+        *) xs="$xs -x $v" ;;
+        esac
     done
     # shellcheck disable=SC2086
-    "$shoalrun" --no-prefix --timeout "${GPU_TIMEOUT:-300}" -n "$n" $xs "$prog" >"$tmp/out" 2>"$tmp/err"
+    "$shoalrun" --no-prefix --timeout "${GPU_TIMEOUT:-300}" -n "$n" $xs "$prog" $args >"$tmp/out" \
+        2>"$tmp/err"
     rc=$?
     while IFS= read -r line; do
         case $line in
@@ -103,6 +109,16 @@ run "${L}gpu n=2 staging chunk=64k" 2 SHOAL_CUDA_BACKEND=staging SHOAL_CUDA_CHUN
 run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn
 # one device per rank where there are several (FAKECUDA_DEVICES: the emulation's count)
 run "${L}gpu n=2 device per rank" 2 GPU_DEVICE_PER_RANK=1 FAKECUDA_DEVICES=2
+# the NCCL delegate (SHOAL_CUDA_BACKEND=nccl) with GPU_NCCL_LIB (run_gpu_emu.sh: libfakenccl,
+# the emulation; on a machine with GPUs: a real libnccl), one device per rank; 3 ranks: the
+# ring bytes 2 (n - 1) S / n are not whole and are floored
+if [ -n "${GPU_NCCL_LIB:-}" ]; then
+    for n in 2 3 4; do
+        run "${L}gpu n=$n nccl delegate" "$n" SHOAL_CUDA_BACKEND=nccl \
+            "SHOAL_CUDA_LIBNCCL=$GPU_NCCL_LIB" GPU_DEVICE_PER_RANK=1 "FAKECUDA_DEVICES=$n" \
+            GPU_ARGS=--nccl
+    done
+fi
 kill_case "${L}gpu kill n=3" 3
 kill_case "${L}gpu kill n=4 tcp staging" 4 SHOAL_TRANSPORT=tcp SHOAL_CUDA_BACKEND=staging
 tap_plan

@@ -4,7 +4,9 @@
 # libfakecuda, the host emulation of the CUDA driver (tests/gpu/fakecuda.c), so the CUDA
 # layer's logic is checked where there is no GPU. Then the emulation's own strictness: a
 # device fault (kernel on memory outside every allocation) must fail the call with a named
-# error, and a host read of a device pointer must crash rather than pass.
+# error, and a host read of a device pointer must crash rather than pass. Where NCCL support
+# is built, also the NCCL delegate on libfakenccl (tests/gpu/fakenccl.c, an emulation of the
+# five NCCL calls over the emulated device memory): 2, 3 and 4 ranks, one emulated device each.
 # Environment: top_builddir (make check), GPU_NRANKS, GPU_TIMEOUT.
 builddir=${top_builddir:-.}
 srcdir=${srcdir:-$(dirname "$0")/../..}
@@ -22,4 +24,14 @@ SHOAL_CUDA_LIBCUDA=$lib
 # device): one that runs longer faults the emulated driver, and the run fails.
 FAKECUDA_HOSTFN_MAX_MS=${FAKECUDA_HOSTFN_MAX_MS:-150}
 export SHOAL_CUDA_LIBCUDA FAKECUDA_HOSTFN_MAX_MS
+# libfakenccl (tests/gpu/fakenccl.c, NCCL builds): the NCCL delegate's runs, emulated too
+nccl=$builddir/tests/gpu/.libs/libfakenccl.so
+if [ -r "$nccl" ]; then
+    case $nccl in
+    /*) ;;
+    *) nccl=$(pwd)/$nccl ;;
+    esac
+    GPU_NCCL_LIB=$nccl
+    export GPU_NCCL_LIB
+fi
 GPU_LABEL="emulated driver, " top_builddir=$builddir sh "$srcdir/tests/gpu/run_gpu_coll.sh"

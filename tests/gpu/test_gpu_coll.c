@@ -5,9 +5,12 @@
  * enqueued after the collective sees its result); a group of calls with send/recv pairs.
  * Results are exact: inputs are small integers. Failure counts are combined over the ranks
  * (host AllReduce MAX); rank 0 prints one TAP line per group. "--probe" prints a TAP skip
- * and exits 0 when no driver or GPU can be used.
+ * and exits 0 when no driver or GPU can be used. "--nccl" (SHOAL_CUDA_BACKEND=nccl, one device
+ * per rank): the AllReduce sweep and the metering phases only, which must go through the NCCL
+ * delegate; the metering checks its ring-equivalent bytes exactly.
  */
 #include "cuda/cuda_int.h"
+#include "reduce/reduce.h"
 #include "tests/tap.h"
 
 #include <signal.h>
@@ -211,6 +214,10 @@ static int one_case(ctx_t *x, shoal_coll_type_t type, shoal_dtype_t dt, shoal_op
     return 0;
 }
 
+/* --nccl (run_gpu_emu.sh on libfakenccl): SHOAL_CUDA_BACKEND=nccl, one device per rank; the
+ * sweep's AllReduces and the metering calls must go through the NCCL delegate. */
+static int nccl_mode;
+
 static void sweep(ctx_t *x)
 {
     static const shoal_coll_type_t types[] = {SHOAL_COLL_ALLREDUCE, SHOAL_COLL_REDUCE,
@@ -220,6 +227,9 @@ static void sweep(ctx_t *x)
                                          "reduce_scatter", "alltoall"};
     char name[96];
     for (size_t t = 0; t < SHOAL_ARRAY_SIZE(types); t++) {
+        if (nccl_mode && types[t] != SHOAL_COLL_ALLREDUCE) {
+            continue; /* only AllReduce is delegated */
+        }
         for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
             int reduces = types[t] != SHOAL_COLL_BROADCAST && types[t] != SHOAL_COLL_ALLGATHER &&
                           types[t] != SHOAL_COLL_ALLTOALL;
@@ -422,6 +432,20 @@ static uint64_t ipc_expected(ctx_t *x, size_t count, size_t es)
     return moved;
 }
 
+/* NCCL delegate bytes of one AllReduce of count elements of es bytes for each rank: the
+ * ring-equivalent figure (meter_page.h, nccl_sent), floor(2 (n - 1) S / n), computed here on
+ * its own; 0 when the delegate is not in use. */
+static uint64_t nccl_expected(ctx_t *x, size_t count, size_t es)
+{
+    shoal_cuda_comm_t *cc;
+    uint64_t bytes = (uint64_t)count * es;
+
+    if (x->n < 2 || shoal_cuda_comm_get(x->comm, -1, &cc) != SHOAL_OK || cc->nccl_state <= 0) {
+        return 0;
+    }
+    return bytes * 2 * (uint64_t)(x->n - 1) / (uint64_t)x->n;
+}
+
 static int meter_stats(ctx_t *x, shoal_stats_t *s)
 {
     *s = (shoal_stats_t)SHOAL_STATS_INIT;
@@ -429,11 +453,14 @@ static int meter_stats(ctx_t *x, shoal_stats_t *s)
 }
 
 /* The deltas of one phase: ops of allreduce and broadcast, no other op, the cuda_ipc bytes
- * (sent = received = expected, nothing cross-host), bit b of the result per failure. */
+ * and the NCCL delegate's (sent = received = expected, nothing cross-host), bit b of the
+ * result per failure. */
 static int meter_check(ctx_t *x, const char *phase, const shoal_stats_t *a,
-                       const shoal_stats_t *b, uint64_t ar, uint64_t bc, uint64_t ipc)
+                       const shoal_stats_t *b, uint64_t ar, uint64_t bc, uint64_t ipc,
+                       uint64_t nccl)
 {
     const int T = SHOAL_STATS_TL_CUDA_IPC, S = SHOAL_STATS_SAME_HOST, O = SHOAL_STATS_OTHER_HOST;
+    const int N = SHOAL_STATS_TL_NCCL;
     uint64_t others = (b->ops_total - a->ops_total) - (b->ops[SHOAL_STATS_ALLREDUCE] -
                                                        a->ops[SHOAL_STATS_ALLREDUCE]) -
                       (b->ops[SHOAL_STATS_BROADCAST] - a->ops[SHOAL_STATS_BROADCAST]);
@@ -446,16 +473,23 @@ static int meter_check(ctx_t *x, const char *phase, const shoal_stats_t *a,
     bad |= (b->bytes_sent_by[T][O] != 0 || b->bytes_recv_by[T][O] != 0) << 5;
     bad |= (b->coll_ns <= a->coll_ns) << 6;
     bad |= (b->errors != a->errors) << 7;
+    bad |= (b->bytes_sent_by[N][S] - a->bytes_sent_by[N][S] != nccl) << 8;
+    bad |= (b->bytes_recv_by[N][S] - a->bytes_recv_by[N][S] != nccl) << 9;
+    bad |= (b->bytes_sent_by[N][O] != 0 || b->bytes_recv_by[N][O] != 0) << 13;
     if (bad) {
         fprintf(stderr, "# rank %d: metering, %s: bad 0x%x: allreduce +%llu (want %llu), "
                 "broadcast +%llu (want %llu), others +%llu, cuda_ipc sent +%llu recv +%llu (want "
-                "%llu), coll_ns +%llu\n", x->rank, phase, bad,
+                "%llu), nccl sent +%llu recv +%llu (want %llu), coll_ns +%llu\n", x->rank, phase,
+                bad,
                 (unsigned long long)(b->ops[0] - a->ops[0]), (unsigned long long)ar,
                 (unsigned long long)(b->ops[1] - a->ops[1]), (unsigned long long)bc,
                 (unsigned long long)others,
                 (unsigned long long)(b->bytes_sent_by[T][S] - a->bytes_sent_by[T][S]),
                 (unsigned long long)(b->bytes_recv_by[T][S] - a->bytes_recv_by[T][S]),
-                (unsigned long long)ipc, (unsigned long long)(b->coll_ns - a->coll_ns));
+                (unsigned long long)ipc,
+                (unsigned long long)(b->bytes_sent_by[N][S] - a->bytes_sent_by[N][S]),
+                (unsigned long long)(b->bytes_recv_by[N][S] - a->bytes_recv_by[N][S]),
+                (unsigned long long)nccl, (unsigned long long)(b->coll_ns - a->coll_ns));
     }
     return bad;
 }
@@ -469,12 +503,15 @@ static int meter_check(ctx_t *x, const char *phase, const shoal_stats_t *a,
  * sent and received agree. */
 static void metering(ctx_t *x)
 {
-    int g = group("metering: device calls counted (ops, cuda_ipc bytes), time in stream order");
+    int g = group(nccl_mode ? "metering: NCCL delegate's calls counted (ops, nccl ring bytes), "
+                              "time in stream order"
+                            : "metering: device calls counted (ops, cuda_ipc bytes), time in "
+                              "stream order");
     size_t count = 300007, es = 4;
     shoal_stats_t a, b;
     volatile uint32_t *gate;
     CUdeviceptr dgate;
-    uint64_t ipc, sums[2], t_open, t_done, held_ns;
+    uint64_t ipc, nccl, sums[4], t_open, t_done, held_ns;
     int bad = 0;
 
     CK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP));
@@ -487,6 +524,11 @@ static void metering(ctx_t *x)
      * ticket comes after the proxy's last task: the proxy's writes are visible) */
     bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
     ipc = ipc_expected(x, count, es);
+    nccl = nccl_expected(x, count, es);
+    if (nccl_mode && x->n > 1 && nccl == 0) {
+        fprintf(stderr, "# rank %d: metering: the NCCL delegate is not in use\n", x->rank);
+        bad |= 1 << 20;
+    }
     bad |= meter_stats(x, &a);
     CK(cuStreamWaitValue32(x->s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ));
     bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
@@ -497,7 +539,7 @@ static void metering(ctx_t *x)
     CK(cuStreamSynchronize(x->s));
     t_done = shoal_time_ns();
     bad |= meter_stats(x, &b);
-    bad |= meter_check(x, "gated stream", &a, &b, 1, 0, ipc) << 1;
+    bad |= meter_check(x, "gated stream", &a, &b, 1, 0, ipc, nccl) << 1;
     held_ns = b.coll_ns - a.coll_ns;
     if (held_ns > (t_done - t_open) + (t_done - t_open) / 100 + 2000000) {
         fprintf(stderr, "# rank %d: metering: %.3f ms counted for a call the stream reached "
@@ -516,7 +558,7 @@ static void metering(ctx_t *x)
                            x->comm, x->s) != SHOAL_OK;
     CK(cuStreamSynchronize(x->s));
     bad |= meter_stats(x, &b);
-    bad |= meter_check(x, "late peers", &a, &b, 1, 0, ipc) << 1;
+    bad |= meter_check(x, "late peers", &a, &b, 1, 0, ipc, nccl) << 1;
     if (x->rank == 0 && x->n > 1 && b.coll_ns - a.coll_ns < 250000000ull) {
         fprintf(stderr, "# rank 0: metering: %.3f ms counted while the stream waited ~300 ms "
                 "for the peers inside the collective\n", (b.coll_ns - a.coll_ns) / 1e6);
@@ -529,7 +571,7 @@ static void metering(ctx_t *x)
     bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
                            x->comm, NULL) != SHOAL_OK;
     bad |= meter_stats(x, &b);
-    bad |= meter_check(x, "blocking", &a, &b, 1, 0, ipc) << 1;
+    bad |= meter_check(x, "blocking", &a, &b, 1, 0, ipc, nccl) << 1;
     bad |= shoal_barrier(x->comm, NULL) != SHOAL_OK;
     bad |= meter_stats(x, &a);
     shoal_group_start();
@@ -540,18 +582,22 @@ static void metering(ctx_t *x)
     bad |= shoal_group_end() != SHOAL_OK;
     CK(cuStreamSynchronize(x->s));
     bad |= meter_stats(x, &b);
-    bad |= meter_check(x, "group", &a, &b, 1, 1, ipc) << 1;
+    bad |= meter_check(x, "group", &a, &b, 1, 1, ipc, nccl) << 1;
 
     /* every byte one rank's device read from a peer is one the peer counted as sent */
     sums[0] = b.bytes_sent_by[SHOAL_STATS_TL_CUDA_IPC][SHOAL_STATS_SAME_HOST];
     sums[1] = b.bytes_recv_by[SHOAL_STATS_TL_CUDA_IPC][SHOAL_STATS_SAME_HOST];
-    bad |= shoal_allreduce(sums, sums, 2, SHOAL_UINT64, SHOAL_SUM, x->comm, NULL) != SHOAL_OK;
-    bad |= (sums[0] != sums[1]) << 12;
+    sums[2] = b.bytes_sent_by[SHOAL_STATS_TL_NCCL][SHOAL_STATS_SAME_HOST];
+    sums[3] = b.bytes_recv_by[SHOAL_STATS_TL_NCCL][SHOAL_STATS_SAME_HOST];
+    bad |= shoal_allreduce(sums, sums, 4, SHOAL_UINT64, SHOAL_SUM, x->comm, NULL) != SHOAL_OK;
+    bad |= (sums[0] != sums[1] || sums[2] != sums[3]) << 12;
     if (x->rank == 0) {
-        printf("# metering: cuda_ipc %llu bytes per AllReduce of %zu B on rank 0, sums over "
-               "ranks sent %llu recv %llu; gated call counted %.3f ms of %.3f ms after the "
-               "gate\n", (unsigned long long)ipc, count * es, (unsigned long long)sums[0],
-               (unsigned long long)sums[1], held_ns / 1e6, (t_done - t_open) / 1e6);
+        printf("# metering: cuda_ipc %llu, nccl %llu bytes per AllReduce of %zu B on rank 0, "
+               "sums over ranks: cuda_ipc sent %llu recv %llu, nccl sent %llu recv %llu; gated "
+               "call counted %.3f ms of %.3f ms after the gate\n", (unsigned long long)ipc,
+               (unsigned long long)nccl, count * es, (unsigned long long)sums[0],
+               (unsigned long long)sums[1], (unsigned long long)sums[2],
+               (unsigned long long)sums[3], held_ns / 1e6, (t_done - t_open) / 1e6);
     }
     if (bad) {
         fprintf(stderr, "# rank %d: metering: bad 0x%x\n", x->rank, bad);
@@ -677,11 +723,14 @@ int main(int argc, char **argv)
         teardown(x);
         return failed;
     }
+    nccl_mode = argc > 1 && strcmp(argv[1], "--nccl") == 0;
     sweep(x);
-    stream_order(x);
-    host_on_stream(x);
-    late_peer(x);
-    group_case(x);
+    if (!nccl_mode) {
+        stream_order(x);
+        host_on_stream(x);
+        late_peer(x);
+        group_case(x);
+    }
     metering(x);
     /* combine over ranks */
     if (shoal_allreduce(group_fail, group_fail, (size_t)ngroups, SHOAL_INT32, SHOAL_MAX, x->comm,
