@@ -462,8 +462,13 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
         }
         srcs[q] = l[0].data;
     }
-    shoal_reduce_n_pieces(a->recvbuf, srcs, (const void **)cs->srcs2, n, a->count, a->dtype,
-                          a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
+    if (n == 2 && nlines == 1) {
+        /* the small call of 2 ranks: one line each, reduce_n_pieces' only step */
+        shoal_reduce2(a->recvbuf, srcs[0], srcs[1], a->count, a->dtype, a->op);
+    } else {
+        shoal_reduce_n_pieces(a->recvbuf, srcs, (const void **)cs->srcs2, n, a->count,
+                              a->dtype, a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
+    }
     shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
     shoal_meter_add_shm(comm->meter, (uint64_t)(n - 1) * bytes, (uint64_t)(n - 1) * bytes);
     return SHOAL_OK;
@@ -822,7 +827,7 @@ static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, const shoal_col
 shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
     shoal_coll_state_t *cs = comm->coll;
-    size_t dsize = shoal_dtype_size(a->dtype), bytes = a->count * dsize;
+    size_t dsize = shoal_dtype_esize(a->dtype), bytes = a->count * dsize;
     int done = 0;
 
     if (bytes <= SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_LL_MAX], SHOAL_SHMD_LL_MAX)) {

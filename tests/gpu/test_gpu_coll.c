@@ -8,6 +8,7 @@
  * and exits 0 when no driver or GPU can be used.
  */
 #include "cuda/cuda_int.h"
+#include "reduce/reduce.h"
 #include "tests/tap.h"
 
 #include <signal.h>
