@@ -81,7 +81,8 @@ static shoal_status_t shoal_api_check_args(shoal_comm_t comm, const shoal_coll_a
         shoal_error(COLL, "NULL buffer with count %zu", a->count);
         return SHOAL_ERR_INVALID_ARG;
     }
-    if (a->count > SIZE_MAX / 8 / (size_t)comm->nranks) {
+    /* count > SIZE_MAX / 8 / nranks, without the division */
+    if (__builtin_mul_overflow(a->count, (size_t)comm->nranks * 8, &(size_t){0})) {
         shoal_error(COLL, "count %zu is too large", a->count);
         return SHOAL_ERR_INVALID_ARG;
     }

@@ -94,11 +94,13 @@ typedef struct shoal_coll_state {
     shoal_coll_shape_t shape;
     uint64_t logged[SHOAL_COLL_TYPE_COUNT]; /* size buckets whose choice was logged */
     /* Choices already made, keyed by (collective, bytes): applicability depends only on
-     * the communicator and the size, so a hit skips the cost table on the hot path. */
+     * the communicator and the size, so a hit skips the cost table on the hot path, and the
+     * table scan for the choice's row (select.c's shoal_coll_algo_row_t; NULL: none). */
     struct {
         size_t bytes;
         int8_t type;           /* -1: empty */
         uint8_t algo;
+        const void *row;
     } sel_cache[SHOAL_SELECT_CACHE];
     struct shoal_hier_map *hier; /* hier.c: hosts and their ranks, built on first use */
     /* Scratch of plans in flight on the proxy (scratch_size bytes each, faulted in once),

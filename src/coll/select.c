@@ -279,18 +279,23 @@ static void shoal_coll_log_choice(struct shoal_comm *comm, shoal_coll_type_t typ
                cs->algo != SHOAL_ALGO_AUTO ? " (SHOAL_ALGO)" : "", costs);
 }
 
+/* The choice cache's slot of (type, bytes). */
+static inline size_t shoal_coll_sel_slot(shoal_coll_type_t type, size_t bytes)
+{
+    return ((bytes * 0x9e3779b97f4a7c15ull >> 58) ^ (size_t)type) & (SHOAL_SELECT_CACHE - 1);
+}
+
 shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
     shoal_coll_state_t *cs = comm->coll;
-    size_t bytes = a->count * shoal_dtype_size(a->dtype);
+    size_t bytes = a->count * shoal_dtype_esize(a->dtype);
     shoal_algo_t algo;
 
     if (a->type >= SHOAL_COLL_TYPE_COUNT || a->type == SHOAL_COLL_BARRIER ||
         a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
         return shoal_coll_default_algo(a->type);
     }
-    size_t slot = (bytes * 0x9e3779b97f4a7c15ull >> 58) ^ (size_t)a->type;
-    slot &= SHOAL_SELECT_CACHE - 1;
+    size_t slot = shoal_coll_sel_slot(a->type, bytes);
     if (cs->sel_cache[slot].type == (int8_t)a->type && cs->sel_cache[slot].bytes == bytes) {
         return (shoal_algo_t)cs->sel_cache[slot].algo;
     }
@@ -301,12 +306,13 @@ shoal_algo_t shoal_coll_select(struct shoal_comm *comm, const shoal_coll_args_t 
     cs->sel_cache[slot].bytes = bytes;
     cs->sel_cache[slot].type = (int8_t)a->type;
     cs->sel_cache[slot].algo = (uint8_t)algo;
+    cs->sel_cache[slot].row = shoal_coll_row(a->type, algo);
     return algo;
 }
 
 static shoal_status_t shoal_coll_local(const shoal_coll_args_t *a)
 {
-    size_t bytes = a->count * shoal_dtype_size(a->dtype);
+    size_t bytes = a->count * shoal_dtype_esize(a->dtype);
     if (a->sendbuf != a->recvbuf && a->recvbuf != NULL && bytes > 0) {
         memmove(a->recvbuf, a->sendbuf, bytes);
     }
@@ -317,9 +323,9 @@ static shoal_status_t shoal_coll_local(const shoal_coll_args_t *a)
     return SHOAL_OK;
 }
 
-/* The row that runs a call of more than one rank and count > 0. */
-static const shoal_coll_algo_row_t *shoal_coll_row_for(struct shoal_comm *comm,
-                                                       const shoal_coll_args_t *a, uint32_t seq)
+/* shoal_coll_row_for without a cached row: the choice (cost table on a miss), its row. */
+static const shoal_coll_algo_row_t *shoal_coll_row_pick(struct shoal_comm *comm,
+                                                        const shoal_coll_args_t *a, uint32_t seq)
 {
     shoal_algo_t algo = shoal_coll_select(comm, a);
     const shoal_coll_algo_row_t *row = shoal_coll_row(a->type, algo);
@@ -330,6 +336,26 @@ static const shoal_coll_algo_row_t *shoal_coll_row_for(struct shoal_comm *comm,
                     shoal_coll_type_names[a->type]);
     }
     return row;
+}
+
+/* The row that runs a call of more than one rank and count > 0: a cached choice with its row
+ * looks at neither the cost table nor the row table. */
+static inline const shoal_coll_algo_row_t *shoal_coll_row_for(struct shoal_comm *comm,
+                                                              const shoal_coll_args_t *a,
+                                                              uint32_t seq)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    size_t bytes = a->count * shoal_dtype_esize(a->dtype);
+    size_t slot = shoal_coll_sel_slot(a->type, bytes);
+    const shoal_coll_algo_row_t *row = cs->sel_cache[slot].row;
+
+    if (SHOAL_LIKELY(row != NULL && cs->sel_cache[slot].type == (int8_t)a->type &&
+                     cs->sel_cache[slot].bytes == bytes)) {
+        shoal_trace(COLL, "rank %d: seq %u type %d count %zu algo %s", comm->rank, seq, a->type,
+                    a->count, shoal_algo_names[row->algo]);
+        return row;
+    }
+    return shoal_coll_row_pick(comm, a, seq);
 }
 
 shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a)

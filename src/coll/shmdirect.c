@@ -254,7 +254,7 @@ void shoal_shmdirect_log(struct shoal_comm *comm)
 
 /* After publishing: wake the peers that announced they sleep. The fence orders our data
  * stores before the loads of their "sleeping" words (the sleeper fences the other way). */
-static void shoal_shmd_wake(struct shoal_comm *comm)
+static inline void shoal_shmd_wake(struct shoal_comm *comm)
 {
     shoal_coll_state_t *cs = comm->coll;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -448,7 +448,14 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
     shoal_shmd_desc_put(comm, a, g);
     for (size_t i = 0; i < nlines; i++) {
         size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
-        memcpy(mine[i].data, in + off, len);
+        if ((len & 7) == 0) {
+            /* whole words (an 8 B call: one move, no call to memcpy) */
+            for (size_t w = 0; w < len; w += 8) {
+                memcpy(mine[i].data + w, in + off + w, 8);
+            }
+        } else {
+            memcpy(mine[i].data, in + off, len);
+        }
         __atomic_store_n(&mine[i].flag, flag, __ATOMIC_RELEASE);
     }
     shoal_shmd_wake(comm);
@@ -462,8 +469,13 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
         }
         srcs[q] = l[0].data;
     }
-    shoal_reduce_n_pieces(a->recvbuf, srcs, (const void **)cs->srcs2, n, a->count, a->dtype,
-                          a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
+    if (n == 2 && nlines == 1) {
+        /* the small call of 2 ranks: one line each, reduce_n_pieces' only step */
+        shoal_reduce2(a->recvbuf, srcs[0], srcs[1], a->count, a->dtype, a->op);
+    } else {
+        shoal_reduce_n_pieces(a->recvbuf, srcs, (const void **)cs->srcs2, n, a->count,
+                              a->dtype, a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
+    }
     shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
     shoal_meter_add_shm(comm->meter, (uint64_t)(n - 1) * bytes, (uint64_t)(n - 1) * bytes);
     return SHOAL_OK;
@@ -822,7 +834,7 @@ static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, const shoal_col
 shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
     shoal_coll_state_t *cs = comm->coll;
-    size_t dsize = shoal_dtype_size(a->dtype), bytes = a->count * dsize;
+    size_t dsize = shoal_dtype_esize(a->dtype), bytes = a->count * dsize;
     int done = 0;
 
     if (bytes <= SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_LL_MAX], SHOAL_SHMD_LL_MAX)) {

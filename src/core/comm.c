@@ -160,27 +160,35 @@ uint64_t shoal_comm_ticket_take(struct shoal_comm *comm)
     return __atomic_fetch_add(&comm->ticket_next, 1, __ATOMIC_SEQ_CST);
 }
 
+/* The ticket is not served yet: sleep on exec_cond until it is. Out of line, so that the
+ * common case below (served already) saves no registers for it. */
+static __attribute__((noinline)) void shoal_comm_ticket_sleep(struct shoal_comm *comm,
+                                                              uint64_t ticket)
+{
+    pthread_mutex_lock(&comm->exec_lock);
+    /* Atomic: shoal_comm_ticket_release reads it without the lock (seq_cst on both
+     * sides: either it sees this waiter, or this waiter sees its serving count). */
+    __atomic_fetch_add(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST) != ticket) {
+        /* The call being served has its own deadline; this wait ends when it does. The
+         * 10 ms cap only bounds the cost of a missed broadcast. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
+    }
+    __atomic_fetch_sub(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&comm->exec_lock);
+}
+
 shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
 {
-    if (__atomic_load_n(&comm->ticket_serving, __ATOMIC_ACQUIRE) != ticket) {
-        pthread_mutex_lock(&comm->exec_lock);
-        /* Atomic: shoal_comm_ticket_release reads it without the lock (seq_cst on both
-         * sides: either it sees this waiter, or this waiter sees its serving count). */
-        __atomic_fetch_add(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
-        while (__atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST) != ticket) {
-            /* The call being served has its own deadline; this wait ends when it does. The
-             * 10 ms cap only bounds the cost of a missed broadcast. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&comm->exec_cond, &comm->exec_lock, &ts);
-        }
-        __atomic_fetch_sub(&comm->ticket_waiters, 1, __ATOMIC_SEQ_CST);
-        pthread_mutex_unlock(&comm->exec_lock);
+    if (SHOAL_UNLIKELY(__atomic_load_n(&comm->ticket_serving, __ATOMIC_ACQUIRE) != ticket)) {
+        shoal_comm_ticket_sleep(comm, ticket);
     }
     return shoal_comm_check_usable(comm);
 }

@@ -122,24 +122,20 @@ void shoal_reduce_n(void *dst, const void *const *srcs, int nsrc, size_t count,
     }
 }
 
-void shoal_reduce_n_pieces(void *dst, const void *const *srcs, const void **tmp, int nsrc,
+/* shoal_reduce_n_pieces past its checks (count > 0, dtype and op valid, op not AVG), more than
+ * one piece or other than two sources: out of line, so that the small call's path below
+ * saves no registers for it. */
+static __attribute__((noinline)) void
+shoal_reduce_n_pieces_loop(void *dst, const void *const *srcs, const void **tmp, int nsrc,
                            size_t count, shoal_dtype_t dtype, shoal_op_t op, size_t piece_bytes,
                            size_t src_stride)
 {
     const shoal_reduce_kern_t *k;
-    size_t esize, per, bytes;
+    size_t esize = shoal_reduce_dtype_size[dtype], per, bytes = count * esize;
 
-    if (count == 0 || nsrc < 1 || !shoal_reduce_valid(dtype, op)) {
-        return;
-    }
-    esize = shoal_reduce_dtype_size[dtype];
     per = piece_bytes / esize;
-    bytes = count * esize;
     if (per == 0) {
         return;
-    }
-    if (op == SHOAL_AVG) {
-        op = SHOAL_SUM;
     }
     if (nsrc > 2 && (dtype == SHOAL_FLOAT16 || dtype == SHOAL_BFLOAT16)) {
         /* per piece, reduce_n's fp32 accumulation (rounded once) */
@@ -165,6 +161,24 @@ void shoal_reduce_n_pieces(void *dst, const void *const *srcs, const void **tmp,
             shoal_reduce_kern_run(k, d, d, (const char *)srcs[s] + soff, n);
         }
     }
+}
+
+void shoal_reduce_n_pieces(void *dst, const void *const *srcs, const void **tmp, int nsrc,
+                           size_t count, shoal_dtype_t dtype, shoal_op_t op, size_t piece_bytes,
+                           size_t src_stride)
+{
+    if (count == 0 || nsrc < 1 || !shoal_reduce_valid(dtype, op)) {
+        return;
+    }
+    if (op == SHOAL_AVG) {
+        op = SHOAL_SUM;
+    }
+    if (nsrc == 2 && count * shoal_reduce_dtype_size[dtype] <= piece_bytes) {
+        /* one piece of two sources (a small call of 2 ranks): the loop's only step */
+        shoal_reduce_kern_run(shoal_reduce_kern_get(dtype, op), dst, srcs[0], srcs[1], count);
+        return;
+    }
+    shoal_reduce_n_pieces_loop(dst, srcs, tmp, nsrc, count, dtype, op, piece_bytes, src_stride);
 }
 
 #define SHOAL_REDUCE_MULTI_BLOCK 8192 /* bytes reduced before they are copied on */
@@ -250,10 +264,9 @@ static const shoal_reduce_div_fn_t shoal_reduce_div_table[SHOAL_DTYPE_COUNT] = {
     [SHOAL_FLOAT32] = shoal_reduce_div_f32,   [SHOAL_FLOAT64] = shoal_reduce_div_f64,
 };
 
-void shoal_reduce_avg_finalize(void *buf, size_t count, shoal_dtype_t dtype, shoal_op_t op,
-                               int nranks)
+void shoal_reduce_avg_div(void *buf, size_t count, shoal_dtype_t dtype, int nranks)
 {
-    if (op != SHOAL_AVG || nranks <= 1 || count == 0 || !shoal_reduce_valid(dtype, op)) {
+    if (nranks <= 1 || count == 0 || !shoal_reduce_valid(dtype, SHOAL_AVG)) {
         return;
     }
     shoal_reduce_div_table[dtype](buf, count, nranks);

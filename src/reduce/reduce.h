@@ -31,9 +31,16 @@ SHOAL_HIDDEN void shoal_reduce_n_pieces(void *dst, const void *const *srcs, cons
                                         int nsrc, size_t count, shoal_dtype_t dtype,
                                         shoal_op_t op, size_t piece_bytes, size_t src_stride);
 /* For SHOAL_AVG: buf[i] /= nranks (integers: truncating division; floats: true division,
- * fp16/bf16 through fp32). No-op for other ops. */
-SHOAL_HIDDEN void shoal_reduce_avg_finalize(void *buf, size_t count, shoal_dtype_t dtype,
-                                            shoal_op_t op, int nranks);
+ * fp16/bf16 through fp32). No-op for other ops (tested here, without a call). */
+SHOAL_HIDDEN void shoal_reduce_avg_div(void *buf, size_t count, shoal_dtype_t dtype, int nranks);
+
+static inline void shoal_reduce_avg_finalize(void *buf, size_t count, shoal_dtype_t dtype,
+                                             shoal_op_t op, int nranks)
+{
+    if (op == SHOAL_AVG) {
+        shoal_reduce_avg_div(buf, count, dtype, nranks);
+    }
+}
 /* 1 if dtype and op are in range. */
 SHOAL_HIDDEN int shoal_reduce_valid(shoal_dtype_t dtype, shoal_op_t op);
 

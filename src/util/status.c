@@ -30,20 +30,17 @@ const char *shoal_version_string(void)
     return "shoal " PACKAGE_VERSION;
 }
 
-static const struct {
-    const char *name;
-    size_t size;
-} shoal_status_dtypes[SHOAL_DTYPE_COUNT] = {
-    [SHOAL_INT8] = {.name = "int8", .size = 1},
-    [SHOAL_UINT8] = {.name = "uint8", .size = 1},
-    [SHOAL_INT32] = {.name = "int32", .size = 4},
-    [SHOAL_UINT32] = {.name = "uint32", .size = 4},
-    [SHOAL_INT64] = {.name = "int64", .size = 8},
-    [SHOAL_UINT64] = {.name = "uint64", .size = 8},
-    [SHOAL_FLOAT16] = {.name = "half", .size = 2},
-    [SHOAL_BFLOAT16] = {.name = "bfloat16", .size = 2},
-    [SHOAL_FLOAT32] = {.name = "float", .size = 4},
-    [SHOAL_FLOAT64] = {.name = "double", .size = 8},
+static const char *const shoal_status_dtypes[SHOAL_DTYPE_COUNT] = {
+    [SHOAL_INT8] = "int8",       [SHOAL_UINT8] = "uint8",        [SHOAL_INT32] = "int32",
+    [SHOAL_UINT32] = "uint32",   [SHOAL_INT64] = "int64",        [SHOAL_UINT64] = "uint64",
+    [SHOAL_FLOAT16] = "half",    [SHOAL_BFLOAT16] = "bfloat16",  [SHOAL_FLOAT32] = "float",
+    [SHOAL_FLOAT64] = "double",
+};
+
+const uint8_t shoal_dtype_sizes[SHOAL_DTYPE_COUNT] = {
+    [SHOAL_INT8] = 1,    [SHOAL_UINT8] = 1,    [SHOAL_INT32] = 4,   [SHOAL_UINT32] = 4,
+    [SHOAL_INT64] = 8,   [SHOAL_UINT64] = 8,   [SHOAL_FLOAT16] = 2, [SHOAL_BFLOAT16] = 2,
+    [SHOAL_FLOAT32] = 4, [SHOAL_FLOAT64] = 8,
 };
 
 static const char *const shoal_status_ops[SHOAL_OP_COUNT] = {
@@ -53,16 +50,14 @@ static const char *const shoal_status_ops[SHOAL_OP_COUNT] = {
 
 size_t shoal_dtype_size(shoal_dtype_t dtype)
 {
-    if ((unsigned)dtype >= SHOAL_DTYPE_COUNT)
-        return 0;
-    return shoal_status_dtypes[dtype].size;
+    return shoal_dtype_esize(dtype);
 }
 
 const char *shoal_dtype_name(shoal_dtype_t dtype)
 {
     if ((unsigned)dtype >= SHOAL_DTYPE_COUNT)
         return "unknown";
-    return shoal_status_dtypes[dtype].name;
+    return shoal_status_dtypes[dtype];
 }
 
 const char *shoal_op_name(shoal_op_t op)

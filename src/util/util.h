@@ -184,6 +184,15 @@ static inline int shoal_status_is_fatal(shoal_status_t s)
     return s <= SHOAL_ERR_TRANSPORT && s > SHOAL_ERR_AUTH;
 }
 
+/* Element sizes (status.c); shoal_dtype_esize is shoal_dtype_size without the call, for the
+ * call paths: 0 for a dtype out of range. */
+extern SHOAL_HIDDEN const uint8_t shoal_dtype_sizes[SHOAL_DTYPE_COUNT];
+
+static inline size_t shoal_dtype_esize(shoal_dtype_t dtype)
+{
+    return (unsigned)dtype < SHOAL_DTYPE_COUNT ? shoal_dtype_sizes[dtype] : 0;
+}
+
 /* ---- time -------------------------------------------------------------------------------- */
 
 SHOAL_HIDDEN uint64_t shoal_time_ns(void); /* CLOCK_MONOTONIC */
