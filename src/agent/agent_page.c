@@ -93,6 +93,18 @@ static shoald_job_t *shoald_job_get(shoald_t *a, const char *tenant, const char 
     return j;
 }
 
+/* A transport whose bytes the page keeps in two fields of their own, same host only
+ * (cuda_ipc, nccl): its other-host counters are 0. */
+static void shoald_page_same_host_only(uint64_t c[SHOALD_NCTR], int tl, const uint64_t *sent,
+                                       const uint64_t *recv)
+{
+    int base = tl * SHOAL_METER_NLOC;
+    c[SHOALD_CTR_SENT + base + SHOAL_METER_SAME_HOST] = __atomic_load_n(sent, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_RECV + base + SHOAL_METER_SAME_HOST] = __atomic_load_n(recv, __ATOMIC_RELAXED);
+    c[SHOALD_CTR_SENT + base + SHOAL_METER_OTHER_HOST] = 0;
+    c[SHOALD_CTR_RECV + base + SHOAL_METER_OTHER_HOST] = 0;
+}
+
 /* The page's counters in page order, one relaxed load each. */
 static void shoald_page_load(const volatile shoal_meter_page_t *m, uint64_t c[SHOALD_NCTR])
 {
@@ -109,20 +121,9 @@ static void shoald_page_load(const volatile shoal_meter_page_t *m, uint64_t c[SH
                 __atomic_load_n(&pg->bytes_recv[i][l], __ATOMIC_RELAXED);
         }
     }
-    i = SHOAL_METER_TL_CUDA_IPC;
-    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
-        __atomic_load_n(&pg->cuda_ipc_sent, __ATOMIC_RELAXED);
-    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
-        __atomic_load_n(&pg->cuda_ipc_recv, __ATOMIC_RELAXED);
-    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
-    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
-    i = SHOAL_METER_TL_NCCL;
-    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
-        __atomic_load_n(&pg->nccl_sent, __ATOMIC_RELAXED);
-    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
-        __atomic_load_n(&pg->nccl_recv, __ATOMIC_RELAXED);
-    c[SHOALD_CTR_SENT + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
-    c[SHOALD_CTR_RECV + i * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST] = 0;
+    shoald_page_same_host_only(c, SHOAL_METER_TL_CUDA_IPC, &pg->cuda_ipc_sent,
+                               &pg->cuda_ipc_recv);
+    shoald_page_same_host_only(c, SHOAL_METER_TL_NCCL, &pg->nccl_sent, &pg->nccl_recv);
     c[SHOALD_CTR_COLL_NS] = shoal_meter_page_coll_ns(pg); /* coll_ns or coll_ticks in ns */
     c[SHOALD_CTR_ERRORS] = __atomic_load_n(&pg->errors, __ATOMIC_RELAXED);
     c[SHOALD_CTR_PEER_FAILURES] = __atomic_load_n(&pg->peer_failures, __ATOMIC_RELAXED);
