@@ -173,6 +173,8 @@ SHOAL_HIDDEN int shoal_sched_node_find(const shoal_sched_cluster_t *c, const cha
 SHOAL_HIDDEN shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name,
                                                  int cpus, long mem_mb, int gpus);
 SHOAL_HIDDEN int shoal_sched_switch_add(shoal_sched_cluster_t *c, const char *name);
+/* Appends v to the int array *arr of *n entries (grown geometrically); -1 without memory. */
+SHOAL_HIDDEN int shoal_sched_list_add(int **arr, int *n, int v);
 /* After parsing: links the tree (a virtual root above several trees, a virtual leaf for
  * nodes no switch lists), levels, depth-first order, totals, scratch. */
 SHOAL_HIDDEN shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c);

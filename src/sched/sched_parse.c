@@ -320,12 +320,9 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
                 break;
             }
             c->sw[x].parent = s;
-            int *k = realloc(c->sw[s].kids, sizeof(int) * (size_t)(c->sw[s].nkids + 1));
-            st = k == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
-            if (k != NULL) {
-                k[c->sw[s].nkids++] = x;
-                c->sw[s].kids = k;
-            }
+            st = shoal_sched_list_add(&c->sw[s].kids, &c->sw[s].nkids, x) == 0
+                     ? SHOAL_OK
+                     : SHOAL_ERR_NO_MEMORY;
         } else if (x < 0) {
             shoal_warn(SCHED, "%s:%d: node '%s' is not in slurm.conf: ignored", src, lineno,
                        name);
@@ -333,13 +330,10 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
             shoal_error(SCHED, "%s:%d: node '%s' under two switches", src, lineno, name);
             st = SHOAL_ERR_INVALID_ARG;
         } else {
-            int *k = realloc(c->sw[s].nodes, sizeof(int) * (size_t)(c->sw[s].nnodes + 1));
-            st = k == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
-            if (k != NULL) {
-                k[c->sw[s].nnodes++] = x;
-                c->sw[s].nodes = k;
-                c->nodes[x].leaf = s;
-            }
+            st = shoal_sched_list_add(&c->sw[s].nodes, &c->sw[s].nnodes, x) == 0
+                     ? SHOAL_OK
+                     : SHOAL_ERR_NO_MEMORY;
+            c->nodes[x].leaf = st == SHOAL_OK ? s : c->nodes[x].leaf;
         }
     }
     shoal_hostlist_free(&hl);
