@@ -618,7 +618,8 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.pid = (int32_t)getpid();
     snprintf(me.host, sizeof(me.host), "%s", shoal_hostname());
     me.pinned_cpu = shoal_comm_pinned_cpu(&ncpu);
-    /* UCX and verbs are queried (loaded) only when SHOAL_TRANSPORT forces them */
+    /* UCX and verbs are queried (loaded) only when forced, or across hosts where sysfs has
+     * an RDMA device and no transport before them was chosen (tl_registry.c) */
     me.tl_mask = shoal_tl_query_mask(forced);
     shoal_comm_plan_connect(comm);
     me.lazy = comm->lazy;

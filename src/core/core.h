@@ -17,6 +17,7 @@
 typedef struct {
     int timeout_ms;            /* SHOAL_TIMEOUT_MS */
     const char *transport;     /* SHOAL_TRANSPORT */
+    const char *transport_exclude; /* SHOAL_TRANSPORT_EXCLUDE: names, comma-separated */
     unsigned spin_count;       /* SHOAL_SPIN_COUNT */
     unsigned spin_pause;       /* SHOAL_SPIN_PAUSE */
     int spin_adapt;            /* SHOAL_SPIN_ADAPT */

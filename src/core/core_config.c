@@ -17,8 +17,16 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
             "peer becomes an error after this long; inf = never"},
     {.name = "TRANSPORT", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_core_config_t, transport),
-     .doc = "force one transport for every peer (shm, tcp); empty = shm on the same host, tcp "
-            "across hosts"},
+     .doc = "force one transport for every peer (shm, tcp, ucx, ib); empty = shm on the same "
+            "host; across hosts the first of ib, ucx, tcp whose query says yes on every rank of "
+            "the pair: ib where an RDMA port is ACTIVE, ucx where UCX reaches other hosts over an "
+            "RDMA transport (rc, dc, ud; not when it has only tcp), else tcp (shoal_info -b "
+            "prints the choice and why)"},
+    {.name = "TRANSPORT_EXCLUDE", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoal_core_config_t, transport_exclude),
+     .doc = "transports never used nor queried (their libraries not loaded), comma-separated "
+            "(e.g. ib to try ucx over the RDMA device); the automatic choice takes the next one "
+            "in order; a transport both forced by SHOAL_TRANSPORT and excluded is an error"},
     {.name = "SPIN_COUNT", .dflt = "2000", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoal_core_config_t, spin_count),
      .doc = "idle polls (each followed by sched_yield) before a waiter sleeps"},

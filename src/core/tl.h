@@ -189,17 +189,24 @@ typedef struct shoal_tl_lib {
     /* NULL, or 0 when this machine surely has nothing the library could drive (no device in
      * sysfs): a transport that is not forced is then not queried, its library not loaded */
     int (*present)(void);
+    /* NULL, or asked after query() said yes, unless the transport is forced: 0 when it can run
+     * but is not worth choosing automatically across hosts (ucx where UCX has no RDMA
+     * transport: UCX over tcp is slower than the tcp transport); the library is loaded then */
+    int (*auto_ok)(void);
     /* state, under lock; loaded once, never unloaded */
     pthread_mutex_t lock;
     int tried;
     shoal_status_t status;
     void *handle;
     char why[640];                /* "loaded from PATH" or why it is unavailable */
+    /* Left by present() and query() (optional): what they found, or why not, for the sentence
+     * that says which transport carries the channels across hosts ("" if nothing to add) */
+    char note[200];
 } shoal_tl_lib_t;
 
 #define SHOAL_TL_LIB_STATE_INIT                                                                \
     .lock = PTHREAD_MUTEX_INITIALIZER, .tried = 0, .status = SHOAL_ERR_UNSUPPORTED,           \
-    .handle = NULL, .why = "not loaded"
+    .handle = NULL, .why = "not loaded", .note = ""
 
 /* Loads the library and resolves every symbol (first call; later calls return the outcome).
  * Restores the application's handlers of fatal signals that the library's constructors
@@ -216,8 +223,26 @@ SHOAL_HIDDEN shoal_tl_lib_t *shoal_tl_lib(size_t i);
 /* Bit i set: transport i is usable here. A transport with a library is queried (and its
  * library loaded) only if it is forced (index forced, -1: none), or if no transport before it
  * can reach other hosts and its lib's present() does not say the machine has no device; so a
- * job on shm/tcp never loads UCX, nor verbs on a host without an RDMA device. */
+ * job on shm/tcp never loads UCX, nor verbs on a host without an RDMA device. The transports
+ * named in SHOAL_TRANSPORT_EXCLUDE are never queried. Logs (INFO) which transport carries
+ * the channels to other hosts, and why. */
 SHOAL_HIDDEN unsigned shoal_tl_query_mask(int forced);
+
+/* The same on any table (unit tests give fake ones): entries in preference order; exclude:
+ * bit i set, entry i is not queried; forced: -1 or an index. *across_p (if not NULL): the
+ * index of the first usable transport that reaches other hosts, -1 if none; why (if not
+ * NULL): a sentence naming it and why each one before it was not taken. */
+typedef struct {
+    const shoal_tl_ops_t *ops;
+    shoal_tl_lib_t *lib;          /* loaded at first use, or NULL */
+} shoal_tl_entry_t;
+SHOAL_HIDDEN unsigned shoal_tl_query_table(const shoal_tl_entry_t *tab, size_t n, int forced,
+                                           unsigned exclude, int *across_p, char *why,
+                                           size_t len);
+/* shoal_tl_query_mask without the log line: its sentence in why (shoal_info -b). */
+SHOAL_HIDDEN unsigned shoal_tl_query_mask_why(int forced, char *why, size_t len);
+/* SHOAL_TRANSPORT_EXCLUDE as a mask of registry indexes (unknown names warned about). */
+SHOAL_HIDDEN unsigned shoal_tl_exclude_mask(void);
 
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_shm_ops;
 extern SHOAL_HIDDEN const shoal_tl_ops_t shoal_tl_tcp_ops;

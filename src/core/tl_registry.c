@@ -1,6 +1,7 @@
 /* Transports in preference order, and the loading of optional transports' libraries at first
  * use (see "libraries loaded at first use" in tl.h). A transport that is not built is not in
  * the list. */
+#include "core/core.h"
 #include "core/tl.h"
 
 #include <dlfcn.h>
@@ -9,23 +10,20 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
-    const shoal_tl_ops_t *ops;
-    shoal_tl_lib_t *lib;          /* loaded at first use, or NULL */
-} shoal_tl_entry_t;
-
+/* Across hosts: ib, then ucx, then tcp, each gated by its query (issue 14). ib's query needs
+ * an ACTIVE RDMA port (run on Soft-RoCE in tests/vm); ucx's a device with an ACTIVE port in
+ * sysfs before it loads libucp, then an RDMA transport among UCX's own resources (ucx over
+ * tcp only is slower than shoal's tcp, which is then chosen). Where the query of one says yes,
+ * the ones after it are not queried: their libraries are not loaded. */
 static const shoal_tl_entry_t shoal_tl_registry[] = {
     {.ops = &shoal_tl_shm_ops},
 #if SHOAL_HAVE_VERBS
-    /* ahead of tcp across hosts where its query() finds an ACTIVE RDMA port (run on
-     * Soft-RoCE in tests/vm); elsewhere the query fails and tcp is chosen as before */
     {.ops = &shoal_tl_ib_ops, .lib = &shoal_ib_lib},
 #endif
-    {.ops = &shoal_tl_tcp_ops},
 #if SHOAL_HAVE_UCX
-    /* after tcp: used when forced with SHOAL_TRANSPORT=ucx */
     {.ops = &shoal_tl_ucx_ops, .lib = &shoal_ucx_lib},
 #endif
+    {.ops = &shoal_tl_tcp_ops},
 };
 
 size_t shoal_tl_count(void)
@@ -53,35 +51,164 @@ const shoal_tl_ops_t *shoal_tl_find(const char *name)
     return NULL;
 }
 
-unsigned shoal_tl_query_mask(int forced)
+/* Appends "; NAME: WHAT" (the first one without "; ") to why. */
+static void shoal_tl_why_add(char *why, size_t len, const char *name, const char *what,
+                             const char *note)
+{
+    size_t used;
+    if (why == NULL || len == 0) {
+        return;
+    }
+    used = strlen(why);
+    if (used + 1 < len) {
+        snprintf(why + used, len - used, "%s%s: %s%s%s", used > 0 ? "; " : "", name, what,
+                 note != NULL && note[0] != '\0' ? ": " : "", note != NULL ? note : "");
+    }
+}
+
+/* The lib's note, copied under its lock (present() and auto_ok() write it under the lock, and
+ * communicators may be created in several threads at once). */
+static const char *shoal_tl_note(shoal_tl_lib_t *lib, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (lib != NULL) {
+        pthread_mutex_lock(&lib->lock);
+        snprintf(buf, len, "%s", lib->note);
+        pthread_mutex_unlock(&lib->lock);
+    }
+    return buf;
+}
+
+unsigned shoal_tl_query_table(const shoal_tl_entry_t *tab, size_t n, int forced,
+                              unsigned exclude, int *across_p, char *why, size_t len)
 {
     unsigned mask = 0;
-    int reach_hosts = 0; /* a transport before this one can reach other hosts */
+    int across = -1; /* the first usable transport that reaches other hosts */
+    char skipped[400] = "";
 
-    for (size_t i = 0; i < shoal_tl_count(); i++) {
-        const shoal_tl_entry_t *e = &shoal_tl_registry[i];
-        if (e->lib != NULL && (int)i != forced && (forced >= 0 || reach_hosts)) {
+    for (size_t i = 0; i < n; i++) {
+        const shoal_tl_entry_t *e = &tab[i];
+        char note[sizeof(e->lib->note)];
+        int ok;
+        if ((exclude & (1u << i)) != 0) {
+            if ((int)i == forced) {
+                shoal_error(INIT, "SHOAL_TRANSPORT=%s, but SHOAL_TRANSPORT_EXCLUDE names it too",
+                            e->ops->name);
+            }
+            shoal_trace(INIT, "transport %s not queried: SHOAL_TRANSPORT_EXCLUDE", e->ops->name);
+            if (across < 0 && !e->ops->intra_node_only) {
+                shoal_tl_why_add(skipped, sizeof(skipped), e->ops->name,
+                                 "excluded (SHOAL_TRANSPORT_EXCLUDE)", NULL);
+            }
+            continue;
+        }
+        if (e->lib != NULL && (int)i != forced && (forced >= 0 || across >= 0)) {
             shoal_trace(INIT, "transport %s not queried: its library is loaded only when "
-                        "SHOAL_TRANSPORT=%s or no other transport reaches other hosts",
+                        "SHOAL_TRANSPORT=%s or no transport before it reaches other hosts",
                         e->ops->name, e->ops->name);
             continue;
         }
         if (e->lib != NULL && (int)i != forced && e->lib->present != NULL &&
             !e->lib->present()) {
-            shoal_trace(INIT, "transport %s not queried: no device here for %s", e->ops->name,
-                        e->lib->what);
+            shoal_tl_note(e->lib, note, sizeof(note));
+            shoal_trace(INIT, "transport %s not queried: no device here for %s%s%s",
+                        e->ops->name, e->lib->what, note[0] != '\0' ? ": " : "", note);
+            shoal_tl_why_add(skipped, sizeof(skipped), e->ops->name, "no device", note);
             continue;
         }
-        if (e->ops->query()) {
+        ok = e->ops->query();
+        if (ok && e->lib != NULL && (int)i != forced && e->lib->auto_ok != NULL &&
+            !e->lib->auto_ok()) {
+            shoal_tl_note(e->lib, note, sizeof(note));
+            shoal_trace(INIT, "transport %s not chosen without SHOAL_TRANSPORT=%s%s%s",
+                        e->ops->name, e->ops->name, note[0] != '\0' ? ": " : "", note);
+            if (across < 0 && !e->ops->intra_node_only) {
+                shoal_tl_why_add(skipped, sizeof(skipped), e->ops->name, "only when forced",
+                                 note);
+            }
+            continue;
+        }
+        shoal_tl_note(e->lib, note, sizeof(note));
+        if (ok) {
             mask |= 1u << i;
-            reach_hosts |= !e->ops->intra_node_only;
-        } else if ((int)i == forced) {
-            int nolib = e->lib != NULL && e->lib->status != SHOAL_OK;
-            shoal_error(INIT, "SHOAL_TRANSPORT=%s, but the transport is not usable here%s%s",
-                        e->ops->name, nolib ? ": " : " (its query says it cannot run on this machine)",
-                        nolib ? e->lib->why : "");
+            if (across < 0 && !e->ops->intra_node_only) {
+                across = (int)i;
+            }
+        } else {
+            if (across < 0 && !e->ops->intra_node_only) {
+                shoal_tl_why_add(skipped, sizeof(skipped), e->ops->name,
+                                 e->lib != NULL && e->lib->status != SHOAL_OK ? e->lib->why
+                                                                              : "query says no",
+                                 note);
+            }
+            if ((int)i == forced) {
+                int nolib = e->lib != NULL && e->lib->status != SHOAL_OK;
+                shoal_error(INIT, "SHOAL_TRANSPORT=%s, but the transport is not usable here%s%s",
+                            e->ops->name,
+                            nolib ? ": " : " (its query says it cannot run on this machine)",
+                            nolib ? e->lib->why : "");
+            }
         }
     }
+    if (across_p != NULL) {
+        *across_p = across;
+    }
+    if (why != NULL && len > 0) {
+        char anote[sizeof(tab[0].lib->note)];
+        shoal_tl_note(across >= 0 ? tab[across].lib : NULL, anote, sizeof(anote));
+        if (forced >= 0) {
+            snprintf(why, len, "%s for every peer (SHOAL_TRANSPORT=%s)%s", tab[forced].ops->name,
+                     tab[forced].ops->name, (mask & (1u << forced)) ? "" : ", not usable here");
+        } else if (across < 0) {
+            snprintf(why, len, "none usable (%s)", skipped[0] != '\0' ? skipped : "no transport");
+        } else {
+            snprintf(why, len, "%s (%s; %s%s)", tab[across].ops->name,
+                     anote[0] != '\0' ? anote : "usable here",
+                     skipped[0] != '\0' ? "not taken before it: " : "the first in order",
+                     skipped);
+        }
+    }
+    return mask;
+}
+
+unsigned shoal_tl_exclude_mask(void)
+{
+    const char *list = shoal_core_config.transport_exclude;
+    unsigned mask = 0;
+    char name[32];
+
+    while (list != NULL && *list != '\0') {
+        size_t k = strcspn(list, ", ");
+        if (k > 0) {
+            size_t i;
+            snprintf(name, sizeof(name), "%.*s", (int)SHOAL_MIN(k, sizeof(name) - 1), list);
+            for (i = 0; i < shoal_tl_count(); i++) {
+                if (strcmp(shoal_tl_registry[i].ops->name, name) == 0) {
+                    mask |= 1u << i;
+                    break;
+                }
+            }
+            if (i == shoal_tl_count()) {
+                shoal_warn(INIT, "SHOAL_TRANSPORT_EXCLUDE: no transport %s in this build",
+                           name);
+            }
+        }
+        list += k + (list[k] != '\0');
+    }
+    return mask;
+}
+
+unsigned shoal_tl_query_mask_why(int forced, char *why, size_t len)
+{
+    return shoal_tl_query_table(shoal_tl_registry, shoal_tl_count(), forced,
+                                shoal_tl_exclude_mask(), NULL, why, len);
+}
+
+unsigned shoal_tl_query_mask(int forced)
+{
+    char why[640];
+    unsigned mask = shoal_tl_query_mask_why(forced, why, sizeof(why));
+    shoal_info(INIT, "across hosts: %s", why);
     return mask;
 }
 

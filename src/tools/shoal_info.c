@@ -11,6 +11,7 @@
 #include "qos/qos.h"
 #include "qos/pace.h"
 #include "tenant/tenant.h"
+#include "core/core.h"
 #include "core/tl.h"
 #if SHOAL_HAVE_VERBS
 #include "transports/ib/ib.h"
@@ -66,7 +67,16 @@ static void shoal_info_print_version(void)
 static void shoal_info_print_transports(void)
 {
     size_t i, n = shoal_tl_count();
+    const char *name = shoal_core_config.transport;
+    int forced = -1;
+    char across[640];
 
+    /* first, as a job's init does: the libraries this loads are those a job loads */
+    shoal_config_global_init();
+    for (i = 0; name != NULL && name[0] != '\0' && i < n; i++) {
+        forced = strcmp(shoal_tl_get(i)->name, name) == 0 ? (int)i : forced;
+    }
+    (void)shoal_tl_query_mask_why(forced, across, sizeof(across));
     printf("# transports, in order of preference\n");
     for (i = 0; i < n; i++) {
         const shoal_tl_ops_t *tl = shoal_tl_get(i);
@@ -78,10 +88,11 @@ static void shoal_info_print_transports(void)
                (tl->caps & SHOAL_TL_CAP_SHARED_AREA) != 0 ? ", shared area" : "");
         /* query() above loaded it: a job loads it only when it uses the transport */
         if (lib != NULL) {
-            printf("#   %-6s library: %s (a job loads it only when SHOAL_TRANSPORT=%s)\n",
-                   tl->name, lib->why, tl->name);
+            printf("#   %-6s library: %s (a job loads it only when SHOAL_TRANSPORT=%s, or to "
+                   "query it across hosts)\n", tl->name, lib->why, tl->name);
         }
     }
+    printf("# across hosts (this host's side): %s\n", across);
 }
 
 static void shoal_info_print_built(void)

@@ -3,7 +3,7 @@
 # rxe0 (veth0) and rxe1 (veth1), two "hosts" as far as shoal can tell (tests/vm/rxe_host.sh).
 # One TAP stream; every sub-suite's lines are renumbered and prefixed with its label.
 #
-# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto tc, or "all". The
+# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto order tc, or "all". The
 # default leaves out perf (a measurement against perftest, about 3 minutes; run_vm.sh runs it
 # under qemu's -icount when it is the only section, see there) and runs the rest, which pass:
 # CI's VM stage.
@@ -14,8 +14,8 @@ src=${top_srcdir:?}
 b=${top_builddir:?}
 export top_srcdir top_builddir
 wrap=$src/tests/vm/rxe_host.sh
-sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm lazy ucx ucxtl auto tc"}
-[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto tc"
+sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm lazy ucx ucxtl auto order tc"}
+[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto order tc"
 n_tap=0
 tmp=$(mktemp -d /tmp/guest_ib.XXXXXX)
 export TMPDIR=$tmp
@@ -345,6 +345,13 @@ if want auto; then
         "auto: 4 ranks on two hosts, no SHOAL_TRANSPORT: allreduce passes (exit $rc)"
     grep -qE "connected to [0-9]+ peers over rxe" "$tmp/auto.err"
     tap $? "auto: the ranks on different hosts talk over ib (not tcp)"
+fi
+
+# ---- the automatic choice across hosts without ib: ucx ahead of tcp only over RDMA ---------
+# (issue 14; tests/vm/guest_order.sh: ucx_info -d, shoal_info -b, mp_coll on 4 ranks of two
+# hosts with ib excluded, UCX over rxe; and tcp, UCX not loaded, without an RDMA device)
+if want order; then
+    sub "order" 900 "$src/tests/vm/guest_order.sh"
 fi
 
 # ---- QoS: shoal-tc.sh's classifiers (priority, fw mark, DSCP) and fq leaves over tcp --------

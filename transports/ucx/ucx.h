@@ -94,6 +94,7 @@ typedef struct {
     const char *library;   /* SHOAL_UCX_LIBRARY: libucp, loaded at first use (ucx_dl.c) */
     int cma;               /* SHOAL_UCX_CMA: single-copy reads between same-host ranks */
     size_t cma_min;        /* SHOAL_UCX_CMA_MIN: smallest payload sent that way */
+    const char *sysfs_root; /* SHOAL_UCX_SYSFS_ROOT: where present() looks for RDMA ports */
 } shoal_ucx_config_t;
 
 extern SHOAL_HIDDEN shoal_ucx_config_t shoal_ucx_config;

@@ -46,11 +46,21 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .name = "UCX_LIBRARY",
         .dflt = "libucp.so.0",
         .doc = "the UCX library the ucx transport loads when it is first used (SHOAL_TRANSPORT="
-               "ucx); libshoal does not link UCX, so a job on shm or tcp never loads it nor "
-               "gets its signal handlers. A file name is looked up by the dynamic loader, then "
+               "ucx, or across hosts where an RDMA port is ACTIVE and ib is not chosen: "
+               "SHOAL_UCX_SYSFS_ROOT); libshoal does not link UCX, so a job on shm or tcp never "
+               "loads it nor gets its signal handlers. A file name is looked up by the dynamic loader, then "
                "where configure found UCX; a path is used as it is. UCX's SIGSEGV/SIGBUS/"
                "SIGILL/SIGFPE handlers are removed again unless UCX_HANDLE_ERRORS is set",
         .offset = offsetof(shoal_ucx_config_t, library),
+        .type = SHOAL_CFG_STRING,
+    },
+    {
+        .name = "UCX_SYSFS_ROOT",
+        .dflt = "/sys",
+        .doc = "root of the sysfs tree where the ucx transport looks for an RDMA device with an "
+               "ACTIVE port before it loads UCX to be chosen across hosts (none: tcp, and UCX "
+               "is not loaded; tests)",
+        .offset = offsetof(shoal_ucx_config_t, sysfs_root),
         .type = SHOAL_CFG_STRING,
     },
 };

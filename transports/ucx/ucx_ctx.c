@@ -2,6 +2,7 @@
  * same-host peers, sleeping on the worker's event fd, failure, fini and the ops table.
  * Connection setup is in ucx_conn.c, the data path in ucx_ep.c. */
 #include "transports/ucx/ucx.h"
+#include "transports/ucx/ucx_query.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -540,12 +541,6 @@ static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
     if (ctx->lazy && !ctx->quarantined) {
         shoal_ucx_lazy_fail(ctx); /* peers that connected to us first */
     }
-}
-
-/* Loads libucp (first call): only asked when the ucx transport may be used (tl_registry.c). */
-static int shoal_ucx_query(void)
-{
-    return shoal_tl_lib_load(&shoal_ucx_lib) == SHOAL_OK;
 }
 
 const shoal_tl_ops_t shoal_tl_ucx_ops = {

@@ -5,7 +5,12 @@
  * UCP call added to the transport needs a line in the map and a forwarder here: without them
  * the link fails (undefined reference), it never silently links libucp again. */
 #include "transports/ucx/ucx.h"
+#include "transports/ucx/ucx_query.h"
 
+#include <uct/api/uct.h>
+
+/* uct_*: the resource query of ucx_query.c (libuct, which libucp needs: found through the
+ * handle of libucp) */
 #define SHOAL_UCX_DL_MAP(X)                                                                    \
     X(ucp_cleanup) X(ucp_config_modify) X(ucp_config_read) X(ucp_config_release)                \
     X(ucp_ep_close_nbx) X(ucp_ep_create) X(ucp_init_version) X(ucp_request_cancel)              \
@@ -13,7 +18,9 @@
     X(ucp_tag_recv_nbx) X(ucp_tag_send_nbx) X(ucp_worker_arm) X(ucp_worker_create)              \
     X(ucp_worker_destroy) X(ucp_worker_get_address) X(ucp_worker_get_efd)                       \
     X(ucp_worker_progress) X(ucp_worker_query) X(ucp_worker_release_address)                    \
-    X(ucs_status_string)
+    X(ucs_status_string) X(uct_component_query) X(uct_config_release) X(uct_md_close)            \
+    X(uct_md_config_read) X(uct_md_open) X(uct_md_query_tl_resources) X(uct_query_components)  \
+    X(uct_release_component_list) X(uct_release_tl_resource_list)
 
 static struct {
 #define SHOAL_UCX_DL_PTR(name) __typeof__(name) *name;
@@ -35,6 +42,8 @@ shoal_tl_lib_t shoal_ucx_lib = {
     .keep_signals_env = "UCX_HANDLE_ERRORS",
     .syms = shoal_ucx_dl_syms,
     .nsyms = SHOAL_ARRAY_SIZE(shoal_ucx_dl_syms),
+    .present = shoal_ucx_present,
+    .auto_ok = shoal_ucx_auto_ok,
     SHOAL_TL_LIB_STATE_INIT,
 };
 
@@ -165,4 +174,53 @@ void ucp_worker_release_address(ucp_worker_h worker, ucp_address_t *address)
 const char *ucs_status_string(ucs_status_t status)
 {
     return shoal_ucx_dl.ucs_status_string(status);
+}
+
+/* libuct (uct/api/uct.h) */
+ucs_status_t uct_component_query(uct_component_h component, uct_component_attr_t *component_attr)
+{
+    return shoal_ucx_dl.uct_component_query(component, component_attr);
+}
+
+void uct_config_release(void *config)
+{
+    shoal_ucx_dl.uct_config_release(config);
+}
+
+void uct_md_close(uct_md_h md)
+{
+    shoal_ucx_dl.uct_md_close(md);
+}
+
+ucs_status_t uct_md_config_read(uct_component_h component, const char *env_prefix,
+                                const char *filename, uct_md_config_t **config_p)
+{
+    return shoal_ucx_dl.uct_md_config_read(component, env_prefix, filename, config_p);
+}
+
+ucs_status_t uct_md_open(uct_component_h component, const char *md_name,
+                         const uct_md_config_t *config, uct_md_h *md_p)
+{
+    return shoal_ucx_dl.uct_md_open(component, md_name, config, md_p);
+}
+
+ucs_status_t uct_md_query_tl_resources(uct_md_h md, uct_tl_resource_desc_t **resources_p,
+                                       unsigned *num_resources_p)
+{
+    return shoal_ucx_dl.uct_md_query_tl_resources(md, resources_p, num_resources_p);
+}
+
+ucs_status_t uct_query_components(uct_component_h **components_p, unsigned *num_components_p)
+{
+    return shoal_ucx_dl.uct_query_components(components_p, num_components_p);
+}
+
+void uct_release_component_list(uct_component_h *components)
+{
+    shoal_ucx_dl.uct_release_component_list(components);
+}
+
+void uct_release_tl_resource_list(uct_tl_resource_desc_t *resources)
+{
+    shoal_ucx_dl.uct_release_tl_resource_list(resources);
 }
