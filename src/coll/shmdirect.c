@@ -270,6 +270,8 @@ typedef struct {
     int staged;              /* two-shot: window w is staged already */
     uint32_t all;            /* direct: the capabilities every rank described so far */
     int proxied;             /* advanced by the proxy: a step looks for peer death itself */
+    int slow;                /* blocking: a wait went past its polls (a differing call is
+                              * looked for from then on: the first polls need not) */
     unsigned polls;          /* proxied: steps that found a flag missing */
     /* the flag the current state waits for: local rank wq's *wflag == wval (wexact, LL) or
      * >= wval; wsig: a signature of generation wg other than ours ends the wait too */
@@ -345,7 +347,7 @@ static shoal_status_t shoal_shmd_mismatch_poll(struct shoal_comm *comm, shoal_sh
  * idle step). */
 static shoal_status_t shoal_shmd_pending(struct shoal_comm *comm, shoal_shmd_run_t *r, int q)
 {
-    if (r->wsig && shoal_shmd_desc_differs(comm, q, r->wg)) {
+    if (r->wsig && (r->proxied || r->slow) && shoal_shmd_desc_differs(comm, q, r->wg)) {
         return shoal_shmd_mismatch(comm, r, q, r->wg);
     }
     if (r->proxied && (++r->polls & 63) == 0 && comm->shm->ops->peer_check != NULL) {
@@ -984,6 +986,7 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
     r.a = a;
     r.state = SHOAL_SHMD_S_START;
     r.proxied = 0;
+    r.slow = 0;
     for (;;) {
         shoal_status_t st = shoal_shmd_step(comm, &r);
         if (SHOAL_LIKELY(st != SHOAL_IN_PROGRESS)) {
@@ -991,6 +994,7 @@ shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_co
         }
         for (unsigned i = 0; !shoal_shmd_waited(&r); i++) {
             if (i >= comm->pause_spins) {
+                r.slow = 1;
                 SHOAL_CHECK(shoal_shmd_wait_slow(comm, &r));
                 break;
             }
