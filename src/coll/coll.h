@@ -90,6 +90,8 @@ typedef struct shoal_coll_state {
     int shm_logged;        /* direct-path roads already logged (bit 0 mem, bit 1 cma) */
     uint8_t *cma_scratch;  /* single-copy chunks of the peers' inputs, on first use */
     size_t cma_scratch_size;
+    uint64_t shm_issued;   /* nonblocking intra-node AllReduces built (their turns) ... */
+    uint64_t shm_served;   /* ... and released: the one whose turn == shm_served may start */
     /* the cost model's view of comm->topo (src/topo: ring order, hosts, links) */
     shoal_coll_shape_t shape;
     uint64_t logged[SHOAL_COLL_TYPE_COUNT]; /* size buckets whose choice was logged */
@@ -255,13 +257,19 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_xchg(struct shoal_comm *comm, shoal_coll_
                                             size_t slen, int from, void *rbuf, size_t rlen,
                                             uint32_t step, uint32_t chunk);
 
-/* Blocking entry points (on the calling thread): the intra-node shm path (the one row without
- * a plan), point-to-point. */
+/* Blocking entry points (on the calling thread): the intra-node shm path (a row with both: its
+ * blocking run drives its plan's steps), point-to-point. */
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_shmdirect_log(struct shoal_comm *comm); /* INFO: its limits */
 SHOAL_HIDDEN void shoal_shmdirect_fini(struct shoal_comm *comm);
 SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm,
                                                       const shoal_coll_args_t *a);
+/* The same call as a step-wise plan (nonblocking calls; the blocking entry above drives the
+ * same steps with a futex sleep as its idle step). */
+SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce_plan(struct shoal_comm *comm,
+                                                           shoal_coll_plan_t **cp_p,
+                                                           const shoal_coll_args_t *a,
+                                                           uint32_t seq, int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each

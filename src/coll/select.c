@@ -12,7 +12,9 @@
  * answer. A row has either plan, the builder of the step-wise plan that the progress engine
  * advances beside other calls (a blocking call drives the same plan on the calling thread:
  * shoal_coll_plan_run), or run, which executes the call whole on the calling thread (as a
- * nonblocking call it then runs alone on its communicator). Selection takes the cheapest
+ * nonblocking call it then runs alone on its communicator), or both: run is then the blocking
+ * call's own driver of the same plan (the intra-node AllReduce: its idle step sleeps on the
+ * shared areas' futex, not on the transports). Selection takes the cheapest
  * applicable row; SHOAL_ALGO forces a row; shoal_info -t prints this table. Adding an
  * algorithm: its file (cost, plan builder) and one row here. */
 typedef double (*shoal_coll_cost_fn_t)(const shoal_coll_shape_t *s, size_t bytes);
@@ -138,7 +140,7 @@ static double shoal_coll_cost_ring_rs(const shoal_coll_shape_t *s, size_t bytes)
 
 static const shoal_coll_algo_row_t shoal_coll_algo_table[] = {
     {.algo = SHOAL_ALGO_SHM, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_shm_ar,
-     .run = shoal_coll_run_shm_ar},
+     .run = shoal_coll_run_shm_ar, .plan = shoal_shmdirect_allreduce_plan},
     {.algo = SHOAL_ALGO_RD, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_rd_ar,
      .plan = shoal_rd_allreduce_plan},
     {.algo = SHOAL_ALGO_RING, .coll = SHOAL_COLL_ALLREDUCE, .cost_us = shoal_coll_cost_ring_ar,
@@ -380,8 +382,8 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
     if (row == NULL) {
         return SHOAL_ERR_INTERNAL;
     }
-    return row->plan != NULL ? shoal_coll_plan_run(comm, row->plan, a, seq)
-                             : row->run(comm, a, seq);
+    return row->run != NULL ? row->run(comm, a, seq)
+                            : shoal_coll_plan_run(comm, row->plan, a, seq);
 }
 
 /* A row without a plan, run whole on the proxy: alone on its communicator (npeers -1). */

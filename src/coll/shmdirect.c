@@ -26,10 +26,14 @@
  * only reaches generation g after it saw every peer at generation g - 1 (it waited for their
  * data), and a peer only starts g - 1 after it finished reading everything of g - 2.
  *
- * Waiting: poll, then yield, then sleep on a futex in our own control block; a writer that
- * published something looks (after a fence) at each peer's "sleeping" word and wakes only
- * those that sleep. The sleeper re-checks its condition after announcing itself, so no
- * wakeup is lost; sleeps are capped at 1 ms so that abort, deadlines and peer death are seen.
+ * A plan (see "the call as a plan" below): every wait is a state whose step tests the flags
+ * once; the proxy advances it beside other plans, a blocking call drives it on its thread.
+ *
+ * Waiting (the blocking driver's idle step): poll, then yield, then sleep on a futex in our
+ * own control block; a writer that published something looks (after a fence) at each peer's
+ * "sleeping" word and wakes only those that sleep. The sleeper re-checks its condition after
+ * announcing itself, so no wakeup is lost; sleeps are capped at 1 ms so that abort, deadlines
+ * and peer death are seen (the proxy's idle step is its own, capped at 1 ms too).
  *
  * Metering (src/meter, shm / same host): no channel messages here, so the path counts what
  * moves between processes itself. "Received" = payload bytes this rank takes from peers'
@@ -162,43 +166,6 @@ static int shoal_shmd_desc_differs(struct shoal_comm *comm, int q, uint64_t g)
     return d->count != m->count || d->dtype != m->dtype || d->op != m->op;
 }
 
-/* A peer's call differs from ours: every rank finds it in the same generation (each waits for
- * every peer's data of it), returns this error, and the next matching call works. */
-static shoal_status_t shoal_shmd_mismatch(struct shoal_comm *comm, int q, uint64_t g)
-{
-    shoal_coll_state_t *cs = comm->coll;
-    const shoal_shmd_sig_t *d = shoal_shmd_sig(cs, q, g);
-    const shoal_shmd_sig_t *m = shoal_shmd_sig(cs, comm->local_rank, g);
-    shoal_error(COLL, "rank %d: AllReduce arguments differ across ranks: this rank passed count "
-                "%llu %s %s, rank %d passed count %llu %s %s", comm->rank,
-                (unsigned long long)m->count, shoal_dtype_name((shoal_dtype_t)m->dtype),
-                shoal_op_name((shoal_op_t)m->op), comm->local_ranks[q],
-                (unsigned long long)d->count, shoal_dtype_name((shoal_dtype_t)d->dtype),
-                shoal_op_name((shoal_op_t)d->op));
-    /* Only one peer had to reach g for us to see the difference; a slower one may still be
-     * reading our data of g - 1, which our next call would overwrite: wait until every peer
-     * published g (it finished g - 1 then), and they all fail g in turn. */
-    for (int p = 0; p < comm->local_size; p++) {
-        uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
-        unsigned spins = 0;
-        while (p != comm->local_rank &&
-               __atomic_load_n(&shoal_shmd_sig(cs, p, g)->gen, __ATOMIC_ACQUIRE) < g) {
-            SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, "waiting for every local peer "
-                                        "to reach the mismatched AllReduce"));
-        }
-    }
-    return SHOAL_ERR_INVALID_ARG;
-}
-
-/* After local rank q's data of generation g arrived: its call must be ours. */
-static inline shoal_status_t shoal_shmd_desc_check(struct shoal_comm *comm, int q, uint64_t g)
-{
-    if (SHOAL_UNLIKELY(shoal_shmd_desc_differs(comm, q, g))) {
-        return shoal_shmd_mismatch(comm, q, g);
-    }
-    return SHOAL_OK;
-}
-
 shoal_status_t shoal_shmdirect_init(struct shoal_comm *comm)
 {
     shoal_coll_state_t *cs = comm->coll;
@@ -274,33 +241,156 @@ static void shoal_shmd_publish(struct shoal_comm *comm, int which, uint64_t g)
     shoal_shmd_wake(comm);
 }
 
-typedef int (*shoal_shmd_cond_fn_t)(shoal_coll_state_t *cs, int q, const void *arg);
+/* ---- the call as a plan ------------------------------------------------------------------
+ * Every wait of a protocol is a state: a step tests the flags it waits for once and returns
+ * SHOAL_IN_PROGRESS when one is not there yet, saying which (w*: the blocking driver's idle
+ * step polls that flag, then yields, then sleeps on our futex). The proxy advances the same
+ * steps beside its other plans (shoal_shmdirect_allreduce_plan). */
+enum {
+    SHOAL_SHMD_S_START,
+    SHOAL_SHMD_S_LL,         /* LL: every peer's last line of generation g */
+    SHOAL_SHMD_S_ONESHOT,    /* one-shot: every peer staged g */
+    SHOAL_SHMD_S_WINDOW,     /* two-shot: window w starts */
+    SHOAL_SHMD_S_TS_READY,   /* two-shot: every peer staged window w */
+    SHOAL_SHMD_S_TS_REDUCED, /* two-shot: every peer reduced its segment of window w */
+    SHOAL_SHMD_S_DESC,       /* direct: every peer described its buffers of g */
+    SHOAL_SHMD_S_DIRECT_END, /* direct: every peer finished its part (ready g + 1) */
+    SHOAL_SHMD_S_MISMATCH,   /* arguments differ: every peer reached g, then the error */
+};
 
 typedef struct {
-    int which;
-    uint64_t g;
-} shoal_shmd_field_arg_t;
+    const shoal_coll_args_t *a;
+    int state;
+    int q;                   /* the next local rank the current wait tests */
+    uint64_t g;              /* generation of the current state */
+    uint64_t flag;           /* LL: our lines' flag */
+    size_t bytes, dsize, nlines;
+    size_t welems, nwin, w;  /* two-shot: elements per window, windows, the current one */
+    uint64_t g0;             /* two-shot: generation of window 0 */
+    int staged;              /* two-shot: window w is staged already */
+    uint32_t all;            /* direct: the capabilities every rank described so far */
+    int proxied;             /* advanced by the proxy: a step looks for peer death itself */
+    int slow;                /* blocking: a wait went past its polls (a differing call is
+                              * looked for from then on: the first polls need not) */
+    unsigned polls;          /* proxied: steps that found a flag missing */
+    /* the flag the current state waits for: local rank wq's *wflag == wval (wexact, LL) or
+     * >= wval; wsig: a signature of generation wg other than ours ends the wait too */
+    const volatile uint64_t *wflag;
+    uint64_t wval, wg;
+    int wexact, wsig, wq;
+    const char *what;        /* "for peer %d to say it <what>" */
+} shoal_shmd_run_t;
 
-static int shoal_shmd_field_reached(shoal_coll_state_t *cs, int q, const void *arg)
+static inline int shoal_shmd_waited(const shoal_shmd_run_t *r)
 {
-    const shoal_shmd_field_arg_t *f = arg;
-    return __atomic_load_n(shoal_shmd_field(cs, q, f->which), __ATOMIC_ACQUIRE) >= f->g;
+    uint64_t x = __atomic_load_n(r->wflag, __ATOMIC_ACQUIRE);
+    return r->wexact ? x == r->wval : x >= r->wval;
 }
 
-typedef struct {
-    const volatile uint64_t *flag;
-    uint64_t g;
-} shoal_shmd_line_arg_t;
-
-static int shoal_shmd_line_reached(shoal_coll_state_t *cs, int q, const void *arg)
+/* Tests local rank q's flag f once; when it is not there, records the wait in r. */
+static inline int shoal_shmd_test(shoal_shmd_run_t *r, int q, const volatile uint64_t *f,
+                                  uint64_t v, int exact, int sig, uint64_t g, const char *what)
 {
-    const shoal_shmd_line_arg_t *l = arg;
-    return __atomic_load_n(l->flag, __ATOMIC_ACQUIRE) >= l->g;
+    uint64_t x = __atomic_load_n(f, __ATOMIC_ACQUIRE);
+    if (exact ? x == v : x >= v) {
+        return 1;
+    }
+    r->wflag = f;
+    r->wval = v;
+    r->wexact = exact;
+    r->wsig = sig;
+    r->wg = g;
+    r->wq = q;
+    r->what = what;
+    return 0;
 }
 
-/* Sleep on our futex unless cond(q) became true after we said we sleep. */
-static void shoal_shmd_sleep(struct shoal_comm *comm, shoal_shmd_cond_fn_t cond, int q,
-                             const void *arg)
+static shoal_status_t shoal_shmd_mismatch_poll(struct shoal_comm *comm, shoal_shmd_run_t *r);
+
+/* A peer's call differs from ours: every rank finds it in the same generation (each waits for
+ * every peer's data of it), returns this error, and the next matching call works. */
+static shoal_status_t shoal_shmd_mismatch(struct shoal_comm *comm, shoal_shmd_run_t *r, int q,
+                                          uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const shoal_shmd_sig_t *d = shoal_shmd_sig(cs, q, g);
+    const shoal_shmd_sig_t *m = shoal_shmd_sig(cs, comm->local_rank, g);
+    shoal_error(COLL, "rank %d: AllReduce arguments differ across ranks: this rank passed count "
+                "%llu %s %s, rank %d passed count %llu %s %s", comm->rank,
+                (unsigned long long)m->count, shoal_dtype_name((shoal_dtype_t)m->dtype),
+                shoal_op_name((shoal_op_t)m->op), comm->local_ranks[q],
+                (unsigned long long)d->count, shoal_dtype_name((shoal_dtype_t)d->dtype),
+                shoal_op_name((shoal_op_t)d->op));
+    r->state = SHOAL_SHMD_S_MISMATCH;
+    r->g = g;
+    r->q = 0;
+    return shoal_shmd_mismatch_poll(comm, r);
+}
+
+/* Only one peer had to reach g for us to see the difference; a slower one may still be
+ * reading our data of g - 1, which our next call would overwrite: wait until every peer
+ * published g (it finished g - 1 then), and they all fail g in turn. */
+static shoal_status_t shoal_shmd_mismatch_poll(struct shoal_comm *comm, shoal_shmd_run_t *r)
+{
+    for (; r->q < comm->local_size; r->q++) {
+        if (r->q != comm->local_rank &&
+            !shoal_shmd_test(r, r->q, &shoal_shmd_sig(comm->coll, r->q, r->g)->gen, r->g, 0, 0,
+                             r->g, "reached the mismatched AllReduce")) {
+            return SHOAL_IN_PROGRESS;
+        }
+    }
+    return SHOAL_ERR_INVALID_ARG;
+}
+
+/* The flag r waits for (local rank q's) is not there: a differing call ends the wait; a step
+ * of the proxy also looks for the peer's death now and then (the blocking driver does in its
+ * idle step). */
+static shoal_status_t shoal_shmd_pending(struct shoal_comm *comm, shoal_shmd_run_t *r, int q)
+{
+    if (r->wsig && (r->proxied || r->slow) && shoal_shmd_desc_differs(comm, q, r->wg)) {
+        return shoal_shmd_mismatch(comm, r, q, r->wg);
+    }
+    if (r->proxied && (++r->polls & 63) == 0 && comm->shm->ops->peer_check != NULL) {
+        char why[160];
+        int blamed = -1, peer = comm->local_ranks[q];
+        if (comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) !=
+                SHOAL_OK &&
+            !shoal_shmd_waited(r)) { /* what it wrote before it went is whole */
+            return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
+                                         shoal_comm_culprit(comm, blamed, peer),
+                                         "peer %d (%s) failed: %s", peer,
+                                         shoal_comm_peer_host(comm, peer), why);
+        }
+    }
+    return SHOAL_IN_PROGRESS;
+}
+
+/* Every peer's field `which` reached g (tested from local rank r->q on); a peer's staged
+ * input also says its call, which must be ours. SHOAL_OK when all did. */
+static shoal_status_t shoal_shmd_poll_field(struct shoal_comm *comm, shoal_shmd_run_t *r,
+                                            int which, uint64_t g)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    int ready = which == SHOAL_SHMD_READY;
+    for (; r->q < comm->local_size; r->q++) {
+        int q = r->q;
+        if (q == comm->local_rank) {
+            continue;
+        }
+        if (!shoal_shmd_test(r, q, shoal_shmd_field(cs, q, which), g, 0, ready, g,
+                             shoal_shmd_what[which])) {
+            return shoal_shmd_pending(comm, r, q);
+        }
+        if (ready && SHOAL_UNLIKELY(shoal_shmd_desc_differs(comm, q, g))) {
+            return shoal_shmd_mismatch(comm, r, q, g);
+        }
+    }
+    r->q = 0;
+    return SHOAL_OK;
+}
+
+/* The blocking driver's sleep: on our futex, unless the flag came after we said we sleep. */
+static void shoal_shmd_sleep(struct shoal_comm *comm, const shoal_shmd_run_t *r)
 {
     shoal_shmd_ctrl_t *me = shoal_shmd_ctrl(comm->coll, comm->local_rank);
     uint32_t bell = __atomic_load_n(&me->bell, __ATOMIC_ACQUIRE);
@@ -308,31 +398,31 @@ static void shoal_shmd_sleep(struct shoal_comm *comm, shoal_shmd_cond_fn_t cond,
 
     __atomic_store_n(&me->sleeping, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (!cond(comm->coll, q, arg) && !shoal_comm_aborted(comm)) {
+    if (!shoal_shmd_waited(r) && !shoal_comm_aborted(comm)) {
         syscall(SYS_futex, &me->bell, FUTEX_WAIT, bell, &ts, NULL, 0);
     }
     __atomic_store_n(&me->sleeping, 0, __ATOMIC_RELAXED);
 }
 
-/* The slow path of a wait for local rank q: yield, then sleep; abort, deadline and peer death
- * end it with an error. */
-static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_cond_fn_t cond,
-                                           int q, const void *arg, uint64_t g, const char *what)
+/* The blocking driver's idle step past the first polls: yield, then sleep, until the flag r
+ * waits for is there (or a differing call ends the wait: the next step fails it); abort,
+ * deadline and peer death end it with an error. */
+static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, const shoal_shmd_run_t *r)
 {
     uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
     unsigned spins = 0;
-    int peer = comm->local_ranks[q];
+    int q = r->wq, peer = comm->local_ranks[q];
 
-    while (!cond(comm->coll, q, arg)) {
+    while (!shoal_shmd_waited(r)) {
         char why[160];
         int blamed = -1;
-        if (shoal_shmd_desc_differs(comm, q, g)) {
-            return shoal_shmd_mismatch(comm, q, g); /* it waits for something else */
+        if (r->wsig && shoal_shmd_desc_differs(comm, q, r->wg)) {
+            break; /* it waits for something else: the step reports it */
         }
         if ((spins & 63) == 63 && comm->shm->ops->peer_check != NULL &&
             comm->shm->ops->peer_check(comm->shm->ctx, q, why, sizeof(why), &blamed) !=
                 SHOAL_OK) {
-            if (cond(comm->coll, q, arg)) {
+            if (shoal_shmd_waited(r)) {
                 break; /* it said so before it went: what it wrote is whole */
             }
             return shoal_comm_set_failed(comm, SHOAL_ERR_PEER_FAILED,
@@ -349,7 +439,7 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
             const char *m = "waiting in the intra-node path";
             if (((spins + 1) & 255) == 0 || stopping) {
                 snprintf(msg, sizeof(msg), "for peer %d (%s) to say it %s", peer,
-                         shoal_comm_peer_host(comm, peer), what);
+                         shoal_comm_peer_host(comm, peer), r->what);
                 m = msg;
             }
             SHOAL_CHECK(shoal_chan_idle(comm, &spins, deadline, m));
@@ -360,34 +450,9 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, shoal_shmd_c
             return shoal_comm_set_failed(comm, SHOAL_ERR_TIMEOUT, -1,
                                          "timed out after %d ms waiting for peer %d (%s) to say "
                                          "it %s", comm->timeout_ms, peer,
-                                         shoal_comm_peer_host(comm, peer), what);
+                                         shoal_comm_peer_host(comm, peer), r->what);
         }
-        shoal_shmd_sleep(comm, cond, q, arg);
-    }
-    return SHOAL_OK;
-}
-
-/* Wait until every peer's field has reached g. */
-static shoal_status_t shoal_shmd_wait(struct shoal_comm *comm, int which, uint64_t g)
-{
-    shoal_coll_state_t *cs = comm->coll;
-    shoal_shmd_field_arg_t arg = {.which = which, .g = g};
-
-    for (int q = 0; q < comm->local_size; q++) {
-        if (q == comm->local_rank) {
-            continue;
-        }
-        for (unsigned i = 0; !shoal_shmd_field_reached(cs, q, &arg); i++) {
-            if (i >= comm->pause_spins) {
-                SHOAL_CHECK(shoal_shmd_wait_slow(comm, shoal_shmd_field_reached, q, &arg, g,
-                                                 shoal_shmd_what[which]));
-                break;
-            }
-            shoal_cpu_relax();
-        }
-        if (which == SHOAL_SHMD_READY) {
-            SHOAL_CHECK(shoal_shmd_desc_check(comm, q, g));
-        }
+        shoal_shmd_sleep(comm, r);
     }
     return SHOAL_OK;
 }
@@ -401,27 +466,6 @@ static inline uint64_t shoal_shmd_ll_flag(uint64_t g, const shoal_coll_args_t *a
            (uint64_t)(a->op & 7);
 }
 
-static int shoal_shmd_ll_line_reached(shoal_coll_state_t *cs, int q, const void *arg)
-{
-    const shoal_shmd_line_arg_t *l = arg;
-    return __atomic_load_n(l->flag, __ATOMIC_ACQUIRE) == l->g;
-}
-
-static shoal_status_t shoal_shmd_wait_line(struct shoal_comm *comm, int q,
-                                           const shoal_shmd_line_t *line, uint64_t g,
-                                           uint64_t flag)
-{
-    shoal_shmd_line_arg_t arg = {.flag = &line->flag, .g = flag};
-    for (unsigned i = 0; __atomic_load_n(&line->flag, __ATOMIC_ACQUIRE) != flag; i++) {
-        if (i >= comm->pause_spins) {
-            return shoal_shmd_wait_slow(comm, shoal_shmd_ll_line_reached, q, &arg, g,
-                                        "wrote its input");
-        }
-        shoal_cpu_relax();
-    }
-    return SHOAL_OK;
-}
-
 /* QoS pacing (src/qos/pace.h): no channel sends here, so each path takes from the bucket what
  * the meter counts as sent (what peers take from this rank's area), before offering it. */
 static inline shoal_status_t shoal_shmd_pace(struct shoal_comm *comm, uint64_t sent)
@@ -432,19 +476,23 @@ static inline shoal_status_t shoal_shmd_pace(struct shoal_comm *comm, uint64_t s
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                    size_t bytes)
+/* LL: write the lines (one call's flag each), then every peer's last line. */
+static shoal_status_t shoal_shmd_ll_poll(struct shoal_comm *comm, shoal_shmd_run_t *r);
+
+static shoal_status_t shoal_shmd_ll_start(struct shoal_comm *comm, shoal_shmd_run_t *r)
 {
     shoal_coll_state_t *cs = comm->coll;
+    const shoal_coll_args_t *a = r->a;
     uint64_t g = ++cs->gen;
-    int n = comm->local_size;
-    size_t nlines = (bytes + SHOAL_SHMD_LL_DATA - 1) / SHOAL_SHMD_LL_DATA;
+    size_t bytes = r->bytes, nlines = (bytes + SHOAL_SHMD_LL_DATA - 1) / SHOAL_SHMD_LL_DATA;
     shoal_shmd_line_t *mine = shoal_shmd_lines(cs, comm->local_rank, g);
-    const void **srcs = (const void **)cs->srcs;
     const uint8_t *in = a->sendbuf;
     uint64_t flag = shoal_shmd_ll_flag(g, a);
 
-    SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(n - 1) * bytes));
+    r->g = g;
+    r->nlines = nlines;
+    r->flag = flag;
+    SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(comm->local_size - 1) * bytes));
     shoal_shmd_desc_put(comm, a, g);
     for (size_t i = 0; i < nlines; i++) {
         size_t off = i * SHOAL_SHMD_LL_DATA, len = SHOAL_MIN(SHOAL_SHMD_LL_DATA, bytes - off);
@@ -459,17 +507,32 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
         __atomic_store_n(&mine[i].flag, flag, __ATOMIC_RELEASE);
     }
     shoal_shmd_wake(comm);
-    /* A peer's lines are stored in order, each flag with release: once its last flag reads
-     * ours (acquire), every line before it is there too; one wait per peer, then one pass of the
-     * reduction over all lines. */
-    for (int q = 0; q < n; q++) {
-        shoal_shmd_line_t *l = shoal_shmd_lines(cs, q, g);
-        if (q != comm->local_rank) {
-            SHOAL_CHECK(shoal_shmd_wait_line(comm, q, &l[nlines - 1], g, flag));
+    r->state = SHOAL_SHMD_S_LL;
+    return shoal_shmd_ll_poll(comm, r);
+}
+
+/* A peer's lines are stored in order, each flag with release: once its last flag reads ours
+ * (acquire), every line before it is there too; one test per peer, then one pass of the
+ * reduction over all lines. */
+static shoal_status_t shoal_shmd_ll_poll(struct shoal_comm *comm, shoal_shmd_run_t *r)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const shoal_coll_args_t *a = r->a;
+    int n = comm->local_size;
+    const void **srcs = (const void **)cs->srcs;
+
+    /* srcs: the communicator's, kept between steps (one intra-node call at a time) */
+    for (; r->q < n; r->q++) {
+        int q = r->q;
+        shoal_shmd_line_t *l = shoal_shmd_lines(cs, q, r->g);
+        if (q != comm->local_rank &&
+            !shoal_shmd_test(r, q, &l[r->nlines - 1].flag, r->flag, 1, 1, r->g,
+                             "wrote its input")) {
+            return shoal_shmd_pending(comm, r, q);
         }
         srcs[q] = l[0].data;
     }
-    if (n == 2 && nlines == 1) {
+    if (n == 2 && r->nlines == 1) {
         /* the small call of 2 ranks: one line each, reduce_n_pieces' only step */
         shoal_reduce2(a->recvbuf, srcs[0], srcs[1], a->count, a->dtype, a->op);
     } else {
@@ -477,30 +540,40 @@ static shoal_status_t shoal_shmd_ll(struct shoal_comm *comm, const shoal_coll_ar
                               a->dtype, a->op, SHOAL_SHMD_LL_DATA, sizeof(shoal_shmd_line_t));
     }
     shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
-    shoal_meter_add_shm(comm->meter, (uint64_t)(n - 1) * bytes, (uint64_t)(n - 1) * bytes);
+    shoal_meter_add_shm(comm->meter, (uint64_t)(n - 1) * r->bytes, (uint64_t)(n - 1) * r->bytes);
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shmd_oneshot(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                         size_t bytes)
+/* One-shot: stage, publish "ready", then (every peer staged) reduce all. */
+static shoal_status_t shoal_shmd_oneshot_poll(struct shoal_comm *comm, shoal_shmd_run_t *r)
 {
     shoal_coll_state_t *cs = comm->coll;
-    uint64_t g = ++cs->gen;
+    const shoal_coll_args_t *a = r->a;
     const void **srcs = (const void **)cs->srcs;
+    uint64_t moved = (uint64_t)(comm->local_size - 1) * r->bytes;
 
-    SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(comm->local_size - 1) * bytes));
-    shoal_shmd_desc_put(comm, a, g);
-    memcpy(shoal_shmd_buf(cs, comm->local_rank, g), a->sendbuf, bytes);
-    shoal_shmd_publish(comm, SHOAL_SHMD_READY, g);
-    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g));
+    SHOAL_CHECK(shoal_shmd_poll_field(comm, r, SHOAL_SHMD_READY, r->g));
     for (int q = 0; q < comm->local_size; q++) {
-        srcs[q] = shoal_shmd_buf(cs, q, g);
+        srcs[q] = shoal_shmd_buf(cs, q, r->g);
     }
     shoal_reduce_n(a->recvbuf, srcs, comm->local_size, a->count, a->dtype, a->op);
     shoal_reduce_avg_finalize(a->recvbuf, a->count, a->dtype, a->op, comm->nranks);
-    shoal_meter_add_shm(comm->meter, (uint64_t)(comm->local_size - 1) * bytes,
-                        (uint64_t)(comm->local_size - 1) * bytes);
+    shoal_meter_add_shm(comm->meter, moved, moved);
     return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shmd_oneshot_start(struct shoal_comm *comm, shoal_shmd_run_t *r)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    uint64_t g = ++cs->gen;
+
+    r->g = g;
+    SHOAL_CHECK(shoal_shmd_pace(comm, (uint64_t)(comm->local_size - 1) * r->bytes));
+    shoal_shmd_desc_put(comm, r->a, g);
+    memcpy(shoal_shmd_buf(cs, comm->local_rank, g), r->a->sendbuf, r->bytes);
+    shoal_shmd_publish(comm, SHOAL_SHMD_READY, g);
+    r->state = SHOAL_SHMD_S_ONESHOT;
+    return shoal_shmd_oneshot_poll(comm, r);
 }
 
 /* Stages the peers' segments of window [e0, e0 + m) (my own one is reduced straight out of the
@@ -571,44 +644,71 @@ static void shoal_shmd_window_copyout(struct shoal_comm *comm, const shoal_coll_
  * that set is written by the reduction of w + 1, after every peer staged w + 1, which each
  * does after its copy-out of w - 1. The first window of a call starts after the previous call
  * waited for every peer's last "reduced", published after its copy-outs. */
-static shoal_status_t shoal_shmd_twoshot(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                         size_t dsize)
+static shoal_status_t shoal_shmd_twoshot(struct shoal_comm *comm, shoal_shmd_run_t *r)
 {
     shoal_coll_state_t *cs = comm->coll;
+    const shoal_coll_args_t *a = r->a;
     int n = comm->local_size;
-    size_t welems = cs->window / dsize, nwin = (a->count + welems - 1) / welems;
-    uint64_t g0 = cs->gen + 1;
-    int staged = 0;
+    size_t dsize = r->dsize, welems = r->welems;
 
-    for (size_t w = 0; w < nwin; w++) {
-        size_t e0 = w * welems, m = SHOAL_MIN(welems, a->count - e0), so, sl;
-        uint64_t g = g0 + w;
-
-        /* one generation at a time: a call that fails (mismatched arguments are found in its
-         * first window) leaves every rank at the same generation */
-        cs->gen = g;
+    for (;;) {
+        size_t e0 = r->w * welems, m = SHOAL_MIN(welems, a->count - e0), so, sl;
+        uint64_t g = r->g0 + r->w;
+        uint64_t moved;
 
         shoal_block_range(m, n, comm->local_rank, &so, &sl);
-        SHOAL_CHECK(shoal_shmd_pace(comm, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize));
-        if (!staged) {
-            shoal_shmd_window_stage(comm, a, e0, m, dsize, g);
-        }
-        SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g));
-        shoal_shmd_window_reduce(comm, a, e0, m, dsize, g);
-        shoal_shmd_publish(comm, SHOAL_SHMD_REDUCED, g);
-        staged = 0;
-        if (w + 1 < nwin && SHOAL_MIN(welems, a->count - e0 - m) == m) {
-            shoal_shmd_window_stage(comm, a, e0 + m, m, dsize, g + 1);
-            staged = 1;
-        }
-        SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_REDUCED, g));
-        shoal_shmd_window_copyout(comm, a, e0, m, dsize, g);
         /* Phase 1: my segment of each peer's input in, the peers' segments of mine out;
          * phase 2: their reduced segments in, mine out. Both directions: (n - 1) sl + m - sl. */
-        shoal_meter_add_shm(comm->meter, ((uint64_t)(n - 1) * sl + (m - sl)) * dsize,
-                            ((uint64_t)(n - 1) * sl + (m - sl)) * dsize);
+        moved = ((uint64_t)(n - 1) * sl + (m - sl)) * dsize;
+        switch (r->state) {
+        case SHOAL_SHMD_S_WINDOW:
+            /* one generation at a time: a call that fails (mismatched arguments are found in
+             * its first window) leaves every rank at the same generation */
+            cs->gen = g;
+            r->g = g;
+            SHOAL_CHECK(shoal_shmd_pace(comm, moved));
+            if (!r->staged) {
+                shoal_shmd_window_stage(comm, a, e0, m, dsize, g);
+            }
+            r->state = SHOAL_SHMD_S_TS_READY;
+            r->q = 0;
+            /* fall through */
+        case SHOAL_SHMD_S_TS_READY:
+            SHOAL_CHECK(shoal_shmd_poll_field(comm, r, SHOAL_SHMD_READY, g));
+            shoal_shmd_window_reduce(comm, a, e0, m, dsize, g);
+            shoal_shmd_publish(comm, SHOAL_SHMD_REDUCED, g);
+            r->staged = 0;
+            if (r->w + 1 < r->nwin && SHOAL_MIN(welems, a->count - e0 - m) == m) {
+                shoal_shmd_window_stage(comm, a, e0 + m, m, dsize, g + 1);
+                r->staged = 1;
+            }
+            r->state = SHOAL_SHMD_S_TS_REDUCED;
+            /* fall through */
+        case SHOAL_SHMD_S_TS_REDUCED:
+            SHOAL_CHECK(shoal_shmd_poll_field(comm, r, SHOAL_SHMD_REDUCED, g));
+            shoal_shmd_window_copyout(comm, a, e0, m, dsize, g);
+            shoal_meter_add_shm(comm->meter, moved, moved);
+            break;
+        default:
+            return SHOAL_ERR_INTERNAL;
+        }
+        if (++r->w == r->nwin) {
+            return SHOAL_OK;
+        }
+        r->state = SHOAL_SHMD_S_WINDOW;
     }
-    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shmd_twoshot_start(struct shoal_comm *comm, shoal_shmd_run_t *r)
+{
+    r->welems = comm->coll->window / r->dsize;
+    r->nwin = (r->a->count + r->welems - 1) / r->welems;
+    r->w = 0;
+    r->g0 = comm->coll->gen + 1;
+    r->staged = 0;
+    r->q = 0;
+    r->state = SHOAL_SHMD_S_WINDOW;
+    return shoal_shmd_twoshot(comm, r);
 }
 
 /* ---- the direct path: peers' buffers read and written in place --------------------------- */
@@ -627,8 +727,9 @@ static uint8_t *shoal_shmd_peer_buf(struct shoal_comm *comm, int q, const shoal_
 }
 
 /* Every rank's buffers are shoal_mem_alloc buffers, mapped here: I reduce my segment out of
- * every rank's send buffer into every rank's receive buffer in one pass, then wait until
- * every rank did (its writes into my receive buffer are done, and it no longer reads mine). */
+ * every rank's send buffer into every rank's receive buffer in one pass and say so (ready
+ * g + 1); the call ends when every rank did (its writes into my receive buffer are done, and
+ * it no longer reads mine): SHOAL_SHMD_S_DIRECT_END. */
 static shoal_status_t shoal_shmd_direct_mem(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                             size_t dsize, uint64_t g)
 {
@@ -659,7 +760,6 @@ static shoal_status_t shoal_shmd_direct_mem(struct shoal_comm *comm, const shoal
      * equal their sources exactly (in place) or nothing. */
     shoal_reduce_n_multi(dsts, n, srcs, n, sl, a->dtype, a->op, comm->nranks);
     shoal_shmd_publish(comm, SHOAL_SHMD_READY, g + 1);
-    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g + 1));
     return SHOAL_OK;
 }
 
@@ -690,7 +790,7 @@ static shoal_status_t shoal_shmd_cma_failed(struct shoal_comm *comm, int q, shoa
 /* Ordinary buffers, single copies through the kernel: chunk by chunk of my segment, read the
  * peers' inputs into scratch, reduce, write the result into every peer's receive buffer. In
  * place this is safe: the peers' chunks I overwrite are the ones only I read, and I read them
- * first. Then wait until every rank did. */
+ * first. Then ready g + 1, and the call ends when every rank said it (DIRECT_END). */
 static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                             size_t dsize, uint64_t g)
 {
@@ -750,7 +850,6 @@ static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal
         }
     }
     shoal_shmd_publish(comm, SHOAL_SHMD_READY, g + 1);
-    SHOAL_CHECK(shoal_shmd_wait(comm, SHOAL_SHMD_READY, g + 1));
     return SHOAL_OK;
 }
 
@@ -758,16 +857,66 @@ static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal
  * from the same descriptions: in place in shoal_mem_alloc buffers when every rank's are,
  * single copies when every rank can make them and the call is at least SHOAL_SHM_CMA_MIN,
  * the staged two-shot otherwise. */
-static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, const shoal_coll_args_t *a,
-                                        size_t dsize, int *done_p)
+static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, shoal_shmd_run_t *r)
+{
+    shoal_coll_state_t *cs = comm->coll;
+    const shoal_coll_args_t *a = r->a;
+    size_t bytes = r->bytes, dsize = r->dsize, so, sl;
+    int n = comm->local_size;
+    uint64_t g = r->g, moved;
+
+    if (r->state == SHOAL_SHMD_S_DESC) {
+        /* every peer's description (gen >= g: its ready field is not involved) */
+        for (; r->q < n; r->q++) {
+            int q = r->q;
+            if (q != comm->local_rank) {
+                if (!shoal_shmd_test(r, q, &shoal_shmd_sig(cs, q, g)->gen, g, 0, 1, g,
+                                     "described its buffers")) {
+                    return shoal_shmd_pending(comm, r, q);
+                }
+                if (SHOAL_UNLIKELY(shoal_shmd_desc_differs(comm, q, g))) {
+                    return shoal_shmd_mismatch(comm, r, q, g);
+                }
+            }
+            r->all &= shoal_shmd_desc(cs, q, g)->caps;
+        }
+        r->q = 0;
+        cs->gen++; /* g + 1: the end of the direct path (or unused) */
+        SHOAL_CHECK(shoal_shmd_pace(comm, 2 * (bytes - bytes / (size_t)n)));
+        if ((r->all & (SHOAL_SHMD_CAP_SMEM | SHOAL_SHMD_CAP_RMEM)) ==
+            (SHOAL_SHMD_CAP_SMEM | SHOAL_SHMD_CAP_RMEM)) {
+            if (!(cs->shm_logged & 1)) {
+                cs->shm_logged |= 1;
+                shoal_info(COLL, "rank %d: intra-node AllReduce of %zu bytes in place in "
+                           "shoal_mem_alloc buffers (no staging)", comm->rank, bytes);
+            }
+            SHOAL_CHECK(shoal_shmd_direct_mem(comm, a, dsize, g));
+        } else if (r->all & SHOAL_SHMD_CAP_CMA) {
+            if (!(cs->shm_logged & 2)) {
+                cs->shm_logged |= 2;
+                shoal_info(COLL, "rank %d: intra-node AllReduce of %zu bytes by single copies "
+                           "(process_vm_readv/writev)", comm->rank, bytes);
+            }
+            SHOAL_CHECK(shoal_shmd_direct_cma(comm, a, dsize, g));
+        } else {
+            return shoal_shmd_twoshot_start(comm, r); /* staged, from generation g + 2 */
+        }
+        r->state = SHOAL_SHMD_S_DIRECT_END;
+    }
+    SHOAL_CHECK(shoal_shmd_poll_field(comm, r, SHOAL_SHMD_READY, g + 1));
+    shoal_block_range(a->count, n, comm->local_rank, &so, &sl);
+    moved = ((uint64_t)(n - 1) * sl + (a->count - sl)) * dsize;
+    shoal_meter_add_shm(comm->meter, moved, moved);
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shmd_direct_start(struct shoal_comm *comm, shoal_shmd_run_t *r)
 {
     shoal_coll_state_t *cs = comm->coll;
     const shoal_tl_ops_t *ops = comm->shm->ops;
-    size_t bytes = a->count * dsize;
+    const shoal_coll_args_t *a = r->a;
     uint64_t g = ++cs->gen;
     shoal_shmd_desc_t *d = shoal_shmd_desc(cs, comm->local_rank, g);
-    uint32_t all = ~0u;
-    int n = comm->local_size;
 
     d->caps = 0;
     d->send_va = (uint64_t)(uintptr_t)a->sendbuf;
@@ -775,81 +924,133 @@ static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, const shoal_col
     if (ops->peer_copy_ok(comm->shm->ctx)) {
         d->caps |= SHOAL_SHMD_CAP_CMA;
     }
-    if (ops->mem_query(a->sendbuf, bytes, &d->send_mem)) {
+    if (ops->mem_query(a->sendbuf, r->bytes, &d->send_mem)) {
         d->caps |= SHOAL_SHMD_CAP_SMEM;
     }
-    if (ops->mem_query(a->recvbuf, bytes, &d->recv_mem)) {
+    if (ops->mem_query(a->recvbuf, r->bytes, &d->recv_mem)) {
         d->caps |= SHOAL_SHMD_CAP_RMEM;
     }
     shoal_shmd_desc_put(comm, a, g);
     shoal_shmd_wake(comm);
-    /* wait for every peer's description (gen >= g: its ready field is not involved) */
-    for (int q = 0; q < n; q++) {
-        const shoal_shmd_desc_t *pd = shoal_shmd_desc(cs, q, g);
-        shoal_shmd_line_arg_t arg = {.flag = &shoal_shmd_sig(cs, q, g)->gen, .g = g};
-        for (unsigned i = 0; q != comm->local_rank && !shoal_shmd_line_reached(cs, q, &arg);
-             i++) {
+    r->g = g;
+    r->all = ~0u;
+    r->state = SHOAL_SHMD_S_DESC;
+    return shoal_shmd_direct(comm, r);
+}
+
+/* One step of the call: its first, or the one after the state's last test failed. */
+static shoal_status_t shoal_shmd_step(struct shoal_comm *comm, shoal_shmd_run_t *r)
+{
+    shoal_coll_state_t *cs = comm->coll;
+
+    switch (r->state) {
+    case SHOAL_SHMD_S_START:
+        r->dsize = shoal_dtype_esize(r->a->dtype);
+        r->bytes = r->a->count * r->dsize;
+        r->q = 0;
+        if (r->bytes <= SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_LL_MAX], SHOAL_SHMD_LL_MAX)) {
+            return shoal_shmd_ll_start(comm, r);
+        }
+        if (r->bytes <= SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window)) {
+            return shoal_shmd_oneshot_start(comm, r);
+        }
+        if (cs->peer_mem && r->bytes >= shoal_coll_config.shm_direct_min) {
+            return shoal_shmd_direct_start(comm, r);
+        }
+        return shoal_shmd_twoshot_start(comm, r);
+    case SHOAL_SHMD_S_LL:
+        return shoal_shmd_ll_poll(comm, r);
+    case SHOAL_SHMD_S_ONESHOT:
+        return shoal_shmd_oneshot_poll(comm, r);
+    case SHOAL_SHMD_S_WINDOW:
+    case SHOAL_SHMD_S_TS_READY:
+    case SHOAL_SHMD_S_TS_REDUCED:
+        return shoal_shmd_twoshot(comm, r);
+    case SHOAL_SHMD_S_DESC:
+    case SHOAL_SHMD_S_DIRECT_END:
+        return shoal_shmd_direct(comm, r);
+    case SHOAL_SHMD_S_MISMATCH:
+        return shoal_shmd_mismatch_poll(comm, r);
+    default:
+        return SHOAL_ERR_INTERNAL;
+    }
+}
+
+/* A blocking call drives the plan's steps on its own thread; its idle step polls the flag
+ * the step said it waits for, then yields, then sleeps on our futex (shoal_shmd_wait_slow).
+ * The plan lives on the stack: a small call whose peers are there ends in the first step. */
+shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a)
+{
+    shoal_shmd_run_t r;
+
+    r.a = a;
+    r.state = SHOAL_SHMD_S_START;
+    r.proxied = 0;
+    r.slow = 0;
+    for (;;) {
+        shoal_status_t st = shoal_shmd_step(comm, &r);
+        if (SHOAL_LIKELY(st != SHOAL_IN_PROGRESS)) {
+            return st;
+        }
+        for (unsigned i = 0; !shoal_shmd_waited(&r); i++) {
             if (i >= comm->pause_spins) {
-                SHOAL_CHECK(shoal_shmd_wait_slow(comm, shoal_shmd_line_reached, q, &arg, g,
-                                                 "described its buffers"));
+                r.slow = 1;
+                SHOAL_CHECK(shoal_shmd_wait_slow(comm, &r));
                 break;
             }
             shoal_cpu_relax();
         }
-        if (q != comm->local_rank) {
-            SHOAL_CHECK(shoal_shmd_desc_check(comm, q, g));
-        }
-        all &= pd->caps;
     }
-    cs->gen++; /* g + 1: the end of the direct path (or unused) */
-    SHOAL_CHECK(shoal_shmd_pace(comm, 2 * (bytes - bytes / (size_t)n)));
-    if ((all & (SHOAL_SHMD_CAP_SMEM | SHOAL_SHMD_CAP_RMEM)) ==
-        (SHOAL_SHMD_CAP_SMEM | SHOAL_SHMD_CAP_RMEM)) {
-        if (!(cs->shm_logged & 1)) {
-            cs->shm_logged |= 1;
-            shoal_info(COLL, "rank %d: intra-node AllReduce of %zu bytes in place in "
-                       "shoal_mem_alloc buffers (no staging)", comm->rank, bytes);
-        }
-        SHOAL_CHECK(shoal_shmd_direct_mem(comm, a, dsize, g));
-    } else if (all & SHOAL_SHMD_CAP_CMA) {
-        if (!(cs->shm_logged & 2)) {
-            cs->shm_logged |= 2;
-            shoal_info(COLL, "rank %d: intra-node AllReduce of %zu bytes by single copies "
-                       "(process_vm_readv/writev)", comm->rank, bytes);
-        }
-        SHOAL_CHECK(shoal_shmd_direct_cma(comm, a, dsize, g));
-    } else {
-        return SHOAL_OK; /* the staged two-shot (from generation g + 2) */
-    }
-    {
-        size_t so, sl;
-        shoal_block_range(a->count, n, comm->local_rank, &so, &sl);
-        uint64_t moved = ((uint64_t)(n - 1) * sl + (a->count - sl)) * dsize;
-        shoal_meter_add_shm(comm->meter, moved, moved);
-    }
-    *done_p = 1;
-    return SHOAL_OK;
 }
 
-shoal_status_t shoal_shmdirect_allreduce(struct shoal_comm *comm, const shoal_coll_args_t *a)
-{
-    shoal_coll_state_t *cs = comm->coll;
-    size_t dsize = shoal_dtype_esize(a->dtype), bytes = a->count * dsize;
-    int done = 0;
+/* ---- the nonblocking call: the same steps, advanced by the proxy beside other plans -----
+ * The plan uses no channel (npeers 0): plans of other collectives of the communicator move
+ * meanwhile. Intra-node AllReduces of one communicator share its areas and generations: each
+ * takes a turn at its build (issue order) and starts when every earlier one was released. */
+typedef struct {
+    shoal_coll_plan_t cp;
+    shoal_shmd_run_t r;
+    uint64_t turn;
+} shoal_shmd_plan_t;
 
-    if (bytes <= SHOAL_MIN(cs->tune.value[SHOAL_TUNE_SHM_LL_MAX], SHOAL_SHMD_LL_MAX)) {
-        return shoal_shmd_ll(comm, a, bytes);
+static shoal_status_t shoal_shmd_plan_progress(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_shmd_plan_t *p = (shoal_shmd_plan_t *)plan;
+    shoal_status_t st;
+
+    if (p->r.state == SHOAL_SHMD_S_START && p->turn != comm->coll->shm_served) {
+        return SHOAL_IN_PROGRESS; /* an earlier one is in flight */
     }
-    if (bytes <= SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window)) {
-        return shoal_shmd_oneshot(comm, a, bytes);
+    st = shoal_shmd_step(comm, &p->r);
+    if (st == SHOAL_IN_PROGRESS) {
+        p->cp.base.wait_peer = comm->local_ranks[p->r.wq];
     }
-    if (cs->peer_mem && bytes >= shoal_coll_config.shm_direct_min) {
-        SHOAL_CHECK(shoal_shmd_direct(comm, a, dsize, &done));
-        if (done) {
-            return SHOAL_OK;
-        }
-    }
-    return shoal_shmd_twoshot(comm, a, dsize);
+    return st;
+}
+
+static void shoal_shmd_plan_release(struct shoal_comm *comm, shoal_plan_t *plan,
+                                    shoal_status_t st)
+{
+    comm->coll->shm_served++;
+    shoal_coll_plan_release(comm, plan, st);
+}
+
+shoal_status_t shoal_shmdirect_allreduce_plan(struct shoal_comm *comm, shoal_coll_plan_t **cp_p,
+                                              const shoal_coll_args_t *a, uint32_t seq,
+                                              int exclusive)
+{
+    shoal_shmd_plan_t *p;
+    (void)exclusive; /* no scratch: the shared areas */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
+    p->cp.base.progress = shoal_shmd_plan_progress;
+    p->cp.base.release = shoal_shmd_plan_release;
+    p->cp.base.npeers = 0;
+    p->r.a = &p->cp.a;
+    p->r.state = SHOAL_SHMD_S_START;
+    p->r.proxied = 1;
+    p->turn = comm->coll->shm_issued++;
+    *cp_p = &p->cp;
+    return SHOAL_OK;
 }
 
 void shoal_shmdirect_fini(struct shoal_comm *comm)

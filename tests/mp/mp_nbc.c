@@ -6,6 +6,9 @@
  *                copy of it (split, one color) and on halves (split by parity); waited for in
  *                issue order, in reverse, in a shuffled order, and polled with shoal_test;
  *                every result exact. Rank 0 prints one TAP line per group (mptest.c).
+ *   mp_nbc overlap  two intra-node AllReduces in flight at once (on two communicators; an
+ *                AllReduce and a broadcast on one), the last rank late: the call that does not
+ *                need it completes first (nbc_mode_overlap).
  *   mp_nbc kill  the last rank posts one iallreduce and SIGKILLs itself; every survivor has
  *                four calls in flight on two communicators, and each must complete with an
  *                error naming the victim within the deadline (or with the exact result: only
@@ -347,6 +350,116 @@ static int nbc_mode_ok(const mp_ctx_t *ctx)
     return mp_groups_report(ctx) != 0;
 }
 
+/* Two AllReduces in flight at once, on one host (the intra-node AllReduce's plans): the last
+ * rank posts its call on A (and, in the second part, everything) a delay after the others.
+ *  - two communicators: every other rank's AllReduce on B must complete while the one on A
+ *    still waits for the late rank (before that rank posts it);
+ *  - one communicator: an AllReduce, then a small broadcast from rank 0: the broadcast must
+ *    complete on the ranks that only need rank 0 while the AllReduce before it still waits
+ *    (its plan uses no channel, so the broadcast's plan moves meanwhile).
+ * Sizes: LL (8 B), one-shot (32 KiB), two-shot or direct (4 MiB). Results exact. */
+static int nbc_mode_overlap(const mp_ctx_t *ctx)
+{
+    static const size_t counts[] = {2, 8192, (size_t)1 << 20};
+    const double delay_ms = 1000;
+    int late = ctx->nranks - 1;
+    shoal_comm_t a = NULL, b = NULL;
+    int g_split = mp_group("two copies of the world");
+    shoal_status_t st = nbc_split(ctx->comm, 0, ctx->rank, &a);
+    shoal_status_t st2 = nbc_split(ctx->comm, 0, ctx->rank, &b);
+
+    mp_case(g_split, st == SHOAL_OK && st2 == SHOAL_OK, ctx->rank, "split: %s, %s",
+            shoal_status_name(st), shoal_status_name(st2));
+    if (st != SHOAL_OK || st2 != SHOAL_OK) {
+        return mp_groups_report(ctx) != 0;
+    }
+    for (size_t s = 0; s < sizeof(counts) / sizeof(counts[0]); s++) {
+        size_t count = counts[s];
+        int g2 = mp_group("iallreduce %zu B on A and on B, rank %d late on A: B done first",
+                          count * 4, late);
+        int g1 = mp_group("iallreduce %zu B, ibroadcast on one comm, rank %d late: bcast first",
+                          count * 4, late);
+        nbc_call_t ca = {NBC_AR, "A", a, 0, 0, count, SHOAL_INT32, SHOAL_SUM, 0, 0};
+        nbc_call_t cb = {NBC_AR, "B", b, 0, 0, count, SHOAL_INT32, SHOAL_SUM, 0, 0};
+        nbc_call_t cc = {NBC_BC, "A", a, 0, 0, 16, SHOAL_INT32, SHOAL_SUM, 0, 0};
+        nbc_call_t *calls[3] = {&ca, &cb, &cc};
+        double t0, t_first;
+        int done = 0;
+
+        for (int k = 0; k < 3; k++) {
+            calls[k]->rank = nbc_rank(calls[k]->comm);
+            calls[k]->n = nbc_size(calls[k]->comm);
+            nbc_setup(calls[k]);
+        }
+        /* part 1: A and B */
+        (void)shoal_barrier(ctx->comm, NULL);
+        t0 = mp_now_ms();
+        if (ctx->rank == late) {
+            st = nbc_post(&cb);
+            usleep((useconds_t)(delay_ms * 1000));
+            st2 = nbc_post(&ca);
+        } else {
+            st2 = nbc_post(&ca);
+            st = nbc_post(&cb);
+        }
+        mp_case(g2, st == SHOAL_OK && st2 == SHOAL_OK, ctx->rank, "post: %s, %s",
+                shoal_status_name(st), shoal_status_name(st2));
+        cb.st = shoal_wait(&cb.req);
+        t_first = mp_now_ms() - t0;
+        if (ctx->rank != late) {
+            ca.st = shoal_test(&ca.req, &done);
+            mp_case(g2, ca.st == SHOAL_OK && !done && t_first < delay_ms, ctx->rank,
+                    "B took %.0f ms (the late rank posts A after %.0f ms), A %s", t_first,
+                    delay_ms, done ? "already done" : "still in flight");
+        }
+        if (ca.req != NULL) {
+            ca.st = shoal_wait(&ca.req);
+        }
+        nbc_check(ctx, g2, &ca, 0, "A");
+        nbc_check(ctx, g2, &cb, 1, "B");
+        if (ctx->rank == 0) {
+            printf("# %zu B: B done after %.1f ms on rank 0, A after the late rank's %.0f ms\n",
+                   count * 4, t_first, delay_ms);
+        }
+        /* part 2: an AllReduce, then a broadcast, on A */
+        nbc_free(&ca);
+        nbc_setup(&ca);
+        (void)shoal_barrier(ctx->comm, NULL);
+        t0 = mp_now_ms();
+        if (ctx->rank == late) {
+            usleep((useconds_t)(delay_ms * 1000));
+        }
+        st = nbc_post(&ca);
+        st2 = nbc_post(&cc);
+        mp_case(g1, st == SHOAL_OK && st2 == SHOAL_OK, ctx->rank, "post: %s, %s",
+                shoal_status_name(st), shoal_status_name(st2));
+        cc.st = shoal_wait(&cc.req);
+        t_first = mp_now_ms() - t0;
+        if (ctx->rank != late) {
+            done = 0;
+            ca.st = shoal_test(&ca.req, &done);
+            mp_case(g1, ca.st == SHOAL_OK && !done && t_first < delay_ms, ctx->rank,
+                    "the broadcast took %.0f ms (the late rank posts after %.0f ms), the "
+                    "AllReduce %s", t_first, delay_ms, done ? "already done" : "in flight");
+        }
+        if (ca.req != NULL) {
+            ca.st = shoal_wait(&ca.req);
+        }
+        nbc_check(ctx, g1, &ca, 0, "AllReduce");
+        nbc_check(ctx, g1, &cc, 1, "broadcast");
+        if (ctx->rank == 0) {
+            printf("# %zu B: the broadcast behind it done after %.1f ms on rank 0\n",
+                   count * 4, t_first);
+        }
+        for (int k = 0; k < 3; k++) {
+            nbc_free(calls[k]);
+        }
+    }
+    shoal_comm_destroy(b);
+    shoal_comm_destroy(a);
+    return mp_groups_report(ctx) != 0;
+}
+
 /* why names rank as "peer R" or "rank R" (not followed by another digit). */
 static int nbc_names_rank(const char *why, int rank)
 {
@@ -447,6 +560,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 1 && strcmp(argv[1], "kill") == 0) {
         rc = nbc_mode_kill(&ctx);
+    } else if (argc > 1 && strcmp(argv[1], "overlap") == 0) {
+        rc = nbc_mode_overlap(&ctx);
     } else {
         rc = nbc_mode_ok(&ctx);
     }

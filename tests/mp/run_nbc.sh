@@ -3,6 +3,8 @@
 #  - ok: every kind of shoal_i* call (the alltoall and the barrier too) in flight at once on
 #    three communicators, waited for in several orders, results exact (rank 0's TAP lines,
 #    merged as in run_mp.sh); with the automatic choice and with rows forced by SHOAL_ALGO;
+#  - overlap: two intra-node AllReduces in flight at once, the last rank late (mp_nbc.c's
+#    nbc_mode_overlap);
 #  - kill: the last rank dies while the others have four calls in flight on two
 #    communicators: every call must complete with an error naming it, within the deadline.
 # Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180).
@@ -72,6 +74,11 @@ mp_job "tcp n=5 ptree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=ptree SHOAL_CH
 mp_job "hosts 2x2 hier" 4 "SHOAL_ALGO=hier MP_PPN=2" "$wrap" "$prog" ok
 mp_job "hosts 2+2+1 hier segment=4k" 5 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_HIER_SEGMENT=4096" \
     "$wrap" "$prog" ok
+# Two intra-node AllReduces in flight at once on one host (their plans), the last rank late:
+# on two communicators, the one it joined completes first; on one, a broadcast behind an
+# AllReduce completes on the ranks that need only rank 0 (LL, one-shot, two-shot/direct).
+mp_job "shm n=3 overlap" 3 "" "$prog" overlap
+mp_job "shm n=4 overlap" 4 "" "$prog" overlap
 # 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
 # (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
 mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
