@@ -485,8 +485,8 @@ static int shoal_ib_wait_fd(shoal_tl_ctx_t *ctx)
     if (ctx->cq == NULL) {
         return ctx->epfd;
     }
-    if (shoal_ib_lazy_busy(ctx)) {
-        /* handshakes on sockets that are not in epfd (the acceptor's, our dials): no sleep */
+    if (shoal_ib_lazy_busy(ctx) && shoal_ib_lazy_watch(ctx) != 0) {
+        /* a handshake socket could not join epfd: no sleep */
         uint64_t one = 1;
         (void)write(ctx->evfd, &one, sizeof(one));
         return ctx->epfd;
