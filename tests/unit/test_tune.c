@@ -165,11 +165,11 @@ static const tune_link_case_t link_cases[] = {
      * bounces 2 x 12.5 GB/s x 1000 us / 64k = 382 -> 512, within the ring: 64 */
     {"EDR 4X, round trip 1 ms given", {.mtu = 4096, .rate_mbps = 100000, .rtt_us = 1000},
      64 << 10, 64, 64},
-    /* Soft-RoCE over a 10 Gb/s netdev: 100 us assumed: 2 x 1.25 GB/s x 150 us = 375 KB / 16k
-     * = 23 -> 32; 250 KB / 16k = 16 */
-    {"software 10 Gb/s, MTU 1024", {.mtu = 1024, .rate_mbps = 10000, .soft = 1}, 16 << 10, 32,
-     16},
-    /* SDR 1X (what rxe reports over a netdev of unknown speed): the floors */
+    /* Soft-RoCE over a 10 Gb/s veth (the VM): 1.25 GB/s x 50 us = 62.5 KB -> 64k; 100 us
+     * assumed: 2 x 1.25 GB/s x 150 us = 375 KB / 64k = 5.7 -> 8; 250 KB / 64k = 3.8 -> 4 */
+    {"software 10 Gb/s, MTU 1024", {.mtu = 1024, .rate_mbps = 10000, .soft = 1}, 64 << 10, 8,
+     4},
+    /* SDR 1X (what rxe reports over a netdev of unknown speed): 12.5 KB -> 16k, the floors */
     {"software SDR 1X 2 Gb/s, MTU 1024", {.mtu = 1024, .rate_mbps = 2000, .soft = 1}, 16 << 10,
      8, 4},
 };

@@ -69,8 +69,8 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
     SHOAL_IB_FIELD_DERIVED("IB_SLOT_SIZE", "64k", SHOAL_CFG_SIZE, slot_size,
                            "payload bytes per ring slot (4k..16m; each slot also has room for "
                            "the message header); larger messages are pipelined in chunks of "
-                           "this size. Derived: 5 us of the port's rate, at least 16 active "
-                           "MTUs, 16k..1m"),
+                           "this size. Derived: 5 us of the port's rate (50 on a software "
+                           "device), at least 16 active MTUs, 16k..1m"),
     SHOAL_IB_FIELD_DERIVED("IB_SEND_SLOTS", "16", SHOAL_CFG_UINT, send_slots,
                            "bounce slots per peer (1..4096, SHOAL_IB_SLOT_SIZE bytes each, "
                            "registered once): each chunk of a send is copied into one and "
