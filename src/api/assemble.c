@@ -28,6 +28,7 @@ static void shoal_assemble_fini(struct shoal_comm *comm)
 
 const shoal_comm_assembly_t shoal_comm_assembly = {
     .tl_sizes = shoal_tune_tl_sizes,
+    .link_sizes = shoal_tune_link_sizes,
     .init = shoal_assemble_init,
     .fini = shoal_assemble_fini,
 };

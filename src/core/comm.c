@@ -463,6 +463,7 @@ static shoal_status_t shoal_comm_init_tls(struct shoal_comm *comm, const int *us
         .qos_rate_max = comm->qos.rate_max,
         .qos_class_name = shoal_qos_class_name(comm->qos.qos_class),
         .sizes = &comm->tl_sizes,
+        .link_sizes = shoal_comm_assembly.link_sizes,
     };
     comm->ntls = (int)shoal_tl_count();
     for (int t = 0; t < comm->ntls; t++) {

@@ -330,6 +330,9 @@ typedef struct {
     /* Before the bootstrap's round 0, on every rank without communication: the transport
      * sizes derived from this machine (src/tune), explicit settings applied. */
     void (*tl_sizes)(shoal_tl_sizes_t *sizes);
+    /* Handed to the transports (shoal_tl_params_t.link_sizes): the sizes that follow a port
+     * a transport opened (src/tune), explicit settings applied. */
+    void (*link_sizes)(const shoal_tl_link_t *link, shoal_tl_link_sizes_t *sizes_p);
     /* After the bootstrap, before the meter and pacing: may exchange messages (issue order
      * is not yet in use: nothing else runs on the communicator). */
     shoal_status_t (*init)(struct shoal_comm *comm);

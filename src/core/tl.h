@@ -27,6 +27,24 @@ typedef struct {
     uint32_t ucx_inline_max;      /* SHOAL_UCX_INLINE_MAX */
 } shoal_tl_sizes_t;
 
+/* A network port as a transport found it when it opened its device: what sizes that follow
+ * the link are derived from (src/tune's rule, reached through params->link_sizes). */
+typedef struct {
+    uint32_t mtu;                 /* active MTU, bytes; 0 unknown */
+    uint32_t rate_mbps;           /* data rate (lane speed x width), Mbit/s; 0 unknown */
+    uint32_t rtt_us;              /* configured round trip (SHOAL_IB_RTT_US), us; 0: none */
+    uint32_t soft;                /* 1: a software device (this host's CPUs move the data) */
+} shoal_tl_link_t;
+
+/* The ring geometry of a transport that writes into its peers' receive rings (ib), explicit
+ * settings applied. */
+typedef struct {
+    uint64_t slot_size;           /* payload bytes per ring slot (SHOAL_IB_SLOT_SIZE) */
+    uint32_t nslots;              /* receive ring slots per peer (SHOAL_IB_RING_SLOTS) */
+    uint32_t send_slots;          /* bounce slots per peer (SHOAL_IB_SEND_SLOTS) */
+    char why[320];                /* each value's source and reason, for the log */
+} shoal_tl_link_sizes_t;
+
 /* Handed to init. */
 typedef struct {
     int rank;
@@ -55,6 +73,9 @@ typedef struct {
     /* Derived sizes (see shoal_tl_sizes_t); NULL: the transport's variables only (callers
      * that build params themselves). */
     const shoal_tl_sizes_t *sizes;
+    /* The sizes that follow a port (src/tune's rule, from the assembly): called by a transport
+     * once it has opened its device; NULL: the transport's variables only. */
+    void (*link_sizes)(const shoal_tl_link_t *link, shoal_tl_link_sizes_t *sizes_p);
 } shoal_tl_params_t;
 
 /* A request: embedded by the caller, completed by the transport only inside progress(). */
@@ -162,6 +183,9 @@ typedef struct shoal_tl_ops {
      * kernel's packet processing), so that a waiter spinning on a CPU the device needs delays
      * the very transfer it waits for; else 0. */
     int (*host_cpu)(shoal_tl_ctx_t *ctx);
+    /* Optional, after host_cpu: 1 and the port init would use in *link_p (opened and closed
+     * quietly: shoal_info -t), else 0. */
+    int (*link)(shoal_tl_link_t *link_p);
 } shoal_tl_ops_t;
 
 /* ---- libraries loaded at first use ---------------------------------------------------------

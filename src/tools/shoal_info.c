@@ -343,12 +343,26 @@ static void shoal_info_print_choice(const shoal_coll_shape_t *s)
     }
 }
 
+/* The port of the first built transport that derives sizes from one (ib), if it has one. */
+static int shoal_info_link(shoal_tl_link_t *link)
+{
+    for (size_t i = 0; i < shoal_tl_count(); i++) {
+        const shoal_tl_ops_t *ops = shoal_tl_get(i);
+        memset(link, 0, sizeof(*link));
+        if (ops->link != NULL && ops->link(link)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int shoal_info_print_topo(int n, int ppn)
 {
     shoal_topo_summary_t sum;
     shoal_info_topo_t t;
     shoal_coll_shape_t shape;
     shoal_tune_t tune;
+    shoal_tl_link_t link;
     const char *path = shoal_topo_config.topo_file;
     int ok;
 
@@ -363,7 +377,8 @@ static int shoal_info_print_topo(int n, int ppn)
         ppn = n;
     }
     ok = shoal_info_topo_layout(&t, n, ppn) == 0;
-    shoal_tune_resolve_local(shoal_topo_config.topo_discovery, &tune);
+    shoal_tune_resolve(shoal_topo_config.topo_discovery, shoal_info_link(&link) ? &link : NULL,
+                       &tune);
     shoal_tune_print(&tune, stdout);
     if (ok) {
         shoal_coll_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,

@@ -48,6 +48,39 @@
 #define SHOAL_TUNE_SHM_SLOT_NS 1000u
 #define SHOAL_TUNE_SHM_RING_US 50u
 
+/*
+ * ib sizes, from the port the transport opened (shoal_tl_link_t). The old constants (64k
+ * slots, 64 of them per peer, 16 bounce slots) were sized for a 100 Gbit/s port; the rules
+ * give 64k slots there too:
+ * - slot: every chunk costs a work request, a completion and the receiver's copy-out
+ *   bookkeeping (about a microsecond of CPU at each end): a slot carries 5 us of the link's
+ *   wire time, so that cost stays a fraction of it; and at least 16 MTUs, so that a chunk is
+ *   many packets (the NIC's per-message overhead) even on slow links. Within 16k..1m. On a
+ *   software device the kernel handles every work request and completion, tens of us each:
+ *   50 us there (Soft-RoCE in the VM, 2 ranks, tl_perf over ib at 4 MiB: 16k slots moved
+ *   3.3 MB/s, 64k slots 12.1).
+ * - ring (credits): a slot comes back to the sender one round trip after its write plus the
+ *   receiver's reaction (a wakeup after a sleep, 50 us as for shm), and credits return in
+ *   batches of a quarter ring, so the ring holds twice rate x (RTT + reaction): the sender
+ *   never stops for a credit on a link it could fill. Within 4..4096 slots and 4 MiB per peer
+ *   (the old ring's bytes: a ring per peer is registered memory, many peers multiply it).
+ * - bounce slots: one is free again when its write is acknowledged (one round trip, no
+ *   receiver involved): twice rate x RTT, within 4..ring slots.
+ * The round trip: SHOAL_IB_RTT_US, else 10 us on a hardware port (a few us of wire and
+ *   switches within a rack, doubled for the completion handling) and 100 us on a software
+ *   one (Soft-RoCE: the kernel makes and parses every packet at both ends).
+ */
+#define SHOAL_TUNE_IB_CHUNK_NS 5000u
+#define SHOAL_TUNE_IB_CHUNK_SOFT_NS 50000u
+#define SHOAL_TUNE_IB_MIN_MTUS 16u
+#define SHOAL_TUNE_IB_REACT_US 50u
+#define SHOAL_TUNE_IB_RTT_HW_US 10u
+#define SHOAL_TUNE_IB_RTT_SOFT_US 100u
+#define SHOAL_TUNE_IB_RING_MAX ((uint64_t)4 << 20)
+#define SHOAL_TUNE_DFLT_IB_SLOT ((uint64_t)64 << 10)
+#define SHOAL_TUNE_DFLT_IB_NSLOTS 64u
+#define SHOAL_TUNE_DFLT_IB_SEND_SLOTS 16u
+
 const char *const shoal_tune_knob_names[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_CHUNK] = "chunk_size",
     [SHOAL_TUNE_SHM_WINDOW] = "shm_window",
@@ -60,6 +93,9 @@ const char *const shoal_tune_knob_names[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_SHM_NSLOTS] = "shm_nslots",
     [SHOAL_TUNE_TCP_MIN_SPLIT] = "tcp_min_split",
     [SHOAL_TUNE_UCX_INLINE_MAX] = "ucx_inline_max",
+    [SHOAL_TUNE_IB_SLOT_SIZE] = "ib_slot_size",
+    [SHOAL_TUNE_IB_NSLOTS] = "ib_ring_slots",
+    [SHOAL_TUNE_IB_SEND_SLOTS] = "ib_send_slots",
 };
 
 const char *const shoal_tune_knob_vars[SHOAL_TUNE_NKNOBS] = {
@@ -74,6 +110,9 @@ const char *const shoal_tune_knob_vars[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_SHM_NSLOTS] = "SHM_NSLOTS",
     [SHOAL_TUNE_TCP_MIN_SPLIT] = "TCP_MIN_SPLIT",
     [SHOAL_TUNE_UCX_INLINE_MAX] = "UCX_INLINE_MAX",
+    [SHOAL_TUNE_IB_SLOT_SIZE] = "IB_SLOT_SIZE",
+    [SHOAL_TUNE_IB_NSLOTS] = "IB_RING_SLOTS",
+    [SHOAL_TUNE_IB_SEND_SLOTS] = "IB_SEND_SLOTS",
 };
 
 const char *shoal_tune_src_name(int src)
@@ -90,7 +129,8 @@ static int shoal_tune_is_rate(int k)
 /* A count, not bytes (printed without k/m). */
 static int shoal_tune_is_count(int k)
 {
-    return k == SHOAL_TUNE_SHM_NSLOTS;
+    return k == SHOAL_TUNE_SHM_NSLOTS || k == SHOAL_TUNE_IB_NSLOTS ||
+           k == SHOAL_TUNE_IB_SEND_SLOTS;
 }
 
 /* Largest power of two <= v (v >= 1). */
@@ -108,6 +148,16 @@ static uint64_t shoal_tune_pow2_near(double v)
 {
     uint64_t p = 1;
     while (p < ((uint64_t)1 << 40) && (double)p * 1.4142135623730951 <= v) {
+        p *= 2;
+    }
+    return p;
+}
+
+/* Smallest power of two >= v. */
+static uint64_t shoal_tune_pow2_ceil(double v)
+{
+    uint64_t p = 1;
+    while (p < ((uint64_t)1 << 40) && (double)p < v) {
         p *= 2;
     }
     return p;
@@ -232,10 +282,58 @@ static void shoal_tune_derive_net(const shoal_tune_machine_t *m, shoal_tune_t *t
     }
 }
 
+static void shoal_tune_link_defaults(shoal_tune_t *t, const char *why)
+{
+    shoal_tune_set(t, SHOAL_TUNE_IB_SLOT_SIZE, SHOAL_TUNE_DFLT_IB_SLOT, SHOAL_TUNE_SRC_DEFAULT,
+                   "%s", why);
+    shoal_tune_set(t, SHOAL_TUNE_IB_NSLOTS, SHOAL_TUNE_DFLT_IB_NSLOTS, SHOAL_TUNE_SRC_DEFAULT,
+                   "%s", why);
+    shoal_tune_set(t, SHOAL_TUNE_IB_SEND_SLOTS, SHOAL_TUNE_DFLT_IB_SEND_SLOTS,
+                   SHOAL_TUNE_SRC_DEFAULT, "%s", why);
+}
+
+void shoal_tune_derive_link(const shoal_tl_link_t *l, shoal_tune_t *t)
+{
+    double rate, rtt_us, bytes;
+    uint64_t slot, floor_b, nslots, nsend, cap;
+    unsigned chunk_ns = l->soft ? SHOAL_TUNE_IB_CHUNK_SOFT_NS : SHOAL_TUNE_IB_CHUNK_NS;
+
+    t->link = *l;
+    if (l->rate_mbps == 0) {
+        shoal_tune_link_defaults(t, "link rate unknown");
+        return;
+    }
+    rate = (double)l->rate_mbps * 125000.0; /* bytes/s */
+    rtt_us = l->rtt_us != 0 ? l->rtt_us
+                            : l->soft ? SHOAL_TUNE_IB_RTT_SOFT_US : SHOAL_TUNE_IB_RTT_HW_US;
+    floor_b = (uint64_t)l->mtu * SHOAL_TUNE_IB_MIN_MTUS;
+    slot = shoal_tune_pow2_near(rate * chunk_ns / 1e9);
+    slot = shoal_tune_clamp(SHOAL_MAX(slot, shoal_tune_pow2_ceil((double)floor_b)), 16 << 10,
+                            1 << 20);
+    shoal_tune_set(t, SHOAL_TUNE_IB_SLOT_SIZE, slot, SHOAL_TUNE_SRC_DERIVED,
+                   "%.1f Gb/s x %u us%s, >= %u x MTU %u, within 16k..1m", l->rate_mbps / 1e3,
+                   chunk_ns / 1000, l->soft ? " (software)" : "", SHOAL_TUNE_IB_MIN_MTUS,
+                   l->mtu);
+    bytes = 2.0 * rate * (rtt_us + SHOAL_TUNE_IB_REACT_US) / 1e6;
+    cap = SHOAL_MAX(SHOAL_TUNE_IB_RING_MAX / slot, 4);
+    nslots = shoal_tune_clamp(shoal_tune_pow2_ceil(bytes / (double)slot), 4,
+                              SHOAL_MIN(cap, 4096));
+    shoal_tune_set(t, SHOAL_TUNE_IB_NSLOTS, nslots, SHOAL_TUNE_SRC_DERIVED,
+                   "2 x %.1f Gb/s x (rtt %.0f%s + %u us) / slot, within 4..4096, <= 4m",
+                   l->rate_mbps / 1e3, rtt_us, l->rtt_us != 0 ? " us given" : " us assumed",
+                   SHOAL_TUNE_IB_REACT_US);
+    bytes = 2.0 * rate * rtt_us / 1e6;
+    nsend = shoal_tune_clamp(shoal_tune_pow2_ceil(bytes / (double)slot), 4, nslots);
+    shoal_tune_set(t, SHOAL_TUNE_IB_SEND_SLOTS, nsend, SHOAL_TUNE_SRC_DERIVED,
+                   "2 x %.1f Gb/s x rtt %.0f us / slot, within 4..ring slots",
+                   l->rate_mbps / 1e3, rtt_us);
+}
+
 void shoal_tune_derive(const shoal_tune_machine_t *m, shoal_tune_t *t)
 {
     memset(t, 0, sizeof(*t));
     t->machine = *m;
+    shoal_tune_link_defaults(t, "no RDMA port opened");
     shoal_tune_derive_l2(m, t);
     shoal_tune_derive_copy(m, t);
     shoal_tune_derive_shm_ring(m, t);
@@ -390,7 +488,8 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         if (line[0] != '\0' && shoal_tune_override_line(t, line) < 0) {
             shoal_warn(COLL, "tuning file: cannot use '%s' (want 'set <NAME> <size>', NAME one "
                        "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX SHM_SLOT_SIZE "
-                       "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX)", line);
+                       "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX IB_SLOT_SIZE IB_RING_SLOTS "
+                       "IB_SEND_SLOTS)", line);
             st = SHOAL_ERR_INVALID_ARG;
         }
     }
@@ -431,6 +530,16 @@ void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
             "from memory %.2f GB/s\n", bsrc[m->bw_src >= 0 && m->bw_src <= 3 ? m->bw_src : 0],
             m->copy_cache_mbs / 1e3, m->copy_mem_mbs / 1e3, m->reduce_mem_mbs / 1e3);
     fprintf(fp, "#   tcp receive buffer at start: %u KiB\n", m->tcp_rbuf_kb);
+    if (t->link.rate_mbps != 0 || t->link.mtu != 0) {
+        fprintf(fp, "#   RDMA port: MTU %u, %.1f Gb/s, %s device, round trip %s%u us\n",
+                t->link.mtu, t->link.rate_mbps / 1e3, t->link.soft ? "software" : "hardware",
+                t->link.rtt_us != 0 ? "" : "assumed ",
+                t->link.rtt_us != 0 ? t->link.rtt_us
+                : t->link.soft     ? SHOAL_TUNE_IB_RTT_SOFT_US
+                                   : SHOAL_TUNE_IB_RTT_HW_US);
+    } else {
+        fprintf(fp, "#   RDMA port: none opened\n");
+    }
     fprintf(fp, "#   %-24s %10s  %-8s %s\n", "setting", "value", "source", "why");
     for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
         char v[32];

@@ -19,6 +19,10 @@
  * round 0 (shoal_tl_sizes_t, core/tl.h, through the assembly's tl_sizes hook); the shm ring's
  * must agree between local peers, so every rank uses those of the lowest rank on its host;
  * the others are negotiated per pair by the transports (tcp the larger, ucx the smaller).
+ * The ib ring's sizes follow the port the ib transport opens: the transport hands the port's
+ * MTU and rate to shoal_tune_link_sizes (the assembly's link_sizes hook in its params, so
+ * that neither core nor tune names ib) when it has opened its device; each rank derives its
+ * own, the pair exchange already negotiates them (chunks of the smaller slot).
  *
  * Layering: tune uses util, reduce, topo (discovery, the tuning file) and core (channels);
  * coll reads the result (comm->coll->tune) where the config is finalized.
@@ -71,6 +75,11 @@ typedef enum {
     SHOAL_TUNE_SHM_NSLOTS,       /* SHOAL_SHM_NSLOTS: shm ring slots per direction */
     SHOAL_TUNE_TCP_MIN_SPLIT,    /* SHOAL_TCP_MIN_SPLIT: striping threshold, bytes */
     SHOAL_TUNE_UCX_INLINE_MAX,   /* SHOAL_UCX_INLINE_MAX: payload sent with its header, bytes */
+    /* Sizes that follow a port: the ib transport asks once it has opened its device
+     * (shoal_tune_link_sizes through params->link_sizes); without a port, their defaults. */
+    SHOAL_TUNE_IB_SLOT_SIZE,     /* SHOAL_IB_SLOT_SIZE: ring slot payload, bytes */
+    SHOAL_TUNE_IB_NSLOTS,        /* SHOAL_IB_RING_SLOTS: receive ring slots per peer */
+    SHOAL_TUNE_IB_SEND_SLOTS,    /* SHOAL_IB_SEND_SLOTS: bounce slots per peer */
     SHOAL_TUNE_NKNOBS
 } shoal_tune_knob_t;
 
@@ -86,6 +95,7 @@ typedef enum {
 /* The resolved settings: identical on every rank of a communicator (sent by rank 0). */
 typedef struct {
     shoal_tune_machine_t machine;  /* rank 0's */
+    shoal_tl_link_t link;          /* the port the ib sizes follow (all 0: none) */
     uint64_t value[SHOAL_TUNE_NKNOBS];
     uint8_t src[SHOAL_TUNE_NKNOBS];
     char why[SHOAL_TUNE_NKNOBS][SHOAL_TUNE_WHY_MAX];
@@ -109,6 +119,11 @@ SHOAL_HIDDEN const char *shoal_tune_src_name(int src);
  * Deterministic: the same profile gives the same values on any host. */
 SHOAL_HIDDEN void shoal_tune_derive(const shoal_tune_machine_t *m, shoal_tune_t *t);
 
+/* Pure derivation of the ib sizes from a port (MTU, link rate, round trip, software or not):
+ * the SHOAL_TUNE_IB_* knobs of t DEFAULT or DERIVED with their reason, the others untouched;
+ * t->link = *l. */
+SHOAL_HIDDEN void shoal_tune_derive_link(const shoal_tl_link_t *l, shoal_tune_t *t);
+
 /* Explicit settings win over derived ones: the SHOAL_* variables (env, SHOAL_CONF_FILE),
  * then tuning-file text (SHOAL_TUNING_FILE's 'set NAME VALUE', 'copy'/'reduce' lines; NULL:
  * none). Returns SHOAL_ERR_INVALID_ARG if the tuning text has a malformed 'set' line (the
@@ -128,6 +143,14 @@ SHOAL_HIDDEN int shoal_tune_machine_parse(const char *text, shoal_tune_machine_t
 
 /* Local resolution (shoal_info -t, rank 0 of a communicator): profile, derive, override. */
 SHOAL_HIDDEN void shoal_tune_resolve_local(int mode, shoal_tune_t *t);
+/* The same with a port (NULL: none): the ib sizes derived from it too. */
+SHOAL_HIDDEN void shoal_tune_resolve(int mode, const shoal_tl_link_t *link, shoal_tune_t *t);
+
+/* The ib transport's sizes for the port it opened (shoal_tl_params_t.link_sizes): derived
+ * from the port unless SHOAL_TUNE=0, explicit settings (env, SHOAL_CONF_FILE, tuning file)
+ * winning; the sources and reasons in sizes_p->why. */
+SHOAL_HIDDEN void shoal_tune_link_sizes(const shoal_tl_link_t *link,
+                                        shoal_tl_link_sizes_t *sizes_p);
 
 /* The transport sizes of this process (shoal_tune_resolve_local's, SHOAL_TUNE=0: the fixed
  * defaults) for core's round 0 (see core/tl.h); cached per process. */

@@ -36,7 +36,7 @@ static int shoal_tune_disc_mode(void)
     return shoal_topo_config.topo_discovery;
 }
 
-void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
+void shoal_tune_resolve(int mode, const shoal_tl_link_t *link, shoal_tune_t *t)
 {
     shoal_tune_machine_t m;
     char *text;
@@ -45,10 +45,16 @@ void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
     shoal_tune_machine_local(mode, &m);
     if (shoal_tune_config.enable) {
         shoal_tune_derive(&m, t);
+        if (link != NULL) {
+            shoal_tune_derive_link(link, t);
+        }
     } else {
         shoal_tune_machine_t none = {0};
         shoal_tune_derive(&none, t);
         t->machine = m;
+        if (link != NULL) {
+            t->link = *link;
+        }
         for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
             snprintf(t->why[k], sizeof(t->why[k]), "SHOAL_TUNE=0");
         }
@@ -56,6 +62,31 @@ void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
     text = shoal_tune_file_text();
     (void)shoal_tune_override(t, text); /* a bad line is warned about and skipped */
     free(text);
+}
+
+void shoal_tune_resolve_local(int mode, shoal_tune_t *t)
+{
+    shoal_tune_resolve(mode, NULL, t);
+}
+
+void shoal_tune_link_sizes(const shoal_tl_link_t *link, shoal_tl_link_sizes_t *z)
+{
+    static const int knobs[] = {SHOAL_TUNE_IB_SLOT_SIZE, SHOAL_TUNE_IB_NSLOTS,
+                                SHOAL_TUNE_IB_SEND_SLOTS};
+    shoal_tune_t t;
+    size_t off = 0;
+
+    shoal_tune_resolve(shoal_tune_disc_mode(), link, &t);
+    memset(z, 0, sizeof(*z));
+    z->slot_size = t.value[SHOAL_TUNE_IB_SLOT_SIZE];
+    z->nslots = (uint32_t)SHOAL_MIN(t.value[SHOAL_TUNE_IB_NSLOTS], (uint64_t)UINT32_MAX);
+    z->send_slots = (uint32_t)SHOAL_MIN(t.value[SHOAL_TUNE_IB_SEND_SLOTS], (uint64_t)UINT32_MAX);
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(knobs) && off < sizeof(z->why); i++) {
+        int k = knobs[i];
+        int w = snprintf(z->why + off, sizeof(z->why) - off, "%s%s %s (%s)", i > 0 ? "; " : "",
+                         shoal_tune_knob_names[k], shoal_tune_src_name(t.src[k]), t.why[k]);
+        off += w > 0 ? (size_t)w : 0;
+    }
 }
 
 void shoal_tune_tl_sizes_of(const shoal_tune_t *t, shoal_tl_sizes_t *s)

@@ -11,11 +11,15 @@
  *  - a peer that listens but never progresses: SHOAL_ERR_TIMEOUT after the timeout, not
  *    before; a peer whose process is gone (context finished) and one whose communicator failed
  *    (fail() closes its listener): SHOAL_ERR_PEER_FAILED within 200 ms;
- *  - the abort flag while connecting: SHOAL_ERR_ABORTED. */
+ *  - the abort flag while connecting: SHOAL_ERR_ABORTED;
+ *  - a waiter sleeps in poll on wait_fd while its connection is being made (no busy loop),
+ *    and the connection still times out when due. */
 #include "tests/tap.h"
 #include "transports/ib/ib_verbs.h"
 
+#include <poll.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,6 +320,66 @@ static void test_failures(void)
     }
 }
 
+/* A waiter sleeps while its connection is being made: rank 1 listens but never progresses,
+ * rank 0 waits as core does (progress, wait_fd, poll up to 1 ms). Its poll must time out
+ * rather than return at once (wait_fd used to ring its own eventfd while connecting: a busy
+ * loop), and the connection still times out when due. */
+static void test_sleep(void)
+{
+    const uint32_t comm = 0x1b2c0020u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    static uint8_t x[256];
+    side_t s[NR];
+    shoal_tl_req_t snd;
+    struct rusage r0, r1;
+    int polls = 0, ready = 0;
+    double t0, t_quiet = -1, cpu_ms = 0, wall_ms;
+
+    for (int r = 0; r < NR; r++) {
+        if (side_init(&s[r], r, comm, key_a, 1500) != 0) {
+            tap_bail("ib init failed");
+            return;
+        }
+        side_addr(&s[r], addrs[r]);
+    }
+    for (int r = 0; r < NR; r++) {
+        (void)side_connect(&s[r], addrs);
+    }
+    snd = mkreq(comm, 1, x, sizeof(x));
+    t0 = now_ms();
+    getrusage(RUSAGE_SELF, &r0);
+    tap_ok(tl->isend(s[0].eps[1], &snd) == SHOAL_OK, "sleep: rank 0 posts to a silent rank 1");
+    while (!snd.done && now_ms() - t0 < 4000) {
+        struct pollfd p = {.events = POLLIN};
+        tl->progress(s[0].ctx);
+        p.fd = tl->wait_fd(s[0].ctx);
+        if (poll(&p, 1, 1) > 0) {
+            ready++;
+        }
+        polls++;
+        if (t_quiet < 0 && now_ms() - t0 >= 500) { /* the first 500 ms: the dial's part */
+            getrusage(RUSAGE_SELF, &r1);
+            t_quiet = now_ms() - t0;
+            cpu_ms = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+                      r0.ru_stime.tv_sec) * 1e3 +
+                     (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+                      r0.ru_stime.tv_usec) / 1e3;
+            tap_diag("sleep: first %.0f ms: %d polls, %d returned at once, CPU %.1f ms",
+                     t_quiet, polls, ready, cpu_ms);
+            tap_ok(ready * 10 < polls && cpu_ms < 0.5 * t_quiet,
+                   "sleep: the waiter sleeps while connecting (%d of %d polls woke at once, "
+                   "CPU %.0f of %.0f ms)", ready, polls, cpu_ms, t_quiet);
+        }
+    }
+    wall_ms = now_ms() - t0;
+    tap_ok(snd.done && snd.status == SHOAL_ERR_TIMEOUT && wall_ms >= 1400 && wall_ms < 4000,
+           "sleep: the connection still times out when due: %s after %.0f ms (timeout 1500)",
+           shoal_status_name(snd.done ? snd.status : SHOAL_IN_PROGRESS), wall_ms);
+    for (int r = 0; r < NR; r++) {
+        side_fini(&s[r]);
+    }
+}
+
 int main(void)
 {
     alarm(240);
@@ -327,5 +391,6 @@ int main(void)
     test_connect();
     test_stranger();
     test_failures();
+    test_sleep();
     return tap_done();
 }

@@ -188,6 +188,21 @@ static void test_mtu(void)
     tap_is_int(shoal_ib_mtu_negotiate(0, 5, 0, why, sizeof(why)), 0, "mtu: invalid port MTU");
 }
 
+/* ibv_port_attr's active_speed x active_width -> the data rate src/tune derives sizes from */
+static void test_rate(void)
+{
+    tap_is_int(shoal_ib_rate_mbps(32, 2), 100000, "rate: EDR 4X is 100 Gb/s");
+    tap_is_int(shoal_ib_rate_mbps(64, 2), 200000, "rate: HDR 4X is 200 Gb/s");
+    tap_is_int(shoal_ib_rate_mbps(128, 2), 400000, "rate: NDR 4X is 400 Gb/s");
+    tap_is_int(shoal_ib_rate_mbps(4, 8), 96000, "rate: QDR 12X is 96 Gb/s");
+    tap_is_int(shoal_ib_rate_mbps(16, 2), 54544, "rate: FDR 4X is 54.5 Gb/s (64b/66b)");
+    tap_is_int(shoal_ib_rate_mbps(1, 1), 2000, "rate: SDR 1X (rxe over a netdev of unknown "
+               "speed) is 2 Gb/s (8b/10b)");
+    tap_is_int(shoal_ib_rate_mbps(64, 16), 100000, "rate: HDR 2X is 100 Gb/s");
+    tap_is_int(shoal_ib_rate_mbps(3, 2), 0, "rate: an unknown speed is 0");
+    tap_is_int(shoal_ib_rate_mbps(32, 3), 0, "rate: an unknown width is 0");
+}
+
 static void test_credits(void)
 {
     shoal_ib_credit_t c;
@@ -977,6 +992,7 @@ int main(int argc, char **argv)
     test_gid();
     test_soft_device();
     test_mtu();
+    test_rate();
     test_credits();
     test_model();
     test_chunks();

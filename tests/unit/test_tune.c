@@ -51,10 +51,13 @@ static void test_derive(void)
         int all = 1;
         shoal_tune_derive(&c->m, &a);
         shoal_tune_derive(&c->m, &b);
-        for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        for (int k = 0; k < SHOAL_TUNE_IB_SLOT_SIZE; k++) {
             all &= tap_is_int((long long)a.value[k], (long long)c->want[k], "%s: %s", c->what,
                               shoal_tune_knob_names[k]);
             all &= a.src[k] == SHOAL_TUNE_SRC_DERIVED;
+        }
+        for (int k = SHOAL_TUNE_IB_SLOT_SIZE; k < SHOAL_TUNE_NKNOBS; k++) {
+            all &= a.src[k] == SHOAL_TUNE_SRC_DEFAULT; /* no port: the ib sizes as they were */
         }
         tap_ok(all, "%s: every setting derived", c->what);
         tap_ok(memcmp(&a, &b, sizeof(a)) == 0, "%s: deterministic (same bytes twice)", c->what);
@@ -67,7 +70,8 @@ static void test_derive_unknown(void)
     shoal_tune_t t;
     int all = 1;
     static const uint64_t dflt[SHOAL_TUNE_NKNOBS] = {512 << 10, 512 << 10, 2048, 16384, 64,
-                                                     8000, 4000, 64 << 10, 8, 256 << 10, 8192};
+                                                     8000, 4000, 64 << 10, 8, 256 << 10, 8192,
+                                                     64 << 10, 64, 16};
     shoal_tune_derive(&none, &t);
     for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
         all &= t.src[k] == SHOAL_TUNE_SRC_DEFAULT && t.value[k] == dflt[k] && t.why[k][0] != 0;
@@ -138,6 +142,106 @@ static void test_override(void)
     tap_is_int(t.src[SHOAL_TUNE_CHUNK], SHOAL_TUNE_SRC_DERIVED, "... and changes nothing");
 }
 
+/* The ib sizes from fake ports: MTU, rate (speed x width), round trip, software or not. */
+typedef struct {
+    const char *what;
+    shoal_tl_link_t l;
+    uint64_t slot, nslots, nsend;
+} tune_link_case_t;
+
+static const tune_link_case_t link_cases[] = {
+    /* EDR 4X, 4k MTU: the old slot; 2 x 12.5 GB/s x 60 us = 1.5 MB = 23 slots -> 32;
+     * 2 x 12.5 GB/s x 10 us = 250 KB -> 4 */
+    {"EDR 4X 100 Gb/s, MTU 4096", {.mtu = 4096, .rate_mbps = 100000}, 64 << 10, 32, 4},
+    /* HDR 4X: 25 GB/s x 5 us = 125 KB -> 128k; 3 MB / 128k = 23 -> 32 (= 4 MiB cap) */
+    {"HDR 4X 200 Gb/s, MTU 4096", {.mtu = 4096, .rate_mbps = 200000}, 128 << 10, 32, 4},
+    /* NDR 4X: 256k slots, the ring capped at 4 MiB = 16 slots; 2 x 50 GB/s x 10 us = 1 MB */
+    {"NDR 4X 400 Gb/s, MTU 4096", {.mtu = 4096, .rate_mbps = 400000}, 256 << 10, 16, 4},
+    /* 25 GbE RoCE, MTU 1024: 15.6 KB -> 16k = 16 MTUs; 375 KB / 16k = 23 -> 32; 62.5 KB -> 4 */
+    {"25 Gb/s RoCE, MTU 1024", {.mtu = 1024, .rate_mbps = 25000}, 16 << 10, 32, 4},
+    /* the MTU floor: 16 x 4096 = 64k although 25 Gb/s x 5 us is 16k */
+    {"25 Gb/s RoCE, MTU 4096", {.mtu = 4096, .rate_mbps = 25000}, 64 << 10, 8, 4},
+    /* a long round trip given: 2 x 12.5 GB/s x 1050 us = 26 MB, capped at 4 MiB = 64 slots;
+     * bounces 2 x 12.5 GB/s x 1000 us / 64k = 382 -> 512, within the ring: 64 */
+    {"EDR 4X, round trip 1 ms given", {.mtu = 4096, .rate_mbps = 100000, .rtt_us = 1000},
+     64 << 10, 64, 64},
+    /* Soft-RoCE over a 10 Gb/s veth (the VM): 1.25 GB/s x 50 us = 62.5 KB -> 64k; 100 us
+     * assumed: 2 x 1.25 GB/s x 150 us = 375 KB / 64k = 5.7 -> 8; 250 KB / 64k = 3.8 -> 4 */
+    {"software 10 Gb/s, MTU 1024", {.mtu = 1024, .rate_mbps = 10000, .soft = 1}, 64 << 10, 8,
+     4},
+    /* SDR 1X (what rxe reports over a netdev of unknown speed): 12.5 KB -> 16k, the floors */
+    {"software SDR 1X 2 Gb/s, MTU 1024", {.mtu = 1024, .rate_mbps = 2000, .soft = 1}, 16 << 10,
+     8, 4},
+};
+
+static void test_derive_link(void)
+{
+    shoal_tune_t t, again;
+    shoal_tl_link_t none = {.mtu = 4096};
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(link_cases); i++) {
+        const tune_link_case_t *c = &link_cases[i];
+        shoal_tune_derive(&tune_cases[0].m, &t);
+        shoal_tune_derive_link(&c->l, &t);
+        again = t;
+        shoal_tune_derive_link(&c->l, &again);
+        tap_ok(t.value[SHOAL_TUNE_IB_SLOT_SIZE] == c->slot &&
+               t.value[SHOAL_TUNE_IB_NSLOTS] == c->nslots &&
+               t.value[SHOAL_TUNE_IB_SEND_SLOTS] == c->nsend &&
+               t.src[SHOAL_TUNE_IB_SLOT_SIZE] == SHOAL_TUNE_SRC_DERIVED &&
+               t.src[SHOAL_TUNE_IB_NSLOTS] == SHOAL_TUNE_SRC_DERIVED &&
+               t.src[SHOAL_TUNE_IB_SEND_SLOTS] == SHOAL_TUNE_SRC_DERIVED,
+               "%s: slot %llu x %llu, %llu bounces (want %llu x %llu, %llu): %s; %s", c->what,
+               (unsigned long long)t.value[SHOAL_TUNE_IB_SLOT_SIZE],
+               (unsigned long long)t.value[SHOAL_TUNE_IB_NSLOTS],
+               (unsigned long long)t.value[SHOAL_TUNE_IB_SEND_SLOTS],
+               (unsigned long long)c->slot, (unsigned long long)c->nslots,
+               (unsigned long long)c->nsend, t.why[SHOAL_TUNE_IB_SLOT_SIZE],
+               t.why[SHOAL_TUNE_IB_NSLOTS]);
+        tap_ok(memcmp(&t, &again, sizeof(t)) == 0 && t.value[SHOAL_TUNE_CHUNK] == 512 << 10,
+               "%s: deterministic, the machine's settings untouched", c->what);
+    }
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    shoal_tune_derive_link(&none, &t);
+    tap_ok(t.value[SHOAL_TUNE_IB_SLOT_SIZE] == 64 << 10 && t.value[SHOAL_TUNE_IB_NSLOTS] == 64 &&
+           t.value[SHOAL_TUNE_IB_SEND_SLOTS] == 16 &&
+           t.src[SHOAL_TUNE_IB_NSLOTS] == SHOAL_TUNE_SRC_DEFAULT &&
+           strstr(t.why[SHOAL_TUNE_IB_NSLOTS], "rate unknown") != NULL,
+           "a port of unknown rate: the old constants, saying why (%s)",
+           t.why[SHOAL_TUNE_IB_NSLOTS]);
+}
+
+/* Explicit ib settings win over the port's (SHOAL_IB_RING_SLOTS=48 in the environment, set
+ * by main), the tuning file over the derivation; what the transport is handed. */
+static void test_link_override(void)
+{
+    shoal_tune_t t;
+    shoal_tl_link_sizes_t z;
+
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    shoal_tune_derive_link(&link_cases[0].l, &t);
+    tap_is_int(shoal_tune_override(&t, "set IB_SLOT_SIZE 128k\nset IB_RING_SLOTS 8\n"),
+               SHOAL_OK, "'set' lines of the ib sizes");
+#if SHOAL_HAVE_VERBS
+    tap_ok(t.value[SHOAL_TUNE_IB_NSLOTS] == 48 && t.src[SHOAL_TUNE_IB_NSLOTS] ==
+           SHOAL_TUNE_SRC_ENV, "SHOAL_IB_RING_SLOTS in the environment wins: %llu (%s)",
+           (unsigned long long)t.value[SHOAL_TUNE_IB_NSLOTS],
+           shoal_tune_src_name(t.src[SHOAL_TUNE_IB_NSLOTS]));
+    tap_ok(t.value[SHOAL_TUNE_IB_SLOT_SIZE] == 128 << 10 &&
+           t.src[SHOAL_TUNE_IB_SLOT_SIZE] == SHOAL_TUNE_SRC_FILE,
+           "IB_SLOT_SIZE from the tuning file wins over the port's");
+    tap_ok(t.value[SHOAL_TUNE_IB_SEND_SLOTS] == 4 &&
+           t.src[SHOAL_TUNE_IB_SEND_SLOTS] == SHOAL_TUNE_SRC_DERIVED, "send slots derived");
+    shoal_tune_link_sizes(&link_cases[3].l, &z);
+    tap_ok(z.nslots == 48 && z.send_slots == 4 && strstr(z.why, "ib_ring_slots env") != NULL &&
+           strstr(z.why, "ib_send_slots derived") != NULL,
+           "the transport gets the env's ring and the derived bounces: %u x %llu, %u (%s)",
+           z.nslots, (unsigned long long)z.slot_size, z.send_slots, z.why);
+#else
+    tap_skip(4, "the ib transport is not built: its variables do not exist");
+#endif
+}
+
 static void test_topo_parser(void)
 {
     shoal_tuning_t tt;
@@ -189,10 +293,15 @@ int main(void)
     unsetenv("SHOAL_SHM_NSLOTS");
     unsetenv("SHOAL_SHM_SLOT_SIZE");
     unsetenv("SHOAL_SHM_LL_MAX");
+    unsetenv("SHOAL_IB_SLOT_SIZE");
+    unsetenv("SHOAL_IB_SEND_SLOTS");
+    setenv("SHOAL_IB_RING_SLOTS", "48", 1);
     shoal_config_global_init();
     test_derive();
     test_derive_unknown();
     test_override();
+    test_derive_link();
+    test_link_override();
     test_topo_parser();
     test_machine_parse();
     test_measure();

@@ -3,7 +3,7 @@
 # rxe0 (veth0) and rxe1 (veth1), two "hosts" as far as shoal can tell (tests/vm/rxe_host.sh).
 # One TAP stream; every sub-suite's lines are renumbered and prefixed with its label.
 #
-# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto order tc, or "all". The
+# Sections (VM_SECTIONS): tl qp mp remap kill linkdown cm lazy ibsize ucx ucxtl perf auto order tc, or "all". The
 # default leaves out perf (a measurement against perftest, about 3 minutes; run_vm.sh runs it
 # under qemu's -icount when it is the only section, see there) and runs the rest, which pass:
 # CI's VM stage.
@@ -14,8 +14,8 @@ src=${top_srcdir:?}
 b=${top_builddir:?}
 export top_srcdir top_builddir
 wrap=$src/tests/vm/rxe_host.sh
-sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm lazy ucx ucxtl auto order tc"}
-[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm lazy ucx ucxtl perf auto order tc"
+sections=${VM_SECTIONS:-"tl qp mp remap kill linkdown cm lazy ibsize ucx ucxtl auto order tc"}
+[ "$sections" = all ] && sections="tl qp mp remap kill linkdown cm lazy ibsize ucx ucxtl perf auto order tc"
 n_tap=0
 tmp=$(mktemp -d /tmp/guest_ib.XXXXXX)
 export TMPDIR=$tmp
@@ -257,6 +257,52 @@ if want lazy; then
     sub "kill lazy" 600 env KILL_TRANSPORTS=ib KILL_WRAP="$wrap" KILL_ABORT=0 KILL_ONLY_LAZY=1 \
         KILL_LAZY_N=5 KILL_TIMEOUT_MS=$([ -n "$san" ] && echo 30000 || echo 10000) \
         "$src/tests/fault/run_kill.sh"
+fi
+
+# ---- ib ring sizes derived from the port (src/tune's rule, issue 14) ------------------------
+# shoal_info -t on rxe0 shows the port (MTU, rate) and the three ib sizes derived from it; a
+# 2-rank job over ib uses them (every rank's ring line), an explicit SHOAL_IB_SLOT_SIZE wins
+# and SHOAL_TUNE=0 gives the old constants (64 slots of 64k).
+if want ibsize; then
+    . "$src/tests/mp/run_lib.sh"
+    shoalrun=$b/shoalrun
+    timeout=300
+    env SHOAL_IB_HCA=rxe0 "$b/shoal_info" -t > "$tmp/info_t" 2>&1
+    grep -E "RDMA port|ib_(slot_size|ring_slots|send_slots) " "$tmp/info_t" | sed -e 's/^#/# ibsize:/'
+    nder=$(grep -cE "^#   ib_(slot_size|ring_slots|send_slots) +[0-9]+k? +derived " "$tmp/info_t")
+    grep -q "RDMA port: MTU [0-9]*, [0-9.]* Gb/s, software device" "$tmp/info_t" && [ "$nder" = 3 ]
+    tap $? "ibsize: shoal_info -t shows rxe0 as a software port and 3 ib sizes derived from it ($nder)"
+    slot=$(awk '$2 == "ib_slot_size" { v = $3; if (v ~ /k$/) v = v * 1024; if (v ~ /m$/) v = v * 1048576; print v }' "$tmp/info_t")
+    nsl=$(awk '$2 == "ib_ring_slots" { print $3 }' "$tmp/info_t")
+    ibi="SHOAL_TRANSPORT=ib SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=IB"
+    # ib_size_job LABEL ENV WANT: a 2-rank job; both ranks' ring lines must read WANT
+    ib_size_job() {
+        MP_WRAP=$wrap mp_job "ibsize n=2 $1" 2 "$ibi $2" "$b/tests/mp/mp_coll" allreduce sendrecv
+        grep -E "port 1 \(MTU|slots of [0-9]+ bytes per peer" "$tmp/err" | sed -e 's/^.*shoal INFO/# ibsize: /' | head -3
+        n=$(grep -c "$3" "$tmp/err")
+        tap $([ "$n" = 2 ]; echo $?) "ibsize n=2 $1: both ranks use '$3' ($n)"
+    }
+    ib_size_job "derived" "" "${nsl:-?} slots of $((${slot:-0} + 64)) bytes per peer"
+    grep -q "ib_slot_size derived (.*ib_ring_slots derived (.*ib_send_slots derived (" "$tmp/err"
+    tap $? "ibsize n=2 derived: rank 0 says each size is derived from rxe, and why"
+    ib_size_job "SHOAL_IB_SLOT_SIZE=32k" "SHOAL_IB_SLOT_SIZE=32k" "slots of 32832 bytes per peer"
+    grep -q "ib_slot_size env (SHOAL_IB_SLOT_SIZE)" "$tmp/err"
+    tap $? "ibsize n=2 SHOAL_IB_SLOT_SIZE=32k: the variable wins, and rank 0 says so"
+    ib_size_job "SHOAL_TUNE=0" "SHOAL_TUNE=0" "64 slots of 65600 bytes per peer"
+fi
+# ibsizeperf (by hand, not in the default list: minutes under emulation): tl_perf over ib with
+# the derived sizes and with the old constants set explicitly, alternating, 2 rounds.
+if want ibsizeperf; then
+    for r in 1 2; do
+        for v in derived old; do
+            x="-x SHOAL_TRANSPORT=ib"
+            [ $v = old ] && x="$x -x SHOAL_IB_SLOT_SIZE=64k -x SHOAL_IB_RING_SLOTS=64 -x SHOAL_IB_SEND_SLOTS=16"
+            # shellcheck disable=SC2086 # a word list
+            timeout 300 "$b/shoalrun" --no-prefix --timeout 280 -n 2 $x "$wrap" \
+                "$b/tl_perf" -t ib -b 65536 -e 4194304 -f 64 -n 12 -w 2 > "$tmp/sz_$v$r.txt" 2>&1
+            awk -v r=$r -v v=$v '$1 == 65536 || $1 == 4194304 { printf "# ibsize perf round %d %s: %s B %.1f MB/s\n", r, v, $1, $4 * 1e9 / 1048576 }' "$tmp/sz_$v$r.txt"
+        done
+    done
 fi
 
 # ---- UCX over the same devices ------------------------------------------------------------

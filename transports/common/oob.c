@@ -24,7 +24,6 @@
 #define SHOAL_OOB_SLICE_MS 10        /* the abort flag is looked at this often */
 #define SHOAL_OOB_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
 #define SHOAL_OOB_RETRY_MS 20        /* first pause before reconnecting after an early close */
-#define SHOAL_OOB_SLOTS 16           /* handshakes the acceptor serves at once */
 #define SHOAL_OOB_HANDSHAKE_MS 5000  /* a connection's whole handshake, hello included */
 #define SHOAL_OOB_TRUSTED_MAX 1024   /* peer addresses the acceptor tells the breaker about */
 
@@ -741,19 +740,26 @@ shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadl
             return SHOAL_ERR_TIMEOUT;
         }
         p[n++] = (struct pollfd){.fd = acc->lfd, .events = POLLIN};
-        for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
-            shoal_oob_hs_t *hs = &acc->slots[i];
-            if (hs->state != SHOAL_OOB_HS_FREE) {
-                int out = hs->state == SHOAL_OOB_HS_NONCE || hs->state == SHOAL_OOB_HS_ACK;
-                p[n++] = (struct pollfd){.fd = hs->fd, .events = out ? POLLOUT : POLLIN};
-            }
-        }
+        n += shoal_oob_acceptor_pollfds(acc, p + 1, SHOAL_OOB_SLOTS);
         if (poll(p, (nfds_t)n, shoal_deadline_left_ms(deadline_ns, SHOAL_OOB_SLICE_MS)) < 0 &&
             errno != EINTR) {
             shoal_error(IB, "poll() of %d out-of-band sockets failed: %s", n, strerror(errno));
             return SHOAL_ERR_SYSTEM;
         }
     }
+}
+
+int shoal_oob_acceptor_pollfds(const shoal_oob_acceptor_t *acc, struct pollfd *p, int max)
+{
+    int n = 0;
+    for (int i = 0; acc != NULL && i < SHOAL_OOB_SLOTS && n < max; i++) {
+        const shoal_oob_hs_t *hs = &acc->slots[i];
+        if (hs->state != SHOAL_OOB_HS_FREE) {
+            int out = hs->state == SHOAL_OOB_HS_NONCE || hs->state == SHOAL_OOB_HS_ACK;
+            p[n++] = (struct pollfd){.fd = hs->fd, .events = out ? POLLOUT : POLLIN};
+        }
+    }
+    return n;
 }
 
 int shoal_oob_acceptor_busy(const shoal_oob_acceptor_t *acc)

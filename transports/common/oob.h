@@ -21,8 +21,11 @@
 
 #include "core/tl.h" /* SHOAL_SECRET_BYTES */
 
+#include <poll.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+#define SHOAL_OOB_SLOTS 16           /* handshakes the acceptor serves at once */
 
 #define SHOAL_OOB_ADDR_BYTES 24
 #define SHOAL_OOB_NAME_MAX 64
@@ -131,7 +134,12 @@ SHOAL_HIDDEN shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc,
                                                     int *fd_p);
 SHOAL_HIDDEN void shoal_oob_acceptor_destroy(shoal_oob_acceptor_t *acc);
 /* Handshakes under way (their sockets are the acceptor's: a caller that sleeps on its own fds
- * must not sleep while this is nonzero). */
+ * sleeps on these too, see shoal_oob_acceptor_pollfds). */
 SHOAL_HIDDEN int shoal_oob_acceptor_busy(const shoal_oob_acceptor_t *acc);
+/* The sockets of the handshakes under way and what each waits for (POLLIN or POLLOUT), at
+ * most max of them (SHOAL_OOB_SLOTS is every one): how many were written. The listener is
+ * not among them. */
+SHOAL_HIDDEN int shoal_oob_acceptor_pollfds(const shoal_oob_acceptor_t *acc, struct pollfd *p,
+                                            int max);
 
 #endif

@@ -76,6 +76,7 @@ typedef struct {
     unsigned nslots;          /* SHOAL_IB_RING_SLOTS */
     size_t slot_size;         /* SHOAL_IB_SLOT_SIZE */
     unsigned send_slots;      /* SHOAL_IB_SEND_SLOTS: bounce slots per peer */
+    unsigned rtt_us;          /* SHOAL_IB_RTT_US: round trip the sizes cover, 0 = assumed */
     int reg_cache;            /* SHOAL_IB_REG_CACHE: send from registered user buffers */
     size_t reg_cache_max;     /* SHOAL_IB_REG_CACHE_MAX bytes per peer, 0 = per message */
     unsigned max_inline;      /* SHOAL_IB_MAX_INLINE */
@@ -146,6 +147,11 @@ SHOAL_HIDDEN int shoal_ib_soft_device(const char *root, const char *dev, uint32_
 /* ---- MTU (ib_gid.c): verbs enum values 1 (256) .. 5 (4096) ------------------------------ */
 
 SHOAL_HIDDEN int shoal_ib_mtu_bytes(int mtu_enum);         /* 0 if invalid */
+/* A port's data rate in Mbit/s from ibv_port_attr's active_speed (1 SDR .. 128 NDR, 256 XDR)
+ * and active_width (1 1X, 2 4X, 4 8X, 8 12X, 16 2X): lanes x the lane's data rate after its
+ * line code (SDR 2, DDR 4, QDR 8, FDR10 10, FDR 13.64, EDR 25, HDR 50, NDR 100, XDR 200
+ * Gbit/s); 0 if either is not a known value. */
+SHOAL_HIDDEN uint32_t shoal_ib_rate_mbps(unsigned speed, unsigned width);
 SHOAL_HIDDEN int shoal_ib_mtu_enum(unsigned bytes);        /* 0 if not a valid MTU */
 /* min(local, remote) capped at cap_bytes (0 = none): the enum, or 0 with a sentence. */
 SHOAL_HIDDEN int shoal_ib_mtu_negotiate(int local, int remote, unsigned cap_bytes, char *why,

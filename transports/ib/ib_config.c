@@ -28,6 +28,10 @@ static const char *const shoal_ib_family_names[] = {
 
 #define SHOAL_IB_FIELD(n, d, t, f, text)                                                   \
     {.name = n, .dflt = d, .doc = text, .offset = offsetof(shoal_ib_config_t, f), .type = t}
+/* Unset, derived from the port (src/tune's rule, shoal_info -t). */
+#define SHOAL_IB_FIELD_DERIVED(n, d, t, f, text)                                           \
+    {.name = n, .dflt = d, .doc = text, .offset = offsetof(shoal_ib_config_t, f), .type = t, \
+     .flags = SHOAL_CFG_F_DERIVED}
 
 static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
     SHOAL_IB_FIELD("IB_HCA", "", SHOAL_CFG_STRING, hca,
@@ -58,15 +62,25 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "traffic class in the GRH (RoCE DSCP << 2 | ECN; 0..255)"),
     SHOAL_IB_FIELD("IB_SL", "0", SHOAL_CFG_UINT, sl, "InfiniBand service level (0..15)"),
     SHOAL_IB_FIELD("IB_PKEY", "0", SHOAL_CFG_UINT, pkey_index, "partition key table index"),
-    SHOAL_IB_FIELD("IB_RING_SLOTS", "64", SHOAL_CFG_UINT, nslots,
-                   "receive ring slots per peer (2..4096): the credits a sender starts with"),
-    SHOAL_IB_FIELD("IB_SLOT_SIZE", "64k", SHOAL_CFG_SIZE, slot_size,
-                   "payload bytes per ring slot (4k..16m; each slot also has room for the "
-                   "message header); larger messages are pipelined in chunks of this size"),
-    SHOAL_IB_FIELD("IB_SEND_SLOTS", "16", SHOAL_CFG_UINT, send_slots,
-                   "bounce slots per peer (1..4096, SHOAL_IB_SLOT_SIZE bytes each, registered "
-                   "once): each chunk of a send is copied into one and written from there, so "
-                   "this many chunks of a large message are in flight at once"),
+    SHOAL_IB_FIELD_DERIVED("IB_RING_SLOTS", "64", SHOAL_CFG_UINT, nslots,
+                           "receive ring slots per peer (2..4096): the credits a sender "
+                           "starts with. Derived: twice the port's rate x (round trip + 50 us) "
+                           "in slots, 4..4096, at most 4 MiB per peer"),
+    SHOAL_IB_FIELD_DERIVED("IB_SLOT_SIZE", "64k", SHOAL_CFG_SIZE, slot_size,
+                           "payload bytes per ring slot (4k..16m; each slot also has room for "
+                           "the message header); larger messages are pipelined in chunks of "
+                           "this size. Derived: 5 us of the port's rate (50 on a software "
+                           "device), at least 16 active MTUs, 16k..1m"),
+    SHOAL_IB_FIELD_DERIVED("IB_SEND_SLOTS", "16", SHOAL_CFG_UINT, send_slots,
+                           "bounce slots per peer (1..4096, SHOAL_IB_SLOT_SIZE bytes each, "
+                           "registered once): each chunk of a send is copied into one and "
+                           "written from there, so this many chunks of a large message are in "
+                           "flight at once. Derived: twice the port's rate x round trip in "
+                           "slots, 4..SHOAL_IB_RING_SLOTS"),
+    SHOAL_IB_FIELD("IB_RTT_US", "0", SHOAL_CFG_UINT, rtt_us,
+                   "round trip in microseconds that the derived SHOAL_IB_RING_SLOTS and "
+                   "SHOAL_IB_SEND_SLOTS cover (a measured ib_send_lat/ping figure of the "
+                   "fabric); 0: assumed, 10 on a hardware port, 100 on a software device"),
     SHOAL_IB_FIELD("IB_REG_CACHE", "0", SHOAL_CFG_BOOL, reg_cache,
                    "1: send large messages from the user's buffer in place, registering it "
                    "for the message (no copy; see SHOAL_IB_REG_CACHE_MAX). 0: only memory "

@@ -184,9 +184,48 @@ static shoal_status_t shoal_ib_ctx_gid(shoal_tl_ctx_t *ctx, const shoal_ib_pick_
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pick_t *pk)
+/* The port as src/tune's rule sees it. */
+static void shoal_ib_link_of(const shoal_ib_pick_t *pk, int soft, shoal_tl_link_t *l)
+{
+    l->mtu = (uint32_t)shoal_ib_mtu_bytes(pk->attr.active_mtu);
+    l->rate_mbps = shoal_ib_rate_mbps(pk->attr.active_speed, pk->attr.active_width);
+    l->rtt_us = shoal_ib_config.rtt_us;
+    l->soft = soft != 0;
+}
+
+/* Ring slot size and counts: derived from the port (params->link_sizes, explicit settings
+ * applied there), else SHOAL_IB_* as set. */
+static void shoal_ib_ctx_ring_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pick_t *pk,
+                                    const shoal_tl_params_t *params, size_t *slot_p)
+{
+    shoal_tl_link_sizes_t z;
+    shoal_tl_link_t l;
+
+    *slot_p = shoal_ib_config.slot_size;
+    ctx->nslots = shoal_ib_config.nslots;
+    ctx->nbounce = shoal_ib_config.send_slots;
+    if (params->link_sizes == NULL) {
+        return;
+    }
+    shoal_ib_link_of(pk, ctx->soft, &l);
+    params->link_sizes(&l, &z);
+    *slot_p = (size_t)SHOAL_MIN(z.slot_size, (uint64_t)SIZE_MAX);
+    ctx->nslots = z.nslots;
+    ctx->nbounce = z.send_slots;
+    if (ctx->rank == 0) {
+        shoal_info(IB, "%s port %d (MTU %u, %.1f Gb/s): %s", pk->name, pk->port, l.mtu,
+                   l.rate_mbps / 1e3, z.why);
+    } else {
+        shoal_trace(IB, "rank %d: %s port %d (MTU %u, %.1f Gb/s): %s", ctx->rank, pk->name,
+                    pk->port, l.mtu, l.rate_mbps / 1e3, z.why);
+    }
+}
+
+static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pick_t *pk,
+                                         const shoal_tl_params_t *params)
 {
     char why[200];
+    size_t slot;
     int mtu = shoal_ib_mtu_negotiate(pk->attr.active_mtu, pk->attr.active_mtu,
                                      shoal_ib_config.mtu, why, sizeof(why));
     if (mtu == 0) {
@@ -194,9 +233,7 @@ static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pic
         return SHOAL_ERR_INVALID_ARG;
     }
     ctx->addr.mtu = (uint8_t)mtu;
-    ctx->nslots = shoal_ib_config.nslots;
-    ctx->slot_size = (uint32_t)shoal_ib_config.slot_size + SHOAL_IB_SLOT_ROOM;
-    ctx->nbounce = shoal_ib_config.send_slots;
+    shoal_ib_ctx_ring_sizes(ctx, pk, params, &slot);
     ctx->reg_cache = shoal_ib_config.reg_cache;
     ctx->reg_cache_max = shoal_ib_config.reg_cache_max;
     if (ctx->reg_cache && ctx->reg_cache_max > 0) {
@@ -210,15 +247,14 @@ static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pic
             ctx->reg_cache_max = 0;
         }
     }
-    if (ctx->nslots < 2 || ctx->nslots > SHOAL_IB_SLOTS_MAX ||
-        shoal_ib_config.slot_size < 4096 || shoal_ib_config.slot_size > SHOAL_IB_SLOT_MAX ||
-        ctx->nbounce < 1 || ctx->nbounce > SHOAL_IB_SLOTS_MAX) {
+    if (ctx->nslots < 2 || ctx->nslots > SHOAL_IB_SLOTS_MAX || slot < 4096 ||
+        slot > SHOAL_IB_SLOT_MAX || ctx->nbounce < 1 || ctx->nbounce > SHOAL_IB_SLOTS_MAX) {
         shoal_error(IB, "SHOAL_IB_RING_SLOTS=%u (2..%d), SHOAL_IB_SEND_SLOTS=%u (1..%d) or "
                     "SHOAL_IB_SLOT_SIZE=%zu (4k..16m) out of range", ctx->nslots,
-                    SHOAL_IB_SLOTS_MAX, ctx->nbounce, SHOAL_IB_SLOTS_MAX,
-                    shoal_ib_config.slot_size);
+                    SHOAL_IB_SLOTS_MAX, ctx->nbounce, SHOAL_IB_SLOTS_MAX, slot);
         return SHOAL_ERR_INVALID_ARG;
     }
+    ctx->slot_size = (uint32_t)slot + SHOAL_IB_SLOT_ROOM;
     if (shoal_ib_config.timeout < 1 || shoal_ib_config.timeout > 31 ||
         shoal_ib_config.retry_cnt > 7 || shoal_ib_config.rnr_retry > 7 ||
         shoal_ib_config.tc > 255 || shoal_ib_config.sl > 15) {
@@ -334,7 +370,7 @@ static shoal_status_t shoal_ib_init(const shoal_tl_params_t *params, shoal_tl_ct
                                                                                : 0);
     }
     SHOAL_CHECK_GOTO(shoal_ib_ctx_gid(ctx, &pk), status, err);
-    SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk), status, err);
+    SHOAL_CHECK_GOTO(shoal_ib_ctx_sizes(ctx, &pk, params), status, err);
     if (pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
         /* RoCE: would this class run lossless here? (a warning, never a failure) */
         shoal_ib_hostqos_check(shoal_ib_config.sysfs_root, ctx->devname, pk.port,
@@ -485,8 +521,8 @@ static int shoal_ib_wait_fd(shoal_tl_ctx_t *ctx)
     if (ctx->cq == NULL) {
         return ctx->epfd;
     }
-    if (shoal_ib_lazy_busy(ctx)) {
-        /* handshakes on sockets that are not in epfd (the acceptor's, our dials): no sleep */
+    if (shoal_ib_lazy_busy(ctx) && shoal_ib_lazy_watch(ctx) != 0) {
+        /* a handshake socket could not join epfd: no sleep */
         uint64_t one = 1;
         (void)write(ctx->evfd, &one, sizeof(one));
         return ctx->epfd;
@@ -557,6 +593,25 @@ static int shoal_ib_query(void)
     return 1;
 }
 
+/* shoal_info -t: the port init would pick, as the sizes rule sees it. */
+static int shoal_ib_link(shoal_tl_link_t *l)
+{
+    shoal_ib_pick_t pk = {0};
+    struct ibv_device_attr da;
+    int soft = shoal_ib_config.soft_device;
+
+    if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK || shoal_ib_pick_port(&pk, 1) != SHOAL_OK) {
+        return 0;
+    }
+    if (soft < 0) {
+        soft = shoal_ib_soft_device(shoal_ib_config.sysfs_root, pk.name,
+                                    ibv_query_device(pk.dev, &da) == 0 ? da.vendor_id : 0);
+    }
+    shoal_ib_link_of(&pk, soft, l);
+    ibv_close_device(pk.dev);
+    return 1;
+}
+
 const shoal_tl_ops_t shoal_tl_ib_ops = {
     .abi_version = SHOAL_TL_ABI_VERSION,
     .name = "ib",
@@ -575,4 +630,5 @@ const shoal_tl_ops_t shoal_tl_ib_ops = {
     .fail = shoal_ib_fail,
     .fini = shoal_ib_fini,
     .host_cpu = shoal_ib_host_cpu,
+    .link = shoal_ib_link,
 };

@@ -331,6 +331,27 @@ int shoal_ib_mtu_bytes(int mtu_enum)
     return mtu_enum >= 1 && mtu_enum <= 5 ? 128 << mtu_enum : 0;
 }
 
+uint32_t shoal_ib_rate_mbps(unsigned speed, unsigned width)
+{
+    static const struct {
+        unsigned v;
+        uint32_t mbps;
+    } speeds[] = {{1, 2000},   {2, 4000},   {4, 8000},    {8, 10000},  {16, 13636},
+                  {32, 25000}, {64, 50000}, {128, 100000}, {256, 200000}};
+    static const struct {
+        unsigned v, lanes;
+    } widths[] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+    uint32_t lane = 0, lanes = 0;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(speeds); i++) {
+        lane = speeds[i].v == speed ? speeds[i].mbps : lane;
+    }
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(widths); i++) {
+        lanes = widths[i].v == width ? widths[i].lanes : lanes;
+    }
+    return lane * lanes;
+}
+
 int shoal_ib_mtu_enum(unsigned bytes)
 {
     for (int e = 1; e <= 5; e++) {

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -272,7 +273,10 @@ static int shoal_ib_lz_xchg_step(shoal_ep_t *ep)
             }
             ep->oob_fd = ep->lz_fd; /* kept, as an eager connection's: EOF, abort notices */
             ep->lz_fd = -1;
-            (void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ep->oob_fd, &ev);
+            /* (already in the set when a waiter slept on it: shoal_ib_lazy_watch) */
+            if (epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, ep->oob_fd, &ev) != 0) {
+                (void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ep->oob_fd, &ev);
+            }
             shoal_ib_lz_set(ep, SHOAL_IB_LZ_READY);
             ctx->lz_qps++;
             shoal_trace(IB, "rank %d: ib queue pair %u to peer %d connected at first use (%d "
@@ -397,6 +401,46 @@ int shoal_ib_lazy_progress(shoal_tl_ctx_t *ctx)
 int shoal_ib_lazy_busy(shoal_tl_ctx_t *ctx)
 {
     return ctx->lazy && (ctx->lz_busy > 0 || shoal_oob_acceptor_busy(ctx->acc) > 0);
+}
+
+/* fd in the wait set, waiting for events (poll's POLLIN or POLLOUT); 0 or -1. */
+static int shoal_ib_lz_watch_fd(shoal_tl_ctx_t *ctx, int fd, short events)
+{
+    struct epoll_event ev = {.events = (events & POLLOUT) != 0 ? EPOLLOUT : EPOLLIN,
+                             .data.fd = fd};
+    if (epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) {
+        return 0;
+    }
+    return errno == ENOENT && epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ? 0 : -1;
+}
+
+int shoal_ib_lazy_watch(shoal_tl_ctx_t *ctx)
+{
+    struct pollfd p[SHOAL_OOB_SLOTS];
+    int n, bad = 0;
+
+    for (int i = 0; i < ctx->neps && ctx->lz_busy > 0; i++) {
+        const shoal_ep_t *ep = &ctx->eps[i];
+        if (ep->status != SHOAL_OK) {
+            continue;
+        }
+        if (ep->lz_state == SHOAL_IB_LZ_DIAL && ep->dial.fd >= 0) {
+            bad |= shoal_ib_lz_watch_fd(ctx, ep->dial.fd, shoal_oob_dial_events(&ep->dial));
+        } else if (ep->lz_state == SHOAL_IB_LZ_XCHG && ep->lz_fd >= 0) {
+            int sending = ep->lz_phase == 0 || ep->lz_phase == 2;
+            bad |= shoal_ib_lz_watch_fd(ctx, ep->lz_fd, sending ? POLLOUT : POLLIN);
+        }
+        /* WAIT: a timer of 20 ms and more; the waiter's poll wakes every millisecond */
+    }
+    n = shoal_oob_acceptor_pollfds(ctx->acc, p, SHOAL_OOB_SLOTS);
+    for (int i = 0; i < n; i++) {
+        bad |= shoal_ib_lz_watch_fd(ctx, p[i].fd, p[i].events);
+    }
+    if (bad != 0) {
+        shoal_warn_once(IB, "rank %d: epoll_ctl of an out-of-band socket failed (%s): waiters "
+                        "poll while connections are being made", ctx->rank, strerror(errno));
+    }
+    return bad;
 }
 
 void shoal_ib_lazy_fail(shoal_tl_ctx_t *ctx, int culprit)

@@ -206,6 +206,10 @@ SHOAL_HIDDEN void shoal_ib_lazy_want(shoal_ep_t *ep);
 SHOAL_HIDDEN int shoal_ib_lazy_progress(shoal_tl_ctx_t *ctx);
 /* 1 if a handshake or exchange is under way (the caller must not sleep on epfd alone). */
 SHOAL_HIDDEN int shoal_ib_lazy_busy(shoal_tl_ctx_t *ctx);
+/* While connections are being made: their sockets (our dials, the exchanges, the acceptor's
+ * handshakes) in the context's wait set, each for what it waits for, so that a waiter sleeps
+ * until one can move. 0, or -1 if one could not be added (the waiter must not sleep). */
+SHOAL_HIDDEN int shoal_ib_lazy_watch(shoal_tl_ctx_t *ctx);
 /* fail(): endpoints under way tell the peer (ABORT) and fail; the listener closes. */
 SHOAL_HIDDEN void shoal_ib_lazy_fail(shoal_tl_ctx_t *ctx, int culprit);
 SHOAL_HIDDEN void shoal_ib_lazy_close(shoal_ep_t *ep);
