@@ -1028,6 +1028,19 @@ static shoal_status_t shoal_shmd_plan_progress(struct shoal_comm *comm, shoal_pl
     return st;
 }
 
+/* The proxy's sleep while this plan alone is in flight: on our futex, which the peers ring
+ * when they publish (the transports' sleep would not hear them: up to 1 ms late). Only when
+ * the step recorded a flag not there yet. */
+static int shoal_shmd_plan_sleep(struct shoal_comm *comm, shoal_plan_t *plan)
+{
+    shoal_shmd_plan_t *p = (shoal_shmd_plan_t *)plan;
+    if (p->r.state == SHOAL_SHMD_S_START || p->r.wflag == NULL || shoal_shmd_waited(&p->r)) {
+        return 0;
+    }
+    shoal_shmd_sleep(comm, &p->r);
+    return 1;
+}
+
 static void shoal_shmd_plan_release(struct shoal_comm *comm, shoal_plan_t *plan,
                                     shoal_status_t st)
 {
@@ -1044,6 +1057,7 @@ shoal_status_t shoal_shmdirect_allreduce_plan(struct shoal_comm *comm, shoal_col
     SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
     p->cp.base.progress = shoal_shmd_plan_progress;
     p->cp.base.release = shoal_shmd_plan_release;
+    p->cp.base.sleep = shoal_shmd_plan_sleep;
     p->cp.base.npeers = 0;
     p->r.a = &p->cp.a;
     p->r.state = SHOAL_SHMD_S_START;

@@ -258,6 +258,12 @@ struct shoal_plan {
     shoal_status_t (*progress)(struct shoal_comm *comm, shoal_plan_t *plan);
     /* Frees the plan once it is done, failed or cancelled; st is its outcome. */
     void (*release)(struct shoal_comm *comm, shoal_plan_t *plan, shoal_status_t st);
+    /* Optional: the plan waits for something the transports' sleep does not hear (flags in
+     * shared memory that peers signal on a futex of the plan's layer). The proxy's idle step
+     * calls it instead of the transports' sleep while this plan is the only one in flight;
+     * it sleeps at most 1 ms and returns 1, or returns 0 (nothing to sleep on: the transports'
+     * sleep follows). */
+    int (*sleep)(struct shoal_comm *comm, shoal_plan_t *plan);
     int npeers;                    /* < 0: any peer (runs alone) */
     int peers[SHOAL_PLAN_PEERS];   /* the channels it uses */
     int wait_peer;                 /* the peer progress waits for (timeout sentence), or -1 */

@@ -353,6 +353,11 @@ static void *shoal_proxy_main(void *arg)
                 continue; /* the next pass fails every plan in flight */
             }
         }
+        if (waiting != NULL && waiting->sleep != NULL && spins + 1 >= comm->spin_count &&
+            px->active == px->active_tail && waiting->sleep(comm, waiting)) {
+            spins++; /* its own sleep (an intra-node AllReduce's futex), bounded by 1 ms */
+            continue;
+        }
         (void)shoal_chan_idle(comm, &spins, UINT64_MAX, "waiting"); /* errors: next pass */
     }
     return NULL;
