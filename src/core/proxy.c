@@ -354,7 +354,8 @@ static void *shoal_proxy_main(void *arg)
             }
         }
         if (waiting != NULL && waiting->sleep != NULL && spins + 1 >= comm->spin_count &&
-            px->active == px->active_tail && waiting->sleep(comm, waiting)) {
+            px->active == px->active_tail && shoal_comm_dead_peer(comm) < 0 &&
+            waiting->sleep(comm, waiting)) {
             spins++; /* its own sleep (an intra-node AllReduce's futex), bounded by 1 ms */
             continue;
         }
