@@ -350,6 +350,27 @@ static int nbc_mode_ok(const mp_ctx_t *ctx)
     return mp_groups_report(ctx) != 0;
 }
 
+/* max(1 s, 5x the slowest rank's time for one blocking AllReduce of count int32 on c), the
+ * same on every rank. */
+static double nbc_overlap_delay(const mp_ctx_t *ctx, shoal_comm_t c, size_t count)
+{
+    int32_t *buf = calloc(count, sizeof(*buf));
+    double t, t_max = 0;
+
+    if (buf == NULL) {
+        return 1000;
+    }
+    (void)shoal_barrier(ctx->comm, NULL);
+    t = mp_now_ms();
+    (void)shoal_allreduce(buf, buf, count, SHOAL_INT32, SHOAL_SUM, c, NULL);
+    t = mp_now_ms() - t;
+    free(buf);
+    if (shoal_allreduce(&t, &t_max, 1, SHOAL_FLOAT64, SHOAL_MAX, ctx->comm, NULL) != SHOAL_OK) {
+        t_max = t;
+    }
+    return t_max * 5 > 1000 ? t_max * 5 : 1000;
+}
+
 /* Two AllReduces in flight at once, on one host (the intra-node AllReduce's plans): the last
  * rank posts its call on A (and, in the second part, everything) a delay after the others.
  *  - two communicators: every other rank's AllReduce on B must complete while the one on A
@@ -361,7 +382,7 @@ static int nbc_mode_ok(const mp_ctx_t *ctx)
 static int nbc_mode_overlap(const mp_ctx_t *ctx)
 {
     static const size_t counts[] = {2, 8192, (size_t)1 << 20};
-    const double delay_ms = 1000;
+    double delay_ms = 1000;
     int late = ctx->nranks - 1;
     shoal_comm_t a = NULL, b = NULL;
     int g_split = mp_group("two copies of the world");
@@ -391,6 +412,9 @@ static int nbc_mode_overlap(const mp_ctx_t *ctx)
             calls[k]->n = nbc_size(calls[k]->comm);
             nbc_setup(calls[k]);
         }
+        /* The late rank's delay: at least 1 s and 5x one such AllReduce on this build (a
+         * sanitizer build runs 5-15x slower: a fixed second failed under TSan). */
+        delay_ms = nbc_overlap_delay(ctx, b, count);
         /* part 1: A and B */
         (void)shoal_barrier(ctx->comm, NULL);
         t0 = mp_now_ms();
