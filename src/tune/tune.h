@@ -35,6 +35,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 struct shoal_comm;
 
@@ -136,6 +137,22 @@ SHOAL_HIDDEN shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tun
 SHOAL_HIDDEN void shoal_tune_machine_local(int mode, shoal_tune_machine_t *m);
 /* The measurement itself (a few ms to a few tens of ms), no cache involved; 0 on success. */
 SHOAL_HIDDEN int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t *m);
+
+/* The per-host cache file's record: the best rates seen since `since`, over `samples`
+ * measurements. */
+typedef struct {
+    uint32_t copy_cache_mbs, copy_mem_mbs, reduce_mem_mbs;
+    time_t since;
+    unsigned samples;
+} shoal_tune_record_t;
+
+/* The cache file of this host, user and build kind (a sanitizer build has its own); 0 ok. */
+SHOAL_HIDDEN int shoal_tune_cache_file(char *buf, size_t len);
+
+/* m's rates from the cache file at path (its caches must match m's), measured and saved when
+ * the file is absent, expired, or its last write is an hour old (then the best of the old
+ * and the new rates is kept). Sets m->bw_src. */
+SHOAL_HIDDEN void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m);
 /* Parse SHOAL_TUNE_MACHINE ("l2=1m l3=32m copy=9.5 copy_cache=40 reduce=8 tcp_rbuf=128k",
  * any subset; sizes with k/m/g, rates in GB/s) into m; returns a mask of the fields given
  * (bit 0 caches, bit 1 bandwidths, bit 2 tcp_rbuf) or -1 if malformed. */

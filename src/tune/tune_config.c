@@ -24,8 +24,9 @@ static const shoal_cfg_field_t shoal_tune_cfg_fields[] = {
             "socket's initial receive buffer)"},
     {.name = "TUNE_CACHE_DIR", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_tune_config_t, cache_dir),
-     .doc = "where the per-host memory measurement is cached (file shoal-tune-<uid>-<hostid>); "
-            "empty = $XDG_RUNTIME_DIR, else /tmp"},
+     .doc = "where the per-host memory measurement is cached (file shoal-tune-<uid>-<hostid>, "
+            "-asan/-tsan/-O0 appended for such builds); measured again when an hour old, the "
+            "best rates kept, restarted after 7 days; empty = $XDG_RUNTIME_DIR, else /tmp"},
 };
 
 const shoal_cfg_table_t shoal_tune_cfg_table = {

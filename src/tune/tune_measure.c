@@ -19,10 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHOAL_TUNE_FILE_MAGIC "shoal-tune 1"
+#define SHOAL_TUNE_FILE_MAGIC "shoal-tune 2"
 #define SHOAL_TUNE_LOCK_WAIT_MS 5000   /* another process measuring: wait at most this */
 #define SHOAL_TUNE_MAX_MBS 10000000u   /* 10 TB/s: anything above is not a measurement */
-#define SHOAL_TUNE_FILE_MAX_AGE_S (7 * 86400) /* then measured again (a VM may have moved) */
+#define SHOAL_TUNE_FILE_MAX_AGE_S (7 * 86400) /* a record's life: then it starts again */
+#define SHOAL_TUNE_FILE_REFRESH_S 3600        /* measured again, best kept, this often */
 
 /* ---- SHOAL_TUNE_MACHINE ---------------------------------------------------------------- */
 
@@ -184,7 +185,28 @@ int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t 
 
 /* ---- per-host cache file --------------------------------------------------------------- */
 
-static int shoal_tune_cache_path(char *buf, size_t len)
+/* A build whose code runs at another speed than the release build's (a sanitizer, no
+ * optimisation) keeps its own file: its rates (ASan reduces at a tenth of the release
+ * build's rate) must not become the release build's settings. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SHOAL_TUNE_BUILD_TAG "-asan"
+#elif defined(__SANITIZE_THREAD__)
+#define SHOAL_TUNE_BUILD_TAG "-tsan"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SHOAL_TUNE_BUILD_TAG "-asan"
+#elif __has_feature(thread_sanitizer)
+#define SHOAL_TUNE_BUILD_TAG "-tsan"
+#endif
+#endif
+#if !defined(SHOAL_TUNE_BUILD_TAG) && !defined(__OPTIMIZE__)
+#define SHOAL_TUNE_BUILD_TAG "-O0"
+#endif
+#ifndef SHOAL_TUNE_BUILD_TAG
+#define SHOAL_TUNE_BUILD_TAG ""
+#endif
+
+int shoal_tune_cache_file(char *buf, size_t len)
 {
     const char *dir = shoal_tune_config.cache_dir;
     if (dir == NULL || dir[0] == '\0') {
@@ -193,52 +215,55 @@ static int shoal_tune_cache_path(char *buf, size_t len)
     if (dir == NULL || dir[0] != '/') {
         dir = "/tmp";
     }
-    return snprintf(buf, len, "%s/shoal-tune-%u-%016llx", dir, (unsigned)getuid(),
-                    (unsigned long long)shoal_host_id()) < (int)len ? 0 : -1;
+    return snprintf(buf, len, "%s/shoal-tune-%u-%016llx%s", dir, (unsigned)getuid(),
+                    (unsigned long long)shoal_host_id(), SHOAL_TUNE_BUILD_TAG) < (int)len
+               ? 0 : -1;
 }
 
-/* Ours, a regular file, writable by nobody else: otherwise not trusted. max_age_s > 0: also
- * modified within that many seconds. */
-static int shoal_tune_fd_trusted(int fd, long max_age_s)
+/* Ours, a regular file, writable by nobody else: otherwise not trusted. */
+static int shoal_tune_fd_trusted(int fd, struct stat *st)
 {
-    struct stat st;
-    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
-           (st.st_mode & (S_IWGRP | S_IWOTH)) == 0 &&
-           (max_age_s <= 0 || (long)(time(NULL) - st.st_mtime) <= max_age_s);
+    return fstat(fd, st) == 0 && S_ISREG(st->st_mode) && st->st_uid == getuid() &&
+           (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
-/* 0: m's rates filled from the file, whose caches match m's. */
-static int shoal_tune_cache_read(const char *path, shoal_tune_machine_t *m)
+/* The file's record: 0 when it is trusted, well formed and its caches match m's; then r holds
+ * its rates and sampling times, *age_s the seconds since it was last written. */
+static int shoal_tune_cache_read(const char *path, const shoal_tune_machine_t *m,
+                                 shoal_tune_record_t *r, long *age_s)
 {
     char buf[256];
-    unsigned l1, l2, l3, cc, cm, rm;
+    unsigned l1, l2, l3;
+    long long since;
     int ncores, fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
     ssize_t n;
 
     if (fd < 0) {
         return -1;
     }
-    n = shoal_tune_fd_trusted(fd, SHOAL_TUNE_FILE_MAX_AGE_S) ? read(fd, buf, sizeof(buf) - 1)
-                                                             : -1;
+    n = shoal_tune_fd_trusted(fd, &st) ? read(fd, buf, sizeof(buf) - 1) : -1;
     close(fd);
     if (n <= 0) {
         return -1;
     }
     buf[n] = '\0';
     if (sscanf(buf, SHOAL_TUNE_FILE_MAGIC " l1d %u l2 %u l3 %u cores %d copy_cache %u copy %u "
-               "reduce %u", &l1, &l2, &l3, &ncores, &cc, &cm, &rm) != 7 ||
+               "reduce %u since %lld samples %u", &l1, &l2, &l3, &ncores, &r->copy_cache_mbs,
+               &r->copy_mem_mbs, &r->reduce_mem_mbs, &since, &r->samples) != 9 ||
         l1 != m->l1d_kb || l2 != m->l2_kb || l3 != m->l3_kb || ncores != m->ncores ||
-        cc == 0 || cm == 0 || rm == 0 || cc > SHOAL_TUNE_MAX_MBS || cm > SHOAL_TUNE_MAX_MBS ||
-        rm > SHOAL_TUNE_MAX_MBS) {
+        r->copy_cache_mbs == 0 || r->copy_mem_mbs == 0 || r->reduce_mem_mbs == 0 ||
+        r->copy_cache_mbs > SHOAL_TUNE_MAX_MBS || r->copy_mem_mbs > SHOAL_TUNE_MAX_MBS ||
+        r->reduce_mem_mbs > SHOAL_TUNE_MAX_MBS || r->samples == 0 || since <= 0) {
         return -1;
     }
-    m->copy_cache_mbs = cc;
-    m->copy_mem_mbs = cm;
-    m->reduce_mem_mbs = rm;
+    r->since = (time_t)since;
+    *age_s = (long)(time(NULL) - st.st_mtime);
     return 0;
 }
 
-static void shoal_tune_cache_write(const char *path, const shoal_tune_machine_t *m)
+static void shoal_tune_cache_write(const char *path, const shoal_tune_machine_t *m,
+                                   const shoal_tune_record_t *r)
 {
     char tmp[4200], buf[256];
     int fd, len, ok;
@@ -247,8 +272,9 @@ static void shoal_tune_cache_write(const char *path, const shoal_tune_machine_t 
         return;
     }
     len = snprintf(buf, sizeof(buf), SHOAL_TUNE_FILE_MAGIC " l1d %u l2 %u l3 %u cores %d "
-                   "copy_cache %u copy %u reduce %u\n", m->l1d_kb, m->l2_kb, m->l3_kb,
-                   m->ncores, m->copy_cache_mbs, m->copy_mem_mbs, m->reduce_mem_mbs);
+                   "copy_cache %u copy %u reduce %u since %lld samples %u\n", m->l1d_kb,
+                   m->l2_kb, m->l3_kb, m->ncores, r->copy_cache_mbs, r->copy_mem_mbs,
+                   r->reduce_mem_mbs, (long long)r->since, r->samples);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         shoal_warn(COLL, "tune: cannot create %s: %s", tmp, strerror(errno));
@@ -262,10 +288,12 @@ static void shoal_tune_cache_write(const char *path, const shoal_tune_machine_t 
     }
 }
 
-/* Exclusive lock on path.lock within the deadline; the fd, or -1 (then measure unlocked). */
-static int shoal_tune_lock(const char *path)
+/* Exclusive lock on path.lock, within the deadline if wait (else only if free at once); the
+ * fd, or -1. */
+static int shoal_tune_lock(const char *path, int wait)
 {
     char lpath[4200];
+    struct stat st;
     uint64_t deadline = shoal_time_ns() + (uint64_t)SHOAL_TUNE_LOCK_WAIT_MS * 1000000;
     int fd;
 
@@ -273,7 +301,7 @@ static int shoal_tune_lock(const char *path)
         return -1;
     }
     fd = open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 || !shoal_tune_fd_trusted(fd, 0)) {
+    if (fd < 0 || !shoal_tune_fd_trusted(fd, &st)) {
         if (fd >= 0) {
             close(fd);
         }
@@ -282,6 +310,10 @@ static int shoal_tune_lock(const char *path)
     while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 2000000};
         if (errno != EWOULDBLOCK && errno != EINTR) {
+            close(fd);
+            return -1;
+        }
+        if (!wait) {
             close(fd);
             return -1;
         }
@@ -296,34 +328,89 @@ static int shoal_tune_lock(const char *path)
     return fd;
 }
 
-/* Rates: the per-host cache file, else measured (under its lock) and saved. */
+/* The rates of this machine for m, from the cache file at path; measured when the file is
+ * absent, expired or due a refresh, and saved. A measurement can only come out low (another
+ * process took the core or the memory), so a refresh keeps the best rate of each kind since
+ * the record began: a file written under load heals with the next quiet measurement. A record
+ * older than SHOAL_TUNE_FILE_MAX_AGE_S starts again from one measurement (the machine may
+ * have changed: a VM moved, memory throttled). One process measures at a time (path.lock); a
+ * refresh is skipped while another holds it, and the file's rates are used. */
+void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m)
+{
+    shoal_tune_record_t r = {0}, cur;
+    long age_s = 0;
+    int have = shoal_tune_cache_read(path, m, &r, &age_s) == 0, lock;
+    time_t now = time(NULL);
+
+    if (have && (age_s < SHOAL_TUNE_FILE_REFRESH_S || now - r.since > SHOAL_TUNE_FILE_MAX_AGE_S)) {
+        if (now - r.since <= SHOAL_TUNE_FILE_MAX_AGE_S) {
+            goto cached;
+        }
+        have = 0; /* expired */
+    }
+    lock = shoal_tune_lock(path, !have);
+    if (lock < 0 && have) {
+        goto cached; /* another process refreshes it */
+    }
+    if (!have && lock >= 0 && shoal_tune_cache_read(path, m, &r, &age_s) == 0 &&
+        time(NULL) - r.since <= SHOAL_TUNE_FILE_MAX_AGE_S) {
+        close(lock); /* another process measured while we waited */
+        goto cached;
+    }
+    if (shoal_tune_measure(m, m) != 0) {
+        if (lock >= 0) {
+            close(lock);
+        }
+        if (have) {
+            goto cached;
+        }
+        m->copy_cache_mbs = m->copy_mem_mbs = m->reduce_mem_mbs = 0;
+        return;
+    }
+    cur.copy_cache_mbs = m->copy_cache_mbs;
+    cur.copy_mem_mbs = m->copy_mem_mbs;
+    cur.reduce_mem_mbs = m->reduce_mem_mbs;
+    if (have) {
+        cur.copy_cache_mbs = SHOAL_MAX(cur.copy_cache_mbs, r.copy_cache_mbs);
+        cur.copy_mem_mbs = SHOAL_MAX(cur.copy_mem_mbs, r.copy_mem_mbs);
+        cur.reduce_mem_mbs = SHOAL_MAX(cur.reduce_mem_mbs, r.reduce_mem_mbs);
+        cur.since = r.since;
+        cur.samples = r.samples + 1;
+        shoal_info(COLL, "tune: refreshed %s (sample %u since %lld): best copy in L2 %.2f, copy "
+                   "%.2f, reduce %.2f GB/s", path, cur.samples, (long long)cur.since,
+                   cur.copy_cache_mbs / 1e3, cur.copy_mem_mbs / 1e3, cur.reduce_mem_mbs / 1e3);
+    } else {
+        cur.since = now;
+        cur.samples = 1;
+    }
+    if (lock >= 0) {
+        shoal_tune_cache_write(path, m, &cur);
+        close(lock); /* releases the flock */
+    }
+    m->copy_cache_mbs = cur.copy_cache_mbs;
+    m->copy_mem_mbs = cur.copy_mem_mbs;
+    m->reduce_mem_mbs = cur.reduce_mem_mbs;
+    m->bw_src = have ? SHOAL_TUNE_BW_CACHED : SHOAL_TUNE_BW_MEASURED;
+    return;
+cached:
+    m->copy_cache_mbs = r.copy_cache_mbs;
+    m->copy_mem_mbs = r.copy_mem_mbs;
+    m->reduce_mem_mbs = r.reduce_mem_mbs;
+    m->bw_src = SHOAL_TUNE_BW_CACHED;
+}
+
+/* Rates: the per-host cache file, else measured. */
 static void shoal_tune_rates(shoal_tune_machine_t *m)
 {
     char path[4096];
-    int lock;
 
-    if (shoal_tune_cache_path(path, sizeof(path)) != 0) {
+    if (shoal_tune_cache_file(path, sizeof(path)) != 0) {
         if (shoal_tune_measure(m, m) == 0) {
             m->bw_src = SHOAL_TUNE_BW_MEASURED;
         }
         return;
     }
-    if (shoal_tune_cache_read(path, m) == 0) {
-        m->bw_src = SHOAL_TUNE_BW_CACHED;
-        return;
-    }
-    lock = shoal_tune_lock(path);
-    if (lock >= 0 && shoal_tune_cache_read(path, m) == 0) {
-        m->bw_src = SHOAL_TUNE_BW_CACHED; /* another process measured while we waited */
-    } else if (shoal_tune_measure(m, m) == 0) {
-        m->bw_src = SHOAL_TUNE_BW_MEASURED;
-        shoal_tune_cache_write(path, m);
-    } else {
-        m->copy_cache_mbs = m->copy_mem_mbs = m->reduce_mem_mbs = 0;
-    }
-    if (lock >= 0) {
-        close(lock); /* releases the flock */
-    }
+    shoal_tune_rates_at(path, m);
 }
 
 /* The receive buffer a TCP data socket starts with: SHOAL_TCP_RCVBUF if set (the tcp

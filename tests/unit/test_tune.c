@@ -5,9 +5,15 @@
 #include "tests/tap.h"
 #include "topo/topo.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -276,6 +282,154 @@ static void test_measure(void)
            m.copy_cache_mbs / 1e3, m.copy_mem_mbs / 1e3, m.reduce_mem_mbs / 1e3);
 }
 
+/* Writes a cache record (rates in MB/s) for caches 48k/1m/4m/2 cores; mtime age_s ago. */
+static void cache_put(const char *path, const char *magic, unsigned cc, unsigned cm,
+                      unsigned rm, long long since, unsigned samples, long age_s)
+{
+    FILE *fp = fopen(path, "w");
+    struct timeval tv[2];
+
+    if (fp == NULL) {
+        tap_bail("cannot write %s", path);
+    }
+    fprintf(fp, "%s l1d 48 l2 1024 l3 4096 cores 2 copy_cache %u copy %u reduce %u since %lld "
+            "samples %u\n", magic, cc, cm, rm, since, samples);
+    fclose(fp);
+    chmod(path, 0600);
+    gettimeofday(&tv[0], NULL);
+    tv[0].tv_sec -= age_s;
+    tv[1] = tv[0];
+    utimes(path, tv);
+}
+
+/* Reads the record back: 0 and its fields, or -1. */
+static int cache_get(const char *path, unsigned *cc, unsigned *cm, unsigned *rm,
+                     long long *since, unsigned *samples)
+{
+    FILE *fp = fopen(path, "r");
+    int n;
+
+    if (fp == NULL) {
+        return -1;
+    }
+    n = fscanf(fp, "shoal-tune 2 l1d 48 l2 1024 l3 4096 cores 2 copy_cache %u copy %u reduce %u "
+               "since %lld samples %u", cc, cm, rm, since, samples);
+    fclose(fp);
+    return n == 5 ? 0 : -1;
+}
+
+static void test_cache_file(void)
+{
+    char dir[] = "/tmp/test_tune_cache.XXXXXX", path[4096], lpath[4200], own[4096];
+    const shoal_tune_machine_t base = {.l1d_kb = 48, .l2_kb = 1024, .l3_kb = 4096, .ncores = 2};
+    shoal_tune_machine_t m;
+    unsigned cc, cm, rm, samples;
+    long long since, now = (long long)time(NULL);
+    const char *tag = "";
+    int lfd;
+    double t0;
+
+#if defined(__SANITIZE_ADDRESS__)
+    tag = "-asan";
+#elif defined(__SANITIZE_THREAD__)
+    tag = "-tsan";
+#endif
+    tap_is_int(shoal_tune_cache_file(own, sizeof(own)), 0, "cache file: a path");
+    tap_ok(strstr(own, "/shoal-tune-") != NULL && strlen(own) >= strlen(tag) &&
+           strcmp(own + strlen(own) - strlen(tag), tag) == 0,
+           "... per user and host, and this build's kind ('%s'): %s", tag, own);
+    if (mkdtemp(dir) == NULL) {
+        tap_bail("mkdtemp: %s", strerror(errno));
+    }
+    snprintf(path, sizeof(path), "%s/rec", dir);
+    snprintf(lpath, sizeof(lpath), "%s.lock", path);
+
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_mem_mbs > 100 &&
+           cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 1 &&
+           cc == m.copy_cache_mbs && cm == m.copy_mem_mbs && rm == m.reduce_mem_mbs &&
+           since >= now && since <= now + 60,
+           "no file: measured and saved as sample 1 (copy %.2f GB/s)", m.copy_mem_mbs / 1e3);
+
+    /* written a minute ago, low rates (under load): used as they are */
+    cache_put(path, "shoal-tune 2", 1000, 200, 150, now - 600, 1, 60);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_CACHED && m.copy_cache_mbs == 1000 &&
+           m.copy_mem_mbs == 200 && m.reduce_mem_mbs == 150,
+           "a fresh record is used without measuring");
+
+    /* the same, last written two hours ago: measured again, the best of each rate kept */
+    cache_put(path, "shoal-tune 2", 1000, 200, 9000000, now - 7200, 3, 7200);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_CACHED && m.copy_cache_mbs > 1000 && m.copy_mem_mbs > 200 &&
+           m.reduce_mem_mbs == 9000000 &&
+           cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 4 &&
+           since == now - 7200 && cc == m.copy_cache_mbs && cm == m.copy_mem_mbs &&
+           rm == 9000000,
+           "an hour-old record is refreshed: the low rates healed (copy %.2f GB/s), the higher "
+           "one kept, sample 4, same start", m.copy_mem_mbs / 1e3);
+
+    /* begun 8 days ago: starts again from one measurement (the machine may have changed) */
+    cache_put(path, "shoal-tune 2", 5000000, 5000000, 5000000, now - 8 * 86400, 40, 7200);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_mem_mbs < 5000000 &&
+           cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 1 &&
+           since >= now && cm == m.copy_mem_mbs,
+           "an expired record (begun 8 days ago) is replaced by a new measurement");
+
+    /* the same expired record written a minute ago: still expired */
+    cache_put(path, "shoal-tune 2", 5000000, 5000000, 5000000, now - 8 * 86400, 40, 60);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_mem_mbs < 5000000,
+           "... also when it was last written a minute ago");
+
+    /* records it must not trust or cannot match */
+    cache_put(path, "shoal-tune 1", 1000, 200, 150, now, 1, 60);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_cache_mbs != 1000,
+           "the old format (shoal-tune 1) is measured again");
+    cache_put(path, "shoal-tune 2", 1000, 200, 150, now, 1, 60);
+    chmod(path, 0620);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_cache_mbs != 1000,
+           "a group-writable file is not trusted");
+    cache_put(path, "shoal-tune 2", 1000, 200, 150, now, 1, 60);
+    m = base;
+    m.l3_kb = 8192;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_cache_mbs != 1000,
+           "a record of other caches is measured again");
+    cache_put(path, "shoal-tune 2", 0, 200, 150, now, 1, 60);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED, "a zero rate is measured again");
+
+    /* a refresh due while another process holds the lock: the record, at once */
+    cache_put(path, "shoal-tune 2", 1000, 200, 150, now - 7200, 2, 7200);
+    lfd = open(lpath, O_RDWR | O_CREAT, 0600);
+    tap_ok(lfd >= 0 && flock(lfd, LOCK_EX) == 0, "another process holds %s", lpath);
+    m = base;
+    t0 = (double)shoal_time_ns() / 1e6;
+    shoal_tune_rates_at(path, &m);
+    t0 = (double)shoal_time_ns() / 1e6 - t0;
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_CACHED && m.copy_cache_mbs == 1000 && t0 < 1000,
+           "a refresh due while another process measures: the record's rates at once (%.1f ms)",
+           t0);
+    if (lfd >= 0) {
+        close(lfd);
+    }
+    unlink(lpath);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     char conf[] = "/tmp/test_tune_conf.XXXXXX";
@@ -305,6 +459,7 @@ int main(void)
     test_topo_parser();
     test_machine_parse();
     test_measure();
+    test_cache_file();
     unlink(conf);
     return tap_done();
 }
