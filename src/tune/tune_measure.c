@@ -390,7 +390,7 @@ void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m)
     m->copy_cache_mbs = cur.copy_cache_mbs;
     m->copy_mem_mbs = cur.copy_mem_mbs;
     m->reduce_mem_mbs = cur.reduce_mem_mbs;
-    m->bw_src = have ? SHOAL_TUNE_BW_CACHED : SHOAL_TUNE_BW_MEASURED;
+    m->bw_src = SHOAL_TUNE_BW_MEASURED; /* now (a refresh: the best since the record began) */
     return;
 cached:
     m->copy_cache_mbs = r.copy_cache_mbs;

@@ -74,9 +74,15 @@ else
 fi
 info_t
 check "shoal_info -t: second run reads the per-host cache" "memory \(measured earlier, per-host cache file\)" "$tmp/info"
-[ -n "$f" ] && touch -d '8 days ago' "$f"
+[ -n "$f" ] && touch -d '2 hours ago' "$f"
 info_t
-check "a cache file older than a week is measured again" "memory \(measured now\)" "$tmp/info"
+check "a cache file last written 2 hours ago is measured again" "memory \(measured now\)" "$tmp/info"
+check "... and the record keeps its start, as its second sample" " since [0-9]+ samples 2$" "$f"
+[ -n "$f" ] && sed -i "s/ since [0-9]* / since $(($(date +%s) - 8 * 86400)) /" "$f"
+info_t
+check "a record begun 8 days ago (written now) is measured again" "memory \(measured now\)" \
+    "$tmp/info"
+check "... and starts again as sample 1" " since [0-9]+ samples 1$" "$f"
 [ -n "$f" ] && chmod 0620 "$f"
 info_t
 check "a cache file others may write is not trusted: measured again" "memory \(measured now\)" "$tmp/info"

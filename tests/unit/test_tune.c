@@ -364,8 +364,8 @@ static void test_cache_file(void)
     cache_put(path, "shoal-tune 2", 1000, 200, 9000000, now - 7200, 3, 7200);
     m = base;
     shoal_tune_rates_at(path, &m);
-    tap_ok(m.bw_src == SHOAL_TUNE_BW_CACHED && m.copy_cache_mbs > 1000 && m.copy_mem_mbs > 200 &&
-           m.reduce_mem_mbs == 9000000 &&
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_cache_mbs > 1000 &&
+           m.copy_mem_mbs > 200 && m.reduce_mem_mbs == 9000000 &&
            cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 4 &&
            since == now - 7200 && cc == m.copy_cache_mbs && cm == m.copy_mem_mbs &&
            rm == 9000000,
