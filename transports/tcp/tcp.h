@@ -178,7 +178,9 @@ SHOAL_HIDDEN int shoal_tcp_ep_progress(shoal_ep_t *ep);
 /* culprit: the rank the failure is blamed on (an abort notice), or -1. */
 SHOAL_HIDDEN int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
                                    const char *why);
-SHOAL_HIDDEN void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit);
+/* The abort notice naming culprit, after the message under way if it is finished by
+ * deadline (shoal_time_ns). */
+SHOAL_HIDDEN void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit, uint64_t deadline);
 SHOAL_HIDDEN void shoal_tcp_ep_close(shoal_ep_t *ep);
 
 #endif

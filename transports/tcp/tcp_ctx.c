@@ -441,8 +441,16 @@ static int shoal_tcp_wait_fd(shoal_tl_ctx_t *ctx)
     return ctx->epfd;
 }
 
+/* How long a failing communicator may spend finishing the messages under way before its
+ * abort notices (shoal_tcp_ep_send_abort), all endpoints together. 2 ms per endpoint was less
+ * than one scheduling quantum: with more ranks than cores the reader often did not run in
+ * time, and a survivor blamed the messenger (run_nbc.sh's "kill hosts 2x2 hier", 1 in 4 full
+ * runs). */
+#define SHOAL_TCP_ABORT_FINISH_NS (20ull * 1000 * 1000)
+
 static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
 {
+    uint64_t deadline = shoal_time_ns() + SHOAL_TCP_ABORT_FINISH_NS;
     char why[128];
     snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
     if (ctx->lazy && ctx->listen_fd >= 0) {
@@ -455,7 +463,7 @@ static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {
-            shoal_tcp_ep_send_abort(ep, culprit);
+            shoal_tcp_ep_send_abort(ep, culprit, deadline);
             (void)shoal_tcp_ep_fail(ep, status, culprit, why);
         }
     }

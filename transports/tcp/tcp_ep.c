@@ -372,12 +372,11 @@ shoal_status_t shoal_tcp_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
 
 /* Best effort: only at a message boundary of socket 0's stream. A message under way is first
  * finished from its buffer, which is still the caller's (the endpoint's requests are retired
- * after this), for at most SHOAL_TCP_ABORT_FINISH_NS: without it the peer reads the end of
- * the stream in the middle of a message and can only blame this rank, not the one that
- * failed first (seen: run_nbc.sh's kill case, a survivor naming another survivor that had
- * exited). Never waits longer. */
-#define SHOAL_TCP_ABORT_FINISH_NS (2ull * 1000 * 1000)
-void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit)
+ * after this), until deadline (shoal_time_ns; the caller's, shared by all its endpoints):
+ * without it the peer reads the end of the stream in the middle of a message and can only
+ * blame this rank, not the one that failed first (seen: run_nbc.sh's kill case, a survivor
+ * naming another survivor that had exited). Never waits longer. */
+void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit, uint64_t deadline)
 {
     uint8_t buf[SHOAL_WIRE_HDR_BYTES];
     shoal_wire_hdr_t h = {
@@ -392,7 +391,6 @@ void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit)
         return;
     }
     if (ep->sq_head != NULL && ep->sq_head->hdr_done) {
-        uint64_t deadline = shoal_time_ns() + SHOAL_TCP_ABORT_FINISH_NS;
         int n = 0, r;
         while ((r = shoal_tcp_ep_push(ep, ep->sq_head, &n)) == 0 &&
                shoal_time_ns() < deadline) {
