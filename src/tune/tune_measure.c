@@ -328,40 +328,57 @@ static int shoal_tune_lock(const char *path, int wait)
     return fd;
 }
 
-/* The rates of this machine for m, from the cache file at path; measured when the file is
- * absent, expired or due a refresh, and saved. A measurement can only come out low (another
- * process took the core or the memory), so a refresh keeps the best rate of each kind since
- * the record began: a file written under load heals with the next quiet measurement. A record
- * older than SHOAL_TUNE_FILE_MAX_AGE_S starts again from one measurement (the machine may
- * have changed: a VM moved, memory throttled). One process measures at a time (path.lock); a
- * refresh is skipped while another holds it, and the file's rates are used. */
+/* The record at path for m: 1 usable as it is, 0 usable but due a refresh (last written
+ * SHOAL_TUNE_FILE_REFRESH_S ago), -1 none (absent, untrusted, malformed, other caches, or
+ * begun more than SHOAL_TUNE_FILE_MAX_AGE_S ago). */
+static int shoal_tune_cache_state(const char *path, const shoal_tune_machine_t *m,
+                                  shoal_tune_record_t *r)
+{
+    long age_s;
+
+    if (shoal_tune_cache_read(path, m, r, &age_s) != 0 ||
+        time(NULL) - r->since > SHOAL_TUNE_FILE_MAX_AGE_S) {
+        return -1;
+    }
+    return age_s < SHOAL_TUNE_FILE_REFRESH_S ? 1 : 0;
+}
+
+/* The rates of this machine for m, from the cache file at path; measured when the file has
+ * no usable record or is due a refresh, and saved. A measurement can only come out low
+ * (another process took the core or the memory), so a refresh keeps the best rate of each
+ * kind since the record began: a file written under load heals with the next quiet
+ * measurement. A record begun SHOAL_TUNE_FILE_MAX_AGE_S ago starts again from one
+ * measurement (the machine may have changed: a VM moved, memory throttled). One process
+ * measures at a time (path.lock): a refresh does not wait for another one, it uses the file's
+ * rates; without a record it waits (SHOAL_TUNE_LOCK_WAIT_MS), then reads what the other
+ * wrote. */
 void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m)
 {
     shoal_tune_record_t r = {0}, cur;
-    long age_s = 0;
-    int have = shoal_tune_cache_read(path, m, &r, &age_s) == 0, lock;
-    time_t now = time(NULL);
+    int state = shoal_tune_cache_state(path, m, &r), lock;
 
-    if (have && (age_s < SHOAL_TUNE_FILE_REFRESH_S || now - r.since > SHOAL_TUNE_FILE_MAX_AGE_S)) {
-        if (now - r.since <= SHOAL_TUNE_FILE_MAX_AGE_S) {
-            goto cached;
-        }
-        have = 0; /* expired */
+    if (state == 1) {
+        goto cached;
     }
-    lock = shoal_tune_lock(path, !have);
-    if (lock < 0 && have) {
+    lock = shoal_tune_lock(path, state < 0);
+    if (lock < 0 && state == 0) {
         goto cached; /* another process refreshes it */
     }
-    if (!have && lock >= 0 && shoal_tune_cache_read(path, m, &r, &age_s) == 0 &&
-        time(NULL) - r.since <= SHOAL_TUNE_FILE_MAX_AGE_S) {
-        close(lock); /* another process measured while we waited */
-        goto cached;
+    if (lock >= 0) {
+        /* the record as it is now: another process may have written it meanwhile */
+        shoal_tune_record_t now = {0};
+        state = shoal_tune_cache_state(path, m, &now);
+        r = now;
+        if (state == 1) {
+            close(lock);
+            goto cached;
+        }
     }
     if (shoal_tune_measure(m, m) != 0) {
         if (lock >= 0) {
             close(lock);
         }
-        if (have) {
+        if (state == 0) {
             goto cached;
         }
         m->copy_cache_mbs = m->copy_mem_mbs = m->reduce_mem_mbs = 0;
@@ -370,7 +387,9 @@ void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m)
     cur.copy_cache_mbs = m->copy_cache_mbs;
     cur.copy_mem_mbs = m->copy_mem_mbs;
     cur.reduce_mem_mbs = m->reduce_mem_mbs;
-    if (have) {
+    cur.since = time(NULL);
+    cur.samples = 1;
+    if (state == 0) {
         cur.copy_cache_mbs = SHOAL_MAX(cur.copy_cache_mbs, r.copy_cache_mbs);
         cur.copy_mem_mbs = SHOAL_MAX(cur.copy_mem_mbs, r.copy_mem_mbs);
         cur.reduce_mem_mbs = SHOAL_MAX(cur.reduce_mem_mbs, r.reduce_mem_mbs);
@@ -379,9 +398,6 @@ void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m)
         shoal_info(COLL, "tune: refreshed %s (sample %u since %lld): best copy in L2 %.2f, copy "
                    "%.2f, reduce %.2f GB/s", path, cur.samples, (long long)cur.since,
                    cur.copy_cache_mbs / 1e3, cur.copy_mem_mbs / 1e3, cur.reduce_mem_mbs / 1e3);
-    } else {
-        cur.since = now;
-        cur.samples = 1;
     }
     if (lock >= 0) {
         shoal_tune_cache_write(path, m, &cur);
