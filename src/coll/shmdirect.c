@@ -832,8 +832,13 @@ static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal
             }
             srcs[q] = tmp;
         }
-        if (inplace && me != 0) {
-            /* my receive chunk is my source: reduce into rank 0's scratch copy first */
+        if (inplace && me >= 2) {
+            /* my receive chunk is my source: reduce into rank 0's scratch copy first. Local
+             * rank 1 needs no copy: reduce_n's first pass reads sources 0 and 1 of a block
+             * before it writes the block (reduce2 allows dst == b; fp16/bf16 with more
+             * sources load every source of the block before the store), and later passes
+             * read only the other sources; for rank 2 on, the first pass would overwrite my
+             * input before it is read. */
             dsts[0] = (void *)srcs[0];
             dsts[1] = mine;
             ndst = 2;
