@@ -146,6 +146,27 @@ typedef struct {
     unsigned samples;
 } shoal_tune_record_t;
 
+/* A build whose code runs at another speed than the release build's (a sanitizer, no
+ * optimisation) keeps its own file: its rates (ASan reduces at a tenth of the release
+ * build's rate) must not become the release build's settings. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SHOAL_TUNE_BUILD_TAG "-asan"
+#elif defined(__SANITIZE_THREAD__)
+#define SHOAL_TUNE_BUILD_TAG "-tsan"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SHOAL_TUNE_BUILD_TAG "-asan"
+#elif __has_feature(thread_sanitizer)
+#define SHOAL_TUNE_BUILD_TAG "-tsan"
+#endif
+#endif
+#if !defined(SHOAL_TUNE_BUILD_TAG) && !defined(__OPTIMIZE__)
+#define SHOAL_TUNE_BUILD_TAG "-O0"
+#endif
+#ifndef SHOAL_TUNE_BUILD_TAG
+#define SHOAL_TUNE_BUILD_TAG ""
+#endif
+
 /* The cache file of this host, user and build kind (a sanitizer build has its own); 0 ok. */
 SHOAL_HIDDEN int shoal_tune_cache_file(char *buf, size_t len);
 

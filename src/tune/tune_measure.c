@@ -185,27 +185,6 @@ int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t 
 
 /* ---- per-host cache file --------------------------------------------------------------- */
 
-/* A build whose code runs at another speed than the release build's (a sanitizer, no
- * optimisation) keeps its own file: its rates (ASan reduces at a tenth of the release
- * build's rate) must not become the release build's settings. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SHOAL_TUNE_BUILD_TAG "-asan"
-#elif defined(__SANITIZE_THREAD__)
-#define SHOAL_TUNE_BUILD_TAG "-tsan"
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SHOAL_TUNE_BUILD_TAG "-asan"
-#elif __has_feature(thread_sanitizer)
-#define SHOAL_TUNE_BUILD_TAG "-tsan"
-#endif
-#endif
-#if !defined(SHOAL_TUNE_BUILD_TAG) && !defined(__OPTIMIZE__)
-#define SHOAL_TUNE_BUILD_TAG "-O0"
-#endif
-#ifndef SHOAL_TUNE_BUILD_TAG
-#define SHOAL_TUNE_BUILD_TAG ""
-#endif
-
 int shoal_tune_cache_file(char *buf, size_t len)
 {
     const char *dir = shoal_tune_config.cache_dir;

@@ -325,14 +325,14 @@ static void test_cache_file(void)
     shoal_tune_machine_t m;
     unsigned cc, cm, rm, samples;
     long long since, now = (long long)time(NULL);
-    const char *tag = "";
+    const char *tag = SHOAL_TUNE_BUILD_TAG;
     int lfd;
     double t0;
 
 #if defined(__SANITIZE_ADDRESS__)
-    tag = "-asan";
+    tap_is_str(tag, "-asan", "an ASan build's cache file is its own");
 #elif defined(__SANITIZE_THREAD__)
-    tag = "-tsan";
+    tap_is_str(tag, "-tsan", "a TSan build's cache file is its own");
 #endif
     tap_is_int(shoal_tune_cache_file(own, sizeof(own)), 0, "cache file: a path");
     tap_ok(strstr(own, "/shoal-tune-") != NULL && strlen(own) >= strlen(tag) &&
