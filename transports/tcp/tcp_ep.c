@@ -116,24 +116,40 @@ static int shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len)
     return culprit;
 }
 
-/* A failed send/recv (ret 0 from recv is EOF). Returns the completions of the failure. */
+static int shoal_tcp_ep_progress_recv(shoal_ep_t *ep);
+
+/* A failed send/recv (ret 0 from recv is EOF). Returns the completions of the failure.
+ * A send that failed because the peer went away (it reset the connection on exit): what it
+ * wrote before it went is still in our receive buffer (a reset does not drop it), such as the
+ * rest of a message we are reading and then its abort notice. The posted receives take it
+ * first, as they would have, so that the notice names the rank the peer blamed (seen:
+ * run_nbc.sh's "kill hosts 2x2 hier", a survivor blaming another survivor's exit). */
 static int shoal_tcp_ep_io_error(shoal_ep_t *ep, const char *op, int sock, int err)
 {
     char last[80];
-    int culprit = shoal_tcp_ep_last_words(ep, last, sizeof(last));
+    int culprit, n = 0;
+
+    if (op[0] == 's' && err != 0 && ep->rq_head != NULL) {
+        n = shoal_tcp_ep_progress_recv(ep);
+        if (ep->status != SHOAL_OK) {
+            return n; /* the receives found the notice (or the end): failed with its culprit */
+        }
+    }
+    culprit = shoal_tcp_ep_last_words(ep, last, sizeof(last));
     if (err == 0) {
-        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, culprit,
-                                  "peer %d (%s) closed the connection%s", ep->peer, ep->name,
-                                  last);
+        return n + shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, culprit,
+                                      "peer %d (%s) closed the connection%s", ep->peer,
+                                      ep->name, last);
     }
     if (err == ECONNRESET || err == EPIPE || err == ECONNABORTED || err == ETIMEDOUT ||
         err == EHOSTUNREACH || err == ENETUNREACH) {
-        return shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, culprit,
-                                  "peer %d (%s): %s on socket %d: %s%s", ep->peer, ep->name, op,
-                                  sock, strerror(err), last);
+        return n + shoal_tcp_ep_error(ep, SHOAL_ERR_PEER_FAILED, culprit,
+                                      "peer %d (%s): %s on socket %d: %s%s", ep->peer, ep->name,
+                                      op, sock, strerror(err), last);
     }
-    return shoal_tcp_ep_error(ep, SHOAL_ERR_TRANSPORT, -1, "peer %d (%s): %s(fd %d) failed: %s",
-                              ep->peer, ep->name, op, ep->fds[sock], strerror(err));
+    return n + shoal_tcp_ep_error(ep, SHOAL_ERR_TRANSPORT, -1,
+                                  "peer %d (%s): %s(fd %d) failed: %s", ep->peer, ep->name, op,
+                                  ep->fds[sock], strerror(err));
 }
 
 #define SHOAL_TCP_AGAIN(e) ((e) == EAGAIN || (e) == EWOULDBLOCK)
