@@ -29,6 +29,14 @@ static inline uint64_t shoal_qos_pace_since(uint64_t now, uint64_t t)
     return now > t ? now - t : 0;
 }
 
+/* A look at the rates page is due: SHOAL_QOS_PACE_CHECK_NS since the last, or the clock is
+ * earlier than the last look (the unsigned difference wraps): a step back of the clock never
+ * postpones the look at the page (an agent's new rate, its death) by the step. */
+static inline int shoal_qos_pace_due(const shoal_qos_pacer_t *p, uint64_t now)
+{
+    return now - p->checked_ns >= SHOAL_QOS_PACE_CHECK_NS;
+}
+
 /* ---- the rates page -------------------------------------------------------------------- */
 
 static void shoal_qos_pace_page_unmap(shoal_qos_pacer_t *p)
@@ -133,7 +141,7 @@ static void shoal_qos_pace_apply(shoal_qos_pacer_t *p)
 static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
 {
     uint64_t rate, burst;
-    p->next_check_ns = now + SHOAL_QOS_PACE_CHECK_NS;
+    p->checked_ns = now;
     if (p->path == NULL) {
         return;
     }
@@ -147,6 +155,14 @@ static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
         p->burst_cfg = burst != 0 ? burst : shoal_qos_pace_config.burst;
         shoal_qos_pace_apply(p);
         return;
+    }
+    /* The clock stepped back (a refined TSC rate: microseconds): the silence and the next
+     * open count from now, not from a time still ahead. */
+    if (now < p->page_seen_ns) {
+        p->page_seen_ns = now;
+    }
+    if (p->next_open_ns > now + SHOAL_QOS_PACE_REOPEN_NS) {
+        p->next_open_ns = now;
     }
     /* Silent (or no page): an agent may have started or restarted with a new page. */
     if (now >= p->next_open_ns && (p->page == NULL ||
@@ -267,7 +283,7 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
         shoal_qos_pace_doze((uint64_t)((step - p->tokens) * 1e9 / (double)p->rate));
         now = shoal_qos_pace_now(p);
         shoal_qos_pace_refill(p, now);
-        if (now >= p->next_check_ns) {
+        if (shoal_qos_pace_due(p, now)) {
             shoal_qos_pace_check(p, now);
         }
     }
@@ -284,7 +300,7 @@ shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t 
     }
     p->fast_left = SHOAL_QOS_PACE_FAST;
     uint64_t now = shoal_qos_pace_now(p);
-    if (now >= p->next_check_ns) {
+    if (shoal_qos_pace_due(p, now)) {
         shoal_qos_pace_check(p, now);
     }
     if (p->rate == 0) {

@@ -81,7 +81,8 @@ typedef struct shoal_qos_pacer {
     double tokens;             /* bytes available */
     uint64_t last_ns;          /* tokens are as of this time (less the fast takes since) */
     unsigned fast_left;        /* takes left before the next clock read */
-    uint64_t next_check_ns;    /* next look at the rates page */
+    uint64_t checked_ns;       /* last look at the rates page (a later time than now: the
+                                * clock stepped back; look again) */
     /* the rates page */
     char *path;
     const shoal_qos_rates_page_t *page; /* mapped read-only, or NULL */

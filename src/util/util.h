@@ -235,10 +235,18 @@ static inline uint64_t shoal_ticks(void)
     return shoal_time_ns();
 }
 
+/* ticks as CLOCK_MONOTONIC ns: ns0 + (ticks - tick0) * mult. Anchored at the calibration's
+ * start, so that a refinement of mult moves the value at time T by (T - tick0) * the change
+ * (the drift the old rate had accumulated: microseconds), not by ticks since boot * the change:
+ * the unanchored product stepped by seconds on a machine up for hours (ticks ~1e14, a 2 ms
+ * calibration good to ~1e-5), and a pacer timing the agent's heartbeat on it never saw the
+ * agent die. Before the calibration tick0 = ns0 = 0 and mult = 1 << 32 (ticks are ns). */
 static inline uint64_t shoal_ticks_ns(uint64_t ticks)
 {
-    return (uint64_t)(((unsigned __int128)ticks *
-                       __atomic_load_n(&shoal_tick_clock.mult, __ATOMIC_RELAXED)) >> 32);
+    __int128 d = (__int128)ticks - (__int128)shoal_tick_clock.tick0;
+    return shoal_tick_clock.ns0 +
+           (uint64_t)((d * (__int128)__atomic_load_n(&shoal_tick_clock.mult, __ATOMIC_RELAXED)) >>
+                      32);
 }
 
 /* A pause between polls of a shared flag (spin-wait hint to the CPU). */

@@ -252,6 +252,61 @@ static void test_share(void)
     tap_ok(fabs(shoal_qos_jain((double[]){1, 0}, 2) - 0.5) < 1e-12, "Jain of one of two is 1/2");
 }
 
+/* The call path's clock (src/util/time.c), the pacer's where the TSC is invariant: ticks as
+ * CLOCK_MONOTONIC ns, and a refinement of the rate moves an earlier time by microseconds.
+ * Before, ticks * mult (unanchored) moved by seconds on a machine up for hours, and a pacer
+ * timing the agent's heartbeat on it kept a dead agent's rate for the whole job. */
+static void test_tick_clock(void)
+{
+    uint64_t t, a, b, now;
+    int64_t d;
+    shoal_ticks_init();
+    if (!shoal_tick_clock.tsc) {
+        tap_skip(3, "no invariant TSC: the clock is CLOCK_MONOTONIC");
+        return;
+    }
+    t = shoal_ticks();
+    a = shoal_ticks_ns(t);
+    d = (int64_t)(a - shoal_time_ns());
+    tap_ok(llabs(d) < 2000000, "ticks as ns: %+lld ns from CLOCK_MONOTONIC", (long long)d);
+    sleep_ms(600);
+    now = shoal_ticks();
+    shoal_ticks_refine(now);
+    b = shoal_ticks_ns(t);
+    d = (int64_t)(b - a);
+    tap_ok(llabs(d) < 1000000, "a refinement of the rate moves an earlier time by %+lld ns "
+           "(< 1 ms)", (long long)d);
+    d = (int64_t)(shoal_ticks_ns(shoal_ticks()) - shoal_time_ns());
+    tap_ok(llabs(d) < 1000000, "... and leaves now %+lld ns from CLOCK_MONOTONIC",
+           (long long)d);
+}
+
+/* A pacer on the TSC whose clock steps back (its times ahead of now by 10 s): it still takes
+ * a new rate and still drops a silent agent's rate after the timeout. */
+static void test_clock_step(void)
+{
+    shoal_qos_pace_params_t prm = {.rates_path = page_path, .rates_timeout_ms = 400,
+                                   .share_div = 1};
+    shoal_qos_pacer_t *p;
+    uint64_t gen = 2;
+    page_write(page_path, gen, 4000000, SHOAL_QOS_RATES_MAGIC);
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int(p->tsc, shoal_tick_clock.tsc, "the pacer runs on the call path's clock");
+    tap_is_int((long long)shoal_qos_pace_rate(p), 4000000, "the agent's rate");
+    p->checked_ns += 10000000000ull;
+    p->page_seen_ns += 10000000000ull;
+    p->next_open_ns += 10000000000ull;
+    p->last_ns += 10000000000ull;
+    page_update(page_path, gen += 2, 2000000);
+    tap_is_int((long long)rate_after(p, 5), 2000000, "after a step back: a new rate is taken");
+    p->checked_ns += 10000000000ull;
+    p->page_seen_ns += 10000000000ull;
+    tap_is_int((long long)rate_after(p, 200), 2000000, "... a silent agent's rate holds");
+    tap_is_int((long long)rate_after(p, 400), 0, "... and is dropped after the timeout");
+    shoal_qos_pace_destroy(p);
+    unlink(page_path);
+}
+
 int main(void)
 {
     snprintf(page_path, sizeof(page_path), "%s/shoal-qos-test-%d.rate",
@@ -260,6 +315,8 @@ int main(void)
     test_never_hangs();
     test_rates_page();
     test_share();
+    test_tick_clock();
+    test_clock_step();
     unlink(page_path);
     return tap_done();
 }
