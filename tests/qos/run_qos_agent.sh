@@ -42,9 +42,14 @@ bench() {
     return 1
 }
 
-# 1. Two tenants 1:3 (their credentials' weights), capacity 64 MiB/s, 1 s windows.
+# 1. Two tenants 1:3 (their credentials' weights), capacity 64 MiB/s, 1 s windows, 512 KiB
+# AllReduces: with 128 KiB the weight-3 tenant needs 384 calls a second, and beside other
+# processes (load 5 on 2 vCPUs: make -j2 check) each call waits for its ranks' time slices, so
+# it could not use its 48 MiB/s and the arbiter rightly gave the rest to the other (worst
+# windows 24.8%, 53.6%, 79.7% off in 3 runs); with 512 KiB, 2.4-3.2% in 3 runs at that load.
 bench '[ "$(field status "$res")" = ok ] && [ "$(field windows "$res")" -ge 2 ] &&
-    within "$(field max_share_err_pct "$res")" 25' --weights 1:3 --capacity 64m --seconds 4
+    within "$(field max_share_err_pct "$res")" 25' --weights 1:3 --capacity 64m --seconds 4 \
+    --bytes 524288
 echo "$out" | grep -v '^result' | sed 's/^/# /'
 if [ "$(field status "$res")" = ok ] && within "$(field max_share_err_pct "$res")" 25; then
     tap OK "agent, 1:3: each tenant within 25% of its share in every window (worst" \
