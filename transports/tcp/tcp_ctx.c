@@ -7,11 +7,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <ifaddrs.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define SHOAL_TCP_BACKLOG 4096
@@ -311,12 +314,64 @@ static shoal_status_t shoal_tcp_ctx_listen(shoal_tl_ctx_t *ctx)
     return SHOAL_OK;
 }
 
+/* The longest a failed communicator's close waits for its peers to take what it sent. */
+#define SHOAL_TCP_LINGER_NS (200ull * 1000 * 1000)
+
+/* 1 while fd's connection is up and the peer has not yet acknowledged all we sent. */
+static int shoal_tcp_sock_unacked(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int outq = 0;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        ti.tcpi_state != TCP_ESTABLISHED || ioctl(fd, SIOCOUTQ, &outq) != 0) {
+        return 0;
+    }
+    return outq > 0;
+}
+
+/* A failed endpoint's abort notice, and the message before it, may still sit in our send
+ * queue when the communicator is destroyed: the peer's receive window was full (it had not
+ * read for a while: more ranks than cores). A close with unread data in our receive queue
+ * sends a reset, and a reset discards the send queue: the notice never arrives, and the peer
+ * blames this rank for the reset instead of the rank that failed (seen: run_nbc.sh's "kill
+ * hosts 2x2 hier", about 1 run in 90 beside two busy loops, a survivor naming another
+ * survivor that had exited). So a failed endpoint's sockets get until SHOAL_TCP_LINGER_NS,
+ * for all endpoints together, for the peer to acknowledge what was sent; a peer that is gone
+ * (its connection reset or closed) ends the wait at once, and healthy endpoints (a normal
+ * destroy: nothing in flight) do not wait. */
+static void shoal_tcp_linger(shoal_tl_ctx_t *ctx)
+{
+    uint64_t deadline = 0;
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < ctx->neps && !busy; i++) {
+            shoal_ep_t *ep = &ctx->eps[i];
+            for (int k = 0; k < SHOAL_TCP_MAX_SOCKS && ep->status != SHOAL_OK && !busy; k++) {
+                busy = shoal_tcp_sock_unacked(ep->fds[k]);
+            }
+        }
+        if (!busy) {
+            return;
+        }
+        if (deadline == 0) {
+            deadline = shoal_time_ns() + SHOAL_TCP_LINGER_NS;
+        } else if (shoal_time_ns() >= deadline) {
+            shoal_trace(TCP, "rank %d: peers did not take all that was sent within %llu ms",
+                        ctx->rank, (unsigned long long)(SHOAL_TCP_LINGER_NS / 1000000));
+            return;
+        }
+        (void)poll(NULL, 0, 1);
+    }
+}
+
 static void shoal_tcp_fini(shoal_tl_ctx_t *ctx)
 {
     if (ctx == NULL) {
         return;
     }
     shoal_tcp_lazy_fini(ctx);
+    shoal_tcp_linger(ctx);
     for (int i = 0; i < ctx->neps; i++) {
         shoal_tcp_ep_close(&ctx->eps[i]);
     }
@@ -460,6 +515,8 @@ static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
         close(ctx->listen_fd); /* also leaves the epoll set */
         ctx->listen_fd = -1;
     }
+    shoal_trace(TCP, "rank %d: failing because of rank %d: abort notices to the peers",
+                ctx->rank, culprit);
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         if (ep->status == SHOAL_OK) {

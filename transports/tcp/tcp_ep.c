@@ -423,6 +423,9 @@ void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit, uint64_t deadline)
     shoal_wire_encode(&h, buf);
     if (send(ep->fds[0], buf, sizeof(buf), SHOAL_TCP_IO_FLAGS) != (ssize_t)sizeof(buf)) {
         shoal_trace(TCP, "peer %d (%s): abort notice not sent", ep->peer, ep->name);
+    } else {
+        shoal_trace(TCP, "peer %d (%s): abort notice sent (rank %d)", ep->peer, ep->name,
+                    culprit);
     }
 }
 
