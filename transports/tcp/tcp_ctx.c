@@ -330,13 +330,12 @@ static int shoal_tcp_sock_unacked(int fd)
     return outq > 0;
 }
 
-/* A failed endpoint's abort notice, and the message before it, may still sit in our send
- * queue when the communicator is destroyed: the peer's receive window was full (it had not
- * read for a while: more ranks than cores). A close with unread data in our receive queue
- * sends a reset, and a reset discards the send queue: the notice never arrives, and the peer
- * blames this rank for the reset instead of the rank that failed (seen: run_nbc.sh's "kill
- * hosts 2x2 hier", about 1 run in 90 beside two busy loops, a survivor naming another
- * survivor that had exited). So a failed endpoint's sockets get until SHOAL_TCP_LINGER_NS,
+/* A failed endpoint's abort notice may still sit in our send queue when the communicator is
+ * destroyed, behind a bulk message the peer has not taken yet. A close with unread data in
+ * our receive queue sends a reset, and a reset discards the send queue: the notice never
+ * arrives, and the peer blames this rank for the reset instead of the rank that failed
+ * (seen: run_nbc.sh's "kill hosts 2x2 hier", 1 run in 60-90 beside two busy loops, a
+ * survivor naming another survivor that had exited; 0 in 1068 with this wait). So a failed endpoint's sockets get until SHOAL_TCP_LINGER_NS,
  * for all endpoints together, for the peer to acknowledge what was sent; a peer that is gone
  * (its connection reset or closed) ends the wait at once, and healthy endpoints (a normal
  * destroy: nothing in flight) do not wait. */
