@@ -335,10 +335,10 @@ static int shoal_tcp_sock_unacked(int fd)
  * our receive queue sends a reset, and a reset discards the send queue: the notice never
  * arrives, and the peer blames this rank for the reset instead of the rank that failed
  * (seen: run_nbc.sh's "kill hosts 2x2 hier", 1 run in 60-90 beside two busy loops, a
- * survivor naming another survivor that had exited; 0 in 1068 with this wait). So a failed endpoint's sockets get until SHOAL_TCP_LINGER_NS,
- * for all endpoints together, for the peer to acknowledge what was sent; a peer that is gone
- * (its connection reset or closed) ends the wait at once, and healthy endpoints (a normal
- * destroy: nothing in flight) do not wait. */
+ * survivor naming another survivor that had exited; 0 in 1068 with this wait). So a failed
+ * endpoint's sockets get until SHOAL_TCP_LINGER_NS, for all endpoints together, for the peer
+ * to acknowledge what was sent; a peer that is gone (its connection reset or closed) ends the
+ * wait at once, and healthy endpoints (a normal destroy: nothing in flight) do not wait. */
 static void shoal_tcp_linger(shoal_tl_ctx_t *ctx)
 {
     uint64_t deadline = 0;
