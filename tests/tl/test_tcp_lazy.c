@@ -12,7 +12,10 @@
  *    deadline;
  *  - a peer that listens but never answers: the send fails with SHOAL_ERR_TIMEOUT after the
  *    timeout, not before, never hangs; a peer whose process is gone (listener closed), or
- *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once. */
+ *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once;
+ *  - a failed communicator's destroy waits for its peer to take what it sent: a bulk message
+ *    and then the abort notice, which a reset at the close would discard (the close of a
+ *    socket with unread data sends one). */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -24,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const shoal_tl_ops_t *tl = &shoal_tl_tcp_ops;
@@ -424,6 +429,93 @@ static void test_failed_peer(void)
     side_fini(&s1);
 }
 
+/* Rank 0 has unread data from rank 1 (a message it never receives) and sends rank 1 a 1 MiB
+ * message that rank 1 does not read yet: most of it waits in rank 0's send queue. Rank 0's
+ * communicator then fails because of rank 2 (its abort notice queues behind the message) and
+ * is destroyed. Rank 1 (a child process) starts reading 50 ms later: it must get the whole
+ * message and then the notice naming rank 2. Without the destroy's wait, the close sends a
+ * reset that discards the queue, and rank 1 reads a reset in the middle of the message. */
+static void test_linger(void)
+{
+    const uint32_t comm_id = 0x1a2c0030u;
+    const size_t mlen = 1 << 20;
+    unsigned saved = shoal_tcp_config.nsocks;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], small[1000];
+    uint8_t *msg = malloc(mlen);
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
+    int sndbuf = 8 << 20, status = 0;
+    pid_t pid;
+
+    shoal_tcp_config.nsocks = 1;
+    if (msg == NULL || side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
+        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s[0], addrs[0]);
+    side_addr(&s[1], addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s[0], addrs);
+    side_connect(&s[1], addrs);
+    if (!both_ways(&s[0], &s[1], comm_id, 1)) {
+        tap_bail("no connection between ranks 0 and 1");
+        return;
+    }
+    /* rank 1's small message, never received by rank 0: its unread data */
+    shoal_tl_req_t sm = mkreq(comm_id, 2, small, sizeof(small));
+    shoal_tl_req_t *smp[] = {&sm};
+    memset(small, 0x5a, sizeof(small));
+    tl->isend(s[1].eps[0], &sm);
+    drive(sides, 2, smp, 1, 5000);
+    /* rank 0's kernel takes the whole message at once */
+    (void)setsockopt(s[0].eps[1]->fds[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) { /* rank 1 */
+        uint8_t *got = calloc(1, mlen), one;
+        shoal_tl_req_t rm = mkreq(comm_id, 3, got, mlen), rn = mkreq(comm_id, 4, &one, 1);
+        shoal_tl_req_t *rr[] = {&rm, &rn};
+        int ok;
+        side_fini(&s[0]); /* rank 0's sockets are rank 0's: its close must close them */
+        usleep(50000);
+        tl->irecv(s[1].eps[0], &rm);
+        tl->irecv(s[1].eps[0], &rn);
+        drive(&sides[1], 1, rr, 2, 5000);
+        ok = got != NULL && rm.status == SHOAL_OK && got[0] == 0x3c && got[mlen - 1] == 0x3c &&
+             rn.status == SHOAL_ERR_PEER_FAILED && rn.culprit == 2;
+        if (!ok) {
+            fprintf(stderr, "rank 1: message %s, then %s naming rank %d\n",
+                    shoal_status_name(rm.status), shoal_status_name(rn.status), rn.culprit);
+        }
+        _exit(ok ? 0 : 1);
+    }
+    if (pid < 0) {
+        tap_bail("fork: %s", strerror(errno));
+        return;
+    }
+    /* rank 0 */
+    memset(msg, 0x3c, mlen);
+    shoal_tl_req_t m = mkreq(comm_id, 3, msg, mlen);
+    shoal_tl_req_t *mp[] = {&m};
+    tl->isend(s[0].eps[1], &m);
+    drive(sides, 1, mp, 1, 2000);
+    tl->fail(s[0].ctx, 2, SHOAL_ERR_PEER_FAILED);
+    double t0 = now_ms();
+    side_fini(&s[0]);
+    double fini_ms = now_ms() - t0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    tap_ok(m.status != SHOAL_ERR_TIMEOUT && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a failed communicator's destroy: the peer, reading 50 ms later, got the whole "
+           "1 MiB message and then the abort notice naming rank 2");
+    tap_ok(fini_ms < 1000, "... the destroy waited %.0f ms for it (200 ms at most once the "
+           "peer stops reading)", fini_ms);
+    side_fini(&s[1]);
+    free(msg);
+    shoal_tcp_config.nsocks = saved;
+}
+
 int main(void)
 {
     alarm(120);
@@ -435,5 +527,6 @@ int main(void)
     test_silent_stranger();
     test_unanswered();
     test_failed_peer();
+    test_linger();
     return tap_done();
 }
