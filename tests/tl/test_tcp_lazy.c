@@ -211,24 +211,35 @@ static void test_race(unsigned nsocks)
     shoal_tcp_config.nsocks = saved;
 }
 
+/* Ranks 0 and 1 of comm_id with key_a, each connect_all'd to the other (lazy: nothing is
+ * connected yet); 0, or -1 after a bail. */
+static int pair_up(side_t *s, uint32_t comm_id)
+{
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    if (side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
+        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
+        tap_bail("tcp init failed");
+        return -1;
+    }
+    side_addr(&s[0], addrs[0]);
+    side_addr(&s[1], addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX); /* rank 2 is never used here */
+    side_connect(&s[0], addrs);
+    side_connect(&s[1], addrs);
+    return 0;
+}
+
 /* Only rank 0 posts a send; rank 1 progresses but posts nothing: the lower rank connects. */
 static void test_one_sided(void)
 {
     const uint32_t comm_id = 0x1a2c0010u;
-    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[1000], rb[1000];
+    uint8_t buf[1000], rb[1000];
     side_t s[2];
     side_t *sides[2] = {&s[0], &s[1]};
 
-    if (side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
-        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
-        tap_bail("tcp init failed");
+    if (pair_up(s, comm_id) != 0) {
         return;
     }
-    side_addr(&s[0], addrs[0]);
-    side_addr(&s[1], addrs[1]);
-    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
-    side_connect(&s[0], addrs);
-    side_connect(&s[1], addrs);
     memset(buf, 0x42, sizeof(buf));
     shoal_tl_req_t sr = mkreq(comm_id, 7, buf, sizeof(buf)), rr = mkreq(comm_id, 7, rb,
                                                                           sizeof(rb));
@@ -440,7 +451,7 @@ static void test_linger(void)
     const uint32_t comm_id = 0x1a2c0030u;
     const size_t mlen = 1 << 20;
     unsigned saved = shoal_tcp_config.nsocks;
-    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], small[1000];
+    uint8_t small[1000];
     uint8_t *msg = malloc(mlen);
     side_t s[2];
     side_t *sides[2] = {&s[0], &s[1]};
@@ -448,16 +459,9 @@ static void test_linger(void)
     pid_t pid;
 
     shoal_tcp_config.nsocks = 1;
-    if (msg == NULL || side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
-        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
-        tap_bail("tcp init failed");
+    if (msg == NULL || pair_up(s, comm_id) != 0) {
         return;
     }
-    side_addr(&s[0], addrs[0]);
-    side_addr(&s[1], addrs[1]);
-    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
-    side_connect(&s[0], addrs);
-    side_connect(&s[1], addrs);
     if (!both_ways(&s[0], &s[1], comm_id, 1)) {
         tap_bail("no connection between ranks 0 and 1");
         return;
