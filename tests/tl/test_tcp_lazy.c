@@ -440,7 +440,7 @@ static void test_failed_peer(void)
     side_fini(&s1);
 }
 
-/* Rank 0 has unread data from rank 1 (a message it never receives) and sends rank 1 a 1 MiB
+/* Rank 0 has unread data from rank 1 (a message it never receives) and sends rank 1 a 256 KiB
  * message that rank 1 does not read yet: most of it waits in rank 0's send queue. Rank 0's
  * communicator then fails because of rank 2 (its abort notice queues behind the message) and
  * is destroyed. Rank 1 (a child process) starts reading 50 ms later: it must get the whole
@@ -449,7 +449,7 @@ static void test_failed_peer(void)
 static void test_linger(void)
 {
     const uint32_t comm_id = 0x1a2c0030u;
-    const size_t mlen = 1 << 20;
+    const size_t mlen = 256 << 10;
     unsigned saved = shoal_tcp_config.nsocks;
     uint8_t small[1000];
     uint8_t *msg = malloc(mlen);
@@ -512,7 +512,7 @@ static void test_linger(void)
     }
     tap_ok(m.status != SHOAL_ERR_TIMEOUT && WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "a failed communicator's destroy: the peer, reading 50 ms later, got the whole "
-           "1 MiB message and then the abort notice naming rank 2");
+           "256 KiB message and then the abort notice naming rank 2");
     tap_ok(fini_ms < 1000, "... the destroy waited %.0f ms for it (200 ms at most once the "
            "peer stops reading)", fini_ms);
     side_fini(&s[1]);
