@@ -458,8 +458,11 @@ static void test_linger(void)
     int sndbuf = 8 << 20, status = 0;
     pid_t pid;
 
+    if (msg == NULL) {
+        tap_bail("out of memory");
+    }
     shoal_tcp_config.nsocks = 1;
-    if (msg == NULL || pair_up(s, comm_id) != 0) {
+    if (pair_up(s, comm_id) != 0) {
         return;
     }
     if (!both_ways(&s[0], &s[1], comm_id, 1)) {

@@ -330,6 +330,20 @@ static int shoal_tcp_sock_unacked(int fd)
     return outq > 0;
 }
 
+/* 1 while a failed endpoint's peer has not acknowledged all we sent it. */
+static int shoal_tcp_failed_unacked(const shoal_tl_ctx_t *ctx)
+{
+    for (int i = 0; i < ctx->neps; i++) {
+        const shoal_ep_t *ep = &ctx->eps[i];
+        for (int k = 0; ep->status != SHOAL_OK && k < SHOAL_TCP_MAX_SOCKS; k++) {
+            if (shoal_tcp_sock_unacked(ep->fds[k])) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* A failed endpoint's abort notice may still sit in our send queue when the communicator is
  * destroyed, behind a bulk message the peer has not taken yet. A close with unread data in
  * our receive queue sends a reset, and a reset discards the send queue: the notice never
@@ -341,18 +355,8 @@ static int shoal_tcp_sock_unacked(int fd)
  * wait at once, and healthy endpoints (a normal destroy: nothing in flight) do not wait. */
 static void shoal_tcp_linger(shoal_tl_ctx_t *ctx)
 {
-    uint64_t deadline = 0;
-    for (;;) {
-        int busy = 0;
-        for (int i = 0; i < ctx->neps && !busy; i++) {
-            shoal_ep_t *ep = &ctx->eps[i];
-            for (int k = 0; k < SHOAL_TCP_MAX_SOCKS && ep->status != SHOAL_OK && !busy; k++) {
-                busy = shoal_tcp_sock_unacked(ep->fds[k]);
-            }
-        }
-        if (!busy) {
-            return;
-        }
+    uint64_t deadline = 0; /* read the clock only when there is something to wait for */
+    while (shoal_tcp_failed_unacked(ctx)) {
         if (deadline == 0) {
             deadline = shoal_time_ns() + SHOAL_TCP_LINGER_NS;
         } else if (shoal_time_ns() >= deadline) {
