@@ -25,6 +25,7 @@ typedef struct {
     uint64_t tcp_min_split;       /* SHOAL_TCP_MIN_SPLIT */
     uint32_t shm_nslots;          /* SHOAL_SHM_NSLOTS */
     uint32_t ucx_inline_max;      /* SHOAL_UCX_INLINE_MAX */
+    uint64_t ucx_cma_min;         /* SHOAL_UCX_CMA_MIN (0: from the inline limit) */
 } shoal_tl_sizes_t;
 
 /* A network port as a transport found it when it opened its device: what sizes that follow

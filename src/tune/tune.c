@@ -44,6 +44,15 @@
  *   socket within about a window's round; striping pays only beyond it.
  * - ucx inline: the payload is copied into the header's message rather than sent as a second
  *   one; the bytes a copy moves in the time of a message scale with the copy rate in L2.
+ * - ucx single copy (process_vm_readv) between ranks of a host, against UCX's shared-memory
+ *   FIFO, which copies twice: the kernel's copy pins every page and ran at 15-18 GB/s on the
+ *   CI-kind machine (2 MiB L2) where memcpy ran at 31-35 (perf/results/ucx-cma-2026-12-03.txt),
+ *   so while a message's copies stay in the L2 one kernel copy costs about what two
+ *   memcpys do, and the single copy adds a system call and the FIN message; it saves a
+ *   pass over memory once the message's buffers leave the cache. Measured there, 2 ranks,
+ *   alternating launches: UCX's path was as fast or faster up to 64 KiB (in place 24 against
+ *   30-35 us at 64 KiB), even at 128 KiB, and the single copy 1.5x faster out of place from
+ *   256 KiB: the threshold is L2 / 16.
  */
 #define SHOAL_TUNE_SHM_SLOT_NS 1000u
 #define SHOAL_TUNE_SHM_RING_US 50u
@@ -93,6 +102,7 @@ const char *const shoal_tune_knob_names[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_SHM_NSLOTS] = "shm_nslots",
     [SHOAL_TUNE_TCP_MIN_SPLIT] = "tcp_min_split",
     [SHOAL_TUNE_UCX_INLINE_MAX] = "ucx_inline_max",
+    [SHOAL_TUNE_UCX_CMA_MIN] = "ucx_cma_min",
     [SHOAL_TUNE_IB_SLOT_SIZE] = "ib_slot_size",
     [SHOAL_TUNE_IB_NSLOTS] = "ib_ring_slots",
     [SHOAL_TUNE_IB_SEND_SLOTS] = "ib_send_slots",
@@ -110,6 +120,7 @@ const char *const shoal_tune_knob_vars[SHOAL_TUNE_NKNOBS] = {
     [SHOAL_TUNE_SHM_NSLOTS] = "SHM_NSLOTS",
     [SHOAL_TUNE_TCP_MIN_SPLIT] = "TCP_MIN_SPLIT",
     [SHOAL_TUNE_UCX_INLINE_MAX] = "UCX_INLINE_MAX",
+    [SHOAL_TUNE_UCX_CMA_MIN] = "UCX_CMA_MIN",
     [SHOAL_TUNE_IB_SLOT_SIZE] = "IB_SLOT_SIZE",
     [SHOAL_TUNE_IB_NSLOTS] = "IB_RING_SLOTS",
     [SHOAL_TUNE_IB_SEND_SLOTS] = "IB_SEND_SLOTS",
@@ -279,6 +290,15 @@ static void shoal_tune_derive_net(const shoal_tune_machine_t *m, shoal_tune_t *t
                        SHOAL_TUNE_SRC_DERIVED, "%u x copy in L2 %.1f / %.1f GB/s, within 2k..64k",
                        SHOAL_TUNE_DFLT_UCX_INLINE, m->copy_cache_mbs / 1e3,
                        SHOAL_TUNE_REF_COPY_CACHE_MBS / 1e3);
+    }
+    if (m->l2_kb == 0) {
+        shoal_tune_set(t, SHOAL_TUNE_UCX_CMA_MIN, 0, SHOAL_TUNE_SRC_DEFAULT,
+                       "L2 size unknown: from the inline limit");
+    } else {
+        shoal_tune_set(t, SHOAL_TUNE_UCX_CMA_MIN,
+                       shoal_tune_clamp(shoal_tune_pow2_floor(((uint64_t)m->l2_kb << 10) / 16),
+                                        16 << 10, 1 << 20),
+                       SHOAL_TUNE_SRC_DERIVED, "L2 %u KiB / 16, within 16k..1m", m->l2_kb);
     }
 }
 
@@ -488,8 +508,8 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         if (line[0] != '\0' && shoal_tune_override_line(t, line) < 0) {
             shoal_warn(COLL, "tuning file: cannot use '%s' (want 'set <NAME> <size>', NAME one "
                        "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX SHM_SLOT_SIZE "
-                       "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX IB_SLOT_SIZE IB_RING_SLOTS "
-                       "IB_SEND_SLOTS)", line);
+                       "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX UCX_CMA_MIN IB_SLOT_SIZE "
+                       "IB_RING_SLOTS IB_SEND_SLOTS)", line);
             st = SHOAL_ERR_INVALID_ARG;
         }
     }

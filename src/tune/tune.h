@@ -76,6 +76,7 @@ typedef enum {
     SHOAL_TUNE_SHM_NSLOTS,       /* SHOAL_SHM_NSLOTS: shm ring slots per direction */
     SHOAL_TUNE_TCP_MIN_SPLIT,    /* SHOAL_TCP_MIN_SPLIT: striping threshold, bytes */
     SHOAL_TUNE_UCX_INLINE_MAX,   /* SHOAL_UCX_INLINE_MAX: payload sent with its header, bytes */
+    SHOAL_TUNE_UCX_CMA_MIN,      /* SHOAL_UCX_CMA_MIN: smallest payload sent by single copy */
     /* Sizes that follow a port: the ib transport asks once it has opened its device
      * (shoal_tune_link_sizes through params->link_sizes); without a port, their defaults. */
     SHOAL_TUNE_IB_SLOT_SIZE,     /* SHOAL_IB_SLOT_SIZE: ring slot payload, bytes */

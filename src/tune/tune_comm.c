@@ -97,6 +97,7 @@ void shoal_tune_tl_sizes_of(const shoal_tune_t *t, shoal_tl_sizes_t *s)
     s->tcp_min_split = t->value[SHOAL_TUNE_TCP_MIN_SPLIT];
     s->ucx_inline_max =
         (uint32_t)SHOAL_MIN(t->value[SHOAL_TUNE_UCX_INLINE_MAX], (uint64_t)UINT32_MAX);
+    s->ucx_cma_min = t->value[SHOAL_TUNE_UCX_CMA_MIN];
 }
 
 void shoal_tune_tl_sizes(shoal_tl_sizes_t *s)
@@ -106,11 +107,13 @@ void shoal_tune_tl_sizes(shoal_tl_sizes_t *s)
     shoal_tune_resolve_local(shoal_tune_disc_mode(), &t);
     shoal_tune_tl_sizes_of(&t, s);
     shoal_trace(INIT, "transport sizes: shm slot %llu x %u (%s), tcp split %llu (%s), ucx "
-                "inline %u (%s)", (unsigned long long)s->shm_slot_size, s->shm_nslots,
+                "inline %u (%s), ucx single copy from %llu (%s)", (unsigned long long)s->shm_slot_size, s->shm_nslots,
                 shoal_tune_src_name(t.src[SHOAL_TUNE_SHM_SLOT_SIZE]),
                 (unsigned long long)s->tcp_min_split,
                 shoal_tune_src_name(t.src[SHOAL_TUNE_TCP_MIN_SPLIT]), s->ucx_inline_max,
-                shoal_tune_src_name(t.src[SHOAL_TUNE_UCX_INLINE_MAX]));
+                shoal_tune_src_name(t.src[SHOAL_TUNE_UCX_INLINE_MAX]),
+                (unsigned long long)s->ucx_cma_min,
+                shoal_tune_src_name(t.src[SHOAL_TUNE_UCX_CMA_MIN]));
 }
 
 /* Rank 0's record, as received: sane before anyone uses it. Sizes may be 0 (an explicit

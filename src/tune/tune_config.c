@@ -11,11 +11,11 @@ static const shoal_cfg_field_t shoal_tune_cfg_fields[] = {
      .doc = "derive the pipeline chunk, the intra-node window, one-shot and LL limits and the "
             "cost model's memory rates from this machine's caches and a memory measurement "
             "(rank 0's, sent to every rank; shoal_info -t shows them), and the transport sizes "
-            "(shm ring slot and slots, tcp striping threshold, ucx inline limit: each host's "
-            "lowest rank's); 0 = the fixed defaults. Explicit settings (SHOAL_CHUNK_SIZE, "
-            "SHOAL_SHM_WINDOW, SHOAL_SHM_ONESHOT_MAX, SHOAL_SHM_LL_MAX, SHOAL_SHM_SLOT_SIZE, "
-            "SHOAL_SHM_NSLOTS, SHOAL_TCP_MIN_SPLIT, SHOAL_UCX_INLINE_MAX, 'set' lines of "
-            "SHOAL_TUNING_FILE) always win"},
+            "(shm ring slot and slots, tcp striping threshold, ucx inline limit and single-copy "
+            "threshold: each host's lowest rank's); 0 = the fixed defaults. Explicit settings "
+            "(SHOAL_CHUNK_SIZE, SHOAL_SHM_WINDOW, SHOAL_SHM_ONESHOT_MAX, SHOAL_SHM_LL_MAX, "
+            "SHOAL_SHM_SLOT_SIZE, SHOAL_SHM_NSLOTS, SHOAL_TCP_MIN_SPLIT, SHOAL_UCX_INLINE_MAX, "
+            "SHOAL_UCX_CMA_MIN, 'set' lines of SHOAL_TUNING_FILE) always win"},
     {.name = "TUNE_MACHINE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_tune_config_t, machine),
      .doc = "this process's machine profile instead of discovering or measuring it, any of "

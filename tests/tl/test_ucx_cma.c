@@ -121,11 +121,15 @@ static void progress_for(child_t *c, int ms)
     }
 }
 
+/* The sizes core hands the transport (src/tune's, explicit settings applied); NULL: none. */
+static const shoal_tl_sizes_t *child_sizes;
+
 static int child_connect(child_t *c)
 {
     shoal_tl_params_t p = {.rank = c->rank, .nranks = 2, .local_rank = c->rank,
                            .local_size = 2, .comm_id = c->comm_id, .secret = test_secret,
-                           .timeout_ms = 10000, .abort_flag = &c->abort_flag};
+                           .timeout_ms = 10000, .abort_flag = &c->abort_flag,
+                           .sizes = child_sizes};
     int peer = 1 - c->rank;
     const void *addr;
     size_t len = SHOAL_TL_ADDR_MAX;
@@ -364,6 +368,26 @@ static void body_min(child_t *c)
     }
 }
 
+/* ---- group "derived threshold": the sizes core hands over (1M) win over the variable (0) ----- */
+
+static void body_derived(child_t *c)
+{
+    static const shoal_tl_sizes_t z = {.ucx_cma_min = MIB};
+    uint64_t reads = 0;
+    int want;
+
+    child_sizes = &z;
+    if (child_connect(c) != 0) {
+        return;
+    }
+    want = count_above(36, size_mixed, MIB);
+    if (exchange(c, 0, 36, size_mixed, 1, &reads) == 0) {
+        rec(c, 0, reads == (uint64_t)want && c->ctx->cma_min == MIB, "36 mixed messages intact "
+            "and in order, %llu read by single copy (want the %d of at least 1 MiB), threshold "
+            "%zu", (unsigned long long)reads, want, c->ctx->cma_min);
+    }
+}
+
 static const group_t groups[] = {
     {"single copy",
      {"both directions use single copy", "mixed sizes intact, large ones read by single copy",
@@ -378,6 +402,10 @@ static const group_t groups[] = {
      {"both directions use single copy", "SHOAL_UCX_CMA_MIN=1M: smaller payloads through UCX, "
       "in order with the single-copy ones", NULL},
      body_min},
+    {"derived threshold",
+     {"a derived SHOAL_UCX_CMA_MIN (1M, from core's sizes) wins over the variable's 0: "
+      "smaller payloads through UCX", NULL},
+     body_derived},
 };
 
 static void run_group(const shoal_tl_ops_t *ops, const group_t *g, uint32_t comm_id)

@@ -115,6 +115,8 @@ check "tcp striping threshold from the receive buffer" \
     "tcp_min_split +1m +derived +2 x tcp receive buffer 512 KiB" "$tmp/info"
 check "ucx inline limit from the copy rate in L2" \
     "ucx_inline_max +4k +derived +8192 x copy in L2 20.0" "$tmp/info"
+check "ucx single-copy threshold from the L2" \
+    "ucx_cma_min +128k +derived +L2 2048 KiB / 16" "$tmp/info"
 info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_SHM_NSLOTS=6 SHOAL_TCP_RCVBUF=64k
 check "SHOAL_SHM_NSLOTS wins over the derived count" "shm_nslots +6 +env +SHOAL_SHM_NSLOTS" \
     "$tmp/info"
@@ -125,8 +127,12 @@ info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_TUNING_FILE="$tmp/tuning2"
 check "a tuning file 'set SHM_SLOT_SIZE' wins" "shm_slot_size +32k +file" "$tmp/info"
 if "$info" -b 2>/dev/null | grep -Eq 'ucx +found: yes'; then
     check "a tuning file 'set UCX_INLINE_MAX' wins" "ucx_inline_max +2k +file" "$tmp/info"
+    info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_UCX_CMA_MIN=0
+    check "SHOAL_UCX_CMA_MIN=0 wins over the derived threshold" \
+        "ucx_cma_min +0 +env +SHOAL_UCX_CMA_MIN" "$tmp/info"
 else
-    n_tap=$((n_tap + 1)); echo "ok $n_tap # SKIP ucx not built in"
+    n_tap=$((n_tap + 2)); echo "ok $((n_tap - 1)) # SKIP ucx not built in"
+    echo "ok $n_tap # SKIP ucx not built in"
 fi
 info_t SHOAL_TUNE_MACHINE="$m0" SHOAL_TUNE=0
 check "SHOAL_TUNE=0: the shm ring's constants" "shm_slot_size +64k +default +SHOAL_TUNE=0" \

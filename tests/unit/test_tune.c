@@ -26,27 +26,27 @@ static const tune_case_t tune_cases[] = {
     /* the reference machine: the old constants come back */
     {"1 MiB L2, 55 GB/s in L2", {.l2_kb = 1024, .copy_cache_mbs = 55000, .copy_mem_mbs = 12000,
                                  .reduce_mem_mbs = 12500, .tcp_rbuf_kb = 128},
-     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000, 64 << 10, 8, 256 << 10, 8192}},
+     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000, 64 << 10, 8, 256 << 10, 8192, 64 << 10}},
     /* 2 MiB L2 and half the rates: larger windows, smaller one-shot, slower model */
     {"2 MiB L2, half the rates", {.l2_kb = 2048, .copy_cache_mbs = 27500, .copy_mem_mbs = 6000,
                                   .reduce_mem_mbs = 6250, .tcp_rbuf_kb = 64},
-     {1 << 20, 1 << 20, 1024, 8192, 64, 4000, 2000, 32 << 10, 8, 128 << 10, 4096}},
+     {1 << 20, 1 << 20, 1024, 8192, 64, 4000, 2000, 32 << 10, 8, 128 << 10, 4096, 128 << 10}},
     /* small L2, fast copies: the chunk clamps at the bottom, larger LL */
     {"256 KiB L2, 4x the rates", {.l2_kb = 256, .copy_cache_mbs = 220000,
                                   .copy_mem_mbs = 48000, .reduce_mem_mbs = 50000,
                                   .tcp_rbuf_kb = 6144},
-     {128 << 10, 128 << 10, 8192, 65536, 256, 32000, 16000, 256 << 10, 2, 4 << 20, 32768}},
+     {128 << 10, 128 << 10, 8192, 65536, 256, 32000, 16000, 256 << 10, 2, 4 << 20, 32768, 16 << 10}},
     /* nearest power of two on a log scale: 1.5x rounds up, 1.3x down */
     {"1.5x the copy rate", {.l2_kb = 1024, .copy_cache_mbs = 82500, .copy_mem_mbs = 12000,
                             .reduce_mem_mbs = 12500, .tcp_rbuf_kb = 128},
-     {512 << 10, 512 << 10, 4096, 32768, 128, 8000, 4000, 64 << 10, 8, 256 << 10, 16384}},
+     {512 << 10, 512 << 10, 4096, 32768, 128, 8000, 4000, 64 << 10, 8, 256 << 10, 16384, 64 << 10}},
     {"1.3x the copy rate", {.l2_kb = 1024, .copy_cache_mbs = 71500, .copy_mem_mbs = 12000,
                             .reduce_mem_mbs = 12500, .tcp_rbuf_kb = 128},
-     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000, 64 << 10, 8, 256 << 10, 8192}},
+     {512 << 10, 512 << 10, 2048, 16384, 64, 8000, 4000, 64 << 10, 8, 256 << 10, 8192, 64 << 10}},
     /* huge caches and rates: clamps at the top */
     {"64 MiB L2, 4 TB/s", {.l2_kb = 65536, .copy_cache_mbs = 4000000, .copy_mem_mbs = 3000,
                            .reduce_mem_mbs = 2500, .tcp_rbuf_kb = 16},
-     {1 << 20, 4 << 20, 32768, 131072, 4096, 2000, 800, 1 << 20, 2, 64 << 10, 65536}},
+     {1 << 20, 4 << 20, 32768, 131072, 4096, 2000, 800, 1 << 20, 2, 64 << 10, 65536, 1 << 20}},
 };
 
 static void test_derive(void)
@@ -76,7 +76,7 @@ static void test_derive_unknown(void)
     shoal_tune_t t;
     int all = 1;
     static const uint64_t dflt[SHOAL_TUNE_NKNOBS] = {512 << 10, 512 << 10, 2048, 16384, 64,
-                                                     8000, 4000, 64 << 10, 8, 256 << 10, 8192,
+                                                     8000, 4000, 64 << 10, 8, 256 << 10, 8192, 0,
                                                      64 << 10, 64, 16};
     shoal_tune_derive(&none, &t);
     for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
@@ -129,11 +129,14 @@ static void test_override(void)
            (unsigned long long)t.value[SHOAL_TUNE_TCP_MIN_SPLIT]);
     tap_ok(t.src[SHOAL_TUNE_UCX_INLINE_MAX] == SHOAL_TUNE_SRC_DERIVED &&
            t.value[SHOAL_TUNE_UCX_INLINE_MAX] == 8192, "ucx inline limit derived");
+    tap_ok(t.src[SHOAL_TUNE_UCX_CMA_MIN] == SHOAL_TUNE_SRC_DERIVED &&
+           t.value[SHOAL_TUNE_UCX_CMA_MIN] == 64 << 10, "ucx single-copy threshold derived");
     {
         shoal_tl_sizes_t z;
         shoal_tune_tl_sizes_of(&t, &z);
         tap_ok(z.shm_slot_size == 128 << 10 && z.shm_nslots == 16 && z.tcp_min_split == 1 << 20 &&
-               z.ucx_inline_max == 8192, "the transports get the resolved sizes");
+               z.ucx_inline_max == 8192 && z.ucx_cma_min == 64 << 10,
+               "the transports get the resolved sizes");
     }
     tap_is_int(shoal_tune_override(&t, "set SHM_NSLOTS many\n"), SHOAL_ERR_INVALID_ARG,
                "a count that is no number is refused");

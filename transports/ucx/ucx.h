@@ -200,6 +200,7 @@ struct shoal_tl_ctx {
     const volatile int *abort_flag;
     int qos_ib_tc;                     /* the class's IB_TRAFFIC_CLASS, -1: UCX's own */
     size_t inline_max;
+    size_t cma_min;                    /* smallest payload this rank sends by single copy */
     ucp_context_h uctx;
     ucp_worker_h worker;
     ucp_address_t *waddr;

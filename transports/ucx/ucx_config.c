@@ -37,10 +37,15 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
     {
         .name = "UCX_CMA_MIN",
         .dflt = "0",
-        .doc = "smallest ucx payload sent by single copy (SHOAL_UCX_CMA); payloads of at most "
-               "SHOAL_UCX_INLINE_MAX bytes always travel inline",
+        .doc = "smallest ucx payload sent by single copy (SHOAL_UCX_CMA); smaller ones above "
+               "the inline limit go through UCX (its shared-memory FIFO); payloads of at most "
+               "SHOAL_UCX_INLINE_MAX bytes always travel inline; 0 = every payload above the "
+               "inline limit; unset: the L2 size / 16, a power of two within 16k..1m (the "
+               "kernel's copy pins pages and copies at about half memcpy's rate, so it pays "
+               "only once a message leaves the cache; SHOAL_TUNE)",
         .offset = offsetof(shoal_ucx_config_t, cma_min),
         .type = SHOAL_CFG_SIZE,
+        .flags = SHOAL_CFG_F_DERIVED,
     },
     {
         .name = "UCX_LIBRARY",

@@ -355,6 +355,8 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
                                     ? (size_t)params->sizes->ucx_inline_max
                                     : shoal_ucx_config.inline_max,
                                 (size_t)1 << 20);
+    ctx->cma_min = params->sizes != NULL && params->sizes->ucx_cma_min != 0
+                       ? (size_t)params->sizes->ucx_cma_min : shoal_ucx_config.cma_min;
     if (params->nranks > (1 << SHOAL_UCX_RANK_BITS)) {
         shoal_error(UCX, "%d ranks: the ucx transport's tags hold at most %d", params->nranks,
                     1 << SHOAL_UCX_RANK_BITS);
@@ -365,9 +367,10 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
     SHOAL_CHECK_GOTO(shoal_ucx_ctx_ucp(ctx, params->nranks), status, err_free);
     SHOAL_CHECK_GOTO(shoal_ucx_ctx_address(ctx), status, err_free);
     SHOAL_CHECK_GOTO(shoal_ucx_ctx_fds(ctx), status, err_free);
-    shoal_info(UCX, "rank %d: ucx worker ready, address %zu bytes%s, inline up to %zu bytes",
-               ctx->rank, ctx->waddr_len, ctx->waddr_net_only ? " (network only)" : "",
-               ctx->inline_max);
+    shoal_info(UCX, "rank %d: ucx worker ready, address %zu bytes%s, inline up to %zu bytes, "
+               "single copies to same-host peers from %zu bytes", ctx->rank, ctx->waddr_len,
+               ctx->waddr_net_only ? " (network only)" : "", ctx->inline_max,
+               SHOAL_MAX(ctx->cma_min, ctx->inline_max + 1));
     *ctx_p = ctx;
     return SHOAL_OK;
 

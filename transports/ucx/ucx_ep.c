@@ -196,7 +196,7 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
             memcpy(s->buf + SHOAL_WIRE_HDR_BYTES, req->buf, len);
         }
         shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + len, SHOAL_UCX_TAG_HDR);
-    } else if (ep->cma_tx && len >= shoal_ucx_config.cma_min) {
+    } else if (ep->cma_tx && len >= ep->ctx->cma_min) {
         /* single copy: the receiver reads req->buf, then sends a FIN */
         uint8_t *d = s->buf + SHOAL_WIRE_HDR_BYTES;
         shoal_put_le(d, SHOAL_UCX_CMA_MAGIC, 4);
