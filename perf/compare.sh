@@ -6,7 +6,8 @@
 # measured on the spot and shoal's fraction of it, and writes a PNG plot of busbw vs size.
 #
 # usage: perf/compare.sh [MODE...] [--reps K] [--full] [--build DIR] [--out DIR]
-#   --shm N              N ranks on this host, shared memory (shoal's automatic choice)
+#   --shm N              N ranks on this host, shared memory (shoal's automatic choice; shoal
+#                        again with its buffers from shoal_mem_alloc: column shoal_mem)
 #   --tcp N              N ranks over loopback TCP (SHOAL_TRANSPORT=tcp; Open MPI with
 #                        --mca pml ob1 --mca btl self,tcp)
 #   --ucx N              N ranks over UCX (SHOAL_TRANSPORT=ucx) vs Open MPI's pml ucx
@@ -235,6 +236,11 @@ report() {
     echo "## $title"
     echo "# medians of $reps runs; time in us, busbw in GB/s (float sum, in place);"
     echo "# t-ratio = shoal time / other time (< 1: shoal faster), bw-ratio = shoal busbw / other"
+    case " $names " in
+    *" shoal_mem "*)
+        echo "# shoal_mem: shoal with its buffers from shoal_mem_alloc (allreduce_perf -m 1); the"
+        echo "# other columns use ordinary (malloc) buffers; %bound_mem is shoal_mem's busbw / bound" ;;
+    esac
     [ "$wrong" -ne 0 ] && echo "# WARNING: $wrong measurements had wrong results (see $out/raw)"
     set -- $names
     first=$1
@@ -245,6 +251,9 @@ report() {
                 printf "%10s %10s %8s", "size(B)", nm[1] "_us", nm[1] "_bw"
                 for (i = 2; i <= k; i++) printf " | %13s %8s %7s %7s", nm[i] "_us", nm[i] "_bw", "t-ratio", "bw-ratio"
                 if (bnd > 0) printf " | %6s", "%bound"
+                memcol = 0
+                for (i = 2; i <= k; i++) if (nm[i] == "shoal_mem") memcol = 2 * i + 1
+                if (bnd > 0 && memcol > 0) printf " %10s", "%bound_mem"
                 printf "\n" }
         { printf "%10d %10.2f %8.4f", $1, $2, $3
           for (i = 2; i <= k; i++) {
@@ -252,6 +261,7 @@ report() {
               printf " | %13.2f %8.4f %7.2f %7.2f", t, b, (t > 0 ? $2 / t : 0), (b > 0 ? $3 / b : 0)
           }
           if (bnd > 0) printf " | %5.0f%%", 100 * $3 / bnd
+          if (bnd > 0 && memcol > 0) printf " %9.0f%%", 100 * $memcol / bnd
           printf "\n" }' "$med"
     plot "$title" "$names" "$bnd"
 }
@@ -313,6 +323,11 @@ run_local_mode() { # shm|tcp|ucx N
     while [ "$rep" -le "$reps" ]; do
         log "[$title] repetition $rep of $reps"
         run_sweeps shoal shoal_local "$n" $shoal_env --
+        if [ "$kind" = shm ]; then
+            # the same with the buffers from shoal_mem_alloc (allreduce_perf -m 1): no staging
+            # and no kernel copy, the path a user who allocates with it gets
+            run_sweeps shoal_mem shoal_local "$n" $shoal_env -- -m 1
+        fi
         if [ "$have_mpi" = 1 ]; then
             run_sweeps ompi ompi "$n" user $mca_user --
             run_sweeps ompi_tuned ompi "$n" tuned $mca_user --
