@@ -55,6 +55,25 @@ if [ "${LAZY_UCX:-1}" != 0 ] && "$builddir/shoal_info" -b 2>/dev/null |
     mp_job "ucx n=8 eager count" 8 "$ucount SHOAL_CONNECT=eager" "$lazy" eager_ucx
     mp_job "ucx n=16 lazy count" 16 "$ucount SHOAL_CONNECT=lazy" "$lazy" lazy_ucx
     mp_job "ucx n=2 lazy count" 2 "$ucount SHOAL_CONNECT=lazy" "$lazy" lazy_ucx
+    # the endpoints' protocols as UCX reports them (SHOAL_DEBUG=trace): shoal's 2 KiB
+    # shared-memory FIFO elements carry a 32-byte header with payloads up to about 1.9 KiB in
+    # UCX's short protocol (UCX's 128-byte ones stop below 96 bytes: header + 64 B); a user's
+    # UCX_MM_FIFO_ELEM_SIZE wins
+    ucx_short() { # LABEL LO HI: every endpoint's tag_send short limit within LO..HI bytes
+        _us=$(cat "$tmp"/ucxlog.* 2>/dev/null | sed -n 's/.*ucx endpoint to peer [0-9]*: tag_send: 0\.\.<egr\/short>\.\.\([0-9]*\)\.\..*/\1/p' | sort -u | tr '\n' ' ' | sed 's/ $//')
+        n_tap=$((n_tap + 1))
+        if [ -n "$_us" ] && echo "$_us" | awk -v lo="$2" -v hi="$3" '{ for (i = 1; i <= NF; i++) if ($i < lo || $i > hi) exit 1 }'; then
+            echo "ok $n_tap - $1 (short protocol up to $_us bytes)"
+        else
+            echo "not ok $n_tap - $1 (short limits: '${_us:-none logged}', want $2..$3)"
+        fi
+    }
+    ucx_short "ucx: shoal's FIFO elements carry a 64 B-1.9 KiB payload in UCX's short protocol" \
+        1900 2048
+    rm -f "$tmp"/ucxlog.*
+    mp_job "ucx n=2 user FIFO elements" 2 "$ucount SHOAL_CONNECT=eager UCX_MM_FIFO_ELEM_SIZE=128" \
+        "$lazy" eager_ucx
+    ucx_short "ucx: UCX_MM_FIFO_ELEM_SIZE=128 from the user wins" 1 127
     rm -f "$tmp"/ucxlog.*
     for n in ${LAZY_NRANKS:-2 3 5 8}; do
         mp_job "ucx n=$n lazy" "$n" "SHOAL_TRANSPORT=ucx SHOAL_CONNECT=lazy" "$coll"

@@ -275,6 +275,34 @@ static shoal_status_t shoal_ucx_ep_setup(shoal_tl_ctx_t *ctx, int idx, int peer,
     return SHOAL_OK;
 }
 
+/* SHOAL_DEBUG=trace: the endpoint's lanes and protocol thresholds as UCX reports them
+ * (ucp_ep_print_info: which transport carries what, up to which size the short protocol
+ * goes), one log line each. */
+static void shoal_ucx_ep_log_protocols(shoal_ep_t *ep)
+{
+    char *text = NULL, *save = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    if (f == NULL) {
+        return;
+    }
+    ucp_ep_print_info(ep->uep, f);
+    if (fclose(f) == 0 && text != NULL) {
+        for (char *line = strtok_r(text, "\n", &save); line != NULL;
+             line = strtok_r(NULL, "\n", &save)) {
+            while (*line == '#' || *line == ' ') {
+                line++;
+            }
+            if (*line != '\0') {
+                shoal_trace(UCX, "rank %d: ucx endpoint to peer %d: %s", ep->ctx->rank, ep->peer,
+                            line);
+            }
+        }
+    }
+    free(text);
+}
+
 /* The UCX endpoint to the peer's worker address (non-blocking: UCX wires it up as it goes). */
 static shoal_status_t shoal_ucx_ep_create(shoal_ep_t *ep, const void *worker)
 {
@@ -291,6 +319,9 @@ static shoal_status_t shoal_ucx_ep_create(shoal_ep_t *ep, const void *worker)
         shoal_error(UCX, "peer %d: ucp_ep_create failed: %s", ep->peer,
                     shoal_ucx_strerror(ust));
         return SHOAL_ERR_TRANSPORT;
+    }
+    if (shoal_log_enabled(SHOAL_LOG_TRACE, UCX)) {
+        shoal_ucx_ep_log_protocols(ep);
     }
     return SHOAL_OK;
 }

@@ -169,9 +169,38 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
 
 /* ---- init ------------------------------------------------------------------------------------ */
 
-/* UCX leaves its shared-memory transports out of endpoints with peer error handling unless
- * UCX_MM_ERROR_HANDLING is set: turn it on, unless the user chose, or chose UCX_TLS without
- * shared memory (UCX warns about a setting of an unused transport). */
+/* A UCX shared-memory setting of ours, unless the user set it (for mm, sysv or posix). */
+static void shoal_ucx_config_mm(ucp_config_t *cfg, const char *name, const char *value)
+{
+    static const char *const pfx[] = {"UCX_MM_", "UCX_SYSV_", "UCX_POSIX_"};
+    char var[64];
+    ucs_status_t st;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(pfx); i++) {
+        snprintf(var, sizeof(var), "%s%s", pfx[i], name);
+        if (shoal_cfg_getenv_raw(var) != NULL) {
+            return;
+        }
+    }
+    snprintf(var, sizeof(var), "MM_%s", name);
+    st = ucp_config_modify(cfg, var, value);
+    if (st != UCS_OK) {
+        shoal_info(UCX, "UCX_%s=%s not accepted (%s): UCX keeps its own", var, value,
+                   shoal_ucx_strerror(st));
+    }
+}
+
+/* UCX's shared-memory transports, unless the user chose, or chose UCX_TLS without shared
+ * memory (UCX warns about a setting of an unused transport):
+ *  - UCX leaves them out of endpoints with peer error handling unless MM_ERROR_HANDLING is
+ *    set: turn it on;
+ *  - a message that fits a receive FIFO element travels in it (UCX's short protocol); a
+ *    larger one takes a separate buffer and descriptor (bcopy). Every shoal message carries
+ *    a 32-byte header, so with UCX's 128-byte elements a 64 B payload no longer fits, where
+ *    Open MPI's (tag only) does: 2-rank 8 B-512 B AllReduce took 1.4-2.0 us from 64 B up
+ *    against 1.0-1.5 with 2 KiB elements, and 8-32 B were unchanged (5 alternating runs,
+ *    perf/results/ucx-fifo-2026-12-03.txt). 2 KiB elements hold payloads up to about
+ *    1.9 KiB; the FIFO's 64 elements then take 128 KiB per worker. */
 static void shoal_ucx_config_tune(ucp_config_t *cfg)
 {
     static const char *const shm_names[] = {"sysv", "posix", "mm", "sm", "shm", "all"};
@@ -181,14 +210,9 @@ static void shoal_ucx_config_tune(ucp_config_t *cfg)
     for (size_t i = 0; tls != NULL && i < SHOAL_ARRAY_SIZE(shm_names) && !shm; i++) {
         shm = strstr(tls, shm_names[i]) != NULL;
     }
-    if (shm && shoal_cfg_getenv_raw("UCX_MM_ERROR_HANDLING") == NULL &&
-        shoal_cfg_getenv_raw("UCX_SYSV_ERROR_HANDLING") == NULL &&
-        shoal_cfg_getenv_raw("UCX_POSIX_ERROR_HANDLING") == NULL) {
-        ucs_status_t st = ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
-        if (st != UCS_OK) {
-            shoal_info(UCX, "UCX_MM_ERROR_HANDLING not supported (%s): shared memory within "
-                       "UCX may be left out", shoal_ucx_strerror(st));
-        }
+    if (shm) {
+        shoal_ucx_config_mm(cfg, "ERROR_HANDLING", "y");
+        shoal_ucx_config_mm(cfg, "FIFO_ELEM_SIZE", "2048");
     }
 }
 
