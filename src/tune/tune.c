@@ -45,8 +45,8 @@
  * - ucx inline: the payload is copied into the header's message rather than sent as a second
  *   one; the bytes a copy moves in the time of a message scale with the copy rate in L2.
  * - ucx single copy (process_vm_readv) between ranks of a host, against UCX's shared-memory
- *   FIFO, which copies twice: the kernel's copy pins every page and ran at 15-18 GB/s on the
- *   CI-kind machine (2 MiB L2) where memcpy ran at 31-35 (perf/results/ucx-cma-2026-12-03.txt),
+ *   FIFO, which copies twice: the kernel's copy pins every page and ran at 10-18 GB/s on the
+ *   CI-kind machine (2 MiB L2) where memcpy ran at 28-35 (perf/results/ucx-cma-2026-12-03.txt),
  *   so while a message's copies stay in the L2 one kernel copy costs about what two
  *   memcpys do, and the single copy adds a system call and the FIN message; it saves a
  *   pass over memory once the message's buffers leave the cache. Measured there, 2 ranks,

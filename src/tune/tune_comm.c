@@ -107,8 +107,8 @@ void shoal_tune_tl_sizes(shoal_tl_sizes_t *s)
     shoal_tune_resolve_local(shoal_tune_disc_mode(), &t);
     shoal_tune_tl_sizes_of(&t, s);
     shoal_trace(INIT, "transport sizes: shm slot %llu x %u (%s), tcp split %llu (%s), ucx "
-                "inline %u (%s), ucx single copy from %llu (%s)", (unsigned long long)s->shm_slot_size, s->shm_nslots,
-                shoal_tune_src_name(t.src[SHOAL_TUNE_SHM_SLOT_SIZE]),
+                "inline %u (%s), ucx single copy from %llu (%s)",
+                (unsigned long long)s->shm_slot_size, s->shm_nslots, shoal_tune_src_name(t.src[SHOAL_TUNE_SHM_SLOT_SIZE]),
                 (unsigned long long)s->tcp_min_split,
                 shoal_tune_src_name(t.src[SHOAL_TUNE_TCP_MIN_SPLIT]), s->ucx_inline_max,
                 shoal_tune_src_name(t.src[SHOAL_TUNE_UCX_INLINE_MAX]),

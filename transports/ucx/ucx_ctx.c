@@ -198,7 +198,7 @@ static void shoal_ucx_config_mm(ucp_config_t *cfg, const char *name, const char 
  *    larger one takes a separate buffer and descriptor (bcopy). Every shoal message carries
  *    a 32-byte header, so with UCX's 128-byte elements a 64 B payload no longer fits, where
  *    Open MPI's (tag only) does: 2-rank 8 B-512 B AllReduce took 1.4-2.0 us from 64 B up
- *    against 1.0-1.5 with 2 KiB elements, and 8-32 B were unchanged (5 alternating runs,
+ *    against 1.1-1.5 with 2 KiB elements, and 8-32 B were unchanged (5 alternating runs,
  *    perf/results/ucx-fifo-2026-12-03.txt). 2 KiB elements hold payloads up to about
  *    1.9 KiB; the FIFO's 64 elements then take 128 KiB per worker. */
 static void shoal_ucx_config_tune(ucp_config_t *cfg)
@@ -392,8 +392,9 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
     SHOAL_CHECK_GOTO(shoal_ucx_ctx_address(ctx), status, err_free);
     SHOAL_CHECK_GOTO(shoal_ucx_ctx_fds(ctx), status, err_free);
     shoal_info(UCX, "rank %d: ucx worker ready, address %zu bytes%s, inline up to %zu bytes, "
-               "single copies to same-host peers from %zu bytes", ctx->rank, ctx->waddr_len,
+               "single copies to same-host peers %s %zu bytes", ctx->rank, ctx->waddr_len,
                ctx->waddr_net_only ? " (network only)" : "", ctx->inline_max,
+               shoal_ucx_config.cma ? "from" : "never (SHOAL_UCX_CMA=n), else from",
                SHOAL_MAX(ctx->cma_min, ctx->inline_max + 1));
     *ctx_p = ctx;
     return SHOAL_OK;
