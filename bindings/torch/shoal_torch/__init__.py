@@ -59,12 +59,30 @@ def version():
     return _C.version()
 
 
+def _port_span(path="/proc/sys/net/ipv4/ip_local_port_range"):
+    """The ports MASTER_PORT is derived in: 20000 up to the kernel's ephemeral range (whose
+    ports outgoing connections take, so that a derived port there can be in use: torch's
+    store then fails with EADDRINUSE), else above it, else 20000-49999. (first, count)"""
+    lo, hi = 32768, 60999
+    try:
+        with open(path) as f:
+            lo, hi = (int(v) for v in f.read().split()[:2])
+    except (OSError, ValueError):
+        pass
+    if lo - 20000 >= 1000:
+        return 20000, lo - 20000
+    if 65535 - hi >= 1000:
+        return hi + 1, 65535 - hi
+    return 20000, 30000
+
+
 def launcher_env(environ=None):
     """Fills RANK, WORLD_SIZE and LOCAL_RANK from shoalrun / Open MPI / PMI / Slurm variables
-    when RANK or WORLD_SIZE is unset, and MASTER_ADDR (127.0.0.1) and MASTER_PORT (a port in
-    20000-49999 derived from the launch's job id, the same on every rank) when unset. Returns
-    the name of the launcher found, or None (then nothing is changed). Set MASTER_ADDR and
-    MASTER_PORT yourself for jobs that span hosts."""
+    when RANK or WORLD_SIZE is unset, and MASTER_ADDR (127.0.0.1) and MASTER_PORT (a port
+    derived from the launch's job id, the same on every rank, below the kernel's ephemeral
+    port range: 20000-32767 with Linux's default) when unset. Returns the name of the launcher
+    found, or None (then nothing is changed). Set MASTER_ADDR and MASTER_PORT yourself for
+    jobs that span hosts."""
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return None
@@ -78,7 +96,8 @@ def launcher_env(environ=None):
             if "MASTER_PORT" not in env:
                 job = "".join(env.get(k, "") for k in _JOB_IDS) + env.get("SLURM_STEP_ID", "")
                 if job:
-                    env["MASTER_PORT"] = str(20000 + zlib.crc32(job.encode()) % 30000)
+                    first, count = _port_span()
+                    env["MASTER_PORT"] = str(first + zlib.crc32(job.encode()) % count)
             return rank.split("_")[0].lower()
     return None
 

@@ -53,3 +53,25 @@ def test_mpirun():
                     sys.executable, SCRIPT], env=env)
     _check(rc, out)
     assert "via ompi" in out, out[-3000:]
+
+
+def test_master_port_outside_ephemeral_range(tmp_path):
+    """The MASTER_PORT derived under a launcher lies outside the kernel's ephemeral port range
+    (a port an outgoing connection holds made torch's store fail with EADDRINUSE)."""
+    import shoal_torch
+    f = tmp_path / "range"
+    f.write_text("32768\t60999\n")
+    assert shoal_torch._port_span(str(f)) == (20000, 12768)
+    f.write_text("10000 60999\n")
+    assert shoal_torch._port_span(str(f)) == (61000, 4536)
+    f.write_text("1024 65000\n")
+    assert shoal_torch._port_span(str(f)) == (20000, 30000)
+    f.write_text("garbage\n")
+    assert shoal_torch._port_span(str(f)) == (20000, 12768)
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as r:
+        lo, hi = (int(v) for v in r.read().split()[:2])
+    for uid in range(200):
+        env = {"SHOAL_RANK": "0", "SHOAL_NRANKS": "2", "SHOAL_UID": "job%d" % uid}
+        assert shoal_torch.launcher_env(env) == "shoal"
+        port = int(env["MASTER_PORT"])
+        assert 1024 <= port <= 65535 and not lo <= port <= hi, (port, lo, hi)
