@@ -209,7 +209,7 @@ membw_run() {
 }
 
 # bound_shm N: the shm AllReduce busbw bound from the copy bandwidth, GB/s (sets bound_text).
-# The machine's copy bandwidth moves between runs (10-15.5 GB/s on one 2-vCPU VM in a day), so
+# The machine's copy bandwidth moves between runs (10-15.6 GB/s on one 2-vCPU VM in a day), so
 # it is measured before and after the mode's runs ($bw_before) and the higher one is used.
 bound_shm() {
     n=$1

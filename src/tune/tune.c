@@ -50,9 +50,9 @@
  *   so while a message's copies stay in the L2 one kernel copy costs about what two
  *   memcpys do, and the single copy adds a system call and the FIN message; it saves a
  *   pass over memory once the message's buffers leave the cache. Measured there, 2 ranks,
- *   alternating launches: UCX's path was as fast or faster up to 64 KiB (in place 24 against
- *   30-35 us at 64 KiB), even at 128 KiB, and the single copy 1.5x faster out of place from
- *   256 KiB: the threshold is L2 / 16.
+ *   alternating launches: UCX's path was as fast or faster up to 64 KiB (in place 23-24
+ *   against 30-35 us at 64 KiB), the two tied at 128 KiB, and the single copy was 1.5x
+ *   faster out of place from 256 KiB: the threshold is L2 / 16.
  */
 #define SHOAL_TUNE_SHM_SLOT_NS 1000u
 #define SHOAL_TUNE_SHM_RING_US 50u
