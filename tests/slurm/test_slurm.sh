@@ -117,6 +117,17 @@ wait_for() {
     done
     return 0
 }
+# rank_stacks FILE: the threads' stacks (gdb) of every slurm_rank still running, into FILE:
+# a rank that does not exit once it stopped is named with the place it waits.
+rank_stacks() {
+    : > "$1"
+    for p in $(pgrep -f "$PROG loop" 2>/dev/null); do
+        echo "slurm_rank pid $p still running: $(ps -o stat=,etimes=,args= -p "$p" | cut -c1-120)"
+        command -v gdb > /dev/null 2>&1 &&
+            timeout 30 gdb -batch -nx -p "$p" -ex 'thread apply all bt 6' 2>/dev/null |
+            grep -E '^(Thread|#[0-9])' | cut -c1-150
+    done >> "$1"
+}
 # free_port: a TCP port nothing listens on (the base comes from the pid, so two runs differ).
 free_port() {
     p=$((17000 + ($$ + $1 * 7919) % 8000))
@@ -391,13 +402,13 @@ T3=$(date +%s)
 J3R=$(sl sbatch --parsable -p reserved -J shoal-reserved -n 4 $OC --time=2 \
           -o "$T/out/case3r.out" "$T/case3r.sh" 2>>"$T/out/case3.err")
 spot_stopped() { grep -q '^srun exit' "$T/out/case3.out"; }
-wait_for 30 spot_stopped
+wait_for 30 spot_stopped || rank_stacks "$T/out/case3.stacks"
 S3=$(same_step "$T/out/case3.out")
 [ -n "$S3" ] && [ "$(lines '^stop rank=[0-3] step=[0-9]* signal=TERM$' "$T/out/case3.out")" = 4 ]
 rc=$?
 d="$(($(date +%s) - T3))s after the reserved job's submission, grace $GRACE s"
 ok $rc "preempted: every spot rank got SIGTERM, all 4 stopped at step ${S3:-?} ($d)" \
-    "$T/out/case3.out" "$T/log/slurmctld.log"
+    "$T/out/case3.out" "$T/log/slurmctld.log" "$T/out/case3.stacks"
 ck=0
 for r in 0 1 2 3; do
     grep -qx "step=$S3 job=$J3 epoch=0" "$T/ckpt3/ckpt.$r" 2>/dev/null || ck=1
@@ -416,7 +427,7 @@ ptime=$(sed -n 's/^PreemptTime=//p' "$T/out/case3.out" | head -1)
 rc=$?
 d="PreemptTime=${ptime:-none}; it started at $res_at, the ranks stopped at $stop_at"
 ok $rc "slurmctld preempted the spot job for the reserved one ($d)" \
-    "$T/out/case3.out" "$T/log/slurmctld.log"
+    "$T/out/case3.out" "$T/log/slurmctld.log" "$T/out/case3.stacks"
 # A requeued job waits (BeginTime) about two minutes before it may start again; the test
 # lets it start at once.
 requeued() { [ "$(jobfield "$J3" Restarts)" = 1 ] && job_is "$J3" PENDING; }
