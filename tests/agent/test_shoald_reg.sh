@@ -17,12 +17,12 @@ grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
 ok $? "--help-config lists the keys with their meaning" "$T/help"
 printf 'listen=%s\n# comment\nbogus_key=1\n' "$T/x.sock" >"$T/bad.conf"
-timeout 10 "$SHOALD" -c "$T/bad.conf" >"$T/bad.out" 2>&1
+timeout -k 5 10 "$SHOALD" -c "$T/bad.conf" >"$T/bad.out" 2>&1
 brc=$?
 [ $brc -eq 1 ] && grep -q "bad.conf:3: unknown key" "$T/bad.out"
 ok $? "an unknown key is an error naming the file and line" "$T/bad.out"
 printf 'tenant.acme.class=gold\n' >"$T/bad2.conf"
-timeout 10 "$SHOALD" -c "$T/bad2.conf" >"$T/bad.out" 2>&1
+timeout -k 5 10 "$SHOALD" -c "$T/bad2.conf" >"$T/bad.out" 2>&1
 [ $? -eq 1 ] && grep -q "bad2.conf:1: class must be reserved or spot" "$T/bad.out"
 ok $? "a bad tenant class is an error naming the line" "$T/bad.out"
 

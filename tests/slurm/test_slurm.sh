@@ -372,11 +372,21 @@ ok $ck "every rank's checkpoint holds step $S2, job $J2, epoch 0" "$T/ckpt2/ckpt
 # shoal_request_stop, its loop shoal_comm_should_stop, so this case (Slurm signals every
 # rank) and case 5 (one rank only) check that every rank stops at the same step,
 # checkpoints and exits 0 well within the grace time.
+#
+# Slurm sends the spot job SIGCONT with SIGTERM, and srun forwards it again. Under ASan, a
+# SIGCONT that reaches a rank during LeakSanitizer's check at exit discards the SIGSTOP of the
+# check's PTRACE_ATTACH, and the check then waits for it forever. The rank lives on until
+# the grace time ends and srun kills it, and the job's script never prints "srun exit".
+# That happened in 2 of 18 ASan runs of this test here. The ranks showed the tracer in
+# SuspendThread's waitpid (gdb). A small ASan program that gets SIGCONTs while it exits hung
+# in 17 of 100 runs, and in none with detect_leaks=0. So the preempted ranks run without the
+# exit check; the other cases keep it.
 cat > "$T/case3.sh" <<EOF
 #!/bin/sh
 echo "batch job=\$SLURM_JOB_ID restart=\${SLURM_RESTART_COUNT:-0}"
 if [ "\${SLURM_RESTART_COUNT:-0}" = 0 ]; then
-    srun --mpi=pmix -n 4 $OC "$PROG" loop 90 "$T/ckpt3"
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        srun --mpi=pmix -n 4 $OC "$PROG" loop 90 "$T/ckpt3"
     echo "srun exit \$? at \$(date +%s)"
     scontrol -o show job \$SLURM_JOB_ID | tr ' ' '\n' | grep '^PreemptTime='
     scontrol requeue \$SLURM_JOB_ID
