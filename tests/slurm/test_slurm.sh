@@ -377,7 +377,7 @@ ok $ck "every rank's checkpoint holds step $S2, job $J2, epoch 0" "$T/ckpt2/ckpt
 # SIGCONT that reaches a rank during LeakSanitizer's check at exit discards the SIGSTOP of the
 # check's PTRACE_ATTACH, and the check then waits for it forever. The rank lives on until
 # the grace time ends and srun kills it, and the job's script never prints "srun exit".
-# That happened in 2 of 18 ASan runs of this test here. The ranks showed the tracer in
+# That happened in 2 of 19 ASan runs of this test here. The ranks showed the tracer in
 # SuspendThread's waitpid (gdb). A small ASan program that gets SIGCONTs while it exits hung
 # in 17 of 100 runs, and in none with detect_leaks=0. So the preempted ranks run without the
 # exit check; the other cases keep it.
