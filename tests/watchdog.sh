@@ -7,7 +7,9 @@
 # result naming the test, every process under it (ps) and the threads' stacks of up to 6 of
 # them (gdb, when installed), then kills them all. One hung test thus fails by name, with the
 # place it hung, and make check goes on; without it a hang held the whole CI run until the
-# run's own limit, which names nothing. On exit the script adds "# watchdog: NAME took N s".
+# run's own limit, which names nothing. A process the test leaves behind holding its output
+# (make's reader would wait for it) fails the test too, named, and is killed. On exit the
+# script adds "# watchdog: NAME took N s".
 limit=${SHOAL_TEST_TIMEOUT:-1200}
 case $limit in
 '' | *[!0-9]*)
@@ -57,7 +59,9 @@ descendants() { # PID [EXCLUDE]: every process below PID, not below EXCLUDE, par
         for p in $pids; do
             [ $shown -lt 6 ] || break
             comm=$(ps -o comm= -p "$p" 2>/dev/null) || continue
-            case $comm in sh | bash | dash | timeout | sleep | awk | mawk | tee | cat) continue ;; esac
+            case $comm in
+            sh | bash | dash | timeout | sleep | awk | mawk | tee | cat) continue ;;
+            esac
             shown=$((shown + 1))
             echo "# stacks of $p ($comm):"
             timeout 30 gdb -batch -nx -p "$p" -ex 'thread apply all bt 10' 2>/dev/null |
@@ -73,9 +77,45 @@ descendants() { # PID [EXCLUDE]: every process below PID, not below EXCLUDE, par
 ) &
 dog=$!
 
+# left_writers PIPE: processes other than this script and its parent (tap-driver's subshell)
+# that hold PIPE open for writing; the access mode is the octal flags' last digit & 3
+left_writers() {
+    find /proc/[0-9]*/fd -maxdepth 1 -lname "$(printf '%s' "$1" | sed 's/[][]/\\&/g')" \
+        2>/dev/null | while IFS=/ read -r _ _ p _ fd; do
+        [ "$p" = "$top" ] || [ "$p" = "$PPID" ] && continue
+        case $(sed -n 's/^flags:[[:space:]]*//p' "/proc/$p/fdinfo/$fd" 2>/dev/null) in
+        *1 | *2 | *5 | *6) echo "$p" ;;
+        esac
+    done | sort -u
+}
+
 "$@"
 rc=$?
 kill -TERM "$dog" 2>/dev/null
 wait "$dog" 2>/dev/null
+# A process the test left behind that still holds its output keeps make's reader waiting for
+# ever, after the test itself ended: give it 30 s to go, then name it, kill it, fail the test.
+out=$(readlink "/proc/$top/fd/1" 2>/dev/null)
+case $out in
+pipe:*)
+    left=$(left_writers "$out")
+    n=0
+    while [ -n "$left" ] && [ $n -lt 60 ]; do
+        sleep 0.5
+        n=$((n + 1))
+        left=$(left_writers "$out")
+    done
+    if [ -n "$left" ]; then
+        echo "not ok - watchdog: $name left processes that held its output 30 s after it" \
+            "ended: killed"
+        # shellcheck disable=SC2086 # a list of pids
+        ps -o pid=,ppid=,etimes=,stat=,args= -p "$(echo $left | tr ' ' ,)" 2>/dev/null |
+            cut -c1-220 | sed 's/^/# /'
+        # shellcheck disable=SC2086
+        kill -KILL $left 2>/dev/null
+        rc=1
+    fi
+    ;;
+esac
 echo "# watchdog: $name took $(($(date +%s) - start)) s"
 exit $rc
