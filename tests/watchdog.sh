@@ -41,6 +41,7 @@ descendants() { # PID [EXCLUDE]: every process below PID, not below EXCLUDE, par
 (
     nap=
     trap 'kill $nap 2>/dev/null; exit 0' TERM
+    trap '' PIPE # a reader gone early must not stop the killing
     me=$(sh -c 'echo $PPID')
     end=$((start + limit))
     while [ "$(date +%s)" -lt "$end" ]; do
