@@ -21,8 +21,9 @@ PKG_CONFIG="pkg-config --define-prefix" PKG_CONFIG_PATH="$pc" \
     "$py" -m pip install -q --no-build-isolation --force-reinstall --no-deps ./bindings/torch \
     > build/torch-pip.log 2>&1 || { tail -40 build/torch-pip.log; fail "the extension did not build"; }
 echo "=== torch: pytest bindings/torch/tests"
-(cd bindings/torch/tests && SHOALRUN=$top/build/shoalrun timeout -k 30 1500 "$py" -m pytest -q -p no:cacheprovider \
-    -o junit_family=xunit2 --junitxml="$top/build/torch-pytest.xml" .) > build/torch-pytest.out 2>&1
+(cd bindings/torch/tests && SHOALRUN=$top/build/shoalrun timeout -k 30 1500 \
+    "$py" -m pytest -q -p no:cacheprovider -o junit_family=xunit2 \
+    --junitxml="$top/build/torch-pytest.xml" .) > build/torch-pytest.out 2>&1
 rc=$?
 grep -E '^(FAILED|ERROR)|passed|failed' build/torch-pytest.out | tail -40
 p=$(grep -o '[0-9]* passed' build/torch-pytest.out | tail -1 | cut -d' ' -f1)

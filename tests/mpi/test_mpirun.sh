@@ -103,7 +103,8 @@ if grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
     ok $? "PMIX_NAMESPACE without a server address: fails at once, naming SHOAL_UID, SHOAL_ROOT and PMIx"
     # A dead server (nothing listens on port 1): PMIx_Init fails; the same error, no crash.
     PMIX_NAMESPACE=shoal-test-none PMIX_RANK=0 PMIX_SERVER_URI41='1.0;tcp4://127.0.0.1:1' \
-        SHOAL_RANK=0 SHOAL_NRANKS=2 timeout -k 5 30 "$B/allreduce_perf" -b 8 -e 8 >"$T/out" 2>"$T/err"
+        SHOAL_RANK=0 SHOAL_NRANKS=2 timeout -k 5 30 "$B/allreduce_perf" -b 8 -e 8 \
+            >"$T/out" 2>"$T/err"
     rc=$?
     [ $rc -eq 1 ] && grep -q 'neither SHOAL_UID nor SHOAL_ROOT is set, and no PMIx server' "$T/err"
     ok $? "PMIx server unreachable: PMIx_Init fails, the same error (rc $rc)"
