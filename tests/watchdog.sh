@@ -49,6 +49,7 @@ descendants() { # PID [EXCLUDE]: every process below PID, not below EXCLUDE, par
         nap=$!
         wait $nap
     done
+    trap '' TERM # killing now: the script waits for it to finish, not cut it short
     pids=$(descendants "$top" "$me")
     [ -n "$pids" ] || exit 0
     echo "not ok - watchdog: $name still running after $limit s (SHOAL_TEST_TIMEOUT): killed"
