@@ -5,7 +5,9 @@
  * that a send completes only once the receiver has read it, that an unreadable sender buffer
  * fails the receive and (its FIN says why) the send with SHOAL_ERR_PROTOCOL, and that ranks
  * fall back to UCX's rendezvous when one side turns the path off (SHOAL_UCX_CMA=n) or below
- * SHOAL_UCX_CMA_MIN. Children record results in a shared table, the parent prints TAP; every
+ * SHOAL_UCX_CMA_MIN; and that below SHOAL_UCX_CMA_MIN a same-host send completes before its
+ * receive is posted (UCX's fast local completion: eager) unless SHOAL_UCX_FAST_CMPL=n, when
+ * UCX's rendezvous waits for the receiver. Children record results in a shared table, the parent prints TAP; every
  * child runs under alarm() and the parent SIGKILLs what is left at the deadline. */
 #include "core/tl.h"
 #include "tests/tap.h"
@@ -388,6 +390,79 @@ static void body_derived(child_t *c)
     }
 }
 
+/* ---- groups "fast completion" (default) and "no fast completion" (sender's
+ * SHOAL_UCX_FAST_CMPL=n): a payload below SHOAL_UCX_CMA_MIN (1M here) to a rank of this host -- */
+
+/* Rank 0 sends len bytes, rank 1 posts its receive 500 ms after the barrier; rank 0 looks at its
+ * send after 300 ms: with fast completion UCX copied it eagerly (done before the receive was
+ * posted); without, UCX's rendezvous waits for the receiver. Both must arrive intact. */
+static void early_send(child_t *c, int k, size_t len, int want_early)
+{
+    uint8_t *buf = malloc(len);
+    shoal_tl_req_t req = {.hdr = hdr_make(c, 10 + (uint32_t)k, 0, len), .buf = buf}, *rp = &req;
+    shoal_status_t st;
+
+    pthread_barrier_wait(&c->sh->bar);
+    if (buf == NULL) {
+        rec(c, k, 0, "malloc");
+    } else if (c->rank == 0) {
+        tap_fill(buf, len, 77 + (uint64_t)k);
+        st = c->ops->isend(c->ep, &req);
+        progress_for(c, 300);
+        int early = req.done;
+        int w = st == SHOAL_OK ? wait_reqs(c, &rp, 1, 10000) : -1;
+        rec(c, k, st == SHOAL_OK && early == want_early && w == 0 && req.status == SHOAL_OK,
+            "%zu-byte send %s before the receive was posted (want %s), %s afterwards (%s)", len,
+            early ? "done" : "pending", want_early ? "done" : "pending",
+            w == 0 ? "done" : "not done", shoal_status_name(req.status));
+    } else {
+        usleep(500 * 1000);
+        memset(buf, 0, len);
+        uint64_t r0 = c->ctx->cma_reads;
+        st = c->ops->irecv(c->ep, &req);
+        int w = st == SHOAL_OK ? wait_reqs(c, &rp, 1, 10000) : -1;
+        rec(c, k, w == 0 && req.status == SHOAL_OK && tap_check_fill(buf, len, 77 + (uint64_t)k) &&
+                      c->ctx->cma_reads == r0,
+            "late %zu-byte receive: %s, %s, %llu single-copy read(s)", len,
+            w == 0 ? "done" : "not done", shoal_status_name(req.status),
+            (unsigned long long)(c->ctx->cma_reads - r0));
+    }
+    free(buf);
+    pthread_barrier_wait(&c->sh->bar);
+}
+
+static void body_fast(child_t *c, int fast)
+{
+    uint64_t reads = 0;
+
+    shoal_ucx_config.cma_min = MIB;
+    shoal_ucx_config.inline_max = 4096;
+    if (c->rank == 0) {
+        shoal_ucx_config.fast_cmpl = fast; /* a sender-side choice */
+    }
+    if (child_connect(c) != 0) {
+        return;
+    }
+    rec(c, 0, c->ep->fast_cmpl == (c->rank == 0 ? fast : 1), "fast completion toward the peer %s",
+        c->ep->fast_cmpl ? "on" : "off");
+    early_send(c, 1, 32 * 1024, fast);
+    early_send(c, 2, 200 * 1024, fast);
+    if (exchange(c, 3, 36, size_mixed, 1, &reads) == 0) {
+        rec(c, 3, 1, "36 mixed messages intact and in order, %llu read by single copy",
+            (unsigned long long)reads);
+    }
+}
+
+static void body_fast_on(child_t *c)
+{
+    body_fast(c, 1);
+}
+
+static void body_fast_off(child_t *c)
+{
+    body_fast(c, 0);
+}
+
 static const group_t groups[] = {
     {"single copy",
      {"both directions use single copy", "mixed sizes intact, large ones read by single copy",
@@ -406,6 +481,18 @@ static const group_t groups[] = {
      {"a derived SHOAL_UCX_CMA_MIN (1M, from core's sizes) wins over the variable's 0: "
       "smaller payloads through UCX", NULL},
      body_derived},
+    {"fast completion",
+     {"on by default toward a rank of this host",
+      "a 32 KiB send completes before the receive is posted (eager, UCX's FIFO)",
+      "a 200 KiB send completes before the receive is posted (below UCX's nbr limit, 256k)",
+      "mixed sizes intact and in order", NULL},
+     body_fast_on},
+    {"no fast completion",
+     {"SHOAL_UCX_FAST_CMPL=n on the sender turns it off there",
+      "a 32 KiB send waits for the receiver (UCX's rendezvous)",
+      "a 200 KiB send waits for the receiver (UCX's rendezvous)",
+      "mixed sizes intact and in order", NULL},
+     body_fast_off},
 };
 
 static void run_group(const shoal_tl_ops_t *ops, const group_t *g, uint32_t comm_id)

@@ -94,6 +94,7 @@ typedef struct {
     const char *library;   /* SHOAL_UCX_LIBRARY: libucp, loaded at first use (ucx_dl.c) */
     int cma;               /* SHOAL_UCX_CMA: single-copy reads between same-host ranks */
     size_t cma_min;        /* SHOAL_UCX_CMA_MIN: smallest payload sent that way */
+    int fast_cmpl;         /* SHOAL_UCX_FAST_CMPL: same-host sends complete locally, eagerly */
     const char *sysfs_root; /* SHOAL_UCX_SYSFS_ROOT: where present() looks for RDMA ports */
 } shoal_ucx_config_t;
 
@@ -146,6 +147,8 @@ struct shoal_ep {
     void *close_req;                   /* outstanding ucp_ep_close_nbx */
     int local;                         /* same host: pidfd watched */
     int same_host;                     /* host ids equal (both sides agree): HELLO exchanged */
+    int fast_cmpl;                     /* same host and SHOAL_UCX_FAST_CMPL: sends ask UCX for
+                                        * fast local completion (eager below its nbr limit) */
     int pidfd;                         /* -1: none (fallback kill(pid, 0)) */
     uint32_t pid;
     size_t inline_max;                 /* min of both sides */

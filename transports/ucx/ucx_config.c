@@ -7,6 +7,7 @@
 shoal_ucx_config_t shoal_ucx_config = {
     .inline_max = 8192,
     .cma = 1,
+    .fast_cmpl = 1,
 };
 
 static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
@@ -15,8 +16,10 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .dflt = "8k",
         .doc = "ucx messages with at most this many payload bytes travel in one eager message "
                "with their header (copied once on each side); larger ones send the payload "
-               "zero-copy from the caller's buffer as a second message (UCX rendezvous); both "
-               "sides use the smaller of their values; unset: 8k x the copy rate in L2 / 55 GB/s, "
+               "from the caller's buffer as a second message (eager or rendezvous, as UCX "
+               "chooses; between ranks of one host see SHOAL_UCX_FAST_CMPL and SHOAL_UCX_CMA); "
+               "both sides use the smaller of their values; unset: 8k x the copy rate in L2 / 55 "
+               "GB/s, "
                "a power of two within 2k..64k (SHOAL_TUNE)",
         .offset = offsetof(shoal_ucx_config_t, inline_max),
         .type = SHOAL_CFG_SIZE,
@@ -46,6 +49,20 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .offset = offsetof(shoal_ucx_config_t, cma_min),
         .type = SHOAL_CFG_SIZE,
         .flags = SHOAL_CFG_F_DERIVED,
+    },
+    {
+        .name = "UCX_FAST_CMPL",
+        .dflt = "y",
+        .doc = "toward a rank of this host, ucx sends ask UCX for fast local completion "
+               "(UCP_OP_ATTR_FLAG_FAST_CMPL, as Open MPI's pml ucx does for a blocking "
+               "MPI_Send): UCX then copies a payload eagerly through its shared-memory FIFO up "
+               "to UCX_RNDV_SEND_NBR_THRESH (256k unless set) instead of starting a rendezvous "
+               "above about 8 KiB, whose request and reply travel through the same FIFO before "
+               "the data (these endpoints have no zero-copy lane). Payloads of at least "
+               "SHOAL_UCX_CMA_MIN are read by single copy either way; n = UCX's default "
+               "thresholds",
+        .offset = offsetof(shoal_ucx_config_t, fast_cmpl),
+        .type = SHOAL_CFG_BOOL,
     },
     {
         .name = "UCX_LIBRARY",

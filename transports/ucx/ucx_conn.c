@@ -256,6 +256,7 @@ static shoal_status_t shoal_ucx_ep_setup(shoal_tl_ctx_t *ctx, int idx, int peer,
     ep->pid = a->pid;
     ep->local = a->host_id == shoal_host_id();
     ep->same_host = ep->local;
+    ep->fast_cmpl = ep->same_host && shoal_ucx_config.fast_cmpl;
     ep->peer_cma_addr = a->cma_addr;
     ep->status = SHOAL_OK;
     ep->inline_max = SHOAL_MIN(ctx->inline_max, (size_t)a->inline_max);

@@ -140,7 +140,11 @@ static void shoal_ucx_send(shoal_ep_t *ep, shoal_ucx_slot_t *s, const void *buf,
         .cb.send = shoal_ucx_tx_cb,
         .user_data = s,
     };
-    void *r = ucp_tag_send_nbx(ep->uep, buf, len, shoal_ucx_tag(ep->tx_tag, kind), &p);
+    void *r;
+    if (ep->fast_cmpl) {
+        p.op_attr_mask |= UCP_OP_ATTR_FLAG_FAST_CMPL; /* see SHOAL_UCX_FAST_CMPL */
+    }
+    r = ucp_tag_send_nbx(ep->uep, buf, len, shoal_ucx_tag(ep->tx_tag, kind), &p);
     if (UCS_PTR_IS_ERR(r)) {
         if (s->ucs == UCS_OK) {
             s->ucs = UCS_PTR_STATUS(r);
