@@ -6,8 +6,8 @@
  * fails the receive and (its FIN says why) the send with SHOAL_ERR_PROTOCOL, and that ranks
  * fall back to UCX's rendezvous when one side turns the path off (SHOAL_UCX_CMA=n) or below
  * SHOAL_UCX_CMA_MIN; and that below SHOAL_UCX_CMA_MIN a same-host send completes before its
- * receive is posted (UCX's fast local completion: eager) unless SHOAL_UCX_FAST_CMPL=n, when
- * UCX's rendezvous waits for the receiver. Children record results in a shared table, the parent prints TAP; every
+ * receive is posted (UCX's fast local completion: eager, header and payload in one message)
+ * unless SHOAL_UCX_FAST_CMPL=n, when UCX's rendezvous waits for the receiver. Children record results in a shared table, the parent prints TAP; every
  * child runs under alarm() and the parent SIGKILLs what is left at the deadline. */
 #include "core/tl.h"
 #include "tests/tap.h"
@@ -395,7 +395,8 @@ static void body_derived(child_t *c)
 
 /* Rank 0 sends len bytes, rank 1 posts its receive 500 ms after the barrier; rank 0 looks at its
  * send after 300 ms: with fast completion UCX copied it eagerly (done before the receive was
- * posted); without, UCX's rendezvous waits for the receiver. Both must arrive intact. */
+ * posted), header and payload in one message; without, the header goes alone and UCX's
+ * rendezvous of the payload waits for the receiver. Both must arrive intact. */
 static void early_send(child_t *c, int k, size_t len, int want_early)
 {
     uint8_t *buf = malloc(len);
@@ -418,14 +419,17 @@ static void early_send(child_t *c, int k, size_t len, int want_early)
     } else {
         usleep(500 * 1000);
         memset(buf, 0, len);
-        uint64_t r0 = c->ctx->cma_reads;
+        uint64_t r0 = c->ctx->cma_reads, w0 = c->ctx->whole_rx;
         st = c->ops->irecv(c->ep, &req);
         int w = st == SHOAL_OK ? wait_reqs(c, &rp, 1, 10000) : -1;
+        uint64_t whole = c->ctx->whole_rx - w0;
         rec(c, k, w == 0 && req.status == SHOAL_OK && tap_check_fill(buf, len, 77 + (uint64_t)k) &&
-                      c->ctx->cma_reads == r0,
-            "late %zu-byte receive: %s, %s, %llu single-copy read(s)", len,
+                      c->ctx->cma_reads == r0 && whole == (uint64_t)want_early,
+            "late %zu-byte receive: %s, %s, %llu single-copy read(s), %s (want %s)", len,
             w == 0 ? "done" : "not done", shoal_status_name(req.status),
-            (unsigned long long)(c->ctx->cma_reads - r0));
+            (unsigned long long)(c->ctx->cma_reads - r0),
+            whole ? "one message with its header" : "header, then the payload",
+            want_early ? "one message" : "two");
     }
     free(buf);
     pthread_barrier_wait(&c->sh->bar);
@@ -450,6 +454,44 @@ static void body_fast(child_t *c, int fast)
     if (exchange(c, 3, 36, size_mixed, 1, &reads) == 0) {
         rec(c, 3, 1, "36 mixed messages intact and in order, %llu read by single copy",
             (unsigned long long)reads);
+    }
+}
+
+/* ---- group "tiny inline limit": SHOAL_UCX_INLINE_MAX=8, so payloads as long as a single-copy
+ * descriptor (16 B) and the ones around it are above the limit ------------------------------ */
+
+static size_t size_tiny(int k)
+{
+    static const size_t sizes[] = {15, 16, 17, 100, MIB, 8};
+    return sizes[k % 6];
+}
+
+static void body_tiny(child_t *c)
+{
+    uint64_t reads = 0, w0;
+
+    shoal_ucx_config.inline_max = 8;
+    shoal_ucx_config.cma_min = MIB;
+    if (child_connect(c) != 0) {
+        return;
+    }
+    w0 = c->ctx->whole_rx;
+    if (exchange(c, 0, 24, size_tiny, 1, &reads) == 0) {
+        /* per 6: 17 and 100 B in one message; 15 and 16 B (not longer than a descriptor)
+         * header then payload; 1 MiB by single copy (its descriptor received into the
+         * caller's buffer); 8 B inline */
+        rec(c, 0, reads == 4 && c->ctx->whole_rx - w0 == 8, "24 messages intact and in "
+            "order, %llu read by single copy (want 4), %llu in one message with their header "
+            "(want 8)", (unsigned long long)reads, (unsigned long long)(c->ctx->whole_rx - w0));
+    }
+    /* every payload above the limit by single copy: descriptors into slots and into the
+     * callers' buffers */
+    c->ctx->cma_min = 0;
+    w0 = c->ctx->whole_rx;
+    if (exchange(c, 1, 24, size_tiny, 2, &reads) == 0) {
+        rec(c, 1, reads == 20 && c->ctx->whole_rx == w0, "24 messages intact and in order, "
+            "%llu read by single copy (want 20), %llu in one message with their header "
+            "(want 0)", (unsigned long long)reads, (unsigned long long)(c->ctx->whole_rx - w0));
     }
 }
 
@@ -483,16 +525,24 @@ static const group_t groups[] = {
      body_derived},
     {"fast completion",
      {"on by default toward a rank of this host",
-      "a 32 KiB send completes before the receive is posted (eager, UCX's FIFO)",
-      "a 200 KiB send completes before the receive is posted (below UCX's nbr limit, 256k)",
+      "a 32 KiB send completes before the receive is posted (eager, UCX's FIFO), in one "
+      "message with its header",
+      "a 200 KiB send completes before the receive is posted (below UCX's nbr limit, 256k), "
+      "in one message with its header",
       "mixed sizes intact and in order", NULL},
      body_fast_on},
     {"no fast completion",
      {"SHOAL_UCX_FAST_CMPL=n on the sender turns it off there",
-      "a 32 KiB send waits for the receiver (UCX's rendezvous)",
-      "a 200 KiB send waits for the receiver (UCX's rendezvous)",
+      "a 32 KiB send waits for the receiver (UCX's rendezvous), its header apart",
+      "a 200 KiB send waits for the receiver (UCX's rendezvous), its header apart",
       "mixed sizes intact and in order", NULL},
      body_fast_off},
+    {"tiny inline limit",
+     {"SHOAL_UCX_INLINE_MAX=8: 15, 16, 17 and 100 B, 1 MiB and 8 B intact and in order; "
+      "payloads not longer than a single-copy descriptor go apart from their header",
+      "SHOAL_UCX_CMA_MIN=0: the same by single copy, descriptors of short payloads included",
+      NULL},
+     body_tiny},
 };
 
 static void run_group(const shoal_tl_ops_t *ops, const group_t *g, uint32_t comm_id)

@@ -138,6 +138,8 @@ typedef struct shoal_ucx_slot {
                                 * payload), or -1: the FIN was malformed */
     uint8_t fin[SHOAL_UCX_CTL_BYTES]; /* tx: FIN received; rx: FIN sent */
     uint8_t *buf;              /* SHOAL_WIRE_HDR_BYTES + max(inline_max, CMA descriptor) */
+    int whole;                 /* rx: the HDR receive also takes the payload (iov) */
+    ucp_dt_iov_t iov[2];       /* header in buf, payload in the caller's buffer */
 } shoal_ucx_slot_t;
 
 struct shoal_ep {
@@ -230,6 +232,7 @@ struct shoal_tl_ctx {
     uint8_t *slot_mem;                 /* all slot buffers of all endpoints */
     size_t slot_bytes;                 /* bytes of one slot buffer */
     uint64_t cma_reads, cma_bytes;     /* payloads read from peers (tests, tracing) */
+    uint64_t whole_rx;                 /* payloads that came in one message with their header */
     /* Who failed first, as far as this rank saw (-1: nobody yet): the culprit named by the
      * first abort notice, else the first same-host peer seen gone. A peer that exited
      * without a notice reaching us is reported with it: it most likely exited because of

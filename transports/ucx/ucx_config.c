@@ -17,7 +17,8 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .doc = "ucx messages with at most this many payload bytes travel in one eager message "
                "with their header (copied once on each side); larger ones send the payload "
                "from the caller's buffer as a second message (eager or rendezvous, as UCX "
-               "chooses; between ranks of one host see SHOAL_UCX_FAST_CMPL and SHOAL_UCX_CMA); "
+               "chooses; between ranks of one host one message with the header, or a single "
+               "copy: SHOAL_UCX_FAST_CMPL, SHOAL_UCX_CMA); "
                "both sides use the smaller of their values; unset: 8k x the copy rate in L2 / 55 "
                "GB/s, "
                "a power of two within 2k..64k (SHOAL_TUNE)",
@@ -58,9 +59,12 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
                "MPI_Send): UCX then copies a payload eagerly through its shared-memory FIFO up "
                "to UCX_RNDV_SEND_NBR_THRESH (256k unless set) instead of starting a rendezvous "
                "above about 8 KiB, whose request and reply travel through the same FIFO before "
-               "the data (these endpoints have no zero-copy lane). Payloads of at least "
-               "SHOAL_UCX_CMA_MIN are read by single copy either way; n = UCX's default "
-               "thresholds",
+               "the data (these endpoints have no zero-copy lane); and a payload above "
+               "SHOAL_UCX_INLINE_MAX travels in one message with its header, gathered from both "
+               "buffers (the receiver scatters it into its header slot and the caller's "
+               "buffer, then checks the header). Payloads of at least SHOAL_UCX_CMA_MIN are "
+               "read by single copy either way; n = UCX's default thresholds, header and "
+               "payload apart",
         .offset = offsetof(shoal_ucx_config_t, fast_cmpl),
         .type = SHOAL_CFG_BOOL,
     },

@@ -144,6 +144,10 @@ static void shoal_ucx_send(shoal_ep_t *ep, shoal_ucx_slot_t *s, const void *buf,
     if (ep->fast_cmpl) {
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FAST_CMPL; /* see SHOAL_UCX_FAST_CMPL */
     }
+    if (buf == s->iov) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = ucp_dt_make_iov();
+    }
     r = ucp_tag_send_nbx(ep->uep, buf, len, shoal_ucx_tag(ep->tx_tag, kind), &p);
     if (UCS_PTR_IS_ERR(r)) {
         if (s->ucs == UCS_OK) {
@@ -180,6 +184,17 @@ static void shoal_ucx_fin_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s)
     }
 }
 
+/* A payload of len bytes above the inline limit may travel in one message with its header,
+ * and every receive of one is posted for that (an iov: the header into the slot, the payload
+ * into the caller's buffer). The receiver tells the three kinds of message apart by their
+ * length: the header alone (the payload follows as DATA), the header and a single-copy
+ * descriptor (which lands in the caller's buffer), the header and the payload. So the
+ * caller's buffer must be longer than a descriptor; shorter payloads go as DATA. */
+static int shoal_ucx_whole_len(const shoal_ep_t *ep, uint64_t len)
+{
+    return len > ep->inline_max && len > SHOAL_UCX_CMA_DESC_BYTES;
+}
+
 static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     shoal_ucx_slot_t *s = &ep->tx[(ep->tx_head + ep->tx_count) % SHOAL_UCX_SLOTS];
@@ -211,6 +226,11 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
         if (s->ucs == UCS_OK) {
             shoal_ucx_fin_recv(ep, s);
         }
+    } else if (ep->fast_cmpl && shoal_ucx_whole_len(ep, len)) {
+        /* one message, gathered from the header and the caller's buffer (see below) */
+        s->iov[0] = (ucp_dt_iov_t){.buffer = s->buf, .length = SHOAL_WIRE_HDR_BYTES};
+        s->iov[1] = (ucp_dt_iov_t){.buffer = req->buf, .length = len};
+        shoal_ucx_send(ep, s, s->iov, 2, SHOAL_UCX_TAG_HDR);
     } else {
         shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES, SHOAL_UCX_TAG_HDR);
         if (s->ucs == UCS_OK) {
@@ -241,6 +261,10 @@ static void shoal_ucx_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s, void *buf, size_
     s->ucx_req = NULL;
     s->cancelled = 0;
     s->ucs = UCS_OK;
+    if (buf == s->iov) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = ucp_dt_make_iov();
+    }
     r = ucp_tag_recv_nbx(ep->ctx->worker, buf, len, shoal_ucx_tag(ep->rx_tag, kind),
                          (ucp_tag_t)-1, &p);
     if (UCS_PTR_IS_ERR(r)) {
@@ -259,6 +283,13 @@ static void shoal_ucx_rx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     ep->rx_count++;
     s->req = req;
     s->state = SHOAL_UCX_SLOT_HDR;
+    s->whole = shoal_ucx_whole_len(ep, req->hdr.length);
+    if (s->whole) {
+        s->iov[0] = (ucp_dt_iov_t){.buffer = s->buf, .length = SHOAL_WIRE_HDR_BYTES};
+        s->iov[1] = (ucp_dt_iov_t){.buffer = req->buf, .length = req->hdr.length};
+        shoal_ucx_recv(ep, s, s->iov, 2, SHOAL_UCX_TAG_HDR);
+        return;
+    }
     shoal_ucx_recv(ep, s, s->buf, ep->ctx->slot_bytes, SHOAL_UCX_TAG_HDR);
 }
 
@@ -403,7 +434,10 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
     shoal_ucx_ep_cancel_reqs(ep);
     for (int i = 0; i < ep->rx_count && !ep->ctx->quarantined; i++) {
         shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS];
-        if (s->ucx_req != NULL && s->state == SHOAL_UCX_SLOT_DATA) {
+        /* A receive into the caller's buffer that the cancel did not end (its callback runs
+         * at once for one still waiting to be matched) is matched, and UCX may still write. */
+        if (s->ucx_req != NULL &&
+            (s->state == SHOAL_UCX_SLOT_DATA || (s->state == SHOAL_UCX_SLOT_HDR && s->whole))) {
             shoal_warn(UCX, "peer %d: a matched %llu-byte receive cannot be cancelled: "
                        "the ucx context stops progressing", ep->peer,
                        s->req != NULL ? (unsigned long long)s->req->hdr.length : 0ull);
@@ -742,15 +776,27 @@ static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *fail
     shoal_tl_req_t *req = s->req;
     uint64_t len = req->hdr.length;
     uint64_t cma_addr;
+    size_t rlen = s->rlen;
     shoal_status_t st;
     char why[160];
-    int culprit;
+    int culprit, whole = 0;
 
     *failed_p = 1;
     if (s->ucs != UCS_OK) {
         return shoal_ucx_ep_ucs_error(ep, "receive", s->ucs);
     }
-    st = shoal_ucx_hdr_check(&req->hdr, s->buf, s->rlen, ep->inline_max, ep->cma_rx, &cma_addr,
+    if (s->whole) {
+        /* The receive put the header in the slot and what followed it in the caller's
+         * buffer: the payload (one message), nothing (the payload follows as DATA), or a
+         * single-copy descriptor, which goes back behind the header to be checked. */
+        if (rlen == SHOAL_WIRE_HDR_BYTES + len) {
+            rlen = SHOAL_WIRE_HDR_BYTES;
+            whole = 1;
+        } else if (rlen == SHOAL_WIRE_HDR_BYTES + SHOAL_UCX_CMA_DESC_BYTES) {
+            memcpy(s->buf + SHOAL_WIRE_HDR_BYTES, req->buf, SHOAL_UCX_CMA_DESC_BYTES);
+        }
+    }
+    st = shoal_ucx_hdr_check(&req->hdr, s->buf, rlen, ep->inline_max, ep->cma_rx, &cma_addr,
                              why, sizeof(why), &culprit);
     if (st != SHOAL_OK) {
         return shoal_ucx_ep_error(ep, st, culprit, "peer %d: %s", ep->peer, why);
@@ -763,6 +809,10 @@ static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *fail
         if (len > 0) {
             memcpy(req->buf, s->buf + SHOAL_WIRE_HDR_BYTES, len);
         }
+        s->state = SHOAL_UCX_SLOT_DONE;
+        s->rlen = len;
+    } else if (whole) {
+        ep->ctx->whole_rx++;
         s->state = SHOAL_UCX_SLOT_DONE;
         s->rlen = len;
     } else {
