@@ -18,10 +18,9 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
                "with their header (copied once on each side); larger ones send the payload "
                "from the caller's buffer as a second message (eager or rendezvous, as UCX "
                "chooses; between ranks of one host one message with the header, or a single "
-               "copy: SHOAL_UCX_FAST_CMPL, SHOAL_UCX_CMA); "
-               "both sides use the smaller of their values; unset: 8k x the copy rate in L2 / 55 "
-               "GB/s, "
-               "a power of two within 2k..64k (SHOAL_TUNE)",
+               "copy: SHOAL_UCX_FAST_CMPL, SHOAL_UCX_CMA); both sides use the smaller of their "
+               "values; unset: 8k x the copy rate in L2 / 55 GB/s, a power of two within "
+               "2k..64k (SHOAL_TUNE)",
         .offset = offsetof(shoal_ucx_config_t, inline_max),
         .type = SHOAL_CFG_SIZE,
         .flags = SHOAL_CFG_F_DERIVED,
