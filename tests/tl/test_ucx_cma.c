@@ -4,11 +4,13 @@
  * that the data arrives intact and in order mixed with inline and UCX-rendezvous messages,
  * that a send completes only once the receiver has read it, that an unreadable sender buffer
  * fails the receive and (its FIN says why) the send with SHOAL_ERR_PROTOCOL, and that ranks
- * fall back to UCX's rendezvous when one side turns the path off (SHOAL_UCX_CMA=n) or below
- * SHOAL_UCX_CMA_MIN; and that below SHOAL_UCX_CMA_MIN a same-host send completes before its
- * receive is posted (UCX's fast local completion: eager, header and payload in one message)
- * unless SHOAL_UCX_FAST_CMPL=n, when UCX's rendezvous waits for the receiver. Children record results in a shared table, the parent prints TAP; every
- * child runs under alarm() and the parent SIGKILLs what is left at the deadline. */
+ * fall back to UCX when one side turns the path off (SHOAL_UCX_CMA=n) or below
+ * SHOAL_UCX_CMA_MIN; and that there a same-host send completes before its receive is posted
+ * (UCX's fast local completion: eager, header and payload in one message) unless
+ * SHOAL_UCX_FAST_CMPL=n, when UCX's rendezvous waits for the receiver; payloads not longer
+ * than a single-copy descriptor go apart from their header. Children record results in a
+ * shared table, the parent prints TAP; every child runs under alarm() and the parent SIGKILLs
+ * what is left at the deadline. */
 #include "core/tl.h"
 #include "tests/tap.h"
 #include "transports/ucx/ucx.h"
@@ -513,7 +515,7 @@ static const group_t groups[] = {
      body_cma},
     {"one side off",
      {"SHOAL_UCX_CMA=n on one rank turns both directions off",
-      "mixed sizes intact through UCX's rendezvous", NULL},
+      "mixed sizes intact through UCX", NULL},
      body_off},
     {"threshold",
      {"both directions use single copy", "SHOAL_UCX_CMA_MIN=1M: smaller payloads through UCX, "
