@@ -43,8 +43,9 @@ typedef struct {
     shoal_comm_t comm;
     int rank;
     int nranks;
-    volatile int in_call;   /* main thread is inside shoal_allreduce */
-    volatile int calls;     /* calls completed */
+    /* written by the main thread, read by the victim's helper thread: atomic accesses */
+    int in_call;            /* main thread is inside shoal_allreduce */
+    int calls;              /* calls completed */
     double abort_at;        /* when shoal_comm_abort was called */
 } kill_ctx_t;
 
@@ -68,11 +69,11 @@ static void *kill_victim_thread(void *arg)
 {
     kill_ctx_t *k = arg;
     double give_up = kill_now_ms() + 20000;
-    while (k->calls < 3 && kill_now_ms() < give_up) {
+    while (__atomic_load_n(&k->calls, __ATOMIC_RELAXED) < 3 && kill_now_ms() < give_up) {
         kill_sleep_ms(5);
     }
     kill_sleep_ms(50 + (int)(getpid() % 100));
-    while (!k->in_call && kill_now_ms() < give_up) {
+    while (!__atomic_load_n(&k->in_call, __ATOMIC_RELAXED) && kill_now_ms() < give_up) {
         sched_yield();
     }
     kill(getpid(), SIGKILL);
@@ -103,10 +104,10 @@ static int kill_mode_kill(kill_ctx_t *k, size_t count)
     }
     while (st == SHOAL_OK && kill_now_ms() - start < KILL_LOOP_LIMIT_MS) {
         t0 = kill_now_ms();
-        k->in_call = 1;
+        __atomic_store_n(&k->in_call, 1, __ATOMIC_RELAXED);
         st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
-        k->in_call = 0;
-        k->calls++;
+        __atomic_store_n(&k->in_call, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&k->calls, k->calls + 1, __ATOMIC_RELAXED);
     }
     ms = kill_now_ms() - t0;
     why = shoal_comm_last_error(k->comm);
