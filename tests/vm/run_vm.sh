@@ -10,7 +10,7 @@
 #   make -C build-vm test-suite.log TESTS=tests/vm/run_vm.sh TEST_LOGS=tests/vm/run_vm.log
 # or simply tests/vm/run_vm.sh (top_builddir defaults to build-vm, configured if missing).
 # Environment: top_builddir, SHOAL_VM_CACHE (the image cache, see vm.sh), VM_TIMEOUT
-# (seconds for the whole VM run, default 1200), VM_SECTIONS (guest_ib.sh sections; default
+# (seconds for the whole VM run, default 1400), VM_SECTIONS (guest_ib.sh sections; default
 # all but perf, "all" for every one), MP_FULL=1 (the full collective sweeps, by hand),
 # VM_ICOUNT (qemu -icount shift, see vm.sh SHOAL_VM_ICOUNT; default 3 when the sections are
 # just perf, so that the measurement does not depend on the host's load; "" for none).
@@ -93,7 +93,7 @@ fi
 icount=${VM_ICOUNT-}
 [ -z "${VM_ICOUNT+set}" ] && [ "$sections" = perf ] && icount=3
 t0=$SECONDS
-SHOAL_VM_ICOUNT=$icount "$top/tests/vm/vm.sh" run -t "${VM_TIMEOUT:-1200}" "${share[@]}" -- \
+SHOAL_VM_ICOUNT=$icount "$top/tests/vm/vm.sh" run -t "${VM_TIMEOUT:-1400}" "${share[@]}" -- \
     "top_srcdir=$top top_builddir=$(cd "$bdir" && pwd) VM_SECTIONS='$sections' MP_FULL='${MP_FULL:-0}' $genv" \
     "bash $top/tests/vm/guest_ib.sh"
 rc=$?
