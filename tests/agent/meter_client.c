@@ -62,7 +62,8 @@ static int mc_memfd(size_t size, int seal)
     return fd;
 }
 
-static void mc_send(int s, const void *buf, size_t len, const int *fds, int nfds)
+/* 0 when the whole message went, else -1. */
+static int mc_send_try(int s, const void *buf, size_t len, const int *fds, int nfds)
 {
     union {
         char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -82,7 +83,12 @@ static void mc_send(int s, const void *buf, size_t len, const int *fds, int nfds
         c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
         memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
     }
-    if (sendmsg(s, &msg, MSG_NOSIGNAL) != (ssize_t)len)
+    return sendmsg(s, &msg, MSG_NOSIGNAL) == (ssize_t)len ? 0 : -1;
+}
+
+static void mc_send(int s, const void *buf, size_t len, const int *fds, int nfds)
+{
+    if (mc_send_try(s, buf, len, fds, nfds) != 0)
         mc_die("sendmsg");
 }
 
@@ -197,8 +203,10 @@ static void mc_hold(shoal_meter_page_t *pg, int *s_p, const struct sockaddr_un *
         if (*s_p < 0 && rereg) {
             *s_p = mc_connect(sa);
             if (*s_p >= 0) {
-                mc_send(*s_p, msg, len, &fd, 1);
-                if (mc_reply(*s_p, &rep) != 0 || rep.status != 0) {
+                /* A connect in the moment the old agent dies can land in its listener's
+                 * backlog and be reset: the send fails, and the next round tries again. */
+                if (mc_send_try(*s_p, msg, len, &fd, 1) != 0 || mc_reply(*s_p, &rep) != 0 ||
+                    rep.status != 0) {
                     close(*s_p);
                     *s_p = -1;
                 } else {
