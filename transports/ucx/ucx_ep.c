@@ -144,7 +144,7 @@ static void shoal_ucx_send(shoal_ep_t *ep, shoal_ucx_slot_t *s, const void *buf,
     if (ep->fast_cmpl) {
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FAST_CMPL; /* see SHOAL_UCX_FAST_CMPL */
     }
-    if (buf == s->iov) {
+    if (buf == s->iov) { /* len is then the iov's 2 entries (shoal_ucx_slot_iov) */
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         p.datatype = ucp_dt_make_iov();
     }
@@ -195,6 +195,14 @@ static int shoal_ucx_whole_len(const shoal_ep_t *ep, uint64_t len)
     return len > ep->inline_max && len > SHOAL_UCX_CMA_DESC_BYTES;
 }
 
+/* The slot's iov: its header buffer, then len bytes at buf (the caller's). */
+static ucp_dt_iov_t *shoal_ucx_slot_iov(shoal_ucx_slot_t *s, void *buf, size_t len)
+{
+    s->iov[0] = (ucp_dt_iov_t){.buffer = s->buf, .length = SHOAL_WIRE_HDR_BYTES};
+    s->iov[1] = (ucp_dt_iov_t){.buffer = buf, .length = len};
+    return s->iov;
+}
+
 static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
     shoal_ucx_slot_t *s = &ep->tx[(ep->tx_head + ep->tx_count) % SHOAL_UCX_SLOTS];
@@ -228,9 +236,7 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
         }
     } else if (ep->fast_cmpl && shoal_ucx_whole_len(ep, len)) {
         /* one message, gathered from the header and the caller's buffer (see below) */
-        s->iov[0] = (ucp_dt_iov_t){.buffer = s->buf, .length = SHOAL_WIRE_HDR_BYTES};
-        s->iov[1] = (ucp_dt_iov_t){.buffer = req->buf, .length = len};
-        shoal_ucx_send(ep, s, s->iov, 2, SHOAL_UCX_TAG_HDR);
+        shoal_ucx_send(ep, s, shoal_ucx_slot_iov(s, req->buf, len), 2, SHOAL_UCX_TAG_HDR);
     } else {
         shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES, SHOAL_UCX_TAG_HDR);
         if (s->ucs == UCS_OK) {
@@ -261,7 +267,7 @@ static void shoal_ucx_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s, void *buf, size_
     s->ucx_req = NULL;
     s->cancelled = 0;
     s->ucs = UCS_OK;
-    if (buf == s->iov) {
+    if (buf == s->iov) { /* len is then the iov's 2 entries (shoal_ucx_slot_iov) */
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         p.datatype = ucp_dt_make_iov();
     }
@@ -285,9 +291,8 @@ static void shoal_ucx_rx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     s->state = SHOAL_UCX_SLOT_HDR;
     s->whole = shoal_ucx_whole_len(ep, req->hdr.length);
     if (s->whole) {
-        s->iov[0] = (ucp_dt_iov_t){.buffer = s->buf, .length = SHOAL_WIRE_HDR_BYTES};
-        s->iov[1] = (ucp_dt_iov_t){.buffer = req->buf, .length = req->hdr.length};
-        shoal_ucx_recv(ep, s, s->iov, 2, SHOAL_UCX_TAG_HDR);
+        shoal_ucx_recv(ep, s, shoal_ucx_slot_iov(s, req->buf, req->hdr.length), 2,
+                       SHOAL_UCX_TAG_HDR);
         return;
     }
     shoal_ucx_recv(ep, s, s->buf, ep->ctx->slot_bytes, SHOAL_UCX_TAG_HDR);
