@@ -17,8 +17,9 @@
 
 /* The pacer's clock in ns: the meter's TSC where it is invariant (a clock_gettime costs 2-3
  * times as much), chosen once per pacer so that its times never mix two clocks. */
-static inline uint64_t shoal_qos_pace_now(const shoal_qos_pacer_t *p)
+static inline uint64_t shoal_qos_pace_now(shoal_qos_pacer_t *p)
 {
+    p->clock_reads++;
     return p->tsc ? shoal_meter_ticks_ns(shoal_meter_ticks()) : shoal_time_ns();
 }
 

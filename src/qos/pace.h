@@ -97,6 +97,7 @@ typedef struct shoal_qos_pacer {
     const int *abort_flag;
     int wait_timeout_ms;
     int tsc;                   /* its clock: the meter's TSC (1) or CLOCK_MONOTONIC (0) */
+    uint64_t clock_reads;      /* how often it read its clock (the Cost above, for the tests) */
     /* time held back, ns: *paced_ctr (the meter page's paced_ns, or own) */
     uint64_t paced_own;
     uint64_t *paced_ctr;

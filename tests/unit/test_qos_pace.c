@@ -82,21 +82,26 @@ static void test_bucket(void)
     shoal_qos_pace_destroy(p);
     prm.rate_max = 1ull << 50;
     shoal_qos_pace_create(&prm, &p);
-    /* The best of 5 rounds (a loaded machine preempts some): most takes read no clock
-     * (pace.h, Cost), a few ns; each one reading it cost 50-70 ns here. */
+    /* Most takes read no clock (pace.h, Cost): counted, not timed (a timed check failed
+     * under ASan on a loaded machine, 34.8 ns); the time is a diagnostic (the overhead
+     * itself is measured by perf/qos_bench.sh --mode overhead). */
+    const int takes = 200000;
     double best = 1e9;
+    uint64_t reads0 = p->clock_reads;
     for (int round = 0; round < 5; round++) {
         t0 = shoal_time_ns();
-        for (int i = 0; i < 200000; i++) {
+        for (int i = 0; i < takes; i++) {
             bad += shoal_qos_pace_take(p, 8, UINT64_MAX) != SHOAL_OK;
         }
         t1 = shoal_time_ns();
-        best = SHOAL_MIN(best, (double)(t1 - t0) / 2e5);
+        best = SHOAL_MIN(best, (double)(t1 - t0) / takes);
     }
-    tap_diag("a take without a wait: %.1f ns (best of 5 rounds of 200000)", best);
+    uint64_t reads = p->clock_reads - reads0;
+    tap_diag("a take without a wait: %.1f ns (best of 5 rounds of %d)", best, takes);
     tap_ok(bad == 0 && shoal_qos_pace_held_ns(p) == 0, "a rate never reached: never held back");
-    tap_ok(best < 25, "a take that need not wait costs %.1f ns (< 25: no clock read on most)",
-           best);
+    tap_ok(reads <= 5ull * takes / SHOAL_QOS_PACE_FAST + 5,
+           "%d takes that need not wait read the clock %llu times (at most one in %d)",
+           5 * takes, (unsigned long long)reads, SHOAL_QOS_PACE_FAST);
     shoal_qos_pace_destroy(p);
 }
 
