@@ -1,41 +1,76 @@
 #!/bin/bash
 # perf/gpu_check.sh: the one GPU check of the CUDA layer (issue 5), for the device machine
-# (one H200, 16 cores, CUDA 13, Open MPI, libnccl; autoconf/automake but maybe no libtool).
-# Builds out of tree, runs the IPC/stream-memop probe, the GPU tests, and measures; ends with
-# a short table. Budget: about 8 minutes. Never needs network.
+# (one H200, 16 cores, CUDA 13, Open MPI, libnccl; autoconf/automake but maybe no libtool,
+# maybe no OpenSSL headers). Builds out of tree, runs the IPC/stream-memop probe, the GPU
+# tests, and measures; ends with a short table. Budget: GPU_CHECK_BUDGET seconds (default
+# 480): a step that would not fit is skipped and says so. Never needs network.
 #
 # Prepare on the build machine (configure is generated there and carried, libtool not needed
-# on the device):
+# on the device; Debian 12's OpenSSL packages are unpacked there only where its own headers
+# are missing):
 #   ./autogen.sh                                 # once, if configure is missing
 #   mkdir -p .probe && cp ../shared/probes/ipc_probe.cu .probe/   # .probe/ is git-ignored
+#   (cd .probe && apt-get download libssl-dev libssl3)
 # Call through the device tool (timeout leaves room for one rerun of 15 min total):
 #   run(command="bash perf/gpu_check.sh", timeout_s=560,
 #       carry=["configure", "Makefile.in", "aclocal.m4", "config.h.in", "build-aux",
 #              "config/m4", ".probe"])
-# Outputs: stdout (the table at the end), and $OUT/gpu_check/ (logs) when $OUT is set.
+# Outputs: stdout (the table at the end), and $OUT/gpu_check.tgz (every log) when $OUT is set.
 #
 # Environment: GPU_CHECK_BUILD=dir reuses a configured build dir (default build-gpu, made
-# fresh); GPU_CHECK_QUICK=1 skips the MPI comparison and the 4-rank runs.
+# fresh); GPU_CHECK_QUICK=1 skips the MPI comparison and the 4-rank runs;
+# GPU_CHECK_BUILD_ONLY=1 stops after the build (for perf/gpu_share.sh).
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 bld=${GPU_CHECK_BUILD:-$src/build-gpu}
-logs=${OUT:-/tmp}/gpu_check
-mkdir -p "$logs"
+logs=/tmp/gpu_check
+rm -rf "$logs" && mkdir -p "$logs"
 t_start=$(date +%s)
+budget=${GPU_CHECK_BUDGET:-480}
 declare -A R
 
 say() { echo "== $(($(date +%s) - t_start))s: $*"; }
-# step NAME TIMEOUT CMD...: runs CMD with a timeout, output to $logs/NAME.log; returns rc.
+# The logs travel back as one file (the device tool returns at most 8).
+pack() { [ -n "${OUT:-}" ] && tar -C /tmp -czf "$OUT/gpu_check.tgz" gpu_check; }
+trap pack EXIT
+# step NAME TIMEOUT CMD...: runs CMD with a timeout (cut to what is left of the budget; not
+# run when under 10 s are left), output to $logs/NAME.log; returns rc.
 step() {
-    local name=$1 to=$2
+    local name=$1 to=$2 left
     shift 2
+    left=$((budget - ($(date +%s) - t_start)))
+    if [ "$left" -lt 10 ]; then
+        echo "skipped: over the budget of $budget s" >"$logs/$name.log"
+        say "$name: skipped (budget)"
+        return 125
+    fi
+    [ "$to" -gt "$left" ] && to=$left
     timeout -k 5 "$to" "$@" >"$logs/$name.log" 2>&1
     local rc=$?
     say "$name: rc $rc ($(tail -n 1 "$logs/$name.log" | cut -c1-150))"
     return $rc
 }
+say "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi') $(nproc) cores, kernel $(uname -r), $(nvcc --version 2>/dev/null | tail -n 1)"
+say "tools: mpicc $(command -v mpicc || echo none), pkg-config $(command -v pkg-config || echo none), $(grep -h PRETTY_NAME /etc/os-release 2>/dev/null)"
 
-say "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi') $(nproc) cores"
+# ---- 0. OpenSSL's libcrypto, the one required library: the system's, else the carried debs ----
+if ! pkg-config --exists libcrypto 2>/dev/null; then
+    if [ -f /usr/include/openssl/evp.h ]; then
+        export CRYPTO_CFLAGS="" CRYPTO_LIBS="-lcrypto"
+        say "libcrypto: system headers, no pkg-config entry"
+    elif ls "$src"/.probe/libssl*.deb >/dev/null 2>&1; then
+        dd=/tmp/devdeps
+        for f in "$src"/.probe/libssl*.deb; do dpkg -x "$f" "$dd"; done
+        export CRYPTO_CFLAGS="-I$dd/usr/include -I$dd/usr/include/x86_64-linux-gnu"
+        export CRYPTO_LIBS="-L$dd/usr/lib/x86_64-linux-gnu -lcrypto"
+        # Only where the system has no libcrypto.so.3 of its own does the carried one load.
+        ldconfig -p | grep -q 'libcrypto.so.3 ' ||
+            export LD_LIBRARY_PATH=$dd/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        say "libcrypto: carried Debian packages in $dd"
+    else
+        say "libcrypto: no headers and nothing carried; configure will fail"
+    fi
+fi
 
 # ---- 1. probe: CUDA IPC between processes on one GPU, cuStreamWaitValue32 on host memory ----
 if [ -f "$src/.probe/ipc_probe.cu" ]; then
@@ -58,8 +93,15 @@ if [ -z "${GPU_CHECK_BUILD:-}" ]; then
     (cd "$bld" && step configure 180 "$src/configure" -q --with-cuda) || { say "configure failed"; tail -30 "$logs/configure.log"; }
 fi
 (cd "$bld" && step build 300 make -j"$(nproc)" all) || tail -40 "$logs/build.log"
-(cd "$bld" && step build_check 300 make -j"$(nproc)" check TESTS=) || tail -40 "$logs/build_check.log"
+# Only the check programs this script runs (all of them take minutes).
+(cd "$bld" && step build_check 300 make -j"$(nproc)" tests/gpu/test_pipeline \
+    tests/gpu/test_cuda_nodriver tests/gpu/test_gpu_coll tests/gpu/gpu_bench) ||
+    tail -40 "$logs/build_check.log"
 B=$bld
+if [ "${GPU_CHECK_BUILD_ONLY:-0}" = 1 ]; then
+    say "built in $B (GPU_CHECK_BUILD_ONLY)"
+    exit 0
+fi
 
 # ---- 3. tests ----
 export top_builddir=$B top_srcdir=$src
@@ -74,17 +116,23 @@ tap() { # NAME TIMEOUT CMD...: a TAP program; R[NAME] = "pass/total" (+ skip)
     [ "$skip" -gt 0 ] && R[$name]="${R[$name]}, $skip skip"
     grep '^not ok\|^1\.\.0' "$logs/$name.log" | head -20
 }
-tap test_pipeline 60 "$B/tests/gpu/test_pipeline"
-tap test_cuda_nodriver 60 "$B/tests/gpu/test_cuda_nodriver"
-GPU_NRANKS=${GPU_NRANKS:-$([ "${GPU_CHECK_QUICK:-0}" = 1 ] && echo "1 2" || echo "1 2 4")} \
-    tap gpu_coll 300 sh "$src/tests/gpu/run_gpu_coll.sh"
-
-# ---- 4. reduce kernel vs device-to-device copy at 256 MiB ----
+# ---- 3a. reduce kernel vs device-to-device copy at 256 MiB ----
 if step kernel 60 "$B/tests/gpu/gpu_bench" kernel 256; then
     R[copy]=$(awk '/what=copy/ {sub("GBps=","",$4); print $4}' "$logs/kernel.log")
     R[red_f32]=$(awk '/what=shoal_reduce_f32_sum/ {for (i=1;i<=NF;i++) if ($i ~ /^(GBps|vs_copy)=/) {split($i,a,"="); printf "%s ", a[2]}}' "$logs/kernel.log")
     R[red_bf16]=$(awk '/what=shoal_reduce_bf16_sum/ {for (i=1;i<=NF;i++) if ($i ~ /^(GBps|vs_copy)=/) {split($i,a,"="); printf "%s ", a[2]}}' "$logs/kernel.log")
 fi
+
+# ---- 3b. overlap efficiency ----
+if step overlap 120 "$B/shoalrun" -n 2 "$B/examples/cuda_overlap" 64; then
+    R[overlap]=$(sed -n 's/.*overlap efficiency \([0-9.]*\).*/\1/p' "$logs/overlap.log")
+fi
+
+# ---- 4. the GPU tests ----
+tap test_pipeline 60 "$B/tests/gpu/test_pipeline"
+tap test_cuda_nodriver 60 "$B/tests/gpu/test_cuda_nodriver"
+GPU_NRANKS=${GPU_NRANKS:-$([ "${GPU_CHECK_QUICK:-0}" = 1 ] && echo "1 2" || echo "1 2 4")} \
+    tap gpu_coll 300 sh "$src/tests/gpu/run_gpu_coll.sh"
 
 # ---- 5. AllReduce busbw on device buffers, 2 and 4 ranks on the one GPU ----
 for n in 2 4; do
@@ -97,12 +145,7 @@ for n in 2 4; do
     done
 done
 
-# ---- 6. overlap efficiency ----
-if step overlap 120 "$B/shoalrun" -n 2 "$B/examples/cuda_overlap" 64; then
-    R[overlap]=$(sed -n 's/.*overlap efficiency \([0-9.]*\).*/\1/p' "$logs/overlap.log")
-fi
-
-# ---- 7. shm AllReduce (host buffers) scaling 8 and 16 ranks vs Open MPI ----
+# ---- 6. shm AllReduce (host buffers) scaling 8 and 16 ranks vs Open MPI ----
 busbw() { awk '/^(\[0\] )? *[0-9]+ +[0-9]+ +float/ {v=$(NF-1)} END {print v}' "$1"; }
 for n in 8 16; do
     if step "shm_$n" 120 "$B/shoalrun" -n "$n" "$B/allreduce_perf" -b 64M -e 64M -n 10 -w 2 -c 0; then

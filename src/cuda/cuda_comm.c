@@ -82,6 +82,7 @@ static shoal_status_t shoal_cuda_comm_memory(shoal_cuda_comm_t *cc)
             SHOAL_CHECK(SHOAL_CU(cuEventCreate, (&cc->ev[d][s], CU_EVENT_DISABLE_TIMING)));
         }
     }
+    SHOAL_CHECK(SHOAL_CU(cuEventCreate, (&cc->host_ev, CU_EVENT_DISABLE_TIMING)));
     SHOAL_CHECK(SHOAL_CU(cuStreamCreate, (&cc->d2h, CU_STREAM_NON_BLOCKING)));
     SHOAL_CHECK(SHOAL_CU(cuStreamCreate, (&cc->h2d, CU_STREAM_NON_BLOCKING)));
     return SHOAL_CU(cuStreamCreate, (&cc->kern, CU_STREAM_NON_BLOCKING));
@@ -181,6 +182,9 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
                 }
             }
         }
+        if (cc->host_ev != NULL) {
+            shoal_cuda_drv.cuEventDestroy(cc->host_ev);
+        }
         CUstream streams[3] = {cc->d2h, cc->h2d, cc->kern};
         for (int i = 0; i < 3; i++) {
             if (streams[i] != NULL) {
@@ -203,9 +207,32 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
     free(cc);
 }
 
+/* More ranks on this host than devices: some share one. Without MPS the GPU runs their
+ * contexts in time slices, and a stream-ordered call, whose ranks' streams wait on the device
+ * while the collective's work of every rank must run, takes whole slices (perf/gpu_share.sh on
+ * an H200: 11.6 ms per 1 MiB AllReduce of 2 ranks; 73 us under MPS; 0.8 ms with
+ * SHOAL_CUDA_SYNC=host or without a stream). Said once, by the host's first rank. */
+static void shoal_cuda_comm_shared_hint(shoal_cuda_comm_t *cc)
+{
+    struct shoal_comm *comm = cc->comm;
+    int ndev = 0, mps = 0;
+    if (cc->sync_host || comm->local_size < 2 || comm->local_ranks[0] != comm->rank ||
+        shoal_cuda_drv.cuDeviceGetCount(&ndev) != CUDA_SUCCESS || ndev >= comm->local_size) {
+        return;
+    }
+    if (shoal_cuda_drv.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, cc->dev) ==
+            CUDA_SUCCESS && mps) {
+        return;
+    }
+    shoal_warn(CUDA, "%d ranks on this host share %d GPU(s) without MPS: stream-ordered "
+               "collectives wait for the GPU's time slices (about 10 ms per call); start the "
+               "MPS server (nvidia-cuda-mps-control -d) or set SHOAL_CUDA_SYNC=host",
+               comm->local_size, ndev);
+}
+
 static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)
 {
-    int memops = 0;
+    int memops = 0, version = 0;
     CUcontext cur = NULL;
 
     if (ordinal < 0) {
@@ -224,11 +251,24 @@ static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)
     SHOAL_CHECK(shoal_cuda_ctx_enter(cc));
     SHOAL_CHECK(SHOAL_CU(cuDeviceGetAttribute, (&cc->nsm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                                                  cc->dev)));
-    shoal_cuda_drv.cuDeviceGetAttribute(&memops, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1,
-                                        cc->dev);
+    /* Stream memory operations: the v2 API (what cuda.h maps cuStreamWaitValue32 to, and so
+     * what cuda_drv.c loads) is there on every platform from CUDA 11.7; the attribute only
+     * says whether the old v1 API is enabled (NVreg_EnableStreamMemOPs=1). An H200 with CUDA
+     * 13 reports 0 there while the memops work: choosing the hostfn fallback for it made a
+     * polling kernel hold the GPU for whole time slices when ranks shared it (17 ms per
+     * 1 MiB AllReduce of 2 ranks, against 0.75 ms; perf/gpu_share.sh). */
+    if (shoal_cuda_drv.cuDriverGetVersion(&version) == CUDA_SUCCESS && version >= 11070) {
+        memops = 1;
+    } else {
+        shoal_cuda_drv.cuDeviceGetAttribute(&memops,
+                                            CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1,
+                                            cc->dev);
+    }
     SHOAL_CHECK(SHOAL_CU(cuDeviceGetPCIBusId, (cc->busid, sizeof(cc->busid), cc->dev)));
     cc->memops = shoal_cuda_config.sync == SHOAL_CUDA_SYNC_MEMOPS ||
                  (shoal_cuda_config.sync == SHOAL_CUDA_SYNC_AUTO && memops != 0);
+    cc->sync_host = shoal_cuda_config.sync == SHOAL_CUDA_SYNC_HOST;
+    shoal_cuda_comm_shared_hint(cc);
     if (shoal_cuda_config.sync == SHOAL_CUDA_SYNC_MEMOPS && memops == 0) {
         shoal_warn(CUDA, "SHOAL_CUDA_SYNC=memops but device %d reports no stream memory "
                    "operations; trying anyway", ordinal);
@@ -236,7 +276,8 @@ static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)
     SHOAL_CHECK(shoal_cuda_comm_kernels(cc));
     SHOAL_CHECK(shoal_cuda_comm_memory(cc));
     shoal_info(CUDA, "rank %d: device %d (%s), %d SMs, stream sync by %s, staging %zu bytes",
-               cc->comm->rank, ordinal, cc->busid, cc->nsm, cc->memops ? "memops" : "hostfn",
+               cc->comm->rank, ordinal, cc->busid, cc->nsm,
+               cc->sync_host ? "the host" : cc->memops ? "memops" : "hostfn",
                cc->staging_size);
     return SHOAL_OK;
 }

@@ -17,7 +17,8 @@ typedef enum {
 typedef enum {
     SHOAL_CUDA_SYNC_AUTO = 0,    /* memops where the device supports them, else hostfn */
     SHOAL_CUDA_SYNC_MEMOPS,      /* cuStreamWriteValue32 / cuStreamWaitValue32 on host flags */
-    SHOAL_CUDA_SYNC_HOSTFN       /* a host function signals the start, a kernel waits */
+    SHOAL_CUDA_SYNC_HOSTFN,      /* a host function signals the start, a kernel waits */
+    SHOAL_CUDA_SYNC_HOST         /* the call waits on the host for its stream, then runs */
 } shoal_cuda_sync_t;
 
 typedef struct {
@@ -60,6 +61,8 @@ typedef struct shoal_cuda_comm {
     CUcontext ctx;               /* the device's primary context (the runtime's) */
     int nsm;
     int memops;                  /* stream memory operations in use */
+    int sync_host;               /* SHOAL_CUDA_SYNC=host: stream calls run on the caller */
+    CUevent host_ev;             /* sync_host: marks where the caller's stream is */
     char busid[32];
     CUmodule module;
     CUfunction fns[SHOAL_DTYPE_COUNT][4];

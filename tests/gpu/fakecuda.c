@@ -19,14 +19,20 @@
  *    drain, like the real driver's implicit synchronization (a free while some stream waits
  *    on a flag nobody sets hangs here as it does on a GPU);
  *  - IPC handles carry (pid, memfd): another process maps the same pages; opening a handle in
- *    the process that made it fails, as with the real driver.
+ *    the process that made it fails, as with the real driver;
+ *  - an asynchronous copy from pageable host memory (not from cuMemHostAlloc) to the device
+ *    reads its source when it is called, not when the stream reaches it: the driver stages
+ *    such a copy at once (seen on an H200: a copy behind a stream wait carried the bytes of
+ *    the time of the call).
  * Kernels: the reduce kernels of src/cuda/kernels.cu compiled for the host
  * (fakecuda_kern.cc), run block by block, thread by thread.
  * Not emulated: the legacy default stream's implicit synchronization with other blocking
  * streams (NULL is a stream of its own), graphs, peer access between several devices, timing.
  * Environment: FAKECUDA_DEVICES (1), FAKECUDA_SMS (4), FAKECUDA_MEMOPS (1: stream memory
- * operations supported), FAKECUDA_KERNEL_DELAY_US (0: extra time per kernel launch, to make
- * overlap visible). Diagnostics go to stderr with the prefix "fakecuda:".
+ * operations supported), FAKECUDA_MEMOPS_V1 (0: what the attribute
+ * CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 reports; 0 on an H200 with CUDA 13, whose
+ * memops work), FAKECUDA_DRIVER_VERSION (CUDA_VERSION), FAKECUDA_KERNEL_DELAY_US (0: extra
+ * time per kernel launch, to make overlap visible). Diagnostics go to stderr with the prefix "fakecuda:".
  */
 #include <cuda.h>
 
@@ -87,7 +93,8 @@ typedef struct fk_op {
     struct fk_op *next;
     fk_op_kind_t kind;
     union {
-        struct { uint8_t *dst; const uint8_t *src; size_t width, rows, dpitch, spitch; } copy;
+        struct { uint8_t *dst; const uint8_t *src; size_t width, rows, dpitch, spitch;
+                 uint8_t *own; /* the snapshot of a pageable source, freed with the op */ } copy;
         struct { uint8_t *dst; unsigned char v; size_t n; } set;
         struct { struct CUfunc_st *f; unsigned grid, block; uintptr_t dst;
                  shoal_cuda_srcs_t srcs; int nsrc; unsigned long long count; int div, vec; } k;
@@ -117,7 +124,7 @@ struct CUctx_st {
 static struct {
     pthread_mutex_t lock;
     int inited;
-    int ndev, nsm, memops;
+    int ndev, nsm, memops, memops_v1;
     unsigned kernel_delay_us;
     unsigned hostfn_max_ms;        /* FAKECUDA_HOSTFN_MAX_MS: a longer host function faults */
     fk_region_t *regions;
@@ -230,6 +237,18 @@ static uint8_t *fk_any_access(uintptr_t p, size_t len, int *is_dev_p)
     }
     pthread_mutex_unlock(&fk.lock);
     return q;
+}
+
+/* Whether [p, p+len) lies in pinned host memory (cuMemHostAlloc). */
+static int fk_host_registered(uintptr_t p, size_t len)
+{
+    fk_region_t *r;
+    int yes;
+    pthread_mutex_lock(&fk.lock);
+    r = fk_region_find_locked(p, len);
+    yes = r != NULL && r->kind == FK_HOST;
+    pthread_mutex_unlock(&fk.lock);
+    return yes;
 }
 
 static void fk_region_add(fk_region_t *r)
@@ -461,6 +480,9 @@ static void *fk_stream_main(void *arg)
             fk_event_complete(op->u.ev.e, op->u.ev.gen);
             pthread_mutex_lock(&s->lock);
         }
+        if (op->kind == OP_COPY) {
+            free(op->u.copy.own);
+        }
         free(op);
     }
     pthread_mutex_unlock(&s->lock);
@@ -624,6 +646,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuInit(unsigned int flags)
         fk.ndev = fk_env_int("FAKECUDA_DEVICES", 1, 0, FAKECUDA_MAX_DEVICES);
         fk.nsm = fk_env_int("FAKECUDA_SMS", 4, 1, 1024);
         fk.memops = fk_env_int("FAKECUDA_MEMOPS", 1, 0, 1);
+        fk.memops_v1 = fk_env_int("FAKECUDA_MEMOPS_V1", 0, 0, 1);
         fk.kernel_delay_us = (unsigned)fk_env_int("FAKECUDA_KERNEL_DELAY_US", 0, 0, 10000000);
         fk.hostfn_max_ms = (unsigned)fk_env_int("FAKECUDA_HOSTFN_MAX_MS", 0, 0, 10000000);
         for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) {
@@ -640,7 +663,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDriverGetVersion(int *v)
     if (v == NULL) {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *v = CUDA_VERSION;
+    *v = fk_env_int("FAKECUDA_DRIVER_VERSION", CUDA_VERSION, 1000, 99999);
     return CUDA_SUCCESS;
 }
 
@@ -718,7 +741,7 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *v, CUdevice_attribute
         *v = fk.nsm;
         break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
-        *v = fk.memops;
+        *v = fk.memops_v1;
         break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
@@ -922,13 +945,13 @@ static CUresult fk_copy(CUstream s, uintptr_t dst, int dst_dev, size_t dpitch, u
     fk_op_t op = {.kind = OP_COPY};
     size_t dspan = rows == 0 ? 0 : (rows - 1) * dpitch + width;
     size_t sspan = rows == 0 ? 0 : (rows - 1) * spitch + width;
-    int is_dev;
+    int is_dev = 0, is_src_dev = 0;
     if (width == 0 || rows == 0) {
         return fk_sticky();
     }
     op.u.copy.dst = dst_dev ? fk_dev_access(dst, dspan) : fk_any_access(dst, dspan, &is_dev);
     op.u.copy.src = src_dev ? fk_dev_access(src, sspan)
-                            : fk_any_access(src, sspan, &is_dev);
+                            : fk_any_access(src, sspan, &is_src_dev);
     if (op.u.copy.dst == NULL || op.u.copy.src == NULL) {
         fk_log("%s: %s 0x%lx + %zu bytes is not inside one allocation", what,
                op.u.copy.dst == NULL ? "destination" : "source",
@@ -940,6 +963,15 @@ static CUresult fk_copy(CUstream s, uintptr_t dst, int dst_dev, size_t dpitch, u
     op.u.copy.rows = rows;
     op.u.copy.dpitch = dpitch;
     op.u.copy.spitch = spitch;
+    if (!src_dev && !is_src_dev && (dst_dev || is_dev) && !fk_host_registered(src, sspan)) {
+        /* pageable to device: read now (see the top of this file) */
+        op.u.copy.own = malloc(sspan);
+        if (op.u.copy.own == NULL) {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(op.u.copy.own, op.u.copy.src, sspan);
+        op.u.copy.src = op.u.copy.own;
+    }
     return fk_enqueue(s, &op);
 }
 

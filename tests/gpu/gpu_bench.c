@@ -109,6 +109,10 @@ static int bench_allreduce(int argc, char **argv)
     shoal_comm_rank(comm, &rank);
     shoal_comm_size(comm, &n);
     s = bench_ctx();
+    /* GPU_BENCH_BLOCKING=1: calls without a stream (each returns with its result in place);
+     * otherwise stream-ordered on s. */
+    const char *blocking = getenv("GPU_BENCH_BLOCKING");
+    CUstream cs = blocking != NULL && atoi(blocking) ? NULL : s;
     for (int i = 0; i < argc; i++) {
         max = SHOAL_MAX(max, (size_t)atoi(argv[i]) << 20);
     }
@@ -118,7 +122,7 @@ static int bench_allreduce(int argc, char **argv)
         size_t bytes = (size_t)atoi(argv[i]) << 20, count = bytes / 4;
         iters = bytes >= (64u << 20) ? 5 : 20;
         /* warm-up (IPC / NCCL setup happens on the first call) */
-        st = shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, s);
+        st = shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, cs);
         CK(cuStreamSynchronize(s));
         if (st == SHOAL_OK) {
             st = shoal_barrier(comm, NULL);
@@ -126,7 +130,7 @@ static int bench_allreduce(int argc, char **argv)
         uint64_t t0 = shoal_time_ns();
         for (int k = 0; k < iters && st == SHOAL_OK; k++) {
             st = shoal_allreduce((void *)buf, (void *)buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm,
-                                 s);
+                                 cs);
         }
         CK(cuStreamSynchronize(s));
         if (st == SHOAL_OK) {
@@ -142,8 +146,8 @@ static int bench_allreduce(int argc, char **argv)
         double sec = (shoal_time_ns() - t0) / 1e9 / iters;
         double algbw = bytes / sec / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
         if (rank == 0) {
-            printf("result what=allreduce_dev nranks=%d bytes=%zu time_us=%.1f algbw=%.2f "
-                   "busbw=%.2f\n", n, bytes, sec * 1e6, algbw, busbw);
+            printf("result what=allreduce_dev nranks=%d stream=%d bytes=%zu time_us=%.1f "
+                   "algbw=%.2f busbw=%.2f\n", n, cs != NULL, bytes, sec * 1e6, algbw, busbw);
             fflush(stdout);
         }
     }

@@ -101,12 +101,22 @@ kill_case() {
 }
 
 L=${GPU_LABEL:-}
+# GPU_EXPECT_SYNC: a driver of CUDA 11.7 or later has the v2 stream memory operations
 for n in ${GPU_NRANKS:-1 2 4}; do
-    run "${L}gpu n=$n" "$n"
+    run "${L}gpu n=$n" "$n" GPU_EXPECT_SYNC=memops
 done
 run "${L}gpu n=2 staging chunk=64k" 2 SHOAL_CUDA_BACKEND=staging SHOAL_CUDA_CHUNK_SIZE=65536 \
     SHOAL_CUDA_STAGING_SIZE=1m
-run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn
+run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn GPU_EXPECT_SYNC=hostfn
+run "${L}gpu n=2 host sync" 2 SHOAL_CUDA_SYNC=host GPU_EXPECT_SYNC=host
+# the emulation as a driver older than 11.7 without the v1 memops: the hostfn fallback
+case ${SHOAL_CUDA_LIBCUDA:-} in
+*fakecuda*)
+    run "${L}gpu n=2 CUDA 11.6 driver" 2 FAKECUDA_DRIVER_VERSION=11060 GPU_EXPECT_SYNC=hostfn
+    run "${L}gpu n=2 CUDA 11.6 driver, v1 memops on" 2 FAKECUDA_DRIVER_VERSION=11060 \
+        FAKECUDA_MEMOPS_V1=1 GPU_EXPECT_SYNC=memops
+    ;;
+esac
 # one device per rank where there are several (FAKECUDA_DEVICES: the emulation's count)
 run "${L}gpu n=2 device per rank" 2 GPU_DEVICE_PER_RANK=1 FAKECUDA_DEVICES=2
 # the NCCL delegate (SHOAL_CUDA_BACKEND=nccl) with GPU_NCCL_LIB (run_gpu_emu.sh: libfakenccl,

@@ -1,0 +1,191 @@
+// perf/gpu_share_probe.cu: two mechanisms under the stream-ordered collectives of
+// src/cuda/cuda_api.c, measured on the GPU (built and run by perf/gpu_share.sh):
+//  1. the round trip of stream memory operations in one process: the host stores done = k
+//     in a host-mapped word, the stream (waiting on done >= k) then writes ack = k, the host
+//     sees it (a stream-ordered call's end and the next call's start signal);
+//  2. what another process's work on the same GPU costs this one: process B times an empty
+//     kernel launch + stream synchronize while process A is idle, while A's stream is blocked
+//     on cuStreamWaitValue32 (a stream-ordered call in flight), and while A runs a kernel
+//     polling a host word (SHOAL_CUDA_SYNC=hostfn's wait).
+// Output: "probe what=... median_us=... p90_us=..." lines. Not part of the library's build.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CK(x)                                                                               \
+    do {                                                                                    \
+        CUresult r_ = (x);                                                                  \
+        if (r_ != CUDA_SUCCESS) {                                                           \
+            const char *s_;                                                                 \
+            cuGetErrorString(r_, &s_);                                                      \
+            printf("probe what=error call=%s msg=\"%s\"\n", #x, s_);                        \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, double *v, int n)
+{
+    qsort(v, n, sizeof(*v), cmp);
+    printf("probe what=%s median_us=%.1f p90_us=%.1f max_us=%.1f\n", what, v[n / 2],
+           v[n * 9 / 10], v[n - 1]);
+    fflush(stdout);
+}
+
+__global__ void empty(void) {}
+
+__global__ void poll_host(const volatile unsigned *word)
+{
+    while (*word == 0) {
+        __nanosleep(1000);
+    }
+}
+
+static CUstream setup(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream s;
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    return s;
+}
+
+static volatile unsigned *host_word(CUdeviceptr *d)
+{
+    volatile unsigned *w;
+    CK(cuMemHostAlloc((void **)&w, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    memset((void *)w, 0, 64);
+    CK(cuMemHostGetDevicePointer(d, (void *)w, 0));
+    return w;
+}
+
+enum { N = 200 };
+
+static void roundtrip(void)
+{
+    CUstream s = setup();
+    CUdeviceptr dd, da;
+    volatile unsigned *done = host_word(&dd), *ack = host_word(&da);
+    double v[N];
+    for (unsigned k = 1; k <= N; k++) {
+        CK(cuStreamWaitValue32(s, dd, k, CU_STREAM_WAIT_VALUE_GEQ));
+        CK(cuStreamWriteValue32(s, da, k, CU_STREAM_WRITE_VALUE_DEFAULT));
+    }
+    usleep(100000);
+    for (unsigned k = 1; k <= N; k++) {
+        double t0 = now_us();
+        __atomic_store_n(done, k, __ATOMIC_RELEASE);
+        while (__atomic_load_n(ack, __ATOMIC_ACQUIRE) != k) {
+            if (now_us() - t0 > 1e6) {
+                printf("probe what=error msg=\"no ack within 1 s\"\n");
+                exit(1);
+            }
+        }
+        v[k - 1] = now_us() - t0;
+    }
+    CK(cuStreamSynchronize(s));
+    report("memops_roundtrip", v, N);
+}
+
+// B: N times an empty kernel and a synchronize, after a byte on cmd; the median back on res.
+static void other_b(int cmd, int res)
+{
+    CUstream s = setup();
+    char c;
+    empty<<<1, 1, 0, s>>>();
+    CK(cuStreamSynchronize(s));
+    while (read(cmd, &c, 1) == 1) {
+        double v[N];
+        for (int i = 0; i < N; i++) {
+            double t0 = now_us();
+            empty<<<1, 1, 0, s>>>();
+            CK(cuStreamSynchronize(s));
+            v[i] = now_us() - t0;
+        }
+        if (write(res, v, sizeof(v)) != (ssize_t)sizeof(v)) {
+            exit(1);
+        }
+    }
+    exit(0);
+}
+
+static void other_ctx(void)
+{
+    int cmd[2], res[2];
+    if (pipe(cmd) || pipe(res)) {
+        exit(1);
+    }
+    pid_t pid = fork(); // before any CUDA call in this process
+    if (pid == 0) {
+        close(cmd[1]);
+        close(res[0]);
+        other_b(cmd[0], res[1]);
+    }
+    close(cmd[0]);
+    close(res[1]);
+    CUstream s = setup();
+    CUdeviceptr dw;
+    volatile unsigned *w = host_word(&dw);
+    static const char *const names[] = {"other_ctx_idle", "other_ctx_stream_waitvalue",
+                                        "other_ctx_polling_kernel"};
+    for (int cond = 0; cond < 3; cond++) {
+        double v[N];
+        char c = 1;
+        *w = 0;
+        if (cond == 1) {
+            CK(cuStreamWaitValue32(s, dw, 1, CU_STREAM_WAIT_VALUE_GEQ));
+        } else if (cond == 2) {
+            poll_host<<<1, 1, 0, s>>>((const volatile unsigned *)dw);
+        }
+        usleep(50000);
+        if (write(cmd[1], &c, 1) != 1) {
+            exit(1);
+        }
+        for (size_t got = 0; got < sizeof(v);) {
+            ssize_t r = read(res[0], (char *)v + got, sizeof(v) - got);
+            if (r <= 0) {
+                exit(1);
+            }
+            got += (size_t)r;
+        }
+        __atomic_store_n(w, 1, __ATOMIC_RELEASE);
+        CK(cuStreamSynchronize(s));
+        report(names[cond], v, N);
+    }
+    close(cmd[1]);
+    waitpid(pid, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "roundtrip") == 0) {
+        roundtrip();
+    } else if (argc > 1 && strcmp(argv[1], "other") == 0) {
+        other_ctx();
+    } else {
+        fprintf(stderr, "usage: gpu_share_probe roundtrip|other\n");
+        return 2;
+    }
+    return 0;
+}
