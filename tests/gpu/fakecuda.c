@@ -32,7 +32,8 @@
  * operations supported), FAKECUDA_MEMOPS_V1 (0: what the attribute
  * CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 reports; 0 on an H200 with CUDA 13, whose
  * memops work), FAKECUDA_DRIVER_VERSION (CUDA_VERSION), FAKECUDA_KERNEL_DELAY_US (0: extra
- * time per kernel launch, to make overlap visible). Diagnostics go to stderr with the prefix "fakecuda:".
+ * time per kernel launch, to make overlap visible). Diagnostics go to stderr with the prefix
+ * "fakecuda:".
  */
 #include <cuda.h>
 
@@ -972,7 +973,11 @@ static CUresult fk_copy(CUstream s, uintptr_t dst, int dst_dev, size_t dpitch, u
         memcpy(op.u.copy.own, op.u.copy.src, sspan);
         op.u.copy.src = op.u.copy.own;
     }
-    return fk_enqueue(s, &op);
+    CUresult r = fk_enqueue(s, &op);
+    if (r != CUDA_SUCCESS) {
+        free(op.u.copy.own); /* not queued: nobody else frees it */
+    }
+    return r;
 }
 
 FAKECUDA_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n,
