@@ -53,6 +53,7 @@ nvcc -arch=sm_90 -o /tmp/gpu_share_probe "$src/perf/gpu_share_probe.cu" -lcuda >
     say "probe build failed: $(tail -n 3 "$logs/probe_build.log")"
 probe probe_roundtrip roundtrip
 probe probe_other other
+probe probe_pingpong pingpong
 bench n1_stream 1
 bench n1_block 1 GPU_BENCH_BLOCKING=1
 bench n2_stream 2
@@ -78,6 +79,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
         say "MPS server started"
         probe mps_probe_roundtrip roundtrip
         probe mps_probe_other other
+        probe mps_probe_pingpong pingpong
         bench mps_n2_stream 2
         bench mps_n2_block 2 GPU_BENCH_BLOCKING=1
         bench mps_n2_hostfn 2 SHOAL_CUDA_SYNC=hostfn
@@ -97,8 +99,9 @@ fi
 echo
 echo "gpu_share summary ($(($(date +%s) - t_start)) s): time per AllReduce of 1, 16, 256 MiB"
 for k in n1_stream n1_block n2_stream n2_block n2_hostfn n2_host n2_stream_spin \
-    n2_staging_block mps_n2_stream mps_n2_block mps_n2_hostfn mps_n2_host mps_n2_stream_spin probe_roundtrip probe_other \
-    mps_probe_roundtrip mps_probe_other; do
+    n2_staging_block mps_n2_stream mps_n2_block mps_n2_hostfn mps_n2_host mps_n2_stream_spin \
+    probe_roundtrip probe_other probe_pingpong mps_probe_roundtrip mps_probe_other \
+    mps_probe_pingpong; do
     printf '%-20s %s\n' "$k" "${R[$k]:-n/a}"
 done
 printf '%-20s %s\n' "overlap" "${R[overlap]:-n/a}"

@@ -6,13 +6,18 @@
 //  2. what another process's work on the same GPU costs this one: process B times an empty
 //     kernel launch + stream synchronize while process A is idle, while A's stream is blocked
 //     on cuStreamWaitValue32 (a stream-ordered call in flight), and while A runs a kernel
-//     polling a host word (SHOAL_CUDA_SYNC=hostfn's wait).
+//     polling a host word (SHOAL_CUDA_SYNC=hostfn's wait);
+//  3. the hand-over pattern of a collective between two processes on one GPU: A runs an empty
+//     kernel on a work stream and polls it done, then B does, 200 times (a round = both),
+//     with each process's other stream idle, then blocked on cuStreamWaitValue32 the whole
+//     time (what a stream-ordered call's user stream does while the collective runs).
 // Output: "probe what=... median_us=... p90_us=..." lines. Not part of the library's build.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,14 +182,88 @@ static void other_ctx(void)
     waitpid(pid, NULL, 0);
 }
 
+// Waits (bounded: 5 s) until *word == want; 0, or -1 on timeout.
+static int spin_until(volatile int *word, int want)
+{
+    double t0 = now_us();
+    while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != want) {
+        if (now_us() - t0 > 5e6) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void pingpong(void)
+{
+    // shared between the two processes: whose turn, and how many are ready per condition
+    volatile int *sh = (volatile int *)mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        exit(1);
+    }
+    memset((void *)sh, 0, 4096);
+    pid_t pid = fork(); // before any CUDA call
+    int me = pid == 0;  // the child is B (1)
+    CUstream k = setup(), u;
+    CUdeviceptr dw;
+    volatile unsigned *w = host_word(&dw);
+    CK(cuStreamCreate(&u, CU_STREAM_NON_BLOCKING));
+    empty<<<1, 1, 0, k>>>();
+    CK(cuStreamSynchronize(k));
+    static const char *const names[] = {"pingpong_other_stream_idle",
+                                        "pingpong_other_stream_waitvalue"};
+    for (int cond = 0; cond < 2; cond++) {
+        double v[N];
+        *w = 0;
+        if (cond == 1) {
+            CK(cuStreamWaitValue32(u, dw, 1, CU_STREAM_WAIT_VALUE_GEQ));
+        }
+        __atomic_add_fetch(&sh[1 + cond], 1, __ATOMIC_ACQ_REL); // both ready
+        if (spin_until(&sh[1 + cond], 2) != 0) {
+            printf("probe what=error msg=\"peer not ready\"\n");
+            exit(1);
+        }
+        for (int i = 0; i < N; i++) {
+            double t0 = now_us();
+            for (int turn = 0; turn < 2; turn++) {
+                if (turn == me) {
+                    empty<<<1, 1, 0, k>>>();
+                    CUresult r;
+                    while ((r = cuStreamQuery(k)) == CUDA_ERROR_NOT_READY) {
+                    }
+                    CK(r);
+                    __atomic_store_n(&sh[0], 1 - me, __ATOMIC_RELEASE);
+                } else if (spin_until(&sh[0], me) != 0) {
+                    printf("probe what=error msg=\"no hand-over within 5 s\"\n");
+                    exit(1);
+                }
+            }
+            v[i] = now_us() - t0;
+        }
+        __atomic_store_n(w, 1, __ATOMIC_RELEASE);
+        CK(cuStreamSynchronize(u));
+        if (me == 0) {
+            report(names[cond], v, N);
+        }
+        __atomic_store_n(&sh[0], 0, __ATOMIC_RELEASE); // A starts the next condition
+    }
+    if (me == 1) {
+        exit(0);
+    }
+    waitpid(pid, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "roundtrip") == 0) {
         roundtrip();
     } else if (argc > 1 && strcmp(argv[1], "other") == 0) {
         other_ctx();
+    } else if (argc > 1 && strcmp(argv[1], "pingpong") == 0) {
+        pingpong();
     } else {
-        fprintf(stderr, "usage: gpu_share_probe roundtrip|other\n");
+        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong\n");
         return 2;
     }
     return 0;
