@@ -18,7 +18,8 @@
 # Outputs: stdout (the table at the end), and $OUT/gpu_check.tgz (every log) when $OUT is set.
 #
 # Environment: GPU_CHECK_BUILD=dir reuses a configured build dir (default build-gpu, made
-# fresh); GPU_CHECK_QUICK=1 skips the MPI comparison and the 4-rank runs;
+# fresh); GPU_CHECK_TORCH=0 skips the PyTorch backend's CUDA tests (GPU_CHECK_TORCH_TESTS:
+# other pytest arguments); GPU_CHECK_QUICK=1 skips the MPI comparison and the 4-rank runs;
 # GPU_CHECK_BUILD_ONLY=1 stops after the build (for perf/gpu_share.sh).
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -134,6 +135,21 @@ tap test_cuda_nodriver 60 "$B/tests/gpu/test_cuda_nodriver"
 GPU_NRANKS=${GPU_NRANKS:-$([ "${GPU_CHECK_QUICK:-0}" = 1 ] && echo "1 2" || echo "1 2 4")} \
     tap gpu_coll 300 sh "$src/tests/gpu/run_gpu_coll.sh"
 
+# ---- 4b. the PyTorch backend on CUDA tensors (issue 15): .ci/torch.sh against this build,
+# the extension into a directory of its own, test_cuda.py (every op x dtype on CUDA tensors,
+# 1, 2, 4 ranks, side streams, DDP on CUDA against Gloo on the CPU, a dead rank). Needs the
+# machine's own torch with CUDA (no PyPI there); GPU_CHECK_TORCH=0 skips it.
+torch_gpu() { python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; }
+if [ "${GPU_CHECK_TORCH:-1}" = 1 ] && torch_gpu; then
+    if step torch 400 env TORCH_BUILD="$B" TORCH_PIP_TARGET=/tmp/shoal_torch_site \
+        TORCH_TESTS="${GPU_CHECK_TORCH_TESTS:-test_cuda.py}" bash "$src/.ci/torch.sh"; then :; fi
+    R[torch]=$(sed -n 's/^torch: \([0-9]*\) passed, \([0-9]*\) failed$/\1 passed, \2 failed/p' "$logs/torch.log" | tail -n 1)
+    R[torch]="${R[torch]:-no result} (torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null))"
+    cp "$B/torch-pytest.out" "$B/torch-pip.log" "$logs/" 2>/dev/null
+else
+    R[torch]="not run (GPU_CHECK_TORCH=0, or no torch with CUDA)"
+fi
+
 # ---- 5. AllReduce busbw on device buffers, 2 and 4 ranks on the one GPU ----
 for n in 2 4; do
     [ "$n" = 4 ] && [ "${GPU_CHECK_QUICK:-0}" = 1 ] && continue
@@ -166,6 +182,7 @@ printf '%-44s %s\n' "probe: CUDA IPC same GPU / WaitValue32" "${R[probe_ipc]:-no
 printf '%-44s %s\n' "tests: pipeline (CPU)" "${R[test_pipeline]:-not run}"
 printf '%-44s %s\n' "tests: no-driver / host" "${R[test_cuda_nodriver]:-not run}"
 printf '%-44s %s\n' "tests: GPU collectives (1,2,4 ranks)" "${R[gpu_coll]:-not run}"
+printf '%-44s %s\n' "tests: PyTorch backend, CUDA tensors" "${R[torch]:-not run}"
 printf '%-44s %s\n' "D2D copy bandwidth GB/s (256 MiB)" "${R[copy]:-n/a}"
 printf '%-44s %s\n' "reduce f32 sum GB/s, ratio to copy (>=0.9)" "${R[red_f32]:-n/a}"
 printf '%-44s %s\n' "reduce bf16 sum GB/s, ratio to copy" "${R[red_bf16]:-n/a}"
