@@ -386,8 +386,8 @@ static void host_on_stream(ctx_t *x)
     shoal_cuda_drv.cuMemFreeHost((void *)gate);
 }
 
-/* GPU_EXPECT_SYNC=memops|hostfn|host: the stream-ordering mechanism the layer chose (an H200 with
- * CUDA 13 reports no v1 stream memory operations but runs the v2 ones: memops there). */
+/* GPU_EXPECT_SYNC=memops|hostfn|host: the stream-ordering mechanism the layer chose (an H200
+ * with CUDA 13 reports no v1 stream memory operations but runs the v2 ones: memops there). */
 static void sync_choice(ctx_t *x)
 {
     const char *want = getenv("GPU_EXPECT_SYNC");
@@ -403,6 +403,31 @@ static void sync_choice(ctx_t *x)
     int bad = strcmp(got, want) != 0;
     if (bad) {
         fprintf(stderr, "# rank %d: stream ordering by %s, expected %s\n", x->rank, got, want);
+    }
+    group_fail[g] += bad;
+}
+
+/* SHOAL_CUDA_SYNC=host: a stream-ordered call returns with its result in place: another
+ * stream, which does not wait for the call's stream, reads it at once. */
+static void host_in_place(ctx_t *x)
+{
+    int g = group("host sync: the result is in place when the call returns");
+    size_t count = 300007;
+    CUstream other;
+    int bad = 0;
+
+    fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * 4);
+    CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_INT32, SHOAL_SUM,
+                           x->comm, x->s) != SHOAL_OK;
+    CK(cuMemcpyDtoHAsync(x->h_out, x->d_out, count * 4, other));
+    CK(cuStreamSynchronize(other));
+    expect_reduce(SHOAL_INT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+    bad |= memcmp(x->h_out, x->h_exp, count * 4) != 0;
+    CK(cuStreamDestroy(other));
+    if (bad) {
+        fprintf(stderr, "# rank %d: host sync: the result was not in place on return\n", x->rank);
     }
     group_fail[g] += bad;
 }
@@ -767,6 +792,8 @@ int main(int argc, char **argv)
             stream_order(x);
             host_on_stream(x);
             late_peer(x);
+        } else {
+            host_in_place(x);
         }
         group_case(x);
         sync_choice(x);
