@@ -625,9 +625,18 @@ shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, v
     if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_REFUSED && !macd &&
         f.len == 0) {
         st = shoal_boot_notice_status(f.round);
-        /* A wrong secret, identity or rank is final; an eviction is worth another try. */
+        /* A wrong secret, identity or rank is final; an eviction (TIMEOUT: the pending
+         * slot went to a newcomer, or no hello in time) is worth another try, and is no
+         * error: many ranks joining at once on a loaded host (info only). */
         b->final = st == SHOAL_ERR_AUTH || st == SHOAL_ERR_PERMISSION ||
                    st == SHOAL_ERR_INVALID_ARG;
+        b->evicted = st == SHOAL_ERR_TIMEOUT;
+        if (b->evicted) {
+            snprintf(b->error, sizeof(b->error), "bootstrap with root %s: the root evicted "
+                     "this rank's pending connection", b->root_str);
+            shoal_info(BOOT, "rank %d: %s; redialing", b->rank, b->error);
+            return st;
+        }
         return shoal_boot_fail(b, st, st == SHOAL_ERR_PERMISSION
                                           ? "the root refused this rank (configured for "
                                             "another tenant, job or epoch than the job)"
@@ -753,8 +762,11 @@ shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int rank, int nrank
             shoal_deadline_passed(deadline)) {
             break;
         }
-        shoal_warn(BOOT, "rank %d: root %s dropped the connection before the handshake "
-                   "finished; redialing", rank, b->root_str);
+        if (!b->evicted) {
+            shoal_warn(BOOT, "rank %d: root %s dropped the connection before the handshake "
+                       "finished; redialing", rank, b->root_str);
+        }
+        b->evicted = 0;
         close(b->fd);
         b->fd = -1;
         shoal_sleep_us(backoff_us);

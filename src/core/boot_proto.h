@@ -20,6 +20,11 @@
 #define SHOAL_BOOT_MAX_RANKS (1 << 20)
 #define SHOAL_BOOT_MAX_BLOB (1 << 20)      /* bytes per rank per round */
 #define SHOAL_BOOT_MAX_PENDING 64          /* unauthenticated connections held at once */
+/* The root evicts a pending connection for a newcomer only once it has waited this long;
+ * until then newcomers wait in the listen backlog. Ranks that start together on a loaded
+ * host answer their challenge late: evicting the oldest at once evicted real ranks 1350-1566
+ * times in a 256-rank start on 2 CPUs (each one redialed, with an ERROR line). */
+#define SHOAL_BOOT_EVICT_GRACE_MS 250
 
 enum {
     SHOAL_BOOT_CHALLENGE = 1, /* root -> client: root nonce */
@@ -109,6 +114,8 @@ struct shoal_boot {
     uint32_t round;
     int keyed;                          /* session key known (hello sent) */
     int final;                          /* the root's answer ends the join: no redial */
+    int evicted;                        /* the root refused the pending connection for a
+                                         * newcomer: redialed without a warning */
     uint8_t key[SHOAL_HMAC_BYTES];
     uint64_t tx_seq;
     uint64_t rx_seq;

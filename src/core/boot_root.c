@@ -42,6 +42,7 @@ typedef struct {
     char peer[64];
     struct sockaddr_storage addr;       /* the source, for the circuit breaker */
     uint64_t deadline_ns;               /* handshake deadline while pending */
+    uint64_t since_ns;                  /* accepted at (pending: the eviction's grace) */
     uint8_t nonce[SHOAL_BOOT_NONCE];    /* our challenge */
     uint8_t key[SHOAL_HMAC_BYTES];      /* session key once joined */
     uint64_t rx_seq;                    /* frames received / sent since the welcome */
@@ -96,7 +97,12 @@ static void shoal_root_client_close(shoal_root_t *r, int i)
     c->fd = -1;
 }
 
-static void shoal_root_refuse(shoal_root_t *r, int i, shoal_status_t why, const char *what)
+/* Refuses client i with why. An eviction (a pending connection's slot given to a newcomer
+ * after SHOAL_BOOT_EVICT_GRACE_MS) is no failed authentication: it is traced only and not
+ * counted against the source, so that the ranks of a host that starts many at once never
+ * open the breaker against it (the root's final line counts every refusal). */
+static void shoal_root_refuse_as(shoal_root_t *r, int i, shoal_status_t why, const char *what,
+                                 int eviction)
 {
     shoal_root_client_t *c = &r->cl[i];
     shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_REFUSED,
@@ -104,8 +110,11 @@ static void shoal_root_refuse(shoal_root_t *r, int i, shoal_status_t why, const 
     r->refused++;
     /* A stranger that keeps failing opens the breaker against its address; its refusals are
      * logged in full once per source per minute, traced otherwise. */
-    if (c->state != SHOAL_ROOT_CL_PENDING || c->addr.ss_family == AF_UNSPEC ||
-        shoal_tenant_breaker_note_fail((const struct sockaddr *)&c->addr)) {
+    if (eviction) {
+        shoal_trace(BOOT, "root evicted the pending connection from %s for a newcomer (%u "
+                    "refused so far)", c->peer, r->refused);
+    } else if (c->state != SHOAL_ROOT_CL_PENDING || c->addr.ss_family == AF_UNSPEC ||
+               shoal_tenant_breaker_note_fail((const struct sockaddr *)&c->addr)) {
         shoal_error(BOOT, "root refused connection from %s: %s (%u refused so far)", c->peer,
                     what, r->refused);
     } else {
@@ -115,6 +124,11 @@ static void shoal_root_refuse(shoal_root_t *r, int i, shoal_status_t why, const 
     /* Best effort; never wait on a stranger. */
     (void)!send(c->fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
     shoal_root_client_close(r, i);
+}
+
+static void shoal_root_refuse(shoal_root_t *r, int i, shoal_status_t why, const char *what)
+{
+    shoal_root_refuse_as(r, i, why, what, 0);
 }
 
 /* An authenticated frame to a joined client (or one whose hello was just verified). */
@@ -192,8 +206,9 @@ static int shoal_root_add_client_slot(shoal_root_t *r)
                 oldest = i;
             }
         }
-        shoal_root_refuse(r, oldest, SHOAL_ERR_PROTOCOL,
-                          "evicted: too many unauthenticated connections");
+        /* SHOAL_ERR_TIMEOUT, as for "no hello in time": the rank redials without a fuss */
+        shoal_root_refuse_as(r, oldest, SHOAL_ERR_TIMEOUT,
+                             "evicted: too many unauthenticated connections", 1);
         if (slot < 0) {
             slot = oldest;
         }
@@ -225,6 +240,7 @@ int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_st
     c->fd = fd;
     c->state = SHOAL_ROOT_CL_PENDING;
     c->rank = -1;
+    c->since_ns = shoal_time_ns();
     c->deadline_ns = shoal_deadline_ns(r->timeout_ms < 0 ? 60000 : SHOAL_MIN(r->timeout_ms, 60000));
     shoal_sockaddr_str(ss, c->peer, sizeof(c->peer));
     c->addr = *ss;
@@ -246,10 +262,35 @@ int shoal_boot_root_add_client(shoal_root_t *r, int fd, const struct sockaddr_st
     return slot;
 }
 
+/* Whether a newcomer may be accepted now: a pending slot is free, or the oldest pending
+ * connection has had its SHOAL_BOOT_EVICT_GRACE_MS (it is evicted for the newcomer). If not,
+ * *wait_ms is how long until it has; newcomers wait in the listen backlog meanwhile. */
+static int shoal_root_room(const shoal_root_t *r, int *wait_ms)
+{
+    uint64_t oldest = UINT64_MAX, due, now;
+    int pending = 0;
+    for (int i = 0; i < r->ncl; i++) {
+        if (r->cl[i].state == SHOAL_ROOT_CL_PENDING) {
+            pending++;
+            oldest = SHOAL_MIN(oldest, r->cl[i].since_ns);
+        }
+    }
+    if (pending < SHOAL_BOOT_MAX_PENDING) {
+        return 1;
+    }
+    due = oldest + (uint64_t)SHOAL_BOOT_EVICT_GRACE_MS * 1000000ull;
+    now = shoal_time_ns();
+    if (now >= due) {
+        return 1;
+    }
+    *wait_ms = (int)((due - now + 999999) / 1000000);
+    return 0;
+}
+
 static void shoal_root_accept(shoal_root_t *r)
 {
-    int one = 1;
-    for (;;) {
+    int one = 1, wait_ms;
+    while (shoal_root_room(r, &wait_ms)) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
         int fd = accept4(r->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -849,13 +890,17 @@ static void *shoal_root_thread(void *arg)
             break;
         }
         pfds = np;
-        pfds[npfds++] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        /* No room for a newcomer: the listen socket is left out (poll skips a negative fd)
+         * until a slot frees or the oldest pending connection's grace is over. */
+        int room_wait = 200, room = shoal_root_room(r, &room_wait);
+        pfds[npfds++] = (struct pollfd){.fd = room ? r->listen_fd : -1, .events = POLLIN};
         for (int i = 0; i < r->ncl; i++) {
             if (r->cl[i].fd >= 0 && shoal_root_client_live(&r->cl[i])) {
                 pfds[npfds++] = (struct pollfd){.fd = r->cl[i].fd, .events = POLLIN};
             }
         }
-        ret = poll(pfds, (nfds_t)npfds, shoal_deadline_left_ms(idle_deadline, 200));
+        ret = poll(pfds, (nfds_t)npfds,
+                   SHOAL_MIN(shoal_deadline_left_ms(idle_deadline, 200), room_wait));
         if (ret < 0 && errno != EINTR) {
             shoal_error(BOOT, "root: poll failed: %s", strerror(errno));
             break;
