@@ -230,7 +230,12 @@ static void pingpong(void)
                 if (turn == me) {
                     empty<<<1, 1, 0, k>>>();
                     CUresult r;
+                    double tq = now_us();
                     while ((r = cuStreamQuery(k)) == CUDA_ERROR_NOT_READY) {
+                        if (now_us() - tq > 5e6) {
+                            printf("probe what=error msg=\"kernel not done within 5 s\"\n");
+                            exit(1);
+                        }
                     }
                     CK(r);
                     __atomic_store_n(&sh[0], 1 - me, __ATOMIC_RELEASE);

@@ -772,6 +772,9 @@ shoal_status_t shoal_boot_connect(const shoal_boot_uid_t *u, int rank, int nrank
         shoal_sleep_us(backoff_us);
     }
     if (st != SHOAL_OK) {
+        if (b->evicted) { /* only told at INFO so far: the give-up is an error */
+            shoal_boot_fail(b, st, "the root kept evicting this rank's pending connection");
+        }
         goto err;
     }
     shoal_trace(BOOT, "rank %d of %d joined root %s", rank, nranks, b->root_str);

@@ -232,7 +232,7 @@ static void shoal_cuda_comm_shared_hint(shoal_cuda_comm_t *cc)
 
 static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)
 {
-    int memops = 0, version = 0;
+    int memops = 0;
     CUcontext cur = NULL;
 
     if (ordinal < 0) {
@@ -257,7 +257,7 @@ static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)
      * 13 reports 0 there while the memops work: choosing the hostfn fallback for it made a
      * polling kernel hold the GPU for whole time slices when ranks shared it (17 ms per
      * 1 MiB AllReduce of 2 ranks, against 0.75 ms; perf/gpu_share.sh). */
-    if (shoal_cuda_drv.cuDriverGetVersion(&version) == CUDA_SUCCESS && version >= 11070) {
+    if (shoal_cuda_drv_version >= 11070) {
         memops = 1;
     } else {
         shoal_cuda_drv.cuDeviceGetAttribute(&memops,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 shoal_cuda_drv_t shoal_cuda_drv;
+int shoal_cuda_drv_version;
 
 static pthread_once_t shoal_cuda_drv_once = PTHREAD_ONCE_INIT;
 static shoal_status_t shoal_cuda_drv_status = SHOAL_ERR_UNSUPPORTED;
@@ -35,7 +36,7 @@ static void shoal_cuda_drv_load_once(void)
 {
     const char *path;
     CUresult r;
-    int count = 0, version = 0;
+    int count = 0;
     char err[128];
 
     shoal_cuda_config_load();
@@ -61,9 +62,11 @@ static void shoal_cuda_drv_load_once(void)
                  r != CUDA_SUCCESS ? shoal_cuda_drv_strerror(r, err, sizeof(err)) : "count 0");
         goto fail;
     }
-    shoal_cuda_drv.cuDriverGetVersion(&version);
-    shoal_info(CUDA, "CUDA driver %d.%d from %s, %d device(s)", version / 1000,
-               version % 1000 / 10, path, count);
+    if (shoal_cuda_drv.cuDriverGetVersion(&shoal_cuda_drv_version) != CUDA_SUCCESS) {
+        shoal_cuda_drv_version = 0;
+    }
+    shoal_info(CUDA, "CUDA driver %d.%d from %s, %d device(s)", shoal_cuda_drv_version / 1000,
+               shoal_cuda_drv_version % 1000 / 10, path, count);
     shoal_cuda_drv_status = SHOAL_OK;
     snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why), "loaded");
     return;

@@ -36,6 +36,8 @@ typedef struct {
 
 /* The table, valid once shoal_cuda_drv_load() returned SHOAL_OK. */
 extern SHOAL_HIDDEN shoal_cuda_drv_t shoal_cuda_drv;
+/* cuDriverGetVersion's answer at the load (e.g. 13000), 0 if it failed. */
+extern SHOAL_HIDDEN int shoal_cuda_drv_version;
 
 /* Loads the driver once (thread-safe). SHOAL_OK, or SHOAL_ERR_UNSUPPORTED with the reason
  * logged once and kept for shoal_cuda_drv_reason(). */
