@@ -4,7 +4,9 @@
 # on one GPU get it in time slices (one context at a time) unless NVIDIA's MPS server
 # joins them into one; this script measures the same AllReduce (tests/gpu/gpu_bench) with
 # one rank and with two, stream-ordered and blocking, without MPS and, where
-# nvidia-cuda-mps-control exists, under MPS; and examples/cuda_overlap both ways. Prepare:
+# nvidia-cuda-mps-control exists, under MPS; and examples/cuda_overlap both ways; first, the
+# probe's part 4 (what a held stream stalls in its own process: holder/op:1 = the op finished
+# while the holder was held, 0 = it waited for it). Prepare:
 #   run(command="GPU_CHECK_BUILD_ONLY=1 bash perf/gpu_check.sh; bash perf/gpu_share.sh",
 #       carry=[as perf/gpu_check.sh says])
 # Output: one line per case, then a table; logs in $OUT/gpu_share.tgz when $OUT is set.
@@ -51,6 +53,8 @@ probe() {
 say "$(nvidia-smi --query-gpu=name,compute_mode --format=csv,noheader 2>/dev/null)"
 nvcc -arch=sm_90 -o /tmp/gpu_share_probe "$src/perf/gpu_share_probe.cu" -lcuda >"$logs/probe_build.log" 2>&1 ||
     say "probe build failed: $(tail -n 3 "$logs/probe_build.log")"
+probe probe_legacy legacy
+R[probe_legacy]=$(awk '/what=legacy_hold/ {split($3,h,"="); split($4,o,"="); split($5,d,"="); printf "%s/%s:%s ", h[2], o[2], d[2]}' "$logs/probe_legacy.log")
 probe probe_roundtrip roundtrip
 probe probe_other other
 probe probe_pingpong pingpong
@@ -101,7 +105,7 @@ echo "gpu_share summary ($(($(date +%s) - t_start)) s): time per AllReduce of 1,
 for k in n1_stream n1_block n2_stream n2_block n2_hostfn n2_host n2_stream_spin \
     n2_staging_block mps_n2_stream mps_n2_block mps_n2_hostfn mps_n2_host mps_n2_stream_spin \
     probe_roundtrip probe_other probe_pingpong mps_probe_roundtrip mps_probe_other \
-    mps_probe_pingpong; do
+    mps_probe_pingpong probe_legacy; do
     printf '%-20s %s\n' "$k" "${R[$k]:-n/a}"
 done
 printf '%-20s %s\n' "overlap" "${R[overlap]:-n/a}"

@@ -10,11 +10,20 @@
 //  3. the hand-over pattern of a collective between two processes on one GPU: A runs an empty
 //     kernel on a work stream and polls it done, then B does, 200 times (a round = both),
 //     with each process's other stream idle, then blocked on cuStreamWaitValue32 the whole
-//     time (what a stream-ordered call's user stream does while the collective runs).
+//     time (what a stream-ordered call's user stream does while the collective runs);
+//  4. (legacy) what a stream held in cuStreamWaitValue32 stalls in its own process: the holder
+//     is the legacy default stream (PyTorch's), a created blocking stream or a non-blocking
+//     one, or the legacy stream waiting on an event behind a held stream (PyTorch's
+//     work.wait()); then one operation on another, non-blocking stream (an empty kernel, a
+//     device-to-device copy, a copy from pinned memory, a memset, a cuMemAlloc) and whether
+//     it completes while the holder is held. A thread releases the holder after 1 s, so
+//     "held=1 us=~1000000" means the operation waited for the holder. A stream-ordered
+//     collective on the legacy stream hung on this GPU with PyTorch (2026-12-04).
 // Output: "probe what=... median_us=... p90_us=..." lines. Not part of the library's build.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -259,6 +268,91 @@ static void pingpong(void)
     waitpid(pid, NULL, 0);
 }
 
+// ---- 4. legacy ----
+
+static volatile unsigned *legacy_word;
+static unsigned legacy_k;
+
+static void *legacy_release(void *arg)
+{
+    (void)arg;
+    usleep(1000 * 1000);
+    __atomic_store_n(legacy_word, legacy_k, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+// holder: 0 legacy, 1 created blocking, 2 created non-blocking, 3 legacy waiting on an event
+// of a held non-blocking stream. op: 0 kernel, 1 dtod, 2 htod pinned, 3 memset, 4 alloc.
+static void legacy_case(CUstream w, CUdeviceptr dw, int holder, int op, CUdeviceptr a,
+                        CUdeviceptr b, void *pinned)
+{
+    static const char *const hn[] = {"legacy", "blocking", "nonblocking", "legacy_on_event"};
+    static const char *const on[] = {"kernel", "dtod", "htod_pinned", "memset", "alloc"};
+    const size_t bytes = 1 << 20;
+    CUstream h = CU_STREAM_LEGACY, extra = NULL;
+    CUevent ev = NULL;
+    CUdeviceptr got = 0;
+    pthread_t th;
+    legacy_k++;
+    if (holder == 1 || holder == 2) {
+        CK(cuStreamCreate(&h, holder == 1 ? CU_STREAM_DEFAULT : CU_STREAM_NON_BLOCKING));
+    }
+    if (holder == 3) {
+        CK(cuStreamCreate(&extra, CU_STREAM_NON_BLOCKING));
+        CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+        CK(cuStreamWaitValue32(extra, dw, legacy_k, CU_STREAM_WAIT_VALUE_GEQ));
+        CK(cuEventRecord(ev, extra));
+        CK(cuStreamWaitEvent(CU_STREAM_LEGACY, ev, 0));
+    } else {
+        CK(cuStreamWaitValue32(h, dw, legacy_k, CU_STREAM_WAIT_VALUE_GEQ));
+    }
+    usleep(10000);
+    pthread_create(&th, NULL, legacy_release, NULL);
+    double t0 = now_us();
+    switch (op) {
+    case 0: empty<<<1, 1, 0, w>>>(); break;
+    case 1: CK(cuMemcpyDtoDAsync(b, a, bytes, w)); break;
+    case 2: CK(cuMemcpyHtoDAsync(a, pinned, bytes, w)); break;
+    case 3: CK(cuMemsetD32Async(b, 7, bytes / 4, w)); break;
+    default: CK(cuMemAlloc(&got, bytes)); break;
+    }
+    while (cuStreamQuery(w) == CUDA_ERROR_NOT_READY) {
+        usleep(50);
+    }
+    double us = now_us() - t0;
+    pthread_join(th, NULL);
+    CK(cuCtxSynchronize());
+    printf("probe what=legacy_hold holder=%s op=%s done_while_held=%d us=%.1f\n", hn[holder],
+           on[op], us < 900000.0, us);
+    fflush(stdout);
+    if (got != 0) {
+        CK(cuMemFree(got));
+    }
+    if (holder == 1 || holder == 2) {
+        CK(cuStreamDestroy(h));
+    }
+    if (extra != NULL) {
+        CK(cuEventDestroy(ev));
+        CK(cuStreamDestroy(extra));
+    }
+}
+
+static void legacy(void)
+{
+    CUstream w = setup();
+    CUdeviceptr dw, a, b;
+    void *pinned;
+    legacy_word = host_word(&dw);
+    CK(cuMemAlloc(&a, 1 << 20));
+    CK(cuMemAlloc(&b, 1 << 20));
+    CK(cuMemHostAlloc(&pinned, 1 << 20, 0));
+    for (int holder = 0; holder < 4; holder++) {
+        for (int op = 0; op < 5; op++) {
+            legacy_case(w, dw, holder, op, a, b, pinned);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "roundtrip") == 0) {
@@ -267,8 +361,10 @@ int main(int argc, char **argv)
         other_ctx();
     } else if (argc > 1 && strcmp(argv[1], "pingpong") == 0) {
         pingpong();
+    } else if (argc > 1 && strcmp(argv[1], "legacy") == 0) {
+        legacy();
     } else {
-        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong\n");
+        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong|legacy\n");
         return 2;
     }
     return 0;

@@ -17,6 +17,11 @@
  * waits cost the GPU's time slices: the call records an event on the stream, waits on the
  * host until it completes (deadline, abort), runs the batch on the caller's thread and
  * returns with the result in place; nothing waits on the device.
+ * The legacy default stream (CU_STREAM_LEGACY: cudaStreamLegacy, PyTorch's default stream)
+ * always takes that way. It synchronizes implicitly with the rest of the context, and a
+ * value wait held on it stalled the call's own work on the internal streams: on an H200
+ * (2026-12-04), PyTorch's CUDA tests hung at the first collective that moved device bytes,
+ * on 1 and on 2 ranks, while the same calls on created streams pass.
  *
  * Metering (src/meter/meter.h): each call of a task counts one op of its collective; the
  * task's time is measured in stream order, on the proxy thread (which holds the ticket, so it
@@ -286,7 +291,8 @@ static shoal_status_t shoal_cuda_host_wait(shoal_cuda_comm_t *cc, CUstream strea
 }
 
 /* A call that returns with its result in place: stream NULL (the device's earlier work first,
- * like cudaMemcpy), or a stream under SHOAL_CUDA_SYNC=host (that stream's earlier work). */
+ * like cudaMemcpy), or a stream under SHOAL_CUDA_SYNC=host or the legacy default stream (that
+ * stream's earlier work). */
 static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc, CUstream stream,
                                                  const shoal_cuda_item_t *items, int n)
 {
@@ -339,7 +345,14 @@ static shoal_status_t shoal_cuda_submit(struct shoal_comm *comm, void *stream,
                     cc->ordinal);
         return SHOAL_ERR_INVALID_ARG;
     }
-    if (stream == NULL || cc->sync_host) {
+    if (stream == (void *)CU_STREAM_LEGACY && !cc->sync_host &&
+        !__atomic_exchange_n(&cc->legacy_said, 1, __ATOMIC_RELAXED)) {
+        shoal_info(CUDA, "rank %d: calls on the legacy default stream wait on the host until "
+                   "the stream reaches them and return with the result in place (a device-side "
+                   "wait there stalls the call's own device work); on another stream they "
+                   "return at once", comm->rank);
+    }
+    if (stream == NULL || cc->sync_host || stream == (void *)CU_STREAM_LEGACY) {
         return shoal_cuda_submit_blocking(cc, (CUstream)stream, items, n);
     }
     t = malloc(len);

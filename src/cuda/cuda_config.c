@@ -36,7 +36,8 @@ static const shoal_cfg_field_t shoal_cuda_cfg_fields[] = {
             "its stream reaches it, runs, and returns with the result in place (the host "
             "blocks; for ranks that share a GPU without MPS, whose waits on the device cost "
             "the GPU's time slices: 0.8 ms against 11.6 ms per 1 MiB AllReduce of 2 ranks on "
-            "an H200)"},
+            "an H200). Calls on the legacy default stream (cudaStreamLegacy, PyTorch's "
+            "default) always run as host"},
     {.name = "CUDA_LIBNCCL", .dflt = "libnccl.so.2", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_cuda_config_t, libnccl),
      .doc = "the NCCL library for SHOAL_CUDA_BACKEND=nccl"},

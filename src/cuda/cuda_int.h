@@ -62,7 +62,8 @@ typedef struct shoal_cuda_comm {
     int nsm;
     int memops;                  /* stream memory operations in use */
     int sync_host;               /* SHOAL_CUDA_SYNC=host: stream calls run on the caller */
-    CUevent host_ev;             /* sync_host: marks where the caller's stream is */
+    int legacy_said;             /* the legacy stream's host wait was logged */
+    CUevent host_ev;             /* host waits: marks where the caller's stream is */
     char busid[32];
     CUmodule module;
     CUfunction fns[SHOAL_DTYPE_COUNT][4];

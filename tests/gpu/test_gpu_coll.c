@@ -386,6 +386,60 @@ static void host_on_stream(ctx_t *x)
     shoal_cuda_drv.cuMemFreeHost((void *)gate);
 }
 
+/* The legacy default stream (cudaStreamLegacy, PyTorch's default stream): the call waits on
+ * the host for it and returns with the result in place, which another stream reads at once
+ * (the stream is held 200 ms before each call). Runs first, so that the communicator's first device call (the IPC setup on 2+ ranks) is on
+ * it, as in a PyTorch job: stream-ordered, that hung on an H200. */
+static void CUDA_CB hold_200ms(void *arg)
+{
+    (void)arg;
+    usleep(200 * 1000);
+}
+
+static void legacy_stream(ctx_t *x)
+{
+    int g = group("legacy default stream: result in place on return (first call included)");
+    size_t count = 65539, es = 4, n = (size_t)x->n;
+    CUstream other;
+    int bad = 0;
+
+    CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * es);
+    for (int type = 0; type < 2; type++) {
+        memset(x->h_out, 0xee, n * count * es);
+        h2d(x, x->d_out, x->h_out, n * count * es);
+        /* the stream is busy for 200 ms: a call that returned before it passed would leave
+         * the old bytes for the other stream to read */
+        CK(cuLaunchHostFunc(CU_STREAM_LEGACY, hold_200ms, NULL));
+        if (type == 0) {
+            bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_INT32,
+                                   SHOAL_SUM, x->comm, (void *)CU_STREAM_LEGACY) != SHOAL_OK;
+            expect_reduce(SHOAL_INT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+        } else {
+            bad |= shoal_allgather((void *)x->d_in, (void *)x->d_out, count, SHOAL_INT32,
+                                   x->comm, (void *)CU_STREAM_LEGACY) != SHOAL_OK;
+            for (int r = 0; r < x->n; r++) {
+                fill(SHOAL_INT32, SHOAL_SUM, r, x->h_exp + (size_t)r * count * es, count, 0);
+            }
+        }
+        size_t bytes = (type == 0 ? 1 : n) * count * es;
+        CK(cuMemcpyDtoHAsync(x->h_out, x->d_out, bytes, other));
+        CK(cuStreamSynchronize(other));
+        if (memcmp(x->h_out, x->h_exp, bytes) != 0) {
+            fprintf(stderr, "# rank %d: legacy stream: %s result not in place on return "
+                    "(first words 0x%x 0x%x, want 0x%x 0x%x)\n", x->rank,
+                    type == 0 ? "allreduce" : "allgather", ((uint32_t *)x->h_out)[0],
+                    ((uint32_t *)x->h_out)[1], ((uint32_t *)x->h_exp)[0],
+                    ((uint32_t *)x->h_exp)[1]);
+            bad = 1;
+        }
+    }
+    CK(cuStreamSynchronize(CU_STREAM_LEGACY));
+    CK(cuStreamDestroy(other));
+    group_fail[g] += bad;
+}
+
 /* GPU_EXPECT_SYNC=memops|hostfn|host: the stream-ordering mechanism the layer chose (an H200
  * with CUDA 13 reports no v1 stream memory operations but runs the v2 ones: memops there). */
 static void sync_choice(ctx_t *x)
@@ -786,6 +840,9 @@ int main(int argc, char **argv)
      * time out there by design; the sweep and the group run as stream-ordered calls */
     const char *sync = getenv("SHOAL_CUDA_SYNC");
     int host_sync = sync != NULL && strcmp(sync, "host") == 0;
+    if (!nccl_mode) {
+        legacy_stream(x);
+    }
     sweep(x);
     if (!nccl_mode) {
         if (!host_sync) {

@@ -336,7 +336,9 @@ class ShoalCudaWork : public c10d::Work {
 
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-    std::chrono::milliseconds getTimeout() const override { return timeout_; }
+    // c10d::Work::getTimeout is virtual in newer torch (2.15 has it, 2.11 does not): without
+    // `override` this overrides it where it exists and is a plain member elsewhere.
+    std::chrono::milliseconds getTimeout() const { return timeout_; }
 
     bool isCompleted() override
     {
@@ -950,7 +952,8 @@ class ShoalBackend : public c10d::Backend {
         c10::cuda::CUDAGuard guard(dev);
         c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(idx);
         // torch's default stream is the legacy default stream (handle 0); a NULL stream is a
-        // blocking call for shoal, which names the legacy one cudaStreamLegacy
+        // blocking call for shoal, which names the legacy one cudaStreamLegacy (and waits on
+        // the host for it: a device-side wait there stalled shoal's own device work)
         void *s = stream.stream() != nullptr ? static_cast<void *>(stream.stream())
                                              : static_cast<void *>(cudaStreamLegacy);
         std::string why;

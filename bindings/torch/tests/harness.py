@@ -2,6 +2,7 @@
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each under a deadline; collects exit codes and output."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ def worker_env(extra=None):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra or {})
     return env
@@ -62,8 +64,14 @@ def launch(script, n, args=(), timeout=120, env=None, expendable=()):
             outs[r] = p.communicate(timeout=left)[0]
             rcs[r] = p.returncode
         except subprocess.TimeoutExpired:
-            p.kill()
-            outs[r] = p.communicate()[0]
+            # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) prints where every thread of
+            # the hung rank is, which the test's message then shows
+            p.send_signal(signal.SIGABRT)
+            try:
+                outs[r] = p.communicate(timeout=10)[0]
+            except subprocess.TimeoutExpired:
+                p.kill()
+                outs[r] = p.communicate()[0]
     return Result(rcs, outs, time.monotonic() - t0)
 
 
