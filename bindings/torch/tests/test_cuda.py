@@ -76,7 +76,7 @@ def test_cpu_collectives_leave_cuda_alone():
 
 def _ops(n):
     if n not in _runs:
-        res = launch("cuda_worker.py", n, timeout=300, env={"CUDA_MODE": "ops"})
+        res = launch("cuda_worker.py", n, timeout=150, env={"CUDA_MODE": "ops"})
         _runs[n] = (res, results_json(res.outs[0]))
     return _runs[n]
 
@@ -105,7 +105,7 @@ def test_cuda_ddp_matches_gloo_cpu(n):
     (cuBLAS vs the CPU's GEMM sum in other orders), a few ulp per operation, carried through
     50 SGD steps of a smooth model: losses to 1e-4 relative, parameters (~0.2) to 1e-4
     absolute; a wrong reduction is off by 1e-2 within a few steps."""
-    res = launch("cuda_worker.py", n, timeout=300, env={"CUDA_MODE": "ddp", "DDP_STEPS": "50"})
+    res = launch("cuda_worker.py", n, timeout=200, env={"CUDA_MODE": "ddp", "DDP_STEPS": "50"})
     v = results_json(res.outs[0])
     assert v is not None and all(rc == 0 for rc in res.rcs), res.text()[-6000:]
     ls, lg = v["losses"]["shoal_cuda"], v["losses"]["gloo_cpu"]
