@@ -386,16 +386,17 @@ static void host_on_stream(ctx_t *x)
     shoal_cuda_drv.cuMemFreeHost((void *)gate);
 }
 
-/* The legacy default stream (cudaStreamLegacy, PyTorch's default stream): the call waits on
- * the host for it and returns with the result in place, which another stream reads at once
- * (the stream is held 200 ms before each call). Runs first, so that the communicator's first device call (the IPC setup on 2+ ranks) is on
- * it, as in a PyTorch job: stream-ordered, that hung on an H200. */
 static void CUDA_CB hold_200ms(void *arg)
 {
     (void)arg;
     usleep(200 * 1000);
 }
 
+/* The legacy default stream (cudaStreamLegacy, PyTorch's default stream): the call waits on
+ * the host for it and returns with the result in place, which another stream reads at once
+ * (the stream is held 200 ms before each call). Runs first, so that the communicator's first
+ * device call (the IPC setup on 2+ ranks) is on it, as in a PyTorch job: stream-ordered,
+ * that hung on an H200. */
 static void legacy_stream(ctx_t *x)
 {
     int g = group("legacy default stream: result in place on return (first call included)");
