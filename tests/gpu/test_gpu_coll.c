@@ -386,15 +386,16 @@ static void host_on_stream(ctx_t *x)
     shoal_cuda_drv.cuMemFreeHost((void *)gate);
 }
 
-static void CUDA_CB hold_200ms(void *arg)
+/* (a host function may not run 150 ms: FAKECUDA_HOSTFN_MAX_MS, as a GPU's watchdog) */
+static void CUDA_CB hold_100ms(void *arg)
 {
     (void)arg;
-    usleep(200 * 1000);
+    usleep(100 * 1000);
 }
 
 /* The legacy default stream (cudaStreamLegacy, PyTorch's default stream): the call waits on
  * the host for it and returns with the result in place, which another stream reads at once
- * (the stream is held 200 ms before each call). Runs first, so that the communicator's first
+ * (the stream is held 100 ms before each call). Runs first, so that the communicator's first
  * device call (the IPC setup on 2+ ranks) is on it, as in a PyTorch job: stream-ordered,
  * that hung on an H200. */
 static void legacy_stream(ctx_t *x)
@@ -410,9 +411,9 @@ static void legacy_stream(ctx_t *x)
     for (int type = 0; type < 2; type++) {
         memset(x->h_out, 0xee, n * count * es);
         h2d(x, x->d_out, x->h_out, n * count * es);
-        /* the stream is busy for 200 ms: a call that returned before it passed would leave
+        /* the stream is busy for 100 ms: a call that returned before it passed would leave
          * the old bytes for the other stream to read */
-        CK(cuLaunchHostFunc(CU_STREAM_LEGACY, hold_200ms, NULL));
+        CK(cuLaunchHostFunc(CU_STREAM_LEGACY, hold_100ms, NULL));
         if (type == 0) {
             bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_INT32,
                                    SHOAL_SUM, x->comm, (void *)CU_STREAM_LEGACY) != SHOAL_OK;
