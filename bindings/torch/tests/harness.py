@@ -2,6 +2,7 @@
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each under a deadline; collects exit codes and output."""
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -37,6 +38,11 @@ class Result:
                          for r, (rc, o) in enumerate(zip(self.rcs, self.outs)))
 
 
+def _no_core():
+    # a rank aborted on timeout (SIGABRT, below) leaves its stack in the output, no core file
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def launch(script, n, args=(), timeout=120, env=None, expendable=()):
     """Runs n copies of tests/<script> as ranks 0..n-1; kills what is left after timeout
     (their rc is then None). Ranks in expendable are killed (rc None) as soon as all the
@@ -50,7 +56,7 @@ def launch(script, n, args=(), timeout=120, env=None, expendable=()):
                  MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script)] + list(args),
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+                                      text=True, preexec_fn=_no_core))
     rcs, outs = [None] * n, [""] * n
     order = [r for r in range(n) if r not in expendable] + list(expendable)
     for r in order:
