@@ -107,12 +107,16 @@ if [ "${GPU_CHECK_BUILD_ONLY:-0}" = 1 ]; then
     exit 0
 fi
 
-# ---- 2b. what a held stream stalls in its own process (perf/gpu_share_probe.cu part 4) ----
+# ---- 2b. what a held stream stalls in its own process, and hand-overs (gpu_share_probe 4, 5) ----
 if step probe_legacy_build 120 nvcc -arch=sm_90 -o /tmp/gpu_share_probe \
     "$src/perf/gpu_share_probe.cu" -lcuda; then
     step probe_legacy 60 /tmp/gpu_share_probe legacy
     grep 'what=' "$logs/probe_legacy.log"
     R[legacy]=$(awk '/what=legacy_hold/ {split($3,h,"="); split($4,o,"="); split($5,d,"="); printf "%s/%s:%s ", h[2], o[2], d[2]}' "$logs/probe_legacy.log")
+    # part 5: a stream-ordered call's hand-overs between two processes, with and without a kick
+    step probe_handover 60 /tmp/gpu_share_probe handover
+    grep 'what=' "$logs/probe_handover.log"
+    R[handover]=$(awk '/what=handover/ {split($2,a,"="); split($3,b,"="); printf "%s %s us; ", a[2], b[2]}' "$logs/probe_handover.log")
 fi
 
 # ---- 2c. the PyTorch backend on CUDA tensors (issue 15): .ci/torch.sh against this build,
@@ -197,6 +201,7 @@ printf '%-44s %s\n' "tests: no-driver / host" "${R[test_cuda_nodriver]:-not run}
 printf '%-44s %s\n' "tests: GPU collectives (1,2,4 ranks)" "${R[gpu_coll]:-not run}"
 printf '%-44s %s\n' "tests: PyTorch backend, CUDA tensors" "${R[torch]:-not run}"
 printf '%-44s %s\n' "held stream: holder/op:finished while held" "${R[legacy]:-not run}"
+printf '%-44s %s\n' "hand-over per call (median), 2 processes" "${R[handover]:-not run}"
 printf '%-44s %s\n' "D2D copy bandwidth GB/s (256 MiB)" "${R[copy]:-n/a}"
 printf '%-44s %s\n' "reduce f32 sum GB/s, ratio to copy (>=0.9)" "${R[red_f32]:-n/a}"
 printf '%-44s %s\n' "reduce bf16 sum GB/s, ratio to copy" "${R[red_bf16]:-n/a}"

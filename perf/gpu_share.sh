@@ -58,6 +58,7 @@ R[probe_legacy]=$(awk '/what=legacy_hold/ {split($3,h,"="); split($4,o,"="); spl
 probe probe_roundtrip roundtrip
 probe probe_other other
 probe probe_pingpong pingpong
+probe probe_handover handover
 bench n1_stream 1
 bench n1_block 1 GPU_BENCH_BLOCKING=1
 bench n2_stream 2
@@ -84,6 +85,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
         probe mps_probe_roundtrip roundtrip
         probe mps_probe_other other
         probe mps_probe_pingpong pingpong
+        probe mps_probe_handover handover
         bench mps_n2_stream 2
         bench mps_n2_block 2 GPU_BENCH_BLOCKING=1
         bench mps_n2_hostfn 2 SHOAL_CUDA_SYNC=hostfn
@@ -105,7 +107,7 @@ echo "gpu_share summary ($(($(date +%s) - t_start)) s): time per AllReduce of 1,
 for k in n1_stream n1_block n2_stream n2_block n2_hostfn n2_host n2_stream_spin \
     n2_staging_block mps_n2_stream mps_n2_block mps_n2_hostfn mps_n2_host mps_n2_stream_spin \
     probe_roundtrip probe_other probe_pingpong mps_probe_roundtrip mps_probe_other \
-    mps_probe_pingpong probe_legacy; do
+    mps_probe_pingpong probe_handover mps_probe_handover probe_legacy; do
     printf '%-20s %s\n' "$k" "${R[$k]:-n/a}"
 done
 printf '%-20s %s\n' "overlap" "${R[overlap]:-n/a}"

@@ -18,7 +18,17 @@
 //     device-to-device copy, a copy from pinned memory, a memset, a cuMemAlloc) and whether
 //     it completes while the holder is held. A thread releases the holder after 1 s, so
 //     "held=1 us=~1000000" means the operation waited for the holder. A stream-ordered
-//     collective on the legacy stream hung on this GPU with PyTorch (2026-12-04).
+//     collective on the legacy stream hung on this GPU with PyTorch (2026-12-04);
+//  5. (handover) a stream-ordered collective's hand-overs between two processes on one GPU, as
+//     src/cuda/cuda_api.c does them: each process's stream holds, per call k, a write of
+//     start = k and a wait for done >= k, all queued first; each host loop waits for start k,
+//     meets the other process (shared memory), runs an empty kernel on a work stream and
+//     polls it done, meets again, stores done = k. Per call: the median of the time between
+//     two starts seen. The host's store of done rings no doorbell: if the context waiting
+//     for it is not the one on the GPU, it may wait for the other's time slice to end (the
+//     suspected 11.6 ms per stream-ordered AllReduce of 2 ranks without MPS). So three ways
+//     after the store: nothing, a stream write on the work stream, an empty kernel on it
+//     (a "kick": new work for this context).
 // Output: "probe what=... median_us=... p90_us=..." lines. Not part of the library's build.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -356,6 +366,89 @@ static void legacy(void)
     }
 }
 
+// ---- 5. handover ----
+
+static void handover(void)
+{
+    enum { M = 40 };
+    volatile int *sh = (volatile int *)mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        exit(1);
+    }
+    memset((void *)sh, 0, 4096);
+    pid_t pid = fork(); // before any CUDA call
+    int me = pid == 0;
+    CUstream w = setup(), u;
+    CUdeviceptr dstart, ddone, dkick;
+    volatile unsigned *start = host_word(&dstart), *done = host_word(&ddone);
+    host_word(&dkick);
+    CK(cuStreamCreate(&u, CU_STREAM_NON_BLOCKING));
+    empty<<<1, 1, 0, w>>>();
+    CK(cuStreamSynchronize(w));
+    static const char *const names[] = {"handover_no_kick", "handover_kick_write",
+                                        "handover_kick_kernel"};
+    volatile int *meet = sh + 16; // [cond][2 meetings][2 processes], ints
+    for (int cond = 0; cond < 3; cond++) {
+        double v[M], t_prev = 0;
+        unsigned base = (unsigned)cond * 1000u;
+        for (unsigned k = 1; k <= M; k++) {
+            CK(cuStreamWriteValue32(u, dstart, base + k, CU_STREAM_WRITE_VALUE_DEFAULT));
+            CK(cuStreamWaitValue32(u, ddone, base + k, CU_STREAM_WAIT_VALUE_GEQ));
+        }
+        __atomic_add_fetch(&sh[1 + cond], 1, __ATOMIC_ACQ_REL); // both ready
+        if (spin_until(&sh[1 + cond], 2) != 0) {
+            printf("probe what=error msg=\"peer not ready\"\n");
+            exit(1);
+        }
+        for (int k = 1; k <= M; k++) {
+            double t0 = now_us();
+            while (__atomic_load_n(start, __ATOMIC_ACQUIRE) != base + (unsigned)k) {
+                if (now_us() - t0 > 5e6) {
+                    printf("probe what=error msg=\"start %d not seen within 5 s\"\n", k);
+                    exit(1);
+                }
+            }
+            double t = now_us();
+            if (k > 1) {
+                v[k - 2] = t - t_prev;
+            }
+            t_prev = t;
+            for (int m = 0; m < 2; m++) {
+                volatile int *mine = meet + (cond * 2 + m) * 2;
+                __atomic_store_n(&mine[me], k, __ATOMIC_RELEASE);
+                double tm = now_us();
+                while (__atomic_load_n(&mine[1 - me], __ATOMIC_ACQUIRE) < k) {
+                    if (now_us() - tm > 5e6) {
+                        printf("probe what=error msg=\"no meeting within 5 s\"\n");
+                        exit(1);
+                    }
+                }
+                if (m == 0) { // the collective's device work
+                    empty<<<1, 1, 0, w>>>();
+                    while (cuStreamQuery(w) == CUDA_ERROR_NOT_READY) {
+                    }
+                }
+            }
+            __atomic_store_n(done, base + (unsigned)k, __ATOMIC_RELEASE);
+            if (cond == 1) {
+                CK(cuStreamWriteValue32(w, dkick, (unsigned)k, CU_STREAM_WRITE_VALUE_DEFAULT));
+            } else if (cond == 2) {
+                empty<<<1, 1, 0, w>>>();
+            }
+        }
+        CK(cuStreamSynchronize(u));
+        CK(cuStreamSynchronize(w));
+        if (me == 0) {
+            report(names[cond], v, M - 1);
+        }
+    }
+    if (me == 1) {
+        exit(0);
+    }
+    waitpid(pid, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "roundtrip") == 0) {
@@ -366,8 +459,10 @@ int main(int argc, char **argv)
         pingpong();
     } else if (argc > 1 && strcmp(argv[1], "legacy") == 0) {
         legacy();
+    } else if (argc > 1 && strcmp(argv[1], "handover") == 0) {
+        handover();
     } else {
-        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong|legacy\n");
+        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong|legacy|handover\n");
         return 2;
     }
     return 0;
