@@ -271,6 +271,13 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
     }
     __atomic_store_n(&cc->flags[0], (uint32_t)t->seq, __ATOMIC_RELEASE);
     __atomic_store_n(&cc->done, t->seq, __ATOMIC_RELEASE);
+    if (cc->kick) {
+        /* new work for this context: the GPU may switch to it and see the store above
+         * (shoal_cuda_comm_shared_hint); a word of done's line that nothing reads */
+        (void)shoal_cuda_drv.cuStreamWriteValue32(cc->kern, cc->dflags + SHOAL_CUDA_KICK_WORD * 4,
+                                                  (uint32_t)t->seq,
+                                                  CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
     return st;
 }
 

@@ -216,12 +216,21 @@ static void shoal_cuda_comm_shared_hint(shoal_cuda_comm_t *cc)
 {
     struct shoal_comm *comm = cc->comm;
     int ndev = 0, mps = 0;
-    if (cc->sync_host || comm->local_size < 2 || comm->local_ranks[0] != comm->rank ||
+    if (cc->sync_host || comm->local_size < 2 ||
         shoal_cuda_drv.cuDeviceGetCount(&ndev) != CUDA_SUCCESS || ndev >= comm->local_size) {
         return;
     }
     if (shoal_cuda_drv.cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, cc->dev) ==
             CUDA_SUCCESS && mps) {
+        return;
+    }
+    /* The store that releases a stream (the done word) rings no doorbell: a context whose
+     * stream waits for it while another rank's context has the GPU may wait for that slice to
+     * end. Work submitted right after the store tells the GPU this context has some (perf/
+     * gpu_share_probe.cu part 5 measures whether that helps; at worst it costs the proxy one
+     * stream write per call, after the stream was released). */
+    cc->kick = cc->memops;
+    if (comm->local_ranks[0] != comm->rank) {
         return;
     }
     shoal_warn(CUDA, "%d ranks on this host share %d GPU(s) without MPS: stream-ordered "

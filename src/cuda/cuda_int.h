@@ -36,6 +36,7 @@ SHOAL_HIDDEN void shoal_cuda_config_load(void);
 
 #define SHOAL_CUDA_FLAG_SLOTS 256   /* stream tasks in flight per communicator */
 #define SHOAL_CUDA_FLAG_STRIDE 16   /* uint32 words: one 64-byte line per flag */
+#define SHOAL_CUDA_KICK_WORD 8      /* flags[8], in done's line: the target of the kick */
 
 /* Kind of one buffer. */
 typedef struct {
@@ -63,6 +64,7 @@ typedef struct shoal_cuda_comm {
     int memops;                  /* stream memory operations in use */
     int sync_host;               /* SHOAL_CUDA_SYNC=host: stream calls run on the caller */
     int legacy_said;             /* the legacy stream's host wait was logged */
+    int kick;                    /* ranks share the GPU without MPS: submit after releasing */
     CUevent host_ev;             /* host waits: marks where the caller's stream is */
     char busid[32];
     CUmodule module;
