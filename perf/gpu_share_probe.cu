@@ -213,17 +213,26 @@ static int spin_until(volatile int *word, int want)
     return 0;
 }
 
-static void pingpong(void)
+// A zeroed page shared with a child forked before any CUDA call; *me_p: 1 in the child (B).
+static volatile int *fork_shared(pid_t *pid_p, int *me_p)
 {
-    // shared between the two processes: whose turn, and how many are ready per condition
     volatile int *sh = (volatile int *)mmap(NULL, 4096, PROT_READ | PROT_WRITE,
                                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) {
         exit(1);
     }
     memset((void *)sh, 0, 4096);
-    pid_t pid = fork(); // before any CUDA call
-    int me = pid == 0;  // the child is B (1)
+    *pid_p = fork();
+    *me_p = *pid_p == 0;
+    return sh;
+}
+
+static void pingpong(void)
+{
+    // shared between the two processes: whose turn, and how many are ready per condition
+    pid_t pid;
+    int me;
+    volatile int *sh = fork_shared(&pid, &me);
     CUstream k = setup(), u;
     CUdeviceptr dw;
     volatile unsigned *w = host_word(&dw);
@@ -371,14 +380,9 @@ static void legacy(void)
 static void handover(void)
 {
     enum { M = 40 };
-    volatile int *sh = (volatile int *)mmap(NULL, 4096, PROT_READ | PROT_WRITE,
-                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) {
-        exit(1);
-    }
-    memset((void *)sh, 0, 4096);
-    pid_t pid = fork(); // before any CUDA call
-    int me = pid == 0;
+    pid_t pid;
+    int me;
+    volatile int *sh = fork_shared(&pid, &me);
     CUstream w = setup(), u;
     CUdeviceptr dstart, ddone, dkick;
     volatile unsigned *start = host_word(&dstart), *done = host_word(&ddone);
