@@ -211,7 +211,10 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
  * contexts in time slices, and a stream-ordered call, whose ranks' streams wait on the device
  * while the collective's work of every rank must run, takes whole slices (perf/gpu_share.sh on
  * an H200: 11.6 ms per 1 MiB AllReduce of 2 ranks; 73 us under MPS; 0.8 ms with
- * SHOAL_CUDA_SYNC=host or without a stream). Said once, by the host's first rank. */
+ * SHOAL_CUDA_SYNC=host or without a stream). Said once, by the host's first rank: a warning
+ * where every rank sees the same devices (CUDA_VISIBLE_DEVICES unset), where sharing is
+ * certain; at INFO where CUDA_VISIBLE_DEVICES is set, since each rank may see a GPU of its
+ * own then (a scheduler's per-task GPUs, src/sched's placement output). */
 static void shoal_cuda_comm_shared_hint(shoal_cuda_comm_t *cc)
 {
     struct shoal_comm *comm = cc->comm;
@@ -231,6 +234,14 @@ static void shoal_cuda_comm_shared_hint(shoal_cuda_comm_t *cc)
      * stream write per call, after the stream was released). */
     cc->kick = cc->memops;
     if (comm->local_ranks[0] != comm->rank) {
+        return;
+    }
+    const char *visible = shoal_cfg_getenv_raw("CUDA_VISIBLE_DEVICES");
+    if (visible != NULL && visible[0] != '\0') {
+        shoal_info(CUDA, "%d ranks on this host, %d GPU(s) visible to this one "
+                   "(CUDA_VISIBLE_DEVICES is set): where ranks share a GPU without MPS, "
+                   "stream-ordered collectives wait for its time slices (about 10 ms per call; "
+                   "MPS or SHOAL_CUDA_SYNC=host avoid that)", comm->local_size, ndev);
         return;
     }
     shoal_warn(CUDA, "%d ranks on this host share %d GPU(s) without MPS: stream-ordered "
