@@ -273,10 +273,14 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
     __atomic_store_n(&cc->done, t->seq, __ATOMIC_RELEASE);
     if (cc->kick) {
         /* new work for this context: the GPU may switch to it and see the store above
-         * (shoal_cuda_comm_shared_hint); a word of done's line that nothing reads */
-        (void)shoal_cuda_drv.cuStreamWriteValue32(cc->kern, cc->dflags + SHOAL_CUDA_KICK_WORD * 4,
-                                                  (uint32_t)t->seq,
-                                                  CU_STREAM_WRITE_VALUE_DEFAULT);
+         * (shoal_cuda_comm_shared_gpu); a word of done's line that nothing reads */
+        if (shoal_cuda_drv.cuStreamWriteValue32(cc->kern, cc->dflags + SHOAL_CUDA_KICK_WORD * 4,
+                                                (uint32_t)t->seq,
+                                                CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+            /* best effort: the stream is released already; the next call reports the cause */
+            shoal_warn_once(CUDA, "rank %d: the stream write after a release failed",
+                            comm->rank);
+        }
     }
     return st;
 }

@@ -214,8 +214,8 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
  * SHOAL_CUDA_SYNC=host or without a stream). Said once, by the host's first rank: a warning
  * where every rank sees the same devices (CUDA_VISIBLE_DEVICES unset), where sharing is
  * certain; at INFO where CUDA_VISIBLE_DEVICES is set, since each rank may see a GPU of its
- * own then (a scheduler's per-task GPUs, src/sched's placement output). */
-static void shoal_cuda_comm_shared_hint(shoal_cuda_comm_t *cc)
+ * own then (a scheduler's per-task GPUs, src/sched's placement output). Sets cc->kick. */
+static void shoal_cuda_comm_shared_gpu(shoal_cuda_comm_t *cc)
 {
     struct shoal_comm *comm = cc->comm;
     int ndev = 0, mps = 0;
@@ -288,7 +288,7 @@ static shoal_status_t shoal_cuda_comm_setup(shoal_cuda_comm_t *cc, int ordinal)
     cc->memops = shoal_cuda_config.sync == SHOAL_CUDA_SYNC_MEMOPS ||
                  (shoal_cuda_config.sync == SHOAL_CUDA_SYNC_AUTO && memops != 0);
     cc->sync_host = shoal_cuda_config.sync == SHOAL_CUDA_SYNC_HOST;
-    shoal_cuda_comm_shared_hint(cc);
+    shoal_cuda_comm_shared_gpu(cc);
     if (shoal_cuda_config.sync == SHOAL_CUDA_SYNC_MEMOPS && memops == 0) {
         shoal_warn(CUDA, "SHOAL_CUDA_SYNC=memops but device %d reports no stream memory "
                    "operations; trying anyway", ordinal);
