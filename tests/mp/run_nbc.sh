@@ -7,14 +7,17 @@
 #    nbc_mode_overlap);
 #  - kill: the last rank dies while the others have four calls in flight on two
 #    communicators: every call must complete with an error naming it, within the deadline.
-# Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180).
+# Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180),
+# NBC_TIMEOUT_MS (the kill jobs' SHOAL_TIMEOUT_MS, default 5000: it bounds their init and
+# setup too, which a ThreadSanitizer build on a loaded 2-core machine can take longer than;
+# .ci/run gives its TSan suite more).
 
 builddir=${top_builddir:-.}
 shoalrun=$builddir/shoalrun
 prog=$builddir/tests/mp/mp_nbc
 wrap=${top_srcdir:-$(dirname "$0")/../..}/tests/mp/hostid_wrap.sh
 timeout=${NBC_TIMEOUT:-180}
-timeout_ms=5000
+timeout_ms=${NBC_TIMEOUT_MS:-5000}
 slack_ms=5000
 n_tap=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_nbc.XXXXXX") || exit 99
