@@ -11,7 +11,8 @@
 #   ./autogen.sh                                 # once, if configure is missing
 #   mkdir -p .probe && cp ../shared/probes/ipc_probe.cu .probe/   # .probe/ is git-ignored
 #   (cd .probe && apt-get download libssl-dev libssl3)
-# Call through the device tool (2026-12-04: build 30 s, the held-stream probe about 20 s,
+# Call through the device tool (2026-12-04: build 30 s, the held-stream probes about 20 s
+# and, since, part 6 (driver lock) 10 s more,
 # the PyTorch extension's build about 70 s, the GPU tests 46 s, the rest 60 s; the PyTorch
 # tests' time when they pass is not known yet: give it room, and leave some of the 15 minutes;
 # a machine's start takes about 30 s of them):
@@ -107,12 +108,17 @@ if [ "${GPU_CHECK_BUILD_ONLY:-0}" = 1 ]; then
     exit 0
 fi
 
-# ---- 2b. what a held stream stalls in its own process, and hand-overs (gpu_share_probe 4, 5) ----
+# ---- 2b. what a held stream stalls in its own process (gpu_share_probe 4, 6), hand-overs (5) ----
 if step probe_legacy_build 120 nvcc -arch=sm_90 -o /tmp/gpu_share_probe \
     "$src/perf/gpu_share_probe.cu" -lcuda; then
     step probe_legacy 60 /tmp/gpu_share_probe legacy
     grep 'what=' "$logs/probe_legacy.log"
     R[legacy]=$(awk '/what=legacy_hold/ {split($3,h,"="); split($4,o,"="); split($5,d,"="); printf "%s/%s:%s ", h[2], o[2], d[2]}' "$logs/probe_legacy.log")
+    # part 6: does another thread's blocking call behind a held stream (t.cpu()) block this
+    # thread's driver calls (issue_us ~450000: a lock in the driver)?
+    step probe_lock 60 /tmp/gpu_share_probe lock
+    grep 'what=' "$logs/probe_lock.log"
+    R[lock]=$(awk '/what=lock/ {split($3,h,"="); split($4,b,"="); split($5,o,"="); split($6,i,"="); split($8,d,"="); printf "%s/%s/%s:issue=%.0fus,held=%s ", h[2], b[2], o[2], i[2], d[2]}' "$logs/probe_lock.log")
     # part 5: a stream-ordered call's hand-overs between two processes, with and without a kick
     step probe_handover 60 /tmp/gpu_share_probe handover
     grep 'what=' "$logs/probe_handover.log"
@@ -201,6 +207,7 @@ printf '%-44s %s\n' "tests: no-driver / host" "${R[test_cuda_nodriver]:-not run}
 printf '%-44s %s\n' "tests: GPU collectives (1,2,4 ranks)" "${R[gpu_coll]:-not run}"
 printf '%-44s %s\n' "tests: PyTorch backend, CUDA tensors" "${R[torch]:-not run}"
 printf '%-44s %s\n' "held stream: holder/op:finished while held" "${R[legacy]:-not run}"
+printf '%-44s %s\n' "driver lock: holder/blocker/op:issue,held" "${R[lock]:-not run}"
 printf '%-44s %s\n' "hand-over per call (median), 2 processes" "${R[handover]:-not run}"
 printf '%-44s %s\n' "D2D copy bandwidth GB/s (256 MiB)" "${R[copy]:-n/a}"
 printf '%-44s %s\n' "reduce f32 sum GB/s, ratio to copy (>=0.9)" "${R[red_f32]:-n/a}"

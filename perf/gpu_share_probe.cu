@@ -29,6 +29,20 @@
 //     suspected 11.6 ms per stream-ordered AllReduce of 2 ranks without MPS). So three ways
 //     after the store: nothing, a stream write on the work stream, an empty kernel on it
 //     (a "kick": new work for this context).
+//  6. (lock) whether another thread's blocking CUDA call, waiting behind a held stream, blocks
+//     this thread's driver calls (a lock held in the driver while it waits). A stream-ordered
+//     call's proxy thread must issue device work (copies, kernels) while the caller's stream
+//     holds the call's cuStreamWaitValue32; PyTorch's user then typically reads the result,
+//     t.cpu(): a copy to pageable memory on that stream, which blocks its thread until the
+//     stream gets there. The 2026-12-04 hangs were exactly that pattern, and part 4 (one
+//     thread) cannot see such a lock. Per case: the holder (legacy or a non-blocking stream)
+//     waits on a host word; a "user" thread enters one blocking call behind it (a copy to
+//     pageable memory on the holder, a copy to pinned memory and a stream synchronize, a
+//     stream synchronize, a context synchronize, an event synchronize); 50 ms later this
+//     thread issues one operation on a non-blocking stream (a device copy, an empty kernel)
+//     and polls it. A release thread stores the word after 500 ms. issue_us ~ 450000 means the
+//     driver call itself waited for the user's call (a lock); done_while_held=0 with a short
+//     issue_us means the GPU ran it only after the holder.
 // Output: "probe what=... median_us=... p90_us=..." lines. Not part of the library's build.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -453,6 +467,115 @@ static void handover(void)
     waitpid(pid, NULL, 0);
 }
 
+// ---- 6. lock ----
+
+typedef struct {
+    CUcontext ctx;
+    CUstream holder;
+    int blocker;
+    CUdeviceptr src;
+    void *pageable, *pinned;
+    CUevent ev;
+    double done_us; // when the user's call returned (now_us)
+} lock_user_t;
+
+static void *lock_user(void *arg)
+{
+    lock_user_t *u = (lock_user_t *)arg;
+    const size_t bytes = 1 << 20;
+    CK(cuCtxSetCurrent(u->ctx));
+    switch (u->blocker) {
+    case 0: CK(cuMemcpyDtoHAsync(u->pageable, u->src, bytes, u->holder)); break;
+    case 1:
+        CK(cuMemcpyDtoHAsync(u->pinned, u->src, bytes, u->holder));
+        CK(cuStreamSynchronize(u->holder));
+        break;
+    case 2: CK(cuStreamSynchronize(u->holder)); break;
+    case 3: CK(cuCtxSynchronize()); break;
+    default:
+        CK(cuEventRecord(u->ev, u->holder));
+        CK(cuEventSynchronize(u->ev));
+        break;
+    }
+    u->done_us = now_us();
+    return NULL;
+}
+
+static void *lock_release(void *arg)
+{
+    (void)arg;
+    usleep(500 * 1000);
+    __atomic_store_n(legacy_word, legacy_k, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void lock(void)
+{
+    static const char *const hn[] = {"legacy", "nonblocking"};
+    static const char *const bn[] = {"dtoh_pageable", "dtoh_pinned_sync", "stream_sync",
+                                     "ctx_sync", "event_sync"};
+    static const char *const on[] = {"dtod", "kernel"};
+    const size_t bytes = 1 << 20;
+    CUstream w = setup();
+    CUdeviceptr dw, a, b;
+    lock_user_t u;
+    memset(&u, 0, sizeof(u));
+    legacy_word = host_word(&dw);
+    CK(cuCtxGetCurrent(&u.ctx));
+    CK(cuMemAlloc(&a, bytes));
+    CK(cuMemAlloc(&b, bytes));
+    CK(cuMemHostAlloc(&u.pinned, bytes, 0));
+    u.pageable = malloc(bytes);
+    memset(u.pageable, 0, bytes);
+    CK(cuEventCreate(&u.ev, CU_EVENT_DISABLE_TIMING));
+    u.src = a;
+    for (int holder = 0; holder < 2; holder++) {
+        CUstream h = CU_STREAM_LEGACY;
+        if (holder == 1) {
+            CK(cuStreamCreate(&h, CU_STREAM_NON_BLOCKING));
+        }
+        for (int blocker = 0; blocker < 5; blocker++) {
+            for (int op = 0; op < 2; op++) {
+                pthread_t tu, tr;
+                legacy_k++;
+                CK(cuStreamWaitValue32(h, dw, legacy_k, CU_STREAM_WAIT_VALUE_GEQ));
+                u.holder = h;
+                u.blocker = blocker;
+                u.done_us = 0;
+                double t0 = now_us();
+                pthread_create(&tr, NULL, lock_release, NULL);
+                pthread_create(&tu, NULL, lock_user, &u);
+                usleep(50 * 1000); // the user thread is inside its call
+                double t1 = now_us();
+                if (op == 0) {
+                    CK(cuMemcpyDtoDAsync(b, a, bytes, w));
+                } else {
+                    empty<<<1, 1, 0, w>>>();
+                }
+                double t2 = now_us();
+                while (cuStreamQuery(w) == CUDA_ERROR_NOT_READY && now_us() - t1 < 5e6) {
+                    usleep(50);
+                }
+                double t3 = now_us();
+                pthread_join(tr, NULL);
+                pthread_join(tu, NULL);
+                CK(cuCtxSynchronize());
+                printf("probe what=lock holder=%s blocker=%s op=%s issue_us=%.1f done_us=%.1f "
+                       "done_while_held=%d user_returned_us=%.1f%s\n",
+                       hn[holder], bn[blocker], on[op], t2 - t1, t3 - t1, t3 < t0 + 450000.0,
+                       u.done_us - t0, t3 - t1 >= 5e6 ? " stuck=1" : "");
+                fflush(stdout);
+                if (t3 - t1 >= 5e6) {
+                    exit(1); // the context cannot be trusted for the next cases
+                }
+            }
+        }
+        if (holder == 1) {
+            CK(cuStreamDestroy(h));
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "roundtrip") == 0) {
@@ -465,8 +588,10 @@ int main(int argc, char **argv)
         legacy();
     } else if (argc > 1 && strcmp(argv[1], "handover") == 0) {
         handover();
+    } else if (argc > 1 && strcmp(argv[1], "lock") == 0) {
+        lock();
     } else {
-        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong|legacy|handover\n");
+        fprintf(stderr, "usage: gpu_share_probe roundtrip|other|pingpong|legacy|handover|lock\n");
         return 2;
     }
     return 0;
