@@ -129,8 +129,9 @@ fi
 # the extension into a directory of its own, test_cuda.py (every op x dtype on CUDA tensors,
 # 1, 2, 4 ranks, side streams, DDP on CUDA against Gloo on the CPU, a dead rank). Needs the
 # machine's own torch with CUDA (no PyPI there); GPU_CHECK_TORCH=0 skips it. Early: the
-# 2026-12-04 runs found it hanging on torch's default stream; --maxfail stops at the first
-# launch that hangs (its ~100 cases fail together) instead of spending the budget on more.
+# 2026-12-04 runs found it hanging on torch's default stream. A launch whose ranks report no
+# case for 45 s (60 s: a DDP step) is aborted (their stacks in the log); the cases it reached
+# keep their verdicts, the others fail; --maxfail stops after a few such launches.
 torch_gpu() { python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; }
 if [ "${GPU_CHECK_TORCH:-1}" = 1 ] && torch_gpu; then
     if step torch 400 env TORCH_BUILD="$B" TORCH_PIP_TARGET=/tmp/shoal_torch_site \

@@ -215,16 +215,23 @@ def mixed(dev):
     return "did not raise"
 
 
+def record(res, name, fn):
+    """res[name] = fn's verdict, also printed at once ("VERDICT name json"): if a later case
+    hangs, test_cuda.py still has this one's, and the harness sees the launch progress."""
+    res[name] = verdict(fn)
+    print("VERDICT %s %s" % (name, json.dumps(res[name])), flush=True)
+
+
 def ops_mode(dev, gloo):
     res = {}
     for op in OPS:
         for dtype in DTYPES:
-            res["cuda-" + case_name(op, dtype, N)] = verdict(lambda: op_case(op, dtype, dev))
-    res["cuda-side_stream"] = verdict(lambda: side_stream(dev))
-    res["cuda-record_stream"] = verdict(lambda: record_stream(dev))
-    res["cuda-future_then"] = verdict(lambda: future_then(dev))
-    res["cuda-mixed_devices"] = verdict(lambda: mixed(dev))
-    res["cuda-usable_after_mixed"] = verdict(lambda: future_then(dev))
+            record(res, "cuda-" + case_name(op, dtype, N), lambda: op_case(op, dtype, dev))
+    record(res, "cuda-side_stream", lambda: side_stream(dev))
+    record(res, "cuda-record_stream", lambda: record_stream(dev))
+    record(res, "cuda-future_then", lambda: future_then(dev))
+    record(res, "cuda-mixed_devices", lambda: mixed(dev))
+    record(res, "cuda-usable_after_mixed", lambda: future_then(dev))
     # CPU and CUDA calls interleaved, async: one issue order on every rank
     a = torch.full((64,), float(R + 1))
     b = torch.full((64,), float(R + 1), device=dev)
@@ -233,8 +240,9 @@ def ops_mode(dev, gloo):
     wa.wait()
     wb.wait()
     want = N * (N + 1) / 2
-    res["cuda-interleaved_cpu"] = ("ok" if bool((a == want).all()) and bool((b.cpu() == want).all())
-                                   else "got %s / %s" % (a[0].item(), b[0].item()))
+    record(res, "cuda-interleaved_cpu",
+           lambda: ("ok" if bool((a == want).all()) and bool((b.cpu() == want).all())
+                    else "got %s / %s" % (a[0].item(), b[0].item())))
     return res
 
 
@@ -260,6 +268,7 @@ def ddp_mode(dev, gloo):
             t = loss.detach().clone()
             dist.all_reduce(t, group=gloo if k == "gloo_cpu" else None)
             losses[k].append(t.item() / N)
+        print("STEP %d" % step, flush=True)  # progress for the harness (stall)
     ps = [p.detach() for p in runs["shoal_cuda"].parameters()]
     pg = list(runs["gloo_cpu"].parameters())
     flat = torch.cat([p.flatten() for p in ps])

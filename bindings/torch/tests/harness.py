@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,13 +44,33 @@ def _no_core():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def launch(script, n, args=(), timeout=120, env=None, expendable=()):
-    """Runs n copies of tests/<script> as ranks 0..n-1; kills what is left after timeout
+def _abort(procs):
+    """SIGABRT first: faulthandler (PYTHONFAULTHANDLER) prints where every thread of a hung
+    rank is, which the test's message then shows; SIGKILL for what is left 10 s later."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.send_signal(signal.SIGABRT)
+    deadline = time.monotonic() + 10
+    for p in alive:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def launch(script, n, args=(), timeout=120, env=None, expendable=(), stall=None,
+           progress="VERDICT "):
+    """Runs n copies of tests/<script> as ranks 0..n-1; aborts what is left after timeout
     (their rc is then None). Ranks in expendable are killed (rc None) as soon as all the
-    others have ended."""
+    others have ended. stall (seconds): also abort the ranks left when no rank has printed a
+    line starting with progress for that long (from the start, then from the last such
+    line), so that a launch that hangs in one case costs stall seconds, not timeout."""
     port = free_port()
-    procs = []
+    procs, readers = [], []
     t0 = time.monotonic()
+    bufs = [[] for _ in range(n)]
+    last = [t0]
     for r in range(n):
         e = worker_env(env)
         e.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
@@ -57,28 +78,40 @@ def launch(script, n, args=(), timeout=120, env=None, expendable=()):
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script)] + list(args),
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, preexec_fn=_no_core))
-    rcs, outs = [None] * n, [""] * n
-    order = [r for r in range(n) if r not in expendable] + list(expendable)
-    for r in order:
-        p = procs[r]
-        if r in expendable and p.poll() is None:
-            p.kill()
-            outs[r] = p.communicate()[0]
-            continue
-        left = max(1.0, timeout - (time.monotonic() - t0))
-        try:
-            outs[r] = p.communicate(timeout=left)[0]
-            rcs[r] = p.returncode
-        except subprocess.TimeoutExpired:
-            # SIGABRT first: faulthandler (PYTHONFAULTHANDLER) prints where every thread of
-            # the hung rank is, which the test's message then shows
-            p.send_signal(signal.SIGABRT)
-            try:
-                outs[r] = p.communicate(timeout=10)[0]
-            except subprocess.TimeoutExpired:
-                p.kill()
-                outs[r] = p.communicate()[0]
-    return Result(rcs, outs, time.monotonic() - t0)
+
+    def read(r):
+        for line in procs[r].stdout:
+            bufs[r].append(line)
+            if line.startswith(progress):
+                last[0] = time.monotonic()
+
+    for r in range(n):
+        th = threading.Thread(target=read, args=(r,), daemon=True)
+        th.start()
+        readers.append(th)
+    rcs = [None] * n
+    main = [r for r in range(n) if r not in expendable]
+    while True:
+        now = time.monotonic()
+        if all(procs[r].poll() is not None for r in main):
+            break
+        if now - t0 >= timeout or (stall is not None and now - last[0] >= stall):
+            break
+        time.sleep(0.05)
+    killed = set()
+    for r in expendable:
+        if procs[r].poll() is None:
+            procs[r].kill()
+            procs[r].wait()
+            killed.add(r)
+    hung = [r for r in range(n) if procs[r].poll() is None]
+    for r in range(n):
+        if r not in killed and r not in hung:
+            rcs[r] = procs[r].returncode
+    _abort([procs[r] for r in hung])
+    for th in readers:
+        th.join(timeout=10)
+    return Result(rcs, ["".join(b) for b in bufs], time.monotonic() - t0)
 
 
 def results_json(out):
