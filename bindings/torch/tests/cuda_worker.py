@@ -1,8 +1,9 @@
 """One rank of the CUDA checks (test_cuda.py); CUDA_MODE says which:
 
   ops     every operation x dtype on CUDA tensors, against the exact result and against the
-          same operation on CPU tensors through shoal (the CPU reference); then stream order
-          (a side stream), the caching allocator (recordStream), CUDA futures, mixed devices.
+          same operation on CPU tensors through shoal (the CPU reference); then CUDA futures,
+          mixed devices, and last stream order (a side stream), the caching allocator
+          (recordStream). Each verdict is printed as it comes (VERDICT lines).
   ddp     DDP on CUDA over shoal vs DDP on the CPU over Gloo, same model and data.
   fail    rank 1 dies; rank 0's CUDA collectives must raise, naming it, within the timeout.
   cpu     (runs without a GPU) CPU collectives of a CUDA build never initialise CUDA; a CUDA
@@ -227,8 +228,6 @@ def ops_mode(dev, gloo):
     for op in OPS:
         for dtype in DTYPES:
             record(res, "cuda-" + case_name(op, dtype, N), lambda: op_case(op, dtype, dev))
-    record(res, "cuda-side_stream", lambda: side_stream(dev))
-    record(res, "cuda-record_stream", lambda: record_stream(dev))
     record(res, "cuda-future_then", lambda: future_then(dev))
     record(res, "cuda-mixed_devices", lambda: mixed(dev))
     record(res, "cuda-usable_after_mixed", lambda: future_then(dev))
@@ -243,6 +242,10 @@ def ops_mode(dev, gloo):
     record(res, "cuda-interleaved_cpu",
            lambda: ("ok" if bool((a == want).all()) and bool((b.cpu() == want).all())
                     else "got %s / %s" % (a[0].item(), b[0].item())))
+    # Last: a side stream holding the call while the default stream waits on its event (the
+    # shape not yet seen working on a GPU; if it hangs, the cases above have their verdicts).
+    record(res, "cuda-side_stream", lambda: side_stream(dev))
+    record(res, "cuda-record_stream", lambda: record_stream(dev))
     return res
 
 
