@@ -18,10 +18,13 @@
  * host until it completes (deadline, abort), runs the batch on the caller's thread and
  * returns with the result in place; nothing waits on the device.
  * The legacy default stream (CU_STREAM_LEGACY: cudaStreamLegacy, PyTorch's default stream)
- * always takes that way. It synchronizes implicitly with the rest of the context, and a
- * value wait held on it stalled the call's own work on the internal streams: on an H200
- * (2026-12-04), PyTorch's CUDA tests hung at the first collective that moved device bytes,
- * on 1 and on 2 ranks, while the same calls on created streams pass.
+ * always takes that way: on an H200 (2026-12-04), PyTorch's CUDA tests hung at the first
+ * collective there that moved device bytes, on 1 and on 2 ranks, while the library's own
+ * tests, on created streams, pass. Either the legacy stream's implicit synchronization with
+ * the rest of the context stalled the call's work on the internal streams, or the blocking
+ * read that followed (t.cpu(), waiting behind the call's value wait) held the driver while
+ * the proxy needed it; perf/gpu_share_probe.cu parts 4 and 6 tell these apart. The host
+ * wait avoids both on that stream.
  *
  * Metering (src/meter/meter.h): each call of a task counts one op of its collective; the
  * task's time is measured in stream order, on the proxy thread (which holds the ticket, so it
