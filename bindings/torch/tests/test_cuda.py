@@ -85,7 +85,10 @@ def _streamed(res):
         for line in out.splitlines():
             if line.startswith("VERDICT "):
                 name, _, text = line[len("VERDICT "):].partition(" ")
-                v[name] = json.loads(text)
+                try:
+                    v[name] = json.loads(text)
+                except ValueError:  # a line cut by the abort: that case counts as not reached
+                    pass
         per_rank.append(v)
     names = set().union(*per_rank) if per_rank else set()
     return {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(per_rank)
