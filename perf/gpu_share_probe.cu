@@ -34,7 +34,7 @@
 //     call's proxy thread must issue device work (copies, kernels) while the caller's stream
 //     holds the call's cuStreamWaitValue32; PyTorch's user then typically reads the result,
 //     t.cpu(): a copy to pageable memory on that stream, which blocks its thread until the
-//     stream gets there. The 2026-12-04 hangs were exactly that pattern, and part 4 (one
+//     stream gets there. The 2026-12-04 hangs had that shape, and part 4 (one
 //     thread) cannot see such a lock. Per case: the holder (legacy or a non-blocking stream)
 //     waits on a host word; a "user" thread enters one blocking call behind it (a copy to
 //     pageable memory on the holder, a copy to pinned memory and a stream synchronize, a
