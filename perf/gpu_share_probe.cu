@@ -46,6 +46,7 @@
 // Output: "probe what=... median_us=... p90_us=..." lines. Not part of the library's build.
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -306,10 +307,12 @@ static void pingpong(void)
 static volatile unsigned *legacy_word;
 static unsigned legacy_k;
 
+// Stores legacy_k into the held word after arg microseconds (the holder's release).
 static void *legacy_release(void *arg)
 {
-    (void)arg;
-    usleep(1000 * 1000);
+    uintptr_t us = (uintptr_t)arg;
+    struct timespec t = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&t, NULL);
     __atomic_store_n(legacy_word, legacy_k, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -340,7 +343,7 @@ static void legacy_case(CUstream w, CUdeviceptr dw, int holder, int op, CUdevice
         CK(cuStreamWaitValue32(h, dw, legacy_k, CU_STREAM_WAIT_VALUE_GEQ));
     }
     usleep(10000);
-    pthread_create(&th, NULL, legacy_release, NULL);
+    pthread_create(&th, NULL, legacy_release, (void *)(uintptr_t)1000000);
     double t0 = now_us();
     switch (op) {
     case 0: empty<<<1, 1, 0, w>>>(); break;
@@ -501,14 +504,6 @@ static void *lock_user(void *arg)
     return NULL;
 }
 
-static void *lock_release(void *arg)
-{
-    (void)arg;
-    usleep(500 * 1000);
-    __atomic_store_n(legacy_word, legacy_k, __ATOMIC_RELEASE);
-    return NULL;
-}
-
 static void lock(void)
 {
     static const char *const hn[] = {"legacy", "nonblocking"};
@@ -543,7 +538,7 @@ static void lock(void)
                 u.blocker = blocker;
                 u.done_us = 0;
                 double t0 = now_us();
-                pthread_create(&tr, NULL, lock_release, NULL);
+                pthread_create(&tr, NULL, legacy_release, (void *)(uintptr_t)500000);
                 pthread_create(&tu, NULL, lock_user, &u);
                 usleep(50 * 1000); // the user thread is inside its call
                 double t1 = now_us();
