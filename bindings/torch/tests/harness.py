@@ -111,6 +111,9 @@ def launch(script, n, args=(), timeout=120, env=None, expendable=(), stall=None,
     _abort([procs[r] for r in hung])
     for th in readers:
         th.join(timeout=10)
+    for p in procs:
+        if p.stdout is not None:
+            p.stdout.close()
     return Result(rcs, ["".join(b) for b in bufs], time.monotonic() - t0)
 
 
