@@ -228,6 +228,7 @@ struct shoal_tl_ctx {
     int neps;
     int npending;
     uint64_t next_live_ns;             /* next liveness check of same-host peers */
+    unsigned clock_polls;              /* progress() calls since the clock was last read */
     struct pollfd *live_pfds;          /* [neps] pidfds of local peers (fd -1 otherwise) */
     uint8_t *slot_mem;                 /* all slot buffers of all endpoints */
     size_t slot_bytes;                 /* bytes of one slot buffer */
@@ -259,6 +260,11 @@ enum {
 /* ucx_ctx.c */
 SHOAL_HIDDEN const char *shoal_ucx_strerror(ucs_status_t st);
 SHOAL_HIDDEN void shoal_ucx_kick(shoal_tl_ctx_t *ctx);
+/* 1 if the process of same-host peer ep has exited (its pidfd, else kill(pid, 0)). */
+SHOAL_HIDDEN int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep);
+/* Same-host peer ep's process has exited (seen in the check at pass_ns): logs it, stops
+ * watching the process and marks the endpoint gone. */
+SHOAL_HIDDEN void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns);
 
 /* ucx_conn.c: address, keys and proofs, endpoints and connect_all with the AUTH exchange */
 SHOAL_HIDDEN shoal_status_t shoal_ucx_tag_key(const shoal_tl_ctx_t *ctx, int from, int to,
@@ -307,6 +313,9 @@ SHOAL_HIDDEN void shoal_ucx_ep_start_queued(shoal_ep_t *ep);
 SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
                                    const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
+/* Fails a gone endpoint with SHOAL_ERR_PEER_FAILED, blaming the rank whose failure came
+ * first; the completions. */
+SHOAL_HIDDEN int shoal_ucx_ep_fail_gone(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN void shoal_ucx_ep_close(shoal_ep_t *ep, int force);
 /* Cancels the endpoint's outstanding UCX receives (payloads and FINs). */

@@ -587,6 +587,12 @@ static int shoal_ucx_lazy_open(shoal_ep_t *ep, uint64_t now)
     if (st == SHOAL_OK) {
         return 0;
     }
+    if (ep->local && !ep->gone && shoal_ucx_ep_peer_exited(ep)) {
+        /* a same-host peer that exited left no FIFO to attach to: its exit is the cause,
+         * whether or not a liveness check saw it before this open */
+        shoal_ucx_ep_set_exited(ep, shoal_time_ns());
+        return shoal_ucx_ep_fail_gone(ep);
+    }
     snprintf(why, sizeof(why), "rank %d: connecting to peer %d failed: %s", ctx->rank, ep->peer,
              shoal_strerror(st));
     return shoal_ucx_ep_fail(ep, st, -1, why);

@@ -16,6 +16,12 @@
 #include <unistd.h>
 
 #define SHOAL_UCX_LIVE_PERIOD_NS (1000ull * 1000) /* liveness check of local peers: 1 ms */
+/* progress() reads the clock for that check every this many calls, and on the first call
+ * after a sleep (wait_fd). A waiter that spins calls it every 50-100 ns, and the read (an
+ * rdtsc: 7-8 ns in a VM) took about 2.4% of a 2-rank 8-byte AllReduce's time when every
+ * call read it (perf). Waiters that do not spin sleep through wait_fd, or for at most 1 ms
+ * on a futex of their own (an intra-node plan), so the check runs at least every 16 ms. */
+#define SHOAL_UCX_CLOCK_POLLS 16u
 
 const char *shoal_ucx_strerror(ucs_status_t st)
 {
@@ -420,6 +426,40 @@ static shoal_status_t shoal_ucx_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
 /* ---- progress, liveness, sleeping ------------------------------------------------------------ */
 
 /* Same-host peers whose process exited are gone (after draining what they sent us). */
+int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep)
+{
+    if (ep->pidfd >= 0) {
+        struct pollfd p = {.fd = ep->pidfd, .events = POLLIN};
+        return poll(&p, 1, 0) > 0;
+    }
+    return kill((pid_t)ep->pid, 0) != 0 && errno == ESRCH;
+}
+
+void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    int i = (int)(ep - ctx->eps);
+    char why[192];
+
+    while (ucp_worker_progress(ctx->worker) != 0) {
+    }
+    snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
+    if (ep->status == SHOAL_OK) {
+        shoal_error(UCX, "%s", why);
+    }
+    if (ep->pidfd >= 0) {
+        /* readable for good now: out of the sleepers' epoll set and the liveness poll */
+        (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->pidfd, NULL);
+        ctx->live_pfds[i].fd = -1;
+    }
+    ep->local = 0;
+    shoal_ucx_ep_set_gone(ep, why);
+    ep->gone_ns = pass_ns;
+    if (ctx->first_gone == ep->peer) {
+        ctx->first_gone_ns = pass_ns;
+    }
+}
+
 static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
 {
     uint64_t pass_ns = shoal_time_ns(); /* peers found gone in one pass: no order among them */
@@ -438,25 +478,8 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
         } else {
             gone = kill((pid_t)ep->pid, 0) != 0 && errno == ESRCH;
         }
-        if (!gone) {
-            continue;
-        }
-        char why[192];
-        while (ucp_worker_progress(ctx->worker) != 0) {
-        }
-        snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
-        if (ep->status == SHOAL_OK) {
-            shoal_error(UCX, "%s", why);
-        }
-        if (ep->pidfd >= 0) {
-            (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->pidfd, NULL);
-            ctx->live_pfds[i].fd = -1;
-        }
-        ep->local = 0;
-        shoal_ucx_ep_set_gone(ep, why);
-        ep->gone_ns = pass_ns;
-        if (ctx->first_gone == ep->peer) {
-            ctx->first_gone_ns = pass_ns;
+        if (gone) {
+            shoal_ucx_ep_set_exited(ep, pass_ns);
         }
     }
 }
@@ -485,10 +508,11 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
         ctx->dirty = 1;
         ctx->nevents = 0;
     }
-    if (ctx->neps > 0) {
+    if (ctx->neps > 0 && ++ctx->clock_polls >= SHOAL_UCX_CLOCK_POLLS) {
         /* the call path's clock (one rdtsc, half a clock_gettime in a VM); only compared with
          * itself, a jump back ticks at once */
         uint64_t now = shoal_ticks_ns(shoal_ticks());
+        ctx->clock_polls = 0;
         if (now >= ctx->next_live_ns || ctx->next_live_ns - now > SHOAL_UCX_LIVE_PERIOD_NS) {
             /* every ms: liveness of same-host peers, abort notices */
             ctx->next_live_ns = now + SHOAL_UCX_LIVE_PERIOD_NS;
@@ -520,6 +544,7 @@ static int shoal_ucx_wait_fd(shoal_tl_ctx_t *ctx)
     if (ctx->quarantined) {
         return -1;
     }
+    ctx->clock_polls = SHOAL_UCX_CLOCK_POLLS; /* after the sleep: the clock at once */
     for (int i = 0; i < 4 && ctx->nevents == 0; i++) {
         ucs_status_t st = ucp_worker_arm(ctx->worker);
         if (st == UCS_OK) {

@@ -480,8 +480,6 @@ static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit
     return shoal_ucx_ep_fail(ep, status, culprit, why);
 }
 
-static int shoal_ucx_ep_fail_gone(shoal_ep_t *ep);
-
 /* A transfer of the endpoint ended with UCX status st. */
 static int shoal_ucx_ep_ucs_error(shoal_ep_t *ep, const char *what, ucs_status_t st)
 {
@@ -566,7 +564,7 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
 
 /* Fails a gone endpoint that sent no abort notice; when this rank saw another rank fail
  * first (a notice naming it, or an earlier death), the cause names that rank too. */
-static int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
+int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
 {
     const shoal_tl_ctx_t *ctx = ep->ctx;
     int first = ctx->notice_culprit;
