@@ -2,7 +2,8 @@
  * transports/ucx/ucx_ep.c) and the inline copy it guards. Input: 16 bytes for the posted
  * receive (seq, step, chunk and whether single-copy descriptors are accepted, length) and the
  * transport's inline limit, then the message as UCX delivered it (header and inline payload,
- * or a single-copy descriptor). */
+ * or a single-copy descriptor). An inline payload follows a 12-byte short header, a larger
+ * one's HDR message is the 32-byte wire header (and a descriptor). */
 #include "transports/ucx/ucx.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -55,7 +56,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* the receive's buffer is exactly the posted length */
             uint8_t *dst = malloc(expect.length > 0 ? expect.length : 1);
             fuzz_require(dst != NULL);
-            memcpy(dst, msg + SHOAL_WIRE_HDR_BYTES, expect.length);
+            fuzz_require(rlen == SHOAL_UCX_SHORT_HDR_BYTES + expect.length);
+            memcpy(dst, msg + SHOAL_UCX_SHORT_HDR_BYTES, expect.length);
             free(dst);
         } else {
             fuzz_require(rlen == SHOAL_WIRE_HDR_BYTES ||

@@ -217,13 +217,18 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
     s->fin_err = 0;
     s->cancelled = 0;
     s->ucx_req = NULL;
-    shoal_wire_encode(&req->hdr, s->buf);
     if (len <= ep->inline_max) {
+        shoal_put_le(s->buf, req->hdr.seq, 4);
+        shoal_put_le(s->buf + 4, req->hdr.step, 4);
+        shoal_put_le(s->buf + 8, req->hdr.chunk, 4);
         if (len > 0) {
-            memcpy(s->buf + SHOAL_WIRE_HDR_BYTES, req->buf, len);
+            memcpy(s->buf + SHOAL_UCX_SHORT_HDR_BYTES, req->buf, len);
         }
-        shoal_ucx_send(ep, s, s->buf, SHOAL_WIRE_HDR_BYTES + len, SHOAL_UCX_TAG_HDR);
-    } else if (ep->cma_tx && len >= ep->ctx->cma_min) {
+        shoal_ucx_send(ep, s, s->buf, SHOAL_UCX_SHORT_HDR_BYTES + len, SHOAL_UCX_TAG_HDR);
+        goto sent;
+    }
+    shoal_wire_encode(&req->hdr, s->buf);
+    if (ep->cma_tx && len >= ep->ctx->cma_min) {
         /* single copy: the receiver reads req->buf, then sends a FIN */
         uint8_t *d = s->buf + SHOAL_WIRE_HDR_BYTES;
         shoal_put_le(d, SHOAL_UCX_CMA_MAGIC, 4);
@@ -243,6 +248,7 @@ static void shoal_ucx_tx_start(shoal_ep_t *ep, shoal_tl_req_t *req)
             shoal_ucx_send(ep, s, req->buf, len, SHOAL_UCX_TAG_DATA);
         }
     }
+sent:
     if (s->nout == 0) {
         s->state = SHOAL_UCX_SLOT_DONE;
     }
@@ -646,6 +652,24 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
 
     *culprit_p = -1;
     *cma_addr_p = 0;
+    if (len <= inline_max) {
+        uint32_t seq, step, chunk;
+        if (rlen != SHOAL_UCX_SHORT_HDR_BYTES + len) {
+            snprintf(why, whylen, "%zu bytes carry a %llu-byte message (%d-byte header)", rlen,
+                     (unsigned long long)len, SHOAL_UCX_SHORT_HDR_BYTES);
+            return SHOAL_ERR_PROTOCOL;
+        }
+        seq = (uint32_t)shoal_get_le(buf, 4);
+        step = (uint32_t)shoal_get_le(buf + 4, 4);
+        chunk = (uint32_t)shoal_get_le(buf + 8, 4);
+        if (seq != expect->seq || step != expect->step || chunk != expect->chunk) {
+            snprintf(why, whylen, "message (seq %u, step %u, chunk %u), expected (seq %u, "
+                     "step %u, chunk %u)", seq, step, chunk, expect->seq, expect->step,
+                     expect->chunk);
+            return SHOAL_ERR_PROTOCOL;
+        }
+        return SHOAL_OK;
+    }
     if (rlen < SHOAL_WIRE_HDR_BYTES) {
         snprintf(why, whylen, "%zu-byte message, shorter than a header", rlen);
         return SHOAL_ERR_PROTOCOL;
@@ -656,7 +680,7 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
         *culprit_p = shoal_wire_culprit(&got); /* an abort notice names who failed first */
         return st;
     }
-    if (len > inline_max && cma_ok && rlen == SHOAL_WIRE_HDR_BYTES + SHOAL_UCX_CMA_DESC_BYTES) {
+    if (cma_ok && rlen == SHOAL_WIRE_HDR_BYTES + SHOAL_UCX_CMA_DESC_BYTES) {
         const uint8_t *d = buf + SHOAL_WIRE_HDR_BYTES;
         uint64_t addr = shoal_get_le(d + 8, 8);
         if (shoal_get_le(d, 4) != SHOAL_UCX_CMA_MAGIC || shoal_get_le(d + 4, 4) != 0 ||
@@ -668,7 +692,7 @@ shoal_status_t shoal_ucx_hdr_check(const shoal_wire_hdr_t *expect, const uint8_t
         *cma_addr_p = addr;
         return SHOAL_OK;
     }
-    if (rlen != SHOAL_WIRE_HDR_BYTES + (len <= inline_max ? len : 0)) {
+    if (rlen != SHOAL_WIRE_HDR_BYTES) {
         snprintf(why, whylen, "%zu bytes carry the header of a %llu-byte message", rlen,
                  (unsigned long long)len);
         return SHOAL_ERR_PROTOCOL;
@@ -810,7 +834,7 @@ static int shoal_ucx_ep_check_hdr(shoal_ep_t *ep, shoal_ucx_slot_t *s, int *fail
     *failed_p = 0;
     if (len <= ep->inline_max) {
         if (len > 0) {
-            memcpy(req->buf, s->buf + SHOAL_WIRE_HDR_BYTES, len);
+            memcpy(req->buf, s->buf + SHOAL_UCX_SHORT_HDR_BYTES, len);
         }
         s->state = SHOAL_UCX_SLOT_DONE;
         s->rlen = len;
