@@ -244,7 +244,7 @@ SHOAL_HIDDEN shoal_status_t shoal_coll_plan_run(struct shoal_comm *comm,
 /* Adds peer to the channels the plan lists (base.peers, once each); past SHOAL_PLAN_PEERS
  * the plan lists none (npeers -1): it still advances step by step, but alone. */
 SHOAL_HIDDEN void shoal_coll_plan_peer(shoal_coll_plan_t *cp, int peer);
-/* One exchange step of a plan: the receive from `from` and the send to `to` (either absent
+/* One exchange step of a plan: the send to `to` and the receive from `from` (either absent
  * when < 0) are posted on the first call, then tested without blocking: SHOAL_OK once both
  * are done (the next call posts a new exchange), SHOAL_IN_PROGRESS (wait_peer set), or the
  * error that failed the communicator. */
