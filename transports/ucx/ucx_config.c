@@ -15,7 +15,7 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
         .name = "UCX_INLINE_MAX",
         .dflt = "8k",
         .doc = "ucx messages with at most this many payload bytes travel in one eager message "
-               "with their header (copied once on each side); larger ones send the payload "
+               "behind a 12-byte header (copied once on each side); larger ones send the payload "
                "from the caller's buffer as a second message (eager or rendezvous, as UCX "
                "chooses; between ranks of one host one message with the header, or a single "
                "copy: SHOAL_UCX_FAST_CMPL, SHOAL_UCX_CMA); both sides use the smaller of their "

@@ -201,9 +201,9 @@ static void shoal_ucx_config_mm(ucp_config_t *cfg, const char *name, const char 
  *  - UCX leaves them out of endpoints with peer error handling unless MM_ERROR_HANDLING is
  *    set: turn it on;
  *  - a message that fits a receive FIFO element travels in it (UCX's short protocol); a
- *    larger one takes a separate buffer and descriptor (bcopy). Every shoal message carries
- *    a 32-byte header, so with UCX's 128-byte elements a 64 B payload no longer fits, where
- *    Open MPI's (tag only) does: 2-rank 8 B-512 B AllReduce took 1.4-2.0 us from 64 B up
+ *    larger one takes a separate buffer and descriptor (bcopy). With UCX's 128-byte elements
+ *    a 64 B payload behind shoal's header (32 bytes then, 12 now) no longer fitted, where
+ *    Open MPI's (tag only) did: 2-rank 8 B-512 B AllReduce took 1.4-2.0 us from 64 B up
  *    against 1.1-1.5 with 2 KiB elements, and 8-32 B were unchanged (5 alternating runs,
  *    perf/results/ucx-fifo-2026-12-03.txt). 2 KiB elements hold payloads up to about
  *    1.9 KiB; the FIFO's 64 elements then take 128 KiB per worker. */
