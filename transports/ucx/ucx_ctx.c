@@ -425,7 +425,6 @@ static shoal_status_t shoal_ucx_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
 
 /* ---- progress, liveness, sleeping ------------------------------------------------------------ */
 
-/* Same-host peers whose process exited are gone (after draining what they sent us). */
 int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep)
 {
     if (ep->pidfd >= 0) {
@@ -460,6 +459,7 @@ void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns)
     }
 }
 
+/* Same-host peers whose process exited are gone (after draining what they sent us). */
 static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
 {
     uint64_t pass_ns = shoal_time_ns(); /* peers found gone in one pass: no order among them */
