@@ -17,6 +17,7 @@ void mp_test_nonblocking(const mp_ctx_t *c);
 void mp_test_split(const mp_ctx_t *c);
 void mp_test_invalid(const mp_ctx_t *c);
 void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in);
+void mp_test_mismatch(const mp_ctx_t *c);
 
 #define MP_ERR(st, comm) shoal_status_name(st), shoal_comm_last_error(comm)
 
@@ -532,4 +533,45 @@ void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in)
     }
     mp_det_case(c, g, SHOAL_FLOAT32, SHOAL_AVG, 65537, a, b, in);
     mp_det_case(c, g, SHOAL_FLOAT64, SHOAL_PROD, 1021, a, b, in);
+}
+
+/* ---- mismatched calls over the channels ----------------------------------------------------- */
+
+/* Rank 1 passes one element more than the others to a small AllReduce: over a channel
+ * transport the message lengths disagree with what the receivers posted (for ucx: the short
+ * header's payload), which fails the call on every rank, at once rather than at the
+ * timeout (mp_job sets 30 s), and names the cause on a rank that talks to rank 1. It runs
+ * on a communicator split off for it, which it leaves failed; the job's own communicator
+ * reports the results. Named only (run_mp.sh: tcp and ucx); the shared-memory path catches
+ * such a mismatch before any data moves (SHOAL_ERR_INVALID_ARG, tests/mp/run_shmcopy.sh). */
+void mp_test_mismatch(const mp_ctx_t *c)
+{
+    int g = mp_group("a count that differs across ranks: every rank fails, at once");
+    float x[4] = {1, 2, 3, 4};
+    shoal_comm_t sub = NULL;
+    const char *le;
+    shoal_status_t st;
+    int64_t t0;
+    double ms;
+
+    if (c->nranks < 2) {
+        return;
+    }
+    st = shoal_comm_split(c->comm, 0, c->rank, &sub);
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "comm_split: %s: %s", MP_ERR(st, c->comm));
+        return;
+    }
+    t0 = mp_now_ns();
+    st = shoal_allreduce(x, x, c->rank == 1 ? 3 : 2, SHOAL_FLOAT32, SHOAL_SUM, sub, NULL);
+    ms = (double)(mp_now_ns() - t0) / 1e6;
+    le = shoal_comm_last_error(sub);
+    mp_case(g, st != SHOAL_OK && ms < 10000, c->rank, "status %s after %.0f ms: %s",
+            shoal_status_name(st), ms, le);
+    /* rank 0 exchanges with rank 1 first (recursive doubling, or its fold for 3 ranks) */
+    if (c->rank == 0) {
+        mp_case(g, st == SHOAL_ERR_PROTOCOL && strstr(le, "peer 1") != NULL, c->rank,
+                "rank 0 names the protocol error and peer 1: %s: %s", shoal_status_name(st), le);
+    }
+    (void)shoal_comm_destroy(sub);
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs tests/mp/mp_coll under shoalrun for every transport x number of ranks (plus a few
-# forced-algorithm variants) and merges rank 0's TAP lines into one TAP stream, each
+# forced-algorithm variants, and a count that differs across ranks over tcp and ucx on 2-4
+# ranks) and merges rank 0's TAP lines into one TAP stream, each
 # description prefixed by the configuration ("tcp n=3: allreduce float sum (23 cases)").
 # One more line per run checks shoalrun's exit status. The plan comes last.
 #
@@ -49,6 +50,14 @@ for tl in $transports; do
         else
             run "$tl n=$n" "$n" SHOAL_TRANSPORT="$tl"
         fi
+    done
+done
+# A count that differs across ranks over the channel transports: every rank fails at once
+# (mp_coll's named-only section "mismatch", on a communicator split off for it).
+for tl in $transports; do
+    [ "$tl" = shm ] && continue
+    for n in 2 3 4; do
+        mp_job "$tl n=$n mismatch" "$n" "SHOAL_TRANSPORT=$tl" "$prog" mismatch
     done
 done
 if [ "${MP_VARIANTS:-1}" != 0 ]; then

@@ -468,6 +468,29 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
     return n;
 }
 
+/* The peer sent what this rank refuses (a protocol error): tell it with an abort notice that
+ * blames it, before the endpoint closes. Else nothing would: the communicator's fail() sends
+ * notices only over endpoints still open, so a sender whose message was refused, waiting for
+ * an answer that no longer comes (the odd rank of recursive doubling's fold), waited for its
+ * own timeout (tests/mp/mp_coll_misc.c, mismatch: 30 s, now milliseconds). Best effort, at
+ * most about 1 ms. */
+static void shoal_ucx_ep_notify_refused(shoal_ep_t *ep)
+{
+    uint64_t deadline = shoal_time_ns() + 1000 * 1000;
+    if (ep->ctx->quarantined) {
+        return;
+    }
+    shoal_ucx_ep_send_abort(ep, ep->peer);
+    while (ep->abort_req != NULL && ucp_request_check_status(ep->abort_req) == UCS_INPROGRESS &&
+           shoal_time_ns() < deadline) {
+        ucp_worker_progress(ep->ctx->worker);
+    }
+    if (ep->abort_req != NULL) {
+        ucp_request_free(ep->abort_req); /* released when done, or purged by the close */
+        ep->abort_req = NULL;
+    }
+}
+
 /* Detected here: log once with the peer, then fail the endpoint. */
 static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit,
                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -483,6 +506,9 @@ static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     shoal_error(UCX, "%s", why);
+    if (status == SHOAL_ERR_PROTOCOL) {
+        shoal_ucx_ep_notify_refused(ep);
+    }
     return shoal_ucx_ep_fail(ep, status, culprit, why);
 }
 
