@@ -139,9 +139,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "ucx_floor: ucp_config_read failed\n");
         return 1;
     }
-    if (!plain) {
-        (void)ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y");
-        (void)ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "2048");
+    if (!plain && (ucp_config_modify(cfg, "MM_ERROR_HANDLING", "y") != UCS_OK ||
+                   ucp_config_modify(cfg, "MM_FIFO_ELEM_SIZE", "2048") != UCS_OK)) {
+        fprintf(stderr, "ucx_floor: rank %d: UCX refused shoal's shared-memory settings\n",
+                rank);
+        return 1;
     }
     ucp_params_t up = {.field_mask = UCP_PARAM_FIELD_FEATURES,
                        .features = UCP_FEATURE_TAG | (plain ? 0 : UCP_FEATURE_WAKEUP)};

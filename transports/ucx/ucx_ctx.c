@@ -476,7 +476,7 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
         if (ep->pidfd >= 0) {
             gone = dead && (ctx->live_pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
         } else {
-            gone = kill((pid_t)ep->pid, 0) != 0 && errno == ESRCH;
+            gone = shoal_ucx_ep_peer_exited(ep); /* no pidfd: kill(pid, 0) */
         }
         if (gone) {
             shoal_ucx_ep_set_exited(ep, pass_ns);
