@@ -594,14 +594,23 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
     return 1;
 }
 
-/* Fails a gone endpoint that sent no abort notice; when this rank saw another rank fail
- * first (a notice naming it, or an earlier death), the cause names that rank too. */
+/* Fails a gone endpoint; when this rank saw another rank fail first (a notice naming it, or an
+ * earlier death), the cause names that rank too. An abort notice the peer sent before it went
+ * decides instead: it may still sit in our FIFO, under the arrival that showed the peer gone
+ * (a single-copy read that found the sender exited: run_kill.sh's survivors named the rank
+ * that exited after telling them whom to blame). */
 int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
 {
     const shoal_tl_ctx_t *ctx = ep->ctx;
-    int first = ctx->notice_culprit;
     char why[sizeof(ep->why)];
+    int first, n = 0;
 
+    for (int i = 0; i < 256 && ucp_worker_progress(ctx->worker) != 0; i++) {
+    }
+    if (shoal_ucx_ep_probe_abort(ep, &n)) {
+        return n;
+    }
+    first = ctx->notice_culprit;
     /* a death seen in an earlier liveness check than this one's (same check: no order) */
     if (first < 0 && ctx->first_gone >= 0 && ctx->first_gone_ns < ep->gone_ns) {
         first = ctx->first_gone;
