@@ -8,9 +8,10 @@
  * SHOAL_UCX_CMA_MIN; and that there a same-host send completes before its receive is posted
  * (UCX's fast local completion: eager, header and payload in one message) unless
  * SHOAL_UCX_FAST_CMPL=n, when UCX's rendezvous waits for the receiver; payloads not longer
- * than a single-copy descriptor go apart from their header. Children record results in a
- * shared table, the parent prints TAP; every child runs under alarm() and the parent SIGKILLs
- * what is left at the deadline. */
+ * than a single-copy descriptor go apart from their header; and that a sender that failed
+ * (its abort notice sent) and exited before its payload was read is blamed as its notice
+ * says. Children record results in a shared table, the parent prints TAP; every child runs
+ * under alarm() and the parent SIGKILLs what is left at the deadline. */
 #include "core/tl.h"
 #include "tests/tap.h"
 #include "transports/ucx/ucx.h"
@@ -36,6 +37,7 @@ enum { RES_NONE = 0, RES_OK, RES_FAIL };
 
 typedef struct {
     pthread_barrier_t bar;
+    pid_t pid[2];
     size_t addr_len[2];
     uint8_t addr[2][SHOAL_TL_ADDR_MAX];
     int res[2][NCASE];
@@ -507,6 +509,63 @@ static void body_fast_off(child_t *c)
     body_fast(c, 0);
 }
 
+/* ---- group "last words": the sender tells the receiver whom to blame, then exits while the
+ * receiver has not yet read its single-copy payload ------------------------------------------ */
+
+/* Rank 0 posts a 1 MiB send (a single-copy descriptor, which UCX delivers), fails its context
+ * blaming itself (its abort notice follows the descriptor) and exits. Rank 1 posts the
+ * receive only once rank 0's memory is gone: its read of the payload finds the sender exited,
+ * and the failure must carry the notice's culprit, not "peer 0 exited" (run_kill.sh's ucx
+ * survivors blamed a rank that had exited after telling them whom to blame). */
+static void body_last_words(child_t *c)
+{
+    size_t len = MIB;
+    uint8_t *buf = malloc(len);
+    shoal_tl_req_t req = {.hdr = hdr_make(c, 1, 0, len), .buf = buf}, *rp = &req;
+    shoal_status_t st = SHOAL_ERR_NO_MEMORY;
+
+    shoal_ucx_config.cma_min = 0;
+    c->sh->pid[c->rank] = getpid();
+    if (child_connect(c) != 0) {
+        free(buf);
+        return;
+    }
+    if (c->rank == 0) {
+        if (buf != NULL) {
+            tap_fill(buf, len, 5);
+            st = c->ops->isend(c->ep, &req);
+            progress_for(c, 50); /* the descriptor leaves */
+        }
+        c->ops->fail(c->ctx, 0, SHOAL_ERR_ABORTED);
+        rec(c, 0, st == SHOAL_OK && req.done && req.status == SHOAL_ERR_ABORTED,
+            "sender: 1 MiB send posted (%s), failed by the context's failure (%s)",
+            shoal_status_name(st), shoal_status_name(req.status));
+        pthread_barrier_wait(&c->sh->bar);
+        free(buf);
+        _exit(0); /* no fini: the process is gone with its buffer */
+    }
+    pthread_barrier_wait(&c->sh->bar);
+    {
+        double deadline = now_ms() + 10000;
+        uint8_t one;
+        struct iovec l = {.iov_base = &one, .iov_len = 1};
+        struct iovec r = {.iov_base = buf, .iov_len = 1}; /* any address: only ESRCH counts */
+        while (!(process_vm_readv(c->sh->pid[0], &l, 1, &r, 1, 0) < 0 && errno == ESRCH) &&
+               now_ms() < deadline) {
+            usleep(1000);
+        }
+    }
+    if (buf != NULL) {
+        st = c->ops->irecv(c->ep, &req);
+    }
+    int w = st == SHOAL_OK ? wait_reqs(c, &rp, 1, 10000) : -1;
+    rec(c, 0, w == 0 && req.status == SHOAL_ERR_PEER_FAILED && c->ep->culprit == 0 &&
+                  strstr(c->ep->why, "aborted") != NULL,
+        "receiver: %s, %s, culprit %d (want 0): %s", w == 0 ? "done" : "not done",
+        shoal_status_name(req.status), c->ep->culprit, c->ep->why);
+    free(buf);
+}
+
 static const group_t groups[] = {
     {"single copy",
      {"both directions use single copy", "mixed sizes intact, large ones read by single copy",
@@ -545,6 +604,10 @@ static const group_t groups[] = {
       "SHOAL_UCX_CMA_MIN=0: the same by single copy, descriptors of short payloads included",
       NULL},
      body_tiny},
+    {"last words",
+     {"a sender that failed and exited before its single-copy payload was read: the receive "
+      "fails with the culprit of the sender's abort notice", NULL},
+     body_last_words},
 };
 
 static void run_group(const shoal_tl_ops_t *ops, const group_t *g, uint32_t comm_id)
