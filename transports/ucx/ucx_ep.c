@@ -605,10 +605,12 @@ int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
     char why[sizeof(ep->why)];
     int first, n = 0;
 
-    for (int i = 0; i < 256 && ucp_worker_progress(ctx->worker) != 0; i++) {
-    }
-    if (shoal_ucx_ep_probe_abort(ep, &n)) {
-        return n;
+    if (!ctx->quarantined) { /* a quarantined worker is never progressed again */
+        for (int i = 0; i < 256 && ucp_worker_progress(ctx->worker) != 0; i++) {
+        }
+        if (shoal_ucx_ep_probe_abort(ep, &n)) {
+            return n;
+        }
     }
     first = ctx->notice_culprit;
     /* a death seen in an earlier liveness check than this one's (same check: no order) */
