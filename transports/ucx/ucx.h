@@ -79,6 +79,7 @@
 #define SHOAL_UCX_SLOTS 16                 /* in-flight messages per endpoint and direction */
 #define SHOAL_UCX_RANK_BITS 22
 #define SHOAL_UCX_KEY_BITS 40
+#define SHOAL_UCX_DRAIN_CALLS 256          /* shoal_ucx_drain: most progress calls */
 #define SHOAL_UCX_CLOSE_MS 1000            /* fini: longest wait for graceful closes */
 #define SHOAL_UCX_LINGER_MS 1000           /* fini without a completed connect_all: see there */
 #define SHOAL_UCX_CMA_MAGIC 0x414d4353u    /* "SCMA": descriptor after a HDR's header */
@@ -268,6 +269,9 @@ enum {
 /* ucx_ctx.c */
 SHOAL_HIDDEN const char *shoal_ucx_strerror(ucs_status_t st);
 SHOAL_HIDDEN void shoal_ucx_kick(shoal_tl_ctx_t *ctx);
+/* Progresses the worker until a call finds nothing: what has arrived is handled (at most
+ * SHOAL_UCX_DRAIN_CALLS calls: peers that keep sending cannot hold the caller). */
+SHOAL_HIDDEN void shoal_ucx_drain(shoal_tl_ctx_t *ctx);
 /* 1 if the process of same-host peer ep has exited (its pidfd, else kill(pid, 0)). */
 SHOAL_HIDDEN int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep);
 /* Same-host peer ep's process has exited (seen in the check at pass_ns): logs it, stops

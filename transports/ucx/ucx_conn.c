@@ -465,8 +465,7 @@ static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
     int first = 0;
 
     for (;;) {
-        while (ucp_worker_progress(ctx->worker) != 0) {
-        }
+        shoal_ucx_drain(ctx);
         /* every endpoint moves on (proof checked, HELLO sent) while an earlier one waits */
         for (int i = first, pending = 0; i < ctx->neps; i++) {
             int r = shoal_ucx_ep_auth_check(&ctx->eps[i], &st);

@@ -100,8 +100,7 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
     }
     do {
         left = 0;
-        while (ucp_worker_progress(ctx->worker) != 0) {
-        }
+        shoal_ucx_drain(ctx);
         for (int i = 0; i < ctx->neps; i++) {
             shoal_ep_t *ep = &ctx->eps[i];
             if (ep->close_req != NULL && ucp_request_check_status(ep->close_req) !=
@@ -425,6 +424,12 @@ static shoal_status_t shoal_ucx_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
 
 /* ---- progress, liveness, sleeping ------------------------------------------------------------ */
 
+void shoal_ucx_drain(shoal_tl_ctx_t *ctx)
+{
+    for (int i = 0; i < SHOAL_UCX_DRAIN_CALLS && ucp_worker_progress(ctx->worker) != 0; i++) {
+    }
+}
+
 int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep)
 {
     if (ep->pidfd >= 0) {
@@ -440,8 +445,7 @@ void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns)
     int i = (int)(ep - ctx->eps);
     char why[192];
 
-    while (ucp_worker_progress(ctx->worker) != 0) {
-    }
+    shoal_ucx_drain(ctx);
     snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
     if (ep->status == SHOAL_OK) {
         shoal_error(UCX, "%s", why);

@@ -606,8 +606,7 @@ int shoal_ucx_ep_fail_gone(shoal_ep_t *ep)
     int first, n = 0;
 
     if (!ctx->quarantined) { /* a quarantined worker is never progressed again */
-        for (int i = 0; i < 256 && ucp_worker_progress(ctx->worker) != 0; i++) {
-        }
+        shoal_ucx_drain(ep->ctx);
         if (shoal_ucx_ep_probe_abort(ep, &n)) {
             return n;
         }
