@@ -67,17 +67,42 @@ static int shoal_ticks_tsc_invariant(void)
 #endif
 }
 
+#if defined(__x86_64__)
+#define SHOAL_TICKS_PAIR_TRIES 8
+
+/* One TSC reading and the CLOCK_MONOTONIC time at the same moment: the tightest of a few
+ * rdtsc, clock, rdtsc brackets, the TSC taken at its middle. A single clock-then-rdtsc pair is
+ * off by whatever runs between the two reads (an interrupt, a VM exit: microseconds), which a
+ * 2 ms calibration turns into an error of ~1e-3 on every interval it times. */
+static void shoal_ticks_pair(uint64_t *tsc, uint64_t *ns)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < SHOAL_TICKS_PAIR_TRIES; i++) {
+        uint64_t a = __builtin_ia32_rdtsc(), n = shoal_time_ns(), b = __builtin_ia32_rdtsc();
+        if (b >= a && b - a < best) {
+            best = b - a;
+            *tsc = a + (b - a) / 2;
+            *ns = n;
+        }
+    }
+    if (best == UINT64_MAX) { /* the TSC went back on every try (never on an invariant TSC) */
+        *tsc = __builtin_ia32_rdtsc();
+        *ns = shoal_time_ns();
+    }
+}
+#endif
+
 static void shoal_ticks_init_once(void)
 {
 #if defined(__x86_64__)
     shoal_tick_clock_t *c = &shoal_tick_clock;
     if (shoal_ticks_tsc_invariant()) {
-        uint64_t ns0 = shoal_time_ns(), t0 = __builtin_ia32_rdtsc(), ns1, t1;
-        do {
-            ns1 = shoal_time_ns();
-            t1 = __builtin_ia32_rdtsc();
-        } while (ns1 - ns0 < SHOAL_TICKS_CALIBRATE_NS);
-        if (t1 > t0) {
+        uint64_t ns0, t0, ns1, t1;
+        shoal_ticks_pair(&t0, &ns0);
+        while (shoal_time_ns() - ns0 < SHOAL_TICKS_CALIBRATE_NS) {
+        }
+        shoal_ticks_pair(&t1, &ns1);
+        if (t1 > t0 && ns1 > ns0) {
             uint64_t mult = (uint64_t)(((unsigned __int128)(ns1 - ns0) << 32) / (t1 - t0));
             if (mult != 0) {
                 c->tick0 = t0;
@@ -100,17 +125,24 @@ void shoal_ticks_init(void)
 }
 
 /* Refines the TSC rate over everything since the calibration (a 1 s base is already good to
- * ~1e-7). Any thread; the rate is one relaxed 64-bit store. */
+ * ~1e-7), from a fresh bracketed reading (not now_ticks: the caller read it before other work,
+ * and a preemption since would count against the rate). Any thread; the rate is one relaxed
+ * 64-bit store. */
 void shoal_ticks_refine(uint64_t now_ticks)
 {
+#if defined(__x86_64__)
     shoal_tick_clock_t *c = &shoal_tick_clock;
-    uint64_t ns = shoal_time_ns();
-    if (__atomic_load_n(&c->tsc, __ATOMIC_ACQUIRE) && now_ticks > c->tick0 + c->ticks_per_sec / 2 &&
-        ns > c->ns0) {
-        uint64_t mult = (uint64_t)(((unsigned __int128)(ns - c->ns0) << 32) /
-                                   (now_ticks - c->tick0));
-        if (mult != 0) {
-            __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&c->tsc, __ATOMIC_ACQUIRE) && now_ticks > c->tick0 + c->ticks_per_sec / 2) {
+        uint64_t t, ns;
+        shoal_ticks_pair(&t, &ns);
+        if (t > c->tick0 && ns > c->ns0) {
+            uint64_t mult = (uint64_t)(((unsigned __int128)(ns - c->ns0) << 32) / (t - c->tick0));
+            if (mult != 0) {
+                __atomic_store_n(&c->mult, mult, __ATOMIC_RELAXED);
+            }
         }
     }
+#else
+    (void)now_ticks;
+#endif
 }

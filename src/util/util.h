@@ -212,7 +212,8 @@ SHOAL_HIDDEN void shoal_sleep_us(unsigned us);
  * One read at a collective call's entry serves the CUDA layer's check for a loaded driver and
  * the meter's entry time (src/coll/api.c). Ticks become ns by mult (ns per tick << 32),
  * measured over 2 ms by shoal_ticks_init (once per process, at the first communicator; until
- * then ticks are ns) and refined by shoal_ticks_refine over the whole time since then.
+ * then ticks are ns) and refined by shoal_ticks_refine over the whole time since then; each
+ * end of a measurement is the tightest of a few rdtsc-clock-rdtsc brackets.
  * rdtsc without a fence may run a few instructions early or late: an error of a few cycles
  * on an interval, not cumulative in a sum of intervals; no serialising read is needed. */
 typedef struct {
