@@ -41,16 +41,12 @@ static void shoal_meter_abuse_update(struct shoal_meter *m)
     __atomic_store_n(&m->page->breaker_opened, b.opened, __ATOMIC_RELAXED);
 }
 
-/* The page's tick conversion follows the refined rate (meter_page.h, coll_ticks): the slot
- * not in force gets the value now as its start and the new rate, then becomes the one in
- * force. The writer alone calls it (the call that holds the ticket, at its end). */
-static void shoal_meter_tick_rebase(shoal_meter_page_t *p)
+void shoal_meter_tick_rebase(shoal_meter_page_t *p, uint64_t nmult)
 {
     uint64_t i = __atomic_load_n(&p->tick_slot, __ATOMIC_RELAXED) & 1, j = i ^ 1;
     uint64_t t = __atomic_load_n(&p->coll_ticks, __ATOMIC_RELAXED);
     uint64_t t0 = p->tick_conv[i].ticks0, mult = p->tick_conv[i].mult;
     uint64_t ns = p->tick_conv[i].ns0;
-    uint64_t nmult = __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED);
     if (nmult == mult) {
         return;
     }
@@ -67,7 +63,7 @@ void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)
 {
     m->next_check = now_ticks + shoal_meter_clock.ticks_per_sec;
     shoal_ticks_refine(now_ticks);
-    shoal_meter_tick_rebase(m->page);
+    shoal_meter_tick_rebase(m->page, __atomic_load_n(&shoal_meter_clock.mult, __ATOMIC_RELAXED));
     shoal_meter_abuse_update(m);
     shoal_meter_agent_check(m);
 }

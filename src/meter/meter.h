@@ -87,6 +87,11 @@ SHOAL_HIDDEN shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *
 /* Out of line, at most once a second from shoal_meter_call_end: refine the clock rate,
  * re-register with an agent that restarted (or appeared). */
 SHOAL_HIDDEN void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks);
+/* The page's tick conversion follows the rate nmult (ns per tick << 32; meter_page.h,
+ * coll_ticks): the slot not in force gets the value now as its start and the new rate, then
+ * becomes the one in force; nothing if the rate in force is nmult. The writer alone calls it
+ * (shoal_meter_check, in the call that holds the ticket, at its end; a test between calls). */
+SHOAL_HIDDEN void shoal_meter_tick_rebase(shoal_meter_page_t *p, uint64_t nmult);
 SHOAL_HIDDEN void shoal_meter_agent_check(struct shoal_meter *m);
 /* GPUs of SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES: count, ordinals in gpus[] (-1 unknown). */
 SHOAL_HIDDEN int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max);
