@@ -112,8 +112,9 @@ static void check_common(int g, const char *what, const shoal_stats_t *a, const 
             type, (unsigned long long)(b->ops[type] - a->ops[type]), (unsigned long long)calls);
     mp_case(g, b->ops_total - a->ops_total == calls, R, "%s: ops_total +%llu, want +%llu", what,
             (unsigned long long)(b->ops_total - a->ops_total), (unsigned long long)calls);
-    /* coll_ns runs on the TSC at a rate measured against CLOCK_MONOTONIC (2 ms at first, to
-     * ~1e-4; refined every second): within 1e-3 + 1 us of the test's own clock. */
+    /* coll_ns runs on the TSC at a rate measured against CLOCK_MONOTONIC (2 ms at first,
+     * bracketed reads: ~1e-6; refined every second): within 1e-3 + 1 us of the test's own
+     * clock. */
     mp_case(g, b->coll_ns > a->coll_ns && b->coll_ns - a->coll_ns <= wall_ns + wall_ns / 1000 +
                                                                      1000, R,
             "%s: coll_ns +%llu, wall %llu ns", what,
