@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <string>
@@ -244,7 +245,17 @@ int twin_main(const twin_opts &o, int rank, int size)
         size_t next = (size_t)((double)s * o.step_factor);
         s = next > s ? next : s + 1;
     }
-    run.barrier();
+    // The end, through the store rather than a last Gloo message: a rank that exits right
+    // after sending one closes its sockets, and Gloo 0.5 may then fail the peer's wait for
+    // that message with "Connection closed by peer" although the data arrived first. Each
+    // rank says it is done and waits until all did: when any rank exits, no rank has a
+    // Gloo operation left.
+    std::vector<std::string> done;
+    for (int r = 0; r < size; r++) {
+        done.push_back("gloo_twin_done_" + std::to_string(r));
+    }
+    store.set(done[rank], std::vector<char>{'1'});
+    store.wait(done, std::chrono::seconds(120));
     return 0;
 }
 
