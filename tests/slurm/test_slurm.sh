@@ -263,10 +263,17 @@ else
 fi
 # --time=1 and USR1@58: the warning is due 2 s after the start; the rank loop gives up after
 # 90 s without it (exit 3).
+# Slurm follows the warning with a SIGCONT: the kernel's signal_generate trace of one run
+# showed slurmstepd send USR1 to the 4 ranks, then SIGCONT from another of its threads 4 ms
+# later, and the ranks enter LeakSanitizer's exit check 30-80 ms after that. Under load the
+# SIGCONT can land inside that check, which then waits forever (see case 3): in one ASan CI
+# run a rank stopped and checkpointed, but lived on until the time limit killed the job. So
+# these ranks, like case 3's, run without the exit check; cases 1, 1b and 5 keep it.
 cat > "$T/case2.sh" <<EOF
 #!/bin/sh
 echo "batch job=\$SLURM_JOB_ID nodelist=\$SLURM_JOB_NODELIST"
-srun --mpi=pmix -n 4 $OC "$PROG" loop 90 "$T/ckpt2"
+ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+    srun --mpi=pmix -n 4 $OC "$PROG" loop 90 "$T/ckpt2"
 echo "srun exit \$?"
 EOF
 J2=$(sl sbatch --parsable -p reserved -J shoal-case2 --nodelist="$NODELIST" -n 4 $OC \
