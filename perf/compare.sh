@@ -21,8 +21,10 @@
 #   --rate R             shape every netns host link to R (tc htb; default 1gbit)
 #   --full               more sizes (factor 2), up to 256 MiB, more iterations
 # Default: --shm 2. Data: float sum, in place (Gloo's algorithm is in place only), 8 B to
-# 32 KiB with -w 100 -n 1000, 256 KiB to 64 MiB with -w 5 -n 20 (netns: -w 20 -n 200 and
-# -w 1 -n 5).
+# 32 KiB with -w 1000 -n 20000 (Gloo -w 100 -n 1000), 256 KiB to 64 MiB with -w 5 -n 20
+# (netns: -w 20 -n 200 and -w 1 -n 5). Each mode's table is followed by one of the same
+# launches' out-of-place times (shoal against each program that has them, and shoal's in
+# place / out of place).
 # Environment: COMPARE_TIMEOUT (seconds per launch, default 300).
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,7 +51,7 @@ while [ $# -gt 0 ]; do
     --full) full=1; shift ;;
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -67,11 +69,18 @@ have_mpi=0
 have_gloo=0
 [ -x "$build/gloo_twin" ] && have_gloo=1
 
+# The small sizes run 20000 calls each (5-200 ms): with 1000 (0.3-0.5 ms at 8-512 B), one
+# preemption of 0.1-0.2 ms moved a measurement by a third, and it hit shoal and Open MPI
+# alike (2026-12-05 ucx run: Open MPI 512 B 0.62/0.85/0.63 us, shoal 64 B 0.81/0.54/0.44 us
+# in place over three launches), so that the medians of 3 compared preemptions. Gloo keeps
+# 1000: its calls take 0.2-0.3 ms each.
 if [ "$full" = 1 ]; then
-    small="-b 8 -e 32K -f 2 -w 100 -n 1000"
+    small="-b 8 -e 32K -f 2 -w 1000 -n 20000"
+    small_slow="-b 8 -e 32K -f 2 -w 100 -n 1000"
     large="-b 64K -e 256M -f 2 -w 5 -n 50"
 else
-    small="-b 8 -e 32K -f 8 -w 100 -n 1000"
+    small="-b 8 -e 32K -f 8 -w 1000 -n 20000"
+    small_slow="-b 8 -e 32K -f 8 -w 100 -n 1000"
     large="-b 256K -e 64M -f 4 -w 5 -n 20"
 fi
 
@@ -79,12 +88,14 @@ log() {
     echo "$*" >&2
 }
 
-# collect NAME FILE REP: appends "name size time busbw wrong" rows (in-place columns) to data.
+# collect NAME FILE REP: appends "name size time busbw wrong oop_time" rows to data: the
+# in-place columns, and the out-of-place time ("-" where the program has none: Gloo).
 # busbw is recomputed from size and time (the tables round it to 2 decimals):
 # busbw = size / time * 2(N-1)/N, N = $cur_nranks.
 collect() {
     awk -v name="$1" -v n="$cur_nranks" '!/^#/ && NF >= 13 && $1 ~ /^[0-9]+$/ && $10 > 0 {
-        print name, $1, $10, $1 / $10 / 1e3 * 2 * (n - 1) / n, $13 }' "$2" >>"$out/data.$mode_tag"
+        print name, $1, $10, $1 / $10 / 1e3 * 2 * (n - 1) / n, $13,
+              ($6 ~ /^[0-9.]+$/ && $6 > 0 ? $6 : "-") }' "$2" >>"$out/data.$mode_tag"
 }
 
 # run_sweeps NAME LAUNCHER...: the two sweeps under the given launch command.
@@ -93,6 +104,7 @@ run_sweeps() {
     shift
     for sweep in small large; do
         eval "args=\$$sweep"
+        [ "$name" = gloo ] && [ "$sweep" = small ] && args=$small_slow
         f="$out/raw/$mode_tag.$name.$rep.$sweep.txt"
         # shellcheck disable=SC2086 # args is a word list
         "$@" $args >"$f" 2>"$f.err"
@@ -276,6 +288,56 @@ report() {
           if (bnd > 0 && memcol > 0) printf " %9.0f%%", 100 * $memcol / bnd
           printf "\n" }' "$med"
     plot "$title" "$names" "$bnd"
+    report_oop "$title" "$names"
+}
+
+# report_oop TITLE NAMES: the out-of-place times of the same launches (medians), shoal's
+# against each other that has them, and shoal's in place / out of place (issue 14's targets:
+# no size where another is faster, in either placement; in place never slower).
+report_oop() {
+    oop_names=""
+    for nm in $2; do
+        awk -v n="$nm" '$1 == n && $6 != "-" { f = 1 } END { exit !f }' "$out/data.$mode_tag" &&
+            oop_names="$oop_names $nm"
+    done
+    # shellcheck disable=SC2086 # a word list
+    set -- $oop_names
+    [ "$1" = shoal ] || return 0
+    medo="$out/median_oop.$mode_tag"
+    : >"$medo"
+    for s in $(awk '{ print $2 }' "$out/data.$mode_tag" | sort -n | uniq); do
+        line="$s $(awk -v s="$s" '$1 == "shoal" && $2 == s { print $3 }' "$out/data.$mode_tag" | median)"
+        for nm in $oop_names; do
+            line="$line $(awk -v n="$nm" -v s="$s" '$1 == n && $2 == s && $6 != "-" { print $6 }' \
+                "$out/data.$mode_tag" | median)"
+        done
+        echo "$line" >>"$medo"
+    done
+    echo
+    echo "## $title: out of place (the same launches' out-of-place columns; medians, us)"
+    echo "# t-ratio = shoal's out-of-place time / the other's (< 1: shoal faster);"
+    echo "# shoal ip/oop = shoal's in-place time / its out-of-place time (> 1: in place slower);"
+    case " $oop_names " in
+    *" shoal_mem "*) echo "# shoal_mem is shoal's own path for shoal_mem_alloc buffers, not a competitor" ;;
+    esac
+    awk -v names="$oop_names" '
+        BEGIN { k = split(names, nm, " ")
+                printf "%10s %13s", "size(B)", "shoal_oop_us"
+                for (i = 2; i <= k; i++) printf " | %17s %7s", nm[i] "_oop_us", "t-ratio"
+                printf " | %14s\n", "shoal ip/oop" }
+        { printf "%10d %13.2f", $1, $3
+          for (i = 2; i <= k; i++) {
+              t = $(i + 2)
+              printf " | %17.2f %7.2f", t, (t > 0 ? $3 / t : 0)
+              if (nm[i] !~ /^shoal/ && t > 0 && slower_than($3, t)) slower++
+          }
+          r = ($3 > 0 ? $2 / $3 : 0)
+          printf " | %14.2f\n", r
+          if (slower_than($2, $3)) ipslow++ }
+        END { printf "# slower by more than 2%% and 0.01 us (the tables\047 resolution): shoal out of"
+              printf " place than another program at %d sizes x programs;", slower
+              printf " shoal in place than out of place at %d sizes\n", ipslow }
+        function slower_than(a, b) { return a > b * 1.02 + 0.01 }' "$medo"
 }
 
 plot() {
@@ -380,8 +442,10 @@ run_netns_mode() { # HxP
     title="netns $h hosts x $p ranks, links shaped to $rate"
     # A shaped link is slow (64 MiB takes about a second at 1 Gbit/s): fewer iterations.
     small_saved=$small
+    small_slow_saved=$small_slow
     large_saved=$large
     small="-b 8 -e 32K -f 8 -w 20 -n 200"
+    small_slow=$small
     large="-b 256K -e 64M -f 4 -w 1 -n 5"
     [ "$full" = 1 ] && large="-b 64K -e 64M -f 2 -w 2 -n 10"
     rep=1
@@ -400,6 +464,7 @@ run_netns_mode() { # HxP
     done
     netns_cleanup
     small=$small_saved
+    small_slow=$small_slow_saved
     large=$large_saved
     gbps=$(echo "$rate" | awk '{ v = $1 + 0; u = tolower($1); sub(/^[0-9.]+/, "", u)
         m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1
