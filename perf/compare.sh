@@ -208,6 +208,13 @@ median() {
     sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# col_median NAME SIZE FIELD: the median over the repetitions of one column of the mode's
+# data rows ("-", a column the program has none of, left out).
+col_median() {
+    awk -v n="$1" -v s="$2" -v f="$3" '$1 == n && $2 == s && $f != "-" { print $f }' \
+        "$out/data.$mode_tag" | median
+}
+
 # membw_run N WHEN: perf/membw with 1..min(N, CPUs) threads into raw/membw.MODE.WHEN.txt;
 # prints the best copy bandwidth, GB/s.
 membw_run() {
@@ -249,8 +256,8 @@ report() {
     for s in $sizes; do
         line="$s"
         for nm in $names; do
-            tm=$(awk -v n="$nm" -v s="$s" '$1 == n && $2 == s { print $3 }' "$out/data.$mode_tag" | median)
-            bw=$(awk -v n="$nm" -v s="$s" '$1 == n && $2 == s { print $4 }' "$out/data.$mode_tag" | median)
+            tm=$(col_median "$nm" "$s" 3)
+            bw=$(col_median "$nm" "$s" 4)
             line="$line $tm $bw"
         done
         echo "$line" >>"$med"
@@ -295,6 +302,7 @@ report() {
 # against each other that has them, and shoal's in place / out of place (issue 14's targets:
 # no size where another is faster, in either placement; in place never slower).
 report_oop() {
+    oop_title=$1
     oop_names=""
     for nm in $2; do
         awk -v n="$nm" '$1 == n && $6 != "-" { f = 1 } END { exit !f }' "$out/data.$mode_tag" &&
@@ -306,15 +314,14 @@ report_oop() {
     medo="$out/median_oop.$mode_tag"
     : >"$medo"
     for s in $(awk '{ print $2 }' "$out/data.$mode_tag" | sort -n | uniq); do
-        line="$s $(awk -v s="$s" '$1 == "shoal" && $2 == s { print $3 }' "$out/data.$mode_tag" | median)"
+        line="$s $(col_median shoal "$s" 3)"
         for nm in $oop_names; do
-            line="$line $(awk -v n="$nm" -v s="$s" '$1 == n && $2 == s && $6 != "-" { print $6 }' \
-                "$out/data.$mode_tag" | median)"
+            line="$line $(col_median "$nm" "$s" 6)"
         done
         echo "$line" >>"$medo"
     done
     echo
-    echo "## $title: out of place (the same launches' out-of-place columns; medians, us)"
+    echo "## $oop_title: out of place (the same launches' out-of-place columns; medians, us)"
     echo "# t-ratio = shoal's out-of-place time / the other's (< 1: shoal faster);"
     echo "# shoal ip/oop = shoal's in-place time / its out-of-place time (> 1: in place slower);"
     case " $oop_names " in
