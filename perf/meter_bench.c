@@ -26,11 +26,18 @@
  * never wait, the cost of the meter on the call path without the machine's preemptions.
  *
  *   shoalrun -n 2 build/meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] [-c COLL]
- *                                   [-o on|off] [-d meter|qos] [-r RATE] [-S]
+ *                                   [-o on|off] [-d meter|qos] [-r RATE] [-S | -T]
  *   COLL: allreduce (default) | broadcast | barrier
  *   -S: split the unmetered (unpaced) communicator first (the default splits the other first):
  *       the two orders bracket what favours one split over the other (measured here: up to
  *       30 ns at 8 B either way, more than the cost itself); perf/qos_bench.sh runs both.
+ *   -T: one communicator for both sides (meter only): the unmetered batches run with its page
+ *       detached (the communicator's meter and its channels' counter pointers NULL, as a
+ *       communicator made with SHOAL_METER=0 has them), the metered ones with it attached
+ *       again. Both sides then use the same channels and shared areas, so that the placement
+ *       of two communicators' areas (the bias -S brackets) is not in the ratio. The switch
+ *       happens between batches, with no call in flight (this thread is the only caller and
+ *       nothing runs on the proxy thread).
  *   -o: only CALLS calls on the metered (on) or the unmetered (off) communicator, after the
  *       warm-up, nothing timed: for an instruction count under valgrind --tool=callgrind
  *       --toggle-collect=shoal_allreduce (two values of CALLS, the difference per call).
@@ -51,6 +58,36 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* -T: a communicator's meter, detached for the unmetered batches and attached again. */
+typedef struct {
+    struct shoal_meter *meter;
+    uint64_t **sent, **recv; /* [nranks]: the channels' counter pointers */
+} meter_attach_t;
+
+static int meter_detach_init(shoal_comm_t comm, meter_attach_t *ma)
+{
+    ma->meter = comm->meter;
+    ma->sent = calloc((size_t)comm->nranks, sizeof(*ma->sent));
+    ma->recv = calloc((size_t)comm->nranks, sizeof(*ma->recv));
+    if (ma->sent == NULL || ma->recv == NULL) {
+        return -1;
+    }
+    for (int q = 0; q < comm->nranks; q++) {
+        ma->sent[q] = comm->chans[q].meter_sent;
+        ma->recv[q] = comm->chans[q].meter_recv;
+    }
+    return 0;
+}
+
+static void meter_attach(shoal_comm_t comm, const meter_attach_t *ma, int on)
+{
+    comm->meter = on ? ma->meter : NULL;
+    for (int q = 0; q < comm->nranks; q++) {
+        comm->chans[q].meter_sent = on ? ma->sent[q] : NULL;
+        comm->chans[q].meter_recv = on ? ma->recv[q] : NULL;
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -120,6 +157,16 @@ static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, s
         *cpu = (double)(cpu_ns() - c0) / n;
     }
     return (double)(now_ns() - t0) / n;
+}
+
+/* A batch on one side: with -T (ma->sent set), the meter attached or detached first. */
+static double side_batch(shoal_comm_t comm, const meter_attach_t *ma, int metered, coll_t coll,
+                         const void *in, void *out, size_t count, int n, double *cpu)
+{
+    if (ma->sent != NULL) {
+        meter_attach(comm, ma, metered);
+    }
+    return batch(comm, coll, in, out, count, n, cpu);
 }
 
 /* Median ns per iteration of 31 runs of n iterations of body, in this thread's CPU time (a
@@ -238,6 +285,10 @@ int main(int argc, char **argv)
 {
     size_t bytes = 8;
     int calls = 2000, pairs = 101, warmup = 2000, opt, rank, only = -1, qos = 0, swap = 0;
+    int toggle = 0;
+    meter_attach_t ma = {0};
+    shoal_stats_t st0 = SHOAL_STATS_INIT, st1 = SHOAL_STATS_INIT;
+    uint64_t want = 0;
     size_t rate = (size_t)1000 << 30;
     coll_t coll = COLL_ALLREDUCE;
     shoal_comm_t parent, on, off;
@@ -245,10 +296,13 @@ int main(int argc, char **argv)
     double *ton, *toff, *diff, *con, *coff, *cdiff;
     char *in, *out;
 
-    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:d:r:S")) != -1) {
+    while ((opt = getopt(argc, argv, "b:n:k:w:c:o:d:r:ST")) != -1) {
         switch (opt) {
         case 'S':
             swap = 1;
+            break;
+        case 'T':
+            toggle = 1;
             break;
         case 'd':
             qos = strcmp(optarg, "qos") == 0;
@@ -287,12 +341,17 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: meter_bench [-b BYTES] [-n CALLS] [-k PAIRS] [-w WARMUP] "
                             "[-c allreduce|broadcast|barrier] [-o on|off] [-d meter|qos] "
-                            "[-r RATE] [-S]\n");
+                            "[-r RATE] [-S | -T]\n");
             return 2;
         }
     }
     if (calls < 1 || pairs < 1 || rate == 0) {
         fprintf(stderr, "meter_bench: -n, -k and -r must be positive\n");
+        return 2;
+    }
+    if (toggle && (qos || swap)) {
+        fprintf(stderr, "meter_bench: -T compares the meter on one communicator: not with "
+                        "-d qos or -S\n");
         return 2;
     }
     in = calloc(1, bytes ? bytes : 1);
@@ -324,7 +383,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < (toggle ? 1 : 2); k++) { /* -T: the metered one only */
         int want_on = swap ? k == 1 : k == 0;
         shoal_qos_pace_config.rate_max = qos && want_on ? rate : 0;
         shoal_meter_config.enabled = qos || want_on;
@@ -335,7 +394,10 @@ int main(int argc, char **argv)
     }
     shoal_qos_pace_config.rate_max = 0;
     shoal_meter_config.enabled = 1;
-    if (!qos && (on->meter == NULL || off->meter != NULL)) {
+    if (toggle) {
+        off = on;
+    }
+    if (!qos && (on->meter == NULL || (!toggle && off->meter != NULL))) {
         fprintf(stderr, "meter_bench: SHOAL_METER must be on (the default) to compare\n");
         return 1;
     }
@@ -343,22 +405,56 @@ int main(int argc, char **argv)
         fprintf(stderr, "meter_bench: the paced communicator has no pacer\n");
         return 1;
     }
-    batch(on, coll, in, out, bytes, warmup, NULL);
-    batch(off, coll, in, out, bytes, warmup, NULL);
+    if (toggle) { /* both sides on the metered communicator (see -T) */
+        if (meter_detach_init(on, &ma) != 0 || shoal_comm_stats(on, &st0) != SHOAL_OK) {
+            fprintf(stderr, "meter_bench: -T: cannot set up (memory, or shoal_comm_stats)\n");
+            return 1;
+        }
+        /* the metered calls: the warm-up's, then -o on's or a batch of each pair */
+        want = (uint64_t)warmup + (uint64_t)(only >= 0 ? (only ? calls : 0) : pairs * calls);
+    }
+    side_batch(on, &ma, 1, coll, in, out, bytes, warmup, NULL);
+    side_batch(off, &ma, 0, coll, in, out, bytes, warmup, NULL);
     if (only >= 0) {
-        batch(only ? on : off, coll, in, out, bytes, calls, NULL);
+        side_batch(only ? on : off, &ma, only, coll, in, out, bytes, calls, NULL);
         pairs = 0;
     }
     for (int k = 0; k < pairs; k++) {
         if (k % 2 == 0) {
-            ton[k] = batch(on, coll, in, out, bytes, calls, &con[k]);
-            toff[k] = batch(off, coll, in, out, bytes, calls, &coff[k]);
+            ton[k] = side_batch(on, &ma, 1, coll, in, out, bytes, calls, &con[k]);
+            toff[k] = side_batch(off, &ma, 0, coll, in, out, bytes, calls, &coff[k]);
         } else {
-            toff[k] = batch(off, coll, in, out, bytes, calls, &coff[k]);
-            ton[k] = batch(on, coll, in, out, bytes, calls, &con[k]);
+            toff[k] = side_batch(off, &ma, 0, coll, in, out, bytes, calls, &coff[k]);
+            ton[k] = side_batch(on, &ma, 1, coll, in, out, bytes, calls, &con[k]);
         }
         diff[k] = ton[k] - toff[k];
         cdiff[k] = con[k] - coff[k];
+    }
+    if (toggle) {
+        /* The page counted the metered batches, and one more detached batch changes none of
+         * its counters: else the detached side was not unmetered (a counter pointer this tool
+         * does not know of), and the comparison would be wrong. */
+        shoal_stats_t st2 = SHOAL_STATS_INIT;
+        int bad;
+        meter_attach(on, &ma, 1);
+        bad = shoal_comm_stats(on, &st1) != SHOAL_OK;
+        side_batch(on, &ma, 0, coll, in, out, bytes, calls, NULL);
+        meter_attach(on, &ma, 1); /* as made: the page goes with the communicator */
+        bad |= shoal_comm_stats(on, &st2) != SHOAL_OK;
+        if (bad || st1.ops_total - st0.ops_total != want || st2.ops_total != st1.ops_total ||
+            st2.bytes_sent != st1.bytes_sent || st2.bytes_recv != st1.bytes_recv ||
+            st2.coll_ns != st1.coll_ns) {
+            fprintf(stderr, "meter_bench: -T: the page counted %llu calls, the metered batches "
+                            "made %llu; a detached batch changed calls by %llu, bytes sent by "
+                            "%llu, received by %llu, time by %llu ns%s\n",
+                    (unsigned long long)(st1.ops_total - st0.ops_total),
+                    (unsigned long long)want, (unsigned long long)(st2.ops_total - st1.ops_total),
+                    (unsigned long long)(st2.bytes_sent - st1.bytes_sent),
+                    (unsigned long long)(st2.bytes_recv - st1.bytes_recv),
+                    (unsigned long long)(st2.coll_ns - st1.coll_ns),
+                    bad ? " (shoal_comm_stats failed)" : "");
+            return 1;
+        }
     }
     if (rank == 0 && pairs > 0) {
         int nranks;
@@ -371,7 +467,11 @@ int main(int argc, char **argv)
         moff = median(toff, pairs);
         md = median(diff, pairs);
         printf("ranks %d\nbytes %zu\ncalls_per_batch %d\npairs %d\ndiffers %s\nsplit_first %s\n",
-               nranks, bytes, calls, pairs, qos ? "qos" : "meter", swap ? "off" : "on");
+               nranks, bytes, calls, pairs, qos ? "qos" : "meter",
+               toggle ? "one" : swap ? "off" : "on");
+        if (toggle) {
+            printf("metered_calls %llu\n", (unsigned long long)want);
+        }
         printf("on_median_ns %.2f\noff_median_ns %.2f\nratio_median %.4f\n", mon, moff,
                mon / moff);
         printf("on_min_ns %.2f\noff_min_ns %.2f\nratio_min %.4f\n", mnon, mnoff, mnon / mnoff);
@@ -392,8 +492,12 @@ int main(int argc, char **argv)
             printf("paced_ns %llu\n", (unsigned long long)shoal_qos_pace_held_ns(on->pace));
         }
     }
-    shoal_comm_destroy(off);
+    if (off != on) {
+        shoal_comm_destroy(off);
+    }
     shoal_comm_destroy(on);
+    free(ma.sent);
+    free(ma.recv);
     shoal_comm_destroy(parent);
     free(in);
     free(out);

@@ -1,8 +1,12 @@
 #!/bin/sh
 # Cost of metering (src/meter) on the data path, both sides in one run: meter_bench
-# (perf/meter_bench.c) splits two communicators from one parent, identical but for the meter
-# (SHOAL_METER on / off), and times alternating batches of the same AllReduce in one process,
-# so that drift, placement and load fall on both. Per case: medians and minima of the per-call
+# (perf/meter_bench.c -T) times alternating batches of the same AllReduce on one communicator
+# in one process, its meter attached for one batch of each pair and detached for the other
+# (as SHOAL_METER=0 leaves a communicator), so that drift, placement and load fall on both.
+# (Two communicators, one made with the meter and one without, differ by where their shared
+# areas lie: up to 30 ns at 8 B on 2 ranks either way, changing from launch to launch, more
+# than the meter's cost; one communicator has no such difference: three launches here agreed
+# within 0.01.) Per case: medians and minima of the per-call
 # time (ns) on and off, their ratios, and the median of the per-pair differences (the best
 # figure of the meter's cost on a loaded machine). Cases: 8 B on RANKS ranks (latency: the
 # per-call cost), 64 MiB on RANKS ranks (bandwidth: one add per message), 8 B on 1 rank (no
@@ -60,8 +64,8 @@ run() {
 }
 key() { awk -v k="$1" '$1 == k { print $2 }' "$tmp/out"; }
 
-echo "# meter overhead: meter_bench, $pairs alternated pairs of batches (metered and unmetered" \
-    "communicator in one process)${transport:+, $transport}, $(nproc) CPUs, load" \
+echo "# meter overhead: meter_bench -T, $pairs alternated pairs of batches (one communicator," \
+    "its meter attached and detached)${transport:+, $transport}, $(nproc) CPUs, load" \
     "$(cut -d' ' -f1-3 /proc/loadavg), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 printf '# %8s %5s %11s %11s %7s %11s %11s %7s %9s %7s\n' size ranks "on median" "off median" \
     ratio "on min" "off min" ratio "on-off" ratio
@@ -71,7 +75,7 @@ for spec in "8 $ranks 2000" "64M $ranks 2" "8 1 20000"; do
     k=$pairs
     w=$3
     [ "$1" = 64M ] && { k=$(( pairs < 21 ? pairs : 21 )); w=2; }
-    run "$2" -b "$1" -n "$3" -k "$k" -w "$w"
+    run "$2" -b "$1" -n "$3" -k "$k" -w "$w" -T
     printf '  %8s %5s %11s %11s %7s %11s %11s %7s %9s %7s\n' "$1" "$2" "$(key on_median_ns)" \
         "$(key off_median_ns)" "$(key ratio_median)" "$(key on_min_ns)" "$(key off_min_ns)" \
         "$(key ratio_min)" "$(key diff_median_ns)" "$(key ratio_diff)"

@@ -209,4 +209,27 @@ else
     sed 's/^/# /' "$tmp/err" | head
 fi
 
+# perf/meter_overhead.sh's comparison (meter_bench -T): one communicator whose meter is
+# detached for the unmetered batches. The tool itself checks that the page counted the metered
+# batches and that a detached batch changed none of its counters (exit 1 otherwise).
+bench=$builddir/meter_bench
+for tl in shm tcp; do
+    if [ ! -x "$bench" ]; then
+        tap OK "meter_bench -T over $tl # SKIP $bench not built"
+        continue
+    fi
+    tlenv=""
+    [ "$tl" = tcp ] && tlenv="-x SHOAL_TRANSPORT=tcp"
+    # shellcheck disable=SC2086 # tlenv is empty or one option and its value
+    "$shoalrun" --no-prefix --timeout "$timeout" -n 2 -x SHOAL_AGENT=none $tlenv "$bench" -T \
+        -n 200 -k 3 -w 20 >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -eq 0 ] && grep -q '^metered_calls 620$' "$tmp/out"; then
+        tap OK "meter_bench -T over $tl: the page counts the metered batches only"
+    else
+        tap FAIL "meter_bench -T over $tl: rc $rc"
+        sed 's/^/# /' "$tmp/out" "$tmp/err" | head
+    fi
+done
+
 tap_plan
