@@ -30,14 +30,16 @@
  *   COLL: allreduce (default) | broadcast | barrier
  *   -S: split the unmetered (unpaced) communicator first (the default splits the other first):
  *       the two orders bracket what favours one split over the other (measured here: up to
- *       30 ns at 8 B either way, more than the cost itself); perf/qos_bench.sh runs both.
- *   -T: one communicator for both sides (meter only): the unmetered batches run with its page
- *       detached (the communicator's meter and its channels' counter pointers NULL, as a
- *       communicator made with SHOAL_METER=0 has them), the metered ones with it attached
- *       again. Both sides then use the same channels and shared areas, so that the placement
- *       of two communicators' areas (the bias -S brackets) is not in the ratio. The switch
- *       happens between batches, with no call in flight (this thread is the only caller and
- *       nothing runs on the proxy thread).
+ *       30 ns at 8 B either way, more than the cost itself); -T has no such bias.
+ *   -T: one communicator for both sides: the unmetered batches run with its page detached
+ *       (the communicator's meter and its channels' counter pointers NULL, as a communicator
+ *       made with SHOAL_METER=0 has them), the metered ones with it attached again; with -d
+ *       qos the same with its pacer (NULL as without SHOAL_QOS_RATE_MAX). Both sides then use
+ *       the same channels and shared areas, so that the placement of two communicators' areas
+ *       (the bias -S brackets) is not in the ratio. The switch happens between batches, with
+ *       no call in flight (this thread is the only caller and nothing runs on the proxy
+ *       thread). The tool checks that a detached batch leaves the page's counters (the
+ *       pacer's clock reads) as they were.
  *   -o: only CALLS calls on the metered (on) or the unmetered (off) communicator, after the
  *       warm-up, nothing timed: for an instruction count under valgrind --tool=callgrind
  *       --toggle-collect=shoal_allreduce (two values of CALLS, the difference per call).
@@ -60,14 +62,21 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* -T: a communicator's meter, detached for the unmetered batches and attached again. */
+/* -T: a communicator's meter (or, -d qos, its pacer), detached for the unmetered (unpaced)
+ * batches and attached again. */
 typedef struct {
+    int active;              /* -T */
+    int qos;                 /* the pacer, not the meter */
     struct shoal_meter *meter;
     uint64_t **sent, **recv; /* [nranks]: the channels' counter pointers */
+    struct shoal_qos_pacer *pace;
 } meter_attach_t;
 
-static int meter_detach_init(shoal_comm_t comm, meter_attach_t *ma)
+static int meter_detach_init(shoal_comm_t comm, meter_attach_t *ma, int qos)
 {
+    ma->active = 1;
+    ma->qos = qos;
+    ma->pace = comm->pace;
     ma->meter = comm->meter;
     ma->sent = calloc((size_t)comm->nranks, sizeof(*ma->sent));
     ma->recv = calloc((size_t)comm->nranks, sizeof(*ma->recv));
@@ -83,6 +92,10 @@ static int meter_detach_init(shoal_comm_t comm, meter_attach_t *ma)
 
 static void meter_attach(shoal_comm_t comm, const meter_attach_t *ma, int on)
 {
+    if (ma->qos) {
+        comm->pace = on ? ma->pace : NULL;
+        return;
+    }
     comm->meter = on ? ma->meter : NULL;
     for (int q = 0; q < comm->nranks; q++) {
         comm->chans[q].meter_sent = on ? ma->sent[q] : NULL;
@@ -159,11 +172,11 @@ static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, s
     return (double)(now_ns() - t0) / n;
 }
 
-/* A batch on one side: with -T (ma->sent set), the meter attached or detached first. */
+/* A batch on one side: with -T, the meter (pacer) attached or detached first. */
 static double side_batch(shoal_comm_t comm, const meter_attach_t *ma, int metered, coll_t coll,
                          const void *in, void *out, size_t count, int n, double *cpu)
 {
-    if (ma->sent != NULL) {
+    if (ma->active) {
         meter_attach(comm, ma, metered);
     }
     return batch(comm, coll, in, out, count, n, cpu);
@@ -288,7 +301,7 @@ int main(int argc, char **argv)
     int toggle = 0;
     meter_attach_t ma = {0};
     shoal_stats_t st0 = SHOAL_STATS_INIT, st1 = SHOAL_STATS_INIT;
-    uint64_t want = 0;
+    uint64_t want = 0, pace_reads0 = 0;
     size_t rate = (size_t)1000 << 30;
     coll_t coll = COLL_ALLREDUCE;
     shoal_comm_t parent, on, off;
@@ -349,9 +362,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "meter_bench: -n, -k and -r must be positive\n");
         return 2;
     }
-    if (toggle && (qos || swap)) {
-        fprintf(stderr, "meter_bench: -T compares the meter on one communicator: not with "
-                        "-d qos or -S\n");
+    if (toggle && swap) {
+        fprintf(stderr, "meter_bench: -T (one communicator) and -S (the order of two) exclude "
+                        "each other\n");
         return 2;
     }
     in = calloc(1, bytes ? bytes : 1);
@@ -383,7 +396,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    for (int k = 0; k < (toggle ? 1 : 2); k++) { /* -T: the metered one only */
+    for (int k = 0; k < (toggle ? 1 : 2); k++) { /* -T: the metered (paced) one only */
         int want_on = swap ? k == 1 : k == 0;
         shoal_qos_pace_config.rate_max = qos && want_on ? rate : 0;
         shoal_meter_config.enabled = qos || want_on;
@@ -401,17 +414,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "meter_bench: SHOAL_METER must be on (the default) to compare\n");
         return 1;
     }
-    if (qos && (on->pace == NULL || off->pace != NULL)) {
+    if (qos && (on->pace == NULL || (!toggle && off->pace != NULL))) {
         fprintf(stderr, "meter_bench: the paced communicator has no pacer\n");
         return 1;
     }
-    if (toggle) { /* both sides on the metered communicator (see -T) */
-        if (meter_detach_init(on, &ma) != 0 || shoal_comm_stats(on, &st0) != SHOAL_OK) {
+    if (toggle) { /* both sides on the metered (paced) communicator (see -T) */
+        if (meter_detach_init(on, &ma, qos) != 0 || shoal_comm_stats(on, &st0) != SHOAL_OK) {
             fprintf(stderr, "meter_bench: -T: cannot set up (memory, or shoal_comm_stats)\n");
             return 1;
         }
         /* the metered calls: the warm-up's, then -o on's or a batch of each pair */
         want = (uint64_t)warmup + (uint64_t)(only >= 0 ? (only ? calls : 0) : pairs * calls);
+        pace_reads0 = qos ? on->pace->clock_reads : 0;
     }
     side_batch(on, &ma, 1, coll, in, out, bytes, warmup, NULL);
     side_batch(off, &ma, 0, coll, in, out, bytes, warmup, NULL);
@@ -430,7 +444,25 @@ int main(int argc, char **argv)
         diff[k] = ton[k] - toff[k];
         cdiff[k] = con[k] - coff[k];
     }
-    if (toggle) {
+    if (toggle && qos) {
+        /* The paced batches used the pacer (its fast path reads the clock every
+         * SHOAL_QOS_PACE_FAST takes) and a detached batch leaves it as it was. */
+        uint64_t r1, r2;
+        unsigned f1;
+        meter_attach(on, &ma, 1);
+        r1 = on->pace->clock_reads;
+        f1 = on->pace->fast_left;
+        side_batch(on, &ma, 0, coll, in, out, bytes, calls, NULL);
+        meter_attach(on, &ma, 1); /* as made: the pacer goes with the communicator */
+        r2 = on->pace->clock_reads;
+        if (r2 != r1 || on->pace->fast_left != f1 ||
+            (want >= 2 * SHOAL_QOS_PACE_FAST && coll != COLL_BARRIER && r1 == pace_reads0)) {
+            fprintf(stderr, "meter_bench: -T -d qos: the paced batches read the pacer's clock "
+                            "%llu times, a detached batch %llu times\n",
+                    (unsigned long long)(r1 - pace_reads0), (unsigned long long)(r2 - r1));
+            return 1;
+        }
+    } else if (toggle) {
         /* The page counted the metered batches, and one more detached batch changes none of
          * its counters: else the detached side was not unmetered (a counter pointer this tool
          * does not know of), and the comparison would be wrong. */
@@ -470,7 +502,7 @@ int main(int argc, char **argv)
                nranks, bytes, calls, pairs, qos ? "qos" : "meter",
                toggle ? "one" : swap ? "off" : "on");
         if (toggle) {
-            printf("metered_calls %llu\n", (unsigned long long)want);
+            printf("%s_calls %llu\n", qos ? "paced" : "metered", (unsigned long long)want);
         }
         printf("on_median_ns %.2f\noff_median_ns %.2f\nratio_median %.4f\n", mon, moff,
                mon / moff);

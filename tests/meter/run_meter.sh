@@ -209,25 +209,31 @@ else
     sed 's/^/# /' "$tmp/err" | head
 fi
 
-# perf/meter_overhead.sh's comparison (meter_bench -T): one communicator whose meter is
-# detached for the unmetered batches. The tool itself checks that the page counted the metered
-# batches and that a detached batch changed none of its counters (exit 1 otherwise).
+# The in-process comparisons of perf/meter_overhead.sh and perf/qos_bench.sh (meter_bench
+# -T): one communicator whose meter (-d qos: pacer) is detached for every other batch. The
+# tool itself checks that the page counted the metered batches and that a detached batch
+# changed none of its counters (with -d qos: that the paced batches used the pacer and a
+# detached one did not), and exits 1 otherwise.
 bench=$builddir/meter_bench
-for tl in shm tcp; do
+for spec in "meter shm" "meter tcp" "qos shm" "qos tcp"; do
+    # shellcheck disable=SC2086 # two words
+    set -- $spec
     if [ ! -x "$bench" ]; then
-        tap OK "meter_bench -T over $tl # SKIP $bench not built"
+        tap OK "meter_bench -T -d $1 over $2 # SKIP $bench not built"
         continue
     fi
     tlenv=""
-    [ "$tl" = tcp ] && tlenv="-x SHOAL_TRANSPORT=tcp"
+    [ "$2" = tcp ] && tlenv="-x SHOAL_TRANSPORT=tcp"
     # shellcheck disable=SC2086 # tlenv is empty or one option and its value
     "$shoalrun" --no-prefix --timeout "$timeout" -n 2 -x SHOAL_AGENT=none $tlenv "$bench" -T \
-        -n 200 -k 3 -w 20 >"$tmp/out" 2>"$tmp/err"
+        -d "$1" -n 200 -k 3 -w 20 >"$tmp/out" 2>"$tmp/err"
     rc=$?
-    if [ "$rc" -eq 0 ] && grep -q '^metered_calls 620$' "$tmp/out"; then
-        tap OK "meter_bench -T over $tl: the page counts the metered batches only"
+    what="the page counts the metered batches only"
+    [ "$1" = qos ] && what="the paced batches use the pacer, the detached ones do not"
+    if [ "$rc" -eq 0 ] && grep -Eq '^(metered|paced)_calls 620$' "$tmp/out"; then
+        tap OK "meter_bench -T -d $1 over $2: $what"
     else
-        tap FAIL "meter_bench -T over $tl: rc $rc"
+        tap FAIL "meter_bench -T -d $1 over $2: rc $rc"
         sed 's/^/# /' "$tmp/out" "$tmp/err" | head
     fi
 done
