@@ -41,6 +41,7 @@ typedef struct {
     size_t shm_window;     /* SHOAL_SHM_WINDOW */
     size_t hier_segment;   /* SHOAL_HIER_SEGMENT */
     size_t shm_direct_min;    /* SHOAL_SHM_DIRECT_MIN */
+    int shm_prefetchw;     /* SHOAL_SHM_PREFETCHW */
 } shoal_coll_config_t;
 extern SHOAL_HIDDEN shoal_coll_config_t shoal_coll_config;
 extern SHOAL_HIDDEN const char *const shoal_algo_names[];
@@ -87,6 +88,7 @@ typedef struct shoal_coll_state {
     void **srcs;           /* [local_size] reduce sources, preallocated */
     void **srcs2;          /* [local_size] scratch pointers for shoal_reduce_n_pieces */
     int peer_mem;          /* the transport reaches peers' buffers (direct path) */
+    int ll_prefetchw;      /* LL: prefetch the next call's lines for writing (SHOAL_SHM_PREFETCHW) */
     int shm_logged;        /* direct-path roads already logged (bit 0 mem, bit 1 cma) */
     uint8_t *cma_scratch;  /* single-copy chunks of the peers' inputs, on first use */
     size_t cma_scratch_size;

@@ -55,6 +55,13 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "intra-node AllReduce from this size first publishes every rank's buffers, then "
             "reduces in place when all are shoal_mem_alloc buffers, else by single copies "
             "through the kernel where every rank can (SHOAL_SHM_CMA), else staged two-shot"},
+    {.name = "SHM_PREFETCHW", .dflt = "1", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_coll_config_t, shm_prefetchw),
+     .doc = "an intra-node AllReduce of one or two cache lines (the LL protocol), once every "
+            "peer's data is read, asks for this rank's lines of the next call in the exclusive "
+            "state (x86 PREFETCHW where the CPU has it, aarch64 PRFM), so that the next call's "
+            "stores need not wait for the peers' copies to be invalidated (2 ranks, 8 B: "
+            "about 40 ns less per call on a 2.6 GHz Xeon VM); 0 = not"},
 };
 
 const shoal_cfg_table_t shoal_coll_cfg_table = {

@@ -68,6 +68,25 @@ if [ "${MP_VARIANTS:-1}" != 0 ]; then
     run "shm n=3 window=4k" 3 SHOAL_ALGO=shm SHOAL_SHM_WINDOW=4096 SHOAL_SHM_ONESHOT_MAX=1024
     run "shm n=2 ll=4k" 2 SHOAL_SHM_LL_MAX=4096
     run "shm n=3 ll=4k" 3 SHOAL_SHM_LL_MAX=4096
+    # the LL lines without the prefetch for writing (on in every other shm run)
+    run "shm n=3 ll=4k prefetchw=0" 3 SHOAL_SHM_LL_MAX=4096 SHOAL_SHM_PREFETCHW=0
     run "tcp n=3 ring chunk=4k" 3 SHOAL_TRANSPORT=tcp SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
+    # perf/shm_ll_bench switches the prefetch on and off between batches of one communicator
+    # and checks every batch's result (a hint must change no value)
+    bench=$builddir/shm_ll_bench
+    for n in 2 3; do
+        n_tap=$((n_tap + 1))
+        if [ ! -x "$bench" ]; then
+            echo "ok $n_tap - shm_ll_bench n=$n # SKIP $bench not built"
+            continue
+        fi
+        if "$shoalrun" --no-prefix --timeout "$timeout" -n "$n" "$bench" -n 100 -k 3 -w 10 \
+            -b 4,8,64,112,168,4096 >"$tmp/llb" 2>&1 && [ "$(grep -c '^size ' "$tmp/llb")" -eq 6 ]; then
+            echo "ok $n_tap - shm_ll_bench n=$n: LL results equal with the prefetch on and off"
+        else
+            echo "not ok $n_tap - shm_ll_bench n=$n"
+            sed 's/^/# /' "$tmp/llb" | head
+        fi
+    done
 fi
 echo "1..$n_tap"
