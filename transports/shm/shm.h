@@ -15,12 +15,15 @@
  * A message is the 32-byte wire header followed by its payload, streamed slot by slot from a
  * fresh slot: the first slot carries the header and the first slot_size - 32 payload bytes.
  *
- * Sleeping: the owner's control block holds a futex doorbell that peers increment (and
- * FUTEX_WAKE when the owner's sleeping flag is set) after they produce into its ring, free a
- * slot of theirs, or write their shared area (notify()). wait() sleeps on the doorbell value
- * read by the last progress() call: anything rung after that returns at once. Callers that
- * poll their own conditions (the collective direct path) must therefore call progress()
- * before checking them, then wait().
+ * Sleeping: the owner's control block holds a futex doorbell and a sleeping flag. wait()
+ * sets the flag, fences, and sleeps on the doorbell value read by the last progress() call
+ * unless its rings show work (has_work: data for a queued receive, a free slot for a queued
+ * send, a failed peer). A peer that produced into its ring or freed a slot of its own fences
+ * and rings (increments the doorbell, FUTEX_WAKE) only if the flag is set: either the
+ * sleeper's last look sees the slot, or the peer sees the flag (shoal_shm_ctrl_ring_sleeper).
+ * notify() (abort, a dead peer) and a failure ring always, so that a waiter whose condition
+ * is not in its rings returns at once from a wait() after the progress() that preceded its
+ * own check: such callers call progress() before checking, then wait().
  */
 #ifndef SHOAL_SHM_H
 #define SHOAL_SHM_H
