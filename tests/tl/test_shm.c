@@ -1,6 +1,7 @@
 /* Shared-memory transport specifics (the generic conformance suite is tests/tl/test_tl.c):
  * segment naming/mode/unlink, a 64 MiB stream through 8 x 64 KiB slots, ring wraparound with
- * many small messages all ways, shared areas + notify, futex wakeup latency and idle CPU,
+ * many small messages all ways, shared areas + notify, futex wakeup latency and idle CPU, a
+ * message waking a sleeping owner (the ring of a sleeper only),
  * peer death by SIGKILL, fail() propagation, and corrupted ring contents.
  *
  * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
@@ -393,6 +394,55 @@ static void case_futex(env_t *e)
     barrier();
 }
 
+/* A message wakes a sleeping owner, every time: the producer rings only an owner whose
+ * sleeping flag it sees (shm.h, "Sleeping"). The sender waits until it sees the flag set, then
+ * sends; the receiver, with no receive posted (so that its wait() sleeps up to the full
+ * 100 ms, not the 2 ms of a pending request), must be back long before that. 20 rounds. */
+static void case_sleeper(env_t *e)
+{
+    const int rounds = 20;
+    int woken = 0, seen_asleep = 0;
+    double worst_ms = 0;
+    for (int i = 0; i < rounds; i++) {
+        uint64_t v = (uint64_t)i, got = ~0ull;
+        shoal_tl_req_t r = {.hdr = hdr_make(40 + (uint32_t)i, 0, sizeof(v)), .buf = NULL};
+        barrier();
+        if (e->rank == 1) {
+            const volatile uint32_t *sl = &e->eps[0]->peer_ctrl->sleeping;
+            uint64_t t0 = shoal_time_ns();
+            while (__atomic_load_n(sl, __ATOMIC_ACQUIRE) == 0 &&
+                   shoal_time_ns() - t0 < 2000000000ull) {
+                sched_yield();
+            }
+            seen_asleep += __atomic_load_n(sl, __ATOMIC_ACQUIRE) != 0;
+            r.buf = &v;
+            tl->isend(e->eps[0], &r);
+            wait_one(e, &r, 5000);
+        } else {
+            uint64_t t0;
+            tl->progress(e->ctx);
+            t0 = shoal_time_ns();
+            tl->wait(e->ctx, 100000); /* nothing pending: up to 100 ms */
+            double ms = (shoal_time_ns() - t0) / 1e6;
+            worst_ms = ms > worst_ms ? ms : worst_ms;
+            woken += ms < 50;
+            r.buf = &got;
+            tl->irecv(e->eps[1], &r);
+            wait_one(e, &r, 5000);
+            woken -= r.status != SHOAL_OK || got != v;
+        }
+        barrier();
+    }
+    if (e->rank == 1) {
+        check(seen_asleep == rounds, "saw the receiver asleep before %d of %d sends",
+              seen_asleep, rounds);
+    } else {
+        check(woken == rounds, "a message woke the sleeping receiver in %d of %d rounds "
+              "(each within 50 ms of its 100 ms sleep; worst %.3f ms), the data intact",
+              woken, rounds, worst_ms);
+    }
+}
+
 static void case_kill(env_t *e)
 {
     uint64_t v = 0;
@@ -772,6 +822,7 @@ int main(void)
         {.name = "wrap4", .nprocs = 4, .fn = case_wrap, .killed_rank = -1},
         {.name = "area", .nprocs = 3, .fn = case_area, .killed_rank = -1},
         {.name = "futex", .nprocs = 2, .fn = case_futex, .killed_rank = -1},
+        {.name = "sleeper", .nprocs = 2, .fn = case_sleeper, .killed_rank = -1},
         {.name = "kill", .nprocs = 2, .fn = case_kill, .killed_rank = 1},
         {.name = "fail", .nprocs = 3, .fn = case_fail, .killed_rank = -1},
         {.name = "last_words", .nprocs = 2, .fn = case_last_words, .killed_rank = 1},
