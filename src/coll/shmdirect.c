@@ -523,10 +523,11 @@ static shoal_status_t shoal_shmd_ll_start(struct shoal_comm *comm, shoal_shmd_ru
  * of the next call find them here and need not first invalidate the peers' copies, a round
  * trip between cores on the next call's critical path; the prefetch overlaps that trip with
  * the return and whatever the caller does between calls. Only for calls of up to
- * SHOAL_SHMD_LL_PREFETCH_LINES lines: 2 ranks on a 2.6 GHz Xeon VM, one line 8 B: 37-49 ns
- * less per call (of 257-283), two lines (64 B): 43-78 ns less; three or more lines: no
- * difference within +-5 ns (the first lines' transfers overlap the others'), nor at 512 B or
- * 4 KiB (perf/shm_ll_bench). The next call is taken to be as long as this one (a training
+ * SHOAL_SHMD_LL_PREFETCH_LINES lines: 2 ranks on a 2.6 GHz Xeon VM, one line (8 B): 35-49 ns
+ * less per call (of 232-298), two lines (64-112 B): 9-94 ns less (the spread is the
+ * launches'); three or more lines: no difference within +-5 ns (the first lines' transfers
+ * overlap the others'), nor at 512 B or 4 KiB (perf/shm_ll_bench,
+ * perf/results/shm-ll-prefetchw-2026-12-05.txt). The next call is taken to be as long as this one (a training
  * loop's calls usually are); one of another length only loses part of the hint. */
 static void shoal_shmd_ll_prefetch(struct shoal_comm *comm, const shoal_shmd_run_t *r)
 {

@@ -8,7 +8,7 @@ static pthread_once_t shoal_cpu_once = PTHREAD_ONCE_INIT;
 
 static void shoal_cpu_init(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
     unsigned a, b, c, d;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
     if (a >= 0x80000001u) {

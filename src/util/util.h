@@ -260,9 +260,9 @@ static inline void shoal_cpu_relax(void)
 #endif
 }
 
-/* Whether this CPU has a prefetch for writing (cpu.c: x86's PREFETCHW, CPUID
- * 0x80000001 ECX bit 8, asked once; aarch64 always): where it is 0, shoal_prefetch_write
- * must not run (an x86 CPU without it may fault on the instruction). */
+/* Whether this CPU has a prefetch for writing (cpu.c: x86-64's PREFETCHW, CPUID
+ * 0x80000001 ECX bit 8, asked once; aarch64 always; elsewhere 0): where it is 0,
+ * shoal_prefetch_write must not run (an x86 CPU without it may fault on the instruction). */
 SHOAL_HIDDEN int shoal_cpu_prefetchw(void);
 
 /* Asks for the cache line of p in the exclusive state, so that a later store to it does not
@@ -270,10 +270,10 @@ SHOAL_HIDDEN int shoal_cpu_prefetchw(void);
  * reads). Only where shoal_cpu_prefetchw() said 1. */
 static inline void shoal_prefetch_write(const void *p)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
     __asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)p));
 #elif defined(__aarch64__)
-    __asm__ __volatile__("prfm pstl1keep, %0" : : "Q"(*(const char *)p));
+    __asm__ __volatile__("prfm pstl1keep, [%0]" : : "r"(p));
 #else
     (void)p;
 #endif
