@@ -48,19 +48,13 @@
 #include "core/core.h"
 #include "meter/meter.h"
 #include "qos/pace.h"
+#include "perf/bench_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* -T: a communicator's meter (or, -d qos, its pacer), detached for the unmetered (unpaced)
  * batches and attached again. */
@@ -101,18 +95,6 @@ static void meter_attach(shoal_comm_t comm, const meter_attach_t *ma, int on)
         comm->chans[q].meter_sent = on ? ma->sent[q] : NULL;
         comm->chans[q].meter_recv = on ? ma->recv[q] : NULL;
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static double minimum(const double *v, int n)
@@ -160,7 +142,7 @@ static uint64_t cpu_ns(void)
 static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, size_t count,
                     int n, double *cpu)
 {
-    uint64_t t0 = now_ns(), c0 = cpu_ns();
+    uint64_t t0 = bench_now_ns(), c0 = cpu_ns();
     for (int i = 0; i < n; i++) {
         if (one_call(comm, coll, in, out, count) != 0) {
             exit(1);
@@ -169,7 +151,7 @@ static double batch(shoal_comm_t comm, coll_t coll, const void *in, void *out, s
     if (cpu != NULL) {
         *cpu = (double)(cpu_ns() - c0) / n;
     }
-    return (double)(now_ns() - t0) / n;
+    return (double)(bench_now_ns() - t0) / n;
 }
 
 /* A batch on one side: with -T, the meter (pacer) attached or detached first. */
@@ -194,7 +176,7 @@ static double side_batch(shoal_comm_t comm, const meter_attach_t *ma, int metere
             }                                                                                \
             v_[r_] = (double)(cpu_ns() - t0_) / (n);                                         \
         }                                                                                    \
-        (result) = median(v_, 31);                                                           \
+        (result) = bench_median(v_, 31);                                                     \
     } while (0)
 #define TIME_LOOP(result, body) TIME_LOOP_N(result, 1000000, body)
 
@@ -247,7 +229,7 @@ static void pieces(struct shoal_meter *m, pieces_t *p)
         trips[i] = (uint8_t)(1 + rand() % 8);
     }
     TIME_LOOP(p->ticks, sink += shoal_ticks());
-    TIME_LOOP(p->mono, sink += now_ns());
+    TIME_LOOP(p->mono, sink += bench_now_ns());
     TIME_LOOP(p->hooks, {
         uint64_t e_ = shoal_ticks();
         shoal_meter_call_enter(m);
@@ -495,9 +477,9 @@ int main(int argc, char **argv)
         shoal_comm_size(parent, &nranks);
         mnon = minimum(ton, pairs);
         mnoff = minimum(toff, pairs);
-        mon = median(ton, pairs);
-        moff = median(toff, pairs);
-        md = median(diff, pairs);
+        mon = bench_median(ton, pairs);
+        moff = bench_median(toff, pairs);
+        md = bench_median(diff, pairs);
         printf("ranks %d\nbytes %zu\ncalls_per_batch %d\npairs %d\ndiffers %s\nsplit_first %s\n",
                nranks, bytes, calls, pairs, qos ? "qos" : "meter",
                toggle ? "one" : swap ? "off" : "on");
@@ -508,10 +490,10 @@ int main(int argc, char **argv)
                mon / moff);
         printf("on_min_ns %.2f\noff_min_ns %.2f\nratio_min %.4f\n", mnon, mnoff, mnon / mnoff);
         printf("diff_median_ns %.2f\nratio_diff %.4f\n", md, (moff + md) / moff);
-        md = median(cdiff, pairs);
-        moff = median(coff, pairs);
+        md = bench_median(cdiff, pairs);
+        moff = bench_median(coff, pairs);
         printf("cpu_on_median_ns %.2f\ncpu_off_median_ns %.2f\ncpu_diff_median_ns %.2f\n"
-               "cpu_ratio_diff %.4f\n", median(con, pairs), moff, md, (moff + md) / moff);
+               "cpu_ratio_diff %.4f\n", bench_median(con, pairs), moff, md, (moff + md) / moff);
         if (!qos) {
             pieces(on->meter, &pc);
             printf("clock %s\nclock_ghz %.3f\nclock_read_ns %.2f\nclock_gettime_ns %.2f\n"

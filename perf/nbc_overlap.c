@@ -13,6 +13,8 @@
  */
 #include <shoal.h>
 
+#include "perf/bench_stats.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,21 +23,7 @@
 
 static double nbc_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int nbc_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double nbc_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), nbc_cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return (double)bench_now_ns() * 1e-9;
 }
 
 #define NBC_CHECK(x)                                                                          \
@@ -152,7 +140,8 @@ int main(int argc, char **argv)
         }
     }
     if (rank == 0) {
-        double m1 = nbc_median(one, reps), m2 = nbc_median(two, reps), ms = nbc_median(same, reps);
+        double m1 = bench_median(one, reps), m2 = bench_median(two, reps);
+        double ms = bench_median(same, reps);
         printf("bytes %zu reps %d one %.3f s two %.3f s ratio %.2f same-comm %.3f s ratio %.2f\n",
                bytes, reps, m1, m2, m2 / m1, ms, ms / m1);
     }

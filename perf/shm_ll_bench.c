@@ -18,6 +18,7 @@
  * the CPU has the instruction: without it both sides are the same).
  */
 #include "coll/coll.h"
+#include "perf/bench_stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,30 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ns per call of n calls; 0 on success, the first wrong element's index + 1 otherwise */
 static size_t batch(shoal_comm_t comm, const float *in, float *out, size_t count, int n,
                     float want, double *ns)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (int i = 0; i < n; i++) {
         if (shoal_allreduce(in, out, count, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL) != SHOAL_OK) {
             fprintf(stderr, "shm_ll_bench: shoal_allreduce failed: %s\n",
@@ -56,7 +38,7 @@ static size_t batch(shoal_comm_t comm, const float *in, float *out, size_t count
             exit(1);
         }
     }
-    *ns = (double)(now_ns() - t0) / n;
+    *ns = (double)(bench_now_ns() - t0) / n;
     for (size_t e = 0; e < count; e++) {
         if (out[e] != want) {
             return e + 1;
@@ -156,7 +138,8 @@ int main(int argc, char **argv)
             return 1;
         }
         if (rank == 0) {
-            double on = median(ton, pairs), off = median(toff, pairs), d = median(diff, pairs);
+            double on = bench_median(ton, pairs), off = bench_median(toff, pairs);
+            double d = bench_median(diff, pairs);
             printf("size %zu %.1f %.1f %.1f %.4f\n", bytes, on, off, d, (off + d) / off);
         }
         free(in);
