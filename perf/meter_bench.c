@@ -30,7 +30,7 @@
  *   COLL: allreduce (default) | broadcast | barrier
  *   -S: split the unmetered (unpaced) communicator first (the default splits the other first):
  *       the two orders bracket what favours one split over the other (measured here: up to
- *       30 ns at 8 B either way, more than the cost itself); -T has no such bias.
+ *       80 ns at 8 B either way, more than the cost itself); -T has no such bias.
  *   -T: one communicator for both sides: the unmetered batches run with its page detached
  *       (the communicator's meter and its channels' counter pointers NULL, as a communicator
  *       made with SHOAL_METER=0 has them), the metered ones with it attached again; with -d

@@ -4,9 +4,9 @@
 # in one process, its meter attached for one batch of each pair and detached for the other
 # (as SHOAL_METER=0 leaves a communicator), so that drift, placement and load fall on both.
 # (Two communicators, one made with the meter and one without, differ by where their shared
-# areas lie: up to 30 ns at 8 B on 2 ranks either way, changing from launch to launch, more
+# areas lie: up to 80 ns at 8 B on 2 ranks either way, changing from launch to launch, more
 # than the meter's cost; one communicator has no such difference: three launches here agreed
-# within 0.01.) Per case: medians and minima of the per-call
+# within 0.01; perf/results/overhead-2026-12-05.txt.) Per case: medians and minima of the per-call
 # time (ns) on and off, their ratios, and the median of the per-pair differences (the best
 # figure of the meter's cost on a loaded machine). Cases: 8 B on RANKS ranks (latency: the
 # per-call cost), 64 MiB on RANKS ranks (bandwidth: one add per message), 8 B on 1 rank (no
