@@ -241,7 +241,7 @@ shoal_status_t shoal_sock_poll(int fd, short events, uint64_t deadline_ns,
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = events};
         int ret;
-        if (abort_flag != NULL && *abort_flag) {
+        if (shoal_aborted(abort_flag)) {
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline_ns)) {
@@ -563,7 +563,7 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
             shoal_error(BOOT, "connect(%s) failed: %s", b->root_str, strerror(err));
             return SHOAL_ERR_TRANSPORT;
         }
-        if (b->abort_flag != NULL && *b->abort_flag) {
+        if (shoal_aborted(b->abort_flag)) {
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline)) {

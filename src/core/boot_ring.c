@@ -210,7 +210,7 @@ static shoal_status_t shoal_ring_dial(shoal_boot_t *b, shoal_boot_ring_t *g, uin
     while (err == EINPROGRESS || err == EINTR) {
         struct pollfd pfds[2] = {{.fd = b->fd, .events = POLLIN}, {.fd = fd, .events = POLLOUT}};
         int ret;
-        if (b->abort_flag != NULL && *b->abort_flag) {
+        if (shoal_aborted(b->abort_flag)) {
             close(fd);
             return shoal_boot_fail(b, SHOAL_ERR_ABORTED, "connecting to the next rank of the "
                                    "ring");
@@ -510,7 +510,7 @@ static shoal_status_t shoal_ring_links(shoal_boot_t *b, shoal_boot_ring_t *g, ui
 
     while (g->out_state != SHOAL_RING_OUT_DONE || g->prev_fd < 0) {
         int n = 0, ret;
-        if (b->abort_flag != NULL && *b->abort_flag) {
+        if (shoal_aborted(b->abort_flag)) {
             return shoal_boot_fail(b, SHOAL_ERR_ABORTED, "making the ring's links");
         }
         if (shoal_deadline_passed(deadline)) {
@@ -736,7 +736,7 @@ static shoal_status_t shoal_ring_step(shoal_boot_t *b, shoal_boot_ring_t *g, uin
                                  {.fd = sent < txlen ? g->next_fd : -1, .events = POLLOUT},
                                  {.fd = got ? -1 : g->prev_fd, .events = POLLIN}};
         int ret;
-        if (b->abort_flag != NULL && *b->abort_flag) {
+        if (shoal_aborted(b->abort_flag)) {
             st = shoal_boot_fail(b, SHOAL_ERR_ABORTED, "in a ring round");
             break;
         }

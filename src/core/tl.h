@@ -56,7 +56,8 @@ typedef struct {
     const uint8_t *secret;        /* SHOAL_SECRET_BYTES communicator key (derived from the job
                                    * secret and the identity): authenticate peers */
     int timeout_ms;               /* connect/handshake deadline; < 0 infinite */
-    const volatile int *abort_flag; /* nonzero: stop waiting, fail with SHOAL_ERR_ABORTED */
+    const volatile int *abort_flag; /* nonzero: stop waiting, fail with SHOAL_ERR_ABORTED;
+                                     * read it with shoal_aborted (util.h) */
     /* QoS marks of the communicator (src/qos resolves them from its class); -1: leave the
      * socket's / the transport's own default. A mark the kernel refuses is a warning. All of
      * them are ignored while qos_valid is 0 (callers that build params themselves). */

@@ -268,7 +268,7 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
         deadline = shoal_deadline_ns(p->wait_timeout_ms);
     }
     while (p->rate != 0 && p->tokens < step) {
-        if (p->abort_flag != NULL && __atomic_load_n(p->abort_flag, __ATOMIC_ACQUIRE)) {
+        if (shoal_aborted(p->abort_flag)) {
             st = SHOAL_ERR_ABORTED;
             break;
         }

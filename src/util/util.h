@@ -250,6 +250,15 @@ static inline uint64_t shoal_ticks_ns(uint64_t ticks)
                       32);
 }
 
+/* Whether an abort flag (a communicator's, as transports and the bootstrap get it; may be
+ * NULL) is set. Another thread sets it (shoal_comm_abort: an atomic store with release), so
+ * it is read with an atomic load: a plain volatile read of it is a data race
+ * (ThreadSanitizer reports one). */
+static inline int shoal_aborted(const volatile int *flag)
+{
+    return flag != NULL && __atomic_load_n(flag, __ATOMIC_ACQUIRE) != 0;
+}
+
 /* A pause between polls of a shared flag (spin-wait hint to the CPU). */
 static inline void shoal_cpu_relax(void)
 {

@@ -177,7 +177,7 @@ static shoal_status_t shoal_oob_wait(int fd, short events, uint64_t deadline_ns,
     for (;;) {
         struct pollfd p = {.fd = fd, .events = events};
         int r;
-        if (abort_flag != NULL && *abort_flag != 0) {
+        if (shoal_aborted(abort_flag)) {
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline_ns)) {
@@ -234,7 +234,7 @@ shoal_status_t shoal_oob_connect(const shoal_oob_addr_t *a, uint64_t deadline_ns
         if (shoal_deadline_passed(deadline_ns)) {
             return SHOAL_ERR_TIMEOUT;
         }
-        if (abort_flag != NULL && *abort_flag != 0) {
+        if (shoal_aborted(abort_flag)) {
             return SHOAL_ERR_ABORTED;
         }
         shoal_sleep_us(1000u * SHOAL_MIN(++tries, 20u));
@@ -733,7 +733,7 @@ shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadl
                 return SHOAL_OK;
             }
         }
-        if (acc->auth.abort_flag != NULL && *acc->auth.abort_flag != 0) {
+        if (shoal_aborted(acc->auth.abort_flag)) {
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline_ns)) {

@@ -288,7 +288,7 @@ static shoal_status_t shoal_ib_cm_next(shoal_tl_ctx_t *ctx, struct rdma_event_ch
             shoal_error(IB, "rank %d: rdma_get_cm_event: %s", ctx->rank, strerror(errno));
             return SHOAL_ERR_TRANSPORT;
         }
-        if (ctx->abort_flag != NULL && *ctx->abort_flag) {
+        if (shoal_aborted(ctx->abort_flag)) {
             return SHOAL_ERR_ABORTED;
         }
         now = shoal_time_ns();

@@ -294,7 +294,7 @@ static int shoal_ib_lz_step(shoal_ep_t *ep, uint64_t now)
     shoal_status_t st;
     int r;
 
-    if (ctx->abort_flag != NULL && *ctx->abort_flag != 0) {
+    if (shoal_aborted(ctx->abort_flag)) {
         return shoal_ib_lz_fail(ep, SHOAL_ERR_ABORTED, -1, "aborted while connecting to peer %d",
                                 ep->peer);
     }

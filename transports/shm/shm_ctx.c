@@ -499,7 +499,7 @@ static shoal_status_t shoal_shm_connect_all(shoal_tl_ctx_t *ctx, const int *peer
                     ctx->local_size);
         return SHOAL_ERR_INVALID_ARG;
     }
-    if (ctx->abort_flag != NULL && *ctx->abort_flag != 0) {
+    if (shoal_aborted(ctx->abort_flag)) {
         return SHOAL_ERR_ABORTED;
     }
     if (npeers == 0) {

@@ -679,7 +679,7 @@ static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
         if (conn->status != SHOAL_OK || conn->nestablished == conn->nneeded) {
             return conn->status;
         }
-        if (ctx->abort_flag != NULL && *ctx->abort_flag != 0) {
+        if (shoal_aborted(ctx->abort_flag)) {
             shoal_info(TCP, "rank %d: connect_all aborted", ctx->rank);
             return SHOAL_ERR_ABORTED;
         }

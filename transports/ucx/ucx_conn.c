@@ -480,7 +480,7 @@ static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
         if (first == ctx->neps) {
             return SHOAL_OK;
         }
-        if (ctx->abort_flag != NULL && __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE)) {
+        if (shoal_aborted(ctx->abort_flag)) {
             shoal_warn(UCX, "rank %d: connection setup aborted while waiting for peer %d",
                        ctx->rank, ctx->eps[first].peer);
             return SHOAL_ERR_ABORTED;
@@ -741,7 +741,7 @@ int shoal_ucx_lazy_progress(shoal_tl_ctx_t *ctx)
 {
     uint64_t now = shoal_time_ns();
     int n = 0;
-    int aborted = ctx->abort_flag != NULL && __atomic_load_n(ctx->abort_flag, __ATOMIC_ACQUIRE);
+    int aborted = shoal_aborted(ctx->abort_flag);
 
     if (ctx->lazy_want) {
         ctx->lazy_want = 0;
