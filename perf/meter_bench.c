@@ -406,7 +406,8 @@ int main(int argc, char **argv)
             return 1;
         }
         /* the metered calls: the warm-up's, then -o on's or a batch of each pair */
-        want = (uint64_t)warmup + (uint64_t)(only >= 0 ? (only ? calls : 0) : pairs * calls);
+        want = (uint64_t)warmup + (only >= 0 ? (uint64_t)(only ? calls : 0)
+                                               : (uint64_t)pairs * (uint64_t)calls);
         pace_reads0 = qos ? on->pace->clock_reads : 0;
     }
     side_batch(on, &ma, 1, coll, in, out, bytes, warmup, NULL);

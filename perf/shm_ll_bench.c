@@ -97,14 +97,20 @@ int main(int argc, char **argv)
         printf("# %8s %10s %10s %10s %8s\n", "bytes", "on_ns", "off_ns", "diff_ns", "ratio");
     }
     list = strdup(sizes);
+    if (list == NULL) {
+        fprintf(stderr, "shm_ll_bench: out of memory\n");
+        return 1;
+    }
     for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        size_t bytes = strtoull(tok, NULL, 0), count = bytes / sizeof(float), bad = 0;
+        char *end;
+        size_t bytes = strtoull(tok, &end, 0), count = bytes / sizeof(float), bad = 0;
         float *in, *out;
         double *ton, *toff, *diff, ns;
         int prefetch = shoal_cpu_prefetchw();
 
-        if (count == 0 || bytes > 4096) {
-            fprintf(stderr, "shm_ll_bench: size %s: 4 to 4096 bytes\n", tok);
+        if (*end != '\0' || count == 0 || bytes > 4096 || bytes % sizeof(float) != 0) {
+            fprintf(stderr, "shm_ll_bench: size '%s': a multiple of 4 from 4 to 4096 bytes\n",
+                    tok);
             return 2;
         }
         in = malloc(count * sizeof(float));
