@@ -210,11 +210,11 @@ static void adv_case_replay(void)
     adv_spawn(&r0, "init", viahex, 0, 2, adv_job_env, -1);
     /* Rank 0 joined (challenge and welcome went through the relay): replay its hello. */
     deadline = adv_now_ms() + 5000;
-    while (px.down < 96 && adv_now_ms() < deadline) {
+    while (__atomic_load_n(&px.down, __ATOMIC_ACQUIRE) < 96 && adv_now_ms() < deadline) {
         usleep(10 * 1000);
     }
     fd = adv_dial(&u);
-    if (fd >= 0 && px.rec_len >= hello && adv_read_challenge(fd, nonce) == 0) {
+    if (fd >= 0 && __atomic_load_n(&px.rec_len, __ATOMIC_ACQUIRE) >= hello && adv_read_challenge(fd, nonce) == 0) {
         (void)!send(fd, px.rec, hello, MSG_NOSIGNAL);
         r = adv_expect_refused(fd, 3000, &why);
     }
@@ -331,14 +331,14 @@ static void adv_case_slow_loris(void)
 
 typedef struct {
     shoal_boot_uid_t u;
-    volatile int stop;
-    int count;
+    int stop;                  /* atomic */
+    int count;                 /* the thread's; read after the join */
 } adv_scan_t;
 
 static void *adv_scan_thread(void *arg)
 {
     adv_scan_t *s = arg;
-    while (!s->stop && s->count < 5000) {
+    while (!__atomic_load_n(&s->stop, __ATOMIC_RELAXED) && s->count < 5000) {
         int fd = adv_dial(&s->u);
         if (fd >= 0) {
             close(fd);
@@ -360,7 +360,7 @@ static void adv_case_port_scan(void)
     pthread_create(&th, NULL, adv_scan_thread, &s);
     usleep(20 * 1000);
     adv_job(p, hex, 0, 3, 3);
-    s.stop = 1;
+    __atomic_store_n(&s.stop, 1, __ATOMIC_RELAXED);
     pthread_join(th, NULL);
     adv_diag(p, 3, "rank");
     tap_ok(adv_all(p, 3, "SHOAL_OK", 1) && s.count > 0,

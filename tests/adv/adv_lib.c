@@ -424,16 +424,17 @@ static int adv_proxy_pump(int from, int to, uint8_t *buf, size_t cap, adv_proxy_
         return n == 0 || (errno != EAGAIN && errno != EINTR) ? -1 : 0;
     }
     if (down) {
-        size_t at = p->down;
+        size_t at = __atomic_load_n(&p->down, __ATOMIC_RELAXED);
         if (p->flip_down >= 0 && (size_t)p->flip_down >= at &&
             (size_t)p->flip_down < at + (size_t)n) {
             buf[(size_t)p->flip_down - at] ^= 0x40;
         }
-        p->down = at + (size_t)n;
+        __atomic_store_n(&p->down, at + (size_t)n, __ATOMIC_RELEASE);
     } else {
         size_t at = p->upn;
-        if (p->flip_up >= 0 && (size_t)p->flip_up >= at && (size_t)p->flip_up < at + (size_t)n) {
-            buf[(size_t)p->flip_up - at] ^= 0x40;
+        long flip = __atomic_load_n(&p->flip_up, __ATOMIC_RELAXED); /* set after the start */
+        if (flip >= 0 && (size_t)flip >= at && (size_t)flip < at + (size_t)n) {
+            buf[(size_t)flip - at] ^= 0x40;
         }
         p->upn = at + (size_t)n;
     }
@@ -441,7 +442,7 @@ static int adv_proxy_pump(int from, int to, uint8_t *buf, size_t cap, adv_proxy_
         size_t k = sizeof(p->rec) - p->rec_len < (size_t)n ? sizeof(p->rec) - p->rec_len
                                                            : (size_t)n;
         memcpy(p->rec + p->rec_len, buf, k);
-        p->rec_len += k;
+        __atomic_store_n(&p->rec_len, p->rec_len + k, __ATOMIC_RELEASE);
     }
     return send(to, buf, (size_t)n, MSG_NOSIGNAL) == n ? 0 : -1;
 }
@@ -452,7 +453,7 @@ static void *adv_proxy_thread(void *arg)
     uint8_t buf[65536];
     double deadline = adv_now_ms() + 20000;
     int c = -1, u = -1;
-    while (c < 0 && !p->stop && adv_now_ms() < deadline) {
+    while (c < 0 && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) && adv_now_ms() < deadline) {
         struct pollfd pfd = {.fd = p->lfd, .events = POLLIN};
         if (poll(&pfd, 1, 50) > 0) {
             c = accept(p->lfd, NULL, NULL);
@@ -461,7 +462,8 @@ static void *adv_proxy_thread(void *arg)
     if (c >= 0) {
         u = adv_dial(&p->up);
     }
-    while (c >= 0 && u >= 0 && !p->stop && adv_now_ms() < deadline) {
+    while (c >= 0 && u >= 0 && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
+           adv_now_ms() < deadline) {
         struct pollfd pfd[2] = {{.fd = c, .events = POLLIN}, {.fd = u, .events = POLLIN}};
         if (poll(pfd, 2, 50) <= 0) {
             continue;
@@ -502,7 +504,7 @@ int adv_proxy_start(adv_proxy_t *p, const shoal_boot_uid_t *up, long flip_down,
 
 void adv_proxy_stop(adv_proxy_t *p)
 {
-    p->stop = 1;
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_join(p->th, NULL);
     close(p->lfd);
 }

@@ -88,9 +88,9 @@ typedef struct {
     long flip_up;
     size_t upn;
     uint8_t rec[256];
-    size_t rec_len;
-    volatile size_t down;
-    volatile int stop;
+    size_t rec_len;            /* written by the relay thread (release), read with acquire */
+    size_t down;               /* the same */
+    int stop;                  /* atomic: set by adv_proxy_stop */
     pthread_t th;
 } adv_proxy_t;
 int adv_proxy_start(adv_proxy_t *p, const shoal_boot_uid_t *up, long flip_down,

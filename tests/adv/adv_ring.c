@@ -36,16 +36,21 @@ enum { ST_GARBAGE = 0, ST_SECRET, ST_TENANT, ST_RANK, ST_IDLE, ST_N };
 static const char *const st_names[ST_N] = {"garbage", "wrong secret", "another tenant",
                                            "wrong rank", "idle"};
 
+/* The hook runs on the root's thread (the library's, detached): it holds ring_lock while it
+ * writes, and ring_end takes the lock before the test reads what it wrote. */
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static struct {
     int mode;
-    volatile int calls;                  /* RING rounds the root answered */
+    int calls;                           /* RING rounds the root answered */
     int nranks;
     uint8_t recs[RING_N * SHOAL_BOOT_RING_REC];
     shoal_boot_uid_t u;                  /* the job's root, secret and identity */
-    adv_proc_t *p;                       /* the job's processes */
     int fds[ST_N];
     int got[ST_N];                       /* 1: refused; 0: EOF; -1 no answer; -2 other */
     int32_t why[ST_N];
+    pid_t pid[2];                        /* ranks 0 and 1 for the hook and its threads (adv_wait
+                                          * zeroes p[i].pid while they may still run) */
     pthread_t th;
     int th_started;
     shoal_boot_uid_t flood_at;           /* rank 1's listener */
@@ -110,7 +115,7 @@ static void *ring_strangers(void *arg)
             ring.got[k] = adv_expect_refused(ring.fds[k], 3000, &ring.why[k]);
         }
     }
-    kill(ring.p[0].pid, SIGCONT);
+    kill(ring.pid[0], SIGCONT);
     /* The idle one is closed once the real rank 0 is in. */
     ring.got[ST_IDLE] = adv_expect_refused(ring.fds[ST_IDLE], 4000, &ring.why[ST_IDLE]);
     return NULL;
@@ -132,7 +137,7 @@ static void *ring_flood(void *arg)
         struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (!cont && adv_now_ms() - t0 > 200) {
-            kill(ring.p[0].pid, SIGCONT);
+            kill(ring.pid[0], SIGCONT);
             cont = 1;
         }
         if (fd < 0) {
@@ -153,7 +158,7 @@ static void *ring_flood(void *arg)
         ring.flood_made++;
     }
     if (!cont) {
-        kill(ring.p[0].pid, SIGCONT);
+        kill(ring.pid[0], SIGCONT);
     }
     for (int i = 0; i < FLOOD_HOLD; i++) {
         if (held[i] >= 0) {
@@ -167,11 +172,20 @@ static void *ring_killer(void *arg)
 {
     (void)arg;
     usleep(300 * 1000);
-    kill(ring.p[1].pid, SIGKILL);
+    kill(ring.pid[1], SIGKILL);
     return NULL;
 }
 
+static void ring_hook_locked(int nranks, uint8_t *recs);
+
 static void ring_hook(int nranks, uint8_t *recs)
+{
+    pthread_mutex_lock(&ring_lock);
+    ring_hook_locked(nranks, recs);
+    pthread_mutex_unlock(&ring_lock);
+}
+
+static void ring_hook_locked(int nranks, uint8_t *recs)
 {
     ring.calls++;
     ring.nranks = nranks;
@@ -182,7 +196,7 @@ static void ring_hook(int nranks, uint8_t *recs)
     if (ring.mode == RING_STRANGERS) {
         shoal_boot_uid_t at = ring.u;
         ring_rec_addr(recs + 1 * SHOAL_BOOT_RING_REC, &at);
-        kill(ring.p[0].pid, SIGSTOP);
+        kill(ring.pid[0], SIGSTOP);
         for (int k = 0; k < ST_N; k++) {
             ring.fds[k] = adv_dial(&at);
             if (k == ST_GARBAGE && ring.fds[k] >= 0) {
@@ -201,7 +215,9 @@ static void ring_hook(int nranks, uint8_t *recs)
         if (adv_proxy_start(&ring.px, &up, -1, &via) != 0) {
             return;
         }
-        ring.px.flip_up = (long)SHOAL_BOOT_PEER_HELLO_BYTES + (long)sizeof(shoal_boot_frame_t) + 9;
+        __atomic_store_n(&ring.px.flip_up,
+                         (long)SHOAL_BOOT_PEER_HELLO_BYTES + (long)sizeof(shoal_boot_frame_t) + 9,
+                         __ATOMIC_RELAXED);
         s4 = (const struct sockaddr_in *)&via.root;
         memcpy(r2 + 2, &s4->sin_port, 2);
         memcpy(r2 + 4, &s4->sin_addr, 4);
@@ -209,12 +225,12 @@ static void ring_hook(int nranks, uint8_t *recs)
     } else if (ring.mode == RING_FLOOD) {
         ring.flood_at = ring.u;
         ring_rec_addr(recs + 1 * SHOAL_BOOT_RING_REC, &ring.flood_at);
-        kill(ring.p[0].pid, SIGSTOP);
+        kill(ring.pid[0], SIGSTOP);
         ring.th_started = pthread_create(&ring.th, NULL, ring_flood, NULL) == 0;
     } else if (ring.mode == RING_KILL) {
         /* Rank 1 stops before it hears of its neighbours and dies 300 ms later, while ranks 2
          * and 3 are linked and wait in the exchange and rank 0 waits for rank 1's challenge. */
-        kill(ring.p[1].pid, SIGSTOP);
+        kill(ring.pid[1], SIGSTOP);
         ring.th_started = pthread_create(&ring.th, NULL, ring_killer, NULL) == 0;
     }
 }
@@ -222,22 +238,30 @@ static void ring_hook(int nranks, uint8_t *recs)
 /* Starts a root and ranks 0..n-1 of a job of RING_N ranks. */
 static void ring_start(int mode, adv_proc_t *p, int n, const char *const *env, char *hex)
 {
+    pthread_mutex_lock(&ring_lock); /* an earlier case's root thread may still be there */
     memset(&ring, 0, sizeof(ring));
+    pthread_mutex_unlock(&ring_lock);
     for (int k = 0; k < ST_N; k++) {
         ring.fds[k] = -1;
     }
     ring.mode = mode;
-    ring.p = p;
     if (adv_root("acme", "train-7", 3, &ring.u, hex) != 0) {
         tap_bail("cannot start a root");
     }
+    pthread_mutex_lock(&ring_lock); /* the hook and its threads read the pids */
     for (int i = 0; i < n; i++) {
         adv_spawn(&p[i], "init", hex, i, RING_N, env, -1);
+        if (i < 2) {
+            ring.pid[i] = p[i].pid;
+        }
     }
+    pthread_mutex_unlock(&ring_lock);
 }
 
 static void ring_end(void)
 {
+    pthread_mutex_lock(&ring_lock); /* what the hook wrote, seen (it is done: the job ended) */
+    pthread_mutex_unlock(&ring_lock);
     if (ring.th_started && ring.mode == RING_TAMPER) {
         adv_proxy_stop(&ring.px);
     } else if (ring.th_started) {
