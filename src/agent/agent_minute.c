@@ -195,7 +195,27 @@ static shoal_ledger_record_t *shoald_batch_rec(shoald_batch_t *b, size_t *cap)
  * was down, or killed, in between), one record per minute in which a rank of the job lived,
  * so that the ledger has no gap over the job's life: each carries the GPU-seconds of its own
  * minute (exact: the ranks' creation and end are known), the counters' deltas go to the last
- * one (where they were read; when within the gap they moved is not known). */
+ * one (where they were read; when within the gap they moved is not known).
+ * A page whose unbilled time starts in a minute the ledger already holds for the job (a
+ * rank that registered again after an agent restart once the job's next minutes were billed
+ * without it, a registration that straddled a minute's end, a cursor the database did not
+ * answer for) cannot go back into those records (one per tenant, job and minute, chained):
+ * that time goes into the first open minute, which then holds more than its ranks could
+ * live in it. The sum stays exact; the agent says so (shoald_minute_fold), with the seconds,
+ * so that a provider can tell such a minute from an error. */
+static void shoald_minute_fold(const shoald_job_t *j, const shoald_page_t *p, int64_t t,
+                               uint64_t from)
+{
+    double s = shoald_page_gpu_seconds(p, from, (uint64_t)t * 1000000000ull);
+
+    if (s > 0.0) {
+        shoal_warn(METER, "%s/%s: rank %d (page %s) was not billed from %.3f s; the job's "
+                   "minutes before %lld are in the ledger: its %.6f GPU-seconds before then "
+                   "folded into minute %lld", j->tenant, j->job, (int)p->rank, p->key,
+                   (double)from / 1e9, (long long)t, s, (long long)t);
+    }
+}
+
 static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t minute,
                                         uint64_t to_ns, shoald_batch_t *b, size_t *cap)
 {
@@ -224,6 +244,8 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
             /* the page's unbilled time within this minute (the first takes all before it) */
             from = p->billed[SHOALD_CUR_BILLED_NS];
             lo = t == first ? from : SHOAL_MAX(from, (uint64_t)t * 1000000000ull);
+            if (t == first && from < (uint64_t)t * 1000000000ull)
+                shoald_minute_fold(j, p, t, from);
             hi = t == minute ? to_ns : (uint64_t)(t + m) * 1000000000ull;
             end = p->end_ns != 0 ? SHOAL_MIN(p->end_ns, hi) : hi;
             if (end <= SHOAL_MAX(lo, p->created_ns))

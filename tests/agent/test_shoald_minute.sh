@@ -206,7 +206,40 @@ ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
 is "$(q "SELECT count(*) FROM ledger_cursors")" 0 \
     "every rank ended and was billed: no cursor is left in the ledger"
 
-# 32-34: the chain, a clean stop
+# 32-35: a rank that registers only after the job's next minutes were billed without it (a
+# process that started with the job, slept 5 s, then registered the page it made at its
+# start, as a rank that made no call for minutes after an agent restart would): its time
+# before then cannot go back into those minutes' records, so it is folded into the job's
+# first open minute, and the agent says so with the seconds; the sum stays exact
+timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job late --cred "$(cred acme late)" \
+    --ngpus 1 --hold 9 >"$T/r5a.out" 2>"$T/r5a.err" &
+R5=$!
+PIDS="$PIDS $R5"
+timeout -s KILL 40 sh -c 'sleep 5; exec "$@"' sh "$MC" --sock "$SOCK" --tenant acme --job late \
+    --cred "$(cred acme late)" --rank 1 --nranks 2 --ngpus 1 --created-ago 5 --hold 2 \
+    >"$T/r5b.out" 2>"$T/r5b.err"
+rcb=$?
+wait "$R5"
+rca=$?
+[ "$rca" = 0 ] && [ "$rcb" = 0 ]
+ok $? "two ranks of a job: one counts 9 s, the other registers 5 s after it started" "$T/r5b.err"
+wait_minutes 2
+fold=$(sed -n 's/.*acme\/late: rank 1 .* its \([0-9.]*\) GPU-seconds before then folded into minute \([0-9]*\)$/\2 \1/p' \
+    "$T/agent.log" | tail -n 1)
+set -- $fold
+awk -v s="${2:-0}" 'BEGIN { exit !(s >= 1.0 && s <= 5.5) }'
+ok $? "the agent reported the late rank's time folded into minute ${1:-?} (${2:-none} GPU-seconds)" \
+    "$T/agent.log"
+over=$(q "SELECT gpu_seconds FROM ledger_records WHERE job = 'late' AND minute = ${1:-0}")
+awk -v g="${over:-0}" -v s="${2:-0}" 'BEGIN { exit !(g > 4.001 && g - s <= 4.001) }'
+ok $? "that minute holds $over GPU-seconds: above 2 ranks x 1 GPU x 2 s by no more than the fold"
+life=$(awk -v a="$(final_of life_ns "$T/r5a.out")" -v b="$(final_of life_ns "$T/r5b.out")" \
+    'BEGIN { printf "%.4f", (a + b) / 1e9 }')
+gs=$(sum_gpu acme late)
+within "$gs" "$life" 5
+ok $? "the job's GPU-seconds $gs within 0.5% of its ranks' lives ($life)"
+
+# 36-38: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1

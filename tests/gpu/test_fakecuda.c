@@ -199,7 +199,7 @@ static void stream_waits(void)
     tap_ok(ok && shoal_cuda_drv.cuStreamQuery(s) == CUDA_ERROR_NOT_READY &&
            shoal_cuda_drv.cuEventQuery(ev) == CUDA_ERROR_NOT_READY && h[0] == 0x11111111u,
            "work behind an unreleased wait does not run (stream and event not ready, data old)");
-    *flag = 6;
+    __atomic_store_n(flag, 6, __ATOMIC_RELAXED);
     shoal_sleep_us(5000);
     tap_ok(shoal_cuda_drv.cuStreamQuery(s) == CUDA_ERROR_NOT_READY,
            "a flag below the GEQ value keeps the stream waiting");
