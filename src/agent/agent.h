@@ -82,6 +82,7 @@ typedef struct {
     int minute_seconds;
     const char *ledger_url;
     const char *ledger_key_file;
+    int rejoin_grace_ms;                   /* the first batch waits this for re-registrations */
     const char *master_key_file;           /* derive tenant keys from the provider master */
     int export_ranks;                      /* per-rank series on /metrics */
     int allow_uncredentialed;              /* accept pages with no credential and no tenant */
@@ -235,6 +236,7 @@ typedef struct {
     struct shoald_batch *pending;          /* minutes waiting for the ledger, oldest first */
     unsigned npending;
     int64_t next_boundary;                 /* unix seconds of the next minute boundary */
+    uint64_t rejoin_until_ms;              /* unix ms: no batch before (rejoin_grace) */
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
 } shoald_t;
 

@@ -39,6 +39,12 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .offset = offsetof(shoald_config_t, ledger_url),
      .doc = "billing ledger: sqlite:///path or postgresql://user@host:port/db; none: no "
             "ledger (metrics only)"},
+    {.name = "rejoin_grace", .dflt = "3s", .type = SHOAL_CFG_TIME,
+     .offset = offsetof(shoald_config_t, rejoin_grace_ms),
+     .doc = "after the agent starts, its first billing batch waits this long (ms, s) for "
+            "running ranks to register again (the library tries once a second, at its next "
+            "call), so that the minutes they lived while no agent ran get a record each; "
+            "a rank back later has that time billed in its job's first open minute (logged)"},
     {.name = "ledger_key_file", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, ledger_key_file),
      .doc = "file of the ledger's HMAC key (32 raw bytes, mode 0600; shoal-cred keygen makes "
@@ -449,6 +455,10 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
 {
     if (cfg->minute_seconds < 1 || cfg->minute_seconds > 3600) {
         fprintf(stderr, "shoald: minute_seconds must be 1..3600\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (cfg->rejoin_grace_ms < 0 || cfg->rejoin_grace_ms > 600000) {
+        fprintf(stderr, "shoald: rejoin_grace must be 0..600s\n");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (cfg->listen == NULL || cfg->listen[0] != '/') {

@@ -202,7 +202,9 @@ static shoal_ledger_record_t *shoald_batch_rec(shoald_batch_t *b, size_t *cap)
  * answer for) cannot go back into those records (one per tenant, job and minute, chained):
  * that time goes into the first open minute, which then holds more than its ranks could
  * live in it. The sum stays exact; the agent says so (shoald_minute_fold), with the seconds,
- * so that a provider can tell such a minute from an error. */
+ * so that a provider can tell such a minute from an error. After a restart the first batch
+ * waits rejoin_grace for the running ranks to come back, so that an agent restart alone
+ * does not fold the time of ranks that make calls. */
 static void shoald_minute_fold(const shoald_job_t *j, const shoald_page_t *p, int64_t t,
                                uint64_t from)
 {
@@ -407,6 +409,7 @@ void shoald_minute_init(shoald_t *a)
     int64_t now = shoald_minute_now_s(), m = a->cfg->minute_seconds;
 
     a->next_boundary = (now / m + 1) * m;
+    a->rejoin_until_ms = shoald_unix_ns() / 1000000ull + (uint64_t)a->cfg->rejoin_grace_ms;
     shoald_ledger_open(a);
     if (a->cfg->ledger_url != NULL && a->ledger == NULL)
         a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MIN_MS);
@@ -418,6 +421,11 @@ void shoald_minute_tick(shoald_t *a)
     shoald_batch_t *b, **tail;
 
     if (now < a->next_boundary)
+        return;
+    /* Ranks that ran while no agent did register again within the grace: their time since
+     * their cursors then gets a record per minute (shoald_minute_job), not a fold into the
+     * first open one. The boundaries passed meanwhile are billed by the tick at its end. */
+    if (a->cfg->ledger_url != NULL && shoald_unix_ns() / 1000000ull < a->rejoin_until_ms)
         return;
     /* One batch for the minute that just ended (a late tick bills the missed time there). */
     boundary = now / m * m;
@@ -460,8 +468,13 @@ void shoald_ledger_retry(shoald_t *a)
 
 int shoald_minute_wait_ms(shoald_t *a)
 {
-    int64_t left_ms = (a->next_boundary * 1000) - (int64_t)(shoald_unix_ns() / 1000000ull);
-    int ms = left_ms < 0 ? 0 : (int)SHOAL_MIN(left_ms + 1, 60000);
+    int64_t due_ms = a->next_boundary * 1000, left_ms;
+    int ms;
+
+    if (a->cfg->ledger_url != NULL)
+        due_ms = SHOAL_MAX(due_ms, (int64_t)a->rejoin_until_ms);
+    left_ms = due_ms - (int64_t)(shoald_unix_ns() / 1000000ull);
+    ms = left_ms < 0 ? 0 : (int)SHOAL_MIN(left_ms + 1, 60000);
 
     if (a->ledger_next_try_ns != 0)
         ms = SHOAL_MIN(ms, shoal_deadline_left_ms(a->ledger_next_try_ns, 60000));

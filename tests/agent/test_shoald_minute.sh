@@ -8,7 +8,10 @@
 # and started) holds the minutes in memory and gets them all when it comes back; a kill -9 of
 # the agent in the middle of a job, then a new agent that the rank registers with again: no
 # minute of the job's life missing, none doubled, totals exact, the chain verifies; failed
-# ranks per cause; the cursors of ended ranks are deleted once billed.
+# ranks per cause; the cursors of ended ranks are deleted once billed; a rank that comes back
+# after its job's next minutes were billed has its earlier time folded into the first open
+# minute, logged; a restarted agent's rejoin_grace keeps that from happening to a rank that
+# registers again within it.
 . "$(dirname "$0")/agent_lib.sh"
 . "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
@@ -239,7 +242,52 @@ gs=$(sum_gpu acme late)
 within "$gs" "$life" 5
 ok $? "the job's GPU-seconds $gs within 0.5% of its ranks' lives ($life)"
 
-# 36-38: the chain, a clean stop
+# 36-43: the rejoin grace. Two ranks of a job count through a kill -9 of the agent; rank 1 is
+# stopped, so it registers with the new agent only 2.5 s after it started, when a minute
+# boundary has passed. With rejoin_grace=5s the new agent's first batch waits for it: every
+# minute gets its own record, none above the ranks' capacity, no fold. With rejoin_grace=0
+# the boundary is billed with rank 0 alone and rank 1's time since its cursor is folded
+# into the first open minute (logged). Totals exact either way.
+for grace in 5s 0; do
+    job=rejoin$grace
+    { cat "$T/conf"; echo "rejoin_grace=$grace"; } >"$T/conf.g"
+    for r in 0 1; do
+        timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job "$job" \
+            --cred "$(cred acme "$job")" --rank $r --nranks 2 --ngpus 1 --tick 20 --hold 11 \
+            --rereg >"$T/$job.$r.out" 2>"$T/$job.$r.err" &
+        eval "RJ$r=\$!"
+        PIDS="$PIDS $!"
+    done
+    sleep 3.3
+    RJ1C=$(pgrep -P "$RJ1")
+    kill -STOP "$RJ1C"
+    stop_agent KILL
+    start_agent "$T/conf.g"
+    ok $? "rejoin_grace=$grace: a new agent after a kill -9, one rank of the job stopped" \
+        "$T/agent.log"
+    sleep 2.5
+    kill -CONT "$RJ1C"
+    wait "$RJ0"; rc0=$?
+    wait "$RJ1"; rc1=$?
+    wait_minutes 2
+    [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && grep -q "registered again" "$T/$job.1.err"
+    ok $? "rejoin_grace=$grace: both ranks registered again and ended" "$T/$job.1.err"
+    ops=$(( $(final_of ops "$T/$job.0.out") + $(final_of ops "$T/$job.1.out") ))
+    is "$(sum_ops acme "$job")" "$ops" "rejoin_grace=$grace: the job's operations are exact"
+    over=$(q "SELECT count(*) FROM ledger_records WHERE job = '$job' AND gpu_seconds > 4.001")
+    folds=$(grep -c "acme/$job: rank 1 .* folded into minute" "$T/agent.log")
+    if [ "$grace" = 0 ]; then
+        [ "$over" -ge 1 ] && [ "$folds" -ge 1 ]
+        ok $? "rejoin_grace=0: rank 1's time was folded into one minute ($over above 2 GPUs x 2 s, $folds fold logged)" \
+            "$T/agent.log"
+    else
+        [ "$over" = 0 ] && [ "$folds" = 0 ] && minutes_ok acme "$job" 5
+        ok $? "rejoin_grace=$grace: a record per minute ($(minutes_of acme "$job")), none above 2 GPUs x 2 s, no fold" \
+            "$T/agent.log"
+    fi
+done
+
+# 44-46: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
