@@ -236,7 +236,7 @@ typedef struct {
     struct shoald_batch *pending;          /* minutes waiting for the ledger, oldest first */
     unsigned npending;
     int64_t next_boundary;                 /* unix seconds of the next minute boundary */
-    uint64_t rejoin_until_ms;              /* unix ms: no batch before (rejoin_grace) */
+    uint64_t rejoin_until_ns;              /* monotonic: no batch before (rejoin_grace) */
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
 } shoald_t;
 
