@@ -214,7 +214,8 @@ static void adv_case_replay(void)
         usleep(10 * 1000);
     }
     fd = adv_dial(&u);
-    if (fd >= 0 && __atomic_load_n(&px.rec_len, __ATOMIC_ACQUIRE) >= hello && adv_read_challenge(fd, nonce) == 0) {
+    if (fd >= 0 && __atomic_load_n(&px.rec_len, __ATOMIC_ACQUIRE) >= hello &&
+        adv_read_challenge(fd, nonce) == 0) {
         (void)!send(fd, px.rec, hello, MSG_NOSIGNAL);
         r = adv_expect_refused(fd, 3000, &why);
     }

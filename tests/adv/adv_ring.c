@@ -58,6 +58,15 @@ static struct {
     adv_proxy_t px;
 } ring;
 
+/* Signals rank i (0 or 1) of the job; never pid 0 or -1 (a spawn that failed): those would
+ * signal the test's own process group, or every process. */
+static void ring_signal(int i, int sig)
+{
+    if (ring.pid[i] > 0) {
+        kill(ring.pid[i], sig);
+    }
+}
+
 static void ring_rec_addr(const uint8_t *rec, shoal_boot_uid_t *to)
 {
     struct sockaddr_in *s4 = (struct sockaddr_in *)&to->root;
@@ -115,7 +124,7 @@ static void *ring_strangers(void *arg)
             ring.got[k] = adv_expect_refused(ring.fds[k], 3000, &ring.why[k]);
         }
     }
-    kill(ring.pid[0], SIGCONT);
+    ring_signal(0, SIGCONT);
     /* The idle one is closed once the real rank 0 is in. */
     ring.got[ST_IDLE] = adv_expect_refused(ring.fds[ST_IDLE], 4000, &ring.why[ST_IDLE]);
     return NULL;
@@ -137,7 +146,7 @@ static void *ring_flood(void *arg)
         struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (!cont && adv_now_ms() - t0 > 200) {
-            kill(ring.pid[0], SIGCONT);
+            ring_signal(0, SIGCONT);
             cont = 1;
         }
         if (fd < 0) {
@@ -158,7 +167,7 @@ static void *ring_flood(void *arg)
         ring.flood_made++;
     }
     if (!cont) {
-        kill(ring.pid[0], SIGCONT);
+        ring_signal(0, SIGCONT);
     }
     for (int i = 0; i < FLOOD_HOLD; i++) {
         if (held[i] >= 0) {
@@ -172,7 +181,7 @@ static void *ring_killer(void *arg)
 {
     (void)arg;
     usleep(300 * 1000);
-    kill(ring.pid[1], SIGKILL);
+    ring_signal(1, SIGKILL);
     return NULL;
 }
 
@@ -196,7 +205,7 @@ static void ring_hook_locked(int nranks, uint8_t *recs)
     if (ring.mode == RING_STRANGERS) {
         shoal_boot_uid_t at = ring.u;
         ring_rec_addr(recs + 1 * SHOAL_BOOT_RING_REC, &at);
-        kill(ring.pid[0], SIGSTOP);
+        ring_signal(0, SIGSTOP);
         for (int k = 0; k < ST_N; k++) {
             ring.fds[k] = adv_dial(&at);
             if (k == ST_GARBAGE && ring.fds[k] >= 0) {
@@ -225,12 +234,12 @@ static void ring_hook_locked(int nranks, uint8_t *recs)
     } else if (ring.mode == RING_FLOOD) {
         ring.flood_at = ring.u;
         ring_rec_addr(recs + 1 * SHOAL_BOOT_RING_REC, &ring.flood_at);
-        kill(ring.pid[0], SIGSTOP);
+        ring_signal(0, SIGSTOP);
         ring.th_started = pthread_create(&ring.th, NULL, ring_flood, NULL) == 0;
     } else if (ring.mode == RING_KILL) {
         /* Rank 1 stops before it hears of its neighbours and dies 300 ms later, while ranks 2
          * and 3 are linked and wait in the exchange and rank 0 waits for rank 1's challenge. */
-        kill(ring.pid[1], SIGSTOP);
+        ring_signal(1, SIGSTOP);
         ring.th_started = pthread_create(&ring.th, NULL, ring_killer, NULL) == 0;
     }
 }
