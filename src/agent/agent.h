@@ -236,7 +236,8 @@ typedef struct {
     struct shoald_batch *pending;          /* minutes waiting for the ledger, oldest first */
     unsigned npending;
     int64_t next_boundary;                 /* unix seconds of the next minute boundary */
-    uint64_t rejoin_until_ns;              /* monotonic: no batch before (rejoin_grace) */
+    uint64_t rejoin_until_ns;              /* monotonic: no batch before (rejoin_grace; 0
+                                            * without a ledger) */
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
 } shoald_t;
 

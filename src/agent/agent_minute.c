@@ -409,7 +409,9 @@ void shoald_minute_init(shoald_t *a)
     int64_t now = shoald_minute_now_s(), m = a->cfg->minute_seconds;
 
     a->next_boundary = (now / m + 1) * m;
-    a->rejoin_until_ns = shoal_deadline_ns(a->cfg->rejoin_grace_ms);
+    /* without a ledger there is nothing to wait for: a deadline of 0 has passed */
+    a->rejoin_until_ns = a->cfg->ledger_url != NULL ? shoal_deadline_ns(a->cfg->rejoin_grace_ms)
+                                                    : 0;
     shoald_ledger_open(a);
     if (a->cfg->ledger_url != NULL && a->ledger == NULL)
         a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MIN_MS);
@@ -425,7 +427,7 @@ void shoald_minute_tick(shoald_t *a)
     /* Ranks that ran while no agent did register again within the grace: their time since
      * their cursors then gets a record per minute (shoald_minute_job), not a fold into the
      * first open one. The boundaries passed meanwhile are billed by the tick at its end. */
-    if (a->cfg->ledger_url != NULL && !shoal_deadline_passed(a->rejoin_until_ns))
+    if (!shoal_deadline_passed(a->rejoin_until_ns))
         return;
     /* One batch for the minute that just ended (a late tick bills the missed time there). */
     boundary = now / m * m;
@@ -471,7 +473,7 @@ int shoald_minute_wait_ms(shoald_t *a)
     int64_t left_ms = (a->next_boundary * 1000) - (int64_t)(shoald_unix_ns() / 1000000ull);
     int ms = left_ms < 0 ? 0 : (int)SHOAL_MIN(left_ms + 1, 60000);
 
-    if (a->cfg->ledger_url != NULL && !shoal_deadline_passed(a->rejoin_until_ns))
+    if (!shoal_deadline_passed(a->rejoin_until_ns))
         ms = SHOAL_MAX(ms, shoal_deadline_left_ms(a->rejoin_until_ns, 60000) + 1);
 
     if (a->ledger_next_try_ns != 0)

@@ -97,6 +97,12 @@ stop_agent() { # stop_agent [SIGNAL]: stops it and waits (10 s at most, then -9)
     AGENT_PID=""
     return 0
 }
+# agent_folds TENANT/JOB [RANK]: the folds the agent logged (src/agent/agent_minute.c,
+# shoald_minute_fold), a "MINUTE GPU-SECONDS" line each
+agent_folds() {
+    sed -n "s|.* $1: rank ${2:-[0-9]*} .* its \([0-9.]*\) GPU-seconds before then folded into minute \([0-9]*\)\$|\2 \1|p" \
+        "$T/agent.log"
+}
 alive() { kill -0 "$AGENT_PID" 2>/dev/null; }
 
 # mc ARGS...: a client on the agent's socket, 20 s at most; output in $T/mc.out, status $rc.

@@ -278,8 +278,7 @@ ok $r "every minute of the job's life (${lmin}x2 s) is in the ledger, once" "$T/
 # by no more than the seconds it named (src/agent/agent_minute.c, shoald_minute_fold).
 q "SELECT minute, gpu_seconds FROM ledger_records WHERE job = 'e2e-crash' AND gpu_seconds > 8.001" \
     >"$T/over"
-sed -n 's/.*acme\/e2e-crash: .* its \([0-9.]*\) GPU-seconds before then folded into minute \([0-9]*\)$/\2 \1/p' \
-    "$T/agent.log" >"$T/folds"
+agent_folds acme/e2e-crash >"$T/folds"
 awk -F'|' -v folds="$T/folds" '
     BEGIN { while ((getline l < folds) > 0) { split(l, a, " "); n++; fm[n] = a[1]; fs[n] = a[2] } }
     { ok = 0; for (i = 1; i <= n; i++) if (fm[i] == $1 && $2 - fs[i] <= 8.001) ok = 1

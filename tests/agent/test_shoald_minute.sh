@@ -227,8 +227,7 @@ rca=$?
 [ "$rca" = 0 ] && [ "$rcb" = 0 ]
 ok $? "two ranks of a job: one counts 9 s, the other registers 5 s after it started" "$T/r5b.err"
 wait_minutes 2
-fold=$(sed -n 's/.*acme\/late: rank 1 .* its \([0-9.]*\) GPU-seconds before then folded into minute \([0-9]*\)$/\2 \1/p' \
-    "$T/agent.log" | tail -n 1)
+fold=$(agent_folds acme/late 1 | tail -n 1)
 set -- $fold
 awk -v s="${2:-0}" 'BEGIN { exit !(s >= 1.0 && s <= 5.5) }'
 ok $? "the agent reported the late rank's time folded into minute ${1:-?} (${2:-none} GPU-seconds)" \
@@ -275,7 +274,7 @@ for grace in 5s 0; do
     ops=$(( $(final_of ops "$T/$job.0.out") + $(final_of ops "$T/$job.1.out") ))
     is "$(sum_ops acme "$job")" "$ops" "rejoin_grace=$grace: the job's operations are exact"
     over=$(q "SELECT count(*) FROM ledger_records WHERE job = '$job' AND gpu_seconds > 4.001")
-    folds=$(grep -c "acme/$job: rank 1 .* folded into minute" "$T/agent.log")
+    folds=$(agent_folds "acme/$job" 1 | wc -l)
     if [ "$grace" = 0 ]; then
         [ "$over" -ge 1 ] && [ "$folds" -ge 1 ]
         ok $? "rejoin_grace=0: rank 1's time was folded into one minute ($over above 2 GPUs x 2 s, $folds fold logged)" \
