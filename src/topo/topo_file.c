@@ -175,22 +175,40 @@ static int shoal_topo_file_place(const shoal_topo_spec_t *sp, int r)
     return 0;
 }
 
-/* Sockets: each host's ranks, in rank order, cut into sp->sockets contiguous groups. */
-static void shoal_topo_file_sockets(shoal_topo_file_t *tf)
+/* Sockets: each host's ranks, in rank order, cut into sp->sockets contiguous groups. One pass
+ * over the ranks ordered by (host, rank): the cost follows the ranks, not hosts x ranks (a
+ * file of 555555 hosts took over 10 s, tests/fuzz/regress/topo_file). */
+static int shoal_topo_file_cmp(const void *a, const void *b, void *host_of)
 {
-    for (int h = 0; h < tf->nhosts; h++) {
-        int cnt = 0, i = 0;
-        for (int r = 0; r < tf->nranks; r++) {
-            cnt += tf->host_of[r] == h;
-        }
-        for (int r = 0; r < tf->nranks; r++) {
-            if (tf->host_of[r] == h) {
-                /* 64-bit product: up to 2^20 sockets times thousands of ranks */
-                tf->socket_of[r] = cnt > 0 ? (int)((int64_t)i * tf->sockets / cnt) : 0;
-                i++;
-            }
-        }
+    int ra = *(const int *)a, rb = *(const int *)b;
+    int ha = ((const int *)host_of)[ra], hb = ((const int *)host_of)[rb];
+    return ha != hb ? (ha < hb ? -1 : 1) : (ra > rb) - (ra < rb);
+}
+
+static shoal_status_t shoal_topo_file_sockets(shoal_topo_file_t *tf)
+{
+    int *order = malloc((size_t)(tf->nranks > 0 ? tf->nranks : 1) * sizeof(*order));
+    if (order == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
     }
+    for (int r = 0; r < tf->nranks; r++) {
+        order[r] = r;
+    }
+    qsort_r(order, (size_t)tf->nranks, sizeof(*order), shoal_topo_file_cmp, tf->host_of);
+    for (int s = 0; s < tf->nranks;) {
+        int e = s, cnt;
+        while (e < tf->nranks && tf->host_of[order[e]] == tf->host_of[order[s]]) {
+            e++;
+        }
+        cnt = e - s;
+        for (int i = 0; i < cnt; i++) {
+            /* 64-bit product: up to 2^20 sockets times thousands of ranks */
+            tf->socket_of[order[s + i]] = (int)((int64_t)i * tf->sockets / cnt);
+        }
+        s = e;
+    }
+    free(order);
+    return SHOAL_OK;
 }
 
 static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
@@ -213,8 +231,7 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
         tf->host_of[r] = sp->explicit_host[r] >= 0 ? sp->explicit_host[r]
                                                    : shoal_topo_file_place(sp, r);
     }
-    shoal_topo_file_sockets(tf);
-    return SHOAL_OK;
+    return shoal_topo_file_sockets(tf);
 }
 
 shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_file_t *tf)
