@@ -82,6 +82,7 @@
 #define SHOAL_UCX_DRAIN_CALLS 256          /* shoal_ucx_drain: most progress calls */
 #define SHOAL_UCX_CLOSE_MS 1000            /* fini: longest wait for graceful closes */
 #define SHOAL_UCX_LINGER_MS 1000           /* fini without a completed connect_all: see there */
+#define SHOAL_UCX_NOTICE_MS 200            /* fail: longest wait for abort notices' delivery */
 #define SHOAL_UCX_CMA_MAGIC 0x414d4353u    /* "SCMA": descriptor after a HDR's header */
 #define SHOAL_UCX_CMA_DESC_BYTES 16        /* magic (4), zero (4), sender's address (8) */
 #define SHOAL_UCX_FIN_MAGIC 0x4e494653u    /* "SFIN": the receiver has read the payload */
@@ -194,6 +195,8 @@ struct shoal_ep {
     size_t peer_worker_len;
     uint8_t abort_buf[SHOAL_WIRE_HDR_BYTES], abort_rx[SHOAL_WIRE_HDR_BYTES];
     void *abort_req;                   /* fail(): our abort notice still in flight */
+    void *notice_flush;                /* fail(): the flush that waits for its delivery */
+    int notice_posted;                 /* an abort notice was handed to UCX */
     /* send side: ring of slots, oldest first; sq_* waits for a free slot */
     shoal_ucx_slot_t tx[SHOAL_UCX_SLOTS];
     int tx_head, tx_count;
@@ -330,6 +333,7 @@ SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
  * first; the completions. */
 SHOAL_HIDDEN int shoal_ucx_ep_fail_gone(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit);
+SHOAL_HIDDEN void shoal_ucx_notices_deliver(shoal_tl_ctx_t *ctx, shoal_ep_t *only);
 SHOAL_HIDDEN void shoal_ucx_ep_close(shoal_ep_t *ep, int force);
 /* Cancels the endpoint's outstanding UCX receives (payloads and FINs). */
 SHOAL_HIDDEN void shoal_ucx_ep_cancel_reqs(shoal_ep_t *ep);

@@ -564,33 +564,19 @@ static int shoal_ucx_wait_fd(shoal_tl_ctx_t *ctx)
     return ctx->epfd;
 }
 
-/* Sends every peer an abort notice, lets the worker push them out for at most ~1 ms (never
- * waiting on a peer), then fails every endpoint. */
+/* Sends every peer an abort notice, gives them a bounded time to arrive
+ * (shoal_ucx_notices_deliver), then fails every endpoint. */
 static void shoal_ucx_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
 {
-    uint64_t deadline = shoal_time_ns() + 1000 * 1000;
     char why[128];
-    int left = 0;
 
     snprintf(why, sizeof(why), "communicator failed because of rank %d", culprit);
     for (int i = 0; i < ctx->neps && !ctx->quarantined; i++) {
         shoal_ucx_ep_send_abort(&ctx->eps[i], culprit);
-        left += ctx->eps[i].abort_req != NULL;
     }
-    while (left > 0 && shoal_time_ns() < deadline) {
-        ucp_worker_progress(ctx->worker);
-        left = 0;
-        for (int i = 0; i < ctx->neps; i++) {
-            void *r = ctx->eps[i].abort_req;
-            left += r != NULL && ucp_request_check_status(r) == UCS_INPROGRESS;
-        }
-    }
+    shoal_ucx_notices_deliver(ctx, NULL);
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
-        if (ep->abort_req != NULL) {
-            ucp_request_free(ep->abort_req); /* released when done or purged */
-            ep->abort_req = NULL;
-        }
         if (ep->status == SHOAL_OK) {
             (void)shoal_ucx_ep_fail(ep, status, culprit, why);
         }

@@ -13,7 +13,7 @@
  * handle of libucp) */
 #define SHOAL_UCX_DL_MAP(X)                                                                    \
     X(ucp_cleanup) X(ucp_config_modify) X(ucp_config_read) X(ucp_config_release)                \
-    X(ucp_ep_close_nbx) X(ucp_ep_create) X(ucp_ep_print_info) X(ucp_init_version)              \
+    X(ucp_ep_close_nbx) X(ucp_ep_create) X(ucp_ep_flush_nbx) X(ucp_ep_print_info) X(ucp_init_version)              \
     X(ucp_request_cancel) X(ucp_request_check_status) X(ucp_request_free)                       \
     X(ucp_tag_msg_recv_nbx) X(ucp_tag_probe_nb)                                                 \
     X(ucp_tag_recv_nbx) X(ucp_tag_send_nbx) X(ucp_worker_arm) X(ucp_worker_create)              \
@@ -74,6 +74,11 @@ void ucp_config_release(ucp_config_t *config)
 ucs_status_ptr_t ucp_ep_close_nbx(ucp_ep_h ep, const ucp_request_param_t *param)
 {
     return shoal_ucx_dl.ucp_ep_close_nbx(ep, param);
+}
+
+ucs_status_ptr_t ucp_ep_flush_nbx(ucp_ep_h ep, const ucp_request_param_t *param)
+{
+    return shoal_ucx_dl.ucp_ep_flush_nbx(ep, param);
 }
 
 ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, ucp_ep_h *ep_p)

@@ -476,19 +476,11 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
  * most about 1 ms. */
 static void shoal_ucx_ep_notify_refused(shoal_ep_t *ep)
 {
-    uint64_t deadline = shoal_time_ns() + 1000 * 1000;
     if (ep->ctx->quarantined) {
         return;
     }
     shoal_ucx_ep_send_abort(ep, ep->peer);
-    while (ep->abort_req != NULL && ucp_request_check_status(ep->abort_req) == UCS_INPROGRESS &&
-           shoal_time_ns() < deadline) {
-        ucp_worker_progress(ep->ctx->worker);
-    }
-    if (ep->abort_req != NULL) {
-        ucp_request_free(ep->abort_req); /* released when done, or purged by the close */
-        ep->abort_req = NULL;
-    }
+    shoal_ucx_notices_deliver(ep->ctx, ep);
 }
 
 /* Detected here: log once with the peer, then fail the endpoint. */
@@ -976,10 +968,83 @@ void shoal_ucx_ep_send_abort(shoal_ep_t *ep, int culprit)
     shoal_wire_encode(&h, ep->abort_buf);
     r = ucp_tag_send_nbx(ep->uep, ep->abort_buf, sizeof(ep->abort_buf),
                          shoal_ucx_tag(ep->tx_tag, SHOAL_UCX_TAG_ABORT), &p);
-    if (UCS_PTR_IS_PTR(r)) {
-        ep->abort_req = r; /* fail() gives it a moment, then releases it */
-    } else if (UCS_PTR_IS_ERR(r)) {
+    if (UCS_PTR_IS_ERR(r)) {
         shoal_trace(UCX, "peer %d: abort notice not sent: %s", ep->peer,
                     shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+        return;
+    }
+    ep->abort_req = r; /* NULL: done at once; shoal_ucx_notices_deliver releases it */
+    ep->notice_posted = 1;
+}
+
+static int shoal_ucx_req_busy(void *r)
+{
+    return r != NULL && ucp_request_check_status(r) == UCS_INPROGRESS;
+}
+
+/* Gives the abort notices posted on ctx's endpoints (only on 'only' if not NULL) up to
+ * SHOAL_UCX_NOTICE_MS, or the communicator's timeout if shorter, to reach their peers, then
+ * releases their requests. A notice whose send completed has not necessarily arrived: over
+ * ud, a send completes once it is posted, and the forced close that fails the endpoint next
+ * (shoal_ucx_ep_fail) purges whatever the peer has not acknowledged, retransmissions
+ * included. So each endpoint is flushed, which ends when UCX knows that what it sent was
+ * delivered (ud: acknowledged; rc: by the peer's adapter; tcp, shared memory: written).
+ * Without it, a notice lost once on Soft-RoCE left a peer waiting for its whole timeout
+ * (tests/vm, mp ucx ud_verbs, mismatch). The flush may also wait for the failed call's own
+ * sends; the bound keeps that short, and a peer that already closed its side never acknowledges:
+ * it costs that bound, once per failure. */
+void shoal_ucx_notices_deliver(shoal_tl_ctx_t *ctx, shoal_ep_t *only)
+{
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    int ms = ctx->timeout_ms >= 0 ? SHOAL_MIN(ctx->timeout_ms, SHOAL_UCX_NOTICE_MS) :
+                                    SHOAL_UCX_NOTICE_MS;
+    uint64_t deadline = shoal_deadline_ns(ms);
+    int first = only != NULL ? (int)(only - ctx->eps) : 0;
+    int end = only != NULL ? first + 1 : ctx->neps;
+    int left = 0;
+
+    for (int i = first; i < end && !ctx->quarantined; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        void *r;
+        if (!ep->notice_posted || ep->uep == NULL) {
+            continue;
+        }
+        r = ucp_ep_flush_nbx(ep->uep, &p);
+        if (UCS_PTR_IS_ERR(r)) {
+            shoal_trace(UCX, "peer %d: abort notice not flushed: %s", ep->peer,
+                        shoal_ucx_strerror(UCS_PTR_STATUS(r)));
+        } else {
+            ep->notice_flush = r;
+        }
+        left += shoal_ucx_req_busy(ep->abort_req) || shoal_ucx_req_busy(ep->notice_flush);
+    }
+    while (left > 0 && !shoal_deadline_passed(deadline)) {
+        if (ucp_worker_progress(ctx->worker) == 0 && ucp_worker_arm(ctx->worker) == UCS_OK) {
+            /* a sleep of at most 1 ms: ud's retransmissions run from progress calls */
+            struct pollfd pfd = {.fd = ctx->epfd, .events = POLLIN};
+            (void)poll(&pfd, 1, 1);
+        }
+        left = 0;
+        for (int i = first; i < end; i++) {
+            left += shoal_ucx_req_busy(ctx->eps[i].abort_req) ||
+                    shoal_ucx_req_busy(ctx->eps[i].notice_flush);
+        }
+    }
+    if (left > 0) {
+        shoal_info(UCX, "rank %d: %d abort notice(s) not known delivered after %d ms",
+                    ctx->rank, left, ms);
+    }
+    for (int i = first; i < end; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        /* released now, freed by UCX when done or purged by the close */
+        if (ep->abort_req != NULL) {
+            ucp_request_free(ep->abort_req);
+            ep->abort_req = NULL;
+        }
+        if (ep->notice_flush != NULL) {
+            ucp_request_free(ep->notice_flush);
+            ep->notice_flush = NULL;
+        }
+        ep->notice_posted = 0;
     }
 }
