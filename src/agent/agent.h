@@ -83,6 +83,8 @@ typedef struct {
     const char *ledger_url;
     const char *ledger_key_file;
     int rejoin_grace_ms;                   /* the first batch waits this for re-registrations */
+    int rejoin_wait_ms;                    /* a job with a page still to register again waits
+                                            * at most this */
     const char *master_key_file;           /* derive tenant keys from the provider master */
     int export_ranks;                      /* per-rank series on /metrics */
     int allow_uncredentialed;              /* accept pages with no credential and no tenant */
@@ -238,6 +240,9 @@ typedef struct {
     int64_t next_boundary;                 /* unix seconds of the next minute boundary */
     uint64_t rejoin_until_ns;              /* monotonic: no batch before (rejoin_grace; 0
                                             * without a ledger) */
+    struct shoald_rejoin *rejoins;         /* pages open in the ledger, not registered again */
+    int rejoins_listed;                    /* the ledger's open pages were read (once) */
+    uint64_t rejoin_wait_until_ns;         /* monotonic: rejoin_wait from the agent's start */
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
 } shoald_t;
 
@@ -246,6 +251,8 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snapshot,
                                const volatile shoal_meter_page_t *map, int conn_fd, int pidfd,
                                pid_t pid, uid_t uid, gid_t gid, const char *class_name,
                                shoald_page_t **page_p);
+/* Unix ns when pid started (from /proc), 0 if unknown. */
+uint64_t shoald_proc_start_ns(pid_t pid);
 /* Reads every live page's counters (seqlock, clamped). */
 void shoald_pages_read(shoald_t *a);
 void shoald_page_read(shoald_page_t *p);

@@ -45,6 +45,13 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
             "running ranks to register again (the library tries once a second, at its next "
             "call), so that the minutes they lived while no agent ran get a record each; "
             "a rank back later has that time billed in its job's first open minute (logged)"},
+    {.name = "rejoin_wait", .dflt = "600s", .type = SHOAL_CFG_TIME,
+     .offset = offsetof(shoald_config_t, rejoin_wait_ms),
+     .doc = "after the agent starts, a job with a rank whose page the ledger holds open (not "
+            "billed to its end) and whose process still runs is not billed until that rank "
+            "registers again or exits, for at most this long (ms, s; 0..600s): a rank that "
+            "makes no call for minutes then still gets a record per minute; after it, the "
+            "job is billed without the rank, whose time is folded if it returns (logged)"},
     {.name = "ledger_key_file", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, ledger_key_file),
      .doc = "file of the ledger's HMAC key (32 raw bytes, mode 0600; shoal-cred keygen makes "
@@ -459,6 +466,10 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
     }
     if (cfg->rejoin_grace_ms < 0 || cfg->rejoin_grace_ms > 600000) {
         fprintf(stderr, "shoald: rejoin_grace must be 0..600s\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (cfg->rejoin_wait_ms < 0 || cfg->rejoin_wait_ms > 600000) {
+        fprintf(stderr, "shoald: rejoin_wait must be 0..600s\n");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (cfg->listen == NULL || cfg->listen[0] != '/') {

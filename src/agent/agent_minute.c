@@ -37,9 +37,133 @@ typedef struct shoald_batch {
     size_t ncurs;
 } shoald_batch_t;
 
+/* A rank whose page the ledger holds open (its cursor was not deleted: not billed to its
+ * end) and whose process still runs when the agent starts: it was counting while no agent
+ * ran, and registers again at the end of its next call. Until it does (or exits, or
+ * rejoin_wait passes), its job is not billed: the minutes since its cursor then get a record
+ * each with its time in them, instead of being billed without it and its time folded into
+ * the job's first open minute (shoald_minute_fold). */
+typedef struct shoald_rejoin {
+    struct shoald_rejoin *next;
+    char key[96];
+    char tenant[SHOALD_NAME_MAX];
+    char job[SHOALD_NAME_MAX];
+    pid_t pid;
+    uint64_t start_ns;                     /* the process's start: a reused pid is not it */
+} shoald_rejoin_t;
+
 static int64_t shoald_minute_now_s(void)
 {
     return (int64_t)(shoald_unix_ns() / 1000000000ull);
+}
+
+static int shoald_page_registered(const shoald_t *a, const char *key)
+{
+    for (const shoald_job_t *j = a->jobs; j != NULL; j = j->next) {
+        for (const shoald_page_t *p = j->pages; p != NULL; p = p->next) {
+            if (!p->superseded && strcmp(p->key, key) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* The ledger's open pages of this host (keys "host:pid:comm:rank:created"). */
+static int shoald_rejoin_listed(const char *key, const char *tenant, const char *job, void *arg)
+{
+    shoald_t *a = arg;
+    const char *s = strchr(key, ':'), *last = strrchr(key, ':');
+    unsigned long long created;
+    shoald_rejoin_t *r;
+    uint64_t start;
+    char *end;
+    long pid;
+
+    if (s == NULL || last == s)
+        return 0;
+    pid = strtol(s + 1, &end, 10);
+    created = strtoull(last + 1, NULL, 10);
+    if (end == s + 1 || *end != ':' || pid <= 0 || pid > INT32_MAX)
+        return 0;
+    start = shoald_proc_start_ns((pid_t)pid);
+    /* gone, or the pid is another process's now: one that started after the page was made
+     * (the start is read to the clock tick, the boot time to the second: 2 s of slack) */
+    if (start == 0 || (created != 0 && start > created + 2000000000ull) ||
+        shoald_page_registered(a, key))
+        return 0;
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return 1; /* nothing to wait for is safe: the rejoin grace and the fold log remain */
+    snprintf(r->key, sizeof(r->key), "%s", key);
+    snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
+    snprintf(r->job, sizeof(r->job), "%s", job);
+    r->pid = (pid_t)pid;
+    r->start_ns = start;
+    r->next = a->rejoins;
+    a->rejoins = r;
+    shoal_info(METER, "%s/%s: page %s was open when the last agent stopped and its process "
+               "runs: the job is billed once it registers again (or exits; %d s at most)",
+               r->tenant, r->job, r->key, a->cfg->rejoin_wait_ms / 1000);
+    return 0;
+}
+
+/* Once per agent, when the ledger first answers: the pages to wait for. */
+static void shoald_rejoins_list(shoald_t *a)
+{
+    char prefix[40];
+    shoal_status_t st;
+
+    if (a->rejoins_listed || a->ledger == NULL)
+        return;
+    if (shoal_deadline_passed(a->rejoin_wait_until_ns)) {
+        a->rejoins_listed = 1;
+        return;
+    }
+    snprintf(prefix, sizeof(prefix), "%.32s:", a->hostname); /* as shoald_page_add keys */
+    st = shoal_ledger_cursor_list(a->ledger, prefix, shoald_rejoin_listed, a);
+    if (st == SHOAL_OK)
+        a->rejoins_listed = 1;
+    else
+        shoal_warn(METER, "the ledger's open pages cannot be read (%s): retrying",
+                   shoal_strerror(st));
+}
+
+/* Drops the pages that registered again, whose process ended, or all once rejoin_wait has
+ * passed. */
+static void shoald_rejoins_check(shoald_t *a)
+{
+    int waited = shoal_deadline_passed(a->rejoin_wait_until_ns);
+    shoald_rejoin_t **link = &a->rejoins, *r;
+
+    shoald_rejoins_list(a);
+    while ((r = *link) != NULL) {
+        if (shoald_page_registered(a, r->key)) {
+            shoal_info(METER, "%s/%s: page %s registered again", r->tenant, r->job, r->key);
+        } else if (shoald_proc_start_ns(r->pid) != r->start_ns) {
+            shoal_info(METER, "%s/%s: the process of page %s ended while no agent ran: its "
+                       "time after its ledger cursor is not known, and not billed", r->tenant,
+                       r->job, r->key);
+        } else if (waited) {
+            shoal_warn(METER, "%s/%s: page %s did not register again within rejoin_wait "
+                       "(%d s): its job is billed without it", r->tenant, r->job, r->key,
+                       a->cfg->rejoin_wait_ms / 1000);
+        } else {
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        free(r);
+    }
+}
+
+/* 1 while a page of job j is awaited. */
+static int shoald_rejoin_awaited(const shoald_t *a, const shoald_job_t *j)
+{
+    for (const shoald_rejoin_t *r = a->rejoins; r != NULL; r = r->next) {
+        if (strcmp(r->tenant, j->tenant) == 0 && strcmp(r->job, j->job) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 static void shoald_ledger_open(shoald_t *a)
@@ -158,6 +282,8 @@ static void shoald_minute_page(shoald_page_t *p, uint64_t to_ns, shoal_ledger_re
     p->billed[SHOALD_CUR_BILLED_NS] = upto;
     memset(cur, 0, sizeof(*cur));
     snprintf(cur->key, sizeof(cur->key), "%s", p->key);
+    snprintf(cur->tenant, sizeof(cur->tenant), "%s", p->job->tenant);
+    snprintf(cur->job, sizeof(cur->job), "%s", p->job->job);
     memcpy(cur->counters, p->billed, sizeof(p->billed));
     cur->ncounters = p->final && upto >= p->end_ns ? -1 : SHOALD_CUR_NCOUNTERS;
 }
@@ -330,6 +456,8 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
         }
         if (j->last_minute_known && j->last_minute >= minute)
             continue; /* that minute is in the ledger (an agent before us): next one */
+        if (shoald_rejoin_awaited(a, j))
+            continue; /* billed at a boundary after its page is back (or given up) */
         if (shoald_minute_job(a, j, minute, to_ns, b, &cap) != SHOAL_OK)
             goto err_oom;
     }
@@ -412,7 +540,10 @@ void shoald_minute_init(shoald_t *a)
     /* without a ledger there is nothing to wait for: a deadline of 0 has passed */
     a->rejoin_until_ns = a->cfg->ledger_url != NULL ? shoal_deadline_ns(a->cfg->rejoin_grace_ms)
                                                     : 0;
+    a->rejoin_wait_until_ns = a->cfg->ledger_url != NULL ?
+                                  shoal_deadline_ns(a->cfg->rejoin_wait_ms) : 0;
     shoald_ledger_open(a);
+    shoald_rejoins_list(a);
     if (a->cfg->ledger_url != NULL && a->ledger == NULL)
         a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MIN_MS);
 }
@@ -437,6 +568,7 @@ void shoald_minute_tick(shoald_t *a)
         return;
     }
     shoald_ledger_open(a);
+    shoald_rejoins_check(a);
     b = shoald_minute_build(a, boundary);
     if (b != NULL && b->nrecs == 0 && b->ncurs == 0) {
         shoald_batch_free(b);
@@ -498,6 +630,12 @@ void shoald_minute_fini(shoald_t *a)
     while ((b = a->pending) != NULL) {
         a->pending = b->next;
         shoald_batch_free(b);
+    }
+    while (a->rejoins != NULL) {
+        shoald_rejoin_t *r = a->rejoins;
+
+        a->rejoins = r->next;
+        free(r);
     }
     if (a->ledger != NULL)
         shoal_ledger_close(a->ledger);

@@ -36,7 +36,7 @@ int shoald_name_ok(const char *s, size_t max)
 }
 
 /* Unix ns when pid started (from /proc), 0 if unknown. */
-static uint64_t shoald_proc_start_ns(pid_t pid)
+uint64_t shoald_proc_start_ns(pid_t pid)
 {
     char path[64], buf[1024], *p;
     unsigned long long start_ticks = 0, btime = 0;

@@ -46,6 +46,12 @@ const char *const shoal_ledger_schema_sql[] = {
     "CREATE TABLE IF NOT EXISTS ledger_cursors ("
     " key TEXT PRIMARY KEY,"
     " counters TEXT NOT NULL)",
+    /* the job of each cursor (added after version 1's first release: created by a writer's
+     * open where it is missing; a cursor without a row here has an unknown job) */
+    "CREATE TABLE IF NOT EXISTS ledger_cursor_jobs ("
+    " key TEXT PRIMARY KEY,"
+    " tenant TEXT NOT NULL,"
+    " job TEXT NOT NULL)",
     "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', '1')"
     " ON CONFLICT (name) DO NOTHING",
     "INSERT INTO ledger_meta (name, value) VALUES ('head_seq', '0') ON CONFLICT (name) DO NOTHING",
@@ -77,6 +83,13 @@ const char *const shoal_ledger_sql[SHOAL_LEDGER_SQL_COUNT] = {
                               " AND (CAST(?3 AS TEXT) IS NULL OR tenant = ?3)"
                               " AND (CAST(?4 AS TEXT) IS NULL OR job = ?4) ORDER BY seq",
     [SHOAL_LEDGER_SQL_META_GET] = "SELECT value FROM ledger_meta WHERE name = ?1",
+    [SHOAL_LEDGER_SQL_CURSOR_JOB_PUT] = "INSERT INTO ledger_cursor_jobs (key, tenant, job)"
+                                        " VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING",
+    [SHOAL_LEDGER_SQL_CURSOR_JOB_DEL] = "DELETE FROM ledger_cursor_jobs WHERE key = ?1",
+    [SHOAL_LEDGER_SQL_CURSOR_LIST] = "SELECT c.key, j.tenant, j.job FROM ledger_cursors c"
+                                     " JOIN ledger_cursor_jobs j ON j.key = c.key"
+                                     " WHERE substr(c.key, 1, length(CAST(?1 AS TEXT))) = ?1"
+                                     " ORDER BY c.key",
 };
 
 /* ---- codecs ------------------------------------------------------------------------------ */
@@ -345,8 +358,13 @@ static shoal_status_t shoal_ledger_check_batch(const shoal_ledger_record_t *recs
         }
     }
     for (size_t i = 0; i < ncursors; i++) {
-        if (!shoal_ledger_name_ok(cursors[i].key, sizeof(cursors[i].key)) ||
-            cursors[i].ncounters > (int)SHOAL_ARRAY_SIZE(cursors[i].counters)) {
+        const shoal_ledger_cursor_t *c = &cursors[i];
+        int named = c->tenant[0] != '\0' || c->job[0] != '\0';
+
+        if (!shoal_ledger_name_ok(c->key, sizeof(c->key)) ||
+            c->ncounters > (int)SHOAL_ARRAY_SIZE(c->counters) ||
+            (named && (!shoal_ledger_name_ok(c->tenant, sizeof(c->tenant)) ||
+                       !shoal_ledger_name_ok(c->job, sizeof(c->job))))) {
             shoal_error(METER, "ledger: cursor %zu of the commit is malformed", i);
             return SHOAL_ERR_INVALID_ARG;
         }
@@ -529,6 +547,14 @@ shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
         *cursor = *tmp;
     free(tmp);
     return status;
+}
+
+shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *prefix,
+                                        shoal_ledger_cursor_cb_t cb, void *arg)
+{
+    if (ledger == NULL || prefix == NULL || cb == NULL || ledger->key == NULL)
+        return SHOAL_ERR_INVALID_ARG;
+    return ledger->ops->cursor_list(ledger->be, prefix, cb, arg);
 }
 
 int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job)

@@ -47,7 +47,14 @@ typedef struct {
     uint64_t counters[64];             /* the page's counters, in page order */
     int ncounters;                     /* in a commit, < 0 removes the key's cursor (a page
                                         * that is gone and fully billed) */
+    char tenant[SHOAL_LEDGER_NAME_MAX]; /* in a commit: the page's job, stored with its first
+                                        * cursor ("": none); not read back by cursor() */
+    char job[SHOAL_LEDGER_NAME_MAX];
 } shoal_ledger_cursor_t;
+
+/* A stored cursor with its job (shoal_ledger_cursor_list); nonzero stops the listing. */
+typedef int (*shoal_ledger_cursor_cb_t)(const char *key, const char *tenant, const char *job,
+                                        void *arg);
 
 typedef struct shoal_ledger shoal_ledger_t;
 
@@ -71,6 +78,11 @@ shoal_status_t shoal_ledger_commit(shoal_ledger_t *ledger, shoal_ledger_record_t
 /* The stored cursor of key; SHOAL_ERR_INVALID_ARG when there is none. */
 shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
                                    shoal_ledger_cursor_t *cursor);
+/* Every stored cursor whose key starts with prefix (an agent's own host: "name:") and whose
+ * job is known, in key order: the pages that were not fully billed when the last commit was
+ * made (a page's cursor goes once it is). A writer only (SHOAL_ERR_INVALID_ARG for a reader). */
+shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *prefix,
+                                        shoal_ledger_cursor_cb_t cb, void *arg);
 /* The last minute committed for (tenant, job), or -1 (none, or the database failed: logged). */
 int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job);
 /* Iterates the records with minute in [from, to) in seq order (tenant/job NULL: all). The

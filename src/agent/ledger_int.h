@@ -28,6 +28,10 @@ typedef enum {
     SHOAL_LEDGER_SQL_LAST_MINUTE, /* ?1 tenant, ?2 job -> max(minute) */
     SHOAL_LEDGER_SQL_EACH,        /* ?1 from, ?2 to, ?3 tenant or NULL, ?4 job or NULL */
     SHOAL_LEDGER_SQL_META_GET,    /* ?1 name -> value */
+    /* writers only (a reader of a ledger that an older agent wrote may not have the table) */
+    SHOAL_LEDGER_SQL_CURSOR_JOB_PUT, /* ?1 key, ?2 tenant, ?3 job */
+    SHOAL_LEDGER_SQL_CURSOR_JOB_DEL, /* ?1 key */
+    SHOAL_LEDGER_SQL_CURSOR_LIST, /* ?1 key prefix -> key, tenant, job */
     SHOAL_LEDGER_SQL_COUNT
 } shoal_ledger_sql_t;
 extern SHOAL_HIDDEN const char *const shoal_ledger_sql[SHOAL_LEDGER_SQL_COUNT];
@@ -53,8 +57,13 @@ typedef struct {
     shoal_status_t (*record_find)(void *be, const char *tenant, const char *job, int64_t minute,
                                   shoal_ledger_record_t *rec_p, int *found_p);
     shoal_status_t (*record_insert)(void *be, const shoal_ledger_record_t *rec);
+    /* with the cursor's job, when it names one (the job of a key never changes) */
     shoal_status_t (*cursor_put)(void *be, const shoal_ledger_cursor_t *cursor);
+    /* with its job */
     shoal_status_t (*cursor_del)(void *be, const char *key);
+    /* writer only: the cursors whose key starts with prefix and whose job is known */
+    shoal_status_t (*cursor_list)(void *be, const char *prefix, shoal_ledger_cursor_cb_t cb,
+                                  void *arg);
     shoal_status_t (*cursor_get)(void *be, const char *key, shoal_ledger_cursor_t *cursor_p,
                                  int *found_p);
     shoal_status_t (*last_minute)(void *be, const char *tenant, const char *job,

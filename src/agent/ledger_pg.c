@@ -87,7 +87,10 @@ static shoal_status_t shoal_ledger_pg_prepare(shoal_ledger_pg_t *be)
 {
     char name[32], sql[1024];
 
-    for (int i = 0; i < SHOAL_LEDGER_SQL_COUNT; i++) {
+    /* a reader skips the writers' statements: an older agent's ledger may lack their table */
+    int n = be->writer ? SHOAL_LEDGER_SQL_COUNT : SHOAL_LEDGER_SQL_CURSOR_JOB_PUT;
+
+    for (int i = 0; i < n; i++) {
         PGresult *res;
         shoal_status_t status = SHOAL_OK;
 
@@ -406,12 +409,18 @@ static shoal_status_t shoal_ledger_pg_cursor_put(void *arg, const shoal_ledger_c
     shoal_ledger_pg_t *be = arg;
     char text[SHOAL_LEDGER_COUNTERS_TEXT];
     const char *values[] = {cursor->key, text};
+    const char *jvalues[] = {cursor->key, cursor->tenant, cursor->job};
     PGresult *res;
 
     if (shoal_ledger_counters_format(cursor, text, sizeof(text)) != 0)
         return SHOAL_ERR_INVALID_ARG;
     SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_CURSOR_PUT, 2, values,
                                     "write of a cursor", &res));
+    PQclear(res);
+    if (cursor->tenant[0] == '\0')
+        return SHOAL_OK;
+    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_CURSOR_JOB_PUT, 3, jvalues,
+                                    "write of a cursor's job", &res));
     PQclear(res);
     return SHOAL_OK;
 }
@@ -424,6 +433,28 @@ static shoal_status_t shoal_ledger_pg_cursor_del(void *arg, const char *key)
 
     SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_CURSOR_DEL, 1, values,
                                     "removal of a cursor", &res));
+    PQclear(res);
+    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_CURSOR_JOB_DEL, 1, values,
+                                    "removal of a cursor's job", &res));
+    PQclear(res);
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_ledger_pg_cursor_list(void *arg, const char *prefix,
+                                                  shoal_ledger_cursor_cb_t cb, void *cb_arg)
+{
+    shoal_ledger_pg_t *be = arg;
+    const char *values[] = {prefix};
+    PGresult *res;
+    int n, stop = 0;
+
+    SHOAL_CHECK(shoal_ledger_pg_ready(be));
+    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_CURSOR_LIST, 1, values,
+                                    "read of the cursors", &res));
+    n = PQntuples(res);
+    for (int i = 0; i < n && !stop; i++)
+        stop = cb(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
+                  cb_arg) != 0;
     PQclear(res);
     return SHOAL_OK;
 }
@@ -518,6 +549,7 @@ const shoal_ledger_ops_t shoal_ledger_pg_ops = {
     .cursor_put = shoal_ledger_pg_cursor_put,
     .cursor_del = shoal_ledger_pg_cursor_del,
     .cursor_get = shoal_ledger_pg_cursor_get,
+    .cursor_list = shoal_ledger_pg_cursor_list,
     .last_minute = shoal_ledger_pg_last_minute,
     .each = shoal_ledger_pg_each,
 };

@@ -415,7 +415,14 @@ static shoal_status_t shoal_ledger_sqlite_cursor_put(void *arg,
     SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_CURSOR_PUT, &st));
     sqlite3_bind_text(st, 1, cursor->key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, text, -1, SQLITE_STATIC);
-    return shoal_ledger_sqlite_done(be, st, "write of a cursor");
+    SHOAL_CHECK(shoal_ledger_sqlite_done(be, st, "write of a cursor"));
+    if (cursor->tenant[0] == '\0')
+        return SHOAL_OK;
+    SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_CURSOR_JOB_PUT, &st));
+    sqlite3_bind_text(st, 1, cursor->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, cursor->tenant, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, cursor->job, -1, SQLITE_STATIC);
+    return shoal_ledger_sqlite_done(be, st, "write of a cursor's job");
 }
 
 static shoal_status_t shoal_ledger_sqlite_cursor_del(void *arg, const char *key)
@@ -425,7 +432,35 @@ static shoal_status_t shoal_ledger_sqlite_cursor_del(void *arg, const char *key)
 
     SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_CURSOR_DEL, &st));
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    return shoal_ledger_sqlite_done(be, st, "removal of a cursor");
+    SHOAL_CHECK(shoal_ledger_sqlite_done(be, st, "removal of a cursor"));
+    SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_CURSOR_JOB_DEL, &st));
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    return shoal_ledger_sqlite_done(be, st, "removal of a cursor's job");
+}
+
+static shoal_status_t shoal_ledger_sqlite_cursor_list(void *arg, const char *prefix,
+                                                      shoal_ledger_cursor_cb_t cb, void *cb_arg)
+{
+    shoal_ledger_sqlite_t *be = arg;
+    shoal_status_t status = SHOAL_OK;
+    sqlite3_stmt *st;
+    int rc, stop = 0;
+
+    SHOAL_CHECK(shoal_ledger_sqlite_check(be, 0));
+    SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_CURSOR_LIST, &st));
+    sqlite3_bind_text(st, 1, prefix, -1, SQLITE_STATIC);
+    while (!stop && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(st, 0);
+        const char *tenant = (const char *)sqlite3_column_text(st, 1);
+        const char *job = (const char *)sqlite3_column_text(st, 2);
+
+        if (key != NULL && tenant != NULL && job != NULL)
+            stop = cb(key, tenant, job, cb_arg) != 0;
+    }
+    if (!stop && rc != SQLITE_DONE)
+        status = shoal_ledger_sqlite_fail(be, rc, "read of the cursors");
+    sqlite3_reset(st);
+    return status;
 }
 
 static shoal_status_t shoal_ledger_sqlite_cursor_get(void *arg, const char *key,
@@ -526,6 +561,7 @@ const shoal_ledger_ops_t shoal_ledger_sqlite_ops = {
     .cursor_put = shoal_ledger_sqlite_cursor_put,
     .cursor_del = shoal_ledger_sqlite_cursor_del,
     .cursor_get = shoal_ledger_sqlite_cursor_get,
+    .cursor_list = shoal_ledger_sqlite_cursor_list,
     .last_minute = shoal_ledger_sqlite_last_minute,
     .each = shoal_ledger_sqlite_each,
 };

@@ -10,8 +10,8 @@
 # minute of the job's life missing, none doubled, totals exact, the chain verifies; failed
 # ranks per cause; the cursors of ended ranks are deleted once billed; a rank that comes back
 # after its job's next minutes were billed has its earlier time folded into the first open
-# minute, logged; a restarted agent's rejoin_grace keeps that from happening to a rank that
-# registers again within it.
+# minute, logged; a restarted agent's rejoin_grace and rejoin_wait keep that from happening
+# to a rank that registers again within them.
 . "$(dirname "$0")/agent_lib.sh"
 . "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
@@ -241,15 +241,20 @@ gs=$(sum_gpu acme late)
 within "$gs" "$life" 5
 ok $? "the job's GPU-seconds $gs within 0.5% of its ranks' lives ($life)"
 
-# 36-43: the rejoin grace. Two ranks of a job count through a kill -9 of the agent; rank 1 is
-# stopped, so it registers with the new agent only 2.5 s after it started, when a minute
-# boundary has passed. With rejoin_grace=5s the new agent's first batch waits for it: every
-# minute gets its own record, none above the ranks' capacity, no fold. With rejoin_grace=0
-# the boundary is billed with rank 0 alone and rank 1's time since its cursor is folded
-# into the first open minute (logged). Totals exact either way.
-for grace in 5s 0; do
-    job=rejoin$grace
-    { cat "$T/conf"; echo "rejoin_grace=$grace"; } >"$T/conf.g"
+# 36-48: a restarted agent waits for the running ranks. Two ranks of a job count through a
+# kill -9 of the agent; rank 1 is stopped, so it registers with the new agent only 2.5 s
+# after it started, when a minute boundary has passed.
+# - rejoin_grace=5s: the new agent's first batch waits for every rank: every minute gets its
+#   own record, none above the ranks' capacity, no fold.
+# - rejoin_grace=0, rejoin_wait=600s (the default): the ledger holds rank 1's page open and
+#   its process runs, so its job alone is not billed until it is back: the same result.
+# - rejoin_grace=0, rejoin_wait=0: the boundary is billed with rank 0 alone and rank 1's time
+#   since its cursor is folded into the first open minute (logged).
+# Totals exact in every case.
+for v in 5s:600s 0:600s 0:0; do
+    grace=${v%%:*} wait=${v#*:}
+    job=rejoin$grace-$wait
+    { cat "$T/conf"; echo "rejoin_grace=$grace"; echo "rejoin_wait=$wait"; } >"$T/conf.g"
     for r in 0 1; do
         timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job "$job" \
             --cred "$(cred acme "$job")" --rank $r --nranks 2 --ngpus 1 --tick 20 --hold 11 \
@@ -262,31 +267,35 @@ for grace in 5s 0; do
     kill -STOP "$RJ1C"
     stop_agent KILL
     start_agent "$T/conf.g"
-    ok $? "rejoin_grace=$grace: a new agent after a kill -9, one rank of the job stopped" \
-        "$T/agent.log"
+    ok $? "$job: a new agent after a kill -9, one rank of the job stopped" "$T/agent.log"
     sleep 2.5
     kill -CONT "$RJ1C"
     wait "$RJ0"; rc0=$?
     wait "$RJ1"; rc1=$?
     wait_minutes 2
     [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && grep -q "registered again" "$T/$job.1.err"
-    ok $? "rejoin_grace=$grace: both ranks registered again and ended" "$T/$job.1.err"
+    ok $? "$job: both ranks registered again and ended" "$T/$job.1.err"
     ops=$(( $(final_of ops "$T/$job.0.out") + $(final_of ops "$T/$job.1.out") ))
-    is "$(sum_ops acme "$job")" "$ops" "rejoin_grace=$grace: the job's operations are exact"
+    is "$(sum_ops acme "$job")" "$ops" "$job: the job's operations are exact"
     over=$(q "SELECT count(*) FROM ledger_records WHERE job = '$job' AND gpu_seconds > 4.001")
     folds=$(agent_folds "acme/$job" 1 | wc -l)
-    if [ "$grace" = 0 ]; then
+    if [ "$wait" = 0 ]; then
         [ "$over" -ge 1 ] && [ "$folds" -ge 1 ]
-        ok $? "rejoin_grace=0: rank 1's time was folded into one minute ($over above 2 GPUs x 2 s, $folds fold logged)" \
+        ok $? "$job: rank 1's time was folded into one minute ($over above 2 GPUs x 2 s, $folds fold logged)" \
             "$T/agent.log"
     else
         [ "$over" = 0 ] && [ "$folds" = 0 ] && minutes_ok acme "$job" 5
-        ok $? "rejoin_grace=$grace: a record per minute ($(minutes_of acme "$job")), none above 2 GPUs x 2 s, no fold" \
+        ok $? "$job: a record per minute ($(minutes_of acme "$job")), none above 2 GPUs x 2 s, no fold" \
             "$T/agent.log"
+    fi
+    if [ "$v" = 0:600s ]; then
+        grep -q "acme/$job: page .* was open when the last agent stopped" "$T/agent.log" &&
+            grep -q "acme/$job: page .* registered again" "$T/agent.log"
+        ok $? "$job: the agent named the page it waited for, and its return" "$T/agent.log"
     fi
 done
 
-# 44-46: the chain, a clean stop
+# 49-51: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1

@@ -112,6 +112,29 @@ static int collect(shoal_ledger_t *l, int64_t from, int64_t to, const char *tena
     return shoal_ledger_each(l, from, to, tenant, job, collect_cb, c) == SHOAL_OK ? 0 : -1;
 }
 
+/* ---- listing the open pages -------------------------------------------------------------- */
+
+typedef struct {
+    char text[512];
+    int n;
+} listed_t;
+
+static int list_cb(const char *key, const char *tenant, const char *job, void *arg)
+{
+    listed_t *g = arg;
+    size_t len = strlen(g->text);
+
+    snprintf(g->text + len, sizeof(g->text) - len, "%s=%s/%s ", key, tenant, job);
+    g->n++;
+    return 0;
+}
+
+static int list_cursors(shoal_ledger_t *l, const char *prefix, listed_t *g)
+{
+    memset(g, 0, sizeof(*g));
+    return shoal_ledger_cursor_list(l, prefix, list_cb, g) == SHOAL_OK ? 0 : -1;
+}
+
 /* ---- SQL outside the API: the tampering and the server ------------------------------------- */
 
 static int tamper(const char *sql)
@@ -369,6 +392,65 @@ static void test_reader(void)
     shoal_ledger_close(rd);
 }
 
+/* The job stored with a cursor, and the listing of a host's open pages (what a restarted
+ * agent waits for, src/agent/agent_minute.c rejoin_wait); a ledger that an older agent wrote
+ * lacks the table: a reader still opens it, a writer adds it. */
+static void test_cursor_jobs(shoal_ledger_t *l)
+{
+    static const char *const keys[] = {"hostx:11:7:0:100", "hostx:12:7:1:100",
+                                       "hostx_y:13:7:0:100", "hosty:14:7:0:100",
+                                       "hostx:15:7:2:100"};
+    shoal_ledger_cursor_t c[5];
+    shoal_ledger_t *l2 = NULL, *rd = NULL;
+    listed_t got;
+
+    for (int i = 0; i < 5; i++) {
+        c[i] = cursor_make(keys[i], 3, 2);
+        if (i < 4) { /* the last one: a cursor without its job (an older agent's) */
+            snprintf(c[i].tenant, sizeof(c[i].tenant), "t%d", i);
+            snprintf(c[i].job, sizeof(c[i].job), "job%d", i);
+        }
+    }
+    tap_is_int(shoal_ledger_commit(l, NULL, 0, c, 5), SHOAL_OK,
+               "cursors with their jobs (and one without) committed");
+    tap_ok(list_cursors(l, "hostx:", &got) == 0 && got.n == 2 &&
+           strcmp(got.text, "hostx:11:7:0:100=t0/job0 hostx:12:7:1:100=t1/job1 ") == 0,
+           "the open pages of host hostx, with their jobs, in key order (%s)", got.text);
+    tap_ok(list_cursors(l, "hostx_", &got) == 0 && got.n == 1 &&
+           strcmp(got.text, "hostx_y:13:7:0:100=t2/job2 ") == 0,
+           "a prefix is matched as text, not as a LIKE pattern (%s)", got.text);
+    c[0].ncounters = -1;
+    c[1].ncounters = 5; /* moved on: the job stays */
+    snprintf(c[1].tenant, sizeof(c[1].tenant), "other");
+    tap_is_int(shoal_ledger_commit(l, NULL, 0, c, 2), SHOAL_OK, "one page done, one moved on");
+    tap_ok(list_cursors(l, "hostx:", &got) == 0 && got.n == 1 &&
+           strcmp(got.text, "hostx:12:7:1:100=t1/job1 ") == 0,
+           "a deleted cursor leaves the list; a key's job is the one first stored (%s)",
+           got.text);
+    c[2].tenant[0] = '\0';
+    snprintf(c[2].job, sizeof(c[2].job), "half");
+    tap_is_int(shoal_ledger_commit(l, NULL, 0, &c[2], 1), SHOAL_ERR_INVALID_ARG,
+               "a cursor with a job but no tenant is refused");
+    tap_ok(tamper("DROP TABLE ledger_cursor_jobs") == 0 &&
+           shoal_ledger_open(test_url, NULL, 0, &rd) == SHOAL_OK,
+           "a reader opens a ledger without the table of cursor jobs (an older agent's)");
+    if (rd != NULL) {
+        tap_is_int(shoal_ledger_cursor_list(rd, "hostx:", list_cb, &got), SHOAL_ERR_INVALID_ARG,
+                   "a reader cannot list the open pages");
+        shoal_ledger_close(rd);
+    }
+    tap_ok(shoal_ledger_open(test_url, test_key, sizeof(test_key) - 1, &l2) == SHOAL_OK &&
+           list_cursors(l2, "hostx:", &got) == 0 && got.n == 0,
+           "a writer's open adds the table back (empty: those jobs are not known)");
+    if (l2 != NULL)
+        shoal_ledger_close(l2);
+    for (int i = 0; i < 5; i++) {
+        c[i].ncounters = -1;
+        c[i].tenant[0] = c[i].job[0] = '\0';
+    }
+    tap_is_int(shoal_ledger_commit(l, NULL, 0, c, 5), SHOAL_OK, "the cursors removed");
+}
+
 /* ---- kill -9 of a writer ------------------------------------------------------------------- */
 
 #define KILL_JOBS 3
@@ -598,6 +680,7 @@ int main(int argc, char **argv)
     test_duplicates(l);
     test_tampering(l);
     test_reader();
+    test_cursor_jobs(l);
     test_kill9(l, seed);
     if (test_pg)
         test_down_pg(l);
