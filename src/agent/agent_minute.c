@@ -50,6 +50,8 @@ typedef struct shoald_rejoin {
     char job[SHOALD_NAME_MAX];
     pid_t pid;
     uint64_t start_ns;                     /* the process's start: a reused pid is not it */
+    int gone;                              /* its process ended: the cursor goes, in the next
+                                            * batch (nothing would ever delete it) */
 } shoald_rejoin_t;
 
 static int64_t shoald_minute_now_s(void)
@@ -69,6 +71,14 @@ static int shoald_page_registered(const shoald_t *a, const char *key)
 }
 
 /* The ledger's open pages of this host (keys "host:pid:comm:rank:created"). */
+static void shoald_rejoin_gone(shoald_rejoin_t *r)
+{
+    r->gone = 1;
+    shoal_info(METER, "%s/%s: the process of page %s ended while no agent ran: its time after "
+               "its ledger cursor is not known, and not billed; the cursor is deleted",
+               r->tenant, r->job, r->key);
+}
+
 static int shoald_rejoin_listed(const char *key, const char *tenant, const char *job, void *arg)
 {
     shoald_t *a = arg;
@@ -85,11 +95,7 @@ static int shoald_rejoin_listed(const char *key, const char *tenant, const char 
     created = strtoull(last + 1, NULL, 10);
     if (end == s + 1 || *end != ':' || pid <= 0 || pid > INT32_MAX)
         return 0;
-    start = shoald_proc_start_ns((pid_t)pid);
-    /* gone, or the pid is another process's now: one that started after the page was made
-     * (the start is read to the clock tick, the boot time to the second: 2 s of slack) */
-    if (start == 0 || (created != 0 && start > created + 2000000000ull) ||
-        shoald_page_registered(a, key))
+    if (shoald_page_registered(a, key))
         return 0;
     r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -98,12 +104,18 @@ static int shoald_rejoin_listed(const char *key, const char *tenant, const char 
     snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
     snprintf(r->job, sizeof(r->job), "%s", job);
     r->pid = (pid_t)pid;
-    r->start_ns = start;
+    r->start_ns = start = shoald_proc_start_ns((pid_t)pid);
+    /* gone, or the pid is another process's now: one that started after the page was made
+     * (the start is read to the clock tick, the boot time to the second: 2 s of slack) */
+    r->gone = start == 0 || (created != 0 && start > created + 2000000000ull);
     r->next = a->rejoins;
     a->rejoins = r;
-    shoal_info(METER, "%s/%s: page %s was open when the last agent stopped and its process "
-               "runs: the job is billed once it registers again (or exits; %d s at most)",
-               r->tenant, r->job, r->key, a->cfg->rejoin_wait_ms / 1000);
+    if (r->gone)
+        shoald_rejoin_gone(r);
+    else
+        shoal_info(METER, "%s/%s: page %s was open when the last agent stopped and its "
+                   "process runs: the job is billed once it registers again (or exits; %d s "
+                   "at most)", r->tenant, r->job, r->key, a->cfg->rejoin_wait_ms / 1000);
     return 0;
 }
 
@@ -128,8 +140,8 @@ static void shoald_rejoins_list(shoald_t *a)
                    shoal_strerror(st));
 }
 
-/* Drops the pages that registered again, whose process ended, or all once rejoin_wait has
- * passed. */
+/* Drops the pages that registered again, or all once rejoin_wait has passed; marks those
+ * whose process ended gone. */
 static void shoald_rejoins_check(shoald_t *a)
 {
     int waited = shoal_deadline_passed(a->rejoin_wait_until_ns);
@@ -137,12 +149,16 @@ static void shoald_rejoins_check(shoald_t *a)
 
     shoald_rejoins_list(a);
     while ((r = *link) != NULL) {
+        if (r->gone) {
+            link = &r->next;
+            continue;
+        }
         if (shoald_page_registered(a, r->key)) {
             shoal_info(METER, "%s/%s: page %s registered again", r->tenant, r->job, r->key);
         } else if (shoald_proc_start_ns(r->pid) != r->start_ns) {
-            shoal_info(METER, "%s/%s: the process of page %s ended while no agent ran: its "
-                       "time after its ledger cursor is not known, and not billed", r->tenant,
-                       r->job, r->key);
+            shoald_rejoin_gone(r);
+            link = &r->next;
+            continue;
         } else if (waited) {
             shoal_warn(METER, "%s/%s: page %s did not register again within rejoin_wait "
                        "(%d s): its job is billed without it", r->tenant, r->job, r->key,
@@ -160,10 +176,30 @@ static void shoald_rejoins_check(shoald_t *a)
 static int shoald_rejoin_awaited(const shoald_t *a, const shoald_job_t *j)
 {
     for (const shoald_rejoin_t *r = a->rejoins; r != NULL; r = r->next) {
-        if (strcmp(r->tenant, j->tenant) == 0 && strcmp(r->job, j->job) == 0)
+        if (!r->gone && strcmp(r->tenant, j->tenant) == 0 && strcmp(r->job, j->job) == 0)
             return 1;
     }
     return 0;
+}
+
+/* The cursors of the gone pages join batch b (deleted with its commit; a batch that fails is
+ * retried as it is), and leave the list. */
+static void shoald_rejoins_gone_to(shoald_t *a, shoald_batch_t *b)
+{
+    shoald_rejoin_t **link = &a->rejoins, *r;
+
+    while ((r = *link) != NULL) {
+        if (!r->gone) {
+            link = &r->next;
+            continue;
+        }
+        shoal_ledger_cursor_t *c = &b->curs[b->ncurs++];
+        memset(c, 0, sizeof(*c));
+        snprintf(c->key, sizeof(c->key), "%s", r->key);
+        c->ncounters = -1;
+        *link = r->next;
+        free(r);
+    }
 }
 
 static void shoald_ledger_open(shoald_t *a)
@@ -441,10 +477,13 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
         for (p = j->pages; p != NULL; p = p->next)
             npages++;
     }
+    for (const shoald_rejoin_t *r = a->rejoins; r != NULL; r = r->next)
+        npages += r->gone;
     b = calloc(1, sizeof(*b));
     if (b == NULL || (b->curs = calloc(npages + 1, sizeof(*b->curs))) == NULL)
         goto err_oom;
     b->minute = minute;
+    shoald_rejoins_gone_to(a, b);
     for (j = a->jobs; j != NULL; j = j->next) {
         for (p = j->pages; p != NULL && a->ledger != NULL; p = p->next) {
             if (!p->cursor_known && !p->superseded)

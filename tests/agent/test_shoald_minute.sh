@@ -295,7 +295,28 @@ for v in 5s:600s 0:600s 0:0; do
     fi
 done
 
-# 49-51: the chain, a clean stop
+# 49-51: a rank whose process ends while no agent runs. The new agent finds its page open in
+# the ledger and its process gone: it says so (that time is not known), does not wait for it,
+# and deletes its cursor (nothing else ever would).
+timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job dead --cred "$(cred acme dead)" \
+    --ngpus 1 --tick 20 --hold 20 --rereg >"$T/r6.out" 2>"$T/r6.err" &
+R6=$!
+PIDS="$PIDS $R6"
+sleep 3.3
+R6C=$(pgrep -P "$R6")
+stop_agent KILL
+kill -9 "$R6C"
+wait "$R6"
+start_agent "$T/conf"
+ok $? "a new agent after a kill -9, a rank killed while none ran" "$T/agent.log"
+wait_minutes 2
+grep -q "acme/dead: the process of page [^ ]*:$R6C:[^ ]* ended while no agent ran" "$T/agent.log"
+ok $? "the new agent found the killed rank's page open in the ledger and its process gone" \
+    "$T/agent.log"
+is "$(q "SELECT count(*) FROM ledger_cursors WHERE key LIKE '%:$R6C:%'")" 0 \
+    "its cursor was deleted"
+
+# 52-54: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
