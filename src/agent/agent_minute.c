@@ -70,7 +70,6 @@ static int shoald_page_registered(const shoald_t *a, const char *key)
     return 0;
 }
 
-/* The ledger's open pages of this host (keys "host:pid:comm:rank:created"). */
 static void shoald_rejoin_gone(shoald_rejoin_t *r)
 {
     r->gone = 1;
@@ -79,6 +78,7 @@ static void shoald_rejoin_gone(shoald_rejoin_t *r)
                r->tenant, r->job, r->key);
 }
 
+/* The ledger's open pages of this host (keys "host:pid:comm:rank:created"). */
 static int shoald_rejoin_listed(const char *key, const char *tenant, const char *job, void *arg)
 {
     shoald_t *a = arg;
@@ -187,13 +187,14 @@ static int shoald_rejoin_awaited(const shoald_t *a, const shoald_job_t *j)
 static void shoald_rejoins_gone_to(shoald_t *a, shoald_batch_t *b)
 {
     shoald_rejoin_t **link = &a->rejoins, *r;
+    shoal_ledger_cursor_t *c;
 
     while ((r = *link) != NULL) {
         if (!r->gone) {
             link = &r->next;
             continue;
         }
-        shoal_ledger_cursor_t *c = &b->curs[b->ncurs++];
+        c = &b->curs[b->ncurs++];
         memset(c, 0, sizeof(*c));
         snprintf(c->key, sizeof(c->key), "%s", r->key);
         c->ncounters = -1;

@@ -13,7 +13,8 @@
  * handle of libucp) */
 #define SHOAL_UCX_DL_MAP(X)                                                                    \
     X(ucp_cleanup) X(ucp_config_modify) X(ucp_config_read) X(ucp_config_release)                \
-    X(ucp_ep_close_nbx) X(ucp_ep_create) X(ucp_ep_flush_nbx) X(ucp_ep_print_info) X(ucp_init_version)              \
+    X(ucp_ep_close_nbx) X(ucp_ep_create) X(ucp_ep_flush_nbx) X(ucp_ep_print_info)               \
+    X(ucp_init_version)                                                                         \
     X(ucp_request_cancel) X(ucp_request_check_status) X(ucp_request_free)                       \
     X(ucp_tag_msg_recv_nbx) X(ucp_tag_probe_nb)                                                 \
     X(ucp_tag_recv_nbx) X(ucp_tag_send_nbx) X(ucp_worker_arm) X(ucp_worker_create)              \

@@ -473,7 +473,7 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
  * notices only over endpoints still open, so a sender whose message was refused, waiting for
  * an answer that no longer comes (the odd rank of recursive doubling's fold), waited for its
  * own timeout (tests/mp/mp_coll_misc.c, mismatch: 30 s, now milliseconds). Best effort, at
- * most about 1 ms. */
+ * most SHOAL_UCX_NOTICE_MS (shoal_ucx_notices_deliver). */
 static void shoal_ucx_ep_notify_refused(shoal_ep_t *ep)
 {
     if (ep->ctx->quarantined) {
@@ -991,8 +991,8 @@ static int shoal_ucx_req_busy(void *r)
  * delivered (ud: acknowledged; rc: by the peer's adapter; tcp, shared memory: written).
  * Without it, a notice lost once on Soft-RoCE left a peer waiting for its whole timeout
  * (tests/vm, mp ucx ud_verbs, mismatch). The flush may also wait for the failed call's own
- * sends; the bound keeps that short, and a peer that already closed its side never acknowledges:
- * it costs that bound, once per failure. */
+ * sends, and a peer that closed its side already never acknowledges: either costs at most the
+ * bound, once per failure. */
 void shoal_ucx_notices_deliver(shoal_tl_ctx_t *ctx, shoal_ep_t *only)
 {
     ucp_request_param_t p = {.op_attr_mask = 0};
@@ -1032,7 +1032,7 @@ void shoal_ucx_notices_deliver(shoal_tl_ctx_t *ctx, shoal_ep_t *only)
     }
     if (left > 0) {
         shoal_info(UCX, "rank %d: %d abort notice(s) not known delivered after %d ms",
-                    ctx->rank, left, ms);
+                   ctx->rank, left, ms);
     }
     for (int i = first; i < end; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
