@@ -97,6 +97,16 @@ static int shoald_rejoin_listed(const char *key, const char *tenant, const char 
         return 0;
     if (shoald_page_registered(a, key))
         return 0;
+    start = shoald_proc_start_ns((pid_t)pid);
+    /* The pid runs a process that started after the page was made: another one, it seems.
+     * The creation time is the job's word (the key keeps what it sent), so that process is
+     * not waited for, but its cursor is kept: deleting the cursor of a rank that runs would
+     * bill all its counters again when it registers. (The start is read to the clock tick,
+     * the boot time to the second: 2 s of slack.) */
+    if (start != 0 && created != 0 && start > created + 2000000000ull)
+        return 0;
+    if (start != 0 && shoal_deadline_passed(a->rejoin_wait_until_ns))
+        return 0; /* running, and nothing to wait for (rejoin_wait=0) */
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         return 1; /* nothing to wait for is safe: the rejoin grace and the fold log remain */
@@ -104,10 +114,8 @@ static int shoald_rejoin_listed(const char *key, const char *tenant, const char 
     snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
     snprintf(r->job, sizeof(r->job), "%s", job);
     r->pid = (pid_t)pid;
-    r->start_ns = start = shoald_proc_start_ns((pid_t)pid);
-    /* gone, or the pid is another process's now: one that started after the page was made
-     * (the start is read to the clock tick, the boot time to the second: 2 s of slack) */
-    r->gone = start == 0 || (created != 0 && start > created + 2000000000ull);
+    r->start_ns = start;
+    r->gone = start == 0; /* no such process: its cursor goes */
     r->next = a->rejoins;
     a->rejoins = r;
     if (r->gone)
@@ -119,7 +127,8 @@ static int shoald_rejoin_listed(const char *key, const char *tenant, const char 
     return 0;
 }
 
-/* Once per agent, when the ledger first answers: the pages to wait for. */
+/* Once per agent, when the ledger first answers: the pages to wait for, and those whose
+ * process is gone (their cursors go). */
 static void shoald_rejoins_list(shoald_t *a)
 {
     char prefix[40];
@@ -127,10 +136,6 @@ static void shoald_rejoins_list(shoald_t *a)
 
     if (a->rejoins_listed || a->ledger == NULL)
         return;
-    if (shoal_deadline_passed(a->rejoin_wait_until_ns)) {
-        a->rejoins_listed = 1;
-        return;
-    }
     snprintf(prefix, sizeof(prefix), "%.32s:", a->hostname); /* as shoald_page_add keys */
     st = shoal_ledger_cursor_list(a->ledger, prefix, shoald_rejoin_listed, a);
     if (st == SHOAL_OK)
@@ -149,21 +154,22 @@ static void shoald_rejoins_check(shoald_t *a)
 
     shoald_rejoins_list(a);
     while ((r = *link) != NULL) {
+        int drop = 0;
+
         if (r->gone) {
-            link = &r->next;
-            continue;
-        }
-        if (shoald_page_registered(a, r->key)) {
+            /* left for the next batch (shoald_rejoins_gone_to) */
+        } else if (shoald_page_registered(a, r->key)) {
             shoal_info(METER, "%s/%s: page %s registered again", r->tenant, r->job, r->key);
+            drop = 1;
         } else if (shoald_proc_start_ns(r->pid) != r->start_ns) {
-            shoald_rejoin_gone(r);
-            link = &r->next;
-            continue;
+            shoald_rejoin_gone(r); /* the start this agent read itself: the same process */
         } else if (waited) {
             shoal_warn(METER, "%s/%s: page %s did not register again within rejoin_wait "
                        "(%d s): its job is billed without it", r->tenant, r->job, r->key,
                        a->cfg->rejoin_wait_ms / 1000);
-        } else {
+            drop = 1;
+        }
+        if (!drop) {
             link = &r->next;
             continue;
         }
