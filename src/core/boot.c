@@ -9,7 +9,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/tcp.h>
@@ -391,15 +390,6 @@ shoal_status_t shoal_boot_listen_addr(int local_only, struct sockaddr_storage *s
     return SHOAL_OK;
 }
 
-static int shoal_sock_nonblock_cloexec(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- authentication ----------------------------------------------------------------- */
 
 /* Canonical bytes of what a hello claims (rank, nranks, client nonce, identity). */
@@ -536,27 +526,46 @@ shoal_status_t shoal_boot_fail(shoal_boot_t *b, shoal_status_t st, const char *w
     return st;
 }
 
-/* Connects, retrying while the root is not listening yet (it may start a little later). */
+/* Connects, retrying while the root is not listening yet (it may start a little later).
+ * Non-blocking: a root whose backlog is full, or an address that drops SYNs, would otherwise
+ * hold the caller in the kernel's SYN retries (about 2 minutes) past SHOAL_TIMEOUT_MS and
+ * shoal_comm_abort. */
 static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u,
                                       uint64_t deadline)
 {
     unsigned backoff_us = 1000;
     for (;;) {
-        int fd = socket(u->root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+        int fd = socket(u->root.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        int one = 1, err = 0;
+        socklen_t elen = sizeof(err);
+        shoal_status_t st;
         if (fd < 0) {
             shoal_error(BOOT, "socket() failed: %s", strerror(errno));
             return SHOAL_ERR_SYSTEM;
         }
-        if (connect(fd, (const struct sockaddr *)&u->root, u->root_len) == 0) {
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            if (shoal_sock_nonblock_cloexec(fd) != 0) {
+        if (connect(fd, (const struct sockaddr *)&u->root, u->root_len) != 0) {
+            err = errno;
+        }
+        if (err == EINPROGRESS) {
+            st = shoal_sock_poll(fd, POLLOUT, deadline, b->abort_flag);
+            if (st != SHOAL_OK) {
                 close(fd);
-                return SHOAL_ERR_SYSTEM;
+                if (st == SHOAL_ERR_TIMEOUT) {
+                    shoal_error(BOOT, "connect(%s) did not complete within the timeout",
+                                b->root_str);
+                }
+                return st;
             }
+            err = 0;
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
+                err = errno;
+            }
+        }
+        if (err == 0) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
             b->fd = fd;
             return SHOAL_OK;
         }
-        int err = errno;
         close(fd);
         if (err != ECONNREFUSED && err != ETIMEDOUT && err != EINTR && err != ENETUNREACH &&
             err != EHOSTUNREACH) {

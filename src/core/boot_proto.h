@@ -25,6 +25,10 @@
  * host answer their challenge late: evicting the oldest at once evicted real ranks 1350-1566
  * times in a 256-rank start on 2 CPUs (each one redialed, with an ERROR line). */
 #define SHOAL_BOOT_EVICT_GRACE_MS 250
+/* Pending connections one source address (not the root's own host) may hold: a newcomer
+ * beyond it is refused at once as if evicted (the rank redials), so that one stranger cannot
+ * hold every slot and, through the grace, keep the listen backlog full of its reconnections. */
+#define SHOAL_BOOT_MAX_PENDING_SOURCE 16
 
 enum {
     SHOAL_BOOT_CHALLENGE = 1, /* root -> client: root nonce */

@@ -287,6 +287,24 @@ static int shoal_root_room(const shoal_root_t *r, int *wait_ms)
     return 0;
 }
 
+/* Whether src may take a pending slot now: the root's own host always (its ranks start
+ * together), another source while it holds fewer than SHOAL_BOOT_MAX_PENDING_SOURCE. */
+static int shoal_root_source_room(const shoal_root_t *r, const struct sockaddr_storage *src)
+{
+    const struct sockaddr *sa = (const struct sockaddr *)src;
+    int n = 0;
+    for (int t = 0; t < r->ntrusted; t++) {
+        if (shoal_tenant_breaker_same_source(sa, (const struct sockaddr *)&r->trusted[t])) {
+            return 1;
+        }
+    }
+    for (int i = 0; i < r->ncl; i++) {
+        n += r->cl[i].state == SHOAL_ROOT_CL_PENDING &&
+             shoal_tenant_breaker_same_source(sa, (const struct sockaddr *)&r->cl[i].addr);
+    }
+    return n < SHOAL_BOOT_MAX_PENDING_SOURCE;
+}
+
 static void shoal_root_accept(shoal_root_t *r)
 {
     int one = 1, wait_ms;
@@ -303,6 +321,21 @@ static void shoal_root_accept(shoal_root_t *r)
         }
         if (!shoal_tenant_breaker_admit((const struct sockaddr *)&ss)) {
             close(fd); /* a source that kept failing: refused (and logged) by the breaker */
+            continue;
+        }
+        if (!shoal_root_source_room(r, &ss)) {
+            /* As an eviction (TIMEOUT: a real rank redials), not counted against the source:
+             * a remote host may start more ranks at once than its share. */
+            shoal_boot_frame_t f = {.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_REFUSED,
+                                    .len = 0, .round = (uint32_t)(int32_t)SHOAL_ERR_TIMEOUT};
+            char peer[64];
+            r->refused++;
+            shoal_sockaddr_str(&ss, peer, sizeof(peer));
+            shoal_trace(BOOT, "root refused a connection from %s: it holds %d unauthenticated "
+                        "connections already (%u refused so far)", peer,
+                        SHOAL_BOOT_MAX_PENDING_SOURCE, r->refused);
+            (void)!send(fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
+            close(fd);
             continue;
         }
         /* Header, payload and MAC go out as separate writes: no Nagle delay between them. */

@@ -73,6 +73,7 @@ typedef struct {
 static pthread_mutex_t shoal_breaker_lock = PTHREAD_MUTEX_INITIALIZER;
 static shoal_breaker_src_t shoal_breaker_tab[SHOAL_BREAKER_SOURCES];
 static uint64_t shoal_breaker_failed, shoal_breaker_refused, shoal_breaker_opened;
+static uint64_t shoal_breaker_untracked_log_ns; /* last full line for a source with no entry */
 
 /* The source key: the IP (IPv4-mapped IPv6 as IPv4), no port. 0 if not an IP address. */
 static int shoal_breaker_key(const struct sockaddr *sa, int *family_p, uint8_t ip[16])
@@ -100,6 +101,14 @@ static int shoal_breaker_key(const struct sockaddr *sa, int *family_p, uint8_t i
     return 0;
 }
 
+int shoal_tenant_breaker_same_source(const struct sockaddr *a, const struct sockaddr *b)
+{
+    int fa, fb;
+    uint8_t ia[16], ib[16];
+    return shoal_breaker_key(a, &fa, ia) && shoal_breaker_key(b, &fb, ib) && fa == fb &&
+           memcmp(ia, ib, sizeof(ia)) == 0;
+}
+
 static void shoal_breaker_str(const shoal_breaker_src_t *s, char *buf, size_t len)
 {
     if (inet_ntop(s->family, s->ip, buf, (socklen_t)len) == NULL) {
@@ -107,12 +116,15 @@ static void shoal_breaker_str(const shoal_breaker_src_t *s, char *buf, size_t le
     }
 }
 
-/* The entry of sa; created when create is set (the least recently seen entry that is neither
- * trusted nor open makes room). NULL if none. Under the lock. */
+/* The entry of sa; created when create is set. Room for it: a free entry, else the least
+ * recently seen one that is neither trusted nor open, else the least recently seen open one
+ * (a table full of open breakers must not let every newcomer through unrefused: evicted,
+ * that source is counted again from zero, as a newcomer is). NULL only when every entry is
+ * trusted. Under the lock. */
 static shoal_breaker_src_t *shoal_breaker_find(const struct sockaddr *sa, int create,
                                                uint64_t now)
 {
-    int family;
+    int family, vclass = 3; /* the victim's class: 0 free, 1 closed, 2 open, 3 none */
     uint8_t ip[16];
     shoal_breaker_src_t *victim = NULL;
 
@@ -121,21 +133,26 @@ static shoal_breaker_src_t *shoal_breaker_find(const struct sockaddr *sa, int cr
     }
     for (int i = 0; i < SHOAL_BREAKER_SOURCES; i++) {
         shoal_breaker_src_t *s = &shoal_breaker_tab[i];
+        int cls;
         if (s->used && s->family == family && memcmp(s->ip, ip, 16) == 0) {
             s->seen_ns = now;
             return s;
         }
-        if (!s->used) {
-            if (victim == NULL || victim->used) {
-                victim = s;
-            }
-        } else if (s->trust == 0 && s->open_until <= now &&
-                   (victim == NULL || (victim->used && s->seen_ns < victim->seen_ns))) {
+        cls = !s->used ? 0 : s->trust != 0 ? 3 : s->open_until <= now ? 1 : 2;
+        if (cls < vclass || (cls == vclass && cls != 0 && cls != 3 &&
+                             s->seen_ns < victim->seen_ns)) {
             victim = s;
+            vclass = cls;
         }
     }
     if (!create || victim == NULL) {
         return NULL;
+    }
+    if (vclass == 2) {
+        char old[INET6_ADDRSTRLEN];
+        shoal_breaker_str(victim, old, sizeof(old));
+        shoal_trace(TENANT, "breaker table full of open sources: %s is forgotten for a new one",
+                    old);
     }
     memset(victim, 0, sizeof(*victim));
     victim->used = 1;
@@ -189,13 +206,20 @@ int shoal_tenant_breaker_note_fail(const struct sockaddr *src)
     const shoal_tenant_breaker_config_t *cfg = &shoal_tenant_breaker_config;
     uint64_t now = shoal_time_ns();
     unsigned thr = SHOAL_MIN(cfg->fails, (unsigned)SHOAL_BREAKER_RING);
-    int log = 1;
+    int log;
     char ip[INET6_ADDRSTRLEN];
 
     pthread_mutex_lock(&shoal_breaker_lock);
     shoal_breaker_failed++;
     shoal_breaker_src_t *s = shoal_breaker_find(src, 1, now);
-    if (s != NULL) {
+    if (s == NULL) {
+        /* Not an IP address, or every entry trusted: one full line a minute for all such. */
+        log = shoal_breaker_untracked_log_ns == 0 ||
+              now - shoal_breaker_untracked_log_ns >= SHOAL_BREAKER_LOG_NS;
+        if (log) {
+            shoal_breaker_untracked_log_ns = now;
+        }
+    } else {
         s->failed++;
         s->times[s->head] = now;
         s->head = (s->head + 1) % SHOAL_BREAKER_RING;
@@ -297,5 +321,6 @@ void shoal_tenant_breaker_reset(void)
     pthread_mutex_lock(&shoal_breaker_lock);
     memset(shoal_breaker_tab, 0, sizeof(shoal_breaker_tab));
     shoal_breaker_failed = shoal_breaker_refused = shoal_breaker_opened = 0;
+    shoal_breaker_untracked_log_ns = 0;
     pthread_mutex_unlock(&shoal_breaker_lock);
 }

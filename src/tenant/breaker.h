@@ -59,7 +59,8 @@ typedef struct {
 SHOAL_HIDDEN int shoal_tenant_breaker_admit(const struct sockaddr *src);
 /* A failed authentication from src (bad hello, wrong proof, no hello in time, evicted before
  * proving anything). Returns 1 when the caller should log the failure in full (the first one
- * from this source in a minute), 0 when it should only trace it. */
+ * from this source in a minute; for sources the table cannot hold, every entry being
+ * trusted, the first of all of them in a minute), 0 when it should only trace it. */
 SHOAL_HIDDEN int shoal_tenant_breaker_note_fail(const struct sockaddr *src);
 /* src proved the secret: forget its failures, close its breaker. */
 SHOAL_HIDDEN void shoal_tenant_breaker_note_ok(const struct sockaddr *src);
@@ -68,6 +69,10 @@ SHOAL_HIDDEN int shoal_tenant_breaker_is_open(const struct sockaddr *src);
 /* A listener expects a peer at addr (+1) or no longer does (-1). Counted: several
  * communicators may trust one address. */
 SHOAL_HIDDEN void shoal_tenant_breaker_trust(const struct sockaddr *addr, int delta);
+/* 1 if a and b are the same source as the breaker counts them (the IP, an IPv4-mapped IPv6
+ * address as IPv4, no port); 0 otherwise or if either is not an IP address. */
+SHOAL_HIDDEN int shoal_tenant_breaker_same_source(const struct sockaddr *a,
+                                                  const struct sockaddr *b);
 /* Snapshot of the counters; sources: up to max entries (may be NULL), count in *n_p. */
 SHOAL_HIDDEN void shoal_tenant_breaker_stats(shoal_tenant_breaker_stats_t *stats,
                                              shoal_tenant_breaker_source_t *sources, size_t max,

@@ -10,7 +10,9 @@
 #include "tests/tap.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -543,11 +545,170 @@ static void adv_case_breaker(void)
            "a source failing 8 proofs is refused at accept by the breaker; the job forms");
 }
 
+/* A free IPv4 loopback port and a listener on it that never accepts, its backlog full: a
+ * connect to it stalls in the kernel's SYN retries. Returns the listener (and the fillers in
+ * fill[4]), or -1. */
+static int adv_full_backlog(uint16_t *port, int fill[4])
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 0) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &len) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fill[i] >= 0) {
+            (void)!connect(fill[i], (struct sockaddr *)&a, sizeof(a));
+        }
+    }
+    usleep(100 * 1000);
+    *port = ntohs(a.sin_port);
+    return lfd;
+}
+
+/* A root address that takes no connection (its backlog full, as under a SYN flood): the rank
+ * gives up at its SHOAL_TIMEOUT_MS with SHOAL_ERR_TIMEOUT, not after the kernel's SYN retries
+ * (about 2 minutes). */
+static void adv_case_root_unreachable(void)
+{
+    char root_env[64], sec_env[16 + 2 * SHOAL_SECRET_BYTES] = "SHOAL_SECRET=";
+    int fill[4], lfd;
+    uint16_t port;
+    adv_proc_t p;
+    lfd = adv_full_backlog(&port, fill);
+    if (lfd < 0) {
+        tap_skip(1, "no listener on IPv4 loopback");
+        return;
+    }
+    for (int i = 0; i < SHOAL_SECRET_BYTES; i++) {
+        sprintf(sec_env + 13 + 2 * i, "%02x", (unsigned)(0x5a ^ i));
+    }
+    snprintf(root_env, sizeof(root_env), "SHOAL_ROOT=127.0.0.1:%u", port);
+    const char *const env[] = {ADV_T, ADV_J, ADV_E, sec_env, root_env, NULL};
+    adv_spawn(&p, "init", NULL, 1, 2, env, -1);
+    adv_wait(&p, 1, 4 * ADV_TIMEOUT_MS);
+    for (int i = 0; i < 4; i++) {
+        if (fill[i] >= 0) {
+            close(fill[i]);
+        }
+    }
+    close(lfd);
+    adv_diag(&p, 1, "rank");
+    tap_ok(adv_all(&p, 1, "SHOAL_ERR_TIMEOUT", 0) && p.ms < ADV_TIMEOUT_MS + 2000,
+           "a root whose backlog is full: SHOAL_ERR_TIMEOUT after SHOAL_TIMEOUT_MS (%.0f ms)",
+           p.ms);
+}
+
+/* One stranger keeps ADV_FLOOD idle connections to the root from another address (not the
+ * one whose breaker adv_case_breaker opened), and reopens each that the root closes. */
+enum { ADV_FLOOD = 400 };
+typedef struct {
+    shoal_boot_uid_t u;
+    int stop;                  /* atomic */
+    int opened, refused;       /* the thread's; read after the join: refused = a connection
+                                * whose first frame was a refusal (none at accept before the
+                                * per-source limit: every connection was challenged) */
+    int framed[ADV_FLOOD];     /* the thread's: connection i's first frame was read */
+} adv_flood_t;
+
+static int adv_flood_dial(const adv_flood_t *f)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    inet_pton(AF_INET, "127.0.0.3", &a.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        (connect(fd, (const struct sockaddr *)&f->u.root, f->u.root_len) != 0 &&
+         errno != EINPROGRESS)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void *adv_flood_thread(void *arg)
+{
+    adv_flood_t *f = arg;
+    struct pollfd pfd[ADV_FLOOD];
+    int *framed = f->framed;
+    for (int i = 0; i < ADV_FLOOD; i++) {
+        pfd[i] = (struct pollfd){.fd = adv_flood_dial(f), .events = POLLIN};
+        f->opened += pfd[i].fd >= 0;
+        framed[i] = 0;
+    }
+    while (!__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
+        if (poll(pfd, ADV_FLOOD, 20) < 0) {
+            break;
+        }
+        for (int i = 0; i < ADV_FLOOD; i++) {
+            uint8_t buf[256];
+            shoal_boot_frame_t fr;
+            ssize_t n;
+            if (pfd[i].fd >= 0 && pfd[i].revents == 0) {
+                continue;
+            }
+            n = pfd[i].fd >= 0 ? recv(pfd[i].fd, buf, sizeof(buf), MSG_DONTWAIT) : 0;
+            if (n >= (ssize_t)sizeof(fr) && !framed[i]) {
+                memcpy(&fr, buf, sizeof(fr));
+                f->refused += fr.type == SHOAL_BOOT_REFUSED;
+                framed[i] = 1;
+            }
+            if (n > 0 || (n < 0 && errno == EAGAIN)) {
+                continue; /* a challenge: never answered */
+            }
+            if (pfd[i].fd >= 0) {
+                close(pfd[i].fd);
+            }
+            pfd[i].fd = adv_flood_dial(f);
+            f->opened += pfd[i].fd >= 0;
+            framed[i] = 0;
+        }
+    }
+    for (int i = 0; i < ADV_FLOOD; i++) {
+        if (pfd[i].fd >= 0) {
+            close(pfd[i].fd);
+        }
+    }
+    return NULL;
+}
+
+/* The flood above while the job joins: the stranger holds at most its share of the pending
+ * slots, its other connections are refused at accept, and the job forms at once. */
+static void adv_case_source_flood(void)
+{
+    adv_flood_t f;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    pthread_t th;
+    adv_proc_t p[3];
+    double t0;
+    memset(&f, 0, sizeof(f));
+    adv_new_root(&f.u, hex);
+    if (f.u.root.ss_family != AF_INET) {
+        tap_skip(1, "the root is not on IPv4 loopback");
+        return;
+    }
+    pthread_create(&th, NULL, adv_flood_thread, &f);
+    usleep(300 * 1000);
+    t0 = adv_now_ms();
+    adv_job(p, hex, 0, 3, 3);
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(th, NULL);
+    adv_diag(p, 3, "rank");
+    tap_diag("stranger: %d connections opened, %d refused at accept", f.opened, f.refused);
+    tap_ok(adv_all(p, 3, "SHOAL_OK", 1) && adv_all_quick(p, 3) && f.refused > 0,
+           "%d idle connections from one stranger, reopened as they close: the job forms "
+           "(%.0f ms)", ADV_FLOOD, adv_now_ms() - t0);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(19);
+    tap_plan(21);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -567,5 +728,7 @@ int main(int argc, char **argv)
     adv_case_tamper_up();
     adv_case_tamper_down();
     adv_case_breaker();
+    adv_case_root_unreachable();
+    adv_case_source_flood();
     return tap_done();
 }

@@ -1,0 +1,111 @@
+/* The join listeners' circuit breaker (src/tenant/breaker.c): a source opens after
+ * SHOAL_TENANT_BREAKER_FAILS failures, a trusted one never, a proof closes it, and a table
+ * full of open breakers still refuses newcomers (and does not log each of their failures). */
+#include "tenant/breaker.h"
+#include "tests/tap.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct sockaddr_in test_v4(const char *ip, uint16_t port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+}
+
+/* 10.a.b.c for the i-th source of a flood. */
+static struct sockaddr_in test_nth(int i)
+{
+    char ip[32];
+    snprintf(ip, sizeof(ip), "10.%d.%d.%d", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+    return test_v4(ip, 40000);
+}
+
+/* n failures of sa; returns how many of them asked for a full log line. */
+static int test_fail(const struct sockaddr_in *sa, int n)
+{
+    int logged = 0;
+    for (int i = 0; i < n; i++) {
+        logged += shoal_tenant_breaker_note_fail((const struct sockaddr *)sa);
+    }
+    return logged;
+}
+
+static int test_admit(const struct sockaddr_in *sa)
+{
+    return shoal_tenant_breaker_admit((const struct sockaddr *)sa);
+}
+
+int main(void)
+{
+    struct sockaddr_in a = test_v4("192.0.2.7", 1000), a2 = test_v4("192.0.2.7", 2000);
+    struct sockaddr_in t = test_v4("192.0.2.9", 1000), n;
+    struct sockaddr_in6 m = {.sin6_family = AF_INET6, .sin6_port = htons(5)};
+    shoal_tenant_breaker_stats_t st;
+    int logged, refused;
+
+    setenv("SHOAL_DEBUG", "ERROR", 1); /* not a WARN line per opened source */
+    shoal_log_init();
+    shoal_tenant_breaker_config.fails = 8;
+    shoal_tenant_breaker_config.window_ms = 10000;
+    shoal_tenant_breaker_config.cooldown_ms = 60000;
+
+    /* One source: the IP, without the port; an IPv4-mapped IPv6 address is that IPv4. */
+    inet_pton(AF_INET6, "::ffff:192.0.2.7", &m.sin6_addr);
+    tap_ok(shoal_tenant_breaker_same_source((struct sockaddr *)&a, (struct sockaddr *)&a2) &&
+               shoal_tenant_breaker_same_source((struct sockaddr *)&a, (struct sockaddr *)&m) &&
+               !shoal_tenant_breaker_same_source((struct sockaddr *)&a, (struct sockaddr *)&t),
+           "same source: the IP without the port, v4-mapped as v4");
+
+    logged = test_fail(&a, 7);
+    tap_ok(test_admit(&a2) && logged == 1, "7 failures: still admitted, one full log line");
+    test_fail(&a, 1);
+    tap_ok(!test_admit(&a2) && !test_admit(&a), "the 8th opens it: refused (any port)");
+    shoal_tenant_breaker_note_ok((const struct sockaddr *)&a);
+    tap_ok(test_admit(&a), "a proof from it closes it");
+
+    shoal_tenant_breaker_trust((const struct sockaddr *)&t, +1);
+    test_fail(&t, 20);
+    tap_ok(test_admit(&t), "a trusted address never opens");
+    shoal_tenant_breaker_trust((const struct sockaddr *)&t, -1);
+
+    /* Fill the table (256 entries) with open breakers, then newcomers. */
+    shoal_tenant_breaker_reset();
+    for (int i = 0; i < 256; i++) {
+        n = test_nth(i);
+        test_fail(&n, 8);
+    }
+    shoal_tenant_breaker_stats(&st, NULL, 0, NULL);
+    tap_is_int(st.open_now, 256, "256 sources opened: the table is full of open breakers");
+    logged = refused = 0;
+    for (int i = 1000; i < 1040; i++) {
+        n = test_nth(i);
+        logged += test_fail(&n, 20);
+        refused += !test_admit(&n);
+    }
+    tap_is_int(refused, 40, "40 newcomers failing 20 times each: each is refused");
+    tap_is_int(logged, 40, "... with one full log line each, not one per failure");
+    shoal_tenant_breaker_stats(&st, NULL, 0, NULL);
+    tap_ok(st.sources == 256 && st.open_now == 256, "the table stays at 256 open sources");
+
+    /* Every entry trusted: a newcomer is not tracked; its failures log once a minute. */
+    shoal_tenant_breaker_reset();
+    for (int i = 0; i < 256; i++) {
+        n = test_nth(i);
+        shoal_tenant_breaker_trust((const struct sockaddr *)&n, +1);
+    }
+    n = test_nth(5000);
+    logged = test_fail(&n, 30);
+    tap_ok(test_admit(&n) && logged == 1,
+           "a table of trusted addresses: a newcomer is untracked, one full line for 30 failures");
+    for (int i = 0; i < 256; i++) {
+        n = test_nth(i);
+        shoal_tenant_breaker_trust((const struct sockaddr *)&n, -1);
+    }
+    shoal_tenant_breaker_reset();
+    return tap_done();
+}
