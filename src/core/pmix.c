@@ -151,6 +151,9 @@ static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, s
         memcpy(uid->internal, val->data.bo.bytes, sizeof(uid->internal));
     }
     if (val != NULL) {
+        if (val->type == PMIX_BYTE_OBJECT && val->data.bo.bytes != NULL) {
+            shoal_secret_wipe(val->data.bo.bytes, val->data.bo.size); /* the job secret */
+        }
         PMIX_VALUE_RELEASE(val);
     }
     return status;
@@ -187,5 +190,6 @@ shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, shoal_uid_t *uid)
         shoal_info(INIT, "rank %d: unique id exchanged through PMIx (namespace %s)", rank,
                    me.nspace);
     }
+    shoal_secret_wipe(&mine, sizeof(mine));
     return status;
 }

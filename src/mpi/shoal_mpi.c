@@ -47,11 +47,12 @@ shoal_status_t shoal_mpi_comm_init(shoal_comm_t *comm_p, MPI_Comm mpi_comm,
     }
     /* Every rank takes part even when rank 0 failed: the status travels with the id. */
     status = shoal_mpi_check(MPI_Bcast(&msg, (int)sizeof(msg), MPI_BYTE, 0, mpi_comm));
-    if (status != SHOAL_OK) {
-        return status;
+    if (status == SHOAL_OK && msg.status != SHOAL_OK) {
+        status = (shoal_status_t)msg.status;
     }
-    if (msg.status != SHOAL_OK) {
-        return (shoal_status_t)msg.status;
+    if (status == SHOAL_OK) {
+        status = shoal_comm_init(comm_p, nranks, rank, &msg.uid, cfg != NULL ? cfg : &dflt);
     }
-    return shoal_comm_init(comm_p, nranks, rank, &msg.uid, cfg != NULL ? cfg : &dflt);
+    explicit_bzero(&msg, sizeof(msg)); /* the id holds the job secret */
+    return status;
 }

@@ -79,17 +79,23 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
     if (job == NULL || job[0] == '\0') {
         job = shoal_tenant_config.job;
     }
-    SHOAL_CHECK(shoal_tenant_cred_load(&cred, &found));
+    memset(&cred, 0, sizeof(cred));
+    st = shoal_tenant_cred_load(&cred, &found);
+    if (st != SHOAL_OK) {
+        goto out;
+    }
     if (!found && (job == NULL || job[0] == '\0')) {
         job = shoal_cfg_getenv_raw("SLURM_JOB_ID");
     }
-    SHOAL_CHECK(shoal_tenant_name_set("tenant", tenant, out.tenant));
-    SHOAL_CHECK(shoal_tenant_name_set("job", job, out.job));
+    if ((st = shoal_tenant_name_set("tenant", tenant, out.tenant)) != SHOAL_OK ||
+        (st = shoal_tenant_name_set("job", job, out.job)) != SHOAL_OK) {
+        goto out;
+    }
     if (found) {
         /* Only an explicit SHOAL_EPOCH is a claim the credential must match. */
         out.epoch = shoal_cfg_getenv("EPOCH") != NULL ? shoal_tenant_config.epoch : 0;
-    } else {
-        SHOAL_CHECK(shoal_tenant_epoch(&out.epoch));
+    } else if ((st = shoal_tenant_epoch(&out.epoch)) != SHOAL_OK) {
+        goto out;
     }
     /* Explicit field > SHOAL_QOS_CLASS / SHOAL_QOS_WEIGHT; either may only lower: below the
      * credential's (shoal_tenant_cred_apply), else at most SHOAL_QOS_CLASS_MAX / _WEIGHT_MAX. */
@@ -102,13 +108,13 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
 
     /* A credential is the identity: a configured tenant, job or epoch that differs is refused
      * (SHOAL_ERR_PERMISSION), a configured class or weight may only lower the credential's. */
-    if (found) {
-        st = shoal_tenant_cred_apply(&cred, &out);
-        shoal_secret_wipe(&cred, sizeof(cred));
-        SHOAL_CHECK(st);
+    if (found && (st = shoal_tenant_cred_apply(&cred, &out)) != SHOAL_OK) {
+        goto out;
     }
     *id = out;
-    return SHOAL_OK;
+out:
+    shoal_secret_wipe(&cred, sizeof(cred)); /* its MAC is a bearer token */
+    return st;
 }
 
 size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t *buf, size_t len)

@@ -475,7 +475,7 @@ static int shoal_cfg_file_line(char *line, int lineno)
 static void shoal_cfg_file_load(void)
 {
     const char *path = getenv("SHOAL_CONF_FILE");
-    char *line = NULL;
+    char *line = NULL, iobuf[4096];
     size_t cap = 0;
     int lineno = 0;
     FILE *fp;
@@ -488,15 +488,18 @@ static void shoal_cfg_file_load(void)
         shoal_cfg_file_errno = errno;
         return;
     }
+    /* The stream reads into our buffer, wiped after: stdio's own would be freed with the
+     * file's bytes (secrets included) still in it. */
+    setvbuf(fp, iobuf, _IOFBF, sizeof(iobuf));
     while (getline(&line, &cap, fp) >= 0) {
         lineno++;
         if (shoal_cfg_file_line(line, lineno) != 0 && shoal_cfg_file_bad_line == 0)
             shoal_cfg_file_bad_line = lineno;
+        shoal_secret_wipe(line, cap); /* a line may hold a secret; getline may move it */
     }
-    if (line != NULL)
-        shoal_secret_wipe(line, cap); /* the last line read may hold a secret */
     free(line);
     fclose(fp);
+    shoal_secret_wipe(iobuf, sizeof(iobuf));
 }
 
 static const char *shoal_cfg_file_lookup(const char *name)
