@@ -444,7 +444,7 @@ static shoal_status_t shoal_shmd_wait_slow(struct shoal_comm *comm, const shoal_
             char msg[160];
             const char *m = "waiting in the intra-node path";
             if (((spins + 1) & 255) == 0 || stopping) {
-                snprintf(msg, sizeof(msg), "for peer %d (%s) to say it %s", peer,
+                snprintf(msg, sizeof(msg), "waiting for peer %d (%s) to say it %s", peer,
                          shoal_comm_peer_host(comm, peer), r->what);
                 m = msg;
             }

@@ -57,10 +57,14 @@ const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank)
     return comm->peers[rank].host;
 }
 
-/* 0 if the process is gone or a zombie (killed, not yet reaped by its parent). */
+/* 0 if the process is gone, a zombie (killed, not yet reaped by its parent) or exiting (the
+ * kernel's PF_EXITING in the flags of /proc/PID/stat: a SIGKILLed process closes its sockets
+ * while its state still reads R, and a peer that sees the close must not take it for alive
+ * and blame another rank). */
 static int shoal_comm_pid_alive(pid_t pid)
 {
-    char path[64], buf[512], *rp;
+    char path[64], buf[512], *rp, state;
+    unsigned flags;
     ssize_t n;
     int fd;
 
@@ -79,7 +83,10 @@ static int shoal_comm_pid_alive(pid_t pid)
     }
     buf[n] = '\0';
     rp = strrchr(buf, ')');
-    return rp == NULL || rp[1] == '\0' || (rp[2] != 'Z' && rp[2] != 'X');
+    if (rp == NULL || sscanf(rp + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
+        return 1;
+    }
+    return state != 'Z' && state != 'X' && (flags & 0x4u) == 0; /* 0x4: PF_EXITING */
 }
 
 /* A process of this host that is gone, or -1. Only a hint for the error sentence. */
@@ -143,13 +150,46 @@ shoal_status_t shoal_comm_set_failed(struct shoal_comm *comm, shoal_status_t sta
     return status;
 }
 
+/* The issue order's ticket when nobody holds or waits for it (ticket_next == ticket_serving),
+ * without blocking: 1 if taken (release with shoal_comm_ticket_release), 0 if busy. Tickets
+ * only grow, so the compare-and-swap cannot succeed on a stale pair. */
+static int shoal_comm_ticket_try(struct shoal_comm *comm)
+{
+    uint64_t serving = __atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST);
+    uint64_t expect = serving;
+    return __atomic_compare_exchange_n(&comm->ticket_next, &expect, serving + 1, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* An abort that no call has turned into a failure yet (it came between calls): fail the
+ * communicator now, which sends the transports' failure notices, so that the peers fail at
+ * once instead of at their timeout. That needs the transports' one driver: the caller holds
+ * the ticket (held), or takes it here if nobody holds it; if a call holds it, that call's
+ * wait sees the abort and fails the communicator itself. */
+static void shoal_comm_abort_fail(struct shoal_comm *comm, int held)
+{
+    if (!shoal_comm_aborted(comm) || shoal_comm_fatal(comm) != SHOAL_OK ||
+        (!held && !shoal_comm_ticket_try(comm))) {
+        return;
+    }
+    (void)shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
+                                "aborted by the application");
+    if (!held) {
+        shoal_comm_ticket_release(comm);
+    }
+}
+
 shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm)
 {
     shoal_status_t fatal = shoal_comm_fatal(comm);
     if (fatal != SHOAL_OK) {
         return fatal;
     }
-    return shoal_comm_aborted(comm) ? SHOAL_ERR_ABORTED : SHOAL_OK;
+    if (SHOAL_UNLIKELY(shoal_comm_aborted(comm))) {
+        shoal_comm_abort_fail(comm, 0); /* not with the ticket held: see ticket_wait */
+        return SHOAL_ERR_ABORTED;
+    }
+    return SHOAL_OK;
 }
 
 /* ---- issue-order execution ---------------------------------------------------------- */
@@ -189,6 +229,9 @@ shoal_status_t shoal_comm_ticket_wait(struct shoal_comm *comm, uint64_t ticket)
 {
     if (SHOAL_UNLIKELY(__atomic_load_n(&comm->ticket_serving, __ATOMIC_ACQUIRE) != ticket)) {
         shoal_comm_ticket_sleep(comm, ticket);
+    }
+    if (SHOAL_UNLIKELY(shoal_comm_aborted(comm))) {
+        shoal_comm_abort_fail(comm, 1);
     }
     return shoal_comm_check_usable(comm);
 }
@@ -853,6 +896,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_proxy_stop(comm);
+    shoal_comm_abort_fail(comm, 0); /* an abort the peers were not told of yet */
     shoal_qos_pace_comm_fini(comm);
     shoal_comm_assembly.fini(comm);
     for (int t = 0; t < comm->ntls; t++) {
@@ -902,6 +946,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
     pthread_mutex_unlock(&comm->exec_lock);
     shoal_info(CORE, "rank %d: communicator %08x aborted by the application", comm->rank,
                comm->comm_id);
+    shoal_comm_abort_fail(comm, 0); /* idle: the peers are told now */
     return SHOAL_OK;
 }
 
@@ -939,17 +984,6 @@ const char *shoal_comm_last_error(shoal_comm_t comm)
 }
 
 /* ---- asynchronous error ------------------------------------------------------------------ */
-
-/* The issue order's ticket when nobody holds or waits for it (ticket_next == ticket_serving),
- * without blocking: 1 if taken (release with shoal_comm_ticket_release), 0 if busy. Tickets
- * only grow, so the compare-and-swap cannot succeed on a stale pair. */
-static int shoal_comm_ticket_try(struct shoal_comm *comm)
-{
-    uint64_t serving = __atomic_load_n(&comm->ticket_serving, __ATOMIC_SEQ_CST);
-    uint64_t expect = serving;
-    return __atomic_compare_exchange_n(&comm->ticket_next, &expect, serving + 1, 0,
-                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-}
 
 /* A local peer whose process is gone, or -1. Reads only what init wrote: any thread. */
 static int shoal_comm_gone_local_peer(struct shoal_comm *comm)

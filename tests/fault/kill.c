@@ -18,6 +18,10 @@
  *                     itself and the survivors poll it without a collective: it must become
  *                     SHOAL_ERR_PEER_FAILED naming the victim ("idle R: status NAME after X ms
  *                     since the last call: <sentence>").
+ *   kill idleabort    rank 0 aborts the communicator between calls (none in flight), makes
+ *                     one more call ("idleabort 0: later call NAME") and lives on for 3 s; the
+ *                     others' next call (200 ms later) must fail at once, told by rank 0:
+ *                     "idleabort R: status NAME after X ms: <sentence>".
  *   kill loop [MiB]   every rank loops over AllReduces (printing "looping" once the first
  *                     completed) until one fails or 60 s pass, then prints "survivor R:
  *                     status NAME after X ms: <sentence>"; exits 0 if an AllReduce failed.
@@ -239,6 +243,35 @@ static int kill_mode_idle(kill_ctx_t *k, size_t count)
     return ok ? 0 : 1;
 }
 
+static int kill_mode_idleabort(kill_ctx_t *k, size_t count)
+{
+    float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
+    shoal_status_t st;
+    double t0;
+
+    if (s == NULL || r == NULL) {
+        return 2;
+    }
+    st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+    if (k->rank == 0) {
+        shoal_comm_abort(k->comm);
+        st = shoal_barrier(k->comm, NULL);
+        printf("idleabort 0: later call %s\n", shoal_status_name(st));
+        fflush(stdout);
+        kill_sleep_ms(3000); /* alive: the others must learn of the abort, not of an exit */
+    } else if (st == SHOAL_OK) {
+        kill_sleep_ms(KILL_ABORT_DELAY_MS);
+        t0 = kill_now_ms();
+        st = shoal_barrier(k->comm, NULL);
+        printf("idleabort %d: status %s after %.0f ms: %s\n", k->rank, shoal_status_name(st),
+               kill_now_ms() - t0, st == SHOAL_OK ? "no error" : shoal_comm_last_error(k->comm));
+        fflush(stdout);
+    }
+    free(s);
+    free(r);
+    return 0;
+}
+
 static int kill_mode_loop(kill_ctx_t *k, size_t count)
 {
     float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
@@ -289,10 +322,12 @@ int main(int argc, char **argv)
         rc = kill_mode_abort(&k, count);
     } else if (strcmp(mode, "idle") == 0) {
         rc = kill_mode_idle(&k, count);
+    } else if (strcmp(mode, "idleabort") == 0) {
+        rc = kill_mode_idleabort(&k, count);
     } else if (strcmp(mode, "loop") == 0) {
         rc = kill_mode_loop(&k, count);
     } else {
-        fprintf(stderr, "usage: kill kill|abort|idle|loop [MiB]\n");
+        fprintf(stderr, "usage: kill kill|abort|idle|idleabort|loop [MiB]\n");
         rc = 2;
     }
     shoal_comm_destroy(k.comm);

@@ -11,6 +11,8 @@
 #  - idle: shoal_comm_get_async_error's answers (healthy, NULL arguments, aborted), then the
 #    last rank dies while every rank is idle: the survivors, calling no collective, must see
 #    SHOAL_ERR_PEER_FAILED naming it from shoal_comm_get_async_error within 2 s.
+#  - idle abort: rank 0 aborts between calls (nothing in flight) and lives on; the others' next
+#    call must fail within 1 s, told by rank 0's failure notice (shm, tcp, ucx where usable).
 # Environment: top_builddir (set by make check), KILL_TIMEOUT_MS (the jobs' SHOAL_TIMEOUT_MS,
 # default 5000; tests/vm's sanitized run gives its slow 4-rank start more), KILL_REPEAT (runs
 # per kill case, default 1),
@@ -168,6 +170,35 @@ idle_case() {
     fi
 }
 
+# idleabort_case TRANSPORT NRANKS: rank 0 aborts between calls and lives on; the others' next
+# call fails within 1 s, told by rank 0 (not at their timeout, not by its exit).
+idleabort_case() {
+    label="idle abort ${1:-shm} n=$2"
+    launch "$label" "$2" "$1" idleabort 0
+    if grep -q '^idleabort 0: later call SHOAL_ERR_ABORTED$' "$tmp/out"; then
+        tap OK "$label: rank 0's call after its abort: SHOAL_ERR_ABORTED"
+    else
+        tap FAIL "$label: rank 0's call after its abort: $(grep '^idleabort 0:' "$tmp/out")"
+    fi
+    r=1
+    while [ $r -lt "$2" ]; do
+        line=$(grep "^idleabort $r: " "$tmp/out")
+        ms=$(echo "$line" | sed -n 's/^idleabort [0-9]*: status SHOAL_ERR_PEER_FAILED after \([0-9]*\) ms: .*/\1/p')
+        if [ -z "$ms" ] || ! echo "$line" | grep -q 'because of rank 0'; then
+            tap FAIL "$label: rank $r: ${line:-no verdict}"
+        elif [ "$ms" -gt 1000 ]; then
+            tap FAIL "$label: rank $r learned of the abort after $ms ms (limit 1000)"
+        else
+            tap OK "$label: rank $r: SHOAL_ERR_PEER_FAILED after $ms ms, told that rank 0 failed"
+        fi
+        r=$((r + 1))
+    done
+    if [ "$rc" -ne 0 ]; then
+        tap FAIL "$label: shoalrun exited $rc"
+        dump_err
+    fi
+}
+
 kill_tls="shm tcp"
 if "$builddir/shoal_info" -b 2>/dev/null | grep -q "ucx *usable: yes"; then
     kill_tls="shm tcp ucx"
@@ -206,5 +237,10 @@ for tl in "" tcp; do
     abort_case "$tl" 2 0
     abort_case "$tl" 2 8
     abort_case "$tl" 3 8
+done
+for tl in ${KILL_TRANSPORTS:-$kill_tls}; do
+    [ "${KILL_ABORT:-1}" = 0 ] || [ "${KILL_ONLY_LAZY:-0}" = 1 ] && break
+    [ "$tl" = shm ] && tl=""
+    idleabort_case "$tl" 3
 done
 tap_plan
