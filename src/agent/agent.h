@@ -235,6 +235,7 @@ typedef struct {
     uint64_t ledger_next_try_ns;           /* monotonic */
     int ledger_backoff_ms;
     uint64_t ledger_commits, ledger_failures, ledger_records;
+    uint64_t ledger_dropped;         /* malformed records and cursors dropped (logged) */
     struct shoald_batch *pending;          /* minutes waiting for the ledger, oldest first */
     unsigned npending;
     int64_t next_boundary;                 /* unix seconds of the next minute boundary */

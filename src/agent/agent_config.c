@@ -65,8 +65,9 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "also export per-rank series (label rank); off by default to bound cardinality"},
     {.name = "allow_uncredentialed", .dflt = "no", .type = SHOAL_CFG_BOOL,
      .offset = offsetof(shoald_config_t, allow_uncredentialed),
-     .doc = "accept pages that carry no credential and claim no tenant (metered as tenant "
-            "\"\"); a page that claims a tenant always needs a credential"},
+     .doc = "accept pages that carry no credential and claim no tenant (metered and billed "
+            "as tenant uid=N, N the rank's uid); a page that claims a tenant always needs a "
+            "credential"},
     {.name = "abuse_max_refused", .dflt = "10", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoald_config_t, abuse_max_refused),
      .doc = "a tenant or uid with more refused registrations (auth failures included) in one "

@@ -522,6 +522,45 @@ err_oom:
 }
 
 /* Writes pending batches in order while the ledger takes them. */
+/* Removes the records and cursors of b that no commit would take (logged in full, so that
+ * a provider can bill them by hand); returns how many. Such a record means a defect of the
+ * agent; kept, it would hold every later minute of every job in memory for ever. */
+static size_t shoald_batch_drop_malformed(shoald_t *a, shoald_batch_t *b)
+{
+    size_t i, k = 0, dropped = 0;
+
+    for (i = 0; i < b->nrecs; i++) {
+        const shoal_ledger_record_t *r = &b->recs[i];
+
+        if (shoal_ledger_record_ok(r)) {
+            b->recs[k++] = *r;
+            continue;
+        }
+        dropped++;
+        shoal_error(METER, "ledger: dropping a malformed record that no commit takes: tenant "
+                    "'%.*s' job '%.*s' class '%.*s' minute %lld: %.3f GPU-seconds, %llu bytes "
+                    "same host, %llu cross host, %llu operations, %.3f s in collectives",
+                    (int)sizeof(r->tenant), r->tenant, (int)sizeof(r->job), r->job,
+                    (int)sizeof(r->qos_class), r->qos_class, (long long)r->minute,
+                    r->gpu_seconds, (unsigned long long)r->bytes_same_host,
+                    (unsigned long long)r->bytes_cross_host, (unsigned long long)r->ops,
+                    r->coll_seconds);
+    }
+    b->nrecs = k;
+    for (i = 0, k = 0; i < b->ncurs; i++) {
+        if (shoal_ledger_cursor_ok(&b->curs[i])) {
+            b->curs[k++] = b->curs[i];
+            continue;
+        }
+        dropped++;
+        shoal_error(METER, "ledger: dropping a malformed cursor (key '%.*s')",
+                    (int)sizeof(b->curs[i].key), b->curs[i].key);
+    }
+    b->ncurs = k;
+    a->ledger_dropped += dropped;
+    return dropped;
+}
+
 static void shoald_ledger_flush(shoald_t *a)
 {
     shoald_batch_t *b;
@@ -541,7 +580,10 @@ static void shoald_ledger_flush(shoald_t *a)
             shoal_warn(METER, "ledger commit of minute %lld (%zu records) failed: %s; %u "
                        "minutes held in memory, retrying in %d ms", (long long)b->minute,
                        b->nrecs, shoal_strerror(st), a->npending, a->ledger_backoff_ms);
-            if (st == SHOAL_ERR_INVALID_ARG) {
+            if (st == SHOAL_ERR_INVALID_ARG && shoald_batch_drop_malformed(a, b) > 0) {
+                /* a batch that can never be written would hold every later minute back */
+                a->ledger_next_try_ns = shoal_deadline_ns(0);
+            } else if (st == SHOAL_ERR_INVALID_ARG) {
                 /* a record's minute exists already (another agent wrote it): move ours after
                  * the stored one (and after the batch's earlier minutes of its job), so the
                  * counters still reach the ledger once */

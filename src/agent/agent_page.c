@@ -243,10 +243,20 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
                                shoald_page_t **page_p)
 {
     uint64_t now = shoald_unix_ns(), start = shoald_proc_start_ns(pid);
+    const char *tenant = snap->tenant;
+    char uid_tenant[SHOALD_NAME_MAX];
     shoald_page_t *p;
     shoald_job_t *j;
 
-    j = shoald_job_get(a, snap->tenant, snap->job, class_name);
+    if (tenant[0] == '\0') {
+        /* An uncredentialed page (allow_uncredentialed) is metered and billed as tenant
+         * "uid=N": the ledger needs a name (a record of tenant "" was refused, and held every
+         * later minute back), and no configured tenant can be called so ('=' is not allowed
+         * in one). */
+        snprintf(uid_tenant, sizeof(uid_tenant), "uid=%u", (unsigned)uid);
+        tenant = uid_tenant;
+    }
+    j = shoald_job_get(a, tenant, snap->job, class_name);
     p = calloc(1, sizeof(*p));
     if (j == NULL || p == NULL) {
         free(p);

@@ -376,6 +376,11 @@ static void shoald_prom_agent(shoald_t *a, shoald_text_t *t)
                        "Ledger records written.");
     shoald_text_printf(t, "shoal_ledger_records_total %llu\n",
                        (unsigned long long)a->ledger_records);
+    shoald_prom_family(t, "shoal_ledger_dropped_total", "counter",
+                       "Malformed records and cursors dropped instead of written (an agent "
+                       "defect; each is logged in full).");
+    shoald_text_printf(t, "shoal_ledger_dropped_total %llu\n",
+                       (unsigned long long)a->ledger_dropped);
 }
 
 void shoald_prom_render(shoald_t *a, const char *tenant, shoald_text_t *t)

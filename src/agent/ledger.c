@@ -332,6 +332,25 @@ static int shoal_ledger_name_ok(const char *s, size_t size)
     return len > 0 && len < size;
 }
 
+int shoal_ledger_record_ok(const shoal_ledger_record_t *r)
+{
+    return shoal_ledger_name_ok(r->tenant, sizeof(r->tenant)) &&
+           shoal_ledger_name_ok(r->job, sizeof(r->job)) &&
+           shoal_ledger_name_ok(r->qos_class, sizeof(r->qos_class)) && r->minute >= 0 &&
+           isfinite(r->gpu_seconds) && r->gpu_seconds >= 0 && isfinite(r->coll_seconds) &&
+           r->coll_seconds >= 0;
+}
+
+int shoal_ledger_cursor_ok(const shoal_ledger_cursor_t *c)
+{
+    int named = c->tenant[0] != '\0' || c->job[0] != '\0';
+
+    return shoal_ledger_name_ok(c->key, sizeof(c->key)) &&
+           c->ncounters <= (int)SHOAL_ARRAY_SIZE(c->counters) &&
+           (!named || (shoal_ledger_name_ok(c->tenant, sizeof(c->tenant)) &&
+                       shoal_ledger_name_ok(c->job, sizeof(c->job))));
+}
+
 static shoal_status_t shoal_ledger_check_batch(const shoal_ledger_record_t *recs, size_t n,
                                                const shoal_ledger_cursor_t *cursors,
                                                size_t ncursors)
@@ -339,11 +358,7 @@ static shoal_status_t shoal_ledger_check_batch(const shoal_ledger_record_t *recs
     for (size_t i = 0; i < n; i++) {
         const shoal_ledger_record_t *r = &recs[i];
 
-        if (!shoal_ledger_name_ok(r->tenant, sizeof(r->tenant)) ||
-            !shoal_ledger_name_ok(r->job, sizeof(r->job)) ||
-            !shoal_ledger_name_ok(r->qos_class, sizeof(r->qos_class)) || r->minute < 0 ||
-            !isfinite(r->gpu_seconds) || r->gpu_seconds < 0 || !isfinite(r->coll_seconds) ||
-            r->coll_seconds < 0) {
+        if (!shoal_ledger_record_ok(r)) {
             shoal_error(METER, "ledger: record %zu of the commit is malformed (empty or "
                         "unterminated name, negative minute or seconds)", i);
             return SHOAL_ERR_INVALID_ARG;
@@ -358,13 +373,7 @@ static shoal_status_t shoal_ledger_check_batch(const shoal_ledger_record_t *recs
         }
     }
     for (size_t i = 0; i < ncursors; i++) {
-        const shoal_ledger_cursor_t *c = &cursors[i];
-        int named = c->tenant[0] != '\0' || c->job[0] != '\0';
-
-        if (!shoal_ledger_name_ok(c->key, sizeof(c->key)) ||
-            c->ncounters > (int)SHOAL_ARRAY_SIZE(c->counters) ||
-            (named && (!shoal_ledger_name_ok(c->tenant, sizeof(c->tenant)) ||
-                       !shoal_ledger_name_ok(c->job, sizeof(c->job))))) {
+        if (!shoal_ledger_cursor_ok(&cursors[i])) {
             shoal_error(METER, "ledger: cursor %zu of the commit is malformed", i);
             return SHOAL_ERR_INVALID_ARG;
         }

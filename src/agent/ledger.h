@@ -75,6 +75,11 @@ void shoal_ledger_close(shoal_ledger_t *ledger);
  * reconnects). */
 shoal_status_t shoal_ledger_commit(shoal_ledger_t *ledger, shoal_ledger_record_t *recs, size_t n,
                                    const shoal_ledger_cursor_t *cursors, size_t ncursors);
+/* 1 if shoal_ledger_commit would take this record (names set and terminated, minute and
+ * seconds not negative, seconds finite) or cursor (key set, ncounters at most the maximum, job
+ * named in full or not at all); a batch that holds one that is not is refused whole. */
+int shoal_ledger_record_ok(const shoal_ledger_record_t *r);
+int shoal_ledger_cursor_ok(const shoal_ledger_cursor_t *c);
 /* The stored cursor of key; SHOAL_ERR_INVALID_ARG when there is none. */
 shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
                                    shoal_ledger_cursor_t *cursor);

@@ -316,7 +316,31 @@ ok $? "the new agent found the killed rank's page open in the ledger and its pro
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key LIKE '%:$R6C:%'")" 0 \
     "its cursor was deleted"
 
-# 52-54: the chain, a clean stop
+# 52-54: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
+# credentialed job; neither holds the other back (a record of tenant "" was refused by the
+# ledger and kept every later minute in memory)
+stop_agent
+base_conf "$T/conf_anon" "ledger_url=$URL" "ledger_key_file=$T/ledger.key" "minute_seconds=2" \
+    "allow_uncredentialed=yes"
+start_agent "$T/conf_anon"
+timeout -s KILL 30 "$MC" --sock "$SOCK" --job anon --ngpus 1 --tick 20 --hold 3 \
+    >"$T/r7.out" 2>&1 &
+R7=$!
+timeout -s KILL 30 "$MC" --sock "$SOCK" --tenant acme --job paid --cred "$(cred acme paid)" \
+    --ngpus 1 --tick 20 --hold 3 >"$T/r8.out" 2>&1
+wait "$R7"
+wait_minutes 2
+scrape >/dev/null
+is "$(metric shoal_ledger_pending_batches):$(metric shoal_ledger_dropped_total)" "0:0" \
+    "uncredentialed beside credentialed: no minute held back, nothing dropped" "$T/agent.log"
+uid=$(id -u)
+is "$(sum_ops "uid=$uid" anon):$(sum_ops acme paid)" \
+    "$(final_of ops "$T/r7.out"):$(final_of ops "$T/r8.out")" \
+    "the uncredentialed job is billed as tenant uid=$uid, the credentialed one as acme, exactly"
+minutes_ok "uid=$uid" anon 1
+ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon))"
+
+# 55-57: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
