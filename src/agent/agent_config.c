@@ -114,7 +114,7 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
     {.name = "qos_tc", .dflt = "none", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_tc),
      .doc = "shoal-tc.sh to run at start (htb class per tenant on qos_tc_dev) and stop "
-            "(removed); none: no tc"},
+            "(removed); none: no tc; needs qos_tc_dev"},
     {.name = "qos_tc_dev", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_tc_dev),
      .doc = "interfaces for qos_tc, comma-separated"},
@@ -458,6 +458,22 @@ shoal_status_t shoald_config_load(shoald_config_t *cfg, const char *path)
     return SHOAL_OK;
 }
 
+/* The QoS keys that depend on each other (an empty value is stored as NULL). */
+static shoal_status_t shoald_config_qos_check(const shoald_config_t *cfg)
+{
+    if (cfg->qos_tc == NULL || strcmp(cfg->qos_tc, "none") == 0)
+        return SHOAL_OK;
+    if (cfg->qos_tc_dev == NULL) {
+        fprintf(stderr, "shoald: qos_tc needs qos_tc_dev (the interfaces, comma-separated)\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (cfg->qos_tc_link_rate == NULL) {
+        fprintf(stderr, "shoald: qos_tc needs qos_tc_link_rate (a tc rate, e.g. 1gbit)\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
 /* After the command line overrides: reads the key and token files. */
 shoal_status_t shoald_config_keys(shoald_config_t *cfg)
 {
@@ -473,6 +489,8 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
         fprintf(stderr, "shoald: rejoin_wait must be 0..600s\n");
         return SHOAL_ERR_INVALID_ARG;
     }
+    if (shoald_config_qos_check(cfg) != SHOAL_OK)
+        return SHOAL_ERR_INVALID_ARG;
     if (cfg->listen == NULL || cfg->listen[0] != '/') {
         fprintf(stderr, "shoald: listen must be an absolute socket path\n");
         return SHOAL_ERR_INVALID_ARG;

@@ -683,7 +683,8 @@ shoal_status_t shoald_qos_start(shoald_t *a)
     a->qos = q;
     q->capacity[SHOALD_QOS_SAME] = (double)cfg->qos_capacity_shm;
     q->capacity[SHOALD_QOS_NIC] = (double)cfg->qos_capacity_net;
-    if (cfg->qos_tc != NULL && strcmp(cfg->qos_tc, "none") != 0 && cfg->qos_tc_dev[0] != '\0') {
+    if (cfg->qos_tc != NULL && strcmp(cfg->qos_tc, "none") != 0 && cfg->qos_tc_dev != NULL &&
+        cfg->qos_tc_dev[0] != '\0') {
         q->tc_devs = shoald_qos_tc_setup(a);
         if (q->tc_devs > 0)
             q->capacity[SHOALD_QOS_NIC] = 0; /* the kernel divides the link */

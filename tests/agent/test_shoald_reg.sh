@@ -11,7 +11,7 @@ need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 uid=$(id -u)
 
-# 1-3: the configuration file: --help-config, an unknown key, a bad value
+# 1-4: the configuration file: --help-config, an unknown key, bad values
 "$SHOALD" --help-config >"$T/help" 2>&1
 grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
@@ -25,6 +25,11 @@ printf 'tenant.acme.class=gold\n' >"$T/bad2.conf"
 timeout -k 5 10 "$SHOALD" -c "$T/bad2.conf" >"$T/bad.out" 2>&1
 [ $? -eq 1 ] && grep -q "bad2.conf:1: class must be reserved or spot" "$T/bad.out"
 ok $? "a bad tenant class is an error naming the line" "$T/bad.out"
+# qos_tc without its interfaces: a config error (it crashed the arbiter's start)
+base_conf "$T/bad3.conf" "qos_rates_dir=$T/qos" "qos_tc=/bin/true" "qos_tc_dev="
+timeout -k 5 10 "$SHOALD" -c "$T/bad3.conf" >"$T/bad.out" 2>&1
+[ $? -eq 1 ] && grep -q "qos_tc needs qos_tc_dev" "$T/bad.out"
+ok $? "qos_tc without qos_tc_dev is a config error (exit 1)" "$T/bad.out"
 
 base_conf "$T/conf" "tenant.gamma.uids=$((uid + 4242))" "abuse_max_refused=5" \
     "reg_timeout=500ms" "max_pending=8"
