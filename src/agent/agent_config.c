@@ -101,7 +101,7 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
     {.name = "qos_period", .dflt = "100ms", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoald_config_t, qos_period_ms),
      .doc = "QoS arbiter: how often the active tenants' shares are computed and published "
-            "(ms, s); also the rates pages' heartbeat"},
+            "(ms, s; 1ms..60s); also the rates pages' heartbeat"},
     {.name = "qos_capacity_shm", .dflt = "0", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoald_config_t, qos_capacity_shm),
      .doc = "payload bytes/s the tenants' same-host traffic (shared memory, loopback) may "
@@ -458,9 +458,14 @@ shoal_status_t shoald_config_load(shoald_config_t *cfg, const char *path)
     return SHOAL_OK;
 }
 
-/* The QoS keys that depend on each other (an empty value is stored as NULL). */
+/* qos_period's range, and the keys qos_tc needs (an empty value is stored as NULL). */
 static shoal_status_t shoald_config_qos_check(const shoald_config_t *cfg)
 {
+    /* 0, inf and negatives (-1) would make the arbiter's wait 0: a busy loop */
+    if (cfg->qos_period_ms < 1 || cfg->qos_period_ms > 60000) {
+        fprintf(stderr, "shoald: qos_period must be 1ms..60s\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
     if (cfg->qos_tc == NULL || strcmp(cfg->qos_tc, "none") == 0)
         return SHOAL_OK;
     if (cfg->qos_tc_dev == NULL) {

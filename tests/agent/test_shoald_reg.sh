@@ -11,7 +11,7 @@ need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 uid=$(id -u)
 
-# 1-4: the configuration file: --help-config, an unknown key, bad values
+# 1-5: the configuration file: --help-config, an unknown key, bad values
 "$SHOALD" --help-config >"$T/help" 2>&1
 grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
@@ -30,6 +30,15 @@ base_conf "$T/bad3.conf" "qos_rates_dir=$T/qos" "qos_tc=/bin/true" "qos_tc_dev="
 timeout -k 5 10 "$SHOALD" -c "$T/bad3.conf" >"$T/bad.out" 2>&1
 [ $? -eq 1 ] && grep -q "qos_tc needs qos_tc_dev" "$T/bad.out"
 ok $? "qos_tc without qos_tc_dev is a config error (exit 1)" "$T/bad.out"
+# qos_period out of 1ms..60s (0 and inf made the agent spin at 100% CPU)
+bad=""
+for v in 0 inf -5 60001ms; do
+    base_conf "$T/bad4.conf" "qos_rates_dir=$T/qos" "qos_capacity_shm=1g" "qos_period=$v"
+    timeout -k 5 10 "$SHOALD" -c "$T/bad4.conf" >"$T/bad.out" 2>&1
+    brc=$?
+    [ $brc -eq 1 ] && grep -q "qos_period must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
+done
+is "$bad" "" "qos_period=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
 
 base_conf "$T/conf" "tenant.gamma.uids=$((uid + 4242))" "abuse_max_refused=5" \
     "reg_timeout=500ms" "max_pending=8"
