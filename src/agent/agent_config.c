@@ -338,6 +338,11 @@ static int shoald_cfg_set(shoald_config_t *cfg, const char *key, const char *val
             cfg->socket_mode = (unsigned)mode;
             return 0;
         }
+        if (strcmp(f->name, "qos_spot_cpu") == 0 && strcmp(value, "idle") != 0 &&
+            strcmp(value, "nice") != 0 && strcmp(value, "none") != 0) {
+            *why = "qos_spot_cpu must be idle, nice or none";
+            return -1;
+        }
         if (shoal_cfg_parse_value(f, value, (char *)cfg + f->offset) != 0) {
             *why = "bad value for the key's type";
             return -1;

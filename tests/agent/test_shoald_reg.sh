@@ -11,7 +11,7 @@ need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 uid=$(id -u)
 
-# 1-5: the configuration file: --help-config, an unknown key, bad values
+# 1-6: the configuration file: --help-config, an unknown key, bad values
 "$SHOALD" --help-config >"$T/help" 2>&1
 grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
@@ -39,6 +39,16 @@ for v in 0 inf -5 60001ms; do
     [ $brc -eq 1 ] && grep -q "qos_period must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
 done
 is "$bad" "" "qos_period=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
+# qos_spot_cpu: idle, nice or none (anything else was taken as none)
+bad=""
+for v in idel SCHED_IDLE ""; do
+    base_conf "$T/bad5.conf" "qos_spot_cpu=$v"
+    timeout -k 5 10 "$SHOALD" -c "$T/bad5.conf" >"$T/bad.out" 2>&1
+    brc=$?
+    [ $brc -eq 1 ] && grep -q "bad5.conf:9: qos_spot_cpu must be idle, nice or none" "$T/bad.out" ||
+        bad="$bad '$v':$brc"
+done
+is "$bad" "" "qos_spot_cpu=idel, SCHED_IDLE or empty is a config error naming the line"
 
 base_conf "$T/conf" "tenant.gamma.uids=$((uid + 4242))" "abuse_max_refused=5" \
     "reg_timeout=500ms" "max_pending=8"
