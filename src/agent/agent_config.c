@@ -34,7 +34,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
             "picks a free one; none: no HTTP)"},
     {.name = "minute_seconds", .dflt = "60", .type = SHOAL_CFG_INT,
      .offset = offsetof(shoald_config_t, minute_seconds),
-     .doc = "length of a billing minute in seconds (tests shorten it; --minute-seconds)"},
+     .doc = "length of a billing minute in seconds, 1..3600 (tests shorten it; "
+            "--minute-seconds)"},
     {.name = "ledger_url", .dflt = "sqlite:///var/lib/shoal/ledger.db", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, ledger_url),
      .doc = "billing ledger: sqlite:///path or postgresql://user@host:port/db; none: no "

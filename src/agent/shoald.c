@@ -98,6 +98,7 @@ static int shoald_args(int argc, char **argv, shoald_args_t *o)
         {NULL, 0, NULL, 0},
     };
     char *end;
+    long v;
     int c;
 
     while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
@@ -108,11 +109,14 @@ static int shoald_args(int argc, char **argv, shoald_args_t *o)
         case O_LEDGER: o->ledger = optarg; break;
         case O_READY: o->ready = optarg; break;
         case O_MINUTE:
-            o->minute_seconds = (int)strtol(optarg, &end, 10);
-            if (*end != '\0' || o->minute_seconds < 1) {
-                fprintf(stderr, "shoald: --minute-seconds takes a positive integer\n");
+            errno = 0;
+            v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || errno != 0 || v < 1 || v > 3600) {
+                fprintf(stderr, "shoald: --minute-seconds takes 1..3600 (seconds), not '%s'\n",
+                        optarg);
                 return 2;
             }
+            o->minute_seconds = (int)v;
             break;
         case O_HELPCFG: shoald_config_help(stdout); return 0;
         case O_VERSION: printf("shoald %s\n", PACKAGE_VERSION); return 0;

@@ -11,7 +11,7 @@ need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 uid=$(id -u)
 
-# 1-6: the configuration file: --help-config, an unknown key, bad values
+# 1-7: the configuration file: --help-config, an unknown key, bad values
 "$SHOALD" --help-config >"$T/help" 2>&1
 grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
@@ -49,6 +49,16 @@ for v in idel SCHED_IDLE ""; do
         bad="$bad '$v':$brc"
 done
 is "$bad" "" "qos_spot_cpu=idel, SCHED_IDLE or empty is a config error naming the line"
+# --minute-seconds: 1..3600, a usage error (exit 2) otherwise; 4294967297 wrapped to 1
+bad=""
+for v in 4294967297 5000 0 -1 abc 60x ""; do
+    timeout -k 5 10 "$SHOALD" -c "$T/bad.conf" --minute-seconds "$v" >"$T/bad.out" 2>&1
+    brc=$?
+    [ $brc -eq 2 ] && grep -q -- "--minute-seconds takes 1..3600" "$T/bad.out" ||
+        bad="$bad '$v':$brc"
+done
+timeout -k 5 10 "$SHOALD" -c "$T/bad.conf" --minute-seconds 3600 >"$T/bad.out" 2>&1
+is "$bad:$?" ":1" "--minute-seconds out of 1..3600 or not a number is a usage error (exit 2)"
 
 base_conf "$T/conf" "tenant.gamma.uids=$((uid + 4242))" "abuse_max_refused=5" \
     "reg_timeout=500ms" "max_pending=8"
