@@ -19,8 +19,9 @@
 struct shoal_ledger {
     const shoal_ledger_ops_t *ops;
     void *be;
-    uint8_t *key;                      /* NULL for a reader (reports): no commit, no verify */
+    uint8_t *key;                      /* NULL: no verify (a reader without the key) */
     size_t keylen;
+    int writer;                        /* 0 for a reader (reports, verify): no commit */
 };
 
 const char *const shoal_ledger_schema_sql[] = {
@@ -269,8 +270,8 @@ static shoal_status_t shoal_ledger_backend(const char *url, const shoal_ledger_o
 #endif
 }
 
-shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t keylen,
-                                 shoal_ledger_t **ledger_p)
+static shoal_status_t shoal_ledger_open_as(const char *url, const uint8_t *key, size_t keylen,
+                                           int writer, shoal_ledger_t **ledger_p)
 {
     const shoal_ledger_ops_t *ops;
     shoal_ledger_t *ledger;
@@ -289,6 +290,7 @@ shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t key
     if (ledger == NULL)
         return SHOAL_ERR_NO_MEMORY;
     ledger->ops = ops;
+    ledger->writer = writer;
     if (keylen > 0) {
         ledger->key = malloc(keylen);
         if (ledger->key == NULL) {
@@ -298,7 +300,7 @@ shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t key
         memcpy(ledger->key, key, keylen);
         ledger->keylen = keylen;
     }
-    SHOAL_CHECK_GOTO(ops->open(arg, keylen > 0, &ledger->be), status, err_free);
+    SHOAL_CHECK_GOTO(ops->open(arg, writer, &ledger->be), status, err_free);
     *ledger_p = ledger;
     return SHOAL_OK;
 
@@ -309,6 +311,18 @@ err_free:
     }
     free(ledger);
     return status;
+}
+
+shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t keylen,
+                                 shoal_ledger_t **ledger_p)
+{
+    return shoal_ledger_open_as(url, key, keylen, keylen > 0, ledger_p);
+}
+
+shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, size_t keylen,
+                                        shoal_ledger_t **ledger_p)
+{
+    return shoal_ledger_open_as(url, key, keylen, 0, ledger_p);
 }
 
 void shoal_ledger_close(shoal_ledger_t *ledger)
@@ -497,8 +511,8 @@ shoal_status_t shoal_ledger_commit(shoal_ledger_t *ledger, shoal_ledger_record_t
 
     if (ledger == NULL || (n > 0 && recs == NULL) || (ncursors > 0 && cursors == NULL))
         return SHOAL_ERR_INVALID_ARG;
-    if (ledger->key == NULL) {
-        shoal_error(METER, "ledger: opened without a key, it cannot commit");
+    if (!ledger->writer) {
+        shoal_error(METER, "ledger: opened as a reader, it cannot commit");
         return SHOAL_ERR_INVALID_ARG;
     }
     SHOAL_CHECK(shoal_ledger_check_batch(recs, n, cursors, ncursors));
@@ -561,7 +575,7 @@ shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
 shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *prefix,
                                         shoal_ledger_cursor_cb_t cb, void *arg)
 {
-    if (ledger == NULL || prefix == NULL || cb == NULL || ledger->key == NULL)
+    if (ledger == NULL || prefix == NULL || cb == NULL || !ledger->writer)
         return SHOAL_ERR_INVALID_ARG;
     return ledger->ops->cursor_list(ledger->be, prefix, cb, arg);
 }

@@ -65,6 +65,10 @@ typedef struct shoal_ledger shoal_ledger_t;
  * keylen 0 opens a reader (reports): commit and verify are then refused. */
 shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t keylen,
                                  shoal_ledger_t **ledger_p);
+/* A reader even with a key (shoal-bill): like a keyless reader, it creates no file and no
+ * table (a ledger that is not there is an error) and cannot commit; with a key it verifies. */
+shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, size_t keylen,
+                                        shoal_ledger_t **ledger_p);
 void shoal_ledger_close(shoal_ledger_t *ledger);
 /* Appends the records (seq and mac are assigned) and replaces the cursors, atomically. A
  * record whose (tenant, job, minute) exists already is refused as SHOAL_ERR_INVALID_ARG

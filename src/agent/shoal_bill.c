@@ -6,7 +6,8 @@
  * Global options: --ledger URL (default sqlite:///var/lib/shoal/ledger.db), --key-file F (the
  * ledger key, raw bytes; verify needs it). Times: ISO-8601 (2026-12-01T10:00:00Z, a date, an
  * offset +02:00) or unix seconds. A tool, not the library: it prints to stdout. Exit 0 ok,
- * 1 a broken chain (verify) or a failure, 2 usage. */
+ * 1 a broken chain (verify) or a failure, 2 usage (verify: also an unreadable ledger or key).
+ * The ledger is always opened as a reader: nothing is created. */
 #include "agent/shoal_bill.h"
 
 #include <errno.h>
@@ -148,7 +149,8 @@ int shoal_bill_open(const shoal_bill_args_t *a, int need_key, shoal_ledger_t **l
     }
     if (a->key_file != NULL && shoal_bill_key_read(a->key_file, key, &keylen) != 0)
         return 1;
-    status = shoal_ledger_open(a->ledger, keylen > 0 ? key : NULL, keylen, ledger_p);
+    /* a reader even with the key: a mistyped URL must not create a ledger (nor tables) */
+    status = shoal_ledger_open_reader(a->ledger, keylen > 0 ? key : NULL, keylen, ledger_p);
     shoal_secret_wipe(key, sizeof(key));
     if (status != SHOAL_OK) {
         fprintf(stderr, "shoal-bill: cannot open the ledger: %s\n", shoal_strerror(status));
@@ -395,7 +397,7 @@ static int shoal_bill_cmd_verify(const shoal_bill_args_t *a)
 
     ret = shoal_bill_open(a, 1, &ledger);
     if (ret != 0)
-        return ret;
+        return 2; /* usage, or a ledger or key that cannot be read: not a broken chain */
     status = shoal_ledger_verify(ledger, &bad);
     if (status == SHOAL_OK)
         status = shoal_ledger_head(ledger, &seq, mac);

@@ -20,8 +20,9 @@ typedef struct {
     int csv;
 } shoal_bill_args_t;
 
-/* Opens the ledger of a->ledger with the key of a->key_file (required when need_key); prints
- * why not and returns the exit code (1, or 2 for a missing key file), 0 on success. */
+/* Opens the ledger of a->ledger as a reader (no file or table is created) with the key of
+ * a->key_file (required when need_key); prints why not and returns the exit code (1, or 2 for
+ * a missing key file), 0 on success. */
 int shoal_bill_open(const shoal_bill_args_t *a, int need_key, shoal_ledger_t **ledger_p);
 /* shoal-bill plot: returns the exit code. */
 int shoal_bill_cmd_plot(const shoal_bill_args_t *a);

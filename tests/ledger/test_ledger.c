@@ -5,10 +5,11 @@
  *                                              stop and start it)
  * Round trips (commit, each, last_minute, cursor), a duplicate refused atomically, the exact
  * replay of a stored commit, the chain verified and every kind of tampering named by seq
- * (each field altered, a record deleted, the tail dropped, two records swapped), kill -9 of a
- * writer in the middle of a stream of commits (records present iff their cursors are), and a
- * database gone (file unwritable, directory moved away, server stopped): SHOAL_ERR_TRANSPORT,
- * nothing half-written, the retried commit succeeds. The log never shows the key. */
+ * (each field altered, a record deleted, the tail dropped, two records swapped), a reader with
+ * the key that verifies and creates no ledger that is not there, kill -9 of a writer in the
+ * middle of a stream of commits (records present iff their cursors are), and a database gone
+ * (file unwritable, directory moved away, server stopped): SHOAL_ERR_TRANSPORT, nothing
+ * half-written, the retried commit succeeds. The log never shows the key. */
 #include "agent/ledger.h"
 #include "tests/tap.h"
 #include "util/util.h"
@@ -392,6 +393,62 @@ static void test_reader(void)
     shoal_ledger_close(rd);
 }
 
+/* The number of shoal's tables in the PostgreSQL database of url, -1 when it cannot tell. */
+static int pg_ledger_tables(const char *url)
+{
+    int n = -1;
+#if SHOAL_HAVE_LIBPQ
+    PGconn *c = PQconnectdb(url);
+    PGresult *res;
+
+    if (PQstatus(c) == CONNECTION_OK) {
+        res = PQexec(c, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'ledger%'");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+            n = atoi(PQgetvalue(res, 0, 0));
+        PQclear(res);
+    }
+    PQfinish(c);
+#else
+    (void)url;
+#endif
+    return n;
+}
+
+/* A reader with the key (shoal-bill verify): it verifies and never writes; a ledger that is
+ * not there is an error, and nothing is created (no SQLite file, no table in an empty
+ * PostgreSQL database: the server's own "postgres"). */
+static void test_reader_key(void)
+{
+    shoal_ledger_record_t r = rec_make("reader", "j", MINUTE0, 1);
+    shoal_ledger_t *rd = NULL;
+    const char *q = strchr(test_url, '?');
+    char url[4200];
+    uint64_t bad = 0;
+    listed_t got;
+    int absent;
+
+    tap_is_int(shoal_ledger_open_reader(test_url, test_key, sizeof(test_key) - 1, &rd),
+               SHOAL_OK, "a reader with the key opens the ledger");
+    if (rd != NULL) {
+        tap_ok(shoal_ledger_verify(rd, &bad) == SHOAL_OK, "it verifies the chain");
+        tap_ok(shoal_ledger_commit(rd, &r, 1, NULL, 0) == SHOAL_ERR_INVALID_ARG &&
+               shoal_ledger_cursor_list(rd, "h:", list_cb, &got) == SHOAL_ERR_INVALID_ARG,
+               "it can neither commit nor list the open pages");
+        shoal_ledger_close(rd);
+        rd = NULL;
+    }
+    if (test_pg)
+        snprintf(url, sizeof(url), "postgresql:///postgres%s", q != NULL ? q : "");
+    else
+        snprintf(url, sizeof(url), "sqlite://%s/absent.db", test_dir);
+    tap_ok(shoal_ledger_open_reader(url, test_key, sizeof(test_key) - 1, &rd) != SHOAL_OK &&
+           rd == NULL, "a reader with the key of a ledger that is not there fails");
+    if (rd != NULL)
+        shoal_ledger_close(rd);
+    absent = test_pg ? pg_ledger_tables(url) == 0 : access(url + strlen("sqlite://"), F_OK) != 0;
+    tap_ok(absent, "and creates nothing (%s)", test_pg ? "no table" : "no file");
+}
+
 /* The job stored with a cursor, and the listing of a host's open pages (what a restarted
  * agent waits for, src/agent/agent_minute.c rejoin_wait); a ledger that an older agent wrote
  * lacks the table: a reader still opens it, a writer adds it. */
@@ -680,6 +737,7 @@ int main(int argc, char **argv)
     test_duplicates(l);
     test_tampering(l);
     test_reader();
+    test_reader_key();
     test_cursor_jobs(l);
     test_kill9(l, seed);
     if (test_pg)

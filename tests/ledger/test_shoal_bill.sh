@@ -11,7 +11,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=29
+NTESTS=31
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -88,6 +88,13 @@ bill usage --from yesterday
 is "$rc" 2 "a malformed time exits 2"
 timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" usage >"$T/out" 2>"$T/err"
 is "$?:$(ls "$T" | grep -c typo)" "1:0" "a ledger that is not there: exit 1, and none is created"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" --key-file "$T/key" usage \
+    >"$T/out" 2>"$T/err"
+is "$?:$(ls "$T" | grep -c typo)" "1:0" "usage --key-file: the key does not make it create one"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" --key-file "$T/key" verify \
+    >"$T/out" 2>"$T/err"
+is "$?:$(ls "$T" | grep -c typo)" "2:0" \
+   "verify of a ledger that is not there: exit 2 (unreadable), and none is created"
 
 # ---- verify ----------------------------------------------------------------------------------
 bill --key-file "$T/key" verify
