@@ -142,8 +142,9 @@ static int shoalrun_parse_seconds(const char *s, const char *what, double *out_p
 
     errno = 0;
     v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 1e9) {
-        fprintf(stderr, "shoalrun: invalid %s '%s' (seconds expected)\n", what, s);
+    /* !(in range) and not (out of range): NaN compares false both ways */
+    if (errno != 0 || end == s || *end != '\0' || !(v >= 0 && v <= 1e9)) {
+        fprintf(stderr, "shoalrun: invalid --%s '%s' (seconds, 0..1e9)\n", what, s);
         return -1;
     }
     *out_p = v;

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=31
+NTESTS=32
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -212,4 +212,13 @@ nr=$(($(nproc) + 1))
 spin_plan -n $nr --timeout 120
 [ "$rc" -eq 0 ] && [ "$(grep -c 'cpu shared, 0 pause polls' "$T/spin")" -eq $nr ]
 ok $? "$nr ranks on $(nproc) CPUs: every rank yields at once (rc $rc)"
+
+# 32: --timeout and --grace take finite seconds (nan passed the range check)
+bad=""
+for a in "--timeout nan" "--timeout NaN" "--grace nan" "--grace inf" "--timeout -1"; do
+    # shellcheck disable=SC2086 # the option and its value
+    "$SHOALRUN" -n 1 $a true >/dev/null 2>"$T/err"; r=$?
+    [ "$r" -eq 2 ] && grep -q "invalid ${a%% *} .*(seconds, 0..1e9)" "$T/err" || bad="$bad '$a':$r"
+done
+is "$bad" "" "non-finite or negative --timeout/--grace is a usage error (exit 2) naming the option"
 exit 0
