@@ -5,7 +5,7 @@
  *       (src/tune), ring order, trees, allreduce choice per size
  *       (-n N ranks, --ppn P ranks per host)
  *   -q  QoS: this process's effective class and weight, and the marks of every class
- *   -h  help
+ *   -h, --help  help
  * A tool, not the library: it prints to stdout. */
 #include "coll/coll.h"
 #include "qos/qos.h"
@@ -19,6 +19,7 @@
 #endif
 #include "util/util.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <sys/mman.h>
@@ -29,11 +30,14 @@
 #include <unistd.h>
 
 #define SHOAL_INFO_VALUE_MAX 512
+/* -n and --ppn at most: the layout of -t scans ranks x hosts (src/topo), a few seconds at
+ * 65536 ranks on as many hosts; minutes beyond */
+#define SHOAL_INFO_RANKS_MAX 65536
 
 static void shoal_info_usage(FILE *fp)
 {
     fprintf(fp,
-            "usage: shoal_info [-v] [-b] [-c [-m]] [-t [-n N] [--ppn P]] [-q] [-h]\n"
+            "usage: shoal_info [-v] [-b] [-c [-m]] [-t [-n N] [--ppn P]] [-q] [-h|--help]\n"
             "  -v  print the version\n"
             "  -b  print built-in components: transports (and whether usable now),\n"
             "      optional dependencies\n"
@@ -47,15 +51,15 @@ static void shoal_info_usage(FILE *fp)
             "      in blocks), the ring order, the double binary trees, and the AllReduce\n"
             "      algorithm chosen per size by the cost model (links: SHOAL_TOPO_FILE,\n"
             "      SHOAL_TUNING_FILE or defaults)\n"
-            "  -n N      with -t: number of ranks (default: the topology file's, else the\n"
-            "            number of PUs of this host)\n"
-            "  --ppn P   with -t: ranks per host (default: all on one host)\n"
+            "  -n N      with -t: number of ranks, 1..%d (default: the topology file's,\n"
+            "            else the number of PUs of this host)\n"
+            "  --ppn P   with -t: ranks per host, 1..%d (default: all on one host)\n"
             "  -q  print QoS: the class and weight this process's communicators get (the\n"
             "      credential's, lowered by SHOAL_QOS_CLASS/_WEIGHT; without one at most\n"
             "      SHOAL_QOS_CLASS_MAX) and the marks of every class (DSCP, SO_PRIORITY,\n"
             "      IB traffic class and service level, rate cap)\n"
-            "  -h  print this help\n"
-            "With no option, -v is assumed.\n");
+            "  -h, --help  print this help\n"
+            "With no option, -v is assumed.\n", SHOAL_INFO_RANKS_MAX, SHOAL_INFO_RANKS_MAX);
 }
 
 static void shoal_info_print_version(void)
@@ -556,22 +560,40 @@ static int shoal_info_print_qos(void)
     return 0;
 }
 
+/* -n N, --ppn P: 1..SHOAL_INFO_RANKS_MAX; -1 (said why) otherwise. */
+static int shoal_info_parse_ranks(const char *s, const char *what, int *out_p)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 1 || v > SHOAL_INFO_RANKS_MAX) {
+        fprintf(stderr, "shoal_info: %s takes 1..%d, not '%s'\n", what, SHOAL_INFO_RANKS_MAX,
+                s);
+        return -1;
+    }
+    *out_p = (int)v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {.name = "ppn", .has_arg = required_argument, .val = 'p'},
+        {.name = "help", .has_arg = no_argument, .val = 'h'},
         {.name = NULL},
     };
     int opt, version = 0, built = 0, config = 0, markdown = 0, topo = 0, nranks = 0, ppn = 0;
-    int qos = 0;
+    int qos = 0, bad = 0;
 
-    opterr = 0;
+    /* getopt says what is wrong with an option, in its own words and the option's text */
     while ((opt = getopt_long(argc, argv, "vbcmhqtn:p:", longopts, NULL)) != -1) {
         switch (opt) {
         case 't': topo = 1; break;
         case 'q': qos = 1; break;
-        case 'n': nranks = atoi(optarg); break;
-        case 'p': ppn = atoi(optarg); break;
+        case 'n': bad = shoal_info_parse_ranks(optarg, "-n", &nranks); break;
+        case 'p': bad = shoal_info_parse_ranks(optarg, "--ppn", &ppn); break;
         case 'v': version = 1; break;
         case 'b': built = 1; break;
         case 'c': config = 1; break;
@@ -579,8 +601,9 @@ int main(int argc, char **argv)
         case 'h':
             shoal_info_usage(stdout);
             return 0;
-        default:
-            fprintf(stderr, "shoal_info: unknown option '-%c'\n", optopt);
+        default: bad = -1; break;
+        }
+        if (bad != 0) {
             shoal_info_usage(stderr);
             return 2;
         }

@@ -164,4 +164,35 @@ else
         n_tap=$((n_tap + 1)); echo "ok $n_tap # SKIP hwloc not built in"
     fi
 fi
+# shoal_info's options: -n and --ppn are 1..65536 (atoi took abc, -5 and 0 as the default,
+# 99999999999 failed without a word, 100000000 ran past 30 s); --help; an unknown option
+# is named as given (it printed a NUL byte)
+bad=""
+for a in "-n abc" "-n -5" "-n 0" "-n 99999999999" "-n 100000000" "-n 20x" "--ppn 0"; do
+    # shellcheck disable=SC2086 # the option and its value
+    timeout -s KILL 30 "$info" -t $a >"$tmp/opt" 2>&1; r=$?
+    [ "$r" -eq 2 ] && grep -q "^shoal_info: ${a% *} takes 1..65536, not '${a#* }'$" "$tmp/opt" ||
+        bad="$bad '$a':$r"
+done
+n_tap=$((n_tap + 1))
+if [ -z "$bad" ]; then
+    echo "ok $n_tap - shoal_info -t: -n/--ppn outside 1..65536 exit 2 naming the option"
+else echo "not ok $n_tap - shoal_info -t: bad -n/--ppn not refused:$bad"; fi
+t0=$(date +%s)
+env -u SHOAL_TUNE_MACHINE timeout -s KILL 60 "$info" -t -n 65536 --ppn 1 >"$tmp/info" 2>&1
+r=$?
+secs=$(($(date +%s) - t0))
+n_tap=$((n_tap + 1))
+if [ "$r" -eq 0 ] && [ "$secs" -lt 30 ] && grep -q "^# 65536 ranks on 65536 host(s)" "$tmp/info"
+then
+    echo "ok $n_tap - shoal_info -t -n 65536 --ppn 1 (the most hosts) takes ${secs}s"
+else echo "not ok $n_tap - shoal_info -t -n 65536 --ppn 1: rc $r in ${secs}s"; fi
+"$info" --help >"$tmp/opt" 2>&1; r=$?
+"$info" --bogus >"$tmp/opt2" 2>&1; r2=$?
+n_tap=$((n_tap + 1))
+if [ "$r:$r2" = "0:2" ] && grep -q "^usage: shoal_info" "$tmp/opt" &&
+    grep -q "'--bogus'" "$tmp/opt2" && [ "$(tr -d '[:print:]\n' <"$tmp/opt2" | wc -c)" -eq 0 ]
+then
+    echo "ok $n_tap - shoal_info --help exits 0; an unknown option is named as given, exit 2"
+else echo "not ok $n_tap - shoal_info --help rc $r, --bogus rc $r2: $(head -n 1 "$tmp/opt2")"; fi
 echo "1..$n_tap"
