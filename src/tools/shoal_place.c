@@ -12,7 +12,7 @@
  *
  * --hwloc NAME=FILE takes node NAME's CPUs, memory and GPUs from hwloc XML (after slurm.conf,
  * before topology.conf). Prints one line per decision (place / preempt / pending; --explain
- * adds why). --out DIR
+ * adds why). --out DIR (made if missing)
  * writes DIR/<job>.{nodelist,slurm_hostfile,ompi_hostfile,rankfile,gpus,ring} for every job
  * placed; --job NAME --print KIND prints one of them (e.g. for sbatch --nodelist=$(...)).
  * --usage FILE: past GPU-seconds per tenant (shoal-bill usage --csv, or tenant,gpu_seconds[,end])
@@ -43,6 +43,66 @@ static void shoal_place_usage(FILE *fp)
             "                   [--out DIR]\n"
             "       shoal-place hostlist expand|compress EXPR\n"
             "KIND: nodelist slurm_hostfile ompi_hostfile rankfile gpus ring\n");
+}
+
+/* A whole number of option opt in lo..hi (the whole text: "20abc" is not 20); -1 with the
+ * option and its range said otherwise. */
+static int shoal_place_int(const char *opt, const char *s, int lo, int hi, int *v_p)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "shoal-place: --%s takes an integer %d..%d, not '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *v_p = (int)v;
+    return 0;
+}
+
+/* A finite number of option opt in lo..hi; -1 with the option and its range said otherwise. */
+static int shoal_place_num(const char *opt, const char *s, double lo, double hi, double *v_p)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "shoal-place: --%s takes a number %g..%g, not '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *v_p = v;
+    return 0;
+}
+
+/* --seed: 0..2^64-1, decimal or 0x hex (strtoull alone takes "-1" and "xyz"). */
+static int shoal_place_seed(const char *s, uint64_t *v_p)
+{
+    unsigned long long v;
+    char *end;
+
+    errno = 0;
+    v = strtoull(s, &end, 0);
+    if (errno != 0 || end == s || *end != '\0' || strchr(s, '-') != NULL) {
+        fprintf(stderr, "shoal-place: --seed takes an integer 0..%llu, not '%s'\n",
+                (unsigned long long)UINT64_MAX, s);
+        return -1;
+    }
+    *v_p = (uint64_t)v;
+    return 0;
+}
+
+/* mkdir DIR (one level, 0755) where it is not there: --out of a plan and of a simulation. */
+static int shoal_place_mkdir(const char *dir)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "shoal-place: --out: mkdir(%s): %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 static int shoal_place_hostlist(int argc, char **argv)
@@ -88,33 +148,33 @@ static int shoal_place_simulate(int argc, char **argv)
     };
     shoal_sched_sim_opts_t o = {.seed = 1, .njobs = 2000, .ntenants = 4, .leaves = 8,
                                 .hosts_per_leaf = 8, .gpus_per_host = 8, .load = 0.9};
-    int c;
+    int c, bad = 0;
 
     optind = 2;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 's': o.seed = strtoull(optarg, NULL, 0); break;
-        case 'j': o.njobs = atoi(optarg); break;
-        case 't': o.ntenants = atoi(optarg); break;
-        case 'l': o.leaves = atoi(optarg); break;
-        case 'h': o.hosts_per_leaf = atoi(optarg); break;
-        case 'g': o.gpus_per_host = atoi(optarg); break;
-        case 'L': o.load = atof(optarg); break;
+        case 's': bad = shoal_place_seed(optarg, &o.seed); break;
+        case 'j': bad = shoal_place_int("jobs", optarg, 1, 1000000, &o.njobs); break;
+        case 't': bad = shoal_place_int("tenants", optarg, 1, 1000, &o.ntenants); break;
+        case 'l': bad = shoal_place_int("leaves", optarg, 1, 256, &o.leaves); break;
+        case 'h': bad = shoal_place_int("hosts-per-leaf", optarg, 1, 256, &o.hosts_per_leaf); break;
+        case 'g':
+            bad = shoal_place_int("gpus", optarg, 1, SHOAL_SCHED_GPU_MAX, &o.gpus_per_host);
+            break;
+        case 'L': bad = shoal_place_num("load", optarg, 0.001, 100, &o.load); break;
         case 'o': o.outdir = optarg; break;
         case 'n': o.no_preempt = 1; break;
         default: shoal_place_usage(stderr); return 2;
         }
+        if (bad != 0)
+            return 2;
     }
-    if (o.njobs < 1 || o.njobs > 1000000 || o.ntenants < 1 || o.ntenants > 1000 ||
-        o.leaves < 1 || o.leaves > 256 || o.hosts_per_leaf < 1 || o.hosts_per_leaf > 256 ||
-        o.gpus_per_host < 1 || o.gpus_per_host > SHOAL_SCHED_GPU_MAX || !(o.load > 0)) {
-        fprintf(stderr, "shoal-place simulate: a parameter is out of range\n");
+    if (optind != argc) {
+        fprintf(stderr, "shoal-place simulate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (o.outdir != NULL && mkdir(o.outdir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "shoal-place simulate: mkdir(%s): %s\n", o.outdir, strerror(errno));
+    if (o.outdir != NULL && shoal_place_mkdir(o.outdir) != 0)
         return 1;
-    }
     return shoal_sched_simulate_all(&o, stdout) == SHOAL_OK ? 0 : 1;
 }
 
@@ -158,7 +218,10 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         case 'j': a->jobs = optarg; break;
         case 'e': a->explain = 1; break;
         case 'n': a->o.preempt = 0; break;
-        case 'u': a->uplink = atof(optarg); break;
+        case 'u':
+            if (shoal_place_num("uplink-cost", optarg, 0.001, 1000, &a->uplink) != 0)
+                return 2;
+            break;
         case 'o': a->out = optarg; break;
         case 'J': a->job = optarg; break;
         case 'P': a->print = optarg; break;
@@ -197,8 +260,12 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         default: shoal_place_usage(stderr); return 2;
         }
     }
-    if (a->conf == NULL || a->jobs == NULL || optind != argc || (a->job == NULL) !=
-        (a->print == NULL) || (a->print != NULL && shoal_sched_out_kind(a->print) < 0)) {
+    if (optind != argc) {
+        fprintf(stderr, "shoal-place: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (a->conf == NULL || a->jobs == NULL || (a->job == NULL) != (a->print == NULL) ||
+        (a->print != NULL && shoal_sched_out_kind(a->print) < 0)) {
         shoal_place_usage(stderr);
         return 2;
     }
@@ -316,6 +383,8 @@ int main(int argc, char **argv)
         goto out;
     }
     shoal_sched_plan_print(&c, &q, &plan, a.explain, stdout);
+    if (a.out != NULL && shoal_place_mkdir(a.out) != 0)
+        rc = 1;
     for (int i = 0; a.out != NULL && i < plan.n && rc == 0; i++) {
         const shoal_sched_job_t *j = &q.jobs[plan.d[i].job];
         if (plan.d[i].placed && j->state == SHOAL_SCHED_RUNNING) {

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=30
+NTESTS=33
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -224,3 +224,33 @@ place_u --usage "$T/u3.csv"
 [ $rc -eq 1 ] && grep -q "u3.csv:2: gpu_seconds 'many' is not a number" "$T/u.err"
 ok $? "a malformed --usage file: exit 1 naming the line"
 [ $? -eq 0 ] || diag_file "$T/u.err"
+
+# 31-33: numbers are read whole and checked (atof/atoi took abc as 0, nan and inf, 20abc as
+# 20, xyz as seed 0), a stray argument is refused, --out makes its directory for a plan too
+bad=""
+for a in "--uplink-cost abc" "--uplink-cost nan" "--uplink-cost inf" "--uplink-cost 0" \
+         "--uplink-cost 2x"; do
+    # shellcheck disable=SC2086 # the option and its value
+    "$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/jobs" $a > /dev/null 2> "$T/err"; r=$?
+    [ $r -eq 2 ] && grep -q "^shoal-place: ${a% *} takes a number 0.001..1000, not '${a#* }'$" \
+        "$T/err" || bad="$bad '$a':$r"
+done
+"$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/jobs" extra > /dev/null 2> "$T/err"; r=$?
+[ $r -eq 2 ] && grep -q "unexpected argument 'extra'" "$T/err" || bad="$bad extra:$r"
+is "$bad" "" "--uplink-cost not a finite number in 0.001..1000, or a stray argument: exit 2"
+bad=""
+for a in "--jobs 20abc" "--seed xyz" "--seed -1" "--load nan" "--load inf" "--load 0" \
+         "--tenants 1e3" "--gpus 65" "--leaves ''"; do
+    eval "set -- $a"
+    "$PLACE" simulate "$@" > /dev/null 2> "$T/err"; r=$?
+    [ $r -eq 2 ] && grep -q "^shoal-place: $1 takes an* [a-z]* [0-9.]*\.\.[0-9.]*, not '$2'$" \
+        "$T/err" || bad="$bad '$a':$r"
+done
+"$PLACE" simulate --jobs 10 extra > /dev/null 2> "$T/err"; r=$?
+[ $r -eq 2 ] && grep -q "unexpected argument 'extra'" "$T/err" || bad="$bad extra:$r"
+is "$bad" "" "simulate: a number not whole, out of range or not finite, a stray argument: exit 2"
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --out "$T/newplan" > /dev/null 2> "$T/err"; r=$?
+[ $r -eq 0 ] && [ -s "$T/newplan/train.nodelist" ] && [ -s "$T/newplan/train.ring" ]
+ok $? "--out DIR of a plan makes DIR where it is not there, as simulate --out does (rc $r)"
+[ $r -eq 0 ] || diag_file "$T/err"
