@@ -167,6 +167,9 @@ typedef struct shoald_page {
     int cursor_known;                      /* billed[] is what the ledger holds (or no ledger) */
     int superseded;                        /* registered again: the newer page counts */
     char key[96];                          /* ledger cursor key */
+    char legacy_key[96];                   /* the cursor it resumed from, keyed before the
+                                            * host's long name was hashed: deleted with the
+                                            * next batch that writes key; "" if none */
     uint64_t ctr[SHOALD_NCTR];             /* last values read, never decreasing */
     shoald_proc_t *proc;                   /* its process's abuse signals (in its job) */
     int32_t qos_class, qos_weight;         /* effective (the credential's at most) */
@@ -225,6 +228,7 @@ typedef struct shoald_abuse {
 typedef struct {
     shoald_config_t *cfg;
     char hostname[64];
+    char host_key[33];                     /* the host in ledger cursor keys (shoald_host_key) */
     shoald_job_t *jobs;
     unsigned npages;
     uint64_t refused[SHOALD_NREFUSALS];
@@ -254,6 +258,11 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snapshot,
                                shoald_page_t **page_p);
 /* Unix ns when pid started (from /proc), 0 if unknown. */
 uint64_t shoald_proc_start_ns(pid_t pid);
+/* a->host_key from a->hostname: the name itself up to 32 characters; a longer one as its
+ * first 23, '~' and 8 hex digits of a hash of the whole (names that share their first 32
+ * characters, common for cloud nodes, made one key prefix: an agent listing its host's open
+ * pages took the other host's for its own). */
+void shoald_host_key(shoald_t *a);
 /* Reads every live page's counters (seqlock, clamped). */
 void shoald_pages_read(shoald_t *a);
 void shoald_page_read(shoald_page_t *p);

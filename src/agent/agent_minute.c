@@ -136,7 +136,7 @@ static void shoald_rejoins_list(shoald_t *a)
 
     if (a->rejoins_listed || a->ledger == NULL)
         return;
-    snprintf(prefix, sizeof(prefix), "%.32s:", a->hostname); /* as shoald_page_add keys */
+    snprintf(prefix, sizeof(prefix), "%s:", a->host_key); /* as shoald_page_add keys */
     st = shoal_ledger_cursor_list(a->ledger, prefix, shoald_rejoin_listed, a);
     if (st == SHOAL_OK)
         a->rejoins_listed = 1;
@@ -252,6 +252,18 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
         return;
     memset(&cur, 0, sizeof(cur));
     st = shoal_ledger_cursor(a->ledger, p->key, &cur);
+    if (st == SHOAL_ERR_INVALID_ARG && strcmp(a->host_key, a->hostname) != 0) {
+        /* none: an agent before the long host name was hashed may have keyed it with the
+         * name's first 32 characters; resume from that one, deleted once the new is written */
+        snprintf(p->legacy_key, sizeof(p->legacy_key), "%.32s%s", a->hostname,
+                 p->key + strlen(a->host_key));
+        st = shoal_ledger_cursor(a->ledger, p->legacy_key, &cur);
+        if (st != SHOAL_OK)
+            p->legacy_key[0] = '\0';
+        else
+            shoal_info(METER, "page %s resumes from the cursor of its older key %s", p->key,
+                       p->legacy_key);
+    }
     if (st == SHOAL_OK && (cur.ncounters == SHOALD_CUR_NCOUNTERS_V1 ||
                            cur.ncounters == SHOALD_CUR_NCOUNTERS_V2)) {
         /* written before cuda_ipc (V1) or before nccl (V2): every entry after the old
@@ -445,6 +457,14 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
                 if (p->end_ns == 0)
                     shoald_page_read(p);
                 shoald_minute_page(p, to_ns, rec, &b->curs[b->ncurs++]);
+                if (p->legacy_key[0] != '\0') {
+                    /* in the same commit as the cursor under its key */
+                    shoal_ledger_cursor_t *c = &b->curs[b->ncurs++];
+                    memset(c, 0, sizeof(*c));
+                    snprintf(c->key, sizeof(c->key), "%s", p->legacy_key);
+                    c->ncounters = -1;
+                    p->legacy_key[0] = '\0';
+                }
                 used = 1;
             }
             if (!used && !alive && j->failed_platform == 0 && j->failed_tenant == 0)
@@ -482,7 +502,7 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
 
     for (j = a->jobs; j != NULL; j = j->next) {
         for (p = j->pages; p != NULL; p = p->next)
-            npages++;
+            npages += 1 + (p->legacy_key[0] != '\0');
     }
     for (const shoald_rejoin_t *r = a->rejoins; r != NULL; r = r->next)
         npages += r->gone;

@@ -35,6 +35,17 @@ int shoald_name_ok(const char *s, size_t max)
     return i > 0 && i < max;
 }
 
+void shoald_host_key(shoald_t *a)
+{
+    size_t n = strlen(a->hostname);
+
+    if (n <= 32)
+        snprintf(a->host_key, sizeof(a->host_key), "%s", a->hostname);
+    else
+        snprintf(a->host_key, sizeof(a->host_key), "%.23s~%08x", a->hostname,
+                 (unsigned)(shoal_hash64(a->hostname, n, 0) & 0xffffffffu));
+}
+
 /* Unix ns when pid started (from /proc), 0 if unknown. */
 uint64_t shoald_proc_start_ns(pid_t pid)
 {
@@ -220,6 +231,7 @@ static void shoald_page_supersede(shoald_job_t *j, shoald_page_t *p)
         if (q->superseded || strcmp(q->key, p->key) != 0)
             continue;
         memcpy(p->billed, q->billed, sizeof(p->billed));
+        memcpy(p->legacy_key, q->legacy_key, sizeof(p->legacy_key));
         for (i = 0; i < SHOALD_NCTR; i++)
             p->ctr[i] = SHOAL_MAX(p->ctr[i], q->ctr[i]);
         p->created_ns = q->created_ns;
@@ -281,7 +293,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
         p->created_ns = start;
     if (p->created_ns > now || p->created_ns == 0)
         p->created_ns = now;
-    snprintf(p->key, sizeof(p->key), "%.32s:%d:%u:%d:%llu", a->hostname, (int)pid,
+    snprintf(p->key, sizeof(p->key), "%s:%d:%u:%d:%llu", a->host_key, (int)pid,
              (unsigned)snap->comm_id, (int)snap->rank,
              (unsigned long long)snap->created_unix_ns);
     p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;

@@ -227,6 +227,7 @@ int main(int argc, char **argv)
         snprintf(a.hostname, sizeof(a.hostname), "%s", cfg.hostname);
     else if (gethostname(a.hostname, sizeof(a.hostname) - 1) != 0)
         snprintf(a.hostname, sizeof(a.hostname), "localhost");
+    shoald_host_key(&a);
 
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);

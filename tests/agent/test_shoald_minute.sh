@@ -11,7 +11,9 @@
 # ranks per cause; the cursors of ended ranks are deleted once billed; a rank that comes back
 # after its job's next minutes were billed has its earlier time folded into the first open
 # minute, logged; a restarted agent's rejoin_grace and rejoin_wait keep that from happening
-# to a rank that registers again within them.
+# to a rank that registers again within them; an uncredentialed job billed beside a
+# credentialed one; long host names that share their first 32 characters kept apart, and a
+# cursor keyed the older way resumed from.
 . "$(dirname "$0")/agent_lib.sh"
 . "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
@@ -340,7 +342,52 @@ is "$(sum_ops "uid=$uid" anon):$(sum_ops acme paid)" \
 minutes_ok "uid=$uid" anon 1
 ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon))"
 
-# 55-57: the chain, a clean stop
+# 55-59: long host names (cloud nodes) on one ledger. Two agents whose names share their first
+# 32 characters: the second, restarted, does not take the first one's open page for its own
+# (both keyed the name cut at 32, so it waited for or deleted the other host's cursors). A
+# cursor keyed that old way is resumed from and then deleted: a rank is not billed twice
+# across the upgrade.
+H1=gke-prod-cluster-gpu-pool-a1b2c3d4-node1
+H2=gke-prod-cluster-gpu-pool-a1b2c3d4-node2
+stop_agent
+{ cat "$T/conf"; echo "hostname=$H1"; echo "rejoin_grace=0"; } >"$T/conf.h1"
+{ sed "s|^listen=.*|listen=$T/run2/shoald.sock|" "$T/conf"; echo "hostname=$H2"
+  echo "rejoin_grace=0"; } >"$T/conf.h2"
+start_agent "$T/conf.h1"
+timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job longhost \
+    --cred "$(cred acme longhost)" --ngpus 1 --tick 20 --hold 12 --rereg \
+    >"$T/lh.out" 2>"$T/lh.err" &
+LH=$!
+PIDS="$PIDS $LH"
+sleep 3.3
+stop_agent KILL
+K=$(q "SELECT key FROM ledger_cursors WHERE key LIKE 'gke-prod-%'")
+case $K in
+"gke-prod-cluster-gpu-po~"????????":"*) true ;;
+*) false ;;
+esac
+ok $? "a host name of more than 32 characters is keyed by 23 of them and a hash: $K"
+start_agent "$T/conf.h2"
+sleep 1
+stop_agent
+grep -q "acme/longhost: page" "$T/agent.log"
+ok $((! $?)) "an agent of another host with the same first 32 characters leaves the page alone" \
+    "$T/agent.log"
+LK="$(printf %.32s "$H1"):${K#*:}"
+q "UPDATE ledger_cursors SET key = '$LK' WHERE key = '$K';
+   UPDATE ledger_cursor_jobs SET key = '$LK' WHERE key = '$K'"
+start_agent "$T/conf.h1"
+wait "$LH"
+wait_minutes 2
+grep -q "page $K resumes from the cursor of its older key $LK" "$T/agent.log"
+ok $? "the page, its cursor keyed the old way (the name cut at 32), resumes from that one" \
+    "$T/agent.log"
+is "$(sum_ops acme longhost)" "$(final_of ops "$T/lh.out")" \
+    "... and its operations are billed exactly once"
+is "$(q "SELECT count(*) FROM ledger_cursors WHERE key IN ('$K', '$LK')")" 0 \
+    "the old cursor went with the first batch, the new one with the rank's end"
+
+# 60-62: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
