@@ -1,7 +1,7 @@
 /* shoald: the registration socket. A rank connects, sends one shoal_meter_reg_t followed by
  * its credential text, with the memfd of its metering page attached (SCM_RIGHTS), and reads
  * one shoal_meter_reg_reply_t. The connection then stays open: its end is the sign that the
- * communicator ended (the pidfd tells the process's exit).
+ * communicator ended (the pidfd tells the process's exit); a byte on it ends it too.
  *
  * The agent believes the kernel, not the job: pid, uid and gid come from SO_PEERCRED, the
  * tenant from a credential that verifies with the tenant's key. Everything else is checked:
@@ -575,12 +575,37 @@ static void shoald_reg_accept(shoald_reg_t *r)
     }
 }
 
+/* An event on a registered page's connection. The library sends nothing after the agent's
+ * reply: the end of the connection is the end of the communicator. A byte there breaks the
+ * protocol (a client that streamed bytes held the agent in its read loop: no /metrics, no
+ * registration, no minute): it is logged (rate-limited with the refusals), counted against
+ * the page's tenant and uid (the abuse rule), and the connection is ended as if the client
+ * had closed it, so the page is billed exactly as after a close. One read of one byte per
+ * event: nothing a client sends can hold the loop. */
+static void shoald_reg_page_conn(shoald_reg_t *r, shoald_page_t *p, uint32_t events)
+{
+    char byte, line[256];
+    ssize_t ret;
+
+    ret = recv(p->conn_fd, &byte, 1, MSG_DONTWAIT);
+    if (ret > 0) {
+        snprintf(line, sizeof(line), "rank %d of %s/%s (pid %d, uid %u) sent bytes after its "
+                 "registration (protocol violation): its connection is closed", (int)p->rank,
+                 p->job->tenant, p->job->job, (int)p->pid, (unsigned)p->uid);
+        shoald_reg_log_refusal(r, line);
+        shoald_abuse_note(r->a, p->job->tenant, p->uid, 0);
+        shoald_page_end(r->a, p, "broke the registration protocol, its connection closed");
+        return;
+    }
+    /* EINTR or EAGAIN with no hang-up: nothing now (level-triggered, the loop comes back). */
+    if (ret == 0 || (ret < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+        (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0)
+        shoald_page_end(r->a, p, "closed its communicator");
+}
+
 void shoald_reg_event(shoald_reg_t *r, void *tagp, uint32_t events)
 {
     shoald_tag_t *tag = tagp;
-    shoald_page_t *p;
-    char junk[256];
-    ssize_t ret;
 
     switch (tag->kind) {
     case SHOALD_TAG_LISTEN:
@@ -590,15 +615,7 @@ void shoald_reg_event(shoald_reg_t *r, void *tagp, uint32_t events)
         shoald_reg_pend_read(r, tag->obj);
         break;
     case SHOALD_TAG_PAGE_CONN:
-        p = tag->obj;
-        /* The library sends nothing after its registration: bytes are drained and ignored,
-         * the end of the connection is the end of the communicator. */
-        do {
-            ret = recv(p->conn_fd, junk, sizeof(junk), MSG_DONTWAIT);
-        } while (ret > 0 || (ret < 0 && errno == EINTR));
-        if (ret == 0 || (ret < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
-            (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0)
-            shoald_page_end(r->a, p, "closed its communicator");
+        shoald_reg_page_conn(r, tag->obj, events);
         break;
     case SHOALD_TAG_PAGE_PID:
         shoald_page_end(r->a, tag->obj, "exited");

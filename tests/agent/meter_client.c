@@ -16,7 +16,10 @@
  * the library gave up on), count S s more unregistered, then register the same page again;
  * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
  * connection) registered after the first, with these values; it ends with the first.
- * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent.
+ * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent,
+ * flood (registers, then streams bytes from four writers on the kept connection, which the
+ * protocol forbids, until the agent closes it: exit 0, or 1 when it is still open after
+ * --hold S, 10 s by default).
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
  * --dup: register the same page a second time on another connection (a reconnect);
  * --rereg: when the agent goes away, register the same page again with the next agent (as
@@ -35,7 +38,9 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -225,6 +230,53 @@ static void mc_hold(shoal_meter_page_t *pg, int *s_p, const struct sockaddr_un *
     }
 }
 
+/* Streams bytes on the registration connection until the agent closes it (0) or for
+ * seconds (1). Each send waits 100 ms at most, so the deadline holds while the agent does
+ * not read. */
+static int mc_flood_one(int s, double seconds, uint64_t *sent_p)
+{
+    static char junk[65536];
+    uint64_t end = mc_now_ms() + (uint64_t)(seconds * 1000);
+    ssize_t ret;
+
+    memset(junk, 'F', sizeof(junk));
+    while (mc_now_ms() < end) {
+        ret = send(s, junk, sizeof(junk), MSG_NOSIGNAL);
+        if (ret > 0)
+            *sent_p += (uint64_t)ret;
+        else if (ret < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return 0;
+    }
+    return 1;
+}
+
+/* Four writers (this process and three children) on the one connection, so that the agent
+ * never finds it empty while it reads: exit 0 when the agent closed it for every writer. */
+static int mc_flood(int s, double seconds)
+{
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+    int bufsz = 4 << 20, i, st, rc;
+    pid_t kids[3];
+    uint64_t sent = 0;
+
+    setsockopt(s, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof(bufsz));
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    for (i = 0; i < 3; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0)
+            _exit(mc_flood_one(s, seconds, &sent));
+    }
+    rc = mc_flood_one(s, seconds, &sent);
+    for (i = 0; i < 3; i++) {
+        if (kids[i] < 0 || waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) ||
+            WEXITSTATUS(st) != 0)
+            rc = 1;
+    }
+    printf("flood ended after %llu bytes of this writer: %s\n", (unsigned long long)sent,
+           rc == 0 ? "the agent closed the connection" : "the connection stayed open");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -367,6 +419,8 @@ int main(int argc, char **argv)
         __atomic_store_n(mc_counter(pg, sets[i]), strtoull(eq + 1, NULL, 10), __ATOMIC_RELAXED);
     }
     __atomic_store_n(&pg->seq, pg->seq + 1, __ATOMIC_RELEASE);
+    if (strcmp(mode, "flood") == 0)
+        return mc_flood(s, hold > 0 ? hold : 10);
     if (nsets2 > 0) {
         /* A second communicator of this process: its own page and connection. */
         fd2 = mc_memfd(SHOAL_METER_PAGE_BYTES, 1);

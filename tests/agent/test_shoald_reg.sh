@@ -4,7 +4,8 @@
 # allow, no credential, a malformed message, garbage bytes, a page of the wrong size, an
 # unsealed memfd, no descriptor, two descriptors are refused with a reason and counted (per
 # reason, per claimed tenant, per uid; the abuse rule flags the flood) while the agent keeps
-# running; silent and slow clients time out and do not stall others; the pidfd tells a
+# running; silent and slow clients time out and do not stall others; a client that floods its
+# connection after registering is cut and does not stall /metrics; the pidfd tells a
 # process's exit while its connection is still open; config errors name the line.
 . "$(dirname "$0")/agent_lib.sh"
 need_agent
@@ -173,6 +174,37 @@ wait_metric 'shoal_ranks{tenant="acme",shoal_job="pidjob"}' 0
 ok $? "the agent notices the exit through the pidfd, the connection still open"
 grep -q "acme/pidjob (pid [0-9]*) exited" "$T/agent.log"
 ok $? "and says so in the log" "$T/agent.log"
+
+# A registered client that streams bytes on its kept connection (the protocol sends nothing
+# after the agent's reply) held the single-threaded agent in its read loop: now the first
+# bytes end the page as a close does, /metrics answers meanwhile, it counts as a refusal.
+FJ='tenant="acme",shoal_job="flood"'
+scrape >/dev/null
+arefused=$(metric 'shoal_tenant_refusals_total{tenant="acme"}')
+timeout -s KILL 20 "$MC" --sock "$SOCK" --tenant acme --job flood --cred "$(cred acme flood)" \
+    --ngpus 1 --set ops:0=7 --mode flood --hold 8 >"$T/flood.out" 2>&1 &
+FPID=$!
+PIDS="$PIDS $FPID"
+i=0
+while ! grep -q '^status=' "$T/flood.out" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.2
+t0=$(date +%s%N)
+code=$(curl -s -m 2 -o "$T/scrape" -w '%{http_code}' "http://$HTTP/metrics")
+t1=$(date +%s%N)
+is "$code" 200 \
+    "/metrics answers while a registered client floods its connection ($(( (t1 - t0) / 1000000 )) ms)"
+wait $FPID
+frc=$?
+is "$frc:$(sed -n 's/^status=\([^ ]*\) .*/\1/p' "$T/flood.out")" "0:0" \
+    "the flooder was accepted, then the agent closed its connection"
+grep -q "acme/flood (pid [0-9]*) broke the registration protocol" "$T/agent.log"
+ok $? "the page's end names the protocol violation" "$T/agent.log"
+wait_metric "shoal_ranks{$FJ}" 0
+ok $? "its page ended as at a close: no rank alive"
+is "$(metric "shoal_collective_ops_total{$FJ,collective=\"allreduce\"}")" 7 \
+    "and its counters stay in its job's totals"
+is "$(metric 'shoal_tenant_refusals_total{tenant="acme"}')" "$((arefused + 1))" \
+    "the violation counts against the tenant (abuse rule)"
 
 # Uncredentialed pages when the provider allows them.
 stop_agent
