@@ -252,6 +252,8 @@ static int shoald_reg_uid_ok(const shoald_tenant_t *t, uid_t uid)
     return 0;
 }
 
+/* Every page the agent holds for uid: live, and ended but not yet billed and collected (those
+ * count in npages too, so one uid that churns registrations cannot fill max_pages for all). */
 static unsigned shoald_reg_uid_pages(shoald_t *a, uid_t uid)
 {
     shoald_job_t *j;
@@ -260,7 +262,7 @@ static unsigned shoald_reg_uid_pages(shoald_t *a, uid_t uid)
 
     for (j = a->jobs; j != NULL; j = j->next) {
         for (p = j->pages; p != NULL; p = p->next)
-            n += p->end_ns == 0 && p->uid == uid;
+            n += p->uid == uid;
     }
     return n;
 }
@@ -411,11 +413,19 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
         munmap(map, SHOAL_METER_PAGE_BYTES);
         return;
     }
-    if (r->a->npages >= r->a->cfg->max_pages ||
-        shoald_reg_uid_pages(r->a, q->peer.uid) >= r->a->cfg->max_pages_per_uid) {
+    if (r->a->npages >= r->a->cfg->max_pages) {
         munmap(map, SHOAL_METER_PAGE_BYTES);
         shoald_reg_refuse(r, q, SHOALD_REFUSE_LIMIT, SHOAL_ERR_NO_MEMORY, snap.tenant,
-                          "the agent holds its limit of pages (max_pages, max_pages_per_uid)");
+                          "the agent holds its limit of %u pages (max_pages)",
+                          r->a->cfg->max_pages);
+        return;
+    }
+    if (shoald_reg_uid_pages(r->a, q->peer.uid) >= r->a->cfg->max_pages_per_uid) {
+        munmap(map, SHOAL_METER_PAGE_BYTES);
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_LIMIT, SHOAL_ERR_NO_MEMORY, snap.tenant,
+                          "uid %u holds its limit of %u pages (max_pages_per_uid; an "
+                          "ended page counts until billed)", (unsigned)q->peer.uid,
+                          r->a->cfg->max_pages_per_uid);
         return;
     }
     pidfd = shoald_reg_pidfd(q);
