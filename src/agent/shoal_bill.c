@@ -285,6 +285,25 @@ static void shoal_bill_usage_print(const shoal_bill_group_t *rows, size_t n,
     }
 }
 
+/* One CSV field and its separator (RFC 4180): a field that holds ',', '"', CR or LF is
+ * quoted, its quotes doubled. Tenant and job names may hold ',' and '"' (credentials allow
+ * any printable byte but ' ', ';' and '='). */
+static void shoal_bill_csv_field(const char *s, char sep)
+{
+    if (strpbrk(s, ",\"\r\n") == NULL) {
+        fputs(s, stdout);
+    } else {
+        putchar('"');
+        for (; *s != '\0'; s++) {
+            if (*s == '"')
+                putchar('"');
+            putchar(*s);
+        }
+        putchar('"');
+    }
+    putchar(sep);
+}
+
 static int shoal_bill_cmd_usage(const shoal_bill_args_t *a)
 {
     shoal_bill_groups_t gs = {0};
@@ -321,10 +340,12 @@ static int shoal_bill_cmd_usage(const shoal_bill_args_t *a)
         for (size_t i = 0; i < gs.n; i++) {
             const shoal_bill_group_t *g = &gs.g[i];
 
-            printf("%s,%s,%s,%" PRIu64 ",%.6f,%.6f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.6f\n",
-                   g->tenant, g->job, g->qos_class, g->minutes, g->gpu_seconds,
-                   g->gpu_seconds / 3600.0, g->bytes_same_host, g->bytes_cross_host, g->ops,
-                   g->coll_seconds);
+            shoal_bill_csv_field(g->tenant, ',');
+            shoal_bill_csv_field(g->job, ',');
+            shoal_bill_csv_field(g->qos_class, ',');
+            printf("%" PRIu64 ",%.6f,%.6f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.6f\n",
+                   g->minutes, g->gpu_seconds, g->gpu_seconds / 3600.0, g->bytes_same_host,
+                   g->bytes_cross_host, g->ops, g->coll_seconds);
         }
     } else {
         shoal_bill_usage_print(gs.g, gs.n, &total);
@@ -504,11 +525,12 @@ static void shoal_bill_sla_line(const shoal_bill_args_t *a, const char *tenant, 
                  100.0 * (double)(minutes - platform) / (double)minutes);
     else
         snprintf(avail, sizeof(avail), "-");
-    if (a->csv)
-        printf("%s,%s,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%s,%.3f%%,%s\n", tenant, a->month,
-               minutes, platform, by_tenant, avail, a->target,
-               minutes == 0 ? "n/a" : met ? "met" : "missed");
-    else
+    if (a->csv) {
+        shoal_bill_csv_field(tenant, ',');
+        shoal_bill_csv_field(a->month, ',');
+        printf("%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%s,%.3f%%,%s\n", minutes, platform,
+               by_tenant, avail, a->target, minutes == 0 ? "n/a" : met ? "met" : "missed");
+    } else
         printf("%-*s  %-7s  %9" PRIu64 "  %15" PRIu64 "  %13" PRIu64 "  %12s  %7.3f%%  %s\n",
                width, tenant, a->month, minutes, platform, by_tenant, avail, a->target,
                minutes == 0 ? "n/a" : met ? "met" : "missed");

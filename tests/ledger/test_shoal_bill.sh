@@ -3,7 +3,7 @@
 # ledger_fill): usage table and CSV sums equal to the records, time ranges in ISO-8601 and unix
 # seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI), a PNG from
 # plot, and the SLA figures of a crafted month (3 platform-failed minutes out of 1000: 99.700%,
-# met; 2 out of 200: 99.000%, missed).
+# met; 2 out of 200: 99.000%, missed), and CSV fields quoted per RFC 4180.
 . "$(dirname "$0")/ledger_env.sh"
 BILL="$top_builddir/shoal-bill"
 FILL="$top_builddir/tests/ledger/ledger_fill"
@@ -167,3 +167,18 @@ is "$(awk '$1 == "globex" { print $3, $4, $5, $6, $8 }' "$T/out")" "200 2 0 99.0
 bill sla --month 2026-12 --tenant globex --csv --target 98
 is "$(tail -n +2 "$T/out")" "globex,2026-12,200,2,0,99.000%,98.000%,met" \
    "--tenant --csv --target 98: one CSV line, met"
+
+# ---- CSV quoting -----------------------------------------------------------------------------
+# Tenant and job names may hold ',' and '"' (credentials allow them): such a field is quoted,
+# its quotes doubled (RFC 4180), so the columns stay where they are. A ledger of its own.
+printf '%s\n' "ev\"il,co sim,\"x reserved $D 60 1 2 3 0.5 0 0" \
+    "ev\"il,co sim,\"x reserved $((D + 60)) 60 1 2 3 0.5 1 0" >"$T/records2"
+"$FILL" "sqlite://$T/ledger2.db" "$T/key" <"$T/records2" >"$T/out" 2>"$T/err"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger2.db" usage --csv >"$T/out" 2>"$T/err"
+is "$?:$(tail -n +2 "$T/out")" \
+   '0:"ev""il,co","sim,""x",reserved,2,120.000000,0.033333,2,4,6,1.000000' \
+   "usage --csv quotes a tenant and a job holding ',' and '\"', inner quotes doubled"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger2.db" sla --month 2026-12 --csv \
+    >"$T/out" 2>"$T/err"
+is "$?:$(tail -n +2 "$T/out")" '0:"ev""il,co",2026-12,2,1,0,50.000%,99.500%,missed' \
+   "sla --csv quotes the tenant the same way"
