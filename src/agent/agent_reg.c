@@ -306,6 +306,7 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
                                     const shoal_meter_page_t *s, const char *credtext,
                                     int *cred_class, int *cred_weight)
 {
+    char why[SHOAL_TENANT_CRED_WHY_MAX];
     shoal_tenant_cred_t cred;
     shoald_tenant_t *t;
     shoal_status_t st;
@@ -320,9 +321,11 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
         }
         return "reserved";
     }
-    if (shoal_tenant_cred_parse(credtext, &cred) != SHOAL_OK) {
+    /* The quiet variants: any local user can send credentials, and the library's parser
+     * logs each failure; the refusal's line is the only one, rate-limited. */
+    if (shoal_tenant_cred_parse_quiet(credtext, &cred, why, sizeof(why)) != SHOAL_OK) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_CREDENTIAL, SHOAL_ERR_AUTH, s->tenant,
-                          "the credential is malformed");
+                          "the credential is malformed: %s", why);
         return NULL;
     }
     t = shoald_config_tenant(r->a->cfg, cred.id.tenant);
@@ -331,7 +334,8 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
                           "tenant %.64s is not served by this agent", cred.id.tenant);
         return NULL;
     }
-    st = shoal_tenant_cred_verify(&cred, t->key, (int64_t)(shoald_unix_ns() / 1000000000ull));
+    st = shoal_tenant_cred_verify_quiet(&cred, t->key, (int64_t)(shoald_unix_ns() / 1000000000ull),
+                                        NULL, 0);
     if (st != SHOAL_OK) {
         shoald_reg_refuse(r, q, st == SHOAL_ERR_PERMISSION ? SHOALD_REFUSE_EXPIRED :
                           SHOALD_REFUSE_BAD_CREDENTIAL, st == SHOAL_ERR_PERMISSION ?

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,6 +62,21 @@ static int64_t shoal_tenant_cred_now(void)
     return (int64_t)ts.tv_sec;
 }
 
+/* The reason of a failure, for the caller to log (or not): why may be NULL. */
+static void shoal_tenant_cred_why(char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void shoal_tenant_cred_why(char *why, size_t why_len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (why == NULL || why_len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+}
+
 /* A tenant or job name: 1..SHOAL_TENANT_NAME_MAX-1 bytes of printable ASCII, no space, ';'
  * or '=' (the separators of the text form). */
 static int shoal_tenant_cred_name_ok(const char *s, size_t len)
@@ -82,8 +98,8 @@ static int shoal_tenant_cred_name_field_ok(const char name[SHOAL_TENANT_NAME_MAX
     return shoal_tenant_cred_name_ok(name, strnlen(name, SHOAL_TENANT_NAME_MAX));
 }
 
-/* Checks the fields of a credential built in memory (format, sign, verify, apply). */
-static shoal_status_t shoal_tenant_cred_check(const shoal_tenant_cred_t *c, const char *what)
+/* What is wrong with the fields of a credential built in memory, NULL when nothing. */
+static const char *shoal_tenant_cred_check_why(const shoal_tenant_cred_t *c)
 {
     const char *bad = NULL;
 
@@ -99,6 +115,14 @@ static shoal_status_t shoal_tenant_cred_check(const shoal_tenant_cred_t *c, cons
         bad = "the weight is out of range";
     else if (c->expires < 0)
         bad = "the expiry is negative";
+    return bad;
+}
+
+/* Checks the fields of a credential built in memory (format, sign, verify, apply). */
+static shoal_status_t shoal_tenant_cred_check(const shoal_tenant_cred_t *c, const char *what)
+{
+    const char *bad = shoal_tenant_cred_check_why(c);
+
     if (bad != NULL) {
         shoal_error(TENANT, "cannot %s the credential: %s", what, bad);
         return SHOAL_ERR_INVALID_ARG;
@@ -252,27 +276,30 @@ static int shoal_tenant_cred_field_lookup(const char *key, size_t len)
     return -1;
 }
 
-/* Log lines name fields and positions, never values: the text holds a MAC (a bearer token). */
-shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cred)
+/* Reasons name fields and positions, never values: the text holds a MAC (a bearer token). */
+shoal_status_t shoal_tenant_cred_parse_quiet(const char *text, shoal_tenant_cred_t *cred,
+                                             char *why, size_t why_len)
 {
     const size_t plen = strlen(SHOAL_TENANT_CRED_PREFIX);
     shoal_tenant_cred_t c;
-    const char *p, *end, *sep, *eq, *why = NULL;
+    const char *p, *end, *sep, *eq, *fwhy = NULL;
     size_t len;
     int i, k;
 
     if (text == NULL || cred == NULL) {
-        shoal_error(TENANT, "credential: nothing to parse");
+        shoal_tenant_cred_why(why, why_len, "nothing to parse");
         return SHOAL_ERR_INVALID_ARG;
     }
     len = strnlen(text, SHOAL_TENANT_CRED_TEXT_MAX);
     if (len >= SHOAL_TENANT_CRED_TEXT_MAX) {
-        shoal_error(TENANT, "credential: longer than %d bytes", SHOAL_TENANT_CRED_TEXT_MAX - 1);
+        shoal_tenant_cred_why(why, why_len, "longer than %d bytes",
+                              SHOAL_TENANT_CRED_TEXT_MAX - 1);
         return SHOAL_ERR_INVALID_ARG;
     }
     if (len < plen || memcmp(text, SHOAL_TENANT_CRED_PREFIX, plen) != 0) {
-        shoal_error(TENANT, "credential: does not start with '%s' (not a credential, or "
-                    "another version)", SHOAL_TENANT_CRED_PREFIX);
+        shoal_tenant_cred_why(why, why_len,
+                              "does not start with '%s' (not a credential, or another version)",
+                              SHOAL_TENANT_CRED_PREFIX);
         return SHOAL_ERR_INVALID_ARG;
     }
     memset(&c, 0, sizeof(c));
@@ -287,33 +314,33 @@ shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cr
         eq = memchr(p, '=', (size_t)(sep - p));
         k = eq != NULL ? shoal_tenant_cred_field_lookup(p, (size_t)(eq - p)) : -1;
         if (k < 0) {
-            shoal_error(TENANT, "credential: field %d is not a known 'name=value' (expected "
-                        "'%s=')", i + 1, want);
+            shoal_tenant_cred_why(why, why_len, "field %d is not a known 'name=value' "
+                                  "(expected '%s=')", i + 1, want);
             goto err;
         }
         if (k < i) {
-            shoal_error(TENANT, "credential: field '%s' appears twice",
-                        shoal_tenant_cred_fields[k]);
+            shoal_tenant_cred_why(why, why_len, "field '%s' appears twice",
+                                  shoal_tenant_cred_fields[k]);
             goto err;
         }
         if (k > i) {
-            shoal_error(TENANT, "credential: field '%s' is missing or out of order (found '%s' "
-                        "in its place)", want, shoal_tenant_cred_fields[k]);
+            shoal_tenant_cred_why(why, why_len, "field '%s' is missing or out of order "
+                                  "(found '%s' in its place)", want, shoal_tenant_cred_fields[k]);
             goto err;
         }
-        if (shoal_tenant_cred_parse_field(k, eq + 1, (size_t)(sep - eq - 1), &c, &why) != 0) {
-            shoal_error(TENANT, "credential: field '%s' is %s", want, why);
+        if (shoal_tenant_cred_parse_field(k, eq + 1, (size_t)(sep - eq - 1), &c, &fwhy) != 0) {
+            shoal_tenant_cred_why(why, why_len, "field '%s' is %s", want, fwhy);
             goto err;
         }
         if (i == SHOAL_TENANT_CRED_NFIELDS - 1) {
             if (sep != end) {
-                shoal_error(TENANT, "credential: %zu bytes of trailing data after the mac",
-                            (size_t)(end - sep));
+                shoal_tenant_cred_why(why, why_len, "%zu bytes of trailing data after the mac",
+                                      (size_t)(end - sep));
                 goto err;
             }
         } else if (sep == end) {
-            shoal_error(TENANT, "credential: truncated after field '%s' ('%s' and later fields "
-                        "are missing)", want, shoal_tenant_cred_fields[i + 1]);
+            shoal_tenant_cred_why(why, why_len, "truncated after field '%s' ('%s' and later "
+                                  "fields are missing)", want, shoal_tenant_cred_fields[i + 1]);
             goto err;
         } else {
             p = sep + 1;
@@ -326,6 +353,16 @@ shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cr
 err:
     shoal_secret_wipe(&c, sizeof(c));
     return SHOAL_ERR_INVALID_ARG;
+}
+
+shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cred)
+{
+    char why[SHOAL_TENANT_CRED_WHY_MAX];
+    shoal_status_t st = shoal_tenant_cred_parse_quiet(text, cred, why, sizeof(why));
+
+    if (st != SHOAL_OK)
+        shoal_error(TENANT, "credential: %s", why);
+    return st;
 }
 
 shoal_status_t shoal_tenant_cred_format(const shoal_tenant_cred_t *cred, char *buf, size_t len)
@@ -393,37 +430,57 @@ shoal_status_t shoal_tenant_cred_sign(shoal_tenant_cred_t *cred,
     return st;
 }
 
-shoal_status_t shoal_tenant_cred_verify(const shoal_tenant_cred_t *cred,
-                                        const uint8_t key[SHOAL_HMAC_BYTES], int64_t now)
+shoal_status_t shoal_tenant_cred_verify_quiet(const shoal_tenant_cred_t *cred,
+                                              const uint8_t key[SHOAL_HMAC_BYTES], int64_t now,
+                                              char *why, size_t why_len)
 {
+    const char *bad = shoal_tenant_cred_check_why(cred);
     uint8_t mac[SHOAL_HMAC_BYTES];
     shoal_status_t st;
     int same;
 
-    SHOAL_CHECK(shoal_tenant_cred_check(cred, "verify"));
-    if (key == NULL) {
-        shoal_error(TENANT, "cannot verify the credential: no key");
+    if (bad != NULL || key == NULL) {
+        shoal_tenant_cred_why(why, why_len, "cannot verify the credential: %s",
+                              bad != NULL ? bad : "no key");
         return SHOAL_ERR_INVALID_ARG;
     }
     st = shoal_tenant_cred_mac(cred, key, mac);
-    if (st != SHOAL_OK)
+    if (st != SHOAL_OK) {
+        shoal_tenant_cred_why(why, why_len,
+                              "cannot verify the credential: its MAC cannot be computed");
         return st;
+    }
     same = shoal_memeq_ct(mac, cred->mac, sizeof(mac));
     shoal_secret_wipe(mac, sizeof(mac));
     /* The MAC first: an altered expiry is a forgery, not an expired credential. */
     if (!same) {
-        shoal_error(TENANT, "credential of tenant '%s' job '%s' epoch %" PRIu64 ": the MAC does "
-                    "not match (fields altered, or signed with another key)", cred->id.tenant,
-                    cred->id.job, cred->id.epoch);
+        shoal_tenant_cred_why(why, why_len,
+                              "credential of tenant '%s' job '%s' epoch %" PRIu64 ": the MAC "
+                              "does not match (fields altered, or signed with another key)",
+                              cred->id.tenant, cred->id.job, cred->id.epoch);
         return SHOAL_ERR_AUTH;
     }
     if (cred->expires != 0 && now > cred->expires) {
-        shoal_error(TENANT, "credential of tenant '%s' job '%s' epoch %" PRIu64 " expired at %"
-                    PRId64 " (%" PRId64 " s ago)", cred->id.tenant, cred->id.job, cred->id.epoch,
-                    cred->expires, now - cred->expires);
+        shoal_tenant_cred_why(why, why_len,
+                              "credential of tenant '%s' job '%s' epoch %" PRIu64
+                              " expired at %" PRId64 " (%" PRId64 " s ago)",
+                              cred->id.tenant, cred->id.job, cred->id.epoch, cred->expires,
+                              now - cred->expires);
         return SHOAL_ERR_PERMISSION;
     }
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_tenant_cred_verify(const shoal_tenant_cred_t *cred,
+                                        const uint8_t key[SHOAL_HMAC_BYTES], int64_t now)
+{
+    char why[SHOAL_TENANT_CRED_WHY_MAX];
+    shoal_status_t st = shoal_tenant_cred_verify_quiet(cred, key, now, why, sizeof(why));
+
+    /* a failure of libcrypto was logged where it was detected (shoal_hmac) */
+    if (st == SHOAL_ERR_INVALID_ARG || st == SHOAL_ERR_AUTH || st == SHOAL_ERR_PERMISSION)
+        shoal_error(TENANT, "%s", why);
+    return st;
 }
 
 /* ---- the credential as identity ------------------------------------------------------------ */

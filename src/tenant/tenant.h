@@ -62,6 +62,13 @@ typedef struct {
 
 /* Text form (one line, for SHOAL_CREDENTIAL and files). */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_parse(const char *text, shoal_tenant_cred_t *cred);
+/* As shoal_tenant_cred_parse, but it logs nothing: the reason of a failure goes to why (may
+ * be NULL; SHOAL_TENANT_CRED_WHY_MAX holds any), for a caller that logs at its own rate (the
+ * node agent, which any local user can send credentials). Reasons never quote the text. */
+#define SHOAL_TENANT_CRED_WHY_MAX 256
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_parse_quiet(const char *text,
+                                                          shoal_tenant_cred_t *cred, char *why,
+                                                          size_t why_len);
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_format(const shoal_tenant_cred_t *cred, char *buf,
                                                      size_t len);
 /* The per-tenant key the provider derives from its master key; jobs never hold either. */
@@ -74,6 +81,12 @@ SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_sign(shoal_tenant_cred_t *cred,
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_verify(const shoal_tenant_cred_t *cred,
                                                      const uint8_t key[SHOAL_HMAC_BYTES],
                                                      int64_t now);
+/* As shoal_tenant_cred_verify, logging nothing (a failure of libcrypto aside): the reason
+ * goes to why (may be NULL). */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_verify_quiet(const shoal_tenant_cred_t *cred,
+                                                           const uint8_t key[SHOAL_HMAC_BYTES],
+                                                           int64_t now, char *why,
+                                                           size_t why_len);
 /* Makes the credential the identity: SHOAL_ERR_PERMISSION when the configured identity names
  * another tenant or job, or the credential has expired; a configured class may only lower. */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_apply(const shoal_tenant_cred_t *cred,

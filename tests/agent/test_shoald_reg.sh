@@ -6,8 +6,9 @@
 # reason, per claimed tenant, per uid; the abuse rule flags the flood) while the agent keeps
 # running; silent and slow clients time out and do not stall others; a client that floods its
 # connection after registering is cut and does not stall /metrics; ended pages count in
-# max_pages_per_uid until billed; the pidfd tells a
-# process's exit while its connection is still open; config errors name the line.
+# max_pages_per_uid until billed; bad credentials are logged within the refusals' cap only;
+# the pidfd tells a process's exit while its connection is still open; config errors name
+# the line.
 . "$(dirname "$0")/agent_lib.sh"
 need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
@@ -236,6 +237,35 @@ if [ "$uid" = 0 ] && command -v setpriv >/dev/null 2>&1; then
 else
     skip_rest 1 "not root (another uid needs setpriv --reuid)"
 fi
+
+# Bad credentials cost the journal at most the refusals' cap (20 lines a minute): the
+# library's parser and verifier logged an ERROR of their own for each (120 bad registrations,
+# 120 lines). 20 malformed, 20 forged and 20 expired ones within a run that may straddle a
+# minute: no [TENANT] line, at most 2 x 20 refusal lines, every one refused and counted.
+stop_agent
+base_conf "$T/conf4"
+start_agent "$T/conf4"
+from=$(($(wc -l <"$T/agent.log") + 1))
+BADTEXT='shoal-cred-v1:tenant=acme;job=train;epoch=0;class=guaranteed;weight=1;expires=0;mac=zz'
+i=0
+while [ $i -lt 20 ]; do
+    mc --tenant acme --job train --cred "$BADTEXT"
+    mc --tenant acme --job train --cred "$FORGED"
+    mc --tenant acme --job train --cred "$OLD"
+    i=$((i + 1))
+done
+tail -n +"$from" "$T/agent.log" >"$T/bad.log"
+is "$(grep -c '\[TENANT\]' "$T/bad.log")" 0 \
+    "60 bad credentials log no line of the parser or verifier"
+nref=$(grep -c 'refused (' "$T/bad.log")
+[ "$nref" -ge 1 ] && [ "$nref" -le 40 ]
+ok $? "and $nref refusal lines, within the cap of 20 a minute" "$T/bad.log"
+grep -q "refused (bad_credential): the credential is malformed: field 'mac' is not 64" \
+    "$T/bad.log"
+ok $? "the refusal of a malformed credential says what is wrong" "$T/bad.log"
+scrape >/dev/null
+is "$(metric 'shoal_registrations_refused_total{reason="bad_credential"}'):$(metric \
+    'shoal_registrations_refused_total{reason="expired"}')" "40:20" "all 60 refused and counted"
 
 # Uncredentialed pages when the provider allows them.
 stop_agent
