@@ -382,6 +382,25 @@ static int shoald_page_billed(const shoald_t *a, const shoald_page_t *p)
     return 1;
 }
 
+/* A page whose connection closed while its process lives (not final) registers again, with
+ * its counters from zero of the communicator: it stays in its job (billed to its end, its
+ * counters in the job's totals) until it does, superseded then, or until its process is gone
+ * (the pid runs no process, or one started at another time). Collected before, its counters
+ * went into the job's gone totals and came again with the new registration: /metrics
+ * counted them twice. */
+static int shoald_page_may_return(const shoald_page_t *p)
+{
+    uint64_t start;
+
+    if (p->final)
+        return 0;
+    if (kill(p->pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    start = shoald_proc_start_ns(p->pid);
+    return start != 0 && (p->proc == NULL || p->proc->start_ns == 0 ||
+                          p->proc->start_ns == start);
+}
+
 void shoald_pages_collect(shoald_t *a)
 {
     uint64_t now = shoal_time_ns();
@@ -391,7 +410,8 @@ void shoald_pages_collect(shoald_t *a)
 
     for (jp = &a->jobs; (j = *jp) != NULL;) {
         for (pp = &j->pages; (p = *pp) != NULL;) {
-            if (!p->superseded && (p->end_ns == 0 || !shoald_page_billed(a, p))) {
+            if (!p->superseded && (p->end_ns == 0 || !shoald_page_billed(a, p) ||
+                                   shoald_page_may_return(p))) {
                 pp = &p->next;
                 continue;
             }
