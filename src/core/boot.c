@@ -649,6 +649,10 @@ shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, v
         return shoal_boot_fail(b, st, st == SHOAL_ERR_PERMISSION
                                           ? "the root refused this rank (configured for "
                                             "another tenant, job or epoch than the job)"
+                                      : st == SHOAL_ERR_AUTH
+                                          ? "the root refused this rank's proof of the job "
+                                            "secret (an id of another job, or ranks that do "
+                                            "not all hold the same job credential)"
                                           : "the root refused this rank");
     }
     if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_FAILED && b->keyed &&

@@ -24,6 +24,7 @@
 
 shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
 {
+    uint8_t raw[SHOAL_SECRET_BYTES];
     shoal_boot_uid_t u;
     shoal_tenant_id_t id;
     struct sockaddr_storage ss;
@@ -39,13 +40,19 @@ shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
     /* The id carries the identity of the process that makes it: its ranks must match. */
     SHOAL_CHECK(shoal_tenant_id_resolve(NULL, &id));
     SHOAL_CHECK(shoal_random_bytes(u.secret, sizeof(u.secret)));
+    memcpy(raw, u.secret, sizeof(raw));
     SHOAL_CHECK_GOTO(shoal_boot_ident_make(&id, &u.ident), st, out);
     SHOAL_CHECK_GOTO(shoal_boot_listen_addr(0, &ss, &len, &any), st, out);
+    /* The root proves the secret bound to the credential (if any); the id carries it
+     * unbound (shoal_tenant_secret_bind). */
+    SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(u.secret, sizeof(u.secret)), st, out);
     SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, &u), st, out);
+    memcpy(u.secret, raw, sizeof(raw));
     shoal_boot_uid_encode(&u, uid);
     st = SHOAL_OK;
 out:
     shoal_secret_wipe(&u, sizeof(u));
+    shoal_secret_wipe(raw, sizeof(raw));
     return st;
 }
 
@@ -771,6 +778,7 @@ static shoal_status_t shoal_comm_init_from_uid(shoal_comm_t *comm_p, int nranks,
         shoal_error(INIT, "rank %d of %d: %s", rank, nranks, why);
         return SHOAL_ERR_PERMISSION;
     }
+    SHOAL_CHECK(shoal_tenant_secret_bind(u->secret, sizeof(u->secret)));
     return shoal_comm_init_uid(comm_p, nranks, rank, u, &id, cfg);
 }
 
@@ -811,6 +819,7 @@ static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t
                     "every rank", 2 * SHOAL_SECRET_BYTES);
         return SHOAL_ERR_INVALID_ARG;
     }
+    SHOAL_CHECK(shoal_tenant_secret_bind(u->secret, sizeof(u->secret)));
     snprintf(port, sizeof(port), "%u", (unsigned)portnum);
     ret = getaddrinfo(host, port, &hints, &res);
     if (ret != 0 || res == NULL) {

@@ -593,6 +593,26 @@ static shoal_status_t shoal_tenant_cred_read_file(const char *path,
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_tenant_secret_bind(uint8_t *secret, size_t len)
+{
+    shoal_tenant_cred_t cred;
+    uint8_t out[SHOAL_HMAC_BYTES];
+    shoal_status_t st;
+    int found = 0;
+
+    if (len != sizeof(out))
+        return SHOAL_ERR_INVALID_ARG;
+    memset(&cred, 0, sizeof(cred));
+    st = shoal_tenant_cred_load(&cred, &found);
+    if (st == SHOAL_OK && found)
+        st = shoal_kdf(cred.mac, sizeof(cred.mac), "job secret", secret, len, out);
+    if (st == SHOAL_OK && found)
+        memcpy(secret, out, len);
+    shoal_secret_wipe(out, sizeof(out));
+    shoal_secret_wipe(&cred, sizeof(cred));
+    return st;
+}
+
 shoal_status_t shoal_tenant_cred_load(shoal_tenant_cred_t *cred, int *found_p)
 {
     const shoal_tenant_cred_config_t *cfg = &shoal_tenant_cred_config;

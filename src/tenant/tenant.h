@@ -103,5 +103,12 @@ extern SHOAL_HIDDEN shoal_tenant_cred_config_t shoal_tenant_cred_config;
  * both), parsed: *found_p = 0 and SHOAL_OK when neither is set. The MAC is not verified here
  * (a job holds no key); the node agent that holds the tenant key verifies it. */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_load(shoal_tenant_cred_t *cred, int *found_p);
+/* With a credential (shoal_tenant_cred_load), the job secret a rank joins with is bound to it:
+ * secret becomes KDF(the credential's MAC, "job secret", secret). The unique id carries the
+ * secret unbound, so an id read from a channel that others can read (torch's TCPStore, an
+ * environment dump) lets nobody join who does not hold the job's credential; every rank of
+ * the job must hold the same one. Without a credential secret is left as it is. len must be
+ * SHOAL_HMAC_BYTES. */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_secret_bind(uint8_t *secret, size_t len);
 
 #endif

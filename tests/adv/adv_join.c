@@ -704,11 +704,80 @@ static void adv_case_source_flood(void)
            "(%.0f ms)", ADV_FLOOD, adv_now_ms() - t0);
 }
 
+/* Reads p's output until its "UID <hex>" line (mkuid); 0 with hex filled, -1 otherwise. */
+static int adv_read_uid(adv_proc_t *p, char *hex, int ms)
+{
+    double deadline = adv_now_ms() + ms;
+    while (adv_now_ms() < deadline) {
+        char *l = strstr(p->buf, "UID ");
+        struct pollfd pfd = {.fd = p->out, .events = POLLIN};
+        ssize_t r;
+        if (l != NULL && strchr(l, '\n') != NULL) {
+            return sscanf(l, "UID %256s", hex) == 1 && strlen(hex) == 2 * SHOAL_UID_BYTES ? 0
+                                                                                      : -1;
+        }
+        if (poll(&pfd, 1, 100) <= 0) {
+            continue;
+        }
+        r = read(p->out, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+        if (r <= 0) {
+            return -1;
+        }
+        p->len += (size_t)r;
+        p->buf[p->len] = '\0';
+    }
+    return -1;
+}
+
+/* A job with a credential (SHOAL_CREDENTIAL): its ranks join with the job secret bound to
+ * it. A process that holds the unique id but not the credential (the id read from a store
+ * that anyone can read, as torch's TCPStore is) is refused with SHOAL_ERR_AUTH even when it
+ * claims the job's tenant, job and epoch; the ranks that hold the credential form the job. */
+static void adv_case_cred_bound(void)
+{
+    shoal_tenant_cred_t c;
+    uint8_t key[SHOAL_HMAC_BYTES];
+    char text[SHOAL_TENANT_CRED_TEXT_MAX], cred_env[SHOAL_TENANT_CRED_TEXT_MAX + 32];
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_proc_t p[3], s;
+
+    memset(&c, 0, sizeof(c));
+    snprintf(c.id.tenant, sizeof(c.id.tenant), "acme");
+    snprintf(c.id.job, sizeof(c.id.job), "train-7");
+    c.id.epoch = 3;
+    c.id.qos_class = SHOAL_QOS_BURSTABLE;
+    c.id.qos_weight = 1;
+    if (shoal_random_bytes(key, sizeof(key)) != SHOAL_OK ||
+        shoal_tenant_cred_sign(&c, key) != SHOAL_OK ||
+        shoal_tenant_cred_format(&c, text, sizeof(text)) != SHOAL_OK) {
+        tap_bail("cannot make a credential");
+    }
+    snprintf(cred_env, sizeof(cred_env), "SHOAL_CREDENTIAL=%s", text);
+    const char *const with[] = {cred_env, NULL};
+    adv_spawn(&p[0], "mkuid", NULL, 0, 3, with, -1);
+    if (adv_read_uid(&p[0], hex, 3 * ADV_TIMEOUT_MS) != 0) {
+        adv_wait(p, 1, 100);
+        tap_ok(0, "a credentialed rank 0 printed no unique id");
+        return;
+    }
+    adv_spawn(&s, "init", hex, 2, 3, adv_job_env, -1);
+    adv_wait(&s, 1, 2 * ADV_TIMEOUT_MS);
+    adv_spawn(&p[1], "init", hex, 1, 3, with, -1);
+    adv_spawn(&p[2], "init", hex, 2, 3, with, -1);
+    adv_wait(p, 3, 3 * ADV_TIMEOUT_MS);
+    adv_diag(&s, 1, "id without the credential");
+    adv_diag(p, 3, "rank");
+    tap_ok(adv_all(&s, 1, "SHOAL_ERR_AUTH", 0) && adv_all_quick(&s, 1) &&
+               adv_all(p, 3, "SHOAL_OK", 1),
+           "a credentialed job: the unique id without the credential is refused "
+           "(SHOAL_ERR_AUTH), the ranks holding it form the job");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(21);
+    tap_plan(22);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -730,5 +799,6 @@ int main(int argc, char **argv)
     adv_case_breaker();
     adv_case_root_unreachable();
     adv_case_source_flood();
+    adv_case_cred_bound();
     return tap_done();
 }

@@ -5,6 +5,9 @@
  * one line on stdout:  RESULT <status name> <milliseconds in init> <1 if the sum was right>.
  *
  *   adv_rank init     join, AllReduce, destroy
+ *   adv_rank mkuid    make the unique id (shoal_get_unique_id), print it as "UID <hex>", then
+ *                     join with it as rank 0 of SHOAL_NRANKS (shoal_comm_init), as a
+ *                     framework's rank 0 does that hands the id to its ranks through a store
  *   adv_rank split    join, split (one color), AllReduce on the child, destroy both. With
  *                     ADV_HOOK_FD set, the child's root address is written there as one
  *                     line "family port hexaddr" and the leader waits ADV_HOOK_MS before
@@ -69,7 +72,22 @@ int main(int argc, char **argv)
     if (strcmp(mode, "split") == 0) {
         shoal_boot_root_started_hook = adv_rank_hook;
     }
-    st = shoal_comm_init_env(&comm, NULL);
+    if (strcmp(mode, "mkuid") == 0) {
+        shoal_uid_t uid;
+        const char *n = getenv("SHOAL_NRANKS");
+        st = shoal_get_unique_id(&uid);
+        if (st == SHOAL_OK) {
+            printf("UID ");
+            for (size_t i = 0; i < sizeof(uid.internal); i++) {
+                printf("%02x", (unsigned)(uint8_t)uid.internal[i]);
+            }
+            printf("\n");
+            fflush(stdout);
+            st = shoal_comm_init(&comm, n != NULL ? atoi(n) : 1, 0, &uid, NULL);
+        }
+    } else {
+        st = shoal_comm_init_env(&comm, NULL);
+    }
     ms = adv_rank_now_ms() - t0;
     if (st == SHOAL_OK && strcmp(mode, "split") == 0) {
         st = shoal_comm_split(comm, 0, 0, &child);

@@ -102,11 +102,20 @@ def launcher_env(environ=None):
     return None
 
 
+# Secret variables: libshoal reads them once and removes them from the C environment, but
+# Python keeps its own copy in os.environ, which a subprocess given env=dict(os.environ) would
+# inherit.
+_SECRETS = ("SHOAL_UID", "SHOAL_SECRET", "SHOAL_CREDENTIAL")
+
+
 def _create(store, rank, size, timeout):
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
     # the group's timeout becomes every wait's deadline inside shoal (<= 0: infinite)
-    return _C.create_backend(store, rank, size, int(timeout.total_seconds() * 1000))
+    backend = _C.create_backend(store, rank, size, int(timeout.total_seconds() * 1000))
+    for k in _SECRETS:  # read by now (the library's configuration is loaded)
+        os.environ.pop(k, None)
+    return backend
 
 
 def _register():

@@ -14,6 +14,9 @@ launcher = shoal_torch.LAUNCHER or ("torchrun" if "TORCHELASTIC_RUN_ID" in os.en
                                      else "env")
 dist.init_process_group("shoal")
 rank, n = dist.get_rank(), dist.get_world_size()
+# the job's secrets are gone from Python's copy of the environment too (shoalrun sets SHOAL_UID)
+leaked = [k for k in ("SHOAL_UID", "SHOAL_SECRET", "SHOAL_CREDENTIAL") if k in os.environ]
+assert not leaked, "secret variables left in os.environ: %s" % leaked
 t = torch.full((1000,), float(rank + 1))
 dist.all_reduce(t)
 assert t[0].item() == n * (n + 1) / 2, t[0]
