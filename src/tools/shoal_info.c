@@ -42,7 +42,8 @@ static void shoal_info_usage(FILE *fp)
             "  -b  print built-in components: transports (and whether usable now),\n"
             "      optional dependencies\n"
             "  -c  print every SHOAL_* variable: value, default, source and meaning\n"
-            "      (the output is a valid SHOAL_CONF_FILE)\n"
+            "      (a valid SHOAL_CONF_FILE: only the variables set in the environment or a\n"
+            "      file are assignments; defaults, derived values and secrets are comments)\n"
             "  -m  with -c: print a Markdown table (Variable | Default | Meaning)\n"
             "  -t  print the topology: this host (hwloc or sysfs), the settings derived from\n"
             "      its caches and memory rates (chunk, window, one-shot and LL limits, model\n"
@@ -150,10 +151,17 @@ static void shoal_info_print_config(void)
         for (i = 0; i < tab->nfields; i++) {
             const shoal_cfg_field_t *f = &tab->fields[i];
 
+            const char *src = shoal_cfg_source(f);
+            /* Fed back as SHOAL_CONF_FILE, a default or derived value as an assignment would
+             * pin it (no more derivation from the machine), and a secret's "<set>" would be
+             * taken as its value: those are comments. */
+            int live = !(f->flags & SHOAL_CFG_F_SECRET) && strcmp(src, "default") != 0 &&
+                       strcmp(src, "derived") != 0;
+
             shoal_cfg_format_value(f, shoal_info_field_src(tab, f), value, sizeof(value));
-            printf("# %s\n# default: %s'%s', set by: %s\nSHOAL_%s=%s\n", f->doc,
+            printf("# %s\n# default: %s'%s', set by: %s\n%sSHOAL_%s=%s\n", f->doc,
                    (f->flags & SHOAL_CFG_F_DERIVED) ? "derived (see shoal_info -t), else " : "",
-                   f->dflt, shoal_cfg_source(f), f->name, value);
+                   f->dflt, src, live ? "" : "# ", f->name, value);
         }
     }
 }

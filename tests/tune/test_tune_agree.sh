@@ -195,4 +195,17 @@ if [ "$r:$r2" = "0:2" ] && grep -q "^usage: shoal_info" "$tmp/opt" &&
 then
     echo "ok $n_tap - shoal_info --help exits 0; an unknown option is named as given, exit 2"
 else echo "not ok $n_tap - shoal_info --help rc $r, --bogus rc $r2: $(head -n 1 "$tmp/opt2")"; fi
+# shoal_info -c is a SHOAL_CONF_FILE: only what was set is an assignment (a default or a
+# derived value fed back would pin it; a secret's "<set>" would become its value)
+env -i PATH="$PATH" SHOAL_DEBUG=INFO SHOAL_SECRET="$(printf '5a%.0s' $(seq 32))" "$info" -c \
+    >"$tmp/conf" 2>/dev/null
+env -i PATH="$PATH" SHOAL_CONF_FILE="$tmp/conf" "$info" -c >"$tmp/conf2" 2>"$tmp/conf2.err"
+n_tap=$((n_tap + 1))
+if [ "$(grep '^SHOAL_' "$tmp/conf")" = "SHOAL_DEBUG=INFO" ] &&
+    grep -q '^# SHOAL_SECRET=<set>$' "$tmp/conf" &&
+    grep -B1 '^SHOAL_DEBUG=INFO$' "$tmp/conf2" | grep -q 'set by: file' &&
+    ! grep -q 'ERROR\|WARN' "$tmp/conf2.err"
+then
+    echo "ok $n_tap - shoal_info -c: only the variables set are assignments (secrets and defaults are comments); fed back as SHOAL_CONF_FILE it loads cleanly"
+else echo "not ok $n_tap - shoal_info -c as a conf file: $(grep '^SHOAL_' "$tmp/conf" | head -3 | tr '\n' ' ')"; fi
 echo "1..$n_tap"
