@@ -1,6 +1,6 @@
 /*
  * shoal: collective communication for shared, multi-tenant GPU clusters.
- * The one public header. See README.md for a tour and DESIGN.md for the contracts.
+ * The one public header. See README.md for a tour, the API table and every variable.
  */
 #ifndef SHOAL_H
 #define SHOAL_H

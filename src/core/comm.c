@@ -425,7 +425,9 @@ static shoal_status_t shoal_comm_forced_tl(struct shoal_comm *comm, int *forced_
             return SHOAL_OK;
         }
     }
-    shoal_error(INIT, "SHOAL_TRANSPORT=%s: no such transport in this build", name);
+    shoal_error(INIT, "%s=%s: no such transport in this build",
+                comm->cfg.transport != NULL ? "shoal_config_t.transport" : "SHOAL_TRANSPORT",
+                name);
     return SHOAL_ERR_INVALID_ARG;
 }
 

@@ -73,8 +73,10 @@ SHOAL_HIDDEN void shoal_qos_uncredentialed(int req_class, int req_weight,
                                            const shoal_qos_class_config_t *cfg, int *class_p,
                                            int *weight_p);
 /* The class a configuration asks for: the explicit field, else SHOAL_QOS_CLASS; same for the
- * weight (0: unset). */
-SHOAL_HIDDEN void shoal_qos_requested(const shoal_config_t *cfg, int *class_p, int *weight_p);
+ * weight (0: unset). SHOAL_ERR_INVALID_ARG (logged) for a field outside shoal_qos_class_t or
+ * a negative weight. */
+SHOAL_HIDDEN shoal_status_t shoal_qos_requested(const shoal_config_t *cfg, int *class_p,
+                                                int *weight_p);
 /* Resolves comm->qos from comm->ident once, before the transports start. */
 SHOAL_HIDDEN shoal_status_t shoal_qos_comm_init(struct shoal_comm *comm);
 

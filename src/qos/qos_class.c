@@ -168,13 +168,24 @@ shoal_status_t shoal_qos_marks_resolve(int qos_class, const shoal_qos_class_conf
     return SHOAL_OK;
 }
 
-void shoal_qos_requested(const shoal_config_t *cfg, int *class_p, int *weight_p)
+shoal_status_t shoal_qos_requested(const shoal_config_t *cfg, int *class_p, int *weight_p)
 {
     shoal_config_global_init();
+    if (cfg != NULL && (cfg->qos_class < SHOAL_QOS_DEFAULT || cfg->qos_class > SHOAL_QOS_SPOT)) {
+        shoal_error(QOS, "shoal_config_t.qos_class %d is not a shoal_qos_class_t (%d..%d)",
+                    cfg->qos_class, (int)SHOAL_QOS_DEFAULT, (int)SHOAL_QOS_SPOT);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (cfg != NULL && cfg->qos_weight < 0) {
+        shoal_error(QOS, "shoal_config_t.qos_weight %d is negative (0: SHOAL_QOS_WEIGHT)",
+                    cfg->qos_weight);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     *class_p = cfg != NULL && cfg->qos_class != SHOAL_QOS_DEFAULT
                    ? cfg->qos_class : shoal_qos_class_config.qos_class;
     *weight_p = cfg != NULL && cfg->qos_weight > 0 ? cfg->qos_weight
                                                    : SHOAL_MAX(shoal_qos_class_config.weight, 0);
+    return SHOAL_OK;
 }
 
 void shoal_qos_uncredentialed(int req_class, int req_weight, const shoal_qos_class_config_t *cfg,

@@ -99,7 +99,9 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
     }
     /* Explicit field > SHOAL_QOS_CLASS / SHOAL_QOS_WEIGHT; either may only lower: below the
      * credential's (shoal_tenant_cred_apply), else at most SHOAL_QOS_CLASS_MAX / _WEIGHT_MAX. */
-    shoal_qos_requested(cfg, &out.qos_class, &out.qos_weight);
+    if ((st = shoal_qos_requested(cfg, &out.qos_class, &out.qos_weight)) != SHOAL_OK) {
+        goto out;
+    }
     if (!found) {
         shoal_qos_uncredentialed(out.qos_class, out.qos_weight, &shoal_qos_class_config,
                                  &out.qos_class, &out.qos_weight);

@@ -178,6 +178,26 @@ static void test_ib_pick(void)
 #endif
 }
 
+/* shoal_config_t's QoS fields: outside their range an error, not silently the default. */
+static void test_requested(void)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    int c = -1, w = -1;
+    cfg.qos_class = SHOAL_QOS_GUARANTEED;
+    cfg.qos_weight = 3;
+    tap_ok(shoal_qos_requested(&cfg, &c, &w) == SHOAL_OK && c == SHOAL_QOS_GUARANTEED && w == 3,
+           "config fields: the class and weight asked for");
+    cfg.qos_class = 99;
+    tap_is_int(shoal_qos_requested(&cfg, &c, &w), SHOAL_ERR_INVALID_ARG,
+               "qos_class 99 (not a shoal_qos_class_t): SHOAL_ERR_INVALID_ARG");
+    cfg.qos_class = -3;
+    tap_is_int(shoal_qos_requested(&cfg, &c, &w), SHOAL_ERR_INVALID_ARG, "qos_class -3: too");
+    cfg.qos_class = SHOAL_QOS_DEFAULT;
+    cfg.qos_weight = -4;
+    tap_is_int(shoal_qos_requested(&cfg, &c, &w), SHOAL_ERR_INVALID_ARG,
+               "qos_weight -4: SHOAL_ERR_INVALID_ARG");
+}
+
 int main(void)
 {
     setenv("SHOAL_DEBUG", "NONE", 1);
@@ -185,5 +205,6 @@ int main(void)
     test_lists();
     test_marks();
     test_ib_pick();
+    test_requested(); /* last: it loads the configuration, which test_effective sets up */
     return tap_done();
 }
