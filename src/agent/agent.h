@@ -162,6 +162,8 @@ typedef struct shoald_page {
     uint64_t created_ns;                   /* unix ns, clamped to [process start, now] */
     uint64_t end_ns;                       /* unix ns of exit / close, 0 while live */
     int failed;                            /* 0, 1 platform (peer failure), 2 tenant abort */
+    int failure_counted;                   /* its failure is in its job's counts (an earlier
+                                            * registration of the key may have put it there) */
     int final;                             /* ended for good (communicator destroyed, process
                                             * gone): the same page cannot register again */
     int cursor_known;                      /* billed[] is what the ledger holds (or no ledger) */

@@ -232,6 +232,7 @@ static void shoald_page_supersede(shoald_job_t *j, shoald_page_t *p)
             continue;
         memcpy(p->billed, q->billed, sizeof(p->billed));
         memcpy(p->legacy_key, q->legacy_key, sizeof(p->legacy_key));
+        p->failure_counted = q->failure_counted;
         for (i = 0; i < SHOALD_NCTR; i++)
             p->ctr[i] = SHOAL_MAX(p->ctr[i], q->ctr[i]);
         p->created_ns = q->created_ns;
@@ -336,14 +337,20 @@ void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
     p->end_ns = shoald_unix_ns();
     if (p->end_ns < p->created_ns)
         p->end_ns = p->created_ns;
-    if (p->ctr[SHOALD_CTR_ABORTS] > 0) {
+    if (p->ctr[SHOALD_CTR_ABORTS] > 0)
         p->failed = 2;
-        p->job->failed_tenant++;
-        p->job->failures_tenant_total++;
-    } else if (p->ctr[SHOALD_CTR_PEER_FAILURES] > 0) {
+    else if (p->ctr[SHOALD_CTR_PEER_FAILURES] > 0)
         p->failed = 1;
-        p->job->failed_platform++;
-        p->job->failures_platform_total++;
+    if (p->failed != 0 && !p->failure_counted) {
+        /* once per page: the same page registered again, ended again, is one failure */
+        p->failure_counted = 1;
+        if (p->failed == 2) {
+            p->job->failed_tenant++;
+            p->job->failures_tenant_total++;
+        } else {
+            p->job->failed_platform++;
+            p->job->failures_platform_total++;
+        }
     }
     if (p->conn_fd >= 0)
         close(p->conn_fd);

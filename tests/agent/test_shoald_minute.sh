@@ -180,7 +180,7 @@ gs=$(sum_gpu acme dbdown)
 within "$gs" "$life" 5
 ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
 
-# 25-27: failures per cause
+# 25-28: failures per cause
 mc --tenant acme --job fails --cred "$(cred acme fails)" --set aborts=1
 mc --tenant acme --job fails --cred "$(cred acme fails)" --rank 0 --set peer_failures=3
 wait_minutes 2
@@ -188,6 +188,11 @@ is "$(q "SELECT sum(failed_tenant) FROM ledger_records WHERE job = 'fails'")" 1 
     "a rank that aborted is a failure the tenant caused"
 is "$(q "SELECT sum(failed_platform) FROM ledger_records WHERE job = 'fails'")" 1 \
     "a rank that ended after peer failures is the platform's"
+mc --tenant acme --job fails2 --cred "$(cred acme fails2)" --set peer_failures=1 \
+    --abandon 1 --hold 1
+wait_minutes 2
+is "$(q "SELECT sum(failed_platform) FROM ledger_records WHERE job = 'fails2'")" 1 \
+    "a failed rank whose registration closed and came back (two ends of one page) is one failure"
 # device bytes through CUDA IPC are billed as same-host bytes, with the shm ones
 mc --tenant acme --job devipc --cred "$(cred acme devipc)" --set sent:0:0=1000 \
     --set cuda_ipc_sent=123456 --set cuda_ipc_recv=654321
@@ -195,7 +200,7 @@ wait_minutes 2
 is "$(q "SELECT sum(bytes_same_host) || ':' || sum(bytes_cross_host) FROM ledger_records
          WHERE job = 'devipc'")" 124456:0 "CUDA IPC bytes are billed as same-host bytes"
 
-# 28-32: a registration the library gave up on (its connection closed, the page still live)
+# 29-33: a registration the library gave up on (its connection closed, the page still live)
 # is billed to that point, and its cursor kept: the same page registered again goes on from
 # it (nothing counted twice), and only the end of the communicator deletes the cursor
 timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job abandon --cred "$(cred acme abandon)" \
@@ -215,7 +220,7 @@ is "$(metric "shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"abandon\",c
     "$(final_of ops "$T/r4.out")" \
     "/metrics counts its operations once too (the closed registration was not collected into the job's totals while its process could register it again)"
 
-# 33-36: a rank that registers only after the job's next minutes were billed without it (a
+# 34-37: a rank that registers only after the job's next minutes were billed without it (a
 # process that started with the job, slept 5 s, then registered the page it made at its
 # start, as a rank that made no call for minutes after an agent restart would): its time
 # before then cannot go back into those minutes' records, so it is folded into the job's
@@ -247,7 +252,7 @@ gs=$(sum_gpu acme late)
 within "$gs" "$life" 5
 ok $? "the job's GPU-seconds $gs within 0.5% of its ranks' lives ($life)"
 
-# 37-49: a restarted agent waits for the running ranks. Two ranks of a job count through a
+# 38-50: a restarted agent waits for the running ranks. Two ranks of a job count through a
 # kill -9 of the agent; rank 1 is stopped, so it registers with the new agent only 2.5 s
 # after it started, when a minute boundary has passed.
 # - rejoin_grace=5s: the new agent's first batch waits for every rank: every minute gets its
@@ -301,7 +306,7 @@ for v in 5s:600s 0:600s 0:0; do
     fi
 done
 
-# 50-52: a rank whose process ends while no agent runs. The new agent finds its page open in
+# 51-53: a rank whose process ends while no agent runs. The new agent finds its page open in
 # the ledger and its process gone: it says so (that time is not known), does not wait for it,
 # and deletes its cursor (nothing else ever would).
 timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job dead --cred "$(cred acme dead)" \
@@ -322,7 +327,7 @@ ok $? "the new agent found the killed rank's page open in the ledger and its pro
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key LIKE '%:$R6C:%'")" 0 \
     "its cursor was deleted"
 
-# 53-55: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
+# 54-56: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
 # credentialed job; neither holds the other back (a record of tenant "" was refused by the
 # ledger and kept every later minute in memory)
 stop_agent
@@ -346,7 +351,7 @@ is "$(sum_ops "uid=$uid" anon):$(sum_ops acme paid)" \
 minutes_ok "uid=$uid" anon 1
 ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon))"
 
-# 56-60: long host names (cloud nodes) on one ledger. Two agents whose names share their first
+# 57-61: long host names (cloud nodes) on one ledger. Two agents whose names share their first
 # 32 characters: the second, restarted, does not take the first one's open page for its own
 # (both keyed the name cut at 32, so it waited for or deleted the other host's cursors). A
 # cursor keyed that old way is resumed from and then deleted: a rank is not billed twice
@@ -391,7 +396,7 @@ is "$(sum_ops acme longhost)" "$(final_of ops "$T/lh.out")" \
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key IN ('$K', '$LK')")" 0 \
     "the old cursor went with the first batch, the new one with the rank's end"
 
-# 61-63: the chain, a clean stop
+# 62-64: the chain, a clean stop
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly"
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
