@@ -258,15 +258,17 @@ static void shoal_qos_pace_doze(uint64_t ns)
     nanosleep(&ts, NULL);
 }
 
-/* Waits until tokens >= step; returns the time now. */
-static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uint64_t deadline,
-                                          uint64_t *now_p)
+/* Waits until tokens >= step; returns the time now. *deadline_p 0: set here, at the first
+ * wait, to wait_timeout_ms from now (and kept by the caller for the rest of its hold-back). */
+static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step,
+                                          uint64_t *deadline_p, uint64_t *now_p)
 {
-    uint64_t now = *now_p, t0 = now;
+    uint64_t now = *now_p, t0 = now, deadline;
     shoal_status_t st = SHOAL_OK;
-    if (deadline == 0) {
-        deadline = shoal_deadline_ns(p->wait_timeout_ms);
+    if (*deadline_p == 0) {
+        *deadline_p = shoal_deadline_ns(p->wait_timeout_ms);
     }
+    deadline = *deadline_p;
     while (p->rate != 0 && p->tokens < step) {
         if (shoal_aborted(p->abort_flag)) {
             st = SHOAL_ERR_ABORTED;
@@ -294,11 +296,9 @@ static shoal_status_t shoal_qos_pace_wait(shoal_qos_pacer_t *p, double step, uin
     return st;
 }
 
-shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t deadline_ns)
+static shoal_status_t shoal_qos_pace_take_until(shoal_qos_pacer_t *p, size_t bytes,
+                                                uint64_t *deadline_p)
 {
-    if (shoal_qos_pace_fast(p, bytes)) {
-        return SHOAL_OK;
-    }
     p->fast_left = SHOAL_QOS_PACE_FAST;
     uint64_t now = shoal_qos_pace_now(p);
     if (shoal_qos_pace_due(p, now)) {
@@ -311,12 +311,33 @@ shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t 
     while (bytes > 0 && p->rate != 0) {
         double step = (double)SHOAL_MIN(bytes, (size_t)SHOAL_QOS_PACE_STEP);
         if (p->tokens < step) {
-            SHOAL_CHECK(shoal_qos_pace_wait(p, step, deadline_ns, &now));
+            SHOAL_CHECK(shoal_qos_pace_wait(p, step, deadline_p, &now));
         }
         p->tokens -= step;
         bytes -= (size_t)step;
     }
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes, uint64_t deadline_ns)
+{
+    uint64_t deadline = deadline_ns; /* 0: set at the first wait, then kept for every step */
+    if (shoal_qos_pace_fast(p, bytes)) {
+        return SHOAL_OK;
+    }
+    return shoal_qos_pace_take_until(p, bytes, &deadline);
+}
+
+shoal_status_t shoal_qos_pace_take_call(shoal_qos_pacer_t *p, size_t bytes, uint64_t call)
+{
+    if (shoal_qos_pace_fast(p, bytes)) {
+        return SHOAL_OK;
+    }
+    if (call != p->call) {
+        p->call = call;
+        p->call_deadline = 0; /* set at this call's first wait */
+    }
+    return shoal_qos_pace_take_until(p, bytes, &p->call_deadline);
 }
 
 /* ---- the communicator's pacer ---------------------------------------------------------- */
@@ -392,7 +413,11 @@ void shoal_qos_pace_comm_fini(struct shoal_comm *comm)
 
 shoal_status_t shoal_qos_pace_comm_take_slow(struct shoal_comm *comm, size_t bytes)
 {
-    shoal_status_t st = shoal_qos_pace_take(comm->pace, bytes, 0);
+    /* The call in progress: the ticket being served (a blocking call's, or the proxy's while
+     * its plans run), so that the hold-back ends at the call's deadline, not at each
+     * message's. */
+    shoal_status_t st = shoal_qos_pace_take_call(
+        comm->pace, bytes, __atomic_load_n(&comm->ticket_serving, __ATOMIC_RELAXED));
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_comm_set_failed(comm, st, comm->rank,
                                      "aborted by the application while paced");

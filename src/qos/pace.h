@@ -94,6 +94,8 @@ typedef struct shoal_qos_pacer {
     unsigned share_div;
     int agent_dead;            /* the timeout passed: agent's rate dropped */
     int warned_deadline;
+    uint64_t call;             /* the call of the last take_call, and ... */
+    uint64_t call_deadline;    /* ... the end of its hold-back (0: it has not waited yet) */
     const int *abort_flag;
     int wait_timeout_ms;
     int tsc;                   /* its clock: the meter's TSC (1) or CLOCK_MONOTONIC (0) */
@@ -129,6 +131,10 @@ static inline int shoal_qos_pace_fast(shoal_qos_pacer_t *p, size_t bytes)
  * flops. */
 SHOAL_HIDDEN shoal_status_t shoal_qos_pace_take(shoal_qos_pacer_t *p, size_t bytes,
                                                 uint64_t deadline_ns);
+/* The same for one of the takes of a call (call: its identity): the hold-back of all of the
+ * call's takes ends wait_timeout_ms after its first wait; after that its takes wait no more. */
+SHOAL_HIDDEN shoal_status_t shoal_qos_pace_take_call(shoal_qos_pacer_t *p, size_t bytes,
+                                                     uint64_t call);
 /* The rate in force now (bytes/s, 0 = none), after a look at the rates page. */
 SHOAL_HIDDEN uint64_t shoal_qos_pace_rate(shoal_qos_pacer_t *p);
 static inline uint64_t shoal_qos_pace_held_ns(const shoal_qos_pacer_t *p)

@@ -142,6 +142,42 @@ static void test_never_hangs(void)
     shoal_qos_pace_destroy(p);
 }
 
+/* The hold-back of a call ends wait_timeout_ms after its first wait, however many 64 KiB
+ * steps and takes the call has left (a deadline per step never fired at the minimum rate,
+ * where one step waits about 1 s: a 1 MiB AllReduce at 128 KiB/s took 12 s past a 1 s
+ * SHOAL_TIMEOUT_MS); a new call is held back again. */
+static void test_call_deadline(void)
+{
+    shoal_qos_pace_params_t prm = {.rate_max = 1, .rates_timeout_ms = -1,
+                                   .wait_timeout_ms = 300}; /* -> 64 KiB/s */
+    shoal_qos_pacer_t *p;
+    uint64_t t0;
+    double ms;
+
+    shoal_qos_pace_create(&prm, &p);
+    shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX); /* empty bucket */
+    t0 = shoal_time_ns();
+    tap_is_int(shoal_qos_pace_take(p, 512 << 10, 0), SHOAL_OK, "one take of 512 KiB at 64 KiB/s");
+    ms = (shoal_time_ns() - t0) / 1e6;
+    tap_ok(ms >= 250 && ms < 900, "... held back until its deadline, 300 ms (%.0f ms), not 8 s",
+           ms);
+    t0 = shoal_time_ns();
+    for (int i = 0; i < 4; i++) {
+        shoal_qos_pace_take_call(p, 256 << 10, 7);
+    }
+    ms = (shoal_time_ns() - t0) / 1e6;
+    tap_ok(ms >= 250 && ms < 900, "four takes of one call: 300 ms in all (%.0f ms), not 16 s",
+           ms);
+    t0 = shoal_time_ns();
+    shoal_qos_pace_take_call(p, 256 << 10, 7);
+    tap_ok(shoal_time_ns() - t0 < 50000000ull, "... a fifth take of that call waits no more");
+    t0 = shoal_time_ns();
+    shoal_qos_pace_take_call(p, 256 << 10, 8);
+    ms = (shoal_time_ns() - t0) / 1e6;
+    tap_ok(ms >= 250, "the next call is held back again (%.0f ms)", ms);
+    shoal_qos_pace_destroy(p);
+}
+
 /* Rate in force after the pacer had a chance to look (checks are 2 ms apart). */
 static uint64_t rate_after(shoal_qos_pacer_t *p, int ms)
 {
@@ -350,6 +386,7 @@ int main(void)
              getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp", (int)getpid());
     test_bucket();
     test_never_hangs();
+    test_call_deadline();
     test_rates_page();
     test_share();
     test_tick_clock();
