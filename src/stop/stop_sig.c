@@ -196,13 +196,24 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
     uint64_t done = 0;
     char name[16];
 
-    memset(&act, 0, sizeof(act));
-    act.sa_sigaction = shoal_stop_sig_handler;
-    act.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&act.sa_mask);
     for (int s = 1; s <= SHOAL_STOP_SIG_MAX; s++) {
+        struct sigaction old;
         if ((mask & SHOAL_STOP_SIG_BIT(s)) == 0) {
             continue;
+        }
+        memset(&act, 0, sizeof(act));
+        act.sa_sigaction = shoal_stop_sig_handler;
+        act.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigemptyset(&act.sa_mask);
+        if (sigaction(s, NULL, &old) == 0 && (old.sa_flags & SA_SIGINFO ?
+                                              old.sa_sigaction != NULL :
+                                              old.sa_handler != SIG_DFL &&
+                                                  old.sa_handler != SIG_IGN)) {
+            /* The application's handler runs inside ours: with its own flags (no SA_RESTART
+             * of ours where it wants its system calls interrupted, its SA_ONSTACK and
+             * SA_NODEFER) and its mask. SA_RESETHAND is not carried over: ours stays. */
+            act.sa_flags = SA_SIGINFO | (old.sa_flags & (SA_RESTART | SA_ONSTACK | SA_NODEFER));
+            act.sa_mask = old.sa_mask;
         }
         if (sigaction(s, &act, &shoal_stop_sig_old[s]) != 0) {
             shoal_error(SCHED, "sigaction(SIG%s) installing the stop handler failed: %s",

@@ -381,7 +381,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(32);
+    tap_plan(33);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
@@ -445,6 +445,10 @@ int main(void)
            "the test's own SIGUSR2 handler ran once (chained): %d", app_handler_calls);
     tap_ok(!usr2_is_app() && (shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))),
            "after the stop the handler stays past the last destroy");
+    sigaction(SIGUSR2, NULL, &sa);
+    tap_ok((sa.sa_flags & SA_RESTART) == 0,
+           "the library's handler has the test handler's flags: no SA_RESTART of its own (a "
+           "system call the test's handler should interrupt is not restarted)");
     raise(SIGUSR2);
     tap_ok(__atomic_load_n(&app_handler_calls, __ATOMIC_RELAXED) == 2,
            "a late SIGUSR2 is harmless and still reaches the test's handler (%d calls)",
