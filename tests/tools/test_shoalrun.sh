@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=32
+NTESTS=33
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -221,4 +221,13 @@ for a in "--timeout nan" "--timeout NaN" "--grace nan" "--grace inf" "--timeout 
     [ "$r" -eq 2 ] && grep -q "invalid ${a%% *} .*(seconds, 0..1e9)" "$T/err" || bad="$bad '$a':$r"
 done
 is "$bad" "" "non-finite or negative --timeout/--grace is a usage error (exit 2) naming the option"
+
+# 33: SHOAL_SHM_DIR is where the shm segments are made (it was only where they were checked:
+# they went to /dev/shm whatever it said), and nothing is left there
+mkdir "$T/shmdir"
+run -n 2 --timeout 60 -x SHOAL_TRANSPORT=shm -x "SHOAL_SHM_DIR=$T/shmdir" -x SHOAL_DEBUG=TRACE \
+    -x SHOAL_DEBUG_SUBSYS=SHM "$P/allreduce_perf" -b 1M -e 1M -n 2 -w 1
+[ "$rc" -eq 0 ] && [ "$(grep -c "segment $T/shmdir/shoal-[0-9a-f]*: " "$T/err")" -eq 2 ] &&
+    [ -z "$(ls -A "$T/shmdir")" ]
+ok $? "SHOAL_SHM_DIR=DIR: both ranks' segments made in DIR, none left after (rc $rc)"
 exit 0

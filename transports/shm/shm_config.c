@@ -45,7 +45,9 @@ static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
     {
         .name = "SHM_DIR",
         .dflt = "/dev/shm",
-        .doc = "where POSIX shared memory lives (checked for write access and free space)",
+        .doc = "where the shm transport makes its segments (checked for write access and free "
+               "space): another directory, e.g. a larger tmpfs where a container's /dev/shm is "
+               "small, must be the same for every rank of a host",
         .offset = offsetof(shoal_shm_config_t, dir),
         .type = SHOAL_CFG_STRING,
     },

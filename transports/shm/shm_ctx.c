@@ -50,6 +50,42 @@ static const char *shoal_shm_dir(void)
     return d != NULL && d[0] != '\0' ? d : "/dev/shm";
 }
 
+/* The segments live in SHOAL_SHM_DIR: /dev/shm through shm_open, another directory (a larger
+ * tmpfs where a container's /dev/shm is small) by path, with shm_open's O_NOFOLLOW and
+ * O_CLOEXEC. name starts with '/'. -1 and errno on failure. */
+static int shoal_shm_seg_path(const char *name, char *path, size_t len)
+{
+    if (snprintf(path, len, "%s%s", shoal_shm_dir(), name) >= (int)len) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
+static int shoal_shm_seg_open(const char *name, int flags, mode_t mode)
+{
+    char path[PATH_MAX];
+    if (strcmp(shoal_shm_dir(), "/dev/shm") == 0) {
+        return shm_open(name, flags, mode);
+    }
+    if (shoal_shm_seg_path(name, path, sizeof(path)) != 0) {
+        return -1;
+    }
+    return open(path, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+}
+
+static int shoal_shm_seg_unlink(const char *name)
+{
+    char path[PATH_MAX];
+    if (strcmp(shoal_shm_dir(), "/dev/shm") == 0) {
+        return shm_unlink(name);
+    }
+    if (shoal_shm_seg_path(name, path, sizeof(path)) != 0) {
+        return -1;
+    }
+    return unlink(path);
+}
+
 static int shoal_shm_query(void)
 {
     if (shoal_shm_config.disable) {
@@ -145,13 +181,14 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
         for (size_t i = 0; i < sizeof(rnd); i++) {
             off += snprintf(ctx->name + off, sizeof(ctx->name) - off, "%02x", rnd[i]);
         }
-        fd = shm_open(ctx->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        fd = shoal_shm_seg_open(ctx->name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0 && errno != EEXIST) {
             break;
         }
     }
     if (fd < 0) {
-        shoal_error(SHM, "shm_open(%s, O_CREAT|O_EXCL) failed: %s", ctx->name, strerror(errno));
+        shoal_error(SHM, "creating segment %s in %s failed: %s", ctx->name, shoal_shm_dir(),
+                    strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
     shoal_status_t status = SHOAL_ERR_SYSTEM;
@@ -193,11 +230,12 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
     memset((uint8_t *)base + ctx->layout.area_off, 0, total - ctx->layout.area_off);
     ctx->base = base;
     ctx->ctrl = base;
+    shoal_trace(SHM, "segment %s%s: %zu bytes", shoal_shm_dir(), ctx->name, total);
     return SHOAL_OK;
 
 err_unlink:
     close(fd);
-    shm_unlink(ctx->name);
+    shoal_shm_seg_unlink(ctx->name);
     return status;
 }
 
@@ -343,9 +381,10 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
 {
     size_t total = ctx->layout.total;
     struct stat sb;
-    int fd = shm_open(a->name, O_RDWR, 0);
+    int fd = shoal_shm_seg_open(a->name, O_RDWR, 0);
     if (fd < 0) {
-        shoal_error(SHM, "peer %d: shm_open(%s) failed: %s", ep->rank, a->name, strerror(errno));
+        shoal_error(SHM, "peer %d: opening its segment %s in %s failed: %s", ep->rank, a->name,
+                    shoal_shm_dir(), strerror(errno));
         return SHOAL_ERR_TRANSPORT;
     }
     if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (sb.st_mode & 07777) != 0600 ||
@@ -426,7 +465,7 @@ shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep)
      * eager init). */
     if (ctx->lazy && __atomic_add_fetch(&ep->peer_ctrl->mapped, 1, __ATOMIC_ACQ_REL) ==
                          (uint32_t)ctx->local_size - 1) {
-        if (shm_unlink(ep->addr.name) != 0 && errno != ENOENT) {
+        if (shoal_shm_seg_unlink(ep->addr.name) != 0 && errno != ENOENT) {
             shoal_warn(SHM, "shm_unlink(%s) of peer %d failed: %s", ep->addr.name, ep->rank,
                        strerror(errno));
         }
@@ -534,7 +573,7 @@ static void shoal_shm_unlink(shoal_tl_ctx_t *ctx)
 {
     if (!ctx->unlinked) {
         ctx->unlinked = 1;
-        if (shm_unlink(ctx->name) != 0 && !(ctx->lazy && errno == ENOENT)) {
+        if (shoal_shm_seg_unlink(ctx->name) != 0 && !(ctx->lazy && errno == ENOENT)) {
             shoal_warn(SHM, "shm_unlink(%s) failed: %s", ctx->name, strerror(errno));
         }
     }
