@@ -529,7 +529,9 @@ void shoal_tcp_hs_accepted(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int fd,
 static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
-    for (;;) {
+    /* At most a few slots' worth per pass: the loop then drives the handshakes and looks at
+     * its deadline and abort flag, however fast a co-located stranger connects. */
+    for (int n = 0; n < 4 * SHOAL_MAX(conn->nslots, 16); n++) {
         struct sockaddr_storage ss;
         socklen_t slen = sizeof(ss);
         char from[SHOAL_TCP_NAME_MAX];
