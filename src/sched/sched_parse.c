@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -16,6 +18,7 @@
 #define SHOAL_SCHED_LINE_MAX 65536
 #define SHOAL_SCHED_KV_MAX 64
 #define SHOAL_SCHED_FILE_MAX (64 << 20)
+#define SHOAL_SCHED_CPUS_MAX (1 << 20) /* CPUs per node, and per rank in a jobs file */
 
 typedef struct {
     char *key[SHOAL_SCHED_KV_MAX];
@@ -216,55 +219,121 @@ static int shoal_sched_gres_gpus(const char *val, long *gpus)
     return *gpus <= SHOAL_SCHED_GPU_MAX ? 0 : -1;
 }
 
+/* A NodeName line's numbers, -1 where neither the line nor NodeName=DEFAULT gives one. */
+typedef struct {
+    long cpus, mem, gpus, boards, sockets, sockets_per_board, cores, threads;
+} shoal_sched_node_spec_t;
+
+/* The numeric NodeName keys. A count of 0 is refused: Slurm calls CPUs=0, Sockets=0 and the
+ * rest invalid (and resets them to 1); the planner would take a node with 0 CPUs as full. */
+static const struct {
+    const char *key;
+    size_t off;
+    long min, max;
+} shoal_sched_node_keys[] = {
+    {.key = "CPUs", .off = offsetof(shoal_sched_node_spec_t, cpus), .min = 1,
+     .max = SHOAL_SCHED_CPUS_MAX},
+    {.key = "Procs", .off = offsetof(shoal_sched_node_spec_t, cpus), .min = 1,
+     .max = SHOAL_SCHED_CPUS_MAX},
+    {.key = "RealMemory", .off = offsetof(shoal_sched_node_spec_t, mem), .min = 0,
+     .max = 1L << 40},
+    {.key = "Boards", .off = offsetof(shoal_sched_node_spec_t, boards), .min = 1, .max = 64},
+    {.key = "Sockets", .off = offsetof(shoal_sched_node_spec_t, sockets), .min = 1, .max = 4096},
+    {.key = "SocketsPerBoard", .off = offsetof(shoal_sched_node_spec_t, sockets_per_board),
+     .min = 1, .max = 4096},
+    {.key = "CoresPerSocket", .off = offsetof(shoal_sched_node_spec_t, cores), .min = 1,
+     .max = 4096},
+    {.key = "ThreadsPerCore", .off = offsetof(shoal_sched_node_spec_t, threads), .min = 1,
+     .max = 64},
+};
+
 typedef struct {
     shoal_sched_cluster_t *c;
-    long dflt[3]; /* NodeName=DEFAULT: cpus, mem, gpus */
+    shoal_sched_node_spec_t dflt; /* NodeName=DEFAULT so far */
 } shoal_sched_conf_ctx_t;
+
+static shoal_status_t shoal_sched_node_key(shoal_sched_node_spec_t *s, const char *k,
+                                           const char *v, const char *src, int lineno)
+{
+    if (strcasecmp(k, "Gres") == 0) {
+        if (shoal_sched_gres_gpus(v, &s->gpus) != 0) {
+            shoal_error(SCHED, "%s:%d: bad value %s=%s", src, lineno, k, v);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        return SHOAL_OK;
+    }
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_sched_node_keys); i++) {
+        long x;
+        if (strcasecmp(k, shoal_sched_node_keys[i].key) != 0) {
+            continue;
+        }
+        if (shoal_sched_num(v, 0, shoal_sched_node_keys[i].max, &x) != 0 ||
+            x < shoal_sched_node_keys[i].min) {
+            shoal_error(SCHED, "%s:%d: bad value %s=%s (a whole number in %ld..%ld)", src,
+                        lineno, k, v, shoal_sched_node_keys[i].min,
+                        shoal_sched_node_keys[i].max);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        *(long *)((char *)s + shoal_sched_node_keys[i].off) = x;
+        return SHOAL_OK;
+    }
+    return SHOAL_OK; /* Feature, State, Weight and the rest are Slurm's business */
+}
+
+/* CPUs as Slurm infers them when CPUs= is not given (read_config.c): Sockets (the node's
+ * total), or Boards x SocketsPerBoard, or one socket per board; times CoresPerSocket times
+ * ThreadsPerCore, each 1 by default. In 64 bits, and refused above the CPUs= bound. */
+static shoal_status_t shoal_sched_node_cpus(const shoal_sched_node_spec_t *s, const char *src,
+                                            int lineno, long *cpus_p)
+{
+    uint64_t boards = s->boards > 0 ? (uint64_t)s->boards : 1;
+    uint64_t cores = s->cores > 0 ? (uint64_t)s->cores : 1;
+    uint64_t threads = s->threads > 0 ? (uint64_t)s->threads : 1;
+    uint64_t sockets, n;
+
+    if (s->sockets > 0 && s->sockets_per_board > 0) {
+        shoal_error(SCHED, "%s:%d: Sockets= and SocketsPerBoard= both given (on the line or in "
+                    "NodeName=DEFAULT): Slurm takes one or the other", src, lineno);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (s->cpus > 0) {
+        *cpus_p = s->cpus;
+        return SHOAL_OK;
+    }
+    sockets = s->sockets_per_board > 0 ? boards * (uint64_t)s->sockets_per_board
+              : s->sockets > 0         ? (uint64_t)s->sockets
+                                       : boards;
+    n = sockets * cores * threads;
+    if (n > SHOAL_SCHED_CPUS_MAX) {
+        shoal_error(SCHED, "%s:%d: no CPUs=, and sockets x CoresPerSocket x ThreadsPerCore = "
+                    "%" PRIu64 " x %" PRIu64 " x %" PRIu64 " = %" PRIu64 " CPUs, above %d",
+                    src, lineno, sockets, cores, threads, n, SHOAL_SCHED_CPUS_MAX);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *cpus_p = (long)n;
+    return SHOAL_OK;
+}
 
 static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, const char *src,
                                             int lineno)
 {
     shoal_sched_conf_ctx_t *ctx = vctx;
-    long cpus = ctx->dflt[0], mem = ctx->dflt[1], gpus = ctx->dflt[2];
-    long sockets = 0, cores = 0, threads = 0, boards = 0;
+    shoal_sched_node_spec_t spec = ctx->dflt;
     shoal_hostlist_t hl = {0};
     shoal_status_t st = SHOAL_OK;
+    long cpus;
 
     if (strcasecmp(kv->key[0], "NodeName") != 0) {
         return SHOAL_OK; /* partitions and the rest are Slurm's business */
     }
     for (int i = 1; i < kv->n; i++) {
-        const char *k = kv->key[i], *v = kv->val[i];
-        int bad = 0;
-        if (strcasecmp(k, "CPUs") == 0 || strcasecmp(k, "Procs") == 0) {
-            bad = shoal_sched_num(v, 0, 1 << 20, &cpus);
-        } else if (strcasecmp(k, "RealMemory") == 0) {
-            bad = shoal_sched_num(v, 0, 1L << 40, &mem);
-        } else if (strcasecmp(k, "Gres") == 0) {
-            bad = shoal_sched_gres_gpus(v, &gpus);
-        } else if (strcasecmp(k, "Sockets") == 0) {
-            bad = shoal_sched_num(v, 0, 4096, &sockets);
-        } else if (strcasecmp(k, "CoresPerSocket") == 0) {
-            bad = shoal_sched_num(v, 0, 4096, &cores);
-        } else if (strcasecmp(k, "ThreadsPerCore") == 0) {
-            bad = shoal_sched_num(v, 0, 64, &threads);
-        } else if (strcasecmp(k, "Boards") == 0) {
-            bad = shoal_sched_num(v, 0, 64, &boards);
-        }
-        if (bad) {
-            shoal_error(SCHED, "%s:%d: bad value %s=%s", src, lineno, k, v);
-            return SHOAL_ERR_INVALID_ARG;
-        }
-    }
-    if (cpus == 0 && sockets > 0 && cores > 0) {
-        cpus = SHOAL_MAX(boards, 1) * sockets * cores * SHOAL_MAX(threads, 1);
+        SHOAL_CHECK(shoal_sched_node_key(&spec, kv->key[i], kv->val[i], src, lineno));
     }
     if (strcasecmp(kv->val[0], "DEFAULT") == 0) {
-        ctx->dflt[0] = cpus;
-        ctx->dflt[1] = mem;
-        ctx->dflt[2] = gpus;
+        ctx->dflt = spec; /* each DEFAULT line adds to the ones before it, as in Slurm */
         return SHOAL_OK;
     }
+    SHOAL_CHECK(shoal_sched_node_cpus(&spec, src, lineno, &cpus));
     if (shoal_hostlist_parse(kv->val[0], &hl) != SHOAL_OK || hl.nhosts == 0) {
         shoal_error(SCHED, "%s:%d: bad NodeName '%s'", src, lineno, kv->val[0]);
         shoal_hostlist_free(&hl);
@@ -278,7 +347,7 @@ static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, co
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }
-        st = shoal_sched_node_add(ctx->c, name, (int)cpus, mem, (int)gpus);
+        st = shoal_sched_node_add(ctx->c, name, (int)cpus, spec.mem, (int)spec.gpus);
     }
     shoal_hostlist_free(&hl);
     return st;
@@ -287,7 +356,12 @@ static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, co
 shoal_status_t shoal_sched_slurm_conf_parse(const char *text, const char *src,
                                             shoal_sched_cluster_t *c)
 {
-    shoal_sched_conf_ctx_t ctx = {.c = c, .dflt = {1, 1, 0}};
+    /* Slurm's defaults: RealMemory 1, no GPUs; CPUs inferred (1 when nothing is given) */
+    shoal_sched_conf_ctx_t ctx = {
+        .c = c,
+        .dflt = {.cpus = -1, .mem = 1, .gpus = 0, .boards = -1, .sockets = -1,
+                 .sockets_per_board = -1, .cores = -1, .threads = -1},
+    };
     return shoal_sched_lines(text, src, shoal_sched_conf_line, &ctx);
 }
 
@@ -488,7 +562,7 @@ static shoal_status_t shoal_sched_job_key(shoal_sched_jobs_ctx_t *ctx, shoal_sch
         bad = shoal_sched_num(v, 0, 1 << 16, &x) != 0 || x < 1;
         j->ranks = (int)x;
     } else if (strcasecmp(k, "cpus") == 0) {
-        bad = shoal_sched_num(v, 0, 1 << 20, &x) != 0;
+        bad = shoal_sched_num(v, 0, SHOAL_SCHED_CPUS_MAX, &x) != 0;
         j->cpus = (int)x;
     } else if (strcasecmp(k, "mem") == 0) {
         bad = shoal_sched_num(v, 1, 1L << 40, &x) != 0;

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=33
+NTESTS=34
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -254,3 +254,13 @@ is "$bad" "" "simulate: a number not whole, out of range or not finite, a stray 
 [ $r -eq 0 ] && [ -s "$T/newplan/train.nodelist" ] && [ -s "$T/newplan/train.ring" ]
 ok $? "--out DIR of a plan makes DIR where it is not there, as simulate --out does (rc $r)"
 [ $r -eq 0 ] || diag_file "$T/err"
+
+# 34: a node of Sockets x CoresPerSocket x ThreadsPerCore without CPUs= has that many CPUs
+# (it had 1: a 2-GPU job of 4 CPUs a rank was pending, "no subtree has room")
+printf 'NodeName=n[1-2] Sockets=2 CoresPerSocket=8 ThreadsPerCore=2 RealMemory=64000 Gres=gpu:4\n' \
+    > "$T/s.conf"
+printf 'job=a tenant=t gpus=2 cpus=4\n' > "$T/s.jobs"
+"$PLACE" --slurm-conf "$T/s.conf" --jobs "$T/s.jobs" > "$T/s.out" 2>&1; r=$?
+[ $r -eq 0 ] && grep -q '^place job=a tenant=t gpus=2 level=0 cost=0 nodes=n1$' "$T/s.out"
+ok $? "slurm.conf without CPUs=: 2 x 8 x 2 = 32 CPUs, the job is placed (rc $r)"
+[ $? -eq 0 ] || diag_file "$T/s.out"

@@ -766,6 +766,81 @@ static void shoal_ts_preemption(void)
              greedy_cases, greedy_excess);
 }
 
+/* CPUs inferred from Sockets/CoresPerSocket/ThreadsPerCore (and Boards x SocketsPerBoard)
+ * when neither the line nor NodeName=DEFAULT gives CPUs=: the built-in default used to pass
+ * for a given CPUs=1, so such a node had 1 CPU and no job with cpus=2 or more fitted. */
+static int shoal_ts_conf_cpus(const char *conf)
+{
+    shoal_sched_cluster_t c = {0};
+    int cpus = shoal_sched_slurm_conf_parse(conf, "slurm.conf", &c) == SHOAL_OK && c.nnodes > 0
+                   ? c.nodes[c.nnodes - 1].cpus
+                   : -1;
+    shoal_sched_cluster_free(&c);
+    return cpus;
+}
+
+static void shoal_ts_node_cpus(void)
+{
+    shoal_sched_cluster_t c = {0};
+    shoal_sched_queue_t q = {0};
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n[1-2] Sockets=2 CoresPerSocket=8 ThreadsPerCore=2 "
+                                  "RealMemory=64000 Gres=gpu:4\n"),
+               32, "cpus: Sockets x CoresPerSocket x ThreadsPerCore without CPUs=");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=DEFAULT Sockets=2 CoresPerSocket=8\n"
+                                  "NodeName=n1 ThreadsPerCore=2\n"),
+               32, "cpus: the factors from NodeName=DEFAULT and the line together");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=DEFAULT CPUs=12\n"
+                                  "NodeName=n1 Sockets=2 CoresPerSocket=8\n"),
+               12, "cpus: CPUs= in NodeName=DEFAULT is given, the product is not used");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n1 CPUs=6 Sockets=2 CoresPerSocket=8\n"), 6,
+               "cpus: CPUs= on the line wins over the product");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n1 Boards=2 SocketsPerBoard=2 CoresPerSocket=4 "
+                                  "ThreadsPerCore=2\n"),
+               32, "cpus: Boards x SocketsPerBoard x CoresPerSocket x ThreadsPerCore");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n1 Boards=2\n"), 2,
+               "cpus: one socket per board, one core, one thread");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n1 CoresPerSocket=8\n"), 8,
+               "cpus: CoresPerSocket alone (one socket)");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n1 Gres=gpu:1\n"), 1, "cpus: nothing given is 1");
+    tap_is_int(shoal_ts_conf_cpus("NodeName=n1 Sockets=256 CoresPerSocket=64 "
+                                  "ThreadsPerCore=64\n"),
+               1 << 20, "cpus: a product of exactly 2^20 is taken");
+    static const char *const bad[] = {
+        "NodeName=n1 CPUs=0\n", "NodeName=n1 Procs=0\n", "NodeName=n1 Sockets=0\n",
+        "NodeName=n1 CoresPerSocket=0\n", "NodeName=n1 ThreadsPerCore=0\n",
+        "NodeName=n1 Boards=0\n", "NodeName=DEFAULT CPUs=0\nNodeName=n1\n",
+        "NodeName=n1 Sockets=4096 CoresPerSocket=4096 ThreadsPerCore=64\n",
+        "NodeName=n1 Boards=64 SocketsPerBoard=4096 CoresPerSocket=4096 ThreadsPerCore=64\n",
+        "NodeName=n1 Sockets=256 CoresPerSocket=64 ThreadsPerCore=65\n",
+        "NodeName=n1 Sockets=257 CoresPerSocket=64 ThreadsPerCore=64\n",
+        "NodeName=n1 Sockets=2 SocketsPerBoard=2\n",
+        "NodeName=DEFAULT Sockets=2\nNodeName=n1 SocketsPerBoard=2\n",
+    };
+    int refused = 0;
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(bad); i++) {
+        refused += shoal_ts_conf_cpus(bad[i]) == -1;
+    }
+    tap_is_int(refused, (int)SHOAL_ARRAY_SIZE(bad),
+               "cpus: a count of 0, a product above 2^20, Sockets with SocketsPerBoard: refused");
+
+    /* the reviewer's repro: a 2-GPU job of 4 CPUs a rank fits such a node */
+    int ok = shoal_sched_slurm_conf_parse("NodeName=n[1-2] Sockets=2 CoresPerSocket=8 "
+                                          "ThreadsPerCore=2 RealMemory=64000 Gres=gpu:4\n",
+                                          "slurm.conf", &c) == SHOAL_OK &&
+             shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+             shoal_sched_jobs_parse("job=a tenant=t gpus=2 cpus=4\n", "jobs", &c, &q) ==
+                 SHOAL_OK &&
+             shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK;
+    tap_ok(ok && q.jobs[0].state == SHOAL_SCHED_RUNNING,
+           "cpus: a job of 2 ranks x 4 CPUs is placed on a Sockets/CoresPerSocket node");
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+}
+
 /* Past usage (sched_usage.c): two equal tenants want 12 of the 16 GPUs; without usage the
  * tie goes to the first (a), with a's heavy past usage b is served first and a waits. The
  * decay arithmetic, weights, unknown tenants and malformed files. */
@@ -912,5 +987,6 @@ int main(void)
     shoal_ts_fairness();
     shoal_ts_preemption();
     shoal_ts_usage();
+    shoal_ts_node_cpus();
     return tap_done();
 }
