@@ -26,39 +26,69 @@ typedef struct {
     int n;
 } shoal_sched_kv_t;
 
+/* Reads path whole: to EOF with a growing buffer, so a pipe or FIFO (--jobs <(...)) is read as
+ * it comes; a failed read (a directory: EISDIR) is an error naming the file, never an empty
+ * file; at most SHOAL_SCHED_FILE_MAX bytes whatever the file is. */
 shoal_status_t shoal_sched_read_file(const char *path, char **text_p)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    char *text;
-    size_t off = 0;
+    char *text = NULL;
+    size_t off = 0, cap = 65536;
+    shoal_status_t st = SHOAL_OK;
 
     if (fd < 0) {
         shoal_error(SCHED, "open(%s) failed: %s", path, strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
-    if (fstat(fd, &sb) != 0 || sb.st_size > SHOAL_SCHED_FILE_MAX) {
-        shoal_error(SCHED, "%s: not a readable file of at most %d bytes", path,
-                    SHOAL_SCHED_FILE_MAX);
-        close(fd);
-        return SHOAL_ERR_INVALID_ARG;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (sb.st_size > SHOAL_SCHED_FILE_MAX) {
+            shoal_error(SCHED, "%s: larger than %d bytes", path, SHOAL_SCHED_FILE_MAX);
+            close(fd);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        cap = (size_t)sb.st_size + 2; /* + 1 to see EOF without growing, + 1 for the NUL */
     }
-    text = malloc((size_t)sb.st_size + 1);
+    text = malloc(cap);
     if (text == NULL) {
         close(fd);
         return SHOAL_ERR_NO_MEMORY;
     }
-    while (off < (size_t)sb.st_size) {
-        ssize_t n = read(fd, text + off, (size_t)sb.st_size - off);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR) {
-                continue;
+    for (;;) {
+        if (cap - off < 2) { /* room for one more byte and the NUL */
+            if (cap >= (size_t)SHOAL_SCHED_FILE_MAX + 2) {
+                shoal_error(SCHED, "%s: larger than %d bytes", path, SHOAL_SCHED_FILE_MAX);
+                st = SHOAL_ERR_INVALID_ARG;
+                break;
             }
+            size_t ncap = SHOAL_MIN(2 * cap, (size_t)SHOAL_SCHED_FILE_MAX + 2);
+            char *t = realloc(text, ncap);
+            if (t == NULL) {
+                st = SHOAL_ERR_NO_MEMORY;
+                break;
+            }
+            text = t;
+            cap = ncap;
+        }
+        ssize_t n = read(fd, text + off, cap - off - 1);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            shoal_error(SCHED, "read(%s) failed: %s", path, strerror(errno));
+            st = SHOAL_ERR_SYSTEM;
+            break;
+        }
+        if (n == 0) {
             break;
         }
         off += (size_t)n;
     }
     close(fd);
+    if (st != SHOAL_OK) {
+        free(text);
+        return st;
+    }
     text[off] = '\0';
     *text_p = text;
     return SHOAL_OK;

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=34
+NTESTS=36
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -264,3 +264,21 @@ printf 'job=a tenant=t gpus=2 cpus=4\n' > "$T/s.jobs"
 [ $r -eq 0 ] && grep -q '^place job=a tenant=t gpus=2 level=0 cost=0 nodes=n1$' "$T/s.out"
 ok $? "slurm.conf without CPUs=: 2 x 8 x 2 = 32 CPUs, the job is placed (rc $r)"
 [ $? -eq 0 ] || diag_file "$T/s.out"
+
+# 35-36: a FIFO (as --jobs <(cat f) gives) is read to its end, not as an empty file; a
+# directory is an error naming it, not an empty topology (the 8-GPU job was placed across the
+# spine as if there were no switches)
+mkfifo "$T/fifo"
+cat "$T/jobs" > "$T/fifo" &
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/fifo" \
+    > "$T/f.out" 2>&1; r=$?
+wait
+[ $r -eq 0 ] && grep -q '^place job=train tenant=a gpus=8 level=2 cost=18 nodes=node\[02,04\]$' \
+    "$T/f.out"
+ok $? "--jobs FIFO: the jobs are read and planned as from the file (rc $r)"
+[ $? -eq 0 ] || diag_file "$T/f.out"
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T" --jobs "$T/jobs" > "$T/d.out" 2>&1; r=$?
+[ $r -eq 1 ] && grep -q "read($T) failed: Is a directory" "$T/d.out" &&
+    ! grep -q '^place' "$T/d.out"
+ok $? "--topology DIR: exit 1 naming it, nothing placed (rc $r)"
+[ $? -eq 0 ] || diag_file "$T/d.out"

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char shoal_ts_conf[] =
     "# two leaves of two hosts\n"
@@ -766,6 +768,72 @@ static void shoal_ts_preemption(void)
              greedy_cases, greedy_excess);
 }
 
+/* shoal_sched_read_file: a pipe is read to EOF (it was read by its st_size, 0: as an empty
+ * file), a directory is an error (read() failed with EISDIR and the file passed as empty), and
+ * the size bound holds for a pipe too. The writer is a child, so the pipe can exceed its
+ * buffer. */
+static int shoal_ts_read_pipe(size_t len, char **text_p, size_t *len_p)
+{
+    int p[2];
+    char path[64];
+    pid_t pid;
+    shoal_status_t st;
+
+    if (pipe(p) != 0) {
+        return -1;
+    }
+    pid = fork();
+    if (pid == 0) {
+        static char chunk[65536];
+        close(p[0]);
+        memset(chunk, 'x', sizeof(chunk));
+        for (size_t i = 0; i < sizeof(chunk); i += 64) {
+            chunk[i + 63] = '\n';
+        }
+        for (size_t done = 0; done < len;) {
+            size_t n = SHOAL_MIN(sizeof(chunk), len - done);
+            ssize_t w = write(p[1], chunk, n);
+            if (w <= 0) {
+                _exit(1);
+            }
+            done += (size_t)w;
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", p[0]);
+    *text_p = NULL;
+    st = pid > 0 ? shoal_sched_read_file(path, text_p) : SHOAL_ERR_SYSTEM;
+    close(p[0]);
+    if (pid > 0) {
+        waitpid(pid, NULL, 0);
+    }
+    *len_p = *text_p != NULL ? strlen(*text_p) : 0;
+    return st == SHOAL_OK ? 0 : 1;
+}
+
+static void shoal_ts_read_file(void)
+{
+    char dir[] = "/tmp/test_sched.XXXXXX", *text = NULL;
+    size_t len = 0;
+
+    int rc = shoal_ts_read_pipe(300000, &text, &len);
+    tap_ok(rc == 0 && len == 300000, "read_file: a pipe of 300000 bytes is read whole (%zu)",
+           len);
+    free(text);
+    tap_ok(shoal_ts_read_pipe(0, &text, &len) == 0 && len == 0, "read_file: an empty pipe");
+    free(text);
+    tap_ok(shoal_ts_read_pipe((64 << 20) + 1, &text, &len) == 1 && text == NULL,
+           "read_file: a pipe of 64 MiB + 1 byte is refused");
+    free(text);
+    text = NULL;
+    tap_ok(mkdtemp(dir) != NULL && shoal_sched_read_file(dir, &text) == SHOAL_ERR_SYSTEM &&
+               text == NULL,
+           "read_file: a directory is an error (EISDIR), not an empty file");
+    rmdir(dir);
+    free(text);
+}
+
 /* CPUs inferred from Sockets/CoresPerSocket/ThreadsPerCore (and Boards x SocketsPerBoard)
  * when neither the line nor NodeName=DEFAULT gives CPUs=: the built-in default used to pass
  * for a given CPUs=1, so such a node had 1 CPU and no job with cpus=2 or more fitted. */
@@ -988,5 +1056,6 @@ int main(void)
     shoal_ts_preemption();
     shoal_ts_usage();
     shoal_ts_node_cpus();
+    shoal_ts_read_file();
     return tap_done();
 }
