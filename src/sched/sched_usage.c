@@ -23,33 +23,68 @@ double shoal_sched_usage_decay(double age, double half_life)
     return exp2(-age / half_life);
 }
 
-/* Splits line (modified) at commas into at most max fields; the count, or -1 for too many. */
-static int shoal_sched_usage_split(char *line, char **f, int max)
+/* One CSV record (RFC 4180, as shoal-bill usage --csv writes it) from *pp, decoded in place
+ * into at most max fields: a field in double quotes may hold ',', CR, LF and '""' (one quote);
+ * blanks around a field are dropped, inside quotes kept. *pp moves past the record's line end
+ * and *line counts the line ends passed. The count of fields; -1 with *why for a malformed
+ * quote, -2 for more than max fields. */
+static int shoal_sched_usage_record(char **pp, int *line, char **f, int max, const char **why)
 {
+    char *r = *pp, *w = *pp; /* decoding only shrinks: w never passes r */
     int n = 0;
-    for (char *p = line;;) {
-        char *comma = strchr(p, ',');
+
+    for (;;) {
+        char *start = w, sep;
+        while (*r == ' ' || *r == '\t') {
+            r++;
+        }
         if (n == max) {
-            return -1;
+            return -2;
         }
-        f[n++] = p;
-        if (comma == NULL) {
-            break;
+        f[n++] = start;
+        if (*r == '"') {
+            for (r++; *r != '"' || r[1] == '"'; r++) {
+                if (*r == '\0') {
+                    *why = "a quoted field is not closed";
+                    return -1;
+                }
+                *line += *r == '\n';
+                r += *r == '"'; /* "" is one quote */
+                *w++ = *r;
+            }
+            r++;
+            while (*r == ' ' || *r == '\t' || *r == '\r') {
+                r++;
+            }
+            if (*r != ',' && *r != '\n' && *r != '\0') {
+                *why = "text after a closing quote";
+                return -1;
+            }
+        } else {
+            for (; *r != ',' && *r != '\n' && *r != '\0'; r++) {
+                if (*r == '"') {
+                    *why = "a quote inside a field not quoted (quote the field, double the quote)";
+                    return -1;
+                }
+                *w++ = *r;
+            }
+            while (w > start && (w[-1] == ' ' || w[-1] == '\t' || w[-1] == '\r')) {
+                w--;
+            }
         }
-        *comma = '\0';
-        p = comma + 1;
+        sep = *r;
+        *w++ = '\0';
+        if (sep == '\0') {
+            *pp = r;
+            return n;
+        }
+        r++;
+        if (sep == '\n') {
+            (*line)++;
+            *pp = r;
+            return n;
+        }
     }
-    for (int i = 0; i < n; i++) { /* trim blanks */
-        while (*f[i] == ' ' || *f[i] == '\t') {
-            f[i]++;
-        }
-        size_t len = strlen(f[i]);
-        while (len > 0 && (f[i][len - 1] == ' ' || f[i][len - 1] == '\t' ||
-                           f[i][len - 1] == '\r')) {
-            f[i][--len] = '\0';
-        }
-    }
-    return n;
 }
 
 static int shoal_sched_usage_num(const char *s, double *v)
@@ -81,9 +116,9 @@ shoal_status_t shoal_sched_usage_parse(const char *text, const char *src,
                                        const shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
                                        shoal_sched_usage_t *u)
 {
-    char *copy = strdup(text), *save = NULL, *line;
+    char *copy = strdup(text);
     char *f[SHOAL_SCHED_USAGE_COLS];
-    int lineno = 0, ncols = 0, col_tenant = -1, col_gpu = -1, col_end = -1, col_age = -1;
+    int line = 1, ncols = 0, col_tenant = -1, col_gpu = -1, col_end = -1, col_age = -1;
     shoal_status_t st = SHOAL_ERR_INVALID_ARG;
     double gpus = c->total[SHOAL_SCHED_GPU];
 
@@ -100,19 +135,30 @@ shoal_status_t shoal_sched_usage_parse(const char *text, const char *src,
         q->tenants[t].past_gpu_s = 0;
         q->tenants[t].past = 0;
     }
-    for (char *p = copy; (line = strtok_r(p, "\n", &save)) != NULL; p = NULL) {
-        lineno++; /* blank lines are skipped by strtok_r: the number is of non-empty lines */
-        char *s = line;
+    for (char *p = copy; *p != '\0';) {
+        int lineno = line;
+        const char *why = NULL;
+        char *s = p;
         while (*s == ' ' || *s == '\t' || *s == '\r') {
             s++;
         }
-        if (*s == '\0' || *s == '#') {
+        if (*s == '\n' || *s == '#') { /* a blank line, a comment */
+            char *e = strchr(s, '\n');
+            p = e != NULL ? e + 1 : s + strlen(s);
+            line++;
             continue;
         }
-        int n = shoal_sched_usage_split(s, f, SHOAL_SCHED_USAGE_COLS);
-        if (n < 0) {
+        if (*s == '\0') {
+            break;
+        }
+        int n = shoal_sched_usage_record(&p, &line, f, SHOAL_SCHED_USAGE_COLS, &why);
+        if (n == -2) {
             shoal_error(SCHED, "%s:%d: more than %d columns", src, lineno,
                         SHOAL_SCHED_USAGE_COLS);
+            goto out;
+        }
+        if (n < 0) {
+            shoal_error(SCHED, "%s:%d: malformed CSV (RFC 4180): %s", src, lineno, why);
             goto out;
         }
         if (ncols == 0) { /* the header */

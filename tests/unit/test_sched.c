@@ -1047,6 +1047,49 @@ static void shoal_ts_usage(void)
            "accepted: comments, blank lines, only unknown tenants");
 }
 
+/* shoal-bill usage --csv quotes a name holding ',' or '"' (RFC 4180, quotes doubled): the
+ * usage file was split at every comma, so "k,l" gave a row of too many columns and "x""y" a
+ * tenant nobody has. */
+static void shoal_ts_usage_csv(void)
+{
+    shoal_sched_cluster_t c;
+    shoal_sched_queue_t q;
+    shoal_sched_usage_t u = {.half_life = 3600, .now = 0};
+    int ok = shoal_ts_load(&c, &q,
+                           "tenant=x\"y weight=1\ntenant=k,l weight=1\n"
+                           "job=jx tenant=x\"y gpus=1\njob=jk tenant=k,l gpus=1\n");
+    static const char csv[] =
+        "tenant,job,class,minutes,gpu_seconds,gpu_hours,bytes_same_host,bytes_cross_host,ops,"
+        "coll_seconds\n"
+        "\"x\"\"y\",train,reserved,1,100.000000,0.027778,0,0,1,0.5\n"
+        "\"k,l\",\"a \"\"job\"\", with a comma\",spot,1,40.000000,0.011111,0,0,1,0.5\r\n"
+        "  \"k,l\" , \"two\nlines\",spot,1,2.000000,0.000556,0,0,1,0.5\n"
+        "\"\"\"\",x,spot,1,7,0,0,0,1,0.5\n";
+
+    ok = ok && shoal_sched_usage_parse(csv, "usage.csv", &c, &q, &u) == SHOAL_OK;
+    tap_ok(ok, "usage csv: quoted fields (RFC 4180) parse");
+    tap_ok(ok && q.tenants[0].past_gpu_s == 100.0 && q.tenants[1].past_gpu_s == 42.0,
+           "usage csv: tenant x\"y has 100 GPU-s, tenant k,l 40 + 2 (%.1f, %.1f)",
+           ok ? q.tenants[0].past_gpu_s : -1, ok ? q.tenants[1].past_gpu_s : -1);
+    tap_ok(ok && u.rows == 4 && u.unknown == 1 && strcmp(u.note, "\"") == 0,
+           "usage csv: a quote alone (\"\"\"\") is the tenant '\"', unknown (%s)", u.note);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+
+    static const char *const bad[] = {
+        "tenant,gpu_seconds\n\"x\"y,5\n", "tenant,gpu_seconds\nx\"y,5\n",
+        "tenant,gpu_seconds\n\"xy,5\n", "tenant,gpu_seconds\n\"x\"\"y,5\n",
+        "\"tenant,gpu_seconds\nx,5\n", "tenant,gpu_seconds\n\"k,l\",5,6\n",
+    };
+    int refused = 0;
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(bad); i++) {
+        refused += shoal_ts_usage_bad(bad[i]);
+    }
+    tap_is_int(refused, (int)SHOAL_ARRAY_SIZE(bad),
+               "usage csv: text after a closing quote, a bare quote, a quote not closed, a "
+               "quoted comma making 3 columns: refused");
+}
+
 int main(void)
 {
     shoal_ts_parse_and_output();
@@ -1057,5 +1100,6 @@ int main(void)
     shoal_ts_usage();
     shoal_ts_node_cpus();
     shoal_ts_read_file();
+    shoal_ts_usage_csv();
     return tap_done();
 }
