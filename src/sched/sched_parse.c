@@ -181,7 +181,8 @@ static shoal_status_t shoal_sched_lines(const char *text, const char *src,
     return st;
 }
 
-/* A non-negative integer; suffix k/K, m/M, g/G, t/T (x1024) when mult is set. */
+/* A non-negative integer. With mult, a size in MB with Slurm's units (str_to_mbytes, as in
+ * --mem): no suffix or M is MB, K is KB rounded up to whole MB, G x1024, T x1024^2. */
 static int shoal_sched_num(const char *s, int mult, long max, long *v)
 {
     char *end;
@@ -198,8 +199,8 @@ static int shoal_sched_num(const char *s, int mult, long max, long *v)
     if (mult && *end != '\0' && end[1] == '\0') {
         long m = 1;
         switch (*end) {
-        case 'k': case 'K': m = 1; break; /* memory in MB: k is below a MB, keep MB */
-        case 'm': case 'M': m = 1; break;
+        case 'k': case 'K': x = x / 1024 + (x % 1024 != 0); break;
+        case 'm': case 'M': break;
         case 'g': case 'G': m = 1024; break;
         case 't': case 'T': m = 1024L * 1024; break;
         default: return -1;

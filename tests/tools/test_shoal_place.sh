@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=39
+NTESTS=40
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -322,3 +322,11 @@ r=$?
 [ $r -eq 1 ] && grep -q 'q3.csv:4: malformed CSV (RFC 4180): text after a closing quote' "$T/q.out"
 ok $? "--usage: a malformed quote is exit 1 naming the line (rc $r)"
 [ $? -eq 0 ] || diag_file "$T/q.out"
+
+# 40: mem= takes Slurm's units: 65536000k is 64000 MB (K rounded up to MB), which fits a node
+# of RealMemory=64000; k was read as MB (65536000 MB: pending)
+printf 'job=a tenant=t gpus=1 cpus=4 mem=65536000k\n' > "$T/k.jobs"
+"$PLACE" --slurm-conf "$T/s.conf" --jobs "$T/k.jobs" > "$T/k.out" 2>&1; r=$?
+[ $r -eq 0 ] && grep -q '^place job=a tenant=t gpus=1 level=0 cost=0 nodes=n1$' "$T/k.out"
+ok $? "mem=65536000k is 64000 MB a rank: placed on a node of 64000 MB (rc $r)"
+[ $? -eq 0 ] || diag_file "$T/k.out"

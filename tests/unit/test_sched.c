@@ -1090,6 +1090,46 @@ static void shoal_ts_usage_csv(void)
                "quoted comma making 3 columns: refused");
 }
 
+/* mem= in Slurm's units (str_to_mbytes): MB by default, K rounded up to whole MB, G and T
+ * multiplied; k was taken as MB (mem=2000k as 2000 MB). */
+static long shoal_ts_job_mem(const char *mem)
+{
+    shoal_sched_cluster_t c;
+    shoal_sched_queue_t q;
+    char line[128];
+    long mb;
+
+    snprintf(line, sizeof(line), "job=a tenant=t gpus=1 mem=%s\n", mem);
+    mb = shoal_ts_load(&c, &q, line) ? q.jobs[0].mem_mb : -1;
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+    return mb;
+}
+
+static void shoal_ts_mem_units(void)
+{
+    static const struct {
+        const char *mem;
+        long mb;
+    } cases[] = {
+        {"2000k", 2}, {"2000K", 2}, {"1k", 1}, {"1024k", 1}, {"1025K", 2}, {"0k", 0},
+        {"2000", 2000}, {"2000M", 2000}, {"2g", 2048}, {"1T", 1048576}, {"2000x", -1},
+        {"k", -1}, {"2kk", -1},
+    };
+    char got[512] = "";
+    int bad = 0;
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
+        long mb = shoal_ts_job_mem(cases[i].mem);
+        if (mb != cases[i].mb) {
+            size_t len = strlen(got);
+            snprintf(got + len, sizeof(got) - len, " %s=%ld", cases[i].mem, mb);
+            bad++;
+        }
+    }
+    tap_ok(bad == 0, "mem: K is KB rounded up to MB, none or M is MB, G and T x1024 (wrong:%s)",
+           got);
+}
+
 int main(void)
 {
     shoal_ts_parse_and_output();
@@ -1101,5 +1141,6 @@ int main(void)
     shoal_ts_node_cpus();
     shoal_ts_read_file();
     shoal_ts_usage_csv();
+    shoal_ts_mem_units();
     return tap_done();
 }
