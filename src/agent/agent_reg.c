@@ -326,13 +326,13 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
     if (shoal_tenant_cred_parse_quiet(credtext, &cred, why, sizeof(why)) != SHOAL_OK) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_CREDENTIAL, SHOAL_ERR_AUTH, s->tenant,
                           "the credential is malformed: %s", why);
-        return NULL;
+        goto refused;
     }
     t = shoald_config_tenant(r->a->cfg, cred.id.tenant);
     if (t == NULL) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_UNKNOWN_TENANT, SHOAL_ERR_PERMISSION, NULL,
                           "tenant %.64s is not served by this agent", cred.id.tenant);
-        return NULL;
+        goto refused;
     }
     st = shoal_tenant_cred_verify_quiet(&cred, t->key, (int64_t)(shoald_unix_ns() / 1000000000ull),
                                         NULL, 0);
@@ -343,26 +343,29 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
                           st == SHOAL_ERR_PERMISSION ? "the credential of tenant %s expired" :
                           "the credential does not verify with the key of tenant %s",
                           t->name);
-        return NULL;
+        goto refused;
     }
     if (strcmp(s->tenant, cred.id.tenant) != 0 || strcmp(s->job, cred.id.job) != 0 ||
         s->epoch != cred.id.epoch) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_TENANT_MISMATCH, SHOAL_ERR_PERMISSION, s->tenant,
                           "the page claims tenant %.32s job %.32s, the credential names "
                           "another tenant, job or epoch", s->tenant, s->job);
-        return NULL;
+        goto refused;
     }
     if (!shoald_reg_uid_ok(t, q->peer.uid)) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_UID_NOT_ALLOWED, SHOAL_ERR_PERMISSION, t->name,
                           "uid %u may not run jobs of tenant %s", (unsigned)q->peer.uid,
                           t->name);
-        return NULL;
+        goto refused;
     }
     cls = cred.id.qos_class == SHOAL_QOS_SPOT ? "spot" : t->class_name;
     *cred_class = cred.id.qos_class;
     *cred_weight = cred.id.qos_weight;
     shoal_secret_wipe(&cred, sizeof(cred));
     return cls;
+refused:
+    shoal_secret_wipe(&cred, sizeof(cred)); /* its MAC is a bearer token */
+    return NULL;
 }
 
 /* The message is complete: check everything, then hand the page to the aggregation. */
