@@ -11,7 +11,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=31
+NTESTS=33
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
