@@ -60,12 +60,18 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_listen_addr(int local_only, struct sockad
                                                    socklen_t *len_p, int *bind_any_p);
 
 /* Starts a root listening on addr (port 0: any; every interface when bind_any) and serving
- * one communicator of any size in a detached thread. u holds the job secret and the identity
+ * one communicator of any size in a thread of its own. u holds the job secret and the identity
  * (the caller's); the root's address and port are filled in. The thread ends once every rank
  * has finished init, or on error/timeout after telling every rank. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr,
                                                   socklen_t len, int bind_any,
                                                   shoal_boot_uid_t *u);
+/* Waits for the thread of the root this process started at addr (the unique id's root
+ * address) to end: up to grace_ms for the ranks' last frames, then it is stopped. Nothing
+ * when no such root runs here. A communicator calls it at destroy, so that no root thread
+ * still uses libcrypto when the application's exit handlers run. */
+SHOAL_HIDDEN void shoal_boot_root_wait(const struct sockaddr_storage *addr, socklen_t len,
+                                       int grace_ms);
 /* Test seam: called (when set) with the address of every root started, before its thread
  * runs. NULL in every program but the adversarial tests. */
 extern SHOAL_HIDDEN void (*shoal_boot_root_started_hook)(const shoal_boot_uid_t *u);

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #define SHOAL_ROOT_TOLD (-2) /* rank_cl[k]: rank k was told that the bootstrap failed */
@@ -59,6 +60,7 @@ typedef struct {
 } shoal_root_client_t;
 
 struct shoal_root {
+    struct shoal_root_live *live;       /* its entry among this process's roots (a thread's) */
     int listen_fd;
     uint8_t secret[SHOAL_SECRET_BYTES];
     shoal_boot_ident_t ident;           /* the job's identity: every hello must prove it */
@@ -907,15 +909,110 @@ static shoal_status_t shoal_root_serve(shoal_root_t *r)
     return SHOAL_OK;
 }
 
+/* ---- the roots this process runs ------------------------------------------------------- */
+
+/* A root's thread must be over before the process's exit handlers run: it verifies the
+ * ranks' last frames with libcrypto, whose atexit handler (OPENSSL_cleanup) frees what
+ * HMAC uses. A rank that returned from main while the root still read the others' byes
+ * crashed in its exit (tests/unit/test_boot_v, 2 runs in 300). So every root is listed
+ * here; the communicator that used it waits for its thread at destroy
+ * (shoal_boot_root_wait), and finished threads are joined at the next start. */
+typedef struct shoal_root_live {
+    struct shoal_root_live *next;
+    pthread_t tid;
+    struct sockaddr_storage addr; /* the unique id's root address: the key */
+    socklen_t len;
+    int stop_efd;                 /* written to ask the thread to stop at once */
+    int stop;                     /* atomic */
+    int over;                     /* under shoal_roots_lock: the thread's work is over */
+} shoal_root_live_t;
+
+static pthread_mutex_t shoal_roots_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t shoal_roots_cond = PTHREAD_COND_INITIALIZER;
+static shoal_root_live_t *shoal_roots;
+
+static void shoal_root_live_free(shoal_root_live_t *l)
+{
+    close(l->stop_efd);
+    free(l);
+}
+
+/* Joins and frees every root whose thread is over. */
+static void shoal_roots_reap(void)
+{
+    shoal_root_live_t *over = NULL, **pp;
+
+    pthread_mutex_lock(&shoal_roots_lock);
+    for (pp = &shoal_roots; *pp != NULL;) {
+        shoal_root_live_t *l = *pp;
+        if (l->over) {
+            *pp = l->next;
+            l->next = over;
+            over = l;
+        } else {
+            pp = &l->next;
+        }
+    }
+    pthread_mutex_unlock(&shoal_roots_lock);
+    while (over != NULL) {
+        shoal_root_live_t *next = over->next;
+        pthread_join(over->tid, NULL);
+        shoal_root_live_free(over);
+        over = next;
+    }
+}
+
+void shoal_boot_root_wait(const struct sockaddr_storage *addr, socklen_t len, int grace_ms)
+{
+    uint64_t deadline = shoal_deadline_ns(grace_ms);
+    shoal_root_live_t *l;
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&shoal_roots_lock);
+    for (l = shoal_roots; l != NULL; l = l->next) {
+        if (l->len == len && memcmp(&l->addr, addr, len) == 0) {
+            break;
+        }
+    }
+    if (l == NULL) { /* not a root of this process */
+        pthread_mutex_unlock(&shoal_roots_lock);
+        return;
+    }
+    while (!l->over && !shoal_deadline_passed(deadline)) {
+        struct timespec ts;
+        /* the condition variable's clock is CLOCK_REALTIME: steps of 10 ms, the deadline on
+         * the monotonic clock */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+    }
+    if (!l->over) {
+        shoal_info(BOOT, "root: not done after %d ms (a rank did not say bye); stopped",
+                    grace_ms);
+        __atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
+        (void)!write(l->stop_efd, &one, sizeof(one));
+        while (!l->over) {
+            pthread_cond_wait(&shoal_roots_cond, &shoal_roots_lock);
+        }
+    }
+    pthread_mutex_unlock(&shoal_roots_lock);
+    shoal_roots_reap();
+}
+
 static void *shoal_root_thread(void *arg)
 {
     shoal_root_t *r = arg;
+    shoal_root_live_t *live = r->live;
     uint64_t idle_deadline = shoal_deadline_ns(r->timeout_ms);
     struct pollfd *pfds = NULL;
 
-    while (!shoal_root_finished(r)) {
+    while (!shoal_root_finished(r) && !__atomic_load_n(&live->stop, __ATOMIC_ACQUIRE)) {
         int npfds = 0, ret, told_before = r->told, joined_before = r->joined;
-        struct pollfd *np = realloc(pfds, sizeof(*pfds) * (size_t)(r->ncl + 1));
+        struct pollfd *np = realloc(pfds, sizeof(*pfds) * (size_t)(r->ncl + 2));
         uint32_t round_before = r->round;
         shoal_status_t st;
         if (np == NULL) {
@@ -927,6 +1024,7 @@ static void *shoal_root_thread(void *arg)
          * until a slot frees or the oldest pending connection's grace is over. */
         int room_wait = 200, room = shoal_root_room(r, &room_wait);
         pfds[npfds++] = (struct pollfd){.fd = room ? r->listen_fd : -1, .events = POLLIN};
+        pfds[npfds++] = (struct pollfd){.fd = live->stop_efd, .events = POLLIN};
         for (int i = 0; i < r->ncl; i++) {
             if (r->cl[i].fd >= 0 && shoal_root_client_live(&r->cl[i])) {
                 pfds[npfds++] = (struct pollfd){.fd = r->cl[i].fd, .events = POLLIN};
@@ -965,6 +1063,10 @@ static void *shoal_root_thread(void *arg)
     }
     free(pfds);
     shoal_boot_root_free(r);
+    pthread_mutex_lock(&shoal_roots_lock);
+    live->over = 1;
+    pthread_cond_broadcast(&shoal_roots_cond);
+    pthread_mutex_unlock(&shoal_roots_lock);
     return NULL;
 }
 
@@ -1014,27 +1116,48 @@ static shoal_status_t shoal_boot_root_listen(const struct sockaddr_storage *addr
 shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, socklen_t len,
                                      int bind_any, shoal_boot_uid_t *u)
 {
+    shoal_root_live_t *live;
     shoal_root_t *r = NULL;
-    pthread_attr_t attr;
-    pthread_t tid;
+    shoal_status_t st;
     int fd = -1, ret;
 
-    SHOAL_CHECK(shoal_boot_root_listen(addr, len, bind_any, u, &fd));
-    if (shoal_boot_root_new(u, fd, shoal_core_config.timeout_ms, &r) != SHOAL_OK) {
-        close(fd);
+    shoal_roots_reap();
+    live = calloc(1, sizeof(*live));
+    if (live == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    live->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (live->stop_efd < 0) {
+        shoal_error(BOOT, "eventfd for the bootstrap root failed: %s", strerror(errno));
+        free(live);
+        return SHOAL_ERR_SYSTEM;
+    }
+    SHOAL_CHECK_GOTO(shoal_boot_root_listen(addr, len, bind_any, u, &fd), st, err_live);
+    if (shoal_boot_root_new(u, fd, shoal_core_config.timeout_ms, &r) != SHOAL_OK) {
+        close(fd);
+        st = SHOAL_ERR_NO_MEMORY;
+        goto err_live;
+    }
+    r->live = live;
+    memcpy(&live->addr, &u->root, u->root_len);
+    live->len = u->root_len;
     if (shoal_boot_root_started_hook != NULL) {
         shoal_boot_root_started_hook(u);
     }
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    ret = pthread_create(&tid, &attr, shoal_root_thread, r);
-    pthread_attr_destroy(&attr);
+    ret = pthread_create(&live->tid, NULL, shoal_root_thread, r);
     if (ret != 0) {
         shoal_error(BOOT, "pthread_create for the bootstrap root failed: %s", strerror(ret));
         shoal_boot_root_free(r);
-        return SHOAL_ERR_SYSTEM;
+        st = SHOAL_ERR_SYSTEM;
+        goto err_live;
     }
+    pthread_mutex_lock(&shoal_roots_lock);
+    live->next = shoal_roots;
+    shoal_roots = live;
+    pthread_mutex_unlock(&shoal_roots_lock);
     return SHOAL_OK;
+
+err_live:
+    shoal_root_live_free(live);
+    return st;
 }

@@ -8,6 +8,7 @@
 #include "tenant/tenant.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 
 #define SHOAL_TL_MAX 4
 #define SHOAL_HOSTNAME_MAX 64
@@ -98,6 +99,9 @@ struct shoal_comm {
     uint32_t comm_id;          /* from a key derivation: reveals nothing of the secret */
     uint8_t secret[SHOAL_SECRET_BYTES]; /* the communicator's key, derived from the job secret */
     shoal_tenant_id_t ident;   /* tenant, job, epoch: part of every key derived below */
+    struct sockaddr_storage boot_root; /* the bootstrap root's address (a root this process
+                                        * may run: destroy waits for its thread) */
+    socklen_t boot_root_len;
     uint32_t split_seq;        /* splits of this communicator so far (same on every rank) */
     shoal_config_t cfg;        /* caller's config, strings copied */
     int timeout_ms;

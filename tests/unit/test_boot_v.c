@@ -1,7 +1,9 @@
 /* The bootstrap's variable-length round (shoal_boot_allgatherv): a real root on loopback and
  * ranks in threads, records of different lengths (one empty, one at the largest a rank may
  * give), a fixed-length round and a barrier after it on the same connections; the table
- * parser's bounds; and the root's bytes: a table of the records' lengths, not of the largest. */
+ * parser's bounds; the root's bytes: a table of the records' lengths, not of the largest; and
+ * the root's thread is over (its port closed) when shoal_boot_root_wait returns, whether the
+ * ranks said bye or nobody came (then it is stopped at the grace). */
 #include "core/core.h"
 #include "core/boot_proto.h"
 #include "tests/tap.h"
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NR 5
 
@@ -78,6 +81,15 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
+/* 1 when a connection to the root's address is refused: its listener is closed. */
+static int root_gone(const shoal_boot_uid_t *u)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), refused;
+    refused = connect(fd, (const struct sockaddr *)&u->root, u->root_len) != 0;
+    close(fd);
+    return refused;
+}
+
 static void test_round(void)
 {
     struct sockaddr_storage ss;
@@ -111,6 +123,32 @@ static void test_round(void)
     tap_ok(fixed, "a fixed-length round after the variable one is right");
     tap_is_int((long long)r[0].table_len, 4 * NR + 37 * (1 + 2 + 3) + SHOAL_BOOT_MAX_BLOB,
                "the table holds the records' lengths, not NR times the largest");
+    uint64_t t0 = shoal_time_ns();
+    shoal_boot_root_wait(&uid.root, uid.root_len, 5000);
+    double ms = (double)(shoal_time_ns() - t0) / 1e6;
+    tap_ok(ms < 4000, "the root ended by itself once every rank said bye (%.1f ms)", ms);
+    tap_ok(root_gone(&uid), "its thread is over: the port is closed");
+}
+
+/* A root nobody joins is stopped at the grace, its thread joined. */
+static void test_stop(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    shoal_boot_uid_t u;
+
+    memset(&u, 0, sizeof(u));
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &u), SHOAL_OK, "an idle root started");
+    uint64_t t0 = shoal_time_ns();
+    shoal_boot_root_wait(&u.root, u.root_len, 100);
+    double ms = (double)(shoal_time_ns() - t0) / 1e6;
+    tap_ok(ms >= 99 && ms < 2000, "waited the grace, then stopped it (%.1f ms)", ms);
+    tap_ok(root_gone(&u), "the idle root's port is closed");
+    shoal_boot_root_wait(&u.root, u.root_len, 100); /* no such root any more: nothing */
+    tap_ok(1, "waiting for a root that is gone returns");
 }
 
 static void test_parse(void)
@@ -145,5 +183,6 @@ int main(void)
     shoal_config_global_init();
     test_parse();
     test_round();
+    test_stop();
     return tap_done();
 }
