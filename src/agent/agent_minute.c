@@ -597,10 +597,18 @@ static void shoald_ledger_flush(shoald_t *a)
             a->ledger_backoff_ms = a->ledger_backoff_ms == 0 ? SHOALD_LEDGER_BACKOFF_MIN_MS :
                 SHOAL_MIN(2 * a->ledger_backoff_ms, SHOALD_LEDGER_BACKOFF_MAX_MS);
             a->ledger_next_try_ns = shoal_deadline_ns(a->ledger_backoff_ms);
-            shoal_warn(METER, "ledger commit of minute %lld (%zu records) failed: %s; %u "
-                       "minutes held in memory, retrying in %d ms", (long long)b->minute,
-                       b->nrecs, shoal_strerror(st), a->npending, a->ledger_backoff_ms);
-            if (st == SHOAL_ERR_INVALID_ARG && shoald_batch_drop_malformed(a, b) > 0) {
+            size_t nrecs = b->nrecs, dropped = st == SHOAL_ERR_INVALID_ARG ?
+                shoald_batch_drop_malformed(a, b) : 0;
+            if (dropped > 0) {
+                shoal_warn(METER, "ledger commit of minute %lld (%zu records) failed: %s; %zu "
+                           "malformed entries dropped, retrying at once", (long long)b->minute,
+                           nrecs, shoal_strerror(st), dropped);
+            } else {
+                shoal_warn(METER, "ledger commit of minute %lld (%zu records) failed: %s; %u "
+                           "minutes held in memory, retrying in %d ms", (long long)b->minute,
+                           nrecs, shoal_strerror(st), a->npending, a->ledger_backoff_ms);
+            }
+            if (dropped > 0) {
                 /* a batch that can never be written would hold every later minute back */
                 a->ledger_next_try_ns = shoal_deadline_ns(0);
             } else if (st == SHOAL_ERR_INVALID_ARG) {

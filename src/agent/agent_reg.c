@@ -450,7 +450,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
     r->a->accepted++;
     shoald_reg_reply(fd, SHOAL_OK, "");
     shoal_info(METER, "rank %d/%d of %s/%s registered (pid %d, uid %u, %d GPUs, class %s)",
-               (int)snap.rank, (int)snap.nranks, snap.tenant, snap.job, (int)q->peer.pid,
+               (int)snap.rank, (int)snap.nranks, p->job->tenant, snap.job, (int)q->peer.pid,
                (unsigned)q->peer.uid, (int)snap.ngpus, cls);
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
     shoald_reg_pend_free(r, q, 0);

@@ -348,8 +348,9 @@ uid=$(id -u)
 is "$(sum_ops "uid=$uid" anon):$(sum_ops acme paid)" \
     "$(final_of ops "$T/r7.out"):$(final_of ops "$T/r8.out")" \
     "the uncredentialed job is billed as tenant uid=$uid, the credentialed one as acme, exactly"
-minutes_ok "uid=$uid" anon 1
-ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon))"
+minutes_ok "uid=$uid" anon 1 && grep -q "of uid=$uid/anon registered" "$T/agent.log"
+ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon)), named so in the \
+agent's registration line" "$T/agent.log"
 
 # 57-61: long host names (cloud nodes) on one ledger. Two agents whose names share their first
 # 32 characters: the second, restarted, does not take the first one's open page for its own
