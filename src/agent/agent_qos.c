@@ -301,7 +301,6 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
 {
     shoald_qos_t *q = a->qos;
     shoald_qos_tenant_t *t;
-    const char *file = name[0] != '\0' ? name : "default"; /* as the library's %t */
 
     for (t = q->tenants; t != NULL; t = t->next) {
         if (strcmp(t->name, name) == 0)
@@ -311,10 +310,11 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
     if (t == NULL)
         return NULL;
     snprintf(t->name, sizeof(t->name), "%s", name);
-    if (strchr(file, '/') == NULL && file[0] != '.')
-        t->page = shoald_qos_page_make(a->cfg->qos_rates_dir, file, t->path, sizeof(t->path));
+    /* the library's %t: a job without tenant is "uid=N" on both sides (shoald_page_add) */
+    if (strchr(name, '/') == NULL && name[0] != '.' && name[0] != '\0')
+        t->page = shoald_qos_page_make(a->cfg->qos_rates_dir, name, t->path, sizeof(t->path));
     if (t->page != NULL)
-        shoal_info(METER, "qos: rates page %s for tenant %s", t->path, file);
+        shoal_info(METER, "qos: rates page %s for tenant %s", t->path, name);
     t->next = q->tenants;
     q->tenants = t;
     return t;

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -342,10 +343,19 @@ shoal_status_t shoal_qos_pace_take_call(shoal_qos_pacer_t *p, size_t bytes, uint
 
 /* ---- the communicator's pacer ---------------------------------------------------------- */
 
-/* The configured path with %t replaced by the tenant ("default" when none). */
+/* The configured path with %t replaced by the tenant. A job without one is "uid=N" (its
+ * effective uid), the name the node agent meters, bills and arbitrates it under (no tenant
+ * can be called so: '=' is not allowed in one); "default" was both a possible tenant's name
+ * and a page the agent no longer wrote, so such a job ran unarbitrated. */
 static shoal_status_t shoal_qos_pace_path(struct shoal_comm *comm, char *buf, size_t len)
 {
-    const char *t = comm->ident.tenant[0] != '\0' ? comm->ident.tenant : "default";
+    char uid_tenant[32];
+    const char *t = comm->ident.tenant;
+
+    if (t[0] == '\0') {
+        snprintf(uid_tenant, sizeof(uid_tenant), "uid=%u", (unsigned)geteuid());
+        t = uid_tenant;
+    }
     const char *src = shoal_qos_pace_config.rates;
     size_t n = 0;
     for (; *src != '\0'; src++) {

@@ -5,7 +5,8 @@
 # in the rates pages the jobs' pacers read. Checked: 1:3 shares; three tenants 1:1:2 where one
 # leaves (the others take its part: work-conserving, and re-converge); the QoS series on
 # /metrics; an agent killed with SIGKILL leaves the job at its last rate, then at full speed
-# after SHOAL_QOS_RATES_TIMEOUT, never stalled. Generous bounds (the bench has the figures).
+# after SHOAL_QOS_RATES_TIMEOUT, never stalled; a job without tenant is paced as uid=N. Generous
+# bounds (the bench has the figures).
 #
 # Environment: top_builddir, top_srcdir (make check).
 . "$(dirname "$0")/../tap.sh"
@@ -135,5 +136,43 @@ if [ "$(field status "$res")" = ok ] && echo "$out" | grep -q 'agent: spot cpu o
 else
     tap FAIL "latency: the spot tenant's ranks were not made SCHED_IDLE, or a job failed ($res)"
 fi
+# 6. A job without tenant (allow_uncredentialed) is arbitrated under the name it is billed
+# under, uid=N: its pacer reads the rates page uid=N.rate that the agent writes for it, and runs
+# at the agent's rate (it read default.rate, which the agent no longer wrote, and ran unpaced;
+# "default" could also be a real tenant's page).
+T=$(mktemp -d)
+cat >"$T/shoald.conf" <<EOC
+listen=$T/sock
+http=127.0.0.1:0
+ledger_url=none
+allow_uncredentialed=yes
+qos_rates_dir=$T/rates
+qos_capacity_shm=16m
+EOC
+mkdir -p "$T/rates"
+SHOAL_DEBUG=INFO "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" \
+    >"$T/shoald.log" 2>&1 &
+apid=$!
+i=0
+while [ ! -s "$T/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+SHOAL_JOB=anon "$builddir/shoalrun" --no-prefix --timeout 60 -n 2 -x SHOAL_JOB \
+    -x SHOAL_AGENT="$T/sock" -x SHOAL_QOS_RATES="$T/rates/%t.rate" -x SHOAL_TRANSPORT=shm \
+    "$builddir/qos_load" -s 2 -b 131072 -p 500 >"$T/out" 2>"$T/err"
+rc=$?
+uid=$(id -u)
+pages=$(ls "$T/rates" | tr '\n' ' ') # before the agent's exit removes them
+kill "$apid" 2>/dev/null
+wait "$apid" 2>/dev/null
+rate=$(grep ' end=' "$T/out" | head -n 1 | tr ' ' '\n' | sed -n 's/^rate=//p')
+if [ $rc -eq 0 ] && [ "$pages" = "uid=$uid.rate " ] && [ -n "$rate" ] && [ "$rate" -gt 0 ] &&
+    [ "$rate" -le $((16 * 1024 * 1024)) ]; then
+    tap OK "a job without tenant is paced by the agent as uid=$uid (rates page uid=$uid.rate," \
+        "a rank's rate $rate B/s of 16 MiB/s)"
+else
+    tap FAIL "a job without tenant was not paced as uid=$uid (exit $rc, rate '$rate'," \
+        "pages: $pages)"
+    sed 's/^/# /' "$T/err" "$T/shoald.log" | tail -n 20
+fi
+rm -rf "$T"
 tap_plan
 exit $fails
