@@ -51,13 +51,18 @@ shoal_status_t shoal_comm_request_stop(shoal_comm_t comm)
 shoal_status_t shoal_stop_file_path(const char *pattern, const char *tenant, const char *job,
                                     char *buf, size_t len)
 {
+    char uid_tenant[32];
     size_t n = 0;
+
+    /* A job without tenant is "uid=N" (its effective uid), as the node agent meters, bills and
+     * paces it: "default" was also a name a real tenant could have. */
+    snprintf(uid_tenant, sizeof(uid_tenant), "uid=%u", (unsigned)geteuid());
     for (const char *p = pattern; *p != '\0'; p++) {
         const char *ins = NULL;
         size_t k = 1;
         if (p[0] == '%' && (p[1] == 't' || p[1] == 'j' || p[1] == '%')) {
             ins = p[1] == 't' ? tenant : p[1] == 'j' ? job : "%";
-            ins = ins[0] != '\0' ? ins : "default";
+            ins = ins[0] != '\0' ? ins : p[1] == 't' ? uid_tenant : "default";
             k = strlen(ins);
         }
         if (n + k + 1 > len) {

@@ -233,7 +233,7 @@ grep '^file ' "$tmp/plan" | while read -r _ delay; do
     fi
     sleep "$(awk -v ms="$delay" 'BEGIN { printf "%.3f", ms / 1000 }')"
     t_sig=$(now_ns)
-    : >"$d/stop.default.default"
+    : >"$d/stop.uid=$(id -u).default" # no tenant: uid=N, as the agent bills it
     wait "$job"
     rc=$?
     if ! res=$(check_same "$d" file "$t_sig"); then

@@ -245,9 +245,11 @@ static void test_file_path(void)
     tap_ok(shoal_stop_file_path("/run/shoal/stop/%t.%j", "acme", "train-42", buf, sizeof(buf)) ==
            SHOAL_OK && strcmp(buf, "/run/shoal/stop/acme.train-42") == 0,
            "SHOAL_STOP_FILE %%t.%%j: %s", buf);
+    char want[64];
+    snprintf(want, sizeof(want), "/s/uid=%u/default%%x%%q", (unsigned)geteuid());
     tap_ok(shoal_stop_file_path("/s/%t/%j%%x%q", "", "", buf, sizeof(buf)) == SHOAL_OK &&
-           strcmp(buf, "/s/default/default%x%q") == 0, "empty names are 'default', %%%% is "
-           "%%, other %% stay: %s", buf);
+           strcmp(buf, want) == 0, "no tenant is uid=N (as the agent bills it), no job "
+           "'default', %%%% is %%, other %% stay: %s", buf);
     tap_ok(shoal_stop_file_path("/s/%t", "a-tenant-name-that-is-long-enough-to-overflow-this",
                                 "j", buf, 32) == SHOAL_ERR_INVALID_ARG,
            "a path too long is refused");
