@@ -66,12 +66,20 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_listen_addr(int local_only, struct sockad
 SHOAL_HIDDEN shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr,
                                                   socklen_t len, int bind_any,
                                                   shoal_boot_uid_t *u);
-/* Waits for the thread of the root this process started at addr (the unique id's root
- * address) to end: up to grace_ms for the ranks' last frames, then it is stopped. Nothing
- * when no such root runs here. A communicator calls it at destroy, so that no root thread
- * still uses libcrypto when the application's exit handlers run. */
-SHOAL_HIDDEN void shoal_boot_root_wait(const struct sockaddr_storage *addr, socklen_t len,
-                                       int grace_ms);
+/* Which root a communicator joined: its address and a tag derived from the job secret (an
+ * ended root's port may be bound again by another root of this process). */
+typedef struct {
+    struct sockaddr_storage addr;
+    socklen_t len;
+    uint8_t tag[16];
+} shoal_boot_root_key_t;
+
+SHOAL_HIDDEN void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root_key_t *k);
+/* Waits for the thread of the root this process started for k to end: up to grace_ms for the
+ * ranks' last frames, then it is stopped. Nothing when no such root runs here. A
+ * communicator calls it at destroy, so that no root thread still uses libcrypto when the
+ * application's exit handlers run. */
+SHOAL_HIDDEN void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms);
 /* Test seam: called (when set) with the address of every root started, before its thread
  * runs. NULL in every program but the adversarial tests. */
 extern SHOAL_HIDDEN void (*shoal_boot_root_started_hook)(const shoal_boot_uid_t *u);

@@ -920,8 +920,7 @@ static shoal_status_t shoal_root_serve(shoal_root_t *r)
 typedef struct shoal_root_live {
     struct shoal_root_live *next;
     pthread_t tid;
-    struct sockaddr_storage addr; /* the unique id's root address: the key */
-    socklen_t len;
+    shoal_boot_root_key_t key;
     int stop_efd;                 /* written to ask the thread to stop at once */
     int stop;                     /* atomic */
     int over;                     /* under shoal_roots_lock: the thread's work is over */
@@ -962,7 +961,21 @@ static void shoal_roots_reap(void)
     }
 }
 
-void shoal_boot_root_wait(const struct sockaddr_storage *addr, socklen_t len, int grace_ms)
+void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root_key_t *k)
+{
+    static const char label[] = "shoal-boot-root-tag";
+    uint8_t mac[SHOAL_HMAC_BYTES] = {0};
+
+    memset(k, 0, sizeof(*k));
+    memcpy(&k->addr, &u->root, SHOAL_MIN((size_t)u->root_len, sizeof(k->addr)));
+    k->len = u->root_len;
+    /* a failed HMAC leaves the zero tag: at worst a root not waited for, never another's */
+    (void)shoal_hmac(u->secret, sizeof(u->secret), label, sizeof(label) - 1, mac);
+    memcpy(k->tag, mac, sizeof(k->tag));
+    shoal_secret_wipe(mac, sizeof(mac));
+}
+
+void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms)
 {
     uint64_t deadline = shoal_deadline_ns(grace_ms);
     shoal_root_live_t *l;
@@ -970,7 +983,8 @@ void shoal_boot_root_wait(const struct sockaddr_storage *addr, socklen_t len, in
 
     pthread_mutex_lock(&shoal_roots_lock);
     for (l = shoal_roots; l != NULL; l = l->next) {
-        if (l->len == len && memcmp(&l->addr, addr, len) == 0) {
+        if (l->key.len == k->len && memcmp(&l->key.addr, &k->addr, k->len) == 0 &&
+            memcmp(l->key.tag, k->tag, sizeof(k->tag)) == 0) {
             break;
         }
     }
@@ -1139,8 +1153,7 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
         goto err_live;
     }
     r->live = live;
-    memcpy(&live->addr, &u->root, u->root_len);
-    live->len = u->root_len;
+    shoal_boot_root_key(u, &live->key);
     if (shoal_boot_root_started_hook != NULL) {
         shoal_boot_root_started_hook(u);
     }

@@ -752,8 +752,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK_GOTO(shoal_stop_comm_init(&comm->stop, id->tenant, id->job), st, err);
     SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
-    memcpy(&comm->boot_root, &u->root, SHOAL_MIN(u->root_len, sizeof(comm->boot_root)));
-    comm->boot_root_len = u->root_len;
+    shoal_boot_root_key(u, &comm->boot_root);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_assembly.init(comm), st, err);
     /* After the topology's init traffic: the counters start at the first call. */
@@ -910,9 +909,8 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     }
     shoal_proxy_stop(comm);
     shoal_comm_abort_fail(comm, 0); /* an abort the peers were not told of yet */
-    if (comm->boot_root_len > 0) { /* its root, when this process runs it: its thread over */
-        shoal_boot_root_wait(&comm->boot_root, comm->boot_root_len,
-                             SHOAL_MIN(comm->timeout_ms, 1000));
+    if (comm->boot_root.len > 0) { /* its root, when this process runs it: its thread over */
+        shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000));
     }
     shoal_qos_pace_comm_fini(comm);
     shoal_comm_assembly.fini(comm);

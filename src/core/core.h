@@ -2,6 +2,7 @@
 #ifndef SHOAL_CORE_H
 #define SHOAL_CORE_H
 
+#include "core/boot.h"
 #include "core/tl.h"
 #include "qos/qos.h"
 #include "stop/stop.h"
@@ -99,9 +100,8 @@ struct shoal_comm {
     uint32_t comm_id;          /* from a key derivation: reveals nothing of the secret */
     uint8_t secret[SHOAL_SECRET_BYTES]; /* the communicator's key, derived from the job secret */
     shoal_tenant_id_t ident;   /* tenant, job, epoch: part of every key derived below */
-    struct sockaddr_storage boot_root; /* the bootstrap root's address (a root this process
-                                        * may run: destroy waits for its thread) */
-    socklen_t boot_root_len;
+    shoal_boot_root_key_t boot_root; /* the bootstrap root (one this process may run:
+                                      * destroy waits for its thread) */
     uint32_t split_seq;        /* splits of this communicator so far (same on every rank) */
     shoal_config_t cfg;        /* caller's config, strings copied */
     int timeout_ms;

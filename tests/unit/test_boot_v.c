@@ -123,8 +123,10 @@ static void test_round(void)
     tap_ok(fixed, "a fixed-length round after the variable one is right");
     tap_is_int((long long)r[0].table_len, 4 * NR + 37 * (1 + 2 + 3) + SHOAL_BOOT_MAX_BLOB,
                "the table holds the records' lengths, not NR times the largest");
+    shoal_boot_root_key_t k;
+    shoal_boot_root_key(&uid, &k);
     uint64_t t0 = shoal_time_ns();
-    shoal_boot_root_wait(&uid.root, uid.root_len, 5000);
+    shoal_boot_root_wait(&k, 5000);
     double ms = (double)(shoal_time_ns() - t0) / 1e6;
     tap_ok(ms < 4000, "the root ended by itself once every rank said bye (%.1f ms)", ms);
     tap_ok(root_gone(&uid), "its thread is over: the port is closed");
@@ -142,12 +144,20 @@ static void test_stop(void)
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &u), SHOAL_OK, "an idle root started");
+    shoal_boot_root_key_t k, other;
+    shoal_boot_root_key(&u, &k);
+    other = k;
+    other.tag[0] ^= 1;
     uint64_t t0 = shoal_time_ns();
-    shoal_boot_root_wait(&u.root, u.root_len, 100);
+    shoal_boot_root_wait(&other, 100); /* another job's root at the same address: not ours */
+    tap_ok((double)(shoal_time_ns() - t0) / 1e6 < 50 && !root_gone(&u),
+           "a key with another job's tag neither waits for nor stops the root");
+    t0 = shoal_time_ns();
+    shoal_boot_root_wait(&k, 100);
     double ms = (double)(shoal_time_ns() - t0) / 1e6;
     tap_ok(ms >= 99 && ms < 2000, "waited the grace, then stopped it (%.1f ms)", ms);
     tap_ok(root_gone(&u), "the idle root's port is closed");
-    shoal_boot_root_wait(&u.root, u.root_len, 100); /* no such root any more: nothing */
+    shoal_boot_root_wait(&k, 100); /* no such root any more: nothing */
     tap_ok(1, "waiting for a root that is gone returns");
 }
 
