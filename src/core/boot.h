@@ -76,10 +76,11 @@ typedef struct {
 
 SHOAL_HIDDEN void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root_key_t *k);
 /* Waits for the thread of the root this process started for k to end: up to grace_ms for the
- * ranks' last frames, then it is stopped. Nothing when no such root runs here. A
- * communicator calls it at destroy, so that no root thread still uses libcrypto when the
- * application's exit handlers run. */
-SHOAL_HIDDEN void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms);
+ * ranks' last frames, then, with stop, it is stopped (without, left running). Nothing when
+ * no such root runs here. A communicator calls it at destroy, so that no root thread still
+ * uses libcrypto when the application's exit handlers run; after a failed init without
+ * stop, since the root may still have ranks to tell. */
+SHOAL_HIDDEN void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop);
 /* Test seam: called (when set) with the address of every root started, before its thread
  * runs. NULL in every program but the adversarial tests. */
 extern SHOAL_HIDDEN void (*shoal_boot_root_started_hook)(const shoal_boot_uid_t *u);

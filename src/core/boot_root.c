@@ -975,7 +975,7 @@ void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root_key_t *k)
     shoal_secret_wipe(mac, sizeof(mac));
 }
 
-void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms)
+void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop)
 {
     uint64_t deadline = shoal_deadline_ns(grace_ms);
     shoal_root_live_t *l;
@@ -1003,6 +1003,10 @@ void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+    }
+    if (!l->over && !stop) { /* it still has ranks to tell of a failure: left running */
+        pthread_mutex_unlock(&shoal_roots_lock);
+        return;
     }
     if (!l->over) {
         shoal_info(BOOT, "root: not done after %d ms (a rank did not say bye); stopped",

@@ -763,6 +763,10 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     *comm_p = comm;
     return SHOAL_OK;
 err:
+    if (comm->boot_root.len > 0) { /* a root here may still tell ranks that come late */
+        shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000), 0);
+        comm->boot_root.len = 0;
+    }
     shoal_comm_destroy(comm);
     return st;
 }
@@ -910,7 +914,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     shoal_proxy_stop(comm);
     shoal_comm_abort_fail(comm, 0); /* an abort the peers were not told of yet */
     if (comm->boot_root.len > 0) { /* its root, when this process runs it: its thread over */
-        shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000));
+        shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000), 1);
     }
     shoal_qos_pace_comm_fini(comm);
     shoal_comm_assembly.fini(comm);

@@ -126,7 +126,7 @@ static void test_round(void)
     shoal_boot_root_key_t k;
     shoal_boot_root_key(&uid, &k);
     uint64_t t0 = shoal_time_ns();
-    shoal_boot_root_wait(&k, 5000);
+    shoal_boot_root_wait(&k, 5000, 1);
     double ms = (double)(shoal_time_ns() - t0) / 1e6;
     tap_ok(ms < 4000, "the root ended by itself once every rank said bye (%.1f ms)", ms);
     tap_ok(root_gone(&uid), "its thread is over: the port is closed");
@@ -149,15 +149,18 @@ static void test_stop(void)
     other = k;
     other.tag[0] ^= 1;
     uint64_t t0 = shoal_time_ns();
-    shoal_boot_root_wait(&other, 100); /* another job's root at the same address: not ours */
+    shoal_boot_root_wait(&other, 100, 1); /* another job's root at the same address: not ours */
     tap_ok((double)(shoal_time_ns() - t0) / 1e6 < 50 && !root_gone(&u),
            "a key with another job's tag neither waits for nor stops the root");
     t0 = shoal_time_ns();
-    shoal_boot_root_wait(&k, 100);
+    shoal_boot_root_wait(&k, 100, 0);
+    tap_ok(!root_gone(&u), "without stop, a root not done is left running after the grace");
+    t0 = shoal_time_ns();
+    shoal_boot_root_wait(&k, 100, 1);
     double ms = (double)(shoal_time_ns() - t0) / 1e6;
     tap_ok(ms >= 99 && ms < 2000, "waited the grace, then stopped it (%.1f ms)", ms);
     tap_ok(root_gone(&u), "the idle root's port is closed");
-    shoal_boot_root_wait(&k, 100); /* no such root any more: nothing */
+    shoal_boot_root_wait(&k, 100, 1); /* no such root any more: nothing */
     tap_ok(1, "waiting for a root that is gone returns");
 }
 
