@@ -1,14 +1,17 @@
 /* Fuzz target: the inputs of shoal-place (src/sched): Slurm hostlist expressions, slurm.conf,
  * topology.conf and the jobs file, and what the planner then does with them (a planning round
  * and every launcher output). Input: one byte choosing what the text is (0 hostlist, 1
- * slurm.conf, 2 topology.conf after a fixed slurm.conf, 3 a jobs file on a fixed cluster),
- * then the text. */
+ * slurm.conf, 2 topology.conf after a fixed slurm.conf, 3 a jobs file on a fixed cluster,
+ * 4 a past-usage CSV (shoal-bill usage --csv) for a fixed cluster and jobs file, then the
+ * round and --explain with that usage), then the text. */
 #include "sched/sched.h"
 #include "tests/fuzz/fuzz.h"
 
 static const char fuzz_sched_conf[] = "NodeName=n[01-04] CPUs=16 RealMemory=64000 Gres=gpu:4\n";
 static const char fuzz_sched_topo[] = "SwitchName=l1 Nodes=n[01-02]\nSwitchName=l2 Nodes=n[03-04]\n"
                                       "SwitchName=s Switches=l[1-2]\n";
+static const char fuzz_sched_jobs[] = "tenant=a weight=1\ntenant=b weight=2\n"
+                                      "job=ja tenant=a gpus=12\njob=jb tenant=b gpus=8\n";
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -53,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     text = fuzz_strndup(data + 1, size - 1);
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
     case 0:
         if (shoal_hostlist_parse(text, &hl) == SHOAL_OK) {
             char *s = shoal_hostlist_ranged(&hl), name[256];
@@ -83,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_sched_plan(&c, &q);
         }
         break;
-    default:
+    case 3:
         fuzz_require(shoal_sched_slurm_conf_parse(fuzz_sched_conf, "conf", &c) == SHOAL_OK);
         fuzz_require(shoal_sched_topology_parse(fuzz_sched_topo, "topo", &c) == SHOAL_OK);
         fuzz_require(shoal_sched_cluster_finish(&c) == SHOAL_OK);
@@ -91,6 +94,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_sched_plan(&c, &q);
         }
         break;
+    default: {
+        shoal_sched_usage_t u = {.half_life = 3600.0, .now = 1796083200.0};
+        FILE *null = fopen("/dev/null", "w");
+        fuzz_require(null != NULL);
+        fuzz_require(shoal_sched_slurm_conf_parse(fuzz_sched_conf, "conf", &c) == SHOAL_OK);
+        fuzz_require(shoal_sched_cluster_finish(&c) == SHOAL_OK);
+        fuzz_require(shoal_sched_jobs_parse(fuzz_sched_jobs, "jobs", &c, &q) == SHOAL_OK);
+        if (shoal_sched_usage_parse(text, "fuzz", &c, &q, &u) == SHOAL_OK) {
+            fuzz_require(u.rows >= 0 && u.decayed <= u.rows && u.unknown <= u.rows);
+            fuzz_require(memchr(u.note, '\0', sizeof(u.note)) != NULL);
+            for (int t = 0; t < q.ntenants; t++) {
+                fuzz_require(q.tenants[t].past_gpu_s >= 0.0 && q.tenants[t].past >= 0.0);
+            }
+            shoal_sched_usage_explain(&c, &q, &u, null);
+            fuzz_sched_plan(&c, &q);
+        }
+        fclose(null);
+        break;
+    }
     }
     shoal_sched_queue_free(&q);
     shoal_sched_cluster_free(&c);
