@@ -95,9 +95,13 @@ shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
     return st;
 }
 
+/* The whole file is read (src/tune reads the same file's 'set' lines up to this size too): a
+ * file cut at a fixed buffer parsed its last line half, and was refused as malformed. */
+#define SHOAL_TUNING_TEXT_MAX 65536
+
 int shoal_tuning_load(const char *path, shoal_tuning_t *t)
 {
-    char buf[4096];
+    char *buf;
     size_t len;
     FILE *fp = fopen(path, "r");
     shoal_status_t st;
@@ -106,10 +110,22 @@ int shoal_tuning_load(const char *path, shoal_tuning_t *t)
     if (fp == NULL) {
         return 0;
     }
-    len = fread(buf, 1, sizeof(buf) - 1, fp);
-    buf[len] = '\0';
+    buf = malloc(SHOAL_TUNING_TEXT_MAX + 1);
+    if (buf == NULL) {
+        fclose(fp);
+        return (int)SHOAL_ERR_NO_MEMORY;
+    }
+    len = fread(buf, 1, SHOAL_TUNING_TEXT_MAX + 1, fp);
     fclose(fp);
+    if (len > SHOAL_TUNING_TEXT_MAX) {
+        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is larger than %d bytes: ignored", path,
+                    SHOAL_TUNING_TEXT_MAX);
+        free(buf);
+        return (int)SHOAL_ERR_INVALID_ARG;
+    }
+    buf[len] = '\0';
     st = shoal_tuning_parse(buf, t);
+    free(buf);
     if (st != SHOAL_OK) {
         shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is malformed: ignored", path);
         memset(t, 0, sizeof(*t));

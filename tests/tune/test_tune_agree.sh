@@ -147,6 +147,30 @@ mp_job "shm n=2, derived ring" 2 \
 check "every rank's shm segment has 16k x 32 rings" "rank 1: segment .* rings of 32 x 16384 B" \
     "$tmp/err"
 
+# A tuning file is read whole: one past 4 KiB was read cut (its later lines lost, or the
+# line at the cut refused as malformed).
+{
+    i=0
+    while [ $i -lt 60 ]; do
+        echo "# a comment line of eighty bytes, padding the file past 4 KiB .................."
+        i=$((i + 1))
+    done
+    echo "shm lat 1.25 bw 5.0 send 0.5 recv 0.5"
+    echo "tcp lat 20 bw 1.0"
+} >"$tmp/tuning_long"
+cp "$tmp/tuning_long" "$tmp/tuning_long.orig"
+mp_job "shm n=2, tuning file of 5 KiB" 2 \
+    "SHOAL_DEBUG=info SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1
+    SHOAL_TUNING_FILE=$tmp/tuning_long" "$rankp"
+n_tap=$((n_tap + 1))
+if cmp -s "$tmp/tuning_long" "$tmp/tuning_long.orig" && ! grep -q "malformed" "$tmp/err" &&
+    grep -q "link shm: 1.25 us" "$tmp/err"
+then
+    echo "ok $n_tap - a tuning file of 5 KiB is read whole (its links used, the file kept)"
+else
+    echo "not ok $n_tap - tuning file of 5 KiB: $(grep -i 'tuning\|link shm' "$tmp/err" | head -n 1)"
+fi
+
 # discovery: sysfs and, where built in, hwloc give the same L2 as the kernel
 l2=""
 for d in /sys/devices/system/cpu/cpu0/cache/index*; do

@@ -122,6 +122,27 @@ static void test_tuning(void)
     tap_ok(u.have[SHOAL_LINK_SHM] && u.link[SHOAL_LINK_SHM].alpha_us == 1.25 &&
                u.link[SHOAL_LINK_SHM].send_us == 0.5 && u.link[SHOAL_LINK_SHM].recv_us == 0.25,
            "tuning: round trip (send and recv busy times too)");
+    /* a file past 4 KiB is read whole (it was cut at 4095 bytes and its last line refused) */
+    FILE *fp = fopen(path, "w");
+    for (int i = 0; i < 80; i++) {
+        fprintf(fp, "# comment line %02d, padding the tuning file past one 4 KiB read ......\n",
+                i);
+    }
+    fprintf(fp, "shm lat 1.25 bw 8 send 0.5 recv 0.25\ntcp lat 20 bw 1.5\n");
+    fclose(fp);
+    tap_is_int(shoal_tuning_load(path, &u), 1, "tuning: a file of 6 KiB loads");
+    tap_ok(u.have[SHOAL_LINK_SHM] && u.have[SHOAL_LINK_TCP] &&
+               u.link[SHOAL_LINK_TCP].alpha_us == 20,
+           "tuning: ... every line of it");
+    /* larger than what is read: refused, not cut */
+    fp = fopen(path, "w");
+    for (int i = 0; i < 1200; i++) {
+        fprintf(fp, "# comment line %04d, padding the tuning file past 64 KiB .............\n",
+                i);
+    }
+    fprintf(fp, "shm lat 1.25 bw 8\n");
+    fclose(fp);
+    tap_ok(shoal_tuning_load(path, &u) < 0, "tuning: a file past 64 KiB is refused, not cut");
     unlink(path);
     tap_is_int(shoal_tuning_load(path, &u), 0, "tuning: absent file is not an error");
 }
