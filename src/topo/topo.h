@@ -105,7 +105,8 @@ typedef struct {
     double reduce_gbs, copy_gbs; /* 0 when absent */
 } shoal_tuning_t;
 SHOAL_HIDDEN shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t);
-/* 1 loaded, 0 no such file, negative status on a malformed file. */
+/* 1 loaded, 0 no such file, negative status on a file that is there but unusable (malformed,
+ * too large, unreadable). */
 SHOAL_HIDDEN int shoal_tuning_load(const char *path, shoal_tuning_t *t);
 SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t);
 

@@ -33,7 +33,8 @@ typedef struct {
     shoal_topo_summary_t sum;
     uint32_t kinds_intra;  /* bit k: a channel of kind k to a rank of my host */
     uint32_t kinds_inter;  /* ... to a rank of another host */
-    int32_t tuning_loaded; /* rank 0: the tuning file below is valid */
+    int32_t tuning_loaded; /* rank 0: shoal_tuning_load's answer (1: the tuning file below is
+                            * valid, 0: there is none, negative: it is unusable) */
     int32_t ring_bad;      /* this rank's ring host list is malformed */
     uint64_t ring_hash;    /* fingerprint of its ring host list, 0 none */
     char host[SHOAL_TOPO_HOSTNAME_MAX]; /* short host name */
@@ -362,7 +363,7 @@ static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, const shoal_top
         }
     }
     if (comm->rank == 0 && tpath != NULL && tpath[0] != '\0') {
-        me->tuning_loaded = shoal_tuning_load(tpath, &me->tuning) == 1;
+        me->tuning_loaded = shoal_tuning_load(tpath, &me->tuning);
     }
     me->ring_bad = ring_bad;
     me->ring_hash = rh->n > 0 ? rh->hash : 0;
@@ -453,10 +454,10 @@ static void shoal_topo_finish(struct shoal_comm *comm, shoal_topo_comm_t *tc,
     shoal_topo_set_ring(tc, n, comm->rank);
     tc->ring_share = shoal_topo_ring_share(n, tc->host_of, tc->ring_order);
     tc->ncores = ncores;
-    shoal_topo_link_table(n, meas, all[0].tuning_loaded ? &all[0].tuning : NULL, links);
+    shoal_topo_link_table(n, meas, all[0].tuning_loaded == 1 ? &all[0].tuning : NULL, links);
     tc->intra = tf->have_intra ? tf->intra : shoal_topo_worst(ki, links, SHOAL_LINK_SHM);
     tc->inter = tf->have_inter ? tf->inter : shoal_topo_worst(ke, links, SHOAL_LINK_TCP);
-    if (all[0].tuning_loaded) {
+    if (all[0].tuning_loaded == 1) {
         /* local memory rates of the tuning file (rank 0's copy: the same on every rank) */
         tc->reduce_gbs = all[0].tuning.reduce_gbs;
         tc->copy_gbs = all[0].tuning.copy_gbs;
@@ -471,7 +472,9 @@ static void shoal_topo_save_tuning(struct shoal_comm *comm, const shoal_topo_rec
     shoal_tuning_t t;
     shoal_link_t links[SHOAL_LINK_KINDS];
 
-    if (comm->rank != 0 || tpath == NULL || tpath[0] == '\0' || all[0].tuning_loaded ||
+    /* Only where there is no file: one that is there but unusable (a typo, too large) was
+     * reported at load and is the user's to fix; writing over it would lose it. */
+    if (comm->rank != 0 || tpath == NULL || tpath[0] == '\0' || all[0].tuning_loaded != 0 ||
         meas == NULL) {
         return;
     }
@@ -521,7 +524,7 @@ static shoal_status_t shoal_topo_build(struct shoal_comm *comm, shoal_topo_comm_
     SHOAL_CHECK_GOTO(st, st, out);
     SHOAL_CHECK_GOTO(shoal_topo_round1(comm, tc, all, &rh, ring_bad), st, out);
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
-        known |= all[0].tuning_loaded && all[0].tuning.have[k] ? 1u << k : 0;
+        known |= all[0].tuning_loaded == 1 && all[0].tuning.have[k] ? 1u << k : 0;
     }
     if (shoal_topo_config.topo_measure) {
         meas = calloc((size_t)n, sizeof(*meas));

@@ -108,7 +108,11 @@ int shoal_tuning_load(const char *path, shoal_tuning_t *t)
 
     memset(t, 0, sizeof(*t));
     if (fp == NULL) {
-        return 0;
+        if (errno == ENOENT) {
+            return 0;
+        }
+        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s cannot be read: %s", path, strerror(errno));
+        return (int)SHOAL_ERR_SYSTEM;
     }
     buf = malloc(SHOAL_TUNING_TEXT_MAX + 1);
     if (buf == NULL) {

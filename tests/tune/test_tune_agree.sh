@@ -147,6 +147,19 @@ mp_job "shm n=2, derived ring" 2 \
 check "every rank's shm segment has 16k x 32 rings" "rank 1: segment .* rings of 32 x 16384 B" \
     "$tmp/err"
 
+# A tuning file that is there but unusable is reported and left as it was: rank 0 writes the
+# measured profile only where there is none (it wrote over a file with one bad line, losing
+# the user's other lines).
+printf '# my links\nshm lat 1.0 bw fast\n' >"$tmp/tuning_bad"
+cp "$tmp/tuning_bad" "$tmp/tuning_bad.orig"
+mp_job "shm n=2, malformed tuning file" 2 \
+    "SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1 SHOAL_TUNING_FILE=$tmp/tuning_bad" \
+    "$rankp"
+n_tap=$((n_tap + 1))
+if cmp -s "$tmp/tuning_bad" "$tmp/tuning_bad.orig" && grep -q "is malformed: ignored" "$tmp/err"
+then
+    echo "ok $n_tap - a malformed tuning file is reported and not written over"
+else echo "not ok $n_tap - malformed tuning file: now '$(head -c 200 "$tmp/tuning_bad")'"; fi
 # A tuning file is read whole: one past 4 KiB was read cut (its later lines lost, or the
 # line at the cut refused as malformed).
 {
