@@ -35,7 +35,6 @@ typedef struct {
     int algo;              /* SHOAL_ALGO, shoal_algo_t */
     size_t chunk_size;     /* SHOAL_CHUNK_SIZE */
     size_t rd_max;         /* SHOAL_RD_MAX_BYTES */
-    size_t tree_max;       /* SHOAL_TREE_MAX_BYTES */
     size_t shm_ll_max;     /* SHOAL_SHM_LL_MAX */
     size_t shm_oneshot_max;/* SHOAL_SHM_ONESHOT_MAX */
     size_t shm_window;     /* SHOAL_SHM_WINDOW */

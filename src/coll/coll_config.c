@@ -21,13 +21,15 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
      .doc = "pipeline chunk of the ring and tree algorithms (per block per step); scratch is "
             "4 chunks per communicator; unset: half the L2 within 128k..1m (SHOAL_TUNE; the "
             "default where the L2 is unknown)"},
+    /* The cost model picks every call's algorithm (select.c): this only bounds the messages
+     * recursive doubling can take, through the scratch it sizes. The size thresholds that once
+     * chose rd and the broadcast tree (SHOAL_TREE_MAX_BYTES, read and never used) are gone. */
     {.name = "RD_MAX_BYTES", .dflt = "32k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, rd_max),
-     .doc = "AllReduce messages up to this size use recursive doubling across channels "
-            "(latency-bound), larger ones the ring"},
-    {.name = "TREE_MAX_BYTES", .dflt = "64k", .type = SHOAL_CFG_SIZE,
-     .offset = offsetof(shoal_coll_config_t, tree_max),
-     .doc = "broadcasts up to this size use a binomial tree, larger ones a pipelined chain"},
+     .doc = "smallest scratch per communicator and per nonblocking call in flight (it is 4 x "
+            "SHOAL_CHUNK_SIZE or this, whichever is larger); recursive doubling AllReduce and "
+            "Bruck allgather only run calls that fit it, and among the algorithms that can run "
+            "a call the cost model picks"},
     {.name = "SHM_LL_MAX", .dflt = "64", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_coll_config_t, shm_ll_max),
      .doc = "intra-node AllReduce up to this size (at most 4k) sends data and flag together in "

@@ -140,6 +140,19 @@ check "SHOAL_TUNE=0: the shm ring's constants" "shm_slot_size +64k +default +SHO
 "$info" -c -m >"$tmp/md" 2>/dev/null
 check "shoal_info -c -m: the derived defaults say so" \
     "SHOAL_SHM_SLOT_SIZE. \\| derived \\(see .shoal_info -t.\\), else .64k." "$tmp/md"
+# README's table holds every row shoal_info -c -m prints (a build without ucx, ib or CUDA
+# prints fewer), and a variable that no code reads is not a variable: set, it is named
+# unknown (SHOAL_TREE_MAX_BYTES was listed as choosing the broadcast algorithm, read and never
+# used: the cost model chooses).
+sed -n '/^<!-- BEGIN shoal_info -c -m -->$/,/^<!-- END shoal_info -c -m -->$/p' \
+    "$srcdir/README.md" >"$tmp/md.readme"
+n_tap=$((n_tap + 1))
+if [ -s "$tmp/md" ] && ! grep -vxF -f "$tmp/md.readme" "$tmp/md" >"$tmp/md.stale"; then
+    echo "ok $n_tap - README's variable table has every row of shoal_info -c -m"
+else echo "not ok $n_tap - README's variable table lacks: $(head -c 300 "$tmp/md.stale")"; fi
+SHOAL_TREE_MAX_BYTES=1m "$info" -c >/dev/null 2>"$tmp/unknown"
+check "SHOAL_TREE_MAX_BYTES (never used) is an unknown variable" \
+    "unknown environment variable SHOAL_TREE_MAX_BYTES" "$tmp/unknown"
 # the shm transport really runs with the derived ring (16k x 32 from m0) on every rank, also
 # where a rank's own profile would give another ring (rank 1: m1)
 mp_job "shm n=2, derived ring" 2 \
