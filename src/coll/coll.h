@@ -73,7 +73,14 @@ typedef struct {
 #define SHOAL_PLAN_POOL 8     /* free plan scratch buffers kept per communicator */
 
 typedef struct shoal_coll_state {
-    int algo;              /* forced algorithm or SHOAL_ALGO_AUTO */
+    int algo;              /* forced algorithm or SHOAL_ALGO_AUTO: rank 0's */
+    /* Settings of shoal_coll_config that decide what a call puts on the wire, rank 0's
+     * (select.c's shoal_coll_agree), as src/tune's sizes are: SHOAL_RD_MAX_BYTES (scratch:
+     * rd, Bruck, Rabenseifner and in-place alltoall pieces), SHOAL_HIER_SEGMENT,
+     * SHOAL_SHM_DIRECT_MIN (the intra-node protocol). */
+    size_t rd_max;
+    size_t hier_segment;
+    size_t shm_direct_min;
     shoal_tune_t tune;     /* sizes and limits: rank 0's, the same on every rank (src/tune) */
     size_t chunk;          /* bytes per pipeline chunk, a multiple of 64 */
     uint8_t *scratch;      /* 4 * chunk, also >= rd_max */

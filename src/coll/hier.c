@@ -635,10 +635,11 @@ static void shoal_hier_release(struct shoal_comm *comm, shoal_plan_t *plan, shoa
     shoal_coll_plan_release(comm, plan, st);
 }
 
-/* Segment size in elements (shoal_hier_seg_bytes): identical on every rank. */
-static size_t shoal_hier_segc(size_t count, size_t ds)
+/* Segment size in elements (shoal_hier_seg_bytes): identical on every rank (the segment
+ * setting is rank 0's). */
+static size_t shoal_hier_segc(struct shoal_comm *comm, size_t count, size_t ds)
 {
-    return shoal_hier_seg_bytes(count * ds, shoal_coll_config.hier_segment) / ds;
+    return shoal_hier_seg_bytes(count * ds, comm->coll->hier_segment) / ds;
 }
 
 /* The receive slots of a call: grown in hb (kept with the map's set), faulted in before the
@@ -683,7 +684,7 @@ shoal_status_t shoal_hier_allreduce_plan(struct shoal_comm *comm, shoal_coll_pla
     h->ds = h->cp.dsize;
     h->g = m->nhosts;
     h->me = m->myhost;
-    h->segc = shoal_hier_segc(a->count, h->ds);
+    h->segc = shoal_hier_segc(comm, a->count, h->ds);
     h->nseg = (a->count + h->segc - 1) / h->segc;
     h->bmax = (h->segc + (size_t)m->lmax - 1) / (size_t)m->lmax;
     h->cmax = (h->bmax + (size_t)h->g - 1) / (size_t)h->g;

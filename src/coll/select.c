@@ -453,8 +453,64 @@ void shoal_coll_shape_tune(shoal_coll_shape_t *s, const shoal_tune_t *t)
     s->reduce_beta = shoal_gbs_to_beta((double)t->value[SHOAL_TUNE_REDUCE_MBS] / 1e3);
 }
 
+#define SHOAL_COLL_AGREE_STEP 0x72000000u /* channel step of the agreement messages */
+
+typedef struct {
+    int64_t algo;
+    uint64_t rd_max, hier_segment, shm_direct_min;
+} shoal_coll_agreed_t;
+
+/* Every rank takes rank 0's forced algorithm and the settings of shoal_coll_state_t that
+ * decide what a call puts on the wire, down a binomial tree from rank 0 (as src/tune's
+ * agreement): set on one rank only (its environment or conf file), they made ranks cut the
+ * same call differently (SHOAL_RD_MAX_BYTES: an in-place alltoall's pieces, a protocol
+ * error; SHOAL_SHM_DIRECT_MIN: the direct road on one rank, two-shot on the other, both
+ * timed out). A rank whose own setting loses says so once. Every size is valid; the
+ * algorithm indexes tables, so it is checked. */
+static shoal_status_t shoal_coll_agree(struct shoal_comm *comm, shoal_coll_agreed_t *g)
+{
+    static int warned;
+    shoal_coll_agreed_t mine = *g;
+    uint32_t seq = comm->seq++;
+    int n = comm->nranks, r = comm->rank;
+
+    for (int m = 1; m < n; m *= 2) {
+        shoal_tl_req_t req, *rp = &req;
+        int peer;
+        if (r < m && r + m < n) {
+            peer = r + m;
+            SHOAL_CHECK(shoal_chan_isend(comm, peer, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP, 0,
+                                         &req));
+        } else if (r >= m && r < 2 * m) {
+            peer = r - m;
+            SHOAL_CHECK(shoal_chan_irecv(comm, peer, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP, 0,
+                                         &req));
+        } else {
+            continue;
+        }
+        SHOAL_CHECK(shoal_chan_waitall(comm, &rp, &peer, 1));
+    }
+    if (g->algo < 0 || g->algo >= SHOAL_ALGO_COUNT) {
+        return shoal_comm_set_failed(comm, SHOAL_ERR_PROTOCOL, 0, "rank 0 (%s) sent algorithm "
+                                     "%lld, which does not exist", shoal_comm_peer_host(comm, 0),
+                                     (long long)g->algo);
+    }
+    if (memcmp(&mine, g, sizeof(mine)) != 0 &&
+        !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
+        shoal_warn(COLL, "rank %d: its algorithm settings (SHOAL_ALGO %s, SHOAL_RD_MAX_BYTES %llu, "
+                   "SHOAL_HIER_SEGMENT %llu, SHOAL_SHM_DIRECT_MIN %llu) are not rank 0's (%s, "
+                   "%llu, %llu, %llu): every rank uses rank 0's", comm->rank,
+                   shoal_algo_names[mine.algo], (unsigned long long)mine.rd_max,
+                   (unsigned long long)mine.hier_segment, (unsigned long long)mine.shm_direct_min,
+                   shoal_algo_names[g->algo], (unsigned long long)g->rd_max,
+                   (unsigned long long)g->hier_segment, (unsigned long long)g->shm_direct_min);
+    }
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
 {
+    shoal_coll_agreed_t agreed;
     shoal_coll_state_t *cs = calloc(1, sizeof(*cs));
     const char *forced = comm->cfg.algorithm;
 
@@ -479,8 +535,16 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
         }
     }
     SHOAL_CHECK(shoal_tune_comm_agree(comm, &cs->tune));
+    agreed = (shoal_coll_agreed_t){.algo = cs->algo, .rd_max = shoal_coll_config.rd_max,
+                                   .hier_segment = shoal_coll_config.hier_segment,
+                                   .shm_direct_min = shoal_coll_config.shm_direct_min};
+    SHOAL_CHECK(shoal_coll_agree(comm, &agreed));
+    cs->algo = (int)agreed.algo;
+    cs->rd_max = (size_t)agreed.rd_max;
+    cs->hier_segment = (size_t)agreed.hier_segment;
+    cs->shm_direct_min = (size_t)agreed.shm_direct_min;
     cs->chunk = SHOAL_MAX(SHOAL_ALIGN_UP(cs->tune.value[SHOAL_TUNE_CHUNK], 64), 4096);
-    cs->scratch_size = SHOAL_MAX(4 * cs->chunk, SHOAL_ALIGN_UP(shoal_coll_config.rd_max, 64));
+    cs->scratch_size = SHOAL_MAX(4 * cs->chunk, SHOAL_ALIGN_UP(cs->rd_max, 64));
     if (comm->nranks > 1) {
         cs->scratch = aligned_alloc(4096, SHOAL_ALIGN_UP(cs->scratch_size, 4096));
         if (cs->scratch == NULL) {
@@ -493,6 +557,9 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
     SHOAL_CHECK(shoal_shmdirect_init(comm));
     shoal_coll_shape_topo(&cs->shape, comm->topo, cs->shm_ok);
     shoal_coll_shape_tune(&cs->shape, &cs->tune);
+    /* the model's view of rank 0's settings, not this process's */
+    cs->shape.scratch = cs->scratch_size;
+    cs->shape.hier_segment = cs->hier_segment;
     shoal_shmdirect_log(comm);
     if (cs->algo == SHOAL_ALGO_SHM && !cs->shm_ok) {
         shoal_warn(COLL, "SHOAL_ALGO=shm needs every rank on one host with the shm transport; "

@@ -219,7 +219,7 @@ void shoal_shmdirect_log(struct shoal_comm *comm)
                                                      : "no, SHOAL_SHM_PREFETCHW=0",
                    SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window), cs->window);
         shoal_info(COLL, "intra-node path: from %zu bytes, buffers published first: in place "
-                   "in shoal_mem_alloc buffers, single copies %s", shoal_coll_config.shm_direct_min,
+                   "in shoal_mem_alloc buffers, single copies %s", cs->shm_direct_min,
                    cs->peer_mem && comm->shm->ops->peer_copy_ok(comm->shm->ctx)
                        ? "possible here" : "off here");
     }
@@ -988,7 +988,7 @@ static shoal_status_t shoal_shmd_step(struct shoal_comm *comm, shoal_shmd_run_t 
         if (r->bytes <= SHOAL_MIN(cs->shape.shm_oneshot_max, cs->window)) {
             return shoal_shmd_oneshot_start(comm, r);
         }
-        if (cs->peer_mem && r->bytes >= shoal_coll_config.shm_direct_min) {
+        if (cs->peer_mem && r->bytes >= cs->shm_direct_min) {
             return shoal_shmd_direct_start(comm, r);
         }
         return shoal_shmd_twoshot_start(comm, r);

@@ -63,4 +63,13 @@ if [ "${ALGOS_QUICK:-0}" != 1 ]; then
     mp_job "hosts 3+2 interleaved hier" 5 "SHOAL_ALGO=hier MP_HOSTMAP=1,0,1,0,0" "$wrap" "$coll" $ar
     mp_job "hosts 2x2 alltoall" 4 "MP_PPN=2" "$wrap" "$a2a"
 fi
+# Settings of src/coll set on one rank only: every rank uses rank 0's (rank 1's
+# SHOAL_RD_MAX_BYTES cut in-place alltoalls into other pieces than its peers', a protocol
+# error; its SHOAL_SHM_DIRECT_MIN took the two-shot road where rank 0 took the direct one, and
+# both timed out). MP_RANK1_ENV is exported on rank 1 alone.
+rank1='if [ "$SHOAL_RANK" = 1 ]; then export "$MP_RANK1_ENV"; fi; exec "$@"'
+mp_job "shm n=3, SHOAL_RD_MAX_BYTES=1m on rank 1 only" 3 \
+    "SHOAL_CHUNK_SIZE=4096 MP_RANK1_ENV=SHOAL_RD_MAX_BYTES=1m" sh -c "$rank1" sh "$a2a"
+mp_job "shm n=2, SHOAL_SHM_DIRECT_MIN=1g on rank 1 only" 2 \
+    "MP_RANK1_ENV=SHOAL_SHM_DIRECT_MIN=1g" sh -c "$rank1" sh "$coll" allreduce_big
 echo "1..$n_tap"
