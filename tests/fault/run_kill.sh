@@ -7,7 +7,8 @@
 #    have no channel to it.
 #  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
-#    error too.
+#    error too; over ucx (2 ranks), the late rank's error must be SHOAL_ERR_PEER_FAILED, told
+#    that rank 0 failed.
 #  - idle: shoal_comm_get_async_error's answers (healthy, NULL arguments, aborted), then the
 #    last rank dies while every rank is idle: the survivors, calling no collective, must see
 #    SHOAL_ERR_PEER_FAILED naming it from shoal_comm_get_async_error within 2 s.
@@ -93,7 +94,7 @@ kill_case() { # kill_case TRANSPORT NRANKS [CONNECT]
     done
 }
 
-abort_case() { # abort_case TRANSPORT NRANKS MIB
+abort_case() { # abort_case TRANSPORT NRANKS MIB [strict]
     label="abort ${1:-shm} n=$2 ${3}MiB"
     launch "$label" "$2" "$1" abort "$3"
     line=$(grep '^aborted 0: ' "$tmp/out")
@@ -114,7 +115,14 @@ abort_case() { # abort_case TRANSPORT NRANKS MIB
         line=$(grep "^late $r: " "$tmp/out")
         case $line in
         "late $r: status SHOAL_OK"*|"") tap FAIL "$label: rank $r: ${line:-no verdict}" ;;
-        *) tap OK "$label: late rank $r got an error: ${line#late $r: status }" ;;
+        *)
+            if [ "${4:-}" = strict ] && ! echo "$line" | grep -Eq \
+                "status SHOAL_ERR_PEER_FAILED .*because of rank 0([^0-9]|\$)"; then
+                tap FAIL "$label: late rank $r was not told that rank 0 failed: $line"
+            else
+                tap OK "$label: late rank $r got an error: ${line#late $r: status }"
+            fi
+            ;;
         esac
         r=$((r + 1))
     done
@@ -238,6 +246,13 @@ for tl in "" tcp; do
     abort_case "$tl" 2 8
     abort_case "$tl" 3 8
 done
+# Over ucx, the late rank's first send finds rank 0 gone (its worker destroyed, its process
+# exiting): UCX fails it at once ("Shared memory error"), before any liveness check; the error
+# must still be SHOAL_ERR_PEER_FAILED with the cause rank 0's notice gave (it was
+# SHOAL_ERR_TRANSPORT, blaming nobody).
+case " ${KILL_TRANSPORTS:-$kill_tls} " in
+*" ucx "*) [ "${KILL_ABORT:-1}" = 0 ] || [ "${KILL_ONLY_LAZY:-0}" = 1 ] || abort_case ucx 2 0 strict ;;
+esac
 for tl in ${KILL_TRANSPORTS:-$kill_tls}; do
     [ "${KILL_ABORT:-1}" = 0 ] || [ "${KILL_ONLY_LAZY:-0}" = 1 ] && break
     [ "$tl" = shm ] && tl=""

@@ -504,9 +504,29 @@ static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit
     return shoal_ucx_ep_fail(ep, status, culprit, why);
 }
 
+static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p);
+
 /* A transfer of the endpoint ended with UCX status st. */
 static int shoal_ucx_ep_ucs_error(shoal_ep_t *ep, const char *what, ucs_status_t st)
 {
+    int n = 0;
+    if (!ep->gone && st != UCS_ERR_CANCELED && st != UCS_ERR_MESSAGE_TRUNCATED &&
+        !ep->ctx->quarantined) {
+        /* A transfer that fails by itself is often the first sign that the peer left: a send
+         * to a same-host peer whose process exited can fail at once (UCX: "Shared memory
+         * error", where it needs a segment of the peer's that is gone), before the liveness
+         * check or UCX's error callback sees the exit. The exit, or the abort notice the
+         * peer sent before it left, says what happened (else: SHOAL_ERR_TRANSPORT, blaming
+         * nobody). */
+        if (ep->local && shoal_ucx_ep_peer_exited(ep)) {
+            shoal_ucx_ep_set_exited(ep, shoal_time_ns());
+        } else {
+            shoal_ucx_drain(ep->ctx);
+            if (shoal_ucx_ep_probe_abort(ep, &n)) {
+                return n;
+            }
+        }
+    }
     if (ep->gone || st == UCS_ERR_CANCELED) {
         /* the peer is gone (the cause was logged when that was detected) */
         return shoal_ucx_ep_fail_gone(ep);
