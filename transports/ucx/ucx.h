@@ -70,6 +70,7 @@
 
 #include <poll.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 
 #define SHOAL_UCX_ADDR_MAGIC 0x58435553u   /* "SUCX" */
 #define SHOAL_UCX_ADDR_VERSION 3        /* 2: the CMA probe address at byte 48; 3: the short
@@ -271,6 +272,9 @@ enum {
 
 /* ucx_ctx.c */
 SHOAL_HIDDEN const char *shoal_ucx_strerror(ucs_status_t st);
+/* Once per process, UCX loaded: UCX's log messages to shoal's log, not stdout (unless
+ * UCX_LOG_FILE is set). */
+SHOAL_HIDDEN void shoal_ucx_log_redirect(void);
 SHOAL_HIDDEN void shoal_ucx_kick(shoal_tl_ctx_t *ctx);
 /* Progresses the worker until a call finds nothing: what has arrived is handled (at most
  * SHOAL_UCX_DRAIN_CALLS calls: peers that keep sending cannot hold the caller). */

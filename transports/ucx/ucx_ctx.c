@@ -5,7 +5,9 @@
 #include "transports/ucx/ucx_query.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sched.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -173,6 +175,46 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
 }
 
 /* ---- init ------------------------------------------------------------------------------------ */
+
+/* UCX's own messages (its warnings, its errors: "shmat(...) failed" when a peer is gone),
+ * which UCX prints to stdout unless UCX_LOG_FILE says otherwise: shoal's log instead, stderr or
+ * SHOAL_DEBUG_FILE (the library never writes to the application's stdout). UCX_LOG_LEVEL
+ * still decides which are passed on. */
+static ucs_log_func_rc_t shoal_ucx_log_cb(const char *file, unsigned line, const char *function,
+                                          ucs_log_level_t level,
+                                          const ucs_log_component_config_t *comp_conf,
+                                          const char *fmt, va_list ap)
+{
+    const char *base = strrchr(file, '/');
+    const char *tag = level <= UCS_LOG_LEVEL_ERROR  ? "ERROR" :
+                      level == UCS_LOG_LEVEL_WARN   ? "WARN" :
+                      level <= UCS_LOG_LEVEL_INFO   ? "INFO" : "TRACE";
+    char msg[400];
+    va_list aq;
+
+    (void)function;
+    (void)comp_conf;
+    va_copy(aq, ap);
+    vsnprintf(msg, sizeof(msg), fmt, aq);
+    va_end(aq);
+    shoal_log_emit(level <= UCS_LOG_LEVEL_WARN ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, tag,
+                   SHOAL_SUBSYS_BIT_UCX, __FILE__, __LINE__, "ucx %s:%u: %s",
+                   base != NULL ? base + 1 : file, line, msg);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void shoal_ucx_log_push(void)
+{
+    if (shoal_cfg_getenv_raw("UCX_LOG_FILE") == NULL) {
+        ucs_log_push_handler(shoal_ucx_log_cb);
+    }
+}
+
+void shoal_ucx_log_redirect(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    (void)pthread_once(&once, shoal_ucx_log_push);
+}
 
 /* A UCX shared-memory setting of ours, unless the user set it (for mm, sysv or posix). */
 static void shoal_ucx_config_mm(ucp_config_t *cfg, const char *name, const char *value)
@@ -364,6 +406,7 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
         shoal_error(UCX, "the ucx transport is unusable: %s", shoal_ucx_lib.why);
         return SHOAL_ERR_UNSUPPORTED;
     }
+    shoal_ucx_log_redirect();
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
         shoal_error(UCX, "out of memory allocating the ucx context");

@@ -164,7 +164,11 @@ int shoal_ucx_present(void)
 /* Loads libucp (first call): only asked when the ucx transport may be used (tl_registry.c). */
 int shoal_ucx_query(void)
 {
-    return shoal_tl_lib_load(&shoal_ucx_lib) == SHOAL_OK;
+    if (shoal_tl_lib_load(&shoal_ucx_lib) != SHOAL_OK) {
+        return 0;
+    }
+    shoal_ucx_log_redirect(); /* before auto_ok() asks libuct anything */
+    return 1;
 }
 
 /* ---- auto_ok(): UCX's resources ---------------------------------------------------------- */
