@@ -15,6 +15,8 @@
  *    it, while the real rank 2 connects to rank 0 beside it;
  *  - a peer that never progresses: SHOAL_ERR_TIMEOUT after the timeout, not before;
  *  - a peer whose process is gone: SHOAL_ERR_PEER_FAILED at once, the peer named;
+ *  - a peer that leaves normally with nothing pending on it: no ERROR logged, then a send to
+ *    it fails;
  *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
  *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once;
@@ -461,6 +463,117 @@ static void test_dead(void)
     close(down[1]);
 }
 
+/* Rank 1, another process, exchanges a message with rank 0, then leaves normally (fini,
+ * exit) while rank 0, done with it too, still holds its communicator. Rank 0 sees it gone, but
+ * with nothing pending on it that is no error (a successful 4-rank job over UCX logged
+ * "ERROR ... peer 1: connection failed" and "ERROR ... peer 1 (pid ...) exited" from ranks
+ * that then completed every call): no ERROR line; a send posted to it then fails. */
+static void test_left(void)
+{
+    const uint32_t comm_id = 0x1a2d0070u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], b0[64], b1[64], logbuf[4096];
+    size_t lens[NR];
+    int up[2], down[2], logp[2], saved = -1;
+    side_t s0, two;
+    side_t *sides[1] = {&s0};
+    ssize_t got = 0;
+
+    if (pipe(up) != 0 || pipe(down) != 0 || pipe(logp) != 0) {
+        tap_bail("pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        side_t s1;
+        alarm(30);
+        if (side_init(&s1, 1, comm_id, key_a, 3000) != 0) {
+            _exit(2);
+        }
+        lens[1] = side_addr(&s1, addrs[1]);
+        if (write(up[1], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
+            write(up[1], addrs[1], lens[1]) != (ssize_t)lens[1] ||
+            read(down[0], lens, sizeof(lens)) != (ssize_t)sizeof(lens) ||
+            read(down[0], addrs, sizeof(addrs)) != (ssize_t)sizeof(addrs)) {
+            _exit(3);
+        }
+        side_connect(&s1, addrs, lens);
+        shoal_tl_req_t sr = mkreq(comm_id, 1, b1, sizeof(b1)), rr = sr;
+        shoal_tl_req_t *reqs[] = {&sr, &rr};
+        side_t *mine[1] = {&s1};
+        rr.buf = b0;
+        memset(b1, 0x11, sizeof(b1));
+        if (tl->isend(s1.eps[0], &sr) != SHOAL_OK || tl->irecv(s1.eps[0], &rr) != SHOAL_OK ||
+            !drive(mine, 1, reqs, 2, 10000)) {
+            _exit(4);
+        }
+        side_fini(&s1);
+        _exit(0);
+    }
+    if (pid < 0 || read(up[0], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
+        lens[1] > SHOAL_TL_ADDR_MAX || read(up[0], addrs[1], lens[1]) != (ssize_t)lens[1] ||
+        side_init(&s0, 0, comm_id, key_a, 3000) != 0 ||
+        side_init(&two, 2, comm_id, key_a, 3000) != 0) {
+        tap_bail("the forked peer did not start");
+        return;
+    }
+    lens[0] = side_addr(&s0, addrs[0]);
+    lens[2] = side_addr(&two, addrs[2]);
+    (void)!write(down[1], lens, sizeof(lens));
+    (void)!write(down[1], addrs, sizeof(addrs));
+    side_connect(&s0, addrs, lens);
+    shoal_tl_req_t sr = mkreq(comm_id, 1, b0, sizeof(b0)), rr = sr;
+    shoal_tl_req_t *reqs[] = {&sr, &rr};
+    rr.buf = b1;
+    memset(b0, 0x22, sizeof(b0));
+    int ok = tl->isend(s0.eps[1], &sr) == SHOAL_OK && tl->irecv(s0.eps[1], &rr) == SHOAL_OK &&
+             drive(sides, 1, reqs, 2, 10000) && sr.status == SHOAL_OK &&
+             rr.status == SHOAL_OK && b1[0] == 0x11;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    /* rank 0's log while it notices, with nothing pending to rank 1 */
+    fflush(stderr);
+    saved = dup(2);
+    if (saved < 0 || dup2(logp[1], 2) < 0) {
+        tap_bail("dup: %s", strerror(errno));
+        return;
+    }
+    double t0 = now_ms();
+    while (now_ms() - t0 < 300 && !s0.eps[1]->gone) {
+        tl->progress(s0.ctx);
+        sched_yield();
+    }
+    for (int i = 0; i < 100; i++) {
+        tl->progress(s0.ctx);
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(logp[1]);
+    got = read(logp[0], logbuf, sizeof(logbuf) - 1);
+    logbuf[got > 0 ? got : 0] = '\0';
+    int gone = s0.eps[1]->gone || s0.eps[1]->status != SHOAL_OK;
+    tap_ok(ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 && gone &&
+               strstr((char *)logbuf, "ERROR") == NULL,
+           "a peer that left with nothing pending on it: seen gone (%d), no ERROR logged "
+           "(exchange %s, peer exit status 0x%x); log: %.200s", gone, ok ? "ok" : "failed",
+           status, logbuf);
+    shoal_tl_req_t r = mkreq(comm_id, 2, b0, sizeof(b0));
+    shoal_tl_req_t *rq[] = {&r};
+    shoal_status_t pst = tl->isend(s0.eps[1], &r);
+    int done = pst != SHOAL_OK || drive(sides, 1, rq, 1, 3000);
+    tap_ok(done && (pst == SHOAL_ERR_PEER_FAILED || r.status == SHOAL_ERR_PEER_FAILED),
+           "then a send to it fails with SHOAL_ERR_PEER_FAILED (%s)",
+           shoal_status_name(pst != SHOAL_OK ? pst : r.status));
+    side_fini(&s0);
+    side_fini(&two);
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
+    close(logp[0]);
+}
+
 /* Rank 1 is alive and progresses, but its communicator failed because of rank 2. */
 static void test_failed_peer(int proof_first)
 {
@@ -602,6 +715,7 @@ int main(void)
     test_stranger();
     test_silent();
     test_dead();
+    test_left();
     test_failed_peer(0);
     test_failed_peer(1);
     return tap_done();

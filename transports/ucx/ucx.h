@@ -281,6 +281,9 @@ SHOAL_HIDDEN void shoal_ucx_kick(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN void shoal_ucx_drain(shoal_tl_ctx_t *ctx);
 /* 1 if the process of same-host peer ep has exited (its pidfd, else kill(pid, 0)). */
 SHOAL_HIDDEN int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep);
+/* The peer of healthy endpoint ep is gone (why): an error if requests wait on it, else INFO
+ * (a peer that is done and left before this rank). */
+SHOAL_HIDDEN void shoal_ucx_ep_log_gone(const shoal_ep_t *ep, const char *why);
 /* Same-host peer ep's process has exited (seen in the check at pass_ns): logs it, stops
  * watching the process and marks the endpoint gone. */
 SHOAL_HIDDEN void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns);

@@ -107,7 +107,7 @@ static void shoal_ucx_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     snprintf(why, sizeof(why), "peer %d: connection failed: %s", ep->peer,
              shoal_ucx_strerror(st));
     if (!ep->gone && ep->status == SHOAL_OK) {
-        shoal_error(UCX, "%s", why);
+        shoal_ucx_ep_log_gone(ep, why);
     }
     shoal_ucx_ep_set_gone(ep, why);
 }

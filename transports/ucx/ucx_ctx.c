@@ -473,6 +473,17 @@ void shoal_ucx_drain(shoal_tl_ctx_t *ctx)
     }
 }
 
+void shoal_ucx_ep_log_gone(const shoal_ep_t *ep, const char *why)
+{
+    if (ep->npending > 0) {
+        shoal_error(UCX, "%s", why);
+    } else {
+        /* A peer that finished its last call before this rank and left: not an error unless
+         * a request needs it, which then fails with this cause (the failure is logged). */
+        shoal_info(UCX, "%s (no request pending on it)", why);
+    }
+}
+
 int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep)
 {
     if (ep->pidfd >= 0) {
@@ -491,7 +502,7 @@ void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns)
     shoal_ucx_drain(ctx);
     snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
     if (ep->status == SHOAL_OK) {
-        shoal_error(UCX, "%s", why);
+        shoal_ucx_ep_log_gone(ep, why);
     }
     if (ep->pidfd >= 0) {
         /* readable for good now: out of the sleepers' epoll set and the liveness poll */
