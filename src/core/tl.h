@@ -210,6 +210,9 @@ typedef struct shoal_tl_lib {
     const char *dflt;             /* file name if the config value is empty */
     const char *fallback_dir;     /* where configure found it ("" if in the default path) */
     const char *keep_signals_env; /* set in the environment: keep the library's signal handlers */
+    /* set in the environment: keep the library's SIGHUP handler (UCX's debug signal, which it
+     * takes whatever UCX_HANDLE_ERRORS says; SIGHUP then no longer ends the process) */
+    const char *keep_hup_env;
     const shoal_tl_sym_t *syms;
     size_t nsyms;
     /* NULL, or 0 when this machine surely has nothing the library could drive (no device in
@@ -235,8 +238,8 @@ typedef struct shoal_tl_lib {
     .handle = NULL, .why = "not loaded", .note = ""
 
 /* Loads the library and resolves every symbol (first call; later calls return the outcome).
- * Restores the application's handlers of fatal signals that the library's constructors
- * replaced, unless keep_signals_env is set. SHOAL_OK, or SHOAL_ERR_UNSUPPORTED with the
+ * Restores the application's handlers of fatal signals (and SIGHUP) that the library's
+ * constructors replaced, unless keep_signals_env (keep_hup_env for SIGHUP) is set. SHOAL_OK, or SHOAL_ERR_UNSUPPORTED with the
  * sentence in lib->why (logged at INFO: a transport that is not used may well be absent). */
 SHOAL_HIDDEN shoal_status_t shoal_tl_lib_load(shoal_tl_lib_t *lib);
 

@@ -217,37 +217,49 @@ unsigned shoal_tl_query_mask(int forced)
 static const struct {
     int sig;
     const char *name;
+    int hup; /* kept by keep_hup_env, not keep_signals_env */
 } shoal_tl_lib_signals[] = {
     {.sig = SIGSEGV, .name = "SEGV"},
     {.sig = SIGBUS, .name = "BUS"},
     {.sig = SIGILL, .name = "ILL"},
     {.sig = SIGFPE, .name = "FPE"},
+    /* UCX's debug signal (UCX_DEBUG_SIGNO, SIGHUP by default): its handler raises UCX's log
+     * level instead of ending the process, so a job whose terminal or ssh session hung up
+     * went on running */
+    {.sig = SIGHUP, .name = "HUP", .hup = 1},
 };
 #define SHOAL_TL_LIB_NSIG SHOAL_ARRAY_SIZE(shoal_tl_lib_signals)
 
 /* Puts back the handlers of fatal signals that the library's constructors replaced (UCX's
- * report a crash anywhere in the application as its own). */
+ * report a crash anywhere in the application as its own), and of SIGHUP. */
 static void shoal_tl_lib_restore_signals(shoal_tl_lib_t *lib, const struct sigaction *saved)
 {
-    char changed[64] = "";
+    char changed[64] = "", kept[64] = "";
     int keep = lib->keep_signals_env != NULL && shoal_cfg_getenv_raw(lib->keep_signals_env) != NULL;
+    int keep_hup = lib->keep_hup_env != NULL && shoal_cfg_getenv_raw(lib->keep_hup_env) != NULL;
 
     for (size_t i = 0; i < SHOAL_TL_LIB_NSIG; i++) {
         struct sigaction now;
+        int k = shoal_tl_lib_signals[i].hup ? keep_hup : keep;
+        char *list = k ? kept : changed;
         if (sigaction(shoal_tl_lib_signals[i].sig, NULL, &now) != 0 ||
             (now.sa_handler == saved[i].sa_handler && now.sa_flags == saved[i].sa_flags)) {
             continue;
         }
-        snprintf(changed + strlen(changed), sizeof(changed) - strlen(changed), " SIG%s",
+        snprintf(list + strlen(list), sizeof(changed) - strlen(list), " SIG%s",
                  shoal_tl_lib_signals[i].name);
-        if (!keep) {
+        if (!k) {
             sigaction(shoal_tl_lib_signals[i].sig, &saved[i], NULL);
         }
     }
     if (changed[0] != '\0') {
-        shoal_info(INIT, "%s installed handlers of%s: %s%s%s", lib->what, changed,
-                   keep ? "kept, as " : "the application's restored",
-                   keep ? lib->keep_signals_env : "", keep ? " is set" : "");
+        shoal_info(INIT, "%s installed handlers of%s: the application's restored", lib->what,
+                   changed);
+    }
+    if (kept[0] != '\0') {
+        shoal_info(INIT, "%s installed handlers of%s: kept, as %s is set", lib->what, kept,
+                   keep && keep_hup ? "each of their variables"
+                   : keep ? lib->keep_signals_env : lib->keep_hup_env);
     }
 }
 

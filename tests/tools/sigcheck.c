@@ -1,7 +1,7 @@
 /* A rank that checks what loading and using libshoal did to the process (run by
  * test_plugin_load.sh under shoalrun): which optional libraries are mapped, and whether the
- * fatal-signal handlers are still the application's own. Linked against libshoal.so like any
- * application. Prints one line per rank:
+ * fatal-signal and SIGHUP handlers are still the application's own. Linked against
+ * libshoal.so like any application. Prints one line per rank:
  *   sigcheck rank R: ucs=N ucp=N uct=N ibverbs=N handlers=same|CHANGED(...) ucs_handler=N
  * and exits 0 when the init and an AllReduce of 1024 floats worked and were correct. */
 #ifndef _GNU_SOURCE
@@ -16,7 +16,8 @@
 
 #define SIGCHECK_N 1024
 
-static const int sigcheck_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+/* SIGHUP: UCX's debug signal, its handler kept the process alive after a hang-up */
+static const int sigcheck_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGHUP};
 #define SIGCHECK_NSIG (sizeof(sigcheck_signals) / sizeof(sigcheck_signals[0]))
 
 static int sigcheck_mapped(const char *lib)

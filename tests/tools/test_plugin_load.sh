@@ -1,8 +1,8 @@
 #!/bin/sh
 # TAP test: loading libshoal leaves the application alone (issue 10, finding 9). libshoal does
 # not link UCX or verbs; a job on shm/tcp maps neither and keeps its SIGSEGV/SIGBUS/SIGILL/
-# SIGFPE handlers (tests/tools/sigcheck.c checks /proc/self/maps and sigaction after init and
-# an AllReduce); SHOAL_TRANSPORT=ucx loads libucp at first use, works, and still leaves the
+# SIGFPE/SIGHUP handlers (tests/tools/sigcheck.c checks /proc/self/maps and sigaction after
+# init and an AllReduce); SHOAL_TRANSPORT=ucx loads libucp at first use, works, and still leaves the
 # handlers alone unless UCX_HANDLE_ERRORS is set.
 # Needs: top_builddir (exported by `make check`; defaults to the current directory).
 
@@ -56,7 +56,7 @@ for mode in "SHOAL_TRANSPORT=shm" "SHOAL_DEBUG=WARN"; do
     both 'ucs=0 ucp=0 uct=0 ibverbs=0 '
     ok $? "$mode: no libucs/libucp/libuct/libibverbs in /proc/self/maps"
     both '.* handlers=same ucs_handler=0 allreduce=correct'
-    ok $? "$mode: SIGSEGV/SIGBUS/SIGILL/SIGFPE handlers untouched (SIG_DFL without a sanitizer)"
+    ok $? "$mode: SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGHUP handlers untouched (SIG_DFL without a sanitizer)"
 done
 
 # 9-10: tcp
@@ -72,7 +72,8 @@ if have UCX; then
     both 'ucs=1 ucp=1 '
     ok $? "SHOAL_TRANSPORT=ucx: libucp and libucs were loaded"
     both '.* handlers=same ucs_handler=0 allreduce=correct'
-    ok $? "SHOAL_TRANSPORT=ucx: the application's fatal-signal handlers are back after UCX loaded"
+    ok $? "SHOAL_TRANSPORT=ucx: the application's fatal-signal and SIGHUP handlers are back"\
+" after UCX loaded"
     # 14: UCX_HANDLE_ERRORS set: the user asked for UCX's handlers, they stay
     run SHOAL_TRANSPORT=ucx UCX_HANDLE_ERRORS=bt
     both 'ucs=1 .* ucs_handler=1 allreduce=correct'

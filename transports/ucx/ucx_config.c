@@ -75,7 +75,8 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
                "SHOAL_UCX_SYSFS_ROOT); libshoal does not link UCX, so a job on shm or tcp never "
                "loads it nor gets its signal handlers. A file name is looked up by the dynamic loader, then "
                "where configure found UCX; a path is used as it is. UCX's SIGSEGV/SIGBUS/"
-               "SIGILL/SIGFPE handlers are removed again unless UCX_HANDLE_ERRORS is set",
+               "SIGILL/SIGFPE handlers are removed again unless UCX_HANDLE_ERRORS is set, its SIGHUP "
+               "handler (UCX's debug signal) unless UCX_DEBUG_SIGNO is set",
         .offset = offsetof(shoal_ucx_config_t, library),
         .type = SHOAL_CFG_STRING,
     },

@@ -43,6 +43,7 @@ shoal_tl_lib_t shoal_ucx_lib = {
     .dflt = "libucp.so.0",
     .fallback_dir = SHOAL_UCX_LIBDIR,
     .keep_signals_env = "UCX_HANDLE_ERRORS",
+    .keep_hup_env = "UCX_DEBUG_SIGNO",
     .syms = shoal_ucx_dl_syms,
     .nsyms = SHOAL_ARRAY_SIZE(shoal_ucx_dl_syms),
     .present = shoal_ucx_present,
