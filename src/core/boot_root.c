@@ -924,6 +924,7 @@ typedef struct shoal_root_live {
     int stop_efd;                 /* written to ask the thread to stop at once */
     int stop;                     /* atomic */
     int over;                     /* under shoal_roots_lock: the thread's work is over */
+    pid_t pid;                    /* the process that runs the thread */
 } shoal_root_live_t;
 
 static pthread_mutex_t shoal_roots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -936,7 +937,15 @@ static void shoal_root_live_free(shoal_root_live_t *l)
     free(l);
 }
 
-/* Joins and frees every root whose thread is over. */
+/* A root listed in a process that forked after it started: the list came with the memory, the
+ * thread did not (a child of a parent that made the unique id). The child waited forever for
+ * it at destroy, or joined a thread of its parent. */
+static int shoal_root_inherited(const shoal_root_live_t *l)
+{
+    return l->pid != getpid();
+}
+
+/* Joins and frees every root whose thread is over; drops the entries inherited over a fork. */
 static void shoal_roots_reap(void)
 {
     shoal_root_live_t *over = NULL, **pp;
@@ -944,7 +953,7 @@ static void shoal_roots_reap(void)
     pthread_mutex_lock(&shoal_roots_lock);
     for (pp = &shoal_roots; *pp != NULL;) {
         shoal_root_live_t *l = *pp;
-        if (l->over) {
+        if (l->over || shoal_root_inherited(l)) {
             *pp = l->next;
             l->next = over;
             over = l;
@@ -955,7 +964,9 @@ static void shoal_roots_reap(void)
     pthread_mutex_unlock(&shoal_roots_lock);
     while (over != NULL) {
         shoal_root_live_t *next = over->next;
-        pthread_join(over->tid, NULL);
+        if (!shoal_root_inherited(over)) {
+            pthread_join(over->tid, NULL);
+        }
         shoal_root_live_free(over);
         over = next;
     }
@@ -988,8 +999,9 @@ void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop
             break;
         }
     }
-    if (l == NULL) { /* not a root of this process */
+    if (l == NULL || shoal_root_inherited(l)) { /* not a root of this process */
         pthread_mutex_unlock(&shoal_roots_lock);
+        shoal_roots_reap();
         return;
     }
     while (!l->over && !shoal_deadline_passed(deadline)) {
@@ -1157,6 +1169,7 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
         goto err_live;
     }
     r->live = live;
+    live->pid = getpid();
     shoal_boot_root_key(u, &live->key);
     if (shoal_boot_root_started_hook != NULL) {
         shoal_boot_root_started_hook(u);

@@ -3,16 +3,19 @@
  * give), a fixed-length round and a barrier after it on the same connections; the table
  * parser's bounds; the root's bytes: a table of the records' lengths, not of the largest; and
  * the root's thread is over (its port closed) when shoal_boot_root_wait returns, whether the
- * ranks said bye or nobody came (then it is stopped at the grace). */
+ * ranks said bye or nobody came (then it is stopped at the grace); a process forked after its
+ * parent started a root neither waits for that root nor stops it. */
 #include "core/core.h"
 #include "core/boot_proto.h"
 #include "tests/tap.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NR 5
@@ -164,6 +167,42 @@ static void test_stop(void)
     tap_ok(1, "waiting for a root that is gone returns");
 }
 
+/* A child forked after the root started (a parent that makes the unique id, then forks its
+ * ranks) inherits the list of roots, not the root's thread: its destroy waited for that
+ * thread forever, after it had stopped the parent's root through the shared eventfd. */
+static void test_fork(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    shoal_boot_uid_t u;
+    int status = -1;
+    pid_t pid, got = 0;
+
+    memset(&u, 0, sizeof(u));
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &u), SHOAL_OK, "a root started");
+    pid = fork();
+    if (pid == 0) {
+        shoal_boot_root_wait(&u.root, u.root_len, 100);
+        _exit(0);
+    }
+    for (int i = 0; i < 500 && pid > 0 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++) {
+        usleep(10000);
+    }
+    if (pid > 0 && got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    tap_ok(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a forked child's wait for its parent's root returns (not waiting for a thread it "
+           "does not have)");
+    tap_ok(!root_gone(&u), "the parent's root still runs: the child did not stop it");
+    shoal_boot_root_wait(&u.root, u.root_len, 100);
+    tap_ok(root_gone(&u), "the parent stops its own root");
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -197,5 +236,6 @@ int main(void)
     test_parse();
     test_round();
     test_stop();
+    test_fork();
     return tap_done();
 }
