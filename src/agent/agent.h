@@ -145,6 +145,7 @@ typedef struct shoald_proc {
     pid_t pid;
     uint64_t start_ns;                     /* the process's start (from /proc), 0 unknown */
     uint64_t v[SHOALD_NABUSE];
+    unsigned npages;                       /* pages of its job that point to it */
 } shoald_proc_t;
 
 typedef struct shoald_page {
@@ -195,6 +196,7 @@ struct shoald_job {
     unsigned failed_platform, failed_tenant; /* rank failures not yet billed */
     uint64_t failures_platform_total, failures_tenant_total;
     shoald_proc_t *procs;                  /* abuse signals per process of the job */
+    uint64_t gone_abuse[SHOALD_NABUSE];    /* final abuse signals of dropped processes */
     uint64_t empty_since_ns;               /* monotonic; 0 while it has pages */
     int64_t last_minute;                   /* from the ledger, -1 none */
     int last_minute_known;

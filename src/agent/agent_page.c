@@ -194,6 +194,30 @@ static shoald_proc_t *shoald_proc_get(shoald_job_t *j, pid_t pid, uint64_t start
     return pr;
 }
 
+/* Drops the entries of processes that are gone and that no page of the job points to, their
+ * signals kept in the job's gone_abuse (the exported sums stay monotonic). Kept, every process
+ * that ever registered in a job stayed listed while the job lived: a job never without a live
+ * rank (a long service, a job name reused by many runs) grew by one entry per process. A
+ * process that lives keeps its entry: its next page's signals are the same process-wide
+ * counters, which would be counted twice. */
+static void shoald_procs_drop_gone(shoald_job_t *j)
+{
+    shoald_proc_t **pp, *pr;
+    int i;
+
+    for (pp = &j->procs; (pr = *pp) != NULL;) {
+        if (pr->npages != 0 || ((kill(pr->pid, 0) == 0 || errno != ESRCH) &&
+                                shoald_proc_start_ns(pr->pid) == pr->start_ns)) {
+            pp = &pr->next;
+            continue;
+        }
+        for (i = 0; i < SHOALD_NABUSE; i++)
+            j->gone_abuse[i] += pr->v[i];
+        *pp = pr->next;
+        free(pr);
+    }
+}
+
 static void shoald_procs_free(shoald_job_t *j)
 {
     shoald_proc_t *pr;
@@ -299,6 +323,8 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
              (unsigned long long)snap->created_unix_ns);
     p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
     p->proc = shoald_proc_get(j, pid, start);
+    if (p->proc != NULL)
+        p->proc->npages++;
     shoald_page_read(p);
     shoald_page_supersede(j, p);
     shoald_page_cursor(a, p);
@@ -427,10 +453,13 @@ void shoald_pages_collect(shoald_t *a)
             if (!p->superseded)
                 j->gone_gpu_s += shoald_page_gpu_seconds(p, 0, p->end_ns);
             *pp = p->next;
+            if (p->proc != NULL)
+                p->proc->npages--;
             munmap((void *)p->map, SHOAL_METER_PAGE_BYTES);
             free(p);
             a->npages--;
         }
+        shoald_procs_drop_gone(j);
         if (j->pages == NULL && j->empty_since_ns == 0)
             j->empty_since_ns = now;
         if (j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0 &&

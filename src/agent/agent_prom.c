@@ -113,6 +113,7 @@ static void shoald_prom_job_sum(const shoald_job_t *j, uint64_t now_ns, shoald_j
 
     memset(s, 0, sizeof(*s));
     memcpy(s->c, j->gone, sizeof(s->c));
+    memcpy(s->abuse, j->gone_abuse, sizeof(s->abuse));
     for (pr = j->procs; pr != NULL; pr = pr->next) {
         for (i = 0; i < SHOALD_NABUSE; i++)
             s->abuse[i] += pr->v[i];

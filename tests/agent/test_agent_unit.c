@@ -1,12 +1,14 @@
 /* Unit tests of shoald's pieces that the shell tests cannot reach: Prometheus label escaping
  * (a newline cannot come from a checked name), names, the config file parser (values, tenant
- * fields, errors), the exposition of jobs with no ranks and the tenant filter. */
+ * fields, errors), the exposition of jobs with no ranks and the tenant filter, and the
+ * per-process entries of a job dropped once their process is gone. */
 #include "agent/agent.h"
 #include "tests/tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int conf_load(const char *text, shoald_config_t *cfg)
@@ -222,14 +224,54 @@ static void test_old_cursor(int ntl_old, const char *before, int check_prom)
     shoald_config_free(&cfg);
 }
 
+/* A job that always has a live rank kept an entry per process that ever registered in it:
+ * the collect drops a gone process's entry (its signals stay in the exported sums) and keeps
+ * a live one's. */
+static void test_procs_gone(void)
+{
+    shoald_config_t cfg;
+    shoald_job_t j = {0};
+    shoald_proc_t *dead = calloc(1, sizeof(*dead)), *live = calloc(1, sizeof(*live));
+    shoald_text_t t = {0};
+    shoald_t a = {0};
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0); /* a pid that runs nothing now */
+    conf_load("", &cfg);
+    a.cfg = &cfg;
+    snprintf(j.tenant, sizeof(j.tenant), "acme");
+    snprintf(j.job, sizeof(j.job), "svc");
+    dead->pid = pid;
+    dead->v[SHOALD_ABUSE_AUTH_FAILED] = 3;
+    live->pid = getpid();
+    live->start_ns = shoald_proc_start_ns(getpid());
+    live->v[SHOALD_ABUSE_AUTH_FAILED] = 1;
+    live->next = dead;
+    j.procs = live;
+    a.jobs = &j;
+    shoald_pages_collect(&a);
+    tap_ok(a.jobs == &j && j.procs == live && live->next == NULL,
+           "a gone process's entry is dropped, a live one's kept");
+    shoald_prom_render(&a, NULL, &t);
+    tap_ok(t.buf != NULL && strstr(t.buf, "shoal_join_auth_failures_total{tenant=\"acme\","
+                                   "shoal_job=\"svc\"} 4\n") != NULL,
+           "the dropped process's signals stay in the job's sum");
+    free(t.buf);
+    free(live);
+    shoald_config_free(&cfg);
+}
+
 int main(void)
 {
-    tap_plan(36);
+    tap_plan(38);
     test_escape();
     test_names();
     test_config();
     test_render();
     test_old_cursor(SHOAL_METER_NTL, "cuda_ipc", 0);
     test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
+    test_procs_gone();
     return tap_done();
 }
