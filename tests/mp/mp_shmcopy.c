@@ -7,7 +7,8 @@
  *    two-shot with SHOAL_SHM_CMA=0), and mixed (one rank's buffers shared, the others' not);
  *  - a count, dtype or op that differs across ranks: every rank gets SHOAL_ERR_INVALID_ARG
  *    quickly (not at the timeout), and the next matching call works;
- *  - shoal_mem_alloc / shoal_mem_free argument checks.
+ *  - shoal_mem_alloc / shoal_mem_free argument checks;
+ *  - buffers allocated, reduced and freed 80 times: the peers' mappings of freed buffers go.
  * Rank 0 prints one TAP line per group; exit status 1 if anything failed.
  *
  *   shoalrun -n 3 ./tests/mp/mp_shmcopy
@@ -145,6 +146,55 @@ static void mc_test_mem(const mp_ctx_t *c)
     shoal_mem_free(b);
 }
 
+/* The process's mappings of shoal_mem_alloc buffers (its own and its peers'). */
+static int mc_mem_mappings(void)
+{
+    FILE *fp = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+
+    if (fp == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        n += strstr(line, "/memfd:shoal-mem") != NULL;
+    }
+    fclose(fp);
+    return n;
+}
+
+/* A buffer per step, reduced, then freed (an allocator's churn): the peers kept their
+ * mappings of freed buffers, up to 64 per process (16 MiB buffers: 1 GiB held). At most the
+ * last one of each peer may be left (dropped at the next new buffer). */
+static void mc_test_churn(const mp_ctx_t *c)
+{
+    int g = mp_group("freed shoal_mem_alloc buffers are unmapped by the peers"), bad = 0;
+    const size_t count = 1 << 16; /* 256 KiB: the in-place road */
+    int n;
+
+    for (int i = 0; i < 80 && !bad; i++) {
+        void *v = NULL;
+        shoal_status_t st = shoal_mem_alloc(count * sizeof(float), &v);
+        float *p = v;
+        if (st == SHOAL_OK) {
+            for (size_t k = 0; k < count; k++) {
+                p[k] = 1.0f;
+            }
+            st = shoal_allreduce(p, p, count, SHOAL_FLOAT32, SHOAL_SUM, c->comm, NULL);
+            bad = st != SHOAL_OK || p[count - 1] != (float)c->nranks;
+            shoal_mem_free(p);
+        }
+        if (!mp_case(g, st == SHOAL_OK && !bad, c->rank, "step %d: %s", i,
+                     shoal_status_name(st))) {
+            return;
+        }
+    }
+    shoal_barrier(c->comm, NULL);
+    n = mc_mem_mappings();
+    mp_case(g, n >= 0 && n <= c->nranks - 1, c->rank,
+            "%d mappings of shoal_mem_alloc buffers left (at most %d)", n, c->nranks - 1);
+}
+
 static void mc_test_plain(const mp_ctx_t *c)
 {
     uint8_t *sb = mp_alloc(MC_BUF), *rb = mp_alloc(MC_BUF);
@@ -212,6 +262,8 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "mem") == 0) {
             mc_test_mem(&c);
+        } else if (strcmp(argv[i], "churn") == 0) {
+            mc_test_churn(&c);
         } else if (strcmp(argv[i], "plain") == 0) {
             mc_test_plain(&c);
         } else if (strcmp(argv[i], "mismatch") == 0 && c.nranks > 1) {

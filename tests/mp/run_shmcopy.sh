@@ -7,7 +7,8 @@
 #    read from the log: "single copy ... on" must be followed by the road being used), and
 #    with SHOAL_SHM_CMA=0 by the staged two-shot (the road never taken);
 #  - tiny windows: the overlapped two-shot over many windows, odd counts;
-#  - mismatched counts / dtypes / ops across ranks.
+#  - mismatched counts / dtypes / ops across ranks;
+#  - shoal_mem_alloc buffers allocated and freed at every step: no mapping of a freed one kept.
 # Environment: top_builddir, SHMCOPY_TIMEOUT (seconds per run, default 240).
 
 builddir=${top_builddir:-.}
@@ -52,7 +53,7 @@ else
         "by single copies (process_vm_readv/writev)"
 fi
 
-mp_job "shm n=3 SHOAL_SHM_CMA=0" 3 "$info SHOAL_SHM_CMA=0" "$prog" mem plain mismatch
+mp_job "shm n=3 SHOAL_SHM_CMA=0" 3 "$info SHOAL_SHM_CMA=0" "$prog" mem churn plain mismatch
 logcheck "shm n=3 SHOAL_SHM_CMA=0: the probe is skipped" yes "off (SHOAL_SHM_CMA=0)"
 logcheck "shm n=3 SHOAL_SHM_CMA=0: no single copies" no \
     "by single copies (process_vm_readv/writev)"

@@ -10,10 +10,11 @@
  * buffer is used, fetches the descriptor with pidfd_getfd(2) (or opens /proc/<pid>/fd/<fd>
  * where pidfd_getfd is refused), checks it like a transport segment (a regular file of this
  * user, mode 0600, the expected size) and the header (magic, the peer's pid, the id), maps it
- * and caches the mapping for the life of the context. Reaching the descriptor needs the
- * kernel's permission to inspect the owner (same user; pidfd_getfd: ptrace attach, /proc:
- * ptrace read): another user's process, another tenant's, cannot map it; the owner hands
- * its coordinates only to its communicator's local ranks, through its own 0600 segment.
+ * and caches the mapping for the life of the context (a buffer its owner freed: until the
+ * next new one). Reaching the descriptor needs the kernel's permission to inspect the owner
+ * (same user; pidfd_getfd: ptrace attach, /proc: ptrace read): another user's process,
+ * another tenant's, cannot map it; the owner hands its coordinates only to its
+ * communicator's local ranks, through its own 0600 segment.
  *
  * Single copy (CMA, like Open MPI's vader/smsc): process_vm_readv/writev between this
  * process and a local peer's memory. Allowed when the kernel lets us ptrace the peer (same
@@ -160,10 +161,28 @@ shoal_status_t shoal_mem_free(void *ptr)
         shoal_error(SHM, "shoal_mem_free(%p): not a buffer of shoal_mem_alloc", ptr);
         return SHOAL_ERR_INVALID_ARG;
     }
+    /* Peers that mapped it see the header's magic go (shoal_shm_mem_map drops their mapping
+     * at their next miss): else the pages stayed held by up to SHOAL_SHM_PMAP_MIN mappings
+     * per peer, e.g. 1 GiB per process for 16 MiB buffers allocated and freed each step. */
+    __atomic_store_n(&((shoal_shm_mem_hdr_t *)m->base)->magic, 0, __ATOMIC_RELEASE);
     munmap(m->base, m->total);
     close(m->fd);
     free(m);
     return SHOAL_OK;
+}
+
+/* Unmaps the cached mappings of buffers their owners freed (magic cleared by shoal_mem_free). */
+static void shoal_shm_mem_drop_freed(shoal_tl_ctx_t *ctx)
+{
+    for (int i = 0; i < ctx->npmaps;) {
+        const shoal_shm_mem_hdr_t *h = ctx->pmaps[i].base;
+        if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == SHOAL_SHM_MEM_MAGIC) {
+            i++;
+            continue;
+        }
+        munmap(ctx->pmaps[i].base, ctx->pmaps[i].total);
+        ctx->pmaps[i] = ctx->pmaps[--ctx->npmaps];
+    }
 }
 
 int shoal_shm_mem_query(const void *ptr, size_t len, shoal_tl_mem_t *m_p)
@@ -278,6 +297,7 @@ void *shoal_shm_mem_map(shoal_tl_ctx_t *ctx, int local_rank, const shoal_tl_mem_
             return pm->base + SHOAL_SHM_MEM_HDR;
         }
     }
+    shoal_shm_mem_drop_freed(ctx); /* a miss: a buffer is new, others may be gone */
     total = shoal_shm_mem_total(m->size);
     base = shoal_shm_mem_open(ctx, ep, m, total);
     if (base == NULL) {
