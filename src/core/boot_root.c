@@ -925,6 +925,7 @@ typedef struct shoal_root_live {
     int stop;                     /* atomic */
     int over;                     /* under shoal_roots_lock: the thread's work is over */
     pid_t pid;                    /* the process that runs the thread */
+    int listen_fd;                /* under shoal_roots_lock: -1 once the thread closes it */
 } shoal_root_live_t;
 
 static pthread_mutex_t shoal_roots_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -966,6 +967,8 @@ static void shoal_roots_reap(void)
         shoal_root_live_t *next = over->next;
         if (!shoal_root_inherited(over)) {
             pthread_join(over->tid, NULL);
+        } else if (over->listen_fd >= 0) {
+            close(over->listen_fd); /* the child's copy: the port closes with the root */
         }
         shoal_root_live_free(over);
         over = next;
@@ -1092,6 +1095,9 @@ static void *shoal_root_thread(void *arg)
                    r->refused);
     }
     free(pfds);
+    pthread_mutex_lock(&shoal_roots_lock);
+    live->listen_fd = -1; /* before the close: a child forked later must not close it */
+    pthread_mutex_unlock(&shoal_roots_lock);
     shoal_boot_root_free(r);
     pthread_mutex_lock(&shoal_roots_lock);
     live->over = 1;
@@ -1170,6 +1176,7 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
     }
     r->live = live;
     live->pid = getpid();
+    live->listen_fd = fd;
     shoal_boot_root_key(u, &live->key);
     if (shoal_boot_root_started_hook != NULL) {
         shoal_boot_root_started_hook(u);

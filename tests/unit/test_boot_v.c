@@ -4,12 +4,14 @@
  * parser's bounds; the root's bytes: a table of the records' lengths, not of the largest; and
  * the root's thread is over (its port closed) when shoal_boot_root_wait returns, whether the
  * ranks said bye or nobody came (then it is stopped at the grace); a process forked after its
- * parent started a root neither waits for that root nor stops it. */
+ * parent started a root neither waits for that root nor stops it, and closes its copy of
+ * the root's listening socket. */
 #include "core/core.h"
 #include "core/boot_proto.h"
 #include "tests/tap.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +169,26 @@ static void test_stop(void)
     tap_ok(1, "waiting for a root that is gone returns");
 }
 
+/* Sockets among this process's descriptors (the root's listening one, inherited). */
+static int sockets_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char path[300], link[64];
+    int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        ssize_t k;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        k = readlink(path, link, sizeof(link) - 1);
+        n += k > 7 && strncmp(link, "socket:", 7) == 0;
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
 /* A child forked after the root started (a parent that makes the unique id, then forks its
  * ranks) inherits the list of roots, not the root's thread: its destroy waited for that
  * thread forever, after it had stopped the parent's root through the shared eventfd. */
@@ -186,7 +208,7 @@ static void test_fork(void)
     pid = fork();
     if (pid == 0) {
         shoal_boot_root_wait(&u.root, u.root_len, 100);
-        _exit(0);
+        _exit(sockets_open() == 0 ? 0 : 2);
     }
     for (int i = 0; i < 500 && pid > 0 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++) {
         usleep(10000);
@@ -195,9 +217,11 @@ static void test_fork(void)
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
     }
-    tap_ok(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+    tap_ok(got == pid && WIFEXITED(status),
            "a forked child's wait for its parent's root returns (not waiting for a thread it "
            "does not have)");
+    tap_ok(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "the child closed its copy of the root's listening socket");
     tap_ok(!root_gone(&u), "the parent's root still runs: the child did not stop it");
     shoal_boot_root_wait(&u.root, u.root_len, 100);
     tap_ok(root_gone(&u), "the parent stops its own root");
