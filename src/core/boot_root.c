@@ -975,6 +975,23 @@ static void shoal_roots_reap(void)
     }
 }
 
+/* Under shoal_roots_lock: until l's thread is over or the deadline (monotonic) passes. */
+static void shoal_roots_wait_over(shoal_root_live_t *l, uint64_t deadline)
+{
+    while (!l->over && !shoal_deadline_passed(deadline)) {
+        struct timespec ts;
+        /* the condition variable's clock is CLOCK_REALTIME: steps of 10 ms, the deadline on
+         * the monotonic clock */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+    }
+}
+
 void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root_key_t *k)
 {
     static const char label[] = "shoal-boot-root-tag";
@@ -1007,18 +1024,7 @@ void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop
         shoal_roots_reap();
         return;
     }
-    while (!l->over && !shoal_deadline_passed(deadline)) {
-        struct timespec ts;
-        /* the condition variable's clock is CLOCK_REALTIME: steps of 10 ms, the deadline on
-         * the monotonic clock */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
-    }
+    shoal_roots_wait_over(l, deadline);
     if (!l->over && !stop) { /* it still has ranks to tell of a failure: left running */
         pthread_mutex_unlock(&shoal_roots_lock);
         return;
@@ -1028,8 +1034,12 @@ void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop
                     grace_ms);
         __atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
         (void)!write(l->stop_efd, &one, sizeof(one));
-        while (!l->over) {
-            pthread_cond_wait(&shoal_roots_cond, &shoal_roots_lock);
+        /* it sees the stop within one poll; a send it is in ends at its own deadline */
+        int bound_ms = SHOAL_MAX(grace_ms, 5000);
+        shoal_roots_wait_over(l, shoal_deadline_ns(bound_ms));
+        if (!l->over) {
+            shoal_warn(BOOT, "root: its thread did not stop within %d ms; left to end by itself",
+                       bound_ms);
         }
     }
     pthread_mutex_unlock(&shoal_roots_lock);

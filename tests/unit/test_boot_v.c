@@ -204,10 +204,12 @@ static void test_fork(void)
     memset(&ss, 0, sizeof(ss));
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    shoal_boot_root_key_t k;
     tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &u), SHOAL_OK, "a root started");
+    shoal_boot_root_key(&u, &k);
     pid = fork();
     if (pid == 0) {
-        shoal_boot_root_wait(&u.root, u.root_len, 100);
+        shoal_boot_root_wait(&k, 100, 1);
         _exit(sockets_open() == 0 ? 0 : 2);
     }
     for (int i = 0; i < 500 && pid > 0 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++) {
@@ -223,7 +225,7 @@ static void test_fork(void)
     tap_ok(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "the child closed its copy of the root's listening socket");
     tap_ok(!root_gone(&u), "the parent's root still runs: the child did not stop it");
-    shoal_boot_root_wait(&u.root, u.root_len, 100);
+    shoal_boot_root_wait(&k, 100, 1);
     tap_ok(root_gone(&u), "the parent stops its own root");
 }
 
