@@ -81,8 +81,10 @@ SHOAL_HIDDEN void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root
  * uses libcrypto when the application's exit handlers run; after a failed init without
  * stop, since the root may still have ranks to tell. */
 SHOAL_HIDDEN void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop);
-/* Test seam: called (when set) with the address of every root started, before its thread
- * runs. NULL in every program but the adversarial tests. */
+/* Test seam: called (when set) with the address of every root started, once its thread
+ * answers and before the caller goes on (tells its ranks where the root is), so that a test
+ * can try the root to the end while no rank has joined. NULL in every program but the
+ * adversarial tests. */
 extern SHOAL_HIDDEN void (*shoal_boot_root_started_hook)(const shoal_boot_uid_t *u);
 
 /* Client: connection to the root of one communicator during its init. u->ident is the

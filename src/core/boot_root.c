@@ -1188,9 +1188,6 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
     live->pid = getpid();
     live->listen_fd = fd;
     shoal_boot_root_key(u, &live->key);
-    if (shoal_boot_root_started_hook != NULL) {
-        shoal_boot_root_started_hook(u);
-    }
     ret = pthread_create(&live->tid, NULL, shoal_root_thread, r);
     if (ret != 0) {
         shoal_error(BOOT, "pthread_create for the bootstrap root failed: %s", strerror(ret));
@@ -1202,6 +1199,9 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
     live->next = shoal_roots;
     shoal_roots = live;
     pthread_mutex_unlock(&shoal_roots_lock);
+    if (shoal_boot_root_started_hook != NULL) {
+        shoal_boot_root_started_hook(u);
+    }
     return SHOAL_OK;
 
 err_live:
