@@ -36,7 +36,8 @@
 # RATE in bytes/s with k m g suffixes (powers of 1024, as SHOAL_QOS_RATE_MAX takes them).
 # Last lines (for tests/qos/run_qos.sh):
 #   result mode=cap windows=N max_err_pct=E mean_err_pct=M min_b=B paced_a=P paced_b=Q status=ok
-#   result mode=weights windows=N max_share_err_pct=E min_jain=J status=ok
+#   result mode=weights windows=N max_share_err_pct=E min_jain=J paced_a=P paced_b=Q
+#          mean_a=A mean_b=B status=ok    (A, B: each job's mean over the windows, bytes/s)
 
 here=$(cd "$(dirname "$0")" && pwd)
 build=${top_builddir:-$here/../build}
@@ -733,6 +734,7 @@ END {
             printf "  %8d %12.2f %12.2f %+9.2f%%\n", nw, ra / 1048576, rb / 1048576, e
         } else {
             tot = ra + rb; sa = tot > 0 ? ra / tot : 0; sb = tot > 0 ? rb / tot : 0
+            suma += ra; sumb += rb
             ea = 100 * (sa / (wa / (wa + wb)) - 1); eb = 100 * (sb / (wb / (wa + wb)) - 1)
             xa = ra / wa; xb = rb / wb
             jain = (xa + xb) ^ 2 / (2 * (xa * xa + xb * xb))
@@ -750,6 +752,6 @@ END {
             last_paced["a"], last_paced["b"], status
     else
         printf "result mode=weights windows=%d max_share_err_pct=%.2f min_jain=%.4f " \
-            "paced_a=%.0f paced_b=%.0f status=%s\n", nw, maxe, minj, last_paced["a"],
-            last_paced["b"], status
+            "paced_a=%.0f paced_b=%.0f mean_a=%.0f mean_b=%.0f status=%s\n", nw, maxe, minj,
+            last_paced["a"], last_paced["b"], nw ? suma / nw : 0, nw ? sumb / nw : 0, status
 }'

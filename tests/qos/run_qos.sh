@@ -86,20 +86,34 @@ run_cap tcp
 
 # Rates pages 1:3 of 32 MiB/s (8 and 24 MiB/s: rates a loaded machine still sustains), each
 # 1 s window within 25% of the shares (unpaced, both jobs would get about 1:1: +100%/-33%);
-# retried once.
+# retried once. On a host with more than 3 runnable tasks per CPU (overloaded, as for the cap)
+# neither job reaches its rate (load 20 on 2 CPUs: 2-3 MiB/s together), so the pacer holds
+# neither back and the shares are 1:1 whatever it does (3 of 3 runs failed there): then each
+# job's mean over the run is checked against its rate only (at most 12% above).
+weights_ok() { # weights_ok RESULT_LINE
+    [ "$(field status "$1")" = ok ] && [ "$(field windows "$1")" -ge 2 ] || return 1
+    if overloaded; then
+        awk -v a="$(field mean_a "$1")" -v b="$(field mean_b "$1")" -v ra=8388608 \
+            -v rb=25165824 'BEGIN { exit !(a != "" && b != "" && a <= 1.12 * ra &&
+                                         b <= 1.12 * rb) }'
+    else
+        awk -v e="$(field max_share_err_pct "$1")" 'BEGIN { exit !(e != "" && e <= 25) }'
+    fi
+}
 for try in 1 2; do
     out=$(top_builddir=$builddir "$bench" --build "$builddir" --mode weights --transport shm \
         --seconds 4 --capacity 32m --weights 1:3 2>&1)
     res=$(echo "$out" | grep '^result')
     err=$(field max_share_err_pct "$res")
-    [ "$(field status "$res")" = ok ] && [ "$(field windows "$res")" -ge 2 ] &&
-        awk -v e="$err" 'BEGIN { exit !(e <= 25) }' && break
+    weights_ok "$res" && break
     echo "# try $try:"
     echo "$out" | sed 's/^/# /'
 done
 echo "$out" | sed 's/^/# /'
-if [ "$(field status "$res")" = ok ] && [ "$(field windows "$res")" -ge 2 ] &&
-    awk -v e="$err" 'BEGIN { exit !(e <= 25) }'; then
+if weights_ok "$res" && overloaded; then
+    tap OK "rates pages 1:3: neither tenant above its rate over the run (the machine too" \
+        "loaded to check the shares, load $(cut -d' ' -f1 /proc/loadavg): $res)"
+elif weights_ok "$res"; then
     tap OK "rates pages 1:3: each tenant's share within 25% of its target in every window" \
         "(worst $err%)"
 else
