@@ -313,7 +313,7 @@ agent_wait() { # waits for the jobs; status=failed when one did not end cleanly
 }
 
 if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
-    status=ok jpids= agent_x=$agent_x_add
+    status=ok jpids= agent_x=$agent_x_add scraper=
     if [ "$mode" = latency ]; then weights=8:1; fi
     if [ "$mode" = capacity ]; then weights=1; fi
     i=0
@@ -452,6 +452,7 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
         (sleep "$(awk -v s="$seconds" 'BEGIN { print s / 2 }')"
          curl -s -m 5 "http://$agent_http/metrics" >"$tmp/metrics.new" 2>/dev/null &&
              mv "$tmp/metrics.new" "$tmp/metrics") &
+        scraper=$!
     fi
     if [ -n "$arrive" ]; then
         sleep "$arr_s"
@@ -470,6 +471,9 @@ if [ "$mode" = agent ] || [ "$mode" = latency ] || [ "$mode" = capacity ]; then
             sed 's/^/#   /' "$tmp/$t.err" | tail -n 5
         fi
     done
+    # The scrape is over (curl -m 5) before its file is read: on a loaded machine it could
+    # still be running when the jobs had ended, and the series were missing from the output.
+    [ -n "${scraper:-}" ] && wait "$scraper" 2>/dev/null
     if [ -s "$tmp/metrics" ]; then
         grep '^shoal_qos_' "$tmp/metrics" | sed 's/^/# metrics: /'
     fi
