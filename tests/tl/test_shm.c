@@ -347,6 +347,24 @@ static double cpu_s(void)
            (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/* Milliseconds this thread has waited for a CPU, runnable but not running
+ * (/proc/thread-self/schedstat, second field; 0 where the kernel does not say). The wake-up
+ * checks below bound a latency less this: on a loaded machine (load 16 on 2 CPUs) a woken
+ * receiver waited 50 to 114 ms for a CPU after a wake-up that came in time. */
+static double run_delay_ms(void)
+{
+    unsigned long long on_cpu, waited = 0;
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (f == NULL) {
+        return 0;
+    }
+    if (fscanf(f, "%llu %llu", &on_cpu, &waited) != 2) {
+        waited = 0;
+    }
+    fclose(f);
+    return (double)waited / 1e6;
+}
+
 static void case_futex(env_t *e)
 {
     uint64_t v = 0;
@@ -366,19 +384,21 @@ static void case_futex(env_t *e)
     }
     tl->irecv(e->eps[1], &r);
     barrier();
-    double c0 = cpu_s();
+    double c0 = cpu_s(), d0 = run_delay_ms();
     uint64_t t0 = shoal_time_ns();
     int w = wait_one(e, &r, 5000);
     uint64_t t1 = shoal_time_ns();
-    double cpu = cpu_s() - c0, wall = (t1 - t0) / 1e9;
+    double cpu = cpu_s() - c0, wall = (t1 - t0) / 1e9, d = run_delay_ms() - d0;
     double lat_ms = (t1 - v) / 1e6;
-    check(w == 0 && r.status == SHOAL_OK && lat_ms < 50,
-          "wakeup %.3f ms after the send with a recv pending", lat_ms);
+    check(w == 0 && r.status == SHOAL_OK && lat_ms - d < 50,
+          "wakeup %.3f ms after the send with a recv pending (%.3f ms of it waiting for a CPU)",
+          lat_ms, d);
     check(cpu < wall / 4, "waiting was not busy: %.1f ms CPU over %.1f ms", cpu * 1e3, wall * 1e3);
     /* no request pending: only the doorbell can wake us, before the 2 s timeout */
     barrier();
     tl->progress(e->ctx);
     c0 = cpu_s();
+    d0 = run_delay_ms();
     t0 = shoal_time_ns();
     while (__atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE) == 0 &&
            shoal_time_ns() - t0 < 3000000000ull) {
@@ -388,7 +408,9 @@ static void case_futex(env_t *e)
     t1 = shoal_time_ns();
     uint64_t st = __atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE);
     lat_ms = st != 0 ? (t1 - st) / 1e6 : 1e9;
-    check(lat_ms < 50, "notify() wakes an idle wait(): %.3f ms", lat_ms);
+    d = run_delay_ms() - d0;
+    check(lat_ms - d < 50, "notify() wakes an idle wait(): %.3f ms (%.3f ms of it waiting for a "
+          "CPU)", lat_ms, d);
     check(cpu_s() - c0 < (t1 - t0) / 4e9, "idle wait slept (%.1f ms CPU over %.1f ms)",
           (cpu_s() - c0) * 1e3, (t1 - t0) / 1e6);
     barrier();
@@ -397,15 +419,21 @@ static void case_futex(env_t *e)
 /* A message wakes a sleeping owner, every time: the producer rings only an owner whose
  * sleeping flag it sees (shm.h, "Sleeping"). The sender waits until it sees the flag set, then
  * sends; the receiver, with no receive posted (so that its wait() sleeps up to the full
- * 100 ms, not the 2 ms of a pending request), must be back long before that. 20 rounds. */
+ * 100 ms, not the 2 ms of a pending request), must be back long before that. 20 rounds.
+ * Timed from the send (stamp[1]), less the receiver's own wait for a CPU: on a loaded machine
+ * the sender itself saw the flag 50 ms late. A round whose send came after the wait had
+ * ended (its 100 ms over) proves nothing either way and is only counted. */
 static void case_sleeper(env_t *e)
 {
     const int rounds = 20;
-    int woken = 0, seen_asleep = 0;
+    int woken = 0, late = 0, bad = 0, seen_asleep = 0;
     double worst_ms = 0;
     for (int i = 0; i < rounds; i++) {
         uint64_t v = (uint64_t)i, got = ~0ull;
         shoal_tl_req_t r = {.hdr = hdr_make(40 + (uint32_t)i, 0, sizeof(v)), .buf = NULL};
+        if (e->rank == 0) {
+            __atomic_store_n(&sh->stamp[1], 0, __ATOMIC_RELEASE);
+        }
         barrier();
         if (e->rank == 1) {
             const volatile uint32_t *sl = &e->eps[0]->peer_ctrl->sleeping;
@@ -416,20 +444,28 @@ static void case_sleeper(env_t *e)
             }
             seen_asleep += __atomic_load_n(sl, __ATOMIC_ACQUIRE) != 0;
             r.buf = &v;
+            __atomic_store_n(&sh->stamp[1], shoal_time_ns(), __ATOMIC_RELEASE);
             tl->isend(e->eps[0], &r);
             wait_one(e, &r, 5000);
         } else {
-            uint64_t t0;
+            uint64_t t0, t1, sent;
             tl->progress(e->ctx);
+            double d0 = run_delay_ms();
             t0 = shoal_time_ns();
             tl->wait(e->ctx, 100000); /* nothing pending: up to 100 ms */
-            double ms = (shoal_time_ns() - t0) / 1e6;
-            worst_ms = ms > worst_ms ? ms : worst_ms;
-            woken += ms < 50;
+            t1 = shoal_time_ns();
+            sent = __atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE);
+            if (sent == 0) {
+                late++;
+            } else {
+                double ms = (t1 - SHOAL_MAX(sent, t0)) / 1e6 - (run_delay_ms() - d0);
+                worst_ms = ms > worst_ms ? ms : worst_ms;
+                woken += ms < 50;
+            }
             r.buf = &got;
             tl->irecv(e->eps[1], &r);
             wait_one(e, &r, 5000);
-            woken -= r.status != SHOAL_OK || got != v;
+            bad += r.status != SHOAL_OK || got != v;
         }
         barrier();
     }
@@ -437,9 +473,11 @@ static void case_sleeper(env_t *e)
         check(seen_asleep == rounds, "saw the receiver asleep before %d of %d sends",
               seen_asleep, rounds);
     } else {
-        check(woken == rounds, "a message woke the sleeping receiver in %d of %d rounds "
-              "(each within 50 ms of its 100 ms sleep; worst %.3f ms), the data intact",
-              woken, rounds, worst_ms);
+        check(woken == rounds - late && woken > 0 && bad == 0,
+              "a message woke the sleeping receiver in %d of %d rounds (each within 50 ms of the "
+              "send in its 100 ms sleep, less any wait for a CPU; worst %.3f ms; %d sent after "
+              "the sleep), the data intact in all (%d not)", woken, rounds - late, worst_ms,
+              late, bad);
     }
 }
 
@@ -458,12 +496,15 @@ static void case_kill(env_t *e)
     }
     tl->irecv(e->eps[1], &r);
     barrier();
+    double d0 = run_delay_ms();
     int w = wait_one(e, &r, 5000);
     uint64_t t1 = shoal_time_ns();
-    double ms = (t1 - __atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE)) / 1e6;
+    double d = run_delay_ms() - d0;
+    double ms = (t1 - __atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE)) / 1e6 - d;
     check(w == 0 && r.status == SHOAL_ERR_PEER_FAILED, "recv from a SIGKILLed peer fails with "
           "ERR_PEER_FAILED (status %d)", r.status);
-    check(w == 0 && ms < 100, "death noticed %.1f ms after the kill", ms);
+    check(w == 0 && ms < 100, "death noticed %.1f ms after the kill (less %.1f ms waiting for a "
+          "CPU)", ms, d);
     check(strstr(err, "died") != NULL, "cause: '%s'", err);
     char why[160] = "";
     int blamed = 99;
