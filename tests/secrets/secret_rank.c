@@ -1,5 +1,5 @@
 /*
- * One rank of test_secrets.sh: joins through shoal_comm_init_env (SHOAL_UID from shoalrun, or
+ * One rank of run_secrets.sh: joins through shoal_comm_init_env (SHOAL_UID from shoalrun, or
  * SHOAL_ROOT + SHOAL_SECRET), runs an allreduce, then looks for the secrets where they must
  * no longer be: its environment, /proc/self/environ, and the environment of a child it
  * starts (system() and fork + exec, as a data-loader worker would be started).
