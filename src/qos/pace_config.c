@@ -17,7 +17,8 @@ static const shoal_cfg_field_t shoal_qos_pace_cfg_fields[] = {
             "the rates page may set another"},
     {.name = "QOS_RATES", .dflt = "none", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_qos_pace_config_t, rates),
-     .doc = "the node agent's rates page for this job (%t = the tenant, e.g. "
+     .doc = "the node agent's rates page for this job (%t = the tenant, uid=N (the effective "
+            "uid) for a job without one, as the agent meters and bills it; e.g. "
             "/run/shoal/qos/%t.rate): its rate applies like QOS_RATE_MAX (the smaller one), "
             "read between chunks every 2 ms; it need not exist yet; none = no agent rates"},
     {.name = "QOS_RATES_TIMEOUT", .dflt = "10s", .type = SHOAL_CFG_TIME,

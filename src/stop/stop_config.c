@@ -16,7 +16,8 @@ static const shoal_cfg_field_t shoal_stop_cfg_fields[] = {
             "no handler"},
     {.name = "STOP_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_stop_config_t, file),
-     .doc = "a path whose existence asks the job to stop (%t the tenant, %j the job): every "
+     .doc = "a path whose existence asks the job to stop (%t the tenant, uid=N without one; "
+            "%j the job, default without one): every "
             "shoal_comm_should_stop looks for it (one access() call) until a stop is "
             "requested; for the node agent or a Kubernetes preStop hook; put it in a "
             "directory only the provider can write; empty = none"},
