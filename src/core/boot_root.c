@@ -916,7 +916,8 @@ static shoal_status_t shoal_root_serve(shoal_root_t *r)
  * HMAC uses. A rank that returned from main while the root still read the others' byes
  * crashed in its exit (tests/unit/test_boot_v, 2 runs in 300). So every root is listed
  * here; the communicator that used it waits for its thread at destroy
- * (shoal_boot_root_wait), and finished threads are joined at the next start. */
+ * (shoal_boot_root_wait), finished threads are joined at the next start, and the exit stops
+ * the others (shoal_roots_atexit). */
 typedef struct shoal_root_live {
     struct shoal_root_live *next;
     pthread_t tid;
@@ -1046,6 +1047,53 @@ void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop
     shoal_roots_reap();
 }
 
+/* At exit, before libcrypto's cleanup: a root that no communicator of this process waited
+ * for (the launcher's, as shoalrun's; one whose rank failed its init; an id never used here)
+ * still runs, and a rank's hello it verifies as exit() runs crashed the process in HMAC
+ * (1 exit in 300 while 8 ranks joined). Every root of this process is stopped, and the exit
+ * waits until their threads are over, SHOAL_ROOT_EXIT_WAIT_MS at most (a root's write to a
+ * rank that reads nothing may block up to its deadline; the exit does not). */
+#define SHOAL_ROOT_EXIT_WAIT_MS 2000
+
+static void shoal_roots_atexit(void)
+{
+    uint64_t deadline = shoal_deadline_ns(SHOAL_ROOT_EXIT_WAIT_MS);
+    pid_t me = getpid();
+    uint64_t one = 1;
+    int busy;
+
+    pthread_mutex_lock(&shoal_roots_lock);
+    do {
+        busy = 0;
+        for (shoal_root_live_t *l = shoal_roots; l != NULL; l = l->next) {
+            if (l->pid == me && !l->over) {
+                if (!__atomic_exchange_n(&l->stop, 1, __ATOMIC_ACQ_REL)) {
+                    (void)!write(l->stop_efd, &one, sizeof(one));
+                }
+                busy = 1;
+            }
+        }
+        if (busy) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+        }
+    } while (busy && !shoal_deadline_passed(deadline));
+    pthread_mutex_unlock(&shoal_roots_lock);
+}
+
+/* libcrypto first, so that its atexit cleanup is registered before ours and runs after. */
+static void shoal_roots_atexit_register(void)
+{
+    shoal_crypto_init();
+    (void)atexit(shoal_roots_atexit);
+}
+
 static void *shoal_root_thread(void *arg)
 {
     shoal_root_t *r = arg;
@@ -1167,6 +1215,9 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
     shoal_status_t st;
     int fd = -1, ret;
 
+    static pthread_once_t atexit_once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&atexit_once, shoal_roots_atexit_register);
     shoal_roots_reap();
     live = calloc(1, sizeof(*live));
     if (live == NULL) {

@@ -63,6 +63,11 @@ shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const void *msg, si
     return SHOAL_OK;
 }
 
+void shoal_crypto_init(void)
+{
+    (void)OPENSSL_init_crypto(0, NULL); /* registers libcrypto's atexit cleanup, once */
+}
+
 int shoal_memeq_ct(const void *a, const void *b, size_t len)
 {
     return CRYPTO_memcmp(a, b, len) == 0;

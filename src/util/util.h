@@ -340,6 +340,9 @@ SHOAL_HIDDEN int shoal_sock_step(int fd, uint8_t *buf, size_t *off, size_t len, 
 SHOAL_HIDDEN uint64_t shoal_hash64(const void *data, size_t len, uint64_t seed); /* FNV-1a */
 /* Cryptographically strong random bytes (getrandom). */
 SHOAL_HIDDEN shoal_status_t shoal_random_bytes(void *buf, size_t len);
+/* Initialises libcrypto now (it registers its atexit cleanup here): exit handlers
+ * registered after this call run before that cleanup. */
+SHOAL_HIDDEN void shoal_crypto_init(void);
 /* HMAC-SHA256 through OpenSSL libcrypto; out has 32 bytes. */
 #define SHOAL_HMAC_BYTES 32
 SHOAL_HIDDEN shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const void *msg,

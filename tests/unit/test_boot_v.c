@@ -5,7 +5,8 @@
  * the root's thread is over (its port closed) when shoal_boot_root_wait returns, whether the
  * ranks said bye or nobody came (then it is stopped at the grace); a process forked after its
  * parent started a root neither waits for that root nor stops it, and closes its copy of
- * the root's listening socket. */
+ * the root's listening socket; and the process's return from main stops a root nobody
+ * waited for before the exit handlers registered earlier (libcrypto's) run. */
 #include "core/core.h"
 #include "core/boot_proto.h"
 #include "tests/tap.h"
@@ -229,6 +230,48 @@ static void test_fork(void)
     tap_ok(root_gone(&u), "the parent stops its own root");
 }
 
+/* The child of test_exit: its exit handler, registered before any root starts (as
+ * libcrypto's cleanup is when the application used libcrypto first), runs after shoal's
+ * and finds the root's listener closed. */
+static shoal_boot_uid_t exit_uid;
+
+static void exit_check(void)
+{
+    _exit(root_gone(&exit_uid) ? 0 : 1);
+}
+
+static int exit_child(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+
+    atexit(exit_check);
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (shoal_boot_root_start(&ss, sizeof(*s4), 0, &exit_uid) != SHOAL_OK) {
+        _exit(2);
+    }
+    return 0; /* from main, the root still waiting for its ranks */
+}
+
+/* A root no communicator waited for is stopped by the process's exit, before the exit
+ * handlers registered earlier (libcrypto's) run. */
+static void test_exit(const char *self)
+{
+    int st = -1;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        execl(self, self, "--exit-child", (char *)NULL);
+        _exit(3);
+    }
+    waitpid(pid, &st, 0);
+    tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+           "returning from main stops a root nobody waited for before earlier exit handlers "
+           "run (status %#x)", st);
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -255,13 +298,17 @@ static void test_parse(void)
                "a length that would wrap an offset is refused");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     setenv("SHOAL_DEBUG", "NONE", 0);
     shoal_config_global_init();
+    if (argc > 1 && strcmp(argv[1], "--exit-child") == 0) {
+        return exit_child();
+    }
     test_parse();
     test_round();
     test_stop();
     test_fork();
+    test_exit("/proc/self/exe");
     return tap_done();
 }
