@@ -81,6 +81,10 @@ SHOAL_HIDDEN void shoal_boot_root_key(const shoal_boot_uid_t *u, shoal_boot_root
  * uses libcrypto when the application's exit handlers run; after a failed init without
  * stop, since the root may still have ranks to tell. */
 SHOAL_HIDDEN void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace_ms, int stop);
+/* A rank of this process failed its init with the id of the root k, if this process runs
+ * it: the root tells the joined ranks at once and the ranks still to come when they say
+ * hello (SHOAL_ERR_PEER_FAILED), instead of leaving them to their timeout. */
+SHOAL_HIDDEN void shoal_boot_root_fail(const shoal_boot_root_key_t *k);
 /* Test seam: called (when set) with the address of every root started, once its thread
  * answers and before the caller goes on (tells its ranks where the root is), so that a test
  * can try the root to the end while no rank has joined. NULL in every program but the

@@ -81,6 +81,8 @@ struct shoal_root {
     uint64_t bytes_in, bytes_out;       /* every byte read from / written to a client */
     shoal_status_t failed;              /* the bootstrap's failure being told, or SHOAL_OK */
     int told;                           /* ranks told about it (or done before it) */
+    int failed_here;                    /* a rank of this process failed its init: tell the
+                                         * ranks still to come too, even before any came */
     /* Addresses of this host that the breaker trusts while the root runs (breaker.h): the
      * ranks of the root's own host connect from them, and must never be refused. */
     struct sockaddr_storage trusted[3];
@@ -882,6 +884,10 @@ void shoal_boot_root_free(shoal_root_t *r)
 /* The thread's work is over: every rank done, or (after a failure) every rank told. */
 static int shoal_root_finished(const shoal_root_t *r)
 {
+    if (r->failed != SHOAL_OK && r->failed_here) {
+        /* every rank told but the one that failed here (it never joined) */
+        return r->nranks > 0 && r->told >= r->nranks - 1;
+    }
     if (r->failed != SHOAL_OK) {
         return r->nranks == 0 || r->told >= r->nranks;
     }
@@ -924,6 +930,7 @@ typedef struct shoal_root_live {
     shoal_boot_root_key_t key;
     int stop_efd;                 /* written to ask the thread to stop at once */
     int stop;                     /* atomic */
+    int fail;                     /* atomic: a rank of this process failed its init */
     int over;                     /* under shoal_roots_lock: the thread's work is over */
     pid_t pid;                    /* the process that runs the thread */
     int listen_fd;                /* under shoal_roots_lock: -1 once the thread closes it */
@@ -1094,6 +1101,23 @@ static void shoal_roots_atexit_register(void)
     (void)atexit(shoal_roots_atexit);
 }
 
+void shoal_boot_root_fail(const shoal_boot_root_key_t *k)
+{
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&shoal_roots_lock);
+    for (shoal_root_live_t *l = shoal_roots; l != NULL; l = l->next) {
+        if (l->pid == getpid() && !l->over && l->key.len == k->len &&
+            memcmp(&l->key.addr, &k->addr, k->len) == 0 &&
+            memcmp(l->key.tag, k->tag, sizeof(k->tag)) == 0) {
+            __atomic_store_n(&l->fail, 1, __ATOMIC_RELEASE);
+            (void)!write(l->stop_efd, &one, sizeof(one));
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shoal_roots_lock);
+}
+
 static void *shoal_root_thread(void *arg)
 {
     shoal_root_t *r = arg;
@@ -1129,6 +1153,17 @@ static void *shoal_root_thread(void *arg)
         }
         if (ret > 0 && (pfds[0].revents & POLLIN)) {
             shoal_root_accept(r);
+        }
+        if (ret > 0 && (pfds[1].revents & POLLIN)) {
+            uint64_t n;
+            (void)!read(live->stop_efd, &n, sizeof(n)); /* drained: a fail goes on polling */
+        }
+        if (__atomic_load_n(&live->fail, __ATOMIC_ACQUIRE) && !r->failed_here) {
+            r->failed_here = 1;
+            if (r->failed == SHOAL_OK) {
+                shoal_root_fail(r, SHOAL_ERR_PEER_FAILED);
+            }
+            idle_deadline = shoal_deadline_ns(r->timeout_ms);
         }
         st = shoal_root_serve(r);
         if (st != SHOAL_OK) {

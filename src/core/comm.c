@@ -789,6 +789,18 @@ static shoal_status_t shoal_comm_init_from_uid(shoal_comm_t *comm_p, int nranks,
     return shoal_comm_init_uid(comm_p, nranks, rank, u, &id, cfg);
 }
 
+/* An init that failed before its rank joined leaves the others waiting for it until their
+ * timeout (300 s by default), and the root, when this process runs it, serving nobody: the
+ * root tells them at once instead (nothing when the root is elsewhere, or already over). */
+static void shoal_comm_init_failed(const shoal_boot_uid_t *u, shoal_status_t st)
+{
+    if (st != SHOAL_OK) {
+        shoal_boot_root_key_t k;
+        shoal_boot_root_key(u, &k);
+        shoal_boot_root_fail(&k);
+    }
+}
+
 shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
                                const shoal_uid_t *uid, const shoal_config_t *cfg)
 {
@@ -801,6 +813,7 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
     shoal_config_global_init();
     SHOAL_CHECK(shoal_boot_uid_decode(uid, &u));
     st = shoal_comm_init_from_uid(comm_p, nranks, rank, &u, cfg);
+    shoal_comm_init_failed(&u, st);
     shoal_secret_wipe(&u, sizeof(u));
     return st;
 }
@@ -883,6 +896,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
         st = shoal_comm_root_from_env(rank, &id, &u);
         if (st == SHOAL_OK) {
             st = shoal_comm_init_uid(comm_p, nranks, rank, &u, &id, cfg);
+            shoal_comm_init_failed(&u, st);
         }
         shoal_secret_wipe(&u, sizeof(u));
         return st;
@@ -900,6 +914,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
         return SHOAL_ERR_INVALID_ARG;
     }
     st = shoal_comm_init_from_uid(comm_p, nranks, rank, &u, cfg);
+    shoal_comm_init_failed(&u, st);
     shoal_secret_wipe(&u, sizeof(u));
     return st;
 }

@@ -779,11 +779,39 @@ static void adv_case_cred_bound(void)
            "(SHOAL_ERR_AUTH), the ranks holding it form the job");
 }
 
+/* Rank 0 runs in the root's process and its init fails before it joins (a bad
+ * shoal_config_t): the rank already joined and the one that comes later learn it at once
+ * (they waited for their timeout, the root serving nobody). */
+static void adv_case_local_init_fails(void)
+{
+    shoal_boot_uid_t u;
+    shoal_uid_t uid;
+    shoal_comm_t comm = NULL;
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_proc_t p[2];
+    shoal_status_t st;
+
+    adv_new_root(&u, hex);
+    shoal_boot_uid_encode(&u, &uid);
+    adv_spawn(&p[0], "init", hex, 1, 3, adv_job_env, -1);
+    usleep(300 * 1000); /* rank 1 joins first */
+    cfg.qos_class = 99;
+    st = shoal_comm_init(&comm, 3, 0, &uid, &cfg);
+    adv_spawn(&p[1], "init", hex, 2, 3, adv_job_env, -1);
+    adv_wait(p, 2, 3 * ADV_TIMEOUT_MS);
+    adv_diag(p, 2, "rank");
+    tap_ok(st == SHOAL_ERR_INVALID_ARG && adv_all(p, 2, "SHOAL_ERR_PEER_FAILED", 0) &&
+               adv_all_quick(p, 2),
+           "rank 0's init fails in the root's process: the joined rank and a later one get "
+           "SHOAL_ERR_PEER_FAILED at once (%.0f, %.0f ms)", p[0].ms, p[1].ms);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(22);
+    tap_plan(23);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -806,5 +834,6 @@ int main(int argc, char **argv)
     adv_case_root_unreachable();
     adv_case_source_flood();
     adv_case_cred_bound();
+    adv_case_local_init_fails();
     return tap_done();
 }
