@@ -11,7 +11,8 @@
  * /dev/null, except rank 0 which inherits shoalrun's stdin when that is not a terminal.
  * The rendezvous root started by shoal_get_unique_id() lives in this process until it exits.
  *
- * One thread, one poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and the ranks'
+ * One thread, one poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1,
+ * SIGUSR2) and the ranks'
  * output pipes; it sleeps until something happens or the next deadline.
  */
 #include <shoal.h>
@@ -129,9 +130,12 @@ static void shoalrun_usage(FILE *f)
             "  -h, --help          this help\n"
             "\n"
             "Each rank gets SHOAL_UID, SHOAL_RANK, SHOAL_NRANKS, SHOAL_LOCAL_RANK and\n"
-            "SHOAL_LOCAL_SIZE. The exit status is the worst of the ranks' (128+N for a rank\n"
+            "SHOAL_LOCAL_SIZE. SIGINT, SIGTERM and SIGHUP are forwarded to every rank, which\n"
+            "is killed if still running %g s later; SIGUSR1 and SIGUSR2 are only forwarded.\n"
+            "The exit status is the worst of the ranks' (128+N for a rank\n"
             "killed by signal N), %d on timeout, %d if program cannot be run.\n",
-            SHOALRUN_MAX_RANKS, SHOALRUN_EXIT_TIMEOUT, SHOALRUN_EXIT_TIMEOUT,
+            SHOALRUN_MAX_RANKS, SHOALRUN_EXIT_TIMEOUT, SHOALRUN_SIGNAL_GRACE_S,
+            SHOALRUN_EXIT_TIMEOUT,
             SHOALRUN_EXIT_NOEXEC);
 }
 
@@ -740,6 +744,17 @@ static void shoalrun_on_signal(shoalrun_job_t *job, int sig)
     if (sig == SIGCHLD) {
         return; /* reaped by the loop */
     }
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        /* A request to the job (Slurm's --signal=USR1@120 before the time limit: checkpoint
+         * and stop), as mpirun passes them on; left to its default action it killed
+         * shoalrun, the ranks by PR_SET_PDEATHSIG, and left what they started running. */
+        for (int i = 0; i < job->opts.nranks; i++) {
+            if (job->ranks[i].running) {
+                shoalrun_signal_rank(&job->ranks[i], sig);
+            }
+        }
+        return;
+    }
     if (job->signo != 0) {
         if (shoalrun_now() - job->signal_at < SHOALRUN_SIGNAL_REPEAT_S) {
             return; /* the same event twice (e.g. sent to us and to our process group) */
@@ -909,6 +924,8 @@ static int shoalrun_signals_setup(shoalrun_job_t *job)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
     if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask) != 0) {
         fprintf(stderr, "shoalrun: sigprocmask failed: %s\n", strerror(errno));
         return -1;

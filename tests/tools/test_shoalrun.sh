@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=33
+NTESTS=34
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -230,4 +230,17 @@ run -n 2 --timeout 60 -x SHOAL_TRANSPORT=shm -x "SHOAL_SHM_DIR=$T/shmdir" -x SHO
 [ "$rc" -eq 0 ] && [ "$(grep -c "segment $T/shmdir/shoal-[0-9a-f]*: " "$T/err")" -eq 2 ] &&
     [ -z "$(ls -A "$T/shmdir")" ]
 ok $? "SHOAL_SHM_DIR=DIR: both ranks' segments made in DIR, none left after (rc $rc)"
+# 34: SIGUSR1 (Slurm's --signal before the time limit) is passed on to every rank, and
+# shoalrun lives on (it died of it, leaving what the ranks started running)
+t0=$(date +%s)
+"$SHOALRUN" -n 2 --timeout 60 sh -c 'trap "echo got-usr1; exit 0" USR1; echo $$ > '"$T"'/pid.$SHOAL_RANK; sleep 30 & wait' \
+    >"$T/out" 2>"$T/err" &
+pid=$!
+wait_files "$T/pid.0" "$T/pid.1"
+kill -USR1 $pid
+wait $pid; rc=$?
+secs=$(($(date +%s) - t0))
+rm -f "$T"/pid.*
+[ "$rc" -eq 0 ] && [ "$(grep -c '^\[[01]\] got-usr1$' "$T/out")" -eq 2 ] && [ "$secs" -lt 10 ]
+ok $? "SIGUSR1 is forwarded to every rank, shoalrun exits with their status (rc $rc, ${secs}s)"
 exit 0
