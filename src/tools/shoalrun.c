@@ -188,6 +188,23 @@ static int shoalrun_parse_bind(const char *s, int *out_p)
     return 0;
 }
 
+/* The variables shoalrun sets for each rank. */
+static const char *const shoalrun_env_ours[] = {"SHOAL_UID", "SHOAL_RANK", "SHOAL_NRANKS",
+                                                "SHOAL_LOCAL_RANK", "SHOAL_LOCAL_SIZE"};
+
+/* Is the name of entry ("VAR" or "VAR=VALUE") one of shoalrun_env_ours? */
+static int shoalrun_env_is_ours(const char *entry)
+{
+    size_t n = strcspn(entry, "=");
+
+    for (size_t i = 0; i < sizeof(shoalrun_env_ours) / sizeof(shoalrun_env_ours[0]); i++) {
+        if (strlen(shoalrun_env_ours[i]) == n && strncmp(entry, shoalrun_env_ours[i], n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Returns 0 to run, 1 for --help, -1 on a usage error. */
 static int shoalrun_opts_parse(shoalrun_opts_t *o, int argc, char **argv)
 {
@@ -224,6 +241,12 @@ static int shoalrun_opts_parse(shoalrun_opts_t *o, int argc, char **argv)
         case 'x':
             if (optarg[0] == '\0' || optarg[0] == '=') {
                 fprintf(stderr, "shoalrun: invalid -x '%s' (VAR=VALUE expected)\n", optarg);
+                bad = -1;
+            } else if (shoalrun_env_is_ours(optarg)) {
+                /* it went into the environment next to shoalrun's own entry: C's getenv took
+                 * the first, Python and sh the last, so ranks disagreed on their rank */
+                fprintf(stderr, "shoalrun: -x %.*s: shoalrun sets it for every rank itself\n",
+                        (int)strcspn(optarg, "="), optarg);
                 bad = -1;
             }
             o->xvars[o->nxvars++] = optarg;
@@ -273,14 +296,10 @@ static const char *shoalrun_xvar_lookup(const shoalrun_opts_t *o, const char *na
 
 static int shoalrun_env_overridden(const shoalrun_opts_t *o, const char *entry)
 {
-    static const char *const ours[] = {"SHOAL_UID", "SHOAL_RANK", "SHOAL_NRANKS",
-                                       "SHOAL_LOCAL_RANK", "SHOAL_LOCAL_SIZE"};
     size_t n = strcspn(entry, "=");
 
-    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
-        if (strlen(ours[i]) == n && strncmp(entry, ours[i], n) == 0) {
-            return 1;
-        }
+    if (shoalrun_env_is_ours(entry)) {
+        return 1;
     }
     for (int i = 0; i < o->nxvars; i++) {
         if (strncmp(o->xvars[i], entry, n) == 0 &&

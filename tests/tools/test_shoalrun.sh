@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=34
+NTESTS=35
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -243,4 +243,13 @@ secs=$(($(date +%s) - t0))
 rm -f "$T"/pid.*
 [ "$rc" -eq 0 ] && [ "$(grep -c '^\[[01]\] got-usr1$' "$T/out")" -eq 2 ] && [ "$secs" -lt 10 ]
 ok $? "SIGUSR1 is forwarded to every rank, shoalrun exits with their status (rc $rc, ${secs}s)"
+# 35: -x of a variable shoalrun sets per rank is a usage error: it went into the environment
+# twice (C's getenv read the first, sh and Python the last)
+bad=""
+for v in SHOAL_RANK=7 SHOAL_NRANKS=3 SHOAL_UID SHOAL_LOCAL_RANK=0 SHOAL_LOCAL_SIZE=1; do
+    "$SHOALRUN" -n 1 -x "$v" true >/dev/null 2>"$T/err"; r=$?
+    [ "$r" -eq 2 ] && grep -q "^shoalrun: -x ${v%%=*}: shoalrun sets it for every rank itself" \
+        "$T/err" || bad="$bad $v:$r"
+done
+is "$bad" "" "-x SHOAL_RANK=... and the other per-rank variables are refused (exit 2)"
 exit 0
