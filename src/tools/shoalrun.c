@@ -976,6 +976,13 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     /* Every rank runs on this host: the root (and the ranks' split roots) listen on loopback
      * only, unless the user asked otherwise. */
     setenv("SHOAL_BOOT_BIND", "loopback", 0);
+    /* The root waits as long as the ranks live (their own SHOAL_TIMEOUT_MS bounds their
+     * joins, shoalrun's life the root's): with the user's, it gave up SHOAL_TIMEOUT_MS (300 s)
+     * after shoalrun started when no rank had joined yet, so ranks that set up longer before
+     * their init could not form the job, and every job whose ranks never join through it
+     * (torch's rendezvous) logged "root: no progress ... giving up". Only this process's
+     * value: the ranks' environment is the snapshot. */
+    setenv("SHOAL_TIMEOUT_MS", "inf", 1);
     status = shoal_get_unique_id(&uid);
     if (status != SHOAL_OK) {
         fprintf(stderr, "shoalrun: shoal_get_unique_id failed: %s\n", shoal_strerror(status));

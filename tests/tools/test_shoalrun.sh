@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=35
+NTESTS=36
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -252,4 +252,11 @@ for v in SHOAL_RANK=7 SHOAL_NRANKS=3 SHOAL_UID SHOAL_LOCAL_RANK=0 SHOAL_LOCAL_SI
         "$T/err" || bad="$bad $v:$r"
 done
 is "$bad" "" "-x SHOAL_RANK=... and the other per-rank variables are refused (exit 2)"
+# 36: the root in shoalrun waits for ranks that join later than SHOAL_TIMEOUT_MS after the
+# start (it gave up, so they could not form the job), and the ranks keep the user's value
+SHOAL_TIMEOUT_MS=1000 run -n 2 --timeout 60 -x SHOAL_TIMEOUT_MS=30000 \
+    sh -c 'sleep 2.5; exec "$0" -b 8 -e 8 -n 1 -w 1' "$P/allreduce_perf"
+[ "$rc" -eq 0 ] && ! grep -q 'giving up' "$T/err"
+ok $? "ranks that init 2.5 s after the start join a root given SHOAL_TIMEOUT_MS=1000 (rc $rc)"
+[ "$rc" -eq 0 ] || diag_file "$T/err"
 exit 0
