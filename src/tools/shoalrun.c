@@ -455,12 +455,31 @@ static char *shoalrun_path_resolve(const shoalrun_opts_t *o, const char *prog)
  * Starting the ranks
  */
 
-static void shoalrun_child_fail(const char *what)
+/* Why execve failed, in words the user can act on; strerror is not async-signal-safe. */
+static const char *shoalrun_exec_why(int err)
+{
+    switch (err) {
+    case ENOEXEC: return "not an executable format (a script needs a #! line)";
+    case ENOENT: return "no such file, or its #! interpreter or loader is missing";
+    case EACCES: return "permission denied (not executable, or a noexec mount)";
+    case ETXTBSY: return "the file is open for writing";
+    case E2BIG: return "arguments and environment too long";
+    case ENOMEM: return "out of memory";
+    case ELIBBAD: return "its #! interpreter or loader is corrupt";
+    default: return "see execve(2)";
+    }
+}
+
+static void shoalrun_child_fail(const char *what, const char *why)
 {
     static const char msg[] = "shoalrun: rank setup failed: ";
 
     (void)!write(2, msg, sizeof(msg) - 1);
     (void)!write(2, what, strlen(what));
+    if (why != NULL) {
+        (void)!write(2, ": ", 2);
+        (void)!write(2, why, strlen(why));
+    }
     (void)!write(2, "\n", 1);
     _exit(SHOALRUN_EXIT_NOEXEC);
 }
@@ -509,17 +528,17 @@ static void shoalrun_child_exec(shoalrun_job_t *job, int rank, int out_w, int er
         int fd = open("/dev/null", O_RDONLY);
 
         if (fd < 0 || dup2(fd, 0) < 0) {
-            shoalrun_child_fail("cannot open /dev/null");
+            shoalrun_child_fail("cannot open /dev/null", NULL);
         }
         if (fd != 0) {
             close(fd);
         }
     }
     if (out_w >= 0 && (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)) {
-        shoalrun_child_fail("dup2 failed");
+        shoalrun_child_fail("dup2 failed", NULL);
     }
     execve(job->path, job->opts.argv, job->envs[rank]);
-    shoalrun_child_fail("execve failed");
+    shoalrun_child_fail(job->path, shoalrun_exec_why(errno));
 }
 
 static void shoalrun_stream_init(shoalrun_stream_t *s, int fd, int out_fd)

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=36
+NTESTS=37
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -259,4 +259,13 @@ SHOAL_TIMEOUT_MS=1000 run -n 2 --timeout 60 -x SHOAL_TIMEOUT_MS=30000 \
 [ "$rc" -eq 0 ] && ! grep -q 'giving up' "$T/err"
 ok $? "ranks that init 2.5 s after the start join a root given SHOAL_TIMEOUT_MS=1000 (rc $rc)"
 [ "$rc" -eq 0 ] || diag_file "$T/err"
+# 37: a program execve refuses is reported with the reason (it said only "execve failed")
+printf 'echo hi\n' > "$T/noshebang"; chmod +x "$T/noshebang"
+printf '#!/nonexistent/interp\necho hi\n' > "$T/badinterp"; chmod +x "$T/badinterp"
+run -n 1 "$T/noshebang"; a=$rc; cp "$T/err" "$T/err.a"
+run -n 1 "$T/badinterp"
+[ "$a" -eq 127 ] && [ "$rc" -eq 127 ] &&
+    grep -q "rank setup failed: $T/noshebang: not an executable format (a script needs a #! line)" "$T/err.a" &&
+    grep -q "rank setup failed: $T/badinterp: no such file, or its #! interpreter" "$T/err"
+ok $? "execve's refusal names the program and why, exit 127 (got $a, $rc)"
 exit 0
