@@ -653,6 +653,11 @@ shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, v
                                           ? "the root refused this rank's proof of the job "
                                             "secret (an id of another job, or ranks that do "
                                             "not all hold the same job credential)"
+                                      : st == SHOAL_ERR_INVALID_ARG
+                                          ? "the root refused this rank (its rank or rank "
+                                            "count does not fit the job's: every rank needs "
+                                            "the same SHOAL_NRANKS or launcher size, and a "
+                                            "SHOAL_RANK of its own below it)"
                                           : "the root refused this rank");
     }
     if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_FAILED && b->keyed &&

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=37
+NTESTS=38
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -268,4 +268,11 @@ run -n 1 "$T/badinterp"
     grep -q "rank setup failed: $T/noshebang: not an executable format (a script needs a #! line)" "$T/err.a" &&
     grep -q "rank setup failed: $T/badinterp: no such file, or its #! interpreter" "$T/err"
 ok $? "execve's refusal names the program and why, exit 127 (got $a, $rc)"
+# 38: ranks that disagree on the rank count: the refused one is told what to check (it got
+# "the root refused this rank: invalid argument")
+run -n 2 --grace 1 --timeout 60 -x SHOAL_TIMEOUT_MS=5000 sh -c \
+    'if [ "$SHOAL_RANK" = 1 ]; then export SHOAL_NRANKS=3; fi; exec "$0" -b 8 -e 8 -n 1 -w 1' \
+    "$P/allreduce_perf"
+[ "$rc" -ne 0 ] && grep -q "does not fit the job's: every rank needs the same SHOAL_NRANKS" "$T/err"
+ok $? "a rank of a job of another size is refused with a sentence naming SHOAL_NRANKS (rc $rc)"
 exit 0
