@@ -130,10 +130,11 @@ static void shoalrun_usage(FILE *f)
             "  -h, --help          this help\n"
             "\n"
             "Each rank gets SHOAL_UID, SHOAL_RANK, SHOAL_NRANKS, SHOAL_LOCAL_RANK and\n"
-            "SHOAL_LOCAL_SIZE. SIGINT, SIGTERM and SIGHUP are forwarded to every rank, which\n"
-            "is killed if still running %g s later; SIGUSR1 and SIGUSR2 are only forwarded.\n"
-            "The exit status is the worst of the ranks' (128+N for a rank\n"
-            "killed by signal N), %d on timeout, %d if program cannot be run.\n",
+            "SHOAL_LOCAL_SIZE. Each rank leads a process group, killed when the job ends.\n"
+            "SIGINT, SIGTERM and SIGHUP are forwarded to every rank, which is killed if\n"
+            "still running %g s later; SIGUSR1 and SIGUSR2 are only forwarded. The exit\n"
+            "status is the worst of the ranks' (128+N for a rank killed by signal N),\n"
+            "%d on timeout, %d if program cannot be run.\n",
             SHOALRUN_MAX_RANKS, SHOALRUN_EXIT_TIMEOUT, SHOALRUN_SIGNAL_GRACE_S,
             SHOALRUN_EXIT_TIMEOUT,
             SHOALRUN_EXIT_NOEXEC);
@@ -912,6 +913,21 @@ static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stre
     }
 }
 
+/* The job is over: what a rank started in its process group and left running (a background
+ * child) went on after shoalrun, orphaned; it is killed now, as the job's end. */
+static void shoalrun_kill_leftovers(const shoalrun_job_t *job)
+{
+    for (int i = 0; i < job->opts.nranks; i++) {
+        const shoalrun_rank_t *r = &job->ranks[i];
+
+        if (r->pid > 0 && !r->running && kill(-r->pid, 0) == 0) {
+            fprintf(stderr, "shoalrun: rank %d exited, leaving processes of its group running: "
+                    "killing them\n", i);
+            kill(-r->pid, SIGKILL);
+        }
+    }
+}
+
 static int shoalrun_exit_code(const shoalrun_job_t *job)
 {
     int worst = 0;
@@ -1052,6 +1068,7 @@ static int shoalrun_job_run(shoalrun_job_t *job)
         }
     }
     shoalrun_loop(job, pfd, smap, rmap);
+    shoalrun_kill_leftovers(job);
     free(pfd);
     free(smap);
     free(rmap);

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=38
+NTESTS=39
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -275,4 +275,12 @@ run -n 2 --grace 1 --timeout 60 -x SHOAL_TIMEOUT_MS=5000 sh -c \
     "$P/allreduce_perf"
 [ "$rc" -ne 0 ] && grep -q "does not fit the job's: every rank needs the same SHOAL_NRANKS" "$T/err"
 ok $? "a rank of a job of another size is refused with a sentence naming SHOAL_NRANKS (rc $rc)"
+# 39: what a rank started in the background and left running is killed when the job ends
+# (it went on, orphaned, after shoalrun had exited)
+run -n 2 --timeout 60 sh -c 'sleep 60 >/dev/null 2>&1 & echo $! > '"$T"'/pid.$SHOAL_RANK'
+i=0; while [ $i -lt 20 ] && ! all_dead "$T/pid.0" "$T/pid.1"; do sleep 0.1; i=$((i + 1)); done
+[ "$rc" -eq 0 ] && all_dead "$T/pid.0" "$T/pid.1" && grep -q 'leaving processes of its group running' "$T/err"
+ok $? "a rank's background child is killed at the job's end (rc $rc)"
+for f in "$T"/pid.*; do [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+rm -f "$T"/pid.*
 exit 0
