@@ -530,10 +530,21 @@ shoal_status_t shoal_boot_fail(shoal_boot_t *b, shoal_status_t st, const char *w
  * Non-blocking: a root whose backlog is full, or an address that drops SYNs, would otherwise
  * hold the caller in the kernel's SYN retries (about 2 minutes) past SHOAL_TIMEOUT_MS and
  * shoal_comm_abort. */
+/* Every attempt until the deadline was refused: nothing listens there, and without a word
+ * more the user saw only a timeout. */
+static void shoal_boot_dial_refused(const shoal_boot_t *b)
+{
+    shoal_error(BOOT, "rank %d: nothing listens at the root's address %s (every connection "
+                "refused for %d ms): the root's process is gone or never started; a SHOAL_UID "
+                "left in the environment from an earlier job, or (SHOAL_ROOT) rank 0 not "
+                "running?", b->rank, b->root_str, b->timeout_ms);
+}
+
 static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u,
                                       uint64_t deadline)
 {
     unsigned backoff_us = 1000;
+    int refused = 0, other = 0; /* attempts that ended refused, or otherwise */
     for (;;) {
         int fd = socket(u->root.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         int one = 1, err = 0;
@@ -550,7 +561,9 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
             st = shoal_sock_poll(fd, POLLOUT, deadline, b->abort_flag);
             if (st != SHOAL_OK) {
                 close(fd);
-                if (st == SHOAL_ERR_TIMEOUT) {
+                if (st == SHOAL_ERR_TIMEOUT && refused > 0 && other == 0) {
+                    shoal_boot_dial_refused(b);
+                } else if (st == SHOAL_ERR_TIMEOUT) {
                     shoal_error(BOOT, "connect(%s) did not complete within the timeout",
                                 b->root_str);
                 }
@@ -567,6 +580,8 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
             return SHOAL_OK;
         }
         close(fd);
+        refused += err == ECONNREFUSED;
+        other += err != ECONNREFUSED;
         if (err != ECONNREFUSED && err != ETIMEDOUT && err != EINTR && err != ENETUNREACH &&
             err != EHOSTUNREACH) {
             shoal_error(BOOT, "connect(%s) failed: %s", b->root_str, strerror(err));
@@ -576,6 +591,9 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline)) {
+            if (refused > 0 && other == 0) {
+                shoal_boot_dial_refused(b);
+            }
             return SHOAL_ERR_TIMEOUT;
         }
         shoal_sleep_us(backoff_us);

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=39
+NTESTS=40
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -283,4 +283,13 @@ i=0; while [ $i -lt 20 ] && ! all_dead "$T/pid.0" "$T/pid.1"; do sleep 0.1; i=$(
 ok $? "a rank's background child is killed at the job's end (rc $rc)"
 for f in "$T"/pid.*; do [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$T"/pid.*
+# 40: a SHOAL_UID left from a job that is over: the rank says that nothing listens at the
+# root and why that may be (it said only that connect did not complete within the timeout)
+run -n 1 --timeout 60 sh -c 'echo "$SHOAL_UID"'
+stale=$(sed -n 's/^\[0\] //p' "$T/out")
+SHOAL_UID=$stale SHOAL_RANK=0 SHOAL_NRANKS=2 SHOAL_TIMEOUT_MS=1000 timeout -s KILL 60 \
+    "$P/allreduce_perf" -b 8 -e 8 -n 1 -w 1 >/dev/null 2>"$T/err"; r=$?
+[ "$r" -ne 0 ] && grep -q "nothing listens at the root's address .*a SHOAL_UID left in the environment from an earlier job" "$T/err"
+ok $? "a stale SHOAL_UID: the rank names the likely cause (rc $r)"
+[ "$r" -ne 0 ] || diag_file "$T/err"
 exit 0
