@@ -179,3 +179,17 @@ int tap_check_fill(const uint8_t *buf, size_t len, uint64_t seed)
     }
     return 1;
 }
+
+uint64_t tap_run_delay_ns(void)
+{
+    unsigned long long on_cpu, waited = 0;
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (f == NULL) {
+        return 0;
+    }
+    if (fscanf(f, "%llu %llu", &on_cpu, &waited) != 2) {
+        waited = 0;
+    }
+    fclose(f);
+    return waited;
+}

@@ -34,4 +34,10 @@ int tap_read_n(int fd, void *buf, size_t len, int ms);
 void tap_fill(uint8_t *buf, size_t len, uint64_t seed);
 int tap_check_fill(const uint8_t *buf, size_t len, uint64_t seed);
 
+/* Nanoseconds this thread has waited for a CPU, runnable but not running
+ * (/proc/thread-self/schedstat, second field; 0 where the kernel does not say): timed checks
+ * bound a span less this, the part of it the code under test did not decide (on a machine at
+ * load 16 on 2 CPUs it was 50-114 ms of a wake-up, 80% of a pacing span). */
+uint64_t tap_run_delay_ns(void);
+
 #endif

@@ -472,24 +472,8 @@ static shoal_status_t shoal_coll_agree(struct shoal_comm *comm, shoal_coll_agree
     static int warned;
     shoal_coll_agreed_t mine = *g;
     uint32_t seq = comm->seq++;
-    int n = comm->nranks, r = comm->rank;
 
-    for (int m = 1; m < n; m *= 2) {
-        shoal_tl_req_t req, *rp = &req;
-        int peer;
-        if (r < m && r + m < n) {
-            peer = r + m;
-            SHOAL_CHECK(shoal_chan_isend(comm, peer, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP, 0,
-                                         &req));
-        } else if (r >= m && r < 2 * m) {
-            peer = r - m;
-            SHOAL_CHECK(shoal_chan_irecv(comm, peer, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP, 0,
-                                         &req));
-        } else {
-            continue;
-        }
-        SHOAL_CHECK(shoal_chan_waitall(comm, &rp, &peer, 1));
-    }
+    SHOAL_CHECK(shoal_chan_bcast_small(comm, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP));
     if (g->algo < 0 || g->algo >= SHOAL_ALGO_COUNT) {
         return shoal_comm_set_failed(comm, SHOAL_ERR_PROTOCOL, 0, "rank 0 (%s) sent algorithm "
                                      "%lld, which does not exist", shoal_comm_peer_host(comm, 0),

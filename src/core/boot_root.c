@@ -983,20 +983,25 @@ static void shoal_roots_reap(void)
     }
 }
 
+/* Under shoal_roots_lock: one wait of at most 10 ms for a root's thread to end. The condition
+ * variable's clock is CLOCK_REALTIME: callers keep their deadlines on the monotonic clock. */
+static void shoal_roots_cond_step(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+}
+
 /* Under shoal_roots_lock: until l's thread is over or the deadline (monotonic) passes. */
 static void shoal_roots_wait_over(shoal_root_live_t *l, uint64_t deadline)
 {
     while (!l->over && !shoal_deadline_passed(deadline)) {
-        struct timespec ts;
-        /* the condition variable's clock is CLOCK_REALTIME: steps of 10 ms, the deadline on
-         * the monotonic clock */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+        shoal_roots_cond_step();
     }
 }
 
@@ -1081,14 +1086,7 @@ static void shoal_roots_atexit(void)
             }
         }
         if (busy) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&shoal_roots_cond, &shoal_roots_lock, &ts);
+            shoal_roots_cond_step();
         }
     } while (busy && !shoal_deadline_passed(deadline));
     pthread_mutex_unlock(&shoal_roots_lock);

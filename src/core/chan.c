@@ -355,6 +355,21 @@ shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to, const void *
     return shoal_chan_waitall(comm, reqs, peers, 2);
 }
 
+shoal_status_t shoal_chan_bcast_small(struct shoal_comm *comm, void *buf, size_t len,
+                                      uint32_t seq, uint32_t step)
+{
+    int n = comm->nranks, r = comm->rank;
+
+    for (int m = 1; m < n; m *= 2) { /* round m: ranks below m send to rank + m */
+        if (r < m && r + m < n) {
+            SHOAL_CHECK(shoal_chan_sendrecv(comm, r + m, buf, -1, NULL, len, seq, step));
+        } else if (r >= m && r < 2 * m) {
+            SHOAL_CHECK(shoal_chan_sendrecv(comm, -1, NULL, r - m, buf, len, seq, step));
+        }
+    }
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_chan_waitany(struct shoal_comm *comm, shoal_tl_req_t **reqs,
                                   const int *peers, int n)
 {

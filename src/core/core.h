@@ -219,6 +219,10 @@ SHOAL_HIDDEN shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl
 SHOAL_HIDDEN shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to,
                                                 const void *sbuf, int from, void *rbuf,
                                                 size_t len, uint32_t seq, uint32_t step);
+/* Rank 0's len bytes of buf to every rank, down a binomial tree (log2 n rounds): the few
+ * settings a communicator agrees on at init (src/tune, src/coll). */
+SHOAL_HIDDEN shoal_status_t shoal_chan_bcast_small(struct shoal_comm *comm, void *buf,
+                                                   size_t len, uint32_t seq, uint32_t step);
 /* Without waiting: *done_p = 1 when every non-NULL request is done; a failed request fails
  * the communicator (naming the peer) and its status is returned. */
 SHOAL_HIDDEN shoal_status_t shoal_chan_test(struct shoal_comm *comm, shoal_tl_req_t **reqs,

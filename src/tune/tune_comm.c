@@ -131,28 +131,6 @@ int shoal_tune_record_check(const shoal_tune_t *t)
     return 1;
 }
 
-/* Binomial tree from rank 0: round m, ranks below m send to rank + m. */
-static shoal_status_t shoal_tune_bcast(struct shoal_comm *comm, shoal_tune_t *t, uint32_t seq)
-{
-    int n = comm->nranks, r = comm->rank;
-
-    for (int m = 1; m < n; m *= 2) {
-        shoal_tl_req_t req, *rp = &req;
-        int peer;
-        if (r < m && r + m < n) {
-            peer = r + m;
-            SHOAL_CHECK(shoal_chan_isend(comm, peer, t, sizeof(*t), seq, SHOAL_TUNE_STEP, 0, &req));
-        } else if (r >= m && r < 2 * m) {
-            peer = r - m;
-            SHOAL_CHECK(shoal_chan_irecv(comm, peer, t, sizeof(*t), seq, SHOAL_TUNE_STEP, 0, &req));
-        } else {
-            continue;
-        }
-        SHOAL_CHECK(shoal_chan_waitall(comm, &rp, &peer, 1));
-    }
-    return SHOAL_OK;
-}
-
 /* A rank whose own explicit setting lost to rank 0's says so once. */
 static void shoal_tune_warn_mismatch(struct shoal_comm *comm, const shoal_tune_t *t)
 {
@@ -182,7 +160,7 @@ shoal_status_t shoal_tune_comm_agree(struct shoal_comm *comm, shoal_tune_t *t)
         shoal_tune_resolve_local(shoal_tune_disc_mode(), t);
     }
     if (comm->nranks > 1) {
-        SHOAL_CHECK(shoal_tune_bcast(comm, t, seq));
+        SHOAL_CHECK(shoal_chan_bcast_small(comm, t, sizeof(*t), seq, SHOAL_TUNE_STEP));
     }
     if (!shoal_tune_record_check(t)) {
         return shoal_comm_set_failed(comm, SHOAL_ERR_PROTOCOL, 0, "rank 0 (%s) sent settings "

@@ -347,22 +347,12 @@ static double cpu_s(void)
            (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-/* Milliseconds this thread has waited for a CPU, runnable but not running
- * (/proc/thread-self/schedstat, second field; 0 where the kernel does not say). The wake-up
- * checks below bound a latency less this: on a loaded machine (load 16 on 2 CPUs) a woken
- * receiver waited 50 to 114 ms for a CPU after a wake-up that came in time. */
+/* Milliseconds this thread has waited for a CPU (tap_run_delay_ns). The wake-up checks below
+ * bound a latency less this: on a loaded machine (load 16 on 2 CPUs) a woken receiver waited
+ * 50 to 114 ms for a CPU after a wake-up that came in time. */
 static double run_delay_ms(void)
 {
-    unsigned long long on_cpu, waited = 0;
-    FILE *f = fopen("/proc/thread-self/schedstat", "r");
-    if (f == NULL) {
-        return 0;
-    }
-    if (fscanf(f, "%llu %llu", &on_cpu, &waited) != 2) {
-        waited = 0;
-    }
-    fclose(f);
-    return (double)waited / 1e6;
+    return (double)tap_run_delay_ns() / 1e6;
 }
 
 static void case_futex(env_t *e)

@@ -51,28 +51,12 @@ static void sleep_ms(int ms)
     usleep((useconds_t)ms * 1000);
 }
 
-/* Time this thread has spent runnable but not running (/proc/thread-self/schedstat, second
- * field), 0 where the kernel does not say: the part of a wall-clock span the pacer did not
- * decide. On a loaded machine it was 80% of the span. */
-static uint64_t run_delay_ns(void)
-{
-    unsigned long long on_cpu, waited = 0;
-    FILE *f = fopen("/proc/thread-self/schedstat", "r");
-    if (f == NULL) {
-        return 0;
-    }
-    if (fscanf(f, "%llu %llu", &on_cpu, &waited) != 2) {
-        waited = 0;
-    }
-    fclose(f);
-    return waited;
-}
 
-/* Milliseconds since t0 less the time the thread waited for a CPU since w0 (run_delay_ns):
+/* Milliseconds since t0 less the time the thread waited for a CPU since w0 (tap_run_delay_ns):
  * an upper bound on a wait the pacer decided that holds on a loaded machine. */
 static double ran_ms(uint64_t t0, uint64_t w0)
 {
-    uint64_t w = run_delay_ns(), t = shoal_time_ns();
+    uint64_t w = tap_run_delay_ns(), t = shoal_time_ns();
     return ((double)(t - t0) - (double)(w - w0)) / 1e6;
 }
 
@@ -87,7 +71,7 @@ static void test_bucket(void)
     tap_is_int((long long)shoal_qos_pace_rate(p), (long long)rate, "its rate");
     /* Drain the initial bucket, then 0.5 s of 48 KiB messages (not a multiple of a step). */
     shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX);
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     int bad = 0;
     while (sent < rate / 2) {
@@ -96,7 +80,7 @@ static void test_bucket(void)
     }
     tap_is_int(bad, 0, "every take succeeded");
     t1 = shoal_time_ns();
-    w1 = run_delay_ns();
+    w1 = tap_run_delay_ns();
     double got = (double)sent / ((double)(t1 - t0) * 1e-9);
     /* The same span less the time the thread waited for a CPU: what the pacer's own waits
      * allow. On the wall clock alone a loaded machine (2 CPUs, load 16) paced 28.8 MiB/s,
@@ -152,7 +136,7 @@ static void test_never_hangs(void)
     tap_is_int((long long)p->rate, (long long)SHOAL_QOS_PACE_RATE_MIN,
                "a rate below the minimum is raised to it");
     shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX); /* empty bucket */
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     tap_is_int(shoal_qos_pace_take(p, 1 << 20, t0 + 50000000ull), SHOAL_OK,
                "past the deadline: no longer held back");
@@ -160,7 +144,7 @@ static void test_never_hangs(void)
            (shoal_time_ns() - t0) / 1e6);
     abort_flag = 1;
     shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX);
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     tap_is_int(shoal_qos_pace_take(p, 1 << 20, UINT64_MAX), SHOAL_ERR_ABORTED,
                "the abort flag ends a wait");
@@ -170,7 +154,7 @@ static void test_never_hangs(void)
     prm = (shoal_qos_pace_params_t){.rates_timeout_ms = -1};
     shoal_qos_pace_create(&prm, &p);
     tap_is_int((long long)shoal_qos_pace_rate(p), 0, "no cap, no page: not paced");
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     for (int i = 0; i < 1000; i++) {
         shoal_qos_pace_take(p, 64 << 20, UINT64_MAX);
@@ -196,13 +180,13 @@ static void test_call_deadline(void)
     shoal_qos_pace_take(p, (size_t)p->burst, UINT64_MAX); /* empty bucket */
     /* At least the deadline on the wall clock; at most well under 8 s less any wait for a
      * CPU (ran_ms), which on a loaded machine alone can pass the bounds. */
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     tap_is_int(shoal_qos_pace_take(p, 512 << 10, 0), SHOAL_OK, "one take of 512 KiB at 64 KiB/s");
     ms = (shoal_time_ns() - t0) / 1e6;
     tap_ok(ms >= 250 && ran_ms(t0, w0) < 900,
            "... held back until its deadline, 300 ms (%.0f ms), not 8 s", ms);
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     for (int i = 0; i < 4; i++) {
         shoal_qos_pace_take_call(p, 256 << 10, 7);
@@ -210,7 +194,7 @@ static void test_call_deadline(void)
     ms = (shoal_time_ns() - t0) / 1e6;
     tap_ok(ms >= 250 && ran_ms(t0, w0) < 900,
            "four takes of one call: 300 ms in all (%.0f ms), not 16 s", ms);
-    w0 = run_delay_ns();
+    w0 = tap_run_delay_ns();
     t0 = shoal_time_ns();
     shoal_qos_pace_take_call(p, 256 << 10, 7);
     tap_ok(ran_ms(t0, w0) < 50, "... a fifth take of that call waits no more");
