@@ -763,7 +763,9 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     *comm_p = comm;
     return SHOAL_OK;
 err:
-    if (comm->boot_root.len > 0) { /* a root here may still tell ranks that come late */
+    if (comm->boot_root.len > 0) { /* a root here tells the job now, and the ranks that come
+                                    * late (shoal_comm_init_failed's, before the grace) */
+        shoal_boot_root_fail(&comm->boot_root);
         shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000), 0);
         comm->boot_root.len = 0;
     }
