@@ -1008,8 +1008,10 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     if (shoalrun_signals_setup(job) != 0) {
         return 1;
     }
-    /* Every rank runs on this host: the root (and the ranks' split roots) listen on loopback
-     * only, unless the user asked otherwise. */
+    /* Every rank runs on this host: the root listens on loopback only, unless the user asked
+     * otherwise. Only this process's value (the ranks' environment is the snapshot); their
+     * own roots, of split communicators, pick loopback by themselves when every member is on
+     * one host (SHOAL_BOOT_BIND=auto). */
     setenv("SHOAL_BOOT_BIND", "loopback", 0);
     /* The root waits as long as the ranks live (their own SHOAL_TIMEOUT_MS bounds their
      * joins, shoalrun's life the root's): with the user's, it gave up SHOAL_TIMEOUT_MS (300 s)
