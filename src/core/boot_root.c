@@ -1090,6 +1090,7 @@ static void shoal_roots_atexit(void)
         }
     } while (busy && !shoal_deadline_passed(deadline));
     pthread_mutex_unlock(&shoal_roots_lock);
+    shoal_roots_reap(); /* joined: a thread over but not joined is a leak (ThreadSanitizer) */
 }
 
 /* libcrypto first, so that its atexit cleanup is registered before ours and runs after. */
