@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAXR 4
@@ -790,6 +791,119 @@ static void test_local(void)
     tl->fini(ctx);
 }
 
+/* A file named like a segment in dir, of size len, optionally with a header; its mtime set
+ * age seconds back. 0 on success. */
+static int sweep_file(const char *dir, const char *name, int age, uint32_t version)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 || ftruncate(fd, 8192) != 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    shoal_shm_ctrl_t c = {.magic = SHOAL_SHM_MAGIC, .version = version};
+    int ok = version == 0 || pwrite(fd, &c, sizeof(c), 0) == (ssize_t)sizeof(c);
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = time(NULL) - age}};
+    ok &= futimens(fd, ts) == 0;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static int sweep_exists(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static int sweep_age(const char *dir, const char *name, int age)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = time(NULL) - age}};
+    return utimensat(AT_FDCWD, path, ts, 0);
+}
+
+/* shoal_shm_sweep removes the segments of dead owners only: a rank killed between making its
+ * segment and removing its name left it in the directory for good (9.4 MB for 3 ranks). The
+ * owner of a live segment holds its OFD lock, a forked child's kill -9 releases it. */
+static void test_sweep(void)
+{
+    char dir[] = "/dev/shm/shoal_sweep_XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        tap_ok(0, "sweep: mkdtemp: %s", strerror(errno));
+        return;
+    }
+    const char *saved = shoal_shm_config.dir;
+    shoal_shm_config.dir = dir;
+    const char *dead = "shoal-0123456789abcdef0123456789abcdef";
+    const char *young = "shoal-00000000000000000000000000000001";
+    const char *v1 = "shoal-00000000000000000000000000000002";
+    const char *blank = "shoal-00000000000000000000000000000003";
+    const char *other = "shoal-notours";
+    int made = sweep_file(dir, dead, 120, SHOAL_SHM_VERSION) == 0 &&
+               sweep_file(dir, young, 5, SHOAL_SHM_VERSION) == 0 &&
+               sweep_file(dir, v1, 120, 1) == 0 && sweep_file(dir, blank, 120, 0) == 0 &&
+               sweep_file(dir, other, 120, SHOAL_SHM_VERSION) == 0;
+
+    /* a live owner in another process: a forked child's own segment */
+    int pfd[2] = {-1, -1};
+    char live[SHOAL_SHM_NAME_MAX] = "";
+    pid_t pid = made && pipe(pfd) == 0 ? fork() : -1;
+    if (pid == 0) {
+        alarm(30);
+        close(pfd[0]);
+        shoal_tl_params_t params = {.rank = 0, .nranks = 1, .local_rank = 0, .local_size = 1,
+                                    .comm_id = 0x5eed0002u, .secret = secret,
+                                    .timeout_ms = 1000, .abort_flag = &no_abort};
+        shoal_tl_ctx_t *ctx = NULL;
+        if (tl->init(&params, &ctx) == SHOAL_OK &&
+            write(pfd[1], ctx->name, sizeof(ctx->name)) == (ssize_t)sizeof(ctx->name)) {
+            pause(); /* till the parent's SIGKILL */
+        }
+        _exit(1);
+    }
+    if (pfd[1] >= 0) {
+        close(pfd[1]);
+    }
+    int got = pid > 0 && read(pfd[0], live, sizeof(live)) == (ssize_t)sizeof(live) &&
+              live[0] == '/' && sweep_age(dir, live + 1, 120) == 0;
+    if (pfd[0] >= 0) {
+        close(pfd[0]);
+    }
+    unsigned n1 = got ? shoal_shm_sweep(SHOAL_SHM_SWEEP_AGE_S) : 0;
+    tap_ok(made && got && n1 == 2 && !sweep_exists(dir, dead) && !sweep_exists(dir, blank),
+           "sweep: a 2-minute-old unlocked segment and an unformatted one go (%u removed)", n1);
+    tap_ok(got && sweep_exists(dir, live + 1), "sweep: a live process's segment stays (its lock "
+           "is held), however old");
+    tap_ok(made && sweep_exists(dir, young) && sweep_exists(dir, v1) &&
+               sweep_exists(dir, other), "sweep: a young file, another shm version's segment "
+           "and a name not ours stay");
+    int status = 0;
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    /* its mtime moved again when its owner wrote the header: older once more */
+    unsigned n2 = got && sweep_age(dir, live + 1, 120) == 0 ? shoal_shm_sweep(60) : 0;
+    tap_ok(got && n2 == 1 && !sweep_exists(dir, live + 1), "sweep: the same segment goes once "
+           "its owner was killed (%u removed)", n2);
+
+    const char *names[] = {dead, young, v1, blank, other, live[0] ? live + 1 : NULL};
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(names); i++) {
+        char path[512];
+        if (names[i] != NULL) {
+            snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+            unlink(path);
+        }
+    }
+    rmdir(dir);
+    shoal_shm_config.dir = saved;
+}
+
 /* Sizes derived by src/tune (params->sizes) set the ring; zeros leave the variables'; a
  * derived value out of range is refused like the variable would be. */
 static void test_sizes(void)
@@ -845,6 +959,7 @@ int main(void)
     }
     test_local();
     test_sizes();
+    test_sweep();
     const case_t cases[] = {
         {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
          .killed_rank = -1},

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=40
+NTESTS=41
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -292,4 +292,15 @@ SHOAL_UID=$stale SHOAL_RANK=0 SHOAL_NRANKS=2 SHOAL_TIMEOUT_MS=1000 timeout -s KI
 [ "$r" -ne 0 ] && grep -q "nothing listens at the root's address .*a SHOAL_UID left in the environment from an earlier job" "$T/err"
 ok $? "a stale SHOAL_UID: the rank names the likely cause (rc $r)"
 [ "$r" -ne 0 ] || diag_file "$T/err"
+# 41: a segment left in SHOAL_SHM_DIR by a rank killed in the middle of init (no lock held,
+# unmodified for 2 minutes) is removed by the next job's ranks; it stayed until reboot
+mkdir -p "$T/shmdir2"
+dead=$T/shmdir2/shoal-0123456789abcdef0123456789abcdef
+head -c 65536 /dev/zero > "$dead" && chmod 600 "$dead" && touch -m -d '-2 minutes' "$dead"
+run -n 2 --timeout 60 -x SHOAL_TRANSPORT=shm -x "SHOAL_SHM_DIR=$T/shmdir2" -x SHOAL_DEBUG=INFO \
+    -x SHOAL_DEBUG_SUBSYS=SHM "$P/allreduce_perf" -b 8 -e 8 -n 1 -w 1
+[ "$rc" -eq 0 ] && [ -z "$(ls -A "$T/shmdir2")" ] &&
+    grep -q "removed segment $T/shmdir2/shoal-0123456789abcdef0123456789abcdef (65536 bytes): its owner died" "$T/err"
+ok $? "a dead rank's leftover segment is removed by the next job (rc $rc)"
+[ "$rc" -eq 0 ] && [ -z "$(ls -A "$T/shmdir2")" ] || diag_file "$T/err"
 exit 0

@@ -33,10 +33,16 @@
 #include <sys/types.h>
 
 #define SHOAL_SHM_MAGIC 0x53484f414c53484dull /* "MHSLAOHS" */
-#define SHOAL_SHM_VERSION 1
+/* 2: the owner holds an OFD write lock on its segment while the segment's name exists
+ * (shoal_shm_sweep tells a dead owner's segment by the lock's absence). */
+#define SHOAL_SHM_VERSION 2
 #define SHOAL_SHM_ADDR_MAGIC 0x6d687373u
 #define SHOAL_SHM_NAME_MAX 48
 #define SHOAL_SHM_NAME_PREFIX "/shoal-"
+/* A segment with no lock is left by a process that died only once it is this old: the lock
+ * is taken by the two system calls after the file's creation, so a younger unlocked file may
+ * be one being made (shoal_shm_sweep). */
+#define SHOAL_SHM_SWEEP_AGE_S 60
 /* Longest futex sleep while a request is pending: a dead peer never rings the doorbell. */
 #define SHOAL_SHM_PENDING_SLEEP_US 2000
 /* Longest futex sleep when wait() is given a negative (infinite) timeout. */
@@ -166,6 +172,7 @@ struct shoal_tl_ctx {
     shoal_shm_layout_t layout;
     char name[SHOAL_SHM_NAME_MAX];
     int unlinked;
+    int lock_fd;                /* our segment's fd, holding its lock, while its name exists */
     void *base;                 /* our segment */
     shoal_shm_ctrl_t *ctrl;
     uint32_t bell_seen;         /* doorbell value read by the last progress() */
@@ -229,6 +236,10 @@ SHOAL_HIDDEN void *shoal_shm_mem_map(shoal_tl_ctx_t *ctx, int local_rank,
 SHOAL_HIDDEN void shoal_shm_mem_unmap_all(shoal_tl_ctx_t *ctx);
 /* 0 if a process_vm_readv of the peer's control block works, else the errno. */
 SHOAL_HIDDEN int shoal_shm_cma_probe(shoal_ep_t *ep);
+/* Removes the segments in SHOAL_SHM_DIR that this user's dead processes left: named like
+ * ours, owned by the effective uid, unmodified for min_age_s seconds, their lock not held,
+ * not of another shm version. Returns how many went. */
+SHOAL_HIDDEN unsigned shoal_shm_sweep(unsigned min_age_s);
 SHOAL_HIDDEN int shoal_shm_peer_copy_ok(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN shoal_status_t shoal_shm_peer_copy(shoal_tl_ctx_t *ctx, int local_rank, int write,
                                                 void *local, uint64_t remote, size_t len);

@@ -47,7 +47,8 @@ static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
         .dflt = "/dev/shm",
         .doc = "where the shm transport makes its segments (checked for write access and free "
                "space): another directory, e.g. a larger tmpfs where a container's /dev/shm is "
-               "small, must be the same for every rank of a host",
+               "small, must be the same for every rank of a host; segments that dead "
+               "processes of the same user left there are removed (see Transports)",
         .offset = offsetof(shoal_shm_config_t, dir),
         .type = SHOAL_CFG_STRING,
     },

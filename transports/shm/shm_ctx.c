@@ -1,6 +1,7 @@
 /* Shared-memory transport: segments, connection, sleeping, failure, shared areas. */
 #include "transports/shm/shm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <stddef.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,6 +86,87 @@ static int shoal_shm_seg_unlink(const char *name)
         return -1;
     }
     return unlink(path);
+}
+
+/* Takes (lock = 1) or tests (lock = 0) the whole-file OFD write lock of a segment: 0 if it
+ * was taken / nobody holds it, 1 if another open file description holds a lock, -1 and errno
+ * on failure. OFD locks belong to the open file, not the process: they hold in a forked
+ * child, are not lost when another descriptor of the file is closed, and go when the last
+ * descriptor goes, which is how a dead owner's segment is told apart (shoal_shm_sweep). */
+static int shoal_shm_seg_lock(int fd, int lock)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, lock ? F_OFD_SETLK : F_OFD_GETLK, &fl) != 0) {
+        return lock && (errno == EAGAIN || errno == EACCES) ? 1 : -1;
+    }
+    return !lock && fl.l_type != F_UNLCK;
+}
+
+/* Whether a directory entry is shaped like one of our segments' names. */
+static int shoal_shm_seg_name_ok(const char *entry)
+{
+    size_t plen = strlen(SHOAL_SHM_NAME_PREFIX) - 1; /* without the '/' */
+    return strncmp(entry, SHOAL_SHM_NAME_PREFIX + 1, plen) == 0 &&
+           strlen(entry) == plen + 32 && strspn(entry + plen, "0123456789abcdef") == 32;
+}
+
+/* One entry of the sweep: 1 if it was a dead owner's segment and is gone. */
+static int shoal_shm_sweep_one(int dfd, const char *entry, time_t now, unsigned min_age_s)
+{
+    struct stat sb;
+    if (fstatat(dfd, entry, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+        sb.st_uid != geteuid() || sb.st_mtime > now - (time_t)min_age_s) {
+        return 0; /* only this user's plain files, old enough, are opened */
+    }
+    int fd = openat(dfd, entry, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        return 0; /* gone, or not ours to open */
+    }
+    struct {
+        uint64_t magic;
+        uint32_t version;
+    } hdr = {0, 0};
+    int dead = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+               sb.st_mtime <= now - (time_t)min_age_s && shoal_shm_seg_lock(fd, 0) == 0;
+    /* A segment of another version of shoal may have no lock while its owner lives (version
+     * 1 held none): it is left alone. One never formatted (its owner died before writing the
+     * header) is ours to judge. */
+    if (dead && pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
+        hdr.magic == SHOAL_SHM_MAGIC && hdr.version != SHOAL_SHM_VERSION) {
+        dead = 0;
+    }
+    /* Taking the lock before the unlink closes the race with another sweeper's or the
+     * (dead) owner's: nothing else ever takes it. */
+    if (dead && shoal_shm_seg_lock(fd, 1) == 0 && unlinkat(dfd, entry, 0) == 0) {
+        shoal_info(SHM, "removed segment %s/%s (%lld bytes): its owner died before removing "
+                   "it", shoal_shm_dir(), entry, (long long)sb.st_size);
+        close(fd);
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
+unsigned shoal_shm_sweep(unsigned min_age_s)
+{
+    int dfd = open(shoal_shm_dir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (d == NULL) {
+        if (dfd >= 0) {
+            close(dfd);
+        }
+        return 0; /* shoal_shm_query reports an unusable directory */
+    }
+    unsigned removed = 0;
+    time_t now = time(NULL);
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (shoal_shm_seg_name_ok(e->d_name)) {
+            removed += (unsigned)shoal_shm_sweep_one(dfd, e->d_name, now, min_age_s);
+        }
+    }
+    closedir(d);
+    return removed;
 }
 
 static int shoal_shm_query(void)
@@ -192,6 +275,13 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
         return SHOAL_ERR_SYSTEM;
     }
     shoal_status_t status = SHOAL_ERR_SYSTEM;
+    /* The lock says "my owner lives" for as long as the name exists (shoal_shm_sweep). A file
+     * system without OFD locks fails the sweep's test as well, so its segments are never
+     * taken for dead. */
+    if (shoal_shm_seg_lock(fd, 1) != 0) {
+        shoal_info(SHM, "no lock on segment %s: %s; a crash would leave it behind", ctx->name,
+                    strerror(errno));
+    }
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)total) != 0) {
         shoal_error(SHM, "sizing %s to %zu bytes failed: %s", ctx->name, total, strerror(errno));
         goto err_unlink;
@@ -220,7 +310,7 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
         shoal_error(SHM, "mmap(%s, %zu bytes) failed: %s", ctx->name, total, strerror(errno));
         goto err_unlink;
     }
-    close(fd);
+    ctx->lock_fd = fd;
     /* Fault the reserved pages in now, never on the data path. */
     memset(base, 0, ctx->layout.rings_off);
     for (unsigned i = 0; i < ctx->layout.nrings; i++) {
@@ -234,8 +324,8 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
     return SHOAL_OK;
 
 err_unlink:
+    shoal_shm_seg_unlink(ctx->name); /* before the close: the lock goes with the name */
     close(fd);
-    shoal_shm_seg_unlink(ctx->name);
     return status;
 }
 
@@ -294,6 +384,7 @@ static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_c
         .slot_size = SHOAL_ALIGN_UP(slot_size, SHOAL_CACHELINE),
         .nslots = nslots,
         .area_size = SHOAL_ALIGN_UP(shoal_shm_config.area_size, SHOAL_SHM_PAGE),
+        .lock_fd = -1,
     };
     shoal_shm_layout_compute(ctx->slot_size, ctx->nslots, ctx->area_size,
                              (unsigned)ctx->local_size, &ctx->layout);
@@ -302,6 +393,13 @@ static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_c
         shoal_error(SHM, "out of memory for %d local peers", ctx->local_size);
         status = SHOAL_ERR_NO_MEMORY;
         goto err_free;
+    }
+    /* Segments of this user's processes that died between making theirs and removing its
+     * name (a rank killed in the middle of init) would stay in the directory until reboot:
+     * the first context of each process removes them. */
+    static int swept;
+    if (!__atomic_exchange_n(&swept, 1, __ATOMIC_RELAXED)) {
+        shoal_shm_sweep(SHOAL_SHM_SWEEP_AGE_S);
     }
     status = shoal_shm_segment_create(ctx);
     if (status != SHOAL_OK) {
@@ -576,6 +674,10 @@ static void shoal_shm_unlink(shoal_tl_ctx_t *ctx)
         if (shoal_shm_seg_unlink(ctx->name) != 0 && !(ctx->lazy && errno == ENOENT)) {
             shoal_warn(SHM, "shm_unlink(%s) failed: %s", ctx->name, strerror(errno));
         }
+    }
+    if (ctx->lock_fd >= 0) {
+        close(ctx->lock_fd); /* the name is gone: nothing left to guard */
+        ctx->lock_fd = -1;
     }
 }
 
