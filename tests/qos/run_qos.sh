@@ -32,9 +32,7 @@ field() { # field NAME RESULT_LINE
 # behind the spinning ones (the free job, the others), longer than their bucket holds
 # (measured at load 15-20 on 2 CPUs: -14% to -47% with the free job at 0.8-1.4 GB/s, with
 # and without the pacer's fast path alike). perf/qos_bench.sh --mode cap has the figures.
-overloaded() {
-    awk -v n="$(nproc 2>/dev/null || echo 1)" '{ exit !($1 > 3 * n) }' /proc/loadavg 2>/dev/null
-}
+overloaded() { tap_overloaded; }
 cap_ok() { # cap_ok MAX_ERR MEAN_ERR MIN_B
     awk -v e="$1" -v m="$2" -v b="$3" -v c=33554432 -v o="$(overloaded && echo 1)" 'BEGIN {
         if (e == "" || m == "" || b == "") exit 1
