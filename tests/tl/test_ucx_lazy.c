@@ -400,6 +400,39 @@ static void test_silent(void)
     side_fini(&two);
 }
 
+/* Forks rank 1 of comm_id as another process: in the child (returns 0) s1 is initialised
+ * and its address written to up; in the parent (returns the pid) rank 1's address is in
+ * addrs[1]/lens[1], and ranks 0 and 2 are initialised in s0 and two. -1 (after tap_bail) if
+ * either side failed. The child lives under alarm(30): the test never hangs on it. */
+static pid_t fork_peer(uint32_t comm_id, int up[2], side_t *s1, side_t *s0, side_t *two,
+                       uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], size_t lens[NR])
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        if (side_init(s1, 1, comm_id, key_a, 3000) != 0) {
+            _exit(2);
+        }
+        lens[1] = side_addr(s1, addrs[1]);
+        if (write(up[1], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
+            write(up[1], addrs[1], lens[1]) != (ssize_t)lens[1]) {
+            _exit(3);
+        }
+        return 0;
+    }
+    if (pid < 0 || read(up[0], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
+        lens[1] > SHOAL_TL_ADDR_MAX || read(up[0], addrs[1], lens[1]) != (ssize_t)lens[1] ||
+        side_init(s0, 0, comm_id, key_a, 3000) != 0 ||
+        side_init(two, 2, comm_id, key_a, 3000) != 0) {
+        tap_bail("the forked peer did not start");
+        return -1;
+    }
+    lens[0] = side_addr(s0, addrs[0]);
+    lens[2] = side_addr(two, addrs[2]);
+    return pid;
+}
+
 /* Rank 1 is another process that publishes its address, then exits. */
 static void test_dead(void)
 {
@@ -407,7 +440,7 @@ static void test_dead(void)
     uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
     size_t lens[NR];
     int up[2], down[2];
-    side_t s0, two;
+    side_t s0, s1, two;
     side_t *sides[1] = {&s0};
     char c = 0;
 
@@ -415,30 +448,13 @@ static void test_dead(void)
         tap_bail("pipe: %s", strerror(errno));
         return;
     }
-    fflush(stdout);
-    pid_t pid = fork();
+    pid_t pid = fork_peer(comm_id, up, &s1, &s0, &two, addrs, lens);
     if (pid == 0) {
-        side_t s1;
-        alarm(30);
-        if (side_init(&s1, 1, comm_id, key_a, 3000) != 0) {
-            _exit(2);
-        }
-        lens[1] = side_addr(&s1, addrs[1]);
-        if (write(up[1], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
-            write(up[1], addrs[1], lens[1]) != (ssize_t)lens[1] || read(down[0], &c, 1) != 1) {
-            _exit(3);
-        }
-        _exit(0); /* gone without fini: what a crash leaves */
+        _exit(read(down[0], &c, 1) == 1 ? 0 : 3); /* gone without fini: what a crash leaves */
     }
-    if (pid < 0 || read(up[0], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
-        lens[1] > SHOAL_TL_ADDR_MAX || read(up[0], addrs[1], lens[1]) != (ssize_t)lens[1] ||
-        side_init(&s0, 0, comm_id, key_a, 3000) != 0 || side_init(&two, 2, comm_id, key_a,
-                                                                  3000) != 0) {
-        tap_bail("the forked peer did not start");
+    if (pid < 0) {
         return;
     }
-    lens[0] = side_addr(&s0, addrs[0]);
-    lens[2] = side_addr(&two, addrs[2]);
     side_connect(&s0, addrs, lens);
     (void)!write(down[1], &c, 1);
     waitpid(pid, NULL, 0);
@@ -474,7 +490,7 @@ static void test_left(void)
     uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], b0[64], b1[64], logbuf[4096];
     size_t lens[NR];
     int up[2], down[2], logp[2], saved = -1;
-    side_t s0, two;
+    side_t s0, s1, two;
     side_t *sides[1] = {&s0};
     ssize_t got = 0;
 
@@ -482,18 +498,9 @@ static void test_left(void)
         tap_bail("pipe: %s", strerror(errno));
         return;
     }
-    fflush(stdout);
-    pid_t pid = fork();
+    pid_t pid = fork_peer(comm_id, up, &s1, &s0, &two, addrs, lens);
     if (pid == 0) {
-        side_t s1;
-        alarm(30);
-        if (side_init(&s1, 1, comm_id, key_a, 3000) != 0) {
-            _exit(2);
-        }
-        lens[1] = side_addr(&s1, addrs[1]);
-        if (write(up[1], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
-            write(up[1], addrs[1], lens[1]) != (ssize_t)lens[1] ||
-            read(down[0], lens, sizeof(lens)) != (ssize_t)sizeof(lens) ||
+        if (read(down[0], lens, sizeof(lens)) != (ssize_t)sizeof(lens) ||
             read(down[0], addrs, sizeof(addrs)) != (ssize_t)sizeof(addrs)) {
             _exit(3);
         }
@@ -510,15 +517,9 @@ static void test_left(void)
         side_fini(&s1);
         _exit(0);
     }
-    if (pid < 0 || read(up[0], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
-        lens[1] > SHOAL_TL_ADDR_MAX || read(up[0], addrs[1], lens[1]) != (ssize_t)lens[1] ||
-        side_init(&s0, 0, comm_id, key_a, 3000) != 0 ||
-        side_init(&two, 2, comm_id, key_a, 3000) != 0) {
-        tap_bail("the forked peer did not start");
+    if (pid < 0) {
         return;
     }
-    lens[0] = side_addr(&s0, addrs[0]);
-    lens[2] = side_addr(&two, addrs[2]);
     (void)!write(down[1], lens, sizeof(lens));
     (void)!write(down[1], addrs, sizeof(addrs));
     side_connect(&s0, addrs, lens);
