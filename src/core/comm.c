@@ -1228,6 +1228,9 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     return st;
 }
 
+/* The colour a rank with a bad argument sends in the split's exchange (colours are ints). */
+#define SHOAL_SPLIT_BAD INT64_MIN
+
 shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
 {
     int64_t mine[2] = {color, key}, *all;
@@ -1237,8 +1240,20 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     shoal_boot_uid_t u;
     shoal_status_t st;
 
-    if (comm == NULL || newcomm_p == NULL || (color < 0 && color != SHOAL_SPLIT_NOCOLOR)) {
+    if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
+    }
+    /* A rank's bad argument still takes part in the exchange, as a mark the others see: the
+     * ranks that called with valid ones waited out their timeout for it before. */
+    int bad = newcomm_p == NULL || (color < 0 && color != SHOAL_SPLIT_NOCOLOR);
+    if (bad) {
+        shoal_error(CORE, "shoal_comm_split: %s on rank %d: every rank of the communicator "
+                    "fails this split", newcomm_p == NULL ? "no result pointer" :
+                    "a negative colour other than SHOAL_SPLIT_NOCOLOR", comm->rank);
+        mine[0] = SHOAL_SPLIT_BAD;
+        if (newcomm_p != NULL) {
+            *newcomm_p = NULL;
+        }
     }
     all = malloc(sizeof(mine) * (size_t)comm->nranks);
     if (all == NULL) {
@@ -1256,6 +1271,17 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     all[2 * comm->rank] = mine[0];
     all[2 * comm->rank + 1] = mine[1];
     SHOAL_CHECK_GOTO(shoal_comm_split_gather(comm, all, cseq), st, out);
+    for (int p = 0; p < comm->nranks; p++) {
+        if (all[2 * p] == SHOAL_SPLIT_BAD) {
+            if (!bad) {
+                shoal_error(CORE, "shoal_comm_split: rank %d passed an invalid colour or no "
+                            "result pointer (its log says which): this split fails", p);
+                *newcomm_p = NULL;
+            }
+            st = SHOAL_ERR_INVALID_ARG;
+            goto out;
+        }
+    }
     /* New rank: order by (key, parent rank) among ranks of my color. */
     for (int p = 0; p < comm->nranks; p++) {
         if (all[2 * p] != color) {
@@ -1286,5 +1312,5 @@ out:
     }
     shoal_secret_wipe(&u, sizeof(u));
     free(all);
-    return st;
+    return bad ? SHOAL_ERR_INVALID_ARG : st;
 }

@@ -355,6 +355,20 @@ void mp_test_split(const mp_ctx_t *c)
         int n1 = c->nranks - 1;
         mp_split_check(c, g, c->rank == 0 ? SHOAL_SPLIT_NOCOLOR : 7, 0, n1, c->rank - 1,
                        c->nranks * n1 / 2, 1);
+        /* The last rank passes an invalid colour: every rank fails the split at once (the
+         * others waited out their timeout, 300 s by default), and the parent still works. */
+        shoal_comm_t nc = c->comm;
+        double t0 = mp_now_ms();
+        st = shoal_comm_split(c->comm, c->rank == c->nranks - 1 ? -3 : 5, 0, &nc);
+        double ms = mp_now_ms() - t0;
+        mp_case(g, st == SHOAL_ERR_INVALID_ARG && nc == NULL && ms < 5000, c->rank,
+                "split where rank %d passed colour -3: %s in %.0f ms, comm %p (expected "
+                "invalid argument on every rank at once, no comm)", c->nranks - 1,
+                shoal_status_name(st), ms, (void *)nc);
+        x = 1;
+        st = shoal_allreduce(&x, &x, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+        mp_case(g, st == SHOAL_OK && x == c->nranks, c->rank, "parent after the failed split: "
+                "%s, %d", shoal_status_name(st), (int)x);
     }
 }
 
