@@ -87,6 +87,7 @@ typedef struct shoal_qos_pacer {
     char *path;
     const shoal_qos_rates_page_t *page; /* mapped read-only, or NULL */
     uint64_t page_ino, page_dev;
+    uint64_t refused_ino;      /* the last page refused as untrusted (warned once) */
     uint64_t page_gen;         /* last gen seen */
     uint64_t page_seen_ns;     /* when gen last moved (or the page was mapped) */
     uint64_t next_open_ns;     /* next attempt to (re)open the path */

@@ -5,13 +5,16 @@
 #include "qos/share.h"
 #include "tests/tap.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+static char page_dir[200];
 static char page_path[256];
 
 /* The agent's side of the page: a file in a private directory, a seqlocked update. */
@@ -25,6 +28,9 @@ static void page_write(const char *path, uint64_t gen, uint64_t rate, uint32_t m
     f = fopen(tmp, "w");
     if (f == NULL || fwrite(&pg, sizeof(pg), 1, f) != 1 || ftruncate(fileno(f), 4096) != 0) {
         tap_bail("writing %s", tmp);
+    }
+    if (fchmod(fileno(f), 0644) != 0) { /* the agent's mode, whatever the umask */
+        tap_bail("chmod %s", tmp);
     }
     fclose(f);
     if (rename(tmp, path) != 0) { /* a new inode: what a restarted agent leaves */
@@ -284,6 +290,44 @@ static void test_rates_page(void)
     unlink(page_path);
 }
 
+/* The rate a new pacer reads from the page at path at once. */
+static uint64_t fresh_rate(const char *path)
+{
+    shoal_qos_pace_params_t prm = {.rates_path = path, .rates_timeout_ms = 400, .share_div = 1};
+    shoal_qos_pacer_t *p;
+    shoal_qos_pace_create(&prm, &p);
+    uint64_t r = shoal_qos_pace_rate(p);
+    shoal_qos_pace_destroy(p);
+    return r;
+}
+
+/* A page that another tenant's job could have written is not obeyed: another tenant could
+ * otherwise hold this job back by planting or rewriting its page. */
+static void test_rates_trust(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/t.rate", page_dir);
+    page_write(path, 2, 5000000, SHOAL_QOS_RATES_MAGIC);
+    tap_is_int((long long)fresh_rate(path), 5000000, "the agent's page (0644, in its own "
+               "directory) is obeyed");
+    chmod(path, 0666);
+    tap_is_int((long long)fresh_rate(path), 0, "a page others may write is ignored");
+    chmod(path, 0644);
+    if (geteuid() == 0) {
+        chmod(page_dir, 0777);
+        int a = chown(path, 65534, 65534);
+        tap_is_int((long long)fresh_rate(path), a == 0 ? 0 : -1, "a stranger's page in a "
+                   "directory others may write to is ignored");
+        a = chown(path, 0, 0);
+        tap_is_int((long long)fresh_rate(path), a == 0 ? 5000000 : -1, "root's page there is "
+                   "obeyed");
+        chmod(page_dir, 0700);
+    } else {
+        tap_skip(2, "chown needs root");
+    }
+    unlink(path);
+}
+
 static int near(const double *got, const double *want, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -409,15 +453,23 @@ static void test_clock_step(void)
 
 int main(void)
 {
-    snprintf(page_path, sizeof(page_path), "%s/shoal-qos-test-%d.rate",
-             getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    /* the pages in a directory of their own, as the agent's (a page of this user's in /tmp
+     * is one another user could have planted: ignored) */
+    snprintf(page_dir, sizeof(page_dir), "%s/shoal-qos-test-XXXXXX",
+             getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
+    if (mkdtemp(page_dir) == NULL) {
+        tap_bail("mkdtemp %s: %s", page_dir, strerror(errno));
+    }
+    snprintf(page_path, sizeof(page_path), "%s/test.rate", page_dir);
     test_bucket();
     test_never_hangs();
     test_call_deadline();
     test_rates_page();
+    test_rates_trust();
     test_share();
     test_tick_clock();
     test_clock_step();
     unlink(page_path);
+    rmdir(page_dir);
     return tap_done();
 }
