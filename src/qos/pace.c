@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,36 +49,6 @@ static void shoal_qos_pace_page_unmap(shoal_qos_pacer_t *p)
     }
 }
 
-/* Whether the page sb at path can only have been written by the agent (or root): a page
- * another local user could write, or one in a directory others may write to that belongs to
- * neither root nor the directory's owner, could have been planted by another tenant's job to
- * hold this one back. NULL if trusted, else why not. */
-static const char *shoal_qos_pace_page_untrusted(const char *path, const struct stat *sb)
-{
-    struct stat dsb;
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    size_t len = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
-
-    if ((sb->st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-        return "it is writable by group or others";
-    }
-    if (len >= sizeof(dir)) {
-        return "its directory's name is too long";
-    }
-    memcpy(dir, slash == NULL ? "." : path, len);
-    dir[len] = '\0';
-    if (stat(dir, &dsb) != 0) {
-        return "its directory cannot be read";
-    }
-    if ((dsb.st_mode & (S_IWGRP | S_IWOTH)) != 0 && sb->st_uid != 0 &&
-        sb->st_uid != dsb.st_uid) {
-        return "others may write to its directory, and the page belongs to neither root nor "
-               "the directory's owner";
-    }
-    return NULL;
-}
-
 /* Maps the page at p->path if it is there and new (another inode than the one mapped). */
 static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
 {
@@ -99,7 +68,8 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
         close(fd);
         return;
     }
-    const char *why = shoal_qos_pace_page_untrusted(p->path, &sb);
+    /* another tenant could hold this job back by planting or rewriting its page */
+    const char *why = shoal_provider_file_untrusted(p->path, &sb);
     if (why != NULL) {
         if ((uint64_t)sb.st_ino != p->refused_ino) { /* once per file, not once a second */
             p->refused_ino = (uint64_t)sb.st_ino;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Set from signal handlers: these must be plain lock-free atomics. */
@@ -102,10 +103,23 @@ void shoal_stop_comm_fini(shoal_stop_comm_t *stop)
     stop->file = NULL;
 }
 
-/* The stop file exists: a request for this communicator, kept (sticky) like any other. */
+/* The stop file exists: a request for this communicator, kept (sticky) like any other. A
+ * file that another tenant's job could have put there (shoal_provider_file_untrusted; a
+ * symbolic link, which anyone may point anywhere) is not obeyed: it would stop this job. */
 static int shoal_stop_file_seen(shoal_stop_comm_t *stop)
 {
-    if (stop->file == NULL || access(stop->file, F_OK) != 0) {
+    struct stat sb;
+    if (stop->file == NULL || lstat(stop->file, &sb) != 0) {
+        return 0;
+    }
+    const char *why = S_ISLNK(sb.st_mode) ? "it is a symbolic link"
+                                          : shoal_provider_file_untrusted(stop->file, &sb);
+    if (why != NULL) {
+        if ((uint64_t)sb.st_ino != stop->refused_ino) {
+            stop->refused_ino = (uint64_t)sb.st_ino;
+            shoal_warn(SCHED, "stop file %s ignored: %s (owner uid %u, mode %04o)", stop->file,
+                       why, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777));
+        }
         return 0;
     }
     __atomic_store_n(&stop->requested, 1, __ATOMIC_RELEASE);

@@ -41,6 +41,7 @@ typedef struct {
     uint32_t checks;           /* agreements run so far (same on every rank) */
     int sig_user;              /* this communicator holds a reference on the handler */
     char *file;                /* SHOAL_STOP_FILE expanded, or NULL */
+    uint64_t refused_ino;      /* the last stop file refused as untrusted (warned once) */
 } shoal_stop_comm_t;
 
 /* At communicator init (before the bootstrap; stop is the communicator's member, tenant and

@@ -18,9 +18,11 @@ static const shoal_cfg_field_t shoal_stop_cfg_fields[] = {
      .offset = offsetof(shoal_stop_config_t, file),
      .doc = "a path whose existence asks the job to stop (%t the tenant, uid=N without one; "
             "%j the job, default without one): every "
-            "shoal_comm_should_stop looks for it (one access() call) until a stop is "
+            "shoal_comm_should_stop looks for it (one lstat() call) until a stop is "
             "requested; for the node agent or a Kubernetes preStop hook; put it in a "
-            "directory only the provider can write; empty = none"},
+            "directory only the provider can write: a symbolic link, a file group or others "
+            "may write, or a stranger's file in a directory others may write to is ignored "
+            "with a warning; empty = none"},
 };
 
 const shoal_cfg_table_t shoal_stop_cfg_table = {

@@ -355,6 +355,13 @@ SHOAL_HIDDEN int shoal_memeq_ct(const void *a, const void *b, size_t len);
 SHOAL_HIDDEN shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min,
                                                    size_t max, size_t *len_p, int *loose_p,
                                                    char *why, size_t whylen);
+/* Whether a file the provider's side leaves for jobs to obey (a rates page, a stop file) at
+ * path, of status sb, could have been made or changed by another local user, i.e. another
+ * tenant's job: NULL if not, else why (for a warning). Suspect: a file writable by group or
+ * others, or one in a directory others may write to (such as /tmp) that belongs to neither
+ * root nor the directory's owner. */
+struct stat;
+SHOAL_HIDDEN const char *shoal_provider_file_untrusted(const char *path, const struct stat *sb);
 /* Wipes len bytes of secret material so the compiler cannot drop it (OPENSSL_cleanse). */
 SHOAL_HIDDEN void shoal_secret_wipe(void *p, size_t len);
 /* Derives a key for one purpose from a secret: HMAC-SHA256(secret, label | context), the

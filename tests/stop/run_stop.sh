@@ -249,6 +249,29 @@ grep '^file ' "$tmp/plan" | while read -r _ delay; do
 done
 n_tap=$((n_tap + 3))
 
+# file, planted: a stop file that group or others may write (what another tenant's job could
+# leave) is not obeyed: 300 steps, no stop, and the warning says why (it stopped the job).
+d=$tmp/planted
+stopfile=$d/stop.%t.%j
+mkdir -p "$d"
+: >"$d/stop.uid=$(id -u).default"
+chmod 666 "$d/stop.uid=$(id -u).default"
+start "$d" file "" 300
+stopfile=""
+wait "$job"
+rc=$?
+ok=0
+for r in 0 1 2 3; do
+    grep -q "rank $r: no stop after 300 steps" "$d/err" || ok=1
+done
+if [ "$ok" -eq 0 ] && [ "$rc" -ne 0 ] &&
+    grep -q "stop file $d/stop.uid=$(id -u).default ignored: it is writable by group or others" "$d/err"; then
+    tap OK "file: a stop file others may write is ignored with a warning (300 steps, no stop)"
+else
+    tap FAIL "file: a stop file others may write stopped the job or gave no warning (exit $rc)"
+    dump "$d"
+fi
+
 # none: no request, every answer 0 for 300 steps.
 d=$tmp/none
 start "$d" none "" 300
