@@ -39,9 +39,9 @@
 #define SHOAL_SHM_ADDR_MAGIC 0x6d687373u
 #define SHOAL_SHM_NAME_MAX 48
 #define SHOAL_SHM_NAME_PREFIX "/shoal-"
-/* A segment with no lock is left by a process that died only once it is this old: the lock
- * is taken by the two system calls after the file's creation, so a younger unlocked file may
- * be one being made (shoal_shm_sweep). */
+/* A segment with no lock is taken for a dead process's only once it is this old: its owner
+ * takes the lock by the system call after the one that creates the file, so a younger
+ * unlocked file may be one being made (shoal_shm_sweep). */
 #define SHOAL_SHM_SWEEP_AGE_S 60
 /* Longest futex sleep while a request is pending: a dead peer never rings the doorbell. */
 #define SHOAL_SHM_PENDING_SLEEP_US 2000

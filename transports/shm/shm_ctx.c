@@ -12,7 +12,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <stddef.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
