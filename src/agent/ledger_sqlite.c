@@ -331,9 +331,33 @@ static shoal_status_t shoal_ledger_sqlite_head_set(void *arg, uint64_t seq,
     return shoal_ledger_sqlite_done(be, st, "update of the head");
 }
 
-/* A row of FIND or EACH into a record; -1 when a column does not fit or the mac is bad. */
+/* Column i holds exactly what the ledger binds there: SQLite keeps the type a value was stored
+ * with, and a report's filter (tenant = ?, minute >= ?) compares stored values, while the MAC
+ * covers what sqlite3_column_*() converts them to. A tenant rewritten as a BLOB, or as text
+ * with a NUL after the name, reads back as the same name (the MAC holds) but no longer matches
+ * --tenant: such a row reads as malformed (its MAC never verifies), so verify names it. The
+ * types are checked before any column is read as another (which converts it). */
+static int shoal_ledger_sqlite_col_ok(sqlite3_stmt *st, int i, int type)
+{
+    if (sqlite3_column_type(st, i) != type)
+        return 0;
+    return type != SQLITE_TEXT ||
+           strlen((const char *)sqlite3_column_text(st, i)) == (size_t)sqlite3_column_bytes(st, i);
+}
+
+/* A row of FIND or EACH into a record; -1 when a column is not of its type (the record is
+ * filled as read all the same), does not fit or the mac is bad. */
 static int shoal_ledger_sqlite_row(sqlite3_stmt *st, shoal_ledger_record_t *rec)
 {
+    static const int types[SHOAL_LEDGER_NCOLS] = {
+        SQLITE_INTEGER, SQLITE_TEXT,    SQLITE_TEXT,    SQLITE_TEXT,  SQLITE_INTEGER,
+        SQLITE_FLOAT,   SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_FLOAT,
+        SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_TEXT,
+    };
+    int typed = 1;
+
+    for (int i = 0; i < SHOAL_LEDGER_NCOLS; i++)
+        typed &= shoal_ledger_sqlite_col_ok(st, i, types[i]);
     memset(rec, 0, sizeof(*rec));
     rec->seq = (uint64_t)sqlite3_column_int64(st, 0);
     if (shoal_ledger_copy_text(rec->tenant, sizeof(rec->tenant),
@@ -351,7 +375,9 @@ static int shoal_ledger_sqlite_row(sqlite3_stmt *st, shoal_ledger_record_t *rec)
     rec->coll_seconds = sqlite3_column_double(st, 9);
     rec->failed_platform = (uint64_t)sqlite3_column_int64(st, 10);
     rec->failed_tenant = (uint64_t)sqlite3_column_int64(st, 11);
-    return shoal_ledger_mac_from_hex((const char *)sqlite3_column_text(st, 12), rec->mac);
+    if (shoal_ledger_mac_from_hex((const char *)sqlite3_column_text(st, 12), rec->mac) != 0)
+        return -1;
+    return typed ? 0 : -1; /* the figures as read, for a report; never a MAC that verifies */
 }
 
 static shoal_status_t shoal_ledger_sqlite_record_find(void *arg, const char *tenant,

@@ -1,9 +1,10 @@
 #!/bin/sh
 # TAP test of shoal-bill on an SQLite ledger filled with crafted records (tests/ledger/
 # ledger_fill): usage table and CSV sums equal to the records, time ranges in ISO-8601 and unix
-# seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI), a PNG from
-# plot, and the SLA figures of a crafted month (3 platform-failed minutes out of 1000: 99.700%,
-# met; 2 out of 200: 99.000%, missed), and CSV fields quoted per RFC 4180.
+# seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI; also a name
+# stored as another type), a PNG from plot, and the SLA figures of a crafted month (3
+# platform-failed minutes out of 1000: 99.700%, met; 2 out of 200: 99.000%, missed), and CSV
+# fields quoted per RFC 4180.
 . "$(dirname "$0")/ledger_env.sh"
 BILL="$top_builddir/shoal-bill"
 FILL="$top_builddir/tests/ledger/ledger_fill"
@@ -11,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=33
+NTESTS=35
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -140,8 +141,20 @@ if command -v sqlite3 >/dev/null 2>&1; then
         DROP TABLE gone_meta"
     bill --key-file "$T/key" verify --head "$head1501"
     is "$rc" 0 "all put back: verify --head exits 0 again"
+    # the same name stored as another type: it reads back as before (the MAC holds) but no
+    # longer matches --tenant / --job, so a report could leave the record out unnoticed
+    sqlite3 "$T/ledger.db" "UPDATE ledger_records SET tenant = CAST(tenant AS BLOB) WHERE seq = 500"
+    bill --key-file "$T/key" verify
+    is "$rc:$(grep -o 'seq [0-9]*' "$T/out")" "1:seq 500" \
+       "a tenant rewritten as a BLOB (hidden from --tenant): exit 1 naming seq 500"
+    sqlite3 "$T/ledger.db" "UPDATE ledger_records SET tenant = CAST(tenant AS TEXT) WHERE seq = 500;
+        UPDATE ledger_records SET job = CAST(CAST(job AS BLOB) || X'0078' AS TEXT) WHERE seq = 600"
+    bill --key-file "$T/key" verify
+    is "$rc:$(grep -o 'seq [0-9]*' "$T/out")" "1:seq 600" \
+       "a job name with a NUL and more after it: exit 1 naming seq 600"
+    sqlite3 "$T/ledger.db" "UPDATE ledger_records SET job = 'train' WHERE seq = 600"
 else
-    for i in 1 2 3 4 5; do n=$((n + 1)); echo "ok $n # SKIP no sqlite3 CLI"; done
+    for i in 1 2 3 4 5 6 7; do n=$((n + 1)); echo "ok $n # SKIP no sqlite3 CLI"; done
 fi
 
 # ---- plot ------------------------------------------------------------------------------------
