@@ -378,6 +378,14 @@ static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, co
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }
+        /* Slurm refuses a node defined twice (fatal: "Duplicated NodeName"); taking the last
+         * definition silently would plan on GPUs and CPUs the cluster may not have */
+        if (shoal_sched_node_find(ctx->c, name) >= 0) {
+            shoal_error(SCHED, "%s:%d: node %s is defined twice (Slurm: Duplicated NodeName)",
+                        src, lineno, name);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
         st = shoal_sched_node_add(ctx->c, name, (int)cpus, spec.mem, (int)spec.gpus);
     }
     shoal_hostlist_free(&hl);

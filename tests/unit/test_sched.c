@@ -142,6 +142,21 @@ static void shoal_ts_parse_and_output(void)
                c.nnodes == SHOAL_SCHED_NODES_MAX,
            "a NodeName of 131072 hosts stops at %d nodes with an error", SHOAL_SCHED_NODES_MAX);
     shoal_sched_cluster_free(&c);
+    /* a node defined twice is Slurm's fatal "Duplicated NodeName": the second definition used to
+     * replace the first in silence (16 GPUs planned where slurmctld would not start) */
+    static const char *const dup_conf[] = {
+        "NodeName=n[1-2] CPUs=64 Gres=gpu:8\nNodeName=n2 CPUs=8 Gres=gpu:1\n",
+        "NodeName=n[1-2,2] CPUs=64 Gres=gpu:8\n",
+    };
+    refused = 0;
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(dup_conf); i++) {
+        memset(&c, 0, sizeof(c));
+        refused += shoal_sched_slurm_conf_parse(dup_conf[i], "slurm.conf", &c) ==
+                   SHOAL_ERR_INVALID_ARG;
+        shoal_sched_cluster_free(&c);
+    }
+    tap_is_int(refused, (int)SHOAL_ARRAY_SIZE(dup_conf),
+               "a node defined twice in slurm.conf (two lines, or one hostlist) is refused");
 }
 
 /* ---- optimality ------------------------------------------------------------------------ */
