@@ -587,6 +587,24 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
     return st;
 }
 
+/* A signal as sbatch --signal and scancel --signal take it (SIG already stripped): a name of
+ * Slurm's sig_name2num, any case, or a number 1..64. "SIG" alone or a typo would be printed as
+ * the victim's signal and only fail when the operator runs scancel. */
+static int shoal_sched_signal_ok(const char *v)
+{
+    static const char *const names[] = {"HUP",  "INT",  "QUIT", "ABRT", "KILL", "ALRM",
+                                        "TERM", "USR1", "USR2", "URG",  "CONT", "STOP",
+                                        "TSTP", "TTIN", "TTOU", "XCPU"};
+    long n;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(names); i++) {
+        if (strcasecmp(v, names[i]) == 0) {
+            return 1;
+        }
+    }
+    return shoal_sched_num(v, 0, 64, &n) == 0 && n >= 1;
+}
+
 static shoal_status_t shoal_sched_job_key(shoal_sched_jobs_ctx_t *ctx, shoal_sched_job_t *j,
                                           const char *k, const char *v, const char *src,
                                           int lineno, const char **nodes)
@@ -614,9 +632,10 @@ static shoal_status_t shoal_sched_job_key(shoal_sched_jobs_ctx_t *ctx, shoal_sch
     } else if (strcasecmp(k, "nodes") == 0) {
         *nodes = v;
     } else if (strcasecmp(k, "signal") == 0) {
-        bad = strlen(v) == 0 || strlen(v) >= sizeof(j->signal);
+        const char *sig = strncasecmp(v, "SIG", 3) == 0 ? v + 3 : v;
+        bad = !shoal_sched_signal_ok(sig) || strlen(sig) >= sizeof(j->signal);
         if (!bad) {
-            strcpy(j->signal, strncasecmp(v, "SIG", 3) == 0 ? v + 3 : v);
+            strcpy(j->signal, sig);
         }
     } else if (strcasecmp(k, "grace") == 0) {
         bad = shoal_sched_num(v, 0, 86400, &x) != 0;

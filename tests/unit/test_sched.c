@@ -105,6 +105,10 @@ static void shoal_ts_parse_and_output(void)
         "tenant=t weight=-1\n", "job=a tenant=t gpus=1 weight=1\njob=b tenant=t gpus=1 weight=2\n",
         "job=a tenant=t gpus=1\njob=a tenant=t gpus=1\n", "hello\n", "job=a tenant=t gpus=1 x=1\n",
         "job=a/b tenant=t gpus=1\n", "job=a tenant=t gpus=1 mem=12Q\n",
+        /* "SIG" alone was kept as an empty signal ("preempt ... signal= grace=..."), a typo as
+         * it was */
+        "job=a tenant=t gpus=1 class=spot signal=SIG\n", "job=a tenant=t gpus=1 signal=TREM\n",
+        "job=a tenant=t gpus=1 signal=0\n", "job=a tenant=t gpus=1 signal=65\n",
     };
     int refused = 0;
     setenv("SHOAL_DEBUG", "NONE", 1);
