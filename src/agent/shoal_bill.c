@@ -51,6 +51,28 @@ static void shoal_bill_usage(FILE *fp)
 /* ---- arguments ----------------------------------------------------------------------------- */
 
 
+/* 1 when s starts with pat, where 'D' in pat is a decimal digit and anything else itself:
+ * sscanf's %2d alone also takes a sign or a blank ("2026-+1-01"). */
+static int shoal_bill_shape(const char *s, const char *pat)
+{
+    for (; *pat != '\0'; s++, pat++) {
+        if (*pat == 'D' ? !(*s >= '0' && *s <= '9') : *s != *pat)
+            return 0;
+    }
+    return 1;
+}
+
+/* The day exists in that month (timegm would move 2026-02-30 to March 2 in silence). */
+static int shoal_bill_date_ok(int y, int mo, int d)
+{
+    struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = 12};
+
+    if (mo < 1 || mo > 12 || d < 1 || d > 31)
+        return 0;
+    (void)timegm(&tm);
+    return tm.tm_mon == mo - 1 && tm.tm_mday == d;
+}
+
 /* ISO-8601 (date, date and time, Z or an offset) or unix seconds; -1 when malformed. */
 static int shoal_bill_time_parse(const char *s, int64_t *t_p)
 {
@@ -64,15 +86,18 @@ static int shoal_bill_time_parse(const char *s, int64_t *t_p)
         *t_p = strtoll(s, &end, 10);
         return errno == 0 ? 0 : -1;
     }
-    if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || n != 10)
+    if (!shoal_bill_shape(s, "DDDD-DD-DD") ||
+        sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || n != 10)
         return -1;
     p = s + n;
     if (*p == 'T' || *p == ' ') {
-        if (sscanf(p + 1, "%2d:%2d%n", &h, &mi, &n) != 2 || n != 5)
+        if (!shoal_bill_shape(p + 1, "DD:DD") ||
+            sscanf(p + 1, "%2d:%2d%n", &h, &mi, &n) != 2 || n != 5)
             return -1;
         p += 1 + n;
         if (*p == ':') {
-            if (sscanf(p + 1, "%2d%n", &sec, &n) != 1 || n != 2)
+            if (!shoal_bill_shape(p + 1, "DD") || sscanf(p + 1, "%2d%n", &sec, &n) != 1 ||
+                n != 2)
                 return -1;
             p += 1 + n;
             if (*p == '.')
@@ -82,7 +107,8 @@ static int shoal_bill_time_parse(const char *s, int64_t *t_p)
     if (*p == 'Z') {
         p++;
     } else if (*p == '+' || *p == '-') {
-        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) != 2 || n != 5)
+        if (!shoal_bill_shape(p + 1, "DD:DD") ||
+            sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) != 2 || n != 5 || oh > 23 || om > 59)
             return -1;
         if (*p == '-') {
             oh = -oh;
@@ -90,7 +116,7 @@ static int shoal_bill_time_parse(const char *s, int64_t *t_p)
         }
         p += 1 + n;
     }
-    if (*p != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+    if (*p != '\0' || !shoal_bill_date_ok(y, mo, d) || h > 23 || mi > 59 || sec > 60)
         return -1;
     tm.tm_year = y - 1900;
     tm.tm_mon = mo - 1;
@@ -108,8 +134,8 @@ static int shoal_bill_month_parse(const char *s, int64_t *from_p, int64_t *to_p)
     struct tm tm = {0};
     int y, mo, n = 0;
 
-    if (sscanf(s, "%4d-%2d%n", &y, &mo, &n) != 2 || n != 7 || s[n] != '\0' || mo < 1 ||
-        mo > 12)
+    if (!shoal_bill_shape(s, "DDDD-DD") || sscanf(s, "%4d-%2d%n", &y, &mo, &n) != 2 || n != 7 ||
+        s[n] != '\0' || mo < 1 || mo > 12)
         return -1;
     tm.tm_year = y - 1900;
     tm.tm_mon = mo - 1;

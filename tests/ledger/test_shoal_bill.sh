@@ -12,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=35
+NTESTS=36
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -87,6 +87,13 @@ is "$(tail -n +2 "$T/out" | cut -d, -f1-4 | tr '\n' ' ')" "acme,eval,spot,100 ac
    "an offset in ISO-8601 (10:00+02:00 = 08:00Z: train 480 minutes, eval all 100)"
 bill usage --from yesterday
 is "$rc" 2 "a malformed time exits 2"
+# dates that do not exist were moved by timegm in silence (2026-02-30 became March 2)
+r=""
+for t in 2026-02-30 2026-04-31T10:00:00Z 2026-12-01T10:00+99:99 2026-+1-01; do
+    bill usage --from "$t"; r="$r$rc"
+done
+bill sla --month 2026-+1
+is "$r$rc" 22222 "a day that does not exist, an offset past 23:59, a sign in a field: exit 2"
 timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" usage >"$T/out" 2>"$T/err"
 is "$?:$(ls "$T" | grep -c typo)" "1:0" "a ledger that is not there: exit 1, and none is created"
 timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" --key-file "$T/key" usage \
