@@ -110,9 +110,13 @@ static void shoal_bill_plot_buckets(shoal_bill_plot_t *p)
         k++;
     p->step = p->a->step > 0 ? p->a->step : steps[k];
     for (size_t i = 0; i < p->npts; i++) {
-        int64_t m = p->pts[i].bucket;
+        int64_t m = p->pts[i].bucket, r = m % p->step;
 
-        p->pts[i].bucket = m - ((m % p->step) + p->step) % p->step;
+        /* rounded down, in 64 bits: (m % step + step) overflowed for a --step near 2^63 and
+         * sent gnuplot times it spun on until its deadline */
+        if (r < 0 && m >= INT64_MIN + p->step + r)
+            r += p->step;
+        p->pts[i].bucket = m - r;
     }
 }
 
