@@ -408,7 +408,10 @@ int shoal_sched_node_cap(const shoal_sched_cluster_t *c, int node, int cpus, lon
         cap = SHOAL_MIN(cap, (n->cpus - n->cpus_used) / cpus);
     }
     if (mem_mb > 0) {
-        cap = SHOAL_MIN(cap, (int)((n->mem_mb - n->mem_used) / mem_mb));
+        /* compared in long: RealMemory goes to 2^40 MB, and a quotient past 2^31 cast to
+         * int first came out 0 or negative (a node with room for none) */
+        long by_mem = (n->mem_mb - n->mem_used) / mem_mb;
+        cap = by_mem < cap ? (int)by_mem : cap;
     }
     return SHOAL_MAX(cap, 0);
 }

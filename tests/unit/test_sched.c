@@ -1147,6 +1147,24 @@ static void shoal_ts_mem_units(void)
     }
     tap_ok(bad == 0, "mem: K is KB rounded up to MB, none or M is MB, G and T x1024 (wrong:%s)",
            got);
+
+    /* RealMemory takes up to 2^40 MB: 2^32 MB over 1 MB a rank was cast to int as 0 ranks,
+     * and the job waited on an empty node */
+    shoal_sched_cluster_t c = {0};
+    shoal_sched_queue_t q = {0};
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+    int ok = shoal_sched_slurm_conf_parse("NodeName=n[1-2] CPUs=64 RealMemory=4294967296 "
+                                          "Gres=gpu:8\n", "slurm.conf", &c) == SHOAL_OK &&
+             shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+             shoal_sched_jobs_parse("job=a tenant=t gpus=2 mem=1\n", "jobs", &c, &q) ==
+                 SHOAL_OK &&
+             shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK;
+    tap_ok(ok && q.jobs[0].state == SHOAL_SCHED_RUNNING,
+           "mem: a node of 2^32 MB takes a job of 1 MB a rank");
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
 }
 
 int main(void)
