@@ -19,9 +19,13 @@
 #include "sched/sched.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static shoal_status_t shoal_sched_sim_cluster(const shoal_sched_sim_opts_t *o,
                                               shoal_sched_cluster_t *c)
@@ -299,24 +303,71 @@ out:
 
 static const char *const shoal_sched_policy_names[] = {"shoal", "first-fit", "slurm-tree"};
 
+#define SHOAL_SCHED_SIM_PLOT_TIMEOUT_MS 60000
+
+/* gnuplot on a script written into dir, run in dir by fork and exec, not by a shell: the
+ * directory is the user's --out, and a quote in its name used to break the command line (no
+ * plots) or run what followed the quote; and under a deadline, as every wait. */
 static void shoal_sched_sim_plot(const char *dir)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof(cmd),
-             "cd '%s' && gnuplot -e \""
-             "set terminal png size 1000,420; set key outside; set xlabel 'hours';"
-             "set output 'utilization.png'; set ylabel 'GPUs busy (fraction)';"
-             "plot for [p=0:2] 'series.dat' using (\\$1==p?\\$2:1/0):3 with lines "
-             "title word('shoal first-fit slurm-tree', p+1);"
-             "set output 'fragmentation.png'; set ylabel 'largest gang in one leaf (GPUs)';"
-             "plot for [p=0:2] 'series.dat' using (\\$1==p?\\$2:1/0):4 with lines "
-             "title word('shoal first-fit slurm-tree', p+1);"
-             "set output 'cross_switch.png'; set ylabel 'ring edges through the spine';"
-             "plot for [p=0:2] 'series.dat' using (\\$1==p?\\$2:1/0):5 with lines "
-             "title word('shoal first-fit slurm-tree', p+1)\" 2>/dev/null",
-             dir);
-    if (system(cmd) != 0) {
-        shoal_warn(SCHED, "gnuplot failed or is not installed: no PNG plots in %s", dir);
+    static const char script[] =
+        "set terminal png size 1000,420; set key outside; set xlabel 'hours'\n"
+        "set output 'utilization.png'; set ylabel 'GPUs busy (fraction)'\n"
+        "plot for [p=0:2] 'series.dat' using ($1==p?$2:1/0):3 with lines "
+        "title word('shoal first-fit slurm-tree', p+1)\n"
+        "set output 'fragmentation.png'; set ylabel 'largest gang in one leaf (GPUs)'\n"
+        "plot for [p=0:2] 'series.dat' using ($1==p?$2:1/0):4 with lines "
+        "title word('shoal first-fit slurm-tree', p+1)\n"
+        "set output 'cross_switch.png'; set ylabel 'ring edges through the spine'\n"
+        "plot for [p=0:2] 'series.dat' using ($1==p?$2:1/0):5 with lines "
+        "title word('shoal first-fit slurm-tree', p+1)\n";
+    uint64_t deadline = shoal_deadline_ns(SHOAL_SCHED_SIM_PLOT_TIMEOUT_MS);
+    char path[4096];
+    FILE *fp;
+    pid_t pid;
+    int wst = -1, done = 0, bad = 1;
+
+    snprintf(path, sizeof(path), "%s/plots.gp", dir);
+    fp = fopen(path, "w");
+    if (fp != NULL) {
+        bad = fputs(script, fp) == EOF;
+        bad |= fclose(fp) != 0;
+    }
+    if (bad) {
+        shoal_warn(SCHED, "cannot write %s: %s: no PNG plots", path, strerror(errno));
+        unlink(path);
+        return;
+    }
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, STDOUT_FILENO);
+            dup2(null, STDERR_FILENO);
+        }
+        if (chdir(dir) == 0) {
+            execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
+        }
+        _exit(127);
+    }
+    while (pid > 0 && !done) {
+        pid_t r = waitpid(pid, &wst, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) {
+            done = 1;
+        } else if (shoal_deadline_passed(deadline)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &wst, 0);
+            wst = -1;
+            done = 1;
+        } else {
+            shoal_sleep_us(10000);
+        }
+    }
+    unlink(path);
+    if (pid < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+        shoal_warn(SCHED, "gnuplot failed, timed out or is not installed: no PNG plots in %s",
+                   dir);
     }
 }
 

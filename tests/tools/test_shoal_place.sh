@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=40
+NTESTS=41
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -119,7 +119,7 @@ hwloc_case() {
 }
 top_srcdir=${top_srcdir:-.}
 
-# 15-17: the simulation (small, seeded: the same table twice)
+# 15-18: the simulation (small, seeded: the same table twice; a quote in --out)
 "$PLACE" simulate --seed 3 --jobs 300 --leaves 4 --hosts-per-leaf 4 --load 2 --out "$T/sim" \
     > "$T/sim1" 2> "$T/simerr"
 rc=$?
@@ -133,7 +133,13 @@ if command -v gnuplot > /dev/null 2>&1; then
     [ -s "$T/sim/utilization.png" ] && [ -s "$T/sim/cross_switch.png" ] &&
         [ -s "$T/sim/fragmentation.png" ]
     ok $? "PNG plots written"
+    # the plots ran as "cd 'DIR' && gnuplot ..." through sh: a quote in DIR's name lost them,
+    # or ran what came after it
+    (cd "$T" && "$PLACE" simulate --jobs 20 --out "q'; touch INJECTED; '" > /dev/null 2>&1)
+    [ -s "$T/q'; touch INJECTED; '/utilization.png" ] && [ ! -e "$T/INJECTED" ]
+    ok $? "simulate --out with a quote in the name: the plots are there, nothing of it runs"
 else
+    n=$((n + 1)); echo "ok $n # SKIP no gnuplot"
     n=$((n + 1)); echo "ok $n # SKIP no gnuplot"
 fi
 
