@@ -194,10 +194,15 @@ static size_t shoal_ledger_put_str(uint8_t *p, const char *s)
     return 2 + len;
 }
 
+/* The bits the chain covers. A zero counts as +0.0: SQLite's REAL column gives -0.0 back as
+ * 0.0, so a record committed with -0.0 seconds (commit takes it: it is not below 0) failed
+ * verify although nobody altered it. */
 static uint64_t shoal_ledger_double_bits(double d)
 {
     uint64_t bits;
 
+    if (d == 0)
+        d = 0.0;
     memcpy(&bits, &d, sizeof(bits));
     return bits;
 }

@@ -12,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=37
+NTESTS=38
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -208,3 +208,12 @@ timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger2.db" sla --month 2026-12
     >"$T/out" 2>"$T/err"
 is "$?:$(tail -n +2 "$T/out")" '0:"ev""il,co",2026-12,2,1,0,50.000%,99.500%,missed' \
    "sla --csv quotes the tenant the same way"
+
+# ---- negative zero ---------------------------------------------------------------------------
+# commit takes -0.0 seconds (not below 0); SQLite gives it back as 0.0, and the MAC over the
+# other bits failed verify on a ledger nobody touched
+printf '%s\n' "acme z reserved $D -0 0 0 1 -0.0 0 0" >"$T/records3"
+"$FILL" "sqlite://$T/ledger3.db" "$T/key" <"$T/records3" >"$T/out" 2>"$T/err"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger3.db" --key-file "$T/key" verify \
+    >"$T/out" 2>"$T/err"
+is "$?:$(cut -d: -f1 "$T/out")" "0:ledger chain ok" "a record of -0.0 seconds verifies"
