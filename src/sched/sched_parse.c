@@ -28,7 +28,7 @@ typedef struct {
 
 /* Reads path whole: to EOF with a growing buffer, so a pipe or FIFO (--jobs <(...)) is read as
  * it comes; a failed read (a directory: EISDIR) is an error naming the file, never an empty
- * file; at most SHOAL_SCHED_FILE_MAX bytes whatever the file is. */
+ * file; at most SHOAL_SCHED_FILE_MAX bytes whatever the file is, and no NUL byte. */
 shoal_status_t shoal_sched_read_file(const char *path, char **text_p)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -85,6 +85,14 @@ shoal_status_t shoal_sched_read_file(const char *path, char **text_p)
         off += (size_t)n;
     }
     close(fd);
+    /* the parsers read up to the first NUL: what followed one (a job, a node) was dropped in
+     * silence, so such a file is not text and is refused */
+    const char *nul = st == SHOAL_OK ? memchr(text, '\0', off) : NULL;
+    if (nul != NULL) {
+        shoal_error(SCHED, "%s: a NUL byte at offset %zu: not a text file", path,
+                    (size_t)(nul - text));
+        st = SHOAL_ERR_INVALID_ARG;
+    }
     if (st != SHOAL_OK) {
         free(text);
         return st;

@@ -851,6 +851,19 @@ static void shoal_ts_read_file(void)
            "read_file: a directory is an error (EISDIR), not an empty file");
     rmdir(dir);
     free(text);
+    /* the parsers stop at a NUL: job b after one was dropped in silence */
+    char path[] = "/tmp/test_sched.XXXXXX";
+    static const char nul_jobs[] = "job=a tenant=t gpus=1\n\0job=b tenant=u gpus=1\n";
+    int fd = mkstemp(path);
+    text = NULL;
+    tap_ok(fd >= 0 && write(fd, nul_jobs, sizeof(nul_jobs) - 1) == sizeof(nul_jobs) - 1 &&
+               shoal_sched_read_file(path, &text) == SHOAL_ERR_INVALID_ARG && text == NULL,
+           "read_file: a file with a NUL byte is refused, not cut at it");
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
+    free(text);
 }
 
 /* CPUs inferred from Sockets/CoresPerSocket/ThreadsPerCore (and Boards x SocketsPerBoard)
