@@ -78,7 +78,10 @@ shoal_status_t shoal_sched_output(const shoal_sched_cluster_t *c, const shoal_sc
             const shoal_sched_node_t *n = &c->nodes[j->node_of[r]];
             int share = n->gpus > 0 ? n->cpus / n->gpus : n->cpus;
             int per = j->cpus > 0 ? SHOAL_MIN(j->cpus, share) : 1;
-            int first = j->gpu_of[r] * share;
+            /* fewer cores than GPUs: GPUs share cores, spread over all of them (a share of 0
+             * put every rank of the host on core 0) */
+            int first = share > 0 ? j->gpu_of[r] * share
+                                  : (int)((long)j->gpu_of[r] * n->cpus / n->gpus);
             if (per <= 1 || share <= 1) {
                 fprintf(fp, "rank %d=%s slot=%d\n", r, n->name, first);
             } else {

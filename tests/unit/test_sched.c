@@ -86,6 +86,18 @@ static void shoal_ts_parse_and_output(void)
     tap_ok(s != NULL && strncmp(s, "rank 0=node03 slot=0-3\nrank 1=node03 slot=8-11\n", 46) == 0,
            "rankfile binds a rank to its GPU's share of cores (%s)", s != NULL ? s : "");
     free(s);
+    /* cpu1-like hosts with fewer cores than GPUs: the ranks share cores, all of them */
+    shoal_sched_node_t few = {.name = "few", .cpus = 4, .gpus = 8};
+    shoal_sched_cluster_t fc = {.nodes = &few, .nnodes = 1};
+    int fnode[8] = {0}, fgpu[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    shoal_sched_job_t fj = {.name = "f", .ranks = 8, .state = SHOAL_SCHED_RUNNING,
+                            .node_of = fnode, .gpu_of = fgpu};
+    s = shoal_ts_out(&fc, &fj, SHOAL_SCHED_OUT_RANKFILE);
+    tap_ok(s != NULL && strstr(s, "rank 1=few slot=0\nrank 2=few slot=1\n") != NULL &&
+               strstr(s, "rank 7=few slot=3\n") != NULL,
+           "rankfile: 8 GPUs on 4 cores bind two ranks a core, not all to core 0 (%s)",
+           s != NULL ? s : "");
+    free(s);
     s = shoal_ts_out(&c, big, SHOAL_SCHED_OUT_SLURM_HOSTFILE);
     tap_ok(s != NULL && strcmp(s, "node03\nnode03\nnode03\nnode03\nnode04\nnode04\nnode04\n"
                                   "node04\n") == 0, "SLURM_HOSTFILE: one line per task");
