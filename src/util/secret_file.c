@@ -17,7 +17,9 @@ shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min
     ssize_t ret;
     int fd;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO without a writer waited for one for ever (shoal-bill
+     * --key-file FIFO hung); it opens at once now and is refused below as not a regular file */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
         return SHOAL_ERR_INVALID_ARG;

@@ -12,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=38
+NTESTS=39
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -114,6 +114,10 @@ bill --key-file "$T/key" verify --head "$head1501"
 is "$rc" 0 "verify --head with the head just printed: exit 0"
 bill verify
 is "$rc" 2 "verify without --key-file exits 2"
+mkfifo "$T/fifo"
+timeout -s KILL 10 "$BILL" --ledger "sqlite://$T/ledger.db" --key-file "$T/fifo" verify \
+    >"$T/out" 2>"$T/err"
+is "$?" 2 "verify --key-file FIFO (no writer): exit 2 at once, no wait for a writer"
 head -c 32 /dev/urandom >"$T/otherkey"
 chmod 600 "$T/otherkey"
 bill --key-file "$T/otherkey" verify
