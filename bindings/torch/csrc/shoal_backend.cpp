@@ -210,6 +210,29 @@ bool comm_failed(shoal_comm_t comm, std::string *why)
 
 } // namespace
 
+// Wipes a secret's bytes (a buffer, or a byte vector's contents) when it goes out of scope.
+class Wiped {
+  public:
+    Wiped(void *p, size_t len) : p_(p), len_(len) {}
+    explicit Wiped(std::vector<uint8_t> *v) : v_(v) {}
+    Wiped(const Wiped &) = delete;
+    Wiped &operator=(const Wiped &) = delete;
+    ~Wiped()
+    {
+        if (p_ != nullptr) {
+            explicit_bzero(p_, len_);
+        }
+        if (v_ != nullptr && !v_->empty()) {
+            explicit_bzero(v_->data(), v_->size());
+        }
+    }
+
+  private:
+    void *p_ = nullptr;
+    size_t len_ = 0;
+    std::vector<uint8_t> *v_ = nullptr;
+};
+
 // The communicator, destroyed when the backend and every CUDA Work that may still look at its
 // error are gone.
 struct CommRef {
@@ -430,13 +453,18 @@ class ShoalBackend : public c10d::Backend {
                  std::chrono::milliseconds timeout)
         : c10d::Backend(rank, size), timeout_(timeout)
     {
+        // The unique id carries the job secret: every copy of it (the id, the store's byte
+        // vectors) is wiped when it goes out of scope, thrown past or not.
         shoal_uid_t uid;
+        std::vector<uint8_t> v;
+        Wiped wipe_uid(&uid, sizeof(uid)), wipe_v(&v);
         if (rank == 0) {
             check_init(shoal_get_unique_id(&uid), "shoal_get_unique_id");
             const uint8_t *p = reinterpret_cast<const uint8_t *>(uid.internal);
-            store->set(kUidKey, std::vector<uint8_t>(p, p + sizeof(uid.internal)));
+            v.assign(p, p + sizeof(uid.internal));
+            store->set(kUidKey, v);
         } else {
-            std::vector<uint8_t> v = store->get(kUidKey);
+            v = store->get(kUidKey);
             TORCH_CHECK(v.size() == sizeof(uid.internal),
                         "shoal backend: the store holds a unique id of ", v.size(),
                         " bytes, expected ", sizeof(uid.internal));
@@ -445,7 +473,17 @@ class ShoalBackend : public c10d::Backend {
         shoal_config_t cfg = SHOAL_CONFIG_INIT;
         long long ms = timeout.count();
         cfg.timeout_ms = ms <= 0 ? -1 : (ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms));
-        check_init(shoal_comm_init(&comm_, size, rank, &uid, &cfg), "shoal_comm_init");
+        shoal_status_t st = shoal_comm_init(&comm_, size, rank, &uid, &cfg);
+        if (rank == 0) {
+            // Every rank has read the id once rank 0's init is over (none joins without it);
+            // the store (unauthenticated, and alive for the whole job) must not keep handing
+            // the secret out. A store that cannot delete keys keeps it: nothing more to do.
+            try {
+                store->deleteKey(kUidKey);
+            } catch (const std::exception &) {
+            }
+        }
+        check_init(st, "shoal_comm_init");
         comm_ref_ = std::make_shared<CommRef>();
         comm_ref_->comm = comm_;
         worker_ = std::thread([this] { run_worker(); });

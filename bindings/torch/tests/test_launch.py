@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness import HERE, free_port, worker_env
+from harness import HERE, free_port, launch, worker_env
 
 TOP = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 SCRIPT = os.path.join(HERE, "launch_worker.py")
@@ -75,3 +75,12 @@ def test_master_port_outside_ephemeral_range(tmp_path):
         assert shoal_torch.launcher_env(env) == "shoal"
         port = int(env["MASTER_PORT"])
         assert 1024 <= port <= 65535 and not lo <= port <= hi, (port, lo, hi)
+
+
+def test_unique_id_leaves_the_store():
+    """The store torch hands the backend no longer holds the unique id (the job secret) once
+    the group is up: rank 0 deletes it after its init, which no rank finishes without it."""
+    res = launch("uid_worker.py", 2, timeout=90)
+    assert res.rcs == [0, 0], res.text()[-5000:]
+    for r in range(2):
+        assert "UID_LEFT False" in res.outs[r], res.text()[-5000:]
