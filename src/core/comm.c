@@ -862,6 +862,35 @@ static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t
     return SHOAL_OK;
 }
 
+/* Rank and size from the launcher when SHOAL_RANK and SHOAL_NRANKS are not both set. The one
+ * of them that is set must agree with the launcher: `mpirun -x SHOAL_NRANKS=3 -np 2` asks for a
+ * job of another size than the launcher started, and taking either value silently runs a job
+ * the user did not ask for (or waits for a rank that never comes). */
+static shoal_status_t shoal_comm_env_launcher(int *rank_p, int *nranks_p)
+{
+    int lrank = -1, lnranks = -1;
+    const char *const *names = shoal_core_launcher_env(&lrank, &lnranks);
+
+    if (names == NULL) {
+        return SHOAL_OK; /* no launcher: the caller says what is missing */
+    }
+    if (*rank_p >= 0 && *rank_p != lrank) {
+        shoal_error(INIT, "shoal_comm_init_env: SHOAL_RANK=%d, but the launcher says %s=%d: "
+                    "unset SHOAL_RANK, or set both SHOAL_RANK and SHOAL_NRANKS", *rank_p,
+                    names[0], lrank);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (*nranks_p > 0 && *nranks_p != lnranks) {
+        shoal_error(INIT, "shoal_comm_init_env: SHOAL_NRANKS=%d, but the launcher says %s=%d: "
+                    "unset SHOAL_NRANKS, or start as many ranks as it says", *nranks_p,
+                    names[1], lnranks);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *rank_p = lrank;
+    *nranks_p = lnranks;
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *cfg)
 {
     int rank, nranks;
@@ -877,8 +906,8 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
     shoal_config_global_init();
     rank = shoal_core_config.rank;
     nranks = shoal_core_config.nranks;
-    if (rank < 0 || nranks <= 0) {
-        shoal_core_launcher_env(&rank, &nranks);
+    if ((rank < 0 || nranks <= 0) && shoal_comm_env_launcher(&rank, &nranks) != SHOAL_OK) {
+        return SHOAL_ERR_INVALID_ARG;
     }
     if (rank < 0 || nranks <= 0 || rank >= nranks) {
         shoal_error(INIT, "shoal_comm_init_env: no rank/size (set SHOAL_RANK and SHOAL_NRANKS, "

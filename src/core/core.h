@@ -48,7 +48,7 @@ typedef enum {
     SHOAL_BOOT_EXCHANGE_ROOT      /* every record through the root, which sends every table */
 } shoal_boot_exchange_t;
 extern SHOAL_HIDDEN shoal_core_config_t shoal_core_config;
-SHOAL_HIDDEN void shoal_core_launcher_env(int *rank_p, int *nranks_p);
+SHOAL_HIDDEN const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p);
 
 /* What every rank tells the others at init (round 0 of the bootstrap allgather). */
 typedef struct {

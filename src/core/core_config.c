@@ -51,10 +51,12 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .doc = "unique id (256 hex characters) for shoal_comm_init_env; set by shoalrun"},
     {.name = "RANK", .dflt = "-1", .type = SHOAL_CFG_INT,
      .offset = offsetof(shoal_core_config_t, rank),
-     .doc = "this process's rank for shoal_comm_init_env; -1 = from OMPI/PMI/Slurm variables"},
+     .doc = "this process's rank for shoal_comm_init_env; -1 = from OMPI/PMI/Slurm variables "
+            "(set alone, it must equal theirs)"},
     {.name = "NRANKS", .dflt = "-1", .type = SHOAL_CFG_INT,
      .offset = offsetof(shoal_core_config_t, nranks),
-     .doc = "number of ranks for shoal_comm_init_env; -1 = from OMPI/PMI/Slurm variables"},
+     .doc = "number of ranks for shoal_comm_init_env; -1 = from OMPI/PMI/Slurm variables "
+            "(set alone, it must equal theirs)"},
     {.name = "ROOT", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_core_config_t, root),
      .doc = "host:port of the rendezvous root when SHOAL_UID is not set (rank 0 listens there)"},
@@ -94,8 +96,9 @@ const shoal_cfg_table_t shoal_core_cfg_table = {
 };
 
 /* Rank and size from the launcher's own variables (Open MPI, PMI/PMIx, Slurm). These are not
- * SHOAL_* knobs: read through the config module's raw lookup rather than a table. */
-void shoal_core_launcher_env(int *rank_p, int *nranks_p)
+ * SHOAL_* knobs: read through the config module's raw lookup rather than a table. Returns the
+ * names of the pair read (rank, size), for messages; NULL (outputs untouched) when none is set. */
+const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
 {
     static const char *const pairs[][2] = {
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
@@ -109,7 +112,8 @@ void shoal_core_launcher_env(int *rank_p, int *nranks_p)
         if (r != NULL && n != NULL) {
             *rank_p = atoi(r);
             *nranks_p = atoi(n);
-            return;
+            return pairs[i];
         }
     }
+    return NULL;
 }

@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=28
+NTESTS=30
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -155,3 +155,16 @@ if [ -x "$B/allreduce_perf_mpi" ]; then
 else
     skip 9 "built without MPI: no MPI twins of the perf tools"
 fi
+
+# 29-30: SHOAL_NRANKS / SHOAL_RANK set alone and different from the launcher's value: an
+# error naming both at once (the launcher's values used to win silently: a 2-rank job ran
+# where 3 were asked for)
+run 2 -x SHOAL_NRANKS=3 -x SHOAL_TIMEOUT_MS=20s "$B/allreduce_perf" -b 8 -e 8
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $secs -lt 15 ] &&
+    [ "$(grep -c 'SHOAL_NRANKS=3, but the launcher says OMPI_COMM_WORLD_SIZE=2' "$T/err")" -eq 2 ]
+ok $? "mpirun -x SHOAL_NRANKS=3 -np 2: both ranks fail at once naming both values (rc $rc, ${secs}s)"
+OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 SHOAL_RANK=0 SHOAL_TIMEOUT_MS=20s \
+    timeout -k 5 30 "$B/allreduce_perf" -b 8 -e 8 >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'SHOAL_RANK=0, but the launcher says OMPI_COMM_WORLD_RANK=1' "$T/err"
+ok $? "SHOAL_RANK=0 alone where Open MPI says rank 1: the same error (rc $rc)"

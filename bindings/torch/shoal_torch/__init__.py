@@ -76,18 +76,44 @@ def _port_span(path="/proc/sys/net/ipv4/ip_local_port_range"):
     return 20000, 30000
 
 
+def _check_shoal_vars(env, rank, size):
+    """SHOAL_RANK or SHOAL_NRANKS set alone (`mpirun -x SHOAL_NRANKS=3 -np 2`) must agree with
+    the launcher's value, as in shoal_comm_init_env: a job of another size than asked for
+    (or one that waits for a rank that never comes) is not run silently. ValueError names
+    both values. -1 (or any value below 0; 0 for SHOAL_NRANKS) is libshoal's "unset"."""
+    if rank == "SHOAL_RANK":
+        return
+    for mine, theirs, unset_below in (("SHOAL_RANK", rank, 0), ("SHOAL_NRANKS", size, 1)):
+        if mine not in env:
+            continue
+        try:
+            v = int(env[mine])
+        except ValueError:
+            raise ValueError("shoal_torch: %s=%r is not a number" % (mine, env[mine])) from None
+        try:
+            same = v == int(env[theirs])
+        except ValueError:
+            same = False
+        if v >= unset_below and not same:
+            raise ValueError("shoal_torch: %s=%s, but the launcher says %s=%s: unset %s, or "
+                             "set both SHOAL_RANK and SHOAL_NRANKS"
+                             % (mine, env[mine], theirs, env[theirs], mine))
+
+
 def launcher_env(environ=None):
     """Fills RANK, WORLD_SIZE and LOCAL_RANK from shoalrun / Open MPI / PMI / Slurm variables
     when RANK or WORLD_SIZE is unset, and MASTER_ADDR (127.0.0.1) and MASTER_PORT (a port
     derived from the launch's job id, the same on every rank, below the kernel's ephemeral
     port range: 20000-32767 with Linux's default) when unset. Returns the name of the launcher
     found, or None (then nothing is changed). Set MASTER_ADDR and MASTER_PORT yourself for
-    jobs that span hosts."""
+    jobs that span hosts. Raises ValueError when SHOAL_RANK or SHOAL_NRANKS is set alone and
+    differs from the launcher's value."""
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return None
     for rank, size, local in _LAUNCHERS:
         if rank in env and size in env:
+            _check_shoal_vars(env, rank, size)
             env["RANK"] = env[rank]
             env["WORLD_SIZE"] = env[size]
             if "LOCAL_RANK" not in env:

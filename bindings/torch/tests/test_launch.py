@@ -84,3 +84,38 @@ def test_unique_id_leaves_the_store():
     assert res.rcs == [0, 0], res.text()[-5000:]
     for r in range(2):
         assert "UID_LEFT False" in res.outs[r], res.text()[-5000:]
+
+
+def test_shoal_vars_disagreeing_with_the_launcher():
+    """`mpirun -x SHOAL_NRANKS=3 -np 2`: SHOAL_NRANKS (or SHOAL_RANK) set alone and different
+    from the launcher's value is an error naming both, as in shoal_comm_init_env; agreeing or
+    -1 (unset) is fine; both set win over the launcher (shoalrun inside an allocation)."""
+    import shoal_torch
+    ompi = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+    for extra, words in (({"SHOAL_NRANKS": "3"}, ["SHOAL_NRANKS=3", "OMPI_COMM_WORLD_SIZE=2"]),
+                         ({"SHOAL_RANK": "0"}, ["SHOAL_RANK=0", "OMPI_COMM_WORLD_RANK=1"])):
+        with pytest.raises(ValueError) as e:
+            shoal_torch.launcher_env(dict(ompi, **extra))
+        assert all(w in str(e.value) for w in words), str(e.value)
+    for extra in ({"SHOAL_NRANKS": "2"}, {"SHOAL_RANK": "1"}, {"SHOAL_NRANKS": "-1"}, {}):
+        env = dict(ompi, **extra)
+        assert shoal_torch.launcher_env(env) == "ompi"
+        assert (env["RANK"], env["WORLD_SIZE"]) == ("1", "2")
+    env = dict(ompi, SHOAL_RANK="0", SHOAL_NRANKS="4", SHOAL_UID="x")
+    assert shoal_torch.launcher_env(env) == "shoal"
+    assert (env["RANK"], env["WORLD_SIZE"]) == ("0", "4")
+
+
+def test_mpirun_shoal_nranks_disagreeing():
+    """The same under mpirun, for a script that only imports torch and shoal_torch: an error
+    that names both values, not a job of 2 ranks that was asked to have 3."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.fail("mpirun not found (scripts/deps.sh installs openmpi-bin)")
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    rc, out = _run([mpirun, "--oversubscribe", "-np", "2", "--bind-to", "none", "-x",
+                    "SHOAL_NRANKS=3", sys.executable, SCRIPT], env=env)
+    assert rc != 0, out[-3000:]
+    assert "SHOAL_NRANKS=3, but the launcher says OMPI_COMM_WORLD_SIZE=2" in out, out[-3000:]
+    assert "LAUNCH_OK" not in out, out[-3000:]
