@@ -19,7 +19,9 @@ extern "C" {
  * communicator whose rank and size are its rank and size in mpi_comm. Rank 0 of mpi_comm
  * creates the unique id (shoal_get_unique_id) and broadcasts it with MPI_Bcast; then every
  * rank calls shoal_comm_init. cfg may be NULL (defaults).
- * Errors: SHOAL_ERR_INVALID_ARG (NULL comm_p, MPI_COMM_NULL, MPI not initialised), the
+ * mpi_comm must be an intracommunicator (MPI_Intercomm_merge an intercommunicator first).
+ * Errors: SHOAL_ERR_INVALID_ARG (NULL comm_p, MPI_COMM_NULL, an intercommunicator, MPI not
+ * initialised), the
  * status of shoal_get_unique_id on rank 0 (returned on every rank), SHOAL_ERR_SYSTEM when an
  * MPI call returns an error (only under an error handler that returns), or that of
  * shoal_comm_init. *comm_p is set only on success. */

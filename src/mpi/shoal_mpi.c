@@ -25,13 +25,18 @@ shoal_status_t shoal_mpi_comm_init(shoal_comm_t *comm_p, MPI_Comm mpi_comm,
     shoal_config_t dflt = SHOAL_CONFIG_INIT;
     shoal_mpi_uid_msg_t msg;
     shoal_status_t status;
-    int initialized = 0, finalized = 0, rank = -1, nranks = 0;
+    int initialized = 0, finalized = 0, inter = 0, rank = -1, nranks = 0;
 
     if (comm_p == NULL || mpi_comm == MPI_COMM_NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
     if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized ||
         MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    /* An intercommunicator's MPI_Bcast with root 0 makes every process a receiver from the
+     * other group's rank 0: all of them would wait forever. Refused before any call. */
+    if (MPI_Comm_test_inter(mpi_comm, &inter) != MPI_SUCCESS || inter) {
         return SHOAL_ERR_INVALID_ARG;
     }
     status = shoal_mpi_check(MPI_Comm_rank(mpi_comm, &rank));

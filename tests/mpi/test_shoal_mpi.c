@@ -82,6 +82,25 @@ static void test_comm(MPI_Comm mcomm, const char *name)
     test_check(shoal_comm_destroy(scomm) == SHOAL_OK, "shoal_comm_destroy", MPI_COMM_WORLD);
 }
 
+/* An intercommunicator between the even and the odd world ranks is refused at once on every
+ * rank (its MPI_Bcast with root 0 used to leave every process waiting for the other group). */
+static void test_intercomm(int rank, int size)
+{
+    MPI_Comm half, inter;
+    shoal_comm_t c = NULL;
+    int ok = 1;
+
+    if (size >= 2) {
+        MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+        MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank % 2 == 0 ? 1 : 0, 7, &inter);
+        ok = shoal_mpi_comm_init(&c, inter, NULL) == SHOAL_ERR_INVALID_ARG && c == NULL;
+        MPI_Comm_free(&inter);
+        MPI_Comm_free(&half);
+    }
+    test_check(ok, "an intercommunicator: invalid argument at once, *comm_p untouched",
+               MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
     shoal_comm_t c = NULL;
@@ -95,6 +114,7 @@ int main(int argc, char **argv)
                "NULL comm_p: invalid argument", MPI_COMM_WORLD);
     test_check(shoal_mpi_comm_init(&c, MPI_COMM_NULL, NULL) == SHOAL_ERR_INVALID_ARG && c == NULL,
                "MPI_COMM_NULL: invalid argument, *comm_p untouched", MPI_COMM_WORLD);
+    test_intercomm(rank, size);
     test_comm(MPI_COMM_WORLD, "MPI_COMM_WORLD");
     /* Odd and even world ranks, in reverse order: shoal ranks follow the MPI ones. */
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &half);
