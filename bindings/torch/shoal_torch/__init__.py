@@ -132,6 +132,11 @@ def launcher_env(environ=None):
 # Python keeps its own copy in os.environ, which a subprocess given env=dict(os.environ) would
 # inherit.
 _SECRETS = ("SHOAL_UID", "SHOAL_SECRET", "SHOAL_CREDENTIAL")
+# Those this backend never hands to libshoal (it makes its own unique id and meets through
+# torch's store, never through SHOAL_ROOT): removed at import (after launcher_env used SHOAL_UID
+# for MASTER_PORT), so that no process the script starts before init_process_group inherits
+# them. SHOAL_CREDENTIAL stays until libshoal has read it (_create).
+_UNUSED_SECRETS = ("SHOAL_UID", "SHOAL_SECRET")
 
 
 def _create(store, rank, size, timeout):
@@ -152,4 +157,6 @@ def _register():
 
 
 LAUNCHER = launcher_env()
+for _k in _UNUSED_SECRETS:
+    os.environ.pop(_k, None)
 _register()

@@ -1,6 +1,7 @@
 """A training script as a user writes it: one word names the backend. Run by torchrun,
 shoalrun or mpirun; prints "LAUNCH_OK rank R of N via <launcher>" when the checks pass."""
 import os
+import subprocess
 import sys
 
 import torch
@@ -12,6 +13,11 @@ import shoal_torch  # noqa: E402  (also autoloaded by torch; fills RANK etc. und
 
 launcher = shoal_torch.LAUNCHER or ("torchrun" if "TORCHELASTIC_RUN_ID" in os.environ
                                      else "env")
+# secrets the backend never uses (shoalrun's SHOAL_UID) are gone at import: a process started
+# before init_process_group inherits none of them
+env_child = subprocess.run(["env"], capture_output=True, text=True).stdout
+early = [k for k in ("SHOAL_UID", "SHOAL_SECRET") if k in os.environ or k + "=" in env_child]
+assert not early, "secret variables a child inherits before init: %s" % early
 dist.init_process_group("shoal")
 rank, n = dist.get_rank(), dist.get_world_size()
 # the job's secrets are gone from Python's copy of the environment too (shoalrun sets SHOAL_UID)
