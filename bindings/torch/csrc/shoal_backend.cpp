@@ -1033,6 +1033,13 @@ class ShoalBackend : public c10d::Backend {
             msg += ": " + why;
         } else if (shoal_comm_get_async_error(comm_, &async) == SHOAL_OK && async != SHOAL_OK) {
             msg += ": " + std::string(shoal_comm_last_error(comm_));
+        } else if (st == SHOAL_ERR_INVALID_ARG) {
+            // shoal keeps no sentence for a refused call that leaves the communicator usable
+            // (shoal_comm_last_error says "no error"); its reason went to the log (stderr)
+            msg += ": the ranks passed arguments that differ (count, dtype or op), or shoal "
+                   "refused them; shoal's log line on stderr names them, and "
+                   "TORCH_DISTRIBUTED_DEBUG=DETAIL compares every collective's arguments "
+                   "across ranks before it runs";
         } else if (cuda && st == SHOAL_ERR_UNSUPPORTED) {
             msg += ": libshoal takes no CUDA buffers here (built without CUDA, or no CUDA "
                    "driver or GPU found; `shoal_info -b` says which)";

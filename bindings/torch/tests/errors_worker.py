@@ -76,6 +76,17 @@ def main():
     u = torch.full((4,), float(R + 1))
     dist.all_reduce(u)
     res["usable_after_mismatch"] = "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG") != "DETAIL":
+        # without DETAIL shoal itself finds the counts differ: the error says what to look at
+        # (it said only "SHOAL_ERR_INVALID_ARG (invalid argument)"), the group stays usable
+        v = torch.ones(1000 + R)
+        res["count_mismatch"] = expect(dist.DistBackendError,
+                                       ["INVALID_ARG", "differ", "TORCH_DISTRIBUTED_DEBUG"],
+                                       lambda: dist.all_reduce(v))
+        u = torch.full((4,), float(R + 1))
+        dist.all_reduce(u)
+        res["usable_after_count_mismatch"] = ("ok" if u.tolist() == [3.0] * 4
+                                              else "got %s" % u.tolist())
     # mismatched shapes: rank 0 reduces 1000 elements, rank 1 1001. With
     # TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the shoal group (as it wraps Gloo and NCCL)
     # and compares every collective's shapes, dtypes and op across ranks first (test_errors
