@@ -336,8 +336,8 @@ static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc, CUstream
     return st;
 }
 
-static shoal_status_t shoal_cuda_submit(struct shoal_comm *comm, void *stream,
-                                        const shoal_cuda_item_t *items, int n)
+static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream,
+                                           const shoal_cuda_item_t *items, int n)
 {
     shoal_cuda_comm_t *cc;
     shoal_cuda_task_t *t;
@@ -396,6 +396,18 @@ static shoal_status_t shoal_cuda_submit(struct shoal_comm *comm, void *stream,
     }
     pthread_mutex_unlock(&cc->issue_lock);
     free(t);
+    return st;
+}
+
+/* Submits on the caller's thread, which keeps its current context: the layer makes the
+ * communicator's device current for its driver calls, and the application's runtime follows
+ * the thread's current context (a cudaMalloc after the call would land on that device). */
+static shoal_status_t shoal_cuda_submit(struct shoal_comm *comm, void *stream,
+                                        const shoal_cuda_item_t *items, int n)
+{
+    CUcontext saved = shoal_cuda_ctx_save();
+    shoal_status_t st = shoal_cuda_submit_in(comm, stream, items, n);
+    shoal_cuda_ctx_restore(saved);
     return st;
 }
 

@@ -47,6 +47,21 @@ shoal_status_t shoal_cuda_ctx_enter(shoal_cuda_comm_t *cc)
     return SHOAL_CU(cuCtxSetCurrent, (cc->ctx));
 }
 
+CUcontext shoal_cuda_ctx_save(void)
+{
+    CUcontext c = NULL;
+    return shoal_cuda_drv.cuCtxGetCurrent(&c) == CUDA_SUCCESS ? c : NULL;
+}
+
+void shoal_cuda_ctx_restore(CUcontext saved)
+{
+    CUcontext cur = NULL;
+    if (shoal_cuda_drv.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != saved &&
+        shoal_cuda_drv.cuCtxSetCurrent(saved) != CUDA_SUCCESS) {
+        shoal_warn_once(CUDA, "the calling thread's CUDA context could not be made current again");
+    }
+}
+
 static shoal_status_t shoal_cuda_comm_kernels(shoal_cuda_comm_t *cc)
 {
     static const char *const dt[] = SHOAL_CUDA_DTYPE_NAMES;
@@ -151,9 +166,11 @@ static int shoal_cuda_comm_drain(shoal_cuda_comm_t *cc)
 static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
 {
     shoal_cuda_comm_t *cc = ext;
+    CUcontext saved;
     if (cc == NULL) {
         return;
     }
+    saved = shoal_cuda_ctx_save(); /* the destroying thread's, put back below */
     if (cc->ctx != NULL && shoal_cuda_ctx_enter(cc) == SHOAL_OK) {
         if (cc->flags != NULL && !shoal_cuda_comm_drain(cc)) {
             /* Keep everything: the stream still has to write and read the flags, and the
@@ -171,6 +188,7 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
                            (size_t)(1 + SHOAL_CUDA_FLAG_SLOTS) * SHOAL_CUDA_FLAG_STRIDE * 4,
                        cc->ipc_buf != 0 ? cc->ipc_size : 0);
             cc->comm = NULL; /* the stream's host functions read only cc's own fields */
+            shoal_cuda_ctx_restore(saved);
             return;
         }
         shoal_cuda_nccl_fini(cc);
@@ -202,6 +220,7 @@ static void shoal_cuda_comm_free(struct shoal_comm *comm, void *ext)
         }
         shoal_cuda_drv.cuDevicePrimaryCtxRelease(cc->dev);
     }
+    shoal_cuda_ctx_restore(saved);
     free(cc->hslots);
     pthread_mutex_destroy(&cc->issue_lock);
     free(cc);

@@ -488,6 +488,35 @@ static void host_in_place(ctx_t *x)
     group_fail[g] += bad;
 }
 
+/* The calling thread's current context is its own: the layer makes the communicator's device
+ * current for its calls and must put the thread's back (the runtime's current device follows
+ * it). Here the thread has none: it must have none after a blocking and a stream-ordered call
+ * (and, by the same path, keep another device's context where it had one). */
+static void keeps_context(ctx_t *x)
+{
+    int g = group("the calling thread's current CUDA context is left as it was");
+    CUcontext mine = NULL, after = (CUcontext)1, after_stream = (CUcontext)1;
+    size_t count = 1000;
+    int bad = 0;
+
+    CK(cuCtxGetCurrent(&mine));
+    CK(cuCtxSetCurrent(NULL));
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_INT32, SHOAL_SUM,
+                           x->comm, NULL) != SHOAL_OK;
+    CK(cuCtxGetCurrent(&after));
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_INT32, SHOAL_SUM,
+                           x->comm, x->s) != SHOAL_OK;
+    CK(cuCtxGetCurrent(&after_stream));
+    CK(cuCtxSetCurrent(mine));
+    CK(cuStreamSynchronize(x->s));
+    if (after != NULL || after_stream != NULL) {
+        fprintf(stderr, "# rank %d: a context is current after a blocking (%p) or stream-ordered "
+                "(%p) call, none was before\n", x->rank, (void *)after, (void *)after_stream);
+        bad = 1;
+    }
+    group_fail[g] += bad;
+}
+
 /* A group: allreduce + broadcast + a ring of send/recv pairs, one proxy task. */
 static void group_case(ctx_t *x)
 {
@@ -856,6 +885,7 @@ int main(int argc, char **argv)
         }
         group_case(x);
         sync_choice(x);
+        keeps_context(x);
     }
     if (!host_sync) {
         metering(x);
