@@ -85,6 +85,7 @@ typedef struct shoal_cuda_comm {
     int ipc_state;
     CUdeviceptr ipc_buf;
     size_t ipc_size;
+    size_t ipc_chunk_bytes;      /* the smallest ipc_size of the ranks: bytes per chunk */
     CUdeviceptr *ipc_peer;       /* [nranks]; own entry = ipc_buf */
     /* NCCL delegate (cuda_nccl.c) */
     int nccl_state;

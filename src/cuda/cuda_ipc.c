@@ -23,6 +23,7 @@ typedef struct {
     int32_t pad;
     char busid[32];
     CUipcMemHandle handle;
+    uint64_t size; /* of the buffer (SHOAL_CUDA_IPC_SIZE, which each rank reads itself) */
 } shoal_cuda_ipc_info_t;
 
 static shoal_status_t shoal_cuda_ipc_open(shoal_cuda_comm_t *cc, const shoal_cuda_ipc_info_t *all,
@@ -65,6 +66,7 @@ static shoal_status_t shoal_cuda_ipc_setup(shoal_cuda_comm_t *cc)
     }
     memcpy(me.busid, cc->busid, sizeof(me.busid));
     cc->ipc_size = SHOAL_MAX(SHOAL_ALIGN_UP(shoal_cuda_config.ipc_size, 4096), (size_t)65536);
+    me.size = cc->ipc_size;
     if (me.ok && (shoal_cuda_drv.cuMemAlloc(&cc->ipc_buf, cc->ipc_size) != CUDA_SUCCESS ||
                   shoal_cuda_drv.cuIpcGetMemHandle(&me.handle, cc->ipc_buf) != CUDA_SUCCESS)) {
         me.ok = 0;
@@ -72,8 +74,12 @@ static shoal_status_t shoal_cuda_ipc_setup(shoal_cuda_comm_t *cc)
     st = shoal_cuda_host_coll(cc, SHOAL_COLL_ALLGATHER, &me, all, sizeof(me), SHOAL_UINT8,
                               SHOAL_SUM, 0);
     ok = st == SHOAL_OK;
+    /* Chunks are cut by the smallest buffer of all: a rank's kernel reads its slice of every
+     * chunk from each peer's buffer, which a larger chunk than that peer's would overrun. */
+    cc->ipc_chunk_bytes = cc->ipc_size;
     for (int r = 0; r < comm->nranks && ok; r++) {
         ok = all[r].ok;
+        cc->ipc_chunk_bytes = SHOAL_MIN(cc->ipc_chunk_bytes, (size_t)all[r].size);
     }
     if (ok && st == SHOAL_OK) {
         st = shoal_cuda_ipc_open(cc, all, &ok);
@@ -163,7 +169,7 @@ shoal_status_t shoal_cuda_ipc_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_
 {
     const shoal_coll_args_t *a = &it->a;
     size_t es = shoal_dtype_size(a->dtype);
-    size_t chunk = cc->ipc_size / 16 * 16 / es;
+    size_t chunk = cc->ipc_chunk_bytes / 16 * 16 / es;
     CUdeviceptr *srcs = calloc((size_t)cc->comm->nranks, sizeof(*srcs));
     shoal_status_t st = srcs == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
 

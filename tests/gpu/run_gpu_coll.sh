@@ -112,6 +112,8 @@ for n in ${GPU_NRANKS:-1 2 4}; do
 done
 run "${L}gpu n=2 staging chunk=64k" 2 SHOAL_CUDA_BACKEND=staging SHOAL_CUDA_CHUNK_SIZE=65536 \
     SHOAL_CUDA_STAGING_SIZE=1m
+# rank 0's IPC buffer smaller than the others' (SHOAL_CUDA_IPC_SIZE is read by each rank)
+run "${L}gpu n=2 rank 0 IPC buffer 64k" 2 GPU_RANK0_IPC_SIZE=64k SHOAL_CUDA_IPC_SIZE=1m
 run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn GPU_EXPECT_SYNC=hostfn
 run "${L}gpu n=2 host sync" 2 SHOAL_CUDA_SYNC=host GPU_EXPECT_SYNC=host
 # the emulation as a driver older than 11.7 without the v1 memops: the hostfn fallback
