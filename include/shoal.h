@@ -282,7 +282,10 @@ SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_
 /* Groups: the stream-ordered / device-buffer calls between shoal_group_start and the outermost
  * shoal_group_end are submitted together at the end, one proxy task per (communicator,
  * stream); the sends and receives of a group are posted at once, so a group may hold matching
- * send/recv pairs in any order. Host calls on host buffers inside a group run at once.
+ * send/recv pairs in any order. On device buffers that holds while the group's messages, each
+ * counted up to SHOAL_CUDA_CHUNK_SIZE, fit SHOAL_CUDA_STAGING_SIZE together (64 messages at
+ * most); a larger group runs in parts, in order, and a part must not wait for a later one.
+ * Host calls on host buffers inside a group run at once.
  * Groups nest and are per thread. */
 SHOAL_EXPORT shoal_status_t shoal_group_start(void);
 SHOAL_EXPORT shoal_status_t shoal_group_end(void);

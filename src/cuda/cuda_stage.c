@@ -168,15 +168,15 @@ shoal_status_t shoal_cuda_stage_coll(shoal_cuda_comm_t *cc, const shoal_cuda_ite
 /* Chunk k of n p2p items at once: D2H of the sends, post every receive and send, wait,
  * H2D of the receives. Chunk length = SHOAL_CUDA_CHUNK_SIZE bytes on both sides. */
 static shoal_status_t shoal_cuda_p2p_round(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *items,
-                                           int n, const uint32_t *seqs, size_t chunk,
-                                           uint32_t k, shoal_tl_req_t *reqs, shoal_tl_req_t **rp,
-                                           int *peers)
+                                           int n, const uint32_t *seqs, const size_t *offs,
+                                           size_t chunk, uint32_t k, shoal_tl_req_t *reqs,
+                                           shoal_tl_req_t **rp, int *peers)
 {
     int nreq = 0;
     for (int i = 0; i < n; i++) {
         const shoal_coll_args_t *a = &items[i].a;
         size_t bytes = a->count * shoal_dtype_size(a->dtype), off = (size_t)k * chunk;
-        uint8_t *slot = cc->staging + (size_t)i * chunk;
+        uint8_t *slot = cc->staging + offs[i];
         if (a->type == SHOAL_COLL_SEND && (off < bytes || (k == 0 && bytes == 0))) {
             SHOAL_CHECK(shoal_cuda_copy_rows(cc->d2h, slot, 0, 0, (const uint8_t *)a->sendbuf + off,
                                              items[i].in.dev, 0, SHOAL_MIN(chunk, bytes - off), 1));
@@ -187,7 +187,7 @@ static shoal_status_t shoal_cuda_p2p_round(shoal_cuda_comm_t *cc, const shoal_cu
         const shoal_coll_args_t *a = &items[i].a;
         size_t bytes = a->count * shoal_dtype_size(a->dtype), off = (size_t)k * chunk;
         size_t len = off < bytes ? SHOAL_MIN(chunk, bytes - off) : 0;
-        uint8_t *slot = cc->staging + (size_t)i * chunk;
+        uint8_t *slot = cc->staging + offs[i];
         if (off >= bytes && !(k == 0 && bytes == 0)) {
             continue;
         }
@@ -208,7 +208,7 @@ static shoal_status_t shoal_cuda_p2p_round(shoal_cuda_comm_t *cc, const shoal_cu
         size_t bytes = a->count * shoal_dtype_size(a->dtype), off = (size_t)k * chunk;
         if (a->type == SHOAL_COLL_RECV && off < bytes) {
             SHOAL_CHECK(shoal_cuda_copy_rows(cc->h2d, (uint8_t *)a->recvbuf + off,
-                                             items[i].out.dev, 0, cc->staging + (size_t)i * chunk,
+                                             items[i].out.dev, 0, cc->staging + offs[i],
                                              0, 0, SHOAL_MIN(chunk, bytes - off), 1));
         }
     }
@@ -218,13 +218,22 @@ static shoal_status_t shoal_cuda_p2p_round(shoal_cuda_comm_t *cc, const shoal_cu
 shoal_status_t shoal_cuda_stage_p2p(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *items, int n)
 {
     size_t chunk = SHOAL_MAX(shoal_cuda_config.chunk_size / 16 * 16, (size_t)16);
+    size_t offs[64], used = 0;
     uint32_t rounds = 1, seqs[64];
     shoal_tl_req_t reqs[64];
     shoal_tl_req_t *rp[64];
     int peers[64];
 
-    /* At most 64 items per round set, each a chunk of the staging. */
-    if (n > 64 || (size_t)n * chunk > cc->staging_size) {
+    /* At most 64 items per round set, each with a slot of the staging as large as its round's
+     * bytes: a chunk, or the whole message where it is shorter (a group of many messages shorter
+     * than a chunk is posted at once, as the API promises; the chunk itself must stay the same
+     * on every rank, which cuts the messages the same way). */
+    for (int i = 0; i < n && i < 64; i++) {
+        const shoal_coll_args_t *a = &items[i].a;
+        offs[i] = used;
+        used += SHOAL_ALIGN_UP(SHOAL_MIN(chunk, a->count * shoal_dtype_size(a->dtype)), 16);
+    }
+    if (n > 64 || used > cc->staging_size) {
         int half = n / 2 > 0 ? n / 2 : 1;
         if (n == 1) {
             shoal_error(CUDA, "SHOAL_CUDA_CHUNK_SIZE %zu exceeds SHOAL_CUDA_STAGING_SIZE %zu",
@@ -244,7 +253,7 @@ shoal_status_t shoal_cuda_stage_p2p(shoal_cuda_comm_t *cc, const shoal_cuda_item
         rounds = SHOAL_MAX(rounds, (uint32_t)((bytes + chunk - 1) / chunk));
     }
     for (uint32_t k = 0; k < rounds; k++) {
-        SHOAL_CHECK(shoal_cuda_p2p_round(cc, items, n, seqs, chunk, k, reqs, rp, peers));
+        SHOAL_CHECK(shoal_cuda_p2p_round(cc, items, n, seqs, offs, chunk, k, reqs, rp, peers));
     }
     return SHOAL_OK;
 }

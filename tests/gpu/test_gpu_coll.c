@@ -552,6 +552,47 @@ static void group_case(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
+/* A group of 9 sends to the next rank, then 9 receives from the previous one, 1 MiB each: 18
+ * messages that the staging holds at once (18 MiB of 64) though not as 18 chunks of 4 MiB. The
+ * API posts a group's sends and receives at once, so their order does not matter; in two parts
+ * (the sends, then the receives) every rank would wait in its sends for receives not posted. */
+static void group_many_p2p(ctx_t *x)
+{
+    enum { K = 9 };
+    size_t count = (1u << 20) / 4, es = 4, bytes = count * es;
+    int next = (x->rank + 1) % x->n, prev = (x->rank + x->n - 1) % x->n, bad = 0;
+
+    if (x->n < 2 || 2 * K * SHOAL_MIN(shoal_cuda_config.chunk_size, bytes) >
+                        shoal_cuda_config.staging_size) {
+        return; /* a staging smaller than one round of the group (run_gpu_coll's variants) */
+    }
+    int g = group("group: 9 sends then 9 receives of 1 MiB, posted at once");
+    for (int i = 0; i < K; i++) {
+        fill(SHOAL_INT32, SHOAL_SUM, x->rank + i, x->h_in + i * bytes, count, 0);
+    }
+    h2d(x, x->d_in, x->h_in, K * bytes);
+    shoal_group_start();
+    for (int i = 0; i < K; i++) {
+        bad |= shoal_send((void *)(x->d_in + i * bytes), count, SHOAL_INT32, next, x->comm, x->s);
+    }
+    for (int i = 0; i < K; i++) {
+        bad |= shoal_recv((void *)(x->d_out + i * bytes), count, SHOAL_INT32, prev, x->comm,
+                          x->s);
+    }
+    bad |= shoal_group_end();
+    CK(cuStreamSynchronize(x->s));
+    d2h(x, x->h_out, x->d_out, K * bytes);
+    for (int i = 0; i < K; i++) {
+        fill(SHOAL_INT32, SHOAL_SUM, prev + i, x->h_exp, count, 0);
+        bad |= memcmp(x->h_out + i * bytes, x->h_exp, bytes) != 0;
+    }
+    if (bad) {
+        fprintf(stderr, "# rank %d: a group of %d sends then %d receives failed: %s\n", x->rank,
+                K, K, shoal_comm_last_error(x->comm));
+    }
+    group_fail[g] += bad != 0;
+}
+
 /* CUDA IPC bytes one AllReduce of count elements of es bytes moves for rank me (what
  * cuda_ipc.c reads from peers: slice me of n - 1 peers and the other slices once), 0 when the
  * IPC path is not in use. */
@@ -890,6 +931,7 @@ int main(int argc, char **argv)
             host_in_place(x);
         }
         group_case(x);
+        group_many_p2p(x);
         sync_choice(x);
         keeps_context(x);
     }
