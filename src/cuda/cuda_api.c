@@ -345,8 +345,10 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
     int ordinal = -1;
     shoal_status_t st;
 
-    for (int i = 0; i < n; i++) {
-        int o = items[i].in.dev ? items[i].in.ordinal : items[i].out.ordinal;
+    /* every device buffer, input and output, on the communicator's one device */
+    for (int i = 0; i < 2 * n; i++) {
+        const shoal_cuda_ptr_t *k = i % 2 == 0 ? &items[i / 2].in : &items[i / 2].out;
+        int o = k->dev ? k->ordinal : -1;
         if (o >= 0 && ordinal >= 0 && o != ordinal) {
             shoal_error(CUDA, "buffers of devices %d and %d in one call or group", ordinal, o);
             return SHOAL_ERR_INVALID_ARG;

@@ -552,6 +552,42 @@ static void group_case(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
+/* Where the process sees several devices: an input on the communicator's device and an output
+ * on another is refused (SHOAL_ERR_INVALID_ARG), and the communicator stays usable. */
+static void other_device_output(ctx_t *x)
+{
+    CUcontext mine, other_ctx;
+    CUdevice other;
+    CUdeviceptr out;
+    int ndev = 0, cur = 0, bad = 0;
+    shoal_status_t st;
+
+    CK(cuDeviceGetCount(&ndev));
+    if (ndev < 2) {
+        return;
+    }
+    int g = group("an output on another device than the input is refused");
+    CK(cuCtxGetCurrent(&mine));
+    CK(cuCtxGetDevice(&cur));
+    CK(cuDeviceGet(&other, (cur + 1) % ndev));
+    CK(cuDevicePrimaryCtxRetain(&other_ctx, other));
+    CK(cuCtxSetCurrent(other_ctx));
+    CK(cuMemAlloc(&out, 4096));
+    CK(cuCtxSetCurrent(mine));
+    st = shoal_allreduce((void *)x->d_in, (void *)out, 1000, SHOAL_INT32, SHOAL_SUM, x->comm,
+                         NULL);
+    bad |= st != SHOAL_ERR_INVALID_ARG;
+    bad |= shoal_allreduce((void *)x->d_in, (void *)x->d_out, 1000, SHOAL_INT32, SHOAL_SUM,
+                           x->comm, NULL) != SHOAL_OK;
+    if (bad) {
+        fprintf(stderr, "# rank %d: output on device %d, input on %d: %s\n", x->rank,
+                (cur + 1) % ndev, cur, shoal_status_name(st));
+    }
+    CK(cuMemFree(out));
+    CK(cuDevicePrimaryCtxRelease(other));
+    group_fail[g] += bad;
+}
+
 /* A group of 9 sends to the next rank, then 9 receives from the previous one, 1 MiB each: 18
  * messages that the staging holds at once (18 MiB of 64) though not as 18 chunks of 4 MiB. The
  * API posts a group's sends and receives at once, so their order does not matter; in two parts
@@ -932,6 +968,7 @@ int main(int argc, char **argv)
         }
         group_case(x);
         group_many_p2p(x);
+        other_device_output(x);
         sync_choice(x);
         keeps_context(x);
     }
