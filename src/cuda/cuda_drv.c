@@ -71,7 +71,10 @@ static void shoal_cuda_drv_load_once(void)
     snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why), "loaded");
     return;
 fail:
-    shoal_warn(CUDA, "stream-ordered and device-buffer collectives are unavailable: %s",
+    /* Not a warning: a host call loads the driver too where the process mapped libcuda (to
+     * classify its buffers), and a host-only job there (a driver, no GPU) needs none; a call
+     * that needs CUDA logs this reason as its error (shoal_cuda_call). */
+    shoal_info(CUDA, "stream-ordered and device-buffer collectives are unavailable: %s",
                shoal_cuda_drv_why);
     if (shoal_cuda_drv_handle != NULL) {
         dlclose(shoal_cuda_drv_handle);

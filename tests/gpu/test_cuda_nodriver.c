@@ -27,6 +27,24 @@ static int stub_mode(void)
     return st == SHOAL_ERR_UNSUPPORTED && strstr(why, "cuInit failed") != NULL ? 0 : 1;
 }
 
+/* Child mode "stubhost": the process has mapped the stub driver itself (as a framework
+ * loads libcuda on a machine without a GPU) and runs host collectives only: they work, and
+ * nothing is logged about CUDA, which the job never asked for (stderr is checked by the
+ * parent). Exit 0 if the call worked. */
+static int stubhost_mode(void)
+{
+    shoal_uid_t uid;
+    shoal_comm_t comm;
+    int32_t in[4] = {1, 2, 3, 4}, out[4] = {0};
+    if (dlopen(STUB_LIBCUDA, RTLD_NOW) == NULL || shoal_get_unique_id(&uid) != SHOAL_OK ||
+        shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+        return 1;
+    }
+    shoal_status_t st = shoal_allreduce(in, out, 4, SHOAL_INT32, SHOAL_SUM, comm, NULL);
+    shoal_comm_destroy(comm);
+    return st == SHOAL_OK && out[3] == 4 ? 0 : 1;
+}
+
 /* One rank: host AllReduce (plain, in a group, non-blocking), a stream call. Returns a bit
  * mask of failed checks. */
 static int rank_body(int rank, const shoal_uid_t *uid, int driver_ok)
@@ -74,6 +92,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "stub") == 0) {
         return stub_mode();
     }
+    if (argc > 1 && strcmp(argv[1], "stubhost") == 0) {
+        return stubhost_mode();
+    }
     tap_ok(shoal_cuda_fatbin_size > 4096 && fb[0] == 0x50 && fb[1] == 0xed && fb[2] == 0x55 &&
                fb[3] == 0xba, "the kernels' fatbin is embedded (%zu bytes, fatbin magic)",
            shoal_cuda_fatbin_size);
@@ -109,7 +130,7 @@ int main(int argc, char **argv)
     tap_is_int(bad0, 0, "rank 0: host collectives, group of host calls, iallreduce");
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1: the same (status %d)", status);
     if (driver_ok) {
-        tap_skip(2, "a CUDA driver works here (the GPU tests cover it)");
+        tap_skip(3, "a CUDA driver works here (the GPU tests cover it)");
     } else {
         tap_ok((bad0 & (3 << 5)) == 0, "a stream without a driver is SHOAL_ERR_UNSUPPORTED and "
                "host calls still work after it");
@@ -119,8 +140,26 @@ int main(int argc, char **argv)
                      (int)getpid());
             tap_is_int(system(cmd), 0, "the stub driver (cuInit fails): unsupported, reason "
                        "given");
+            char log[64] = "/tmp/test_cuda_nodriver.XXXXXX", line[512];
+            int fd = mkstemp(log), quiet = 1;
+            snprintf(cmd, sizeof(cmd), "SHOAL_CUDA_LIBCUDA=%s /proc/%d/exe stubhost 2>%s",
+                     STUB_LIBCUDA, (int)getpid(), log);
+            int rc = fd >= 0 ? system(cmd) : -1;
+            FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+            while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+                quiet &= strstr(line, "[CUDA]") == NULL;
+                if (strstr(line, "[CUDA]") != NULL) {
+                    tap_diag("stubhost: %s", line);
+                }
+            }
+            if (f != NULL) {
+                fclose(f);
+            }
+            unlink(log);
+            tap_ok(rc == 0 && quiet, "host calls where the process mapped a driver that cannot "
+                   "run: they work and log nothing about CUDA (exit %d)", rc);
         } else {
-            tap_skip(1, "no stub libcuda at " STUB_LIBCUDA);
+            tap_skip(2, "no stub libcuda at " STUB_LIBCUDA);
         }
     }
     tap_is_int(shoal_group_end(), SHOAL_ERR_INVALID_ARG, "shoal_group_end without a start");
