@@ -143,23 +143,43 @@ static shoal_status_t shoal_cuda_run_one(shoal_cuda_comm_t *cc, const shoal_cuda
     return shoal_cuda_stage_coll(cc, it);
 }
 
+/* Every send and receive of a batch (a group) is posted at once, where its first one was
+ * issued: a collective between a send and its matching receive (on every rank) must not
+ * split them into parts that wait for each other. */
 shoal_status_t shoal_cuda_run_items(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *items, int n)
 {
+    shoal_cuda_item_t *p2p = NULL;
+    int first = -1, last = -1, np = 0;
+    shoal_status_t st = SHOAL_OK;
+
     SHOAL_CHECK(shoal_cuda_ctx_enter(cc));
-    for (int i = 0; i < n;) {
-        int j = i;
+    for (int i = 0; i < n; i++) {
         if (shoal_cuda_item_p2p(&items[i])) {
-            while (j < n && shoal_cuda_item_p2p(&items[j])) {
-                j++;
-            }
-            SHOAL_CHECK(shoal_cuda_stage_p2p(cc, &items[i], j - i));
-            i = j;
-            continue;
+            first = first < 0 ? i : first;
+            last = i;
+            np++;
         }
-        SHOAL_CHECK(shoal_cuda_run_one(cc, &items[i]));
-        i++;
     }
-    return SHOAL_OK;
+    if (np > 0 && last - first + 1 != np) { /* not contiguous: gather them */
+        p2p = malloc((size_t)np * sizeof(*p2p));
+        if (p2p == NULL) {
+            return SHOAL_ERR_NO_MEMORY;
+        }
+        for (int i = first, k = 0; i <= last; i++) {
+            if (shoal_cuda_item_p2p(&items[i])) {
+                p2p[k++] = items[i];
+            }
+        }
+    }
+    for (int i = 0; i < n && st == SHOAL_OK; i++) {
+        if (i == first) {
+            st = shoal_cuda_stage_p2p(cc, p2p != NULL ? p2p : &items[first], np);
+        } else if (!shoal_cuda_item_p2p(&items[i])) {
+            st = shoal_cuda_run_one(cc, &items[i]);
+        }
+    }
+    free(p2p);
+    return st;
 }
 
 /* ---- stream ordering ---------------------------------------------------------------------- */

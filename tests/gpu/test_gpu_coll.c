@@ -552,6 +552,41 @@ static void group_case(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
+/* A group of a send to the next rank, an AllReduce, then the receive from the previous rank
+ * (1 MiB each way): the send and its matching receive are posted at once, the collective in
+ * between does not split them. */
+static void group_p2p_around_coll(ctx_t *x)
+{
+    size_t count = (1u << 20) / 4, es = 4, bytes = count * es;
+    CUdeviceptr sb = x->d_in, ab = x->d_in + bytes, rb = x->d_out;
+    int next = (x->rank + 1) % x->n, prev = (x->rank + x->n - 1) % x->n, bad = 0;
+
+    if (x->n < 2) {
+        return;
+    }
+    int g = group("group: send, allreduce, then the matching receive");
+    fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, sb, x->h_in, bytes);
+    h2d(x, ab, x->h_in, bytes);
+    shoal_group_start();
+    bad |= shoal_send((void *)sb, count, SHOAL_INT32, next, x->comm, x->s);
+    bad |= shoal_allreduce((void *)ab, (void *)ab, count, SHOAL_INT32, SHOAL_SUM, x->comm, x->s);
+    bad |= shoal_recv((void *)rb, count, SHOAL_INT32, prev, x->comm, x->s);
+    bad |= shoal_group_end();
+    CK(cuStreamSynchronize(x->s));
+    fill(SHOAL_INT32, SHOAL_SUM, prev, x->h_exp, count, 0);
+    d2h(x, x->h_out, rb, bytes);
+    bad |= memcmp(x->h_out, x->h_exp, bytes) != 0;
+    expect_reduce(SHOAL_INT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+    d2h(x, x->h_out, ab, bytes);
+    bad |= memcmp(x->h_out, x->h_exp, bytes) != 0;
+    if (bad) {
+        fprintf(stderr, "# rank %d: group {send, allreduce, recv} failed: %s\n", x->rank,
+                shoal_comm_last_error(x->comm));
+    }
+    group_fail[g] += bad != 0;
+}
+
 /* Where the process sees several devices: an input on the communicator's device and an output
  * on another is refused (SHOAL_ERR_INVALID_ARG), and the communicator stays usable. */
 static void other_device_output(ctx_t *x)
@@ -968,6 +1003,7 @@ int main(int argc, char **argv)
         }
         group_case(x);
         group_many_p2p(x);
+        group_p2p_around_coll(x);
         other_device_output(x);
         sync_choice(x);
         keeps_context(x);
