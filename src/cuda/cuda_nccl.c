@@ -85,7 +85,11 @@ static shoal_status_t shoal_cuda_nccl_agree(shoal_cuda_comm_t *cc, int *ok_p)
 static shoal_status_t shoal_cuda_nccl_setup(shoal_cuda_comm_t *cc)
 {
     struct shoal_comm *comm = cc->comm;
-    ncclUniqueId id;
+    struct {
+        int32_t ok; /* rank 0 has an id: every rank learns it with the id */
+        int32_t pad;
+        ncclUniqueId id;
+    } root;
     ncclComm_t nc = NULL;
     ncclResult_t r = ncclSuccess;
     int ok;
@@ -96,15 +100,22 @@ static shoal_status_t shoal_cuda_nccl_setup(shoal_cuda_comm_t *cc)
                    "every rank)", comm->rank);
         return SHOAL_ERR_UNSUPPORTED;
     }
-    memset(&id, 0, sizeof(id));
+    memset(&root, 0, sizeof(root));
     if (comm->rank == 0) {
-        r = shoal_nccl.ncclGetUniqueId(&id);
+        r = shoal_nccl.ncclGetUniqueId(&root.id);
+        root.ok = r == ncclSuccess;
     }
-    SHOAL_CHECK(shoal_cuda_host_coll(cc, SHOAL_COLL_BROADCAST, &id, &id, sizeof(id), SHOAL_UINT8,
-                                     SHOAL_SUM, 0));
-    if (r == ncclSuccess) {
-        r = shoal_nccl.ncclCommInitRank(&nc, comm->nranks, id, comm->rank);
+    SHOAL_CHECK(shoal_cuda_host_coll(cc, SHOAL_COLL_BROADCAST, &root, &root, sizeof(root),
+                                     SHOAL_UINT8, SHOAL_SUM, 0));
+    if (!root.ok) {
+        /* Every rank falls back together; the others must not wait in ncclCommInitRank for a
+         * bootstrap that does not exist while rank 0 goes on without NCCL. */
+        shoal_warn(CUDA, "rank %d: NCCL not used: ncclGetUniqueId failed on rank 0%s%s",
+                   comm->rank, comm->rank == 0 ? ": " : "",
+                   comm->rank == 0 ? shoal_nccl.ncclGetErrorString(r) : "");
+        return SHOAL_ERR_UNSUPPORTED;
     }
+    r = shoal_nccl.ncclCommInitRank(&nc, comm->nranks, root.id, comm->rank);
     if (r != ncclSuccess) {
         shoal_error(CUDA, "rank %d: NCCL initialisation failed: %s", comm->rank,
                     shoal_nccl.ncclGetErrorString(r));

@@ -21,6 +21,8 @@
  * default 60000): a peer that does not come fails the call with ncclSystemError (and the
  * communicator with it). Types: every nccl dtype shoal maps (int8 .. float64, float16,
  * bfloat16); ops sum, prod, min, max, avg. Diagnostics go to stderr, prefix "fakenccl:".
+ * FAKENCCL_FAIL_UNIQUE_ID=1: ncclGetUniqueId fails (ncclSystemError), as a real NCCL's does where
+ * it finds no interface for its bootstrap (NCCL_SOCKET_IFNAME matching none on that host).
  */
 #include <cuda.h>
 #include <nccl.h>
@@ -132,6 +134,10 @@ FN_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
         return ncclInvalidArgument;
     }
     memset(id, 0, sizeof(*id));
+    if (getenv("FAKENCCL_FAIL_UNIQUE_ID") != NULL && atoi(getenv("FAKENCCL_FAIL_UNIQUE_ID"))) {
+        fn_log("ncclGetUniqueId: failing (FAKENCCL_FAIL_UNIQUE_ID)");
+        return ncclSystemError;
+    }
     if (getrandom(id->internal, 16, 0) != 16) {
         fn_log("getrandom: %s", strerror(errno));
         return ncclSystemError;

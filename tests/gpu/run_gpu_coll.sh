@@ -135,6 +135,16 @@ if [ -n "${GPU_NCCL_LIB:-}" ]; then
             "SHOAL_CUDA_LIBNCCL=$GPU_NCCL_LIB" GPU_DEVICE_PER_RANK=1 "FAKECUDA_DEVICES=$n" \
             GPU_ARGS=--nccl
     done
+    # the emulated NCCL's ncclGetUniqueId fails on rank 0: every rank falls back to the IPC
+    # path together (a rank in ncclCommInitRank, whose wait for rank 0 outlasts
+    # SHOAL_TIMEOUT_MS here, would leave rank 0 alone in the IPC setup until it times out)
+    case ${SHOAL_CUDA_LIBCUDA:-} in
+    *fakecuda*)
+        run "${L}gpu n=2 nccl, rank 0 has no unique id" 2 SHOAL_CUDA_BACKEND=nccl \
+            "SHOAL_CUDA_LIBNCCL=$GPU_NCCL_LIB" GPU_DEVICE_PER_RANK=1 FAKECUDA_DEVICES=2 \
+            FAKENCCL_FAIL_UNIQUE_ID=1 FAKENCCL_TIMEOUT_MS=120000
+        ;;
+    esac
 fi
 kill_case "${L}gpu kill n=3" 3
 kill_case "${L}gpu kill n=4 tcp staging" 4 SHOAL_TRANSPORT=tcp SHOAL_CUDA_BACKEND=staging
