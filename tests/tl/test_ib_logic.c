@@ -442,11 +442,11 @@ static void test_regcache(void)
            "regcache: miss registers the page range");
     shoal_ib_regcache_get(&rc, mem + 100, pg, &k2, &l2);
     tap_ok(f.regs == 1 && k2 == k1 && l2 == l1 && rc.hits == 1, "regcache: sub-range hits");
-    shoal_ib_regcache_put(&rc, k1, mem + 10);
-    shoal_ib_regcache_put(&rc, k2, mem + 100);
+    shoal_ib_regcache_put(&rc, k1, l1);
+    shoal_ib_regcache_put(&rc, k2, l2);
     shoal_ib_regcache_get(&rc, mem + 2 * pg, 2 * pg, &k3, &l3);
     tap_ok(f.regs == 2 && rc.n == 2, "regcache: overlapping but not covered -> new entry");
-    shoal_ib_regcache_put(&rc, k3, mem + 2 * pg);
+    shoal_ib_regcache_put(&rc, k3, l3);
     /* 3 + 2 pages cached; 4 more exceeds 6 pages: LRU (the first) goes */
     shoal_ib_regcache_get(&rc, mem + 8 * pg, 3 * pg, &k4, &l4);
     tap_ok(rc.evictions >= 1 && f.deregs >= 1 && rc.bytes <= 6 * pg,
@@ -459,19 +459,57 @@ static void test_regcache(void)
     tap_ok(f.deregs == 2 && f.live == 2 && rc.n == 2, "regcache: busy entries never evicted");
     shoal_ib_regcache_invalidate(&rc, mem + 9 * pg, 1);
     tap_is_int(f.deregs, 2, "regcache: invalidate of a busy range waits for its release");
-    shoal_ib_regcache_put(&rc, k4, mem + 8 * pg);
+    shoal_ib_regcache_put(&rc, k4, l4);
     tap_is_int(f.deregs, 3, "regcache: the last put deregisters an invalidated entry");
-    shoal_ib_regcache_put(&rc, k1, mem + 12 * pg);
+    shoal_ib_regcache_put(&rc, k1, l1);
     tap_is_int(f.deregs, 4, "regcache: an entry over the cap is dropped at its release");
     shoal_ib_regcache_get(&rc, mem, pg, &k1, &l1);
-    shoal_ib_regcache_put(&rc, k1, mem);
+    shoal_ib_regcache_put(&rc, k1, l1);
     shoal_ib_regcache_invalidate(&rc, mem, 16 * pg);
     tap_is_int(rc.n, 0, "regcache: invalidate of idle entries deregisters them");
     tap_is_int(f.live, 0, "regcache: nothing left registered");
     shoal_ib_regcache_get(&rc, mem, pg, &k1, &l1);
-    shoal_ib_regcache_put(&rc, k1, mem);
+    shoal_ib_regcache_put(&rc, k1, l1);
     shoal_ib_regcache_fini(&rc);
     tap_ok(f.live == 0 && f.regs == f.deregs, "regcache: fini deregisters everything");
+    free(mem);
+}
+
+/* Two cached registrations that start on the same page (a 1-page and a 2-page message from
+ * one buffer), both in flight with the shorter one's get last: the release of the first
+ * message must drop its own entry's reference, not the other one's, or the entry still in
+ * use is idle and an eviction deregisters it under its work request. */
+static void test_regcache_same_start(void)
+{
+    fake_t f = {0};
+    shoal_ib_reg_ops_t ops = {.reg = fake_reg, .dereg = fake_dereg, .arg = &f};
+    shoal_ib_regcache_t rc;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *mem = aligned_alloc(pg, 16 * pg);
+    uintptr_t ks, kl, k;
+    uint32_t ls, ll, l;
+
+    shoal_ib_regcache_init(&rc, &ops, 8, 8 * pg);
+    shoal_ib_regcache_get(&rc, mem, pg, &ks, &ls);      /* [mem, +1 page) */
+    shoal_ib_regcache_put(&rc, ks, ls);
+    shoal_ib_regcache_get(&rc, mem, 2 * pg, &kl, &ll);  /* [mem, +2 pages): a new entry */
+    shoal_ib_regcache_put(&rc, kl, ll);
+    tap_ok(rc.n == 2 && f.regs == 2 && kl == ks, "regcache: two entries with one start");
+    shoal_ib_regcache_get(&rc, mem, 2 * pg, &kl, &ll);  /* message A: the 2-page entry */
+    shoal_ib_regcache_get(&rc, mem, pg, &ks, &ls);      /* message B: the 1-page entry */
+    tap_ok(ll != ls, "regcache: the two messages hold different registrations");
+    shoal_ib_regcache_put(&rc, kl, ll);                 /* A completes, B is in flight */
+    /* 7 more pages fit only if idle entries go: B's must not be one of them */
+    shoal_ib_regcache_get(&rc, mem + 8 * pg, 7 * pg, &k, &l);
+    shoal_ib_regcache_put(&rc, k, l);
+    shoal_ib_regcache_get(&rc, mem, pg, &k, &l);
+    tap_ok(l == ls && rc.evictions == 1,
+           "regcache: the entry of the message in flight stays registered (lkey %u, B's %u)",
+           l, ls);
+    shoal_ib_regcache_put(&rc, k, l);
+    shoal_ib_regcache_put(&rc, ks, ls);
+    shoal_ib_regcache_fini(&rc);
+    tap_ok(f.live == 0 && f.regs == f.deregs, "regcache: same-start entries all released");
     free(mem);
 }
 
@@ -781,7 +819,7 @@ static int sim_send(sim_t *sim, const uint8_t *buf, size_t len, uint8_t *out)
         memmove(&q[0], &q[1], (size_t)--nq * sizeof(q[0]));
     }
     if (sim->rc != NULL) {
-        shoal_ib_regcache_put(sim->rc, key, buf);
+        shoal_ib_regcache_put(sim->rc, key, lkey);
     }
     return bad || got != len ? -1 : 0;
 }
@@ -999,6 +1037,7 @@ int main(int argc, char **argv)
     test_imm();
     test_qp();
     test_regcache();
+    test_regcache_same_start();
     test_layout();
     test_scoping();
     test_chunk_build();

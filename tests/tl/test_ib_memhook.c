@@ -57,7 +57,7 @@ static int touch(shoal_ib_regcache_t *c, const void *p, size_t len)
     if (shoal_ib_regcache_get(c, p, len, &key, &lkey) != SHOAL_OK) {
         return -1;
     }
-    shoal_ib_regcache_put(c, key, p);
+    shoal_ib_regcache_put(c, key, lkey);
     return f.regs != before;
 }
 

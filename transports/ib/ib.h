@@ -378,9 +378,9 @@ SHOAL_HIDDEN shoal_status_t shoal_ib_regcache_init(shoal_ib_regcache_t *rc,
 SHOAL_HIDDEN shoal_status_t shoal_ib_regcache_get(shoal_ib_regcache_t *rc, const void *addr,
                                                   size_t len, uintptr_t *key_p,
                                                   uint32_t *lkey_p);
-/* Drops the reference taken by get (key from get, addr inside the entry). */
-SHOAL_HIDDEN void shoal_ib_regcache_put(shoal_ib_regcache_t *rc, uintptr_t key,
-                                        const void *addr);
+/* Drops the reference taken by get (its key and lkey: entries may share a start, and the
+ * lkey tells which of them the reference is on). */
+SHOAL_HIDDEN void shoal_ib_regcache_put(shoal_ib_regcache_t *rc, uintptr_t key, uint32_t lkey);
 /* From now on, every lookup first applies the memory events recorded since (the hooks must
  * be installed, see shoal_ib_memhook_install). */
 SHOAL_HIDDEN void shoal_ib_regcache_follow(shoal_ib_regcache_t *rc);

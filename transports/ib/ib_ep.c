@@ -63,7 +63,7 @@ int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const c
     ep->culprit = culprit;
     snprintf(ep->why, sizeof(ep->why), "%s", why);
     if (ep->cur_reg) {
-        shoal_ib_regcache_put(&ep->rc, ep->cur_key, ep->cur_addr);
+        shoal_ib_regcache_put(&ep->rc, ep->cur_key, ep->cur_lkey);
         ep->cur_reg = 0;
     }
     /* In-flight work requests keep their wrs[] entries (released by their flush
@@ -213,7 +213,6 @@ static int shoal_ib_ep_reg_buf(shoal_ep_t *ep, shoal_tl_req_t *req)
                                  (unsigned long long)req->hdr.length), -1;
     }
     ep->cur_reg = 1;
-    ep->cur_addr = req->buf;
     return 0;
 }
 
@@ -259,7 +258,7 @@ static int shoal_ib_ep_post_chunk(shoal_ep_t *ep)
     ep->wrs[sidx] = (shoal_ib_wr_t){
         .req = (c.flags & SHOAL_IB_CHUNK_LAST) ? req : NULL,
         .reg_key = ep->cur_key,
-        .reg_addr = ep->cur_addr,
+        .reg_lkey = ep->cur_lkey,
         .has_reg = (c.flags & SHOAL_IB_CHUNK_LAST) && ep->cur_reg,
         .has_bounce = c.src == SHOAL_IB_SRC_BOUNCE,
     };
@@ -321,7 +320,7 @@ static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ib
     int n = 0;
     ep->sq_done++;
     if (w->has_reg) {
-        shoal_ib_regcache_put(&ep->rc, w->reg_key, w->reg_addr);
+        shoal_ib_regcache_put(&ep->rc, w->reg_key, w->reg_lkey);
     }
     if (w->has_bounce) {
         (void)shoal_ib_credit_grant(&ep->bq, 1); /* completions come in posting order */

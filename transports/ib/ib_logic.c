@@ -387,12 +387,13 @@ shoal_status_t shoal_ib_regcache_get(shoal_ib_regcache_t *rc, const void *addr, 
     return SHOAL_OK;
 }
 
-void shoal_ib_regcache_put(shoal_ib_regcache_t *rc, uintptr_t key, const void *addr)
+void shoal_ib_regcache_put(shoal_ib_regcache_t *rc, uintptr_t key, uint32_t lkey)
 {
-    uintptr_t a = (uintptr_t)addr;
     for (int i = 0; i < rc->n && rc->ents[i].start <= key; i++) {
         shoal_ib_reg_entry_t *e = &rc->ents[i];
-        if (e->start == key && e->refs > 0 && a >= e->start && a < e->end) {
+        /* by lkey too: a longer range from the same page is another entry with this start,
+         * and dropping its reference instead would leave ours idle (evictable) in flight */
+        if (e->start == key && e->lkey == lkey && e->refs > 0) {
             e->refs--;
             if (e->refs == 0 && e->doomed) {
                 shoal_ib_regcache_remove(rc, i);

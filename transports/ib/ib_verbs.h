@@ -45,7 +45,7 @@ struct rdma_event_channel;
 typedef struct {
     shoal_tl_req_t *req;      /* its last chunk, or NULL (credit/abort/middle chunk) */
     uintptr_t reg_key;        /* registration to release on completion */
-    const void *reg_addr;
+    uint32_t reg_lkey;
     int has_reg;
     int has_bounce;           /* took a bounce slot: returned on completion */
 } shoal_ib_wr_t;
@@ -87,7 +87,6 @@ struct shoal_ep {
     shoal_ib_regcache_t rc;       /* SHOAL_IB_REG_CACHE=1: user buffers in this pd */
     int rc_ready;
     uintptr_t cur_key;            /* registration of sq_post's buffer */
-    const void *cur_addr;
     uint32_t cur_lkey;
     int cur_reg;
     /* receives */
