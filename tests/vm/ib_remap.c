@@ -7,7 +7,9 @@
  * Every round maps the send and receive buffers (anonymous mmap, at the addresses of the
  * previous round: MAP_FIXED_NOREPLACE), fills the send buffer with a value of its own
  * (rank + 1 + 100 * round), runs an AllReduce SUM, checks every element, unmaps both. A
- * second group does the same with malloc/free (a large block: glibc maps and unmaps it).
+ * second group does the same with malloc/free (a large block: glibc maps and unmaps it). A
+ * third sends around the ring from a read-only mapping (PROT_READ: a buffer
+ * SHOAL_IB_REG_CACHE=1 cannot register for local write, which must still be sent).
  * Rank 0 prints one TAP line per group, combined over the ranks. */
 #include <shoal.h>
 
@@ -115,6 +117,65 @@ static int remap_group(shoal_comm_t comm, int rank, int n, size_t bytes, int rou
     return sum != 0;
 }
 
+/* Rank r sends bytes from a PROT_READ mapping to rank r + 1 and receives rank r - 1's. */
+static int remap_readonly(shoal_comm_t comm, int rank, int n, size_t bytes, int *tap)
+{
+    int32_t bad = 0, sum = 0;
+    char why[256] = "";
+    int32_t *s = remap_map(NULL, bytes), *r = malloc(bytes);
+    size_t count = bytes / 4;
+    if (s == NULL || r == NULL) {
+        snprintf(why, sizeof(why), "no memory");
+        bad = 1;
+    } else {
+        shoal_status_t st;
+        int to = (rank + 1) % n, from = (rank + n - 1) % n;
+        for (size_t i = 0; i < count; i++) {
+            s[i] = rank + 1;
+            r[i] = -1;
+        }
+        if (mprotect(s, bytes, PROT_READ) != 0) {
+            snprintf(why, sizeof(why), "mprotect failed");
+            bad = 1;
+        }
+        /* rank 0 sends first, every other rank receives first: no cycle of blocked sends */
+        st = bad != 0 ? SHOAL_ERR_INVALID_ARG
+             : rank == 0 ? shoal_send(s, count, SHOAL_INT32, to, comm, NULL)
+                         : shoal_recv(r, count, SHOAL_INT32, from, comm, NULL);
+        if (st == SHOAL_OK) {
+            st = rank == 0 ? shoal_recv(r, count, SHOAL_INT32, from, comm, NULL)
+                           : shoal_send(s, count, SHOAL_INT32, to, comm, NULL);
+        }
+        if (bad == 0 && st != SHOAL_OK) {
+            snprintf(why, sizeof(why), "send/recv: %s: %s", shoal_strerror(st),
+                     shoal_comm_last_error(comm));
+            bad = 1;
+        }
+        for (size_t i = 0; bad == 0 && i < count; i++) {
+            if (r[i] != from + 1) {
+                snprintf(why, sizeof(why), "element %zu is %d, want %d", i, r[i], from + 1);
+                bad = 1;
+            }
+        }
+    }
+    if (shoal_allreduce(&bad, &sum, 1, SHOAL_INT32, SHOAL_SUM, comm, NULL) != SHOAL_OK) {
+        sum = 1;
+    }
+    if (bad != 0) {
+        fprintf(stderr, "# rank %d: read-only: %s\n", rank, why);
+    }
+    if (rank == 0) {
+        printf("%s %d - read-only: a %zu MiB message sent around the ring from a PROT_READ "
+               "mapping (%d ranks failed)\n", sum == 0 ? "ok" : "not ok", ++*tap, bytes >> 20,
+               (int)sum);
+    }
+    if (s != NULL) {
+        munmap(s, bytes);
+    }
+    free(r);
+    return sum != 0;
+}
+
 int main(int argc, char **argv)
 {
     shoal_comm_t comm;
@@ -133,6 +194,8 @@ int main(int argc, char **argv)
      * block, and the later blocks would come from the heap (not unmapped, not remapped). */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     status |= remap_group(comm, rank, n, bytes, rounds, 1, &tap);
+    /* last: a failure here leaves the communicator failed */
+    status |= remap_readonly(comm, rank, n, bytes, &tap);
     if (rank == 0) {
         printf("1..%d\n", tap);
     }

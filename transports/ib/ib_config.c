@@ -83,8 +83,9 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "fabric); 0: assumed, 10 on a hardware port, 100 on a software device"),
     SHOAL_IB_FIELD("IB_REG_CACHE", "0", SHOAL_CFG_BOOL, reg_cache,
                    "1: send large messages from the user's buffer in place, registering it "
-                   "for the message (no copy; see SHOAL_IB_REG_CACHE_MAX). 0: only memory "
-                   "shoal owns is registered"),
+                   "for the message (no copy; see SHOAL_IB_REG_CACHE_MAX; a buffer that cannot "
+                   "be registered, such as read-only memory, is copied as with 0). 0: only "
+                   "memory shoal owns is registered"),
     SHOAL_IB_FIELD("IB_REG_CACHE_MAX", "64m", SHOAL_CFG_SIZE, reg_cache_max,
                    "with SHOAL_IB_REG_CACHE=1: bytes of user send buffers kept registered per "
                    "peer between messages (0: registered and deregistered per message). A "

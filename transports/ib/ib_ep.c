@@ -203,17 +203,24 @@ static int shoal_ib_ep_credits(shoal_ep_t *ep)
     return 0;
 }
 
-/* SHOAL_IB_REG_CACHE=1: the registration of a message's buffer, taken at its first chunk. */
-static int shoal_ib_ep_reg_buf(shoal_ep_t *ep, shoal_tl_req_t *req)
+/* SHOAL_IB_REG_CACHE=1: the registration of a message's buffer, taken at its first chunk. A
+ * buffer that cannot be registered is a valid one all the same (read-only memory: user
+ * buffers are registered with LOCAL_WRITE, see shoal_ib_region_access; the locked memory
+ * limit reached): its message goes through the bounce slots, as without the cache. */
+static void shoal_ib_ep_reg_buf(shoal_ep_t *ep, shoal_tl_req_t *req)
 {
-    if (shoal_ib_regcache_get(&ep->rc, req->buf, req->hdr.length, &ep->cur_key,
-                              &ep->cur_lkey) != SHOAL_OK) {
-        return shoal_ib_ep_error(ep, SHOAL_ERR_TRANSPORT, "peer %d: cannot register the "
-                                 "%llu-byte send buffer", ep->peer,
-                                 (unsigned long long)req->hdr.length), -1;
+    shoal_status_t st = shoal_ib_regcache_get(&ep->rc, req->buf, req->hdr.length,
+                                              &ep->cur_key, &ep->cur_lkey);
+    if (st != SHOAL_OK) {
+        shoal_warn_once(IB, "rank %d: SHOAL_IB_REG_CACHE=1: a %llu-byte send buffer for peer "
+                        "%d cannot be registered (%s): such buffers are copied through the "
+                        "bounce slots", ep->ctx->rank, (unsigned long long)req->hdr.length,
+                        ep->peer, st == SHOAL_ERR_TRANSPORT ? strerror(errno)
+                                                            : shoal_strerror(st));
+        ep->noreg = req; /* not tried again while it waits for a bounce slot */
+        return;
     }
     ep->cur_reg = 1;
-    return 0;
 }
 
 /* Posts the next chunk of ep->sq_post; 1 if one was posted, 0 if it must wait, -1 failed. */
@@ -231,10 +238,9 @@ static int shoal_ib_ep_post_chunk(shoal_ep_t *ep)
     if (!shoal_ib_sq_room(ep) || ep->tx.avail == 0) {
         return 0;
     }
-    if (first && ctx->reg_cache && !ep->cur_reg && req->hdr.length > 0 &&
-        req->hdr.length + SHOAL_WIRE_HDR_BYTES > ctx->max_inline &&
-        shoal_ib_ep_reg_buf(ep, req) != 0) {
-        return -1;
+    if (first && ctx->reg_cache && !ep->cur_reg && ep->noreg != req && req->hdr.length > 0 &&
+        req->hdr.length + SHOAL_WIRE_HDR_BYTES > ctx->max_inline) {
+        shoal_ib_ep_reg_buf(ep, req);
     }
     if (first) {
         shoal_wire_encode(&req->hdr, hdr);
@@ -272,6 +278,7 @@ static int shoal_ib_ep_post_chunk(shoal_ep_t *ep)
     if (c.flags & SHOAL_IB_CHUNK_LAST) {
         ep->sq_post = req->next;
         ep->cur_reg = 0;
+        ep->noreg = NULL; /* a request reused for the next message tries again */
     }
     return 1;
 }
@@ -537,8 +544,11 @@ static int shoal_ib_rc_reg(void *arg, void *addr, size_t len, void **handle_p, u
     struct ibv_mr *mr = ibv_reg_mr(ep->pd, addr, len,
                                    shoal_ib_region_access(SHOAL_IB_REGION_USER));
     if (mr == NULL) {
-        shoal_error(IB, "rank %d: ibv_reg_mr(%p, %zu) for peer %d failed: %s", ep->ctx->rank,
-                    addr, len, ep->peer, strerror(errno));
+        int err = errno;
+        /* not an error: the message is copied instead (shoal_ib_ep_reg_buf) */
+        shoal_trace(IB, "rank %d: ibv_reg_mr(%p, %zu) for peer %d failed: %s", ep->ctx->rank,
+                    addr, len, ep->peer, strerror(err));
+        errno = err;
         return -1;
     }
     *handle_p = mr;

@@ -316,7 +316,8 @@ static shoal_status_t shoal_ib_regcache_insert(shoal_ib_regcache_t *rc, uintptr_
            shoal_ib_regcache_evict_one(rc)) {
     }
     if (rc->n == rc->cap) {
-        shoal_error(IB, "registration cache: all %d entries are in use", rc->cap);
+        /* the caller sends that buffer through its bounce slots instead */
+        shoal_trace(IB, "registration cache: all %d entries are in use", rc->cap);
         return SHOAL_ERR_NO_MEMORY;
     }
     if (rc->ops.reg(rc->ops.arg, (void *)start, size, &handle, &lkey) != 0) {

@@ -88,6 +88,7 @@ struct shoal_ep {
     int rc_ready;
     uintptr_t cur_key;            /* registration of sq_post's buffer */
     uint32_t cur_lkey;
+    const shoal_tl_req_t *noreg;  /* its buffer could not be registered: bounce slots */
     int cur_reg;
     /* receives */
     shoal_tl_req_t *rq_head, *rq_tail;
