@@ -320,6 +320,16 @@ static void test_warning(void)
     tap_ok(strstr(out, "WARN") == NULL, "check: warned once per traffic class");
     check_captured("nonet", "nodev", "spot", 8 << 2, 0, out, sizeof(out));
     tap_ok(strstr(out, "WARN") == NULL, "check: nothing readable is not a warning");
+    /* PFC off everywhere and the class's DSCP not in the map: lossy, on no known priority;
+     * the advice must not name priority -1 */
+    put("class/net/ens3/qos/trust", "dscp\n");
+    put("class/net/ens3/qos/dscp2prio", "26:3\n");
+    put("class/net/ens3/qos/pfc", "0 0 0 0 0 0 0 0\n");
+    tap_is_int(check_captured("ens3", "mlx5_0", "besteffort", 10 << 2, 0, out, sizeof(out)), 0,
+               "check: unmapped DSCP, PFC off: lossy");
+    tap_ok(strstr(out, "WARN") != NULL && strstr(out, "DSCP 10") != NULL &&
+           strstr(out, "-1") == NULL,
+           "check: the advice names no priority -1: %s", out);
 }
 
 int main(void)

@@ -474,7 +474,16 @@ int shoal_ib_hostqos_check(const char *root, const char *dev, int port, const ch
     }
     if ((__atomic_fetch_or(&shoal_ib_hq_warned[v.tc / 8], (uint8_t)(1u << (v.tc % 8)),
                            __ATOMIC_RELAXED) & (1u << (v.tc % 8))) == 0) {
-        if (v.lossless == 0) {
+        if (v.lossless == 0 && v.prio < 0) {
+            /* lossy on every priority (PFC off everywhere) while the class's priority is not
+             * known (its DSCP not in the map, or no trust mode): no priority to name */
+            shoal_warn(IB, "%s port %d (%s): class %s would run in a lossy queue: %s [%s]. "
+                       "Map DSCP %d to a priority (mlnx_qos --dscp2prio / dcb app add dev %s "
+                       "dscp-prio %d:P) and enable PFC on it (mlnx_qos -i %s --pfc / dcb pfc "
+                       "set dev %s prio-pfc P:on), or pick the class's traffic class with "
+                       "SHOAL_QOS_IB_TC", dev, port, ndev, cls, v.why, hq.source, v.dscp, ndev,
+                       v.dscp, ndev, ndev);
+        } else if (v.lossless == 0) {
             shoal_warn(IB, "%s port %d (%s): class %s would run in a lossy queue: %s [%s]. "
                        "Enable PFC on priority %d (mlnx_qos -i %s --pfc / dcb pfc set dev %s "
                        "prio-pfc %d:on), map DSCP %d to a PFC priority (mlnx_qos --dscp2prio "
