@@ -19,9 +19,10 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .offset = offsetof(shoal_core_config_t, transport),
      .doc = "force one transport for every peer (shm, tcp, ucx, ib); empty = shm on the same "
             "host; across hosts the first of ib, ucx, tcp whose query says yes on every rank of "
-            "the pair: ib where an RDMA port is ACTIVE, ucx where UCX reaches other hosts over an "
-            "RDMA transport (rc, dc, ud; not when it has only tcp), else tcp (shoal_info -b "
-            "prints the choice and why)"},
+            "the pair: ib where an RDMA port is ACTIVE (RoCE: with a GID of "
+            "SHOAL_IB_ADDR_FAMILY), ucx where UCX reaches other hosts over an RDMA transport "
+            "(rc, dc, ud; not when it has only tcp), else tcp (shoal_info -b prints the choice "
+            "and why)"},
     {.name = "TRANSPORT_EXCLUDE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_core_config_t, transport_exclude),
      .doc = "transports never used nor queried (their libraries not loaded), comma-separated "

@@ -143,10 +143,12 @@ unsigned shoal_tl_query_table(const shoal_tl_entry_t *tab, size_t n, int forced,
             }
             if ((int)i == forced) {
                 int nolib = e->lib != NULL && e->lib->status != SHOAL_OK;
-                shoal_error(INIT, "SHOAL_TRANSPORT=%s, but the transport is not usable here%s%s",
-                            e->ops->name,
+                /* the query's reason, where it left one (ib: the port has no usable GID) */
+                shoal_error(INIT, "SHOAL_TRANSPORT=%s, but the transport is not usable here%s%s"
+                            "%s%s", e->ops->name,
                             nolib ? ": " : " (its query says it cannot run on this machine)",
-                            nolib ? e->lib->why : "");
+                            nolib ? e->lib->why : "", !nolib && note[0] != '\0' ? ": " : "",
+                            !nolib ? note : "");
             }
         }
     }

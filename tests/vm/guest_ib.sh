@@ -391,6 +391,18 @@ if want auto; then
         "auto: 4 ranks on two hosts, no SHOAL_TRANSPORT: allreduce passes (exit $rc)"
     grep -qE "connected to [0-9]+ peers over rxe" "$tmp/auto.err"
     tap $? "auto: the ranks on different hosts talk over ib (not tcp)"
+    # host 0's port stays ACTIVE without an IPv4 address, so rxe0 has no RoCE v2 GID of
+    # AF_INET and ib's init cannot run there: the automatic choice must take another transport
+    # for that host's pairs, not ib (which failed the job at init)
+    ip -4 addr del 10.71.0.1/24 dev veth0 && sleep 1
+    timeout 200 "$b/shoalrun" --no-prefix --timeout 180 -n 2 -x SHOAL_DEBUG=INFO \
+        -x SHOAL_DEBUG_SUBSYS=IB,INIT -x MP_HOSTMAP=0,1 "$wrap" "$b/tests/mp/mp_coll" allreduce \
+        > "$tmp/auto4.out" 2> "$tmp/auto4.err"
+    rc=$?
+    ip addr add 10.71.0.1/24 dev veth0 && sleep 1 && rxe-routes
+    grep -E "across hosts|failed to initialise" "$tmp/auto4.err" | head -4 | sed -e 's/^/# auto no IPv4: /'
+    tap $([ $rc -eq 0 ] && ! grep -q '^not ok' "$tmp/auto4.out"; echo $?) \
+        "auto: a RoCE port without an IPv4 address: allreduce passes without ib there (exit $rc)"
 fi
 
 # ---- the automatic choice across hosts without ib: ucx ahead of tcp only over RDMA ---------

@@ -581,16 +581,32 @@ static int shoal_ib_host_cpu(shoal_tl_ctx_t *ctx)
     return ctx->soft;
 }
 
-/* 1 if a device with an ACTIVE port allowed by SHOAL_IB_HCA exists. Loads libibverbs (first
+/* 1 if init would find its port: an ACTIVE one allowed by SHOAL_IB_HCA (the one init picks)
+ * and, on RoCE, a GID there as SHOAL_IB_ADDR_FAMILY / SHOAL_IB_GID_INDEX ask. An ACTIVE RoCE
+ * port whose interface has no address of that family fails init, and the automatic choice,
+ * which takes ib across hosts when this says yes, would fail the job where tcp works; the
+ * reason goes into the library's note (the registry prints it). Loads libibverbs (first
  * call): only asked when the ib transport may be used (tl_registry.c). */
 static int shoal_ib_query(void)
 {
     shoal_ib_pick_t pk = {0};
+    shoal_ib_gid_t gid;
+    char why[sizeof(shoal_ib_lib.note)] = "";
+    int ok = 1;
     if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK || shoal_ib_pick_port(&pk, 1) != SHOAL_OK) {
         return 0;
     }
+    if (pk.attr.link_layer == IBV_LINK_LAYER_ETHERNET &&
+        shoal_ib_gid_select(shoal_ib_config.sysfs_root, pk.name, pk.port,
+                            shoal_ib_config.family, shoal_ib_config.gid_index, &gid, why,
+                            sizeof(why)) != SHOAL_OK) {
+        ok = 0;
+    }
     ibv_close_device(pk.dev);
-    return 1;
+    pthread_mutex_lock(&shoal_ib_lib.lock);
+    snprintf(shoal_ib_lib.note, sizeof(shoal_ib_lib.note), "%s", ok ? "" : why);
+    pthread_mutex_unlock(&shoal_ib_lib.lock);
+    return ok;
 }
 
 /* shoal_info -t: the port init would pick, as the sizes rule sees it. */
