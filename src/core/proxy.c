@@ -10,6 +10,7 @@
  * touch only the request.
  */
 #include "core/core.h"
+#include "meter/meter.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -169,12 +170,18 @@ out:
 
 /* ---- the proxy's loop ------------------------------------------------------------------- */
 
-/* The plan of a request whose ticket is served: *plan_p NULL when the call is already over. */
-static shoal_status_t shoal_proxy_start(struct shoal_comm *comm, struct shoal_request *req)
+/* The plan of a request whose ticket is served: *plan_p NULL when the call is already over.
+ * A call refused here (the communicator failed, was aborted or is being destroyed after it
+ * was posted) never reaches its start function, which meters it: it counts in the page's
+ * errors here, as a blocking call refused at its ticket does (src/api/api.c). */
+static shoal_status_t shoal_proxy_start(struct shoal_proxy *px, struct shoal_request *req)
 {
-    shoal_status_t st = shoal_comm_check_usable(comm);
+    struct shoal_comm *comm = px->comm;
+    shoal_status_t st = __atomic_load_n(&px->stop, __ATOMIC_ACQUIRE)
+                            ? SHOAL_ERR_ABORTED : shoal_comm_check_usable(comm);
     req->plan = NULL;
     if (st != SHOAL_OK) {
+        shoal_meter_count_refused(comm->meter);
         return st;
     }
     if (req->start != NULL) {
@@ -235,8 +242,7 @@ static void shoal_proxy_take(struct shoal_proxy *px)
         }
         req->next = NULL;
         pthread_mutex_unlock(&px->lock);
-        st = __atomic_load_n(&px->stop, __ATOMIC_ACQUIRE) ? SHOAL_ERR_ABORTED
-                                                          : shoal_proxy_start(comm, req);
+        st = shoal_proxy_start(px, req);
         if (req->plan == NULL) {
             shoal_proxy_complete(req, st);
         } else if (px->active_tail != NULL) {

@@ -376,13 +376,17 @@ static void write_stats(int c, const shoal_stats_t *s)
     }
 }
 
-/* A second communicator (split), aborted: aborts +1, the next call is refused (errors +1, no
- * peer failure); its counters are written too (the acceptor gets its page as well). */
+/* A second communicator (split), aborted: aborts +1, a nonblocking call the proxy starts
+ * after the abort and the next call are refused (errors +2, no peer failure); its counters
+ * are written too (the acceptor gets its page as well). */
 static void case_split_abort(shoal_comm_t comm)
 {
     int g = mp_group("meter: split communicator, abort");
     shoal_comm_t sub = NULL;
     shoal_stats_t a, b;
+    shoal_request_t req = NULL;
+    shoal_status_t ist;
+    uint64_t ticket;
     shoal_status_t st = shoal_comm_split(comm, 0, R, &sub);
     mp_case(g, st == SHOAL_OK && sub != NULL, R, "split: %s", shoal_strerror(st));
     if (sub == NULL) {
@@ -393,11 +397,23 @@ static void case_split_abort(shoal_comm_t comm)
     mp_case(g, st == SHOAL_OK && a.ops_total == 1 && a.ops[SHOAL_STATS_ALLREDUCE] == 1 &&
                    a.aborts == 0 && a.errors == 0, R, "sub: ops %llu",
             (unsigned long long)a.ops_total);
+    /* A nonblocking call posted while this thread holds the ticket, so that the proxy starts
+     * it only after the abort: refused there, it counts in errors like a blocking call. */
+    ticket = shoal_comm_ticket_take(sub);
+    ist = shoal_comm_ticket_wait(sub, ticket);
+    if (ist == SHOAL_OK) {
+        ist = shoal_ibarrier(sub, &req);
+    }
     shoal_comm_abort(sub);
+    shoal_comm_ticket_release(sub);
+    if (ist == SHOAL_OK) {
+        ist = shoal_wait(&req);
+    }
+    mp_case(g, ist != SHOAL_OK, R, "ibarrier started after the abort: %s", shoal_strerror(ist));
     st = shoal_barrier(sub, NULL);
     b = snap(sub);
     mp_case(g, st == SHOAL_ERR_ABORTED, R, "after abort: %s", shoal_strerror(st));
-    mp_case(g, b.aborts == 1 && b.errors == 1 && b.peer_failures == 0 &&
+    mp_case(g, b.aborts == 1 && b.errors == 2 && b.peer_failures == 0 &&
                    b.ops_total == a.ops_total, R,
             "after abort: aborts %llu errors %llu peer failures %llu ops %llu",
             (unsigned long long)b.aborts, (unsigned long long)b.errors,
