@@ -61,7 +61,8 @@ struct shoal_meter {
     int sock;                  /* connection to the agent, -1 when none */
     int agent_state;           /* SHOAL_METER_AGENT_* */
     size_t cred_len;
-    char cred[SHOAL_METER_CRED_MAX]; /* credential text sent at registration (a secret) */
+    char cred[SHOAL_METER_CRED_MAX]; /* credential text sent at registration (a secret; wiped
+                                      * once none can send it, meter_agent.c) */
 };
 
 enum {

@@ -172,6 +172,14 @@ static shoal_meter_reg_result_t shoal_meter_agent_exchange(struct shoal_meter *m
     return rep->status == SHOAL_OK ? SHOAL_METER_REG_OK : SHOAL_METER_REG_REFUSED;
 }
 
+/* The credential text (a secret) is kept only while a registration may still send it: with
+ * no agent to ask (SHOAL_AGENT=none, no memfd to hand over) or one that refused, never again. */
+static void shoal_meter_cred_drop(struct shoal_meter *m)
+{
+    shoal_secret_wipe(m->cred, sizeof(m->cred));
+    m->cred_len = 0;
+}
+
 /* One registration attempt; on success m->sock is the open connection. */
 static shoal_meter_reg_result_t shoal_meter_agent_register(struct shoal_meter *m,
                                                            shoal_status_t *refused_p)
@@ -215,8 +223,12 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
     shoal_status_t refused = SHOAL_ERR_PERMISSION;
     shoal_meter_reg_result_t r;
 
+    if (m->memfd < 0) {
+        shoal_meter_cred_drop(m); /* no page to hand over: no registration will send it */
+    }
     if (shoal_meter_agent_off()) {
         m->agent_state = SHOAL_METER_AGENT_OFF;
+        shoal_meter_cred_drop(m);
         if (shoal_meter_config.agent_required) {
             shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 but SHOAL_AGENT=none");
             return SHOAL_ERR_INVALID_ARG;
@@ -230,6 +242,7 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
         return SHOAL_OK;
     case SHOAL_METER_REG_REFUSED:
         m->agent_state = SHOAL_METER_AGENT_REFUSED;
+        shoal_meter_cred_drop(m);
         if (shoal_meter_config.agent_required) {
             shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 and the node agent refused this "
                         "communicator");
@@ -292,6 +305,7 @@ void shoal_meter_agent_check(struct shoal_meter *m)
         break;
     case SHOAL_METER_REG_REFUSED:
         m->agent_state = SHOAL_METER_AGENT_REFUSED;
+        shoal_meter_cred_drop(m);
         break;
     default:
         break; /* still none: look again in a second */

@@ -9,7 +9,7 @@
  * script to compare with what the test acceptor read from the shared page.
  *
  *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
- *                        barrier shmd errors split_abort hold=SECONDS breaker=N
+ *                        barrier shmd errors split_abort hold=SECONDS breaker=N cred_wiped
  * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
  * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE, METER_TENANT and METER_JOB
  * (the names configured, default acme / meter-test), METER_LIFE_FILE (each rank appends
@@ -519,6 +519,24 @@ static void case_breaker(shoal_comm_t comm, int n)
     }
 }
 
+/* Run with a job credential and no agent that could be given it (SHOAL_AGENT=none, or one
+ * that refused): the library keeps no copy of the credential text (a secret). */
+static void case_cred_wiped(shoal_comm_t comm)
+{
+    int g = mp_group("meter: no copy of the credential text without an agent to send it to");
+    const struct shoal_meter *m = comm->meter;
+    int zero = 1;
+    mp_case(g, m != NULL, R, "no meter");
+    if (m == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < sizeof(m->cred); i++) {
+        zero &= m->cred[i] == 0;
+    }
+    mp_case(g, m->cred_len == 0 && zero, R, "the meter holds %zu bytes of credential text",
+            m->cred_len);
+}
+
 /* Sums over ranks of every bucket of every case: sent == received. */
 static void check_sums(shoal_comm_t comm)
 {
@@ -615,6 +633,8 @@ int main(int argc, char **argv)
             case_shmd(comm);
         } else if (strcmp(argv[i], "errors") == 0) {
             case_errors(comm);
+        } else if (strcmp(argv[i], "cred_wiped") == 0) {
+            case_cred_wiped(comm);
         } else if (strncmp(argv[i], "hold=", 5) == 0) {
             case_hold(comm, atof(argv[i] + 5));
         } else if (strncmp(argv[i], "breaker=", 8) == 0) {

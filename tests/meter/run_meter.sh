@@ -189,6 +189,27 @@ rc=$?
 neg_job agent-none 2 "SHOAL_AGENT=none" barrier
 rc=$?
 [ "$rc" -eq 0 ] && tap OK "SHOAL_AGENT=none: the job runs" || tap FAIL "SHOAL_AGENT=none: rc $rc"
+# A job credential and no agent to give it to (SHOAL_AGENT=none), or one that refused: the
+# library keeps no copy of the credential text (a secret) for the communicator's life.
+if "$builddir/shoal-cred" keygen -o "$tmp/master.key" >/dev/null 2>&1 &&
+    "$builddir/shoal-cred" issue -k "$tmp/master.key" --tenant acme --job meter-test \
+        >"$tmp/cred" 2>/dev/null && chmod 600 "$tmp/cred"; then
+    SHOAL_CREDENTIAL_FILE=$tmp/cred
+    export SHOAL_CREDENTIAL_FILE
+    neg_job cred-none 2 "SHOAL_AGENT=none" cred_wiped
+    rc=$?
+    [ "$rc" -eq 0 ] && tap OK "credential, SHOAL_AGENT=none: no copy of its text kept" ||
+        { tap FAIL "credential, SHOAL_AGENT=none: rc $rc"; sed 's/^/# /' "$tmp/out" | head; }
+    acc_start --refuse
+    neg_job cred-refused 2 "SHOAL_AGENT=$sock" cred_wiped
+    rc=$?
+    acc_stop
+    [ "$rc" -eq 0 ] && tap OK "credential, refusing agent: no copy of its text kept" ||
+        { tap FAIL "credential, refusing agent: rc $rc"; sed 's/^/# /' "$tmp/out" | head; }
+    unset SHOAL_CREDENTIAL_FILE
+else
+    tap FAIL "shoal-cred could not issue a credential"
+fi
 neg_job disabled 2 "SHOAL_METER=0 SHOAL_AGENT=$tmp/no-agent.sock" disabled
 rc=$?
 [ "$rc" -eq 0 ] && [ "$(grep -c 'disabled: ok' "$tmp/out")" -eq 2 ] &&
