@@ -235,8 +235,10 @@ static shoal_status_t shoal_api_icall(shoal_comm_t comm, const shoal_coll_args_t
                                       const char *name, shoal_request_t *req_p)
 {
     shoal_status_t st;
+    /* Every refusal counts in errors, as the blocking calls' do (shoal_api_refused). */
     if (req_p == NULL) {
-        return SHOAL_ERR_INVALID_ARG;
+        shoal_error(COLL, "%s: NULL request pointer", name);
+        return shoal_api_refused(comm, SHOAL_ERR_INVALID_ARG);
     }
     st = shoal_api_check_comm(comm, NULL);
     if (st == SHOAL_OK) {
@@ -248,9 +250,10 @@ static shoal_status_t shoal_api_icall(shoal_comm_t comm, const shoal_coll_args_t
     if (shoal_cuda_wants(a, NULL, &(uint64_t){0})) {
         shoal_error(COLL, "%s takes host buffers; for device buffers pass a stream to the "
                     "blocking call", name);
-        return SHOAL_ERR_UNSUPPORTED;
+        return shoal_api_refused(comm, SHOAL_ERR_UNSUPPORTED);
     }
-    return shoal_proxy_post_plan(comm, shoal_api_plan_start, a, sizeof(*a), req_p);
+    st = shoal_proxy_post_plan(comm, shoal_api_plan_start, a, sizeof(*a), req_p);
+    return st == SHOAL_OK ? st : shoal_api_refused(comm, st); /* not posted: never runs */
 }
 
 shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,

@@ -311,10 +311,15 @@ static void case_errors(shoal_comm_t comm)
     shoal_status_t st1 = shoal_broadcast(buf_a, buf_b, 4, SHOAL_UINT8, P, comm, NULL);
     shoal_status_t st2 = shoal_allreduce(buf_a, buf_b, 4, (shoal_dtype_t)99, SHOAL_SUM, comm,
                                          NULL);
+    /* nonblocking: no request pointer, and a bad dtype */
+    shoal_status_t st3 = shoal_iallreduce(buf_a, buf_b, 4, SHOAL_INT32, SHOAL_SUM, comm, NULL);
+    shoal_request_t req = NULL;
+    shoal_status_t st4 = shoal_iallgather(buf_a, buf_b, 4, (shoal_dtype_t)99, comm, &req);
     b = snap(comm);
-    mp_case(g, st1 == SHOAL_ERR_INVALID_ARG && st2 == SHOAL_ERR_INVALID_ARG, R, "statuses %d %d",
-            st1, st2);
-    mp_case(g, b.errors - a.errors == 2 && b.ops_total == a.ops_total &&
+    mp_case(g, st1 == SHOAL_ERR_INVALID_ARG && st2 == SHOAL_ERR_INVALID_ARG &&
+                   st3 == SHOAL_ERR_INVALID_ARG && st4 == SHOAL_ERR_INVALID_ARG, R,
+            "statuses %d %d %d %d", st1, st2, st3, st4);
+    mp_case(g, b.errors - a.errors == 4 && b.ops_total == a.ops_total &&
                    b.peer_failures == a.peer_failures && b.bytes_sent == a.bytes_sent,
             R, "errors +%llu ops +%llu", (unsigned long long)(b.errors - a.errors),
             (unsigned long long)(b.ops_total - a.ops_total));
