@@ -9,6 +9,7 @@
 
 #include "core/call.h"
 #include "core/core.h"
+#include "meter/meter.h"
 
 /* How the CUDA layer runs a call on host memory (a staged chunk, host buffers on a stream):
  * through coll's algorithms, which sit above it (DESIGN.md section 1: cuda < coll). The
@@ -40,11 +41,11 @@ static inline int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream,
 static inline shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                              void *stream)
 {
-    (void)comm;
     (void)a;
     (void)stream;
     shoal_warn_once(CUDA, "stream-ordered collectives need a CUDA build; this build has none "
                     "(pass stream = NULL for a blocking host call)");
+    shoal_meter_count_refused(comm->meter); /* a refused call counts in errors */
     return SHOAL_ERR_UNSUPPORTED;
 }
 static inline shoal_status_t shoal_cuda_group_flush(void)

@@ -356,6 +356,14 @@ static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc, CUstream
     return st;
 }
 
+/* A call refused before it was submitted: it returns st and counts in the meter's errors
+ * (the blocking submission and the task count their own outcome). */
+static shoal_status_t shoal_cuda_refused(struct shoal_comm *comm, shoal_status_t st)
+{
+    shoal_meter_count_refused(comm->meter);
+    return st;
+}
+
 static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream,
                                            const shoal_cuda_item_t *items, int n)
 {
@@ -371,15 +379,18 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
         int o = k->dev ? k->ordinal : -1;
         if (o >= 0 && ordinal >= 0 && o != ordinal) {
             shoal_error(CUDA, "buffers of devices %d and %d in one call or group", ordinal, o);
-            return SHOAL_ERR_INVALID_ARG;
+            return shoal_cuda_refused(comm, SHOAL_ERR_INVALID_ARG);
         }
         ordinal = o >= 0 ? o : ordinal;
     }
-    SHOAL_CHECK(shoal_cuda_comm_get(comm, ordinal, &cc));
+    st = shoal_cuda_comm_get(comm, ordinal, &cc);
+    if (st != SHOAL_OK) {
+        return shoal_cuda_refused(comm, st);
+    }
     if (ordinal >= 0 && ordinal != cc->ordinal) {
         shoal_error(CUDA, "buffer on device %d, but this communicator uses device %d", ordinal,
                     cc->ordinal);
-        return SHOAL_ERR_INVALID_ARG;
+        return shoal_cuda_refused(comm, SHOAL_ERR_INVALID_ARG);
     }
     if (stream == (void *)CU_STREAM_LEGACY && !cc->sync_host &&
         !__atomic_exchange_n(&cc->legacy_said, 1, __ATOMIC_RELAXED)) {
@@ -393,7 +404,7 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
     }
     t = malloc(len);
     if (t == NULL) {
-        return SHOAL_ERR_NO_MEMORY;
+        return shoal_cuda_refused(comm, SHOAL_ERR_NO_MEMORY);
     }
     t->cc = cc;
     t->n = n;
@@ -418,7 +429,7 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
     }
     pthread_mutex_unlock(&cc->issue_lock);
     free(t);
-    return st;
+    return st == SHOAL_OK ? st : shoal_cuda_refused(comm, st); /* no task: nothing ran */
 }
 
 /* Submits on the caller's thread, which keeps its current context: the layer makes the
@@ -505,11 +516,15 @@ shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t 
     if (st != SHOAL_OK) {
         shoal_error(CUDA, "a stream or device buffer was passed, but CUDA is unavailable: %s",
                     shoal_cuda_drv_reason());
-        return st;
+        return shoal_cuda_refused(comm, st);
     }
-    SHOAL_CHECK(shoal_cuda_item_make(a, &it));
-    if (shoal_group_depth() > 0) {
-        return shoal_cuda_group_add(comm, stream, &it);
+    st = shoal_cuda_item_make(a, &it);
+    if (st == SHOAL_OK && shoal_group_depth() > 0) {
+        st = shoal_cuda_group_add(comm, stream, &it);
+        return st == SHOAL_OK ? st : shoal_cuda_refused(comm, st);
+    }
+    if (st != SHOAL_OK) {
+        return shoal_cuda_refused(comm, st);
     }
     return shoal_cuda_submit(comm, stream, &it, 1);
 }

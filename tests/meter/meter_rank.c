@@ -20,6 +20,9 @@
 #include "core/core.h"
 #include "meter/meter.h"
 #include "tenant/breaker.h"
+#if SHOAL_HAVE_CUDA
+#include "cuda/cuda_drv.h"
+#endif
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -304,6 +307,16 @@ static void case_shmd(shoal_comm_t comm)
             R, "two-shot: bytes outside shm/same-host");
 }
 
+/* 1 if this process can run stream-ordered calls (a CUDA build and a driver). */
+static int cuda_usable(void)
+{
+#if SHOAL_HAVE_CUDA
+    return shoal_cuda_drv_load() == SHOAL_OK;
+#else
+    return 0;
+#endif
+}
+
 static void case_errors(shoal_comm_t comm)
 {
     int g = mp_group("meter: refused calls count errors, not ops");
@@ -315,11 +328,18 @@ static void case_errors(shoal_comm_t comm)
     shoal_status_t st3 = shoal_iallreduce(buf_a, buf_b, 4, SHOAL_INT32, SHOAL_SUM, comm, NULL);
     shoal_request_t req = NULL;
     shoal_status_t st4 = shoal_iallgather(buf_a, buf_b, 4, (shoal_dtype_t)99, comm, &req);
+    /* a stream where CUDA is unavailable: the CUDA layer refuses it (a dummy stream, so only
+     * where there is no driver to hand it to) */
+    int cuda = cuda_usable();
+    shoal_status_t st5 = cuda ? SHOAL_ERR_UNSUPPORTED
+                              : shoal_allreduce(buf_a, buf_b, 4, SHOAL_INT32, SHOAL_SUM, comm,
+                                                (void *)&req);
     b = snap(comm);
+    mp_case(g, st5 != SHOAL_OK, R, "a stream without CUDA: %s", shoal_strerror(st5));
     mp_case(g, st1 == SHOAL_ERR_INVALID_ARG && st2 == SHOAL_ERR_INVALID_ARG &&
                    st3 == SHOAL_ERR_INVALID_ARG && st4 == SHOAL_ERR_INVALID_ARG, R,
             "statuses %d %d %d %d", st1, st2, st3, st4);
-    mp_case(g, b.errors - a.errors == 4 && b.ops_total == a.ops_total &&
+    mp_case(g, b.errors - a.errors == (cuda ? 4u : 5u) && b.ops_total == a.ops_total &&
                    b.peer_failures == a.peer_failures && b.bytes_sent == a.bytes_sent,
             R, "errors +%llu ops +%llu", (unsigned long long)(b.errors - a.errors),
             (unsigned long long)(b.ops_total - a.ops_total));
