@@ -60,6 +60,8 @@ struct shoal_meter {
     int memfd;                 /* the page's memfd, -1 if the page is anonymous */
     int sock;                  /* connection to the agent, -1 when none */
     int agent_state;           /* SHOAL_METER_AGENT_* */
+    int agent_fails;           /* registrations in a row that an agent did not answer */
+    uint64_t agent_retry;      /* meter clock ticks: after such failures, no try before */
     size_t cred_len;
     char cred[SHOAL_METER_CRED_MAX]; /* credential text sent at registration (a secret; wiped
                                       * once none can send it, meter_agent.c) */

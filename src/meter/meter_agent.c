@@ -5,7 +5,8 @@
  * shoal_meter_reg_reply_t. The connection stays open: its end tells the agent that the
  * communicator ended. An agent that restarts drops it; the next call that looks (at most once
  * a second, shoal_meter_call_end) registers the same page again, so the agent's counts
- * continue where they were. No agent: nothing changes, the next looks find none.
+ * continue where they were. No agent: nothing changes, the next looks find none. An agent
+ * that does not answer is asked again after 2, 4, ... 64 s (shoal_meter_agent_note).
  */
 #include "meter/meter.h"
 
@@ -218,6 +219,25 @@ static shoal_meter_reg_result_t shoal_meter_agent_register(struct shoal_meter *m
     return SHOAL_METER_REG_OK;
 }
 
+/* An agent that is there but did not answer (silent, stuck, its backlog full) costs the call
+ * that asked SHOAL_METER_AGENT_MS; asked once a second, it would take that much of every
+ * second from the job (more where ranks ask at different moments and wait for each other).
+ * After n such failures in a row the next try waits 2^n s, at most SHOAL_METER_AGENT_BACKOFF_S;
+ * an answer, or no agent at all (a cheap look), starts over at once a second. */
+#define SHOAL_METER_AGENT_BACKOFF_S 64
+
+static void shoal_meter_agent_note(struct shoal_meter *m, shoal_meter_reg_result_t r)
+{
+    uint64_t secs;
+    if (r != SHOAL_METER_REG_FAILED) {
+        m->agent_fails = 0;
+        return;
+    }
+    m->agent_fails = SHOAL_MIN(m->agent_fails + 1, 6);
+    secs = SHOAL_MIN(1ull << m->agent_fails, (uint64_t)SHOAL_METER_AGENT_BACKOFF_S);
+    m->agent_retry = shoal_meter_ticks() + secs * shoal_meter_clock.ticks_per_sec;
+}
+
 shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
 {
     shoal_status_t refused = SHOAL_ERR_PERMISSION;
@@ -236,6 +256,7 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
         return SHOAL_OK;
     }
     r = shoal_meter_agent_register(m, &refused);
+    shoal_meter_agent_note(m, r);
     switch (r) {
     case SHOAL_METER_REG_OK:
         m->agent_state = SHOAL_METER_AGENT_REGISTERED;
@@ -286,6 +307,7 @@ static int shoal_meter_agent_dropped(int fd)
 void shoal_meter_agent_check(struct shoal_meter *m)
 {
     shoal_status_t refused = SHOAL_ERR_PERMISSION;
+    shoal_meter_reg_result_t r;
     if (m->agent_state == SHOAL_METER_AGENT_REGISTERED) {
         if (!shoal_meter_agent_dropped(m->sock)) {
             return;
@@ -299,7 +321,12 @@ void shoal_meter_agent_check(struct shoal_meter *m)
     if (m->agent_state != SHOAL_METER_AGENT_NONE) {
         return; /* off or refused: never asked again */
     }
-    switch (shoal_meter_agent_register(m, &refused)) {
+    if (m->agent_fails > 0 && shoal_meter_ticks() < m->agent_retry) {
+        return; /* it did not answer lately: not yet */
+    }
+    r = shoal_meter_agent_register(m, &refused);
+    shoal_meter_agent_note(m, r);
+    switch (r) {
     case SHOAL_METER_REG_OK:
         m->agent_state = SHOAL_METER_AGENT_REGISTERED;
         break;

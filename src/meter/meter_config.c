@@ -20,7 +20,7 @@ static const shoal_cfg_field_t shoal_meter_cfg_fields[] = {
      .offset = offsetof(shoal_meter_config_t, agent),
      .doc = "UNIX socket of the node agent shoald: each communicator registers its counter "
             "page there at init if the socket exists (200 ms at most) and again after the agent "
-            "restarted; none = never"},
+            "restarted (one that did not answer: after 2, 4, ... 64 s); none = never"},
     {.name = "AGENT_REQUIRED", .dflt = "0", .type = SHOAL_CFG_BOOL,
      .offset = offsetof(shoal_meter_config_t, agent_required),
      .doc = "1: shoal_comm_init fails when the node agent is absent or refuses the "

@@ -230,6 +230,22 @@ else
     sed 's/^/# /' "$tmp/err" | head
 fi
 
+# The silent agent again, with calls for 4.5 s: each try costs a call 200 ms, so after one
+# that got no answer the library waits 2, 4, ... s before the next (once a second, that was
+# 20% of the job's time, more where ranks wait for each other's stalls): per rank the init's
+# try and one at about 2 s, not one a second.
+acc_start --silent
+neg_job silent-hold 2 "SHOAL_AGENT=$sock" hold=4.5
+rc=$?
+acc_stop
+tries=$(grep -c '^ident' "$tmp/acc")
+if [ "$rc" -eq 0 ] && [ "$tries" -ge 2 ] && [ "$tries" -le 6 ]; then
+    tap OK "silent agent, calls for 4.5 s: $tries registration tries in all (2 ranks), backing off"
+else
+    tap FAIL "silent agent, calls for 4.5 s: rc $rc, $tries registration tries (want 2 to 6)"
+    sed 's/^/# /' "$tmp/out" "$tmp/err" | head
+fi
+
 # The in-process comparisons of perf/meter_overhead.sh and perf/qos_bench.sh (meter_bench
 # -T): one communicator whose meter (-d qos: pacer) is detached for every other batch. The
 # tool itself checks that the page counted the metered batches and that a detached batch
