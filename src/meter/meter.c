@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -271,7 +272,12 @@ void shoal_meter_comm_fini(struct shoal_comm *comm)
     shoal_meter_abuse_update(m);
     __atomic_store_n(&m->page->state, SHOAL_METER_CLOSED, __ATOMIC_SEQ_CST);
     if (m->sock >= 0) {
-        close(m->sock); /* the agent's sign that the communicator ended */
+        /* The end of the connection is the agent's sign that the communicator ended. Shut
+         * down, not only closed: a child forked meanwhile (a data loader's workers) holds a
+         * copy of the descriptor, which kept the connection, and the agent's page, open until
+         * the child exited. */
+        (void)shutdown(m->sock, SHUT_RDWR);
+        close(m->sock);
     }
     munmap(m->page, SHOAL_METER_PAGE_BYTES);
     if (m->memfd >= 0) {

@@ -10,11 +10,13 @@
  *
  *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
  *                        barrier shmd errors split_abort hold=SECONDS breaker=N cred_wiped
+ *                        fork_child
  * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
  * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE, METER_TENANT and METER_JOB
  * (the names configured, default acme / meter-test), METER_LIFE_FILE (each rank appends
  * "pid=P rank=R life_ns=N": CLOCK_REALTIME from the page's creation, as the library stamped
- * it in the metering page, to the return of shoal_comm_destroy).
+ * it in the metering page, to the return of shoal_comm_destroy), METER_ACC_FILE (the test
+ * acceptor's output, case fork_child).
  */
 #include "tests/mp/mptest.h"
 #include "core/core.h"
@@ -25,7 +27,10 @@
 #endif
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -562,6 +567,55 @@ static void case_cred_wiped(shoal_comm_t comm)
             m->cred_len);
 }
 
+/* A child forked while the communicator lives (as a data loader forks its workers) holds
+ * copies of every descriptor: the agent must still learn at shoal_comm_destroy that the
+ * communicator ended (fork_child_check, after the destroy). */
+static pid_t fork_pid = -1;
+
+static void case_fork_child(void)
+{
+    int g = mp_group("meter: a forked child does not keep the agent's connection open");
+    fork_pid = fork();
+    if (fork_pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        for (int fd = 0; fd < 3 && null >= 0; fd++) {
+            dup2(null, fd); /* the launcher's pipes: not held */
+        }
+        sleep(30);
+        _exit(0);
+    }
+    mp_case(g, fork_pid > 0, R, "fork failed");
+}
+
+/* After shoal_comm_destroy, the child still alive: within 3 s the acceptor (its output file
+ * METER_ACC_FILE) wrote this process's first page as closed. 0 if not; the child ends. */
+static int fork_child_check(void)
+{
+    const char *path = getenv("METER_ACC_FILE");
+    char want[64], line[512];
+    int seen = 0;
+    snprintf(want, sizeof(want), "ident pid=%d c=0 ", (int)getpid());
+    for (int i = 0; i < 30 && !seen && path != NULL; i++) {
+        FILE *f = fopen(path, "r");
+        while (f != NULL && !seen && fgets(line, sizeof(line), f) != NULL) {
+            seen = strncmp(line, want, strlen(want)) == 0;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        if (!seen) {
+            usleep(100000);
+        }
+    }
+    if (!seen) {
+        printf("# rank %d: 3 s after shoal_comm_destroy the agent had not seen the communicator "
+               "end (a forked child holds the connection)\n", R);
+    }
+    kill(fork_pid, SIGKILL);
+    waitpid(fork_pid, NULL, 0);
+    return seen;
+}
+
 /* Sums over ranks of every bucket of every case: sent == received. */
 static void check_sums(shoal_comm_t comm)
 {
@@ -660,6 +714,8 @@ int main(int argc, char **argv)
             case_errors(comm);
         } else if (strcmp(argv[i], "cred_wiped") == 0) {
             case_cred_wiped(comm);
+        } else if (strcmp(argv[i], "fork_child") == 0) {
+            case_fork_child();
         } else if (strncmp(argv[i], "hold=", 5) == 0) {
             case_hold(comm, atof(argv[i] + 5));
         } else if (strncmp(argv[i], "breaker=", 8) == 0) {
@@ -679,6 +735,9 @@ int main(int argc, char **argv)
     fin = snap(comm);
     write_stats(0, &fin);
     shoal_comm_destroy(comm);
+    if (fork_pid > 0 && !fork_child_check()) {
+        failed = 1;
+    }
     if (t_init != 0) {
         write_life(real_ns() - t_init);
     }

@@ -119,6 +119,9 @@ for n in 2 4; do
     meter_job "shm n=$n direct path" "$n" \
         "SHOAL_ALGO=shm SHOAL_SHM_LL_MAX=1024 SHOAL_SHM_ONESHOT_MAX=16k" "$rank" shmd barrier
 done
+# Each rank forks a child that holds copies of its descriptors: the acceptor still sees the
+# communicator end at its destroy (the rank checks, with the child alive).
+meter_job "forked child" 2 "METER_ACC_FILE=$tmp/acc" "$rank" fork_child barrier
 # Virtual hosts: tcp across, shm within; the ring's neighbours decide the locality.
 ring="allreduce allgather reduce_scatter p2p bcast reduce alltoall"
 meter_job "hosts 2+2 ring" 4 "SHOAL_ALGO=ring MP_PPN=2" "$wrap" "$rank" $ring
