@@ -195,11 +195,12 @@ shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int 
 /* ---- nonblocking calls: plans on the proxy thread ---- */
 
 /* The plan's outcome, metered like a blocking call: ops, time from its start, errors. Plans
- * of one communicator overlap, so the page's sequence is entered and left per plan. */
+ * of one communicator overlap: the page's sequence stays odd until the last one ends
+ * (shoal_meter_plan_begin). */
 static void shoal_api_plan_done(struct shoal_comm *comm, shoal_coll_plan_t *cp,
                                 shoal_status_t st)
 {
-    shoal_meter_call_end(comm->meter, (int)cp->a.type, st, cp->t0);
+    shoal_meter_plan_end(comm->meter, (int)cp->a.type, st, cp->t0);
 }
 
 /* The proxy starts the call in issue order (its ticket is served). */
@@ -213,12 +214,12 @@ static shoal_status_t shoal_api_plan_start(struct shoal_comm *comm, void *arg,
     shoal_status_t st;
 
     if (m != NULL) {
-        t0 = shoal_meter_call_begin(m);
+        t0 = shoal_meter_plan_begin(m);
     }
     st = shoal_coll_plan(comm, a, 0, &cp);
     if (cp == NULL) {
         if (m != NULL) {
-            shoal_meter_call_end(m, (int)a->type, st, t0);
+            shoal_meter_plan_end(m, (int)a->type, st, t0);
         }
         *plan_p = NULL;
         return st;

@@ -78,14 +78,19 @@ static shoal_status_t shoal_cuda_item_make(const shoal_coll_args_t *a, shoal_cud
 
 /* ---- running a batch -------------------------------------------------------------------- */
 
-/* The batch's n calls ran as one, from t0 with status st: an op each, the time once. */
+/* The batch's n calls ran as one, from t0 with status st: an op each, the time once. A task
+ * on the proxy thread (plan: 1) ends as a plan, beside others in flight (meter.h). */
 static void shoal_cuda_meter_end(struct shoal_meter *m, const shoal_cuda_item_t *items, int n,
-                                 shoal_status_t st, uint64_t t0)
+                                 shoal_status_t st, uint64_t t0, int plan)
 {
     for (int i = 1; i < n; i++) {
         shoal_meter_add(&m->page->ops[items[i].a.type], 1);
     }
-    shoal_meter_call_end(m, (int)items[0].a.type, st, t0);
+    if (plan) {
+        shoal_meter_plan_end(m, (int)items[0].a.type, st, t0);
+    } else {
+        shoal_meter_call_end(m, (int)items[0].a.type, st, t0);
+    }
 }
 
 static int shoal_cuda_item_p2p(const shoal_cuda_item_t *it)
@@ -278,10 +283,10 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
     }
     if (st == SHOAL_OK) {
         struct shoal_meter *m = comm->meter;
-        uint64_t t0 = m != NULL ? shoal_meter_call_begin(m) : 0; /* the stream is here */
+        uint64_t t0 = m != NULL ? shoal_meter_plan_begin(m) : 0; /* the stream is here */
         st = shoal_cuda_run_items(cc, t->items, t->n);
         if (m != NULL) {
-            shoal_cuda_meter_end(m, t->items, t->n, st, t0); /* the stream goes on below */
+            shoal_cuda_meter_end(m, t->items, t->n, st, t0, 1); /* the stream goes on below */
         }
     } else {
         shoal_meter_count_refused(comm->meter); /* never ran: the stream did not come */
@@ -344,7 +349,7 @@ static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc, CUstream
             uint64_t t0 = m != NULL ? shoal_meter_call_begin(m) : 0;
             st = shoal_cuda_run_items(cc, items, n);
             if (m != NULL) {
-                shoal_cuda_meter_end(m, items, n, st, t0);
+                shoal_cuda_meter_end(m, items, n, st, t0, 0);
             }
         } else {
             shoal_meter_count_refused(comm->meter);

@@ -57,6 +57,8 @@ static inline uint64_t shoal_meter_ticks_ns(uint64_t ticks)
 struct shoal_meter {
     shoal_meter_page_t *page;  /* first: the counters */
     uint64_t next_check;       /* meter clock ticks of the next check (clock, agent) */
+    uint32_t depth;            /* the proxy's metered calls begun and not ended (writer only;
+                                * shoal_meter_plan_begin) */
     int memfd;                 /* the page's memfd, -1 if the page is anonymous */
     int sock;                  /* connection to the agent, -1 when none */
     int agent_state;           /* SHOAL_METER_AGENT_* */
@@ -140,8 +142,8 @@ static inline int shoal_meter_is_peer_failure(shoal_status_t st)
  * return; more for larger payloads), a systematic undercount; an entry read after the rank
  * published its input would miss the call's setup and copy-in. Exact per-call time needs a
  * read before the call's first step and one after its last. */
-static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_status_t st,
-                                        uint64_t t0)
+static inline uint64_t shoal_meter_call_count(struct shoal_meter *m, int type, shoal_status_t st,
+                                              uint64_t t0)
 {
     shoal_meter_page_t *p = m->page;
     uint64_t now = shoal_ticks();
@@ -153,7 +155,41 @@ static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_s
             shoal_meter_add(&p->peer_failures, 1);
         }
     }
+    return now;
+}
+
+static inline void shoal_meter_call_end(struct shoal_meter *m, int type, shoal_status_t st,
+                                        uint64_t t0)
+{
+    shoal_meter_page_t *p = m->page;
+    uint64_t now = shoal_meter_call_count(m, type, st, t0);
     __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+    if (SHOAL_UNLIKELY(now >= m->next_check)) {
+        shoal_meter_check(m, now);
+    }
+}
+
+/* The proxy thread's calls (plans, the CUDA layer's tasks) overlap: several have begun and
+ * not ended. seq is odd from the first one's begin to the last one's end; begin and end per
+ * call would leave it even while two are in flight, and a reader take bytes of a call without
+ * its op for a consistent snapshot. A blocking call runs only when none is in flight (it
+ * waits for the proxy's ticket): it keeps the plain enter / end above. */
+static inline uint64_t shoal_meter_plan_begin(struct shoal_meter *m)
+{
+    if (m->depth++ == 0) {
+        shoal_meter_call_enter(m);
+    }
+    return shoal_ticks();
+}
+
+static inline void shoal_meter_plan_end(struct shoal_meter *m, int type, shoal_status_t st,
+                                        uint64_t t0)
+{
+    shoal_meter_page_t *p = m->page;
+    uint64_t now = shoal_meter_call_count(m, type, st, t0);
+    if (--m->depth == 0) {
+        __atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+    }
     if (SHOAL_UNLIKELY(now >= m->next_check)) {
         shoal_meter_check(m, now);
     }

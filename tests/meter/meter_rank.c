@@ -10,7 +10,7 @@
  *
  *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
  *                        barrier shmd errors split_abort hold=SECONDS breaker=N cred_wiped
- *                        fork_child
+ *                        fork_child overlap
  * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
  * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE, METER_TENANT and METER_JOB
  * (the names configured, default acme / meter-test), METER_LIFE_FILE (each rank appends
@@ -616,6 +616,37 @@ static int fork_child_check(void)
     return seen;
 }
 
+/* Two nonblocking calls in flight together on rank 0 (the other ranks post theirs 0.5 s
+ * later): the page's seq is odd all the while (a reader must not take the bytes they posted
+ * without their ops for a consistent snapshot), even once both ended. */
+static void case_overlap(shoal_comm_t comm)
+{
+    int g = mp_group("meter: seq odd while nonblocking calls overlap");
+    const shoal_meter_page_t *pg = comm->meter != NULL ? comm->meter->page : NULL;
+    shoal_request_t r1 = NULL, r2 = NULL;
+    size_t k = 1 << 18; /* int32: 1 MiB per call */
+    shoal_stats_t a = snap(comm), b;
+    uint64_t mid = 0;
+    if (R != 0) {
+        usleep(500000);
+    }
+    mp_case(g, shoal_iallreduce(buf_a, buf_b, k, SHOAL_INT32, SHOAL_SUM, comm, &r1) == SHOAL_OK &&
+                   shoal_iallreduce((char *)buf_a + (4 << 20), (char *)buf_b + (4 << 20), k,
+                                    SHOAL_INT32, SHOAL_SUM, comm, &r2) == SHOAL_OK,
+            R, "post");
+    if (R == 0 && pg != NULL) {
+        usleep(200000); /* both started, waiting for the peers */
+        mid = __atomic_load_n(&pg->seq, __ATOMIC_ACQUIRE);
+        mp_case(g, (mid & 1) == 1, R, "two calls in flight, seq %llu is even",
+                (unsigned long long)mid);
+    }
+    mp_case(g, shoal_wait(&r1) == SHOAL_OK && shoal_wait(&r2) == SHOAL_OK, R, "wait");
+    b = snap(comm);
+    mp_case(g, b.ops[SHOAL_STATS_ALLREDUCE] - a.ops[SHOAL_STATS_ALLREDUCE] == 2, R, "ops");
+    mp_case(g, pg == NULL || (__atomic_load_n(&pg->seq, __ATOMIC_ACQUIRE) & 1) == 0, R,
+            "seq odd after both calls ended");
+}
+
 /* Sums over ranks of every bucket of every case: sent == received. */
 static void check_sums(shoal_comm_t comm)
 {
@@ -714,6 +745,8 @@ int main(int argc, char **argv)
             case_errors(comm);
         } else if (strcmp(argv[i], "cred_wiped") == 0) {
             case_cred_wiped(comm);
+        } else if (strcmp(argv[i], "overlap") == 0) {
+            case_overlap(comm);
         } else if (strcmp(argv[i], "fork_child") == 0) {
             case_fork_child();
         } else if (strncmp(argv[i], "hold=", 5) == 0) {

@@ -122,6 +122,8 @@ done
 # Each rank forks a child that holds copies of its descriptors: the acceptor still sees the
 # communicator end at its destroy (the rank checks, with the child alive).
 meter_job "forked child" 2 "METER_ACC_FILE=$tmp/acc" "$rank" fork_child barrier
+# Nonblocking calls in flight together: the seqlock covers all of them.
+meter_job "overlapping calls" 2 "SHOAL_ALGO=ring" "$rank" overlap
 # Virtual hosts: tcp across, shm within; the ring's neighbours decide the locality.
 ring="allreduce allgather reduce_scatter p2p bcast reduce alltoall"
 meter_job "hosts 2+2 ring" 4 "SHOAL_ALGO=ring MP_PPN=2" "$wrap" "$rank" $ring
