@@ -625,6 +625,22 @@ static int shoal_bill_cmd_sla(const shoal_bill_args_t *a)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* The options each command takes (their getopt letters): any other is refused, not
+ * ignored (sla --from printed the whole month and said nothing). NULL for an unknown
+ * command, which main reports. */
+static const char *shoal_bill_cmd_opts(const char *cmd)
+{
+    static const char *const cmds[][2] = {
+        {"usage", "ftTJc"}, {"verify", "H"}, {"plot", "oftTms"}, {"sla", "MTgc"},
+    };
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cmds); i++) {
+        if (strcmp(cmd, cmds[i][0]) == 0) {
+            return cmds[i][1];
+        }
+    }
+    return NULL;
+}
+
 static int shoal_bill_parse(int argc, char **argv, shoal_bill_args_t *a)
 {
     static const struct option opts[] = {
@@ -639,8 +655,18 @@ static int shoal_bill_parse(int argc, char **argv, shoal_bill_args_t *a)
     char *end;
     int c;
 
+    const char *takes = shoal_bill_cmd_opts(argv[0]);
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+        if (takes != NULL && c != 'h' && c != '?' && c != ':' && strchr(takes, c) == NULL) {
+            const char *name = "?";
+            for (size_t i = 0; opts[i].name != NULL; i++) {
+                name = opts[i].val == c ? opts[i].name : name;
+            }
+            fprintf(stderr, "shoal-bill: %s does not take --%s (see shoal-bill --help)\n",
+                    argv[0], name);
+            return 2;
+        }
         switch (c) {
         case 'f':
         case 't':

@@ -12,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=39
+NTESTS=40
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -94,6 +94,16 @@ for t in 2026-02-30 2026-04-31T10:00:00Z 2026-12-01T10:00+99:99 2026-+1-01; do
 done
 bill sla --month 2026-+1
 is "$r$rc" 22222 "a day that does not exist, an offset past 23:59, a sign in a field: exit 2"
+# an option the command does not take is refused, not ignored (sla --from printed the whole
+# month without a word)
+r=""
+for c in "sla --month 2026-12 --from 2026-12-01" "usage --month 2026-12" "verify --tenant acme" \
+    "plot --out x.png --csv"; do
+    # shellcheck disable=SC2086 # the command and its options
+    bill $c; r="$r$rc"
+    grep -q "^shoal-bill: ${c%% *} does not take --" "$T/err" || r="${r}x"
+done
+is "$r" 2222 "an option the command does not take: exit 2, naming it"
 timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" usage >"$T/out" 2>"$T/err"
 is "$?:$(ls "$T" | grep -c typo)" "1:0" "a ledger that is not there: exit 1, and none is created"
 timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" --key-file "$T/key" usage \
