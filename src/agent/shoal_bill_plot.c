@@ -15,6 +15,58 @@
 
 #define SHOAL_BILL_GNUPLOT_TIMEOUT_MS 60000
 
+/* The plot's files while they exist, and gnuplot while it runs: a SIGINT, SIGTERM or SIGHUP
+ * (the user's ^C, a timeout's kill) removes them before the tool dies of it (they stayed in
+ * the temp dir, with the tenants' usage in them). The paths are made before the handlers are
+ * set: the handler calls only async-signal-safe functions. */
+static const char *const shoal_bill_tmp_files[] = {"usage.dat", "usage.gp", "usage.png"};
+static char shoal_bill_tmp_path[SHOAL_ARRAY_SIZE(shoal_bill_tmp_files) + 1][4200];
+static volatile sig_atomic_t shoal_bill_gnuplot_pid;
+static const int shoal_bill_tmp_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction shoal_bill_tmp_saved[SHOAL_ARRAY_SIZE(shoal_bill_tmp_signals)];
+
+static void shoal_bill_tmp_remove(void)
+{
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_bill_tmp_files); i++) {
+        unlink(shoal_bill_tmp_path[i]);
+    }
+    rmdir(shoal_bill_tmp_path[SHOAL_ARRAY_SIZE(shoal_bill_tmp_files)]);
+}
+
+static void shoal_bill_tmp_on_signal(int sig)
+{
+    pid_t child = shoal_bill_gnuplot_pid;
+    if (child > 0) {
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+    }
+    shoal_bill_tmp_remove();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* set = 1: the paths of dir's files, then the handlers; 0: the handlers as they were. */
+static void shoal_bill_tmp_guard(const char *dir, int set)
+{
+    if (set) {
+        size_t n = SHOAL_ARRAY_SIZE(shoal_bill_tmp_files);
+        for (size_t i = 0; i < n; i++) {
+            snprintf(shoal_bill_tmp_path[i], sizeof(shoal_bill_tmp_path[i]), "%s/%s", dir,
+                     shoal_bill_tmp_files[i]);
+        }
+        snprintf(shoal_bill_tmp_path[n], sizeof(shoal_bill_tmp_path[n]), "%s", dir);
+    }
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_bill_tmp_signals); i++) {
+        if (set) {
+            struct sigaction sa = {.sa_handler = shoal_bill_tmp_on_signal};
+            sigemptyset(&sa.sa_mask);
+            sigaction(shoal_bill_tmp_signals[i], &sa, &shoal_bill_tmp_saved[i]);
+        } else {
+            sigaction(shoal_bill_tmp_signals[i], &shoal_bill_tmp_saved[i], NULL);
+        }
+    }
+}
+
 /* ---- plot ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -142,6 +194,7 @@ static int shoal_bill_gnuplot(const char *script)
         fprintf(stderr, "shoal-bill: cannot run gnuplot: %s\n", strerror(errno));
         _exit(127);
     }
+    shoal_bill_gnuplot_pid = pid;
     for (;;) {
         pid_t r = waitpid(pid, &wst, WNOHANG);
 
@@ -149,6 +202,7 @@ static int shoal_bill_gnuplot(const char *script)
             break;
         if (r < 0 && errno != EINTR) {
             fprintf(stderr, "shoal-bill: waitpid(gnuplot) failed: %s\n", strerror(errno));
+            shoal_bill_gnuplot_pid = 0;
             return -1;
         }
         if (shoal_deadline_passed(deadline)) {
@@ -156,10 +210,12 @@ static int shoal_bill_gnuplot(const char *script)
                     SHOAL_BILL_GNUPLOT_TIMEOUT_MS / 1000);
             kill(pid, SIGKILL);
             waitpid(pid, &wst, 0);
+            shoal_bill_gnuplot_pid = 0;
             return -1;
         }
         shoal_sleep_us(10000);
     }
+    shoal_bill_gnuplot_pid = 0;
     if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
         fprintf(stderr, "shoal-bill: gnuplot failed (status %d)\n", wst);
         return -1;
@@ -255,7 +311,8 @@ static int shoal_bill_copy(const char *from, const char *to)
 int shoal_bill_cmd_plot(const shoal_bill_args_t *a)
 {
     shoal_bill_plot_t p = {.a = a};
-    char dir[] = "/tmp/shoal-bill.XXXXXX", path[4096];
+    char dir[4000], path[4200];
+    const char *tmpdir = getenv("TMPDIR");
     shoal_ledger_t *ledger;
     shoal_status_t status;
     int ret = 1;
@@ -281,10 +338,13 @@ int shoal_bill_cmd_plot(const shoal_bill_args_t *a)
     }
     shoal_bill_plot_buckets(&p);
     qsort(p.pts, p.npts, sizeof(p.pts[0]), shoal_bill_point_cmp);
+    snprintf(dir, sizeof(dir), "%s/shoal-bill.XXXXXX",
+             tmpdir != NULL && tmpdir[0] == '/' && strlen(tmpdir) < 3900 ? tmpdir : "/tmp");
     if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "shoal-bill: mkdtemp failed: %s\n", strerror(errno));
+        fprintf(stderr, "shoal-bill: mkdtemp(%s) failed: %s\n", dir, strerror(errno));
         goto out;
     }
+    shoal_bill_tmp_guard(dir, 1);
     if (shoal_bill_plot_write(&p, dir) != 0) {
         fprintf(stderr, "shoal-bill: cannot write the plot files in %s: %s\n", dir,
                 strerror(errno));
@@ -296,11 +356,8 @@ int shoal_bill_cmd_plot(const shoal_bill_args_t *a)
         else
             ret = 0;
     }
-    for (const char *f = "usage.dat\0usage.gp\0usage.png\0"; *f != '\0'; f += strlen(f) + 1) {
-        snprintf(path, sizeof(path), "%s/%s", dir, f);
-        unlink(path);
-    }
-    rmdir(dir);
+    shoal_bill_tmp_remove();
+    shoal_bill_tmp_guard(dir, 0);
     if (ret == 0)
         printf("wrote %s: %d tenants, %s per %" PRId64 " s\n", a->out, p.nnames, a->metric,
                p.step);

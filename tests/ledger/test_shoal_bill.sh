@@ -12,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=40
+NTESTS=41
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -196,6 +196,24 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
     for i in 1 2 3 4; do n=$((n + 1)); echo "ok $n # SKIP no gnuplot"; done
 fi
+# plot killed by SIGTERM while gnuplot runs (a stand-in that waits): its temp dir, with the
+# tenants' usage in it, and gnuplot go before it dies (both stayed)
+mkdir -p "$T/fakebin" "$T/tmpd"
+printf '#!/bin/sh\necho $$ > %s/gnuplot.pid\nexec sleep 60\n' "$T" > "$T/fakebin/gnuplot"
+chmod +x "$T/fakebin/gnuplot"
+PATH="$T/fakebin:$PATH" TMPDIR="$T/tmpd" timeout -s KILL 60 "$BILL" \
+    --ledger "sqlite://$T/ledger.db" plot --out "$T/killed.png" >"$T/out" 2>"$T/err" &
+bpid=$!
+i=0; while [ $i -lt 200 ] && [ ! -s "$T/gnuplot.pid" ]; do sleep 0.05; i=$((i + 1)); done
+made=$(ls "$T/tmpd" | grep -c '^shoal-bill\.')
+kill -TERM $bpid 2>/dev/null
+wait $bpid; r=$?
+gp=$(cat "$T/gnuplot.pid" 2>/dev/null)
+sleep 0.1
+left=$(ls -A "$T/tmpd" | wc -l)
+alive=0; [ -n "$gp" ] && kill -0 "$gp" 2>/dev/null && alive=1
+[ -n "$gp" ] && kill -KILL "$gp" 2>/dev/null
+is "$made:$r:$left:$alive" "1:143:0:0" "plot killed by SIGTERM: its temp dir and gnuplot go with it, and it dies of the signal (143)"
 
 # ---- sla -------------------------------------------------------------------------------------
 bill sla --month 2026-12
