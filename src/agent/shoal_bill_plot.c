@@ -175,49 +175,12 @@ static void shoal_bill_plot_buckets(shoal_bill_plot_t *p)
 /* Runs "gnuplot script" under a deadline; 0 when it exited 0. */
 static int shoal_bill_gnuplot(const char *script)
 {
-    uint64_t deadline = shoal_deadline_ns(SHOAL_BILL_GNUPLOT_TIMEOUT_MS);
-    pid_t pid;
-    int wst;
+    char *argv[] = {"gnuplot", (char *)script, NULL};
+    char why[256];
 
-    fflush(stdout);
-    pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "shoal-bill: fork failed: %s\n", strerror(errno));
-        return -1;
-    }
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-
-        if (null >= 0)
-            dup2(null, STDOUT_FILENO);
-        execlp("gnuplot", "gnuplot", script, (char *)NULL);
-        fprintf(stderr, "shoal-bill: cannot run gnuplot: %s\n", strerror(errno));
-        _exit(127);
-    }
-    shoal_bill_gnuplot_pid = pid;
-    for (;;) {
-        pid_t r = waitpid(pid, &wst, WNOHANG);
-
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR) {
-            fprintf(stderr, "shoal-bill: waitpid(gnuplot) failed: %s\n", strerror(errno));
-            shoal_bill_gnuplot_pid = 0;
-            return -1;
-        }
-        if (shoal_deadline_passed(deadline)) {
-            fprintf(stderr, "shoal-bill: gnuplot did not finish in %d s; killed\n",
-                    SHOAL_BILL_GNUPLOT_TIMEOUT_MS / 1000);
-            kill(pid, SIGKILL);
-            waitpid(pid, &wst, 0);
-            shoal_bill_gnuplot_pid = 0;
-            return -1;
-        }
-        shoal_sleep_us(10000);
-    }
-    shoal_bill_gnuplot_pid = 0;
-    if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-        fprintf(stderr, "shoal-bill: gnuplot failed (status %d)\n", wst);
+    if (shoal_child_run(argv, NULL, 0, SHOAL_BILL_GNUPLOT_TIMEOUT_MS, &shoal_bill_gnuplot_pid,
+                        why, sizeof(why)) != 0) {
+        fprintf(stderr, "shoal-bill: %s\n", why);
         return -1;
     }
     return 0;

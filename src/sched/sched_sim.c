@@ -19,12 +19,9 @@
 #include "sched/sched.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static shoal_status_t shoal_sched_sim_cluster(const shoal_sched_sim_opts_t *o,
@@ -321,11 +318,10 @@ static void shoal_sched_sim_plot(const char *dir)
         "set output 'cross_switch.png'; set ylabel 'ring edges through the spine'\n"
         "plot for [p=0:2] 'series.dat' using ($1==p?$2:1/0):5 with lines "
         "title word('shoal first-fit slurm-tree', p+1)\n";
-    uint64_t deadline = shoal_deadline_ns(SHOAL_SCHED_SIM_PLOT_TIMEOUT_MS);
-    char path[4096];
+    char *argv[] = {"gnuplot", "plots.gp", NULL};
+    char path[4096], why[256];
     FILE *fp;
-    pid_t pid;
-    int wst = -1, done = 0, bad = 1;
+    int bad = 1;
 
     snprintf(path, sizeof(path), "%s/plots.gp", dir);
     fp = fopen(path, "w");
@@ -338,37 +334,11 @@ static void shoal_sched_sim_plot(const char *dir)
         unlink(path);
         return;
     }
-    fflush(stdout);
-    pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) {
-            dup2(null, STDOUT_FILENO);
-            dup2(null, STDERR_FILENO);
-        }
-        if (chdir(dir) == 0) {
-            execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
-        }
-        _exit(127);
-    }
-    while (pid > 0 && !done) {
-        pid_t r = waitpid(pid, &wst, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR)) {
-            done = 1;
-        } else if (shoal_deadline_passed(deadline)) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &wst, 0);
-            wst = -1;
-            done = 1;
-        } else {
-            shoal_sleep_us(10000);
-        }
+    if (shoal_child_run(argv, dir, 1, SHOAL_SCHED_SIM_PLOT_TIMEOUT_MS, NULL, why,
+                        sizeof(why)) != 0) {
+        shoal_warn(SCHED, "%s: no PNG plots in %s", why, dir);
     }
     unlink(path);
-    if (pid < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
-        shoal_warn(SCHED, "gnuplot failed, timed out or is not installed: no PNG plots in %s",
-                   dir);
-    }
 }
 
 shoal_status_t shoal_sched_simulate_all(const shoal_sched_sim_opts_t *o, FILE *out)

@@ -4,6 +4,7 @@
 
 #include "shoal.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -362,6 +363,13 @@ SHOAL_HIDDEN shoal_status_t shoal_secret_file_read(const char *path, uint8_t *bu
  * root nor the directory's owner. */
 struct stat;
 SHOAL_HIDDEN const char *shoal_provider_file_untrusted(const char *path, const struct stat *sb);
+/* Runs argv (argv[0] found in PATH) by fork and exec, never through a shell, in dir (NULL: here),
+ * its stdout (and stderr when quiet) on /dev/null, and waits for it at most timeout_ms (then it
+ * is killed). *pid_p, when not NULL, holds the child's pid while it runs (for the caller's
+ * signal handler) and 0 after. 0 when it exited 0; else -1 with a sentence in why. For tools,
+ * not the library (it forks). */
+SHOAL_HIDDEN int shoal_child_run(char *const argv[], const char *dir, int quiet, int timeout_ms,
+                                 volatile sig_atomic_t *pid_p, char *why, size_t whylen);
 /* Wipes len bytes of secret material so the compiler cannot drop it (OPENSSL_cleanse). */
 SHOAL_HIDDEN void shoal_secret_wipe(void *p, size_t len);
 /* Derives a key for one purpose from a secret: HMAC-SHA256(secret, label | context), the

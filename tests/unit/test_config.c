@@ -320,6 +320,36 @@ static void test_global_init(void)
     rmdir(dir);
 }
 
+/* The tools' child runner (gnuplot): exit status, a program that is not there, the deadline
+ * (a child that outlives it is killed, not waited for), the directory it runs in. */
+static void test_child_run(void)
+{
+    char *ok_argv[] = {"true", NULL};
+    char *fail_argv[] = {"false", NULL};
+    char *none_argv[] = {"shoal-no-such-program-here", NULL};
+    char *sleep_argv[] = {"sleep", "30", NULL};
+    char *pwd_argv[] = {"sh", "-c", "test \"$(pwd)\" = /", NULL};
+    volatile sig_atomic_t pid = -1;
+    char why[256] = "";
+    uint64_t t0;
+    int r;
+
+    tap_is_int(shoal_child_run(ok_argv, NULL, 1, 5000, &pid, why, sizeof(why)), 0,
+               "child run: true exits 0");
+    tap_is_int(pid, 0, "child run: the pid slot is cleared after");
+    r = shoal_child_run(fail_argv, NULL, 1, 5000, NULL, why, sizeof(why));
+    tap_ok(r == -1 && strstr(why, "false failed") != NULL, "child run: false fails (%s)", why);
+    r = shoal_child_run(none_argv, NULL, 1, 5000, NULL, why, sizeof(why));
+    tap_ok(r == -1 && strstr(why, "cannot run shoal-no-such-program-here") != NULL,
+           "child run: a missing program is named (%s)", why);
+    t0 = shoal_time_ns();
+    r = shoal_child_run(sleep_argv, NULL, 1, 300, NULL, why, sizeof(why));
+    tap_ok(r == -1 && strstr(why, "killed") != NULL && shoal_time_ns() - t0 < 5000000000ull,
+           "child run: killed at its deadline (%s, %.2f s)", why, (shoal_time_ns() - t0) / 1e9);
+    tap_is_int(shoal_child_run(pwd_argv, "/", 1, 5000, NULL, why, sizeof(why)), 0,
+               "child run: runs in the directory given");
+}
+
 int main(void)
 {
     test_tables();
@@ -329,5 +359,6 @@ int main(void)
     test_status();
     test_time();
     test_global_init();
+    test_child_run();
     return tap_done();
 }
