@@ -1007,6 +1007,51 @@ static void test_oob(void)
            shoal_ifname_match("^docker", "eth0"), "oob: interface spec syntax");
 }
 
+#ifdef SHOAL_HAVE_RDMACM
+#include <rdma/rdma_cma.h>
+#include <sys/eventfd.h>
+#include <fcntl.h>
+
+/* rdma_cm: an endpoint whose connect got its event channel but no identifier (rdma_create_id
+ * failed) closes the channel with the endpoint (its fd stayed open). librdmacm is loaded by
+ * shoal_ib_cm_open even where it knows no device; the channel is one as librdmacm makes it
+ * (rdma_destroy_event_channel closes its fd and frees it). */
+static void test_cm_close(void)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t ep;
+    struct ibv_context *dev = NULL;
+    struct rdma_event_channel *ch;
+    int fd, loaded;
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ep, 0, sizeof(ep));
+    loaded = shoal_ib_cm_open(&ctx, "shoal-no-such-hca", &dev) != SHOAL_ERR_UNSUPPORTED;
+    shoal_ib_cm_fini(&ctx);
+    if (!loaded) {
+        tap_skip(1, "librdmacm cannot be loaded");
+        return;
+    }
+    ch = malloc(sizeof(*ch));
+    fd = eventfd(0, EFD_CLOEXEC);
+    if (ch == NULL || fd < 0) {
+        tap_bail("malloc/eventfd failed");
+        return;
+    }
+    ch->fd = fd;
+    ep.cm_chan = ch;
+    ep.oob_fd = -1;
+    shoal_ib_cm_close(&ep);
+    tap_ok(ep.cm_chan == NULL && fcntl(fd, F_GETFD) < 0,
+           "rdma_cm: an endpoint with a channel and no identifier closes the channel");
+}
+#else
+static void test_cm_close(void)
+{
+    tap_skip(1, "built without librdmacm");
+}
+#endif
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1044,6 +1089,7 @@ int main(int argc, char **argv)
     test_stale();
     test_codecs();
     test_oob();
+    test_cm_close();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -257,15 +257,16 @@ void shoal_ib_cm_fini(shoal_tl_ctx_t *ctx)
 
 void shoal_ib_cm_close(shoal_ep_t *ep)
 {
-    if (ep->cm_id == NULL) {
-        return;
+    if (ep->cm_id != NULL) {
+        if (ep->qp != NULL) {
+            rdma_destroy_qp(ep->cm_id);
+            ep->qp = NULL;
+        }
+        rdma_destroy_id(ep->cm_id);
+        ep->cm_id = NULL;
     }
-    if (ep->qp != NULL) {
-        rdma_destroy_qp(ep->cm_id);
-        ep->qp = NULL;
-    }
-    rdma_destroy_id(ep->cm_id);
-    ep->cm_id = NULL;
+    /* also without an identifier: a connect whose rdma_create_id failed has its channel (an
+     * fd on /dev/infiniband/rdma_cm), which stayed open for the life of the process */
     if (ep->cm_chan != NULL) {
         rdma_destroy_event_channel(ep->cm_chan);
         ep->cm_chan = NULL;
