@@ -289,6 +289,13 @@ if want ibsize; then
     grep -q "ib_slot_size env (SHOAL_IB_SLOT_SIZE)" "$tmp/err"
     tap $? "ibsize n=2 SHOAL_IB_SLOT_SIZE=32k: the variable wins, and rank 0 says so"
     ib_size_job "SHOAL_TUNE=0" "SHOAL_TUNE=0" "64 slots of 65600 bytes per peer"
+    # more inline data than the device takes (rxe: 400 bytes): queue pairs without inline data,
+    # one warning naming the variable (every connection failed with EINVAL, naming nothing)
+    MP_WRAP=$wrap mp_job "ibsize n=2 SHOAL_IB_MAX_INLINE=65536" 2 \
+        "SHOAL_TRANSPORT=ib SHOAL_IB_MAX_INLINE=65536" "$b/tests/mp/mp_coll" allreduce sendrecv
+    n=$(grep -c "refused a queue pair with 65536 bytes of inline data (SHOAL_IB_MAX_INLINE)" "$tmp/err")
+    grep -m1 "SHOAL_IB_MAX_INLINE" "$tmp/err" | sed -e 's/^.*shoal WARN/# ibsize: /'
+    tap $([ "$n" -ge 1 ]; echo $?) "ibsize n=2 SHOAL_IB_MAX_INLINE=65536: the ranks go without inline data and say why ($n warnings)"
 fi
 # ibsizeperf (by hand, not in the default list: minutes under emulation): tl_perf over ib with
 # the derived sizes and with the old constants set explicitly, alternating, 2 rounds.

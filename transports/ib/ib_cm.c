@@ -336,10 +336,11 @@ static shoal_status_t shoal_ib_cm_qp(shoal_ep_t *ep, struct rdma_cm_id *id)
     struct ibv_qp_init_attr ia;
     uint8_t t = (uint8_t)shoal_ib_config.timeout;
     shoal_ib_ep_qp_attr(ep, &ia);
-    if (rdma_create_qp(id, ep->pd, &ia) != 0) {
-        shoal_error(IB, "rank %d: rdma_create_qp for peer %d failed: %s", ep->ctx->rank,
-                    ep->peer, strerror(errno));
-        return SHOAL_ERR_TRANSPORT;
+    while (rdma_create_qp(id, ep->pd, &ia) != 0) {
+        int err = errno;
+        if (!shoal_ib_ep_qp_retry(ep, &ia, "rdma_create_qp", err)) {
+            return SHOAL_ERR_TRANSPORT;
+        }
     }
     ep->qp = id->qp;
     if (ia.cap.max_inline_data < ep->ctx->max_inline) {

@@ -95,7 +95,8 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "Memory released by raw system calls is not seen"),
     SHOAL_IB_FIELD("IB_MAX_INLINE", "128", SHOAL_CFG_UINT, max_inline,
                    "chunks up to this many bytes (header included) are sent inline: copied "
-                   "into the work request, neither staged nor registered"),
+                   "into the work request, neither staged nor registered; a device that "
+                   "refuses that much inline data gets queue pairs without it (one warning)"),
     SHOAL_IB_FIELD("IB_OOB_IFNAME", "", SHOAL_CFG_STRING, oob_ifname,
                    "interface for the out-of-band TCP connection that exchanges queue pair "
                    "numbers (NCCL prefix syntax); empty: the first non-loopback interface "

@@ -737,6 +737,27 @@ shoal_status_t shoal_ib_ep_post_recvs(shoal_ep_t *ep)
     return SHOAL_OK;
 }
 
+/* The device refused a queue pair of attributes ia (errno err). With inline data asked for,
+ * 1: ia without it, to try again (a device's inline limit is not in ibv_query_device, and some
+ * take none: SHOAL_IB_MAX_INLINE above it failed every connection with EINVAL, naming no
+ * setting). Else 0, after an error that names the attributes and their settings. */
+int shoal_ib_ep_qp_retry(shoal_ep_t *ep, struct ibv_qp_init_attr *ia, const char *call, int err)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    if (ia->cap.max_inline_data > 0) {
+        shoal_warn_once(IB, "rank %d: %s refused a queue pair with %u bytes of inline data "
+                        "(SHOAL_IB_MAX_INLINE): %s; queue pairs go without inline data",
+                        ctx->rank, call, ia->cap.max_inline_data, strerror(err));
+        ia->cap.max_inline_data = 0;
+        ctx->max_inline = 0;
+        return 1;
+    }
+    shoal_error(IB, "rank %d: %s for peer %d failed: %s (%u send and %u receive work requests, "
+                "from SHOAL_IB_RING_SLOTS; no inline data)", ctx->rank, call, ep->peer,
+                strerror(err), ia->cap.max_send_wr, ia->cap.max_recv_wr);
+    return 0;
+}
+
 /* RC QP in INIT with its receives posted. */
 shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
 {
@@ -749,11 +770,11 @@ shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
     uint8_t r[4];
 
     shoal_ib_ep_qp_attr(ep, &ia);
-    ep->qp = ibv_create_qp(ep->pd, &ia);
-    if (ep->qp == NULL) {
-        shoal_error(IB, "rank %d: ibv_create_qp for peer %d failed: %s", ctx->rank, ep->peer,
-                    strerror(errno));
-        return SHOAL_ERR_TRANSPORT;
+    while ((ep->qp = ibv_create_qp(ep->pd, &ia)) == NULL) {
+        int err = errno;
+        if (!shoal_ib_ep_qp_retry(ep, &ia, "ibv_create_qp", err)) {
+            return SHOAL_ERR_TRANSPORT;
+        }
     }
     if (ia.cap.max_inline_data < ctx->max_inline) {
         ctx->max_inline = ia.cap.max_inline_data;

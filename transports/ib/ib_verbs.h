@@ -188,6 +188,8 @@ SHOAL_HIDDEN void shoal_ib_ep_close(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_conn_free(shoal_tl_ctx_t *ctx);
 /* The attributes of a peer's RC queue pair; its receives posted. */
 SHOAL_HIDDEN void shoal_ib_ep_qp_attr(shoal_ep_t *ep, struct ibv_qp_init_attr *ia);
+SHOAL_HIDDEN int shoal_ib_ep_qp_retry(shoal_ep_t *ep, struct ibv_qp_init_attr *ia,
+                                      const char *call, int err);
 SHOAL_HIDDEN shoal_status_t shoal_ib_ep_post_recvs(shoal_ep_t *ep);
 
 SHOAL_HIDDEN int shoal_ib_find_ep(shoal_tl_ctx_t *ctx, uint32_t rank);
