@@ -90,13 +90,24 @@ typedef struct {
     int virt;     /* made up: a root above several trees, or a leaf for unlisted nodes */
 } shoal_sched_switch_t;
 
+/* An index of the names of an append-only array (nodes, switches, tenants, jobs): open
+ * addressing, item + 1 per slot (0 empty); the names stay in the array, read through
+ * name(base, i), since the array moves when it grows. Lookups by a linear scan made a 16k-switch
+ * topology.conf take seconds and a 50k-job file minutes. */
+typedef const char *(*shoal_sched_name_fn)(const void *base, int i);
+typedef struct {
+    int *slot;
+    int nslots;        /* a power of two, at least twice n */
+    int n;             /* items 0..n-1 are indexed */
+} shoal_sched_index_t;
+
 typedef struct {
     shoal_sched_node_t *nodes;
     int nnodes, nodes_cap;
-    int *name_slot;    /* open-addressing index of the node names: node + 1, 0 empty */
-    int name_slots;    /* a power of two, at least twice nodes_cap */
+    shoal_sched_index_t node_ix;
     shoal_sched_switch_t *sw;
     int nsw, sw_cap;
+    shoal_sched_index_t sw_ix;
     int root;
     int maxlevel;
     double total[SHOAL_SCHED_RES]; /* capacity per resource */
@@ -147,6 +158,7 @@ typedef struct {
     int njobs, jobs_cap;
     shoal_sched_tenant_t *tenants;
     int ntenants, tenants_cap;
+    shoal_sched_index_t tenant_ix;
 } shoal_sched_queue_t;
 
 /* ---- parsing (sched_parse.c) ------------------------------------------------------------
@@ -169,9 +181,17 @@ SHOAL_HIDDEN shoal_status_t shoal_sched_hwloc_node(shoal_sched_cluster_t *c, con
                                                    size_t size);
 
 /* ---- model (sched_model.c) --------------------------------------------------------------- */
+/* The item named name, or -1. */
+SHOAL_HIDDEN int shoal_sched_index_find(const shoal_sched_index_t *ix, const char *name,
+                                        shoal_sched_name_fn fn, const void *base);
+/* Indexes item ix->n (its name already in the array). */
+SHOAL_HIDDEN shoal_status_t shoal_sched_index_add(shoal_sched_index_t *ix, shoal_sched_name_fn fn,
+                                                  const void *base);
+SHOAL_HIDDEN void shoal_sched_index_free(shoal_sched_index_t *ix);
 SHOAL_HIDDEN int shoal_sched_node_find(const shoal_sched_cluster_t *c, const char *name);
 SHOAL_HIDDEN shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name,
                                                  int cpus, long mem_mb, int gpus);
+SHOAL_HIDDEN int shoal_sched_switch_find(const shoal_sched_cluster_t *c, const char *name);
 SHOAL_HIDDEN int shoal_sched_switch_add(shoal_sched_cluster_t *c, const char *name);
 /* Appends v to the int array *arr of *n entries (grown geometrically); -1 without memory. */
 SHOAL_HIDDEN int shoal_sched_list_add(int **arr, int *n, int v);

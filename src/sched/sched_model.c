@@ -11,42 +11,75 @@ static size_t shoal_sched_name_hash(const char *name)
     return (size_t)shoal_hash64(name, strlen(name), 0x6e6f6465ULL);
 }
 
-int shoal_sched_node_find(const shoal_sched_cluster_t *c, const char *name)
+int shoal_sched_index_find(const shoal_sched_index_t *ix, const char *name,
+                           shoal_sched_name_fn fn, const void *base)
 {
-    if (c->name_slots == 0) {
+    if (ix->nslots == 0) {
         return -1;
     }
-    for (size_t i = shoal_sched_name_hash(name) & (size_t)(c->name_slots - 1);;
-         i = (i + 1) & (size_t)(c->name_slots - 1)) {
-        int n = c->name_slot[i] - 1;
-        if (n < 0 || strcmp(c->nodes[n].name, name) == 0) {
+    for (size_t i = shoal_sched_name_hash(name) & (size_t)(ix->nslots - 1);;
+         i = (i + 1) & (size_t)(ix->nslots - 1)) {
+        int n = ix->slot[i] - 1;
+        if (n < 0 || strcmp(fn(base, n), name) == 0) {
             return n;
         }
     }
 }
 
-/* Rebuilds the name index for at least want nodes. */
-static shoal_status_t shoal_sched_name_index(shoal_sched_cluster_t *c, int want)
+static void shoal_sched_index_put(shoal_sched_index_t *ix, const char *name, int item)
 {
-    int slots = 16;
-    while (slots < 2 * want) {
-        slots *= 2;
+    size_t i = shoal_sched_name_hash(name) & (size_t)(ix->nslots - 1);
+    while (ix->slot[i] != 0) {
+        i = (i + 1) & (size_t)(ix->nslots - 1);
     }
-    int *idx = calloc((size_t)slots, sizeof(int));
-    if (idx == NULL) {
-        return SHOAL_ERR_NO_MEMORY;
-    }
-    free(c->name_slot);
-    c->name_slot = idx;
-    c->name_slots = slots;
-    for (int n = 0; n < c->nnodes; n++) {
-        size_t i = shoal_sched_name_hash(c->nodes[n].name) & (size_t)(slots - 1);
-        while (idx[i] != 0) {
-            i = (i + 1) & (size_t)(slots - 1);
+    ix->slot[i] = item + 1;
+}
+
+shoal_status_t shoal_sched_index_add(shoal_sched_index_t *ix, shoal_sched_name_fn fn,
+                                     const void *base)
+{
+    if (2 * (ix->n + 1) > ix->nslots) {
+        int slots = ix->nslots == 0 ? 16 : 2 * ix->nslots;
+        int *slot = calloc((size_t)slots, sizeof(int));
+        if (slot == NULL) {
+            return SHOAL_ERR_NO_MEMORY;
         }
-        idx[i] = n + 1;
+        free(ix->slot);
+        ix->slot = slot;
+        ix->nslots = slots;
+        for (int k = 0; k < ix->n; k++) {
+            shoal_sched_index_put(ix, fn(base, k), k);
+        }
     }
+    shoal_sched_index_put(ix, fn(base, ix->n), ix->n);
+    ix->n++;
     return SHOAL_OK;
+}
+
+void shoal_sched_index_free(shoal_sched_index_t *ix)
+{
+    free(ix->slot);
+    memset(ix, 0, sizeof(*ix));
+}
+
+static const char *shoal_sched_node_name(const void *base, int i)
+{
+    return ((const shoal_sched_node_t *)base)[i].name;
+}
+
+static const char *shoal_sched_switch_name(const void *base, int i)
+{
+    return ((const shoal_sched_switch_t *)base)[i].name;
+}
+
+static const char *shoal_sched_tenant_name(const void *base, int i)
+{
+    return ((const shoal_sched_tenant_t *)base)[i].name;
+}
+
+int shoal_sched_node_find(const shoal_sched_cluster_t *c, const char *name)
+{
+    return shoal_sched_index_find(&c->node_ix, name, shoal_sched_node_name, c->nodes);
 }
 
 shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, int cpus,
@@ -73,14 +106,12 @@ shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, 
             }
             c->nodes = n;
             c->nodes_cap = cap;
-            SHOAL_CHECK(shoal_sched_name_index(c, cap));
         }
-        at = c->nnodes++;
-        size_t i = shoal_sched_name_hash(name) & (size_t)(c->name_slots - 1);
-        while (c->name_slot[i] != 0) {
-            i = (i + 1) & (size_t)(c->name_slots - 1);
-        }
-        c->name_slot[i] = at + 1;
+        at = c->nnodes;
+        memset(&c->nodes[at], 0, sizeof(c->nodes[at]));
+        strcpy(c->nodes[at].name, name);
+        SHOAL_CHECK(shoal_sched_index_add(&c->node_ix, shoal_sched_node_name, c->nodes));
+        c->nnodes++;
     }
     shoal_sched_node_t *n = &c->nodes[at];
     memset(n, 0, sizeof(*n));
@@ -92,12 +123,16 @@ shoal_status_t shoal_sched_node_add(shoal_sched_cluster_t *c, const char *name, 
     return SHOAL_OK;
 }
 
+int shoal_sched_switch_find(const shoal_sched_cluster_t *c, const char *name)
+{
+    return shoal_sched_index_find(&c->sw_ix, name, shoal_sched_switch_name, c->sw);
+}
+
 int shoal_sched_switch_add(shoal_sched_cluster_t *c, const char *name)
 {
-    for (int i = 0; i < c->nsw; i++) {
-        if (strcmp(c->sw[i].name, name) == 0) {
-            return i;
-        }
+    int at = shoal_sched_switch_find(c, name);
+    if (at >= 0) {
+        return at;
     }
     if (strlen(name) >= SHOAL_SCHED_NAME_MAX) {
         shoal_error(SCHED, "switch name '%s' longer than %d", name, SHOAL_SCHED_NAME_MAX - 1);
@@ -116,6 +151,9 @@ int shoal_sched_switch_add(shoal_sched_cluster_t *c, const char *name)
     memset(s, 0, sizeof(*s));
     strcpy(s->name, name);
     s->parent = -1;
+    if (shoal_sched_index_add(&c->sw_ix, shoal_sched_switch_name, c->sw) != SHOAL_OK) {
+        return -1;
+    }
     return c->nsw++;
 }
 
@@ -260,7 +298,8 @@ void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
     }
     free(c->sw);
     free(c->nodes);
-    free(c->name_slot);
+    shoal_sched_index_free(&c->node_ix);
+    shoal_sched_index_free(&c->sw_ix);
     free(c->cap);
     free(c->take);
     memset(c, 0, sizeof(*c));
@@ -268,10 +307,9 @@ void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
 
 int shoal_sched_tenant_get(shoal_sched_queue_t *q, const char *name)
 {
-    for (int t = 0; t < q->ntenants; t++) {
-        if (strcmp(q->tenants[t].name, name) == 0) {
-            return t;
-        }
+    int at = shoal_sched_index_find(&q->tenant_ix, name, shoal_sched_tenant_name, q->tenants);
+    if (at >= 0) {
+        return at;
     }
     if (strlen(name) >= SHOAL_SCHED_NAME_MAX || name[0] == '\0') {
         shoal_error(SCHED, "tenant name '%s' empty or longer than %d", name,
@@ -291,6 +329,9 @@ int shoal_sched_tenant_get(shoal_sched_queue_t *q, const char *name)
     memset(t, 0, sizeof(*t));
     strcpy(t->name, name);
     t->weight = 0; /* unset: 1 unless a line gives one */
+    if (shoal_sched_index_add(&q->tenant_ix, shoal_sched_tenant_name, q->tenants) != SHOAL_OK) {
+        return -1;
+    }
     return q->ntenants++;
 }
 
@@ -321,6 +362,7 @@ void shoal_sched_queue_free(shoal_sched_queue_t *q)
     }
     free(q->jobs);
     free(q->tenants);
+    shoal_sched_index_free(&q->tenant_ix);
     memset(q, 0, sizeof(*q));
 }
 

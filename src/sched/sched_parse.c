@@ -431,9 +431,7 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
             x = nodes ? shoal_sched_node_find(c, name) : -2;
         }
         if (x == -2) {
-            for (int k = 0; k < c->nsw; k++) {
-                x = strcmp(c->sw[k].name, name) == 0 ? k : x;
-            }
+            x = shoal_sched_switch_find(c, name);
             if (x < 0 || x == s || c->sw[x].parent >= 0) {
                 shoal_error(SCHED, "%s:%d: switch '%s' unknown, itself, or under two parents",
                             src, lineno, name);
@@ -473,11 +471,9 @@ static shoal_status_t shoal_sched_topo_line(void *vctx, shoal_sched_kv_t *kv, co
         return SHOAL_ERR_INVALID_ARG;
     }
     if (ctx->pass == 0) {
-        for (s = 0; s < c->nsw; s++) {
-            if (strcmp(c->sw[s].name, kv->val[0]) == 0) {
-                shoal_error(SCHED, "%s:%d: switch '%s' defined twice", src, lineno, kv->val[0]);
-                return SHOAL_ERR_INVALID_ARG;
-            }
+        if (shoal_sched_switch_find(c, kv->val[0]) >= 0) {
+            shoal_error(SCHED, "%s:%d: switch '%s' defined twice", src, lineno, kv->val[0]);
+            return SHOAL_ERR_INVALID_ARG;
         }
         if (kv->val[0][0] == '\0' || shoal_sched_switch_add(c, kv->val[0]) < 0) {
             shoal_error(SCHED, "%s:%d: bad switch name", src, lineno);
@@ -485,8 +481,7 @@ static shoal_status_t shoal_sched_topo_line(void *vctx, shoal_sched_kv_t *kv, co
         }
         return SHOAL_OK;
     }
-    for (s = 0; s < c->nsw && strcmp(c->sw[s].name, kv->val[0]) != 0; s++) {
-    }
+    s = shoal_sched_switch_find(c, kv->val[0]);
     for (int i = 1; i < kv->n; i++) {
         if (strcasecmp(kv->key[i], "Nodes") == 0 || strcasecmp(kv->key[i], "Switches") == 0) {
             SHOAL_CHECK(shoal_sched_topo_link(c, s, kv->val[i],
@@ -514,7 +509,13 @@ shoal_status_t shoal_sched_topology_parse(const char *text, const char *src,
 typedef struct {
     shoal_sched_cluster_t *c;
     shoal_sched_queue_t *q;
+    shoal_sched_index_t job_ix; /* the queue's job names, for "listed twice" */
 } shoal_sched_jobs_ctx_t;
+
+static const char *shoal_sched_job_name(const void *base, int i)
+{
+    return ((const shoal_sched_job_t *)base)[i].name;
+}
 
 static shoal_status_t shoal_sched_weight_set(shoal_sched_tenant_t *t, const char *v,
                                              const char *src, int lineno)
@@ -685,17 +686,17 @@ static shoal_status_t shoal_sched_jobs_line(void *vctx, shoal_sched_kv_t *kv, co
                     SHOAL_SCHED_NAME_MAX - 1);
         return SHOAL_ERR_INVALID_ARG;
     }
-    for (int i = 0; i < ctx->q->njobs; i++) {
-        if (strcmp(ctx->q->jobs[i].name, kv->val[0]) == 0) {
-            shoal_error(SCHED, "%s:%d: job %s listed twice", src, lineno, kv->val[0]);
-            return SHOAL_ERR_INVALID_ARG;
-        }
+    if (shoal_sched_index_find(&ctx->job_ix, kv->val[0], shoal_sched_job_name, ctx->q->jobs) >=
+        0) {
+        shoal_error(SCHED, "%s:%d: job %s listed twice", src, lineno, kv->val[0]);
+        return SHOAL_ERR_INVALID_ARG;
     }
     shoal_sched_job_t *j = shoal_sched_job_new(ctx->q);
     if (j == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
     strcpy(j->name, kv->val[0]);
+    SHOAL_CHECK(shoal_sched_index_add(&ctx->job_ix, shoal_sched_job_name, ctx->q->jobs));
     j->tenant = -1;
     for (int i = 1; i < kv->n; i++) {
         SHOAL_CHECK(shoal_sched_job_key(ctx, j, kv->key[i], kv->val[i], src, lineno, &nodes));
@@ -721,7 +722,13 @@ shoal_status_t shoal_sched_jobs_parse(const char *text, const char *src,
                                       shoal_sched_cluster_t *c, shoal_sched_queue_t *q)
 {
     shoal_sched_jobs_ctx_t ctx = {.c = c, .q = q};
-    SHOAL_CHECK(shoal_sched_lines(text, src, shoal_sched_jobs_line, &ctx));
+    shoal_status_t st = SHOAL_OK;
+    while (st == SHOAL_OK && ctx.job_ix.n < q->njobs) {
+        st = shoal_sched_index_add(&ctx.job_ix, shoal_sched_job_name, q->jobs);
+    }
+    st = st == SHOAL_OK ? shoal_sched_lines(text, src, shoal_sched_jobs_line, &ctx) : st;
+    shoal_sched_index_free(&ctx.job_ix);
+    SHOAL_CHECK(st);
     for (int t = 0; t < q->ntenants; t++) {
         q->tenants[t].weight = q->tenants[t].weight > 0 ? q->tenants[t].weight : 1.0;
     }

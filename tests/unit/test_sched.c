@@ -1192,6 +1192,81 @@ static void shoal_ts_mem_units(void)
     shoal_sched_cluster_free(&c);
 }
 
+/* Names by the thousand (the name indexes: lookups by a scan took seconds for a 16k-switch
+ * topology.conf and minutes for a 50k-job file): every switch, node, tenant and job found,
+ * duplicates still refused at the end of a big file. */
+static void shoal_ts_many_names(void)
+{
+    enum { LEAVES = 4096, SPINES = 64, JOBS = 20000, TENANTS = 3000 };
+    shoal_sched_cluster_t c;
+    shoal_sched_queue_t q;
+    char *conf = NULL, *topo = NULL, *jobs = NULL, *dup = NULL;
+    size_t len = 0;
+    FILE *fp;
+    int ok, leaf_ok = 1;
+
+    memset(&c, 0, sizeof(c));
+    memset(&q, 0, sizeof(q));
+    fp = open_memstream(&conf, &len);
+    fprintf(fp, "NodeName=n[0-%d] CPUs=8 RealMemory=1000 Gres=gpu:4\n", 2 * LEAVES - 1);
+    fclose(fp);
+    fp = open_memstream(&topo, &len);
+    for (int l = 0; l < LEAVES; l++) {
+        fprintf(fp, "SwitchName=leaf%d Nodes=n[%d-%d]\n", l, 2 * l, 2 * l + 1);
+    }
+    for (int p = 0; p < SPINES; p++) {
+        fprintf(fp, "SwitchName=spine%d Switches=leaf[%d-%d]\n", p, p * (LEAVES / SPINES),
+                (p + 1) * (LEAVES / SPINES) - 1);
+    }
+    fprintf(fp, "SwitchName=root Switches=spine[0-%d]\n", SPINES - 1);
+    fclose(fp);
+    fp = open_memstream(&jobs, &len);
+    for (int j = 0; j < JOBS; j++) {
+        fprintf(fp, "job=j%d tenant=t%d gpus=1\n", j, j % TENANTS);
+    }
+    fclose(fp);
+    ok = shoal_sched_slurm_conf_parse(conf, "slurm.conf", &c) == SHOAL_OK &&
+         shoal_sched_topology_parse(topo, "topology.conf", &c) == SHOAL_OK &&
+         shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+         shoal_sched_jobs_parse(jobs, "jobs", &c, &q) == SHOAL_OK;
+    tap_ok(ok, "many names: %d leaves, %d spines, %d nodes, %d jobs of %d tenants parse", LEAVES,
+           SPINES, 2 * LEAVES, JOBS, TENANTS);
+    for (int n = 0; ok && n < c.nnodes; n++) {
+        char want[32];
+        snprintf(want, sizeof(want), "leaf%d", n / 2);
+        leaf_ok &= c.nodes[n].leaf >= 0 && strcmp(c.sw[c.nodes[n].leaf].name, want) == 0 &&
+                   shoal_sched_node_find(&c, c.nodes[n].name) == n;
+    }
+    tap_ok(ok && leaf_ok && c.nsw == LEAVES + SPINES + 1 &&
+               shoal_sched_switch_find(&c, "spine63") >= 0 &&
+               c.sw[shoal_sched_switch_find(&c, "leaf4095")].parent ==
+                   shoal_sched_switch_find(&c, "spine63") &&
+               shoal_sched_switch_find(&c, "leaf4096") == -1 &&
+               shoal_sched_node_find(&c, "n8192") == -1,
+           "many names: every node under its leaf, every switch found by name, no stranger");
+    tap_ok(ok && q.njobs == JOBS && q.ntenants == TENANTS &&
+               shoal_sched_tenant_get(&q, "t2999") == 2999 &&
+               strcmp(q.tenants[q.jobs[JOBS - 1].tenant].name, "t1999") == 0,
+           "many names: %d tenants, each job's the right one", q.ntenants);
+    tap_ok(ok && shoal_sched_jobs_parse("job=j19999 tenant=t0 gpus=1\n", "more", &c, &q) ==
+                     SHOAL_ERR_INVALID_ARG,
+           "many names: a job listed again in a later file is refused");
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+    memset(&c, 0, sizeof(c));
+    fp = open_memstream(&dup, &len);
+    fprintf(fp, "%sSwitchName=leaf17 Nodes=n0\n", topo);
+    fclose(fp);
+    tap_ok(shoal_sched_slurm_conf_parse(conf, "slurm.conf", &c) == SHOAL_OK &&
+               shoal_sched_topology_parse(dup, "topology.conf", &c) == SHOAL_ERR_INVALID_ARG,
+           "many names: a switch defined again at the end of the file is refused");
+    free(dup);
+    shoal_sched_cluster_free(&c);
+    free(conf);
+    free(topo);
+    free(jobs);
+}
+
 int main(void)
 {
     shoal_ts_parse_and_output();
@@ -1204,5 +1279,6 @@ int main(void)
     shoal_ts_read_file();
     shoal_ts_usage_csv();
     shoal_ts_mem_units();
+    shoal_ts_many_names();
     return tap_done();
 }
