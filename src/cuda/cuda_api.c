@@ -397,6 +397,20 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
                     cc->ordinal);
         return shoal_cuda_refused(comm, SHOAL_ERR_INVALID_ARG);
     }
+    if (stream != NULL && stream != (void *)CU_STREAM_LEGACY) {
+        /* A stream being captured into a CUDA graph records the call's stream operations
+         * without running them, while its proxy task would run once, now: the task waited
+         * SHOAL_TIMEOUT_MS for a start that only a launch of the graph gives, failed the
+         * communicator, and every launch then passed the wait without the collective. */
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (shoal_cuda_drv.cuStreamIsCapturing((CUstream)stream, &cs) == CUDA_SUCCESS &&
+            cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+            shoal_error(CUDA, "rank %d: the stream is being captured into a CUDA graph: shoal "
+                        "calls cannot be captured (their host side would not be in the "
+                        "graph); make the call outside the capture", comm->rank);
+            return shoal_cuda_refused(comm, SHOAL_ERR_UNSUPPORTED);
+        }
+    }
     if (stream == (void *)CU_STREAM_LEGACY && !cc->sync_host &&
         !__atomic_exchange_n(&cc->legacy_said, 1, __ATOMIC_RELAXED)) {
         shoal_info(CUDA, "rank %d: calls on the legacy default stream wait on the host until "

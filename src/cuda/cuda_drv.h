@@ -21,6 +21,7 @@
     X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuPointerGetAttribute)                     \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)        \
     X(cuStreamGetCtx) X(cuStreamWriteValue32) X(cuStreamWaitValue32) X(cuLaunchHostFunc) \
+    X(cuStreamIsCapturing)                                                              \
     X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery)              \
     X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuMemAlloc)         \
     X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostGetDevicePointer)        \

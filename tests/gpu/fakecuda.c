@@ -27,7 +27,8 @@
  * Kernels: the reduce kernels of src/cuda/kernels.cu compiled for the host
  * (fakecuda_kern.cc), run block by block, thread by thread.
  * Not emulated: the legacy default stream's implicit synchronization with other blocking
- * streams (NULL is a stream of its own), graphs, peer access between several devices, timing.
+ * streams (NULL is a stream of its own), graphs (a capture has its status only, and work
+ * enqueued during it fails), peer access between several devices, timing.
  * Environment: FAKECUDA_DEVICES (1), FAKECUDA_SMS (4), FAKECUDA_MEMOPS (1: stream memory
  * operations supported), FAKECUDA_MEMOPS_V1 (0: what the attribute
  * CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 reports; 0 on an H200 with CUDA 13, whose
@@ -113,6 +114,7 @@ struct CUstream_st {
     fk_op_t *head, *tail;
     int busy;                      /* an op is executing */
     int destroyed;
+    int capturing;                 /* between cuStreamBeginCapture and cuStreamEndCapture */
     int ordinal;
     pthread_t thread;
 };
@@ -554,6 +556,12 @@ static CUresult fk_enqueue(CUstream h, const fk_op_t *tmpl)
     FK_ENTER();
     if ((r = fk_stream_get(h, &s)) != CUDA_SUCCESS) {
         return r;
+    }
+    if (__atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE)) {
+        /* graphs are not emulated: work enqueued during a capture fails loudly, where the
+         * real driver would record it */
+        fprintf(stderr, "fakecuda: work enqueued on a stream being captured (not emulated)\n");
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     op = malloc(sizeof(*op));
     if (op == NULL) {
@@ -1090,6 +1098,43 @@ FAKECUDA_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream h)
     pthread_cond_broadcast(&h->cond);
     pthread_mutex_unlock(&h->lock);
     pthread_detach(h->thread);
+    return CUDA_SUCCESS;
+}
+
+/* Stream capture: only its status (cuStreamIsCapturing); what a real capture records fails
+ * here (fk_enqueue), and the graph is NULL. */
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode)
+{
+    (void)mode;
+    if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (h->destroyed || __atomic_exchange_n(&h->capturing, 1, __ATOMIC_ACQ_REL)) {
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *g)
+{
+    if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD ||
+        !__atomic_exchange_n(&h->capturing, 0, __ATOMIC_ACQ_REL)) {
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    *g = NULL;
+    return CUDA_SUCCESS;
+}
+
+FAKECUDA_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *st)
+{
+    struct CUstream_st *s;
+    CUresult r;
+    FK_ENTER();
+    if ((r = fk_stream_get(h, &s)) != CUDA_SUCCESS) {
+        return r;
+    }
+    *st = __atomic_load_n(&s->capturing, __ATOMIC_ACQUIRE) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                           : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
 }
 

@@ -13,6 +13,7 @@
 #include "reduce/reduce.h"
 #include "tests/tap.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -948,6 +949,60 @@ static void teardown(ctx_t *x)
     }
 }
 
+/* A stream being captured into a CUDA graph: the call is refused at once on every rank (it
+ * waited SHOAL_TIMEOUT_MS for a start only a graph launch gives, failed the communicator, and
+ * launches of the graph skipped the collective), and the communicator works after. The
+ * capture calls come from the driver shoal loaded (the emulation's or libcuda's). */
+static void graph_capture(ctx_t *x)
+{
+    int g = group("graph capture: refused at once, the communicator works after");
+    const char *path = getenv("SHOAL_CUDA_LIBCUDA");
+    void *h = dlopen(path != NULL && path[0] != '\0' ? path : "libcuda.so.1",
+                     RTLD_NOW | RTLD_NOLOAD);
+    CUresult (*begin)(CUstream, CUstreamCaptureMode) =
+        h != NULL ? (CUresult(*)(CUstream, CUstreamCaptureMode))dlsym(h, "cuStreamBeginCapture_v2")
+                  : NULL;
+    CUresult (*end)(CUstream, CUgraph *) =
+        h != NULL ? (CUresult(*)(CUstream, CUgraph *))dlsym(h, "cuStreamEndCapture") : NULL;
+    CUresult (*destroy)(CUgraph) =
+        h != NULL ? (CUresult(*)(CUgraph))dlsym(h, "cuGraphDestroy") : NULL;
+    size_t count = 1024;
+    CUgraph graph = NULL;
+    uint64_t t0;
+    int bad = 0;
+    shoal_status_t st;
+
+    if (begin == NULL || end == NULL) {
+        fprintf(stderr, "# rank %d: graph capture: the driver has no capture calls\n", x->rank);
+        group_fail[g]++;
+        if (h != NULL) {
+            dlclose(h);
+        }
+        return;
+    }
+    fill(SHOAL_FLOAT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * 4);
+    CK(cuStreamSynchronize(x->s));
+    bad |= begin(x->s, CU_STREAM_CAPTURE_MODE_RELAXED) != CUDA_SUCCESS;
+    t0 = shoal_time_ns();
+    st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, SHOAL_FLOAT32, SHOAL_SUM,
+                         x->comm, x->s);
+    bad |= end(x->s, &graph) != CUDA_SUCCESS;
+    if (graph != NULL && destroy != NULL) {
+        destroy(graph);
+    }
+    if (st != SHOAL_ERR_UNSUPPORTED || shoal_time_ns() - t0 > 2000000000ull) {
+        fprintf(stderr, "# rank %d: graph capture: the call returned %s after %.2f s (want "
+                "SHOAL_ERR_UNSUPPORTED at once)\n", x->rank, shoal_status_name(st),
+                (shoal_time_ns() - t0) / 1e9);
+        bad = 1;
+    }
+    /* the communicator is fine: the same AllReduce outside the capture */
+    bad |= one_case(x, SHOAL_COLL_ALLREDUCE, SHOAL_FLOAT32, SHOAL_SUM, count, 0);
+    dlclose(h);
+    group_fail[g] += bad;
+}
+
 int main(int argc, char **argv)
 {
     ctx_t ctx = {0}, *x = &ctx;
@@ -1007,6 +1062,7 @@ int main(int argc, char **argv)
         other_device_output(x);
         sync_choice(x);
         keeps_context(x);
+        graph_capture(x);
     }
     if (!host_sync) {
         metering(x);
