@@ -10,7 +10,9 @@
  *    driven in one thread without blocking: it authenticates; a dial with another secret is
  *    closed right after its proof (proved, not refused); one the acceptor does not expect is
  *    closed before it (neither); a port nobody listens on is refused; an acceptor with
- *    another secret never gets our proof accepted. */
+ *    another secret never gets our proof accepted;
+ *  - a stranger that connects as fast as it can: a real connector is still served, and a
+ *    non-blocking acceptor call (deadline now, as lazy ib's progress makes) returns at once. */
 #include "tenant/breaker.h"
 #include "tests/tap.h"
 #include "transports/common/oob.h"
@@ -313,6 +315,106 @@ static void test_early_close(const shoal_oob_addr_t *la, int lfd)
 }
 
 
+typedef struct {
+    shoal_oob_addr_t addr;
+    int stop;
+    int nopened;
+} flood_t;
+
+/* Opens connections to the listener as fast as it can, never sending a byte, keeping the
+ * latest 256 open (the acceptor closes the others: eviction, hello deadline). */
+static void *flood_run(void *arg)
+{
+    flood_t *f = arg;
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(f->addr.port)};
+    int fds[256], n = 0;
+    memcpy(&sin.sin_addr, f->addr.ip, 4);
+    for (int i = 0; i < 256; i++) {
+        fds[i] = -1;
+    }
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            usleep(1000);
+            continue;
+        }
+        (void)connect(fd, (struct sockaddr *)&sin, sizeof(sin));
+        if (fds[n] >= 0) {
+            close(fds[n]);
+        }
+        fds[n] = fd;
+        n = (n + 1) % 256;
+        __atomic_add_fetch(&f->nopened, 1, __ATOMIC_RELAXED);
+    }
+    for (int i = 0; i < 256; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+    }
+    return NULL;
+}
+
+#define NFLOOD 3 /* flooding threads: more than the CPUs of a small CI machine */
+
+static void flood_start(flood_t *f, pthread_t *th)
+{
+    __atomic_store_n(&f->stop, 0, __ATOMIC_RELEASE);
+    for (int i = 0; i < NFLOOD; i++) {
+        pthread_create(&th[i], NULL, flood_run, f);
+    }
+}
+
+static void flood_stop(flood_t *f, pthread_t *th)
+{
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < NFLOOD; i++) {
+        pthread_join(th[i], NULL);
+    }
+}
+
+static void test_flood(const shoal_oob_addr_t *la, int lfd)
+{
+    flood_t f = {.addr = *la};
+    next_t x = {.lfd = lfd, .peer_addr = *la};
+    pthread_t th, fl[NFLOOD];
+    shoal_oob_auth_t c = auth_of(3), au = auth_of(1);
+    shoal_oob_acceptor_t *acc = NULL;
+    double worst = 0;
+    uint32_t peer;
+    int fd = -1;
+
+    flood_start(&f, fl);
+    usleep(100000);
+    pthread_create(&th, NULL, acc_next, &x);
+    shoal_status_t st = shoal_oob_connect_auth(la, &c, 1, shoal_deadline_ns(10000), &fd);
+    pthread_join(th, NULL);
+    tap_ok(st == SHOAL_OK && x.st == SHOAL_OK && x.peer == 3,
+           "a stranger floods the listener: the real connector is still served, in %.0f ms "
+           "(%s, %s)", x.ms, shoal_status_name(st), shoal_status_name(x.st));
+    if (fd >= 0) {
+        close(fd);
+    }
+    /* One call accepted until the backlog was empty, which a stranger connecting as fast as
+     * the call accepts never lets happen: 0.6-1.1 s per call here. */
+    if (shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) == SHOAL_OK) {
+        for (int k = 0; k < 200; k++) {
+            uint64_t t = shoal_time_ns();
+            fd = -1;
+            (void)shoal_oob_acceptor_next(acc, t, &peer, &fd);
+            worst = SHOAL_MAX(worst, (double)(shoal_time_ns() - t) / 1e6);
+            if (fd >= 0) {
+                close(fd);
+            }
+            usleep(1000);
+        }
+        shoal_oob_acceptor_destroy(acc);
+    }
+    flood_stop(&f, fl);
+    tap_ok(acc != NULL && worst < 50, "under the flood, 200 non-blocking acceptor calls "
+           "(deadline now): the longest took %.1f ms (%d connections in all)", worst,
+           f.nopened);
+}
+
 /* Drives a dial and an acceptor alternately (one thread, nothing blocks) for up to 3 s: the
  * dial's step result (1, -1, or 0 at the end); the acceptor's hand-over in *peer_p and *afd_p. */
 static int dial_drive(shoal_oob_dial_t *d, const shoal_oob_auth_t *da, shoal_oob_acceptor_t *acc,
@@ -446,7 +548,7 @@ int main(void)
 {
     void (*tests[])(const shoal_oob_addr_t *, int) = {test_verify_first, test_replay,
                                                       test_strangers, test_early_close,
-                                                      test_dial};
+                                                      test_dial, test_flood};
     alarm(120);
     shoal_config_global_init();
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(tests); i++) {

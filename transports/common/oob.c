@@ -586,7 +586,12 @@ int shoal_oob_acceptor_add(shoal_oob_acceptor_t *acc, int fd,
 
 static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
 {
-    for (;;) {
+    /* At most one slot set per pass: the caller then drives every slot once (a real
+     * connector's hello, sent right after its connect, moves it past the first eviction tier)
+     * and looks at its deadline and abort flag. Unbounded, a stranger connecting as fast as we
+     * accept kept us here: each real connection was evicted before its hello was read, and
+     * the deadline passed unseen. */
+    for (int n = 0; n < SHOAL_OOB_SLOTS; n++) {
         struct sockaddr_storage ss;
         socklen_t slen = sizeof(ss);
         int fd = accept4(acc->lfd, (struct sockaddr *)&ss, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
