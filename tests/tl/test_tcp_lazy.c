@@ -15,7 +15,9 @@
  *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once;
  *  - a failed communicator's destroy waits for its peer to take what it sent: a bulk message
  *    and then the abort notice, which a reset at the close would discard (the close of a
- *    socket with unread data sends one). */
+ *    socket with unread data sends one);
+ *  - out of file descriptors while a peer waits in the backlog: accept() fails at every
+ *    progress call; the warning is logged once a second, not once a call. */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -523,6 +525,57 @@ static void test_linger(void)
     shoal_tcp_config.nsocks = saved;
 }
 
+/* Rank 0 connects to rank 1, then the process runs out of file descriptors: rank 1's accept()
+ * fails at every progress call while rank 0's connection waits in its backlog. */
+static void test_emfile(void)
+{
+    const uint32_t comm_id = 0x1a2c0070u;
+    uint8_t buf[100];
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
+    static int spare[65536];
+    int nspare = 0, calls = 0, lines = 0, saved_err = dup(2);
+    char line[512];
+    FILE *log = tmpfile();
+
+    if (saved_err < 0 || log == NULL) {
+        tap_bail("no temporary file for the log");
+        return;
+    }
+    if (pair_up(s, comm_id) != 0) {
+        return;
+    }
+    shoal_tl_req_t sr = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&sr};
+    tl->isend(s[0].eps[1], &sr);
+    drive(sides, 1, reqs, 1, 100); /* rank 0 connects: it waits in rank 1's backlog */
+    fflush(stderr);
+    dup2(fileno(log), 2); /* the log's lines, to count them */
+    while (nspare < 65536 && (spare[nspare] = dup(0)) >= 0) {
+        nspare++;
+    }
+    uint64_t t0 = shoal_time_ns();
+    while (shoal_time_ns() - t0 < 300000000ull) {
+        tl->progress(s[1].ctx);
+        calls++;
+    }
+    while (nspare > 0) {
+        close(spare[--nspare]);
+    }
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    rewind(log);
+    while (fgets(line, sizeof(line), log) != NULL) {
+        lines += strstr(line, "accept(") != NULL;
+    }
+    fclose(log);
+    tap_ok(lines >= 1 && lines <= 2, "out of file descriptors, accept() failing at each of %d "
+           "progress calls in 300 ms: %d warning(s) in the log", calls, lines);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+}
+
 int main(void)
 {
     alarm(120);
@@ -535,5 +588,6 @@ int main(void)
     test_unanswered();
     test_failed_peer();
     test_linger();
+    test_emfile();
     return tap_done();
 }

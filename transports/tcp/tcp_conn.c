@@ -526,6 +526,23 @@ void shoal_tcp_hs_accepted(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int fd,
     shoal_tcp_hs_next(hs, SHOAL_TCP_HS_A_HELLO, SHOAL_TCP_HELLO_BYTES);
 }
 
+/* accept() failed other than for an empty backlog. One that fails for want of a resource
+ * (EMFILE, ENFILE, ENOBUFS) fails again at every pass while the connection waits in the
+ * backlog, whose listener stays readable: once per pass it was 50000 lines in 300 ms. Logged
+ * at most once a second, with the count of those not logged. */
+static void shoal_tcp_conn_accept_failed(shoal_tcp_conn_t *conn, int err)
+{
+    uint64_t now = shoal_time_ns();
+    if (conn->accept_warn_ns != 0 && now - conn->accept_warn_ns < 1000000000ull) {
+        conn->accept_fails++;
+        return;
+    }
+    shoal_warn(TCP, "accept(fd %d) failed: %s (%u more failures not logged)",
+               conn->ctx->listen_fd, strerror(err), conn->accept_fails);
+    conn->accept_warn_ns = now;
+    conn->accept_fails = 0;
+}
+
 static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
@@ -538,12 +555,12 @@ static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
         int fd = accept4(ctx->listen_fd, (struct sockaddr *)&ss, &slen,
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED) {
-                shoal_warn(TCP, "accept(fd %d) failed: %s", ctx->listen_fd, strerror(errno));
-            }
-            if (errno == ECONNABORTED || errno == EINTR) {
+            int err = errno;
+            if (err == ECONNABORTED || err == EINTR) {
                 continue;
+            }
+            if (err != EAGAIN && err != EWOULDBLOCK) {
+                shoal_tcp_conn_accept_failed(conn, err);
             }
             return;
         }
