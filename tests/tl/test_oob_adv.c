@@ -12,7 +12,9 @@
  *    closed before it (neither); a port nobody listens on is refused; an acceptor with
  *    another secret never gets our proof accepted;
  *  - a stranger that connects as fast as it can: a real connector is still served, and a
- *    non-blocking acceptor call (deadline now, as lazy ib's progress makes) returns at once. */
+ *    non-blocking acceptor call (deadline now, as lazy ib's progress makes) returns at once;
+ *  - out of file descriptors with a connection in the backlog: accept() fails at every call,
+ *    and is logged once a second, not once a call. */
 #include "tenant/breaker.h"
 #include "tests/tap.h"
 #include "transports/common/oob.h"
@@ -415,6 +417,47 @@ static void test_flood(const shoal_oob_addr_t *la, int lfd)
            f.nopened);
 }
 
+static void test_emfile(const shoal_oob_addr_t *la, int lfd)
+{
+    static int spare[65536];
+    int nspare = 0, lines = 0, saved_err = dup(2), fd = raw_connect(la);
+    shoal_oob_auth_t au = auth_of(1);
+    shoal_oob_acceptor_t *acc = NULL;
+    shoal_status_t st = SHOAL_ERR_INTERNAL;
+    uint32_t peer;
+    char line[512];
+    FILE *log = tmpfile();
+
+    if (saved_err < 0 || log == NULL || fd < 0 ||
+        shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK) {
+        tap_bail("test setup failed");
+        return;
+    }
+    fflush(stderr);
+    dup2(fileno(log), 2); /* the log's lines, to count them */
+    while (nspare < 65536 && (spare[nspare] = dup(0)) >= 0) {
+        nspare++;
+    }
+    int afd = -1;
+    st = shoal_oob_acceptor_next(acc, shoal_deadline_ns(300), &peer, &afd);
+    while (nspare > 0) {
+        close(spare[--nspare]);
+    }
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    rewind(log);
+    while (fgets(line, sizeof(line), log) != NULL) {
+        lines += strstr(line, "accept(") != NULL;
+    }
+    fclose(log);
+    tap_ok(st == SHOAL_ERR_TIMEOUT && lines >= 1 && lines <= 2, "out of file descriptors, a "
+           "connection in the backlog: the acceptor times out (%s) with %d warning(s) in the "
+           "log", shoal_status_name(st), lines);
+    shoal_oob_acceptor_destroy(acc);
+    close(fd);
+}
+
 /* Drives a dial and an acceptor alternately (one thread, nothing blocks) for up to 3 s: the
  * dial's step result (1, -1, or 0 at the end); the acceptor's hand-over in *peer_p and *afd_p. */
 static int dial_drive(shoal_oob_dial_t *d, const shoal_oob_auth_t *da, shoal_oob_acceptor_t *acc,
@@ -548,7 +591,7 @@ int main(void)
 {
     void (*tests[])(const shoal_oob_addr_t *, int) = {test_verify_first, test_replay,
                                                       test_strangers, test_early_close,
-                                                      test_dial, test_flood};
+                                                      test_dial, test_flood, test_emfile};
     alarm(120);
     shoal_config_global_init();
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(tests); i++) {
