@@ -17,13 +17,16 @@
  *    and then the abort notice, which a reset at the close would discard (the close of a
  *    socket with unread data sends one);
  *  - out of file descriptors while a peer waits in the backlog: accept() fails at every
- *    progress call; the warning is logged once a second, not once a call. */
+ *    progress call; the warning is logged once a second, not once a call;
+ *  - a peer list with a bad address (eager and lazy): SHOAL_ERR_INVALID_ARG, and no file
+ *    descriptor of the process is closed. */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -576,6 +579,48 @@ static void test_emfile(void)
     side_fini(&s[1]);
 }
 
+/* connect_all with the address of rank 1 garbage: refused before any connection, and the
+ * endpoints after the bad one (never set up) close nothing. fd 0 is a pipe here: a close of
+ * it shows. */
+static void test_bad_address(int lazy)
+{
+    const uint32_t comm_id = 0x1a2c0090u + (uint32_t)lazy;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    shoal_tl_params_t p = {
+        .rank = 0, .nranks = 4, .local_rank = 0, .local_size = 4, .comm_id = comm_id,
+        .secret = key_a, .timeout_ms = 2000, .abort_flag = &no_abort, .lazy = lazy,
+    };
+    int peers[3] = {1, 2, 3}, pfd[2], saved0 = dup(0);
+    const void *a[3];
+    size_t lens[3] = {SHOAL_TCP_ADDR_BYTES, SHOAL_TCP_ADDR_BYTES, SHOAL_TCP_ADDR_BYTES};
+    shoal_ep_t *eps[3];
+    shoal_tl_ctx_t *ctx = NULL;
+    shoal_status_t st = SHOAL_ERR_INTERNAL;
+
+    if (saved0 < 0 || pipe(pfd) != 0 || dup2(pfd[0], 0) != 0 ||
+        tl->init(&p, &ctx) != SHOAL_OK) {
+        tap_bail("test setup failed");
+        return;
+    }
+    side_t s = {.ctx = ctx};
+    side_addr(&s, addrs[0]);
+    memcpy(addrs[2], addrs[0], SHOAL_TL_ADDR_MAX);
+    memset(addrs[1], 0xee, SHOAL_TL_ADDR_MAX); /* rank 2's: no magic */
+    a[0] = addrs[0];
+    a[1] = addrs[1];
+    a[2] = addrs[2];
+    st = tl->connect_all(ctx, peers, 3, a, lens, eps);
+    int fd0_open = fcntl(0, F_GETFD) >= 0;
+    tl->fini(ctx);
+    dup2(saved0, 0);
+    close(saved0);
+    close(pfd[0]);
+    close(pfd[1]);
+    tap_ok(st == SHOAL_ERR_INVALID_ARG && fd0_open, "%s: a bad address in the peer list: %s, "
+           "and fd 0 is %s", lazy ? "lazy" : "eager", shoal_status_name(st),
+           fd0_open ? "still open" : "closed");
+}
+
 int main(void)
 {
     alarm(120);
@@ -589,5 +634,7 @@ int main(void)
     test_failed_peer();
     test_linger();
     test_emfile();
+    test_bad_address(0);
+    test_bad_address(1);
     return tap_done();
 }

@@ -725,14 +725,18 @@ static shoal_status_t shoal_tcp_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, 
     }
     ctx->neps = npeers;
     *nconnect_p = *naccept_p = 0;
+    /* Every endpoint holds no socket before any is checked: a refused list closes them all
+     * (err_eps), and calloc's 0 would be fd 0, the application's. */
+    for (int i = 0; i < npeers; i++) {
+        for (int s = 0; s < SHOAL_TCP_MAX_SOCKS; s++) {
+            ctx->eps[i].fds[s] = -1;
+        }
+    }
     for (int i = 0; i < npeers; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         shoal_tcp_addr_t a;
         struct sockaddr_storage ss;
         socklen_t slen;
-        for (int s = 0; s < SHOAL_TCP_MAX_SOCKS; s++) {
-            ep->fds[s] = -1;
-        }
         ep->ctx = ctx;
         ep->peer = peers[i];
         if (peers[i] == ctx->rank || (i > 0 && peers[i] <= peers[i - 1]) ||
