@@ -19,7 +19,8 @@
  *  - out of file descriptors while a peer waits in the backlog: accept() fails at every
  *    progress call; the warning is logged once a second, not once a call;
  *  - a peer list with a bad address (eager and lazy): SHOAL_ERR_INVALID_ARG, and no file
- *    descriptor of the process is closed. */
+ *    descriptor of the process is closed;
+ *  - no interface of the family asked for: the error names the family as it is set. */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -621,6 +622,48 @@ static void test_bad_address(int lazy)
            fd0_open ? "still open" : "closed");
 }
 
+/* SHOAL_SOCKET_IFNAME names no interface: init fails, and the error names the family as the
+ * user sets it (it printed the enum's index: "SHOAL_SOCKET_FAMILY=2" for AF_INET6, which is
+ * AF_INET's number). */
+static void test_no_interface(void)
+{
+    const char *saved_if = shoal_tcp_config.ifname;
+    int saved_fam = shoal_tcp_config.family, saved_err = dup(2), named = 0;
+    shoal_tl_params_t p = {
+        .rank = 0, .nranks = 2, .local_rank = 0, .local_size = 2, .comm_id = 0x1a2c00b0u,
+        .secret = key_a, .timeout_ms = 2000, .abort_flag = &no_abort,
+    };
+    shoal_tl_ctx_t *ctx = NULL;
+    shoal_status_t st;
+    char line[512];
+    FILE *log = tmpfile();
+
+    if (saved_err < 0 || log == NULL) {
+        tap_bail("no temporary file for the log");
+        return;
+    }
+    shoal_tcp_config.ifname = "=shoal-no-such-if";
+    shoal_tcp_config.family = SHOAL_TCP_FAMILY_INET6;
+    fflush(stderr);
+    dup2(fileno(log), 2);
+    st = tl->init(&p, &ctx);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    rewind(log);
+    while (fgets(line, sizeof(line), log) != NULL) {
+        named += strstr(line, "SHOAL_SOCKET_FAMILY=AF_INET6)") != NULL;
+    }
+    fclose(log);
+    if (ctx != NULL) {
+        tl->fini(ctx);
+    }
+    shoal_tcp_config.ifname = saved_if;
+    shoal_tcp_config.family = saved_fam;
+    tap_ok(st == SHOAL_ERR_TRANSPORT && named == 1, "no interface of the family: %s, the "
+           "error names SHOAL_SOCKET_FAMILY=AF_INET6 (%d line)", shoal_status_name(st), named);
+}
+
 int main(void)
 {
     alarm(120);
@@ -636,5 +679,6 @@ int main(void)
     test_emfile();
     test_bad_address(0);
     test_bad_address(1);
+    test_no_interface();
     return tap_done();
 }

@@ -200,9 +200,14 @@ static shoal_status_t shoal_tcp_pick_addr(struct sockaddr_storage *ss, char *ifn
     }
     freeifaddrs(list);
     if (!found) {
+        /* The family by the name the user sets: its enum index read as AF_INET's 2 for
+         * AF_INET6. */
         shoal_error(TCP, "no usable interface (SHOAL_SOCKET_IFNAME=\"%s\", "
-                    "SHOAL_SOCKET_FAMILY=%d): none is up with an address of that family",
-                    spec != NULL ? spec : "", shoal_tcp_config.family);
+                    "SHOAL_SOCKET_FAMILY=%s): none is up with an address of that family",
+                    spec != NULL ? spec : "",
+                    shoal_tcp_config.family == SHOAL_TCP_FAMILY_INET    ? "AF_INET"
+                    : shoal_tcp_config.family == SHOAL_TCP_FAMILY_INET6 ? "AF_INET6"
+                                                                        : "any");
         return SHOAL_ERR_TRANSPORT;
     }
     return SHOAL_OK;
