@@ -82,8 +82,8 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .enum_names = shoal_core_connects, .offset = offsetof(shoal_core_config_t, connect),
      .doc = "when channels to peers are connected: eager (all at init, n-1 handshakes per "
             "rank), lazy (a channel at its first send or receive, or when the peer connects; "
-            "tcp, shm and ucx; ib, which cannot, stays eager), auto (lazy from "
-            "SHOAL_CONNECT_LAZY_RANKS ranks on)"},
+            "tcp, shm, ucx and ib; ib through rdma_cm, SHOAL_IB_USE_RDMACM=1, stays eager), "
+            "auto (lazy from SHOAL_CONNECT_LAZY_RANKS ranks on)"},
     {.name = "CONNECT_LAZY_RANKS", .dflt = "32", .type = SHOAL_CFG_INT,
      .offset = offsetof(shoal_core_config_t, connect_lazy_ranks),
      .doc = "SHOAL_CONNECT=auto connects lazily in communicators of at least this many ranks"},

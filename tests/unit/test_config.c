@@ -1,4 +1,5 @@
 /* Config tables, parsers, logging subsystems, status names, HMAC and host identity. */
+#include "core/tl.h"
 #include "util/util.h"
 #include "tests/tap.h"
 
@@ -350,6 +351,38 @@ static void test_child_run(void)
                "child run: runs in the directory given");
 }
 
+/* SHOAL_CONNECT's doc names every transport that connects lazily (SHOAL_TL_CAP_LAZY) and says
+ * of none of them that it cannot: it said "ib, which cannot, stays eager" long after ib
+ * connected its queue pairs at first use (transports/ib/ib_lazy.c). */
+static void test_connect_doc(void)
+{
+    const char *doc = NULL;
+    int wrong = 0;
+    for (size_t t = 0; t < shoal_cfg_ntables; t++) {
+        for (size_t i = 0; i < shoal_cfg_tables[t]->nfields; i++) {
+            const shoal_cfg_field_t *f = &shoal_cfg_tables[t]->fields[i];
+            if (f->name != NULL && strcmp(f->name, "CONNECT") == 0) {
+                doc = f->doc;
+            }
+        }
+    }
+    for (size_t i = 0; doc != NULL && i < shoal_tl_count(); i++) {
+        const shoal_tl_ops_t *ops = shoal_tl_get(i);
+        char cannot[64];
+        if ((ops->caps & SHOAL_TL_CAP_LAZY) == 0) {
+            continue;
+        }
+        snprintf(cannot, sizeof(cannot), "%s, which cannot", ops->name);
+        if (strstr(doc, ops->name) == NULL || strstr(doc, cannot) != NULL) {
+            tap_diag("SHOAL_CONNECT's doc on %s, which connects lazily: \"%s\"", ops->name,
+                     doc);
+            wrong++;
+        }
+    }
+    tap_ok(doc != NULL && wrong == 0, "SHOAL_CONNECT's doc names each of the %zu transports "
+           "built here that connect at first use as one that does", shoal_tl_count());
+}
+
 int main(void)
 {
     test_tables();
@@ -360,5 +393,6 @@ int main(void)
     test_time();
     test_global_init();
     test_child_run();
+    test_connect_doc();
     return tap_done();
 }
