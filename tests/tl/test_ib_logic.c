@@ -10,6 +10,7 @@
 #include "transports/ib/ib_verbs.h"
 #include "tests/tap.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1052,6 +1053,34 @@ static void test_cm_close(void)
 }
 #endif
 
+/* connect_all refusing a bad peer address closes the endpoints it made, and only their
+ * sockets: those past the bad one held 0 (calloc's), so the application's fd 0 was closed. */
+static void test_connect_bad_addr(void)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t *eps = NULL;
+    int peers[3] = {1, 2, 3}, p[2], saved0 = dup(0);
+    const void *addrs[3] = {"", "", ""};
+    size_t lens[3] = {0, 0, 0};
+    shoal_status_t st;
+
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.rank = 0;
+    ctx.listen_fd = 1000; /* only looked at: "not listening" would refuse earlier */
+    if (saved0 < 0 || pipe(p) != 0 || dup2(p[0], 0) < 0) {
+        tap_bail("pipe/dup2 failed");
+        return;
+    }
+    close(p[0]);
+    st = shoal_ib_connect_all(&ctx, peers, 3, addrs, lens, &eps);
+    tap_ok(st == SHOAL_ERR_INVALID_ARG && fcntl(0, F_GETFD) >= 0,
+           "connect_all with a bad address fails (%s) and leaves fd 0 open",
+           shoal_status_name(st));
+    dup2(saved0, 0);
+    close(saved0);
+    close(p[1]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1090,6 +1119,7 @@ int main(int argc, char **argv)
     test_codecs();
     test_oob();
     test_cm_close();
+    test_connect_bad_addr();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -1012,12 +1012,16 @@ static shoal_status_t shoal_ib_conn_eps(shoal_tl_ctx_t *ctx, const int *peers, i
         return SHOAL_ERR_NO_MEMORY;
     }
     ctx->neps = npeers;
+    /* every endpoint's sockets "none" before any address is checked: the error path closes
+     * them all, and those past a bad address held calloc's 0, the application's stdin */
+    for (int i = 0; i < npeers; i++) {
+        ctx->eps[i].oob_fd = ctx->eps[i].lz_fd = ctx->eps[i].dial.fd = -1;
+    }
     for (int i = 0; i < npeers; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         ep->ctx = ctx;
         ep->idx = i;
         ep->peer = peers[i];
-        ep->oob_fd = ep->lz_fd = ep->dial.fd = -1;
         ep->status = SHOAL_OK;
         if (peers[i] == ctx->rank || (i > 0 && peers[i] <= peers[i - 1]) ||
             shoal_ib_addr_decode(addrs[i], addr_lens[i], &ep->raddr) != 0) {
