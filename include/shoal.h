@@ -285,8 +285,14 @@ SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_
  * send/recv pairs in any order. On device buffers that holds while the group's messages, each
  * counted up to SHOAL_CUDA_CHUNK_SIZE, fit SHOAL_CUDA_STAGING_SIZE together (64 messages at
  * most); a larger group runs in parts, in order, and a part must not wait for a later one.
- * Host calls on host buffers inside a group run at once.
- * Groups nest and are per thread. */
+ * Blocking host sends and receives (host buffers, stream NULL) inside a group return
+ * SHOAL_OK at once (or refuse bad arguments at once); the outermost shoal_group_end posts them
+ * all on their communicator's channels, in issue order with the other calls on it, and waits
+ * for them together under the communicator's timeout (one communicator after the other, in
+ * the order of their first call), so they too may come in any order on either side; their
+ * buffers must stay valid until then. The end returns the first failure (the communicator is
+ * failed, shoal_comm_last_error names the peer). Other host calls on host buffers inside a
+ * group run at once. Groups nest and are per thread. */
 SHOAL_EXPORT shoal_status_t shoal_group_start(void);
 SHOAL_EXPORT shoal_status_t shoal_group_end(void);
 

@@ -1,5 +1,6 @@
 /* The public collective calls (above coll and cuda): validate, order, run (or hand to the
  * proxy thread as a plan). */
+#include "api/api.h"
 #include "coll/coll.h"
 #include "cuda/cuda.h"
 #include "meter/meter.h"
@@ -109,6 +110,9 @@ static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t 
     }
     if (shoal_cuda_wants(a, stream, &t0)) {
         return shoal_cuda_call(comm, a, stream); /* stream-ordered or device buffers */
+    }
+    if ((a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) && shoal_group_depth() > 0) {
+        return shoal_api_group_add(comm, a); /* posted with the others at the group's end */
     }
     ticket = shoal_comm_ticket_take(comm);
     st = shoal_comm_ticket_wait(comm, ticket);

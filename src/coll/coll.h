@@ -279,6 +279,11 @@ SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce_plan(struct shoal_comm *co
                                                            const shoal_coll_args_t *a,
                                                            uint32_t seq, int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
+/* n host sends and receives of one group (ops[i].type SEND or RECV, ops[i].root the peer),
+ * all posted before one wait under the communicator's timeout, so they may come in any order
+ * on either side. Holds the ticket's place of the caller, like shoal_p2p_run. */
+SHOAL_HIDDEN shoal_status_t shoal_p2p_run_many(struct shoal_comm *comm,
+                                               const shoal_coll_args_t *ops, int n);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each
  * *_applicable(comm, a) says whether the algorithm can run this call (1) or not (0: the

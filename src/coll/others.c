@@ -3,6 +3,7 @@
  * plans. */
 #include "coll/coll.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define SHOAL_CHAIN_DEPTH 4
@@ -328,4 +329,53 @@ shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a
     }
     return shoal_prim_recv(comm, a->root, a->recvbuf, bytes, ch->p2p_recv_seq++, SHOAL_P2P_STEP,
                            0);
+}
+
+shoal_status_t shoal_p2p_run_many(struct shoal_comm *comm, const shoal_coll_args_t *ops, int n)
+{
+    shoal_tl_req_t *reqs = calloc((size_t)n, sizeof(*reqs));
+    shoal_tl_req_t **rp = calloc((size_t)n, sizeof(*rp));
+    int *peers = calloc((size_t)n, sizeof(*peers));
+    shoal_status_t st = SHOAL_OK;
+    int posted = 0;
+
+    if (reqs == NULL || rp == NULL || peers == NULL) {
+        shoal_error(COLL, "no memory for a group of %d sends/receives", n);
+        st = SHOAL_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* Every message is posted before any wait: a send that completes only once the peer
+     * receives it (a message larger than the transport's buffers) must not hold back the
+     * receive its peer's matching send waits for. Sequence numbers are taken in the calls'
+     * order, as one call after the other would take them. */
+    for (int i = 0; i < n; i++) {
+        const shoal_coll_args_t *a = &ops[i];
+        size_t bytes = a->count * shoal_dtype_size(a->dtype);
+        shoal_chan_t *ch = &comm->chans[a->root];
+        if (a->type == SHOAL_COLL_SEND) {
+            st = shoal_chan_isend(comm, a->root, a->sendbuf, bytes, ch->p2p_send_seq++,
+                                  SHOAL_P2P_STEP, 0, &reqs[i]);
+        } else {
+            st = shoal_chan_irecv(comm, a->root, a->recvbuf, bytes, ch->p2p_recv_seq++,
+                                  SHOAL_P2P_STEP, 0, &reqs[i]);
+        }
+        if (st != SHOAL_OK) {
+            break;
+        }
+        rp[i] = &reqs[i];
+        peers[i] = a->root;
+        posted++;
+    }
+    /* The ones posted are waited for even after a failed post: that failed the communicator,
+     * which failed every pending request (no transport holds one after), and the wait
+     * returns at once. */
+    if (posted > 0) {
+        shoal_status_t wst = shoal_chan_waitall(comm, rp, peers, posted);
+        st = st != SHOAL_OK ? st : wst;
+    }
+out:
+    free(peers);
+    free(rp);
+    free(reqs);
+    return st;
 }

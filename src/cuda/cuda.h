@@ -56,5 +56,10 @@ static inline shoal_status_t shoal_cuda_group_flush(void)
 
 /* Depth of shoal_group_start nesting on this thread (group.c). */
 SHOAL_HIDDEN int shoal_group_depth(void);
+/* shoal_group_start and shoal_group_end (src/api/group.c) as this layer sees them: one level
+ * deeper; one level out, and at the outermost (*outermost_p = 1) the layer's recorded calls
+ * are submitted (their status is returned). */
+SHOAL_HIDDEN void shoal_group_enter(void);
+SHOAL_HIDDEN shoal_status_t shoal_group_leave(int *outermost_p);
 
 #endif

@@ -244,6 +244,44 @@ static void case_p2p(shoal_comm_t comm)
     check_ring(g, "send+recv", &s0, &s1, b, b);
 }
 
+/* The same exchange inside a group, every rank sending first (the group's end posts both):
+ * counted as the two calls one after the other would be, an op each and the bytes once. */
+static void case_p2p_group(shoal_comm_t comm)
+{
+    int g = mp_group("meter: send/recv in a group bytes and ops exact");
+    size_t b = 300001; /* more than the shm buffers: the send waits for the receive */
+    int next = (R + 1) % P, prev = (R + P - 1) % P, c = ncases++;
+    shoal_stats_t s0 = snap(comm), s1;
+    shoal_status_t st = shoal_group_start();
+    if (st == SHOAL_OK) {
+        st = shoal_send(buf_a, b, SHOAL_UINT8, next, comm, NULL);
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_recv(buf_b, b, SHOAL_UINT8, prev, comm, NULL);
+    }
+    shoal_status_t st2 = shoal_group_end();
+    st = st != SHOAL_OK ? st : st2;
+    s1 = snap(comm);
+    mp_case(g, st == SHOAL_OK, R, "group: %s", shoal_strerror(st));
+    for (int t = 0; t < NB; t++) {
+        for (int l = 0; l < 2; l++) {
+            deltas[c][0][t][l] = d_sent(&s0, &s1, t, l);
+            deltas[c][1][t][l] = d_recv(&s0, &s1, t, l);
+        }
+    }
+    mp_case(g, s1.ops[SHOAL_STATS_SEND] - s0.ops[SHOAL_STATS_SEND] == 1 &&
+                   s1.ops[SHOAL_STATS_RECV] - s0.ops[SHOAL_STATS_RECV] == 1 &&
+                   s1.ops_total - s0.ops_total == 2,
+            R, "ops send +%llu recv +%llu total +%llu, want 1 1 2",
+            (unsigned long long)(s1.ops[SHOAL_STATS_SEND] - s0.ops[SHOAL_STATS_SEND]),
+            (unsigned long long)(s1.ops[SHOAL_STATS_RECV] - s0.ops[SHOAL_STATS_RECV]),
+            (unsigned long long)(s1.ops_total - s0.ops_total));
+    mp_case(g, s1.errors == s0.errors && s1.coll_ns > s0.coll_ns, R,
+            "errors +%llu, coll_ns +%llu", (unsigned long long)(s1.errors - s0.errors),
+            (unsigned long long)(s1.coll_ns - s0.coll_ns));
+    check_ring(g, "group send+recv", &s0, &s1, b, b);
+}
+
 static void case_bcast(shoal_comm_t comm)
 {
     int g = mp_group("meter: broadcast: every non-root receives the buffer once");
@@ -731,6 +769,8 @@ int main(int argc, char **argv)
             case_reduce_scatter(comm);
         } else if (strcmp(argv[i], "p2p") == 0) {
             case_p2p(comm);
+        } else if (strcmp(argv[i], "p2p_group") == 0) {
+            case_p2p_group(comm);
         } else if (strcmp(argv[i], "bcast") == 0) {
             case_bcast(comm);
         } else if (strcmp(argv[i], "reduce") == 0) {

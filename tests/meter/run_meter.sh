@@ -101,7 +101,7 @@ SHOAL_RING_ORDER=rank $_vars" "$@"
     acc_compare "$_label" "$_pages"
 }
 
-all="allreduce allgather reduce_scatter p2p bcast reduce alltoall barrier errors split_abort"
+all="allreduce allgather reduce_scatter p2p p2p_group bcast reduce alltoall barrier errors split_abort"
 if [ "${METER_QUICK:-0}" = 1 ]; then counts="2 3"; else counts="2 3 4 8"; fi
 for n in $counts; do
     meter_job "shm n=$n ring" "$n" "SHOAL_ALGO=ring SHOAL_TRANSPORT=shm" "$rank" $all
@@ -125,7 +125,7 @@ meter_job "forked child" 2 "METER_ACC_FILE=$tmp/acc" "$rank" fork_child barrier
 # Nonblocking calls in flight together: the seqlock covers all of them.
 meter_job "overlapping calls" 2 "SHOAL_ALGO=ring" "$rank" overlap
 # Virtual hosts: tcp across, shm within; the ring's neighbours decide the locality.
-ring="allreduce allgather reduce_scatter p2p bcast reduce alltoall"
+ring="allreduce allgather reduce_scatter p2p p2p_group bcast reduce alltoall"
 meter_job "hosts 2+2 ring" 4 "SHOAL_ALGO=ring MP_PPN=2" "$wrap" "$rank" $ring
 meter_job "hosts 1+2+3 ring" 6 "SHOAL_ALGO=ring MP_HOSTMAP=0,1,1,2,2,2" "$wrap" "$rank" $ring
 meter_job "hosts 1,0,1,0,0 interleaved" 5 "SHOAL_ALGO=ring MP_HOSTMAP=1,0,1,0,0" "$wrap" \

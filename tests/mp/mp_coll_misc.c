@@ -18,6 +18,7 @@ void mp_test_split(const mp_ctx_t *c);
 void mp_test_invalid(const mp_ctx_t *c);
 void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in);
 void mp_test_mismatch(const mp_ctx_t *c);
+void mp_test_p2pfail(const mp_ctx_t *c);
 
 #define MP_ERR(st, comm) shoal_status_name(st), shoal_comm_last_error(comm)
 
@@ -129,6 +130,74 @@ static void mp_fan_in(const mp_ctx_t *c, int g, uint8_t *sbuf, uint8_t *rbuf)
     }
 }
 
+/* Inside a group every rank sends 4 MiB to both neighbours before it receives from them
+ * (a torch batch_isend_irecv): the sends are larger than the transports' buffers, so the
+ * group's end must post the receives with the sends; run one after the other, every rank sat
+ * in its first send until the timeout. With mix, a host allreduce sits between the sends and
+ * the receives (it runs at once) and the receives are in a nested group. */
+static void mp_group_exchange(const mp_ctx_t *c, int g, int mix)
+{
+    const size_t count = (size_t)1048576; /* float32: 4 MiB */
+    const size_t bytes = count * 4;
+    int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+    uint8_t *s_next = mp_alloc(bytes), *s_prev = mp_alloc(bytes), *r_next = mp_alloc(bytes);
+    uint8_t *r_prev = mp_alloc(bytes), *want = mp_alloc(bytes);
+    shoal_status_t st = SHOAL_OK, st2;
+    int32_t one = 1;
+    char why[256] = "";
+    int ok;
+
+    /* Towards next: elements 0..count of the rank's input; towards prev: count..2 count. */
+    mp_fill(SHOAL_FLOAT32, SHOAL_MAX, c->rank, c->nranks, s_next, count, 0);
+    mp_fill(SHOAL_FLOAT32, SHOAL_MAX, c->rank, c->nranks, s_prev, count, count);
+    memset(r_next, 0xA5, bytes);
+    memset(r_prev, 0xA5, bytes);
+    st2 = shoal_group_start();
+    st = st2 != SHOAL_OK ? st2 : st;
+    st2 = shoal_send(s_next, count, SHOAL_FLOAT32, next, c->comm, NULL);
+    st = st2 != SHOAL_OK ? st2 : st;
+    st2 = shoal_send(s_prev, count, SHOAL_FLOAT32, prev, c->comm, NULL);
+    st = st2 != SHOAL_OK ? st2 : st;
+    if (mix) {
+        st2 = shoal_allreduce(&one, &one, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+        st = st2 != SHOAL_OK ? st2 : (one != c->nranks ? SHOAL_ERR_INTERNAL : st);
+        (void)shoal_group_start();
+    }
+    st2 = shoal_recv(r_prev, count, SHOAL_FLOAT32, prev, c->comm, NULL);
+    st = st2 != SHOAL_OK ? st2 : st;
+    st2 = shoal_recv(r_next, count, SHOAL_FLOAT32, next, c->comm, NULL);
+    st = st2 != SHOAL_OK ? st2 : st;
+    if (mix) {
+        st2 = shoal_group_end();
+        st = st2 != SHOAL_OK ? st2 : st;
+    }
+    st2 = shoal_group_end();
+    st = st2 != SHOAL_OK ? st2 : st;
+    ok = st == SHOAL_OK;
+    if (!ok) {
+        snprintf(why, sizeof(why), "%s: %s", MP_ERR(st, c->comm));
+    }
+    /* prev's first message to this rank is its send towards its next; next's is towards its
+     * prev (with 2 ranks both come from one peer, in that order on both sides). */
+    mp_fill(SHOAL_FLOAT32, SHOAL_MAX, prev, c->nranks, want, count, 0);
+    if (ok && mp_first_diff(r_prev, want, count, 4) < count) {
+        ok = 0;
+        snprintf(why, sizeof(why), "wrong data from rank %d (prev)", prev);
+    }
+    mp_fill(SHOAL_FLOAT32, SHOAL_MAX, next, c->nranks, want, count, count);
+    if (ok && mp_first_diff(r_next, want, count, 4) < count) {
+        ok = 0;
+        snprintf(why, sizeof(why), "wrong data from rank %d (next)", next);
+    }
+    mp_case(g, ok, c->rank, "group%s: 4 MiB to both neighbours, sends first: %s",
+            mix ? " with an allreduce and a nested group" : "", why);
+    free(s_next);
+    free(s_prev);
+    free(r_next);
+    free(r_prev);
+    free(want);
+}
+
 void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
 {
     int g = mp_group("send/recv");
@@ -146,7 +215,75 @@ void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
     mp_ring_exchange(c, g, SHOAL_INT32, 1048576, sbuf, rbuf, want);
     mp_fan_in(c, g, sbuf, rbuf);
     mp_ring_exchange(c, g, SHOAL_UINT8, 0, sbuf, rbuf, want);
+    mp_group_exchange(c, g, 0);
+    mp_group_exchange(c, g, 1);
+    mp_ring_exchange(c, g, SHOAL_INT32, 1021, sbuf, rbuf, want); /* the channels still match */
     free(want);
+}
+
+/* A group whose peer never posts its side: rank 0's group end fails within the timeout
+ * (2 s, on a communicator of ranks 0 and 1 made for it), naming peer 1, and leaves nothing
+ * behind; rank 1 waits on the main communicator until rank 0 is through. */
+void mp_test_p2pfail(const mp_ctx_t *c)
+{
+    int g = mp_group("a group whose peer never posts: its end fails within the timeout");
+    const size_t count = (size_t)1048576;
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t sub = NULL;
+    shoal_status_t st, st2;
+    shoal_uid_t uid;
+    int32_t done = 0;
+    float *buf;
+
+    if (c->nranks < 2) {
+        return;
+    }
+    memset(&uid, 0, sizeof(uid));
+    st = c->rank == 0 ? shoal_get_unique_id(&uid) : SHOAL_OK;
+    st2 = shoal_broadcast(&uid, &uid, sizeof(uid), SHOAL_UINT8, 0, c->comm, NULL);
+    st = st != SHOAL_OK ? st : st2;
+    cfg.timeout_ms = 2000;
+    if (st == SHOAL_OK && c->rank < 2) {
+        st = shoal_comm_init(&sub, 2, c->rank, &uid, &cfg);
+    }
+    memset(&uid, 0, sizeof(uid)); /* it holds the job secret */
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "a communicator of ranks 0 and 1: %s", shoal_status_name(st));
+        return;
+    }
+    buf = mp_alloc(count * 4);
+    if (c->rank == 0) {
+        int64_t t0 = mp_now_ns();
+        const char *le;
+        double ms;
+        (void)shoal_group_start();
+        (void)shoal_send(buf, count, SHOAL_FLOAT32, 1, sub, NULL);
+        (void)shoal_recv(buf, count, SHOAL_FLOAT32, 1, sub, NULL);
+        st = shoal_group_end();
+        ms = (double)(mp_now_ns() - t0) / 1e6;
+        le = shoal_comm_last_error(sub);
+        mp_case(g, st != SHOAL_OK && ms < 10000 && strstr(le, "peer 1") != NULL, c->rank,
+                "group end: %s after %.0f ms: %s", shoal_status_name(st), ms, le);
+        /* The next group's call is refused at once, and nothing of the failed group is left
+         * for its end to run. */
+        (void)shoal_group_start();
+        st2 = shoal_recv(buf, count, SHOAL_FLOAT32, 1, sub, NULL);
+        st = shoal_group_end();
+        mp_case(g, st2 != SHOAL_OK && st == SHOAL_OK, c->rank,
+                "a group on the failed communicator: recv %s, end %s",
+                shoal_status_name(st2), shoal_status_name(st));
+        done = 1;
+        st = shoal_send(&done, 1, SHOAL_INT32, 1, c->comm, NULL);
+        mp_case(g, st == SHOAL_OK, c->rank, "the main communicator: %s: %s", MP_ERR(st, c->comm));
+    } else if (c->rank == 1) {
+        st = shoal_recv(&done, 1, SHOAL_INT32, 0, c->comm, NULL); /* never posts on sub */
+        mp_case(g, st == SHOAL_OK && done == 1, c->rank, "rank 0 is through: %s: %s",
+                MP_ERR(st, c->comm));
+    }
+    free(buf);
+    if (sub != NULL) {
+        (void)shoal_comm_destroy(sub);
+    }
 }
 
 /* ---- non-blocking ------------------------------------------------------------------------- */

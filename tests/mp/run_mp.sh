@@ -60,6 +60,11 @@ for tl in $transports; do
         mp_job "$tl n=$n mismatch" "$n" "SHOAL_TRANSPORT=$tl" "$prog" mismatch
     done
 done
+# A group whose peer never posts its side: the group's end fails within the timeout and
+# names the peer (mp_coll's named-only section "p2pfail").
+for tl in $transports; do
+    mp_job "$tl n=2 p2pfail" 2 "SHOAL_TRANSPORT=$tl" "$prog" p2pfail
+done
 if [ "${MP_VARIANTS:-1}" != 0 ]; then
     # Forced algorithms and tiny pipeline chunks / windows: many slices per call.
     run "shm n=4 ring chunk=4k" 4 SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
