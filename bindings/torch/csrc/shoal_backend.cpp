@@ -262,6 +262,7 @@ class ShoalWork : public c10d::Work {
 
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    const std::string &name() const { return title_; }
 
     bool wait(std::chrono::milliseconds timeout) override
     {
@@ -842,6 +843,60 @@ class ShoalBackend : public c10d::Backend {
         unsupported("recv from any source is not supported (name the source rank)");
     }
 
+    // batch_isend_irecv (torch's coalescing manager): the operations on CPU tensors issued
+    // between startCoalescing and endCoalescing become one worker task that runs them between
+    // shoal_group_start and shoal_group_end, where shoal posts the batch's sends and receives
+    // at once. Run one after the other, a send larger than shoal's transport buffers waits for
+    // its receiver, so two ranks that both send first waited for each other until the group's
+    // timeout. Each operation's Work completes when the batch does. Operations on CUDA tensors
+    // are issued at once, stream-ordered, as outside a batch.
+    bool supportsCoalescing() const override { return true; }
+
+    void startCoalescing() override
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        TORCH_CHECK(!coalescing_, "shoal backend: startCoalescing while a batch is open");
+        coalescing_ = true;
+    }
+
+    c10::intrusive_ptr<c10d::Work> endCoalescing() override
+    {
+        std::vector<Task> batch;
+        c10::intrusive_ptr<c10d::Work> cuda_work;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            TORCH_CHECK(coalescing_, "shoal backend: endCoalescing without startCoalescing");
+            coalescing_ = false;
+            batch.swap(batch_);
+            cuda_work.swap(batch_cuda_work_);
+        }
+        if (batch.empty() && cuda_work) {
+            return cuda_work; // its event follows every CUDA operation of the batch
+        }
+        if (batch.empty()) {
+            // Nothing to run (torch's abort of a process group brackets its aborts with an
+            // empty batch and waits for it): done now, not behind the worker's queue.
+            auto work = c10::make_intrusive<ShoalWork>(getRank(), c10d::OpType::COALESCED,
+                                                      "shoal:coalesced",
+                                                      std::vector<at::Tensor>{}, comm_ref_,
+                                                      who());
+            work->complete(nullptr);
+            return work;
+        }
+        std::vector<at::Tensor> outputs;
+        for (auto &t : batch) {
+            for (auto &o : t.work->result()) {
+                outputs.push_back(o);
+            }
+        }
+        auto tasks = std::make_shared<std::vector<Task>>(std::move(batch));
+        return enqueue(c10d::OpType::COALESCED, "shoal:coalesced", std::move(outputs),
+                       [tasks, this](void *, std::string *why) {
+                           return run_batch(*tasks, why);
+                       },
+                       {}, false);
+    }
+
   private:
     // One operation as shoal calls: stream is NULL on the worker (CPU tensors, blocking host
     // calls) or the caller's current CUDA stream (stream-ordered calls); *why may be set to a
@@ -932,16 +987,24 @@ class ShoalBackend : public c10d::Backend {
     // Runs one operation: CUDA tensors on the caller's thread, stream-ordered (run_cuda), CPU
     // tensors (and calls without tensors) on the worker. inputs: the tensors read besides the
     // outputs (their device is checked with the outputs').
+    // batchable: false for the batch itself (endCoalescing), which runs the batched ones.
     c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title,
                                            std::vector<at::Tensor> outputs, Fn fn,
-                                           std::vector<at::Tensor> inputs = {})
+                                           std::vector<at::Tensor> inputs = {},
+                                           bool batchable = true)
     {
         inputs.insert(inputs.end(), outputs.begin(), outputs.end());
         c10::Device dev = call_device(inputs, op_name(title));
         if (dev.is_cuda()) {
-            return run_cuda(type, title, std::move(outputs), inputs, fn, dev);
+            auto work = run_cuda(type, title, std::move(outputs), inputs, fn, dev);
+            std::lock_guard<std::mutex> g(mu_);
+            if (coalescing_) {
+                batch_cuda_work_ = work;
+            }
+            return work;
         }
-        if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) {
+        if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+            type != c10d::OpType::COALESCED) {
             seq_++;
         }
         auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs),
@@ -949,6 +1012,10 @@ class ShoalBackend : public c10d::Backend {
         std::deque<Task> done;
         {
             std::lock_guard<std::mutex> g(mu_);
+            if (batchable && coalescing_) {
+                batch_.push_back(Task{work, std::move(fn)}); // run by endCoalescing's task
+                return work;
+            }
             queue_.push_back(Task{work, std::move(fn)});
             pending_++;
             done.swap(done_);
@@ -1047,6 +1114,45 @@ class ShoalBackend : public c10d::Backend {
         return msg;
     }
 
+    // On the worker: a batch's operations inside one shoal group (its sends and receives are
+    // posted together at shoal_group_end), each operation's Work completed with the batch's
+    // outcome. Returns the first failure (and its reason in *why).
+    shoal_status_t run_batch(std::vector<Task> &tasks, std::string *why)
+    {
+        std::vector<std::exception_ptr> errs(tasks.size());
+        shoal_status_t first = SHOAL_OK;
+        shoal_status_t st = shoal_group_start();
+        for (size_t i = 0; i < tasks.size() && st == SHOAL_OK; i++) {
+            try {
+                std::string w;
+                shoal_status_t s = tasks[i].fn(nullptr, &w);
+                if (s != SHOAL_OK && first == SHOAL_OK) {
+                    first = s;
+                    *why = w;
+                }
+                if (s != SHOAL_OK) {
+                    errs[i] = make_error(failure(s, w));
+                }
+            } catch (...) {
+                errs[i] = std::current_exception();
+                first = first == SHOAL_OK ? SHOAL_ERR_INVALID_ARG : first;
+            }
+        }
+        // Always closed, even after a failure: the group is per thread, and this worker runs
+        // every later operation of the process group.
+        shoal_status_t end = st == SHOAL_OK ? shoal_group_end() : st;
+        first = end != SHOAL_OK ? end : first;
+        for (size_t i = 0; i < tasks.size(); i++) {
+            std::exception_ptr err = errs[i];
+            if (!err && first != SHOAL_OK) {
+                err = make_error(tasks[i].work->name() + " failed with its batch: " +
+                                 failure(first, *why));
+            }
+            tasks[i].work->complete(err);
+        }
+        return first;
+    }
+
     void run_worker()
     {
         for (;;) {
@@ -1092,6 +1198,9 @@ class ShoalBackend : public c10d::Backend {
     std::condition_variable idle_cv_; // pending_ reached 0
     std::deque<Task> queue_;
     std::deque<Task> done_; // finished tasks, released off the worker thread (run_worker)
+    bool coalescing_ = false;           // between startCoalescing and endCoalescing
+    std::vector<Task> batch_;           // the CPU operations issued meanwhile
+    c10::intrusive_ptr<c10d::Work> batch_cuda_work_; // the last CUDA one issued meanwhile
     size_t pending_ = 0;    // tasks queued or running on the worker
     bool stop_ = false;
     std::atomic<uint64_t> seq_{0};
