@@ -119,7 +119,8 @@ static void shoalrun_usage(FILE *f)
             "Start N ranks of program on this host (shoal's local launcher).\n"
             "\n"
             "  -n, --np N          number of ranks (1..%d), required\n"
-            "  -x VAR=VALUE        set VAR for every rank (repeatable; -x VAR passes VAR on)\n"
+            "  -x VAR=VALUE        set VAR for every rank (repeatable, the last of a name wins;\n"
+            "                      -x VAR passes VAR on)\n"
             "  -p, --prefix        tag each output line with \"[rank] \" (default)\n"
             "      --no-prefix     let ranks write straight to shoalrun's stdout/stderr\n"
             "      --timeout SEC   kill every rank after SEC seconds, exit %d\n"
@@ -396,6 +397,17 @@ static char **shoalrun_env_build(const shoalrun_opts_t *o, const char *uid_hex, 
     }
     *owned_p = k;
     for (int i = 0; i < o->nxvars; i++) {
+        size_t n = strcspn(o->xvars[i], "=");
+        int later = 0;
+        /* the last -x of a name wins, as with mpirun; both went into the environment, and
+         * C's getenv read the first, Python and sh the last */
+        for (int j = i + 1; j < o->nxvars && !later; j++) {
+            later = strncmp(o->xvars[j], o->xvars[i], n) == 0 &&
+                    (o->xvars[j][n] == '=' || o->xvars[j][n] == '\0');
+        }
+        if (later) {
+            continue;
+        }
         if (strchr(o->xvars[i], '=') != NULL) {
             env[k++] = strdup(o->xvars[i]);
         } else if (shoalrun_env0_get(o->xvars[i]) != NULL) {

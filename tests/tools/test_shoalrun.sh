@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=41
+NTESTS=42
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -303,4 +303,11 @@ run -n 2 --timeout 60 -x SHOAL_TRANSPORT=shm -x "SHOAL_SHM_DIR=$T/shmdir2" -x SH
     grep -q "removed segment $T/shmdir2/shoal-0123456789abcdef0123456789abcdef (65536 bytes): its owner died" "$T/err"
 ok $? "a dead rank's leftover segment is removed by the next job (rc $rc)"
 [ "$rc" -eq 0 ] && [ -z "$(ls -A "$T/shmdir2")" ] || diag_file "$T/err"
+# 42: -x given twice for one name: the last wins, once (both went into the environment: C's
+# getenv read the first, sh the last)
+run -n 1 --timeout 60 -x SHOALRUN_T42=first -x SHOALRUN_T42=second -x SHOALRUN_T42B=b1 \
+    sh -c 'echo "$(env | grep -c "^SHOALRUN_T42=") $SHOALRUN_T42 $SHOALRUN_T42B"'
+[ "$rc" -eq 0 ] && grep -q '^\[0\] 1 second b1$' "$T/out"
+ok $? "-x twice for a name: the last value, once in the environment (rc $rc)"
+[ "$rc" -eq 0 ] || diag_file "$T/err"
 exit 0
