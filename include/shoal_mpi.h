@@ -17,14 +17,17 @@ extern "C" {
 
 /* Collective over mpi_comm: every process of mpi_comm calls it, and each gets a shoal
  * communicator whose rank and size are its rank and size in mpi_comm. Rank 0 of mpi_comm
- * creates the unique id (shoal_get_unique_id) and broadcasts it with MPI_Bcast; then every
+ * creates the unique id (shoal_get_unique_id) and broadcasts it (MPI_Ibcast); then every
  * rank calls shoal_comm_init. cfg may be NULL (defaults).
  * mpi_comm must be an intracommunicator (MPI_Intercomm_merge an intercommunicator first).
  * Errors: SHOAL_ERR_INVALID_ARG (NULL comm_p, MPI_COMM_NULL, an intercommunicator, MPI not
  * initialised), the
  * status of shoal_get_unique_id on rank 0 (returned on every rank), SHOAL_ERR_SYSTEM when an
- * MPI call returns an error (only under an error handler that returns), or that of
- * shoal_comm_init. *comm_p is set only on success. */
+ * MPI call returns an error (only under an error handler that returns),
+ * SHOAL_ERR_TIMEOUT when the broadcast of the id did not complete within cfg's timeout
+ * (SHOAL_TIMEOUT_MS by default: a rank of mpi_comm never called; the broadcast stays posted
+ * on mpi_comm, so use it for no other collective), or that of shoal_comm_init.
+ * *comm_p is set only on success. */
 SHOAL_EXPORT shoal_status_t shoal_mpi_comm_init(shoal_comm_t *comm_p, MPI_Comm mpi_comm,
                                                 const shoal_config_t *cfg);
 

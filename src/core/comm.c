@@ -891,6 +891,22 @@ static shoal_status_t shoal_comm_env_launcher(int *rank_p, int *nranks_p)
     return SHOAL_OK;
 }
 
+/* Not in shoal.h: for libshoal_mpi, which sees only exported symbols, so that its broadcast of
+ * the unique id gives up when the join that follows it would (an MPI collective has no
+ * deadline of its own: ranks waited forever for one that never called). */
+SHOAL_EXPORT int shoal__comm_timeout_ms(const shoal_config_t *cfg);
+SHOAL_EXPORT int shoal__comm_timeout_ms(const shoal_config_t *cfg)
+{
+    int ms;
+
+    shoal_config_global_init();
+    ms = cfg != NULL && (cfg->size == 0 || cfg->size > offsetof(shoal_config_t, timeout_ms)) &&
+                 cfg->timeout_ms != 0
+             ? cfg->timeout_ms
+             : shoal_core_config.timeout_ms; /* as shoal_comm_alloc copies cfg */
+    return ms < 0 ? -1 : ms;
+}
+
 shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *cfg)
 {
     int rank, nranks;

@@ -101,6 +101,34 @@ static void test_intercomm(int rank, int size)
                MPI_COMM_WORLD);
 }
 
+/* Rank 0 does not call (stuck elsewhere): the others get SHOAL_ERR_TIMEOUT at the deadline of
+ * cfg instead of waiting in MPI_Bcast forever; rank 0 then calls late and fails at its own join
+ * (nobody comes), which also completes the others' broadcasts, freed by their next call. */
+static void test_rank0_absent(int rank)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t c = NULL;
+    MPI_Comm dup;
+    double t0, secs;
+    int ok = 1;
+
+    cfg.timeout_ms = 2000;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup); /* the late broadcast stays off MPI_COMM_WORLD */
+    if (rank != 0) {
+        t0 = MPI_Wtime();
+        ok = shoal_mpi_comm_init(&c, dup, &cfg) == SHOAL_ERR_TIMEOUT && c == NULL;
+        secs = MPI_Wtime() - t0;
+        ok = ok && secs >= 1.5 && secs < 30;
+    }
+    test_check(ok, "rank 0 never calls: SHOAL_ERR_TIMEOUT at the timeout on the others",
+               MPI_COMM_WORLD);
+    if (rank == 0) {
+        ok = shoal_mpi_comm_init(&c, dup, &cfg) != SHOAL_OK && c == NULL;
+    }
+    test_check(ok, "rank 0 calls late: it fails too", MPI_COMM_WORLD);
+    MPI_Comm_free(&dup);
+}
+
 int main(int argc, char **argv)
 {
     shoal_comm_t c = NULL;
@@ -115,6 +143,7 @@ int main(int argc, char **argv)
     test_check(shoal_mpi_comm_init(&c, MPI_COMM_NULL, NULL) == SHOAL_ERR_INVALID_ARG && c == NULL,
                "MPI_COMM_NULL: invalid argument, *comm_p untouched", MPI_COMM_WORLD);
     test_intercomm(rank, size);
+    test_rank0_absent(rank);
     test_comm(MPI_COMM_WORLD, "MPI_COMM_WORLD");
     /* Odd and even world ranks, in reverse order: shoal ranks follow the MPI ones. */
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &half);
