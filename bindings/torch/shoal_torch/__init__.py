@@ -100,6 +100,21 @@ def _check_shoal_vars(env, rank, size):
                              % (mine, env[mine], theirs, env[theirs], mine))
 
 
+def _pmi_local_rank(env, rank, size):
+    """The local rank under PMIx or PMI, which put none in the environment: Hydra's
+    MPI_LOCALRANKID (MPICH's and Intel MPI's mpiexec), else Slurm's SLURM_LOCALID when Slurm's
+    tasks are the launcher's ranks (srun --mpi=pmi2 or pmix: the same rank and size; not
+    mpiexec inside an allocation, whose tasks are its per-host proxies), else the rank, right
+    on one host only. The rank alone made rank 3 of `srun -N 2 -n 4 --mpi=pmi2` local rank 3
+    instead of 1: torch.cuda.set_device(LOCAL_RANK) picked another rank's GPU or none."""
+    if "MPI_LOCALRANKID" in env:
+        return env["MPI_LOCALRANKID"]
+    if ("SLURM_LOCALID" in env and env.get("SLURM_PROCID") == rank and
+            env.get("SLURM_NTASKS") == size):
+        return env["SLURM_LOCALID"]
+    return rank
+
+
 def launcher_env(environ=None):
     """Fills RANK, WORLD_SIZE and LOCAL_RANK from shoalrun / Open MPI / PMI / Slurm variables
     when RANK or WORLD_SIZE is unset, and MASTER_ADDR (127.0.0.1) and MASTER_PORT (a port
@@ -117,7 +132,8 @@ def launcher_env(environ=None):
             env["RANK"] = env[rank]
             env["WORLD_SIZE"] = env[size]
             if "LOCAL_RANK" not in env:
-                env["LOCAL_RANK"] = env.get(local, env[rank]) if local else env[rank]
+                env["LOCAL_RANK"] = env.get(local, env[rank]) if local else \
+                    _pmi_local_rank(env, env[rank], env[size])
             env.setdefault("MASTER_ADDR", "127.0.0.1")
             if "MASTER_PORT" not in env:
                 job = "".join(env.get(k, "") for k in _JOB_IDS) + env.get("SLURM_STEP_ID", "")

@@ -119,3 +119,25 @@ def test_mpirun_shoal_nranks_disagreeing():
     assert rc != 0, out[-3000:]
     assert "SHOAL_NRANKS=3, but the launcher says OMPI_COMM_WORLD_SIZE=2" in out, out[-3000:]
     assert "LAUNCH_OK" not in out, out[-3000:]
+
+
+def test_local_rank_under_pmi_and_pmix():
+    """PMIx and PMI name no local rank: LOCAL_RANK comes from Hydra's MPI_LOCALRANKID or from
+    Slurm's SLURM_LOCALID when Slurm's tasks are the ranks, not from the global rank (rank 3
+    on the second host of a 2-host job was local rank 3, not 1)."""
+    import shoal_torch
+    slurm = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1"}
+    for env, launcher in (
+            (dict(slurm, PMI_RANK="3", PMI_SIZE="4"), "pmi"),           # srun --mpi=pmi2
+            (dict(slurm, PMIX_RANK="3", PMIX_SIZE="4"), "pmix"),        # srun --mpi=pmix
+            ({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"}, "pmi")):  # hydra
+        assert shoal_torch.launcher_env(env) == launcher
+        assert (env["RANK"], env["LOCAL_RANK"]) == ("3", "1"), env
+    # mpiexec inside an allocation: Slurm's task is the host's proxy, not this rank
+    env = {"PMI_RANK": "3", "PMI_SIZE": "4", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+           "SLURM_LOCALID": "0"}
+    assert shoal_torch.launcher_env(env) == "pmi"
+    assert env["LOCAL_RANK"] == "3"
+    env = {"PMIX_RANK": "2", "PMIX_SIZE": "4"}  # nothing else: one host, the rank
+    assert shoal_torch.launcher_env(env) == "pmix"
+    assert env["LOCAL_RANK"] == "2"
