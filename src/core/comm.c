@@ -874,6 +874,9 @@ static shoal_status_t shoal_comm_env_launcher(int *rank_p, int *nranks_p)
     if (names == NULL) {
         return SHOAL_OK; /* no launcher: the caller says what is missing */
     }
+    if (lrank < 0) {
+        return SHOAL_ERR_INVALID_ARG; /* not numbers: logged by shoal_core_launcher_env */
+    }
     if (*rank_p >= 0 && *rank_p != lrank) {
         shoal_error(INIT, "shoal_comm_init_env: SHOAL_RANK=%d, but the launcher says %s=%d: "
                     "unset SHOAL_RANK, or set both SHOAL_RANK and SHOAL_NRANKS", *rank_p,

@@ -1,6 +1,8 @@
 /* SHOAL_* variables of the core. */
 #include "core/core.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -96,9 +98,26 @@ const shoal_cfg_table_t shoal_core_cfg_table = {
     .dst = &shoal_core_config,
 };
 
+/* A launcher's rank or size: a whole decimal number from 0 to INT_MAX; -1 otherwise. */
+static int shoal_core_launcher_int(const char *s)
+{
+    char *end = NULL;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 0 || v > INT_MAX) {
+        return -1;
+    }
+    return (int)v;
+}
+
 /* Rank and size from the launcher's own variables (Open MPI, PMI/PMIx, Slurm). These are not
  * SHOAL_* knobs: read through the config module's raw lookup rather than a table. Returns the
- * names of the pair read (rank, size), for messages; NULL (outputs untouched) when none is set. */
+ * names of the pair read (rank, size), for messages; NULL (outputs untouched) when none is set.
+ * A pair that is not a rank below a size (atoi took "abc" for rank 0 and "2junk" for 2, so a
+ * process could act as another rank, or the job's root) is logged here, and both outputs are
+ * then -1. */
 const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
 {
     static const char *const pairs[][2] = {
@@ -111,8 +130,15 @@ const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
         const char *r = shoal_cfg_getenv_raw(pairs[i][0]);
         const char *n = shoal_cfg_getenv_raw(pairs[i][1]);
         if (r != NULL && n != NULL) {
-            *rank_p = atoi(r);
-            *nranks_p = atoi(n);
+            *rank_p = shoal_core_launcher_int(r);
+            *nranks_p = shoal_core_launcher_int(n);
+            if (*rank_p < 0 || *nranks_p <= 0 || *rank_p >= *nranks_p) {
+                shoal_error(INIT, "shoal_comm_init_env: the launcher's %s='%s' and %s='%s' are "
+                            "not a rank and a size (whole numbers, 0 <= rank < size)",
+                            pairs[i][0], r, pairs[i][1], n);
+                *rank_p = -1;
+                *nranks_p = -1;
+            }
             return pairs[i];
         }
     }

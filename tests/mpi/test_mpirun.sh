@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=30
+NTESTS=31
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -168,3 +168,18 @@ OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 SHOAL_RANK=0 SHOAL_TIMEOUT_MS=20s 
 rc=$?
 [ $rc -eq 1 ] && grep -q 'SHOAL_RANK=0, but the launcher says OMPI_COMM_WORLD_RANK=1' "$T/err"
 ok $? "SHOAL_RANK=0 alone where Open MPI says rank 1: the same error (rc $rc)"
+
+# 31: launcher variables that are not a rank below a size: an error naming them, at once (they
+# were read with atoi: "abc" was rank 0, which then listened as the job's root, "2junk" size 2)
+bad=""
+for v in "abc 2" "1x 2" "0 2junk" "2 2" "-1 2" "0 99999999999" " 2"; do
+    r=${v% *} s=${v##* }
+    OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=$s SHOAL_ROOT=127.0.0.1:$((port + 2)) \
+        SHOAL_SECRET=$secret SHOAL_TIMEOUT_MS=20s timeout -k 5 30 "$B/allreduce_perf" -b 8 -e 8 \
+        >"$T/out" 2>"$T/err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -qF "the launcher's OMPI_COMM_WORLD_RANK='$r' and OMPI_COMM_WORLD_SIZE='$s' are not a rank and a size" "$T/err" ||
+        bad="$bad [$v: rc $rc]"
+done
+[ -z "$bad" ]
+ok $? "launcher rank/size not numbers, or rank >= size: an error naming both at once${bad:+ (failed:$bad)}"
