@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 shoal_core_config_t shoal_core_config;
 
@@ -136,6 +137,18 @@ const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
                 shoal_error(INIT, "shoal_comm_init_env: the launcher's %s='%s' and %s='%s' are "
                             "not a rank and a size (whole numbers, 0 <= rank < size)",
                             pairs[i][0], r, pairs[i][1], n);
+                *rank_p = -1;
+                *nranks_p = -1;
+            } else if (strcmp(pairs[i][0], "SLURM_PROCID") == 0 && *nranks_p > 1 &&
+                       shoal_cfg_getenv_raw("SLURM_STEP_ID") == NULL) {
+                /* Slurm's batch script has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but
+                 * is no task of a step: a program started there without srun took itself for
+                 * rank 0 of SLURM_NTASKS and waited SHOAL_TIMEOUT_MS (with SHOAL_ROOT) for
+                 * ranks nobody started, then blamed the root. */
+                shoal_error(INIT, "shoal_comm_init_env: SLURM_PROCID=%s and SLURM_NTASKS=%s but no "
+                            "SLURM_STEP_ID: this is Slurm's batch script, not a task of srun; "
+                            "start the %s ranks with srun (srun --mpi=pmix -n %s ...)", r, n, n,
+                            n);
                 *rank_p = -1;
                 *nranks_p = -1;
             }

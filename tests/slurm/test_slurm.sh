@@ -15,6 +15,7 @@
 #   4. the communicator's identity: job = SLURM_JOB_ID, epoch = SLURM_RESTART_COUNT (0, then 1
 #      after the requeue);
 #   5. srun of the same loop where only one rank gets the signal: all still stop together.
+#   6. a batch script that runs the program without srun: an error naming srun, at once.
 # Every daemon is stopped and the temp dir removed at the end, also on failure; the last test
 # checks that no process of this Slurm is left. Skips (with the reason) only where Slurm
 # cannot run here: not root, or Slurm/munge not installed, or shoal built without PMIx.
@@ -345,6 +346,24 @@ done <"$T/hostfile"
     grep -qx 'check: 4 ranks, 3 allreduces: correct on every rank' "$T/out/case1b.out"
 ok $? "srun -m arbitrary with SLURM_HOSTFILE: correct, every rank on its hostfile line's host" \
     "$T/hostfile" "$T/out/case1b.out" "$T/out/case1b.err" "$T/out/place.err"
+
+# ---- case 6: a batch script that runs the program itself, without srun (SHOAL_ROOT and
+# SHOAL_SECRET set, as for srun across hosts): an error naming srun at once; the process took
+# itself for rank 0 of SLURM_NTASKS and waited SHOAL_TIMEOUT_MS for ranks nobody started ----
+cat > "$T/case6.sh" <<EOF
+#!/bin/sh
+t0=\$(date +%s)
+SHOAL_ROOT=127.0.0.1:$(free_port 3) SHOAL_SECRET=$(printf '5e%.0s' $(seq 32)) \\
+    SHOAL_TIMEOUT_MS=60s "$PROG" check 3 1024
+echo "exit \$? after \$((\$(date +%s) - t0))s"
+EOF
+J6=$(sl sbatch --parsable -p reserved -J shoal-nosrun -n 4 $OC -o "$T/out/case6.out" \
+         "$T/case6.sh" 2>"$T/out/case6.err")
+wait_for 120 job_finished "$J6"
+grep -q "SLURM_NTASKS=4 but no SLURM_STEP_ID: this is Slurm's batch script, not a task of srun" \
+    "$T/out/case6.out" && grep -Eq '^exit 1 after [0-9]s$' "$T/out/case6.out"
+ok $? "sbatch -n 4 of a script that runs the program without srun: it fails at once, naming srun" \
+    "$T/out/case6.out" "$T/out/case6.err"
 
 # ---- case 2: its result ------------------------------------------------------------------
 t0=$(date +%s)
