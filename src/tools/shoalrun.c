@@ -12,8 +12,8 @@
  * The rendezvous root started by shoal_get_unique_id() lives in this process until it exits.
  *
  * One thread, one poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1,
- * SIGUSR2) and the ranks'
- * output pipes; it sleeps until something happens or the next deadline.
+ * SIGUSR2), the ranks' output pipes and, while output waits for them, shoalrun's stdout and
+ * stderr; it sleeps until something happens or the next deadline, and never in a write.
  */
 #include <shoal.h>
 
@@ -44,6 +44,7 @@
 #define SHOALRUN_DRAIN_S        1.0   /* output still open after all ranks exited */
 #define SHOALRUN_LINE_MIN       4096
 #define SHOALRUN_LINE_MAX       (1024 * 1024) /* longer lines are split */
+#define SHOALRUN_PEND_MAX       (1024 * 1024) /* queued output: above it, ranks' pipes wait */
 #define SHOALRUN_EXIT_USAGE     2
 #define SHOALRUN_EXIT_TIMEOUT   124
 #define SHOALRUN_EXIT_NOEXEC    127
@@ -66,6 +67,13 @@ typedef struct {
     shoalrun_stream_t out;
     shoalrun_stream_t err;
 } shoalrun_rank_t;
+
+/* Output waiting for shoalrun's stdout or stderr to take it. */
+typedef struct {
+    char *buf;
+    size_t len;
+    size_t cap;
+} shoalrun_pend_t;
 
 typedef struct {
     int nranks;
@@ -100,6 +108,8 @@ typedef struct {
     double signal_at;    /* when it came */
     int failed;          /* a rank failed: survivors are on grace */
     int sink_dead[3];    /* writes to fd 1/2 failed: drop output */
+    shoalrun_pend_t pend[3]; /* output for fd 1/2 that its reader has not taken yet */
+    int sink_fd[3];      /* where output for fd 1/2 goes: 1 for both when they are one file */
     char *scratch;       /* formatted output */
     size_t scratch_cap;
 } shoalrun_job_t;
@@ -596,20 +606,120 @@ static int shoalrun_rank_start(shoalrun_job_t *job, int rank)
  * Output: whole lines, each with its rank's prefix
  */
 
-static void shoalrun_sink_write(shoalrun_job_t *job, int fd, const char *buf, size_t len)
+/* Writes what fd takes now, without blocking, and returns how much that was. fd is the
+ * user's (blocking, its open file description maybe shared with the shell: not ours to make
+ * non-blocking), so it is written only when poll says it has room, at most PIPE_BUF bytes at
+ * a time (what a pipe with room takes whole). A blocking write to a reader that stopped
+ * reading (a stuck consumer of `shoalrun ... | prog`, a terminal paused with Ctrl-S) held
+ * shoalrun in write(): its --timeout never fired and SIGINT/SIGTERM were not acted on. */
+static size_t shoalrun_sink_try(shoalrun_job_t *job, int fd, const char *buf, size_t len)
 {
-    while (len > 0 && !job->sink_dead[fd]) {
-        ssize_t n = write(fd, buf, len);
+    size_t done = 0;
 
+    while (done < len && !job->sink_dead[fd]) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        size_t chunk = len - done < PIPE_BUF ? len - done : PIPE_BUF;
+        ssize_t n;
+        int r = poll(&p, 1, 0);
+
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0 || (p.revents & (POLLERR | POLLNVAL)) != 0) {
+            job->sink_dead[fd] = 1;
+            break;
+        }
+        if ((p.revents & (POLLOUT | POLLHUP)) == 0) {
+            break; /* no room: the rest waits in job->pend */
+        }
+        n = write(fd, buf + done, chunk);
         if (n < 0 && errno == EINTR) {
             continue;
         }
+        if (n < 0 && errno == EAGAIN) {
+            break;
+        }
         if (n <= 0) {
             job->sink_dead[fd] = 1; /* EPIPE and friends: drop the rest */
-            return;
+            break;
         }
+        done += (size_t)n;
+    }
+    return done;
+}
+
+/* Writes buf now as far as fd takes it, and queues the rest for the loop (POLLOUT). */
+static void shoalrun_sink_write(shoalrun_job_t *job, int fd, const char *buf, size_t len)
+{
+    shoalrun_pend_t *q;
+
+    fd = job->sink_fd[fd];
+    q = &job->pend[fd];
+
+    if (q->len == 0) {
+        size_t n = shoalrun_sink_try(job, fd, buf, len);
+
         buf += n;
-        len -= (size_t)n;
+        len -= n;
+    }
+    if (len == 0 || job->sink_dead[fd]) {
+        return;
+    }
+    if (q->cap - q->len < len) {
+        size_t cap = 2 * q->cap > q->len + len ? 2 * q->cap : q->len + len;
+        char *b = realloc(q->buf, cap);
+
+        if (b == NULL) {
+            return; /* no memory: this piece is lost, not the launcher */
+        }
+        q->buf = b;
+        q->cap = cap;
+    }
+    memcpy(q->buf + q->len, buf, len);
+    q->len += len;
+}
+
+/* Writes queued output as far as fd takes it now. */
+static void shoalrun_sink_flush(shoalrun_job_t *job, int fd)
+{
+    shoalrun_pend_t *q = &job->pend[fd];
+    size_t n = shoalrun_sink_try(job, fd, q->buf, q->len);
+
+    memmove(q->buf, q->buf + n, q->len - n);
+    q->len -= n;
+    if (job->sink_dead[fd]) {
+        q->len = 0;
+    }
+}
+
+/* stdout and stderr that are one pipe, terminal or file (2>&1) get one queue, fd 1's: two
+ * queues flushed apart would cut one's lines with the other's when the reader lags. */
+static void shoalrun_sink_setup(shoalrun_job_t *job)
+{
+    struct stat a, b;
+
+    job->sink_fd[1] = 1;
+    job->sink_fd[2] = 2;
+    if (fstat(1, &a) == 0 && fstat(2, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        job->sink_fd[2] = 1;
+    }
+}
+
+/* shoalrun's own lines while ranks run: through stderr's queue, in order with the ranks'
+ * lines, and never blocking the loop. */
+static void shoalrun_note(shoalrun_job_t *job, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void shoalrun_note(shoalrun_job_t *job, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0) {
+        shoalrun_sink_write(job, 2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
     }
 }
 
@@ -709,6 +819,9 @@ static void shoalrun_stream_read(shoalrun_job_t *job, int rank, shoalrun_stream_
             memmove(s->buf, s->buf + done, s->len - done);
             s->len -= done;
         }
+        if (job->pend[job->sink_fd[s->out_fd]].len >= SHOALRUN_PEND_MAX) {
+            return; /* the rest when the reader has taken some (shoalrun_loop) */
+        }
     }
 }
 
@@ -752,20 +865,21 @@ static void shoalrun_rank_report(shoalrun_job_t *job, int rank, int st)
         if (r->killed) {
             return;
         }
-        fprintf(stderr, "shoalrun: rank %d (pid %d) killed by signal %d (%s)\n", rank,
-                (int)r->pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+        shoalrun_note(job, "shoalrun: rank %d (pid %d) killed by signal %d (%s)\n", rank,
+                      (int)r->pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
     } else {
         r->code = WEXITSTATUS(st);
         if (r->code == 0) {
             return;
         }
-        fprintf(stderr, "shoalrun: rank %d (pid %d) exited with status %d\n", rank,
-                (int)r->pid, r->code);
+        shoalrun_note(job, "shoalrun: rank %d (pid %d) exited with status %d\n", rank,
+                      (int)r->pid, r->code);
     }
     if (!job->failed && job->nrunning > 0 && job->signo == 0 && !job->timed_out) {
         job->failed = 1;
-        fprintf(stderr, "shoalrun: waiting up to %g s for the %d other running rank(s) to exit\n",
-                job->opts.grace_s, job->nrunning);
+        shoalrun_note(job,
+                      "shoalrun: waiting up to %g s for the %d other running rank(s) to exit\n",
+                      job->opts.grace_s, job->nrunning);
         shoalrun_kill_deadline(job, shoalrun_now() + job->opts.grace_s);
     }
 }
@@ -810,14 +924,14 @@ static void shoalrun_on_signal(shoalrun_job_t *job, int sig)
         if (shoalrun_now() - job->signal_at < SHOALRUN_SIGNAL_REPEAT_S) {
             return; /* the same event twice (e.g. sent to us and to our process group) */
         }
-        fprintf(stderr, "shoalrun: %s again, killing all ranks\n", strsignal(sig));
+        shoalrun_note(job, "shoalrun: %s again, killing all ranks\n", strsignal(sig));
         shoalrun_kill_deadline(job, shoalrun_now());
         return;
     }
     job->signo = sig;
     job->signal_at = shoalrun_now();
-    fprintf(stderr, "shoalrun: %s, forwarding it to %d rank(s)\n", strsignal(sig),
-            job->nrunning);
+    shoalrun_note(job, "shoalrun: %s, forwarding it to %d rank(s)\n", strsignal(sig),
+                  job->nrunning);
     shoalrun_signal_all(job, sig);
     shoalrun_kill_deadline(job, shoalrun_now() + SHOALRUN_SIGNAL_GRACE_S);
 }
@@ -838,8 +952,8 @@ static void shoalrun_check_deadlines(shoalrun_job_t *job, double now)
 {
     if (job->timeout_at != 0 && now >= job->timeout_at && !job->timed_out) {
         job->timed_out = 1;
-        fprintf(stderr, "shoalrun: timeout after %g s, killing %d running rank(s)\n",
-                job->opts.timeout_s, job->nrunning);
+        shoalrun_note(job, "shoalrun: timeout after %g s, killing %d running rank(s)\n",
+                      job->opts.timeout_s, job->nrunning);
         shoalrun_signal_all(job, SIGTERM);
         shoalrun_kill_deadline(job, now + SHOALRUN_TIMEOUT_TERM_S);
     }
@@ -849,7 +963,7 @@ static void shoalrun_check_deadlines(shoalrun_job_t *job, double now)
             job->ranks[i].killed |= job->ranks[i].running;
         }
         if (job->nrunning > 0) {
-            fprintf(stderr, "shoalrun: killing %d remaining rank(s)\n", job->nrunning);
+            shoalrun_note(job, "shoalrun: killing %d remaining rank(s)\n", job->nrunning);
         }
         shoalrun_signal_all(job, SIGKILL);
     }
@@ -889,18 +1003,36 @@ static int shoalrun_poll_timeout(const shoalrun_job_t *job, double now)
     return (int)((at - now) * 1000.0) + 1;
 }
 
+/* Output still queued for shoalrun's stdout or stderr. */
+static int shoalrun_pending(const shoalrun_job_t *job)
+{
+    return job->pend[1].len > 0 || job->pend[2].len > 0;
+}
+
 static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stream_t **smap,
                           int *rmap)
 {
-    while (job->nrunning > 0 || job->nopen > 0) {
+    while (job->nrunning > 0 || job->nopen > 0 || shoalrun_pending(job)) {
         int n = 0;
 
+        if (job->nrunning == 0 && job->nopen == 0 && (job->signo != 0 || job->timed_out)) {
+            break; /* over, and told to stop: the output its reader does not take is dropped */
+        }
         pfd[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
+        for (int fd = 1; fd <= 2; fd++) {
+            if (job->pend[fd].len > 0) {
+                smap[n] = NULL; /* a sink: rmap holds its fd */
+                rmap[n] = fd;
+                pfd[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
+            }
+        }
         for (int i = 0; i < job->opts.nranks; i++) {
             shoalrun_stream_t *ss[2] = {&job->ranks[i].out, &job->ranks[i].err};
 
             for (int j = 0; j < 2; j++) {
-                if (ss[j]->fd >= 0) {
+                /* a reader that lags: the ranks' pipes fill and the ranks wait for it */
+                if (ss[j]->fd >= 0 &&
+                    job->pend[job->sink_fd[ss[j]->out_fd]].len < SHOALRUN_PEND_MAX) {
                     smap[n] = ss[j];
                     rmap[n] = i;
                     pfd[n++] = (struct pollfd){.fd = ss[j]->fd, .events = POLLIN};
@@ -909,7 +1041,7 @@ static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stre
         }
         if (poll(pfd, (nfds_t)n, shoalrun_poll_timeout(job, shoalrun_now())) < 0 &&
             errno != EINTR) {
-            fprintf(stderr, "shoalrun: poll failed: %s\n", strerror(errno));
+            shoalrun_note(job, "shoalrun: poll failed: %s\n", strerror(errno));
             shoalrun_kill_deadline(job, shoalrun_now());
         }
         if (pfd[0].revents != 0) {
@@ -917,7 +1049,12 @@ static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stre
         }
         shoalrun_reap(job);
         for (int k = 1; k < n; k++) {
-            if (pfd[k].revents != 0 && smap[k]->fd >= 0) {
+            if (pfd[k].revents == 0) {
+                continue;
+            }
+            if (smap[k] == NULL) {
+                shoalrun_sink_flush(job, rmap[k]);
+            } else if (smap[k]->fd >= 0) {
                 shoalrun_stream_read(job, rmap[k], smap[k]);
             }
         }
@@ -925,16 +1062,38 @@ static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stre
     }
 }
 
+/* The last lines (shoalrun's own, after the loop): up to SHOALRUN_DRAIN_S for the reader to
+ * take them, unless the job was stopped. */
+static void shoalrun_sink_drain(shoalrun_job_t *job)
+{
+    double until = shoalrun_now() + SHOALRUN_DRAIN_S;
+
+    while (shoalrun_pending(job) && job->signo == 0 && !job->timed_out &&
+           shoalrun_now() < until) {
+        struct pollfd p[2];
+        int n = 0;
+
+        for (int fd = 1; fd <= 2; fd++) {
+            if (job->pend[fd].len > 0) {
+                p[n++] = (struct pollfd){.fd = fd, .events = POLLOUT};
+            }
+        }
+        (void)poll(p, (nfds_t)n, 100);
+        shoalrun_sink_flush(job, 1);
+        shoalrun_sink_flush(job, 2);
+    }
+}
+
 /* The job is over: what a rank started in its process group and left running (a background
  * child) went on after shoalrun, orphaned; it is killed now, as the job's end. */
-static void shoalrun_kill_leftovers(const shoalrun_job_t *job)
+static void shoalrun_kill_leftovers(shoalrun_job_t *job)
 {
     for (int i = 0; i < job->opts.nranks; i++) {
         const shoalrun_rank_t *r = &job->ranks[i];
 
         if (r->pid > 0 && !r->running && kill(-r->pid, 0) == 0) {
-            fprintf(stderr, "shoalrun: rank %d exited, leaving processes of its group running: "
-                    "killing them\n", i);
+            shoalrun_note(job, "shoalrun: rank %d exited, leaving processes of its group running: "
+                          "killing them\n", i);
             kill(-r->pid, SIGKILL);
         }
     }
@@ -1056,13 +1215,14 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     explicit_bzero(&uid, sizeof(uid));
     job->self = getpid();
     job->stdin_inherit = !isatty(0);
+    shoalrun_sink_setup(job);
     shoalrun_plan_binding(job);
     return 0;
 }
 
 static int shoalrun_job_run(shoalrun_job_t *job)
 {
-    size_t nfds = 1 + 2 * (size_t)job->opts.nranks;
+    size_t nfds = 3 + 2 * (size_t)job->opts.nranks; /* signals, stdout, stderr, the ranks' */
     struct pollfd *pfd = calloc(nfds, sizeof(*pfd));
     shoalrun_stream_t **smap = calloc(nfds, sizeof(*smap));
     int *rmap = calloc(nfds, sizeof(*rmap));
@@ -1083,6 +1243,7 @@ static int shoalrun_job_run(shoalrun_job_t *job)
     }
     shoalrun_loop(job, pfd, smap, rmap);
     shoalrun_kill_leftovers(job);
+    shoalrun_sink_drain(job);
     free(pfd);
     free(smap);
     free(rmap);
@@ -1106,6 +1267,8 @@ static void shoalrun_job_free(shoalrun_job_t *job)
     free(job->ranks);
     free(job->path);
     free(job->scratch);
+    free(job->pend[1].buf);
+    free(job->pend[2].buf);
     free(job->opts.xvars);
     shoalrun_env_snapshot_free();
     if (job->sigfd >= 0) {
@@ -1115,7 +1278,7 @@ static void shoalrun_job_free(shoalrun_job_t *job)
 
 int main(int argc, char **argv)
 {
-    shoalrun_job_t job = {.sigfd = -1};
+    shoalrun_job_t job = {.sigfd = -1, .sink_fd = {0, 1, 2}};
     int rc;
 
     if (shoalrun_env_snapshot() != 0) {

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=42
+NTESTS=44
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -303,7 +303,28 @@ run -n 2 --timeout 60 -x SHOAL_TRANSPORT=shm -x "SHOAL_SHM_DIR=$T/shmdir2" -x SH
     grep -q "removed segment $T/shmdir2/shoal-0123456789abcdef0123456789abcdef (65536 bytes): its owner died" "$T/err"
 ok $? "a dead rank's leftover segment is removed by the next job (rc $rc)"
 [ "$rc" -eq 0 ] && [ -z "$(ls -A "$T/shmdir2")" ] || diag_file "$T/err"
-# 42: -x given twice for one name: the last wins, once (both went into the environment: C's
+# 42: a reader of shoalrun's output that stops reading (a stuck consumer of a pipe, a terminal
+# paused with Ctrl-S): --timeout still ends the job (shoalrun sat in write() until the reader
+# went away, its timeout and SIGINT/SIGTERM unheeded)
+rm -f "$T/rc"
+t0=$(date +%s)
+{ timeout -s KILL 60 "$SHOALRUN" -n 2 --timeout 2 sh -c 'yes | head -c 5000000; sleep 30' \
+      2>"$T/err"; echo "$?" >"$T/rc"; } | sleep 40 &
+reader=$!
+wait_files "$T/rc"
+secs=$(($(date +%s) - t0))
+kill "$reader" 2>/dev/null
+[ "$(cat "$T/rc" 2>/dev/null)" = 124 ] && [ "$secs" -lt 10 ] && grep -q 'timeout after 2 s' "$T/err"
+ok $? "stdout's reader stops reading: --timeout 2 still ends the job (rc $(cat "$T/rc" 2>/dev/null), ${secs}s)"
+# 43: stdout and stderr one pipe (2>&1) whose reader lags: every line arrives whole, none cut
+# by the other stream's (their output waits in one queue)
+timeout -s KILL 120 "$SHOALRUN" -n 2 --timeout 100 sh -c 'i=0; while [ $i -lt 20000 ]; do
+    echo "out $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; echo "err $i yyyyyyyyyyyyyyyyyyyyyyy" >&2
+    i=$((i + 1)); done' 2>&1 | { sleep 2; cat; } >"$T/out"
+[ "$(grep -c -E '^\[[01]\] (out [0-9]+ x{32}|err [0-9]+ y{23})$' "$T/out")" -eq 80000 ] &&
+    [ "$(wc -l <"$T/out")" -eq 80000 ]
+ok $? "2>&1 through a reader that lags: all 80000 lines whole ($(wc -l <"$T/out") lines)"
+# 44: -x given twice for one name: the last wins, once (both went into the environment: C's
 # getenv read the first, sh the last)
 run -n 1 --timeout 60 -x SHOALRUN_T42=first -x SHOALRUN_T42=second -x SHOALRUN_T42B=b1 \
     sh -c 'echo "$(env | grep -c "^SHOALRUN_T42=") $SHOALRUN_T42 $SHOALRUN_T42B"'
