@@ -120,13 +120,19 @@ def launcher_env(environ=None):
     when RANK or WORLD_SIZE is unset, and MASTER_ADDR (127.0.0.1) and MASTER_PORT (a port
     derived from the launch's job id, the same on every rank, below the kernel's ephemeral
     port range: 20000-32767 with Linux's default) when unset. Returns the name of the launcher
-    found, or None (then nothing is changed). Set MASTER_ADDR and MASTER_PORT yourself for
+    found, or None (then nothing is changed; Slurm's variables in a batch script, which is no
+    task of srun, count as none unless SLURM_NTASKS is 1). Set MASTER_ADDR and MASTER_PORT yourself for
     jobs that span hosts. Raises ValueError when SHOAL_RANK or SHOAL_NRANKS is set alone and
     differs from the launcher's value."""
     env = os.environ if environ is None else environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return None
     for rank, size, local in _LAUNCHERS:
+        if rank == "SLURM_PROCID" and "SLURM_STEP_ID" not in env and env.get(size) != "1":
+            # Slurm's batch script (SLURM_PROCID=0, the allocation's SLURM_NTASKS, no step):
+            # taken for rank 0 of SLURM_NTASKS, a script run there without srun waited for
+            # ranks nobody started until torch's timeout (30 min); unset, RANK fails at once.
+            continue
         if rank in env and size in env:
             _check_shoal_vars(env, rank, size)
             env["RANK"] = env[rank]

@@ -141,3 +141,21 @@ def test_local_rank_under_pmi_and_pmix():
     env = {"PMIX_RANK": "2", "PMIX_SIZE": "4"}  # nothing else: one host, the rank
     assert shoal_torch.launcher_env(env) == "pmix"
     assert env["LOCAL_RANK"] == "2"
+
+
+def test_slurm_batch_script_is_no_launcher():
+    """A Slurm batch script (SLURM_PROCID=0, the allocation's SLURM_NTASKS, no SLURM_STEP_ID)
+    is no task of srun: its variables fill nothing, so that init_process_group fails at once
+    for want of RANK (it waited for 3 ranks nobody started until torch's timeout); a one-task
+    batch job and srun's tasks are launchers as before."""
+    import shoal_torch
+    batch = {"SLURM_JOB_ID": "5", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0"}
+    env = dict(batch)
+    assert shoal_torch.launcher_env(env) is None
+    assert "RANK" not in env and "WORLD_SIZE" not in env
+    env = dict(batch, SLURM_NTASKS="1")
+    assert shoal_torch.launcher_env(env) == "slurm"
+    assert (env["RANK"], env["WORLD_SIZE"]) == ("0", "1")
+    env = dict(batch, SLURM_STEP_ID="0", SLURM_PROCID="2", SLURM_LOCALID="2")
+    assert shoal_torch.launcher_env(env) == "slurm"
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("2", "4", "2")
