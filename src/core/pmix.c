@@ -49,17 +49,43 @@ static int shoal_pmix_launched(void)
     return 0;
 }
 
+/* PMIx's knob for how long PMIx_Init waits for the server's answer to its handshake. */
+#define SHOAL_PMIX_HANDSHAKE_VAR "PMIX_MCA_ptl_base_handshake_wait_time"
+
+/* PMIx_Init waits for the server's answer to its handshake with no deadline (PMIX_TIMEOUT in
+ * its info does not bound it): a server that accepts and never answers (a stopped or hung
+ * launcher, or a stale PMIX_SERVER_URI whose port another process now holds) held
+ * shoal_comm_init_env forever. PMIx's own knob bounds it at our timeout, set for the call
+ * only and unless the user set it; returns whether it was set. The environment is changed
+ * as the config module changes it (not safe against another thread's setenv at that time). */
+static int shoal_pmix_handshake_bound(void)
+{
+    char v[16];
+    int timeout_s = shoal_pmix_timeout_s();
+
+    if (timeout_s == 0 || shoal_cfg_getenv_raw(SHOAL_PMIX_HANDSHAKE_VAR) != NULL) {
+        return 0;
+    }
+    snprintf(v, sizeof(v), "%d", timeout_s);
+    return setenv(SHOAL_PMIX_HANDSHAKE_VAR, v, 0) == 0;
+}
+
 static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks)
 {
     pmix_status_t rc;
     pmix_value_t *val = NULL;
     pmix_proc_t wild;
     uint32_t size = 0;
+    int bound;
 
     if (!shoal_pmix_launched()) {
         return SHOAL_ERR_UNSUPPORTED;
     }
+    bound = shoal_pmix_handshake_bound();
     rc = PMIx_Init(me, NULL, 0);
+    if (bound) {
+        unsetenv(SHOAL_PMIX_HANDSHAKE_VAR);
+    }
     if (rc != PMIX_SUCCESS) {
         shoal_info(INIT, "PMIx_Init failed (%s): no PMIx server to exchange the unique id",
                    PMIx_Error_string(rc));

@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=31
+NTESTS=32
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -183,3 +183,34 @@ for v in "abc 2" "1x 2" "0 2junk" "2 2" "-1 2" "0 99999999999" " 2"; do
 done
 [ -z "$bad" ]
 ok $? "launcher rank/size not numbers, or rank >= size: an error naming both at once${bad:+ (failed:$bad)}"
+
+# 32: a PMIx server address where something accepts and never answers (a stopped launcher, a
+# stale PMIX_SERVER_URI whose port another process holds): PMIx_Init gives up at
+# SHOAL_TIMEOUT_MS and the no-PMIx error follows (PMIx_Init waited for the handshake forever)
+if ! grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
+    skip 1 "built without PMIx (Debian: libpmix-dev)"
+elif ! command -v python3 >/dev/null 2>&1; then
+    skip 1 "no python3 for the silent listener"
+else
+    hport=$((port + 3))
+    python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16); s.settimeout(0.5); held = []
+end = time.time() + 60
+while time.time() < end:
+    try: held.append(s.accept()[0])
+    except OSError: pass' "$hport" &
+    listener=$!
+    sleep 1
+    t0=$(date +%s)
+    PMIX_NAMESPACE=shoal-test-silent PMIX_RANK=0 PMIX_SERVER_URI41="1.0;tcp4://127.0.0.1:$hport" \
+        SHOAL_RANK=0 SHOAL_NRANKS=2 SHOAL_TIMEOUT_MS=3s timeout -k 5 40 "$B/allreduce_perf" \
+        -b 8 -e 8 >"$T/out" 2>"$T/err"
+    rc=$?
+    secs=$(($(date +%s) - t0))
+    kill "$listener" 2>/dev/null
+    wait "$listener" 2>/dev/null
+    [ $rc -eq 1 ] && [ $secs -lt 15 ] &&
+        grep -q 'neither SHOAL_UID nor SHOAL_ROOT is set, and no PMIx server' "$T/err"
+    ok $? "a PMIx server that never answers: PMIx_Init gives up at SHOAL_TIMEOUT_MS (rc $rc, ${secs}s)"
+fi
