@@ -8,9 +8,12 @@
 
 #include <pmix.h>
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHOAL_PMIX_KEY_PREFIX "shoal.uid."
@@ -131,20 +134,105 @@ static shoal_status_t shoal_pmix_publish(const char *key, const shoal_uid_t *uid
     return SHOAL_OK;
 }
 
+/* A PMIx_Fence_nb in flight, shared by the caller and PMIx's callback and freed by whichever
+ * lets go last: after the caller gave up, PMIx may still call back (or, the server being
+ * hung, never: then it stays, a few hundred bytes on a failed init). PMIx reads wild and info
+ * until it calls back. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refs;
+    int done;
+    pmix_status_t rc;
+    pmix_proc_t wild;
+    pmix_info_t info[2];
+} shoal_pmix_fence_op_t;
+
+static void shoal_pmix_fence_op_put(shoal_pmix_fence_op_t *op, int n)
+{
+    int last;
+
+    pthread_mutex_lock(&op->lock);
+    op->refs -= n;
+    last = op->refs == 0;
+    pthread_mutex_unlock(&op->lock);
+    if (last) {
+        PMIX_INFO_DESTRUCT(&op->info[0]);
+        PMIX_INFO_DESTRUCT(&op->info[1]);
+        pthread_cond_destroy(&op->cond);
+        pthread_mutex_destroy(&op->lock);
+        free(op);
+    }
+}
+
+static void shoal_pmix_fence_cb(pmix_status_t status, void *cbdata)
+{
+    shoal_pmix_fence_op_t *op = cbdata;
+
+    pthread_mutex_lock(&op->lock);
+    op->rc = status;
+    op->done = 1;
+    pthread_cond_signal(&op->cond);
+    pthread_mutex_unlock(&op->lock);
+    shoal_pmix_fence_op_put(op, 1);
+}
+
+/* Waits for the fence's callback, for PMIX_TIMEOUT and 2 s more (the server enforces
+ * PMIX_TIMEOUT and answers TIMEOUT itself; a stopped or hung server answers nothing, and
+ * PMIx_Fence waited for it forever). timeout_s 0: no deadline. */
+static pmix_status_t shoal_pmix_fence_wait(shoal_pmix_fence_op_t *op, int timeout_s)
+{
+    struct timespec at;
+    pmix_status_t rc;
+    int ret = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    at.tv_sec += timeout_s + 2;
+    pthread_mutex_lock(&op->lock);
+    while (!op->done && ret != ETIMEDOUT) {
+        ret = timeout_s == 0 ? pthread_cond_wait(&op->cond, &op->lock)
+                             : pthread_cond_timedwait(&op->cond, &op->lock, &at);
+    }
+    rc = op->done ? op->rc : PMIX_ERR_UNREACH; /* UNREACH: the server did not answer */
+    pthread_mutex_unlock(&op->lock);
+    return rc;
+}
+
 static shoal_status_t shoal_pmix_fence(const pmix_proc_t *me)
 {
-    pmix_info_t info[2];
-    pmix_proc_t wild;
+    shoal_pmix_fence_op_t *op = calloc(1, sizeof(*op));
+    pthread_condattr_t attr;
     pmix_status_t rc;
     bool collect = true;
     int timeout_s = shoal_pmix_timeout_s();
 
-    shoal_pmix_proc_set(&wild, me, PMIX_RANK_WILDCARD);
-    PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
-    rc = PMIx_Fence(&wild, 1, info, 2);
-    PMIX_INFO_DESTRUCT(&info[0]);
-    PMIX_INFO_DESTRUCT(&info[1]);
+    if (op == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&op->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&op->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    op->refs = 2; /* the caller's and the callback's */
+    shoal_pmix_proc_set(&op->wild, me, PMIX_RANK_WILDCARD);
+    PMIX_INFO_LOAD(&op->info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    PMIX_INFO_LOAD(&op->info[1], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+    rc = PMIx_Fence_nb(&op->wild, 1, op->info, 2, shoal_pmix_fence_cb, op);
+    if (rc == PMIX_SUCCESS) {
+        rc = shoal_pmix_fence_wait(op, timeout_s);
+        shoal_pmix_fence_op_put(op, 1);
+    } else {
+        shoal_pmix_fence_op_put(op, 2); /* no callback will come */
+        if (rc == PMIX_OPERATION_SUCCEEDED) {
+            rc = PMIX_SUCCESS;
+        }
+    }
+    if (rc == PMIX_ERR_UNREACH) {
+        shoal_error(INIT, "PMIx_Fence over namespace %s: no answer from the PMIx server within "
+                    "%d s (is the launcher stopped or hung?)", me->nspace, timeout_s + 2);
+        return SHOAL_ERR_TIMEOUT;
+    }
     if (rc != PMIX_SUCCESS) {
         shoal_error(INIT, "PMIx_Fence over namespace %s failed: %s", me->nspace,
                     PMIx_Error_string(rc));

@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=32
+NTESTS=33
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -213,4 +213,35 @@ while time.time() < end:
     [ $rc -eq 1 ] && [ $secs -lt 15 ] &&
         grep -q 'neither SHOAL_UID nor SHOAL_ROOT is set, and no PMIx server' "$T/err"
     ok $? "a PMIx server that never answers: PMIx_Init gives up at SHOAL_TIMEOUT_MS (rc $rc, ${secs}s)"
+fi
+
+# 33: the PMIx server stops answering after the handshake (mpirun stopped while rank 0 waits in
+# the fence for rank 1, which never calls): rank 0 gives up 2 s after SHOAL_TIMEOUT_MS (its
+# PMIx_Fence waited for the server's answer forever: the server enforces PMIX_TIMEOUT). mpirun
+# is stopped once rank 0 listens (its rendezvous root: it starts after PMIx_Init, just before
+# the fence); rank 0's output would go through the stopped mpirun: it reports through files.
+if grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
+    rm -f "$T/r0.rc" "$T/r0.err" "$T/r0.pid"
+    timeout -k 5 120 $MPIRUN -np 2 -x SHOAL_TIMEOUT_MS=8s sh -c '
+        [ "$OMPI_COMM_WORLD_RANK" = 1 ] && exec sleep 60
+        t0=$(date +%s)
+        sh -c "echo \$\$ >$1/r0.pid; exec \"\$0\" -b 8 -e 8" "$0" 2>"$1/r0.err"
+        echo "$? $(($(date +%s) - t0))" >"$1/r0.rc"' "$B/allreduce_perf" "$T" >/dev/null 2>&1 &
+    timeout_pid=$!
+    i=0
+    until [ -s "$T/r0.pid" ] && ss -Htlnp 2>/dev/null | grep -q "pid=$(cat "$T/r0.pid")," ||
+        [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
+    sleep 0.3
+    mpirun_pid=$(pgrep -P "$timeout_pid" | head -n 1)
+    [ -n "$mpirun_pid" ] && kill -STOP "$mpirun_pid"
+    i=0; while [ ! -s "$T/r0.rc" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -n "$mpirun_pid" ] && kill -CONT "$mpirun_pid" && kill "$mpirun_pid"
+    wait "$timeout_pid" 2>/dev/null
+    set -- $(cat "$T/r0.rc" 2>/dev/null)
+    [ "${1:-}" = 1 ] && [ "${2:-99}" -lt 25 ] &&
+        grep -q 'no answer from the PMIx server within 10 s' "$T/r0.err"
+    ok $? "the PMIx server stops answering in the fence: rank 0 fails at the timeout (rc ${1:-none}, ${2:-?}s)"
+    [ "${1:-}" = 1 ] || sed 's/^/#   /' "$T/r0.err" 2>/dev/null | tail -n 10
+else
+    skip 1 "built without PMIx (Debian: libpmix-dev)"
 fi
