@@ -34,6 +34,7 @@ typedef struct {
     const char *gpus;          /* SHOAL_METER_GPUS */
     const char *agent;         /* SHOAL_AGENT */
     int agent_required;        /* SHOAL_AGENT_REQUIRED */
+    int agent_uid;             /* SHOAL_AGENT_UID, -1 none */
 } shoal_meter_config_t;
 extern SHOAL_HIDDEN shoal_meter_config_t shoal_meter_config;
 

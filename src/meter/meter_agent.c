@@ -7,12 +7,18 @@
  * a second, shoal_meter_call_end) registers the same page again, so the agent's counts
  * continue where they were. No agent: nothing changes, the next looks find none. An agent
  * that does not answer is asked again after 2, 4, ... 64 s (shoal_meter_agent_note).
+ *
+ * The credential is a bearer token, so it goes only to a listener the provider stands behind
+ * (shoal_meter_agent_trusted): whoever can create the socket path (a directory others may
+ * write, a path left by an agent that died) could otherwise collect every job's credential.
  */
 #include "meter/meter.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,7 +29,8 @@ typedef enum {
     SHOAL_METER_REG_OK = 0,   /* accepted */
     SHOAL_METER_REG_ABSENT,   /* no socket, or nobody listening */
     SHOAL_METER_REG_FAILED,   /* an agent is there but the exchange failed or timed out */
-    SHOAL_METER_REG_REFUSED   /* the agent answered no */
+    SHOAL_METER_REG_REFUSED,  /* the agent answered no */
+    SHOAL_METER_REG_UNTRUSTED /* the listener is not one the credential may go to */
 } shoal_meter_reg_result_t;
 
 static int shoal_meter_agent_off(void)
@@ -91,6 +98,57 @@ static shoal_meter_reg_result_t shoal_meter_agent_connect(const char *path, uint
     }
     *fd_p = fd;
     return SHOAL_METER_REG_OK;
+}
+
+/* 1 if the listener's uid (SO_PEERCRED of the connected socket: the kernel's record of who
+ * called listen) may receive the credential: root; this process's own uid (nothing to steal
+ * from itself); SHOAL_AGENT_UID; or the uid that owns the socket's directory and each one
+ * above it up to one of root's, none of them writable by group or others: then root made the
+ * topmost of them and chose its owner (the systemd unit's /run/shoal, owned by the agent's
+ * user). A directory anyone may create (under /tmp) proves nothing: its owner is whoever
+ * made it first. */
+static int shoal_meter_agent_trusted(const char *path, int fd, uid_t *uid_p)
+{
+    char dir[PATH_MAX], real[PATH_MAX], *slash;
+    struct ucred peer;
+    socklen_t len = sizeof(peer);
+    struct stat sd;
+    int owned = 0;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
+        shoal_warn(METER, "SO_PEERCRED on the node agent's socket %s failed: %s", path,
+                   strerror(errno));
+        return 0;
+    }
+    *uid_p = peer.uid;
+    if (peer.uid == 0 || peer.uid == geteuid() ||
+        (shoal_meter_config.agent_uid >= 0 && peer.uid == (uid_t)shoal_meter_config.agent_uid)) {
+        return 1;
+    }
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash == NULL) {
+        snprintf(dir, sizeof(dir), ".");
+    } else {
+        slash[slash == dir ? 1 : 0] = '\0';
+    }
+    if (realpath(dir, real) == NULL) {
+        return 0;
+    }
+    for (;;) {
+        if (stat(real, &sd) != 0 || (sd.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+            return 0;
+        }
+        if (sd.st_uid == 0) {
+            return owned; /* root's, above at least one of the listener's */
+        }
+        if (sd.st_uid != peer.uid || strcmp(real, "/") == 0) {
+            return 0;
+        }
+        owned = 1;
+        slash = strrchr(real, '/');
+        slash[slash == real ? 1 : 0] = '\0'; /* up one ("/" above /run) */
+    }
 }
 
 /* The message, the credential and the memfd; then the answer. */
@@ -190,6 +248,7 @@ static shoal_meter_reg_result_t shoal_meter_agent_register(struct shoal_meter *m
     shoal_meter_reg_reply_t rep;
     shoal_meter_reg_result_t r;
     struct stat sb;
+    uid_t uid = (uid_t)-1;
     int fd = -1;
 
     if (m->memfd < 0 || stat(path, &sb) != 0) {
@@ -198,6 +257,14 @@ static shoal_meter_reg_result_t shoal_meter_agent_register(struct shoal_meter *m
     r = shoal_meter_agent_connect(path, deadline, &fd);
     if (r != SHOAL_METER_REG_OK) {
         return r;
+    }
+    if (!shoal_meter_agent_trusted(path, fd, &uid)) {
+        shoal_warn_once(METER, "the listener at SHOAL_AGENT=%s runs as uid %u: not root, "
+                        "this process's uid, SHOAL_AGENT_UID or the owner of the socket's "
+                        "directories under one of root's; the job credential is not sent to "
+                        "it and the job runs without the node agent", path, (unsigned)uid);
+        close(fd);
+        return SHOAL_METER_REG_UNTRUSTED;
     }
     memset(&rep, 0, sizeof(rep));
     r = shoal_meter_agent_exchange(m, fd, deadline, &rep);
@@ -229,7 +296,8 @@ static shoal_meter_reg_result_t shoal_meter_agent_register(struct shoal_meter *m
 static void shoal_meter_agent_note(struct shoal_meter *m, shoal_meter_reg_result_t r)
 {
     uint64_t secs;
-    if (r != SHOAL_METER_REG_FAILED) {
+    /* a listener not trusted is asked as rarely as a silent one: it may be a stranger's */
+    if (r != SHOAL_METER_REG_FAILED && r != SHOAL_METER_REG_UNTRUSTED) {
         m->agent_fails = 0;
         return;
     }
@@ -268,6 +336,14 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
             shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 and the node agent refused this "
                         "communicator");
             return refused;
+        }
+        return SHOAL_OK;
+    case SHOAL_METER_REG_UNTRUSTED:
+        m->agent_state = SHOAL_METER_AGENT_NONE;
+        if (shoal_meter_config.agent_required) {
+            shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 and the listener at %s is not a node "
+                        "agent this job trusts", shoal_meter_config.agent);
+            return SHOAL_ERR_PERMISSION;
         }
         return SHOAL_OK;
     default:

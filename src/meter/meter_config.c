@@ -24,8 +24,14 @@ static const shoal_cfg_field_t shoal_meter_cfg_fields[] = {
     {.name = "AGENT_REQUIRED", .dflt = "0", .type = SHOAL_CFG_BOOL,
      .offset = offsetof(shoal_meter_config_t, agent_required),
      .doc = "1: shoal_comm_init fails when the node agent is absent or refuses the "
-            "communicator (SHOAL_ERR_PERMISSION for a refused tenant); 0: the job runs and a "
-            "refusal is a warning"},
+            "communicator (SHOAL_ERR_PERMISSION for a refused tenant, or a listener not trusted "
+            "with the credential: SHOAL_AGENT_UID); 0: the job runs and a refusal is a warning"},
+    {.name = "AGENT_UID", .dflt = "-1", .type = SHOAL_CFG_INT,
+     .offset = offsetof(shoal_meter_config_t, agent_uid),
+     .doc = "uid the node agent runs as, when the rule that finds it does not (the job "
+            "credential goes only to a listener whose uid is 0, this process's, this one, or "
+            "the owner of the socket's directory and each one above it up to one of root's, "
+            "none writable by group or others); -1 = none"},
 };
 
 const shoal_cfg_table_t shoal_meter_cfg_table = {

@@ -7,7 +7,8 @@
 # communicator ends, the counters it reads from the shared page must equal the ranks' last
 # shoal_comm_stats, the page must be CLOSED and carry the identity. Then the agent protocol:
 # re-registration after the agent drops the connection, a refusing agent (a warning, or an
-# init failure with SHOAL_AGENT_REQUIRED=1), no agent, a silent agent, SHOAL_METER=0.
+# init failure with SHOAL_AGENT_REQUIRED=1), no agent, a silent agent, SHOAL_METER=0, a
+# stranger's listener at SHOAL_AGENT (never sent the credential), SHOAL_AGENT_UID.
 #
 # Environment: top_builddir, top_srcdir (make check), METER_TIMEOUT (seconds per job, 120),
 # METER_QUICK=1 for fewer rank counts.
@@ -214,6 +215,81 @@ if "$builddir/shoal-cred" keygen -o "$tmp/master.key" >/dev/null 2>&1 &&
     unset SHOAL_CREDENTIAL_FILE
 else
     tap FAIL "shoal-cred could not issue a credential"
+fi
+# A stranger listening at SHOAL_AGENT (a uid neither root, the job's, SHOAL_AGENT_UID nor the
+# owner of a directory only root can make: here nobody, in a world-writable directory) gets
+# no registration, so never the job credential: the job runs without it (a warning per rank)
+# or, with SHOAL_AGENT_REQUIRED=1, init fails. SHOAL_AGENT_UID, or a directory of its own
+# that only root could make, is trusted. Root only: the stranger runs as nobody.
+nob_start() { # nob_start DIR: the acceptor as nobody on DIR/agent.sock, its lines in DIR/acc
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$acceptor" "$1/agent.sock" "$1/acc" \
+        --timeout $((timeout + 60)) 2>"$tmp/acc.err" &
+    acc_pid=$!
+    for _ in $(seq 50); do
+        [ -S "$1/agent.sock" ] && return 0
+        sleep 0.1
+    done
+    echo "# the acceptor did not start as nobody"
+    return 1
+}
+nob_regs() { sleep 0.5; kill "$acc_pid" 2>/dev/null; wait "$acc_pid" 2>/dev/null; acc_pid=
+    grep -c '^ident.* cred=yes' "$1/acc"; }
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1 && [ -s "$tmp/cred" ]; then
+    chmod 755 "$tmp" && mkdir -m 1777 "$tmp/ww" && mkdir -m 755 "$tmp/run" &&
+        mkdir -m 755 "$tmp/run/own" "$tmp/run/own/sub" "$tmp/ww/evil" "$tmp/ww/evil/run" &&
+        chown 65534 "$tmp/run/own" "$tmp/run/own/sub" "$tmp/ww/evil" "$tmp/ww/evil/run"
+    SHOAL_CREDENTIAL_FILE=$tmp/cred # shoalrun's root and the ranks: the same job secret
+    export SHOAL_CREDENTIAL_FILE
+    nob_start "$tmp/ww"
+    neg_job stranger 2 "SHOAL_AGENT=$tmp/ww/agent.sock" barrier
+    rc=$?
+    warns=$(grep -c "WARN \[METER\] the listener at SHOAL_AGENT=.* runs as uid 65534: .* not sent" \
+        "$tmp/err")
+    regs=$(nob_regs "$tmp/ww")
+    if [ "$rc" -eq 0 ] && [ "$warns" -eq 2 ] && [ "$regs" -eq 0 ]; then
+        tap OK "a stranger's listener at SHOAL_AGENT: no credential sent, the job runs, a warning per rank"
+    else
+        tap FAIL "a stranger's listener: rc $rc, $warns warnings, $regs credentials received"
+        sed 's/^/# /' "$tmp/err" | head
+    fi
+    nob_start "$tmp/ww"
+    neg_job stranger-required 2 "SHOAL_AGENT=$tmp/ww/agent.sock SHOAL_AGENT_REQUIRED=1" expect_init=SHOAL_ERR_PERMISSION
+    rc=$?
+    regs=$(nob_regs "$tmp/ww")
+    if [ "$rc" -eq 0 ] && [ "$(grep -c 'init: SHOAL_ERR_PERMISSION' "$tmp/out")" -eq 2 ] &&
+        [ "$regs" -eq 0 ]; then
+        tap OK "a stranger's listener, SHOAL_AGENT_REQUIRED=1: init fails with SHOAL_ERR_PERMISSION"
+    else
+        tap FAIL "a stranger's listener, required: rc $rc, $regs credentials received"
+        sed 's/^/# /' "$tmp/out" "$tmp/err" | head
+    fi
+    nob_start "$tmp/ww"
+    neg_job agent-uid 2 "SHOAL_AGENT=$tmp/ww/agent.sock SHOAL_AGENT_UID=65534" barrier
+    rc=$?
+    regs=$(nob_regs "$tmp/ww")
+    [ "$rc" -eq 0 ] && [ "$regs" -eq 2 ] &&
+        tap OK "SHOAL_AGENT_UID names the agent's uid: both ranks register" ||
+        { tap FAIL "SHOAL_AGENT_UID: rc $rc, $regs registrations"; sed 's/^/# /' "$tmp/err" | head; }
+    nob_start "$tmp/run/own/sub"
+    neg_job agent-dir 2 "SHOAL_AGENT=$tmp/run/own/sub/agent.sock" barrier
+    rc=$?
+    regs=$(nob_regs "$tmp/run/own/sub")
+    [ "$rc" -eq 0 ] && [ "$regs" -eq 2 ] &&
+        tap OK "an agent owning its directories under one of root's (like /run/shoal): both ranks register" ||
+        { tap FAIL "agent's own directories: rc $rc, $regs registrations"; sed 's/^/# /' "$tmp/err" | head; }
+    nob_start "$tmp/ww/evil/run"
+    neg_job stranger-dirs 2 "SHOAL_AGENT=$tmp/ww/evil/run/agent.sock" barrier
+    rc=$?
+    regs=$(nob_regs "$tmp/ww/evil/run")
+    [ "$rc" -eq 0 ] && [ "$regs" -eq 0 ] &&
+        tap OK "a stranger owning its directories under a world-writable one: no credential sent" ||
+        { tap FAIL "stranger's own directories: rc $rc, $regs credentials received"; sed 's/^/# /' "$tmp/err" | head; }
+    unset SHOAL_CREDENTIAL_FILE
+else
+    for c in stranger stranger-required agent-uid agent-dir stranger-dirs; do
+        n_tap=$((n_tap + 1))
+        echo "ok $n_tap - $c # SKIP needs root and setpriv (a listener of another uid)"
+    done
 fi
 neg_job disabled 2 "SHOAL_METER=0 SHOAL_AGENT=$tmp/no-agent.sock" disabled
 rc=$?
