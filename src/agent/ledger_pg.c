@@ -167,6 +167,13 @@ static shoal_status_t shoal_ledger_pg_connect(shoal_ledger_pg_t *be)
                                           " SET lock_timeout = '15s';"
                                           " SET extra_float_digits = 3", "session setup"),
                      status, err_disconnect);
+    /* A reader (shoal-bill) only reads: the server refuses any write or row lock of its
+     * session, whatever the user's grants, so a report can never alter the ledger or hold a
+     * lock that the agent's commits wait for. */
+    if (!be->writer)
+        SHOAL_CHECK_GOTO(shoal_ledger_pg_exec(be, "SET default_transaction_read_only = on",
+                                              "read-only session setup"),
+                         status, err_disconnect);
     SHOAL_CHECK_GOTO(shoal_ledger_pg_schema(be), status, err_disconnect);
     SHOAL_CHECK_GOTO(shoal_ledger_pg_prepare(be), status, err_disconnect);
     return SHOAL_OK;

@@ -137,7 +137,12 @@ err_rollback:
 
 static shoal_status_t shoal_ledger_sqlite_connect(shoal_ledger_sqlite_t *be, int create)
 {
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+    /* A reader (shoal-bill) opens read-only: a read-write handle is a writer to SQLite, and
+     * the last one to close checkpoints the WAL into the file and deletes it (a report
+     * rewrote the ledger), and one run by another user (root) makes -wal and -shm files
+     * the agent's user cannot open for writing once it is killed before it removes them. */
+    int flags = (be->writer ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY) |
+                SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
     shoal_status_t status;
     struct stat st;
     int rc;

@@ -11,6 +11,7 @@
  * (file unwritable, directory moved away, server stopped): SHOAL_ERR_TRANSPORT, nothing
  * half-written, the retried commit succeeds. The log never shows the key. */
 #include "agent/ledger.h"
+#include "agent/ledger_int.h"
 #include "tests/tap.h"
 #include "util/util.h"
 
@@ -449,6 +450,34 @@ static void test_reader_key(void)
     tap_ok(absent, "and creates nothing (%s)", test_pg ? "no table" : "no file");
 }
 
+/* A reader's connection is read-only to the database itself (shoal-bill): SQLite opened it
+ * read-write, and its last close checkpointed a killed writer's WAL into the file. A write
+ * in the backend's own transaction is refused. */
+static void test_reader_readonly(void)
+{
+#if SHOAL_HAVE_LIBPQ
+    const shoal_ledger_ops_t *ops = test_pg ? &shoal_ledger_pg_ops : &shoal_ledger_sqlite_ops;
+#else
+    const shoal_ledger_ops_t *ops = &shoal_ledger_sqlite_ops;
+#endif
+    const uint8_t mac[SHOAL_HMAC_BYTES] = {0};
+    shoal_status_t st;
+    void *be = NULL;
+
+    if (ops->open(test_pg ? test_url : test_path, 0, &be) != SHOAL_OK) {
+        tap_ok(0, "a reader's backend opens the ledger");
+        return;
+    }
+    /* PostgreSQL refuses the head's row lock at begin; SQLite begins and refuses the write */
+    st = ops->begin(be);
+    if (st == SHOAL_OK) {
+        st = ops->head_set(be, 0, mac);
+        ops->rollback(be);
+    }
+    tap_ok(st != SHOAL_OK, "a reader's connection cannot write (%s)", shoal_status_name(st));
+    ops->close(be);
+}
+
 /* The job stored with a cursor, and the listing of a host's open pages (what a restarted
  * agent waits for, src/agent/agent_minute.c rejoin_wait); a ledger that an older agent wrote
  * lacks the table: a reader still opens it, a writer adds it. */
@@ -738,6 +767,7 @@ int main(int argc, char **argv)
     test_tampering(l);
     test_reader();
     test_reader_key();
+    test_reader_readonly();
     test_cursor_jobs(l);
     test_kill9(l, seed);
     if (test_pg)

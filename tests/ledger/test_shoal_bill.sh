@@ -4,7 +4,7 @@
 # seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI; also a name
 # stored as another type), a PNG from plot, and the SLA figures of a crafted month (3
 # platform-failed minutes out of 1000: 99.700%, met; 2 out of 200: 99.000%, missed), and CSV
-# fields quoted per RFC 4180.
+# fields quoted per RFC 4180, and a report that leaves the file and its WAL as they were.
 . "$(dirname "$0")/ledger_env.sh"
 BILL="$top_builddir/shoal-bill"
 FILL="$top_builddir/tests/ledger/ledger_fill"
@@ -12,7 +12,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=41
+NTESTS=42
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -249,3 +249,21 @@ printf '%s\n' "acme z reserved $D -0 0 0 1 -0.0 0 0" >"$T/records3"
 timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger3.db" --key-file "$T/key" verify \
     >"$T/out" 2>"$T/err"
 is "$?:$(cut -d: -f1 "$T/out")" "0:ledger chain ok" "a record of -0.0 seconds verifies"
+
+# ---- read-only -------------------------------------------------------------------------------
+# A report only reads. A writer killed after a commit (the agent's kill -9) leaves that commit
+# in the WAL; shoal-bill opened the ledger read-write, and the last read-write handle to close
+# checkpoints the WAL into the file and deletes it: a report rewrote the ledger. Read-only, the
+# file and the WAL stay as they were, and the report is the same.
+if command -v sqlite3 >/dev/null 2>&1; then
+    (sqlite3 "$T/ledger3.db" "PRAGMA wal_autocheckpoint=0" \
+        "INSERT INTO ledger_cursors VALUES ('host~1~2', '0')" '.shell kill -9 $PPID'
+        true) >/dev/null 2>&1 # (not the last command: the shell's "Killed" goes there too)
+    before=$(cksum <"$T/ledger3.db"):$(stat -c %s "$T/ledger3.db-wal" 2>/dev/null)
+    timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger3.db" usage --csv >"$T/out" 2>"$T/err"
+    is "$?:$(tail -n +2 "$T/out" | cut -d, -f1-4):$(cksum <"$T/ledger3.db"):$(stat -c %s \
+        "$T/ledger3.db-wal" 2>/dev/null)" "0:acme,z,reserved,1:$before" \
+       "a report leaves the ledger file and a killed writer's WAL untouched (read-only open)"
+else
+    n=$((n + 1)); echo "ok $n # SKIP no sqlite3 CLI"
+fi
