@@ -35,7 +35,8 @@ static const shoal_cfg_field_t shoal_tenant_breaker_cfg_fields[] = {
     {
         .name = "TENANT_BREAKER_WINDOW",
         .dflt = "10s",
-        .doc = "sliding window in which failed authentications of one source are counted",
+        .doc = "sliding window in which failed authentications of one source are counted; "
+               "inf = all of them (the last 64)",
         .offset = offsetof(shoal_tenant_breaker_config_t, window_ms),
         .type = SHOAL_CFG_TIME,
     },
@@ -164,8 +165,11 @@ static shoal_breaker_src_t *shoal_breaker_find(const struct sockaddr *sa, int cr
 
 static unsigned shoal_breaker_recent(const shoal_breaker_src_t *s, uint64_t now)
 {
-    uint64_t window = (uint64_t)(shoal_tenant_breaker_config.window_ms < 0
-                                     ? 0 : shoal_tenant_breaker_config.window_ms) * 1000000ull;
+    /* inf (-1, as the TIME parser gives it) counts every failure the ring holds; taken as a
+     * window of 0 it counted none, so SHOAL_TENANT_BREAKER_WINDOW=inf turned the breaker off */
+    uint64_t window = shoal_tenant_breaker_config.window_ms < 0
+                          ? UINT64_MAX
+                          : (uint64_t)shoal_tenant_breaker_config.window_ms * 1000000ull;
     unsigned k = 0;
     for (unsigned i = 0; i < s->n; i++) {
         k += now - s->times[i] < window;

@@ -1,5 +1,6 @@
 /* The join listeners' circuit breaker (src/tenant/breaker.c): a source opens after
- * SHOAL_TENANT_BREAKER_FAILS failures, a trusted one never, a proof closes it, and a table
+ * SHOAL_TENANT_BREAKER_FAILS failures (a window of inf included), a trusted one never, a
+ * proof closes it, and a table
  * full of open breakers still refuses newcomers (and does not log each of their failures). */
 #include "tenant/breaker.h"
 #include "tests/tap.h"
@@ -72,6 +73,14 @@ int main(void)
     test_fail(&t, 20);
     tap_ok(test_admit(&t), "a trusted address never opens");
     shoal_tenant_breaker_trust((const struct sockaddr *)&t, -1);
+
+    /* SHOAL_TENANT_BREAKER_WINDOW=inf (-1): every failure counts (it counted none: the
+     * breaker never opened). */
+    shoal_tenant_breaker_reset();
+    shoal_tenant_breaker_config.window_ms = -1;
+    test_fail(&a, 8);
+    tap_ok(!test_admit(&a), "window inf: 8 failures open it");
+    shoal_tenant_breaker_config.window_ms = 10000;
 
     /* Fill the table (256 entries) with open breakers, then newcomers. */
     shoal_tenant_breaker_reset();
