@@ -75,7 +75,7 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
             "minute is flagged: logged and counted in shoal_abuse_flags_total (0: never)"},
     {.name = "reg_timeout", .dflt = "1s", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoald_config_t, reg_timeout_ms),
-     .doc = "a registration message must arrive complete within this (ms, s)"},
+     .doc = "a registration message must arrive complete within this (ms, s; 1ms..60s)"},
     {.name = "max_pages", .dflt = "4096", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoald_config_t, max_pages),
      .doc = "registered pages kept at most (all processes)"},
@@ -498,6 +498,12 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
     }
     if (cfg->rejoin_wait_ms < 0 || cfg->rejoin_wait_ms > 600000) {
         fprintf(stderr, "shoald: rejoin_wait must be 0..600s\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    /* 0 refused every registration at once; inf or a negative value (-1) gave none a
+     * deadline, so a silent client held its slot until max_pending pushed it out */
+    if (cfg->reg_timeout_ms < 1 || cfg->reg_timeout_ms > 60000) {
+        fprintf(stderr, "shoald: reg_timeout must be 1ms..60s\n");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoald_config_qos_check(cfg) != SHOAL_OK)

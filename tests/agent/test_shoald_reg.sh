@@ -14,7 +14,7 @@ need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 uid=$(id -u)
 
-# 1-7: the configuration file: --help-config, an unknown key, bad values
+# 1-8: the configuration file: --help-config, an unknown key, bad values
 "$SHOALD" --help-config >"$T/help" 2>&1
 grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
@@ -42,6 +42,16 @@ for v in 0 inf -5 60001ms; do
     [ $brc -eq 1 ] && grep -q "qos_period must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
 done
 is "$bad" "" "qos_period=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
+# reg_timeout out of 1ms..60s (0 refused every registration, inf gave a silent client no
+# deadline)
+bad=""
+for v in 0 inf -5 60001ms; do
+    base_conf "$T/bad6.conf" "reg_timeout=$v"
+    timeout -k 5 10 "$SHOALD" -c "$T/bad6.conf" >"$T/bad.out" 2>&1
+    brc=$?
+    [ $brc -eq 1 ] && grep -q "reg_timeout must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
+done
+is "$bad" "" "reg_timeout=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
 # qos_spot_cpu: idle, nice or none (anything else was taken as none)
 bad=""
 for v in idel SCHED_IDLE ""; do
