@@ -4,7 +4,14 @@
  *   GET /metrics                    the provider's view (every tenant, the agent's series)
  *   GET /metrics?tenant=T           tenant T's jobs only; needs "Authorization: Bearer TOKEN"
  *                                   with T's tenant.T.scrape_token_file
- * Anything else: 404 (or 405 for another method), with a sentence. */
+ * Anything else: 404 (or 405 for another method), with a sentence.
+ *
+ * Every local user reaches the endpoint from 127.0.0.1, so a per-address limit is no limit
+ * among them: one that kept SHOALD_HTTP_MAX_CONN / 2 connections open without a request (a
+ * byte now and then beats MHD's idle timeout) had every scrape from the host, Prometheus's
+ * included, refused. Instead, once SHOALD_HTTP_MAX_CONN connections are open, a new one
+ * pushes out the connection that has waited longest without a request being answered (a
+ * scraper sends its request at once, so it is never the oldest). */
 #include "agent/agent.h"
 
 #include <arpa/inet.h>
@@ -14,14 +21,98 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define SHOALD_HTTP_TIMEOUT_S 10
 #define SHOALD_HTTP_MAX_CONN 64
+#define SHOALD_HTTP_SPARE 16          /* MHD's limit above ours: room for the newcomers that
+                                       * push others out, until those are closed */
+
+typedef struct {
+    struct MHD_Connection *c;         /* NULL: a free slot */
+    int fd;
+    int busy;                         /* a request is being answered */
+    int evicted;                      /* shut down, MHD closes it at its next look */
+    uint64_t since_ns;                /* waiting for a request since (accept or last answer) */
+} shoald_http_conn_t;
 
 struct shoald_http {
     shoald_t *a;
     struct MHD_Daemon *d;
+    shoald_http_conn_t conns[SHOALD_HTTP_MAX_CONN + SHOALD_HTTP_SPARE];
+    unsigned nopen;                   /* connections not evicted */
 };
+
+static shoald_http_conn_t *shoald_http_conn_find(shoald_http_t *h, struct MHD_Connection *c)
+{
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(h->conns); i++) {
+        if (h->conns[i].c == c)
+            return &h->conns[i];
+    }
+    return NULL;
+}
+
+/* At the limit: the connection waiting longest for a request is shut down (MHD sees its end
+ * and closes it); none waiting (all being answered): the newcomer waits its turn in MHD. */
+static void shoald_http_conn_evict(shoald_http_t *h)
+{
+    shoald_http_conn_t *old = NULL;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(h->conns); i++) {
+        shoald_http_conn_t *k = &h->conns[i];
+
+        if (k->c != NULL && !k->evicted && !k->busy &&
+            (old == NULL || k->since_ns < old->since_ns))
+            old = k;
+    }
+    if (old == NULL)
+        return;
+    shutdown(old->fd, SHUT_RDWR);
+    old->evicted = 1;
+    h->nopen--;
+    shoal_trace(METER, "http: %u connections open: the one idle longest is closed for a new one",
+               (unsigned)SHOALD_HTTP_MAX_CONN);
+}
+
+static void shoald_http_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                               enum MHD_ConnectionNotificationCode toe)
+{
+    const union MHD_ConnectionInfo *info;
+    shoald_http_t *h = cls;
+    shoald_http_conn_t *k;
+
+    (void)socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        k = shoald_http_conn_find(h, c);
+        if (k != NULL) {
+            h->nopen -= !k->evicted;
+            memset(k, 0, sizeof(*k));
+        }
+        return;
+    }
+    info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    k = shoald_http_conn_find(h, NULL); /* MHD's limit is the table's size: one is free */
+    if (info == NULL || k == NULL)
+        return;
+    if (h->nopen >= SHOALD_HTTP_MAX_CONN)
+        shoald_http_conn_evict(h);
+    *k = (shoald_http_conn_t){.c = c, .fd = info->connect_fd, .since_ns = shoal_time_ns()};
+    h->nopen++;
+}
+
+/* A request ended (answered, or its connection failed): waiting for the next one again. */
+static void shoald_http_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                                  enum MHD_RequestTerminationCode toe)
+{
+    shoald_http_conn_t *k = shoald_http_conn_find(cls, c);
+
+    (void)con_cls;
+    (void)toe;
+    if (k != NULL) {
+        k->busy = 0;
+        k->since_ns = shoal_time_ns();
+    }
+}
 
 static enum MHD_Result shoald_http_send(struct MHD_Connection *c, unsigned code,
                                         const char *type, char *body, size_t len, int must_free)
@@ -74,9 +165,12 @@ static enum MHD_Result shoald_http_handler(void *cls, struct MHD_Connection *c,
                                            size_t *upload_size, void **con_cls)
 {
     shoald_http_t *h = cls;
+    shoald_http_conn_t *k = shoald_http_conn_find(h, c);
     shoald_text_t t = {0};
     const char *tenant;
 
+    if (k != NULL)
+        k->busy = 1; /* its request is in: not one to push out while it is answered */
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return shoald_http_error(c, MHD_HTTP_METHOD_NOT_ALLOWED,
                                  "shoald serves GET /metrics only\n");
@@ -175,9 +269,10 @@ shoal_status_t shoald_http_start(shoald_t *a, const char *addr, shoald_http_t **
                             MHD_OPTION_EXTERNAL_LOGGER, shoald_http_log, NULL,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SHOALD_HTTP_TIMEOUT_S,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)SHOALD_HTTP_MAX_CONN,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            (unsigned)(SHOALD_HTTP_MAX_CONN / 2), MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)SHOAL_ARRAY_SIZE(h->conns),
+                            MHD_OPTION_NOTIFY_CONNECTION, shoald_http_notify, h,
+                            MHD_OPTION_NOTIFY_COMPLETED, shoald_http_completed, h,
+                            MHD_OPTION_END);
     if (h->d == NULL) {
         shoal_error(METER, "cannot serve http on %s (address in use or not local?)", addr);
         free(h);

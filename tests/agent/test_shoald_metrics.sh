@@ -3,7 +3,8 @@
 # (sums per tenant and job, gone ranks kept), label values escaped, promtool check metrics
 # passes, the tenant view carries no other tenant's jobs (bearer token per tenant), 404 and
 # 405 for what is not served, a slow or garbage HTTP client stalls neither registration nor
-# scrapes, and a real Prometheus server scraping the agent answers the same totals through
+# scrapes, nor does a local user holding connections open without requests, and a real
+# Prometheus server scraping the agent answers the same totals through
 # its HTTP API.
 . "$(dirname "$0")/agent_lib.sh"
 need_agent
@@ -164,6 +165,23 @@ ms=$(( (t1 - t0) / 1000000 ))
 [ "$rc" = 0 ] && [ $ms -lt 1000 ]
 ok $? "a slow and a garbage HTTP client do not stall registration ($ms ms)" "$T/mc.out"
 is "$(scrape)" 200 "nor other scrapes"
+alive
+ok $? "the agent is still running"
+
+# Every local user connects from 127.0.0.1: 32 connections held open without a request (a
+# byte now and then beats the idle timeout) took all that address could have, and every
+# scrape from the host was refused. Over the limit, the connection idle longest gives way.
+i=0
+while [ $i -lt 70 ]; do
+    (printf 'G'; sleep 6) 2>/dev/null | timeout -s KILL 10 curl -s "telnet://$HOST:$PORT" \
+        >/dev/null 2>&1 &
+    PIDS="$PIDS $!"
+    i=$((i + 1))
+done
+sleep 1.5
+codes=""
+for i in 1 2 3; do codes="$codes $(scrape)"; sleep 0.3; done
+is "$codes" " 200 200 200" "70 connections held open without a request do not keep scrapes out"
 alive
 ok $? "the agent is still running"
 
