@@ -215,6 +215,7 @@ static void shoald_ledger_open(shoald_t *a)
     shoald_job_t *j;
     shoald_page_t *p;
     uint64_t head = 0;
+    char url[512];
 
     if (a->ledger != NULL || a->cfg->ledger_url == NULL)
         return;
@@ -223,8 +224,9 @@ static void shoald_ledger_open(shoald_t *a)
     if (st != SHOAL_OK) {
         a->ledger = NULL;
         a->ledger_failures++;
+        shoal_ledger_url_redact(a->cfg->ledger_url, url, sizeof(url));
         shoal_warn(METER, "ledger %s cannot be opened (%s): holding minutes in memory, "
-                   "retrying", a->cfg->ledger_url, shoal_strerror(st));
+                   "retrying", url, shoal_strerror(st));
         return;
     }
     if (shoal_ledger_head(a->ledger, &head, NULL) == SHOAL_OK)

@@ -330,6 +330,50 @@ shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, siz
     return shoal_ledger_open_as(url, key, keylen, 0, ledger_p);
 }
 
+/* A libpq URL may carry the database password (user:PASSWORD@host, ?password=, or
+ * password=VALUE in a key=value string); the agent logged the URL as it was, at each retry. */
+void shoal_ledger_url_redact(const char *url, char *buf, size_t len)
+{
+    const char *auth = strstr(url, "://"), *end = NULL, *at = NULL, *colon = NULL, *p;
+    size_t n = 0;
+
+    if (len == 0)
+        return;
+    if (auth != NULL) {
+        auth += 3;
+        end = auth + strcspn(auth, "/?");
+        for (p = auth; p < end; p++)
+            at = *p == '@' ? p : at;
+        colon = at != NULL ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    }
+    for (p = url; *p != '\0' && n + 1 < len;) {
+        const char *skip = NULL;
+
+        if (colon != NULL && p == colon + 1) {
+            skip = at;
+        } else if (strncmp(p, "password=", 9) == 0 && (p == url || strchr("?& ", p[-1]))) {
+            memcpy(buf + n, p, SHOAL_MIN((size_t)9, len - 1 - n));
+            n += SHOAL_MIN((size_t)9, len - 1 - n);
+            p += 9;
+            if (*p == '\'') { /* a quoted conninfo value, \' inside */
+                for (skip = p + 1; *skip != '\0' && *skip != '\''; skip++)
+                    skip += skip[0] == '\\' && skip[1] != '\0';
+                skip += *skip == '\'';
+            } else {
+                skip = p + strcspn(p, "& ");
+            }
+        }
+        if (skip != NULL) {
+            for (const char *r = "***"; *r != '\0' && n + 1 < len; r++)
+                buf[n++] = *r;
+            p = skip;
+            continue;
+        }
+        buf[n++] = *p++;
+    }
+    buf[n] = '\0';
+}
+
 void shoal_ledger_close(shoal_ledger_t *ledger)
 {
     if (ledger == NULL)

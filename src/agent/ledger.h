@@ -70,6 +70,9 @@ shoal_status_t shoal_ledger_open(const char *url, const uint8_t *key, size_t key
 shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, size_t keylen,
                                         shoal_ledger_t **ledger_p);
 void shoal_ledger_close(shoal_ledger_t *ledger);
+/* url as a log line may show it: the password of a PostgreSQL URL (user:PASSWORD@ and any
+ * password=VALUE, in the query or a key=value connection string) replaced by ***. */
+void shoal_ledger_url_redact(const char *url, char *buf, size_t len);
 /* Appends the records (seq and mac are assigned) and replaces the cursors, atomically. A
  * record whose (tenant, job, minute) exists already is refused as SHOAL_ERR_INVALID_ARG
  * (nothing is written), except the exact replay of a commit that was stored but whose answer

@@ -211,6 +211,7 @@ int main(int argc, char **argv)
     shoald_t a = {0};
     sigset_t mask;
     int ret, epfd, sigfd, port = 0;
+    char ledger_url[512];
 
     ret = shoald_args(argc, argv, &o);
     if (ret >= 0)
@@ -257,10 +258,12 @@ int main(int argc, char **argv)
     shoald_minute_init(&a);
     if (shoald_qos_start(&a) != SHOAL_OK)
         goto out;
+    shoal_ledger_url_redact(cfg.ledger_url != NULL ? cfg.ledger_url : "none", ledger_url,
+                            sizeof(ledger_url));
     shoal_info(METER, "shoald %s: registrations on %s, metrics on %s%s%s (port %d), minute %d s, "
                "ledger %s", PACKAGE_VERSION, cfg.listen, cfg.http != NULL ? "http://" : "",
                cfg.http != NULL ? cfg.http : "none", cfg.http != NULL ? "/metrics" : "", port,
-               cfg.minute_seconds, cfg.ledger_url != NULL ? cfg.ledger_url : "none");
+               cfg.minute_seconds, ledger_url);
     shoald_ready_file(&cfg, cfg.http, port);
     shoald_notify("READY=1");
     ret = shoald_loop(&a, epfd, sigfd, reg, http);

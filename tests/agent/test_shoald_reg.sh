@@ -14,7 +14,7 @@ need_agent
 make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 uid=$(id -u)
 
-# 1-8: the configuration file: --help-config, an unknown key, bad values
+# 1-9: the configuration file: --help-config, an unknown key, bad values, no password logged
 "$SHOALD" --help-config >"$T/help" 2>&1
 grep -q '^minute_seconds' "$T/help" && grep -q '^tenant.NAME.uids' "$T/help" &&
     grep -q '^ledger_url' "$T/help"
@@ -52,6 +52,14 @@ for v in 0 inf -5 60001ms; do
     [ $brc -eq 1 ] && grep -q "reg_timeout must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
 done
 is "$bad" "" "reg_timeout=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
+# A PostgreSQL password in ledger_url (user:PASSWORD@, ?password=) was logged as written, at
+# start and at every retry of a ledger that cannot be opened; now it shows as ***
+base_conf "$T/pw.conf" "ledger_key_file=$T/ledger.key" \
+    "ledger_url=postgresql://shoal:TopSecretPw@127.0.0.1:1/billing?password=TopSecretPw2"
+SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/pw.conf" >"$T/pw.out" 2>&1
+! grep -q TopSecret "$T/pw.out" &&
+    grep -q 'ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing?password=\*\*\* cannot' "$T/pw.out"
+ok $? "the ledger URL's password is not logged (*** in its place)" "$T/pw.out"
 # qos_spot_cpu: idle, nice or none (anything else was taken as none)
 bad=""
 for v in idel SCHED_IDLE ""; do
