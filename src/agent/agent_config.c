@@ -87,7 +87,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "registrations in progress at most; beyond, the oldest is dropped"},
     {.name = "job_retention", .dflt = "3600s", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoald_config_t, job_retention_s),
-     .doc = "a job whose ranks are all gone keeps its series this long (ms, s)"},
+     .doc = "a job whose ranks are all gone keeps its series this long (ms, s); a tenant "
+            "keeps at most 256 such jobs (a new job drops the one gone longest)"},
     {.name = "ready_file", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, ready_file),
      .doc = "file written once the agent listens: sock=PATH and http=ADDR:PORT lines"},

@@ -415,6 +415,57 @@ static int shoald_page_billed(const shoald_t *a, const shoald_page_t *p)
     return 1;
 }
 
+/* A job kept only for its series (no page, nothing left to bill: what job_retention keeps)
+ * costs a few KiB a scrape. A job's name is the client's own when it has no credential
+ * (allow_uncredentialed), so a uid that registered and ended pages under new names kept
+ * max_pages_per_uid more jobs each minute for job_retention: some 60000 an hour, a /metrics
+ * of 250 MB. A tenant keeps at most SHOALD_EMPTY_JOBS_PER_TENANT of them, the newest (the
+ * list holds the newest first). */
+#define SHOALD_EMPTY_JOBS_PER_TENANT 256
+
+static int shoald_job_empty(const shoald_job_t *j)
+{
+    return j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0;
+}
+
+static void shoald_jobs_trim(shoald_t *a)
+{
+    struct {
+        const char *tenant;
+        unsigned n;
+    } *seen = NULL;
+    size_t nseen = 0, cap = 0, i;
+    shoald_job_t **jp, *j;
+
+    for (jp = &a->jobs; (j = *jp) != NULL;) {
+        if (!shoald_job_empty(j)) {
+            jp = &j->next;
+            continue;
+        }
+        for (i = 0; i < nseen && strcmp(seen[i].tenant, j->tenant) != 0; i++)
+            ;
+        if (i == nseen) {
+            if (nseen == cap) {
+                void *more = realloc(seen, (cap = cap * 2 + 8) * sizeof(*seen));
+
+                if (more == NULL)
+                    break; /* out of memory: trimmed at the next collect */
+                seen = more;
+            }
+            seen[nseen].tenant = j->tenant;
+            seen[nseen++].n = 0;
+        }
+        if (++seen[i].n <= SHOALD_EMPTY_JOBS_PER_TENANT) {
+            jp = &j->next;
+            continue;
+        }
+        *jp = j->next;
+        shoald_procs_free(j);
+        free(j);
+    }
+    free(seen);
+}
+
 /* A page whose connection closed while its process lives (not final) registers again, with
  * its counters from zero of the communicator: it stays in its job (billed to its end, its
  * counters in the job's totals) until it does, superseded then, or until its process is gone
@@ -471,6 +522,7 @@ void shoald_pages_collect(shoald_t *a)
         }
         jp = &j->next;
     }
+    shoald_jobs_trim(a);
 }
 
 /* ---- abuse signals ------------------------------------------------------------------ */

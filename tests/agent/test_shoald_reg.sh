@@ -7,7 +7,8 @@
 # running; silent and slow clients time out and do not stall others; a client that floods its
 # connection after registering is cut and does not stall /metrics; ended pages count in
 # max_pages_per_uid until billed; bad credentials are logged within the refusals' cap only;
-# the pidfd tells a process's exit while its connection is still open; config errors name
+# the pidfd tells a process's exit while its connection is still open; a tenant keeps at
+# most 256 jobs without ranks; config errors name
 # the line.
 . "$(dirname "$0")/agent_lib.sh"
 need_agent
@@ -294,6 +295,22 @@ is "$rc:$(status_of)" "0:0" \
     "with allow_uncredentialed, a page without tenant or credential is accepted"
 refuse -61 "no credential" "but one that claims a tenant still needs a credential" \
     --tenant acme --job train
+stop_agent
+# Such a client names its jobs: 300 that registered and ended under new names were all kept
+# for job_retention (an hour; some 60000 jobs and 250 MB of /metrics at the default
+# max_pages_per_uid). A tenant keeps at most 256 jobs without ranks, the newest.
+base_conf "$T/conf3" "allow_uncredentialed=yes" "minute_seconds=1"
+start_agent "$T/conf3"
+i=0
+while [ $i -lt 300 ]; do
+    timeout -s KILL 20 "$MC" --sock "$SOCK" --job "churn-$i" >/dev/null 2>&1
+    i=$((i + 1))
+done
+sleep 2.5 # a minute (1 s) bills the ended pages, and the jobs are left without ranks
+scrape >/dev/null
+is "$(grep -c '^shoal_ranks{tenant="uid=[0-9]*",shoal_job="churn-' "$T/scrape"):$(metric \
+    "shoal_ranks{tenant=\"uid=$uid\",shoal_job=\"churn-299\"}")" "256:0" \
+    "300 jobs ended under new names: the tenant keeps the newest 256"
 stop_agent
 is "$agent_rc" 0 "the agent stops cleanly on SIGTERM"
 [ ! -e "$SOCK" ]
