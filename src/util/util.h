@@ -204,6 +204,27 @@ static inline int shoal_deadline_passed(uint64_t deadline_ns)
 {
     return deadline_ns != UINT64_MAX && shoal_time_ns() >= deadline_ns;
 }
+/* A warning about a failure that repeats at every pass (accept() out of descriptors while a
+ * connection waits in the backlog): logged at most once per interval, with the count of those
+ * not logged. 1 when it may be logged now (*missed_p: the ones left out since); else 0, and
+ * it is counted. */
+typedef struct {
+    uint64_t last_ns; /* when it was last logged, 0: never */
+    unsigned missed;  /* not logged since */
+} shoal_log_limit_t;
+static inline int shoal_log_limit_pass(shoal_log_limit_t *l, uint64_t interval_ns,
+                                       unsigned *missed_p)
+{
+    uint64_t now = shoal_time_ns();
+    if (l->last_ns != 0 && now - l->last_ns < interval_ns) {
+        l->missed++;
+        return 0;
+    }
+    *missed_p = l->missed;
+    l->last_ns = now;
+    l->missed = 0;
+    return 1;
+}
 /* Milliseconds left until deadline, capped at cap_ms; 0 if passed. */
 SHOAL_HIDDEN int shoal_deadline_left_ms(uint64_t deadline_ns, int cap_ms);
 SHOAL_HIDDEN void shoal_sleep_us(unsigned us);

@@ -466,8 +466,7 @@ struct shoal_oob_acceptor {
     shoal_oob_hs_t slots[SHOAL_OOB_SLOTS];
     struct sockaddr_storage trusted[SHOAL_OOB_TRUSTED_MAX];
     int ntrusted;
-    uint64_t accept_warn_ns;                /* when accept()'s last failure was logged */
-    unsigned accept_fails;                  /* accept() failures since then, not logged */
+    shoal_log_limit_t accept_warn;          /* accept()'s failures, logged once a second */
 };
 
 shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_auth_t *a,
@@ -599,7 +598,7 @@ static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
         int fd = accept4(acc->lfd, (struct sockaddr *)&ss, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int err = errno;
-            uint64_t now;
+            unsigned missed;
             if (err == EINTR || err == ECONNABORTED) {
                 continue;
             }
@@ -609,15 +608,10 @@ static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
             /* One that fails for want of a resource (EMFILE, ENFILE) fails again at every
              * call while the connection waits in the backlog, whose listener stays readable:
              * logged at most once a second (it was every call, tens of thousands a second). */
-            now = shoal_time_ns();
-            if (acc->accept_warn_ns != 0 && now - acc->accept_warn_ns < 1000000000ull) {
-                acc->accept_fails++;
-                return;
+            if (shoal_log_limit_pass(&acc->accept_warn, 1000000000ull, &missed)) {
+                shoal_warn(IB, "accept(fd %d) failed: %s (%u more failures not logged)",
+                           acc->lfd, strerror(err), missed);
             }
-            shoal_warn(IB, "accept(fd %d) failed: %s (%u more failures not logged)", acc->lfd,
-                       strerror(err), acc->accept_fails);
-            acc->accept_warn_ns = now;
-            acc->accept_fails = 0;
             return;
         }
         if (!shoal_tenant_breaker_admit((struct sockaddr *)&ss)) {

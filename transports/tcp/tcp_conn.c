@@ -532,15 +532,11 @@ void shoal_tcp_hs_accepted(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int fd,
  * at most once a second, with the count of those not logged. */
 static void shoal_tcp_conn_accept_failed(shoal_tcp_conn_t *conn, int err)
 {
-    uint64_t now = shoal_time_ns();
-    if (conn->accept_warn_ns != 0 && now - conn->accept_warn_ns < 1000000000ull) {
-        conn->accept_fails++;
-        return;
+    unsigned missed;
+    if (shoal_log_limit_pass(&conn->accept_warn, 1000000000ull, &missed)) {
+        shoal_warn(TCP, "accept(fd %d) failed: %s (%u more failures not logged)",
+                   conn->ctx->listen_fd, strerror(err), missed);
     }
-    shoal_warn(TCP, "accept(fd %d) failed: %s (%u more failures not logged)",
-               conn->ctx->listen_fd, strerror(err), conn->accept_fails);
-    conn->accept_warn_ns = now;
-    conn->accept_fails = 0;
 }
 
 static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)

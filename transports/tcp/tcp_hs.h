@@ -51,8 +51,7 @@ typedef struct shoal_tcp_conn {
     uint64_t read_ns;            /* whole-handshake deadline of accepted sockets */
     uint64_t hello_ns;           /* hello deadline of accepted sockets */
     shoal_status_t status;       /* first fatal error */
-    uint64_t accept_warn_ns;     /* when accept()'s last failure was logged, 0: never */
-    unsigned accept_fails;       /* accept() failures since then, not logged */
+    shoal_log_limit_t accept_warn; /* accept()'s failures, logged once a second */
 } shoal_tcp_conn_t;
 
 /* An accepted connection fd from src (named from) takes slot hs: it must send its hello within
