@@ -101,6 +101,15 @@ typedef struct {
     int n;             /* items 0..n-1 are indexed */
 } shoal_sched_index_t;
 
+#define SHOAL_SCHED_TOP_WAYS 8
+struct shoal_sched_top_memo {
+    unsigned epoch, ver;
+    int k, level;
+    int top;          /* switch, or -1: none at that level has room */
+    int order;        /* of its placement's first host */
+    double cost;      /* of its placement's ring */
+};
+
 typedef struct {
     shoal_sched_node_t *nodes;
     int nnodes, nodes_cap;
@@ -116,6 +125,29 @@ typedef struct {
     /* scratch for placement, sized to the tree */
     int *cap;      /* ranks a node (index < nnodes) or switch (nnodes + s) could take */
     int *take;     /* ranks taken per node by the placement being built */
+    /* Kept between jobs (sched_place.c), so that a job costs the nodes that changed since the
+     * last one, not the whole cluster: cap[] (and the largest room of one node under each
+     * switch) hold what they held for the last job's per-rank CPUs and memory; the nodes
+     * shoal_sched_node_gpu_set touched since are in dirty[] (every change to a node's GPUs,
+     * CPUs or memory goes with a call of it). Per switch and k <= gpus_max, the host a job
+     * of k ranks that fits one host would take under it, valid while ver and epoch hold. */
+    struct {
+        int valid, cpus;
+        long mem_mb;
+        int *node_max;      /* per switch: at least the largest cap[] of a node under it */
+        int *dirty, ndirty;
+        char *is_dirty;
+        unsigned *ver;      /* per switch: bumped when a cap[] under it changes */
+        unsigned epoch;     /* bumped when cap[] is computed whole */
+        int gpus_max;       /* GPUs of the largest node */
+        int *one_node;      /* [s * (gpus_max + 1) + k]: the host, or -1 */
+        unsigned *one_ver, *one_epoch;
+        /* per switch, a few (k, level) pairs: the best top at that level under it */
+        struct shoal_sched_top_memo *top;
+        int *buf;           /* two best-so-far placements: 3 x nnodes each */
+        char *leaf_buf;     /* and their leaf marks: nsw + 1 each */
+        int exhaustive;     /* tests: every host and switch is tried, as before the memos */
+    } room;
 } shoal_sched_cluster_t;
 
 /* ---- jobs and tenants -------------------------------------------------------------------- */
@@ -199,6 +231,9 @@ SHOAL_HIDDEN int shoal_sched_list_add(int **arr, int *n, int v);
  * nodes no switch lists), levels, depth-first order, totals, scratch. */
 SHOAL_HIDDEN shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c);
 SHOAL_HIDDEN void shoal_sched_cluster_free(shoal_sched_cluster_t *c);
+/* Placement's kept view of room (c->room), sized to the tree; called by cluster_finish. */
+SHOAL_HIDDEN shoal_status_t shoal_sched_room_alloc(shoal_sched_cluster_t *c);
+SHOAL_HIDDEN void shoal_sched_room_free(shoal_sched_cluster_t *c);
 SHOAL_HIDDEN void shoal_sched_queue_free(shoal_sched_queue_t *q);
 SHOAL_HIDDEN int shoal_sched_tenant_get(shoal_sched_queue_t *q, const char *name);
 SHOAL_HIDDEN shoal_sched_job_t *shoal_sched_job_new(shoal_sched_queue_t *q);

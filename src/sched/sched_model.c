@@ -285,9 +285,60 @@ shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
     }
     free(c->cap);
     free(c->take);
+    shoal_sched_room_free(c);
     c->cap = calloc((size_t)(c->nnodes + c->nsw), sizeof(int));
     c->take = calloc((size_t)c->nnodes, sizeof(int));
-    return c->cap != NULL && c->take != NULL ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
+    if (c->cap == NULL || c->take == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    return shoal_sched_room_alloc(c);
+}
+
+shoal_status_t shoal_sched_room_alloc(shoal_sched_cluster_t *c)
+{
+    size_t nsw = (size_t)c->nsw, per;
+
+    c->room.gpus_max = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        c->room.gpus_max = SHOAL_MAX(c->room.gpus_max, c->nodes[i].gpus);
+    }
+    per = nsw * (size_t)(c->room.gpus_max + 1);
+    c->room.node_max = calloc(nsw, sizeof(int));
+    c->room.dirty = calloc((size_t)c->nnodes, sizeof(int));
+    c->room.is_dirty = calloc((size_t)c->nnodes, 1);
+    c->room.ver = calloc(nsw, sizeof(unsigned));
+    c->room.one_node = calloc(per, sizeof(int));
+    c->room.one_ver = calloc(per, sizeof(unsigned));
+    c->room.one_epoch = calloc(per, sizeof(unsigned));
+    c->room.top = calloc(nsw * SHOAL_SCHED_TOP_WAYS, sizeof(*c->room.top));
+    c->room.buf = malloc(sizeof(int) * 6 * ((size_t)c->nnodes + 1));
+    c->room.leaf_buf = malloc(2 * (nsw + 1));
+    c->room.valid = 0;
+    c->room.ndirty = 0;
+    c->room.epoch = 1; /* a zeroed one_epoch is never valid */
+    if (c->room.node_max == NULL || c->room.dirty == NULL || c->room.is_dirty == NULL ||
+        c->room.ver == NULL || c->room.one_node == NULL || c->room.one_ver == NULL ||
+        c->room.one_epoch == NULL || c->room.top == NULL || c->room.buf == NULL ||
+        c->room.leaf_buf == NULL) {
+        shoal_sched_room_free(c);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    return SHOAL_OK;
+}
+
+void shoal_sched_room_free(shoal_sched_cluster_t *c)
+{
+    free(c->room.node_max);
+    free(c->room.dirty);
+    free(c->room.is_dirty);
+    free(c->room.ver);
+    free(c->room.one_node);
+    free(c->room.one_ver);
+    free(c->room.one_epoch);
+    free(c->room.top);
+    free(c->room.buf);
+    free(c->room.leaf_buf);
+    memset(&c->room, 0, sizeof(c->room));
 }
 
 void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
@@ -302,6 +353,7 @@ void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
     shoal_sched_index_free(&c->sw_ix);
     free(c->cap);
     free(c->take);
+    shoal_sched_room_free(c);
     memset(c, 0, sizeof(*c));
 }
 
@@ -430,6 +482,11 @@ void shoal_sched_node_gpu_set(shoal_sched_cluster_t *c, int n, int g, int busy)
     uint64_t bit = 1ULL << g;
     int was = (node->gpu_used & bit) != 0;
 
+    /* the node's room changes now, or with its CPUs and memory next to this call */
+    if (c->room.is_dirty != NULL && !c->room.is_dirty[n]) {
+        c->room.is_dirty[n] = 1;
+        c->room.dirty[c->room.ndirty++] = n;
+    }
     if (busy && !was) {
         node->gpu_used |= bit;
         node->gpus_busy++;

@@ -14,11 +14,21 @@
  * next one down, ..., then the subtree itself: large blocks stay free at every level), then
  * the tree order. A higher level is not searched once its cheapest possible ring (two hosts
  * meeting at that level) costs more than the best found.
+ *
+ * The search does not visit every host and switch per job: per switch it keeps the host a job
+ * of k ranks would take under it (shoal_sched_one_host) and the best top at each level under it
+ * (shoal_sched_best_top), valid until room under that switch changes; room itself is updated
+ * for the nodes changed since the last job (shoal_sched_caps). The answer is the same as the
+ * search of every host and switch (c->room.exhaustive, which test_sched compares it with).
  */
 #include "sched/sched.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define SHOAL_SCHED_CHAIN_MAX 16
+
+static int shoal_sched_room_cmp(const int *a, int na, const int *b, int nb);
 
 typedef struct {
     int id;  /* node index, or nnodes + switch index */
@@ -37,23 +47,118 @@ static int shoal_sched_kid_cmp(const void *pa, const void *pb)
 static int shoal_sched_sw_caps(shoal_sched_cluster_t *c, int s)
 {
     const shoal_sched_switch_t *sw = &c->sw[s];
-    int sum = 0;
+    int sum = 0, most = 0;
     for (int i = 0; i < sw->nnodes; i++) {
         sum += c->cap[sw->nodes[i]];
+        most = SHOAL_MAX(most, c->cap[sw->nodes[i]]);
     }
     for (int i = 0; i < sw->nkids; i++) {
         sum += shoal_sched_sw_caps(c, sw->kids[i]);
+        most = SHOAL_MAX(most, c->room.node_max[sw->kids[i]]);
     }
     c->cap[c->nnodes + s] = sum;
+    c->room.node_max[s] = most;
     return sum;
 }
 
+/* Room per node and switch for ranks of this demand: whole when the demand differs from the
+ * last job's, else only for the nodes changed since, up their paths to the root. */
 static void shoal_sched_caps(shoal_sched_cluster_t *c, int cpus, long mem_mb)
 {
-    for (int i = 0; i < c->nnodes; i++) {
-        c->cap[i] = shoal_sched_node_cap(c, i, cpus, mem_mb);
+    if (!c->room.valid || c->room.cpus != cpus || c->room.mem_mb != mem_mb) {
+        for (int i = 0; i < c->nnodes; i++) {
+            c->cap[i] = shoal_sched_node_cap(c, i, cpus, mem_mb);
+        }
+        shoal_sched_sw_caps(c, c->root);
+        for (int i = 0; i < c->room.ndirty; i++) {
+            c->room.is_dirty[c->room.dirty[i]] = 0;
+        }
+        c->room.ndirty = 0;
+        c->room.epoch++;
+        c->room.valid = 1;
+        c->room.cpus = cpus;
+        c->room.mem_mb = mem_mb;
+        return;
     }
-    shoal_sched_sw_caps(c, c->root);
+    for (int i = 0; i < c->room.ndirty; i++) {
+        int n = c->room.dirty[i], now = shoal_sched_node_cap(c, n, cpus, mem_mb);
+        int delta = now - c->cap[n];
+        c->room.is_dirty[n] = 0;
+        if (delta == 0) {
+            continue;
+        }
+        c->cap[n] = now;
+        for (int s = c->nodes[n].leaf; s >= 0; s = c->sw[s].parent) {
+            c->cap[c->nnodes + s] += delta;
+            /* a bound, not the maximum: finding a new maximum costs every child of every
+             * switch on the path (hundreds of leaves under a spine), for every node a
+             * preemption's trial releases; shoal_sched_one_host tightens it */
+            c->room.node_max[s] = SHOAL_MAX(c->room.node_max[s], now);
+            c->room.ver[s]++;
+        }
+    }
+    c->room.ndirty = 0;
+}
+
+/* The single host a job of k ranks takes under switch s, as the search over every host with
+ * room for k picks it (shoal_sched_consider: one host costs nothing, so the least room at
+ * every level from the top down to the host's own, then the tree order); -1 if no host under
+ * s has room for k. A switch's answer is kept until room under it changes, so a job looks at
+ * the path that changed and the children along it, not at every host. */
+static int shoal_sched_one_host(shoal_sched_cluster_t *c, int s, int k, int *chain, int *nchain)
+{
+    const shoal_sched_switch_t *sw = &c->sw[s];
+    size_t m = (size_t)s * (size_t)(c->room.gpus_max + 1) + (size_t)k;
+    int best = -1, bchain[SHOAL_SCHED_CHAIN_MAX], nb = 0, most = 0;
+
+    if (c->room.one_epoch[m] == c->room.epoch && c->room.one_ver[m] == c->room.ver[s]) {
+        best = c->room.one_node[m];
+    } else {
+        /* the nodes here first, then the child switches: tree order, so on a tie the one
+         * found first stays */
+        for (int i = 0; i < sw->nnodes; i++) {
+            int n = sw->nodes[i];
+            most = SHOAL_MAX(most, c->cap[n]);
+            if (c->cap[n] >= k && (best < 0 || shoal_sched_room_cmp(&c->cap[n], 1, bchain,
+                                                                    nb) < 0)) {
+                best = n;
+                bchain[0] = c->cap[n];
+                nb = 1;
+            }
+        }
+        for (int i = 0; i < sw->nkids; i++) {
+            int t = sw->kids[i], tchain[SHOAL_SCHED_CHAIN_MAX], nt;
+            most = SHOAL_MAX(most, c->room.node_max[t]);
+            if (c->room.node_max[t] < k) {
+                continue;
+            }
+            int n = shoal_sched_one_host(c, t, k, tchain + 1, &nt);
+            tchain[0] = c->cap[c->nnodes + t];
+            if (n >= 0 && (best < 0 || shoal_sched_room_cmp(tchain, nt + 1, bchain, nb) < 0)) {
+                best = n;
+                memcpy(bchain, tchain, sizeof(int) * (size_t)(nt + 1));
+                nb = nt + 1;
+            }
+        }
+        c->room.node_max[s] = most; /* the bound from the children's, tighter */
+        c->room.one_node[m] = best;
+        c->room.one_ver[m] = c->room.ver[s];
+        c->room.one_epoch[m] = c->room.epoch;
+    }
+    /* the room chain below s, for the caller's comparison: rebuilt from the host up */
+    *nchain = 0;
+    if (best >= 0) {
+        int tmp[SHOAL_SCHED_CHAIN_MAX], nt = 0;
+        tmp[nt++] = c->cap[best];
+        for (int x = c->nodes[best].leaf; x != s; x = c->sw[x].parent) {
+            tmp[nt++] = c->cap[c->nnodes + x];
+        }
+        for (int i = 0; i < nt; i++) {
+            chain[i] = tmp[nt - 1 - i];
+        }
+        *nchain = nt;
+    }
+    return best;
 }
 
 /* Which children give k ranks (kids sorted by room, largest first): the fewest of them, the
@@ -290,7 +395,6 @@ static double shoal_sched_level_floor(const shoal_sched_cluster_t *c, int level)
 }
 
 /* The best placement so far: its hosts and ranks per host (copied out of c->take). */
-#define SHOAL_SCHED_CHAIN_MAX 16
 typedef struct {
     int *hosts, *take, *scratch;
     char *leaf_ok;
@@ -442,19 +546,136 @@ static int shoal_sched_try_subsets(shoal_sched_cluster_t *c, shoal_sched_best_t 
     return 0;
 }
 
-static void shoal_sched_best_free(shoal_sched_best_t *b)
+/* Switch s as the top of a job of k ranks: every shape of it, into b. */
+static int shoal_sched_try_top(shoal_sched_cluster_t *c, shoal_sched_best_t *b, int s, int k)
 {
-    free(b->hosts);
-    free(b->take);
-    free(b->scratch);
-    free(b->leaf_ok);
+    int id = c->nnodes + s;
+    /* under a switch of nodes only, the fewest children are the fewest hosts */
+    int shapes = c->sw[s].nkids > 0 ? 3 : 1;
+
+    for (int shape = 0; shape < shapes; shape++) {
+        if (shoal_sched_take_shape(c, id, k, b->scratch, shape, b->leaf_ok) != 0) {
+            return -1;
+        }
+        shoal_sched_consider(c, b, id, c->sw[s].level);
+    }
+    return shapes > 1 ? shoal_sched_try_subsets(c, b, s, k) : 0;
+}
+
+/* The memo of (k, level) in switch x's set: its own, else one gone stale, else one by hash. */
+static struct shoal_sched_top_memo *shoal_sched_top_way(const shoal_sched_cluster_t *c,
+                                                        struct shoal_sched_top_memo *set, int x,
+                                                        int level, int k)
+{
+    struct shoal_sched_top_memo *stale = NULL;
+
+    for (int w = 0; w < SHOAL_SCHED_TOP_WAYS; w++) {
+        if (set[w].k == k && set[w].level == level) {
+            return &set[w];
+        }
+        if (stale == NULL && (set[w].epoch != c->room.epoch || set[w].ver != c->room.ver[x])) {
+            stale = &set[w];
+        }
+    }
+    return stale != NULL ? stale
+                         : &set[((unsigned)k * 7u + (unsigned)level) % SHOAL_SCHED_TOP_WAYS];
+}
+
+/* The top at this level under switch x that the search over every switch of the level would
+ * keep (shoal_sched_consider: the cheapest ring, then the least room at every level from the
+ * top, then the tree order): its switch, or -1, its ring's cost and first host's order, and
+ * its room chain below x's parent. Kept per switch for a few (k, level) pairs until room
+ * under it changes, so a job evaluates the switches whose room changed, not every one.
+ * tmp: scratch for one switch's shapes. */
+static int shoal_sched_best_top(shoal_sched_cluster_t *c, shoal_sched_best_t *tmp, int x,
+                                int level, int k, struct shoal_sched_top_memo *out, int *chain,
+                                int *nchain)
+{
+    const shoal_sched_switch_t *sw = &c->sw[x];
+    struct shoal_sched_top_memo *set = &c->room.top[(size_t)x * SHOAL_SCHED_TOP_WAYS], *m;
+
+    m = shoal_sched_top_way(c, set, x, level, k);
+    if (m->epoch != c->room.epoch || m->ver != c->room.ver[x] || m->k != k ||
+        m->level != level) {
+        struct shoal_sched_top_memo r = {.epoch = c->room.epoch, .ver = c->room.ver[x],
+                                         .k = k, .level = level, .top = -1};
+        if (sw->level == level) {
+            tmp->found = 0;
+            if (shoal_sched_try_top(c, tmp, x, k) != 0) {
+                return -1;
+            }
+            if (tmp->found) {
+                r.top = x;
+                r.cost = tmp->cost;
+                r.order = tmp->order;
+            }
+        } else {
+            int rchain[SHOAL_SCHED_CHAIN_MAX], nr = 0;
+            for (int i = 0; i < sw->nkids; i++) {
+                int t = sw->kids[i], tchain[SHOAL_SCHED_CHAIN_MAX], nt;
+                struct shoal_sched_top_memo tr;
+                if (c->sw[t].level < level || c->cap[c->nnodes + t] < k) {
+                    continue;
+                }
+                if (shoal_sched_best_top(c, tmp, t, level, k, &tr, tchain, &nt) != 0) {
+                    return -1;
+                }
+                if (tr.top < 0) {
+                    continue;
+                }
+                int room = r.top < 0 ? 0 : shoal_sched_room_cmp(tchain, nt, rchain, nr);
+                if (r.top < 0 || tr.cost < r.cost ||
+                    (tr.cost == r.cost && (room < 0 || (room == 0 && tr.order < r.order)))) {
+                    r.top = tr.top;
+                    r.cost = tr.cost;
+                    r.order = tr.order;
+                    memcpy(rchain, tchain, sizeof(int) * (size_t)nt);
+                    nr = nt;
+                }
+            }
+        }
+        *m = r;
+    }
+    *out = *m;
+    /* the room chain from x down to the top, rebuilt from the top up */
+    *nchain = 0;
+    if (m->top >= 0) {
+        int tmpc[SHOAL_SCHED_CHAIN_MAX], n = 0;
+        for (int s = m->top;; s = c->sw[s].parent) {
+            tmpc[n++] = c->cap[c->nnodes + s];
+            if (s == x) {
+                break;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            chain[i] = tmpc[n - 1 - i];
+        }
+        *nchain = n;
+    }
+    return 0;
+}
+
+/* A best-so-far on the cluster's scratch (c->room.buf), slot 0 or 1: allocated with the
+ * tree, since a job's placement that mapped and zeroed fresh pages for it spent more time in
+ * the kernel than in the search. */
+static void shoal_sched_best_init(const shoal_sched_cluster_t *c, shoal_sched_best_t *b,
+                                  int slot)
+{
+    size_t n = (size_t)c->nnodes;
+    memset(b, 0, sizeof(*b));
+    b->hosts = c->room.buf + (size_t)slot * 3 * n;
+    b->take = b->hosts + n;
+    b->scratch = b->take + n;
+    b->leaf_ok = c->room.leaf_buf + (size_t)slot * ((size_t)c->nsw + 1);
 }
 
 int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
                       shoal_sched_place_info_t *info)
 {
     int k = j->ranks, rc;
-    shoal_sched_best_t b = {0};
+    /* each host and switch as the top is searched only where the room chain is whole */
+    int fast = c->maxlevel < SHOAL_SCHED_CHAIN_MAX && !c->room.exhaustive;
+    shoal_sched_best_t b, tmp;
 
     if (c->free_gpus < k) {
         return 0; /* the quick answer for most jobs that wait */
@@ -463,46 +684,49 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
     if (c->cap[c->nnodes + c->root] < k) {
         return 0;
     }
-    b.hosts = malloc(sizeof(int) * (size_t)c->nnodes);
-    b.take = malloc(sizeof(int) * (size_t)c->nnodes);
-    b.scratch = malloc(sizeof(int) * (size_t)c->nnodes);
-    b.leaf_ok = malloc((size_t)c->nsw + 1);
-    if (b.hosts == NULL || b.take == NULL || b.scratch == NULL || b.leaf_ok == NULL) {
-        shoal_sched_best_free(&b);
-        return SHOAL_ERR_NO_MEMORY;
-    }
+    shoal_sched_best_init(c, &b, 0);
+    shoal_sched_best_init(c, &tmp, 1);
     /* one node: the tightest, in the tightest switches */
-    for (int i = 0; i < c->nnodes; i++) {
-        if (c->cap[i] >= k) {
-            c->take[i] = k;
-            shoal_sched_consider(c, &b, i, 0);
+    if (fast) {
+        int chain[SHOAL_SCHED_CHAIN_MAX], nchain;
+        int n = k <= c->room.gpus_max && c->room.node_max[c->root] >= k
+                    ? shoal_sched_one_host(c, c->root, k, chain, &nchain)
+                    : -1;
+        if (n >= 0) {
+            c->take[n] = k;
+            shoal_sched_consider(c, &b, n, 0);
+        }
+    } else {
+        for (int i = 0; i < c->nnodes; i++) {
+            if (c->cap[i] >= k) {
+                c->take[i] = k;
+                shoal_sched_consider(c, &b, i, 0);
+            }
         }
     }
-    for (int level = 1; level <= c->maxlevel &&
+    rc = 0;
+    for (int level = 1; rc == 0 && level <= c->maxlevel &&
                         (!b.found || b.cost > shoal_sched_level_floor(c, level));
          level++) {
-        for (int s = 0; s < c->nsw; s++) {
-            int id = c->nnodes + s;
-            if (c->sw[s].level != level || c->cap[id] < k) {
-                continue;
+        if (fast) {
+            struct shoal_sched_top_memo top;
+            int chain[SHOAL_SCHED_CHAIN_MAX], nchain;
+            rc = shoal_sched_best_top(c, &tmp, c->root, level, k, &top, chain, &nchain);
+            if (rc == 0 && top.top >= 0) {
+                rc = shoal_sched_try_top(c, &b, top.top, k);
             }
-            /* under a switch of nodes only, the fewest children are the fewest hosts */
-            int shapes = c->sw[s].nkids > 0 ? 3 : 1;
-            for (int shape = 0; shape < shapes; shape++) {
-                if (shoal_sched_take_shape(c, id, k, b.scratch, shape, b.leaf_ok) != 0) {
-                    shoal_sched_best_free(&b);
-                    return SHOAL_ERR_NO_MEMORY;
-                }
-                shoal_sched_consider(c, &b, id, level);
-            }
-            if (shapes > 1 && shoal_sched_try_subsets(c, &b, s, k) != 0) {
-                shoal_sched_best_free(&b);
-                return SHOAL_ERR_NO_MEMORY;
+            continue;
+        }
+        for (int s = 0; rc == 0 && s < c->nsw; s++) {
+            if (c->sw[s].level == level && c->cap[c->nnodes + s] >= k) {
+                rc = shoal_sched_try_top(c, &b, s, k);
             }
         }
     }
+    if (rc != 0) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
     if (!b.found) {
-        shoal_sched_best_free(&b);
         return 0;
     }
     for (int i = 0; i < b.nh; i++) {
@@ -514,9 +738,7 @@ int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *j,
             .nhosts = b.nh, .cost = b.cost, .free_under_top = b.cap,
         };
     }
-    rc = shoal_sched_assign(c, j, b.hosts, b.nh);
-    shoal_sched_best_free(&b);
-    return rc;
+    return shoal_sched_assign(c, j, b.hosts, b.nh);
 }
 
 int shoal_sched_place_first_fit(shoal_sched_cluster_t *c, shoal_sched_job_t *j)

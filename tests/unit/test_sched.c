@@ -1267,6 +1267,162 @@ static void shoal_ts_many_names(void)
     free(jobs);
 }
 
+/* ---- the kept search against every host and switch ------------------------------------ */
+
+typedef struct {
+    FILE *conf, *topo;
+    int nodes, sws;
+    uint64_t *s;
+} shoal_ts_gen_t;
+
+static void shoal_ts_gen_node(shoal_ts_gen_t *g, FILE *list, int *listed)
+{
+    /* one draw per statement: the order of a call's arguments is the compiler's */
+    int n = g->nodes++, cpus = 4 + (int)(shoal_sched_rand(g->s) % 29);
+    int mem = 1000 + (int)(shoal_sched_rand(g->s) % 8000);
+    int gpus = 1 + (int)(shoal_sched_rand(g->s) % 8);
+    fprintf(g->conf, "NodeName=h%d CPUs=%d RealMemory=%d Gres=gpu:%d\n", n, cpus, mem, gpus);
+    fprintf(list, "%sh%d", *listed ? "," : "", n);
+    *listed = 1;
+}
+
+/* A switch of this level (1: hosts only; above: 1..3 children of lower levels, the first a
+ * level below, and sometimes a host of its own); returns its number. */
+static int shoal_ts_gen_switch(shoal_ts_gen_t *g, int level)
+{
+    char *nodes = NULL, *kids = NULL;
+    size_t nlen = 0, klen = 0;
+    FILE *nl = open_memstream(&nodes, &nlen), *kl = open_memstream(&kids, &klen);
+    int me, listed = 0;
+
+    if (level == 1) {
+        for (int i = 0, n = 1 + (int)(shoal_sched_rand(g->s) % 5); i < n; i++) {
+            shoal_ts_gen_node(g, nl, &listed);
+        }
+    } else {
+        for (int i = 0, n = 1 + (int)(shoal_sched_rand(g->s) % 3); i < n; i++) {
+            int l = i == 0 ? level - 1
+                           : 1 + (int)(shoal_sched_rand(g->s) % (uint64_t)(level - 1));
+            fprintf(kl, "%ss%d", i > 0 ? "," : "", shoal_ts_gen_switch(g, l));
+        }
+        if (shoal_sched_rand(g->s) % 4 == 0) {
+            shoal_ts_gen_node(g, nl, &listed);
+        }
+    }
+    fclose(nl);
+    fclose(kl);
+    me = g->sws++;
+    fprintf(g->topo, "SwitchName=s%d%s%s%s%s\n", me, nlen > 0 ? " Nodes=" : "", nodes,
+            klen > 0 ? " Switches=" : "", kids);
+    free(nodes);
+    free(kids);
+    return me;
+}
+
+/* Placement keeps, per switch, its answer for a job size until room under the switch changes,
+ * and updates room only for the nodes changed (c->room). Against the search over every host
+ * and switch (room.exhaustive), on random trees of 1..4 levels, hosts of 1..8 GPUs whose CPUs
+ * and memory bind, and jobs placed, released and refused in random order: every placement the
+ * same, host for host and GPU for GPU. */
+static void shoal_ts_kept_search(void)
+{
+    uint64_t s = 99;
+    int instances = 400, compared = 0, placed = 0, differ = 0, multi = 0, built = 0;
+
+    for (int it = 0; it < instances; it++) {
+        shoal_sched_cluster_t c[2];
+        shoal_sched_queue_t q[2];
+        char *conf = NULL, *topo = NULL;
+        size_t clen = 0, tlen = 0;
+        shoal_ts_gen_t g = {.conf = open_memstream(&conf, &clen),
+                            .topo = open_memstream(&topo, &tlen), .s = &s};
+        int ok = 1, gpus_total = 0;
+
+        shoal_ts_gen_switch(&g, 1 + (int)(shoal_sched_rand(&s) % 4));
+        fclose(g.conf);
+        fclose(g.topo);
+        for (int v = 0; v < 2; v++) {
+            memset(&c[v], 0, sizeof(c[v]));
+            memset(&q[v], 0, sizeof(q[v]));
+            ok &= shoal_sched_slurm_conf_parse(conf, "rand", &c[v]) == SHOAL_OK &&
+                  shoal_sched_topology_parse(topo, "rand", &c[v]) == SHOAL_OK &&
+                  shoal_sched_cluster_finish(&c[v]) == SHOAL_OK &&
+                  shoal_sched_tenant_get(&q[v], "t") == 0;
+            c[v].room.exhaustive = v;
+        }
+        built += ok;
+        for (int n = 0; ok && n < c[0].nnodes; n++) {
+            gpus_total += c[0].nodes[n].gpus;
+            for (int gi = 0; gi < c[0].nodes[n].gpus; gi++) {
+                if (shoal_sched_rand(&s) % 4 == 0) {
+                    shoal_sched_node_gpu_set(&c[0], n, gi, 1);
+                    shoal_sched_node_gpu_set(&c[1], n, gi, 1);
+                }
+            }
+        }
+        for (int op = 0; ok && op < 60; op++) {
+            if (q[0].njobs > 0 && shoal_sched_rand(&s) % 3 == 0) {
+                int ji = (int)(shoal_sched_rand(&s) % (uint64_t)q[0].njobs);
+                if (q[0].jobs[ji].state == SHOAL_SCHED_RUNNING) {
+                    shoal_sched_job_release(&c[0], &q[0], &q[0].jobs[ji]);
+                    shoal_sched_job_release(&c[1], &q[1], &q[1].jobs[ji]);
+                }
+                continue;
+            }
+            uint64_t most = shoal_sched_rand(&s) % 2 == 0 ? 8 : (uint64_t)(gpus_total / 2 + 1);
+            int ranks = 1 + (int)(shoal_sched_rand(&s) % most);
+            int cpus = (int)(shoal_sched_rand(&s) % 3) * 2;
+            long mem = (long)(shoal_sched_rand(&s) % 2) * 1500;
+            shoal_sched_place_info_t info[2];
+            shoal_sched_job_t *j[2];
+            int rc[2];
+            for (int v = 0; v < 2; v++) {
+                j[v] = shoal_sched_job_new(&q[v]);
+                j[v]->ranks = ranks;
+                j[v]->cpus = cpus;
+                j[v]->mem_mb = mem;
+                memset(&info[v], 0, sizeof(info[v]));
+                rc[v] = shoal_sched_place(&c[v], j[v], &info[v]);
+            }
+            int same = rc[0] == rc[1];
+            if (same && rc[0] == 1) {
+                same = info[0].level == info[1].level && info[0].top == info[1].top &&
+                       info[0].nhosts == info[1].nhosts && info[0].cost == info[1].cost &&
+                       info[0].free_under_top == info[1].free_under_top;
+                for (int r = 0; same && r < ranks; r++) {
+                    same = j[0]->node_of[r] == j[1]->node_of[r] &&
+                           j[0]->gpu_of[r] == j[1]->gpu_of[r];
+                }
+                placed++;
+                multi += info[0].nhosts > 1;
+            }
+            compared++;
+            if (!same && differ++ < 3) {
+                tap_diag("instance %d op %d: %d ranks (cpus %d, mem %ld): rc %d/%d, level %d/%d, "
+                         "top %d/%d, hosts %d/%d", it, op, ranks, cpus, mem, rc[0], rc[1],
+                         info[0].level, info[1].level, info[0].top, info[1].top,
+                         info[0].nhosts, info[1].nhosts);
+            }
+            if (rc[0] == 1 && rc[1] == 1) {
+                shoal_sched_job_apply(&c[0], &q[0], j[0]);
+                shoal_sched_job_apply(&c[1], &q[1], j[1]);
+            }
+        }
+        for (int v = 0; v < 2; v++) {
+            shoal_sched_queue_free(&q[v]);
+            shoal_sched_cluster_free(&c[v]);
+        }
+        free(conf);
+        free(topo);
+    }
+    tap_is_int(built, instances, "kept search: %d random trees build", instances);
+    tap_ok(placed > compared / 5 && multi > placed / 5,
+           "kept search: %d jobs, %d placed, %d of them on several hosts", compared, placed,
+           multi);
+    tap_is_int(differ, 0, "kept search: every placement the same as the search over every host "
+               "and switch (hosts, GPUs, level, top, cost)");
+}
+
 int main(void)
 {
     shoal_ts_parse_and_output();
@@ -1280,5 +1436,6 @@ int main(void)
     shoal_ts_usage_csv();
     shoal_ts_mem_units();
     shoal_ts_many_names();
+    shoal_ts_kept_search();
     return tap_done();
 }
