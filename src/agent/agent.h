@@ -86,6 +86,9 @@ typedef struct {
     int rejoin_wait_ms;                    /* a job with a page still to register again waits
                                             * at most this */
     const char *master_key_file;           /* derive tenant keys from the provider master */
+    const char *provider_token_file;       /* bearer token of the provider's /metrics view */
+    char provider_token[SHOALD_TOKEN_MAX];
+    size_t provider_token_len;             /* 0: that view is open to whoever reaches it */
     int export_ranks;                      /* per-rank series on /metrics */
     int allow_uncredentialed;              /* accept pages with no credential and no tenant */
     unsigned abuse_max_refused;            /* refusals per minute that flag a tenant or uid */

@@ -61,6 +61,11 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .offset = offsetof(shoald_config_t, master_key_file),
      .doc = "provider master key (32 raw bytes): tenant keys are derived from it for tenants "
             "without tenant.NAME.key_file"},
+    {.name = "provider_token_file", .dflt = "", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, provider_token_file),
+     .doc = "bearer token (16..127 bytes, a file of mode 0600) that the provider's view "
+            "/metrics, every tenant's jobs, asks for; empty: that view is open to whoever "
+            "reaches the http address, on loopback every local user (said at start)"},
     {.name = "export_ranks", .dflt = "no", .type = SHOAL_CFG_BOOL,
      .offset = offsetof(shoald_config_t, export_ranks),
      .doc = "also export per-rank series (label rank); off by default to bound cardinality"},
@@ -189,6 +194,28 @@ static shoal_status_t shoald_file_read(const char *path, uint8_t *buf, size_t ma
     if (loose)
         fprintf(stderr, "shoald: warning: secret file %s may be read by group or others: "
                 "chmod 600 it\n", path);
+    return SHOAL_OK;
+}
+
+/* A bearer token: the file's first line, trailing white space cut, at least 16 bytes. */
+static shoal_status_t shoald_token_read(const char *path, char token[SHOALD_TOKEN_MAX],
+                                        size_t *len_p, const char *whose)
+{
+    size_t len;
+
+    if (shoald_file_read(path, (uint8_t *)token, SHOALD_TOKEN_MAX - 1, &len, 0) != SHOAL_OK)
+        return SHOAL_ERR_INVALID_ARG;
+    while (len > 0 && isspace((unsigned char)token[len - 1]))
+        len--;
+    token[len] = '\0';
+    *len_p = len;
+    if (len < 16) {
+        fprintf(stderr, "shoald: the scrape token of %s (%s) is shorter than 16 bytes\n", whose,
+                path);
+        shoal_secret_wipe(token, SHOALD_TOKEN_MAX);
+        *len_p = 0;
+        return SHOAL_ERR_INVALID_ARG;
+    }
     return SHOAL_OK;
 }
 
@@ -358,7 +385,6 @@ static int shoald_cfg_set(shoald_config_t *cfg, const char *key, const char *val
 static shoal_status_t shoald_cfg_tenants_load(shoald_config_t *cfg)
 {
     shoald_tenant_t *t;
-    size_t len;
 
     for (t = cfg->tenants; t != NULL; t = t->next) {
         if (t->key_file != NULL && t->key_file[0] != '\0') {
@@ -376,18 +402,10 @@ static shoal_status_t shoald_cfg_tenants_load(shoald_config_t *cfg)
             return SHOAL_ERR_INVALID_ARG;
         }
         if (t->token_file != NULL && t->token_file[0] != '\0') {
-            if (shoald_file_read(t->token_file, (uint8_t *)t->token, sizeof(t->token) - 1, &len,
-                                 0) != SHOAL_OK)
+            char whose[SHOALD_NAME_MAX + 8];
+            snprintf(whose, sizeof(whose), "tenant %s", t->name);
+            if (shoald_token_read(t->token_file, t->token, &t->token_len, whose) != SHOAL_OK)
                 return SHOAL_ERR_INVALID_ARG;
-            while (len > 0 && isspace((unsigned char)t->token[len - 1]))
-                len--;
-            t->token[len] = '\0';
-            t->token_len = len;
-            if (len < 16) {
-                fprintf(stderr, "shoald: the scrape token of tenant %s is shorter than 16 "
-                        "bytes\n", t->name);
-                return SHOAL_ERR_INVALID_ARG;
-            }
         }
     }
     return SHOAL_OK;
@@ -523,6 +541,10 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
             return SHOAL_ERR_INVALID_ARG;
         cfg->have_ledger_key = 1;
     }
+    if (cfg->provider_token_file != NULL && cfg->provider_token_file[0] != '\0' &&
+        shoald_token_read(cfg->provider_token_file, cfg->provider_token,
+                          &cfg->provider_token_len, "the provider") != SHOAL_OK)
+        return SHOAL_ERR_INVALID_ARG;
     if (cfg->ledger_url != NULL && strcmp(cfg->ledger_url, "none") != 0 &&
         !cfg->have_ledger_key) {
         fprintf(stderr, "shoald: a ledger (%s) needs ledger_key_file\n", cfg->ledger_url);
@@ -547,4 +569,6 @@ void shoald_config_free(shoald_config_t *cfg)
     cfg->tenants = NULL;
     shoal_secret_wipe(cfg->master, sizeof(cfg->master));
     shoal_secret_wipe(cfg->ledger_key, sizeof(cfg->ledger_key));
+    shoal_secret_wipe(cfg->provider_token, sizeof(cfg->provider_token));
+    cfg->provider_token_len = 0;
 }

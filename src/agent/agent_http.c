@@ -1,7 +1,8 @@
 /* shoald: the HTTP endpoint, served by libmicrohttpd in the agent's own epoll loop (MHD's epoll
  * fd is one more fd of the loop; MHD_run never blocks), so a slow or garbage HTTP client costs
  * a connection slot until MHD's timeout, never the registration socket.
- *   GET /metrics                    the provider's view (every tenant, the agent's series)
+ *   GET /metrics                    the provider's view (every tenant, the agent's series);
+ *                                   with provider_token_file, needs that bearer token
  *   GET /metrics?tenant=T           tenant T's jobs only; needs "Authorization: Bearer TOKEN"
  *                                   with T's tenant.T.scrape_token_file
  * Anything else: 404 (or 405 for another method), with a sentence.
@@ -143,20 +144,28 @@ static enum MHD_Result shoald_http_error(struct MHD_Connection *c, unsigned code
     return shoald_http_send(c, code, "text/plain; charset=utf-8", (char *)msg, strlen(msg), 0);
 }
 
-/* The tenant view's token: constant-time compare; an unknown tenant and a wrong token get the
- * same answer (no way to probe tenant names). */
-static int shoald_http_tenant_ok(shoald_http_t *h, struct MHD_Connection *c, const char *name)
+/* The request's bearer token against token: constant-time compare; no token configured
+ * (len 0) never matches. */
+static int shoald_http_bearer_ok(struct MHD_Connection *c, const char *token, size_t token_len)
 {
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
-    shoald_tenant_t *t = shoald_config_tenant(h->a->cfg, name);
     size_t len;
 
-    if (t == NULL || t->token_len == 0 || auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+    if (token_len == 0 || auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
         return 0;
     auth += 7;
     len = strlen(auth);
-    return len == t->token_len && shoal_memeq_ct(auth, t->token, len);
+    return len == token_len && shoal_memeq_ct(auth, token, len);
+}
+
+/* The tenant view's token: an unknown tenant and a wrong token get the same answer (no way to
+ * probe tenant names). */
+static int shoald_http_tenant_ok(shoald_http_t *h, struct MHD_Connection *c, const char *name)
+{
+    shoald_tenant_t *t = shoald_config_tenant(h->a->cfg, name);
+
+    return t != NULL && shoald_http_bearer_ok(c, t->token, t->token_len);
 }
 
 static enum MHD_Result shoald_http_handler(void *cls, struct MHD_Connection *c,
@@ -182,6 +191,13 @@ static enum MHD_Result shoald_http_handler(void *cls, struct MHD_Connection *c,
     if (tenant != NULL && !shoald_http_tenant_ok(h, c, tenant))
         return shoald_http_error(c, MHD_HTTP_UNAUTHORIZED,
                                  "the tenant view needs the tenant's bearer token\n");
+    /* the provider's view names every tenant's jobs: behind its own token when one is set */
+    if (tenant == NULL && h->a->cfg->provider_token_len > 0 &&
+        !shoald_http_bearer_ok(c, h->a->cfg->provider_token, h->a->cfg->provider_token_len))
+        return shoald_http_error(c, MHD_HTTP_UNAUTHORIZED,
+                                 "the provider view needs the provider's bearer token "
+                                 "(provider_token_file); a tenant asks for "
+                                 "/metrics?tenant=NAME with its own\n");
     shoald_prom_render(h->a, tenant, &t);
     if (t.oom) {
         free(t.buf);

@@ -249,6 +249,10 @@ int main(int argc, char **argv)
     if (cfg.http != NULL) {
         if (shoald_http_start(&a, cfg.http, &http, &port) != SHOAL_OK)
             goto out;
+        if (cfg.provider_token_len == 0)
+            shoal_warn(METER, "http: /metrics serves every tenant's job names and counts to "
+                       "whoever reaches %s (on loopback, every local user): set "
+                       "provider_token_file to ask for a token", cfg.http);
         ev.data.ptr = &http_tag;
         if (epoll_ctl(epfd, EPOLL_CTL_ADD, shoald_http_fd(http), &ev) != 0) {
             shoal_error(METER, "epoll_ctl(http): %s", strerror(errno));

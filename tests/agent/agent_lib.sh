@@ -145,7 +145,8 @@ base_conf() { # base_conf FILE [extra lines...]
 }
 
 # A real Prometheus server scraping the agent ($HTTP) every second, on a free loopback port
-# ($PPORT; five tries), data in $T; killed at exit with the test's other processes.
+# ($PPORT; five tries), data in $T; killed at exit with the test's other processes. With
+# PROM_TOKEN_FILE set, it sends that bearer token (provider_token_file).
 start_prometheus() {
     try=0
     while [ $try -lt 5 ]; do
@@ -159,6 +160,10 @@ scrape_configs:
     static_configs:
       - targets: ['$HTTP']
 EOF
+        if [ -n "${PROM_TOKEN_FILE:-}" ]; then
+            echo "    authorization: {type: Bearer, credentials_file: '$PROM_TOKEN_FILE'}" \
+                >>"$T/prom.yml"
+        fi
         rm -rf "$T/prom-data"
         prometheus --config.file="$T/prom.yml" --storage.tsdb.path="$T/prom-data" \
             --web.listen-address="127.0.0.1:$PPORT" --log.level=warn >"$T/prom.log" 2>&1 &

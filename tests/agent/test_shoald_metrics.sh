@@ -13,6 +13,9 @@ make_keys || { echo "1..0 # SKIP cannot make keys"; exit 0; }
 base_conf "$T/conf" "export_ranks=yes"
 start_agent "$T/conf"
 ok $? "the agent starts" "$T/agent.log"
+grep -q "WARN.*http: /metrics serves every tenant's job names .* set provider_token_file" \
+    "$T/agent.log"
+ok $? "without provider_token_file it warns that the provider view is open" "$T/agent.log"
 
 # client NAME ARGS...: a rank held for 120 s in the background (killed by the test), output
 # in $T/NAME.out; waits until the agent answered it.
@@ -216,23 +219,66 @@ code=$(scrape "/metrics?tenant=beta" -H "Authorization: Bearer beta-scrape-token
 ok $? "beta's view does not" "$T/scrape"
 
 # A real Prometheus server scrapes the agent; its HTTP API answers the same totals.
-if ! command -v prometheus >/dev/null 2>&1; then
+HAVE_PROM=0
+command -v prometheus >/dev/null 2>&1 && HAVE_PROM=1
+if [ $HAVE_PROM -eq 0 ]; then
     skip_rest 4 "prometheus not installed (Debian: prometheus)"
-    stop_agent
-    done_testing
-    exit $?
+else
+    start_prometheus
+    ok $? "a Prometheus server starts on loopback (port $PPORT)" "$T/prom.log"
+    Q1="shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"train\",collective=\"allreduce\"}"
+    Q2="sum(shoal_payload_bytes_total{tenant=\"acme\",shoal_job=\"train\",direction=\"sent\"})"
+    i=0
+    while [ $i -lt 150 ] && [ "$(promq "$Q1")" != 200 ]; do sleep 0.2; i=$((i + 1)); done
+    is "$(promq "$Q1")" 200 "Prometheus's API answers the allreduce calls of acme/train"
+    is "$(promq "$Q2")" 128224809 "and the payload bytes it sent (all transports, cuda_ipc and nccl too)"
+    is "$(promq 'up{job="shoald"}')" 1 "the target is up (its job label is Prometheus's own)"
+    kill "$PROM_PID" 2>/dev/null
+    wait "$PROM_PID" 2>/dev/null
 fi
-start_prometheus
-ok $? "a Prometheus server starts on loopback (port $PPORT)" "$T/prom.log"
-Q1="shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"train\",collective=\"allreduce\"}"
-Q2="sum(shoal_payload_bytes_total{tenant=\"acme\",shoal_job=\"train\",direction=\"sent\"})"
-i=0
-while [ $i -lt 150 ] && [ "$(promq "$Q1")" != 200 ]; do sleep 0.2; i=$((i + 1)); done
-is "$(promq "$Q1")" 200 "Prometheus's API answers the allreduce calls of acme/train"
-is "$(promq "$Q2")" 128224809 "and the payload bytes it sent (all transports, cuda_ipc and nccl too)"
-is "$(promq 'up{job="shoald"}')" 1 "the target is up (its job label is Prometheus's own)"
-kill "$PROM_PID" 2>/dev/null
-wait "$PROM_PID" 2>/dev/null
+stop_agent
 
+# The provider's view behind its own bearer token (provider_token_file): every local user
+# reaches loopback, and the view names every tenant's jobs.
+PTOKEN=provider-scrape-token-0123456789
+printf '%s\n' "$PTOKEN" >"$T/provider.token"
+printf 'short\n' >"$T/short.token"
+chmod 600 "$T/provider.token" "$T/short.token"
+base_conf "$T/conf_short" "provider_token_file=$T/short.token"
+timeout -s KILL 20 "$SHOALD" -c "$T/conf_short" --ready-file "$T/ready_short" >"$T/short.out" 2>&1
+is "$?:$(grep -c 'scrape token of the provider (.*short.token) is shorter than 16 bytes' \
+    "$T/short.out")" "1:1" "a provider token under 16 bytes is a config error naming the file"
+base_conf "$T/conf_p" "provider_token_file=$T/provider.token"
+start_agent "$T/conf_p"
+ok $? "an agent with provider_token_file starts" "$T/agent.log"
+is "$(grep -c "set provider_token_file" "$T/agent.log")" 1 \
+    "and does not warn (the one warning in the log is the first agent's)"
+client p0 --tenant acme --job ptrain --cred "$(cred acme ptrain)" --ngpus 1 --set ops:0=4
+ok $? "a rank of acme/ptrain registered" "$T/p0.out"
+is "$(scrape)" 401 "the provider view without a token: 401"
+grep -q "provider_token_file" "$T/scrape"
+ok $? "the answer names provider_token_file" "$T/scrape"
+is "$(scrape /metrics -H "Authorization: Bearer acme-scrape-token-0123456789")" 401 \
+    "a tenant's token does not open the provider view"
+is "$(scrape /metrics -H "Authorization: Bearer ${PTOKEN}x")" 401 "nor a longer token"
+PL='shoal_collective_ops_total{tenant="acme",shoal_job="ptrain",collective="allreduce"}'
+is "$(scrape /metrics -H "Authorization: Bearer $PTOKEN"):$(metric "$PL")" "200:4" \
+    "the provider's token opens it: acme/ptrain's 4 allreduce calls"
+is "$(scrape "/metrics?tenant=acme" \
+    -H "Authorization: Bearer acme-scrape-token-0123456789"):$(metric "$PL")" "200:4" \
+    "the tenant's view still takes the tenant's token"
+if [ $HAVE_PROM -eq 0 ]; then
+    skip_rest 2 "prometheus not installed (Debian: prometheus)"
+else
+    PROM_TOKEN_FILE="$T/provider.token" start_prometheus
+    ok $? "a Prometheus server with the provider's token file starts (port $PPORT)" "$T/prom.log"
+    i=0
+    while [ $i -lt 150 ] && [ "$(promq "$PL")" != 4 ]; do sleep 0.2; i=$((i + 1)); done
+    is "$(promq "$PL"):$(promq 'up{job="shoald"}')" "4:1" \
+        "Prometheus scrapes it with authorization: credentials_file (the value, target up)"
+    kill "$PROM_PID" 2>/dev/null
+    wait "$PROM_PID" 2>/dev/null
+fi
+kill "$PID_p0" 2>/dev/null
 stop_agent
 done_testing
