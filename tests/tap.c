@@ -4,8 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 static int tap_n;
 static int tap_failed;
@@ -192,4 +196,42 @@ uint64_t tap_run_delay_ns(void)
     }
     fclose(f);
     return waited;
+}
+
+int tap_fds_exhaust(tap_fds_t *f)
+{
+    struct rlimit rl;
+    int fd;
+
+    f->n = 0;
+    f->lowered = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 256) {
+        f->soft = (unsigned long long)rl.rlim_cur;
+        rl.rlim_cur = 256;
+        f->lowered = setrlimit(RLIMIT_NOFILE, &rl) == 0;
+    }
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    while (fd >= 0 && f->n < (int)(sizeof(f->fds) / sizeof(f->fds[0]))) {
+        f->fds[f->n++] = fd;
+        fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    }
+    if (fd >= 0) {
+        close(fd); /* the array is full: not out of them after all */
+        return 0;
+    }
+    return errno == EMFILE;
+}
+
+void tap_fds_restore(tap_fds_t *f)
+{
+    struct rlimit rl;
+
+    while (f->n > 0) {
+        close(f->fds[--f->n]);
+    }
+    if (f->lowered && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = (rlim_t)f->soft;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    f->lowered = 0;
 }

@@ -17,6 +17,18 @@ void tap_skip_all(const char *reason);    /* "1..0 # SKIP reason" and nothing el
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tap_bail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tap_done(void);
+/* Uses up the process's file descriptors, as a process out of them is: the soft limit goes
+ * down to 256 first (a limit of a million would take a million dups), then /dev/null is
+ * opened and dup'ed until that fails (fd 0 may be closed under a harness). Returns 1 when the
+ * process is out of them (EMFILE); tap_fds_restore closes them and puts the limit back. */
+typedef struct {
+    int fds[256];
+    int n;
+    unsigned long long soft; /* the saved soft limit */
+    int lowered;
+} tap_fds_t;
+int tap_fds_exhaust(tap_fds_t *f);
+void tap_fds_restore(tap_fds_t *f);
 /* 1 if text (an error message) names rank r: "peer r" or "rank r", not followed by a digit. */
 int tap_names_rank(const char *text, int r);  /* prints the plan if none was given; returns exit code (0 all passed) */
 

@@ -2,7 +2,9 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 int shoal_ifname_match(const char *spec, const char *ifname)
@@ -47,6 +49,40 @@ int shoal_sock_step(int fd, uint8_t *buf, size_t *off, size_t len, int sending)
             }
             return -1;
         }
+    }
+    return 1;
+}
+
+int shoal_accept_stall_note(shoal_accept_stall_t *st, int err)
+{
+    if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) {
+        st->since_ns = 0; /* taken, empty, or a failure of that one connection */
+        return 0;
+    }
+    if (st->since_ns == 0) {
+        st->since_ns = shoal_time_ns();
+    }
+    st->err = err;
+    return 1;
+}
+
+int shoal_accept_stall_over(const shoal_accept_stall_t *st, uint64_t limit_ns, char *why,
+                            size_t size)
+{
+    struct rlimit rl;
+    uint64_t ms;
+
+    if (st->since_ns == 0 || shoal_time_ns() - st->since_ns < limit_ns) {
+        return 0;
+    }
+    ms = (shoal_time_ns() - st->since_ns) / 1000000u;
+    if (st->err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        snprintf(why, size, "accept() has failed for %llu ms: %s: this process has all of its "
+                 "%llu file descriptors open (raise it: ulimit -n, LimitNOFILE=)",
+                 (unsigned long long)ms, strerror(st->err), (unsigned long long)rl.rlim_cur);
+    } else {
+        snprintf(why, size, "accept() has failed for %llu ms: %s", (unsigned long long)ms,
+                 strerror(st->err));
     }
     return 1;
 }

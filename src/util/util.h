@@ -356,6 +356,20 @@ SHOAL_HIDDEN int shoal_ifname_match(const char *spec, const char *ifname);
 /* Moves buf[*off..len) over a non-blocking socket (send when sending, else recv), advancing
  * *off: 1 all moved, 0 it would block, -1 closed or failed (errno; 0 = EOF). */
 SHOAL_HIDDEN int shoal_sock_step(int fd, uint8_t *buf, size_t *off, size_t len, int sending);
+/* A listener whose accept() fails for want of a resource (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+ * fails again at every pass while a connection waits in the backlog, and stays readable: a
+ * wait for it returns at once. shoal_accept_stall_note records each accept()'s outcome (err 0:
+ * it took one, or the backlog is empty); 1 while the listener is stalled (the caller sleeps
+ * rather than polls it). shoal_accept_stall_over: 1 once it has stalled for limit_ns without
+ * a break, with the sentence (the cause and, for EMFILE, the process's limit) in why. */
+typedef struct {
+    uint64_t since_ns; /* first failure of the current stall, 0: none */
+    int err;
+} shoal_accept_stall_t;
+#define SHOAL_ACCEPT_STALL_NS 1000000000ull /* a stall this long fails the wait */
+SHOAL_HIDDEN int shoal_accept_stall_note(shoal_accept_stall_t *st, int err);
+SHOAL_HIDDEN int shoal_accept_stall_over(const shoal_accept_stall_t *st, uint64_t limit_ns,
+                                         char *why, size_t size);
 
 /* ---- hashing and random ---------------------------------------------------------------- */
 

@@ -11,7 +11,9 @@
  *    however many connections it makes, with counts; strangers from the real rank's own
  *    address are never refused and the rank joins;
  *  - a forged abort notice sent to the listener by a stranger is refused and harms nothing;
- *    once the ranks are ready, nobody can connect at all. */
+ *    once the ranks are ready, nobody can connect at all;
+ *  - out of file descriptors with a peer in the backlog: connect_all fails within about a
+ *    second, naming the cause and the limit, and sleeps meanwhile. */
 #include "tests/tap.h"
 #include "tenant/breaker.h"
 #include "transports/tcp/tcp.h"
@@ -21,9 +23,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const shoal_tl_ops_t *tl = &shoal_tl_tcp_ops;
@@ -746,6 +751,67 @@ static void test_forged_abort(void)
     side_fini(&s1);
 }
 
+/* ---- out of file descriptors --------------------------------------------------------------- */
+
+/* Rank 1 (a child process, whose file descriptors are its own) connects and waits in rank 0's
+ * backlog; then this process runs out of file descriptors and rank 0 starts to accept: its
+ * accept() fails at every pass, and the listener stays readable. connect_all fails after
+ * about a second with the cause and the limit, sleeping meanwhile, not at its 10 s timeout. */
+static void test_emfile(void)
+{
+    const uint32_t comm_id = 0x7e9a0007u;
+    tap_fds_t spare;
+    int out, status = 0;
+    side_t s0, s1;
+    struct rusage r0, r1;
+    pid_t child;
+
+    if (side_init(&s0, 0, comm_id, 10000) != SHOAL_OK ||
+        side_init(&s1, 1, comm_id, 10000) != SHOAL_OK) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s1, s0.peer_addr, &s0.peer_len);
+    side_addr(&s0, s1.peer_addr, &s1.peer_len);
+    fflush(NULL);
+    child = fork();
+    if (child == 0) {
+        side_connect(&s1); /* fails once rank 0 is gone */
+        _exit(0);
+    }
+    /* until rank 1's connection waits in rank 0's backlog: the listener reads ready */
+    struct pollfd lp = {.fd = s0.ctx->listen_fd, .events = POLLIN};
+    (void)poll(&lp, 1, 5000);
+    out = tap_fds_exhaust(&spare);
+    getrusage(RUSAGE_THREAD, &r0);
+    side_connect(&s0);
+    getrusage(RUSAGE_THREAD, &r1);
+    tap_fds_restore(&spare);
+    tap_ok(child > 0 && out && (lp.revents & POLLIN) != 0, "a connection in the backlog, the "
+           "process out of file descriptors");
+    double cpu_ms = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec +
+                             r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) * 1e3 +
+                    (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec +
+                             r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e3;
+    tap_ok(s0.st == SHOAL_ERR_SYSTEM && s0.ms < 5000,
+           "out of file descriptors with a peer in the backlog: connect_all fails in %.0f ms "
+           "(%s), not at its 10 s timeout", s0.ms, shoal_status_name(s0.st));
+    tap_ok(cpu_ms < s0.ms / 2, "and sleeps while accept() fails: %.0f ms of CPU in %.0f ms",
+           cpu_ms, s0.ms);
+    tap_ok(log_count("cannot take the peers' connections: accept() has failed for") == 1 &&
+               log_count("file descriptors open (raise it: ulimit -n") == 1,
+           "the error names the cause and the limit");
+    side_fini(&s0); /* rank 1 then sees its connection closed */
+    if (child > 0) {
+        for (int i = 0; i < 200 && waitpid(child, &status, WNOHANG) == 0; i++) {
+            usleep(50000);
+        }
+        kill(child, SIGKILL);
+        (void)waitpid(child, &status, 0);
+    }
+    side_fini(&s1);
+}
+
 int main(void)
 {
     alarm(240);
@@ -759,6 +825,7 @@ int main(void)
     test_early_close();
     test_breaker();
     test_forged_abort();
+    test_emfile();
     unlink(logpath);
     return tap_done();
 }

@@ -467,6 +467,7 @@ struct shoal_oob_acceptor {
     struct sockaddr_storage trusted[SHOAL_OOB_TRUSTED_MAX];
     int ntrusted;
     shoal_log_limit_t accept_warn;          /* accept()'s failures, logged once a second */
+    shoal_accept_stall_t accept_stall;      /* accept() failing for want of a resource */
 };
 
 shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_auth_t *a,
@@ -602,7 +603,8 @@ static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
             if (err == EINTR || err == ECONNABORTED) {
                 continue;
             }
-            if (err == EAGAIN || err == EWOULDBLOCK) {
+            if (shoal_accept_stall_note(&acc->accept_stall, err) == 0 &&
+                (err == EAGAIN || err == EWOULDBLOCK)) {
                 return;
             }
             /* One that fails for want of a resource (EMFILE, ENFILE) fails again at every
@@ -614,6 +616,7 @@ static void shoal_oob_acceptor_accept(shoal_oob_acceptor_t *acc)
             }
             return;
         }
+        (void)shoal_accept_stall_note(&acc->accept_stall, 0);
         if (!shoal_tenant_breaker_admit((struct sockaddr *)&ss)) {
             close(fd); /* logged by the breaker, once a minute */
             continue;
@@ -734,10 +737,18 @@ shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadl
 {
     for (;;) {
         struct pollfd p[SHOAL_OOB_SLOTS + 1];
-        int n = 0;
+        int n = 0, stalled;
         uint64_t now = shoal_time_ns();
+        char why[160];
 
         shoal_oob_acceptor_accept(acc);
+        /* out of file descriptors: the ranks in the backlog can never be taken; said now,
+         * not at the deadline */
+        if (shoal_accept_stall_over(&acc->accept_stall, SHOAL_ACCEPT_STALL_NS, why,
+                                    sizeof(why))) {
+            shoal_error(IB, "out-of-band listener (fd %d): %s", acc->lfd, why);
+            return SHOAL_ERR_SYSTEM;
+        }
         for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
             shoal_oob_hs_t *hs = &acc->slots[i];
             if (hs->state != SHOAL_OOB_HS_FREE && shoal_oob_hs_drive(acc, hs, now)) {
@@ -754,9 +765,12 @@ shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadl
         if (shoal_deadline_passed(deadline_ns)) {
             return SHOAL_ERR_TIMEOUT;
         }
-        p[n++] = (struct pollfd){.fd = acc->lfd, .events = POLLIN};
+        /* a stalled listener stays readable: left out, and the wait is short */
+        stalled = acc->accept_stall.since_ns != 0;
+        p[n++] = (struct pollfd){.fd = stalled ? -1 : acc->lfd, .events = POLLIN};
         n += shoal_oob_acceptor_pollfds(acc, p + 1, SHOAL_OOB_SLOTS);
-        if (poll(p, (nfds_t)n, shoal_deadline_left_ms(deadline_ns, SHOAL_OOB_SLICE_MS)) < 0 &&
+        if (poll(p, (nfds_t)n, shoal_deadline_left_ms(deadline_ns,
+                                                      stalled ? 1 : SHOAL_OOB_SLICE_MS)) < 0 &&
             errno != EINTR) {
             shoal_error(IB, "poll() of %d out-of-band sockets failed: %s", n, strerror(errno));
             return SHOAL_ERR_SYSTEM;

@@ -558,8 +558,10 @@ static void shoal_tcp_conn_accept(shoal_tcp_conn_t *conn)
             if (err != EAGAIN && err != EWOULDBLOCK) {
                 shoal_tcp_conn_accept_failed(conn, err);
             }
+            (void)shoal_accept_stall_note(&conn->accept_stall, err);
             return;
         }
+        (void)shoal_accept_stall_note(&conn->accept_stall, 0);
         if (!shoal_tenant_breaker_admit((struct sockaddr *)&ss)) {
             close(fd); /* logged by the breaker, once a minute */
             continue;
@@ -687,7 +689,15 @@ static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
 
     for (;;) {
         uint64_t now = shoal_time_ns();
+        char why[160];
         shoal_tcp_conn_accept(conn);
+        /* Out of file descriptors, the peers waiting in the backlog can never be taken: say
+         * so now, not at the timeout, minutes later. */
+        if (shoal_accept_stall_over(&conn->accept_stall, SHOAL_ACCEPT_STALL_NS, why,
+                                    sizeof(why))) {
+            shoal_tcp_conn_fatal(conn, SHOAL_ERR_SYSTEM, "rank %d: cannot take the peers' "
+                                 "connections: %s", ctx->rank, why);
+        }
         for (int i = 0; i < conn->nslots && conn->status == SHOAL_OK; i++) {
             shoal_tcp_hs_drive(conn, &conn->slots[i], now);
         }
@@ -702,6 +712,10 @@ static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
             return shoal_tcp_conn_timeout(conn);
         }
         int ms = shoal_deadline_left_ms(deadline, SHOAL_TCP_LOOP_MS);
+        if (conn->accept_stall.since_ns != 0) {
+            shoal_sleep_us(1000); /* the listener stays readable: a wait would not wait */
+            continue;
+        }
         if (epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, ms) < 0 && errno != EINTR) {
             shoal_error(TCP, "epoll_wait(fd %d) failed: %s", ctx->epfd, strerror(errno));
             return SHOAL_ERR_SYSTEM;

@@ -52,6 +52,7 @@ typedef struct shoal_tcp_conn {
     uint64_t hello_ns;           /* hello deadline of accepted sockets */
     shoal_status_t status;       /* first fatal error */
     shoal_log_limit_t accept_warn; /* accept()'s failures, logged once a second */
+    shoal_accept_stall_t accept_stall; /* accept() failing for want of a resource */
 } shoal_tcp_conn_t;
 
 /* An accepted connection fd from src (named from) takes slot hs: it must send its hello within
