@@ -32,8 +32,8 @@
  *  - heartbeat: every page's gen moves every run, so the library takes a page whose gen stood
  *    still for SHOAL_QOS_RATES_TIMEOUT as a dead agent and runs at full speed.
  *
- * The pages are files DIR/TENANT.rate (qos_rates_dir, 0644, owned by the agent: a job maps its
- * tenant's page read-only with SHOAL_QOS_RATES=DIR/%t.rate; a rate is no secret). A page is
+ * The pages are files DIR/TENANT.rate (qos_rates_dir, 0644, owned by the agent: a job reads its
+ * tenant's page with SHOAL_QOS_RATES=DIR/%t.rate; a rate is no secret). A page is
  * made when a tenant first registers and stays until the agent stops; at a clean stop the
  * agent lifts every rate (0) and removes the pages, so jobs run at full speed at once.
  *

@@ -5,13 +5,12 @@
 #include "qos/pace.h"
 #include "meter/meter.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,19 +40,28 @@ static inline int shoal_qos_pace_due(const shoal_qos_pacer_t *p, uint64_t now)
 
 /* ---- the rates page -------------------------------------------------------------------- */
 
-static void shoal_qos_pace_page_unmap(shoal_qos_pacer_t *p)
+static void shoal_qos_pace_page_close(shoal_qos_pacer_t *p)
 {
-    if (p->page != NULL) {
-        munmap((void *)p->page, SHOAL_QOS_RATES_PAGE_BYTES);
-        p->page = NULL;
+    if (p->page_fd >= 0) {
+        close(p->page_fd);
+        p->page_fd = -1;
     }
 }
 
-/* Maps the page at p->path if it is there and new (another inode than the one mapped). */
+/* n bytes of the page at off into buf: 1 when all of them were there. The page is read with
+ * pread, never through a mapping: a load from a mapping of a file that was truncated under it
+ * (an agent rewriting its page in place, an operator's "> page") is SIGBUS, which killed the
+ * job; a short read here is a silent agent, which the timeout handles. */
+static int shoal_qos_pace_page_pread(const shoal_qos_pacer_t *p, void *buf, size_t n, off_t off)
+{
+    return pread(p->page_fd, buf, n, off) == (ssize_t)n;
+}
+
+/* Opens the page at p->path if it is there and new (another inode than the one open). */
 static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
 {
+    shoal_qos_rates_page_t pg;
     struct stat sb;
-    void *map;
     int fd;
 
     p->next_open_ns = now + SHOAL_QOS_PACE_REOPEN_NS;
@@ -63,7 +71,7 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
     }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
         sb.st_size < (off_t)sizeof(shoal_qos_rates_page_t) ||
-        (p->page != NULL && (uint64_t)sb.st_ino == p->page_ino &&
+        (p->page_fd >= 0 && (uint64_t)sb.st_ino == p->page_ino &&
          (uint64_t)sb.st_dev == p->page_dev)) {
         close(fd);
         return;
@@ -79,45 +87,45 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
         close(fd);
         return;
     }
-    map = mmap(NULL, SHOAL_QOS_RATES_PAGE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        shoal_warn(QOS, "mmap of the rates page %s failed: %s", p->path, strerror(errno));
+    if (pread(fd, &pg, sizeof(pg), 0) != (ssize_t)sizeof(pg)) {
+        close(fd); /* shrunk since the fstat: the next look */
         return;
     }
-    const shoal_qos_rates_page_t *pg = map;
-    if (pg->magic != SHOAL_QOS_RATES_MAGIC || pg->version != SHOAL_QOS_RATES_VERSION) {
+    if (pg.magic != SHOAL_QOS_RATES_MAGIC || pg.version != SHOAL_QOS_RATES_VERSION) {
         shoal_warn(QOS, "%s is not a rates page (magic %08x version %u): ignored", p->path,
-                   pg->magic, pg->version);
-        munmap(map, SHOAL_QOS_RATES_PAGE_BYTES);
+                   pg.magic, pg.version);
+        close(fd);
         return;
     }
-    shoal_qos_pace_page_unmap(p);
-    p->page = pg;
+    shoal_qos_pace_page_close(p);
+    p->page_fd = fd;
     p->page_ino = (uint64_t)sb.st_ino;
     p->page_dev = (uint64_t)sb.st_dev;
     p->page_gen = UINT64_MAX; /* read it now */
     p->page_seen_ns = now;
-    shoal_info(QOS, "rates page %s mapped", p->path);
+    shoal_info(QOS, "rates page %s opened", p->path);
 }
 
-/* One seqlocked read of the page: 1 when gen moved (rate/burst read), 0 otherwise. */
+/* One seqlocked read of the page: 1 when gen moved (rate/burst read), 0 otherwise. Three
+ * reads, in the seqlock's order (a system call is a full barrier): gen, rate and burst, gen. */
 static int shoal_qos_pace_page_read(shoal_qos_pacer_t *p, uint64_t *rate_p, uint64_t *burst_p)
 {
-    const shoal_qos_rates_page_t *pg = p->page;
-    uint64_t g = __atomic_load_n(&pg->gen, __ATOMIC_ACQUIRE), rate, burst;
-    if (g == p->page_gen || (g & 1) != 0) {
+    uint64_t g, g2, rb[2];
+    if (!shoal_qos_pace_page_pread(p, &g, sizeof(g), offsetof(shoal_qos_rates_page_t, gen)) ||
+        g == p->page_gen || (g & 1) != 0) {
         return 0;
     }
-    rate = __atomic_load_n(&pg->rate, __ATOMIC_RELAXED);
-    burst = __atomic_load_n(&pg->burst, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&pg->gen, __ATOMIC_RELAXED) != g) {
-        return 0; /* the writer is at it: next look */
+    _Static_assert(offsetof(shoal_qos_rates_page_t, burst) ==
+                   offsetof(shoal_qos_rates_page_t, rate) + sizeof(uint64_t),
+                   "rate and burst are read at once");
+    if (!shoal_qos_pace_page_pread(p, rb, sizeof(rb), offsetof(shoal_qos_rates_page_t, rate)) ||
+        !shoal_qos_pace_page_pread(p, &g2, sizeof(g2), offsetof(shoal_qos_rates_page_t, gen)) ||
+        g2 != g) {
+        return 0; /* the writer is at it (or the page shrank): next look */
     }
     p->page_gen = g;
-    *rate_p = rate;
-    *burst_p = burst;
+    *rate_p = rb[0];
+    *burst_p = rb[1];
     return 1;
 }
 
@@ -158,7 +166,7 @@ static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
     if (p->path == NULL) {
         return;
     }
-    if (p->page != NULL && shoal_qos_pace_page_read(p, &rate, &burst)) {
+    if (p->page_fd >= 0 && shoal_qos_pace_page_read(p, &rate, &burst)) {
         p->page_seen_ns = now;
         if (p->agent_dead) {
             shoal_info(QOS, "the rates page %s is updated again", p->path);
@@ -178,11 +186,11 @@ static void shoal_qos_pace_check(shoal_qos_pacer_t *p, uint64_t now)
         p->next_open_ns = now;
     }
     /* Silent (or no page): an agent may have started or restarted with a new page. */
-    if (now >= p->next_open_ns && (p->page == NULL ||
+    if (now >= p->next_open_ns && (p->page_fd < 0 ||
                                    shoal_qos_pace_since(now, p->page_seen_ns) >
                                        SHOAL_QOS_PACE_REOPEN_NS)) {
         shoal_qos_pace_page_open(p, now);
-        if (p->page != NULL && p->page_gen == UINT64_MAX) {
+        if (p->page_fd >= 0 && p->page_gen == UINT64_MAX) {
             shoal_qos_pace_check(p, now);
             return;
         }
@@ -208,6 +216,7 @@ shoal_status_t shoal_qos_pace_create(const shoal_qos_pace_params_t *params,
         shoal_error(QOS, "out of memory for a pacer");
         return SHOAL_ERR_NO_MEMORY;
     }
+    p->page_fd = -1;
     if (params->rates_path != NULL) {
         p->path = strdup(params->rates_path);
         if (p->path == NULL) {
@@ -237,7 +246,7 @@ shoal_status_t shoal_qos_pace_create(const shoal_qos_pace_params_t *params,
 void shoal_qos_pace_destroy(shoal_qos_pacer_t *p)
 {
     if (p != NULL) {
-        shoal_qos_pace_page_unmap(p);
+        shoal_qos_pace_page_close(p);
         free(p->path);
         free(p);
     }

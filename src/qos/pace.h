@@ -85,11 +85,11 @@ typedef struct shoal_qos_pacer {
                                 * clock stepped back; look again) */
     /* the rates page */
     char *path;
-    const shoal_qos_rates_page_t *page; /* mapped read-only, or NULL */
+    int page_fd;               /* the page, open read-only (read with pread), or -1 */
     uint64_t page_ino, page_dev;
     uint64_t refused_ino;      /* the last page refused as untrusted (warned once) */
     uint64_t page_gen;         /* last gen seen */
-    uint64_t page_seen_ns;     /* when gen last moved (or the page was mapped) */
+    uint64_t page_seen_ns;     /* when gen last moved (or the page was opened) */
     uint64_t next_open_ns;     /* next attempt to (re)open the path */
     int timeout_ms;
     unsigned share_div;

@@ -5,7 +5,9 @@
  *
  * Where it lives: a file the agent keeps at a path the job is told (SHOAL_QOS_RATES, e.g.
  * /run/shoal/qos/%t.rate, %t = the tenant), or, later, a memfd handed back in the agent's
- * registration reply; the library maps it read-only (one page, SHOAL_QOS_RATES_PAGE_BYTES).
+ * registration reply; the library opens it read-only and reads it with pread, never through a
+ * mapping, so a writer may also truncate and rewrite it in place (a load from a mapping past a
+ * truncated file's end is SIGBUS); SHOAL_QOS_RATES_PAGE_BYTES long.
  *
  * Writer protocol (one writer, the agent): a seqlock on gen. To change the rate: store gen + 1
  * (odd), then rate and burst, then gen + 2 (even), each store with release. The writer also
@@ -14,9 +16,9 @@
  * its own clock, so the two processes need no common clock. heartbeat_ns (CLOCK_REALTIME of
  * the last bump) is for people and tools only.
  *
- * Reader (the library, between chunks, at most every SHOAL_QOS_PACE_CHECK_NS): one acquire
- * load of gen; when it changed and is even, the rate and burst, then gen again (retry later
- * if it moved). A dead agent (gen still for the timeout, or the page gone) leaves the last
+ * Reader (the library, between chunks, at most every SHOAL_QOS_PACE_CHECK_NS): one read of
+ * gen; when it changed and is even, the rate and burst, then gen again (retry later if it
+ * moved, or if the file was too short). A dead agent (gen still for the timeout, or the page gone) leaves the last
  * rate in force until the timeout, then full speed (the hard cap SHOAL_QOS_RATE_MAX still
  * applies): a job is never stalled by an agent.
  */

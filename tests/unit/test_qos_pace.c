@@ -1,6 +1,6 @@
 /* QoS pacing (src/qos/pace.c): the token bucket holds its rate and never hangs (abort,
- * deadline), the rates page the node agent writes (alive, silent, gone, replaced, garbage),
- * and the agent's weighted max-min arbiter (src/qos/share.c). */
+ * deadline), the rates page the node agent writes (alive, silent, gone, replaced, truncated,
+ * garbage), and the agent's weighted max-min arbiter (src/qos/share.c). */
 #include "qos/pace.h"
 #include "qos/share.h"
 #include "tests/tap.h"
@@ -290,6 +290,40 @@ static void test_rates_page(void)
     unlink(page_path);
 }
 
+/* A page truncated and rewritten in place (an agent that does not rename a new file into
+ * place, an operator's "> page"): the pacer read it through a mapping, and its next look at
+ * the emptied page was SIGBUS, the job killed. Now an empty page is a silent agent (its last
+ * rate holds), and the page written again in the same file is read again. */
+static void test_rates_truncated(void)
+{
+    shoal_qos_pace_params_t prm = {.rates_path = page_path, .rates_timeout_ms = 400,
+                                   .share_div = 1};
+    shoal_qos_rates_page_t pg = {.magic = SHOAL_QOS_RATES_MAGIC,
+                                 .version = SHOAL_QOS_RATES_VERSION, .gen = 6, .rate = 3000000};
+    shoal_qos_pacer_t *p;
+    int fd;
+
+    page_write(page_path, 4, 5000000, SHOAL_QOS_RATES_MAGIC);
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 5000000, "the agent's rate");
+    fd = open(page_path, O_RDWR);
+    if (fd < 0 || ftruncate(fd, 0) != 0) {
+        tap_bail("truncating %s", page_path);
+    }
+    tap_is_int((long long)rate_after(p, 5), 5000000, "the page truncated in place: no crash, "
+               "the last rate holds");
+    tap_is_int(shoal_qos_pace_take(p, 64 << 10, UINT64_MAX), SHOAL_OK, "... and a take goes "
+               "on");
+    if (pwrite(fd, &pg, sizeof(pg), 0) != (ssize_t)sizeof(pg) || ftruncate(fd, 4096) != 0) {
+        tap_bail("rewriting %s", page_path);
+    }
+    close(fd);
+    tap_is_int((long long)rate_after(p, 5), 3000000, "the page written again in place: its "
+               "new rate");
+    shoal_qos_pace_destroy(p);
+    unlink(page_path);
+}
+
 /* The rate a new pacer reads from the page at path at once. */
 static uint64_t fresh_rate(const char *path)
 {
@@ -465,6 +499,7 @@ int main(void)
     test_never_hangs();
     test_call_deadline();
     test_rates_page();
+    test_rates_truncated();
     test_rates_trust();
     test_share();
     test_tick_clock();
