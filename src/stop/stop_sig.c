@@ -143,6 +143,15 @@ uint64_t shoal_stop_signals_installed(void)
     return __atomic_load_n(&shoal_stop_sig_mask, __ATOMIC_ACQUIRE);
 }
 
+/* The saved action is a function to chain to. SIG_DFL and SIG_IGN are none whatever the
+ * flags: an action set to SIG_IGN with SA_SIGINFO in its flags (code that always sets that
+ * flag) reads back with SA_SIGINFO and sa_sigaction (void *)1, which the handler called, a
+ * SIGSEGV at the first stop signal. sa_handler and sa_sigaction share their storage. */
+static int shoal_stop_sig_is_func(const struct sigaction *sa)
+{
+    return sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN;
+}
+
 /* Async-signal-safe: one atomic store, then the application's handler, errno preserved. */
 static void shoal_stop_sig_handler(int signo, siginfo_t *si, void *uc)
 {
@@ -152,12 +161,12 @@ static void shoal_stop_sig_handler(int signo, siginfo_t *si, void *uc)
     shoal_stop_request_process(signo);
     if (signo > 0 && signo <= SHOAL_STOP_SIG_MAX) {
         old = &shoal_stop_sig_old[signo];
-        if ((old->sa_flags & SA_SIGINFO) != 0) {
-            if (old->sa_sigaction != NULL) {
+        if (shoal_stop_sig_is_func(old)) {
+            if ((old->sa_flags & SA_SIGINFO) != 0) {
                 old->sa_sigaction(signo, si, uc);
+            } else {
+                old->sa_handler(signo);
             }
-        } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
-            old->sa_handler(signo);
         }
     }
     errno = saved_errno;
@@ -205,10 +214,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
         act.sa_sigaction = shoal_stop_sig_handler;
         act.sa_flags = SA_SIGINFO | SA_RESTART;
         sigemptyset(&act.sa_mask);
-        if (sigaction(s, NULL, &old) == 0 && (old.sa_flags & SA_SIGINFO ?
-                                              old.sa_sigaction != NULL :
-                                              old.sa_handler != SIG_DFL &&
-                                                  old.sa_handler != SIG_IGN)) {
+        if (sigaction(s, NULL, &old) == 0 && shoal_stop_sig_is_func(&old)) {
             /* The application's handler runs inside ours: with its own flags (no SA_RESTART
              * of ours where it wants its system calls interrupted, its SA_ONSTACK and
              * SA_NODEFER) and its mask. SA_RESETHAND is not carried over: ours stays. */

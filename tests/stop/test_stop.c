@@ -14,7 +14,8 @@
  *    called once (chained); a late signal after the last destroy is harmless; a communicator
  *    created afterwards says stop at its first check (the process was told to stop);
  *  - in forked children: no SHOAL_STOP_SIGNALS, no handler (the disposition is untouched);
- *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG.
+ *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; a signal the
+ *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained.
  */
 #include "tests/tap.h"
 
@@ -315,6 +316,43 @@ static int child_status(const char *signals, int *init_st_p)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A forked child whose SIGUSR2 is ignored, set with SA_SIGINFO in its flags (code that always
+ * sets that flag): SHOAL_STOP_SIGNALS=USR2, one communicator, then raise(SIGUSR2). The
+ * handler took the ignored action for an SA_SIGINFO function and called address 1 (SIGSEGV).
+ * Returns the child's exit code: 0 when it lived and its check said stop. */
+static int child_ignored_siginfo(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        struct sigaction sa;
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        int stop = 0;
+
+        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = SIG_IGN;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGUSR2, &sa, NULL);
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(2);
+        }
+        raise(SIGUSR2);
+        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+            _exit(3);
+        }
+        shoal_comm_destroy(comm);
+        _exit(0);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 static void test_children(void)
 {
     int init_st, code;
@@ -327,6 +365,9 @@ static void test_children(void)
     tap_ok(init_st == SHOAL_ERR_INVALID_ARG && code == 0, "SHOAL_STOP_SIGNALS=KILL: init "
            "returns %s, nothing installed (child exit %d)",
            shoal_status_name((shoal_status_t)init_st), code);
+    code = child_ignored_siginfo();
+    tap_ok(code == 0, "SIGUSR2 ignored with SA_SIGINFO set: the stop signal is a request, "
+           "nothing is called in place of the ignored action (child exit %d)", code);
 }
 
 static int usr2_is_app(void)
@@ -394,7 +435,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(33);
+    tap_plan(34);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
