@@ -5,7 +5,8 @@
  * or unless a stop is under way (a stop signal came, or an agreement said stop: the process is
  * exiting, and a late signal must not kill it, so the handler stays).
  * The handler only sets the process-wide request flag (one atomic store) and then calls the
- * application's own handler if the saved action was one (a function, not SIG_DFL/SIG_IGN):
+ * application's own handler if the saved action was one (a function, not SIG_DFL/SIG_IGN;
+ * once only when it was SA_RESETHAND):
  * SIGTERM's default action (death) is what the handler exists to replace. */
 #include "stop/stop.h"
 
@@ -39,6 +40,9 @@ static uint64_t shoal_stop_sig_mask; /* installed now (atomic; written under the
 /* The application's actions, by signal: written by sigaction before the handler can run for
  * that signal, read by the handler, never changed while it is installed. */
 static struct sigaction shoal_stop_sig_old[SHOAL_STOP_SIG_MAX + 1];
+/* By signal: its saved action is one-shot (SA_RESETHAND) and the handler has called it (atomic;
+ * cleared at install). */
+static int shoal_stop_sig_fired[SHOAL_STOP_SIG_MAX + 1];
 
 const char *shoal_stop_signal_name(int signo, char *buf, size_t len)
 {
@@ -161,7 +165,12 @@ static void shoal_stop_sig_handler(int signo, siginfo_t *si, void *uc)
     shoal_stop_request_process(signo);
     if (signo > 0 && signo <= SHOAL_STOP_SIG_MAX) {
         old = &shoal_stop_sig_old[signo];
-        if (shoal_stop_sig_is_func(old)) {
+        /* A one-shot action (SA_RESETHAND) runs once, as without us: the kernel would have
+         * reset it to SIG_DFL, which is what this handler replaces (a later signal only
+         * requests the stop). It ran at every signal, which its code did not expect. */
+        if (shoal_stop_sig_is_func(old) &&
+            ((old->sa_flags & SA_RESETHAND) == 0 ||
+             __atomic_exchange_n(&shoal_stop_sig_fired[signo], 1, __ATOMIC_ACQ_REL) == 0)) {
             if ((old->sa_flags & SA_SIGINFO) != 0) {
                 old->sa_sigaction(signo, si, uc);
             } else {
@@ -217,10 +226,12 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
         if (sigaction(s, NULL, &old) == 0 && shoal_stop_sig_is_func(&old)) {
             /* The application's handler runs inside ours: with its own flags (no SA_RESTART
              * of ours where it wants its system calls interrupted, its SA_ONSTACK and
-             * SA_NODEFER) and its mask. SA_RESETHAND is not carried over: ours stays. */
+             * SA_NODEFER) and its mask. SA_RESETHAND is not carried over: ours stays, and
+             * calls such an action once (shoal_stop_sig_fired). */
             act.sa_flags = SA_SIGINFO | (old.sa_flags & (SA_RESTART | SA_ONSTACK | SA_NODEFER));
             act.sa_mask = old.sa_mask;
         }
+        __atomic_store_n(&shoal_stop_sig_fired[s], 0, __ATOMIC_RELAXED);
         if (sigaction(s, &act, &shoal_stop_sig_old[s]) != 0) {
             shoal_error(SCHED, "sigaction(SIG%s) installing the stop handler failed: %s",
                         shoal_stop_signal_name(s, name, sizeof(name)), strerror(errno));

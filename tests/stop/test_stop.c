@@ -15,7 +15,8 @@
  *    created afterwards says stop at its first check (the process was told to stop);
  *  - in forked children: no SHOAL_STOP_SIGNALS, no handler (the disposition is untouched);
  *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; a signal the
- *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained.
+ *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained; a
+ *    one-shot (SA_RESETHAND) application handler is chained once.
  */
 #include "tests/tap.h"
 
@@ -353,6 +354,55 @@ static int child_ignored_siginfo(void)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+static volatile sig_atomic_t oneshot_calls;
+
+static void oneshot_handler(int sig)
+{
+    (void)sig;
+    oneshot_calls++;
+}
+
+/* A forked child whose SIGUSR2 handler is one-shot (SA_RESETHAND): SHOAL_STOP_SIGNALS=USR2,
+ * one communicator, three raise(SIGUSR2). The library chained the handler at every signal
+ * (3 calls); as without the library it runs once, and the later signals only request the
+ * stop (the SIG_DFL the kernel would have put back is what the stop handler replaces).
+ * Returns the child's exit code: 0 when the handler ran once, the process lived and its
+ * check said stop; 10 + calls when the handler ran another number of times. */
+static int child_oneshot(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        struct sigaction sa;
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        int stop = 0;
+
+        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = oneshot_handler;
+        sa.sa_flags = SA_RESETHAND;
+        sigaction(SIGUSR2, &sa, NULL);
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(2);
+        }
+        for (int i = 0; i < 3; i++) {
+            raise(SIGUSR2);
+        }
+        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+            _exit(3);
+        }
+        shoal_comm_destroy(comm);
+        _exit(oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 static void test_children(void)
 {
     int init_st, code;
@@ -368,6 +418,9 @@ static void test_children(void)
     code = child_ignored_siginfo();
     tap_ok(code == 0, "SIGUSR2 ignored with SA_SIGINFO set: the stop signal is a request, "
            "nothing is called in place of the ignored action (child exit %d)", code);
+    code = child_oneshot();
+    tap_ok(code == 0, "a one-shot (SA_RESETHAND) SIGUSR2 handler is chained once in three "
+           "signals, the later ones only request the stop (child exit %d)", code);
 }
 
 static int usr2_is_app(void)
@@ -435,7 +488,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(34);
+    tap_plan(35);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
