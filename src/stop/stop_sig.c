@@ -6,7 +6,9 @@
  * exiting, and a late signal must not kill it, so the handler stays).
  * The handler only sets the process-wide request flag (one atomic store) and then calls the
  * application's own handler if the saved action was one (a function, not SIG_DFL/SIG_IGN;
- * once only when it was SA_RESETHAND):
+ * once only when it was SA_RESETHAND). In a child forked without exec, which has no
+ * communicator to stop, it gives the signal the application's action instead
+ * (shoal_stop_sig_forked):
  * SIGTERM's default action (death) is what the handler exists to replace. */
 #include "stop/stop.h"
 
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define SHOAL_STOP_SIG_MAX 64 /* signals 1..64 fit the mask (bit s - 1) */
 #define SHOAL_STOP_SIG_BIT(s) (UINT64_C(1) << ((s) - 1))
@@ -43,6 +46,9 @@ static struct sigaction shoal_stop_sig_old[SHOAL_STOP_SIG_MAX + 1];
 /* By signal: its saved action is one-shot (SA_RESETHAND) and the handler has called it (atomic;
  * cleared at install). */
 static int shoal_stop_sig_fired[SHOAL_STOP_SIG_MAX + 1];
+/* The process the handler serves (atomic): the one that installed it, or a forked child that
+ * made a communicator of its own since (shoal_stop_sig_ref). */
+static pid_t shoal_stop_sig_pid;
 
 const char *shoal_stop_signal_name(int signo, char *buf, size_t len)
 {
@@ -156,12 +162,54 @@ static int shoal_stop_sig_is_func(const struct sigaction *sa)
     return sa->sa_handler != SIG_DFL && sa->sa_handler != SIG_IGN;
 }
 
-/* Async-signal-safe: one atomic store, then the application's handler, errno preserved. */
+static void shoal_stop_sig_chain(const struct sigaction *old, int signo, siginfo_t *si,
+                                 void *uc)
+{
+    if ((old->sa_flags & SA_SIGINFO) != 0) {
+        old->sa_sigaction(signo, si, uc);
+    } else {
+        old->sa_handler(signo);
+    }
+}
+
+/* The handler in a child forked (without exec) from the process it serves: the child has no
+ * communicator to stop (a Python multiprocessing or DataLoader worker), so the signal gets the
+ * application's own action, as if the library had not been asked: that action back for good
+ * (sigaction is async-signal-safe), then this signal given to it. A worker its parent
+ * terminated with SIGTERM kept running: the handler only set a flag nobody would read. */
+static void shoal_stop_sig_forked(int signo, siginfo_t *si, void *uc)
+{
+    const struct sigaction *old = &shoal_stop_sig_old[signo];
+    struct sigaction act = *old;
+    int call = shoal_stop_sig_is_func(old);
+
+    if (call && (old->sa_flags & SA_RESETHAND) != 0) {
+        /* one-shot: SIG_DFL from now on, as the kernel leaves it; called if it never ran */
+        call = __atomic_exchange_n(&shoal_stop_sig_fired[signo], 1, __ATOMIC_ACQ_REL) == 0;
+        act.sa_handler = SIG_DFL;
+        act.sa_flags = 0;
+    }
+    sigaction(signo, &act, NULL);
+    if (call) {
+        shoal_stop_sig_chain(old, signo, si, uc);
+    } else if (act.sa_handler == SIG_DFL) {
+        raise(signo); /* blocked while this handler runs: the default action at its return */
+    }
+}
+
+/* Async-signal-safe: a getpid, one atomic store, then the application's handler, errno
+ * preserved. */
 static void shoal_stop_sig_handler(int signo, siginfo_t *si, void *uc)
 {
     int saved_errno = errno;
     const struct sigaction *old;
 
+    if (signo > 0 && signo <= SHOAL_STOP_SIG_MAX &&
+        getpid() != __atomic_load_n(&shoal_stop_sig_pid, __ATOMIC_RELAXED)) {
+        shoal_stop_sig_forked(signo, si, uc);
+        errno = saved_errno;
+        return;
+    }
     shoal_stop_request_process(signo);
     if (signo > 0 && signo <= SHOAL_STOP_SIG_MAX) {
         old = &shoal_stop_sig_old[signo];
@@ -171,11 +219,7 @@ static void shoal_stop_sig_handler(int signo, siginfo_t *si, void *uc)
         if (shoal_stop_sig_is_func(old) &&
             ((old->sa_flags & SA_RESETHAND) == 0 ||
              __atomic_exchange_n(&shoal_stop_sig_fired[signo], 1, __ATOMIC_ACQ_REL) == 0)) {
-            if ((old->sa_flags & SA_SIGINFO) != 0) {
-                old->sa_sigaction(signo, si, uc);
-            } else {
-                old->sa_handler(signo);
-            }
+            shoal_stop_sig_chain(old, signo, si, uc);
         }
     }
     errno = saved_errno;
@@ -214,6 +258,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
     uint64_t done = 0;
     char name[16];
 
+    __atomic_store_n(&shoal_stop_sig_pid, getpid(), __ATOMIC_RELAXED);
     for (int s = 1; s <= SHOAL_STOP_SIG_MAX; s++) {
         struct sigaction old;
         if ((mask & SHOAL_STOP_SIG_BIT(s)) == 0) {
@@ -268,6 +313,9 @@ shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
      * own handler as the application's would make it call itself. */
     if (__atomic_load_n(&shoal_stop_sig_mask, __ATOMIC_RELAXED) == 0) {
         st = shoal_stop_sig_install(mask);
+    } else {
+        /* A forked child's own communicator: the handler it inherited serves it now. */
+        __atomic_store_n(&shoal_stop_sig_pid, getpid(), __ATOMIC_RELAXED);
     }
     if (st == SHOAL_OK) {
         shoal_stop_sig_users++;

@@ -16,7 +16,8 @@
  *  - in forked children: no SHOAL_STOP_SIGNALS, no handler (the disposition is untouched);
  *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; a signal the
  *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained; a
- *    one-shot (SA_RESETHAND) application handler is chained once.
+ *    one-shot (SA_RESETHAND) application handler is chained once; a worker forked without
+ *    exec gets the application's action (SIG_DFL: death), not a stop request.
  */
 #include "tests/tap.h"
 
@@ -403,6 +404,62 @@ static int child_oneshot(void)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A forked child with SHOAL_STOP_SIGNALS=USR2 and one communicator forks a worker (no exec:
+ * a Python multiprocessing or DataLoader worker) and sends it SIGUSR2: the worker, which has
+ * no communicator, gets SIGUSR2's default action (death), as without the library; it lived on,
+ * the inherited handler only setting a flag. The child itself is still stopped by SIGUSR2.
+ * Returns the child's exit code: 0 when both held; 4 when the worker outlived the signal. */
+static int child_fork_worker(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        int stop = 0, wstatus = 0, code = 0;
+        pid_t worker;
+
+        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+        signal(SIGUSR2, SIG_DFL);
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(2);
+        }
+        worker = fork();
+        if (worker == 0) {
+            for (int i = 0; i < 100; i++) {
+                usleep(100000); /* 10 s of "work" at most */
+            }
+            _exit(0);
+        }
+        if (worker < 0) {
+            _exit(5);
+        }
+        kill(worker, SIGUSR2);
+        for (int i = 0; i < 50 && waitpid(worker, &wstatus, WNOHANG) == 0; i++) {
+            usleep(100000);
+        }
+        if (waitpid(worker, &wstatus, WNOHANG) == 0) {
+            kill(worker, SIGKILL);
+            waitpid(worker, &wstatus, 0);
+            code = 4;
+        } else if (!WIFSIGNALED(wstatus) || WTERMSIG(wstatus) != SIGUSR2) {
+            code = 4;
+        }
+        raise(SIGUSR2);
+        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+            code = code != 0 ? code : 3;
+        }
+        shoal_comm_destroy(comm);
+        _exit(code);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 static void test_children(void)
 {
     int init_st, code;
@@ -421,6 +478,10 @@ static void test_children(void)
     code = child_oneshot();
     tap_ok(code == 0, "a one-shot (SA_RESETHAND) SIGUSR2 handler is chained once in three "
            "signals, the later ones only request the stop (child exit %d)", code);
+    code = child_fork_worker();
+    tap_ok(code == 0, "a worker forked without exec from a process with the SIGUSR2 stop "
+           "handler dies of SIGUSR2, its default action; the process is still stopped by it "
+           "(child exit %d)", code);
 }
 
 static int usr2_is_app(void)
@@ -488,7 +549,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(35);
+    tap_plan(36);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
