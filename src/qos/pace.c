@@ -65,7 +65,10 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
     int fd;
 
     p->next_open_ns = now + SHOAL_QOS_PACE_REOPEN_NS;
-    fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* O_NONBLOCK: an open of a FIFO for reading waits for a writer, and one planted at the
+     * path (a directory others may write to) hung the job before the checks below could
+     * refuse it; a regular file's reads are the same with it. */
+    fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         return; /* no agent (yet), or gone: the timeout decides */
     }

@@ -1,6 +1,6 @@
 /* QoS pacing (src/qos/pace.c): the token bucket holds its rate and never hangs (abort,
  * deadline), the rates page the node agent writes (alive, silent, gone, replaced, truncated,
- * garbage), and the agent's weighted max-min arbiter (src/qos/share.c). */
+ * garbage, a FIFO), and the agent's weighted max-min arbiter (src/qos/share.c). */
 #include "qos/pace.h"
 #include "qos/share.h"
 #include "tests/tap.h"
@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +325,38 @@ static void test_rates_truncated(void)
     unlink(page_path);
 }
 
+static void fifo_watchdog(int sig)
+{
+    static const char msg[] = "not ok - a FIFO at the page's path: the pacer hung opening it\n";
+    (void)sig;
+    (void)!write(1, msg, sizeof(msg) - 1);
+    _exit(1);
+}
+
+/* A FIFO at the page's path (one another user can plant in a directory others may write to):
+ * the pacer's open waited for a writer, and the job hung in shoal_comm_init. It is no page. */
+static void test_rates_fifo(void)
+{
+    shoal_qos_pace_params_t prm = {.rates_path = page_path, .rates_timeout_ms = 400,
+                                   .share_div = 1};
+    shoal_qos_pacer_t *p;
+    uint64_t t0 = shoal_time_ns();
+
+    unlink(page_path);
+    if (mkfifo(page_path, 0644) != 0) {
+        tap_bail("mkfifo %s: %s", page_path, strerror(errno));
+    }
+    signal(SIGALRM, fifo_watchdog);
+    alarm(20);
+    shoal_qos_pace_create(&prm, &p);
+    tap_is_int((long long)shoal_qos_pace_rate(p), 0, "a FIFO at the page's path: no hang, no "
+               "rate (%.0f ms)", (shoal_time_ns() - t0) / 1e6);
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    shoal_qos_pace_destroy(p);
+    unlink(page_path);
+}
+
 /* The rate a new pacer reads from the page at path at once. */
 static uint64_t fresh_rate(const char *path)
 {
@@ -500,6 +533,7 @@ int main(void)
     test_call_deadline();
     test_rates_page();
     test_rates_truncated();
+    test_rates_fifo();
     test_rates_trust();
     test_share();
     test_tick_clock();
