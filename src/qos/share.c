@@ -1,6 +1,14 @@
 /* Weighted max-min shares for the node agent (share.h). */
 #include "qos/share.h"
 
+/* Demand d asks for something: negative (unlimited) or positive. A NaN demand asks for nothing,
+ * as a NaN weight gets nothing: it took a full part at every round without being counted in the
+ * round's sum of weights, and the rates handed out passed the capacity. */
+static int shoal_qos_share_wants(double d)
+{
+    return d < 0 || d > 0;
+}
+
 double shoal_qos_share(const double *weights, const double *demands, int n, double capacity,
                        double *rates)
 {
@@ -9,7 +17,7 @@ double shoal_qos_share(const double *weights, const double *demands, int n, doub
 
     for (int i = 0; i < n; i++) {
         rates[i] = 0;
-        if (weights[i] > 0 && demands[i] != 0) {
+        if (weights[i] > 0 && shoal_qos_share_wants(demands[i])) {
             active++;
         }
     }
@@ -23,7 +31,8 @@ double shoal_qos_share(const double *weights, const double *demands, int n, doub
         double wsum = 0;
         int satisfied = 0;
         for (int i = 0; i < n; i++) {
-            if (weights[i] > 0 && demands[i] != 0 && (demands[i] < 0 || rates[i] < demands[i])) {
+            if (weights[i] > 0 && shoal_qos_share_wants(demands[i]) &&
+                (demands[i] < 0 || rates[i] < demands[i])) {
                 wsum += weights[i];
             }
         }
@@ -32,7 +41,7 @@ double shoal_qos_share(const double *weights, const double *demands, int n, doub
         }
         double unit = left / wsum, used = 0;
         for (int i = 0; i < n; i++) {
-            if (!(weights[i] > 0) || demands[i] == 0 ||
+            if (!(weights[i] > 0) || !shoal_qos_share_wants(demands[i]) ||
                 (demands[i] >= 0 && rates[i] >= demands[i])) {
                 continue;
             }

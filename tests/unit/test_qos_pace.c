@@ -427,6 +427,9 @@ static void test_share(void)
     tap_ok(near(r, (double[]){1, 2}, 2) && fabs(given - 3) < 1e-9, "all demands met: 3 of 10 used");
     shoal_qos_share((double[]){0, 1}, unl, 2, 10, r);
     tap_ok(near(r, (double[]){0, 10}, 2), "weight 0 gets nothing");
+    given = shoal_qos_share((double[]){1, 1}, (double[]){NAN, -1}, 2, 100, r);
+    tap_ok(near(r, (double[]){0, 100}, 2) && given <= 100, "a NaN demand gets nothing: %g and "
+           "%g, %g of 100 handed out", r[0], r[1], given);
     tap_ok(fabs(shoal_qos_jain((double[]){5, 5}, 2) - 1) < 1e-12, "Jain of equal shares is 1");
     tap_ok(fabs(shoal_qos_jain((double[]){1, 0}, 2) - 0.5) < 1e-12, "Jain of one of two is 1/2");
 }
