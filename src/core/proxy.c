@@ -324,6 +324,7 @@ static void *shoal_proxy_main(void *arg)
                 px->holding = 0;
                 shoal_comm_ticket_release(comm);
             }
+            spins = 0; /* the next call's wait is a new one: see below */
             continue;
         }
         fatal = shoal_comm_fatal(comm);
@@ -342,6 +343,11 @@ static void *shoal_proxy_main(void *arg)
         if (px->active == NULL) {
             px->holding = 0;
             shoal_comm_ticket_release(comm);
+            /* A new wait starts from 0, which sets its deadline: the idle count of the calls
+             * that just ended kept their deadline, and the first call posted after an idle
+             * spell longer than SHOAL_TIMEOUT_MS failed the communicator at its first idle
+             * pass ("timed out after N ms" at once). */
+            spins = 0;
             continue;
         }
         if (moved > 0) {

@@ -4,6 +4,7 @@
  * start (a second one leaked a thread that outlived shoal_comm_destroy, or hung later calls),
  * every result is right, and nothing hangs (a watchdog fails the test instead). Also run
  * under ThreadSanitizer in CI (.ci/run), where the unlocked start was a reported race.
+ * And the proxy's deadline across an idle spell between calls (test_idle_gap).
  */
 #include "tests/tap.h"
 
@@ -176,6 +177,76 @@ static void run_rounds(int nranks, int nthreads, int reps)
     tap_diag("%d rounds in %.2f s", round + 1, now_s() - t0);
 }
 
+/* One rank of idle_gap: call 1 with the last rank 50 ms late (the proxy of rank 0 idles into
+ * its sleeping phase), an idle spell longer than the timeout, then call 2 with the last rank
+ * 20 ms late. */
+typedef struct {
+    const shoal_uid_t *uid;
+    const char *transport;
+    int rank;
+    shoal_status_t st[2];
+} gap_rank_t;
+
+#define GAP_TIMEOUT_MS 300
+
+static void *gap_rank_main(void *arg)
+{
+    gap_rank_t *g = arg;
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t comm = NULL;
+    int32_t in[64] = {0}, out[64];
+
+    cfg.timeout_ms = GAP_TIMEOUT_MS;
+    cfg.transport = g->transport;
+    g->st[0] = g->st[1] = shoal_comm_init(&comm, 2, g->rank, g->uid, &cfg);
+    if (g->st[0] != SHOAL_OK) {
+        return NULL;
+    }
+    for (int call = 0; call < 2; call++) {
+        shoal_request_t req = NULL;
+        if (g->rank == 1) {
+            usleep(call == 0 ? 50000 : 20000);
+        }
+        g->st[call] = shoal_iallreduce(in, out, 64, SHOAL_INT32, SHOAL_SUM, comm, &req);
+        if (g->st[call] == SHOAL_OK) {
+            g->st[call] = shoal_wait(&req);
+        }
+        if (call == 0) {
+            usleep(2 * GAP_TIMEOUT_MS * 1000);
+        }
+    }
+    shoal_comm_destroy(comm);
+    return NULL;
+}
+
+/* The proxy's deadline counts from the last progress of the calls in flight; an idle spell
+ * between calls is no wait. The first call after a spell longer than the timeout failed the
+ * communicator at once ("timed out after 300 ms") when the call before it had waited long
+ * enough to reach the sleeping phase. */
+static void test_idle_gap(const char *transport)
+{
+    shoal_uid_t uid;
+    gap_rank_t g[2];
+    pthread_t th[2];
+
+    if (shoal_get_unique_id(&uid) != SHOAL_OK) {
+        tap_ok(0, "%s: idle gap: shoal_get_unique_id", transport);
+        return;
+    }
+    for (int r = 0; r < 2; r++) {
+        g[r] = (gap_rank_t){.uid = &uid, .transport = transport, .rank = r};
+        pthread_create(&th[r], NULL, gap_rank_main, &g[r]);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+    }
+    tap_ok(g[0].st[0] == SHOAL_OK && g[1].st[0] == SHOAL_OK && g[0].st[1] == SHOAL_OK &&
+           g[1].st[1] == SHOAL_OK, "%s: an iallreduce after %d ms idle (timeout %d ms) "
+           "completes: call 1 %s/%s, call 2 %s/%s", transport, 2 * GAP_TIMEOUT_MS, GAP_TIMEOUT_MS,
+           shoal_status_name(g[0].st[0]), shoal_status_name(g[1].st[0]),
+           shoal_status_name(g[0].st[1]), shoal_status_name(g[1].st[1]));
+}
+
 static void watchdog(int sig)
 {
     static const char msg[] = "not ok - test_proxy hung: watchdog fired\n";
@@ -202,8 +273,10 @@ int main(void)
     signal(SIGALRM, watchdog);
     alarm(240);
     setenv("SHOAL_TIMEOUT_MS", "60000", 0);
-    tap_plan(4);
+    tap_plan(6);
     run_rounds(1, NTHREADS, reps);
     run_rounds(2, NTHREADS / 2, reps / 4 > 0 ? reps / 4 : 1);
+    test_idle_gap("tcp");
+    test_idle_gap("shm");
     return tap_done();
 }
