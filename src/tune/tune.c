@@ -428,8 +428,11 @@ static void shoal_tune_override_vars(shoal_tune_t *t)
     }
 }
 
-/* One line of the tuning text: 1 applied, 0 not ours, -1 malformed 'set'. */
-static int shoal_tune_override_line(shoal_tune_t *t, char *line)
+/* One line of the tuning text: 1 applied, 0 not ours, -1 malformed 'set'. Knobs in
+ * explicit (bits) were set by a variable, which wins; a knob set by an earlier line of the
+ * text is set again: the last line wins, as a repeated link line of the same file does
+ * (src/topo/topo_model.c). */
+static int shoal_tune_override_line(shoal_tune_t *t, char *line, uint32_t explicit)
 {
     char name[64], val[64];
     double bw;
@@ -456,8 +459,7 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line)
             }
             v = f->type == SHOAL_CFG_SIZE ? pv.z : pv.u;
             hit = 1;
-            if (t->src[k] != SHOAL_TUNE_SRC_ENV && t->src[k] != SHOAL_TUNE_SRC_FILE &&
-                !(v == 0 && shoal_tune_explicit_zero_is_auto(k))) {
+            if ((explicit & (1u << k)) == 0 && !(v == 0 && shoal_tune_explicit_zero_is_auto(k))) {
                 shoal_tune_set(t, k, v, SHOAL_TUNE_SRC_FILE, "set %s in SHOAL_TUNING_FILE", nm);
             }
         }
@@ -485,10 +487,17 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
 {
     shoal_status_t st = SHOAL_OK;
     char *copy, *save = NULL, *line;
+    uint32_t explicit = 0;
 
     shoal_tune_override_vars(t);
     if (tuning_text == NULL) {
         return SHOAL_OK;
+    }
+    _Static_assert(SHOAL_TUNE_NKNOBS <= 32, "a bit per knob");
+    for (int k = 0; k < SHOAL_TUNE_NKNOBS; k++) {
+        if (t->src[k] == SHOAL_TUNE_SRC_ENV || t->src[k] == SHOAL_TUNE_SRC_FILE) {
+            explicit |= 1u << k; /* SHOAL_<NAME> in the environment or SHOAL_CONF_FILE */
+        }
     }
     copy = strdup(tuning_text);
     if (copy == NULL) {
@@ -505,7 +514,7 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         while (len > 0 && strchr(" \t\r", line[len - 1]) != NULL) {
             line[--len] = '\0';
         }
-        if (line[0] != '\0' && shoal_tune_override_line(t, line) < 0) {
+        if (line[0] != '\0' && shoal_tune_override_line(t, line, explicit) < 0) {
             shoal_warn(COLL, "tuning file: cannot use '%s' (want 'set <NAME> <size>', NAME one "
                        "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX SHM_SLOT_SIZE "
                        "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX UCX_CMA_MIN IB_SLOT_SIZE "

@@ -149,6 +149,17 @@ static void test_override(void)
     tap_is_int(shoal_tune_override(&t, "set CHUNK_SIZE lots\n"), SHOAL_ERR_INVALID_ARG,
                "a value that is no size is refused");
     tap_is_int(t.src[SHOAL_TUNE_CHUNK], SHOAL_TUNE_SRC_DERIVED, "... and changes nothing");
+
+    /* A repeated 'set' line: the last one wins, as a repeated link line does (the first one
+     * did, silently); a variable still wins over both. */
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    tap_is_int(shoal_tune_override(&t, "set CHUNK_SIZE 256k\nshm lat 1 bw 5\n"
+                                       "set CHUNK_SIZE 128k\nset SHM_WINDOW 1m\n"
+                                       "set SHM_WINDOW 2m\n"), SHOAL_OK,
+               "a tuning file that sets CHUNK_SIZE and SHM_WINDOW twice");
+    tap_is_int((long long)t.value[SHOAL_TUNE_CHUNK], 128 << 10, "... its last CHUNK_SIZE wins");
+    tap_is_int((long long)t.value[SHOAL_TUNE_SHM_WINDOW], 128 << 10,
+               "... SHOAL_SHM_WINDOW in the environment still wins over both lines");
 }
 
 /* The ib sizes from fake ports: MTU, rate (speed x width), round trip, software or not. */
