@@ -237,7 +237,7 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
 shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_file_t *tf)
 {
     shoal_topo_spec_t sp = {.sockets = 1};
-    char *copy = strdup(text), *save = NULL, *line;
+    char *copy = strdup(text), *line, *next;
     int lineno = 0;
     shoal_status_t st = SHOAL_ERR_INVALID_ARG;
 
@@ -256,16 +256,22 @@ shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_fi
     for (int r = 0; r < nranks; r++) {
         sp.explicit_host[r] = -1;
     }
-    /* strtok_r on "\n" would merge empty lines, which is fine: they carry nothing. */
-    for (line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+    /* Line by line, empty ones counted too: an error names the line's number. */
+    for (line = copy; line != NULL; line = next) {
         char *tok[SHOAL_TOPO_TOK_MAX + 1];
-        int n = shoal_topo_file_tokens(line, tok, SHOAL_TOPO_TOK_MAX + 1);
+        int n;
+        next = strchr(line, '\n');
+        if (next != NULL) {
+            *next++ = '\0';
+        }
         lineno++;
+        n = shoal_topo_file_tokens(line, tok, SHOAL_TOPO_TOK_MAX + 1);
         if (n == 0) {
             continue;
         }
         if (n > SHOAL_TOPO_TOK_MAX || shoal_topo_file_line(tok, n, nranks, &sp, tf) != 0) {
-            shoal_error(TOPO, "topology file: cannot parse the line starting with '%s'", tok[0]);
+            shoal_error(TOPO, "SHOAL_TOPO_FILE line %d: cannot parse the line starting with '%s'",
+                        lineno, tok[0]);
             goto out;
         }
     }

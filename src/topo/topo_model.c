@@ -68,15 +68,23 @@ static int shoal_tuning_line(char *line, shoal_tuning_t *t)
 
 shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
 {
-    char *copy = strdup(text), *save = NULL, *line;
+    char *copy = strdup(text), *line, *next;
     shoal_status_t st = SHOAL_OK;
+    int lineno = 0;
 
     memset(t, 0, sizeof(*t));
     if (copy == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
-    for (line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-        char *hash = strchr(line, '#');
+    /* Line by line, empty ones counted too: an error names the line's number. */
+    for (line = copy; line != NULL; line = next) {
+        char *hash;
+        next = strchr(line, '\n');
+        if (next != NULL) {
+            *next++ = '\0';
+        }
+        lineno++;
+        hash = strchr(line, '#');
         if (hash != NULL) {
             *hash = '\0';
         }
@@ -85,8 +93,8 @@ shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
             continue;
         }
         if (shoal_tuning_line(line, t) != 0) {
-            shoal_error(TOPO, "tuning file: cannot parse '%s' (want '<kind> lat <us> bw <GB/s>')",
-                        line);
+            shoal_error(TOPO, "SHOAL_TUNING_FILE line %d: cannot parse '%s' (want '<kind> lat "
+                        "<us> bw <GB/s>')", lineno, line);
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }

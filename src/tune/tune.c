@@ -486,8 +486,9 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line, uint32_t explic
 shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
 {
     shoal_status_t st = SHOAL_OK;
-    char *copy, *save = NULL, *line;
+    char *copy, *line, *next;
     uint32_t explicit = 0;
+    int lineno = 0;
 
     shoal_tune_override_vars(t);
     if (tuning_text == NULL) {
@@ -503,9 +504,16 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
     if (copy == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
-    for (line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
-        char *hash = strchr(line, '#');
+    /* Line by line, empty ones counted too: a warning names the line's number. */
+    for (line = copy; line != NULL; line = next) {
+        char *hash;
         size_t len;
+        next = strchr(line, '\n');
+        if (next != NULL) {
+            *next++ = '\0';
+        }
+        lineno++;
+        hash = strchr(line, '#');
         if (hash != NULL) {
             *hash = '\0';
         }
@@ -515,10 +523,10 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
             line[--len] = '\0';
         }
         if (line[0] != '\0' && shoal_tune_override_line(t, line, explicit) < 0) {
-            shoal_warn(COLL, "tuning file: cannot use '%s' (want 'set <NAME> <size>', NAME one "
-                       "of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX SHM_SLOT_SIZE "
-                       "SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX UCX_CMA_MIN IB_SLOT_SIZE "
-                       "IB_RING_SLOTS IB_SEND_SLOTS)", line);
+            shoal_warn(COLL, "SHOAL_TUNING_FILE line %d: cannot use '%s' (want 'set <NAME> "
+                       "<size>', NAME one of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX "
+                       "SHM_SLOT_SIZE SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX UCX_CMA_MIN "
+                       "IB_SLOT_SIZE IB_RING_SLOTS IB_SEND_SLOTS)", lineno, line);
             st = SHOAL_ERR_INVALID_ARG;
         }
     }

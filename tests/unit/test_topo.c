@@ -59,8 +59,48 @@ static void test_ring_order(void)
            "host index by first appearance");
 }
 
+/* Runs parse(arg) with stderr (the library's log) sent to a file; returns what it logged
+ * (static, cut at 4 KiB). */
+static const char *logged_by(void (*parse)(const char *), const char *arg)
+{
+    static char buf[4096];
+    char path[] = "/tmp/test_log.XXXXXX";
+    int fd = mkstemp(path), saved;
+    ssize_t n;
+
+    buf[0] = '\0';
+    if (fd < 0) {
+        return buf;
+    }
+    fflush(stderr);
+    saved = dup(2);
+    dup2(fd, 2);
+    parse(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return buf;
+}
+
+static void parse_topo_4(const char *text)
+{
+    shoal_topo_file_t tf;
+    (void)shoal_topo_file_parse(text, 4, &tf);
+}
+
+static void parse_tuning(const char *text)
+{
+    shoal_tuning_t t;
+    (void)shoal_tuning_parse(text, &t);
+}
+
 static void test_topo_file(void)
 {
+    const char *msg;
     shoal_topo_file_t tf;
     const char *txt = "# two hosts\nhosts 2\nppn 2\nlayout cyclic\n"
                       "link intra lat 0.5 bw 10\n"
@@ -99,6 +139,9 @@ static void test_topo_file(void)
                "topo file: bad link class refused");
     tap_is_int(shoal_topo_file_parse("frobnicate 3\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
                "topo file: unknown keyword refused");
+    /* The error names the line, empty and comment lines counted (there was no number). */
+    msg = logged_by(parse_topo_4, "hosts 2\n\n# comment\n\nppn 2\nlink inter lat 5 bw x\n");
+    tap_ok(strstr(msg, "SHOAL_TOPO_FILE line 6:") != NULL, "topo file: the error names line 6");
 }
 
 static void test_tuning(void)
@@ -115,6 +158,8 @@ static void test_tuning(void)
                "tuning: unknown kind refused");
     tap_is_int(shoal_tuning_parse("tcp lat 1 bw 1 send -2\n", &t), SHOAL_ERR_INVALID_ARG,
                "tuning: negative busy time refused");
+    tap_ok(strstr(logged_by(parse_tuning, "shm lat 1 bw 5\n\n# x\ntcp lat 1 bw -5\n"),
+                  "SHOAL_TUNING_FILE line 4:") != NULL, "tuning: the error names line 4");
     shoal_tuning_parse("shm lat 1.25 bw 8 send 0.5 recv 0.25\n", &t);
     close(fd);
     tap_is_int(shoal_tuning_save(path, &t), SHOAL_OK, "tuning: saved");
