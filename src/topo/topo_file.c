@@ -302,9 +302,18 @@ shoal_status_t shoal_topo_file_load(const char *path, int nranks, shoal_topo_fil
         fclose(fp);
         return SHOAL_ERR_NO_MEMORY;
     }
-    len = fread(buf, 1, SHOAL_TOPO_FILE_MAX, fp);
-    buf[len] = '\0';
+    /* One byte past the limit tells a file that is too large from one that fits: cut at the
+     * limit, the lines past it were lost without a word and the last one read was parsed
+     * half ('hosts 2' at the end of a 1.2 MB file: every rank on one host). */
+    len = fread(buf, 1, SHOAL_TOPO_FILE_MAX + 1, fp);
     fclose(fp);
+    if (len > SHOAL_TOPO_FILE_MAX) {
+        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s is larger than %d bytes", path,
+                    SHOAL_TOPO_FILE_MAX);
+        free(buf);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    buf[len] = '\0';
     st = shoal_topo_file_parse(buf, nranks, tf);
     if (st != SHOAL_OK) {
         shoal_error(TOPO, "SHOAL_TOPO_FILE=%s is not a valid topology file", path);

@@ -142,6 +142,28 @@ static void test_topo_file(void)
     /* The error names the line, empty and comment lines counted (there was no number). */
     msg = logged_by(parse_topo_4, "hosts 2\n\n# comment\n\nppn 2\nlink inter lat 5 bw x\n");
     tap_ok(strstr(msg, "SHOAL_TOPO_FILE line 6:") != NULL, "topo file: the error names line 6");
+
+    /* Larger than what is read (1 MiB): refused, not cut (every rank was on one host). */
+    {
+        char path[] = "/tmp/test_topo_file.XXXXXX";
+        int fd = mkstemp(path);
+        FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+        shoal_status_t st;
+        for (int i = 0; fp != NULL && i < 20000; i++) {
+            fprintf(fp, "# padding line %05d of a generated topology file .............\n", i);
+        }
+        if (fp != NULL) {
+            fprintf(fp, "hosts 2\n");
+            fclose(fp);
+        }
+        st = shoal_topo_file_load(path, 4, &tf);
+        tap_ok(fp != NULL && st == SHOAL_ERR_INVALID_ARG, "topo file: a file past 1 MiB is "
+               "refused, not cut: %s (%d hosts)", shoal_status_name(st), tf.nhosts);
+        if (st == SHOAL_OK) {
+            shoal_topo_file_free(&tf);
+        }
+        unlink(path);
+    }
 }
 
 static void test_tuning(void)
