@@ -10,7 +10,8 @@
 #define SHOAL_TUNE_STEP 0x71000000u /* channel step of the agreement messages */
 #define SHOAL_TUNE_TEXT_MAX 65536   /* tuning files are a few lines */
 
-/* SHOAL_TUNING_FILE's text, or NULL (absent, unreadable, too large). */
+/* SHOAL_TUNING_FILE's text, or NULL (absent, unreadable, too large: rank 0's
+ * shoal_tuning_load says so). */
 static char *shoal_tune_file_text(void)
 {
     const char *path = shoal_topo_config.tuning_file;
@@ -21,9 +22,16 @@ static char *shoal_tune_file_text(void)
     if (path == NULL || path[0] == '\0' || (fp = fopen(path, "r")) == NULL) {
         return NULL;
     }
+    /* One byte past the limit: a larger file is ignored whole, as shoal_tuning_load reports
+     * it ('is larger than 65536 bytes: ignored'). Cut at the limit, its 'set' lines before
+     * the cut still applied, the last one parsed half ('set CHUNK_SIZE 262144' as 2621). */
     buf = malloc(SHOAL_TUNE_TEXT_MAX + 1);
-    len = buf != NULL ? fread(buf, 1, SHOAL_TUNE_TEXT_MAX, fp) : 0;
+    len = buf != NULL ? fread(buf, 1, SHOAL_TUNE_TEXT_MAX + 1, fp) : 0;
     fclose(fp);
+    if (buf != NULL && len > SHOAL_TUNE_TEXT_MAX) {
+        free(buf);
+        return NULL;
+    }
     if (buf != NULL) {
         buf[len] = '\0';
     }

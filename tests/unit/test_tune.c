@@ -198,6 +198,39 @@ static void test_override(void)
                "... SHOAL_SHM_WINDOW in the environment still wins over both lines");
 }
 
+/* SHOAL_TUNING_FILE past 64 KiB: ignored whole, as rank 0's shoal_tuning_load reports it.
+ * Read cut at 64 KiB, its 'set' line at the cut applied half: 'set CHUNK_SIZE 262144' as a
+ * chunk of 2621 bytes. */
+static void test_file_too_large(void)
+{
+    char path[] = "/tmp/test_tune_file.XXXXXX";
+    const char *line = "# padding line of a tuning file ......................................\n";
+    const char *saved = shoal_topo_config.tuning_file;
+    int fd = mkstemp(path);
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+    size_t len = 0;
+    shoal_tune_t t;
+
+    while (fp != NULL && len + strlen(line) <= 65536 - 20) {
+        len += (size_t)fprintf(fp, "%s", line);
+    }
+    while (fp != NULL && len < 65536 - 20 - 1) {
+        len += (size_t)fprintf(fp, "#");
+    }
+    if (fp != NULL) {
+        fprintf(fp, "\nset CHUNK_SIZE 262144\n"); /* the cut falls in its value */
+        fclose(fp);
+    }
+    shoal_topo_config.tuning_file = path;
+    shoal_tune_resolve_local(shoal_topo_config.topo_discovery, &t);
+    shoal_topo_config.tuning_file = saved;
+    unlink(path);
+    tap_ok(fp != NULL && t.src[SHOAL_TUNE_CHUNK] != SHOAL_TUNE_SRC_FILE,
+           "a tuning file past 64 KiB is ignored whole: chunk_size %llu (%s)",
+           (unsigned long long)t.value[SHOAL_TUNE_CHUNK],
+           shoal_tune_src_name(t.src[SHOAL_TUNE_CHUNK]));
+}
+
 /* The ib sizes from fake ports: MTU, rate (speed x width), round trip, software or not. */
 typedef struct {
     const char *what;
@@ -504,6 +537,7 @@ int main(void)
     test_derive();
     test_derive_unknown();
     test_override();
+    test_file_too_large();
     test_derive_link();
     test_link_override();
     test_topo_parser();
