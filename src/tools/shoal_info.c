@@ -51,7 +51,7 @@ static void shoal_info_usage(FILE *fp)
             "      hosts and sockets of N ranks (SHOAL_TOPO_FILE, or --ppn P ranks per host\n"
             "      in blocks), the ring order, the double binary trees, and the AllReduce\n"
             "      algorithm chosen per size by the cost model (links: SHOAL_TOPO_FILE,\n"
-            "      SHOAL_TUNING_FILE or defaults)\n"
+            "      SHOAL_TUNING_FILE or defaults, of SHOAL_TRANSPORT's kind where set)\n"
             "  -n N      with -t: number of ranks, 1..%d (default: the topology file's,\n"
             "            else the number of PUs of this host)\n"
             "  --ppn P   with -t: ranks per host, 1..%d (default: all on one host)\n"
@@ -220,19 +220,28 @@ typedef struct {
     shoal_link_t intra, inter;
 } shoal_info_topo_t;
 
-/* Ranks on hosts: SHOAL_TOPO_FILE, else blocks of ppn. Links: file, tuning file, defaults. */
+/* The link kind of every channel that SHOAL_TRANSPORT forces (a job's init uses it between
+ * the ranks of a host too), or -1. */
+static int shoal_info_forced_kind(void)
+{
+    const char *name = shoal_core_config.transport;
+    return name != NULL && name[0] != '\0' ? shoal_link_kind_from_name(name) : -1;
+}
+
+/* Ranks on hosts: SHOAL_TOPO_FILE, else blocks of ppn. Links: file, tuning file, defaults, of
+ * the kinds a job uses: shm within a host and tcp across, or SHOAL_TRANSPORT's. */
 static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
 {
     const char *path = shoal_topo_config.topo_file, *tpath = shoal_topo_config.tuning_file;
     shoal_topo_file_t tf;
     shoal_tuning_t tun;
     int have_tun = tpath != NULL && tpath[0] != '\0' && shoal_tuning_load(tpath, &tun) == 1;
+    int fk = shoal_info_forced_kind();
+    int ki = fk >= 0 ? fk : SHOAL_LINK_SHM, ke = fk >= 0 ? fk : SHOAL_LINK_TCP;
 
     memset(&tf, 0, sizeof(tf));
-    t->intra = have_tun && tun.have[SHOAL_LINK_SHM] ? tun.link[SHOAL_LINK_SHM]
-                                                    : shoal_link_default(SHOAL_LINK_SHM);
-    t->inter = have_tun && tun.have[SHOAL_LINK_TCP] ? tun.link[SHOAL_LINK_TCP]
-                                                    : shoal_link_default(SHOAL_LINK_TCP);
+    t->intra = have_tun && tun.have[ki] ? tun.link[ki] : shoal_link_default(ki);
+    t->inter = have_tun && tun.have[ke] ? tun.link[ke] : shoal_link_default(ke);
     t->n = n;
     t->host_of = calloc((size_t)n, sizeof(int));
     t->socket_of = calloc((size_t)n, sizeof(int));
@@ -393,8 +402,13 @@ static int shoal_info_print_topo(int n, int ppn)
                        &tune);
     shoal_tune_print(&tune, stdout);
     if (ok) {
+        /* The intra-node path needs the shm transport: a job with SHOAL_TRANSPORT=tcp on one
+         * host runs rd or ring where this printed shm. */
+        int fk = shoal_info_forced_kind();
         shoal_coll_shape_build(&shape, n, t.host_of, t.order, &t.intra, &t.inter,
-                               path == NULL || path[0] == '\0', sum.ncores);
+                               (path == NULL || path[0] == '\0') &&
+                                   (fk < 0 || fk == SHOAL_LINK_SHM),
+                               sum.ncores);
         shoal_coll_shape_tune(&shape, &tune);
         printf("# %d ranks on %d host(s)%s%s; links: intra %.2f us %.2f GB/s (send %.2f, recv "
                "%.2f us), inter %.2f us %.3f GB/s (send %.2f, recv %.2f us)\n", n, shape.nhosts,

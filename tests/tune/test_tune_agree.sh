@@ -74,6 +74,13 @@ else
 fi
 info_t
 check "shoal_info -t: second run reads the per-host cache" "memory \(measured earlier, per-host cache file\)" "$tmp/info"
+# The AllReduce choice printed is the one a job makes: SHOAL_TRANSPORT=tcp on one host has no
+# intra-node path (shoal_info printed shm at every size where such a job ran rd or ring).
+info_t SHOAL_TRANSPORT=tcp
+sed -n '/^# allreduce: modelled/,/^# broadcast: modelled/p' "$tmp/info" >"$tmp/info.ar"
+check "shoal_info -t with SHOAL_TRANSPORT=tcp on one host: no shm AllReduce" \
+    "^# +8 +- .* (rd|ring|dbtree|rab)$" "$tmp/info.ar"
+check "... the links within the host are tcp's" "links: intra 20.00 us 1.50 GB/s" "$tmp/info"
 [ -n "$f" ] && touch -d '2 hours ago' "$f"
 info_t
 check "a cache file last written 2 hours ago is measured again" "memory \(measured now\)" "$tmp/info"
