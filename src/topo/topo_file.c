@@ -83,7 +83,7 @@ static int shoal_topo_file_link(char **tok, int n, shoal_topo_file_t *tf)
         }
         if (strcmp(tok[i], "lat") == 0) {
             l.alpha_us = v;
-        } else if (strcmp(tok[i], "bw") == 0 && v > 0) {
+        } else if (strcmp(tok[i], "bw") == 0 && v >= 1e-9) { /* 1e-320: a beta of inf */
             l.beta_us = shoal_gbs_to_beta(v);
         } else if (strcmp(tok[i], "send") == 0) {
             l.send_us = v;

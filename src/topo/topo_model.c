@@ -35,6 +35,14 @@ shoal_link_t shoal_link_default(shoal_link_kind_t kind)
                           .send_us = d[kind].send_us, .recv_us = d[kind].recv_us};
 }
 
+/* A figure the model can use: finite and within [lo, 1e9] (us, or GB/s), as SHOAL_TOPO_FILE's.
+ * 'lat inf', 'lat 1e300' or 'bw 1e-320' (a time per byte of inf) made every modelled time of
+ * the link's kind inf or NaN, and the algorithm choice the first row's, whatever it cost. */
+static int shoal_tuning_figure_ok(double v, double lo)
+{
+    return v >= lo && v <= 1e9;
+}
+
 static int shoal_tuning_line(char *line, shoal_tuning_t *t)
 {
     char name[16];
@@ -45,7 +53,8 @@ static int shoal_tuning_line(char *line, shoal_tuning_t *t)
     if (strncmp(line, "set", 3) == 0 && (line[3] == ' ' || line[3] == '\t')) {
         return 0; /* a setting: src/tune reads those */
     }
-    if (got < 3 || !(lat >= 0) || !(bw > 0) || !(send >= 0) || !(recv >= 0)) {
+    if (got < 3 || !shoal_tuning_figure_ok(lat, 0) || !shoal_tuning_figure_ok(bw, 1e-9) ||
+        !shoal_tuning_figure_ok(send, 0) || !shoal_tuning_figure_ok(recv, 0)) {
         return -1;
     }
     if (strcmp(name, "reduce") == 0) {

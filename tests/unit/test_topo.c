@@ -139,6 +139,8 @@ static void test_topo_file(void)
                "topo file: bad link class refused");
     tap_is_int(shoal_topo_file_parse("frobnicate 3\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
                "topo file: unknown keyword refused");
+    tap_is_int(shoal_topo_file_parse("link inter lat 1 bw 1e-320\n", 4, &tf),
+               SHOAL_ERR_INVALID_ARG, "topo file: a bandwidth of 1e-320 (a beta of inf) refused");
     /* The error names the line, empty and comment lines counted (there was no number). */
     msg = logged_by(parse_topo_4, "hosts 2\n\n# comment\n\nppn 2\nlink inter lat 5 bw x\n");
     tap_ok(strstr(msg, "SHOAL_TOPO_FILE line 6:") != NULL, "topo file: the error names line 6");
@@ -180,6 +182,15 @@ static void test_tuning(void)
                "tuning: unknown kind refused");
     tap_is_int(shoal_tuning_parse("tcp lat 1 bw 1 send -2\n", &t), SHOAL_ERR_INVALID_ARG,
                "tuning: negative busy time refused");
+    /* Figures the model cannot use (its times were inf or NaN, the choice arbitrary). */
+    tap_ok(shoal_tuning_parse("shm lat inf bw 5\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("shm lat 1e300 bw 5\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("shm lat 1 bw 1e-320\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("shm lat 1 bw inf\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("shm lat 1 bw 5 send inf\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("shm lat 1e9 bw 1e-9 send 0 recv 1e9\n", &t) == SHOAL_OK,
+           "tuning: inf, 1e300 and a bandwidth of 1e-320 refused; 0..1e9 us, 1e-9..1e9 GB/s "
+           "taken");
     tap_ok(strstr(logged_by(parse_tuning, "shm lat 1 bw 5\n\n# x\ntcp lat 1 bw -5\n"),
                   "SHOAL_TUNING_FILE line 4:") != NULL, "tuning: the error names line 4");
     shoal_tuning_parse("shm lat 1.25 bw 8 send 0.5 recv 0.25\n", &t);
