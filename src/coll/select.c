@@ -260,7 +260,7 @@ static void shoal_coll_log_choice(struct shoal_comm *comm, shoal_coll_type_t typ
 {
     shoal_coll_state_t *cs = comm->coll;
     int bucket = bytes == 0 ? 0 : 63 - __builtin_clzll((unsigned long long)bytes);
-    char costs[256];
+    char costs[256], forced[64];
     size_t len = 0;
 
     if ((cs->logged[type] & (1ull << bucket)) != 0) {
@@ -276,9 +276,18 @@ static void shoal_coll_log_choice(struct shoal_comm *comm, shoal_coll_type_t typ
                                     shoal_algo_names[row->algo], c);
         }
     }
+    /* A forced algorithm applies only where its row serves the call: elsewhere the model
+     * chose, which the line says (it said '(SHOAL_ALGO)' after the model's choice too). */
+    if (cs->algo == SHOAL_ALGO_AUTO) {
+        forced[0] = '\0';
+    } else if ((int)algo == cs->algo) {
+        snprintf(forced, sizeof(forced), " (SHOAL_ALGO)");
+    } else {
+        snprintf(forced, sizeof(forced), " (SHOAL_ALGO=%s does not apply here)",
+                 shoal_algo_names[cs->algo]);
+    }
     shoal_info(COLL, "rank %d: %s of %zu bytes (bucket 2^%d): %s%s; model us:%s", comm->rank,
-               shoal_coll_type_names[type], bytes, bucket, shoal_algo_names[algo],
-               cs->algo != SHOAL_ALGO_AUTO ? " (SHOAL_ALGO)" : "", costs);
+               shoal_coll_type_names[type], bytes, bucket, shoal_algo_names[algo], forced, costs);
 }
 
 /* The choice cache's slot of (type, bytes). */

@@ -51,7 +51,16 @@ mp_job "shm n=4 rd chunk=4k" 4 "SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" "$prog" ok
 mp_job "shm n=5 rd" 5 "SHOAL_ALGO=rd" "$prog" ok
 mp_job "tcp n=3 rd chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=rd SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
-mp_job "shm n=3 bruck" 3 "SHOAL_ALGO=bruck" "$prog" ok
+mp_job "shm n=3 bruck" 3 "SHOAL_ALGO=bruck SHOAL_DEBUG=info SHOAL_DEBUG_SUBSYS=coll" "$prog" ok
+# The choice's log line says where the forced row served the call and where the model chose
+# (it said '(SHOAL_ALGO)' after the model's AllReduce choice too).
+if grep -q 'allgather of .*: bruck (SHOAL_ALGO);' "$tmp/err" &&
+    grep -q 'allreduce of .*: [a-z]* (SHOAL_ALGO=bruck does not apply here);' "$tmp/err" &&
+    ! grep -q 'allreduce of .*: [a-z]* (SHOAL_ALGO);' "$tmp/err"; then
+    tap OK "shm n=3 bruck: the log credits SHOAL_ALGO on the allgathers, not on the AllReduces"
+else
+    tap FAIL "shm n=3 bruck: choice log lines: $(grep -m 2 'allreduce of' "$tmp/err" | cut -c1-160)"
+fi
 mp_job "tcp n=4 bruck chunk=4k" 4 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=bruck SHOAL_CHUNK_SIZE=4096" \
     "$prog" ok
 # The double binary tree: 4 KiB chunks make the large calls pipelines of many chunks.
