@@ -306,6 +306,14 @@ shoal_status_t shoal_topo_file_load(const char *path, int nranks, shoal_topo_fil
      * limit, the lines past it were lost without a word and the last one read was parsed
      * half ('hosts 2' at the end of a 1.2 MB file: every rank on one host). */
     len = fread(buf, 1, SHOAL_TOPO_FILE_MAX + 1, fp);
+    if (ferror(fp)) {
+        /* a directory opens, then reads nothing: it passed as an empty file, one host */
+        int err = errno;
+        fclose(fp);
+        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s: cannot read: %s", path, strerror(err));
+        free(buf);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     fclose(fp);
     if (len > SHOAL_TOPO_FILE_MAX) {
         shoal_error(TOPO, "SHOAL_TOPO_FILE=%s is larger than %d bytes", path,

@@ -137,6 +137,14 @@ int shoal_tuning_load(const char *path, shoal_tuning_t *t)
         return (int)SHOAL_ERR_NO_MEMORY;
     }
     len = fread(buf, 1, SHOAL_TUNING_TEXT_MAX + 1, fp);
+    if (ferror(fp)) {
+        /* a directory opens, then reads nothing: it passed as an empty profile, silently */
+        int err = errno;
+        fclose(fp);
+        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s cannot be read: %s", path, strerror(err));
+        free(buf);
+        return (int)SHOAL_ERR_SYSTEM;
+    }
     fclose(fp);
     if (len > SHOAL_TUNING_TEXT_MAX) {
         shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is larger than %d bytes: ignored", path,

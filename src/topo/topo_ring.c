@@ -227,10 +227,14 @@ shoal_status_t shoal_topo_ring_hosts_load(const char *inline_list, const char *p
     }
     size_t len = fread(buf, 1, SHOAL_TOPO_RING_FILE_MAX, fp);
     int more = fgetc(fp) != EOF;
+    int err = ferror(fp) ? errno : 0;
     buf[len] = '\0';
     fclose(fp);
     shoal_status_t st = SHOAL_ERR_INVALID_ARG;
-    if (more) {
+    if (err != 0) {
+        /* a directory opens and reads nothing: it passed as an empty list, without a word */
+        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s: cannot read: %s", path, strerror(err));
+    } else if (more) {
         shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s is larger than %d bytes", path,
                    SHOAL_TOPO_RING_FILE_MAX);
     } else {

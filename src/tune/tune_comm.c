@@ -27,6 +27,9 @@ static char *shoal_tune_file_text(void)
      * the cut still applied, the last one parsed half ('set CHUNK_SIZE 262144' as 2621). */
     buf = malloc(SHOAL_TUNE_TEXT_MAX + 1);
     len = buf != NULL ? fread(buf, 1, SHOAL_TUNE_TEXT_MAX + 1, fp) : 0;
+    if (ferror(fp)) {
+        len = SHOAL_TUNE_TEXT_MAX + 1; /* unreadable (a directory): ignored, as too large */
+    }
     fclose(fp);
     if (buf != NULL && len > SHOAL_TUNE_TEXT_MAX) {
         free(buf);

@@ -166,6 +166,9 @@ static void test_topo_file(void)
         }
         unlink(path);
     }
+    /* A directory opens and reads nothing: it passed as an empty file (one host). */
+    tap_is_int(shoal_topo_file_load("/", 4, &tf), SHOAL_ERR_INVALID_ARG,
+               "topo file: a directory is refused");
 }
 
 static void test_tuning(void)
@@ -223,6 +226,7 @@ static void test_tuning(void)
     tap_ok(shoal_tuning_load(path, &u) < 0, "tuning: a file past 64 KiB is refused, not cut");
     unlink(path);
     tap_is_int(shoal_tuning_load(path, &u), 0, "tuning: absent file is not an error");
+    tap_ok(shoal_tuning_load("/", &u) < 0, "tuning: a directory is refused, not an empty profile");
 }
 
 static void test_model(void)
@@ -444,6 +448,10 @@ static void test_ring_hosts(void)
     shoal_topo_ring_hosts_free(&rh);
     tap_ok(shoal_topo_ring_hosts_parse("a,a", &rh) != SHOAL_OK, "a host twice is refused");
     tap_ok(shoal_topo_ring_hosts_parse("a,b$c", &rh) != SHOAL_OK, "a bad character is refused");
+    /* A directory opens and reads nothing: it passed as an empty list, without a warning. */
+    tap_is_int(shoal_topo_ring_hosts_load(NULL, "/", &rh), SHOAL_ERR_INVALID_ARG,
+               "SHOAL_RING_HOSTS_FILE naming a directory is refused");
+    shoal_topo_ring_hosts_free(&rh);
 }
 
 int main(void)
