@@ -156,7 +156,10 @@ int shoal_tuning_load(const char *path, shoal_tuning_t *t)
     st = shoal_tuning_parse(buf, t);
     free(buf);
     if (st != SHOAL_OK) {
-        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is malformed: ignored", path);
+        /* Its 'set' lines are src/tune's, read and checked line by line: 'ignored' alone
+         * was untrue of them (a good 'set' line of a malformed file still applies). */
+        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is malformed: its link profile is ignored (its "
+                    "'set' lines apply on their own)", path);
         memset(t, 0, sizeof(*t));
         return (int)st;
     }

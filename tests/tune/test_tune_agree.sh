@@ -176,7 +176,8 @@ mp_job "shm n=2, malformed tuning file" 2 \
     "SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1 SHOAL_TUNING_FILE=$tmp/tuning_bad" \
     "$rankp"
 n_tap=$((n_tap + 1))
-if cmp -s "$tmp/tuning_bad" "$tmp/tuning_bad.orig" && grep -q "is malformed: ignored" "$tmp/err"
+if cmp -s "$tmp/tuning_bad" "$tmp/tuning_bad.orig" &&
+    grep -q "is malformed: its link profile is ignored" "$tmp/err"
 then
     echo "ok $n_tap - a malformed tuning file is reported and not written over"
 else echo "not ok $n_tap - malformed tuning file: now '$(head -c 200 "$tmp/tuning_bad")'"; fi

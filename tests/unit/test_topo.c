@@ -98,6 +98,12 @@ static void parse_tuning(const char *text)
     (void)shoal_tuning_parse(text, &t);
 }
 
+static void load_tuning(const char *path)
+{
+    shoal_tuning_t t;
+    (void)shoal_tuning_load(path, &t);
+}
+
 static void test_topo_file(void)
 {
     const char *msg;
@@ -227,6 +233,15 @@ static void test_tuning(void)
     unlink(path);
     tap_is_int(shoal_tuning_load(path, &u), 0, "tuning: absent file is not an error");
     tap_ok(shoal_tuning_load("/", &u) < 0, "tuning: a directory is refused, not an empty profile");
+    /* A malformed file: its link lines are ignored, not its 'set' lines (src/tune applies
+     * those line by line); the message said the whole file was ignored. */
+    fp = fopen(path, "w");
+    fprintf(fp, "set CHUNK_SIZE 256k\nshm lat 1 bw fast\n");
+    fclose(fp);
+    tap_ok(strstr(logged_by(load_tuning, path), "is malformed: its link profile is ignored (its "
+                  "'set' lines apply on their own)") != NULL,
+           "tuning: a malformed file is said to lose its link profile, not its 'set' lines");
+    unlink(path);
 }
 
 static void test_model(void)
