@@ -4,7 +4,8 @@
 #    survivor must fail with SHOAL_ERR_PEER_FAILED naming the victim, within
 #    SHOAL_TIMEOUT_MS + slack, and shoalrun must report the victim's SIGKILL (exit 137); also
 #    over tcp (and ucx where usable) with SHOAL_CONNECT=lazy on 8 ranks, where most survivors
-#    have no channel to it.
+#    have no channel to it; and over ucx with every rank on a virtual host of its own
+#    (tests/mp/hostid_wrap.sh), where UCX still uses its shared memory.
 #  - abort: rank 0 blocks in an AllReduce the others never join; shoal_comm_abort from a
 #    second thread must make it return SHOAL_ERR_ABORTED within 1 s; the late ranks get an
 #    error too; over ucx (2 ranks), the late rank's error must be SHOAL_ERR_PEER_FAILED, told
@@ -78,7 +79,7 @@ check_survivor() {
 
 kill_case() { # kill_case TRANSPORT NRANKS [CONNECT]
     connect=${3:-}
-    label="kill ${1:-shm} n=$2${connect:+ $connect}"
+    label="kill ${1:-shm} n=$2${connect:+ $connect}${kill_label:-}"
     victim=$(($2 - 1))
     launch "$label" "$2" "$1" kill 8
     if [ "$rc" -eq 137 ]; then
@@ -226,6 +227,18 @@ while [ $i -lt "${KILL_REPEAT:-1}" ]; do
     esac
     case " ${KILL_TRANSPORTS:-$kill_tls} " in
     *" ib "*) [ -n "${KILL_LAZY_N:-}" ] && kill_case ib "$KILL_LAZY_N" lazy ;;
+    esac
+    # ucx with every rank on a virtual host of its own (hostid_wrap.sh): UCX still carries the
+    # messages through its shared memory, which tells nobody of a death; the survivors timed
+    # out (SHOAL_ERR_TIMEOUT, naming nobody) until the transport watched such a peer's process.
+    case " ${KILL_TRANSPORTS:-$kill_tls} " in
+    *" ucx "*)
+        if [ "${KILL_ONLY_LAZY:-0}" != 1 ] && [ -z "${KILL_WRAP:-}" ]; then
+            KILL_WRAP="$(dirname "$0")/../mp/hostid_wrap.sh" kill_label=" virtual hosts"
+            kill_case ucx 3
+            KILL_WRAP="" kill_label=""
+        fi
+        ;;
     esac
     i=$((i + 1))
 done

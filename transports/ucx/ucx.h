@@ -60,7 +60,8 @@
  * communicator-fatal above, so only the teardown is left to do.
  *
  * Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER; UCX's error callback, or the death
- * of a same-host peer's process (pidfd), marks the endpoint "gone": receives that UCX can
+ * of a same-host peer's process (pidfd; also of a peer under another host id whose process
+ * this machine runs: ucx_conn.c), marks the endpoint "gone": receives that UCX can
  * still satisfy from what already arrived complete, the rest fail with SHOAL_ERR_PEER_FAILED.
  */
 #ifndef SHOAL_UCX_H

@@ -242,6 +242,33 @@ static void shoal_ucx_ep_watch(shoal_ep_t *ep, int idx)
     /* no pidfd (old kernel): progress falls back to kill(pid, 0) */
 }
 
+/* An authenticated peer of another host id may still be a process of this machine (virtual
+ * hosts: SHOAL_HOSTID, tests/mp/hostid_wrap.sh). UCX then carries its messages through shared
+ * memory, which tells nobody of the peer's death: a survivor waited for its timeout
+ * (SHOAL_ERR_TIMEOUT, naming nobody) where UCX over tcp fails the endpoint at once. If the
+ * process that the peer's pid names here holds the peer's nonce where the peer said it lies,
+ * it is the peer: watch it as a same-host peer's (its exit fails the endpoint within a
+ * liveness period, naming it). A peer that published no probe address, another pid namespace
+ * or no ptrace permission: UCX's error handling alone, as before. */
+static void shoal_ucx_ep_watch_machine(shoal_ep_t *ep)
+{
+    uint8_t got[SHOAL_UCX_NONCE_BYTES];
+    struct iovec l = {.iov_base = got, .iov_len = sizeof(got)};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)ep->peer_cma_addr, .iov_len = sizeof(got)};
+
+    if (ep->local || ep->gone || ep->peer_cma_addr == 0 ||
+        process_vm_readv((pid_t)ep->pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof(got) ||
+        !shoal_memeq_ct(got, ep->peer_nonce, sizeof(got))) {
+        return;
+    }
+    ep->local = 1;
+    shoal_ucx_ep_watch(ep, (int)(ep - ep->ctx->eps));
+    if (ep->local) {
+        shoal_trace(UCX, "peer %d: another host id, but pid %u of this machine: its exit is "
+                    "watched", ep->peer, ep->pid);
+    }
+}
+
 /* Everything of endpoint idx but its UCX endpoint: state, slots, tags, the peer's pidfd. */
 static shoal_status_t shoal_ucx_ep_setup(shoal_tl_ctx_t *ctx, int idx, int peer,
                                          const shoal_ucx_addr_t *a)
@@ -436,6 +463,9 @@ static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
         }
         ep->auth_ok = 1;
         /* an authenticated peer: only now look at its memory */
+        if (!ep->same_host) {
+            shoal_ucx_ep_watch_machine(ep);
+        }
         if (ep->same_host && (*st_p = shoal_ucx_hello_send(ep)) != SHOAL_OK) {
             return -1;
         }
