@@ -274,7 +274,7 @@ enum {
 /* ucx_ctx.c */
 SHOAL_HIDDEN const char *shoal_ucx_strerror(ucs_status_t st);
 /* Once per process, UCX loaded: UCX's log messages to shoal's log, not stdout (unless
- * UCX_LOG_FILE is set). */
+ * UCX_LOG_FILE is set), until libshoal is unloaded or the process exits. */
 SHOAL_HIDDEN void shoal_ucx_log_redirect(void);
 SHOAL_HIDDEN void shoal_ucx_kick(shoal_tl_ctx_t *ctx);
 /* Progresses the worker until a call finds nothing: what has arrived is handled (at most

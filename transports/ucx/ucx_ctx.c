@@ -203,11 +203,31 @@ static ucs_log_func_rc_t shoal_ucx_log_cb(const char *file, unsigned line, const
     return UCS_LOG_FUNC_RC_STOP;
 }
 
+/* UCX's handler stack with ours on top, once pushed: 0 if it was not */
+static unsigned shoal_ucx_log_depth;
+
 static void shoal_ucx_log_push(void)
 {
     if (shoal_cfg_getenv_raw("UCX_LOG_FILE") == NULL) {
+        unsigned before = ucs_log_num_handlers();
         ucs_log_push_handler(shoal_ucx_log_cb);
+        if (ucs_log_num_handlers() == before + 1) {
+            shoal_ucx_log_depth = before + 1;
+        }
     }
+}
+
+/* libshoal unloaded (dlclose), or the process exiting: libucp stays loaded (never dlclosed,
+ * and another user of UCX in the process may hold it), so UCX's next message would call our
+ * handler in unmapped code (SIGSEGV). Popped only while it is still on top: UCX can remove
+ * nothing else, and a handler pushed after ours must not be popped instead (a handler left
+ * below another one that stops every message is never called). */
+__attribute__((destructor)) static void shoal_ucx_log_unload(void)
+{
+    if (shoal_ucx_log_depth != 0 && ucs_log_num_handlers() == shoal_ucx_log_depth) {
+        ucs_log_pop_handler();
+    }
+    shoal_ucx_log_depth = 0;
 }
 
 void shoal_ucx_log_redirect(void)

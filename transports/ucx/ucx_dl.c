@@ -20,7 +20,8 @@
     X(ucp_tag_recv_nbx) X(ucp_tag_send_nbx) X(ucp_worker_arm) X(ucp_worker_create)              \
     X(ucp_worker_destroy) X(ucp_worker_get_address) X(ucp_worker_get_efd)                       \
     X(ucp_worker_progress) X(ucp_worker_query) X(ucp_worker_release_address)                    \
-    X(ucs_log_push_handler) X(ucs_status_string)                                                \
+    X(ucs_log_num_handlers) X(ucs_log_pop_handler) X(ucs_log_push_handler)                      \
+    X(ucs_status_string)                                                                        \
     X(uct_component_query) X(uct_config_release) X(uct_md_close)                                \
     X(uct_md_config_read) X(uct_md_open) X(uct_md_query_tl_resources) X(uct_query_components)  \
     X(uct_release_component_list) X(uct_release_tl_resource_list)
@@ -183,6 +184,16 @@ ucs_status_t ucp_worker_query(ucp_worker_h worker, ucp_worker_attr_t *attr)
 void ucp_worker_release_address(ucp_worker_h worker, ucp_address_t *address)
 {
     shoal_ucx_dl.ucp_worker_release_address(worker, address);
+}
+
+unsigned ucs_log_num_handlers(void)
+{
+    return shoal_ucx_dl.ucs_log_num_handlers();
+}
+
+void ucs_log_pop_handler(void)
+{
+    shoal_ucx_dl.ucs_log_pop_handler();
 }
 
 void ucs_log_push_handler(ucs_log_func_t handler)
