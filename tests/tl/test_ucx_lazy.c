@@ -20,6 +20,9 @@
  *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
  *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once;
+ *  - a malformed abort notice (a message of the wrong length under the abort tag, eager or
+ *    rendezvous) fails the endpoint with SHOAL_ERR_PROTOCOL and is received all the same:
+ *    UCX keeps no descriptor of it;
  * and (not lazy, but this suite makes contexts in processes of its own) UCX's own messages
  * never reach the application's stdout. */
 #include "tests/tap.h"
@@ -693,14 +696,119 @@ static int check_log_stdout(char *why, size_t len)
     return obuf[0] == '\0' && strstr(ebuf, "UCX_SHOAL_TEST_UNKNOWN") != NULL;
 }
 
+/* The child of check_bad_notice, its stderr in the file: 0 if the receive failed as it
+ * should, 1 if not, 2 if the setup failed, 3 if UCX is unusable. */
+static int bad_notice_child(size_t glen)
+{
+    const uint32_t comm_id = 0x1a2d0070u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64], *g = calloc(1, glen);
+    size_t lens[NR];
+    side_t s[3];
+    side_t *sides[2] = {&s[0], &s[1]};
+    char err[200] = "";
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    void *sr;
+    int ok;
+
+    setenv("UCX_LOG_LEVEL", "warn", 1);
+    unsetenv("UCX_LOG_FILE");
+    shoal_config_global_init();
+    tl = shoal_tl_find("ucx");
+    if (tl == NULL || (tl->query != NULL && !tl->query())) {
+        return 3;
+    }
+    for (int r = 0; r < NR; r++) {
+        if (g == NULL || side_init(&s[r], r, comm_id, key_a, 5000) != 0 ||
+            (lens[r] = side_addr(&s[r], addrs[r])) == 0) {
+            return 2;
+        }
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    if (!both_ways(&s[0], &s[1], comm_id, 1, sizeof(buf))) {
+        return 2;
+    }
+    shoal_tl_req_t r = mkreq(comm_id, 2, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    sr = ucp_tag_send_nbx(s[0].eps[1]->uep, g, glen,
+                          shoal_ucx_tag(s[0].eps[1]->tx_tag, SHOAL_UCX_TAG_ABORT), &p);
+    tl->irecv(s[1].eps[0], &r);
+    ok = drive(sides, 2, reqs, 1, 5000) && r.status == SHOAL_ERR_PROTOCOL &&
+         strstr(err, "malformed abort notice") != NULL;
+    fprintf(stderr, "receive: %s: %s\n", shoal_status_name(r.status), err);
+    for (int i = 0; i < 100000 && UCS_PTR_IS_PTR(sr) &&
+                    ucp_request_check_status(sr) == UCS_INPROGRESS; i++) {
+        tl->progress(s[0].ctx);
+        tl->progress(s[1].ctx);
+    }
+    side_fini(&s[1]);
+    fprintf(stderr, "--- rank 1 finalized\n");
+    if (UCS_PTR_IS_PTR(sr)) {
+        ucp_request_free(sr);
+    }
+    side_fini(&s[0]);
+    side_fini(&s[2]);
+    free(g);
+    return ok ? 0 : 1;
+}
+
+/* In a child (UCX loaded there with UCX_LOG_LEVEL=warn, its log in a file): rank 0, connected
+ * to rank 1, sends glen bytes under rank 1's abort tag; rank 1's receive must fail with
+ * SHOAL_ERR_PROTOCOL ("malformed abort notice"), and the message must have been received:
+ * probed and removed but never received, UCX kept its descriptor until the worker's
+ * destruction, which says "was not returned to mpool" (and a rendezvous sender waits for an
+ * answer that never comes). 1: passed, 0: failed, -1: UCX unusable there. */
+static int check_bad_notice(size_t glen, char *why, size_t len)
+{
+    char path[] = "/tmp/test_ucx_lazy.XXXXXX", ebuf[16384] = "", *mark;
+    int fd = mkstemp(path), st = 0;
+    pid_t pid;
+
+    if (fd < 0) {
+        snprintf(why, len, "mkstemp: %s", strerror(errno));
+        return 0;
+    }
+    unlink(path);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        _exit(dup2(fd, 2) < 0 ? 2 : bad_notice_child(glen));
+    }
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) == 2) {
+        snprintf(why, len, "the child failed (status 0x%x)", st);
+        close(fd);
+        return 0;
+    }
+    (void)lseek(fd, 0, SEEK_SET);
+    read_all(fd, ebuf, sizeof(ebuf));
+    close(fd);
+    if (WEXITSTATUS(st) == 3) {
+        return -1;
+    }
+    mark = strstr(ebuf, "--- rank 1 finalized");
+    if (mark != NULL) {
+        *mark = '\0';
+    }
+    snprintf(why, len, "%s; %s", WEXITSTATUS(st) == 0 ? "SHOAL_ERR_PROTOCOL" : "not failed so",
+             mark == NULL ? "rank 1's fini not reached" :
+             strstr(ebuf, "not returned to mpool") != NULL ? "a UCX descriptor left behind" :
+                                                               "nothing left behind");
+    return WEXITSTATUS(st) == 0 && mark != NULL && strstr(ebuf, "not returned to mpool") == NULL;
+}
+
 int main(void)
 {
-    char log_why[300] = "";
-    int log_ok;
+    char log_why[300] = "", eager_why[200] = "", rndv_why[200] = "";
+    int log_ok, eager_ok, rndv_ok;
 
     alarm(120);
     setvbuf(stdout, NULL, _IOLBF, 0);
     log_ok = check_log_stdout(log_why, sizeof(log_why));
+    eager_ok = check_bad_notice(64, eager_why, sizeof(eager_why));
+    rndv_ok = check_bad_notice(1 << 20, rndv_why, sizeof(rndv_why));
     /* UCX's own warnings (to stdout) about the strangers' proofs left unmatched at fini */
     setenv("UCX_LOG_LEVEL", "error", 0);
     shoal_config_global_init();
@@ -719,5 +827,7 @@ int main(void)
     test_left();
     test_failed_peer(0);
     test_failed_peer(1);
+    tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
+    tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);
     return tap_done();
 }

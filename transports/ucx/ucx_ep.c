@@ -581,19 +581,21 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
         return 0;
     }
     memset(ep->abort_rx, 0, sizeof(ep->abort_rx));
-    if (info.length == sizeof(ep->abort_rx)) {
-        r = ucp_tag_msg_recv_nbx(worker, ep->abort_rx, sizeof(ep->abort_rx), msg, &p);
-        for (int i = 0; UCS_PTR_IS_PTR(r) && i < 1000 &&
-                        ucp_request_check_status(r) == UCS_INPROGRESS; i++) {
-            ucp_worker_progress(worker); /* 32 bytes that have arrived: at once in practice */
-        }
-        if (UCS_PTR_IS_PTR(r)) {
-            ucp_request_free(r);
-        }
+    /* Received whatever its length (a longer one is truncated): a probed message that was
+     * removed must be received, else UCX keeps its descriptor until the worker's destruction
+     * ("not returned to mpool"), and the sender of one above the rendezvous threshold waits
+     * for an answer that never comes. */
+    r = ucp_tag_msg_recv_nbx(worker, ep->abort_rx, sizeof(ep->abort_rx), msg, &p);
+    for (int i = 0; UCS_PTR_IS_PTR(r) && i < 1000 &&
+                    ucp_request_check_status(r) == UCS_INPROGRESS; i++) {
+        ucp_worker_progress(worker); /* 32 bytes that have arrived: at once in practice */
+    }
+    if (UCS_PTR_IS_PTR(r)) {
+        ucp_request_free(r);
     }
     shoal_wire_decode(ep->abort_rx, &got);
     st = shoal_wire_check(&expect, &got, why, sizeof(why));
-    if (st == SHOAL_OK || got.type != SHOAL_WIRE_ABORT) {
+    if (st == SHOAL_OK || got.type != SHOAL_WIRE_ABORT || info.length != sizeof(ep->abort_rx)) {
         st = SHOAL_ERR_PROTOCOL;
         snprintf(why, sizeof(why), "malformed abort notice of %zu bytes", info.length);
     } else if (shoal_wire_culprit(&got) < ep->ctx->nranks) {
