@@ -154,9 +154,12 @@ check "shoal_info -c -m: the derived defaults say so" \
 sed -n '/^<!-- BEGIN shoal_info -c -m -->$/,/^<!-- END shoal_info -c -m -->$/p' \
     "$srcdir/README.md" >"$tmp/md.readme"
 n_tap=$((n_tap + 1))
-if [ -s "$tmp/md" ] && ! grep -vxF -f "$tmp/md.readme" "$tmp/md" >"$tmp/md.stale"; then
-    echo "ok $n_tap - README's variable table has every row of shoal_info -c -m"
-else echo "not ok $n_tap - README's variable table lacks: $(head -c 300 "$tmp/md.stale")"; fi
+grep '^| `' "$tmp/md.readme" | sort | uniq -d >"$tmp/md.dup"
+if [ -s "$tmp/md" ] && ! grep -vxF -f "$tmp/md.readme" "$tmp/md" >"$tmp/md.stale" &&
+    [ ! -s "$tmp/md.dup" ]; then
+    echo "ok $n_tap - README's variable table has every row of shoal_info -c -m, each once"
+else echo "not ok $n_tap - README's variable table lacks: $(head -c 300 "$tmp/md.stale");" \
+    "twice: $(head -c 300 "$tmp/md.dup")"; fi
 SHOAL_TREE_MAX_BYTES=1m "$info" -c >/dev/null 2>"$tmp/unknown"
 check "SHOAL_TREE_MAX_BYTES (never used) is an unknown variable" \
     "unknown environment variable SHOAL_TREE_MAX_BYTES" "$tmp/unknown"
