@@ -15,7 +15,10 @@ int shoal_rh_reduce_scatter_applicable(struct shoal_comm *comm, const shoal_coll
 {
     int n = comm->nranks;
     (void)a;
-    return (n & (n - 1)) == 0 && comm->coll->scratch_size / 3 / (size_t)n >= 64;
+    /* a slice of n/2 blocks in a third of scratch, as the plan cuts it (and the cost model,
+     * shoal_rh_rs_cost, asks): with n the runtime refused where shoal_info -t chose it */
+    return (n & (n - 1)) == 0 &&
+           comm->coll->scratch_size / 3 / (size_t)SHOAL_MAX(n / 2, 1) >= 64;
 }
 
 typedef struct {

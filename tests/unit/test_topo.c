@@ -469,6 +469,36 @@ static void test_ring_hosts(void)
     shoal_topo_ring_hosts_free(&rh);
 }
 
+/* The cost model and the runtime agree on where recursive halving can reduce-scatter: a
+ * slice of n/2 blocks in a third of scratch, at least 64 bytes (the runtime divided by n, so
+ * shoal_info -t showed it where a job of 128 ranks with 4 KiB chunks ran the ring). */
+static void test_rh_applicable(void)
+{
+    shoal_coll_state_t st = {0};
+    struct shoal_comm comm = {0};
+    shoal_coll_shape_t s;
+    shoal_link_t l = {.alpha_us = 1, .beta_us = shoal_gbs_to_beta(8)};
+    int hosts[256] = {0}, order[256], differ = 0, both = 0;
+
+    comm.coll = &st;
+    for (int n = 2; n <= 256; n *= 2) {
+        for (size_t scratch = 64; scratch <= (size_t)1 << 16; scratch += 64) {
+            shoal_topo_ring_order(n, hosts, NULL, order);
+            shoal_coll_shape_build(&s, n, hosts, order, &l, &l, 0, n);
+            s.scratch = scratch;
+            st.scratch_size = scratch;
+            comm.nranks = n;
+            int model = shoal_rh_rs_cost(&s, 1 << 20) >= 0;
+            int runtime = shoal_rh_reduce_scatter_applicable(&comm, NULL);
+            differ += model != runtime;
+            both += model && runtime;
+        }
+    }
+    tap_ok(differ == 0 && both > 0, "recursive halving: the cost model and the runtime agree "
+           "on every power of two to 256 ranks and scratch to 64 KiB (%d differ, %d apply)",
+           differ, both);
+}
+
 int main(void)
 {
     shoal_config_global_init();
@@ -480,5 +510,6 @@ int main(void)
     test_hier_model();
     test_discover();
     test_ring_hosts();
+    test_rh_applicable();
     return tap_done();
 }
