@@ -31,7 +31,8 @@ typedef struct {
     const char *priority;   /* SHOAL_QOS_PRIORITY: per-class SO_PRIORITY list */
     const char *ib_tc;      /* SHOAL_QOS_IB_TC: per-class GRH traffic class; unlisted: DSCP<<2 */
     const char *ib_sl;      /* SHOAL_QOS_IB_SL: per-class service level */
-    size_t rate_max;        /* SHOAL_QOS_RATE_MAX: bytes/s per peer connection, 0 = none */
+    size_t rate_max;        /* SHOAL_QOS_LINK_RATE_MAX: the kernel's and fabric's cap, bytes/s per
+                             * peer connection, 0 = none (SHOAL_QOS_RATE_MAX is the pacer's) */
 } shoal_qos_class_config_t;
 extern SHOAL_HIDDEN shoal_qos_class_config_t shoal_qos_class_config;
 
