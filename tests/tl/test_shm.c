@@ -2,7 +2,8 @@
  * segment naming/mode/unlink, a 64 MiB stream through 8 x 64 KiB slots, ring wraparound with
  * many small messages all ways, shared areas + notify, futex wakeup latency and idle CPU, a
  * message waking a sleeping owner (the ring of a sleeper only),
- * peer death by SIGKILL, fail() propagation, and corrupted ring contents.
+ * peer death by SIGKILL, fail() propagation, corrupted ring contents, and a lazy peer that
+ * finalized before the receiver's first use of the endpoint.
  *
  * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
  * parent prints as TAP once they are gone. Every child runs under alarm(), and the parent
@@ -623,6 +624,41 @@ static void case_corrupt(env_t *e)
     barrier();
 }
 
+/* Lazy contexts: rank 0 sends its message and finalizes (its segment's name goes with it)
+ * before rank 1, which never mapped it, posts the receive. The message is whole in rank 1's
+ * own segment: it is delivered; a receive for what never comes fails as from a dead peer. */
+static void case_lazy_gone(env_t *e)
+{
+    uint64_t v = 0, v2 = 0;
+    char err[200] = "";
+    if (e->rank == 0) {
+        shoal_tl_req_t s = {.hdr = hdr_make(11, 0, sizeof(v)), .buf = &v};
+        v = 0x1a2b0a7d5ULL;
+        shoal_status_t st = tl->isend(e->eps[1], &s);
+        int w = st == SHOAL_OK ? wait_one(e, &s, 5000) : -1;
+        check(w == 0 && s.status == SHOAL_OK, "lazy send completes (%s, status %d)",
+              shoal_strerror(st), s.status);
+        tl->fini(e->ctx);
+        __atomic_store_n(&sh->stamp[0], 1, __ATOMIC_RELEASE);
+        exit(0);
+    }
+    while (__atomic_load_n(&sh->stamp[0], __ATOMIC_ACQUIRE) == 0) {
+        shoal_sleep_us(1000);
+    }
+    shoal_tl_req_t r = {.hdr = hdr_make(11, 0, sizeof(v)), .buf = &v};
+    shoal_status_t st = tl->irecv(e->eps[0], &r);
+    int w = st == SHOAL_OK ? wait_one(e, &r, 5000) : -1;
+    check(st == SHOAL_OK && w == 0 && r.status == SHOAL_OK && v == 0x1a2b0a7d5ULL,
+          "the message of a peer that finalized before the first use is delivered (irecv %s, "
+          "status %d, value %llx)", shoal_strerror(st), r.status, (unsigned long long)v);
+    shoal_tl_req_t r2 = {.hdr = hdr_make(12, 0, sizeof(v2)), .buf = &v2, .errbuf = err,
+                         .errlen = sizeof(err)};
+    st = tl->irecv(e->eps[0], &r2);
+    w = st == SHOAL_OK ? wait_one(e, &r2, 5000) : -1;
+    check(w == 0 && r2.status == SHOAL_ERR_PEER_FAILED, "then a recv for what never comes "
+          "fails: irecv %s, status %d, '%s'", shoal_strerror(st), r2.status, err);
+}
+
 /* ---- runner ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -632,6 +668,7 @@ typedef struct {
     void (*pre_ready)(env_t *);
     int killed_rank; /* rank expected to die of SIGKILL, or -1 */
     int variant;
+    int lazy;        /* the context maps its peers' segments at first use */
 } case_t;
 
 static void child_run(const case_t *c, int rank)
@@ -646,6 +683,7 @@ static void child_run(const case_t *c, int rank)
         .secret = secret,
         .timeout_ms = 5000,
         .abort_flag = &no_abort,
+        .lazy = c->lazy,
     };
     my_rank = rank;
     alarm(30);
@@ -977,6 +1015,7 @@ int main(void)
         {.name = "corrupt2", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 2},
         {.name = "corrupt3", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 3},
         {.name = "corrupt4", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 4},
+        {.name = "lazy_gone", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1, .lazy = 1},
     };
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
         run_case(&cases[i]);

@@ -206,6 +206,11 @@ SHOAL_HIDDEN shoal_shm_ring_t shoal_shm_ring_at(void *base, const shoal_shm_layo
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_reserve_tx(shoal_ep_t *ep);
 /* Maps the peer's segment if not yet (a lazy context's endpoints, at their first use). */
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep);
+/* The same for a receive, which reads only our own segment: a lazy peer that sent its last
+ * messages and finalized (its name gone with it) before our first use of the endpoint left
+ * them whole in our ring, so a name that is gone leaves the endpoint unmapped (peer_ctrl
+ * NULL: nobody to wake, liveness by pid) and is no error. */
+SHOAL_HIDDEN shoal_status_t shoal_shm_ep_attach_rx(shoal_ep_t *ep);
 /* Probes single copies with every local peer once (mapping them all), sets cma_ok. */
 SHOAL_HIDDEN void shoal_shm_cma_check(shoal_tl_ctx_t *ctx);
 

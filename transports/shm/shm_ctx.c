@@ -472,13 +472,19 @@ static int shoal_shm_addr_valid(shoal_tl_ctx_t *ctx, const shoal_shm_addr_t *a, 
     return 0;
 }
 
-/* Opens, checks and maps a peer's segment. */
+/* Opens, checks and maps a peer's segment. gone_ok: a name that no longer exists is
+ * SHOAL_ERR_PEER_FAILED, logged as information only (shoal_shm_ep_attach_rx). */
 static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
-                                       const shoal_shm_addr_t *a)
+                                       const shoal_shm_addr_t *a, int gone_ok)
 {
     size_t total = ctx->layout.total;
     struct stat sb;
     int fd = shoal_shm_seg_open(a->name, O_RDWR, 0);
+    if (fd < 0 && gone_ok && errno == ENOENT) {
+        shoal_info(SHM, "peer %d: its segment %s is gone (the peer finalized or died): what it "
+                   "sent is received from ours", ep->rank, a->name);
+        return SHOAL_ERR_PEER_FAILED;
+    }
     if (fd < 0) {
         shoal_error(SHM, "peer %d: opening its segment %s in %s failed: %s", ep->rank, a->name,
                     shoal_shm_dir(), strerror(errno));
@@ -538,6 +544,8 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
     ep->addr = a;
     ep->local_rank = a.local_rank;
     ep->pid = (pid_t)a.pid;
+    /* in our own segment: a receive needs nothing of the peer's (shoal_shm_ep_attach_rx) */
+    ep->rx = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, a.local_rank);
     if (shoal_shm_proc_stat(ep->pid, &state, &ep->starttime) != 0) {
         ep->starttime = 0; /* another pid namespace? liveness falls back to kill() */
     }
@@ -545,18 +553,17 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep)
+static shoal_status_t shoal_shm_ep_attach_ext(shoal_ep_t *ep, int gone_ok)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
     if (SHOAL_LIKELY(ep->peer_base != NULL)) {
         return SHOAL_OK;
     }
-    shoal_status_t status = shoal_shm_ep_map(ctx, ep, &ep->addr);
+    shoal_status_t status = shoal_shm_ep_map(ctx, ep, &ep->addr, gone_ok);
     if (status != SHOAL_OK) {
         return status;
     }
     ep->tx = shoal_shm_ring_at(ep->peer_base, &ctx->layout, ep->local_rank, ctx->local_rank);
-    ep->rx = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, ep->local_rank);
     /* Lazy: the name lives until every local peer has mapped the segment; the last one to
      * map it unlinks it (then nothing of the job's is left in the file system, as after an
      * eager init). */
@@ -568,6 +575,17 @@ shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep)
         }
     }
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep)
+{
+    return shoal_shm_ep_attach_ext(ep, 0);
+}
+
+shoal_status_t shoal_shm_ep_attach_rx(shoal_ep_t *ep)
+{
+    shoal_status_t status = shoal_shm_ep_attach_ext(ep, 1);
+    return status == SHOAL_ERR_PEER_FAILED ? SHOAL_OK : status;
 }
 
 static shoal_status_t shoal_shm_ep_connect(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, int rank,

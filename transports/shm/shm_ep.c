@@ -124,7 +124,7 @@ shoal_status_t shoal_shm_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req)
         return ep->status;
     }
     if (SHOAL_UNLIKELY(ep->peer_base == NULL)) {
-        shoal_status_t st = shoal_shm_ep_attach(ep);
+        shoal_status_t st = shoal_shm_ep_attach_rx(ep);
         if (st != SHOAL_OK) {
             return st;
         }
@@ -288,7 +288,7 @@ static int shoal_shm_ep_progress_recv(shoal_ep_t *ep)
             ncomp++;
         }
     }
-    if (freed && ep->status == SHOAL_OK) {
+    if (freed && ep->status == SHOAL_OK && ep->peer_ctrl != NULL) {
         shoal_shm_ctrl_ring_sleeper(ep->peer_ctrl);
     }
     return ncomp;
@@ -335,7 +335,7 @@ int shoal_shm_ctx_has_work(shoal_tl_ctx_t *ctx)
                 return 1;
             }
         }
-        if ((ep->rq_head != NULL || ep->sq_head != NULL) &&
+        if ((ep->rq_head != NULL || ep->sq_head != NULL) && ep->peer_ctrl != NULL &&
             __atomic_load_n(&ep->peer_ctrl->failed, __ATOMIC_ACQUIRE) != 0) {
             return 1;
         }
