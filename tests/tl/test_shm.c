@@ -659,6 +659,85 @@ static void case_lazy_gone(env_t *e)
           "fails: irecv %s, status %d, '%s'", shoal_strerror(st), r2.status, err);
 }
 
+/* A word at the same address in rank 0 and in every process forked from it. */
+static volatile uint64_t recycled_word = 0x0dd0c0ffeeULL;
+
+/* Forks a process that gets pid 'want' (ns_last_pid, root only): it sets recycled_word to
+ * 0x57a4e, says so in stamp[2], and lives until stamp[3] is set; it then reports its word in
+ * stamp[2]. The child's pid, or -1. */
+static pid_t fork_as(pid_t want)
+{
+    for (int attempt = 0; attempt < 20; attempt++) {
+        FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+        if (f == NULL) {
+            return -1;
+        }
+        fprintf(f, "%d", (int)want - 1);
+        if (fclose(f) != 0) {
+            return -1;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(20);
+            recycled_word = 0x57a4eULL;
+            __atomic_store_n(&sh->stamp[2], recycled_word, __ATOMIC_RELEASE);
+            while (__atomic_load_n(&sh->stamp[3], __ATOMIC_ACQUIRE) == 0) {
+                shoal_sleep_us(1000);
+            }
+            __atomic_store_n(&sh->stamp[2], recycled_word, __ATOMIC_RELEASE);
+            _exit(0);
+        }
+        if (pid == want || pid < 0) {
+            return pid;
+        }
+        __atomic_store_n(&sh->stamp[3], 1, __ATOMIC_RELEASE);
+        waitpid(pid, NULL, 0);
+        __atomic_store_n(&sh->stamp[3], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&sh->stamp[2], 0, __ATOMIC_RELEASE);
+    }
+    return -1;
+}
+
+/* Rank 1 dies and another process of the same user takes its pid: single copies with rank 1
+ * must fail as with a dead peer, never read or write the newcomer's memory. */
+static void case_cma_recycled(env_t *e)
+{
+    if (e->rank == 1) {
+        barrier();
+        raise(SIGKILL);
+        return;
+    }
+    int ok = tl->peer_copy_ok(e->ctx);
+    check(ok, "single copies work with the live peer");
+    barrier();
+    pid_t old = e->eps[1]->pid;
+    while (kill(old, 0) == 0 || errno != ESRCH) {
+        shoal_sleep_us(1000); /* the parent reaps it */
+    }
+    pid_t np = fork_as(old);
+    if (np != old) {
+        check(1, "# SKIP cannot give a new process pid %d (not root?)", (int)old);
+        return;
+    }
+    while (__atomic_load_n(&sh->stamp[2], __ATOMIC_ACQUIRE) == 0) {
+        shoal_sleep_us(1000);
+    }
+    uint64_t got = 0, mine = 0xbadULL;
+    shoal_status_t rd = tl->peer_copy(e->ctx, 1, 0, &got, (uint64_t)(uintptr_t)&recycled_word,
+                                      sizeof(got));
+    shoal_status_t wr = tl->peer_copy(e->ctx, 1, 1, &mine, (uint64_t)(uintptr_t)&recycled_word,
+                                      sizeof(mine));
+    __atomic_store_n(&sh->stamp[3], 1, __ATOMIC_RELEASE);
+    waitpid(np, NULL, 0);
+    uint64_t theirs = __atomic_load_n(&sh->stamp[2], __ATOMIC_ACQUIRE);
+    check(rd == SHOAL_ERR_PEER_FAILED && got != 0x57a4eULL, "a read from the dead peer's "
+          "recycled pid fails with ERR_PEER_FAILED (%s) and reads nothing of the newcomer's "
+          "(0x%llx)", shoal_strerror(rd), (unsigned long long)got);
+    check(wr == SHOAL_ERR_PEER_FAILED && theirs == 0x57a4eULL, "a write to it fails with "
+          "ERR_PEER_FAILED (%s) and leaves the newcomer's memory alone (0x%llx)",
+          shoal_strerror(wr), (unsigned long long)theirs);
+}
+
 /* ---- runner ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -1015,6 +1094,7 @@ int main(void)
         {.name = "corrupt2", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 2},
         {.name = "corrupt3", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 3},
         {.name = "corrupt4", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 4},
+        {.name = "cma_recycled", .nprocs = 2, .fn = case_cma_recycled, .killed_rank = 1},
         {.name = "lazy_gone", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1, .lazy = 1},
     };
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {

@@ -140,6 +140,7 @@ struct shoal_ep {
     int local_rank;
     pid_t pid;
     unsigned long long starttime; /* from /proc/<pid>/stat at connect; 0 if unknown */
+    int pidfd;                /* the peer's process, held while single copies are on; -1 */
     void *peer_base;          /* the peer's whole segment, mapped here */
     size_t peer_len;
     shoal_shm_ctrl_t *peer_ctrl;
@@ -231,6 +232,9 @@ SHOAL_HIDDEN shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, s
 SHOAL_HIDDEN int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns);
 /* Bump a control block's doorbell and wake its owner if it sleeps. */
 SHOAL_HIDDEN void shoal_shm_ctrl_ring(shoal_shm_ctrl_t *ctrl);
+/* 1 if the peer's process is gone: kill() says so, or its /proc start time changed (the pid
+ * went to another process). */
+SHOAL_HIDDEN int shoal_shm_pid_dead(shoal_ep_t *ep);
 /* /proc/<pid>/stat: state char and start time; 0 on success. */
 SHOAL_HIDDEN int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p);
 

@@ -530,7 +530,7 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
     shoal_shm_addr_t a;
     char why[160];
     char state;
-    *ep = (shoal_ep_t){.ctx = ctx, .rank = rank, .status = SHOAL_OK};
+    *ep = (shoal_ep_t){.ctx = ctx, .rank = rank, .status = SHOAL_OK, .pidfd = -1};
     if (addr_len != sizeof(a)) {
         shoal_error(SHM, "peer %d: shm address of %zu bytes, expected %zu", rank, addr_len,
                     sizeof(a));
@@ -603,6 +603,9 @@ static void shoal_shm_eps_release(shoal_tl_ctx_t *ctx, int n)
     for (int p = 0; p < n; p++) {
         if (ctx->eps[p].peer_base != NULL) {
             munmap(ctx->eps[p].peer_base, ctx->eps[p].peer_len);
+        }
+        if (ctx->eps[p].pidfd >= 0) {
+            close(ctx->eps[p].pidfd);
         }
     }
     memset(ctx->ep_by_local, 0, (size_t)ctx->local_size * sizeof(*ctx->ep_by_local));

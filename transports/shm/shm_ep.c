@@ -376,7 +376,7 @@ int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p)
     return 0;
 }
 
-static int shoal_shm_pid_dead(shoal_ep_t *ep)
+int shoal_shm_pid_dead(shoal_ep_t *ep)
 {
     if (kill(ep->pid, 0) == -1 && errno == ESRCH) {
         return 1;

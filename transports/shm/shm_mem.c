@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,17 +350,47 @@ void shoal_shm_mem_unmap_all(shoal_tl_ctx_t *ctx)
 
 /* ---- single copy -------------------------------------------------------------------------- */
 
-/* Reads the magic of the peer's control block through the kernel: 0 if it works, else errno. */
+/* Whether the process single copies go to is still the peer. process_vm_readv/writev name
+ * it by pid, and a dead peer's pid may go to another process of the same user, which the
+ * kernel lets us read and write as well: the copies are tied to a pidfd of the peer, taken
+ * when the probe found it (pollable once the process exited, before its pid can be reused),
+ * else (a kernel without pidfd_open) to its /proc start time. Left open: a peer that exits,
+ * is reaped and whose pid is reused between the check and the copy (microseconds, in which
+ * the pid space would have to wrap around to that very pid). */
+static int shoal_shm_cma_gone(shoal_ep_t *ep)
+{
+    if (ep->pidfd >= 0) {
+        struct pollfd p = {.fd = ep->pidfd, .events = POLLIN};
+        int ret;
+        while ((ret = poll(&p, 1, 0)) < 0 && errno == EINTR) {
+        }
+        return ret != 0;
+    }
+    return shoal_shm_pid_dead(ep);
+}
+
+/* Reads the magic of the peer's control block through the kernel: 0 if it works, else errno.
+ * Takes the pidfd the copies are checked against (shoal_shm_cma_gone) first, so the process
+ * it names is the one the probe found. */
 int shoal_shm_cma_probe(shoal_ep_t *ep)
 {
     uint64_t magic = 0;
     uint64_t va = __atomic_load_n(&ep->peer_ctrl->self_va, __ATOMIC_ACQUIRE);
     struct iovec l = {.iov_base = &magic, .iov_len = sizeof(magic)};
     struct iovec r = {.iov_base = (void *)(uintptr_t)va, .iov_len = sizeof(magic)};
-    ssize_t n = process_vm_readv(ep->pid, &l, 1, &r, 1, 0);
+    ssize_t n;
 
+#ifdef SYS_pidfd_open
+    if (ep->pidfd < 0) {
+        ep->pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0); /* -1: start-time checks */
+    }
+#endif
+    n = process_vm_readv(ep->pid, &l, 1, &r, 1, 0);
     if (n < 0) {
         return errno;
+    }
+    if (shoal_shm_cma_gone(ep)) {
+        return ESRCH;
     }
     return n == (ssize_t)sizeof(magic) && magic == SHOAL_SHM_MAGIC ? 0 : EIO;
 }
@@ -386,8 +417,20 @@ shoal_status_t shoal_shm_peer_copy(shoal_tl_ctx_t *ctx, int local_rank, int writ
     while (done < len) {
         struct iovec l = {.iov_base = (uint8_t *)local + done, .iov_len = len - done};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(remote + done), .iov_len = len - done};
-        ssize_t n = write ? process_vm_writev(ep->pid, &l, 1, &r, 1, 0)
-                          : process_vm_readv(ep->pid, &l, 1, &r, 1, 0);
+        ssize_t n;
+        /* Before each copy (a write must not reach another process) and after a read (what
+         * came may be another process's: the caller drops it on this error). */
+        if (shoal_shm_cma_gone(ep)) {
+            errno = ESRCH;
+            n = -1;
+        } else {
+            n = write ? process_vm_writev(ep->pid, &l, 1, &r, 1, 0)
+                      : process_vm_readv(ep->pid, &l, 1, &r, 1, 0);
+            if (n > 0 && !write && shoal_shm_cma_gone(ep)) {
+                errno = ESRCH;
+                n = -1;
+            }
+        }
         if (n <= 0) {
             if (n < 0 && errno == EINTR) {
                 continue;
