@@ -234,7 +234,8 @@ SHOAL_EXPORT shoal_status_t shoal_comm_stats(shoal_comm_t comm, shoal_stats_t *s
  * process, not tied to a communicator; a local peer maps it the first time a collective uses
  * it (only processes of the same user that may inspect this one can), until that
  * communicator is destroyed. Any other use is that of ordinary memory. size > 0; *ptr_p is
- * page-aligned. shoal_mem_free(NULL) is a no-op; another pointer is SHOAL_ERR_INVALID_ARG.
+ * page-aligned; more than the host's available memory (or the memory cgroup's limit) is
+ * SHOAL_ERR_NO_MEMORY. shoal_mem_free(NULL) is a no-op; another pointer is SHOAL_ERR_INVALID_ARG.
  * Free a buffer only when no collective uses it. */
 SHOAL_EXPORT shoal_status_t shoal_mem_alloc(size_t size, void **ptr_p);
 SHOAL_EXPORT shoal_status_t shoal_mem_free(void *ptr);

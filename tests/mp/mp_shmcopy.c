@@ -7,7 +7,7 @@
  *    two-shot with SHOAL_SHM_CMA=0), and mixed (one rank's buffers shared, the others' not);
  *  - a count, dtype or op that differs across ranks: every rank gets SHOAL_ERR_INVALID_ARG
  *    quickly (not at the timeout), and the next matching call works;
- *  - shoal_mem_alloc / shoal_mem_free argument checks;
+ *  - shoal_mem_alloc / shoal_mem_free argument checks, and a size larger than the host;
  *  - buffers allocated, reduced and freed 80 times: the peers' mappings of freed buffers go.
  * Rank 0 prints one TAP line per group; exit status 1 if anything failed.
  *
@@ -18,12 +18,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MC_MAX ((size_t)262147)            /* elements of the sweeps (odd) */
 #define MC_BUF (MC_MAX * 8 + 4096)
 #define MC_FILL 0x5a
 
 static uint8_t *mc_tmpl, *mc_ex;
+
+/* shoal_mem_alloc of more memory than the host has (64 TiB, the largest size it takes) must
+ * say SHOAL_ERR_NO_MEMORY: it once reserved the pages of its memfd until memory ran out and
+ * the OOM killer struck. Run in a child that offers itself to the OOM killer first, so that a
+ * regression kills it, not the test's neighbours: 0 if refused, 1 another status, -1 killed. */
+static int mc_alloc_huge(void)
+{
+    int ws = 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *p = NULL;
+        FILE *f = fopen("/proc/self/oom_score_adj", "w");
+        if (f != NULL) {
+            fputs("1000", f);
+            fclose(f);
+        }
+        alarm(60);
+        _exit(shoal_mem_alloc((size_t)1 << 46, &p) == SHOAL_ERR_NO_MEMORY ? 0 : 1);
+    }
+    if (pid < 0 || waitpid(pid, &ws, 0) != pid) {
+        return 1;
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) != 0 : -1;
+}
 
 static int mc_check(shoal_dtype_t dt, const void *got, size_t count, char *why, size_t len)
 {
@@ -141,6 +167,10 @@ static void mc_test_mem(const mp_ctx_t *c)
         mp_case(g, shoal_mem_free(&x) == SHOAL_ERR_INVALID_ARG, c->rank, "free(stack)");
         mp_case(g, shoal_mem_free((uint8_t *)a + 64) == SHOAL_ERR_INVALID_ARG, c->rank,
                 "free(inside)");
+        int huge = mc_alloc_huge();
+        mp_case(g, c->rank != 0 || huge == 0, c->rank, "64 TiB: %s",
+                huge == 0 ? "SHOAL_ERR_NO_MEMORY" : huge > 0 ? "another status"
+                                                             : "the process was killed");
     }
     shoal_mem_free(a);
     shoal_mem_free(b);

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -66,6 +67,70 @@ static size_t shoal_shm_mem_total(size_t size)
     return SHOAL_SHM_MEM_HDR + SHOAL_ALIGN_UP(size, SHOAL_SHM_MEM_PAGE);
 }
 
+/* One number from a small file: the value after key (a whole line's start, or the file's
+ * first word where key is NULL), times unit; 0 if the file or the key is not there, or the
+ * value is not a number ("max"). */
+static uint64_t shoal_shm_mem_read_num(const char *path, const char *key, uint64_t unit)
+{
+    char line[256];
+    unsigned long long v = 0;
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        size_t klen = key != NULL ? strlen(key) : 0;
+        if (key == NULL || strncmp(line, key, klen) == 0) {
+            if (sscanf(line + klen, " %llu", &v) != 1) {
+                v = 0;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    return (uint64_t)v * unit;
+}
+
+/* The bytes a new buffer may take: what the kernel says can still be had (MemAvailable +
+ * SwapFree), or our memory cgroup's limit where that is less (its own limit only, not its
+ * ancestors'; not less its usage, which counts page cache that reclaim would free). A memfd
+ * has no size limit of its own: its posix_fallocate takes pages until memory runs out, and
+ * the OOM killer then kills this process or, without a cgroup limit, any process of the
+ * host. UINT64_MAX where nothing can be read. */
+static uint64_t shoal_shm_mem_room(void)
+{
+    uint64_t avail = shoal_shm_mem_read_num("/proc/meminfo", "MemAvailable:", 1024);
+    uint64_t room = avail == 0 ? UINT64_MAX
+                               : avail + shoal_shm_mem_read_num("/proc/meminfo", "SwapFree:",
+                                                                1024);
+    char line[512], path[PATH_MAX];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        const char *c = strchr(line, ':'), *cg;
+        const char *lim_f = NULL, *root = NULL;
+        line[strcspn(line, "\n")] = '\0';
+        if (c == NULL || (cg = strchr(c + 1, ':')) == NULL) {
+            continue;
+        }
+        if (strncmp(line, "0::", 3) == 0) {
+            root = "/sys/fs/cgroup", lim_f = "memory.max";
+        } else if (strncmp(c, ":memory:", 8) == 0) {
+            root = "/sys/fs/cgroup/memory", lim_f = "memory.limit_in_bytes";
+        } else {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s%s/%s", root, cg + 1, lim_f);
+        uint64_t lim = shoal_shm_mem_read_num(path, NULL, 1);
+        if (lim != 0) { /* 0: no such file, or "max" */
+            room = SHOAL_MIN(room, lim);
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return room;
+}
+
 static shoal_status_t shoal_shm_mem_create(size_t size, shoal_shm_mem_t *m)
 {
     shoal_status_t status = SHOAL_ERR_SYSTEM;
@@ -74,6 +139,13 @@ static shoal_status_t shoal_shm_mem_create(size_t size, shoal_shm_mem_t *m)
 
     m->total = shoal_shm_mem_total(size);
     m->size = size;
+    uint64_t room = shoal_shm_mem_room();
+    if ((uint64_t)m->total > room) {
+        shoal_error(SHM, "shoal_mem_alloc(%zu bytes): more than the %llu bytes of memory "
+                    "left (the host's available memory and swap, this process's memory cgroup "
+                    "limit)", size, (unsigned long long)room);
+        return SHOAL_ERR_NO_MEMORY;
+    }
     do {
         SHOAL_CHECK(shoal_random_bytes(&m->id, sizeof(m->id)));
     } while (m->id == 0);
