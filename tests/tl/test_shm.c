@@ -2,8 +2,9 @@
  * segment naming/mode/unlink, a 64 MiB stream through 8 x 64 KiB slots, ring wraparound with
  * many small messages all ways, shared areas + notify, futex wakeup latency and idle CPU, a
  * message waking a sleeping owner (the ring of a sleeper only),
- * peer death by SIGKILL, fail() propagation, corrupted ring contents, and a lazy peer that
- * finalized before the receiver's first use of the endpoint.
+ * peer death by SIGKILL, fail() propagation, corrupted ring contents, a lazy peer that
+ * finalized before the receiver's first use of the endpoint, and a peer in another pid
+ * namespace.
  *
  * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
  * parent prints as TAP once they are gone. Every child runs under alarm(), and the parent
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -738,6 +740,63 @@ static void case_cma_recycled(env_t *e)
           shoal_strerror(wr), (unsigned long long)theirs);
 }
 
+/* Rank 1 runs in a pid namespace of its own (containers that share /dev/shm): the pid each
+ * side published names nobody, or another process, on the other side. They must connect and
+ * talk, make no single copies (rank 1's pid 1 is another process for rank 0), and rank 0 must
+ * see rank 1's death (by its segment's lock) well before its timeout. */
+static void case_pidns(env_t *e)
+{
+    if (__atomic_load_n(&sh->stamp[0], __ATOMIC_ACQUIRE) != 0) {
+        check(1, "# SKIP cannot make a pid namespace (not root?)");
+        return;
+    }
+    uint64_t v = 0x9e70ULL + (uint64_t)e->rank, got = 0, got2 = 0;
+    int peer = 1 - e->rank;
+    char err[200] = "";
+    shoal_tl_req_t s = {.hdr = hdr_make(10, 0, sizeof(v)), .buf = &v};
+    shoal_tl_req_t r = {.hdr = hdr_make(10, 0, sizeof(got)), .buf = &got, .errbuf = err,
+                        .errlen = sizeof(err)};
+    check(!tl->peer_copy_ok(e->ctx), "no single copies with a peer in another pid namespace");
+    tl->irecv(e->eps[peer], &r);
+    tl->isend(e->eps[peer], &s);
+    shoal_tl_req_t *both[2] = {&s, &r};
+    int w = wait_reqs(e, both, 2, 5000);
+    check(w == 0 && s.status == SHOAL_OK && r.status == SHOAL_OK && got == 0x9e70ULL + peer,
+          "a message each way (send %d, recv %d '%s', value %llx)", s.status, r.status, err,
+          (unsigned long long)got);
+    barrier();
+    if (e->rank == 1) {
+        _exit(0); /* pid 1 of its namespace ignores a SIGKILL of its own */
+    }
+    shoal_tl_req_t r2 = {.hdr = hdr_make(11, 0, sizeof(got2)), .buf = &got2, .errbuf = err,
+                         .errlen = sizeof(err)};
+    uint64_t t0 = shoal_time_ns();
+    tl->irecv(e->eps[1], &r2);
+    w = wait_one(e, &r2, 5000);
+    check(w == 0 && r2.status == SHOAL_ERR_PEER_FAILED, "its death is seen in %.0f ms (status "
+          "%d, '%s')", (shoal_time_ns() - t0) / 1e6, r2.status, err);
+}
+
+/* Makes this process (rank 1 of case pidns) pid 1 of a new pid namespace: a child of it goes
+ * on, this one waits and exits as the child did. Root only: else stamp[0] says skip. */
+static void child_enter_pidns(void)
+{
+    int ws = 0;
+    if (unshare(CLONE_NEWPID) != 0) {
+        __atomic_store_n(&sh->stamp[0], 1, __ATOMIC_RELEASE);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the parent's deadline kill reaches it too */
+        return;
+    }
+    if (pid < 0 || waitpid(pid, &ws, 0) != pid) {
+        _exit(1);
+    }
+    _exit(WIFEXITED(ws) ? WEXITSTATUS(ws) : 1);
+}
+
 /* ---- runner ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -748,6 +807,7 @@ typedef struct {
     int killed_rank; /* rank expected to die of SIGKILL, or -1 */
     int variant;
     int lazy;        /* the context maps its peers' segments at first use */
+    int pidns;       /* rank 1 in a pid namespace of its own */
 } case_t;
 
 static void child_run(const case_t *c, int rank)
@@ -766,6 +826,9 @@ static void child_run(const case_t *c, int rank)
     };
     my_rank = rank;
     alarm(30);
+    if (c->pidns && rank == 1) {
+        child_enter_pidns();
+    }
     shoal_status_t st = tl->init(&params, &e.ctx);
     check(st == SHOAL_OK, "init: %s", shoal_strerror(st));
     if (st != SHOAL_OK) {
@@ -1096,6 +1159,7 @@ int main(void)
         {.name = "corrupt4", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 4},
         {.name = "cma_recycled", .nprocs = 2, .fn = case_cma_recycled, .killed_rank = 1},
         {.name = "lazy_gone", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1, .lazy = 1},
+        {.name = "pidns", .nprocs = 2, .fn = case_pidns, .killed_rank = -1, .pidns = 1},
     };
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
         run_case(&cases[i]);

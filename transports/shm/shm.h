@@ -116,7 +116,7 @@ typedef struct {
     uint64_t slot_size;
     uint64_t area_size;
     uint32_t comm_id;
-    uint32_t pad;
+    uint32_t pid_ns;          /* inode of the publisher's /proc/self/ns/pid; 0 if unknown */
 } shoal_shm_addr_t;
 
 /* A ring as seen from one process. */
@@ -141,6 +141,9 @@ struct shoal_ep {
     pid_t pid;
     unsigned long long starttime; /* from /proc/<pid>/stat at connect; 0 if unknown */
     int pidfd;                /* the peer's process, held while single copies are on; -1 */
+    int pid_foreign;          /* the peer is in another pid namespace: its pid names nobody
+                               * here (or another process); liveness by seg_fd's lock */
+    int seg_fd;               /* pid_foreign: the peer's segment, open to test its lock; -1 */
     void *peer_base;          /* the peer's whole segment, mapped here */
     size_t peer_len;
     shoal_shm_ctrl_t *peer_ctrl;
@@ -173,7 +176,9 @@ struct shoal_tl_ctx {
     shoal_shm_layout_t layout;
     char name[SHOAL_SHM_NAME_MAX];
     int unlinked;
-    int lock_fd;                /* our segment's fd, holding its lock, while its name exists */
+    int lock_fd;                /* our segment's fd, holding its lock until fini (the sweep
+                                 * while the name exists; liveness for peers in another pid
+                                 * namespace after) */
     void *base;                 /* our segment */
     shoal_shm_ctrl_t *ctrl;
     uint32_t bell_seen;         /* doorbell value read by the last progress() */
@@ -235,6 +240,8 @@ SHOAL_HIDDEN void shoal_shm_ctrl_ring(shoal_shm_ctrl_t *ctrl);
 /* 1 if the peer's process is gone: kill() says so, or its /proc start time changed (the pid
  * went to another process). */
 SHOAL_HIDDEN int shoal_shm_pid_dead(shoal_ep_t *ep);
+/* 1 if a peer in another pid namespace is gone: its segment's lock went with its process. */
+SHOAL_HIDDEN int shoal_shm_ep_owner_gone(shoal_ep_t *ep);
 /* /proc/<pid>/stat: state char and start time; 0 on success. */
 SHOAL_HIDDEN int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p);
 

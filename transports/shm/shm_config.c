@@ -64,8 +64,9 @@ static const shoal_cfg_field_t shoal_shm_cfg_fields[] = {
         .dflt = "yes",
         .doc = "single-copy transfers between local ranks through the kernel "
                "(process_vm_readv/writev, like Open MPI's CMA) for large intra-node AllReduce "
-               "on ordinary buffers; used only where a probe read of every local peer at init "
-               "works (same user, ptrace allowed: Yama ptrace_scope 0); no = always stage "
+               "on ordinary buffers; used only where every local peer is in this pid namespace "
+               "and a probe read of each at init works (same user, ptrace allowed: Yama "
+               "ptrace_scope 0); no = always stage "
                "through shared memory",
         .offset = offsetof(shoal_shm_config_t, cma),
         .type = SHOAL_CFG_BOOL,

@@ -101,6 +101,18 @@ static int shoal_shm_seg_lock(int fd, int lock)
     return !lock && fl.l_type != F_UNLCK;
 }
 
+int shoal_shm_ep_owner_gone(shoal_ep_t *ep)
+{
+    return ep->seg_fd >= 0 && shoal_shm_seg_lock(ep->seg_fd, 0) == 0;
+}
+
+/* Our pid namespace, as its inode number (which fits 32 bits); 0 if unknown. */
+static uint32_t shoal_shm_pid_ns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint32_t)sb.st_ino : 0;
+}
+
 /* Whether a directory entry is shaped like one of our segments' names. */
 static int shoal_shm_seg_name_ok(const char *entry)
 {
@@ -429,6 +441,7 @@ static shoal_status_t shoal_shm_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
         .slot_size = ctx->slot_size,
         .area_size = ctx->area_size,
         .comm_id = ctx->comm_id,
+        .pid_ns = shoal_shm_pid_ns(),
     };
     memcpy(a.name, ctx->name, sizeof(a.name));
     memcpy(addr, &a, sizeof(a));
@@ -502,7 +515,13 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
     /* No MAP_POPULATE: a peer's pages are faulted in where we touch them (its control block
      * and shared area, our ring in it), not all of them at every connect. */
     void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
+    if (base != MAP_FAILED && ep->pid_foreign) {
+        ep->seg_fd = fd; /* its lock says whether the peer lives (shoal_shm_ep_owner_gone) */
+        fd = -1;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
     if (base == MAP_FAILED) {
         shoal_error(SHM, "peer %d: mmap(%s, %zu) failed: %s", ep->rank, a->name, total,
                     strerror(errno));
@@ -515,6 +534,10 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
         c->local_size != (uint32_t)ctx->local_size || c->total_size != total) {
         shoal_error(SHM, "peer %d: segment %s does not match its address", ep->rank, a->name);
         munmap(base, total);
+        if (ep->seg_fd >= 0) {
+            close(ep->seg_fd);
+            ep->seg_fd = -1;
+        }
         return SHOAL_ERR_PROTOCOL;
     }
     ep->peer_base = base;
@@ -530,7 +553,9 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
     shoal_shm_addr_t a;
     char why[160];
     char state;
-    *ep = (shoal_ep_t){.ctx = ctx, .rank = rank, .status = SHOAL_OK, .pidfd = -1};
+    *ep = (shoal_ep_t){.ctx = ctx, .rank = rank, .status = SHOAL_OK, .pidfd = -1,
+                       .seg_fd = -1};
+    uint32_t pid_ns;
     if (addr_len != sizeof(a)) {
         shoal_error(SHM, "peer %d: shm address of %zu bytes, expected %zu", rank, addr_len,
                     sizeof(a));
@@ -546,7 +571,17 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
     ep->pid = (pid_t)a.pid;
     /* in our own segment: a receive needs nothing of the peer's (shoal_shm_ep_attach_rx) */
     ep->rx = shoal_shm_ring_at(ctx->base, &ctx->layout, ctx->local_rank, a.local_rank);
-    if (shoal_shm_proc_stat(ep->pid, &state, &ep->starttime) != 0) {
+    /* A peer in another pid namespace (containers sharing /dev/shm): the pid it published
+     * is another process here, or none. Judged by it, a live peer was taken for dead at the
+     * first check, and a dead one for alive for as long as that other process lived; single
+     * copies would have gone to that other process. */
+    pid_ns = shoal_shm_pid_ns();
+    ep->pid_foreign = a.pid_ns != 0 && pid_ns != 0 && a.pid_ns != pid_ns;
+    if (ep->pid_foreign) {
+        shoal_info(SHM, "peer %d (pid %d there) is in another pid namespace: no single copies "
+                   "with it, its death is seen by its segment's lock", rank, (int)ep->pid);
+        ep->starttime = 0;
+    } else if (shoal_shm_proc_stat(ep->pid, &state, &ep->starttime) != 0) {
         ep->starttime = 0; /* another pid namespace? liveness falls back to kill() */
     }
     ctx->ep_by_local[a.local_rank] = ep;
@@ -607,6 +642,9 @@ static void shoal_shm_eps_release(shoal_tl_ctx_t *ctx, int n)
         if (ctx->eps[p].pidfd >= 0) {
             close(ctx->eps[p].pidfd);
         }
+        if (ctx->eps[p].seg_fd >= 0) {
+            close(ctx->eps[p].seg_fd);
+        }
     }
     memset(ctx->ep_by_local, 0, (size_t)ctx->local_size * sizeof(*ctx->ep_by_local));
     free(ctx->eps);
@@ -623,6 +661,13 @@ void shoal_shm_cma_check(shoal_tl_ctx_t *ctx)
         if (shoal_shm_ep_attach(&ctx->eps[p]) != SHOAL_OK) {
             shoal_info(SHM, "rank %d: single copy (process_vm_readv) off: local peer %d cannot "
                        "be mapped", ctx->rank, ctx->eps[p].rank);
+            return;
+        }
+    }
+    for (int p = 0; p < ctx->npeers; p++) {
+        if (ctx->eps[p].pid_foreign) {
+            shoal_info(SHM, "rank %d: single copy (process_vm_readv) off: local peer %d is in "
+                       "another pid namespace", ctx->rank, ctx->eps[p].rank);
             return;
         }
     }
@@ -695,10 +740,6 @@ static void shoal_shm_unlink(shoal_tl_ctx_t *ctx)
             shoal_warn(SHM, "shm_unlink(%s) failed: %s", ctx->name, strerror(errno));
         }
     }
-    if (ctx->lock_fd >= 0) {
-        close(ctx->lock_fd); /* the name is gone: nothing left to guard */
-        ctx->lock_fd = -1;
-    }
 }
 
 static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *ctx)
@@ -715,6 +756,9 @@ static void shoal_shm_fini(shoal_tl_ctx_t *ctx)
         return;
     }
     shoal_shm_unlink(ctx);
+    if (ctx->lock_fd >= 0) {
+        close(ctx->lock_fd);
+    }
     shoal_shm_mem_unmap_all(ctx);
     shoal_shm_eps_release(ctx, ctx->npeers);
     munmap(ctx->base, ctx->layout.total);

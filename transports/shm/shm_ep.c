@@ -378,6 +378,9 @@ int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p)
 
 int shoal_shm_pid_dead(shoal_ep_t *ep)
 {
+    if (ep->pid_foreign) {
+        return shoal_shm_ep_owner_gone(ep);
+    }
     if (kill(ep->pid, 0) == -1 && errno == ESRCH) {
         return 1;
     }

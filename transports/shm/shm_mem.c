@@ -362,6 +362,11 @@ void *shoal_shm_mem_map(shoal_tl_ctx_t *ctx, int local_rank, const shoal_tl_mem_
         shoal_error(SHM, "local rank %d: invalid shared buffer description", local_rank);
         return NULL;
     }
+    if (ep->pid_foreign) { /* its pid is another process here: never take that one's fds */
+        shoal_error(SHM, "peer %d is in another pid namespace: its shared buffers cannot be "
+                    "reached", ep->rank);
+        return NULL;
+    }
     ctx->pmap_clock++;
     for (int i = 0; i < ctx->npmaps; i++) {
         pm = &ctx->pmaps[i];
