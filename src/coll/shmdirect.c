@@ -958,10 +958,14 @@ static shoal_status_t shoal_shmd_direct_start(struct shoal_comm *comm, shoal_shm
     if (ops->peer_copy_ok(comm->shm->ctx)) {
         d->caps |= SHOAL_SHMD_CAP_CMA;
     }
-    if (ops->mem_query(a->sendbuf, r->bytes, &d->send_mem)) {
+    /* Shared buffers count only where this rank can map every peer's: the path is taken
+     * when every rank's description has both bits, so one that cannot withholds them (else it
+     * failed the call, and the communicator, at its first mapping). */
+    int reach = ops->mem_reach_ok == NULL || ops->mem_reach_ok(comm->shm->ctx);
+    if (reach && ops->mem_query(a->sendbuf, r->bytes, &d->send_mem)) {
         d->caps |= SHOAL_SHMD_CAP_SMEM;
     }
-    if (ops->mem_query(a->recvbuf, r->bytes, &d->recv_mem)) {
+    if (reach && ops->mem_query(a->recvbuf, r->bytes, &d->recv_mem)) {
         d->caps |= SHOAL_SHMD_CAP_RMEM;
     }
     shoal_shmd_desc_put(comm, a, g);

@@ -188,6 +188,10 @@ typedef struct shoal_tl_ops {
     /* Optional, after host_cpu: 1 and the port init would use in *link_p (opened and closed
      * quietly: shoal_info -t), else 0. */
     int (*link)(shoal_tl_link_t *link_p);
+    /* Optional (SHOAL_TL_CAP_PEER_MEM), after link: 1 if mem_map can reach every local peer's
+     * buffers (the kernel lets this process take their descriptors; probed once), else 0;
+     * NULL: as if 1. */
+    int (*mem_reach_ok)(shoal_tl_ctx_t *ctx);
 } shoal_tl_ops_t;
 
 /* ---- libraries loaded at first use ---------------------------------------------------------

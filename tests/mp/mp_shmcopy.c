@@ -8,7 +8,9 @@
  *  - a count, dtype or op that differs across ranks: every rank gets SHOAL_ERR_INVALID_ARG
  *    quickly (not at the timeout), and the next matching call works;
  *  - shoal_mem_alloc / shoal_mem_free argument checks, and a size larger than the host;
- *  - buffers allocated, reduced and freed 80 times: the peers' mappings of freed buffers go.
+ *  - buffers allocated, reduced and freed 80 times: the peers' mappings of freed buffers go;
+ *  - "nodump" (first, before the others): rank 1 is not dumpable and rank 0 drops
+ *    CAP_SYS_PTRACE, so rank 0 cannot take rank 1's descriptors: shared buffers are staged.
  * Rank 0 prints one TAP line per group; exit status 1 if anything failed.
  *
  *   shoalrun -n 3 ./tests/mp/mp_shmcopy
@@ -18,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -279,11 +284,34 @@ static void mc_test_mismatch(const mp_ctx_t *c)
     free(rb);
 }
 
+/* Before init: rank 1 (SHOAL_RANK) is made not dumpable, and rank 0 gives up CAP_SYS_PTRACE
+ * (as root it would reach rank 1 anyway): rank 0 may then neither ptrace rank 1 nor take its
+ * descriptors, as with a peer that is not dumpable (credentials changed, a hardened
+ * process) or Yama's ptrace_scope 1. */
+static void mc_nodump(void)
+{
+    const char *r = getenv("SHOAL_RANK");
+    if (r != NULL && strcmp(r, "1") == 0) {
+        prctl(PR_SET_DUMPABLE, 0);
+    } else if (r != NULL && strcmp(r, "0") == 0) {
+        struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct d[2];
+        if (syscall(SYS_capget, &h, d) == 0) {
+            d[0].effective &= ~(1u << CAP_SYS_PTRACE);
+            d[0].permitted &= ~(1u << CAP_SYS_PTRACE);
+            syscall(SYS_capset, &h, d);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     mp_ctx_t c = {0};
     int failed;
 
+    if (argc > 1 && strcmp(argv[1], "nodump") == 0) {
+        mc_nodump();
+    }
     if (mp_init(&c) != 0) {
         return 1;
     }

@@ -8,7 +8,8 @@
 #    with SHOAL_SHM_CMA=0 by the staged two-shot (the road never taken);
 #  - tiny windows: the overlapped two-shot over many windows, odd counts;
 #  - mismatched counts / dtypes / ops across ranks;
-#  - shoal_mem_alloc buffers allocated and freed at every step: no mapping of a freed one kept.
+#  - shoal_mem_alloc buffers allocated and freed at every step: no mapping of a freed one kept;
+#  - a rank whose buffers a peer may not map (not dumpable): the buffers are staged.
 # Environment: top_builddir, SHMCOPY_TIMEOUT (seconds per run, default 240).
 
 builddir=${top_builddir:-.}
@@ -66,6 +67,12 @@ if grep -q "single copy (process_vm_readv) on" "$tmp/err"; then
     logcheck "shm n=3 small chunks: single copies used" yes \
         "by single copies (process_vm_readv/writev)"
 fi
+
+# Rank 0 cannot take rank 1's descriptors (rank 1 not dumpable, rank 0 without
+# CAP_SYS_PTRACE): shoal_mem_alloc buffers are staged, not a failed communicator.
+mp_job "shm n=2 rank 1 not dumpable" 2 "$info" "$prog" nodump mem
+logcheck "shm n=2 rank 1 not dumpable: shared buffers staged, not mapped" no \
+    "in place in shoal_mem_alloc buffers (no staging)"
 
 # SHOAL_ALGO=shm: 4 KiB windows make the shm path dearer in the cost model, which may then
 # pick a channel algorithm for some counts (the ASan build's slower measured rates did), and

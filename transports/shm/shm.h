@@ -191,6 +191,8 @@ struct shoal_tl_ctx {
     struct shoal_ep **ep_by_local; /* local_size entries; NULL for self and unconnected */
     int cma_ok;                 /* single copies work with every local peer (probed) */
     int cma_checked;            /* the probe ran (lazy: at the first peer_copy_ok) */
+    int mem_ok;                 /* mem_map can take every local peer's descriptors (probed) */
+    int mem_checked;            /* that probe ran (at the first mem_reach_ok) */
     int lazy;                   /* peers' segments mapped at first use, names kept till then */
     shoal_shm_pmap_t *pmaps;    /* peers' shoal_mem_alloc buffers mapped here */
     int npmaps;
@@ -250,6 +252,8 @@ SHOAL_HIDDEN int shoal_shm_mem_query(const void *ptr, size_t len, shoal_tl_mem_t
 SHOAL_HIDDEN void *shoal_shm_mem_map(shoal_tl_ctx_t *ctx, int local_rank,
                                      const shoal_tl_mem_t *m);
 SHOAL_HIDDEN void shoal_shm_mem_unmap_all(shoal_tl_ctx_t *ctx);
+/* 1 if this process may take every local peer's descriptors (probed once), else 0. */
+SHOAL_HIDDEN int shoal_shm_mem_reach_ok(shoal_tl_ctx_t *ctx);
 /* 0 if a process_vm_readv of the peer's control block works, else the errno. */
 SHOAL_HIDDEN int shoal_shm_cma_probe(shoal_ep_t *ep);
 /* Removes the segments in SHOAL_SHM_DIR that this user's dead processes left: named like

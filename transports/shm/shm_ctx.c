@@ -886,4 +886,5 @@ const shoal_tl_ops_t shoal_tl_shm_ops = {
     .mem_map = shoal_shm_mem_map,
     .peer_copy_ok = shoal_shm_peer_copy_ok,
     .peer_copy = shoal_shm_peer_copy,
+    .mem_reach_ok = shoal_shm_mem_reach_ok,
 };

@@ -308,6 +308,64 @@ static int shoal_shm_mem_fetch_fd(shoal_ep_t *ep, int fd, char *why, size_t len)
     return ret;
 }
 
+/* 0 if the kernel lets us take the peer's descriptors, else the errno. pidfd_getfd checks
+ * the permission (ptrace attach) before the descriptor: an fd number the peer cannot have
+ * answers EBADF where we may, EPERM where not (a peer that is not dumpable, another user's,
+ * Yama's ptrace_scope). Without pidfd_getfd, /proc/<pid>/fd must open (a weaker test: the
+ * links in it need ptrace read permission). */
+static int shoal_shm_mem_probe(shoal_ep_t *ep)
+{
+    int err = ENOSYS;
+    char path[64];
+
+    if (ep->pid_foreign) {
+        return ESRCH; /* its pid is another process here */
+    }
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+    int pidfd = (int)syscall(SYS_pidfd_open, ep->pid, 0);
+    if (pidfd >= 0) {
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, INT_MAX, 0);
+        err = fd >= 0 || errno == EBADF ? 0 : errno;
+        if (fd >= 0) {
+            close(fd);
+        }
+        close(pidfd);
+    } else {
+        err = errno;
+    }
+    if (err != ENOSYS) {
+        return err;
+    }
+#endif
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)ep->pid);
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        return errno;
+    }
+    close(dfd);
+    return 0;
+}
+
+int shoal_shm_mem_reach_ok(shoal_tl_ctx_t *ctx)
+{
+    if (SHOAL_LIKELY(ctx->mem_checked)) {
+        return ctx->mem_ok;
+    }
+    ctx->mem_checked = 1;
+    ctx->mem_ok = 1;
+    for (int p = 0; p < ctx->npeers; p++) {
+        int err = shoal_shm_mem_probe(&ctx->eps[p]);
+        if (err != 0) {
+            shoal_info(SHM, "rank %d: local peer %d's shoal_mem_alloc buffers cannot be mapped "
+                       "here (%s): the intra-node AllReduce stages them", ctx->rank,
+                       ctx->eps[p].rank, strerror(err));
+            ctx->mem_ok = 0;
+            break;
+        }
+    }
+    return ctx->mem_ok;
+}
+
 static void *shoal_shm_mem_open(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const shoal_tl_mem_t *m,
                                 size_t total)
 {
