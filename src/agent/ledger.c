@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SHOAL_LEDGER_KEY_MAX 1024
 #define SHOAL_LEDGER_DOMAIN "shoal-ledger-v1"
@@ -372,6 +373,36 @@ void shoal_ledger_url_redact(const char *url, char *buf, size_t len)
         buf[n++] = *p++;
     }
     buf[n] = '\0';
+}
+
+const char *shoal_ledger_url_arg(char *arg, const char *prog)
+{
+    static char *kept; /* reachable, so never reported as a leak */
+    size_t len = strlen(arg);
+    char *red = malloc(len + 4), *copy;
+
+    if (red == NULL)
+        return NULL;
+    shoal_ledger_url_redact(arg, red, len + 4);
+    if (strcmp(red, arg) == 0) {
+        free(red);
+        return arg;
+    }
+    copy = strdup(arg);
+    if (copy == NULL) {
+        free(red);
+        return NULL;
+    }
+    free(kept);
+    kept = copy;
+    /* "***" may be longer than a one-letter password: what fits, then NULs */
+    memset(arg, 0, len);
+    memcpy(arg, red, SHOAL_MIN(strlen(red), len));
+    free(red);
+    fprintf(stderr, "%s: warning: --ledger carries a password, which other local users could "
+            "read in /proc/%d/cmdline until now: set it in a file of mode 0600 instead "
+            "(ledger_url in the config file, or PGPASSFILE)\n", prog, (int)getpid());
+    return copy;
 }
 
 void shoal_ledger_close(shoal_ledger_t *ledger)

@@ -73,6 +73,12 @@ void shoal_ledger_close(shoal_ledger_t *ledger);
 /* url as a log line may show it: the password of a PostgreSQL URL (user:PASSWORD@ and any
  * password=VALUE, in the query or a key=value connection string) replaced by ***. */
 void shoal_ledger_url_redact(const char *url, char *buf, size_t len);
+/* A URL from the command line (--ledger), which every local user reads in /proc/PID/cmdline:
+ * one with a password is copied (the copy is kept for the process's life and returned), the
+ * argument itself overwritten with the redacted form, which is what ps shows from then on, and
+ * prog warns on stderr that the password was visible until then. Otherwise arg itself. NULL
+ * without memory. */
+const char *shoal_ledger_url_arg(char *arg, const char *prog);
 /* Appends the records (seq and mac are assigned) and replaces the cursors, atomically. A
  * record whose (tenant, job, minute) exists already is refused as SHOAL_ERR_INVALID_ARG
  * (nothing is written), except the exact replay of a commit that was stored but whose answer

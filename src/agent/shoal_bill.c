@@ -735,7 +735,13 @@ int main(int argc, char **argv)
     shoal_config_global_init(); /* SHOAL_DEBUG for the ledger's log lines */
     while ((c = getopt_long(argc, argv, "+l:k:h", gopts, NULL)) != -1) {
         switch (c) {
-        case 'l': a.ledger = optarg; break;
+        case 'l':
+            a.ledger = shoal_ledger_url_arg(optarg, "shoal-bill");
+            if (a.ledger == NULL) {
+                fprintf(stderr, "shoal-bill: out of memory\n");
+                return 1;
+            }
+            break;
         case 'k': a.key_file = optarg; break;
         case 'h': shoal_bill_usage(stdout); return 0;
         default: shoal_bill_usage(stderr); return 2;

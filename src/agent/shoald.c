@@ -106,7 +106,13 @@ static int shoald_args(int argc, char **argv, shoald_args_t *o)
         case 'c': o->conf = optarg; break;
         case O_LISTEN: o->listen = optarg; break;
         case O_HTTP: o->http = optarg; break;
-        case O_LEDGER: o->ledger = optarg; break;
+        case O_LEDGER:
+            o->ledger = shoal_ledger_url_arg(optarg, "shoald");
+            if (o->ledger == NULL) {
+                fprintf(stderr, "shoald: out of memory\n");
+                return 1;
+            }
+            break;
         case O_READY: o->ready = optarg; break;
         case O_MINUTE:
             errno = 0;

@@ -61,6 +61,30 @@ SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/pw.conf" >"$T/pw.out" 2>&1
 ! grep -q TopSecret "$T/pw.out" &&
     grep -q 'ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing?password=\*\*\* cannot' "$T/pw.out"
 ok $? "the ledger URL's password is not logged (*** in its place)" "$T/pw.out"
+# The same on the command line: every local user reads /proc/PID/cmdline. The agent keeps a
+# copy and overwrites the argument with the redacted URL, and warns; so does shoal-bill.
+base_conf "$T/pwarg.conf" "ledger_key_file=$T/ledger.key"
+"$SHOALD" -c "$T/pwarg.conf" --ledger "postgresql://shoal:ArgSecretPw@127.0.0.1:1/billing" \
+    --ready-file "$T/pwarg.ready" >"$T/pwarg.out" 2>&1 &
+PWPID=$!
+PIDS="$PIDS $PWPID"
+i=0
+while [ ! -s "$T/pwarg.ready" ] && [ $i -lt 100 ] && kill -0 $PWPID 2>/dev/null; do
+    sleep 0.1; i=$((i + 1))
+done
+tr '\0' ' ' </proc/$PWPID/cmdline >"$T/pwarg.cmdline" 2>/dev/null
+kill $PWPID 2>/dev/null
+wait $PWPID 2>/dev/null
+! grep -q ArgSecret "$T/pwarg.cmdline" "$T/pwarg.out" &&
+    grep -q -- '--ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing' "$T/pwarg.cmdline" &&
+    grep -q 'warning: --ledger carries a password' "$T/pwarg.out"
+ok $? "--ledger's password: gone from /proc/PID/cmdline once read (*** there), a warning" \
+    "$T/pwarg.cmdline"
+timeout -k 5 20 "$top_builddir/shoal-bill" --ledger "postgresql://shoal:ArgSecretPw@127.0.0.1:1/billing" \
+    --key-file "$T/ledger.key" verify >"$T/pwbill.out" 2>&1
+! grep -q ArgSecret "$T/pwbill.out" &&
+    grep -q 'shoal-bill: warning: --ledger carries a password' "$T/pwbill.out"
+ok $? "shoal-bill warns too, and never shows the password" "$T/pwbill.out"
 # qos_spot_cpu: idle, nice or none (anything else was taken as none)
 bad=""
 for v in idel SCHED_IDLE ""; do
