@@ -235,3 +235,28 @@ void tap_fds_restore(tap_fds_t *f)
     }
     f->lowered = 0;
 }
+
+const char *tap_stderr_of(void (*fn)(const char *), const char *arg)
+{
+    static char buf[4096];
+    char path[] = "/tmp/test_log.XXXXXX";
+    int fd = mkstemp(path), saved;
+    ssize_t n;
+
+    buf[0] = '\0';
+    if (fd < 0) {
+        return buf;
+    }
+    fflush(stderr);
+    saved = dup(2);
+    dup2(fd, 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    n = pread(fd, buf, sizeof(buf) - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return buf;
+}

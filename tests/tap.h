@@ -27,6 +27,9 @@ typedef struct {
     unsigned long long soft; /* the saved soft limit */
     int lowered;
 } tap_fds_t;
+/* Runs fn(arg) with stderr (the library's log) sent to a file; returns what it wrote there
+ * (a static buffer, cut at 4 KiB). */
+const char *tap_stderr_of(void (*fn)(const char *), const char *arg);
 int tap_fds_exhaust(tap_fds_t *f);
 void tap_fds_restore(tap_fds_t *f);
 /* 1 if text (an error message) names rank r: "peer r" or "rank r", not followed by a digit. */

@@ -318,43 +318,6 @@ static int child_status(const char *signals, int *init_st_p)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* A forked child whose SIGUSR2 is ignored, set with SA_SIGINFO in its flags (code that always
- * sets that flag): SHOAL_STOP_SIGNALS=USR2, one communicator, then raise(SIGUSR2). The
- * handler took the ignored action for an SA_SIGINFO function and called address 1 (SIGSEGV).
- * Returns the child's exit code: 0 when it lived and its check said stop. */
-static int child_ignored_siginfo(void)
-{
-    int status = 0;
-    pid_t pid = fork();
-
-    if (pid == 0) {
-        struct sigaction sa;
-        shoal_comm_t comm = NULL;
-        shoal_uid_t uid;
-        int stop = 0;
-
-        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = SIG_IGN;
-        sa.sa_flags = SA_SIGINFO;
-        sigaction(SIGUSR2, &sa, NULL);
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(2);
-        }
-        raise(SIGUSR2);
-        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
-            _exit(3);
-        }
-        shoal_comm_destroy(comm);
-        _exit(0);
-    }
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static volatile sig_atomic_t oneshot_calls;
 
 static void oneshot_handler(int sig)
@@ -363,13 +326,16 @@ static void oneshot_handler(int sig)
     oneshot_calls++;
 }
 
-/* A forked child whose SIGUSR2 handler is one-shot (SA_RESETHAND): SHOAL_STOP_SIGNALS=USR2,
- * one communicator, three raise(SIGUSR2). The library chained the handler at every signal
- * (3 calls); as without the library it runs once, and the later signals only request the
- * stop (the SIG_DFL the kernel would have put back is what the stop handler replaces).
- * Returns the child's exit code: 0 when the handler ran once, the process lived and its
- * check said stop; 10 + calls when the handler ran another number of times. */
-static int child_oneshot(void)
+/* A forked child whose SIGUSR2 action is (handler, flags): SHOAL_STOP_SIGNALS=USR2, one
+ * communicator, then raises SIGUSR2 raises times. Returns the child's exit code: 0 when it
+ * lived, its check said stop and, for oneshot_handler, the handler ran once (10 + calls when
+ * it ran another number of times).
+ * - SIG_IGN with SA_SIGINFO in its flags (code that always sets that flag): the handler took
+ *   the ignored action for an SA_SIGINFO function and called address 1 (SIGSEGV).
+ * - a one-shot handler (SA_RESETHAND), three signals: the library chained it at every signal
+ *   (3 calls); as without the library it runs once, and the later signals only request the
+ *   stop (the SIG_DFL the kernel would have put back is what the stop handler replaces). */
+static int child_usr2(void (*handler)(int), int flags, int raises)
 {
     int status = 0;
     pid_t pid = fork();
@@ -382,21 +348,21 @@ static int child_oneshot(void)
 
         setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
         memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = oneshot_handler;
-        sa.sa_flags = SA_RESETHAND;
+        sa.sa_handler = handler;
+        sa.sa_flags = flags;
         sigaction(SIGUSR2, &sa, NULL);
         if (shoal_get_unique_id(&uid) != SHOAL_OK ||
             shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
             _exit(2);
         }
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < raises; i++) {
             raise(SIGUSR2);
         }
         if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
             _exit(3);
         }
         shoal_comm_destroy(comm);
-        _exit(oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
+        _exit(handler != oneshot_handler || oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
     }
     if (pid < 0 || waitpid(pid, &status, 0) != pid) {
         return -1;
@@ -472,10 +438,10 @@ static void test_children(void)
     tap_ok(init_st == SHOAL_ERR_INVALID_ARG && code == 0, "SHOAL_STOP_SIGNALS=KILL: init "
            "returns %s, nothing installed (child exit %d)",
            shoal_status_name((shoal_status_t)init_st), code);
-    code = child_ignored_siginfo();
+    code = child_usr2(SIG_IGN, SA_SIGINFO, 1);
     tap_ok(code == 0, "SIGUSR2 ignored with SA_SIGINFO set: the stop signal is a request, "
            "nothing is called in place of the ignored action (child exit %d)", code);
-    code = child_oneshot();
+    code = child_usr2(oneshot_handler, SA_RESETHAND, 3);
     tap_ok(code == 0, "a one-shot (SA_RESETHAND) SIGUSR2 handler is chained once in three "
            "signals, the later ones only request the stop (child exit %d)", code);
     code = child_fork_worker();

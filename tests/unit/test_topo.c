@@ -59,33 +59,6 @@ static void test_ring_order(void)
            "host index by first appearance");
 }
 
-/* Runs parse(arg) with stderr (the library's log) sent to a file; returns what it logged
- * (static, cut at 4 KiB). */
-static const char *logged_by(void (*parse)(const char *), const char *arg)
-{
-    static char buf[4096];
-    char path[] = "/tmp/test_log.XXXXXX";
-    int fd = mkstemp(path), saved;
-    ssize_t n;
-
-    buf[0] = '\0';
-    if (fd < 0) {
-        return buf;
-    }
-    fflush(stderr);
-    saved = dup(2);
-    dup2(fd, 2);
-    parse(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    n = pread(fd, buf, sizeof(buf) - 1, 0);
-    buf[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return buf;
-}
-
 static void parse_topo_4(const char *text)
 {
     shoal_topo_file_t tf;
@@ -148,7 +121,7 @@ static void test_topo_file(void)
     tap_is_int(shoal_topo_file_parse("link inter lat 1 bw 1e-320\n", 4, &tf),
                SHOAL_ERR_INVALID_ARG, "topo file: a bandwidth of 1e-320 (a beta of inf) refused");
     /* The error names the line, empty and comment lines counted (there was no number). */
-    msg = logged_by(parse_topo_4, "hosts 2\n\n# comment\n\nppn 2\nlink inter lat 5 bw x\n");
+    msg = tap_stderr_of(parse_topo_4, "hosts 2\n\n# comment\n\nppn 2\nlink inter lat 5 bw x\n");
     tap_ok(strstr(msg, "SHOAL_TOPO_FILE line 6:") != NULL, "topo file: the error names line 6");
 
     /* Larger than what is read (1 MiB): refused, not cut (every rank was on one host). */
@@ -200,7 +173,7 @@ static void test_tuning(void)
                shoal_tuning_parse("shm lat 1e9 bw 1e-9 send 0 recv 1e9\n", &t) == SHOAL_OK,
            "tuning: inf, 1e300 and a bandwidth of 1e-320 refused; 0..1e9 us, 1e-9..1e9 GB/s "
            "taken");
-    tap_ok(strstr(logged_by(parse_tuning, "shm lat 1 bw 5\n\n# x\ntcp lat 1 bw -5\n"),
+    tap_ok(strstr(tap_stderr_of(parse_tuning, "shm lat 1 bw 5\n\n# x\ntcp lat 1 bw -5\n"),
                   "SHOAL_TUNING_FILE line 4:") != NULL, "tuning: the error names line 4");
     shoal_tuning_parse("shm lat 1.25 bw 8 send 0.5 recv 0.25\n", &t);
     close(fd);
@@ -238,7 +211,7 @@ static void test_tuning(void)
     fp = fopen(path, "w");
     fprintf(fp, "set CHUNK_SIZE 256k\nshm lat 1 bw fast\n");
     fclose(fp);
-    tap_ok(strstr(logged_by(load_tuning, path), "is malformed: its link profile is ignored (its "
+    tap_ok(strstr(tap_stderr_of(load_tuning, path), "is malformed: its link profile is ignored (its "
                   "'set' lines apply on their own)") != NULL,
            "tuning: a malformed file is said to lose its link profile, not its 'set' lines");
     unlink(path);

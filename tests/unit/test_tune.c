@@ -85,33 +85,6 @@ static void test_derive_unknown(void)
     tap_ok(all, "nothing known: every setting is its old default, with a reason");
 }
 
-/* Runs parse(arg) with stderr (the library's log) sent to a file; returns what it logged
- * (static, cut at 4 KiB). */
-static const char *logged_by(void (*parse)(const char *), const char *arg)
-{
-    static char buf[4096];
-    char path[] = "/tmp/test_log.XXXXXX";
-    int fd = mkstemp(path), saved;
-    ssize_t n;
-
-    buf[0] = '\0';
-    if (fd < 0) {
-        return buf;
-    }
-    fflush(stderr);
-    saved = dup(2);
-    dup2(fd, 2);
-    parse(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    n = pread(fd, buf, sizeof(buf) - 1, 0);
-    buf[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return buf;
-}
-
 static void override_derived(const char *text)
 {
     shoal_tune_t t;
@@ -183,7 +156,7 @@ static void test_override(void)
     tap_is_int(shoal_tune_override(&t, "set CHUNK_SIZE lots\n"), SHOAL_ERR_INVALID_ARG,
                "a value that is no size is refused");
     tap_is_int(t.src[SHOAL_TUNE_CHUNK], SHOAL_TUNE_SRC_DERIVED, "... and changes nothing");
-    tap_ok(strstr(logged_by(override_derived, "set CHUNK_SIZE 1m\n\n# x\nset CHUNK_SIZE lots\n"),
+    tap_ok(strstr(tap_stderr_of(override_derived, "set CHUNK_SIZE 1m\n\n# x\nset CHUNK_SIZE lots\n"),
                   "SHOAL_TUNING_FILE line 4:") != NULL, "... and the warning names line 4");
 
     /* A repeated 'set' line: the last one wins, as a repeated link line does (the first one
