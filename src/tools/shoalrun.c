@@ -11,9 +11,10 @@
  * /dev/null, except rank 0 which inherits shoalrun's stdin when that is not a terminal.
  * The rendezvous root started by shoal_get_unique_id() lives in this process until it exits.
  *
- * One thread, one poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1,
- * SIGUSR2), the ranks' output pipes and, while output waits for them, shoalrun's stdout and
- * stderr; it sleeps until something happens or the next deadline, and never in a write.
+ * One thread, one poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+ * SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT), the ranks' output pipes and, while output waits for
+ * them, shoalrun's stdout and stderr; it sleeps until something happens or the next
+ * deadline, and never in a write.
  */
 #include <shoal.h>
 
@@ -142,8 +143,9 @@ static void shoalrun_usage(FILE *f)
             "\n"
             "Each rank gets SHOAL_UID, SHOAL_RANK, SHOAL_NRANKS, SHOAL_LOCAL_RANK and\n"
             "SHOAL_LOCAL_SIZE. Each rank leads a process group, killed when the job ends.\n"
-            "SIGINT, SIGTERM and SIGHUP are forwarded to every rank, which is killed if\n"
-            "still running %g s later; SIGUSR1 and SIGUSR2 are only forwarded. The exit\n"
+            "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank, which is\n"
+            "killed if still running %g s later; SIGUSR1 and SIGUSR2 are only forwarded;\n"
+            "SIGTSTP (^Z) stops the ranks, then shoalrun, and SIGCONT resumes them. The exit\n"
             "status is the worst of the ranks' (128+N for a rank killed by signal N),\n"
             "%d on timeout, %d if program cannot be run.\n",
             SHOALRUN_MAX_RANKS, SHOALRUN_EXIT_TIMEOUT, SHOALRUN_SIGNAL_GRACE_S,
@@ -920,6 +922,18 @@ static void shoalrun_on_signal(shoalrun_job_t *job, int sig)
         }
         return;
     }
+    if (sig == SIGTSTP) {
+        /* ^Z reaches shoalrun's process group only (each rank leads its own): the ranks
+         * stop first, then shoalrun, as a shell expects of a job; a blocked SIGTSTP does not
+         * stop us, SIGSTOP does. Left alone, shoalrun stopped and the ranks ran on. */
+        shoalrun_signal_all(job, SIGTSTP);
+        raise(SIGSTOP);
+        return;
+    }
+    if (sig == SIGCONT) {
+        shoalrun_signal_all(job, SIGCONT); /* fg or bg: the ranks go on with us */
+        return;
+    }
     if (job->signo != 0) {
         if (shoalrun_now() - job->signal_at < SHOALRUN_SIGNAL_REPEAT_S) {
             return; /* the same event twice (e.g. sent to us and to our process group) */
@@ -1149,8 +1163,11 @@ static int shoalrun_signals_setup(shoalrun_job_t *job)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT); /* ^\: it killed shoalrun, and the ranks only by PDEATHSIG */
     sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
+    sigaddset(&set, SIGTSTP);
+    sigaddset(&set, SIGCONT);
     if (sigprocmask(SIG_BLOCK, &set, &job->orig_mask) != 0) {
         fprintf(stderr, "shoalrun: sigprocmask failed: %s\n", strerror(errno));
         return -1;

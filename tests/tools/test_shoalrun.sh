@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=44
+NTESTS=46
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -337,4 +337,40 @@ run -n 1 --timeout 60 -x SHOALRUN_T42=first -x SHOALRUN_T42=second -x SHOALRUN_T
 [ "$rc" -eq 0 ] && grep -q '^\[0\] 1 second b1$' "$T/out"
 ok $? "-x twice for a name: the last value, once in the environment (rc $rc)"
 [ "$rc" -eq 0 ] || diag_file "$T/err"
+# 45: SIGTSTP (^Z reaches shoalrun's process group, not the ranks', which lead their own):
+# the ranks stop, then shoalrun; SIGCONT resumes them all and the job ends well (shoalrun
+# stopped alone and the ranks ran on)
+state() { ps -o stat= -p "$1" 2>/dev/null | cut -c1; }
+"$SHOALRUN" -n 2 --timeout 60 sh -c 'echo $$ > '"$T"'/tpid.$SHOAL_RANK
+    i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done; echo done' \
+    >"$T/out" 2>"$T/err" &
+pid=$!
+wait_files "$T/tpid.0" "$T/tpid.1"
+kill -TSTP $pid
+i=0
+while [ $i -lt 50 ] && [ "$(state $pid)" != T ]; do sleep 0.1; i=$((i + 1)); done
+st="$(state $pid)$(state "$(cat "$T/tpid.0")")$(state "$(cat "$T/tpid.1")")"
+sleep 4 # longer than the ranks' 3 s of work: stopped, they are not done
+grep -q done "$T/out"; early=$?
+kill -CONT $pid
+wait $pid; rc=$?
+rm -f "$T"/tpid.*
+[ "$st" = TTT ] && [ $early -ne 0 ] && [ "$rc" -eq 0 ] && [ "$(grep -c '^\[[01]\] done$' "$T/out")" -eq 2 ]
+ok $? "SIGTSTP stops the ranks and shoalrun (states $st), SIGCONT resumes them: both done (rc $rc)"
+# 46: SIGQUIT (^\) is forwarded like SIGTERM: the ranks get it and exit on their own,
+# shoalrun reports them and exits 128 + 3, as for any signal that ends the job (it died of
+# it, the ranks only by its PDEATHSIG's SIGKILL, unreported). The ranks are
+# perl: started with & from this script they inherit SIGQUIT ignored, which sh cannot trap.
+"$SHOALRUN" -n 2 --timeout 60 perl -e '$SIG{QUIT} = sub { print "got-quit\n"; exit 3 };
+    open(my $f, ">", "'"$T"'/qpid.$ENV{SHOAL_RANK}") or die; print $f "$$\n"; close($f);
+    $| = 1; sleep 30;' >"$T/out" 2>"$T/err" &
+pid=$!
+wait_files "$T/qpid.0" "$T/qpid.1"
+kill -QUIT $pid
+wait $pid; rc=$?
+rm -f "$T"/qpid.*
+[ "$rc" -eq 131 ] && [ "$(grep -c '^\[[01]\] got-quit$' "$T/out")" -eq 2 ] &&
+    grep -q '^shoalrun: Quit, forwarding it to 2 rank(s)' "$T/err" &&
+    [ "$(grep -c '^shoalrun: rank [01] (pid [0-9]*) exited with status 3$' "$T/err")" -eq 2 ]
+ok $? "SIGQUIT is forwarded to every rank, each exits on its own, shoalrun reports them (rc $rc)"
 exit 0
