@@ -64,6 +64,8 @@ SHOAL_HIDDEN void shoal_hostlist_free(shoal_hostlist_t *hl);
 #define SHOAL_SCHED_NAME_MAX 64
 #define SHOAL_SCHED_GPU_MAX 64 /* GPUs per node (a bit mask) */
 #define SHOAL_SCHED_NODES_MAX (1 << 16) /* nodes per cluster: above the largest Slurm clusters */
+#define SHOAL_SCHED_LEVELS_MAX 64 /* switch levels, a made-up root included: real trees
+                                  * have a handful */
 #define SHOAL_SCHED_RES 3      /* resources: GPUs, CPUs, memory */
 enum { SHOAL_SCHED_GPU = 0, SHOAL_SCHED_CPU = 1, SHOAL_SCHED_MEM = 2 };
 

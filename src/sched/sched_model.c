@@ -201,17 +201,43 @@ static shoal_status_t shoal_sched_tree_link(shoal_sched_cluster_t *c)
 {
     int unlisted = -1, nroots = 0;
 
+    /* Each switch's depth, each walk up stopping at a switch already known: walking every
+     * switch up to its root cost switches x depth (a topology.conf of 65,536 switches in a
+     * chain took over a minute), and the recursions over the tree (tree_walk, the room, the
+     * placement) went as deep as the chain (a stack overflow). */
+    int *depth = calloc((size_t)c->nsw + 1, sizeof(int)); /* 0 unknown, -1 on this walk */
+    if (depth == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
     for (int s = 0; s < c->nsw; s++) {
-        int up = s, steps = 0;
-        while (up >= 0 && steps <= c->nsw) {
+        int up = s, d;
+        while (up >= 0 && depth[up] == 0) {
+            depth[up] = -1;
             up = c->sw[up].parent;
-            steps++;
         }
-        if (up >= 0) {
-            shoal_error(SCHED, "topology: switch %s is its own ancestor (a cycle)", c->sw[s].name);
+        if (up >= 0 && depth[up] < 0) {
+            shoal_error(SCHED, "topology: switch %s is its own ancestor (a cycle)", c->sw[up].name);
+            free(depth);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        d = up >= 0 ? depth[up] : 0;
+        /* the walk's switches from the top down: their count is known only at its end */
+        int n = 0;
+        for (int x = s; x != up; x = c->sw[x].parent) {
+            n++;
+        }
+        for (int x = s, i = 0; x != up; x = c->sw[x].parent, i++) {
+            depth[x] = d + n - i;
+        }
+        if (depth[s] >= SHOAL_SCHED_LEVELS_MAX) { /* one level kept for a made-up root */
+            shoal_error(SCHED, "topology: switch %s is %d switches deep (its root's level "
+                        "counted): at most %d", c->sw[s].name, depth[s],
+                        SHOAL_SCHED_LEVELS_MAX - 1);
+            free(depth);
             return SHOAL_ERR_INVALID_ARG;
         }
     }
+    free(depth);
     for (int i = 0; i < c->nnodes; i++) {
         if (c->nodes[i].leaf < 0) {
             if (unlisted < 0) {

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=41
+NTESTS=43
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -336,3 +336,22 @@ printf 'job=a tenant=t gpus=1 cpus=4 mem=65536000k\n' > "$T/k.jobs"
 [ $r -eq 0 ] && grep -q '^place job=a tenant=t gpus=1 level=0 cost=0 nodes=n1$' "$T/k.out"
 ok $? "mem=65536000k is 64000 MB a rank: placed on a node of 64000 MB (rc $r)"
 [ $? -eq 0 ] || diag_file "$T/k.out"
+
+# 42-43: a topology.conf of 65,536 switches in a chain is refused at once, naming the deepest:
+# the cycle check walked every switch up to its root (over a minute) and the walks over the
+# tree recursed as deep as the chain (a stack overflow); 63 levels still plan
+awk 'BEGIN { print "SwitchName=s0 Nodes=n1"; for (i = 1; i < 65536; i++)
+             printf "SwitchName=s%d Switches=s%d\n", i, i - 1 }' > "$T/chain.topo"
+printf 'job=a tenant=t gpus=1\n' > "$T/chain.jobs"
+timeout 20 "$PLACE" --slurm-conf "$T/s.conf" --topology "$T/chain.topo" --jobs "$T/chain.jobs" \
+    > "$T/chain.out" 2>&1; r=$?
+[ $r -eq 1 ] && grep -q 'topology: switch s0 is 65536 switches deep' "$T/chain.out"
+ok $? "a chain of 65,536 switches: exit 1 at once, naming the switch too deep (rc $r)"
+[ $? -eq 0 ] || diag_file "$T/chain.out"
+awk 'BEGIN { print "SwitchName=s0 Nodes=n1"; for (i = 1; i < 63; i++)
+             printf "SwitchName=s%d Switches=s%d\n", i, i - 1 }' > "$T/chain.topo"
+"$PLACE" --slurm-conf "$T/s.conf" --topology "$T/chain.topo" --jobs "$T/chain.jobs" \
+    > "$T/chain.out" 2>&1; r=$?
+[ $r -eq 0 ] && grep -q '^place job=a tenant=t gpus=1 level=0 cost=0 nodes=n[12]$' "$T/chain.out"
+ok $? "a chain of 63 switches still plans (rc $r)"
+[ $? -eq 0 ] || diag_file "$T/chain.out"
