@@ -329,6 +329,74 @@ static shoal_status_t shoal_cuda_host_wait(shoal_cuda_comm_t *cc, CUstream strea
     return r == CUDA_SUCCESS ? SHOAL_OK : SHOAL_CU(cuEventQuery, (cc->host_ev));
 }
 
+/* cuCtxSynchronize of a stream-NULL call, run on a helper thread: the driver's call has no
+ * timeout, and a stream of the job's held at a gate (a value wait, an event of another
+ * process) kept the caller in it for ever. The caller waits for the helper with the
+ * communicator's deadline, abort and dead-peer checks; on a timeout it returns and the helper,
+ * detached, ends (and frees the state) when the device drains. */
+struct shoal_cuda_ctx_sync {
+    CUcontext ctx;
+    CUresult r;
+    int done;                   /* the helper stored r (atomic) */
+    int refs;                   /* caller and helper (atomic): the last one frees */
+};
+
+static void shoal_cuda_ctx_sync_put(struct shoal_cuda_ctx_sync *s)
+{
+    if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(s);
+    }
+}
+
+static void *shoal_cuda_ctx_sync_main(void *arg)
+{
+    struct shoal_cuda_ctx_sync *s = arg;
+    CUresult r = shoal_cuda_drv.cuCtxSetCurrent(s->ctx);
+    if (r == CUDA_SUCCESS) {
+        r = shoal_cuda_drv.cuCtxSynchronize();
+    }
+    s->r = r;
+    __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+    shoal_cuda_ctx_sync_put(s);
+    return NULL;
+}
+
+static shoal_status_t shoal_cuda_ctx_sync(shoal_cuda_comm_t *cc)
+{
+    uint64_t deadline = shoal_deadline_ns(cc->comm->timeout_ms);
+    struct shoal_cuda_ctx_sync *s = calloc(1, sizeof(*s));
+    pthread_attr_t attr;
+    pthread_t tid;
+    unsigned spins = 0;
+    shoal_status_t st = SHOAL_OK;
+    int ret;
+
+    if (s == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    s->ctx = cc->ctx;
+    s->refs = 2;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    ret = pthread_create(&tid, &attr, shoal_cuda_ctx_sync_main, s);
+    pthread_attr_destroy(&attr);
+    if (ret != 0) {
+        shoal_error(CUDA, "rank %d: pthread_create for the device synchronization failed: %s",
+                    cc->comm->rank, strerror(ret));
+        free(s);
+        return SHOAL_ERR_SYSTEM;
+    }
+    while (!__atomic_load_n(&s->done, __ATOMIC_ACQUIRE) && st == SHOAL_OK) {
+        st = shoal_chan_idle(cc->comm, &spins, deadline,
+                             "waiting for the device's earlier work (stream NULL)");
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_drv_result(s->r, "cuCtxSynchronize", __FILE__, __LINE__);
+    }
+    shoal_cuda_ctx_sync_put(s);
+    return st;
+}
+
 /* A call that returns with its result in place: stream NULL (the device's earlier work first,
  * like cudaMemcpy), or a stream under SHOAL_CUDA_SYNC=host or the legacy default stream (that
  * stream's earlier work). */
@@ -341,8 +409,7 @@ static shoal_status_t shoal_cuda_submit_blocking(shoal_cuda_comm_t *cc, CUstream
     if (st == SHOAL_OK) {
         st = shoal_cuda_ctx_enter(cc);
         if (st == SHOAL_OK) {
-            st = stream != NULL ? shoal_cuda_host_wait(cc, stream)
-                                : SHOAL_CU(cuCtxSynchronize, ());
+            st = stream != NULL ? shoal_cuda_host_wait(cc, stream) : shoal_cuda_ctx_sync(cc);
         }
         if (st == SHOAL_OK) {
             struct shoal_meter *m = comm->meter;

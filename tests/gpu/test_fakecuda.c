@@ -5,8 +5,9 @@
  * does not run before the wait is released (copies, events); a kernel outside every
  * allocation, or on the vector path with a misaligned pointer, is a sticky device fault, and a
  * shoal call after it returns SHOAL_ERR_SYSTEM instead of hanging; IPC handles map the same
- * memory in another process and not in their own. One process per case that leaves the
- * emulated device faulted (fork).
+ * memory in another process and not in their own; a blocking call while a stream of the
+ * job's is held times out. One process per case that leaves the emulated device faulted
+ * (fork).
  */
 #include "cuda/cuda_int.h"
 #include "tests/tap.h"
@@ -159,6 +160,49 @@ static int destroy_while_held(void)
     return 0;
 }
 
+/* A blocking call (stream NULL) on device buffers waits for the device's earlier work; with
+ * a stream of the job's held at a gate that nobody opens in time, the call returns
+ * SHOAL_ERR_TIMEOUT within the communicator's timeout instead of waiting in cuCtxSynchronize
+ * for ever; the stream, released later, drains. */
+static int blocking_call_held_device(void)
+{
+    CUstream s;
+    CUdeviceptr a, b, dgate;
+    volatile uint32_t *gate;
+    shoal_comm_t comm;
+    shoal_uid_t uid;
+    shoal_status_t st;
+    double t0, t1;
+    alarm(20); /* a hang ends the child well before in_child's alarm */
+    if (!OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) || !OK(cuMemAlloc(&a, 4096)) ||
+        !OK(cuMemAlloc(&b, 4096)) ||
+        !OK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP)) ||
+        !OK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0)) ||
+        shoal_get_unique_id(&uid) != SHOAL_OK ||
+        shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+        return 3;
+    }
+    *gate = 0;
+    if (!OK(cuStreamWaitValue32(s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ))) {
+        return 4;
+    }
+    t0 = shoal_time_ns() / 1e6;
+    st = shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL);
+    t1 = shoal_time_ns() / 1e6;
+    printf("# blocking call with a held stream: %s after %.0f ms\n", shoal_status_name(st),
+           t1 - t0);
+    fflush(stdout);
+    if (st != SHOAL_ERR_TIMEOUT || t1 - t0 > 5000) {
+        return 5;
+    }
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    if (!OK(cuStreamSynchronize(s))) {
+        return 6;
+    }
+    shoal_comm_abort(comm);
+    return 0;
+}
+
 static int misaligned_vector(void)
 {
     CUstream s;
@@ -289,6 +333,11 @@ int main(void)
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "destroy while a stream has not reached its call: returns within the timeout, the "
            "stream passes later without a fault (child exit %d)",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+    status = in_child(blocking_call_held_device);
+    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a blocking call while a stream of the job's is held: SHOAL_ERR_TIMEOUT within the "
+           "timeout, no wait for ever in cuCtxSynchronize (child exit %d)",
            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
     status = in_child(misaligned_vector);
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
