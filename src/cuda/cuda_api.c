@@ -215,15 +215,20 @@ static shoal_status_t shoal_cuda_stream_wait_kernel(shoal_cuda_comm_t *cc, CUstr
     return SHOAL_CU(cuLaunchKernel, (cc->wait_fn, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
 }
 
-/* Enqueues the start signal and the completion wait of task seq on stream. */
+/* Enqueues the start signal and the completion wait of task seq on stream. *started_p: the
+ * start signal is on the stream (the stream will mark seq started, even where the wait after
+ * it failed: seq must not be used again). */
 static shoal_status_t shoal_cuda_stream_enqueue(shoal_cuda_comm_t *cc, CUstream stream,
-                                                uint64_t seq)
+                                                uint64_t seq, int *started_p)
 {
     size_t slot = seq % SHOAL_CUDA_FLAG_SLOTS;
+    shoal_status_t st;
+    *started_p = 0;
     if (cc->memops) {
         CUdeviceptr start = cc->dflags + (1 + slot) * SHOAL_CUDA_FLAG_STRIDE * 4;
         SHOAL_CHECK(SHOAL_CU(cuStreamWriteValue32, (stream, start, (uint32_t)seq,
                                                      CU_STREAM_WRITE_VALUE_DEFAULT)));
+        *started_p = 1;
         return SHOAL_CU(cuStreamWaitValue32, (stream, cc->dflags, (uint32_t)seq,
                                                CU_STREAM_WAIT_VALUE_GEQ));
     }
@@ -234,7 +239,13 @@ static shoal_status_t shoal_cuda_stream_enqueue(shoal_cuda_comm_t *cc, CUstream 
         }
     }
     cc->hslots[slot] = (struct shoal_cuda_hostfn_slot){.cc = cc, .seq = seq, .busy = 1};
-    SHOAL_CHECK(SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_start, &cc->hslots[slot])));
+    st = SHOAL_CU(cuLaunchHostFunc, (stream, shoal_cuda_hostfn_start, &cc->hslots[slot]));
+    if (st != SHOAL_OK) {
+        /* nothing will run it: the slot would stay busy, and every later call wait for it */
+        __atomic_store_n(&cc->hslots[slot].busy, 0, __ATOMIC_RELEASE);
+        return st;
+    }
+    *started_p = 1;
     return shoal_cuda_stream_wait_kernel(cc, stream, seq);
 }
 
@@ -442,7 +453,7 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
     shoal_cuda_comm_t *cc;
     shoal_cuda_task_t *t;
     size_t len = sizeof(*t) + (size_t)n * sizeof(*items);
-    int ordinal = -1;
+    int ordinal = -1, started = 0;
     shoal_status_t st;
 
     /* every device buffer, input and output, on the communicator's one device */
@@ -502,7 +513,13 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
         st = shoal_cuda_ctx_enter(cc);
     }
     if (st == SHOAL_OK) {
-        st = shoal_cuda_stream_enqueue(cc, (CUstream)stream, t->seq);
+        st = shoal_cuda_stream_enqueue(cc, (CUstream)stream, t->seq, &started);
+        if (st != SHOAL_OK && started) {
+            /* The stream will still store seq into its start flag: a task that reused seq
+             * would see it and start before its own stream got there. seq is spent without
+             * a task (done moves past it with the next task's). */
+            cc->issued = t->seq;
+        }
     }
     if (st == SHOAL_OK) {
         /* From here the stream waits for seq: the task must run or the destroy releases it. */

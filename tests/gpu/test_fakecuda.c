@@ -203,6 +203,50 @@ static int blocking_call_held_device(void)
     return 0;
 }
 
+/* A stream-ordered call the driver refuses (a destroyed stream) returns its error and loses
+ * nothing: the next call, on a good stream, completes at once, under each way of handing the
+ * call to the proxy (a refused host function left its flag slot busy: the next call waited
+ * the whole timeout for it, and so did every later one). */
+static int refused_stream_call(void)
+{
+    CUstream s, dead;
+    CUdeviceptr a, b;
+    shoal_comm_t comm;
+    shoal_uid_t uid;
+    shoal_status_t st;
+    double t0, t1;
+    alarm(20);
+    for (int sync = SHOAL_CUDA_SYNC_MEMOPS; sync <= SHOAL_CUDA_SYNC_HOSTFN; sync++) {
+        shoal_cuda_config.sync = sync; /* read at the communicator's first device call */
+        if (!OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) ||
+            !OK(cuStreamCreate(&dead, CU_STREAM_NON_BLOCKING)) || !OK(cuStreamDestroy(dead)) ||
+            !OK(cuMemAlloc(&a, 4096)) || !OK(cuMemAlloc(&b, 4096)) ||
+            shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            return 3;
+        }
+        st = shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, dead);
+        if (st == SHOAL_OK) {
+            return 4;
+        }
+        t0 = shoal_time_ns() / 1e6;
+        st = shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, s);
+        t1 = shoal_time_ns() / 1e6;
+        printf("# %s: the call after a refused one: %s after %.0f ms\n",
+               sync == SHOAL_CUDA_SYNC_MEMOPS ? "memops" : "hostfn", shoal_status_name(st),
+               t1 - t0);
+        fflush(stdout);
+        if (st != SHOAL_OK || t1 - t0 > 500 || !OK(cuStreamSynchronize(s))) {
+            return 5;
+        }
+        shoal_comm_destroy(comm);
+        shoal_cuda_drv.cuStreamDestroy(s);
+        shoal_cuda_drv.cuMemFree(a);
+        shoal_cuda_drv.cuMemFree(b);
+    }
+    return 0;
+}
+
 static int misaligned_vector(void)
 {
     CUstream s;
@@ -338,6 +382,11 @@ int main(void)
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "a blocking call while a stream of the job's is held: SHOAL_ERR_TIMEOUT within the "
            "timeout, no wait for ever in cuCtxSynchronize (child exit %d)",
+           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+    status = in_child(refused_stream_call);
+    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a stream-ordered call on a destroyed stream fails and loses nothing: the next one "
+           "completes at once, memops and hostfn (child exit %d)",
            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
     status = in_child(misaligned_vector);
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
