@@ -123,16 +123,20 @@ static shoal_status_t shoal_cuda_ipc_barrier(shoal_cuda_comm_t *cc)
     return shoal_cuda_host_coll(cc, SHOAL_COLL_BARRIER, NULL, NULL, 0, SHOAL_UINT8, SHOAL_SUM, 0);
 }
 
-static shoal_status_t shoal_cuda_ipc_chunk(shoal_cuda_comm_t *cc, const shoal_coll_args_t *a,
+/* The input or the output may be host memory (the other is on the device): every rank of the
+ * call must take this path, and each one decides from its own buffers (cuda_api.c). */
+static shoal_status_t shoal_cuda_ipc_chunk(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it,
                                            size_t off, size_t len, CUdeviceptr *srcs)
 {
     struct shoal_comm *comm = cc->comm;
+    const shoal_coll_args_t *a = &it->a;
     size_t es = shoal_dtype_size(a->dtype), soff, scnt;
-    CUdeviceptr in = (CUdeviceptr)(uintptr_t)a->sendbuf + off * es;
-    CUdeviceptr out = (CUdeviceptr)(uintptr_t)a->recvbuf + off * es;
+    const char *in = (const char *)a->sendbuf + off * es;
+    char *out = (char *)a->recvbuf + off * es;
     int me = comm->rank, n = comm->nranks, k = 0;
 
-    SHOAL_CHECK(SHOAL_CU(cuMemcpyDtoDAsync, (cc->ipc_buf, in, len * es, cc->kern)));
+    SHOAL_CHECK(shoal_cuda_copy_rows(cc->kern, (void *)(uintptr_t)cc->ipc_buf, 1, 0, in,
+                                     it->in.dev, 0, len * es, 1));
     SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "IPC copy-in"));
     SHOAL_CHECK(shoal_cuda_ipc_barrier(cc));
     shoal_cuda_ipc_slice(len, es, n, me, &soff, &scnt);
@@ -149,8 +153,10 @@ static shoal_status_t shoal_cuda_ipc_chunk(shoal_cuda_comm_t *cc, const shoal_co
     for (int r = 0; r < n; r++) {
         shoal_cuda_ipc_slice(len, es, n, r, &soff, &scnt);
         if (scnt > 0) {
-            SHOAL_CHECK(SHOAL_CU(cuMemcpyDtoDAsync, (out + soff * es, cc->ipc_peer[r] + soff * es,
-                                                     scnt * es, cc->kern)));
+            SHOAL_CHECK(shoal_cuda_copy_rows(cc->kern, out + soff * es, it->out.dev, 0,
+                                             (const void *)(uintptr_t)(cc->ipc_peer[r] +
+                                                                       soff * es),
+                                             1, 0, scnt * es, 1));
         }
     }
     SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "IPC gather"));
@@ -174,7 +180,7 @@ shoal_status_t shoal_cuda_ipc_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_
     shoal_status_t st = srcs == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
 
     for (size_t off = 0; off < a->count && st == SHOAL_OK; off += chunk) {
-        st = shoal_cuda_ipc_chunk(cc, a, off, SHOAL_MIN(chunk, a->count - off), srcs);
+        st = shoal_cuda_ipc_chunk(cc, it, off, SHOAL_MIN(chunk, a->count - off), srcs);
     }
     free(srcs);
     return st;

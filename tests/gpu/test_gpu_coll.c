@@ -590,6 +590,40 @@ static void group_p2p_around_coll(ctx_t *x)
 
 /* Where the process sees several devices: an input on the communicator's device and an output
  * on another is refused (SHOAL_ERR_INVALID_ARG), and the communicator stays usable. */
+/* Ranks that mix host and device buffers differently in one AllReduce: rank 0's input is
+ * in host memory, every other rank's on the device. Each rank chose its path (IPC, NCCL or
+ * staging) from its own buffers, so rank 0 staged while the others waited in the IPC setup:
+ * the call timed out. Blocking and stream-ordered; the result must be exact on every rank. */
+static void mixed_host_device(ctx_t *x)
+{
+    int g = group("AllReduce with a host input on rank 0, device inputs elsewhere");
+    size_t count = 70001;
+    int bad = 0;
+
+    if (x->n < 2) {
+        return;
+    }
+    fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+    h2d(x, x->d_in, x->h_in, count * 4);
+    expect_reduce(SHOAL_INT32, SHOAL_SUM, x->n, x->h_exp, count, 0, x->h_tmp);
+    for (int blocking = 1; blocking >= 0; blocking--) {
+        const void *in = x->rank == 0 ? (const void *)x->h_in : (const void *)x->d_in;
+        shoal_status_t st;
+        memset(x->h_out, 0xee, count * 4);
+        h2d(x, x->d_out, x->h_out, count * 4);
+        st = shoal_allreduce(in, (void *)x->d_out, count, SHOAL_INT32, SHOAL_SUM, x->comm,
+                             blocking ? NULL : (void *)x->s);
+        d2h(x, x->h_out, x->d_out, count * 4);
+        if (st != SHOAL_OK || memcmp(x->h_out, x->h_exp, count * 4) != 0) {
+            fprintf(stderr, "# rank %d: mixed host/device AllReduce (%s): %s, first word %d "
+                    "(want %d)\n", x->rank, blocking ? "blocking" : "stream-ordered",
+                    shoal_status_name(st), ((int32_t *)x->h_out)[0], ((int32_t *)x->h_exp)[0]);
+            bad = 1;
+        }
+    }
+    group_fail[g] += bad;
+}
+
 static void other_device_output(ctx_t *x)
 {
     CUcontext mine, other_ctx;
@@ -1060,6 +1094,7 @@ int main(int argc, char **argv)
         group_many_p2p(x);
         group_p2p_around_coll(x);
         other_device_output(x);
+        mixed_host_device(x);
         sync_choice(x);
         keeps_context(x);
         graph_capture(x);
