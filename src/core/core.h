@@ -324,11 +324,16 @@ SHOAL_HIDDEN void shoal_proxy_stop(struct shoal_comm *comm);
  * whose fini runs when the proxy stops (shoal_comm_destroy), after every queued request ran
  * or was cancelled. */
 typedef void (*shoal_proxy_ext_fini_t)(struct shoal_comm *comm, void *ext);
-/* Like shoal_proxy_post, but nobody waits: fn reports its own errors (a request cancelled by
- * shoal_comm_destroy is freed without fn running). */
+/* Runs on the proxy thread instead of a detached request's fn when fn never runs: the
+ * communicator failed or was destroyed before the request's turn. */
+typedef void (*shoal_proxy_cancel_t)(struct shoal_comm *comm, void *arg);
+/* Like shoal_proxy_post, but nobody waits: fn reports its own errors. A request refused or
+ * failed before fn ran (the communicator failed, was aborted or destroyed) is freed after
+ * cancel (if not NULL) ran instead. */
 SHOAL_HIDDEN shoal_status_t shoal_proxy_post_detached(struct shoal_comm *comm,
-                                                      shoal_proxy_fn_t fn, const void *arg,
-                                                      size_t arglen);
+                                                      shoal_proxy_fn_t fn,
+                                                      shoal_proxy_cancel_t cancel,
+                                                      const void *arg, size_t arglen);
 /* Starts the proxy if needed; *ext_p = the slot's value (NULL until set). Not thread-safe
  * against itself: the caller serialises (src/cuda holds a lock). */
 SHOAL_HIDDEN shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **ext_p);

@@ -26,6 +26,8 @@ struct shoal_request {
     shoal_proxy_fn_t fn;          /* a call run whole (start == NULL) */
     shoal_plan_t *plan;           /* in flight */
     int detached;                 /* no caller waits: the proxy frees it (post_detached) */
+    shoal_proxy_cancel_t cancel;  /* detached: run if fn never does */
+    int ran;                      /* fn was called */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int done;
@@ -55,6 +57,9 @@ static void shoal_request_free(struct shoal_request *req);
 static void shoal_proxy_complete(struct shoal_request *req, shoal_status_t st)
 {
     if (req->detached) {
+        if (!req->ran && req->cancel != NULL) {
+            req->cancel(req->comm, req->arg); /* refused or failed before fn ran */
+        }
         shoal_request_free(req);
         return;
     }
@@ -72,11 +77,13 @@ typedef struct {
     shoal_plan_t base;
     shoal_proxy_fn_t fn;
     void *arg;
+    int *ran;                     /* the request's */
 } shoal_fn_plan_t;
 
 static shoal_status_t shoal_fn_plan_progress(struct shoal_comm *comm, shoal_plan_t *plan)
 {
     shoal_fn_plan_t *fp = (shoal_fn_plan_t *)plan;
+    *fp->ran = 1;
     return fp->fn(comm, fp->arg);
 }
 
@@ -195,6 +202,7 @@ static shoal_status_t shoal_proxy_start(struct shoal_proxy *px, struct shoal_req
                               .release = shoal_fn_plan_release, .npeers = -1, .wait_peer = -1};
     fp->fn = req->fn;
     fp->arg = req->arg;
+    fp->ran = &req->ran;
     req->plan = &fp->base;
     return SHOAL_OK;
 }
@@ -420,7 +428,8 @@ out:
 
 static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_plan_start_t start,
                                           shoal_proxy_fn_t fn, const void *arg, size_t arglen,
-                                          int detached, shoal_request_t *req_p)
+                                          int detached, shoal_proxy_cancel_t cancel,
+                                          shoal_request_t *req_p)
 {
     struct shoal_request *req;
     struct shoal_proxy *px;
@@ -434,6 +443,7 @@ static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_plan_st
     req->start = start;
     req->fn = fn;
     req->detached = detached;
+    req->cancel = cancel;
     pthread_mutex_init(&req->lock, NULL);
     pthread_cond_init(&req->cond, NULL);
     memcpy(req->arg, arg, arglen);
@@ -456,19 +466,20 @@ static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_plan_st
 shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn, void *arg,
                                 size_t arglen, shoal_request_t *req_p)
 {
-    return shoal_proxy_enqueue(comm, NULL, fn, arg, arglen, 0, req_p);
+    return shoal_proxy_enqueue(comm, NULL, fn, arg, arglen, 0, NULL, req_p);
 }
 
 shoal_status_t shoal_proxy_post_plan(struct shoal_comm *comm, shoal_plan_start_t start,
                                      const void *arg, size_t arglen, shoal_request_t *req_p)
 {
-    return shoal_proxy_enqueue(comm, start, NULL, arg, arglen, 0, req_p);
+    return shoal_proxy_enqueue(comm, start, NULL, arg, arglen, 0, NULL, req_p);
 }
 
 shoal_status_t shoal_proxy_post_detached(struct shoal_comm *comm, shoal_proxy_fn_t fn,
-                                         const void *arg, size_t arglen)
+                                         shoal_proxy_cancel_t cancel, const void *arg,
+                                         size_t arglen)
 {
-    return shoal_proxy_enqueue(comm, NULL, fn, arg, arglen, 1, NULL);
+    return shoal_proxy_enqueue(comm, NULL, fn, arg, arglen, 1, cancel, NULL);
 }
 
 shoal_status_t shoal_proxy_ext_get(struct shoal_comm *comm, void **ext_p)

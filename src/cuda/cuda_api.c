@@ -328,6 +328,20 @@ static shoal_status_t shoal_cuda_task_run(struct shoal_comm *comm, void *arg)
     return st;
 }
 
+/* The proxy refused task seq without running it (the communicator failed or was destroyed
+ * before its turn): its stream, which waits for seq's done word, is released all the same
+ * (undefined results, as after a failed task); it waited until shoal_comm_destroy. */
+static void shoal_cuda_task_cancel(struct shoal_comm *comm, void *arg)
+{
+    shoal_cuda_task_t *t = arg;
+    shoal_cuda_comm_t *cc = t->cc;
+    (void)comm;
+    if (__atomic_load_n(&cc->done, __ATOMIC_ACQUIRE) < t->seq) {
+        __atomic_store_n(&cc->flags[0], (uint32_t)t->seq, __ATOMIC_RELEASE);
+        __atomic_store_n(&cc->done, t->seq, __ATOMIC_RELEASE);
+    }
+}
+
 /* ---- submission ---------------------------------------------------------------------------- */
 
 /* SHOAL_CUDA_SYNC=host: waits (deadline, abort, dead peers) until stream reached this point. */
@@ -528,7 +542,8 @@ static shoal_status_t shoal_cuda_submit_in(struct shoal_comm *comm, void *stream
     if (st == SHOAL_OK) {
         /* From here the stream waits for seq: the task must run or the destroy releases it. */
         cc->issued = t->seq;
-        st = shoal_proxy_post_detached(comm, shoal_cuda_task_run, t, len);
+        st = shoal_proxy_post_detached(comm, shoal_cuda_task_run, shoal_cuda_task_cancel, t,
+                                       len);
         if (st != SHOAL_OK) {
             __atomic_store_n(&cc->flags[0], (uint32_t)t->seq, __ATOMIC_RELEASE);
             __atomic_store_n(&cc->done, t->seq, __ATOMIC_RELEASE);

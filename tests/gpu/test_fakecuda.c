@@ -247,6 +247,53 @@ static int refused_stream_call(void)
     return 0;
 }
 
+/* Stream-ordered calls queued behind one that fails (the communicator aborted while the
+ * stream was held): the first fails, and the ones behind it, which the proxy refuses without
+ * running, must still release the stream: it drains once the gate opens (it waited for
+ * their done words for ever, until shoal_comm_destroy). */
+static int queued_calls_released(void)
+{
+    CUstream s;
+    CUdeviceptr a, b, dgate;
+    volatile uint32_t *gate;
+    shoal_comm_t comm;
+    shoal_uid_t uid;
+    double deadline;
+    alarm(20);
+    if (!OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) || !OK(cuMemAlloc(&a, 4096)) ||
+        !OK(cuMemAlloc(&b, 4096)) ||
+        !OK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP)) ||
+        !OK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0)) ||
+        shoal_get_unique_id(&uid) != SHOAL_OK ||
+        shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+        return 3;
+    }
+    *gate = 0;
+    if (!OK(cuStreamWaitValue32(s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ))) {
+        return 4;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, s) !=
+            SHOAL_OK) {
+            return 5;
+        }
+    }
+    shoal_comm_abort(comm);
+    __atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+    deadline = shoal_time_ns() / 1e6 + 5000;
+    while (shoal_cuda_drv.cuStreamQuery(s) == CUDA_ERROR_NOT_READY &&
+           shoal_time_ns() / 1e6 < deadline) {
+        shoal_sleep_us(1000);
+    }
+    if (shoal_cuda_drv.cuStreamQuery(s) == CUDA_ERROR_NOT_READY) {
+        printf("# the stream is still held 5 s after the abort and the gate\n");
+        fflush(stdout);
+        return 6;
+    }
+    shoal_comm_destroy(comm);
+    return 0;
+}
+
 static int misaligned_vector(void)
 {
     CUstream s;
@@ -388,6 +435,10 @@ int main(void)
            "a stream-ordered call on a destroyed stream fails and loses nothing: the next one "
            "completes at once, memops and hostfn (child exit %d)",
            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+    status = in_child(queued_calls_released);
+    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "stream-ordered calls queued behind a failed one release their stream "
+           "(child exit %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
     status = in_child(misaligned_vector);
     tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
            "16-byte vector access on a misaligned pointer is a misaligned-address fault "
