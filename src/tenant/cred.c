@@ -553,7 +553,10 @@ static shoal_status_t shoal_tenant_cred_read_file(const char *path,
     ssize_t ret;
     int fd;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO without a writer held shoal_comm_init in open() for ever; it opens at
+     * once now and is refused below as not a regular file (O_NOCTTY: nor may a tty become the
+     * process's controlling terminal). Reads of a regular file ignore the flag. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         shoal_error(TENANT, "open(SHOAL_CREDENTIAL_FILE %s) failed: %s", path, strerror(errno));
         return SHOAL_ERR_INVALID_ARG;

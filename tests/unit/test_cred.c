@@ -394,6 +394,15 @@ static void test_load(void)
     unlink(path);
     tap_is_int(shoal_tenant_cred_load(&c, &found), SHOAL_ERR_INVALID_ARG,
                "a missing file: INVALID_ARG");
+    /* A FIFO nobody writes: open() waited for a writer for ever. The alarm ends the test
+     * (a failure) instead of hanging the suite should that come back. */
+    if (mkfifo(path, 0600) != 0)
+        tap_bail("cannot make the FIFO %s", path);
+    alarm(10);
+    tap_is_int(shoal_tenant_cred_load(&c, &found), SHOAL_ERR_INVALID_ARG,
+               "a FIFO without a writer: INVALID_ARG at once, no wait");
+    alarm(0);
+    unlink(path);
     shoal_tenant_cred_config.credential_file = NULL;
 }
 
