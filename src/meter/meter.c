@@ -222,6 +222,31 @@ static void shoal_meter_chans_attach(struct shoal_comm *comm, shoal_meter_page_t
     }
 }
 
+/* The meter holds the credential text (a bearer token) for the communicator's life while an
+ * agent may ask for the page again (meter_agent.c). On the heap it went into every core dump
+ * of a rank; like the configuration's secrets (src/util/config.c) it lives in a mapping of its
+ * own, zero-filled, left out of core dumps. Not mlock'ed: one page per communicator would
+ * take from the RLIMIT_MEMLOCK that ib's memory registrations need. */
+static struct shoal_meter *shoal_meter_alloc(void)
+{
+    struct shoal_meter *m;
+
+    m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        return NULL;
+    }
+#ifdef MADV_DONTDUMP
+    (void)madvise(m, sizeof(*m), MADV_DONTDUMP);
+#endif
+    return m;
+}
+
+static void shoal_meter_free(struct shoal_meter *m)
+{
+    shoal_secret_wipe(m->cred, sizeof(m->cred));
+    munmap(m, sizeof(*m));
+}
+
 shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
 {
     struct shoal_meter *m;
@@ -235,7 +260,7 @@ shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
         }
         return SHOAL_OK;
     }
-    m = calloc(1, sizeof(*m));
+    m = shoal_meter_alloc();
     if (m == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
@@ -244,7 +269,7 @@ shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm)
     m->next_check = shoal_meter_ticks() + shoal_meter_clock.ticks_per_sec;
     st = shoal_meter_page_create(m);
     if (st != SHOAL_OK) {
-        free(m);
+        shoal_meter_free(m);
         return st;
     }
     shoal_meter_identity(comm, m);
@@ -283,8 +308,7 @@ void shoal_meter_comm_fini(struct shoal_comm *comm)
     if (m->memfd >= 0) {
         close(m->memfd);
     }
-    shoal_secret_wipe(m->cred, sizeof(m->cred));
-    free(m);
+    shoal_meter_free(m);
     comm->meter = NULL;
 }
 

@@ -10,7 +10,7 @@
  *
  *   meter_rank CASE...   cases: allreduce allgather reduce_scatter p2p bcast reduce alltoall
  *                        barrier shmd errors split_abort hold=SECONDS breaker=N cred_wiped
- *                        fork_child overlap
+ *                        cred_nodump fork_child overlap
  * Environment read by the test itself: SHOAL_TRANSPORT (forced transport), MP_HOSTMAP /
  * MP_PPN (virtual hosts, as hostid_wrap.sh), METER_STATS_FILE, METER_TENANT and METER_JOB
  * (the names configured, default acme / meter-test), METER_LIFE_FILE (each rank appends
@@ -27,6 +27,7 @@
 #endif
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -605,6 +606,47 @@ static void case_cred_wiped(shoal_comm_t comm)
             m->cred_len);
 }
 
+/* 1 if /proc/self/smaps marks the mapping that holds addr "dd" (left out of core dumps),
+ * 0 if not, -1 if no mapping holds it or smaps cannot be read. */
+static int mapping_is_nodump(const void *addr)
+{
+    uintptr_t a = (uintptr_t)addr, lo, hi;
+    char line[512];
+    int in = 0, res = -1;
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    if (fp == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 &&
+            strchr(line, ':') > strchr(line, ' ')) {
+            in = a >= lo && a < hi; /* a mapping's first line: "lo-hi perms ..." */
+        } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+            res = strstr(line, " dd") != NULL;
+            break;
+        }
+    }
+    fclose(fp);
+    return res;
+}
+
+/* Run with a job credential and an agent that took the page: the meter keeps the credential
+ * text to register again should the agent restart, but out of core dumps (it was on the heap,
+ * in every core of a rank). */
+static void case_cred_nodump(shoal_comm_t comm)
+{
+    int g = mp_group("meter: the credential text kept for the agent is not in core dumps");
+    const struct shoal_meter *m = comm->meter;
+    int dd;
+    mp_case(g, m != NULL && m->cred_len > 0, R, "no credential text kept (registered?)");
+    if (m == NULL) {
+        return;
+    }
+    dd = mapping_is_nodump(m->cred);
+    mp_case(g, dd == 1, R, "the mapping of the credential text is %s",
+            dd < 0 ? "not found in /proc/self/smaps" : "dumped (no MADV_DONTDUMP)");
+}
+
 /* A child forked while the communicator lives (as a data loader forks its workers) holds
  * copies of every descriptor: the agent must still learn at shoal_comm_destroy that the
  * communicator ended (fork_child_check, after the destroy). */
@@ -785,6 +827,8 @@ int main(int argc, char **argv)
             case_errors(comm);
         } else if (strcmp(argv[i], "cred_wiped") == 0) {
             case_cred_wiped(comm);
+        } else if (strcmp(argv[i], "cred_nodump") == 0) {
+            case_cred_nodump(comm);
         } else if (strcmp(argv[i], "overlap") == 0) {
             case_overlap(comm);
         } else if (strcmp(argv[i], "fork_child") == 0) {

@@ -212,6 +212,13 @@ if "$builddir/shoal-cred" keygen -o "$tmp/master.key" >/dev/null 2>&1 &&
     acc_stop
     [ "$rc" -eq 0 ] && tap OK "credential, refusing agent: no copy of its text kept" ||
         { tap FAIL "credential, refusing agent: rc $rc"; sed 's/^/# /' "$tmp/out" | head; }
+    # An agent that took the page: the text stays (for a re-registration), out of core dumps.
+    acc_start
+    neg_job cred-kept 2 "SHOAL_AGENT=$sock" cred_nodump
+    rc=$?
+    acc_stop
+    [ "$rc" -eq 0 ] && tap OK "credential, accepting agent: its text is left out of core dumps" ||
+        { tap FAIL "credential, accepting agent: rc $rc"; sed 's/^/# /' "$tmp/out" | head; }
     unset SHOAL_CREDENTIAL_FILE
 else
     tap FAIL "shoal-cred could not issue a credential"
