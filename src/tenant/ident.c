@@ -7,6 +7,7 @@
 #include "tenant/tenant.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +93,19 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
         goto out;
     }
     if (found) {
-        /* Only an explicit SHOAL_EPOCH is a claim the credential must match. */
-        out.epoch = shoal_cfg_getenv("EPOCH") != NULL ? shoal_tenant_config.epoch : 0;
+        /* Only an explicit SHOAL_EPOCH is a claim the credential must match. An explicit 0 is
+         * one too, but shoal_tenant_cred_apply takes an epoch of 0 for no claim: checked here,
+         * or a rank told it runs epoch 0 joined with the credential of a later run. */
+        int claimed = shoal_cfg_getenv("EPOCH") != NULL;
+
+        out.epoch = claimed ? shoal_tenant_config.epoch : 0;
+        if (claimed && out.epoch == 0 && cred.id.epoch != 0) {
+            shoal_error(TENANT, "this rank is configured for epoch 0 of job '%s' but its "
+                        "credential names epoch %" PRIu64 " (a credential of another run)",
+                        cred.id.job, cred.id.epoch);
+            st = SHOAL_ERR_PERMISSION;
+            goto out;
+        }
     } else if ((st = shoal_tenant_epoch(&out.epoch)) != SHOAL_OK) {
         goto out;
     }

@@ -164,6 +164,45 @@ static void ti_env_parsers(void)
                "SHOAL_ROOT without a host or a port 1..65535, or a bare IPv6 address, is refused");
 }
 
+/* A credential of epoch 5 and an explicit SHOAL_EPOCH: any other epoch is refused, 0
+ * included (it was taken for no claim, and the rank joined with the later run's credential). */
+static void ti_cred_epoch(void)
+{
+    shoal_tenant_cred_t cred;
+    shoal_tenant_id_t id;
+    uint8_t master[32], key[SHOAL_HMAC_BYTES];
+    char text[SHOAL_TENANT_CRED_TEXT_MAX];
+
+    memset(&cred, 0, sizeof(cred));
+    memset(master, 0x5a, sizeof(master));
+    strcpy(cred.id.tenant, "acme");
+    strcpy(cred.id.job, "train-7");
+    cred.id.epoch = 5;
+    cred.id.qos_class = SHOAL_QOS_BURSTABLE;
+    cred.id.qos_weight = 1;
+    if (shoal_tenant_key_derive(master, sizeof(master), "acme", key) != SHOAL_OK ||
+        shoal_tenant_cred_sign(&cred, key) != SHOAL_OK ||
+        shoal_tenant_cred_format(&cred, text, sizeof(text)) != SHOAL_OK)
+        tap_bail("cannot make a credential");
+    shoal_tenant_cred_config.credential = text;
+    unsetenv("SHOAL_EPOCH");
+    tap_ok(shoal_tenant_id_resolve(NULL, &id) == SHOAL_OK && id.epoch == 5,
+           "with a credential and no SHOAL_EPOCH: the credential's epoch");
+    setenv("SHOAL_EPOCH", "5", 1);
+    shoal_tenant_config.epoch = 5;
+    tap_is_int(shoal_tenant_id_resolve(NULL, &id), SHOAL_OK, "SHOAL_EPOCH=5, credential 5: ok");
+    setenv("SHOAL_EPOCH", "4", 1);
+    shoal_tenant_config.epoch = 4;
+    tap_is_int(shoal_tenant_id_resolve(NULL, &id), SHOAL_ERR_PERMISSION,
+               "SHOAL_EPOCH=4, credential 5: SHOAL_ERR_PERMISSION");
+    setenv("SHOAL_EPOCH", "0", 1);
+    shoal_tenant_config.epoch = 0;
+    tap_is_int(shoal_tenant_id_resolve(NULL, &id), SHOAL_ERR_PERMISSION,
+               "SHOAL_EPOCH=0, credential 5: SHOAL_ERR_PERMISSION");
+    unsetenv("SHOAL_EPOCH");
+    shoal_tenant_cred_config.credential = NULL;
+}
+
 int main(void)
 {
     ti_env();
@@ -171,5 +210,6 @@ int main(void)
     ti_encode();
     ti_uid();
     ti_env_parsers();
+    ti_cred_epoch();
     return tap_done();
 }
