@@ -90,6 +90,10 @@ static shoal_status_t shoal_meter_page_create(struct shoal_meter *m)
     if (p == MAP_FAILED) {
         shoal_error(METER, "mmap of the meter page (%d bytes, fd %d) failed: %s",
                     SHOAL_METER_PAGE_BYTES, m->memfd, strerror(errno));
+        if (m->memfd >= 0) {
+            close(m->memfd); /* the caller frees m only: each failed init leaked the memfd */
+            m->memfd = -1;
+        }
         return SHOAL_ERR_NO_MEMORY;
     }
     memset(p, 0, SHOAL_METER_PAGE_BYTES); /* faults the page in */

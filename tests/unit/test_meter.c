@@ -1,10 +1,68 @@
 /* Metering (src/meter): the SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES parser, the page layout
- * the agent relies on, and the public stats struct's size rule. */
+ * the agent relies on, the public stats struct's size rule, and a failed page mapping. */
 #include "meter/meter.h"
 #include "tests/tap.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* This program's mmap (the library is linked in statically): while fail_page_map is set, the
+ * shared mapping of a memfd (the meter page) fails with ENOMEM; all else goes to the kernel. */
+static int fail_page_map;
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (fail_page_map && fd >= 0 && (flags & MAP_SHARED) != 0) {
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+/* Descriptors of this process open on a shoal-meter memfd. */
+static int meter_memfds(void)
+{
+    char path[300], target[256];
+    struct dirent *e;
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        ssize_t k;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        k = readlink(path, target, sizeof(target) - 1);
+        if (k > 0) {
+            target[k] = '\0';
+            n += strstr(target, "shoal-meter") != NULL;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+/* The page's mapping fails: init fails, and the memfd made for it is closed (it leaked). */
+static void test_page_map_fails(void)
+{
+    struct shoal_comm comm;
+    int before = meter_memfds();
+
+    memset(&comm, 0, sizeof(comm));
+    shoal_config_global_init();
+    fail_page_map = 1;
+    tap_is_int(shoal_meter_comm_init(&comm), SHOAL_ERR_NO_MEMORY,
+               "the page cannot be mapped: SHOAL_ERR_NO_MEMORY");
+    fail_page_map = 0;
+    tap_ok(comm.meter == NULL && meter_memfds() == before,
+           "no meter and no memfd left behind (%d open, %d before)", meter_memfds(), before);
+}
 
 static void test_gpus(const char *text, int want_n, int g0, int g1)
 {
@@ -45,5 +103,6 @@ int main(void)
         tap_is_int(s.size, sizeof(shoal_stats_t), "SHOAL_STATS_INIT sets the size");
         tap_is_int(shoal_comm_stats(NULL, &s), SHOAL_ERR_INVALID_ARG, "stats of NULL");
     }
+    test_page_map_fails();
     return tap_done();
 }
