@@ -303,10 +303,14 @@ static int shoal_cred_cmd_issue(const shoal_cred_args_t *a)
     return rc;
 }
 
-/* The credential from the argument, or one line from stdin ("-" or no argument). */
+/* The credential from the argument, or one line from stdin ("-" or no argument). Stdin must
+ * hold that line only, as SHOAL_CREDENTIAL_FILE must (src/tenant/cred.c): verify said "valid"
+ * for input whose first line was a credential, followed by more lines or a NUL and anything,
+ * which the library refuses. A terminal is read up to its first line only. */
 static int shoal_cred_read_text(const char *arg, char text[SHOAL_TENANT_CRED_TEXT_MAX + 2])
 {
     size_t n;
+    int c = EOF;
 
     if (arg != NULL && strcmp(arg, "-") != 0) {
         if (strlen(arg) >= SHOAL_TENANT_CRED_TEXT_MAX + 1) {
@@ -316,13 +320,18 @@ static int shoal_cred_read_text(const char *arg, char text[SHOAL_TENANT_CRED_TEX
         strcpy(text, arg);
         return 0;
     }
-    if (fgets(text, SHOAL_TENANT_CRED_TEXT_MAX + 2, stdin) == NULL) {
+    for (n = 0; n < SHOAL_TENANT_CRED_TEXT_MAX && (c = getc(stdin)) != EOF && c != '\n'; n++)
+        text[n] = (char)c;
+    text[n] = '\0';
+    if (n == 0 && c == EOF) {
         fprintf(stderr, "shoal-cred verify: no credential on stdin\n");
         return -1;
     }
-    n = strlen(text);
-    if (n > 0 && text[n - 1] == '\n')
-        text[n - 1] = '\0';
+    if (n >= SHOAL_TENANT_CRED_TEXT_MAX || memchr(text, '\0', n) != NULL ||
+        (!isatty(STDIN_FILENO) && c != EOF && getc(stdin) != EOF)) {
+        fprintf(stderr, "shoal-cred verify: stdin does not hold one credential line\n");
+        return -1;
+    }
     return 0;
 }
 

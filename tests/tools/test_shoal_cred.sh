@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_cred.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_DEBUG_FILE
 
-NTESTS=34
+NTESTS=36
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -145,7 +145,16 @@ is "$rc" 1 "issue --tenant 'ac me' (not a valid name): exit 1"
 cred verify -k "$T/master.key" -K "$T/acme.key" "$good"
 is "$rc" 2 "verify with both -k and -K: exit 2"
 
-# 34: no output of any command above showed a key
+# 34-35: stdin holds one credential line and nothing else, as SHOAL_CREDENTIAL_FILE must (a
+# credential followed by more was reported valid; the library refuses such a file)
+{ printf '%s\n' "$good"; echo more; } |
+    timeout -s KILL 30 "$CRED" verify -k "$T/master.key" >"$T/out" 2>"$T/err"
+is "$?" 1 "verify: a credential line followed by another line on stdin: rejected"
+{ printf '%s' "$good"; printf '\000more\n'; } |
+    timeout -s KILL 30 "$CRED" verify -k "$T/master.key" >"$T/out" 2>"$T/err"
+is "$?" 1 "verify: a credential followed by a NUL byte and more on stdin: rejected"
+
+# 36: no output of any command above showed a key
 leak=0
 for k in master other acme globex; do
     hex=$(od -An -tx1 -v "$T/$k.key" | tr -d ' \n')
