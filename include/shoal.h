@@ -251,6 +251,9 @@ SHOAL_EXPORT shoal_status_t shoal_mem_free(void *ptr);
  *   cudaStreamLegacy ((void *)1), for the per-thread one cudaStreamPerThread ((void *)2).
  *   An error found later (peer failure) releases the stream with undefined results and makes
  *   the communicator fail: shoal_comm_last_error() says why, the next call returns it.
+ * sendbuf == recvbuf is in place (AllGather: also sendbuf at recvbuf's block of this rank;
+ * ReduceScatter: also recvbuf at sendbuf's block of this rank); buffers that overlap in any
+ * other way are SHOAL_ERR_INVALID_ARG.
  * Every rank passes the same kind of buffers (all device or all host) to one collective.
  * Without CUDA (no CUDA build, or no driver / GPU at run time) a stream or a device buffer is
  * SHOAL_ERR_UNSUPPORTED; host buffers work everywhere. */

@@ -46,6 +46,35 @@ static shoal_status_t shoal_api_check_comm(shoal_comm_t comm, void *stream)
     return shoal_comm_check_usable(comm);
 }
 
+/* Whether sendbuf and recvbuf share bytes other than in one of the documented in-place
+ * layouts (sendbuf == recvbuf; AllGather's input at its own block of recvbuf, ReduceScatter's
+ * output at its own block of sendbuf). The algorithms read inputs after they wrote outputs, so
+ * any other overlap gave wrong results with SHOAL_OK; count is already known not to overflow. */
+static int shoal_api_bad_overlap(shoal_comm_t comm, const shoal_coll_args_t *a)
+{
+    size_t bytes = a->count * shoal_dtype_esize(a->dtype), all = bytes * (size_t)comm->nranks;
+    size_t sbytes = bytes, rbytes = bytes, own = bytes * (size_t)comm->rank;
+    uintptr_t s = (uintptr_t)a->sendbuf, r = (uintptr_t)a->recvbuf;
+
+    if (s == r || bytes == 0) {
+        return 0;
+    }
+    if (a->type == SHOAL_COLL_ALLGATHER) {
+        rbytes = all;
+        if (s == r + own) {
+            return 0;
+        }
+    } else if (a->type == SHOAL_COLL_REDUCE_SCATTER) {
+        sbytes = all;
+        if (r == s + own) {
+            return 0;
+        }
+    } else if (a->type == SHOAL_COLL_ALLTOALL) {
+        sbytes = rbytes = all;
+    }
+    return s < r + rbytes && r < s + sbytes;
+}
+
 static shoal_status_t shoal_api_check_args(shoal_comm_t comm, const shoal_coll_args_t *a)
 {
     int need_send = 1, need_recv = 1;
@@ -85,6 +114,11 @@ static shoal_status_t shoal_api_check_args(shoal_comm_t comm, const shoal_coll_a
     /* count > SIZE_MAX / 8 / nranks, without the division */
     if (__builtin_mul_overflow(a->count, (size_t)comm->nranks * 8, &(size_t){0})) {
         shoal_error(COLL, "count %zu is too large", a->count);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (need_send && need_recv && shoal_api_bad_overlap(comm, a)) {
+        shoal_error(COLL, "sendbuf %p and recvbuf %p overlap (in place is sendbuf == recvbuf)",
+                    a->sendbuf, (void *)a->recvbuf);
         return SHOAL_ERR_INVALID_ARG;
     }
     return SHOAL_OK;

@@ -551,6 +551,21 @@ static void mp_invalid_colls(const mp_ctx_t *c, int g)
     MP_EXPECT_ST(g, shoal_recv(x, 1, SHOAL_INT32, me, comm, NULL), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_send(x, 1, SHOAL_INT32, n, comm, NULL), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_recv(x, 1, SHOAL_INT32, -1, comm, NULL), SHOAL_ERR_INVALID_ARG);
+    /* Buffers that overlap other than in place are refused (they gave wrong sums with
+     * SHOAL_OK from 2 ranks on); big holds recvbuf for 8 ranks of 2 elements, never touched. */
+    int32_t big[2 * 8 + 2] = {0};
+    MP_EXPECT_ST(g, shoal_allreduce(x, x + 1, 2, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_allreduce(x + 1, x, 2, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                 SHOAL_ERR_INVALID_ARG);
+    if (n <= 8) {
+        MP_EXPECT_ST(g, shoal_allgather(big + 1, big, 2, SHOAL_INT32, comm, NULL),
+                     SHOAL_ERR_INVALID_ARG);
+        MP_EXPECT_ST(g, shoal_reduce_scatter(big, big + 1, 2, SHOAL_INT32, SHOAL_SUM, comm, NULL),
+                     SHOAL_ERR_INVALID_ARG);
+        MP_EXPECT_ST(g, shoal_alltoall(big, big + 1, 2, SHOAL_INT32, comm, NULL),
+                     SHOAL_ERR_INVALID_ARG);
+    }
     MP_EXPECT_ST(g, shoal_allreduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, comm, strm),
                  SHOAL_ERR_UNSUPPORTED);
     MP_EXPECT_ST(g, shoal_broadcast(x, x, 1, SHOAL_INT32, 0, comm, strm), SHOAL_ERR_UNSUPPORTED);
@@ -575,6 +590,8 @@ static void mp_invalid_misc(const mp_ctx_t *c, int g)
     MP_EXPECT_ST(g, shoal_iallreduce(x, x, 1, SHOAL_INT32, SHOAL_SUM, NULL, &req),
                  SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_iallreduce(x, x, 1, SHOAL_BFLOAT16, SHOAL_OP_COUNT, comm, &req),
+                 SHOAL_ERR_INVALID_ARG);
+    MP_EXPECT_ST(g, shoal_iallreduce(x, x + 1, 2, SHOAL_INT32, SHOAL_SUM, comm, &req),
                  SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_test(NULL, &done), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_test(&req, NULL), SHOAL_ERR_INVALID_ARG);
