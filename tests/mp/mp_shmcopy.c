@@ -168,6 +168,13 @@ static void mc_test_mem(const mp_ctx_t *c)
         int x;
         mp_case(g, shoal_mem_alloc(0, &p) == SHOAL_ERR_INVALID_ARG, c->rank, "size 0");
         mp_case(g, shoal_mem_alloc(64, NULL) == SHOAL_ERR_INVALID_ARG, c->rank, "NULL");
+        /* Past the 64 TiB cap: refused before any allocation, as more than the host's memory
+         * (shoal.h), like 64 TiB itself below (it was SHOAL_ERR_INVALID_ARG). */
+        st1 = shoal_mem_alloc(((size_t)1 << 46) + 1, &p);
+        st2 = shoal_mem_alloc(SIZE_MAX, &p);
+        mp_case(g, st1 == SHOAL_ERR_NO_MEMORY && st2 == SHOAL_ERR_NO_MEMORY, c->rank,
+                "64 TiB + 1: %s, SIZE_MAX: %s (expected SHOAL_ERR_NO_MEMORY)",
+                shoal_status_name(st1), shoal_status_name(st2));
         mp_case(g, shoal_mem_free(NULL) == SHOAL_OK, c->rank, "free(NULL)");
         mp_case(g, shoal_mem_free(&x) == SHOAL_ERR_INVALID_ARG, c->rank, "free(stack)");
         mp_case(g, shoal_mem_free((uint8_t *)a + 64) == SHOAL_ERR_INVALID_ARG, c->rank,

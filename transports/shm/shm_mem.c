@@ -189,10 +189,16 @@ shoal_status_t shoal_mem_alloc(size_t size, void **ptr_p)
     shoal_shm_mem_t *m;
     shoal_status_t status;
 
-    if (ptr_p == NULL || size == 0 || size > ((size_t)1 << 46)) {
+    if (ptr_p == NULL || size == 0) {
         shoal_error(SHM, "shoal_mem_alloc(%zu bytes, %p): invalid size or NULL pointer", size,
                     (void *)ptr_p);
         return SHOAL_ERR_INVALID_ARG;
+    }
+    /* More than any host's memory (and past what the size arithmetic below may round up):
+     * what shoal.h promises for a size above the available memory, not a bad argument. */
+    if (size > ((size_t)1 << 46)) {
+        shoal_error(SHM, "shoal_mem_alloc(%zu bytes): more than this host's memory", size);
+        return SHOAL_ERR_NO_MEMORY;
     }
     m = calloc(1, sizeof(*m));
     if (m == NULL) {
