@@ -61,6 +61,9 @@ typedef enum {
     SHOAL_DTYPE_COUNT
 } shoal_dtype_t;
 
+/* Reduction ops. Integer SUM and PROD wrap; AVG is the SUM divided once by the rank count:
+ * that sum wraps (integers) or rounds to inf (fp16/bf16) before the divide, and integers are
+ * truncated toward zero. */
 typedef enum {
     SHOAL_SUM = 0,
     SHOAL_PROD,

@@ -628,6 +628,21 @@ static void test_avg(int dt)
 
 /* ---- targeted cases --------------------------------------------------------------------- */
 
+/* AVG as documented in shoal.h and the README: the sum as SUM makes it (wrapped, or inf for
+ * fp16), then one divide truncating integers toward zero. */
+static void test_avg_documented(void)
+{
+    int8_t i8a[2] = {100, -2}, i8b[2] = {100, -1}, i8d[2];
+    shoal_reduce2(i8d, i8a, i8b, 2, SHOAL_INT8, SHOAL_AVG);
+    shoal_reduce_avg_finalize(i8d, 2, SHOAL_INT8, SHOAL_AVG, 2);
+    tap_ok(i8d[0] == -28 && i8d[1] == -1, "int8 avg: 100, 100 wraps to -28; -2, -1 truncates to "
+           "-1 (got %d, %d)", i8d[0], i8d[1]);
+    uint16_t h = shoal_float_to_half(40000.0f), hd;
+    shoal_reduce2(&hd, &h, &h, 1, SHOAL_FLOAT16, SHOAL_AVG);
+    shoal_reduce_avg_finalize(&hd, 1, SHOAL_FLOAT16, SHOAL_AVG, 2);
+    tap_ok(shoal_half_to_float(hd) == INFINITY, "fp16 avg of 40000, 40000 is inf (sum overflows)");
+}
+
 static void test_wraparound(void)
 {
     int8_t i8a[3] = {127, -128, -128}, i8b[3] = {1, -1, -1}, i8d[3];
@@ -945,6 +960,7 @@ int main(void)
     test_conv_rounding();
     test_conv_specials();
     test_wraparound();
+    test_avg_documented();
     test_float_specials();
     for (int dt = 0; dt < NDT; dt++) {
         int simd = is_half(dt) ? shoal_reduce_half_use_simd(1) : 0;
