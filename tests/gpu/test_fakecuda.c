@@ -160,6 +160,28 @@ static int destroy_while_held(void)
     return 0;
 }
 
+/* A 1-rank communicator, two device buffers of 4 KiB and a stream held at a gate (a host word
+ * the stream waits for, 0 until the test opens it); 0, or the child's exit code for a failed
+ * step (3: setup, 4: the wait). */
+static int held_stream(CUstream *s, CUdeviceptr *a, CUdeviceptr *b, volatile uint32_t **gate,
+                       shoal_comm_t *comm)
+{
+    CUdeviceptr dgate;
+    shoal_uid_t uid;
+
+    alarm(20); /* a hang ends the child well before in_child's alarm */
+    if (!OK(cuStreamCreate(s, CU_STREAM_NON_BLOCKING)) || !OK(cuMemAlloc(a, 4096)) ||
+        !OK(cuMemAlloc(b, 4096)) ||
+        !OK(cuMemHostAlloc((void **)gate, 64, CU_MEMHOSTALLOC_DEVICEMAP)) ||
+        !OK(cuMemHostGetDevicePointer(&dgate, (void *)*gate, 0)) ||
+        shoal_get_unique_id(&uid) != SHOAL_OK ||
+        shoal_comm_init(comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+        return 3;
+    }
+    **gate = 0;
+    return OK(cuStreamWaitValue32(*s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ)) ? 0 : 4;
+}
+
 /* A blocking call (stream NULL) on device buffers waits for the device's earlier work; with
  * a stream of the job's held at a gate that nobody opens in time, the call returns
  * SHOAL_ERR_TIMEOUT within the communicator's timeout instead of waiting in cuCtxSynchronize
@@ -167,24 +189,14 @@ static int destroy_while_held(void)
 static int blocking_call_held_device(void)
 {
     CUstream s;
-    CUdeviceptr a, b, dgate;
+    CUdeviceptr a, b;
     volatile uint32_t *gate;
     shoal_comm_t comm;
-    shoal_uid_t uid;
     shoal_status_t st;
     double t0, t1;
-    alarm(20); /* a hang ends the child well before in_child's alarm */
-    if (!OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) || !OK(cuMemAlloc(&a, 4096)) ||
-        !OK(cuMemAlloc(&b, 4096)) ||
-        !OK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP)) ||
-        !OK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0)) ||
-        shoal_get_unique_id(&uid) != SHOAL_OK ||
-        shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-        return 3;
-    }
-    *gate = 0;
-    if (!OK(cuStreamWaitValue32(s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ))) {
-        return 4;
+    int rc = held_stream(&s, &a, &b, &gate, &comm);
+    if (rc != 0) {
+        return rc;
     }
     t0 = shoal_time_ns() / 1e6;
     st = shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL);
@@ -254,23 +266,13 @@ static int refused_stream_call(void)
 static int queued_calls_released(void)
 {
     CUstream s;
-    CUdeviceptr a, b, dgate;
+    CUdeviceptr a, b;
     volatile uint32_t *gate;
     shoal_comm_t comm;
-    shoal_uid_t uid;
     double deadline;
-    alarm(20);
-    if (!OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) || !OK(cuMemAlloc(&a, 4096)) ||
-        !OK(cuMemAlloc(&b, 4096)) ||
-        !OK(cuMemHostAlloc((void **)&gate, 64, CU_MEMHOSTALLOC_DEVICEMAP)) ||
-        !OK(cuMemHostGetDevicePointer(&dgate, (void *)gate, 0)) ||
-        shoal_get_unique_id(&uid) != SHOAL_OK ||
-        shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-        return 3;
-    }
-    *gate = 0;
-    if (!OK(cuStreamWaitValue32(s, dgate, 1, CU_STREAM_WAIT_VALUE_GEQ))) {
-        return 4;
+    int rc = held_stream(&s, &a, &b, &gate, &comm);
+    if (rc != 0) {
+        return rc;
     }
     for (int i = 0; i < 4; i++) {
         if (shoal_allreduce((void *)a, (void *)b, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm, s) !=
