@@ -46,6 +46,15 @@ static int in_child(int (*fn)(void))
     return status;
 }
 
+/* Runs fn in a child: the case passes when the child exits 0 (its code, or minus its signal,
+ * in the line). */
+static void child_ok(int (*fn)(void), const char *what)
+{
+    int status = in_child(fn);
+    tap_ok(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s (child exit %d)",
+           what, WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+}
+
 static int host_reads_device(void)
 {
     CUdeviceptr d;
@@ -417,34 +426,18 @@ int main(void)
     tap_ok(status != -1 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0),
            "a host read of a device pointer crashes (wait status 0x%x)", status);
     stream_waits();
-    status = in_child(fault_then_shoal);
-    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "an out-of-bounds kernel is a sticky illegal-address fault; shoal calls then fail "
-           "with SHOAL_ERR_SYSTEM, no hang (child exit %d)",
-           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
-    status = in_child(destroy_while_held);
-    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "destroy while a stream has not reached its call: returns within the timeout, the "
-           "stream passes later without a fault (child exit %d)",
-           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
-    status = in_child(blocking_call_held_device);
-    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "a blocking call while a stream of the job's is held: SHOAL_ERR_TIMEOUT within the "
-           "timeout, no wait for ever in cuCtxSynchronize (child exit %d)",
-           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
-    status = in_child(refused_stream_call);
-    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "a stream-ordered call on a destroyed stream fails and loses nothing: the next one "
-           "completes at once, memops and hostfn (child exit %d)",
-           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
-    status = in_child(queued_calls_released);
-    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "stream-ordered calls queued behind a failed one release their stream "
-           "(child exit %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
-    status = in_child(misaligned_vector);
-    tap_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "16-byte vector access on a misaligned pointer is a misaligned-address fault "
-           "(child exit %d)", WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+    child_ok(fault_then_shoal, "an out-of-bounds kernel is a sticky illegal-address fault; "
+             "shoal calls then fail with SHOAL_ERR_SYSTEM, no hang");
+    child_ok(destroy_while_held, "destroy while a stream has not reached its call: returns "
+             "within the timeout, the stream passes later without a fault");
+    child_ok(blocking_call_held_device, "a blocking call while a stream of the job's is held: "
+             "SHOAL_ERR_TIMEOUT within the timeout, no wait for ever in cuCtxSynchronize");
+    child_ok(refused_stream_call, "a stream-ordered call on a destroyed stream fails and loses "
+             "nothing: the next one completes at once, memops and hostfn");
+    child_ok(queued_calls_released,
+             "stream-ordered calls queued behind a failed one release their stream");
+    child_ok(misaligned_vector,
+             "16-byte vector access on a misaligned pointer is a misaligned-address fault");
     ipc();
     return tap_done();
 }
