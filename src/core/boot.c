@@ -619,6 +619,20 @@ static shoal_status_t shoal_boot_notice_status(uint32_t round)
     }
 }
 
+/* The root's notice that the job's bootstrap failed. INVALID_ARG is a launch error of the
+ * job (a rank joined twice, or with a rank count or number that does not fit): said so, as
+ * the rank refused for it is told. */
+static shoal_status_t shoal_boot_failed_notice(shoal_boot_t *b, uint32_t round)
+{
+    shoal_status_t st = shoal_boot_notice_status(round);
+    return shoal_boot_fail(b, st, st == SHOAL_ERR_INVALID_ARG
+                                      ? "the bootstrap of the job failed at the root: a rank "
+                                        "joined twice or with another rank count (every rank "
+                                        "needs the same SHOAL_NRANKS or launcher size and its "
+                                        "own SHOAL_RANK)"
+                                      : "the bootstrap of the job failed at the root");
+}
+
 /* Reads and checks the MAC trailer of a frame whose payload is in memory. */
 static shoal_status_t shoal_boot_read_mac(shoal_boot_t *b, const shoal_boot_frame_t *f,
                                           const void *payload, uint64_t deadline)
@@ -682,8 +696,7 @@ shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, v
         f.len == 0) {
         SHOAL_CHECK(shoal_boot_read_mac(b, &f, NULL, deadline));
         b->final = 1;
-        return shoal_boot_fail(b, shoal_boot_notice_status(f.round),
-                               "the bootstrap of the job failed at the root");
+        return shoal_boot_failed_notice(b, f.round);
     }
     if (f.magic != SHOAL_BOOT_FRAME_MAGIC || f.type != type || f.len != len) {
         b->final = macd;
@@ -909,8 +922,7 @@ shoal_status_t shoal_boot_allgatherv(shoal_boot_t *b, const void *in, size_t len
     if (f.magic == SHOAL_BOOT_FRAME_MAGIC && f.type == SHOAL_BOOT_FAILED && f.len == 0) {
         SHOAL_CHECK(shoal_boot_read_mac(b, &f, NULL, deadline));
         b->final = 1;
-        return shoal_boot_fail(b, shoal_boot_notice_status(f.round),
-                               "the bootstrap of the job failed at the root");
+        return shoal_boot_failed_notice(b, f.round);
     }
     /* The length is the root's word until the MAC says otherwise: bounded before any
      * allocation, parsed only after the MAC checked out. */

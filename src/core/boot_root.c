@@ -352,12 +352,6 @@ static void shoal_root_accept(shoal_root_t *r)
 static shoal_status_t shoal_root_hello_fits(shoal_root_t *r, const shoal_boot_hello_t *h,
                                             char *what, size_t len)
 {
-    if (h->nranks <= 0 || h->nranks > SHOAL_BOOT_MAX_RANKS || h->rank < 0 ||
-        h->rank >= h->nranks || (r->nranks != 0 && h->nranks != r->nranks)) {
-        snprintf(what, len, "rank %d of %d does not fit a job of %d ranks", h->rank, h->nranks,
-                 r->nranks);
-        return SHOAL_ERR_INVALID_ARG;
-    }
     if (!shoal_memeq_ct(h->ident.tenant, r->ident.tenant, sizeof(r->ident.tenant))) {
         snprintf(what, len, "rank %d knows the job secret but is configured for another "
                  "tenant", h->rank);
@@ -372,6 +366,13 @@ static shoal_status_t shoal_root_hello_fits(shoal_root_t *r, const shoal_boot_he
         snprintf(what, len, "rank %d is of epoch %llu, the job of epoch %llu", h->rank,
                  (unsigned long long)h->ident.epoch, (unsigned long long)r->ident.epoch);
         return SHOAL_ERR_PERMISSION;
+    }
+    /* Last: only a rank of this tenant, job and epoch can be a launch error of this job. */
+    if (h->nranks <= 0 || h->nranks > SHOAL_BOOT_MAX_RANKS || h->rank < 0 ||
+        h->rank >= h->nranks || (r->nranks != 0 && h->nranks != r->nranks)) {
+        snprintf(what, len, "rank %d of %d does not fit a job of %d ranks", h->rank, h->nranks,
+                 r->nranks);
+        return SHOAL_ERR_INVALID_ARG;
     }
     return SHOAL_OK;
 }
@@ -409,7 +410,12 @@ static shoal_status_t shoal_root_on_hello(shoal_root_t *r, int i)
     st = shoal_root_hello_fits(r, &h, what, sizeof(what));
     if (st != SHOAL_OK) {
         shoal_root_refuse(r, i, st, what);
-        return SHOAL_OK;
+        /* A rank of this job whose size or rank number does not fit (SHOAL_NRANKS set apart
+         * on one host): a launch error, as a rank joining twice is. The job cannot form;
+         * its ranks that joined waited their whole timeout for it. They are told now. */
+        return st == SHOAL_ERR_INVALID_ARG && r->nranks != 0 && r->failed == SHOAL_OK
+                   ? SHOAL_ERR_INVALID_ARG
+                   : SHOAL_OK;
     }
     if (r->nranks == 0) {
         SHOAL_CHECK(shoal_root_rank_table(r, h.nranks));

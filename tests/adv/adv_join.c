@@ -292,6 +292,36 @@ static void adv_case_join_twice(void)
            "rank 1 joins twice: every real rank gets SHOAL_ERR_INVALID_ARG at once");
 }
 
+/* A rank of the job with another rank count (SHOAL_NRANKS set apart on one host) comes after
+ * rank 0 joined: the job cannot form. Rank 0 learns it at once, and so do the ranks still to
+ * come; rank 0 waited its whole timeout, told nothing. */
+static void adv_case_other_size(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_fake_t f0, f1;
+    int32_t w0 = 0, refused = 0, none = 0;
+    int j0, j1, e0 = -9;
+    adv_proc_t p[2];
+    adv_new_root(&u, hex);
+    j0 = adv_fake_join(&u, u.secret, &u.ident, 0, 3, &f0, &none);
+    j1 = adv_fake_join(&u, u.secret, &u.ident, 1, 2, &f1, &refused);
+    if (j0 == 0) {
+        e0 = adv_fake_expect_failed(&f0, 3000, &w0);
+    }
+    adv_job(p, hex, 1, 2, 3);
+    adv_fake_close(&f0);
+    adv_fake_close(&f1);
+    adv_diag(p, 2, "rank");
+    tap_diag("rank 0 joined %d, failure notice %d (status %d); rank 1 of 2: %d (status %d)", j0,
+             e0, w0, j1, refused);
+    tap_ok(j0 == 0 && j1 == 1 && refused == SHOAL_ERR_INVALID_ARG && e0 == 1 &&
+               w0 == SHOAL_ERR_INVALID_ARG && adv_all(p, 2, "SHOAL_ERR_INVALID_ARG", 0) &&
+               adv_all_quick(p, 2),
+           "a rank of the job with another rank count is refused and the job fails at once: "
+           "the joined rank is told, and the ranks still to come");
+}
+
 /* A stranger holds far more connections than the root keeps pending (slow loris). */
 static void adv_case_slow_loris(void)
 {
@@ -811,7 +841,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(23);
+    tap_plan(24);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -825,6 +855,7 @@ int main(int argc, char **argv)
     adv_case_replay();
     adv_case_wrong_length();
     adv_case_join_twice();
+    adv_case_other_size();
     adv_case_slow_loris();
     adv_case_port_scan();
     adv_case_split();

@@ -269,12 +269,14 @@ run -n 1 "$T/badinterp"
     grep -q "rank setup failed: $T/badinterp: no such file, or its #! interpreter" "$T/err"
 ok $? "execve's refusal names the program and why, exit 127 (got $a, $rc)"
 # 38: ranks that disagree on the rank count: the refused one is told what to check (it got
-# "the root refused this rank: invalid argument")
+# "the root refused this rank: invalid argument"), and the other learns the job failed (it
+# waited SHOAL_TIMEOUT_MS)
 run -n 2 --grace 1 --timeout 60 -x SHOAL_TIMEOUT_MS=5000 sh -c \
     'if [ "$SHOAL_RANK" = 1 ]; then export SHOAL_NRANKS=3; fi; exec "$0" -b 8 -e 8 -n 1 -w 1' \
     "$P/allreduce_perf"
-[ "$rc" -ne 0 ] && grep -q "does not fit the job's: every rank needs the same SHOAL_NRANKS" "$T/err"
-ok $? "a rank of a job of another size is refused with a sentence naming SHOAL_NRANKS (rc $rc)"
+[ "$rc" -ne 0 ] && grep -q "does not fit the job's: every rank needs the same SHOAL_NRANKS" "$T/err" &&
+    grep -q "a rank joined twice or with another rank count" "$T/err"
+ok $? "a rank of a job of another size is refused with a sentence naming SHOAL_NRANKS; the other is told at once (rc $rc)"
 # 39: what a rank started in the background and left running is killed when the job ends
 # (it went on, orphaned, after shoalrun had exited)
 run -n 2 --timeout 60 sh -c 'sleep 60 >/dev/null 2>&1 & echo $! > '"$T"'/pid.$SHOAL_RANK'
