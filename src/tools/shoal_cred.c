@@ -286,6 +286,12 @@ static int shoal_cred_cmd_issue(const shoal_cred_args_t *a)
                 SHOAL_TENANT_WEIGHT_MAX);
         return 2;
     }
+    if (cred.expires != 0 && cred.expires <= (int64_t)time(NULL)) {
+        /* Kept (a test of the expiry needs such a credential), but never silently: every
+         * rank given it would be refused at once. */
+        fprintf(stderr, "shoal-cred issue: warning: --expires %s is already past: every rank "
+                "given this credential is refused as expired\n", a->expires);
+    }
     cred.id.epoch = epoch;
     cred.id.qos_weight = (int)weight;
     if (shoal_cred_key_read(a->master, master) != 0)

@@ -98,9 +98,10 @@ ok $? "a truncated credential: rejected with the reason"
 # 20-22: expiry
 cred issue -k "$T/master.key" --tenant acme --job old --expires @1000
 expired=$(cat "$T/out")
+grep -q 'warning: --expires @1000 is already past' "$T/err"; warned=$?
 cred_in "$expired" verify -k "$T/master.key"
-[ "$rc" -eq 1 ] && grep -q 'expired' "$T/err"
-ok $? "an expired credential: rejected as expired"
+[ "$rc" -eq 1 ] && grep -q 'expired' "$T/err" && [ "$warned" -eq 0 ]
+ok $? "an expired credential: issued with a warning, rejected as expired"
 cred issue -k "$T/master.key" --tenant acme --job forever --expires never
 cred_in "$(cat "$T/out")" verify -k "$T/master.key"
 [ "$rc" -eq 0 ] && grep -q 'expires never' "$T/out"
