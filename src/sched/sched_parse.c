@@ -522,8 +522,10 @@ static shoal_status_t shoal_sched_weight_set(shoal_sched_tenant_t *t, const char
 {
     char *end;
     double w = strtod(v, &end);
-    if (*end != '\0' || !(w > 0) || w > 1e6) {
-        shoal_error(SCHED, "%s:%d: weight '%s' is not a number in (0, 1e6]", src, lineno, v);
+    /* Bounded below too: a share divided by a denormal weight (1e-320) is infinite, and
+     * every such tenant ties with every other. */
+    if (*end != '\0' || !(w >= 1e-6) || w > 1e6) {
+        shoal_error(SCHED, "%s:%d: weight '%s' is not a number in [1e-6, 1e6]", src, lineno, v);
         return SHOAL_ERR_INVALID_ARG;
     }
     if (t->weight > 0 && t->weight != w) {

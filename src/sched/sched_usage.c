@@ -194,9 +194,11 @@ shoal_status_t shoal_sched_usage_parse(const char *text, const char *src,
             goto out;
         }
         double gs, when = 0, age = 0;
-        if (!shoal_sched_usage_num(f[col_gpu], &gs)) {
-            shoal_error(SCHED, "%s:%d: gpu_seconds '%s' is not a number >= 0", src, lineno,
-                        f[col_gpu]);
+        /* At most 1e15 (a million GPUs for 31 years): two rows of 1e308 summed to an
+         * infinite past, which ties every such tenant with every other. */
+        if (!shoal_sched_usage_num(f[col_gpu], &gs) || gs > 1e15) {
+            shoal_error(SCHED, "%s:%d: gpu_seconds '%s' is not a number in [0, 1e15]", src,
+                        lineno, f[col_gpu]);
             goto out;
         }
         if (col_end >= 0 && !shoal_sched_usage_num(f[col_end], &when)) {

@@ -114,7 +114,7 @@ static void shoal_ts_parse_and_output(void)
         "job=a gpus=1\n", "job=a tenant=t gpus=0\n", "job=a tenant=t gpus=1 class=gold\n",
         "job=a tenant=t gpus=1 state=running\n", "job=a tenant=t gpus=2 state=running "
         "nodes=nope\n", "job=a tenant=t gpus=9 state=running nodes=node01\n",
-        "tenant=t weight=-1\n", "job=a tenant=t gpus=1 weight=1\njob=b tenant=t gpus=1 weight=2\n",
+        "tenant=t weight=-1\n", "tenant=t weight=1e-320\n", "job=a tenant=t gpus=1 weight=1\njob=b tenant=t gpus=1 weight=2\n",
         "job=a tenant=t gpus=1\njob=a tenant=t gpus=1\n", "hello\n", "job=a tenant=t gpus=1 x=1\n",
         "job=a/b tenant=t gpus=1\n", "job=a tenant=t gpus=1 mem=12Q\n",
         /* "SIG" alone was kept as an empty signal ("preempt ... signal= grace=..."), a typo as
@@ -1083,6 +1083,8 @@ static void shoal_ts_usage(void)
     tap_ok(shoal_ts_usage_bad("a,100\n"), "refused: no header");
     tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,lots\n"), "refused: a non-number");
     tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,-5\n"), "refused: negative GPU-seconds");
+    tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,1e308\na,1e308\n"),
+           "refused: GPU-seconds past 1e15 (two rows of 1e308 summed to infinity)");
     tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\na,5,6\n"), "refused: a row of 3 columns");
     tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds\n,5\n"), "refused: an empty tenant");
     tap_ok(shoal_ts_usage_bad("tenant,gpu_seconds,end\na,5,yesterday\n"),
