@@ -375,6 +375,7 @@ static int child_usr2(void (*handler)(int), int flags, int raises)
  * no communicator, gets SIGUSR2's default action (death), as without the library; it lived on,
  * the inherited handler only setting a flag. The child itself is still stopped by SIGUSR2.
  * Returns the child's exit code: 0 when both held; 4 when the worker outlived the signal. */
+#if !defined(__SANITIZE_THREAD__)
 static int child_fork_worker(void)
 {
     int status = 0;
@@ -425,6 +426,7 @@ static int child_fork_worker(void)
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+#endif
 
 static void test_children(void)
 {
@@ -444,10 +446,18 @@ static void test_children(void)
     code = child_usr2(oneshot_handler, SA_RESETHAND, 3);
     tap_ok(code == 0, "a one-shot (SA_RESETHAND) SIGUSR2 handler is chained once in three "
            "signals, the later ones only request the stop (child exit %d)", code);
+#if defined(__SANITIZE_THREAD__)
+    /* TSan defers an asynchronous signal that comes outside a blocking call to its next
+     * interceptor, and in a child forked from a process with threads it turns interceptors
+     * off: a signal that reaches the worker before its first sleep never runs the handler
+     * (with the CPUs busy, 4 of 8 runs under TSan; 10 of 10 passed in the release build). */
+    tap_skip(1, "TSan does not run signal handlers in a child forked from threads");
+#else
     code = child_fork_worker();
     tap_ok(code == 0, "a worker forked without exec from a process with the SIGUSR2 stop "
            "handler dies of SIGUSR2, its default action; the process is still stopped by it "
            "(child exit %d)", code);
+#endif
 }
 
 static int usr2_is_app(void)
