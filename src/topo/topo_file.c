@@ -287,41 +287,19 @@ out:
 
 shoal_status_t shoal_topo_file_load(const char *path, int nranks, shoal_topo_file_t *tf)
 {
-    FILE *fp = fopen(path, "r");
-    char *buf;
-    size_t len;
+    char *buf, why[96];
+    int err;
     shoal_status_t st;
 
     memset(tf, 0, sizeof(*tf));
-    if (fp == NULL) {
-        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s: cannot open: %s", path, strerror(errno));
-        return SHOAL_ERR_INVALID_ARG;
+    /* Read whole or refused: cut at the limit, the lines past it were lost without a word and
+     * the last one read was parsed half ('hosts 2' at the end of a 1.2 MB file: every rank
+     * on one host); a directory read as an empty file. */
+    err = shoal_text_file_read(path, SHOAL_TOPO_FILE_MAX, &buf, NULL, why, sizeof(why));
+    if (err != 0) {
+        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s %s", path, why);
+        return err == ENOMEM ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_INVALID_ARG;
     }
-    buf = malloc(SHOAL_TOPO_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(fp);
-        return SHOAL_ERR_NO_MEMORY;
-    }
-    /* One byte past the limit tells a file that is too large from one that fits: cut at the
-     * limit, the lines past it were lost without a word and the last one read was parsed
-     * half ('hosts 2' at the end of a 1.2 MB file: every rank on one host). */
-    len = fread(buf, 1, SHOAL_TOPO_FILE_MAX + 1, fp);
-    if (ferror(fp)) {
-        /* a directory opens, then reads nothing: it passed as an empty file, one host */
-        int err = errno;
-        fclose(fp);
-        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s: cannot read: %s", path, strerror(err));
-        free(buf);
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    fclose(fp);
-    if (len > SHOAL_TOPO_FILE_MAX) {
-        shoal_error(TOPO, "SHOAL_TOPO_FILE=%s is larger than %d bytes", path,
-                    SHOAL_TOPO_FILE_MAX);
-        free(buf);
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    buf[len] = '\0';
     st = shoal_topo_file_parse(buf, nranks, tf);
     if (st != SHOAL_OK) {
         shoal_error(TOPO, "SHOAL_TOPO_FILE=%s is not a valid topology file", path);

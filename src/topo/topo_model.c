@@ -118,41 +118,24 @@ shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
 
 int shoal_tuning_load(const char *path, shoal_tuning_t *t)
 {
-    char *buf;
-    size_t len;
-    FILE *fp = fopen(path, "r");
+    char *buf, why[96];
+    int err;
     shoal_status_t st;
 
     memset(t, 0, sizeof(*t));
-    if (fp == NULL) {
-        if (errno == ENOENT) {
-            return 0;
-        }
-        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s cannot be read: %s", path, strerror(errno));
-        return (int)SHOAL_ERR_SYSTEM;
+    /* Read whole or refused: a directory read as an empty profile, silently; a FIFO held
+     * init in open() for ever. */
+    err = shoal_text_file_read(path, SHOAL_TUNING_TEXT_MAX, &buf, NULL, why, sizeof(why));
+    if (err == ENOENT) {
+        return 0;
     }
-    buf = malloc(SHOAL_TUNING_TEXT_MAX + 1);
-    if (buf == NULL) {
-        fclose(fp);
-        return (int)SHOAL_ERR_NO_MEMORY;
+    if (err != 0) {
+        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s %s%s", path, why,
+                    err == EFBIG ? ": ignored" : "");
+        return (int)(err == ENOMEM ? SHOAL_ERR_NO_MEMORY
+                     : err == EFBIG ? SHOAL_ERR_INVALID_ARG
+                                    : SHOAL_ERR_SYSTEM);
     }
-    len = fread(buf, 1, SHOAL_TUNING_TEXT_MAX + 1, fp);
-    if (ferror(fp)) {
-        /* a directory opens, then reads nothing: it passed as an empty profile, silently */
-        int err = errno;
-        fclose(fp);
-        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s cannot be read: %s", path, strerror(err));
-        free(buf);
-        return (int)SHOAL_ERR_SYSTEM;
-    }
-    fclose(fp);
-    if (len > SHOAL_TUNING_TEXT_MAX) {
-        shoal_error(TOPO, "SHOAL_TUNING_FILE=%s is larger than %d bytes: ignored", path,
-                    SHOAL_TUNING_TEXT_MAX);
-        free(buf);
-        return (int)SHOAL_ERR_INVALID_ARG;
-    }
-    buf[len] = '\0';
     st = shoal_tuning_parse(buf, t);
     free(buf);
     if (st != SHOAL_OK) {

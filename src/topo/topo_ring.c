@@ -215,31 +215,14 @@ shoal_status_t shoal_topo_ring_hosts_load(const char *inline_list, const char *p
     if (path == NULL || path[0] == '\0') {
         return SHOAL_OK;
     }
-    FILE *fp = fopen(path, "r");
-    if (fp == NULL) {
-        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s: cannot open: %s", path, strerror(errno));
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    char *buf = malloc(SHOAL_TOPO_RING_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(fp);
-        return SHOAL_ERR_NO_MEMORY;
-    }
-    size_t len = fread(buf, 1, SHOAL_TOPO_RING_FILE_MAX, fp);
-    int more = fgetc(fp) != EOF;
-    int err = ferror(fp) ? errno : 0;
-    buf[len] = '\0';
-    fclose(fp);
-    shoal_status_t st = SHOAL_ERR_INVALID_ARG;
+    char *buf, why[96];
+    int err = shoal_text_file_read(path, SHOAL_TOPO_RING_FILE_MAX, &buf, NULL, why, sizeof(why));
     if (err != 0) {
-        /* a directory opens and reads nothing: it passed as an empty list, without a word */
-        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s: cannot read: %s", path, strerror(err));
-    } else if (more) {
-        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s is larger than %d bytes", path,
-                   SHOAL_TOPO_RING_FILE_MAX);
-    } else {
-        st = shoal_topo_ring_hosts_parse(buf, rh);
+        /* a directory read as an empty list, without a word */
+        shoal_warn(TOPO, "SHOAL_RING_HOSTS_FILE=%s %s", path, why);
+        return err == ENOMEM ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_INVALID_ARG;
     }
+    shoal_status_t st = shoal_topo_ring_hosts_parse(buf, rh);
     free(buf);
     return st;
 }

@@ -15,28 +15,14 @@
 static char *shoal_tune_file_text(void)
 {
     const char *path = shoal_topo_config.tuning_file;
-    char *buf;
-    size_t len;
-    FILE *fp;
+    char *buf = NULL, why[96];
 
-    if (path == NULL || path[0] == '\0' || (fp = fopen(path, "r")) == NULL) {
+    /* A larger file is ignored whole, as shoal_tuning_load reports it ('is larger than 65536
+     * bytes: ignored'). Cut at the limit, its 'set' lines before the cut still applied, the
+     * last one parsed half ('set CHUNK_SIZE 262144' as 2621). */
+    if (path == NULL || path[0] == '\0' ||
+        shoal_text_file_read(path, SHOAL_TUNE_TEXT_MAX, &buf, NULL, why, sizeof(why)) != 0) {
         return NULL;
-    }
-    /* One byte past the limit: a larger file is ignored whole, as shoal_tuning_load reports
-     * it ('is larger than 65536 bytes: ignored'). Cut at the limit, its 'set' lines before
-     * the cut still applied, the last one parsed half ('set CHUNK_SIZE 262144' as 2621). */
-    buf = malloc(SHOAL_TUNE_TEXT_MAX + 1);
-    len = buf != NULL ? fread(buf, 1, SHOAL_TUNE_TEXT_MAX + 1, fp) : 0;
-    if (ferror(fp)) {
-        len = SHOAL_TUNE_TEXT_MAX + 1; /* unreadable (a directory): ignored, as too large */
-    }
-    fclose(fp);
-    if (buf != NULL && len > SHOAL_TUNE_TEXT_MAX) {
-        free(buf);
-        return NULL;
-    }
-    if (buf != NULL) {
-        buf[len] = '\0';
     }
     return buf;
 }

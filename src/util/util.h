@@ -391,6 +391,12 @@ SHOAL_HIDDEN int shoal_memeq_ct(const void *a, const void *b, size_t len);
 SHOAL_HIDDEN shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min,
                                                    size_t max, size_t *len_p, int *loose_p,
                                                    char *why, size_t whylen);
+/* Reads a configuration file whole: a regular file of at most max bytes (a FIFO, a
+ * directory, a device are refused, a FIFO without waiting for a writer). 0 with *text_p
+ * (malloc'ed, NUL-terminated) and *len_p (when not NULL); else an errno (ENOENT when absent,
+ * EFBIG when larger) and a sentence in why to follow the path ("is larger than 65536 bytes"). */
+SHOAL_HIDDEN int shoal_text_file_read(const char *path, size_t max, char **text_p, size_t *len_p,
+                                      char *why, size_t whylen);
 /* Whether a file the provider's side leaves for jobs to obey (a rates page, a stop file) at
  * path, of status sb, could have been made or changed by another local user, i.e. another
  * tenant's job: NULL if not, else why (for a warning). Suspect: a file writable by group or

@@ -276,4 +276,14 @@ if [ "$(grep '^SHOAL_' "$tmp/conf")" = "SHOAL_DEBUG=INFO" ] &&
 then
     echo "ok $n_tap - shoal_info -c: only the variables set are assignments (secrets and defaults are comments); fed back as SHOAL_CONF_FILE it loads cleanly"
 else echo "not ok $n_tap - shoal_info -c as a conf file: $(grep '^SHOAL_' "$tmp/conf" | head -3 | tr '\n' ' ')"; fi
+# A FIFO as SHOAL_TUNING_FILE: the 'set' lines' reader opened it and waited for a writer for
+# ever (shoal_info -t and every rank's init); refused at once now, with the reason
+mkfifo "$tmp/fifo"
+env -u SHOAL_TUNE_MACHINE SHOAL_TUNING_FILE="$tmp/fifo" timeout -s KILL 60 "$info" -t -n 2 \
+    >"$tmp/info" 2>"$tmp/info.err"; r=$?
+n_tap=$((n_tap + 1))
+if [ "$r" -eq 0 ] && grep -q "SHOAL_TUNING_FILE=$tmp/fifo is not a regular file (a FIFO)" "$tmp/info.err"
+then
+    echo "ok $n_tap - a FIFO as SHOAL_TUNING_FILE is refused at once with the reason"
+else echo "not ok $n_tap - a FIFO as SHOAL_TUNING_FILE: rc $r: $(head -n 2 "$tmp/info.err")"; fi
 echo "1..$n_tap"

@@ -3,9 +3,12 @@
 #include "tests/tap.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Checks that order is a permutation, each host's ranks are contiguous on the ring (so it
@@ -442,6 +445,54 @@ static void test_ring_hosts(void)
     shoal_topo_ring_hosts_free(&rh);
 }
 
+/* A FIFO at a configuration file's path (anyone may leave one in a directory others write
+ * to) held shoal_comm_init in open() until a writer came, for ever. Each loader refuses it at
+ * once; they run in a child, so that a loader that waits fails the case instead of the run. */
+static void test_fifo_files(void)
+{
+    char path[] = "/tmp/shoal-topo-fifo-XXXXXX";
+    char fifo[sizeof(path) + 8];
+    int status = -1, waited = 0;
+    pid_t pid;
+
+    if (mkdtemp(path) == NULL) {
+        tap_skip(1, "mkdtemp failed");
+        return;
+    }
+    snprintf(fifo, sizeof(fifo), "%s/fifo", path);
+    if (mkfifo(fifo, 0600) != 0) {
+        rmdir(path);
+        tap_skip(1, "mkfifo failed");
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        shoal_topo_file_t tf;
+        shoal_tuning_t t;
+        shoal_topo_ring_hosts_t rh;
+        int bad = 0;
+        setenv("SHOAL_DEBUG", "NONE", 1);
+        bad |= shoal_topo_file_load(fifo, 4, &tf) != SHOAL_ERR_INVALID_ARG;
+        bad |= (shoal_tuning_load(fifo, &t) >= 0) << 1;
+        bad |= (shoal_topo_ring_hosts_load(NULL, fifo, &rh) != SHOAL_ERR_INVALID_ARG) << 2;
+        _exit(bad);
+    }
+    while (pid > 0 && waited < 100 && waitpid(pid, &status, WNOHANG) == 0) {
+        usleep(50 * 1000);
+        waited++;
+    }
+    if (pid > 0 && waited == 100) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    unlink(fifo);
+    rmdir(path);
+    tap_ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a FIFO as SHOAL_TOPO_FILE, SHOAL_TUNING_FILE, SHOAL_RING_HOSTS_FILE: refused at once "
+           "(%s %d after %d ms)", WIFEXITED(status) ? "exit" : "signal",
+           WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), waited * 50);
+}
+
 /* The cost model and the runtime agree on where recursive halving can reduce-scatter: a
  * slice of n/2 blocks in a third of scratch, at least 64 bytes (the runtime divided by n, so
  * shoal_info -t showed it where a job of 128 ranks with 4 KiB chunks ran the ring). */
@@ -483,6 +534,7 @@ int main(void)
     test_hier_model();
     test_discover();
     test_ring_hosts();
+    test_fifo_files();
     test_rh_applicable();
     return tap_done();
 }
