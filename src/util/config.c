@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SHOAL_CFG_PREFIX "SHOAL_"
@@ -56,6 +58,11 @@ static size_t shoal_cfg_file_nentries;
 static const char *shoal_cfg_file_path;
 static int shoal_cfg_file_errno;     /* open() failed with this errno */
 static int shoal_cfg_file_bad_line;  /* first malformed line, 0 if none */
+static const char *shoal_cfg_file_why; /* opened but not read: why, for the warning */
+
+/* A configuration file is a few hundred lines: larger is a mistake (SHOAL_CONF_FILE=/dev/zero
+ * grew one getline line until the memory ran out). */
+#define SHOAL_CFG_FILE_MAX (1 << 20)
 
 /* ---- secret strings -----------------------------------------------------------------
  *
@@ -476,22 +483,45 @@ static void shoal_cfg_file_load(void)
 {
     const char *path = getenv("SHOAL_CONF_FILE");
     char *line = NULL, iobuf[4096];
-    size_t cap = 0;
-    int lineno = 0;
+    size_t cap = 0, total = 0;
+    ssize_t n;
+    int lineno = 0, fd;
+    struct stat sb = {0};
     FILE *fp;
 
     if (path == NULL || path[0] == '\0')
         return;
     shoal_cfg_file_path = shoal_cfg_strdup(path, strlen(path));
-    fp = fopen(path, "re");
+    /* O_NONBLOCK: a FIFO at the path held the first call into the library in open() until a
+     * writer came, for ever; it opens at once now and is refused as not a regular file. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        shoal_cfg_file_errno = errno;
+        return;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > SHOAL_CFG_FILE_MAX) {
+        shoal_cfg_file_why = S_ISREG(sb.st_mode) ? "is larger than 1 MiB: ignored"
+                                                 : "is not a regular file (a FIFO, a directory, "
+                                                   "a device): ignored";
+        close(fd);
+        return;
+    }
+    fp = fdopen(fd, "r");
     if (fp == NULL) {
         shoal_cfg_file_errno = errno;
+        close(fd);
         return;
     }
     /* The stream reads into our buffer, wiped after: stdio's own would be freed with the
      * file's bytes (secrets included) still in it. */
     setvbuf(fp, iobuf, _IOFBF, sizeof(iobuf));
-    while (getline(&line, &cap, fp) >= 0) {
+    while ((n = getline(&line, &cap, fp)) >= 0) {
+        total += (size_t)n;
+        if (total > SHOAL_CFG_FILE_MAX) {
+            shoal_cfg_file_why = "grew past 1 MiB while it was read: the rest ignored";
+            shoal_secret_wipe(line, cap);
+            break;
+        }
         lineno++;
         if (shoal_cfg_file_line(line, lineno) != 0 && shoal_cfg_file_bad_line == 0)
             shoal_cfg_file_bad_line = lineno;
@@ -682,6 +712,9 @@ static void shoal_cfg_report(void)
     if (shoal_cfg_file_errno != 0) {
         shoal_warn(CONFIG, "cannot read SHOAL_CONF_FILE %s: %s", shoal_cfg_file_path,
                    strerror(shoal_cfg_file_errno));
+    }
+    if (shoal_cfg_file_why != NULL) {
+        shoal_warn(CONFIG, "SHOAL_CONF_FILE %s %s", shoal_cfg_file_path, shoal_cfg_file_why);
     }
     if (shoal_cfg_file_bad_line != 0) {
         shoal_warn(CONFIG, "%s:%d: expected SHOAL_NAME=value; line ignored", shoal_cfg_file_path,

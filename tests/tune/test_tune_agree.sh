@@ -286,4 +286,17 @@ if [ "$r" -eq 0 ] && grep -q "SHOAL_TUNING_FILE=$tmp/fifo is not a regular file 
 then
     echo "ok $n_tap - a FIFO as SHOAL_TUNING_FILE is refused at once with the reason"
 else echo "not ok $n_tap - a FIFO as SHOAL_TUNING_FILE: rc $r: $(head -n 2 "$tmp/info.err")"; fi
+# The same for SHOAL_CONF_FILE, read at the first call into the library; and /dev/zero, one
+# line that getline grew until the memory ran out
+env -u SHOAL_TUNE_MACHINE SHOAL_CONF_FILE="$tmp/fifo" timeout -s KILL 60 "$info" -c \
+    >"$tmp/info" 2>"$tmp/info.err"; r=$?
+(ulimit -v 4000000; env -u SHOAL_TUNE_MACHINE SHOAL_CONF_FILE=/dev/zero timeout -s KILL 60 \
+    "$info" -c >"$tmp/info2" 2>"$tmp/info2.err"); r2=$?
+n_tap=$((n_tap + 1))
+if [ "$r:$r2" = "0:0" ] &&
+    grep -q "SHOAL_CONF_FILE $tmp/fifo is not a regular file (a FIFO, a directory, a device): ignored" "$tmp/info.err" &&
+    grep -q "SHOAL_CONF_FILE /dev/zero is not a regular file" "$tmp/info2.err"
+then
+    echo "ok $n_tap - a FIFO or /dev/zero as SHOAL_CONF_FILE is refused at once with the reason"
+else echo "not ok $n_tap - SHOAL_CONF_FILE FIFO rc $r, /dev/zero rc $r2: $(head -n 2 "$tmp/info.err" "$tmp/info2.err")"; fi
 echo "1..$n_tap"
