@@ -458,6 +458,9 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line, uint32_t explic
                 return -1;
             }
             v = f->type == SHOAL_CFG_SIZE ? pv.z : pv.u;
+            if (v == 0 && shoal_tune_is_count(k)) {
+                return -1; /* no ring has 0 slots: it was shown, and the default used */
+            }
             hit = 1;
             if ((explicit & (1u << k)) == 0 && !(v == 0 && shoal_tune_explicit_zero_is_auto(k))) {
                 shoal_tune_set(t, k, v, SHOAL_TUNE_SRC_FILE, "set %s in SHOAL_TUNING_FILE", nm);
@@ -483,12 +486,16 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line, uint32_t explic
     return 0;
 }
 
+/* The last tuning text warned about (its hash, never 0). */
+static uint64_t shoal_tune_warned_hash;
+
 shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
 {
     shoal_status_t st = SHOAL_OK;
     char *copy, *line, *next;
     uint32_t explicit = 0;
-    int lineno = 0;
+    uint64_t hash;
+    int lineno = 0, quiet;
 
     shoal_tune_override_vars(t);
     if (tuning_text == NULL) {
@@ -504,6 +511,10 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
     if (copy == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    /* The settings are resolved several times in one init (the transports' sizes, the
+     * agreement): a bad line is warned about once per process and text, traced after. */
+    hash = shoal_hash64(tuning_text, strlen(tuning_text), 0) | 1;
+    quiet = __atomic_exchange_n(&shoal_tune_warned_hash, hash, __ATOMIC_RELAXED) == hash;
     /* Line by line, empty ones counted too: a warning names the line's number. */
     for (line = copy; line != NULL; line = next) {
         char *hash;
@@ -523,10 +534,17 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
             line[--len] = '\0';
         }
         if (line[0] != '\0' && shoal_tune_override_line(t, line, explicit) < 0) {
-            shoal_warn(COLL, "SHOAL_TUNING_FILE line %d: cannot use '%s' (want 'set <NAME> "
-                       "<size>', NAME one of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX SHM_LL_MAX "
-                       "SHM_SLOT_SIZE SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX UCX_CMA_MIN "
-                       "IB_SLOT_SIZE IB_RING_SLOTS IB_SEND_SLOTS)", lineno, line);
+            char msg[512];
+            snprintf(msg, sizeof(msg), "SHOAL_TUNING_FILE line %d: cannot use '%.160s' (want "
+                     "'set <NAME> <size>', NAME one of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX "
+                     "SHM_LL_MAX SHM_SLOT_SIZE SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX "
+                     "UCX_CMA_MIN IB_SLOT_SIZE IB_RING_SLOTS IB_SEND_SLOTS; slot counts above 0)",
+                     lineno, line);
+            if (quiet) {
+                shoal_trace(COLL, "%s", msg);
+            } else {
+                shoal_warn(COLL, "%s", msg);
+            }
             st = SHOAL_ERR_INVALID_ARG;
         }
     }

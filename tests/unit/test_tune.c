@@ -158,6 +158,26 @@ static void test_override(void)
     tap_is_int(t.src[SHOAL_TUNE_CHUNK], SHOAL_TUNE_SRC_DERIVED, "... and changes nothing");
     tap_ok(strstr(tap_stderr_of(override_derived, "set CHUNK_SIZE 1m\n\n# x\nset CHUNK_SIZE lots\n"),
                   "SHOAL_TUNING_FILE line 4:") != NULL, "... and the warning names line 4");
+    /* One init resolves the settings several times: the same bad line was warned about at
+     * each (three times on rank 0); once per process and text now. */
+    tap_ok(strstr(tap_stderr_of(override_derived, "set CHUNK_SIZE 1m\n\n# x\nset CHUNK_SIZE lots\n"),
+                  "SHOAL_TUNING_FILE") == NULL, "... once: the same text again is not warned about");
+    /* No ring has 0 slots: 'set SHM_NSLOTS 0' was taken, shown as the setting, and the
+     * transport used its default instead. */
+    {
+        shoal_tune_t before;
+        shoal_tune_derive(&tune_cases[0].m, &t);
+        (void)shoal_tune_override(&t, NULL);
+        before = t;
+        tap_is_int(shoal_tune_override(&t, "set SHM_NSLOTS 0\nset IB_SEND_SLOTS 0\n"),
+                   SHOAL_ERR_INVALID_ARG, "a slot count of 0 is refused");
+        tap_ok(t.src[SHOAL_TUNE_SHM_NSLOTS] == before.src[SHOAL_TUNE_SHM_NSLOTS] &&
+                   t.value[SHOAL_TUNE_SHM_NSLOTS] == before.value[SHOAL_TUNE_SHM_NSLOTS] &&
+                   t.value[SHOAL_TUNE_SHM_NSLOTS] != 0 &&
+                   t.src[SHOAL_TUNE_IB_SEND_SLOTS] == before.src[SHOAL_TUNE_IB_SEND_SLOTS] &&
+                   t.value[SHOAL_TUNE_IB_SEND_SLOTS] == before.value[SHOAL_TUNE_IB_SEND_SLOTS],
+               "... and changes nothing");
+    }
 
     /* A repeated 'set' line: the last one wins, as a repeated link line does (the first one
      * did, silently); a variable still wins over both. */
