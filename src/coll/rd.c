@@ -85,7 +85,12 @@ static shoal_status_t shoal_rd_progress(struct shoal_comm *comm, shoal_plan_t *p
                 SHOAL_CHECK(shoal_coll_xchg(comm, &p->cp, &p->x, peer, buf, bytes, peer, tmp,
                                             bytes, step, 0));
                 if (peer < rank) {
-                    shoal_reduce2(buf, tmp, buf, p->len, a->dtype, a->op);
+                    /* The partner's call, roles and all (dst = its data, b = the other's):
+                     * reduce2 into buf (dst = b) took another kernel variant, which picks the
+                     * other operand's NaN payload (the compiler commutes float sums), so each
+                     * rank of a pair kept its own NaN. */
+                    shoal_reduce2(tmp, tmp, buf, p->len, a->dtype, a->op);
+                    memcpy(buf, tmp, bytes);
                 } else {
                     shoal_reduce2(buf, buf, tmp, p->len, a->dtype, a->op);
                 }

@@ -688,11 +688,49 @@ static void mp_det_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, shoal_op_t o
     free(all);
 }
 
+/* Sums of NaNs whose payloads differ per rank (every even element a quiet NaN carrying the
+ * rank, the odd ones finite): IEEE leaves the payload of a NaN sum to the hardware, which takes
+ * it from one operand, so which one depends on how the algorithm calls the kernels; every rank
+ * must still get the same bits. Recursive doubling gave each rank its own NaN (each partner
+ * reduced through another kernel variant). */
+static void mp_det_nan_case(const mp_ctx_t *c, int g, size_t count, uint8_t *a, uint8_t *in)
+{
+    size_t bytes = count * sizeof(uint32_t);
+    shoal_status_t st1, st2;
+    uint64_t h, *all = calloc((size_t)c->nranks, sizeof(uint64_t));
+    int same_ranks = 1;
+
+    for (size_t i = 0; i < count; i++) {
+        float f = 1.0f + (float)c->rank;
+        uint32_t v = 0x7fc00000u | (uint32_t)(c->rank + 1) << 8 | (uint32_t)(i & 0xff);
+        if (i % 2 == 1) {
+            memcpy(&v, &f, sizeof(v));
+        }
+        memcpy(in + i * sizeof(v), &v, sizeof(v));
+    }
+    st1 = shoal_allreduce(in, a, count, SHOAL_FLOAT32, SHOAL_SUM, c->comm, NULL);
+    h = mp_hash(a, bytes);
+    st2 = all == NULL ? SHOAL_ERR_NO_MEMORY
+                      : shoal_allgather(&h, all, 1, SHOAL_UINT64, c->comm, NULL);
+    for (int q = 0; st2 == SHOAL_OK && q < c->nranks; q++) {
+        same_ranks &= all[q] == h;
+    }
+    mp_case(g, st1 == SHOAL_OK && st2 == SHOAL_OK && same_ranks, c->rank,
+            "float32 sum of NaNs count %zu: status %s/%s, same bits across ranks %d", count,
+            shoal_status_name(st1), shoal_status_name(st2), same_ranks);
+    free(all);
+}
+
 void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in)
 {
     static const shoal_dtype_t dts[] = {SHOAL_FLOAT32, SHOAL_FLOAT64, SHOAL_BFLOAT16,
                                         SHOAL_FLOAT16};
     static const size_t counts[] = {1021, 65537, 300001};
+    static const size_t nan_counts[] = {1, 2, 61, 1021};
+    int gn = mp_group("determinism of NaN payloads");
+    for (size_t k = 0; k < sizeof(nan_counts) / sizeof(nan_counts[0]); k++) {
+        mp_det_nan_case(c, gn, nan_counts[k], a, in);
+    }
     int g = mp_group("determinism");
     for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
         for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
