@@ -3,9 +3,10 @@
  * a plan the progress engine advances step by step (the blocking call drives the same plan).
  * Non-power-of-two: the first 2*(n-p) ranks pair up, odd ones hand their data to the even
  * ones and sit out, then get the result back. Each exchange reduces lower-rank data first,
- * so both partners compute the same bits. Messages larger than the scratch buffer (possible
- * when SHOAL_ALGO=rd is forced) go in scratch-sized passes, each a full recursive doubling
- * of its own, its steps numbered from 64 * pass so that passes never look alike.
+ * so both partners compute the same bits. The plan goes in scratch-sized passes, each a full
+ * recursive doubling of its own, its steps numbered from 64 * pass so that passes never look
+ * alike; selection gives rd only messages that fit the scratch buffer (its cost is -1 past
+ * it, and a forced SHOAL_ALGO=rd falls back to the model there), so that is one pass today.
  */
 #include "coll/coll.h"
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ---- the algorithm table: one row per (algorithm, collective) --------------------------
  * cost_us(shape, bytes) is the modelled time of one call (negative: cannot run it); bytes is
@@ -518,7 +519,7 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
     if (forced != NULL && forced[0] != '\0') {
         cs->algo = -1;
         for (int i = 0; shoal_algo_names[i] != NULL; i++) {
-            if (strcmp(shoal_algo_names[i], forced) == 0) {
+            if (strcasecmp(shoal_algo_names[i], forced) == 0) { /* as SHOAL_ALGO */
                 cs->algo = i;
             }
         }

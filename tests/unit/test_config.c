@@ -2,6 +2,7 @@
 #include "core/tl.h"
 #include "util/util.h"
 #include "tests/tap.h"
+#include "shoal.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -383,6 +384,31 @@ static void test_connect_doc(void)
            "built here that connect at first use as one that does", shoal_tl_count());
 }
 
+/* shoal_config_t.algorithm takes the names SHOAL_ALGO takes, in any case, as SHOAL_ALGO does
+ * ("RD" was refused with SHOAL_ERR_INVALID_ARG). */
+static void test_config_algorithm(void)
+{
+    static const char *const names[] = {"RD", "Ring", "bogus"};
+    static const shoal_status_t want[] = {SHOAL_OK, SHOAL_OK, SHOAL_ERR_INVALID_ARG};
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(names); i++) {
+        shoal_config_t cfg = SHOAL_CONFIG_INIT;
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        shoal_status_t st;
+        cfg.algorithm = names[i];
+        cfg.transport = "tcp";
+        st = shoal_get_unique_id(&uid);
+        if (st == SHOAL_OK) {
+            st = shoal_comm_init(&comm, 1, 0, &uid, &cfg);
+        }
+        if (comm != NULL) {
+            shoal_comm_destroy(comm);
+        }
+        tap_ok(st == want[i], "shoal_config_t.algorithm \"%s\": %s", names[i],
+               shoal_status_name(st));
+    }
+}
+
 int main(void)
 {
     test_tables();
@@ -394,5 +420,6 @@ int main(void)
     test_global_init();
     test_child_run();
     test_connect_doc();
+    test_config_algorithm();
     return tap_done();
 }
