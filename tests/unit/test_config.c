@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -409,6 +410,42 @@ static void test_config_algorithm(void)
     }
 }
 
+/* A file the provider's side leaves (a stop file, a rates page) under a directory whose parent
+ * others may write to without the sticky bit: they could move its directory away and put
+ * their own in its place, a file of theirs in it (both passed the checks). */
+static void test_provider_file(void)
+{
+    char base[] = "/tmp/shoal-prov-XXXXXX", open_dir[64], sub[80], file[96];
+    struct stat sb;
+    const char *why1 = "setup", *why2 = "setup";
+    FILE *fp;
+
+    if (mkdtemp(base) == NULL) {
+        tap_skip(2, "mkdtemp failed");
+        return;
+    }
+    snprintf(open_dir, sizeof(open_dir), "%s/open", base);
+    snprintf(sub, sizeof(sub), "%s/jobs", open_dir);
+    snprintf(file, sizeof(file), "%s/stop", sub);
+    if (mkdir(open_dir, 0755) == 0 && chmod(open_dir, 0777) == 0 && mkdir(sub, 0755) == 0 &&
+        (fp = fopen(file, "w")) != NULL && fclose(fp) == 0 && chmod(file, 0644) == 0 &&
+        stat(file, &sb) == 0) {
+        why1 = shoal_provider_file_untrusted(file, &sb);
+        if (chmod(open_dir, 01777) == 0) {
+            why2 = shoal_provider_file_untrusted(file, &sb);
+        }
+    }
+    tap_ok(why1 != NULL && strstr(why1, "a directory above it") != NULL,
+           "a provider file under a directory whose parent is mode 0777: untrusted (%s)",
+           why1 != NULL ? why1 : "trusted");
+    tap_ok(why2 == NULL, "... with the sticky bit (as /tmp): trusted (%s)",
+           why2 != NULL ? why2 : "trusted");
+    unlink(file);
+    rmdir(sub);
+    rmdir(open_dir);
+    rmdir(base);
+}
+
 int main(void)
 {
     test_tables();
@@ -421,5 +458,6 @@ int main(void)
     test_child_run();
     test_connect_doc();
     test_config_algorithm();
+    test_provider_file();
     return tap_done();
 }
