@@ -92,8 +92,8 @@ static uint64_t shoal_shm_mem_read_num(const char *path, const char *key, uint64
 }
 
 /* The bytes a new buffer may take: what the kernel says can still be had (MemAvailable +
- * SwapFree), or our memory cgroup's limit where that is less (its own limit only, not its
- * ancestors'; not less its usage, which counts page cache that reclaim would free). A memfd
+ * SwapFree), or the least memory limit of our cgroup and its ancestors where that is less
+ * (not less the usage, which counts page cache that reclaim would free). A memfd
  * has no size limit of its own: its posix_fallocate takes pages until memory runs out, and
  * the OOM killer then kills this process or, without a cgroup limit, any process of the
  * host. UINT64_MAX where nothing can be read. */
@@ -119,10 +119,21 @@ static uint64_t shoal_shm_mem_room(void)
         } else {
             continue;
         }
-        snprintf(path, sizeof(path), "%s%s/%s", root, cg + 1, lim_f);
-        uint64_t lim = shoal_shm_mem_read_num(path, NULL, 1);
-        if (lim != 0) { /* 0: no such file, or "max" */
-            room = SHOAL_MIN(room, lim);
+        /* The limit of our cgroup and of each above it: a job's limit is often set on its
+         * slice or scope, with "max" below it. */
+        char rel[PATH_MAX / 2]; /* with the root and the file name, fits path */
+        snprintf(rel, sizeof(rel), "%s", cg + 1);
+        for (;;) {
+            char *slash = strrchr(rel, '/');
+            snprintf(path, sizeof(path), "%s%s/%s", root, rel, lim_f);
+            uint64_t lim = shoal_shm_mem_read_num(path, NULL, 1);
+            if (lim != 0) { /* 0: no such file, or "max" */
+                room = SHOAL_MIN(room, lim);
+            }
+            if (slash == NULL || (slash == rel && rel[1] == '\0')) {
+                break;
+            }
+            slash[slash == rel] = '\0'; /* the parent; "/" kept whole */
         }
     }
     if (f != NULL) {
