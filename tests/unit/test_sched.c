@@ -114,7 +114,8 @@ static void shoal_ts_parse_and_output(void)
         "job=a gpus=1\n", "job=a tenant=t gpus=0\n", "job=a tenant=t gpus=1 class=gold\n",
         "job=a tenant=t gpus=1 state=running\n", "job=a tenant=t gpus=2 state=running "
         "nodes=nope\n", "job=a tenant=t gpus=9 state=running nodes=node01\n",
-        "tenant=t weight=-1\n", "tenant=t weight=1e-320\n", "job=a tenant=t gpus=1 weight=1\njob=b tenant=t gpus=1 weight=2\n",
+        "tenant=t weight=-1\n", "tenant=t weight=1e-320\n",
+        "job=a tenant=t gpus=1 weight=1\njob=b tenant=t gpus=1 weight=2\n",
         "job=a tenant=t gpus=1\njob=a tenant=t gpus=1\n", "hello\n", "job=a tenant=t gpus=1 x=1\n",
         "job=a/b tenant=t gpus=1\n", "job=a tenant=t gpus=1 mem=12Q\n",
         /* "SIG" alone was kept as an empty signal ("preempt ... signal= grace=..."), a typo as

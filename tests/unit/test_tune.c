@@ -160,8 +160,10 @@ static void test_override(void)
                   "SHOAL_TUNING_FILE line 4:") != NULL, "... and the warning names line 4");
     /* One init resolves the settings several times: the same bad line was warned about at
      * each (three times on rank 0); once per process and text now. */
-    tap_ok(strstr(tap_stderr_of(override_derived, "set CHUNK_SIZE 1m\n\n# x\nset CHUNK_SIZE lots\n"),
-                  "SHOAL_TUNING_FILE") == NULL, "... once: the same text again is not warned about");
+    tap_ok(strstr(tap_stderr_of(override_derived,
+                                "set CHUNK_SIZE 1m\n\n# x\nset CHUNK_SIZE lots\n"),
+                  "SHOAL_TUNING_FILE") == NULL,
+           "... once: the same text again is not warned about");
     /* No ring has 0 slots: 'set SHM_NSLOTS 0' was taken, shown as the setting, and the
      * transport used its default instead. */
     {
