@@ -791,19 +791,22 @@ class ShoalBackend : public c10d::Backend {
         }
         std::vector<at::Tensor> all = inputs;
         all.insert(all.end(), outputs.begin(), outputs.end());
-        (void)call_device(all, "all_to_all"); // before the cat below mixes them
-        // One all_to_all_single with splits of whole tensors (in elements), then copy out.
-        at::Tensor in = at::cat(flatten_all(inputs));
+        (void)call_device(all, "all_to_all"); // before the cat in enqueue_alltoallv mixes them
+        // One all_to_all_single with splits of whole tensors (in elements): the inputs are
+        // copied in when it runs (an operation queued before it may still write them), the
+        // outputs copied out after.
         std::vector<int64_t> ins(n), outs(n);
-        int64_t total = 0;
+        int64_t in_total = 0, total = 0;
         for (int r = 0; r < n; r++) {
             ins[r] = inputs[r].numel();
             outs[r] = outputs[r].numel();
+            in_total += ins[r];
             total += outs[r];
         }
+        at::Tensor in = at::empty({in_total}, inputs[0].options());
         at::Tensor out = at::empty({total}, in.options());
         std::vector<at::Tensor> dst = outputs;
-        return enqueue_alltoallv(out, in, outs, ins, 1, dst, "shoal:all_to_all");
+        return enqueue_alltoallv(out, in, outs, ins, 1, dst, "shoal:all_to_all", inputs);
     }
 
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
@@ -978,7 +981,8 @@ class ShoalBackend : public c10d::Backend {
                                                      std::vector<int64_t> outSplits,
                                                      std::vector<int64_t> inSplits,
                                                      int64_t row, std::vector<at::Tensor> dst,
-                                                     const char *title);
+                                                     const char *title,
+                                                     std::vector<at::Tensor> src = {});
     shoal_status_t run_alltoallv(const at::Tensor &out, const at::Tensor &in,
                                  const std::vector<int64_t> &outSplits,
                                  const std::vector<int64_t> &inSplits, int64_t row,
@@ -1266,17 +1270,24 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor &output, a
 
 c10::intrusive_ptr<c10d::Work> ShoalBackend::enqueue_alltoallv(
     at::Tensor out, at::Tensor in, std::vector<int64_t> outSplits, std::vector<int64_t> inSplits,
-    int64_t row, std::vector<at::Tensor> dst, const char *title)
+    int64_t row, std::vector<at::Tensor> dst, const char *title, std::vector<at::Tensor> src)
 {
     std::vector<at::Tensor> results = dst.empty() ? std::vector<at::Tensor>{out} : dst;
+    std::vector<at::Tensor> touched = src;
+    touched.push_back(in);
+    touched.push_back(out);
     auto fn = [=, this](void *stream, std::string *why) {
+        if (!src.empty()) { // all_to_all's list: read in issue order, not when it was issued
+            at::Tensor buf = in;
+            at::cat_out(buf, flatten_all(src));
+        }
         shoal_status_t st = run_alltoallv(out, in, outSplits, inSplits, row, stream, why);
         if (st == SHOAL_OK && !dst.empty()) {
             unflatten_into(out, dst);
         }
         return st;
     };
-    return enqueue(c10d::OpType::ALLTOALL_BASE, title, results, fn, {in, out});
+    return enqueue(c10d::OpType::ALLTOALL_BASE, title, results, fn, touched);
 }
 
 shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tensor &in,

@@ -5,6 +5,7 @@ fails if it failed on any rank: the ranks agree through a Gloo all_gather of the
 import json
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -227,6 +228,23 @@ def run_case(op, dtype, gloo):
     raise AssertionError("unknown op " + op)
 
 
+def all_to_all_issue_order():
+    """all_to_all of the chunks of a tensor that an async all_reduce queued just before writes:
+    the group runs its operations in issue order, so all_to_all sends the reduced chunks. The
+    last rank joins the all_reduce 0.2 s late, so the others' all_reduce is still running when
+    they issue all_to_all (its inputs were copied then: the chunks before the reduction)."""
+    x = torch.full((N * 3,), float(R + 1))
+    if R == N - 1:
+        time.sleep(0.2)
+    w = dist.all_reduce(x, async_op=True)
+    outs = [torch.empty(3) for _ in range(N)]
+    dist.all_to_all(outs, list(x.chunk(N)))
+    w.wait()
+    got = torch.cat(outs)
+    want = torch.full((N * 3,), float(N * (N + 1) // 2))
+    return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
+
+
 def _gloo_reduce(dtype, root, gloo):
     u = data(R, dtype)
     dist.reduce(u, dst=root, op=dist.ReduceOp.SUM, group=gloo)
@@ -248,7 +266,6 @@ def main():
                 res[name] = "raised %s: %s" % (type(e).__name__, e)
                 traceback.print_exc()
     # barrier: every rank leaves only after every rank entered
-    import time
     t = torch.tensor([time.time()], dtype=torch.float64)
     dist.barrier()
     after = time.time()
@@ -256,6 +273,7 @@ def main():
     dist.all_gather(enter, t, group=gloo)
     res[case_name("barrier", None, N)] = (
         "ok" if all(e.item() <= after for e in enter) else "left before a rank entered")
+    res[case_name("all_to_all_issue_order", None, N)] = all_to_all_issue_order()
     verdicts = [None] * N
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {}
