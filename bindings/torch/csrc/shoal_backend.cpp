@@ -40,6 +40,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -820,6 +821,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
                                         int /*tag*/) override
     {
+        BatchGuard batch_guard(this);
         check_single(tensors, "send tensor");
         check_peer(dst, "send");
         at::Tensor t = tensors[0];
@@ -832,6 +834,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
                                         int /*tag*/) override
     {
+        BatchGuard batch_guard(this);
         check_single(tensors, "recv tensor");
         check_peer(src, "recv");
         at::Tensor t = tensors[0];
@@ -843,6 +846,7 @@ class ShoalBackend : public c10d::Backend {
 
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &, int) override
     {
+        BatchGuard batch_guard(this);
         unsupported("recv from any source is not supported (name the source rank)");
     }
 
@@ -901,6 +905,47 @@ class ShoalBackend : public c10d::Backend {
     }
 
   private:
+    // torch's coalescing manager (batch_isend_irecv) never calls endCoalescing when an
+    // operation of its batch raised: the batch stayed open, every later operation of the group
+    // joined it and never ran, and a later blocking call (a broadcast) waited forever. An
+    // operation refused inside a batch now abandons the batch: the operations batched before
+    // it fail, and the group runs the next ones as usual.
+    class BatchGuard {
+      public:
+        explicit BatchGuard(ShoalBackend *b) : b_(b), raised_(std::uncaught_exceptions()) {}
+        BatchGuard(const BatchGuard &) = delete;
+        BatchGuard &operator=(const BatchGuard &) = delete;
+        ~BatchGuard()
+        {
+            if (std::uncaught_exceptions() > raised_) {
+                b_->abandon_batch();
+            }
+        }
+
+      private:
+        ShoalBackend *b_;
+        int raised_;
+    };
+
+    void abandon_batch() noexcept
+    {
+        std::vector<Task> batch;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (!coalescing_) {
+                return;
+            }
+            coalescing_ = false;
+            batch.swap(batch_);
+            batch_cuda_work_.reset();
+        }
+        for (auto &t : batch) {
+            t.work->complete(make_error(who() + ": " + t.work->name() +
+                                        " was not run: an operation issued after it in the "
+                                        "same batch (batch_isend_irecv) was refused"));
+        }
+    }
+
     // One operation as shoal calls: stream is NULL on the worker (CPU tensors, blocking host
     // calls) or the caller's current CUDA stream (stream-ordered calls); *why may be set to a
     // binding-level reason for a failing status.

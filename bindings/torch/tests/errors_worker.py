@@ -28,6 +28,39 @@ def expect(exc_types, words, fn):
     return "did not raise"
 
 
+def batch_refused(res, pg):
+    """batch_isend_irecv whose second operation the backend refuses (a bool tensor): torch's
+    coalescing manager never ends that batch. The batch left open took every later operation
+    of the group, which never ran (a broadcast waited forever); the next batch raised
+    "startCoalescing while a batch is open"."""
+    peer = 1 - R
+    res["batch_refused"] = expect(
+        NotImplementedError, ["bool"],
+        lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(4), peer),
+                                        dist.P2POp(dist.irecv, torch.ones(4, dtype=torch.bool),
+                                                   peer)]))
+    # torch keeps its own coalescing state of the group too (its all_reduce would then only be
+    # recorded, never run): cleared here, torch's side is not the backend's to fix
+    dist.distributed_c10d._world.pg_coalesce_state.pop(pg, None)
+    b = torch.full((4,), float(R + 1))
+    try:
+        dist.broadcast(b, src=1, async_op=True).wait(timeout=timedelta(seconds=TIMEOUT_S))
+        res["broadcast_after_refused_batch"] = ("ok" if b.tolist() == [2.0] * 4
+                                                else "got %s" % b.tolist())
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        res["broadcast_after_refused_batch"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+    got = torch.zeros(4)
+    try:
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), float(R)), peer),
+                                       dist.P2POp(dist.irecv, got, peer)])
+        for q in reqs:
+            q.wait(timeout=timedelta(seconds=TIMEOUT_S))
+        res["batch_after_refused_batch"] = ("ok" if got.tolist() == [float(peer)] * 4
+                                            else "got %s" % got.tolist())
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        res["batch_after_refused_batch"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+
+
 def main():
     dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
     gloo = dist.new_group(backend="gloo")
@@ -99,6 +132,8 @@ def main():
         dist.all_reduce(u)
         res["usable_after_shape_mismatch"] = ("ok" if u.tolist() == [3.0] * 4
                                               else "got %s" % u.tolist())
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG") != "DETAIL":
+        batch_refused(res, pg)
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)
