@@ -1059,6 +1059,11 @@ class ShoalBackend : public c10d::Backend {
         auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs),
                                                   comm_ref_, who());
         std::deque<Task> done;
+        // Issued by a callback of a finished work's future, which runs on the worker thread
+        // (a DDP communication hook such as PowerSGD's issues a collective there and waits for
+        // it): the worker cannot come back to its queue before the callback returns, so this
+        // thread runs the queue, in issue order, up to and with this operation.
+        bool on_worker = std::this_thread::get_id() == worker_.get_id();
         {
             std::lock_guard<std::mutex> g(mu_);
             if (batchable && coalescing_) {
@@ -1067,7 +1072,21 @@ class ShoalBackend : public c10d::Backend {
             }
             queue_.push_back(Task{work, std::move(fn)});
             pending_++;
-            done.swap(done_);
+            if (!on_worker) {
+                done.swap(done_);
+            }
+        }
+        if (on_worker) {
+            while (!work->isCompleted()) {
+                Task task;
+                {
+                    std::lock_guard<std::mutex> g(mu_);
+                    task = std::move(queue_.front()); // this operation is still in the queue
+                    queue_.pop_front();
+                }
+                run_task(task);
+            }
+            return work;
         }
         cv_.notify_one();
         return work; // `done` (finished tasks and their tensors) released here, on this thread
@@ -1215,28 +1234,34 @@ class ShoalBackend : public c10d::Backend {
                 task = std::move(queue_.front());
                 queue_.pop_front();
             }
-            std::exception_ptr err;
-            try {
-                std::string why;
-                shoal_status_t st = task.fn(nullptr, &why);
-                if (st != SHOAL_OK) {
-                    err = make_error(failure(st, why));
-                }
-            } catch (...) {
-                err = std::current_exception();
-            }
-            task.work->complete(err);
-            // The worker never drops a task's tensors: the last reference to a tensor that has
-            // a Python object takes the GIL, which a thread other than Python's own must not
-            // do while the interpreter finalizes (it exits the thread under us: std::terminate).
-            // They are released by the next enqueue or by the destructor, on the caller's thread.
-            {
-                std::lock_guard<std::mutex> g(mu_);
-                done_.push_back(std::move(task));
-                pending_--;
-            }
-            idle_cv_.notify_all();
+            run_task(task);
         }
+    }
+
+    // On the worker thread: runs one task taken off the queue, completes its work.
+    void run_task(Task &task)
+    {
+        std::exception_ptr err;
+        try {
+            std::string why;
+            shoal_status_t st = task.fn(nullptr, &why);
+            if (st != SHOAL_OK) {
+                err = make_error(failure(st, why));
+            }
+        } catch (...) {
+            err = std::current_exception();
+        }
+        task.work->complete(err);
+        // The worker never drops a task's tensors: the last reference to a tensor that has
+        // a Python object takes the GIL, which a thread other than Python's own must not
+        // do while the interpreter finalizes (it exits the thread under us: std::terminate).
+        // They are released by the next enqueue or by the destructor, on the caller's thread.
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            done_.push_back(std::move(task));
+            pending_--;
+        }
+        idle_cv_.notify_all();
     }
 
     shoal_comm_t comm_ = nullptr;

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import traceback
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -245,6 +246,30 @@ def all_to_all_issue_order():
     return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
 
 
+def collective_in_future_callback():
+    """A callback chained on a work's future issues another collective and waits for it, as
+    DDP's PowerSGD hook does. The callback runs on the group's worker thread when the first
+    all_reduce completes there (the last rank joins it 0.2 s late, so the others chain the
+    callback before it completes); the worker must still run the callback's all_reduce (it
+    waited for itself: the callback's wait timed out, or without a timeout hung for ever)."""
+    t = torch.full((2,), float(R + 1))
+    if R == N - 1:
+        time.sleep(0.2)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+
+    def callback(f):
+        u = f.value()[0] * 2
+        w = dist.all_reduce(u, async_op=True)
+        w.wait(timeout=timedelta(seconds=10))
+        return u
+    try:
+        got = fut.then(callback).wait()
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    want = torch.full((2,), float(N * N * (N + 1)))
+    return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
+
+
 def _gloo_reduce(dtype, root, gloo):
     u = data(R, dtype)
     dist.reduce(u, dst=root, op=dist.ReduceOp.SUM, group=gloo)
@@ -274,6 +299,7 @@ def main():
     res[case_name("barrier", None, N)] = (
         "ok" if all(e.item() <= after for e in enter) else "left before a rank entered")
     res[case_name("all_to_all_issue_order", None, N)] = all_to_all_issue_order()
+    res[case_name("collective_in_future_callback", None, N)] = collective_in_future_callback()
     verdicts = [None] * N
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {}
