@@ -273,6 +273,14 @@ class ShoalWork : public c10d::Work {
         // How long a failed communicator's worker has to say how its call ended.
         constexpr auto kWorkerGrace = std::chrono::milliseconds(500);
         auto deadline = std::chrono::steady_clock::now() + timeout;
+        if (batched_.load(std::memory_order_acquire)) {
+            // It runs when its batch ends (endCoalescing), which a wait inside the batch (a
+            // blocking call in torch's coalescing manager) never reaches: it waited for ever.
+            C10_THROW_ERROR(DistBackendError,
+                            who_ + ": " + title_ + " is part of a batch (torch's coalescing "
+                            "manager) that has not ended: it runs when the batch ends, so it "
+                            "cannot be waited for inside the batch");
+        }
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
             auto slice = kPoll;
@@ -314,6 +322,9 @@ class ShoalWork : public c10d::Work {
         return true;
     }
 
+    // Whether it waits in an open batch (set and cleared by the backend, under its lock).
+    void set_batched(bool batched) { batched_.store(batched, std::memory_order_release); }
+
     // Called once by the backend's worker thread.
     void complete(std::exception_ptr err)
     {
@@ -331,6 +342,7 @@ class ShoalWork : public c10d::Work {
     std::shared_ptr<CommRef> comm_;
     std::string who_;
     std::string title_;
+    std::atomic<bool> batched_{false};
 };
 
 #ifdef SHOAL_TORCH_CUDA
@@ -876,6 +888,9 @@ class ShoalBackend : public c10d::Backend {
             coalescing_ = false;
             batch.swap(batch_);
             cuda_work.swap(batch_cuda_work_);
+            for (auto &t : batch) {
+                t.work->set_batched(false);
+            }
         }
         if (batch.empty() && cuda_work) {
             return cuda_work; // its event follows every CUDA operation of the batch
@@ -938,6 +953,9 @@ class ShoalBackend : public c10d::Backend {
             coalescing_ = false;
             batch.swap(batch_);
             batch_cuda_work_.reset();
+            for (auto &t : batch) {
+                t.work->set_batched(false);
+            }
         }
         for (auto &t : batch) {
             t.work->complete(make_error(who() + ": " + t.work->name() +
@@ -1067,6 +1085,7 @@ class ShoalBackend : public c10d::Backend {
         {
             std::lock_guard<std::mutex> g(mu_);
             if (batchable && coalescing_) {
+                work->set_batched(true);
                 batch_.push_back(Task{work, std::move(fn)}); // run by endCoalescing's task
                 return work;
             }

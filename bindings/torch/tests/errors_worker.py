@@ -4,6 +4,7 @@ caller, a collective whose ranks disagree fails on every rank, and nothing hangs
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -59,6 +60,23 @@ def batch_refused(res, pg):
                                             else "got %s" % got.tolist())
     except Exception as e:  # noqa: BLE001 - the error is the verdict
         res["batch_after_refused_batch"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+
+
+def wait_inside_batch():
+    """A blocking broadcast inside torch's coalescing manager waits for an operation that runs
+    only when the batch ends: it raises at once, naming the batch (it waited for ever, past
+    the group's timeout: the worker never had it). Last: the batch stays open."""
+    t0 = time.monotonic()
+    b = torch.full((4,), float(R))
+    verdict = expect(dist.DistBackendError, ["broadcast", "batch", "has not ended"],
+                     lambda: _broadcast_in_batch(b))
+    took = time.monotonic() - t0
+    return verdict if took < TIMEOUT_S / 2 else "took %.1f s: %s" % (took, verdict)
+
+
+def _broadcast_in_batch(b):
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        dist.broadcast(b, src=0)
 
 
 def main():
@@ -134,6 +152,7 @@ def main():
                                               else "got %s" % u.tolist())
     if os.environ.get("TORCH_DISTRIBUTED_DEBUG") != "DETAIL":
         batch_refused(res, pg)
+        res["wait_inside_batch"] = wait_inside_batch()
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)
