@@ -187,15 +187,20 @@ int shoal_bill_open(const shoal_bill_args_t *a, int need_key, shoal_ledger_t **l
 
 /* ---- usage --------------------------------------------------------------------------------- */
 
+/* The sums of the byte and operation counts: 128 bits. Each record's count is a uint64, and a
+ * month of a busy 8-GPU job's same-host bytes is some 4e18: a TOTAL of a few such jobs went
+ * past 2^64 and wrapped in silence to a small number (a bill too low, by 2^64 bytes). */
+typedef unsigned __int128 shoal_bill_sum_t;
+
 typedef struct {
     char tenant[SHOAL_LEDGER_NAME_MAX];
     char job[SHOAL_LEDGER_NAME_MAX];
     char qos_class[16];
     uint64_t minutes;
     double gpu_seconds;
-    uint64_t bytes_same_host;
-    uint64_t bytes_cross_host;
-    uint64_t ops;
+    shoal_bill_sum_t bytes_same_host;
+    shoal_bill_sum_t bytes_cross_host;
+    shoal_bill_sum_t ops;
     double coll_seconds;
 } shoal_bill_group_t;
 
@@ -268,18 +273,34 @@ static int shoal_bill_group_cmp(const void *a, const void *b)
 }
 
 #define SHOAL_BILL_NCOLS 10
+#define SHOAL_BILL_SUM_TEXT 40         /* 2^128 has 39 digits */
+
+/* v in decimal (printf has no conversion for 128 bits). */
+static const char *shoal_bill_sum_text(shoal_bill_sum_t v, char buf[SHOAL_BILL_SUM_TEXT])
+{
+    char *p = buf + SHOAL_BILL_SUM_TEXT - 1;
+
+    *p = '\0';
+    do {
+        *--p = (char)('0' + (int)(v % 10));
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
 
 static void shoal_bill_group_cells(const shoal_bill_group_t *g, char cells[][80])
 {
+    char num[SHOAL_BILL_SUM_TEXT];
+
     snprintf(cells[0], 80, "%s", g->tenant);
     snprintf(cells[1], 80, "%s", g->job);
     snprintf(cells[2], 80, "%s", g->qos_class);
     snprintf(cells[3], 80, "%" PRIu64, g->minutes);
     snprintf(cells[4], 80, "%.3f", g->gpu_seconds);
     snprintf(cells[5], 80, "%.4f", g->gpu_seconds / 3600.0);
-    snprintf(cells[6], 80, "%" PRIu64, g->bytes_same_host);
-    snprintf(cells[7], 80, "%" PRIu64, g->bytes_cross_host);
-    snprintf(cells[8], 80, "%" PRIu64, g->ops);
+    snprintf(cells[6], 80, "%s", shoal_bill_sum_text(g->bytes_same_host, num));
+    snprintf(cells[7], 80, "%s", shoal_bill_sum_text(g->bytes_cross_host, num));
+    snprintf(cells[8], 80, "%s", shoal_bill_sum_text(g->ops, num));
     snprintf(cells[9], 80, "%.3f", g->coll_seconds);
 }
 
@@ -365,13 +386,15 @@ static int shoal_bill_cmd_usage(const shoal_bill_args_t *a)
                "bytes_cross_host,ops,coll_seconds\n");
         for (size_t i = 0; i < gs.n; i++) {
             const shoal_bill_group_t *g = &gs.g[i];
+            char same[SHOAL_BILL_SUM_TEXT], cross[SHOAL_BILL_SUM_TEXT], ops[SHOAL_BILL_SUM_TEXT];
 
             shoal_bill_csv_field(g->tenant, ',');
             shoal_bill_csv_field(g->job, ',');
             shoal_bill_csv_field(g->qos_class, ',');
-            printf("%" PRIu64 ",%.6f,%.6f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.6f\n",
-                   g->minutes, g->gpu_seconds, g->gpu_seconds / 3600.0, g->bytes_same_host,
-                   g->bytes_cross_host, g->ops, g->coll_seconds);
+            printf("%" PRIu64 ",%.6f,%.6f,%s,%s,%s,%.6f\n", g->minutes, g->gpu_seconds,
+                   g->gpu_seconds / 3600.0, shoal_bill_sum_text(g->bytes_same_host, same),
+                   shoal_bill_sum_text(g->bytes_cross_host, cross),
+                   shoal_bill_sum_text(g->ops, ops), g->coll_seconds);
         }
     } else {
         shoal_bill_usage_print(gs.g, gs.n, &total);

@@ -4,7 +4,8 @@
 # seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI; also a name
 # stored as another type), a PNG from plot, and the SLA figures of a crafted month (3
 # platform-failed minutes out of 1000: 99.700%, met; 2 out of 200: 99.000%, missed), and CSV
-# fields quoted per RFC 4180, and a report that leaves the file and its WAL as they were.
+# fields quoted per RFC 4180, sums past 2^64, and a report that leaves the file and its WAL as
+# they were.
 . "$(dirname "$0")/ledger_env.sh"
 BILL="$top_builddir/shoal-bill"
 FILL="$top_builddir/tests/ledger/ledger_fill"
@@ -12,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=42
+NTESTS=44
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -240,6 +241,20 @@ timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger2.db" sla --month 2026-12
     >"$T/out" 2>"$T/err"
 is "$?:$(tail -n +2 "$T/out")" '0:"ev""il,co",2026-12,2,1,0,50.000%,99.500%,missed' \
    "sla --csv quotes the tenant the same way"
+
+# ---- sums past 2^64 ---------------------------------------------------------------------------
+# A record's counts are uint64; their sums are not bounded by that (a month of a few busy 8-GPU
+# jobs' same-host bytes passes 2^64): they wrapped in silence to a small number.
+printf '%s\n' "acme big reserved $D 60 10000000000000000000 1 18000000000000000000 0.5 0 0" \
+    "acme big reserved $((D + 60)) 60 10000000000000000000 1 18000000000000000000 0.5 0 0" \
+    "globex x reserved $D 60 9000000000000000000 1 1 0.5 0 0" >"$T/records4"
+"$FILL" "sqlite://$T/ledger4.db" "$T/key" <"$T/records4" >"$T/out" 2>"$T/err"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger4.db" usage --csv >"$T/out" 2>"$T/err"
+is "$?:$(sed -n 2p "$T/out" | cut -d, -f1,7-9)" "0:acme,20000000000000000000,2,36000000000000000000" \
+   "usage --csv: byte and op sums past 2^64 are exact (2 x 1e19 bytes, 2 x 1.8e19 ops)"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger4.db" usage >"$T/out" 2>"$T/err"
+is "$?:$(awk '$1 == "TOTAL" { print $4, $7, $8, $9 }' "$T/out")" \
+   "0:3 29000000000000000000 3 36000000000000000001" "usage: the TOTAL line past 2^64 is exact"
 
 # ---- negative zero ---------------------------------------------------------------------------
 # commit takes -0.0 seconds (not below 0); SQLite gives it back as 0.0, and the MAC over the
