@@ -7,6 +7,7 @@
  * transaction, so a dropped last record is detected too. */
 #include "agent/ledger_int.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -130,6 +131,21 @@ int shoal_ledger_mac_from_hex(const char *hex, uint8_t mac[SHOAL_HMAC_BYTES])
             return -1;
         mac[i] = (uint8_t)(hi << 4 | lo);
     }
+    return 0;
+}
+
+int shoal_ledger_seq_parse(const char *text, uint64_t *seq_p)
+{
+    unsigned long long v;
+    char *end;
+
+    if (text == NULL || *text < '0' || *text > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v > INT64_MAX)
+        return -1;
+    *seq_p = v;
     return 0;
 }
 

@@ -84,6 +84,9 @@ SHOAL_HIDDEN void shoal_ledger_mac_to_hex(const uint8_t mac[SHOAL_HMAC_BYTES],
                                           char hex[SHOAL_LEDGER_MAC_HEX]);
 /* 0 on success, -1 when hex is not 64 hex digits. */
 SHOAL_HIDDEN int shoal_ledger_mac_from_hex(const char *hex, uint8_t mac[SHOAL_HMAC_BYTES]);
+/* The head's seq as stored (decimal digits, at most INT64_MAX: the BIGINT seq column); -1 when
+ * it is not one. */
+SHOAL_HIDDEN int shoal_ledger_seq_parse(const char *text, uint64_t *seq_p);
 /* "c0,c1,...": 0 on success, -1 when buf is too small. */
 SHOAL_HIDDEN int shoal_ledger_counters_format(const shoal_ledger_cursor_t *cursor, char *buf,
                                               size_t len);

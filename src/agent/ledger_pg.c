@@ -310,7 +310,8 @@ static shoal_status_t shoal_ledger_pg_head_get(void *arg, uint64_t *seq_p,
         const char *name = PQgetvalue(res, i, 0), *value = PQgetvalue(res, i, 1);
 
         if (strcmp(name, "head_seq") == 0) {
-            *seq_p = strtoull(value, NULL, 10);
+            /* strictly: anything else read as 0 (ledger_sqlite.c) */
+            bad |= shoal_ledger_seq_parse(value, seq_p) != 0;
             have |= 1;
         } else if (shoal_ledger_mac_from_hex(value, mac) == 0) {
             have |= 2;

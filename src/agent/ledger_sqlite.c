@@ -298,7 +298,9 @@ static shoal_status_t shoal_ledger_sqlite_head_get(void *arg, uint64_t *seq_p,
         if (name == NULL || value == NULL) {
             bad = 1;
         } else if (strcmp(name, "head_seq") == 0) {
-            *seq_p = strtoull(value, NULL, 10);
+            /* strictly: anything else read as 0, and verify passed a ledger of records as
+             * empty while the next commit failed on seq 1 as a duplicate */
+            bad |= shoal_ledger_seq_parse(value, seq_p) != 0;
             have |= 1;
         } else if (shoal_ledger_mac_from_hex(value, mac) == 0) {
             have |= 2;

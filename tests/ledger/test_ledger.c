@@ -5,11 +5,12 @@
  *                                              stop and start it)
  * Round trips (commit, each, last_minute, cursor), a duplicate refused atomically, the exact
  * replay of a stored commit, the chain verified and every kind of tampering named by seq
- * (each field altered, a record deleted, the tail dropped, two records swapped), a reader with
- * the key that verifies and creates no ledger that is not there, kill -9 of a writer in the
- * middle of a stream of commits (records present iff their cursors are), and a database gone
- * (file unwritable, directory moved away, server stopped): SHOAL_ERR_TRANSPORT, nothing
- * half-written, the retried commit succeeds. The log never shows the key. */
+ * (each field altered, a record deleted, the tail dropped, two records swapped; a head that is
+ * not a number), a reader with the key that verifies and creates no ledger that is not there,
+ * kill -9 of a writer in the middle of a stream of commits (records present iff their cursors
+ * are), and a database gone (file unwritable, directory moved away, server stopped):
+ * SHOAL_ERR_TRANSPORT, nothing half-written, the retried commit succeeds. The log never shows
+ * the key. */
 #include "agent/ledger.h"
 #include "agent/ledger_int.h"
 #include "tests/tap.h"
@@ -308,6 +309,30 @@ static void tamper_case(shoal_ledger_t *l, const char *what, const char *apply, 
            "%s: undone, the chain verifies again", what);
 }
 
+/* A head_seq that is not a number read as 0: verify passed a ledger of 5 records as an empty
+ * one, and the next commit failed on seq 1 as a duplicate (SHOAL_ERR_INVALID_ARG, which the
+ * agent takes for a minute written by another agent). */
+static void test_head_malformed(shoal_ledger_t *l)
+{
+    shoal_ledger_record_t r = rec_make("headless", "j", MINUTE0, 1);
+    uint64_t bad = 0, seq = 0;
+
+    if (tamper("CREATE TABLE saved_head AS SELECT value FROM ledger_meta WHERE name = 'head_seq';"
+               " UPDATE ledger_meta SET value = 'x' WHERE name = 'head_seq'") != 0) {
+        tap_ok(0, "a malformed head_seq: the tampering SQL ran");
+        return;
+    }
+    tap_is_int(shoal_ledger_verify(l, &bad), SHOAL_ERR_PROTOCOL,
+               "a malformed head_seq: verify says the head is malformed, not ok");
+    tap_is_int(shoal_ledger_commit(l, &r, 1, NULL, 0), SHOAL_ERR_PROTOCOL,
+               "... and a commit is refused as such, not as a duplicate minute");
+    tap_ok(tamper("UPDATE ledger_meta SET value = (SELECT value FROM saved_head)"
+                  " WHERE name = 'head_seq'; DROP TABLE saved_head") == 0 &&
+           shoal_ledger_verify(l, &bad) == SHOAL_OK && shoal_ledger_head(l, &seq, NULL) ==
+           SHOAL_OK && seq == 5 && shoal_ledger_last_minute(l, "headless", "j") == -1,
+           "a malformed head_seq: undone, the chain verifies at seq 5, nothing was written");
+}
+
 static void test_tampering(shoal_ledger_t *l)
 {
     static const char *const fields[][3] = {
@@ -373,6 +398,7 @@ static void test_tampering(shoal_ledger_t *l)
                 " failed_platform, failed_tenant, mac FROM saved",
                 "DELETE FROM ledger_records WHERE seq IN (1, 2);"
                 " INSERT INTO ledger_records SELECT * FROM saved; DROP TABLE saved", 1);
+    test_head_malformed(l);
 }
 
 /* A reader (no key): reads, never writes, never verifies. */
