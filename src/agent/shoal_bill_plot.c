@@ -197,6 +197,20 @@ static void shoal_bill_title(const char *in, char *out, size_t size)
     out[i] = '\0';
 }
 
+/* dir/name as a gnuplot string in single quotes, a quote in it doubled (gnuplot's only escape
+ * there). dir comes from TMPDIR: written as it was, a quote in it ended the string and the rest
+ * ran as gnuplot commands (system('...') included), and a plain "/home/o'brien/tmp" failed. */
+static void shoal_bill_gp_path(FILE *gp, const char *dir, const char *name)
+{
+    fputc('\'', gp);
+    for (const char *s = dir; *s != '\0'; s++) {
+        if (*s == '\'')
+            fputc('\'', gp);
+        fputc(*s, gp);
+    }
+    fprintf(gp, "/%s'", name);
+}
+
 static int shoal_bill_plot_write(const shoal_bill_plot_t *p, const char *dir)
 {
     static const char *const ylabel[] = {"GPU-seconds", "payload bytes", "operations",
@@ -229,15 +243,16 @@ static int shoal_bill_plot_write(const shoal_bill_plot_t *p, const char *dir)
     gp = fopen(path, "w");
     if (gp == NULL)
         return -1;
-    fprintf(gp, "set terminal pngcairo size 1200,600 noenhanced\n"
-                "set output '%s/usage.png'\n"
-                "set xdata time\nset timefmt '%%s'\nset format x \"%%m-%%d\\n%%H:%%M\"\n"
+    fprintf(gp, "set terminal pngcairo size 1200,600 noenhanced\nset output ");
+    shoal_bill_gp_path(gp, dir, "usage.png");
+    fprintf(gp, "\nset xdata time\nset timefmt '%%s'\nset format x \"%%m-%%d\\n%%H:%%M\"\n"
                 "set xlabel 'time (UTC)'\nset ylabel '%s per %" PRId64 " s'\n"
-                "set yrange [0:*]\nset key outside right\nset grid\nplot ", dir, ylabel[mi], p->step);
+                "set yrange [0:*]\nset key outside right\nset grid\nplot ", ylabel[mi], p->step);
     for (int t = 0; t < p->nnames; t++) {
         shoal_bill_title(p->names[t], title, sizeof(title));
-        fprintf(gp, "%s'%s/usage.dat' index %d using 1:2 with steps lw 2 title '%s'",
-                t > 0 ? ", \\\n     " : "", dir, t, title);
+        fputs(t > 0 ? ", \\\n     " : "", gp);
+        shoal_bill_gp_path(gp, dir, "usage.dat");
+        fprintf(gp, " index %d using 1:2 with steps lw 2 title '%s'", t, title);
     }
     fprintf(gp, "\n");
     return fclose(gp) == 0 ? 0 : -1;
@@ -301,8 +316,11 @@ int shoal_bill_cmd_plot(const shoal_bill_args_t *a)
     }
     shoal_bill_plot_buckets(&p);
     qsort(p.pts, p.npts, sizeof(p.pts[0]), shoal_bill_point_cmp);
-    snprintf(dir, sizeof(dir), "%s/shoal-bill.XXXXXX",
-             tmpdir != NULL && tmpdir[0] == '/' && strlen(tmpdir) < 3900 ? tmpdir : "/tmp");
+    /* a line break cannot be quoted in a gnuplot string: such a TMPDIR is not used */
+    if (tmpdir == NULL || tmpdir[0] != '/' || strlen(tmpdir) >= 3900 ||
+        strpbrk(tmpdir, "\n\r") != NULL)
+        tmpdir = "/tmp";
+    snprintf(dir, sizeof(dir), "%s/shoal-bill.XXXXXX", tmpdir);
     if (mkdtemp(dir) == NULL) {
         fprintf(stderr, "shoal-bill: mkdtemp(%s) failed: %s\n", dir, strerror(errno));
         goto out;

@@ -2,10 +2,10 @@
 # TAP test of shoal-bill on an SQLite ledger filled with crafted records (tests/ledger/
 # ledger_fill): usage table and CSV sums equal to the records, time ranges in ISO-8601 and unix
 # seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI; also a name
-# stored as another type), a PNG from plot, and the SLA figures of a crafted month (3
-# platform-failed minutes out of 1000: 99.700%, met; 2 out of 200: 99.000%, missed), and CSV
-# fields quoted per RFC 4180, sums past 2^64, and a report that leaves the file and its WAL as
-# they were.
+# stored as another type), a PNG from plot (also with a quote in TMPDIR), and the SLA figures
+# of a crafted month (3 platform-failed minutes out of 1000: 99.700%, met; 2 out of 200:
+# 99.000%, missed), and CSV fields quoted per RFC 4180, sums past 2^64, and a report that
+# leaves the file and its WAL as they were.
 . "$(dirname "$0")/ledger_env.sh"
 BILL="$top_builddir/shoal-bill"
 FILL="$top_builddir/tests/ledger/ledger_fill"
@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=44
+NTESTS=45
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -194,8 +194,17 @@ if command -v gnuplot >/dev/null 2>&1; then
         --step 9223372036854775807 --from 2026-12-01 --to 2026-12-02 >"$T/out" 2>/dev/null
     is "$?:$(head -c 8 "$T/step.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" \
        "0:89504e470d0a1a0a" "plot --step 9223372036854775807 writes a PNG at once"
+    # the temp dir's path went into the gnuplot script as it was: a quote in TMPDIR ended the
+    # string there and the rest ran as gnuplot commands (system() included)
+    q="$T/tmp q'; system('touch $T/pwned'); print '"
+    mkdir -p "$q"
+    TMPDIR="$q" timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger.db" plot \
+        --out "$T/quote.png" --from 2026-12-01 --to 2026-12-02 >"$T/out" 2>"$T/err"
+    is "$?:$(head -c 8 "$T/quote.png" 2>/dev/null | od -An -tx1 | tr -d ' \n'):$(ls "$T" |
+        grep -c pwned):$(ls -A "$q" | wc -l | tr -d ' ')" "0:89504e470d0a1a0a:0:0" \
+       "plot with a quote and gnuplot commands in TMPDIR: a PNG, nothing run, no temp files left"
 else
-    for i in 1 2 3 4; do n=$((n + 1)); echo "ok $n # SKIP no gnuplot"; done
+    for i in 1 2 3 4 5; do n=$((n + 1)); echo "ok $n # SKIP no gnuplot"; done
 fi
 # plot killed by SIGTERM while gnuplot runs (a stand-in that waits): its temp dir, with the
 # tenants' usage in it, and gnuplot go before it dies (both stayed)
