@@ -357,11 +357,18 @@ void shoal_ledger_url_redact(const char *url, char *buf, size_t len)
     if (len == 0)
         return;
     if (auth != NULL) {
+        /* libpq's rule: user[:password]@ is there when an '@' comes before the first '/'. A
+         * '?' does not end it (libpq takes "user:pa?ss@host" with the password "pa?ss"): it
+         * did here, and such a password was logged as written. */
         auth += 3;
-        end = auth + strcspn(auth, "/?");
-        for (p = auth; p < end; p++)
-            at = *p == '@' ? p : at;
-        colon = at != NULL ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+        end = auth + strcspn(auth, "/");
+        at = memchr(auth, '@', (size_t)(end - auth));
+        if (at != NULL) {
+            colon = memchr(auth, ':', (size_t)(at - auth));
+            /* an '@' in the password itself: the last one before the host's query */
+            for (p = at + 1; p < end && *p != '?'; p++)
+                at = *p == '@' ? p : at;
+        }
     }
     for (p = url; *p != '\0' && n + 1 < len;) {
         const char *skip = NULL;

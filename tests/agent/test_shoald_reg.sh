@@ -61,6 +61,13 @@ SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/pw.conf" >"$T/pw.out" 2>&1
 ! grep -q TopSecret "$T/pw.out" &&
     grep -q 'ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing?password=\*\*\* cannot' "$T/pw.out"
 ok $? "the ledger URL's password is not logged (*** in its place)" "$T/pw.out"
+# a '?' in the password (libpq reads user:password@ up to the '@'): the URL was logged whole
+base_conf "$T/pwq.conf" "ledger_key_file=$T/ledger.key" \
+    "ledger_url=postgresql://shoal:Top?SecretPw3@127.0.0.1:1/billing"
+SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/pwq.conf" >"$T/pwq.out" 2>&1
+! grep -q SecretPw3 "$T/pwq.out" &&
+    grep -q 'ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing cannot' "$T/pwq.out"
+ok $? "a password holding '?' is not logged either" "$T/pwq.out"
 # The same on the command line: every local user reads /proc/PID/cmdline. The agent keeps a
 # copy and overwrites the argument with the redacted URL, and warns; so does shoal-bill.
 base_conf "$T/pwarg.conf" "ledger_key_file=$T/ledger.key"

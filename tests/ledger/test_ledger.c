@@ -10,7 +10,7 @@
  * kill -9 of a writer in the middle of a stream of commits (records present iff their cursors
  * are), and a database gone (file unwritable, directory moved away, server stopped):
  * SHOAL_ERR_TRANSPORT, nothing half-written, the retried commit succeeds. The log never shows
- * the key. */
+ * the key, nor a URL's password. */
 #include "agent/ledger.h"
 #include "agent/ledger_int.h"
 #include "tests/tap.h"
@@ -738,6 +738,29 @@ static void test_down_pg(shoal_ledger_t *l)
                "the next commit after a restart succeeds at once");
 }
 
+/* The password of a libpq URL as log lines show it: ***. A '?' in the password ended the
+ * search for user:password@ (libpq reads on to the '@'), and the URL was logged as written. */
+static void test_url_redact(void)
+{
+    static const char *const cases[][2] = {
+        {"postgresql://shoal:pw@host:5432/db?password=pw2",
+         "postgresql://shoal:***@host:5432/db?password=***"},
+        {"postgresql://shoal:Ab?Secret@127.0.0.1:1/billing",
+         "postgresql://shoal:***@127.0.0.1:1/billing"},
+        {"postgres://shoal:a?b@c@host?sslmode=require", "postgres://shoal:***@host?sslmode=require"},
+        {"postgresql://shoal:pw@host:5432?password=x@y",
+         "postgresql://shoal:***@host:5432?password=***"},
+        {"postgresql://shoal@host?password=x@y", "postgresql://shoal@host?password=***"},
+        {"postgresql:///db?host=/run/pg&password=p", "postgresql:///db?host=/run/pg&password=***"},
+    };
+    char buf[256];
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
+        shoal_ledger_url_redact(cases[i][0], buf, sizeof(buf));
+        tap_ok(strcmp(buf, cases[i][1]) == 0, "redacted %s: %s", cases[i][0], buf);
+    }
+}
+
 static void test_log_lines(void)
 {
     char buf[1 << 16];
@@ -801,6 +824,7 @@ int main(int argc, char **argv)
     else
         test_down_sqlite(l);
     shoal_ledger_close(l);
+    test_url_redact();
     test_log_lines();
     if (test_pg)
         unlink(test_log);
