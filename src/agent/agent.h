@@ -333,6 +333,9 @@ void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_p
 void shoald_qos_page_end(shoald_t *a, shoald_page_t *p);
 
 /* ---- HTTP (agent_http.c) ---- */
+#define SHOALD_HTTP_MAX_CONN 64
+#define SHOALD_HTTP_SPARE 16          /* MHD's limit above ours: room for the newcomers that
+                                       * push others out, until those are closed */
 typedef struct shoald_http shoald_http_t;
 shoal_status_t shoald_http_start(shoald_t *a, const char *addr, shoald_http_t **h_p,
                                  int *port_p);

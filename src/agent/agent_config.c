@@ -83,7 +83,9 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "a registration message must arrive complete within this (ms, s; 1ms..60s)"},
     {.name = "max_pages", .dflt = "4096", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoald_config_t, max_pages),
-     .doc = "registered pages kept at most (all processes)"},
+     .doc = "registered pages kept at most (all processes); each holds two file "
+            "descriptors, and the agent lowers this at start to what its limit allows "
+            "(ulimit -n, LimitNOFILE=), said in its log"},
     {.name = "max_pages_per_uid", .dflt = "1024", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoald_config_t, max_pages_per_uid),
      .doc = "registered pages kept at most per uid"},

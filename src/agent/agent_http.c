@@ -25,9 +25,6 @@
 #include <sys/socket.h>
 
 #define SHOALD_HTTP_TIMEOUT_S 10
-#define SHOALD_HTTP_MAX_CONN 64
-#define SHOALD_HTTP_SPARE 16          /* MHD's limit above ours: room for the newcomers that
-                                       * push others out, until those are closed */
 
 typedef struct {
     struct MHD_Connection *c;         /* NULL: a free slot */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -35,6 +36,9 @@
 #endif
 
 #define SHOALD_REG_MAX_FDS 4   /* ancillary room: more than one is refused, not truncated */
+#define SHOALD_REG_BACKLOG 128
+#define SHOALD_FD_RESERVE 64    /* the agent's own: listeners, epoll, signalfd, the ledger's,
+                                 * /proc reads, the tc script's */
 #define SHOALD_REG_LOG_PER_MINUTE 20
 
 typedef struct shoald_pend {
@@ -157,11 +161,44 @@ static shoal_status_t shoald_reg_listen(shoald_reg_t *r)
             return SHOAL_ERR_SYSTEM;
         }
     }
-    if (listen(r->lfd, 128) != 0) {
+    if (listen(r->lfd, SHOALD_REG_BACKLOG) != 0) {
         shoal_error(METER, "listen %s: %s", sa.sun_path, strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
     return SHOAL_OK;
+}
+
+/* A page holds two descriptors while it is kept (its connection, its pidfd). Past the
+ * process's limit the agent had none left: the kernel dropped the page's memfd (refused as
+ * "no page descriptor was attached", the client's fault), a pidfd failed (the page taken for
+ * exited while its rank ran) and accept failed. The soft limit is raised to the hard one, and
+ * max_pages lowered, said once, to what is left besides the agent's own descriptors, the HTTP
+ * connections, two per registration in progress and one pass of accept over the backlog
+ * (taken in before the oldest in progress are dropped). */
+static void shoald_reg_fd_budget(shoald_config_t *cfg)
+{
+    unsigned long long reserve, room;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t cur = rl.rlim_cur;
+
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = cur;
+    }
+    reserve = SHOALD_FD_RESERVE + SHOALD_REG_BACKLOG + 2ull * cfg->max_pending +
+              (cfg->http != NULL ? SHOALD_HTTP_MAX_CONN + SHOALD_HTTP_SPARE : 0);
+    room = rl.rlim_cur > reserve ? (rl.rlim_cur - reserve) / 2 : 0;
+    if (room >= cfg->max_pages)
+        return;
+    shoal_warn(METER, "max_pages=%u needs %llu file descriptors, this process may open %llu "
+               "(raise it: ulimit -n, LimitNOFILE=): the agent keeps at most %llu pages",
+               cfg->max_pages, 2ull * cfg->max_pages + reserve,
+               (unsigned long long)rl.rlim_cur, room);
+    cfg->max_pages = (unsigned)room;
 }
 
 /* ---- pending registrations ------------------------------------------------------------ */
@@ -423,7 +460,8 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
     if (r->a->npages >= r->a->cfg->max_pages) {
         munmap(map, SHOAL_METER_PAGE_BYTES);
         shoald_reg_refuse(r, q, SHOALD_REFUSE_LIMIT, SHOAL_ERR_NO_MEMORY, snap.tenant,
-                          "the agent holds its limit of %u pages (max_pages)",
+                          "the agent holds its limit of %u pages (max_pages, or what its "
+                          "file descriptors allow)",
                           r->a->cfg->max_pages);
         return;
     }
@@ -696,6 +734,7 @@ shoal_status_t shoald_reg_start(shoald_t *a, int epfd, shoald_reg_t **r_p)
     r->epfd = epfd;
     r->lfd = -1;
     r->tag = (shoald_tag_t){.kind = SHOALD_TAG_LISTEN, .obj = r};
+    shoald_reg_fd_budget(a->cfg);
     if (shoald_reg_listen(r) != SHOAL_OK)
         goto err;
     ev.data.ptr = &r->tag;

@@ -288,6 +288,41 @@ else
     skip_rest 1 "not root (another uid needs setpriv --reuid)"
 fi
 
+# Descriptors: a held page costs the agent two (its connection, its pidfd). Under ulimit -n 240
+# the agent took pages until it had none left, then refused the next ones as "no page
+# descriptor was attached" (the kernel drops a descriptor it cannot install; counted as the
+# client's fault, no_fd) and took a page whose pidfd it could not open as exited while its
+# rank ran. It now keeps at most the pages its limit leaves room for (said at start) and
+# refuses the others as limit, with the reason.
+stop_agent
+base_conf "$T/conf5" "http=none" "max_pending=8"
+AGENT_NOFILE=240 start_agent "$T/conf5"
+FDS=$(cred acme fds)
+HOLDERS=""
+i=0
+while [ $i -lt 120 ]; do # one after the other (a burst would be max_pending's to cut)
+    timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job fds --cred "$FDS" --hold 30 \
+        >"$T/fd$i.out" 2>&1 &
+    HOLDERS="$HOLDERS $!"
+    PIDS="$PIDS $!"
+    j=0
+    while ! grep -q '^status=' "$T/fd$i.out" 2>/dev/null && [ $j -lt 100 ]; do
+        sleep 0.02; j=$((j + 1))
+    done
+    i=$((i + 1))
+done
+room=$(sed -n 's/.*the agent keeps at most \([0-9]*\) pages.*/\1/p' "$T/agent.log" | tail -n 1)
+nok=$(cat "$T"/fd*.out | grep -c '^status=0 ')
+nlim=$(cat "$T"/fd*.out | grep -c "^status=-2 reason=the agent holds its limit of $room pages")
+is "${room:-none}:$nok:$nlim" "16:16:104" \
+    "under ulimit -n 240, 120 held pages: 16 kept (the room the agent said), 104 refused as limit"
+! grep -q "no page descriptor" "$T"/fd*.out && ! grep -q "before the agent could watch" \
+    "$T/agent.log" && alive
+ok $? "none refused as no_fd, none taken for exited, the agent runs" "$T/agent.log"
+AGENT_NOFILE=
+stop_agent
+for p in $HOLDERS; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+
 # Bad credentials cost the journal at most the refusals' cap (20 lines a minute): the
 # library's parser and verifier logged an ERROR of their own for each (120 bad registrations,
 # 120 lines). 20 malformed, 20 forged and 20 expired ones within a run that may straddle a
