@@ -386,14 +386,21 @@ static void shoald_qos_divide(shoald_qos_t *q)
                 arrive[i] = oo[i];
             }
         }
-        for (i = 0; i < n; i++)
-            ts[i]->rate += (uint64_t)(ts[i]->given[r] > 0 ? ts[i]->given[r] : arrive[i]);
+        /* A share under 1 B/s (weights 1000000 to 1 of a small capacity) counts as 1: cut to
+         * 0, it was no limit at all on the tenant's page, the lightest tenant unpaced. */
+        for (i = 0; i < n; i++) {
+            double g = ts[i]->given[r] > 0 ? ts[i]->given[r] : arrive[i];
+
+            if (g > 0)
+                ts[i]->rate += SHOAL_MAX((uint64_t)g, 1ull);
+        }
     }
     for (i = 0; i < n; i++) {
         t = ts[i];
         if (t->unarbitrated || t->comms == 0)
             t->rate = 0;
-        t->comm_rate = t->rate / SHOAL_MAX(t->comms, 1u);
+        /* the same for each communicator's part (as the library's division of it) */
+        t->comm_rate = t->rate == 0 ? 0 : SHOAL_MAX(t->rate / SHOAL_MAX(t->comms, 1u), 1ull);
         if (t->page != NULL)
             shoald_qos_publish(t->page, t->comm_rate);
     }

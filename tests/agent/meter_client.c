@@ -21,6 +21,7 @@
  * protocol forbids, until the agent closes it: exit 0, or 1 when it is still open after
  * --hold S, 10 s by default).
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
+ * --weight W: the QoS weight the page asks for (the agent takes at most the credential's);
  * --dup: register the same page a second time on another connection (a reconnect);
  * --rereg: when the agent goes away, register the same page again with the next agent (as
  * the library does); the final counters and the page's life are printed at the end
@@ -286,14 +287,14 @@ int main(int argc, char **argv)
         {"set", 1, NULL, 'S'}, {"hold", 1, NULL, 'H'}, {"hold-stdin", 0, NULL, 'I'},
         {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
         {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {"set2", 1, NULL, '2'},
-        {"abandon", 1, NULL, 'A'},
+        {"abandon", 1, NULL, 'A'}, {"weight", 1, NULL, 'W'},
         {NULL, 0, NULL, 0}};
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
     char *sets[64], *sets2[64], *eq;
     int nsets2 = 0, s3 = -1, fd2;
     shoal_meter_page_t *pg2;
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
-    int tick_ms = 0, rereg = 0, dup = 0, s2;
+    int tick_ms = 0, rereg = 0, dup = 0, s2, weight = 0;
     double hold = 0, fork_hold = -1, created_ago = 0, abandon = 0;
     unsigned long long epoch = 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -325,6 +326,7 @@ int main(int argc, char **argv)
         case 'D': dup = 1; break;
         case '2': if (nsets2 < 64) sets2[nsets2++] = optarg; break;
         case 'A': abandon = atof(optarg); break;
+        case 'W': weight = atoi(optarg); break;
         default: return 3;
         }
     }
@@ -348,6 +350,7 @@ int main(int argc, char **argv)
     snprintf(pg->job, sizeof(pg->job), "%s", job);
     pg->epoch = epoch;
     pg->comm_id = 1;
+    pg->qos_weight = weight;
     pg->rank = rank;
     pg->nranks = nranks;
     pg->ngpus = ngpus;

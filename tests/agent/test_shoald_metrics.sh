@@ -281,4 +281,29 @@ else
 fi
 kill "$PID_p0" 2>/dev/null
 stop_agent
+
+# The QoS arbiter with weights far apart: acme at 1000000 (the most a credential gives), beta
+# at 1, both sending (some 50 KB/s each) over the NICs (qos_capacity_net, no tc). beta's share
+# of 20 KiB/s is 0.02 bytes a second: it was truncated to a rate of 0, which its rates page
+# means as no limit, so the lightest tenant ran unpaced. A share above 0 is published as 1 B/s
+# at least (the library raises it to its slowest rate).
+base_conf "$T/conf_q" "qos_rates_dir=$T/qos" "qos_capacity_net=20k" "qos_period=500ms"
+start_agent "$T/conf_q"
+client qa --tenant acme --job heavy --cred "$(cred acme heavy --weight 1000000)" \
+    --weight 1000000 --tick 10
+client qb --tenant beta --job light --cred "$(cred beta light)" --weight 1 --tick 10
+QR='shoal_qos_comm_rate_bytes_per_second'
+i=0
+while [ $i -lt 50 ]; do # the arbiter has measured both as greedy
+    scrape >/dev/null
+    [ "$(metric "$QR{tenant=\"acme\"}")" -gt 20000 ] 2>/dev/null &&
+        [ -n "$(metric "$QR{tenant=\"beta\"}")" ] && break
+    sleep 0.1; i=$((i + 1))
+done
+is "$(metric "$QR{tenant=\"acme\"}"):$(metric "$QR{tenant=\"beta\"}")" "20479:1" \
+    "weights 1000000:1 of 20 KiB/s: acme 20479 B/s, beta 1 B/s (not 0, no limit)"
+is "$(od -An -j16 -N8 -tu8 "$T/qos/beta.rate" | tr -d ' ')" 1 \
+    "beta's rates page holds 1 B/s"
+kill "$PID_qa" "$PID_qb" 2>/dev/null
+stop_agent
 done_testing
