@@ -423,17 +423,20 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
                           "more than one descriptor was attached");
         return;
     }
+    /* The seals before the size: a size read before them could still change. A client that
+     * truncated its unsealed memfd to 0 and sealed it between the two checks had the agent
+     * map an empty file and die of SIGBUS at its first read, for every tenant. */
+    seals = fcntl(q->memfd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        shoald_reg_refuse(r, q, SHOALD_REFUSE_UNSEALED, SHOAL_ERR_INVALID_ARG, NULL,
+                          "the page's memfd is not sealed against shrinking and growing");
+        return;
+    }
     if (fstat(q->memfd, &st) != 0 || !S_ISREG(st.st_mode) ||
         st.st_size != SHOAL_METER_PAGE_BYTES) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_BAD_PAGE, SHOAL_ERR_INVALID_ARG, NULL,
                           "the page is %lld bytes, expected a memfd of %d",
                           (long long)st.st_size, SHOAL_METER_PAGE_BYTES);
-        return;
-    }
-    seals = fcntl(q->memfd, F_GET_SEALS);
-    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-        shoald_reg_refuse(r, q, SHOALD_REFUSE_UNSEALED, SHOAL_ERR_INVALID_ARG, NULL,
-                          "the page's memfd is not sealed against shrinking and growing");
         return;
     }
     map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED, q->memfd, 0);

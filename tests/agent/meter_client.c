@@ -17,9 +17,9 @@
  * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
  * connection) registered after the first, with these values; it ends with the first.
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent,
- * flood (registers, then streams bytes from four writers on the kept connection, which the
- * protocol forbids, until the agent closes it: exit 0, or 1 when it is still open after
- * --hold S, 10 s by default).
+ * truncrace (mc_truncrace), flood (registers, then streams bytes from four writers on the kept
+ * connection, which the protocol forbids, until the agent closes it: exit 0, or 1 when it is
+ * still open after --hold S, 10 s by default).
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
  * --weight W: the QoS weight the page asks for (the agent takes at most the credential's);
  * --dup: register the same page a second time on another connection (a reconnect);
@@ -176,6 +176,65 @@ static uint64_t mc_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* --mode truncrace: registrations one after the other for --hold seconds (5 by default), at
+ * most --tries, each of a memfd of the page's size sent unsealed, then truncated to 0 and
+ * sealed 0 to 30 us later (in steps of 100 ns, over and over): an agent that checks the
+ * size before the seals can see the right size and then the seals, map an empty file and
+ * die of SIGBUS at its first read. Exit 0 when the agent answered every one, 2 when it
+ * stopped answering. */
+static int mc_truncrace(const struct sockaddr_un *sa, double seconds, long tries)
+{
+    shoal_meter_reg_t reg = {.magic = SHOAL_METER_REG_MAGIC, .version = SHOAL_METER_VERSION,
+                             .page_bytes = SHOAL_METER_PAGE_BYTES};
+    uint64_t end = mc_now_ms() + (uint64_t)(seconds * 1000);
+    struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+    shoal_meter_reg_reply_t rep;
+    struct timespec t0, t;
+    shoal_meter_page_t *pg;
+    long k, delay_ns;
+    int s, fd, lost = 1;
+
+    for (k = 0;; k++) {
+        if (k >= tries || mc_now_ms() >= end) {
+            lost = 0;
+            break;
+        }
+        s = mc_connect(sa);
+        if (s < 0)
+            break;
+        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        fd = mc_memfd(SHOAL_METER_PAGE_BYTES, 0);
+        pg = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (pg == MAP_FAILED)
+            mc_die("mmap");
+        pg->magic = SHOAL_METER_MAGIC;
+        pg->version = SHOAL_METER_VERSION;
+        pg->size = sizeof(*pg);
+        munmap(pg, SHOAL_METER_PAGE_BYTES);
+        if (mc_send_try(s, &reg, sizeof(reg), &fd, 1) != 0) {
+            close(fd);
+            close(s);
+            break;
+        }
+        delay_ns = (k % 301) * 100;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do
+            clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < delay_ns);
+        if (ftruncate(fd, 0) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+            mc_die("truncate and seal");
+        close(fd);
+        if (mc_reply(s, &rep) != 0) {
+            close(s);
+            break;
+        }
+        close(s);
+    }
+    printf("truncrace: the agent answered %ld registrations%s\n", k,
+           lost ? ", then stopped answering" : "");
+    return lost ? 2 : 0;
+}
+
 /* Holds the page: ticks the counters, re-registers with a new agent, until the deadline or
  * stdin's end. */
 static void mc_hold(shoal_meter_page_t *pg, int *s_p, const struct sockaddr_un *sa,
@@ -287,7 +346,7 @@ int main(int argc, char **argv)
         {"set", 1, NULL, 'S'}, {"hold", 1, NULL, 'H'}, {"hold-stdin", 0, NULL, 'I'},
         {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
         {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {"set2", 1, NULL, '2'},
-        {"abandon", 1, NULL, 'A'}, {"weight", 1, NULL, 'W'},
+        {"abandon", 1, NULL, 'A'}, {"weight", 1, NULL, 'W'}, {"tries", 1, NULL, 'N'},
         {NULL, 0, NULL, 0}};
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
     char *sets[64], *sets2[64], *eq;
@@ -296,6 +355,7 @@ int main(int argc, char **argv)
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
     int tick_ms = 0, rereg = 0, dup = 0, s2, weight = 0;
     double hold = 0, fork_hold = -1, created_ago = 0, abandon = 0;
+    long tries = 1000000;
     unsigned long long epoch = 0;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     shoal_meter_reg_reply_t rep;
@@ -327,12 +387,15 @@ int main(int argc, char **argv)
         case '2': if (nsets2 < 64) sets2[nsets2++] = optarg; break;
         case 'A': abandon = atof(optarg); break;
         case 'W': weight = atoi(optarg); break;
+        case 'N': tries = atol(optarg); break;
         default: return 3;
         }
     }
     if (sock == NULL || strlen(sock) >= sizeof(sa.sun_path))
         return 3;
     memcpy(sa.sun_path, sock, strlen(sock));
+    if (strcmp(mode, "truncrace") == 0)
+        return mc_truncrace(&sa, hold > 0 ? hold : 5, tries);
     s = mc_connect(&sa);
     if (s < 0)
         mc_die("connect");

@@ -323,6 +323,18 @@ AGENT_NOFILE=
 stop_agent
 for p in $HOLDERS; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 
+# A memfd sent unsealed, then truncated to 0 and sealed while the agent checked it: the agent
+# read the size before the seals, so a client that did both between the two checks had it
+# map an empty file and die of SIGBUS at its first read (every tenant's metering and billing
+# gone; a few thousand tries, under a second). The seals are checked first.
+base_conf "$T/conf6"
+start_agent "$T/conf6"
+timeout -s KILL 30 "$MC" --sock "$SOCK" --mode truncrace --hold 4 >"$T/race.out" 2>&1
+[ $? = 0 ] && alive
+ok $? "memfds truncated and sealed while the agent checks them: all answered, the agent runs" \
+    "$T/race.out"
+stop_agent
+
 # Bad credentials cost the journal at most the refusals' cap (20 lines a minute): the
 # library's parser and verifier logged an ERROR of their own for each (120 bad registrations,
 # 120 lines). 20 malformed, 20 forged and 20 expired ones within a run that may straddle a
