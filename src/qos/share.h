@@ -6,9 +6,10 @@
 /* Weighted max-min fair, work-conserving shares of capacity (water filling): rates[i] <=
  * demands[i] (a negative demand = unlimited); a tenant whose demand is below its weighted
  * share gets its demand and the rest goes to the others in proportion to their weights; an
- * idle tenant (demand 0 or NaN) gets nothing. Weights <= 0 (or NaN) get nothing. When every
- * demand is met, capacity may be left over (rates are not raised above demands). Returns the
- * capacity handed out. n <= 0 or capacity <= 0: every rate 0. */
+ * idle tenant (demand 0 or NaN) gets nothing. Weights <= 0, NaN or infinite get nothing; only
+ * the ratios of the others matter (1e308:1e308 divides as 1:1 does). When every demand is met,
+ * capacity may be left over (rates are not raised above demands). Returns the capacity handed
+ * out. n <= 0 or capacity <= 0: every rate 0. */
 double shoal_qos_share(const double *weights, const double *demands, int n, double capacity,
                        double *rates);
 

@@ -430,6 +430,18 @@ static void test_share(void)
     given = shoal_qos_share((double[]){1, 1}, (double[]){NAN, -1}, 2, 100, r);
     tap_ok(near(r, (double[]){0, 100}, 2) && given <= 100, "a NaN demand gets nothing: %g and "
            "%g, %g of 100 handed out", r[0], r[1], given);
+    /* Only the weights' ratios count: two weights of 1e308 summed to inf and got nothing,
+     * weights of 1e-320 got inf each, an infinite weight got NaN. */
+    given = shoal_qos_share((double[]){1e308, 1e308}, unl, 2, 10, r);
+    tap_ok(near(r, (double[]){5, 5}, 2) && fabs(given - 10) < 1e-9,
+           "weights 1e308:1e308 -> 5, 5 (%g of 10 handed out)", given);
+    given = shoal_qos_share((double[]){1e-320, 3e-320}, unl, 2, 12, r);
+    tap_ok(near(r, (double[]){3, 9}, 2) && fabs(given - 12) < 1e-9,
+           "weights 1e-320:3e-320 -> 3, 9 (%g of 12 handed out)", given);
+    given = shoal_qos_share((double[]){INFINITY, 1}, unl, 2, 10, r);
+    tap_ok(near(r, (double[]){0, 10}, 2) && fabs(given - 10) < 1e-9,
+           "an infinite weight gets nothing, as a NaN one: %g and %g, %g handed out", r[0], r[1],
+           given);
     tap_ok(fabs(shoal_qos_jain((double[]){5, 5}, 2) - 1) < 1e-12, "Jain of equal shares is 1");
     tap_ok(fabs(shoal_qos_jain((double[]){1, 0}, 2) - 0.5) < 1e-12, "Jain of one of two is 1/2");
 }
