@@ -124,7 +124,8 @@ void shoald_config_free(shoald_config_t *cfg);
 void shoald_config_help(FILE *fp);
 shoald_tenant_t *shoald_config_tenant(shoald_config_t *cfg, const char *name);
 /* Reads a 32-byte raw key file (regular file, exact size; warns when group/others may read). */
-shoal_status_t shoald_key_read(const char *path, uint8_t key[SHOALD_KEY_BYTES]);
+shoal_status_t shoald_key_read(const char *what, const char *path,
+                              uint8_t key[SHOALD_KEY_BYTES]);
 
 /* ---- aggregation (agent_page.c) ---- */
 typedef struct shoald_job shoald_job_t;

@@ -181,8 +181,10 @@ shoald_tenant_t *shoald_config_tenant(shoald_config_t *cfg, const char *name)
     return NULL;
 }
 
-static shoal_status_t shoald_file_read(const char *path, uint8_t *buf, size_t max, size_t *len_p,
-                                       int exact)
+/* key: the configuration key that named path (tenant.acme.key_file), said first in an error:
+ * the file alone did not tell which line of the configuration to fix. */
+static shoal_status_t shoald_file_read(const char *key, const char *path, uint8_t *buf,
+                                       size_t max, size_t *len_p, int exact)
 {
     char why[512];
     int loose;
@@ -190,26 +192,34 @@ static shoal_status_t shoald_file_read(const char *path, uint8_t *buf, size_t ma
 
     st = shoal_secret_file_read(path, buf, exact ? max : 0, max, len_p, &loose, why, sizeof(why));
     if (st != SHOAL_OK) {
-        fprintf(stderr, "shoald: %s\n", why);
+        fprintf(stderr, "shoald: %s: %s\n", key, why);
         return st;
     }
     if (loose)
-        fprintf(stderr, "shoald: warning: secret file %s may be read by group or others: "
-                "chmod 600 it\n", path);
+        fprintf(stderr, "shoald: warning: %s: secret file %s may be read by group or others: "
+                "chmod 600 it\n", key, path);
     return SHOAL_OK;
 }
 
-/* A bearer token: the file's first line, trailing white space cut, at least 16 bytes. */
-static shoal_status_t shoald_token_read(const char *path, char token[SHOALD_TOKEN_MAX],
-                                        size_t *len_p, const char *whose)
+/* A bearer token: the file, white space cut at both ends, at least 16 bytes. */
+static shoal_status_t shoald_token_read(const char *key, const char *path,
+                                        char token[SHOALD_TOKEN_MAX], size_t *len_p,
+                                        const char *whose)
 {
     size_t len;
 
-    if (shoald_file_read(path, (uint8_t *)token, SHOALD_TOKEN_MAX - 1, &len, 0) != SHOAL_OK)
+    if (shoald_file_read(key, path, (uint8_t *)token, SHOALD_TOKEN_MAX - 1, &len, 0) != SHOAL_OK)
         return SHOAL_ERR_INVALID_ARG;
+    /* the whole file, white space cut at both ends, as Prometheus reads the same file as
+     * its credentials_file (leading white space was kept: a token it never sent) */
+    size_t lead = 0;
     while (len > 0 && isspace((unsigned char)token[len - 1]))
         len--;
-    token[len] = '\0';
+    while (lead < len && isspace((unsigned char)token[lead]))
+        lead++;
+    len -= lead;
+    memmove(token, token + lead, len);
+    shoal_secret_wipe(token + len, SHOALD_TOKEN_MAX - len);
     *len_p = len;
     if (len < 16) {
         fprintf(stderr, "shoald: the scrape token of %s (%s) is shorter than 16 bytes\n", whose,
@@ -221,11 +231,11 @@ static shoal_status_t shoald_token_read(const char *path, char token[SHOALD_TOKE
     return SHOAL_OK;
 }
 
-shoal_status_t shoald_key_read(const char *path, uint8_t key[SHOALD_KEY_BYTES])
+shoal_status_t shoald_key_read(const char *what, const char *path, uint8_t key[SHOALD_KEY_BYTES])
 {
     size_t len;
 
-    return shoald_file_read(path, key, SHOALD_KEY_BYTES, &len, 1);
+    return shoald_file_read(what, path, key, SHOALD_KEY_BYTES, &len, 1);
 }
 
 static int shoald_cfg_uids_parse(shoald_tenant_t *t, const char *v)
@@ -389,8 +399,10 @@ static shoal_status_t shoald_cfg_tenants_load(shoald_config_t *cfg)
     shoald_tenant_t *t;
 
     for (t = cfg->tenants; t != NULL; t = t->next) {
+        char what[SHOALD_NAME_MAX + 32];
         if (t->key_file != NULL && t->key_file[0] != '\0') {
-            if (shoald_key_read(t->key_file, t->key) != SHOAL_OK)
+            snprintf(what, sizeof(what), "tenant.%s.key_file", t->name);
+            if (shoald_key_read(what, t->key_file, t->key) != SHOAL_OK)
                 return SHOAL_ERR_INVALID_ARG;
             t->have_key = 1;
         } else if (cfg->have_master) {
@@ -406,7 +418,9 @@ static shoal_status_t shoald_cfg_tenants_load(shoald_config_t *cfg)
         if (t->token_file != NULL && t->token_file[0] != '\0') {
             char whose[SHOALD_NAME_MAX + 8];
             snprintf(whose, sizeof(whose), "tenant %s", t->name);
-            if (shoald_token_read(t->token_file, t->token, &t->token_len, whose) != SHOAL_OK)
+            snprintf(what, sizeof(what), "tenant.%s.scrape_token_file", t->name);
+            if (shoald_token_read(what, t->token_file, t->token, &t->token_len, whose) !=
+                SHOAL_OK)
                 return SHOAL_ERR_INVALID_ARG;
         }
     }
@@ -534,17 +548,18 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
         return SHOAL_ERR_INVALID_ARG;
     }
     if (cfg->master_key_file != NULL) {
-        if (shoald_key_read(cfg->master_key_file, cfg->master) != SHOAL_OK)
+        if (shoald_key_read("master_key_file", cfg->master_key_file, cfg->master) != SHOAL_OK)
             return SHOAL_ERR_INVALID_ARG;
         cfg->have_master = 1;
     }
     if (cfg->ledger_key_file != NULL) {
-        if (shoald_key_read(cfg->ledger_key_file, cfg->ledger_key) != SHOAL_OK)
+        if (shoald_key_read("ledger_key_file", cfg->ledger_key_file, cfg->ledger_key) !=
+            SHOAL_OK)
             return SHOAL_ERR_INVALID_ARG;
         cfg->have_ledger_key = 1;
     }
     if (cfg->provider_token_file != NULL && cfg->provider_token_file[0] != '\0' &&
-        shoald_token_read(cfg->provider_token_file, cfg->provider_token,
+        shoald_token_read("provider_token_file", cfg->provider_token_file, cfg->provider_token,
                           &cfg->provider_token_len, "the provider") != SHOAL_OK)
         return SHOAL_ERR_INVALID_ARG;
     if (cfg->ledger_url != NULL && strcmp(cfg->ledger_url, "none") != 0 &&

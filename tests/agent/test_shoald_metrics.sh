@@ -241,13 +241,21 @@ stop_agent
 # The provider's view behind its own bearer token (provider_token_file): every local user
 # reaches loopback, and the view names every tenant's jobs.
 PTOKEN=provider-scrape-token-0123456789
-printf '%s\n' "$PTOKEN" >"$T/provider.token"
+printf '  %s\n' "$PTOKEN" >"$T/provider.token"
 printf 'short\n' >"$T/short.token"
 chmod 600 "$T/provider.token" "$T/short.token"
 base_conf "$T/conf_short" "provider_token_file=$T/short.token"
 timeout -s KILL 20 "$SHOALD" -c "$T/conf_short" --ready-file "$T/ready_short" >"$T/short.out" 2>&1
 is "$?:$(grep -c 'scrape token of the provider (.*short.token) is shorter than 16 bytes' \
     "$T/short.out")" "1:1" "a provider token under 16 bytes is a config error naming the file"
+# A key file that cannot be used is named with the configuration key that gave it (the file
+# alone did not say which line to fix). (The provider's token file below starts with spaces:
+# cut, as Prometheus cuts them from the credentials_file it sends.)
+printf 'x' >"$T/bad.key"; chmod 600 "$T/bad.key"
+base_conf "$T/conf_badkey" "tenant.beta.key_file=$T/bad.key"
+timeout -s KILL 20 "$SHOALD" -c "$T/conf_badkey" --ready-file "$T/ready_bk" >"$T/bk.out" 2>&1
+is "$?:$(grep -c "shoald: tenant.beta.key_file: $T/bad.key is not a regular file of 32 bytes" \
+    "$T/bk.out")" "1:1" "a bad key file is a config error naming tenant.beta.key_file"
 base_conf "$T/conf_p" "provider_token_file=$T/provider.token"
 start_agent "$T/conf_p"
 ok $? "an agent with provider_token_file starts" "$T/agent.log"
