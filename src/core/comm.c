@@ -894,6 +894,36 @@ static shoal_status_t shoal_comm_env_launcher(int *rank_p, int *nranks_p)
     return SHOAL_OK;
 }
 
+/* Why shoal_comm_init_env has no rank and size, naming the variable to fix: "no rank/size
+ * (set SHOAL_RANK and SHOAL_NRANKS)" was said also where both were set (SHOAL_RANK=2
+ * SHOAL_NRANKS=2), or where one was and the other missing or not a number, or where Slurm set
+ * SLURM_PROCID but not SLURM_NTASKS. A launcher's values are checked where they are read. */
+static void shoal_comm_env_no_rank(int rank, int nranks)
+{
+    const char *set, *unset;
+
+    if (rank >= 0 && nranks > 0) {
+        shoal_error(INIT, "shoal_comm_init_env: SHOAL_RANK=%d is not below SHOAL_NRANKS=%d "
+                    "(every rank needs the job's size and a rank of its own, 0 to size - 1)",
+                    rank, nranks);
+    } else if (rank >= 0) {
+        shoal_error(INIT, "shoal_comm_init_env: SHOAL_RANK=%d is set, but SHOAL_NRANKS is not (or "
+                    "is not a count of 1 or more) and no launcher's variables give the size: "
+                    "set both", rank);
+    } else if (nranks > 0) {
+        shoal_error(INIT, "shoal_comm_init_env: SHOAL_NRANKS=%d is set, but SHOAL_RANK is not (or "
+                    "is not a rank of 0 or more) and no launcher's variables give the rank: set "
+                    "both", nranks);
+    } else if (shoal_core_launcher_partial(&set, &unset)) {
+        shoal_error(INIT, "shoal_comm_init_env: %s is set but %s is not: no rank and size from "
+                    "the launcher (set SHOAL_RANK and SHOAL_NRANKS, or both of those)", set,
+                    unset);
+    } else {
+        shoal_error(INIT, "shoal_comm_init_env: no rank/size (set SHOAL_RANK and SHOAL_NRANKS, "
+                    "or launch with shoalrun, mpirun or srun)");
+    }
+}
+
 /* Not in shoal.h: for libshoal_mpi, which sees only exported symbols, so that its broadcast of
  * the unique id gives up when the join that follows it would (an MPI collective has no
  * deadline of its own: ranks waited forever for one that never called). */
@@ -929,8 +959,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
         return SHOAL_ERR_INVALID_ARG;
     }
     if (rank < 0 || nranks <= 0 || rank >= nranks) {
-        shoal_error(INIT, "shoal_comm_init_env: no rank/size (set SHOAL_RANK and SHOAL_NRANKS, "
-                    "or launch with shoalrun, mpirun or srun)");
+        shoal_comm_env_no_rank(rank, nranks);
         return SHOAL_ERR_INVALID_ARG;
     }
     memset(&u, 0, sizeof(u));

@@ -49,6 +49,7 @@ typedef enum {
 } shoal_boot_exchange_t;
 extern SHOAL_HIDDEN shoal_core_config_t shoal_core_config;
 SHOAL_HIDDEN const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p);
+SHOAL_HIDDEN int shoal_core_launcher_partial(const char **set_p, const char **unset_p);
 
 /* What every rank tells the others at init (round 0 of the bootstrap allgather). */
 typedef struct {

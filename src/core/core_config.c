@@ -113,6 +113,14 @@ static int shoal_core_launcher_int(const char *s)
     return (int)v;
 }
 
+/* The launchers' (rank, size) variables, in the order they are looked for. */
+static const char *const shoal_core_launcher_pairs[][2] = {
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    {"PMIX_RANK", "PMIX_SIZE"},
+    {"PMI_RANK", "PMI_SIZE"},
+    {"SLURM_PROCID", "SLURM_NTASKS"},
+};
+
 /* Rank and size from the launcher's own variables (Open MPI, PMI/PMIx, Slurm). These are not
  * SHOAL_* knobs: read through the config module's raw lookup rather than a table. Returns the
  * names of the pair read (rank, size), for messages; NULL (outputs untouched) when none is set.
@@ -121,13 +129,9 @@ static int shoal_core_launcher_int(const char *s)
  * then -1. */
 const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
 {
-    static const char *const pairs[][2] = {
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"PMIX_RANK", "PMIX_SIZE"},
-        {"PMI_RANK", "PMI_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-    };
-    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(pairs); i++) {
+    const char *const(*pairs)[2] = shoal_core_launcher_pairs;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_core_launcher_pairs); i++) {
         const char *r = shoal_cfg_getenv_raw(pairs[i][0]);
         const char *n = shoal_cfg_getenv_raw(pairs[i][1]);
         if (r != NULL && n != NULL) {
@@ -156,4 +160,21 @@ const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
         }
     }
     return NULL;
+}
+
+/* The first launcher pair of which only one variable is set (SLURM_PROCID without
+ * SLURM_NTASKS): a pair shoal_core_launcher_env skips, named when no other pair gives a rank
+ * and size. Returns 0 when there is none. */
+int shoal_core_launcher_partial(const char **set_p, const char **unset_p)
+{
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_core_launcher_pairs); i++) {
+        int r = shoal_cfg_getenv_raw(shoal_core_launcher_pairs[i][0]) != NULL;
+        int n = shoal_cfg_getenv_raw(shoal_core_launcher_pairs[i][1]) != NULL;
+        if (r != n) {
+            *set_p = shoal_core_launcher_pairs[i][r ? 0 : 1];
+            *unset_p = shoal_core_launcher_pairs[i][r ? 1 : 0];
+            return 1;
+        }
+    }
+    return 0;
 }

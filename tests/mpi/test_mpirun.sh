@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=33
+NTESTS=34
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -245,3 +245,24 @@ if grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
 else
     skip 1 "built without PMIx (Debian: libpmix-dev)"
 fi
+
+# 34: no usable rank/size, and the message names what to fix (it said "no rank/size (set
+# SHOAL_RANK and SHOAL_NRANKS ...)" also where both were set, rank 2 of 2, or where one was and
+# the other missing or not a number, or where Slurm set SLURM_PROCID but not SLURM_NTASKS)
+bad=""
+for v in "SHOAL_RANK=2 SHOAL_NRANKS=2|SHOAL_RANK=2 is not below SHOAL_NRANKS=2" \
+    "SHOAL_RANK=1|SHOAL_RANK=1 is set, but SHOAL_NRANKS is not" \
+    "SHOAL_RANK=1 SHOAL_NRANKS=2x|SHOAL_RANK=1 is set, but SHOAL_NRANKS is not" \
+    "SHOAL_NRANKS=2|SHOAL_NRANKS=2 is set, but SHOAL_RANK is not" \
+    "SLURM_PROCID=1 SLURM_STEP_ID=0|SLURM_PROCID is set but SLURM_NTASKS is not" \
+    "PMI_SIZE=2|PMI_SIZE is set but PMI_RANK is not"; do
+    vars=${v%%|*} want=${v#*|}
+    env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_SIZE -u PMI_RANK \
+        -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS $vars SHOAL_ROOT=127.0.0.1:$((port + 4)) \
+        SHOAL_SECRET=$secret SHOAL_TIMEOUT_MS=20s timeout -k 5 30 "$B/allreduce_perf" -b 8 -e 8 \
+        >"$T/out" 2>"$T/err"
+    rc=$?
+    [ $rc -eq 1 ] && grep -qF "$want" "$T/err" || bad="$bad [$vars: rc $rc]"
+done
+[ -z "$bad" ]
+ok $? "no rank/size: the error names the variable to fix${bad:+ (failed:$bad)}"
