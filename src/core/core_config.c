@@ -120,6 +120,8 @@ static const char *const shoal_core_launcher_pairs[][2] = {
     {"PMI_RANK", "PMI_SIZE"},
     {"SLURM_PROCID", "SLURM_NTASKS"},
 };
+/* A task of a Slurm step: its step's size, which SLURM_NTASKS is not always. */
+static const char *const shoal_core_slurm_step_pair[2] = {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"};
 
 /* Rank and size from the launcher's own variables (Open MPI, PMI/PMIx, Slurm). These are not
  * SHOAL_* knobs: read through the config module's raw lookup rather than a table. Returns the
@@ -132,31 +134,40 @@ const char *const *shoal_core_launcher_env(int *rank_p, int *nranks_p)
     const char *const(*pairs)[2] = shoal_core_launcher_pairs;
 
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(shoal_core_launcher_pairs); i++) {
-        const char *r = shoal_cfg_getenv_raw(pairs[i][0]);
-        const char *n = shoal_cfg_getenv_raw(pairs[i][1]);
+        const char *const *pair = pairs[i];
+        if (strcmp(pair[0], "SLURM_PROCID") == 0 &&
+            shoal_cfg_getenv_raw("SLURM_STEP_NUM_TASKS") != NULL) {
+            /* SLURM_NTASKS is the allocation's where srun runs with --preserve-env (as Slurm's
+             * interactive step does): srun -n 2 in an allocation of 4 gave each task
+             * SLURM_NTASKS=4, and its 2 ranks waited SHOAL_TIMEOUT_MS for 2 that never came.
+             * slurmstepd sets the step's own size in every task. */
+            pair = shoal_core_slurm_step_pair;
+        }
+        const char *r = shoal_cfg_getenv_raw(pair[0]);
+        const char *n = shoal_cfg_getenv_raw(pair[1]);
         if (r != NULL && n != NULL) {
             *rank_p = shoal_core_launcher_int(r);
             *nranks_p = shoal_core_launcher_int(n);
             if (*rank_p < 0 || *nranks_p <= 0 || *rank_p >= *nranks_p) {
                 shoal_error(INIT, "shoal_comm_init_env: the launcher's %s='%s' and %s='%s' are "
                             "not a rank and a size (whole numbers, 0 <= rank < size)",
-                            pairs[i][0], r, pairs[i][1], n);
+                            pair[0], r, pair[1], n);
                 *rank_p = -1;
                 *nranks_p = -1;
-            } else if (strcmp(pairs[i][0], "SLURM_PROCID") == 0 && *nranks_p > 1 &&
+            } else if (strcmp(pair[0], "SLURM_PROCID") == 0 && *nranks_p > 1 &&
                        shoal_cfg_getenv_raw("SLURM_STEP_ID") == NULL) {
                 /* Slurm's batch script has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but
                  * is no task of a step: a program started there without srun took itself for
                  * rank 0 of SLURM_NTASKS and waited SHOAL_TIMEOUT_MS (with SHOAL_ROOT) for
                  * ranks nobody started, then blamed the root. */
-                shoal_error(INIT, "shoal_comm_init_env: SLURM_PROCID=%s and SLURM_NTASKS=%s but no "
+                shoal_error(INIT, "shoal_comm_init_env: SLURM_PROCID=%s and %s=%s but no "
                             "SLURM_STEP_ID: this is Slurm's batch script, not a task of srun; "
-                            "start the %s ranks with srun (srun --mpi=pmix -n %s ...)", r, n, n,
-                            n);
+                            "start the %s ranks with srun (srun --mpi=pmix -n %s ...)", r,
+                            pair[1], n, n, n);
                 *rank_p = -1;
                 *nranks_p = -1;
             }
-            return pairs[i];
+            return pair;
         }
     }
     return NULL;

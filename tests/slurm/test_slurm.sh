@@ -15,7 +15,8 @@
 #   4. the communicator's identity: job = SLURM_JOB_ID, epoch = SLURM_RESTART_COUNT (0, then 1
 #      after the requeue);
 #   5. srun of the same loop where only one rank gets the signal: all still stop together.
-#   6. a batch script that runs the program without srun: an error naming srun, at once.
+#   6. a batch script that runs the program without srun: an error naming srun, at once;
+#   7. srun --preserve-env -n 2 in an allocation of 4: a job of 2 ranks (SLURM_STEP_NUM_TASKS).
 # Every daemon is stopped and the temp dir removed at the end, also on failure; the last test
 # checks that no process of this Slurm is left. Skips (with the reason) only where Slurm
 # cannot run here: not root, or Slurm/munge not installed, or shoal built without PMIx.
@@ -364,6 +365,28 @@ grep -q "SLURM_NTASKS=4 but no SLURM_STEP_ID: this is Slurm's batch script, not 
     "$T/out/case6.out" && grep -Eq '^exit 1 after [0-9]s$' "$T/out/case6.out"
 ok $? "sbatch -n 4 of a script that runs the program without srun: it fails at once, naming srun" \
     "$T/out/case6.out" "$T/out/case6.err"
+
+# ---- case 7: srun --preserve-env -n 2 in an allocation of 4 tasks (also how Slurm's
+# interactive step, LaunchParameters=use_interactive_step, starts the shell): the tasks keep
+# the allocation's SLURM_NTASKS=4, the step has SLURM_STEP_NUM_TASKS=2. Through SHOAL_ROOT (no
+# PMIx to cross-check the size) both ranks took the job for 4 ranks and waited for ranks 2 and
+# 3 until SHOAL_TIMEOUT_MS ------------------------------------------------------------------
+cat > "$T/case7.sh" <<EOF
+#!/bin/sh
+SHOAL_ROOT=127.0.0.1:$(free_port 4) SHOAL_SECRET=$(printf '7a%.0s' $(seq 32)) \\
+    SHOAL_TIMEOUT_MS=30s srun --preserve-env --mpi=none -n 2 $OC sh -c \\
+    'echo "env rank=\$SLURM_PROCID ntasks=\$SLURM_NTASKS step_tasks=\$SLURM_STEP_NUM_TASKS"
+     exec "\$0" check 3 1024' "$PROG"
+echo "srun exit \$?"
+EOF
+J7=$(sl sbatch --parsable -p reserved -J shoal-preserve -n 4 $OC -o "$T/out/case7.out" \
+         "$T/case7.sh" 2>"$T/out/case7.err")
+wait_for 120 job_finished "$J7"
+[ "$(lines '^env rank=[01] ntasks=4 step_tasks=2$' "$T/out/case7.out")" = 2 ] &&
+    [ "$(lines '^check rank=[01] wrong=0$' "$T/out/case7.out")" = 2 ] &&
+    grep -qx 'srun exit 0' "$T/out/case7.out"
+ok $? "srun --preserve-env -n 2 in an allocation of 4: 2 ranks (SLURM_STEP_NUM_TASKS), correct" \
+    "$T/out/case7.out" "$T/out/case7.err"
 
 # ---- case 2: its result ------------------------------------------------------------------
 t0=$(date +%s)
