@@ -29,11 +29,9 @@ static void shoal_pmix_proc_set(pmix_proc_t *p, const pmix_proc_t *me, pmix_rank
     p->rank = rank;
 }
 
-/* PMIX_TIMEOUT is in whole seconds, 0 = infinite. */
-static int shoal_pmix_timeout_s(void)
+/* PMIX_TIMEOUT is in whole seconds, 0 = infinite; ms < 0 is infinite. */
+static int shoal_pmix_timeout_s(int ms)
 {
-    int ms = shoal_core_config.timeout_ms;
-
     return ms < 0 ? 0 : (ms + 999) / 1000 > 0 ? (ms + 999) / 1000 : 1;
 }
 
@@ -61,10 +59,10 @@ static int shoal_pmix_launched(void)
  * shoal_comm_init_env forever. PMIx's own knob bounds it at our timeout, set for the call
  * only and unless the user set it; returns whether it was set. The environment is changed
  * as the config module changes it (not safe against another thread's setenv at that time). */
-static int shoal_pmix_handshake_bound(void)
+static int shoal_pmix_handshake_bound(int timeout_ms)
 {
     char v[16];
-    int timeout_s = shoal_pmix_timeout_s();
+    int timeout_s = shoal_pmix_timeout_s(timeout_ms);
 
     if (timeout_s == 0 || shoal_cfg_getenv_raw(SHOAL_PMIX_HANDSHAKE_VAR) != NULL) {
         return 0;
@@ -73,7 +71,7 @@ static int shoal_pmix_handshake_bound(void)
     return setenv(SHOAL_PMIX_HANDSHAKE_VAR, v, 0) == 0;
 }
 
-static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks)
+static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks, int timeout_ms)
 {
     pmix_status_t rc;
     pmix_value_t *val = NULL;
@@ -84,7 +82,7 @@ static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks)
     if (!shoal_pmix_launched()) {
         return SHOAL_ERR_UNSUPPORTED;
     }
-    bound = shoal_pmix_handshake_bound();
+    bound = shoal_pmix_handshake_bound(timeout_ms);
     rc = PMIx_Init(me, NULL, 0);
     if (bound) {
         unsetenv(SHOAL_PMIX_HANDSHAKE_VAR);
@@ -198,13 +196,13 @@ static pmix_status_t shoal_pmix_fence_wait(shoal_pmix_fence_op_t *op, int timeou
     return rc;
 }
 
-static shoal_status_t shoal_pmix_fence(const pmix_proc_t *me)
+static shoal_status_t shoal_pmix_fence(const pmix_proc_t *me, int timeout_ms)
 {
     shoal_pmix_fence_op_t *op = calloc(1, sizeof(*op));
     pthread_condattr_t attr;
     pmix_status_t rc;
     bool collect = true;
-    int timeout_s = shoal_pmix_timeout_s();
+    int timeout_s = shoal_pmix_timeout_s(timeout_ms);
 
     if (op == NULL) {
         return SHOAL_ERR_NO_MEMORY;
@@ -241,13 +239,14 @@ static shoal_status_t shoal_pmix_fence(const pmix_proc_t *me)
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, shoal_uid_t *uid)
+static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, int timeout_ms,
+                                       shoal_uid_t *uid)
 {
     pmix_value_t *val = NULL;
     pmix_proc_t root;
     pmix_info_t info;
     pmix_status_t rc;
-    int timeout_s = shoal_pmix_timeout_s();
+    int timeout_s = shoal_pmix_timeout_s(timeout_ms);
     shoal_status_t status = SHOAL_OK;
 
     shoal_pmix_proc_set(&root, me, 0);
@@ -273,14 +272,14 @@ static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, s
     return status;
 }
 
-shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, shoal_uid_t *uid)
+shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, int timeout_ms, shoal_uid_t *uid)
 {
     char key[64];
     pmix_proc_t me;
     shoal_uid_t mine;
     shoal_status_t status, created = SHOAL_OK;
 
-    status = shoal_pmix_init(&me, rank, nranks);
+    status = shoal_pmix_init(&me, rank, nranks, timeout_ms);
     if (status != SHOAL_OK) {
         return status;
     }
@@ -290,10 +289,10 @@ shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, shoal_uid_t *uid)
         status = shoal_pmix_publish(key, created == SHOAL_OK ? &mine : NULL);
     }
     if (status == SHOAL_OK) {
-        status = shoal_pmix_fence(&me); /* every rank, even when rank 0 failed */
+        status = shoal_pmix_fence(&me, timeout_ms); /* every rank, even when rank 0 failed */
     }
     if (status == SHOAL_OK && rank != 0) {
-        status = shoal_pmix_fetch(&me, key, &mine);
+        status = shoal_pmix_fetch(&me, key, timeout_ms, &mine);
     }
     PMIx_Finalize(NULL, 0);
     if (status == SHOAL_OK && created != SHOAL_OK) {

@@ -6,10 +6,12 @@
 
 /* Collective over the PMIx job: rank 0 creates the unique id (and runs its root), publishes it
  * with PMIx_Put + PMIx_Commit + PMIx_Fence; every other rank reads it with PMIx_Get.
- * rank/nranks must be this process's PMIx rank and the job size.
+ * rank/nranks must be this process's PMIx rank and the job size; timeout_ms (< 0: none) bounds
+ * each step, the communicator's timeout (cfg.timeout_ms, else SHOAL_TIMEOUT_MS).
  * Returns SHOAL_ERR_UNSUPPORTED, having logged nothing worse than an info line, when no PMIx
  * server is reachable (no PMIX_NAMESPACE in the environment, or PMIx_Init fails): the caller
  * then reports that no rendezvous was found. Other errors are logged here. */
-SHOAL_HIDDEN shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, shoal_uid_t *uid);
+SHOAL_HIDDEN shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, int timeout_ms,
+                                                    shoal_uid_t *uid);
 
 #endif

@@ -10,6 +10,9 @@
  *                                  then stops at the same step, writes DIR/ckpt.RANK and
  *                                  exits 0; exits 3 when no signal came within SECONDS
  *
+ * SLURM_RANK_TIMEOUT_MS, when set, is the shoal_config_t's timeout_ms (the communicator's, as a
+ * program sets it, rather than SHOAL_TIMEOUT_MS).
+ *
  * Output lines (one per rank unless said):
  *   ident rank=R nranks=N job=J epoch=E tenant=T host=H   (H: the short host name)
  *   check rank=R wrong=W                      (check)
@@ -179,6 +182,9 @@ int main(int argc, char **argv)
         sigemptyset(&sa.sa_mask);
         sigaction(SIGUSR1, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
+    }
+    if (getenv("SLURM_RANK_TIMEOUT_MS") != NULL) {
+        cfg.timeout_ms = atoi(getenv("SLURM_RANK_TIMEOUT_MS"));
     }
     st = shoal_comm_init_env(&comm, &cfg);
     if (st != SHOAL_OK) {

@@ -16,7 +16,8 @@
 #      after the requeue);
 #   5. srun of the same loop where only one rank gets the signal: all still stop together.
 #   6. a batch script that runs the program without srun: an error naming srun, at once;
-#   7. srun --preserve-env -n 2 in an allocation of 4: a job of 2 ranks (SLURM_STEP_NUM_TASKS).
+#   7. srun --preserve-env -n 2 in an allocation of 4: a job of 2 ranks (SLURM_STEP_NUM_TASKS);
+#   8. shoal_config_t.timeout_ms bounds the PMIx exchange when a rank never calls.
 # Every daemon is stopped and the temp dir removed at the end, also on failure; the last test
 # checks that no process of this Slurm is left. Skips (with the reason) only where Slurm
 # cannot run here: not root, or Slurm/munge not installed, or shoal built without PMIx.
@@ -387,6 +388,19 @@ wait_for 120 job_finished "$J7"
     grep -qx 'srun exit 0' "$T/out/case7.out"
 ok $? "srun --preserve-env -n 2 in an allocation of 4: 2 ranks (SLURM_STEP_NUM_TASKS), correct" \
     "$T/out/case7.out" "$T/out/case7.err"
+
+# ---- case 8: the communicator's own timeout (shoal_config_t.timeout_ms = 3 s, SHOAL_TIMEOUT_MS
+# 120 s) bounds the unique id's exchange through PMIx: rank 1 never calls, rank 0 gives up in
+# the fence within a few seconds (it waited SHOAL_TIMEOUT_MS: cfg.timeout_ms was not passed)
+sl timeout -k 5 120 env SHOAL_TIMEOUT_MS=120s SLURM_RANK_TIMEOUT_MS=3000 \
+    srun --mpi=pmix -J shoal-cfgtimeout -n 2 $OC sh -c '
+        [ "$SLURM_PROCID" = 1 ] && exec sleep 25
+        t0=$(date +%s); "$0" check 3 1024; echo "rank0 exit $? after $(($(date +%s) - t0))s"' \
+    "$PROG" >"$T/out/case8.out" 2>"$T/out/case8.err"
+secs=$(sed -n 's/^rank0 exit 1 after \([0-9]*\)s$/\1/p' "$T/out/case8.out")
+[ -n "$secs" ] && [ "$secs" -lt 15 ] && grep -q 'PMIx_Fence over namespace' "$T/out/case8.err"
+ok $? "cfg.timeout_ms 3 s, SHOAL_TIMEOUT_MS 120 s, rank 1 absent: rank 0 fails in ${secs:-?}s" \
+    "$T/out/case8.out" "$T/out/case8.err"
 
 # ---- case 2: its result ------------------------------------------------------------------
 t0=$(date +%s)
