@@ -62,9 +62,10 @@ SHOAL_HIDDEN shoal_status_t shoal_boot_listen_addr(int local_only, struct sockad
 /* Starts a root listening on addr (port 0: any; every interface when bind_any) and serving
  * one communicator of any size in a thread of its own. u holds the job secret and the identity
  * (the caller's); the root's address and port are filled in. The thread ends once every rank
- * has finished init, or on error/timeout after telling every rank. */
+ * has finished init, or on error/timeout after telling every rank. timeout_ms (< 0: none):
+ * how long it waits without progress, the communicator's timeout where it is known. */
 SHOAL_HIDDEN shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr,
-                                                  socklen_t len, int bind_any,
+                                                  socklen_t len, int bind_any, int timeout_ms,
                                                   shoal_boot_uid_t *u);
 /* Which root a communicator joined: its address and a tag derived from the job secret (an
  * ended root's port may be bound again by another root of this process). */

@@ -1248,7 +1248,7 @@ static shoal_status_t shoal_boot_root_listen(const struct sockaddr_storage *addr
 }
 
 shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, socklen_t len,
-                                     int bind_any, shoal_boot_uid_t *u)
+                                     int bind_any, int timeout_ms, shoal_boot_uid_t *u)
 {
     shoal_root_live_t *live;
     shoal_root_t *r = NULL;
@@ -1270,7 +1270,7 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
         return SHOAL_ERR_SYSTEM;
     }
     SHOAL_CHECK_GOTO(shoal_boot_root_listen(addr, len, bind_any, u, &fd), st, err_live);
-    if (shoal_boot_root_new(u, fd, shoal_core_config.timeout_ms, &r) != SHOAL_OK) {
+    if (shoal_boot_root_new(u, fd, timeout_ms, &r) != SHOAL_OK) {
         close(fd);
         st = SHOAL_ERR_NO_MEMORY;
         goto err_live;

@@ -46,7 +46,8 @@ shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
     /* The root proves the secret bound to the credential (if any); the id carries it
      * unbound (shoal_tenant_secret_bind). */
     SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(u.secret, sizeof(u.secret)), st, out);
-    SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, &u), st, out);
+    SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, shoal_core_config.timeout_ms, &u), st,
+                     out);
     memcpy(u.secret, raw, sizeof(raw));
     shoal_boot_uid_encode(&u, uid);
     st = SHOAL_OK;
@@ -820,9 +821,11 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
     return st;
 }
 
-/* SHOAL_ROOT=host:port and SHOAL_SECRET: rank 0 runs the root there. */
+/* SHOAL_ROOT=host:port and SHOAL_SECRET: rank 0 runs the root there, waiting as long as the
+ * communicator's timeout (with SHOAL_TIMEOUT_MS's, a root of cfg.timeout_ms = 60 s gave up
+ * after SHOAL_TIMEOUT_MS=3s on a rank that started 8 s late, failing every rank). */
 static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t *id,
-                                               shoal_boot_uid_t *u)
+                                               int timeout_ms, shoal_boot_uid_t *u)
 {
     char host[256], port[8];
     uint16_t portnum;
@@ -857,7 +860,8 @@ static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t
     if (rank == 0) {
         struct sockaddr_storage at = u->root;
         return shoal_boot_root_start(&at, u->root_len,
-                                     shoal_core_config.boot_bind == SHOAL_BOOT_BIND_ANY, u);
+                                     shoal_core_config.boot_bind == SHOAL_BOOT_BIND_ANY,
+                                     timeout_ms, u);
     }
     return SHOAL_OK;
 }
@@ -972,7 +976,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
     } else if (shoal_core_config.root != NULL && shoal_core_config.root[0] != '\0') {
         shoal_tenant_id_t id;
         SHOAL_CHECK(shoal_tenant_id_resolve(cfg, &id));
-        st = shoal_comm_root_from_env(rank, &id, &u);
+        st = shoal_comm_root_from_env(rank, &id, shoal__comm_timeout_ms(cfg), &u);
         if (st == SHOAL_OK) {
             st = shoal_comm_init_uid(comm_p, nranks, rank, &u, &id, cfg);
             shoal_comm_init_failed(&u, st);
@@ -1294,7 +1298,7 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     }
     st = shoal_boot_listen_addr(local, &ss, &len, &any);
     if (st == SHOAL_OK) {
-        st = shoal_boot_root_start(&ss, len, any, u);
+        st = shoal_boot_root_start(&ss, len, any, comm->timeout_ms, u);
     }
     if (st == SHOAL_OK) {
         shoal_comm_split_addr_pack(u, &a);

@@ -1,5 +1,6 @@
 /* Helpers of the adversarial join suite (see adv_lib.h). */
 #include "tests/adv/adv_lib.h"
+#include "core/core.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -205,7 +206,7 @@ int adv_root(const char *tenant, const char *job, uint64_t epoch, shoal_boot_uid
         return -1;
     }
     adv_ident(tenant, job, epoch, &u->ident);
-    if (shoal_boot_root_start(&ss, sizeof(*s4), 0, u) != SHOAL_OK) {
+    if (shoal_boot_root_start(&ss, sizeof(*s4), 0, shoal_core_config.timeout_ms, u) != SHOAL_OK) {
         return -1;
     }
     adv_uid_hex(u, hex);

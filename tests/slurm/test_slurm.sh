@@ -17,7 +17,8 @@
 #   5. srun of the same loop where only one rank gets the signal: all still stop together.
 #   6. a batch script that runs the program without srun: an error naming srun, at once;
 #   7. srun --preserve-env -n 2 in an allocation of 4: a job of 2 ranks (SLURM_STEP_NUM_TASKS);
-#   8. shoal_config_t.timeout_ms bounds the PMIx exchange when a rank never calls.
+#   8. shoal_config_t.timeout_ms bounds the PMIx exchange when a rank never calls;
+#   9. and is how long a SHOAL_ROOT root waits for a late rank (not SHOAL_TIMEOUT_MS).
 # Every daemon is stopped and the temp dir removed at the end, also on failure; the last test
 # checks that no process of this Slurm is left. Skips (with the reason) only where Slurm
 # cannot run here: not root, or Slurm/munge not installed, or shoal built without PMIx.
@@ -401,6 +402,19 @@ secs=$(sed -n 's/^rank0 exit 1 after \([0-9]*\)s$/\1/p' "$T/out/case8.out")
 [ -n "$secs" ] && [ "$secs" -lt 15 ] && grep -q 'PMIx_Fence over namespace' "$T/out/case8.err"
 ok $? "cfg.timeout_ms 3 s, SHOAL_TIMEOUT_MS 120 s, rank 1 absent: rank 0 fails in ${secs:-?}s" \
     "$T/out/case8.out" "$T/out/case8.err"
+
+# ---- case 9: the same through SHOAL_ROOT: the root (rank 0's) waits as long as the
+# communicator's timeout. cfg.timeout_ms 60 s, SHOAL_TIMEOUT_MS 3 s, rank 1 starts 8 s late:
+# the job runs (the root gave up after SHOAL_TIMEOUT_MS without a join, failing both ranks)
+sl timeout -k 5 120 env SHOAL_TIMEOUT_MS=3s SLURM_RANK_TIMEOUT_MS=60000 \
+    SHOAL_ROOT=127.0.0.1:$(free_port 5) SHOAL_SECRET=$(printf '9c%.0s' $(seq 32)) \
+    srun --mpi=none -J shoal-roottimeout -n 2 $OC sh -c \
+        '[ "$SLURM_PROCID" = 1 ] && sleep 8; exec "$0" check 3 1024' "$PROG" \
+    >"$T/out/case9.out" 2>"$T/out/case9.err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(lines '^check rank=[01] wrong=0$' "$T/out/case9.out")" = 2 ]
+ok $? "SHOAL_ROOT, cfg.timeout_ms 60 s, SHOAL_TIMEOUT_MS 3 s, rank 1 8 s late: runs (rc $rc)" \
+    "$T/out/case9.out" "$T/out/case9.err"
 
 # ---- case 2: its result ------------------------------------------------------------------
 t0=$(date +%s)

@@ -109,7 +109,8 @@ static void test_round(void)
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     memset(uid.secret, 0x42, sizeof(uid.secret));
-    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &uid), SHOAL_OK, "root started");
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, shoal_core_config.timeout_ms, &uid),
+               SHOAL_OK, "root started");
     for (int k = 0; k < NR; k++) {
         memset(&r[k], 0, sizeof(r[k]));
         r[k].rank = k;
@@ -149,7 +150,8 @@ static void test_stop(void)
     memset(&ss, 0, sizeof(ss));
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &u), SHOAL_OK, "an idle root started");
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, shoal_core_config.timeout_ms, &u),
+               SHOAL_OK, "an idle root started");
     shoal_boot_root_key_t k, other;
     shoal_boot_root_key(&u, &k);
     other = k;
@@ -206,7 +208,8 @@ static void test_fork(void)
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     shoal_boot_root_key_t k;
-    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, &u), SHOAL_OK, "a root started");
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, shoal_core_config.timeout_ms, &u),
+               SHOAL_OK, "a root started");
     shoal_boot_root_key(&u, &k);
     pid = fork();
     if (pid == 0) {
@@ -249,7 +252,8 @@ static int exit_child(void)
     memset(&ss, 0, sizeof(ss));
     s4->sin_family = AF_INET;
     s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (shoal_boot_root_start(&ss, sizeof(*s4), 0, &exit_uid) != SHOAL_OK) {
+    if (shoal_boot_root_start(&ss, sizeof(*s4), 0, shoal_core_config.timeout_ms, &exit_uid) !=
+        SHOAL_OK) {
         _exit(2);
     }
     return 0; /* from main, the root still waiting for its ranks */
