@@ -959,6 +959,13 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
     shoal_config_global_init();
     rank = shoal_core_config.rank;
     nranks = shoal_core_config.nranks;
+    /* Only -1 (the default) means "from the launcher": -5 or a count of 0 was read so too,
+     * silently, and the launcher's values used instead of the user's mistake. */
+    if (rank < -1 || nranks < -1 || nranks == 0) {
+        shoal_error(INIT, "shoal_comm_init_env: %s (-1, the default, takes it from the launcher)",
+                    rank < -1 ? "SHOAL_RANK is below 0" : "SHOAL_NRANKS is below 1");
+        return SHOAL_ERR_INVALID_ARG;
+    }
     if ((rank < 0 || nranks <= 0) && shoal_comm_env_launcher(&rank, &nranks) != SHOAL_OK) {
         return SHOAL_ERR_INVALID_ARG;
     }

@@ -248,14 +248,17 @@ fi
 
 # 34: no usable rank/size, and the message names what to fix (it said "no rank/size (set
 # SHOAL_RANK and SHOAL_NRANKS ...)" also where both were set, rank 2 of 2, or where one was and
-# the other missing or not a number, or where Slurm set SLURM_PROCID but not SLURM_NTASKS)
+# the other missing or not a number, or where Slurm set SLURM_PROCID but not SLURM_NTASKS);
+# a rank below -1 or a count of 0 is an error (it was taken as "from the launcher")
 bad=""
 for v in "SHOAL_RANK=2 SHOAL_NRANKS=2|SHOAL_RANK=2 is not below SHOAL_NRANKS=2" \
     "SHOAL_RANK=1|SHOAL_RANK=1 is set, but SHOAL_NRANKS is not" \
     "SHOAL_RANK=1 SHOAL_NRANKS=2x|SHOAL_RANK=1 is set, but SHOAL_NRANKS is not" \
     "SHOAL_NRANKS=2|SHOAL_NRANKS=2 is set, but SHOAL_RANK is not" \
     "SLURM_PROCID=1 SLURM_STEP_ID=0|SLURM_PROCID is set but SLURM_NTASKS is not" \
-    "PMI_SIZE=2|PMI_SIZE is set but PMI_RANK is not"; do
+    "PMI_SIZE=2|PMI_SIZE is set but PMI_RANK is not" \
+    "SHOAL_RANK=-5 SHOAL_NRANKS=2|SHOAL_RANK is below 0 (-1, the default" \
+    "SHOAL_RANK=0 SHOAL_NRANKS=0|SHOAL_NRANKS is below 1 (-1, the default"; do
     vars=${v%%|*} want=${v#*|}
     env -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u PMIX_RANK -u PMIX_SIZE -u PMI_RANK \
         -u PMI_SIZE -u SLURM_PROCID -u SLURM_NTASKS $vars SHOAL_ROOT=127.0.0.1:$((port + 4)) \
