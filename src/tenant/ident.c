@@ -6,6 +6,7 @@
 #include "qos/qos.h"
 #include "tenant/tenant.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -53,7 +54,8 @@ static shoal_status_t shoal_tenant_epoch(uint64_t *epoch_p)
     }
     errno = 0;
     v = strtoull(slurm, &end, 10);
-    if (errno != 0 || *end != '\0' || slurm[0] == '-') {
+    /* a digit first: strtoull skips white space and takes a sign (" -1" was 2^64 - 1) */
+    if (errno != 0 || *end != '\0' || !isdigit((unsigned char)slurm[0])) {
         shoal_error(TENANT, "SLURM_RESTART_COUNT=%s is not a count", slurm);
         return SHOAL_ERR_INVALID_ARG;
     }

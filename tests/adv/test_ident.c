@@ -33,6 +33,11 @@ static void ti_resolve(void)
     tap_is_str(id.tenant, "acme", "tenant from SHOAL_TENANT");
     tap_is_str(id.job, "4242", "job from SLURM_JOB_ID when SHOAL_JOB is unset");
     tap_is_int(id.epoch, 5, "epoch from SLURM_RESTART_COUNT when SHOAL_EPOCH is unset");
+    /* strtoull skips white space and takes a sign: " -1" was epoch 2^64 - 1 */
+    setenv("SLURM_RESTART_COUNT", " -1", 1);
+    tap_is_int(shoal_tenant_id_resolve(NULL, &id), SHOAL_ERR_INVALID_ARG,
+               "SLURM_RESTART_COUNT=' -1' is refused, not epoch 2^64 - 1");
+    setenv("SLURM_RESTART_COUNT", "5", 1);
     cfg.tenant = "globex";
     cfg.job_name = "train-7";
     tap_is_int(shoal_tenant_id_resolve(&cfg, &id), SHOAL_OK, "resolve with config fields");
