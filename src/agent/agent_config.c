@@ -91,7 +91,7 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "registered pages kept at most per uid"},
     {.name = "max_pending", .dflt = "64", .type = SHOAL_CFG_UINT,
      .offset = offsetof(shoald_config_t, max_pending),
-     .doc = "registrations in progress at most; beyond, the oldest is dropped"},
+     .doc = "registrations in progress at most (1..65536); beyond, the oldest is dropped"},
     {.name = "job_retention", .dflt = "3600s", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoald_config_t, job_retention_s),
      .doc = "a job whose ranks are all gone keeps its series this long (ms, s); a tenant "
@@ -335,7 +335,8 @@ static int shoald_cfg_tenant_line(shoald_config_t *cfg, const char *key, const c
         long v = strtol(value, &end, 0);
         int dscp = field[0] == 'd', mark = field[3] == 'm';
 
-        if (end == value || *end != '\0' || v < (dscp || mark ? 0 : 1) ||
+        /* a mark of 0 is every unmarked packet's: that tenant's class would take them all */
+        if (end == value || *end != '\0' || v < (dscp ? 0 : 1) ||
             v > (dscp ? 63 : mark ? 0x7fffffffL : 1000000L)) {
             *why = dscp ? "dscp must be 0..63" : mark ? "tc_mark must be a positive integer" :
                    "tc_weight must be 1..1000000";
@@ -539,6 +540,11 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
      * deadline, so a silent client held its slot until max_pending pushed it out */
     if (cfg->reg_timeout_ms < 1 || cfg->reg_timeout_ms > 60000) {
         fprintf(stderr, "shoald: reg_timeout must be 1ms..60s\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    /* 0 behaved as 1 (the newest registration evicted the one before it) */
+    if (cfg->max_pending < 1 || cfg->max_pending > 65536) {
+        fprintf(stderr, "shoald: max_pending must be 1..65536\n");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoald_config_qos_check(cfg) != SHOAL_OK)

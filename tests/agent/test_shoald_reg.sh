@@ -53,6 +53,16 @@ for v in 0 inf -5 60001ms; do
     [ $brc -eq 1 ] && grep -q "reg_timeout must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
 done
 is "$bad" "" "reg_timeout=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
+# max_pending=0 behaved as 1; tenant.NAME.tc_mark=0 (every unmarked packet's mark) was taken
+bad=""
+for v in "max_pending=0|max_pending must be 1..65536" \
+    "tenant.acme.tc_mark=0|tc_mark must be a positive integer"; do
+    base_conf "$T/bad7.conf" "${v%%|*}"
+    timeout -k 5 10 "$SHOALD" -c "$T/bad7.conf" >"$T/bad.out" 2>&1
+    brc=$?
+    [ $brc -eq 1 ] && grep -q "${v#*|}" "$T/bad.out" || bad="$bad ${v%%|*}:$brc"
+done
+is "$bad" "" "max_pending=0 and tc_mark=0 are config errors naming the range (exit 1)"
 # A PostgreSQL password in ledger_url (user:PASSWORD@, ?password=) was logged as written, at
 # start and at every retry of a ledger that cannot be opened; now it shows as ***
 base_conf "$T/pw.conf" "ledger_key_file=$T/ledger.key" \
