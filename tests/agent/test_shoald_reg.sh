@@ -34,49 +34,46 @@ base_conf "$T/bad3.conf" "qos_rates_dir=$T/qos" "qos_tc=/bin/true" "qos_tc_dev="
 timeout -k 5 10 "$SHOALD" -c "$T/bad3.conf" >"$T/bad.out" 2>&1
 [ $? -eq 1 ] && grep -q "qos_tc needs qos_tc_dev" "$T/bad.out"
 ok $? "qos_tc without qos_tc_dev is a config error (exit 1)" "$T/bad.out"
+# conf_refused MESSAGE LINE...: each LINE alone (beside base_conf's) must make the agent exit 1
+# with MESSAGE; $bad lists those that did not
+conf_refused() {
+    msg=$1; shift
+    bad=""
+    for line in "$@"; do
+        base_conf "$T/bad4.conf" "qos_rates_dir=$T/qos" "qos_capacity_shm=1g" "$line"
+        timeout -k 5 10 "$SHOALD" -c "$T/bad4.conf" >"$T/bad.out" 2>&1
+        brc=$?
+        [ $brc -eq 1 ] && grep -q "$msg" "$T/bad.out" || bad="$bad $line:$brc"
+    done
+}
 # qos_period out of 1ms..60s (0 and inf made the agent spin at 100% CPU)
-bad=""
-for v in 0 inf -5 60001ms; do
-    base_conf "$T/bad4.conf" "qos_rates_dir=$T/qos" "qos_capacity_shm=1g" "qos_period=$v"
-    timeout -k 5 10 "$SHOALD" -c "$T/bad4.conf" >"$T/bad.out" 2>&1
-    brc=$?
-    [ $brc -eq 1 ] && grep -q "qos_period must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
-done
+conf_refused "qos_period must be 1ms..60s" qos_period=0 qos_period=inf qos_period=-5 \
+    qos_period=60001ms
 is "$bad" "" "qos_period=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
 # reg_timeout out of 1ms..60s (0 refused every registration, inf gave a silent client no
 # deadline)
-bad=""
-for v in 0 inf -5 60001ms; do
-    base_conf "$T/bad6.conf" "reg_timeout=$v"
-    timeout -k 5 10 "$SHOALD" -c "$T/bad6.conf" >"$T/bad.out" 2>&1
-    brc=$?
-    [ $brc -eq 1 ] && grep -q "reg_timeout must be 1ms..60s" "$T/bad.out" || bad="$bad $v:$brc"
-done
+conf_refused "reg_timeout must be 1ms..60s" reg_timeout=0 reg_timeout=inf reg_timeout=-5 \
+    reg_timeout=60001ms
 is "$bad" "" "reg_timeout=0, inf, -5, 60001ms are config errors naming the range (exit 1)"
 # max_pending=0 behaved as 1; tenant.NAME.tc_mark=0 (every unmarked packet's mark) was taken
-bad=""
-for v in "max_pending=0|max_pending must be 1..65536" \
-    "tenant.acme.tc_mark=0|tc_mark must be a positive integer"; do
-    base_conf "$T/bad7.conf" "${v%%|*}"
-    timeout -k 5 10 "$SHOALD" -c "$T/bad7.conf" >"$T/bad.out" 2>&1
-    brc=$?
-    [ $brc -eq 1 ] && grep -q "${v#*|}" "$T/bad.out" || bad="$bad ${v%%|*}:$brc"
-done
-is "$bad" "" "max_pending=0 and tc_mark=0 are config errors naming the range (exit 1)"
+conf_refused "max_pending must be 1..65536" max_pending=0
+b1=$bad
+conf_refused "tc_mark must be a positive integer" tenant.acme.tc_mark=0
+is "$b1$bad" "" "max_pending=0 and tc_mark=0 are config errors naming the range (exit 1)"
 # A PostgreSQL password in ledger_url (user:PASSWORD@, ?password=) was logged as written, at
 # start and at every retry of a ledger that cannot be opened; now it shows as ***
-base_conf "$T/pw.conf" "ledger_key_file=$T/ledger.key" \
-    "ledger_url=postgresql://shoal:TopSecretPw@127.0.0.1:1/billing?password=TopSecretPw2"
-SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/pw.conf" >"$T/pw.out" 2>&1
-! grep -q TopSecret "$T/pw.out" &&
-    grep -q 'ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing?password=\*\*\* cannot' "$T/pw.out"
+# pw_hidden NAME URL SECRET SHOWN: an agent given ledger_url=URL logs SHOWN, never SECRET
+pw_hidden() {
+    base_conf "$T/$1.conf" "ledger_key_file=$T/ledger.key" "ledger_url=$2"
+    SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/$1.conf" >"$T/$1.out" 2>&1
+    ! grep -q "$3" "$T/$1.out" && grep -q "ledger $4 cannot" "$T/$1.out"
+}
+pw_hidden pw "postgresql://shoal:TopSecretPw@127.0.0.1:1/billing?password=TopSecretPw2" \
+    TopSecret 'postgresql://shoal:\*\*\*@127.0.0.1:1/billing?password=\*\*\*'
 ok $? "the ledger URL's password is not logged (*** in its place)" "$T/pw.out"
 # a '?' in the password (libpq reads user:password@ up to the '@'): the URL was logged whole
-base_conf "$T/pwq.conf" "ledger_key_file=$T/ledger.key" \
-    "ledger_url=postgresql://shoal:Top?SecretPw3@127.0.0.1:1/billing"
-SHOAL_DEBUG=INFO timeout -k 5 3 "$SHOALD" -c "$T/pwq.conf" >"$T/pwq.out" 2>&1
-! grep -q SecretPw3 "$T/pwq.out" &&
-    grep -q 'ledger postgresql://shoal:\*\*\*@127.0.0.1:1/billing cannot' "$T/pwq.out"
+pw_hidden pwq "postgresql://shoal:Top?SecretPw3@127.0.0.1:1/billing" SecretPw3 \
+    'postgresql://shoal:\*\*\*@127.0.0.1:1/billing'
 ok $? "a password holding '?' is not logged either" "$T/pwq.out"
 # The same on the command line: every local user reads /proc/PID/cmdline. The agent keeps a
 # copy and overwrites the argument with the redacted URL, and warns; so does shoal-bill.
