@@ -136,17 +136,7 @@ int shoal_ledger_mac_from_hex(const char *hex, uint8_t mac[SHOAL_HMAC_BYTES])
 
 int shoal_ledger_seq_parse(const char *text, uint64_t *seq_p)
 {
-    unsigned long long v;
-    char *end;
-
-    if (text == NULL || *text < '0' || *text > '9')
-        return -1;
-    errno = 0;
-    v = strtoull(text, &end, 10);
-    if (errno != 0 || *end != '\0' || v > INT64_MAX)
-        return -1;
-    *seq_p = v;
-    return 0;
+    return shoal_parse_u64(text, INT64_MAX, seq_p, NULL);
 }
 
 int shoal_ledger_counters_format(const shoal_ledger_cursor_t *cursor, char *buf, size_t len)
@@ -175,13 +165,11 @@ int shoal_ledger_counters_parse(const char *text, shoal_ledger_cursor_t *cursor)
         return 0;
     }
     for (;;) {
-        char *end;
-        unsigned long long v;
+        const char *end;
 
-        if (n >= (int)SHOAL_ARRAY_SIZE(cursor->counters) || *p < '0' || *p > '9')
+        if (n >= (int)SHOAL_ARRAY_SIZE(cursor->counters) ||
+            shoal_parse_u64(p, UINT64_MAX, &cursor->counters[n++], &end) != 0)
             return -1;
-        v = strtoull(p, &end, 10);
-        cursor->counters[n++] = v;
         if (*end == '\0')
             break;
         if (*end != ',')

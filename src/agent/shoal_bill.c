@@ -427,10 +427,10 @@ static int shoal_bill_head_check(shoal_ledger_t *ledger, const char *spec)
 {
     shoal_bill_head_t h = {0};
     const char *colon = strchr(spec, ':');
-    char *end;
+    const char *end = NULL;
 
-    h.seq = strtoull(spec, &end, 10);
-    if (colon == NULL || end != colon || h.seq == 0 || strlen(colon + 1) != 64) {
+    if (shoal_parse_u64(spec, INT64_MAX, &h.seq, &end) != 0 || colon == NULL ||
+        end != colon || h.seq == 0 || strlen(colon + 1) != 64) {
         fprintf(stderr, "shoal-bill: --head takes SEQ:MAC (64 hex digits)\n");
         return 2;
     }

@@ -6,8 +6,6 @@
 #include "qos/qos.h"
 #include "tenant/tenant.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +38,7 @@ static shoal_status_t shoal_tenant_name_set(const char *what, const char *src, c
 static shoal_status_t shoal_tenant_epoch(uint64_t *epoch_p)
 {
     const char *slurm;
-    char *end;
-    unsigned long long v;
+    uint64_t v;
 
     if (shoal_cfg_getenv("EPOCH") != NULL) {
         *epoch_p = shoal_tenant_config.epoch;
@@ -52,10 +49,7 @@ static shoal_status_t shoal_tenant_epoch(uint64_t *epoch_p)
         *epoch_p = 0;
         return SHOAL_OK;
     }
-    errno = 0;
-    v = strtoull(slurm, &end, 10);
-    /* a digit first: strtoull skips white space and takes a sign (" -1" was 2^64 - 1) */
-    if (errno != 0 || *end != '\0' || !isdigit((unsigned char)slurm[0])) {
+    if (shoal_parse_u64(slurm, UINT64_MAX, &v, NULL) != 0) {
         shoal_error(TENANT, "SLURM_RESTART_COUNT=%s is not a count", slurm);
         return SHOAL_ERR_INVALID_ARG;
     }

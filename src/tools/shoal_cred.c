@@ -151,21 +151,6 @@ static int shoal_cred_parse_args(int argc, char **argv, shoal_cred_args_t *a)
     return 0;
 }
 
-static int shoal_cred_parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    if (s == NULL || s[0] < '0' || s[0] > '9')
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int shoal_cred_parse_class(const char *s, int *out)
 {
     if (s == NULL || strcmp(s, "burstable") == 0)
@@ -193,12 +178,12 @@ static int shoal_cred_parse_expires(const char *s, int64_t now, int64_t *out)
         return 0;
     }
     if (s[0] == '@') {
-        if (shoal_cred_parse_u64(s + 1, INT64_MAX, &v) != 0 || v == 0)
+        if (shoal_parse_u64(s + 1, INT64_MAX, &v, NULL) != 0 || v == 0)
             return -1;
         *out = (int64_t)v;
         return 0;
     }
-    if (shoal_cred_parse_u64(s, (uint64_t)(INT64_MAX - now), &v) != 0 || v == 0)
+    if (shoal_parse_u64(s, (uint64_t)(INT64_MAX - now), &v, NULL) != 0 || v == 0)
         return -1;
     *out = now + (int64_t)v;
     return 0;
@@ -276,9 +261,9 @@ static int shoal_cred_cmd_issue(const shoal_cred_args_t *a)
     if (shoal_cred_name_copy("tenant", a->tenant, cred.id.tenant) != 0 ||
         shoal_cred_name_copy("job", a->job, cred.id.job) != 0)
         return 2;
-    if ((a->epoch != NULL && shoal_cred_parse_u64(a->epoch, UINT64_MAX, &epoch) != 0) ||
-        (a->weight != NULL && (shoal_cred_parse_u64(a->weight, SHOAL_TENANT_WEIGHT_MAX,
-                                                    &weight) != 0 || weight == 0)) ||
+    if ((a->epoch != NULL && shoal_parse_u64(a->epoch, UINT64_MAX, &epoch, NULL) != 0) ||
+        (a->weight != NULL && (shoal_parse_u64(a->weight, SHOAL_TENANT_WEIGHT_MAX, &weight, NULL) != 0 ||
+                                weight == 0)) ||
         shoal_cred_parse_class(a->qos_class, &cred.id.qos_class) != 0 ||
         shoal_cred_parse_expires(a->expires, (int64_t)time(NULL), &cred.expires) != 0) {
         fprintf(stderr, "shoal-cred issue: --epoch takes 0..2^64-1, --weight 1..%d, --class "

@@ -195,12 +195,29 @@ static int shoal_cfg_parse_digits(const char *s, unsigned long long *out, const 
     if (!isdigit((unsigned char)*p))
         return -1;
     for (; isdigit((unsigned char)*p); p++) {
-        if (v > (ULLONG_MAX - 9) / 10)
+        unsigned long long d = (unsigned long long)(*p - '0');
+
+        if (v > (ULLONG_MAX - d) / 10)
             return -1;
-        v = v * 10 + (unsigned long long)(*p - '0');
+        v = v * 10 + d;
     }
     *out = v;
     *end_p = p;
+    return 0;
+}
+
+int shoal_parse_u64(const char *s, uint64_t max, uint64_t *out, const char **end_p)
+{
+    unsigned long long v;
+    const char *end;
+
+    if (s == NULL || shoal_cfg_parse_digits(s, &v, &end) != 0 || v > max)
+        return -1;
+    if (end_p != NULL)
+        *end_p = end;
+    else if (*end != '\0')
+        return -1;
+    *out = v;
     return 0;
 }
 

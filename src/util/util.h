@@ -149,6 +149,10 @@ extern SHOAL_HIDDEN const size_t shoal_cfg_ntables;
 SHOAL_HIDDEN void shoal_config_global_init(void);
 /* Parse one value into dst, the field itself ((char *)table->dst + f->offset), written only
  * on success; 0 on success, -1 if the text is not valid for the type. */
+/* A count in decimal, digits only: no sign, no white space, no base prefix (strtoull takes
+ * " -1" as 2^64 - 1 and skips leading blanks). 0 with *out when s is at most max; with end_p,
+ * s may go on after the digits and *end_p points there, else s must end with them. */
+SHOAL_HIDDEN int shoal_parse_u64(const char *s, uint64_t max, uint64_t *out, const char **end_p);
 SHOAL_HIDDEN int shoal_cfg_parse_value(const shoal_cfg_field_t *f, const char *text, void *dst);
 /* One line of SHOAL_CONF_FILE, "SHOAL_NAME=value" (blanks around both trimmed, the value's
  * trailing ones in place): 1 with the name (without the prefix, name_len bytes, not

@@ -446,6 +446,31 @@ static void test_provider_file(void)
     rmdir(base);
 }
 
+/* The one strict decimal reader the ledger, shoal-cred, shoal-bill and the epoch use. */
+static void test_parse_u64(void)
+{
+    static const char *bad[] = {"", " 1", "-1", "+1", "1 ", "0x10", "18446744073709551616",
+                                "1e3", "one"};
+    uint64_t v = 7;
+    const char *end = NULL;
+    int refused = 0;
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(bad); i++)
+        refused += shoal_parse_u64(bad[i], UINT64_MAX, &v, NULL) != 0;
+    tap_ok(refused == (int)SHOAL_ARRAY_SIZE(bad) && v == 7,
+           "parse_u64 refuses white space, a sign, a base prefix, overflow and words (%d of %zu)",
+           refused, SHOAL_ARRAY_SIZE(bad));
+    tap_ok(shoal_parse_u64("18446744073709551615", UINT64_MAX, &v, NULL) == 0 &&
+               v == UINT64_MAX && shoal_parse_u64("0", 0, &v, NULL) == 0 && v == 0,
+           "parse_u64 takes 0 and 2^64 - 1");
+    tap_ok(shoal_parse_u64("9223372036854775808", INT64_MAX, &v, NULL) != 0 &&
+               shoal_parse_u64("9223372036854775807", INT64_MAX, &v, NULL) == 0,
+           "parse_u64 holds to its bound");
+    tap_ok(shoal_parse_u64("12,34", 100, &v, &end) == 0 && v == 12 && end != NULL &&
+               *end == ',' && shoal_parse_u64("12,34", 100, &v, NULL) != 0,
+           "parse_u64 with end_p stops after the digits; without, the text must end there");
+}
+
 int main(void)
 {
     test_tables();
@@ -459,5 +484,6 @@ int main(void)
     test_connect_doc();
     test_config_algorithm();
     test_provider_file();
+    test_parse_u64();
     return tap_done();
 }
