@@ -101,7 +101,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "file written once the agent listens: sock=PATH and http=ADDR:PORT lines"},
     {.name = "hostname", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, hostname),
-     .doc = "host name in the ledger's cursor keys (empty: this host's name)"},
+     .doc = "host name in the ledger's records and cursor keys (empty: this host's name; "
+            "each host's agent needs its own)"},
     {.name = "qos_rates_dir", .dflt = "/run/shoal/qos", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_rates_dir),
      .doc = "QoS arbiter: the rates pages DIR/TENANT.rate it writes (jobs read theirs with "

@@ -480,6 +480,7 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
         snprintf(rec->tenant, sizeof(rec->tenant), "%s", j->tenant);
         snprintf(rec->job, sizeof(rec->job), "%s", j->job);
         snprintf(rec->qos_class, sizeof(rec->qos_class), "%s", j->class_name);
+        snprintf(rec->host, sizeof(rec->host), "%s", a->host_key);
         b->nrecs++;
         j->last_minute = rec->minute;
     }
@@ -519,7 +520,8 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
                 shoald_page_cursor(a, p); /* the database did not answer before */
         }
         if (a->ledger != NULL && !j->last_minute_known) {
-            j->last_minute = shoal_ledger_last_minute(a->ledger, j->tenant, j->job);
+            j->last_minute = shoal_ledger_last_minute(a->ledger, j->tenant, j->job,
+                                                      a->host_key);
             j->last_minute_known = 1;
         }
         if (j->last_minute_known && j->last_minute >= minute)
@@ -614,12 +616,14 @@ static void shoald_ledger_flush(shoald_t *a)
                 /* a batch that can never be written would hold every later minute back */
                 a->ledger_next_try_ns = shoal_deadline_ns(0);
             } else if (st == SHOAL_ERR_INVALID_ARG) {
-                /* a record's minute exists already (another agent wrote it): move ours after
-                 * the stored one (and after the batch's earlier minutes of its job), so the
+                /* a record's minute exists already for this host (another agent with our
+                 * host name wrote it: each host has its own records): move ours after the
+                 * stored one (and after the batch's earlier minutes of its job), so the
                  * counters still reach the ledger once */
                 for (i = 0; i < b->nrecs; i++) {
                     shoal_ledger_record_t *r = &b->recs[i];
-                    int64_t floor = shoal_ledger_last_minute(a->ledger, r->tenant, r->job);
+                    int64_t floor = shoal_ledger_last_minute(a->ledger, r->tenant, r->job,
+                                                             r->host);
 
                     if (floor >= 0)
                         floor += a->cfg->minute_seconds;

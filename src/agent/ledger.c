@@ -26,25 +26,33 @@ struct shoal_ledger {
     int writer;                        /* 0 for a reader (reports, verify): no commit */
 };
 
+/* Version 2: the host that billed a record (agents on the hosts of one job share the ledger,
+ * each bills its own ranks: one record per host). Version 1 had one record per minute of a
+ * job, and the second host's agent moved its minute after the first's, so that a job's
+ * minutes drifted into the future. */
+#define SHOAL_LEDGER_RECORDS_TABLE \
+    "CREATE TABLE IF NOT EXISTS ledger_records (" \
+    " seq BIGINT PRIMARY KEY," \
+    " tenant TEXT NOT NULL," \
+    " job TEXT NOT NULL," \
+    " class TEXT NOT NULL," \
+    " minute BIGINT NOT NULL," \
+    " gpu_seconds DOUBLE PRECISION NOT NULL," \
+    " bytes_same_host BIGINT NOT NULL," \
+    " bytes_cross_host BIGINT NOT NULL," \
+    " ops BIGINT NOT NULL," \
+    " coll_seconds DOUBLE PRECISION NOT NULL," \
+    " failed_platform BIGINT NOT NULL," \
+    " failed_tenant BIGINT NOT NULL," \
+    " mac TEXT NOT NULL," \
+    " host TEXT NOT NULL DEFAULT ''," \
+    " UNIQUE (tenant, job, host, minute))"
+
 const char *const shoal_ledger_schema_sql[] = {
     "CREATE TABLE IF NOT EXISTS ledger_meta ("
     " name TEXT PRIMARY KEY,"
     " value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS ledger_records ("
-    " seq BIGINT PRIMARY KEY,"
-    " tenant TEXT NOT NULL,"
-    " job TEXT NOT NULL,"
-    " class TEXT NOT NULL,"
-    " minute BIGINT NOT NULL,"
-    " gpu_seconds DOUBLE PRECISION NOT NULL,"
-    " bytes_same_host BIGINT NOT NULL,"
-    " bytes_cross_host BIGINT NOT NULL,"
-    " ops BIGINT NOT NULL,"
-    " coll_seconds DOUBLE PRECISION NOT NULL,"
-    " failed_platform BIGINT NOT NULL,"
-    " failed_tenant BIGINT NOT NULL,"
-    " mac TEXT NOT NULL,"
-    " UNIQUE (tenant, job, minute))",
+    SHOAL_LEDGER_RECORDS_TABLE,
     "CREATE INDEX IF NOT EXISTS ledger_records_minute ON ledger_records (minute)",
     "CREATE TABLE IF NOT EXISTS ledger_cursors ("
     " key TEXT PRIMARY KEY,"
@@ -55,7 +63,7 @@ const char *const shoal_ledger_schema_sql[] = {
     " key TEXT PRIMARY KEY,"
     " tenant TEXT NOT NULL,"
     " job TEXT NOT NULL)",
-    "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', '1')"
+    "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', '2')"
     " ON CONFLICT (name) DO NOTHING",
     "INSERT INTO ledger_meta (name, value) VALUES ('head_seq', '0') ON CONFLICT (name) DO NOTHING",
     "INSERT INTO ledger_meta (name, value) VALUES ('head_mac',"
@@ -64,23 +72,39 @@ const char *const shoal_ledger_schema_sql[] = {
 };
 const size_t shoal_ledger_schema_nsql = SHOAL_ARRAY_SIZE(shoal_ledger_schema_sql);
 
-#define SHOAL_LEDGER_COLS "seq, tenant, job, class, minute, gpu_seconds, bytes_same_host, " \
+#define SHOAL_LEDGER_COLS1 "seq, tenant, job, class, minute, gpu_seconds, bytes_same_host, " \
     "bytes_cross_host, ops, coll_seconds, failed_platform, failed_tenant, mac"
+#define SHOAL_LEDGER_COLS SHOAL_LEDGER_COLS1 ", host"
+
+/* Version 1 to 2, in the schema's transaction: the table is made again (a UNIQUE constraint
+ * cannot be changed in place in SQLite), its records kept with the host '' (one agent's, as
+ * they were), which their MACs cover as they did (an empty host adds nothing). */
+const char *const shoal_ledger_migrate_v1_sql[] = {
+    "ALTER TABLE ledger_records RENAME TO ledger_records_v1",
+    SHOAL_LEDGER_RECORDS_TABLE,
+    "INSERT INTO ledger_records (" SHOAL_LEDGER_COLS ") SELECT " SHOAL_LEDGER_COLS1 ", ''"
+    " FROM ledger_records_v1",
+    "DROP TABLE ledger_records_v1",
+    "CREATE INDEX IF NOT EXISTS ledger_records_minute ON ledger_records (minute)",
+    "UPDATE ledger_meta SET value = '2' WHERE name = 'schema_version'",
+};
+const size_t shoal_ledger_migrate_v1_nsql = SHOAL_ARRAY_SIZE(shoal_ledger_migrate_v1_sql);
 
 const char *const shoal_ledger_sql[SHOAL_LEDGER_SQL_COUNT] = {
     [SHOAL_LEDGER_SQL_HEAD_GET] =
         "SELECT name, value FROM ledger_meta WHERE name IN ('head_seq', 'head_mac')",
     [SHOAL_LEDGER_SQL_META_SET] = "UPDATE ledger_meta SET value = ?1 WHERE name = ?2",
     [SHOAL_LEDGER_SQL_FIND] = "SELECT " SHOAL_LEDGER_COLS " FROM ledger_records"
-                              " WHERE tenant = ?1 AND job = ?2 AND minute = ?3",
+                              " WHERE tenant = ?1 AND job = ?2 AND host = ?3 AND minute = ?4",
     [SHOAL_LEDGER_SQL_INSERT] = "INSERT INTO ledger_records (" SHOAL_LEDGER_COLS ") VALUES"
-                                " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                                " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [SHOAL_LEDGER_SQL_CURSOR_PUT] = "INSERT INTO ledger_cursors (key, counters) VALUES (?1, ?2)"
                                     " ON CONFLICT (key) DO UPDATE SET counters = ?2",
     [SHOAL_LEDGER_SQL_CURSOR_DEL] = "DELETE FROM ledger_cursors WHERE key = ?1",
     [SHOAL_LEDGER_SQL_CURSOR_GET] = "SELECT counters FROM ledger_cursors WHERE key = ?1",
     [SHOAL_LEDGER_SQL_LAST_MINUTE] =
-        "SELECT MAX(minute) FROM ledger_records WHERE tenant = ?1 AND job = ?2",
+        "SELECT MAX(minute) FROM ledger_records WHERE tenant = ?1 AND job = ?2"
+        " AND (CAST(?3 AS TEXT) IS NULL OR host = ?3 OR host = '')",
     [SHOAL_LEDGER_SQL_EACH] = "SELECT " SHOAL_LEDGER_COLS " FROM ledger_records"
                               " WHERE minute >= ?1 AND minute < ?2"
                               " AND (CAST(?3 AS TEXT) IS NULL OR tenant = ?3)"
@@ -212,13 +236,16 @@ static uint64_t shoal_ledger_double_bits(double d)
     return bits;
 }
 
-/* mac = HMAC(key, prev | domain | seq | tenant | job | class | minute | figures). */
+/* mac = HMAC(key, prev | domain | seq | tenant | job | class | [host] | minute | figures): the
+ * host only when there is one, so that a record of version 1 (none) verifies as it did; the
+ * strings are length-prefixed and the figures of fixed size, so no record with a host has the
+ * bytes of one without. */
 static shoal_status_t shoal_ledger_mac(const shoal_ledger_t *ledger,
                                        const uint8_t prev[SHOAL_HMAC_BYTES], uint64_t seq,
                                        const shoal_ledger_record_t *rec,
                                        uint8_t mac[SHOAL_HMAC_BYTES])
 {
-    uint8_t buf[SHOAL_HMAC_BYTES + sizeof(SHOAL_LEDGER_DOMAIN) + 3 * (2 + 64) + 16 * 8];
+    uint8_t buf[SHOAL_HMAC_BYTES + sizeof(SHOAL_LEDGER_DOMAIN) + 4 * (2 + 64) + 16 * 8];
     const uint64_t fields[] = {
         (uint64_t)rec->minute, shoal_ledger_double_bits(rec->gpu_seconds), rec->bytes_same_host,
         rec->bytes_cross_host, rec->ops, shoal_ledger_double_bits(rec->coll_seconds),
@@ -235,6 +262,8 @@ static shoal_status_t shoal_ledger_mac(const shoal_ledger_t *ledger,
     off += shoal_ledger_put_str(buf + off, rec->tenant);
     off += shoal_ledger_put_str(buf + off, rec->job);
     off += shoal_ledger_put_str(buf + off, rec->qos_class);
+    if (rec->host[0] != '\0')
+        off += shoal_ledger_put_str(buf + off, rec->host);
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(fields); i++) {
         shoal_put_le(buf + off, fields[i], 8);
         off += 8;
@@ -441,7 +470,8 @@ int shoal_ledger_record_ok(const shoal_ledger_record_t *r)
 {
     return shoal_ledger_name_ok(r->tenant, sizeof(r->tenant)) &&
            shoal_ledger_name_ok(r->job, sizeof(r->job)) &&
-           shoal_ledger_name_ok(r->qos_class, sizeof(r->qos_class)) && r->minute >= 0 &&
+           shoal_ledger_name_ok(r->qos_class, sizeof(r->qos_class)) &&
+           strnlen(r->host, sizeof(r->host)) < sizeof(r->host) && r->minute >= 0 &&
            isfinite(r->gpu_seconds) && r->gpu_seconds >= 0 && isfinite(r->coll_seconds) &&
            r->coll_seconds >= 0;
 }
@@ -470,9 +500,9 @@ static shoal_status_t shoal_ledger_check_batch(const shoal_ledger_record_t *recs
         }
         for (size_t j = 0; j < i; j++) {
             if (recs[j].minute == r->minute && strcmp(recs[j].tenant, r->tenant) == 0 &&
-                strcmp(recs[j].job, r->job) == 0) {
-                shoal_error(METER, "ledger: the commit holds (tenant %s, job %s, minute %" PRId64
-                            ") twice", r->tenant, r->job, r->minute);
+                strcmp(recs[j].job, r->job) == 0 && strcmp(recs[j].host, r->host) == 0) {
+                shoal_error(METER, "ledger: the commit holds (tenant %s, job %s, host '%s', "
+                            "minute %" PRId64 ") twice", r->tenant, r->job, r->host, r->minute);
                 return SHOAL_ERR_INVALID_ARG;
             }
         }
@@ -490,7 +520,8 @@ static int shoal_ledger_record_same(const shoal_ledger_record_t *a,
                                     const shoal_ledger_record_t *b)
 {
     return strcmp(a->tenant, b->tenant) == 0 && strcmp(a->job, b->job) == 0 &&
-           strcmp(a->qos_class, b->qos_class) == 0 && a->minute == b->minute &&
+           strcmp(a->host, b->host) == 0 && strcmp(a->qos_class, b->qos_class) == 0 &&
+           a->minute == b->minute &&
            shoal_ledger_double_bits(a->gpu_seconds) == shoal_ledger_double_bits(b->gpu_seconds) &&
            a->bytes_same_host == b->bytes_same_host && a->bytes_cross_host == b->bytes_cross_host &&
            a->ops == b->ops &&
@@ -544,7 +575,7 @@ static shoal_status_t shoal_ledger_find_existing(shoal_ledger_t *ledger,
     *replay_p = 0;
     for (size_t i = 0; i < n; i++) {
         status = ledger->ops->record_find(ledger->be, recs[i].tenant, recs[i].job,
-                                          recs[i].minute, &out[i], &found);
+                                          recs[i].host, recs[i].minute, &out[i], &found);
         if (status != SHOAL_OK)
             return status;
         if (!found)
@@ -562,9 +593,10 @@ static shoal_status_t shoal_ledger_find_existing(shoal_ledger_t *ledger,
             return SHOAL_OK;
         }
     }
-    shoal_error(METER, "ledger: (tenant %s, job %s, minute %" PRId64 ") is recorded already "
-                "(seq %" PRIu64 "): the commit of %zu records is refused", recs[first].tenant,
-                recs[first].job, recs[first].minute, out[first].seq, n);
+    shoal_error(METER, "ledger: (tenant %s, job %s, host '%s', minute %" PRId64 ") is recorded "
+                "already (seq %" PRIu64 "): the commit of %zu records is refused",
+                recs[first].tenant, recs[first].job, recs[first].host, recs[first].minute,
+                out[first].seq, n);
     return SHOAL_ERR_INVALID_ARG;
 }
 
@@ -671,13 +703,14 @@ shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *pref
     return ledger->ops->cursor_list(ledger->be, prefix, cb, arg);
 }
 
-int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job)
+int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job,
+                                 const char *host)
 {
     int64_t minute = -1;
 
     if (ledger == NULL || tenant == NULL || job == NULL)
         return -1;
-    if (ledger->ops->last_minute(ledger->be, tenant, job, &minute) != SHOAL_OK)
+    if (ledger->ops->last_minute(ledger->be, tenant, job, host, &minute) != SHOAL_OK)
         return -1;
     return minute;
 }

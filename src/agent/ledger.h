@@ -1,6 +1,6 @@
-/* The billing ledger of shoald: one record per tenant, job and wall-clock minute, chained by
- * an HMAC so that no record can be altered or dropped unnoticed. SQLite (embedded default) or
- * PostgreSQL (libpq, a provider's central database), one schema.
+/* The billing ledger of shoald: one record per tenant, job, host and wall-clock minute,
+ * chained by an HMAC so that no record can be altered or dropped unnoticed. SQLite (embedded
+ * default) or PostgreSQL (libpq, a provider's central database), one schema.
  *
  * Contract with the agent (src/agent/shoald*.c):
  *  - The agent samples every registered page at each minute boundary (and when a page's rank
@@ -35,6 +35,9 @@ typedef struct {
     uint64_t failed_platform;          /* ranks that failed for causes the platform owns
                                         * (peer lost, timeout, transport) in this minute */
     uint64_t failed_tenant;            /* ranks that failed by the tenant's own abort */
+    char host[SHOAL_LEDGER_NAME_MAX];  /* the agent's host that billed it ("": one agent per
+                                        * job, as ledgers of version 1 were): the hosts of a
+                                        * job each write their own record of a minute */
     /* set by the ledger on commit */
     uint64_t seq;                      /* 1, 2, ... over the whole ledger */
     uint8_t mac[32];                   /* HMAC(ledger key, prev mac | canonical record) */
@@ -80,7 +83,7 @@ void shoal_ledger_url_redact(const char *url, char *buf, size_t len);
  * without memory. */
 const char *shoal_ledger_url_arg(char *arg, const char *prog);
 /* Appends the records (seq and mac are assigned) and replaces the cursors, atomically. A
- * record whose (tenant, job, minute) exists already is refused as SHOAL_ERR_INVALID_ARG
+ * record whose (tenant, job, host, minute) exists already is refused as SHOAL_ERR_INVALID_ARG
  * (nothing is written), except the exact replay of a commit that was stored but whose answer
  * was lost (every record identical and every cursor as given): SHOAL_OK, seq and mac filled
  * from the stored records, nothing written twice. SHOAL_ERR_TRANSPORT: the database is down,
@@ -101,8 +104,11 @@ shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
  * made (a page's cursor goes once it is). A writer only (SHOAL_ERR_INVALID_ARG for a reader). */
 shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *prefix,
                                         shoal_ledger_cursor_cb_t cb, void *arg);
-/* The last minute committed for (tenant, job), or -1 (none, or the database failed: logged). */
-int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job);
+/* The last minute committed for (tenant, job) by host (NULL: by any host; a record of version
+ * 1, host "", counts for every host: its agent billed the job's ranks it knew), or -1 (none, or
+ * the database failed: logged). */
+int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job,
+                                 const char *host);
 /* Iterates the records with minute in [from, to) in seq order (tenant/job NULL: all). The
  * callback returns 0 to go on, nonzero to stop; it must not call the ledger. */
 typedef int (*shoal_ledger_each_cb_t)(const shoal_ledger_record_t *rec, void *arg);

@@ -6,7 +6,7 @@
 #include "agent/ledger.h"
 #include "util/util.h"
 
-#define SHOAL_LEDGER_SCHEMA_VERSION 1
+#define SHOAL_LEDGER_SCHEMA_VERSION 2
 #define SHOAL_LEDGER_MAC_HEX (2 * SHOAL_HMAC_BYTES + 1)
 
 /* The schema, the same text for both backends: statements separated by ';'. Integers are
@@ -14,18 +14,21 @@
  * hex, a cursor's counters as decimal numbers separated by ','. */
 extern SHOAL_HIDDEN const char *const shoal_ledger_schema_sql[];
 extern SHOAL_HIDDEN const size_t shoal_ledger_schema_nsql;
+/* What a writer runs, in the schema's transaction, on a ledger of version 1 (ends at 2). */
+extern SHOAL_HIDDEN const char *const shoal_ledger_migrate_v1_sql[];
+extern SHOAL_HIDDEN const size_t shoal_ledger_migrate_v1_nsql;
 
 /* The statements, the same text for both backends (PostgreSQL reads ?N as $N). Each is
  * prepared once per connection with parameters: no SQL is ever built from names. */
 typedef enum {
     SHOAL_LEDGER_SQL_HEAD_GET,    /* -> name, value */
     SHOAL_LEDGER_SQL_META_SET,    /* ?1 value, ?2 name */
-    SHOAL_LEDGER_SQL_FIND,        /* ?1 tenant, ?2 job, ?3 minute -> record columns */
-    SHOAL_LEDGER_SQL_INSERT,      /* ?1..?13: the record columns */
+    SHOAL_LEDGER_SQL_FIND,        /* ?1 tenant, ?2 job, ?3 host, ?4 minute -> record columns */
+    SHOAL_LEDGER_SQL_INSERT,      /* ?1..?14: the record columns */
     SHOAL_LEDGER_SQL_CURSOR_PUT,  /* ?1 key, ?2 counters */
     SHOAL_LEDGER_SQL_CURSOR_DEL,  /* ?1 key */
     SHOAL_LEDGER_SQL_CURSOR_GET,  /* ?1 key -> counters */
-    SHOAL_LEDGER_SQL_LAST_MINUTE, /* ?1 tenant, ?2 job -> max(minute) */
+    SHOAL_LEDGER_SQL_LAST_MINUTE, /* ?1 tenant, ?2 job, ?3 host or NULL -> max(minute) */
     SHOAL_LEDGER_SQL_EACH,        /* ?1 from, ?2 to, ?3 tenant or NULL, ?4 job or NULL */
     SHOAL_LEDGER_SQL_META_GET,    /* ?1 name -> value */
     /* writers only (a reader of a ledger that an older agent wrote may not have the table) */
@@ -36,7 +39,7 @@ typedef enum {
 } shoal_ledger_sql_t;
 extern SHOAL_HIDDEN const char *const shoal_ledger_sql[SHOAL_LEDGER_SQL_COUNT];
 /* The columns of a record, in the order FIND and EACH return them and INSERT takes them. */
-#define SHOAL_LEDGER_NCOLS 13
+#define SHOAL_LEDGER_NCOLS 14
 
 /* A backend. Every function returns SHOAL_OK, SHOAL_ERR_TRANSPORT (the database is unreachable,
  * unwritable or lost the connection: logged by the backend, the transaction is gone) or another
@@ -54,8 +57,9 @@ typedef struct {
     void (*rollback)(void *be);
     shoal_status_t (*head_get)(void *be, uint64_t *seq_p, uint8_t mac[SHOAL_HMAC_BYTES]);
     shoal_status_t (*head_set)(void *be, uint64_t seq, const uint8_t mac[SHOAL_HMAC_BYTES]);
-    shoal_status_t (*record_find)(void *be, const char *tenant, const char *job, int64_t minute,
-                                  shoal_ledger_record_t *rec_p, int *found_p);
+    shoal_status_t (*record_find)(void *be, const char *tenant, const char *job,
+                                  const char *host, int64_t minute, shoal_ledger_record_t *rec_p,
+                                  int *found_p);
     shoal_status_t (*record_insert)(void *be, const shoal_ledger_record_t *rec);
     /* with the cursor's job, when it names one (the job of a key never changes) */
     shoal_status_t (*cursor_put)(void *be, const shoal_ledger_cursor_t *cursor);
@@ -67,7 +71,7 @@ typedef struct {
     shoal_status_t (*cursor_get)(void *be, const char *key, shoal_ledger_cursor_t *cursor_p,
                                  int *found_p);
     shoal_status_t (*last_minute)(void *be, const char *tenant, const char *job,
-                                  int64_t *minute_p);
+                                  const char *host, int64_t *minute_p);
     shoal_status_t (*each)(void *be, int64_t from, int64_t to, const char *tenant,
                            const char *job, shoal_ledger_each_cb_t cb, void *arg);
 } shoal_ledger_ops_t;

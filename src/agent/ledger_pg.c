@@ -122,6 +122,16 @@ static shoal_status_t shoal_ledger_pg_schema(shoal_ledger_pg_t *be)
                          status, err_rollback);
     }
     res = PQexec(be->conn, "SELECT value FROM ledger_meta WHERE name = 'schema_version'");
+    if (be->writer && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+        strcmp(PQgetvalue(res, 0, 0), "1") == 0) {
+        PQclear(res);
+        for (size_t i = 0; i < shoal_ledger_migrate_v1_nsql; i++)
+            SHOAL_CHECK_GOTO(shoal_ledger_pg_exec(be, shoal_ledger_migrate_v1_sql[i],
+                                                  "schema upgrade"), status, err_rollback);
+        shoal_info(METER, "ledger: database %s upgraded from schema version 1 to %d (a host "
+                   "column)", PQdb(be->conn), SHOAL_LEDGER_SCHEMA_VERSION);
+        res = PQexec(be->conn, "SELECT value FROM ledger_meta WHERE name = 'schema_version'");
+    }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         status = shoal_ledger_pg_fail(be, res, "read of the schema version");
         PQclear(res);
@@ -129,8 +139,10 @@ static shoal_status_t shoal_ledger_pg_schema(shoal_ledger_pg_t *be)
     }
     if (PQntuples(res) != 1 || atoi(PQgetvalue(res, 0, 0)) != SHOAL_LEDGER_SCHEMA_VERSION) {
         shoal_error(METER, "ledger: database %s has schema version %s, this shoal reads "
-                    "version %d", PQdb(be->conn), PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) :
-                    "?", SHOAL_LEDGER_SCHEMA_VERSION);
+                    "version %d%s", PQdb(be->conn), PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) :
+                    "?", SHOAL_LEDGER_SCHEMA_VERSION, PQntuples(res) == 1 &&
+                    strcmp(PQgetvalue(res, 0, 0), "1") == 0 ? " (shoald of this version "
+                    "upgrades it when it opens it)" : "");
         PQclear(res);
         status = SHOAL_ERR_UNSUPPORTED;
         goto err_rollback;
@@ -364,20 +376,23 @@ static int shoal_ledger_pg_row(const PGresult *res, int row, shoal_ledger_record
     rec->coll_seconds = strtod(PQgetvalue(res, row, 9), NULL);
     rec->failed_platform = (uint64_t)strtoll(PQgetvalue(res, row, 10), NULL, 10);
     rec->failed_tenant = (uint64_t)strtoll(PQgetvalue(res, row, 11), NULL, 10);
+    if (shoal_ledger_copy_text(rec->host, sizeof(rec->host), PQgetvalue(res, row, 13)) != 0)
+        return -1;
     return shoal_ledger_mac_from_hex(PQgetvalue(res, row, 12), rec->mac);
 }
 
 static shoal_status_t shoal_ledger_pg_record_find(void *arg, const char *tenant,
-                                                  const char *job, int64_t minute,
+                                                  const char *job, const char *host,
+                                                  int64_t minute,
                                                   shoal_ledger_record_t *rec_p, int *found_p)
 {
     shoal_ledger_pg_t *be = arg;
     char num[24];
-    const char *values[] = {tenant, job, num};
+    const char *values[] = {tenant, job, host, num};
     PGresult *res;
 
     snprintf(num, sizeof(num), "%" PRId64, minute);
-    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_FIND, 3, values, "lookup of a record",
+    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_FIND, 4, values, "lookup of a record",
                                     &res));
     *found_p = PQntuples(res) > 0;
     if (*found_p && shoal_ledger_pg_row(res, 0, rec_p) != 0)
@@ -392,7 +407,7 @@ static shoal_status_t shoal_ledger_pg_record_insert(void *arg, const shoal_ledge
     char hex[SHOAL_LEDGER_MAC_HEX], n[9][32];
     const char *values[SHOAL_LEDGER_NCOLS] = {
         n[0], rec->tenant, rec->job, rec->qos_class, n[1], n[2], n[3], n[4], n[5], n[6], n[7],
-        n[8], hex,
+        n[8], hex, rec->host,
     };
     PGresult *res;
 
@@ -493,14 +508,15 @@ static shoal_status_t shoal_ledger_pg_cursor_get(void *arg, const char *key,
 }
 
 static shoal_status_t shoal_ledger_pg_last_minute(void *arg, const char *tenant,
-                                                  const char *job, int64_t *minute_p)
+                                                  const char *job, const char *host,
+                                                  int64_t *minute_p)
 {
     shoal_ledger_pg_t *be = arg;
-    const char *values[] = {tenant, job};
+    const char *values[] = {tenant, job, host};
     PGresult *res;
 
     SHOAL_CHECK(shoal_ledger_pg_ready(be));
-    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_LAST_MINUTE, 2, values,
+    SHOAL_CHECK(shoal_ledger_pg_run(be, SHOAL_LEDGER_SQL_LAST_MINUTE, 3, values,
                                     "read of the last minute", &res));
     *minute_p = PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ?
                     strtoll(PQgetvalue(res, 0, 0), NULL, 10) : -1;

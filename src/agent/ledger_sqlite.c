@@ -95,26 +95,37 @@ static shoal_status_t shoal_ledger_sqlite_stmt(shoal_ledger_sqlite_t *be, shoal_
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_ledger_sqlite_version(shoal_ledger_sqlite_t *be)
+/* The stored schema version (0: none or not a number). */
+static int shoal_ledger_sqlite_version_get(shoal_ledger_sqlite_t *be)
 {
-    shoal_status_t status = SHOAL_OK;
     sqlite3_stmt *st;
-    int rc;
+    int version = 0;
 
-    SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_META_GET, &st));
-    sqlite3_bind_text(st, 1, "schema_version", -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW || sqlite3_column_int(st, 0) != SHOAL_LEDGER_SCHEMA_VERSION) {
-        shoal_error(METER, "ledger: %s has schema version %s, this shoal reads version %d",
-                    be->path, rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : "?",
-                    SHOAL_LEDGER_SCHEMA_VERSION);
-        status = SHOAL_ERR_UNSUPPORTED;
-    }
-    sqlite3_reset(st);
-    return status;
+    /* not kept: a migration changes the schema under a prepared statement */
+    if (sqlite3_prepare_v2(be->db, "SELECT value FROM ledger_meta WHERE name = 'schema_version'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return version;
 }
 
-/* A writer creates what is missing, then checks the version; a reader only checks. */
+static shoal_status_t shoal_ledger_sqlite_version(shoal_ledger_sqlite_t *be)
+{
+    int version = shoal_ledger_sqlite_version_get(be);
+
+    if (version == SHOAL_LEDGER_SCHEMA_VERSION)
+        return SHOAL_OK;
+    shoal_error(METER, "ledger: %s has schema version %d, this shoal reads version %d%s",
+                be->path, version, SHOAL_LEDGER_SCHEMA_VERSION,
+                version == 1 && !be->writer ? " (shoald of this version upgrades it when it "
+                                              "opens it)" : "");
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+/* A writer creates what is missing, upgrades an older version, then checks the version; a
+ * reader only checks. */
 static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
 {
     shoal_status_t status;
@@ -126,6 +137,15 @@ static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
         status = shoal_ledger_sqlite_exec(be, shoal_ledger_schema_sql[i]);
         if (status != SHOAL_OK)
             goto err_rollback;
+    }
+    if (shoal_ledger_sqlite_version_get(be) == 1) {
+        for (size_t i = 0; i < shoal_ledger_migrate_v1_nsql; i++) {
+            status = shoal_ledger_sqlite_exec(be, shoal_ledger_migrate_v1_sql[i]);
+            if (status != SHOAL_OK)
+                goto err_rollback;
+        }
+        shoal_info(METER, "ledger: %s upgraded from schema version 1 to %d (a host column)",
+                   be->path, SHOAL_LEDGER_SCHEMA_VERSION);
     }
     SHOAL_CHECK_GOTO(shoal_ledger_sqlite_version(be), status, err_rollback);
     return shoal_ledger_sqlite_exec(be, "COMMIT");
@@ -359,7 +379,7 @@ static int shoal_ledger_sqlite_row(sqlite3_stmt *st, shoal_ledger_record_t *rec)
     static const int types[SHOAL_LEDGER_NCOLS] = {
         SQLITE_INTEGER, SQLITE_TEXT,    SQLITE_TEXT,    SQLITE_TEXT,  SQLITE_INTEGER,
         SQLITE_FLOAT,   SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_FLOAT,
-        SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_TEXT,
+        SQLITE_INTEGER, SQLITE_INTEGER, SQLITE_TEXT,    SQLITE_TEXT,
     };
     int typed = 1;
 
@@ -382,13 +402,16 @@ static int shoal_ledger_sqlite_row(sqlite3_stmt *st, shoal_ledger_record_t *rec)
     rec->coll_seconds = sqlite3_column_double(st, 9);
     rec->failed_platform = (uint64_t)sqlite3_column_int64(st, 10);
     rec->failed_tenant = (uint64_t)sqlite3_column_int64(st, 11);
-    if (shoal_ledger_mac_from_hex((const char *)sqlite3_column_text(st, 12), rec->mac) != 0)
+    if (shoal_ledger_mac_from_hex((const char *)sqlite3_column_text(st, 12), rec->mac) != 0 ||
+        shoal_ledger_copy_text(rec->host, sizeof(rec->host),
+                               (const char *)sqlite3_column_text(st, 13)) != 0)
         return -1;
     return typed ? 0 : -1; /* the figures as read, for a report; never a MAC that verifies */
 }
 
 static shoal_status_t shoal_ledger_sqlite_record_find(void *arg, const char *tenant,
-                                                      const char *job, int64_t minute,
+                                                      const char *job, const char *host,
+                                                      int64_t minute,
                                                       shoal_ledger_record_t *rec_p, int *found_p)
 {
     shoal_ledger_sqlite_t *be = arg;
@@ -398,7 +421,8 @@ static shoal_status_t shoal_ledger_sqlite_record_find(void *arg, const char *ten
     SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_FIND, &st));
     sqlite3_bind_text(st, 1, tenant, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, job, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, minute);
+    sqlite3_bind_text(st, 3, host, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, minute);
     rc = sqlite3_step(st);
     *found_p = rc == SQLITE_ROW;
     if (rc == SQLITE_ROW && shoal_ledger_sqlite_row(st, rec_p) != 0) {
@@ -433,6 +457,7 @@ static shoal_status_t shoal_ledger_sqlite_record_insert(void *arg,
     sqlite3_bind_int64(st, 11, (int64_t)rec->failed_platform);
     sqlite3_bind_int64(st, 12, (int64_t)rec->failed_tenant);
     sqlite3_bind_text(st, 13, hex, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 14, rec->host, -1, SQLITE_STATIC);
     return shoal_ledger_sqlite_done(be, st, "insert of a record");
 }
 
@@ -527,7 +552,8 @@ static shoal_status_t shoal_ledger_sqlite_cursor_get(void *arg, const char *key,
 }
 
 static shoal_status_t shoal_ledger_sqlite_last_minute(void *arg, const char *tenant,
-                                                      const char *job, int64_t *minute_p)
+                                                      const char *job, const char *host,
+                                                      int64_t *minute_p)
 {
     shoal_ledger_sqlite_t *be = arg;
     sqlite3_stmt *st;
@@ -537,6 +563,8 @@ static shoal_status_t shoal_ledger_sqlite_last_minute(void *arg, const char *ten
     SHOAL_CHECK(shoal_ledger_sqlite_stmt(be, SHOAL_LEDGER_SQL_LAST_MINUTE, &st));
     sqlite3_bind_text(st, 1, tenant, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, job, -1, SQLITE_STATIC);
+    if (host != NULL)
+        sqlite3_bind_text(st, 3, host, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
         sqlite3_reset(st);

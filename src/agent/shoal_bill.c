@@ -204,10 +204,19 @@ typedef struct {
     double coll_seconds;
 } shoal_bill_group_t;
 
+/* A minute billed to a group: the hosts of a job write one record each for a minute, which
+ * counts once. */
+typedef struct {
+    size_t g;
+    int64_t minute;
+} shoal_bill_minute_t;
+
 typedef struct {
     shoal_bill_group_t *g;
     size_t n, cap;
     size_t last;                       /* the group hit last: records come in runs */
+    shoal_bill_minute_t *m;            /* (group, minute) of each record, counted at the end */
+    size_t nm, capm;
     int failed;
 } shoal_bill_groups_t;
 
@@ -253,13 +262,48 @@ static int shoal_bill_usage_cb(const shoal_ledger_record_t *rec, void *arg)
         gs->failed = 1;
         return 1;
     }
-    g->minutes++;
+    if (gs->nm == gs->capm) {
+        size_t cap = gs->capm != 0 ? 2 * gs->capm : 1024;
+        shoal_bill_minute_t *nm = realloc(gs->m, cap * sizeof(*nm));
+
+        if (nm == NULL) {
+            gs->failed = 1;
+            return 1;
+        }
+        gs->m = nm;
+        gs->capm = cap;
+    }
+    gs->m[gs->nm].g = (size_t)(g - gs->g);
+    gs->m[gs->nm++].minute = rec->minute;
     g->gpu_seconds += rec->gpu_seconds;
     g->bytes_same_host += rec->bytes_same_host;
     g->bytes_cross_host += rec->bytes_cross_host;
     g->ops += rec->ops;
     g->coll_seconds += rec->coll_seconds;
     return 0;
+}
+
+static int shoal_bill_minute_cmp(const void *a, const void *b)
+{
+    const shoal_bill_minute_t *x = a, *y = b;
+
+    if (x->g != y->g)
+        return x->g < y->g ? -1 : 1;
+    return x->minute < y->minute ? -1 : x->minute > y->minute;
+}
+
+/* Each group's distinct minutes (records of one minute from several hosts count once). */
+static void shoal_bill_minutes_count(shoal_bill_groups_t *gs)
+{
+    if (gs->nm > 0)
+        qsort(gs->m, gs->nm, sizeof(gs->m[0]), shoal_bill_minute_cmp);
+    for (size_t i = 0; i < gs->nm; i++) {
+        if (i == 0 || gs->m[i].g != gs->m[i - 1].g || gs->m[i].minute != gs->m[i - 1].minute)
+            gs->g[gs->m[i].g].minutes++;
+    }
+    free(gs->m);
+    gs->m = NULL;
+    gs->nm = gs->capm = 0;
 }
 
 static int shoal_bill_group_cmp(const void *a, const void *b)
@@ -369,8 +413,10 @@ static int shoal_bill_cmd_usage(const shoal_bill_args_t *a)
         fprintf(stderr, "shoal-bill: cannot read the ledger: %s\n",
                 shoal_strerror(gs.failed ? SHOAL_ERR_NO_MEMORY : status));
         free(gs.g);
+        free(gs.m);
         return 1;
     }
+    shoal_bill_minutes_count(&gs);
     if (gs.n > 0)
         qsort(gs.g, gs.n, sizeof(gs.g[0]), shoal_bill_group_cmp);
     for (size_t i = 0; i < gs.n; i++) {

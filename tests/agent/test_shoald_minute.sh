@@ -1,7 +1,7 @@
 #!/bin/sh
 # TAP test of shoald's billing minute (minute_seconds=2) with the real ledger: SQLite (a fresh
 # database in the test's directory), or with LEDGER_MODE=pg a PostgreSQL server started here
-# (test_shoald_minute_pg.sh). Per (tenant, job, minute) one record whose sums (shoal-bill
+# (test_shoald_minute_pg.sh). Per (tenant, job, host, minute) one record whose sums (shoal-bill
 # usage --csv) equal the counters the rank wrote; allocated GPU-seconds within 0.5% of GPUs x
 # the rank's lifetime (the page's creation to its end, as the rank measured it); a database
 # that goes down (SQLite: its directory moved away and back; PostgreSQL: the server stopped
@@ -13,7 +13,8 @@
 # minute, logged; a restarted agent's rejoin_grace and rejoin_wait keep that from happening
 # to a rank that registers again within them; an uncredentialed job billed beside a
 # credentialed one; long host names that share their first 32 characters kept apart, and a
-# cursor keyed the older way resumed from.
+# cursor keyed the older way resumed from; one job on two hosts whose agents share the ledger,
+# each host's record of each minute in that minute.
 . "$(dirname "$0")/agent_lib.sh"
 . "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
@@ -397,11 +398,69 @@ is "$(sum_ops acme longhost)" "$(final_of ops "$T/lh.out")" \
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key IN ('$K', '$LK')")" 0 \
     "the old cursor went with the first batch, the new one with the rank's end"
 
-# 62-64: the chain, a clean stop
+# 62-66: one job on two hosts and one ledger. The agents of node-a and node-b each bill their
+# own rank: each writes its record of every minute the job lived, in that minute. (With one
+# record per job and minute, the second agent's commit collided with the first's and moved
+# its record after the job's last minute: the job's minutes drifted into the future.)
 stop_agent
-is "$agent_rc" 0 "the agent stops cleanly"
+mkdir -p "$T/run3"
+{ cat "$T/conf"; echo "hostname=node-a"; echo "rejoin_grace=0"; } >"$T/conf.na"
+{ sed "s|^listen=.*|listen=$T/run3/shoald.sock|" "$T/conf"; echo "hostname=node-b"
+  echo "rejoin_grace=0"; } >"$T/conf.nb"
+rm -f "$T/ready.b"
+"$SHOALD" -c "$T/conf.nb" --ready-file "$T/ready.b" >>"$T/agent_b.log" 2>&1 &
+BPID=$!
+PIDS="$PIDS $BPID"
+start_agent "$T/conf.na"
+i=0
+while [ ! -s "$T/ready.b" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+SOCKB=$(sed -n 's/^sock=//p' "$T/ready.b")
+[ -n "$SOCKB" ] && [ -n "$SOCK" ]
+ok $? "two agents (node-a, node-b) share the ledger" "$T/agent_b.log"
+t0=$(date +%s)
+for h in a b; do
+    s=$SOCK; [ $h = b ] && s=$SOCKB
+    timeout -s KILL 60 "$MC" --sock "$s" --tenant acme --job twohost \
+        --cred "$(cred acme twohost)" --rank $([ $h = a ] && echo 0 || echo 1) --nranks 2 \
+        --ngpus 1 --tick 20 --hold 7 >"$T/th.$h.out" 2>"$T/th.$h.err" &
+    eval "TH$h=\$!"
+    PIDS="$PIDS $!"
+done
+wait "$THa"; rca=$?
+wait "$THb"; rcb=$?
+t1=$(date +%s)
+wait_minutes 2
+stop_agent
+kill "$BPID" 2>/dev/null
+i=0
+while kill -0 "$BPID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+wait "$BPID" 2>/dev/null
+is "$rca/$rcb/$agent_rc/$?" 0/0/0/0 "a rank on each host counted for 7 s and ended; both agents stop"
+hosts=$(q "SELECT host || ':' || count(*) || ':' || count(DISTINCT minute) || ':' ||
+               min(minute) || ':' || max(minute) FROM ledger_records
+           WHERE tenant = 'acme' AND job = 'twohost' GROUP BY host ORDER BY host" | tr '\n' ' ')
+ha=$(echo "$hosts" | tr ' ' '\n' | grep '^node-a:')
+hb=$(echo "$hosts" | tr ' ' '\n' | grep '^node-b:')
+hosts_ok=1
+for h in "$ha" "$hb"; do
+    IFS=: read -r _ hn hnd hlo hhi <<EOF2
+$h
+EOF2
+    # every minute once, none missing, none after the rank's end or before its start
+    [ -n "$hn" ] && [ "$hn" = "$hnd" ] && [ "$hn" -ge 3 ] &&
+        [ $(( (hhi - hlo) / 2 + 1 )) -eq "$hn" ] && [ "$hhi" -le "$t1" ] &&
+        [ "$hlo" -ge $((t0 - 2)) ] || hosts_ok=0
+done
+is "$hosts_ok" 1 "each host has its own record of every minute of the job's life [$t0, $t1]: $hosts"
+is "$(sum_ops acme twohost)" "$(( $(final_of ops "$T/th.a.out") + $(final_of ops "$T/th.b.out") ))" \
+    "the job's operations are both ranks' exactly"
+is "$(usage_col acme twohost 4)" "$(q "SELECT count(DISTINCT minute) FROM ledger_records
+                                       WHERE tenant = 'acme' AND job = 'twohost'")" \
+    "shoal-bill counts the job's minutes once, not once per host"
+
+# 67-68: the chain
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
 ok $? "shoal-bill verify: the HMAC chain is intact" "$T/verify.out"
-is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || minute) FROM
-         ledger_records")" 0 "no (tenant, job, minute) twice in the whole ledger"
+is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || host || '/' || minute)
+         FROM ledger_records")" 0 "no (tenant, job, host, minute) twice in the whole ledger"
 done_testing

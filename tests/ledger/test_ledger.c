@@ -213,7 +213,7 @@ static void test_round_trips(shoal_ledger_t *l)
     b1[1].bytes_cross_host = UINT64_MAX - 5;          /* above INT64_MAX: kept bit for bit */
     tap_ok(shoal_ledger_head(l, &seq, NULL) == SHOAL_OK && seq == 0, "an empty ledger: head 0");
     tap_is_int(shoal_ledger_verify(l, &bad), SHOAL_OK, "an empty ledger verifies");
-    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1"), -1, "no last minute yet");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1", NULL), -1, "no last minute yet");
     tap_is_int(shoal_ledger_cursor(l, c1.key, &got), SHOAL_ERR_INVALID_ARG, "no cursor yet");
 
     tap_is_int(shoal_ledger_commit(l, b1, 3, cursors1, 2), SHOAL_OK, "commit of 3 records");
@@ -225,16 +225,17 @@ static void test_round_trips(shoal_ledger_t *l)
     tap_ok(shoal_ledger_cursor(l, c1.key, &got) == SHOAL_OK && got.ncounters == 40 &&
            memcmp(got.counters, c1.counters, sizeof(c1.counters)) == 0 &&
            strcmp(got.key, c1.key) == 0, "a cursor of 40 counters (to UINT64_MAX) round trips");
-    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1"), MINUTE0, "last minute");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1", NULL), MINUTE0, "last minute");
 
     cursors2[0] = cursor_make(c1.key, 2000, 40);
     cursors2[1] = c2;
     cursors2[1].ncounters = -1;                       /* the page is gone: its cursor too */
     tap_is_int(shoal_ledger_commit(l, b2, 2, cursors2, 2), SHOAL_OK, "second commit");
     tap_ok(b2[0].seq == 4 && b2[1].seq == 5, "seq goes on: 4, 5");
-    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1"), MINUTE0 + 60,
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-1", NULL), MINUTE0 + 60,
                "last minute moved");
-    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-2"), MINUTE0, "the other job's too");
+    tap_is_int(shoal_ledger_last_minute(l, "acme", "train-2", NULL), MINUTE0,
+               "the other job's too");
     tap_ok(shoal_ledger_cursor(l, c1.key, &got) == SHOAL_OK && got.counters[0] == 2000 &&
            got.counters[39] == 80000, "the cursor was replaced");
     tap_is_int(shoal_ledger_cursor(l, c2.key, &got), SHOAL_ERR_INVALID_ARG,
@@ -270,7 +271,7 @@ static void test_duplicates(shoal_ledger_t *l)
     replay_cursors[1].ncounters = -1;
     tap_is_int(shoal_ledger_commit(l, dup, 2, &cur, 1), SHOAL_ERR_INVALID_ARG,
                "a commit holding an existing (tenant, job, minute) is refused");
-    tap_ok(shoal_ledger_last_minute(l, "initech", "etl") == -1 &&
+    tap_ok(shoal_ledger_last_minute(l, "initech", "etl", NULL) == -1 &&
            shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG &&
            shoal_ledger_head(l, &seq, NULL) == SHOAL_OK && seq == 5,
            "... atomically: neither its new record nor its cursor is there, head still 5");
@@ -329,7 +330,7 @@ static void test_head_malformed(shoal_ledger_t *l)
     tap_ok(tamper("UPDATE ledger_meta SET value = (SELECT value FROM saved_head)"
                   " WHERE name = 'head_seq'; DROP TABLE saved_head") == 0 &&
            shoal_ledger_verify(l, &bad) == SHOAL_OK && shoal_ledger_head(l, &seq, NULL) ==
-           SHOAL_OK && seq == 5 && shoal_ledger_last_minute(l, "headless", "j") == -1,
+           SHOAL_OK && seq == 5 && shoal_ledger_last_minute(l, "headless", "j", NULL) == -1,
            "a malformed head_seq: undone, the chain verifies at seq 5, nothing was written");
 }
 
@@ -395,7 +396,7 @@ static void test_tampering(shoal_ledger_t *l)
                 " DELETE FROM ledger_records WHERE seq IN (1, 2);"
                 " INSERT INTO ledger_records SELECT 3 - seq, tenant, job, class, minute,"
                 " gpu_seconds, bytes_same_host, bytes_cross_host, ops, coll_seconds,"
-                " failed_platform, failed_tenant, mac FROM saved",
+                " failed_platform, failed_tenant, mac, host FROM saved",
                 "DELETE FROM ledger_records WHERE seq IN (1, 2);"
                 " INSERT INTO ledger_records SELECT * FROM saved; DROP TABLE saved", 1);
     test_head_malformed(l);
@@ -502,6 +503,151 @@ static void test_reader_readonly(void)
     }
     tap_ok(st != SHOAL_OK, "a reader's connection cannot write (%s)", shoal_status_name(st));
     ops->close(be);
+}
+
+/* 1 when the log (SHOAL_DEBUG_FILE) has text. */
+static int log_has(const char *text)
+{
+    FILE *fp = fopen(test_log, "r");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    int found = 0;
+
+    if (fp == NULL)
+        return 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap = 2 * cap + 8192);
+
+            if (nb == NULL)
+                break;
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, fp);
+
+        if (got == 0)
+            break;
+        n += got;
+    }
+    fclose(fp);
+    if (buf != NULL) {
+        buf[n] = '\0';
+        found = strstr(buf, text) != NULL;
+    }
+    free(buf);
+    return found;
+}
+
+/* Agents on the hosts of one job share the ledger: each writes its own record of a minute
+ * (version 1 had one per job and minute, and the second agent moved its record to the next
+ * minute: the job's minutes drifted into the future). The host is in the key and the MAC. */
+static void test_hosts(shoal_ledger_t *l)
+{
+    const int64_t m = MINUTE0 + 7200;
+    shoal_ledger_record_t r[2], again, dup[2], hc;
+    uint64_t bad = 0;
+    char sql[256], undo[256];
+    collect_t c;
+
+    r[0] = rec_make("multi", "j", m, 1);
+    r[1] = rec_make("multi", "j", m, 3);
+    snprintf(r[0].host, sizeof(r[0].host), "node-a");
+    snprintf(r[1].host, sizeof(r[1].host), "node-b");
+    tap_ok(shoal_ledger_commit(l, r, 2, NULL, 0) == SHOAL_OK && r[1].seq == r[0].seq + 1,
+           "two hosts' records of one job and minute are both taken (seq %" PRIu64 ", %" PRIu64
+           ")", r[0].seq, r[1].seq);
+    tap_ok(collect(l, m, m + 60, "multi", "j", &c) == 0 && c.n == 2 &&
+               strcmp(c.r[0].host, "node-a") == 0 && strcmp(c.r[1].host, "node-b") == 0 &&
+               c.r[0].minute == m && c.r[1].minute == m,
+           "both read back with their hosts, in the same minute");
+    again = rec_make("multi", "j", m, 5);
+    snprintf(again.host, sizeof(again.host), "node-a");
+    tap_ok(shoal_ledger_commit(l, &again, 1, NULL, 0) == SHOAL_ERR_INVALID_ARG,
+           "a second record of one host for that minute is refused");
+    dup[0] = rec_make("multi", "j", m + 60, 1);
+    dup[1] = rec_make("multi", "j", m + 60, 3);
+    snprintf(dup[0].host, sizeof(dup[0].host), "node-c");
+    snprintf(dup[1].host, sizeof(dup[1].host), "node-c");
+    tap_ok(shoal_ledger_commit(l, dup, 2, NULL, 0) == SHOAL_ERR_INVALID_ARG &&
+               shoal_ledger_last_minute(l, "multi", "j", "node-c") == -1,
+           "a batch with one host's minute twice is refused whole");
+    hc = dup[0];
+    tap_ok(shoal_ledger_commit(l, &hc, 1, NULL, 0) == SHOAL_OK &&
+               shoal_ledger_last_minute(l, "multi", "j", "node-a") == m &&
+               shoal_ledger_last_minute(l, "multi", "j", "node-c") == m + 60 &&
+               shoal_ledger_last_minute(l, "multi", "j", "node-d") == -1 &&
+               shoal_ledger_last_minute(l, "multi", "j", NULL) == m + 60,
+           "last minute per host (node-a %lld, node-c %lld, any %lld)",
+           (long long)shoal_ledger_last_minute(l, "multi", "j", "node-a"),
+           (long long)shoal_ledger_last_minute(l, "multi", "j", "node-c"),
+           (long long)shoal_ledger_last_minute(l, "multi", "j", NULL));
+    r[0].seq = r[1].seq = 0;
+    tap_ok(shoal_ledger_commit(l, r, 2, NULL, 0) == SHOAL_OK && r[0].seq != 0,
+           "the exact replay of the two hosts' commit writes nothing (seq %" PRIu64 ")",
+           r[0].seq);
+    tap_ok(shoal_ledger_verify(l, &bad) == SHOAL_OK, "the chain with hosts verifies");
+    snprintf(sql, sizeof(sql), "UPDATE ledger_records SET host = 'node-b' WHERE seq = %" PRIu64,
+             hc.seq);
+    snprintf(undo, sizeof(undo), "UPDATE ledger_records SET host = 'node-c' WHERE seq = %"
+             PRIu64, hc.seq);
+    tamper_case(l, "a record moved to another host", sql, undo, hc.seq);
+}
+
+/* A ledger of version 1 (no host column, one record per job and minute): a reader refuses it
+ * and says who upgrades it; a writer's open upgrades it in place, keeping every record, and
+ * the chain still verifies (an empty host adds nothing to a MAC). */
+static void test_migrate_v1(shoal_ledger_t **lp)
+{
+    shoal_ledger_t *r = NULL;
+    uint64_t head = 0, head2 = 0, bad = 0;
+    shoal_ledger_record_t rec;
+    collect_t before, after;
+    shoal_status_t st;
+    int ok;
+
+    ok = collect(*lp, INT64_MIN, INT64_MAX, NULL, NULL, &before) == 0 &&
+         shoal_ledger_head(*lp, &head, NULL) == SHOAL_OK && head > 0;
+    shoal_ledger_close(*lp);
+    *lp = NULL;
+    ok = ok && tamper("CREATE TABLE v1 AS SELECT seq, tenant, job, class, minute, gpu_seconds,"
+                      " bytes_same_host, bytes_cross_host, ops, coll_seconds, failed_platform,"
+                      " failed_tenant, mac FROM ledger_records;"
+                      "DROP TABLE ledger_records;"
+                      "CREATE TABLE ledger_records (seq BIGINT PRIMARY KEY, tenant TEXT NOT NULL,"
+                      " job TEXT NOT NULL, class TEXT NOT NULL, minute BIGINT NOT NULL,"
+                      " gpu_seconds DOUBLE PRECISION NOT NULL, bytes_same_host BIGINT NOT NULL,"
+                      " bytes_cross_host BIGINT NOT NULL, ops BIGINT NOT NULL,"
+                      " coll_seconds DOUBLE PRECISION NOT NULL, failed_platform BIGINT NOT NULL,"
+                      " failed_tenant BIGINT NOT NULL, mac TEXT NOT NULL,"
+                      " UNIQUE (tenant, job, minute));"
+                      "INSERT INTO ledger_records SELECT * FROM v1;"
+                      "DROP TABLE v1;"
+                      "CREATE INDEX ledger_records_minute ON ledger_records (minute);"
+                      "UPDATE ledger_meta SET value = '1' WHERE name = 'schema_version'") == 0;
+    tap_ok(ok, "the test made a version 1 ledger (%" PRIu64 " records)", before.count);
+    st = shoal_ledger_open_reader(test_url, test_key, sizeof(test_key) - 1, &r);
+    tap_ok(st == SHOAL_ERR_UNSUPPORTED && log_has("upgrades it when it opens it"),
+           "a reader refuses version 1 and says that shoald upgrades it (status %d)", (int)st);
+    if (r != NULL && st == SHOAL_OK)
+        shoal_ledger_close(r);
+    st = shoal_ledger_open(test_url, test_key, sizeof(test_key) - 1, lp);
+    if (st != SHOAL_OK)
+        tap_bail("the writer's open of a version 1 ledger failed: %d", (int)st);
+    tap_ok(log_has("upgraded from schema version 1 to 2") &&
+               collect(*lp, INT64_MIN, INT64_MAX, NULL, NULL, &after) == 0 &&
+               after.count == before.count && after.n == before.n &&
+               memcmp(after.r, before.r, sizeof(after.r[0]) * (size_t)after.n) == 0 &&
+               shoal_ledger_head(*lp, &head2, NULL) == SHOAL_OK && head2 == head,
+           "a writer's open upgrades it: %" PRIu64 " records, the same, head seq %" PRIu64,
+           after.count, head2);
+    tap_ok(shoal_ledger_verify(*lp, &bad) == SHOAL_OK, "the upgraded chain verifies");
+    rec = before.r[0];
+    snprintf(rec.host, sizeof(rec.host), "node-z");
+    rec.seq = 0;
+    tap_ok(shoal_ledger_commit(*lp, &rec, 1, NULL, 0) == SHOAL_OK &&
+               shoal_ledger_last_minute(*lp, rec.tenant, rec.job, "node-q") >= rec.minute,
+           "then another host's record of a version 1 minute is taken, and a version 1 "
+           "record counts as every host's last minute");
 }
 
 /* The job stored with a cursor, and the listing of a host's open pages (what a restarted
@@ -641,7 +787,7 @@ static void test_kill9(shoal_ledger_t *l, unsigned seed)
             char job[16];
 
             snprintf(job, sizeof(job), "job-%d", j);
-            consistent &= shoal_ledger_last_minute(l, "killme", job) ==
+            consistent &= shoal_ledger_last_minute(l, "killme", job, NULL) ==
                           (k > 0 ? KILL_MINUTE0 + 60 * (int64_t)k : -1);
         }
         tap_diag("round %d: %" PRIu64 " commits stored (+%" PRIu64 ")", r, k, k - prev);
@@ -662,7 +808,7 @@ static void check_nothing_lost(shoal_ledger_t *l, const char *tenant, int64_t mi
     shoal_ledger_cursor_t got;
     uint64_t bad = 0;
 
-    tap_ok(shoal_ledger_last_minute(l, tenant, "j") == minute &&
+    tap_ok(shoal_ledger_last_minute(l, tenant, "j", NULL) == minute &&
            shoal_ledger_cursor(l, ckey, &got) == SHOAL_OK && got.counters[0] == 42 &&
            shoal_ledger_verify(l, &bad) == SHOAL_OK, "%s: the retried commit is stored, "
            "the chain verifies", what);
@@ -681,7 +827,7 @@ static void test_down_sqlite(shoal_ledger_t *l)
         tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
                    "database file made read-only: SHOAL_ERR_TRANSPORT");
         chmod(test_path, 0644);
-        tap_ok(shoal_ledger_last_minute(l, "outage", "j") == -1 &&
+        tap_ok(shoal_ledger_last_minute(l, "outage", "j", NULL) == -1 &&
                shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
                "... nothing of it was written");
         tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK, "writable again: retry ok");
@@ -702,7 +848,7 @@ static void test_down_sqlite(shoal_ledger_t *l)
         tap_ok(0, "rename back %s: %s", moved, strerror(errno));
         return;
     }
-    tap_ok(shoal_ledger_last_minute(l, "outage2", "j") == -1 &&
+    tap_ok(shoal_ledger_last_minute(l, "outage2", "j", NULL) == -1 &&
            shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
            "directory back: nothing of the failed commit was written");
     tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK, "the retried commit succeeds");
@@ -724,7 +870,7 @@ static void test_down_pg(shoal_ledger_t *l)
     tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
                "... again (the reconnect fails too, within its timeout)");
     tap_ok(run_cmd("starting the server", "LEDGER_TEST_START") == 0, "the server is back");
-    tap_ok(shoal_ledger_last_minute(l, "outage", "j") == -1 &&
+    tap_ok(shoal_ledger_last_minute(l, "outage", "j", NULL) == -1 &&
            shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
            "nothing of the failed commits was written");
     tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_OK,
@@ -855,6 +1001,8 @@ int main(int argc, char **argv)
     test_reader_key();
     test_reader_readonly();
     test_cursor_jobs(l);
+    test_migrate_v1(&l);
+    test_hosts(l);
     test_kill9(l, seed);
     if (test_pg) {
         test_down_pg(l);
