@@ -273,10 +273,42 @@ static shoal_status_t shoal_ledger_mac(const shoal_ledger_t *ledger,
 
 /* ---- open / close ------------------------------------------------------------------------ */
 
+/* In a URI "scheme://user:password@host/db", the '@' a person meant to end the user part: the
+ * last one before the query. NULL when there is none. */
+static const char *shoal_ledger_url_userinfo_end(const char *auth)
+{
+    const char *query = auth + strcspn(auth, "?"), *at = NULL;
+
+    for (const char *p = auth; p < query; p++)
+        at = *p == '@' ? p : at;
+    return at;
+}
+
+/* A password with '/' in it ("user:pa/ss@host/db"): libpq ends the user part at the first '/'
+ * and reads "user:pa" as host and port and "ss@host/db" as the database name, so that the
+ * password's pieces went into the log's connection error, and, with a number before the '/',
+ * to a server of that name. */
+static int shoal_ledger_url_slash_in_password(const char *url)
+{
+    const char *auth = strstr(url, "://"), *at;
+
+    if (auth == NULL)
+        return 0;
+    auth += 3;
+    at = shoal_ledger_url_userinfo_end(auth);
+    return at != NULL && memchr(auth, '/', (size_t)(at - auth)) != NULL;
+}
+
 static shoal_status_t shoal_ledger_backend(const char *url, const shoal_ledger_ops_t **ops_p,
                                            const char **arg_p)
 {
     if (strncmp(url, "postgresql://", 13) == 0 || strncmp(url, "postgres://", 11) == 0) {
+        if (shoal_ledger_url_slash_in_password(url)) {
+            shoal_error(METER, "ledger: the PostgreSQL URL has a '/' before its last '@' (in the "
+                        "password?): libpq would read a piece of it as the host and another as "
+                        "the database; percent-encode '/' as %%2F (and '@' as %%40)");
+            return SHOAL_ERR_INVALID_ARG;
+        }
 #if SHOAL_HAVE_LIBPQ
         *ops_p = &shoal_ledger_pg_ops;
         *arg_p = url;
@@ -380,7 +412,13 @@ void shoal_ledger_url_redact(const char *url, char *buf, size_t len)
         auth += 3;
         end = auth + strcspn(auth, "/");
         at = memchr(auth, '@', (size_t)(end - auth));
-        if (at != NULL) {
+        if (at == NULL && shoal_ledger_url_slash_in_password(url)) {
+            /* a '/' in the password (refused by open): hide up to the last '@' all the same */
+            at = shoal_ledger_url_userinfo_end(auth);
+            colon = memchr(auth, ':', (size_t)(at - auth));
+            if (colon == NULL)
+                at = NULL;
+        } else if (at != NULL) {
             colon = memchr(auth, ':', (size_t)(at - auth));
             /* an '@' in the password itself: the last one before the host's query */
             for (p = at + 1; p < end && *p != '?'; p++)

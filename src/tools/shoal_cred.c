@@ -262,8 +262,9 @@ static int shoal_cred_cmd_issue(const shoal_cred_args_t *a)
         shoal_cred_name_copy("job", a->job, cred.id.job) != 0)
         return 2;
     if ((a->epoch != NULL && shoal_parse_u64(a->epoch, UINT64_MAX, &epoch, NULL) != 0) ||
-        (a->weight != NULL && (shoal_parse_u64(a->weight, SHOAL_TENANT_WEIGHT_MAX, &weight, NULL) != 0 ||
-                                weight == 0)) ||
+        (a->weight != NULL &&
+         (shoal_parse_u64(a->weight, SHOAL_TENANT_WEIGHT_MAX, &weight, NULL) != 0 ||
+          weight == 0)) ||
         shoal_cred_parse_class(a->qos_class, &cred.id.qos_class) != 0 ||
         shoal_cred_parse_expires(a->expires, (int64_t)time(NULL), &cred.expires) != 0) {
         fprintf(stderr, "shoal-cred issue: --epoch takes 0..2^64-1, --weight 1..%d, --class "

@@ -435,7 +435,8 @@ kill "$BPID" 2>/dev/null
 i=0
 while kill -0 "$BPID" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 wait "$BPID" 2>/dev/null
-is "$rca/$rcb/$agent_rc/$?" 0/0/0/0 "a rank on each host counted for 7 s and ended; both agents stop"
+is "$rca/$rcb/$agent_rc/$?" 0/0/0/0 \
+    "a rank on each host counted for 7 s and ended; both agents stop"
 hosts=$(q "SELECT host || ':' || count(*) || ':' || count(DISTINCT minute) || ':' ||
                min(minute) || ':' || max(minute) FROM ledger_records
            WHERE tenant = 'acme' AND job = 'twohost' GROUP BY host ORDER BY host" | tr '\n' ' ')
@@ -452,7 +453,8 @@ EOF2
         [ "$hlo" -ge $((t0 - 2)) ] || hosts_ok=0
 done
 is "$hosts_ok" 1 "each host has its own record of every minute of the job's life [$t0, $t1]: $hosts"
-is "$(sum_ops acme twohost)" "$(( $(final_of ops "$T/th.a.out") + $(final_of ops "$T/th.b.out") ))" \
+is "$(sum_ops acme twohost)" \
+    "$(( $(final_of ops "$T/th.a.out") + $(final_of ops "$T/th.b.out") ))" \
     "the job's operations are both ranks' exactly"
 is "$(usage_col acme twohost 4)" "$(q "SELECT count(DISTINCT minute) FROM ledger_records
                                        WHERE tenant = 'acme' AND job = 'twohost'")" \

@@ -935,13 +935,24 @@ static void test_url_redact(void)
          "postgresql://shoal:***@host:5432?password=***"},
         {"postgresql://shoal@host?password=x@y", "postgresql://shoal@host?password=***"},
         {"postgresql:///db?host=/run/pg&password=p", "postgresql:///db?host=/run/pg&password=***"},
+        {"postgresql://shoal:Xq7/Zr9@127.0.0.1:5432/db",
+         "postgresql://shoal:***@127.0.0.1:5432/db"},
     };
+    shoal_ledger_t *l = NULL;
     char buf[256];
 
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
         shoal_ledger_url_redact(cases[i][0], buf, sizeof(buf));
         tap_ok(strcmp(buf, cases[i][1]) == 0, "redacted %s: %s", cases[i][0], buf);
     }
+    /* libpq read "shoal:Xq7" as host and port, "Zr9@127.0.0.1:5432/db" as the database, and
+     * its error (logged) named both pieces */
+    tap_ok(shoal_ledger_open("postgresql://shoal:Xq7/Zr9@127.0.0.1:1/db", test_key,
+                             sizeof(test_key) - 1, &l) == SHOAL_ERR_INVALID_ARG &&
+               log_has("percent-encode '/' as %2F") && !log_has("Xq7") && !log_has("Zr9"),
+           "a '/' in a PostgreSQL URL's password is refused, its pieces never logged");
+    if (l != NULL)
+        shoal_ledger_close(l);
 }
 
 static void test_log_lines(void)
