@@ -822,6 +822,12 @@ static int shoal_ledger_verify_cb(const shoal_ledger_record_t *rec, void *arg)
 
 shoal_status_t shoal_ledger_verify(shoal_ledger_t *ledger, uint64_t *bad_seq_p)
 {
+    return shoal_ledger_verify_head(ledger, bad_seq_p, NULL, NULL);
+}
+
+shoal_status_t shoal_ledger_verify_head(shoal_ledger_t *ledger, uint64_t *bad_seq_p,
+                                        uint64_t *head_seq_p, uint8_t head_mac[SHOAL_HMAC_BYTES])
+{
     shoal_ledger_verify_t v = {.ledger = ledger, .next = 1};
     shoal_status_t status;
 
@@ -852,5 +858,9 @@ shoal_status_t shoal_ledger_verify(shoal_ledger_t *ledger, uint64_t *bad_seq_p)
         *bad_seq_p = v.bad;
         return SHOAL_ERR_AUTH;
     }
+    if (head_seq_p != NULL)
+        *head_seq_p = v.head_seq;
+    if (head_mac != NULL)
+        memcpy(head_mac, v.head_mac, SHOAL_HMAC_BYTES);
     return SHOAL_OK;
 }

@@ -118,6 +118,10 @@ shoal_status_t shoal_ledger_each(shoal_ledger_t *ledger, int64_t from, int64_t t
 /* Recomputes the chain; SHOAL_OK, or SHOAL_ERR_AUTH with *bad_seq_p = the first bad record
  * (altered, missing or reordered). */
 shoal_status_t shoal_ledger_verify(shoal_ledger_t *ledger, uint64_t *bad_seq_p);
+/* The same, and on SHOAL_OK the head that was verified: the chain up to it is intact (a head
+ * read afterwards may be past what was checked, when a commit came in between). */
+shoal_status_t shoal_ledger_verify_head(shoal_ledger_t *ledger, uint64_t *bad_seq_p,
+                                        uint64_t *head_seq_p, uint8_t head_mac[32]);
 /* The head of the chain: the last seq committed (0: none) and its mac (mac_p may be NULL).
  * Kept outside the ledger (printed by shoal-bill verify), it also detects a truncated tail. */
 shoal_status_t shoal_ledger_head(shoal_ledger_t *ledger, uint64_t *seq_p, uint8_t mac_p[32]);

@@ -514,9 +514,8 @@ static int shoal_bill_cmd_verify(const shoal_bill_args_t *a)
     ret = shoal_bill_open(a, 1, &ledger);
     if (ret != 0)
         return 2; /* usage, or a ledger or key that cannot be read: not a broken chain */
-    status = shoal_ledger_verify(ledger, &bad);
-    if (status == SHOAL_OK)
-        status = shoal_ledger_head(ledger, &seq, mac);
+    /* the head verify read first: one read after it may be past what was checked */
+    status = shoal_ledger_verify_head(ledger, &bad, &seq, mac);
     if (status == SHOAL_OK && a->head != NULL) {
         ret = shoal_bill_head_check(ledger, a->head);
         if (ret != 0) {
