@@ -86,20 +86,35 @@ int main(int argc, char **argv)
     double *ms;
 
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'r': rounds = atoi(optarg); break;
-        case 'g': gpus = atoi(optarg); break;
-        case 'q': queue = atoi(optarg); break;
-        case 's': seed = strtoull(optarg, NULL, 0); break;
-        default: fprintf(stderr, "usage: sched_bench [--rounds N] [--gpus N] [--queue N]\n");
-                 return 2;
+        uint64_t v = 0;
+        /* atoi took "1e6" as 1 and "abc" as 0, which then ended the run without a word */
+        int bad = opt != 's' && (shoal_parse_u64(optarg, 1000000000, &v, NULL) != 0);
+
+        switch (bad ? '?' : opt) {
+        case 'r': rounds = (int)v; break;
+        case 'g': gpus = (int)v; break;
+        case 'q': queue = (int)v; break;
+        case 's':
+            if (shoal_parse_u64(optarg, UINT64_MAX, &seed, NULL) == 0)
+                break;
+            /* fall through */
+        default:
+            fprintf(stderr, "usage: sched_bench [--rounds N>=1] [--gpus N>=64] [--queue N>=1] "
+                    "[--seed N] (decimal counts)\n");
+            return 2;
         }
     }
     if (rounds < 1 || gpus < 64 || queue < 1) {
+        fprintf(stderr, "sched_bench: --rounds and --queue must be at least 1, --gpus at "
+                "least 64\n");
         return 2;
     }
     ms = calloc((size_t)rounds, sizeof(double));
     double *cpu = calloc((size_t)rounds, sizeof(double));
+    if (ms == NULL || cpu == NULL) {
+        fprintf(stderr, "sched_bench: out of memory\n");
+        return 1;
+    }
     for (int r = 0; r < rounds; r++) {
         shoal_sched_cluster_t c = {0};
         shoal_sched_queue_t q = {0};
