@@ -260,7 +260,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
 
     __atomic_store_n(&shoal_stop_sig_pid, getpid(), __ATOMIC_RELAXED);
     for (int s = 1; s <= SHOAL_STOP_SIG_MAX; s++) {
-        struct sigaction old;
+        struct sigaction old, prev;
         if ((mask & SHOAL_STOP_SIG_BIT(s)) == 0) {
             continue;
         }
@@ -268,7 +268,17 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
         act.sa_sigaction = shoal_stop_sig_handler;
         act.sa_flags = SA_SIGINFO | SA_RESTART;
         sigemptyset(&act.sa_mask);
-        if (sigaction(s, NULL, &old) == 0 && shoal_stop_sig_is_func(&old)) {
+        /* The application's action is saved before ours is in place: sigaction(s, &act,
+         * &saved) copies the old action out only after the new one is installed, and a
+         * signal in between found the slot empty (the application's handler not called). */
+        if (sigaction(s, NULL, &old) != 0) {
+            shoal_error(SCHED, "sigaction(SIG%s) reading the application's action failed: %s",
+                        shoal_stop_signal_name(s, name, sizeof(name)), strerror(errno));
+            shoal_stop_sig_restore(done);
+            return SHOAL_ERR_SYSTEM;
+        }
+        shoal_stop_sig_old[s] = old;
+        if (shoal_stop_sig_is_func(&old)) {
             /* The application's handler runs inside ours: with its own flags (no SA_RESTART
              * of ours where it wants its system calls interrupted, its SA_ONSTACK and
              * SA_NODEFER) and its mask. SA_RESETHAND is not carried over: ours stays, and
@@ -277,11 +287,17 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
             act.sa_mask = old.sa_mask;
         }
         __atomic_store_n(&shoal_stop_sig_fired[s], 0, __ATOMIC_RELAXED);
-        if (sigaction(s, &act, &shoal_stop_sig_old[s]) != 0) {
+        if (sigaction(s, &act, &prev) != 0) {
             shoal_error(SCHED, "sigaction(SIG%s) installing the stop handler failed: %s",
                         shoal_stop_signal_name(s, name, sizeof(name)), strerror(errno));
             shoal_stop_sig_restore(done);
             return SHOAL_ERR_SYSTEM;
+        }
+        if (prev.sa_sigaction != old.sa_sigaction || prev.sa_flags != old.sa_flags) {
+            /* another thread of the application set its action between the two calls: that
+             * one is the application's (the window of a signal reading the older is its own
+             * race, as it would be without us) */
+            shoal_stop_sig_old[s] = prev;
         }
         done |= SHOAL_STOP_SIG_BIT(s);
         __atomic_store_n(&shoal_stop_sig_mask, done, __ATOMIC_RELEASE);
