@@ -43,10 +43,25 @@ static inline void shoal_chan_meter(uint64_t *ctr, size_t len)
     }
 }
 
+/* The transport blamed this rank itself (a local device or registration error, ib): the
+ * sentence must not say the peer failed. An abort notice naming this rank (a peer that
+ * blamed us) stays PEER_FAILED and reads as before. */
+static int shoal_chan_self_fault(const struct shoal_comm *comm, const shoal_tl_req_t *req,
+                                 shoal_status_t st)
+{
+    return req->culprit == comm->rank && st != SHOAL_ERR_PEER_FAILED;
+}
+
 static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
                                              const shoal_tl_req_t *req, shoal_status_t st,
                                              const char *what)
 {
+    if (shoal_chan_self_fault(comm, req, st)) {
+        return shoal_comm_set_failed(comm, st, comm->rank, "%s peer %d (%s) failed on this "
+                                     "rank: %s", what, peer, shoal_comm_peer_host(comm, peer),
+                                     comm->tl_err[0] != '\0' ? comm->tl_err
+                                                             : shoal_strerror(st));
+    }
     return shoal_comm_set_failed(comm, st, shoal_comm_culprit(comm, req->culprit, peer),
                                  "%s peer %d (%s) failed: %s", what, peer,
                                  shoal_comm_peer_host(comm, peer),
@@ -249,6 +264,11 @@ static shoal_status_t shoal_chan_req_failed(struct shoal_comm *comm, shoal_tl_re
 {
     const char *why = comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(req->status);
     int culprit = shoal_comm_culprit(comm, req->culprit, peer);
+    if (shoal_chan_self_fault(comm, req, req->status)) {
+        return shoal_comm_set_failed(comm, req->status, culprit, "the connection to peer %d "
+                                     "(%s) failed on this rank: %s", peer,
+                                     shoal_comm_peer_host(comm, peer), why);
+    }
     if (culprit != peer && req->culprit < 0) { /* not blamed by a notice: a gone process */
         return shoal_comm_set_failed(comm, req->status, culprit,
                                      "peer %d (%s) failed: %s; the failure started at rank %d "

@@ -1081,6 +1081,77 @@ static void test_connect_bad_addr(void)
     close(p[1]);
 }
 
+/* A send completion's error status decides whom the endpoint blames: a local one (this
+ * rank's queue pair, registrations or device: local protection, local QP operation, local
+ * length) is this rank's own failure, SHOAL_ERR_TRANSPORT naming this rank; a remote one
+ * (retries exhausted, remote access) is the peer's, SHOAL_ERR_PEER_FAILED. The local ones
+ * were reported as "peer 1: RDMA write failed" with PEER_FAILED, and peer 1 was blamed. */
+static void wc_case(enum ibv_wc_status wst, int send, shoal_status_t want, int want_culprit,
+                    const char *what)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t ep;
+    shoal_ib_wr_t wrs[4];
+    shoal_tl_req_t req;
+    struct ibv_wc wc;
+    char err[256] = "";
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ep, 0, sizeof(ep));
+    memset(wrs, 0, sizeof(wrs));
+    memset(&req, 0, sizeof(req));
+    memset(&wc, 0, sizeof(wc));
+    ctx.rank = 0;
+    ctx.epfd = -1;
+    ctx.eps = &ep;
+    ctx.neps = 1;
+    ctx.npending = 1;
+    ep.ctx = &ctx;
+    ep.idx = 0;
+    ep.peer = 1;
+    ep.oob_fd = -1;
+    ep.lz_fd = -1;
+    ep.status = SHOAL_OK;
+    ep.culprit = -1;
+    ep.wrs = wrs;
+    ep.sq_depth = 4;
+    shoal_tl_req_start(&req);
+    req.errbuf = err;
+    req.errlen = sizeof(err);
+    if (send) {
+        ep.sq_head = ep.sq_tail = &req;
+        ep.sq_posted = 1;
+        wrs[0].req = &req;
+        wc.wr_id = SHOAL_IB_SEND_BIT;
+    } else {
+        ep.rq_head = ep.rq_tail = &req;
+        wc.wr_id = 0;
+    }
+    wc.status = wst;
+    wc.opcode = send ? IBV_WC_RDMA_WRITE : IBV_WC_RECV_RDMA_WITH_IMM;
+    (void)shoal_ib_handle_wc(&ctx, &wc);
+    tap_ok(req.done && req.status == want && req.culprit == want_culprit &&
+               ep.culprit == want_culprit && ctx.npending == 0 &&
+               (want_culprit != 0 || strstr(err, "local") != NULL),
+           "%s completion %s: %s, culprit %d (%s)", send ? "send" : "receive", what,
+           shoal_status_name(req.status), req.culprit, err);
+}
+
+static void test_wc_blame(void)
+{
+    if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK) {
+        tap_skip(6, "libibverbs cannot be loaded");
+        return;
+    }
+    wc_case(IBV_WC_LOC_PROT_ERR, 1, SHOAL_ERR_TRANSPORT, 0, "local protection error");
+    wc_case(IBV_WC_LOC_QP_OP_ERR, 1, SHOAL_ERR_TRANSPORT, 0, "local QP operation error");
+    wc_case(IBV_WC_LOC_LEN_ERR, 1, SHOAL_ERR_TRANSPORT, 0, "local length error");
+    wc_case(IBV_WC_RETRY_EXC_ERR, 1, SHOAL_ERR_PEER_FAILED, -1, "retries exhausted");
+    wc_case(IBV_WC_REM_ACCESS_ERR, 1, SHOAL_ERR_PEER_FAILED, -1, "remote access error");
+    /* on a receive, a local access or length error is what the peer's write did to us */
+    wc_case(IBV_WC_LOC_ACCESS_ERR, 0, SHOAL_ERR_PEER_FAILED, -1, "local access error");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1120,6 +1191,7 @@ int main(int argc, char **argv)
     test_oob();
     test_cm_close();
     test_connect_bad_addr();
+    test_wc_blame();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -411,6 +411,11 @@ struct ibv_qp_attr;
  * (IBV_QP_*), or -1 for an unknown step. */
 SHOAL_HIDDEN int shoal_ib_qp_step(int step, const shoal_ib_qp_plan_t *p, struct ibv_qp_attr *a);
 SHOAL_HIDDEN const char *shoal_ib_qp_step_name(int step);
+/* 1 if a completion's error status (enum ibv_wc_status) is of this side's own making (its
+ * queue pair, registrations or device: the peer did nothing wrong), 0 if the peer or the path
+ * to it caused it or it cannot tell (a flush). send: a send completion; on a receive, a local
+ * access or length error is what the peer's write did to our ring. */
+SHOAL_HIDDEN int shoal_ib_wc_local(int status, int send);
 /* The communicator's QoS on its queue pairs: traffic class and service level (qos_tc / qos_sl
  * from the class, -1: SHOAL_IB_TC / SHOAL_IB_SL, cfg_tc / cfg_sl) and the rate limit in kbps
  * for ibv_modify_qp_rate_limit (rate_Bps bytes/s per peer, 0: none; at least 1 kbps). */

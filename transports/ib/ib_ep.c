@@ -320,6 +320,23 @@ void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit)
 
 /* ---- completions --------------------------------------------------------------------------- */
 
+/* A completion error of this side's own making (shoal_ib_wc_local): the peer did nothing
+ * wrong, so the failure is this rank's (culprit, and in the peers' abort notices) and a
+ * transport failure, not SHOAL_ERR_PEER_FAILED; an abort notice of the peer does not change
+ * that. */
+static int shoal_ib_ep_local_error(shoal_ep_t *ep, const struct ibv_wc *wc, const char *what)
+{
+    char why[192];
+    if (ep->status != SHOAL_OK) {
+        return 0;
+    }
+    snprintf(why, sizeof(why), "%s on this rank's queue pair to peer %d failed: %s (vendor "
+             "error %#x), a local error: this rank's device, queue pair or registrations",
+             what, ep->peer, ibv_wc_status_str(wc->status), wc->vendor_err);
+    shoal_error(IB, "rank %d: %s", ep->ctx->rank, why);
+    return shoal_ib_ep_fail(ep, SHOAL_ERR_TRANSPORT, ep->ctx->rank, why);
+}
+
 static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ibv_wc *wc)
 {
     shoal_ib_wr_t *w = &ep->wrs[(uint32_t)wc->wr_id % ep->sq_depth];
@@ -333,6 +350,9 @@ static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ib
         (void)shoal_ib_credit_grant(&ep->bq, 1); /* completions come in posting order */
     }
     *w = (shoal_ib_wr_t){0};
+    if (wc->status != IBV_WC_SUCCESS && shoal_ib_wc_local((int)wc->status, 1)) {
+        return shoal_ib_ep_local_error(ep, wc, "RDMA write");
+    }
     if (wc->status != IBV_WC_SUCCESS) {
         return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: RDMA write failed: %s "
                                  "(vendor error %#x)%s", ep->peer,
@@ -359,6 +379,9 @@ static int shoal_ib_wc_send(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const struct ib
 static int shoal_ib_wc_recv(shoal_ep_t *ep, const struct ibv_wc *wc)
 {
     shoal_ib_imm_t imm;
+    if (wc->status != IBV_WC_SUCCESS && shoal_ib_wc_local((int)wc->status, 0)) {
+        return shoal_ib_ep_local_error(ep, wc, "receive");
+    }
     if (wc->status != IBV_WC_SUCCESS) {
         return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d: receive failed: %s",
                                  ep->peer, ibv_wc_status_str(wc->status));

@@ -445,6 +445,24 @@ const char *shoal_ib_qp_step_name(int step)
     return step >= 0 && step < 3 ? shoal_ib_qp_step_names[step] : "?";
 }
 
+int shoal_ib_wc_local(int status, int send)
+{
+    switch (status) {
+    case IBV_WC_LOC_QP_OP_ERR:
+    case IBV_WC_LOC_EEC_OP_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_MW_BIND_ERR:
+    case IBV_WC_LOC_RDD_VIOL_ERR:
+    case IBV_WC_FATAL_ERR:
+        return 1;
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_LOC_ACCESS_ERR:
+        return send;
+    default:
+        return 0;
+    }
+}
+
 int shoal_ib_qp_step(int step, const shoal_ib_qp_plan_t *p, struct ibv_qp_attr *a)
 {
     memset(a, 0, sizeof(*a));

@@ -64,7 +64,8 @@ struct shoal_ep {
     uint32_t psn;
     shoal_ib_addr_t raddr;        /* peer's published address */
     shoal_status_t status;
-    int culprit;                  /* with status: the rank blamed (abort notice), or -1 */
+    int culprit;                  /* with status: the rank blamed (abort notice; this rank
+                                   * for a local completion error), or -1 */
     char why[192];
     /* the peer's ring */
     uint64_t rring;
