@@ -298,8 +298,10 @@ SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_
  * for them together under the communicator's timeout (one communicator after the other, in
  * the order of their first call), so they too may come in any order on either side; their
  * buffers must stay valid until then. The end returns the first failure (the communicator is
- * failed, shoal_comm_last_error names the peer). Other host calls on host buffers inside a
- * group run at once. Groups nest and are per thread. */
+ * failed, shoal_comm_last_error names the peer). A communicator destroyed before the end
+ * drops what this thread's group recorded on it, and the end returns SHOAL_ERR_INVALID_ARG.
+ * Other host calls on host buffers inside a group run at once. Groups nest and are per
+ * thread. */
 SHOAL_EXPORT shoal_status_t shoal_group_start(void);
 SHOAL_EXPORT shoal_status_t shoal_group_end(void);
 

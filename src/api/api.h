@@ -10,5 +10,8 @@
  * receives at once. Refused (and counted so) on no memory. */
 SHOAL_HIDDEN shoal_status_t shoal_api_group_add(struct shoal_comm *comm,
                                                 const shoal_coll_args_t *a);
+/* comm is being destroyed: the sends and receives the calling thread's group recorded on it
+ * are dropped (its end would run them on freed memory), and that end fails. */
+SHOAL_HIDDEN void shoal_api_group_forget(struct shoal_comm *comm);
 
 #endif

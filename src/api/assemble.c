@@ -8,6 +8,7 @@
  * per-communicator state in the proxy's extension slot, made on first use, and runs calls
  * on host memory through coll's algorithms by shoal_cuda_host (cuda.h), defined here.
  */
+#include "api/api.h"
 #include "coll/coll.h"
 #include "cuda/cuda.h"
 #include "topo/topo.h"
@@ -21,6 +22,7 @@ static shoal_status_t shoal_assemble_init(struct shoal_comm *comm)
 
 static void shoal_assemble_fini(struct shoal_comm *comm)
 {
+    shoal_api_group_forget(comm); /* the thread's open group must not run on it */
     shoal_coll_comm_fini(comm);
     shoal_topo_comm_free(comm->topo);
     comm->topo = NULL;

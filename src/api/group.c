@@ -19,6 +19,7 @@ typedef struct {
 
 static __thread shoal_api_gop_t *shoal_api_group_ops;
 static __thread int shoal_api_group_n, shoal_api_group_cap;
+static __thread int shoal_api_group_dropped; /* recorded on a communicator destroyed since */
 
 shoal_status_t shoal_api_group_add(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
@@ -35,6 +36,23 @@ shoal_status_t shoal_api_group_add(struct shoal_comm *comm, const shoal_coll_arg
     }
     shoal_api_group_ops[shoal_api_group_n++] = (shoal_api_gop_t){.comm = comm, .a = *a};
     return SHOAL_OK;
+}
+
+void shoal_api_group_forget(struct shoal_comm *comm)
+{
+    int k = 0, n = shoal_api_group_n;
+    for (int i = 0; i < n; i++) {
+        if (shoal_api_group_ops[i].comm != comm) {
+            shoal_api_group_ops[k++] = shoal_api_group_ops[i];
+        }
+    }
+    if (k < n) {
+        shoal_error(COLL, "rank %d: communicator %08x destroyed inside a group: its %d "
+                    "send(s)/receive(s) recorded since shoal_group_start are dropped, and "
+                    "shoal_group_end fails", comm->rank, comm->comm_id, n - k);
+        shoal_api_group_n = k;
+        shoal_api_group_dropped += n - k;
+    }
 }
 
 /* One communicator's n sends and receives, in issue order with the other calls on it (its
@@ -124,5 +142,13 @@ shoal_status_t shoal_group_end(void)
     /* The host sends and receives run even when the CUDA layer's submission failed: their
      * peers wait for them. */
     st2 = shoal_api_group_flush();
-    return st != SHOAL_OK ? st : st2;
+    st = st != SHOAL_OK ? st : st2;
+    if (shoal_api_group_dropped > 0) {
+        /* calls the application was told were recorded never ran */
+        shoal_error(COLL, "shoal_group_end: %d send(s)/receive(s) of this group were on a "
+                    "communicator destroyed before the end", shoal_api_group_dropped);
+        shoal_api_group_dropped = 0;
+        st = st != SHOAL_OK ? st : SHOAL_ERR_INVALID_ARG;
+    }
+    return st;
 }

@@ -221,6 +221,53 @@ void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
     free(want);
 }
 
+/* A communicator destroyed inside a group after a send on it was recorded: the group's end
+ * ran that send on the freed communicator (a use after free: a crash, or a wait on garbage).
+ * Now the destroy drops what the thread's group recorded on it, and the end says so
+ * (SHOAL_ERR_INVALID_ARG) without touching it; the next group is clean. */
+static void mp_group_destroyed(const mp_ctx_t *c)
+{
+    int g = mp_group("a communicator destroyed inside a group: its end refuses its calls");
+    const size_t count = (size_t)1048576;
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t sub = NULL;
+    shoal_status_t st, st2, st3;
+    shoal_uid_t uid;
+    float *buf;
+
+    memset(&uid, 0, sizeof(uid));
+    st = c->rank == 0 ? shoal_get_unique_id(&uid) : SHOAL_OK;
+    st2 = shoal_broadcast(&uid, &uid, sizeof(uid), SHOAL_UINT8, 0, c->comm, NULL);
+    st = st != SHOAL_OK ? st : st2;
+    cfg.timeout_ms = 2000;
+    if (st == SHOAL_OK && c->rank < 2) {
+        st = shoal_comm_init(&sub, 2, c->rank, &uid, &cfg);
+    }
+    memset(&uid, 0, sizeof(uid)); /* it holds the job secret */
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "a communicator of ranks 0 and 1: %s", shoal_status_name(st));
+        return;
+    }
+    if (c->rank != 0) {
+        if (sub != NULL) {
+            (void)shoal_comm_destroy(sub);
+        }
+        return;
+    }
+    buf = mp_alloc(count * 4);
+    (void)shoal_group_start();
+    st = shoal_send(buf, count, SHOAL_FLOAT32, 1, sub, NULL);
+    st2 = shoal_comm_destroy(sub);
+    st3 = shoal_group_end();
+    mp_case(g, st == SHOAL_OK && st2 == SHOAL_OK && st3 == SHOAL_ERR_INVALID_ARG, c->rank,
+            "send %s, destroy %s, group end %s", shoal_status_name(st),
+            shoal_status_name(st2), shoal_status_name(st3));
+    (void)shoal_group_start();
+    st = shoal_group_end();
+    mp_case(g, st == SHOAL_OK, c->rank, "the next (empty) group: %s", shoal_status_name(st));
+    free(buf);
+}
+
 /* A group whose peer never posts its side: rank 0's group end fails within the timeout
  * (2 s, on a communicator of ranks 0 and 1 made for it), naming peer 1, and leaves nothing
  * behind; rank 1 waits on the main communicator until rank 0 is through. */
@@ -284,6 +331,7 @@ void mp_test_p2pfail(const mp_ctx_t *c)
     if (sub != NULL) {
         (void)shoal_comm_destroy(sub);
     }
+    mp_group_destroyed(c);
 }
 
 /* ---- non-blocking ------------------------------------------------------------------------- */
