@@ -149,6 +149,27 @@ static void test_gid(void)
            "gid: override to a zero GID refused (%s)", why);
     st = shoal_ib_gid_select(root, "mlx5_0", 1, SHOAL_IB_FAMILY_INET, 9, &g, why, sizeof(why));
     tap_ok(st == SHOAL_ERR_TRANSPORT, "gid: override to an absent index refused");
+    /* A queue pair names its source GID in 8 bits (ibv_global_route.sgid_index): a GID at
+     * index 300 (Soft-RoCE tables hold 1024) was chosen, and the queue pair then sent from
+     * index 44 (300 & 0xff), another address. Neither the scan nor SHOAL_IB_GID_INDEX may
+     * pick one above 255. */
+    for (int i = 0; i < 300; i++) {
+        gid("bigtab", 1, i, V4, "IB/RoCE v1", "eth4");
+    }
+    gid("bigtab", 1, 300, V4, "RoCE v2", "eth4");
+    st = shoal_ib_gid_select(root, "bigtab", 1, SHOAL_IB_FAMILY_INET, -1, &g, why, sizeof(why));
+    tap_ok(st == SHOAL_ERR_TRANSPORT && strstr(why, "255") != NULL,
+           "gid: a RoCE v2 GID above index 255 is not chosen (%s, index %d: %s)",
+           shoal_status_name(st), st == SHOAL_OK ? g.index : -1, why);
+    st = shoal_ib_gid_select(root, "bigtab", 1, SHOAL_IB_FAMILY_INET, 300, &g, why, sizeof(why));
+    tap_ok(st == SHOAL_ERR_INVALID_ARG && strstr(why, "GID_INDEX=300") != NULL,
+           "gid: SHOAL_IB_GID_INDEX=300 refused (%s: %s)", shoal_status_name(st), why);
+    st = shoal_ib_gid_select(root, "bigtab", 1, SHOAL_IB_FAMILY_INET, 255, &g, why, sizeof(why));
+    tap_ok(st == SHOAL_OK && g.index == 255, "gid: SHOAL_IB_GID_INDEX=255 still allowed");
+    st = shoal_ib_gid_select(root, "mlx5_0", 1, SHOAL_IB_FAMILY_INET, -2, &g, why, sizeof(why));
+    tap_ok(st == SHOAL_ERR_INVALID_ARG && strstr(why, "GID_INDEX=-2") != NULL,
+           "gid: SHOAL_IB_GID_INDEX=-2 refused, not taken as automatic (%s: %s)",
+           shoal_status_name(st), why);
     uint8_t raw[16];
     tap_is_int(shoal_ib_gid_parse("fe80::1", raw), -1, "gid: parser wants the sysfs form");
     tap_is_int(shoal_ib_gid_parse(V6, raw), 0, "gid: parser reads the sysfs form");

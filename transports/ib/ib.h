@@ -127,8 +127,10 @@ typedef struct {
 /* Picks the GID of an Ethernet (RoCE) port from <root>/class/infiniband/<dev>/ports/<port>/
  * {gids,gid_attrs/types,gid_attrs/ndevs}/N: a RoCE v2 GID whose address is IPv4-mapped
  * (family AF_INET) or a global IPv6 one (AF_INET6, link-local only as a last resort); zero
- * GIDs never. gid_index >= 0 forces that index. SHOAL_OK, or SHOAL_ERR_TRANSPORT with a
- * sentence in why (GID table missing, no RoCE v2 GID of that family, index empty). */
+ * GIDs never, nor one above index 255 (a queue pair names its source GID in 8 bits).
+ * gid_index >= 0 forces that index. SHOAL_OK, or SHOAL_ERR_TRANSPORT with a sentence in why
+ * (GID table missing, no RoCE v2 GID of that family, index empty), SHOAL_ERR_INVALID_ARG for a
+ * gid_index other than -1 and 0..255. */
 SHOAL_HIDDEN shoal_status_t shoal_ib_gid_select(const char *root, const char *dev, int port,
                                                 int family, int gid_index, shoal_ib_gid_t *out,
                                                 char *why, size_t len);

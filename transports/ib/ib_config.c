@@ -39,8 +39,9 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
                    "prefixes, optional :port), \"^mlx5_2\" excludes, \"=mlx5_0\" exact names; "
                    "empty: the first active port of the first device"),
     SHOAL_IB_FIELD("IB_GID_INDEX", "-1", SHOAL_CFG_INT, gid_index,
-                   "RoCE GID table index to use; -1 picks a RoCE v2 GID of "
-                   "SHOAL_IB_ADDR_FAMILY from sysfs"),
+                   "RoCE GID table index to use (0..255: a queue pair names its source GID "
+                   "in 8 bits); -1 picks a RoCE v2 GID of SHOAL_IB_ADDR_FAMILY from sysfs, "
+                   "among indexes up to 255"),
     {
         .name = "IB_ADDR_FAMILY",
         .dflt = "AF_INET",

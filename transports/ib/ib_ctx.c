@@ -150,6 +150,7 @@ static shoal_status_t shoal_ib_ctx_gid(shoal_tl_ctx_t *ctx, const shoal_ib_pick_
 {
     char why[256], text[64];
     union ibv_gid g;
+    shoal_status_t st;
 
     ctx->addr.link_layer = pk->attr.link_layer;
     ctx->addr.port = (uint8_t)pk->port;
@@ -164,11 +165,12 @@ static shoal_status_t shoal_ib_ctx_gid(shoal_tl_ctx_t *ctx, const shoal_ib_pick_
         ctx->addr.is_global = 0;
         return SHOAL_OK;
     }
-    if (shoal_ib_gid_select(shoal_ib_config.sysfs_root, pk->name, pk->port,
-                            shoal_ib_config.family, shoal_ib_config.gid_index, &ctx->gid, why,
-                            sizeof(why)) != SHOAL_OK) {
+    st = shoal_ib_gid_select(shoal_ib_config.sysfs_root, pk->name, pk->port,
+                             shoal_ib_config.family, shoal_ib_config.gid_index, &ctx->gid, why,
+                             sizeof(why));
+    if (st != SHOAL_OK) {
         shoal_error(IB, "%s", why);
-        return SHOAL_ERR_TRANSPORT;
+        return st; /* SHOAL_ERR_INVALID_ARG: SHOAL_IB_GID_INDEX out of range */
     }
     if (ibv_query_gid(ctx->dev, (uint8_t)pk->port, ctx->gid.index, &g) != 0 ||
         memcmp(g.raw, ctx->gid.raw, 16) != 0) {

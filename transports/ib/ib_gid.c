@@ -12,6 +12,9 @@
 #include <sys/stat.h>
 
 #define SHOAL_IB_GID_SCAN_MAX 1024  /* never look past this many table entries */
+/* The largest index a queue pair can name: ibv_global_route.sgid_index is 8 bits, so a GID
+ * above it (Soft-RoCE's tables hold 1024) would be sent from index & 0xff, another address. */
+#define SHOAL_IB_GID_INDEX_MAX 255
 
 static void shoal_ib_why(char *why, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -250,9 +253,14 @@ shoal_status_t shoal_ib_gid_select(const char *root, const char *dev, int port, 
                                    int gid_index, shoal_ib_gid_t *out, char *why, size_t len)
 {
     char base[400], path[512];
-    int best = 0, nv1 = 0, nv2 = 0, nread = 0, misses = 0;
+    int best = 0, nv1 = 0, nv2 = 0, nread = 0, misses = 0, nhigh = 0;
     FILE *probe;
 
+    if (gid_index < -1 || gid_index > SHOAL_IB_GID_INDEX_MAX) {
+        shoal_ib_why(why, len, "SHOAL_IB_GID_INDEX=%d: -1 (automatic) or 0..%d (a queue pair "
+                     "names its source GID in 8 bits)", gid_index, SHOAL_IB_GID_INDEX_MAX);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     snprintf(base, sizeof(base), "%s/class/infiniband/%s/ports/%d",
              root != NULL && root[0] != '\0' ? root : "/sys", dev, port);
     snprintf(path, sizeof(path), "%s/gids/0", base);
@@ -285,6 +293,10 @@ shoal_status_t shoal_ib_gid_select(const char *root, const char *dev, int port, 
         nv1 += g.type == SHOAL_IB_GID_IB;
         nv2 += g.type == SHOAL_IB_GID_ROCE_V2;
         score = shoal_ib_gid_score(&g, family);
+        if (score > 0 && i > SHOAL_IB_GID_INDEX_MAX) {
+            nhigh++; /* usable, but no queue pair can name it */
+            continue;
+        }
         if (score > best) {
             best = score;
             *out = g;
@@ -293,7 +305,12 @@ shoal_status_t shoal_ib_gid_select(const char *root, const char *dev, int port, 
     if (best > 0) {
         return SHOAL_OK;
     }
-    if (nv2 == 0) {
+    if (nhigh > 0) {
+        shoal_ib_why(why, len, "no RoCE v2 GID with an %s address on %s port %d at an index "
+                     "up to %d (%d above it, which a queue pair cannot name: fewer addresses "
+                     "on the interface)", family == SHOAL_IB_FAMILY_INET ? "IPv4" : "IPv6",
+                     dev, port, SHOAL_IB_GID_INDEX_MAX, nhigh);
+    } else if (nv2 == 0) {
         shoal_ib_why(why, len, "no RoCE v2 GID on %s port %d (%d GIDs, %d RoCE v1): is the "
                      "network interface up with an address? SHOAL_IB_GID_INDEX forces one",
                      dev, port, nread, nv1);
