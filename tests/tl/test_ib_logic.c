@@ -420,6 +420,15 @@ static void test_qp(void)
            (m & IBV_QP_RETRY_CNT) && (m & IBV_QP_SQ_PSN),
            "qp: RTR->RTS sets SHOAL_IB_TIMEOUT, RETRY_CNT, our PSN");
     tap_is_int(shoal_ib_qp_step(3, &p, &a), -1, "qp: unknown step refused");
+    /* The partition key index is 16 bits: SHOAL_IB_PKEY=65537 was index 1, another partition
+     * (another tenant's, where partitions keep tenants apart), silently. */
+    p.pkey_index = 65537;
+    m = shoal_ib_qp_step(0, &p, &a);
+    tap_ok(m == -1, "qp: a partition key index above 65535 is refused, not wrapped (mask %d, "
+           "index %u)", m, (unsigned)a.pkey_index);
+    p.pkey_index = 65535;
+    m = shoal_ib_qp_step(0, &p, &a);
+    tap_ok(m > 0 && a.pkey_index == 65535, "qp: partition key index 65535 is kept");
 }
 
 /* ---- registration cache with a fake registrar ---- */

@@ -410,7 +410,7 @@ typedef struct {
 
 struct ibv_qp_attr;
 /* Step 0: RESET->INIT, 1: INIT->RTR, 2: RTR->RTS. Fills attr, returns the attribute mask
- * (IBV_QP_*), or -1 for an unknown step. */
+ * (IBV_QP_*), or -1 for an unknown step or a pkey_index outside 0..65535. */
 SHOAL_HIDDEN int shoal_ib_qp_step(int step, const shoal_ib_qp_plan_t *p, struct ibv_qp_attr *a);
 SHOAL_HIDDEN const char *shoal_ib_qp_step_name(int step);
 /* 1 if a completion's error status (enum ibv_wc_status) is of this side's own making (its

@@ -62,7 +62,9 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
     SHOAL_IB_FIELD("IB_TC", "0", SHOAL_CFG_UINT, tc,
                    "traffic class in the GRH (RoCE DSCP << 2 | ECN; 0..255)"),
     SHOAL_IB_FIELD("IB_SL", "0", SHOAL_CFG_UINT, sl, "InfiniBand service level (0..15)"),
-    SHOAL_IB_FIELD("IB_PKEY", "0", SHOAL_CFG_UINT, pkey_index, "partition key table index"),
+    SHOAL_IB_FIELD("IB_PKEY", "0", SHOAL_CFG_UINT, pkey_index,
+                   "partition key table index (below the port's table length, checked at "
+                   "init)"),
     SHOAL_IB_FIELD_DERIVED("IB_RING_SLOTS", "64", SHOAL_CFG_UINT, nslots,
                            "receive ring slots per peer (2..4096): the credits a sender "
                            "starts with. Derived: twice the port's rate x (round trip + 50 us) "

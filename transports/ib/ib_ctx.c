@@ -264,6 +264,14 @@ static shoal_status_t shoal_ib_ctx_sizes(shoal_tl_ctx_t *ctx, const shoal_ib_pic
                     "(0..255) or SL (0..15) out of range");
         return SHOAL_ERR_INVALID_ARG;
     }
+    if (!shoal_ib_config.use_rdmacm && pk->attr.pkey_tbl_len > 0 &&
+        shoal_ib_config.pkey_index >= pk->attr.pkey_tbl_len) {
+        /* at init, naming the setting, not as EINVAL at the first RESET->INIT */
+        shoal_error(IB, "SHOAL_IB_PKEY=%u: %s port %d has %u partition keys (0..%u)",
+                    shoal_ib_config.pkey_index, pk->name, pk->port, pk->attr.pkey_tbl_len,
+                    pk->attr.pkey_tbl_len - 1u);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     ctx->credit_thresh = SHOAL_MAX(1u, ctx->nslots / 4);
     ctx->max_inline = shoal_ib_config.max_inline;
     return SHOAL_OK;

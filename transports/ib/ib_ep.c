@@ -807,6 +807,11 @@ shoal_status_t shoal_ib_ep_qp(shoal_ep_t *ep)
     SHOAL_CHECK(shoal_random_bytes(r, sizeof(r)));
     ep->psn = (r[0] | (uint32_t)r[1] << 8 | (uint32_t)r[2] << 16) & 0xffffffu;
     mask = shoal_ib_qp_step(0, &plan, &a);
+    if (mask < 0) {
+        shoal_error(IB, "rank %d: SHOAL_IB_PKEY=%u is not a partition key table index "
+                    "(0..65535)", ctx->rank, shoal_ib_config.pkey_index);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     if (ibv_modify_qp(ep->qp, &a, mask) != 0) {
         shoal_error(IB, "rank %d: QP to peer %d: %s failed: %s", ctx->rank, ep->peer,
                     shoal_ib_qp_step_name(0), strerror(errno));

@@ -468,6 +468,9 @@ int shoal_ib_qp_step(int step, const shoal_ib_qp_plan_t *p, struct ibv_qp_attr *
     memset(a, 0, sizeof(*a));
     switch (step) {
     case 0:
+        if (p->pkey_index < 0 || p->pkey_index > UINT16_MAX) {
+            return -1; /* 16 bits: wrapped, it would name another partition */
+        }
         a->qp_state = IBV_QPS_INIT;
         a->pkey_index = (uint16_t)p->pkey_index;
         a->port_num = (uint8_t)p->port;
