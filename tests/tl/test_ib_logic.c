@@ -87,6 +87,9 @@ static void test_hca(void)
     tap_ok(strstr(why, "bad port") != NULL, "hca: the error says why (%s)", why);
     tap_is_int(shoal_ib_hca_parse("^", &s, why, sizeof(why)), -1, "hca: bare ^ refused");
     tap_is_int(shoal_ib_hca_parse(":1", &s, why, sizeof(why)), -1, "hca: empty name refused");
+    tap_ok(shoal_ib_hca_parse("mlx5_0, mlx5_1:1 ", &s, why, sizeof(why)) == 0 && s.n == 2 &&
+               shoal_ib_hca_match(&s, "mlx5_1", 1) && !shoal_ib_hca_match(&s, "mlx5_1", 2),
+           "hca: blanks around a list's entries are not part of the names");
 }
 
 static void test_gid(void)

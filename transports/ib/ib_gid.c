@@ -34,8 +34,20 @@ static void shoal_ib_why(char *why, size_t len, const char *fmt, ...)
 static int shoal_ib_hca_item(const char *s, size_t n, shoal_ib_hca_item_t *it, char *why,
                              size_t len)
 {
-    const char *colon = memchr(s, ':', n);
-    size_t dn = colon != NULL ? (size_t)(colon - s) : n;
+    const char *colon;
+    size_t dn;
+
+    /* "mlx5_0, mlx5_1" as people write lists: the blank is not part of the name (it never
+     * matched the second device) */
+    while (n > 0 && (*s == ' ' || *s == '\t')) {
+        s++;
+        n--;
+    }
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t')) {
+        n--;
+    }
+    colon = memchr(s, ':', n);
+    dn = colon != NULL ? (size_t)(colon - s) : n;
     if (dn == 0 || dn >= sizeof(it->dev)) {
         shoal_ib_why(why, len, "SHOAL_IB_HCA: bad device name in \"%.*s\"", (int)n, s);
         return -1;
