@@ -40,6 +40,7 @@
 #define SHOALD_FD_RESERVE 64    /* the agent's own: listeners, epoll, signalfd, the ledger's,
                                  * /proc reads, the tc script's */
 #define SHOALD_REG_LOG_PER_MINUTE 20
+#define SHOALD_REG_ACCEPT_PAUSE_MS 100 /* accept failed for want of descriptors or memory */
 
 typedef struct shoald_pend {
     struct shoald_pend *next, *prev;
@@ -63,6 +64,8 @@ struct shoald_reg {
     unsigned npending;
     unsigned logged, suppressed;
     uint64_t log_minute;
+    uint64_t accept_resume_ns;  /* the listener is out of the epoll set until then; 0: in it */
+    unsigned accept_failures;   /* accepts failed since the last that worked */
 };
 
 const char *shoald_refusal_name(int r)
@@ -576,6 +579,25 @@ static void shoald_reg_pend_read(shoald_reg_t *r, shoald_pend_t *q)
     }
 }
 
+/* accept failed for want of a descriptor (EMFILE, ENFILE) or of memory. The connection stays
+ * in the backlog and the listener readable: the loop came straight back to the same failure,
+ * logging a warning at every turn (thousands a second, at full CPU) until a descriptor was
+ * freed, by a registration's deadline at the earliest. The listener leaves the epoll set for
+ * SHOALD_REG_ACCEPT_PAUSE_MS (shoald_reg_timeouts puts it back) and the failure is logged once
+ * until an accept works again; the waiting clients are served then. */
+static void shoald_reg_accept_pause(shoald_reg_t *r, int err)
+{
+    struct epoll_event ev = {.events = 0};
+
+    if (r->accept_failures++ == 0)
+        shoal_warn(METER, "accept on %s: %s: new registrations wait in the backlog (tried "
+                   "again every %d ms; said once until it works)", r->a->cfg->listen,
+                   strerror(err), SHOALD_REG_ACCEPT_PAUSE_MS);
+    ev.data.ptr = &r->tag;
+    if (epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->lfd, &ev) == 0)
+        r->accept_resume_ns = shoal_deadline_ns(SHOALD_REG_ACCEPT_PAUSE_MS);
+}
+
 static void shoald_reg_accept(shoald_reg_t *r)
 {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
@@ -588,9 +610,16 @@ static void shoald_reg_accept(shoald_reg_t *r)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                shoald_reg_accept_pause(r, errno);
+            else if (errno != EAGAIN && errno != EWOULDBLOCK)
                 shoal_warn(METER, "accept on %s: %s", r->a->cfg->listen, strerror(errno));
             return;
+        }
+        if (r->accept_failures > 0) {
+            shoal_info(METER, "accept on %s works again, after %u failures", r->a->cfg->listen,
+                       r->accept_failures);
+            r->accept_failures = 0;
         }
         if (r->npending >= r->a->cfg->max_pending) {
             /* The oldest registrations in progress give way, at the sweep after this batch of
@@ -703,7 +732,13 @@ void shoald_reg_timeouts(shoald_reg_t *r)
     uint64_t now = shoal_time_ns();
 
     shoald_pend_t *q, *next;
+    struct epoll_event ev = {.events = EPOLLIN};
 
+    if (r->accept_resume_ns != 0 && r->accept_resume_ns <= now) {
+        ev.data.ptr = &r->tag;
+        if (epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->lfd, &ev) == 0)
+            r->accept_resume_ns = 0;
+    }
     /* Deadlines are in arrival order; evicted ones may sit anywhere. */
     for (q = r->head; q != NULL; q = next) {
         next = q->next;
@@ -720,9 +755,15 @@ void shoald_reg_timeouts(shoald_reg_t *r)
 
 int shoald_reg_wait_ms(shoald_reg_t *r)
 {
-    if (r->head == NULL)
-        return -1;
-    return shoal_deadline_left_ms(r->head->deadline_ns, 60000) + 1;
+    int ms = -1, pause;
+
+    if (r->head != NULL)
+        ms = shoal_deadline_left_ms(r->head->deadline_ns, 60000) + 1;
+    if (r->accept_resume_ns != 0) {
+        pause = shoal_deadline_left_ms(r->accept_resume_ns, 60000) + 1;
+        ms = ms < 0 || pause < ms ? pause : ms;
+    }
+    return ms;
 }
 
 shoal_status_t shoald_reg_start(shoald_t *a, int epfd, shoald_reg_t **r_p)

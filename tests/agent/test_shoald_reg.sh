@@ -330,6 +330,36 @@ AGENT_NOFILE=
 stop_agent
 for p in $HOLDERS; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 
+# accept failing with EMFILE (ulimit -n 20; 30 clients that connect and say nothing hold what
+# is left until reg_timeout, the rest wait in the backlog): the listener stays readable, and the
+# agent logged "accept on ...: Too many open files" at every turn of its loop, thousands of lines
+# a second at full CPU. It pauses accepting instead, says so once, and serves the backlog once
+# descriptors are free.
+base_conf "$T/conf7" "http=none" "reg_timeout=3s"
+from=$(($(wc -l <"$T/agent.log") + 1))
+AGENT_NOFILE=20 start_agent "$T/conf7"
+AGENT_NOFILE=
+SILENT=""
+i=0
+while [ $i -lt 30 ]; do
+    timeout -s KILL 30 "$MC" --sock "$SOCK" --mode silent >"$T/silent$i.out" 2>&1 &
+    SILENT="$SILENT $!"
+    PIDS="$PIDS $!"
+    i=$((i + 1))
+done
+cpu0=$(awk '{ print $14 + $15 }' "/proc/$AGENT_PID/stat")
+sleep 2
+cpu=$(($(awk '{ print $14 + $15 }' "/proc/$AGENT_PID/stat") - cpu0))
+nacc=$(tail -n +"$from" "$T/agent.log" | grep -c "accept on .*Too many open files")
+[ "$nacc" -eq 1 ] && [ "$cpu" -lt 50 ]
+ok $? "accept out of descriptors: said once ($nacc lines), no busy loop ($cpu ticks in 2 s)"
+for p in $SILENT; do wait "$p" 2>/dev/null; done
+nto=$(cat "$T"/silent*.out | grep -c "^status=-.* reason=the registration did not arrive within")
+mc --tenant acme --job emfile --cred "$(cred acme emfile)"
+[ "$nto" = 30 ] && [ -n "$(status_of)" ] && alive
+ok $? "all 30 answered at their deadline ($nto), then a new registration is answered" "$T/mc.out"
+stop_agent
+
 # A memfd sent unsealed, then truncated to 0 and sealed while the agent checked it: the agent
 # read the size before the seals, so a client that did both between the two checks had it
 # map an empty file and die of SIGBUS at its first read (every tenant's metering and billing
