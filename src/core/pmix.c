@@ -244,16 +244,27 @@ static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, i
 {
     pmix_value_t *val = NULL;
     pmix_proc_t root;
-    pmix_info_t info;
+    pmix_info_t info[2];
     pmix_status_t rc;
     int timeout_s = shoal_pmix_timeout_s(timeout_ms);
+    bool local = true;
     shoal_status_t status = SHOAL_OK;
 
     shoal_pmix_proc_set(&root, me, 0);
-    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout_s, PMIX_INT);
-    rc = PMIx_Get(&root, key, &info, 1, &val);
-    PMIX_INFO_DESTRUCT(&info);
-    if (rc != PMIX_SUCCESS || val == NULL) {
+    /* The fence collected every rank's data (PMIX_COLLECT_DATA) into this process: the key is
+     * looked for here only (PMIX_OPTIONAL). Asked of the server, a key rank 0 never put was
+     * waited for until the timeout. */
+    PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+    PMIX_INFO_LOAD(&info[1], PMIX_OPTIONAL, &local, PMIX_BOOL);
+    rc = PMIx_Get(&root, key, info, 2, &val);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+    if (rc == PMIX_ERR_NOT_FOUND) {
+        /* After the fence: rank 0 put nothing, its PMIx_Put or PMIx_Commit failed. */
+        shoal_error(INIT, "rank 0 published no unique id under PMIx key %s (its PMIx_Put or "
+                    "PMIx_Commit failed: see its log)", key);
+        status = SHOAL_ERR_PEER_FAILED;
+    } else if (rc != PMIX_SUCCESS || val == NULL) {
         shoal_error(INIT, "PMIx_Get(rank 0, %s) failed: %s", key, PMIx_Error_string(rc));
         status = SHOAL_ERR_SYSTEM;
     } else if (val->type != PMIX_BYTE_OBJECT || val->data.bo.size != sizeof(uid->internal)) {
@@ -277,7 +288,7 @@ shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, int timeout_ms, sho
     char key[64];
     pmix_proc_t me;
     shoal_uid_t mine;
-    shoal_status_t status, created = SHOAL_OK;
+    shoal_status_t status, fenced, created = SHOAL_OK;
 
     status = shoal_pmix_init(&me, rank, nranks, timeout_ms);
     if (status != SHOAL_OK) {
@@ -288,8 +299,12 @@ shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, int timeout_ms, sho
         created = shoal_get_unique_id(&mine);
         status = shoal_pmix_publish(key, created == SHOAL_OK ? &mine : NULL);
     }
+    /* Every rank fences, rank 0 also when its put failed: it returned before the fence, and
+     * the others (its process living on) waited in theirs for the whole timeout. Past the
+     * fence they find no key and fail at once, naming rank 0. */
+    fenced = shoal_pmix_fence(&me, timeout_ms);
     if (status == SHOAL_OK) {
-        status = shoal_pmix_fence(&me, timeout_ms); /* every rank, even when rank 0 failed */
+        status = fenced;
     }
     if (status == SHOAL_OK && rank != 0) {
         status = shoal_pmix_fetch(&me, key, timeout_ms, &mine);

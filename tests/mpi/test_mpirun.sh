@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=34
+NTESTS=35
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -269,3 +269,40 @@ for v in "SHOAL_RANK=2 SHOAL_NRANKS=2|SHOAL_RANK=2 is not below SHOAL_NRANKS=2" 
 done
 [ -z "$bad" ]
 ok $? "no rank/size: the error names the variable to fix${bad:+ (failed:$bad)}"
+
+# 35: rank 0's PMIx_Put of the unique id fails (libpmixfail preloaded there): every rank
+# still fences, and the others fail at once naming rank 0 (rank 0 returned before the fence and
+# the others waited in it for SHOAL_TIMEOUT_MS, 30 s here; past the fence, asked of the server,
+# the key rank 0 never put was waited for as long). Rank 0 stays connected to its PMIx server
+# until the others are done, as a program that goes on after the error would (a process that
+# ends is reported by the server, which ends the others' fence at once).
+shim=$B/tests/mpi/.libs/libpmixfail.so
+if ! grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null || [ ! -f "$shim" ]; then
+    skip 1 "built without PMIx (Debian: libpmix-dev)"
+else
+    rm -f "$T"/f[0-2].rc "$T"/f[0-2].err "$T/f.done"
+    timeout -k 5 120 $MPIRUN -np 3 -x SHOAL_TIMEOUT_MS=30s sh -c '
+        r=$OMPI_COMM_WORLD_RANK t0=$(date +%s)
+        if [ "$r" = 0 ]; then
+            ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0" LD_PRELOAD=$2 \
+                PMIXFAIL_LINGER_S=60 PMIXFAIL_LINGER_UNTIL=$1/f.done \
+                "$0" -b 8 -e 8 >/dev/null 2>"$1/f$r.err"
+        else
+            "$0" -b 8 -e 8 >/dev/null 2>"$1/f$r.err"
+        fi
+        echo "$? $(($(date +%s) - t0))" >"$1/f$r.rc"
+        [ -s "$1/f1.rc" ] && [ -s "$1/f2.rc" ] && touch "$1/f.done"
+        exit 0' "$B/allreduce_perf" "$T" "$shim" >"$T/out" 2>"$T/err"
+    bad=""
+    for r in 1 2; do
+        set -- $(cat "$T/f$r.rc" 2>/dev/null)
+        [ "${1:-}" = 1 ] && [ "${2:-99}" -lt 20 ] || bad="$bad [rank $r: rc ${1:-none}, ${2:-?}s]"
+        grep -q 'rank 0 published no unique id' "$T/f$r.err" || bad="$bad [rank $r's error]"
+    done
+    set -- $(cat "$T/f0.rc" 2>/dev/null)
+    [ "${1:-}" = 1 ] || bad="$bad [rank 0: rc ${1:-none}]"
+    grep -q 'PMIx_Put/PMIx_Commit(shoal.uid.0) failed' "$T/f0.err" || bad="$bad [rank 0's error]"
+    [ -z "$bad" ]
+    ok $? "rank 0's PMIx_Put fails: every rank fails at once, the others naming rank 0${bad:+ (failed:$bad)}"
+    [ -z "$bad" ] || sed 's/^/#   /' "$T"/f[0-2].err 2>/dev/null | tail -n 20
+fi
