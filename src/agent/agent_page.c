@@ -349,8 +349,13 @@ static int shoald_page_final(const shoald_page_t *p)
 
     if (__atomic_load_n(&pg->state, __ATOMIC_ACQUIRE) == SHOAL_METER_CLOSED)
         return 1;
-    if (p->pidfd < 0)
-        return kill(p->pid, 0) != 0 && errno == ESRCH;
+    if (p->pidfd < 0) {
+        /* No pidfd (a kernel without them): the pid may run another process by now. */
+        if (kill(p->pid, 0) != 0 && errno == ESRCH)
+            return 1;
+        return p->proc != NULL && p->proc->start_ns != 0 &&
+               shoald_proc_start_ns(p->pid) != p->proc->start_ns;
+    }
     return poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN) != 0;
 }
 

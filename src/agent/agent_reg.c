@@ -66,6 +66,7 @@ struct shoald_reg {
     uint64_t log_minute;
     uint64_t accept_resume_ns;  /* the listener is out of the epoll set until then; 0: in it */
     unsigned accept_failures;   /* accepts failed since the last that worked */
+    int nopidfd_said;           /* "no pidfds here" was logged */
 };
 
 const char *shoald_refusal_name(int r)
@@ -307,6 +308,7 @@ static unsigned shoald_reg_uid_pages(shoald_t *a, uid_t uid)
     return n;
 }
 
+/* The peer's pidfd, or -1 with errno: ESRCH when the process is gone. */
 static int shoald_reg_pidfd(shoald_pend_t *q)
 {
     socklen_t len = sizeof(int);
@@ -418,7 +420,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
     void *map;
     struct stat st;
     shoald_page_t *p;
-    int seals, pidfd, fd, cred_class = 0, cred_weight = 1;
+    int seals, pidfd, pidfd_errno, fd, cred_class = 0, cred_weight = 1;
 
     if (q->extra_fds || q->memfd < 0) {
         shoald_reg_refuse(r, q, SHOALD_REFUSE_NO_FD, SHOAL_ERR_INVALID_ARG, NULL,
@@ -480,6 +482,7 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
         return;
     }
     pidfd = shoald_reg_pidfd(q);
+    pidfd_errno = pidfd < 0 ? errno : 0;
     fd = q->fd;
     if (shoald_page_add(r->a, &snap, map, fd, pidfd, q->peer.pid, q->peer.uid, q->peer.gid,
                         cls, &p) != SHOAL_OK) {
@@ -499,8 +502,18 @@ static void shoald_reg_complete(shoald_reg_t *r, shoald_pend_t *q)
     epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
     shoald_reg_pend_free(r, q, 0);
     shoald_reg_watch(r, p);
-    if (pidfd < 0)
+    /* Without pidfds (pidfd_open is Linux 5.3, ENOSYS before; a seccomp profile may refuse
+     * it) every page was ended here, its rank alive: not metered, billed for no time. The
+     * end of its connection tells the exit then (the kernel closes it with the process), and
+     * shoald_page_final asks whether the pid still runs the same process (its start time). */
+    if (pidfd < 0 && pidfd_errno == ESRCH) {
         shoald_page_end(r->a, p, "exited before the agent could watch it");
+    } else if (pidfd < 0 && !r->nopidfd_said) {
+        r->nopidfd_said = 1;
+        shoal_warn(METER, "no pidfd for pid %d (%s): ranks' exits are told by the end of their "
+                   "connections, pids checked against their start time", (int)p->pid,
+                   strerror(pidfd_errno));
+    }
 }
 
 /* Reads what the peer sent so far, exactly up to the end of the message; descriptors are

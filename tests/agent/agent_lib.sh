@@ -73,9 +73,11 @@ cred() { # cred TENANT JOB [issue options...]: a credential signed with the mast
 start_agent() {
     conf=$1; shift
     rm -f "$T/ready"
-    # AGENT_NOFILE: the agent's descriptor limit (ulimit -n, soft and hard)
+    # AGENT_NOFILE: the agent's descriptor limit (ulimit -n, soft and hard); AGENT_WRAP: a
+    # program that runs the agent (tests/agent/nopidfd)
     ( [ -z "${AGENT_NOFILE:-}" ] || ulimit -n "$AGENT_NOFILE" || exit 1
-      exec "$SHOALD" -c "$conf" --ready-file "$T/ready" "$@" ) >>"$T/agent.log" 2>&1 &
+      exec ${AGENT_WRAP:-} "$SHOALD" -c "$conf" --ready-file "$T/ready" "$@" ) \
+        >>"$T/agent.log" 2>&1 &
     AGENT_PID=$!
     PIDS="$PIDS $AGENT_PID"
     i=0

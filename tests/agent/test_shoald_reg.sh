@@ -360,6 +360,29 @@ mc --tenant acme --job emfile --cred "$(cred acme emfile)"
 ok $? "all 30 answered at their deadline ($nto), then a new registration is answered" "$T/mc.out"
 stop_agent
 
+# A kernel without pidfds (before Linux 5.3; tests/agent/nopidfd makes pidfd_open fail with
+# ENOSYS and SO_PEERPIDFD with ENOPROTOOPT): every page was ended at its registration, "exited
+# before the agent could watch it", its rank alive (not metered, billed for no time). The end
+# of the rank's connection tells its exit there.
+base_conf "$T/conf8"
+if ! AGENT_WRAP=$top_builddir/tests/agent/nopidfd start_agent "$T/conf8"; then
+    skip_rest 2 "no seccomp filter here: $(grep 'nopidfd:' "$T/agent.log" | tail -n 1)"
+else
+    timeout -s KILL 20 "$MC" --sock "$SOCK" --tenant acme --job nopidfd \
+        --cred "$(cred acme nopidfd)" --hold 3 >"$T/np.out" 2>&1 &
+    np=$!
+    PIDS="$PIDS $np"
+    wait_metric 'shoal_ranks{tenant="acme",shoal_job="nopidfd"}' 1 &&
+        ! grep -q "exited before the agent could watch it" "$T/agent.log" &&
+        grep -q "no pidfd for pid .*Function not implemented" "$T/agent.log"
+    ok $? "no pidfds: a registered rank stays live (not ended at once), said once" "$T/agent.log"
+    wait "$np"
+    wait_metric 'shoal_ranks{tenant="acme",shoal_job="nopidfd"}' 0 &&
+        grep -q "rank 0 of acme/nopidfd (pid [0-9]*) closed its communicator" "$T/agent.log"
+    ok $? "no pidfds: its exit ends the page (the connection's end)" "$T/agent.log"
+fi
+stop_agent
+
 # A memfd sent unsealed, then truncated to 0 and sealed while the agent checked it: the agent
 # read the size before the seals, so a client that did both between the two checks had it
 # map an empty file and die of SIGBUS at its first read (every tenant's metering and billing
