@@ -258,6 +258,13 @@ SHOAL_EXPORT shoal_status_t shoal_mem_free(void *ptr);
  * ReduceScatter: also recvbuf at sendbuf's block of this rank); buffers that overlap in any
  * other way are SHOAL_ERR_INVALID_ARG.
  * Every rank passes the same kind of buffers (all device or all host) to one collective.
+ * Every rank passes the same count, dtype, op and root to one collective. Only the intra-node
+ * AllReduce compares them by itself (SHOAL_ERR_INVALID_ARG on every rank); elsewhere a
+ * difference fails the communicator, waits out its timeout, or goes unnoticed: an op, a
+ * dtype of the same size, or a broadcast's root (ranks that name different roots may all
+ * return SHOAL_OK with no data moved) give wrong results. SHOAL_CHECK_ARGS=1 compares
+ * them before every call (one small exchange; nonblocking calls then run one at a time):
+ * SHOAL_ERR_INVALID_ARG on every rank, the communicator stays usable.
  * Without CUDA (no CUDA build, or no driver / GPU at run time) a stream or a device buffer is
  * SHOAL_ERR_UNSUPPORTED; host buffers work everywhere. */
 SHOAL_EXPORT shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,

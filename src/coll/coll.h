@@ -41,6 +41,7 @@ typedef struct {
     size_t hier_segment;   /* SHOAL_HIER_SEGMENT */
     size_t shm_direct_min;    /* SHOAL_SHM_DIRECT_MIN */
     int shm_prefetchw;     /* SHOAL_SHM_PREFETCHW */
+    int check_args;        /* SHOAL_CHECK_ARGS */
 } shoal_coll_config_t;
 extern SHOAL_HIDDEN shoal_coll_config_t shoal_coll_config;
 extern SHOAL_HIDDEN const char *const shoal_algo_names[];
@@ -81,6 +82,7 @@ typedef struct shoal_coll_state {
     size_t rd_max;
     size_t hier_segment;
     size_t shm_direct_min;
+    int check_args;        /* SHOAL_CHECK_ARGS, rank 0's: calls compare their arguments */
     shoal_tune_t tune;     /* sizes and limits: rank 0's, the same on every rank (src/tune) */
     size_t chunk;          /* bytes per pipeline chunk, a multiple of 64 */
     uint8_t *scratch;      /* 4 * chunk, also >= rd_max */

@@ -64,6 +64,18 @@ static const shoal_cfg_field_t shoal_coll_cfg_fields[] = {
             "state (x86 PREFETCHW where the CPU has it, aarch64 PRFM), so that the next call's "
             "stores need not wait for the peers' copies to be invalidated (2 ranks, 8 B: "
             "about 40 ns less per call on a 2.6 GHz Xeon VM); 0 = not"},
+    /* Off by default: it costs a round of messages per call, and a broadcast cannot find out
+     * otherwise (its root receives nothing). */
+    {.name = "CHECK_ARGS", .dflt = "0", .type = SHOAL_CFG_BOOL,
+     .offset = offsetof(shoal_coll_config_t, check_args),
+     .doc = "1 = before every collective the ranks compare its collective, count, dtype, op "
+            "and root (one exchange of 80 bytes per log2(ranks) steps; nonblocking ones then "
+            "run one at a time): any difference returns SHOAL_ERR_INVALID_ARG on every rank, "
+            "naming it, and the communicator stays usable; 0 = not checked (only the "
+            "intra-node AllReduce checks count, dtype and op; otherwise a difference fails "
+            "the communicator, waits out its timeout, or goes unnoticed: an op, a dtype of the "
+            "same size, or a broadcast's root give SHOAL_OK with wrong or no data); rank 0's "
+            "applies"},
 };
 
 const shoal_cfg_table_t shoal_coll_cfg_table = {

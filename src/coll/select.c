@@ -370,15 +370,73 @@ static inline const shoal_coll_algo_row_t *shoal_coll_row_for(struct shoal_comm 
     return shoal_coll_row_pick(comm, a, seq);
 }
 
-shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a)
+/* ---- SHOAL_CHECK_ARGS: the ranks compare a call's arguments before it runs ----------------
+ * Without it nothing compares them: the algorithms cut the call by their own arguments, so a
+ * count that differs fails the communicator with a protocol error (a message of another
+ * length) or waits out the timeout (a rank that passed 0 returned at once), and a broadcast
+ * whose ranks name different roots may return SHOAL_OK everywhere, no data moved (2 ranks,
+ * each its own root: both send, neither receives). A broadcast's root receives nothing, so
+ * no message of the call can tell it: the check is an exchange of its own, a dissemination
+ * (as the barrier: rank + d, rank - d, d = 1, 2, 4, ...) of the smallest and largest value
+ * of each argument that the rank has seen. Every rank sends and receives the same fixed
+ * size whatever it passed, so all finish it, all see the same extremes, and all refuse a
+ * call whose arguments differ without a message of the call itself on the wire: the
+ * communicator stays usable. */
+#define SHOAL_COLL_CHECK_STEP 0x73000000u /* channel step of the exchange (+ round) */
+
+enum { SHOAL_SIG_TYPE, SHOAL_SIG_COUNT, SHOAL_SIG_DTYPE, SHOAL_SIG_OP, SHOAL_SIG_ROOT,
+       SHOAL_SIG_N };
+static const char *const shoal_sig_names[SHOAL_SIG_N] = {"collective", "count", "dtype", "op",
+                                                         "root"};
+
+static shoal_status_t shoal_coll_check_args(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                            uint32_t seq)
+{
+    /* [0]: smallest, [1]: largest; the api zeroes what a collective does not take (the op of
+     * a broadcast, the root of an AllReduce), so those compare equal */
+    uint64_t mm[2][SHOAL_SIG_N], in[2][SHOAL_SIG_N];
+    int n = comm->nranks, r = comm->rank, k = 0;
+    char why[256];
+    size_t len = 0;
+
+    mm[0][SHOAL_SIG_TYPE] = (uint64_t)a->type;
+    mm[0][SHOAL_SIG_COUNT] = (uint64_t)a->count;
+    mm[0][SHOAL_SIG_DTYPE] = (uint64_t)a->dtype;
+    mm[0][SHOAL_SIG_OP] = (uint64_t)a->op;
+    mm[0][SHOAL_SIG_ROOT] = (uint64_t)(uint32_t)a->root;
+    memcpy(mm[1], mm[0], sizeof(mm[0]));
+    for (int d = 1; d < n; d <<= 1, k++) {
+        SHOAL_CHECK(shoal_chan_sendrecv(comm, (r + d) % n, mm, shoal_mod(r - d, n), in,
+                                        sizeof(mm), seq, SHOAL_COLL_CHECK_STEP + (uint32_t)k));
+        for (int i = 0; i < SHOAL_SIG_N; i++) {
+            mm[0][i] = SHOAL_MIN(mm[0][i], in[0][i]);
+            mm[1][i] = SHOAL_MAX(mm[1][i], in[1][i]);
+        }
+    }
+    why[0] = '\0';
+    for (int i = 0; i < SHOAL_SIG_N && len < sizeof(why); i++) {
+        if (mm[0][i] != mm[1][i]) {
+            len += (size_t)snprintf(why + len, sizeof(why) - len, "%s%s %llu..%llu",
+                                    len > 0 ? ", " : "", shoal_sig_names[i],
+                                    (unsigned long long)mm[0][i], (unsigned long long)mm[1][i]);
+        }
+    }
+    if (SHOAL_LIKELY(why[0] == '\0')) {
+        return SHOAL_OK;
+    }
+    shoal_error(COLL, "rank %d: %s arguments differ across ranks (SHOAL_CHECK_ARGS): %s (this "
+                "rank: count %zu, dtype %s, op %s, root %d); the call did nothing", r,
+                shoal_coll_type_name(a->type), why, a->count, shoal_dtype_name(a->dtype),
+                shoal_op_name(a->op), a->root);
+    return SHOAL_ERR_INVALID_ARG;
+}
+
+/* A collective call (not send / receive) of sequence number seq on the calling thread. */
+static inline shoal_status_t shoal_coll_run_seq(struct shoal_comm *comm,
+                                                const shoal_coll_args_t *a, uint32_t seq)
 {
     const shoal_coll_algo_row_t *row;
-    uint32_t seq;
 
-    if (a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
-        return shoal_p2p_run(comm, a);
-    }
-    seq = comm->seq++;
     if (comm->nranks == 1) {
         return a->type == SHOAL_COLL_BARRIER ? SHOAL_OK : shoal_coll_local(a);
     }
@@ -394,6 +452,26 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
     }
     return row->run != NULL ? row->run(comm, a, seq)
                             : shoal_coll_plan_run(comm, row->plan, a, seq);
+}
+
+shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *a)
+{
+    if (a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
+        return shoal_p2p_run(comm, a);
+    }
+    if (SHOAL_UNLIKELY(comm->coll->check_args) && comm->nranks > 1) {
+        SHOAL_CHECK(shoal_coll_check_args(comm, a, comm->seq++));
+    }
+    return shoal_coll_run_seq(comm, a, comm->seq++);
+}
+
+/* A nonblocking call under SHOAL_CHECK_ARGS: the check (sequence number seq - 1), then the
+ * call, whole, on the proxy (shoal_coll_plan). */
+static shoal_status_t shoal_coll_run_checked(struct shoal_comm *comm, const shoal_coll_args_t *a,
+                                             uint32_t seq)
+{
+    SHOAL_CHECK(shoal_coll_check_args(comm, a, seq - 1));
+    return shoal_coll_run_seq(comm, a, seq);
 }
 
 /* A row without a plan, run whole on the proxy: alone on its communicator (npeers -1). */
@@ -426,6 +504,13 @@ shoal_status_t shoal_coll_plan(struct shoal_comm *comm, const shoal_coll_args_t 
     *cp_p = NULL;
     if (a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) {
         run = shoal_coll_p2p_whole;
+    } else if (SHOAL_UNLIKELY(comm->coll->check_args) && comm->nranks > 1) {
+        /* The check's exchange and the call, one after the other, alone on the channels: the
+         * transports match messages in order, so no other plan may use a channel meanwhile
+         * (npeers -1 below); calls that overlapped run one at a time while the knob is on. */
+        comm->seq++; /* the check's, as in shoal_coll_run */
+        seq = comm->seq++;
+        run = shoal_coll_run_checked;
     } else {
         seq = comm->seq++;
         if (comm->nranks == 1) {
@@ -468,6 +553,7 @@ void shoal_coll_shape_tune(shoal_coll_shape_t *s, const shoal_tune_t *t)
 typedef struct {
     int64_t algo;
     uint64_t rd_max, hier_segment, shm_direct_min;
+    uint64_t check_args; /* the exchange before every call: on all ranks or none */
 } shoal_coll_agreed_t;
 
 /* Every rank takes rank 0's forced algorithm and the settings of shoal_coll_state_t that
@@ -492,12 +578,13 @@ static shoal_status_t shoal_coll_agree(struct shoal_comm *comm, shoal_coll_agree
     if (memcmp(&mine, g, sizeof(mine)) != 0 &&
         !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
         shoal_warn(COLL, "rank %d: its algorithm settings (SHOAL_ALGO %s, SHOAL_RD_MAX_BYTES %llu, "
-                   "SHOAL_HIER_SEGMENT %llu, SHOAL_SHM_DIRECT_MIN %llu) are not rank 0's (%s, "
-                   "%llu, %llu, %llu): every rank uses rank 0's", comm->rank,
-                   shoal_algo_names[mine.algo], (unsigned long long)mine.rd_max,
+                   "SHOAL_HIER_SEGMENT %llu, SHOAL_SHM_DIRECT_MIN %llu, SHOAL_CHECK_ARGS %llu) "
+                   "are not rank 0's (%s, %llu, %llu, %llu, %llu): every rank uses rank 0's",
+                   comm->rank, shoal_algo_names[mine.algo], (unsigned long long)mine.rd_max,
                    (unsigned long long)mine.hier_segment, (unsigned long long)mine.shm_direct_min,
-                   shoal_algo_names[g->algo], (unsigned long long)g->rd_max,
-                   (unsigned long long)g->hier_segment, (unsigned long long)g->shm_direct_min);
+                   (unsigned long long)mine.check_args, shoal_algo_names[g->algo],
+                   (unsigned long long)g->rd_max, (unsigned long long)g->hier_segment,
+                   (unsigned long long)g->shm_direct_min, (unsigned long long)g->check_args);
     }
     return SHOAL_OK;
 }
@@ -531,12 +618,14 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
     SHOAL_CHECK(shoal_tune_comm_agree(comm, &cs->tune));
     agreed = (shoal_coll_agreed_t){.algo = cs->algo, .rd_max = shoal_coll_config.rd_max,
                                    .hier_segment = shoal_coll_config.hier_segment,
-                                   .shm_direct_min = shoal_coll_config.shm_direct_min};
+                                   .shm_direct_min = shoal_coll_config.shm_direct_min,
+                                   .check_args = shoal_coll_config.check_args != 0};
     SHOAL_CHECK(shoal_coll_agree(comm, &agreed));
     cs->algo = (int)agreed.algo;
     cs->rd_max = (size_t)agreed.rd_max;
     cs->hier_segment = (size_t)agreed.hier_segment;
     cs->shm_direct_min = (size_t)agreed.shm_direct_min;
+    cs->check_args = agreed.check_args != 0;
     cs->chunk = SHOAL_MAX(SHOAL_ALIGN_UP(cs->tune.value[SHOAL_TUNE_CHUNK], 64), 4096);
     cs->scratch_size = SHOAL_MAX(4 * cs->chunk, SHOAL_ALIGN_UP(cs->rd_max, 64));
     if (comm->nranks > 1) {

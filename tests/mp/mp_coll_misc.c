@@ -19,6 +19,7 @@ void mp_test_invalid(const mp_ctx_t *c);
 void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in);
 void mp_test_mismatch(const mp_ctx_t *c);
 void mp_test_p2pfail(const mp_ctx_t *c);
+void mp_test_argcheck(const mp_ctx_t *c);
 
 #define MP_ERR(st, comm) shoal_status_name(st), shoal_comm_last_error(comm)
 
@@ -830,6 +831,103 @@ void mp_test_mismatch(const mp_ctx_t *c)
         mp_case(g, (st == SHOAL_ERR_PROTOCOL || st == SHOAL_ERR_PEER_FAILED) &&
                        strstr(le, "peer 1") != NULL,
                 c->rank, "rank 0 names peer 1: %s: %s", shoal_status_name(st), le);
+    }
+    (void)shoal_comm_destroy(sub);
+}
+
+/* ---- SHOAL_CHECK_ARGS: arguments that differ across ranks ------------------------------- */
+
+/* One mismatched call on sub (what differs): every rank gets SHOAL_ERR_INVALID_ARG at once,
+ * the communicator did not fail, and a matching AllGather of the ranks' numbers works. */
+static void mp_argcheck_case(const mp_ctx_t *c, shoal_comm_t sub, int g, shoal_status_t st,
+                             double ms, const char *what)
+{
+    const char *le = shoal_comm_last_error(sub);
+    int32_t me = c->rank * 7 + 1, all[64] = {0};
+    int ok = 1;
+
+    mp_case(g, st == SHOAL_ERR_INVALID_ARG && ms < 10000 && strcmp(le, "no error") == 0,
+            c->rank, "%s differs: status %s after %.0f ms, want INVALID_ARG at once; last "
+            "error: %s", what, shoal_status_name(st), ms, le);
+    st = shoal_allgather(&me, all, 1, SHOAL_INT32, sub, NULL);
+    for (int r = 0; r < c->nranks && r < 64; r++) {
+        ok = ok && all[r] == r * 7 + 1;
+    }
+    mp_case(g, st == SHOAL_OK && ok, c->rank, "the matching AllGather after it: %s: %s",
+            MP_ERR(st, sub));
+}
+
+/* Run with SHOAL_CHECK_ARGS=1 (run_mp.sh, shm and tcp, 2-4 ranks): a broadcast whose ranks
+ * name different roots returned SHOAL_OK on every rank and moved no data (2 ranks: each sent
+ * its buffer to the other and received nothing); a count that differs failed the
+ * communicator for good (a protocol error) or, where one rank passed 0 and returned at once,
+ * its peers waited out the timeout. Named only, on a communicator split off for it. */
+void mp_test_argcheck(const mp_ctx_t *c)
+{
+    int g = mp_group("SHOAL_CHECK_ARGS: differing arguments fail every rank, the comm lives on");
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8 * 64];
+    int32_t b[4];
+    shoal_comm_t sub = NULL;
+    shoal_status_t st;
+    int64_t t0;
+
+    if (c->nranks < 2 || c->nranks > 64) {
+        return;
+    }
+    st = shoal_comm_split(c->comm, 0, c->rank, &sub);
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "comm_split: %s: %s", MP_ERR(st, c->comm));
+        return;
+    }
+    for (int i = 0; i < 4; i++) {
+        b[i] = c->rank * 100 + i;
+    }
+    t0 = mp_now_ns();
+    st = shoal_broadcast(b, b, 4, SHOAL_INT32, c->rank, sub, NULL); /* every rank its own */
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "root");
+    st = shoal_broadcast(b, b, 4, SHOAL_INT32, c->nranks - 1, sub, NULL);
+    mp_case(g, st == SHOAL_OK && b[0] == (c->nranks - 1) * 100 && b[3] == b[0] + 3, c->rank,
+            "matching broadcast: %s: %s, got %d %d", MP_ERR(st, sub), (int)b[0], (int)b[3]);
+    t0 = mp_now_ns();
+    st = shoal_broadcast(x, x, c->rank == 1 ? 3 : 2, SHOAL_FLOAT32, 0, sub, NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "count");
+    t0 = mp_now_ns();
+    st = shoal_allgather(x, y, c->rank == 1 ? 3 : 2, SHOAL_FLOAT32, sub, NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "count");
+    t0 = mp_now_ns();
+    st = shoal_reduce_scatter(y, x, c->rank == 1 ? 3 : 2, SHOAL_FLOAT32, SHOAL_SUM, sub, NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "count");
+    t0 = mp_now_ns();
+    st = shoal_allreduce(x, y, c->rank == 1 ? 0 : 2, SHOAL_FLOAT32, SHOAL_SUM, sub, NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "count");
+    t0 = mp_now_ns();
+    st = shoal_allreduce(x, y, 2, SHOAL_FLOAT32, c->rank == 0 ? SHOAL_MAX : SHOAL_SUM, sub, NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "op");
+    t0 = mp_now_ns(); /* same size: the messages alone could not tell */
+    st = shoal_allreduce(x, y, 2, c->rank == 0 ? SHOAL_INT32 : SHOAL_FLOAT32, SHOAL_SUM, sub,
+                         NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "dtype");
+    t0 = mp_now_ns();
+    st = shoal_reduce(x, y, 2, SHOAL_FLOAT32, SHOAL_SUM, c->rank == 0 ? 1 : 0, sub, NULL);
+    mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "root");
+    /* The nonblocking calls too: two in flight, the first mismatched (roots), the second a
+     * matching AllReduce that must still add up. */
+    {
+        shoal_request_t r1 = NULL, r2 = NULL;
+        float one = 1, sum = 0;
+        t0 = mp_now_ns();
+        st = shoal_ibroadcast(b, b, 4, SHOAL_INT32, c->rank, sub, &r1);
+        if (st == SHOAL_OK) {
+            st = shoal_iallreduce(&one, &sum, 1, SHOAL_FLOAT32, SHOAL_SUM, sub, &r2);
+            if (st == SHOAL_OK) {
+                st = shoal_wait(&r2); /* before sum is read: not in mp_case's arguments */
+            }
+            mp_case(g, st == SHOAL_OK && sum == c->nranks, c->rank,
+                    "iallreduce behind a mismatched ibroadcast: %s, sum %g",
+                    shoal_status_name(st), (double)sum);
+            st = shoal_wait(&r1);
+        }
+        mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "root (nonblocking)");
     }
     (void)shoal_comm_destroy(sub);
 }

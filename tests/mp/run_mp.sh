@@ -60,6 +60,19 @@ for tl in $transports; do
         mp_job "$tl n=$n mismatch" "$n" "SHOAL_TRANSPORT=$tl" "$prog" mismatch
     done
 done
+# SHOAL_CHECK_ARGS=1: a root or count that differs across ranks (broadcast, allgather,
+# reduce_scatter, allreduce, reduce) fails every rank with SHOAL_ERR_INVALID_ARG, and the
+# communicator stays usable (mp_coll's named-only section "argcheck").
+for tl in $transports; do
+    for n in 2 3 4; do
+        if [ "$tl" = shm ]; then
+            mp_job "shm n=$n argcheck" "$n" "SHOAL_CHECK_ARGS=1" "$prog" argcheck
+        else
+            mp_job "$tl n=$n argcheck" "$n" "SHOAL_TRANSPORT=$tl SHOAL_CHECK_ARGS=1" "$prog" \
+                argcheck
+        fi
+    done
+done
 # A group whose peer never posts its side: the group's end fails within the timeout and
 # names the peer (mp_coll's named-only section "p2pfail").
 for tl in $transports; do

@@ -43,6 +43,10 @@ tap() { # tap OK|FAIL description
 mp_job "shm n=3" 3 "" "$prog" ok
 mp_job "tcp n=4" 4 "SHOAL_TRANSPORT=tcp" "$prog" ok
 mp_job "tcp n=3 chunk=4k" 3 "SHOAL_TRANSPORT=tcp SHOAL_CHUNK_SIZE=4096" "$prog" ok
+# SHOAL_CHECK_ARGS=1: every call first compares its arguments, then runs whole, one at a time
+# (select.c's shoal_coll_plan): the same results, whatever the order of the waits.
+mp_job "shm n=3 check_args" 3 "SHOAL_CHECK_ARGS=1" "$prog" ok
+mp_job "tcp n=4 check_args" 4 "SHOAL_TRANSPORT=tcp SHOAL_CHECK_ARGS=1" "$prog" ok
 # Forced rows, every call of that collective in flight as its step-wise plan beside the
 # others: recursive doubling (the fold on 3 and 5 ranks; 4 KiB chunks make the 64 Ki-element
 # calls run in several scratch-sized passes) and Bruck (the allgathers that fit the scratch;
