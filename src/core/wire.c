@@ -57,15 +57,24 @@ shoal_status_t shoal_wire_check(const shoal_wire_hdr_t *expect, const shoal_wire
         snprintf(why, whylen, "message type %u, expected %u", got->type, expect->type);
         return SHOAL_ERR_PROTOCOL;
     }
+    /* A peer that follows the protocol sends these wrong only when the ranks' calls differ:
+     * a message of an earlier call that this rank never received (a broadcast whose ranks
+     * named different roots: a rank that took itself for the root received nothing, and its
+     * next call finds the message), or of another length (another count or dtype). The
+     * sentence says so, first (transports prefix it into 160-192 bytes): alone it read as a
+     * failure of the peer it names. */
     if (got->seq != expect->seq || got->step != expect->step || got->chunk != expect->chunk) {
-        snprintf(why, whylen, "message (seq %u, step %u, chunk %u), expected (seq %u, step %u, "
-                 "chunk %u)", got->seq, got->step, got->chunk, expect->seq, expect->step,
-                 expect->chunk);
+        int earlier = (int32_t)(got->seq - expect->seq) < 0;
+        snprintf(why, whylen, "message %s(seq %u, step %u, chunk %u), expected (seq %u, step %u, "
+                 "chunk %u)%s", earlier ? "of an earlier call " : "", got->seq, got->step,
+                 got->chunk, expect->seq, expect->step, expect->chunk,
+                 earlier ? ": did the ranks pass it different roots or counts?" : "");
         return SHOAL_ERR_PROTOCOL;
     }
     if (got->length != expect->length) {
-        snprintf(why, whylen, "message of %llu bytes, expected %llu",
-                 (unsigned long long)got->length, (unsigned long long)expect->length);
+        snprintf(why, whylen, "message of %llu bytes, expected %llu; did the ranks pass "
+                 "different counts or dtypes?", (unsigned long long)got->length,
+                 (unsigned long long)expect->length);
         return SHOAL_ERR_PROTOCOL;
     }
     return SHOAL_OK;

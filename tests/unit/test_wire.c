@@ -50,7 +50,7 @@ static void test_wire_rejects(void)
     };
     shoal_wire_hdr_t h = test_wire_hdr(), g;
     uint8_t buf[SHOAL_WIRE_HDR_BYTES];
-    char why[128];
+    char why[160]; /* the shm transport's; tcp and ucx have 192 */
 
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
         shoal_wire_encode(&h, buf);
@@ -60,6 +60,31 @@ static void test_wire_rejects(void)
         tap_is_int(shoal_wire_check(&h, &g, why, sizeof(why)), cases[i].want, "%s rejected (%s)",
                    cases[i].what, why);
     }
+    /* A message of an earlier call (one the ranks' differing arguments left unreceived: a
+     * broadcast whose ranks named different roots) and one of another length say what the
+     * likely cause is; they read as the failure of the peer alone. A later sequence number
+     * is no leftover; sequence numbers wrap. */
+    g = h;
+    g.seq = h.seq - 1;
+    tap_ok(shoal_wire_check(&h, &g, why, sizeof(why)) == SHOAL_ERR_PROTOCOL &&
+               strstr(why, "of an earlier call (seq 6, step 3, chunk 11)") != NULL &&
+               strstr(why, "different roots or counts?") != NULL,
+           "a message of an earlier call says so: %s", why);
+    g.seq = h.seq + 1;
+    tap_ok(shoal_wire_check(&h, &g, why, sizeof(why)) == SHOAL_ERR_PROTOCOL &&
+               strstr(why, "earlier") == NULL, "a later one does not: %s", why);
+    {
+        shoal_wire_hdr_t h0 = h;
+        h0.seq = 0;
+        g.seq = 0xffffffffu;
+        tap_ok(shoal_wire_check(&h0, &g, why, sizeof(why)) == SHOAL_ERR_PROTOCOL &&
+                   strstr(why, "of an earlier call") != NULL, "across the wrap too: %s", why);
+    }
+    g = h;
+    g.length = h.length + 4;
+    tap_ok(shoal_wire_check(&h, &g, why, sizeof(why)) == SHOAL_ERR_PROTOCOL &&
+               strstr(why, "different counts or dtypes") != NULL,
+           "another length names counts and dtypes: %s", why);
     /* An abort notice from the same communicator names the culprit. */
     g = h;
     g.type = SHOAL_WIRE_ABORT;
