@@ -8,6 +8,8 @@
  * - integer SUM and PROD wrap modulo 2^bits (two's complement for signed types);
  * - float MIN/MAX propagate NaN (see SHOAL_REDUCE_OP_MIN in reduce_impl.h); for +0 vs -0 the
  *   later operand wins;
+ * - float SUM/PROD/AVG of two NaNs give the earlier operand's NaN (quieted), in every kernel
+ *   and aliasing variant, so in-place and out-of-place calls give the same bits;
  * - fp16/bf16: exact widening to fp32, fp32 arithmetic in source order, one round to nearest
  *   even per call; NaN stays NaN (quiet), overflow gives inf;
  * - dst may equal a and/or b (reduce2) or srcs[0] (reduce_n); partial overlap is not allowed;

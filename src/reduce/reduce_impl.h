@@ -40,12 +40,19 @@ typedef double __attribute__((aligned(1), may_alias)) shoal_f64u_t;
 #endif
 
 /* The ops on values (VT: value type, UT: type the arithmetic runs in). Integer SUM/PROD run in
- * the unsigned type, so they wrap without undefined behaviour. Float MIN/MAX propagate NaN:
- * when x is NaN the result is x, else when y is NaN the result is y; when x and y compare
- * equal (+0 and -0) the result is y. '|' instead of '||' keeps the expressions branch-free,
+ * the unsigned type, so they wrap without undefined behaviour. Float SUM/PROD of two NaNs give
+ * x's NaN, quieted (y is replaced by 0 where x is NaN): the hardware returns its first source
+ * operand's NaN, and the compiler takes x + y and y + x for the same expression (it swapped
+ * them in some kernels and scalar tails but not in others), so the payload would depend on
+ * the aliasing variant and the count, and in-place and out-of-place collectives would differ.
+ * For integers x != x is 0 and folds away. Float MIN/MAX propagate NaN: when x is NaN the
+ * result is x, else when y is NaN the result is y; when x and y compare equal (+0 and -0)
+ * the result is y. '|' instead of '||' keeps the expressions branch-free,
  * so they vectorise as compare + blend (x86 MINPS/MAXPS return the second operand too). */
-#define SHOAL_REDUCE_OP_SUM(VT, UT, x, y) ((VT)((UT)(x) + (UT)(y)))
-#define SHOAL_REDUCE_OP_PROD(VT, UT, x, y) ((VT)((UT)(x) * (UT)(y)))
+#define SHOAL_REDUCE_OP_SUM(VT, UT, x, y)                                                      \
+    ((VT)((UT)(x) + (UT)((x) != (x) ? 0 : (y))))
+#define SHOAL_REDUCE_OP_PROD(VT, UT, x, y)                                                     \
+    ((VT)((UT)(x) * (UT)((x) != (x) ? 0 : (y))))
 #define SHOAL_REDUCE_OP_MIN(VT, UT, x, y) ((((x) != (x)) | ((x) < (y))) ? (x) : (y))
 #define SHOAL_REDUCE_OP_MAX(VT, UT, x, y) ((((x) != (x)) | ((x) > (y))) ? (x) : (y))
 

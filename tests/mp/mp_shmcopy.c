@@ -9,6 +9,8 @@
  *    quickly (not at the timeout), and the next matching call works;
  *  - shoal_mem_alloc / shoal_mem_free argument checks, and a size larger than the host;
  *  - buffers allocated, reduced and freed 80 times: the peers' mappings of freed buffers go;
+ *  - "nan": NaNs with each rank's payload, ordinary and shared buffers: in place, out of
+ *    place and every rank get the same bits;
  *  - "nodump" (first, before the others): rank 1 is not dumpable and rank 0 drops
  *    CAP_SYS_PTRACE, so rank 0 cannot take rank 1's descriptors: shared buffers are staged.
  * Rank 0 prints one TAP line per group; exit status 1 if anything failed.
@@ -245,6 +247,95 @@ static void mc_test_plain(const mp_ctx_t *c)
     free(rb);
 }
 
+/* A quiet NaN of dtype dt whose sign and payload say which rank sent it. */
+static void mc_nan(shoal_dtype_t dt, int rank, void *out)
+{
+    uint64_t sign = rank & 1, pl = (uint64_t)rank + 1;
+    uint16_t h;
+    uint32_t f;
+    uint64_t d;
+    switch (dt) {
+    case SHOAL_FLOAT16:
+        h = (uint16_t)(sign << 15 | 0x7e00u | (pl & 0x1ff));
+        memcpy(out, &h, 2);
+        break;
+    case SHOAL_BFLOAT16:
+        h = (uint16_t)(sign << 15 | 0x7fc0u | (pl & 0x3f));
+        memcpy(out, &h, 2);
+        break;
+    case SHOAL_FLOAT32:
+        f = (uint32_t)(sign << 31 | 0x7fc00000u | pl);
+        memcpy(out, &f, 4);
+        break;
+    default:
+        d = sign << 63 | 0x7ff8000000000000ull | pl;
+        memcpy(out, &d, 8);
+        break;
+    }
+}
+
+/* Every rank sends NaNs with its own payload (and a few numbers): the result's bits must not
+ * depend on whether the call is in place, nor on the rank. The kernels differ by aliasing
+ * (in place, local rank 1 reduces into its own input), and the compiler put the operands of
+ * a float add in either order, so a NaN + NaN took the other rank's payload in some of them. */
+static void mc_test_nan_in(const mp_ctx_t *c, uint8_t *s, uint8_t *r, const char *what)
+{
+    static const shoal_dtype_t dts[] = {SHOAL_FLOAT32, SHOAL_FLOAT64, SHOAL_FLOAT16,
+                                        SHOAL_BFLOAT16};
+    static const size_t counts[] = {7, 1021, 65537, MC_MAX};
+    uint8_t *root = mp_alloc(MC_BUF);
+    for (size_t t = 0; t < sizeof(dts) / sizeof(dts[0]); t++) {
+        shoal_dtype_t dt = dts[t];
+        size_t ds = shoal_dtype_size(dt);
+        for (int op = SHOAL_SUM; op <= SHOAL_PROD; op++) {
+            int g = mp_group("%s: NaN payloads, in place = out of place = rank 0's, %s %s",
+                             what, shoal_dtype_name(dt), shoal_op_name(op));
+            for (size_t i = 0; i < MC_MAX; i++) {
+                if (i % 5 == 4) {
+                    mp_store(dt, mc_tmpl, i, c->rank + 1, 0);
+                } else {
+                    mc_nan(dt, c->rank, mc_tmpl + i * ds);
+                }
+            }
+            for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                size_t n = counts[k], bytes = n * ds, d;
+                shoal_status_t st1, st2, st3;
+                memcpy(s, mc_tmpl, bytes);
+                st1 = shoal_allreduce(s, r, n, dt, op, c->comm, NULL);
+                memcpy(mc_ex, r, bytes);
+                memcpy(s, mc_tmpl, bytes);
+                st2 = shoal_allreduce(s, s, n, dt, op, c->comm, NULL);
+                st3 = shoal_broadcast(mc_ex, root, n, dt, 0, c->comm, NULL);
+                if (!mp_case(g, st1 == SHOAL_OK && st2 == SHOAL_OK && st3 == SHOAL_OK, c->rank,
+                             "count %zu: %s %s %s", n, shoal_status_name(st1),
+                             shoal_status_name(st2), shoal_status_name(st3))) {
+                    continue;
+                }
+                d = mp_first_diff(s, mc_ex, n, ds);
+                mp_case(g, d == n, c->rank, "count %zu: element %zu in place differs", n, d);
+                d = mp_first_diff(mc_ex, root, n, ds);
+                mp_case(g, d == n, c->rank, "count %zu: element %zu differs from rank 0's", n,
+                        d);
+            }
+        }
+    }
+    free(root);
+}
+
+static void mc_test_nan(const mp_ctx_t *c)
+{
+    uint8_t *sb = mp_alloc(MC_BUF), *rb = mp_alloc(MC_BUF);
+    void *a = NULL, *b = NULL;
+    mc_test_nan_in(c, sb, rb, "ordinary buffers");
+    free(sb);
+    free(rb);
+    if (shoal_mem_alloc(MC_BUF, &a) == SHOAL_OK && shoal_mem_alloc(MC_BUF, &b) == SHOAL_OK) {
+        mc_test_nan_in(c, a, b, "shared buffers");
+    }
+    shoal_mem_free(a);
+    shoal_mem_free(b);
+}
+
 /* Rank 1 passes another count / dtype / op than the others: SHOAL_ERR_INVALID_ARG on every
  * rank, well before the timeout; then a matching call is right. */
 static void mc_test_mismatch(const mp_ctx_t *c)
@@ -331,6 +422,8 @@ int main(int argc, char **argv)
             mc_test_churn(&c);
         } else if (strcmp(argv[i], "plain") == 0) {
             mc_test_plain(&c);
+        } else if (strcmp(argv[i], "nan") == 0) {
+            mc_test_nan(&c);
         } else if (strcmp(argv[i], "mismatch") == 0 && c.nranks > 1) {
             mc_test_mismatch(&c);
         }

@@ -43,7 +43,7 @@ logcheck() {
 
 info="SHOAL_DEBUG=INFO SHOAL_DEBUG_SUBSYS=COLL,SHM"
 
-mp_job "shm n=2" 2 "$info" "$prog" mem plain mismatch
+mp_job "shm n=2" 2 "$info" "$prog" mem plain mismatch nan
 logcheck "shm n=2: shoal_mem_alloc buffers are reduced in place" yes \
     "in place in shoal_mem_alloc buffers (no staging)"
 if grep -q "single copy (process_vm_readv) on" "$tmp/err"; then
@@ -54,7 +54,7 @@ else
         "by single copies (process_vm_readv/writev)"
 fi
 
-mp_job "shm n=3 SHOAL_SHM_CMA=0" 3 "$info SHOAL_SHM_CMA=0" "$prog" mem churn plain mismatch
+mp_job "shm n=3 SHOAL_SHM_CMA=0" 3 "$info SHOAL_SHM_CMA=0" "$prog" mem churn plain mismatch nan
 logcheck "shm n=3 SHOAL_SHM_CMA=0: the probe is skipped" yes "off (SHOAL_SHM_CMA=0)"
 logcheck "shm n=3 SHOAL_SHM_CMA=0: no single copies" no \
     "by single copies (process_vm_readv/writev)"
@@ -62,7 +62,7 @@ logcheck "shm n=3 SHOAL_SHM_CMA=0: shoal_mem_alloc buffers still in place" yes \
     "in place in shoal_mem_alloc buffers (no staging)"
 
 mp_job "shm n=3 single copies, small chunks" 3 \
-    "$info SHOAL_SHM_WINDOW=8192 SHOAL_SHM_DIRECT_MIN=4096" "$prog" plain
+    "$info SHOAL_SHM_WINDOW=8192 SHOAL_SHM_DIRECT_MIN=4096" "$prog" plain nan
 if grep -q "single copy (process_vm_readv) on" "$tmp/err"; then
     logcheck "shm n=3 small chunks: single copies used" yes \
         "by single copies (process_vm_readv/writev)"

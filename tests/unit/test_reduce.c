@@ -910,6 +910,72 @@ static void test_conv_specials(void)
            "NaN with only low payload bits stays NaN (fp16 %#x, bf16 %#x)", hn, bn);
 }
 
+/* Two NaNs of different payloads: SUM and PROD (AVG reduces as SUM) give the first operand's
+ * NaN, quieted, whichever kernel runs: out of place (k2), dst == a (acc), dst == b (racc),
+ * reduce_n with dst == srcs[0] or not, and every count (vector body and scalar tail). The
+ * collectives run the in-place and out-of-place calls through different kernels, so any
+ * difference here is a difference between ranks' or between in-place and out-of-place
+ * results. The patterns are quiet NaNs, so the first operand's bits come back exactly. */
+static void test_nan_order(int dt, const char *tag)
+{
+    enum { N = 40 };
+    size_t sz = shoal_dtype_size(dt);
+    unsigned char first[8], second[8], a[N * 8], b[N * 8], c[N * 8], d[N * 8];
+    size_t bad = 0, where = 0;
+    const char *what = "";
+    uint64_t p1, p2;
+
+    switch (dt) {
+    case SHOAL_FLOAT16: p1 = 0x7e11, p2 = 0xfe22; break;
+    case SHOAL_BFLOAT16: p1 = 0x7fc1, p2 = 0xffc2; break;
+    case SHOAL_FLOAT32: p1 = 0x7fc00011u, p2 = 0xffc00022u; break;
+    default: p1 = 0x7ff8000000000011ull, p2 = 0xfff8000000000022ull; break;
+    }
+    memcpy(first, &p1, sz); /* little-endian: the low sz bytes */
+    memcpy(second, &p2, sz);
+    for (int op = SHOAL_SUM; op <= SHOAL_AVG; op++) {
+        if (op == SHOAL_MIN || op == SHOAL_MAX) {
+            continue;
+        }
+        for (size_t n = 1; n <= N; n++) {
+            for (int mode = 0; mode < 5; mode++) {
+                const void *srcs[3];
+                unsigned char *out = d;
+                for (size_t i = 0; i < n; i++) {
+                    memcpy(a + i * sz, first, sz);
+                    memcpy(b + i * sz, second, sz);
+                    memcpy(c + i * sz, second, sz);
+                }
+                switch (mode) {
+                case 0: shoal_reduce2(d, a, b, n, dt, op); break;
+                case 1: shoal_reduce2(a, a, b, n, dt, op), out = a; break;
+                case 2: shoal_reduce2(b, a, b, n, dt, op), out = b; break;
+                case 3:
+                    srcs[0] = a, srcs[1] = b, srcs[2] = c;
+                    shoal_reduce_n(d, srcs, 3, n, dt, op);
+                    break;
+                default:
+                    srcs[0] = a, srcs[1] = b, srcs[2] = c;
+                    shoal_reduce_n(a, srcs, 3, n, dt, op), out = a;
+                    break;
+                }
+                for (size_t i = 0; i < n; i++) {
+                    if (memcmp(out + i * sz, first, sz) != 0 && bad++ == 0) {
+                        static const char *const names[] = {"dst != a, b", "dst == a",
+                                                            "dst == b", "reduce_n",
+                                                            "reduce_n in place"};
+                        what = names[mode], where = n * 1000 + i;
+                    }
+                }
+            }
+        }
+    }
+    if (!tap_ok(bad == 0, "%s%s NaN + NaN and NaN * NaN give the first operand's NaN in every "
+                "kernel (%zu bad)", shoal_dtype_name(dt), tag, bad)) {
+        tap_diag("first bad: %s, count %zu, element %zu", what, where / 1000, where % 1000);
+    }
+}
+
 /* ---- misc ------------------------------------------------------------------------------- */
 
 static void test_misc(void)
@@ -968,10 +1034,14 @@ int main(void)
         if (is_half(dt)) {
             test_half_specials(dt);
         }
+        if (is_half(dt) || dt == SHOAL_FLOAT32 || dt == SHOAL_FLOAT64) {
+            test_nan_order(dt, simd ? " (simd)" : "");
+        }
         if (simd) {
             shoal_reduce_half_use_simd(0);
             test_matrix(dt, " (portable)");
             test_half_specials(dt);
+            test_nan_order(dt, " (portable)");
             shoal_reduce_half_use_simd(1);
         }
         test_avg(dt);
