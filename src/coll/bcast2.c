@@ -93,8 +93,9 @@ shoal_status_t shoal_ptree_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t
     shoal_tree_node_t t[2];
     shoal_ptree_plan_t *b;
 
-    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*b), exclusive,
-                                      (shoal_coll_plan_t **)&b));
+    /* no scratch (it receives straight into the buffer): the communicator's, never touched */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*b), 1, (shoal_coll_plan_t **)&b));
+    (void)exclusive;
     b->cp.base.progress = shoal_ptree_progress;
     b->bytes = a->count * b->cp.dsize;
     b->chunk = comm->coll->chunk;

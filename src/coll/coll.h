@@ -179,7 +179,8 @@ struct shoal_coll_plan {
 /* Builds the plan of one algorithm: *cp_p is allocated zeroed, size bytes (>= sizeof
  * shoal_coll_plan_t) and filled in except base.progress and base.peers, which the builder
  * sets. Scratch: the communicator's when exclusive (the caller holds the ticket and no other
- * plan is in flight), else one from the pool. */
+ * plan is in flight), else one from the pool. A plan that never touches scratch passes
+ * exclusive 1 whatever the call (the communicator's pointer, no pool buffer taken). */
 typedef shoal_status_t (*shoal_coll_run_fn_t)(struct shoal_comm *comm, const shoal_coll_args_t *a,
                                               uint32_t seq);
 SHOAL_HIDDEN shoal_status_t shoal_coll_plan_alloc(struct shoal_comm *comm,

@@ -674,8 +674,10 @@ shoal_status_t shoal_hier_allreduce_plan(struct shoal_comm *comm, shoal_coll_pla
         return shoal_ring_allreduce_plan(comm, cp_p, a, seq, exclusive);
     }
     m = comm->coll->hier;
-    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*h), exclusive,
-                                      (shoal_coll_plan_t **)&h));
+    /* No pool scratch (it receives into the map's slots or its own): the communicator's
+     * pointer, never touched. A nonblocking call took a pool buffer, faulted in up to its
+     * message size and kept in the pool, for nothing. */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*h), 1, (shoal_coll_plan_t **)&h));
     h->cp.base.progress = shoal_hier_progress;
     h->cp.base.release = shoal_hier_release;
     h->a = &h->cp.a;

@@ -67,8 +67,9 @@ shoal_status_t shoal_tree_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t 
 {
     shoal_tree_bcast_plan_t *p;
     int n = comm->nranks, v = shoal_mod(comm->rank - a->root, n), mask = 1;
-    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), exclusive,
-                                      (shoal_coll_plan_t **)&p));
+    /* no scratch (it receives straight into the buffer): the communicator's, never touched */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
+    (void)exclusive;
     p->cp.base.progress = shoal_tree_bcast_progress;
     p->parent = -1;
     while (mask < n) {
@@ -176,8 +177,9 @@ shoal_status_t shoal_chain_bcast_plan(struct shoal_comm *comm, shoal_coll_plan_t
 {
     shoal_chain_plan_t *p;
     int n = comm->nranks;
-    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), exclusive,
-                                      (shoal_coll_plan_t **)&p));
+    /* no scratch (it receives straight into the buffer): the communicator's, never touched */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
+    (void)exclusive;
     p->cp.base.progress = shoal_chain_progress;
     p->v = shoal_mod(comm->rank - a->root, n);
     p->prev = shoal_mod(comm->rank - 1, n);

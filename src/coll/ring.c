@@ -295,8 +295,9 @@ shoal_status_t shoal_ring_allgather_plan(struct shoal_comm *comm, shoal_coll_pla
     shoal_ring_ag_plan_t *p;
     size_t bytes = a->count * shoal_dtype_size(a->dtype);
     uint8_t *rbuf = a->recvbuf;
-    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), exclusive,
-                                      (shoal_coll_plan_t **)&p));
+    /* no scratch (it receives straight into the buffer): the communicator's, never touched */
+    SHOAL_CHECK(shoal_coll_plan_alloc(comm, a, seq, sizeof(*p), 1, (shoal_coll_plan_t **)&p));
+    (void)exclusive;
     p->cp.base.progress = shoal_ring_ag_progress;
     shoal_ring_peers(comm, &p->cp, &p->pos);
     p->next = comm->topo->ring_next;

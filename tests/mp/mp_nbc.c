@@ -9,6 +9,10 @@
  *   mp_nbc overlap  two intra-node AllReduces in flight at once (on two communicators; an
  *                AllReduce and a broadcast on one), the last rank late: the call that does not
  *                need it completes first (nbc_mode_overlap).
+ *   mp_nbc mem KIND...  8 nonblocking calls of 4 MiB of each KIND (allreduce, broadcast,
+ *                allgather) in flight on a fresh communicator: the process grows by less
+ *                than 16 MiB. run_nbc.sh forces algorithms that use no scratch, so that no
+ *                pool scratch may be taken for them.
  *   mp_nbc kill  the last rank posts one iallreduce and SIGKILLs itself; every survivor has
  *                four calls in flight on two communicators, and each must complete with an
  *                error naming the victim within the deadline (or with the exact result: only
@@ -484,6 +488,92 @@ static int nbc_mode_overlap(const mp_ctx_t *ctx)
     return mp_groups_report(ctx) != 0;
 }
 
+/* Resident size of this process in KiB (VmRSS), -1 if unknown. */
+static long nbc_rss_kib(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+
+    if (fp == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kib = strtol(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(fp);
+    return kib;
+}
+
+/* NBC_MEM_CALLS calls of one kind in flight at once, 4 MiB each, after one call of the same
+ * size alone (the algorithm's buffers kept between calls exist then): the process may not
+ * grow by more than NBC_MEM_SLACK_KIB. A nonblocking call takes a scratch buffer from the
+ * communicator's pool (4 x SHOAL_CHUNK_SIZE, faulted in up to the message size, kept in the
+ * pool after the call): one whose algorithm never uses scratch held 8 of them for nothing
+ * (28-35 MiB with SHOAL_CHUNK_SIZE=1m, as run_nbc.sh sets). The hierarchical AllReduce's
+ * calls beside the first allocate receive slots of their own (6 MiB here, kept by malloc).
+ * Every result exact. */
+#define NBC_MEM_CALLS 8
+#define NBC_MEM_SLACK_KIB (16 * 1024)
+
+static int nbc_mode_mem(const mp_ctx_t *ctx, int nkinds, char **kind_names)
+{
+    for (int t = 0; t < nkinds; t++) {
+        nbc_kind_t kind = strcmp(kind_names[t], "broadcast") == 0   ? NBC_BC
+                          : strcmp(kind_names[t], "allgather") == 0 ? NBC_AG
+                                                                    : NBC_AR;
+        nbc_call_t calls[NBC_MEM_CALLS];
+        int g = mp_group("%d %s of 4 MiB in flight: no scratch the algorithm never uses",
+                         NBC_MEM_CALLS, nbc_kind_name(kind));
+        size_t count = ((size_t)1 << 20) / (kind == NBC_AG ? (size_t)ctx->nranks : 1);
+        shoal_comm_t c = NULL; /* a fresh communicator: its pool is empty */
+        long rss0, rss1;
+        shoal_status_t st = nbc_split(ctx->comm, 0, ctx->rank, &c);
+
+        if (!mp_case(g, st == SHOAL_OK, ctx->rank, "split: %s", shoal_status_name(st))) {
+            continue;
+        }
+        for (int k = 0; k < NBC_MEM_CALLS; k++) {
+            nbc_call_t tmpl = {kind, "copy", c, ctx->rank, ctx->nranks, count,
+                               SHOAL_INT32, SHOAL_SUM, 0, 1};
+            calls[k] = tmpl;
+            nbc_setup(&calls[k]);
+        }
+        /* one call alone first: the algorithm's buffers kept between calls are made now */
+        st = nbc_post(&calls[0]);
+        calls[0].st = st == SHOAL_OK ? shoal_wait(&calls[0].req) : st;
+        nbc_check(ctx, g, &calls[0], 0, "alone");
+        nbc_free(&calls[0]);
+        nbc_setup(&calls[0]);
+        (void)shoal_barrier(c, NULL);
+        rss0 = nbc_rss_kib();
+        for (int k = 0; k < NBC_MEM_CALLS; k++) {
+            st = nbc_post(&calls[k]);
+            mp_case(g, st == SHOAL_OK, ctx->rank, "post %d: %s", k, shoal_status_name(st));
+        }
+        for (int k = 0; k < NBC_MEM_CALLS; k++) {
+            calls[k].st = calls[k].req != NULL ? shoal_wait(&calls[k].req) : SHOAL_ERR_INTERNAL;
+            nbc_check(ctx, g, &calls[k], k, "in flight");
+        }
+        rss1 = nbc_rss_kib();
+        mp_case(g, rss0 >= 0 && rss1 >= 0 && rss1 - rss0 < NBC_MEM_SLACK_KIB, ctx->rank,
+                "grew by %ld KiB (%ld -> %ld; at most %d)", rss1 - rss0, rss0, rss1,
+                NBC_MEM_SLACK_KIB);
+        if (ctx->rank == 0) {
+            printf("# %d %s: rank 0 grew by %ld KiB\n", NBC_MEM_CALLS, nbc_kind_name(kind),
+                   rss1 - rss0);
+        }
+        for (int k = 0; k < NBC_MEM_CALLS; k++) {
+            nbc_free(&calls[k]);
+        }
+        shoal_comm_destroy(c);
+    }
+    return mp_groups_report(ctx) != 0;
+}
+
 /* why names rank as "peer R" or "rank R" (not followed by another digit). */
 static int nbc_names_rank(const char *why, int rank)
 {
@@ -586,6 +676,8 @@ int main(int argc, char **argv)
         rc = nbc_mode_kill(&ctx);
     } else if (argc > 1 && strcmp(argv[1], "overlap") == 0) {
         rc = nbc_mode_overlap(&ctx);
+    } else if (argc > 1 && strcmp(argv[1], "mem") == 0) {
+        rc = nbc_mode_mem(&ctx, argc - 2, argv + 2);
     } else {
         rc = nbc_mode_ok(&ctx);
     }

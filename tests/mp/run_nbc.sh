@@ -5,6 +5,7 @@
 #    merged as in run_mp.sh); with the automatic choice and with rows forced by SHOAL_ALGO;
 #  - overlap: two intra-node AllReduces in flight at once, the last rank late (mp_nbc.c's
 #    nbc_mode_overlap);
+#  - mem: calls in flight of algorithms that use no scratch take no pool scratch;
 #  - kill: the last rank dies while the others have four calls in flight on two
 #    communicators: every call must complete with an error naming it, within the deadline.
 # Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180),
@@ -90,6 +91,18 @@ mp_job "tcp n=5 ptree chunk=4k" 5 "SHOAL_TRANSPORT=tcp SHOAL_ALGO=ptree SHOAL_CH
 mp_job "hosts 2x2 hier" 4 "SHOAL_ALGO=hier MP_PPN=2" "$wrap" "$prog" ok
 mp_job "hosts 2+2+1 hier segment=4k" 5 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_HIER_SEGMENT=4096" \
     "$wrap" "$prog" ok
+# Algorithms that use no scratch take none from the pool: 8 calls of 4 MiB in flight on a
+# fresh communicator grow the process by less than 16 MiB (each took a pool buffer of
+# 4 x SHOAL_CHUNK_SIZE, faulted in, 32 MiB in all). Hierarchical AllReduce, the pipelined and
+# binomial tree broadcasts, the chain broadcast and the ring allgather, over virtual hosts.
+mp_job "hosts 2x2 hier mem" 4 "SHOAL_ALGO=hier MP_PPN=2 SHOAL_CHUNK_SIZE=1m" "$wrap" "$prog" \
+    mem allreduce
+mp_job "hosts 2x2 ptree mem" 4 "SHOAL_ALGO=ptree MP_PPN=2 SHOAL_CHUNK_SIZE=1m" "$wrap" "$prog" \
+    mem broadcast
+mp_job "hosts 2x2 tree mem" 4 "SHOAL_ALGO=tree MP_PPN=2 SHOAL_CHUNK_SIZE=1m" "$wrap" "$prog" \
+    mem broadcast
+mp_job "hosts 2x2 ring mem" 4 "SHOAL_ALGO=ring MP_PPN=2 SHOAL_CHUNK_SIZE=1m" "$wrap" "$prog" \
+    mem broadcast allgather
 # Two intra-node AllReduces in flight at once on one host (their plans), the last rank late:
 # on two communicators, the one it joined completes first; on one, a broadcast behind an
 # AllReduce completes on the ranks that need only rank 0 (LL, one-shot, two-shot/direct).
