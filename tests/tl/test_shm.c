@@ -1084,6 +1084,77 @@ static void test_sweep(void)
     shoal_shm_config.dir = saved;
 }
 
+/* A process forked from a rank (a data loader's worker) inherited the descriptor of the rank's
+ * segment, and with it the segment's OFD lock: once the rank was killed, its segment still
+ * looked alive for as long as that process lived (the sweep left it; a peer in another pid
+ * namespace, which judges liveness by the lock, took the rank for alive). The forked copy is
+ * closed in the child. */
+static void test_sweep_fork(void)
+{
+    char dir[] = "/dev/shm/shoal_sweepf_XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        tap_ok(0, "sweep after fork: mkdtemp: %s", strerror(errno));
+        return;
+    }
+    const char *saved = shoal_shm_config.dir;
+    shoal_shm_config.dir = dir;
+    int pfd[2] = {-1, -1};
+    char name[SHOAL_SHM_NAME_MAX] = "";
+    pid_t worker = -1;
+    pid_t pid = pipe(pfd) == 0 ? fork() : -1;
+    if (pid == 0) {
+        alarm(30);
+        close(pfd[0]);
+        shoal_tl_params_t params = {.rank = 0, .nranks = 1, .local_rank = 0, .local_size = 1,
+                                    .comm_id = 0x5eed0003u, .secret = secret,
+                                    .timeout_ms = 1000, .abort_flag = &no_abort};
+        shoal_tl_ctx_t *ctx = NULL;
+        if (tl->init(&params, &ctx) != SHOAL_OK) {
+            _exit(1);
+        }
+        pid_t w = fork(); /* the rank's worker: outlives it */
+        if (w == 0) {
+            alarm(30);
+            pause(); /* till the parent's SIGKILL */
+            _exit(0);
+        }
+        if (w > 0 && write(pfd[1], ctx->name, sizeof(ctx->name)) == (ssize_t)sizeof(ctx->name) &&
+            write(pfd[1], &w, sizeof(w)) == (ssize_t)sizeof(w)) {
+            pause(); /* till the parent's SIGKILL */
+        }
+        _exit(1);
+    }
+    if (pfd[1] >= 0) {
+        close(pfd[1]);
+    }
+    int got = pid > 0 && read(pfd[0], name, sizeof(name)) == (ssize_t)sizeof(name) &&
+              read(pfd[0], &worker, sizeof(worker)) == (ssize_t)sizeof(worker) &&
+              name[0] == '/' && worker > 0;
+    if (pfd[0] >= 0) {
+        close(pfd[0]);
+    }
+    if (pid > 0) {
+        int status = 0;
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    int alive = got && kill(worker, 0) == 0;
+    unsigned n = got && sweep_age(dir, name + 1, 120) == 0 ? shoal_shm_sweep(60) : 0;
+    tap_ok(got && alive && n == 1 && !sweep_exists(dir, name + 1),
+           "sweep: a killed rank's segment goes while a process it forked lives (%u removed, "
+           "worker %s)", n, alive ? "alive" : "not alive");
+    if (worker > 0) {
+        kill(worker, SIGKILL); /* not our child: its new parent reaps it */
+    }
+    if (name[0] == '/') {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, name + 1);
+        unlink(path);
+    }
+    rmdir(dir);
+    shoal_shm_config.dir = saved;
+}
+
 /* Sizes derived by src/tune (params->sizes) set the ring; zeros leave the variables'; a
  * derived value out of range is refused like the variable would be. */
 static void test_sizes(void)
@@ -1140,6 +1211,7 @@ int main(void)
     test_local();
     test_sizes();
     test_sweep();
+    test_sweep_fork();
     const case_t cases[] = {
         {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
          .killed_rank = -1},

@@ -178,7 +178,8 @@ struct shoal_tl_ctx {
     int unlinked;
     int lock_fd;                /* our segment's fd, holding its lock until fini (the sweep
                                  * while the name exists; liveness for peers in another pid
-                                 * namespace after) */
+                                 * namespace after); closed in forked children */
+    struct shoal_tl_ctx *fork_next; /* the contexts with a lock_fd (shm_ctx.c's fork list) */
     void *base;                 /* our segment */
     shoal_shm_ctrl_t *ctrl;
     uint32_t bell_seen;         /* doorbell value read by the last progress() */

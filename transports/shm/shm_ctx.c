@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,9 +90,11 @@ static int shoal_shm_seg_unlink(const char *name)
 
 /* Takes (lock = 1) or tests (lock = 0) the whole-file OFD write lock of a segment: 0 if it
  * was taken / nobody holds it, 1 if another open file description holds a lock, -1 and errno
- * on failure. OFD locks belong to the open file, not the process: they hold in a forked
- * child, are not lost when another descriptor of the file is closed, and go when the last
- * descriptor goes, which is how a dead owner's segment is told apart (shoal_shm_sweep). */
+ * on failure. OFD locks belong to the open file, not the process: they are not lost when
+ * another descriptor of the file is closed, and go when the last descriptor goes, which is how
+ * a dead owner's segment is told apart (shoal_shm_sweep). A forked child's copy of the
+ * descriptor, or of a mapping made from it, would hold the lock too: the owner locks an open
+ * file that only lock_fd references, and forked children close it (shoal_shm_fork_child). */
 static int shoal_shm_seg_lock(int fd, int lock)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
@@ -99,6 +102,74 @@ static int shoal_shm_seg_lock(int fd, int lock)
         return lock && (errno == EAGAIN || errno == EACCES) ? 1 : -1;
     }
     return !lock && fl.l_type != F_UNLCK;
+}
+
+/* The contexts whose lock_fd is open, for the fork handlers. A process forked from a rank (a
+ * data loader's workers, a helper before its exec) inherits the descriptor and with it the
+ * segment's OFD lock, which then said "the owner lives" for as long as the child did: a
+ * killed rank's segment outlived it (the sweep left it; peers in another pid namespace took
+ * the rank for alive until their timeout). The child closes its copies; the parent's locks
+ * stay (they go with the open file's last descriptor). The mutex is held across fork(), so
+ * the child's list is whole, and from a segment's open to its tracking, so no fork in
+ * between copies an untracked descriptor. */
+static pthread_mutex_t shoal_shm_fork_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t shoal_shm_fork_once = PTHREAD_ONCE_INIT;
+static shoal_tl_ctx_t *shoal_shm_fork_list; /* linked by fork_next */
+
+static void shoal_shm_fork_prepare(void)
+{
+    pthread_mutex_lock(&shoal_shm_fork_mutex);
+}
+
+static void shoal_shm_fork_parent(void)
+{
+    pthread_mutex_unlock(&shoal_shm_fork_mutex);
+}
+
+static void shoal_shm_fork_child(void)
+{
+    for (shoal_tl_ctx_t *c = shoal_shm_fork_list; c != NULL; c = c->fork_next) {
+        close(c->lock_fd);
+        c->lock_fd = -1;
+    }
+    shoal_shm_fork_list = NULL;
+    pthread_mutex_unlock(&shoal_shm_fork_mutex);
+}
+
+static void shoal_shm_fork_init(void)
+{
+    if (pthread_atfork(shoal_shm_fork_prepare, shoal_shm_fork_parent, shoal_shm_fork_child) !=
+        0) {
+        shoal_warn(SHM, "pthread_atfork failed: a process forked from this one would keep "
+                   "its segments' locks");
+    }
+}
+
+/* Called with shoal_shm_fork_mutex held: ctx's lock_fd (open) is closed in forked children. */
+static void shoal_shm_fork_track(shoal_tl_ctx_t *ctx)
+{
+    ctx->fork_next = shoal_shm_fork_list;
+    shoal_shm_fork_list = ctx;
+}
+
+/* Closes ctx's lock_fd (the lock goes with it unless another descriptor of the open file is
+ * left) and stops tracking it. */
+static void shoal_shm_lock_close(shoal_tl_ctx_t *ctx)
+{
+    int fd;
+    pthread_mutex_lock(&shoal_shm_fork_mutex);
+    for (shoal_tl_ctx_t **pp = &shoal_shm_fork_list; *pp != NULL; pp = &(*pp)->fork_next) {
+        if (*pp == ctx) {
+            *pp = ctx->fork_next;
+            break;
+        }
+    }
+    fd = ctx->lock_fd;
+    ctx->lock_fd = -1;
+    pthread_mutex_unlock(&shoal_shm_fork_mutex);
+    if (fd >= 0) {
+        close(fd);
+    }
 }
 
 int shoal_shm_ep_owner_gone(shoal_ep_t *ep)
@@ -264,7 +335,7 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
                     shoal_shm_dir(), total, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
         return SHOAL_ERR_NO_MEMORY;
     }
-    int fd = -1;
+    int fd = -1, lfd;
     for (int attempt = 0; fd < 0 && attempt < 4; attempt++) {
         uint8_t rnd[16];
         shoal_status_t st = shoal_random_bytes(rnd, sizeof(rnd));
@@ -285,11 +356,29 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
                     strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
+    /* The lock is held by an open file of its own, referenced by lock_fd only: the mapping
+     * (made from fd) also keeps its open file alive, in a forked child too, so a lock on fd's
+     * would last as long as any child of ours (shoal_shm_fork_child closes lock_fd there). */
+    (void)pthread_once(&shoal_shm_fork_once, shoal_shm_fork_init);
+    pthread_mutex_lock(&shoal_shm_fork_mutex); /* no fork before the descriptor is tracked */
+    lfd = shoal_shm_seg_open(ctx->name, O_RDWR, 0);
+    if (lfd >= 0) {
+        ctx->lock_fd = lfd;
+        shoal_shm_fork_track(ctx);
+    }
+    pthread_mutex_unlock(&shoal_shm_fork_mutex);
     shoal_status_t status = SHOAL_ERR_SYSTEM;
+    struct stat sb, lsb;
+    if (lfd < 0 || fstat(fd, &sb) != 0 || fstat(lfd, &lsb) != 0 || sb.st_dev != lsb.st_dev ||
+        sb.st_ino != lsb.st_ino) {
+        shoal_error(SHM, "opening segment %s in %s again failed: %s", ctx->name,
+                    shoal_shm_dir(), lfd < 0 ? strerror(errno) : "another file by that name");
+        goto err_unlink;
+    }
     /* The lock says "my owner lives" for as long as the name exists (shoal_shm_sweep). A file
      * system without OFD locks fails the sweep's test as well, so its segments are never
      * taken for dead. */
-    if (shoal_shm_seg_lock(fd, 1) != 0) {
+    if (shoal_shm_seg_lock(lfd, 1) != 0) {
         shoal_info(SHM, "no lock on segment %s: %s; a crash would leave it behind", ctx->name,
                     strerror(errno));
     }
@@ -321,7 +410,7 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
         shoal_error(SHM, "mmap(%s, %zu bytes) failed: %s", ctx->name, total, strerror(errno));
         goto err_unlink;
     }
-    ctx->lock_fd = fd;
+    close(fd);
     /* Fault the reserved pages in now, never on the data path. */
     memset(base, 0, ctx->layout.rings_off);
     for (unsigned i = 0; i < ctx->layout.nrings; i++) {
@@ -336,6 +425,7 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
 
 err_unlink:
     shoal_shm_seg_unlink(ctx->name); /* before the close: the lock goes with the name */
+    shoal_shm_lock_close(ctx);
     close(fd);
     return status;
 }
@@ -756,9 +846,7 @@ static void shoal_shm_fini(shoal_tl_ctx_t *ctx)
         return;
     }
     shoal_shm_unlink(ctx);
-    if (ctx->lock_fd >= 0) {
-        close(ctx->lock_fd);
-    }
+    shoal_shm_lock_close(ctx);
     shoal_shm_mem_unmap_all(ctx);
     shoal_shm_eps_release(ctx, ctx->npeers);
     munmap(ctx->base, ctx->layout.total);
