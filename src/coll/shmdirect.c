@@ -887,10 +887,10 @@ static shoal_status_t shoal_shmd_direct_cma(struct shoal_comm *comm, const shoal
     return SHOAL_OK;
 }
 
-/* Large calls: every rank publishes its buffers (generation g), then all take the same road
- * from the same descriptions: in place in shoal_mem_alloc buffers when every rank's are,
- * single copies when every rank can make them and the call is at least SHOAL_SHM_CMA_MIN,
- * the staged two-shot otherwise. */
+/* Large calls (from SHOAL_SHM_DIRECT_MIN, shoal_shmd_step): every rank publishes its buffers
+ * (generation g), then all take the same road from the same descriptions: in place in
+ * shoal_mem_alloc buffers when every rank's are, single copies when every rank can make them
+ * (SHOAL_SHM_CMA, and the transport's probe), the staged two-shot otherwise. */
 static shoal_status_t shoal_shmd_direct(struct shoal_comm *comm, shoal_shmd_run_t *r)
 {
     shoal_coll_state_t *cs = comm->coll;

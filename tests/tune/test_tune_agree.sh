@@ -160,6 +160,29 @@ if [ -s "$tmp/md" ] && ! grep -vxF -f "$tmp/md.readme" "$tmp/md" >"$tmp/md.stale
     echo "ok $n_tap - README's variable table has every row of shoal_info -c -m, each once"
 else echo "not ok $n_tap - README's variable table lacks: $(head -c 300 "$tmp/md.stale");" \
     "twice: $(head -c 300 "$tmp/md.dup")"; fi
+# A SHOAL_ name in the sources' comments is a variable of that table or a name the code has;
+# one that is neither is stale (shmdirect.c said single copies start at a SHOAL_SHM_CMA_MIN
+# that never was: the direct path starts at SHOAL_SHM_DIRECT_MIN). Names ending in '_' are
+# families (SHOAL_SHMD_CAP_*), SHOAL_TREE_MAX_BYTES is named as gone. The code's names are
+# read with the comments stripped by a compiler (cc -fpreprocessed: GCC).
+n_tap=$((n_tap + 1))
+if echo 'int x;' | ${CC:-cc} -fpreprocessed -dD -E -P - >/dev/null 2>&1; then
+    for f in "$srcdir"/include/*.h "$srcdir"/src/*/*.[ch] "$srcdir"/transports/*/*.[ch]; do
+        ${CC:-cc} -fpreprocessed -dD -E -P "$f" 2>/dev/null
+    done | grep -ohE '\bSHOAL_[A-Z0-9_]+\b' | LC_ALL=C sort -u >"$tmp/names.code"
+    grep -oE '^\| `SHOAL_[A-Z0-9_]+`' "$tmp/md.readme" | grep -oE 'SHOAL_[A-Z0-9_]+' |
+        LC_ALL=C sort -u >"$tmp/names.vars"
+    grep -ohE '\bSHOAL_[A-Z0-9_]+\b' "$srcdir"/include/*.h "$srcdir"/src/*/*.[ch] \
+        "$srcdir"/transports/*/*.[ch] | grep -v '_$' | grep -vx SHOAL_TREE_MAX_BYTES |
+        LC_ALL=C sort -u | LC_ALL=C comm -23 - "$tmp/names.code" |
+        LC_ALL=C comm -23 - "$tmp/names.vars" >"$tmp/names.stale"
+    if [ ! -s "$tmp/names.stale" ]; then
+        echo "ok $n_tap - every SHOAL_ name in the sources' comments is a variable or the code's"
+    else echo "not ok $n_tap - comments name what is neither a variable nor in the code:" \
+        "$(tr '\n' ' ' <"$tmp/names.stale" | head -c 300)"; fi
+else
+    echo "ok $n_tap # SKIP no compiler that strips comments (cc -fpreprocessed)"
+fi
 SHOAL_TREE_MAX_BYTES=1m "$info" -c >/dev/null 2>"$tmp/unknown"
 check "SHOAL_TREE_MAX_BYTES (never used) is an unknown variable" \
     "unknown environment variable SHOAL_TREE_MAX_BYTES" "$tmp/unknown"
