@@ -222,6 +222,30 @@ void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
     free(want);
 }
 
+/* A communicator of ranks 0 and 1 (2 s timeout) in *sub_p (NULL on the other ranks); on a
+ * failure, a failed case of group g and not SHOAL_OK. */
+static shoal_status_t mp_sub01(const mp_ctx_t *c, int g, shoal_comm_t *sub_p)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_status_t st, st2;
+    shoal_uid_t uid;
+
+    *sub_p = NULL;
+    memset(&uid, 0, sizeof(uid));
+    st = c->rank == 0 ? shoal_get_unique_id(&uid) : SHOAL_OK;
+    st2 = shoal_broadcast(&uid, &uid, sizeof(uid), SHOAL_UINT8, 0, c->comm, NULL);
+    st = st != SHOAL_OK ? st : st2;
+    cfg.timeout_ms = 2000;
+    if (st == SHOAL_OK && c->rank < 2) {
+        st = shoal_comm_init(sub_p, 2, c->rank, &uid, &cfg);
+    }
+    memset(&uid, 0, sizeof(uid)); /* it holds the job secret */
+    if (st != SHOAL_OK) {
+        mp_case(g, 0, c->rank, "a communicator of ranks 0 and 1: %s", shoal_status_name(st));
+    }
+    return st;
+}
+
 /* A communicator destroyed inside a group after a send on it was recorded: the group's end
  * ran that send on the freed communicator (a use after free: a crash, or a wait on garbage).
  * Now the destroy drops what the thread's group recorded on it, and the end says so
@@ -230,23 +254,11 @@ static void mp_group_destroyed(const mp_ctx_t *c)
 {
     int g = mp_group("a communicator destroyed inside a group: its end refuses its calls");
     const size_t count = (size_t)1048576;
-    shoal_config_t cfg = SHOAL_CONFIG_INIT;
     shoal_comm_t sub = NULL;
     shoal_status_t st, st2, st3;
-    shoal_uid_t uid;
     float *buf;
 
-    memset(&uid, 0, sizeof(uid));
-    st = c->rank == 0 ? shoal_get_unique_id(&uid) : SHOAL_OK;
-    st2 = shoal_broadcast(&uid, &uid, sizeof(uid), SHOAL_UINT8, 0, c->comm, NULL);
-    st = st != SHOAL_OK ? st : st2;
-    cfg.timeout_ms = 2000;
-    if (st == SHOAL_OK && c->rank < 2) {
-        st = shoal_comm_init(&sub, 2, c->rank, &uid, &cfg);
-    }
-    memset(&uid, 0, sizeof(uid)); /* it holds the job secret */
-    if (st != SHOAL_OK) {
-        mp_case(g, 0, c->rank, "a communicator of ranks 0 and 1: %s", shoal_status_name(st));
+    if (mp_sub01(c, g, &sub) != SHOAL_OK) {
         return;
     }
     if (c->rank != 0) {
@@ -276,27 +288,15 @@ void mp_test_p2pfail(const mp_ctx_t *c)
 {
     int g = mp_group("a group whose peer never posts: its end fails within the timeout");
     const size_t count = (size_t)1048576;
-    shoal_config_t cfg = SHOAL_CONFIG_INIT;
     shoal_comm_t sub = NULL;
     shoal_status_t st, st2;
-    shoal_uid_t uid;
     int32_t done = 0;
     float *buf;
 
     if (c->nranks < 2) {
         return;
     }
-    memset(&uid, 0, sizeof(uid));
-    st = c->rank == 0 ? shoal_get_unique_id(&uid) : SHOAL_OK;
-    st2 = shoal_broadcast(&uid, &uid, sizeof(uid), SHOAL_UINT8, 0, c->comm, NULL);
-    st = st != SHOAL_OK ? st : st2;
-    cfg.timeout_ms = 2000;
-    if (st == SHOAL_OK && c->rank < 2) {
-        st = shoal_comm_init(&sub, 2, c->rank, &uid, &cfg);
-    }
-    memset(&uid, 0, sizeof(uid)); /* it holds the job secret */
-    if (st != SHOAL_OK) {
-        mp_case(g, 0, c->rank, "a communicator of ranks 0 and 1: %s", shoal_status_name(st));
+    if (mp_sub01(c, g, &sub) != SHOAL_OK) {
         return;
     }
     buf = mp_alloc(count * 4);
