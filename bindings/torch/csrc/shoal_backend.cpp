@@ -65,24 +65,34 @@ const char kUidKey[] = "shoal_uid";
     TORCH_CHECK_NOT_IMPLEMENTED(false, "shoal backend: ", what);
 }
 
+// shoal's dtype of a torch dtype; false when shoal has none.
+bool shoal_dtype_of(at::ScalarType st, shoal_dtype_t *dt)
+{
+    switch (st) {
+    case at::kChar: *dt = SHOAL_INT8; return true;
+    case at::kByte: *dt = SHOAL_UINT8; return true;
+    case at::kInt: *dt = SHOAL_INT32; return true;
+    case at::kUInt32: *dt = SHOAL_UINT32; return true;
+    case at::kLong: *dt = SHOAL_INT64; return true;
+    case at::kUInt64: *dt = SHOAL_UINT64; return true;
+    case at::kHalf: *dt = SHOAL_FLOAT16; return true;
+    case at::kBFloat16: *dt = SHOAL_BFLOAT16; return true;
+    case at::kFloat: *dt = SHOAL_FLOAT32; return true;
+    case at::kDouble: *dt = SHOAL_FLOAT64; return true;
+    default: return false;
+    }
+}
+
 shoal_dtype_t to_shoal_dtype(const at::Tensor &t)
 {
-    switch (t.scalar_type()) {
-    case at::kChar: return SHOAL_INT8;
-    case at::kByte: return SHOAL_UINT8;
-    case at::kInt: return SHOAL_INT32;
-    case at::kUInt32: return SHOAL_UINT32;
-    case at::kLong: return SHOAL_INT64;
-    case at::kUInt64: return SHOAL_UINT64;
-    case at::kHalf: return SHOAL_FLOAT16;
-    case at::kBFloat16: return SHOAL_BFLOAT16;
-    case at::kFloat: return SHOAL_FLOAT32;
-    case at::kDouble: return SHOAL_FLOAT64;
-    default:
+    shoal_dtype_t dt;
+    if (!shoal_dtype_of(t.scalar_type(), &dt)) {
         unsupported(std::string("dtype ") + c10::toString(t.scalar_type()) +
-                    " is not supported (shoal has int8, uint8, int32, uint32, int64, uint64, "
-                    "float16, bfloat16, float32, float64)");
+                    " is not supported in reductions (shoal has int8, uint8, int32, uint32, "
+                    "int64, uint64, float16, bfloat16, float32, float64; data movement takes "
+                    "any dtype)");
     }
+    return dt;
 }
 
 shoal_op_t to_shoal_op(const c10d::ReduceOp &op)
@@ -108,9 +118,28 @@ constexpr bool kCudaBuilt = true;
 constexpr bool kCudaBuilt = false;
 #endif
 
+// What an operation that only moves data (no reduction) hands shoal: the tensor's own dtype
+// where shoal has it, else its bytes (bool, int16, uint16, complex, ... as uint8, the count
+// scaled by the element size): nothing is computed on them, the bits arrive unchanged. They
+// were refused, though Gloo and NCCL broadcast a bool or int16 tensor.
+struct Moved {
+    shoal_dtype_t dtype;
+    int64_t scale; // shoal elements per tensor element
+};
+
+Moved moved_dtype(const at::Tensor &t)
+{
+    shoal_dtype_t dt;
+    if (shoal_dtype_of(t.scalar_type(), &dt)) {
+        return {dt, 1};
+    }
+    return {SHOAL_UINT8, static_cast<int64_t>(t.element_size())};
+}
+
 // Every tensor handed to shoal: dense, contiguous, on the CPU (or a CUDA device in a CUDA
-// build), of a dtype shoal has.
-void check_tensor(const at::Tensor &t, const char *what)
+// build); of a dtype shoal has when it is reduced (reduce: false for data movement, which
+// takes any dtype as bytes, moved_dtype).
+void check_tensor(const at::Tensor &t, const char *what, bool reduce = true)
 {
     TORCH_CHECK_VALUE(t.defined(), "shoal backend: ", what, " is undefined");
     if (t.layout() != at::kStrided) {
@@ -126,22 +155,24 @@ void check_tensor(const at::Tensor &t, const char *what)
         unsupported(std::string(what) + " is on " + t.device().str() +
                     "; the shoal backend takes CPU and CUDA tensors");
     }
-    if (t.is_complex()) {
-        unsupported(std::string(what) + ": complex tensors are not supported");
+    if (reduce && t.is_complex()) {
+        unsupported(std::string(what) + ": complex tensors are not supported in reductions");
     }
-    if (t.scalar_type() == at::kBool) {
-        unsupported(std::string(what) + ": bool tensors are not supported");
+    if (reduce && t.scalar_type() == at::kBool) {
+        unsupported(std::string(what) + ": bool tensors are not supported in reductions");
     }
     TORCH_CHECK_VALUE(t.is_contiguous(), "shoal backend: ", what,
                       " is not contiguous; call .contiguous() first");
-    (void)to_shoal_dtype(t);
+    if (reduce) {
+        (void)to_shoal_dtype(t);
+    }
 }
 
-void check_single(const std::vector<at::Tensor> &ts, const char *what)
+void check_single(const std::vector<at::Tensor> &ts, const char *what, bool reduce = true)
 {
     TORCH_CHECK_VALUE(ts.size() == 1, "shoal backend: ", what,
                       " takes exactly one tensor per call (got ", ts.size(), ")");
-    check_tensor(ts[0], what);
+    check_tensor(ts[0], what, reduce);
 }
 
 void check_same(const at::Tensor &a, const at::Tensor &b, const char *what)
@@ -536,13 +567,14 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                              const c10d::BroadcastOptions &opts) override
     {
-        check_single(tensors, "broadcast tensor");
+        check_single(tensors, "broadcast tensor", false);
         check_root(opts.rootRank);
         at::Tensor t = tensors[0];
         int root = static_cast<int>(opts.rootRank);
         return enqueue(c10d::OpType::BROADCAST, "shoal:broadcast", {t},
                        [=, this](void *stream, std::string *) {
-            return shoal_broadcast(t.data_ptr(), t.data_ptr(), t.numel(), to_shoal_dtype(t),
+            Moved m = moved_dtype(t);
+            return shoal_broadcast(t.data_ptr(), t.data_ptr(), t.numel() * m.scale, m.dtype,
                                    root, comm_, stream);
         });
     }
@@ -602,16 +634,17 @@ class ShoalBackend : public c10d::Backend {
                                              std::vector<at::Tensor> &inputs,
                                              const c10d::AllgatherOptions &) override
     {
-        check_single(inputs, "all_gather input");
+        check_single(inputs, "all_gather input", false);
         TORCH_CHECK_VALUE(outputs.size() == 1, "shoal backend: all_gather takes one output list");
-        check_list(outputs[0], inputs[0], "all_gather");
+        check_list(outputs[0], inputs[0], "all_gather", false);
         at::Tensor in = inputs[0];
         std::vector<at::Tensor> outs = outputs[0];
         auto fn = [=, this](void *stream, std::string *) {
             at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()},
                                         in.options());
-            shoal_status_t st = shoal_allgather(in.data_ptr(), flat.data_ptr(), in.numel(),
-                                                to_shoal_dtype(in), comm_, stream);
+            Moved m = moved_dtype(in);
+            shoal_status_t st = shoal_allgather(in.data_ptr(), flat.data_ptr(),
+                                                in.numel() * m.scale, m.dtype, comm_, stream);
             if (st == SHOAL_OK) {
                 unflatten_into(flat, outs);
             }
@@ -623,8 +656,8 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &) override
     {
-        check_tensor(input, "all_gather_into_tensor input");
-        check_tensor(output, "all_gather_into_tensor output");
+        check_tensor(input, "all_gather_into_tensor input", false);
+        check_tensor(output, "all_gather_into_tensor output", false);
         check_same(input, output, "all_gather_into_tensor");
         TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
                           "shoal backend: all_gather_into_tensor: the output has ",
@@ -633,8 +666,9 @@ class ShoalBackend : public c10d::Backend {
         at::Tensor in = input, out = output;
         return enqueue(c10d::OpType::_ALLGATHER_BASE, "shoal:all_gather_into_tensor", {out},
                        [=, this](void *stream, std::string *) {
-                           return shoal_allgather(in.data_ptr(), out.data_ptr(), in.numel(),
-                                                  to_shoal_dtype(in), comm_, stream);
+                           Moved m = moved_dtype(in);
+                           return shoal_allgather(in.data_ptr(), out.data_ptr(),
+                                                  in.numel() * m.scale, m.dtype, comm_, stream);
                        },
                        {in});
     }
@@ -657,14 +691,14 @@ class ShoalBackend : public c10d::Backend {
                                           std::vector<at::Tensor> &inputs,
                                           const c10d::GatherOptions &opts) override
     {
-        check_single(inputs, "gather input");
+        check_single(inputs, "gather input", false);
         check_root(opts.rootRank);
         int root = static_cast<int>(opts.rootRank);
         at::Tensor in = inputs[0];
         std::vector<at::Tensor> outs;
         if (getRank() == root) {
             TORCH_CHECK_VALUE(outputs.size() == 1, "shoal backend: gather takes one output list");
-            check_list(outputs[0], in, "gather");
+            check_list(outputs[0], in, "gather", false);
             outs = outputs[0];
         } else {
             TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
@@ -672,17 +706,18 @@ class ShoalBackend : public c10d::Backend {
         }
         int me = getRank(), n = getSize();
         auto fn = [=, this](void *stream, std::string *) {
-            shoal_dtype_t dt = to_shoal_dtype(in);
+            Moved m = moved_dtype(in);
             if (me != root) {
-                return shoal_send(in.data_ptr(), in.numel(), dt, root, comm_, stream);
+                return shoal_send(in.data_ptr(), in.numel() * m.scale, m.dtype, root, comm_,
+                                  stream);
             }
             for (int r = 0; r < n; r++) {
                 shoal_status_t st = SHOAL_OK;
                 if (r == me) {
                     outs[r].copy_(in.view(outs[r].sizes()));
                 } else {
-                    st = shoal_recv(outs[r].data_ptr(), outs[r].numel(), dt, r, comm_,
-                                    stream);
+                    st = shoal_recv(outs[r].data_ptr(), outs[r].numel() * m.scale, m.dtype, r,
+                                    comm_, stream);
                 }
                 if (st != SHOAL_OK) {
                     return st;
@@ -697,28 +732,30 @@ class ShoalBackend : public c10d::Backend {
                                            std::vector<std::vector<at::Tensor>> &inputs,
                                            const c10d::ScatterOptions &opts) override
     {
-        check_single(outputs, "scatter output");
+        check_single(outputs, "scatter output", false);
         check_root(opts.rootRank);
         int root = static_cast<int>(opts.rootRank);
         at::Tensor out = outputs[0];
         std::vector<at::Tensor> ins;
         if (getRank() == root) {
             TORCH_CHECK_VALUE(inputs.size() == 1, "shoal backend: scatter takes one input list");
-            check_list(inputs[0], out, "scatter");
+            check_list(inputs[0], out, "scatter", false);
             ins = inputs[0];
         }
         int me = getRank(), n = getSize();
         auto fn = [=, this](void *stream, std::string *) {
-            shoal_dtype_t dt = to_shoal_dtype(out);
+            Moved m = moved_dtype(out);
             if (me != root) {
-                return shoal_recv(out.data_ptr(), out.numel(), dt, root, comm_, stream);
+                return shoal_recv(out.data_ptr(), out.numel() * m.scale, m.dtype, root, comm_,
+                                  stream);
             }
             for (int r = 0; r < n; r++) {
                 shoal_status_t st = SHOAL_OK;
                 if (r == me) {
                     out.copy_(ins[r].view(out.sizes()));
                 } else {
-                    st = shoal_send(ins[r].data_ptr(), ins[r].numel(), dt, r, comm_, stream);
+                    st = shoal_send(ins[r].data_ptr(), ins[r].numel() * m.scale, m.dtype, r,
+                                    comm_, stream);
                 }
                 if (st != SHOAL_OK) {
                     return st;
@@ -797,8 +834,8 @@ class ShoalBackend : public c10d::Backend {
                           "shoal backend: all_to_all takes world size (", n,
                           ") input and output tensors");
         for (int r = 0; r < n; r++) {
-            check_tensor(inputs[r], "all_to_all input");
-            check_tensor(outputs[r], "all_to_all output");
+            check_tensor(inputs[r], "all_to_all input", false);
+            check_tensor(outputs[r], "all_to_all output", false);
             check_same(inputs[r], inputs[0], "all_to_all");
             check_same(outputs[r], inputs[0], "all_to_all");
         }
@@ -834,12 +871,13 @@ class ShoalBackend : public c10d::Backend {
                                         int /*tag*/) override
     {
         BatchGuard batch_guard(this);
-        check_single(tensors, "send tensor");
+        check_single(tensors, "send tensor", false);
         check_peer(dst, "send");
         at::Tensor t = tensors[0];
         return enqueue(c10d::OpType::SEND, "shoal:send", {t},
                        [=, this](void *stream, std::string *) {
-            return shoal_send(t.data_ptr(), t.numel(), to_shoal_dtype(t), dst, comm_, stream);
+            Moved m = moved_dtype(t);
+            return shoal_send(t.data_ptr(), t.numel() * m.scale, m.dtype, dst, comm_, stream);
         });
     }
 
@@ -847,12 +885,13 @@ class ShoalBackend : public c10d::Backend {
                                         int /*tag*/) override
     {
         BatchGuard batch_guard(this);
-        check_single(tensors, "recv tensor");
+        check_single(tensors, "recv tensor", false);
         check_peer(src, "recv");
         at::Tensor t = tensors[0];
         return enqueue(c10d::OpType::RECV, "shoal:recv", {t},
                        [=, this](void *stream, std::string *) {
-            return shoal_recv(t.data_ptr(), t.numel(), to_shoal_dtype(t), src, comm_, stream);
+            Moved m = moved_dtype(t);
+            return shoal_recv(t.data_ptr(), t.numel() * m.scale, m.dtype, src, comm_, stream);
         });
     }
 
@@ -999,13 +1038,13 @@ class ShoalBackend : public c10d::Backend {
     }
 
     void check_list(const std::vector<at::Tensor> &list, const at::Tensor &one,
-                    const char *what) const
+                    const char *what, bool reduce = true) const
     {
         TORCH_CHECK_VALUE(static_cast<int>(list.size()) == getSize(), "shoal backend: ", what,
                           " takes a list of world size (", getSize(), ") tensors, got ",
                           list.size());
         for (const auto &t : list) {
-            check_tensor(t, what);
+            check_tensor(t, what, reduce);
             check_same(t, one, what);
             TORCH_CHECK_VALUE(t.numel() == one.numel(), "shoal backend: ", what,
                               ": list tensors have ", t.numel(), " elements, the other has ",
@@ -1320,8 +1359,8 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor &output, a
                                                            const c10d::AllToAllOptions &)
 {
     int n = getSize();
-    check_tensor(input, "all_to_all_single input");
-    check_tensor(output, "all_to_all_single output");
+    check_tensor(input, "all_to_all_single input", false);
+    check_tensor(output, "all_to_all_single output", false);
     check_same(input, output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.dim() >= 1 && output.dim() >= 1,
                       "shoal backend: all_to_all_single takes tensors with a first dimension");
@@ -1385,7 +1424,7 @@ shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tens
                                            void *stream, std::string *why)
 {
     int n = getSize();
-    shoal_dtype_t dt = to_shoal_dtype(in);
+    Moved m = moved_dtype(in);
     bool equal = true;
     for (int r = 0; r < n; r++) {
         equal = equal && inSplits[r] == inSplits[0] && outSplits[r] == inSplits[0];
@@ -1422,8 +1461,8 @@ shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tens
         return SHOAL_ERR_INVALID_ARG;
     }
     if (agree[2] == 0) { // every rank has equal splits: one alltoall in place
-        return shoal_alltoall(in.data_ptr(), out.data_ptr(), inSplits[0] * row, dt, comm_,
-                              stream);
+        return shoal_alltoall(in.data_ptr(), out.data_ptr(), inSplits[0] * row * m.scale,
+                              m.dtype, comm_, stream);
     }
     int64_t block = agree[1] * row;
     at::Tensor sendbuf = at::zeros({n * block}, in.options());
@@ -1435,7 +1474,8 @@ shoal_status_t ShoalBackend::run_alltoallv(const at::Tensor &out, const at::Tens
         sendbuf.narrow(0, r * block, len).copy_(inflat.narrow(0, off, len));
         off += len;
     }
-    st = shoal_alltoall(sendbuf.data_ptr(), recvbuf.data_ptr(), block, dt, comm_, stream);
+    st = shoal_alltoall(sendbuf.data_ptr(), recvbuf.data_ptr(), block * m.scale, m.dtype, comm_,
+                        stream);
     if (st != SHOAL_OK) {
         return st;
     }

@@ -30,16 +30,15 @@ def expect(exc_types, words, fn):
 
 
 def batch_refused(res, pg):
-    """batch_isend_irecv whose second operation the backend refuses (a bool tensor): torch's
-    coalescing manager never ends that batch. The batch left open took every later operation
-    of the group, which never ran (a broadcast waited forever); the next batch raised
-    "startCoalescing while a batch is open"."""
+    """batch_isend_irecv whose second operation the backend refuses (a non-contiguous
+    tensor): torch's coalescing manager never ends that batch. The batch left open took
+    every later operation of the group, which never ran (a broadcast waited forever); the
+    next batch raised "startCoalescing while a batch is open"."""
     peer = 1 - R
     res["batch_refused"] = expect(
-        NotImplementedError, ["bool"],
+        ValueError, ["not contiguous"],
         lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(4), peer),
-                                        dist.P2POp(dist.irecv, torch.ones(4, dtype=torch.bool),
-                                                   peer)]))
+                                        dist.P2POp(dist.irecv, torch.ones(2, 2).t(), peer)]))
     # torch keeps its own coalescing state of the group too (its all_reduce would then only be
     # recorded, never run): cleared here, torch's side is not the backend's to fix
     dist.distributed_c10d._world.pg_coalesce_state.pop(pg, None)
