@@ -277,6 +277,18 @@ struct CommRef {
     }
 };
 
+// What runs a group's queued operations (ShoalBackend, on its worker thread).
+class QueueRunner {
+  public:
+    virtual ~QueueRunner() = default;
+    // On the worker thread: runs the queued operations, in issue order, until done() is true
+    // (or nothing is queued).
+    virtual void run_queue_until(const std::function<bool()> &done) = 0;
+};
+
+// The runner whose worker thread this is (set by that thread itself), else null.
+thread_local QueueRunner *tl_worker_of = nullptr;
+
 // A Work of CPU tensors, run by the backend's worker thread. wait() returns when the worker
 // finished it (raising its error), or raises at once when the communicator failed meanwhile
 // (a dead peer, seen by shoal_comm_get_async_error without waiting for the worker's call to
@@ -284,11 +296,11 @@ struct CommRef {
 class ShoalWork : public c10d::Work {
   public:
     ShoalWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-              std::shared_ptr<CommRef> comm, std::string who)
+              std::shared_ptr<CommRef> comm, std::string who, QueueRunner *runner)
         : c10d::Work(rank, type, title), outputs_(std::move(outputs)),
           future_(c10::make_intrusive<c10::ivalue::Future>(
               c10::ListType::create(c10::TensorType::get()))),
-          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title))
+          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title)), runner_(runner)
     {
     }
 
@@ -311,6 +323,14 @@ class ShoalWork : public c10d::Work {
                             who_ + ": " + title_ + " is part of a batch (torch's coalescing "
                             "manager) that has not ended: it runs when the batch ends, so it "
                             "cannot be waited for inside the batch");
+        }
+        if (tl_worker_of != nullptr && tl_worker_of == runner_) {
+            // Waited for on its group's worker thread, by a callback of an earlier work's
+            // future (torch runs them where the future completes): the worker cannot come
+            // back to its queue before the callback returns, so the wait timed out or, without
+            // a timeout, never returned. This thread runs the queue, in issue order, up to and
+            // with this operation (runner_ is alive: its worker thread is this one).
+            runner_->run_queue_until([this] { return isCompleted(); });
         }
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
@@ -373,6 +393,7 @@ class ShoalWork : public c10d::Work {
     std::shared_ptr<CommRef> comm_;
     std::string who_;
     std::string title_;
+    QueueRunner *runner_; // its group's, only compared unless this is its worker thread
     std::atomic<bool> batched_{false};
 };
 
@@ -492,7 +513,7 @@ class ShoalCudaWork : public c10d::Work {
 };
 #endif
 
-class ShoalBackend : public c10d::Backend {
+class ShoalBackend : public c10d::Backend, public QueueRunner {
   public:
     ShoalBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                  std::chrono::milliseconds timeout)
@@ -940,7 +961,7 @@ class ShoalBackend : public c10d::Backend {
             auto work = c10::make_intrusive<ShoalWork>(getRank(), c10d::OpType::COALESCED,
                                                       "shoal:coalesced",
                                                       std::vector<at::Tensor>{}, comm_ref_,
-                                                      who());
+                                                      who(), this);
             work->complete(nullptr);
             return work;
         }
@@ -1114,7 +1135,7 @@ class ShoalBackend : public c10d::Backend {
             seq_++;
         }
         auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs),
-                                                  comm_ref_, who());
+                                                  comm_ref_, who(), this);
         std::deque<Task> done;
         // Issued by a callback of a finished work's future, which runs on the worker thread
         // (a DDP communication hook such as PowerSGD's issues a collective there and waits for
@@ -1135,15 +1156,7 @@ class ShoalBackend : public c10d::Backend {
             }
         }
         if (on_worker) {
-            while (!work->isCompleted()) {
-                Task task;
-                {
-                    std::lock_guard<std::mutex> g(mu_);
-                    task = std::move(queue_.front()); // this operation is still in the queue
-                    queue_.pop_front();
-                }
-                run_task(task);
-            }
+            run_queue_until([&work] { return work->isCompleted(); });
             return work;
         }
         cv_.notify_one();
@@ -1279,8 +1292,27 @@ class ShoalBackend : public c10d::Backend {
         return first;
     }
 
+    // On the worker thread (the queue is run by a callback there: see enqueue and
+    // ShoalWork::wait).
+    void run_queue_until(const std::function<bool()> &done) override
+    {
+        while (!done()) {
+            Task task;
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                if (queue_.empty()) {
+                    return; // not queued on this group: the caller waits as usual
+                }
+                task = std::move(queue_.front());
+                queue_.pop_front();
+            }
+            run_task(task);
+        }
+    }
+
     void run_worker()
     {
+        tl_worker_of = this;
         for (;;) {
             Task task;
             {

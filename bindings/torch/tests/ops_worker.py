@@ -270,6 +270,30 @@ def collective_in_future_callback():
     return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
 
 
+def wait_in_future_callback():
+    """A callback chained on a work's future waits for a work issued after it, which is
+    queued behind it on the group's worker thread, where the callback runs (the last rank
+    joins the first all_reduce 0.2 s late, so the others chain the callback before it
+    completes): the worker never came back to its queue, so the callback's wait timed out
+    (without a timeout it hung for ever). The waiting thread now runs the queue up to it."""
+    a = torch.full((2,), float(R + 1))
+    b = torch.full((2,), float(R + 2))
+    if R == N - 1:
+        time.sleep(0.2)
+    w1 = dist.all_reduce(a, async_op=True)
+    w2 = dist.all_reduce(b, async_op=True)
+
+    def callback(f):
+        w2.wait(timeout=timedelta(seconds=10))
+        return f.value()[0] + b
+    try:
+        got = w1.get_future().then(callback).wait()
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    want = torch.full((2,), float(N * (N + 1) + N))
+    return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
+
+
 def _ran_now(fn):
     """Runs a Gloo call now (a collective every rank enters, whatever shoal's verdict) and
     returns what check() calls in its place: None, or the raise of what Gloo raised (a dtype
@@ -314,6 +338,7 @@ def main():
         "ok" if all(e.item() <= after for e in enter) else "left before a rank entered")
     res[case_name("all_to_all_issue_order", None, N)] = all_to_all_issue_order()
     res[case_name("collective_in_future_callback", None, N)] = collective_in_future_callback()
+    res[case_name("wait_in_future_callback", None, N)] = wait_in_future_callback()
     verdicts = [None] * N
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {}
