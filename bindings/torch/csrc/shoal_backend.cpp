@@ -979,6 +979,15 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
                        {}, false);
     }
 
+    // Abandons the batch open on this backend (see abandon_batch); true when one was open.
+    // The Python package calls it when torch's coalescing manager raised inside a batch of a
+    // shoal group, where the backend did not see the exception (torch's own checks, the
+    // caller's code).
+    bool abandon_open_batch()
+    {
+        return abandon_batch("its batch (torch's coalescing manager) raised before it ended");
+    }
+
   private:
     // torch's coalescing manager (batch_isend_irecv) never calls endCoalescing when an
     // operation of its batch raised: the batch stayed open, every later operation of the group
@@ -993,7 +1002,8 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
         ~BatchGuard()
         {
             if (std::uncaught_exceptions() > raised_) {
-                b_->abandon_batch();
+                b_->abandon_batch("an operation issued after it in the same batch "
+                                  "(batch_isend_irecv) was refused");
             }
         }
 
@@ -1002,13 +1012,15 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
         int raised_;
     };
 
-    void abandon_batch() noexcept
+    // Closes the open batch, if any, without running it: its operations fail, saying why.
+    // Returns whether one was open.
+    bool abandon_batch(const char *why) noexcept
     {
         std::vector<Task> batch;
         {
             std::lock_guard<std::mutex> g(mu_);
             if (!coalescing_) {
-                return;
+                return false;
             }
             coalescing_ = false;
             batch.swap(batch_);
@@ -1018,10 +1030,9 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
             }
         }
         for (auto &t : batch) {
-            t.work->complete(make_error(who() + ": " + t.work->name() +
-                                        " was not run: an operation issued after it in the "
-                                        "same batch (batch_isend_irecv) was refused"));
+            t.work->complete(make_error(who() + ": " + t.work->name() + " was not run: " + why));
         }
+        return true;
     }
 
     // One operation as shoal calls: stream is NULL on the worker (CPU tensors, blocking host
@@ -1527,6 +1538,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.doc() = "shoal as a torch.distributed backend (C++ part)";
     m.def("create_backend", &shoal_torch::ShoalBackend::create, py::arg("store"), py::arg("rank"),
           py::arg("size"), py::arg("timeout_ms"), py::call_guard<py::gil_scoped_release>());
+    // Abandons the batch left open on a shoal backend (on any other backend: nothing); true
+    // when one was open. shoal_torch calls it when torch's coalescing manager raised.
+    m.def(
+        "abandon_batch",
+        [](const c10::intrusive_ptr<c10d::Backend> &backend) {
+            auto *b = dynamic_cast<shoal_torch::ShoalBackend *>(backend.get());
+            return b != nullptr && b->abandon_open_batch();
+        },
+        py::arg("backend"), py::call_guard<py::gil_scoped_release>());
     m.def("version", [] { return std::string(shoal_version_string()); });
     // True when this extension takes CUDA tensors (stream-ordered calls on the current stream)
     m.def("cuda_built", [] { return shoal_torch::kCudaBuilt; });

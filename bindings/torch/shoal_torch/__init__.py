@@ -17,6 +17,8 @@ Rendezvous goes through the store torch hands the backend (env://, tcp://, file:
 Under shoalrun, mpirun or srun, which set no RANK/WORLD_SIZE, importing this package fills them
 in from the launcher (see launcher_env), so init_process_group("shoal") works there too.
 """
+import contextlib
+import functools
 import os
 import zlib
 from datetime import timedelta
@@ -171,6 +173,58 @@ def _create(store, rank, size, timeout):
     return backend
 
 
+def _abandon_batch(group, device):
+    """After an exception inside torch's coalescing manager on a shoal group: drops torch's
+    record of the batch and closes the backend's batch without running it (its operations
+    fail). Never raises: the exception on its way out is the one to report."""
+    try:
+        c10d = dist.distributed_c10d
+        pg = group or c10d._get_default_group()
+        if dist.get_backend(pg) != BACKEND:
+            return
+        c10d._world.pg_coalesce_state.pop(pg, None)
+        if device is not None:
+            backend = pg._get_backend(torch.device(device))
+            while hasattr(backend, "wrapped_pg"):  # TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper
+                backend = backend.wrapped_pg
+            _C.abandon_batch(backend)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _guard_coalescing(manager):
+    """torch's _coalescing_manager (batch_isend_irecv runs its operations in it) has no cleanup
+    for an exception raised inside it by torch's own checks or the caller's code, which the
+    backend never sees: the backend's batch stayed open, so every later operation of the group
+    joined it and never ran (a broadcast raised "part of a batch that has not ended", the next
+    batch_isend_irecv "startCoalescing while a batch is open"), and torch's own record of the
+    batch stayed, so that the group's all_reduce was only recorded, never run. On a shoal
+    group such an exception now abandons the batch (_abandon_batch); other groups are left as
+    torch leaves them."""
+    @functools.wraps(manager)
+    @contextlib.contextmanager
+    def guarded(group=None, device=None, async_ops=False):
+        try:
+            with manager(group, device, async_ops) as cm:
+                yield cm
+        except BaseException:
+            _abandon_batch(group, device)
+            raise
+    guarded._shoal_guarded = True
+    return guarded
+
+
+def _install_batch_guard():
+    c10d = dist.distributed_c10d
+    manager = c10d._coalescing_manager
+    if getattr(manager, "_shoal_guarded", False):
+        return
+    guarded = _guard_coalescing(manager)
+    c10d._coalescing_manager = guarded  # batch_isend_irecv looks it up here when called
+    if getattr(dist, "_coalescing_manager", None) is manager:
+        dist._coalescing_manager = guarded
+
+
 def _register():
     if BACKEND not in dist.Backend.backend_list:
         # "cuda" in every build: a CPU-only build then refuses a CUDA tensor with its own
@@ -182,3 +236,4 @@ LAUNCHER = launcher_env()
 for _k in _UNUSED_SECRETS:
     os.environ.pop(_k, None)
 _register()
+_install_batch_guard()

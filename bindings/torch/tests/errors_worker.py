@@ -39,9 +39,8 @@ def batch_refused(res, pg):
         ValueError, ["not contiguous"],
         lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(4), peer),
                                         dist.P2POp(dist.irecv, torch.ones(2, 2).t(), peer)]))
-    # torch keeps its own coalescing state of the group too (its all_reduce would then only be
-    # recorded, never run): cleared here, torch's side is not the backend's to fix
-    dist.distributed_c10d._world.pg_coalesce_state.pop(pg, None)
+    # torch kept its own record of the batch too (the group's all_reduce was then only
+    # recorded, never run): shoal_torch drops it (batch_torch_raised checks all_reduce)
     b = torch.full((4,), float(R + 1))
     try:
         dist.broadcast(b, src=1, async_op=True).wait(timeout=timedelta(seconds=TIMEOUT_S))
@@ -61,10 +60,50 @@ def batch_refused(res, pg):
         res["batch_after_refused_batch"] = "%s: %s" % (type(e).__name__, str(e)[:300])
 
 
+def batch_torch_raised(res):
+    """An exception raised inside torch's coalescing manager by torch itself, not the backend
+    (here torch's check of an isend's arguments, after an isend joined the batch): torch's
+    manager has no cleanup, so nothing ended the backend's batch. The broadcast after it joined
+    the open batch and raised "has not ended", the next batch_isend_irecv raised
+    "startCoalescing while a batch is open", and torch's left-over record of the batch made
+    the group's all_reduce a silent no-op."""
+    peer = 1 - R
+
+    def body():
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True):
+            dist.isend(torch.ones(4), peer)
+            dist.isend(torch.ones(4), dst=peer, group_dst=peer)  # torch: "Can't specify both"
+    res["batch_torch_raised"] = expect(ValueError, ["Can't specify both"], body)
+    b = torch.full((4,), float(R + 1))
+    try:
+        dist.broadcast(b, src=1, async_op=True).wait(timeout=timedelta(seconds=TIMEOUT_S))
+        res["broadcast_after_torch_raised"] = ("ok" if b.tolist() == [2.0] * 4
+                                               else "got %s" % b.tolist())
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        res["broadcast_after_torch_raised"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+    u = torch.full((4,), float(R + 1))
+    try:
+        dist.all_reduce(u)
+        res["all_reduce_after_torch_raised"] = ("ok" if u.tolist() == [3.0] * 4
+                                                else "got %s" % u.tolist())
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        res["all_reduce_after_torch_raised"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+    got = torch.zeros(4)
+    try:
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), float(R)), peer),
+                                       dist.P2POp(dist.irecv, got, peer)])
+        for q in reqs:
+            q.wait(timeout=timedelta(seconds=TIMEOUT_S))
+        res["batch_after_torch_raised"] = ("ok" if got.tolist() == [float(peer)] * 4
+                                           else "got %s" % got.tolist())
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        res["batch_after_torch_raised"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+
+
 def wait_inside_batch():
     """A blocking broadcast inside torch's coalescing manager waits for an operation that runs
     only when the batch ends: it raises at once, naming the batch (it waited for ever, past
-    the group's timeout: the worker never had it). Last: the batch stays open."""
+    the group's timeout: the worker never had it)."""
     t0 = time.monotonic()
     b = torch.full((4,), float(R))
     verdict = expect(dist.DistBackendError, ["broadcast", "batch", "has not ended"],
@@ -151,6 +190,7 @@ def main():
                                               else "got %s" % u.tolist())
     if os.environ.get("TORCH_DISTRIBUTED_DEBUG") != "DETAIL":
         batch_refused(res, pg)
+        batch_torch_raised(res)
         res["wait_inside_batch"] = wait_inside_batch()
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)

@@ -9,7 +9,9 @@ CASES = ["bitwise_BAND", "bitwise_BOR", "bitwise_BXOR", "premul_sum", "complex_s
          "complex", "bool", "non_contiguous", "gather_into_wrong_size", "recv_anysource",
          "usable_after_refusals", "alltoall_split_mismatch", "usable_after_mismatch",
          "count_mismatch", "usable_after_count_mismatch", "batch_refused",
-         "broadcast_after_refused_batch", "batch_after_refused_batch", "wait_inside_batch"]
+         "broadcast_after_refused_batch", "batch_after_refused_batch", "batch_torch_raised",
+         "broadcast_after_torch_raised", "all_reduce_after_torch_raised",
+         "batch_after_torch_raised", "wait_inside_batch"]
 DETAIL_CASES = ["shape_mismatch", "usable_after_shape_mismatch"]
 _runs = {}
 
