@@ -578,7 +578,47 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
             shoal_comm_abort(comm_);
         }
     }
-    void shutdown() override {}
+    // torch's destroy_process_group calls it, for a normal end. It did nothing: the operations
+    // still queued or running waited for their peers until the group's timeout (30 minutes
+    // by default), and so did every thread waiting for them. Now, when any is left, the
+    // communicator is aborted (shoal tells the peers: their calls with this rank fail at once),
+    // the running one fails, the queued ones fail without running, and the worker ends; an
+    // idle group aborts nothing. Every later call on the group raises.
+    void shutdown() override
+    {
+        std::deque<Task> dropped, done;
+        bool busy;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (shut_down_) {
+                return; // torch calls it once per device type (cpu and cuda: this backend)
+            }
+            shut_down_ = true;
+            dropped.swap(queue_);
+            pending_ -= dropped.size();
+            busy = pending_ > 0 || !dropped.empty();
+            stop_ = true;
+        }
+        if (busy && comm_ != nullptr) {
+            shoal_comm_abort(comm_);
+        }
+        cv_.notify_all();
+        for (auto &t : dropped) {
+            t.work->complete(make_error(who() + ": " + t.work->name() +
+                                        " was not run: the process group was shut down "
+                                        "(destroy_process_group)"));
+        }
+        abandon_batch("the process group was shut down (destroy_process_group) before its "
+                      "batch ended");
+        if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) {
+            worker_.join();
+        }
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            done.swap(done_);
+        }
+        idle_cv_.notify_all();
+    }
 
     // Collectives issued on this group so far (point to point not counted); the same on every
     // rank unless the ranks disagree. TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper compares it.
@@ -1131,6 +1171,14 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
                                            std::vector<at::Tensor> inputs = {},
                                            bool batchable = true)
     {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (shut_down_) {
+                C10_THROW_ERROR(DistBackendError, who() + ": " + op_name(title) +
+                                                      ": the process group was shut down "
+                                                      "(destroy_process_group)");
+            }
+        }
         inputs.insert(inputs.end(), outputs.begin(), outputs.end());
         c10::Device dev = call_device(inputs, op_name(title));
         if (dev.is_cuda()) {
@@ -1378,6 +1426,7 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
     c10::intrusive_ptr<c10d::Work> batch_cuda_work_; // the last CUDA one issued meanwhile
     size_t pending_ = 0;    // tasks queued or running on the worker
     bool stop_ = false;
+    bool shut_down_ = false; // shutdown(): every later call raises
     std::atomic<uint64_t> seq_{0};
     std::atomic<int> cuda_device_{-1}; // the device of this group's CUDA calls, once known
     std::thread worker_;

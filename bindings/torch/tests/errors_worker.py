@@ -4,6 +4,7 @@ caller, a collective whose ranks disagree fails on every rank, and nothing hangs
 import json
 import os
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -117,6 +118,43 @@ def _broadcast_in_batch(b):
         dist.broadcast(b, src=0)
 
 
+def shutdown_pending(res, gloo):
+    """destroy_process_group of a shoal group while a thread waits for its receive from a rank
+    that never sends: torch calls the backend's shutdown, which did nothing, so the waiter
+    waited until the group's timeout (or for ever with a longer one). It now returns at once
+    with the aborted receive's error, and the backend refuses later calls."""
+    sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
+    if R == 0:
+        backend = sub._get_backend(torch.device("cpu"))
+        w = dist.irecv(torch.zeros(4), src=1, group=sub)
+        got = {}
+
+        def waiter():
+            try:
+                w.wait()
+                got["v"] = "the receive completed"
+            except Exception as e:  # noqa: BLE001 - the error is the verdict
+                got["v"] = e
+        th = threading.Thread(target=waiter, daemon=True)
+        th.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        dist.destroy_process_group(sub)
+        th.join(TIMEOUT_S * 2)
+        took = time.monotonic() - t0
+        v = got.get("v", "the waiter still waits")
+        if isinstance(v, dist.DistBackendError) and "ABORTED" in str(v) and took < TIMEOUT_S / 2:
+            res["shutdown_pending"] = "ok"
+        else:
+            res["shutdown_pending"] = "after %.1f s: %s" % (took, str(v)[:300])
+        res["call_after_shutdown"] = expect(dist.DistBackendError, ["shut down"],
+                                            lambda: backend.allreduce([torch.ones(2)]).wait())
+    dist.barrier(group=gloo)
+    if R != 0:
+        dist.destroy_process_group(sub)
+        res["shutdown_pending"] = res["call_after_shutdown"] = "ok"
+
+
 def main():
     dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
     gloo = dist.new_group(backend="gloo")
@@ -192,6 +230,7 @@ def main():
         batch_refused(res, pg)
         batch_torch_raised(res)
         res["wait_inside_batch"] = wait_inside_batch()
+        shutdown_pending(res, gloo)
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)

@@ -11,7 +11,8 @@ CASES = ["bitwise_BAND", "bitwise_BOR", "bitwise_BXOR", "premul_sum", "complex_s
          "count_mismatch", "usable_after_count_mismatch", "batch_refused",
          "broadcast_after_refused_batch", "batch_after_refused_batch", "batch_torch_raised",
          "broadcast_after_torch_raised", "all_reduce_after_torch_raised",
-         "batch_after_torch_raised", "wait_inside_batch"]
+         "batch_after_torch_raised", "wait_inside_batch", "shutdown_pending",
+         "call_after_shutdown"]
 DETAIL_CASES = ["shape_mismatch", "usable_after_shape_mismatch"]
 _runs = {}
 
