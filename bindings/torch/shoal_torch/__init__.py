@@ -19,6 +19,7 @@ in from the launcher (see launcher_env), so init_process_group("shoal") works th
 """
 import contextlib
 import functools
+import inspect
 import os
 import zlib
 from datetime import timedelta
@@ -201,14 +202,24 @@ def _guard_coalescing(manager):
     batch stayed, so that the group's all_reduce was only recorded, never run. On a shoal
     group such an exception now abandons the batch (_abandon_batch); other groups are left as
     torch leaves them."""
+    try:
+        sig = inspect.signature(manager)
+    except (TypeError, ValueError):
+        sig = None
+
     @functools.wraps(manager)
     @contextlib.contextmanager
-    def guarded(group=None, device=None, async_ops=False):
+    def guarded(*args, **kwargs):
         try:
-            with manager(group, device, async_ops) as cm:
+            with manager(*args, **kwargs) as cm:
                 yield cm
         except BaseException:
-            _abandon_batch(group, device)
+            # the arguments as torch's signature names them, whatever it adds later
+            try:
+                given = sig.bind_partial(*args, **kwargs).arguments if sig else {}
+            except TypeError:
+                given = {}
+            _abandon_batch(given.get("group"), given.get("device"))
             raise
     guarded._shoal_guarded = True
     return guarded
