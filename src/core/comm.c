@@ -187,9 +187,27 @@ static void shoal_comm_abort_fail(struct shoal_comm *comm, int held)
     }
 }
 
+/* A communicator used in a process forked from the one that made it: its sockets, segments
+ * and peers are the parent's, its threads are not in this process. A call would talk on the
+ * parent's connections in the middle of its messages, an abort would fail the parent's job,
+ * a destroy wait for threads that are not here (it hung) or unlink the parent's segments.
+ * Refused, touching nothing (no lock: one a parent thread held at the fork stays held). */
+static shoal_status_t shoal_comm_forked_refuse(struct shoal_comm *comm, const char *what)
+{
+    shoal_error(CORE, "rank %d: communicator %08x was made by process %d, which forked this "
+                "one (%d): a forked process cannot %s it (it is left to the parent; make a "
+                "communicator of its own)", comm->rank, comm->comm_id, (int)comm->pid,
+                (int)getpid(), what);
+    return SHOAL_ERR_INVALID_ARG;
+}
+
 shoal_status_t shoal_comm_check_usable(struct shoal_comm *comm)
 {
-    shoal_status_t fatal = shoal_comm_fatal(comm);
+    shoal_status_t fatal;
+    if (shoal_comm_forked(comm)) {
+        return shoal_comm_forked_refuse(comm, "use");
+    }
+    fatal = shoal_comm_fatal(comm);
     if (fatal != SHOAL_OK) {
         return fatal;
     }
@@ -256,6 +274,23 @@ void shoal_comm_ticket_release(struct shoal_comm *comm)
 
 /* ---- init ------------------------------------------------------------------------------ */
 
+uint32_t shoal_fork_gen;
+static pthread_once_t shoal_fork_once = PTHREAD_ONCE_INIT;
+
+static void shoal_fork_child(void)
+{
+    __atomic_store_n(&shoal_fork_gen, __atomic_load_n(&shoal_fork_gen, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED); /* one thread in a child that was just forked */
+}
+
+static void shoal_fork_register(void)
+{
+    if (pthread_atfork(NULL, NULL, shoal_fork_child) != 0) {
+        shoal_warn(CORE, "pthread_atfork failed: a process forked from this one is not kept "
+                   "from using its communicators");
+    }
+}
+
 static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_t *cfg,
                                        struct shoal_comm **comm_p)
 {
@@ -264,6 +299,9 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
         return SHOAL_ERR_NO_MEMORY;
     }
     shoal_ticks_init(); /* the call path's clock, before any call (once per process, 2 ms) */
+    pthread_once(&shoal_fork_once, shoal_fork_register);
+    comm->fork_gen = __atomic_load_n(&shoal_fork_gen, __ATOMIC_RELAXED);
+    comm->pid = (int32_t)getpid();
     comm->rank = rank;
     comm->nranks = nranks;
     comm->abort_efd = -1;
@@ -1020,6 +1058,9 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
+    if (shoal_comm_forked(comm)) {
+        return shoal_comm_forked_refuse(comm, "destroy"); /* its memory goes with the process */
+    }
     shoal_proxy_stop(comm);
     shoal_comm_abort_fail(comm, 0); /* an abort the peers were not told of yet */
     if (comm->boot_root.len > 0) { /* its root, when this process runs it: its thread over */
@@ -1062,6 +1103,9 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
     uint64_t one = 1;
     if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
+    }
+    if (shoal_comm_forked(comm)) {
+        return shoal_comm_forked_refuse(comm, "abort");
     }
     __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     shoal_meter_count_abort(comm->meter);

@@ -128,6 +128,10 @@ struct shoal_comm {
      * fatal is stored once, with release, after last_error is written (under err_lock). */
     int aborted;               /* shoal_comm_abort() was called */
     shoal_status_t fatal;      /* first communicator-fatal error, or SHOAL_OK */
+    /* shoal_fork_gen when it was made: another value is a process forked from its maker,
+     * where it is the parent's (its sockets, segments, threads and peers), never its own;
+     * beside fatal, which every call reads with it */
+    uint32_t fork_gen;
     char last_error[SHOAL_ERRMSG_MAX];
     char tl_err[256];          /* transports write a failed request's cause here */
     pthread_mutex_t err_lock;
@@ -157,6 +161,7 @@ struct shoal_comm {
      * peer wrote before it went (a finished job's last message) is delivered first. Only the
      * ticket holder touches it. */
     int dead_grace;
+    int32_t pid;               /* the process that made it (messages) */
 };
 
 /* shoal_comm_get_async_error looks at an idle communicator's local peers at most this often. */
@@ -172,6 +177,16 @@ static inline shoal_status_t shoal_comm_fatal(const struct shoal_comm *comm)
 static inline int shoal_comm_aborted(const struct shoal_comm *comm)
 {
     return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
+}
+
+/* Children forked from this process since the library was loaded: a pthread_atfork child
+ * handler (comm.c) adds one in each. */
+extern SHOAL_HIDDEN uint32_t shoal_fork_gen;
+
+/* The communicator was made by another process, which forked this one. */
+static inline int shoal_comm_forked(const struct shoal_comm *comm)
+{
+    return SHOAL_UNLIKELY(comm->fork_gen != __atomic_load_n(&shoal_fork_gen, __ATOMIC_RELAXED));
 }
 
 /* The local peer shoal_comm_get_async_error found gone while a call was in flight (the

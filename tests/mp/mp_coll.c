@@ -380,6 +380,7 @@ void mp_test_determinism(const mp_ctx_t *c, uint8_t *a, uint8_t *b, uint8_t *in)
 void mp_test_mismatch(const mp_ctx_t *c);
 void mp_test_p2pfail(const mp_ctx_t *c);
 void mp_test_argcheck(const mp_ctx_t *c);
+void mp_test_forked(const mp_ctx_t *c);
 
 static void mp_run_barrier(const mp_ctx_t *c) { mp_test_barrier(c, mp_sb); }
 static void mp_run_sendrecv(const mp_ctx_t *c) { mp_test_sendrecv(c, mp_sb, mp_rb); }
@@ -406,6 +407,7 @@ static const struct {
     {"mismatch", mp_test_mismatch, 1},
     {"p2pfail", mp_test_p2pfail, 1},
     {"argcheck", mp_test_argcheck, 1},
+    {"forked", mp_test_forked, 1},
 };
 
 static int mp_selected(int argc, char **argv, const char *name)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -333,6 +334,41 @@ void mp_test_p2pfail(const mp_ctx_t *c)
         (void)shoal_comm_destroy(sub);
     }
     mp_group_destroyed(c);
+}
+
+/* A process forked from a rank (a worker that exits through its atexit handlers, or calls the
+ * library by mistake) holds a copy of the rank's communicator: its sockets, segments and
+ * peers are the parent's, its threads are not there. Its destroy waited for the proxy and
+ * root threads it does not have (rank 0 over tcp hung until killed), a call would talk on
+ * the parent's connections, an abort would fail the parent's job. All are refused at once,
+ * touching nothing, and the parent's communicator works on. */
+void mp_test_forked(const mp_ctx_t *c)
+{
+    int g = mp_group("a forked process cannot use, abort or destroy its parent's communicator");
+    int32_t x = 1, y = 0;
+    shoal_status_t st;
+    int status = -1;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        shoal_status_t a, b, d;
+
+        alarm(20);
+        a = shoal_allreduce(&x, &y, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+        b = shoal_comm_abort(c->comm);
+        d = shoal_comm_destroy(c->comm);
+        _exit(a == SHOAL_ERR_INVALID_ARG && b == SHOAL_ERR_INVALID_ARG &&
+                      d == SHOAL_ERR_INVALID_ARG ? 0 : 1);
+    }
+    if (pid > 0) {
+        (void)waitpid(pid, &status, 0);
+    }
+    mp_case(g, pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, c->rank,
+            "the child's allreduce, abort and destroy are refused at once (wait status %#x)",
+            (unsigned)status);
+    st = shoal_allreduce(&x, &y, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+    mp_case(g, st == SHOAL_OK && y == c->nranks, c->rank, "the parent's communicator works "
+            "on: %s: %s", MP_ERR(st, c->comm));
 }
 
 /* ---- non-blocking ------------------------------------------------------------------------- */

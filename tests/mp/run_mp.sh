@@ -78,6 +78,11 @@ done
 for tl in $transports; do
     mp_job "$tl n=2 p2pfail" 2 "SHOAL_TRANSPORT=$tl" "$prog" p2pfail
 done
+# A process forked from a rank: its use, abort and destroy of the rank's communicator are
+# refused at once and the rank's communicator works on (mp_coll's named-only "forked").
+for tl in $transports; do
+    mp_job "$tl n=2 forked" 2 "SHOAL_TRANSPORT=$tl" "$prog" forked
+done
 if [ "${MP_VARIANTS:-1}" != 0 ]; then
     # Forced algorithms and tiny pipeline chunks / windows: many slices per call.
     run "shm n=4 ring chunk=4k" 4 SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
