@@ -302,7 +302,8 @@ else
     set -- $(cat "$T/f0.rc" 2>/dev/null)
     [ "${1:-}" = 1 ] || bad="$bad [rank 0: rc ${1:-none}]"
     grep -q 'PMIx_Put/PMIx_Commit(shoal.uid.0) failed' "$T/f0.err" || bad="$bad [rank 0's error]"
+    what="rank 0's PMIx_Put fails: every rank fails at once, the others naming rank 0"
     [ -z "$bad" ]
-    ok $? "rank 0's PMIx_Put fails: every rank fails at once, the others naming rank 0${bad:+ (failed:$bad)}"
+    ok $? "$what${bad:+ (failed:$bad)}"
     [ -z "$bad" ] || sed 's/^/#   /' "$T"/f[0-2].err 2>/dev/null | tail -n 20
 fi
