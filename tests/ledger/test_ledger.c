@@ -546,6 +546,7 @@ static void test_hosts(shoal_ledger_t *l)
     const int64_t m = MINUTE0 + 7200;
     shoal_ledger_record_t r[2], again, dup[2], hc;
     uint64_t bad = 0;
+    int ok;
     char sql[256], undo[256];
     collect_t c;
 
@@ -553,9 +554,9 @@ static void test_hosts(shoal_ledger_t *l)
     r[1] = rec_make("multi", "j", m, 3);
     snprintf(r[0].host, sizeof(r[0].host), "node-a");
     snprintf(r[1].host, sizeof(r[1].host), "node-b");
-    tap_ok(shoal_ledger_commit(l, r, 2, NULL, 0) == SHOAL_OK && r[1].seq == r[0].seq + 1,
-           "two hosts' records of one job and minute are both taken (seq %" PRIu64 ", %" PRIu64
-           ")", r[0].seq, r[1].seq);
+    ok = shoal_ledger_commit(l, r, 2, NULL, 0) == SHOAL_OK && r[1].seq == r[0].seq + 1;
+    tap_ok(ok, "two hosts' records of one job and minute are both taken (seq %" PRIu64 ", %"
+           PRIu64 ")", r[0].seq, r[1].seq);
     tap_ok(collect(l, m, m + 60, "multi", "j", &c) == 0 && c.n == 2 &&
                strcmp(c.r[0].host, "node-a") == 0 && strcmp(c.r[1].host, "node-b") == 0 &&
                c.r[0].minute == m && c.r[1].minute == m,
@@ -572,27 +573,30 @@ static void test_hosts(shoal_ledger_t *l)
                shoal_ledger_last_minute(l, "multi", "j", "node-c") == -1,
            "a batch with one host's minute twice is refused whole");
     hc = dup[0];
-    tap_ok(shoal_ledger_commit(l, &hc, 1, NULL, 0) == SHOAL_OK &&
-               shoal_ledger_last_minute(l, "multi", "j", "node-a") == m &&
-               shoal_ledger_last_minute(l, "multi", "j", "node-c") == m + 60 &&
-               shoal_ledger_last_minute(l, "multi", "j", "node-d") == -1 &&
-               shoal_ledger_last_minute(l, "multi", "j", NULL) == m + 60,
-           "last minute per host (node-a %lld, node-c %lld, any %lld)",
-           (long long)shoal_ledger_last_minute(l, "multi", "j", "node-a"),
-           (long long)shoal_ledger_last_minute(l, "multi", "j", "node-c"),
-           (long long)shoal_ledger_last_minute(l, "multi", "j", NULL));
+    ok = shoal_ledger_commit(l, &hc, 1, NULL, 0) == SHOAL_OK;
+    {
+        int64_t la = shoal_ledger_last_minute(l, "multi", "j", "node-a");
+        int64_t lc = shoal_ledger_last_minute(l, "multi", "j", "node-c");
+        int64_t ld = shoal_ledger_last_minute(l, "multi", "j", "node-d");
+        int64_t lany = shoal_ledger_last_minute(l, "multi", "j", NULL);
+
+        tap_ok(ok && la == m && lc == m + 60 && ld == -1 && lany == m + 60,
+               "last minute per host (node-a %lld, node-c %lld, node-d %lld, any %lld)",
+               (long long)la, (long long)lc, (long long)ld, (long long)lany);
+    }
     r[0].seq = r[1].seq = 0;
-    tap_ok(shoal_ledger_commit(l, r, 2, NULL, 0) == SHOAL_OK && r[0].seq != 0,
-           "the exact replay of the two hosts' commit writes nothing (seq %" PRIu64 ")",
+    ok = shoal_ledger_commit(l, r, 2, NULL, 0) == SHOAL_OK && r[0].seq != 0;
+    tap_ok(ok, "the exact replay of the two hosts' commit writes nothing (seq %" PRIu64 ")",
            r[0].seq);
     {
         uint8_t vmac[32], hmac[32];
         uint64_t vseq = 0, hseq = 0;
 
-        tap_ok(shoal_ledger_verify_head(l, &bad, &vseq, vmac) == SHOAL_OK &&
-                   shoal_ledger_head(l, &hseq, hmac) == SHOAL_OK && vseq == hseq &&
-                   vseq == hc.seq && memcmp(vmac, hmac, 32) == 0 && memcmp(vmac, hc.mac, 32) == 0,
-               "the chain with hosts verifies, up to the head it names (seq %" PRIu64 ")", vseq);
+        ok = shoal_ledger_verify_head(l, &bad, &vseq, vmac) == SHOAL_OK &&
+             shoal_ledger_head(l, &hseq, hmac) == SHOAL_OK && vseq == hseq && vseq == hc.seq &&
+             memcmp(vmac, hmac, 32) == 0 && memcmp(vmac, hc.mac, 32) == 0;
+        tap_ok(ok, "the chain with hosts verifies, up to the head it names (seq %" PRIu64 ")",
+               vseq);
     }
     snprintf(sql, sizeof(sql), "UPDATE ledger_records SET host = 'node-b' WHERE seq = %" PRIu64,
              hc.seq);
@@ -609,7 +613,7 @@ static void test_migrate_v1(shoal_ledger_t **lp)
     shoal_ledger_t *r = NULL;
     uint64_t head = 0, head2 = 0, bad = 0;
     shoal_ledger_record_t rec;
-    collect_t before, after;
+    collect_t before, after = {0};
     shoal_status_t st;
     int ok;
 
@@ -641,12 +645,12 @@ static void test_migrate_v1(shoal_ledger_t **lp)
     st = shoal_ledger_open(test_url, test_key, sizeof(test_key) - 1, lp);
     if (st != SHOAL_OK)
         tap_bail("the writer's open of a version 1 ledger failed: %d", (int)st);
-    tap_ok(log_has("upgraded from schema version 1 to 2") &&
-               collect(*lp, INT64_MIN, INT64_MAX, NULL, NULL, &after) == 0 &&
-               after.count == before.count && after.n == before.n &&
-               memcmp(after.r, before.r, sizeof(after.r[0]) * (size_t)after.n) == 0 &&
-               shoal_ledger_head(*lp, &head2, NULL) == SHOAL_OK && head2 == head,
-           "a writer's open upgrades it: %" PRIu64 " records, the same, head seq %" PRIu64,
+    ok = log_has("upgraded from schema version 1 to 2") &&
+         collect(*lp, INT64_MIN, INT64_MAX, NULL, NULL, &after) == 0 &&
+         after.count == before.count && after.n == before.n &&
+         memcmp(after.r, before.r, sizeof(after.r[0]) * (size_t)after.n) == 0 &&
+         shoal_ledger_head(*lp, &head2, NULL) == SHOAL_OK && head2 == head;
+    tap_ok(ok, "a writer's open upgrades it: %" PRIu64 " records, the same, head seq %" PRIu64,
            after.count, head2);
     tap_ok(shoal_ledger_verify(*lp, &bad) == SHOAL_OK, "the upgraded chain verifies");
     rec = before.r[0];
