@@ -94,7 +94,20 @@ static shoal_status_t shoal_pmix_init(pmix_proc_t *me, int rank, int nranks, int
         return SHOAL_ERR_UNSUPPORTED;
     }
     shoal_pmix_proc_set(&wild, me, PMIX_RANK_WILDCARD);
-    rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val);
+    /* Job data the server gave at init: looked for here only (PMIX_OPTIONAL), and bounded
+     * (PMIX_TIMEOUT) where a server is asked all the same; not found, the check below is
+     * skipped. Without either, a PMIx that asks its server waited on a hung one for ever. */
+    {
+        pmix_info_t info[2];
+        bool local = true;
+        int timeout_s = shoal_pmix_timeout_s(timeout_ms);
+
+        PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+        PMIX_INFO_LOAD(&info[1], PMIX_OPTIONAL, &local, PMIX_BOOL);
+        rc = PMIx_Get(&wild, PMIX_JOB_SIZE, info, 2, &val);
+        PMIX_INFO_DESTRUCT(&info[0]);
+        PMIX_INFO_DESTRUCT(&info[1]);
+    }
     if (rc == PMIX_SUCCESS && val != NULL && val->type == PMIX_UINT32) {
         size = val->data.uint32;
     }
