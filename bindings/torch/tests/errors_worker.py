@@ -30,6 +30,38 @@ def expect(exc_types, words, fn):
     return "did not raise"
 
 
+def works(fn):
+    """fn's verdict ("ok" or what it got), or the exception it raised."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        return "%s: %s" % (type(e).__name__, str(e)[:300])
+
+
+def broadcast_works():
+    """A broadcast from rank 1 of 2 brings 2.0 to every rank."""
+    b = torch.full((4,), float(R + 1))
+    dist.broadcast(b, src=1, async_op=True).wait(timeout=timedelta(seconds=TIMEOUT_S))
+    return "ok" if b.tolist() == [2.0] * 4 else "got %s" % b.tolist()
+
+
+def batch_works(peer):
+    """A batch_isend_irecv with peer exchanges the ranks' numbers."""
+    got = torch.zeros(4)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), float(R)), peer),
+                                   dist.P2POp(dist.irecv, got, peer)])
+    for q in reqs:
+        q.wait(timeout=timedelta(seconds=TIMEOUT_S))
+    return "ok" if got.tolist() == [float(peer)] * 4 else "got %s" % got.tolist()
+
+
+def all_reduce_works():
+    """An all_reduce of 2 ranks' R + 1 gives 3.0."""
+    u = torch.full((4,), float(R + 1))
+    dist.all_reduce(u)
+    return "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
+
+
 def batch_refused(res, pg):
     """batch_isend_irecv whose second operation the backend refuses (a non-contiguous
     tensor): torch's coalescing manager never ends that batch. The batch left open took
@@ -42,23 +74,8 @@ def batch_refused(res, pg):
                                         dist.P2POp(dist.irecv, torch.ones(2, 2).t(), peer)]))
     # torch kept its own record of the batch too (the group's all_reduce was then only
     # recorded, never run): shoal_torch drops it (batch_torch_raised checks all_reduce)
-    b = torch.full((4,), float(R + 1))
-    try:
-        dist.broadcast(b, src=1, async_op=True).wait(timeout=timedelta(seconds=TIMEOUT_S))
-        res["broadcast_after_refused_batch"] = ("ok" if b.tolist() == [2.0] * 4
-                                                else "got %s" % b.tolist())
-    except Exception as e:  # noqa: BLE001 - the error is the verdict
-        res["broadcast_after_refused_batch"] = "%s: %s" % (type(e).__name__, str(e)[:300])
-    got = torch.zeros(4)
-    try:
-        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), float(R)), peer),
-                                       dist.P2POp(dist.irecv, got, peer)])
-        for q in reqs:
-            q.wait(timeout=timedelta(seconds=TIMEOUT_S))
-        res["batch_after_refused_batch"] = ("ok" if got.tolist() == [float(peer)] * 4
-                                            else "got %s" % got.tolist())
-    except Exception as e:  # noqa: BLE001 - the error is the verdict
-        res["batch_after_refused_batch"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+    res["broadcast_after_refused_batch"] = works(broadcast_works)
+    res["batch_after_refused_batch"] = works(lambda: batch_works(peer))
 
 
 def batch_torch_raised(res):
@@ -75,30 +92,9 @@ def batch_torch_raised(res):
             dist.isend(torch.ones(4), peer)
             dist.isend(torch.ones(4), dst=peer, group_dst=peer)  # torch: "Can't specify both"
     res["batch_torch_raised"] = expect(ValueError, ["Can't specify both"], body)
-    b = torch.full((4,), float(R + 1))
-    try:
-        dist.broadcast(b, src=1, async_op=True).wait(timeout=timedelta(seconds=TIMEOUT_S))
-        res["broadcast_after_torch_raised"] = ("ok" if b.tolist() == [2.0] * 4
-                                               else "got %s" % b.tolist())
-    except Exception as e:  # noqa: BLE001 - the error is the verdict
-        res["broadcast_after_torch_raised"] = "%s: %s" % (type(e).__name__, str(e)[:300])
-    u = torch.full((4,), float(R + 1))
-    try:
-        dist.all_reduce(u)
-        res["all_reduce_after_torch_raised"] = ("ok" if u.tolist() == [3.0] * 4
-                                                else "got %s" % u.tolist())
-    except Exception as e:  # noqa: BLE001 - the error is the verdict
-        res["all_reduce_after_torch_raised"] = "%s: %s" % (type(e).__name__, str(e)[:300])
-    got = torch.zeros(4)
-    try:
-        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), float(R)), peer),
-                                       dist.P2POp(dist.irecv, got, peer)])
-        for q in reqs:
-            q.wait(timeout=timedelta(seconds=TIMEOUT_S))
-        res["batch_after_torch_raised"] = ("ok" if got.tolist() == [float(peer)] * 4
-                                           else "got %s" % got.tolist())
-    except Exception as e:  # noqa: BLE001 - the error is the verdict
-        res["batch_after_torch_raised"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+    res["broadcast_after_torch_raised"] = works(broadcast_works)
+    res["all_reduce_after_torch_raised"] = works(all_reduce_works)
+    res["batch_after_torch_raised"] = works(lambda: batch_works(peer))
 
 
 def wait_inside_batch():
