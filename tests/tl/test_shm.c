@@ -1112,14 +1112,21 @@ static void test_sweep_fork(void)
         if (tl->init(&params, &ctx) != SHOAL_OK) {
             _exit(1);
         }
-        pid_t w = fork(); /* the rank's worker: outlives it */
+        /* The rank's worker outlives it. The worker writes the name and its pid itself: its
+         * fork() has returned, so the child handler that closes its copy of the lock has run
+         * (the rank's writing them raced the worker's first time on a CPU: under TSan the
+         * sweep ran before the worker had closed its copy). */
+        pid_t w = fork();
         if (w == 0) {
             alarm(30);
-            pause(); /* till the parent's SIGKILL */
-            _exit(0);
+            pid_t me = getpid();
+            if (write(pfd[1], ctx->name, sizeof(ctx->name)) == (ssize_t)sizeof(ctx->name) &&
+                write(pfd[1], &me, sizeof(me)) == (ssize_t)sizeof(me)) {
+                pause(); /* till the parent's SIGKILL */
+            }
+            _exit(1);
         }
-        if (w > 0 && write(pfd[1], ctx->name, sizeof(ctx->name)) == (ssize_t)sizeof(ctx->name) &&
-            write(pfd[1], &w, sizeof(w)) == (ssize_t)sizeof(w)) {
+        if (w > 0) {
             pause(); /* till the parent's SIGKILL */
         }
         _exit(1);
