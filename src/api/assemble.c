@@ -23,6 +23,7 @@ static shoal_status_t shoal_assemble_init(struct shoal_comm *comm)
 static void shoal_assemble_fini(struct shoal_comm *comm)
 {
     shoal_api_group_forget(comm); /* the thread's open group must not run on it */
+    shoal_cuda_group_forget(comm);
     shoal_coll_comm_fini(comm);
     shoal_topo_comm_free(comm->topo);
     comm->topo = NULL;

@@ -30,6 +30,9 @@ SHOAL_HIDDEN shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal
                                             void *stream);
 /* The outermost shoal_group_end of this thread: submits what the group recorded. */
 SHOAL_HIDDEN shoal_status_t shoal_cuda_group_flush(void);
+/* comm is being destroyed: the calling thread's open group drops what it recorded on it (and
+ * its end fails) instead of submitting on freed memory. */
+SHOAL_HIDDEN void shoal_cuda_group_forget(struct shoal_comm *comm);
 #else
 static inline int shoal_cuda_wants(const shoal_coll_args_t *a, void *stream,
                                    uint64_t *now_ticks)
@@ -51,6 +54,10 @@ static inline shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoa
 static inline shoal_status_t shoal_cuda_group_flush(void)
 {
     return SHOAL_OK;
+}
+static inline void shoal_cuda_group_forget(struct shoal_comm *comm)
+{
+    (void)comm;
 }
 #endif
 

@@ -576,6 +576,7 @@ typedef struct {
 
 static __thread shoal_cuda_gitem_t *shoal_cuda_group_items;
 static __thread int shoal_cuda_group_n, shoal_cuda_group_cap;
+static __thread int shoal_cuda_group_dropped; /* recorded on a communicator destroyed since */
 
 static shoal_status_t shoal_cuda_group_add(struct shoal_comm *comm, void *stream,
                                            const shoal_cuda_item_t *it)
@@ -594,18 +595,39 @@ static shoal_status_t shoal_cuda_group_add(struct shoal_comm *comm, void *stream
     return SHOAL_OK;
 }
 
+void shoal_cuda_group_forget(struct shoal_comm *comm)
+{
+    int k = 0, n = shoal_cuda_group_n;
+    for (int i = 0; i < n; i++) {
+        if (shoal_cuda_group_items[i].comm != comm) {
+            shoal_cuda_group_items[k++] = shoal_cuda_group_items[i];
+        }
+    }
+    if (k < n) {
+        shoal_error(CUDA, "rank %d: communicator %08x destroyed inside a group: its %d "
+                    "stream-ordered or device call(s) recorded since shoal_group_start are "
+                    "dropped, and shoal_group_end fails", comm->rank, comm->comm_id, n - k);
+        shoal_cuda_group_n = k;
+        shoal_cuda_group_dropped += n - k;
+    }
+}
+
+/* One task per (communicator, stream), in the order of their first call. Every one is
+ * submitted even after another failed (a communicator aborted inside the group): the peers
+ * of the others wait for their calls. The first failure is returned. */
 shoal_status_t shoal_cuda_group_flush(void)
 {
     shoal_cuda_gitem_t *g = shoal_cuda_group_items;
-    int n = shoal_cuda_group_n, done = 0;
+    int n = shoal_cuda_group_n;
     shoal_cuda_item_t *batch = n > 0 ? malloc((size_t)n * sizeof(*batch)) : NULL;
     shoal_status_t st = SHOAL_OK, st2;
 
     if (n > 0 && batch == NULL) {
+        shoal_error(CUDA, "no memory to submit a group of %d calls", n);
         st = SHOAL_ERR_NO_MEMORY;
+        n = 0;
     }
-    /* One task per (communicator, stream), in the order of their first call. */
-    for (int i = 0; i < n && st == SHOAL_OK; i++) {
+    for (int i = 0; i < n; i++) {
         int k = 0;
         if (g[i].comm == NULL) {
             continue;
@@ -619,14 +641,20 @@ shoal_status_t shoal_cuda_group_flush(void)
             }
         }
         st2 = shoal_comm_check_usable(g[i].comm);
-        st = st2 != SHOAL_OK ? st2 : shoal_cuda_submit(g[i].comm, g[i].stream, batch, k);
-        done += k;
+        st2 = st2 != SHOAL_OK ? st2 : shoal_cuda_submit(g[i].comm, g[i].stream, batch, k);
+        st = st != SHOAL_OK ? st : st2;
     }
     free(batch);
     free(shoal_cuda_group_items);
     shoal_cuda_group_items = NULL;
     shoal_cuda_group_n = shoal_cuda_group_cap = 0;
-    (void)done;
+    if (shoal_cuda_group_dropped > 0) {
+        /* calls the application was told were recorded never ran */
+        shoal_error(CUDA, "shoal_group_end: %d call(s) of this group were on a communicator "
+                    "destroyed before the end", shoal_cuda_group_dropped);
+        shoal_cuda_group_dropped = 0;
+        st = st != SHOAL_OK ? st : SHOAL_ERR_INVALID_ARG;
+    }
     return st;
 }
 
