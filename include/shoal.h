@@ -304,10 +304,11 @@ SHOAL_EXPORT shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_
  * Blocking host sends and receives (host buffers, stream NULL) inside a group return
  * SHOAL_OK at once (or refuse bad arguments at once); the outermost shoal_group_end posts them
  * all on their communicator's channels, in issue order with the other calls on it, and waits
- * for them together under the communicator's timeout (one communicator after the other, in
- * the order of their first call), so they too may come in any order on either side; their
- * buffers must stay valid until then. The end returns the first failure (the communicator is
- * failed, shoal_comm_last_error names the peer). A communicator destroyed before the end
+ * for them together, those of every communicator of the group at once, each under its
+ * communicator's timeout, so they too may come in any order on either side and across the
+ * communicators; their buffers must stay valid until then. The end returns the first failure
+ * (that communicator is failed, shoal_comm_last_error names the peer; the other
+ * communicators' messages still complete). A communicator destroyed before the end
  * drops what this thread's group recorded on it, and the end returns SHOAL_ERR_INVALID_ARG.
  * Other host calls on host buffers inside a group run at once. Groups nest and are per
  * thread. */

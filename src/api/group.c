@@ -55,70 +55,105 @@ void shoal_api_group_forget(struct shoal_comm *comm)
     }
 }
 
-/* One communicator's n sends and receives, in issue order with the other calls on it (its
- * ticket), metered as n calls that ran as one: an op each, the time once, one error. */
-static shoal_status_t shoal_api_group_run(struct shoal_comm *comm, const shoal_coll_args_t *ops,
-                                          int n)
+static int shoal_api_batch_cmp(const void *x, const void *y)
 {
-    struct shoal_meter *m = comm->meter;
-    uint64_t ticket, t0 = 0;
-    shoal_status_t st;
+    uintptr_t a = (uintptr_t)((const shoal_p2p_batch_t *)x)->comm;
+    uintptr_t b = (uintptr_t)((const shoal_p2p_batch_t *)y)->comm;
+    return a < b ? -1 : a > b;
+}
 
-    if (m != NULL) {
-        t0 = shoal_ticks();
+/* Runs the batches (one per communicator) as one: each communicator's ticket is taken and
+ * waited for in the order of the communicators' addresses, so that two threads whose groups
+ * span the same communicators cannot each hold one that the other waits for; then every
+ * message of every batch is posted before any wait (shoal_p2p_run_batches). Run one
+ * communicator after the other, a rank that waited on A's send while its peer waited on B's
+ * receive waited until the timeout. A batch's n calls are metered as n calls that ran as one:
+ * an op each, the time once, one error. A batch whose communicator cannot run (failed,
+ * aborted) counts its calls as refused, and the others run: their peers wait for them. */
+static shoal_status_t shoal_api_group_run(shoal_p2p_batch_t *b, int nb)
+{
+    shoal_p2p_batch_t *run = malloc((size_t)nb * sizeof(*run));
+    uint64_t t0 = shoal_ticks();
+    shoal_status_t st = SHOAL_OK;
+    int nrun = 0;
+
+    if (run == NULL) {
+        shoal_error(COLL, "no memory to run a group over %d communicators", nb);
+        return SHOAL_ERR_NO_MEMORY;
     }
-    ticket = shoal_comm_ticket_take(comm);
-    st = shoal_comm_ticket_wait(comm, ticket);
-    if (st != SHOAL_OK) {
-        for (int i = 0; i < n; i++) {
-            shoal_meter_count_refused(m); /* as each blocking call would have been */
+    qsort(b, (size_t)nb, sizeof(*b), shoal_api_batch_cmp);
+    for (int k = 0; k < nb; k++) {
+        struct shoal_comm *comm = b[k].comm;
+        uint64_t ticket = shoal_comm_ticket_take(comm);
+        b[k].status = shoal_comm_ticket_wait(comm, ticket);
+        if (b[k].status != SHOAL_OK) {
+            for (int i = 0; i < b[k].n; i++) {
+                shoal_meter_count_refused(comm->meter); /* as each blocking call would be */
+            }
+            st = st != SHOAL_OK ? st : b[k].status;
+            continue;
         }
-    } else if (m == NULL) {
-        st = shoal_p2p_run_many(comm, ops, n);
-    } else {
-        shoal_meter_call_enter(m);
-        st = shoal_p2p_run_many(comm, ops, n);
-        for (int i = 1; i < n; i++) {
-            shoal_meter_add(&m->page->ops[ops[i].type], 1);
+        if (comm->meter != NULL) {
+            shoal_meter_call_enter(comm->meter);
         }
-        shoal_meter_call_end(m, (int)ops[0].type, st, t0);
+        run[nrun++] = b[k];
     }
-    shoal_comm_ticket_release(comm);
+    if (nrun > 0) {
+        shoal_status_t st2 = shoal_p2p_run_batches(run, nrun);
+        st = st != SHOAL_OK ? st : st2;
+    }
+    for (int k = 0; k < nrun; k++) {
+        struct shoal_meter *m = run[k].comm->meter;
+        if (m != NULL) {
+            for (int i = 1; i < run[k].n; i++) {
+                shoal_meter_add(&m->page->ops[run[k].ops[i].type], 1);
+            }
+            shoal_meter_call_end(m, (int)run[k].ops[0].type, run[k].status, t0);
+        }
+    }
+    for (int k = 0; k < nb; k++) {
+        shoal_comm_ticket_release(b[k].comm);
+    }
+    free(run);
     return st;
 }
 
-/* Runs and forgets what the thread's group recorded: one communicator after the other, in
- * the order of their first call; every one runs even after another failed (its peers wait
- * for it), and the first failure is returned. */
+/* Runs and forgets what the thread's group recorded: one batch per communicator, its calls in
+ * the order they were made; the first failure is returned. */
 static shoal_status_t shoal_api_group_flush(void)
 {
     shoal_api_gop_t *g = shoal_api_group_ops;
-    int n = shoal_api_group_n;
-    shoal_coll_args_t *batch = n > 0 ? malloc((size_t)n * sizeof(*batch)) : NULL;
-    shoal_status_t st = SHOAL_OK, st2;
+    int n = shoal_api_group_n, nb = 0, k = 0;
+    shoal_coll_args_t *ops = n > 0 ? malloc((size_t)n * sizeof(*ops)) : NULL;
+    shoal_p2p_batch_t *b = n > 0 ? malloc((size_t)n * sizeof(*b)) : NULL;
+    shoal_status_t st = SHOAL_OK;
 
-    if (n > 0 && batch == NULL) {
+    if (n > 0 && (ops == NULL || b == NULL)) {
         shoal_error(COLL, "no memory to run a group of %d sends/receives", n);
         st = SHOAL_ERR_NO_MEMORY;
         n = 0;
     }
     for (int i = 0; i < n; i++) {
-        int k = 0;
         if (g[i].comm == NULL) {
             continue;
         }
+        b[nb] = (shoal_p2p_batch_t){.comm = g[i].comm, .ops = ops + k};
         for (int j = i; j < n; j++) {
-            if (g[j].comm == g[i].comm) {
-                batch[k++] = g[j].a;
+            if (g[j].comm == b[nb].comm) {
+                ops[k++] = g[j].a;
+                b[nb].n++;
                 if (j > i) {
                     g[j].comm = NULL;
                 }
             }
         }
-        st2 = shoal_api_group_run(g[i].comm, batch, k);
-        st = st != SHOAL_OK ? st : st2;
+        nb++;
     }
-    free(batch);
+    if (nb > 0) {
+        st = shoal_api_group_run(b, nb);
+    }
+    free(b);
+    free(ops);
     free(shoal_api_group_ops);
     shoal_api_group_ops = NULL;
     shoal_api_group_n = shoal_api_group_cap = 0;

@@ -282,11 +282,20 @@ SHOAL_HIDDEN shoal_status_t shoal_shmdirect_allreduce_plan(struct shoal_comm *co
                                                            const shoal_coll_args_t *a,
                                                            uint32_t seq, int exclusive);
 SHOAL_HIDDEN shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a);
-/* n host sends and receives of one group (ops[i].type SEND or RECV, ops[i].root the peer),
- * all posted before one wait under the communicator's timeout, so they may come in any order
- * on either side. Holds the ticket's place of the caller, like shoal_p2p_run. */
-SHOAL_HIDDEN shoal_status_t shoal_p2p_run_many(struct shoal_comm *comm,
-                                               const shoal_coll_args_t *ops, int n);
+/* One communicator's host sends and receives of a group (ops[i].type SEND or RECV,
+ * ops[i].root the peer); status is set by shoal_p2p_run_batches. */
+typedef struct {
+    struct shoal_comm *comm;
+    const shoal_coll_args_t *ops;
+    int n;
+    shoal_status_t status;
+} shoal_p2p_batch_t;
+/* Runs nb batches as one: every message of every batch is posted before any wait, and the
+ * wait progresses every communicator until each batch is done or its communicator failed
+ * (its own timeout, abort, peers), so the messages may come in any order on either side and
+ * across the communicators (a rank may post communicator A's first, its peer B's). The caller
+ * holds each communicator's ticket, as for shoal_p2p_run. Returns the first failure. */
+SHOAL_HIDDEN shoal_status_t shoal_p2p_run_batches(shoal_p2p_batch_t *b, int nb);
 
 /* Algorithms of tree.c, rab.c, hier.c, alltoall.c, allgather2.c, bcast2.c, rs2.c. Each
  * *_applicable(comm, a) says whether the algorithm can run this call (1) or not (0: the

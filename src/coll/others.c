@@ -333,49 +333,160 @@ shoal_status_t shoal_p2p_run(struct shoal_comm *comm, const shoal_coll_args_t *a
                            0);
 }
 
-shoal_status_t shoal_p2p_run_many(struct shoal_comm *comm, const shoal_coll_args_t *ops, int n)
+/* Posts batch b's messages into reqs/rp/peers (b->n each); returns how many were posted (all
+ * unless one failed: that failed the communicator, and b->status says why). Sequence numbers
+ * are taken in the calls' order, as one call after the other would take them. */
+static int shoal_p2p_post_batch(shoal_p2p_batch_t *b, shoal_tl_req_t *reqs, shoal_tl_req_t **rp,
+                                int *peers)
 {
-    shoal_tl_req_t *reqs = calloc((size_t)n, sizeof(*reqs));
-    shoal_tl_req_t **rp = calloc((size_t)n, sizeof(*rp));
-    int *peers = calloc((size_t)n, sizeof(*peers));
-    shoal_status_t st = SHOAL_OK;
+    struct shoal_comm *comm = b->comm;
     int posted = 0;
 
-    if (reqs == NULL || rp == NULL || peers == NULL) {
-        shoal_error(COLL, "no memory for a group of %d sends/receives", n);
-        st = SHOAL_ERR_NO_MEMORY;
-        goto out;
-    }
-    /* Every message is posted before any wait: a send that completes only once the peer
-     * receives it (a message larger than the transport's buffers) must not hold back the
-     * receive its peer's matching send waits for. Sequence numbers are taken in the calls'
-     * order, as one call after the other would take them. */
-    for (int i = 0; i < n; i++) {
-        const shoal_coll_args_t *a = &ops[i];
+    for (int i = 0; i < b->n; i++) {
+        const shoal_coll_args_t *a = &b->ops[i];
         size_t bytes = a->count * shoal_dtype_size(a->dtype);
         shoal_chan_t *ch = &comm->chans[a->root];
         if (a->type == SHOAL_COLL_SEND) {
-            st = shoal_chan_isend(comm, a->root, a->sendbuf, bytes, ch->p2p_send_seq++,
-                                  SHOAL_P2P_STEP, 0, &reqs[i]);
+            b->status = shoal_chan_isend(comm, a->root, a->sendbuf, bytes, ch->p2p_send_seq++,
+                                         SHOAL_P2P_STEP, 0, &reqs[i]);
         } else {
-            st = shoal_chan_irecv(comm, a->root, a->recvbuf, bytes, ch->p2p_recv_seq++,
-                                  SHOAL_P2P_STEP, 0, &reqs[i]);
+            b->status = shoal_chan_irecv(comm, a->root, a->recvbuf, bytes, ch->p2p_recv_seq++,
+                                         SHOAL_P2P_STEP, 0, &reqs[i]);
         }
-        if (st != SHOAL_OK) {
+        if (b->status != SHOAL_OK) {
             break;
         }
         rp[i] = &reqs[i];
         peers[i] = a->root;
         posted++;
     }
-    /* The ones posted are waited for even after a failed post: that failed the communicator,
-     * which failed every pending request (no transport holds one after), and the wait
-     * returns at once. */
-    if (posted > 0) {
-        shoal_status_t wst = shoal_chan_waitall(comm, rp, peers, posted);
-        st = st != SHOAL_OK ? st : wst;
+    return posted;
+}
+
+/* The peer of the first request of rp[0..n) not done yet (-1: none). */
+static int shoal_p2p_first_pending(shoal_tl_req_t **rp, const int *peers, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (rp[i] != NULL && !__atomic_load_n(&rp[i]->done, __ATOMIC_ACQUIRE)) {
+            return peers[i];
+        }
+    }
+    return -1;
+}
+
+/* The wait of several batches: each round progresses every communicator that still has
+ * messages and tests them; a round without progress idles on each of them (their abort, dead
+ * peers and deadline are checked there; a sleep lasts at most 1 ms per communicator). A
+ * failed request fails its communicator, which failed its every pending request, so that
+ * batch is over; the others go on: their peers wait for them. */
+static void shoal_p2p_wait_batches(shoal_p2p_batch_t *b, int nb, shoal_tl_req_t **rp,
+                                   int *peers, const int *off, const int *posted,
+                                   uint64_t *deadline, unsigned *spins, uint8_t *over)
+{
+    for (;;) {
+        int left = 0, progressed = 0;
+        for (int k = 0; k < nb; k++) {
+            int done = 0;
+            shoal_status_t st;
+            if (over[k]) {
+                continue;
+            }
+            progressed |= shoal_chan_progress(b[k].comm) > 0;
+            st = shoal_chan_test(b[k].comm, rp + off[k], peers + off[k], posted[k], &done);
+            if (st != SHOAL_OK || done) {
+                b[k].status = b[k].status != SHOAL_OK ? b[k].status : st;
+                over[k] = 1;
+            } else {
+                left++;
+            }
+        }
+        if (left == 0) {
+            return;
+        }
+        for (int k = 0; k < nb; k++) {
+            shoal_status_t st;
+            if (over[k]) {
+                continue;
+            }
+            if (progressed) {
+                spins[k] = 0;
+                continue;
+            }
+            if (!shoal_chan_idle_may_fail(b[k].comm, spins[k], deadline[k])) {
+                st = shoal_chan_idle(b[k].comm, &spins[k], deadline[k], "waiting");
+            } else {
+                char what[128];
+                int peer = shoal_p2p_first_pending(rp + off[k], peers + off[k], posted[k]);
+                snprintf(what, sizeof(what), "waiting for peer %d (%s) in a group over %d "
+                         "communicators", peer, shoal_comm_peer_host(b[k].comm, peer), nb);
+                st = shoal_chan_idle(b[k].comm, &spins[k], deadline[k], what);
+            }
+            if (st != SHOAL_OK) {
+                b[k].status = b[k].status != SHOAL_OK ? b[k].status : st;
+                over[k] = 1;
+            }
+        }
+    }
+}
+
+shoal_status_t shoal_p2p_run_batches(shoal_p2p_batch_t *b, int nb)
+{
+    int total = 0, *off = NULL, *posted = NULL, *peers = NULL;
+    shoal_tl_req_t *reqs = NULL, **rp = NULL;
+    uint64_t *deadline = NULL;
+    unsigned *spins = NULL;
+    uint8_t *over = NULL;
+    shoal_status_t st = SHOAL_OK;
+
+    for (int k = 0; k < nb; k++) {
+        b[k].status = SHOAL_OK;
+        total += b[k].n;
+    }
+    reqs = calloc((size_t)total, sizeof(*reqs));
+    rp = calloc((size_t)total, sizeof(*rp));
+    peers = calloc((size_t)total, sizeof(*peers));
+    off = calloc((size_t)nb, sizeof(*off));
+    posted = calloc((size_t)nb, sizeof(*posted));
+    deadline = calloc((size_t)nb, sizeof(*deadline));
+    spins = calloc((size_t)nb, sizeof(*spins));
+    over = calloc((size_t)nb, sizeof(*over));
+    if (reqs == NULL || rp == NULL || peers == NULL || off == NULL || posted == NULL ||
+        deadline == NULL || spins == NULL || over == NULL) {
+        shoal_error(COLL, "no memory for a group of %d sends/receives", total);
+        for (int k = 0; k < nb; k++) {
+            b[k].status = SHOAL_ERR_NO_MEMORY;
+        }
+        st = SHOAL_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* Every message is posted before any wait: a send that completes only once the peer
+     * receives it (a message larger than the transport's buffers) must not hold back the
+     * receive its peer's matching send waits for, on this communicator or another. */
+    for (int k = 0, o = 0; k < nb; o += b[k].n, k++) {
+        off[k] = o;
+        posted[k] = shoal_p2p_post_batch(&b[k], reqs + o, rp + o, peers + o);
+        deadline[k] = shoal_deadline_ns(b[k].comm->timeout_ms);
+    }
+    if (nb == 1) {
+        /* The ones posted are waited for even after a failed post: that failed the
+         * communicator, which failed every pending request (no transport holds one after),
+         * and the wait returns at once. */
+        if (posted[0] > 0) {
+            shoal_status_t wst = shoal_chan_waitall(b[0].comm, rp, peers, posted[0]);
+            b[0].status = b[0].status != SHOAL_OK ? b[0].status : wst;
+        }
+    } else {
+        shoal_p2p_wait_batches(b, nb, rp, peers, off, posted, deadline, spins, over);
+    }
+    for (int k = 0; k < nb && st == SHOAL_OK; k++) {
+        st = b[k].status;
     }
 out:
+    free(over);
+    free(spins);
+    free(deadline);
+    free(posted);
+    free(off);
     free(peers);
     free(rp);
     free(reqs);

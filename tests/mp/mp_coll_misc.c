@@ -200,6 +200,72 @@ static void mp_group_exchange(const mp_ctx_t *c, int g, int mix)
     free(want);
 }
 
+/* One group over two communicators (two splits of the job's): every rank sends 4 MiB to the
+ * next rank and receives from the previous one on each, even ranks recording communicator A's
+ * calls first, odd ranks B's. A group runs as one, whichever communicator its calls are on
+ * (as NCCL's): the end ran one communicator's calls after the other's, in the order of their
+ * first call, and a rank that waited on A's send while its peer waited on B's receive waited
+ * until the timeout. */
+static void mp_group_two_comms(const mp_ctx_t *c, int g)
+{
+    const size_t count = (size_t)1048576; /* float32: 4 MiB */
+    const size_t bytes = count * 4;
+    int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+    shoal_comm_t sub[2] = {NULL, NULL};
+    uint8_t *sb[2], *rb[2], *want = mp_alloc(bytes);
+    shoal_status_t st = SHOAL_OK, st2;
+    char why[256] = "";
+    int ok;
+
+    for (int k = 0; k < 2; k++) {
+        sb[k] = mp_alloc(bytes);
+        rb[k] = mp_alloc(bytes);
+        mp_fill(SHOAL_FLOAT32, SHOAL_MAX, c->rank, c->nranks, sb[k], count, (size_t)k * count);
+        memset(rb[k], 0xA5, bytes);
+        st2 = shoal_comm_split(c->comm, 0, c->rank, &sub[k]);
+        st = st2 != SHOAL_OK ? st2 : st;
+    }
+    if (st == SHOAL_OK) {
+        int64_t t0 = mp_now_ns();
+        (void)shoal_group_start();
+        for (int i = 0; i < 2; i++) {
+            int k = (c->rank + i) % 2; /* even ranks: A first; odd ranks: B first */
+            st2 = shoal_send(sb[k], count, SHOAL_FLOAT32, next, sub[k], NULL);
+            st = st2 != SHOAL_OK ? st2 : st;
+            st2 = shoal_recv(rb[k], count, SHOAL_FLOAT32, prev, sub[k], NULL);
+            st = st2 != SHOAL_OK ? st2 : st;
+        }
+        st2 = shoal_group_end();
+        st = st2 != SHOAL_OK ? st2 : st;
+        if (st != SHOAL_OK) {
+            snprintf(why, sizeof(why), "%s after %.0f ms: %s / %s", shoal_status_name(st),
+                     (double)(mp_now_ns() - t0) / 1e6, shoal_comm_last_error(sub[0]),
+                     shoal_comm_last_error(sub[1]));
+        }
+    } else {
+        snprintf(why, sizeof(why), "split: %s", shoal_status_name(st));
+    }
+    ok = st == SHOAL_OK;
+    for (int k = 0; k < 2 && ok; k++) {
+        mp_fill(SHOAL_FLOAT32, SHOAL_MAX, prev, c->nranks, want, count, (size_t)k * count);
+        if (mp_first_diff(rb[k], want, count, 4) < count) {
+            ok = 0;
+            snprintf(why, sizeof(why), "wrong data from rank %d on communicator %c", prev,
+                     'A' + k);
+        }
+    }
+    mp_case(g, ok, c->rank, "a group over two communicators, recorded in opposite orders: %s",
+            why);
+    for (int k = 0; k < 2; k++) {
+        if (sub[k] != NULL) {
+            (void)shoal_comm_destroy(sub[k]);
+        }
+        free(sb[k]);
+        free(rb[k]);
+    }
+    free(want);
+}
+
 void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
 {
     int g = mp_group("send/recv");
@@ -219,6 +285,7 @@ void mp_test_sendrecv(const mp_ctx_t *c, uint8_t *sbuf, uint8_t *rbuf)
     mp_ring_exchange(c, g, SHOAL_UINT8, 0, sbuf, rbuf, want);
     mp_group_exchange(c, g, 0);
     mp_group_exchange(c, g, 1);
+    mp_group_two_comms(c, g);
     mp_ring_exchange(c, g, SHOAL_INT32, 1021, sbuf, rbuf, want); /* the channels still match */
     free(want);
 }
@@ -282,6 +349,52 @@ static void mp_group_destroyed(const mp_ctx_t *c)
     free(buf);
 }
 
+/* A group over two communicators where one peer never posts on the first (ranks 0 and 1, a
+ * 2 s timeout): rank 0's end fails on it within its timeout, naming peer 1, while its send on
+ * the job's communicator, which rank 1 receives, completes with the right bytes; the job's
+ * communicator works on. */
+static void mp_group_two_comms_fail(const mp_ctx_t *c)
+{
+    int g = mp_group("a group over two communicators, one peer silent on one of them");
+    const size_t count = (size_t)1048576;
+    shoal_comm_t sub = NULL;
+    shoal_status_t st;
+    float *buf, *want;
+
+    if (mp_sub01(c, g, &sub) != SHOAL_OK) {
+        return;
+    }
+    buf = mp_alloc(count * 4);
+    want = mp_alloc(count * 4);
+    mp_fill(SHOAL_FLOAT32, SHOAL_MAX, 0, c->nranks, want, count, 0);
+    if (c->rank == 0) {
+        int64_t t0 = mp_now_ns();
+        const char *le;
+        double ms;
+        (void)shoal_group_start();
+        (void)shoal_recv(buf, count, SHOAL_FLOAT32, 1, sub, NULL);
+        (void)shoal_send(want, count, SHOAL_FLOAT32, 1, c->comm, NULL);
+        st = shoal_group_end();
+        ms = (double)(mp_now_ns() - t0) / 1e6;
+        le = shoal_comm_last_error(sub);
+        mp_case(g, st == SHOAL_ERR_TIMEOUT && ms < 10000 && strstr(le, "peer 1") != NULL,
+                c->rank, "group end: %s after %.0f ms: %s", shoal_status_name(st), ms, le);
+    } else if (c->rank == 1) {
+        memset(buf, 0xA5, count * 4);
+        st = shoal_recv(buf, count, SHOAL_FLOAT32, 0, c->comm, NULL); /* never posts on sub */
+        mp_case(g, st == SHOAL_OK && mp_first_diff(buf, want, count, 4) == count, c->rank,
+                "the send on the job's communicator: %s: %s", MP_ERR(st, c->comm));
+    }
+    st = shoal_barrier(c->comm, NULL);
+    mp_case(g, st == SHOAL_OK, c->rank, "the job's communicator after: %s: %s",
+            MP_ERR(st, c->comm));
+    if (sub != NULL) {
+        (void)shoal_comm_destroy(sub);
+    }
+    free(buf);
+    free(want);
+}
+
 /* A group whose peer never posts its side: rank 0's group end fails within the timeout
  * (2 s, on a communicator of ranks 0 and 1 made for it), naming peer 1, and leaves nothing
  * behind; rank 1 waits on the main communicator until rank 0 is through. */
@@ -334,6 +447,7 @@ void mp_test_p2pfail(const mp_ctx_t *c)
         (void)shoal_comm_destroy(sub);
     }
     mp_group_destroyed(c);
+    mp_group_two_comms_fail(c);
 }
 
 /* A process forked from a rank (a worker that exits through its atexit handlers, or calls the

@@ -74,7 +74,8 @@ for tl in $transports; do
     done
 done
 # A group whose peer never posts its side: the group's end fails within the timeout and
-# names the peer (mp_coll's named-only section "p2pfail").
+# names the peer; in a group over two communicators, the other one's messages still go
+# (mp_coll's named-only section "p2pfail").
 for tl in $transports; do
     mp_job "$tl n=2 p2pfail" 2 "SHOAL_TRANSPORT=$tl" "$prog" p2pfail
 done
