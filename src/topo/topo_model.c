@@ -47,11 +47,17 @@ static int shoal_tuning_line(char *line, shoal_tuning_t *t)
 {
     char name[16];
     double lat, bw, send = 0, recv = 0;
-    int k, got = sscanf(line, "%15s lat %lf bw %lf send %lf recv %lf", name, &lat, &bw, &send,
-                        &recv);
+    int k, end[3] = {0, 0, 0};
+    int got = sscanf(line, "%15s lat %lf bw %lf%n send %lf%n recv %lf%n", name, &lat, &bw,
+                     &end[0], &send, &end[1], &recv, &end[2]);
 
     if (strncmp(line, "set", 3) == 0 && (line[3] == ' ' || line[3] == '\t')) {
         return 0; /* a setting: src/tune reads those */
+    }
+    /* Nothing but blanks past the last figure read: 'recv 4' without 'send', a misspelt
+     * 'sned 3' or 'bw 2GB/s' were dropped without a word, the line taken in part. */
+    if (got >= 3 && got <= 5 && line[end[got - 3] + strspn(line + end[got - 3], " \t\r")] != 0) {
+        return -1;
     }
     if (got < 3 || !shoal_tuning_figure_ok(lat, 0) || !shoal_tuning_figure_ok(bw, 1e-9) ||
         !shoal_tuning_figure_ok(send, 0) || !shoal_tuning_figure_ok(recv, 0)) {

@@ -178,6 +178,17 @@ static void test_tuning(void)
            "taken");
     tap_ok(strstr(tap_stderr_of(parse_tuning, "shm lat 1 bw 5\n\n# x\ntcp lat 1 bw -5\n"),
                   "SHOAL_TUNING_FILE line 4:") != NULL, "tuning: the error names line 4");
+    /* Words past the figures were dropped without a word: 'recv 4' without 'send' (the topology
+     * file takes them in any order), a misspelt 'sned 3', a unit glued to a number. */
+    tap_ok(shoal_tuning_parse("tcp lat 1 bw 2 recv 4\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("tcp lat 1 bw 2 sned 3\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("tcp lat 1 bw 2GB/s\n", &t) == SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("tcp lat 1 bw 2 send 3 recv 4 5\n", &t) ==
+                   SHOAL_ERR_INVALID_ARG &&
+               shoal_tuning_parse("tcp lat 1 bw 2 send 3\n", &t) == SHOAL_OK &&
+               shoal_tuning_parse("tcp lat 1 bw 2 send 3 recv 4 \t\r\n", &t) == SHOAL_OK &&
+               t.link[SHOAL_LINK_TCP].recv_us == 4,
+           "tuning: a line with words past its figures is refused, not taken in part");
     shoal_tuning_parse("shm lat 1.25 bw 8 send 0.5 recv 0.25\n", &t);
     close(fd);
     tap_is_int(shoal_tuning_save(path, &t), SHOAL_OK, "tuning: saved");
