@@ -214,10 +214,14 @@ static int shoal_tune_cache_read(const char *path, const shoal_tune_machine_t *m
     char buf[256];
     unsigned l1, l2, l3;
     long long since;
-    int ncores, fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int ncores, fd;
     struct stat st;
     ssize_t n;
 
+    /* O_NONBLOCK: the name is known, and anyone can make a FIFO of it in /tmp before the job;
+     * opened for reading it waited for a writer, and init with it, for ever. A regular file
+     * reads as ever; anything else is not trusted below. */
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         return -1;
     }
