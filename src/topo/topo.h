@@ -112,7 +112,8 @@ SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuni
 
 /* ---- synthetic topology (SHOAL_TOPO_FILE) ---------------------------------------------
  *   # comment                      anything after '#' is ignored
- *   hosts 2                        number of hosts
+ *   hosts 2                        number of hosts (without ppn, block: every host gets
+ *                                  ranks, the first ones one more where they do not divide)
  *   ppn 2                          ranks per host; a list (ppn 3 1) gives each host's count
  *   layout block                   block (host of rank r: 0 0 1 1) or cyclic (0 1 0 1)
  *   host 1 ranks 0 2 5             explicit placement of these ranks (overrides layout)

@@ -175,6 +175,16 @@ static int shoal_topo_file_place(const shoal_topo_spec_t *sp, int r)
     return 0;
 }
 
+/* Host of rank r in a block layout of nranks over nhosts without ppn: the first
+ * nranks % nhosts hosts one rank more than the others. Blocks of ceil(nranks / nhosts) left
+ * the last hosts empty ('hosts 4' over 6 ranks was 2 2 2 0: three hosts, not four). */
+static int shoal_topo_file_even(int nhosts, int nranks, int r)
+{
+    int q = nranks / nhosts, rem = nranks % nhosts;
+
+    return r < rem * (q + 1) ? r / (q + 1) : rem + (r - rem * (q + 1)) / q;
+}
+
 /* Sockets: each host's ranks, in rank order, cut into sp->sockets contiguous groups. One pass
  * over the ranks ordered by (host, rank): the cost follows the ranks, not hosts x ranks (a
  * file of 555555 hosts took over 10 s, tests/fuzz/regress/topo_file). */
@@ -220,16 +230,17 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
             sp->nhosts = (nranks + sp->ppn[0] - 1) / sp->ppn[0];
         }
     }
-    if (sp->nppn == 0 && !sp->cyclic) {
-        sp->nppn = 1;
-        sp->ppn[0] = (nranks + sp->nhosts - 1) / sp->nhosts;
-    }
     tf->nhosts = sp->nhosts;
     tf->sockets = sp->sockets;
     tf->nranks = nranks;
     for (int r = 0; r < nranks; r++) {
-        tf->host_of[r] = sp->explicit_host[r] >= 0 ? sp->explicit_host[r]
-                                                   : shoal_topo_file_place(sp, r);
+        if (sp->explicit_host[r] >= 0) {
+            tf->host_of[r] = sp->explicit_host[r];
+        } else if (sp->nppn == 0 && !sp->cyclic) {
+            tf->host_of[r] = shoal_topo_file_even(sp->nhosts, nranks, r);
+        } else {
+            tf->host_of[r] = shoal_topo_file_place(sp, r);
+        }
     }
     return shoal_topo_file_sockets(tf);
 }

@@ -115,6 +115,42 @@ static void test_topo_file(void)
            "topo file: explicit placement wins over the layout");
     shoal_topo_file_free(&tf);
 
+    /* 'hosts N' alone, N not dividing the ranks: blocks of ceil(ranks / N) left hosts empty
+     * ('hosts 4' over 6 ranks was 2 2 2 0: three hosts). Every host gets ranks, the blocks
+     * differ by one at most, and the ring still crosses each host boundary once. */
+    tap_is_int(shoal_topo_file_parse("hosts 4\n", 6, &tf), SHOAL_OK, "topo file: hosts 4, 6 ranks");
+    {
+        int cnt[4] = {0}, order[6], ok = tf.host_of != NULL;
+        for (int r = 0; ok && r < 6; r++) {
+            ok = tf.host_of[r] >= 0 && tf.host_of[r] < 4 && (r == 0 || tf.host_of[r] >=
+                                                             tf.host_of[r - 1]);
+            cnt[ok ? tf.host_of[r] : 0]++;
+        }
+        tap_ok(ok && cnt[0] >= 1 && cnt[1] >= 1 && cnt[2] >= 1 && cnt[3] >= 1 &&
+                   cnt[0] + cnt[1] + cnt[2] + cnt[3] == 6,
+               "topo file: hosts 4 over 6 ranks: blocks %d %d %d %d, none empty", cnt[0],
+               cnt[1], cnt[2], cnt[3]);
+        if (ok) {
+            shoal_topo_ring_order(6, tf.host_of, tf.socket_of, order);
+            test_ring_valid(6, tf.host_of, order, "hosts 4 over 6 ranks");
+        }
+    }
+    shoal_topo_file_free(&tf);
+    tap_is_int(shoal_topo_file_parse("hosts 3\nsockets 2\n", 4, &tf), SHOAL_OK,
+               "topo file: hosts 3, 4 ranks");
+    {
+        int ids[4] = {0}, hidx[4];
+        uint64_t u[4];
+        for (int r = 0; r < 4; r++) {
+            u[r] = (uint64_t)(tf.host_of != NULL ? tf.host_of[r] : 0);
+            ids[r] = (int)u[r];
+        }
+        tap_is_int(shoal_topo_host_index(4, u, hidx), 3,
+                   "topo file: hosts 3 over 4 ranks: three hosts (%d %d %d %d)", ids[0], ids[1],
+                   ids[2], ids[3]);
+    }
+    shoal_topo_file_free(&tf);
+
     tap_is_int(shoal_topo_file_parse("hosts two\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
                "topo file: bad number refused");
     tap_is_int(shoal_topo_file_parse("link middle lat 1 bw 1\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
