@@ -255,8 +255,8 @@ static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
         }
         memcpy(t->host_of, tf.host_of, sizeof(int) * (size_t)n);
         memcpy(t->socket_of, tf.socket_of, sizeof(int) * (size_t)n);
-        t->intra = tf.have_intra ? tf.intra : t->intra;
-        t->inter = tf.have_inter ? tf.inter : t->inter;
+        t->intra = shoal_topo_file_link_over(t->intra, &tf.intra, tf.have_intra);
+        t->inter = shoal_topo_file_link_over(t->inter, &tf.inter, tf.have_inter);
         shoal_topo_file_free(&tf);
     } else {
         for (int r = 0; r < n; r++) {

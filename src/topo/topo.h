@@ -130,8 +130,15 @@ typedef struct {
     int *host_of;       /* [nranks] */
     int *socket_of;     /* [nranks] */
     shoal_link_t intra, inter;
-    int have_intra, have_inter;
+    int have_intra, have_inter; /* SHOAL_TOPO_LINK_* bits: the parts the link lines give */
 } shoal_topo_file_t;
+enum { SHOAL_TOPO_LINK_LAT = 1, SHOAL_TOPO_LINK_BW = 2, SHOAL_TOPO_LINK_SEND = 4,
+       SHOAL_TOPO_LINK_RECV = 8 };
+/* base with the parts of l that have names in place of its own: a line that leaves a part out
+ * keeps the usual value of it (measured, tuning file or default), not 0 ('link inter lat 100'
+ * alone had a bandwidth of 0, and the cost model then dropped the whole link for its default). */
+SHOAL_HIDDEN shoal_link_t shoal_topo_file_link_over(shoal_link_t base, const shoal_link_t *l,
+                                                    int have);
 
 /* Parse text for a communicator of nranks ranks. On error logs the line and returns
  * SHOAL_ERR_INVALID_ARG; tf is then empty. */

@@ -455,8 +455,10 @@ static void shoal_topo_finish(struct shoal_comm *comm, shoal_topo_comm_t *tc,
     tc->ring_share = shoal_topo_ring_share(n, tc->host_of, tc->ring_order);
     tc->ncores = ncores;
     shoal_topo_link_table(n, meas, all[0].tuning_loaded == 1 ? &all[0].tuning : NULL, links);
-    tc->intra = tf->have_intra ? tf->intra : shoal_topo_worst(ki, links, SHOAL_LINK_SHM);
-    tc->inter = tf->have_inter ? tf->inter : shoal_topo_worst(ke, links, SHOAL_LINK_TCP);
+    tc->intra = shoal_topo_file_link_over(shoal_topo_worst(ki, links, SHOAL_LINK_SHM),
+                                          &tf->intra, tf->have_intra);
+    tc->inter = shoal_topo_file_link_over(shoal_topo_worst(ke, links, SHOAL_LINK_TCP),
+                                          &tf->inter, tf->have_inter);
     if (all[0].tuning_loaded == 1) {
         /* local memory rates of the tuning file (rank 0's copy: the same on every rank) */
         tc->reduce_gbs = all[0].tuning.reduce_gbs;

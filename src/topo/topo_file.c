@@ -64,7 +64,7 @@ static int shoal_topo_file_double(const char *s, double *v_p)
 static int shoal_topo_file_link(char **tok, int n, shoal_topo_file_t *tf)
 {
     shoal_link_t l;
-    int inter;
+    int inter, have = 0;
     if (n < 4 || (n % 2) != 0) {
         return -1;
     }
@@ -83,24 +83,37 @@ static int shoal_topo_file_link(char **tok, int n, shoal_topo_file_t *tf)
         }
         if (strcmp(tok[i], "lat") == 0) {
             l.alpha_us = v;
+            have |= SHOAL_TOPO_LINK_LAT;
         } else if (strcmp(tok[i], "bw") == 0 && v >= 1e-9) { /* 1e-320: a beta of inf */
             l.beta_us = shoal_gbs_to_beta(v);
+            have |= SHOAL_TOPO_LINK_BW;
         } else if (strcmp(tok[i], "send") == 0) {
             l.send_us = v;
+            have |= SHOAL_TOPO_LINK_SEND;
         } else if (strcmp(tok[i], "recv") == 0) {
             l.recv_us = v;
+            have |= SHOAL_TOPO_LINK_RECV;
         } else {
             return -1;
         }
     }
     if (inter) {
         tf->inter = l;
-        tf->have_inter = 1;
+        tf->have_inter |= have;
     } else {
         tf->intra = l;
-        tf->have_intra = 1;
+        tf->have_intra |= have;
     }
     return 0;
+}
+
+shoal_link_t shoal_topo_file_link_over(shoal_link_t base, const shoal_link_t *l, int have)
+{
+    base.alpha_us = (have & SHOAL_TOPO_LINK_LAT) != 0 ? l->alpha_us : base.alpha_us;
+    base.beta_us = (have & SHOAL_TOPO_LINK_BW) != 0 ? l->beta_us : base.beta_us;
+    base.send_us = (have & SHOAL_TOPO_LINK_SEND) != 0 ? l->send_us : base.send_us;
+    base.recv_us = (have & SHOAL_TOPO_LINK_RECV) != 0 ? l->recv_us : base.recv_us;
+    return base;
 }
 
 static int shoal_topo_file_line(char **tok, int n, int nranks, shoal_topo_spec_t *sp,

@@ -326,4 +326,21 @@ if [ "$r:$r2" = "0:0" ] &&
 then
     echo "ok $n_tap - a FIFO or /dev/zero as SHOAL_CONF_FILE is refused at once with the reason"
 else echo "not ok $n_tap - SHOAL_CONF_FILE FIFO rc $r, /dev/zero rc $r2: $(head -n 2 "$tmp/info.err" "$tmp/info2.err")"; fi
+# A link line of SHOAL_TOPO_FILE that leaves parts out keeps their usual values: 'link inter
+# lat 100' alone was a link of bandwidth 0, which the cost model dropped for tcp's default
+# (20 us): shoal_info printed 'inter 100.00 us 0.000 GB/s' and modelled 8 B across two hosts
+# in 32 us with recursive doubling
+printf 'hosts 2\nppn 2\nlink inter lat 100\n' >"$tmp/topo"
+env -u SHOAL_TUNE_MACHINE -u SHOAL_TUNING_FILE -u SHOAL_TRANSPORT SHOAL_TOPO_FILE="$tmp/topo" \
+    "$info" -t -n 4 >"$tmp/info" 2>"$tmp/info.err"
+check "a topology file's 'link inter lat 100': that latency, tcp's usual bandwidth" \
+    "links: intra .* inter 100.00 us 1.500 GB/s" "$tmp/info"
+sed -n '/^# allreduce: modelled/,/^# broadcast: modelled/p' "$tmp/info" >"$tmp/info.ar"
+n_tap=$((n_tap + 1))
+if awk '$2 == 8 { for (i = 3; i < NF; i++) if ($i != "-" && $i + 0 < 100) bad = 1; seen = 1 }
+        END { exit !(seen && !bad) }' "$tmp/info.ar"; then
+    echo "ok $n_tap - ... and every AllReduce of 8 B across the two hosts is modelled at 100 us or more"
+else
+    echo "not ok $n_tap - 8 B across hosts modelled below the file's 100 us: $(grep -E '^# +8 ' "$tmp/info.ar")"
+fi
 echo "1..$n_tap"
