@@ -391,13 +391,24 @@ static int shoal_info_print_topo(int n, int ppn)
     shoal_topo_discover(shoal_topo_config.topo_discovery, &sum);
     printf("# this host (%s)\n", shoal_hostname());
     shoal_topo_summary_print(&sum, stdout);
+    ok = 1;
+    if (n <= 0 && path != NULL && path[0] != '\0') {
+        /* the ranks the file describes, as the usage says (this host's PUs were taken: 'hosts
+         * 4, ppn 8' printed 2 ranks on one host) */
+        shoal_topo_file_t tf;
+        ok = shoal_topo_file_load(path, 1, &tf) == SHOAL_OK;
+        n = ok ? SHOAL_MIN(tf.described, SHOAL_INFO_RANKS_MAX) : 0;
+        if (ok) {
+            shoal_topo_file_free(&tf);
+        }
+    }
     if (n <= 0) {
         n = SHOAL_MAX(sum.npus, 2);
     }
     if (ppn <= 0) {
         ppn = n;
     }
-    ok = shoal_info_topo_layout(&t, n, ppn) == 0;
+    ok = ok && shoal_info_topo_layout(&t, n, ppn) == 0;
     shoal_tune_resolve(shoal_topo_config.topo_discovery, shoal_info_link(&link) ? &link : NULL,
                        &tune);
     shoal_tune_print(&tune, stdout);

@@ -126,6 +126,8 @@ SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuni
 typedef struct {
     int nhosts;
     int nranks;         /* ranks the arrays describe */
+    int described;      /* ranks the file places before wrapping around (hosts x ppn, the ppn
+                         * list's sum, the host lines' highest + 1); 0: it does not say */
     int sockets;        /* per host, >= 1 */
     int *host_of;       /* [nranks] */
     int *socket_of;     /* [nranks] */

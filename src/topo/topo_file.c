@@ -15,6 +15,8 @@ typedef struct {
     int sockets;
     int nppn;
     int ppn[SHOAL_TOPO_TOK_MAX];
+    int hosts_line;     /* the count of the 'hosts' line, 0 without one */
+    int max_rank;       /* highest rank of the host lines, -1 none */
     int *explicit_host; /* [nranks], -1 when not placed by a host line */
 } shoal_topo_spec_t;
 
@@ -120,7 +122,11 @@ static int shoal_topo_file_line(char **tok, int n, int nranks, shoal_topo_spec_t
                                 shoal_topo_file_t *tf)
 {
     if (strcmp(tok[0], "hosts") == 0) {
-        return n == 2 ? shoal_topo_file_int(tok[1], 1, &sp->nhosts) : -1;
+        if (n != 2 || shoal_topo_file_int(tok[1], 1, &sp->nhosts) != 0) {
+            return -1;
+        }
+        sp->hosts_line = sp->nhosts;
+        return 0;
     }
     if (strcmp(tok[0], "sockets") == 0) {
         return n == 2 ? shoal_topo_file_int(tok[1], 1, &sp->sockets) : -1;
@@ -154,6 +160,7 @@ static int shoal_topo_file_line(char **tok, int n, int nranks, shoal_topo_spec_t
             if (r < nranks) {
                 sp->explicit_host[r] = h;
             }
+            sp->max_rank = SHOAL_MAX(sp->max_rank, r);
         }
         sp->nhosts = SHOAL_MAX(sp->nhosts, h + 1);
         return 0;
@@ -234,6 +241,22 @@ static shoal_status_t shoal_topo_file_sockets(shoal_topo_file_t *tf)
     return SHOAL_OK;
 }
 
+/* The ranks the file places before wrapping around: the ppn list's sum, one ppn times the
+ * 'hosts' line's count, past the highest rank of the host lines; 0 when it does not say. */
+static int shoal_topo_file_described(const shoal_topo_spec_t *sp)
+{
+    int64_t lay = 0;
+
+    if (sp->nppn > 1) {
+        for (int h = 0; h < sp->nppn; h++) {
+            lay += sp->ppn[h];
+        }
+    } else if (sp->nppn == 1 && sp->hosts_line > 0) {
+        lay = (int64_t)sp->ppn[0] * sp->nhosts; /* as shoal_topo_file_place wraps */
+    }
+    return (int)SHOAL_MIN(SHOAL_MAX(lay, (int64_t)sp->max_rank + 1), (int64_t)1 << 30);
+}
+
 static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
                                              shoal_topo_file_t *tf)
 {
@@ -246,6 +269,7 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
     tf->nhosts = sp->nhosts;
     tf->sockets = sp->sockets;
     tf->nranks = nranks;
+    tf->described = shoal_topo_file_described(sp);
     for (int r = 0; r < nranks; r++) {
         if (sp->explicit_host[r] >= 0) {
             tf->host_of[r] = sp->explicit_host[r];
@@ -260,7 +284,7 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
 
 shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_file_t *tf)
 {
-    shoal_topo_spec_t sp = {.sockets = 1};
+    shoal_topo_spec_t sp = {.sockets = 1, .max_rank = -1};
     char *copy = strdup(text), *line, *next;
     int lineno = 0;
     shoal_status_t st = SHOAL_ERR_INVALID_ARG;

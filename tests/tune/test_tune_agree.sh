@@ -343,4 +343,14 @@ if awk '$2 == 8 { for (i = 3; i < NF; i++) if ($i != "-" && $i + 0 < 100) bad = 
 else
     echo "not ok $n_tap - 8 B across hosts modelled below the file's 100 us: $(grep -E '^# +8 ' "$tmp/info.ar")"
 fi
+# Without -n, the ranks the topology file describes, as the usage says (this host's PUs were
+# taken: 'hosts 4, ppn 8' printed 2 ranks on one host); a file that does not say: the PUs
+printf 'hosts 4\nppn 8\nsockets 2\n' >"$tmp/topo"
+env -u SHOAL_TUNE_MACHINE SHOAL_TOPO_FILE="$tmp/topo" "$info" -t >"$tmp/info" 2>"$tmp/info.err"
+check "shoal_info -t without -n: the topology file's 32 ranks on 4 hosts" \
+    "^# 32 ranks on 4 host\(s\) from " "$tmp/info"
+printf 'hosts 2\n' >"$tmp/topo"
+env -u SHOAL_TUNE_MACHINE SHOAL_TOPO_FILE="$tmp/topo" "$info" -t >"$tmp/info" 2>"$tmp/info.err"
+check "... a file that gives no rank count: this host's PUs (at least 2)" \
+    "^# ([2-9]|[1-9][0-9]+) ranks on (1|2) host\(s\) from " "$tmp/info"
 echo "1..$n_tap"

@@ -151,6 +151,28 @@ static void test_topo_file(void)
     }
     shoal_topo_file_free(&tf);
 
+    /* The ranks a file describes (shoal_info -t's default -n): hosts x ppn, the ppn list's sum,
+     * the host lines' highest rank + 1; 0 where it does not say. */
+    {
+        static const struct {
+            const char *text;
+            int want;
+        } dc[] = {{"hosts 4\nppn 8\n", 32},  {"ppn 3 1\n", 4},
+                  {"hosts 2\nppn 3 1\n", 4}, {"layout cyclic\nhosts 3\nppn 2\n", 6},
+                  {"host 1 ranks 0 9\n", 10}, {"hosts 3\n", 0},
+                  {"ppn 2\n", 0}};
+        int bad = 0;
+        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(dc); i++) {
+            if (shoal_topo_file_parse(dc[i].text, 1, &tf) != SHOAL_OK ||
+                tf.described != dc[i].want) {
+                tap_diag("'%s': described %d, want %d", dc[i].text, tf.described, dc[i].want);
+                bad++;
+            }
+            shoal_topo_file_free(&tf);
+        }
+        tap_is_int(bad, 0, "topo file: the ranks it describes");
+    }
+
     tap_is_int(shoal_topo_file_parse("hosts two\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
                "topo file: bad number refused");
     tap_is_int(shoal_topo_file_parse("link middle lat 1 bw 1\n", 4, &tf), SHOAL_ERR_INVALID_ARG,
