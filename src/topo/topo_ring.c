@@ -109,6 +109,26 @@ static int shoal_topo_ring_host_char(char ch)
            ch == '.' || ch == '_' || ch == '-';
 }
 
+static int shoal_topo_ring_name_cmp(const void *a, const void *b, void *names)
+{
+    const char(*nm)[SHOAL_TOPO_HOSTNAME_MAX] = names;
+    return strcmp(nm[*(const int *)a], nm[*(const int *)b]);
+}
+
+/* Indices of rh's names in name order (malloc'ed; NULL when there are none or no memory). */
+static int *shoal_topo_ring_hosts_sorted(const shoal_topo_ring_hosts_t *rh)
+{
+    int *idx = rh->n > 0 ? malloc(sizeof(*idx) * (size_t)rh->n) : NULL;
+
+    for (int i = 0; idx != NULL && i < rh->n; i++) {
+        idx[i] = i;
+    }
+    if (idx != NULL) {
+        qsort_r(idx, (size_t)rh->n, sizeof(*idx), shoal_topo_ring_name_cmp, rh->names);
+    }
+    return idx;
+}
+
 shoal_status_t shoal_topo_ring_hosts_parse(const char *text, shoal_topo_ring_hosts_t *rh)
 {
     const char *p = text;
@@ -151,15 +171,24 @@ shoal_status_t shoal_topo_ring_hosts_parse(const char *text, shoal_topo_ring_hos
         }
         memcpy(rh->names[rh->n], s, len);
         rh->names[rh->n][len] = '\0';
-        for (int i = 0; i < rh->n; i++) {
-            if (strcmp(rh->names[i], rh->names[rh->n]) == 0) {
-                shoal_warn(TOPO, "ring host list: host %s listed twice", rh->names[i]);
-                shoal_topo_ring_hosts_free(rh);
-                return SHOAL_ERR_INVALID_ARG;
-            }
-        }
         rh->n++;
     }
+    /* Names listed twice: neighbours once sorted. Each name against all before it took
+     * n^2 / 2 comparisons, seconds of CPU on every rank's init for a list near the limit. */
+    int *idx = shoal_topo_ring_hosts_sorted(rh);
+    if (idx == NULL && rh->n > 0) {
+        shoal_topo_ring_hosts_free(rh);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 1; i < rh->n; i++) {
+        if (strcmp(rh->names[idx[i - 1]], rh->names[idx[i]]) == 0) {
+            shoal_warn(TOPO, "ring host list: host %s listed twice", rh->names[idx[i]]);
+            free(idx);
+            shoal_topo_ring_hosts_free(rh);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+    }
+    free(idx);
     /* the fingerprint ranks compare: the same list on every rank, or none is used */
     rh->hash = 0x5348524eULL;
     for (int i = 0; i < rh->n; i++) {
@@ -178,17 +207,29 @@ int shoal_topo_ring_order_hosts(int n, const int *socket_of, const char *const *
                                 const shoal_topo_ring_hosts_t *rh, int *order)
 {
     shoal_topo_key_t *keys = malloc(sizeof(*keys) * (size_t)n);
+    /* each rank's host found by bisection of the sorted names, not by a scan of the list */
+    int *idx = shoal_topo_ring_hosts_sorted(rh);
 
-    if (keys == NULL) {
+    if (keys == NULL || (idx == NULL && rh->n > 0)) {
+        free(keys);
+        free(idx);
         return -1;
     }
     for (int r = 0; r < n; r++) {
-        int pos = -1;
-        for (int i = 0; i < rh->n && pos < 0; i++) {
-            pos = strcmp(rh->names[i], host_name[r]) == 0 ? i : -1;
+        int pos = -1, lo = 0, hi = rh->n - 1;
+        while (lo <= hi && pos < 0) {
+            int mid = lo + (hi - lo) / 2, c = strcmp(rh->names[idx[mid]], host_name[r]);
+            if (c == 0) {
+                pos = idx[mid];
+            } else if (c < 0) {
+                lo = mid + 1;
+            } else {
+                hi = mid - 1;
+            }
         }
         if (pos < 0) {
             free(keys);
+            free(idx);
             return r + 1;
         }
         keys[r] = (shoal_topo_key_t){
@@ -202,6 +243,7 @@ int shoal_topo_ring_order_hosts(int n, const int *socket_of, const char *const *
         order[i] = keys[i].rank;
     }
     free(keys);
+    free(idx);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Checks that order is a permutation, each host's ranks are contiguous on the ring (so it
@@ -507,7 +508,43 @@ static void test_ring_hosts(void)
     tap_is_int(order[0], -7, "the order is left alone");
     shoal_topo_ring_hosts_free(&rh);
     tap_ok(shoal_topo_ring_hosts_parse("a,a", &rh) != SHOAL_OK, "a host twice is refused");
+    tap_ok(shoal_topo_ring_hosts_parse("b,a,c,d,c", &rh) != SHOAL_OK,
+           "... also apart and out of order");
     tap_ok(shoal_topo_ring_hosts_parse("a,b$c", &rh) != SHOAL_OK, "a bad character is refused");
+    /* A list near the limit (65536 hosts, shoal-place's output for a large cluster): each name
+     * was compared with every one before it (8 s of CPU here on every rank's init), and each
+     * rank's host looked up by a scan of the whole list. */
+    {
+        const int nh = SHOAL_TOPO_RING_HOSTS_MAX, nr = 8192;
+        char *text = malloc((size_t)nh * 24), *p = text;
+        const char **rn = malloc(sizeof(*rn) * (size_t)nr);
+        char(*rbuf)[24] = malloc(sizeof(*rbuf) * (size_t)nr);
+        int *ord = malloc(sizeof(int) * (size_t)nr), ok;
+        clock_t c0 = clock();
+        double cpu;
+        if (text == NULL || rn == NULL || rbuf == NULL || ord == NULL) {
+            tap_bail("out of memory");
+        }
+        for (int i = 0; i < nh; i++) { /* the list in reverse: the ring goes down the hosts */
+            p += sprintf(p, "gpu-node-%05d\n", nh - 1 - i);
+        }
+        for (int r = 0; r < nr; r++) { /* 8 ranks on each of 1024 hosts spread over the list */
+            snprintf(rbuf[r], sizeof(rbuf[r]), "gpu-node-%05d", (r / 8) * 64);
+            rn[r] = rbuf[r];
+        }
+        ok = shoal_topo_ring_hosts_parse(text, &rh) == SHOAL_OK && rh.n == nh &&
+             shoal_topo_ring_order_hosts(nr, NULL, rn, &rh, ord) == 0;
+        cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+        tap_ok(ok && ord[0] == nr - 8 && ord[7] == nr - 1 && ord[8] == nr - 16 &&
+                   ord[nr - 1] == 7 && cpu < 2.0,
+               "a list of %d hosts, %d ranks on it: the order taken in %.2f s of CPU", nh, nr,
+               cpu);
+        shoal_topo_ring_hosts_free(&rh);
+        free(text);
+        free(rn);
+        free(rbuf);
+        free(ord);
+    }
     /* A directory opens and reads nothing: it passed as an empty list, without a warning. */
     tap_is_int(shoal_topo_ring_hosts_load(NULL, "/", &rh), SHOAL_ERR_INVALID_ARG,
                "SHOAL_RING_HOSTS_FILE naming a directory is refused");
