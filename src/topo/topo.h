@@ -105,6 +105,9 @@ typedef struct {
     double reduce_gbs, copy_gbs; /* 0 when absent */
 } shoal_tuning_t;
 SHOAL_HIDDEN shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t);
+/* One line (no comment, no leading blanks) into t: 0, or -1 malformed (nothing logged). src/tune
+ * reads the 'copy' and 'reduce' lines by it, so that both take and refuse the same lines. */
+SHOAL_HIDDEN int shoal_tuning_parse_line(char *line, shoal_tuning_t *t);
 /* 1 loaded, 0 no such file, negative status on a file that is there but unusable (malformed,
  * too large, unreadable). */
 SHOAL_HIDDEN int shoal_tuning_load(const char *path, shoal_tuning_t *t);

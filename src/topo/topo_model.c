@@ -43,7 +43,7 @@ static int shoal_tuning_figure_ok(double v, double lo)
     return v >= lo && v <= 1e9;
 }
 
-static int shoal_tuning_line(char *line, shoal_tuning_t *t)
+int shoal_tuning_parse_line(char *line, shoal_tuning_t *t)
 {
     char name[16];
     double lat, bw, send = 0, recv = 0;
@@ -107,7 +107,7 @@ shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
         if (line[0] == '\0') {
             continue;
         }
-        if (shoal_tuning_line(line, t) != 0) {
+        if (shoal_tuning_parse_line(line, t) != 0) {
             shoal_error(TOPO, "SHOAL_TUNING_FILE line %d: cannot parse '%s' (want '<kind> lat "
                         "<us> bw <GB/s>')", lineno, line);
             st = SHOAL_ERR_INVALID_ARG;

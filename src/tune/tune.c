@@ -1,6 +1,8 @@
 /* Derivation of the settings from a machine profile, explicit overrides, printing. */
 #include "tune/tune.h"
 
+#include "topo/topo.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -475,11 +477,17 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line, uint32_t explic
         const char *what = k == SHOAL_TUNE_COPY_MBS ? "copy" : "reduce";
         size_t wl = strlen(what);
         if (strncmp(line, what, wl) == 0 && (line[wl] == ' ' || line[wl] == '\t')) {
-            const char *b = strstr(line, " bw ");
-            if (b != NULL && sscanf(b, " bw %lf", &bw) == 1 && bw > 0 && bw < 1e6) {
-                shoal_tune_set(t, k, SHOAL_MAX((uint64_t)(bw * 1e3 + 0.5), 1),
-                               SHOAL_TUNE_SRC_FILE, "'%s' line of SHOAL_TUNING_FILE", what);
+            /* By the link profile's rules: a line src/topo refused (the profile 'ignored')
+             * still set the rate here ('copy bw 2', 'bw 3.5 GB/s'), and 'bw 0' was dropped
+             * without a word. */
+            shoal_tuning_t tt;
+            memset(&tt, 0, sizeof(tt));
+            if (shoal_tuning_parse_line(line, &tt) != 0) {
+                return -1;
             }
+            bw = k == SHOAL_TUNE_COPY_MBS ? tt.copy_gbs : tt.reduce_gbs;
+            shoal_tune_set(t, k, SHOAL_MAX((uint64_t)(bw * 1e3 + 0.5), 1), SHOAL_TUNE_SRC_FILE,
+                           "'%s' line of SHOAL_TUNING_FILE", what);
             return 1;
         }
     }
@@ -538,7 +546,8 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
             snprintf(msg, sizeof(msg), "SHOAL_TUNING_FILE line %d: cannot use '%.160s' (want "
                      "'set <NAME> <size>', NAME one of CHUNK_SIZE SHM_WINDOW SHM_ONESHOT_MAX "
                      "SHM_LL_MAX SHM_SLOT_SIZE SHM_NSLOTS TCP_MIN_SPLIT UCX_INLINE_MAX "
-                     "UCX_CMA_MIN IB_SLOT_SIZE IB_RING_SLOTS IB_SEND_SLOTS; slot counts above 0)",
+                     "UCX_CMA_MIN IB_SLOT_SIZE IB_RING_SLOTS IB_SEND_SLOTS; slot counts above 0; "
+                     "or 'copy|reduce lat <us> bw <GB/s>')",
                      lineno, line);
             if (quiet) {
                 shoal_trace(COLL, "%s", msg);

@@ -182,6 +182,23 @@ static void test_override(void)
                    t.value[SHOAL_TUNE_IB_SEND_SLOTS] == before.value[SHOAL_TUNE_IB_SEND_SLOTS],
                "... and changes nothing");
     }
+    /* 'copy' and 'reduce' lines by the link profile's rules (src/topo): the lines it refused,
+     * saying the profile was ignored, still set the model's rates here ('bw 3.5 GB/s' as 3.5,
+     * 'copy bw 2' without its lat), and 'bw 0' was dropped without a word. */
+    {
+        shoal_tune_t before;
+        shoal_tune_derive(&tune_cases[0].m, &t);
+        (void)shoal_tune_override(&t, NULL);
+        before = t;
+        tap_is_int(shoal_tune_override(&t, "copy lat 0 bw 3.5 GB/s\ncopy bw 2\n"
+                                           "reduce lat 0 bw 0\n"), SHOAL_ERR_INVALID_ARG,
+                   "'copy'/'reduce' lines the link profile refuses are refused");
+        tap_ok(t.value[SHOAL_TUNE_COPY_MBS] == before.value[SHOAL_TUNE_COPY_MBS] &&
+                   t.src[SHOAL_TUNE_COPY_MBS] == before.src[SHOAL_TUNE_COPY_MBS] &&
+                   t.value[SHOAL_TUNE_REDUCE_MBS] == before.value[SHOAL_TUNE_REDUCE_MBS],
+               "... and change nothing (copy %llu MB/s)",
+               (unsigned long long)t.value[SHOAL_TUNE_COPY_MBS]);
+    }
 
     /* A repeated 'set' line: the last one wins, as a repeated link line does (the first one
      * did, silently); a variable still wins over both. */
