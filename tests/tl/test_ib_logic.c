@@ -1185,6 +1185,80 @@ static void test_wc_blame(void)
     wc_case(IBV_WC_LOC_ACCESS_ERR, 0, SHOAL_ERR_PEER_FAILED, -1, "local access error");
 }
 
+/* After the connection, a peer's out-of-band socket carries nothing but its abort notice
+ * (shoal_ib_ep_send_abort). Bytes from it are read (shoal_ib_ep_oob_read) and, when they end
+ * the socket's use, fail the endpoint's queued requests (shoal_ib_ep_oob_gone) with what
+ * happened: EOF is the peer's process gone (PEER_FAILED); 32 bytes that are not an abort
+ * notice of this communicator say nothing of the process, which may be alive (PROTOCOL: they
+ * were reported as "closed its out-of-band connection (Protocol error): the process is
+ * gone"). */
+static void oob_case(const uint8_t *bytes, size_t n, int close_after, shoal_status_t want,
+                     const char *want_why, const char *what)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t ep;
+    shoal_tl_req_t req;
+    char err[256] = "";
+    int sv[2], r, done = 0;
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ep, 0, sizeof(ep));
+    memset(&req, 0, sizeof(req));
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        tap_bail("socketpair failed");
+        return;
+    }
+    ctx.rank = 0;
+    ctx.epfd = -1;
+    ctx.comm_id = 0x51ab0007u;
+    ctx.eps = &ep;
+    ctx.neps = 1;
+    ctx.npending = 1;
+    ep.ctx = &ctx;
+    ep.peer = 1;
+    ep.oob_fd = sv[0];
+    ep.lz_fd = -1;
+    ep.dial.fd = -1;
+    ep.status = SHOAL_OK;
+    ep.culprit = -1;
+    shoal_tl_req_start(&req);
+    req.errbuf = err;
+    req.errlen = sizeof(err);
+    ep.rq_head = ep.rq_tail = &req;
+    if (n > 0 && write(sv[1], bytes, n) != (ssize_t)n) {
+        tap_bail("write failed");
+    }
+    if (close_after) {
+        close(sv[1]);
+        sv[1] = -1;
+    }
+    r = shoal_ib_ep_oob_read(&ep);
+    if (r == 1 && ep.oob_eof != 0) {
+        done = shoal_ib_ep_oob_gone(&ep);
+    }
+    tap_ok(r == 1 && done == 1 && req.done && req.status == want && req.culprit == -1 &&
+               ctx.npending == 0 && strstr(err, want_why) != NULL,
+           "oob socket, %s: %s (%s)", what, shoal_status_name(req.status), err);
+    close(sv[0]);
+    if (sv[1] >= 0) {
+        close(sv[1]);
+    }
+}
+
+static void test_oob_gone(void)
+{
+    shoal_wire_hdr_t h = {.magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION,
+                          .type = SHOAL_WIRE_ABORT, .comm_id = 0x51ab0008u, .chunk = 2};
+    uint8_t b[SHOAL_WIRE_HDR_BYTES];
+
+    oob_case(NULL, 0, 1, SHOAL_ERR_PEER_FAILED, "the process is gone", "EOF");
+    shoal_wire_encode(&h, b); /* another communicator's notice */
+    oob_case(b, sizeof(b), 0, SHOAL_ERR_PROTOCOL, "not an abort notice", "another "
+             "communicator's notice");
+    memset(b, 0x5a, sizeof(b));
+    oob_case(b, sizeof(b), 0, SHOAL_ERR_PROTOCOL, "not an abort notice", "32 bytes of garbage");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1225,6 +1299,7 @@ int main(int argc, char **argv)
     test_cm_close();
     test_connect_bad_addr();
     test_wc_blame();
+    test_oob_gone();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -517,9 +517,7 @@ static int shoal_ib_progress(shoal_tl_ctx_t *ctx)
         if (ep->oob_abort != 0 && ep->status == SHOAL_OK) {
             n += shoal_ib_ep_abort_notice(ep, ep->oob_abort - 1);
         } else if (check && ep->oob_eof != 0 && (ep->sq_head != NULL || ep->rq_head != NULL)) {
-            n += shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d closed its out-of-band "
-                                   "connection (%s): the process is gone", ep->peer,
-                                   ep->oob_eof < 0 ? "EOF" : strerror(ep->oob_eof));
+            n += shoal_ib_ep_oob_gone(ep);
         }
     }
     return n;

@@ -83,7 +83,8 @@ int shoal_ib_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const c
 
 /* Reads the oob socket without blocking. It carries nothing after the connection but the
  * peer's abort notice (shoal_ib_ep_send_abort): sets oob_abort (culprit + 1) when one came,
- * oob_eof on EOF, an error or anything else. 1 if either is set now, else 0. */
+ * oob_eof on EOF (SHOAL_IB_OOB_EOF), an error (its errno) or anything else
+ * (SHOAL_IB_OOB_JUNK). 1 if either is set now, else 0. */
 int shoal_ib_ep_oob_read(shoal_ep_t *ep)
 {
     uint8_t b[SHOAL_WIRE_HDR_BYTES];
@@ -98,15 +99,31 @@ int shoal_ib_ep_oob_read(shoal_ep_t *ep)
         if (shoal_wire_culprit(&h) >= 0 && h.comm_id == ep->ctx->comm_id) {
             ep->oob_abort = shoal_wire_culprit(&h) + 1;
         } else {
-            ep->oob_eof = EPROTO; /* not a notice: nothing more is read from it */
+            ep->oob_eof = SHOAL_IB_OOB_JUNK; /* not a notice: nothing more is read from it */
         }
         return 1;
     }
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        ep->oob_eof = r == 0 ? -1 : errno;
+        ep->oob_eof = r == 0 ? SHOAL_IB_OOB_EOF : errno;
         return 1;
     }
     return 0;
+}
+
+/* ep's out-of-band socket ended (oob_eof set by shoal_ib_ep_oob_read): its queued requests
+ * fail with what happened. The number completed. */
+int shoal_ib_ep_oob_gone(shoal_ep_t *ep)
+{
+    if (ep->oob_eof == SHOAL_IB_OOB_JUNK) {
+        /* garbled, or not the peer's: its process may well be alive (it was reported as
+         * "closed its out-of-band connection (Protocol error): the process is gone") */
+        return shoal_ib_ep_error(ep, SHOAL_ERR_PROTOCOL, "peer %d: its out-of-band connection "
+                                 "carried bytes that are not an abort notice of this "
+                                 "communicator; it is no longer read", ep->peer);
+    }
+    return shoal_ib_ep_error(ep, SHOAL_ERR_PEER_FAILED, "peer %d closed its out-of-band "
+                             "connection (%s): the process is gone", ep->peer,
+                             ep->oob_eof < 0 ? "EOF" : strerror(ep->oob_eof));
 }
 
 int shoal_ib_ep_error(shoal_ep_t *ep, shoal_status_t status, const char *fmt, ...)

@@ -39,6 +39,11 @@ enum {
 #define SHOAL_IB_LZ_ABORT 0x41u
 #define SHOAL_IB_LZ_MSG_BYTES (1 + SHOAL_IB_PAIR_BYTES)
 
+/* oob_eof that is no errno: the peer closed the socket (its process is gone), or it carried
+ * bytes that are not an abort notice of this communicator (which say nothing of the process) */
+#define SHOAL_IB_OOB_EOF (-1)
+#define SHOAL_IB_OOB_JUNK (-2)
+
 struct rdma_cm_id;
 struct rdma_event_channel;
 
@@ -54,7 +59,7 @@ struct shoal_ep {
     shoal_tl_ctx_t *ctx;
     int idx, peer;
     int oob_fd;                   /* kept open: EOF means the peer process is gone */
-    int oob_eof;
+    int oob_eof;                  /* an errno, SHOAL_IB_OOB_EOF or SHOAL_IB_OOB_JUNK, or 0 */
     int oob_abort;                /* culprit + 1 of an abort notice read from oob_fd, or 0 */
     /* this peer's protection domain: its QP and registrations only (see ib.h) */
     struct ibv_pd *pd;
@@ -185,6 +190,7 @@ SHOAL_HIDDEN int shoal_ib_handle_wc(shoal_tl_ctx_t *ctx, const struct ibv_wc *wc
 SHOAL_HIDDEN void shoal_ib_ep_send_abort(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN int shoal_ib_ep_abort_notice(shoal_ep_t *ep, int culprit);
 SHOAL_HIDDEN int shoal_ib_ep_oob_read(shoal_ep_t *ep);
+SHOAL_HIDDEN int shoal_ib_ep_oob_gone(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_ep_close(shoal_ep_t *ep);
 SHOAL_HIDDEN void shoal_ib_conn_free(shoal_tl_ctx_t *ctx);
 /* The attributes of a peer's RC queue pair; its receives posted. */
