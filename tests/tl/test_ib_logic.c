@@ -1245,6 +1245,35 @@ static void oob_case(const uint8_t *bytes, size_t n, int close_after, shoal_stat
     }
 }
 
+/* Part of a notice with the socket still open: the rest may follow, nothing fails. */
+static void oob_part(void)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t ep;
+    uint8_t b[5] = {0};
+    int sv[2], r;
+
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ep, 0, sizeof(ep));
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+        write(sv[1], b, sizeof(b)) != (ssize_t)sizeof(b)) {
+        tap_bail("socketpair/write failed");
+        return;
+    }
+    ctx.epfd = -1;
+    ctx.comm_id = 0x51ab0007u;
+    ep.ctx = &ctx;
+    ep.peer = 1;
+    ep.oob_fd = sv[0];
+    ep.status = SHOAL_OK;
+    r = shoal_ib_ep_oob_read(&ep);
+    tap_ok(r == 0 && ep.oob_eof == 0 && ep.oob_abort == 0,
+           "oob socket, 5 bytes of a notice, still open: not an end yet (%d, eof %d)", r,
+           ep.oob_eof);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void test_oob_gone(void)
 {
     shoal_wire_hdr_t h = {.magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION,
@@ -1257,6 +1286,11 @@ static void test_oob_gone(void)
              "communicator's notice");
     memset(b, 0x5a, sizeof(b));
     oob_case(b, sizeof(b), 0, SHOAL_ERR_PROTOCOL, "not an abort notice", "32 bytes of garbage");
+    /* Part of a notice, then EOF: a peek returns those bytes at every call and never the EOF
+     * behind them, so the process's end went unseen (the socket stayed readable in the wait
+     * set: waiters spun, and a posted receive waited for the communicator's timeout). */
+    oob_case(b, 5, 1, SHOAL_ERR_PEER_FAILED, "the process is gone", "5 bytes, then EOF");
+    oob_part();
 }
 
 int main(int argc, char **argv)

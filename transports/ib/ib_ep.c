@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,7 +104,18 @@ int shoal_ib_ep_oob_read(shoal_ep_t *ep)
         }
         return 1;
     }
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    if (r > 0) {
+        /* Part of a notice: the rest follows, unless the peer closed after it. A peek returns
+         * these bytes at every call, never the EOF behind them: that end went unseen, and the
+         * socket stayed readable in the wait set. */
+        struct pollfd p = {.fd = ep->oob_fd, .events = POLLIN | POLLRDHUP};
+        if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+            ep->oob_eof = SHOAL_IB_OOB_EOF;
+            return 1;
+        }
+        return 0;
+    }
+    if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         ep->oob_eof = r == 0 ? SHOAL_IB_OOB_EOF : errno;
         return 1;
     }
