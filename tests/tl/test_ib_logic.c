@@ -1284,6 +1284,12 @@ static void test_oob_gone(void)
     shoal_wire_encode(&h, b); /* another communicator's notice */
     oob_case(b, sizeof(b), 0, SHOAL_ERR_PROTOCOL, "not an abort notice", "another "
              "communicator's notice");
+    /* no rank is INT32_MAX (ranks are below an int's count): its culprit + 1 overflowed */
+    h.comm_id = 0x51ab0007u;
+    h.chunk = 0x7fffffffu;
+    shoal_wire_encode(&h, b);
+    oob_case(b, sizeof(b), 0, SHOAL_ERR_PROTOCOL, "not an abort notice", "a notice naming "
+             "rank 2^31 - 1");
     memset(b, 0x5a, sizeof(b));
     oob_case(b, sizeof(b), 0, SHOAL_ERR_PROTOCOL, "not an abort notice", "32 bytes of garbage");
     /* Part of a notice, then EOF: a peek returns those bytes at every call and never the EOF

@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,9 +97,13 @@ int shoal_ib_ep_oob_read(shoal_ep_t *ep)
     r = recv(ep->oob_fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
     if (r == (ssize_t)sizeof(b) && recv(ep->oob_fd, b, sizeof(b), MSG_DONTWAIT) == r) {
         shoal_wire_hdr_t h;
+        int culprit;
         shoal_wire_decode(b, &h);
-        if (shoal_wire_culprit(&h) >= 0 && h.comm_id == ep->ctx->comm_id) {
-            ep->oob_abort = shoal_wire_culprit(&h) + 1;
+        culprit = shoal_wire_culprit(&h);
+        /* no rank is INT_MAX (ranks are below an int count); kept as culprit + 1, it
+         * overflowed */
+        if (culprit >= 0 && culprit < INT_MAX && h.comm_id == ep->ctx->comm_id) {
+            ep->oob_abort = culprit + 1;
         } else {
             ep->oob_eof = SHOAL_IB_OOB_JUNK; /* not a notice: nothing more is read from it */
         }
