@@ -592,11 +592,48 @@ static void test_dial(const shoal_oob_addr_t *la, int lfd)
     }
 }
 
+/* The acceptor trusts every peer address it is told of (lazy ib: every peer of the
+ * communicator), however many: the breaker never opens against a peer's host. It kept the
+ * first 1024 addresses, duplicates included (one per rank, several ranks a host), and the
+ * hosts of the peers past them could be refused like strangers. */
+static void test_trust_many(const shoal_oob_addr_t *la, int lfd)
+{
+    shoal_oob_auth_t au = auth_of(1);
+    shoal_oob_acceptor_t *acc = NULL;
+    shoal_oob_addr_t a = *la, b = *la;
+    struct sockaddr_in sb = {.sin_family = AF_INET};
+    int open_during, open_after;
+
+    if (shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK) {
+        tap_bail("acceptor_create failed");
+        return;
+    }
+    a.ip[3] = 7; /* 127.0.0.7: 2048 ranks of one host */
+    for (int i = 0; i < 2048; i++) {
+        a.port = (uint16_t)(20000 + i);
+        shoal_oob_acceptor_trust(acc, &a);
+    }
+    b.ip[3] = 8; /* 127.0.0.8: the last peer's host */
+    shoal_oob_acceptor_trust(acc, &b);
+    memcpy(&sb.sin_addr, b.ip, 4);
+    for (unsigned i = 0; i <= shoal_tenant_breaker_config.fails; i++) {
+        (void)shoal_tenant_breaker_note_fail((struct sockaddr *)&sb);
+    }
+    open_during = shoal_tenant_breaker_is_open((struct sockaddr *)&sb);
+    shoal_oob_acceptor_destroy(acc);
+    (void)shoal_tenant_breaker_note_fail((struct sockaddr *)&sb);
+    open_after = shoal_tenant_breaker_is_open((struct sockaddr *)&sb);
+    tap_ok(!open_during && open_after, "the host of the 2049th trusted peer address is never "
+           "refused while the acceptor lives (open %d), and is again once it is gone (%d)",
+           open_during, open_after);
+}
+
 int main(void)
 {
     void (*tests[])(const shoal_oob_addr_t *, int) = {test_verify_first, test_replay,
                                                       test_strangers, test_early_close,
-                                                      test_dial, test_flood, test_emfile};
+                                                      test_dial, test_flood, test_emfile,
+                                                      test_trust_many};
     alarm(120);
     shoal_config_global_init();
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(tests); i++) {

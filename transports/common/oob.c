@@ -25,7 +25,6 @@
 #define SHOAL_OOB_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
 #define SHOAL_OOB_RETRY_MS 20        /* first pause before reconnecting after an early close */
 #define SHOAL_OOB_HANDSHAKE_MS 5000  /* a connection's whole handshake, hello included */
-#define SHOAL_OOB_TRUSTED_MAX 1024   /* peer addresses the acceptor tells the breaker about */
 
 void shoal_oob_addr_encode(const shoal_oob_addr_t *a, uint8_t out[SHOAL_OOB_ADDR_BYTES])
 {
@@ -464,8 +463,8 @@ struct shoal_oob_acceptor {
     void *arg;
     uint64_t hello_ns;                      /* a new connection's hello deadline */
     shoal_oob_hs_t slots[SHOAL_OOB_SLOTS];
-    struct sockaddr_storage trusted[SHOAL_OOB_TRUSTED_MAX];
-    int ntrusted;
+    shoal_oob_addr_t *trusted;              /* the peer hosts told to the breaker */
+    int ntrusted, trusted_cap;
     shoal_log_limit_t accept_warn;          /* accept()'s failures, logged once a second */
     shoal_accept_stall_t accept_stall;      /* accept() failing for want of a resource */
 };
@@ -495,11 +494,28 @@ shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_auth_t *a,
 
 void shoal_oob_acceptor_trust(shoal_oob_acceptor_t *acc, const shoal_oob_addr_t *addr)
 {
-    if (acc->ntrusted < SHOAL_OOB_TRUSTED_MAX) {
-        struct sockaddr_storage *ss = &acc->trusted[acc->ntrusted++];
-        (void)shoal_oob_sockaddr(addr, ss);
-        shoal_tenant_breaker_trust((struct sockaddr *)ss, 1);
+    struct sockaddr_storage ss;
+    const shoal_oob_addr_t *last = acc->ntrusted > 0 ? &acc->trusted[acc->ntrusted - 1] : NULL;
+    /* Every peer, however many: kept up to 1024 addresses (one per rank), the hosts of the
+     * peers past them could be refused like strangers. The breaker counts a host by its IP:
+     * the ranks of one host, usually in a row, take one entry. */
+    if (last != NULL && last->family == addr->family && memcmp(last->ip, addr->ip, 16) == 0) {
+        return;
     }
+    if (acc->ntrusted == acc->trusted_cap) {
+        int cap = acc->trusted_cap > 0 ? 2 * acc->trusted_cap : 64;
+        shoal_oob_addr_t *t = realloc(acc->trusted, (size_t)cap * sizeof(*t));
+        if (t == NULL) {
+            shoal_warn(IB, "out of memory: the circuit breaker may refuse the host of a peer "
+                       "(%d hosts trusted)", acc->ntrusted);
+            return;
+        }
+        acc->trusted = t;
+        acc->trusted_cap = cap;
+    }
+    acc->trusted[acc->ntrusted++] = *addr;
+    (void)shoal_oob_sockaddr(addr, &ss);
+    shoal_tenant_breaker_trust((struct sockaddr *)&ss, 1);
 }
 
 static void shoal_oob_hs_close(shoal_oob_hs_t *hs)
@@ -520,8 +536,11 @@ void shoal_oob_acceptor_destroy(shoal_oob_acceptor_t *acc)
         shoal_oob_hs_close(&acc->slots[i]);
     }
     for (int i = 0; i < acc->ntrusted; i++) {
-        shoal_tenant_breaker_trust((struct sockaddr *)&acc->trusted[i], -1);
+        struct sockaddr_storage ss;
+        (void)shoal_oob_sockaddr(&acc->trusted[i], &ss);
+        shoal_tenant_breaker_trust((struct sockaddr *)&ss, -1);
     }
+    free(acc->trusted);
     shoal_secret_wipe(acc, sizeof(*acc));
     free(acc);
 }
