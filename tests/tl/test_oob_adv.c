@@ -463,6 +463,52 @@ static void test_emfile(const shoal_oob_addr_t *la, int lfd)
     close(fd);
 }
 
+/* The same stall under lazy ib's progress, which calls the acceptor without waiting (deadline
+ * now) every few hundred microseconds and goes on after a SYSTEM: past the first second, the
+ * stall was logged as an error at every call, thousands of lines a second. */
+static void test_emfile_lazy(const shoal_oob_addr_t *la, int lfd)
+{
+    tap_fds_t spare;
+    int out, named = 0, systems = 0, calls = 0, saved_err = dup(2), fd = raw_connect(la);
+    shoal_oob_auth_t au = auth_of(1);
+    shoal_oob_acceptor_t *acc = NULL;
+    uint32_t peer;
+    char line[512];
+    FILE *log = tmpfile();
+    uint64_t t0;
+
+    if (saved_err < 0 || log == NULL || fd < 0 ||
+        shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK) {
+        tap_bail("test setup failed");
+        return;
+    }
+    fflush(stderr);
+    dup2(fileno(log), 2);
+    out = tap_fds_exhaust(&spare);
+    t0 = shoal_time_ns();
+    while (shoal_time_ns() - t0 < 1800000000ull) {
+        int afd = -1;
+        systems += shoal_oob_acceptor_next(acc, shoal_time_ns(), &peer, &afd) ==
+                   SHOAL_ERR_SYSTEM;
+        calls++;
+        shoal_sleep_us(200);
+    }
+    tap_fds_restore(&spare);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    rewind(log);
+    while (fgets(line, sizeof(line), log) != NULL) {
+        named += strstr(line, "accept() has failed for") != NULL;
+    }
+    fclose(log);
+    tap_ok(out && systems > 0 && named >= 1 && named <= 2, "out of file descriptors for 1.8 s "
+           "under non-blocking calls: %d of %d calls fail (SYSTEM), the stall is logged %d "
+           "time(s)", systems, calls, named);
+    shoal_oob_acceptor_destroy(acc);
+    close(fd);
+}
+
 /* Drives a dial and an acceptor alternately (one thread, nothing blocks) for up to 3 s: the
  * dial's step result (1, -1, or 0 at the end); the acceptor's hand-over in *peer_p and *afd_p. */
 static int dial_drive(shoal_oob_dial_t *d, const shoal_oob_auth_t *da, shoal_oob_acceptor_t *acc,
@@ -633,7 +679,7 @@ int main(void)
     void (*tests[])(const shoal_oob_addr_t *, int) = {test_verify_first, test_replay,
                                                       test_strangers, test_early_close,
                                                       test_dial, test_flood, test_emfile,
-                                                      test_trust_many};
+                                                      test_trust_many, test_emfile_lazy};
     alarm(120);
     shoal_config_global_init();
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(tests); i++) {

@@ -466,6 +466,7 @@ struct shoal_oob_acceptor {
     shoal_oob_addr_t *trusted;              /* the peer hosts told to the breaker */
     int ntrusted, trusted_cap;
     shoal_log_limit_t accept_warn;          /* accept()'s failures, logged once a second */
+    shoal_log_limit_t stall_warn;           /* the stall's error, logged once a second */
     shoal_accept_stall_t accept_stall;      /* accept() failing for want of a resource */
 };
 
@@ -765,7 +766,13 @@ shoal_status_t shoal_oob_acceptor_next(shoal_oob_acceptor_t *acc, uint64_t deadl
          * not at the deadline */
         if (shoal_accept_stall_over(&acc->accept_stall, SHOAL_ACCEPT_STALL_NS, why,
                                     sizeof(why))) {
-            shoal_error(IB, "out-of-band listener (fd %d): %s", acc->lfd, why);
+            unsigned missed;
+            /* lazy ib's progress calls again at once, every call failing the same way: it
+             * was logged at every one, thousands of lines a second */
+            if (shoal_log_limit_pass(&acc->stall_warn, 1000000000ull, &missed)) {
+                shoal_error(IB, "out-of-band listener (fd %d): %s (%u more calls failed so, "
+                            "not logged)", acc->lfd, why, missed);
+            }
             return SHOAL_ERR_SYSTEM;
         }
         for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
