@@ -10,6 +10,7 @@
 #include "sched/sched.h"
 
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,48 +28,83 @@ static int sched_bench_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Appends to the text *t (*len bytes, *cap allocated), growing it: the text was a fixed 4 MiB,
+ * and a queue of 100,000 jobs (6 MB) wrote past its end (cap - len wrapped around). 0, or -1
+ * without memory (*t freed and NULL). */
+static int sched_bench_cat(char **t, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int sched_bench_cat(char **t, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    for (;;) {
+        va_start(ap, fmt);
+        n = *t != NULL ? vsnprintf(*t + *len, *cap - *len, fmt, ap) : -1;
+        va_end(ap);
+        if (n < 0) {
+            return -1;
+        }
+        if (*len + (size_t)n < *cap) {
+            *len += (size_t)n;
+            return 0;
+        }
+        char *nt = realloc(*t, 2 * *cap + (size_t)n);
+        if (nt == NULL) {
+            free(*t);
+            *t = NULL;
+            return -1;
+        }
+        *t = nt;
+        *cap = 2 * *cap + (size_t)n;
+    }
+}
+
 /* slurm.conf, topology.conf and the jobs file as text, then the real parsers. */
 static int sched_bench_build(int gpus, int queue, uint64_t seed, shoal_sched_cluster_t *c,
                              shoal_sched_queue_t *q)
 {
-    int hosts = gpus / 8, leaves = (hosts + 31) / 32;
+    int hosts = gpus / 8, leaves = (hosts + 31) / 32, rc = 0;
     size_t cap = 1 << 22, len = 0;
     char *t = malloc(cap);
     shoal_status_t st;
 
-    len = (size_t)snprintf(t, cap, "NodeName=n[0000-%04d] CPUs=128 RealMemory=1024000 "
-                           "Gres=gpu:8\n", hosts - 1);
-    st = shoal_sched_slurm_conf_parse(t, "bench.conf", c);
+    rc |= sched_bench_cat(&t, &len, &cap, "NodeName=n[0000-%04d] CPUs=128 RealMemory=1024000 "
+                          "Gres=gpu:8\n", hosts - 1);
+    st = rc == 0 ? shoal_sched_slurm_conf_parse(t, "bench.conf", c) : SHOAL_ERR_NO_MEMORY;
     len = 0;
-    for (int l = 0; l < leaves; l++) {
+    for (int l = 0; l < leaves && rc == 0; l++) {
         int lo = l * 32, hi = SHOAL_MIN(hosts, lo + 32) - 1;
-        len += (size_t)snprintf(t + len, cap - len, "SwitchName=leaf%02d Nodes=n[%04d-%04d]\n",
-                                l, lo, hi);
+        rc |= sched_bench_cat(&t, &len, &cap, "SwitchName=leaf%02d Nodes=n[%04d-%04d]\n", l,
+                              lo, hi);
     }
-    len += (size_t)snprintf(t + len, cap - len, "SwitchName=spine Switches=leaf[00-%02d]\n",
-                            leaves - 1);
+    rc |= rc == 0 ? sched_bench_cat(&t, &len, &cap, "SwitchName=spine Switches=leaf[00-%02d]\n",
+                                    leaves - 1) : 0;
     if (st == SHOAL_OK) {
-        st = shoal_sched_topology_parse(t, "bench.topo", c);
+        st = rc == 0 ? shoal_sched_topology_parse(t, "bench.topo", c) : SHOAL_ERR_NO_MEMORY;
     }
     if (st == SHOAL_OK) {
         st = shoal_sched_cluster_finish(c);
     }
     /* running jobs: whole hosts, about half the cluster */
     len = 0;
-    for (int h = 0, k = 0; h + 2 <= hosts / 2; h += 2, k++) {
-        len += (size_t)snprintf(t + len, cap - len, "job=r%d tenant=t%d gpus=%d cpus=8 "
-                                "mem=32G class=%s state=running nodes=n[%04d-%04d]\n", k,
-                                k % 20, 8 + 8 * (k % 2), k % 3 == 0 ? "spot" : "reserved",
-                                h * 2 % hosts, h * 2 % hosts + (k % 2));
+    for (int h = 0, k = 0; h + 2 <= hosts / 2 && rc == 0; h += 2, k++) {
+        rc |= sched_bench_cat(&t, &len, &cap, "job=r%d tenant=t%d gpus=%d cpus=8 mem=32G "
+                              "class=%s state=running nodes=n[%04d-%04d]\n", k, k % 20,
+                              8 + 8 * (k % 2), k % 3 == 0 ? "spot" : "reserved", h * 2 % hosts,
+                              h * 2 % hosts + (k % 2));
     }
-    for (int i = 0; i < queue; i++) {
+    for (int i = 0; i < queue && rc == 0; i++) {
         int g = 1 << (int)(shoal_sched_rand(&seed) % 7);
-        len += (size_t)snprintf(t + len, cap - len, "job=q%d tenant=t%d gpus=%d cpus=8 mem=32G "
-                                "class=%s\n", i, (int)(shoal_sched_rand(&seed) % 20), g,
-                                shoal_sched_rand(&seed) % 10 < 3 ? "spot" : "reserved");
+        rc |= sched_bench_cat(&t, &len, &cap, "job=q%d tenant=t%d gpus=%d cpus=8 mem=32G "
+                              "class=%s\n", i, (int)(shoal_sched_rand(&seed) % 20), g,
+                              shoal_sched_rand(&seed) % 10 < 3 ? "spot" : "reserved");
     }
     if (st == SHOAL_OK) {
-        st = shoal_sched_jobs_parse(t, "bench.jobs", c, q);
+        st = rc == 0 ? shoal_sched_jobs_parse(t, "bench.jobs", c, q) : SHOAL_ERR_NO_MEMORY;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "sched_bench: out of memory for the input text\n");
     }
     free(t);
     return st == SHOAL_OK ? 0 : -1;

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=44
+NTESTS=45
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -365,3 +365,15 @@ secs=$( ("$PLACE" simulate --seed 1 --jobs 20000 > "$T/sim20k" 2>&1
 [ "$(cat "$T/sim20k.rc")" -eq 0 ] && [ -n "$secs" ] && [ "$secs" -lt 30 ] &&
     grep -q '^shoal ' "$T/sim20k"
 ok $? "simulate --jobs 20000 takes ${secs}s of CPU (under 30)"
+
+# 45: perf/sched_bench wrote its inputs into a fixed 4 MiB buffer: a queue of 100,000 jobs
+# (6 MB of text) wrote past its end (a segmentation fault); the text now grows
+BENCH="$top_builddir/perf/sched_bench"
+if [ -x "$BENCH" ]; then
+    timeout 120 "$BENCH" --rounds 1 --gpus 64 --queue 100000 > "$T/bench" 2>&1; r=$?
+    [ $r -eq 0 ] && grep -q '^# sched_bench: 64 GPUs, 100000 queued jobs' "$T/bench"
+    ok $? "sched_bench --queue 100000: its 6 MB of input text is planned (rc $r)"
+    [ $? -eq 0 ] || diag_file "$T/bench"
+else
+    n=$((n + 1)); echo "ok $n # SKIP perf/sched_bench not built"
+fi
