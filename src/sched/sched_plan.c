@@ -78,17 +78,20 @@ static int shoal_sched_round_place(shoal_sched_round_t *r, shoal_sched_job_t *j,
     }
 }
 
-static void shoal_sched_round_victims(shoal_sched_round_t *r, int ji,
-                                      const shoal_sched_decision_t *dj)
+/* The victims of the preemption decided in r->plan->d[di]: one decision each. By index, not
+ * by pointer: a victim's decision may move the plan's array (realloc), and the preemptor's
+ * decision read through a pointer kept across it was freed memory (its victims, its share). */
+static void shoal_sched_round_victims(shoal_sched_round_t *r, int ji, int di)
 {
-    for (int i = 0; i < dj->pre.nvictims; i++) {
-        int vi = dj->pre.victims[i];
+    for (int i = 0; i < r->plan->d[di].pre.nvictims; i++) {
+        int vi = r->plan->d[di].pre.victims[i];
         shoal_sched_job_t *v = &r->q->jobs[vi];
         shoal_sched_decision_t *dv = shoal_sched_decision_new(r->plan, vi);
         if (dv == NULL) {
             r->st = SHOAL_ERR_NO_MEMORY;
             return;
         }
+        const shoal_sched_decision_t *dj = &r->plan->d[di];
         dv->preempted_by = ji;
         dv->share_after = shoal_sched_tenant_share(r, v->tenant);
         snprintf(dv->why, sizeof(dv->why),
@@ -152,7 +155,7 @@ static int shoal_sched_round_try(void *vr, int t)
                                   : r->c->sw[d->info.top].name,
              d->info.level, d->info.cost, d->info.free_under_top,
              d->pre.nvictims > 0 ? "; after preempting spot jobs" : "");
-    shoal_sched_round_victims(r, ji, d);
+    shoal_sched_round_victims(r, ji, (int)(d - r->plan->d));
     r->head[t]++;
     shoal_sched_round_sync(r);
     return 1;

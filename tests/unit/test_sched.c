@@ -844,6 +844,55 @@ static int shoal_ts_read_pipe(size_t len, char **text_p, size_t *len_p)
     return st == SHOAL_OK ? 0 : 1;
 }
 
+/* The victims' decisions of a preemption are appended after the preemptor's: when one of them
+ * grew the plan's array (realloc), the preemptor's decision was read from freed memory (its
+ * victim list, its share), which ASan reports (a plain build reads what the allocator left
+ * there: garbage victims once the block is reused). Here the preemptor's decision is the last
+ * of a full array: 31 pending jobs before it, the array's first capacity is 32. */
+static void shoal_ts_plan_grows_at_preemption(void)
+{
+    shoal_sched_cluster_t c;
+    shoal_sched_queue_t q;
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+    char jobs[4096];
+    size_t len = 0;
+    int ok, big = -1, s1 = -1, s2 = -1, preempted = 0, right = 0;
+
+    for (int i = 0; i < 31; i++) { /* served first (share 0, lower tenant index), pending */
+        len += (size_t)snprintf(jobs + len, sizeof(jobs) - len,
+                                "job=p%d tenant=p%d gpus=100 class=spot\n", i, i);
+    }
+    snprintf(jobs + len, sizeof(jobs) - len,
+             "job=big tenant=x gpus=4\n"
+             "job=s1 tenant=y gpus=2 class=spot state=running nodes=node01\n"
+             "job=s2 tenant=y gpus=2 class=spot state=running nodes=node01\n"
+             "job=r1 tenant=y gpus=12 state=running nodes=node[02-04]\n");
+    ok = shoal_ts_load(&c, &q, jobs);
+    for (int i = 0; i < q.njobs; i++) {
+        big = strcmp(q.jobs[i].name, "big") == 0 ? i : big;
+        s1 = strcmp(q.jobs[i].name, "s1") == 0 ? i : s1;
+        s2 = strcmp(q.jobs[i].name, "s2") == 0 ? i : s2;
+    }
+    ok = ok && shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK;
+    for (int i = 0; ok && i < plan.n; i++) {
+        const shoal_sched_decision_t *d = &plan.d[i];
+        if (d->preempted_by >= 0) {
+            preempted++;
+            right += d->preempted_by == big && (d->job == s1 || d->job == s2) &&
+                     strstr(d->why, "above 0.2500") != NULL;
+        }
+    }
+    tap_ok(ok && plan.n == 34 && plan.d[31].job == big && plan.d[31].placed &&
+           plan.d[31].pre.nvictims == 2 && preempted == 2 && right == 2,
+           "a preemption that grows the plan's array: its 2 victims are s1 and s2, each for "
+           "job big above its share 0.25 (%d decisions, %d preempted, %d right)", plan.n,
+           preempted, right);
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+}
+
 static void shoal_ts_read_file(void)
 {
     char dir[] = "/tmp/test_sched.XXXXXX", *text = NULL;
@@ -1433,6 +1482,7 @@ int main(void)
     shoal_ts_optimality_sequence();
     shoal_ts_fairness();
     shoal_ts_preemption();
+    shoal_ts_plan_grows_at_preemption();
     shoal_ts_usage();
     shoal_ts_node_cpus();
     shoal_ts_read_file();
