@@ -336,11 +336,11 @@ SHOAL_HIDDEN int shoal_sched_place_slurm_tree(shoal_sched_cluster_t *c, shoal_sc
 SHOAL_HIDDEN int shoal_sched_largest_gang(shoal_sched_cluster_t *c);
 
 /* ---- preemption (sched_preempt.c) --------------------------------------------------------- */
-#define SHOAL_SCHED_VICTIMS_MAX 64
 typedef struct {
     int nvictims;
-    int victims[SHOAL_SCHED_VICTIMS_MAX]; /* job indices */
-    int exact;                            /* the count was proven minimal */
+    int *victims; /* job indices, malloc'd (shoal_sched_preempt_free; a plan's: plan_free): a
+                   * fixed 64 left a reserved job that needed more spot jobs pending */
+    int exact;    /* the count was proven minimal */
 } shoal_sched_preempt_t;
 /* For queued reserved job ji that does not fit: the smallest set of running spot jobs whose
  * removal lets it fit, such that each victim tenant's weighted dominant share after the
@@ -349,6 +349,7 @@ typedef struct {
 SHOAL_HIDDEN int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
                                      shoal_sched_preempt_t *out,
                                      shoal_sched_place_info_t *info);
+SHOAL_HIDDEN void shoal_sched_preempt_free(shoal_sched_preempt_t *p);
 
 /* ---- a planning round (sched_plan.c) ------------------------------------------------------ */
 enum { SHOAL_SCHED_POLICY_SHOAL = 0, SHOAL_SCHED_POLICY_FIRST_FIT, SHOAL_SCHED_POLICY_SLURM };

@@ -42,6 +42,9 @@ static shoal_sched_decision_t *shoal_sched_decision_new(shoal_sched_plan_t *p, i
 
 void shoal_sched_plan_free(shoal_sched_plan_t *plan)
 {
+    for (int i = 0; i < plan->n; i++) {
+        shoal_sched_preempt_free(&plan->d[i].pre);
+    }
     free(plan->d);
     memset(plan, 0, sizeof(*plan));
 }

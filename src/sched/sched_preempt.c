@@ -159,7 +159,7 @@ static int shoal_sched_preempt_greedy(shoal_sched_pre_ctx_t *x, int *cand, int n
     double cost;
 
     qsort_r(cand, (size_t)nc, sizeof(int), shoal_sched_gpus_desc, x->q);
-    for (int i = 0; i < nc && !fits && n < SHOAL_SCHED_VICTIMS_MAX; i++) {
+    for (int i = 0; i < nc && !fits; i++) {
         out->victims[n++] = cand[i];
         if (!shoal_sched_preempt_set_fair(x, out->victims, n)) {
             n--; /* unfair together with the others: spared */
@@ -266,16 +266,24 @@ int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji
     int *cand = malloc(sizeof(int) * (size_t)(q->njobs + 1));
     int found;
 
-    if (cand == NULL) {
+    memset(out, 0, sizeof(*out));
+    /* room for every candidate: the greedy search may need them all */
+    out->victims = malloc(sizeof(int) * (size_t)(q->njobs + 1));
+    if (cand == NULL || out->victims == NULL) {
+        free(cand);
+        shoal_sched_preempt_free(out);
         return SHOAL_ERR_NO_MEMORY;
     }
-    memset(out, 0, sizeof(*out));
     shoal_sched_job_demand(job, x.dj);
     found = shoal_sched_preempt_search(&x, cand, shoal_sched_preempt_candidates(&x, cand), out);
     free(cand);
     if (!found) {
+        shoal_sched_preempt_free(out);
         return 0;
     }
+    /* the plan keeps it: as long as the set, not the queue */
+    int *v = realloc(out->victims, sizeof(int) * (size_t)out->nvictims);
+    out->victims = v != NULL ? v : out->victims;
     for (int i = 0; i < out->nvictims; i++) {
         shoal_sched_job_release(c, q, &q->jobs[out->victims[i]]);
     }
@@ -287,4 +295,10 @@ int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji
     }
     shoal_sched_job_apply(c, q, job);
     return 1;
+}
+
+void shoal_sched_preempt_free(shoal_sched_preempt_t *p)
+{
+    free(p->victims);
+    memset(p, 0, sizeof(*p));
 }

@@ -771,10 +771,11 @@ static void shoal_ts_preemption(void)
                 minimum = n;
             }
         }
-        shoal_sched_preempt_t pre;
+        shoal_sched_preempt_t pre = {0};
         int rc = shoal_sched_place(&c, r, &info) == 1 ? -2 : shoal_sched_preempt(&c, &q, ji, &pre,
                                                                                   &info);
         if (rc == -2) {
+            shoal_sched_preempt_free(&pre);
             shoal_sched_queue_free(&q);
             shoal_sched_cluster_free(&c);
             continue; /* fits without preemption */
@@ -791,6 +792,7 @@ static void shoal_ts_preemption(void)
                          minimum);
             }
         }
+        shoal_sched_preempt_free(&pre);
         shoal_sched_queue_free(&q);
         shoal_sched_cluster_free(&c);
     }
@@ -888,6 +890,51 @@ static void shoal_ts_plan_grows_at_preemption(void)
            "a preemption that grows the plan's array: its 2 victims are s1 and s2, each for "
            "job big above its share 0.25 (%d decisions, %d preempted, %d right)", plan.n,
            preempted, right);
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+}
+
+/* A reserved job that needs more than 64 spot jobs preempted: the victims were a fixed array
+ * of 64, the greedy search stopped there and the job stayed pending ("no set of spot jobs
+ * makes room without a preemption cycle") though the rule allowed the preemption. 50 hosts of
+ * 8 GPUs, tenant y runs 300 spot jobs of one GPU; x asks for 170: 70 of them make room, and y
+ * keeps 230 GPUs (0.575) above x's 170 (0.425). */
+static void shoal_ts_many_victims(void)
+{
+    shoal_sched_cluster_t c = {0};
+    shoal_sched_queue_t q = {0};
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+    size_t cap = 300 * 80 + 64, len = 0;
+    char *jobs = malloc(cap);
+    int ok = jobs != NULL, big = -1, preempted = 0, placed = 0, k = 0;
+
+    for (int n = 1; ok && n <= 38; n++) {
+        for (int g = 0; g < 8 && k < 300; g++, k++) {
+            len += (size_t)snprintf(jobs + len, cap - len, "job=s%d tenant=y gpus=1 class=spot "
+                                    "state=running nodes=n%03d\n", k, n);
+        }
+    }
+    if (ok) {
+        snprintf(jobs + len, cap - len, "job=big tenant=x gpus=170\n");
+    }
+    ok = ok && shoal_sched_slurm_conf_parse("NodeName=n[001-050] CPUs=64 Gres=gpu:8\n", "conf",
+                                            &c) == SHOAL_OK &&
+         shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+         shoal_sched_jobs_parse(jobs, "jobs", &c, &q) == SHOAL_OK &&
+         shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK;
+    for (int i = 0; ok && i < q.njobs; i++) {
+        big = strcmp(q.jobs[i].name, "big") == 0 ? i : big;
+    }
+    for (int i = 0; ok && i < plan.n; i++) {
+        preempted += plan.d[i].preempted_by == big;
+        placed += plan.d[i].job == big && plan.d[i].placed && plan.d[i].pre.nvictims == 70;
+    }
+    tap_ok(ok && placed == 1 && preempted == 70 && q.jobs[big].state == SHOAL_SCHED_RUNNING,
+           "a reserved job of 170 GPUs preempts the 70 spot jobs of 1 GPU that make room (%d "
+           "preempted, placed %d)", preempted, placed);
+    free(jobs);
     shoal_sched_plan_free(&plan);
     shoal_sched_queue_free(&q);
     shoal_sched_cluster_free(&c);
@@ -1483,6 +1530,7 @@ int main(void)
     shoal_ts_fairness();
     shoal_ts_preemption();
     shoal_ts_plan_grows_at_preemption();
+    shoal_ts_many_victims();
     shoal_ts_usage();
     shoal_ts_node_cpus();
     shoal_ts_read_file();
