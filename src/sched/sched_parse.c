@@ -102,14 +102,19 @@ shoal_status_t shoal_sched_read_file(const char *path, char **text_p)
     return SHOAL_OK;
 }
 
-/* Splits one logical line in place into key=value pairs; a word without '=' is an error. */
-static shoal_status_t shoal_sched_kv_split(char *line, const char *src, int lineno,
+/* Splits one logical line in place into key=value pairs; a word without '=' is an error. With
+ * quotes (Slurm's files), a value in double quotes may hold blanks, as Slurm's parser takes it
+ * (Reason="bad disk" on a DownNodes or NodeName line: such a slurm.conf was refused); the
+ * quotes around a value are dropped. The jobs file has no quotes: its names go into file
+ * names and the plan's Key=Value lines. */
+static shoal_status_t shoal_sched_kv_split(char *line, const char *src, int lineno, int quotes,
                                            shoal_sched_kv_t *kv)
 {
     char *p = line;
 
     kv->n = 0;
     for (;;) {
+        int quoted = 0;
         while (*p == ' ' || *p == '\t' || *p == '\r') {
             p++;
         }
@@ -117,8 +122,13 @@ static shoal_status_t shoal_sched_kv_split(char *line, const char *src, int line
             return SHOAL_OK;
         }
         char *w = p;
-        while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\r') {
+        while (*p != '\0' && (quoted || (*p != ' ' && *p != '\t' && *p != '\r'))) {
+            quoted ^= quotes && *p == '"';
             p++;
+        }
+        if (quoted) {
+            shoal_error(SCHED, "%s:%d: '%s' has a quote that is not closed", src, lineno, w);
+            return SHOAL_ERR_INVALID_ARG;
         }
         if (*p != '\0') {
             *p++ = '\0';
@@ -130,17 +140,24 @@ static shoal_status_t shoal_sched_kv_split(char *line, const char *src, int line
             return SHOAL_ERR_INVALID_ARG;
         }
         *eq = '\0';
+        char *v = eq + 1;
+        size_t vlen = strlen(v);
+        if (quotes && vlen >= 2 && v[0] == '"' && v[vlen - 1] == '"') {
+            v[vlen - 1] = '\0';
+            v++;
+        }
         kv->key[kv->n] = w;
-        kv->val[kv->n] = eq + 1;
+        kv->val[kv->n] = v;
         kv->n++;
     }
 }
 
-/* Calls fn for each logical line (comments stripped, continuations joined). */
+/* Calls fn for each logical line (comments stripped, continuations joined; quotes: see
+ * shoal_sched_kv_split). */
 typedef shoal_status_t (*shoal_sched_line_cb_t)(void *ctx, shoal_sched_kv_t *kv, const char *src,
                                                 int lineno);
 
-static shoal_status_t shoal_sched_lines(const char *text, const char *src,
+static shoal_status_t shoal_sched_lines(const char *text, const char *src, int quotes,
                                         shoal_sched_line_cb_t fn, void *ctx)
 {
     char *buf = malloc(SHOAL_SCHED_LINE_MAX);
@@ -178,7 +195,7 @@ static shoal_status_t shoal_sched_lines(const char *text, const char *src,
         buf[len] = '\0';
         p = e != NULL ? e + 1 : p + n;
         if (!cont || *p == '\0') {
-            st = shoal_sched_kv_split(buf, src, first, &kv);
+            st = shoal_sched_kv_split(buf, src, first, quotes, &kv);
             if (st == SHOAL_OK && kv.n > 0) {
                 st = fn(ctx, &kv, src, first);
             }
@@ -409,7 +426,7 @@ shoal_status_t shoal_sched_slurm_conf_parse(const char *text, const char *src,
         .dflt = {.cpus = -1, .mem = 1, .gpus = 0, .boards = -1, .sockets = -1,
                  .sockets_per_board = -1, .cores = -1, .threads = -1},
     };
-    return shoal_sched_lines(text, src, shoal_sched_conf_line, &ctx);
+    return shoal_sched_lines(text, src, 1, shoal_sched_conf_line, &ctx);
 }
 
 /* topology.conf: two passes, so Switches= may name a switch defined further down. */
@@ -499,9 +516,9 @@ shoal_status_t shoal_sched_topology_parse(const char *text, const char *src,
                                           shoal_sched_cluster_t *c)
 {
     shoal_sched_topo_ctx_t ctx = {.c = c, .pass = 0};
-    SHOAL_CHECK(shoal_sched_lines(text, src, shoal_sched_topo_line, &ctx));
+    SHOAL_CHECK(shoal_sched_lines(text, src, 1, shoal_sched_topo_line, &ctx));
     ctx.pass = 1;
-    return shoal_sched_lines(text, src, shoal_sched_topo_line, &ctx);
+    return shoal_sched_lines(text, src, 1, shoal_sched_topo_line, &ctx);
 }
 
 /* ---- the jobs file --------------------------------------------------------------------- */
@@ -728,7 +745,7 @@ shoal_status_t shoal_sched_jobs_parse(const char *text, const char *src,
     while (st == SHOAL_OK && ctx.job_ix.n < q->njobs) {
         st = shoal_sched_index_add(&ctx.job_ix, shoal_sched_job_name, q->jobs);
     }
-    st = st == SHOAL_OK ? shoal_sched_lines(text, src, shoal_sched_jobs_line, &ctx) : st;
+    st = st == SHOAL_OK ? shoal_sched_lines(text, src, 0, shoal_sched_jobs_line, &ctx) : st;
     shoal_sched_index_free(&ctx.job_ix);
     SHOAL_CHECK(st);
     for (int t = 0; t < q->ntenants; t++) {

@@ -940,6 +940,33 @@ static void shoal_ts_many_victims(void)
     shoal_sched_cluster_free(&c);
 }
 
+/* Slurm's parser takes a value in double quotes with blanks in it (Reason="bad disk" on a
+ * DownNodes or NodeName line); slurm.conf was split at every blank, and such a file refused
+ * ("'disk"' is not Key=Value"). A quote not closed is still an error; the jobs file has no
+ * quotes (its names go into file names). */
+static void shoal_ts_quoted_values(void)
+{
+    shoal_sched_cluster_t c = {0}, bad = {0};
+    shoal_sched_queue_t q = {0};
+    int ok = shoal_sched_slurm_conf_parse(
+                 "NodeName=n[1-2] CPUs=8 Gres=gpu:4 Feature=\"a,b\" Reason=\"in service\"\n"
+                 "DownNodes=n2 State=DOWN Reason=\"bad disk\"\n"
+                 "PartitionName=p Nodes=n[1-2] Default=YES\n", "slurm.conf", &c) == SHOAL_OK &&
+             shoal_sched_cluster_finish(&c) == SHOAL_OK;
+    tap_ok(ok && c.nnodes == 2 && c.nodes[1].cpus == 8 && c.nodes[1].gpus == 4,
+           "slurm.conf: quoted values with blanks (Reason=\"in service\") parse (%d nodes)",
+           c.nnodes);
+    int refused = shoal_sched_slurm_conf_parse("NodeName=n1 CPUs=8 Reason=\"oops\n", "bad.conf",
+                                               &bad) != SHOAL_OK;
+    refused += ok && shoal_sched_jobs_parse("job=\"a b\" tenant=t gpus=1\n", "jobs", &c, &q) !=
+                         SHOAL_OK;
+    tap_is_int(refused, 2, "a quote not closed in slurm.conf, and a quoted name in the jobs "
+               "file: refused");
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&bad);
+    shoal_sched_cluster_free(&c);
+}
+
 static void shoal_ts_read_file(void)
 {
     char dir[] = "/tmp/test_sched.XXXXXX", *text = NULL;
@@ -1531,6 +1558,7 @@ int main(void)
     shoal_ts_preemption();
     shoal_ts_plan_grows_at_preemption();
     shoal_ts_many_victims();
+    shoal_ts_quoted_values();
     shoal_ts_usage();
     shoal_ts_node_cpus();
     shoal_ts_read_file();
