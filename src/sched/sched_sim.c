@@ -81,9 +81,11 @@ static shoal_status_t shoal_sched_sim_trace(const shoal_sched_sim_opts_t *o,
         }
         q->tenants[ti].weight = i % 3 == 2 ? 2.0 : 1.0;
     }
-    /* mean GPU-hours per job: E[size] x E[duration] (Pareto 1.5 from 0.2 h: 0.6 h, capped) */
+    /* mean GPU-hours per job: E[size] x E[duration] (Pareto 1.5 from 0.2 h: 0.6 h, capped);
+     * sizes as the jobs get them, at most one leaf: with the sizes asked for, leaves of fewer
+     * than 32 GPUs were offered less than --load (1 leaf of 8 GPUs at 0.5 ran at 0.31) */
     for (int k = 0; k < 6; k++) {
-        mean_gpuh += prob[k] * sizes[k];
+        mean_gpuh += prob[k] * SHOAL_MIN(sizes[k], o->hosts_per_leaf * o->gpus_per_host);
     }
     mean_gpuh *= 0.6;
     rate = o->load * c->total[SHOAL_SCHED_GPU] / mean_gpuh; /* jobs per hour */
