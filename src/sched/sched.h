@@ -238,6 +238,8 @@ SHOAL_HIDDEN shoal_status_t shoal_sched_room_alloc(shoal_sched_cluster_t *c);
 SHOAL_HIDDEN void shoal_sched_room_free(shoal_sched_cluster_t *c);
 SHOAL_HIDDEN void shoal_sched_queue_free(shoal_sched_queue_t *q);
 SHOAL_HIDDEN int shoal_sched_tenant_get(shoal_sched_queue_t *q, const char *name);
+/* The tenant named name, or -1 (none is added). */
+SHOAL_HIDDEN int shoal_sched_tenant_find(const shoal_sched_queue_t *q, const char *name);
 SHOAL_HIDDEN shoal_sched_job_t *shoal_sched_job_new(shoal_sched_queue_t *q);
 
 /* Level of the lowest switch above both nodes (0: the same node). */

@@ -383,9 +383,14 @@ void shoal_sched_cluster_free(shoal_sched_cluster_t *c)
     memset(c, 0, sizeof(*c));
 }
 
+int shoal_sched_tenant_find(const shoal_sched_queue_t *q, const char *name)
+{
+    return shoal_sched_index_find(&q->tenant_ix, name, shoal_sched_tenant_name, q->tenants);
+}
+
 int shoal_sched_tenant_get(shoal_sched_queue_t *q, const char *name)
 {
-    int at = shoal_sched_index_find(&q->tenant_ix, name, shoal_sched_tenant_name, q->tenants);
+    int at = shoal_sched_tenant_find(q, name);
     if (at >= 0) {
         return at;
     }

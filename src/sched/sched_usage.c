@@ -219,12 +219,9 @@ shoal_status_t shoal_sched_usage_parse(const char *text, const char *src,
         }
         u->rows++;
         u->decayed += col_end >= 0 || col_age >= 0;
-        int t = -1;
-        for (int i = 0; i < q->ntenants; i++) {
-            if (strcmp(q->tenants[i].name, f[col_tenant]) == 0) {
-                t = i;
-            }
-        }
+        /* by the queue's index: a scan of every tenant for every row took 6 s of CPU for
+         * 400,000 rows of 5,000 tenants, ten times that for ten times the tenants */
+        int t = shoal_sched_tenant_find(q, f[col_tenant]);
         if (t < 0) {
             u->unknown++;
             shoal_sched_usage_note(u, f[col_tenant]);
