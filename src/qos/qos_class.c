@@ -181,10 +181,17 @@ shoal_status_t shoal_qos_requested(const shoal_config_t *cfg, int *class_p, int 
                     cfg->qos_weight);
         return SHOAL_ERR_INVALID_ARG;
     }
+    /* The variable as the field: a negative SHOAL_QOS_WEIGHT was taken as 0 (unset), so a job
+     * that asked for less than its credential's weight got all of it. */
+    if ((cfg == NULL || cfg->qos_weight == 0) && shoal_qos_class_config.weight < 0) {
+        shoal_error(QOS, "SHOAL_QOS_WEIGHT=%d is negative (0: the credential's, else 1)",
+                    shoal_qos_class_config.weight);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     *class_p = cfg != NULL && cfg->qos_class != SHOAL_QOS_DEFAULT
                    ? cfg->qos_class : shoal_qos_class_config.qos_class;
     *weight_p = cfg != NULL && cfg->qos_weight > 0 ? cfg->qos_weight
-                                                   : SHOAL_MAX(shoal_qos_class_config.weight, 0);
+                                                   : shoal_qos_class_config.weight;
     return SHOAL_OK;
 }
 

@@ -111,6 +111,14 @@ static void test_effective(void)
     tap_is_int(w, 2, "cred weight 2, SHOAL_QOS_WEIGHT=9: stays 2");
     resolve_in_child(cb, NULL, NULL, "spot", 0, &c, &w);
     tap_is_int(c, SHOAL_QOS_BURSTABLE, "cred burstable: SHOAL_QOS_CLASS_MAX does not apply");
+
+    /* A negative SHOAL_QOS_WEIGHT was taken as unset: the credential's whole weight (4). */
+    int rc = resolve_in_child(cg, NULL, "-2", NULL, 0, &c, &w);
+    tap_is_int(rc, SHOAL_ERR_INVALID_ARG, "cred weight 4, SHOAL_QOS_WEIGHT=-2: "
+               "SHOAL_ERR_INVALID_ARG, not the credential's weight (got weight %d)",
+               rc == SHOAL_OK ? w : -1);
+    tap_is_int(resolve_in_child(NULL, NULL, "-2", NULL, 0, &c, &w), SHOAL_ERR_INVALID_ARG,
+               "no cred, SHOAL_QOS_WEIGHT=-2: SHOAL_ERR_INVALID_ARG");
 }
 
 static void test_lists(void)
