@@ -10,48 +10,92 @@
 #include "cuda/cuda.h"
 #include "meter/meter.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 typedef struct {
-    struct shoal_comm *comm;   /* NULL once run */
+    struct shoal_comm *comm;   /* NULL once run or dropped */
     shoal_coll_args_t a;
 } shoal_api_gop_t;
 
-static __thread shoal_api_gop_t *shoal_api_group_ops;
-static __thread int shoal_api_group_n, shoal_api_group_cap;
-static __thread int shoal_api_group_dropped; /* recorded on a communicator destroyed since */
+/* A thread's recorded sends and receives. Every thread's is on one list, under one lock: the
+ * destroy of a communicator may come from another thread than the group's (the application
+ * serializes its calls on the communicator, not its groups), and must drop what every group
+ * recorded on it, not only its own thread's. */
+typedef struct shoal_api_group {
+    shoal_api_gop_t *ops;
+    int n, cap;
+    int dropped; /* recorded on a communicator destroyed since */
+    struct shoal_api_group *next;
+} shoal_api_group_t;
+
+static pthread_mutex_t shoal_api_group_lock = PTHREAD_MUTEX_INITIALIZER;
+static shoal_api_group_t *shoal_api_groups; /* every thread's, under the lock */
+static __thread shoal_api_group_t *shoal_api_group_mine;
+
+/* The calling thread's group, made and listed on first use; NULL on no memory. */
+static shoal_api_group_t *shoal_api_group_get(void)
+{
+    shoal_api_group_t *g = shoal_api_group_mine;
+
+    if (g == NULL && (g = calloc(1, sizeof(*g))) != NULL) {
+        pthread_mutex_lock(&shoal_api_group_lock);
+        g->next = shoal_api_groups;
+        shoal_api_groups = g;
+        pthread_mutex_unlock(&shoal_api_group_lock);
+        shoal_api_group_mine = g;
+    }
+    return g;
+}
 
 shoal_status_t shoal_api_group_add(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
-    if (shoal_api_group_n == shoal_api_group_cap) {
-        int cap = shoal_api_group_cap > 0 ? 2 * shoal_api_group_cap : 16;
-        shoal_api_gop_t *p = realloc(shoal_api_group_ops, (size_t)cap * sizeof(*p));
-        if (p == NULL) {
-            shoal_error(COLL, "no memory to record a send/receive of a group");
-            shoal_meter_count_refused(comm->meter);
-            return SHOAL_ERR_NO_MEMORY;
+    shoal_api_group_t *g = shoal_api_group_get();
+    shoal_api_gop_t *p = NULL;
+
+    if (g != NULL) {
+        pthread_mutex_lock(&shoal_api_group_lock); /* a destroy may walk g->ops meanwhile */
+        p = g->ops;
+        if (g->n == g->cap) {
+            int cap = g->cap > 0 ? 2 * g->cap : 16;
+            p = realloc(g->ops, (size_t)cap * sizeof(*p));
+            if (p != NULL) {
+                g->ops = p;
+                g->cap = cap;
+            }
         }
-        shoal_api_group_ops = p;
-        shoal_api_group_cap = cap;
+        if (p != NULL) {
+            g->ops[g->n++] = (shoal_api_gop_t){.comm = comm, .a = *a};
+        }
+        pthread_mutex_unlock(&shoal_api_group_lock);
     }
-    shoal_api_group_ops[shoal_api_group_n++] = (shoal_api_gop_t){.comm = comm, .a = *a};
+    if (p == NULL) {
+        shoal_error(COLL, "no memory to record a send/receive of a group");
+        shoal_meter_count_refused(comm->meter);
+        return SHOAL_ERR_NO_MEMORY;
+    }
     return SHOAL_OK;
 }
 
 void shoal_api_group_forget(struct shoal_comm *comm)
 {
-    int k = 0, n = shoal_api_group_n;
-    for (int i = 0; i < n; i++) {
-        if (shoal_api_group_ops[i].comm != comm) {
-            shoal_api_group_ops[k++] = shoal_api_group_ops[i];
+    int dropped = 0;
+
+    pthread_mutex_lock(&shoal_api_group_lock);
+    for (shoal_api_group_t *g = shoal_api_groups; g != NULL; g = g->next) {
+        for (int i = 0; i < g->n; i++) {
+            if (g->ops[i].comm == comm) {
+                g->ops[i].comm = NULL;
+                g->dropped++;
+                dropped++;
+            }
         }
     }
-    if (k < n) {
+    pthread_mutex_unlock(&shoal_api_group_lock);
+    if (dropped > 0) {
         shoal_error(COLL, "rank %d: communicator %08x destroyed inside a group: its %d "
                     "send(s)/receive(s) recorded since shoal_group_start are dropped, and "
-                    "shoal_group_end fails", comm->rank, comm->comm_id, n - k);
-        shoal_api_group_n = k;
-        shoal_api_group_dropped += n - k;
+                    "shoal_group_end fails", comm->rank, comm->comm_id, dropped);
     }
 }
 
@@ -119,11 +163,11 @@ static shoal_status_t shoal_api_group_run(shoal_p2p_batch_t *b, int nb)
 }
 
 /* Runs and forgets what the thread's group recorded: one batch per communicator, its calls in
- * the order they were made; the first failure is returned. */
-static shoal_status_t shoal_api_group_flush(void)
+ * the order they were made; the first failure is returned. The calls are taken under the
+ * lock, so that a destroy on another thread before then drops them. */
+static shoal_status_t shoal_api_group_flush(shoal_api_group_t *g)
 {
-    shoal_api_gop_t *g = shoal_api_group_ops;
-    int n = shoal_api_group_n, nb = 0, k = 0;
+    int n = g->n, nb = 0, k = 0;
     shoal_coll_args_t *ops = n > 0 ? malloc((size_t)n * sizeof(*ops)) : NULL;
     shoal_p2p_batch_t *b = n > 0 ? malloc((size_t)n * sizeof(*b)) : NULL;
     shoal_status_t st = SHOAL_OK;
@@ -133,30 +177,30 @@ static shoal_status_t shoal_api_group_flush(void)
         st = SHOAL_ERR_NO_MEMORY;
         n = 0;
     }
+    pthread_mutex_lock(&shoal_api_group_lock);
     for (int i = 0; i < n; i++) {
-        if (g[i].comm == NULL) {
+        if (g->ops[i].comm == NULL) {
             continue;
         }
-        b[nb] = (shoal_p2p_batch_t){.comm = g[i].comm, .ops = ops + k};
+        b[nb] = (shoal_p2p_batch_t){.comm = g->ops[i].comm, .ops = ops + k};
         for (int j = i; j < n; j++) {
-            if (g[j].comm == b[nb].comm) {
-                ops[k++] = g[j].a;
+            if (g->ops[j].comm == b[nb].comm) {
+                ops[k++] = g->ops[j].a;
                 b[nb].n++;
-                if (j > i) {
-                    g[j].comm = NULL;
-                }
+                g->ops[j].comm = NULL;
             }
         }
         nb++;
     }
+    free(g->ops);
+    g->ops = NULL;
+    g->n = g->cap = 0;
+    pthread_mutex_unlock(&shoal_api_group_lock);
     if (nb > 0) {
         st = shoal_api_group_run(b, nb);
     }
     free(b);
     free(ops);
-    free(shoal_api_group_ops);
-    shoal_api_group_ops = NULL;
-    shoal_api_group_n = shoal_api_group_cap = 0;
     return st;
 }
 
@@ -168,21 +212,29 @@ shoal_status_t shoal_group_start(void)
 
 shoal_status_t shoal_group_end(void)
 {
-    int outermost;
+    int outermost, dropped;
     shoal_status_t st = shoal_group_leave(&outermost), st2;
+    shoal_api_group_t *g;
 
     if (!outermost) {
         return st;
     }
     /* The host sends and receives run even when the CUDA layer's submission failed: their
      * peers wait for them. */
-    st2 = shoal_api_group_flush();
+    g = shoal_api_group_mine;
+    if (g == NULL) {
+        return st; /* this thread never recorded a host send or receive */
+    }
+    st2 = shoal_api_group_flush(g);
     st = st != SHOAL_OK ? st : st2;
-    if (shoal_api_group_dropped > 0) {
+    pthread_mutex_lock(&shoal_api_group_lock);
+    dropped = g->dropped;
+    g->dropped = 0;
+    pthread_mutex_unlock(&shoal_api_group_lock);
+    if (dropped > 0) {
         /* calls the application was told were recorded never ran */
         shoal_error(COLL, "shoal_group_end: %d send(s)/receive(s) of this group were on a "
-                    "communicator destroyed before the end", shoal_api_group_dropped);
-        shoal_api_group_dropped = 0;
+                    "communicator destroyed before the end", dropped);
         st = st != SHOAL_OK ? st : SHOAL_ERR_INVALID_ARG;
     }
     return st;
