@@ -32,19 +32,66 @@ typedef struct shoal_api_group {
 static pthread_mutex_t shoal_api_group_lock = PTHREAD_MUTEX_INITIALIZER;
 static shoal_api_group_t *shoal_api_groups; /* every thread's, under the lock */
 static __thread shoal_api_group_t *shoal_api_group_mine;
+static pthread_once_t shoal_api_group_once = PTHREAD_ONCE_INIT;
+static pthread_key_t shoal_api_group_key;
+static int shoal_api_group_key_ok;
+
+/* At the exit of a thread that had a group: a thread that exits inside one (no
+ * shoal_group_end) left its recorded calls behind, on the list for ever (a thread-local
+ * pointer has no destructor); its group is unlisted and freed, its calls never run. */
+static void shoal_api_group_exit(void *arg)
+{
+    shoal_api_group_t *g = arg;
+
+    pthread_mutex_lock(&shoal_api_group_lock);
+    for (shoal_api_group_t **pp = &shoal_api_groups; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shoal_api_group_lock);
+    shoal_api_group_mine = NULL; /* on the exiting thread: a later key destructor that
+                                  * records a call makes a new group */
+    free(g->ops);
+    free(g);
+}
+
+static void shoal_api_group_key_make(void)
+{
+    shoal_api_group_key_ok = pthread_key_create(&shoal_api_group_key, shoal_api_group_exit) == 0;
+}
+
+/* The library unloaded (dlclose): a thread that exits later must not call a destructor that is
+ * no longer mapped (its group is lost with the library). */
+__attribute__((destructor)) static void shoal_api_group_unload(void)
+{
+    if (shoal_api_group_key_ok) {
+        (void)pthread_key_delete(shoal_api_group_key);
+    }
+}
 
 /* The calling thread's group, made and listed on first use; NULL on no memory. */
 static shoal_api_group_t *shoal_api_group_get(void)
 {
     shoal_api_group_t *g = shoal_api_group_mine;
 
-    if (g == NULL && (g = calloc(1, sizeof(*g))) != NULL) {
-        pthread_mutex_lock(&shoal_api_group_lock);
-        g->next = shoal_api_groups;
-        shoal_api_groups = g;
-        pthread_mutex_unlock(&shoal_api_group_lock);
-        shoal_api_group_mine = g;
+    if (g != NULL) {
+        return g;
     }
+    (void)pthread_once(&shoal_api_group_once, shoal_api_group_key_make);
+    if (!shoal_api_group_key_ok || (g = calloc(1, sizeof(*g))) == NULL) {
+        return NULL; /* refused: without the key, the thread's exit would leak it */
+    }
+    if (pthread_setspecific(shoal_api_group_key, g) != 0) {
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_lock(&shoal_api_group_lock);
+    g->next = shoal_api_groups;
+    shoal_api_groups = g;
+    pthread_mutex_unlock(&shoal_api_group_lock);
+    shoal_api_group_mine = g;
     return g;
 }
 
