@@ -28,10 +28,12 @@ static shoal_status_t shoal_api_run(struct shoal_comm *comm, const shoal_coll_ar
     return st;
 }
 
-/* A call refused before it ran: counted in errors (st is returned). */
+/* A call refused before it ran: counted in errors (st is returned). Not in a process forked
+ * from comm's: the meter page is shared with the parent (MAP_SHARED), and the child's refused
+ * calls were billed as the parent's errors; such a call touches nothing. */
 static shoal_status_t shoal_api_refused(shoal_comm_t comm, shoal_status_t st)
 {
-    if (comm != NULL) {
+    if (comm != NULL && !shoal_comm_forked(comm)) {
         shoal_meter_count_refused(comm->meter);
     }
     return st;
