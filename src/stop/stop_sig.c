@@ -329,9 +329,13 @@ shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
      * own handler as the application's would make it call itself. */
     if (__atomic_load_n(&shoal_stop_sig_mask, __ATOMIC_RELAXED) == 0) {
         st = shoal_stop_sig_install(mask);
-    } else {
-        /* A forked child's own communicator: the handler it inherited serves it now. */
+    } else if (getpid() != __atomic_load_n(&shoal_stop_sig_pid, __ATOMIC_RELAXED)) {
+        /* A forked child's own communicator: the handler it inherited serves it now. The
+         * references it inherited are the parent's communicators, which the child cannot
+         * destroy: counted, they kept the handler after the child's last destroy, and a
+         * SIGTERM to the child only set a flag nobody would read. Its count starts here. */
         __atomic_store_n(&shoal_stop_sig_pid, getpid(), __ATOMIC_RELAXED);
+        shoal_stop_sig_users = 0;
     }
     if (st == SHOAL_OK) {
         shoal_stop_sig_users++;

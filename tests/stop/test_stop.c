@@ -17,7 +17,8 @@
  *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; a signal the
  *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained; a
  *    one-shot (SA_RESETHAND) application handler is chained once; a worker forked without
- *    exec gets the application's action (SIG_DFL: death), not a stop request.
+ *    exec gets the application's action (SIG_DFL: death), not a stop request, and so does
+ *    one after it made and destroyed a communicator of its own.
  */
 #include "tests/tap.h"
 
@@ -426,6 +427,61 @@ static int child_fork_worker(void)
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+/* As child_fork_worker, but the worker makes a communicator of its own and destroys it, then
+ * raises SIGUSR2: its last communicator is gone, so SIGUSR2 has its default action again and
+ * the worker dies of it. The parent's communicator the worker inherited (which it cannot
+ * destroy) counted as its reference: the handler stayed, serving the worker, and the signal
+ * only set a flag (the worker lived on). Returns the child's exit code: 0 when the worker
+ * died of SIGUSR2; 6 when its own communicator failed; 7 when it outlived the signal. */
+static int child_fork_worker_comm(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        int wstatus = 0, code = 0;
+        pid_t worker;
+
+        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+        signal(SIGUSR2, SIG_DFL);
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(2);
+        }
+        worker = fork();
+        if (worker == 0) {
+            shoal_comm_t own = NULL;
+            shoal_uid_t wuid;
+            alarm(30);
+            if (shoal_get_unique_id(&wuid) != SHOAL_OK ||
+                shoal_comm_init(&own, 1, 0, &wuid, NULL) != SHOAL_OK ||
+                shoal_comm_destroy(own) != SHOAL_OK) {
+                _exit(6);
+            }
+            raise(SIGUSR2);
+            _exit(7);
+        }
+        if (worker < 0) {
+            _exit(5);
+        }
+        if (waitpid(worker, &wstatus, 0) != worker) {
+            code = 5;
+        } else if (WIFEXITED(wstatus)) {
+            code = WEXITSTATUS(wstatus);
+        } else if (WTERMSIG(wstatus) != SIGUSR2) {
+            code = 128 + WTERMSIG(wstatus);
+        }
+        shoal_comm_destroy(comm);
+        _exit(code);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 #endif
 
 static void test_children(void)
@@ -451,12 +507,15 @@ static void test_children(void)
      * interceptor, and in a child forked from a process with threads it turns interceptors
      * off: a signal that reaches the worker before its first sleep never runs the handler
      * (with the CPUs busy, 4 of 8 runs under TSan; 10 of 10 passed in the release build). */
-    tap_skip(1, "TSan does not run signal handlers in a child forked from threads");
+    tap_skip(2, "TSan does not run signal handlers in a child forked from threads");
 #else
     code = child_fork_worker();
     tap_ok(code == 0, "a worker forked without exec from a process with the SIGUSR2 stop "
            "handler dies of SIGUSR2, its default action; the process is still stopped by it "
            "(child exit %d)", code);
+    code = child_fork_worker_comm();
+    tap_ok(code == 0, "a worker forked without exec that made and destroyed a communicator of "
+           "its own has SIGUSR2's default action back and dies of it (child exit %d)", code);
 #endif
 }
 
@@ -525,7 +584,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(36);
+    tap_plan(37);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
