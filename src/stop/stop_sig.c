@@ -260,7 +260,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
 
     __atomic_store_n(&shoal_stop_sig_pid, getpid(), __ATOMIC_RELAXED);
     for (int s = 1; s <= SHOAL_STOP_SIG_MAX; s++) {
-        struct sigaction old, prev;
+        struct sigaction cur, old, prev;
         if ((mask & SHOAL_STOP_SIG_BIT(s)) == 0) {
             continue;
         }
@@ -271,13 +271,23 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
         /* The application's action is saved before ours is in place: sigaction(s, &act,
          * &saved) copies the old action out only after the new one is installed, and a
          * signal in between found the slot empty (the application's handler not called). */
-        if (sigaction(s, NULL, &old) != 0) {
+        if (sigaction(s, NULL, &cur) != 0) {
             shoal_error(SCHED, "sigaction(SIG%s) reading the application's action failed: %s",
                         shoal_stop_signal_name(s, name, sizeof(name)), strerror(errno));
             shoal_stop_sig_restore(done);
             return SHOAL_ERR_SYSTEM;
         }
-        shoal_stop_sig_old[s] = old;
+        if ((cur.sa_flags & SA_SIGINFO) != 0 && cur.sa_sigaction == shoal_stop_sig_handler) {
+            /* Ours, with no communicator: the application replaced it while one lived (so the
+             * last destroy left its action alone) and then put back the action that call
+             * returned, ours. Saved as the application's, the handler called itself at the
+             * next signal until the stack overflowed. The application's action saved at the
+             * earlier install is still the one to chain. */
+            old = shoal_stop_sig_old[s];
+        } else {
+            old = cur;
+            shoal_stop_sig_old[s] = old;
+        }
         if (shoal_stop_sig_is_func(&old)) {
             /* The application's handler runs inside ours: with its own flags (no SA_RESTART
              * of ours where it wants its system calls interrupted, its SA_ONSTACK and
@@ -293,7 +303,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
             shoal_stop_sig_restore(done);
             return SHOAL_ERR_SYSTEM;
         }
-        if (prev.sa_sigaction != old.sa_sigaction || prev.sa_flags != old.sa_flags) {
+        if (prev.sa_sigaction != cur.sa_sigaction || prev.sa_flags != cur.sa_flags) {
             /* another thread of the application set its action between the two calls: that
              * one is the application's (the window of a signal reading the older is its own
              * race, as it would be without us) */

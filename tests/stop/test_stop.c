@@ -16,9 +16,11 @@
  *  - in forked children: no SHOAL_STOP_SIGNALS, no handler (the disposition is untouched);
  *    SHOAL_STOP_SIGNALS=KILL fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; a signal the
  *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained; a
- *    one-shot (SA_RESETHAND) application handler is chained once; a worker forked without
- *    exec gets the application's action (SIG_DFL: death), not a stop request, and so does
- *    one after it made and destroyed a communicator of its own.
+ *    one-shot (SA_RESETHAND) application handler is chained once; the library's handler put
+ *    back by the application after the last destroy is not saved as the application's by the
+ *    next communicator (it called itself); a worker forked without exec gets the
+ *    application's action (SIG_DFL: death), not a stop request, and so does one after it
+ *    made and destroyed a communicator of its own.
  */
 #include "tests/tap.h"
 
@@ -371,6 +373,54 @@ static int child_usr2(void (*handler)(int), int flags, int raises)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A forked child whose application replaces the stop handler while a communicator lives and
+ * puts back the action that sigaction returned (the library's handler) after the last destroy,
+ * as code that installs a handler around a section of its own does; then a new communicator,
+ * and SIGUSR2. The new communicator saved the library's own handler as the application's, and
+ * the signal made it call itself until the stack overflowed (SIGSEGV). Returns the child's
+ * exit code: 0 when it lived, its check said stop and the application's handler ran once. */
+static int child_reinstalled(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        struct sigaction sa, tmp, saved;
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        int stop = 0;
+
+        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = oneshot_handler;
+        sigaction(SIGUSR2, &sa, NULL);
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(2);
+        }
+        memset(&tmp, 0, sizeof(tmp));
+        tmp.sa_handler = SIG_IGN;
+        sigaction(SIGUSR2, &tmp, &saved);
+        shoal_comm_destroy(comm);
+        sigaction(SIGUSR2, &saved, NULL);
+        comm = NULL;
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(4);
+        }
+        raise(SIGUSR2);
+        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+            _exit(3);
+        }
+        shoal_comm_destroy(comm);
+        _exit(oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* A forked child with SHOAL_STOP_SIGNALS=USR2 and one communicator forks a worker (no exec:
  * a Python multiprocessing or DataLoader worker) and sends it SIGUSR2: the worker, which has
  * no communicator, gets SIGUSR2's default action (death), as without the library; it lived on,
@@ -502,6 +552,10 @@ static void test_children(void)
     code = child_usr2(oneshot_handler, SA_RESETHAND, 3);
     tap_ok(code == 0, "a one-shot (SA_RESETHAND) SIGUSR2 handler is chained once in three "
            "signals, the later ones only request the stop (child exit %d)", code);
+    code = child_reinstalled();
+    tap_ok(code == 0, "the application put the library's handler back after the last destroy "
+           "(it had replaced it meanwhile): the next communicator chains the application's "
+           "handler, not itself (child exit %d)", code);
 #if defined(__SANITIZE_THREAD__)
     /* TSan defers an asynchronous signal that comes outside a blocking call to its next
      * interceptor, and in a child forked from a process with threads it turns interceptors
@@ -584,7 +638,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(37);
+    tap_plan(38);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
