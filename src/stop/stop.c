@@ -22,8 +22,12 @@ static int shoal_stop_agreed_any;
 
 void shoal_stop_request_process(int signo)
 {
-    /* The signal number first: whoever sees the flag (acquire) sees the number too. */
-    __atomic_store_n(&shoal_stop_process_signo, signo, __ATOMIC_RELAXED);
+    /* The signal number first: whoever sees the flag (acquire) sees the number too. A call
+     * (0) leaves a signal's number: it erased it, and with it the stop under way, so the last
+     * destroy put SIG_DFL back and a repeated signal killed the exiting process. */
+    if (signo != 0) {
+        __atomic_store_n(&shoal_stop_process_signo, signo, __ATOMIC_RELAXED);
+    }
     __atomic_store_n(&shoal_stop_process_flag, 1, __ATOMIC_RELEASE);
 }
 

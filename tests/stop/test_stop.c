@@ -18,7 +18,8 @@
  *    application ignores (SIG_IGN with SA_SIGINFO) is a request, and nothing is chained; a
  *    one-shot (SA_RESETHAND) application handler is chained once; the library's handler put
  *    back by the application after the last destroy is not saved as the application's by the
- *    next communicator (it called itself); a worker forked without exec gets the
+ *    next communicator (it called itself); a stop signal followed by shoal_request_stop
+ *    still keeps the handler past the last destroy; a worker forked without exec gets the
  *    application's action (SIG_DFL: death), not a stop request, and so does one after it
  *    made and destroyed a communicator of its own.
  */
@@ -421,6 +422,42 @@ static int child_reinstalled(void)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A forked child with SHOAL_STOP_SIGNALS=USR2 over SIGUSR2's default action: SIGUSR2 comes,
+ * then shoal_request_stop is called too (a watchdog thread, the application's own path), and
+ * the communicator is destroyed before any agreement. A stop signal came, so the handler
+ * stays: the call had overwritten the signal's number with 0, the stop no longer counted as
+ * under way, SIG_DFL was put back, and the second SIGUSR2 killed the process. Returns the
+ * child's exit code: 0 when it lived; 8 when the handler was removed. */
+static int child_signal_then_call(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+
+        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+        signal(SIGUSR2, SIG_DFL);
+        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+            _exit(2);
+        }
+        raise(SIGUSR2);
+        shoal_request_stop();
+        shoal_comm_destroy(comm);
+        if ((shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))) == 0) {
+            _exit(8);
+        }
+        raise(SIGUSR2);
+        _exit(0);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* A forked child with SHOAL_STOP_SIGNALS=USR2 and one communicator forks a worker (no exec:
  * a Python multiprocessing or DataLoader worker) and sends it SIGUSR2: the worker, which has
  * no communicator, gets SIGUSR2's default action (death), as without the library; it lived on,
@@ -556,6 +593,10 @@ static void test_children(void)
     tap_ok(code == 0, "the application put the library's handler back after the last destroy "
            "(it had replaced it meanwhile): the next communicator chains the application's "
            "handler, not itself (child exit %d)", code);
+    code = child_signal_then_call();
+    tap_ok(code == 0, "SIGUSR2 then shoal_request_stop, destroyed before any agreement: the "
+           "signal still counts, the handler stays and a second SIGUSR2 is harmless (child "
+           "exit %d)", code);
 #if defined(__SANITIZE_THREAD__)
     /* TSan defers an asynchronous signal that comes outside a blocking call to its next
      * interceptor, and in a child forked from a process with threads it turns interceptors
@@ -638,7 +679,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(38);
+    tap_plan(39);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
