@@ -46,7 +46,10 @@ shoal_status_t shoal_request_stop(void)
 
 shoal_status_t shoal_comm_request_stop(shoal_comm_t comm)
 {
-    if (comm == NULL) {
+    /* In a process forked from comm's, as every call on comm: the flag would be the child's
+     * own copy, which no agreement of the parent reads (a worker's request accepted and
+     * lost). Not logged: this may run in a signal handler. */
+    if (comm == NULL || shoal_comm_forked(comm)) {
         return SHOAL_ERR_INVALID_ARG;
     }
     __atomic_store_n(&comm->stop.requested, 1, __ATOMIC_RELEASE);
