@@ -9,114 +9,31 @@
 #include "coll/coll.h"
 #include "cuda/cuda.h"
 #include "meter/meter.h"
+#include "util/trec.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 
 typedef struct {
-    struct shoal_comm *comm;   /* NULL once run or dropped */
+    struct shoal_comm *comm;   /* first (util/trec.h): NULL once dropped */
     shoal_coll_args_t a;
 } shoal_api_gop_t;
 
-/* A thread's recorded sends and receives. Every thread's is on one list, under one lock: the
- * destroy of a communicator may come from another thread than the group's (the application
- * serializes its calls on the communicator, not its groups), and must drop what every group
- * recorded on it, not only its own thread's. */
-typedef struct shoal_api_group {
-    shoal_api_gop_t *ops;
-    int n, cap;
-    int dropped; /* recorded on a communicator destroyed since */
-    struct shoal_api_group *next;
-} shoal_api_group_t;
+/* Every thread's recorded sends and receives (util/trec.h): the destroy of a communicator may
+ * come from another thread than the group's, and must drop what every group recorded on it;
+ * a thread that exits inside a group leaves nothing behind. */
+static shoal_trec_list_t shoal_api_group_recs = SHOAL_TREC_LIST_INIT(shoal_api_gop_t);
 
-static pthread_mutex_t shoal_api_group_lock = PTHREAD_MUTEX_INITIALIZER;
-static shoal_api_group_t *shoal_api_groups; /* every thread's, under the lock */
-static __thread shoal_api_group_t *shoal_api_group_mine;
-static pthread_once_t shoal_api_group_once = PTHREAD_ONCE_INIT;
-static pthread_key_t shoal_api_group_key;
-static int shoal_api_group_key_ok;
-
-/* At the exit of a thread that had a group: a thread that exits inside one (no
- * shoal_group_end) left its recorded calls behind, on the list for ever (a thread-local
- * pointer has no destructor); its group is unlisted and freed, its calls never run. */
-static void shoal_api_group_exit(void *arg)
-{
-    shoal_api_group_t *g = arg;
-
-    pthread_mutex_lock(&shoal_api_group_lock);
-    for (shoal_api_group_t **pp = &shoal_api_groups; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == g) {
-            *pp = g->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&shoal_api_group_lock);
-    shoal_api_group_mine = NULL; /* on the exiting thread: a later key destructor that
-                                  * records a call makes a new group */
-    free(g->ops);
-    free(g);
-}
-
-static void shoal_api_group_key_make(void)
-{
-    shoal_api_group_key_ok = pthread_key_create(&shoal_api_group_key, shoal_api_group_exit) == 0;
-}
-
-/* The library unloaded (dlclose): a thread that exits later must not call a destructor that is
- * no longer mapped (its group is lost with the library). */
+/* The library unloaded (dlclose): no later thread exit may call into it. */
 __attribute__((destructor)) static void shoal_api_group_unload(void)
 {
-    if (shoal_api_group_key_ok) {
-        (void)pthread_key_delete(shoal_api_group_key);
-    }
-}
-
-/* The calling thread's group, made and listed on first use; NULL on no memory. */
-static shoal_api_group_t *shoal_api_group_get(void)
-{
-    shoal_api_group_t *g = shoal_api_group_mine;
-
-    if (g != NULL) {
-        return g;
-    }
-    (void)pthread_once(&shoal_api_group_once, shoal_api_group_key_make);
-    if (!shoal_api_group_key_ok || (g = calloc(1, sizeof(*g))) == NULL) {
-        return NULL; /* refused: without the key, the thread's exit would leak it */
-    }
-    if (pthread_setspecific(shoal_api_group_key, g) != 0) {
-        free(g);
-        return NULL;
-    }
-    pthread_mutex_lock(&shoal_api_group_lock);
-    g->next = shoal_api_groups;
-    shoal_api_groups = g;
-    pthread_mutex_unlock(&shoal_api_group_lock);
-    shoal_api_group_mine = g;
-    return g;
+    shoal_trec_unload(&shoal_api_group_recs);
 }
 
 shoal_status_t shoal_api_group_add(struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
-    shoal_api_group_t *g = shoal_api_group_get();
-    shoal_api_gop_t *p = NULL;
+    shoal_api_gop_t op = {.comm = comm, .a = *a};
 
-    if (g != NULL) {
-        pthread_mutex_lock(&shoal_api_group_lock); /* a destroy may walk g->ops meanwhile */
-        p = g->ops;
-        if (g->n == g->cap) {
-            int cap = g->cap > 0 ? 2 * g->cap : 16;
-            p = realloc(g->ops, (size_t)cap * sizeof(*p));
-            if (p != NULL) {
-                g->ops = p;
-                g->cap = cap;
-            }
-        }
-        if (p != NULL) {
-            g->ops[g->n++] = (shoal_api_gop_t){.comm = comm, .a = *a};
-        }
-        pthread_mutex_unlock(&shoal_api_group_lock);
-    }
-    if (p == NULL) {
+    if (shoal_trec_add(&shoal_api_group_recs, &op) != SHOAL_OK) {
         shoal_error(COLL, "no memory to record a send/receive of a group");
         shoal_meter_count_refused(comm->meter);
         return SHOAL_ERR_NO_MEMORY;
@@ -126,19 +43,8 @@ shoal_status_t shoal_api_group_add(struct shoal_comm *comm, const shoal_coll_arg
 
 void shoal_api_group_forget(struct shoal_comm *comm)
 {
-    int dropped = 0;
+    int dropped = shoal_trec_forget(&shoal_api_group_recs, comm);
 
-    pthread_mutex_lock(&shoal_api_group_lock);
-    for (shoal_api_group_t *g = shoal_api_groups; g != NULL; g = g->next) {
-        for (int i = 0; i < g->n; i++) {
-            if (g->ops[i].comm == comm) {
-                g->ops[i].comm = NULL;
-                g->dropped++;
-                dropped++;
-            }
-        }
-    }
-    pthread_mutex_unlock(&shoal_api_group_lock);
     if (dropped > 0) {
         shoal_error(COLL, "rank %d: communicator %08x destroyed inside a group: its %d "
                     "send(s)/receive(s) recorded since shoal_group_start are dropped, and "
@@ -209,12 +115,12 @@ static shoal_status_t shoal_api_group_run(shoal_p2p_batch_t *b, int nb)
     return st;
 }
 
-/* Runs and forgets what the thread's group recorded: one batch per communicator, its calls in
- * the order they were made; the first failure is returned. The calls are taken under the
- * lock, so that a destroy on another thread before then drops them. */
-static shoal_status_t shoal_api_group_flush(shoal_api_group_t *g)
+/* Runs what the thread's group recorded (g[0..n), taken away from the list: a destroy after
+ * that no longer drops them): one batch per communicator, its calls in the order they were
+ * made; the first failure is returned. */
+static shoal_status_t shoal_api_group_flush(shoal_api_gop_t *g, int n)
 {
-    int n = g->n, nb = 0, k = 0;
+    int nb = 0, k = 0;
     shoal_coll_args_t *ops = n > 0 ? malloc((size_t)n * sizeof(*ops)) : NULL;
     shoal_p2p_batch_t *b = n > 0 ? malloc((size_t)n * sizeof(*b)) : NULL;
     shoal_status_t st = SHOAL_OK;
@@ -224,25 +130,20 @@ static shoal_status_t shoal_api_group_flush(shoal_api_group_t *g)
         st = SHOAL_ERR_NO_MEMORY;
         n = 0;
     }
-    pthread_mutex_lock(&shoal_api_group_lock);
     for (int i = 0; i < n; i++) {
-        if (g->ops[i].comm == NULL) {
+        if (g[i].comm == NULL) {
             continue;
         }
-        b[nb] = (shoal_p2p_batch_t){.comm = g->ops[i].comm, .ops = ops + k};
+        b[nb] = (shoal_p2p_batch_t){.comm = g[i].comm, .ops = ops + k};
         for (int j = i; j < n; j++) {
-            if (g->ops[j].comm == b[nb].comm) {
-                ops[k++] = g->ops[j].a;
+            if (g[j].comm == b[nb].comm) {
+                ops[k++] = g[j].a;
                 b[nb].n++;
-                g->ops[j].comm = NULL;
+                g[j].comm = NULL;
             }
         }
         nb++;
     }
-    free(g->ops);
-    g->ops = NULL;
-    g->n = g->cap = 0;
-    pthread_mutex_unlock(&shoal_api_group_lock);
     if (nb > 0) {
         st = shoal_api_group_run(b, nb);
     }
@@ -259,25 +160,19 @@ shoal_status_t shoal_group_start(void)
 
 shoal_status_t shoal_group_end(void)
 {
-    int outermost, dropped;
+    int outermost, n, dropped;
     shoal_status_t st = shoal_group_leave(&outermost), st2;
-    shoal_api_group_t *g;
+    shoal_api_gop_t *g;
 
     if (!outermost) {
         return st;
     }
     /* The host sends and receives run even when the CUDA layer's submission failed: their
      * peers wait for them. */
-    g = shoal_api_group_mine;
-    if (g == NULL) {
-        return st; /* this thread never recorded a host send or receive */
-    }
-    st2 = shoal_api_group_flush(g);
+    g = shoal_trec_take(&shoal_api_group_recs, &n, &dropped);
+    st2 = shoal_api_group_flush(g, n);
     st = st != SHOAL_OK ? st : st2;
-    pthread_mutex_lock(&shoal_api_group_lock);
-    dropped = g->dropped;
-    g->dropped = 0;
-    pthread_mutex_unlock(&shoal_api_group_lock);
+    free(g);
     if (dropped > 0) {
         /* calls the application was told were recorded never ran */
         shoal_error(COLL, "shoal_group_end: %d send(s)/receive(s) of this group were on a "

@@ -38,6 +38,7 @@
  */
 #include "cuda/cuda_int.h"
 #include "meter/meter.h"
+#include "util/trec.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -569,46 +570,36 @@ static shoal_status_t shoal_cuda_submit(struct shoal_comm *comm, void *stream,
 /* ---- groups ------------------------------------------------------------------------------- */
 
 typedef struct {
-    struct shoal_comm *comm;
+    struct shoal_comm *comm;   /* first (util/trec.h): NULL once dropped or taken */
     void *stream;
     shoal_cuda_item_t item;
 } shoal_cuda_gitem_t;
 
-static __thread shoal_cuda_gitem_t *shoal_cuda_group_items;
-static __thread int shoal_cuda_group_n, shoal_cuda_group_cap;
-static __thread int shoal_cuda_group_dropped; /* recorded on a communicator destroyed since */
+/* Every thread's recorded calls (util/trec.h): a destroy on any thread drops them, a thread
+ * that exits inside a group leaves nothing behind. */
+static shoal_trec_list_t shoal_cuda_group_recs = SHOAL_TREC_LIST_INIT(shoal_cuda_gitem_t);
+
+/* The library unloaded (dlclose): no later thread exit may call into it. */
+__attribute__((destructor)) static void shoal_cuda_group_unload(void)
+{
+    shoal_trec_unload(&shoal_cuda_group_recs);
+}
 
 static shoal_status_t shoal_cuda_group_add(struct shoal_comm *comm, void *stream,
                                            const shoal_cuda_item_t *it)
 {
-    if (shoal_cuda_group_n == shoal_cuda_group_cap) {
-        int cap = shoal_cuda_group_cap == 0 ? 16 : 2 * shoal_cuda_group_cap;
-        void *p = realloc(shoal_cuda_group_items, (size_t)cap * sizeof(shoal_cuda_gitem_t));
-        if (p == NULL) {
-            return SHOAL_ERR_NO_MEMORY;
-        }
-        shoal_cuda_group_items = p;
-        shoal_cuda_group_cap = cap;
-    }
-    shoal_cuda_group_items[shoal_cuda_group_n++] =
-        (shoal_cuda_gitem_t){.comm = comm, .stream = stream, .item = *it};
-    return SHOAL_OK;
+    shoal_cuda_gitem_t g = {.comm = comm, .stream = stream, .item = *it};
+    return shoal_trec_add(&shoal_cuda_group_recs, &g);
 }
 
 void shoal_cuda_group_forget(struct shoal_comm *comm)
 {
-    int k = 0, n = shoal_cuda_group_n;
-    for (int i = 0; i < n; i++) {
-        if (shoal_cuda_group_items[i].comm != comm) {
-            shoal_cuda_group_items[k++] = shoal_cuda_group_items[i];
-        }
-    }
-    if (k < n) {
+    int dropped = shoal_trec_forget(&shoal_cuda_group_recs, comm);
+
+    if (dropped > 0) {
         shoal_error(CUDA, "rank %d: communicator %08x destroyed inside a group: its %d "
                     "stream-ordered or device call(s) recorded since shoal_group_start are "
-                    "dropped, and shoal_group_end fails", comm->rank, comm->comm_id, n - k);
-        shoal_cuda_group_n = k;
-        shoal_cuda_group_dropped += n - k;
+                    "dropped, and shoal_group_end fails", comm->rank, comm->comm_id, dropped);
     }
 }
 
@@ -617,8 +608,8 @@ void shoal_cuda_group_forget(struct shoal_comm *comm)
  * of the others wait for their calls. The first failure is returned. */
 shoal_status_t shoal_cuda_group_flush(void)
 {
-    shoal_cuda_gitem_t *g = shoal_cuda_group_items;
-    int n = shoal_cuda_group_n;
+    int n, dropped;
+    shoal_cuda_gitem_t *g = shoal_trec_take(&shoal_cuda_group_recs, &n, &dropped);
     shoal_cuda_item_t *batch = n > 0 ? malloc((size_t)n * sizeof(*batch)) : NULL;
     shoal_status_t st = SHOAL_OK, st2;
 
@@ -628,31 +619,28 @@ shoal_status_t shoal_cuda_group_flush(void)
         n = 0;
     }
     for (int i = 0; i < n; i++) {
+        struct shoal_comm *comm = g[i].comm;
+        void *stream = g[i].stream;
         int k = 0;
-        if (g[i].comm == NULL) {
+        if (comm == NULL) {
             continue;
         }
         for (int j = i; j < n; j++) {
-            if (g[j].comm == g[i].comm && g[j].stream == g[i].stream) {
+            if (g[j].comm == comm && g[j].stream == stream) {
                 batch[k++] = g[j].item;
-                if (j > i) {
-                    g[j].comm = NULL;
-                }
+                g[j].comm = NULL;
             }
         }
-        st2 = shoal_comm_check_usable(g[i].comm);
-        st2 = st2 != SHOAL_OK ? st2 : shoal_cuda_submit(g[i].comm, g[i].stream, batch, k);
+        st2 = shoal_comm_check_usable(comm);
+        st2 = st2 != SHOAL_OK ? st2 : shoal_cuda_submit(comm, stream, batch, k);
         st = st != SHOAL_OK ? st : st2;
     }
     free(batch);
-    free(shoal_cuda_group_items);
-    shoal_cuda_group_items = NULL;
-    shoal_cuda_group_n = shoal_cuda_group_cap = 0;
-    if (shoal_cuda_group_dropped > 0) {
+    free(g);
+    if (dropped > 0) {
         /* calls the application was told were recorded never ran */
         shoal_error(CUDA, "shoal_group_end: %d call(s) of this group were on a communicator "
-                    "destroyed before the end", shoal_cuda_group_dropped);
-        shoal_cuda_group_dropped = 0;
+                    "destroyed before the end", dropped);
         st = st != SHOAL_OK ? st : SHOAL_ERR_INVALID_ARG;
     }
     return st;

@@ -14,6 +14,8 @@
 #include "tests/tap.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -590,21 +592,32 @@ static void group_p2p_around_coll(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
-/* Inside a group: a call on communicator A, one on B, one on the test's communicator; then A
- * is destroyed and B aborted before the end. The end fails (A's calls were dropped, B is
- * aborted), touches neither (A's memory was gone: the end read it and crashed), and still
- * submits the third call, which its peers wait for (the end stopped at B's failure: the third
- * call never ran, its output stayed unwritten). */
+static void *destroy_thread(void *arg)
+{
+    return (void *)(intptr_t)shoal_comm_destroy((shoal_comm_t)arg);
+}
+
+/* Inside a group: a call on communicator A, one on B, one on the test's communicator, one on
+ * C; then A is destroyed, C is destroyed on another thread, and B aborted before the end. The
+ * end fails (A's and C's calls were dropped, B is aborted), touches none of them (A's memory
+ * was gone: the end read it and crashed; C's records were dropped only by a destroy on the
+ * group's own thread), and still submits the test communicator's call, which its peers wait
+ * for (the end stopped at B's failure: that call never ran, its output stayed unwritten). */
+
 static void group_lost_comm(ctx_t *x)
 {
-    int g = group("group: a communicator destroyed, one aborted inside it; the other call runs");
+    int g = group("group: communicators destroyed (here, on another thread), one aborted "
+                  "inside it; the other call runs");
     size_t count = 40961, es = 4, bytes = count * es;
-    shoal_comm_t gone = NULL, aborted = NULL;
+    shoal_comm_t gone = NULL, gone_t = NULL, aborted = NULL;
     shoal_status_t st = SHOAL_OK;
+    pthread_t th;
+    void *ret = NULL;
     int bad = 0;
 
     bad |= shoal_comm_split(x->comm, 0, x->rank, &gone) != SHOAL_OK;
     bad |= (shoal_comm_split(x->comm, 0, x->rank, &aborted) != SHOAL_OK) << 1;
+    bad |= (shoal_comm_split(x->comm, 0, x->rank, &gone_t) != SHOAL_OK) << 8;
     if (bad) {
         group_fail[g]++;
         return;
@@ -620,7 +633,12 @@ static void group_lost_comm(ctx_t *x)
                             SHOAL_SUM, aborted, x->s) != SHOAL_OK) << 3;
     bad |= (shoal_allreduce((void *)x->d_in, (void *)(x->d_out + 2 * bytes), count, SHOAL_INT32,
                             SHOAL_SUM, x->comm, x->s) != SHOAL_OK) << 4;
+    bad |= (shoal_allreduce((void *)x->d_in, (void *)(x->d_out + 3 * bytes), count, SHOAL_INT32,
+                            SHOAL_SUM, gone_t, x->s) != SHOAL_OK) << 9;
     shoal_comm_destroy(gone);
+    /* a thread's records were dropped only by a destroy on the same thread */
+    bad |= (pthread_create(&th, NULL, destroy_thread, gone_t) != 0 ||
+            pthread_join(th, &ret) != 0 || ret != (void *)(intptr_t)SHOAL_OK) << 10;
     shoal_comm_abort(aborted);
     st = shoal_group_end();
     bad |= (st == SHOAL_OK) << 5;
