@@ -330,6 +330,75 @@ static void oneshot_handler(int sig)
     oneshot_calls++;
 }
 
+/* Runs fn(arg) in a forked child and returns the child's exit code: what fn returned or the
+ * code it passed to _exit, 128 + the signal that killed it, -1 if the fork or wait failed. */
+static int in_child(int (*fn)(void *), void *arg)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        _exit(fn(arg));
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        return -1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A 1-rank communicator, or NULL. */
+static shoal_comm_t one_comm(void)
+{
+    shoal_comm_t comm = NULL;
+    shoal_uid_t uid;
+
+    if (shoal_get_unique_id(&uid) != SHOAL_OK ||
+        shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
+        return NULL;
+    }
+    return comm;
+}
+
+/* In a child: SHOAL_STOP_SIGNALS=USR2 over the SIGUSR2 action (handler, flags), then a 1-rank
+ * communicator; exits with 2 if it cannot be made. */
+static shoal_comm_t usr2_comm(void (*handler)(int), int flags)
+{
+    struct sigaction sa;
+    shoal_comm_t comm;
+
+    setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sa.sa_flags = flags;
+    sigaction(SIGUSR2, &sa, NULL);
+    comm = one_comm();
+    if (comm == NULL) {
+        _exit(2);
+    }
+    return comm;
+}
+
+typedef struct {
+    void (*handler)(int);
+    int flags, raises;
+} usr2_args_t;
+
+static int usr2_run(void *arg)
+{
+    const usr2_args_t *a = arg;
+    shoal_comm_t comm = usr2_comm(a->handler, a->flags);
+    int stop = 0;
+
+    for (int i = 0; i < a->raises; i++) {
+        raise(SIGUSR2);
+    }
+    if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+        return 3;
+    }
+    shoal_comm_destroy(comm);
+    return a->handler != oneshot_handler || oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls;
+}
+
 /* A forked child whose SIGUSR2 action is (handler, flags): SHOAL_STOP_SIGNALS=USR2, one
  * communicator, then raises SIGUSR2 raises times. Returns the child's exit code: 0 when it
  * lived, its check said stop and, for oneshot_handler, the handler ran once (10 + calls when
@@ -341,37 +410,8 @@ static void oneshot_handler(int sig)
  *   stop (the SIG_DFL the kernel would have put back is what the stop handler replaces). */
 static int child_usr2(void (*handler)(int), int flags, int raises)
 {
-    int status = 0;
-    pid_t pid = fork();
-
-    if (pid == 0) {
-        struct sigaction sa;
-        shoal_comm_t comm = NULL;
-        shoal_uid_t uid;
-        int stop = 0;
-
-        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = handler;
-        sa.sa_flags = flags;
-        sigaction(SIGUSR2, &sa, NULL);
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(2);
-        }
-        for (int i = 0; i < raises; i++) {
-            raise(SIGUSR2);
-        }
-        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
-            _exit(3);
-        }
-        shoal_comm_destroy(comm);
-        _exit(handler != oneshot_handler || oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
-    }
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    usr2_args_t a = {.handler = handler, .flags = flags, .raises = raises};
+    return in_child(usr2_run, &a);
 }
 
 /* A forked child whose application replaces the stop handler while a communicator lives and
@@ -380,46 +420,28 @@ static int child_usr2(void (*handler)(int), int flags, int raises)
  * and SIGUSR2. The new communicator saved the library's own handler as the application's, and
  * the signal made it call itself until the stack overflowed (SIGSEGV). Returns the child's
  * exit code: 0 when it lived, its check said stop and the application's handler ran once. */
-static int child_reinstalled(void)
+static int child_reinstalled(void *arg)
 {
-    int status = 0;
-    pid_t pid = fork();
+    struct sigaction tmp, saved;
+    shoal_comm_t comm = usr2_comm(oneshot_handler, 0);
+    int stop = 0;
 
-    if (pid == 0) {
-        struct sigaction sa, tmp, saved;
-        shoal_comm_t comm = NULL;
-        shoal_uid_t uid;
-        int stop = 0;
-
-        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = oneshot_handler;
-        sigaction(SIGUSR2, &sa, NULL);
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(2);
-        }
-        memset(&tmp, 0, sizeof(tmp));
-        tmp.sa_handler = SIG_IGN;
-        sigaction(SIGUSR2, &tmp, &saved);
-        shoal_comm_destroy(comm);
-        sigaction(SIGUSR2, &saved, NULL);
-        comm = NULL;
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(4);
-        }
-        raise(SIGUSR2);
-        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
-            _exit(3);
-        }
-        shoal_comm_destroy(comm);
-        _exit(oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
+    (void)arg;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.sa_handler = SIG_IGN;
+    sigaction(SIGUSR2, &tmp, &saved);
+    shoal_comm_destroy(comm);
+    sigaction(SIGUSR2, &saved, NULL);
+    comm = one_comm();
+    if (comm == NULL) {
+        return 4;
     }
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        return -1;
+    raise(SIGUSR2);
+    if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+        return 3;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    shoal_comm_destroy(comm);
+    return oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls;
 }
 
 /* A forked child with SHOAL_STOP_SIGNALS=USR2 over SIGUSR2's default action: SIGUSR2 comes,
@@ -428,91 +450,60 @@ static int child_reinstalled(void)
  * stays: the call had overwritten the signal's number with 0, the stop no longer counted as
  * under way, SIG_DFL was put back, and the second SIGUSR2 killed the process. Returns the
  * child's exit code: 0 when it lived; 8 when the handler was removed. */
-static int child_signal_then_call(void)
+static int child_signal_then_call(void *arg)
 {
-    int status = 0;
-    pid_t pid = fork();
+    shoal_comm_t comm = usr2_comm(SIG_DFL, 0);
 
-    if (pid == 0) {
-        shoal_comm_t comm = NULL;
-        shoal_uid_t uid;
-
-        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
-        signal(SIGUSR2, SIG_DFL);
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(2);
-        }
-        raise(SIGUSR2);
-        shoal_request_stop();
-        shoal_comm_destroy(comm);
-        if ((shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))) == 0) {
-            _exit(8);
-        }
-        raise(SIGUSR2);
-        _exit(0);
+    (void)arg;
+    raise(SIGUSR2);
+    shoal_request_stop();
+    shoal_comm_destroy(comm);
+    if ((shoal_stop_signals_installed() & (1ull << (SIGUSR2 - 1))) == 0) {
+        return 8;
     }
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    raise(SIGUSR2);
+    return 0;
 }
 
+#if !defined(__SANITIZE_THREAD__)
 /* A forked child with SHOAL_STOP_SIGNALS=USR2 and one communicator forks a worker (no exec:
  * a Python multiprocessing or DataLoader worker) and sends it SIGUSR2: the worker, which has
  * no communicator, gets SIGUSR2's default action (death), as without the library; it lived on,
  * the inherited handler only setting a flag. The child itself is still stopped by SIGUSR2.
  * Returns the child's exit code: 0 when both held; 4 when the worker outlived the signal. */
-#if !defined(__SANITIZE_THREAD__)
-static int child_fork_worker(void)
+static int child_fork_worker(void *arg)
 {
-    int status = 0;
-    pid_t pid = fork();
+    shoal_comm_t comm = usr2_comm(SIG_DFL, 0);
+    int stop = 0, wstatus = 0, code = 0;
+    pid_t worker = fork();
 
-    if (pid == 0) {
-        shoal_comm_t comm = NULL;
-        shoal_uid_t uid;
-        int stop = 0, wstatus = 0, code = 0;
-        pid_t worker;
-
-        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
-        signal(SIGUSR2, SIG_DFL);
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(2);
+    (void)arg;
+    if (worker == 0) {
+        for (int i = 0; i < 100; i++) {
+            usleep(100000); /* 10 s of "work" at most */
         }
-        worker = fork();
-        if (worker == 0) {
-            for (int i = 0; i < 100; i++) {
-                usleep(100000); /* 10 s of "work" at most */
-            }
-            _exit(0);
-        }
-        if (worker < 0) {
-            _exit(5);
-        }
-        kill(worker, SIGUSR2);
-        for (int i = 0; i < 50 && waitpid(worker, &wstatus, WNOHANG) == 0; i++) {
-            usleep(100000);
-        }
-        if (waitpid(worker, &wstatus, WNOHANG) == 0) {
-            kill(worker, SIGKILL);
-            waitpid(worker, &wstatus, 0);
-            code = 4;
-        } else if (!WIFSIGNALED(wstatus) || WTERMSIG(wstatus) != SIGUSR2) {
-            code = 4;
-        }
-        raise(SIGUSR2);
-        if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
-            code = code != 0 ? code : 3;
-        }
-        shoal_comm_destroy(comm);
-        _exit(code);
+        _exit(0);
     }
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        return -1;
+    if (worker < 0) {
+        return 5;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    kill(worker, SIGUSR2);
+    for (int i = 0; i < 50 && waitpid(worker, &wstatus, WNOHANG) == 0; i++) {
+        usleep(100000);
+    }
+    if (waitpid(worker, &wstatus, WNOHANG) == 0) {
+        kill(worker, SIGKILL);
+        waitpid(worker, &wstatus, 0);
+        code = 4;
+    } else if (!WIFSIGNALED(wstatus) || WTERMSIG(wstatus) != SIGUSR2) {
+        code = 4;
+    }
+    raise(SIGUSR2);
+    if (shoal_comm_should_stop(comm, &stop) != SHOAL_OK || stop != 1) {
+        code = code != 0 ? code : 3;
+    }
+    shoal_comm_destroy(comm);
+    return code;
 }
 
 /* As child_fork_worker, but the worker makes a communicator of its own and destroys it, then
@@ -521,53 +512,35 @@ static int child_fork_worker(void)
  * destroy) counted as its reference: the handler stayed, serving the worker, and the signal
  * only set a flag (the worker lived on). Returns the child's exit code: 0 when the worker
  * died of SIGUSR2; 6 when its own communicator failed; 7 when it outlived the signal. */
-static int child_fork_worker_comm(void)
+static int child_fork_worker_comm(void *arg)
 {
-    int status = 0;
-    pid_t pid = fork();
+    shoal_comm_t comm = usr2_comm(SIG_DFL, 0);
+    int wstatus = 0, code = 0;
+    pid_t worker = fork();
 
-    if (pid == 0) {
-        shoal_comm_t comm = NULL;
-        shoal_uid_t uid;
-        int wstatus = 0, code = 0;
-        pid_t worker;
-
-        setenv("SHOAL_STOP_SIGNALS", "USR2", 1);
-        signal(SIGUSR2, SIG_DFL);
-        if (shoal_get_unique_id(&uid) != SHOAL_OK ||
-            shoal_comm_init(&comm, 1, 0, &uid, NULL) != SHOAL_OK) {
-            _exit(2);
+    (void)arg;
+    if (worker == 0) {
+        shoal_comm_t own;
+        alarm(30);
+        own = one_comm();
+        if (own == NULL || shoal_comm_destroy(own) != SHOAL_OK) {
+            _exit(6);
         }
-        worker = fork();
-        if (worker == 0) {
-            shoal_comm_t own = NULL;
-            shoal_uid_t wuid;
-            alarm(30);
-            if (shoal_get_unique_id(&wuid) != SHOAL_OK ||
-                shoal_comm_init(&own, 1, 0, &wuid, NULL) != SHOAL_OK ||
-                shoal_comm_destroy(own) != SHOAL_OK) {
-                _exit(6);
-            }
-            raise(SIGUSR2);
-            _exit(7);
-        }
-        if (worker < 0) {
-            _exit(5);
-        }
-        if (waitpid(worker, &wstatus, 0) != worker) {
-            code = 5;
-        } else if (WIFEXITED(wstatus)) {
-            code = WEXITSTATUS(wstatus);
-        } else if (WTERMSIG(wstatus) != SIGUSR2) {
-            code = 128 + WTERMSIG(wstatus);
-        }
-        shoal_comm_destroy(comm);
-        _exit(code);
+        raise(SIGUSR2);
+        _exit(7);
     }
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        return -1;
+    if (worker < 0) {
+        return 5;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (waitpid(worker, &wstatus, 0) != worker) {
+        code = 5;
+    } else if (WIFEXITED(wstatus)) {
+        code = WEXITSTATUS(wstatus);
+    } else if (WTERMSIG(wstatus) != SIGUSR2) {
+        code = 128 + WTERMSIG(wstatus);
+    }
+    shoal_comm_destroy(comm);
+    return code;
 }
 #endif
 
@@ -589,11 +562,11 @@ static void test_children(void)
     code = child_usr2(oneshot_handler, SA_RESETHAND, 3);
     tap_ok(code == 0, "a one-shot (SA_RESETHAND) SIGUSR2 handler is chained once in three "
            "signals, the later ones only request the stop (child exit %d)", code);
-    code = child_reinstalled();
+    code = in_child(child_reinstalled, NULL);
     tap_ok(code == 0, "the application put the library's handler back after the last destroy "
            "(it had replaced it meanwhile): the next communicator chains the application's "
            "handler, not itself (child exit %d)", code);
-    code = child_signal_then_call();
+    code = in_child(child_signal_then_call, NULL);
     tap_ok(code == 0, "SIGUSR2 then shoal_request_stop, destroyed before any agreement: the "
            "signal still counts, the handler stays and a second SIGUSR2 is harmless (child "
            "exit %d)", code);
@@ -604,11 +577,11 @@ static void test_children(void)
      * (with the CPUs busy, 4 of 8 runs under TSan; 10 of 10 passed in the release build). */
     tap_skip(2, "TSan does not run signal handlers in a child forked from threads");
 #else
-    code = child_fork_worker();
+    code = in_child(child_fork_worker, NULL);
     tap_ok(code == 0, "a worker forked without exec from a process with the SIGUSR2 stop "
            "handler dies of SIGUSR2, its default action; the process is still stopped by it "
            "(child exit %d)", code);
-    code = child_fork_worker_comm();
+    code = in_child(child_fork_worker_comm, NULL);
     tap_ok(code == 0, "a worker forked without exec that made and destroyed a communicator of "
            "its own has SIGUSR2's default action back and dies of it (child exit %d)", code);
 #endif
