@@ -2,8 +2,9 @@
 // communicator.
 //
 // CPU tensors: each backend owns one worker thread that runs their operations in issue order
-// (shoal's blocking host calls); a Work completes, and its future is marked, when the worker
-// finishes it, so async_op=True and DDP's communication hooks overlap with the caller.
+// (shoal's blocking host calls); a Work completes when the worker finishes it, so async_op=True
+// and DDP's communication hooks overlap with the caller. Its future is marked right after, on
+// one of the backend's completion threads (there its then-callbacks run), never on the worker.
 //
 // CUDA tensors (extension built with SHOAL_TORCH_CUDA): the operation is issued on the
 // caller's thread as stream-ordered shoal calls on the current CUDA stream of the tensors'
@@ -45,6 +46,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -277,31 +279,28 @@ struct CommRef {
     }
 };
 
-// What runs a group's queued operations (ShoalBackend, on its worker thread).
-class QueueRunner {
-  public:
-    virtual ~QueueRunner() = default;
-    // On the worker thread: runs the queued operations, in issue order, until done() is true
-    // (or nothing is queued).
-    virtual void run_queue_until(const std::function<bool()> &done) = 0;
-};
-
-// The runner whose worker thread this is (set by that thread itself), else null.
-thread_local QueueRunner *tl_worker_of = nullptr;
-
 // A Work of CPU tensors, run by the backend's worker thread. wait() returns when the worker
-// finished it (raising its error), or raises at once when the communicator failed meanwhile
-// (a dead peer, seen by shoal_comm_get_async_error without waiting for the worker's call to
-// give up), or when the wait's timeout passes.
+// finished it (raising its error) and its future is marked, or raises at once when the
+// communicator failed meanwhile (a dead peer, seen by shoal_comm_get_async_error without
+// waiting for the worker's call to give up), or when the wait's timeout passes.
 class ShoalWork : public c10d::Work {
   public:
     ShoalWork(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-              std::shared_ptr<CommRef> comm, std::string who, QueueRunner *runner)
+              std::shared_ptr<CommRef> comm, std::string who)
         : c10d::Work(rank, type, title), outputs_(std::move(outputs)),
           future_(c10::make_intrusive<c10::ivalue::Future>(
               c10::ListType::create(c10::TensorType::get()))),
-          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title)), runner_(runner)
+          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title))
     {
+        // The first callback, so it runs as the future is marked, before any of then()'s
+        // (which may block): wait() returns once it ran.
+        future_->addCallback(
+            [this](c10::ivalue::Future &) {
+                std::lock_guard<std::mutex> g(mutex_);
+                marked_ = true;
+                cv_.notify_all();
+            },
+            false);
     }
 
     std::vector<at::Tensor> result() override { return outputs_; }
@@ -323,14 +322,6 @@ class ShoalWork : public c10d::Work {
                             who_ + ": " + title_ + " is part of a batch (torch's coalescing "
                             "manager) that has not ended: it runs when the batch ends, so it "
                             "cannot be waited for inside the batch");
-        }
-        if (tl_worker_of != nullptr && tl_worker_of == runner_) {
-            // Waited for on its group's worker thread, by a callback of an earlier work's
-            // future (torch runs them where the future completes): the worker cannot come
-            // back to its queue before the callback returns, so the wait timed out or, without
-            // a timeout, never returned. This thread runs the queue, in issue order, up to and
-            // with this operation (runner_ is alive: its worker thread is this one).
-            runner_->run_queue_until([this] { return isCompleted(); });
         }
         std::unique_lock<std::mutex> lock(mutex_);
         for (;;) {
@@ -367,6 +358,16 @@ class ShoalWork : public c10d::Work {
                                 "timeout of " + std::to_string(timeout.count()) + " ms");
             }
         }
+        // The future is marked just after (on a completion thread; a free one is always
+        // found or started): wait() then get_future().value() must find it marked.
+        if (timeout == ::kNoTimeout) {
+            cv_.wait(lock, [this] { return marked_; });
+        } else if (!cv_.wait_until(lock, deadline, [this] { return marked_; })) {
+            C10_THROW_ERROR(DistBackendError,
+                            who_ + ": " + title_ + " completed, but its future was not marked "
+                            "within the wait's timeout of " + std::to_string(timeout.count()) +
+                            " ms");
+        }
         if (exception_) {
             std::rethrow_exception(exception_);
         }
@@ -376,10 +377,19 @@ class ShoalWork : public c10d::Work {
     // Whether it waits in an open batch (set and cleared by the backend, under its lock).
     void set_batched(bool batched) { batched_.store(batched, std::memory_order_release); }
 
-    // Called once by the backend's worker thread.
+    // Called once, for a work that never reached the worker (dropped, abandoned, empty).
     void complete(std::exception_ptr err)
     {
         finish(err);
+        mark_future(err);
+    }
+
+    // The worker's half of complete(): wait() and isCompleted() see the outcome.
+    void finish_work(std::exception_ptr err) { finish(err); }
+
+    // The completion thread's half: marks the future, running its callbacks here.
+    void mark_future(std::exception_ptr err)
+    {
         if (err) {
             future_->setError(err);
         } else {
@@ -393,8 +403,8 @@ class ShoalWork : public c10d::Work {
     std::shared_ptr<CommRef> comm_;
     std::string who_;
     std::string title_;
-    QueueRunner *runner_; // its group's, only compared unless this is its worker thread
     std::atomic<bool> batched_{false};
+    bool marked_ = false; // its future is marked (under mutex_)
 };
 
 #ifdef SHOAL_TORCH_CUDA
@@ -513,7 +523,7 @@ class ShoalCudaWork : public c10d::Work {
 };
 #endif
 
-class ShoalBackend : public c10d::Backend, public QueueRunner {
+class ShoalBackend : public c10d::Backend {
   public:
     ShoalBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                  std::chrono::milliseconds timeout)
@@ -565,6 +575,7 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
         if (worker_.joinable()) {
             worker_.join();
         }
+        stop_completers();
         done_.clear();
         comm_ref_.reset(); // destroys the communicator unless a CUDA Work still holds it
     }
@@ -1001,7 +1012,7 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
             auto work = c10::make_intrusive<ShoalWork>(getRank(), c10d::OpType::COALESCED,
                                                       "shoal:coalesced",
                                                       std::vector<at::Tensor>{}, comm_ref_,
-                                                      who(), this);
+                                                      who());
             work->complete(nullptr);
             return work;
         }
@@ -1194,13 +1205,8 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
             seq_++;
         }
         auto work = c10::make_intrusive<ShoalWork>(getRank(), type, title, std::move(outputs),
-                                                  comm_ref_, who(), this);
+                                                  comm_ref_, who());
         std::deque<Task> done;
-        // Issued by a callback of a finished work's future, which runs on the worker thread
-        // (a DDP communication hook such as PowerSGD's issues a collective there and waits for
-        // it): the worker cannot come back to its queue before the callback returns, so this
-        // thread runs the queue, in issue order, up to and with this operation.
-        bool on_worker = std::this_thread::get_id() == worker_.get_id();
         {
             std::lock_guard<std::mutex> g(mu_);
             if (batchable && coalescing_) {
@@ -1210,13 +1216,7 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
             }
             queue_.push_back(Task{work, std::move(fn)});
             pending_++;
-            if (!on_worker) {
-                done.swap(done_);
-            }
-        }
-        if (on_worker) {
-            run_queue_until([&work] { return work->isCompleted(); });
-            return work;
+            done.swap(done_);
         }
         cv_.notify_one();
         return work; // `done` (finished tasks and their tensors) released here, on this thread
@@ -1314,7 +1314,8 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
 
     // On the worker: a batch's operations inside one shoal group (its sends and receives are
     // posted together at shoal_group_end), each operation's Work completed with the batch's
-    // outcome. Returns the first failure (and its reason in *why).
+    // outcome (their futures marked on a completion thread, as the batch's own). Returns the
+    // first failure (and its reason in *why).
     shoal_status_t run_batch(std::vector<Task> &tasks, std::string *why)
     {
         std::vector<std::exception_ptr> errs(tasks.size());
@@ -1346,32 +1347,14 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
                 err = make_error(tasks[i].work->name() + " failed with its batch: " +
                                  failure(first, *why));
             }
-            tasks[i].work->complete(err);
+            tasks[i].work->finish_work(err);
+            post_completion(Task{tasks[i].work, nullptr}, err);
         }
         return first;
     }
 
-    // On the worker thread (the queue is run by a callback there: see enqueue and
-    // ShoalWork::wait).
-    void run_queue_until(const std::function<bool()> &done) override
-    {
-        while (!done()) {
-            Task task;
-            {
-                std::lock_guard<std::mutex> g(mu_);
-                if (queue_.empty()) {
-                    return; // not queued on this group: the caller waits as usual
-                }
-                task = std::move(queue_.front());
-                queue_.pop_front();
-            }
-            run_task(task);
-        }
-    }
-
     void run_worker()
     {
-        tl_worker_of = this;
         for (;;) {
             Task task;
             {
@@ -1400,17 +1383,74 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
         } catch (...) {
             err = std::current_exception();
         }
-        task.work->complete(err);
-        // The worker never drops a task's tensors: the last reference to a tensor that has
-        // a Python object takes the GIL, which a thread other than Python's own must not
-        // do while the interpreter finalizes (it exits the thread under us: std::terminate).
-        // They are released by the next enqueue or by the destructor, on the caller's thread.
+        task.work->finish_work(err);
         {
             std::lock_guard<std::mutex> g(mu_);
-            done_.push_back(std::move(task));
             pending_--;
         }
         idle_cv_.notify_all();
+        post_completion(std::move(task), err);
+    }
+
+    // A finished task's future is marked on a completion thread, not on the worker: torch
+    // runs a future's then-callbacks where it is marked, and a callback that waited for the
+    // future of a later work (w2.get_future().wait()) held the one thread that would run w2,
+    // for ever. A completion finds a free completion thread or starts one, so a callback that
+    // blocks holds only its own thread. Returns at once.
+    void post_completion(Task task, std::exception_ptr err)
+    {
+        std::unique_lock<std::mutex> lk(cmu_);
+        cq_.push_back(Completion{std::move(task), std::move(err)});
+        if (cidle_ >= cq_.size()) {
+            lk.unlock();
+            ccv_.notify_one();
+            return;
+        }
+        try {
+            completers_.emplace_back([this] { run_completer(); });
+        } catch (const std::system_error &) {
+            // no thread to be had: a busy one takes it when its callback returns
+        }
+    }
+
+    void run_completer()
+    {
+        for (;;) {
+            Completion c;
+            {
+                std::unique_lock<std::mutex> lk(cmu_);
+                cidle_++;
+                ccv_.wait(lk, [this] { return cstop_ || !cq_.empty(); });
+                cidle_--;
+                if (cq_.empty()) {
+                    return; // stopping, nothing left
+                }
+                c = std::move(cq_.front());
+                cq_.pop_front();
+            }
+            c.task.work->mark_future(c.err);
+            // A completion thread never drops a task's tensors: the last reference to a tensor
+            // that has a Python object takes the GIL, which a thread other than Python's own
+            // must not do while the interpreter finalizes (it exits the thread under us:
+            // std::terminate). They are released by the next enqueue or by the destructor.
+            std::lock_guard<std::mutex> g(mu_);
+            done_.push_back(std::move(c.task));
+        }
+    }
+
+    // Ends the completion threads once every posted completion is marked.
+    void stop_completers()
+    {
+        std::vector<std::thread> threads;
+        {
+            std::lock_guard<std::mutex> lk(cmu_);
+            cstop_ = true;
+            threads.swap(completers_);
+        }
+        ccv_.notify_all();
+        for (auto &t : threads) {
+            t.join();
+        }
     }
 
     shoal_comm_t comm_ = nullptr;
@@ -1420,7 +1460,7 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
     std::condition_variable cv_;
     std::condition_variable idle_cv_; // pending_ reached 0
     std::deque<Task> queue_;
-    std::deque<Task> done_; // finished tasks, released off the worker thread (run_worker)
+    std::deque<Task> done_; // finished tasks, released off the worker and completion threads
     bool coalescing_ = false;           // between startCoalescing and endCoalescing
     std::vector<Task> batch_;           // the CPU operations issued meanwhile
     c10::intrusive_ptr<c10d::Work> batch_cuda_work_; // the last CUDA one issued meanwhile
@@ -1430,6 +1470,16 @@ class ShoalBackend : public c10d::Backend, public QueueRunner {
     std::atomic<uint64_t> seq_{0};
     std::atomic<int> cuda_device_{-1}; // the device of this group's CUDA calls, once known
     std::thread worker_;
+    struct Completion {
+        Task task;
+        std::exception_ptr err;
+    };
+    std::mutex cmu_; // the completion threads' (post_completion)
+    std::condition_variable ccv_;
+    std::deque<Completion> cq_;          // finished tasks whose futures are to be marked
+    std::vector<std::thread> completers_;
+    size_t cidle_ = 0;   // completion threads waiting for one
+    bool cstop_ = false; // the destructor ends them
 
   public:
     static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store> &store,

@@ -25,4 +25,6 @@ def all_cases():
     out += [case_name("all_to_all_issue_order", None, n) for n in WORLD_SIZES]
     out += [case_name("collective_in_future_callback", None, n) for n in WORLD_SIZES]
     out += [case_name("wait_in_future_callback", None, n) for n in WORLD_SIZES]
+    out += [case_name("future_wait_in_future_callback", None, n) for n in WORLD_SIZES]
+    out += [case_name("future_marked_after_wait", None, n) for n in WORLD_SIZES]
     return out

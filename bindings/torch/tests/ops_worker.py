@@ -294,6 +294,52 @@ def wait_in_future_callback():
     return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
 
 
+def future_wait_in_future_callback():
+    """A callback chained on a work's future waits for the future of a work issued after it
+    (w2.get_future().wait(), as a DDP hook that chains on another bucket's future does). The
+    callbacks ran on the group's worker thread, which alone completes w2: its future was never
+    marked and the callback's wait hung for ever, with the worker (and destroy_process_group,
+    which joins it). The wait here polls done() for at most 10 s (the same wait, bounded, so
+    that a hang is a verdict and the worker goes on), then takes the value with wait()."""
+    a = torch.full((2,), float(R + 1))
+    b = torch.full((2,), float(R + 2))
+    if R == N - 1:
+        time.sleep(0.2)
+    w1 = dist.all_reduce(a, async_op=True)
+    w2 = dist.all_reduce(b, async_op=True)
+
+    def callback(f):
+        f2 = w2.get_future()
+        deadline = time.monotonic() + 10
+        while not f2.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not f2.done():
+            raise RuntimeError("the later work's future was not done after 10 s")
+        return f.value()[0] + f2.wait()[0]
+    try:
+        got = w1.get_future().then(callback).wait()
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    want = torch.full((2,), float(N * (N + 1) // 2 + N * (N + 3) // 2))
+    return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
+
+
+def future_marked_after_wait():
+    """work.wait() returned when the worker finished the work, a moment before its future was
+    marked: get_future().value() right after it raised torch's INTERNAL ASSERT "completed()"
+    (1 call in 3000 with the future marked on the worker; a completion thread widens the gap).
+    wait() now returns once the future is marked."""
+    t = torch.ones(4)
+    for i in range(1000):
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()
+        try:
+            w.get_future().value()
+        except Exception as e:  # noqa: BLE001 - the error is the verdict
+            return "call %d: raised %s: %s" % (i, type(e).__name__, str(e)[:200])
+    return "ok"
+
+
 def _ran_now(fn):
     """Runs a Gloo call now (a collective every rank enters, whatever shoal's verdict) and
     returns what check() calls in its place: None, or the raise of what Gloo raised (a dtype
@@ -339,6 +385,9 @@ def main():
     res[case_name("all_to_all_issue_order", None, N)] = all_to_all_issue_order()
     res[case_name("collective_in_future_callback", None, N)] = collective_in_future_callback()
     res[case_name("wait_in_future_callback", None, N)] = wait_in_future_callback()
+    res[case_name("future_wait_in_future_callback", None, N)] = \
+        future_wait_in_future_callback()
+    res[case_name("future_marked_after_wait", None, N)] = future_marked_after_wait()
     verdicts = [None] * N
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {}
