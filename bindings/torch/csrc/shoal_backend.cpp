@@ -50,6 +50,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 extern "C" {
 #include <shoal.h>
 }
@@ -567,6 +569,12 @@ class ShoalBackend : public c10d::Backend {
 
     ~ShoalBackend() override
     {
+        if (forked()) {
+            forget_parent_threads();
+            // the communicator is the parent's: shoal would refuse to destroy it here
+            comm_ref_->comm = nullptr;
+            return;
+        }
         {
             std::lock_guard<std::mutex> g(mu_);
             stop_ = true;
@@ -597,6 +605,9 @@ class ShoalBackend : public c10d::Backend {
     // idle group aborts nothing. Every later call on the group raises.
     void shutdown() override
     {
+        if (forked()) {
+            return; // nothing of the group runs here to abort or end (see forked())
+        }
         std::deque<Task> dropped, done;
         bool busy;
         {
@@ -1182,6 +1193,13 @@ class ShoalBackend : public c10d::Backend {
                                            std::vector<at::Tensor> inputs = {},
                                            bool batchable = true)
     {
+        if (forked()) {
+            C10_THROW_ERROR(DistBackendError,
+                            who() + ": " + op_name(title) + ": this process was forked from " +
+                                "process " + std::to_string(owner_) + ", which made the "
+                                "process group; a forked process cannot use it (make a process "
+                                "group of its own)");
+        }
         {
             std::lock_guard<std::mutex> g(mu_);
             if (shut_down_) {
@@ -1281,6 +1299,31 @@ class ShoalBackend : public c10d::Backend {
         unsupported(std::string(op_name(title)) + " on " + dev.str() +
                     ": this build of the shoal backend takes CPU tensors only");
 #endif
+    }
+
+    // A process forked from the one that made the group (a DataLoader worker, a subprocess
+    // started with fork) holds a copy of the backend but none of its threads, and copies of
+    // its mutexes and condition variables as they were at the fork, with the parent's threads
+    // as their waiters or owners: a collective there was queued for a worker that does not
+    // exist (its wait raised "SHOAL_ERR_INVALID_ARG: no error"), and the destructor hung in
+    // pthread_cond_destroy (waiting for the parent's worker to leave cv_). Every entry point
+    // that would touch them asks this first.
+    bool forked() const { return getpid() != owner_; }
+
+    // In a forked process: the parent's threads are not joined (they are not here), and the
+    // copied locks and condition variables are made anew, without their destructors, which
+    // would wait for the parent's threads, so that the members that use them go quietly.
+    void forget_parent_threads()
+    {
+        // std::thread has no way to drop a thread without joining or detaching it (pthread
+        // calls on a thread of another process); the copies are left unreleased instead
+        (void)new std::thread(std::move(worker_));
+        (void)new std::vector<std::thread>(std::move(completers_));
+        new (&mu_) std::mutex();
+        new (&cv_) std::condition_variable();
+        new (&idle_cv_) std::condition_variable();
+        new (&cmu_) std::mutex();
+        new (&ccv_) std::condition_variable();
     }
 
     std::string who() const
@@ -1453,6 +1496,7 @@ class ShoalBackend : public c10d::Backend {
         }
     }
 
+    pid_t owner_ = getpid(); // the process that made it (forked())
     shoal_comm_t comm_ = nullptr;
     std::shared_ptr<CommRef> comm_ref_; // owns comm_ (CUDA Works share it)
     std::chrono::milliseconds timeout_;

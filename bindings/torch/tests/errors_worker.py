@@ -1,6 +1,7 @@
 """One rank of the error checks (2 ranks): what shoal cannot do raises a clear error in the
 caller, a collective whose ranks disagree fails on every rank, and nothing hangs. Prints
 "RESULTS {case: "ok" | reason}" on rank 0 (rank 1's verdicts are merged through Gloo)."""
+import gc
 import json
 import os
 import sys
@@ -151,6 +152,52 @@ def shutdown_pending(res, gloo):
         res["shutdown_pending"] = res["call_after_shutdown"] = "ok"
 
 
+def forked_child(res):
+    """A process forked after the group was made (a DataLoader worker, a subprocess started
+    with fork) holds a copy of the backend but not its threads: a collective there was queued
+    for a worker that does not exist (its wait raised "the communicator failed:
+    SHOAL_ERR_INVALID_ARG: no error"), and dropping the group hung the child in the backend's
+    destructor (pthread_cond_destroy of a condition variable the parent's worker waited on).
+    Now the collective raises at once saying why, destroying the group and dropping the
+    backend return, and the parent's group still works."""
+    sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
+    dist.all_reduce(torch.ones(2), group=sub)  # the worker thread has run
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        try:
+            v = expect(dist.DistBackendError, ["forked"],
+                       lambda: dist.all_reduce(torch.ones(2), group=sub))
+            os.write(wfd, ("call:" + v + "\n").encode())
+            dist.destroy_process_group(sub)
+            os.write(wfd, b"destroyed\n")
+            del sub  # the last reference: the backend's destructor runs
+            gc.collect()
+            os.write(wfd, b"released\n")
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    deadline = time.monotonic() + 20
+    hung = True
+    while hung and time.monotonic() < deadline:
+        hung = os.waitpid(pid, os.WNOHANG) == (0, 0)
+        time.sleep(0.05)
+    if hung:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    with os.fdopen(rfd) as f:
+        lines = f.read().split("\n")
+    if hung or lines[:3] != ["call:ok", "destroyed", "released"]:
+        res["forked_child"] = "child %s, said %s" % ("hung" if hung else "ended", lines)
+    else:
+        res["forked_child"] = "ok"
+    u = torch.full((4,), float(R + 1))
+    dist.all_reduce(u, group=sub)
+    res["usable_after_fork"] = "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
+    dist.destroy_process_group(sub)
+
+
 def main():
     dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
     gloo = dist.new_group(backend="gloo")
@@ -227,6 +274,7 @@ def main():
         batch_torch_raised(res)
         res["wait_inside_batch"] = wait_inside_batch()
         shutdown_pending(res, gloo)
+        forked_child(res)
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)
