@@ -326,6 +326,16 @@ class ShoalWork : public c10d::Work {
                             "cannot be waited for inside the batch");
         }
         std::unique_lock<std::mutex> lock(mutex_);
+        if ((!completed_ || !marked_) && getpid() != owner_) {
+            // Waited for in a process forked while it was pending: the threads that would
+            // finish it and mark its future are the parent's. It raised "the communicator
+            // failed: SHOAL_ERR_INVALID_ARG: no error" (shoal refusing the child), or, finished
+            // but not yet marked at the fork, waited for ever for the mark.
+            C10_THROW_ERROR(DistBackendError,
+                            who_ + ": " + title_ + " was issued by process " +
+                                std::to_string(owner_) + ", which forked this one while it "
+                                "was pending: it completes there, not here");
+        }
         for (;;) {
             auto slice = kPoll;
             if (timeout != ::kNoTimeout) {
@@ -407,6 +417,7 @@ class ShoalWork : public c10d::Work {
     std::string title_;
     std::atomic<bool> batched_{false};
     bool marked_ = false; // its future is marked (under mutex_)
+    pid_t owner_ = getpid(); // the process that issued it
 };
 
 #ifdef SHOAL_TORCH_CUDA

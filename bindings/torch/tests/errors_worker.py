@@ -158,10 +158,14 @@ def forked_child(res):
     for a worker that does not exist (its wait raised "the communicator failed:
     SHOAL_ERR_INVALID_ARG: no error"), and dropping the group hung the child in the backend's
     destructor (pthread_cond_destroy of a condition variable the parent's worker waited on).
-    Now the collective raises at once saying why, destroying the group and dropping the
-    backend return, and the parent's group still works."""
+    A work pending at the fork, waited for in the child, raised the same sentence (its worker
+    and completion threads are the parent's). Now the collective and that wait raise at once
+    saying why, destroying the group and dropping the backend return, and the parent's group
+    still works."""
     sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
     dist.all_reduce(torch.ones(2), group=sub)  # the worker thread has run
+    # pending at the fork: rank 1 sends only after its child ended
+    pend = dist.irecv(torch.zeros(4), src=1, group=sub) if R == 0 else None
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -170,6 +174,8 @@ def forked_child(res):
             v = expect(dist.DistBackendError, ["forked"],
                        lambda: dist.all_reduce(torch.ones(2), group=sub))
             os.write(wfd, ("call:" + v + "\n").encode())
+            v = expect(dist.DistBackendError, ["forked"], pend.wait) if pend else "ok"
+            os.write(wfd, ("pending:" + v + "\n").encode())
             dist.destroy_process_group(sub)
             os.write(wfd, b"destroyed\n")
             del sub  # the last reference: the backend's destructor runs
@@ -188,10 +194,14 @@ def forked_child(res):
         os.waitpid(pid, 0)
     with os.fdopen(rfd) as f:
         lines = f.read().split("\n")
-    if hung or lines[:3] != ["call:ok", "destroyed", "released"]:
+    if hung or lines[:4] != ["call:ok", "pending:ok", "destroyed", "released"]:
         res["forked_child"] = "child %s, said %s" % ("hung" if hung else "ended", lines)
     else:
         res["forked_child"] = "ok"
+    if R == 1:
+        dist.send(torch.ones(4), dst=0, group=sub)
+    else:
+        pend.wait()
     u = torch.full((4,), float(R + 1))
     dist.all_reduce(u, group=sub)
     res["usable_after_fork"] = "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
