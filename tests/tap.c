@@ -236,6 +236,56 @@ void tap_fds_restore(tap_fds_t *f)
     f->lowered = 0;
 }
 
+int tap_log_begin(tap_log_t *c)
+{
+    c->log = tmpfile();
+    c->saved = c->log != NULL ? dup(2) : -1;
+    if (c->saved < 0) {
+        if (c->log != NULL) {
+            fclose(c->log);
+            c->log = NULL;
+        }
+        return -1;
+    }
+    fflush(stderr);
+    dup2(fileno(c->log), 2);
+    return 0;
+}
+
+void tap_log_end(tap_log_t *c)
+{
+    if (c->saved >= 0) {
+        fflush(stderr);
+        dup2(c->saved, 2);
+        close(c->saved);
+        c->saved = -1;
+    }
+}
+
+int tap_log_count(tap_log_t *c, const char *needle, const char *needle2)
+{
+    char line[512];
+    int n = 0;
+
+    if (c->log == NULL) {
+        return 0;
+    }
+    rewind(c->log);
+    while (fgets(line, sizeof(line), c->log) != NULL) {
+        n += strstr(line, needle) != NULL && (needle2 == NULL || strstr(line, needle2) != NULL);
+    }
+    return n;
+}
+
+void tap_log_close(tap_log_t *c)
+{
+    tap_log_end(c);
+    if (c->log != NULL) {
+        fclose(c->log);
+        c->log = NULL;
+    }
+}
+
 const char *tap_stderr_of(void (*fn)(const char *), const char *arg)
 {
     static char buf[4096];

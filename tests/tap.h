@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 void tap_plan(int n);                 /* "1..n"; call once, first (or tap_done at the end) */
 int tap_ok_at(int cond, const char *file, int line, const char *fmt, ...)
@@ -32,6 +33,17 @@ typedef struct {
 const char *tap_stderr_of(void (*fn)(const char *), const char *arg);
 int tap_fds_exhaust(tap_fds_t *f);
 void tap_fds_restore(tap_fds_t *f);
+/* stderr (the library's log) goes to a temporary file from tap_log_begin (0, or -1 when no
+ * file could be had) to tap_log_end; tap_log_count then counts the lines of it that hold
+ * needle (and needle2 when not NULL), and tap_log_close drops it. */
+typedef struct {
+    FILE *log;
+    int saved;
+} tap_log_t;
+int tap_log_begin(tap_log_t *c);
+void tap_log_end(tap_log_t *c);
+int tap_log_count(tap_log_t *c, const char *needle, const char *needle2);
+void tap_log_close(tap_log_t *c);
 /* 1 if text (an error message) names rank r: "peer r" or "rank r", not followed by a digit. */
 int tap_names_rank(const char *text, int r);  /* prints the plan if none was given; returns exit code (0 all passed) */
 

@@ -420,21 +420,18 @@ static void test_flood(const shoal_oob_addr_t *la, int lfd)
 static void test_emfile(const shoal_oob_addr_t *la, int lfd)
 {
     tap_fds_t spare;
-    int out, lines = 0, named = 0, saved_err = dup(2), fd = raw_connect(la);
+    int out, lines, named, fd = raw_connect(la);
     shoal_oob_auth_t au = auth_of(1);
     shoal_oob_acceptor_t *acc = NULL;
     shoal_status_t st = SHOAL_ERR_INTERNAL;
     uint32_t peer;
-    char line[512];
-    FILE *log = tmpfile();
+    tap_log_t log;
 
-    if (saved_err < 0 || log == NULL || fd < 0 ||
-        shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK) {
+    if (fd < 0 || shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK ||
+        tap_log_begin(&log) != 0) {
         tap_bail("test setup failed");
         return;
     }
-    fflush(stderr);
-    dup2(fileno(log), 2); /* the log's lines, to count them */
     out = tap_fds_exhaust(&spare);
     int afd = -1;
     st = shoal_oob_acceptor_next(acc, shoal_deadline_ns(300), &peer, &afd);
@@ -443,16 +440,11 @@ static void test_emfile(const shoal_oob_addr_t *la, int lfd)
     shoal_status_t st2 = shoal_oob_acceptor_next(acc, shoal_deadline_ns(10000), &peer, &afd);
     double ms2 = (double)(shoal_time_ns() - t0) / 1e6;
     tap_fds_restore(&spare);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    rewind(log);
-    while (fgets(line, sizeof(line), log) != NULL) {
-        lines += strstr(line, "accept(fd") != NULL;
-        named += strstr(line, "accept() has failed for") != NULL &&
-                 strstr(line, "file descriptors open (raise it: ulimit -n") != NULL;
-    }
-    fclose(log);
+    tap_log_end(&log);
+    lines = tap_log_count(&log, "accept(fd", NULL);
+    named = tap_log_count(&log, "accept() has failed for",
+                          "file descriptors open (raise it: ulimit -n");
+    tap_log_close(&log);
     tap_ok(out && st == SHOAL_ERR_TIMEOUT && lines >= 1 && lines <= 3, "out of file descriptors, a "
            "connection in the backlog: the acceptor times out (%s) with %d warning(s) in the "
            "log", shoal_status_name(st), lines);
@@ -469,21 +461,18 @@ static void test_emfile(const shoal_oob_addr_t *la, int lfd)
 static void test_emfile_lazy(const shoal_oob_addr_t *la, int lfd)
 {
     tap_fds_t spare;
-    int out, named = 0, systems = 0, calls = 0, saved_err = dup(2), fd = raw_connect(la);
+    int out, named, systems = 0, calls = 0, fd = raw_connect(la);
     shoal_oob_auth_t au = auth_of(1);
     shoal_oob_acceptor_t *acc = NULL;
     uint32_t peer;
-    char line[512];
-    FILE *log = tmpfile();
+    tap_log_t log;
     uint64_t t0;
 
-    if (saved_err < 0 || log == NULL || fd < 0 ||
-        shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK) {
+    if (fd < 0 || shoal_oob_acceptor_create(lfd, &au, expect_3, NULL, &acc) != SHOAL_OK ||
+        tap_log_begin(&log) != 0) {
         tap_bail("test setup failed");
         return;
     }
-    fflush(stderr);
-    dup2(fileno(log), 2);
     out = tap_fds_exhaust(&spare);
     t0 = shoal_time_ns();
     while (shoal_time_ns() - t0 < 1800000000ull) {
@@ -494,14 +483,9 @@ static void test_emfile_lazy(const shoal_oob_addr_t *la, int lfd)
         shoal_sleep_us(200);
     }
     tap_fds_restore(&spare);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    rewind(log);
-    while (fgets(line, sizeof(line), log) != NULL) {
-        named += strstr(line, "accept() has failed for") != NULL;
-    }
-    fclose(log);
+    tap_log_end(&log);
+    named = tap_log_count(&log, "accept() has failed for", NULL);
+    tap_log_close(&log);
     tap_ok(out && systems > 0 && named >= 1 && named <= 2, "out of file descriptors for 1.8 s "
            "under non-blocking calls: %d of %d calls fail (SYSTEM), the stall is logged %d "
            "time(s)", systems, calls, named);

@@ -538,14 +538,9 @@ static void test_emfile(void)
     side_t s[2];
     side_t *sides[2] = {&s[0], &s[1]};
     tap_fds_t spare;
-    int out, calls = 0, lines = 0, saved_err = dup(2);
-    char line[512];
-    FILE *log = tmpfile();
+    int out, calls = 0, lines;
+    tap_log_t log;
 
-    if (saved_err < 0 || log == NULL) {
-        tap_bail("no temporary file for the log");
-        return;
-    }
     if (pair_up(s, comm_id) != 0) {
         return;
     }
@@ -553,8 +548,10 @@ static void test_emfile(void)
     shoal_tl_req_t *reqs[] = {&sr};
     tl->isend(s[0].eps[1], &sr);
     drive(sides, 1, reqs, 1, 100); /* rank 0 connects: it waits in rank 1's backlog */
-    fflush(stderr);
-    dup2(fileno(log), 2); /* the log's lines, to count them */
+    if (tap_log_begin(&log) != 0) {
+        tap_bail("no temporary file for the log");
+        return;
+    }
     out = tap_fds_exhaust(&spare);
     uint64_t t0 = shoal_time_ns();
     while (shoal_time_ns() - t0 < 300000000ull) {
@@ -562,14 +559,9 @@ static void test_emfile(void)
         calls++;
     }
     tap_fds_restore(&spare);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    rewind(log);
-    while (fgets(line, sizeof(line), log) != NULL) {
-        lines += strstr(line, "accept(") != NULL;
-    }
-    fclose(log);
+    tap_log_end(&log);
+    lines = tap_log_count(&log, "accept(", NULL);
+    tap_log_close(&log);
     tap_ok(out && lines >= 1 && lines <= 2, "out of file descriptors, accept() failing at each of %d "
            "progress calls in 300 ms: %d warning(s) in the log", calls, lines);
     side_fini(&s[0]);
@@ -624,33 +616,25 @@ static void test_bad_address(int lazy)
 static void test_no_interface(void)
 {
     const char *saved_if = shoal_tcp_config.ifname;
-    int saved_fam = shoal_tcp_config.family, saved_err = dup(2), named = 0;
+    int saved_fam = shoal_tcp_config.family, named;
     shoal_tl_params_t p = {
         .rank = 0, .nranks = 2, .local_rank = 0, .local_size = 2, .comm_id = 0x1a2c00b0u,
         .secret = key_a, .timeout_ms = 2000, .abort_flag = &no_abort,
     };
     shoal_tl_ctx_t *ctx = NULL;
     shoal_status_t st;
-    char line[512];
-    FILE *log = tmpfile();
+    tap_log_t log;
 
-    if (saved_err < 0 || log == NULL) {
+    if (tap_log_begin(&log) != 0) {
         tap_bail("no temporary file for the log");
         return;
     }
     shoal_tcp_config.ifname = "=shoal-no-such-if";
     shoal_tcp_config.family = SHOAL_TCP_FAMILY_INET6;
-    fflush(stderr);
-    dup2(fileno(log), 2);
     st = tl->init(&p, &ctx);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    rewind(log);
-    while (fgets(line, sizeof(line), log) != NULL) {
-        named += strstr(line, "SHOAL_SOCKET_FAMILY=AF_INET6)") != NULL;
-    }
-    fclose(log);
+    tap_log_end(&log);
+    named = tap_log_count(&log, "SHOAL_SOCKET_FAMILY=AF_INET6)", NULL);
+    tap_log_close(&log);
     if (ctx != NULL) {
         tl->fini(ctx);
     }
