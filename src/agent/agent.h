@@ -5,7 +5,8 @@
  * One thread, one epoll loop (shoald.c): the registration socket and its connections
  * (agent_reg.c), the pidfds of the registered processes, libmicrohttpd's epoll fd
  * (agent_http.c) and the minute timer (agent_minute.c). Nothing blocks: every read of a
- * client has a deadline, so no client can stall the agent.
+ * client has a deadline, so no client can stall the agent; the ledger's database calls run on
+ * a thread of their own, which the loop waits for 100 ms at most (agent_minute.c).
  *
  * Trust: the page is written by the job, so everything in it is an untrusted claim. The agent
  * copies the identity once at registration (after checking it against SO_PEERCRED and the
@@ -243,7 +244,8 @@ typedef struct {
     uint64_t accepted;
     shoald_abuse_t *abuse;
     /* ledger */
-    shoal_ledger_t *ledger;
+    shoal_ledger_t *ledger;                /* open (a mark: only a->lg's thread calls it) */
+    struct shoald_lg *lg;                  /* the ledger's thread (agent_minute.c) */
     uint64_t ledger_next_try_ns;           /* monotonic */
     int ledger_backoff_ms;
     uint64_t ledger_commits, ledger_failures, ledger_records;

@@ -21,12 +21,20 @@
  * in the batch of its last record. */
 #include "agent/agent.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SHOALD_LEDGER_BACKOFF_MIN_MS 500
 #define SHOALD_LEDGER_BACKOFF_MAX_MS 30000
+/* The longest the loop waits for one ledger call: a rank's registration (which reads its
+ * cursor) has SHOAL_METER_AGENT_MS (200 ms) in all. */
+#define SHOALD_LEDGER_WAIT_MS 100
+/* The open at the start, before anything is served, may take a connection's time. */
+#define SHOALD_LEDGER_OPEN_WAIT_MS 10000
 
 typedef struct shoald_batch {
     struct shoald_batch *next;
@@ -53,6 +61,355 @@ typedef struct shoald_rejoin {
     int gone;                              /* its process ended: the cursor goes, in the next
                                             * batch (nothing would ever delete it) */
 } shoald_rejoin_t;
+
+/* ---- The ledger's own thread ----
+ * The ledger's calls block on the database (libpq waits for the server's answer; a server
+ * that hangs, stopped or stuck on its disk, keeps the TCP connection up, so no timeout of the
+ * connection ends the wait, and statement_timeout is the server's own). On the loop's thread
+ * they stalled everything else: registrations timed out, scrapes hung, pidfd exits waited.
+ * So one thread runs them, one at a time, and the loop waits for the answer at most
+ * SHOALD_LEDGER_WAIT_MS: a call that takes longer is left to the thread, and it and every
+ * call while the thread is still busy fail as SHOAL_ERR_TRANSPORT (the database is not
+ * answering), which each caller already handles: minutes stay pending, a cursor stays
+ * unknown. A commit that ends after the loop gave up on it is not lost either: its result is
+ * kept for the batch's retry (a stored batch would also be taken as its exact replay). */
+typedef enum {
+    SHOALD_LG_OPEN,
+    SHOALD_LG_CURSOR,
+    SHOALD_LG_LIST,
+    SHOALD_LG_LAST_MINUTE,
+    SHOALD_LG_COMMIT
+} shoald_lg_op_t;
+
+typedef struct {
+    char key[96];
+    char tenant[SHOALD_NAME_MAX];
+    char job[SHOALD_NAME_MAX];
+} shoald_lg_item_t;
+
+typedef struct {
+    shoald_lg_op_t op;
+    int done, abandoned;
+    shoal_status_t status;
+    const void *tag;                       /* the batch of a commit */
+    char key[96], tenant[SHOALD_NAME_MAX], job[SHOALD_NAME_MAX], host[SHOALD_NAME_MAX];
+    shoal_ledger_record_t *recs;           /* copies: the loop may free the batch */
+    size_t nrecs;
+    shoal_ledger_cursor_t *curs;
+    size_t ncurs;
+    shoal_ledger_cursor_t cursor;          /* out: SHOALD_LG_CURSOR */
+    int64_t minute;                        /* out: SHOALD_LG_LAST_MINUTE */
+    uint64_t head;                         /* out: SHOALD_LG_OPEN */
+    shoald_lg_item_t *items;               /* out: SHOALD_LG_LIST */
+    size_t nitems, cap;
+} shoald_lg_req_t;
+
+typedef struct shoald_lg {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;                     /* CLOCK_MONOTONIC */
+    shoald_lg_req_t *req;                  /* the call the thread runs; NULL: idle */
+    int stop;
+    shoal_ledger_t *ledger;                /* the thread's: the loop never calls it */
+    char *url;                             /* copies: a thread left waiting at the agent's
+                                            * end outlives its configuration */
+    uint8_t key[SHOALD_KEY_BYTES];
+    const void *late_tag;                  /* a commit that ended after the loop gave up */
+    shoal_status_t late_status;
+} shoald_lg_t;
+
+static void shoald_lg_req_free(shoald_lg_req_t *r)
+{
+    free(r->recs);
+    free(r->curs);
+    free(r->items);
+    free(r);
+}
+
+static int shoald_lg_listed(const char *key, const char *tenant, const char *job, void *arg)
+{
+    shoald_lg_req_t *r = arg;
+    shoald_lg_item_t *items;
+
+    if (r->nitems == r->cap) {
+        size_t cap = r->cap == 0 ? 16 : 2 * r->cap;
+
+        items = realloc(r->items, cap * sizeof(*items));
+        if (items == NULL) {
+            r->status = SHOAL_ERR_NO_MEMORY;
+            return 1;
+        }
+        r->items = items;
+        r->cap = cap;
+    }
+    items = &r->items[r->nitems++];
+    snprintf(items->key, sizeof(items->key), "%s", key);
+    snprintf(items->tenant, sizeof(items->tenant), "%s", tenant);
+    snprintf(items->job, sizeof(items->job), "%s", job);
+    return 0;
+}
+
+static void shoald_lg_run(shoald_lg_t *lg, shoald_lg_req_t *r)
+{
+    if (lg->ledger == NULL && r->op == SHOALD_LG_OPEN) {
+        r->status = shoal_ledger_open(lg->url, lg->key, sizeof(lg->key), &lg->ledger);
+        if (r->status != SHOAL_OK)
+            lg->ledger = NULL;
+    }
+    if (lg->ledger == NULL) {
+        if (r->op != SHOALD_LG_OPEN)
+            r->status = SHOAL_ERR_TRANSPORT;
+        return;
+    }
+    switch (r->op) {
+    case SHOALD_LG_OPEN:
+        if (shoal_ledger_head(lg->ledger, &r->head, NULL) != SHOAL_OK)
+            r->head = UINT64_MAX;
+        r->status = SHOAL_OK;
+        break;
+    case SHOALD_LG_CURSOR:
+        r->status = shoal_ledger_cursor(lg->ledger, r->key, &r->cursor);
+        break;
+    case SHOALD_LG_LIST:
+        r->status = SHOAL_OK;
+        {
+            shoal_status_t st = shoal_ledger_cursor_list(lg->ledger, r->key, shoald_lg_listed,
+                                                         r);
+            if (r->status == SHOAL_OK)
+                r->status = st;
+        }
+        break;
+    case SHOALD_LG_LAST_MINUTE:
+        r->minute = shoal_ledger_last_minute(lg->ledger, r->tenant, r->job,
+                                             r->host[0] != '\0' ? r->host : NULL);
+        r->status = SHOAL_OK;
+        break;
+    case SHOALD_LG_COMMIT:
+        r->status = shoal_ledger_commit(lg->ledger, r->recs, r->nrecs, r->curs, r->ncurs);
+        break;
+    }
+}
+
+static void *shoald_lg_main(void *arg)
+{
+    shoald_lg_t *lg = arg;
+    shoald_lg_req_t *r;
+
+    pthread_mutex_lock(&lg->mu);
+    for (;;) {
+        while (!lg->stop && (lg->req == NULL || lg->req->done))
+            pthread_cond_wait(&lg->cv, &lg->mu);
+        if (lg->req == NULL || lg->req->done)
+            break; /* stop, nothing left to run */
+        r = lg->req;
+        pthread_mutex_unlock(&lg->mu);
+        shoald_lg_run(lg, r);
+        pthread_mutex_lock(&lg->mu);
+        r->done = 1;
+        if (r->abandoned) {
+            if (r->op == SHOALD_LG_COMMIT) {
+                lg->late_tag = r->tag;
+                lg->late_status = r->status;
+            }
+            lg->req = NULL;
+            shoald_lg_req_free(r);
+        }
+        pthread_cond_broadcast(&lg->cv);
+    }
+    pthread_mutex_unlock(&lg->mu);
+    return NULL;
+}
+
+static void shoald_lg_free(shoald_lg_t *lg)
+{
+    shoal_secret_wipe(lg->url, strlen(lg->url)); /* it may hold the database's password */
+    free(lg->url);
+    shoal_secret_wipe(lg->key, sizeof(lg->key));
+    free(lg);
+}
+
+static shoal_status_t shoald_lg_start(shoald_t *a)
+{
+    shoald_lg_t *lg = calloc(1, sizeof(*lg));
+    pthread_condattr_t ca;
+    int err;
+
+    if (lg == NULL)
+        return SHOAL_ERR_NO_MEMORY;
+    lg->url = strdup(a->cfg->ledger_url);
+    if (lg->url == NULL) {
+        free(lg);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memcpy(lg->key, a->cfg->ledger_key, sizeof(lg->key));
+    pthread_mutex_init(&lg->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&lg->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    err = pthread_create(&lg->thread, NULL, shoald_lg_main, lg);
+    if (err != 0) {
+        shoal_error(METER, "ledger: cannot start its thread: %s", strerror(err));
+        pthread_cond_destroy(&lg->cv);
+        pthread_mutex_destroy(&lg->mu);
+        shoald_lg_free(lg);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    a->lg = lg;
+    return SHOAL_OK;
+}
+
+/* Runs *r_p on the ledger's thread and waits for it wait_ms at most. SHOAL_ERR_TRANSPORT when
+ * the thread is still busy with an earlier call or the call takes longer (the thread finishes
+ * it and frees it: *r_p is set to NULL); otherwise its status. The caller frees *r_p. */
+static shoal_status_t shoald_lg_call(shoald_t *a, shoald_lg_req_t **r_p, int wait_ms)
+{
+    shoald_lg_t *lg = a->lg;
+    shoald_lg_req_t *r = *r_p;
+    uint64_t deadline = shoal_deadline_ns(wait_ms);
+    struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
+                          .tv_nsec = (long)(deadline % 1000000000ull)};
+    int err = 0;
+
+    if (lg == NULL)
+        return SHOAL_ERR_TRANSPORT;
+    pthread_mutex_lock(&lg->mu);
+    if (lg->req != NULL) {
+        pthread_mutex_unlock(&lg->mu);
+        return SHOAL_ERR_TRANSPORT; /* an earlier call still waits for the database */
+    }
+    lg->req = r;
+    pthread_cond_broadcast(&lg->cv);
+    while (!r->done && err != ETIMEDOUT)
+        err = pthread_cond_timedwait(&lg->cv, &lg->mu, &ts);
+    if (!r->done) {
+        r->abandoned = 1;
+        *r_p = NULL;
+        pthread_mutex_unlock(&lg->mu);
+        shoal_warn(METER, "ledger: the database did not answer within %d ms: the call goes on "
+                   "in the background, the agent does not wait for it", wait_ms);
+        return SHOAL_ERR_TRANSPORT;
+    }
+    lg->req = NULL;
+    pthread_mutex_unlock(&lg->mu);
+    return r->status;
+}
+
+static shoald_lg_req_t *shoald_lg_req(shoald_lg_op_t op)
+{
+    shoald_lg_req_t *r = calloc(1, sizeof(*r));
+
+    if (r != NULL)
+        r->op = op;
+    return r;
+}
+
+/* shoal_ledger_cursor, on the ledger's thread. */
+static shoal_status_t shoald_lg_cursor(shoald_t *a, const char *key, shoal_ledger_cursor_t *cur)
+{
+    shoald_lg_req_t *r = shoald_lg_req(SHOALD_LG_CURSOR);
+    shoal_status_t st;
+
+    if (r == NULL)
+        return SHOAL_ERR_NO_MEMORY;
+    snprintf(r->key, sizeof(r->key), "%s", key);
+    st = shoald_lg_call(a, &r, SHOALD_LEDGER_WAIT_MS);
+    if (r == NULL)
+        return st; /* the thread's now */
+    *cur = r->cursor;
+    shoald_lg_req_free(r);
+    return st;
+}
+
+/* shoal_ledger_last_minute, on the ledger's thread: SHOAL_OK and *minute_p (-1: none), or the
+ * database did not answer. */
+static shoal_status_t shoald_lg_last_minute(shoald_t *a, const char *tenant, const char *job,
+                                            const char *host, int64_t *minute_p)
+{
+    shoald_lg_req_t *r = shoald_lg_req(SHOALD_LG_LAST_MINUTE);
+    shoal_status_t st;
+
+    if (r == NULL)
+        return SHOAL_ERR_NO_MEMORY;
+    snprintf(r->tenant, sizeof(r->tenant), "%s", tenant);
+    snprintf(r->job, sizeof(r->job), "%s", job);
+    snprintf(r->host, sizeof(r->host), "%s", host != NULL ? host : "");
+    st = shoald_lg_call(a, &r, SHOALD_LEDGER_WAIT_MS);
+    if (r == NULL)
+        return st;
+    *minute_p = r->minute;
+    shoald_lg_req_free(r);
+    return st;
+}
+
+/* shoal_ledger_commit of batch tag, on the ledger's thread. */
+static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
+                                       const shoal_ledger_record_t *recs, size_t nrecs,
+                                       const shoal_ledger_cursor_t *curs, size_t ncurs)
+{
+    shoald_lg_t *lg = a->lg;
+    shoald_lg_req_t *r;
+    shoal_status_t st;
+
+    if (lg != NULL) {
+        /* the same batch's last commit ended after the loop gave up on it: that is its
+         * answer (a batch stays first in line until it is written) */
+        pthread_mutex_lock(&lg->mu);
+        int late = lg->req == NULL && lg->late_tag == tag && lg->late_status == SHOAL_OK;
+        lg->late_tag = NULL;
+        pthread_mutex_unlock(&lg->mu);
+        if (late)
+            return SHOAL_OK;
+    }
+    r = shoald_lg_req(SHOALD_LG_COMMIT);
+    if (r == NULL)
+        return SHOAL_ERR_NO_MEMORY;
+    r->tag = tag;
+    r->recs = malloc((nrecs + 1) * sizeof(*recs));
+    r->curs = malloc((ncurs + 1) * sizeof(*curs));
+    if (r->recs == NULL || r->curs == NULL) {
+        shoald_lg_req_free(r);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    if (nrecs > 0)
+        memcpy(r->recs, recs, nrecs * sizeof(*recs));
+    if (ncurs > 0)
+        memcpy(r->curs, curs, ncurs * sizeof(*curs));
+    r->nrecs = nrecs;
+    r->ncurs = ncurs;
+    st = shoald_lg_call(a, &r, SHOALD_LEDGER_WAIT_MS);
+    if (r != NULL)
+        shoald_lg_req_free(r);
+    return st;
+}
+
+/* Stops the thread and closes the ledger; a thread that still waits for the database is left
+ * to the process's exit (nothing it holds is written by then). */
+static void shoald_lg_stop(shoald_t *a)
+{
+    shoald_lg_t *lg = a->lg;
+    int busy;
+
+    if (lg == NULL)
+        return;
+    a->lg = NULL;
+    pthread_mutex_lock(&lg->mu);
+    lg->stop = 1;
+    busy = lg->req != NULL;
+    pthread_cond_broadcast(&lg->cv);
+    pthread_mutex_unlock(&lg->mu);
+    if (busy) {
+        shoal_warn(METER, "ledger: the database still does not answer; not waiting for it");
+        pthread_detach(lg->thread);
+        return;
+    }
+    pthread_join(lg->thread, NULL);
+    if (lg->ledger != NULL)
+        shoal_ledger_close(lg->ledger);
+    pthread_cond_destroy(&lg->cv);
+    pthread_mutex_destroy(&lg->mu);
+    shoald_lg_free(lg);
+}
 
 static int64_t shoald_minute_now_s(void)
 {
@@ -129,15 +486,24 @@ static int shoald_rejoin_listed(const char *key, const char *tenant, const char 
 
 /* Once per agent, when the ledger first answers: the pages to wait for, and those whose
  * process is gone (their cursors go). */
-static void shoald_rejoins_list(shoald_t *a)
+static void shoald_rejoins_list(shoald_t *a, int wait_ms)
 {
-    char prefix[40];
+    shoald_lg_req_t *r;
     shoal_status_t st;
 
     if (a->rejoins_listed || a->ledger == NULL)
         return;
-    snprintf(prefix, sizeof(prefix), "%s:", a->host_key); /* as shoald_page_add keys */
-    st = shoal_ledger_cursor_list(a->ledger, prefix, shoald_rejoin_listed, a);
+    r = shoald_lg_req(SHOALD_LG_LIST);
+    if (r == NULL)
+        return;
+    snprintf(r->key, sizeof(r->key), "%s:", a->host_key); /* as shoald_page_add keys */
+    st = shoald_lg_call(a, &r, wait_ms);
+    for (size_t i = 0; st == SHOAL_OK && i < r->nitems; i++) {
+        if (shoald_rejoin_listed(r->items[i].key, r->items[i].tenant, r->items[i].job, a) != 0)
+            break;
+    }
+    if (r != NULL)
+        shoald_lg_req_free(r);
     if (st == SHOAL_OK)
         a->rejoins_listed = 1;
     else
@@ -152,7 +518,7 @@ static void shoald_rejoins_check(shoald_t *a)
     int waited = shoal_deadline_passed(a->rejoin_wait_until_ns);
     shoald_rejoin_t **link = &a->rejoins, *r;
 
-    shoald_rejoins_list(a);
+    shoald_rejoins_list(a, SHOALD_LEDGER_WAIT_MS);
     while ((r = *link) != NULL) {
         int drop = 0;
 
@@ -209,18 +575,27 @@ static void shoald_rejoins_gone_to(shoald_t *a, shoald_batch_t *b)
     }
 }
 
-static void shoald_ledger_open(shoald_t *a)
+static void shoald_ledger_open(shoald_t *a, int wait_ms)
 {
+    shoald_lg_req_t *r;
     shoal_status_t st;
     shoald_job_t *j;
     shoald_page_t *p;
-    uint64_t head = 0;
+    uint64_t head = UINT64_MAX;
     char url[512];
 
     if (a->ledger != NULL || a->cfg->ledger_url == NULL)
         return;
-    st = shoal_ledger_open(a->cfg->ledger_url, a->cfg->ledger_key, sizeof(a->cfg->ledger_key),
-                           &a->ledger);
+    r = shoald_lg_req(SHOALD_LG_OPEN);
+    if (r == NULL)
+        return;
+    st = shoald_lg_call(a, &r, wait_ms);
+    if (st == SHOAL_OK) {
+        a->ledger = a->lg->ledger; /* a mark that it is open: only the thread calls it */
+        head = r->head;
+    }
+    if (r != NULL)
+        shoald_lg_req_free(r);
     if (st != SHOAL_OK) {
         a->ledger = NULL;
         a->ledger_failures++;
@@ -229,7 +604,7 @@ static void shoald_ledger_open(shoald_t *a)
                    "retrying", url, shoal_strerror(st));
         return;
     }
-    if (shoal_ledger_head(a->ledger, &head, NULL) == SHOAL_OK)
+    if (head != UINT64_MAX)
         shoal_info(METER, "ledger open, its chain at seq %llu", (unsigned long long)head);
     for (j = a->jobs; j != NULL; j = j->next) {
         j->last_minute_known = 0;
@@ -253,13 +628,13 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
     if (a->ledger == NULL)
         return;
     memset(&cur, 0, sizeof(cur));
-    st = shoal_ledger_cursor(a->ledger, p->key, &cur);
+    st = shoald_lg_cursor(a, p->key, &cur);
     if (st == SHOAL_ERR_INVALID_ARG && strcmp(a->host_key, a->hostname) != 0) {
         /* none: an agent before the long host name was hashed may have keyed it with the
          * name's first 32 characters; resume from that one, deleted once the new is written */
         snprintf(p->legacy_key, sizeof(p->legacy_key), "%.32s%s", a->hostname,
                  p->key + strlen(a->host_key));
-        st = shoal_ledger_cursor(a->ledger, p->legacy_key, &cur);
+        st = shoald_lg_cursor(a, p->legacy_key, &cur);
         if (st != SHOAL_OK)
             p->legacy_key[0] = '\0';
         else
@@ -519,11 +894,10 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
             if (!p->cursor_known && !p->superseded)
                 shoald_page_cursor(a, p); /* the database did not answer before */
         }
-        if (a->ledger != NULL && !j->last_minute_known) {
-            j->last_minute = shoal_ledger_last_minute(a->ledger, j->tenant, j->job,
-                                                      a->host_key);
+        if (a->ledger != NULL && !j->last_minute_known &&
+            shoald_lg_last_minute(a, j->tenant, j->job, a->host_key, &j->last_minute) ==
+                SHOAL_OK)
             j->last_minute_known = 1;
-        }
         if (j->last_minute_known && j->last_minute >= minute)
             continue; /* that minute is in the ledger (an agent before us): next one */
         if (shoald_rejoin_awaited(a, j))
@@ -593,9 +967,9 @@ static void shoald_ledger_flush(shoald_t *a)
 
     if (a->pending == NULL)
         return;
-    shoald_ledger_open(a);
+    shoald_ledger_open(a, SHOALD_LEDGER_WAIT_MS);
     while ((b = a->pending) != NULL && a->ledger != NULL) {
-        st = shoal_ledger_commit(a->ledger, b->recs, b->nrecs, b->curs, b->ncurs);
+        st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs);
         if (st != SHOAL_OK) {
             a->ledger_failures++;
             a->ledger_backoff_ms = a->ledger_backoff_ms == 0 ? SHOALD_LEDGER_BACKOFF_MIN_MS :
@@ -622,8 +996,11 @@ static void shoald_ledger_flush(shoald_t *a)
                  * counters still reach the ledger once */
                 for (i = 0; i < b->nrecs; i++) {
                     shoal_ledger_record_t *r = &b->recs[i];
-                    int64_t floor = shoal_ledger_last_minute(a->ledger, r->tenant, r->job,
-                                                             r->host);
+                    int64_t floor = -1;
+
+                    if (shoald_lg_last_minute(a, r->tenant, r->job, r->host, &floor) !=
+                        SHOAL_OK)
+                        floor = -1;
 
                     if (floor >= 0)
                         floor += a->cfg->minute_seconds;
@@ -664,8 +1041,11 @@ void shoald_minute_init(shoald_t *a)
                                                     : 0;
     a->rejoin_wait_until_ns = a->cfg->ledger_url != NULL ?
                                   shoal_deadline_ns(a->cfg->rejoin_wait_ms) : 0;
-    shoald_ledger_open(a);
-    shoald_rejoins_list(a);
+    if (a->cfg->ledger_url != NULL && shoald_lg_start(a) == SHOAL_OK) {
+        /* nothing is served yet: the first open may take a connection's time */
+        shoald_ledger_open(a, SHOALD_LEDGER_OPEN_WAIT_MS);
+        shoald_rejoins_list(a, SHOALD_LEDGER_OPEN_WAIT_MS);
+    }
     if (a->cfg->ledger_url != NULL && a->ledger == NULL)
         a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MIN_MS);
 }
@@ -689,7 +1069,7 @@ void shoald_minute_tick(shoald_t *a)
         shoald_pages_collect(a);
         return;
     }
-    shoald_ledger_open(a);
+    shoald_ledger_open(a, SHOALD_LEDGER_WAIT_MS);
     shoald_rejoins_check(a);
     b = shoald_minute_build(a, boundary);
     if (b != NULL && b->nrecs == 0 && b->ncurs == 0) {
@@ -716,7 +1096,7 @@ void shoald_ledger_retry(shoald_t *a)
     if (a->pending != NULL)
         shoald_ledger_flush(a);
     else
-        shoald_ledger_open(a);
+        shoald_ledger_open(a, SHOALD_LEDGER_WAIT_MS);
     if (a->ledger == NULL && a->ledger_next_try_ns == 0)
         a->ledger_next_try_ns = shoal_deadline_ns(SHOALD_LEDGER_BACKOFF_MAX_MS);
     shoald_pages_collect(a);
@@ -759,7 +1139,6 @@ void shoald_minute_fini(shoald_t *a)
         a->rejoins = r->next;
         free(r);
     }
-    if (a->ledger != NULL)
-        shoal_ledger_close(a->ledger);
+    shoald_lg_stop(a);
     a->ledger = NULL;
 }

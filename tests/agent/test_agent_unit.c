@@ -163,15 +163,18 @@ static void test_old_cursor(int ntl_old, const char *before, int check_prom)
         c.counters[i] = 1000 + (uint64_t)i;
     }
     ok = l != NULL && shoal_ledger_commit(l, NULL, 0, &c, 1) == SHOAL_OK;
+    shoal_ledger_close(l);
     conf_load("", &cfg);
     url0 = cfg.ledger_url;
     cfg.ledger_url = url;
     a.cfg = &cfg;
-    a.ledger = l;
+    /* the agent's own ledger (its thread) */
+    shoald_minute_init(&a);
     snprintf(p.key, sizeof(p.key), "%s", c.key);
     if (ok) {
         shoald_page_cursor(&a, &p);
     }
+    shoald_minute_fini(&a);
     ok = ok && p.cursor_known;
     for (int i = 0; i < SHOAL_METER_NCOLL + nv1 && ok; i++) {
         ok = p.billed[i] == 1000 + (uint64_t)i; /* ops, then the old transports' sent */
@@ -189,7 +192,6 @@ static void test_old_cursor(int ntl_old, const char *before, int check_prom)
          p.billed[SHOALD_CTR_ABORTS] == 1000 + (uint64_t)(SHOAL_METER_NCOLL + 2 * nv1 + 3) &&
          p.billed[SHOALD_CUR_BILLED_NS] == 1000 + (uint64_t)(c.ncounters - 1);
     tap_ok(ok, "a cursor written before %s resumes with every counter in its place", before);
-    shoal_ledger_close(l);
     snprintf(url, sizeof(url), "rm -rf '%s'", dir);
     if (system(url) != 0) {
         tap_diag("could not remove %s", dir);

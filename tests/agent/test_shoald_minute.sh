@@ -14,7 +14,8 @@
 # to a rank that registers again within them; an uncredentialed job billed beside a
 # credentialed one; long host names that share their first 32 characters kept apart, and a
 # cursor keyed the older way resumed from; one job on two hosts whose agents share the ledger,
-# each host's record of each minute in that minute.
+# each host's record of each minute in that minute; with PostgreSQL, a server that hangs (its
+# processes stopped) while registrations and scrapes go on.
 . "$(dirname "$0")/agent_lib.sh"
 . "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
@@ -460,7 +461,51 @@ is "$(usage_col acme twohost 4)" "$(q "SELECT count(DISTINCT minute) FROM ledger
                                        WHERE tenant = 'acme' AND job = 'twohost'")" \
     "shoal-bill counts the job's minutes once, not once per host"
 
-# 67-68: the chain
+# 67-71 (PostgreSQL): the server hangs (its processes stopped: a host that froze, a server
+# stuck on its disk) while a rank counts. The agent must go on serving: a new rank registers
+# within its 200 ms (the library's budget; 1 s here) and /metrics answers, the minutes are held
+# and all written once the server runs again. (The ledger's calls ran on the agent's only
+# thread: it waited on the hung server for ever, registrations timed out, scrapes hung.)
+if [ "$mode" = pg ]; then
+    stop_agent
+    start_agent "$T/conf.na"
+    ok $? "an agent starts for the hung-server case" "$T/agent.log"
+    timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job hung --cred "$(cred acme hung)" \
+        --ngpus 1 --tick 20 --hold 9 >"$T/hg.out" 2>"$T/hg.err" &
+    HG=$!
+    PIDS="$PIDS $HG"
+    sleep 1
+    PGM=$(head -n 1 "$PGT/pg/postmaster.pid")
+    PGPIDS="$PGM $(pgrep -P "$PGM" | tr '\n' ' ')"
+    # never leave the server stopped: its cleanup (pg_ctl stop) could not end it
+    CLEANUP_HOOK="kill -CONT $PGPIDS 2>/dev/null; $CLEANUP_HOOK"
+    kill -STOP $PGPIDS
+    wait_minutes 1
+    t0=$(date +%s%N)
+    mc --tenant acme --job hung2 --cred "$(cred acme hung2)"
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$rc:$(status_of)" = "0:0" ] && [ "$ms" -lt 1000 ]
+    ok $? "with the server hung, a rank registers in ${ms} ms (status $rc:$(status_of))" \
+        "$T/mc.err"
+    t0=$(date +%s%N)
+    code=$(scrape)
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [ "$code" = 200 ] && [ "$ms" -lt 1000 ] && [ "$(metric shoal_ledger_pending_batches)" -ge 1 ]
+    ok $? "and /metrics answers in ${ms} ms (HTTP $code), $(metric shoal_ledger_pending_batches) \
+minutes held"
+    kill -CONT $PGPIDS
+    wait "$HG"
+    wait_minutes 2
+    sleep 1
+    scrape >/dev/null
+    is "$(metric shoal_ledger_pending_batches)" 0 "once it runs again every held minute is written"
+    is "$(sum_ops acme hung)" "$(final_of ops "$T/hg.out")" \
+        "the operations of the rank that counted through the hang are exact"
+    minutes_ok acme hung 4
+    ok $? "its minutes ($(minutes_of acme hung)) have no gap, none twice"
+fi
+
+# 67-68 (72-73 with PostgreSQL): the chain
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
 ok $? "shoal-bill verify: the HMAC chain is intact" "$T/verify.out"
 is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || host || '/' || minute)
