@@ -4,15 +4,19 @@
  *
  * A lost connection (server down, restarted, network) fails the call with SHOAL_ERR_TRANSPORT;
  * the transaction is gone with it on the server side. The next call reconnects. Timeouts bound
- * every wait: connect_timeout, tcp_user_timeout, statement_timeout and lock_timeout. The URL may
- * hold a password: it is never logged (database, host and port are). */
+ * every wait: connect_timeout, tcp_user_timeout, statement_timeout and lock_timeout, and the
+ * client's own SHOAL_LEDGER_PG_WAIT_MS for a server that hangs. The URL may hold a password: it
+ * is never logged (database, host and port are). */
 #include "agent/ledger_int.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define SHOAL_LEDGER_PG_LOCK_ID 0x73686f616cLL /* "shoal": serialises schema creation */
 
@@ -34,6 +38,14 @@ static void shoal_ledger_pg_disconnect(shoal_ledger_pg_t *be)
         PQfinish(be->conn);
     be->conn = NULL;
     be->in_txn = 0;
+}
+
+/* A result that is not an error. */
+static int shoal_ledger_pg_good(const PGresult *res)
+{
+    ExecStatusType st = PQresultStatus(res);
+
+    return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_EMPTY_QUERY;
 }
 
 /* Logs a failed result and classifies it: a unique violation is the caller's, everything
@@ -60,10 +72,67 @@ static shoal_status_t shoal_ledger_pg_fail(shoal_ledger_pg_t *be, PGresult *res,
     return status;
 }
 
+/* The longest a statement waits for the server's answer: past statement_timeout (30 s) and
+ * lock_timeout (15 s), with which a server that runs ends a slow statement itself. Those are
+ * the server's own: one that hangs (its processes stopped, stuck on its disk) keeps the
+ * connection up, the kernel acknowledges what is sent (so tcp_user_timeout never fires), and
+ * PQexec waited for ever (shoal-bill never ended; the agent's ledger calls never came back). */
+#define SHOAL_LEDGER_PG_WAIT_MS 35000
+
+/* PQexec's result for a query that PQsend* sent (sent 0: NULL, PQerrorMessage says why), with
+ * a deadline: past it the connection is shut down, which fails the query and the connection
+ * (CONNECTION_BAD: the next call reconnects). The first failed result, else the last one. */
+static PGresult *shoal_ledger_pg_wait(shoal_ledger_pg_t *be, int sent)
+{
+    uint64_t deadline = shoal_deadline_ns(SHOAL_LEDGER_PG_WAIT_MS);
+    int sock = PQsocket(be->conn);
+    PGresult *res, *keep = NULL;
+
+    if (!sent)
+        return NULL;
+    while (PQisBusy(be->conn)) {
+        struct pollfd pfd = {.fd = sock, .events = POLLIN};
+        int left = shoal_deadline_left_ms(deadline, SHOAL_LEDGER_PG_WAIT_MS);
+        int ret = left > 0 ? poll(&pfd, 1, left) : 0;
+
+        if (ret < 0 && errno == EINTR)
+            continue;
+        if (ret <= 0) {
+            shoal_error(METER, "ledger: PostgreSQL database %s at %s:%s did not answer within "
+                        "%d s: the connection is dropped", PQdb(be->conn), PQhost(be->conn),
+                        PQport(be->conn), SHOAL_LEDGER_PG_WAIT_MS / 1000);
+            /* libpq reads the end of the stream at once: the query fails, the connection
+             * is bad (PQgetResult below does not wait) */
+            shutdown(sock, SHUT_RDWR);
+        }
+        if (PQconsumeInput(be->conn) == 0)
+            break;
+    }
+    while ((res = PQgetResult(be->conn)) != NULL) {
+        int failed = !shoal_ledger_pg_good(res);
+
+        if (keep != NULL && (failed || shoal_ledger_pg_good(keep))) {
+            PQclear(keep);
+            keep = NULL;
+        }
+        if (keep == NULL)
+            keep = res;
+        else
+            PQclear(res);
+    }
+    return keep;
+}
+
+/* PQexec with the deadline. */
+static PGresult *shoal_ledger_pg_query(shoal_ledger_pg_t *be, const char *sql)
+{
+    return shoal_ledger_pg_wait(be, PQsendQuery(be->conn, sql));
+}
+
 static shoal_status_t shoal_ledger_pg_exec(shoal_ledger_pg_t *be, const char *sql,
                                            const char *what)
 {
-    PGresult *res = PQexec(be->conn, sql);
+    PGresult *res = shoal_ledger_pg_query(be, sql);
     ExecStatusType st = PQresultStatus(res);
     shoal_status_t status = SHOAL_OK;
 
@@ -96,7 +165,7 @@ static shoal_status_t shoal_ledger_pg_prepare(shoal_ledger_pg_t *be)
 
         snprintf(name, sizeof(name), "shoal_ledger_%d", i);
         shoal_ledger_pg_sql(shoal_ledger_sql[i], sql, sizeof(sql));
-        res = PQprepare(be->conn, name, sql, 0, NULL);
+        res = shoal_ledger_pg_wait(be, PQsendPrepare(be->conn, name, sql, 0, NULL));
         if (PQresultStatus(res) != PGRES_COMMAND_OK)
             status = shoal_ledger_pg_fail(be, res, "prepare");
         PQclear(res);
@@ -121,7 +190,8 @@ static shoal_status_t shoal_ledger_pg_schema(shoal_ledger_pg_t *be)
         SHOAL_CHECK_GOTO(shoal_ledger_pg_exec(be, shoal_ledger_schema_sql[i], "schema creation"),
                          status, err_rollback);
     }
-    res = PQexec(be->conn, "SELECT value FROM ledger_meta WHERE name = 'schema_version'");
+    res = shoal_ledger_pg_query(be, "SELECT value FROM ledger_meta WHERE name = "
+                                "'schema_version'");
     if (be->writer && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
         strcmp(PQgetvalue(res, 0, 0), "1") == 0) {
         PQclear(res);
@@ -130,7 +200,8 @@ static shoal_status_t shoal_ledger_pg_schema(shoal_ledger_pg_t *be)
                                                   "schema upgrade"), status, err_rollback);
         shoal_info(METER, "ledger: database %s upgraded from schema version 1 to %d (a host "
                    "column)", PQdb(be->conn), SHOAL_LEDGER_SCHEMA_VERSION);
-        res = PQexec(be->conn, "SELECT value FROM ledger_meta WHERE name = 'schema_version'");
+        res = shoal_ledger_pg_query(be, "SELECT value FROM ledger_meta WHERE name = "
+                                    "'schema_version'");
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         status = shoal_ledger_pg_fail(be, res, "read of the schema version");
@@ -152,7 +223,7 @@ static shoal_status_t shoal_ledger_pg_schema(shoal_ledger_pg_t *be)
 
 err_rollback:
     if (PQstatus(be->conn) == CONNECTION_OK)
-        PQclear(PQexec(be->conn, "ROLLBACK"));
+        PQclear(shoal_ledger_pg_query(be, "ROLLBACK"));
     return status;
 }
 
@@ -252,7 +323,8 @@ static shoal_status_t shoal_ledger_pg_run(shoal_ledger_pg_t *be, shoal_ledger_sq
     ExecStatusType st;
 
     snprintf(name, sizeof(name), "shoal_ledger_%d", (int)id);
-    res = PQexecPrepared(be->conn, name, nparams, values, NULL, NULL, 0);
+    res = shoal_ledger_pg_wait(be, PQsendQueryPrepared(be->conn, name, nparams, values, NULL,
+                                                       NULL, 0));
     st = PQresultStatus(res);
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         shoal_status_t status = shoal_ledger_pg_fail(be, res, what);
@@ -283,7 +355,7 @@ static shoal_status_t shoal_ledger_pg_begin(void *arg)
                                   " FOR UPDATE", "lock of the head");
     if (status != SHOAL_OK) {
         if (PQstatus(be->conn) == CONNECTION_OK)
-            PQclear(PQexec(be->conn, "ROLLBACK"));
+            PQclear(shoal_ledger_pg_query(be, "ROLLBACK"));
         be->in_txn = 0;
     }
     return status;
@@ -295,7 +367,7 @@ static void shoal_ledger_pg_rollback(void *arg)
 
     if (be->conn != NULL && PQstatus(be->conn) == CONNECTION_OK &&
         PQtransactionStatus(be->conn) != PQTRANS_IDLE)
-        PQclear(PQexec(be->conn, "ROLLBACK"));
+        PQclear(shoal_ledger_pg_query(be, "ROLLBACK"));
     be->in_txn = 0;
 }
 
@@ -549,12 +621,13 @@ static shoal_status_t shoal_ledger_pg_each(void *arg, int64_t from, int64_t to,
     snprintf(sql, sizeof(sql), "DECLARE shoal_each NO SCROLL CURSOR FOR %s", each);
     snprintf(fetch, sizeof(fetch), "FETCH %d FROM shoal_each", SHOAL_LEDGER_PG_FETCH);
     SHOAL_CHECK(shoal_ledger_pg_exec(be, "BEGIN", "begin of a read"));
-    res = PQexecParams(be->conn, sql, 4, NULL, values, NULL, NULL, 0);
+    res = shoal_ledger_pg_wait(be, PQsendQueryParams(be->conn, sql, 4, NULL, values, NULL, NULL,
+                                                     0));
     if (PQresultStatus(res) != PGRES_COMMAND_OK)
         status = shoal_ledger_pg_fail(be, res, "read of the records");
     PQclear(res);
     while (status == SHOAL_OK && !stop) {
-        res = PQexec(be->conn, fetch);
+        res = shoal_ledger_pg_query(be, fetch);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             status = shoal_ledger_pg_fail(be, res, "read of the records");
             PQclear(res);
@@ -571,7 +644,7 @@ static shoal_status_t shoal_ledger_pg_each(void *arg, int64_t from, int64_t to,
     }
     /* the cursor goes with the transaction; nothing was written */
     if (PQstatus(be->conn) == CONNECTION_OK)
-        PQclear(PQexec(be->conn, "ROLLBACK"));
+        PQclear(shoal_ledger_pg_query(be, "ROLLBACK"));
     return status;
 }
 

@@ -15,7 +15,7 @@
 # credentialed one; long host names that share their first 32 characters kept apart, and a
 # cursor keyed the older way resumed from; one job on two hosts whose agents share the ledger,
 # each host's record of each minute in that minute; with PostgreSQL, a server that hangs (its
-# processes stopped) while registrations and scrapes go on.
+# processes stopped) while registrations and scrapes go on, and one that a standby replaces.
 . "$(dirname "$0")/agent_lib.sh"
 . "$(dirname "$0")/../ledger/ledger_env.sh"
 need_agent
@@ -505,9 +505,50 @@ minutes held"
     ok $? "its minutes ($(minutes_of acme hung)) have no gap, none twice"
 fi
 
-# 67-68 (72-73 with PostgreSQL): the chain
+# 67-68 (73-74 with PostgreSQL): the chain
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
 ok $? "shoal-bill verify: the HMAC chain is intact" "$T/verify.out"
 is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || host || '/' || minute)
          FROM ledger_records")" 0 "no (tenant, job, host, minute) twice in the whole ledger"
+
+# 75-77 (PostgreSQL): the server hangs for good and a standby takes its place on the same
+# socket (a failover). The agent's connection to the hung one gets no answer: it is dropped
+# after 35 s (the ledger's own deadline), and the held minutes go to the standby. (libpq
+# waited on the hung server for ever: none was written again until the agent restarted.)
+if [ "$mode" = pg ]; then
+    PGT2=$(ledger_tmpdir test_shoald_pg2) || exit 1
+    as_user timeout -s KILL 120 "$PGBIN/initdb" -D "$PGT2/pg" -A trust -U shoal -E UTF8 \
+        --no-sync >"$PGT2/initdb.log" 2>&1
+    ok $? "a standby cluster is made" "$PGT2/initdb.log"
+    timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job failover \
+        --cred "$(cred acme failover)" --ngpus 1 --tick 20 --hold 6 >"$T/fo.out" 2>"$T/fo.err" &
+    FO=$!
+    PIDS="$PIDS $FO"
+    sleep 1
+    PGM=$(head -n 1 "$PGT/pg/postmaster.pid")
+    PGPIDS="$PGM $(pgrep -P "$PGM" | tr '\n' ' ')"
+    CLEANUP_HOOK="kill -CONT $PGPIDS 2>/dev/null; as_user \"$PGBIN/pg_ctl\" -D \"$PGT2/pg\" \
+-m immediate -w -t 30 stop >/dev/null 2>&1; rm -rf \"$PGT2\"; $CLEANUP_HOOK"
+    kill -STOP $PGPIDS
+    wait_minutes 1
+    rm -f "$PGT/.s.PGSQL.$PG_PORT" "$PGT/.s.PGSQL.$PG_PORT.lock"
+    as_user timeout -s KILL 90 "$PGBIN/pg_ctl" -D "$PGT2/pg" -l "$PGT2/pg.log" -w -t 60 \
+        -o "-k $PGT -p $PG_PORT -c listen_addresses='' -c fsync=off" start >/dev/null &&
+        as_user timeout -s KILL 60 "$PGBIN/createdb" -h "$PGT" -p "$PG_PORT" -U shoal \
+            shoal_ledger
+    ok $? "the standby runs on the hung server's socket" "$PGT2/pg.log"
+    wait "$FO"
+    t0=$(date +%s)
+    i=0
+    while [ $i -lt 100 ]; do
+        scrape >/dev/null
+        [ "$(metric shoal_ledger_pending_batches)" = 0 ] &&
+            [ "$(q "SELECT count(*) FROM ledger_records WHERE job = 'failover'")" -gt 0 ] &&
+            break
+        sleep 1; i=$((i + 1))
+    done
+    [ $i -lt 100 ]
+    ok $? "the held minutes are on the standby $(( $(date +%s) - t0 )) s after it came \
+($(metric shoal_ledger_pending_batches) held)" "$T/agent.log"
+fi
 done_testing
