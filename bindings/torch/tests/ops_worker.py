@@ -270,26 +270,36 @@ def collective_in_future_callback():
     return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
 
 
-def wait_in_future_callback():
-    """A callback chained on a work's future waits for a work issued after it, which is
-    queued behind it on the group's worker thread, where the callback runs (the last rank
-    joins the first all_reduce 0.2 s late, so the others chain the callback before it
-    completes): the worker never came back to its queue, so the callback's wait timed out
-    (without a timeout it hung for ever). The waiting thread now runs the queue up to it."""
+def _chain_on_later_work(make_callback):
+    """Two all_reduces in flight, w1 of R + 1 and w2 of R + 2 (the last rank joins w1 0.2 s
+    late, so the others chain the callback before w1 completes); w1's future chains
+    make_callback(w2, b), b being w2's tensor. Returns what the chained future gives, or a
+    verdict string when it raised."""
     a = torch.full((2,), float(R + 1))
     b = torch.full((2,), float(R + 2))
     if R == N - 1:
         time.sleep(0.2)
     w1 = dist.all_reduce(a, async_op=True)
     w2 = dist.all_reduce(b, async_op=True)
-
-    def callback(f):
-        w2.wait(timeout=timedelta(seconds=10))
-        return f.value()[0] + b
     try:
-        got = w1.get_future().then(callback).wait()
+        return w1.get_future().then(make_callback(w2, b)).wait()
     except Exception as e:  # noqa: BLE001 - the error is the verdict
         return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+
+
+def wait_in_future_callback():
+    """A callback chained on a work's future waits for a work issued after it (w2.wait()),
+    which is queued behind it on the group's worker thread. The callback ran on the worker,
+    which never came back to its queue, so the callback's wait timed out (without a timeout it
+    hung for ever). Futures are now marked, and their callbacks run, on completion threads."""
+    def make_callback(w2, b):
+        def callback(f):
+            w2.wait(timeout=timedelta(seconds=10))
+            return f.value()[0] + b
+        return callback
+    got = _chain_on_later_work(make_callback)
+    if isinstance(got, str):
+        return got
     want = torch.full((2,), float(N * (N + 1) + N))
     return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
 
@@ -301,25 +311,19 @@ def future_wait_in_future_callback():
     marked and the callback's wait hung for ever, with the worker (and destroy_process_group,
     which joins it). The wait here polls done() for at most 10 s (the same wait, bounded, so
     that a hang is a verdict and the worker goes on), then takes the value with wait()."""
-    a = torch.full((2,), float(R + 1))
-    b = torch.full((2,), float(R + 2))
-    if R == N - 1:
-        time.sleep(0.2)
-    w1 = dist.all_reduce(a, async_op=True)
-    w2 = dist.all_reduce(b, async_op=True)
-
-    def callback(f):
-        f2 = w2.get_future()
-        deadline = time.monotonic() + 10
-        while not f2.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not f2.done():
-            raise RuntimeError("the later work's future was not done after 10 s")
-        return f.value()[0] + f2.wait()[0]
-    try:
-        got = w1.get_future().then(callback).wait()
-    except Exception as e:  # noqa: BLE001 - the error is the verdict
-        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    def make_callback(w2, b):
+        def callback(f):
+            f2 = w2.get_future()
+            deadline = time.monotonic() + 10
+            while not f2.done() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not f2.done():
+                raise RuntimeError("the later work's future was not done after 10 s")
+            return f.value()[0] + f2.wait()[0]
+        return callback
+    got = _chain_on_later_work(make_callback)
+    if isinstance(got, str):
+        return got
     want = torch.full((2,), float(N * (N + 1) // 2 + N * (N + 3) // 2))
     return "ok" if torch.equal(got, want) else "got %s want %s" % (got.tolist(), want.tolist())
 
