@@ -28,7 +28,8 @@ static const shoal_cfg_field_t shoal_qos_class_cfg_fields[] = {
      .doc = "highest class a job without a credential gets (a provider default, e.g. in "
             "SHOAL_CONF_FILE: without a signed credential nothing proves the job's claim, and "
             "the node agent treats it so too); a higher request is lowered with a warning. "
-            "default here: no job without a credential is marked"},
+            "default here: no job without a credential is marked above best effort (one may "
+            "still ask for spot, which marks it lower)"},
     {.name = "QOS_WEIGHT_MAX", .dflt = "1", .type = SHOAL_CFG_INT,
      .offset = offsetof(shoal_qos_class_config_t, weight_max),
      .doc = "highest weight a job without a credential gets (a higher request is lowered with "

@@ -98,6 +98,13 @@ static void test_effective(void)
     tap_is_int(c, SHOAL_QOS_SPOT, "no cred: SHOAL_QOS_CLASS_MAX=spot caps burstable");
     resolve_in_child(NULL, "guaranteed", NULL, "guaranteed", 0, &c, &w);
     tap_is_int(c, SHOAL_QOS_GUARANTEED, "no cred: a provider ceiling of guaranteed allows it");
+    /* SHOAL_QOS_CLASS_MAX=default, as its doc says: nothing is marked above best effort, a job
+     * may still lower itself to spot */
+    resolve_in_child(NULL, "burstable", NULL, "default", 0, &c, &w);
+    tap_is_int(c, SHOAL_QOS_DEFAULT, "no cred: SHOAL_QOS_CLASS_MAX=default lowers burstable to "
+               "default");
+    resolve_in_child(NULL, "spot", NULL, "default", 0, &c, &w);
+    tap_is_int(c, SHOAL_QOS_SPOT, "no cred: SHOAL_QOS_CLASS_MAX=default still grants spot");
 
     /* With a credential: the credential's, a variable may only lower (the ceiling is moot). */
     tap_is_int(resolve_in_child(cg, NULL, NULL, NULL, 0, &c, &w), SHOAL_OK, "cred: ok");
