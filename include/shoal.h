@@ -119,7 +119,9 @@ SHOAL_EXPORT shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, in
                                             const shoal_uid_t *uid, const shoal_config_t *cfg);
 SHOAL_EXPORT shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *cfg);
 /* A communicator belongs to the process that made it: in a process forked from it, every call
- * on it (destroy and abort included) is SHOAL_ERR_INVALID_ARG and touches nothing. */
+ * on it (destroy, abort and stop requests included) is SHOAL_ERR_INVALID_ARG and touches
+ * nothing; only the queries shoal_comm_rank, shoal_comm_size and shoal_comm_last_error
+ * answer, from the copy. */
 SHOAL_EXPORT shoal_status_t shoal_comm_destroy(shoal_comm_t comm);
 SHOAL_EXPORT shoal_status_t shoal_comm_abort(shoal_comm_t comm);
 SHOAL_EXPORT shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key,
