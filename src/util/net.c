@@ -19,10 +19,16 @@ int shoal_ifname_match(const char *spec, const char *ifname)
         spec++;
     }
     while (*spec != '\0' && !hit) {
-        size_t n = strcspn(spec, ",");
-        if (n > 0) {
-            hit = exact ? strlen(ifname) == n && strncmp(ifname, spec, n) == 0
-                        : strncmp(ifname, spec, n) == 0;
+        /* blanks around a name are not part of it: "eth0, ib0" names ib0 (as SHOAL_IB_HCA) */
+        size_t n, m;
+        spec += strspn(spec, " \t");
+        n = m = strcspn(spec, ",");
+        while (m > 0 && (spec[m - 1] == ' ' || spec[m - 1] == '\t')) {
+            m--;
+        }
+        if (m > 0) {
+            hit = exact ? strlen(ifname) == m && strncmp(ifname, spec, m) == 0
+                        : strncmp(ifname, spec, m) == 0;
         }
         spec += n;
         if (*spec == ',') {

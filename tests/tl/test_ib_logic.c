@@ -1039,6 +1039,11 @@ static void test_oob(void)
     tap_ok(handshake(k1, k2, &peer) != SHOAL_OK, "oob: different secret refused");
     tap_ok(shoal_ifname_match("=lo", "lo") && !shoal_ifname_match("=lo", "lo0") &&
            shoal_ifname_match("^docker", "eth0"), "oob: interface spec syntax");
+    /* blanks after a comma were part of the next name: "eth0, ib0" matched no ib0 */
+    tap_ok(shoal_ifname_match("eth0, ib0", "ib0") && shoal_ifname_match("=eth0 ,\tib0 ", "ib0") &&
+           shoal_ifname_match("=eth0 , ib0", "eth0") && !shoal_ifname_match("=eth0, ib0", "ib") &&
+           !shoal_ifname_match("^eth0, ib0", "ib0") && !shoal_ifname_match(" , ", "eth0"),
+           "oob: blanks around the names of an interface list are not part of them");
 }
 
 #ifdef SHOAL_HAVE_RDMACM
