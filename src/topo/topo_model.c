@@ -172,18 +172,20 @@ shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t)
     }
     fprintf(fp, "# shoal link profile (SHOAL_TUNING_FILE): <kind> lat <us> bw <GB/s> "
                 "[send <us> [recv <us>]]\n");
+    /* %.6g, not a fixed count of decimals: a link slower than 50 KB/s was written as
+     * "bw 0.0000", a line the loader refuses, and the file stayed malformed */
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
         if (t->have[k]) {
-            fprintf(fp, "%s lat %.3f bw %.4f send %.3f recv %.3f\n", shoal_link_kind_names[k],
+            fprintf(fp, "%s lat %.3f bw %.6g send %.3f recv %.3f\n", shoal_link_kind_names[k],
                     t->link[k].alpha_us, shoal_beta_to_gbs(t->link[k].beta_us),
                     t->link[k].send_us, t->link[k].recv_us);
         }
     }
     if (t->reduce_gbs > 0) {
-        fprintf(fp, "reduce lat 0 bw %.4f\n", t->reduce_gbs);
+        fprintf(fp, "reduce lat 0 bw %.6g\n", t->reduce_gbs);
     }
     if (t->copy_gbs > 0) {
-        fprintf(fp, "copy lat 0 bw %.4f\n", t->copy_gbs);
+        fprintf(fp, "copy lat 0 bw %.6g\n", t->copy_gbs);
     }
     ok = fflush(fp) == 0;
     ok = fclose(fp) == 0 && ok;

@@ -255,6 +255,12 @@ static void test_tuning(void)
     tap_ok(u.have[SHOAL_LINK_SHM] && u.link[SHOAL_LINK_SHM].alpha_us == 1.25 &&
                u.link[SHOAL_LINK_SHM].send_us == 0.5 && u.link[SHOAL_LINK_SHM].recv_us == 0.25,
            "tuning: round trip (send and recv busy times too)");
+    /* a link slower than 50 KB/s: written as "bw 0.0000", which the loader refused */
+    shoal_tuning_parse("tcp lat 900 bw 0.00002\n", &t);
+    int slow_ok = shoal_tuning_save(path, &t) == SHOAL_OK && shoal_tuning_load(path, &u) == 1;
+    double slow_gbs = shoal_beta_to_gbs(u.link[SHOAL_LINK_TCP].beta_us);
+    tap_ok(slow_ok && u.have[SHOAL_LINK_TCP] && fabs(slow_gbs - 0.00002) < 1e-9,
+           "tuning: a 20 KB/s link is saved as a line that loads back (%.3g GB/s)", slow_gbs);
     /* a file past 4 KiB is read whole (it was cut at 4095 bytes and its last line refused) */
     FILE *fp = fopen(path, "w");
     for (int i = 0; i < 80; i++) {
