@@ -124,7 +124,9 @@ SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuni
  *                                  into this many contiguous groups
  *   link intra lat 0.5 bw 10       same host: latency in us, bandwidth in GB/s
  *   link inter lat 30 bw 0.125     between hosts (per host: the NIC is shared)
- * Ranks past the described ones wrap around (rank r is placed like r mod described).
+ * Host lines place only the ranks they name and do not repeat; every other rank follows the
+ * layout, which wraps around past the ranks it describes (with ppn, rank r is placed like
+ * r mod hosts x ppn, or mod the ppn list's sum; cyclic: r mod hosts).
  */
 typedef struct {
     int nhosts;
