@@ -180,9 +180,11 @@ static void shoald_lg_run(shoald_lg_t *lg, shoald_lg_req_t *r)
         }
         break;
     case SHOALD_LG_LAST_MINUTE:
-        r->minute = shoal_ledger_last_minute(lg->ledger, r->tenant, r->job,
-                                             r->host[0] != '\0' ? r->host : NULL);
-        r->status = SHOAL_OK;
+        /* a failed read is a failure, not "none": the agent would bill a minute the ledger
+         * may hold, the commit refuse it as a duplicate and move it to a later minute */
+        r->status = shoal_ledger_last_minute_get(lg->ledger, r->tenant, r->job,
+                                                 r->host[0] != '\0' ? r->host : NULL,
+                                                 &r->minute);
         break;
     case SHOALD_LG_COMMIT:
         r->status = shoal_ledger_commit(lg->ledger, r->recs, r->nrecs, r->curs, r->ncurs);

@@ -741,16 +741,26 @@ shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *pref
     return ledger->ops->cursor_list(ledger->be, prefix, cb, arg);
 }
 
+shoal_status_t shoal_ledger_last_minute_get(shoal_ledger_t *ledger, const char *tenant,
+                                            const char *job, const char *host,
+                                            int64_t *minute_p)
+{
+    int64_t minute = -1;
+
+    if (ledger == NULL || tenant == NULL || job == NULL || minute_p == NULL)
+        return SHOAL_ERR_INVALID_ARG;
+    SHOAL_CHECK(ledger->ops->last_minute(ledger->be, tenant, job, host, &minute));
+    *minute_p = minute;
+    return SHOAL_OK;
+}
+
 int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job,
                                  const char *host)
 {
     int64_t minute = -1;
 
-    if (ledger == NULL || tenant == NULL || job == NULL)
-        return -1;
-    if (ledger->ops->last_minute(ledger->be, tenant, job, host, &minute) != SHOAL_OK)
-        return -1;
-    return minute;
+    return shoal_ledger_last_minute_get(ledger, tenant, job, host, &minute) == SHOAL_OK ? minute
+                                                                                       : -1;
 }
 
 shoal_status_t shoal_ledger_each(shoal_ledger_t *ledger, int64_t from, int64_t to,

@@ -105,8 +105,12 @@ shoal_status_t shoal_ledger_cursor(shoal_ledger_t *ledger, const char *key,
 shoal_status_t shoal_ledger_cursor_list(shoal_ledger_t *ledger, const char *prefix,
                                         shoal_ledger_cursor_cb_t cb, void *arg);
 /* The last minute committed for (tenant, job) by host (NULL: by any host; a record of version
- * 1, host "", counts for every host: its agent billed the job's ranks it knew), or -1 (none, or
- * the database failed: logged). */
+ * 1, host "", counts for every host: its agent billed the job's ranks it knew) in *minute_p,
+ * -1 if none; a database that failed is the status (logged), *minute_p untouched. */
+shoal_status_t shoal_ledger_last_minute_get(shoal_ledger_t *ledger, const char *tenant,
+                                            const char *job, const char *host,
+                                            int64_t *minute_p);
+/* The same as a value: -1 for none and for a database that failed alike (reports, tests). */
 int64_t shoal_ledger_last_minute(shoal_ledger_t *ledger, const char *tenant, const char *job,
                                  const char *host);
 /* Iterates the records with minute in [from, to) in seq order (tenant/job NULL: all). The

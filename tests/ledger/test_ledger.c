@@ -873,7 +873,7 @@ static void test_down_pg(shoal_ledger_t *l)
     shoal_ledger_cursor_t cur = cursor_make("outage/1", 42, 2), got;
 
     if (getenv("LEDGER_TEST_STOP") == NULL || getenv("LEDGER_TEST_START") == NULL) {
-        tap_skip(5, "LEDGER_TEST_STOP/START not given");
+        tap_skip(6, "LEDGER_TEST_STOP/START not given");
         return;
     }
     tap_ok(run_cmd("stopping the server", "LEDGER_TEST_STOP") == 0, "the server is stopped");
@@ -881,6 +881,12 @@ static void test_down_pg(shoal_ledger_t *l)
                "server down: SHOAL_ERR_TRANSPORT");
     tap_is_int(shoal_ledger_commit(l, &r, 1, &cur, 1), SHOAL_ERR_TRANSPORT,
                "... again (the reconnect fails too, within its timeout)");
+    /* the job's last minute cannot be read: a failure, not "none" (the agent billed a minute
+     * the ledger held, and its commit moved it later) */
+    int64_t last = 12345;
+    shoal_status_t lst = shoal_ledger_last_minute_get(l, "acme", "train-1", NULL, &last);
+    tap_ok(lst == SHOAL_ERR_TRANSPORT && last == 12345, "... a job's last minute is a failure "
+           "too, not 'none' (%s)", shoal_status_name(lst));
     tap_ok(run_cmd("starting the server", "LEDGER_TEST_START") == 0, "the server is back");
     tap_ok(shoal_ledger_last_minute(l, "outage", "j", NULL) == -1 &&
            shoal_ledger_cursor(l, cur.key, &got) == SHOAL_ERR_INVALID_ARG,
