@@ -344,6 +344,23 @@ def future_marked_after_wait():
     return "ok"
 
 
+def completion_threads_few():
+    """2000 async all_reduces, each with a then-callback, then all waited for: a completion
+    thread was added for every completion that found the others busy, 178 threads on rank 0
+    (2 ranks). One thread marks them now; another only when every one is stuck in a callback
+    (100 ms), at most 16. The process may grow by a few threads (at most 4 here)."""
+    before = len(os.listdir("/proc/self/task"))
+    works = []
+    for _ in range(2000):
+        w = dist.all_reduce(torch.ones(1), async_op=True)
+        w.get_future().then(lambda f: f.value()[0] * 2)
+        works.append(w)
+    for w in works:
+        w.wait()
+    grown = len(os.listdir("/proc/self/task")) - before
+    return "ok" if grown <= 4 else "%d threads more after 2000 works with callbacks" % grown
+
+
 def _ran_now(fn):
     """Runs a Gloo call now (a collective every rank enters, whatever shoal's verdict) and
     returns what check() calls in its place: None, or the raise of what Gloo raised (a dtype
@@ -392,6 +409,7 @@ def main():
     res[case_name("future_wait_in_future_callback", None, N)] = \
         future_wait_in_future_callback()
     res[case_name("future_marked_after_wait", None, N)] = future_marked_after_wait()
+    res[case_name("completion_threads_few", None, N)] = completion_threads_few()
     verdicts = [None] * N
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {}
