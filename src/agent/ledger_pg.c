@@ -109,16 +109,12 @@ static PGresult *shoal_ledger_pg_wait(shoal_ledger_pg_t *be, int sent)
             break;
     }
     while ((res = PQgetResult(be->conn)) != NULL) {
-        int failed = !shoal_ledger_pg_good(res);
-
-        if (keep != NULL && (failed || shoal_ledger_pg_good(keep))) {
-            PQclear(keep);
-            keep = NULL;
-        }
-        if (keep == NULL)
+        if (keep == NULL || shoal_ledger_pg_good(keep)) {
+            PQclear(keep); /* a good one gives way to the next; a failure stays */
             keep = res;
-        else
+        } else {
             PQclear(res);
+        }
     }
     return keep;
 }

@@ -370,8 +370,9 @@ class ShoalWork : public c10d::Work {
                                 "timeout of " + std::to_string(timeout.count()) + " ms");
             }
         }
-        // The future is marked just after (on a completion thread; a free one is always
-        // found or started): wait() then get_future().value() must find it marked.
+        // The future is marked just after, on a completion thread (another starts when every
+        // one is stuck in a callback, 16 at most): wait() then get_future().value() must find
+        // it marked.
         if (timeout == ::kNoTimeout) {
             cv_.wait(lock, [this] { return marked_; });
         } else if (!cv_.wait_until(lock, deadline, [this] { return marked_; })) {
