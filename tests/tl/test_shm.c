@@ -2,9 +2,9 @@
  * segment naming/mode/unlink, a 64 MiB stream through 8 x 64 KiB slots, ring wraparound with
  * many small messages all ways, shared areas + notify, futex wakeup latency and idle CPU, a
  * message waking a sleeping owner (the ring of a sleeper only),
- * peer death by SIGKILL, fail() propagation, corrupted ring contents, a lazy peer that
- * finalized before the receiver's first use of the endpoint, and a peer in another pid
- * namespace.
+ * peer death by SIGKILL, a live peer whose main thread left (a zombie in /proc), fail()
+ * propagation, corrupted ring contents, a lazy peer that finalized before the receiver's
+ * first use of the endpoint, and a peer in another pid namespace.
  *
  * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
  * parent prints as TAP once they are gone. Every child runs under alarm(), and the parent
@@ -661,6 +661,67 @@ static void case_lazy_gone(env_t *e)
           "fails: irecv %s, status %d, '%s'", shoal_strerror(st), r2.status, err);
 }
 
+/* Rank 1's main thread leaves with pthread_exit while another of its threads goes on talking
+ * (a program whose main thread only starts its workers): /proc shows the process as a zombie
+ * ('Z') until its last thread is gone. Rank 0 must not take it for dead. (Before the fix, the
+ * first liveness check failed the pending recv: "peer 1 (pid ...) died".) */
+static void *leader_exit_worker(void *arg)
+{
+    env_t *e = arg;
+    uint64_t v = 0x1eade7ULL;
+    shoal_tl_req_t s = {.hdr = hdr_make(13, 0, sizeof(v)), .buf = &v};
+    while (__atomic_load_n(&sh->stamp[1], __ATOMIC_ACQUIRE) == 0) {
+        shoal_sleep_us(1000); /* till rank 0 has checked on us for a while */
+    }
+    shoal_status_t st = tl->isend(e->eps[0], &s);
+    int w = st == SHOAL_OK ? wait_one(e, &s, 5000) : -1;
+    check(w == 0 && s.status == SHOAL_OK, "a thread of a process whose main thread left sends "
+          "(isend %s, status %d)", shoal_strerror(st), s.status);
+    barrier();
+    tl->fini(e->ctx);
+    exit(0);
+}
+
+static void case_leader_exit(env_t *e)
+{
+    if (e->rank == 1) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, leader_exit_worker, e) != 0) {
+            check(0, "pthread_create");
+            barrier();
+            return;
+        }
+        pthread_exit(NULL);
+    }
+    uint64_t v = 0;
+    char err[200] = "", why[160] = "", state = 0;
+    unsigned long long start;
+    int blamed = -1;
+    shoal_tl_req_t r = {.hdr = hdr_make(13, 0, sizeof(v)), .buf = &v, .errbuf = err,
+                        .errlen = sizeof(err)};
+    tl->irecv(e->eps[1], &r);
+    uint64_t deadline = shoal_time_ns() + 5000000000ull;
+    while (shoal_shm_proc_stat(e->eps[1]->pid, &state, &start) == 0 && state != 'Z' &&
+           shoal_time_ns() < deadline) {
+        tl->progress(e->ctx);
+        shoal_sleep_us(1000);
+    }
+    check(state == 'Z', "/proc shows rank 1 as a zombie once its main thread left (%c)", state);
+    for (int i = 0; i < 50; i++) { /* some 50 liveness checks */
+        tl->progress(e->ctx);
+        shoal_sleep_us(1000);
+    }
+    check(!r.done, "the recv from it is still pending after 50 ms (status %d, '%s')", r.status,
+          err);
+    check(tl->peer_check(e->ctx, 1, why, sizeof(why), &blamed) == SHOAL_OK,
+          "peer_check takes it for alive ('%s')", why);
+    __atomic_store_n(&sh->stamp[1], 1, __ATOMIC_RELEASE);
+    int w = wait_one(e, &r, 5000);
+    check(w == 0 && r.status == SHOAL_OK && v == 0x1eade7ULL, "its message arrives (status %d, "
+          "'%s', value %llx)", r.status, err, (unsigned long long)v);
+    barrier();
+}
+
 /* A word at the same address in rank 0 and in every process forked from it. */
 static volatile uint64_t recycled_word = 0x0dd0c0ffeeULL;
 
@@ -1229,6 +1290,7 @@ int main(void)
         {.name = "futex", .nprocs = 2, .fn = case_futex, .killed_rank = -1},
         {.name = "sleeper", .nprocs = 2, .fn = case_sleeper, .killed_rank = -1},
         {.name = "kill", .nprocs = 2, .fn = case_kill, .killed_rank = 1},
+        {.name = "leader_exit", .nprocs = 2, .fn = case_leader_exit, .killed_rank = -1},
         {.name = "fail", .nprocs = 3, .fn = case_fail, .killed_rank = -1},
         {.name = "last_words", .nprocs = 2, .fn = case_last_words, .killed_rank = 1},
         {.name = "corrupt0", .nprocs = 2, .fn = case_corrupt, .killed_rank = -1, .variant = 0},

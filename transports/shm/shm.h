@@ -240,8 +240,9 @@ SHOAL_HIDDEN shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, s
 SHOAL_HIDDEN int shoal_shm_ctx_check_peers(shoal_tl_ctx_t *ctx, uint64_t now_ns);
 /* Bump a control block's doorbell and wake its owner if it sleeps. */
 SHOAL_HIDDEN void shoal_shm_ctrl_ring(shoal_shm_ctrl_t *ctrl);
-/* 1 if the peer's process is gone: kill() says so, or its /proc start time changed (the pid
- * went to another process). */
+/* 1 if the peer's process is gone: kill() says so, its /proc start time changed (the pid
+ * went to another process), or it is a zombie with no thread left (a main thread that called
+ * pthread_exit is a zombie while the others run). */
 SHOAL_HIDDEN int shoal_shm_pid_dead(shoal_ep_t *ep);
 /* 1 if a peer in another pid namespace is gone: its segment's lock went with its process. */
 SHOAL_HIDDEN int shoal_shm_ep_owner_gone(shoal_ep_t *ep);

@@ -376,6 +376,28 @@ int shoal_shm_proc_stat(pid_t pid, char *state_p, unsigned long long *start_p)
     return 0;
 }
 
+/* The Threads: line of /proc/<pid>/status; 0 if it cannot be read. */
+static unsigned shoal_shm_proc_threads(pid_t pid)
+{
+    char path[64], line[128];
+    unsigned n = 0;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "Threads:", 8) == 0) {
+            if (sscanf(line + 8, " %u", &n) != 1) {
+                n = 0;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
 int shoal_shm_pid_dead(shoal_ep_t *ep)
 {
     if (ep->pid_foreign) {
@@ -389,7 +411,13 @@ int shoal_shm_pid_dead(shoal_ep_t *ep)
     if (ep->starttime == 0 || shoal_shm_proc_stat(ep->pid, &state, &start) != 0) {
         return 0; /* no /proc view of it: trust kill() */
     }
-    return state == 'Z' || state == 'X' || start != ep->starttime;
+    if (start != ep->starttime || state == 'X') {
+        return 1;
+    }
+    /* /proc/<pid>/stat shows the main thread: 'Z' from its pthread_exit on, while the
+     * process's other threads still run (and talk to us). The process is gone once no thread
+     * but that zombie is left. */
+    return state == 'Z' && shoal_shm_proc_threads(ep->pid) <= 1;
 }
 
 shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len, int *culprit_p)
