@@ -218,7 +218,8 @@ SHOAL_HIDDEN shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep);
 /* The same for a receive, which reads only our own segment: a lazy peer that sent its last
  * messages and finalized (its name gone with it) before our first use of the endpoint left
  * them whole in our ring, so a name that is gone leaves the endpoint unmapped (peer_ctrl
- * NULL: nobody to wake, liveness by pid) and is no error. */
+ * NULL: nobody to wake, liveness by pid; a peer in another pid namespace is gone) and is no
+ * error. */
 SHOAL_HIDDEN shoal_status_t shoal_shm_ep_attach_rx(shoal_ep_t *ep);
 /* Probes single copies with every local peer once (mapping them all), sets cma_ok. */
 SHOAL_HIDDEN void shoal_shm_cma_check(shoal_tl_ctx_t *ctx);

@@ -710,6 +710,17 @@ shoal_status_t shoal_shm_ep_attach(shoal_ep_t *ep)
 shoal_status_t shoal_shm_ep_attach_rx(shoal_ep_t *ep)
 {
     shoal_status_t status = shoal_shm_ep_attach_ext(ep, 1);
+    if (status == SHOAL_ERR_PEER_FAILED && ep->pid_foreign && ep->peer_gone == 0) {
+        /* A peer in another pid namespace is alive while its segment's lock is held, tested
+         * on a descriptor of the segment that we never got: its name went with its context,
+         * as the lock goes. Judged by no descriptor, it was alive for ever, and a receive for
+         * what never comes waited for the timeout. What is in our ring is still delivered
+         * first (shoal_shm_ctx_check_peers). */
+        snprintf(ep->gone_why, sizeof(ep->gone_why), "peer %d (in another pid namespace) "
+                 "died or finalized: its segment is gone", ep->rank);
+        ep->gone_culprit = -1;
+        ep->peer_gone = 1;
+    }
     return status == SHOAL_ERR_PEER_FAILED ? SHOAL_OK : status;
 }
 
