@@ -626,17 +626,35 @@ static void case_corrupt(env_t *e)
     barrier();
 }
 
+/* Makes /dev/shm<name>, mode 0666, as user nobody (in a child that drops root): 1 if done. */
+static int squat_as_nobody(const char *name)
+{
+    int ws = 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) {
+            _exit(1);
+        }
+        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0666);
+        _exit(fd >= 0 && fchmod(fd, 0666) == 0 ? 0 : 1);
+    }
+    return pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+}
+
 /* Lazy contexts: rank 0 sends its message and finalizes (its segment's name goes with it)
  * before rank 1, which never mapped it, posts the receive. The message is whole in rank 1's
  * own segment: it is delivered; a receive for what never comes fails as from a dead peer.
  * Variant 1: the sender is rank 1, in a pid namespace of its own, whose death rank 0 tells by
  * its segment's lock, never opened here. (Before the fix, rank 0 never saw it gone: the
- * second receive waited for the timeout.) */
+ * second receive waited for the timeout.) Variant 2: another user makes a file by the gone
+ * segment's name before rank 1's first receive (/dev/shm is everyone's). (Before the fix, that
+ * file was taken for the peer's segment: the irecv failed with ERR_PERMISSION and the message
+ * in rank 1's own ring was never delivered.) */
 static void case_lazy_gone(env_t *e)
 {
     uint64_t v = 0, v2 = 0;
     char err[200] = "";
-    int snd = sh->variant, rcv = 1 - snd;
+    int snd = sh->variant == 1, rcv = 1 - snd;
     if (snd == 1 && __atomic_load_n(&sh->stamp[0], __ATOMIC_ACQUIRE) != 0) {
         check(1, "# SKIP cannot make a pid namespace (not root?)");
         return;
@@ -655,6 +673,11 @@ static void case_lazy_gone(env_t *e)
     while (__atomic_load_n(&sh->stamp[2], __ATOMIC_ACQUIRE) == 0) {
         shoal_sleep_us(1000);
     }
+    const char *name = ((const shoal_shm_addr_t *)sh->addr[snd])->name;
+    if (sh->variant == 2 && !squat_as_nobody(name)) {
+        check(1, "# SKIP cannot make a file as another user (not root?)");
+        return;
+    }
     shoal_tl_req_t r = {.hdr = hdr_make(11, 0, sizeof(v)), .buf = &v};
     shoal_status_t st = tl->irecv(e->eps[snd], &r);
     int w = st == SHOAL_OK ? wait_one(e, &r, 5000) : -1;
@@ -669,6 +692,9 @@ static void case_lazy_gone(env_t *e)
     check(w == 0 && r2.status == SHOAL_ERR_PEER_FAILED, "then a recv for what never comes "
           "fails in %.0f ms: irecv %s, status %d, '%s'", (shoal_time_ns() - t0) / 1e6,
           shoal_strerror(st), r2.status, err);
+    if (sh->variant == 2) {
+        shm_unlink(name);
+    }
 }
 
 /* Rank 1's main thread leaves with pthread_exit while another of its threads goes on talking
@@ -1312,6 +1338,8 @@ int main(void)
         {.name = "lazy_gone", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1, .lazy = 1},
         {.name = "lazy_gone_pidns", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
          .variant = 1, .lazy = 1, .pidns = 1},
+        {.name = "lazy_gone_squat", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
+         .variant = 2, .lazy = 1},
         {.name = "pidns", .nprocs = 2, .fn = case_pidns, .killed_rank = -1, .pidns = 1},
     };
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {

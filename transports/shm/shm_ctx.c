@@ -583,14 +583,29 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
     size_t total = ctx->layout.total;
     struct stat sb;
     int fd = shoal_shm_seg_open(a->name, O_RDWR, 0);
-    if (fd < 0 && gone_ok && errno == ENOENT) {
-        shoal_info(SHM, "peer %d: its segment %s is gone (the peer finalized or died): what it "
-                   "sent is received from ours", ep->rank, a->name);
+    int err = fd < 0 ? errno : 0;
+    /* The peer's segment is always ours. Once the peer removed its name, anyone may make a file
+     * by that name in the directory (/dev/shm is everyone's): one we may not open (EACCES) or
+     * of another owner is not the peer's, whose segment is gone. Taken for it, it failed the
+     * receive of what the peer had left in our ring with ERR_PERMISSION. */
+    int other = fd < 0 ? err == EACCES : fstat(fd, &sb) == 0 && sb.st_uid != geteuid();
+    if (gone_ok && (err == ENOENT || other)) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (other) {
+            shoal_warn(SHM, "peer %d: a file not ours has the name of its segment %s in %s: "
+                       "its segment is gone (the peer finalized or died); what it sent is "
+                       "received from ours", ep->rank, a->name, shoal_shm_dir());
+        } else {
+            shoal_info(SHM, "peer %d: its segment %s is gone (the peer finalized or died): "
+                       "what it sent is received from ours", ep->rank, a->name);
+        }
         return SHOAL_ERR_PEER_FAILED;
     }
     if (fd < 0) {
         shoal_error(SHM, "peer %d: opening its segment %s in %s failed: %s", ep->rank, a->name,
-                    shoal_shm_dir(), strerror(errno));
+                    shoal_shm_dir(), strerror(err));
         return SHOAL_ERR_TRANSPORT;
     }
     if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (sb.st_mode & 07777) != 0600 ||
