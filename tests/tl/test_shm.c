@@ -1259,6 +1259,37 @@ static void test_sweep_fork(void)
     shoal_shm_config.dir = saved;
 }
 
+/* A umask without the owner's write bit (0277) made the segment 0400: init opened it again
+ * for its lock before setting its mode, which failed for anyone but root ("opening segment
+ * ... again failed: Permission denied"). Run as user nobody where we are root. */
+static void test_umask(void)
+{
+    int ws = 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) {
+            _exit(2);
+        }
+        umask(0277);
+        shoal_tl_params_t params = {.rank = 0, .nranks = 1, .local_rank = 0, .local_size = 1,
+                                    .comm_id = 0x5eed0004u, .secret = secret,
+                                    .timeout_ms = 1000, .abort_flag = &no_abort};
+        shoal_tl_ctx_t *ctx = NULL;
+        shoal_status_t st = tl->init(&params, &ctx);
+        if (st == SHOAL_OK) {
+            tl->fini(ctx);
+        }
+        _exit(st == SHOAL_OK ? 0 : 1);
+    }
+    if (pid < 0 || waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) == 2) {
+        tap_skip(1, "cannot run init as user nobody");
+        return;
+    }
+    tap_ok(WEXITSTATUS(ws) == 0, "init works under umask 0277 (child exit %d)",
+           WEXITSTATUS(ws));
+}
+
 /* Sizes derived by src/tune (params->sizes) set the ring; zeros leave the variables'; a
  * derived value out of range is refused like the variable would be. */
 static void test_sizes(void)
@@ -1314,6 +1345,7 @@ int main(void)
     }
     test_local();
     test_sizes();
+    test_umask();
     test_sweep();
     test_sweep_fork();
     const case_t cases[] = {

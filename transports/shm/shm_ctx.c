@@ -356,6 +356,15 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
                     strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
+    /* The mode first: a umask without the owner's write bit (0277) made the file 0400, which
+     * the second open below may not open for writing (but as root). */
+    if (fchmod(fd, 0600) != 0) {
+        shoal_error(SHM, "setting the mode of %s in %s to 0600 failed: %s", ctx->name,
+                    shoal_shm_dir(), strerror(errno));
+        shoal_shm_seg_unlink(ctx->name);
+        close(fd);
+        return SHOAL_ERR_SYSTEM;
+    }
     /* The lock is held by an open file of its own, referenced by lock_fd only: the mapping
      * (made from fd) also keeps its open file alive, in a forked child too, so a lock on fd's
      * would last as long as any child of ours (shoal_shm_fork_child closes lock_fd there). */
@@ -382,7 +391,7 @@ static shoal_status_t shoal_shm_segment_create(shoal_tl_ctx_t *ctx)
         shoal_info(SHM, "no lock on segment %s: %s; a crash would leave it behind", ctx->name,
                     strerror(errno));
     }
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)total) != 0) {
+    if (ftruncate(fd, (off_t)total) != 0) {
         shoal_error(SHM, "sizing %s to %zu bytes failed: %s", ctx->name, total, strerror(errno));
         goto err_unlink;
     }
