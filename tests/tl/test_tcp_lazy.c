@@ -12,7 +12,8 @@
  *    deadline;
  *  - a peer that listens but never answers: the send fails with SHOAL_ERR_TIMEOUT after the
  *    timeout, not before, never hangs; a peer whose process is gone (listener closed), or
- *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once;
+ *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once; the same for an
+ *    eager connect_all to a peer whose listener is gone (it waited for the whole timeout);
  *  - a failed communicator's destroy waits for its peer to take what it sent: a bulk message
  *    and then the abort notice, which a reset at the close would discard (the close of a
  *    socket with unread data sends one);
@@ -414,6 +415,42 @@ static void test_unanswered(void)
     side_fini(&s1);
 }
 
+/* Eager: rank 0 published its address and is gone before rank 1 connects (its process died
+ * or its init failed). Its port refuses every connection: rank 1's connect_all fails with
+ * SHOAL_ERR_PEER_FAILED at once, as a lazy one does, not SHOAL_ERR_TIMEOUT at the end of the
+ * communicator timeout (300 s by default). */
+static void test_gone_eager(void)
+{
+    shoal_tl_params_t p = {
+        .rank = 0, .nranks = 2, .local_rank = 0, .local_size = 2, .comm_id = 0x1a2c00c0u,
+        .secret = key_a, .timeout_ms = 5000, .abort_flag = &no_abort,
+    };
+    shoal_tl_ctx_t *c0 = NULL, *c1 = NULL;
+    uint8_t a0[SHOAL_TL_ADDR_MAX];
+    size_t len = sizeof(a0);
+    const void *a[1] = {a0};
+    int peer = 0;
+    shoal_ep_t *ep;
+
+    if (tl->init(&p, &c0) != SHOAL_OK || tl->address(c0, a0, &len) != SHOAL_OK) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    p.rank = 1;
+    p.local_rank = 1;
+    if (tl->init(&p, &c1) != SHOAL_OK) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    tl->fini(c0);
+    double t0 = now_ms();
+    shoal_status_t st = tl->connect_all(c1, &peer, 1, a, &len, &ep);
+    double dt = now_ms() - t0;
+    tl->fini(c1);
+    tap_ok(st == SHOAL_ERR_PEER_FAILED && dt < 1000, "eager: a peer whose listener is gone: %s "
+           "after %.0f ms, not at the 5000 ms timeout", shoal_status_name(st), dt);
+}
+
 /* Rank 1 is alive and progresses, but its communicator failed: rank 0 learns at once. */
 static void test_failed_peer(void)
 {
@@ -654,6 +691,7 @@ int main(void)
     test_stranger();
     test_silent_stranger();
     test_unanswered();
+    test_gone_eager();
     test_failed_peer();
     test_linger();
     test_emfile();

@@ -199,13 +199,17 @@ static void shoal_tcp_hs_retry(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, int e
                              ep->peer, ep->name, strerror(err));
         return;
     }
-    /* Its listener was there (we learnt its address after it listened) and answered us: a
-     * refusal now means it has closed, its process is gone or has failed its init. A lazy
-     * peer listens from init to destroy: refused twice more, it is gone. */
-    if (err == ECONNREFUSED && (hs->early_closes + hs->auth_closes > 0 ||
-                                (conn->lazy && hs->retries >= 2))) {
-        shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s) closed our handshake "
-                             "on socket %d and no longer listens", ep->peer, ep->name,
+    /* Its listener was there (we learnt its address after it listened): a refusal means it
+     * has closed, its process is gone or has failed its init. A peer listens until every
+     * rank has connected to it (eager: ready() comes after the core's barrier, so not before
+     * our sockets are established), a lazy one from init to destroy: refused twice more, it
+     * is gone. Eager waited for the whole timeout here (300 s by default), then blamed a
+     * timeout on a peer that had refused every connection. */
+    if (err == ECONNREFUSED && (hs->early_closes + hs->auth_closes > 0 || hs->retries >= 2)) {
+        shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "peer %d (%s) %s on socket %d and "
+                             "no longer listens", ep->peer, ep->name,
+                             hs->early_closes + hs->auth_closes > 0
+                                 ? "closed our handshake" : "refused our connections",
                              hs->sock_idx);
         return;
     }
