@@ -14,6 +14,8 @@
  *    timeout, not before, never hangs; a peer whose process is gone (listener closed), or
  *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once; the same for an
  *    eager connect_all to a peer whose listener is gone (it waited for the whole timeout);
+ *  - a communicator that fails while its connection is under way connects nobody: the peer
+ *    does not get a connection that no message will ever come on;
  *  - a failed communicator's destroy waits for its peer to take what it sent: a bulk message
  *    and then the abort notice, which a reset at the close would discard (the close of a
  *    socket with unread data sends one);
@@ -483,6 +485,53 @@ static void test_failed_peer(void)
     side_fini(&s1);
 }
 
+/* Rank 0's communicator fails while its connection to rank 1 is under way (its send started
+ * it). A failed context connects nobody any more: rank 1, which would take that connection
+ * and then wait on it for rank 0's messages until its timeout (8 s here), fails its receive
+ * from rank 0 with SHOAL_ERR_PEER_FAILED at once. */
+static void test_fail_connecting(void)
+{
+    const uint32_t comm_id = 0x1a2c00d0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], sbuf[64], rbuf[64];
+    side_t s0, s1;
+    side_t *sides[2] = {&s0, &s1};
+
+    if (side_init(&s0, 0, comm_id, key_a, 8000) != 0 ||
+        side_init(&s1, 1, comm_id, key_a, 8000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&s1, addrs[1]);
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    side_connect(&s1, addrs);
+    shoal_tl_req_t sr = mkreq(comm_id, 1, sbuf, sizeof(sbuf));
+    tl->isend(s0.eps[1], &sr);
+    tl->progress(s0.ctx); /* starts rank 0's connection */
+    tl->fail(s0.ctx, 0, SHOAL_ERR_ABORTED);
+    /* both progress on, as a failed communicator's may, until rank 0's connection is due */
+    for (double t = now_ms(); now_ms() - t < 200;) {
+        tl->progress(s0.ctx);
+        tl->progress(s1.ctx);
+        sched_yield();
+    }
+    shoal_tl_req_t rr = mkreq(comm_id, 1, rbuf, sizeof(rbuf));
+    shoal_tl_req_t *reqs[] = {&rr};
+    double t0 = now_ms();
+    tl->irecv(s1.eps[0], &rr);
+    int done = drive(sides, 2, reqs, 1, 3000);
+    double dt = now_ms() - t0;
+    tap_ok(sr.status == SHOAL_ERR_ABORTED && done && rr.status == SHOAL_ERR_PEER_FAILED &&
+               dt < 1000,
+           "a communicator that fails while connecting connects nobody: its peer's receive "
+           "fails with SHOAL_ERR_PEER_FAILED after %.0f ms (%s), rank 0 holds %d socket(s) "
+           "to it", dt, done ? shoal_status_name(rr.status) : "still waiting",
+           s0.eps[1]->nestablished);
+    side_fini(&s0);
+    side_fini(&s1);
+}
+
 /* Rank 0 has unread data from rank 1 (a message it never receives) and sends rank 1 a 256 KiB
  * message that rank 1 does not read yet: most of it waits in rank 0's send queue. Rank 0's
  * communicator then fails because of rank 2 (its abort notice queues behind the message) and
@@ -693,6 +742,7 @@ int main(void)
     test_unanswered();
     test_gone_eager();
     test_failed_peer();
+    test_fail_connecting();
     test_linger();
     test_emfile();
     test_bad_address(0);

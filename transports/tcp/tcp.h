@@ -171,6 +171,11 @@ SHOAL_HIDDEN shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int
 SHOAL_HIDDEN int shoal_tcp_lazy_progress(shoal_tl_ctx_t *ctx);
 /* Handshakes still in flight (wait_fd must not eat their edges). */
 SHOAL_HIDDEN int shoal_tcp_lazy_busy(shoal_tl_ctx_t *ctx);
+/* The context failed: every handshake under way, ours or a peer's, is dropped (closed). One
+ * finished now would give the peer a connection that no message ever comes on, and its
+ * requests would wait for their timeout; closed, they fail at once (its connector is refused
+ * by the closed listener). */
+SHOAL_HIDDEN void shoal_tcp_lazy_stop(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN void shoal_tcp_lazy_fini(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);

@@ -987,6 +987,18 @@ int shoal_tcp_lazy_busy(shoal_tl_ctx_t *ctx)
     return ctx->conn != NULL && ctx->conn->busy;
 }
 
+void shoal_tcp_lazy_stop(shoal_tl_ctx_t *ctx)
+{
+    shoal_tcp_conn_t *conn = ctx->conn;
+    if (conn == NULL) {
+        return;
+    }
+    for (int i = 0; i < conn->nslots; i++) {
+        shoal_tcp_hs_free(&conn->slots[i]);
+    }
+    conn->busy = 0;
+}
+
 void shoal_tcp_lazy_fini(shoal_tl_ctx_t *ctx)
 {
     shoal_tcp_conn_t *conn = ctx->conn;

@@ -523,6 +523,9 @@ static void shoal_tcp_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t stat
         close(ctx->listen_fd); /* also leaves the epoll set */
         ctx->listen_fd = -1;
     }
+    /* Nor does it finish a connection under way (its send started it, or the peer's): the
+     * peer would wait on it for our messages until its timeout. */
+    shoal_tcp_lazy_stop(ctx);
     shoal_trace(TCP, "rank %d: failing because of rank %d: abort notices to the peers",
                 ctx->rank, culprit);
     for (int i = 0; i < ctx->neps; i++) {
