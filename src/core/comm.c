@@ -22,7 +22,19 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* Not in shoal.h: for libshoal_mpi, which makes the id for a communicator whose cfg it knows.
+ * timeout_ms (< 0: none) is how long the id's root waits without progress; with
+ * shoal_get_unique_id's SHOAL_TIMEOUT_MS, a rank later than that but within cfg's timeout
+ * found the root gone and every rank failed. */
+SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int timeout_ms);
+
 shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
+{
+    shoal_config_global_init();
+    return shoal__get_unique_id_timeout(uid, shoal_core_config.timeout_ms);
+}
+
+SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int timeout_ms)
 {
     uint8_t raw[SHOAL_SECRET_BYTES];
     shoal_boot_uid_t u;
@@ -46,8 +58,7 @@ shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
     /* The root proves the secret bound to the credential (if any); the id carries it
      * unbound (shoal_tenant_secret_bind). */
     SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(u.secret, sizeof(u.secret)), st, out);
-    SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, shoal_core_config.timeout_ms, &u), st,
-                     out);
+    SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, timeout_ms, &u), st, out);
     memcpy(u.secret, raw, sizeof(raw));
     shoal_boot_uid_encode(&u, uid);
     st = SHOAL_OK;

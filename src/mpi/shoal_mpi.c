@@ -15,6 +15,9 @@
 /* In libshoal, not in shoal.h: the deadline shoal_comm_init gives a communicator made with cfg
  * (cfg's timeout, else SHOAL_TIMEOUT_MS); -1 = none. */
 int shoal__comm_timeout_ms(const shoal_config_t *cfg);
+/* shoal_get_unique_id whose root waits timeout_ms (< 0: none) without progress, not
+ * SHOAL_TIMEOUT_MS: the id's root must wait as long as cfg lets the ranks come. */
+shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int timeout_ms);
 
 /* What rank 0 broadcasts: its shoal_get_unique_id status, then the id. */
 typedef struct {
@@ -109,7 +112,7 @@ shoal_status_t shoal_mpi_comm_init(shoal_comm_t *comm_p, MPI_Comm mpi_comm,
     shoal_config_t dflt = SHOAL_CONFIG_INIT;
     shoal_mpi_pending_t *p;
     shoal_status_t status;
-    int initialized = 0, finalized = 0, inter = 0, rank = -1, nranks = 0;
+    int initialized = 0, finalized = 0, inter = 0, rank = -1, nranks = 0, timeout_ms;
 
     if (comm_p == NULL || mpi_comm == MPI_COMM_NULL) {
         return SHOAL_ERR_INVALID_ARG;
@@ -135,11 +138,12 @@ shoal_status_t shoal_mpi_comm_init(shoal_comm_t *comm_p, MPI_Comm mpi_comm,
     if (p == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
+    timeout_ms = shoal__comm_timeout_ms(cfg != NULL ? cfg : &dflt);
     if (rank == 0) {
-        p->msg.status = shoal_get_unique_id(&p->msg.uid);
+        p->msg.status = shoal__get_unique_id_timeout(&p->msg.uid, timeout_ms);
     }
     /* Every rank takes part even when rank 0 failed: the status travels with the id. */
-    status = shoal_mpi_bcast(p, mpi_comm, shoal__comm_timeout_ms(cfg != NULL ? cfg : &dflt));
+    status = shoal_mpi_bcast(p, mpi_comm, timeout_ms);
     if (status == SHOAL_ERR_TIMEOUT) {
         return status; /* p is still MPI's: kept on the pending list */
     }

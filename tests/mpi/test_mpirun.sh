@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=35
+NTESTS=37
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -306,4 +306,15 @@ else
     [ -z "$bad" ]
     ok $? "$what${bad:+ (failed:$bad)}"
     [ -z "$bad" ] || sed 's/^/#   /' "$T"/f[0-2].err 2>/dev/null | tail -n 20
+fi
+
+# 36-37: the id's root waits cfg's timeout, not SHOAL_TIMEOUT_MS: a rank 3 s late with
+# SHOAL_TIMEOUT_MS=1000 and cfg.timeout_ms 20000 still gets its communicator
+if [ -x "$B/tests/mpi/test_shoal_mpi" ]; then
+    run 3 -x SHOAL_TIMEOUT_MS=1000 "$B/tests/mpi/test_shoal_mpi" late
+    ok $rc "test_shoal_mpi late, 3 ranks: exit 0 (${secs}s)"
+    [ "$(grep -c '^ok - ' "$T/out")" -eq 2 ] && ! grep -q '^not ok' "$T/out"
+    ok $? "test_shoal_mpi late: a rank past SHOAL_TIMEOUT_MS but within cfg's timeout joins"
+else
+    skip 2 "built without MPI: no tests/mpi/test_shoal_mpi"
 fi

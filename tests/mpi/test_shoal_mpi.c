@@ -3,12 +3,15 @@
  * communicator over MPI_COMM_WORLD and one over each half of an MPI_Comm_split, each checked
  * against MPI_Allreduce of the same data. Every check is agreed over all ranks; rank 0 prints
  * one line per check, "ok - ..." or "not ok - ...", and the exit status is 1 if any failed.
+ * "test_shoal_mpi late" (under SHOAL_TIMEOUT_MS=1000) runs only the check of a late rank.
  */
 #include <shoal_mpi.h>
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define TEST_COUNT 100003 /* odd, not a multiple of anything shoal chunks by */
 
@@ -129,6 +132,29 @@ static void test_rank0_absent(int rank)
     MPI_Comm_free(&dup);
 }
 
+/* Run with SHOAL_TIMEOUT_MS=1000 ("late" mode): cfg's timeout (20 s) is the deadline of the
+ * whole init, rank 0's root included. The last rank calls 3 s late, past the environment's
+ * timeout but well within cfg's: every rank still gets its communicator. The root used to
+ * wait SHOAL_TIMEOUT_MS only (shoal_get_unique_id knows no cfg): it gave up after 1 s without
+ * a join, and every rank failed although cfg allowed 20 s. */
+static void test_late_rank_within_cfg_timeout(int rank, int size)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t c = NULL;
+    int ok;
+
+    cfg.timeout_ms = 20000;
+    if (rank == size - 1) {
+        sleep(3);
+    }
+    ok = shoal_mpi_comm_init(&c, MPI_COMM_WORLD, &cfg) == SHOAL_OK && c != NULL;
+    test_check(ok, "a rank 3 s late, SHOAL_TIMEOUT_MS=1000 but cfg.timeout_ms 20000: init "
+               "succeeds (the root waits cfg's timeout)", MPI_COMM_WORLD);
+    if (c != NULL) {
+        test_check(shoal_comm_destroy(c) == SHOAL_OK, "shoal_comm_destroy", MPI_COMM_WORLD);
+    }
+}
+
 int main(int argc, char **argv)
 {
     shoal_comm_t c = NULL;
@@ -138,6 +164,11 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1 && strcmp(argv[1], "late") == 0) {
+        test_late_rank_within_cfg_timeout(rank, size);
+        MPI_Finalize();
+        return test_failed;
+    }
     test_check(shoal_mpi_comm_init(NULL, MPI_COMM_WORLD, NULL) == SHOAL_ERR_INVALID_ARG,
                "NULL comm_p: invalid argument", MPI_COMM_WORLD);
     test_check(shoal_mpi_comm_init(&c, MPI_COMM_NULL, NULL) == SHOAL_ERR_INVALID_ARG && c == NULL,
