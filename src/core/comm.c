@@ -10,6 +10,7 @@
 #endif
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -76,36 +77,88 @@ const char *shoal_comm_peer_host(struct shoal_comm *comm, int rank)
     return comm->peers[rank].host;
 }
 
-/* 0 if the process is gone, a zombie (killed, not yet reaped by its parent) or exiting (the
- * kernel's PF_EXITING in the flags of /proc/PID/stat: a SIGKILLed process closes its sockets
- * while its state still reads R, and a peer that sees the close must not take it for alive
- * and blame another rank). */
-static int shoal_comm_pid_alive(pid_t pid)
+/* The state and flags of /proc/PID/stat, or of /proc/PID/task/TID/stat when tid > 0: 0 when
+ * read, -1 (errno set) when not. */
+static int shoal_comm_proc_stat(pid_t pid, pid_t tid, char *state, unsigned *flags)
 {
-    char path[64], buf[512], *rp, state;
-    unsigned flags;
+    char path[80], buf[512], *rp;
     ssize_t n;
     int fd;
 
-    if (kill(pid, 0) != 0 && errno == ESRCH) {
-        return 0;
+    if (tid > 0) {
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    } else {
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     }
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        return errno != ENOENT;
+        return -1;
     }
     n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0) {
-        return 1;
+        errno = EIO;
+        return -1;
     }
     buf[n] = '\0';
     rp = strrchr(buf, ')');
-    if (rp == NULL || sscanf(rp + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
-        return 1;
+    if (rp == NULL || sscanf(rp + 1, " %c %*d %*d %*d %*d %*d %u", state, flags) != 2) {
+        errno = EIO;
+        return -1;
     }
-    return state != 'Z' && state != 'X' && (flags & 0x4u) == 0; /* 0x4: PF_EXITING */
+    return 0;
+}
+
+/* Whether a thread (state and flags of its stat) runs: not a zombie, not dead, not exiting
+ * (the kernel's PF_EXITING, 0x4). */
+static int shoal_comm_thread_runs(char state, unsigned flags)
+{
+    return state != 'Z' && state != 'X' && (flags & 0x4u) == 0;
+}
+
+/* Whether a thread of pid other than its main one runs. */
+static int shoal_comm_other_thread_runs(pid_t pid)
+{
+    char path[64], state;
+    unsigned flags;
+    struct dirent *de;
+    int runs = 0;
+    DIR *dir;
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    dir = opendir(path);
+    if (dir == NULL) {
+        return 0;
+    }
+    while (!runs && (de = readdir(dir)) != NULL) {
+        long tid = strtol(de->d_name, NULL, 10);
+        if (tid > 0 && tid != (long)pid &&
+            shoal_comm_proc_stat(pid, (pid_t)tid, &state, &flags) == 0) {
+            runs = shoal_comm_thread_runs(state, flags);
+        }
+    }
+    closedir(dir);
+    return runs;
+}
+
+/* 0 if the process is gone, a zombie (killed, not yet reaped by its parent) or exiting (the
+ * kernel's PF_EXITING in the flags of /proc/PID/stat: a SIGKILLed process closes its sockets
+ * while its state still reads R, and a peer that sees the close must not take it for alive
+ * and blame another rank). /proc/PID/stat is the main thread's: a main thread that called
+ * pthread_exit is a zombie, exiting, while the process's other threads run on (and talk to
+ * us), so then the process lives while one of them runs. */
+static int shoal_comm_pid_alive(pid_t pid)
+{
+    char state;
+    unsigned flags;
+
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+        return 0;
+    }
+    if (shoal_comm_proc_stat(pid, 0, &state, &flags) != 0) {
+        return errno != ENOENT;
+    }
+    return shoal_comm_thread_runs(state, flags) || shoal_comm_other_thread_runs(pid);
 }
 
 /* A process of this host that is gone, or -1. Only a hint for the error sentence. */

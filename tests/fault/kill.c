@@ -22,6 +22,11 @@
  *                     one more call ("idleabort 0: later call NAME") and lives on for 3 s; the
  *                     others' next call (200 ms later) must fail at once, told by rank 0:
  *                     "idleabort R: status NAME after X ms: <sentence>".
+ *   kill leader       the last rank's main thread starts a worker and calls pthread_exit (its
+ *                     process lives on, its main thread a zombie); the others poll
+ *                     shoal_comm_get_async_error for 600 ms (SHOAL_OK: the rank is alive),
+ *                     then every rank, the last from its worker, calls an AllReduce:
+ *                     "leader R: async NAME, allreduce NAME, sum N".
  *   kill loop [MiB]   every rank loops over AllReduces (printing "looping" once the first
  *                     completed) until one fails or 60 s pass, then prints "survivor R:
  *                     status NAME after X ms: <sentence>"; exits 0 if an AllReduce failed.
@@ -243,6 +248,64 @@ static int kill_mode_idle(kill_ctx_t *k, size_t count)
     return ok ? 0 : 1;
 }
 
+/* leader: the last rank's main thread exits (pthread_exit) and its worker goes on; the others,
+ * idle, must not take the rank for dead (/proc/PID/stat shows the main thread: a zombie,
+ * exiting, while the process runs), and an AllReduce with the worker must then succeed. */
+typedef struct {
+    kill_ctx_t *k;
+    int rc;
+} kill_leader_t;
+
+static int kill_leader_step(kill_ctx_t *k)
+{
+    shoal_status_t st = SHOAL_OK, async = SHOAL_OK;
+    double t0 = kill_now_ms();
+    float s = 1.0f, r = 0.0f;
+
+    if (k->rank != k->nranks - 1) {
+        while (st == SHOAL_OK && async == SHOAL_OK && kill_now_ms() - t0 < 600) {
+            st = shoal_comm_get_async_error(k->comm, &async);
+            kill_sleep_ms(5);
+        }
+    } else {
+        kill_sleep_ms(300); /* the others poll while the main thread is gone */
+    }
+    if (st == SHOAL_OK) {
+        st = async;
+    }
+    shoal_status_t ar = shoal_allreduce(&s, &r, 1, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+    printf("leader %d: async %s, allreduce %s, sum %.0f%s%s\n", k->rank, shoal_status_name(st),
+           shoal_status_name(ar), (double)r, st != SHOAL_OK || ar != SHOAL_OK ? ": " : "",
+           st != SHOAL_OK || ar != SHOAL_OK ? shoal_comm_last_error(k->comm) : "");
+    fflush(stdout);
+    return st == SHOAL_OK && ar == SHOAL_OK && r == (float)k->nranks ? 0 : 1;
+}
+
+static void *kill_leader_worker(void *arg)
+{
+    kill_leader_t *w = arg;
+    int rc = kill_leader_step(w->k);
+    shoal_comm_destroy(w->k->comm);
+    exit(rc); /* the process's last thread: its status is the test's */
+}
+
+static int kill_mode_leader(kill_ctx_t *k)
+{
+    static kill_leader_t w;
+    static kill_ctx_t kw; /* main's frame goes with pthread_exit */
+    pthread_t tid;
+
+    if (k->rank != k->nranks - 1) {
+        return kill_leader_step(k);
+    }
+    kw = *k;
+    w.k = &kw;
+    if (pthread_create(&tid, NULL, kill_leader_worker, &w) != 0) {
+        return 2;
+    }
+    pthread_exit(NULL);
+}
+
 static int kill_mode_idleabort(kill_ctx_t *k, size_t count)
 {
     float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
@@ -324,10 +387,12 @@ int main(int argc, char **argv)
         rc = kill_mode_idle(&k, count);
     } else if (strcmp(mode, "idleabort") == 0) {
         rc = kill_mode_idleabort(&k, count);
+    } else if (strcmp(mode, "leader") == 0) {
+        rc = kill_mode_leader(&k);
     } else if (strcmp(mode, "loop") == 0) {
         rc = kill_mode_loop(&k, count);
     } else {
-        fprintf(stderr, "usage: kill kill|abort|idle|idleabort|loop [MiB]\n");
+        fprintf(stderr, "usage: kill kill|abort|idle|idleabort|leader|loop [MiB]\n");
         rc = 2;
     }
     shoal_comm_destroy(k.comm);

@@ -13,6 +13,9 @@
 #  - idle: shoal_comm_get_async_error's answers (healthy, NULL arguments, aborted), then the
 #    last rank dies while every rank is idle: the survivors, calling no collective, must see
 #    SHOAL_ERR_PEER_FAILED naming it from shoal_comm_get_async_error within 2 s.
+#  - leader: the last rank's main thread calls pthread_exit and a worker goes on; the others,
+#    idle, must not take it for dead (its main thread is a zombie), and an AllReduce with the
+#    worker must then succeed (shm, tcp).
 #  - idle abort: rank 0 aborts between calls (nothing in flight) and lives on; the others' next
 #    call must fail within 1 s, told by rank 0's failure notice (shm, tcp, ucx where usable).
 # Environment: top_builddir (set by make check), KILL_TIMEOUT_MS (the jobs' SHOAL_TIMEOUT_MS,
@@ -252,6 +255,31 @@ for tl in "" tcp; do
         continue
     fi
     idle_case "$tl" 3
+done
+# leader_case TRANSPORT NRANKS
+leader_case() {
+    label="leader ${1:-shm} n=$2"
+    launch "$label" "$2" "$1" leader
+    r=0
+    while [ $r -lt "$2" ]; do
+        line=$(grep "^leader $r: " "$tmp/out" | head -n 1)
+        if [ "$line" = "leader $r: async SHOAL_OK, allreduce SHOAL_OK, sum $2" ]; then
+            tap OK "$label: rank $r: ${line#leader $r: }"
+        else
+            tap FAIL "$label: rank $r: ${line:-no verdict}"
+        fi
+        r=$((r + 1))
+    done
+    if [ "$rc" -eq 0 ]; then
+        tap OK "$label: shoalrun exited 0"
+    else
+        tap FAIL "$label: shoalrun exited $rc"
+        dump_err
+    fi
+}
+for tl in "" tcp; do
+    [ "${KILL_ONLY_LAZY:-0}" = 1 ] || [ -n "${KILL_WRAP:-}" ] && break
+    leader_case "$tl" 3
 done
 for tl in "" tcp; do
     [ "${KILL_ABORT:-1}" = 0 ] && break
