@@ -38,6 +38,7 @@ static const struct {
 };
 
 static pthread_mutex_t shoal_stop_sig_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t shoal_stop_sig_fork_once = PTHREAD_ONCE_INIT;
 static int shoal_stop_sig_users;     /* communicators holding a reference (under the lock) */
 static uint64_t shoal_stop_sig_mask; /* installed now (atomic; written under the lock) */
 /* The application's actions, by signal: written by sigaction before the handler can run for
@@ -317,6 +318,29 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
     return SHOAL_OK;
 }
 
+/* fork() waits for the lock and the child gets it free, with the state it guards whole: a
+ * child forked while another thread held it (installing the handler for a communicator, or
+ * removing it at a destroy) got it held by a thread it does not have, and its first
+ * communicator's init or destroy waited for it forever. */
+static void shoal_stop_sig_fork_prepare(void)
+{
+    pthread_mutex_lock(&shoal_stop_sig_lock);
+}
+
+static void shoal_stop_sig_fork_release(void)
+{
+    pthread_mutex_unlock(&shoal_stop_sig_lock);
+}
+
+static void shoal_stop_sig_fork_register(void)
+{
+    if (pthread_atfork(shoal_stop_sig_fork_prepare, shoal_stop_sig_fork_release,
+                       shoal_stop_sig_fork_release) != 0) {
+        shoal_warn(SCHED, "pthread_atfork failed: a process forked while a communicator is "
+                   "made or destroyed may hang at its own first one");
+    }
+}
+
 shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
 {
     shoal_status_t st = SHOAL_OK;
@@ -334,6 +358,9 @@ shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
     if (mask == 0) {
         return SHOAL_OK;
     }
+    /* Before the lock's first use: every fork from then on is covered (unref takes it only
+     * after a ref did). */
+    pthread_once(&shoal_stop_sig_fork_once, shoal_stop_sig_fork_register);
     pthread_mutex_lock(&shoal_stop_sig_lock);
     /* Not when it stayed in place after a stop signal (see shoal_stop_sig_unref): saving our
      * own handler as the application's would make it call itself. */
