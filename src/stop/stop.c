@@ -57,7 +57,7 @@ shoal_status_t shoal_comm_request_stop(shoal_comm_t comm)
 }
 
 shoal_status_t shoal_stop_file_path(const char *pattern, const char *tenant, const char *job,
-                                    char *buf, size_t len)
+                                    char *buf, size_t len, char *why, size_t whylen)
 {
     char uid_tenant[32];
     size_t n = 0;
@@ -72,8 +72,18 @@ shoal_status_t shoal_stop_file_path(const char *pattern, const char *tenant, con
             ins = p[1] == 't' ? tenant : p[1] == 'j' ? job : "%";
             ins = ins[0] != '\0' ? ins : p[1] == 't' ? uid_tenant : "default";
             k = strlen(ins);
+            /* A name is one path component: a tenant or job name may hold '/' and may be
+             * "..", and "/run/shoal/stop/%t.%j" then named a file anywhere ("../../tmp/x"),
+             * which whoever can write there could use to stop the job. */
+            if (p[1] != '%' && (strchr(ins, '/') != NULL || strcmp(ins, ".") == 0 ||
+                                strcmp(ins, "..") == 0)) {
+                snprintf(why, whylen, "the %s name '%s' is not a file name (a '/', or '.' or "
+                         "'..')", p[1] == 't' ? "tenant" : "job", ins);
+                return SHOAL_ERR_INVALID_ARG;
+            }
         }
         if (n + k + 1 > len) {
+            snprintf(why, whylen, "too long once expanded");
             return SHOAL_ERR_INVALID_ARG;
         }
         memcpy(buf + n, ins != NULL ? ins : p, k);
@@ -88,11 +98,12 @@ shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop, const char *tenant,
                                     const char *job)
 {
     const char *pattern = shoal_stop_config.file;
-    char path[4096];
+    char path[4096], why[160];
 
     if (pattern != NULL && pattern[0] != '\0') {
-        if (shoal_stop_file_path(pattern, tenant, job, path, sizeof(path)) != SHOAL_OK) {
-            shoal_error(SCHED, "SHOAL_STOP_FILE=%s is too long once expanded", pattern);
+        if (shoal_stop_file_path(pattern, tenant, job, path, sizeof(path), why, sizeof(why)) !=
+            SHOAL_OK) {
+            shoal_error(SCHED, "SHOAL_STOP_FILE=%s: %s", pattern, why);
             return SHOAL_ERR_INVALID_ARG;
         }
         stop->file = strdup(path);

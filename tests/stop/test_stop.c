@@ -2,7 +2,7 @@
  * The coordinated stop's agreement with in-process ranks (threads of this process, one
  * communicator each), also run under ThreadSanitizer in CI (.ci/run):
  *  - SHOAL_STOP_SIGNALS lists: what parses, what is refused (KILL, fault signals, junk);
- *    SHOAL_STOP_FILE's %t / %j expansion;
+ *    SHOAL_STOP_FILE's %t / %j expansion, a name that is not one file name refused;
  *  - without a request every answer is 0, and every check is one real AllReduce;
  *  - a request from another thread at a random moment (often while an agreement runs): every
  *    rank gets 1 at the same check; later checks say 1 without traffic;
@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -263,18 +264,35 @@ static void test_parse(void)
 
 static void test_file_path(void)
 {
-    char buf[64];
-    tap_ok(shoal_stop_file_path("/run/shoal/stop/%t.%j", "acme", "train-42", buf, sizeof(buf)) ==
-           SHOAL_OK && strcmp(buf, "/run/shoal/stop/acme.train-42") == 0,
+    char buf[64], why[160] = "";
+    tap_ok(shoal_stop_file_path("/run/shoal/stop/%t.%j", "acme", "train-42", buf, sizeof(buf),
+                                why, sizeof(why)) == SHOAL_OK &&
+           strcmp(buf, "/run/shoal/stop/acme.train-42") == 0,
            "SHOAL_STOP_FILE %%t.%%j: %s", buf);
     char want[64];
     snprintf(want, sizeof(want), "/s/uid=%u/default%%x%%q", (unsigned)geteuid());
-    tap_ok(shoal_stop_file_path("/s/%t/%j%%x%q", "", "", buf, sizeof(buf)) == SHOAL_OK &&
-           strcmp(buf, want) == 0, "no tenant is uid=N (as the agent bills it), no job "
-           "'default', %%%% is %%, other %% stay: %s", buf);
+    tap_ok(shoal_stop_file_path("/s/%t/%j%%x%q", "", "", buf, sizeof(buf), why, sizeof(why)) ==
+           SHOAL_OK && strcmp(buf, want) == 0, "no tenant is uid=N (as the agent bills it), "
+           "no job 'default', %%%% is %%, other %% stay: %s", buf);
     tap_ok(shoal_stop_file_path("/s/%t", "a-tenant-name-that-is-long-enough-to-overflow-this",
-                                "j", buf, 32) == SHOAL_ERR_INVALID_ARG,
-           "a path too long is refused");
+                                "j", buf, 32, why, sizeof(why)) == SHOAL_ERR_INVALID_ARG &&
+           strstr(why, "too long") != NULL, "a path too long is refused: %s", why);
+    /* A name is one component: "../../tmp/x" took the file out of the provider's directory
+     * (/run/shoal/stop/acme.../../tmp/x is /run/shoal/tmp/x), "a/b" into a subdirectory. */
+    static const struct {
+        const char *tenant, *job;
+    } bad[] = {{"acme", "../../tmp/x"}, {"a/b", "j"}, {"..", "j"}, {"acme", "."}};
+    int refused = 0;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why[0] = '\0';
+        refused += shoal_stop_file_path("/run/shoal/stop/%t/%j", bad[i].tenant, bad[i].job, buf,
+                                        sizeof(buf), why, sizeof(why)) == SHOAL_ERR_INVALID_ARG &&
+                   strstr(why, "not a file name") != NULL;
+    }
+    tap_ok(refused == 4 && shoal_stop_file_path("/s/%t.%j", "a..b", "..x", buf, sizeof(buf), why,
+                                                sizeof(why)) == SHOAL_OK,
+           "a tenant or job name with a '/', or that is '.' or '..', is refused (%d of 4); "
+           "'a..b' and '..x' are names: %s", refused, buf);
 }
 
 /* A forked child (before this process has threads): env, then one 1-rank communicator. */
@@ -635,6 +653,50 @@ static int child_fork_locked(void *arg)
     return code;
 }
 
+/* A forked child with SHOAL_STOP_FILE=DIR/stop/%j and the job "../escaped": the expanded
+ * path was DIR/escaped, outside the provider's directory, and a file there stopped the job.
+ * Returns 0 when shoal_comm_init refused the name (SHOAL_ERR_INVALID_ARG); 3 when the file
+ * outside stopped it; 4 otherwise. */
+static int child_stop_file_escape(void *arg)
+{
+    char dir[] = "/tmp/test_stop.XXXXXX", path[64];
+    shoal_comm_t comm = NULL;
+    shoal_status_t st;
+    shoal_uid_t uid;
+    int stop = 0, code = 4;
+
+    (void)arg;
+    if (mkdtemp(dir) == NULL) {
+        return 5;
+    }
+    snprintf(path, sizeof(path), "%s/stop", dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof(path), "%s/escaped", dir);
+    close(open(path, O_WRONLY | O_CREAT, 0600));
+    snprintf(path, sizeof(path), "%s/stop/%%j", dir);
+    setenv("SHOAL_STOP_FILE", path, 1);
+    setenv("SHOAL_JOB", "../escaped", 1);
+    unsetenv("SHOAL_STOP_SIGNALS");
+    st = shoal_get_unique_id(&uid);
+    if (st == SHOAL_OK) {
+        st = shoal_comm_init(&comm, 1, 0, &uid, NULL);
+    }
+    if (st == SHOAL_ERR_INVALID_ARG) {
+        code = 0;
+    } else if (st == SHOAL_OK && shoal_comm_should_stop(comm, &stop) == SHOAL_OK && stop) {
+        code = 3;
+    }
+    if (comm != NULL) {
+        shoal_comm_destroy(comm);
+    }
+    snprintf(path, sizeof(path), "%s/escaped", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/stop", dir);
+    rmdir(path);
+    rmdir(dir);
+    return code;
+}
+
 static void test_children(void)
 {
     int init_st, code;
@@ -661,6 +723,9 @@ static void test_children(void)
     tap_ok(code == 0, "SIGUSR2 then shoal_request_stop, destroyed before any agreement: the "
            "signal still counts, the handler stays and a second SIGUSR2 is harmless (child "
            "exit %d)", code);
+    code = in_child(child_stop_file_escape, NULL);
+    tap_ok(code == 0, "SHOAL_STOP_FILE=DIR/stop/%%j and the job '../escaped': shoal_comm_init "
+           "refuses the name, no file outside DIR/stop stops the job (child exit %d)", code);
 #if defined(__SANITIZE_THREAD__)
     tap_skip(1, "TSan: a fork from a process with threads (see below)");
 #else
@@ -751,7 +816,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(40);
+    tap_plan(42);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
