@@ -406,8 +406,10 @@ static shoal_status_t shoal_coll_check_args(struct shoal_comm *comm, const shoal
     mm[0][SHOAL_SIG_ROOT] = (uint64_t)(uint32_t)a->root;
     memcpy(mm[1], mm[0], sizeof(mm[0]));
     for (int d = 1; d < n; d <<= 1, k++) {
-        SHOAL_CHECK(shoal_chan_sendrecv(comm, (r + d) % n, mm, shoal_mod(r - d, n), in,
-                                        sizeof(mm), seq, SHOAL_COLL_CHECK_STEP + (uint32_t)k));
+        /* not metered: a check of the library's, not the tenant's payload */
+        SHOAL_CHECK(shoal_chan_sendrecv_ctl(comm, (r + d) % n, mm, shoal_mod(r - d, n), in,
+                                            sizeof(mm), seq,
+                                            SHOAL_COLL_CHECK_STEP + (uint32_t)k));
         for (int i = 0; i < SHOAL_SIG_N; i++) {
             mm[0][i] = SHOAL_MIN(mm[0][i], in[0][i]);
             mm[1][i] = SHOAL_MAX(mm[1][i], in[1][i]);

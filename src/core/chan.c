@@ -68,8 +68,11 @@ static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
                                  comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(st));
 }
 
-shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *buf, size_t len,
-                                uint32_t seq, uint32_t step, uint32_t chunk, shoal_tl_req_t *req)
+/* A send counted in ctr (NULL: not metered). */
+static inline shoal_status_t shoal_chan_isend_ctr(struct shoal_comm *comm, int peer,
+                                                  const void *buf, size_t len, uint32_t seq,
+                                                  uint32_t step, uint32_t chunk,
+                                                  shoal_tl_req_t *req, uint64_t *ctr)
 {
     shoal_chan_t *ch = &comm->chans[peer];
     shoal_status_t st;
@@ -85,12 +88,21 @@ shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *b
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_chan_post_failed(comm, peer, req, st, "send to");
     }
-    shoal_chan_meter(ch->meter_sent, len);
+    shoal_chan_meter(ctr, len);
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf, size_t len,
+shoal_status_t shoal_chan_isend(struct shoal_comm *comm, int peer, const void *buf, size_t len,
                                 uint32_t seq, uint32_t step, uint32_t chunk, shoal_tl_req_t *req)
+{
+    return shoal_chan_isend_ctr(comm, peer, buf, len, seq, step, chunk, req,
+                                comm->chans[peer].meter_sent);
+}
+
+static inline shoal_status_t shoal_chan_irecv_ctr(struct shoal_comm *comm, int peer, void *buf,
+                                                  size_t len, uint32_t seq, uint32_t step,
+                                                  uint32_t chunk, shoal_tl_req_t *req,
+                                                  uint64_t *ctr)
 {
     shoal_chan_t *ch = &comm->chans[peer];
     shoal_status_t st;
@@ -99,8 +111,15 @@ shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf, si
     if (SHOAL_UNLIKELY(st != SHOAL_OK)) {
         return shoal_chan_post_failed(comm, peer, req, st, "receive from");
     }
-    shoal_chan_meter(ch->meter_recv, len);
+    shoal_chan_meter(ctr, len);
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_chan_irecv(struct shoal_comm *comm, int peer, void *buf, size_t len,
+                                uint32_t seq, uint32_t step, uint32_t chunk, shoal_tl_req_t *req)
+{
+    return shoal_chan_irecv_ctr(comm, peer, buf, len, seq, step, chunk, req,
+                                comm->chans[peer].meter_recv);
 }
 
 int shoal_chan_progress(struct shoal_comm *comm)
@@ -357,22 +376,38 @@ shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl_req_t **reqs
     return shoal_chan_wait(comm, reqs, peers, n, 1);
 }
 
-shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to, const void *sbuf,
-                                   int from, void *rbuf, size_t len, uint32_t seq,
-                                   uint32_t step)
+static shoal_status_t shoal_chan_sendrecv_m(struct shoal_comm *comm, int to, const void *sbuf,
+                                            int from, void *rbuf, size_t len, uint32_t seq,
+                                            uint32_t step, int metered)
 {
     shoal_tl_req_t sreq, rreq;
     shoal_tl_req_t *reqs[2] = {NULL, NULL};
     int peers[2] = {from, to};
     if (from >= 0) {
-        SHOAL_CHECK(shoal_chan_irecv(comm, from, rbuf, len, seq, step, 0, &rreq));
+        SHOAL_CHECK(shoal_chan_irecv_ctr(comm, from, rbuf, len, seq, step, 0, &rreq,
+                                         metered ? comm->chans[from].meter_recv : NULL));
         reqs[0] = &rreq;
     }
     if (to >= 0) {
-        SHOAL_CHECK(shoal_chan_isend(comm, to, sbuf, len, seq, step, 0, &sreq));
+        SHOAL_CHECK(shoal_chan_isend_ctr(comm, to, sbuf, len, seq, step, 0, &sreq,
+                                         metered ? comm->chans[to].meter_sent : NULL));
         reqs[1] = &sreq;
     }
     return shoal_chan_waitall(comm, reqs, peers, 2);
+}
+
+shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to, const void *sbuf,
+                                   int from, void *rbuf, size_t len, uint32_t seq,
+                                   uint32_t step)
+{
+    return shoal_chan_sendrecv_m(comm, to, sbuf, from, rbuf, len, seq, step, 1);
+}
+
+shoal_status_t shoal_chan_sendrecv_ctl(struct shoal_comm *comm, int to, const void *sbuf,
+                                       int from, void *rbuf, size_t len, uint32_t seq,
+                                       uint32_t step)
+{
+    return shoal_chan_sendrecv_m(comm, to, sbuf, from, rbuf, len, seq, step, 0);
 }
 
 shoal_status_t shoal_chan_bcast_small(struct shoal_comm *comm, void *buf, size_t len,

@@ -235,6 +235,12 @@ SHOAL_HIDDEN shoal_status_t shoal_chan_waitall(struct shoal_comm *comm, shoal_tl
 SHOAL_HIDDEN shoal_status_t shoal_chan_sendrecv(struct shoal_comm *comm, int to,
                                                 const void *sbuf, int from, void *rbuf,
                                                 size_t len, uint32_t seq, uint32_t step);
+/* As shoal_chan_sendrecv, for the library's own messages during a call (SHOAL_CHECK_ARGS's
+ * exchange): paced, but not metered, since the meter's bytes are the payload of the
+ * application's calls, which the provider bills to the tenant. */
+SHOAL_HIDDEN shoal_status_t shoal_chan_sendrecv_ctl(struct shoal_comm *comm, int to,
+                                                    const void *sbuf, int from, void *rbuf,
+                                                    size_t len, uint32_t seq, uint32_t step);
 /* Rank 0's len bytes of buf to every rank, down a binomial tree (log2 n rounds): the few
  * settings a communicator agrees on at init (src/tune, src/coll). */
 SHOAL_HIDDEN shoal_status_t shoal_chan_bcast_small(struct shoal_comm *comm, void *buf,
