@@ -1,11 +1,12 @@
 /*
  * Decision latency of the planner (src/sched): a cluster of 10,000 GPUs (1,250 hosts of 8
  * under 40 leaf switches of 32 hosts and one spine), half of it busy with running jobs, and
- * 1,000 queued jobs of 1..64 GPUs from 20 tenants (30% spot). One decision = one full
+ * 1,000 queued jobs of 1..64 GPUs from 20 tenants (30% spot; --tenants N spreads the jobs over
+ * N, where DRF's choice of the next tenant is what costs). One decision = one full
  * planning round over the whole queue (DRF order, gang placement, preemption); each round
  * starts from the same state. Prints p50 / p99 / max in ms over --rounds rounds, of the wall
  * time and of the planning thread's CPU time (the two differ on a machine shared with others).
- *   perf/sched_bench [--rounds N] [--gpus N] [--queue N] [--seed N]
+ *   perf/sched_bench [--rounds N] [--gpus N] [--queue N] [--tenants N] [--seed N]
  */
 #include "sched/sched.h"
 
@@ -61,8 +62,8 @@ static int sched_bench_cat(char **t, size_t *len, size_t *cap, const char *fmt, 
 }
 
 /* slurm.conf, topology.conf and the jobs file as text, then the real parsers. */
-static int sched_bench_build(int gpus, int queue, uint64_t seed, shoal_sched_cluster_t *c,
-                             shoal_sched_queue_t *q)
+static int sched_bench_build(int gpus, int queue, int tenants, uint64_t seed,
+                             shoal_sched_cluster_t *c, shoal_sched_queue_t *q)
 {
     int hosts = gpus / 8, leaves = (hosts + 31) / 32, rc = 0;
     size_t cap = 1 << 22, len = 0;
@@ -90,14 +91,15 @@ static int sched_bench_build(int gpus, int queue, uint64_t seed, shoal_sched_clu
     len = 0;
     for (int h = 0, k = 0; h + 2 <= hosts / 2 && rc == 0; h += 2, k++) {
         rc |= sched_bench_cat(&t, &len, &cap, "job=r%d tenant=t%d gpus=%d cpus=8 mem=32G "
-                              "class=%s state=running nodes=n[%04d-%04d]\n", k, k % 20,
+                              "class=%s state=running nodes=n[%04d-%04d]\n", k, k % tenants,
                               8 + 8 * (k % 2), k % 3 == 0 ? "spot" : "reserved", h * 2 % hosts,
                               h * 2 % hosts + (k % 2));
     }
     for (int i = 0; i < queue && rc == 0; i++) {
         int g = 1 << (int)(shoal_sched_rand(&seed) % 7);
         rc |= sched_bench_cat(&t, &len, &cap, "job=q%d tenant=t%d gpus=%d cpus=8 mem=32G "
-                              "class=%s\n", i, (int)(shoal_sched_rand(&seed) % 20), g,
+                              "class=%s\n", i,
+                              (int)(shoal_sched_rand(&seed) % (uint64_t)tenants), g,
                               shoal_sched_rand(&seed) % 10 < 3 ? "spot" : "reserved");
     }
     if (st == SHOAL_OK) {
@@ -115,9 +117,9 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"rounds", required_argument, NULL, 'r'}, {"gpus", required_argument, NULL, 'g'},
         {"queue", required_argument, NULL, 'q'}, {"seed", required_argument, NULL, 's'},
-        {NULL, 0, NULL, 0},
+        {"tenants", required_argument, NULL, 't'}, {NULL, 0, NULL, 0},
     };
-    int rounds = 30, gpus = 10000, queue = 1000, opt, placed = 0, pre = 0;
+    int rounds = 30, gpus = 10000, queue = 1000, tenants = 20, opt, placed = 0, pre = 0;
     uint64_t seed = 7;
     double *ms;
 
@@ -130,19 +132,20 @@ int main(int argc, char **argv)
         case 'r': rounds = (int)v; break;
         case 'g': gpus = (int)v; break;
         case 'q': queue = (int)v; break;
+        case 't': tenants = (int)v; break;
         case 's':
             if (shoal_parse_u64(optarg, UINT64_MAX, &seed, NULL) == 0)
                 break;
             /* fall through */
         default:
             fprintf(stderr, "usage: sched_bench [--rounds N>=1] [--gpus N>=64] [--queue N>=1] "
-                    "[--seed N] (decimal counts)\n");
+                    "[--tenants N>=1] [--seed N] (decimal counts)\n");
             return 2;
         }
     }
-    if (rounds < 1 || gpus < 64 || queue < 1) {
-        fprintf(stderr, "sched_bench: --rounds and --queue must be at least 1, --gpus at "
-                "least 64\n");
+    if (rounds < 1 || gpus < 64 || queue < 1 || tenants < 1) {
+        fprintf(stderr, "sched_bench: --rounds, --queue and --tenants must be at least 1, "
+                "--gpus at least 64\n");
         return 2;
     }
     ms = calloc((size_t)rounds, sizeof(double));
@@ -156,7 +159,7 @@ int main(int argc, char **argv)
         shoal_sched_queue_t q = {0};
         shoal_sched_plan_t plan = {0};
         shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
-        if (sched_bench_build(gpus, queue, seed + (uint64_t)r, &c, &q) != 0) {
+        if (sched_bench_build(gpus, queue, tenants, seed + (uint64_t)r, &c, &q) != 0) {
             fprintf(stderr, "sched_bench: building the inputs failed\n");
             return 1;
         }
@@ -179,8 +182,8 @@ int main(int argc, char **argv)
     }
     qsort(ms, (size_t)rounds, sizeof(double), sched_bench_cmp);
     qsort(cpu, (size_t)rounds, sizeof(double), sched_bench_cmp);
-    printf("# sched_bench: %d GPUs, %d queued jobs, %d rounds (last: %d placed, %d preempted)\n",
-           gpus, queue, rounds, placed, pre);
+    printf("# sched_bench: %d GPUs, %d queued jobs, %d tenants, %d rounds (last: %d placed, %d "
+           "preempted)\n", gpus, queue, tenants, rounds, placed, pre);
     printf("decision_ms p50 %.2f p99 %.2f max %.2f (wall)\n", ms[rounds / 2],
            ms[(int)(0.99 * (rounds - 1) + 0.5)], ms[rounds - 1]);
     printf("decision_cpu_ms p50 %.2f p99 %.2f max %.2f (CPU time of the planning thread: what "

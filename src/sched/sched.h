@@ -268,25 +268,35 @@ SHOAL_HIDDEN double shoal_sched_drf_share(const double use[SHOAL_SCHED_RES],
  * total, over weight[t]). next(ctx, t): 1 if tenant t has a task waiting; try(ctx, t): 1 if
  * that task was started, 0 if it cannot run now (the tenant is done for this round). try adds
  * the task's demand to use[t] (and any other change it made, e.g. a preemption, to the other
- * rows). Ties go to the lower tenant index. Returns the number of tasks started, -1 when out
- * of memory. */
+ * rows, which moved then names). Ties go to the lower tenant index. Returns the number of
+ * tasks started, -1 when out of memory. */
 typedef int (*shoal_sched_drf_next_cb_t)(void *ctx, int tenant);
 typedef int (*shoal_sched_drf_try_cb_t)(void *ctx, int tenant);
+/* After a task of tenant t started: the rows other than t that its try changed (the tenants
+ * of a preemption's victims), their count and the rows in *rows_p (duplicates allowed). A key
+ * is computed again only for the rows named: a row changed and not named keeps its old place
+ * in the order. */
+typedef int (*shoal_sched_drf_moved_cb_t)(void *ctx, const int **rows_p);
+typedef struct {
+    shoal_sched_drf_next_cb_t next;
+    shoal_sched_drf_try_cb_t try_start;
+    shoal_sched_drf_moved_cb_t moved; /* NULL: try changes row t only */
+    int scan; /* tests: every tenant's key scanned per task (O(tenants^2)), as before the heap */
+} shoal_sched_drf_cbs_t;
 SHOAL_HIDDEN int shoal_sched_drf_fill(int ntenants, double (*use)[SHOAL_SCHED_RES],
                                       const double *weight,
                                       const double total[SHOAL_SCHED_RES],
                                       shoal_sched_drf_next_cb_t next,
                                       shoal_sched_drf_try_cb_t try_start, void *ctx);
 /* The same with past usage: tenant t is served in order of (dominant share + past[t]) over
- * its weight (past NULL: none); use[] and the callbacks are unchanged. */
+ * its weight (past NULL: none); use[] is unchanged. O(log tenants) per task (a heap). */
 SHOAL_HIDDEN double shoal_sched_drf_key(const double use[SHOAL_SCHED_RES],
                                         const double total[SHOAL_SCHED_RES], double weight,
                                         double past);
 SHOAL_HIDDEN int shoal_sched_drf_fill_past(int ntenants, double (*use)[SHOAL_SCHED_RES],
                                            const double *weight, const double *past,
                                            const double total[SHOAL_SCHED_RES],
-                                           shoal_sched_drf_next_cb_t next,
-                                           shoal_sched_drf_try_cb_t try_start, void *ctx);
+                                           const shoal_sched_drf_cbs_t *cb, void *ctx);
 
 /* ---- past usage (sched_usage.c) ----------------------------------------------------------
  * The CSV that `shoal-bill usage --csv` prints (a header naming the columns; tenant and
@@ -374,6 +384,7 @@ typedef struct {
 typedef struct {
     int policy;      /* SHOAL_SCHED_POLICY_* */
     int preempt;     /* allow preemption of spot jobs */
+    int drf_scan;    /* tests: DRF's order by a scan of every tenant (shoal_sched_drf_cbs_t) */
 } shoal_sched_opts_t;
 
 /* One round over the queue: every queued job either placed (applied to the cluster, state

@@ -18,6 +18,7 @@ typedef struct {
     int **line;   /* per tenant: its queued jobs in order */
     int *nline, *head;
     double (*use)[SHOAL_SCHED_RES];
+    int *moved, nmoved; /* the victims' tenants of the last job started (DRF's moved rows) */
     int waiting;  /* tenants with queued jobs */
     shoal_status_t st;
 } shoal_sched_round_t;
@@ -49,11 +50,16 @@ void shoal_sched_plan_free(shoal_sched_plan_t *plan)
     memset(plan, 0, sizeof(*plan));
 }
 
-static void shoal_sched_round_sync(shoal_sched_round_t *r)
+static void shoal_sched_round_sync(shoal_sched_round_t *r, int t)
 {
-    for (int t = 0; t < r->q->ntenants; t++) {
-        memcpy(r->use[t], r->q->tenants[t].use, sizeof(r->use[t]));
-    }
+    memcpy(r->use[t], r->q->tenants[t].use, sizeof(r->use[t]));
+}
+
+static int shoal_sched_round_moved(void *vr, const int **rows_p)
+{
+    shoal_sched_round_t *r = vr;
+    *rows_p = r->moved;
+    return r->nmoved;
 }
 
 static int shoal_sched_round_next(void *vr, int t)
@@ -89,6 +95,7 @@ static void shoal_sched_round_victims(shoal_sched_round_t *r, int ji, int di)
     for (int i = 0; i < r->plan->d[di].pre.nvictims; i++) {
         int vi = r->plan->d[di].pre.victims[i];
         shoal_sched_job_t *v = &r->q->jobs[vi];
+        r->moved[r->nmoved++] = v->tenant;
         shoal_sched_decision_t *dv = shoal_sched_decision_new(r->plan, vi);
         if (dv == NULL) {
             r->st = SHOAL_ERR_NO_MEMORY;
@@ -158,9 +165,15 @@ static int shoal_sched_round_try(void *vr, int t)
                                   : r->c->sw[d->info.top].name,
              d->info.level, d->info.cost, d->info.free_under_top,
              d->pre.nvictims > 0 ? "; after preempting spot jobs" : "");
+    /* only the rows this job and its victims changed: a copy of every tenant's per job made
+     * a round O(tenants x jobs) */
+    r->nmoved = 0;
     shoal_sched_round_victims(r, ji, (int)(d - r->plan->d));
     r->head[t]++;
-    shoal_sched_round_sync(r);
+    shoal_sched_round_sync(r, t);
+    for (int i = 0; i < r->nmoved; i++) {
+        shoal_sched_round_sync(r, r->moved[i]);
+    }
     return 1;
 }
 
@@ -187,8 +200,9 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
     r.nline = calloc((size_t)nt, sizeof(int));
     r.head = calloc((size_t)nt, sizeof(int));
     r.use = calloc((size_t)nt, sizeof(*r.use));
+    r.moved = malloc(sizeof(int) * (size_t)(q->njobs + 1));
     if (weight == NULL || past == NULL || all == NULL || r.line == NULL || r.nline == NULL || r.head == NULL ||
-        r.use == NULL) {
+        r.use == NULL || r.moved == NULL) {
         r.st = SHOAL_ERR_NO_MEMORY;
         goto out;
     }
@@ -213,9 +227,13 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
     for (int t = 0; t < q->ntenants; t++) {
         qsort_r(r.line[t], (size_t)r.nline[t], sizeof(int), shoal_sched_seq_cmp, q);
     }
-    shoal_sched_round_sync(&r);
-    if (shoal_sched_drf_fill_past(q->ntenants, r.use, weight, past, c->total,
-                                  shoal_sched_round_next, shoal_sched_round_try, &r) < 0 &&
+    for (int t = 0; t < q->ntenants; t++) {
+        shoal_sched_round_sync(&r, t);
+    }
+    const shoal_sched_drf_cbs_t cb = {.next = shoal_sched_round_next,
+                                      .try_start = shoal_sched_round_try,
+                                      .moved = shoal_sched_round_moved, .scan = o->drf_scan};
+    if (shoal_sched_drf_fill_past(q->ntenants, r.use, weight, past, c->total, &cb, &r) < 0 &&
         r.st == SHOAL_OK) {
         r.st = SHOAL_ERR_NO_MEMORY;
     }
@@ -227,5 +245,6 @@ out:
     free(r.nline);
     free(r.head);
     free(r.use);
+    free(r.moved);
     return r.st;
 }

@@ -604,6 +604,215 @@ static void shoal_ts_fairness(void)
     tap_is_int(wasteful, 0, "Pareto efficiency: at the end no tenant's next task fits");
 }
 
+/* ---- DRF's heap against the scan it replaced ------------------------------------------- */
+
+/* Progressive filling over many tenants: each has a few tasks; a task that fits the pool
+ * starts, and now and then takes use away from other tenants (a preemption), which moved
+ * names. The log is every try: tenant and outcome. */
+typedef struct {
+    int n;
+    double (*use)[SHOAL_SCHED_RES];
+    double d[SHOAL_SCHED_RES], used[SHOAL_SCHED_RES], cap[SHOAL_SCHED_RES];
+    int *tasks;
+    uint64_t s;
+    int moved[3], nmoved, *log, nlog;
+} shoal_ts_heap_pool_t;
+
+static int shoal_ts_heap_next(void *ctx, int t)
+{
+    shoal_ts_heap_pool_t *p = ctx;
+    return p->tasks[t] > 0;
+}
+
+static int shoal_ts_heap_try(void *ctx, int t)
+{
+    shoal_ts_heap_pool_t *p = ctx;
+    int fits = 1;
+
+    for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+        fits &= p->used[r] + p->d[r] * (1 + t % 3) <= p->cap[r];
+    }
+    p->log[p->nlog++] = fits ? t : -1 - t;
+    p->nmoved = 0;
+    if (!fits) {
+        return 0;
+    }
+    for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+        p->used[r] += p->d[r] * (1 + t % 3);
+        p->use[t][r] += p->d[r] * (1 + t % 3);
+    }
+    p->tasks[t]--;
+    for (int k = (int)(shoal_sched_rand(&p->s) % 8); k < 3; k++) { /* 3 in 8: a preemption */
+        int u = (int)(shoal_sched_rand(&p->s) % (uint64_t)p->n);
+        for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+            double x = fmin(p->use[u][r], p->d[r]);
+            p->use[u][r] -= x;
+            p->used[r] -= x;
+        }
+        p->moved[p->nmoved++] = u;
+    }
+    return 1;
+}
+
+static int shoal_ts_heap_moved(void *ctx, const int **rows_p)
+{
+    shoal_ts_heap_pool_t *p = ctx;
+    *rows_p = p->moved;
+    return p->nmoved;
+}
+
+/* One random instance, filled by the scan (scan 1) or the heap; its log into p. */
+static void shoal_ts_heap_fill(uint64_t seed, int scan, shoal_ts_heap_pool_t *p, int *started)
+{
+    uint64_t s = seed;
+    int n = 1 + (int)(shoal_sched_rand(&s) % 600);
+    double *w = malloc(sizeof(double) * (size_t)n), *past = malloc(sizeof(double) * (size_t)n);
+    const shoal_sched_drf_cbs_t cb = {.next = shoal_ts_heap_next,
+                                      .try_start = shoal_ts_heap_try,
+                                      .moved = shoal_ts_heap_moved, .scan = scan};
+
+    memset(p, 0, sizeof(*p));
+    p->n = n;
+    p->use = calloc((size_t)n, sizeof(*p->use));
+    p->tasks = malloc(sizeof(int) * (size_t)n);
+    for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+        p->d[r] = 1 + (double)(shoal_sched_rand(&s) % 4);
+        p->cap[r] = p->d[r] * (double)(n + shoal_sched_rand(&s) % (uint64_t)(4 * n));
+    }
+    for (int t = 0; t < n; t++) {
+        /* few distinct weights, uses and pasts: many ties, which go to the lower index */
+        w[t] = 1 + (double)(shoal_sched_rand(&s) % 3);
+        past[t] = shoal_sched_rand(&s) % 4 == 0 ? 0.125 * (double)(shoal_sched_rand(&s) % 3) : 0;
+        p->tasks[t] = (int)(shoal_sched_rand(&s) % 6);
+        for (int r = 0; r < SHOAL_SCHED_RES && shoal_sched_rand(&s) % 2; r++) {
+            p->use[t][r] = p->d[r] * (double)(shoal_sched_rand(&s) % 3);
+            p->used[r] += p->use[t][r];
+        }
+    }
+    p->log = malloc(sizeof(int) * (size_t)(8 * n + 1));
+    p->s = s;
+    *started = shoal_sched_drf_fill_past(n, p->use, w, s % 2 ? past : NULL, p->cap, &cb, p);
+    free(w);
+    free(past);
+}
+
+/* A cluster of 64 hosts of 8 GPUs under 8 leaves, half of it running jobs (a third spot) of
+ * many tenants, a queue of 1..64 GPU jobs: the jobs file. */
+static char *shoal_ts_heap_jobs(uint64_t *s, int tenants)
+{
+    size_t cap = 1 << 20, len = 0;
+    char *t = malloc(cap);
+
+    for (int i = 0; i < tenants; i++) {
+        len += (size_t)snprintf(t + len, cap - len, "tenant=t%d weight=%d\n", i,
+                                1 + (int)(shoal_sched_rand(s) % 3));
+    }
+    for (int h = 0; h < 64; h += 2) {
+        if (shoal_sched_rand(s) % 2) {
+            len += (size_t)snprintf(t + len, cap - len, "job=r%d tenant=t%d gpus=%d class=%s "
+                                    "state=running nodes=h%02d\n", h,
+                                    (int)(shoal_sched_rand(s) % (uint64_t)tenants),
+                                    1 << (int)(shoal_sched_rand(s) % 4),
+                                    shoal_sched_rand(s) % 3 == 0 ? "reserved" : "spot", h);
+        }
+    }
+    for (int i = 0; i < 3 * tenants / 2; i++) {
+        len += (size_t)snprintf(t + len, cap - len, "job=q%d tenant=t%d gpus=%d class=%s\n", i,
+                                (int)(shoal_sched_rand(s) % (uint64_t)tenants),
+                                1 << (int)(shoal_sched_rand(s) % 7),
+                                shoal_sched_rand(s) % 10 < 3 ? "spot" : "reserved");
+    }
+    return t;
+}
+
+static int shoal_ts_heap_plan(const char *jobs, int scan, shoal_sched_cluster_t *c,
+                              shoal_sched_queue_t *q, shoal_sched_plan_t *plan)
+{
+    char topo[1024];
+    size_t len = 0;
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1, .drf_scan = scan};
+
+    for (int l = 0; l < 8; l++) {
+        len += (size_t)snprintf(topo + len, sizeof(topo) - len, "SwitchName=l%d Nodes=h[%02d-%02d]"
+                                "\n", l, 8 * l, 8 * l + 7);
+    }
+    snprintf(topo + len, sizeof(topo) - len, "SwitchName=spine Switches=l[0-7]\n");
+    memset(c, 0, sizeof(*c));
+    memset(q, 0, sizeof(*q));
+    memset(plan, 0, sizeof(*plan));
+    return shoal_sched_slurm_conf_parse("NodeName=h[00-63] CPUs=64 Gres=gpu:8\n", "conf", c) ==
+               SHOAL_OK &&
+           shoal_sched_topology_parse(topo, "topo", c) == SHOAL_OK &&
+           shoal_sched_cluster_finish(c) == SHOAL_OK &&
+           shoal_sched_jobs_parse(jobs, "jobs", c, q) == SHOAL_OK &&
+           shoal_sched_plan_round(c, q, &o, plan) == SHOAL_OK;
+}
+
+/* DRF picked the next tenant by a scan of every tenant's key per task, O(tenants^2) a round
+ * (20,000 tenants: seconds); a heap on (key, index) replaced it. The heap must serve the same
+ * tenants in the same order, ties to the lower index, with other rows changed by a try
+ * (preemptions) keyed again: random fills compared try by try, and whole planning rounds with
+ * preemption compared decision by decision (the timing: perf/sched_bench --tenants). */
+static void shoal_ts_drf_heap(void)
+{
+    int fills = 300, differ = 0, tries = 0, plans = 40, pdiffer = 0, decisions = 0, victims = 0;
+    uint64_t s = 4242;
+
+    for (int it = 0; it < fills; it++) {
+        shoal_ts_heap_pool_t a, b;
+        int sa, sb;
+        uint64_t seed = shoal_sched_rand(&s);
+        shoal_ts_heap_fill(seed, 1, &a, &sa);
+        shoal_ts_heap_fill(seed, 0, &b, &sb);
+        tries += a.nlog;
+        differ += sa != sb || a.nlog != b.nlog ||
+                  memcmp(a.log, b.log, sizeof(int) * (size_t)a.nlog) != 0 ||
+                  memcmp(a.use, b.use, sizeof(*a.use) * (size_t)a.n) != 0;
+        free(a.use);
+        free(a.tasks);
+        free(a.log);
+        free(b.use);
+        free(b.tasks);
+        free(b.log);
+    }
+    tap_is_int(differ, 0, "DRF's heap: %d random fills (1..600 tenants, ties, past usage, "
+               "preemptions) serve the tenants the scan serves, in its order (%d tries)", fills,
+               tries);
+
+    for (int it = 0; it < plans; it++) {
+        shoal_sched_cluster_t c[2];
+        shoal_sched_queue_t q[2];
+        shoal_sched_plan_t p[2];
+        char *jobs = shoal_ts_heap_jobs(&s, 20 + (int)(shoal_sched_rand(&s) % 300));
+        int ok = shoal_ts_heap_plan(jobs, 1, &c[0], &q[0], &p[0]) &&
+                 shoal_ts_heap_plan(jobs, 0, &c[1], &q[1], &p[1]) && p[0].n == p[1].n;
+        for (int i = 0; ok && i < p[0].n; i++) {
+            const shoal_sched_decision_t *x = &p[0].d[i], *y = &p[1].d[i];
+            ok = x->job == y->job && x->placed == y->placed &&
+                 x->preempted_by == y->preempted_by && strcmp(x->why, y->why) == 0 &&
+                 x->pre.nvictims == y->pre.nvictims &&
+                 (x->pre.nvictims == 0 || memcmp(x->pre.victims, y->pre.victims,
+                                                 sizeof(int) * (size_t)x->pre.nvictims) == 0);
+            for (int r = 0; ok && x->placed && r < q[0].jobs[x->job].ranks; r++) {
+                ok = q[0].jobs[x->job].node_of[r] == q[1].jobs[x->job].node_of[r] &&
+                     q[0].jobs[x->job].gpu_of[r] == q[1].jobs[x->job].gpu_of[r];
+            }
+            victims += x->preempted_by >= 0;
+        }
+        decisions += p[0].n;
+        pdiffer += !ok;
+        for (int k = 0; k < 2; k++) {
+            shoal_sched_plan_free(&p[k]);
+            shoal_sched_queue_free(&q[k]);
+            shoal_sched_cluster_free(&c[k]);
+        }
+        free(jobs);
+    }
+    tap_ok(pdiffer == 0 && victims > 0, "DRF's heap: %d random planning rounds (20..320 "
+           "tenants) decide as the scan does, byte for byte (%d differ; %d decisions, %d "
+           "preempted)", plans, pdiffer, decisions, victims);
+}
+
 /* ---- preemption ------------------------------------------------------------------------- */
 
 /* Can queued job ji fit with the jobs of mask (over spot[]) released, under the no-cycle rule? */
@@ -1555,6 +1764,7 @@ int main(void)
     shoal_ts_optimality();
     shoal_ts_optimality_sequence();
     shoal_ts_fairness();
+    shoal_ts_drf_heap();
     shoal_ts_preemption();
     shoal_ts_plan_grows_at_preemption();
     shoal_ts_many_victims();
