@@ -361,6 +361,14 @@ typedef struct {
 SHOAL_HIDDEN int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
                                      shoal_sched_preempt_t *out,
                                      shoal_sched_place_info_t *info);
+/* The same with the candidates drawn from the npool jobs of pool (indices) only: a planning
+ * round passes the spot jobs running when it began, since the jobs it starts are fresh; a
+ * look at every job of the queue per reserved job that did not fit made a round O(tenants x
+ * jobs). */
+SHOAL_HIDDEN int shoal_sched_preempt_among(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
+                                           int ji, const int *pool, int npool,
+                                           shoal_sched_preempt_t *out,
+                                           shoal_sched_place_info_t *info);
 SHOAL_HIDDEN void shoal_sched_preempt_free(shoal_sched_preempt_t *p);
 
 /* ---- a planning round (sched_plan.c) ------------------------------------------------------ */
@@ -384,7 +392,8 @@ typedef struct {
 typedef struct {
     int policy;      /* SHOAL_SCHED_POLICY_* */
     int preempt;     /* allow preemption of spot jobs */
-    int drf_scan;    /* tests: DRF's order by a scan of every tenant (shoal_sched_drf_cbs_t) */
+    int scan_all;    /* tests: the round as before its indexes: DRF scans every tenant per
+                      * job (shoal_sched_drf_cbs_t), preemption looks at every job */
 } shoal_sched_opts_t;
 
 /* One round over the queue: every queued job either placed (applied to the cluster, state

@@ -19,6 +19,7 @@ typedef struct {
     int *nline, *head;
     double (*use)[SHOAL_SCHED_RES];
     int *moved, nmoved; /* the victims' tenants of the last job started (DRF's moved rows) */
+    int *spot, nspot;   /* the spot jobs running as the round began: preemption's candidates */
     int waiting;  /* tenants with queued jobs */
     shoal_status_t st;
 } shoal_sched_round_t;
@@ -131,7 +132,9 @@ static int shoal_sched_round_try(void *vr, int t)
         shoal_sched_job_apply(r->c, r->q, j);
     } else if (rc == 0 && j->cls == SHOAL_SCHED_RESERVED && r->o->preempt &&
                r->o->policy == SHOAL_SCHED_POLICY_SHOAL) {
-        rc = shoal_sched_preempt(r->c, r->q, ji, &d->pre, &d->info);
+        rc = r->o->scan_all ? shoal_sched_preempt(r->c, r->q, ji, &d->pre, &d->info)
+                            : shoal_sched_preempt_among(r->c, r->q, ji, r->spot, r->nspot,
+                                                        &d->pre, &d->info);
     }
     if (rc < 0) {
         r->st = (shoal_status_t)rc;
@@ -201,14 +204,18 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
     r.head = calloc((size_t)nt, sizeof(int));
     r.use = calloc((size_t)nt, sizeof(*r.use));
     r.moved = malloc(sizeof(int) * (size_t)(q->njobs + 1));
+    r.spot = malloc(sizeof(int) * (size_t)(q->njobs + 1));
     if (weight == NULL || past == NULL || all == NULL || r.line == NULL || r.nline == NULL || r.head == NULL ||
-        r.use == NULL || r.moved == NULL) {
+        r.use == NULL || r.moved == NULL || r.spot == NULL) {
         r.st = SHOAL_ERR_NO_MEMORY;
         goto out;
     }
     for (int i = 0; i < q->njobs; i++) {
         r.nline[q->jobs[i].tenant] += q->jobs[i].state == SHOAL_SCHED_QUEUED;
         q->jobs[i].fresh = 0;
+        if (q->jobs[i].state == SHOAL_SCHED_RUNNING && q->jobs[i].cls == SHOAL_SCHED_SPOT) {
+            r.spot[r.nspot++] = i;
+        }
     }
     for (int t = 0, off = 0; t < q->ntenants; t++) {
         r.line[t] = all + off;
@@ -232,7 +239,7 @@ shoal_status_t shoal_sched_plan_round(shoal_sched_cluster_t *c, shoal_sched_queu
     }
     const shoal_sched_drf_cbs_t cb = {.next = shoal_sched_round_next,
                                       .try_start = shoal_sched_round_try,
-                                      .moved = shoal_sched_round_moved, .scan = o->drf_scan};
+                                      .moved = shoal_sched_round_moved, .scan = o->scan_all};
     if (shoal_sched_drf_fill_past(q->ntenants, r.use, weight, past, c->total, &cb, &r) < 0 &&
         r.st == SHOAL_OK) {
         r.st = SHOAL_ERR_NO_MEMORY;
@@ -246,5 +253,6 @@ out:
     free(r.head);
     free(r.use);
     free(r.moved);
+    free(r.spot);
     return r.st;
 }

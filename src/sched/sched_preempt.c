@@ -30,6 +30,8 @@ typedef struct {
     shoal_sched_queue_t *q;
     int ji;
     double dj[SHOAL_SCHED_RES];
+    const int *pool; /* the jobs that may be candidates (NULL: every job), npool of them */
+    int npool;
 } shoal_sched_pre_ctx_t;
 
 /* The no-cycle rule for the current state (victims released, ji not yet applied). */
@@ -195,7 +197,8 @@ static int shoal_sched_preempt_candidates(shoal_sched_pre_ctx_t *x, int *cand)
     int nc = 0, nown, room;
 
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < q->njobs; i++) {
+        for (int k = 0; k < x->npool; k++) {
+            int i = x->pool != NULL ? x->pool[k] : k;
             shoal_sched_job_t *v = &q->jobs[i];
             if (i == x->ji || v->state != SHOAL_SCHED_RUNNING || v->cls != SHOAL_SCHED_SPOT ||
                 v->fresh || (v->tenant == job->tenant) != (pass == 0)) {
@@ -261,14 +264,21 @@ static int shoal_sched_preempt_search(shoal_sched_pre_ctx_t *x, int *cand, int n
 int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
                         shoal_sched_preempt_t *out, shoal_sched_place_info_t *info)
 {
-    shoal_sched_pre_ctx_t x = {.c = c, .q = q, .ji = ji};
+    return shoal_sched_preempt_among(c, q, ji, NULL, q->njobs, out, info);
+}
+
+int shoal_sched_preempt_among(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
+                              const int *pool, int npool, shoal_sched_preempt_t *out,
+                              shoal_sched_place_info_t *info)
+{
+    shoal_sched_pre_ctx_t x = {.c = c, .q = q, .ji = ji, .pool = pool, .npool = npool};
     shoal_sched_job_t *job = &q->jobs[ji];
-    int *cand = malloc(sizeof(int) * (size_t)(q->njobs + 1));
+    int *cand = malloc(sizeof(int) * (size_t)(npool + 1));
     int found;
 
     memset(out, 0, sizeof(*out));
     /* room for every candidate: the greedy search may need them all */
-    out->victims = malloc(sizeof(int) * (size_t)(q->njobs + 1));
+    out->victims = malloc(sizeof(int) * (size_t)(npool + 1));
     if (cand == NULL || out->victims == NULL) {
         free(cand);
         shoal_sched_preempt_free(out);
