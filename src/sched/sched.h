@@ -356,8 +356,9 @@ typedef struct {
 } shoal_sched_preempt_t;
 /* For queued reserved job ji that does not fit: the smallest set of running spot jobs whose
  * removal lets it fit, such that each victim tenant's weighted dominant share after the
- * preemption stays above the preemptor's. 1 found (victims released, ji placed and applied),
- * 0 none. */
+ * preemption stays above the preemptor's (or, where the preemptor runs no spot job that is
+ * not fresh, was above it before). 1 found (victims released, ji placed and applied), 0
+ * none. */
 SHOAL_HIDDEN int shoal_sched_preempt(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int ji,
                                      shoal_sched_preempt_t *out,
                                      shoal_sched_place_info_t *info);

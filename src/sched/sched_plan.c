@@ -103,14 +103,36 @@ static void shoal_sched_round_victims(shoal_sched_round_t *r, int ji, int di)
             return;
         }
         const shoal_sched_decision_t *dj = &r->plan->d[di];
+        const shoal_sched_tenant_t *vt = &r->q->tenants[v->tenant];
         dv->preempted_by = ji;
         dv->share_after = shoal_sched_tenant_share(r, v->tenant);
+        if (v->tenant != r->q->jobs[ji].tenant && !(dv->share_after > dj->share_after)) {
+            /* below the preemptor now: it was above before, and the preemptor has no spot
+             * job to lose back (sched_preempt.c) */
+            double use[SHOAL_SCHED_RES], dem[SHOAL_SCHED_RES];
+            memcpy(use, vt->use, sizeof(use));
+            for (int k = 0; k < dj->pre.nvictims; k++) {
+                const shoal_sched_job_t *o = &r->q->jobs[dj->pre.victims[k]];
+                shoal_sched_job_demand(o, dem);
+                for (int x = 0; x < SHOAL_SCHED_RES && o->tenant == v->tenant; x++) {
+                    use[x] += dem[x];
+                }
+            }
+            snprintf(dv->why, sizeof(dv->why),
+                     "spot job preempted for reserved job %s of tenant %s: tenant %s had a "
+                     "weighted share of %.4f, above %.4f, and keeps %.4f; tenant %s runs no spot "
+                     "job for %s to preempt back (no cycle); SIG%s, then %d s to checkpoint",
+                     r->q->jobs[ji].name, r->q->tenants[r->q->jobs[ji].tenant].name, vt->name,
+                     shoal_sched_drf_share(use, r->c->total, vt->weight), dj->share_after,
+                     dv->share_after, r->q->tenants[r->q->jobs[ji].tenant].name, vt->name,
+                     v->signal, v->grace_s);
+            continue;
+        }
         snprintf(dv->why, sizeof(dv->why),
                  "spot job preempted for reserved job %s of tenant %s: tenant %s keeps a "
                  "weighted share of %.4f, above %.4f (no cycle); SIG%s, then %d s to checkpoint",
-                 r->q->jobs[ji].name, r->q->tenants[r->q->jobs[ji].tenant].name,
-                 r->q->tenants[v->tenant].name, dv->share_after, dj->share_after, v->signal,
-                 v->grace_s);
+                 r->q->jobs[ji].name, r->q->tenants[r->q->jobs[ji].tenant].name, vt->name,
+                 dv->share_after, dj->share_after, v->signal, v->grace_s);
     }
 }
 

@@ -7,6 +7,10 @@
  * tenant's own spot jobs may always yield to its reserved ones. A job that breaks the rule
  * even with all the preemptor's own spot jobs gone (the preemptor's lowest share) and no
  * other job of its tenant taken is never a candidate: taking more only lowers its share.
+ * Where the preemptor runs no spot job (none started before this round: there is nothing a
+ * victim could preempt back), a victim tenant may also end below it, as long as its share
+ * before the preemption was above the preemptor's after: else a tenant whose one spot job
+ * held most of the cluster (or all of it) could never be preempted, since it keeps nothing.
  *
  * Smallest set: every set of 1, 2, 3, then 4 candidates is tried while the sets of the next
  * size fit in the budget (SHOAL_SCHED_EXACT_BUDGET); the first size that works is proven
@@ -32,6 +36,9 @@ typedef struct {
     double dj[SHOAL_SCHED_RES];
     const int *pool; /* the jobs that may be candidates (NULL: every job), npool of them */
     int npool;
+    int no_back;     /* the preemptor runs no spot job that a victim could preempt back */
+    char *above;     /* per job (candidates only): its tenant's share before the preemption is
+                      * above the preemptor's after (with no_back, such a victim may end lower) */
 } shoal_sched_pre_ctx_t;
 
 /* The no-cycle rule for the current state (victims released, ji not yet applied). */
@@ -48,7 +55,8 @@ static int shoal_sched_preempt_fair(shoal_sched_pre_ctx_t *x, const int *set, in
     for (int i = 0; i < n; i++) {
         const shoal_sched_tenant_t *v = &q->tenants[q->jobs[set[i]].tenant];
         if (q->jobs[set[i]].tenant != p &&
-            !(shoal_sched_drf_share(v->use, x->c->total, v->weight) > sp)) {
+            !(shoal_sched_drf_share(v->use, x->c->total, v->weight) > sp) &&
+            !(x->no_back && x->above[set[i]])) {
             return 0;
         }
     }
@@ -194,7 +202,8 @@ static int shoal_sched_preempt_candidates(shoal_sched_pre_ctx_t *x, int *cand)
     shoal_sched_queue_t *q = x->q;
     shoal_sched_job_t *job = &q->jobs[x->ji];
     shoal_sched_place_info_t pi;
-    int nc = 0, nown, room;
+    double pu[SHOAL_SCHED_RES] = {0}; /* the preemptor's use with the job (no own spot job) */
+    int nc = 0, nown = 0, room;
 
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < x->npool; k++) {
@@ -208,6 +217,12 @@ static int shoal_sched_preempt_candidates(shoal_sched_pre_ctx_t *x, int *cand)
                 cand[nc++] = i;
                 continue;
             }
+            if (x->no_back) {
+                /* its tenant's share before the preemption: nothing of it released yet */
+                const shoal_sched_tenant_t *vt = &q->tenants[v->tenant];
+                x->above[i] = shoal_sched_drf_share(vt->use, c->total, vt->weight) >
+                              shoal_sched_drf_share(pu, c->total, q->tenants[job->tenant].weight);
+            }
             shoal_sched_job_release(c, q, v);
             int fair = shoal_sched_preempt_fair(x, &i, 1);
             shoal_sched_job_apply(c, q, v);
@@ -219,6 +234,10 @@ static int shoal_sched_preempt_candidates(shoal_sched_pre_ctx_t *x, int *cand)
             nown = nc;
             for (int i = 0; i < nown; i++) {
                 shoal_sched_job_release(c, q, &q->jobs[cand[i]]);
+            }
+            x->no_back = nown == 0;
+            for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+                pu[r] = q->tenants[job->tenant].use[r] + x->dj[r];
             }
         }
     }
@@ -279,14 +298,18 @@ int shoal_sched_preempt_among(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, 
     memset(out, 0, sizeof(*out));
     /* room for every candidate: the greedy search may need them all */
     out->victims = malloc(sizeof(int) * (size_t)(npool + 1));
-    if (cand == NULL || out->victims == NULL) {
+    /* by job index, written for the candidates only (no pass over the queue) */
+    x.above = malloc((size_t)q->njobs + 1);
+    if (cand == NULL || out->victims == NULL || x.above == NULL) {
         free(cand);
+        free(x.above);
         shoal_sched_preempt_free(out);
         return SHOAL_ERR_NO_MEMORY;
     }
     shoal_sched_job_demand(job, x.dj);
     found = shoal_sched_preempt_search(&x, cand, shoal_sched_preempt_candidates(&x, cand), out);
     free(cand);
+    free(x.above);
     if (!found) {
         shoal_sched_preempt_free(out);
         return 0;

@@ -826,12 +826,23 @@ static int shoal_ts_pre_ok(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int
     shoal_sched_place_info_t info;
     double d[SHOAL_SCHED_RES], use[SHOAL_SCHED_RES];
 
+    /* the preemptor without spot jobs: a victim's tenant may end below it if it was above */
+    int no_back = 1, above[16];
+    shoal_sched_job_demand(&q->jobs[ji], d);
+    for (int r = 0; r < SHOAL_SCHED_RES; r++) {
+        use[r] = q->tenants[p].use[r] + d[r];
+    }
+    for (int i = 0; i < nspot; i++) {
+        const shoal_sched_tenant_t *v = &q->tenants[q->jobs[spot[i]].tenant];
+        no_back &= q->jobs[spot[i]].tenant != p;
+        above[i] = shoal_sched_drf_share(v->use, c->total, v->weight) >
+                   shoal_sched_drf_share(use, c->total, q->tenants[p].weight);
+    }
     for (int i = 0; i < nspot; i++) {
         if ((mask & (1u << i)) != 0) {
             shoal_sched_job_release(c, q, &q->jobs[spot[i]]);
         }
     }
-    shoal_sched_job_demand(&q->jobs[ji], d);
     for (int r = 0; r < SHOAL_SCHED_RES; r++) {
         use[r] = q->tenants[p].use[r] + d[r];
     }
@@ -840,7 +851,8 @@ static int shoal_ts_pre_ok(shoal_sched_cluster_t *c, shoal_sched_queue_t *q, int
     for (int i = 0; i < nspot; i++) {
         const shoal_sched_tenant_t *v = &q->tenants[q->jobs[spot[i]].tenant];
         if ((mask & (1u << i)) != 0 && q->jobs[spot[i]].tenant != p) {
-            ok &= shoal_sched_drf_share(v->use, c->total, v->weight) > sp;
+            ok &= shoal_sched_drf_share(v->use, c->total, v->weight) > sp ||
+                  (no_back && above[i]);
         }
     }
     shoal_sched_job_t probe = q->jobs[ji];
@@ -861,6 +873,7 @@ static void shoal_ts_preemption(void)
 {
     uint64_t s = 777;
     int instances = 10000, rule = 0, cycles = 0, not_min = 0, preemptions = 0, checked = 0;
+    int below = 0;
     int greedy_cases = 0, greedy_excess = 0;
 
     for (int it = 0; it < instances; it++) {
@@ -902,20 +915,37 @@ static void shoal_ts_preemption(void)
                 }
             }
             /* brute-force check of the first reserved job that will need preemption */
+            int spot_run[4] = {0}, no_back[4] = {0};
+            for (int i = 0; i < q.njobs; i++) {
+                spot_run[q.jobs[i].tenant] += q.jobs[i].state == SHOAL_SCHED_RUNNING &&
+                                              q.jobs[i].cls == SHOAL_SCHED_SPOT;
+            }
             shoal_sched_plan_round(&c, &q, &o, &plan);
             for (int i = 0; i < plan.n; i++) {
                 shoal_sched_decision_t *d = &plan.d[i];
                 if (d->preempted_by < 0) {
+                    /* a preemptor (its victims follow it): had it a spot job to lose back? */
+                    no_back[q.jobs[d->job].tenant] = spot_run[q.jobs[d->job].tenant] == 0;
                     continue;
                 }
                 preemptions++;
+                spot_run[q.jobs[d->job].tenant]--;
                 const shoal_sched_decision_t *dp = NULL;
                 for (int k = 0; k < plan.n; k++) {
                     dp = plan.d[k].job == d->preempted_by && plan.d[k].placed ? &plan.d[k] : dp;
                 }
                 int vt = q.jobs[d->job].tenant, pt = q.jobs[d->preempted_by].tenant;
+                const char *had = strstr(d->why, "had a weighted share of ");
+                double before = 0;
+                if (had == NULL || sscanf(had, "had a weighted share of %lf", &before) != 1) {
+                    before = 0;
+                }
                 if (vt != pt) {
-                    rule += dp == NULL || !(d->share_after > dp->share_after);
+                    /* above the preemptor after, or above it before where the preemptor had
+                     * no spot job for the victim to preempt back */
+                    rule += dp == NULL || !(d->share_after > dp->share_after ||
+                                            (no_back[pt] && before > dp->share_after));
+                    below += dp != NULL && !(d->share_after > dp->share_after);
                     edge[pt][vt] = 1;
                 }
             }
@@ -941,7 +971,8 @@ static void shoal_ts_preemption(void)
         shoal_sched_cluster_free(&c);
     }
     tap_ok(preemptions > 100, "%d preemptions in %d random instances", preemptions, instances);
-    tap_is_int(rule, 0, "every victim tenant's weighted share stays above its preemptor's");
+    tap_is_int(rule, 0, "every victim tenant's weighted share stays above its preemptor's, or "
+               "was above it where the preemptor had no spot job to lose back (%d such)", below);
     tap_is_int(cycles, 0, "no preemption cycle among tenants over two rounds");
 
     /* the smallest victim set, against every subset */
@@ -1150,6 +1181,70 @@ static void shoal_ts_many_victims(void)
     shoal_sched_plan_free(&plan);
     shoal_sched_queue_free(&q);
     shoal_sched_cluster_free(&c);
+}
+
+/* A spot job that held the whole cluster could not be preempted by anyone's reserved job: the
+ * no-cycle rule wanted its tenant's share after the preemption above the preemptor's, and a
+ * tenant whose one job is taken keeps nothing ("no set of spot jobs makes room without a
+ * preemption cycle"). A preemptor that runs no spot job has nothing the victim could preempt
+ * back, so there the victim may end below it if it was above before. Still refused: the
+ * preemptor runs a spot job of its own, or the victim's tenant was not above it. */
+static int shoal_ts_spot_round(const char *jobs, const char *want, char *why, size_t size)
+{
+    shoal_sched_cluster_t c = {0};
+    shoal_sched_queue_t q = {0};
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+    int ok = shoal_sched_slurm_conf_parse("NodeName=n[1-4] CPUs=32 Gres=gpu:8\n", "conf", &c) ==
+                 SHOAL_OK &&
+             shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+             shoal_sched_jobs_parse(jobs, "jobs", &c, &q) == SHOAL_OK &&
+             shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK;
+    int placed = 0;
+
+    why[0] = '\0';
+    for (int i = 0; ok && i < plan.n; i++) {
+        const shoal_sched_decision_t *d = &plan.d[i];
+        if (strcmp(q.jobs[d->job].name, "r") == 0 && d->placed) {
+            placed = 1;
+        }
+        if (d->preempted_by >= 0 && strcmp(q.jobs[d->job].name, want) == 0) {
+            snprintf(why, size, "%s", d->why);
+        }
+    }
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+    return ok ? placed : -1;
+}
+
+static void shoal_ts_whole_cluster_spot(void)
+{
+    char why[640], why2[640];
+    int whole = shoal_ts_spot_round("job=big tenant=b gpus=32 class=spot state=running "
+                                    "nodes=n[1-4]\n"
+                                    "job=r tenant=a gpus=8\n", "big", why, sizeof(why));
+    tap_ok(whole == 1 && strstr(why, "tenant b had a weighted share of 1.0000, above 0.2500, "
+                                     "and keeps 0.0000; tenant a runs no spot job") != NULL,
+           "a reserved job of 8 GPUs preempts the spot job that holds all 32 (%d: %s)", whole,
+           why);
+    int most = shoal_ts_spot_round("job=big tenant=b gpus=24 class=spot state=running "
+                                   "nodes=n[1-3]\n"
+                                   "job=r tenant=a gpus=16\n", "big", why2, sizeof(why2));
+    tap_ok(most == 1 && strstr(why2, "had a weighted share of 0.7500, above 0.5000") != NULL,
+           "a reserved job of 16 GPUs preempts the one spot job of 24 of 32 (%d: %s)", most,
+           why2);
+    int own = shoal_ts_spot_round("job=big tenant=b gpus=24 class=spot state=running "
+                                  "nodes=n[1-3]\n"
+                                  "job=mine tenant=a gpus=8 class=spot state=running nodes=n4\n"
+                                  "job=r tenant=a gpus=16\n", "big", why, sizeof(why));
+    int richer = shoal_ts_spot_round("job=big tenant=b gpus=8 class=spot state=running "
+                                     "nodes=n4\n"
+                                     "job=res tenant=a gpus=16 state=running nodes=n[1-2]\n"
+                                     "job=r tenant=a gpus=16\n", "big", why2, sizeof(why2));
+    tap_ok(own == 0 && richer == 0, "still pending: the preemptor runs a spot job b could take "
+           "back (%d), or b's share (0.25) was not above the preemptor's after (1.0) (%d)", own,
+           richer);
 }
 
 /* Slurm's parser takes a value in double quotes with blanks in it (Reason="bad disk" on a
@@ -1771,6 +1866,7 @@ int main(void)
     shoal_ts_preemption();
     shoal_ts_plan_grows_at_preemption();
     shoal_ts_many_victims();
+    shoal_ts_whole_cluster_spot();
     shoal_ts_quoted_values();
     shoal_ts_usage();
     shoal_ts_node_cpus();
