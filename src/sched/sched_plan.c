@@ -106,7 +106,16 @@ static void shoal_sched_round_victims(shoal_sched_round_t *r, int ji, int di)
         const shoal_sched_tenant_t *vt = &r->q->tenants[v->tenant];
         dv->preempted_by = ji;
         dv->share_after = shoal_sched_tenant_share(r, v->tenant);
-        if (v->tenant != r->q->jobs[ji].tenant && !(dv->share_after > dj->share_after)) {
+        if (v->tenant == r->q->jobs[ji].tenant) {
+            /* no rule between a tenant and itself: its share is the preemptor's, and "keeps
+             * 0.25, above 0.25" said what was not so */
+            snprintf(dv->why, sizeof(dv->why),
+                     "spot job preempted for reserved job %s of its own tenant %s (a tenant's "
+                     "spot jobs yield to its reserved ones); SIG%s, then %d s to checkpoint",
+                     r->q->jobs[ji].name, vt->name, v->signal, v->grace_s);
+            continue;
+        }
+        if (!(dv->share_after > dj->share_after)) {
             /* below the preemptor now: it was above before, and the preemptor has no spot
              * job to lose back (sched_preempt.c) */
             double use[SHOAL_SCHED_RES], dem[SHOAL_SCHED_RES];

@@ -1245,6 +1245,15 @@ static void shoal_ts_whole_cluster_spot(void)
     tap_ok(own == 0 && richer == 0, "still pending: the preemptor runs a spot job b could take "
            "back (%d), or b's share (0.25) was not above the preemptor's after (1.0) (%d)", own,
            richer);
+    /* a tenant's own spot job: --explain said "tenant a keeps a weighted share of 0.2500,
+     * above 0.2500 (no cycle)", two equal numbers called above, a rule that does not apply */
+    int self = shoal_ts_spot_round("job=big tenant=a gpus=32 class=spot state=running "
+                                   "nodes=n[1-4]\n"
+                                   "job=r tenant=a gpus=8\n", "big", why, sizeof(why));
+    tap_ok(self == 1 && strstr(why, "for reserved job r of its own tenant a (a tenant's spot "
+                                    "jobs yield to its reserved ones)") != NULL &&
+               strstr(why, "above") == NULL,
+           "a tenant's own spot job yields, and --explain says so (%d: %s)", self, why);
 }
 
 /* Slurm's parser takes a value in double quotes with blanks in it (Reason="bad disk" on a
