@@ -31,6 +31,9 @@ static shoal_status_t shoal_sched_sim_cluster(const shoal_sched_sim_opts_t *o,
 
     memset(c, 0, sizeof(*c));
     spine = shoal_sched_switch_add(c, "spine");
+    if (spine < 0) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
     for (int l = 0; l < o->leaves; l++) {
         char name[SHOAL_SCHED_NAME_MAX];
         snprintf(name, sizeof(name), "leaf%02d", l);
