@@ -29,6 +29,12 @@
  * beyond it is refused at once as if evicted (the rank redials), so that one stranger cannot
  * hold every slot and, through the grace, keep the listen backlog full of its reconnections. */
 #define SHOAL_BOOT_MAX_PENDING_SOURCE 16
+/* A source against which the circuit breaker is open (tenant/breaker.h) may still hold one
+ * pending connection at the root, whose hello must come within this. The root knows no
+ * rank's address but its own host's: a co-tenant's failed hellos open the breaker against a
+ * host that also runs a rank of the job, and that rank must still be able to prove itself
+ * (a proof closes the breaker). A real rank answers its challenge at once. */
+#define SHOAL_BOOT_PROBATION_MS 1000
 
 enum {
     SHOAL_BOOT_CHALLENGE = 1, /* root -> client: root nonce */

@@ -202,11 +202,13 @@ static int shoal_root_add_client_slot(shoal_root_t *r)
     if (pending >= SHOAL_BOOT_MAX_PENDING) {
         /* Evict the oldest stranger rather than refuse the newcomer: idle connections must
          * not be able to lock real ranks out (a real rank answers its challenge at once, and
-         * redials if it is evicted anyway). */
+         * redials if it is evicted anyway). The oldest by acceptance, as shoal_root_room
+         * counts the grace: by deadline, a connection on probation (a shorter one) went
+         * first even within its grace. */
         int oldest = -1;
         for (i = 0; i < r->ncl; i++) {
             if (r->cl[i].state == SHOAL_ROOT_CL_PENDING &&
-                (oldest < 0 || r->cl[i].deadline_ns < r->cl[oldest].deadline_ns)) {
+                (oldest < 0 || r->cl[i].since_ns < r->cl[oldest].since_ns)) {
                 oldest = i;
             }
         }
@@ -291,22 +293,29 @@ static int shoal_root_room(const shoal_root_t *r, int *wait_ms)
     return 0;
 }
 
+/* The pending connections that src holds now. */
+static int shoal_root_source_pending(const shoal_root_t *r, const struct sockaddr_storage *src)
+{
+    int n = 0;
+    for (int i = 0; i < r->ncl; i++) {
+        n += r->cl[i].state == SHOAL_ROOT_CL_PENDING &&
+             shoal_tenant_breaker_same_source((const struct sockaddr *)src,
+                                              (const struct sockaddr *)&r->cl[i].addr);
+    }
+    return n;
+}
+
 /* Whether src may take a pending slot now: the root's own host always (its ranks start
  * together), another source while it holds fewer than SHOAL_BOOT_MAX_PENDING_SOURCE. */
 static int shoal_root_source_room(const shoal_root_t *r, const struct sockaddr_storage *src)
 {
     const struct sockaddr *sa = (const struct sockaddr *)src;
-    int n = 0;
     for (int t = 0; t < r->ntrusted; t++) {
         if (shoal_tenant_breaker_same_source(sa, (const struct sockaddr *)&r->trusted[t])) {
             return 1;
         }
     }
-    for (int i = 0; i < r->ncl; i++) {
-        n += r->cl[i].state == SHOAL_ROOT_CL_PENDING &&
-             shoal_tenant_breaker_same_source(sa, (const struct sockaddr *)&r->cl[i].addr);
-    }
-    return n < SHOAL_BOOT_MAX_PENDING_SOURCE;
+    return shoal_root_source_pending(r, src) < SHOAL_BOOT_MAX_PENDING_SOURCE;
 }
 
 static void shoal_root_accept(shoal_root_t *r)
@@ -315,6 +324,7 @@ static void shoal_root_accept(shoal_root_t *r)
     while (shoal_root_room(r, &wait_ms)) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
+        int held, probation, slot;
         int fd = accept4(r->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
@@ -323,10 +333,17 @@ static void shoal_root_accept(shoal_root_t *r)
             }
             return;
         }
-        if (!shoal_tenant_breaker_admit((const struct sockaddr *)&ss)) {
-            close(fd); /* a source that kept failing: refused (and logged) by the breaker */
+        /* A source that kept failing is refused at accept (and logged) by the breaker only
+         * while it holds a pending connection here; else this one is challenged, with a short
+         * hello deadline (SHOAL_BOOT_PROBATION_MS). The root cannot tell a host of the job
+         * from a stranger's before a proof: refused outright, a rank whose co-tenant had
+         * failed 8 hellos could not join for the whole cool-down. */
+        held = shoal_root_source_pending(r, &ss);
+        if (held > 0 && !shoal_tenant_breaker_admit((const struct sockaddr *)&ss)) {
+            close(fd);
             continue;
         }
+        probation = held == 0 && shoal_tenant_breaker_is_open((const struct sockaddr *)&ss);
         if (!shoal_root_source_room(r, &ss)) {
             /* As an eviction (TIMEOUT: a real rank redials), not counted against the source:
              * a remote host may start more ranks at once than its share. */
@@ -344,7 +361,10 @@ static void shoal_root_accept(shoal_root_t *r)
         }
         /* Header, payload and MAC go out as separate writes: no Nagle delay between them. */
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        shoal_boot_root_add_client(r, fd, &ss);
+        slot = shoal_boot_root_add_client(r, fd, &ss);
+        if (slot >= 0 && probation) {
+            r->cl[slot].deadline_ns = shoal_deadline_ns(SHOAL_BOOT_PROBATION_MS);
+        }
     }
 }
 

@@ -13,6 +13,11 @@
  *    trusted address. A stranger there is held off by what bounds every unauthenticated
  *    connection instead (a short hello deadline, eviction of the oldest unauthenticated
  *    connection when the slots are full), which costs the real rank at most a reconnect;
+ *  - the bootstrap root expects no address but its own host's: a co-tenant's failures open
+ *    the breaker against a host that runs a rank of the job too. So the root refuses an open
+ *    source at accept only while it holds a pending connection there; one at a time is still
+ *    challenged, with a short hello deadline (SHOAL_BOOT_PROBATION_MS, core/boot_proto.h),
+ *    and the rank's proof closes the breaker;
  *  - a source that proves the secret (shoal_tenant_breaker_note_ok) is a host of the job:
  *    its failures are forgotten and an open breaker against it is closed;
  *  - the breaker only acts on new connections; an authenticated connection is never cut.

@@ -6,6 +6,7 @@
  * SHOAL_TIMEOUT_MS) or with the job unharmed. TAP on stdout.
  */
 #include "core/core.h"
+#include "tenant/breaker.h"
 #include "tests/adv/adv_lib.h"
 #include "tests/tap.h"
 
@@ -533,9 +534,10 @@ static int adv_dial_from(const shoal_boot_uid_t *u, const char *src)
     return fd;
 }
 
-/* A source that keeps failing the proof opens the root's circuit breaker: its next
- * connections are closed at accept, unanswered; the job's ranks (from this host's trusted
- * addresses) still form it. */
+/* A source that keeps failing the proof opens the root's circuit breaker: while one of its
+ * connections is pending (challenged: a host of the job may be behind it), its next ones are
+ * closed at accept, unanswered; the job's ranks (from this host's trusted addresses) still
+ * form it. */
 static void adv_case_breaker(void)
 {
     shoal_boot_uid_t u;
@@ -545,7 +547,7 @@ static void adv_case_breaker(void)
         shoal_boot_hello_t h;
     } msg;
     uint8_t nonce[SHOAL_BOOT_NONCE];
-    int refused = 0, unanswered = 0;
+    int refused = 0, unanswered = 0, held = -1, probation = 0;
     adv_proc_t p[2];
     adv_new_root(&u, hex);
     if (u.root.ss_family != AF_INET) {
@@ -554,7 +556,12 @@ static void adv_case_breaker(void)
     }
     for (int i = 0; i < 12; i++) {
         int32_t why = 0;
-        int fd = adv_dial_from(&u, "127.0.0.2");
+        int fd;
+        if (i == 8) {
+            held = adv_dial_from(&u, "127.0.0.2");
+            probation = held >= 0 && adv_read_challenge(held, nonce) == 0;
+        }
+        fd = adv_dial_from(&u, "127.0.0.2");
         if (fd < 0) {
             continue;
         }
@@ -574,11 +581,113 @@ static void adv_case_breaker(void)
         }
         close(fd);
     }
+    if (held >= 0) {
+        close(held);
+    }
     adv_job(p, hex, 0, 2, 2);
     adv_diag(p, 2, "rank");
-    tap_diag("stranger: %d refused with AUTH, %d unanswered", refused, unanswered);
-    tap_ok(refused == 8 && unanswered == 4 && adv_all(p, 2, "SHOAL_OK", 1),
-           "a source failing 8 proofs is refused at accept by the breaker; the job forms");
+    tap_diag("stranger: %d refused with AUTH, one held: %d, %d unanswered", refused, probation,
+             unanswered);
+    tap_ok(refused == 8 && probation && unanswered == 4 && adv_all(p, 2, "SHOAL_OK", 1),
+           "a source failing 8 proofs is refused at accept by the breaker while it holds a "
+           "pending connection; the job forms");
+}
+
+/* Sends a hello from the connection fd, whose challenge nonce was read: rank 0 of 2 of the
+ * job, with a proof made with secret (a wrong one: a stranger's guess). */
+static void adv_send_hello(int fd, const shoal_boot_uid_t *u, const uint8_t *nonce,
+                           const uint8_t *secret)
+{
+    struct {
+        shoal_boot_frame_t f;
+        shoal_boot_hello_t h;
+    } msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.f = (shoal_boot_frame_t){.magic = SHOAL_BOOT_FRAME_MAGIC, .type = SHOAL_BOOT_HELLO,
+                                 .len = sizeof(msg.h)};
+    msg.h.rank = 0;
+    msg.h.nranks = 2;
+    msg.h.ident = u->ident;
+    shoal_random_bytes(msg.h.nonce, sizeof(msg.h.nonce));
+    shoal_boot_hello_mac(secret, nonce, &msg.h, msg.h.mac);
+    (void)!send(fd, &msg, sizeof(msg), MSG_NOSIGNAL);
+}
+
+/* A co-tenant on a host that also runs a rank of the job (127.0.0.4: neither loopback's
+ * 127.0.0.1 nor the root's published address, so not trusted) fails 8 proofs and opens the
+ * breaker against the host. The real rank there must still join: a connection that proves
+ * the secret closes the breaker. Yet the breaker still sheds the stranger: while one
+ * connection of the host is pending, the next ones are closed at accept, and the pending one
+ * is refused after a short hello deadline. The root refused every connection of the host at
+ * accept for the whole cool-down (a minute): the real rank could not join. */
+static void adv_case_breaker_cotenant(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    uint8_t nonce[SHOAL_BOOT_NONCE], bad[SHOAL_SECRET_BYTES], mac[SHOAL_HMAC_BYTES];
+    int refused = 0, held = -1, shed = 0, joined = 0, closed_ok = 0, late = 0;
+    int32_t why = 0, why_held = 0;
+    double t0;
+    adv_new_root(&u, hex);
+    if (u.root.ss_family != AF_INET) {
+        tap_skip(1, "the root is not on IPv4 loopback");
+        return;
+    }
+    memcpy(bad, u.secret, sizeof(bad));
+    bad[0] ^= 0x01;
+    for (int i = 0; i < 8; i++) {
+        int fd = adv_dial_from(&u, "127.0.0.4");
+        if (fd >= 0 && adv_read_challenge(fd, nonce) == 0) {
+            adv_send_hello(fd, &u, nonce, bad);
+            refused += adv_expect_refused(fd, 3000, &why) == 1 && why == SHOAL_ERR_AUTH;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    /* The breaker is open: one connection is challenged and held, the next ones are shed. */
+    held = adv_dial_from(&u, "127.0.0.4");
+    if (held >= 0 && adv_read_challenge(held, nonce) == 0) {
+        for (int i = 0; i < 3; i++) {
+            int fd = adv_dial_from(&u, "127.0.0.4");
+            shed += fd >= 0 && adv_read_challenge(fd, nonce) != 0;
+            if (fd >= 0) {
+                close(fd);
+            }
+        }
+        t0 = adv_now_ms();
+        late = adv_expect_refused(held, 6000, &why_held) == 1 &&
+               why_held == SHOAL_ERR_TIMEOUT && adv_now_ms() - t0 < 3000;
+    }
+    if (held >= 0) {
+        close(held);
+    }
+    /* The real rank of that host: challenged, welcomed; the breaker is closed after it. */
+    int fd = adv_dial_from(&u, "127.0.0.4");
+    if (fd >= 0 && adv_read_challenge(fd, nonce) == 0) {
+        shoal_boot_frame_t w;
+        adv_send_hello(fd, &u, nonce, u.secret);
+        joined = adv_read_n(fd, &w, sizeof(w), 3000) == 1 && w.type == SHOAL_BOOT_WELCOME &&
+                 adv_read_n(fd, mac, sizeof(mac), 3000) == 1;
+    }
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.4", &src.sin_addr);
+    /* The root closes the breaker just after it sends the welcome: a moment to do so. */
+    for (int i = 0; i < 100 && joined && !closed_ok; i++) {
+        closed_ok = !shoal_tenant_breaker_is_open((const struct sockaddr *)&src);
+        if (!closed_ok) {
+            usleep(10 * 1000);
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    tap_diag("co-tenant: %d refused with AUTH; then %d of 3 shed, the held one refused in "
+             "time: %d; the real rank welcomed: %d, breaker closed after it: %d", refused, shed,
+             late, joined, closed_ok);
+    tap_ok(refused == 8 && shed == 3 && late && joined && closed_ok,
+           "a co-tenant opens the breaker against a host: the job's rank there still joins "
+           "and closes it; the co-tenant's extra connections are shed");
 }
 
 /* A free IPv4 loopback port and a listener on it that never accepts, its backlog full: a
@@ -841,7 +950,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(24);
+    tap_plan(25);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -862,6 +971,7 @@ int main(int argc, char **argv)
     adv_case_tamper_up();
     adv_case_tamper_down();
     adv_case_breaker();
+    adv_case_breaker_cotenant();
     adv_case_root_unreachable();
     adv_case_source_flood();
     adv_case_cred_bound();
