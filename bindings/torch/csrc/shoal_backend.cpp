@@ -1504,6 +1504,8 @@ class ShoalBackend : public c10d::Backend {
 
     void run_completer()
     {
+        bool orphaned = false; // set by stop_completers on this thread: the backend is gone
+        orphaned_ = &orphaned;
         for (;;) {
             Completion c;
             {
@@ -1519,6 +1521,9 @@ class ShoalBackend : public c10d::Backend {
                 cq_waiting_.store(!cq_.empty(), std::memory_order_release);
             }
             c.task.work->mark_future(c.err);
+            if (orphaned) {
+                return; // a callback dropped the backend: `this` is gone (c is released here)
+            }
             {
                 std::lock_guard<std::mutex> lk(cmu_);
                 last_mark_ = Clock::now();
@@ -1543,7 +1548,26 @@ class ShoalBackend : public c10d::Backend {
         }
         ccv_.notify_all();
         for (auto &t : threads) {
+            if (t.get_id() == std::this_thread::get_id()) {
+                // A then-callback run by this completion thread dropped the last reference to
+                // the backend (destroy_process_group in a callback): the thread joined itself,
+                // std::system_error out of the destructor, std::terminate. It is left to end
+                // by itself when the callback returns, without touching the backend again.
+                *orphaned_ = true;
+                t.detach();
+                continue;
+            }
             t.join();
+        }
+        // Completions no thread took (the only one was this thread, or none could be started):
+        // their futures are marked here, so that no waiter waits for ever.
+        std::deque<Completion> left;
+        {
+            std::lock_guard<std::mutex> lk(cmu_);
+            left.swap(cq_);
+        }
+        for (auto &c : left) {
+            c.task.work->mark_future(c.err);
         }
     }
 
@@ -1578,6 +1602,9 @@ class ShoalBackend : public c10d::Backend {
     std::deque<Completion> cq_;          // finished tasks whose futures are to be marked
     std::atomic<bool> cq_waiting_{false}; // cq_ is not empty (the worker's idle look)
     std::vector<std::thread> completers_;
+    // A completion thread's flag that tells it the backend was destroyed under it (by a
+    // callback it ran); set by run_completer for its own thread.
+    static thread_local bool *orphaned_;
     size_t cidle_ = 0;   // completion threads waiting for one
     bool cstop_ = false; // the destructor ends them
     Clock::time_point last_mark_{};  // a completion thread last finished marking a future
@@ -1591,6 +1618,8 @@ class ShoalBackend : public c10d::Backend {
                                                  std::chrono::milliseconds(timeout_ms));
     }
 };
+
+thread_local bool *ShoalBackend::orphaned_ = nullptr;
 
 // all_to_all_single. Equal splits are one shoal_alltoall. Unequal splits: the ranks first
 // exchange their send sizes (an alltoall of world-size int64), each checks that what its peers

@@ -208,6 +208,47 @@ def forked_child(res):
     dist.destroy_process_group(sub)
 
 
+def callback_drops_backend(res, gloo):
+    """A then-callback that destroys its process group and drops the last reference to it
+    (rank 0's runs on a completion thread: its receive completes only after the callback was
+    chained): the backend's destructor ran on that completion thread and joined it, which
+    killed the process (std::terminate). The callback now returns its value and the backend's
+    worker is gone by then."""
+    sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
+    holder = [sub]
+    del sub
+    seen = {}
+
+    def callback(f):
+        before = len(os.listdir("/proc/self/task"))
+        dist.destroy_process_group(holder.pop())
+        gc.collect()  # the last reference: the backend's destructor runs here
+        seen["threads_ended"] = before - len(os.listdir("/proc/self/task"))
+        return f.value()[0] * 2
+    if R == 0:
+        w = dist.irecv(torch.zeros(4), src=1, group=holder[0])
+        fut = w.get_future().then(callback)
+        del w
+        dist.barrier(group=gloo)
+    else:
+        dist.barrier(group=gloo)
+        w = dist.isend(torch.full((4,), 3.0), dst=0, group=holder[0])
+        fut = w.get_future().then(callback)
+        del w
+    try:
+        got = fut.wait()
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        res["callback_drops_backend"] = "raised %s: %s" % (type(e).__name__, str(e)[:300])
+        return
+    want = [6.0] * 4  # 3.0 sent by rank 1, doubled
+    if got.tolist() != want:
+        res["callback_drops_backend"] = "got %s" % got.tolist()
+    elif holder or seen.get("threads_ended", 0) < 1:
+        res["callback_drops_backend"] = "the backend was not destroyed in the callback: %s" % seen
+    else:
+        res["callback_drops_backend"] = "ok"
+
+
 def main():
     dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
     gloo = dist.new_group(backend="gloo")
@@ -285,6 +326,7 @@ def main():
         res["wait_inside_batch"] = wait_inside_batch()
         shutdown_pending(res, gloo)
         forked_child(res)
+        callback_drops_backend(res, gloo)
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)
