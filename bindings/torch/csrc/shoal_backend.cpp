@@ -1005,8 +1005,13 @@ class ShoalBackend : public c10d::Backend {
     // are issued at once, stream-ordered, as outside a batch.
     bool supportsCoalescing() const override { return true; }
 
+    // The coalescing entry points refuse a forked process as enqueue does: the batch state and
+    // mu_ there are copies of the parent's (a batch the parent had open, a lock its worker
+    // held at the fork), so startCoalescing succeeded or said "a batch is open", and
+    // endCoalescing returned a finished empty batch or raised "without startCoalescing".
     void startCoalescing() override
     {
+        refuse_if_forked("startCoalescing (batch_isend_irecv)");
         std::lock_guard<std::mutex> g(mu_);
         TORCH_CHECK(!coalescing_, "shoal backend: startCoalescing while a batch is open");
         coalescing_ = true;
@@ -1014,6 +1019,7 @@ class ShoalBackend : public c10d::Backend {
 
     c10::intrusive_ptr<c10d::Work> endCoalescing() override
     {
+        refuse_if_forked("endCoalescing (batch_isend_irecv)");
         std::vector<Task> batch;
         c10::intrusive_ptr<c10d::Work> cuda_work;
         {
@@ -1090,6 +1096,9 @@ class ShoalBackend : public c10d::Backend {
     // Returns whether one was open.
     bool abandon_batch(const char *why) noexcept
     {
+        if (forked()) {
+            return false; // the parent's batch (and its lock), not this process's
+        }
         std::vector<Task> batch;
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -1205,13 +1214,7 @@ class ShoalBackend : public c10d::Backend {
                                            std::vector<at::Tensor> inputs = {},
                                            bool batchable = true)
     {
-        if (forked()) {
-            C10_THROW_ERROR(DistBackendError,
-                            who() + ": " + op_name(title) + ": this process was forked from " +
-                                "process " + std::to_string(owner_) + ", which made the "
-                                "process group; a forked process cannot use it (make a process "
-                                "group of its own)");
-        }
+        refuse_if_forked(op_name(title));
         {
             std::lock_guard<std::mutex> g(mu_);
             if (shut_down_) {
@@ -1321,6 +1324,18 @@ class ShoalBackend : public c10d::Backend {
     // pthread_cond_destroy (waiting for the parent's worker to leave cv_). Every entry point
     // that would touch them asks this first.
     bool forked() const { return getpid() != owner_; }
+
+    // Raises, in a forked process, what the group's entry points say there.
+    void refuse_if_forked(const char *what) const
+    {
+        if (forked()) {
+            C10_THROW_ERROR(DistBackendError,
+                            who() + ": " + what + ": this process was forked from process " +
+                                std::to_string(owner_) + ", which made the process group; a "
+                                "forked process cannot use it (make a process group of its "
+                                "own)");
+        }
+    }
 
     // In a forked process: the parent's threads are not joined (they are not here), and the
     // copied locks and condition variables are made anew, without their destructors, which

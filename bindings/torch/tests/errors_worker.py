@@ -159,9 +159,10 @@ def forked_child(res):
     SHOAL_ERR_INVALID_ARG: no error"), and dropping the group hung the child in the backend's
     destructor (pthread_cond_destroy of a condition variable the parent's worker waited on).
     A work pending at the fork, waited for in the child, raised the same sentence (its worker
-    and completion threads are the parent's). Now the collective and that wait raise at once
-    saying why, destroying the group and dropping the backend return, and the parent's group
-    still works."""
+    and completion threads are the parent's). The coalescing entry points had no check at all.
+    Now the collective, that wait and the coalescing calls raise at once saying why,
+    destroying the group and dropping the backend return, and the parent's group still
+    works."""
     sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
     dist.all_reduce(torch.ones(2), group=sub)  # the worker thread has run
     # pending at the fork: rank 1 sends only after its child ended
@@ -176,6 +177,15 @@ def forked_child(res):
             os.write(wfd, ("call:" + v + "\n").encode())
             v = expect(dist.DistBackendError, ["forked"], pend.wait) if pend else "ok"
             os.write(wfd, ("pending:" + v + "\n").encode())
+            # the coalescing entry points (batch_isend_irecv's) had no fork check: the batch
+            # opened on the parent's copied state, and its end said "without startCoalescing"
+            cpu = torch.device("cpu")
+            v = expect(dist.DistBackendError, ["forked", "startCoalescing"],
+                       lambda: sub._start_coalescing(cpu))
+            os.write(wfd, ("start:" + v + "\n").encode())
+            v = expect(dist.DistBackendError, ["forked", "endCoalescing"],
+                       lambda: sub._end_coalescing(cpu))
+            os.write(wfd, ("end:" + v + "\n").encode())
             dist.destroy_process_group(sub)
             os.write(wfd, b"destroyed\n")
             del sub  # the last reference: the backend's destructor runs
@@ -194,7 +204,8 @@ def forked_child(res):
         os.waitpid(pid, 0)
     with os.fdopen(rfd) as f:
         lines = f.read().split("\n")
-    if hung or lines[:4] != ["call:ok", "pending:ok", "destroyed", "released"]:
+    if hung or lines[:6] != ["call:ok", "pending:ok", "start:ok", "end:ok", "destroyed",
+                             "released"]:
         res["forked_child"] = "child %s, said %s" % ("hung" if hung else "ended", lines)
     else:
         res["forked_child"] = "ok"
