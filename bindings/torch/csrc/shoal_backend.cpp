@@ -355,8 +355,13 @@ class ShoalWork : public c10d::Work {
             }
             // The worker's own answer stays the truth when it comes soon: a peer that sent its
             // last message and exited (a job's end) completes this call rather than failing
-            // it, and a call that cannot complete fails at its driver's next idle step.
-            if (failed && cv_.wait_for(lock, kWorkerGrace, [this] { return completed_; })) {
+            // it, and a call that cannot complete fails at its driver's next idle step. The
+            // grace ends at the wait's deadline: it overran a short timeout by up to 500 ms.
+            auto grace = std::chrono::steady_clock::now() + kWorkerGrace;
+            if (timeout != ::kNoTimeout) {
+                grace = std::min(grace, deadline);
+            }
+            if (failed && cv_.wait_until(lock, grace, [this] { return completed_; })) {
                 break;
             }
             if (failed) {
