@@ -18,6 +18,7 @@ Under shoalrun, mpirun or srun, which set no RANK/WORLD_SIZE, importing this pac
 in from the launcher (see launcher_env), so init_process_group("shoal") works there too.
 """
 import contextlib
+import ctypes
 import functools
 import inspect
 import os
@@ -164,11 +165,29 @@ _SECRETS = ("SHOAL_UID", "SHOAL_SECRET", "SHOAL_CREDENTIAL")
 _UNUSED_SECRETS = ("SHOAL_UID", "SHOAL_SECRET")
 
 
+def _in_c_environ(name):
+    """Whether the C environment (which libshoal reads, and removes its secrets from) still
+    holds name; os.environ is Python's copy, made at startup."""
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    getenv.argtypes = [ctypes.c_char_p]
+    return getenv(name.encode()) is not None
+
+
 def _create(store, rank, size, timeout):
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
     # the group's timeout becomes every wait's deadline inside shoal (<= 0: infinite)
-    backend = _C.create_backend(store, rank, size, int(timeout.total_seconds() * 1000))
+    try:
+        backend = _C.create_backend(store, rank, size, int(timeout.total_seconds() * 1000))
+    except BaseException:
+        # A failed init (a refused credential, a peer that never came) left the secrets libshoal
+        # had read (and removed from the C environment) in os.environ, which a process started
+        # with env=os.environ then inherited. Those it has not read yet stay for a retry.
+        for k in _SECRETS:
+            if k in os.environ and not _in_c_environ(k):
+                os.environ.pop(k, None)
+        raise
     for k in _SECRETS:  # read by now (the library's configuration is loaded)
         os.environ.pop(k, None)
     return backend

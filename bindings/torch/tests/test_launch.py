@@ -86,6 +86,30 @@ def test_unique_id_leaves_the_store():
         assert "UID_LEFT False" in res.outs[r], res.text()[-5000:]
 
 
+_FAILED_INIT = """
+import os, subprocess, sys
+import torch.distributed as dist
+sys.path.insert(0, %r)
+import shoal_torch
+try:
+    dist.init_process_group("shoal", rank=0, world_size=1, store=dist.HashStore())
+    print("INIT succeeded")
+except dist.DistBackendError:
+    pass
+child = subprocess.run(["env"], env=dict(os.environ), capture_output=True, text=True).stdout
+print("LEFT %%s" %% ("SHOAL_CREDENTIAL" in os.environ or "SHOAL_CREDENTIAL=" in child))
+"""
+
+
+def test_credential_leaves_environ_after_failed_init():
+    """An init that fails after libshoal read SHOAL_CREDENTIAL (here one it refuses) left the
+    credential in os.environ: a process the script then started with env=os.environ (a retry,
+    an error reporter) inherited the tenant's credential. It is removed as on success."""
+    rc, out = _run([sys.executable, "-c", _FAILED_INIT % HERE],
+                   env={"SHOAL_CREDENTIAL": "shoal-cred-v1:not-a-valid-one"}, timeout=60)
+    assert rc == 0 and "LEFT False" in out, out[-3000:]
+
+
 def test_shoal_vars_disagreeing_with_the_launcher():
     """`mpirun -x SHOAL_NRANKS=3 -np 2`: SHOAL_NRANKS (or SHOAL_RANK) set alone and different
     from the launcher's value is an error naming both, as in shoal_comm_init_env; agreeing or
