@@ -1222,11 +1222,7 @@ class ShoalBackend : public c10d::Backend {
         refuse_if_forked(op_name(title));
         {
             std::lock_guard<std::mutex> g(mu_);
-            if (shut_down_) {
-                C10_THROW_ERROR(DistBackendError, who() + ": " + op_name(title) +
-                                                      ": the process group was shut down "
-                                                      "(destroy_process_group)");
-            }
+            refuse_if_shut_down(title);
         }
         inputs.insert(inputs.end(), outputs.begin(), outputs.end());
         c10::Device dev = call_device(inputs, op_name(title));
@@ -1247,6 +1243,10 @@ class ShoalBackend : public c10d::Backend {
         std::deque<Task> done;
         {
             std::lock_guard<std::mutex> g(mu_);
+            // Again, under the lock that queues it: a shutdown() on another thread since the
+            // check above had ended the worker, and the task queued after it never ran (its
+            // wait() without a timeout waited for ever).
+            refuse_if_shut_down(title);
             if (batchable && coalescing_) {
                 work->set_batched(true);
                 batch_.push_back(Task{work, std::move(fn)}); // run by endCoalescing's task
@@ -1258,6 +1258,16 @@ class ShoalBackend : public c10d::Backend {
         }
         cv_.notify_one();
         return work; // `done` (finished tasks and their tensors) released here, on this thread
+    }
+
+    // Under mu_: raises once shutdown() ran.
+    void refuse_if_shut_down(const char *title) const
+    {
+        if (shut_down_) {
+            C10_THROW_ERROR(DistBackendError, who() + ": " + op_name(title) +
+                                                  ": the process group was shut down "
+                                                  "(destroy_process_group)");
+        }
     }
 
     // Waits until the worker has finished every task queued before (they have taken their

@@ -260,6 +260,41 @@ def callback_drops_backend(res, gloo):
         res["callback_drops_backend"] = "ok"
 
 
+def call_racing_shutdown(trials=30):
+    """destroy_process_group of a group (of rank 0 alone) while another thread keeps issuing
+    all_reduces on it: a call that passed the backend's "shut down" check just before the
+    shutdown was queued after the worker had ended, so it never ran, and its wait() without a
+    timeout waited for ever (here: did not complete within 2 s, in 5-7 groups of 30). Every
+    call now either runs (or fails with the group's abort) or raises "shut down"."""
+    lost = 0
+    for _ in range(trials):
+        sub = dist.new_group(ranks=[0], backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
+        if R != 0:
+            continue
+        backend = sub._get_backend(torch.device("cpu"))
+        works, stop = [], threading.Event()
+
+        def issue():
+            t = torch.ones(1)
+            while not stop.is_set():
+                try:
+                    works.append(backend.allreduce([t]))
+                except Exception:  # noqa: BLE001 - "shut down": the end of this trial
+                    return
+        th = threading.Thread(target=issue, daemon=True)
+        th.start()
+        time.sleep(0.01)
+        dist.destroy_process_group(sub)
+        stop.set()
+        th.join(TIMEOUT_S)
+        for w in works[-5:]:
+            try:
+                w.wait(timeout=timedelta(seconds=2))
+            except Exception as e:  # noqa: BLE001 - a failure (the abort) is fine, not a hang
+                lost += "did not complete" in str(e)
+    return "ok" if lost == 0 else "%d calls of %d groups never ran" % (lost, trials)
+
+
 def main():
     dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
     gloo = dist.new_group(backend="gloo")
@@ -338,6 +373,7 @@ def main():
         shutdown_pending(res, gloo)
         forked_child(res)
         callback_drops_backend(res, gloo)
+        res["call_racing_shutdown"] = call_racing_shutdown()
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)
