@@ -309,7 +309,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
     p->gid = gid;
     p->rank = snap->rank;
     p->nranks = snap->nranks;
-    p->ngpus = snap->ngpus < 0 ? 0 : SHOAL_MIN(snap->ngpus, SHOAL_METER_MAX_GPUS);
+    p->ngpus = snap->ngpus < 0 ? 0 : SHOAL_MIN(snap->ngpus, SHOAL_METER_NGPUS_MAX);
     p->comm_id = snap->comm_id;
     /* The job says when the communicator was made; it cannot be before the process started
      * nor after it registered. */

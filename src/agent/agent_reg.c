@@ -333,7 +333,9 @@ static const char *shoald_reg_page_check(const shoal_meter_page_t *s)
         return "the page's size field is wrong";
     if (s->nranks <= 0 || s->rank < 0 || s->rank >= s->nranks)
         return "the page's rank is out of range";
-    if (s->ngpus < 0 || s->ngpus > SHOAL_METER_MAX_GPUS)
+    /* gpus[] lists the first SHOAL_METER_MAX_GPUS; the count is all of them (a rank that
+     * sees 17 MIG instances or declares count:32 was refused, and ran unmetered) */
+    if (s->ngpus < 0 || s->ngpus > SHOAL_METER_NGPUS_MAX)
         return "the page's GPU count is out of range";
     if (!shoald_name_ok(s->job, sizeof(s->job)))
         return "the page's job name is missing or not printable";

@@ -114,7 +114,7 @@ int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max)
     }
     if (strncmp(text, "count:", 6) == 0) {
         long c = strtol(text + 6, NULL, 10);
-        return c < 0 ? 0 : c > 4096 ? 4096 : (int)c;
+        return c < 0 ? 0 : c > SHOAL_METER_NGPUS_MAX ? SHOAL_METER_NGPUS_MAX : (int)c;
     }
     /* A list: ordinals, or CUDA_VISIBLE_DEVICES UUIDs (GPU-..., MIG-...): counted, no
      * ordinal. CUDA stops at the first invalid entry (e.g. -1); so do we. */
@@ -135,7 +135,7 @@ int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max)
         }
         s = end + 1;
     }
-    return n;
+    return SHOAL_MIN(n, SHOAL_METER_NGPUS_MAX);
 }
 
 /* Identity of the page: the communicator's resolved identity (src/tenant: the credential when

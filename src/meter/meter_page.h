@@ -30,6 +30,10 @@
 #define SHOAL_METER_PAGE_BYTES 4096
 #define SHOAL_METER_NAME_MAX 64       /* = SHOAL_TENANT_NAME_MAX */
 #define SHOAL_METER_MAX_GPUS 16
+/* ngpus counts every GPU the rank declared (count:N, or a list of CUDA_VISIBLE_DEVICES
+ * entries, MIG instances included), gpus[] names the first SHOAL_METER_MAX_GPUS: a count is
+ * at most this. */
+#define SHOAL_METER_NGPUS_MAX 4096
 
 /* Collectives counted (same order as src/coll's shoal_coll_type_t). */
 enum {
@@ -72,7 +76,8 @@ typedef struct {
     int32_t nranks;
     int32_t qos_class;                   /* shoal_qos_class_t */
     int32_t qos_weight;
-    int32_t ngpus;                       /* GPUs this rank declared or uses */
+    int32_t ngpus;                       /* GPUs this rank declared or uses, at most
+                                          * SHOAL_METER_NGPUS_MAX */
     int32_t gpus[SHOAL_METER_MAX_GPUS];  /* their indices (CUDA ordinal), -1 unused */
     int32_t pid;
     uint32_t pad0;

@@ -98,6 +98,15 @@ is "$(metric "shoal_rank_collective_ops_total{$AJ,rank=\"1\"}")" 107 "per-rank s
 BJ='tenant="beta",shoal_job="infer"'
 UCXO='transport="ucx",locality="other_host",direction="sent"'
 is "$(metric "shoal_payload_bytes_total{$BJ,$UCXO}")" 777 "beta's ucx bytes"
+# A rank with more GPUs than the page lists by ordinal (16): 20 MIG instances in
+# CUDA_VISIBLE_DEVICES, or count:20. The library counts them all (meter_page.h, ngpus); the
+# agent refused such a page ("GPU count is out of range"), so the rank ran unmetered.
+client m0 --tenant beta --job mig --cred "$(cred beta mig)" --ngpus 20 --set ops:0=1
+ok $? "a rank declaring 20 GPUs registered" "$T/m0.out"
+scrape >/dev/null
+is "$(metric "shoal_gpus_allocated{tenant=\"beta\",shoal_job=\"mig\"}")" 20 \
+    "it is billed for its 20 GPUs"
+kill "$PID_m0" 2>/dev/null
 WJ='tenant="acme",shoal_job="we\"ird\\job"'
 is "$(metric "shoal_collective_ops_total{$WJ,collective=\"barrier\"}")" 3 \
     "label values are escaped (quote and backslash)"

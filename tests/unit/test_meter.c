@@ -91,6 +91,19 @@ int main(void)
                                   SHOAL_METER_MAX_GPUS),
            18, "more GPUs than the page lists: all counted");
     tap_is_int(g[15], 15, "... the first 16 listed");
+    /* The agent takes a count up to SHOAL_METER_NGPUS_MAX: a longer list is that many. */
+    {
+        static char many[2 * (SHOAL_METER_NGPUS_MAX + 4)];
+        for (int i = 0; i < SHOAL_METER_NGPUS_MAX + 4; i++) {
+            many[2 * i] = '1';
+            many[2 * i + 1] = i + 1 < SHOAL_METER_NGPUS_MAX + 4 ? ',' : '\0';
+        }
+        tap_is_int(shoal_meter_gpus_parse(many, g, SHOAL_METER_MAX_GPUS), SHOAL_METER_NGPUS_MAX,
+                   "a list of %d GPUs counts %d", SHOAL_METER_NGPUS_MAX + 4,
+                   SHOAL_METER_NGPUS_MAX);
+        tap_is_int(shoal_meter_gpus_parse("count:5000", g, SHOAL_METER_MAX_GPUS),
+                   SHOAL_METER_NGPUS_MAX, "count:5000 counts %d", SHOAL_METER_NGPUS_MAX);
+    }
     /* The layout is the agent's contract: offsets it may hard-code must not move. */
     tap_ok(sizeof(shoal_meter_page_t) <= SHOAL_METER_PAGE_BYTES, "page fits %d bytes",
        SHOAL_METER_PAGE_BYTES);
