@@ -285,6 +285,17 @@ uint64_t shoald_unix_ns(void);
 int shoald_name_ok(const char *s, size_t max);
 /* GPU-seconds the page lived within [from_ns, to_ns). */
 double shoald_page_gpu_seconds(const shoald_page_t *p, uint64_t from_ns, uint64_t to_ns);
+/* The part of page q's life a sum counts: 1 and [*s, *e) (unix ns, *e > *s), else 0. */
+typedef int (*shoald_span_fn)(const shoald_page_t *q, void *arg, uint64_t *s, uint64_t *e);
+/* Allocated GPU-seconds at page p over the spans that span() gives. Every communicator of a
+ * process declares the process's GPUs, so they are counted once per process: the union of
+ * the spans of its pages in p's job times the most GPUs one declares, at its first page in
+ * the job's list with a span, 0 at its other pages (a page without a process entry counts
+ * its own span). */
+double shoald_proc_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg);
+/* The same over the pages' lives up to now_ns (unix ns), superseded pages left out: what
+ * shoal_allocated_gpu_seconds_total adds for the live and the unbilled pages. */
+double shoald_page_life_gpu_seconds(const shoald_page_t *p, uint64_t now_ns);
 /* Counts a refusal for the claimed tenant and the uid; applies the abuse rule. */
 void shoald_abuse_note(shoald_t *a, const char *claimed_tenant, uid_t uid, int auth_failure);
 

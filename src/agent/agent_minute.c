@@ -778,6 +778,27 @@ static void shoald_minute_fold(const shoald_job_t *j, const shoald_page_t *p, in
     }
 }
 
+/* Minute t of a batch that bills minutes first..minute (to_ns the batch's end): a billable
+ * page's unbilled time in it (the first takes all before it), as shoald_minute_job bills it. */
+typedef struct {
+    int64_t t, first, minute, m;
+    uint64_t to_ns;
+} shoald_minute_win_t;
+
+static int shoald_minute_span(const shoald_page_t *p, void *arg, uint64_t *s, uint64_t *e)
+{
+    const shoald_minute_win_t *w = arg;
+    uint64_t from = p->billed[SHOALD_CUR_BILLED_NS], lo, hi;
+
+    if (!shoald_minute_billable(p))
+        return 0;
+    lo = w->t == w->first ? from : SHOAL_MAX(from, (uint64_t)w->t * 1000000000ull);
+    hi = w->t == w->minute ? w->to_ns : (uint64_t)(w->t + w->m) * 1000000000ull;
+    *s = SHOAL_MAX(lo, p->created_ns);
+    *e = p->end_ns != 0 ? SHOAL_MIN(p->end_ns, hi) : hi;
+    return *e > *s;
+}
+
 static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t minute,
                                         uint64_t to_ns, shoald_batch_t *b, size_t *cap)
 {
@@ -788,6 +809,7 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
     shoald_page_t *p;
     uint64_t from, lo, hi, end;
     int used = 0, alive;
+    shoald_minute_win_t win;
 
     for (p = j->pages; p != NULL; p = p->next) {
         if (!shoald_minute_billable(p))
@@ -798,6 +820,7 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
     if (j->last_minute >= 0)
         first = SHOAL_MAX(first, j->last_minute + m);
     first = SHOAL_MAX(first, minute - (SHOALD_MINUTE_FILL_MAX - 1) * m);
+    win = (shoald_minute_win_t){.first = first, .minute = minute, .m = m, .to_ns = to_ns};
     for (t = first; t <= minute; t += m) {
         alive = 0;
         for (p = j->pages; p != NULL; p = p->next) {
@@ -818,7 +841,9 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
                     goto err_oom;
                 alive = 1;
             }
-            rec->gpu_seconds += shoald_page_gpu_seconds(p, lo, hi);
+            /* a process's GPUs once, however many of its communicators lived in t */
+            win.t = t;
+            rec->gpu_seconds += shoald_proc_gpu_seconds(p, shoald_minute_span, &win);
         }
         if (t < minute && alive)
             rec->minute = t;

@@ -405,6 +405,96 @@ double shoald_page_gpu_seconds(const shoald_page_t *p, uint64_t from_ns, uint64_
     return (double)p->ngpus * (double)(e - s) / 1e9;
 }
 
+typedef struct {
+    uint64_t s, e;
+} shoald_span_t;
+
+/* GPU-seconds of the pages of process pr in job j over their spans (span()), but skip: the
+ * union of the spans times the most GPUs one of those pages declares. */
+static double shoald_proc_union(const shoald_job_t *j, const shoald_proc_t *pr,
+                                const shoald_page_t *skip, shoald_span_fn span, void *arg)
+{
+    shoald_span_t buf[16], *v = buf, *more, t;
+    const shoald_page_t *q;
+    size_t n = 0, cap = SHOAL_ARRAY_SIZE(buf), i, k;
+    uint64_t s, e, len = 0, end = 0;
+    int32_t gpus = 0;
+    double sum = 0.0;
+    int oom = 0;
+
+    for (q = j->pages; q != NULL; q = q->next) {
+        if (q == skip || q->proc != pr || !span(q, arg, &s, &e))
+            continue;
+        sum += (double)q->ngpus * (double)(e - s) / 1e9;
+        gpus = SHOAL_MAX(gpus, q->ngpus);
+        if (oom)
+            continue;
+        if (n == cap) {
+            more = realloc(v == buf ? NULL : v, 2 * cap * sizeof(*v));
+            if (more == NULL) {
+                oom = 1;
+                continue;
+            }
+            if (v == buf)
+                memcpy(more, buf, sizeof(buf));
+            v = more;
+            cap *= 2;
+        }
+        v[n++] = (shoald_span_t){s, e};
+    }
+    if (oom) {
+        if (v != buf)
+            free(v);
+        return sum; /* out of memory: each page counted (the old overcount, nothing lost) */
+    }
+    for (i = 1; i < n; i++) { /* by start (a process has a few communicators) */
+        t = v[i];
+        for (k = i; k > 0 && v[k - 1].s > t.s; k--)
+            v[k] = v[k - 1];
+        v[k] = t;
+    }
+    for (i = 0; i < n; i++) {
+        s = SHOAL_MAX(v[i].s, end);
+        if (v[i].e > s)
+            len += v[i].e - s;
+        end = SHOAL_MAX(end, v[i].e);
+    }
+    if (v != buf)
+        free(v);
+    return (double)gpus * (double)len / 1e9;
+}
+
+double shoald_proc_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg)
+{
+    const shoald_page_t *q;
+    uint64_t s, e;
+
+    if (!span(p, arg, &s, &e))
+        return 0.0;
+    if (p->proc == NULL)
+        return (double)p->ngpus * (double)(e - s) / 1e9;
+    for (q = p->job->pages; q != p; q = q->next) {
+        if (q->proc == p->proc && span(q, arg, &s, &e))
+            return 0.0; /* counted at q, the process's first page with a span */
+    }
+    return shoald_proc_union(p->job, p->proc, NULL, span, arg);
+}
+
+/* A page's life up to now (arg: unix ns), not superseded (its successor counts it). */
+static int shoald_page_life_span(const shoald_page_t *q, void *arg, uint64_t *s, uint64_t *e)
+{
+    uint64_t now = *(const uint64_t *)arg;
+
+    *s = q->created_ns;
+    *e = q->end_ns != 0 ? SHOAL_MIN(q->end_ns, now) : now;
+    return !q->superseded && *e > *s;
+}
+
+double shoald_page_life_gpu_seconds(const shoald_page_t *p, uint64_t now_ns)
+{
+    return shoald_proc_gpu_seconds(p, shoald_page_life_span, &now_ns);
+}
+
 static int shoald_page_billed(const shoald_t *a, const shoald_page_t *p)
 {
     int i;
@@ -492,7 +582,7 @@ static int shoald_page_may_return(const shoald_page_t *p)
 
 void shoald_pages_collect(shoald_t *a)
 {
-    uint64_t now = shoal_time_ns();
+    uint64_t now = shoal_time_ns(), unow = shoald_unix_ns();
     shoald_job_t **jp, *j;
     shoald_page_t **pp, *p;
     int i;
@@ -506,8 +596,17 @@ void shoald_pages_collect(shoald_t *a)
             }
             for (i = 0; i < SHOALD_NCTR && !p->superseded; i++)
                 j->gone[i] += p->ctr[i];
-            if (!p->superseded)
+            if (!p->superseded && p->proc == NULL) {
                 j->gone_gpu_s += shoald_page_gpu_seconds(p, 0, p->end_ns);
+            } else if (!p->superseded) {
+                /* what only p covers of its process's time: the rest stays counted by the
+                 * process's pages that remain (shoald_page_life_gpu_seconds), so the sum
+                 * neither drops nor counts the process's GPUs twice */
+                j->gone_gpu_s += shoald_proc_union(j, p->proc, NULL, shoald_page_life_span,
+                                                   &unow) -
+                                 shoald_proc_union(j, p->proc, p, shoald_page_life_span,
+                                                   &unow);
+            }
             *pp = p->next;
             if (p->proc != NULL)
                 p->proc->npages--;

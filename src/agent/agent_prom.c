@@ -105,6 +105,30 @@ typedef struct {
     double gpu_s;
 } shoald_job_sum_t;
 
+/* The GPUs of live page p's process, at its first live page in the job (every communicator
+ * of a process declares the process's GPUs), 0 at its others. */
+static int32_t shoald_prom_proc_gpus(const shoald_job_t *j, const shoald_page_t *p)
+{
+    const shoald_page_t *q;
+    int32_t gpus = p->ngpus;
+    int seen_p = 0;
+
+    if (p->proc == NULL)
+        return gpus;
+    for (q = j->pages; q != NULL; q = q->next) {
+        if (q == p) {
+            seen_p = 1;
+            continue;
+        }
+        if (q->proc != p->proc || q->superseded || q->end_ns != 0)
+            continue;
+        if (!seen_p)
+            return 0; /* counted at q, the process's first live page */
+        gpus = SHOAL_MAX(gpus, q->ngpus);
+    }
+    return gpus;
+}
+
 static void shoald_prom_job_sum(const shoald_job_t *j, uint64_t now_ns, shoald_job_sum_t *s)
 {
     const shoald_page_t *p;
@@ -124,10 +148,10 @@ static void shoald_prom_job_sum(const shoald_job_t *j, uint64_t now_ns, shoald_j
             continue;
         for (i = 0; i < SHOALD_NCTR; i++)
             s->c[i] += p->ctr[i];
-        s->gpu_s += shoald_page_gpu_seconds(p, 0, now_ns);
+        s->gpu_s += shoald_page_life_gpu_seconds(p, now_ns);
         if (p->end_ns == 0) {
             s->ranks++;
-            s->gpus += (unsigned)p->ngpus;
+            s->gpus += (unsigned)shoald_prom_proc_gpus(j, p);
         }
     }
 }
@@ -165,13 +189,14 @@ static void shoald_prom_jobs(shoald_t *a, const char *tenant, shoald_text_t *t)
         shoald_text_printf(t, "} %u\n", sums[k].ranks);
     }
     shoald_prom_family(t, "shoal_gpus_allocated", "gauge",
-                       "GPUs declared by the ranks alive.");
+                       "GPUs declared by the ranks alive (a process's once, however many "
+                       "communicators it registered).");
     SHOALD_FOR_JOBS {
         shoald_prom_job_labels(t, "shoal_gpus_allocated", j);
         shoald_text_printf(t, "} %u\n", sums[k].gpus);
     }
     shoald_prom_family(t, "shoal_allocated_gpu_seconds_total", "counter",
-                       "GPUs times the seconds their ranks lived.");
+                       "GPUs times the seconds their ranks lived (a process's GPUs once).");
     SHOALD_FOR_JOBS {
         shoald_prom_job_labels(t, "shoal_allocated_gpu_seconds_total", j);
         shoald_text_printf(t, "} %.3f\n", sums[k].gpu_s);

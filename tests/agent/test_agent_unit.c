@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -265,9 +266,78 @@ static void test_procs_gone(void)
     shoald_config_free(&cfg);
 }
 
+/* Every communicator of a process declares the process's GPUs: two pages of one process with
+ * 2 GPUs each, living [1 s, 11 s) and [5 s, 21 s), are 2 x 20 GPU-seconds (2 x 26 were
+ * exported), and stay so once the collect folds them into the job's gone pages. */
+static void test_gpu_once(void)
+{
+    static const char *const series =
+        "shoal_allocated_gpu_seconds_total{tenant=\"acme\",shoal_job=\"gpu\"} ";
+    shoald_config_t cfg;
+    shoald_job_t *j = calloc(1, sizeof(*j));
+    shoald_proc_t *pr = calloc(1, sizeof(*pr));
+    shoald_page_t *pg[2] = {calloc(1, sizeof(shoald_page_t)), calloc(1, sizeof(shoald_page_t))};
+    const uint64_t life[2][2] = {{1000000000ull, 11000000000ull},
+                                 {5000000000ull, 21000000000ull}};
+    shoald_text_t t = {0};
+    shoald_t a = {0};
+    const char *v;
+    char val[32];
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0); /* a pid that runs nothing now */
+    conf_load("", &cfg);
+    a.cfg = &cfg;
+    snprintf(j->tenant, sizeof(j->tenant), "acme");
+    snprintf(j->job, sizeof(j->job), "gpu");
+    j->last_minute = -1;
+    pr->pid = pid;
+    pr->npages = 2;
+    j->procs = pr;
+    for (int i = 0; i < 2; i++) {
+        pg[i]->job = j;
+        pg[i]->map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED | MAP_ANONYMOUS,
+                          -1, 0);
+        pg[i]->conn_fd = pg[i]->pidfd = -1;
+        pg[i]->pid = pid;
+        pg[i]->ngpus = 2;
+        pg[i]->proc = pr;
+        pg[i]->final = 1;
+        pg[i]->cursor_known = 1;
+        pg[i]->created_ns = life[i][0];
+        pg[i]->end_ns = life[i][1];
+        pg[i]->billed[SHOALD_CUR_BILLED_NS] = life[i][1]; /* billed to its end */
+    }
+    pg[0]->next = pg[1];
+    j->pages = pg[0];
+    a.jobs = j;
+    a.npages = 2;
+    shoald_prom_render(&a, NULL, &t);
+    v = t.buf != NULL ? strstr(t.buf, series) : NULL;
+    snprintf(val, sizeof(val), "(none)");
+    if (v != NULL)
+        sscanf(v + strlen(series), "%31s", val);
+    tap_is_str(val, "40.000", "one process's two pages: its 2 GPUs x 20 s, counted once");
+    free(t.buf);
+    memset(&t, 0, sizeof(t));
+    shoald_pages_collect(&a);
+    shoald_prom_render(&a, NULL, &t);
+    v = t.buf != NULL ? strstr(t.buf, series) : NULL;
+    snprintf(val, sizeof(val), "(none)");
+    if (v != NULL)
+        sscanf(v + strlen(series), "%31s", val);
+    tap_ok(a.jobs == j && j->pages == NULL && a.npages == 0, "both pages are collected");
+    tap_is_str(val, "40.000", "the job's GPU-seconds stay 40 once they are gone");
+    free(t.buf);
+    shoald_pages_free(&a);
+    shoald_config_free(&cfg);
+}
+
 int main(void)
 {
-    tap_plan(38);
+    tap_plan(41);
     test_escape();
     test_names();
     test_config();
@@ -275,5 +345,6 @@ int main(void)
     test_old_cursor(SHOAL_METER_NTL, "cuda_ipc", 0);
     test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
     test_procs_gone();
+    test_gpu_once();
     return tap_done();
 }

@@ -107,6 +107,25 @@ scrape >/dev/null
 is "$(metric "shoal_gpus_allocated{tenant=\"beta\",shoal_job=\"mig\"}")" 20 \
     "it is billed for its 20 GPUs"
 kill "$PID_m0" 2>/dev/null
+# One process with 2 GPUs and two communicators (a world and a split): each page declares the
+# process's GPUs, which were counted once per page (4 GPUs, twice the GPU-seconds)
+t0=$(date +%s%N)
+client c0 --tenant acme --job twocomm --cred "$(cred acme twocomm)" --ngpus 2 --set ops:0=1 \
+    --set2 ops:0=1
+i=0
+while ! grep -q '^second status=' "$T/c0.out" 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+sleep 1
+scrape >/dev/null
+t1=$(date +%s%N)
+CJ='tenant="acme",shoal_job="twocomm"'
+is "$(metric "shoal_ranks{$CJ}"):$(metric "shoal_gpus_allocated{$CJ}")" 2:2 \
+    "a process's two communicators: 2 ranks (communicators), its 2 GPUs once"
+gs=$(metric "shoal_allocated_gpu_seconds_total{$CJ}")
+awk -v g="$gs" -v l="$(( (t1 - t0) / 1000000 ))" 'BEGIN { exit !(g > 0 && g <= 2 * l / 1000) }'
+ok $? "its GPU-seconds ($gs) at most 2 GPUs x the time since it started"
+kill "$PID_c0" 2>/dev/null
 WJ='tenant="acme",shoal_job="we\"ird\\job"'
 is "$(metric "shoal_collective_ops_total{$WJ,collective=\"barrier\"}")" 3 \
     "label values are escaped (quote and backslash)"

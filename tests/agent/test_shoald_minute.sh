@@ -95,7 +95,20 @@ minutes_ok acme train 3 &&
            AND class <> 'reserved'")" = 0 ]
 ok $? "one record per minute ($(minutes_of acme train)), none missing or twice, class reserved"
 
-# 7-12: the database goes down for 3 minutes while a rank counts; nothing is lost
+# 7: one process with 2 GPUs and two communicators (a world and a split): each page declares
+# the process's GPUs, which were billed once per page (twice 2 GPUs x the lifetime)
+timeout -s KILL 30 "$MC" --sock "$SOCK" --tenant acme --job twocomm \
+    --cred "$(cred acme twocomm)" --ngpus 2 --tick 20 --hold 4 --set2 ops:0=1 \
+    >"$T/r1b.out" 2>&1
+rc=$?
+wait_minutes 2
+life=$(awk -v l="$(final_of life_ns "$T/r1b.out")" 'BEGIN { printf "%.4f", 2 * l / 1e9 }')
+gs=$(sum_gpu acme twocomm)
+[ "$rc" = 0 ] && grep -q '^second status=0' "$T/r1b.out" && within "$gs" "$life" 5
+ok $? "a process's 2 GPUs are billed once over its 2 communicators: $gs GPU-seconds within \
+0.5% of 2 x its lifetime ($life)" "$T/r1b.out"
+
+# 8-13: the database goes down for 3 minutes while a rank counts; nothing is lost
 BETA=$(cred beta infer)
 timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant beta --job infer --cred "$BETA" --ngpus 1 \
     --tick 20 --hold 9 >"$T/r2.out" 2>&1 &
@@ -123,7 +136,7 @@ minutes_ok beta infer 4 &&
     [ "$(q "SELECT count(*) FROM ledger_records WHERE tenant = 'beta' AND class <> 'spot'")" = 0 ]
 ok $? "beta's minutes ($(minutes_of beta infer)) have no gap and are billed spot (its class)"
 
-# 13-20: kill -9 of the agent in the middle of a job, down for more than two minutes; a new
+# 14-21: kill -9 of the agent in the middle of a job, down for more than two minutes; a new
 # agent; the rank registers again
 timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job crash --cred "$(cred acme crash)" \
     --ngpus 4 --tick 20 --hold 12 --rereg >"$T/r3.out" 2>"$T/r3.err" &
@@ -153,7 +166,7 @@ ok $? "GPU-seconds across the crash $gs within 0.5% of 4 GPUs x the lifetime ($l
 is "$(q "SELECT count(*) FROM ledger_records WHERE job = 'crash' AND gpu_seconds > 8.001")" 0 \
     "no minute holds more than 4 GPUs x 2 s"
 
-# 21-24: kill -9 again, and the database is down when the rank registers with the new agent
+# 22-25: kill -9 again, and the database is down when the rank registers with the new agent
 # (the rank is stopped meanwhile, so it registers only then): its cursor cannot be read, so
 # the page waits, counting, instead of being billed again from zero; exact once it answers
 timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job dbdown --cred "$(cred acme dbdown)" \
@@ -182,7 +195,7 @@ gs=$(sum_gpu acme dbdown)
 within "$gs" "$life" 5
 ok $? "its GPU-seconds $gs within 0.5% of 1 GPU x its lifetime ($life)"
 
-# 25-28: failures per cause
+# 26-29: failures per cause
 mc --tenant acme --job fails --cred "$(cred acme fails)" --set aborts=1
 mc --tenant acme --job fails --cred "$(cred acme fails)" --rank 0 --set peer_failures=3
 wait_minutes 2
@@ -202,7 +215,7 @@ wait_minutes 2
 is "$(q "SELECT sum(bytes_same_host) || ':' || sum(bytes_cross_host) FROM ledger_records
          WHERE job = 'devipc'")" 124456:0 "CUDA IPC bytes are billed as same-host bytes"
 
-# 29-33: a registration the library gave up on (its connection closed, the page still live)
+# 30-34: a registration the library gave up on (its connection closed, the page still live)
 # is billed to that point, and its cursor kept: the same page registered again goes on from
 # it (nothing counted twice), and only the end of the communicator deletes the cursor
 timeout -s KILL 40 "$MC" --sock "$SOCK" --tenant acme --job abandon --cred "$(cred acme abandon)" \
@@ -222,7 +235,7 @@ is "$(metric "shoal_collective_ops_total{tenant=\"acme\",shoal_job=\"abandon\",c
     "$(final_of ops "$T/r4.out")" \
     "/metrics counts its operations once too (the closed registration was not collected into the job's totals while its process could register it again)"
 
-# 34-37: a rank that registers only after the job's next minutes were billed without it (a
+# 35-38: a rank that registers only after the job's next minutes were billed without it (a
 # process that started with the job, slept 5 s, then registered the page it made at its
 # start, as a rank that made no call for minutes after an agent restart would): its time
 # before then cannot go back into those minutes' records, so it is folded into the job's
@@ -254,7 +267,7 @@ gs=$(sum_gpu acme late)
 within "$gs" "$life" 5
 ok $? "the job's GPU-seconds $gs within 0.5% of its ranks' lives ($life)"
 
-# 38-50: a restarted agent waits for the running ranks. Two ranks of a job count through a
+# 39-51: a restarted agent waits for the running ranks. Two ranks of a job count through a
 # kill -9 of the agent; rank 1 is stopped, so it registers with the new agent only 2.5 s
 # after it started, when a minute boundary has passed.
 # - rejoin_grace=5s: the new agent's first batch waits for every rank: every minute gets its
@@ -308,7 +321,7 @@ for v in 5s:600s 0:600s 0:0; do
     fi
 done
 
-# 51-53: a rank whose process ends while no agent runs. The new agent finds its page open in
+# 52-54: a rank whose process ends while no agent runs. The new agent finds its page open in
 # the ledger and its process gone: it says so (that time is not known), does not wait for it,
 # and deletes its cursor (nothing else ever would).
 timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job dead --cred "$(cred acme dead)" \
@@ -329,7 +342,7 @@ ok $? "the new agent found the killed rank's page open in the ledger and its pro
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key LIKE '%:$R6C:%'")" 0 \
     "its cursor was deleted"
 
-# 54-56: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
+# 55-57: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
 # credentialed job; neither holds the other back (a record of tenant "" was refused by the
 # ledger and kept every later minute in memory)
 stop_agent
@@ -354,7 +367,7 @@ minutes_ok "uid=$uid" anon 1 && grep -q "of uid=$uid/anon registered" "$T/agent.
 ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon)), named so in the \
 agent's registration line" "$T/agent.log"
 
-# 57-61: long host names (cloud nodes) on one ledger. Two agents whose names share their first
+# 58-62: long host names (cloud nodes) on one ledger. Two agents whose names share their first
 # 32 characters: the second, restarted, does not take the first one's open page for its own
 # (both keyed the name cut at 32, so it waited for or deleted the other host's cursors). A
 # cursor keyed that old way is resumed from and then deleted: a rank is not billed twice
@@ -399,7 +412,7 @@ is "$(sum_ops acme longhost)" "$(final_of ops "$T/lh.out")" \
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key IN ('$K', '$LK')")" 0 \
     "the old cursor went with the first batch, the new one with the rank's end"
 
-# 62-66: one job on two hosts and one ledger. The agents of node-a and node-b each bill their
+# 63-67: one job on two hosts and one ledger. The agents of node-a and node-b each bill their
 # own rank: each writes its record of every minute the job lived, in that minute. (With one
 # record per job and minute, the second agent's commit collided with the first's and moved
 # its record after the job's last minute: the job's minutes drifted into the future.)
@@ -461,7 +474,7 @@ is "$(usage_col acme twohost 4)" "$(q "SELECT count(DISTINCT minute) FROM ledger
                                        WHERE tenant = 'acme' AND job = 'twohost'")" \
     "shoal-bill counts the job's minutes once, not once per host"
 
-# 67-71 (PostgreSQL): the server hangs (its processes stopped: a host that froze, a server
+# 68-72 (PostgreSQL): the server hangs (its processes stopped: a host that froze, a server
 # stuck on its disk) while a rank counts. The agent must go on serving: a new rank registers
 # within its 200 ms (the library's budget; 1 s here) and /metrics answers, the minutes are held
 # and all written once the server runs again. (The ledger's calls ran on the agent's only
@@ -505,13 +518,13 @@ minutes held"
     ok $? "its minutes ($(minutes_of acme hung)) have no gap, none twice"
 fi
 
-# 67-68 (73-74 with PostgreSQL): the chain
+# 68-69 (74-75 with PostgreSQL): the chain
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
 ok $? "shoal-bill verify: the HMAC chain is intact" "$T/verify.out"
 is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || host || '/' || minute)
          FROM ledger_records")" 0 "no (tenant, job, host, minute) twice in the whole ledger"
 
-# 75-77 (PostgreSQL): the server hangs for good and a standby takes its place on the same
+# 76-78 (PostgreSQL): the server hangs for good and a standby takes its place on the same
 # socket (a failover). The agent's connection to the hung one gets no answer: it is dropped
 # after 35 s (the ledger's own deadline), and the held minutes go to the standby. (libpq
 # waited on the hung server for ever: none was written again until the agent restarted.)
