@@ -21,7 +21,7 @@ extern "C" {
  * rank calls shoal_comm_init. cfg may be NULL (defaults).
  * mpi_comm must be an intracommunicator (MPI_Intercomm_merge an intercommunicator first).
  * Errors: SHOAL_ERR_INVALID_ARG (NULL comm_p, MPI_COMM_NULL, an intercommunicator, MPI not
- * initialised), the
+ * initialised or already finalised), the
  * status of shoal_get_unique_id on rank 0 (returned on every rank), SHOAL_ERR_SYSTEM when an
  * MPI call returns an error (only under an error handler that returns),
  * SHOAL_ERR_TIMEOUT when the broadcast of the id did not complete within cfg's timeout

@@ -13,8 +13,8 @@
 #define SHOAL_X86_TGT_bf16 __attribute__((target("avx2")))
 
 /* Same semantics as SHOAL_REDUCE_OP_*: MINPS(x, y) is x < y ? x : y; a NaN x is put back.
- * SUM/PROD: where x is NaN, y is replaced by x (the compiler may swap the operands of
- * _mm256_add_ps, and a NaN y's payload would win where both are NaN). */
+ * SUM/PROD: where x is NaN, y is replaced by 0, so x's NaN is the result (the compiler may
+ * swap the operands of _mm256_add_ps, and a NaN y's payload would win where both are NaN). */
 #define SHOAL_X86_NANX(x, y) _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), y)
 #define SHOAL_X86_SUM(x, y) _mm256_add_ps(x, SHOAL_X86_NANX(x, y))
 #define SHOAL_X86_PROD(x, y) _mm256_mul_ps(x, SHOAL_X86_NANX(x, y))

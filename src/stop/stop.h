@@ -9,7 +9,7 @@
  *    agreement's result, never the local flag, is the answer: every rank gets the same one for
  *    the same call; a request arriving during the agreement is seen by the next call.
  *  - The stop file (SHOAL_STOP_FILE): a path whose existence is a request, looked at by each
- *    agreement until there is one (one access() call), for a node agent or a preStop hook.
+ *    agreement until there is one (one lstat() call), for a node agent or a preStop hook.
  *  - The optional handler (stop_sig.c): installed only when SHOAL_STOP_SIGNALS names signals,
  *    with sigaction at the first communicator's init, the application's action saved (and
  *    chained when it was a function), restored when the last communicator is destroyed (kept
