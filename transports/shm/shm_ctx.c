@@ -590,7 +590,7 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
                                        const shoal_shm_addr_t *a, int gone_ok)
 {
     size_t total = ctx->layout.total;
-    struct stat sb;
+    struct stat sb = {0}; /* printed when fstat fails too */
     int fd = shoal_shm_seg_open(a->name, O_RDWR, 0);
     int err = fd < 0 ? errno : 0;
     /* The peer's segment is always ours. Once the peer removed its name, anyone may make a file

@@ -387,7 +387,7 @@ static void *shoal_shm_mem_open(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, const shoal
                                 size_t total)
 {
     const shoal_shm_mem_hdr_t *h;
-    struct stat sb;
+    struct stat sb = {0}; /* printed when fstat fails too */
     char why[256] = "";
     void *base;
     int fd = shoal_shm_mem_fetch_fd(ep, m->fd, why, sizeof(why));
