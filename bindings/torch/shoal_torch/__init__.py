@@ -21,8 +21,8 @@ import contextlib
 import ctypes
 import functools
 import inspect
+import hashlib
 import os
-import zlib
 from datetime import timedelta
 
 import torch
@@ -149,7 +149,11 @@ def launcher_env(environ=None):
                 job = "".join(env.get(k, "") for k in _JOB_IDS) + env.get("SLURM_STEP_ID", "")
                 if job:
                     first, count = _port_span()
-                    env["MASTER_PORT"] = str(first + zlib.crc32(job.encode()) % count)
+                    # SHA-256, not CRC32: SHOAL_UID holds the job secret, and CRC32 is
+                    # linear, so the port (visible to every user of the host) gave away
+                    # about 14 bits of it.
+                    digest = hashlib.sha256(job.encode()).digest()
+                    env["MASTER_PORT"] = str(first + int.from_bytes(digest[:8], "big") % count)
             return rank.split("_")[0].lower()
     return None
 
