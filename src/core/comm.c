@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Not in shoal.h: for libshoal_mpi, which makes the id for a communicator whose cfg it knows.
@@ -161,12 +162,29 @@ static int shoal_comm_pid_alive(pid_t pid)
     return shoal_comm_thread_runs(state, flags) || shoal_comm_other_thread_runs(pid);
 }
 
+/* Our pid namespace, as its inode number (which fits 32 bits); 0 if unknown. */
+static uint32_t shoal_comm_pid_ns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint32_t)sb.st_ino : 0;
+}
+
+/* Whether peer r's published pid names its process here: a rank of this host in another pid
+ * namespace (a container sharing the host id through SHOAL_HOSTID or the UTS namespace)
+ * published a pid of its namespace, which here is nobody or some other process. Such a peer
+ * is not judged by its pid (the shared-memory transport's check still sees it go). */
+static int shoal_comm_pid_ours(const struct shoal_comm *comm, int r)
+{
+    uint32_t mine = comm->peers[comm->rank].pid_ns, its = comm->peers[r].pid_ns;
+    return comm->peers[r].pid > 0 && (mine == 0 || its == 0 || mine == its);
+}
+
 /* A process of this host that is gone, or -1. Only a hint for the error sentence. */
 static int shoal_comm_dead_local_peer(struct shoal_comm *comm, int except)
 {
     for (int l = 0; l < comm->local_size; l++) {
         int r = comm->local_ranks[l];
-        if (r != comm->rank && r != except && comm->peers[r].pid > 0 &&
+        if (r != comm->rank && r != except && shoal_comm_pid_ours(comm, r) &&
             !shoal_comm_pid_alive((pid_t)comm->peers[r].pid)) {
             return r;
         }
@@ -184,7 +202,7 @@ int shoal_comm_culprit(struct shoal_comm *comm, int blamed, int peer)
      * notice did not reach us) while another process of this host is gone: that one. */
     if (peer >= 0 && peer < comm->nranks && comm->peers != NULL &&
         comm->peers[peer].host_id == comm->peers[comm->rank].host_id &&
-        shoal_comm_pid_alive((pid_t)comm->peers[peer].pid) &&
+        shoal_comm_pid_ours(comm, peer) && shoal_comm_pid_alive((pid_t)comm->peers[peer].pid) &&
         (dead = shoal_comm_dead_local_peer(comm, peer)) >= 0) {
         return dead;
     }
@@ -772,6 +790,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.host_id = shoal_host_id();
     me.rank = comm->rank;
     me.pid = (int32_t)getpid();
+    me.pid_ns = shoal_comm_pid_ns();
     snprintf(me.host, sizeof(me.host), "%s", shoal_hostname());
     me.pinned_cpu = shoal_comm_pinned_cpu(&ncpu);
     /* UCX and verbs are queried (loaded) only when forced, or across hosts where sysfs has
@@ -1226,7 +1245,7 @@ static int shoal_comm_gone_local_peer(struct shoal_comm *comm)
 {
     for (int l = 0; l < comm->local_size; l++) {
         int r = comm->local_ranks[l];
-        if (r != comm->rank && comm->peers[r].pid > 0 &&
+        if (r != comm->rank && shoal_comm_pid_ours(comm, r) &&
             !shoal_comm_pid_alive((pid_t)comm->peers[r].pid)) {
             return r;
         }

@@ -60,7 +60,8 @@ typedef struct {
     uint32_t tl_mask;          /* bit i: registry transport i usable on this rank */
     int32_t pinned_cpu;        /* 1 + the CPU this rank is bound to, 0: several CPUs allowed */
     int32_t lazy;              /* SHOAL_CONNECT resolved: must be the same on every rank */
-    int32_t pad;
+    uint32_t pid_ns;           /* inode of this rank's pid namespace (0: unknown): its pid
+                                * names a process only in a namespace with the same inode */
     shoal_tl_sizes_t tl_sizes; /* this rank's derived transport sizes (the assembly's) */
 } shoal_peer_info_t;
 

@@ -16,6 +16,8 @@
 #  - leader: the last rank's main thread calls pthread_exit and a worker goes on; the others,
 #    idle, must not take it for dead (its main thread is a zombie), and an AllReduce with the
 #    worker must then succeed (shm, tcp).
+#    Again with rank 0 in a pid namespace of its own (root only): ranks of one host in
+#    different pid namespaces must not take each other for dead by their pids.
 #  - idle abort: rank 0 aborts between calls (nothing in flight) and lives on; the others' next
 #    call must fail within 1 s, told by rank 0's failure notice (shm, tcp, ucx where usable).
 # Environment: top_builddir (set by make check), KILL_TIMEOUT_MS (the jobs' SHOAL_TIMEOUT_MS,
@@ -256,9 +258,9 @@ for tl in "" tcp; do
     fi
     idle_case "$tl" 3
 done
-# leader_case TRANSPORT NRANKS
+# leader_case TRANSPORT NRANKS [VARIANT]
 leader_case() {
-    label="leader ${1:-shm} n=$2"
+    label="leader${3:+ $3} ${1:-shm} n=$2"
     launch "$label" "$2" "$1" leader
     r=0
     while [ $r -lt "$2" ]; do
@@ -280,6 +282,25 @@ leader_case() {
 for tl in "" tcp; do
     [ "${KILL_ONLY_LAZY:-0}" = 1 ] || [ -n "${KILL_WRAP:-}" ] && break
     leader_case "$tl" 3
+done
+# The same with rank 0 in a pid namespace of its own (a container sharing the host id): the
+# pids the others published name nobody there (and its pid 1 is another process here), so an
+# idle rank must not judge a peer of another pid namespace by its pid (it took both for dead).
+cat >"$tmp/pidns_wrap.sh" <<'EOF'
+#!/bin/sh
+[ "$SHOAL_RANK" = 0 ] && exec unshare --pid --fork --kill-child "$@"
+exec "$@"
+EOF
+chmod +x "$tmp/pidns_wrap.sh"
+for tl in "" tcp; do
+    [ "${KILL_ONLY_LAZY:-0}" = 1 ] || [ -n "${KILL_WRAP:-}" ] && break
+    if ! unshare --pid --fork true 2>/dev/null; then
+        tap OK "leader pidns ${tl:-shm} n=3 # SKIP unshare --pid needs root (CAP_SYS_ADMIN)"
+        continue
+    fi
+    KILL_WRAP=$tmp/pidns_wrap.sh
+    leader_case "$tl" 3 pidns
+    KILL_WRAP=""
 done
 for tl in "" tcp; do
     [ "${KILL_ABORT:-1}" = 0 ] && break
