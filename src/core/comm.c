@@ -1462,6 +1462,11 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
+    /* NULL until a child is made: every failure (a failed or aborted parent, a peer gone
+     * during the exchange) leaves no stale handle there that a cleanup would destroy. */
+    if (newcomm_p != NULL) {
+        *newcomm_p = NULL;
+    }
     /* A rank's bad argument still takes part in the exchange, as a mark the others see: the
      * ranks that called with valid ones waited out their timeout for it before. */
     int bad = newcomm_p == NULL || (color < 0 && color != SHOAL_SPLIT_NOCOLOR);
@@ -1470,9 +1475,6 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
                     "fails this split", newcomm_p == NULL ? "no result pointer" :
                     "a negative colour other than SHOAL_SPLIT_NOCOLOR", comm->rank);
         mine[0] = SHOAL_SPLIT_BAD;
-        if (newcomm_p != NULL) {
-            *newcomm_p = NULL;
-        }
     }
     all = malloc(sizeof(mine) * (size_t)comm->nranks);
     if (all == NULL) {
@@ -1495,7 +1497,6 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
             if (!bad) {
                 shoal_error(CORE, "shoal_comm_split: rank %d passed an invalid colour or no "
                             "result pointer (its log says which): this split fails", p);
-                *newcomm_p = NULL;
             }
             st = SHOAL_ERR_INVALID_ARG;
             goto out;
@@ -1514,7 +1515,6 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
             leader = p;
         }
     }
-    *newcomm_p = NULL;
     if (color == SHOAL_SPLIT_NOCOLOR) {
         st = SHOAL_OK;
         goto out;

@@ -197,8 +197,9 @@ static int kill_mode_idle(kill_ctx_t *k, size_t count)
 {
     int victim = k->nranks - 1, ok = 1;
     float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
-    shoal_status_t st, async = SHOAL_ERR_INTERNAL;
+    shoal_status_t st, async = SHOAL_ERR_INTERNAL, split_st = SHOAL_ERR_INTERNAL;
     shoal_comm_t sub = NULL;
+    int split_null = 0;
     double t0;
 
     if (s == NULL || r == NULL) {
@@ -215,13 +216,20 @@ static int kill_mode_idle(kill_ctx_t *k, size_t count)
     ok = ok && st == SHOAL_ERR_INVALID_ARG;
     st = shoal_comm_split(k->comm, 0, k->rank, &sub);
     if (st == SHOAL_OK) {
+        /* a split of the aborted one fails and leaves no handle behind (it left the caller's
+         * old value there, which a cleanup that destroys a non-NULL result then freed) */
+        shoal_comm_t subsub = sub;
         shoal_comm_abort(sub);
         st = shoal_comm_get_async_error(sub, &async);
+        split_st = shoal_comm_split(sub, 0, k->rank, &subsub);
+        split_null = subsub == NULL;
         shoal_comm_destroy(sub);
     }
-    printf("aborted split %d: %s %s\n", k->rank, shoal_status_name(st),
-           shoal_status_name(async));
-    ok = ok && st == SHOAL_OK && async == SHOAL_ERR_ABORTED;
+    printf("aborted split %d: %s %s, its split %s%s\n", k->rank, shoal_status_name(st),
+           shoal_status_name(async), shoal_status_name(split_st),
+           split_null ? "" : " left a handle");
+    ok = ok && st == SHOAL_OK && async == SHOAL_ERR_ABORTED && split_st == SHOAL_ERR_ABORTED &&
+         split_null;
     st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
     t0 = kill_now_ms();
     if (k->rank == victim) {
