@@ -426,15 +426,21 @@ static int mp_selected(int argc, char **argv, const char *name)
 int main(int argc, char **argv)
 {
     mp_ctx_t c = {0};
+    size_t bufsize;
     int failed;
 
     if (mp_init(&c) != 0) {
         return 1;
     }
-    mp_sb = mp_alloc(MP_BUF_BYTES);
-    mp_rb = mp_alloc(MP_BUF_BYTES);
-    mp_tmpl = mp_alloc(MP_BUF_BYTES);
-    mp_ex = mp_alloc(MP_BUF_BYTES);
+    /* The allgather and reduce-scatter cases hold nranks blocks of up to MP_CMAX 8-byte
+     * elements (plus offsets and guards): a fixed 8 MiB overran the buffers from 17 ranks on
+     * (the API refused the overlapping buffers, then the test's memset crashed). */
+    bufsize = (size_t)c.nranks * MP_CMAX * 8 + 65536;
+    bufsize = bufsize > MP_BUF_BYTES ? bufsize : MP_BUF_BYTES;
+    mp_sb = mp_alloc(bufsize);
+    mp_rb = mp_alloc(bufsize);
+    mp_tmpl = mp_alloc(bufsize);
+    mp_ex = mp_alloc(bufsize);
     for (size_t s = 0; s < sizeof(mp_sections) / sizeof(mp_sections[0]); s++) {
         double t0 = mp_now_ms();
         if (!mp_selected(argc, argv, mp_sections[s].name)) {

@@ -95,6 +95,9 @@ if [ "${MP_VARIANTS:-1}" != 0 ]; then
     # the LL lines without the prefetch for writing (on in every other shm run)
     run "shm n=3 ll=4k prefetchw=0" 3 SHOAL_SHM_LL_MAX=4096 SHOAL_SHM_PREFETCHW=0
     run "tcp n=3 ring chunk=4k" 3 SHOAL_TRANSPORT=tcp SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
+    # 17 ranks: nranks blocks of the largest allgather / reduce-scatter count pass 8 MiB (the
+    # test's buffers grow with the rank count; fixed ones overran and crashed the ranks)
+    mp_job "shm n=17 allgather reduce_scatter" 17 "" "$prog" allgather reduce_scatter
     # perf/shm_ll_bench switches the prefetch on and off between batches of one communicator
     # and checks every batch's result (a hint must change no value)
     bench=$builddir/shm_ll_bench
