@@ -23,6 +23,8 @@
  *  - a malformed abort notice (a message of the wrong length under the abort tag, eager or
  *    rendezvous) fails the endpoint with SHOAL_ERR_PROTOCOL and is received all the same:
  *    UCX keeps no descriptor of it;
+ *  - UCX_TLS as a list of exclusions that leaves shared memory in (^tcp): the ranks of one
+ *    host connect and exchange data over it;
  * and (not lazy, but this suite makes contexts in processes of its own) UCX's own messages
  * never reach the application's stdout. */
 #include "tests/tap.h"
@@ -217,6 +219,43 @@ static void test_race(void)
     side_fini(&s[0]);
     side_fini(&s[1]);
     side_fini(&two);
+}
+
+/* UCX_TLS=^tcp: UCX's shared-memory transports stay in (only tcp is excluded), and they need
+ * UCX_MM_ERROR_HANDLING, which the transport sets where shared memory is used: it took a list
+ * of exclusions for one that names no shared-memory transport, left error handling off, and
+ * every endpoint failed ("Destination is unreachable": sysv, posix - no peer failure
+ * handler). */
+static void test_tls_excluded(void)
+{
+    const uint32_t comm_id = 0x1a2d0080u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    size_t lens[NR];
+    side_t s[2], two;
+    const char *was = getenv("UCX_TLS");
+    char *saved = was != NULL ? strdup(was) : NULL;
+    int ok;
+
+    setenv("UCX_TLS", "^tcp", 1);
+    if (trio(s, comm_id, 10000, addrs, lens, &two) != 0) {
+        return;
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    ok = both_ways(&s[0], &s[1], comm_id, 1, 100) &&
+         both_ways(&s[0], &s[1], comm_id, 2, 65536);
+    tap_ok(ok && s[0].eps[1]->status == SHOAL_OK,
+           "UCX_TLS=^tcp (shared memory left in): 100 B and 64 KiB both ways, intact (%s)",
+           shoal_status_name(s[0].eps[1]->status));
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    side_fini(&two);
+    if (saved != NULL) {
+        setenv("UCX_TLS", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("UCX_TLS");
+    }
 }
 
 /* Only rank 0 posts; rank 1 progresses but posts nothing until rank 0's sends are done. */
@@ -827,6 +866,7 @@ int main(void)
     test_left();
     test_failed_peer(0);
     test_failed_peer(1);
+    test_tls_excluded();
     tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
     tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);
     return tap_done();

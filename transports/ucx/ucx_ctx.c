@@ -258,7 +258,8 @@ static void shoal_ucx_config_mm(ucp_config_t *cfg, const char *name, const char 
 }
 
 /* UCX's shared-memory transports, unless the user chose, or chose UCX_TLS without shared
- * memory (UCX warns about a setting of an unused transport):
+ * memory (UCX warns about a setting of an unused transport; a list of exclusions, "^tcp",
+ * leaves shared memory in unless it names it):
  *  - UCX leaves them out of endpoints with peer error handling unless MM_ERROR_HANDLING is
  *    set: turn it on;
  *  - a message that fits a receive FIFO element travels in it (UCX's short protocol); a
@@ -274,8 +275,15 @@ static void shoal_ucx_config_tune(ucp_config_t *cfg)
     const char *tls = shoal_cfg_getenv_raw("UCX_TLS");
     int shm = tls == NULL;
 
-    for (size_t i = 0; tls != NULL && i < SHOAL_ARRAY_SIZE(shm_names) && !shm; i++) {
-        shm = strstr(tls, shm_names[i]) != NULL;
+    if (tls != NULL && tls[0] == '^') {
+        /* a list of exclusions ("^tcp"): shared memory is used unless it excludes all of it
+         * (sm, shm, mm, or both sysv and posix) */
+        shm = strstr(tls, "sm") == NULL && strstr(tls, "mm") == NULL &&
+              (strstr(tls, "sysv") == NULL || strstr(tls, "posix") == NULL);
+    } else {
+        for (size_t i = 0; tls != NULL && i < SHOAL_ARRAY_SIZE(shm_names) && !shm; i++) {
+            shm = strstr(tls, shm_names[i]) != NULL;
+        }
     }
     if (shm) {
         shoal_ucx_config_mm(cfg, "ERROR_HANDLING", "y");
