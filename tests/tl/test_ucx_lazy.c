@@ -15,8 +15,8 @@
  *    it, while the real rank 2 connects to rank 0 beside it;
  *  - a peer that never progresses: SHOAL_ERR_TIMEOUT after the timeout, not before;
  *  - a peer whose process is gone: SHOAL_ERR_PEER_FAILED at once, the peer named;
- *  - a peer that leaves normally with nothing pending on it: no ERROR logged, then a send to
- *    it fails;
+ *  - a peer that leaves normally with nothing pending on it: no ERROR logged, a sleep on the
+ *    wait fd is not woken by its exit once seen (also over tcp), then a send to it fails;
  *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
  *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once;
@@ -31,6 +31,7 @@
 #include "transports/ucx/ucx.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -221,6 +222,25 @@ static void test_race(void)
     side_fini(&two);
 }
 
+/* Sets UCX_TLS to tls (NULL: unset); returns the previous value (free it), for tls_restore. */
+static char *tls_set(const char *tls)
+{
+    const char *was = getenv("UCX_TLS");
+    char *saved = was != NULL ? strdup(was) : NULL;
+    if (tls != NULL) {
+        setenv("UCX_TLS", tls, 1);
+    } else {
+        unsetenv("UCX_TLS");
+    }
+    return saved;
+}
+
+static void tls_restore(char *saved)
+{
+    free(tls_set(saved));
+    free(saved);
+}
+
 /* UCX_TLS=^tcp: UCX's shared-memory transports stay in (only tcp is excluded), and they need
  * UCX_MM_ERROR_HANDLING, which the transport sets where shared memory is used: it took a list
  * of exclusions for one that names no shared-memory transport, left error handling off, and
@@ -232,11 +252,9 @@ static void test_tls_excluded(void)
     uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
     size_t lens[NR];
     side_t s[2], two;
-    const char *was = getenv("UCX_TLS");
-    char *saved = was != NULL ? strdup(was) : NULL;
+    char *saved = tls_set("^tcp");
     int ok;
 
-    setenv("UCX_TLS", "^tcp", 1);
     if (trio(s, comm_id, 10000, addrs, lens, &two) != 0) {
         return;
     }
@@ -250,12 +268,7 @@ static void test_tls_excluded(void)
     side_fini(&s[0]);
     side_fini(&s[1]);
     side_fini(&two);
-    if (saved != NULL) {
-        setenv("UCX_TLS", saved, 1);
-        free(saved);
-    } else {
-        unsetenv("UCX_TLS");
-    }
+    tls_restore(saved);
 }
 
 /* Only rank 0 posts; rank 1 progresses but posts nothing until rank 0's sends are done. */
@@ -525,8 +538,11 @@ static void test_dead(void)
  * exit) while rank 0, done with it too, still holds its communicator. Rank 0 sees it gone, but
  * with nothing pending on it that is no error (a successful 4-rank job over UCX logged
  * "ERROR ... peer 1: connection failed" and "ERROR ... peer 1 (pid ...) exited" from ranks
- * that then completed every call): no ERROR line; a send posted to it then fails. */
-static void test_left(void)
+ * that then completed every call): no ERROR line; a send posted to it then fails. Under tls
+ * (NULL: UCX_TLS as it is) for UCX_TLS; over tcp, UCX's error callback marks the peer gone
+ * before the liveness check sees its exit, and its pidfd, readable for good, stayed in the
+ * sleepers' epoll set: every sleep on the wait fd ended at once (a spinning waiter). */
+static void test_left(const char *tls)
 {
     const uint32_t comm_id = 0x1a2d0070u;
     uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], b0[64], b1[64], logbuf[4096];
@@ -535,6 +551,7 @@ static void test_left(void)
     side_t s0, s1, two;
     side_t *sides[1] = {&s0};
     ssize_t got = 0;
+    char *tls_was = tls != NULL ? tls_set(tls) : NULL;
 
     if (pipe(up) != 0 || pipe(down) != 0 || pipe(logp) != 0) {
         tap_bail("pipe: %s", strerror(errno));
@@ -596,6 +613,18 @@ static void test_left(void)
     got = read(logp[0], logbuf, sizeof(logbuf) - 1);
     logbuf[got > 0 ? got : 0] = '\0';
     int gone = s0.eps[1]->gone || s0.eps[1]->status != SHOAL_OK;
+    /* then rank 0, with nothing to do, sleeps on its wait fd: the exit seen, nothing may wake
+     * it any more (its pidfd stays readable for good) */
+    int wakeups = 0;
+    for (int i = 0; i < 20; i++) {
+        struct pollfd pfd = {.fd = tl->wait_fd(s0.ctx), .events = POLLIN};
+        if (poll(&pfd, 1, 5) > 0) {
+            wakeups++;
+        }
+        tl->progress(s0.ctx);
+    }
+    tap_ok(gone && wakeups <= 2, "then (UCX_TLS=%s) its sleeps on the wait fd are not woken: "
+           "%d wakeups in 20 sleeps of 5 ms", tls != NULL ? tls : "as set", wakeups);
     tap_ok(ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 && gone &&
                strstr((char *)logbuf, "ERROR") == NULL,
            "a peer that left with nothing pending on it: seen gone (%d), no ERROR logged "
@@ -615,6 +644,9 @@ static void test_left(void)
     close(down[0]);
     close(down[1]);
     close(logp[0]);
+    if (tls != NULL) {
+        tls_restore(tls_was);
+    }
 }
 
 /* Rank 1 is alive and progresses, but its communicator failed because of rank 2. */
@@ -863,7 +895,8 @@ int main(void)
     test_stranger();
     test_silent();
     test_dead();
-    test_left();
+    test_left(NULL);
+    test_left("tcp");
     test_failed_peer(0);
     test_failed_peer(1);
     test_tls_excluded();

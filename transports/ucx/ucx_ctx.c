@@ -521,10 +521,22 @@ int shoal_ucx_ep_peer_exited(const shoal_ep_t *ep)
     return kill((pid_t)ep->pid, 0) != 0 && errno == ESRCH;
 }
 
+/* Same-host peer ep's process has exited: stop watching it. Its pidfd is readable for good
+ * now: out of the sleepers' epoll set (else every sleep would end at once) and the liveness
+ * poll. */
+static void shoal_ucx_ep_unwatch(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    if (ep->pidfd >= 0) {
+        (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->pidfd, NULL);
+        ctx->live_pfds[ep - ctx->eps].fd = -1;
+    }
+    ep->local = 0;
+}
+
 void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
-    int i = (int)(ep - ctx->eps);
     char why[192];
 
     shoal_ucx_drain(ctx);
@@ -532,12 +544,7 @@ void shoal_ucx_ep_set_exited(shoal_ep_t *ep, uint64_t pass_ns)
     if (ep->status == SHOAL_OK) {
         shoal_ucx_ep_log_gone(ep, why);
     }
-    if (ep->pidfd >= 0) {
-        /* readable for good now: out of the sleepers' epoll set and the liveness poll */
-        (void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ep->pidfd, NULL);
-        ctx->live_pfds[i].fd = -1;
-    }
-    ep->local = 0;
+    shoal_ucx_ep_unwatch(ep);
     shoal_ucx_ep_set_gone(ep, why);
     ep->gone_ns = pass_ns;
     if (ctx->first_gone == ep->peer) {
@@ -556,7 +563,9 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
     for (int i = 0; i < ctx->neps; i++) {
         shoal_ep_t *ep = &ctx->eps[i];
         int gone = 0;
-        if (!ep->local || ep->gone) {
+        /* a peer seen gone otherwise first (UCX's error callback: over tcp, a killed peer is
+         * an "Endpoint timeout") is still watched until its exit shows */
+        if (!ep->local || (ep->gone && ep->pidfd < 0)) {
             continue;
         }
         if (ep->pidfd >= 0) {
@@ -564,7 +573,9 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
         } else {
             gone = shoal_ucx_ep_peer_exited(ep); /* no pidfd: kill(pid, 0) */
         }
-        if (gone) {
+        if (gone && ep->gone) {
+            shoal_ucx_ep_unwatch(ep);
+        } else if (gone) {
             shoal_ucx_ep_set_exited(ep, pass_ns);
         }
     }
