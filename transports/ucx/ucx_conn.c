@@ -99,13 +99,35 @@ shoal_status_t shoal_ucx_tag_key(const shoal_tl_ctx_t *ctx, int from, int to,
 
 /* ---- endpoints ---------------------------------------------------------------------------- */
 
+/* Within SHOAL_UCX_EXIT_SHOW_MS, 1 if same-host peer ep's process has exited. A killed
+ * process closes its sockets (UCX over tcp fails the endpoint) before its pidfd becomes
+ * readable, and on a loaded host its exit took more than 20 ms (tests/fault/run_kill.sh
+ * over tcp, 2 CPUs): a bounded wait, once per endpoint, on a failure path (no UCX call:
+ * safe within a UCX callback). */
+#define SHOAL_UCX_EXIT_SHOW_MS 100
+static int shoal_ucx_ep_exit_shows(const shoal_ep_t *ep)
+{
+    if (ep->pidfd >= 0) {
+        struct pollfd p = {.fd = ep->pidfd, .events = POLLIN};
+        return poll(&p, 1, SHOAL_UCX_EXIT_SHOW_MS) > 0;
+    }
+    return shoal_ucx_ep_peer_exited(ep);
+}
+
 static void shoal_ucx_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
 {
     shoal_ep_t *ep = arg;
     char why[192];
     (void)uep;
-    snprintf(why, sizeof(why), "peer %d: connection failed: %s", ep->peer,
-             shoal_ucx_strerror(st));
+    if (ep->local && !ep->gone && ep->status == SHOAL_OK && shoal_ucx_ep_exit_shows(ep)) {
+        /* UCX over tcp calls a same-host peer that exited (or was killed) a moment ago an
+         * "Endpoint timeout", before the liveness check sees the exit: say what happened.
+         * The check still takes its pidfd out of the sleepers' set. */
+        snprintf(why, sizeof(why), "peer %d (pid %u) exited", ep->peer, ep->pid);
+    } else {
+        snprintf(why, sizeof(why), "peer %d: connection failed: %s", ep->peer,
+                 shoal_ucx_strerror(st));
+    }
     if (!ep->gone && ep->status == SHOAL_OK) {
         shoal_ucx_ep_log_gone(ep, why);
     }
