@@ -1005,9 +1005,7 @@ void shoal_tcp_lazy_fini(shoal_tl_ctx_t *ctx)
     if (conn == NULL) {
         return;
     }
-    for (int i = 0; i < conn->nslots; i++) {
-        shoal_tcp_hs_free(&conn->slots[i]);
-    }
+    shoal_tcp_lazy_stop(ctx);
     shoal_tcp_conn_trust(ctx, -1, 1);
     free(conn->slots);
     free(conn);
