@@ -23,7 +23,8 @@ uint64_t shoald_unix_ns(void)
 }
 
 /* Names that become label values and ledger keys: printable ASCII, no spaces, ';' or '=',
- * NUL-terminated within max ('.' is allowed: job names such as "train.v2"). Label escaping still applies on export. */
+ * NUL-terminated within max ('.' is allowed: job names such as "train.v2"). Label escaping
+ * still applies on export. */
 int shoald_name_ok(const char *s, size_t max)
 {
     size_t i;
