@@ -119,7 +119,10 @@ static void shoal_ucx_ep_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     shoal_ep_t *ep = arg;
     char why[192];
     (void)uep;
-    if (ep->local && !ep->gone && ep->status == SHOAL_OK && shoal_ucx_ep_exit_shows(ep)) {
+    /* Only for UCX's "Endpoint timeout": a peer that closed its worker and lives on (a
+     * communicator destroyed first on its side) must not cost each endpoint the wait. */
+    if (st == UCS_ERR_ENDPOINT_TIMEOUT && ep->local && !ep->gone && ep->status == SHOAL_OK &&
+        shoal_ucx_ep_exit_shows(ep)) {
         /* UCX over tcp calls a same-host peer that exited (or was killed) a moment ago an
          * "Endpoint timeout", before the liveness check sees the exit: say what happened.
          * The check still takes its pidfd out of the sleepers' set. */
