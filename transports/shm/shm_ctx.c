@@ -188,7 +188,7 @@ static uint32_t shoal_shm_pid_ns(void)
 static int shoal_shm_seg_name_ok(const char *entry)
 {
     size_t plen = strlen(SHOAL_SHM_NAME_PREFIX) - 1; /* without the '/' */
-    return strncmp(entry, SHOAL_SHM_NAME_PREFIX + 1, plen) == 0 &&
+    return strncmp(entry, &SHOAL_SHM_NAME_PREFIX[1], plen) == 0 &&
            strlen(entry) == plen + 32 && strspn(entry + plen, "0123456789abcdef") == 32;
 }
 
