@@ -220,13 +220,13 @@ static void test_race(unsigned nsocks)
     shoal_tcp_config.nsocks = saved;
 }
 
-/* Ranks 0 and 1 of comm_id with key_a, each connect_all'd to the other (lazy: nothing is
- * connected yet); 0, or -1 after a bail. */
-static int pair_up(side_t *s, uint32_t comm_id)
+/* Ranks 0 and 1 of comm_id with key_a and timeout_ms, each connect_all'd to the other (lazy:
+ * nothing is connected yet); 0, or -1 after a bail. */
+static int pair_up(side_t *s, uint32_t comm_id, int timeout_ms)
 {
     uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
-    if (side_init(&s[0], 0, comm_id, key_a, 10000) != 0 ||
-        side_init(&s[1], 1, comm_id, key_a, 10000) != 0) {
+    if (side_init(&s[0], 0, comm_id, key_a, timeout_ms) != 0 ||
+        side_init(&s[1], 1, comm_id, key_a, timeout_ms) != 0) {
         tap_bail("tcp init failed");
         return -1;
     }
@@ -246,7 +246,7 @@ static void test_one_sided(void)
     side_t s[2];
     side_t *sides[2] = {&s[0], &s[1]};
 
-    if (pair_up(s, comm_id) != 0) {
+    if (pair_up(s, comm_id, 10000) != 0) {
         return;
     }
     memset(buf, 0x42, sizeof(buf));
@@ -379,42 +379,35 @@ static void test_silent_stranger(void)
 static void test_unanswered(void)
 {
     const uint32_t comm_id = 0x1a2c0040u;
-    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
-    side_t s0, s1;
-    side_t *sides[1] = {&s0};
+    uint8_t buf[64];
+    side_t s[2];
+    side_t *sides[1] = {&s[0]};
 
-    if (side_init(&s0, 0, comm_id, key_a, 1500) != 0 ||
-        side_init(&s1, 1, comm_id, key_a, 1500) != 0) {
-        tap_bail("tcp init failed");
+    if (pair_up(s, comm_id, 1500) != 0) {
         return;
     }
-    side_addr(&s0, addrs[0]);
-    side_addr(&s1, addrs[1]);
-    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
-    side_connect(&s0, addrs);
-    side_connect(&s1, addrs);
     /* rank 1 listens (its kernel accepts) but never progresses: nobody answers the hello */
     shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
     shoal_tl_req_t *reqs[] = {&r};
     double t0 = now_ms();
-    tl->irecv(s0.eps[1], &r);
+    tl->irecv(s[0].eps[1], &r);
     int done = drive(sides, 1, reqs, 1, 6000);
     double dt = now_ms() - t0;
     tap_ok(done && r.status == SHOAL_ERR_TIMEOUT && dt >= 1400 && dt < 3500,
            "a peer that never answers: SHOAL_ERR_TIMEOUT after %.0f ms (timeout 1500 ms), %s",
            dt, shoal_status_name(r.status));
-    side_fini(&s0);
+    side_fini(&s[0]);
     /* rank 1 again, its peer gone: rank 0's listener is closed */
     r = mkreq(comm_id, 2, buf, sizeof(buf));
-    sides[0] = &s1;
+    sides[0] = &s[1];
     t0 = now_ms();
-    tl->isend(s1.eps[0], &r);
+    tl->isend(s[1].eps[0], &r);
     done = drive(sides, 1, reqs, 1, 6000);
     dt = now_ms() - t0;
     tap_ok(done && r.status == SHOAL_ERR_PEER_FAILED && dt < 1000,
            "a peer whose listener is gone: SHOAL_ERR_PEER_FAILED after %.0f ms (%s)", dt,
            shoal_status_name(r.status));
-    side_fini(&s1);
+    side_fini(&s[1]);
 }
 
 /* Eager: rank 0 published its address and is gone before rank 1 connects (its process died
@@ -457,32 +450,25 @@ static void test_gone_eager(void)
 static void test_failed_peer(void)
 {
     const uint32_t comm_id = 0x1a2c0050u;
-    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
-    side_t s0, s1;
-    side_t *sides[2] = {&s0, &s1};
+    uint8_t buf[64];
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
 
-    if (side_init(&s0, 0, comm_id, key_a, 8000) != 0 ||
-        side_init(&s1, 1, comm_id, key_a, 8000) != 0) {
-        tap_bail("tcp init failed");
+    if (pair_up(s, comm_id, 8000) != 0) {
         return;
     }
-    side_addr(&s0, addrs[0]);
-    side_addr(&s1, addrs[1]);
-    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
-    side_connect(&s0, addrs);
-    side_connect(&s1, addrs);
-    tl->fail(s1.ctx, 1, SHOAL_ERR_ABORTED);
+    tl->fail(s[1].ctx, 1, SHOAL_ERR_ABORTED);
     shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
     shoal_tl_req_t *reqs[] = {&r};
     double t0 = now_ms();
-    tl->isend(s0.eps[1], &r);
+    tl->isend(s[0].eps[1], &r);
     int done = drive(sides, 2, reqs, 1, 6000);
     double dt = now_ms() - t0;
     tap_ok(done && r.status == SHOAL_ERR_PEER_FAILED && dt < 1000,
            "a live peer whose communicator failed stops listening: SHOAL_ERR_PEER_FAILED "
            "after %.0f ms, not the 8000 ms timeout (%s)", dt, shoal_status_name(r.status));
-    side_fini(&s0);
-    side_fini(&s1);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
 }
 
 /* Rank 0's communicator fails while its connection to rank 1 is under way (its send started
@@ -492,34 +478,27 @@ static void test_failed_peer(void)
 static void test_fail_connecting(void)
 {
     const uint32_t comm_id = 0x1a2c00d0u;
-    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], sbuf[64], rbuf[64];
-    side_t s0, s1;
-    side_t *sides[2] = {&s0, &s1};
+    uint8_t sbuf[64], rbuf[64];
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
 
-    if (side_init(&s0, 0, comm_id, key_a, 8000) != 0 ||
-        side_init(&s1, 1, comm_id, key_a, 8000) != 0) {
-        tap_bail("tcp init failed");
+    if (pair_up(s, comm_id, 8000) != 0) {
         return;
     }
-    side_addr(&s0, addrs[0]);
-    side_addr(&s1, addrs[1]);
-    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
-    side_connect(&s0, addrs);
-    side_connect(&s1, addrs);
     shoal_tl_req_t sr = mkreq(comm_id, 1, sbuf, sizeof(sbuf));
-    tl->isend(s0.eps[1], &sr);
-    tl->progress(s0.ctx); /* starts rank 0's connection */
-    tl->fail(s0.ctx, 0, SHOAL_ERR_ABORTED);
+    tl->isend(s[0].eps[1], &sr);
+    tl->progress(s[0].ctx); /* starts rank 0's connection */
+    tl->fail(s[0].ctx, 0, SHOAL_ERR_ABORTED);
     /* both progress on, as a failed communicator's may, until rank 0's connection is due */
     for (double t = now_ms(); now_ms() - t < 200;) {
-        tl->progress(s0.ctx);
-        tl->progress(s1.ctx);
+        tl->progress(s[0].ctx);
+        tl->progress(s[1].ctx);
         sched_yield();
     }
     shoal_tl_req_t rr = mkreq(comm_id, 1, rbuf, sizeof(rbuf));
     shoal_tl_req_t *reqs[] = {&rr};
     double t0 = now_ms();
-    tl->irecv(s1.eps[0], &rr);
+    tl->irecv(s[1].eps[0], &rr);
     int done = drive(sides, 2, reqs, 1, 3000);
     double dt = now_ms() - t0;
     tap_ok(sr.status == SHOAL_ERR_ABORTED && done && rr.status == SHOAL_ERR_PEER_FAILED &&
@@ -527,9 +506,9 @@ static void test_fail_connecting(void)
            "a communicator that fails while connecting connects nobody: its peer's receive "
            "fails with SHOAL_ERR_PEER_FAILED after %.0f ms (%s), rank 0 holds %d socket(s) "
            "to it", dt, done ? shoal_status_name(rr.status) : "still waiting",
-           s0.eps[1]->nestablished);
-    side_fini(&s0);
-    side_fini(&s1);
+           s[0].eps[1]->nestablished);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
 }
 
 /* Rank 0 has unread data from rank 1 (a message it never receives) and sends rank 1 a 256 KiB
@@ -554,7 +533,7 @@ static void test_linger(void)
         tap_bail("out of memory");
     }
     shoal_tcp_config.nsocks = 1;
-    if (pair_up(s, comm_id) != 0) {
+    if (pair_up(s, comm_id, 10000) != 0) {
         return;
     }
     if (!both_ways(&s[0], &s[1], comm_id, 1)) {
@@ -627,7 +606,7 @@ static void test_emfile(void)
     int out, calls = 0, lines;
     tap_log_t log;
 
-    if (pair_up(s, comm_id) != 0) {
+    if (pair_up(s, comm_id, 10000) != 0) {
         return;
     }
     shoal_tl_req_t sr = mkreq(comm_id, 1, buf, sizeof(buf));
