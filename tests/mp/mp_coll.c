@@ -225,13 +225,19 @@ static void mp_test_broadcast(const mp_ctx_t *c)
     }
 }
 
+static const char *mp_inplace_name(int inplace)
+{
+    return inplace == 2 ? " in-place (sendbuf == recvbuf)" : inplace ? " in-place" : "";
+}
+
 /* ---- allgather ------------------------------------------------------------------------- */
 
 static void mp_allgather_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, size_t count,
                               int inplace)
 {
     size_t bytes = count * shoal_dtype_size(dt), total = bytes * (size_t)c->nranks;
-    uint8_t *s = inplace ? mp_rb + (size_t)c->rank * bytes : mp_sb;
+    /* inplace 1: sendbuf at this rank's block of recvbuf; 2: sendbuf == recvbuf */
+    uint8_t *s = inplace == 2 ? mp_rb : inplace ? mp_rb + (size_t)c->rank * bytes : mp_sb;
     char why[256] = "";
     shoal_status_t st;
     int ok;
@@ -252,7 +258,7 @@ static void mp_allgather_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, size_t
         ok = 0;
         snprintf(why, sizeof(why), "wrote outside the receive buffer");
     }
-    mp_case(g, ok, c->rank, "count %zu%s: %s", count, inplace ? " in-place" : "", why);
+    mp_case(g, ok, c->rank, "count %zu%s: %s", count, mp_inplace_name(inplace), why);
 }
 
 static void mp_test_allgather(const mp_ctx_t *c)
@@ -265,6 +271,7 @@ static void mp_test_allgather(const mp_ctx_t *c)
         for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
             mp_allgather_case(c, g, dts[d], counts[k], 0);
             mp_allgather_case(c, g, dts[d], counts[k], 1);
+            mp_allgather_case(c, g, dts[d], counts[k], 2);
         }
     }
 }
@@ -275,7 +282,8 @@ static void mp_rs_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, shoal_op_t op
                        int inplace)
 {
     size_t ds = shoal_dtype_size(dt), bytes = count * ds, all = count * (size_t)c->nranks;
-    uint8_t *r = inplace ? mp_sb + (size_t)c->rank * bytes : mp_rb;
+    /* inplace 1: recvbuf at this rank's block of sendbuf; 2: recvbuf == sendbuf */
+    uint8_t *r = inplace == 2 ? mp_sb : inplace ? mp_sb + (size_t)c->rank * bytes : mp_rb;
     char why[256] = "";
     shoal_status_t st;
     int ok;
@@ -300,7 +308,7 @@ static void mp_rs_case(const mp_ctx_t *c, int g, shoal_dtype_t dt, shoal_op_t op
         snprintf(why, sizeof(why), "modified the send buffer");
     }
     mp_case(g, ok, c->rank, "%s count %zu%s: %s", shoal_op_name(op), count,
-            inplace ? " in-place" : "", why);
+            mp_inplace_name(inplace), why);
 }
 
 static void mp_test_reduce_scatter(const mp_ctx_t *c)
@@ -316,11 +324,13 @@ static void mp_test_reduce_scatter(const mp_ctx_t *c)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
                 mp_rs_case(c, g, dt, op, counts[k], 0);
                 mp_rs_case(c, g, dt, op, counts[k], 1);
+                mp_rs_case(c, g, dt, op, counts[k], 2);
             }
         }
         if (dt == SHOAL_FLOAT32) {
             mp_rs_case(c, g, dt, SHOAL_SUM, MP_CMAX, 0);
             mp_rs_case(c, g, dt, SHOAL_SUM, MP_CMAX, 1);
+            mp_rs_case(c, g, dt, SHOAL_SUM, MP_CMAX, 2);
         }
     }
 }
