@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Not in shoal.h: for libshoal_mpi, which makes the id for a communicator whose cfg it knows.
@@ -160,13 +159,6 @@ static int shoal_comm_pid_alive(pid_t pid)
         return errno != ENOENT;
     }
     return shoal_comm_thread_runs(state, flags) || shoal_comm_other_thread_runs(pid);
-}
-
-/* Our pid namespace, as its inode number (which fits 32 bits); 0 if unknown. */
-static uint32_t shoal_comm_pid_ns(void)
-{
-    struct stat sb;
-    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint32_t)sb.st_ino : 0;
 }
 
 /* Whether peer r's published pid names its process here: a rank of this host in another pid
@@ -790,7 +782,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
     me.host_id = shoal_host_id();
     me.rank = comm->rank;
     me.pid = (int32_t)getpid();
-    me.pid_ns = shoal_comm_pid_ns();
+    me.pid_ns = shoal_pid_ns();
     snprintf(me.host, sizeof(me.host), "%s", shoal_hostname());
     me.pinned_cpu = shoal_comm_pinned_cpu(&ncpu);
     /* UCX and verbs are queried (loaded) only when forced, or across hosts where sysfs has

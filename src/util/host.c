@@ -2,6 +2,7 @@
 #include "util/util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -80,4 +81,10 @@ uint64_t shoal_host_id(void)
 {
     pthread_once(&shoal_host_id_once, shoal_host_id_init);
     return shoal_host_id_val;
+}
+
+uint32_t shoal_pid_ns(void)
+{
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint32_t)sb.st_ino : 0;
 }

@@ -428,5 +428,9 @@ SHOAL_HIDDEN shoal_status_t shoal_kdf(const uint8_t *secret, size_t secret_len, 
 /* Hostname (short), and a 64-bit host id: SHOAL_HOSTID if set, else hash(hostname, boot_id). */
 SHOAL_HIDDEN const char *shoal_hostname(void);
 SHOAL_HIDDEN uint64_t shoal_host_id(void);
+/* This process's pid namespace, as the inode number of /proc/self/ns/pid (which fits 32
+ * bits); 0 if unknown. Ranks of one host id in different pid namespaces (containers sharing
+ * a host id) must not judge each other by the pids they publish. */
+SHOAL_HIDDEN uint32_t shoal_pid_ns(void);
 
 #endif /* SHOAL_UTIL_H */

@@ -31,6 +31,10 @@
  *                     completed) until one fails or 60 s pass, then prints "survivor R:
  *                     status NAME after X ms: <sentence>"; exits 0 if an AllReduce failed.
  *                     For faults made from outside (tests/vm: a port taken down).
+ *   kill steady [MiB] every rank loops over AllReduces for 2 s after its first; rank 0 then
+ *                     creates the file $KILL_MARK (if set: every endpoint is set up), for a
+ *                     wrapper to make its fault; prints "steady R: status NAME after N calls"
+ *                     and exits 0 if every call succeeded.
  * Every rank gives up on its own after a bounded time (never hangs).
  */
 #include <shoal.h>
@@ -314,6 +318,38 @@ static int kill_mode_leader(kill_ctx_t *k)
     pthread_exit(NULL);
 }
 
+static int kill_mode_steady(kill_ctx_t *k, size_t count)
+{
+    float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
+    const char *mark = getenv("KILL_MARK");
+    shoal_status_t st;
+    double start;
+    long calls = 0;
+
+    if (s == NULL || r == NULL) {
+        return 2;
+    }
+    st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+    if (st == SHOAL_OK && k->rank == 0 && mark != NULL) {
+        FILE *f = fopen(mark, "w");
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+    start = kill_now_ms();
+    while (st == SHOAL_OK && kill_now_ms() - start < 2000) {
+        st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
+        calls++;
+        kill_sleep_ms(1);
+    }
+    printf("steady %d: status %s after %ld calls%s%s\n", k->rank, shoal_status_name(st), calls,
+           st != SHOAL_OK ? ": " : "", st != SHOAL_OK ? shoal_comm_last_error(k->comm) : "");
+    fflush(stdout);
+    free(s);
+    free(r);
+    return st == SHOAL_OK ? 0 : 1;
+}
+
 static int kill_mode_idleabort(kill_ctx_t *k, size_t count)
 {
     float *s = calloc(count, sizeof(float)), *r = calloc(count, sizeof(float));
@@ -399,8 +435,10 @@ int main(int argc, char **argv)
         rc = kill_mode_leader(&k);
     } else if (strcmp(mode, "loop") == 0) {
         rc = kill_mode_loop(&k, count);
+    } else if (strcmp(mode, "steady") == 0) {
+        rc = kill_mode_steady(&k, count);
     } else {
-        fprintf(stderr, "usage: kill kill|abort|idle|idleabort|leader|loop [MiB]\n");
+        fprintf(stderr, "usage: kill kill|abort|idle|idleabort|leader|loop|steady [MiB]\n");
         rc = 2;
     }
     shoal_comm_destroy(k.comm);

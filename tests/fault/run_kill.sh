@@ -303,6 +303,60 @@ for tl in "" tcp; do
     leader_case "$tl" 3 pidns
     KILL_WRAP=""
 done
+# Over ucx, rank 0 in a pid namespace of its own, where a process takes rank 1's pid (set
+# through ns_last_pid) and is killed once every endpoint is set up: the transport watched the
+# process that the peer's published pid names there, and took its exit for rank 1's, failing
+# a healthy job ("peer 1 (pid N) exited").
+cat >"$tmp/pidns_ucx_wrap.sh" <<'EOF'
+#!/bin/sh
+d=$KILL_DIR
+case "$SHOAL_RANK" in
+0) exec unshare --pid --fork --kill-child sh -c '
+       while [ ! -s "$0/pid.1" ]; do sleep 0.01; done
+       echo $(($(cat "$0/pid.1") - 1)) >/proc/sys/kernel/ns_last_pid
+       sleep 60 &
+       echo $! >"$0/fake"
+       touch "$0/ready"
+       (while [ ! -e "$0/mark" ]; do sleep 0.01; done; kill "$(cat "$0/fake")") &
+       exec "$@"' "$d" "$@" ;;
+1) echo $$ >"$d/pid.1.tmp" && mv "$d/pid.1.tmp" "$d/pid.1"
+   i=0
+   while [ ! -e "$d/ready" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done ;;
+esac
+exec "$@"
+EOF
+chmod +x "$tmp/pidns_ucx_wrap.sh"
+pidns_ucx_case() {
+    label="pidns ucx n=3, a process of rank 0's namespace with rank 1's pid exits"
+    mkdir -p "$tmp/pu"
+    KILL_DIR=$tmp/pu KILL_MARK=$tmp/pu/mark
+    export KILL_DIR KILL_MARK
+    KILL_WRAP=$tmp/pidns_ucx_wrap.sh
+    launch "$label" 3 ucx steady 0
+    KILL_WRAP=""
+    unset KILL_DIR KILL_MARK
+    fake=$(cat "$tmp/pu/fake" 2>/dev/null)
+    if [ "$fake" != "$(cat "$tmp/pu/pid.1" 2>/dev/null)" ] || [ ! -e "$tmp/pu/mark" ]; then
+        tap OK "$label # SKIP the process did not get rank 1's pid (${fake:-none})"
+    elif [ "$(grep -c "^steady [0-2]: status SHOAL_OK after" "$tmp/out")" = 3 ] &&
+        [ "$rc" -eq 0 ]; then
+        tap OK "$label: every rank's AllReduces succeed"
+    else
+        tap FAIL "$label: $(grep -v "^steady [0-2]: status SHOAL_OK" "$tmp/out" | head -n 1)"
+        dump_err
+    fi
+}
+case " ${KILL_TRANSPORTS:-$kill_tls} " in
+*" ucx "*)
+    if [ "${KILL_ONLY_LAZY:-0}" != 1 ] && [ -z "${KILL_WRAP:-}" ]; then
+        if unshare --pid --fork true 2>/dev/null; then
+            pidns_ucx_case
+        else
+            tap OK "pidns ucx n=3 # SKIP unshare --pid needs root (CAP_SYS_ADMIN)"
+        fi
+    fi
+    ;;
+esac
 for tl in "" tcp; do
     [ "${KILL_ABORT:-1}" = 0 ] && break
     abort_case "$tl" 2 0

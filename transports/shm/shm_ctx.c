@@ -177,13 +177,6 @@ int shoal_shm_ep_owner_gone(shoal_ep_t *ep)
     return ep->seg_fd >= 0 && shoal_shm_seg_lock(ep->seg_fd, 0) == 0;
 }
 
-/* Our pid namespace, as its inode number (which fits 32 bits); 0 if unknown. */
-static uint32_t shoal_shm_pid_ns(void)
-{
-    struct stat sb;
-    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint32_t)sb.st_ino : 0;
-}
-
 /* Whether a directory entry is shaped like one of our segments' names. */
 static int shoal_shm_seg_name_ok(const char *entry)
 {
@@ -540,7 +533,7 @@ static shoal_status_t shoal_shm_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
         .slot_size = ctx->slot_size,
         .area_size = ctx->area_size,
         .comm_id = ctx->comm_id,
-        .pid_ns = shoal_shm_pid_ns(),
+        .pid_ns = shoal_pid_ns(),
     };
     memcpy(a.name, ctx->name, sizeof(a.name));
     memcpy(addr, &a, sizeof(a));
@@ -689,7 +682,7 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
      * is another process here, or none. Judged by it, a live peer was taken for dead at the
      * first check, and a dead one for alive for as long as that other process lived; single
      * copies would have gone to that other process. */
-    pid_ns = shoal_shm_pid_ns();
+    pid_ns = shoal_pid_ns();
     ep->pid_foreign = a.pid_ns != 0 && pid_ns != 0 && a.pid_ns != pid_ns;
     if (ep->pid_foreign) {
         shoal_info(SHM, "peer %d (pid %d there) is in another pid namespace: no single copies "

@@ -74,9 +74,10 @@
 #include <ucs/debug/log_def.h>
 
 #define SHOAL_UCX_ADDR_MAGIC 0x58435553u   /* "SUCX" */
-#define SHOAL_UCX_ADDR_VERSION 3        /* 2: the CMA probe address at byte 48; 3: the short
-                                         * header of inline payloads */
-#define SHOAL_UCX_ADDR_HDR_BYTES 56
+#define SHOAL_UCX_ADDR_VERSION 4        /* 2: the CMA probe address at byte 48; 3: the short
+                                         * header of inline payloads; 4: the pid namespace
+                                         * at byte 56 */
+#define SHOAL_UCX_ADDR_HDR_BYTES 64
 #define SHOAL_UCX_NONCE_BYTES 16
 #define SHOAL_UCX_SLOTS 16                 /* in-flight messages per endpoint and direction */
 #define SHOAL_UCX_RANK_BITS 22
@@ -118,6 +119,8 @@ extern const shoal_cfg_table_t shoal_ucx_cfg_table;
 typedef struct {
     uint32_t rank;
     uint32_t pid;
+    uint32_t pid_ns;       /* inode of the rank's pid namespace (0: unknown): pid names it
+                            * only in that namespace */
     uint64_t host_id;
     uint32_t inline_max;
     uint8_t nonce[SHOAL_UCX_NONCE_BYTES];

@@ -33,6 +33,7 @@ size_t shoal_ucx_addr_encode(const shoal_tl_ctx_t *ctx, uint8_t *out, size_t roo
     memcpy(out + 32, ctx->nonce, SHOAL_UCX_NONCE_BYTES);
     /* where a same-host peer finds our nonce to check that it can read us (CMA) */
     shoal_put_le(out + 48, shoal_ucx_config.cma ? (uint64_t)(uintptr_t)ctx->nonce : 0, 8);
+    shoal_put_le(out + 56, shoal_pid_ns(), 4);
     memcpy(out + SHOAL_UCX_ADDR_HDR_BYTES, ctx->waddr, ctx->waddr_len);
     return len;
 }
@@ -52,6 +53,7 @@ int shoal_ucx_addr_decode(const void *in, size_t len, shoal_ucx_addr_t *a)
     a->worker_len = (uint32_t)shoal_get_le(p + 28, 4);
     memcpy(a->nonce, p + 32, SHOAL_UCX_NONCE_BYTES);
     a->cma_addr = shoal_get_le(p + 48, 8);
+    a->pid_ns = (uint32_t)shoal_get_le(p + 56, 4);
     a->worker = p + SHOAL_UCX_ADDR_HDR_BYTES;
     if (a->worker_len == 0 || a->worker_len != len - SHOAL_UCX_ADDR_HDR_BYTES) {
         return -1;
@@ -308,6 +310,14 @@ static shoal_status_t shoal_ucx_ep_setup(shoal_tl_ctx_t *ctx, int idx, int peer,
     ep->pid = a->pid;
     ep->local = a->host_id == shoal_host_id();
     ep->same_host = ep->local;
+    if (ep->local && a->pid_ns != 0 && a->pid_ns != shoal_pid_ns() && shoal_pid_ns() != 0) {
+        /* Its pid names it only in its own pid namespace (a container sharing our host id):
+         * here it is nobody or another process, whose exit would fail the endpoint of a live
+         * peer. UCX's error handling alone, as for a peer whose pid is not found. */
+        shoal_trace(UCX, "peer %d: another pid namespace: its pid %u is not watched", peer,
+                    a->pid);
+        ep->local = 0;
+    }
     ep->fast_cmpl = ep->same_host && shoal_ucx_config.fast_cmpl;
     ep->peer_cma_addr = a->cma_addr;
     ep->status = SHOAL_OK;
