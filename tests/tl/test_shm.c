@@ -872,6 +872,9 @@ static void case_pidns(env_t *e)
     w = wait_one(e, &r2, 5000);
     check(w == 0 && r2.status == SHOAL_ERR_PEER_FAILED, "its death is seen in %.0f ms (status "
           "%d, '%s')", (shoal_time_ns() - t0) / 1e6, r2.status, err);
+    /* its pid 1 is another process here (init): the sentence must not say so */
+    check(strstr(err, "pid 1 in its pid namespace") != NULL, "the sentence places its pid in "
+          "its pid namespace: '%s'", err);
 }
 
 /* Makes this process (rank 1 of case pidns) pid 1 of a new pid namespace: a child of it goes

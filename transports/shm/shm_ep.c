@@ -432,8 +432,9 @@ shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len, in
                      ep->gone_culprit);
             ep->peer_gone = 1;
         } else if (shoal_shm_pid_dead(ep)) {
-            snprintf(ep->gone_why, sizeof(ep->gone_why), "peer %d (pid %d) died", ep->rank,
-                     (int)ep->pid);
+            /* a pid of another pid namespace names another process here: say so */
+            snprintf(ep->gone_why, sizeof(ep->gone_why), "peer %d (pid %d%s) died", ep->rank,
+                     (int)ep->pid, ep->pid_foreign ? " in its pid namespace" : "");
             ep->gone_culprit = -1;
             ep->peer_gone = 1;
         }
