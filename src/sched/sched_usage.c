@@ -276,6 +276,7 @@ void shoal_sched_usage_explain(const shoal_sched_cluster_t *c, const shoal_sched
                                const shoal_sched_usage_t *u, FILE *fp)
 {
     shoal_sched_usage_rank_t *r = malloc(sizeof(*r) * (size_t)(q->ntenants + 1));
+    unsigned char *seen = calloc((size_t)q->ntenants + 1, 1); /* tenant t listed in r */
     int n = 0;
 
     fprintf(fp, "usage: %d row(s), %d decayed with a half-life of %.0f s; a tenant's past "
@@ -291,18 +292,21 @@ void shoal_sched_usage_explain(const shoal_sched_cluster_t *c, const shoal_sched
         fprintf(fp, "usage: %d row(s) of tenants not in the jobs file ignored: %s\n", u->unknown,
                 u->note);
     }
-    if (r == NULL) {
+    if (r == NULL || seen == NULL) {
+        free(seen);
+        free(r);
         return;
     }
+    /* the tenants with a queued job, in the jobs' order (a flag per tenant: a scan of r per
+     * job was jobs x tenants) */
     for (int i = 0; i < q->njobs; i++) {
-        int t = q->jobs[i].tenant, seen = 0;
-        for (int k = 0; k < n; k++) {
-            seen |= r[k].t == t;
-        }
-        if (q->jobs[i].state == SHOAL_SCHED_QUEUED && !seen) {
+        int t = q->jobs[i].tenant;
+        if (q->jobs[i].state == SHOAL_SCHED_QUEUED && !seen[t]) {
+            seen[t] = 1;
             r[n++].t = t;
         }
     }
+    free(seen);
     shoal_sched_usage_rank_t *w = malloc(sizeof(*w) * (size_t)(n + 1));
     if (w == NULL) {
         free(r);
