@@ -2,6 +2,7 @@
 #include "stop/stop.h"
 
 #include "core/core.h"
+#include "meter/meter.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,11 +173,16 @@ shoal_status_t shoal_comm_should_stop(shoal_comm_t comm, int *stop_p)
     shoal_status_t st;
     char why[64], name[16];
 
-    if (comm == NULL || stop_p == NULL) {
+    if (comm == NULL) {
         return SHOAL_ERR_INVALID_ARG;
     }
-    st = shoal_comm_check_usable(comm);
+    st = stop_p == NULL ? SHOAL_ERR_INVALID_ARG : shoal_comm_check_usable(comm);
     if (st != SHOAL_OK) {
+        /* refused before it ran: counted in errors, as a refused collective is (not in a
+         * forked child, whose meter page is its parent's) */
+        if (!shoal_comm_forked(comm)) {
+            shoal_meter_count_refused(comm->meter);
+        }
         return st;
     }
     /* Every rank set agreed at the same call: every rank answers here from now on, and no

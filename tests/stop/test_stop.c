@@ -88,6 +88,12 @@ static uint64_t ops_now(shoal_comm_t comm)
     return shoal_comm_stats(comm, &s) == SHOAL_OK ? s.ops[SHOAL_STATS_ALLREDUCE] : UINT64_MAX;
 }
 
+static uint64_t errors_now(shoal_comm_t comm)
+{
+    shoal_stats_t s = SHOAL_STATS_INIT;
+    return shoal_comm_stats(comm, &s) == SHOAL_OK ? s.errors : UINT64_MAX;
+}
+
 static void *trank_main(void *arg)
 {
     trank_t *r = arg;
@@ -102,6 +108,10 @@ static void *trank_main(void *arg)
     if (r->st != SHOAL_OK) {
         return NULL;
     }
+    /* A refused check is counted in the meter's errors, as a refused collective is. */
+    uint64_t errs0 = errors_now(r->comm);
+    r->bad |= shoal_comm_should_stop(r->comm, NULL) != SHOAL_ERR_INVALID_ARG ||
+              errors_now(r->comm) != errs0 + 1;
     /* No rank ends before the requester has asked: on a loaded machine its wake-up after
      * a 526 us sleep came after the ranks' 20000 checks ("no rank stopped", 1 run in 10).
      * Once it asked, every rank stops at the same check, long before the limit. */
@@ -204,7 +214,8 @@ static const char *run_job(int ask_rank, int ask_at, int max_steps, requester_t 
             return why;
         }
         if (ranks[r].bad) {
-            snprintf(why, sizeof(why), "rank %d: a wrong result or a check without traffic", r);
+            snprintf(why, sizeof(why), "rank %d: a wrong result, a check without traffic or a "
+                     "refused check not counted", r);
             return why;
         }
         if (ranks[r].stop_step != ranks[0].stop_step) {
