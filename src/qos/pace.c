@@ -366,36 +366,6 @@ shoal_status_t shoal_qos_pace_take_call(shoal_qos_pacer_t *p, size_t bytes, uint
 
 /* ---- the communicator's pacer ---------------------------------------------------------- */
 
-/* The configured path with %t replaced by the tenant. A job without one is "uid=N" (its
- * effective uid), the name the node agent meters, bills and arbitrates it under (no tenant
- * can be called so: '=' is not allowed in one); "default" was both a possible tenant's name
- * and a page the agent no longer wrote, so such a job ran unarbitrated. */
-static shoal_status_t shoal_qos_pace_path(struct shoal_comm *comm, char *buf, size_t len)
-{
-    char uid_tenant[32];
-    const char *t = comm->ident.tenant;
-
-    if (t[0] == '\0') {
-        snprintf(uid_tenant, sizeof(uid_tenant), "uid=%u", (unsigned)geteuid());
-        t = uid_tenant;
-    }
-    const char *src = shoal_qos_pace_config.rates;
-    size_t n = 0;
-    for (; *src != '\0'; src++) {
-        const char *ins = src[0] == '%' && src[1] == 't' ? t : NULL;
-        size_t k = ins != NULL ? strlen(ins) : 1;
-        if (n + k + 1 > len) {
-            shoal_error(QOS, "SHOAL_QOS_RATES=%s is too long", shoal_qos_pace_config.rates);
-            return SHOAL_ERR_INVALID_ARG;
-        }
-        memcpy(buf + n, ins != NULL ? ins : src, k);
-        n += k;
-        src += ins != NULL;
-    }
-    buf[n] = '\0';
-    return SHOAL_OK;
-}
-
 shoal_status_t shoal_qos_pace_comm_init(struct shoal_comm *comm)
 {
     const char *rates = shoal_qos_pace_config.rates;
@@ -422,7 +392,17 @@ shoal_status_t shoal_qos_pace_comm_init(struct shoal_comm *comm)
         return SHOAL_OK; /* nothing to pace: the hook is one branch */
     }
     if (rates != NULL) {
-        SHOAL_CHECK(shoal_qos_pace_path(comm, path, sizeof(path)));
+        /* %t the tenant ("uid=N", the effective uid, for a job without one: the name the
+         * node agent meters, bills and arbitrates it under; no tenant can be called so, '=' is
+         * not allowed in one), %j the job. The same expansion as SHOAL_STOP_FILE's, which
+         * refuses a name that is not one file name: "/run/shoal/qos/%t.rate" with the tenant
+         * "x/../../../tmp/me" was a page of the job's own choosing, and so its own rate. */
+        char why[160];
+        if (shoal_provider_path_expand(rates, comm->ident.tenant, comm->ident.job, path,
+                                       sizeof(path), why, sizeof(why)) != SHOAL_OK) {
+            shoal_error(QOS, "SHOAL_QOS_RATES=%s: %s", rates, why);
+            return SHOAL_ERR_INVALID_ARG;
+        }
         params.rates_path = path;
     }
     SHOAL_CHECK(shoal_qos_pace_create(&params, &p));

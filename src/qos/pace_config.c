@@ -18,9 +18,11 @@ static const shoal_cfg_field_t shoal_qos_pace_cfg_fields[] = {
     {.name = "QOS_RATES", .dflt = "none", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_qos_pace_config_t, rates),
      .doc = "the node agent's rates page for this job (%t = the tenant, uid=N (the effective "
-            "uid) for a job without one, as the agent meters and bills it; e.g. "
-            "/run/shoal/qos/%t.rate): its rate applies like QOS_RATE_MAX (the smaller one), "
-            "read between chunks every 2 ms; it need not exist yet; none = no agent rates"},
+            "uid) for a job without one, as the agent meters and bills it; %j = the job, "
+            "default without one; e.g. /run/shoal/qos/%t.rate): its rate applies like "
+            "QOS_RATE_MAX (the smaller one), read between chunks every 2 ms; it need not "
+            "exist yet; a tenant or job name that holds a '/' or is '.' or '..' (not one file "
+            "name) fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; none = no agent rates"},
     {.name = "QOS_RATES_TIMEOUT", .dflt = "10s", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoal_qos_pace_config_t, rates_timeout_ms),
      .doc = "a rates page not updated for this long (agent gone) no longer limits: the last "

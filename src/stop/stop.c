@@ -57,44 +57,6 @@ shoal_status_t shoal_comm_request_stop(shoal_comm_t comm)
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_stop_file_path(const char *pattern, const char *tenant, const char *job,
-                                    char *buf, size_t len, char *why, size_t whylen)
-{
-    char uid_tenant[32];
-    size_t n = 0;
-
-    /* A job without tenant is "uid=N" (its effective uid), as the node agent meters, bills and
-     * paces it: "default" was also a name a real tenant could have. */
-    snprintf(uid_tenant, sizeof(uid_tenant), "uid=%u", (unsigned)geteuid());
-    for (const char *p = pattern; *p != '\0'; p++) {
-        const char *ins = NULL;
-        size_t k = 1;
-        if (p[0] == '%' && (p[1] == 't' || p[1] == 'j' || p[1] == '%')) {
-            ins = p[1] == 't' ? tenant : p[1] == 'j' ? job : "%";
-            ins = ins[0] != '\0' ? ins : p[1] == 't' ? uid_tenant : "default";
-            k = strlen(ins);
-            /* A name is one path component: a tenant or job name may hold '/' and may be
-             * "..", and "/run/shoal/stop/%t.%j" then named a file anywhere ("../../tmp/x"),
-             * which whoever can write there could use to stop the job. */
-            if (p[1] != '%' && (strchr(ins, '/') != NULL || strcmp(ins, ".") == 0 ||
-                                strcmp(ins, "..") == 0)) {
-                snprintf(why, whylen, "the %s name '%s' is not a file name (a '/', or '.' or "
-                         "'..')", p[1] == 't' ? "tenant" : "job", ins);
-                return SHOAL_ERR_INVALID_ARG;
-            }
-        }
-        if (n + k + 1 > len) {
-            snprintf(why, whylen, "too long once expanded");
-            return SHOAL_ERR_INVALID_ARG;
-        }
-        memcpy(buf + n, ins != NULL ? ins : p, k);
-        n += k;
-        p += ins != NULL;
-    }
-    buf[n] = '\0';
-    return SHOAL_OK;
-}
-
 shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop, const char *tenant,
                                     const char *job)
 {
@@ -102,8 +64,8 @@ shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop, const char *tenant,
     char path[4096], why[160];
 
     if (pattern != NULL && pattern[0] != '\0') {
-        if (shoal_stop_file_path(pattern, tenant, job, path, sizeof(path), why, sizeof(why)) !=
-            SHOAL_OK) {
+        if (shoal_provider_path_expand(pattern, tenant, job, path, sizeof(path), why,
+                                       sizeof(why)) != SHOAL_OK) {
             shoal_error(SCHED, "SHOAL_STOP_FILE=%s: %s", pattern, why);
             return SHOAL_ERR_INVALID_ARG;
         }

@@ -53,14 +53,6 @@ SHOAL_HIDDEN shoal_status_t shoal_stop_comm_init(shoal_stop_comm_t *stop, const 
                                                  const char *job);
 /* At destroy: drops the reference; the last one restores the saved actions. */
 SHOAL_HIDDEN void shoal_stop_comm_fini(shoal_stop_comm_t *stop);
-/* SHOAL_STOP_FILE's pattern with %t the tenant ("uid=N" for an empty name) and %j the job
- * ("default" for an empty name) and %% a percent sign, into buf; SHOAL_ERR_INVALID_ARG, with
- * a sentence in why, when it does not fit or when a name it inserts is not one file name (it
- * holds a '/', or is "." or ".."). */
-SHOAL_HIDDEN shoal_status_t shoal_stop_file_path(const char *pattern, const char *tenant,
-                                                 const char *job, char *buf, size_t len,
-                                                 char *why, size_t whylen);
-
 /* The handler's references (stop_sig.c), one per communicator: see shoal_stop_comm_init. */
 SHOAL_HIDDEN shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop);
 SHOAL_HIDDEN void shoal_stop_sig_unref(shoal_stop_comm_t *stop);

@@ -3,9 +3,11 @@
 #include "util/util.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *shoal_provider_file_untrusted(const char *path, const struct stat *sb)
 {
@@ -52,4 +54,44 @@ const char *shoal_provider_file_untrusted(const char *path, const struct stat *s
         }
     }
     return NULL;
+}
+
+shoal_status_t shoal_provider_path_expand(const char *pattern, const char *tenant,
+                                          const char *job, char *buf, size_t len, char *why,
+                                          size_t whylen)
+{
+    char uid_tenant[32];
+    size_t n = 0;
+
+    /* A job without tenant is "uid=N" (its effective uid), as the node agent meters, bills and
+     * paces it: "default" was also a name a real tenant could have. */
+    snprintf(uid_tenant, sizeof(uid_tenant), "uid=%u", (unsigned)geteuid());
+    for (const char *p = pattern; *p != '\0'; p++) {
+        const char *ins = NULL;
+        size_t k = 1;
+        if (p[0] == '%' && (p[1] == 't' || p[1] == 'j' || p[1] == '%')) {
+            ins = p[1] == 't' ? tenant : p[1] == 'j' ? job : "%";
+            ins = ins[0] != '\0' ? ins : p[1] == 't' ? uid_tenant : "default";
+            k = strlen(ins);
+            /* A name is one path component: a tenant or job name may hold '/' and may be
+             * "..", and "/run/shoal/stop/%t.%j" then named a file anywhere ("../../tmp/x"),
+             * which whoever can write there could use to stop the job (or, as a rates page,
+             * to hold it back or let it run unarbitrated). */
+            if (p[1] != '%' && (strchr(ins, '/') != NULL || strcmp(ins, ".") == 0 ||
+                                strcmp(ins, "..") == 0)) {
+                snprintf(why, whylen, "the %s name '%s' is not a file name (a '/', or '.' or "
+                         "'..')", p[1] == 't' ? "tenant" : "job", ins);
+                return SHOAL_ERR_INVALID_ARG;
+            }
+        }
+        if (n + k + 1 > len) {
+            snprintf(why, whylen, "too long once expanded");
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        memcpy(buf + n, ins != NULL ? ins : p, k);
+        n += k;
+        p += ins != NULL;
+    }
+    buf[n] = '\0';
+    return SHOAL_OK;
 }

@@ -408,6 +408,13 @@ SHOAL_HIDDEN int shoal_text_file_read(const char *path, size_t max, char **text_
  * root nor the directory's owner. */
 struct stat;
 SHOAL_HIDDEN const char *shoal_provider_file_untrusted(const char *path, const struct stat *sb);
+/* The path of such a file from its pattern (SHOAL_STOP_FILE, SHOAL_QOS_RATES): %t the tenant
+ * ("uid=N", the effective uid, for an empty name), %j the job ("default" for an empty name),
+ * %% a percent sign, into buf; SHOAL_ERR_INVALID_ARG, with a sentence in why, when it does not
+ * fit or when a name it inserts is not one file name (it holds a '/', or is "." or ".."). */
+SHOAL_HIDDEN shoal_status_t shoal_provider_path_expand(const char *pattern, const char *tenant,
+                                                       const char *job, char *buf, size_t len,
+                                                       char *why, size_t whylen);
 /* Runs argv (argv[0] found in PATH) by fork and exec, never through a shell, in dir (NULL: here),
  * its stdout (and stderr when quiet) on /dev/null, and waits for it at most timeout_ms (then it
  * is killed). *pid_p, when not NULL, holds the child's pid while it runs (for the caller's

@@ -276,17 +276,19 @@ static void test_parse(void)
 static void test_file_path(void)
 {
     char buf[64], why[160] = "";
-    tap_ok(shoal_stop_file_path("/run/shoal/stop/%t.%j", "acme", "train-42", buf, sizeof(buf),
-                                why, sizeof(why)) == SHOAL_OK &&
+    tap_ok(shoal_provider_path_expand("/run/shoal/stop/%t.%j", "acme", "train-42", buf,
+                                      sizeof(buf), why, sizeof(why)) == SHOAL_OK &&
            strcmp(buf, "/run/shoal/stop/acme.train-42") == 0,
            "SHOAL_STOP_FILE %%t.%%j: %s", buf);
     char want[64];
     snprintf(want, sizeof(want), "/s/uid=%u/default%%x%%q", (unsigned)geteuid());
-    tap_ok(shoal_stop_file_path("/s/%t/%j%%x%q", "", "", buf, sizeof(buf), why, sizeof(why)) ==
-           SHOAL_OK && strcmp(buf, want) == 0, "no tenant is uid=N (as the agent bills it), "
+    tap_ok(shoal_provider_path_expand("/s/%t/%j%%x%q", "", "", buf, sizeof(buf), why,
+                                      sizeof(why)) == SHOAL_OK && strcmp(buf, want) == 0,
+           "no tenant is uid=N (as the agent bills it), "
            "no job 'default', %%%% is %%, other %% stay: %s", buf);
-    tap_ok(shoal_stop_file_path("/s/%t", "a-tenant-name-that-is-long-enough-to-overflow-this",
-                                "j", buf, 32, why, sizeof(why)) == SHOAL_ERR_INVALID_ARG &&
+    tap_ok(shoal_provider_path_expand("/s/%t",
+                                      "a-tenant-name-that-is-long-enough-to-overflow-this", "j",
+                                      buf, 32, why, sizeof(why)) == SHOAL_ERR_INVALID_ARG &&
            strstr(why, "too long") != NULL, "a path too long is refused: %s", why);
     /* A name is one component: "../../tmp/x" took the file out of the provider's directory
      * (/run/shoal/stop/acme.../../tmp/x is /run/shoal/tmp/x), "a/b" into a subdirectory. */
@@ -296,12 +298,13 @@ static void test_file_path(void)
     int refused = 0;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         why[0] = '\0';
-        refused += shoal_stop_file_path("/run/shoal/stop/%t/%j", bad[i].tenant, bad[i].job, buf,
-                                        sizeof(buf), why, sizeof(why)) == SHOAL_ERR_INVALID_ARG &&
+        refused += shoal_provider_path_expand("/run/shoal/stop/%t/%j", bad[i].tenant,
+                                              bad[i].job, buf, sizeof(buf), why,
+                                              sizeof(why)) == SHOAL_ERR_INVALID_ARG &&
                    strstr(why, "not a file name") != NULL;
     }
-    tap_ok(refused == 4 && shoal_stop_file_path("/s/%t.%j", "a..b", "..x", buf, sizeof(buf), why,
-                                                sizeof(why)) == SHOAL_OK,
+    tap_ok(refused == 4 && shoal_provider_path_expand("/s/%t.%j", "a..b", "..x", buf,
+                                                      sizeof(buf), why, sizeof(why)) == SHOAL_OK,
            "a tenant or job name with a '/', or that is '.' or '..', is refused (%d of 4); "
            "'a..b' and '..x' are names: %s", refused, buf);
 }

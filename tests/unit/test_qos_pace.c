@@ -1,6 +1,7 @@
 /* QoS pacing (src/qos/pace.c): the token bucket holds its rate and never hangs (abort,
  * deadline), the rates page the node agent writes (alive, silent, gone, replaced, truncated,
- * garbage, a FIFO), and the agent's weighted max-min arbiter (src/qos/share.c). */
+ * garbage, a FIFO, its path from SHOAL_QOS_RATES), and the agent's weighted max-min arbiter
+ * (src/qos/share.c). */
 #include "qos/pace.h"
 #include "qos/share.h"
 #include "tests/tap.h"
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char page_dir[200];
@@ -325,6 +327,82 @@ static void test_rates_truncated(void)
     unlink(page_path);
 }
 
+/* In a forked child (the variables are read once per process): a 1-rank communicator of tenant
+ * and job with SHOAL_QOS_RATES=pattern. Its shoal_comm_init status; the page's path in path. */
+static int rates_path_init(const char *pattern, const char *tenant, const char *job, char *path,
+                           size_t len)
+{
+    int pipefd[2], st = -1, status = 0;
+    char got[512] = "";
+    pid_t pid;
+
+    if (pipe(pipefd) != 0) {
+        tap_bail("pipe: %s", strerror(errno));
+    }
+    pid = fork();
+    if (pid == 0) {
+        shoal_comm_t comm = NULL;
+        shoal_uid_t uid;
+        char out[sizeof(int) + sizeof(got)] = {0};
+
+        close(pipefd[0]);
+        setenv("SHOAL_QOS_RATES", pattern, 1);
+        setenv("SHOAL_TENANT", tenant, 1); /* before the unique id: it names the tenant */
+        setenv("SHOAL_JOB", job, 1);
+        st = shoal_get_unique_id(&uid);
+        if (st == SHOAL_OK) {
+            st = shoal_comm_init(&comm, 1, 0, &uid, NULL);
+        }
+        memcpy(out, &st, sizeof(st));
+        if (comm != NULL && comm->pace != NULL && comm->pace->path != NULL) {
+            snprintf(out + sizeof(int), sizeof(got), "%s", comm->pace->path);
+        }
+        (void)!write(pipefd[1], out, sizeof(out));
+        if (comm != NULL) {
+            shoal_comm_destroy(comm);
+        }
+        _exit(0);
+    }
+    close(pipefd[1]);
+    {
+        char in[sizeof(int) + sizeof(got)];
+        if (pid > 0 && read(pipefd[0], in, sizeof(in)) == (ssize_t)sizeof(in)) {
+            memcpy(&st, in, sizeof(st));
+            memcpy(got, in + sizeof(int), sizeof(got));
+            got[sizeof(got) - 1] = '\0';
+        }
+    }
+    close(pipefd[0]);
+    if (pid > 0) {
+        waitpid(pid, &status, 0);
+    }
+    snprintf(path, len, "%s", got);
+    return st;
+}
+
+/* SHOAL_QOS_RATES's %t and %j are one file name each, as in SHOAL_STOP_FILE: a tenant named
+ * "x/../../../tmp/me" made "/run/shoal/qos/%t.rate" a page of the job's own choosing (outside
+ * the agent's directory: its own rate, or none), and %j was not expanded at all. */
+static void test_rates_path(void)
+{
+    char pattern[300], path[512], want[600];
+
+    snprintf(pattern, sizeof(pattern), "%s/%%t.%%j.rate", page_dir);
+    snprintf(want, sizeof(want), "%s/acme.train-42.rate", page_dir);
+    tap_ok(rates_path_init(pattern, "acme", "train-42", path, sizeof(path)) == SHOAL_OK &&
+           strcmp(path, want) == 0, "SHOAL_QOS_RATES %%t.%%j: %s", path);
+    snprintf(pattern, sizeof(pattern), "%s/%%t.rate", page_dir);
+    tap_is_int(rates_path_init(pattern, "x/../../../tmp/me", "j", path, sizeof(path)),
+               SHOAL_ERR_INVALID_ARG, "a tenant name with a '/' is refused at init (path '%s')",
+               path);
+    tap_is_int(rates_path_init(pattern, "..", "j", path, sizeof(path)), SHOAL_ERR_INVALID_ARG,
+               "a tenant '..' is refused at init");
+    snprintf(pattern, sizeof(pattern), "%s/%%j/%%t.rate", page_dir);
+    tap_is_int(rates_path_init(pattern, "acme", "../../tmp", path, sizeof(path)),
+               SHOAL_ERR_INVALID_ARG, "a job name with a '/' is refused at init (path '%s')",
+               path);
+}
+
 static void fifo_watchdog(int sig)
 {
     static const char msg[] = "not ok - a FIFO at the page's path: the pacer hung opening it\n";
@@ -550,6 +628,7 @@ int main(void)
     test_rates_truncated();
     test_rates_fifo();
     test_rates_trust();
+    test_rates_path();
     test_share();
     test_tick_clock();
     test_clock_step();
