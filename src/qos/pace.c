@@ -110,12 +110,29 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
 }
 
 /* One seqlocked read of the page: 1 when gen moved (rate/burst read), 0 otherwise. Three
- * reads, in the seqlock's order (a system call is a full barrier): gen, rate and burst, gen. */
+ * reads, in the seqlock's order (a system call is a full barrier): magic, version and gen,
+ * rate and burst, gen. The magic and version are read again each time, in the same read as
+ * gen: the file may be rewritten in place (pace_page.h), and one rewritten with something
+ * else (an operator's "cp notes.txt page", a page of another version) had its bytes 8-31
+ * taken as gen, rate and burst, a rate of the garbage's choosing (as low as 64 KiB/s)
+ * until the timeout. Not a page now: a silent agent, as a truncated one. */
 static int shoal_qos_pace_page_read(shoal_qos_pacer_t *p, uint64_t *rate_p, uint64_t *burst_p)
 {
     uint64_t g, g2, rb[2];
-    if (!shoal_qos_pace_page_pread(p, &g, sizeof(g), offsetof(shoal_qos_rates_page_t, gen)) ||
-        g == p->page_gen || (g & 1) != 0) {
+    struct {
+        uint32_t magic, version;
+        uint64_t gen;
+    } hd;
+    _Static_assert(offsetof(shoal_qos_rates_page_t, magic) == 0 &&
+                   offsetof(shoal_qos_rates_page_t, version) == 4 &&
+                   offsetof(shoal_qos_rates_page_t, gen) == 8 && sizeof(hd) == 16,
+                   "magic, version and gen are read at once");
+    if (!shoal_qos_pace_page_pread(p, &hd, sizeof(hd), 0) ||
+        hd.magic != SHOAL_QOS_RATES_MAGIC || hd.version != SHOAL_QOS_RATES_VERSION) {
+        return 0;
+    }
+    g = hd.gen;
+    if (g == p->page_gen || (g & 1) != 0) {
         return 0;
     }
     _Static_assert(offsetof(shoal_qos_rates_page_t, burst) ==

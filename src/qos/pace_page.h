@@ -17,10 +17,11 @@
  * the last bump) is for people and tools only.
  *
  * Reader (the library, between chunks, at most every SHOAL_QOS_PACE_CHECK_NS): one read of
- * gen; when it changed and is even, the rate and burst, then gen again (retry later if it
- * moved, or if the file was too short). A dead agent (gen still for the timeout, or the page gone) leaves the last
- * rate in force until the timeout, then full speed (the hard cap SHOAL_QOS_RATE_MAX still
- * applies): a job is never stalled by an agent.
+ * magic, version and gen (a file rewritten in place with another magic or version is no
+ * page: not read); when gen changed and is even, the rate and burst, then gen again (retry
+ * later if it moved, or if the file was too short). A dead agent (gen still for the timeout,
+ * or the page gone) leaves the last rate in force until the timeout, then full speed (the
+ * hard cap SHOAL_QOS_RATE_MAX still applies): a job is never stalled by an agent.
  */
 #ifndef SHOAL_QOS_PACE_PAGE_H
 #define SHOAL_QOS_PACE_PAGE_H

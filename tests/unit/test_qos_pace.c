@@ -323,6 +323,34 @@ static void test_rates_truncated(void)
     close(fd);
     tap_is_int((long long)rate_after(p, 5), 3000000, "the page written again in place: its "
                "new rate");
+    /* Rewritten in place with something that is not a page (another magic, another version):
+     * its bytes 8-31 were taken as gen, rate and burst, a rate of the garbage's choosing. */
+    {
+        shoal_qos_rates_page_t junk = pg;
+        junk.magic = 0x74786574u; /* "text" */
+        junk.gen = 8;
+        junk.rate = 100000;
+        fd = open(page_path, O_RDWR);
+        if (fd < 0 || pwrite(fd, &junk, sizeof(junk), 0) != (ssize_t)sizeof(junk)) {
+            tap_bail("rewriting %s", page_path);
+        }
+        tap_is_int((long long)rate_after(p, 5), 3000000, "the page rewritten in place with "
+                   "another magic: not read, the last rate holds");
+        junk.magic = SHOAL_QOS_RATES_MAGIC;
+        junk.version = SHOAL_QOS_RATES_VERSION + 1;
+        junk.gen = 10;
+        if (pwrite(fd, &junk, sizeof(junk), 0) != (ssize_t)sizeof(junk)) {
+            tap_bail("rewriting %s", page_path);
+        }
+        tap_is_int((long long)rate_after(p, 5), 3000000, "... nor with another version");
+        pg.gen = 12;
+        pg.rate = 2000000;
+        if (pwrite(fd, &pg, sizeof(pg), 0) != (ssize_t)sizeof(pg)) {
+            tap_bail("rewriting %s", page_path);
+        }
+        close(fd);
+        tap_is_int((long long)rate_after(p, 5), 2000000, "... a page again: its rate");
+    }
     shoal_qos_pace_destroy(p);
     unlink(page_path);
 }
