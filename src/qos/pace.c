@@ -95,8 +95,13 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
         return;
     }
     if (pg.magic != SHOAL_QOS_RATES_MAGIC || pg.version != SHOAL_QOS_RATES_VERSION) {
-        shoal_warn(QOS, "%s is not a rates page (magic %08x version %u): ignored", p->path,
-                   pg.magic, pg.version);
+        /* once per file, as a refused one: the path is looked at again every second while
+         * there is no page, and the same file was a warning a second for the job's life */
+        if ((uint64_t)sb.st_ino != p->refused_ino) {
+            p->refused_ino = (uint64_t)sb.st_ino;
+            shoal_warn(QOS, "%s is not a rates page (magic %08x version %u): ignored",
+                       p->path, pg.magic, pg.version);
+        }
         close(fd);
         return;
     }

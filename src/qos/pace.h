@@ -87,7 +87,8 @@ typedef struct shoal_qos_pacer {
     char *path;
     int page_fd;               /* the page, open read-only (read with pread), or -1 */
     uint64_t page_ino, page_dev;
-    uint64_t refused_ino;      /* the last page refused as untrusted (warned once) */
+    uint64_t refused_ino;      /* the last page refused as untrusted or as no rates page
+                                * (warned once) */
     uint64_t page_gen;         /* last gen seen */
     uint64_t page_seen_ns;     /* when gen last moved (or the page was opened) */
     uint64_t next_open_ns;     /* next attempt to (re)open the path */
