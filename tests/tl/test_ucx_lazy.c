@@ -13,6 +13,12 @@
  *    nothing it sends is ever delivered; when both post, both get SHOAL_ERR_AUTH after the
  *    timeout; posting alone, it gets SHOAL_ERR_TIMEOUT and rank 0 never opens an endpoint to
  *    it, while the real rank 2 connects to rank 0 beside it;
+ *  - a stranger that floods rank 0 with messages under tags of its own: each is dropped as it
+ *    comes, UCX's unexpected queue is left empty, rank 0 still serves its real peer;
+ *  - a rank that sends more than SHOAL_UCX_UNEXPECTED_MAX messages before their receives:
+ *    up to the limit held and delivered in order; one more fails the receiver's endpoint
+ *    (SHOAL_ERR_PROTOCOL, the sender named and told); over SHOAL_UCX_UNEXPECTED_TOTAL, the
+ *    peer that holds the most fails, another one's messages are delivered;
  *  - a peer that never progresses: SHOAL_ERR_TIMEOUT after the timeout, not before;
  *  - a peer whose process is gone: SHOAL_ERR_PEER_FAILED at once, the peer named;
  *  - a peer that leaves normally with nothing pending on it: no ERROR logged, a sleep on the
@@ -397,6 +403,211 @@ static void test_stranger(void)
     side_fini(&evil);
     side_fini(&s2);
     side_fini(&s0);
+}
+
+/* A stranger (another job's key, claiming rank 2) that reaches rank 0's worker sends it
+ * NFLOOD messages under tags of its own: UCX queued every one of them, for good, since no
+ * receive of rank 0 ever matches them (a memory DoS by anyone who can reach the worker). Rank
+ * 0 must drop them as they come (UCX's queue left empty, nothing held) and still serve its
+ * real peer. */
+static void test_flood(void)
+{
+    enum { NFLOOD = 3000 };
+    const uint32_t comm_id = 0x1a2d00a0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64], junk[512];
+    size_t lens[NR];
+    side_t s0, one, evil;
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    ucp_tag_recv_info_t info;
+    static void *sr[NFLOOD];
+    int sent = 0, left = 0;
+
+    if (side_init(&s0, 0, comm_id, key_a, 1500) != 0 ||
+        side_init(&one, 1, comm_id, key_a, 1500) != 0 ||
+        side_init(&evil, 2, comm_id, key_b, 1500) != 0) {
+        tap_bail("ucx init failed");
+        return;
+    }
+    lens[0] = side_addr(&s0, addrs[0]);
+    lens[1] = side_addr(&one, addrs[1]);
+    lens[2] = side_addr(&evil, addrs[2]);
+    side_connect(&s0, addrs, lens);
+    side_connect(&one, addrs, lens);
+    side_connect(&evil, addrs, lens);
+    /* the stranger opens its endpoint to rank 0 (its proof goes with it) */
+    shoal_tl_req_t es = mkreq(comm_id, 1, buf, sizeof(buf));
+    tl->isend(evil.eps[0], &es);
+    for (int i = 0; i < 100 && evil.eps[0]->uep == NULL; i++) {
+        tl->progress(evil.ctx);
+    }
+    memset(junk, 0x5a, sizeof(junk));
+    for (int i = 0; i < NFLOOD && evil.eps[0]->uep != NULL; i++) {
+        /* its own tag for rank 0, rank 1's bits, a rank that does not exist, anything */
+        ucp_tag_t tag = i % 4 == 0 ? shoal_ucx_tag(evil.eps[0]->tx_tag, SHOAL_UCX_TAG_HDR) :
+                        i % 4 == 1 ? ((ucp_tag_t)1 << SHOAL_UCX_KEY_BITS) | (ucp_tag_t)i :
+                        i % 4 == 2 ? ((ucp_tag_t)77 << SHOAL_UCX_KEY_BITS) :
+                                     (ucp_tag_t)i * 0x9e3779b97f4a7c15ull;
+        sr[i] = ucp_tag_send_nbx(evil.eps[0]->uep, junk, sizeof(junk), tag, &p);
+        sent++;
+        tl->progress(s0.ctx);
+        tl->progress(evil.ctx);
+    }
+    for (int k = 0; k < 20000; k++) {
+        left = 0;
+        for (int i = 0; i < sent; i++) {
+            left += UCS_PTR_IS_PTR(sr[i]) && ucp_request_check_status(sr[i]) == UCS_INPROGRESS;
+        }
+        tl->progress(s0.ctx);
+        tl->progress(evil.ctx);
+        if (left == 0) {
+            break;
+        }
+    }
+    for (int i = 0; i < 1000; i++) {
+        tl->progress(s0.ctx);
+    }
+    for (int i = 0; i < sent; i++) {
+        if (UCS_PTR_IS_PTR(sr[i])) {
+            ucp_request_free(sr[i]);
+        }
+    }
+    int queued = ucp_tag_probe_nb(s0.ctx->worker, 0, 0, 0, &info) != NULL;
+    tap_ok(sent == NFLOOD && left == 0 && !queued && s0.ctx->nunexp == 0 &&
+               s0.ctx->nforeign >= NFLOOD / 2,
+           "a stranger's %d messages under tags of its own (%d still sending): rank 0 drops "
+           "them as they come (%llu dropped), UCX's unexpected queue is left %s",
+           sent, left, (unsigned long long)s0.ctx->nforeign, queued ? "holding them" : "empty");
+    int ok = both_ways(&s0, &one, comm_id, 1, 100) && both_ways(&s0, &one, comm_id, 2, 65536);
+    tap_ok(ok && s0.eps[1]->status == SHOAL_OK,
+           "rank 0 and rank 1 exchange 100 B and 64 KiB beside it, intact");
+    side_fini(&evil);
+    side_fini(&s0);
+    side_fini(&one);
+}
+
+/* Rank 0 posts nsend inline sends to rank 1, which progresses but posts no receive. */
+static void send_ahead(side_t *from, side_t *to, uint32_t comm_id, uint32_t seq0, int nsend,
+                       uint8_t (*sbuf)[100], shoal_tl_req_t *sreq, side_t *also)
+{
+    side_t *sides[3] = {from, to, also};
+    shoal_tl_req_t *reqs[1];
+    for (int i = 0; i < nsend; i++) {
+        memset(sbuf[i], 0x30 + i, sizeof(sbuf[i]));
+        sreq[i] = mkreq(comm_id, seq0 + (uint32_t)i, sbuf[i], sizeof(sbuf[i]));
+        tl->isend(from->eps[to->rank], &sreq[i]);
+    }
+    reqs[0] = &sreq[nsend - 1];
+    drive(sides, also != NULL ? 3 : 2, reqs, 1, 5000);
+    for (int i = 0; i < 2000; i++) {
+        tl->progress(to->ctx);
+    }
+}
+
+/* A rank of the job sends more than SHOAL_UCX_UNEXPECTED_MAX messages that its peer has not
+ * posted receives for: UCX held them all, without limit. Up to the limit they are held and
+ * delivered in order; one more fails the receiver's endpoint with SHOAL_ERR_PROTOCOL naming
+ * the sender, and the sender is told. With SHOAL_UCX_UNEXPECTED_TOTAL, the peer that holds
+ * the most fails, not another one. */
+static void test_early_limit(void)
+{
+    enum { MAX = 48 };
+    const uint32_t comm_id = 0x1a2d00b0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    static uint8_t sbuf[MAX + 1][100], rbuf[MAX + 1][100];
+    shoal_tl_req_t sreq[MAX + 1], rreq[MAX + 1], *reqs[MAX + 1];
+    size_t lens[NR];
+    side_t s[2], two;
+    side_t *sides[3] = {&s[0], &s[1], &two};
+    unsigned was_max = shoal_ucx_config.unexp_max, was_total = shoal_ucx_config.unexp_total;
+    char err[200] = "";
+    int ok = 1;
+
+    shoal_ucx_config.unexp_max = MAX;
+    if (trio(s, comm_id, 10000, addrs, lens, &two) != 0) {
+        return;
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    side_connect(&two, addrs, lens);
+    if (!both_ways(&s[0], &s[1], comm_id, 1000, 100)) {
+        tap_bail("ranks 0 and 1 did not connect");
+        return;
+    }
+    send_ahead(&s[0], &s[1], comm_id, 0, MAX, sbuf, sreq, NULL);
+    int held = s[1].ctx->nunexp;
+    for (int i = 0; i < MAX; i++) {
+        memset(rbuf[i], 0, sizeof(rbuf[i]));
+        rreq[i] = mkreq(comm_id, (uint32_t)i, rbuf[i], sizeof(rbuf[i]));
+        ok &= tl->irecv(s[1].eps[0], &rreq[i]) == SHOAL_OK;
+        reqs[i] = &rreq[i];
+    }
+    ok = ok && drive(sides, 2, reqs, MAX, 5000);
+    for (int i = 0; i < MAX; i++) {
+        ok &= rreq[i].status == SHOAL_OK && memcmp(rbuf[i], sbuf[i], sizeof(rbuf[i])) == 0;
+    }
+    tap_ok(ok && held == MAX && s[1].eps[0]->status == SHOAL_OK,
+           "%d messages (SHOAL_UCX_UNEXPECTED_MAX) before any receive: held (%d), then "
+           "received in order, intact", MAX, held);
+    send_ahead(&s[0], &s[1], comm_id, MAX, MAX + 1, sbuf, sreq, NULL);
+    shoal_tl_req_t r = mkreq(comm_id, MAX, rbuf[0], sizeof(rbuf[0]));
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    shoal_status_t st = tl->irecv(s[1].eps[0], &r);
+    if (st == SHOAL_OK) {
+        reqs[0] = &r;
+        drive(sides, 2, reqs, 1, 2000);
+        st = r.status;
+    }
+    tap_ok(st == SHOAL_ERR_PROTOCOL && strstr(err, "peer 0") != NULL &&
+               strstr(err, "SHOAL_UCX_UNEXPECTED_MAX") != NULL && s[1].ctx->nunexp == 0,
+           "one more: rank 1's endpoint to rank 0 fails (%s: %s), what it held is dropped",
+           shoal_status_name(st), err);
+    shoal_tl_req_t back = mkreq(comm_id, 5000, rbuf[0], sizeof(rbuf[0]));
+    reqs[0] = &back;
+    tl->irecv(s[0].eps[1], &back);
+    int told = drive(sides, 2, reqs, 1, 3000);
+    tap_ok(told && back.status == SHOAL_ERR_PEER_FAILED && back.culprit == 0,
+           "and rank 0 is told: its receive from rank 1 fails (%s), blaming rank %d",
+           shoal_status_name(back.status), back.culprit);
+    /* the total: rank 2 sends 10, rank 0 (another communicator) 20, the total limit is 25 */
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    side_fini(&two);
+    shoal_ucx_config.unexp_max = 0;
+    shoal_ucx_config.unexp_total = 25;
+    if (trio(s, comm_id + 1, 10000, addrs, lens, &two) != 0) {
+        return;
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    side_connect(&two, addrs, lens);
+    send_ahead(&two, &s[1], comm_id + 1, 0, 10, sbuf, sreq, NULL);
+    send_ahead(&s[0], &s[1], comm_id + 1, 0, 20, sbuf + 10, sreq + 10, &two);
+    err[0] = '\0';
+    r = mkreq(comm_id + 1, 0, rbuf[0], sizeof(rbuf[0]));
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    st = tl->irecv(s[1].eps[0], &r);
+    if (st == SHOAL_OK) {
+        reqs[0] = &r;
+        drive(sides, 2, reqs, 1, 2000);
+        st = r.status;
+    }
+    shoal_tl_req_t r2 = mkreq(comm_id + 1, 0, rbuf[1], sizeof(rbuf[1]));
+    reqs[0] = &r2;
+    ok = tl->irecv(s[1].eps[2], &r2) == SHOAL_OK && drive(sides, 3, reqs, 1, 3000) &&
+         r2.status == SHOAL_OK && memcmp(rbuf[1], sbuf[0], sizeof(rbuf[1])) == 0;
+    tap_ok(st == SHOAL_ERR_PROTOCOL && strstr(err, "peer 0") != NULL &&
+               strstr(err, "SHOAL_UCX_UNEXPECTED_TOTAL") != NULL && ok &&
+               s[1].eps[2]->status == SHOAL_OK,
+           "30 messages of two peers, SHOAL_UCX_UNEXPECTED_TOTAL=25: the one that holds the "
+           "most (rank 0, 20) fails (%s: %s); rank 2's are delivered", shoal_status_name(st),
+           err);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    side_fini(&two);
+    shoal_ucx_config.unexp_max = was_max;
+    shoal_ucx_config.unexp_total = was_total;
 }
 
 static void test_silent(void)
@@ -899,6 +1110,8 @@ int main(void)
     test_race();
     test_one_sided();
     test_stranger();
+    test_flood();
+    test_early_limit();
     test_silent();
     test_dead();
     test_left(NULL);

@@ -59,6 +59,17 @@
  * even in fini): nothing can then write into a buffer its owner got back. Any failure is
  * communicator-fatal above, so only the teardown is left to do.
  *
+ * Early messages: UCX keeps a message that arrives before a matching receive in its unexpected
+ * queue, without limit, and one under a tag that no receive ever matches (a process outside
+ * the job, another job's key) until the worker's destruction: anyone who can reach the worker
+ * could make this rank allocate without bound. So progress() takes every unexpected message
+ * out of that queue (ucp_tag_probe_nb, remove): one under a peer's key (only a rank of the job
+ * knows it) is held in the endpoint's queue of its kind, oldest first, and the next receive of
+ * that kind takes it (ucp_tag_msg_recv_nbx); any other one is received into a scratch buffer
+ * (truncated) and dropped at once. A peer with more than SHOAL_UCX_UNEXPECTED_MAX messages
+ * held, or the one with the most when all hold more than SHOAL_UCX_UNEXPECTED_TOTAL, fails
+ * its endpoint with SHOAL_ERR_PROTOCOL, the peer named (and told, by an abort notice).
+ *
  * Peer failure: endpoints use UCP_ERR_HANDLING_MODE_PEER; UCX's error callback, or the death
  * of a same-host peer's process (pidfd; also of a peer under another host id whose process
  * this machine runs: ucx_conn.c), marks the endpoint "gone": receives that UCX can
@@ -109,6 +120,8 @@ typedef struct {
     size_t cma_min;        /* SHOAL_UCX_CMA_MIN: smallest payload sent that way */
     int fast_cmpl;         /* SHOAL_UCX_FAST_CMPL: same-host sends complete locally, eagerly */
     const char *sysfs_root; /* SHOAL_UCX_SYSFS_ROOT: where present() looks for RDMA ports */
+    unsigned unexp_max;    /* SHOAL_UCX_UNEXPECTED_MAX: early messages held per peer */
+    unsigned unexp_total;  /* SHOAL_UCX_UNEXPECTED_TOTAL: early messages held in all */
 } shoal_ucx_config_t;
 
 extern SHOAL_HIDDEN shoal_ucx_config_t shoal_ucx_config;
@@ -138,6 +151,14 @@ typedef enum {
     SHOAL_UCX_SLOT_DATA,       /* rx: DATA receive posted; tx: sends in flight */
     SHOAL_UCX_SLOT_DONE,       /* transfer over (ucs holds the outcome) */
 } shoal_ucx_slot_state_t;
+
+/* A message taken out of UCX's unexpected queue before its receive was posted (see "Early
+ * messages" above), held until a receive of its kind takes it. */
+typedef struct shoal_ucx_unexp {
+    struct shoal_ucx_unexp *next;
+    ucp_tag_message_h msg;
+    size_t len;
+} shoal_ucx_unexp_t;
 
 typedef struct shoal_ucx_slot {
     struct shoal_ep *ep;
@@ -210,6 +231,10 @@ struct shoal_ep {
     shoal_ucx_slot_t rx[SHOAL_UCX_SLOTS];
     int rx_head, rx_count, rx_checked;
     shoal_tl_req_t *rq_head, *rq_tail;
+    /* early messages of the peer (under its key), oldest first, by kind */
+    shoal_ucx_unexp_t *uq_head[4], *uq_tail[4];
+    int nunexp;
+    int foreign_auth;                  /* a proof under another key claimed the peer's rank */
 };
 
 struct shoal_tl_ctx {
@@ -266,6 +291,12 @@ struct shoal_tl_ctx {
     int lazy_nq;
     uint8_t *peer_workers;             /* every peer's worker address, kept until fini */
     int lazy_nup;                      /* endpoints authenticated at first use (tests) */
+    /* early messages (see "Early messages" above) */
+    uint64_t *by_rank;                 /* [neps] peer rank << 32 | endpoint index, sorted */
+    int nunexp;                        /* held by all endpoints */
+    shoal_ucx_unexp_t *unexp_free;     /* entries for reuse */
+    uint64_t nforeign;                 /* messages under no key of ours, discarded (tests) */
+    uint8_t discard[SHOAL_WIRE_HDR_BYTES]; /* where they are received (truncated) */
 };
 
 enum {
@@ -337,6 +368,18 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *r
 SHOAL_HIDDEN int shoal_ucx_ep_progress(shoal_ep_t *ep, int tick);
 /* Lazy: the endpoint is authenticated: starts the requests queued until now, in order. */
 SHOAL_HIDDEN void shoal_ucx_ep_start_queued(shoal_ep_t *ep);
+/* Takes every message out of UCX's unexpected queue: one under a peer's key is held for its
+ * receive (over the limits the endpoint fails), any other one is discarded; the completions
+ * of failures. */
+SHOAL_HIDDEN int shoal_ucx_unexp_drain(shoal_tl_ctx_t *ctx);
+/* Posts a receive of kind from ep's peer into buf: its oldest early message of that kind if
+ * one is held, else a tag receive (the request or error, as ucp_tag_recv_nbx). */
+SHOAL_HIDDEN void *shoal_ucx_tag_recv(shoal_ep_t *ep, void *buf, size_t count,
+                                      shoal_ucx_kind_t kind, const ucp_request_param_t *p);
+/* Discards the endpoint's early messages (it failed, or the context ends). */
+SHOAL_HIDDEN void shoal_ucx_unexp_release(shoal_ep_t *ep);
+/* connect_all: the endpoints' index by peer rank, for shoal_ucx_unexp_drain. */
+SHOAL_HIDDEN shoal_status_t shoal_ucx_by_rank_build(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
                                    const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);

@@ -8,6 +8,8 @@ shoal_ucx_config_t shoal_ucx_config = {
     .inline_max = 8192,
     .cma = 1,
     .fast_cmpl = 1,
+    .unexp_max = 1024,
+    .unexp_total = 65536,
 };
 
 static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
@@ -66,6 +68,26 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
                "payload apart",
         .offset = offsetof(shoal_ucx_config_t, fast_cmpl),
         .type = SHOAL_CFG_BOOL,
+    },
+    {
+        .name = "UCX_UNEXPECTED_MAX",
+        .dflt = "1024",
+        .doc = "most ucx messages of one peer held before their receives are posted (UCX "
+               "would queue them without limit); one more fails the connection to that peer "
+               "with SHOAL_ERR_PROTOCOL, the peer named and told. Messages under no key of the "
+               "communicator (a process outside the job) are never held: dropped on arrival; "
+               "0 = no limit",
+        .offset = offsetof(shoal_ucx_config_t, unexp_max),
+        .type = SHOAL_CFG_UINT,
+    },
+    {
+        .name = "UCX_UNEXPECTED_TOTAL",
+        .dflt = "65536",
+        .doc = "most ucx messages of all peers of a communicator held before their receives "
+               "are posted; one more fails the connection to the peer that holds the most "
+               "(SHOAL_ERR_PROTOCOL, named and told); 0 = no limit",
+        .offset = offsetof(shoal_ucx_config_t, unexp_total),
+        .type = SHOAL_CFG_UINT,
     },
     {
         .name = "UCX_LIBRARY",

@@ -399,7 +399,6 @@ static shoal_status_t shoal_ucx_ep_open(shoal_tl_ctx_t *ctx, int idx, int peer,
 /* Posts the receives of the peer's proof (and HELLO). */
 static shoal_status_t shoal_ucx_ep_auth_post(shoal_ep_t *ep)
 {
-    shoal_tl_ctx_t *ctx = ep->ctx;
     ucp_request_param_t rp = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -408,8 +407,7 @@ static shoal_status_t shoal_ucx_ep_auth_post(shoal_ep_t *ep)
     };
     void *r;
 
-    r = ucp_tag_recv_nbx(ctx->worker, ep->auth_rx, sizeof(ep->auth_rx),
-                         shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &rp);
+    r = shoal_ucx_tag_recv(ep, ep->auth_rx, sizeof(ep->auth_rx), SHOAL_UCX_TAG_AUTH, &rp);
     if (UCS_PTR_IS_ERR(r)) {
         shoal_error(UCX, "peer %d: posting the proof receive failed: %s", ep->peer,
                     shoal_ucx_strerror(UCS_PTR_STATUS(r)));
@@ -421,8 +419,8 @@ static shoal_status_t shoal_ucx_ep_auth_post(shoal_ep_t *ep)
     if (ep->same_host) {
         /* the peer's HELLO, the second message of this kind (after its proof) */
         rp.cb.recv = shoal_ucx_hello_rx_cb;
-        r = ucp_tag_recv_nbx(ctx->worker, ep->hello_rx, sizeof(ep->hello_rx),
-                             shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &rp);
+        r = shoal_ucx_tag_recv(ep, ep->hello_rx, sizeof(ep->hello_rx), SHOAL_UCX_TAG_AUTH,
+                               &rp);
         if (UCS_PTR_IS_ERR(r)) {
             shoal_error(UCX, "peer %d: posting the HELLO receive failed: %s", ep->peer,
                         shoal_ucx_strerror(UCS_PTR_STATUS(r)));
@@ -531,6 +529,7 @@ static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
 
     for (;;) {
         shoal_ucx_drain(ctx);
+        (void)shoal_ucx_unexp_drain(ctx); /* what ranks that are done with theirs send */
         /* every endpoint moves on (proof checked, HELLO sent) while an earlier one waits */
         for (int i = first, pending = 0; i < ctx->neps; i++) {
             int r = shoal_ucx_ep_auth_check(&ctx->eps[i], &st);
@@ -614,6 +613,9 @@ static shoal_status_t shoal_ucx_lazy_connect(shoal_tl_ctx_t *ctx, const int *pee
         st = shoal_ucx_ep_auth_post(ep);
     }
     free(as);
+    if (st == SHOAL_OK) {
+        st = shoal_ucx_by_rank_build(ctx);
+    }
     if (st != SHOAL_OK) {
         return st;
     }
@@ -730,15 +732,17 @@ void shoal_ucx_lazy_fail(shoal_tl_ctx_t *ctx)
 }
 
 /* 1 if the peer's rank sent us a proof under another key (it holds another secret, or another
- * nonce of ours: another job, another communicator): left in UCX's unexpected queue, never
- * matched by any receive of ours. */
+ * nonce of ours: another job, another communicator): dropped when progress() took it out of
+ * UCX's unexpected queue (foreign_auth), or still there, never matched by any receive of
+ * ours. */
 static int shoal_ucx_lazy_refused(shoal_ep_t *ep)
 {
     const ucp_tag_t rank_mask = (((ucp_tag_t)1 << SHOAL_UCX_RANK_BITS) - 1) << SHOAL_UCX_KEY_BITS;
     ucp_tag_recv_info_t info;
     ucp_tag_t tag = shoal_ucx_tag((ucp_tag_t)ep->peer << SHOAL_UCX_KEY_BITS, SHOAL_UCX_TAG_AUTH);
-    return ucp_tag_probe_nb(ep->ctx->worker, tag, rank_mask | ((ucp_tag_t)3 << 62), 0, &info) !=
-           NULL;
+    return ep->foreign_auth ||
+           ucp_tag_probe_nb(ep->ctx->worker, tag, rank_mask | ((ucp_tag_t)3 << 62), 0, &info) !=
+               NULL;
 }
 
 /* Endpoint ep, opened: 1 when it is done with (authenticated or failed), else 0; the
@@ -876,6 +880,7 @@ shoal_status_t shoal_ucx_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
         ctx->neps = i + 1;
         SHOAL_CHECK(shoal_ucx_ep_open(ctx, i, peers[i], &a));
     }
+    SHOAL_CHECK(shoal_ucx_by_rank_build(ctx));
     for (int i = 0; i < npeers; i++) {
         SHOAL_CHECK(shoal_ucx_ep_auth_start(&ctx->eps[i]));
     }

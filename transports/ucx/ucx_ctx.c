@@ -138,6 +138,14 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
     if (ctx == NULL) {
         return;
     }
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ucx_unexp_release(&ctx->eps[i]); /* received (and freed) by the closes' drain */
+    }
+    while (ctx->unexp_free != NULL) {
+        shoal_ucx_unexp_t *u = ctx->unexp_free;
+        ctx->unexp_free = u->next;
+        free(u);
+    }
     if (ctx->worker != NULL && !ctx->quarantined) {
         shoal_ucx_close_all(ctx);
     } else {
@@ -170,6 +178,7 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
     free(ctx->slot_mem);
     free(ctx->lazy_q);
     free(ctx->peer_workers);
+    free(ctx->by_rank);
     shoal_secret_wipe(ctx->secret, sizeof(ctx->secret)); /* not elided before the free */
     free(ctx);
 }
@@ -584,6 +593,7 @@ static void shoal_ucx_check_live(shoal_tl_ctx_t *ctx)
 static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
 {
     int n = 0, tick = 0;
+    unsigned got;
     if (ctx->kicked) {
         uint64_t v;
         ctx->kicked = 0;
@@ -600,7 +610,7 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
     /* Once per call, as Open MPI's pml ucx: a call that found events would be followed by
      * one that finds none, on the path from an arrival to its completion (UCX polls several
      * FIFO entries per call; what is left is found by the next call). */
-    (void)ucp_worker_progress(ctx->worker);
+    got = ucp_worker_progress(ctx->worker);
     if (ctx->nevents != 0) {
         ctx->dirty = 1;
         ctx->nevents = 0;
@@ -616,6 +626,11 @@ static int shoal_ucx_progress(shoal_tl_ctx_t *ctx)
             tick = 1;
             shoal_ucx_check_live(ctx);
         }
+    }
+    if (got != 0 || tick) {
+        /* messages that found no receive: held for it, or dropped (see ucx.h); also those
+         * that came within other progress calls (the tick) */
+        n += shoal_ucx_unexp_drain(ctx);
     }
     if (ctx->lazy_want || ctx->lazy_nq > 0) {
         n += shoal_ucx_lazy_progress(ctx); /* connections at first use */

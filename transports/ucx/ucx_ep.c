@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -130,6 +131,68 @@ static void shoal_ucx_rx_cb(void *request, ucs_status_t st, const ucp_tag_recv_i
     ucp_request_free(request);
 }
 
+/* ---- early messages: held ones (see ucx.h) --------------------------------------------------- */
+
+/* Receives a message taken out of UCX's queue into the scratch buffer and forgets it: a
+ * message taken out must be received, else UCX keeps its descriptor until the worker's
+ * destruction, and the sender of one above the rendezvous threshold waits for an answer (a
+ * longer one is truncated, UCX answers the sender all the same). */
+static void shoal_ucx_msg_discard(shoal_tl_ctx_t *ctx, ucp_tag_message_h msg)
+{
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    void *r = ucp_tag_msg_recv_nbx(ctx->worker, ctx->discard, sizeof(ctx->discard), msg, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        ucp_request_free(r); /* UCX frees it when done */
+    }
+}
+
+/* The oldest early message of kind held for ep's peer, or NULL; give the entry back with
+ * shoal_ucx_unexp_put. */
+static shoal_ucx_unexp_t *shoal_ucx_unexp_pop(shoal_ep_t *ep, int kind)
+{
+    shoal_ucx_unexp_t *u = ep->uq_head[kind];
+    if (u != NULL) {
+        ep->uq_head[kind] = u->next;
+        if (u->next == NULL) {
+            ep->uq_tail[kind] = NULL;
+        }
+        ep->nunexp--;
+        ep->ctx->nunexp--;
+    }
+    return u;
+}
+
+static void shoal_ucx_unexp_put(shoal_tl_ctx_t *ctx, shoal_ucx_unexp_t *u)
+{
+    u->next = ctx->unexp_free;
+    ctx->unexp_free = u;
+}
+
+void *shoal_ucx_tag_recv(shoal_ep_t *ep, void *buf, size_t count, shoal_ucx_kind_t kind,
+                         const ucp_request_param_t *p)
+{
+    shoal_ucx_unexp_t *u = ep->uq_head[kind] != NULL ? shoal_ucx_unexp_pop(ep, kind) : NULL;
+    if (u != NULL) {
+        /* older than anything of that tag still in UCX's queues: taken first */
+        ucp_tag_message_h msg = u->msg;
+        shoal_ucx_unexp_put(ep->ctx, u);
+        return ucp_tag_msg_recv_nbx(ep->ctx->worker, buf, count, msg, p);
+    }
+    return ucp_tag_recv_nbx(ep->ctx->worker, buf, count, shoal_ucx_tag(ep->rx_tag, kind),
+                            (ucp_tag_t)-1, p);
+}
+
+void shoal_ucx_unexp_release(shoal_ep_t *ep)
+{
+    for (int k = 0; k < 4; k++) {
+        shoal_ucx_unexp_t *u;
+        while ((u = shoal_ucx_unexp_pop(ep, k)) != NULL) {
+            shoal_ucx_msg_discard(ep->ctx, u->msg);
+            shoal_ucx_unexp_put(ep->ctx, u);
+        }
+    }
+}
+
 /* ---- posting -------------------------------------------------------------------------------- */
 
 static void shoal_ucx_send(shoal_ep_t *ep, shoal_ucx_slot_t *s, const void *buf, size_t len,
@@ -171,8 +234,7 @@ static void shoal_ucx_fin_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s)
 
     s->nout++; /* the callback may run within ucp_tag_recv_nbx */
     s->fin_wait = 1;
-    r = ucp_tag_recv_nbx(ep->ctx->worker, s->fin, sizeof(s->fin),
-                         shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_AUTH), (ucp_tag_t)-1, &p);
+    r = shoal_ucx_tag_recv(ep, s->fin, sizeof(s->fin), SHOAL_UCX_TAG_AUTH, &p);
     if (UCS_PTR_IS_ERR(r)) {
         s->nout--;
         s->fin_wait = 0;
@@ -277,8 +339,7 @@ static void shoal_ucx_recv(shoal_ep_t *ep, shoal_ucx_slot_t *s, void *buf, size_
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         p.datatype = ucp_dt_make_iov();
     }
-    r = ucp_tag_recv_nbx(ep->ctx->worker, buf, len, shoal_ucx_tag(ep->rx_tag, kind),
-                         (ucp_tag_t)-1, &p);
+    r = shoal_ucx_tag_recv(ep, buf, len, kind, &p);
     if (UCS_PTR_IS_ERR(r)) {
         s->ucs = UCS_PTR_STATUS(r);
         s->rlen = 0;
@@ -443,6 +504,7 @@ int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
      * stay owned by UCX until their callbacks; a failed endpoint never reuses them. */
     shoal_ucx_ep_close(ep, 1);
     shoal_ucx_ep_cancel_reqs(ep);
+    shoal_ucx_unexp_release(ep); /* nothing will receive them now */
     for (int i = 0; i < ep->rx_count && !ep->ctx->quarantined; i++) {
         shoal_ucx_slot_t *s = &ep->rx[(ep->rx_head + i) % SHOAL_UCX_SLOTS];
         /* A receive into the caller's buffer that the cancel did not end (its callback runs
@@ -569,14 +631,21 @@ static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
     ucp_request_param_t p = {.op_attr_mask = 0};
     shoal_wire_hdr_t expect = {.comm_id = ep->ctx->comm_id, .type = SHOAL_WIRE_DATA}, got;
     ucp_tag_recv_info_t info;
+    shoal_ucx_unexp_t *u = shoal_ucx_unexp_pop(ep, SHOAL_UCX_TAG_ABORT);
     ucp_tag_message_h msg;
     shoal_status_t st;
     char why[160];
     int culprit = -1;
     void *r;
 
-    msg = ucp_tag_probe_nb(worker, shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_ABORT),
-                           (ucp_tag_t)-1, 1, &info);
+    if (u != NULL) { /* taken out of UCX's queue already (shoal_ucx_unexp_drain) */
+        msg = u->msg;
+        info.length = u->len;
+        shoal_ucx_unexp_put(ep->ctx, u);
+    } else {
+        msg = ucp_tag_probe_nb(worker, shoal_ucx_tag(ep->rx_tag, SHOAL_UCX_TAG_ABORT),
+                               (ucp_tag_t)-1, 1, &info);
+    }
     if (msg == NULL) {
         return 0;
     }
@@ -1069,4 +1138,139 @@ void shoal_ucx_notices_deliver(shoal_tl_ctx_t *ctx, shoal_ep_t *only)
         }
         ep->notice_posted = 0;
     }
+}
+
+/* ---- early messages: taking them out of UCX (see ucx.h) ------------------------------------- */
+
+#define SHOAL_UCX_UNEXP_BATCH 4096     /* shoal_ucx_unexp_drain: most messages per call */
+
+static int shoal_ucx_by_rank_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+shoal_status_t shoal_ucx_by_rank_build(shoal_tl_ctx_t *ctx)
+{
+    ctx->by_rank = malloc((size_t)SHOAL_MAX(ctx->neps, 1) * sizeof(*ctx->by_rank));
+    if (ctx->by_rank == NULL) {
+        shoal_error(UCX, "out of memory for the index of %d endpoints", ctx->neps);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        ctx->by_rank[i] = (uint64_t)(uint32_t)ctx->eps[i].peer << 32 | (uint32_t)i;
+    }
+    qsort(ctx->by_rank, (size_t)ctx->neps, sizeof(*ctx->by_rank), shoal_ucx_by_rank_cmp);
+    return SHOAL_OK;
+}
+
+/* The endpoint of the peer of global rank, or NULL. */
+static shoal_ep_t *shoal_ucx_ep_of_rank(shoal_tl_ctx_t *ctx, uint32_t rank)
+{
+    int lo = 0, hi = ctx->neps - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        uint32_t r = (uint32_t)(ctx->by_rank[mid] >> 32);
+        if (r == rank) {
+            return &ctx->eps[(uint32_t)ctx->by_rank[mid]];
+        }
+        if (r < rank) {
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return NULL;
+}
+
+/* A message was held for ep's peer: over a limit, its endpoint (or that of the peer that holds
+ * the most) fails; the completions. */
+static int shoal_ucx_unexp_check(shoal_ep_t *ep)
+{
+    shoal_tl_ctx_t *ctx = ep->ctx;
+    unsigned max = shoal_ucx_config.unexp_max, total = shoal_ucx_config.unexp_total;
+    shoal_ep_t *most = ep;
+
+    if (max != 0 && (unsigned)ep->nunexp > max) {
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_PROTOCOL, -1, "peer %d: more than %u messages "
+                                  "arrived before their receives were posted "
+                                  "(SHOAL_UCX_UNEXPECTED_MAX): refused", ep->peer, max);
+    }
+    if (total == 0 || (unsigned)ctx->nunexp <= total) {
+        return 0;
+    }
+    for (int i = 0; i < ctx->neps; i++) {
+        if (ctx->eps[i].nunexp > most->nunexp) {
+            most = &ctx->eps[i];
+        }
+    }
+    return shoal_ucx_ep_error(most, SHOAL_ERR_PROTOCOL, -1, "peer %d: the most (%d) of the %d "
+                              "messages of all peers that arrived before their receives were "
+                              "posted, more than %u (SHOAL_UCX_UNEXPECTED_TOTAL): refused",
+                              most->peer, most->nunexp, ctx->nunexp, total);
+}
+
+/* One message taken out of UCX's unexpected queue: held for its peer, or dropped. */
+static int shoal_ucx_unexp_take(shoal_tl_ctx_t *ctx, ucp_tag_message_h msg,
+                                const ucp_tag_recv_info_t *info)
+{
+    const ucp_tag_t kind_mask = (ucp_tag_t)3 << 62;
+    int kind = (int)(info->sender_tag >> 62);
+    uint32_t rank = (uint32_t)(info->sender_tag >> SHOAL_UCX_KEY_BITS) &
+                    ((1u << SHOAL_UCX_RANK_BITS) - 1);
+    shoal_ep_t *ep = shoal_ucx_ep_of_rank(ctx, rank);
+    shoal_ucx_unexp_t *u;
+
+    if (ep == NULL || (info->sender_tag & ~kind_mask) != ep->rx_tag) {
+        /* Under no key of ours (only the job's ranks know them): no receive will ever take
+         * it, and who sent it is unknown (the rank bits are the sender's claim). Never
+         * counted against the rank it claims. */
+        if (ep != NULL && kind == SHOAL_UCX_TAG_AUTH) {
+            ep->foreign_auth = 1; /* see shoal_ucx_lazy_refused */
+        }
+        if (ctx->nforeign++ == 0) {
+            shoal_warn(UCX, "rank %d: a %zu-byte message claiming rank %u, under no key of "
+                       "this communicator (another job, or a process outside it): dropped, "
+                       "as later ones will be", ctx->rank, info->length, rank);
+        }
+        shoal_ucx_msg_discard(ctx, msg);
+        return 0;
+    }
+    if (ep->status != SHOAL_OK) {
+        shoal_ucx_msg_discard(ctx, msg); /* its requests failed: nothing will take it */
+        return 0;
+    }
+    u = ctx->unexp_free;
+    if (u != NULL) {
+        ctx->unexp_free = u->next;
+    } else if ((u = malloc(sizeof(*u))) == NULL) {
+        shoal_ucx_msg_discard(ctx, msg);
+        return shoal_ucx_ep_error(ep, SHOAL_ERR_NO_MEMORY, -1, "peer %d: out of memory "
+                                  "holding a message that arrived before its receive",
+                                  ep->peer);
+    }
+    *u = (shoal_ucx_unexp_t){.msg = msg, .len = info->length};
+    if (ep->uq_tail[kind] != NULL) {
+        ep->uq_tail[kind]->next = u;
+    } else {
+        ep->uq_head[kind] = u;
+    }
+    ep->uq_tail[kind] = u;
+    ep->nunexp++;
+    ctx->nunexp++;
+    return shoal_ucx_unexp_check(ep);
+}
+
+int shoal_ucx_unexp_drain(shoal_tl_ctx_t *ctx)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    int n = 0;
+
+    /* oldest first, whatever the tag (a mask of 0 searches UCX's list of all of them) */
+    for (int i = 0; i < SHOAL_UCX_UNEXP_BATCH && ctx->by_rank != NULL && !ctx->quarantined &&
+                    (msg = ucp_tag_probe_nb(ctx->worker, 0, 0, 1, &info)) != NULL; i++) {
+        n += shoal_ucx_unexp_take(ctx, msg, &info);
+    }
+    return n;
 }
