@@ -12,7 +12,9 @@
  *  - a stranger with another job's key (keys are derived from the identity) claiming rank 2:
  *    nothing it sends is ever delivered; when both post, both get SHOAL_ERR_AUTH after the
  *    timeout; posting alone, it gets SHOAL_ERR_TIMEOUT and rank 0 never opens an endpoint to
- *    it, while the real rank 2 connects to rank 0 beside it;
+ *    it, while the real rank 2 connects to rank 0 beside it; with the real rank 2 silent,
+ *    rank 0's SHOAL_ERR_AUTH does not say that rank 2 answered (a tag cannot tell who sent
+ *    it);
  *  - a stranger that floods rank 0 with messages under tags of its own: each is dropped as it
  *    comes, UCX's unexpected queue is left empty, rank 0 still serves its real peer;
  *  - a rank that sends more than SHOAL_UCX_UNEXPECTED_MAX messages before their receives:
@@ -402,6 +404,38 @@ static void test_stranger(void)
            "arrives", shoal_status_name(e2.status), dt);
     side_fini(&evil);
     side_fini(&s2);
+    side_fini(&s0);
+    /* A third communicator: the stranger claims rank 2, whose real process published its
+     * address but stays silent. Rank 0 cannot tell who sent the proof under another key: its
+     * error must not say that rank 2 answered (rank 2 never did). */
+    char err[200] = "";
+    if (side_init(&s0, 0, comm_id + 2, key_a, 1500) != 0 ||
+        side_init(&one, 1, comm_id + 2, key_a, 1500) != 0 ||
+        side_init(&s2, 2, comm_id + 2, key_a, 1500) != 0 ||
+        side_init(&evil, 2, comm_id + 2, key_b, 1500) != 0) {
+        tap_bail("ucx init failed");
+        return;
+    }
+    lens[0] = side_addr(&s0, addrs[0]);
+    lens[1] = side_addr(&one, addrs[1]);
+    lens[2] = side_addr(&s2, addrs[2]);
+    side_connect(&s0, addrs, lens);
+    side_connect(&evil, addrs, lens);
+    shoal_tl_req_t e3 = mkreq(comm_id + 2, 1, buf, sizeof(buf));
+    shoal_tl_req_t r3 = mkreq(comm_id + 2, 1, rb, sizeof(rb));
+    shoal_tl_req_t *pair[] = {&r3};
+    r3.errbuf = err;
+    r3.errlen = sizeof(err);
+    tl->isend(evil.eps[0], &e3);
+    tl->irecv(s0.eps[2], &r3);
+    done = drive(sides, 2, pair, 1, 8000);
+    tap_ok(done && r3.status == SHOAL_ERR_AUTH && strstr(err, "no proof from peer 2") != NULL &&
+               strstr(err, "peer 2 answered") == NULL && strstr(err, "posing") != NULL,
+           "a stranger claims rank 2 while the real rank 2 is silent: rank 0's error (%s: %s) "
+           "says what it saw, not that rank 2 answered", shoal_status_name(r3.status), err);
+    side_fini(&evil);
+    side_fini(&s2);
+    side_fini(&one);
     side_fini(&s0);
 }
 

@@ -18,8 +18,10 @@
  * proof arrives (it connected to us first); both sides may start at once (each side has its
  * own endpoint, nothing to settle). Requests posted before the proofs are checked wait in the
  * endpoint's queues, in order. No proof within timeout_ms of opening: SHOAL_ERR_TIMEOUT, or
- * SHOAL_ERR_AUTH if the peer's rank sent us proofs under another key only (another job's
- * secret); a peer gone: SHOAL_ERR_PEER_FAILED. Only that endpoint fails.
+ * SHOAL_ERR_AUTH if only proofs under another key came claiming the peer's rank (from the peer
+ * with another job's secret, or from a process posing as it: a tag cannot tell, and the error
+ * does not say the peer sent them); a peer gone: SHOAL_ERR_PEER_FAILED. Only that endpoint
+ * fails.
  *
  * Messages: a payload of at most inline_max bytes travels in one HDR message (eager) behind
  * a 12-byte short header: seq, step and chunk (SHOAL_UCX_SHORT_HDR_BYTES). The rest of the

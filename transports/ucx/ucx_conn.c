@@ -791,9 +791,12 @@ static int shoal_ucx_lazy_step(shoal_ep_t *ep, uint64_t now, int aborted, int *n
     if (ctx->timeout_ms >= 0 && now - ep->lazy_start_ns > (uint64_t)ctx->timeout_ms * 1000000ull) {
         if (shoal_ucx_lazy_refused(ep)) {
             st = SHOAL_ERR_AUTH;
-            snprintf(why, sizeof(why), "rank %d: peer %d answered within %d ms only under "
-                     "another key (another job's secret?): refused", ctx->rank, ep->peer,
-                     ctx->timeout_ms);
+            /* Who sent it is unknown: a tag's rank bits are the sender's claim, and anyone
+             * who reaches our worker can claim any rank. Say what was seen, not that the
+             * peer (which may just be silent) holds another secret. */
+            snprintf(why, sizeof(why), "rank %d: no proof from peer %d within %d ms, only "
+                     "proofs under another key claiming its rank (another job's, or a process "
+                     "posing as it): refused", ctx->rank, ep->peer, ctx->timeout_ms);
         } else {
             st = SHOAL_ERR_TIMEOUT;
             snprintf(why, sizeof(why), "rank %d: no proof from peer %d within %d ms", ctx->rank,
