@@ -16,7 +16,9 @@ static const shoal_cfg_field_t shoal_cuda_cfg_fields[] = {
     {.name = "CUDA_STAGING_SIZE", .dflt = "64m", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_cuda_config_t, staging_size),
      .doc = "pinned host staging per communicator for device buffers (bounds the pipeline; "
-            "it can shrink the chunks, so it must be the same on every rank)"},
+            "it can shrink the chunks, so it must be the same on every rank; a send or "
+            "receive that does not fit what is left of it goes through a host buffer of its "
+            "own size)"},
     {.name = "CUDA_CHUNK_SIZE", .dflt = "4m", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_cuda_config_t, chunk_size),
      .doc = "bytes per row per pipeline chunk (device-to-host, network, host-to-device "

@@ -165,95 +165,92 @@ shoal_status_t shoal_cuda_stage_coll(shoal_cuda_comm_t *cc, const shoal_cuda_ite
 
 /* ---- send / recv ------------------------------------------------------------------------- */
 
-/* Chunk k of n p2p items at once: D2H of the sends, post every receive and send, wait,
- * H2D of the receives. Chunk length = SHOAL_CUDA_CHUNK_SIZE bytes on both sides. */
-static shoal_status_t shoal_cuda_p2p_round(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *items,
-                                           int n, const uint32_t *seqs, const size_t *offs,
-                                           size_t chunk, uint32_t k, shoal_tl_req_t *reqs,
-                                           shoal_tl_req_t **rp, int *peers)
-{
-    int nreq = 0;
-    for (int i = 0; i < n; i++) {
-        const shoal_coll_args_t *a = &items[i].a;
-        size_t bytes = a->count * shoal_dtype_size(a->dtype), off = (size_t)k * chunk;
-        uint8_t *slot = cc->staging + offs[i];
-        if (a->type == SHOAL_COLL_SEND && (off < bytes || (k == 0 && bytes == 0))) {
-            SHOAL_CHECK(shoal_cuda_copy_rows(cc->d2h, slot, 0, 0, (const uint8_t *)a->sendbuf + off,
-                                             items[i].in.dev, 0, SHOAL_MIN(chunk, bytes - off), 1));
-        }
-    }
-    SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->d2h, "send staging"));
-    for (int i = 0; i < n; i++) {
-        const shoal_coll_args_t *a = &items[i].a;
-        size_t bytes = a->count * shoal_dtype_size(a->dtype), off = (size_t)k * chunk;
-        size_t len = off < bytes ? SHOAL_MIN(chunk, bytes - off) : 0;
-        uint8_t *slot = cc->staging + offs[i];
-        if (off >= bytes && !(k == 0 && bytes == 0)) {
-            continue;
-        }
-        peers[nreq] = a->root;
-        rp[nreq] = &reqs[nreq];
-        if (a->type == SHOAL_COLL_RECV) {
-            SHOAL_CHECK(shoal_chan_irecv(cc->comm, a->root, slot, len, seqs[i], SHOAL_P2P_STEP, k,
-                                         &reqs[nreq]));
-        } else {
-            SHOAL_CHECK(shoal_chan_isend(cc->comm, a->root, slot, len, seqs[i], SHOAL_P2P_STEP, k,
-                                         &reqs[nreq]));
-        }
-        nreq++;
-    }
-    SHOAL_CHECK(shoal_chan_waitall(cc->comm, rp, peers, nreq));
-    for (int i = 0; i < n; i++) {
-        const shoal_coll_args_t *a = &items[i].a;
-        size_t bytes = a->count * shoal_dtype_size(a->dtype), off = (size_t)k * chunk;
-        if (a->type == SHOAL_COLL_RECV && off < bytes) {
-            SHOAL_CHECK(shoal_cuda_copy_rows(cc->h2d, (uint8_t *)a->recvbuf + off,
-                                             items[i].out.dev, 0, cc->staging + offs[i],
-                                             0, 0, SHOAL_MIN(chunk, bytes - off), 1));
-        }
-    }
-    return shoal_cuda_stream_wait(cc, cc->h2d, "receive staging");
-}
-
+/* n p2p items at once, each one message of its whole length: the host path sends and
+ * receives them so (src/coll/others.c, shoal_p2p_run), and a host buffer on one side must
+ * match a device buffer on the other (cut into SHOAL_CUDA_CHUNK_SIZE messages here, a send
+ * larger than a chunk from host memory into device memory, or the reverse, failed both ranks'
+ * communicators with "message of N bytes, expected M"). A device buffer goes through the
+ * staging where the batch still fits it, else through a host buffer of its own (so every
+ * message of a group is posted at once, whatever its size); a host buffer is sent from or
+ * received into directly. D2H of the sends, post every receive and send, wait, H2D of the
+ * receives. */
 shoal_status_t shoal_cuda_stage_p2p(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *items, int n)
 {
-    size_t chunk = SHOAL_MAX(shoal_cuda_config.chunk_size / 16 * 16, (size_t)16);
-    size_t offs[64], used = 0;
-    uint32_t rounds = 1, seqs[64];
-    shoal_tl_req_t reqs[64];
-    shoal_tl_req_t *rp[64];
-    int peers[64];
+    shoal_tl_req_t *reqs = calloc((size_t)n, sizeof(*reqs));
+    shoal_tl_req_t **rp = calloc((size_t)n, sizeof(*rp));
+    uint8_t **bufs = calloc((size_t)n, sizeof(*bufs)), **own = calloc((size_t)n, sizeof(*own));
+    int *peers = calloc((size_t)n, sizeof(*peers)), nreq = 0, copying = 0;
+    size_t used = 0;
+    shoal_status_t st = SHOAL_OK, st2;
 
-    /* At most 64 items per round set, each with a slot of the staging as large as its round's
-     * bytes: a chunk, or the whole message where it is shorter (a group of many messages shorter
-     * than a chunk is posted at once, as the API promises; the chunk itself must stay the same
-     * on every rank, which cuts the messages the same way). */
-    for (int i = 0; i < n && i < 64; i++) {
+    if (reqs == NULL || rp == NULL || bufs == NULL || own == NULL || peers == NULL) {
+        st = SHOAL_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < n && st == SHOAL_OK; i++) {
         const shoal_coll_args_t *a = &items[i].a;
-        offs[i] = used;
-        used += SHOAL_ALIGN_UP(SHOAL_MIN(chunk, a->count * shoal_dtype_size(a->dtype)), 16);
-    }
-    if (n > 64 || used > cc->staging_size) {
-        int half = n / 2 > 0 ? n / 2 : 1;
-        if (n == 1) {
-            shoal_error(CUDA, "SHOAL_CUDA_CHUNK_SIZE %zu exceeds SHOAL_CUDA_STAGING_SIZE %zu",
-                        chunk, cc->staging_size);
-            return SHOAL_ERR_INVALID_ARG;
+        size_t bytes = a->count * shoal_dtype_size(a->dtype);
+        int send = a->type == SHOAL_COLL_SEND;
+        if (!(send ? items[i].in.dev : items[i].out.dev)) {
+            bufs[i] = send ? (uint8_t *)(uintptr_t)a->sendbuf : (uint8_t *)a->recvbuf;
+        } else if (bytes <= cc->staging_size - used) {
+            bufs[i] = cc->staging + used;
+            used += SHOAL_MIN(SHOAL_ALIGN_UP(bytes, 16), cc->staging_size - used);
+        } else if ((own[i] = bufs[i] = malloc(bytes)) == NULL) {
+            shoal_error(CUDA, "rank %d: no memory for a host copy of a %zu-byte %s", cc->comm->rank,
+                        bytes, send ? "send" : "receive");
+            st = SHOAL_ERR_NO_MEMORY;
         }
-        shoal_warn_once(CUDA, "a group of %d sends/receives does not fit the staging at once; "
-                        "it runs in parts (a part must not depend on a later one)", n);
-        SHOAL_CHECK(shoal_cuda_stage_p2p(cc, items, half));
-        return shoal_cuda_stage_p2p(cc, items + half, n - half);
+        if (st == SHOAL_OK && send && items[i].in.dev) {
+            copying = 1;
+            st = shoal_cuda_copy_rows(cc->d2h, bufs[i], 0, 0, a->sendbuf, 1, 0, bytes, 1);
+        }
     }
-    for (int i = 0; i < n; i++) {
+    if (st == SHOAL_OK && copying) {
+        st = shoal_cuda_stream_wait(cc, cc->d2h, "send staging");
+        copying = st != SHOAL_OK;
+    }
+    for (int i = 0; i < n && st == SHOAL_OK; i++) {
         const shoal_coll_args_t *a = &items[i].a;
         size_t bytes = a->count * shoal_dtype_size(a->dtype);
         shoal_chan_t *ch = &cc->comm->chans[a->root];
-        seqs[i] = a->type == SHOAL_COLL_SEND ? ch->p2p_send_seq++ : ch->p2p_recv_seq++;
-        rounds = SHOAL_MAX(rounds, (uint32_t)((bytes + chunk - 1) / chunk));
+        if (a->type == SHOAL_COLL_RECV) {
+            st = shoal_chan_irecv(cc->comm, a->root, bufs[i], bytes, ch->p2p_recv_seq++,
+                                  SHOAL_P2P_STEP, 0, &reqs[nreq]);
+        } else {
+            st = shoal_chan_isend(cc->comm, a->root, bufs[i], bytes, ch->p2p_send_seq++,
+                                  SHOAL_P2P_STEP, 0, &reqs[nreq]);
+        }
+        if (st == SHOAL_OK) {
+            peers[nreq] = a->root;
+            rp[nreq] = &reqs[nreq];
+            nreq++;
+        }
     }
-    for (uint32_t k = 0; k < rounds; k++) {
-        SHOAL_CHECK(shoal_cuda_p2p_round(cc, items, n, seqs, offs, chunk, k, reqs, rp, peers));
+    /* what was posted is waited for even after a failed post (that failed the communicator,
+     * which completes them at once), before its buffers go */
+    st2 = nreq > 0 ? shoal_chan_waitall(cc->comm, rp, peers, nreq) : SHOAL_OK;
+    st = st != SHOAL_OK ? st : st2;
+    for (int i = 0; i < n && st == SHOAL_OK; i++) {
+        const shoal_coll_args_t *a = &items[i].a;
+        if (a->type == SHOAL_COLL_RECV && items[i].out.dev) {
+            copying = 1;
+            st = shoal_cuda_copy_rows(cc->h2d, a->recvbuf, 1, 0, bufs[i], 0, 0,
+                                      a->count * shoal_dtype_size(a->dtype), 1);
+        }
     }
-    return SHOAL_OK;
+    if (st == SHOAL_OK && copying) {
+        st = shoal_cuda_stream_wait(cc, cc->h2d, "receive staging");
+        copying = st != SHOAL_OK;
+    }
+    /* a copy that was not seen to end (a failed wait: the communicator failed) may still use
+     * the host copies: they are kept then */
+    for (int i = 0; i < n && own != NULL && !copying; i++) {
+        free(own[i]);
+    }
+    free(reqs);
+    free(rp);
+    free(bufs);
+    free(own);
+    free(peers);
+    return st;
 }

@@ -693,6 +693,55 @@ static void mixed_host_device(ctx_t *x)
     group_fail[g] += bad;
 }
 
+/* A send from a host buffer into a device buffer of the peer, and from a device buffer into a
+ * host one, each longer than SHOAL_CUDA_CHUNK_SIZE: the device side cut the message into chunks
+ * while the host side sent or expected it whole, and both communicators failed ("message of N
+ * bytes, expected M"). Rank 0 sends first, the others receive first (a chain around the ring),
+ * blocking and stream-ordered. */
+static void p2p_host_device(ctx_t *x)
+{
+    size_t count = shoal_cuda_config.chunk_size / 4 + 1001, bytes = count * 4;
+    int next = (x->rank + 1) % x->n, prev = (x->rank + x->n - 1) % x->n, bad = 0;
+
+    if (x->n < 2 || 2 * bytes > x->cap) {
+        return;
+    }
+    int g = group("send/recv longer than a CUDA chunk between host and device buffers");
+    for (int dev_send = 0; dev_send < 2; dev_send++) {
+        for (int blocking = 1; blocking >= 0; blocking--) {
+            void *stream = blocking ? NULL : (void *)x->s;
+            const void *in = dev_send ? (const void *)x->d_in : (const void *)x->h_in;
+            void *out = dev_send ? (void *)x->h_out : (void *)x->d_out;
+            shoal_status_t st = SHOAL_OK, st2 = SHOAL_OK;
+            fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, count, 0);
+            h2d(x, x->d_in, x->h_in, bytes);
+            memset(x->h_out, 0xee, bytes);
+            h2d(x, x->d_out, x->h_out, bytes);
+            if (x->rank == 0) {
+                st = shoal_send(in, count, SHOAL_INT32, next, x->comm, stream);
+            }
+            st2 = shoal_recv(out, count, SHOAL_INT32, prev, x->comm, stream);
+            if (x->rank != 0) {
+                st = shoal_send(in, count, SHOAL_INT32, next, x->comm, stream);
+            }
+            CK(cuStreamSynchronize(x->s));
+            if (!dev_send) {
+                d2h(x, x->h_out, x->d_out, bytes);
+            }
+            fill(SHOAL_INT32, SHOAL_SUM, prev, x->h_exp, count, 0);
+            if (st != SHOAL_OK || st2 != SHOAL_OK || memcmp(x->h_out, x->h_exp, bytes) != 0) {
+                fprintf(stderr, "# rank %d: %s send into a %s receive (%s): %s/%s, first word %d "
+                        "(want %d): %s\n", x->rank, dev_send ? "device" : "host",
+                        dev_send ? "host" : "device", blocking ? "blocking" : "stream-ordered",
+                        shoal_status_name(st), shoal_status_name(st2), ((int32_t *)x->h_out)[0],
+                        ((int32_t *)x->h_exp)[0], shoal_comm_last_error(x->comm));
+                bad = 1;
+            }
+        }
+    }
+    group_fail[g] += bad;
+}
+
 static void other_device_output(ctx_t *x)
 {
     CUcontext mine, other_ctx;
@@ -1165,6 +1214,7 @@ int main(int argc, char **argv)
         group_lost_comm(x);
         other_device_output(x);
         mixed_host_device(x);
+        p2p_host_device(x);
         sync_choice(x);
         keeps_context(x);
         graph_capture(x);
