@@ -144,11 +144,17 @@ static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t 
     if (comm->meter != NULL) {
         t0 = shoal_ticks();
     }
+    /* A group's blocking sends and receives are recorded together, on host and device
+     * buffers alike, and posted at its end in the order they were made (group.c): recorded
+     * apart, each kind was posted and waited for after the other, and a rank that sent from
+     * host memory and received into device memory waited for its peer, which did the same,
+     * until the timeout. */
+    if ((a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) && stream == NULL &&
+        shoal_group_depth() > 0) {
+        return shoal_api_group_add(comm, a); /* posted with the others at the group's end */
+    }
     if (shoal_cuda_wants(a, stream, &t0)) {
         return shoal_cuda_call(comm, a, stream); /* stream-ordered or device buffers */
-    }
-    if ((a->type == SHOAL_COLL_SEND || a->type == SHOAL_COLL_RECV) && shoal_group_depth() > 0) {
-        return shoal_api_group_add(comm, a); /* posted with the others at the group's end */
     }
     ticket = shoal_comm_ticket_take(comm);
     st = shoal_comm_ticket_wait(comm, ticket);

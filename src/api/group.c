@@ -142,10 +142,22 @@ static shoal_status_t shoal_api_group_flush(shoal_api_gop_t *g, int n)
                 g[j].comm = NULL;
             }
         }
+        /* a batch with a device buffer goes to the CUDA layer whole, every message posted at
+         * once there (its host buffers too) */
+        int dev = 0;
+        for (int j = 0; j < b[nb].n && !dev; j++) {
+            dev = shoal_cuda_wants(&b[nb].ops[j], NULL, &(uint64_t){0});
+        }
+        if (dev) {
+            shoal_status_t st2 = shoal_cuda_p2p_batch(b[nb].comm, b[nb].ops, b[nb].n);
+            st = st != SHOAL_OK ? st : st2;
+            continue;
+        }
         nb++;
     }
     if (nb > 0) {
-        st = shoal_api_group_run(b, nb);
+        shoal_status_t st2 = shoal_api_group_run(b, nb);
+        st = st != SHOAL_OK ? st : st2;
     }
     free(b);
     free(ops);

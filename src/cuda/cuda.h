@@ -30,6 +30,10 @@ SHOAL_HIDDEN shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal
                                             void *stream);
 /* The outermost shoal_group_end of this thread: submits what the group recorded. */
 SHOAL_HIDDEN shoal_status_t shoal_cuda_group_flush(void);
+/* A group's blocking sends and receives on comm (ops[0..n), stream NULL, validated), some on
+ * device buffers: all posted at once, in their order, waited for before it returns. */
+SHOAL_HIDDEN shoal_status_t shoal_cuda_p2p_batch(struct shoal_comm *comm,
+                                                 const shoal_coll_args_t *ops, int n);
 /* comm is being destroyed: the calling thread's open group drops what it recorded on it (and
  * its end fails) instead of submitting on freed memory. */
 SHOAL_HIDDEN void shoal_cuda_group_forget(struct shoal_comm *comm);
@@ -54,6 +58,14 @@ static inline shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoa
 static inline shoal_status_t shoal_cuda_group_flush(void)
 {
     return SHOAL_OK;
+}
+static inline shoal_status_t shoal_cuda_p2p_batch(struct shoal_comm *comm,
+                                                  const shoal_coll_args_t *ops, int n)
+{
+    (void)ops;
+    (void)n;
+    shoal_meter_count_refused(comm->meter); /* not reached: no buffer is a device one here */
+    return SHOAL_ERR_UNSUPPORTED;
 }
 static inline void shoal_cuda_group_forget(struct shoal_comm *comm)
 {

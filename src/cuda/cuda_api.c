@@ -646,6 +646,30 @@ shoal_status_t shoal_cuda_group_flush(void)
     return st;
 }
 
+shoal_status_t shoal_cuda_p2p_batch(struct shoal_comm *comm, const shoal_coll_args_t *ops, int n)
+{
+    shoal_cuda_item_t *items = malloc((size_t)n * sizeof(*items));
+    shoal_status_t st = items == NULL ? SHOAL_ERR_NO_MEMORY : shoal_cuda_drv_load();
+
+    if (st == SHOAL_ERR_UNSUPPORTED) {
+        shoal_error(CUDA, "a device buffer was passed, but CUDA is unavailable: %s",
+                    shoal_cuda_drv_reason());
+    }
+    for (int i = 0; i < n && st == SHOAL_OK; i++) {
+        st = shoal_cuda_item_make(&ops[i], &items[i]);
+    }
+    st = st != SHOAL_OK ? st : shoal_comm_check_usable(comm);
+    if (st == SHOAL_OK) {
+        st = shoal_cuda_submit(comm, NULL, items, n);
+    } else {
+        for (int i = 0; i < n; i++) {
+            shoal_meter_count_refused(comm->meter); /* as each blocking call would be */
+        }
+    }
+    free(items);
+    return st;
+}
+
 shoal_status_t shoal_cuda_call(struct shoal_comm *comm, const shoal_coll_args_t *a, void *stream)
 {
     shoal_cuda_item_t it;

@@ -592,6 +592,44 @@ static void group_p2p_around_coll(ctx_t *x)
     group_fail[g] += bad != 0;
 }
 
+/* A blocking group (stream NULL) that mixes host and device buffers: every rank sends a host
+ * buffer, then a device one, to the next rank and receives from the previous one into a device
+ * buffer, then a host one. The host sends and receives were posted apart from the device ones,
+ * after them: every rank waited in its device receive for the peer's host send until the
+ * timeout. Messages match in the order of the calls, whatever their buffers. */
+static void group_host_device_p2p(ctx_t *x)
+{
+    size_t count = 70001, bytes = count * 4;
+    int next = (x->rank + 1) % x->n, prev = (x->rank + x->n - 1) % x->n, bad = 0;
+    shoal_status_t st;
+
+    if (x->n < 2) {
+        return;
+    }
+    int g = group("blocking group of host and device sends and receives, in call order");
+    fill(SHOAL_INT32, SHOAL_SUM, x->rank, x->h_in, 2 * count, 0);
+    h2d(x, x->d_in, x->h_in, 2 * bytes);
+    memset(x->h_out, 0xee, 2 * bytes);
+    h2d(x, x->d_out, x->h_out, bytes);
+    shoal_group_start();
+    bad |= shoal_send(x->h_in, count, SHOAL_INT32, next, x->comm, NULL) != SHOAL_OK;
+    bad |= shoal_send((void *)(x->d_in + bytes), count, SHOAL_INT32, next, x->comm, NULL) !=
+           SHOAL_OK;
+    bad |= shoal_recv((void *)x->d_out, count, SHOAL_INT32, prev, x->comm, NULL) != SHOAL_OK;
+    bad |= shoal_recv(x->h_out + bytes, count, SHOAL_INT32, prev, x->comm, NULL) != SHOAL_OK;
+    st = shoal_group_end();
+    d2h(x, x->h_out, x->d_out, bytes);
+    fill(SHOAL_INT32, SHOAL_SUM, prev, x->h_exp, 2 * count, 0);
+    if (bad || st != SHOAL_OK || memcmp(x->h_out, x->h_exp, 2 * bytes) != 0) {
+        fprintf(stderr, "# rank %d: group of host and device sends and receives: %s, words %d "
+                "%d (want %d %d): %s\n", x->rank, shoal_status_name(st), ((int32_t *)x->h_out)[0],
+                ((int32_t *)x->h_out)[count], ((int32_t *)x->h_exp)[0],
+                ((int32_t *)x->h_exp)[count], shoal_comm_last_error(x->comm));
+        bad = 1;
+    }
+    group_fail[g] += bad;
+}
+
 static void *destroy_thread(void *arg)
 {
     return (void *)(intptr_t)shoal_comm_destroy((shoal_comm_t)arg);
@@ -1211,6 +1249,7 @@ int main(int argc, char **argv)
         group_case(x);
         group_many_p2p(x);
         group_p2p_around_coll(x);
+        group_host_device_p2p(x);
         group_lost_comm(x);
         other_device_output(x);
         mixed_host_device(x);
