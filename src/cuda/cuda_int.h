@@ -90,6 +90,12 @@ typedef struct shoal_cuda_comm {
     /* NCCL delegate (cuda_nccl.c) */
     int nccl_state;
     void *nccl_comm;
+    /* device copy of a host input or output for NCCL, grown by doubling; the smaller ones it
+     * replaced are freed with it at the destroy (a free in between waits for the device,
+     * whose user streams may wait for the call that frees) */
+    CUdeviceptr nccl_tmp, nccl_old[48];
+    size_t nccl_tmp_size;
+    int nccl_nold;
     struct shoal_cuda_comm *kept_next; /* kept past its destroy (cuda_comm.c) */
 } shoal_cuda_comm_t;
 

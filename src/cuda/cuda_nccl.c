@@ -134,18 +134,59 @@ int shoal_cuda_nccl_usable(shoal_cuda_comm_t *cc)
     return cc->nccl_state > 0;
 }
 
+/* cc->nccl_tmp, at least bytes large. */
+static shoal_status_t shoal_cuda_nccl_tmp(shoal_cuda_comm_t *cc, size_t bytes)
+{
+    size_t size = SHOAL_MAX(bytes, cc->nccl_tmp_size * 2);
+    CUdeviceptr p;
+    if (bytes <= cc->nccl_tmp_size) {
+        return SHOAL_OK;
+    }
+    if (cc->nccl_nold == (int)SHOAL_ARRAY_SIZE(cc->nccl_old)) {
+        return SHOAL_ERR_NO_MEMORY; /* not reached: sizes double */
+    }
+    SHOAL_CHECK(SHOAL_CU(cuMemAlloc, (&p, size)));
+    if (cc->nccl_tmp != 0) {
+        cc->nccl_old[cc->nccl_nold++] = cc->nccl_tmp;
+    }
+    cc->nccl_tmp = p;
+    cc->nccl_tmp_size = size;
+    return SHOAL_OK;
+}
+
+/* A host input or output (the peers' may be on the device: every rank takes this path when
+ * NCCL is in use, whatever its own buffers, cuda_api.c) goes through a device buffer of the
+ * communicator's (cc->nccl_tmp): NCCL reads and writes device memory only. */
 shoal_status_t shoal_cuda_nccl_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda_item_t *it)
 {
     const shoal_coll_args_t *a = &it->a;
-    ncclResult_t r = shoal_nccl.ncclAllReduce(a->sendbuf, a->recvbuf, a->count,
-                                              shoal_nccl_types[a->dtype], shoal_nccl_ops[a->op],
-                                              cc->nccl_comm, (cudaStream_t)cc->kern);
-    if (r != ncclSuccess) {
-        shoal_error(CUDA, "rank %d: ncclAllReduce failed: %s", cc->comm->rank,
-                    shoal_nccl.ncclGetErrorString(r));
-        return SHOAL_ERR_SYSTEM;
+    size_t bytes = a->count * shoal_dtype_size(a->dtype);
+    const void *in = a->sendbuf;
+    void *out = a->recvbuf;
+    CUdeviceptr tmp = 0;
+    shoal_status_t st = SHOAL_OK;
+    ncclResult_t r;
+
+    if ((!it->in.dev || !it->out.dev) && bytes > 0) {
+        SHOAL_CHECK(shoal_cuda_nccl_tmp(cc, bytes));
+        tmp = cc->nccl_tmp;
+        in = out = (void *)(uintptr_t)tmp;
+        st = shoal_cuda_copy_rows(cc->kern, out, 1, 0, a->sendbuf, it->in.dev, 0, bytes, 1);
     }
-    SHOAL_CHECK(shoal_cuda_stream_wait(cc, cc->kern, "NCCL AllReduce"));
+    if (st == SHOAL_OK) {
+        r = shoal_nccl.ncclAllReduce(in, out, a->count, shoal_nccl_types[a->dtype],
+                                     shoal_nccl_ops[a->op], cc->nccl_comm,
+                                     (cudaStream_t)cc->kern);
+        if (r != ncclSuccess) {
+            shoal_error(CUDA, "rank %d: ncclAllReduce failed: %s", cc->comm->rank,
+                        shoal_nccl.ncclGetErrorString(r));
+            st = SHOAL_ERR_SYSTEM;
+        }
+    }
+    if (st == SHOAL_OK && tmp != 0) {
+        st = shoal_cuda_copy_rows(cc->kern, a->recvbuf, it->out.dev, 0, out, 1, 0, bytes, 1);
+    }
+    SHOAL_CHECK(st != SHOAL_OK ? st : shoal_cuda_stream_wait(cc, cc->kern, "NCCL AllReduce"));
     /* NCCL does not say what it moved: the ring-equivalent bytes (meter_page.h, nccl_sent) */
     {
         uint64_t ring = shoal_meter_ring_bytes((uint64_t)a->count * shoal_dtype_size(a->dtype),
@@ -160,6 +201,14 @@ void shoal_cuda_nccl_fini(shoal_cuda_comm_t *cc)
     if (cc->nccl_comm != NULL) {
         shoal_nccl.ncclCommDestroy(cc->nccl_comm);
         cc->nccl_comm = NULL;
+    }
+    for (int i = 0; i < cc->nccl_nold; i++) {
+        shoal_cuda_drv.cuMemFree(cc->nccl_old[i]);
+    }
+    cc->nccl_nold = 0;
+    if (cc->nccl_tmp != 0) {
+        shoal_cuda_drv.cuMemFree(cc->nccl_tmp);
+        cc->nccl_tmp = 0;
     }
 }
 

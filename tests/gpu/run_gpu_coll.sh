@@ -135,6 +135,11 @@ if [ -n "${GPU_NCCL_LIB:-}" ]; then
             "SHOAL_CUDA_LIBNCCL=$GPU_NCCL_LIB" GPU_DEVICE_PER_RANK=1 "FAKECUDA_DEVICES=$n" \
             GPU_ARGS=--nccl
     done
+    # every case, not only the delegated ones, with the delegate in use: rank 0's AllReduce
+    # input in host memory (mixed_host_device) went to the IPC path while the others were in
+    # NCCL: both waited until the timeout
+    run "${L}gpu n=2 nccl delegate, every case" 2 SHOAL_CUDA_BACKEND=nccl \
+        "SHOAL_CUDA_LIBNCCL=$GPU_NCCL_LIB" GPU_DEVICE_PER_RANK=1 FAKECUDA_DEVICES=2
     # the emulated NCCL's ncclGetUniqueId fails on rank 0: every rank falls back to the IPC
     # path together (a rank in ncclCommInitRank, whose wait for rank 0 outlasts
     # SHOAL_TIMEOUT_MS here, would leave rank 0 alone in the IPC setup until it times out)
