@@ -1304,6 +1304,124 @@ static void test_oob_gone(void)
     oob_part();
 }
 
+/* ---- a failing rank's notice in the middle of a lazy exchange ----------------------------
+ * With SHOAL_CONNECT=lazy, a rank whose communicator fails (because of rank 2) while it is
+ * exchanging queue pair numbers with a peer tells that peer, wherever the exchange stands
+ * (shoal_ib_lz_notice): the peer's requests then fail with PEER_FAILED naming rank 2. Only an
+ * exchange not yet started was told; otherwise the failing rank closed the socket and the peer
+ * reported "the process is gone" (a live one) and blamed it. Endpoints in the exchange's
+ * phases, on the two ends of a socketpair, without verbs: the peer's phases past its own
+ * RTR/RTS (2: its sync byte out, 3: the failing rank's sync byte in). */
+static struct ibv_qp lz_qp; /* the trace of a connection names its number */
+
+static void lz_setup(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, int fd, int phase, size_t off)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    memset(ep, 0, sizeof(*ep));
+    ctx->epfd = ctx->listen_fd = -1;
+    ctx->comm_id = 0x51ab0009u;
+    ctx->lazy = 1;
+    ctx->eps = ep;
+    ctx->neps = 1;
+    ctx->lz_open = ctx->lz_busy = 1;
+    ep->ctx = ctx;
+    ep->oob_fd = ep->dial.fd = -1;
+    ep->lz_fd = fd;
+    ep->qp = &lz_qp;
+    ep->status = SHOAL_OK;
+    ep->culprit = -1;
+    ep->lz_state = SHOAL_IB_LZ_XCHG;
+    ep->lz_phase = phase;
+    ep->lz_off = off;
+    ep->lz_deadline = UINT64_MAX;
+    memset(ep->lz_out, 0x33, sizeof(ep->lz_out));
+    ep->lz_out[0] = phase < 2 ? SHOAL_IB_LZ_GO : 0x5a; /* the pair, or the sync byte */
+}
+
+static void lz_pair(int a_phase, int b_phase, const char *what)
+{
+    shoal_tl_ctx_t ca, cb;
+    shoal_ep_t a, b;
+    uint8_t sync = 0x5a;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        tap_bail("socketpair failed");
+        return;
+    }
+    lz_setup(&ca, &a, sv[0], a_phase, 0);
+    ca.rank = 0;
+    a.peer = 1;
+    lz_setup(&cb, &b, sv[1], b_phase, 0);
+    cb.rank = 1;
+    b.peer = 0;
+    /* what is on the wire already: the failing rank's sync byte, the peer's (unread) */
+    if ((a_phase == 3 && write(sv[0], &sync, 1) != 1) ||
+        (b_phase == 3 && write(sv[1], &sync, 1) != 1)) {
+        tap_bail("write failed");
+    }
+    shoal_ib_lazy_fail(&ca, 2); /* closes sv[0] */
+    for (int i = 0; i < 10 && b.status == SHOAL_OK; i++) {
+        (void)shoal_ib_lazy_progress(&cb);
+        if (b.status == SHOAL_OK && b.lz_state == SHOAL_IB_LZ_READY) {
+            /* connected: the socket is the peer's oob socket now (shoal_ib_peer_check) */
+            if (shoal_ib_ep_oob_read(&b) != 0 && b.oob_abort != 0) {
+                (void)shoal_ib_ep_abort_notice(&b, b.oob_abort - 1);
+            } else if (b.oob_eof != 0) {
+                (void)shoal_ib_ep_oob_gone(&b);
+            }
+        }
+    }
+    tap_ok(b.status == SHOAL_ERR_PEER_FAILED && b.culprit == 2,
+           "lazy exchange, failing rank in phase %d, peer in phase %d (%s): the peer blames "
+           "rank 2 (%s, culprit %d: %s)", a_phase, b_phase, what, shoal_status_name(b.status),
+           b.culprit, b.why);
+    if (b.lz_fd >= 0) {
+        close(b.lz_fd);
+    }
+    if (b.oob_fd >= 0) {
+        close(b.oob_fd);
+    }
+}
+
+/* A short send of the pair (never seen on an empty socket, but handled): the rest of the pair,
+ * then the ABORT message where the sync byte is due. */
+static void lz_rest(void)
+{
+    shoal_tl_ctx_t c;
+    shoal_ep_t ep;
+    uint8_t got[128];
+    shoal_wire_hdr_t h;
+    ssize_t n;
+    int sv[2], ok;
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        tap_bail("socketpair failed");
+        return;
+    }
+    lz_setup(&c, &ep, sv[0], 0, 10);
+    ep.peer = 1;
+    shoal_ib_lazy_fail(&c, 2);
+    n = read(sv[1], got, sizeof(got));
+    shoal_wire_decode(got + SHOAL_IB_LZ_MSG_BYTES - 10 + 1, &h);
+    ok = n == 2 * SHOAL_IB_LZ_MSG_BYTES - 10 &&
+         memcmp(got, ep.lz_out + 10, SHOAL_IB_LZ_MSG_BYTES - 10) == 0 &&
+         got[SHOAL_IB_LZ_MSG_BYTES - 10] == SHOAL_IB_LZ_ABORT && shoal_wire_culprit(&h) == 2;
+    tap_ok(ok, "lazy exchange, failing after 10 bytes of its pair: the rest of the pair, then "
+           "the ABORT naming rank 2 (%zd bytes)", n);
+    close(sv[1]);
+}
+
+static void test_lazy_notice(void)
+{
+    lz_pair(0, 1, "nothing of its pair sent");
+    lz_pair(1, 2, "its pair sent, the peer sends its sync byte");
+    lz_pair(1, 3, "its pair sent, the peer waits for the sync byte");
+    lz_pair(2, 3, "about to send its sync byte");
+    lz_pair(3, 3, "its sync byte sent");
+    lz_rest();
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1345,6 +1463,7 @@ int main(int argc, char **argv)
     test_connect_bad_addr();
     test_wc_blame();
     test_oob_gone();
+    test_lazy_notice();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -20,8 +20,9 @@
  * connect (no listener: the process is gone, or its communicator failed and closed it) twice
  * is SHOAL_ERR_PEER_FAILED; no connection within the communicator's timeout from the first
  * request is SHOAL_ERR_TIMEOUT; the abort flag is SHOAL_ERR_ABORTED. Requests wait in order on
- * their queues and are posted once the QP is in RTS. A failing rank answers an exchange it
- * has not started with an ABORT kind byte and its abort header, then closes its listener.
+ * their queues and are posted once the QP is in RTS. A failing rank answers an exchange under
+ * way with an ABORT kind byte and its abort header (where its pair or its sync byte is due;
+ * after its sync byte, the header alone: shoal_ib_lz_notice), then closes its listener.
  *
  * SHOAL_IB_USE_RDMACM=1 connects eagerly even with SHOAL_CONNECT=lazy (ib_ctx.c): the
  * connection manager's setup in ib_cm.c waits on its events. */
@@ -219,15 +220,23 @@ static int shoal_ib_lz_xchg_step(shoal_ep_t *ep)
     int n = 0;
     for (;;) {
         int sending = ep->lz_phase == 0 || ep->lz_phase == 2;
-        size_t len = ep->lz_phase < 2 ? SHOAL_IB_LZ_MSG_BYTES : 1;
+        /* phase 4: the rest of an ABORT message that came where the sync byte was due */
+        size_t len = ep->lz_phase < 2 || ep->lz_phase == 4 ? SHOAL_IB_LZ_MSG_BYTES : 1;
         uint8_t *buf = sending ? ep->lz_out : ep->lz_in;
         int r = shoal_sock_step(ep->lz_fd, buf, &ep->lz_off, len, sending);
         if (r < 0) {
-            if (ep->lz_phase == 0) {
-                /* a peer that failed may have answered with its ABORT and closed */
+            if (ep->lz_phase == 0 || ep->lz_phase == 2) {
+                /* A peer that failed may have answered with its ABORT and closed: where our
+                 * pair is due (phase 0; after its own pair, when it had sent that already) or
+                 * where our sync byte is (2), see shoal_ib_lz_notice. What it sent is still
+                 * read after the reset that made our send fail. */
                 size_t off = 0;
-                if (shoal_sock_step(ep->lz_fd, ep->lz_in, &off, SHOAL_IB_LZ_MSG_BYTES, 0) ==
-                        1 && shoal_ib_lz_abort_msg(ep, &n)) {
+                int got = shoal_sock_step(ep->lz_fd, ep->lz_in, &off, SHOAL_IB_LZ_MSG_BYTES, 0);
+                if (got == 1 && ep->lz_phase == 0 && ep->lz_in[0] == SHOAL_IB_LZ_GO) {
+                    off = 0;
+                    got = shoal_sock_step(ep->lz_fd, ep->lz_in, &off, SHOAL_IB_LZ_MSG_BYTES, 0);
+                }
+                if (got == 1 && shoal_ib_lz_abort_msg(ep, &n)) {
                     return n;
                 }
             }
@@ -246,6 +255,16 @@ static int shoal_ib_lz_xchg_step(shoal_ep_t *ep)
             return n;
         }
         ep->lz_off = 0;
+        if (ep->lz_phase == 3 && ep->lz_in[0] == SHOAL_IB_LZ_ABORT) {
+            /* the peer failed after it sent its pair: its abort header follows */
+            ep->lz_phase = 4;
+            ep->lz_off = 1;
+            continue;
+        }
+        if (ep->lz_phase == 4) {
+            (void)shoal_ib_lz_abort_msg(ep, &n);
+            return n;
+        }
         if (ep->lz_phase == 1) {
             shoal_ib_pair_t theirs;
             shoal_status_t st;
@@ -443,6 +462,31 @@ int shoal_ib_lazy_watch(shoal_tl_ctx_t *ctx)
     return bad;
 }
 
+/* Our communicator failed (abort header h) while the exchange with ep was under way: what the
+ * peer reads next names the culprit, wherever the exchange stands. Before any byte of our
+ * pair: an ABORT message where the peer expects the pair. After part of our pair (a short
+ * send), all of it, or our pair and no sync byte yet: the rest of the pair, then an ABORT
+ * message where the peer expects the sync byte. After our sync byte the peer is connected, or
+ * will be once it reads it, and takes the bare header as a connected peer's notice. (Only the
+ * first case was told: in the others the peer read EOF and reported "the process is gone",
+ * blaming this live rank.) Best effort, without blocking: the socket carried nothing else,
+ * so these few bytes fit. */
+static void shoal_ib_lz_notice(shoal_ep_t *ep, const shoal_wire_hdr_t *h)
+{
+    uint8_t msg[SHOAL_IB_LZ_MSG_BYTES] = {SHOAL_IB_LZ_ABORT};
+    size_t off = ep->lz_off;
+    shoal_wire_encode(h, msg + 1);
+    if (ep->lz_phase == 3) {
+        (void)send(ep->lz_fd, msg + 1, SHOAL_WIRE_HDR_BYTES, MSG_DONTWAIT | MSG_NOSIGNAL);
+        return;
+    }
+    if (ep->lz_phase == 0 && off > 0 &&
+        shoal_sock_step(ep->lz_fd, ep->lz_out, &off, SHOAL_IB_LZ_MSG_BYTES, 1) != 1) {
+        return; /* the pair cannot be completed: nothing after it would be read right */
+    }
+    (void)send(ep->lz_fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 void shoal_ib_lazy_fail(shoal_tl_ctx_t *ctx, int culprit)
 {
     shoal_wire_hdr_t h = {
@@ -457,11 +501,8 @@ void shoal_ib_lazy_fail(shoal_tl_ctx_t *ctx, int culprit)
         if (ep->status != SHOAL_OK || ep->lz_state == SHOAL_IB_LZ_READY) {
             continue;
         }
-        if (ep->lz_state == SHOAL_IB_LZ_XCHG && ep->lz_phase == 0 && ep->lz_off == 0) {
-            /* the peer reads this where it expects our pair: it then blames culprit */
-            uint8_t msg[SHOAL_IB_LZ_MSG_BYTES] = {SHOAL_IB_LZ_ABORT};
-            shoal_wire_encode(&h, msg + 1);
-            (void)send(ep->lz_fd, msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (ep->lz_state == SHOAL_IB_LZ_XCHG) {
+            shoal_ib_lz_notice(ep, &h); /* the peer then blames culprit, not us */
         }
         shoal_ib_lazy_close(ep);
         shoal_ib_lz_set(ep, SHOAL_IB_LZ_READY);

@@ -110,7 +110,8 @@ struct shoal_ep {
     shoal_oob_dial_t dial;        /* DIAL: our dial */
     int lz_fd;                    /* XCHG: the authenticated socket (ours or the peer's) */
     int lz_dialed;                /* XCHG: lz_fd is our dial's (else our acceptor's) */
-    int lz_phase;                 /* XCHG: 0 send ours, 1 read theirs, 2 send sync, 3 read it */
+    int lz_phase;                 /* XCHG: 0 send ours, 1 read theirs, 2 send sync, 3 read it,
+                                   * 4 read the rest of an ABORT that came instead */
     size_t lz_off;
     uint8_t lz_out[SHOAL_IB_LZ_MSG_BYTES], lz_in[SHOAL_IB_LZ_MSG_BYTES];
 };
