@@ -1390,7 +1390,7 @@ static void lz_rest(void)
 {
     shoal_tl_ctx_t c;
     shoal_ep_t ep;
-    uint8_t got[128];
+    uint8_t got[4 * SHOAL_IB_LZ_MSG_BYTES];
     shoal_wire_hdr_t h;
     ssize_t n;
     int sv[2], ok;
@@ -1410,6 +1410,68 @@ static void lz_rest(void)
     tap_ok(ok, "lazy exchange, failing after 10 bytes of its pair: the rest of the pair, then "
            "the ABORT naming rank 2 (%zd bytes)", n);
     close(sv[1]);
+}
+
+/* ---- the pair message's proof ------------------------------------------------------------
+ * The out-of-band handshake proves the job's key; the queue pair number, PSN, ring address and
+ * rkey that follow on the same socket were taken as they came. A co-tenant on the path (or on
+ * the peer's host, where it shares the RoCE GID) that relays the handshake could replace them
+ * with its own queue pair and receive what this rank sends. The pair message now carries an
+ * HMAC under the communicator's key over both ranks and the pair: a replaced pair, or one made
+ * for another pair of ranks, is SHOAL_ERR_AUTH before any queue pair is touched. The lazy
+ * exchange's receiving phase (1), on a socketpair: a pair that passes its proof goes on to
+ * RTR/RTS, which fails here (no device, MTU 0) with SHOAL_ERR_TRANSPORT. */
+static void lz_forged(const uint8_t *msg, shoal_status_t want, const char *what)
+{
+    shoal_tl_ctx_t c;
+    shoal_ep_t ep;
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+        write(sv[0], msg, SHOAL_IB_LZ_MSG_BYTES) != SHOAL_IB_LZ_MSG_BYTES) {
+        tap_bail("socketpair/write failed");
+        return;
+    }
+    lz_setup(&c, &ep, sv[1], 1, 0);
+    c.rank = 1;
+    ep.peer = 0;
+    memset(c.secret, 0x6b, sizeof(c.secret));
+    (void)shoal_ib_lazy_progress(&c);
+    tap_ok(ep.status == want, "lazy exchange, %s: %s (%s)", what, shoal_status_name(ep.status),
+           ep.why);
+    close(sv[0]);
+    if (ep.lz_fd >= 0) {
+        close(ep.lz_fd);
+    }
+}
+
+static void test_pair_proof(void)
+{
+    shoal_ib_pair_t p = {.qpn = 0x666, .psn = 1, .ring_addr = 0x7f0000001000ull, .rkey = 0x99,
+                         .nslots = 64, .slot_size = 65600};
+    uint8_t msg[SHOAL_IB_LZ_MSG_BYTES] = {SHOAL_IB_LZ_GO};
+
+    shoal_tl_ctx_t r0;
+
+    /* a stranger's pair: no proof of the key (the MAC's bytes are whatever it sends) */
+    shoal_ib_pair_encode(&p, msg + 1);
+    lz_forged(msg, SHOAL_ERR_AUTH, "a pair without a proof (a co-tenant's queue pair)");
+    /* rank 0's own message, with the key lz_forged gives rank 1: proven, on to RTR/RTS */
+    memset(&r0, 0, sizeof(r0));
+    r0.comm_id = 0x51ab0009u;
+    memset(r0.secret, 0x6b, sizeof(r0.secret));
+    if (shoal_ib_pair_seal(&r0, 1, &p, msg + 1) != SHOAL_OK) {
+        tap_bail("shoal_ib_pair_seal failed");
+    }
+    lz_forged(msg, SHOAL_ERR_TRANSPORT, "rank 0's proven pair (RTR/RTS fails: no device)");
+    msg[1] ^= 0x01; /* its queue pair number replaced */
+    lz_forged(msg, SHOAL_ERR_AUTH, "rank 0's pair with another queue pair number spliced in");
+    msg[1] ^= 0x01;
+    (void)shoal_ib_pair_seal(&r0, 2, &p, msg + 1); /* made for rank 2 */
+    lz_forged(msg, SHOAL_ERR_AUTH, "rank 0's pair for rank 2, replayed to rank 1");
+    r0.secret[0] ^= 1; /* another job's key */
+    (void)shoal_ib_pair_seal(&r0, 1, &p, msg + 1);
+    lz_forged(msg, SHOAL_ERR_AUTH, "a pair proven with another key");
 }
 
 static void test_lazy_notice(void)
@@ -1464,6 +1526,7 @@ int main(int argc, char **argv)
     test_wc_blame();
     test_oob_gone();
     test_lazy_notice();
+    test_pair_proof();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

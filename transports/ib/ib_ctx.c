@@ -69,6 +69,39 @@ void shoal_ib_pair_decode(const uint8_t *in, shoal_ib_pair_t *p)
     p->slot_size = (uint32_t)shoal_get_le(in + 24, 4);
 }
 
+static shoal_status_t shoal_ib_pair_mac(const shoal_tl_ctx_t *ctx, uint32_t from, uint32_t to,
+                                        const uint8_t *pair, uint8_t mac[SHOAL_HMAC_BYTES])
+{
+    static const char label[] = "shoal-ib-pair";
+    uint8_t msg[sizeof(label) - 1 + 12 + SHOAL_IB_PAIR_BYTES];
+    size_t off = sizeof(label) - 1;
+    memcpy(msg, label, off);
+    shoal_put_le(msg + off, ctx->comm_id, 4);
+    shoal_put_le(msg + off + 4, from, 4);
+    shoal_put_le(msg + off + 8, to, 4);
+    memcpy(msg + off + 12, pair, SHOAL_IB_PAIR_BYTES);
+    return shoal_hmac(ctx->secret, SHOAL_SECRET_BYTES, msg, sizeof(msg), mac);
+}
+
+shoal_status_t shoal_ib_pair_seal(const shoal_tl_ctx_t *ctx, uint32_t to,
+                                  const shoal_ib_pair_t *p, uint8_t *out)
+{
+    shoal_ib_pair_encode(p, out);
+    return shoal_ib_pair_mac(ctx, (uint32_t)ctx->rank, to, out, out + SHOAL_IB_PAIR_BYTES);
+}
+
+shoal_status_t shoal_ib_pair_open(const shoal_tl_ctx_t *ctx, uint32_t from, const uint8_t *in,
+                                  shoal_ib_pair_t *p)
+{
+    uint8_t want[SHOAL_HMAC_BYTES];
+    SHOAL_CHECK(shoal_ib_pair_mac(ctx, from, (uint32_t)ctx->rank, in, want));
+    if (!shoal_memeq_ct(want, in + SHOAL_IB_PAIR_BYTES, SHOAL_HMAC_BYTES)) {
+        return SHOAL_ERR_AUTH;
+    }
+    shoal_ib_pair_decode(in, p);
+    return SHOAL_OK;
+}
+
 /* ---- device and port choice ---------------------------------------------------------------- */
 
 typedef struct {

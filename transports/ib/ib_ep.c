@@ -970,7 +970,7 @@ static shoal_status_t shoal_ib_pair_cm(shoal_ep_t *ep, int connector, uint64_t d
 static shoal_status_t shoal_ib_pair_exchange(shoal_ep_t *ep, int connector, uint64_t deadline)
 {
     shoal_tl_ctx_t *ctx = ep->ctx;
-    uint8_t out[SHOAL_IB_PAIR_BYTES], in[SHOAL_IB_PAIR_BYTES], sync = 0x5a;
+    uint8_t out[SHOAL_IB_PAIR_MSG_BYTES], in[SHOAL_IB_PAIR_MSG_BYTES], sync = 0x5a;
     shoal_ib_pair_t mine, theirs;
     if (ctx->use_cm) {
         SHOAL_CHECK(shoal_ib_pair_cm(ep, connector, deadline));
@@ -981,10 +981,15 @@ static shoal_status_t shoal_ib_pair_exchange(shoal_ep_t *ep, int connector, uint
     /* this peer learns its own ring and the key of that ring's registration, nothing else */
     shoal_ib_pair_local(&ctx->lay, ctx->ring_buf, ep->idx, ep->qp->qp_num, ep->psn,
                         ep->ring_mr->rkey, &mine);
-    shoal_ib_pair_encode(&mine, out);
+    SHOAL_CHECK(shoal_ib_pair_seal(ctx, (uint32_t)ep->peer, &mine, out));
     SHOAL_CHECK(shoal_oob_send(ep->oob_fd, out, sizeof(out), deadline, ctx->abort_flag));
     SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, in, sizeof(in), deadline, ctx->abort_flag));
-    shoal_ib_pair_decode(in, &theirs);
+    if (shoal_ib_pair_open(ctx, (uint32_t)ep->peer, in, &theirs) != SHOAL_OK) {
+        /* the handshake proved the key, this message does not: not the peer's queue pair */
+        shoal_error(IB, "rank %d: peer %d's queue pair message does not carry the proof of the "
+                    "communicator's key: refused", ctx->rank, ep->peer);
+        return SHOAL_ERR_AUTH;
+    }
     SHOAL_CHECK(shoal_ib_ep_rts(ep, &theirs));
     SHOAL_CHECK(shoal_oob_send(ep->oob_fd, &sync, 1, deadline, ctx->abort_flag));
     SHOAL_CHECK(shoal_oob_recv(ep->oob_fd, &sync, 1, deadline, ctx->abort_flag));

@@ -178,7 +178,11 @@ static int shoal_ib_lz_xchg(shoal_ep_t *ep, int fd, int dialed)
     shoal_ib_pair_local(&ctx->lay, ctx->ring_buf, ep->idx, ep->qp->qp_num, ep->psn,
                         ep->ring_mr->rkey, &mine);
     ep->lz_out[0] = SHOAL_IB_LZ_GO;
-    shoal_ib_pair_encode(&mine, ep->lz_out + 1);
+    st = shoal_ib_pair_seal(ctx, (uint32_t)ep->peer, &mine, ep->lz_out + 1);
+    if (st != SHOAL_OK) {
+        return shoal_ib_lz_fail(ep, st, -1, "peer %d: our queue pair message could not be "
+                                "proven: %s", ep->peer, shoal_strerror(st));
+    }
     ep->lz_phase = 0;
     ep->lz_off = 0;
     return 0;
@@ -276,7 +280,13 @@ static int shoal_ib_lz_xchg_step(shoal_ep_t *ep)
                                         "exchange message (kind %#x)", ep->peer,
                                         ep->lz_in[0]);
             }
-            shoal_ib_pair_decode(ep->lz_in + 1, &theirs);
+            if (shoal_ib_pair_open(ctx, (uint32_t)ep->peer, ep->lz_in + 1, &theirs) !=
+                SHOAL_OK) {
+                /* the handshake proved the key, this message does not */
+                return shoal_ib_lz_fail(ep, SHOAL_ERR_AUTH, -1, "peer %d's queue pair message "
+                                        "does not carry the proof of the communicator's key: "
+                                        "refused", ep->peer);
+            }
             st = shoal_ib_ep_rts(ep, &theirs);
             if (st != SHOAL_OK) {
                 return shoal_ib_lz_fail(ep, st, -1, "peer %d: its queue pair could not be "

@@ -25,6 +25,8 @@ typedef struct {
 } shoal_ib_addr_t;
 
 #define SHOAL_IB_CM_TOKEN_BYTES 16
+/* The pair message on the out-of-band socket: shoal_ib_pair_t and its proof (ib_ctx.c) */
+#define SHOAL_IB_PAIR_MSG_BYTES (SHOAL_IB_PAIR_BYTES + SHOAL_HMAC_BYTES)
 /* Lazy connections (ib_lazy.c): states of an endpoint, and the exchange's message: a kind byte
  * (GO: our pair follows; ABORT: a wire abort header follows, the sender's communicator failed)
  * and 40 bytes. */
@@ -37,7 +39,7 @@ enum {
 };
 #define SHOAL_IB_LZ_GO 0x47u
 #define SHOAL_IB_LZ_ABORT 0x41u
-#define SHOAL_IB_LZ_MSG_BYTES (1 + SHOAL_IB_PAIR_BYTES)
+#define SHOAL_IB_LZ_MSG_BYTES (1 + SHOAL_IB_PAIR_MSG_BYTES)
 
 /* oob_eof that is no errno: the peer closed the socket (its process is gone), or it carried
  * bytes that are not an abort notice of this communicator (which say nothing of the process) */
@@ -174,6 +176,17 @@ SHOAL_HIDDEN void shoal_ib_addr_encode(const shoal_ib_addr_t *a, uint8_t *out);
 SHOAL_HIDDEN int shoal_ib_addr_decode(const void *in, size_t len, shoal_ib_addr_t *a);
 SHOAL_HIDDEN void shoal_ib_pair_encode(const shoal_ib_pair_t *p, uint8_t *out);
 SHOAL_HIDDEN void shoal_ib_pair_decode(const uint8_t *in, shoal_ib_pair_t *p);
+/* The pair message to peer `to` (SHOAL_IB_PAIR_MSG_BYTES): the pair, then HMAC(communicator
+ * key, "shoal-ib-pair" | comm_id | from | to | pair). The handshake before it proves the key,
+ * but not what follows on the socket: the proof binds our queue pair number, PSN, ring and
+ * rkey to this communicator and this pair of ranks, so that nobody who relays the handshake
+ * can put its own queue pair in their place. SHOAL_OK or the HMAC's failure. */
+SHOAL_HIDDEN shoal_status_t shoal_ib_pair_seal(const shoal_tl_ctx_t *ctx, uint32_t to,
+                                               const shoal_ib_pair_t *p, uint8_t *out);
+/* Peer `from`'s pair message: its pair into *p if the proof is right (constant-time), else
+ * SHOAL_ERR_AUTH (*p untouched). */
+SHOAL_HIDDEN shoal_status_t shoal_ib_pair_open(const shoal_tl_ctx_t *ctx, uint32_t from,
+                                               const uint8_t *in, shoal_ib_pair_t *p);
 
 /* ib_ep.c */
 SHOAL_HIDDEN shoal_status_t shoal_ib_connect_all(shoal_tl_ctx_t *ctx, const int *peers,
