@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1484,6 +1487,70 @@ static void test_lazy_notice(void)
     lz_rest();
 }
 
+/* ---- sleeping while a peer's out-of-band socket has ended ----------------------------------
+ * A peer whose process ended (a job's end: it destroyed its communicator) leaves its oob socket
+ * at EOF, readable for ever in the context's wait set. wait_fd takes such sockets out of the
+ * set, but did so only while this context had requests pending: a rank waiting on its other
+ * transports (shm requests of the same communicator) polled a wait fd that was always
+ * readable and never slept (each 1 ms sleep returned at once). A context with a completion
+ * queue stand-in (wait_fd only arms it when requests are pending) and an empty completion
+ * channel. */
+static void test_wait_eof(void)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t ep;
+    struct ibv_comp_channel chan;
+    struct pollfd p;
+    int sv[2], fd, r;
+
+    if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK) {
+        tap_skip(2, "libibverbs cannot be loaded");
+        return;
+    }
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ep, 0, sizeof(ep));
+    memset(&chan, 0, sizeof(chan));
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        tap_bail("socketpair failed");
+        return;
+    }
+    chan.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ctx.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ctx.epfd = epoll_create1(EPOLL_CLOEXEC);
+    ctx.listen_fd = -1;
+    ctx.chan = &chan;
+    ctx.cq = (struct ibv_cq *)&chan; /* never dereferenced without pending requests */
+    ctx.eps = &ep;
+    ctx.neps = 1;
+    ep.ctx = &ctx;
+    ep.peer = 1;
+    ep.oob_fd = sv[0];
+    ep.lz_fd = ep.dial.fd = -1;
+    ep.status = SHOAL_OK;
+    ep.culprit = -1;
+    {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.fd = sv[0]};
+        if (chan.fd < 0 || ctx.evfd < 0 || ctx.epfd < 0 ||
+            epoll_ctl(ctx.epfd, EPOLL_CTL_ADD, sv[0], &ev) != 0) {
+            tap_bail("eventfd/epoll failed");
+            return;
+        }
+    }
+    close(sv[1]); /* the peer's process ended */
+    fd = shoal_tl_ib_ops.wait_fd(&ctx);
+    p = (struct pollfd){.fd = fd, .events = POLLIN};
+    r = poll(&p, 1, 0);
+    tap_ok(fd == ctx.epfd && r == 0, "wait_fd with nothing pending, a peer's oob socket at EOF: "
+           "the wait fd is not readable (poll %d): a waiter sleeps", r);
+    tap_ok(ep.oob_eof == SHOAL_IB_OOB_EOF && ep.status == SHOAL_OK,
+           "... the EOF is kept for the peer's next request (eof %d, %s)", ep.oob_eof,
+           shoal_status_name(ep.status));
+    close(sv[0]);
+    close(chan.fd);
+    close(ctx.evfd);
+    close(ctx.epfd);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1527,6 +1594,7 @@ int main(int argc, char **argv)
     test_oob_gone();
     test_lazy_notice();
     test_pair_proof();
+    test_wait_eof();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -568,11 +568,10 @@ static int shoal_ib_wait_fd(shoal_tl_ctx_t *ctx)
         (void)write(ctx->evfd, &one, sizeof(one));
         return ctx->epfd;
     }
-    if (ctx->npending == 0) {
-        shoal_ib_drain_events(ctx); /* nothing to miss: stay quiet */
-        return ctx->epfd;
-    }
-    /* Peers whose oob socket hit EOF leave the set (it would stay readable forever). */
+    /* Peers whose oob socket hit EOF leave the set (it would stay readable forever), also
+     * while nothing is pending here: a peer that ended (a job's end) kept the fd readable, and
+     * a rank waiting on its other transports never slept. The EOF is kept for the next request
+     * to that peer (shoal_ib_progress). */
     n = epoll_wait(ctx->epfd, ctx->events, SHOAL_IB_EVENTS, 0);
     for (int i = 0; i < n; i++) {
         int fd = ctx->events[i].data.fd;
@@ -581,6 +580,10 @@ static int shoal_ib_wait_fd(shoal_tl_ctx_t *ctx)
                 shoal_ib_peer_check(ctx, &ctx->eps[e]);
             }
         }
+    }
+    if (ctx->npending == 0) {
+        shoal_ib_drain_events(ctx); /* nothing to miss: stay quiet */
+        return ctx->epfd;
     }
     if (!ctx->armed) {
         if (ibv_req_notify_cq(ctx->cq, 0) != 0) {
