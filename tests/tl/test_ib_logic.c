@@ -1551,6 +1551,72 @@ static void test_wait_eof(void)
     close(ctx.epfd);
 }
 
+/* ---- a completion queue the device can no longer poll ---------------------------------------
+ * ibv_poll_cq returning an error (a provider that meets a completion it cannot parse, a device
+ * gone fatal) was only warned about: the requests pending on the context never completed and
+ * the caller waited for the communicator's timeout, told "timed out". Now every endpoint fails
+ * at once with SHOAL_ERR_TRANSPORT naming this rank (the fault is this side's device). A
+ * completion queue stand-in whose poll fails, driven through the transport's progress. */
+static int cq_broken(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+    (void)cq;
+    (void)n;
+    (void)wc;
+    return -1;
+}
+
+static void test_cq_error(void)
+{
+    shoal_tl_ctx_t ctx;
+    shoal_ep_t ep;
+    struct ibv_comp_channel chan;
+    struct ibv_context dev;
+    struct ibv_cq cq;
+    shoal_tl_req_t req;
+    char err[256] = "";
+    int n;
+
+    if (shoal_tl_lib_load(&shoal_ib_lib) != SHOAL_OK) {
+        tap_skip(1, "libibverbs cannot be loaded");
+        return;
+    }
+    memset(&ctx, 0, sizeof(ctx));
+    memset(&ep, 0, sizeof(ep));
+    memset(&chan, 0, sizeof(chan));
+    memset(&dev, 0, sizeof(dev));
+    memset(&cq, 0, sizeof(cq));
+    memset(&req, 0, sizeof(req));
+    dev.ops.poll_cq = cq_broken;
+    cq.context = &dev;
+    chan.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ctx.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ctx.epfd = ctx.listen_fd = -1;
+    ctx.chan = &chan;
+    ctx.cq = &cq;
+    ctx.rank = 0;
+    snprintf(ctx.devname, sizeof(ctx.devname), "mlx5_7");
+    ctx.eps = &ep;
+    ctx.neps = 1;
+    ctx.npending = 1;
+    ep.ctx = &ctx;
+    ep.peer = 1;
+    ep.oob_fd = ep.lz_fd = ep.dial.fd = -1;
+    ep.status = SHOAL_OK;
+    ep.culprit = -1;
+    shoal_tl_req_start(&req);
+    req.errbuf = err;
+    req.errlen = sizeof(err);
+    ep.rq_head = ep.rq_tail = &req;
+    n = shoal_tl_ib_ops.progress(&ctx);
+    tap_ok(n == 1 && req.done && req.status == SHOAL_ERR_TRANSPORT && req.culprit == 0 &&
+               ctx.npending == 0 && strstr(err, "mlx5_7") != NULL,
+           "ibv_poll_cq fails: the pending receive fails at once (%d completed, %s, culprit %d: "
+           "%s)", n, req.done ? shoal_status_name(req.status) : "still pending", req.culprit,
+           err);
+    close(chan.fd);
+    close(ctx.evfd);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--devices") == 0) {
@@ -1595,6 +1661,7 @@ int main(int argc, char **argv)
     test_lazy_notice();
     test_pair_proof();
     test_wait_eof();
+    test_cq_error();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     if (system(cmd) != 0) {

@@ -513,7 +513,16 @@ static int shoal_ib_poll_cq(shoal_tl_ctx_t *ctx)
         }
     } while (n == SHOAL_IB_WC_BATCH);
     if (n < 0) {
-        shoal_warn_once(IB, "ibv_poll_cq failed (%d)", n);
+        /* The device cannot report completions: nothing posted on it will ever complete.
+         * Every endpoint fails now, as this rank's own (local) failure, instead of leaving
+         * its requests to the communicator's timeout ("timed out"). */
+        char why[192];
+        snprintf(why, sizeof(why), "ibv_poll_cq on %s failed (%d): this rank's device cannot "
+                 "report completions, a local error", ctx->devname, n);
+        shoal_error(IB, "rank %d: %s", ctx->rank, why);
+        for (int i = 0; i < ctx->neps; i++) {
+            done += shoal_ib_ep_fail(&ctx->eps[i], SHOAL_ERR_TRANSPORT, ctx->rank, why);
+        }
     }
     return done;
 }
