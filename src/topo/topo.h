@@ -111,6 +111,10 @@ SHOAL_HIDDEN int shoal_tuning_parse_line(char *line, shoal_tuning_t *t);
 /* 1 loaded, 0 no such file, negative status on a file that is there but unusable (malformed,
  * too large, unreadable). */
 SHOAL_HIDDEN int shoal_tuning_load(const char *path, shoal_tuning_t *t);
+/* The tuning file's text, whole (at most 64 KiB; src/tune reads its 'set' lines by it): 0 and
+ * *text_p (malloc'ed), else an errno and why (shoal_text_file_read's; EPERM: a file or link
+ * another local user could have left or changed, see topo_model.c). */
+SHOAL_HIDDEN int shoal_tuning_read(const char *path, char **text_p, char *why, size_t whylen);
 SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t);
 
 /* ---- synthetic topology (SHOAL_TOPO_FILE) ---------------------------------------------

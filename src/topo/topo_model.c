@@ -2,9 +2,12 @@
 #include "topo/topo.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const shoal_link_kind_names[] = {"shm", "tcp", "ucx", "ib", NULL};
@@ -122,25 +125,83 @@ shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
  * file cut at a fixed buffer parsed its last line half, and was refused as malformed. */
 #define SHOAL_TUNING_TEXT_MAX 65536
 
+/* 0 if the tuning file at path (sb: the file read) could not have been left or changed by
+ * another local user, else -1 and why. It is a cache rank 0 writes, often in /tmp: a file or a
+ * symbolic link another user put at its path before the job was read as the job's profile
+ * and sizes. This user's file is trusted unless anyone may write to it; another user's (a
+ * colleague's profile, root's) as a file the provider leaves (shoal_provider_file_untrusted:
+ * not where others may write, unless it is root's or the directory owner's), checked in the
+ * directory it really is in; a link at path as its directory allows (a link's mode bits mean
+ * nothing, its owner does). */
+static int shoal_tuning_untrusted(const char *path, const struct stat *sb, char *why,
+                                  size_t whylen)
+{
+    struct stat lsb, rsb;
+    char real[PATH_MAX];
+    const char *bad = NULL;
+
+    if ((sb->st_mode & S_IWOTH) != 0) {
+        bad = "anyone may write to it";
+    } else if (lstat(path, &lsb) != 0) {
+        bad = "it cannot be found again";
+    } else if (S_ISLNK(lsb.st_mode) && lsb.st_uid != geteuid() && lsb.st_uid != 0) {
+        lsb.st_mode &= (mode_t)~(S_IWGRP | S_IWOTH);
+        bad = shoal_provider_file_untrusted(path, &lsb);
+        if (bad != NULL) {
+            snprintf(why, whylen, "is a symbolic link of uid %u, not trusted: %s",
+                     (unsigned)lsb.st_uid, bad);
+            return -1;
+        }
+    }
+    if (bad == NULL && sb->st_uid != geteuid()) {
+        if (realpath(path, real) == NULL || stat(real, &rsb) != 0 ||
+            rsb.st_dev != sb->st_dev || rsb.st_ino != sb->st_ino) {
+            bad = "it was replaced while it was read";
+        } else {
+            bad = shoal_provider_file_untrusted(real, sb);
+        }
+    }
+    if (bad != NULL) {
+        snprintf(why, whylen, "belongs to uid %u, not trusted: %s", (unsigned)sb->st_uid, bad);
+        return -1;
+    }
+    return 0;
+}
+
+int shoal_tuning_read(const char *path, char **text_p, char *why, size_t whylen)
+{
+    struct stat sb;
+    int err = shoal_text_file_read_st(path, SHOAL_TUNING_TEXT_MAX, text_p, NULL, &sb, why,
+                                      whylen);
+
+    if (err == 0 && shoal_tuning_untrusted(path, &sb, why, whylen) != 0) {
+        free(*text_p);
+        *text_p = NULL;
+        err = EPERM;
+    }
+    return err;
+}
+
 int shoal_tuning_load(const char *path, shoal_tuning_t *t)
 {
-    char *buf, why[96];
+    char *buf, why[256];
     int err;
     shoal_status_t st;
 
     memset(t, 0, sizeof(*t));
     /* Read whole or refused: a directory read as an empty profile, silently; a FIFO held
-     * init in open() for ever. */
-    err = shoal_text_file_read(path, SHOAL_TUNING_TEXT_MAX, &buf, NULL, why, sizeof(why));
+     * init in open() for ever. An untrusted file is not used, nor written over (rank 0 saves
+     * only where there is no file). */
+    err = shoal_tuning_read(path, &buf, why, sizeof(why));
     if (err == ENOENT) {
         return 0;
     }
     if (err != 0) {
         shoal_error(TOPO, "SHOAL_TUNING_FILE=%s %s%s", path, why,
-                    err == EFBIG ? ": ignored" : "");
+                    err == EFBIG || err == EPERM ? ": ignored" : "");
         return (int)(err == ENOMEM ? SHOAL_ERR_NO_MEMORY
-                     : err == EFBIG ? SHOAL_ERR_INVALID_ARG
-                                    : SHOAL_ERR_SYSTEM);
+                     : err == EFBIG || err == EPERM ? SHOAL_ERR_INVALID_ARG
+                                                    : SHOAL_ERR_SYSTEM);
     }
     st = shoal_tuning_parse(buf, t);
     free(buf);
@@ -155,19 +216,27 @@ int shoal_tuning_load(const char *path, shoal_tuning_t *t)
     return 1;
 }
 
-/* Written to a temporary name, then renamed: readers see the old file or the new one. */
+/* Written to a temporary name, then renamed: readers see the old file or the new one. The
+ * temporary file is made new, never opened through what is there: the name is known (the
+ * pid), and fopen "w" wrote through another user's symbolic link at it (truncating its
+ * target, root's files too) or into another user's file, which then became the profile. */
 shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t)
 {
     char tmp[4096];
     FILE *fp;
-    int ok;
+    int ok, fd;
 
     if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
         return SHOAL_ERR_INVALID_ARG;
     }
-    fp = fopen(tmp, "w");
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    fp = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (fp == NULL) {
         shoal_warn(TOPO, "cannot write the tuning file %s: %s", tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         return SHOAL_ERR_SYSTEM;
     }
     fprintf(fp, "# shoal link profile (SHOAL_TUNING_FILE): <kind> lat <us> bw <GB/s> "

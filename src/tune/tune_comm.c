@@ -8,20 +8,19 @@
 #include <string.h>
 
 #define SHOAL_TUNE_STEP 0x71000000u /* channel step of the agreement messages */
-#define SHOAL_TUNE_TEXT_MAX 65536   /* tuning files are a few lines */
 
 /* SHOAL_TUNING_FILE's text, or NULL (absent, unreadable, too large: rank 0's
  * shoal_tuning_load says so). */
 static char *shoal_tune_file_text(void)
 {
     const char *path = shoal_topo_config.tuning_file;
-    char *buf = NULL, why[96];
+    char *buf = NULL, why[256];
 
     /* A larger file is ignored whole, as shoal_tuning_load reports it ('is larger than 65536
      * bytes: ignored'). Cut at the limit, its 'set' lines before the cut still applied, the
-     * last one parsed half ('set CHUNK_SIZE 262144' as 2621). */
-    if (path == NULL || path[0] == '\0' ||
-        shoal_text_file_read(path, SHOAL_TUNE_TEXT_MAX, &buf, NULL, why, sizeof(why)) != 0) {
+     * last one parsed half ('set CHUNK_SIZE 262144' as 2621). So is one another user could
+     * have left (shoal_tuning_read): its 'set' lines set this job's sizes. */
+    if (path == NULL || path[0] == '\0' || shoal_tuning_read(path, &buf, why, sizeof(why)) != 0) {
         return NULL;
     }
     return buf;

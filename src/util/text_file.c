@@ -13,6 +13,12 @@
 int shoal_text_file_read(const char *path, size_t max, char **text_p, size_t *len_p, char *why,
                          size_t whylen)
 {
+    return shoal_text_file_read_st(path, max, text_p, len_p, NULL, why, whylen);
+}
+
+int shoal_text_file_read_st(const char *path, size_t max, char **text_p, size_t *len_p,
+                            struct stat *st_p, char *why, size_t whylen)
+{
     struct stat st;
     char *buf;
     size_t n = 0;
@@ -74,6 +80,9 @@ int shoal_text_file_read(const char *path, size_t max, char **text_p, size_t *le
     }
     buf[n] = '\0';
     *text_p = buf;
+    if (st_p != NULL) {
+        *st_p = st;
+    }
     if (len_p != NULL) {
         *len_p = n;
     }

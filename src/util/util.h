@@ -401,6 +401,11 @@ SHOAL_HIDDEN shoal_status_t shoal_secret_file_read(const char *path, uint8_t *bu
  * EFBIG when larger) and a sentence in why to follow the path ("is larger than 65536 bytes"). */
 SHOAL_HIDDEN int shoal_text_file_read(const char *path, size_t max, char **text_p, size_t *len_p,
                                       char *why, size_t whylen);
+/* The same, with the status of the file read in *st_p (owner, mode: whether to trust it). */
+struct stat;
+SHOAL_HIDDEN int shoal_text_file_read_st(const char *path, size_t max, char **text_p,
+                                         size_t *len_p, struct stat *st_p, char *why,
+                                         size_t whylen);
 /* Whether a file the provider's side leaves for jobs to obey (a rates page, a stop file) at
  * path, of status sb, could have been made or changed by another local user, i.e. another
  * tenant's job: NULL if not, else why (for a warning). Suspect: a file writable by group or

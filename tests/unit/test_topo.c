@@ -605,6 +605,86 @@ static void test_fifo_files(void)
            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), waited * 50);
 }
 
+/* SHOAL_TUNING_FILE is a cache rank 0 writes: at a path in a directory others write to
+ * (/tmp), another local user could squat it. A symbolic link at the temporary name the save
+ * writes (path.<pid>.tmp) had the save write through it (fopen "w": the target truncated,
+ * root's included); a file or a symbolic link another user left at the path was read as the
+ * job's profile, its 'set' lines its sizes. Now the temporary file is made new (O_EXCL,
+ * O_NOFOLLOW), and in a directory others may write to a file or link of a user other than
+ * this one, root or the directory's owner is refused, as is a file anyone may write. */
+static void squat_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    if (fp != NULL) {
+        fputs(text, fp);
+        fclose(fp);
+    }
+}
+
+static void test_tuning_squat(void)
+{
+    char dir[] = "/tmp/shoal-topo-squat-XXXXXX";
+    char path[128], tmp[160], victim[128], real[128], buf[64] = "";
+    const char *prof = "shm lat 77 bw 1\n";
+    shoal_tuning_t t;
+    FILE *fp;
+    int root = geteuid() == 0;
+
+    if (mkdtemp(dir) == NULL || chmod(dir, 01777) != 0) {
+        tap_skip(6, "mkdtemp failed");
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/tuning", dir);
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    snprintf(real, sizeof(real), "%s/real", dir);
+    squat_file(victim, "precious\n");
+    memset(&t, 0, sizeof(t));
+    shoal_tuning_parse("tcp lat 20 bw 1.5\n", &t);
+    tap_ok(symlink(victim, tmp) == 0 && shoal_tuning_save(path, &t) != SHOAL_OK,
+           "tuning save: a symbolic link at its temporary name is not written through");
+    fp = fopen(victim, "r");
+    if (fp != NULL) {
+        (void)!fgets(buf, sizeof(buf), fp);
+        fclose(fp);
+    }
+    tap_is_str(buf, "precious\n", "tuning save: ... the link's target is left as it was");
+    unlink(tmp);
+    unlink(path);
+    if (!root) {
+        tap_skip(4, "not root: cannot make files of another user");
+        unlink(victim);
+        rmdir(dir);
+        return;
+    }
+    /* another user's file at the path, in a directory anyone may write to */
+    squat_file(path, prof);
+    tap_ok(chown(path, 65534, 65534) == 0 && shoal_tuning_load(path, &t) < 0 &&
+               !t.have[SHOAL_LINK_SHM],
+           "tuning load: another user's file in a directory others write to is refused");
+    unlink(path);
+    /* root's file, reached through another user's symbolic link */
+    squat_file(real, prof);
+    tap_ok(symlink(real, path) == 0 && lchown(path, 65534, 65534) == 0 &&
+               shoal_tuning_load(path, &t) < 0 && !t.have[SHOAL_LINK_SHM],
+           "tuning load: another user's symbolic link in such a directory is refused");
+    unlink(path);
+    /* this user's file that anyone may write */
+    squat_file(path, prof);
+    tap_ok(chmod(path, 0666) == 0 && shoal_tuning_load(path, &t) < 0,
+           "tuning load: a file anyone may write is refused");
+    /* this user's own file there, and another user's in a directory only root writes */
+    chmod(path, 0644);
+    chmod(dir, 0755);
+    tap_ok(shoal_tuning_load(path, &t) == 1 && t.have[SHOAL_LINK_SHM] &&
+               chown(path, 65534, 65534) == 0 && shoal_tuning_load(path, &t) == 1,
+           "tuning load: this user's file loads, and another user's where others cannot write");
+    unlink(path);
+    unlink(real);
+    unlink(victim);
+    rmdir(dir);
+}
+
 /* The cost model and the runtime agree on where recursive halving can reduce-scatter: a
  * slice of n/2 blocks in a third of scratch, at least 64 bytes (the runtime divided by n, so
  * shoal_info -t showed it where a job of 128 ranks with 4 KiB chunks ran the ring). */
@@ -647,6 +727,7 @@ int main(void)
     test_discover();
     test_ring_hosts();
     test_fifo_files();
+    test_tuning_squat();
     test_rh_applicable();
     return tap_done();
 }

@@ -245,6 +245,42 @@ static void test_file_too_large(void)
            shoal_tune_src_name(t.src[SHOAL_TUNE_CHUNK]));
 }
 
+/* SHOAL_TUNING_FILE in a directory others write to (/tmp), left there by another user: its
+ * 'set' lines were this job's sizes (shoal_tuning_read refuses it, as rank 0's load does). */
+static void test_file_squatted(void)
+{
+    char dir[] = "/tmp/test_tune_squat.XXXXXX", path[64];
+    const char *saved = shoal_topo_config.tuning_file;
+    shoal_tune_t t, u;
+    FILE *fp;
+
+    if (geteuid() != 0) {
+        tap_skip(1, "not root: cannot make a file of another user");
+        return;
+    }
+    if (mkdtemp(dir) == NULL || chmod(dir, 01777) != 0) {
+        tap_bail("mkdtemp: %s", strerror(errno));
+    }
+    snprintf(path, sizeof(path), "%s/tuning", dir);
+    fp = fopen(path, "w");
+    if (fp != NULL) {
+        fprintf(fp, "set CHUNK_SIZE 256k\n");
+        fclose(fp);
+    }
+    shoal_topo_config.tuning_file = path;
+    shoal_tune_resolve_local(shoal_topo_config.topo_discovery, &u); /* root's own: applies */
+    (void)!chown(path, 65534, 65534);
+    shoal_tune_resolve_local(shoal_topo_config.topo_discovery, &t);
+    shoal_topo_config.tuning_file = saved;
+    unlink(path);
+    rmdir(dir);
+    tap_ok(fp != NULL && u.src[SHOAL_TUNE_CHUNK] == SHOAL_TUNE_SRC_FILE &&
+               t.src[SHOAL_TUNE_CHUNK] != SHOAL_TUNE_SRC_FILE,
+           "another user's tuning file in a directory others write to sets nothing: chunk_size "
+           "%llu (%s)", (unsigned long long)t.value[SHOAL_TUNE_CHUNK],
+           shoal_tune_src_name(t.src[SHOAL_TUNE_CHUNK]));
+}
+
 /* The ib sizes from fake ports: MTU, rate (speed x width), round trip, software or not. */
 typedef struct {
     const char *what;
@@ -580,6 +616,7 @@ int main(void)
     test_derive_unknown();
     test_override();
     test_file_too_large();
+    test_file_squatted();
     test_derive_link();
     test_link_override();
     test_topo_parser();
