@@ -24,6 +24,7 @@
 #define SHOAL_TUNE_MAX_MBS 10000000u   /* 10 TB/s: anything above is not a measurement */
 #define SHOAL_TUNE_FILE_MAX_AGE_S (7 * 86400) /* a record's life: then it starts again */
 #define SHOAL_TUNE_FILE_REFRESH_S 3600        /* measured again, best kept, this often */
+#define SHOAL_TUNE_FILE_SKEW_S 300            /* a time this far ahead of the clock is its own */
 
 /* ---- SHOAL_TUNE_MACHINE ---------------------------------------------------------------- */
 
@@ -312,18 +313,23 @@ static int shoal_tune_lock(const char *path, int wait)
 }
 
 /* The record at path for m: 1 usable as it is, 0 usable but due a refresh (last written
- * SHOAL_TUNE_FILE_REFRESH_S ago), -1 none (absent, untrusted, malformed, other caches, or
- * begun more than SHOAL_TUNE_FILE_MAX_AGE_S ago). */
+ * SHOAL_TUNE_FILE_REFRESH_S ago, or later than now), -1 none (absent, untrusted, malformed,
+ * other caches, begun more than SHOAL_TUNE_FILE_MAX_AGE_S ago or in the future). A record
+ * written while the clock was ahead (then set back) was used as it was, never refreshed, and
+ * expired that much later: a month ahead, a month of one measurement under load. Its start is
+ * this host's clock: in the future, it starts again; its write time may be a file server's
+ * (a little ahead): refreshed only past SHOAL_TUNE_FILE_SKEW_S. */
 static int shoal_tune_cache_state(const char *path, const shoal_tune_machine_t *m,
                                   shoal_tune_record_t *r)
 {
     long age_s;
+    time_t now = time(NULL);
 
     if (shoal_tune_cache_read(path, m, r, &age_s) != 0 ||
-        time(NULL) - r->since > SHOAL_TUNE_FILE_MAX_AGE_S) {
+        now - r->since > SHOAL_TUNE_FILE_MAX_AGE_S || r->since - now > SHOAL_TUNE_FILE_SKEW_S) {
         return -1;
     }
-    return age_s < SHOAL_TUNE_FILE_REFRESH_S ? 1 : 0;
+    return age_s < SHOAL_TUNE_FILE_REFRESH_S && age_s > -SHOAL_TUNE_FILE_SKEW_S ? 1 : 0;
 }
 
 /* The rates of this machine for m, from the cache file at path; measured when the file has

@@ -521,6 +521,23 @@ static void test_cache_file(void)
     tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_mem_mbs < 5000000,
            "... also when it was last written a minute ago");
 
+    /* written while the clock was a month ahead (before NTP set it back): begun and written
+     * in the future, it was used as it was, never refreshed, and expired a month late */
+    cache_put(path, "shoal-tune 2", 1000, 200, 150, now + 30 * 86400, 1, -30 * 86400);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_cache_mbs != 1000 &&
+           cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 1 &&
+           since >= now && since <= now + 60,
+           "a record from the future (clock set back) is measured again, from one sample");
+    /* begun now, last written an hour ahead (a file server's clock): refreshed, not restarted */
+    cache_put(path, "shoal-tune 2", 1000, 200, 9000000, now, 2, -3600);
+    m = base;
+    shoal_tune_rates_at(path, &m);
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.reduce_mem_mbs == 9000000 &&
+           cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 3,
+           "... one written an hour ahead is refreshed (sample 3, the best kept)");
+
     /* records it must not trust or cannot match */
     cache_put(path, "shoal-tune 1", 1000, 200, 150, now, 1, 60);
     m = base;
