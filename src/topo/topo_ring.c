@@ -6,21 +6,72 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Grouping by value: (value, rank) pairs sorted. Each rank scanned the lower ranks for its
+ * value, n^2 / 2 steps: at 256Ki ranks, 32Ki hosts of 8, tens of seconds of every rank's init
+ * (tests/unit/test_topo). */
+typedef struct {
+    uint64_t id;
+    int rank;
+} shoal_topo_idr_t;
+
+static int shoal_topo_idr_cmp(const void *pa, const void *pb)
+{
+    const shoal_topo_idr_t *a = pa, *b = pb;
+    if (a->id != b->id) {
+        return a->id < b->id ? -1 : 1;
+    }
+    return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+/* first[r] = the lowest rank whose value (ids[], else ints[]) is r's; 0, or -1 without memory
+ * (first untouched). */
+static int shoal_topo_firsts(int n, const uint64_t *ids, const int *ints, int *first)
+{
+    shoal_topo_idr_t *k = malloc(sizeof(*k) * (size_t)(n > 0 ? n : 1));
+
+    if (k == NULL) {
+        return -1;
+    }
+    for (int r = 0; r < n; r++) {
+        k[r] = (shoal_topo_idr_t){.id = ids != NULL ? ids[r] : (uint64_t)(int64_t)ints[r],
+                                  .rank = r};
+    }
+    qsort(k, (size_t)n, sizeof(*k), shoal_topo_idr_cmp);
+    for (int i = 0, f = 0; i < n; i++) {
+        if (k[i].id != k[f].id) {
+            f = i; /* a group's lowest rank sorts first */
+        }
+        first[k[i].rank] = k[f].rank;
+    }
+    free(k);
+    return 0;
+}
+
+/* The same, by scanning (no memory for the sort): the same answer, every rank must agree. */
+static void shoal_topo_firsts_scan(int n, const uint64_t *ids, const int *ints, int *first)
+{
+    for (int r = 0; r < n; r++) {
+        first[r] = r;
+        for (int q = 0; q < r; q++) {
+            if (ids != NULL ? ids[q] == ids[r] : ints[q] == ints[r]) {
+                first[r] = q;
+                break;
+            }
+        }
+    }
+}
+
 int shoal_topo_host_index(int n, const uint64_t *host_ids, int *host_of)
 {
     int nhosts = 0;
 
+    /* first ranks into host_of itself: first[r] <= r, so host_of[first[r]] is already the
+     * index when r reads it */
+    if (shoal_topo_firsts(n, host_ids, NULL, host_of) != 0) {
+        shoal_topo_firsts_scan(n, host_ids, NULL, host_of);
+    }
     for (int r = 0; r < n; r++) {
-        host_of[r] = -1;
-        for (int q = 0; q < r; q++) {
-            if (host_ids[q] == host_ids[r]) {
-                host_of[r] = host_of[q];
-                break;
-            }
-        }
-        if (host_of[r] < 0) {
-            host_of[r] = nhosts++;
-        }
+        host_of[r] = host_of[r] == r ? nhosts++ : host_of[host_of[r]];
     }
     return nhosts;
 }
@@ -55,16 +106,13 @@ void shoal_topo_ring_order(int n, const int *host_of, const int *socket_of, int 
         }
         return;
     }
+    /* each rank's host's first rank, in order[] until the order is written */
+    if (shoal_topo_firsts(n, NULL, host_of, order) != 0) {
+        shoal_topo_firsts_scan(n, NULL, host_of, order);
+    }
     for (int r = 0; r < n; r++) {
-        int first = r;
-        for (int q = 0; q < r; q++) {
-            if (host_of[q] == host_of[r]) {
-                first = q;
-                break;
-            }
-        }
         keys[r] = (shoal_topo_key_t){
-            .host_first = first,
+            .host_first = order[r],
             .socket = socket_of != NULL ? socket_of[r] : 0,
             .rank = r,
         };

@@ -63,6 +63,39 @@ static void test_ring_order(void)
            "host index by first appearance");
 }
 
+/* Every rank groups the ranks by host at init (host index, ring order): both scanned all
+ * lower ranks for each rank's host, n^2 / 2 steps - at 256Ki ranks (32Ki hosts of 8) tens of
+ * seconds of every rank's init. Now a sort: well under a second (2 s allowed: a loaded CI). */
+static void test_ring_order_scale(void)
+{
+    const int n = 256 << 10, ppn = 8;
+    uint64_t *ids = malloc(sizeof(*ids) * (size_t)n);
+    int *host_of = malloc(sizeof(int) * (size_t)n), *order = malloc(sizeof(int) * (size_t)n);
+    int nhosts, ok = 1;
+    uint64_t t0;
+    double ms;
+
+    if (ids == NULL || host_of == NULL || order == NULL) {
+        tap_bail("no memory");
+    }
+    for (int r = 0; r < n; r++) {
+        ids[r] = 0x9e3779b97f4a7c15ull * (uint64_t)(r / ppn + 1); /* hashes, as host ids are */
+    }
+    t0 = shoal_time_ns();
+    nhosts = shoal_topo_host_index(n, ids, host_of);
+    shoal_topo_ring_order(n, host_of, NULL, order);
+    ms = (double)(shoal_time_ns() - t0) / 1e6;
+    for (int r = 0; r < n; r++) {
+        ok &= host_of[r] == r / ppn && order[r] == r;
+    }
+    tap_ok(nhosts == n / ppn && ok, "%d ranks, %d per host: host index and ring order right", n,
+           ppn);
+    tap_ok(ms < 2000, "... in %.0f ms (under 2 s)", ms);
+    free(ids);
+    free(host_of);
+    free(order);
+}
+
 static void parse_topo_4(const char *text)
 {
     shoal_topo_file_t tf;
@@ -719,6 +752,7 @@ int main(void)
 {
     shoal_config_global_init();
     test_ring_order();
+    test_ring_order_scale();
     test_topo_file();
     test_tuning();
     test_model();
