@@ -47,7 +47,8 @@ static int shoal_tune_parse_kb(const char *s, uint32_t *kb_p)
         mul = 1ull << 30;
         end++;
     }
-    if (*end != '\0' || v > (1ull << 40) / mul) {
+    /* a size that rounds to 0 KiB would be given as 'unknown' (nothing derived from it) */
+    if (*end != '\0' || v > (1ull << 40) / mul || (v > 0 && v * mul < 1024)) {
         return -1;
     }
     *kb_p = (uint32_t)SHOAL_MIN(v * mul / 1024, (unsigned long long)UINT32_MAX);
@@ -58,7 +59,8 @@ static int shoal_tune_parse_mbs(const char *s, uint32_t *mbs_p)
 {
     char *end;
     double gbs = strtod(s, &end);
-    if (end == s || *end != '\0' || !(gbs > 0) || gbs * 1e3 > SHOAL_TUNE_MAX_MBS) {
+    /* at least 1 MB/s: below, the rate rounded to 0 (unknown), given yet not measured */
+    if (end == s || *end != '\0' || !(gbs >= 1e-3) || gbs * 1e3 > SHOAL_TUNE_MAX_MBS) {
         return -1;
     }
     *mbs_p = (uint32_t)(gbs * 1e3 + 0.5);

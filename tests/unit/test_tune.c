@@ -402,6 +402,9 @@ static void test_machine_parse(void)
     tap_is_int(m.tcp_rbuf_kb, 256, "... parsed");
     tap_is_int(shoal_tune_machine_parse("l2=lots", &m), -1, "a bad size");
     tap_is_int(shoal_tune_machine_parse("copy=-1", &m), -1, "a bad rate");
+    /* rounded to 0 (unknown) and taken as given: the measurement skipped, nothing derived */
+    tap_is_int(shoal_tune_machine_parse("copy=0.0004", &m), -1, "a rate under 1 MB/s");
+    tap_is_int(shoal_tune_machine_parse("l2=1000", &m), -1, "a cache under 1 KiB");
     tap_is_int(shoal_tune_machine_parse("l2", &m), -1, "no value");
     tap_is_int(shoal_tune_machine_parse("l4=1m", &m), -1, "an unknown field");
 }
