@@ -44,7 +44,9 @@ typedef enum {
     SHOAL_TUNE_BW_NONE = 0,    /* no bandwidth known (SHOAL_TUNE=0 or measurement failed) */
     SHOAL_TUNE_BW_MEASURED,    /* measured by this process */
     SHOAL_TUNE_BW_CACHED,      /* read from the per-host cache file */
-    SHOAL_TUNE_BW_GIVEN        /* SHOAL_TUNE_MACHINE */
+    SHOAL_TUNE_BW_GIVEN,       /* SHOAL_TUNE_MACHINE */
+    SHOAL_TUNE_BW_REFRESHED    /* measured by this process, each rate the best of this and the
+                                * per-host cache file's samples */
 } shoal_tune_bw_src_t;
 
 typedef struct {

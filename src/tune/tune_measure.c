@@ -397,7 +397,9 @@ void shoal_tune_rates_at(const char *path, shoal_tune_machine_t *m)
     m->copy_cache_mbs = cur.copy_cache_mbs;
     m->copy_mem_mbs = cur.copy_mem_mbs;
     m->reduce_mem_mbs = cur.reduce_mem_mbs;
-    m->bw_src = SHOAL_TUNE_BW_MEASURED; /* now (a refresh: the best since the record began) */
+    /* a refresh's rates are the best since the record began, not all of this measurement:
+     * shoal_info -t said 'measured now' of rates another process measured days ago */
+    m->bw_src = state == 0 ? SHOAL_TUNE_BW_REFRESHED : SHOAL_TUNE_BW_MEASURED;
     return;
 cached:
     m->copy_cache_mbs = r.copy_cache_mbs;

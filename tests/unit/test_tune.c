@@ -500,13 +500,30 @@ static void test_cache_file(void)
     cache_put(path, "shoal-tune 2", 1000, 200, 9000000, now - 7200, 3, 7200);
     m = base;
     shoal_tune_rates_at(path, &m);
-    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.copy_cache_mbs > 1000 &&
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_REFRESHED && m.copy_cache_mbs > 1000 &&
            m.copy_mem_mbs > 200 && m.reduce_mem_mbs == 9000000 &&
            cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 4 &&
            since == now - 7200 && cc == m.copy_cache_mbs && cm == m.copy_mem_mbs &&
            rm == 9000000,
            "an hour-old record is refreshed: the low rates healed (copy %.2f GB/s), the higher "
            "one kept, sample 4, same start", m.copy_mem_mbs / 1e3);
+    /* shoal_info -t said 'measured now' of the 9 TB/s reduce rate this process did not
+     * measure: a refresh's rates are the best of the file's samples and this one */
+    {
+        char *txt = NULL;
+        size_t tlen = 0;
+        FILE *mf = open_memstream(&txt, &tlen);
+        shoal_tune_t pt;
+        shoal_tune_derive(&m, &pt);
+        if (mf != NULL) {
+            shoal_tune_print(&pt, mf);
+            fclose(mf);
+        }
+        tap_ok(txt != NULL && strstr(txt, "memory (measured now, each rate the best of this and "
+                                          "the per-host cache file's samples)") != NULL,
+               "shoal_info -t says a refresh's rates are the best of the samples");
+        free(txt);
+    }
 
     /* begun 8 days ago: starts again from one measurement (the machine may have changed) */
     cache_put(path, "shoal-tune 2", 5000000, 5000000, 5000000, now - 8 * 86400, 40, 7200);
@@ -537,7 +554,7 @@ static void test_cache_file(void)
     cache_put(path, "shoal-tune 2", 1000, 200, 9000000, now, 2, -3600);
     m = base;
     shoal_tune_rates_at(path, &m);
-    tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && m.reduce_mem_mbs == 9000000 &&
+    tap_ok(m.bw_src == SHOAL_TUNE_BW_REFRESHED && m.reduce_mem_mbs == 9000000 &&
            cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 3,
            "... one written an hour ahead is refreshed (sample 3, the best kept)");
 
