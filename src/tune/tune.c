@@ -566,7 +566,8 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
 static void shoal_tune_fmt(int k, uint64_t v, char *buf, size_t len)
 {
     if (shoal_tune_is_rate(k)) {
-        snprintf(buf, len, "%.2fGB/s", (double)v / 1e3);
+        /* MB/s: under 10, two decimals of GB/s printed 1 MB/s as 0.00 (no rate at all) */
+        snprintf(buf, len, v < 10 ? "%.3fGB/s" : "%.2fGB/s", (double)v / 1e3);
     } else if (shoal_tune_is_count(k)) {
         snprintf(buf, len, "%llu", (unsigned long long)v);
     } else if (v >= (1u << 20) && v % (1u << 20) == 0) {

@@ -281,6 +281,29 @@ static void test_file_squatted(void)
            shoal_tune_src_name(t.src[SHOAL_TUNE_CHUNK]));
 }
 
+/* A model rate under 5 MB/s ('copy lat 0 bw 0.001': 1 MB/s) was printed by shoal_info -t as
+ * '0.00GB/s', the rate the model takes as no rate at all. */
+static void test_print_small_rate(void)
+{
+    shoal_tune_machine_t none = {0};
+    shoal_tune_t t;
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf;
+
+    shoal_tune_derive(&none, &t);
+    (void)shoal_tune_override(&t, "copy lat 0 bw 0.001\n");
+    mf = open_memstream(&txt, &len);
+    if (mf != NULL) {
+        shoal_tune_print(&t, mf);
+        fclose(mf);
+    }
+    tap_ok(t.value[SHOAL_TUNE_COPY_MBS] == 1 && txt != NULL &&
+               strstr(txt, "model_copy_rate           0.001GB/s  file") != NULL,
+           "shoal_info -t prints a copy rate of 1 MB/s as 0.001GB/s, not 0.00");
+    free(txt);
+}
+
 /* The ib sizes from fake ports: MTU, rate (speed x width), round trip, software or not. */
 typedef struct {
     const char *what;
@@ -654,6 +677,7 @@ int main(void)
     test_override();
     test_file_too_large();
     test_file_squatted();
+    test_print_small_rate();
     test_derive_link();
     test_link_override();
     test_topo_parser();
