@@ -93,6 +93,12 @@ static inline double shoal_link_time(const shoal_link_t *l, double bytes)
 static inline double shoal_gbs_to_beta(double gbs) { return gbs > 0 ? 1e-3 / gbs : 0; }
 static inline double shoal_beta_to_gbs(double beta) { return beta > 0 ? 1e-3 / beta : 0; }
 
+/* Whether a link measurement is believable: the large ping-pong's extra time over the small
+ * one gives a bandwidth under 1 TB/s (more than any link or memory of today). On a loaded
+ * machine the small one can take as long as the large one; the floor of the difference then
+ * gave tens of TB/s, which rank 0 wrote to SHOAL_TUNING_FILE for every later job. */
+SHOAL_HIDDEN int shoal_link_meas_plausible(double small_us, double large_us, size_t large_bytes);
+
 /* Defaults per kind (used when neither a measurement nor a tuning file gives a value). */
 SHOAL_HIDDEN shoal_link_t shoal_link_default(shoal_link_kind_t kind);
 

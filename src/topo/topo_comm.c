@@ -213,6 +213,12 @@ static shoal_status_t shoal_topo_burst(struct shoal_comm *comm, int peer, int le
     return SHOAL_OK;
 }
 
+int shoal_link_meas_plausible(double small_us, double large_us, size_t large_bytes)
+{
+    /* us per byte: 1e-6 is 1 TB/s */
+    return large_bytes > 0 && large_us - small_us >= 1e-6 * (double)large_bytes;
+}
+
 /* Phase ph (0: pairs 0-1, 2-3...; 1: pairs 1-2, 3-4...) for kinds not in known; buf holds
  * SHOAL_TOPO_PP_LARGE bytes. */
 static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, uint32_t known,
@@ -241,6 +247,13 @@ static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, 
     if (rank < peer) {
         SHOAL_CHECK(shoal_topo_recv(comm, peer, &peer_recv_us, sizeof(double), comm->seq,
                                     step));
+        if (!shoal_link_meas_plausible(small_us, large_us, large)) {
+            /* not reported (nor saved): the tuning file's or the default figures stand */
+            shoal_info(TOPO, "rank %d: the %s link to rank %d measured %.2f us for 8 B and "
+                       "%.2f us for %zu B: not believable (a loaded machine?), not used",
+                       rank, shoal_link_kind_names[kind], peer, small_us, large_us, large);
+            return SHOAL_OK;
+        }
         m->kind[ph] = kind;
         m->alpha_us[ph] = small_us;
         m->beta_us[ph] = SHOAL_MAX(large_us - small_us, 0.01) / (double)large;

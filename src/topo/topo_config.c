@@ -45,7 +45,8 @@ static const shoal_cfg_field_t shoal_topo_cfg_fields[] = {
             "ping-pongs, a sender's and a receiver's busy time per message by bursts (about "
             "3 ms; each pair of neighbours on different hosts sends about 0.8 MB each way, 3 "
             "round trips of 256 KiB, which the meter does not count: its counters start after "
-            "init, at the first call); 0 = tuning file or defaults only"},
+            "init, at the first call; a pair whose figures give over 1 TB/s, as on a loaded "
+            "machine, is not used); 0 = tuning file or defaults only"},
 };
 
 const shoal_cfg_table_t shoal_topo_cfg_table = {

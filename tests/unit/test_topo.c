@@ -748,6 +748,18 @@ static void test_rh_applicable(void)
            differ, both);
 }
 
+/* A link measurement whose large ping-pong is no slower than its small one (a loaded
+ * machine) is not used: its floor gave 26 TB/s, saved for every later job. */
+static void test_meas_plausible(void)
+{
+    size_t big = 256 * 1024;
+    tap_ok(shoal_link_meas_plausible(5, 5 + 26.2, big), "a link measured at 10 GB/s is used");
+    tap_ok(shoal_link_meas_plausible(1, 1.27, big), "one measured at 970 GB/s is used");
+    tap_ok(!shoal_link_meas_plausible(30, 30, big) && !shoal_link_meas_plausible(40, 12, big) &&
+               !shoal_link_meas_plausible(5, 5.2, big),
+           "one whose large ping-pong took no longer (or was faster, or over 1 TB/s) is not");
+}
+
 int main(void)
 {
     shoal_config_global_init();
@@ -763,5 +775,6 @@ int main(void)
     test_fifo_files();
     test_tuning_squat();
     test_rh_applicable();
+    test_meas_plausible();
     return tap_done();
 }
