@@ -756,13 +756,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &) override
     {
-        check_tensor(input, "all_gather_into_tensor input", false);
-        check_tensor(output, "all_gather_into_tensor output", false);
-        check_same(input, output, "all_gather_into_tensor");
-        TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
-                          "shoal backend: all_gather_into_tensor: the output has ",
-                          output.numel(), " elements, expected world size x input = ",
-                          input.numel() * getSize());
+        check_allgather_base(output, input);
         at::Tensor in = input, out = output;
         return enqueue(c10d::OpType::_ALLGATHER_BASE, "shoal:all_gather_into_tensor", {out},
                        [=, this](void *stream, std::string *) {
@@ -775,16 +769,36 @@ class ShoalBackend : public c10d::Backend {
 
     c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
         std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-        const c10d::AllgatherOptions &opts) override
+        const c10d::AllgatherOptions &) override
     {
         TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                           "shoal backend: allgather_into_tensor_coalesced: ", outputs.size(),
                           " outputs for ", inputs.size(), " inputs");
-        c10::intrusive_ptr<c10d::Work> last;
-        for (size_t i = 0; i < inputs.size(); i++) {
-            last = _allgather_base(outputs[i], inputs[i], opts); // run in issue order
+        if (inputs.empty()) {
+            return barrier_work();
         }
-        return last != nullptr ? last : barrier_work();
+        for (size_t i = 0; i < inputs.size(); i++) {
+            check_allgather_base(outputs[i], inputs[i]);
+        }
+        // One Work for them all, run in issue order: the last one's Work alone (returned by
+        // torch's coalescing manager) said nothing of an earlier one that failed, and held
+        // only the last output.
+        std::vector<at::Tensor> ins = inputs, outs = outputs;
+        return enqueue(c10d::OpType::_ALLGATHER_BASE,
+                       "shoal:all_gather_into_tensor_coalesced", outs,
+                       [=, this](void *stream, std::string *) {
+                           for (size_t i = 0; i < ins.size(); i++) {
+                               Moved m = moved_dtype(ins[i]);
+                               shoal_status_t st = shoal_allgather(
+                                   ins[i].data_ptr(), outs[i].data_ptr(),
+                                   ins[i].numel() * m.scale, m.dtype, comm_, stream);
+                               if (st != SHOAL_OK) {
+                                   return st;
+                               }
+                           }
+                           return SHOAL_OK;
+                       },
+                       ins);
     }
 
     c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -887,13 +901,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
         at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) override
     {
-        check_tensor(input, "reduce_scatter_tensor input");
-        check_tensor(output, "reduce_scatter_tensor output");
-        check_same(input, output, "reduce_scatter_tensor");
-        TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
-                          "shoal backend: reduce_scatter_tensor: the input has ", input.numel(),
-                          " elements, expected world size x output = ",
-                          output.numel() * getSize());
+        check_reduce_scatter_base(output, input);
         at::Tensor in = input, out = output;
         shoal_op_t op = to_shoal_op(opts.reduceOp);
         return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "shoal:reduce_scatter_tensor", {out},
@@ -912,11 +920,29 @@ class ShoalBackend : public c10d::Backend {
         TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                           "shoal backend: reduce_scatter_tensor_coalesced: ", outputs.size(),
                           " outputs for ", inputs.size(), " inputs");
-        c10::intrusive_ptr<c10d::Work> last;
-        for (size_t i = 0; i < inputs.size(); i++) {
-            last = _reduce_scatter_base(outputs[i], inputs[i], opts);
+        if (inputs.empty()) {
+            return barrier_work();
         }
-        return last != nullptr ? last : barrier_work();
+        for (size_t i = 0; i < inputs.size(); i++) {
+            check_reduce_scatter_base(outputs[i], inputs[i]);
+        }
+        shoal_op_t op = to_shoal_op(opts.reduceOp);
+        // One Work for them all (see allgather_into_tensor_coalesced)
+        std::vector<at::Tensor> ins = inputs, outs = outputs;
+        return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE,
+                       "shoal:reduce_scatter_tensor_coalesced", outs,
+                       [=, this](void *stream, std::string *) {
+                           for (size_t i = 0; i < ins.size(); i++) {
+                               shoal_status_t st = shoal_reduce_scatter(
+                                   ins[i].data_ptr(), outs[i].data_ptr(), outs[i].numel(),
+                                   to_shoal_dtype(outs[i]), op, comm_, stream);
+                               if (st != SHOAL_OK) {
+                                   return st;
+                               }
+                           }
+                           return SHOAL_OK;
+                       },
+                       ins);
     }
 
     c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
@@ -1170,6 +1196,30 @@ class ShoalBackend : public c10d::Backend {
                               ": list tensors have ", t.numel(), " elements, the other has ",
                               one.numel());
         }
+    }
+
+    // all_gather_into_tensor's arguments (alone or coalesced)
+    void check_allgather_base(const at::Tensor &output, const at::Tensor &input) const
+    {
+        check_tensor(input, "all_gather_into_tensor input", false);
+        check_tensor(output, "all_gather_into_tensor output", false);
+        check_same(input, output, "all_gather_into_tensor");
+        TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
+                          "shoal backend: all_gather_into_tensor: the output has ",
+                          output.numel(), " elements, expected world size x input = ",
+                          input.numel() * getSize());
+    }
+
+    // reduce_scatter_tensor's arguments (alone or coalesced)
+    void check_reduce_scatter_base(const at::Tensor &output, const at::Tensor &input) const
+    {
+        check_tensor(input, "reduce_scatter_tensor input");
+        check_tensor(output, "reduce_scatter_tensor output");
+        check_same(input, output, "reduce_scatter_tensor");
+        TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
+                          "shoal backend: reduce_scatter_tensor: the input has ", input.numel(),
+                          " elements, expected world size x output = ",
+                          output.numel() * getSize());
     }
 
     static std::vector<at::Tensor> flatten_all(const std::vector<at::Tensor> &ts)

@@ -295,10 +295,54 @@ def call_racing_shutdown(trials=30):
     return "ok" if lost == 0 else "%d calls of %d groups never ran" % (lost, trials)
 
 
+def coalesced_first_fails(res):
+    """all_gather_into_tensor / reduce_scatter_tensor in torch's coalescing manager, the first
+    one refused by shoal (its counts differ across the ranks: SHOAL_CHECK_ARGS=1 makes that
+    SHOAL_ERR_INVALID_ARG on every rank), the second fine: the backend returned the last
+    operation's Work only, so cm.wait() returned as if the batch had succeeded and the first
+    output was never written. The Work now covers every operation of the batch: it raises the
+    first failure, and one that succeeds holds every output."""
+    for name, fn in (("all_gather", dist.all_gather_into_tensor),
+                     ("reduce_scatter", dist.reduce_scatter_tensor)):
+        gather = name == "all_gather"
+        bad = torch.ones(2 + R) if gather else torch.ones(2 * (2 + R))
+        bad_out = torch.zeros(2 * (2 + R)) if gather else torch.zeros(2 + R)
+        good = torch.full((4,) if gather else (8,), float(R + 1))
+        good_out = torch.zeros(8 if gather else 4)
+
+        def batch(pairs):
+            with dist._coalescing_manager(async_ops=True) as cm:
+                for out, inp in pairs:
+                    fn(out, inp)
+            cm.wait()
+            return cm.works
+        res["coalesced_%s_first_fails" % name] = expect(
+            dist.DistBackendError, ["INVALID_ARG"], lambda: batch([(bad_out, bad),
+                                                                   (good_out, good)]))
+        outs = [torch.zeros(8 if gather else 4) for _ in range(2)]
+        ins = [torch.full((4,) if gather else (8,), float(R + 1) * (i + 1)) for i in range(2)]
+        done = batch(list(zip(outs, ins)))
+        want = [[1.0] * 4 + [2.0] * 4, [2.0] * 4 + [4.0] * 4] if gather else \
+            [[3.0] * 4, [6.0] * 4]
+        got = [o.tolist() for o in outs]
+        held = [t.data_ptr() for w in done for t in w.result()]
+        if got != want:
+            res["coalesced_%s_ok" % name] = "got %s" % got
+        elif sorted(held) != sorted(o.data_ptr() for o in outs):
+            res["coalesced_%s_ok" % name] = "the Work holds %d of the 2 outputs" % len(held)
+        else:
+            res["coalesced_%s_ok" % name] = "ok"
+    res["usable_after_coalesced"] = works(all_reduce_works)
+
+
 def main():
     dist.init_process_group("shoal", timeout=timedelta(seconds=TIMEOUT_S))
     gloo = dist.new_group(backend="gloo")
     res = {}
+    if os.environ.get("SHOAL_CHECK_ARGS") == "1":
+        coalesced_first_fails(res)
+        finish(res, gloo)
+        return
     t = torch.ones(8)
     for op in ("BAND", "BOR", "BXOR"):
         res["bitwise_" + op] = expect(
@@ -374,6 +418,11 @@ def main():
         forked_child(res)
         callback_drops_backend(res, gloo)
         res["call_racing_shutdown"] = call_racing_shutdown()
+    finish(res, gloo)
+
+
+def finish(res, gloo):
+    """Prints the verdicts of both ranks (rank 0) and ends the groups."""
     verdicts = [None, None]
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {k: next(("rank %d: %s" % (r, v[k]) for r, v in enumerate(verdicts)

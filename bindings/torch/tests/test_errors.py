@@ -15,13 +15,18 @@ CASES = ["bitwise_BAND", "bitwise_BOR", "bitwise_BXOR", "premul_sum", "complex_s
          "call_after_shutdown", "forked_child", "usable_after_fork",
          "callback_drops_backend", "call_racing_shutdown"]
 DETAIL_CASES = ["shape_mismatch", "usable_after_shape_mismatch"]
+# run with SHOAL_CHECK_ARGS=1 (shoal refuses a call whose counts differ across the ranks)
+CHECK_ARGS_CASES = ["coalesced_all_gather_first_fails", "coalesced_all_gather_ok",
+                    "coalesced_reduce_scatter_first_fails", "coalesced_reduce_scatter_ok",
+                    "usable_after_coalesced"]
 _runs = {}
 
 
 def _verdicts(mode):
     if mode not in _runs:
-        res = launch("errors_worker.py", 2, timeout=120,
-                     env={"TORCH_DISTRIBUTED_DEBUG": mode})
+        env = ({"SHOAL_CHECK_ARGS": "1"} if mode == "CHECK_ARGS" else
+               {"TORCH_DISTRIBUTED_DEBUG": mode})
+        res = launch("errors_worker.py", 2, timeout=120, env=env)
         v = results_json(res.outs[0])
         assert v is not None and res.rcs == [0, 0], res.text()[-6000:]
         _runs[mode] = v
@@ -36,3 +41,8 @@ def test_refused(case):
 @pytest.mark.parametrize("case", DETAIL_CASES)
 def test_shape_mismatch_detail(case):
     assert _verdicts("DETAIL")[case] == "ok", _verdicts("DETAIL")[case]
+
+
+@pytest.mark.parametrize("case", CHECK_ARGS_CASES)
+def test_check_args(case):
+    assert _verdicts("CHECK_ARGS")[case] == "ok", _verdicts("CHECK_ARGS")[case]
