@@ -608,8 +608,11 @@ class ShoalBackend : public c10d::Backend {
     const std::string getBackendName() const override { return "shoal"; }
 
     // A failed communicator makes shoal_comm_abort end every call blocked on it at once.
+    // A forked process is refused as by every other entry point: shoal refused the abort
+    // there (a line on stderr) and the call returned as if the group were aborted.
     void abort() override
     {
+        refuse_if_forked("abort");
         if (comm_ != nullptr) {
             shoal_comm_abort(comm_);
         }

@@ -162,7 +162,7 @@ def forked_child(res):
     and completion threads are the parent's). The coalescing entry points had no check at all.
     Now the collective, that wait and the coalescing calls raise at once saying why,
     destroying the group and dropping the backend return, and the parent's group still
-    works."""
+    works. abort() raises there too (it returned as if it had aborted the group)."""
     sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
     dist.all_reduce(torch.ones(2), group=sub)  # the worker thread has run
     # pending at the fork: rank 1 sends only after its child ended
@@ -186,6 +186,11 @@ def forked_child(res):
             v = expect(dist.DistBackendError, ["forked", "endCoalescing"],
                        lambda: sub._end_coalescing(cpu))
             os.write(wfd, ("end:" + v + "\n").encode())
+            # abort had no fork check: shoal refused it (a line on stderr), the call returned
+            # as if the group were aborted
+            v = expect(dist.DistBackendError, ["forked", "abort"],
+                       lambda: sub._get_backend(cpu).abort())
+            os.write(wfd, ("abort:" + v + "\n").encode())
             dist.destroy_process_group(sub)
             os.write(wfd, b"destroyed\n")
             del sub  # the last reference: the backend's destructor runs
@@ -204,8 +209,8 @@ def forked_child(res):
         os.waitpid(pid, 0)
     with os.fdopen(rfd) as f:
         lines = f.read().split("\n")
-    if hung or lines[:6] != ["call:ok", "pending:ok", "start:ok", "end:ok", "destroyed",
-                             "released"]:
+    if hung or lines[:7] != ["call:ok", "pending:ok", "start:ok", "end:ok", "abort:ok",
+                             "destroyed", "released"]:
         res["forked_child"] = "child %s, said %s" % ("hung" if hung else "ended", lines)
     else:
         res["forked_child"] = "ok"
