@@ -306,8 +306,16 @@ class ShoalWork : public c10d::Work {
     }
 
     std::vector<at::Tensor> result() override { return outputs_; }
-    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
     const std::string &name() const { return title_; }
+
+    // In a process forked while it was pending, its future is never marked (as for wait()):
+    // get_future().wait() there waited for ever.
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        std::lock_guard<std::mutex> g(mutex_);
+        refuse_if_forked_pending();
+        return future_;
+    }
 
     bool wait(std::chrono::milliseconds timeout) override
     {
@@ -326,16 +334,7 @@ class ShoalWork : public c10d::Work {
                             "cannot be waited for inside the batch");
         }
         std::unique_lock<std::mutex> lock(mutex_);
-        if ((!completed_ || !marked_) && getpid() != owner_) {
-            // Waited for in a process forked while it was pending: the threads that would
-            // finish it and mark its future are the parent's. It raised "the communicator
-            // failed: SHOAL_ERR_INVALID_ARG: no error" (shoal refusing the child), or, finished
-            // but not yet marked at the fork, waited for ever for the mark.
-            C10_THROW_ERROR(DistBackendError,
-                            who_ + ": " + title_ + " was issued by process " +
-                                std::to_string(owner_) + ", which forked this one while it "
-                                "was pending: it completes there, not here");
-        }
+        refuse_if_forked_pending();
         for (;;) {
             auto slice = kPoll;
             if (timeout != ::kNoTimeout) {
@@ -416,6 +415,20 @@ class ShoalWork : public c10d::Work {
     }
 
   private:
+    // Under mutex_: raises in a process forked while it was pending: the threads that would
+    // finish it and mark its future are the parent's. Its wait() raised "the communicator
+    // failed: SHOAL_ERR_INVALID_ARG: no error" (shoal refusing the child), or, finished but
+    // not yet marked at the fork, waited for ever for the mark.
+    void refuse_if_forked_pending() const
+    {
+        if ((!completed_ || !marked_) && getpid() != owner_) {
+            C10_THROW_ERROR(DistBackendError,
+                            who_ + ": " + title_ + " was issued by process " +
+                                std::to_string(owner_) + ", which forked this one while it "
+                                "was pending: it completes there, not here");
+        }
+    }
+
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     std::shared_ptr<CommRef> comm_;

@@ -159,7 +159,8 @@ def forked_child(res):
     SHOAL_ERR_INVALID_ARG: no error"), and dropping the group hung the child in the backend's
     destructor (pthread_cond_destroy of a condition variable the parent's worker waited on).
     A work pending at the fork, waited for in the child, raised the same sentence (its worker
-    and completion threads are the parent's). The coalescing entry points had no check at all.
+    and completion threads are the parent's), and its get_future().wait() waited for ever. The
+    coalescing entry points had no check at all.
     Now the collective, that wait and the coalescing calls raise at once saying why,
     destroying the group and dropping the backend return, and the parent's group still
     works. abort() raises there too (it returned as if it had aborted the group)."""
@@ -177,6 +178,10 @@ def forked_child(res):
             os.write(wfd, ("call:" + v + "\n").encode())
             v = expect(dist.DistBackendError, ["forked"], pend.wait) if pend else "ok"
             os.write(wfd, ("pending:" + v + "\n").encode())
+            # its future is never marked here: get_future().wait() waited for ever
+            v = expect(dist.DistBackendError, ["forked"],
+                       lambda: pend.get_future().wait()) if pend else "ok"
+            os.write(wfd, ("future:" + v + "\n").encode())
             # the coalescing entry points (batch_isend_irecv's) had no fork check: the batch
             # opened on the parent's copied state, and its end said "without startCoalescing"
             cpu = torch.device("cpu")
@@ -209,8 +214,8 @@ def forked_child(res):
         os.waitpid(pid, 0)
     with os.fdopen(rfd) as f:
         lines = f.read().split("\n")
-    if hung or lines[:7] != ["call:ok", "pending:ok", "start:ok", "end:ok", "abort:ok",
-                             "destroyed", "released"]:
+    if hung or lines[:8] != ["call:ok", "pending:ok", "future:ok", "start:ok", "end:ok",
+                             "abort:ok", "destroyed", "released"]:
         res["forked_child"] = "child %s, said %s" % ("hung" if hung else "ended", lines)
     else:
         res["forked_child"] = "ok"
