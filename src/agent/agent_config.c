@@ -447,12 +447,24 @@ static shoal_status_t shoald_cfg_file(shoald_config_t *cfg, const char *path)
     char *line = NULL, *p, *eq, *key, *value;
     const char *why = NULL;
     size_t cap = 0;
-    int lineno = 0;
+    int lineno = 0, fd;
+    struct stat st;
     FILE *fp;
 
-    fp = fopen(path, "re");
+    /* A regular file only: a directory read as an empty file (the defaults, without a word)
+     * and opening a FIFO waited for a writer for ever (O_NONBLOCK: it opens at once) */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "shoald: cannot read config %s: %s\n", path,
+                fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    fp = fdopen(fd, "r");
     if (fp == NULL) {
         fprintf(stderr, "shoald: cannot read config %s: %s\n", path, strerror(errno));
+        close(fd);
         return SHOAL_ERR_INVALID_ARG;
     }
     while (getline(&line, &cap, fp) >= 0) {
@@ -473,6 +485,10 @@ static shoal_status_t shoald_cfg_file(shoald_config_t *cfg, const char *path)
         shoald_cfg_trim(&value);
         if (shoald_cfg_set(cfg, key, value, &why) != 0)
             break;
+    }
+    if (why == NULL && ferror(fp)) { /* a read error is not the end of the file */
+        why = strerror(errno);
+        lineno++;
     }
     free(line);
     fclose(fp);

@@ -5,10 +5,12 @@
 #include "agent/agent.h"
 #include "tests/tap.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,6 +96,42 @@ static void test_config(void)
     shoald_config_free(&cfg);
     tap_is_int(conf_load("just text\n", &cfg), -1, "a line without '=' fails");
     shoald_config_free(&cfg);
+}
+
+/* shoald_config_load(path) in a child given 5 s: its exit status (0 loaded, 1 refused), or
+ * -1 when it did not end by itself (a wait without end). */
+static int conf_load_path(const char *path)
+{
+    shoald_config_t cfg;
+    int status;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        alarm(5);
+        _exit(shoald_config_load(&cfg, path) == SHOAL_OK ? 0 : 1);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return -1;
+    return WEXITSTATUS(status);
+}
+
+/* A configuration that is not a regular file: a directory (shoald -c /etc/shoal/) read as an
+ * empty file, so the agent started on the defaults without a word; a FIFO without a writer
+ * had the agent wait for one for ever, before its first log line. Both are errors now. */
+static void test_config_not_file(void)
+{
+    char dir[] = "/tmp/test_agent_unit.XXXXXX", fifo[sizeof(dir) + 8];
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(2, "mkdtemp failed");
+        return;
+    }
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    tap_is_int(conf_load_path(dir), 1, "a directory given as the config file is an error");
+    tap_is_int(mkfifo(fifo, 0600) == 0 ? conf_load_path(fifo) : 1, 1,
+               "a FIFO given as the config file is an error, at once");
+    unlink(fifo);
+    rmdir(dir);
 }
 
 static void test_render(void)
@@ -337,10 +375,11 @@ static void test_gpu_once(void)
 
 int main(void)
 {
-    tap_plan(41);
+    tap_plan(43);
     test_escape();
     test_names();
     test_config();
+    test_config_not_file();
     test_render();
     test_old_cursor(SHOAL_METER_NTL, "cuda_ipc", 0);
     test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
