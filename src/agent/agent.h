@@ -259,6 +259,8 @@ typedef struct {
     int rejoins_listed;                    /* the ledger's open pages were read (once) */
     uint64_t rejoin_wait_until_ns;         /* monotonic: rejoin_wait from the agent's start */
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
+    struct shoald_closer *closer;          /* closes what clients handed over (agent_reg.c);
+                                            * NULL: close() at once */
 } shoald_t;
 
 /* A rank's page was accepted: the agent takes conn_fd, pidfd and the mapping. */
@@ -368,5 +370,10 @@ void shoald_reg_timeouts(shoald_reg_t *r);
 int shoald_reg_wait_ms(shoald_reg_t *r);
 /* Watches a page's connection and pidfd in the loop (after shoald_page_add). */
 void shoald_reg_watch(shoald_reg_t *r, shoald_page_t *p);
+/* Closes a descriptor that a client had a hand in: one it sent, or a connection whose queue may
+ * hold some it sent. Their last close() may wait (a TCP socket with SO_LINGER waits for its
+ * unsent data, a FUSE file for its daemon): on the closer's thread, not the loop's; a memfd
+ * (sealable: its close never waits) at once. */
+void shoald_close_later(shoald_t *a, int fd);
 
 #endif

@@ -247,7 +247,7 @@ void shoald_pages_read(shoald_t *a)
  * registration carries on where the old one was, counters and billing included; the old one
  * is closed and dropped without being counted again (it is freed by the next collect, not
  * now: an event of this loop turn may still point at it). */
-static void shoald_page_supersede(shoald_job_t *j, shoald_page_t *p)
+static void shoald_page_supersede(shoald_t *a, shoald_job_t *j, shoald_page_t *p)
 {
     shoald_page_t *q;
     int i;
@@ -265,8 +265,7 @@ static void shoald_page_supersede(shoald_job_t *j, shoald_page_t *p)
         q->superseded = 1;
         if (q->end_ns == 0)
             q->end_ns = shoald_unix_ns();
-        if (q->conn_fd >= 0)
-            close(q->conn_fd);
+        shoald_close_later(a, q->conn_fd);
         if (q->pidfd >= 0)
             close(q->pidfd);
         q->conn_fd = -1;
@@ -327,7 +326,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
     if (p->proc != NULL)
         p->proc->npages++;
     shoald_page_read(p);
-    shoald_page_supersede(j, p);
+    shoald_page_supersede(a, j, p);
     shoald_page_cursor(a, p);
     p->tag_conn = (shoald_tag_t){.kind = SHOALD_TAG_PAGE_CONN, .obj = p};
     p->tag_pid = (shoald_tag_t){.kind = SHOALD_TAG_PAGE_PID, .obj = p};
@@ -384,8 +383,7 @@ void shoald_page_end(shoald_t *a, shoald_page_t *p, const char *why)
             p->job->failures_platform_total++;
         }
     }
-    if (p->conn_fd >= 0)
-        close(p->conn_fd);
+    shoald_close_later(a, p->conn_fd);
     if (p->pidfd >= 0)
         close(p->pidfd);
     p->conn_fd = -1;

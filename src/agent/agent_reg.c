@@ -15,6 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +38,10 @@
 #define F_SEAL_GROW 0x0004
 #endif
 
-#define SHOALD_REG_MAX_FDS 4   /* ancillary room: more than one is refused, not truncated */
+/* Ancillary room: more than one is refused, not truncated. As many as one message can carry
+ * (SCM_MAX_FD): the kernel closes one that does not fit, in the agent's recvmsg, where its
+ * close could wait (shoald_close_later). */
+#define SHOALD_REG_MAX_FDS 253
 #define SHOALD_REG_BACKLOG 128
 #define SHOALD_FD_RESERVE 64    /* the agent's own: listeners, epoll, signalfd, the ledger's,
                                  * /proc reads, the tc script's */
@@ -77,6 +83,96 @@ const char *shoald_refusal_name(int r)
 #undef SHOALD_REFUSAL_NAME_
     };
     return r >= 0 && r < SHOALD_NREFUSALS ? names[r] : "?";
+}
+
+/* ---- closing what clients handed over --------------------------------------------------- */
+
+/* A client could hand the agent a descriptor whose last close() waits: a loopback TCP socket
+ * with unsent data and SO_LINGER waits up to its linger time (without end for a large one;
+ * the agent's signals are blocked, so SIGTERM did not end it), a FUSE file until its daemon
+ * answers. Closed in the loop, such a page (refused), one more descriptor, or one that came
+ * with a byte after the registration stopped registrations, /metrics and the minute for every
+ * tenant. They are closed on this thread, an abortive close for a socket so that one that
+ * lingers anyway holds up few others; when its pipe is full (it is stuck) the loop closes. */
+struct shoald_closer {
+    int wfd;                    /* non-blocking write end: one int per descriptor */
+    int epfd;                   /* the loop's: a descriptor leaves it before it is queued */
+};
+
+static void *shoald_closer_main(void *arg)
+{
+    const struct linger off = {.l_onoff = 1, .l_linger = 0};
+    struct pollfd pfd = {.fd = (int)(intptr_t)arg, .events = POLLIN};
+    ssize_t ret;
+    int fd;
+
+    for (;;) {
+        if (poll(&pfd, 1, 1000) <= 0) /* idle: look again (EINTR, or nothing in a second) */
+            continue;
+        ret = read(pfd.fd, &fd, sizeof(fd));
+        if (ret < 0 && errno == EINTR)
+            continue;
+        if (ret != (ssize_t)sizeof(fd))
+            break; /* the write end was closed: the agent stops */
+        (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+        close(fd);
+    }
+    close(pfd.fd);
+    return NULL;
+}
+
+void shoald_close_later(shoald_t *a, int fd)
+{
+    if (fd < 0)
+        return;
+    /* Out of the loop's epoll set first: it leaves it by itself only once closed, and its tag
+     * (a registration, a page) is freed before. Writes of an int are atomic (below
+     * PIPE_BUF): the thread reads whole ones. */
+    if (a->closer != NULL && fcntl(fd, F_GET_SEALS) < 0) {
+        (void)epoll_ctl(a->closer->epfd, EPOLL_CTL_DEL, fd, NULL);
+        if (write(a->closer->wfd, &fd, sizeof(fd)) == (ssize_t)sizeof(fd))
+            return;
+    }
+    close(fd);
+}
+
+static void shoald_closer_start(shoald_t *a, int epfd)
+{
+    struct shoald_closer *c = calloc(1, sizeof(*c));
+    pthread_attr_t attr;
+    pthread_t th;
+    int p[2] = {-1, -1}, err;
+
+    if (c == NULL || pipe2(p, O_CLOEXEC) != 0 || fcntl(p[1], F_SETFL, O_NONBLOCK) != 0) {
+        err = errno;
+    } else if ((err = pthread_attr_init(&attr)) == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        err = pthread_create(&th, &attr, shoald_closer_main, (void *)(intptr_t)p[0]);
+        pthread_attr_destroy(&attr);
+        if (err == 0) {
+            c->wfd = p[1];
+            c->epfd = epfd;
+            a->closer = c;
+            return;
+        }
+    }
+    shoal_warn(METER, "no thread to close clients' descriptors (%s): the loop closes them",
+               strerror(err));
+    if (p[0] >= 0) {
+        close(p[0]);
+        close(p[1]);
+    }
+    free(c);
+}
+
+/* The thread closes what is queued, then ends; later closes are the loop's own. */
+static void shoald_closer_stop(shoald_t *a)
+{
+    if (a->closer == NULL)
+        return;
+    close(a->closer->wfd);
+    free(a->closer);
+    a->closer = NULL;
 }
 
 /* ---- listening socket ------------------------------------------------------------------ */
@@ -218,10 +314,9 @@ static void shoald_reg_pend_free(shoald_reg_t *r, shoald_pend_t *q, int close_fd
     else
         r->tail = q->prev;
     r->npending--;
-    if (close_fd && q->fd >= 0)
-        close(q->fd);
-    if (q->memfd >= 0)
-        close(q->memfd);
+    if (close_fd)
+        shoald_close_later(r->a, q->fd); /* its queue may hold descriptors the client sent */
+    shoald_close_later(r->a, q->memfd);
     shoal_secret_wipe(q->buf, sizeof(q->buf)); /* the credential is a bearer token */
     free(q);
 }
@@ -574,7 +669,7 @@ static void shoald_reg_pend_read(shoald_reg_t *r, shoald_pend_t *q)
                 if (q->memfd < 0) {
                     q->memfd = fds[i];
                 } else {
-                    close(fds[i]);
+                    shoald_close_later(r->a, fds[i]);
                     q->extra_fds = 1;
                 }
             }
@@ -683,13 +778,30 @@ static void shoald_reg_accept(shoald_reg_t *r)
  * registration, no minute): it is logged (rate-limited with the refusals), counted against
  * the page's tenant and uid (the abuse rule), and the connection is ended as if the client
  * had closed it, so the page is billed exactly as after a close. One read of one byte per
- * event: nothing a client sends can hold the loop. */
+ * event: nothing a client sends can hold the loop. Descriptors that came with the byte are
+ * taken (the kernel would close them in the read) and closed by the closer. */
 static void shoald_reg_page_conn(shoald_reg_t *r, shoald_page_t *p, uint32_t events)
 {
+    union {
+        char buf[CMSG_SPACE(SHOALD_REG_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
     char byte, line[256];
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf)};
+    struct cmsghdr *c;
+    size_t i, nfd;
     ssize_t ret;
 
-    ret = recv(p->conn_fd, &byte, 1, MSG_DONTWAIT);
+    ret = recvmsg(p->conn_fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    for (c = CMSG_FIRSTHDR(&msg); ret > 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (i = 0; i < nfd; i++)
+            shoald_close_later(r->a, ((int *)CMSG_DATA(c))[i]);
+    }
     if (ret > 0) {
         snprintf(line, sizeof(line), "rank %d of %s/%s (pid %d, uid %u) sent bytes after its "
                  "registration (protocol violation): its connection is closed", (int)p->rank,
@@ -794,6 +906,7 @@ shoal_status_t shoald_reg_start(shoald_t *a, int epfd, shoald_reg_t **r_p)
     r->lfd = -1;
     r->tag = (shoald_tag_t){.kind = SHOALD_TAG_LISTEN, .obj = r};
     shoald_reg_fd_budget(a->cfg);
+    shoald_closer_start(a, epfd);
     if (shoald_reg_listen(r) != SHOAL_OK)
         goto err;
     ev.data.ptr = &r->tag;
@@ -806,6 +919,7 @@ shoal_status_t shoald_reg_start(shoald_t *a, int epfd, shoald_reg_t **r_p)
 err:
     if (r->lfd >= 0)
         close(r->lfd);
+    shoald_closer_stop(a);
     free(r);
     return SHOAL_ERR_SYSTEM;
 }
@@ -816,6 +930,7 @@ void shoald_reg_stop(shoald_reg_t *r)
         return;
     while (r->head != NULL)
         shoald_reg_pend_free(r, r->head, 1);
+    shoald_closer_stop(r->a);
     close(r->lfd);
     unlink(r->a->cfg->listen);
     free(r);

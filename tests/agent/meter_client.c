@@ -19,7 +19,11 @@
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent,
  * truncrace (mc_truncrace), flood (registers, then streams bytes from four writers on the kept
  * connection, which the protocol forbids, until the agent closes it: exit 0, or 1 when it is
- * still open after --hold S, 10 s by default).
+ * still open after --hold S, 10 s by default); with a descriptor whose last close() waits (a
+ * loopback TCP socket with unsent data and SO_LINGER 30 s, its peer kept for --hold S, the
+ * client's own copy closed once sent): lingerpage (sent as the page), lingermany (after the
+ * page, six more: more than the agent's ancillary room held), lingertail (a valid
+ * registration, then one more byte carrying it, before the answer).
  * --tick MS: every MS ms one more allreduce and 1000 bytes sent over tcp to another host;
  * --weight W: the QoS weight the page asks for (the agent takes at most the credential's);
  * --dup: register the same page a second time on another connection (a reconnect);
@@ -36,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -72,7 +77,7 @@ static int mc_memfd(size_t size, int seal)
 static int mc_send_try(int s, const void *buf, size_t len, const int *fds, int nfds)
 {
     union {
-        char buf[CMSG_SPACE(4 * sizeof(int))];
+        char buf[CMSG_SPACE(8 * sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
@@ -138,6 +143,37 @@ static uint64_t *mc_counter(shoal_meter_page_t *pg, const char *name)
         return &pg->nccl_recv;
     fprintf(stderr, "meter_client: unknown counter %s\n", name);
     exit(3);
+}
+
+/* A connected loopback TCP socket whose last close() waits up to 30 s (SO_LINGER) for its
+ * unsent data: the peer (*peer_p, kept open) never reads and both buffers are full. */
+static int mc_linger_sock(int *peer_p)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct linger lg = {.l_onoff = 1, .l_linger = 30};
+    socklen_t alen = sizeof(in);
+    int small = 4096, l, c;
+    char buf[65536] = {0};
+
+    l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l < 0 || c < 0)
+        mc_die("socket");
+    setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+    if (bind(l, (struct sockaddr *)&in, sizeof(in)) != 0 || listen(l, 1) != 0 ||
+        getsockname(l, (struct sockaddr *)&in, &alen) != 0 ||
+        connect(c, (struct sockaddr *)&in, sizeof(in)) != 0)
+        mc_die("loopback tcp");
+    *peer_p = accept(l, NULL, NULL);
+    if (*peer_p < 0)
+        mc_die("accept");
+    close(l);
+    while (send(c, buf, sizeof(buf), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+        ;
+    if (setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0)
+        mc_die("SO_LINGER");
+    return c;
 }
 
 static int mc_connect(const struct sockaddr_un *sa)
@@ -353,7 +389,7 @@ int main(int argc, char **argv)
     int nsets2 = 0, s3 = -1, fd2;
     shoal_meter_page_t *pg2;
     int nsets = 0, rank = 0, nranks = 1, ngpus = 0, hold_stdin = 0, c, i, s, fd, fds[2];
-    int tick_ms = 0, rereg = 0, dup = 0, s2, weight = 0;
+    int tick_ms = 0, rereg = 0, dup = 0, s2, weight = 0, lfd = -1, lpeer = -1, lfds[7];
     double hold = 0, fork_hold = -1, created_ago = 0, abandon = 0;
     long tries = 1000000;
     unsigned long long epoch = 0;
@@ -449,6 +485,17 @@ int main(int argc, char **argv)
         }
     } else if (strcmp(mode, "silent") == 0) {
         /* nothing: the agent's deadline ends it */
+    } else if (strncmp(mode, "linger", 6) == 0) {
+        lfd = mc_linger_sock(&lpeer);
+        for (i = 0; i < 7; i++)
+            lfds[i] = i == 0 && strcmp(mode, "lingerpage") != 0 ? fd : lfd;
+        if (strcmp(mode, "lingertail") == 0) {
+            mc_send(s, msg, len, fds, 1);
+            mc_send(s, "x", 1, &lfd, 1);
+        } else {
+            mc_send(s, msg, len, lfds, strcmp(mode, "lingermany") == 0 ? 7 : 1);
+        }
+        close(lfd); /* the agent holds the last one */
     } else {
         mc_send(s, msg, len, fds, strcmp(mode, "nofd") == 0 ? 0 :
                 strcmp(mode, "twofds") == 0 ? 2 : 1);
@@ -459,6 +506,8 @@ int main(int argc, char **argv)
     }
     printf("status=%d reason=%s\n", rep.status, rep.reason);
     fflush(stdout);
+    if (lpeer >= 0 && hold > 0)
+        usleep((useconds_t)(hold * 1e6)); /* the peer stays: the agent's close would wait */
     if (rep.magic != SHOAL_METER_REG_MAGIC || rep.status != 0)
         return 1;
 
