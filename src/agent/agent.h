@@ -26,6 +26,7 @@
 #define SHOALD_NAME_MAX SHOAL_METER_NAME_MAX
 #define SHOALD_KEY_BYTES 32                /* raw key files, as shoal-cred writes them */
 #define SHOALD_TOKEN_MAX 128               /* a scrape bearer token, bytes */
+#define SHOALD_HOSTNAME_MAX 64             /* the host's name, NUL included (HOST_NAME_MAX + 1) */
 
 /* Transports the agent reports: the page's bytes_sent/bytes_recv ones, then cuda_ipc
  * (SHOAL_METER_TL_CUDA_IPC: the page's cuda_ipc_sent/recv, same host only), then nccl
@@ -236,7 +237,7 @@ typedef struct shoald_abuse {
 
 typedef struct {
     shoald_config_t *cfg;
-    char hostname[64];
+    char hostname[SHOALD_HOSTNAME_MAX];
     char host_key[33];                     /* the host in ledger cursor keys (shoald_host_key) */
     shoald_job_t *jobs;
     unsigned npages;

@@ -101,8 +101,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "file written once the agent listens: sock=PATH and http=ADDR:PORT lines"},
     {.name = "hostname", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, hostname),
-     .doc = "host name in the ledger's records and cursor keys (empty: this host's name; "
-            "each host's agent needs its own)"},
+     .doc = "host name in the ledger's records and cursor keys, at most 63 characters (empty: "
+            "this host's name; each host's agent needs its own)"},
     {.name = "qos_rates_dir", .dflt = "/run/shoal/qos", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_rates_dir),
      .doc = "QoS arbiter: the rates pages DIR/TENANT.rate it writes (jobs read theirs with "
@@ -566,6 +566,13 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
     }
     if (shoald_config_qos_check(cfg) != SHOAL_OK)
         return SHOAL_ERR_INVALID_ARG;
+    /* a longer one was cut to what the agent keeps: hosts whose names share those characters
+     * made one ledger cursor key prefix, and each took the other's open pages for its own */
+    if (cfg->hostname != NULL && strlen(cfg->hostname) >= SHOALD_HOSTNAME_MAX) {
+        fprintf(stderr, "shoald: hostname must be at most %d characters\n",
+                SHOALD_HOSTNAME_MAX - 1);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     if (cfg->listen == NULL || cfg->listen[0] != '/') {
         fprintf(stderr, "shoald: listen must be an absolute socket path\n");
         return SHOAL_ERR_INVALID_ARG;

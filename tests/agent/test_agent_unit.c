@@ -96,6 +96,12 @@ static void test_config(void)
     shoald_config_free(&cfg);
     tap_is_int(conf_load("just text\n", &cfg), -1, "a line without '=' fails");
     shoald_config_free(&cfg);
+    /* the agent kept 63 characters of it: hosts whose names share those made one cursor key */
+    tap_ok(conf_load("ledger_url=none\nhostname=node-with-a-long-name-0123456789abcdef-"
+                     "0123456789abcdef-host-17-rack-4\n", &cfg) == 0 &&
+           shoald_config_keys(&cfg) == SHOAL_ERR_INVALID_ARG,
+           "a hostname longer than the agent keeps (63 characters) fails");
+    shoald_config_free(&cfg);
 }
 
 /* shoald_config_load(path) in a child given 5 s: its exit status (0 loaded, 1 refused), or
@@ -375,7 +381,7 @@ static void test_gpu_once(void)
 
 int main(void)
 {
-    tap_plan(43);
+    tap_plan(44);
     test_escape();
     test_names();
     test_config();
