@@ -178,12 +178,20 @@ def _in_c_environ(name):
     return getenv(name.encode()) is not None
 
 
-def _create(store, rank, size, timeout):
+def _timeout_ms(timeout):
+    """The group's timeout in whole milliseconds for shoal, where 0 or less is infinite: a
+    positive timeout under 1 ms is 1 ms, not 0 (which made it infinite); one over the C
+    int's range (about 24 days) is the most it holds."""
     if not isinstance(timeout, timedelta):
         timeout = timedelta(seconds=float(timeout))
+    ms = timeout.total_seconds() * 1000
+    return min(max(int(ms), 1), 2**31 - 1) if ms > 0 else 0
+
+
+def _create(store, rank, size, timeout):
     # the group's timeout becomes every wait's deadline inside shoal (<= 0: infinite)
     try:
-        backend = _C.create_backend(store, rank, size, int(timeout.total_seconds() * 1000))
+        backend = _C.create_backend(store, rank, size, _timeout_ms(timeout))
     except BaseException:
         # A failed init (a refused credential, a peer that never came) left the secrets libshoal
         # had read (and removed from the C environment) in os.environ, which a process started

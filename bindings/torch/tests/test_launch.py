@@ -55,6 +55,18 @@ def test_mpirun():
     assert "via ompi" in out, out[-3000:]
 
 
+def test_timeout_under_a_millisecond_is_not_infinite():
+    """shoal takes whole milliseconds, 0 for no deadline: a group timeout of 0.5 ms was
+    truncated to 0, an infinite one."""
+    import shoal_torch
+    from datetime import timedelta
+    assert shoal_torch._timeout_ms(timedelta(microseconds=500)) == 1
+    assert shoal_torch._timeout_ms(timedelta(seconds=1.5)) == 1500
+    assert shoal_torch._timeout_ms(0.0004) == 1
+    assert shoal_torch._timeout_ms(timedelta(0)) == 0
+    assert shoal_torch._timeout_ms(timedelta(days=30)) == 2**31 - 1
+
+
 def test_master_port_outside_ephemeral_range(tmp_path):
     """The MASTER_PORT derived under a launcher lies outside the kernel's ephemeral port range
     (a port an outgoing connection holds made torch's store fail with EADDRINUSE)."""
