@@ -614,11 +614,16 @@ static void shoal_bill_sla_line(const shoal_bill_args_t *a, const char *tenant, 
     int met = minutes > 0 && (minutes - platform) * 1000000u >= target_ppm * minutes;
     char avail[32];
 
-    if (minutes > 0)
-        snprintf(avail, sizeof(avail), "%.3f%%",
-                 100.0 * (double)(minutes - platform) / (double)minutes);
-    else
+    /* rounded down, in thousandths of a percent: "%.3f" rounded to nearest, and 6 platform
+     * minutes out of 1199 (99.49958%) read "99.500%" on a line that said "missed" */
+    if (minutes > 0) {
+        uint64_t milli = (minutes - platform) * 100000u / minutes;
+
+        snprintf(avail, sizeof(avail), "%" PRIu64 ".%03" PRIu64 "%%", milli / 1000,
+                 milli % 1000);
+    } else {
         snprintf(avail, sizeof(avail), "-");
+    }
     if (a->csv) {
         shoal_bill_csv_field(tenant, ',');
         shoal_bill_csv_field(a->month, ',');

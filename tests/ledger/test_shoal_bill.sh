@@ -4,8 +4,8 @@
 # seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI; also a name
 # stored as another type), a PNG from plot (also with a quote in TMPDIR), and the SLA figures
 # of a crafted month (3 platform-failed minutes out of 1000: 99.700%, met; 2 out of 200:
-# 99.000%, missed), and CSV fields quoted per RFC 4180, sums past 2^64, and a report that
-# leaves the file and its WAL as they were.
+# 99.000%, missed; 6 out of 1199: 99.499%, rounded down, missed), and CSV fields quoted per
+# RFC 4180, sums past 2^64, and a report that leaves the file and its WAL as they were.
 . "$(dirname "$0")/ledger_env.sh"
 BILL="$top_builddir/shoal-bill"
 FILL="$top_builddir/tests/ledger/ledger_fill"
@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=45
+NTESTS=46
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -235,6 +235,17 @@ is "$(awk '$1 == "globex" { print $3, $4, $5, $6, $8 }' "$T/out")" "200 2 0 99.0
 bill sla --month 2026-12 --tenant globex --csv --target 98
 is "$(tail -n +2 "$T/out")" "globex,2026-12,200,2,0,99.000%,98.000%,met" \
    "--tenant --csv --target 98: one CSV line, met"
+
+# the availability was printed rounded to nearest: 6 platform-failed minutes out of 1199
+# (99.49958%) read "99.500%" against a target of 99.500% on a line that said "missed"
+awk -v d=$D 'BEGIN { for (i = 0; i < 1199; i++)
+    printf "edge job reserved %d 60 0 0 1 0.5 %d 0\n", d + 60 * i, i < 6 }' >"$T/records5"
+"$FILL" "sqlite://$T/ledger5.db" "$T/key" <"$T/records5" >"$T/out" 2>"$T/err"
+timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger5.db" sla --month 2026-12 \
+    >"$T/out" 2>"$T/err"
+is "$?:$(awk '$1 == "edge" { print $3, $4, $6, $7, $8 }' "$T/out")" \
+   "0:1199 6 99.499% 99.500% missed" \
+   "sla: 6 of 1199 minutes (99.4996%) is printed rounded down, not as the target it missed"
 
 # ---- CSV quoting -----------------------------------------------------------------------------
 # Tenant and job names may hold ',' and '"' (credentials allow them): such a field is quoted,
