@@ -357,11 +357,14 @@ static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
         /* the same batch's last commit ended after the loop gave up on it: that is its
          * answer (a batch stays first in line until it is written) */
         pthread_mutex_lock(&lg->mu);
-        int late = lg->req == NULL && lg->late_tag == tag && lg->late_status == SHOAL_OK;
+        int late = lg->req == NULL && lg->late_tag == tag;
+        shoal_status_t late_st = lg->late_status;
         lg->late_tag = NULL;
         pthread_mutex_unlock(&lg->mu);
-        if (late)
+        if (late && late_st == SHOAL_OK)
             return SHOAL_OK;
+        if (late)
+            a->ledger_failures++; /* it failed in the end: not counted when it was left */
     }
     r = shoald_lg_req(SHOALD_LG_COMMIT);
     if (r == NULL)
@@ -383,6 +386,23 @@ static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
     if (r != NULL)
         shoald_lg_req_free(r);
     return st;
+}
+
+/* 1 while the database's answer to commit tag is still to come: the thread runs a call the
+ * loop stopped waiting for (that commit, or an earlier call that holds the thread), or that
+ * commit ended after the loop gave up and its result waits for the retry. Such a commit is
+ * slow, not failed: shoald_lg_commit counts it once its answer is a failure. */
+static int shoald_lg_answer_due(shoald_t *a, const void *tag)
+{
+    shoald_lg_t *lg = a->lg;
+    int due;
+
+    if (lg == NULL)
+        return 0;
+    pthread_mutex_lock(&lg->mu);
+    due = lg->req != NULL || lg->late_tag == tag;
+    pthread_mutex_unlock(&lg->mu);
+    return due;
 }
 
 /* Stops the thread and closes the ledger; a thread that still waits for the database is left
@@ -998,13 +1018,23 @@ static void shoald_ledger_flush(shoald_t *a)
     while ((b = a->pending) != NULL && a->ledger != NULL) {
         st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs);
         if (st != SHOAL_OK) {
-            a->ledger_failures++;
+            /* a commit that outlasted the loop's wait was counted as a failed one, at each
+             * retry while it ran: a database that answers in 150 ms raised
+             * shoal_ledger_commit_failures_total every minute without failing once */
+            int slow = st == SHOAL_ERR_TRANSPORT && shoald_lg_answer_due(a, b);
+
+            if (!slow)
+                a->ledger_failures++;
             a->ledger_backoff_ms = a->ledger_backoff_ms == 0 ? SHOALD_LEDGER_BACKOFF_MIN_MS :
                 SHOAL_MIN(2 * a->ledger_backoff_ms, SHOALD_LEDGER_BACKOFF_MAX_MS);
             a->ledger_next_try_ns = shoal_deadline_ns(a->ledger_backoff_ms);
             size_t nrecs = b->nrecs, dropped = st == SHOAL_ERR_INVALID_ARG ?
                 shoald_batch_drop_malformed(a, b) : 0;
-            if (dropped > 0) {
+            if (slow) {
+                shoal_info(METER, "ledger commit of minute %lld (%zu records) still waits for "
+                           "the database; %u minutes held in memory, looking again in %d ms",
+                           (long long)b->minute, nrecs, a->npending, a->ledger_backoff_ms);
+            } else if (dropped > 0) {
                 shoal_warn(METER, "ledger commit of minute %lld (%zu records) failed: %s; %zu "
                            "malformed entries dropped, retrying at once", (long long)b->minute,
                            nrecs, shoal_strerror(st), dropped);

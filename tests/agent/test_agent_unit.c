@@ -1,11 +1,13 @@
 /* Unit tests of shoald's pieces that the shell tests cannot reach: Prometheus label escaping
  * (a newline cannot come from a checked name), names, the config file parser (values, tenant
  * fields, errors), the exposition of jobs with no ranks and the tenant filter, and the
- * per-process entries of a job dropped once their process is gone. */
+ * per-process entries of a job dropped once their process is gone, and a slow ledger commit
+ * that is not counted as a failed one. */
 #include "agent/agent.h"
 #include "tests/tap.h"
 
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,9 +381,73 @@ static void test_gpu_once(void)
     shoald_config_free(&cfg);
 }
 
+/* A commit that takes longer than the loop waits for it (here: another connection holds the
+ * SQLite write lock for 400 ms) is slow, not failed: it was counted in
+ * shoal_ledger_commit_failures_total, at each retry while it ran. The minute is written once
+ * the database answers, and no failure is counted. */
+static void test_slow_commit(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", url[128], path[128];
+    shoald_config_t cfg;
+    shoald_job_t *j = calloc(1, sizeof(*j));
+    shoal_ledger_t *l = NULL;
+    sqlite3 *db = NULL;
+    shoald_t a = {0};
+    const char *url0;
+    uint64_t until;
+    int locked;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
+    snprintf(path, sizeof(path), "%s/ledger.db", dir);
+    conf_load("minute_seconds=2\n", &cfg);
+    url0 = cfg.ledger_url;
+    cfg.ledger_url = url;
+    a.cfg = &cfg;
+    snprintf(a.host_key, sizeof(a.host_key), "unit");
+    shoald_minute_init(&a); /* creates the ledger */
+    a.rejoin_until_ns = 0;
+    snprintf(j->tenant, sizeof(j->tenant), "acme");
+    snprintf(j->job, sizeof(j->job), "slow");
+    snprintf(j->class_name, sizeof(j->class_name), "reserved");
+    j->last_minute = -1;
+    j->failed_platform = 1; /* a record without pages */
+    a.jobs = j;
+    locked = sqlite3_open(path, &db) == SQLITE_OK &&
+             sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+    a.next_boundary = 0;
+    shoald_minute_tick(&a); /* the commit waits for the lock, the loop for 100 ms */
+    tap_ok(locked && a.ledger != NULL && a.npending == 1,
+           "with the write lock held elsewhere, the minute's commit is still waiting");
+    usleep(400000);
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+    until = shoal_deadline_ns(5000);
+    while (a.npending > 0 && !shoal_deadline_passed(until)) {
+        usleep(20000);
+        shoald_ledger_retry(&a);
+    }
+    tap_ok(a.npending == 0 && a.ledger_commits == 1 && a.ledger_failures == 0,
+           "a slow commit is written and not counted as a failure (%u pending, %llu commits, "
+           "%llu failures)", a.npending, (unsigned long long)a.ledger_commits,
+           (unsigned long long)a.ledger_failures);
+    shoald_minute_fini(&a);
+    shoald_pages_free(&a);
+    tap_ok(shoal_ledger_open_reader(url, NULL, 0, &l) == SHOAL_OK &&
+               shoal_ledger_last_minute(l, "acme", "slow", "unit") >= 0,
+           "the slow minute is in the ledger");
+    shoal_ledger_close(l);
+    snprintf(url, sizeof(url), "rm -rf '%s'", dir);
+    if (system(url) != 0)
+        tap_diag("could not remove %s", dir);
+    cfg.ledger_url = url0;
+    shoald_config_free(&cfg);
+}
+
 int main(void)
 {
-    tap_plan(44);
+    tap_plan(47);
     test_escape();
     test_names();
     test_config();
@@ -391,5 +457,6 @@ int main(void)
     test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
     test_procs_gone();
     test_gpu_once();
+    test_slow_commit();
     return tap_done();
 }
