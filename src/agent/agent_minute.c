@@ -924,6 +924,7 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
     shoald_job_t *j;
     shoald_page_t *p;
     size_t npages = 0, cap = 0;
+    int64_t stored;
 
     for (j = a->jobs; j != NULL; j = j->next) {
         for (p = j->pages; p != NULL; p = p->next)
@@ -941,10 +942,16 @@ static shoald_batch_t *shoald_minute_build(shoald_t *a, int64_t boundary)
             if (!p->cursor_known && !p->superseded)
                 shoald_page_cursor(a, p); /* the database did not answer before */
         }
+        /* The ledger's last minute of the job, or the job's own when that is later: a
+         * minute billed while the ledger was not open is held in memory, not in the ledger
+         * yet. Read as it was (and as 0 when the read failed), the job was billed again over
+         * the held minute, that commit refused as a duplicate and each of its records moved
+         * after the held one, into the future. */
         if (a->ledger != NULL && !j->last_minute_known &&
-            shoald_lg_last_minute(a, j->tenant, j->job, a->host_key, &j->last_minute) ==
-                SHOAL_OK)
+            shoald_lg_last_minute(a, j->tenant, j->job, a->host_key, &stored) == SHOAL_OK) {
+            j->last_minute = SHOAL_MAX(j->last_minute, stored);
             j->last_minute_known = 1;
+        }
         if (j->last_minute_known && j->last_minute >= minute)
             continue; /* that minute is in the ledger (an agent before us): next one */
         if (shoald_rejoin_awaited(a, j))

@@ -1,8 +1,9 @@
 /* Unit tests of shoald's pieces that the shell tests cannot reach: Prometheus label escaping
  * (a newline cannot come from a checked name), names, the config file parser (values, tenant
  * fields, errors), the exposition of jobs with no ranks and the tenant filter, and the
- * per-process entries of a job dropped once their process is gone, and a slow ledger commit
- * that is not counted as a failed one. */
+ * per-process entries of a job dropped once their process is gone, and the minute loop with
+ * a slow or absent database: a slow commit not counted as failed, a minute held while the
+ * ledger could not be opened not billed over. */
 #include "agent/agent.h"
 #include "tests/tap.h"
 
@@ -445,6 +446,99 @@ static void test_slow_commit(void)
     shoald_config_free(&cfg);
 }
 
+static int held_minutes_cb(const shoal_ledger_record_t *rec, void *arg)
+{
+    int64_t *m = arg; /* count, distinct (they come by seq), max */
+
+    m[0]++;
+    m[2] = rec->minute > m[2] ? rec->minute : m[2];
+    return 0;
+}
+
+/* The agent starts while the database cannot be opened, and a rank of a job fails: the
+ * minute's record (the failure) is held in memory. When the ledger opens at the next minute,
+ * the job's last minute was read from the ledger, which does not have the held one yet: the
+ * job's running rank was billed again from its start, over the held minute, that commit was
+ * refused as a duplicate and every record of it moved after the held one, into the future
+ * (a minute's records then came after the minute's end). */
+static void test_held_minute(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", url[160], sub[128];
+    shoald_config_t cfg;
+    shoald_job_t *j = calloc(1, sizeof(*j));
+    shoald_page_t *p = calloc(1, sizeof(*p));
+    shoal_ledger_t *l = NULL;
+    int64_t m[3] = {0, 0, -1}, now_s, boundary, last;
+    shoald_t a = {0};
+    const char *url0;
+    uint64_t until;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(sub, sizeof(sub), "%s/db", dir);
+    snprintf(url, sizeof(url), "sqlite://%s/ledger.db", sub); /* its directory is not there */
+    conf_load("minute_seconds=2\n", &cfg);
+    url0 = cfg.ledger_url;
+    cfg.ledger_url = url;
+    a.cfg = &cfg;
+    snprintf(a.host_key, sizeof(a.host_key), "unit");
+    shoald_minute_init(&a);
+    a.rejoin_until_ns = 0;
+    now_s = (int64_t)(shoald_unix_ns() / 1000000000ull);
+    snprintf(j->tenant, sizeof(j->tenant), "acme");
+    snprintf(j->job, sizeof(j->job), "held");
+    snprintf(j->class_name, sizeof(j->class_name), "reserved");
+    j->last_minute = -1;
+    j->failed_platform = 1;
+    p->job = j;
+    p->map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    p->conn_fd = p->pidfd = -1;
+    p->ngpus = 1;
+    p->final = 1;
+    p->created_ns = (uint64_t)(now_s - 7) * 1000000000ull;
+    p->end_ns = (uint64_t)(now_s + 100) * 1000000000ull; /* it ends later: not read */
+    snprintf(p->key, sizeof(p->key), "unit:1:held:0:%llu", (unsigned long long)p->created_ns);
+    j->pages = p;
+    a.jobs = j;
+    a.npages = 1;
+    a.next_boundary = 0;
+    shoald_minute_tick(&a); /* the failure's minute, held: no ledger */
+    boundary = a.next_boundary;
+    tap_ok(a.ledger == NULL && a.npending == 1 && !p->cursor_known,
+           "without a ledger, the minute of a rank's failure is held in memory");
+    /* the database is there now (made here, so the agent's open is quick) */
+    mkdir(sub, 0700);
+    if (shoal_ledger_open(url, cfg.ledger_key, sizeof(cfg.ledger_key), &l) == SHOAL_OK)
+        shoal_ledger_close(l);
+    l = NULL;
+    while ((int64_t)(shoald_unix_ns() / 1000000000ull) < boundary)
+        usleep(20000);
+    a.ledger_next_try_ns = 0; /* the boundary's tick opens it, as a retry could have later */
+    shoald_minute_tick(&a);
+    last = a.next_boundary - 2 * 2; /* the minute that tick billed */
+    until = shoal_deadline_ns(5000);
+    while (a.npending > 0 && !shoal_deadline_passed(until)) {
+        usleep(20000);
+        a.ledger_next_try_ns = a.ledger_next_try_ns != 0 ? 1 : 0;
+        shoald_ledger_retry(&a);
+    }
+    tap_ok(a.ledger != NULL && a.npending == 0 && a.ledger_records >= 2,
+           "the ledger opens at the next minute and takes the held minute and the new ones");
+    shoald_minute_fini(&a);
+    shoald_pages_free(&a);
+    if (shoal_ledger_open_reader(url, NULL, 0, &l) == SHOAL_OK)
+        shoal_ledger_each(l, INT64_MIN, INT64_MAX, "acme", "held", held_minutes_cb, m);
+    shoal_ledger_close(l);
+    tap_ok(m[0] >= 2 && m[2] <= last,
+           "no record of the job is moved past the minute billed last (%lld records, the last "
+           "at %lld, billed up to %lld)", (long long)m[0], (long long)m[2], (long long)last);
+    snprintf(url, sizeof(url), "rm -rf '%s'", dir);
+    if (system(url) != 0)
+        tap_diag("could not remove %s", dir);
+    cfg.ledger_url = url0;
+    shoald_config_free(&cfg);
+}
+
 int main(void)
 {
     tap_plan(47);
@@ -458,5 +552,6 @@ int main(void)
     test_procs_gone();
     test_gpu_once();
     test_slow_commit();
+    test_held_minute();
     return tap_done();
 }
