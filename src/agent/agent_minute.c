@@ -35,6 +35,10 @@
 #define SHOALD_LEDGER_WAIT_MS 100
 /* The open at the start, before anything is served, may take a connection's time. */
 #define SHOALD_LEDGER_OPEN_WAIT_MS 10000
+/* At a stop, nothing else is served: the minutes held in memory and a call still running get
+ * this long in all. A commit left running was killed by the exit: the last minutes of ranks
+ * that ended (and their failures) are in no cursor, so no later agent bills them. */
+#define SHOALD_LEDGER_STOP_WAIT_MS 5000
 
 typedef struct shoald_batch {
     struct shoald_batch *next;
@@ -347,7 +351,8 @@ static shoal_status_t shoald_lg_last_minute(shoald_t *a, const char *tenant, con
 /* shoal_ledger_commit of batch tag, on the ledger's thread. */
 static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
                                        const shoal_ledger_record_t *recs, size_t nrecs,
-                                       const shoal_ledger_cursor_t *curs, size_t ncurs)
+                                       const shoal_ledger_cursor_t *curs, size_t ncurs,
+                                       int wait_ms)
 {
     shoald_lg_t *lg = a->lg;
     shoald_lg_req_t *r;
@@ -382,7 +387,7 @@ static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
         memcpy(r->curs, curs, ncurs * sizeof(*curs));
     r->nrecs = nrecs;
     r->ncurs = ncurs;
-    st = shoald_lg_call(a, &r, SHOALD_LEDGER_WAIT_MS);
+    st = shoald_lg_call(a, &r, wait_ms);
     if (r != NULL)
         shoald_lg_req_free(r);
     return st;
@@ -405,15 +410,33 @@ static int shoald_lg_answer_due(shoald_t *a, const void *tag)
     return due;
 }
 
-/* Stops the thread and closes the ledger; a thread that still waits for the database is left
- * to the process's exit (nothing it holds is written by then). */
-static void shoald_lg_stop(shoald_t *a)
+/* Waits until the thread has ended a call the loop gave up on, or the deadline passes. */
+static void shoald_lg_idle_wait(shoald_t *a, uint64_t deadline_ns)
+{
+    shoald_lg_t *lg = a->lg;
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+                          .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+    int err = 0;
+
+    if (lg == NULL)
+        return;
+    pthread_mutex_lock(&lg->mu);
+    while (lg->req != NULL && err != ETIMEDOUT)
+        err = pthread_cond_timedwait(&lg->cv, &lg->mu, &ts);
+    pthread_mutex_unlock(&lg->mu);
+}
+
+/* Stops the thread and closes the ledger, once a call still running has ended (deadline_ns
+ * at most); a thread that still waits for the database then is left to the process's exit
+ * (its transaction is not committed: the database rolls it back). */
+static void shoald_lg_stop(shoald_t *a, uint64_t deadline_ns)
 {
     shoald_lg_t *lg = a->lg;
     int busy;
 
     if (lg == NULL)
         return;
+    shoald_lg_idle_wait(a, deadline_ns);
     a->lg = NULL;
     pthread_mutex_lock(&lg->mu);
     lg->stop = 1;
@@ -1013,7 +1036,8 @@ static size_t shoald_batch_drop_malformed(shoald_t *a, shoald_batch_t *b)
     return dropped;
 }
 
-static void shoald_ledger_flush(shoald_t *a)
+/* stop_ns: 0, or the stop's deadline (the commits wait for the database until then). */
+static void shoald_ledger_flush(shoald_t *a, uint64_t stop_ns)
 {
     shoald_batch_t *b;
     shoal_status_t st;
@@ -1023,7 +1047,12 @@ static void shoald_ledger_flush(shoald_t *a)
         return;
     shoald_ledger_open(a, SHOALD_LEDGER_WAIT_MS);
     while ((b = a->pending) != NULL && a->ledger != NULL) {
-        st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs);
+        if (stop_ns != 0)
+            shoald_lg_idle_wait(a, stop_ns); /* a commit of b the loop gave up on: its end */
+        st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs,
+                              stop_ns != 0 ? shoal_deadline_left_ms(stop_ns,
+                                                                    SHOALD_LEDGER_STOP_WAIT_MS)
+                                           : SHOALD_LEDGER_WAIT_MS);
         if (st != SHOAL_OK) {
             /* a commit that outlasted the loop's wait was counted as a failed one, at each
              * retry while it ran: a database that answers in 150 ms raised
@@ -1147,7 +1176,7 @@ void shoald_minute_tick(shoald_t *a)
         a->npending++;
     }
     if (a->ledger_backoff_ms == 0 || shoal_deadline_passed(a->ledger_next_try_ns))
-        shoald_ledger_flush(a);
+        shoald_ledger_flush(a, 0);
     shoald_pages_collect(a);
 }
 
@@ -1158,7 +1187,7 @@ void shoald_ledger_retry(shoald_t *a)
         return;
     a->ledger_next_try_ns = 0;
     if (a->pending != NULL)
-        shoald_ledger_flush(a);
+        shoald_ledger_flush(a, 0);
     else
         shoald_ledger_open(a, SHOALD_LEDGER_WAIT_MS);
     if (a->ledger == NULL && a->ledger_next_try_ns == 0)
@@ -1181,14 +1210,15 @@ int shoald_minute_wait_ms(shoald_t *a)
 
 /* At a clean stop: one last batch up to now is not written (the minute is not over); the
  * cursors stay where the ledger has them, so the next agent bills the rest. Pending batches
- * get one last try. */
+ * get one last try, which waits for a slow database (SHOALD_LEDGER_STOP_WAIT_MS in all). */
 void shoald_minute_fini(shoald_t *a)
 {
+    uint64_t stop_ns = shoal_deadline_ns(SHOALD_LEDGER_STOP_WAIT_MS);
     shoald_batch_t *b;
 
     if (a->pending != NULL) {
         a->ledger_backoff_ms = 0;
-        shoald_ledger_flush(a);
+        shoald_ledger_flush(a, stop_ns);
     }
     if (a->pending != NULL)
         shoal_warn(METER, "%u minutes could not be written to the ledger; the next agent bills "
@@ -1203,6 +1233,6 @@ void shoald_minute_fini(shoald_t *a)
         a->rejoins = r->next;
         free(r);
     }
-    shoald_lg_stop(a);
+    shoald_lg_stop(a, stop_ns);
     a->ledger = NULL;
 }
