@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #define SHOAL_BILL_GNUPLOT_TIMEOUT_MS 60000
+/* 9999-12-31T23:59:59Z: the last time of a four-digit year */
+#define SHOAL_BILL_PLOT_TIME_MAX INT64_C(253402300799)
 
 /* The plot's files while they exist, and gnuplot while it runs: a SIGINT, SIGTERM or SIGHUP
  * (the user's ^C, a timeout's kill) removes them before the tool dies of it (they stayed in
@@ -234,6 +236,14 @@ static int shoal_bill_plot_write(const shoal_bill_plot_t *p, const char *dir)
             for (; i < p->npts && p->pts[i].tenant == t && p->pts[i].bucket == b; i++)
                 v += p->pts[i].value;
             fprintf(data, "%" PRId64 " %.9g\n", b, v);
+            /* "with steps" holds a point's value up to the next point: a step before a gap
+             * without records went on over the gap, and a tenant's last step (its only one,
+             * in a short range) had no width, so nothing of it was drawn. Each step ends at
+             * 0 where its time ends, unless the next one starts there (and the end is a
+             * time gnuplot can draw: --step may be near 2^63). */
+            if (b <= SHOAL_BILL_PLOT_TIME_MAX - p->step &&
+                (i == p->npts || p->pts[i].tenant != t || p->pts[i].bucket != b + p->step))
+                fprintf(data, "%" PRId64 " 0\n", b + p->step);
         }
         fprintf(data, "\n\n");
     }

@@ -2,7 +2,8 @@
 # TAP test of shoal-bill on an SQLite ledger filled with crafted records (tests/ledger/
 # ledger_fill): usage table and CSV sums equal to the records, time ranges in ISO-8601 and unix
 # seconds, verify's exit codes on an intact and a tampered chain (sqlite3 CLI; also a name
-# stored as another type), a PNG from plot (also with a quote in TMPDIR), and the SLA figures
+# stored as another type), a PNG from plot (also with a quote in TMPDIR; its data: a step
+# ends at 0 before a gap and after the last one), and the SLA figures
 # of a crafted month (3 platform-failed minutes out of 1000: 99.700%, met; 2 out of 200:
 # 99.000%, missed; 6 out of 1199: 99.499%, rounded down, missed), and CSV fields quoted per
 # RFC 4180, sums past 2^64, and a report that leaves the file and its WAL as they were.
@@ -13,7 +14,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=46
+NTESTS=47
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -206,6 +207,21 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
     for i in 1 2 3 4 5; do n=$((n + 1)); echo "ok $n # SKIP no gnuplot"; done
 fi
+# the data gnuplot draws "with steps" (a stand-in gnuplot keeps it): a step is held up to the
+# next point, so a step before a gap went on over the gap and the last step had no width; each
+# step ends at 0 where its time ends, unless the next one starts there
+mkdir -p "$T/gpbin"
+printf '#!/bin/sh\ncp "$(dirname "$1")/usage.dat" %s/plot.dat\n' "$T" >"$T/gpbin/gnuplot"
+printf 'printf PNG > "$(dirname "$1")/usage.png"\n' >>"$T/gpbin/gnuplot"
+chmod +x "$T/gpbin/gnuplot"
+printf '%s\n' "gap a reserved $D 60 0 0 1 0.5 0 0" "gap a reserved $((D + 60)) 30 0 0 1 0.5 0 0" \
+    "gap a reserved $((D + 600)) 15 0 0 1 0.5 0 0" >"$T/records6"
+"$FILL" "sqlite://$T/ledger6.db" "$T/key" <"$T/records6" >"$T/out" 2>"$T/err"
+PATH="$T/gpbin:$PATH" timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger6.db" plot \
+    --out "$T/gap.png" --step 60 >"$T/out" 2>"$T/err"
+is "$?:$(grep -v '^#' "$T/plot.dat" 2>/dev/null | grep . | tr '\n' ' ')" \
+   "0:$D 60 $((D + 60)) 30 $((D + 120)) 0 $((D + 600)) 15 $((D + 660)) 0 " \
+   "plot: a step ends at 0 before a gap and after the last one (no usage drawn where none was)"
 # plot killed by SIGTERM while gnuplot runs (a stand-in that waits): its temp dir, with the
 # tenants' usage in it, and gnuplot go before it dies (both stayed)
 mkdir -p "$T/fakebin" "$T/tmpd"
