@@ -34,6 +34,14 @@ shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min
         close(fd);
         return SHOAL_ERR_INVALID_ARG;
     }
+    if ((st.st_mode & 022) != 0) {
+        /* as munge refuses its key: anyone who may write it may replace the key with one of
+         * their own (and forge what it signs) */
+        snprintf(why, whylen, "%s may be written by group or others (mode %04o): chmod 600 it",
+                 path, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return SHOAL_ERR_PERMISSION;
+    }
     while (n < (size_t)st.st_size) {
         ret = read(fd, buf + n, (size_t)st.st_size - n);
         if (ret < 0 && errno == EINTR) {

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_cred.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_DEBUG_FILE
 
-NTESTS=36
+NTESTS=37
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -126,11 +126,15 @@ is "$rc" 1 "verify -K with another tenant's key: rejected"
 cred tenant-key -k "$T/master.key" --tenant acme -o "$T/acme.key"
 is "$rc" 1 "tenant-key never overwrites"
 
-# 28-30: key file checks
+# 28-31: key file checks
 cp "$T/master.key" "$T/open.key"; chmod 644 "$T/open.key"
 cred_in "$good" verify -k "$T/open.key"
 [ "$rc" -eq 0 ] && grep -q 'warning: key file .* may be read by group or others' "$T/err"
 ok $? "a key readable by others: a warning, still used"
+chmod 646 "$T/open.key"
+cred_in "$good" verify -k "$T/open.key"
+[ "$rc" -eq 1 ] && grep -q 'may be written by group or others (mode 0646)' "$T/err"
+ok $? "a key others may write (and so replace): refused"
 head -c 31 "$T/master.key" >"$T/short.key"; chmod 600 "$T/short.key"
 cred_in "$good" verify -k "$T/short.key"
 [ "$rc" -eq 1 ] && grep -q 'not a regular file of 32 bytes' "$T/err"
@@ -138,7 +142,7 @@ ok $? "a 31-byte key file is refused"
 cred issue -k "$T/missing.key" --tenant acme --job j
 is "$rc" 1 "a missing key file: exit 1"
 
-# 31-33: usage errors exit 2
+# 32-34: usage errors exit 2
 cred issue -k "$T/master.key" --tenant acme --job j --class gold
 is "$rc" 2 "issue --class gold: exit 2"
 cred issue -k "$T/master.key" --tenant 'ac me' --job j
@@ -146,7 +150,7 @@ is "$rc" 1 "issue --tenant 'ac me' (not a valid name): exit 1"
 cred verify -k "$T/master.key" -K "$T/acme.key" "$good"
 is "$rc" 2 "verify with both -k and -K: exit 2"
 
-# 34-35: stdin holds one credential line and nothing else, as SHOAL_CREDENTIAL_FILE must (a
+# 35-36: stdin holds one credential line and nothing else, as SHOAL_CREDENTIAL_FILE must (a
 # credential followed by more was reported valid; the library refuses such a file)
 { printf '%s\n' "$good"; echo more; } |
     timeout -s KILL 30 "$CRED" verify -k "$T/master.key" >"$T/out" 2>"$T/err"
@@ -155,7 +159,7 @@ is "$?" 1 "verify: a credential line followed by another line on stdin: rejected
     timeout -s KILL 30 "$CRED" verify -k "$T/master.key" >"$T/out" 2>"$T/err"
 is "$?" 1 "verify: a credential followed by a NUL byte and more on stdin: rejected"
 
-# 36: no output of any command above showed a key
+# 37: no output of any command above showed a key
 leak=0
 for k in master other acme globex; do
     hex=$(od -An -tx1 -v "$T/$k.key" | tr -d ' \n')
