@@ -383,6 +383,46 @@ static void test_gpu_once(void)
     shoald_config_free(&cfg);
 }
 
+/* An agent of the minute loop alone (minutes of 2 s) whose ledger is url; *url0 keeps cfg's
+ * own, for minute_cleanup. */
+static void minute_agent(shoald_t *a, shoald_config_t *cfg, const char *url, const char **url0)
+{
+    conf_load("minute_seconds=2\n", cfg);
+    *url0 = cfg->ledger_url;
+    cfg->ledger_url = url;
+    a->cfg = cfg;
+    snprintf(a->host_key, sizeof(a->host_key), "unit");
+    shoald_minute_init(a); /* opens (creates) the ledger where it can */
+    a->rejoin_until_ns = 0;
+}
+
+/* Job name of tenant acme, whose rank failed: a minute's record without pages. */
+static shoald_job_t *minute_job(const char *name)
+{
+    shoald_job_t *j = calloc(1, sizeof(*j));
+
+    if (j == NULL)
+        tap_bail("out of memory");
+    snprintf(j->tenant, sizeof(j->tenant), "acme");
+    snprintf(j->job, sizeof(j->job), "%s", name);
+    snprintf(j->class_name, sizeof(j->class_name), "reserved");
+    j->last_minute = -1;
+    j->failed_platform = 1;
+    return j;
+}
+
+/* Removes dir; cfg gets its own ledger url back and is freed. */
+static void minute_cleanup(const char *dir, shoald_config_t *cfg, const char *url0)
+{
+    char cmd[160];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    cfg->ledger_url = url0;
+    shoald_config_free(cfg);
+}
+
 /* A commit that takes longer than the loop waits for it (here: another connection holds the
  * SQLite write lock for 400 ms) is slow, not failed: it was counted in
  * shoal_ledger_commit_failures_total, at each retry while it ran. The minute is written once
@@ -391,7 +431,6 @@ static void test_slow_commit(void)
 {
     char dir[] = "/tmp/agent_unit.XXXXXX", url[128], path[128];
     shoald_config_t cfg;
-    shoald_job_t *j = calloc(1, sizeof(*j));
     shoal_ledger_t *l = NULL;
     sqlite3 *db = NULL;
     shoald_t a = {0};
@@ -403,19 +442,8 @@ static void test_slow_commit(void)
         tap_bail("mkdtemp failed");
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
     snprintf(path, sizeof(path), "%s/ledger.db", dir);
-    conf_load("minute_seconds=2\n", &cfg);
-    url0 = cfg.ledger_url;
-    cfg.ledger_url = url;
-    a.cfg = &cfg;
-    snprintf(a.host_key, sizeof(a.host_key), "unit");
-    shoald_minute_init(&a); /* creates the ledger */
-    a.rejoin_until_ns = 0;
-    snprintf(j->tenant, sizeof(j->tenant), "acme");
-    snprintf(j->job, sizeof(j->job), "slow");
-    snprintf(j->class_name, sizeof(j->class_name), "reserved");
-    j->last_minute = -1;
-    j->failed_platform = 1; /* a record without pages */
-    a.jobs = j;
+    minute_agent(&a, &cfg, url, &url0);
+    a.jobs = minute_job("slow");
     locked = sqlite3_open(path, &db) == SQLITE_OK &&
              sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
     a.next_boundary = 0;
@@ -440,11 +468,7 @@ static void test_slow_commit(void)
                shoal_ledger_last_minute(l, "acme", "slow", "unit") >= 0,
            "the slow minute is in the ledger");
     shoal_ledger_close(l);
-    snprintf(url, sizeof(url), "rm -rf '%s'", dir);
-    if (system(url) != 0)
-        tap_diag("could not remove %s", dir);
-    cfg.ledger_url = url0;
-    shoald_config_free(&cfg);
+    minute_cleanup(dir, &cfg, url0);
 }
 
 static int held_minutes_cb(const shoal_ledger_record_t *rec, void *arg)
@@ -466,7 +490,7 @@ static void test_held_minute(void)
 {
     char dir[] = "/tmp/agent_unit.XXXXXX", url[160], sub[128];
     shoald_config_t cfg;
-    shoald_job_t *j = calloc(1, sizeof(*j));
+    shoald_job_t *j = minute_job("held");
     shoald_page_t *p = calloc(1, sizeof(*p));
     shoal_ledger_t *l = NULL;
     int64_t m[3] = {0, 0, -1}, now_s, boundary, last;
@@ -478,19 +502,8 @@ static void test_held_minute(void)
         tap_bail("mkdtemp failed");
     snprintf(sub, sizeof(sub), "%s/db", dir);
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", sub); /* its directory is not there */
-    conf_load("minute_seconds=2\n", &cfg);
-    url0 = cfg.ledger_url;
-    cfg.ledger_url = url;
-    a.cfg = &cfg;
-    snprintf(a.host_key, sizeof(a.host_key), "unit");
-    shoald_minute_init(&a);
-    a.rejoin_until_ns = 0;
+    minute_agent(&a, &cfg, url, &url0);
     now_s = (int64_t)(shoald_unix_ns() / 1000000000ull);
-    snprintf(j->tenant, sizeof(j->tenant), "acme");
-    snprintf(j->job, sizeof(j->job), "held");
-    snprintf(j->class_name, sizeof(j->class_name), "reserved");
-    j->last_minute = -1;
-    j->failed_platform = 1;
     p->job = j;
     p->map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     p->conn_fd = p->pidfd = -1;
@@ -533,11 +546,7 @@ static void test_held_minute(void)
     tap_ok(m[0] >= 2 && m[2] <= last,
            "no record of the job is moved past the minute billed last (%lld records, the last "
            "at %lld, billed up to %lld)", (long long)m[0], (long long)m[2], (long long)last);
-    snprintf(url, sizeof(url), "rm -rf '%s'", dir);
-    if (system(url) != 0)
-        tap_diag("could not remove %s", dir);
-    cfg.ledger_url = url0;
-    shoald_config_free(&cfg);
+    minute_cleanup(dir, &cfg, url0);
 }
 
 static void *unlock_later(void *arg)
@@ -559,7 +568,6 @@ static void test_slow_stop(void)
 {
     char dir[] = "/tmp/agent_unit.XXXXXX", url[128], path[128];
     shoald_config_t cfg;
-    shoald_job_t *j = calloc(1, sizeof(*j));
     shoal_ledger_t *l = NULL;
     sqlite3 *db = NULL;
     shoald_t a = {0};
@@ -571,19 +579,8 @@ static void test_slow_stop(void)
         tap_bail("mkdtemp failed");
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
     snprintf(path, sizeof(path), "%s/ledger.db", dir);
-    conf_load("minute_seconds=2\n", &cfg);
-    url0 = cfg.ledger_url;
-    cfg.ledger_url = url;
-    a.cfg = &cfg;
-    snprintf(a.host_key, sizeof(a.host_key), "unit");
-    shoald_minute_init(&a);
-    a.rejoin_until_ns = 0;
-    snprintf(j->tenant, sizeof(j->tenant), "acme");
-    snprintf(j->job, sizeof(j->job), "stop");
-    snprintf(j->class_name, sizeof(j->class_name), "reserved");
-    j->last_minute = -1;
-    j->failed_platform = 1;
-    a.jobs = j;
+    minute_agent(&a, &cfg, url, &url0);
+    a.jobs = minute_job("stop");
     locked = sqlite3_open(path, &db) == SQLITE_OK &&
              sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
     a.next_boundary = 0;
@@ -599,11 +596,7 @@ static void test_slow_stop(void)
     shoal_ledger_close(l);
     if (started)
         pthread_join(th, NULL);
-    snprintf(url, sizeof(url), "rm -rf '%s'", dir);
-    if (system(url) != 0)
-        tap_diag("could not remove %s", dir);
-    cfg.ledger_url = url0;
-    shoald_config_free(&cfg);
+    minute_cleanup(dir, &cfg, url0);
 }
 
 int main(void)
