@@ -333,6 +333,23 @@ static void test_one_sided(void)
     side_fini(&two);
 }
 
+/* Ranks 0 and 1 of a job (key_a) and a stranger of another job (key_b) claiming rank 2,
+ * their addresses in addrs and lens; -1 (bailed out) if UCX fails. */
+static int stranger_trio(side_t *s0, side_t *one, side_t *evil, uint32_t comm_id,
+                         uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], size_t lens[NR])
+{
+    if (side_init(s0, 0, comm_id, key_a, 1500) != 0 ||
+        side_init(one, 1, comm_id, key_a, 1500) != 0 ||
+        side_init(evil, 2, comm_id, key_b, 1500) != 0) {
+        tap_bail("ucx init failed");
+        return -1;
+    }
+    lens[0] = side_addr(s0, addrs[0]);
+    lens[1] = side_addr(one, addrs[1]);
+    lens[2] = side_addr(evil, addrs[2]);
+    return 0;
+}
+
 /* A stranger of another job (another key) claims rank 2. */
 static void test_stranger(void)
 {
@@ -342,15 +359,9 @@ static void test_stranger(void)
     side_t s0, evil, s2, one;
     side_t *sides[3] = {&s0, &evil, &s2};
 
-    if (side_init(&s0, 0, comm_id, key_a, 1500) != 0 ||
-        side_init(&one, 1, comm_id, key_a, 1500) != 0 ||
-        side_init(&evil, 2, comm_id, key_b, 1500) != 0) {
-        tap_bail("ucx init failed");
+    if (stranger_trio(&s0, &one, &evil, comm_id, addrs, lens) != 0) {
         return;
     }
-    lens[0] = side_addr(&s0, addrs[0]);
-    lens[1] = side_addr(&one, addrs[1]);
-    lens[2] = side_addr(&evil, addrs[2]);
     side_connect(&s0, addrs, lens);
     side_connect(&evil, addrs, lens);
     memset(buf, 0x17, sizeof(buf));
@@ -456,15 +467,9 @@ static void test_flood(void)
     static void *sr[NFLOOD];
     int sent = 0, left = 0;
 
-    if (side_init(&s0, 0, comm_id, key_a, 1500) != 0 ||
-        side_init(&one, 1, comm_id, key_a, 1500) != 0 ||
-        side_init(&evil, 2, comm_id, key_b, 1500) != 0) {
-        tap_bail("ucx init failed");
+    if (stranger_trio(&s0, &one, &evil, comm_id, addrs, lens) != 0) {
         return;
     }
-    lens[0] = side_addr(&s0, addrs[0]);
-    lens[1] = side_addr(&one, addrs[1]);
-    lens[2] = side_addr(&evil, addrs[2]);
     side_connect(&s0, addrs, lens);
     side_connect(&one, addrs, lens);
     side_connect(&evil, addrs, lens);
