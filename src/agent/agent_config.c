@@ -262,12 +262,15 @@ static int shoald_cfg_uids_parse(shoald_tenant_t *t, const char *v)
         p = end;
         while (*p == ' ')
             p++;
-        if (*p == ',')
+        if (*p == ',') {
             p++;
-        else if (*p != '\0')
+            while (*p == ' ')
+                p++;
+            if (*p == '\0')
+                return -1; /* "1000," names no uid after its comma: a typo, not a list */
+        } else if (*p != '\0') {
             return -1;
-        while (*p == ' ')
-            p++;
+        }
     }
     return t->nuids > 0 ? 0 : -1;
 }
@@ -295,7 +298,7 @@ static int shoald_cfg_tenant_line(shoald_config_t *cfg, const char *key, const c
     memcpy(tname, name, nlen);
     tname[nlen] = '\0';
     if (!shoald_name_ok(tname, sizeof(tname))) {
-        *why = "tenant name must be printable ASCII without spaces, ';', '=' or '.'";
+        *why = "tenant name must be printable ASCII without spaces, ';' or '='";
         return -1;
     }
     t = shoald_config_tenant(cfg, tname);

@@ -92,6 +92,9 @@ static void test_config(void)
     shoald_config_free(&cfg);
     tap_is_int(conf_load("tenant.acme.uids=1000,x\n", &cfg), -1, "a bad uid list fails");
     shoald_config_free(&cfg);
+    tap_is_int(conf_load("tenant.acme.uids=1000, \n", &cfg), -1,
+               "a uid list ending in a comma fails");
+    shoald_config_free(&cfg);
     tap_is_int(conf_load("tenant.a b.class=spot\n", &cfg), -1, "a bad tenant name fails");
     shoald_config_free(&cfg);
     tap_is_int(conf_load("tenant.acme.color=red\n", &cfg), -1, "an unknown tenant field fails");
@@ -601,7 +604,7 @@ static void test_slow_stop(void)
 
 int main(void)
 {
-    tap_plan(52);
+    tap_plan(53);
     test_escape();
     test_names();
     test_config();
