@@ -188,11 +188,18 @@ int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t 
 
 /* ---- per-host cache file --------------------------------------------------------------- */
 
+/* Set once each warning about the cache's place was given: once per process. */
+static int shoal_tune_dir_warned, shoal_tune_lock_warned;
+
 int shoal_tune_cache_file(char *buf, size_t len)
 {
     const char *dir = shoal_tune_config.cache_dir;
     if (dir == NULL || dir[0] == '\0') {
         dir = shoal_cfg_getenv_raw("XDG_RUNTIME_DIR");
+    } else if (dir[0] != '/' &&
+               !__atomic_exchange_n(&shoal_tune_dir_warned, 1, __ATOMIC_RELAXED)) {
+        shoal_warn(COLL, "tune: SHOAL_TUNE_CACHE_DIR '%s' is not an absolute path: /tmp is "
+                   "used", dir);
     }
     if (dir == NULL || dir[0] != '/') {
         dir = "/tmp";
@@ -288,6 +295,13 @@ static int shoal_tune_lock(const char *path, int wait)
     }
     fd = open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 || !shoal_tune_fd_trusted(fd, &st)) {
+        /* Another user's file or link at the name (anyone may make one in /tmp before the
+         * job): nothing is cached, and every init measures again. Said once, not silently. */
+        if ((fd >= 0 || errno == ELOOP) &&
+            !__atomic_exchange_n(&shoal_tune_lock_warned, 1, __ATOMIC_RELAXED)) {
+            shoal_warn(COLL, "tune: %s is not this user's own file (another user's, or a "
+                       "link): the per-host measurement is not cached; remove it", lpath);
+        }
         if (fd >= 0) {
             close(fd);
         }

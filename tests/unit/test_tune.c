@@ -493,6 +493,21 @@ static void test_cache_file(void)
 #elif defined(__SANITIZE_THREAD__)
     tap_is_str(tag, "-tsan", "a TSan build's cache file is its own");
 #endif
+    /* a relative SHOAL_TUNE_CACHE_DIR: /tmp, as before, but no longer without a word */
+    {
+        const char *saved_dir = shoal_tune_config.cache_dir;
+        tap_log_t lg;
+        int logged = tap_log_begin(&lg) == 0, n;
+        shoal_tune_config.cache_dir = "relative/dir";
+        n = shoal_tune_cache_file(own, sizeof(own));
+        n = n == 0 ? shoal_tune_cache_file(own, sizeof(own)) : n;
+        tap_log_end(&lg);
+        shoal_tune_config.cache_dir = saved_dir;
+        tap_ok(n == 0 && strncmp(own, "/tmp/shoal-tune-", 16) == 0 && logged &&
+                   tap_log_count(&lg, "is not an absolute path", "/tmp is used") == 1,
+               "a relative SHOAL_TUNE_CACHE_DIR: /tmp, said once (%s)", own);
+        tap_log_close(&lg);
+    }
     tap_is_int(shoal_tune_cache_file(own, sizeof(own)), 0, "cache file: a path");
     tap_ok(strstr(own, "/shoal-tune-") != NULL && strlen(own) >= strlen(tag) &&
            strcmp(own + strlen(own) - strlen(tag), tag) == 0,
@@ -645,6 +660,30 @@ static void test_cache_file(void)
                "a FIFO as the cache file is not trusted: measured at once (%s %d after %d ms)",
                WIFEXITED(status) ? "exit" : "signal",
                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), waited * 50);
+        unlink(path);
+        unlink(lpath);
+    }
+    /* another user's lock file at the name: nothing is cached, every init measured again,
+     * and nothing said so */
+    if (geteuid() != 0) {
+        tap_skip(1, "not root: cannot make a file of another user");
+    } else {
+        tap_log_t lg;
+        int logged = tap_log_begin(&lg) == 0, n;
+        lfd = open(lpath, O_RDWR | O_CREAT, 0600);
+        (void)!fchown(lfd, 65534, 65534);
+        m = base;
+        shoal_tune_rates_at(path, &m);
+        m = base;
+        shoal_tune_rates_at(path, &m);
+        tap_log_end(&lg);
+        n = logged ? tap_log_count(&lg, "is not this user's own file", "remove it") : -1;
+        tap_log_close(&lg);
+        tap_ok(lfd >= 0 && m.bw_src == SHOAL_TUNE_BW_MEASURED && n == 1,
+               "another user's lock file: measured, and said once (%d warnings)", n);
+        if (lfd >= 0) {
+            close(lfd);
+        }
         unlink(path);
         unlink(lpath);
     }
