@@ -9,6 +9,7 @@
  * 1 a broken chain (verify) or a failure, 2 usage (verify: also an unreadable ledger or key).
  * The ledger is always opened as a reader: nothing is created. */
 #include "agent/shoal_bill.h"
+#include "agent/ledger_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -480,14 +481,10 @@ static int shoal_bill_head_check(shoal_ledger_t *ledger, const char *spec)
         fprintf(stderr, "shoal-bill: --head takes SEQ:MAC (64 hex digits)\n");
         return 2;
     }
-    for (int i = 0; i < 32; i++) {
-        unsigned v;
-
-        if (sscanf(colon + 1 + 2 * i, "%2x", &v) != 1) {
-            fprintf(stderr, "shoal-bill: --head takes SEQ:MAC (64 hex digits)\n");
-            return 2;
-        }
-        h.mac[i] = (uint8_t)v;
+    /* hex digits only: sscanf's %2x also took a sign, blanks and "0x" inside the MAC */
+    if (shoal_ledger_mac_from_hex(colon + 1, h.mac) != 0) {
+        fprintf(stderr, "shoal-bill: --head takes SEQ:MAC (64 hex digits)\n");
+        return 2;
     }
     if (shoal_ledger_each(ledger, INT64_MIN, INT64_MAX, NULL, NULL, shoal_bill_head_cb, &h) !=
         SHOAL_OK) {

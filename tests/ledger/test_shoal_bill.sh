@@ -14,7 +14,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=47
+NTESTS=48
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -124,6 +124,8 @@ ok $? "it prints the head (seq 1501 and its mac) for safekeeping"
 head1501=$(sed -n 's/.*head seq \([0-9]*\) mac \([0-9a-f]*\)$/\1:\2/p' "$T/out")
 bill --key-file "$T/key" verify --head "$head1501"
 is "$rc" 0 "verify --head with the head just printed: exit 0"
+bill --key-file "$T/key" verify --head "${head1501%??}+f"
+is "$rc" 2 "verify --head with a MAC that is not all hex digits (a sign in it): exit 2"
 bill verify
 is "$rc" 2 "verify without --key-file exits 2"
 mkfifo "$T/fifo"
