@@ -807,6 +807,15 @@ static int shoal_ledger_verify_cb(const shoal_ledger_record_t *rec, void *arg)
     shoal_ledger_verify_t *v = arg;
     uint8_t mac[SHOAL_HMAC_BYTES];
 
+    if (rec->seq != v->next && (rec->seq < v->next || rec->seq > (uint64_t)INT64_MAX)) {
+        /* a row inserted (or renumbered) below the chain's next seq: name it, not only the
+         * seq that it hides */
+        shoal_error(METER, "ledger: a record with seq %" PRId64 " (tenant %s, job %s, minute %"
+                    PRId64 ") stands where seq %" PRIu64 " belongs: inserted or renumbered",
+                    (int64_t)rec->seq, rec->tenant, rec->job, rec->minute, v->next);
+        v->bad = v->next;
+        return 1;
+    }
     if (rec->seq != v->next) {
         shoal_error(METER, "ledger: record seq %" PRIu64 " is missing (next stored: %" PRIu64
                     ")", v->next, rec->seq);

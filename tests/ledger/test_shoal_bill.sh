@@ -14,7 +14,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=48
+NTESTS=49
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -147,6 +147,14 @@ if command -v sqlite3 >/dev/null 2>&1; then
         DELETE FROM ledger_records WHERE seq = 1200"
     bill --key-file "$T/key" verify
     is "$rc:$(grep -o 'seq [0-9]*' "$T/out")" "1:seq 1200" "a record deleted: exit 1 naming seq 1200"
+    # a copy of a record inserted with seq 0: the error named only "seq 1 is missing"
+    sqlite3 "$T/ledger.db" "CREATE TABLE one AS SELECT * FROM ledger_records WHERE seq = 5;
+        UPDATE one SET seq = 0, minute = minute - 6000000;
+        INSERT INTO ledger_records SELECT * FROM one; DROP TABLE one"
+    bill --key-file "$T/key" verify
+    [ "$rc" = 1 ] && grep -q 'a record with seq 0 (tenant .*) stands where seq 1 belongs' "$T/err"
+    ok $? "a record inserted with seq 0: exit 1, the error names that record"
+    sqlite3 "$T/ledger.db" "DELETE FROM ledger_records WHERE seq = 0"
     # the tail dropped and the head in ledger_meta rewritten to match: the chain alone is
     # consistent, the head recorded earlier is not in it
     sqlite3 "$T/ledger.db" "INSERT INTO ledger_records SELECT * FROM gone; DROP TABLE gone;
