@@ -336,7 +336,10 @@ static int shoald_cfg_tenant_line(shoald_config_t *cfg, const char *key, const c
     } else if (strcmp(field, "dscp") == 0 || strcmp(field, "tc_mark") == 0 ||
                strcmp(field, "tc_weight") == 0) {
         char *end;
-        long v = strtol(value, &end, 0);
+        /* decimal, or hex after 0x: base 0 read "010" as octal 8 and refused "08" as out of
+         * range, where a DSCP is written in decimal */
+        int hex = value[0] == '0' && (value[1] == 'x' || value[1] == 'X');
+        long v = strtol(value, &end, hex ? 16 : 10);
         int dscp = field[0] == 'd', mark = field[3] == 'm';
 
         /* a mark of 0 is every unmarked packet's: that tenant's class would take them all */

@@ -95,6 +95,12 @@ static void test_config(void)
     tap_is_int(conf_load("tenant.acme.uids=1000, \n", &cfg), -1,
                "a uid list ending in a comma fails");
     shoald_config_free(&cfg);
+    tap_ok(conf_load("tenant.a.dscp=010\ntenant.b.dscp=08\ntenant.c.dscp=0x2e\n", &cfg) == 0 &&
+               shoald_config_tenant(&cfg, "a")->tc_dscp == 10 &&
+               shoald_config_tenant(&cfg, "b")->tc_dscp == 8 &&
+               shoald_config_tenant(&cfg, "c")->tc_dscp == 46,
+           "a DSCP is decimal (010 is 10, 08 is 8), or hex after 0x");
+    shoald_config_free(&cfg);
     tap_is_int(conf_load("tenant.a b.class=spot\n", &cfg), -1, "a bad tenant name fails");
     shoald_config_free(&cfg);
     tap_is_int(conf_load("tenant.acme.color=red\n", &cfg), -1, "an unknown tenant field fails");
@@ -604,7 +610,7 @@ static void test_slow_stop(void)
 
 int main(void)
 {
-    tap_plan(53);
+    tap_plan(54);
     test_escape();
     test_names();
     test_config();
