@@ -608,9 +608,50 @@ static void test_slow_stop(void)
     minute_cleanup(dir, &cfg, url0);
 }
 
+/* The agent's rates page for a tenant whose name starts with '.' (the library's %t takes it):
+ * none was made, so such a tenant ran unpaced while it took a share from the others. */
+static void test_qos_dot_tenant(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", conf[256], path[300];
+    const char *names[2] = {".x", "acme"};
+    shoald_config_t cfg;
+    shoald_t a = {0};
+    int made = 0;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(conf, sizeof(conf), "qos_rates_dir=%s/qos\nqos_capacity_shm=100m\n", dir);
+    conf_load(conf, &cfg);
+    a.cfg = &cfg;
+    if (shoald_qos_start(&a) != SHOAL_OK || a.qos == NULL)
+        tap_bail("no QoS arbiter");
+    for (int i = 0; i < 2; i++) {
+        shoald_job_t *j = minute_job(names[i]);
+        shoald_page_t *p = calloc(1, sizeof(*p));
+        p->map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (p->map == MAP_FAILED)
+            tap_bail("mmap failed");
+        snprintf(j->tenant, sizeof(j->tenant), "%s", names[i]);
+        p->job = j;
+        shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 0, 0);
+        snprintf(path, sizeof(path), "%s/qos/%s.rate", dir, names[i]);
+        made += access(path, R_OK) == 0;
+        munmap((void *)p->map, SHOAL_METER_PAGE_BYTES);
+        free(p);
+        free(j);
+    }
+    shoald_qos_stop(&a);
+    tap_ok(made == 2, "the agent makes a rates page for tenants '.x' and 'acme' (%d of 2)", made);
+    snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+    if (system(path) != 0)
+        tap_diag("could not remove %s", dir);
+    shoald_config_free(&cfg);
+}
+
 int main(void)
 {
-    tap_plan(54);
+    tap_plan(55);
     test_escape();
     test_names();
     test_config();
@@ -623,5 +664,6 @@ int main(void)
     test_slow_commit();
     test_held_minute();
     test_slow_stop();
+    test_qos_dot_tenant();
     return tap_done();
 }
