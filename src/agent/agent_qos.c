@@ -173,21 +173,29 @@ static int shoald_qos_tc_setup(shoald_t *a)
     char specs[64][160], devs[1024], *save = NULL, *dev;
     char *argv[4 + 64 + 1];
     const shoald_tenant_t *t;
-    int n = 0, ok = 0, nspot = 0, rc;
+    int n = 0, ok = 0, nspot = 0, nall = 0, rc;
 
     if (link <= 0) {
         shoal_warn(METER, "qos_tc_link_rate=%s is not a tc rate (e.g. 1gbit): tc not set up",
                    cfg->qos_tc_link_rate);
         return 0;
     }
+    /* the shares among the tenants that get a class: the first 64 (the weights of the others
+     * took part of the reserved tenants' 97% that no class had) */
     for (t = cfg->tenants; t != NULL; t = t->next) {
         if (t->tc_dscp < 0 && t->tc_mark < 0)
+            continue;
+        if (nall++ >= 64)
             continue;
         if (strcmp(t->class_name, "spot") == 0)
             nspot++;
         else
             wsum += t->tc_weight;
     }
+    if (nall > 64)
+        shoal_warn(METER, "qos_tc: %d tenants name a classifier, tc takes 64: the other %d "
+                   "share the default class (the agent's own and foreign traffic)", nall,
+                   nall - 64);
     /* 97% of the link by weight to the reserved tenants, 1% among the spot ones: what is
      * left (at least 1%) is the default class's (the agent's own and foreign traffic). */
     for (t = cfg->tenants; t != NULL && n < 64; t = t->next) {

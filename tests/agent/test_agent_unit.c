@@ -649,9 +649,63 @@ static void test_qos_dot_tenant(void)
     shoald_config_free(&cfg);
 }
 
+/* qos_tc with more than 64 tenants that name a classifier: tc got classes for 64, while the
+ * shares were divided among all of them (each class got less of the link, part of it went to
+ * no class), and nothing said so. A stand-in for shoal-tc.sh records its arguments. */
+static void test_qos_tc_many(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", script[300], args[300], line[256];
+    char *conf = malloc(70 * 64 + 1024);
+    shoald_config_t cfg;
+    shoald_t a = {0};
+    tap_log_t lg;
+    FILE *f;
+    int logged, warned, nargs = 0, rate_ok = 0;
+
+    if (conf == NULL || mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(script, sizeof(script), "%s/tc.sh", dir);
+    snprintf(args, sizeof(args), "%s/args", dir);
+    f = fopen(script, "w");
+    if (f == NULL)
+        tap_bail("cannot write %s", script);
+    fprintf(f, "#!/bin/sh\n[ \"$1\" = setup ] && printf '%%s\\n' \"$@\" > '%s'\nexit 0\n", args);
+    fclose(f);
+    chmod(script, 0700);
+    int off = snprintf(conf, 1024, "qos_rates_dir=%s/qos\nqos_tc=%s\nqos_tc_dev=lo\n"
+                       "qos_tc_link_rate=1gbit\n", dir, script);
+    for (int i = 0; i < 70; i++)
+        off += snprintf(conf + off, 64, "tenant.t%d.dscp=%d\n", i, 10 + i % 40);
+    logged = tap_log_begin(&lg) == 0;
+    conf_load(conf, &cfg);
+    a.cfg = &cfg;
+    (void)shoald_qos_start(&a);
+    tap_log_end(&lg);
+    warned = logged ? tap_log_count(&lg, "70 tenants name a classifier, tc takes 64", NULL) : -1;
+    tap_log_close(&lg);
+    f = fopen(args, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        nargs++;
+        /* 97% of 1 Gbit/s by weight among the 64 classes, not 70 */
+        rate_ok += strstr(line, ",rate=15156250bit,") != NULL;
+    }
+    if (f != NULL)
+        fclose(f);
+    shoald_qos_stop(&a);
+    tap_ok(warned == 1 && nargs == 3 + 64 && rate_ok == 64,
+           "70 tenants with a classifier: tc gets 64 classes, each 97%% / 64 of the link, and "
+           "a warning names the 6 left out (%d warnings, %d arguments, %d rates right)", warned,
+           nargs, rate_ok);
+    snprintf(line, sizeof(line), "rm -rf '%s'", dir);
+    if (system(line) != 0)
+        tap_diag("could not remove %s", dir);
+    shoald_config_free(&cfg);
+    free(conf);
+}
+
 int main(void)
 {
-    tap_plan(55);
+    tap_plan(56);
     test_escape();
     test_names();
     test_config();
@@ -665,5 +719,6 @@ int main(void)
     test_held_minute();
     test_slow_stop();
     test_qos_dot_tenant();
+    test_qos_tc_many();
     return tap_done();
 }
