@@ -486,7 +486,10 @@ static int shoal_tune_override_line(shoal_tune_t *t, char *line, uint32_t explic
                 return -1;
             }
             bw = k == SHOAL_TUNE_COPY_MBS ? tt.copy_gbs : tt.reduce_gbs;
-            shoal_tune_set(t, k, SHOAL_MAX((uint64_t)(bw * 1e3 + 0.5), 1), SHOAL_TUNE_SRC_FILE,
+            if (bw * 1e3 < 1) {
+                return -1; /* under 1 MB/s, as SHOAL_TUNE_MACHINE refuses: it became 1 MB/s */
+            }
+            shoal_tune_set(t, k, (uint64_t)(bw * 1e3 + 0.5), SHOAL_TUNE_SRC_FILE,
                            "'%s' line of SHOAL_TUNING_FILE", what);
             return 1;
         }

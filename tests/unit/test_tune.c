@@ -191,8 +191,10 @@ static void test_override(void)
         (void)shoal_tune_override(&t, NULL);
         before = t;
         tap_is_int(shoal_tune_override(&t, "copy lat 0 bw 3.5 GB/s\ncopy bw 2\n"
-                                           "reduce lat 0 bw 0\n"), SHOAL_ERR_INVALID_ARG,
-                   "'copy'/'reduce' lines the link profile refuses are refused");
+                                           "reduce lat 0 bw 0\nreduce lat 0 bw 0.0004\n"),
+                   SHOAL_ERR_INVALID_ARG,
+                   "'copy'/'reduce' lines the link profile refuses are refused, and a rate "
+                   "under 1 MB/s");
         tap_ok(t.value[SHOAL_TUNE_COPY_MBS] == before.value[SHOAL_TUNE_COPY_MBS] &&
                    t.src[SHOAL_TUNE_COPY_MBS] == before.src[SHOAL_TUNE_COPY_MBS] &&
                    t.value[SHOAL_TUNE_REDUCE_MBS] == before.value[SHOAL_TUNE_REDUCE_MBS],
