@@ -345,7 +345,8 @@ static shoal_status_t shoal_ring_pend_read(shoal_boot_t *b, shoal_boot_ring_t *g
     }
     if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            shoal_ring_pend_close(p);
+            /* a reset counts as a close does (as at the root) */
+            shoal_ring_refuse(b, g, p, SHOAL_ERR_PROTOCOL, "reset before a complete hello");
         }
         return SHOAL_OK;
     }

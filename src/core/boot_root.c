@@ -830,7 +830,9 @@ static shoal_status_t shoal_root_read(shoal_root_t *r, int i)
                 return SHOAL_OK;
             }
             if (c->state == SHOAL_ROOT_CL_PENDING) {
-                shoal_root_client_close(r, i);
+                /* a reset (a scanner's close with SO_LINGER 0) is a failed hello like a close:
+                 * closed quietly, a stranger churned the slots without opening the breaker */
+                shoal_root_refuse(r, i, SHOAL_ERR_PROTOCOL, "reset before a complete hello");
                 return SHOAL_OK;
             }
             shoal_error(BOOT, "root: read from rank %d (%s) failed: %s", c->rank, c->peer,

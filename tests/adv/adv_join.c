@@ -690,6 +690,43 @@ static void adv_case_breaker_cotenant(void)
            "and closes it; the co-tenant's extra connections are shed");
 }
 
+/* A stranger that resets each connection after its challenge (a scanner's close with
+ * SO_LINGER 0) was never counted: it could churn the root's slots for ever without opening
+ * the breaker. Resets count as failed hellos now: 8 of them open it. */
+static void adv_case_breaker_rst(void)
+{
+    shoal_boot_uid_t u;
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    uint8_t nonce[SHOAL_BOOT_NONCE];
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    int reset = 0, open_now = 0;
+    adv_new_root(&u, hex);
+    if (u.root.ss_family != AF_INET) {
+        tap_skip(1, "the root is not on IPv4 loopback");
+        return;
+    }
+    inet_pton(AF_INET, "127.0.0.6", &src.sin_addr);
+    for (int i = 0; i < 8; i++) {
+        int fd = adv_dial_from(&u, "127.0.0.6");
+        if (fd >= 0 && adv_read_challenge(fd, nonce) == 0) {
+            struct linger l = {.l_onoff = 1, .l_linger = 0};
+            reset += setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)) == 0;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        usleep(20 * 1000); /* the root reads the reset before the next one comes */
+    }
+    for (int i = 0; i < 100 && !open_now; i++) {
+        open_now = shoal_tenant_breaker_is_open((const struct sockaddr *)&src);
+        if (!open_now) {
+            usleep(10 * 1000);
+        }
+    }
+    tap_ok(reset == 8 && open_now, "a source that resets 8 connections after their challenge "
+           "opens the breaker (%d reset, open: %d)", reset, open_now);
+}
+
 /* A free IPv4 loopback port and a listener on it that never accepts, its backlog full: a
  * connect to it stalls in the kernel's SYN retries. Returns the listener (and the fillers in
  * fill[4]), or -1. */
@@ -950,7 +987,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(25);
+    tap_plan(26);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -972,6 +1009,7 @@ int main(int argc, char **argv)
     adv_case_tamper_down();
     adv_case_breaker();
     adv_case_breaker_cotenant();
+    adv_case_breaker_rst();
     adv_case_root_unreachable();
     adv_case_source_flood();
     adv_case_cred_bound();
