@@ -23,7 +23,9 @@ static const shoal_cfg_field_t shoal_tcp_cfg_fields[] = {
         .dflt = "",
         .doc = "interfaces to listen on, as in NCCL: prefixes \"eth,ib\", \"^docker\" to "
                "exclude, \"=eth0\" for exact names; empty: the first non-loopback interface "
-               "that is up, else lo",
+               "that is up (docker* ones only when there is no other), else lo; IPv4 first "
+               "(SHOAL_SOCKET_FAMILY); IPv6 link-local addresses are never used, even on a named "
+               "interface",
         .offset = offsetof(shoal_tcp_config_t, ifname),
         .type = SHOAL_CFG_STRING,
     },
