@@ -96,8 +96,9 @@ static int shoal_stop_file_seen(shoal_stop_comm_t *stop)
     const char *why = S_ISLNK(sb.st_mode) ? "it is a symbolic link"
                                           : shoal_provider_file_untrusted(stop->file, &sb);
     if (why != NULL) {
-        if ((uint64_t)sb.st_ino != stop->refused_ino) {
-            stop->refused_ino = (uint64_t)sb.st_ino;
+        /* an exchange: two threads that check at once warn once, without a data race */
+        if (__atomic_exchange_n(&stop->refused_ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED) !=
+            (uint64_t)sb.st_ino) {
             shoal_warn(SCHED, "stop file %s ignored: %s (owner uid %u, mode %04o)", stop->file,
                        why, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777));
         }

@@ -711,6 +711,67 @@ static int child_stop_file_escape(void *arg)
     return code;
 }
 
+/* Two threads check one communicator (of one rank) at once while its stop file is refused (a
+ * symbolic link): both wrote the refused file's inode, a data race (TSan), and both could
+ * warn. Returns 0 when every check said "no stop" and the warning came once; 3 when a check
+ * failed or stopped; 4 when the warnings were not one. */
+static shoal_comm_t refused_comm;
+static int refused_bad;
+
+static void *refused_checker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 50; i++) {
+        int stop = 0;
+        if (shoal_comm_should_stop(refused_comm, &stop) != SHOAL_OK || stop) {
+            __atomic_store_n(&refused_bad, 1, __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+static int child_refused_two_threads(void *arg)
+{
+    char dir[] = "/tmp/test_stop.XXXXXX", path[64];
+    pthread_t th[2];
+    shoal_uid_t uid;
+    tap_log_t lg;
+    int logged, n, code = 3;
+
+    (void)arg;
+    if (mkdtemp(dir) == NULL) {
+        return 5;
+    }
+    snprintf(path, sizeof(path), "%s/stop", dir);
+    if (symlink("/nonexistent", path) != 0) {
+        return 5;
+    }
+    setenv("SHOAL_STOP_FILE", path, 1);
+    unsetenv("SHOAL_STOP_SIGNALS");
+    logged = tap_log_begin(&lg) == 0;
+    if (shoal_get_unique_id(&uid) == SHOAL_OK &&
+        shoal_comm_init(&refused_comm, 1, 0, &uid, NULL) == SHOAL_OK) {
+        int made = 0;
+        for (int i = 0; i < 2; i++) {
+            made += pthread_create(&th[i], NULL, refused_checker, NULL) == 0;
+        }
+        for (int i = 0; i < made; i++) {
+            pthread_join(th[i], NULL);
+        }
+        code = made == 2 && !refused_bad ? 0 : 3;
+        shoal_comm_destroy(refused_comm);
+    }
+    if (logged) {
+        tap_log_end(&lg);
+        n = tap_log_count(&lg, "stop file", "symbolic link");
+        tap_log_close(&lg);
+        code = code == 0 && n != 1 ? 4 : code;
+    }
+    unlink(path);
+    rmdir(dir);
+    return code;
+}
+
 static void test_children(void)
 {
     int init_st, code;
@@ -740,6 +801,9 @@ static void test_children(void)
     code = in_child(child_stop_file_escape, NULL);
     tap_ok(code == 0, "SHOAL_STOP_FILE=DIR/stop/%%j and the job '../escaped': shoal_comm_init "
            "refuses the name, no file outside DIR/stop stops the job (child exit %d)", code);
+    code = in_child(child_refused_two_threads, NULL);
+    tap_ok(code == 0, "two threads check at once while the stop file is refused (a symbolic "
+           "link): no stop, one warning (child exit %d)", code);
 #if defined(__SANITIZE_THREAD__)
     tap_skip(1, "TSan: a fork from a process with threads (see below)");
 #else
@@ -830,7 +894,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(42);
+    tap_plan(43);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
