@@ -31,10 +31,10 @@
  *                     completed) until one fails or 60 s pass, then prints "survivor R:
  *                     status NAME after X ms: <sentence>"; exits 0 if an AllReduce failed.
  *                     For faults made from outside (tests/vm: a port taken down).
- *   kill steady [MiB] every rank loops over AllReduces for 2 s after its first; rank 0 then
- *                     creates the file $KILL_MARK (if set: every endpoint is set up), for a
- *                     wrapper to make its fault; prints "steady R: status NAME after N calls"
- *                     and exits 0 if every call succeeded.
+ *   kill steady [MiB] every rank loops over AllReduces for 2 s (by rank 0's clock) after
+ *                     its first; rank 0 then creates the file $KILL_MARK (if set: every
+ *                     endpoint is set up), for a wrapper to make its fault; prints "steady R:
+ *                     status NAME after N calls" and exits 0 if every call succeeded.
  * Every rank gives up on its own after a bounded time (never hangs).
  */
 #include <shoal.h>
@@ -336,10 +336,17 @@ static int kill_mode_steady(kill_ctx_t *k, size_t count)
             fclose(f);
         }
     }
+    /* rank 0's clock decides for all (its "go" is the sum's first element): ranks that each
+     * watched their own clock made different numbers of calls, and the last call of one
+     * waited for its timeout on a peer that had stopped */
     start = kill_now_ms();
-    while (st == SHOAL_OK && kill_now_ms() - start < 2000) {
+    while (st == SHOAL_OK) {
+        s[0] = k->rank == 0 && kill_now_ms() - start < 2000 ? 1.0f : 0.0f;
         st = shoal_allreduce(s, r, count, SHOAL_FLOAT32, SHOAL_SUM, k->comm, NULL);
         calls++;
+        if (st != SHOAL_OK || r[0] == 0.0f) {
+            break;
+        }
         kill_sleep_ms(1);
     }
     printf("steady %d: status %s after %ld calls%s%s\n", k->rank, shoal_status_name(st), calls,
