@@ -2,9 +2,9 @@
 #include "util/util.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SHOAL_HOST_NAME_MAX 256
