@@ -319,11 +319,9 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
         return NULL;
     snprintf(t->name, sizeof(t->name), "%s", name);
     /* the library's %t: a job without tenant is "uid=N" on both sides (shoald_page_add). The
-     * names it takes are the library's (shoal_provider_path_expand): one file name, not "."
-     * or ".." ('.'-first names such as ".x" too: refused here, such a tenant ran unpaced
-     * and still took a share from the others) */
-    if (strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
-        name[0] != '\0')
+     * names it takes are the library's (shoal_provider_name_ok; '.'-first names such as ".x"
+     * were refused here: such a tenant ran unpaced and still took a share from the others) */
+    if (name[0] != '\0' && shoal_provider_name_ok(name))
         t->page = shoald_qos_page_make(a->cfg->qos_rates_dir, name, t->path, sizeof(t->path));
     if (t->page != NULL)
         shoal_info(METER, "qos: rates page %s for tenant %s", t->path, name);

@@ -56,6 +56,11 @@ const char *shoal_provider_file_untrusted(const char *path, const struct stat *s
     return NULL;
 }
 
+int shoal_provider_name_ok(const char *name)
+{
+    return strchr(name, '/') == NULL && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
 shoal_status_t shoal_provider_path_expand(const char *pattern, const char *tenant,
                                           const char *job, char *buf, size_t len, char *why,
                                           size_t whylen)
@@ -77,8 +82,7 @@ shoal_status_t shoal_provider_path_expand(const char *pattern, const char *tenan
              * "..", and "/run/shoal/stop/%t.%j" then named a file anywhere ("../../tmp/x"),
              * which whoever can write there could use to stop the job (or, as a rates page,
              * to hold it back or let it run unarbitrated). */
-            if (p[1] != '%' && (strchr(ins, '/') != NULL || strcmp(ins, ".") == 0 ||
-                                strcmp(ins, "..") == 0)) {
+            if (p[1] != '%' && !shoal_provider_name_ok(ins)) {
                 snprintf(why, whylen, "the %s name '%s' is not a file name (a '/', or '.' or "
                          "'..')", p[1] == 't' ? "tenant" : "job", ins);
                 return SHOAL_ERR_INVALID_ARG;

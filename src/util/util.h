@@ -421,6 +421,10 @@ SHOAL_HIDDEN const char *shoal_provider_file_untrusted(const char *path, const s
 SHOAL_HIDDEN shoal_status_t shoal_provider_path_expand(const char *pattern, const char *tenant,
                                                        const char *job, char *buf, size_t len,
                                                        char *why, size_t whylen);
+/* 1 if name is one file name as shoal_provider_path_expand inserts it (no '/', not "." nor
+ * ".."; empty names are the caller's: they expand to a default), 0 otherwise. The node agent
+ * names its rates pages by the same rule. */
+SHOAL_HIDDEN int shoal_provider_name_ok(const char *name);
 /* Runs argv (argv[0] found in PATH) by fork and exec, never through a shell, in dir (NULL: here),
  * its stdout (and stderr when quiet) on /dev/null, and waits for it at most timeout_ms (then it
  * is killed). *pid_p, when not NULL, holds the child's pid while it runs (for the caller's
