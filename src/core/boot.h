@@ -86,6 +86,12 @@ SHOAL_HIDDEN void shoal_boot_root_wait(const shoal_boot_root_key_t *k, int grace
  * it: the root tells the joined ranks at once and the ranks still to come when they say
  * hello (SHOAL_ERR_PEER_FAILED), instead of leaving them to their timeout. */
 SHOAL_HIDDEN void shoal_boot_root_fail(const shoal_boot_root_key_t *k);
+/* A rank of this process joins the root k (if this process runs it) with timeout_ms (< 0:
+ * none): the root's idle timeout is raised to it, never lowered. The id of
+ * shoal_get_unique_id waits SHOAL_TIMEOUT_MS without progress; a rank of a communicator made
+ * with a longer cfg.timeout_ms that came later than that, but in time, found the root gone
+ * and every rank failed. */
+SHOAL_HIDDEN void shoal_boot_root_extend(const shoal_boot_root_key_t *k, int timeout_ms);
 /* Test seam: called (when set) with the address of every root started, once its thread
  * answers and before the caller goes on (tells its ranks where the root is), so that a test
  * can try the root to the end while no rank has joined. NULL in every program but the

@@ -960,6 +960,7 @@ typedef struct shoal_root_live {
     int stop;                     /* atomic */
     int fail;                     /* atomic: a rank of this process failed its init */
     int over;                     /* under shoal_roots_lock: the thread's work is over */
+    int timeout_ms;               /* atomic: the idle timeout, raised by shoal_boot_root_extend */
     pid_t pid;                    /* the process that runs the thread */
     int listen_fd;                /* under shoal_roots_lock: -1 once the thread closes it */
 } shoal_root_live_t;
@@ -1128,6 +1129,25 @@ static void shoal_roots_atexit_register(void)
     (void)atexit(shoal_roots_atexit);
 }
 
+void shoal_boot_root_extend(const shoal_boot_root_key_t *k, int timeout_ms)
+{
+    pthread_mutex_lock(&shoal_roots_lock);
+    for (shoal_root_live_t *l = shoal_roots; l != NULL; l = l->next) {
+        if (l->pid == getpid() && !l->over && l->key.len == k->len &&
+            memcmp(&l->key.addr, &k->addr, k->len) == 0 &&
+            memcmp(l->key.tag, k->tag, sizeof(k->tag)) == 0) {
+            int cur = __atomic_load_n(&l->timeout_ms, __ATOMIC_RELAXED);
+            if (cur >= 0 && (timeout_ms < 0 || timeout_ms > cur)) {
+                shoal_info(BOOT, "root: idle timeout raised from %d to %d ms by a rank of this "
+                            "process", cur, timeout_ms);
+                __atomic_store_n(&l->timeout_ms, timeout_ms, __ATOMIC_RELAXED);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shoal_roots_lock);
+}
+
 void shoal_boot_root_fail(const shoal_boot_root_key_t *k)
 {
     uint64_t one = 1;
@@ -1156,7 +1176,12 @@ static void *shoal_root_thread(void *arg)
         int npfds = 0, ret, told_before = r->told, joined_before = r->joined;
         struct pollfd *np = realloc(pfds, sizeof(*pfds) * (size_t)(r->ncl + 2));
         uint32_t round_before = r->round;
+        int timeout_ms = __atomic_load_n(&live->timeout_ms, __ATOMIC_RELAXED);
         shoal_status_t st;
+        if (timeout_ms != r->timeout_ms) { /* raised by a rank of this process */
+            r->timeout_ms = timeout_ms;
+            idle_deadline = shoal_deadline_ns(timeout_ms);
+        }
         if (np == NULL) {
             shoal_error(BOOT, "root: out of memory");
             break;
@@ -1298,6 +1323,7 @@ shoal_status_t shoal_boot_root_start(const struct sockaddr_storage *addr, sockle
         goto err_live;
     }
     r->live = live;
+    live->timeout_ms = timeout_ms;
     live->pid = getpid();
     live->listen_fd = fd;
     shoal_boot_root_key(u, &live->key);

@@ -867,6 +867,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     shoal_boot_root_key(u, &comm->boot_root);
+    shoal_boot_root_extend(&comm->boot_root, comm->timeout_ms);
     SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
     SHOAL_CHECK_GOTO(shoal_comm_assembly.init(comm), st, err);
     /* After the topology's init traffic: the counters start at the first call. */

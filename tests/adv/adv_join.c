@@ -955,6 +955,32 @@ static void adv_case_cred_bound(void)
            "(SHOAL_ERR_AUTH), the ranks holding it form the job");
 }
 
+/* Rank 0 makes the id with shoal_get_unique_id (its root waits SHOAL_TIMEOUT_MS = 500 ms
+ * without progress) and joins with cfg.timeout_ms = 6 s; rank 1 comes 1.5 s later, within
+ * both ranks' timeouts. The root gave up after its 500 ms, and both ranks failed. */
+static void adv_case_root_waits_cfg(void)
+{
+    const char *const r0_env[] = {ADV_T, ADV_J, ADV_E, "SHOAL_TIMEOUT_MS=500",
+                                  "ADV_INIT_TIMEOUT_MS=6000", NULL};
+    const char *const r1_env[] = {ADV_T, ADV_J, ADV_E, "SHOAL_TIMEOUT_MS=6000", NULL};
+    char hex[2 * SHOAL_UID_BYTES + 1];
+    adv_proc_t p[2];
+
+    adv_spawn(&p[0], "mkuid", NULL, 0, 2, r0_env, -1);
+    if (adv_read_uid(&p[0], hex, 3 * ADV_TIMEOUT_MS) != 0) {
+        adv_wait(p, 1, 100);
+        tap_ok(0, "rank 0 printed no unique id");
+        return;
+    }
+    usleep(1500 * 1000);
+    adv_spawn(&p[1], "init", hex, 1, 2, r1_env, -1);
+    adv_wait(p, 2, 3 * ADV_TIMEOUT_MS);
+    adv_diag(p, 2, "rank");
+    tap_ok(adv_all(p, 2, "SHOAL_OK", 1),
+           "shoal_get_unique_id's root (SHOAL_TIMEOUT_MS=500) waits as long as its rank's "
+           "cfg.timeout_ms (6 s): a rank 1.5 s late joins");
+}
+
 /* Rank 0 runs in the root's process and its init fails before it joins (a bad
  * shoal_config_t): the rank already joined and the one that comes later learn it at once
  * (they waited for their timeout, the root serving nobody). */
@@ -987,7 +1013,7 @@ int main(int argc, char **argv)
 {
     (void)argc;
     adv_init(argv[0]);
-    tap_plan(26);
+    tap_plan(27);
     adv_case_sanity();
     adv_case_wrong_secret();
     adv_case_uid_identity("another tenant", "SHOAL_TENANT=globex", ADV_J, ADV_E);
@@ -1014,5 +1040,6 @@ int main(int argc, char **argv)
     adv_case_source_flood();
     adv_case_cred_bound();
     adv_case_local_init_fails();
+    adv_case_root_waits_cfg();
     return tap_done();
 }

@@ -8,6 +8,7 @@
  *   adv_rank mkuid    make the unique id (shoal_get_unique_id), print it as "UID <hex>", then
  *                     join with it as rank 0 of SHOAL_NRANKS (shoal_comm_init), as a
  *                     framework's rank 0 does that hands the id to its ranks through a store
+ *                     (ADV_INIT_TIMEOUT_MS: its cfg.timeout_ms)
  *   adv_rank split    join, split (one color), AllReduce on the child, destroy both. With
  *                     ADV_HOOK_FD set, the child's root address is written there as one
  *                     line "family port hexaddr" and the leader waits before telling the
@@ -96,7 +97,11 @@ int main(int argc, char **argv)
             }
             printf("\n");
             fflush(stdout);
-            st = shoal_comm_init(&comm, n != NULL ? atoi(n) : 1, 0, &uid, NULL);
+            /* ADV_INIT_TIMEOUT_MS: rank 0's cfg.timeout_ms (the id's root waits as long) */
+            const char *tmo = getenv("ADV_INIT_TIMEOUT_MS");
+            shoal_config_t cfg = SHOAL_CONFIG_INIT;
+            cfg.timeout_ms = tmo != NULL ? atoi(tmo) : 0;
+            st = shoal_comm_init(&comm, n != NULL ? atoi(n) : 1, 0, &uid, &cfg);
         }
     } else {
         st = shoal_comm_init_env(&comm, NULL);
