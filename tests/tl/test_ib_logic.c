@@ -550,6 +550,39 @@ static void test_regcache_same_start(void)
     free(mem);
 }
 
+/* One message larger than the whole cap (SHOAL_IB_REG_CACHE_MAX) is registered for itself
+ * and dropped at its release; the entries the job reuses stay. It evicted every idle entry
+ * first, for a range that could never be kept anyway. */
+static void test_regcache_oversize(void)
+{
+    fake_t f = {0};
+    shoal_ib_reg_ops_t ops = {.reg = fake_reg, .dereg = fake_dereg, .arg = &f};
+    shoal_ib_regcache_t rc;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *mem = aligned_alloc(pg, 32 * pg);
+    uintptr_t k1, k2, k;
+    uint32_t l1, l2, l;
+
+    shoal_ib_regcache_init(&rc, &ops, 8, 4 * pg);
+    shoal_ib_regcache_get(&rc, mem, pg, &k1, &l1);
+    shoal_ib_regcache_put(&rc, k1, l1);
+    shoal_ib_regcache_get(&rc, mem + 2 * pg, pg, &k2, &l2);
+    shoal_ib_regcache_put(&rc, k2, l2);
+    shoal_ib_regcache_get(&rc, mem + 8 * pg, 16 * pg, &k, &l); /* 16 pages, cap 4 */
+    tap_ok(rc.evictions == 0 && f.live == 3,
+           "regcache: a range over the whole cap evicts nothing (%llu evictions)",
+           (unsigned long long)rc.evictions);
+    shoal_ib_regcache_put(&rc, k, l);
+    tap_ok(f.live == 2 && rc.bytes == 2 * pg, "regcache: it is deregistered at its release");
+    shoal_ib_regcache_get(&rc, mem, pg, &k, &l);
+    tap_ok(l == l1 && f.regs == 3, "regcache: the reused buffer still hits (lkey %u, was %u)",
+           l, l1);
+    shoal_ib_regcache_put(&rc, k, l);
+    shoal_ib_regcache_fini(&rc);
+    tap_ok(f.live == 0 && f.regs == f.deregs, "regcache: oversize case all released");
+    free(mem);
+}
+
 /* ---- RDMA scoping: per-peer regions, keys, access flags ---- */
 
 #define REMOTE_ANY (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
@@ -1648,6 +1681,7 @@ int main(int argc, char **argv)
     test_qp();
     test_regcache();
     test_regcache_same_start();
+    test_regcache_oversize();
     test_layout();
     test_scoping();
     test_chunk_build();

@@ -310,9 +310,11 @@ static shoal_status_t shoal_ib_regcache_insert(shoal_ib_regcache_t *rc, uintptr_
     size_t size = end - start;
     void *handle;
     uint32_t lkey;
-    int doomed, pos = 0;
+    int doomed, pos = 0, fits = size <= rc->max_bytes;
 
-    while ((rc->n == rc->cap || rc->bytes + size > rc->max_bytes) &&
+    /* A range larger than the whole cap is never kept: evicting for it emptied the cache,
+     * and every buffer the job reuses was registered again after one large message. */
+    while ((rc->n == rc->cap || (fits && rc->bytes + size > rc->max_bytes)) &&
            shoal_ib_regcache_evict_one(rc)) {
     }
     if (rc->n == rc->cap) {
@@ -323,7 +325,7 @@ static shoal_status_t shoal_ib_regcache_insert(shoal_ib_regcache_t *rc, uintptr_
     if (rc->ops.reg(rc->ops.arg, (void *)start, size, &handle, &lkey) != 0) {
         return SHOAL_ERR_TRANSPORT;
     }
-    doomed = rc->bytes + size > rc->max_bytes; /* over the cap even now: not kept */
+    doomed = !fits || rc->bytes + size > rc->max_bytes; /* over the cap even now: not kept */
     while (pos < rc->n && rc->ents[pos].start <= start) {
         pos++;
     }
