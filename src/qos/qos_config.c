@@ -59,7 +59,8 @@ static const shoal_cfg_field_t shoal_qos_class_cfg_fields[] = {
      .doc = "rate cap the kernel and fabric enforce, in bytes/s (k/m/g) per peer connection "
             "of a communicator (SHOAL_QOS_RATE_MAX is the library's own pacer), 0 = none: "
             "TCP spreads it over the connection's sockets (SO_MAX_PACING_RATE, needs the fq "
-            "qdisc or TCP internal pacing), IB sets it on the queue pair where the device "
+            "qdisc or TCP internal pacing; a message below SHOAL_TCP_MIN_SPLIT travels on one "
+            "socket, at its share), IB sets it on the queue pair where the device "
             "supports it (ibv_modify_qp_rate_limit)"},
 };
 
