@@ -13,7 +13,11 @@
  *  - a forged abort notice sent to the listener by a stranger is refused and harms nothing;
  *    once the ranks are ready, nobody can connect at all;
  *  - out of file descriptors with a peer in the backlog: connect_all fails within about a
- *    second, naming the cause and the limit, and sleeps meanwhile. */
+ *    second, naming the cause and the limit, and sleeps meanwhile;
+ *  - a peer whose sockets were established and which then goes away (closes them, or they are
+ *    reset) while this rank still waits for another peer: connect_all fails within 0.5 s with
+ *    SHOAL_ERR_PEER_FAILED naming the gone peer, on the accepting and on the connecting side,
+ *    not at its timeout blaming the peer still missing. */
 #include "tests/tap.h"
 #include "tenant/breaker.h"
 #include "transports/tcp/tcp.h"
@@ -812,6 +816,116 @@ static void test_emfile(void)
     side_fini(&s1);
 }
 
+/* ---- a peer gone after its sockets were established ------------------------------------------ */
+
+/* Lines of the log holding both needles. */
+static int log_count2(const char *a, const char *b)
+{
+    char line[1024];
+    int n = 0;
+    FILE *f = fopen(logpath, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        n += strstr(line, a) != NULL && strstr(line, b) != NULL;
+    }
+    fclose(f);
+    return n;
+}
+
+typedef struct {
+    shoal_tl_ctx_t *ctx;
+    int peer;
+    uint8_t peer_addr[SHOAL_TL_ADDR_MAX];
+    size_t peer_len;
+    int reset;              /* leave with a reset (SO_LINGER 0), not a close */
+    shoal_status_t st;
+} quitter_t;
+
+/* Connects to its one peer, then goes away 200 ms later, as a rank whose connect_all to
+ * someone else failed (or whose process died) does. */
+static void *quitter_run(void *arg)
+{
+    quitter_t *q = arg;
+    const void *a[1] = {q->peer_addr};
+    shoal_ep_t *ep = NULL;
+    q->st = tl->connect_all(q->ctx, &q->peer, 1, a, &q->peer_len, &ep);
+    usleep(200000);
+    for (int i = 0; q->st == SHOAL_OK && q->reset && i < ep->nsocks; i++) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(ep->fds[i], SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    tl->fini(q->ctx);
+    q->ctx = NULL;
+    return NULL;
+}
+
+/* Three ranks. The quitter (rank `gone`) connects to rank `me` only and goes away; rank `me`
+ * waits in connect_all for the third rank, which never takes part (its listener is open, so
+ * a connection to it waits in its backlog). */
+static void gone_case(int me, int gone, int reset, const char *what)
+{
+    const uint32_t comm_id = 0x7e9a0008u + (uint32_t)(2 * me + reset);
+    shoal_tl_params_t p = {
+        .nranks = 3, .local_size = 3, .comm_id = comm_id, .secret = secret,
+        .timeout_ms = 5000, .abort_flag = &no_abort,
+    };
+    shoal_tl_ctx_t *c[3] = {NULL, NULL, NULL};
+    uint8_t addr[3][SHOAL_TL_ADDR_MAX];
+    size_t len[3];
+    quitter_t q = {.peer = me, .reset = reset};
+    pthread_t th;
+    int peers[2], n = 0, absent = 3 - me - gone;
+    const void *a[2];
+    size_t l[2];
+    shoal_ep_t *eps[2];
+
+    for (int r = 0; r < 3; r++) {
+        p.rank = p.local_rank = r;
+        len[r] = SHOAL_TL_ADDR_MAX;
+        if (tl->init(&p, &c[r]) != SHOAL_OK || tl->address(c[r], addr[r], &len[r]) != SHOAL_OK) {
+            tap_bail("tcp init failed");
+            return;
+        }
+    }
+    for (int r = 0; r < 3; r++) {
+        if (r != me) {
+            peers[n] = r;
+            a[n] = addr[r];
+            l[n++] = len[r];
+        }
+    }
+    q.ctx = c[gone];
+    memcpy(q.peer_addr, addr[me], len[me]);
+    q.peer_len = len[me];
+    c[gone] = NULL;
+    pthread_create(&th, NULL, quitter_run, &q);
+    double t0 = now_ms();
+    shoal_status_t st = tl->connect_all(c[me], peers, 2, a, l, eps);
+    double dt = now_ms() - t0;
+    pthread_join(th, NULL);
+    char needle[32];
+    snprintf(needle, sizeof(needle), "peer %d (", gone);
+    tap_ok(q.st == SHOAL_OK && st == SHOAL_ERR_PEER_FAILED && dt < 2500 &&
+               log_count2(needle, "after its handshake") == 1,
+           "%s: rank %d's connect_all fails with %s in %.0f ms naming peer %d, not at its "
+           "5000 ms timeout blaming peer %d", what, me, shoal_status_name(st), dt, gone,
+           absent);
+    for (int r = 0; r < 3; r++) {
+        if (c[r] != NULL) {
+            tl->fini(c[r]);
+        }
+    }
+}
+
+static void test_gone_established(void)
+{
+    gone_case(0, 1, 0, "accepting side, the peer closes its established sockets");
+    gone_case(0, 2, 1, "accepting side, the peer's established sockets are reset");
+    gone_case(2, 0, 0, "connecting side, the peer closes its established sockets");
+}
+
 int main(void)
 {
     alarm(240);
@@ -826,6 +940,7 @@ int main(void)
     test_breaker();
     test_forged_abort();
     test_emfile();
+    test_gone_established();
     unlink(logpath);
     return tap_done();
 }

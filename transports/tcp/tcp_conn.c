@@ -30,6 +30,7 @@
 #define SHOAL_TCP_READ_DEFAULT_MS 30000 /* handshake deadline when timeout_ms < 0 */
 #define SHOAL_TCP_AUTH_TRIES 3       /* closes right after our proof before SHOAL_ERR_AUTH */
 #define SHOAL_TCP_LAZY_GRACE_MS 20   /* lazy: the lower rank's head start to the higher's */
+#define SHOAL_TCP_GONE_GRACE_MS 200  /* eager: a gone peer's blame waits this long for ours */
 
 static int shoal_tcp_hs_sending(int state)
 {
@@ -686,14 +687,49 @@ static shoal_status_t shoal_tcp_conn_timeout(shoal_tcp_conn_t *conn)
     return SHOAL_ERR_TIMEOUT;
 }
 
+/* Eager: nothing travels on an established socket before the core's barrier, which comes
+ * after every rank's connect_all, so its end or a reset while we still wait for other sockets
+ * means that its peer is gone (its process died, or its connect_all failed and closed them).
+ * Unlooked at, connect_all waited for the rest until its timeout and then blamed the peers
+ * still missing. Peeked at: data that arrives (a peer done before us may send) stays. 1 (the
+ * sentence in why) if a peer is gone. */
+static int shoal_tcp_conn_gone(shoal_tcp_conn_t *conn, char *why, size_t len)
+{
+    shoal_tl_ctx_t *ctx = conn->ctx;
+    for (int i = 0; i < ctx->neps; i++) {
+        shoal_ep_t *ep = &ctx->eps[i];
+        for (int s = 0; s < ep->nsocks; s++) {
+            uint8_t b;
+            ssize_t r;
+            if (ep->fds[s] < 0) {
+                continue;
+            }
+            do {
+                r = recv(ep->fds[s], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+            } while (r < 0 && errno == EINTR);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                snprintf(why, len, "rank %d: peer %d (%s)%s%s on socket %d after its handshake, "
+                         "while connect_all waited for %d more sockets: the peer is gone",
+                         ctx->rank, ep->peer, ep->name, r == 0 ? " closed the connection" : ": ",
+                         r == 0 ? "" : strerror(errno), s, conn->nneeded - conn->nestablished);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
 {
     shoal_tl_ctx_t *ctx = conn->ctx;
-    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms);
+    uint64_t deadline = shoal_deadline_ns(ctx->timeout_ms), gone_ns = 0;
+    int hangup = 0; /* the last wait saw a socket's end, reset or error */
+    char gone[224];
 
     for (;;) {
         uint64_t now = shoal_time_ns();
         char why[160];
+        int nev;
         shoal_tcp_conn_accept(conn);
         /* Out of file descriptors, the peers waiting in the backlog can never be taken: say
          * so now, not at the timeout, minutes later. */
@@ -704,6 +740,20 @@ static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
         }
         for (int i = 0; i < conn->nslots && conn->status == SHOAL_OK; i++) {
             shoal_tcp_hs_drive(conn, &conn->slots[i], now);
+        }
+        /* After the drive: the edge may have come while its socket was a handshake's (a peer
+         * that leaves right after its last step), established only now. A peer that gave up
+         * at its own timeout or abort leaves at about the moment ours ends too (every rank
+         * starts after the same address exchange, with the same timeout): ours gets
+         * SHOAL_TCP_GONE_GRACE_MS to say so first, so that each rank reports its own cause
+         * rather than the first one's close. */
+        if (hangup && gone_ns == 0 && shoal_tcp_conn_gone(conn, gone, sizeof(gone))) {
+            gone_ns = now + SHOAL_TCP_GONE_GRACE_MS * 1000000ull;
+        }
+        hangup = 0;
+        if (conn->status == SHOAL_OK && gone_ns != 0 &&
+            (now >= gone_ns || conn->nestablished == conn->nneeded)) {
+            shoal_tcp_conn_fatal(conn, SHOAL_ERR_PEER_FAILED, "%s", gone);
         }
         if (conn->status != SHOAL_OK || conn->nestablished == conn->nneeded) {
             return conn->status;
@@ -720,9 +770,13 @@ static shoal_status_t shoal_tcp_conn_loop(shoal_tcp_conn_t *conn)
             shoal_sleep_us(1000); /* the listener stays readable: a wait would not wait */
             continue;
         }
-        if (epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, ms) < 0 && errno != EINTR) {
+        nev = epoll_wait(ctx->epfd, ctx->events, SHOAL_TCP_EVENTS, ms);
+        if (nev < 0 && errno != EINTR) {
             shoal_error(TCP, "epoll_wait(fd %d) failed: %s", ctx->epfd, strerror(errno));
             return SHOAL_ERR_SYSTEM;
+        }
+        for (int i = 0; i < nev; i++) {
+            hangup |= (ctx->events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
         }
     }
 }
