@@ -15,7 +15,8 @@
  *    alive but with its communicator failed: SHOAL_ERR_PEER_FAILED at once; the same for an
  *    eager connect_all to a peer whose listener is gone (it waited for the whole timeout);
  *  - a communicator that fails while its connection is under way connects nobody: the peer
- *    does not get a connection that no message will ever come on;
+ *    does not get a connection that no message will ever come on; nor does an endpoint that
+ *    fails (its own connection refused) while the peer's connection to it is past the hello;
  *  - a failed communicator's destroy waits for its peer to take what it sent: a bulk message
  *    and then the abort notice, which a reset at the close would discard (the close of a
  *    socket with unread data sends one);
@@ -511,6 +512,92 @@ static void test_fail_connecting(void)
     side_fini(&s[1]);
 }
 
+/* Rank 1 (raw sockets with the job's key) connects socket 0 to rank 0 and is past its hello
+ * when rank 0's endpoint to rank 1 fails: rank 0's own connection of socket 1 is refused (the
+ * address rank 1 published no longer listens). Rank 1 then sends its proof: rank 0 must close
+ * the connection without its proof, not finish the handshake and establish a socket of the
+ * failed endpoint (rank 1 would have a connection that no message ever comes on, and its
+ * requests would wait for their timeout). */
+static void test_fail_accepting(void)
+{
+    const uint32_t comm_id = 0x1a2c00e0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], sbuf[64];
+    uint8_t hello[SHOAL_TCP_HELLO_BYTES], chal[SHOAL_TCP_CHALLENGE_BYTES];
+    uint8_t nonce[SHOAL_TCP_NONCE_BYTES], proof[SHOAL_HMAC_BYTES], got[64];
+    side_t s0, gone;
+    side_t *sides[1] = {&s0};
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    shoal_tcp_addr_t a;
+    size_t ngot = 0, nchal = 0;
+    int closed = 0;
+
+    if (side_init(&s0, 0, comm_id, key_a, 5000) != 0 ||
+        side_init(&gone, 1, comm_id, key_a, 5000) != 0) {
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&gone, addrs[1]);
+    side_fini(&gone); /* its port refuses from now on */
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    int nsocks = s0.eps[1]->nsocks;
+    shoal_tcp_hello_t h = {.magic = SHOAL_TCP_HELLO_MAGIC, .version = SHOAL_TCP_HELLO_VERSION,
+                           .length = SHOAL_TCP_HELLO_BYTES, .comm_id = comm_id, .rank = 1,
+                           .sock_idx = 0, .nsocks = (uint32_t)nsocks};
+    memset(nonce, 0x3c, sizeof(nonce));
+    memcpy(h.nonce, nonce, sizeof(nonce));
+    shoal_tcp_hello_encode(&h, hello);
+    (void)shoal_tcp_addr_decode(addrs[0], SHOAL_TCP_ADDR_BYTES, &a);
+    shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, slen) != 0 ||
+        send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) {
+        tap_bail("cannot connect to rank 0");
+        return;
+    }
+    /* rank 0 takes the hello and sends its challenge */
+    for (double t = now_ms(); now_ms() - t < 2000 && nchal < sizeof(chal);) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        tl->progress(s0.ctx);
+        if (poll(&pfd, 1, 1) == 1) {
+            ssize_t r = recv(fd, chal + nchal, sizeof(chal) - nchal, 0);
+            if (r <= 0) {
+                break;
+            }
+            nchal += (size_t)r;
+        }
+    }
+    /* rank 0's send connects socket 1 itself (socket 0 is under way): refused, it fails */
+    shoal_tl_req_t sr = mkreq(comm_id, 1, sbuf, sizeof(sbuf));
+    shoal_tl_req_t *reqs[] = {&sr};
+    memset(sbuf, 0, sizeof(sbuf));
+    tl->isend(s0.eps[1], &sr);
+    int done = drive(sides, 1, reqs, 1, 3000);
+    shoal_tcp_transcript_t t = {.comm_id = comm_id, .nonce_c = nonce, .nonce_a = chal,
+                                .from = 1, .to = 0, .sock_idx = 0, .nsocks = (uint32_t)nsocks};
+    (void)shoal_tcp_proof(key_a, "shoal-tcp", &t, proof);
+    (void)send(fd, proof, sizeof(proof), MSG_NOSIGNAL);
+    for (double t0 = now_ms(); now_ms() - t0 < 1000 && !closed;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        tl->progress(s0.ctx);
+        if (poll(&pfd, 1, 1) == 1) {
+            ssize_t r = recv(fd, got, sizeof(got) - ngot, 0);
+            closed = r == 0 || (r < 0 && errno == ECONNRESET);
+            ngot += r > 0 ? (size_t)r : 0;
+        }
+    }
+    tap_ok(nchal == sizeof(chal) && done && sr.status == SHOAL_ERR_PEER_FAILED && closed &&
+               ngot == 0 && s0.eps[1]->nestablished == 0,
+           "an endpoint that failed (%s) while the peer's connection to it was past the hello "
+           "does not finish it: %s, %zu bytes of its proof sent, %d socket(s) established",
+           done ? shoal_status_name(sr.status) : "still waiting",
+           closed ? "closed" : "not closed", ngot, s0.eps[1]->nestablished);
+    close(fd);
+    side_fini(&s0);
+}
+
 /* Rank 0 has unread data from rank 1 (a message it never receives) and sends rank 1 a 256 KiB
  * message that rank 1 does not read yet: most of it waits in rank 0's send queue. Rank 0's
  * communicator then fails because of rank 2 (its abort notice queues behind the message) and
@@ -722,6 +809,7 @@ int main(void)
     test_gone_eager();
     test_failed_peer();
     test_fail_connecting();
+    test_fail_accepting();
     test_linger();
     test_emfile();
     test_bad_address(0);

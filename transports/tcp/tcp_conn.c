@@ -911,8 +911,10 @@ static shoal_status_t shoal_tcp_lazy_start(shoal_tl_ctx_t *ctx)
     return SHOAL_OK;
 }
 
-/* A handshake failed (conn->status, conn->why): its endpoint fails, with every connection of
- * ours still under way to it. */
+/* A handshake failed (conn->status, conn->why): its endpoint fails, with every connection
+ * still under way to it, ours and the peer's past its hello. One of the peer's finished now
+ * would give it a socket of a failed endpoint, on which no message ever comes; closed, it is
+ * treated as one that comes after the failure (its hello is refused). */
 static void shoal_tcp_lazy_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_status_t st = conn->status;
@@ -925,8 +927,7 @@ static void shoal_tcp_lazy_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
     }
     snprintf(why, sizeof(why), "%s", conn->why[0] != '\0' ? conn->why : shoal_strerror(st));
     for (int i = 0; i < conn->nslots; i++) {
-        if (conn->slots[i].state != SHOAL_TCP_HS_FREE && conn->slots[i].ep_idx == ep_idx &&
-            shoal_tcp_hs_connector(&conn->slots[i])) {
+        if (conn->slots[i].state != SHOAL_TCP_HS_FREE && conn->slots[i].ep_idx == ep_idx) {
             shoal_tcp_hs_free(&conn->slots[i]);
         }
     }
