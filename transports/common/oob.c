@@ -376,7 +376,10 @@ shoal_status_t shoal_oob_connect_auth(const shoal_oob_addr_t *addr, const shoal_
         if (proved && ++refusals >= SHOAL_OOB_AUTH_TRIES) {
             return SHOAL_ERR_AUTH;
         }
-        shoal_sleep_us(1000u * SHOAL_OOB_RETRY_MS * SHOAL_MIN((unsigned)++closes, 10u));
+        /* the pause ends at the deadline: the next connect then reports the timeout */
+        shoal_sleep_us(1000u * (unsigned)shoal_deadline_left_ms(
+                                   deadline_ns, SHOAL_OOB_RETRY_MS *
+                                                    (int)SHOAL_MIN((unsigned)++closes, 10u)));
     }
 }
 
@@ -484,7 +487,7 @@ shoal_status_t shoal_oob_acceptor_create(int lfd, const shoal_oob_auth_t *a,
     acc->auth = *a;
     acc->expect = expect;
     acc->arg = arg;
-    acc->hello_ns = (uint64_t)(hello_ms >= 0 && hello_ms < SHOAL_OOB_HANDSHAKE_MS
+    acc->hello_ns = (uint64_t)(hello_ms > 0 && hello_ms < SHOAL_OOB_HANDSHAKE_MS
                                    ? hello_ms : SHOAL_OOB_HANDSHAKE_MS) * 1000000ull;
     for (int i = 0; i < SHOAL_OOB_SLOTS; i++) {
         acc->slots[i].fd = -1;
@@ -858,7 +861,11 @@ shoal_status_t shoal_oob_dial_start(shoal_oob_dial_t *d, const shoal_oob_addr_t 
     if (d->fd < 0) {
         return SHOAL_ERR_SYSTEM;
     }
-    SHOAL_CHECK(shoal_random_bytes(d->nc, sizeof(d->nc)));
+    if (shoal_random_bytes(d->nc, sizeof(d->nc)) != SHOAL_OK) {
+        close(d->fd); /* the caller closes only a dial that started */
+        d->fd = -1;
+        return SHOAL_ERR_SYSTEM;
+    }
     shoal_oob_hello_make(a, peer, d->nc, d->buf);
     d->len = SHOAL_OOB_HELLO_BYTES + SHOAL_OOB_NONCE_BYTES;
     if (connect(d->fd, (struct sockaddr *)&ss, slen) == 0) {

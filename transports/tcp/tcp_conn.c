@@ -885,7 +885,7 @@ static shoal_status_t shoal_tcp_lazy_start(shoal_tl_ctx_t *ctx)
     conn->maxslots = 2 * nsocks + SHOAL_TCP_SPARE_SLOTS;
     conn->read_ns = (uint64_t)(ctx->timeout_ms >= 0 ? ctx->timeout_ms
                                                    : SHOAL_TCP_READ_DEFAULT_MS) * 1000000ull;
-    conn->hello_ns = shoal_tcp_config.hello_timeout_ms >= 0
+    conn->hello_ns = shoal_tcp_config.hello_timeout_ms > 0
                          ? SHOAL_MIN((uint64_t)shoal_tcp_config.hello_timeout_ms * 1000000ull,
                                      conn->read_ns)
                          : conn->read_ns;
@@ -1094,7 +1094,7 @@ shoal_status_t shoal_tcp_connect_all(shoal_tl_ctx_t *ctx, const int *peers, int 
     conn.nslots = nconnect + 2 * naccept + SHOAL_TCP_SPARE_SLOTS;
     conn.read_ns = (uint64_t)(ctx->timeout_ms >= 0 ? ctx->timeout_ms
                                                    : SHOAL_TCP_READ_DEFAULT_MS) * 1000000ull;
-    conn.hello_ns = shoal_tcp_config.hello_timeout_ms >= 0
+    conn.hello_ns = shoal_tcp_config.hello_timeout_ms > 0
                         ? SHOAL_MIN((uint64_t)shoal_tcp_config.hello_timeout_ms * 1000000ull,
                                     conn.read_ns)
                         : conn.read_ns;

@@ -421,8 +421,24 @@ void shoal_tcp_ep_send_abort(shoal_ep_t *ep, int culprit, uint64_t deadline)
         /* whole on the wire; the request stays queued and fails with the endpoint */
     }
     shoal_wire_encode(&h, buf);
-    if (send(ep->fds[0], buf, sizeof(buf), SHOAL_TCP_IO_FLAGS) != (ssize_t)sizeof(buf)) {
-        shoal_trace(TCP, "peer %d (%s): abort notice not sent", ep->peer, ep->name);
+    /* Whole or not at all, in the same deadline: one send into a nearly full buffer put part
+     * of the header on the wire, and the peer read a broken header, then the end. */
+    size_t sent = 0;
+    while (sent < sizeof(buf)) {
+        ssize_t r = send(ep->fds[0], buf + sent, sizeof(buf) - sent, SHOAL_TCP_IO_FLAGS);
+        if (r > 0) {
+            sent += (size_t)r;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
+                   shoal_time_ns() < deadline) {
+            struct pollfd pfd = {.fd = ep->fds[0], .events = POLLOUT};
+            (void)poll(&pfd, 1, 1);
+        } else {
+            break;
+        }
+    }
+    if (sent != sizeof(buf)) {
+        shoal_trace(TCP, "peer %d (%s): abort notice not sent (%zu of %zu bytes)", ep->peer,
+                    ep->name, sent, sizeof(buf));
     } else {
         shoal_trace(TCP, "peer %d (%s): abort notice sent (rank %d)", ep->peer, ep->name,
                     culprit);
