@@ -1390,15 +1390,21 @@ static shoal_status_t shoal_comm_split_addr_unpack(const shoal_split_addr_t *a, 
  * (shoal_chan_sendrecv: no layer above core is called), as one collective of the parent: its
  * sequence number, in its issue order (the caller holds a ticket). */
 
-/* Every rank's (color, key) into all[2 * rank ..], around the ring of ranks. */
+/* Every rank's (color, key) into all[2 * rank ..], around the ring of ranks. all == NULL (no
+ * memory for it): the rank only passes mine and then each entry it receives on to the next
+ * rank, through two pairs of its own, so that the others' ring completes. */
 static shoal_status_t shoal_comm_split_gather(struct shoal_comm *comm, int64_t *all,
-                                              uint32_t seq)
+                                              const int64_t mine[2], uint32_t seq)
 {
     int n = comm->nranks, r = comm->rank;
+    int64_t relay[2][2] = {{mine[0], mine[1]}, {0, 0}};
     for (int j = 0; j < n - 1; j++) {
         int sb = (r - j + n) % n, rb = (r - j - 1 + 2 * n) % n;
-        SHOAL_CHECK(shoal_chan_sendrecv(comm, (r + 1) % n, &all[2 * sb], (r + n - 1) % n,
-                                          &all[2 * rb], 2 * sizeof(int64_t), seq, (uint32_t)j));
+        SHOAL_CHECK(shoal_chan_sendrecv(comm, (r + 1) % n,
+                                        all != NULL ? &all[2 * sb] : relay[j & 1],
+                                        (r + n - 1) % n,
+                                        all != NULL ? &all[2 * rb] : relay[(j + 1) & 1],
+                                        2 * sizeof(int64_t), seq, (uint32_t)j));
     }
     return SHOAL_OK;
 }
@@ -1440,8 +1446,10 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     return st;
 }
 
-/* The colour a rank with a bad argument sends in the split's exchange (colours are ints). */
+/* The colour a rank with a bad argument sends in the split's exchange (colours are ints), and
+ * the one a rank without memory for the exchange's table sends. */
 #define SHOAL_SPLIT_BAD INT64_MIN
+#define SHOAL_SPLIT_NOMEM (INT64_MIN + 1)
 
 shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
 {
@@ -1469,9 +1477,17 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
                     "a negative colour other than SHOAL_SPLIT_NOCOLOR", comm->rank);
         mine[0] = SHOAL_SPLIT_BAD;
     }
+    /* Without it the rank still takes part (a mark, as for a bad argument): it returned at
+     * once, and the others waited out their timeout for it (forever without one), while its
+     * split and sequence counters fell behind theirs. */
     all = malloc(sizeof(mine) * (size_t)comm->nranks);
     if (all == NULL) {
-        return SHOAL_ERR_NO_MEMORY;
+        shoal_error(CORE, "shoal_comm_split: no memory for the colours of %d ranks on rank %d: "
+                    "every rank of the communicator fails this split", comm->nranks,
+                    comm->rank);
+        if (!bad) {
+            mine[0] = SHOAL_SPLIT_NOMEM;
+        }
     }
     memset(&u, 0, sizeof(u));
     seq = comm->split_seq++; /* every rank of the parent counts every split */
@@ -1482,9 +1498,15 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
         goto out;
     }
     cseq = comm->seq++;
-    all[2 * comm->rank] = mine[0];
-    all[2 * comm->rank + 1] = mine[1];
-    SHOAL_CHECK_GOTO(shoal_comm_split_gather(comm, all, cseq), st, out);
+    if (all != NULL) {
+        all[2 * comm->rank] = mine[0];
+        all[2 * comm->rank + 1] = mine[1];
+    }
+    SHOAL_CHECK_GOTO(shoal_comm_split_gather(comm, all, mine, cseq), st, out);
+    if (all == NULL) {
+        st = SHOAL_ERR_NO_MEMORY;
+        goto out;
+    }
     for (int p = 0; p < comm->nranks; p++) {
         if (all[2 * p] == SHOAL_SPLIT_BAD) {
             if (!bad) {
@@ -1492,6 +1514,14 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
                             "result pointer (its log says which): this split fails", p);
             }
             st = SHOAL_ERR_INVALID_ARG;
+            goto out;
+        }
+    }
+    for (int p = 0; p < comm->nranks; p++) {
+        if (all[2 * p] == SHOAL_SPLIT_NOMEM) {
+            shoal_error(CORE, "shoal_comm_split: rank %d had no memory for the split (its log "
+                        "says so): this split fails", p);
+            st = SHOAL_ERR_NO_MEMORY;
             goto out;
         }
     }
