@@ -1468,6 +1468,12 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     if (newcomm_p != NULL) {
         *newcomm_p = NULL;
     }
+    /* Before its ticket: in a process forked while a call of the parent's was in flight (a
+     * proxy's request included), that call's ticket is never served here, and the wait for
+     * its own went on forever. */
+    if (shoal_comm_forked(comm)) {
+        return shoal_comm_forked_refuse(comm, "split");
+    }
     /* A rank's bad argument still takes part in the exchange, as a mark the others see: the
      * ranks that called with valid ones waited out their timeout for it before. */
     int bad = newcomm_p == NULL || (color < 0 && color != SHOAL_SPLIT_NOCOLOR);

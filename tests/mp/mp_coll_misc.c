@@ -552,18 +552,31 @@ void mp_test_p2pfail(const mp_ctx_t *c)
  * the child (MAP_SHARED): the child's refused calls counted in the parent's errors, which the
  * node agent bills and reports as the parent's. A stop request on the copy (a worker asking
  * the job to stop) was accepted with SHOAL_OK and lost: the flag it set is the child's own,
- * which no agreement of the parent reads. */
+ * which no agreement of the parent reads. A split took a ticket before it looked: with a call
+ * of the parent's in flight at the fork, whose ticket nobody serves in the child, it waited
+ * forever. */
 void mp_test_forked(const mp_ctx_t *c)
 {
     int g = mp_group("a forked process cannot use, abort or destroy its parent's communicator");
     int32_t x = 1, y = 0;
     shoal_stats_t s0 = SHOAL_STATS_INIT, s1 = SHOAL_STATS_INIT;
     shoal_status_t st, st0 = shoal_comm_stats(c->comm, &s0);
+    int32_t ix = 1, iy = 0;
+    shoal_request_t ireq = NULL;
     int status = -1;
-    pid_t pid = fork();
+    pid_t pid;
 
+    /* Rank 0's non-blocking call is in flight at the fork (its peers post theirs once their
+     * child is done): its ticket is taken, and in the child nobody serves it. */
+    if (c->rank == 0) {
+        st = shoal_iallreduce(&ix, &iy, 1, SHOAL_INT32, SHOAL_SUM, c->comm, &ireq);
+        mp_case(g, st == SHOAL_OK, c->rank, "iallreduce before the fork: %s",
+                shoal_status_name(st));
+    }
+    pid = fork();
     if (pid == 0) {
-        shoal_status_t a, b, d, r;
+        shoal_status_t a, b, d, r, sp;
+        shoal_comm_t nc = c->comm;
 
         alarm(20);
         a = shoal_allreduce(&x, &y, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
@@ -574,20 +587,33 @@ void mp_test_forked(const mp_ctx_t *c)
         r = shoal_comm_request_stop(c->comm);
         b = shoal_comm_abort(c->comm);
         d = shoal_comm_destroy(c->comm);
+        /* it took a ticket and waited for the parent's call in flight to end: forever */
+        sp = shoal_comm_split(c->comm, 0, 0, &nc);
         _exit(a != SHOAL_ERR_INVALID_ARG || b != SHOAL_ERR_INVALID_ARG ||
                       d != SHOAL_ERR_INVALID_ARG ? 1
               : r != SHOAL_ERR_INVALID_ARG        ? 2
+              : sp != SHOAL_ERR_INVALID_ARG || nc != NULL ? 3
                                                   : 0);
     }
     if (pid > 0) {
         (void)waitpid(pid, &status, 0);
     }
+    if (c->rank != 0) {
+        st = shoal_iallreduce(&ix, &iy, 1, SHOAL_INT32, SHOAL_SUM, c->comm, &ireq);
+    }
+    st = shoal_wait(&ireq);
+    mp_case(g, st == SHOAL_OK && iy == c->nranks, c->rank, "the parent's iallreduce over the "
+            "fork: %s, %d: %s", shoal_status_name(st), (int)iy, shoal_comm_last_error(c->comm));
     mp_case(g, pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) != 1, c->rank,
             "the child's allreduce, abort and destroy are refused at once (wait status %#x)",
             (unsigned)status);
-    mp_case(g, pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, c->rank,
+    mp_case(g, pid > 0 && WIFEXITED(status) &&
+                   (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3), c->rank,
             "the child's shoal_comm_request_stop is refused, not accepted and lost (wait "
             "status %#x)", (unsigned)status);
+    mp_case(g, pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, c->rank,
+            "the child's shoal_comm_split is refused at once, with a call of the parent's in "
+            "flight (wait status %#x)", (unsigned)status);
     st = shoal_comm_stats(c->comm, &s1);
     mp_case(g, st0 == SHOAL_OK && st == SHOAL_OK && s1.errors == s0.errors, c->rank,
             "the child's refused calls are not counted in the parent's meter: errors +%llu",
