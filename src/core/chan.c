@@ -52,10 +52,27 @@ static int shoal_chan_self_fault(const struct shoal_comm *comm, const shoal_tl_r
     return req->culprit == comm->rank && st != SHOAL_ERR_PEER_FAILED;
 }
 
+/* An authentication failure that no abort notice blamed on anyone: the other end of the
+ * connection could not prove the communicator's key (a process posing as the peer, another
+ * job's, or a peer that holds another secret; the transport cannot tell which). The sentence
+ * says what was seen, not that the peer failed, and no gone process of this host is blamed
+ * for it (shoal_comm_culprit); the peers are told it is about that peer. */
+static int shoal_chan_auth_fault(const shoal_tl_req_t *req, shoal_status_t st)
+{
+    return st == SHOAL_ERR_AUTH && req->culprit < 0;
+}
+
 static shoal_status_t shoal_chan_post_failed(struct shoal_comm *comm, int peer,
                                              const shoal_tl_req_t *req, shoal_status_t st,
                                              const char *what)
 {
+    if (shoal_chan_auth_fault(req, st)) {
+        return shoal_comm_set_failed(comm, st, peer, "%s peer %d (%s): the connection to it "
+                                     "failed authentication: %s", what, peer,
+                                     shoal_comm_peer_host(comm, peer),
+                                     comm->tl_err[0] != '\0' ? comm->tl_err
+                                                             : shoal_strerror(st));
+    }
     if (shoal_chan_self_fault(comm, req, st)) {
         return shoal_comm_set_failed(comm, st, comm->rank, "%s peer %d (%s) failed on this "
                                      "rank: %s", what, peer, shoal_comm_peer_host(comm, peer),
@@ -283,6 +300,11 @@ static shoal_status_t shoal_chan_req_failed(struct shoal_comm *comm, shoal_tl_re
 {
     const char *why = comm->tl_err[0] != '\0' ? comm->tl_err : shoal_strerror(req->status);
     int culprit = shoal_comm_culprit(comm, req->culprit, peer);
+    if (shoal_chan_auth_fault(req, req->status)) {
+        return shoal_comm_set_failed(comm, req->status, peer, "the connection to peer %d (%s) "
+                                     "failed authentication: %s", peer,
+                                     shoal_comm_peer_host(comm, peer), why);
+    }
     if (shoal_chan_self_fault(comm, req, req->status)) {
         return shoal_comm_set_failed(comm, req->status, culprit, "the connection to peer %d "
                                      "(%s) failed on this rank: %s", peer,

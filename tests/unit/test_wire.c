@@ -1,10 +1,12 @@
-/* Wire header codec and validation; unique-id codec. */
+/* Wire header codec and validation; unique-id codec; a failed request's sentence (chan.c). */
 #include "core/boot.h"
+#include "core/core.h"
 #include "core/wire.h"
 #include "tests/tap.h"
 
 #include <arpa/inet.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,11 +144,97 @@ static void test_uid(void)
     tap_is_int(shoal_boot_uid_decode(&uid, &v), SHOAL_ERR_INVALID_ARG, "garbage uid rejected");
 }
 
+/* ---- a failed request as the channels word it (core/chan.c) ---- */
+
+static int test_chan_culprit = -2;
+
+static shoal_status_t test_chan_isend_auth(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    (void)ep;
+    snprintf(req->errbuf, req->errlen, "rank 0: no proof from peer 1 within 1000 ms, only "
+             "proofs under another key claiming its rank");
+    req->status = SHOAL_ERR_AUTH;
+    req->culprit = -1;
+    req->done = 1;
+    return SHOAL_OK;
+}
+
+static shoal_status_t test_chan_irecv_auth(shoal_ep_t *ep, shoal_tl_req_t *req)
+{
+    (void)ep;
+    snprintf(req->errbuf, req->errlen, "peer 1 (hostb) failed to prove the job secret");
+    req->culprit = -1;
+    return SHOAL_ERR_AUTH;
+}
+
+static int test_chan_progress(shoal_tl_ctx_t *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static void test_chan_fail(shoal_tl_ctx_t *ctx, int culprit, shoal_status_t status)
+{
+    (void)ctx;
+    (void)status;
+    test_chan_culprit = culprit;
+}
+
+/* A transport's SHOAL_ERR_AUTH without a culprit (a lazy connection whose other end could not
+ * prove the key: a process posing as the peer, or another job's) is not a failure of the
+ * peer: "peer 1 (hostb) failed: ..." said it was, on the request's wait and at its post. */
+static void test_chan_auth(void)
+{
+    static shoal_tl_ops_t ops = {.name = "fake", .isend = test_chan_isend_auth,
+                                 .irecv = test_chan_irecv_auth,
+                                 .progress = test_chan_progress, .fail = test_chan_fail};
+    struct shoal_comm *comm = calloc(1, sizeof(*comm));
+    shoal_peer_info_t peers[2] = {{.host_id = 1, .host = "hosta"},
+                                  {.host_id = 2, .rank = 1, .host = "hostb"}};
+    shoal_chan_t chans[2];
+    uint64_t x = 0;
+    shoal_status_t st;
+
+    memset(chans, 0, sizeof(chans));
+    comm->nranks = 2;
+    comm->peers = peers;
+    comm->chans = chans;
+    comm->ntls = 1;
+    comm->tls[0] = (shoal_tl_inst_t){.ops = &ops, .ctx = (shoal_tl_ctx_t *)comm, .npeers = 1};
+    chans[1].tl = &comm->tls[0];
+    comm->timeout_ms = 1000;
+    comm->spin_count = 4;
+    comm->abort_efd = -1;
+    pthread_mutex_init(&comm->err_lock, NULL);
+
+    st = shoal_chan_sendrecv(comm, 1, &x, -1, NULL, sizeof(x), 0, 0);
+    tap_is_int(st, SHOAL_ERR_AUTH, "a send that fails authentication: SHOAL_ERR_AUTH");
+    tap_ok(strstr(comm->last_error, "(hostb) failed:") == NULL &&
+           strstr(comm->last_error, "peer 1 (hostb) failed authentication") != NULL,
+           "its sentence says the connection to the peer failed authentication, not that the "
+           "peer failed: %s", comm->last_error);
+    tap_is_int(test_chan_culprit, 1, "the peers are told the failure is about rank 1");
+
+    comm->fatal = SHOAL_OK;
+    comm->tl_err[0] = '\0';
+    test_chan_culprit = -2;
+    st = shoal_chan_sendrecv(comm, -1, NULL, 1, &x, sizeof(x), 0, 0);
+    tap_is_int(st, SHOAL_ERR_AUTH, "a receive refused at its post for authentication: "
+               "SHOAL_ERR_AUTH");
+    tap_ok(strstr(comm->last_error, "(hostb) failed:") == NULL &&
+           strstr(comm->last_error, "failed authentication") != NULL,
+           "its sentence says so too: %s", comm->last_error);
+    tap_is_int(test_chan_culprit, 1, "the peers are told the failure is about rank 1");
+    pthread_mutex_destroy(&comm->err_lock);
+    free(comm);
+}
+
 int main(void)
 {
     shoal_config_global_init();
     test_wire_roundtrip();
     test_wire_rejects();
     test_uid();
+    test_chan_auth();
     return tap_done();
 }
