@@ -81,7 +81,17 @@ static shoal_status_t shoal_api_group_run(shoal_p2p_batch_t *b, int nb)
     qsort(b, (size_t)nb, sizeof(*b), shoal_api_batch_cmp);
     for (int k = 0; k < nb; k++) {
         struct shoal_comm *comm = b[k].comm;
-        uint64_t ticket = shoal_comm_ticket_take(comm);
+        uint64_t ticket;
+        /* A group the parent recorded before it forked this process, ended here: refused
+         * before a ticket (a call of the parent's in flight at the fork holds one that nobody
+         * serves here: the end waited forever) and not counted (the meter page is the
+         * parent's: its errors grew by the child's calls). */
+        if (shoal_comm_forked(comm)) {
+            b[k].status = shoal_comm_check_usable(comm);
+            st = st != SHOAL_OK ? st : b[k].status;
+            continue;
+        }
+        ticket = shoal_comm_ticket_take(comm);
         b[k].status = shoal_comm_ticket_wait(comm, ticket);
         if (b[k].status != SHOAL_OK) {
             for (int i = 0; i < b[k].n; i++) {
@@ -109,7 +119,9 @@ static shoal_status_t shoal_api_group_run(shoal_p2p_batch_t *b, int nb)
         }
     }
     for (int k = 0; k < nb; k++) {
-        shoal_comm_ticket_release(b[k].comm);
+        if (!shoal_comm_forked(b[k].comm)) { /* a forked process's took none */
+            shoal_comm_ticket_release(b[k].comm);
+        }
     }
     free(run);
     return st;
