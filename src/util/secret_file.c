@@ -42,6 +42,15 @@ shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min
         close(fd);
         return SHOAL_ERR_PERMISSION;
     }
+    if (st.st_uid != 0 && st.st_uid != geteuid()) {
+        /* the owner may chmod and rewrite it whatever its mode: another user's key file is
+         * one they may replace (a tenant that owns its tenant key mints its own credentials,
+         * any job, class or weight), as munge refuses a key it does not own */
+        snprintf(why, whylen, "%s belongs to uid %u, neither root nor this user (uid %u): "
+                 "chown it", path, (unsigned)st.st_uid, (unsigned)geteuid());
+        close(fd);
+        return SHOAL_ERR_PERMISSION;
+    }
     while (n < (size_t)st.st_size) {
         ret = read(fd, buf + n, (size_t)st.st_size - n);
         if (ret < 0 && errno == EINTR) {

@@ -391,8 +391,8 @@ SHOAL_HIDDEN shoal_status_t shoal_hmac(const uint8_t *key, size_t keylen, const 
 SHOAL_HIDDEN int shoal_memeq_ct(const void *a, const void *b, size_t len);
 /* Reads a key file of the provider's tools: a regular file of min..max bytes. SHOAL_OK with
  * *len_p its size and *loose_p = 1 when group or others may read it (the caller warns); one
- * they may write is SHOAL_ERR_PERMISSION (anyone could replace it); else a sentence in why
- * (never the content) and buf wiped. */
+ * they may write, or one owned by neither root nor the effective uid, is SHOAL_ERR_PERMISSION
+ * (anyone could replace it); else a sentence in why (never the content) and buf wiped. */
 SHOAL_HIDDEN shoal_status_t shoal_secret_file_read(const char *path, uint8_t *buf, size_t min,
                                                    size_t max, size_t *len_p, int *loose_p,
                                                    char *why, size_t whylen);

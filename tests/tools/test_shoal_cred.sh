@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_cred.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_DEBUG_FILE
 
-NTESTS=37
+NTESTS=38
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -159,7 +159,18 @@ is "$?" 1 "verify: a credential line followed by another line on stdin: rejected
     timeout -s KILL 30 "$CRED" verify -k "$T/master.key" >"$T/out" 2>"$T/err"
 is "$?" 1 "verify: a credential followed by a NUL byte and more on stdin: rejected"
 
-# 37: no output of any command above showed a key
+# 37: a key file another user owns is refused whatever its mode: its owner may rewrite it (a
+# tenant owning its tenant key minted its own credentials); it was used without a word
+if [ "$(id -u)" = 0 ]; then
+    cp "$T/master.key" "$T/theirs.key"; chmod 600 "$T/theirs.key"; chown 65534 "$T/theirs.key"
+    cred_in "$good" verify -k "$T/theirs.key"
+    [ "$rc" -eq 1 ] && grep -q 'belongs to uid 65534, neither root nor this user' "$T/err"
+    ok $? "a key file (mode 0600) that another user owns: refused"
+else
+    n=$((n + 1)); echo "ok $n # SKIP not root: no file of another user to try"
+fi
+
+# 38: no output of any command above showed a key
 leak=0
 for k in master other acme globex; do
     hex=$(od -An -tx1 -v "$T/$k.key" | tr -d ' \n')
