@@ -64,7 +64,7 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
     shoal_tenant_id_t out;
     shoal_tenant_cred_t cred;
     shoal_status_t st;
-    int found = 0;
+    int found = 0, claimed = 0;
 
     shoal_config_global_init();
     memset(&out, 0, sizeof(out));
@@ -89,19 +89,9 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
         goto out;
     }
     if (found) {
-        /* Only an explicit SHOAL_EPOCH is a claim the credential must match. An explicit 0 is
-         * one too, but shoal_tenant_cred_apply takes an epoch of 0 for no claim: checked here,
-         * or a rank told it runs epoch 0 joined with the credential of a later run. */
-        int claimed = shoal_cfg_getenv("EPOCH") != NULL;
-
+        /* Only an explicit SHOAL_EPOCH is a claim the credential must match. */
+        claimed = shoal_cfg_getenv("EPOCH") != NULL;
         out.epoch = claimed ? shoal_tenant_config.epoch : 0;
-        if (claimed && out.epoch == 0 && cred.id.epoch != 0) {
-            shoal_error(TENANT, "this rank is configured for epoch 0 of job '%s' but its "
-                        "credential names epoch %" PRIu64 " (a credential of another run)",
-                        cred.id.job, cred.id.epoch);
-            st = SHOAL_ERR_PERMISSION;
-            goto out;
-        }
     } else if ((st = shoal_tenant_epoch(&out.epoch)) != SHOAL_OK) {
         goto out;
     }
@@ -119,6 +109,18 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
     /* A credential is the identity: a configured tenant, job or epoch that differs is refused
      * (SHOAL_ERR_PERMISSION), a configured class or weight may only lower the credential's. */
     if (found && (st = shoal_tenant_cred_apply(&cred, &out)) != SHOAL_OK) {
+        goto out;
+    }
+    /* An explicit SHOAL_EPOCH=0 is a claim too, but shoal_tenant_cred_apply takes an epoch of
+     * 0 for none: checked here, or a rank told it runs epoch 0 joined with the credential of a
+     * later run. After apply, which refuses a credential of another tenant or job first:
+     * checked before, a rank of another job was told of the epoch only, under the
+     * credential's job name as if it were its own. */
+    if (found && claimed && shoal_tenant_config.epoch == 0 && cred.id.epoch != 0) {
+        shoal_error(TENANT, "this rank is configured for epoch 0 of job '%s' but its "
+                    "credential names epoch %" PRIu64 " (a credential of another run)",
+                    cred.id.job, cred.id.epoch);
+        st = SHOAL_ERR_PERMISSION;
         goto out;
     }
     *id = out;

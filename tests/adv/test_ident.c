@@ -8,8 +8,12 @@
 #include "tests/tap.h"
 
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static char ti_log_path[64]; /* the errors logged, for the sentences a refused rank gets */
 
 static void ti_env(void)
 {
@@ -19,8 +23,24 @@ static void ti_env(void)
     unsetenv("SHOAL_EPOCH");
     setenv("SLURM_JOB_ID", "4242", 1);
     setenv("SLURM_RESTART_COUNT", "5", 1);
-    setenv("SHOAL_DEBUG", "NONE", 1);
+    snprintf(ti_log_path, sizeof(ti_log_path), "/tmp/test_ident_log.%d", (int)getpid());
+    unlink(ti_log_path);
+    setenv("SHOAL_DEBUG_FILE", ti_log_path, 1);
+    setenv("SHOAL_DEBUG", "ERROR", 1);
     shoal_config_global_init();
+}
+
+/* The last line logged (up to 1 KiB), "" if none. */
+static const char *ti_last_log(char *buf, size_t len)
+{
+    FILE *fp = fopen(ti_log_path, "r");
+
+    buf[0] = '\0';
+    while (fp != NULL && fgets(buf, (int)len, fp) != NULL) {
+    }
+    if (fp != NULL)
+        fclose(fp);
+    return buf;
 }
 
 static void ti_resolve(void)
@@ -173,10 +193,11 @@ static void ti_env_parsers(void)
  * included (it was taken for no claim, and the rank joined with the later run's credential). */
 static void ti_cred_epoch(void)
 {
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
     shoal_tenant_cred_t cred;
     shoal_tenant_id_t id;
     uint8_t master[32], key[SHOAL_HMAC_BYTES];
-    char text[SHOAL_TENANT_CRED_TEXT_MAX];
+    char text[SHOAL_TENANT_CRED_TEXT_MAX], line[1024];
 
     memset(&cred, 0, sizeof(cred));
     memset(master, 0x5a, sizeof(master));
@@ -204,6 +225,16 @@ static void ti_cred_epoch(void)
     shoal_tenant_config.epoch = 0;
     tap_is_int(shoal_tenant_id_resolve(NULL, &id), SHOAL_ERR_PERMISSION,
                "SHOAL_EPOCH=0, credential 5: SHOAL_ERR_PERMISSION");
+    /* A rank of another job holding this credential is told so. The epoch was checked first:
+     * it was told 'configured for epoch 0 of job train-7' (the credential's job, not its own)
+     * and nothing of the job. */
+    cfg.job_name = "train-8";
+    tap_is_int(shoal_tenant_id_resolve(&cfg, &id), SHOAL_ERR_PERMISSION,
+               "SHOAL_EPOCH=0, job train-8, credential of job train-7 epoch 5: refused");
+    ti_last_log(line, sizeof(line));
+    tap_ok(strstr(line, "configured for job 'train-8'") != NULL &&
+               strstr(line, "names job 'train-7'") != NULL,
+           "... the error names the rank's job and the credential's");
     unsetenv("SHOAL_EPOCH");
     shoal_tenant_cred_config.credential = NULL;
 }
@@ -216,5 +247,6 @@ int main(void)
     ti_uid();
     ti_env_parsers();
     ti_cred_epoch();
+    unlink(ti_log_path);
     return tap_done();
 }
