@@ -191,11 +191,17 @@ int shoal_tenant_breaker_admit(const struct sockaddr *src)
         s->refused_unlogged++;
         shoal_breaker_refused++;
         if (s->refuse_log_ns == 0 || now - s->refuse_log_ns >= SHOAL_BREAKER_LOG_NS) {
+            char left[48];
             shoal_breaker_str(s, ip, sizeof(ip));
-            shoal_warn(TENANT, "refusing connections from %s for %llu s more: %llu failed "
+            if (s->open_until == UINT64_MAX) { /* SHOAL_TENANT_BREAKER_COOLDOWN=inf */
+                snprintf(left, sizeof(left), "for good (cooldown inf)");
+            } else {
+                snprintf(left, sizeof(left), "for %llu s more",
+                         (unsigned long long)((s->open_until - now) / 1000000000ull + 1));
+            }
+            shoal_warn(TENANT, "refusing connections from %s %s: %llu failed "
                        "authentications; %llu connections refused since the last message",
-                       ip, (unsigned long long)((s->open_until - now) / 1000000000ull + 1),
-                       (unsigned long long)s->failed,
+                       ip, left, (unsigned long long)s->failed,
                        (unsigned long long)s->refused_unlogged);
             s->refuse_log_ns = now;
             s->refused_unlogged = 0;
@@ -211,7 +217,7 @@ int shoal_tenant_breaker_note_fail(const struct sockaddr *src)
     uint64_t now = shoal_time_ns();
     unsigned thr = SHOAL_MIN(cfg->fails, (unsigned)SHOAL_BREAKER_RING);
     int log;
-    char ip[INET6_ADDRSTRLEN];
+    char ip[INET6_ADDRSTRLEN], window[32], cooldown[32];
 
     pthread_mutex_lock(&shoal_breaker_lock);
     shoal_breaker_failed++;
@@ -238,9 +244,20 @@ int shoal_tenant_breaker_note_fail(const struct sockaddr *src)
                                                  : now + (uint64_t)cfg->cooldown_ms * 1000000ull;
             shoal_breaker_opened++;
             shoal_breaker_str(s, ip, sizeof(ip));
-            shoal_warn(TENANT, "%s failed to authenticate %u times within %d ms: refusing its "
-                       "connections for %d ms", ip, shoal_breaker_recent(s, now),
-                       cfg->window_ms, cfg->cooldown_ms);
+            /* inf is -1 to the TIME parser: printed as a number, it read 'within -1 ms' and
+             * 'for -1 ms', and the refusals 'for 18446744074 s more' */
+            if (cfg->window_ms < 0) {
+                snprintf(window, sizeof(window), "(window inf)");
+            } else {
+                snprintf(window, sizeof(window), "within %d ms", cfg->window_ms);
+            }
+            if (cfg->cooldown_ms < 0) {
+                snprintf(cooldown, sizeof(cooldown), "for good (cooldown inf)");
+            } else {
+                snprintf(cooldown, sizeof(cooldown), "for %d ms", cfg->cooldown_ms);
+            }
+            shoal_warn(TENANT, "%s failed to authenticate %u times %s: refusing its "
+                       "connections %s", ip, shoal_breaker_recent(s, now), window, cooldown);
             s->refuse_log_ns = now; /* this line counts as the minute's refusal line */
         }
     }

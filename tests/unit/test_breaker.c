@@ -1,6 +1,6 @@
 /* The join listeners' circuit breaker (src/tenant/breaker.c): a source opens after
- * SHOAL_TENANT_BREAKER_FAILS failures (a window of inf included), a trusted one never, a
- * proof closes it, and a table
+ * SHOAL_TENANT_BREAKER_FAILS failures (a window of inf included, which its log line says as
+ * such), a trusted one never, a proof closes it, and a table
  * full of open breakers still refuses newcomers (and does not log each of their failures). */
 #include "tenant/breaker.h"
 #include "tests/tap.h"
@@ -10,6 +10,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static char test_log_path[64]; /* the WARN lines, for the sentences they say */
+
+/* The last line logged (up to 1 KiB), "" if none. */
+static const char *test_last_log(char *buf, size_t len)
+{
+    FILE *fp = fopen(test_log_path, "r");
+
+    buf[0] = '\0';
+    while (fp != NULL && fgets(buf, (int)len, fp) != NULL) {
+    }
+    if (fp != NULL) {
+        fclose(fp);
+    }
+    return buf;
+}
 
 static struct sockaddr_in test_v4(const char *ip, uint16_t port)
 {
@@ -48,8 +65,14 @@ int main(void)
     struct sockaddr_in6 m = {.sin6_family = AF_INET6, .sin6_port = htons(5)};
     shoal_tenant_breaker_stats_t st;
     int logged, refused;
+    char line[1024];
 
-    setenv("SHOAL_DEBUG", "ERROR", 1); /* not a WARN line per opened source */
+    /* a WARN line per opened source: into a file, not the test's output */
+    snprintf(test_log_path, sizeof(test_log_path), "/tmp/test_breaker_log.%d", (int)getpid());
+    unlink(test_log_path);
+    setenv("SHOAL_DEBUG_FILE", test_log_path, 1);
+    setenv("SHOAL_DEBUG", "WARN", 1);
+    shoal_config_global_init();
     shoal_log_init();
     shoal_tenant_breaker_config.fails = 8;
     shoal_tenant_breaker_config.window_ms = 10000;
@@ -80,6 +103,17 @@ int main(void)
     shoal_tenant_breaker_config.window_ms = -1;
     test_fail(&a, 8);
     tap_ok(!test_admit(&a), "window inf: 8 failures open it");
+    /* ... and the line that opens it says inf as such: it said 'within -1 ms' and, with
+     * SHOAL_TENANT_BREAKER_COOLDOWN=inf too, 'refusing its connections for -1 ms' */
+    shoal_tenant_breaker_reset();
+    shoal_tenant_breaker_config.cooldown_ms = -1;
+    test_fail(&a, 8);
+    test_last_log(line, sizeof(line));
+    tap_ok(!test_admit(&a) &&
+               strstr(line, "192.0.2.7 failed to authenticate 8 times (window inf): refusing "
+                            "its connections for good (cooldown inf)") != NULL,
+           "window and cooldown inf: refused, and the log line says inf, not -1 ms");
+    shoal_tenant_breaker_config.cooldown_ms = 60000;
     shoal_tenant_breaker_config.window_ms = 10000;
 
     /* Fill the table (256 entries) with open breakers, then newcomers. */
@@ -116,5 +150,6 @@ int main(void)
         shoal_tenant_breaker_trust((const struct sockaddr *)&n, -1);
     }
     shoal_tenant_breaker_reset();
+    unlink(test_log_path);
     return tap_done();
 }
