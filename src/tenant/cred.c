@@ -566,6 +566,16 @@ static shoal_status_t shoal_tenant_cred_read_file(const char *path,
         close(fd);
         return SHOAL_ERR_INVALID_ARG;
     }
+    if (st.st_uid != 0 && st.st_uid != geteuid()) {
+        /* Another user's file: theirs to rewrite, or made by them where the provider's file
+         * was missing (a stale path in /tmp). With their credential in it this rank took
+         * their identity, and they, holding the credential its join secret is bound to,
+         * could join the job with its unique id. Root's or this user's only. */
+        shoal_error(TENANT, "SHOAL_CREDENTIAL_FILE %s belongs to uid %u, neither root nor this "
+                    "user (uid %u)", path, (unsigned)st.st_uid, (unsigned)geteuid());
+        close(fd);
+        return SHOAL_ERR_PERMISSION;
+    }
     if ((st.st_mode & 077) != 0)
         shoal_warn_once(TENANT, "SHOAL_CREDENTIAL_FILE %s is readable by group or others (mode "
                         "%04o): the credential is a bearer token", path,

@@ -384,6 +384,18 @@ static void test_load(void)
     tap_ok(shoal_tenant_cred_load(&c, &found) == SHOAL_OK && found == 1 &&
                shoal_tenant_cred_verify(&c, test_key, test_now()) == SHOAL_OK,
            "SHOAL_CREDENTIAL_FILE (a line ending in a newline): loaded and valid");
+    /* Another user's file (theirs to rewrite, or made by them where the provider's was
+     * missing): it was loaded, their credential this rank's identity. */
+    if (geteuid() == 0) {
+        if (chown(path, 65534, 65534) != 0)
+            tap_bail("cannot chown %s", path);
+        tap_is_int(shoal_tenant_cred_load(&c, &found), SHOAL_ERR_PERMISSION,
+                   "SHOAL_CREDENTIAL_FILE of another user (uid 65534): PERMISSION");
+        if (chown(path, 0, 0) != 0)
+            tap_bail("cannot chown %s back", path);
+    } else {
+        tap_skip(1, "not root: no file of another user to try");
+    }
 
     fd = open(path, O_WRONLY | O_APPEND);
     if (fd < 0 || write(fd, line, strlen(line)) != (ssize_t)strlen(line))
