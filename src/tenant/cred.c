@@ -576,6 +576,15 @@ static shoal_status_t shoal_tenant_cred_read_file(const char *path,
         close(fd);
         return SHOAL_ERR_PERMISSION;
     }
+    if ((st.st_mode & 002) != 0) {
+        /* the same as another user's file: anyone may put their own credential in it (a mode
+         * of 0602 was used, with a warning that it was readable). Group write stays a
+         * warning: a umask of 002 (a user's private group) makes 0664 of '> cred'. */
+        shoal_error(TENANT, "SHOAL_CREDENTIAL_FILE %s may be written by others (mode %04o): "
+                    "chmod 600 it", path, (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return SHOAL_ERR_PERMISSION;
+    }
     if ((st.st_mode & 077) != 0)
         shoal_warn_once(TENANT, "SHOAL_CREDENTIAL_FILE %s is readable by group or others (mode "
                         "%04o): the credential is a bearer token", path,

@@ -39,7 +39,8 @@ static const shoal_cfg_field_t shoal_tenant_cred_cfg_fields[] = {
     {.name = "CREDENTIAL_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_tenant_cred_config_t, credential_file),
      .doc = "file holding the job credential (one line), instead of SHOAL_CREDENTIAL; it must "
-            "belong to root or the job's user (another user's is SHOAL_ERR_PERMISSION)"},
+            "belong to root or the job's user and not be writable by others (else "
+            "SHOAL_ERR_PERMISSION)"},
 };
 
 const shoal_cfg_table_t shoal_tenant_cred_cfg_table = {

@@ -396,6 +396,13 @@ static void test_load(void)
     } else {
         tap_skip(1, "not root: no file of another user to try");
     }
+    /* One that others may write is the same: used, with a warning that it was readable. */
+    if (chmod(path, 0602) != 0)
+        tap_bail("cannot chmod %s", path);
+    tap_is_int(shoal_tenant_cred_load(&c, &found), SHOAL_ERR_PERMISSION,
+               "SHOAL_CREDENTIAL_FILE others may write (mode 0602): PERMISSION");
+    if (chmod(path, 0600) != 0)
+        tap_bail("cannot chmod %s back", path);
 
     fd = open(path, O_WRONLY | O_APPEND);
     if (fd < 0 || write(fd, line, strlen(line)) != (ssize_t)strlen(line))
