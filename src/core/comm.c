@@ -395,17 +395,22 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
         comm->timeout_ms = -1;
     }
     comm->spin_count = shoal_core_config.spin_count;
-    /* Strings in cfg are the caller's: keep copies. */
-    comm->cfg.tenant = comm->cfg.tenant ? strdup(comm->cfg.tenant) : NULL;
-    comm->cfg.job_name = comm->cfg.job_name ? strdup(comm->cfg.job_name) : NULL;
-    comm->cfg.transport = comm->cfg.transport ? strdup(comm->cfg.transport) : NULL;
-    comm->cfg.algorithm = comm->cfg.algorithm ? strdup(comm->cfg.algorithm) : NULL;
+    /* Strings in cfg are the caller's: keep copies. A copy that failed would read as unset. */
+    const char *want_tenant = comm->cfg.tenant, *want_job = comm->cfg.job_name;
+    const char *want_tl = comm->cfg.transport, *want_algo = comm->cfg.algorithm;
+    comm->cfg.tenant = want_tenant ? strdup(want_tenant) : NULL;
+    comm->cfg.job_name = want_job ? strdup(want_job) : NULL;
+    comm->cfg.transport = want_tl ? strdup(want_tl) : NULL;
+    comm->cfg.algorithm = want_algo ? strdup(want_algo) : NULL;
     comm->peers = calloc((size_t)nranks, sizeof(*comm->peers));
     comm->chans = calloc((size_t)nranks, sizeof(*comm->chans));
     comm->local_ranks = calloc((size_t)nranks, sizeof(int));
     comm->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (comm->peers == NULL || comm->chans == NULL || comm->local_ranks == NULL ||
-        comm->abort_efd < 0) {
+        comm->abort_efd < 0 || (want_tenant != NULL && comm->cfg.tenant == NULL) ||
+        (want_job != NULL && comm->cfg.job_name == NULL) ||
+        (want_tl != NULL && comm->cfg.transport == NULL) ||
+        (want_algo != NULL && comm->cfg.algorithm == NULL)) {
         shoal_comm_destroy(comm);
         return SHOAL_ERR_NO_MEMORY;
     }
@@ -1286,6 +1291,9 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *asy
 
     if (comm == NULL || async_error == NULL) {
         return SHOAL_ERR_INVALID_ARG;
+    }
+    if (shoal_comm_forked(comm)) { /* as every call there (shoal.h); it answered SHOAL_OK */
+        return shoal_comm_forked_refuse(comm, "ask after");
     }
     st = shoal_comm_check_usable(comm);
     now = shoal_time_ns();
