@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -222,6 +223,8 @@ int main(int argc, char **argv)
     ret = shoald_args(argc, argv, &o);
     if (ret >= 0)
         return ret;
+    /* The tenant keys and the database password it holds stay out of a core dump. */
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     shoal_config_global_init();
     if (shoal_cfg_getenv("DEBUG") == NULL) {
         shoal_log_level_cur = SHOAL_LOG_INFO;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -390,6 +391,9 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     cmd = argv[1];
+    /* The master or tenant key it reads stays out of a core dump (and out of another
+     * process's ptrace of the same user) whatever the crash. */
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     shoal_config_global_init(); /* SHOAL_DEBUG for the library's log lines */
     if (shoal_cred_parse_args(argc - 1, argv + 1, &a) != 0) {
         shoal_cred_usage(stderr);
