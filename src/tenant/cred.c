@@ -586,8 +586,8 @@ static shoal_status_t shoal_tenant_cred_read_file(const char *path,
         return SHOAL_ERR_PERMISSION;
     }
     if ((st.st_mode & 077) != 0)
-        shoal_warn_once(TENANT, "SHOAL_CREDENTIAL_FILE %s is readable by group or others (mode "
-                        "%04o): the credential is a bearer token", path,
+        shoal_warn_once(TENANT, "SHOAL_CREDENTIAL_FILE %s is open to group or others (mode "
+                        "%04o; chmod 600 it): the credential is a bearer token", path,
                         (unsigned)(st.st_mode & 07777));
     while (n < SHOAL_TENANT_CRED_TEXT_MAX + 1) {
         ret = read(fd, buf + n, SHOAL_TENANT_CRED_TEXT_MAX + 1 - n);
