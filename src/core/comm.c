@@ -1339,7 +1339,7 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *asy
 
 typedef struct {
     uint16_t family;                    /* 0: the leader could not start the root */
-    uint16_t port;                      /* network order */
+    uint16_t port;                      /* network order; family 0: -(the leader's status) */
     uint8_t addr[16];
 } shoal_split_addr_t;
 
@@ -1387,9 +1387,16 @@ static shoal_status_t shoal_comm_split_addr_unpack(const shoal_split_addr_t *a, 
         memcpy(&s4->sin_addr, a->addr, 4);
         u->root_len = sizeof(*s4);
     } else {
-        shoal_error(INIT, "split: leader rank %d could not start the new communicator's root",
-                    leader);
-        return SHOAL_ERR_PEER_FAILED;
+        /* The leader's own failure (out of memory or descriptors, a refused socket): the
+         * parent is fine, and a member said SHOAL_ERR_PEER_FAILED, as if it was not. */
+        shoal_status_t st = -(int)a->port;
+        if (st != SHOAL_ERR_NO_MEMORY && st != SHOAL_ERR_SYSTEM && st != SHOAL_ERR_INTERNAL &&
+            st != SHOAL_ERR_UNSUPPORTED) {
+            st = SHOAL_ERR_PEER_FAILED;
+        }
+        shoal_error(INIT, "split: leader rank %d could not start the new communicator's root "
+                    "(%s)", leader, shoal_status_name(st));
+        return st;
     }
     return SHOAL_OK;
 }
@@ -1445,10 +1452,22 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
         shoal_comm_split_addr_pack(u, &a);
     } else {
         memset(&a, 0, sizeof(a)); /* family 0: the members fail now, not at their timeout */
+        a.port = (uint16_t)-(int)st;
     }
     for (int p = 0; p < comm->nranks; p++) {
-        if (p != comm->rank && all[2 * p] == color) {
-            SHOAL_CHECK(shoal_chan_sendrecv(comm, p, &a, -1, NULL, sizeof(a), seq, step));
+        if (p == comm->rank || all[2 * p] != color) {
+            continue;
+        }
+        shoal_status_t sst = shoal_chan_sendrecv(comm, p, &a, -1, NULL, sizeof(a), seq, step);
+        if (sst != SHOAL_OK) {
+            if (st == SHOAL_OK) {
+                /* The members told so far join a root that would wait for the others until
+                 * its timeout: it fails them at once instead. */
+                shoal_boot_root_key_t k;
+                shoal_boot_root_key(u, &k);
+                shoal_boot_root_fail(&k);
+            }
+            return sst;
         }
     }
     return st;

@@ -4,12 +4,14 @@
 
 #include "reduce/reduce.h"
 
+#include <fcntl.h>
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -899,6 +901,36 @@ void mp_test_split(const mp_ctx_t *c)
                 "memory: %s, %d: %s", shoal_status_name(st), (int)x,
                 shoal_comm_last_error(c->comm));
         mp_split_check(c, g, color, -c->rank, size, newrank, sum, top);
+        /* The leader (rank 0: key 0 everywhere, first in parent order) cannot start the
+         * child's root: it is out of descriptors. The members said SHOAL_ERR_PEER_FAILED of
+         * a healthy parent; every rank now says what failed on the leader. */
+        struct rlimit rl0, rl;
+        int lowfd = -1;
+        if (c->rank == 0 && getrlimit(RLIMIT_NOFILE, &rl0) == 0 &&
+            (lowfd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) {
+            close(lowfd); /* the lowest free descriptor: below it all are taken */
+            rl = rl0;
+            rl.rlim_cur = (rlim_t)lowfd;
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+                lowfd = -1;
+            }
+        }
+        nc = c->comm;
+        t0 = mp_now_ms();
+        st = shoal_comm_split(c->comm, 5, 0, &nc);
+        ms = mp_now_ms() - t0;
+        if (c->rank == 0 && lowfd >= 0) {
+            (void)setrlimit(RLIMIT_NOFILE, &rl0);
+        }
+        mp_case(g, st == SHOAL_ERR_SYSTEM && nc == NULL && ms < 5000, c->rank,
+                "split whose leader could not start the child's root (no descriptors): %s in "
+                "%.0f ms, comm %p (expected its system error on every rank at once): %s",
+                shoal_status_name(st), ms, (void *)nc, shoal_comm_last_error(c->comm));
+        x = 1;
+        st = shoal_allreduce(&x, &x, 1, SHOAL_INT32, SHOAL_SUM, c->comm, NULL);
+        mp_case(g, st == SHOAL_OK && x == c->nranks, c->rank, "parent after the split without "
+                "a root: %s, %d: %s", shoal_status_name(st), (int)x,
+                shoal_comm_last_error(c->comm));
     }
 }
 
