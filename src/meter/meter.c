@@ -44,7 +44,7 @@ static void shoal_meter_abuse_update(struct shoal_meter *m)
 
 void shoal_meter_tick_rebase(shoal_meter_page_t *p, uint64_t nmult)
 {
-    uint64_t i = __atomic_load_n(&p->tick_slot, __ATOMIC_RELAXED) & 1, j = i ^ 1;
+    uint64_t g = __atomic_load_n(&p->tick_slot, __ATOMIC_RELAXED), i = g & 1, j = i ^ 1;
     uint64_t t = __atomic_load_n(&p->coll_ticks, __ATOMIC_RELAXED);
     uint64_t t0 = p->tick_conv[i].ticks0, mult = p->tick_conv[i].mult;
     uint64_t ns = p->tick_conv[i].ns0;
@@ -54,10 +54,14 @@ void shoal_meter_tick_rebase(shoal_meter_page_t *p, uint64_t nmult)
     if (t > t0) {
         ns += (uint64_t)(((unsigned __int128)(t - t0) * mult) >> 32); /* = the readers' value */
     }
+    /* Slot j may be under a reader that took it at the rebase before: the fence orders that
+     * rebase's tick_slot before the stores below, so a reader that sees any of them sees
+     * tick_slot moved when it checks again, and rereads (shoal_meter_page_coll_ns). */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     __atomic_store_n(&p->tick_conv[j].ticks0, t, __ATOMIC_RELAXED);
     __atomic_store_n(&p->tick_conv[j].ns0, ns, __ATOMIC_RELAXED);
     __atomic_store_n(&p->tick_conv[j].mult, nmult, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->tick_slot, j, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->tick_slot, g + 1, __ATOMIC_RELEASE); /* a count: slot j in force */
 }
 
 void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks)

@@ -119,10 +119,13 @@ typedef struct {
      * * mult / 2^32 (mult: ns per tick << 32). About once a second the writer refines the rate:
      * it writes the other slot with ticks0 = coll_ticks now, ns0 = the value now (the same
      * formula, so the value does not jump) and the new mult, then release-stores tick_slot
-     * (atomic). So the value only grows, and a writer killed at any point leaves a whole slot
-     * in force. ---- */
+     * (atomic) one higher: tick_slot counts the rebases, the slot in force is its low bit
+     * (a library before this wrote 0 or 1). A reader takes the slot and coll_ticks again if
+     * tick_slot moved meanwhile (a seqlock of its own: the slot it read may have been
+     * rewritten, or coll_ticks have passed the next rebase). So the value only grows, and a
+     * writer killed at any point leaves a whole slot in force. ---- */
     uint64_t coll_ticks;                 /* monotonic, single writer */
-    uint64_t tick_slot;                  /* 0 or 1 */
+    uint64_t tick_slot;                  /* rebases so far: slot tick_slot & 1 is in force */
     struct {
         uint64_t ticks0, ns0, mult;
     } tick_conv[2];
@@ -138,17 +141,32 @@ typedef struct {
     uint64_t spare[15];                  /* room to grow without a new version */
 } shoal_meter_page_t;
 
+/* Rereads of the tick conversion while its writer rebases (a page's writer may be hostile to
+ * the agent: a bounded number, then the last read as it is). */
+#define SHOAL_METER_TICK_TRIES 16
+
 /* Time inside collective calls of a page in ns (any version): coll_ns plus coll_ticks
  * converted by the slot in force. Loads are relaxed but for tick_slot (acquire, so that the
- * slot and a coll_ticks at least its ticks0 are seen). */
+ * slot and a coll_ticks at least its ticks0 are seen). The slot and coll_ticks are read again
+ * when tick_slot moved meanwhile: read once, two rebases during the read rewrote the slot
+ * under it (its ticks0 of one rebase, ns0 of another: off by up to the time between them),
+ * and a coll_ticks past the next rebase went through the old rate. */
 static inline uint64_t shoal_meter_page_coll_ns(const shoal_meter_page_t *p)
 {
-    uint64_t i = __atomic_load_n(&p->tick_slot, __ATOMIC_ACQUIRE) & 1;
-    uint64_t t0 = __atomic_load_n(&p->tick_conv[i].ticks0, __ATOMIC_RELAXED);
-    uint64_t n0 = __atomic_load_n(&p->tick_conv[i].ns0, __ATOMIC_RELAXED);
-    uint64_t mult = __atomic_load_n(&p->tick_conv[i].mult, __ATOMIC_RELAXED);
-    uint64_t t = __atomic_load_n(&p->coll_ticks, __ATOMIC_RELAXED);
-    uint64_t ns = __atomic_load_n(&p->coll_ns, __ATOMIC_RELAXED) + n0;
+    uint64_t t0, n0, mult, t, ns;
+    for (int tries = 1;; tries++) {
+        uint64_t g = __atomic_load_n(&p->tick_slot, __ATOMIC_ACQUIRE), i = g & 1;
+        t0 = __atomic_load_n(&p->tick_conv[i].ticks0, __ATOMIC_RELAXED);
+        n0 = __atomic_load_n(&p->tick_conv[i].ns0, __ATOMIC_RELAXED);
+        mult = __atomic_load_n(&p->tick_conv[i].mult, __ATOMIC_RELAXED);
+        t = __atomic_load_n(&p->coll_ticks, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&p->tick_slot, __ATOMIC_RELAXED) == g ||
+            tries == SHOAL_METER_TICK_TRIES) {
+            break;
+        }
+    }
+    ns = __atomic_load_n(&p->coll_ns, __ATOMIC_RELAXED) + n0;
     if (t > t0) {
         ns += (uint64_t)(((unsigned __int128)(t - t0) * mult) >> 32);
     }

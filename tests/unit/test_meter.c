@@ -5,6 +5,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +66,93 @@ static void test_page_map_fails(void)
            "no meter and no memfd left behind (%d open, %d before)", meter_memfds(), before);
 }
 
+/* The tick conversion of a page read while its writer refines the rate (meter_page.h,
+ * coll_ticks). A reader that stalls inside the read (preempted, as the agent's reader is at
+ * any instruction) while the writer rebases twice took one rebase's ticks0 and another's ns0
+ * or mult (the slot rewritten under it): a value off the writer's curve, too high by up to the
+ * time between the rebases (an overcharge that the agent, clamping to the largest value it
+ * saw, kept). Here the stall is a signal: its handler is the writer (two rebases, ticks added
+ * as calls add them), landing anywhere in the reader's loop. The value the reader converts
+ * must only grow and never pass the curve's end. */
+#define TEAR_SIGNALS 5000
+#define TEAR_STEP 1000 /* ticks per "call" */
+
+static shoal_meter_page_t tear_page;
+static int tear_handled; /* signals handled (atomic: lock-free, so signal safe) */
+static int tear_sent; /* the kicker sent them all (atomic) */
+
+static void tear_writer(int sig)
+{
+    (void)sig;
+    /* 3 then 1 ns per tick: a pairing of two rebases' fields is far off the curve */
+    shoal_meter_add(&tear_page.coll_ticks, TEAR_STEP);
+    shoal_meter_tick_rebase(&tear_page, 3ull << 32);
+    shoal_meter_add(&tear_page.coll_ticks, TEAR_STEP);
+    shoal_meter_tick_rebase(&tear_page, 1ull << 32);
+    __atomic_store_n(&tear_handled, __atomic_load_n(&tear_handled, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELEASE);
+}
+
+static void *tear_kicker(void *arg)
+{
+    pthread_t reader = *(pthread_t *)arg;
+    for (int k = 0; k < TEAR_SIGNALS; k++) {
+        int seen = __atomic_load_n(&tear_handled, __ATOMIC_ACQUIRE);
+        pthread_kill(reader, SIGUSR1);
+        for (int spin = 0; __atomic_load_n(&tear_handled, __ATOMIC_ACQUIRE) == seen &&
+                           spin < 1000000; spin++) {
+            shoal_cpu_relax(); /* one at a time: the handler is the single writer */
+        }
+    }
+    __atomic_store_n(&tear_sent, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void test_tick_conv_torn(void)
+{
+    struct sigaction sa, old;
+    pthread_t self = pthread_self(), k;
+    uint64_t prev = 0, last = 0, bad = 0, reads = 0, worst = 0, max_ns = 0;
+
+    memset(&tear_page, 0, sizeof(tear_page));
+    tear_page.tick_conv[0].mult = 1ull << 32;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = tear_writer;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, &old);
+    __atomic_store_n(&tear_sent, 0, __ATOMIC_RELAXED);
+    if (pthread_create(&k, NULL, tear_kicker, &self) != 0) {
+        sigaction(SIGUSR1, &old, NULL);
+        tap_skip(1, "pthread_create failed");
+        return;
+    }
+    while (!__atomic_load_n(&tear_sent, __ATOMIC_ACQUIRE)) {
+        /* mostly reads: the signal lands inside one */
+        for (int r = 0; r < 64; r++) {
+            uint64_t v = shoal_meter_page_coll_ns(&tear_page);
+            /* each value only grows, and never past the curve's end (4 ns per tick pair) */
+            if (SHOAL_UNLIKELY(v < prev)) {
+                bad += last == prev; /* the reads after one too high stay below it a while */
+                worst = SHOAL_MAX(worst, prev - v);
+            }
+            last = v;
+            prev = SHOAL_MAX(prev, v);
+        }
+        reads += 64;
+        max_ns = ((uint64_t)__atomic_load_n(&tear_handled, __ATOMIC_RELAXED) + 1) * TEAR_STEP * 4;
+        if (prev > max_ns) {
+            bad++;
+            worst = SHOAL_MAX(worst, prev - max_ns);
+        }
+    }
+    pthread_join(k, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    tap_ok(bad == 0 && worst == 0, "coll_ns read across %d pairs of rate rebases (%d handled): "
+           "never torn (%llu of %llu reads off the curve, by up to %llu ns)", TEAR_SIGNALS,
+           __atomic_load_n(&tear_handled, __ATOMIC_RELAXED), (unsigned long long)bad,
+           (unsigned long long)reads, (unsigned long long)worst);
+}
+
 static void test_gpus(const char *text, int want_n, int g0, int g1)
 {
     int32_t g[SHOAL_METER_MAX_GPUS];
@@ -117,5 +206,6 @@ int main(void)
         tap_is_int(shoal_comm_stats(NULL, &s), SHOAL_ERR_INVALID_ARG, "stats of NULL");
     }
     test_page_map_fails();
+    test_tick_conv_torn();
     return tap_done();
 }
