@@ -774,6 +774,18 @@ static int shoald_minute_billable(const shoald_page_t *p)
            memcmp(p->billed, p->ctr, sizeof(p->ctr)) == 0);
 }
 
+/* A billable page's unbilled time before minute t (arg: its start, unix ns). */
+static int shoald_minute_before(const shoald_page_t *q, void *arg, uint64_t *s, uint64_t *e)
+{
+    uint64_t t_ns = *(const uint64_t *)arg;
+
+    if (!shoald_minute_billable(q))
+        return 0;
+    *s = SHOAL_MAX(q->billed[SHOALD_CUR_BILLED_NS], q->created_ns);
+    *e = q->end_ns != 0 ? SHOAL_MIN(q->end_ns, t_ns) : t_ns;
+    return *e > *s;
+}
+
 /* Minutes of one job in one batch, at most (the oldest unbilled time folds into the first). */
 #define SHOALD_MINUTE_FILL_MAX 1440
 
@@ -807,11 +819,15 @@ static shoal_ledger_record_t *shoald_batch_rec(shoald_batch_t *b, size_t *cap)
  * live in it. The sum stays exact; the agent says so (shoald_minute_fold), with the seconds,
  * so that a provider can tell such a minute from an error. After a restart the first batch
  * waits rejoin_grace for the running ranks to come back, so that an agent restart alone
- * does not fold the time of ranks that make calls. */
+ * does not fold the time of ranks that make calls. The seconds are the process's, as the
+ * minute bills them (its GPUs once however many of its communicators folded,
+ * shoald_proc_gpu_seconds), logged once, at its first page that folds: each page's seconds,
+ * logged per page, said twice what was folded for a rank with two communicators. */
 static void shoald_minute_fold(const shoald_job_t *j, const shoald_page_t *p, int64_t t,
                                uint64_t from)
 {
-    double s = shoald_page_gpu_seconds(p, from, (uint64_t)t * 1000000000ull);
+    uint64_t t_ns = (uint64_t)t * 1000000000ull;
+    double s = shoald_proc_gpu_seconds(p, shoald_minute_before, &t_ns);
 
     if (s > 0.0) {
         shoal_warn(METER, "%s/%s: rank %d (page %s) was not billed from %.3f s; the job's "
