@@ -152,6 +152,10 @@ typedef struct shoald_proc {
     uint64_t start_ns;                     /* the process's start (from /proc), 0 unknown */
     uint64_t v[SHOALD_NABUSE];
     unsigned npages;                       /* pages of its job that point to it */
+    int32_t rank, nranks;                  /* its rank in the largest communicator it
+                                            * registered: its per-rank series' label */
+    uint64_t gone[SHOALD_NCTR];            /* final counters of its pages dropped while it
+                                            * lived (its per-rank series stay monotonic) */
 } shoald_proc_t;
 
 typedef struct shoald_page {

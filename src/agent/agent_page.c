@@ -323,8 +323,13 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
              (unsigned long long)snap->created_unix_ns);
     p->billed[SHOALD_CUR_BILLED_NS] = p->created_ns;
     p->proc = shoald_proc_get(j, pid, start);
-    if (p->proc != NULL)
+    if (p->proc != NULL) {
         p->proc->npages++;
+        if (p->proc->nranks == 0 || p->nranks > p->proc->nranks) {
+            p->proc->rank = p->rank; /* the world's rank, not a split communicator's */
+            p->proc->nranks = p->nranks;
+        }
+    }
     shoald_page_read(p);
     shoald_page_supersede(a, j, p);
     shoald_page_cursor(a, p);
@@ -593,8 +598,11 @@ void shoald_pages_collect(shoald_t *a)
                 pp = &p->next;
                 continue;
             }
-            for (i = 0; i < SHOALD_NCTR && !p->superseded; i++)
+            for (i = 0; i < SHOALD_NCTR && !p->superseded; i++) {
                 j->gone[i] += p->ctr[i];
+                if (p->proc != NULL)
+                    p->proc->gone[i] += p->ctr[i];
+            }
             if (!p->superseded && p->proc == NULL) {
                 j->gone_gpu_s += shoald_page_gpu_seconds(p, 0, p->end_ns);
             } else if (!p->superseded) {

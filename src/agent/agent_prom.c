@@ -288,56 +288,125 @@ static void shoald_prom_jobs(shoald_t *a, const char *tenant, shoald_text_t *t)
     free(sums);
 }
 
-/* Per-rank series: one per (job, rank) over the live pages (several communicators of one
- * rank add up), so no series repeats. */
+/* The per-rank sums of one job: one entry per process with a live communicator, labelled
+ * with its rank in the largest communicator it registered, summing every page of it (live,
+ * ended, and dropped: shoald_proc_t.gone). Keyed by a page's own rank, a split communicator's
+ * rank 0 (another process) was merged into the world's rank 0, and a communicator that ended
+ * took its counts out of a live rank's sum, which Prometheus reads as a counter reset. A page
+ * without a process entry (out of memory) counts under its own rank. Entries of one label
+ * (a job of several communicators of one size) are summed, so no series repeats. v: ops,
+ * bytes sent, bytes received, collective ns. n entries in *out (malloc'ed), -1 out of memory. */
+typedef struct {
+    int32_t rank;
+    uint64_t v[4];
+} shoald_rank_sum_t;
+
+static void shoald_rank_add(shoald_rank_sum_t *e, const uint64_t *ctr)
+{
+    int i;
+
+    for (i = 0; i < SHOAL_METER_NCOLL; i++)
+        e->v[0] += ctr[SHOALD_CTR_OPS + i];
+    for (i = 0; i < SHOALD_NTL * SHOAL_METER_NLOC; i++) {
+        e->v[1] += ctr[SHOALD_CTR_SENT + i];
+        e->v[2] += ctr[SHOALD_CTR_RECV + i];
+    }
+    e->v[3] += ctr[SHOALD_CTR_COLL_NS];
+}
+
+static int shoald_rank_sums(const shoald_job_t *j, shoald_rank_sum_t **out)
+{
+    const shoald_page_t *p, *q;
+    const shoald_proc_t *pr;
+    shoald_rank_sum_t *e = NULL, one;
+    int n = 0, cap = 0, k;
+
+    for (p = j->pages; p != NULL; p = p->next) {
+        if (p->end_ns != 0 || p->superseded)
+            continue;
+        pr = p->proc;
+        if (pr != NULL) {
+            for (q = j->pages; q != p; q = q->next) /* its first live page stands for it */
+                if (q->proc == pr && q->end_ns == 0 && !q->superseded)
+                    break;
+            if (q != p)
+                continue;
+        }
+        memset(&one, 0, sizeof(one));
+        one.rank = pr != NULL ? pr->rank : p->rank;
+        if (pr != NULL) {
+            shoald_rank_add(&one, pr->gone);
+            for (q = j->pages; q != NULL; q = q->next)
+                if (q->proc == pr && !q->superseded)
+                    shoald_rank_add(&one, q->ctr);
+        } else {
+            shoald_rank_add(&one, p->ctr);
+        }
+        for (k = 0; k < n && e[k].rank != one.rank; k++)
+            ;
+        if (k == n) {
+            if (n == cap) {
+                shoald_rank_sum_t *ne;
+                cap = cap != 0 ? 2 * cap : 8;
+                ne = realloc(e, sizeof(*e) * (size_t)cap);
+                if (ne == NULL) {
+                    free(e);
+                    return -1;
+                }
+                e = ne;
+            }
+            e[n++] = one;
+        } else {
+            for (int i = 0; i < 4; i++)
+                e[k].v[i] += one.v[i];
+        }
+    }
+    *out = e;
+    return n;
+}
+
+/* Per-rank series (export_ranks=yes): shoald_rank_sums' entries. */
 static void shoald_prom_ranks(shoald_t *a, const char *tenant, shoald_text_t *t)
 {
     static const struct {
         const char *name, *help;
     } fam[] = {
-        {"shoal_rank_collective_ops_total", "Calls completed by a live rank."},
-        {"shoal_rank_payload_bytes_total", "Payload bytes moved by a live rank."},
-        {"shoal_rank_collective_seconds_total", "Time a live rank spent in collective calls."},
+        {"shoal_rank_collective_ops_total", "Calls completed by a live rank (a process, by its "
+         "rank in its largest communicator), over all its communicators."},
+        {"shoal_rank_payload_bytes_total", "Payload bytes moved by a live rank, over all its "
+         "communicators."},
+        {"shoal_rank_collective_seconds_total", "Time a live rank spent in collective calls, "
+         "over all its communicators."},
     };
-    const shoald_page_t *p, *q;
-    uint64_t v[3];
+    shoald_rank_sum_t *e;
     shoald_job_t *j;
     size_t f;
-    int i, d, dup;
+    int d, k, n;
 
     for (f = 0; f < SHOAL_ARRAY_SIZE(fam); f++) {
         shoald_prom_family(t, fam[f].name, "counter", fam[f].help);
         for (j = a->jobs; j != NULL; j = j->next) {
             if (!shoald_prom_job_visible(j, tenant))
                 continue;
-            for (p = j->pages; p != NULL; p = p->next) {
-                if (p->end_ns != 0)
-                    continue;
-                for (dup = 0, q = j->pages; q != p; q = q->next)
-                    dup |= q->end_ns == 0 && q->rank == p->rank;
-                if (dup)
-                    continue;
+            n = shoald_rank_sums(j, &e);
+            if (n < 0) {
+                shoal_warn(METER, "out of memory for the per-rank series of job %s", j->job);
+                continue;
+            }
+            for (k = 0; k < n; k++) {
                 for (d = 0; d < (f == 1 ? 2 : 1); d++) {
-                    memset(v, 0, sizeof(v));
-                    for (q = p; q != NULL; q = q->next) {
-                        if (q->end_ns != 0 || q->rank != p->rank)
-                            continue;
-                        for (i = 0; i < SHOAL_METER_NCOLL; i++)
-                            v[0] += q->ctr[SHOALD_CTR_OPS + i];
-                        for (i = 0; i < SHOALD_NTL * SHOAL_METER_NLOC; i++)
-                            v[1] += q->ctr[(d == 0 ? SHOALD_CTR_SENT : SHOALD_CTR_RECV) + i];
-                        v[2] += q->ctr[SHOALD_CTR_COLL_NS];
-                    }
                     shoald_prom_job_labels(t, fam[f].name, j);
-                    shoald_text_printf(t, ",rank=\"%d\"", (int)p->rank);
+                    shoald_text_printf(t, ",rank=\"%d\"", (int)e[k].rank);
                     if (f == 1)
                         shoald_text_printf(t, ",direction=\"%s\"", d == 0 ? "sent" : "received");
                     if (f == 2)
-                        shoald_text_printf(t, "} %.9f\n", (double)v[2] / 1e9);
+                        shoald_text_printf(t, "} %.9f\n", (double)e[k].v[3] / 1e9);
                     else
-                        shoald_text_printf(t, "} %llu\n", (unsigned long long)v[f]);
+                        shoald_text_printf(t, "} %llu\n",
+                                           (unsigned long long)e[k].v[f == 0 ? 0 : 1 + d]);
                 }
             }
+            free(e);
         }
     }
 }

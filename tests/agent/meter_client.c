@@ -15,7 +15,9 @@
  * --abandon S: count for S s, close the connection with the page still live (a registration
  * the library gave up on), count S s more unregistered, then register the same page again;
  * --set2 NAME=V: a second page of the same process (another communicator, comm_id 2, its own
- * connection) registered after the first, with these values; it ends with the first.
+ * connection) registered after the first, with these values; it ends with the first, or
+ * --end2 S seconds after its registration (the first held on); --rank2 R --nranks2 N: its
+ * rank and size (default the first's).
  * Modes: good, nofd, twofds, unsealed, badsize, badmagic, garbage, shortclose, slow, silent,
  * truncrace (mc_truncrace), flood (registers, then streams bytes from four writers on the kept
  * connection, which the protocol forbids, until the agent closes it: exit 0, or 1 when it is
@@ -383,7 +385,10 @@ int main(int argc, char **argv)
         {"fork-holder", 1, NULL, 'F'}, {"created-ago", 1, NULL, 'C'}, {"tick", 1, NULL, 'T'},
         {"rereg", 0, NULL, 'R'}, {"dup", 0, NULL, 'D'}, {"set2", 1, NULL, '2'},
         {"abandon", 1, NULL, 'A'}, {"weight", 1, NULL, 'W'}, {"tries", 1, NULL, 'N'},
+        {"rank2", 1, NULL, 'x'}, {"nranks2", 1, NULL, 'y'}, {"end2", 1, NULL, 'z'},
         {NULL, 0, NULL, 0}};
+    int rank2 = -1, nranks2 = -1;
+    double end2 = 0;
     const char *sock = NULL, *tenant = "", *job = "job", *cred = "", *mode = "good";
     char *sets[64], *sets2[64], *eq;
     int nsets2 = 0, s3 = -1, fd2;
@@ -424,6 +429,9 @@ int main(int argc, char **argv)
         case 'A': abandon = atof(optarg); break;
         case 'W': weight = atoi(optarg); break;
         case 'N': tries = atol(optarg); break;
+        case 'x': rank2 = atoi(optarg); break;
+        case 'y': nranks2 = atoi(optarg); break;
+        case 'z': end2 = atof(optarg); break;
         default: return 3;
         }
     }
@@ -544,6 +552,10 @@ int main(int argc, char **argv)
             mc_die("mmap");
         memcpy(pg2, pg, offsetof(shoal_meter_page_t, seq));
         pg2->comm_id = 2;
+        if (rank2 >= 0)
+            pg2->rank = rank2;
+        if (nranks2 > 0)
+            pg2->nranks = nranks2;
         for (i = 0; i < nsets2; i++) {
             eq = strchr(sets2[i], '=');
             if (eq == NULL)
@@ -559,6 +571,14 @@ int main(int argc, char **argv)
             return 1;
         printf("second status=%d reason=%s\n", rep.status, rep.reason);
         fflush(stdout);
+        if (end2 > 0) { /* its communicator is destroyed while the process lives on */
+            usleep((useconds_t)(end2 * 1e6));
+            __atomic_store_n(&pg2->state, SHOAL_METER_CLOSED, __ATOMIC_RELEASE);
+            close(s3);
+            s3 = -1;
+            printf("second ended\n");
+            fflush(stdout);
+        }
     }
     if (fork_hold >= 0) {
         /* A child keeps the connection open: only the pidfd can tell the agent we left. */

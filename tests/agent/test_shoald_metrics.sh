@@ -126,6 +126,32 @@ gs=$(metric "shoal_allocated_gpu_seconds_total{$CJ}")
 awk -v g="$gs" -v l="$(( (t1 - t0) / 1000000 ))" 'BEGIN { exit !(g > 0 && g <= 2 * l / 1000) }'
 ok $? "its GPU-seconds ($gs) at most 2 GPUs x the time since it started"
 kill "$PID_c0" 2>/dev/null
+# Per-rank series of processes with a world and a split communicator: s1 is world rank 1 of 4
+# and rank 0 of 2 in its split, s0 is world rank 0. Keyed by each page's own rank, the split's
+# rank 0 was added to world rank 0's series; and when the split ended (destroyed, the process
+# living on), its counts left rank 1's sum: a counter that went back.
+SR=$(cred acme splitranks)
+client s0 --tenant acme --job splitranks --cred "$SR" --rank 0 --nranks 4 --set ops:0=3
+client s1 --tenant acme --job splitranks --cred "$SR" --rank 1 --nranks 4 --set ops:0=5 \
+    --set2 ops:0=7 --rank2 0 --nranks2 2 --end2 2
+i=0
+while ! grep -q '^second status=0' "$T/s1.out" 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+scrape >/dev/null
+SJ='tenant="acme",shoal_job="splitranks"'
+RO="shoal_rank_collective_ops_total{$SJ"
+is "$(metric "$RO,rank=\"0\"}"):$(metric "$RO,rank=\"1\"}")" 3:12 \
+    "per-rank series: a process under its world rank, summed over its communicators"
+i=0
+while ! grep -q '^second ended' "$T/s1.out" 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+sleep 1.5 # the agent sees the end and drops the page
+scrape >/dev/null
+is "$(metric "$RO,rank=\"1\"}"):$(metric "shoal_ranks{$SJ}")" 12:2 \
+    "its split communicator ended: rank 1's counter keeps its counts (no reset)"
+kill "$PID_s0" "$PID_s1" 2>/dev/null
 WJ='tenant="acme",shoal_job="we\"ird\\job"'
 is "$(metric "shoal_collective_ops_total{$WJ,collective=\"barrier\"}")" 3 \
     "label values are escaped (quote and backslash)"
