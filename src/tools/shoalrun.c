@@ -845,7 +845,7 @@ static void shoalrun_signal_all(shoalrun_job_t *job, int sig)
 
         if (r->running) {
             shoalrun_signal_rank(r, sig);
-        } else if (sig == SIGKILL && (r->out.fd >= 0 || r->err.fd >= 0)) {
+        } else if (sig == SIGKILL && r->pid > 0 && (r->out.fd >= 0 || r->err.fd >= 0)) {
             kill(-r->pid, SIGKILL); /* what it started still holds its output open */
         }
     }
@@ -1220,6 +1220,14 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     if (job->ranks == NULL || job->envs == NULL || job->env_owned == NULL) {
         fprintf(stderr, "shoalrun: out of memory\n");
         return 1;
+    }
+    for (int i = 0; i < job->opts.nranks; i++) {
+        /* Not started (yet): no pid, no pipes. calloc's zeros were fd 0 and pid 0, so when a
+         * rank could not be started the loop polled and read shoalrun's stdin for the ranks
+         * after it, and the final SIGKILL of "what it started" was kill(-0): shoalrun's own
+         * process group, the shell or script that ran it included. */
+        shoalrun_stream_init(&job->ranks[i].out, -1, 1);
+        shoalrun_stream_init(&job->ranks[i].err, -1, 2);
     }
     for (int i = 0; i < job->opts.nranks; i++) {
         job->envs[i] = shoalrun_env_build(&job->opts, hex, i, &job->env_owned[i]);

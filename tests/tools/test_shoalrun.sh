@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=46
+NTESTS=47
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -375,4 +375,27 @@ rm -f "$T"/qpid.*
     grep -q '^shoalrun: Quit, forwarding it to 2 rank(s)' "$T/err" &&
     [ "$(grep -c '^shoalrun: rank [01] (pid [0-9]*) exited with status 3$' "$T/err")" -eq 2 ]
 ok $? "SIGQUIT is forwarded to every rank, each exits on its own, shoalrun reports them (rc $rc)"
+# 47: a rank that cannot be started (no fds left for its pipes): shoalrun kills the ranks it
+# started, exits 1 and leaves the shell that ran it alone (the unstarted ranks' pid 0 made
+# the final SIGKILL kill(-0): shoalrun's own process group, the shell included; and their
+# fd 0 had the loop read shoalrun's stdin as their output)
+cat > "$T/fdlimit.sh" <<'EOF'
+ulimit -n 64 || exit 99
+echo "stdin-line" | "$1" -n 40 --timeout 60 sh -c 'echo $$ > "$0.$SHOAL_RANK"; exec sleep 30' \
+    "$2/fpid" >"$2/out" 2>"$2/err"
+echo "$?" > "$2/alive"
+EOF
+rm -f "$T/alive"
+timeout -s KILL 60 setsid -w sh "$T/fdlimit.sh" "$SHOALRUN" "$T"
+# a rank killed before its echo leaves an empty file: those that wrote theirs
+fpids=$(find "$T" -name 'fpid.*' -size +0 | tr '\n' ' ')
+# shellcheck disable=SC2086 # the list of files
+i=0; while [ $i -lt 50 ] && ! all_dead $fpids; do sleep 0.1; i=$((i + 1)); done
+# shellcheck disable=SC2086
+[ "$(cat "$T/alive" 2>/dev/null)" = 1 ] && grep -q '^shoalrun: pipe failed' "$T/err" &&
+    [ -n "$fpids" ] && all_dead $fpids && ! grep -q stdin-line "$T/out"
+ok $? "a rank that cannot be started: the others are killed, exit 1, the caller lives (rc $(cat "$T/alive" 2>/dev/null))"
+[ -s "$T/alive" ] || diag_file "$T/err"
+for f in "$T"/fpid.*; do [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+rm -f "$T"/fpid.*
 exit 0
