@@ -755,7 +755,9 @@ static void shoalrun_emit(shoalrun_job_t *job, int rank, int fd, const char *buf
         shoalrun_sink_write(job, fd, buf, len); /* no memory: unprefixed beats lost */
         return;
     }
-    for (size_t i = 0; i < len;) {
+    /* one prefix per line, the empty ones too: a loop while i < len dropped an empty last
+     * line (a lone "\n" from the pipe gave len 0, and "a\n\n" lost its second line) */
+    for (size_t l = 0, i = 0; l < nlines; l++) {
         const char *nl = memchr(buf + i, '\n', len - i);
         size_t end = nl != NULL ? (size_t)(nl - buf) : len;
 

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=47
+NTESTS=48
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -398,4 +398,10 @@ ok $? "a rank that cannot be started: the others are killed, exit 1, the caller 
 [ -s "$T/alive" ] || diag_file "$T/err"
 for f in "$T"/fpid.*; do [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
 rm -f "$T"/fpid.*
+# 48: empty lines arrive: one that ended what a read of the pipe returned was dropped (a lone
+# "\n", the second of "a\n\n"), so a rank's `echo` printed nothing
+run -n 1 --timeout 60 sh -c 'echo; echo x; sleep 0.2; printf "\n"; sleep 0.2; printf "a\n\n"
+    sleep 0.2; echo end'
+is "$rc:$(tr '\n' '|' <"$T/out")" "0:[0] |[0] x|[0] |[0] a|[0] |[0] end|" \
+    "empty lines keep their place, each with its prefix"
 exit 0
