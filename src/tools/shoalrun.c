@@ -983,7 +983,15 @@ static void shoalrun_check_deadlines(shoalrun_job_t *job, double now)
         }
         shoalrun_signal_all(job, SIGKILL);
     }
-    if (job->nrunning == 0 && job->nopen > 0 && job->drain_until == 0) {
+    /* The drain is for what a rank started and left holding its pipes; its clock runs only
+     * while the pipes are read. With SHOALRUN_PEND_MAX queued for a reader that lags they are
+     * not, and closing them when it ran out dropped what the ranks wrote last (lines lost
+     * under `shoalrun ... | slow reader`, exit 0). Told to stop, it runs: what the reader does
+     * not take is dropped. */
+    if (job->nrunning == 0 && job->nopen > 0 &&
+        (job->drain_until == 0 ||
+         (job->signo == 0 && !job->timed_out &&
+          (job->pend[1].len >= SHOALRUN_PEND_MAX || job->pend[2].len >= SHOALRUN_PEND_MAX)))) {
         job->drain_until = now + SHOALRUN_DRAIN_S;
     }
     if (job->drain_until != 0 && now >= job->drain_until) {

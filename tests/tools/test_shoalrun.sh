@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=48
+NTESTS=49
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -404,4 +404,14 @@ run -n 1 --timeout 60 sh -c 'echo; echo x; sleep 0.2; printf "\n"; sleep 0.2; pr
     sleep 0.2; echo end'
 is "$rc:$(tr '\n' '|' <"$T/out")" "0:[0] |[0] x|[0] |[0] a|[0] |[0] end|" \
     "empty lines keep their place, each with its prefix"
+# 49: a reader that lags when the ranks exit gets all they wrote: the last of it, still in
+# their pipes (unread while SHOALRUN_PEND_MAX waited for the reader), was dropped 1 s after
+# they exited (800 KiB: 79455 of 81920 lines, exit 0)
+bad=""
+for kib in 800 820; do
+    got=$(timeout -s KILL 60 "$SHOALRUN" -n 1 --timeout 60 sh -c "yes 123456789 | head -c $((kib * 1024))" \
+          2>"$T/err" | { sleep 3; wc -l; })
+    [ "$got" -eq $((kib * 1024 / 10)) ] || bad="$bad ${kib}KiB:$got"
+done
+is "$bad" "" "a reader 3 s late: every line of 800 and 820 KiB arrives"
 exit 0
