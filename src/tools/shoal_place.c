@@ -105,6 +105,18 @@ static int shoal_place_mkdir(const char *dir)
     return 0;
 }
 
+/* rc, or 1 where stdout did not take everything (a full disk, /dev/full): the plan or the
+ * hostlist was lost and shoal-place still exited 0, so `sbatch --nodelist=$(...)` or a script
+ * went on with nothing. */
+static int shoal_place_done(int rc)
+{
+    if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+        fprintf(stderr, "shoal-place: writing to stdout failed\n");
+        return 1;
+    }
+    return rc;
+}
+
 static int shoal_place_hostlist(int argc, char **argv)
 {
     shoal_hostlist_t hl = {0};
@@ -349,14 +361,14 @@ int main(int argc, char **argv)
     int rc;
 
     if (argc > 1 && strcmp(argv[1], "hostlist") == 0) {
-        return shoal_place_hostlist(argc, argv);
+        return shoal_place_done(shoal_place_hostlist(argc, argv));
     }
     if (argc > 1 && strcmp(argv[1], "simulate") == 0) {
-        return shoal_place_simulate(argc, argv);
+        return shoal_place_done(shoal_place_simulate(argc, argv));
     }
     rc = shoal_place_args(argc, argv, &a);
     if (rc >= 0) {
-        return rc;
+        return shoal_place_done(rc);
     }
     rc = 1;
     if (shoal_place_load(&a, &c, &q) != SHOAL_OK) {
@@ -395,5 +407,5 @@ out:
     shoal_sched_plan_free(&plan);
     shoal_sched_queue_free(&q);
     shoal_sched_cluster_free(&c);
-    return rc;
+    return shoal_place_done(rc);
 }

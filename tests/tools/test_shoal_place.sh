@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=47
+NTESTS=48
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -400,3 +400,16 @@ secs=$( ("$PLACE" --slurm-conf "$T/s.conf" --jobs "$T/many.jobs" --usage "$T/man
                             printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
 [ "$(cat "$T/many.rc")" -eq 0 ] && [ -n "$secs" ] && [ "$secs" -lt 4 ]
 ok $? "--usage of 400,000 rows of 10,000 tenants takes ${secs}s of CPU (under 4)"
+
+# 48: output that stdout does not take (a full disk) is exit 1: a plan, --job --print, a
+# hostlist and a simulation written to /dev/full all exited 0, their output lost
+bad=""
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    >/dev/full 2>"$T/err" && bad="$bad plan"
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --job train --print nodelist >/dev/full 2>/dev/null && bad="$bad print"
+"$PLACE" hostlist expand 'n[1-3]' >/dev/full 2>/dev/null && bad="$bad hostlist"
+"$PLACE" simulate --jobs 50 --leaves 2 --hosts-per-leaf 2 >/dev/full 2>/dev/null &&
+    bad="$bad simulate"
+grep -q '^shoal-place: writing to stdout failed' "$T/err" || bad="$bad message"
+is "$bad" "" "stdout on a full disk: exit 1 and said, for a plan, --print, hostlist, simulate"
