@@ -662,5 +662,11 @@ int main(int argc, char **argv)
         return 1;
     if (qos && shoal_info_print_qos() != 0)
         return 1;
-    return fflush(stdout) == 0 ? 0 : 1;
+    /* ferror too: output larger than stdio's buffer (-c, 34 kB) went out in earlier writes,
+     * whose failure (a full disk, /dev/full) left nothing for fflush to fail on: exit 0 */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "shoal_info: writing to stdout failed\n");
+        return 1;
+    }
+    return 0;
 }

@@ -15,7 +15,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE SHOAL_TRANSPORT \
       SHOAL_UCX_LIBRARY UCX_HANDLE_ERRORS
 
-NTESTS=16
+NTESTS=17
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -97,3 +97,9 @@ else
     grep -Eq '^#   tcp ' "$T/out"
     ok $? "shoal_info -b: lists the transports"
 fi
+
+# 17: shoal_info -c to a full disk is exit 1: its 34 kB went out in earlier writes, whose
+# failure left nothing for the final fflush to fail on (exit 0)
+"$top_builddir/shoal_info" -c >/dev/full 2>"$T/err"; r=$?
+[ "$r" -eq 1 ] && grep -q '^shoal_info: writing to stdout failed' "$T/err"
+ok $? "shoal_info -c to a full disk: exit 1, said (rc $r)"
