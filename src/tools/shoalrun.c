@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -97,6 +98,8 @@ typedef struct {
     sigset_t orig_mask;
     pid_t self;
     int stdin_inherit;   /* rank 0 keeps stdin */
+    struct rlimit nofile0; /* RLIMIT_NOFILE as given: the ranks get it back */
+    int nofile_raised;   /* shoalrun raised its own soft limit */
     int cpus[CPU_SETSIZE]; /* CPUs to pin ranks to (--bind-to), in order */
     int ncpus;           /* 0: ranks are not pinned */
     int nrunning;
@@ -533,6 +536,25 @@ static void shoalrun_plan_binding(shoalrun_job_t *job)
     job->ncpus = n;
 }
 
+/* shoalrun holds two pipes per rank and its root a connection per rank: -n 1024 needs some
+ * 3100 descriptors, and under the usual soft limit of 1024 a job of more than ~500 ranks
+ * failed at "pipe failed: Too many open files" (the help says 1..1024). The soft limit is
+ * raised towards the hard one for shoalrun only: the ranks get the limit it was given (a
+ * program using select() relies on 1024). */
+static void shoalrun_fd_limit(shoalrun_job_t *job)
+{
+    rlim_t need = 3 * (rlim_t)job->opts.nranks + 64;
+    struct rlimit up;
+
+    if (getrlimit(RLIMIT_NOFILE, &job->nofile0) != 0 || job->nofile0.rlim_cur == RLIM_INFINITY ||
+        job->nofile0.rlim_cur >= need) {
+        return;
+    }
+    up = job->nofile0;
+    up.rlim_cur = up.rlim_max != RLIM_INFINITY && up.rlim_max < need ? up.rlim_max : need;
+    job->nofile_raised = up.rlim_cur > job->nofile0.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0;
+}
+
 static void shoalrun_child_exec(shoalrun_job_t *job, int rank, int out_w, int err_w)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
@@ -561,6 +583,11 @@ static void shoalrun_child_exec(shoalrun_job_t *job, int rank, int out_w, int er
     }
     if (out_w >= 0 && (dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)) {
         shoalrun_child_fail("dup2 failed", NULL);
+    }
+    if (job->nofile_raised) {
+        /* last: the other ranks' pipes, closed by execve, are open until then (open() of
+         * /dev/null under the lower limit failed with EMFILE); a raw syscall, as prctl */
+        (void)setrlimit(RLIMIT_NOFILE, &job->nofile0);
     }
     execve(job->path, job->opts.argv, job->envs[rank]);
     shoalrun_child_fail(job->path, shoalrun_exec_why(errno));
@@ -1252,6 +1279,7 @@ static int shoalrun_job_prepare(shoalrun_job_t *job)
     job->stdin_inherit = !isatty(0);
     shoalrun_sink_setup(job);
     shoalrun_plan_binding(job);
+    shoalrun_fd_limit(job);
     return 0;
 }
 
