@@ -1193,7 +1193,7 @@ static void shoalrun_uid_hex(const shoal_uid_t *uid, char *hex)
 static int shoalrun_signals_setup(shoalrun_job_t *job)
 {
     sigset_t set;
-    struct sigaction ign = {.sa_handler = SIG_IGN};
+    struct sigaction ign = {.sa_handler = SIG_IGN}, dfl = {.sa_handler = SIG_DFL};
 
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -1210,6 +1210,10 @@ static int shoalrun_signals_setup(shoalrun_job_t *job)
         return -1;
     }
     sigaction(SIGPIPE, &ign, NULL);
+    /* SIGCHLD ignored, as a parent may pass it through exec, has the kernel reap the ranks
+     * itself: waitpid never saw them, and shoalrun waited for them forever (past --timeout,
+     * and SIGTERM only). The ranks inherit the default too. */
+    sigaction(SIGCHLD, &dfl, NULL);
     job->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (job->sigfd < 0) {
         fprintf(stderr, "shoalrun: signalfd failed: %s\n", strerror(errno));

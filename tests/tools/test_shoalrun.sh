@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=50
+NTESTS=51
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -429,4 +429,13 @@ if [ "$hard" = unlimited ] || [ "$hard" -ge 1864 ]; then
 else
     n=$((n + 1)); echo "ok $n # SKIP hard limit of $hard fds: 600 ranks need 1864"
 fi
+# 51: started with SIGCHLD ignored (a parent's SIG_IGN passes through exec): the kernel reaped
+# the ranks itself, waitpid never saw them, and shoalrun ran on forever after they exited,
+# past its own --timeout (only SIGKILL ended it)
+t0=$(date +%s)
+timeout -s KILL 15 perl -e '$SIG{CHLD} = "IGNORE"; exec @ARGV or die' "$SHOALRUN" -n 2 \
+    --timeout 5 sh -c 'exit $((SHOAL_RANK + 3))' >"$T/out" 2>"$T/err"; rc=$?
+secs=$(($(date +%s) - t0))
+[ "$rc" -eq 4 ] && [ "$secs" -lt 5 ] && grep -q 'rank 1 (pid [0-9]*) exited with status 4' "$T/err"
+ok $? "SIGCHLD ignored by shoalrun's parent: the ranks' statuses are seen, exit 4 (rc $rc, ${secs}s)"
 exit 0
