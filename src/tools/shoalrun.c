@@ -1343,11 +1343,28 @@ static void shoalrun_job_free(shoalrun_job_t *job)
     }
 }
 
+/* fds 0-2 that the caller closed (shoalrun ... >&-) are /dev/null here: the signalfd took the
+ * number 1, the ranks' output was queued for it and polled for room it never had, and the job
+ * never ended; a closed stdin gave rank 0 the signalfd, closed by execve. */
+static void shoalrun_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nfd = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY); /* the lowest: fd */
+
+            if (nfd >= 0 && nfd != fd) {
+                close(nfd);
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     shoalrun_job_t job = {.sigfd = -1, .sink_fd = {0, 1, 2}};
     int rc;
 
+    shoalrun_std_fds();
     if (shoalrun_env_snapshot() != 0) {
         fprintf(stderr, "shoalrun: out of memory\n");
         return 1;

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=51
+NTESTS=52
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -438,4 +438,14 @@ timeout -s KILL 15 perl -e '$SIG{CHLD} = "IGNORE"; exec @ARGV or die' "$SHOALRUN
 secs=$(($(date +%s) - t0))
 [ "$rc" -eq 4 ] && [ "$secs" -lt 5 ] && grep -q 'rank 1 (pid [0-9]*) exited with status 4' "$T/err"
 ok $? "SIGCHLD ignored by shoalrun's parent: the ranks' statuses are seen, exit 4 (rc $rc, ${secs}s)"
+# 52: stdout closed by the caller (cmd >&-): the signalfd took fd 1, the ranks' output was
+# queued for it and polled for room it never had, and the job never ended (killed here at
+# 20 s); with stdin closed, rank 0 got fd 0 closed. /dev/null stands in for them now
+t0=$(date +%s)
+timeout -s KILL 20 "$SHOALRUN" -n 2 sh -c 'echo out; echo err >&2' >&- 2>"$T/err"; rc=$?
+secs=$(($(date +%s) - t0))
+timeout -s KILL 20 "$SHOALRUN" -n 1 sh -c 'cat; echo "cat $?"' <&- >"$T/out" 2>&1; rc2=$?
+[ "$rc" -eq 0 ] && [ "$secs" -lt 10 ] && [ "$(grep -c '^\[[01]\] err$' "$T/err")" -eq 2 ] &&
+    [ "$rc2" -eq 0 ] && grep -q '^\[0\] cat 0$' "$T/out"
+ok $? "stdout or stdin closed by the caller: the job ends, its lines arrive (rc $rc in ${secs}s, $rc2)"
 exit 0
