@@ -122,6 +122,10 @@ static int shoal_place_hostlist(int argc, char **argv)
     shoal_hostlist_t hl = {0};
     int rc = 0;
 
+    if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+        shoal_place_usage(stdout);
+        return 0;
+    }
     if (argc != 4 || (strcmp(argv[2], "expand") != 0 && strcmp(argv[2], "compress") != 0)) {
         shoal_place_usage(stderr);
         return 2;
@@ -156,7 +160,8 @@ static int shoal_place_simulate(int argc, char **argv)
         {"tenants", required_argument, NULL, 't'}, {"leaves", required_argument, NULL, 'l'},
         {"hosts-per-leaf", required_argument, NULL, 'h'}, {"gpus", required_argument, NULL, 'g'},
         {"load", required_argument, NULL, 'L'}, {"out", required_argument, NULL, 'o'},
-        {"no-preempt", no_argument, NULL, 'n'}, {NULL, 0, NULL, 0},
+        {"no-preempt", no_argument, NULL, 'n'}, {"help", no_argument, NULL, 'H'},
+        {NULL, 0, NULL, 0},
     };
     shoal_sched_sim_opts_t o = {.seed = 1, .njobs = 2000, .ntenants = 4, .leaves = 8,
                                 .hosts_per_leaf = 8, .gpus_per_host = 8, .load = 0.9};
@@ -176,6 +181,7 @@ static int shoal_place_simulate(int argc, char **argv)
         case 'L': bad = shoal_place_num("load", optarg, 0.001, 100, &o.load); break;
         case 'o': o.outdir = optarg; break;
         case 'n': o.no_preempt = 1; break;
+        case 'H': shoal_place_usage(stdout); return 0;
         default: shoal_place_usage(stderr); return 2;
         }
         if (bad != 0)

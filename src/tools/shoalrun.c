@@ -598,6 +598,16 @@ static void shoalrun_stream_init(shoalrun_stream_t *s, int fd, int out_fd)
     *s = (shoalrun_stream_t){.fd = fd, .out_fd = out_fd};
 }
 
+static void shoalrun_close_pair(int p[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if (p[i] >= 0) {
+            close(p[i]);
+            p[i] = -1;
+        }
+    }
+}
+
 static int shoalrun_rank_start(shoalrun_job_t *job, int rank)
 {
     shoalrun_rank_t *r = &job->ranks[rank];
@@ -606,11 +616,14 @@ static int shoalrun_rank_start(shoalrun_job_t *job, int rank)
 
     if (job->opts.prefix && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
         fprintf(stderr, "shoalrun: pipe failed: %s\n", strerror(errno));
+        shoalrun_close_pair(outp);
         return -1;
     }
     pid = fork();
     if (pid < 0) {
         fprintf(stderr, "shoalrun: fork failed: %s\n", strerror(errno));
+        shoalrun_close_pair(outp);
+        shoalrun_close_pair(errp);
         return -1;
     }
     if (pid == 0) {
@@ -1051,7 +1064,9 @@ static int shoalrun_poll_timeout(const shoalrun_job_t *job, double now)
     if (at <= now) {
         return 0;
     }
-    return (int)((at - now) * 1000.0) + 1;
+    /* a deadline days away (--timeout takes up to 1e9 s) overflowed int: capped, the loop
+     * comes back and asks again */
+    return (at - now) * 1000.0 >= 3600e3 ? 3600 * 1000 : (int)((at - now) * 1000.0) + 1;
 }
 
 /* Output still queued for shoalrun's stdout or stderr. */

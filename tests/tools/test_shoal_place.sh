@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=48
+NTESTS=49
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -413,3 +413,12 @@ bad=""
     bad="$bad simulate"
 grep -q '^shoal-place: writing to stdout failed' "$T/err" || bad="$bad message"
 is "$bad" "" "stdout on a full disk: exit 1 and said, for a plan, --print, hostlist, simulate"
+
+# 49: --help after a subcommand prints the usage and exits 0 (it said "unrecognized option"
+# and exited 2)
+bad=""
+for sub in simulate hostlist; do
+    "$PLACE" $sub --help >"$T/help.$sub" 2>&1 && grep -q 'shoal-place simulate' "$T/help.$sub" ||
+        bad="$bad $sub"
+done
+is "$bad" "" "shoal-place simulate --help and hostlist --help: the usage, exit 0"
