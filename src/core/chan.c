@@ -259,6 +259,12 @@ shoal_status_t shoal_chan_idle(struct shoal_comm *comm, unsigned *spins_p, uint6
         return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
                                      "aborted by the application while %s", what);
     }
+    if (SHOAL_UNLIKELY(shoal_proxy_stopping(comm))) {
+        /* the proxy runs a call whole and the destroy waits for it: fail it as the proxy
+         * fails its plans in flight (proxy.c) */
+        return shoal_comm_set_failed(comm, SHOAL_ERR_ABORTED, comm->rank,
+                                     "communicator destroyed with collectives in flight");
+    }
     if (SHOAL_UNLIKELY(shoal_comm_dead_peer(comm) >= 0)) {
         int r = shoal_comm_dead_peer(comm);
         if (!comm->dead_grace) {

@@ -343,6 +343,11 @@ SHOAL_HIDDEN shoal_status_t shoal_proxy_post_plan(struct shoal_comm *comm,
 SHOAL_HIDDEN shoal_status_t shoal_proxy_post(struct shoal_comm *comm, shoal_proxy_fn_t fn,
                                              void *arg, size_t arglen, shoal_request_t *req_p);
 SHOAL_HIDDEN void shoal_proxy_stop(struct shoal_comm *comm);
+/* 1 on comm's proxy thread once shoal_comm_destroy stops it: a call that runs whole on the
+ * proxy (a nonblocking call under SHOAL_CHECK_ARGS, a CUDA task) waits in shoal_chan_idle,
+ * which then fails the communicator as the proxy fails the plans in flight, instead of waiting
+ * for peers that may never come (until SHOAL_TIMEOUT_MS). */
+SHOAL_HIDDEN int shoal_proxy_stopping(const struct shoal_comm *comm);
 /* For the CUDA layer (src/cuda): detached requests and one per-communicator extension slot
  * whose fini runs when the proxy stops (shoal_comm_destroy), after every queued request ran
  * or was cancelled. */

@@ -305,12 +305,23 @@ static int shoal_proxy_advance(struct shoal_proxy *px, shoal_status_t fatal,
     return finished;
 }
 
+/* The proxy whose thread this is (NULL on every other thread): shoal_proxy_stopping. */
+static __thread struct shoal_proxy *shoal_proxy_self;
+
+int shoal_proxy_stopping(const struct shoal_comm *comm)
+{
+    struct shoal_proxy *px = shoal_proxy_self;
+    return px != NULL && px->comm == comm && __atomic_load_n(&px->stop, __ATOMIC_ACQUIRE);
+}
+
 static void *shoal_proxy_main(void *arg)
 {
     struct shoal_proxy *px = arg;
     struct shoal_comm *comm = px->comm;
     uint64_t deadline = UINT64_MAX;
     unsigned spins = 0;
+
+    shoal_proxy_self = px;
 
     for (;;) {
         shoal_plan_t *waiting = NULL;

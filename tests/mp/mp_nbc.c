@@ -17,6 +17,9 @@
  *                four calls in flight on two communicators, and each must complete with an
  *                error naming the victim within the deadline (or with the exact result: only
  *                the AllReduce the victim joined, and the broadcast, where it only receives). Each survivor prints "survivor R: ..." lines for run_nbc.sh.
+ *   mp_nbc destroy  rank 0 posts an iallreduce that no other rank joins (they sleep 8 s) and
+ *                destroys the communicator: the destroy fails the call at once with
+ *                SHOAL_ERR_ABORTED (nbc_mode_destroy), under SHOAL_CHECK_ARGS=1 too.
  */
 #include "tests/mp/mptest.h"
 
@@ -660,6 +663,42 @@ static int nbc_mode_kill(const mp_ctx_t *ctx)
     return fails != 0;
 }
 
+/* Rank 0 destroys the communicator with a call in flight that its peers never join; they
+ * stay alive meanwhile. Under SHOAL_CHECK_ARGS=1 the call ran whole on the proxy thread,
+ * inside the blocking exchange of its arguments, which the destroy did not stop: it waited
+ * until the peers exited (8 s here) or SHOAL_TIMEOUT_MS, and the call failed naming a peer. */
+static int nbc_mode_destroy(mp_ctx_t *ctx)
+{
+    float x = 1, y = 0;
+    shoal_request_t req = NULL;
+    shoal_status_t st, wst;
+    double t0, ms;
+    int ok;
+
+    /* the communicator in use before, as an application's would be */
+    st = shoal_barrier(ctx->comm, NULL);
+    if (st != SHOAL_OK) {
+        printf("not ok 1 - barrier: %s\n1..1\n", shoal_status_name(st));
+        return 1;
+    }
+    if (ctx->rank != 0) {
+        sleep(8);
+        return 0;
+    }
+    st = shoal_iallreduce(&x, &y, 1, SHOAL_FLOAT32, SHOAL_SUM, ctx->comm, &req);
+    usleep(100000); /* the proxy is inside the call */
+    t0 = mp_now_ms();
+    shoal_comm_destroy(ctx->comm);
+    ms = mp_now_ms() - t0;
+    ctx->comm = NULL;
+    wst = st == SHOAL_OK ? shoal_wait(&req) : st;
+    ok = st == SHOAL_OK && wst == SHOAL_ERR_ABORTED && ms < 4000;
+    printf("%s 1 - destroy with an iallreduce in flight that no peer joins: %.0f ms, the call "
+           "%s (expected SHOAL_ERR_ABORTED within 4000 ms)\n1..1\n", ok ? "ok" : "not ok", ms,
+           shoal_status_name(wst));
+    return !ok;
+}
+
 int main(int argc, char **argv)
 {
     mp_ctx_t ctx = {0};
@@ -678,9 +717,13 @@ int main(int argc, char **argv)
         rc = nbc_mode_overlap(&ctx);
     } else if (argc > 1 && strcmp(argv[1], "mem") == 0) {
         rc = nbc_mode_mem(&ctx, argc - 2, argv + 2);
+    } else if (argc > 1 && strcmp(argv[1], "destroy") == 0) {
+        rc = nbc_mode_destroy(&ctx);
     } else {
         rc = nbc_mode_ok(&ctx);
     }
-    shoal_comm_destroy(ctx.comm);
+    if (ctx.comm != NULL) {
+        shoal_comm_destroy(ctx.comm);
+    }
     return rc;
 }

@@ -7,7 +7,9 @@
 #    nbc_mode_overlap);
 #  - mem: calls in flight of algorithms that use no scratch take no pool scratch;
 #  - kill: the last rank dies while the others have four calls in flight on two
-#    communicators: every call must complete with an error naming it, within the deadline.
+#    communicators: every call must complete with an error naming it, within the deadline;
+#  - destroy: rank 0 destroys its communicator with a call in flight that no peer joins: the
+#    call fails at once (SHOAL_ERR_ABORTED), under SHOAL_CHECK_ARGS=1 too.
 # Environment: top_builddir (set by make check), NBC_TIMEOUT (seconds per job, default 180),
 # NBC_TIMEOUT_MS (the kill jobs' SHOAL_TIMEOUT_MS, default 5000: it bounds their init and
 # setup too, which a ThreadSanitizer build on a loaded 2-core machine can take longer than;
@@ -111,6 +113,12 @@ mp_job "shm n=4 overlap" 4 "" "$prog" overlap
 # 6 ranks: the alltoall, barrier and Bruck plans use more channels than a plan lists
 # (SHOAL_PLAN_PEERS): they advance step by step, but alone on their communicator.
 mp_job "shm n=6 bruck" 6 "SHOAL_ALGO=bruck" "$prog" ok
+# A destroy with a call in flight that the peers never join fails it at once: under
+# SHOAL_CHECK_ARGS=1 the call runs whole on the proxy, which waited in the arguments' exchange
+# until the peers exited or SHOAL_TIMEOUT_MS (nbc_mode_destroy).
+mp_job "shm n=2 destroy" 2 "SHOAL_TIMEOUT_MS=60000" "$prog" destroy
+mp_job "tcp n=3 destroy check_args" 3 \
+    "SHOAL_TRANSPORT=tcp SHOAL_CHECK_ARGS=1 SHOAL_TIMEOUT_MS=60000" "$prog" destroy
 
 # kill_job LABEL NRANKS TRANSPORT [ALGO [PPN]] (PPN: ranks per virtual host, hostid_wrap.sh)
 kill_job() {
