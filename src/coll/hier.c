@@ -669,8 +669,13 @@ shoal_status_t shoal_hier_allreduce_plan(struct shoal_comm *comm, shoal_coll_pla
     shoal_status_t st;
 
     if (!shoal_hier_applicable(comm, a)) {
-        shoal_warn_once(COLL, "hierarchical AllReduce needs at most %d ranks per host: using "
-                        "the ring", SHOAL_HIER_MAX_LOCAL);
+        if (shoal_hier_map(comm) == NULL) { /* the other ranks may not fall back: say why */
+            shoal_warn_once(COLL, "hierarchical AllReduce: no memory for its host map on rank "
+                            "%d: using the ring", comm->rank);
+        } else {
+            shoal_warn_once(COLL, "hierarchical AllReduce needs at most %d ranks per host: "
+                            "using the ring", SHOAL_HIER_MAX_LOCAL);
+        }
         return shoal_ring_allreduce_plan(comm, cp_p, a, seq, exclusive);
     }
     m = comm->coll->hier;
