@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -269,16 +270,73 @@ class Wiped {
     std::vector<uint8_t> *v_ = nullptr;
 };
 
-// The communicator, destroyed when the backend and every CUDA Work that may still look at its
-// error are gone.
-struct CommRef {
-    shoal_comm_t comm = nullptr;
-    ~CommRef()
+// The communicator, shared by the backend and its Works (which ask it whether it failed). The
+// backend releases it when the group ends (shutdown(), which destroy_process_group calls, or
+// the backend's destructor): it was destroyed only with the last holder, so a Work the script
+// still held (a list of handles, a future) kept the communicator alive, and metered by the
+// node agent, until Python dropped it. A Work that asks after the release finds the failure
+// the communicator had then, if any.
+class CommRef {
+  public:
+    explicit CommRef(shoal_comm_t comm) : comm_(comm) {}
+    CommRef(const CommRef &) = delete;
+    CommRef &operator=(const CommRef &) = delete;
+    ~CommRef() { release(); }
+
+    // comm_failed while it lives, else its failure at the release; *released (when given):
+    // whether it was released.
+    bool failed(std::string *why, bool *released = nullptr)
     {
-        if (comm != nullptr) {
-            shoal_comm_destroy(comm);
+        std::shared_lock<std::shared_mutex> g(mu_);
+        if (released != nullptr) {
+            *released = comm_ == nullptr;
         }
+        if (comm_ == nullptr) {
+            *why = failed_why_;
+            return !failed_why_.empty();
+        }
+        return comm_failed(comm_, why);
     }
+
+    // Runs fn while the communicator cannot be released under it; false (fn not run) once it
+    // was released.
+    bool use(const std::function<void()> &fn)
+    {
+        std::shared_lock<std::shared_mutex> g(mu_);
+        if (comm_ == nullptr) {
+            return false;
+        }
+        fn();
+        return true;
+    }
+
+    // Destroys the communicator now (once); its Works no longer need it.
+    void release()
+    {
+        std::unique_lock<std::shared_mutex> g(mu_);
+        if (comm_ == nullptr) {
+            return;
+        }
+        std::string why;
+        if (comm_failed(comm_, &why)) {
+            failed_why_ = why;
+        }
+        shoal_comm_destroy(comm_);
+        comm_ = nullptr;
+    }
+
+    // In a forked process: the communicator is the parent's (shoal refuses to destroy it
+    // there), the lock a copy of the parent's that one of its threads may hold.
+    void forget()
+    {
+        new (&mu_) std::shared_mutex();
+        comm_ = nullptr;
+    }
+
+  private:
+    std::shared_mutex mu_;
+    shoal_comm_t comm_;
+    std::string failed_why_; // comm_failed's sentence at the release ("": it had not failed)
 };
 
 // A Work of CPU tensors, run by the backend's worker thread. wait() returns when the worker
@@ -346,9 +404,16 @@ class ShoalWork : public c10d::Work {
                 break;
             }
             std::string why;
+            bool released = false;
             lock.unlock();
-            bool failed = comm_failed(comm_->comm, &why);
+            bool failed = comm_->failed(&why, &released);
             lock.lock();
+            if (!failed && released) {
+                // not seen so far: the group completes or fails every work before it releases
+                // the communicator, so this one's end is on its way
+                failed = true;
+                why = "the process group was destroyed";
+            }
             if (completed_) {
                 break; // the worker's own error (or result) comes first
             }
@@ -500,7 +565,7 @@ class ShoalCudaWork : public c10d::Work {
             auto deadline = std::chrono::steady_clock::now() + timeout;
             while (!isCompleted()) {
                 std::string why;
-                if (comm_failed(comm_->comm, &why)) { // a dead peer: now, not at the deadline
+                if (comm_->failed(&why)) { // a dead peer: now, not at the deadline
                     C10_THROW_ERROR(DistBackendError,
                                     who_ + ": " + title_ + " on " + dev_.str() +
                                         " cannot complete, the communicator failed (its stream "
@@ -533,7 +598,7 @@ class ShoalCudaWork : public c10d::Work {
         }
         std::string why;
         std::exception_ptr err;
-        if (comm_failed(comm_->comm, &why)) {
+        if (comm_->failed(&why)) {
             err = make_error(who_ + ": " + title_ + " on " + dev_.str() +
                              " ran on a communicator that failed (its stream was released, the "
                              "results are undefined): " + why);
@@ -592,8 +657,7 @@ class ShoalBackend : public c10d::Backend {
             }
         }
         check_init(st, "shoal_comm_init");
-        comm_ref_ = std::make_shared<CommRef>();
-        comm_ref_->comm = comm_;
+        comm_ref_ = std::make_shared<CommRef>(comm_);
         worker_ = std::thread([this] { run_worker(); });
     }
 
@@ -602,7 +666,7 @@ class ShoalBackend : public c10d::Backend {
         if (forked()) {
             forget_parent_threads();
             // the communicator is the parent's: shoal would refuse to destroy it here
-            comm_ref_->comm = nullptr;
+            comm_ref_->forget();
             return;
         }
         {
@@ -615,7 +679,7 @@ class ShoalBackend : public c10d::Backend {
         }
         stop_completers();
         done_.clear();
-        comm_ref_.reset(); // destroys the communicator unless a CUDA Work still holds it
+        comm_ref_->release(); // a Work still held does not keep it
     }
 
     const std::string getBackendName() const override { return "shoal"; }
@@ -626,16 +690,15 @@ class ShoalBackend : public c10d::Backend {
     void abort() override
     {
         refuse_if_forked("abort");
-        if (comm_ != nullptr) {
-            shoal_comm_abort(comm_);
-        }
+        (void)comm_ref_->use([this] { shoal_comm_abort(comm_); });
     }
     // torch's destroy_process_group calls it, for a normal end. It did nothing: the operations
     // still queued or running waited for their peers until the group's timeout (30 minutes
     // by default), and so did every thread waiting for them. Now, when any is left, the
     // communicator is aborted (shoal tells the peers: their calls with this rank fail at once),
     // the running one fails, the queued ones fail without running, and the worker ends; an
-    // idle group aborts nothing. Every later call on the group raises.
+    // idle group aborts nothing. Then the communicator is destroyed, whoever still holds the
+    // backend or its Works. Every later call on the group raises.
     void shutdown() override
     {
         if (forked()) {
@@ -667,6 +730,8 @@ class ShoalBackend : public c10d::Backend {
                       "batch ended");
         if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) {
             worker_.join();
+            // every CPU work has its outcome: the communicator is no one's now
+            comm_ref_->release();
         }
         {
             std::lock_guard<std::mutex> g(mu_);
@@ -1373,10 +1438,21 @@ class ShoalBackend : public c10d::Backend {
         // the host for it: a device-side wait there stalled shoal's own device work)
         void *s = stream.stream() != nullptr ? static_cast<void *>(stream.stream())
                                              : static_cast<void *>(cudaStreamLegacy);
-        std::string why;
-        shoal_status_t st = fn(s, &why);
-        if (st != SHOAL_OK) {
-            C10_THROW_ERROR(DistBackendError, failure(st, why, true));
+        std::string why, err;
+        // the communicator stays while the call is issued (a shutdown on another thread)
+        bool issued = comm_ref_->use([&] {
+            shoal_status_t st = fn(s, &why);
+            if (st != SHOAL_OK) {
+                err = failure(st, why, true);
+            }
+        });
+        if (!issued) { // released by shutdown() since enqueue's check
+            C10_THROW_ERROR(DistBackendError, who() + ": " + op_name(title) +
+                                                  ": the process group was shut down "
+                                                  "(destroy_process_group)");
+        }
+        if (!err.empty()) {
+            C10_THROW_ERROR(DistBackendError, err);
         }
         // The caching allocator must not hand these blocks out again before the stream passed
         // the call (a tensor allocated on another stream and freed meanwhile).
@@ -1669,7 +1745,7 @@ class ShoalBackend : public c10d::Backend {
 
     pid_t owner_ = getpid(); // the process that made it (forked())
     shoal_comm_t comm_ = nullptr;
-    std::shared_ptr<CommRef> comm_ref_; // owns comm_ (CUDA Works share it)
+    std::shared_ptr<CommRef> comm_ref_; // owns comm_ (its Works share it)
     std::chrono::milliseconds timeout_;
     std::mutex mu_;
     std::condition_variable cv_;

@@ -152,6 +152,58 @@ def shutdown_pending(res, gloo):
         res["shutdown_pending"] = res["call_after_shutdown"] = "ok"
 
 
+def _live_comms():
+    """The shoal communicators alive in this process: each holds its meter page (a memfd
+    named shoal-meter, which the node agent meters it by) until it is destroyed."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink("/proc/self/fd/" + fd).startswith("/memfd:shoal-meter")
+        except OSError:  # the listing's own descriptor, gone by now
+            pass
+    return n
+
+
+def destroy_releases_comm(res):
+    """destroy_process_group of a group whose Works (and their futures) the script still
+    holds, one finished and one receive pending at the destroy: every Work held the
+    communicator, so it stayed alive, and metered, until Python dropped the last of them (a
+    training loop's handles, kept in a list, kept it for the life of the process). The destroy
+    now releases it; the held Works still answer: the finished one's wait() returns and its
+    future holds its tensor, the aborted one's wait() and future raise, none hangs."""
+    gc.collect()  # what earlier cases left
+    before = _live_comms()
+    sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
+    done = dist.all_reduce(torch.ones(2), group=sub, async_op=True)
+    done.wait()
+    pend = dist.irecv(torch.zeros(4), src=1 - R, group=sub)  # never sent
+    futs = (done.get_future(), pend.get_future())
+    alive = _live_comms()
+    dist.destroy_process_group(sub)
+    del sub
+    gc.collect()
+    left = _live_comms()
+    if alive != before + 1 or left != before:
+        res["destroy_releases_comm"] = ("%d communicators before the group, %d with it, %d "
+                                        "after its destroy" % (before, alive, left))
+    else:
+        res["destroy_releases_comm"] = "ok"
+
+    def answers():
+        t0 = time.monotonic()
+        if not done.wait(timeout=timedelta(seconds=TIMEOUT_S)):
+            return "the finished work's wait() returned False"
+        if futs[0].wait()[0].tolist() != [2.0, 2.0]:
+            return "the finished work's future holds %s" % futs[0].value()
+        for what, fn in (("wait()", pend.wait), ("future", futs[1].wait)):
+            v = expect(dist.DistBackendError, [], fn)
+            if v != "ok":
+                return "the aborted receive's %s: %s" % (what, v)
+        took = time.monotonic() - t0
+        return "ok" if took < TIMEOUT_S / 2 else "took %.1f s" % took
+    res["destroyed_works_answer"] = works(answers)
+
+
 def forked_child(res):
     """A process forked after the group was made (a DataLoader worker, a subprocess started
     with fork) holds a copy of the backend but not its threads: a collective there was queued
@@ -425,6 +477,7 @@ def main():
         batch_torch_raised(res)
         res["wait_inside_batch"] = wait_inside_batch()
         shutdown_pending(res, gloo)
+        destroy_releases_comm(res)
         forked_child(res)
         callback_drops_backend(res, gloo)
         res["call_racing_shutdown"] = call_racing_shutdown()
