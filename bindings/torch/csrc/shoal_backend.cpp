@@ -45,12 +45,15 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
+#include <pthread.h>
 #include <unistd.h>
 
 extern "C" {
@@ -339,6 +342,14 @@ class CommRef {
     std::string failed_why_; // comm_failed's sentence at the release ("": it had not failed)
 };
 
+class ShoalWork;
+
+// The CPU Works whose futures are not marked yet, for settle_forked_works: in a forked process
+// the threads that would mark them are the parent's. The lock is held across fork()
+// (pthread_atfork), so that the child's copy of the set is whole.
+std::mutex g_unmarked_mu;
+std::unordered_set<ShoalWork *> g_unmarked;
+
 // A Work of CPU tensors, run by the backend's worker thread. wait() returns when the worker
 // finished it (raising its error) and its future is marked, or raises at once when the
 // communicator failed meanwhile (a dead peer, seen by shoal_comm_get_async_error without
@@ -361,6 +372,14 @@ class ShoalWork : public c10d::Work {
                 cv_.notify_all();
             },
             false);
+        std::lock_guard<std::mutex> g(g_unmarked_mu);
+        g_unmarked.insert(this);
+    }
+
+    ~ShoalWork() override
+    {
+        std::lock_guard<std::mutex> g(g_unmarked_mu);
+        g_unmarked.erase(this);
     }
 
     std::vector<at::Tensor> result() override { return outputs_; }
@@ -477,6 +496,29 @@ class ShoalWork : public c10d::Work {
         } else {
             future_->markCompleted(c10::IValue(outputs_));
         }
+        std::lock_guard<std::mutex> g(g_unmarked_mu);
+        g_unmarked.erase(this);
+    }
+
+    bool forked() const { return getpid() != owner_; }
+
+    // In a process forked while its future was not marked (settle_forked_works, right after
+    // the fork): nothing here would ever mark it, so a future taken before the fork (or one
+    // chained on it) waited for ever. It is marked now: with the work's outcome when the
+    // worker had finished it before the fork (its outputs are in this process's copy), else
+    // with the error that wait() raises here.
+    void settle_forked()
+    {
+        // the copies of the parent's lock and condition variable, which its threads may have
+        // held or waited on: made anew, without their destructors
+        new (&mutex_) std::mutex();
+        new (&cv_) std::condition_variable();
+        if (!isCompleted()) {
+            finish(make_error(forked_message()));
+        }
+        if (!future_->completed()) {
+            mark_future(exception());
+        }
     }
 
   private:
@@ -486,12 +528,15 @@ class ShoalWork : public c10d::Work {
     // not yet marked at the fork, waited for ever for the mark.
     void refuse_if_forked_pending() const
     {
-        if ((!completed_ || !marked_) && getpid() != owner_) {
-            C10_THROW_ERROR(DistBackendError,
-                            who_ + ": " + title_ + " was issued by process " +
-                                std::to_string(owner_) + ", which forked this one while it "
-                                "was pending: it completes there, not here");
+        if ((!completed_ || !marked_) && forked()) {
+            C10_THROW_ERROR(DistBackendError, forked_message());
         }
+    }
+
+    std::string forked_message() const
+    {
+        return who_ + ": " + title_ + " was issued by process " + std::to_string(owner_) +
+               ", which forked this one while it was pending: it completes there, not here";
     }
 
     std::vector<at::Tensor> outputs_;
@@ -503,6 +548,26 @@ class ShoalWork : public c10d::Work {
     bool marked_ = false; // its future is marked (under mutex_)
     pid_t owner_ = getpid(); // the process that issued it
 };
+
+// Right after a fork, in the child (shoal_torch registers it with os.register_at_fork, so that
+// the futures' then-callbacks run where Python is ready for them): marks the futures of the
+// CPU Works the parent had not marked (ShoalWork::settle_forked).
+void settle_forked_works()
+{
+    std::vector<c10::intrusive_ptr<ShoalWork>> works;
+    {
+        std::lock_guard<std::mutex> g(g_unmarked_mu);
+        for (ShoalWork *w : g_unmarked) {
+            // one a parent's thread was destroying at the fork is left alone
+            if (w->forked() && c10::raw::intrusive_ptr::use_count(w) > 0) {
+                works.push_back(c10::intrusive_ptr<ShoalWork>::unsafe_reclaim_from_nonowning(w));
+            }
+        }
+    }
+    for (auto &w : works) { // not under the lock: marking erases them, callbacks make more
+        w->settle_forked();
+    }
+}
 
 #ifdef SHOAL_TORCH_CUDA
 // A Work of CUDA tensors: the operation is on its stream; the event recorded behind it marks
@@ -1950,6 +2015,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
         },
         py::arg("backend"), py::call_guard<py::gil_scoped_release>());
     m.def("version", [] { return std::string(shoal_version_string()); });
+    // Marks, in a forked child, the futures of the CPU Works its parent had pending (see
+    // settle_forked_works); shoal_torch calls it through os.register_at_fork.
+    m.def("settle_forked_works", &shoal_torch::settle_forked_works,
+          py::call_guard<py::gil_scoped_release>());
+    // the set of unmarked Works is copied whole into a forked child
+    static int atfork = pthread_atfork([] { shoal_torch::g_unmarked_mu.lock(); },
+                                       [] { shoal_torch::g_unmarked_mu.unlock(); },
+                                       [] { shoal_torch::g_unmarked_mu.unlock(); });
+    (void)atfork;
     // True when this extension takes CUDA tensors (stream-ordered calls on the current stream)
     m.def("cuda_built", [] { return shoal_torch::kCudaBuilt; });
 }

@@ -279,3 +279,7 @@ for _k in _UNUSED_SECRETS:
     os.environ.pop(_k, None)
 _register()
 _install_batch_guard()
+# A future taken from a CPU work before a fork waited for ever in the child (its worker and
+# completion threads are the parent's): the child marks it (the work's outcome, or an error
+# that says the work completes in the parent) as soon as the fork returns.
+os.register_at_fork(after_in_child=_C.settle_forked_works)

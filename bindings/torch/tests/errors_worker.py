@@ -215,11 +215,16 @@ def forked_child(res):
     coalescing entry points had no check at all.
     Now the collective, that wait and the coalescing calls raise at once saying why,
     destroying the group and dropping the backend return, and the parent's group still
-    works. abort() raises there too (it returned as if it had aborted the group)."""
+    works. abort() raises there too (it returned as if it had aborted the group).
+    A future taken from the pending work before the fork (and one chained on it with then())
+    waited for ever in the child: nothing there would ever mark it. The fork now fails it in
+    the child (it completes in the parent, with the data)."""
     sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=TIMEOUT_S))
     dist.all_reduce(torch.ones(2), group=sub)  # the worker thread has run
     # pending at the fork: rank 1 sends only after its child ended
     pend = dist.irecv(torch.zeros(4), src=1, group=sub) if R == 0 else None
+    pre = pend.get_future() if pend else None
+    chained = pre.then(lambda f: f.value()[0] + 1) if pre else None
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -253,6 +258,17 @@ def forked_child(res):
             del sub  # the last reference: the backend's destructor runs
             gc.collect()
             os.write(wfd, b"released\n")
+            got = ["waited 3 s"]
+
+            def wait_pre():  # on a thread: a future never marked waits for ever
+                v = expect(dist.DistBackendError, ["forked"], pre.wait)
+                # torch's then(): the callback's error (f.value() raised) as RuntimeError
+                got[0] = v if v != "ok" else expect(RuntimeError, ["forked"], chained.wait)
+            if pre:
+                th = threading.Thread(target=wait_pre, daemon=True)
+                th.start()
+                th.join(3)
+            os.write(wfd, ("prefuture:" + (got[0] if pre else "ok") + "\n").encode())
         finally:
             os._exit(0)
     os.close(wfd)
@@ -266,15 +282,24 @@ def forked_child(res):
         os.waitpid(pid, 0)
     with os.fdopen(rfd) as f:
         lines = f.read().split("\n")
-    if hung or lines[:8] != ["call:ok", "pending:ok", "future:ok", "start:ok", "end:ok",
-                             "abort:ok", "destroyed", "released"]:
+    if lines[:8] != ["call:ok", "pending:ok", "future:ok", "start:ok", "end:ok",
+                     "abort:ok", "destroyed", "released"]:
         res["forked_child"] = "child %s, said %s" % ("hung" if hung else "ended", lines)
     else:
         res["forked_child"] = "ok"
+    if hung or lines[8:9] != ["prefuture:ok"]:
+        res["future_before_fork"] = "child %s, said %s" % ("hung" if hung else "ended",
+                                                          lines[8:])
+    else:
+        res["future_before_fork"] = "ok"
     if R == 1:
         dist.send(torch.ones(4), dst=0, group=sub)
     else:
         pend.wait()
+        # in the parent the future taken before the fork completes, with the data
+        got = [pre.wait()[0].tolist(), chained.wait().tolist()]
+        if got != [[1.0] * 4, [2.0] * 4] and res["future_before_fork"] == "ok":
+            res["future_before_fork"] = "in the parent: got %s" % got
     u = torch.full((4,), float(R + 1))
     dist.all_reduce(u, group=sub)
     res["usable_after_fork"] = "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()

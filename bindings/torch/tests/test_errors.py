@@ -13,7 +13,7 @@ CASES = ["bitwise_BAND", "bitwise_BOR", "bitwise_BXOR", "premul_sum", "complex_s
          "broadcast_after_torch_raised", "all_reduce_after_torch_raised",
          "batch_after_torch_raised", "wait_inside_batch", "shutdown_pending",
          "call_after_shutdown", "destroy_releases_comm", "destroyed_works_answer",
-         "forked_child", "usable_after_fork",
+         "forked_child", "future_before_fork", "usable_after_fork",
          "callback_drops_backend", "call_racing_shutdown"]
 DETAIL_CASES = ["shape_mismatch", "usable_after_shape_mismatch"]
 # run with SHOAL_CHECK_ARGS=1 (shoal refuses a call whose counts differ across the ranks)
