@@ -585,8 +585,8 @@ class ShoalCudaWork : public c10d::Work {
                   std::shared_ptr<CommRef> comm, std::string who,
                   std::chrono::milliseconds timeout)
         : c10d::Work(rank, type, title), outputs_(std::move(outputs)), dev_(dev),
-          comm_(std::move(comm)), who_(std::move(who)), title_(op_name(title)),
-          timeout_(timeout)
+          stream_(stream), comm_(std::move(comm)), who_(std::move(who)),
+          title_(op_name(title)), timeout_(timeout)
     {
         event_.record(stream);
         future_ = c10::make_intrusive<c10::ivalue::Future>(
@@ -597,6 +597,9 @@ class ShoalCudaWork : public c10d::Work {
 
     std::vector<at::Tensor> result() override { return outputs_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    c10::Device device() const { return dev_; }
+    // the stream the operation was issued on (its event follows it there)
+    const c10::cuda::CUDAStream &stream() const { return stream_; }
     // c10d::Work::getTimeout is virtual in newer torch (2.15 has it, 2.11 does not): without
     // `override` this overrides it where it exists and is a plain member elsewhere.
     std::chrono::milliseconds getTimeout() const { return timeout_; }
@@ -674,6 +677,7 @@ class ShoalCudaWork : public c10d::Work {
 
     std::vector<at::Tensor> outputs_;
     c10::Device dev_;
+    c10::cuda::CUDAStream stream_;
     std::shared_ptr<CommRef> comm_;
     std::string who_;
     std::string title_;
@@ -682,6 +686,70 @@ class ShoalCudaWork : public c10d::Work {
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     std::mutex settle_mu_;
     std::atomic<bool> settled_{false};
+};
+
+// A batch (torch's coalescing manager: batch_isend_irecv) of CPU and CUDA operations: the CPU
+// ones run on the worker as one batch (cpu), the CUDA ones were issued at once on their
+// stream (cuda: the last one's Work, whose event follows them all). endCoalescing returned
+// the CPU batch's Work alone, and batch_isend_irecv returns only what endCoalescing does: its
+// wait() neither waited for the CUDA operations nor ordered the caller's stream after them
+// (a CUDA receive's tensor was read before its data came), and result() and the future held
+// the CPU tensors only. This Work covers both: wait() orders the current stream after the
+// CUDA part, as ShoalCudaWork's, then waits for the CPU part; its future, CUDA-aware as
+// ShoalCudaWork's, is marked when the CPU part's is, in stream order after the CUDA part.
+class ShoalMixedWork : public c10d::Work {
+  public:
+    ShoalMixedWork(int rank, c10::intrusive_ptr<ShoalWork> cpu,
+                   c10::intrusive_ptr<ShoalCudaWork> cuda)
+        : c10d::Work(rank, c10d::OpType::COALESCED, "shoal:coalesced"), cpu_(std::move(cpu)),
+          cuda_(std::move(cuda))
+    {
+        std::vector<at::Tensor> outputs = result();
+        future_ = c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()),
+            std::vector<c10::Device>{cuda_->device()});
+        auto fut = future_;
+        c10::cuda::CUDAStream stream = cuda_->stream();
+        cpu_->getFuture()->addCallback([fut, outputs, stream](c10::ivalue::Future &f) {
+            if (f.hasError()) {
+                fut->setError(f.exception_ptr());
+                return;
+            }
+            c10::cuda::CUDAStreamGuard guard(stream); // its events go behind the CUDA part
+            fut->markCompleted(c10::IValue(outputs));
+        });
+    }
+
+    std::vector<at::Tensor> result() override
+    {
+        std::vector<at::Tensor> all = cpu_->result();
+        for (auto &t : cuda_->result()) {
+            all.push_back(t);
+        }
+        return all;
+    }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    bool isCompleted() override { return cuda_->isCompleted() && cpu_->isCompleted(); }
+    void synchronize() override { cuda_->synchronize(); }
+
+    // Either part's error is raised; the CPU part gets what is left of the timeout.
+    bool wait(std::chrono::milliseconds timeout) override
+    {
+        auto start = std::chrono::steady_clock::now();
+        cuda_->wait(timeout);
+        if (timeout != ::kNoTimeout) {
+            auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - start);
+            // at least 1 ms: 0 is kNoTimeout
+            timeout = std::max(std::chrono::milliseconds(1), timeout - spent);
+        }
+        return cpu_->wait(timeout);
+    }
+
+  private:
+    c10::intrusive_ptr<ShoalWork> cpu_;
+    c10::intrusive_ptr<ShoalCudaWork> cuda_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 #endif
 
@@ -1179,7 +1247,8 @@ class ShoalBackend : public c10d::Backend {
     // at once. Run one after the other, a send larger than shoal's transport buffers waits for
     // its receiver, so two ranks that both send first waited for each other until the group's
     // timeout. Each operation's Work completes when the batch does. Operations on CUDA tensors
-    // are issued at once, stream-ordered, as outside a batch.
+    // are issued at once, stream-ordered, as outside a batch; the batch's Work covers them too
+    // (ShoalMixedWork).
     bool supportsCoalescing() const override { return true; }
 
     // The coalescing entry points refuse a forked process as enqueue does: the batch state and
@@ -1229,11 +1298,22 @@ class ShoalBackend : public c10d::Backend {
             }
         }
         auto tasks = std::make_shared<std::vector<Task>>(std::move(batch));
-        return enqueue(c10d::OpType::COALESCED, "shoal:coalesced", std::move(outputs),
-                       [tasks, this](void *, std::string *why) {
-                           return run_batch(*tasks, why);
-                       },
-                       {}, false);
+        auto work = enqueue(c10d::OpType::COALESCED, "shoal:coalesced", std::move(outputs),
+                            [tasks, this](void *, std::string *why) {
+                                return run_batch(*tasks, why);
+                            },
+                            {}, false);
+#ifdef SHOAL_TORCH_CUDA
+        if (cuda_work) { // CPU tensors: a ShoalWork; cuda_work came from run_cuda
+            return c10::make_intrusive<ShoalMixedWork>(
+                getRank(),
+                c10::intrusive_ptr<ShoalWork>::unsafe_reclaim_from_nonowning(
+                    static_cast<ShoalWork *>(work.get())),
+                c10::intrusive_ptr<ShoalCudaWork>::unsafe_reclaim_from_nonowning(
+                    static_cast<ShoalCudaWork *>(cuda_work.get())));
+        }
+#endif
+        return work;
     }
 
     // Abandons the batch open on this backend (see abandon_batch); true when one was open.

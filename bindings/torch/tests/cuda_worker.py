@@ -2,8 +2,9 @@
 
   ops     every operation x dtype on CUDA tensors, against the exact result and against the
           same operation on CPU tensors through shoal (the CPU reference); then CUDA futures,
-          mixed devices, and last stream order (a side stream), the caching allocator
-          (recordStream). Each verdict is printed as it comes (VERDICT lines).
+          mixed devices, a batch of CPU and CUDA tensors, and last stream order (a side
+          stream), the caching allocator (recordStream). Each verdict is printed as it comes
+          (VERDICT lines).
   ddp     DDP on CUDA over shoal vs DDP on the CPU over Gloo, same model and data.
   fail    rank 1 dies; rank 0's CUDA collectives must raise, naming it, within the timeout.
   cpu     (runs without a GPU) CPU collectives of a CUDA build never initialise CUDA; a CUDA
@@ -216,6 +217,45 @@ def mixed(dev):
     return "did not raise"
 
 
+def mixed_batch(dev):
+    """batch_isend_irecv of CPU and CUDA tensors issued on a side stream behind a long kernel:
+    the one Work it returns must cover both kinds. It was the CPU batch's alone: result() and
+    its future held the CPU tensors only, and its wait() did not order the caller's stream
+    after the CUDA receive, so the default stream could read the buffer before the data."""
+    if N == 1:
+        return "ok"
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    cpu_out, cpu_in = torch.full((64,), float(R)), torch.zeros(64)
+    gpu_out = torch.full((1 << 16,), float(R + 10), device=dev)
+    gpu_in = torch.zeros(1 << 16, device=dev)
+    # the CUDA pair in an order that needs no buffering: even ranks send first
+    gpu_ops = [dist.P2POp(dist.isend, gpu_out, nxt), dist.P2POp(dist.irecv, gpu_in, prv)]
+    ops = [dist.P2POp(dist.isend, cpu_out, nxt), dist.P2POp(dist.irecv, cpu_in, prv)]
+    ops += gpu_ops if R % 2 == 0 else gpu_ops[::-1]
+    s = torch.cuda.Stream(device=dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(int(3e8))  # ~0.1-0.2 s of GPU time before the CUDA operations
+        reqs = dist.batch_isend_irecv(ops)
+    for q in reqs:
+        q.wait()  # the default stream waits for the CUDA part, the host for the CPU part
+    got = gpu_in.clone()  # on the default stream
+    value = [t.data_ptr() for q in reqs for t in q.get_future().wait()]
+    torch.cuda.synchronize(dev)
+    held = sorted(t.data_ptr() for q in reqs for t in q.result())
+    want = sorted(t.data_ptr() for t in (cpu_out, cpu_in, gpu_out, gpu_in))
+    if held != want:
+        return "the batch's Works hold %d of its 4 tensors" % len(held)
+    if sorted(value) != want:
+        return "the batch's futures hold %d of its 4 tensors" % len(value)
+    if not torch.equal(cpu_in, torch.full((64,), float(prv))):
+        return "CPU receive got %s" % cpu_in[:4].tolist()
+    if not bool((got == prv + 10).all()):
+        return "default stream read %s, want %s: wait() did not order it" % (
+            got[:4].tolist(), prv + 10)
+    return "ok"
+
+
 def record(res, name, fn):
     """res[name] = fn's verdict, also printed at once ("VERDICT name json"): if a later case
     hangs, test_cuda.py still has this one's, and the harness sees the launch progress."""
@@ -242,6 +282,7 @@ def ops_mode(dev, gloo):
     record(res, "cuda-interleaved_cpu",
            lambda: ("ok" if bool((a == want).all()) and bool((b.cpu() == want).all())
                     else "got %s / %s" % (a[0].item(), b[0].item())))
+    record(res, "cuda-mixed_batch", lambda: mixed_batch(dev))
     # Last: a side stream holding the call while the default stream waits on its event (the
     # shape not yet seen working on a GPU; if it hangs, the cases above have their verdicts).
     record(res, "cuda-side_stream", lambda: side_stream(dev))

@@ -9,7 +9,8 @@ Where a GPU exists: every operation x dtype on CUDA tensors for 1, 2 and 4 ranks
 exact result and the same operation on CPU tensors; a side stream (wait() orders the caller's
 stream after the collective without blocking the host, is_completed() follows the stream);
 the caching allocator does not reuse a pending collective's block; CUDA futures chain;
-mixed CPU/CUDA calls are refused; DDP on CUDA over shoal against DDP on the CPU over Gloo;
+mixed CPU/CUDA calls are refused; a batch_isend_irecv of CPU and CUDA tensors returns a Work
+that covers both; DDP on CUDA over shoal against DDP on the CPU over Gloo;
 a dead rank makes the survivor's CUDA collectives raise within the timeout."""
 import json
 import os
@@ -109,7 +110,7 @@ def _ops(n):
 CUDA_CASES = ["cuda-" + case_name(op, dt, n) for n in CUDA_SIZES for op in OPS for dt in DTYPES]
 CUDA_CASES += ["cuda-%s-ws%d" % (c, n) for n in CUDA_SIZES
                for c in ("side_stream", "record_stream", "future_then", "mixed_devices",
-                         "usable_after_mixed", "interleaved_cpu")]
+                         "usable_after_mixed", "interleaved_cpu", "mixed_batch")]
 
 
 @needs_gpu
