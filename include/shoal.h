@@ -323,7 +323,8 @@ SHOAL_EXPORT shoal_status_t shoal_group_end(void);
  * one communicator that share a channel run one after the other, in issue order). The
  * buffers must stay untouched until the request completes. A failure (a peer lost, the
  * deadline SHOAL_TIMEOUT_MS without progress, shoal_comm_abort) completes every request in
- * flight with the error; shoal_comm_last_error names the rank. */
+ * flight with the error; shoal_comm_last_error names the rank. A call that is refused
+ * (an error status) sets *req_p to NULL, a completed request. */
 SHOAL_EXPORT shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
                                              shoal_dtype_t dtype, shoal_op_t op,
                                              shoal_comm_t comm, shoal_request_t *req_p);

@@ -287,6 +287,9 @@ static shoal_status_t shoal_api_icall(shoal_comm_t comm, const shoal_coll_args_t
         shoal_error(COLL, "%s: NULL request pointer", name);
         return shoal_api_refused(comm, SHOAL_ERR_INVALID_ARG);
     }
+    /* A refused call leaves a completed request: a later wait on it, which a caller's
+     * cleanup path does without looking at the status, waited on whatever was there. */
+    *req_p = NULL;
     st = shoal_api_check_comm(comm, NULL);
     if (st == SHOAL_OK) {
         st = shoal_api_check_args(comm, a);

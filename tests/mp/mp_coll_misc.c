@@ -1018,6 +1018,12 @@ static void mp_invalid_misc(const mp_ctx_t *c, int g)
                  SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_iallreduce(x, x + 1, 2, SHOAL_INT32, SHOAL_SUM, comm, &req),
                  SHOAL_ERR_INVALID_ARG);
+    /* a refused call leaves a completed request, whatever the variable held */
+    req = (shoal_request_t)(uintptr_t)0x5a5a;
+    MP_EXPECT_ST(g, shoal_ibarrier(NULL, &req), SHOAL_ERR_INVALID_ARG);
+    mp_case(g, req == NULL, c->rank, "a refused shoal_ibarrier sets the request to NULL (%p)",
+            (void *)req);
+    req = NULL;
     MP_EXPECT_ST(g, shoal_test(NULL, &done), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_test(&req, NULL), SHOAL_ERR_INVALID_ARG);
     MP_EXPECT_ST(g, shoal_wait(NULL), SHOAL_ERR_INVALID_ARG);
