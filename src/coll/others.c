@@ -364,6 +364,15 @@ static int shoal_p2p_post_batch(shoal_p2p_batch_t *b, shoal_tl_req_t *reqs, shoa
 }
 
 /* The peer of the first request of rp[0..n) not done yet (-1: none). */
+static int shoal_p2p_npending(shoal_tl_req_t **rp, int n)
+{
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        pending += rp[i] != NULL && !__atomic_load_n(&rp[i]->done, __ATOMIC_ACQUIRE);
+    }
+    return pending;
+}
+
 static int shoal_p2p_first_pending(shoal_tl_req_t **rp, const int *peers, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -381,7 +390,8 @@ static int shoal_p2p_first_pending(shoal_tl_req_t **rp, const int *peers, int n)
  * batch is over; the others go on: their peers wait for them. */
 static void shoal_p2p_wait_batches(shoal_p2p_batch_t *b, int nb, shoal_tl_req_t **rp,
                                    int *peers, const int *off, const int *posted,
-                                   uint64_t *deadline, unsigned *spins, uint8_t *over)
+                                   uint64_t *deadline, int *npending, unsigned *spins,
+                                   uint8_t *over)
 {
     for (;;) {
         int left = 0, progressed = 0;
@@ -405,8 +415,15 @@ static void shoal_p2p_wait_batches(shoal_p2p_batch_t *b, int nb, shoal_tl_req_t 
         }
         for (int k = 0; k < nb; k++) {
             shoal_status_t st;
+            int pending;
             if (over[k]) {
                 continue;
+            }
+            /* each batch's timeout runs from its last message done (shoal_chan_wait) */
+            pending = shoal_p2p_npending(rp + off[k], posted[k]);
+            if (pending < npending[k]) {
+                npending[k] = pending;
+                deadline[k] = shoal_deadline_ns(b[k].comm->timeout_ms);
             }
             if (progressed) {
                 spins[k] = 0;
@@ -434,6 +451,7 @@ shoal_status_t shoal_p2p_run_batches(shoal_p2p_batch_t *b, int nb)
     int total = 0, *off = NULL, *posted = NULL, *peers = NULL;
     shoal_tl_req_t *reqs = NULL, **rp = NULL;
     uint64_t *deadline = NULL;
+    int *npending = NULL;
     unsigned *spins = NULL;
     uint8_t *over = NULL;
     shoal_status_t st = SHOAL_OK;
@@ -448,10 +466,11 @@ shoal_status_t shoal_p2p_run_batches(shoal_p2p_batch_t *b, int nb)
     off = calloc((size_t)nb, sizeof(*off));
     posted = calloc((size_t)nb, sizeof(*posted));
     deadline = calloc((size_t)nb, sizeof(*deadline));
+    npending = calloc((size_t)nb, sizeof(*npending));
     spins = calloc((size_t)nb, sizeof(*spins));
     over = calloc((size_t)nb, sizeof(*over));
     if (reqs == NULL || rp == NULL || peers == NULL || off == NULL || posted == NULL ||
-        deadline == NULL || spins == NULL || over == NULL) {
+        deadline == NULL || npending == NULL || spins == NULL || over == NULL) {
         shoal_error(COLL, "no memory for a group of %d sends/receives", total);
         for (int k = 0; k < nb; k++) {
             b[k].status = SHOAL_ERR_NO_MEMORY;
@@ -466,6 +485,7 @@ shoal_status_t shoal_p2p_run_batches(shoal_p2p_batch_t *b, int nb)
         off[k] = o;
         posted[k] = shoal_p2p_post_batch(&b[k], reqs + o, rp + o, peers + o);
         deadline[k] = shoal_deadline_ns(b[k].comm->timeout_ms);
+        npending[k] = posted[k];
     }
     if (nb == 1) {
         /* The ones posted are waited for even after a failed post: that failed the
@@ -476,7 +496,8 @@ shoal_status_t shoal_p2p_run_batches(shoal_p2p_batch_t *b, int nb)
             b[0].status = b[0].status != SHOAL_OK ? b[0].status : wst;
         }
     } else {
-        shoal_p2p_wait_batches(b, nb, rp, peers, off, posted, deadline, spins, over);
+        shoal_p2p_wait_batches(b, nb, rp, peers, off, posted, deadline, npending, spins,
+                               over);
     }
     for (int k = 0; k < nb && st == SHOAL_OK; k++) {
         st = b[k].status;
@@ -485,6 +506,7 @@ out:
     free(over);
     free(spins);
     free(deadline);
+    free(npending);
     free(posted);
     free(off);
     free(peers);

@@ -356,6 +356,7 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
 {
     uint64_t deadline = shoal_deadline_ns(comm->timeout_ms);
     unsigned spins = 0;
+    int last_pending = n + 1;
     for (;;) {
         int failed = -1, first = -1, live;
         int pending = shoal_chan_scan(reqs, n, &failed, &first, &live);
@@ -367,6 +368,13 @@ static shoal_status_t shoal_chan_wait(struct shoal_comm *comm, shoal_tl_req_t **
         }
         if (pending == 0 || (!want_all && pending < live)) {
             return SHOAL_OK;
+        }
+        /* The timeout runs from the last request done, as a collective's from its last
+         * progress: a group of many messages that arrive one by one, each in time, failed
+         * once all of them together took longer. */
+        if (pending < last_pending) {
+            last_pending = pending;
+            deadline = shoal_deadline_ns(comm->timeout_ms);
         }
         if (shoal_chan_progress(comm) > 0) {
             spins = 0;

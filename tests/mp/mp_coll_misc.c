@@ -488,6 +488,47 @@ static void mp_group_thread_exit(const mp_ctx_t *c)
             shoal_status_name(st), grown);
 }
 
+/* A group that keeps making progress outlives the timeout: rank 0 receives 5 messages in one
+ * group on a communicator with a 2 s timeout, and rank 1 sends them one at a time, 700 ms
+ * apart (3.5 s in all). The group's wait measured the timeout from its post, not from its
+ * last progress as a collective's does, and failed a healthy exchange after 2 s. */
+static void mp_group_slow_progress(const mp_ctx_t *c)
+{
+    int g = mp_group("a group that makes progress slower than the timeout allows in all");
+    shoal_comm_t sub = NULL;
+    shoal_status_t st = SHOAL_OK;
+    int32_t v[5] = {0};
+    double ms;
+    int64_t t0;
+
+    if (c->nranks < 2 || mp_sub01(c, g, &sub) != SHOAL_OK) {
+        return;
+    }
+    t0 = mp_now_ns();
+    if (c->rank == 0) {
+        (void)shoal_group_start();
+        for (int i = 0; i < 5 && st == SHOAL_OK; i++) {
+            st = shoal_recv(&v[i], 1, SHOAL_INT32, 1, sub, NULL);
+        }
+        st = st != SHOAL_OK ? st : shoal_group_end();
+        ms = (double)(mp_now_ns() - t0) / 1e6;
+        mp_case(g, st == SHOAL_OK && v[0] == 1 && v[4] == 5, c->rank,
+                "5 receives in one group, their sends 700 ms apart, timeout 2 s: %s after "
+                "%.0f ms, last %d: %s", shoal_status_name(st), ms, (int)v[4],
+                shoal_comm_last_error(sub));
+    } else if (c->rank == 1) {
+        for (int i = 0; i < 5 && st == SHOAL_OK; i++) {
+            int32_t x = i + 1;
+            usleep(700 * 1000);
+            st = shoal_send(&x, 1, SHOAL_INT32, 0, sub, NULL);
+        }
+        mp_case(g, st == SHOAL_OK, c->rank, "the 5 sends: %s", shoal_status_name(st));
+    }
+    if (sub != NULL) {
+        (void)shoal_comm_destroy(sub);
+    }
+}
+
 /* A group whose peer never posts its side: rank 0's group end fails within the timeout
  * (2 s, on a communicator of ranks 0 and 1 made for it), naming peer 1, and leaves nothing
  * behind; rank 1 waits on the main communicator until rank 0 is through. */
@@ -543,6 +584,7 @@ void mp_test_p2pfail(const mp_ctx_t *c)
     mp_group_destroyed(c, 1);
     mp_group_two_comms_fail(c);
     mp_group_thread_exit(c);
+    mp_group_slow_progress(c);
 }
 
 /* A process forked from a rank (a worker that exits through its atexit handlers, or calls the
