@@ -641,9 +641,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind < argc || (markdown && !config)) {
+    if (optind < argc || (markdown && !config) || ((nranks != 0 || ppn != 0) && !topo)) {
         fprintf(stderr, "shoal_info: %s\n",
-                optind < argc ? "unexpected argument" : "-m goes with -c");
+                optind < argc        ? "unexpected argument"
+                : markdown && !config ? "-m goes with -c"
+                                      : "-n and --ppn go with -t");
         shoal_info_usage(stderr);
         return 2;
     }

@@ -15,7 +15,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE SHOAL_TRANSPORT \
       SHOAL_UCX_LIBRARY UCX_HANDLE_ERRORS
 
-NTESTS=17
+NTESTS=18
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -103,3 +103,8 @@ fi
 "$top_builddir/shoal_info" -c >/dev/full 2>"$T/err"; r=$?
 [ "$r" -eq 1 ] && grep -q '^shoal_info: writing to stdout failed' "$T/err"
 ok $? "shoal_info -c to a full disk: exit 1, said (rc $r)"
+
+# 18: -n and --ppn shape the topology view (-t) only: given alone they were ignored silently
+"$top_builddir/shoal_info" -n 4 >"$T/out" 2>"$T/err"; r=$?
+[ "$r" -eq 2 ] && grep -q '^shoal_info: -n and --ppn go with -t' "$T/err"
+ok $? "shoal_info -n without -t: exit 2, said (rc $r)"
