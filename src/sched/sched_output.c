@@ -114,7 +114,14 @@ shoal_status_t shoal_sched_output_dir(const shoal_sched_cluster_t *c, const shoa
         char path[4096];
         FILE *fp;
         shoal_status_t st;
-        snprintf(path, sizeof(path), "%s/%s.%s", dir, j->name, shoal_sched_out_names[k]);
+        int n = snprintf(path, sizeof(path), "%s/%s.%s", dir, j->name,
+                         shoal_sched_out_names[k]);
+        if (n < 0 || (size_t)n >= sizeof(path)) { /* cut, it named another file */
+            shoal_error(SCHED, "--out: the path of job %s's %s file is longer than %zu bytes "
+                        "(the directory's alone is %zu)", j->name, shoal_sched_out_names[k],
+                        sizeof(path) - 1, strlen(dir));
+            return SHOAL_ERR_INVALID_ARG;
+        }
         fp = fopen(path, "w");
         if (fp == NULL) {
             shoal_error(SCHED, "fopen(%s) failed: %s", path, strerror(errno));

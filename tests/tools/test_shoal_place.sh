@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=49
+NTESTS=50
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -422,3 +422,15 @@ for sub in simulate hostlist; do
         bad="$bad $sub"
 done
 is "$bad" "" "shoal-place simulate --help and hostlist --help: the usage, exit 0"
+
+# 50: an --out directory whose files' paths pass 4096 bytes is refused; the path was cut, and
+# the plan written to a file of another name (exit 0)
+long="$T/long"
+while [ ${#long} -lt 4000 ]; do long="$long/dddddddddddddddddddddddddddddddddddddddddddddddd"; done
+while [ ${#long} -lt 4085 ]; do long="$long/d"; done
+mkdir -p "$long" 2>/dev/null
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --out "$long" >/dev/null 2>"$T/err"; r=$?
+[ "$r" -ne 0 ] && grep -q 'is longer than 4095 bytes' "$T/err" &&
+    [ -z "$(find "$T/long" -type f)" ]
+is "$?" 0 "--out where the files' paths pass 4095 bytes: refused (rc $r), no file written"
