@@ -101,6 +101,7 @@ typedef struct {
     int job_retention_s;                   /* series of a job without ranks stay this long */
     const char *ready_file;                /* written once listening (tests, scripts) */
     const char *hostname;                  /* for the cursor keys ("" = this host's name) */
+    const char *state_dir;                 /* the agent's own files: the ledger spool */
     /* QoS (agent_qos.c) */
     int qos_period_ms;                     /* the arbiter runs this often */
     const char *qos_rates_dir;             /* rates pages DIR/TENANT.rate; "none": no arbiter */
@@ -262,6 +263,10 @@ typedef struct {
                                             * without a ledger) */
     struct shoald_rejoin *rejoins;         /* pages open in the ledger, not registered again */
     int rejoins_listed;                    /* the ledger's open pages were read (once) */
+    struct shoald_batch *spooled;          /* minutes an earlier agent spooled, oldest first:
+                                            * written before the ledger counts as open */
+    unsigned nspooled;
+    int spool_stuck;                       /* a refused spool could not be put aside */
     uint64_t rejoin_wait_until_ns;         /* monotonic: rejoin_wait from the agent's start */
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
     struct shoald_closer *closer;          /* closes what clients handed over (agent_reg.c);
@@ -307,6 +312,26 @@ double shoald_page_life_gpu_seconds(const shoald_page_t *p, uint64_t now_ns);
 void shoald_abuse_note(shoald_t *a, const char *claimed_tenant, uid_t uid, int auth_failure);
 
 /* ---- minute loop and ledger (agent_minute.c) ---- */
+/* ---- the spool of minutes not written at a stop (agent_spool.c) ---- */
+/* A minute's batch for the ledger: its records and the pages' new cursors (one commit). */
+typedef struct shoald_batch {
+    struct shoald_batch *next;
+    int64_t minute;
+    shoal_ledger_record_t *recs;
+    size_t nrecs;
+    shoal_ledger_cursor_t *curs;
+    size_t ncurs;
+} shoald_batch_t;
+
+void shoald_batch_free(shoald_batch_t *b);
+/* Replaces the spool (STATE_DIR/ledger.spool) with the batches of first then second, or
+ * removes it when both are NULL; logged on failure. */
+shoal_status_t shoald_spool_save(shoald_t *a, const shoald_batch_t *first,
+                                 const shoald_batch_t *second);
+/* Reads the spool: SHOAL_OK with the batches (none when there is no spool), or refused
+ * (logged, the file renamed aside). */
+shoal_status_t shoald_spool_load(shoald_t *a, shoald_batch_t **list_p, unsigned *n_p);
+
 /* Looks up the page's ledger cursor (when the ledger is open). */
 void shoald_page_cursor(shoald_t *a, shoald_page_t *p);
 void shoald_minute_init(shoald_t *a);

@@ -103,6 +103,11 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .offset = offsetof(shoald_config_t, hostname),
      .doc = "host name in the ledger's records and cursor keys, at most 63 characters (empty: "
             "this host's name; each host's agent needs its own)"},
+    {.name = "state_dir", .dflt = "/var/lib/shoal", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, state_dir),
+     .doc = "the agent's own files (made 0700 when missing; each agent needs its own): "
+            "ledger.spool holds the minutes a stop could not write to the ledger (database "
+            "down), written by the next agent at its start before anything else"},
     {.name = "qos_rates_dir", .dflt = "/run/shoal/qos", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_rates_dir),
      .doc = "QoS arbiter: the rates pages DIR/TENANT.rate it writes (jobs read theirs with "
@@ -572,6 +577,10 @@ shoal_status_t shoald_config_keys(shoald_config_t *cfg)
     }
     if (shoald_config_qos_check(cfg) != SHOAL_OK)
         return SHOAL_ERR_INVALID_ARG;
+    if (cfg->state_dir == NULL || cfg->state_dir[0] == '\0') {
+        fprintf(stderr, "shoald: state_dir must name a directory\n");
+        return SHOAL_ERR_INVALID_ARG;
+    }
     /* a longer one was cut to what the agent keeps: hosts whose names share those characters
      * made one ledger cursor key prefix, and each took the other's open pages for its own */
     if (cfg->hostname != NULL && strlen(cfg->hostname) >= SHOALD_HOSTNAME_MAX) {

@@ -4,7 +4,8 @@
  * since its cursor, up to the boundary or its end) and the ranks that ended failed; the batch
  * carries the pages' new cursors and goes to shoal_ledger_commit() in one call (ledger.h: one
  * transaction). A batch the ledger refuses (database down) stays in memory, in order, and is
- * retried with backoff; none is dropped. After a restart the cursors come back from the
+ * retried with backoff; none is dropped (at a stop, those left go to the spool, which the
+ * next agent writes first: agent_spool.c). After a restart the cursors come back from the
  * ledger when a page re-registers, so nothing is billed twice; a page whose cursor is not
  * known yet (ledger unreachable) is left out of the batches until it is, its counters keep
  * growing in the page meanwhile, so nothing is lost either.
@@ -36,18 +37,10 @@
 /* The open at the start, before anything is served, may take a connection's time. */
 #define SHOALD_LEDGER_OPEN_WAIT_MS 10000
 /* At a stop, nothing else is served: the minutes held in memory and a call still running get
- * this long in all. A commit left running was killed by the exit: the last minutes of ranks
- * that ended (and their failures) are in no cursor, so no later agent bills them. */
+ * this long in all. What is still not written then goes to the spool (agent_spool.c): the
+ * last minutes of ranks that ended (and their failures) are in no cursor, so only the spool
+ * lets the next agent bill them. */
 #define SHOALD_LEDGER_STOP_WAIT_MS 5000
-
-typedef struct shoald_batch {
-    struct shoald_batch *next;
-    int64_t minute;
-    shoal_ledger_record_t *recs;
-    size_t nrecs;
-    shoal_ledger_cursor_t *curs;
-    size_t ncurs;
-} shoald_batch_t;
 
 /* A rank whose page the ledger holds open (its cursor was not deleted: not billed to its
  * end) and whose process still runs when the agent starts: it was counting while no agent
@@ -82,7 +75,8 @@ typedef enum {
     SHOALD_LG_CURSOR,
     SHOALD_LG_LIST,
     SHOALD_LG_LAST_MINUTE,
-    SHOALD_LG_COMMIT
+    SHOALD_LG_COMMIT,
+    SHOALD_LG_STORED
 } shoald_lg_op_t;
 
 typedef struct {
@@ -106,6 +100,7 @@ typedef struct {
     uint64_t head;                         /* out: SHOALD_LG_OPEN */
     shoald_lg_item_t *items;               /* out: SHOALD_LG_LIST */
     size_t nitems, cap;
+    size_t nsame;                          /* out: SHOALD_LG_STORED */
 } shoald_lg_req_t;
 
 typedef struct shoald_lg {
@@ -153,6 +148,44 @@ static int shoald_lg_listed(const char *key, const char *tenant, const char *job
     return 0;
 }
 
+/* SHOALD_LG_STORED: counts the stored records identical to *arg (the same host's). */
+typedef struct {
+    const shoal_ledger_record_t *want;
+    int same;
+} shoald_lg_same_t;
+
+static int shoald_lg_same_cb(const shoal_ledger_record_t *rec, void *arg)
+{
+    shoald_lg_same_t *s = arg;
+    const shoal_ledger_record_t *w = s->want;
+
+    if (strcmp(rec->host, w->host) != 0 || rec->minute != w->minute)
+        return 0;
+    s->same = strcmp(rec->qos_class, w->qos_class) == 0 &&
+              memcmp(&rec->gpu_seconds, &w->gpu_seconds, sizeof(double)) == 0 &&
+              rec->bytes_same_host == w->bytes_same_host &&
+              rec->bytes_cross_host == w->bytes_cross_host && rec->ops == w->ops &&
+              memcmp(&rec->coll_seconds, &w->coll_seconds, sizeof(double)) == 0 &&
+              rec->failed_platform == w->failed_platform &&
+              rec->failed_tenant == w->failed_tenant;
+    return 1;
+}
+
+static shoal_status_t shoald_lg_stored(shoal_ledger_t *ledger, shoald_lg_req_t *r)
+{
+    shoal_status_t st = SHOAL_OK;
+
+    r->nsame = 0;
+    for (size_t i = 0; i < r->nrecs && st == SHOAL_OK; i++) {
+        shoald_lg_same_t s = {.want = &r->recs[i], .same = 0};
+
+        st = shoal_ledger_each(ledger, r->recs[i].minute, r->recs[i].minute + 1,
+                               r->recs[i].tenant, r->recs[i].job, shoald_lg_same_cb, &s);
+        r->nsame += s.same;
+    }
+    return st;
+}
+
 static void shoald_lg_run(shoald_lg_t *lg, shoald_lg_req_t *r)
 {
     if (lg->ledger == NULL && r->op == SHOALD_LG_OPEN) {
@@ -192,6 +225,9 @@ static void shoald_lg_run(shoald_lg_t *lg, shoald_lg_req_t *r)
         break;
     case SHOALD_LG_COMMIT:
         r->status = shoal_ledger_commit(lg->ledger, r->recs, r->nrecs, r->curs, r->ncurs);
+        break;
+    case SHOALD_LG_STORED:
+        r->status = shoald_lg_stored(lg->ledger, r);
         break;
     }
 }
@@ -391,6 +427,32 @@ static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
     if (r != NULL)
         shoald_lg_req_free(r);
     return st;
+}
+
+/* 1 when every record of b is in the ledger as b has it (the same host's), 0 when not or
+ * the database did not answer. */
+static int shoald_lg_batch_stored(shoald_t *a, const shoald_batch_t *b, int wait_ms)
+{
+    shoald_lg_req_t *r = shoald_lg_req(SHOALD_LG_STORED);
+    shoal_status_t st;
+    int all;
+
+    if (r == NULL)
+        return 0;
+    r->recs = malloc((b->nrecs + 1) * sizeof(*r->recs));
+    if (r->recs == NULL) {
+        shoald_lg_req_free(r);
+        return 0;
+    }
+    if (b->nrecs > 0)
+        memcpy(r->recs, b->recs, b->nrecs * sizeof(*r->recs));
+    r->nrecs = b->nrecs;
+    st = shoald_lg_call(a, &r, wait_ms);
+    if (r == NULL)
+        return 0;
+    all = st == SHOAL_OK && b->nrecs > 0 && r->nsame == b->nrecs;
+    shoald_lg_req_free(r);
+    return all;
 }
 
 /* 1 while the database's answer to commit tag is still to come: the thread runs a call the
@@ -620,6 +682,78 @@ static void shoald_rejoins_gone_to(shoald_t *a, shoald_batch_t *b)
     }
 }
 
+/* A record's minute of batch b exists already for this host (another agent with our host
+ * name wrote it: each host has its own records): ours move after the stored one (and after
+ * the batch's earlier minutes of their job), so the counters still reach the ledger once. */
+static void shoald_batch_shift(shoald_t *a, shoald_batch_t *b)
+{
+    for (size_t i = 0; i < b->nrecs; i++) {
+        shoal_ledger_record_t *r = &b->recs[i];
+        int64_t floor = -1;
+
+        if (shoald_lg_last_minute(a, r->tenant, r->job, r->host, &floor) != SHOAL_OK)
+            floor = -1;
+
+        if (floor >= 0)
+            floor += a->cfg->minute_seconds;
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(b->recs[k].tenant, r->tenant) == 0 &&
+                strcmp(b->recs[k].job, r->job) == 0)
+                floor = SHOAL_MAX(floor, b->recs[k].minute + a->cfg->minute_seconds);
+        }
+        if (r->minute < floor)
+            r->minute = floor;
+    }
+}
+
+/* Writes the batches an earlier agent spooled, in order; 0 once none is left. Until then the
+ * ledger does not count as open: a cursor or a job's last minute read before them would bill
+ * their minutes again. After each batch the spool is rewritten without it (a replay of a
+ * stored batch after later ones moved its cursors would not be taken as exact). */
+static int shoald_spool_replay(shoald_t *a, int wait_ms)
+{
+    shoald_batch_t *b;
+    shoal_status_t st;
+
+    while ((b = a->spooled) != NULL) {
+        int stored = 0;
+
+        st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs, wait_ms);
+        if (st == SHOAL_ERR_INVALID_ARG && shoald_lg_batch_stored(a, b, wait_ms)) {
+            /* stored, and its cursors moved on since: the spool was replayed before and not
+             * rewritten after (or put back); not a replay the ledger can tell as exact */
+            shoal_warn(METER, "ledger: the spooled minute %lld (%zu records) is in the "
+                       "ledger already, as spooled: not written again", (long long)b->minute,
+                       b->nrecs);
+            stored = 1;
+            st = SHOAL_OK;
+        } else if (st == SHOAL_ERR_INVALID_ARG) {
+            shoald_batch_shift(a, b);
+            st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs, wait_ms);
+        }
+        if (st != SHOAL_OK) {
+            a->ledger_failures++;
+            shoal_warn(METER, "ledger: the spooled minute %lld (%zu records) cannot be "
+                       "written (%s); %u spooled minutes wait, nothing else is read from the "
+                       "ledger until they are written", (long long)b->minute, b->nrecs,
+                       shoal_strerror(st), a->nspooled);
+            return -1;
+        }
+        if (!stored) {
+            a->ledger_commits++;
+            a->ledger_records += b->nrecs;
+            shoal_info(METER, "ledger: the spooled minute %lld (%zu records) is written",
+                       (long long)b->minute, b->nrecs);
+        }
+        a->spooled = b->next;
+        a->nspooled--;
+        shoald_batch_free(b);
+        if (shoald_spool_save(a, a->spooled, NULL) != SHOAL_OK)
+            (void)shoald_spool_save(a, NULL, NULL); /* the rest are spooled again at the stop */
+    }
+    return 0;
+}
+
 static void shoald_ledger_open(shoald_t *a, int wait_ms)
 {
     shoald_lg_req_t *r;
@@ -635,10 +769,8 @@ static void shoald_ledger_open(shoald_t *a, int wait_ms)
     if (r == NULL)
         return;
     st = shoald_lg_call(a, &r, wait_ms);
-    if (st == SHOAL_OK) {
-        a->ledger = a->lg->ledger; /* a mark that it is open: only the thread calls it */
+    if (st == SHOAL_OK)
         head = r->head;
-    }
     if (r != NULL)
         shoald_lg_req_free(r);
     if (st != SHOAL_OK) {
@@ -649,6 +781,9 @@ static void shoald_ledger_open(shoald_t *a, int wait_ms)
                    "retrying", url, shoal_strerror(st));
         return;
     }
+    if (shoald_spool_replay(a, wait_ms) != 0)
+        return; /* not open for the agent yet: retried as a closed ledger is */
+    a->ledger = a->lg->ledger; /* a mark that it is open: only the thread calls it */
     if (head != UINT64_MAX)
         shoal_info(METER, "ledger open, its chain at seq %llu", (unsigned long long)head);
     for (j = a->jobs; j != NULL; j = j->next) {
@@ -722,7 +857,7 @@ void shoald_page_cursor(shoald_t *a, shoald_page_t *p)
     p->cursor_known = 1;
 }
 
-static void shoald_batch_free(shoald_batch_t *b)
+void shoald_batch_free(shoald_batch_t *b)
 {
     free(b->recs);
     free(b->curs);
@@ -1057,7 +1192,6 @@ static void shoald_ledger_flush(shoald_t *a, uint64_t stop_ns)
 {
     shoald_batch_t *b;
     shoal_status_t st;
-    size_t i;
 
     if (a->pending == NULL)
         return;
@@ -1099,28 +1233,7 @@ static void shoald_ledger_flush(shoald_t *a, uint64_t stop_ns)
                 /* a batch that can never be written would hold every later minute back */
                 a->ledger_next_try_ns = shoal_deadline_ns(0);
             } else if (st == SHOAL_ERR_INVALID_ARG) {
-                /* a record's minute exists already for this host (another agent with our
-                 * host name wrote it: each host has its own records): move ours after the
-                 * stored one (and after the batch's earlier minutes of its job), so the
-                 * counters still reach the ledger once */
-                for (i = 0; i < b->nrecs; i++) {
-                    shoal_ledger_record_t *r = &b->recs[i];
-                    int64_t floor = -1;
-
-                    if (shoald_lg_last_minute(a, r->tenant, r->job, r->host, &floor) !=
-                        SHOAL_OK)
-                        floor = -1;
-
-                    if (floor >= 0)
-                        floor += a->cfg->minute_seconds;
-                    for (size_t k = 0; k < i; k++) {
-                        if (strcmp(b->recs[k].tenant, r->tenant) == 0 &&
-                            strcmp(b->recs[k].job, r->job) == 0)
-                            floor = SHOAL_MAX(floor, b->recs[k].minute + a->cfg->minute_seconds);
-                    }
-                    if (r->minute < floor)
-                        r->minute = floor;
-                }
+                shoald_batch_shift(a, b);
             }
             return;
         }
@@ -1150,6 +1263,8 @@ void shoald_minute_init(shoald_t *a)
                                                     : 0;
     a->rejoin_wait_until_ns = a->cfg->ledger_url != NULL ?
                                   shoal_deadline_ns(a->cfg->rejoin_wait_ms) : 0;
+    if (a->cfg->ledger_url != NULL)
+        (void)shoald_spool_load(a, &a->spooled, &a->nspooled); /* a refusal is logged */
     if (a->cfg->ledger_url != NULL && shoald_lg_start(a) == SHOAL_OK) {
         /* nothing is served yet: the first open may take a connection's time */
         shoald_ledger_open(a, SHOALD_LEDGER_OPEN_WAIT_MS);
@@ -1226,7 +1341,9 @@ int shoald_minute_wait_ms(shoald_t *a)
 
 /* At a clean stop: one last batch up to now is not written (the minute is not over); the
  * cursors stay where the ledger has them, so the next agent bills the rest. Pending batches
- * get one last try, which waits for a slow database (SHOALD_LEDGER_STOP_WAIT_MS in all). */
+ * get one last try, which waits for a slow database (SHOALD_LEDGER_STOP_WAIT_MS in all);
+ * those still not written (and those spooled by an agent before that were not either) go to
+ * the spool, which the next agent writes at its start. */
 void shoald_minute_fini(shoald_t *a)
 {
     uint64_t stop_ns = shoal_deadline_ns(SHOALD_LEDGER_STOP_WAIT_MS);
@@ -1235,12 +1352,24 @@ void shoald_minute_fini(shoald_t *a)
     if (a->pending != NULL) {
         a->ledger_backoff_ms = 0;
         shoald_ledger_flush(a, stop_ns);
+    } else if (a->spooled != NULL) {
+        shoald_ledger_open(a, shoal_deadline_left_ms(stop_ns, SHOALD_LEDGER_STOP_WAIT_MS));
     }
-    if (a->pending != NULL)
-        shoal_warn(METER, "%u minutes could not be written to the ledger; the next agent bills "
-                   "their counters from the stored cursors", a->npending);
+    if (a->pending != NULL || a->spooled != NULL) {
+        if (shoald_spool_save(a, a->spooled, a->pending) == SHOAL_OK)
+            shoal_warn(METER, "%u minutes could not be written to the ledger; saved in "
+                       "%s/ledger.spool, the next agent writes them at its start",
+                       a->nspooled + a->npending, a->cfg->state_dir);
+        else
+            shoal_error(METER, "%u minutes could not be written to the ledger nor to the "
+                        "spool (said above): they are lost", a->nspooled + a->npending);
+    }
     while ((b = a->pending) != NULL) {
         a->pending = b->next;
+        shoald_batch_free(b);
+    }
+    while ((b = a->spooled) != NULL) {
+        a->spooled = b->next;
         shoald_batch_free(b);
     }
     while (a->rejoins != NULL) {

@@ -461,8 +461,9 @@ static void shoald_prom_agent(shoald_t *a, shoald_text_t *t)
         }
     }
     shoald_prom_family(t, "shoal_ledger_pending_batches", "gauge",
-                       "Billing minutes (one batch each) waiting for the ledger (database down).");
-    shoald_text_printf(t, "shoal_ledger_pending_batches %u\n", a->npending);
+                       "Billing minutes (one batch each) waiting for the ledger (database down), "
+                       "those an earlier agent spooled at its stop included.");
+    shoald_text_printf(t, "shoal_ledger_pending_batches %u\n", a->npending + a->nspooled);
     shoald_prom_family(t, "shoal_ledger_commit_failures_total", "counter",
                        "Failed attempts to write minutes to the ledger.");
     shoald_text_printf(t, "shoal_ledger_commit_failures_total %llu\n",

@@ -9,7 +9,8 @@
  *    Records and cursors are written in ONE transaction: a kill -9 before the commit loses
  *    nothing (the next agent recomputes from the old cursors), after it counts nothing twice.
  *  - A database that is down: commit returns SHOAL_ERR_TRANSPORT; the agent keeps the minute
- *    in memory (and retries with backoff), never drops it.
+ *    in memory (and retries with backoff), and at its stop in its spool for the next agent
+ *    (agent_spool.c), never drops it.
  */
 #ifndef SHOAL_AGENT_LEDGER_H
 #define SHOAL_AGENT_LEDGER_H

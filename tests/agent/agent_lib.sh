@@ -145,6 +145,8 @@ base_conf() { # base_conf FILE [extra lines...]
         echo "tenant.beta.class=spot"
         echo "tenant.beta.scrape_token_file=$T/beta.token"
         for l in "$@"; do echo "$l"; done
+        # last: the lines above keep their numbers (the tests' config errors name them)
+        echo "state_dir=$T/state"
     } >"$f"
 }
 

@@ -7,6 +7,7 @@
 #include "agent/agent.h"
 #include "tests/tap.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -392,11 +393,15 @@ static void test_gpu_once(void)
     shoald_config_free(&cfg);
 }
 
-/* An agent of the minute loop alone (minutes of 2 s) whose ledger is url; *url0 keeps cfg's
- * own, for minute_cleanup. */
-static void minute_agent(shoald_t *a, shoald_config_t *cfg, const char *url, const char **url0)
+/* An agent of the minute loop alone (minutes of 2 s) whose ledger is url and state_dir dir
+ * (never the host's own spool); *url0 keeps cfg's own, for minute_cleanup. */
+static void minute_agent(shoald_t *a, shoald_config_t *cfg, const char *url, const char *dir,
+                         const char **url0)
 {
-    conf_load("minute_seconds=2\n", cfg);
+    char text[256];
+
+    snprintf(text, sizeof(text), "minute_seconds=2\nstate_dir=%s\n", dir);
+    conf_load(text, cfg);
     *url0 = cfg->ledger_url;
     cfg->ledger_url = url;
     a->cfg = cfg;
@@ -451,7 +456,7 @@ static void test_slow_commit(void)
         tap_bail("mkdtemp failed");
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
     snprintf(path, sizeof(path), "%s/ledger.db", dir);
-    minute_agent(&a, &cfg, url, &url0);
+    minute_agent(&a, &cfg, url, dir, &url0);
     a.jobs = minute_job("slow");
     locked = sqlite3_open(path, &db) == SQLITE_OK &&
              sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
@@ -511,7 +516,7 @@ static void test_held_minute(void)
         tap_bail("mkdtemp failed");
     snprintf(sub, sizeof(sub), "%s/db", dir);
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", sub); /* its directory is not there */
-    minute_agent(&a, &cfg, url, &url0);
+    minute_agent(&a, &cfg, url, dir, &url0);
     now_s = (int64_t)(shoald_unix_ns() / 1000000000ull);
     p->job = j;
     p->map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -588,7 +593,7 @@ static void test_slow_stop(void)
         tap_bail("mkdtemp failed");
     snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
     snprintf(path, sizeof(path), "%s/ledger.db", dir);
-    minute_agent(&a, &cfg, url, &url0);
+    minute_agent(&a, &cfg, url, dir, &url0);
     a.jobs = minute_job("stop");
     locked = sqlite3_open(path, &db) == SQLITE_OK &&
              sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
@@ -605,6 +610,62 @@ static void test_slow_stop(void)
     shoal_ledger_close(l);
     if (started)
         pthread_join(th, NULL);
+    minute_cleanup(dir, &cfg, url0);
+}
+
+static int spool_minutes_cb(const shoal_ledger_record_t *rec, void *arg)
+{
+    int64_t *m = arg; /* records, failures */
+
+    m[0]++;
+    m[1] += (int64_t)rec->failed_platform;
+    return 0;
+}
+
+/* The agent stops while the database is down (its directory is not there): the minute of a
+ * rank's failure, held in memory, was dropped, though the log said that the next agent bills
+ * it (no cursor holds a failure, nor the last minutes of a rank that ended). It goes to the
+ * spool, STATE_DIR/ledger.spool (mode 0600), which the next agent writes at its start, once. */
+static void test_stop_spool(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", url[160], sub[128], spool[160];
+    shoald_config_t cfg, cfg2;
+    shoal_ledger_t *l = NULL;
+    int64_t m[2] = {0, 0};
+    shoald_t a = {0}, b = {0};
+    const char *url0, *url1;
+    struct stat sb;
+    unsigned held;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(sub, sizeof(sub), "%s/db", dir);
+    snprintf(url, sizeof(url), "sqlite://%s/ledger.db", sub); /* its directory is not there */
+    snprintf(spool, sizeof(spool), "%s/ledger.spool", dir);
+    minute_agent(&a, &cfg, url, dir, &url0);
+    a.jobs = minute_job("spool");
+    a.next_boundary = 0;
+    shoald_minute_tick(&a); /* the failure's minute, held: no ledger */
+    held = a.npending;
+    shoald_minute_fini(&a); /* the stop, the database still down */
+    shoald_pages_free(&a);
+    tap_ok(held == 1 && stat(spool, &sb) == 0 && S_ISREG(sb.st_mode) &&
+               (sb.st_mode & 07777) == 0600 && sb.st_uid == geteuid(),
+           "stopped with the database down: the held minute is in the spool, mode 0600");
+    mkdir(sub, 0700); /* the database is back */
+    minute_agent(&b, &cfg2, url, dir, &url1); /* opens the ledger: the spool first */
+    tap_ok(b.ledger != NULL && b.nspooled == 0 && b.ledger_records == 1 &&
+               stat(spool, &sb) != 0 && errno == ENOENT,
+           "the next agent writes the spooled minute at its start and removes the spool");
+    shoald_minute_fini(&b);
+    shoald_pages_free(&b);
+    if (shoal_ledger_open_reader(url, NULL, 0, &l) == SHOAL_OK)
+        shoal_ledger_each(l, INT64_MIN, INT64_MAX, "acme", "spool", spool_minutes_cb, m);
+    shoal_ledger_close(l);
+    tap_ok(m[0] == 1 && m[1] == 1, "the ledger has the minute once, with its failure (%lld "
+           "records, %lld failures)", (long long)m[0], (long long)m[1]);
+    cfg2.ledger_url = url1;
+    shoald_config_free(&cfg2);
     minute_cleanup(dir, &cfg, url0);
 }
 
@@ -705,7 +766,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(56);
+    tap_plan(59);
     test_escape();
     test_names();
     test_config();
@@ -718,6 +779,7 @@ int main(void)
     test_slow_commit();
     test_held_minute();
     test_slow_stop();
+    test_stop_spool();
     test_qos_dot_tenant();
     test_qos_tc_many();
     return tap_done();

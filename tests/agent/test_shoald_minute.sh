@@ -521,13 +521,75 @@ minutes held"
     ok $? "its minutes ($(minutes_of acme hung)) have no gap, none twice"
 fi
 
-# 68-69 (74-75 with PostgreSQL): the chain
+# 68-75 (74-81 with PostgreSQL): the database is down (not slow) when the agent stops. The
+# minutes it holds, among them the last ones of a rank that ended (in no cursor: no later
+# agent could bill them from the ledger), go to the spool, STATE_DIR/ledger.spool (mode
+# 0600); the next agent, the database up, writes them at its start, exactly once, before it
+# reads a cursor. A spool put back after it was written bills nothing twice; one altered or
+# a symbolic link is refused and kept aside. (The minutes were dropped, while the log said
+# that the next agent bills them.)
+stop_agent
+SPOOL=$T/state/ledger.spool
+start_agent "$T/conf"
+ok $? "an agent starts for the database down at its stop" "$T/agent.log"
+timeout -s KILL 30 "$MC" --sock "$SOCK" --tenant acme --job spooled \
+    --cred "$(cred acme spooled)" --ngpus 1 --tick 20 --hold 5 >"$T/sp.out" 2>&1 &
+SP=$!
+PIDS="$PIDS $SP"
+sleep 1
+db_down
+wait "$SP"
+wait_minutes 2
+scrape >/dev/null
+held=$(metric shoal_ledger_pending_batches)
+stop_agent
+[ "$agent_rc" = 0 ] && [ "${held:-0}" -ge 2 ] && [ -f "$SPOOL" ] && [ ! -L "$SPOOL" ] &&
+    [ "$(stat -c %a "$SPOOL")" = 600 ] && grep -q "saved in $T/state/ledger.spool" "$T/agent.log"
+ok $? "stopped with the database down and ${held:-no} minutes held: they are in the spool, \
+mode 0600" "$T/agent.log"
+cp -p "$SPOOL" "$T/spool.copy"
+db_up
+start_agent "$T/conf"
+[ $? = 0 ] && [ ! -e "$SPOOL" ] && grep -q "the spooled minute .* is written" "$T/agent.log"
+ok $? "the next agent writes the spooled minutes at its start and removes the spool" \
+    "$T/agent.log"
+is "$(sum_ops acme spooled):$(sum_cross acme spooled)" \
+    "$(final_of ops "$T/sp.out"):$(final_of sent "$T/sp.out")" \
+    "the rank's operations and bytes are billed exactly, its last minutes included"
+minutes_ok acme spooled 3 &&
+    [ "$(q "SELECT count(*) FROM ledger_cursor_jobs WHERE job = 'spooled'")" = 0 ]
+ok $? "its minutes ($(minutes_of acme spooled)) have no gap, none twice; its cursor is deleted"
+stop_agent
+cp -p "$T/spool.copy" "$SPOOL"
+start_agent "$T/conf"
+[ $? = 0 ] && [ ! -e "$SPOOL" ] &&
+    [ "$(sum_ops acme spooled)" = "$(final_of ops "$T/sp.out")" ] && minutes_ok acme spooled 3
+ok $? "the same spool put back is taken as written: nothing billed twice \
+($(minutes_of acme spooled))" "$T/agent.log"
+stop_agent
+cp -p "$T/spool.copy" "$SPOOL"
+printf 'X' | dd of="$SPOOL" bs=1 seek=200 conv=notrunc 2>/dev/null
+start_agent "$T/conf"
+[ $? = 0 ] && [ ! -e "$SPOOL" ] && ls "$SPOOL".refused-* >/dev/null 2>&1 &&
+    grep -q "does not verify with the ledger's key" "$T/agent.log" &&
+    [ "$(sum_ops acme spooled)" = "$(final_of ops "$T/sp.out")" ]
+ok $? "an altered spool is refused, kept aside and not billed from" "$T/agent.log"
+stop_agent
+rm -f "$SPOOL".refused-*
+ln -s "$T/spool.copy" "$SPOOL"
+start_agent "$T/conf"
+[ $? = 0 ] && [ ! -e "$SPOOL" ] && [ -L "$(ls -d "$SPOOL".refused-* | head -n 1)" ] &&
+    grep -q "ledger.spool cannot be opened (a symbolic link)" "$T/agent.log" &&
+    [ "$(sum_ops acme spooled)" = "$(final_of ops "$T/sp.out")" ]
+ok $? "a spool that is a symbolic link is refused, the link kept aside" "$T/agent.log"
+
+# 76-77 (82-83 with PostgreSQL): the chain
 timeout -s KILL 30 "$BILL" --ledger "$URL" --key-file "$T/ledger.key" verify >"$T/verify.out" 2>&1
 ok $? "shoal-bill verify: the HMAC chain is intact" "$T/verify.out"
 is "$(q "SELECT count(*) - count(DISTINCT tenant || '/' || job || '/' || host || '/' || minute)
          FROM ledger_records")" 0 "no (tenant, job, host, minute) twice in the whole ledger"
 
-# 76-78 (PostgreSQL): the server hangs for good and a standby takes its place on the same
+# 84-86 (PostgreSQL): the server hangs for good and a standby takes its place on the same
 # socket (a failover). The agent's connection to the hung one gets no answer: it is dropped
 # after 35 s (the ledger's own deadline), and the held minutes go to the standby. (libpq
 # waited on the hung server for ever: none was written again until the agent restarted.)
