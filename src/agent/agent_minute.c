@@ -101,6 +101,7 @@ typedef struct {
     shoald_lg_item_t *items;               /* out: SHOALD_LG_LIST */
     size_t nitems, cap;
     size_t nsame;                          /* out: SHOALD_LG_STORED */
+    uint8_t *taken;                        /* out: SHOALD_LG_STORED, per record (nrecs) */
 } shoald_lg_req_t;
 
 typedef struct shoald_lg {
@@ -122,6 +123,7 @@ static void shoald_lg_req_free(shoald_lg_req_t *r)
     free(r->recs);
     free(r->curs);
     free(r->items);
+    free(r->taken);
     free(r);
 }
 
@@ -148,10 +150,11 @@ static int shoald_lg_listed(const char *key, const char *tenant, const char *job
     return 0;
 }
 
-/* SHOALD_LG_STORED: counts the stored records identical to *arg (the same host's). */
+/* SHOALD_LG_STORED: whether the record of *want's (tenant, job, host, minute) is stored, and
+ * whether it is identical. */
 typedef struct {
     const shoal_ledger_record_t *want;
-    int same;
+    int found, same;
 } shoald_lg_same_t;
 
 static int shoald_lg_same_cb(const shoal_ledger_record_t *rec, void *arg)
@@ -161,6 +164,7 @@ static int shoald_lg_same_cb(const shoal_ledger_record_t *rec, void *arg)
 
     if (strcmp(rec->host, w->host) != 0 || rec->minute != w->minute)
         return 0;
+    s->found = 1;
     s->same = strcmp(rec->qos_class, w->qos_class) == 0 &&
               memcmp(&rec->gpu_seconds, &w->gpu_seconds, sizeof(double)) == 0 &&
               rec->bytes_same_host == w->bytes_same_host &&
@@ -177,11 +181,12 @@ static shoal_status_t shoald_lg_stored(shoal_ledger_t *ledger, shoald_lg_req_t *
 
     r->nsame = 0;
     for (size_t i = 0; i < r->nrecs && st == SHOAL_OK; i++) {
-        shoald_lg_same_t s = {.want = &r->recs[i], .same = 0};
+        shoald_lg_same_t s = {.want = &r->recs[i], .found = 0, .same = 0};
 
         st = shoal_ledger_each(ledger, r->recs[i].minute, r->recs[i].minute + 1,
                                r->recs[i].tenant, r->recs[i].job, shoald_lg_same_cb, &s);
         r->nsame += s.same;
+        r->taken[i] = (uint8_t)s.found;
     }
     return st;
 }
@@ -429,30 +434,45 @@ static shoal_status_t shoald_lg_commit(shoald_t *a, const void *tag,
     return st;
 }
 
-/* 1 when every record of b is in the ledger as b has it (the same host's), 0 when not or
- * the database did not answer. */
-static int shoald_lg_batch_stored(shoald_t *a, const shoald_batch_t *b, int wait_ms)
+/* Which records of b the ledger holds (the same host's record of their minute): taken[i]
+ * (b->nrecs entries, may be NULL) and how many of them are identical to b's in *nsame_p.
+ * SHOAL_OK, or the database did not answer. */
+static shoal_status_t shoald_lg_batch_lookup(shoald_t *a, const shoald_batch_t *b,
+                                             int wait_ms, uint8_t *taken, size_t *nsame_p)
 {
     shoald_lg_req_t *r = shoald_lg_req(SHOALD_LG_STORED);
     shoal_status_t st;
-    int all;
 
     if (r == NULL)
-        return 0;
+        return SHOAL_ERR_NO_MEMORY;
     r->recs = malloc((b->nrecs + 1) * sizeof(*r->recs));
-    if (r->recs == NULL) {
+    r->taken = calloc(b->nrecs + 1, 1);
+    if (r->recs == NULL || r->taken == NULL) {
         shoald_lg_req_free(r);
-        return 0;
+        return SHOAL_ERR_NO_MEMORY;
     }
     if (b->nrecs > 0)
         memcpy(r->recs, b->recs, b->nrecs * sizeof(*r->recs));
     r->nrecs = b->nrecs;
     st = shoald_lg_call(a, &r, wait_ms);
     if (r == NULL)
-        return 0;
-    all = st == SHOAL_OK && b->nrecs > 0 && r->nsame == b->nrecs;
+        return st;
+    if (st == SHOAL_OK && taken != NULL && b->nrecs > 0)
+        memcpy(taken, r->taken, b->nrecs);
+    if (st == SHOAL_OK)
+        *nsame_p = r->nsame;
     shoald_lg_req_free(r);
-    return all;
+    return st;
+}
+
+/* 1 when every record of b is in the ledger as b has it (the same host's), 0 when not or
+ * the database did not answer. */
+static int shoald_lg_batch_stored(shoald_t *a, const shoald_batch_t *b, int wait_ms)
+{
+    size_t nsame = 0;
+
+    return shoald_lg_batch_lookup(a, b, wait_ms, NULL, &nsame) == SHOAL_OK && b->nrecs > 0 &&
+           nsame == b->nrecs;
 }
 
 /* 1 while the database's answer to commit tag is still to come: the thread runs a call the
@@ -683,27 +703,41 @@ static void shoald_rejoins_gone_to(shoald_t *a, shoald_batch_t *b)
 }
 
 /* A record's minute of batch b exists already for this host (another agent with our host
- * name wrote it: each host has its own records): ours move after the stored one (and after
- * the batch's earlier minutes of their job), so the counters still reach the ledger once. */
-static void shoald_batch_shift(shoald_t *a, shoald_batch_t *b)
+ * name wrote it: each host has its own records): that record moves after the stored ones of
+ * its job and after the batch's other minutes of its job, so its counters still reach the
+ * ledger once. The batch's other records keep their minutes: every record of a job at or
+ * before the stored last minute was moved, one minute per record, the minutes nobody held
+ * included (a job's time a minute or more away from when it ran). Which records are taken is
+ * asked of the ledger; when it does not answer, nothing moves (the commit is retried). */
+static void shoald_batch_shift(shoald_t *a, shoald_batch_t *b, int wait_ms)
 {
+    uint8_t *taken = calloc(b->nrecs + 1, 1);
+    size_t nsame;
+
+    if (taken == NULL || shoald_lg_batch_lookup(a, b, wait_ms, taken, &nsame) != SHOAL_OK) {
+        free(taken);
+        return;
+    }
     for (size_t i = 0; i < b->nrecs; i++) {
         shoal_ledger_record_t *r = &b->recs[i];
         int64_t floor = -1;
 
+        if (!taken[i])
+            continue;
         if (shoald_lg_last_minute(a, r->tenant, r->job, r->host, &floor) != SHOAL_OK)
             floor = -1;
 
         if (floor >= 0)
             floor += a->cfg->minute_seconds;
-        for (size_t k = 0; k < i; k++) {
-            if (strcmp(b->recs[k].tenant, r->tenant) == 0 &&
+        for (size_t k = 0; k < b->nrecs; k++) {
+            if (k != i && strcmp(b->recs[k].tenant, r->tenant) == 0 &&
                 strcmp(b->recs[k].job, r->job) == 0)
                 floor = SHOAL_MAX(floor, b->recs[k].minute + a->cfg->minute_seconds);
         }
         if (r->minute < floor)
             r->minute = floor;
     }
+    free(taken);
 }
 
 /* Writes the batches an earlier agent spooled, in order; 0 once none is left. Until then the
@@ -728,7 +762,7 @@ static int shoald_spool_replay(shoald_t *a, int wait_ms)
             stored = 1;
             st = SHOAL_OK;
         } else if (st == SHOAL_ERR_INVALID_ARG) {
-            shoald_batch_shift(a, b);
+            shoald_batch_shift(a, b, wait_ms);
             st = shoald_lg_commit(a, b, b->recs, b->nrecs, b->curs, b->ncurs, wait_ms);
         }
         if (st != SHOAL_OK) {
@@ -1233,7 +1267,9 @@ static void shoald_ledger_flush(shoald_t *a, uint64_t stop_ns)
                 /* a batch that can never be written would hold every later minute back */
                 a->ledger_next_try_ns = shoal_deadline_ns(0);
             } else if (st == SHOAL_ERR_INVALID_ARG) {
-                shoald_batch_shift(a, b);
+                shoald_batch_shift(a, b, stop_ns != 0 ?
+                                   shoal_deadline_left_ms(stop_ns, SHOALD_LEDGER_STOP_WAIT_MS) :
+                                   SHOALD_LEDGER_WAIT_MS);
             }
             return;
         }

@@ -669,6 +669,76 @@ static void test_stop_spool(void)
     minute_cleanup(dir, &cfg, url0);
 }
 
+static int shift_minutes_cb(const shoal_ledger_record_t *rec, void *arg)
+{
+    char *buf = arg; /* "MINUTE:OPS " per record of host unit, by seq */
+    size_t len = strlen(buf);
+
+    if (strcmp(rec->host, "unit") == 0)
+        snprintf(buf + len, 256 - len, "%lld:%llu ", (long long)(rec->minute - 1000000000),
+                 (unsigned long long)rec->ops);
+    return 0;
+}
+
+/* A batch of three minutes of a job (4, 6 and 8 s after T; the minutes an agent missed get
+ * a record each) meets a ledger where another writer with the same host name holds minute 6:
+ * only that record moves, after the job's others (to 10). Every record at or before the
+ * stored minute was moved, one minute each (4 to 8, 6 to 10, 8 to 12): the job's time of
+ * minutes nobody held billed minutes later than it ran. (The batch comes from a spool here;
+ * the held batches of a running agent take the same path.) */
+static void test_shift_taken_only(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", url[160], got[256] = "";
+    shoald_config_t cfg, cfg2;
+    shoal_ledger_record_t recs[3], other;
+    shoald_batch_t b = {0};
+    shoal_ledger_t *l = NULL;
+    shoald_t a0 = {0}, a = {0};
+    const char *url0;
+    int saved, stored = 0;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
+    snprintf(got, sizeof(got), "state_dir=%s\nminute_seconds=2\n", dir);
+    conf_load(got, &cfg);
+    got[0] = '\0';
+    memset(recs, 0, sizeof(recs));
+    for (int i = 0; i < 3; i++) {
+        snprintf(recs[i].tenant, sizeof(recs[i].tenant), "acme");
+        snprintf(recs[i].job, sizeof(recs[i].job), "shift");
+        snprintf(recs[i].qos_class, sizeof(recs[i].qos_class), "reserved");
+        snprintf(recs[i].host, sizeof(recs[i].host), "unit");
+        recs[i].minute = 1000000000 + 4 + 2 * i;
+        recs[i].gpu_seconds = 2.0;
+        recs[i].ops = (uint64_t)(i + 1);
+    }
+    other = recs[1];
+    other.ops = 99;
+    b.minute = recs[2].minute;
+    b.recs = recs;
+    b.nrecs = 3;
+    a0.cfg = &cfg;
+    snprintf(a0.host_key, sizeof(a0.host_key), "unit");
+    saved = shoald_spool_save(&a0, &b, NULL) == SHOAL_OK;
+    if (shoal_ledger_open(url, cfg.ledger_key, sizeof(cfg.ledger_key), &l) == SHOAL_OK)
+        stored = shoal_ledger_commit(l, &other, 1, NULL, 0) == SHOAL_OK;
+    shoal_ledger_close(l);
+    l = NULL;
+    minute_agent(&a, &cfg2, url, dir, &url0); /* writes the spool at its start */
+    tap_ok(saved && stored && a.ledger != NULL && a.nspooled == 0,
+           "a spooled batch that meets another writer's minute is written");
+    shoald_minute_fini(&a);
+    shoald_pages_free(&a);
+    if (shoal_ledger_open_reader(url, NULL, 0, &l) == SHOAL_OK)
+        shoal_ledger_each(l, INT64_MIN, INT64_MAX, "acme", "shift", shift_minutes_cb, got);
+    shoal_ledger_close(l);
+    tap_is_str(got, "6:99 4:1 10:2 8:3 ",
+               "only the record whose minute was taken moves (after the job's others)");
+    shoald_config_free(&cfg);
+    minute_cleanup(dir, &cfg2, url0);
+}
+
 /* The agent's rates page for a tenant whose name starts with '.' (the library's %t takes it):
  * none was made, so such a tenant ran unpaced while it took a share from the others. */
 static void test_qos_dot_tenant(void)
@@ -766,7 +836,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(59);
+    tap_plan(61);
     test_escape();
     test_names();
     test_config();
@@ -780,6 +850,7 @@ int main(void)
     test_held_minute();
     test_slow_stop();
     test_stop_spool();
+    test_shift_taken_only();
     test_qos_dot_tenant();
     test_qos_tc_many();
     return tap_done();
