@@ -6,11 +6,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SHOAL_BREAKER_SOURCES 256      /* sources tracked; the least recently seen goes */
+#define SHOAL_BREAKER_SOURCES_MAX 65536 /* the table's bound when trusted sources fill it */
 #define SHOAL_BREAKER_RING 64          /* failure times kept per source (caps FAILS) */
 #define SHOAL_BREAKER_LOG_NS (60ull * 1000000000ull) /* one line per source per minute */
 
@@ -72,7 +74,13 @@ typedef struct {
 } shoal_breaker_src_t;
 
 static pthread_mutex_t shoal_breaker_lock = PTHREAD_MUTEX_INITIALIZER;
-static shoal_breaker_src_t shoal_breaker_tab[SHOAL_BREAKER_SOURCES];
+/* SHOAL_BREAKER_SOURCES entries, grown (doubled) only when every entry is trusted: the
+ * peers of a job over more hosts than that filled it, and then a stranger was not tracked
+ * (the breaker was off) and a trust that did not fit was dropped, so that its release later
+ * lowered the count of another communicator's peer at that address. */
+static shoal_breaker_src_t shoal_breaker_fixed[SHOAL_BREAKER_SOURCES];
+static shoal_breaker_src_t *shoal_breaker_tab = shoal_breaker_fixed;
+static int shoal_breaker_cap = SHOAL_BREAKER_SOURCES;
 static uint64_t shoal_breaker_failed, shoal_breaker_refused, shoal_breaker_opened;
 static uint64_t shoal_breaker_untracked_log_ns; /* last full line for a source with no entry */
 
@@ -120,8 +128,8 @@ static void shoal_breaker_str(const shoal_breaker_src_t *s, char *buf, size_t le
 /* The entry of sa; created when create is set. Room for it: a free entry, else the least
  * recently seen one that is neither trusted nor open, else the least recently seen open one
  * (a table full of open breakers must not let every newcomer through unrefused: evicted,
- * that source is counted again from zero, as a newcomer is). NULL only when every entry is
- * trusted. Under the lock. */
+ * that source is counted again from zero, as a newcomer is), else a new one of the table
+ * grown. NULL only when every entry is trusted and the table cannot grow. Under the lock. */
 static shoal_breaker_src_t *shoal_breaker_find(const struct sockaddr *sa, int create,
                                                uint64_t now)
 {
@@ -132,7 +140,7 @@ static shoal_breaker_src_t *shoal_breaker_find(const struct sockaddr *sa, int cr
     if (!shoal_breaker_key(sa, &family, ip)) {
         return NULL;
     }
-    for (int i = 0; i < SHOAL_BREAKER_SOURCES; i++) {
+    for (int i = 0; i < shoal_breaker_cap; i++) {
         shoal_breaker_src_t *s = &shoal_breaker_tab[i];
         int cls;
         if (s->used && s->family == family && memcmp(s->ip, ip, 16) == 0) {
@@ -144,6 +152,18 @@ static shoal_breaker_src_t *shoal_breaker_find(const struct sockaddr *sa, int cr
                              s->seen_ns < victim->seen_ns)) {
             victim = s;
             vclass = cls;
+        }
+    }
+    if (create && victim == NULL && shoal_breaker_cap < SHOAL_BREAKER_SOURCES_MAX) {
+        shoal_breaker_src_t *grown = calloc((size_t)shoal_breaker_cap * 2, sizeof(*grown));
+        if (grown != NULL) {
+            memcpy(grown, shoal_breaker_tab, (size_t)shoal_breaker_cap * sizeof(*grown));
+            if (shoal_breaker_tab != shoal_breaker_fixed) {
+                free(shoal_breaker_tab);
+            }
+            shoal_breaker_tab = grown;
+            victim = &grown[shoal_breaker_cap];
+            shoal_breaker_cap *= 2;
         }
     }
     if (!create || victim == NULL) {
@@ -309,7 +329,7 @@ void shoal_tenant_breaker_stats(shoal_tenant_breaker_stats_t *stats,
     st.failed = shoal_breaker_failed;
     st.refused = shoal_breaker_refused;
     st.opened = shoal_breaker_opened;
-    for (int i = 0; i < SHOAL_BREAKER_SOURCES; i++) {
+    for (int i = 0; i < shoal_breaker_cap; i++) {
         const shoal_breaker_src_t *s = &shoal_breaker_tab[i];
         int open = s->trust == 0 && s->open_until > now;
         if (!s->used) {
@@ -340,7 +360,12 @@ void shoal_tenant_breaker_stats(shoal_tenant_breaker_stats_t *stats,
 void shoal_tenant_breaker_reset(void)
 {
     pthread_mutex_lock(&shoal_breaker_lock);
-    memset(shoal_breaker_tab, 0, sizeof(shoal_breaker_tab));
+    if (shoal_breaker_tab != shoal_breaker_fixed) {
+        free(shoal_breaker_tab);
+        shoal_breaker_tab = shoal_breaker_fixed;
+        shoal_breaker_cap = SHOAL_BREAKER_SOURCES;
+    }
+    memset(shoal_breaker_fixed, 0, sizeof(shoal_breaker_fixed));
     shoal_breaker_failed = shoal_breaker_refused = shoal_breaker_opened = 0;
     shoal_breaker_untracked_log_ns = 0;
     pthread_mutex_unlock(&shoal_breaker_lock);

@@ -1,7 +1,8 @@
 /* The join listeners' circuit breaker (src/tenant/breaker.c): a source opens after
  * SHOAL_TENANT_BREAKER_FAILS failures (a window of inf included, which its log line says as
- * such), a trusted one never, a proof closes it, and a table
- * full of open breakers still refuses newcomers (and does not log each of their failures). */
+ * such), a trusted one never, a proof closes it, a table full of open breakers still refuses
+ * newcomers (and does not log each of their failures), and one full of trusted addresses
+ * grows. */
 #include "tenant/breaker.h"
 #include "tests/tap.h"
 
@@ -135,17 +136,26 @@ int main(void)
     shoal_tenant_breaker_stats(&st, NULL, 0, NULL);
     tap_ok(st.sources == 256 && st.open_now == 256, "the table stays at 256 open sources");
 
-    /* Every entry trusted: a newcomer is not tracked; its failures log once a minute. */
+    /* Every entry trusted (the peers of a job over 300 hosts): the table grows. A newcomer
+     * was not tracked (the breaker was off for it), and a trust that did not fit was
+     * dropped, so its release lowered another communicator's trust of that address. */
     shoal_tenant_breaker_reset();
-    for (int i = 0; i < 256; i++) {
+    for (int i = 0; i < 300; i++) {
         n = test_nth(i);
         shoal_tenant_breaker_trust((const struct sockaddr *)&n, +1);
     }
     n = test_nth(5000);
     logged = test_fail(&n, 30);
-    tap_ok(test_admit(&n) && logged == 1,
-           "a table of trusted addresses: a newcomer is untracked, one full line for 30 failures");
-    for (int i = 0; i < 256; i++) {
+    tap_ok(!test_admit(&n) && logged == 1,
+           "a table of 300 trusted addresses: a newcomer failing 30 times is refused, one line");
+    n = test_nth(299);
+    shoal_tenant_breaker_trust((const struct sockaddr *)&n, +1); /* a second communicator */
+    shoal_tenant_breaker_trust((const struct sockaddr *)&n, -1); /* the first one's end */
+    test_fail(&n, 30);
+    tap_ok(test_admit(&n), "the 300th trusted address keeps the second communicator's trust");
+    shoal_tenant_breaker_stats(&st, NULL, 0, NULL);
+    tap_is_int((int)st.sources, 301, "the table holds the 300 trusted addresses and the newcomer");
+    for (int i = 0; i < 300; i++) {
         n = test_nth(i);
         shoal_tenant_breaker_trust((const struct sockaddr *)&n, -1);
     }
