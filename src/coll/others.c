@@ -363,7 +363,7 @@ static int shoal_p2p_post_batch(shoal_p2p_batch_t *b, shoal_tl_req_t *reqs, shoa
     return posted;
 }
 
-/* The peer of the first request of rp[0..n) not done yet (-1: none). */
+/* The requests of rp[0..n) not done yet. */
 static int shoal_p2p_npending(shoal_tl_req_t **rp, int n)
 {
     int pending = 0;
@@ -373,6 +373,7 @@ static int shoal_p2p_npending(shoal_tl_req_t **rp, int n)
     return pending;
 }
 
+/* The peer of the first request of rp[0..n) not done yet (-1: none). */
 static int shoal_p2p_first_pending(shoal_tl_req_t **rp, const int *peers, int n)
 {
     for (int i = 0; i < n; i++) {

@@ -365,6 +365,16 @@ static void shoal_fork_register(void)
     }
 }
 
+/* *s becomes a copy of itself (NULL stays NULL); 1 if the copy failed (*s is NULL then). */
+static int shoal_comm_keep_str(const char **s)
+{
+    if (*s == NULL) {
+        return 0;
+    }
+    *s = strdup(*s);
+    return *s == NULL;
+}
+
 static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_t *cfg,
                                        struct shoal_comm **comm_p)
 {
@@ -396,21 +406,16 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     }
     comm->spin_count = shoal_core_config.spin_count;
     /* Strings in cfg are the caller's: keep copies. A copy that failed would read as unset. */
-    const char *want_tenant = comm->cfg.tenant, *want_job = comm->cfg.job_name;
-    const char *want_tl = comm->cfg.transport, *want_algo = comm->cfg.algorithm;
-    comm->cfg.tenant = want_tenant ? strdup(want_tenant) : NULL;
-    comm->cfg.job_name = want_job ? strdup(want_job) : NULL;
-    comm->cfg.transport = want_tl ? strdup(want_tl) : NULL;
-    comm->cfg.algorithm = want_algo ? strdup(want_algo) : NULL;
+    int lost = shoal_comm_keep_str(&comm->cfg.tenant) |
+               shoal_comm_keep_str(&comm->cfg.job_name) |
+               shoal_comm_keep_str(&comm->cfg.transport) |
+               shoal_comm_keep_str(&comm->cfg.algorithm);
     comm->peers = calloc((size_t)nranks, sizeof(*comm->peers));
     comm->chans = calloc((size_t)nranks, sizeof(*comm->chans));
     comm->local_ranks = calloc((size_t)nranks, sizeof(int));
     comm->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (comm->peers == NULL || comm->chans == NULL || comm->local_ranks == NULL ||
-        comm->abort_efd < 0 || (want_tenant != NULL && comm->cfg.tenant == NULL) ||
-        (want_job != NULL && comm->cfg.job_name == NULL) ||
-        (want_tl != NULL && comm->cfg.transport == NULL) ||
-        (want_algo != NULL && comm->cfg.algorithm == NULL)) {
+        comm->abort_efd < 0 || lost) {
         shoal_comm_destroy(comm);
         return SHOAL_ERR_NO_MEMORY;
     }
