@@ -53,7 +53,10 @@ mp_job() {
         echo "not ok $n_tap - $_mp_label: timed out after ${_mp_secs} s" \
             "(shoalrun --timeout $timeout)"
     else
+        # the first failed case on this line too: a CI summary that keeps only the "not ok"
+        # lines still says what failed
+        _mp_why=$(grep -m1 '^# rank' "$tmp/err" | cut -c3-240)
         echo "not ok $n_tap - $_mp_label: shoalrun exited $_mp_rc after ${_mp_secs} s" \
-            "($_mp_groups groups)"
+            "($_mp_groups groups)${_mp_why:+: $_mp_why}"
     fi
 }
