@@ -258,6 +258,7 @@ qos_rates_dir=$tmp/rates
 qos_capacity_shm=$capacity
 qos_period=$qperiod
 qos_spot_cpu=$spot_cpu
+state_dir=$tmp/state
 EOC
     for t in $agent_tenants; do echo "tenant.$t.class=reserved" >>"$tmp/shoald.conf"; done
     SHOAL_DEBUG=${QOS_AGENT_DEBUG:-INFO} "$shoald" -c "$tmp/shoald.conf" \

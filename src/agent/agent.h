@@ -271,6 +271,7 @@ typedef struct {
     struct shoald_qos *qos;                /* the arbiter (agent_qos.c), NULL when off */
     struct shoald_closer *closer;          /* closes what clients handed over (agent_reg.c);
                                             * NULL: close() at once */
+    int state_lock_fd;                     /* STATE_DIR/shoald.lock, held; -1: none */
 } shoald_t;
 
 /* A rank's page was accepted: the agent takes conn_fd, pidfd and the mapping. */
@@ -328,6 +329,10 @@ void shoald_batch_free(shoald_batch_t *b);
  * removes it when both are NULL; logged on failure. */
 shoal_status_t shoald_spool_save(shoald_t *a, const shoald_batch_t *first,
                                  const shoald_batch_t *second);
+/* Takes STATE_DIR/shoald.lock for the agent's life (a->state_lock_fd): SHOAL_ERR_SYSTEM
+ * (logged) when another agent holds it; a state_dir that cannot be made or written is only
+ * a warning (SHOAL_OK, no lock), as the spool's failure then is. */
+shoal_status_t shoald_state_lock(shoald_t *a);
 /* Reads the spool: SHOAL_OK with the batches (none when there is no spool), or refused
  * (logged, the file renamed aside). */
 shoal_status_t shoald_spool_load(shoald_t *a, shoald_batch_t **list_p, unsigned *n_p);

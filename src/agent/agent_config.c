@@ -105,7 +105,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
             "this host's name; each host's agent needs its own)"},
     {.name = "state_dir", .dflt = "/var/lib/shoal", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, state_dir),
-     .doc = "the agent's own files (made 0700 when missing; each agent needs its own): "
+     .doc = "the agent's own files (made 0700 when missing; each agent needs its own: it "
+            "holds shoald.lock there, and a second agent on it is refused at its start): "
             "ledger.spool holds the minutes a stop could not write to the ledger (database "
             "down), written by the next agent at its start before anything else"},
     {.name = "qos_rates_dir", .dflt = "/run/shoal/qos", .type = SHOAL_CFG_STRING,

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +53,50 @@ static int shoald_spool_path(const shoald_t *a, const char *suffix, char *buf, s
     int n = snprintf(buf, len, "%s/%s%s", a->cfg->state_dir, SHOALD_SPOOL_NAME, suffix);
 
     return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* Two agents on one state_dir (a second one started by hand, by a second unit, or a stop
+ * that took longer than the restart) each replay the spool the other writes: the same
+ * minutes committed from two agents, or a spool one replaced with its own while the other
+ * still had to read it. So the agent holds an exclusive flock on STATE_DIR/shoald.lock (open
+ * close-on-exec, released by the kernel however the agent ends) from its start to its exit. */
+shoal_status_t shoald_state_lock(shoald_t *a)
+{
+    const char *dir = a->cfg->state_dir;
+    char path[4096];
+    int fd, n;
+
+    a->state_lock_fd = -1;
+    n = snprintf(path, sizeof(path), "%s/shoald.lock", dir);
+    if (n <= 0 || (size_t)n >= sizeof(path)) {
+        shoal_error(METER, "state_dir %s is too long", dir);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        shoal_warn(METER, "cannot make state_dir %s: %s: minutes held at a stop with the "
+                   "ledger down cannot be spooled", dir, strerror(errno));
+        return SHOAL_OK;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        shoal_warn(METER, "cannot open %s: %s: minutes held at a stop with the ledger down "
+                   "cannot be spooled", path, strerror(errno));
+        return SHOAL_OK;
+    }
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno == EWOULDBLOCK) {
+            shoal_error(METER, "another agent uses state_dir %s (it holds %s): give each agent "
+                        "its own state_dir", dir, path);
+        } else {
+            shoal_error(METER, "flock(%s): %s", path, strerror(errno));
+        }
+        close(fd);
+        return SHOAL_ERR_SYSTEM;
+    }
+    a->state_lock_fd = fd;
+    return SHOAL_OK;
 }
 
 static shoal_status_t shoald_spool_mac(const shoald_t *a, const void *buf, size_t len,

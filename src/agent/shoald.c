@@ -233,6 +233,7 @@ int main(int argc, char **argv)
     if (shoald_config(&o, &cfg) != 0)
         return 1;
     a.cfg = &cfg;
+    a.state_lock_fd = -1;
     if (cfg.hostname != NULL)
         snprintf(a.hostname, sizeof(a.hostname), "%s", cfg.hostname);
     else if (gethostname(a.hostname, sizeof(a.hostname) - 1) != 0)
@@ -253,6 +254,9 @@ int main(int argc, char **argv)
     ev.data.ptr = NULL;
     epoll_ctl(epfd, EPOLL_CTL_ADD, sigfd, &ev);
     ret = 1;
+    /* first: a second agent on this state_dir leaves the first one's socket alone */
+    if (shoald_state_lock(&a) != SHOAL_OK)
+        goto out;
     if (shoald_reg_start(&a, epfd, &reg) != SHOAL_OK)
         goto out;
     if (cfg.http != NULL) {
@@ -290,6 +294,8 @@ out:
     if (cfg.ready_file != NULL)
         unlink(cfg.ready_file);
     shoald_config_free(&cfg);
+    if (a.state_lock_fd >= 0)
+        close(a.state_lock_fd);
     close(epfd);
     close(sigfd);
     return ret;

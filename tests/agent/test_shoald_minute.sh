@@ -422,7 +422,8 @@ is "$(q "SELECT count(*) FROM ledger_cursors WHERE key IN ('$K', '$LK')")" 0 \
 stop_agent
 mkdir -p "$T/run3"
 { cat "$T/conf"; echo "hostname=node-a"; echo "rejoin_grace=0"; } >"$T/conf.na"
-{ sed "s|^listen=.*|listen=$T/run3/shoald.sock|" "$T/conf"; echo "hostname=node-b"
+{ sed -e "s|^listen=.*|listen=$T/run3/shoald.sock|" -e "s|^state_dir=.*|state_dir=$T/state_b|" \
+      "$T/conf"; echo "hostname=node-b"
   echo "rejoin_grace=0"; } >"$T/conf.nb"
 rm -f "$T/ready.b"
 "$SHOALD" -c "$T/conf.nb" --ready-file "$T/ready.b" >>"$T/agent_b.log" 2>&1 &

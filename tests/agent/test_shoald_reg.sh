@@ -127,6 +127,20 @@ start_agent "$T/conf"
 ok $? "the agent starts and writes its ready file" "$T/agent.log"
 [ -S "$SOCK" ] && [ "$(stat -c %a "$SOCK")" = 666 ] && [ "$(stat -c %a "$T/run")" = 755 ]
 ok $? "the socket is 0666 in a 0755 directory"
+# A second agent on the same state_dir (its own socket) would replay and replace the first
+# one's spool: it is refused at its start, before it touches a socket, and the first one
+# serves on. With the same socket as well, the first one's socket stays.
+sed -e "s#^listen=.*#listen=$T/run2/shoald.sock#" -e "s#^http=.*#http=none#" "$T/conf" \
+    >"$T/conf2"
+bad=""
+for c in conf2 conf; do
+    timeout -k 5 10 "$SHOALD" -c "$T/$c" >"$T/bad.out" 2>&1
+    brc=$?
+    [ $brc -eq 1 ] && grep -q "another agent uses state_dir $T/state" "$T/bad.out" || bad="$bad $c:$brc"
+done
+[ -z "$bad" ] && [ ! -e "$T/run2/shoald.sock" ] && [ -S "$SOCK" ] && alive
+ok $? "a second agent on the same state_dir is refused; the first keeps its socket$bad" \
+    "$T/bad.out"
 
 ACME=$(cred acme train)
 mc --tenant acme --job train --cred "$ACME" --ngpus 2 --hold-stdin </dev/null

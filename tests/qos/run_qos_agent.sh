@@ -181,6 +181,7 @@ ledger_url=none
 allow_uncredentialed=yes
 qos_rates_dir=$T/rates
 qos_capacity_shm=16m
+state_dir=$T/state
 EOC
 mkdir -p "$T/rates"
 SHOAL_DEBUG=INFO "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" \

@@ -112,6 +112,7 @@ tenant.b.dscp=18
 tenant.b.tc_weight=3
 tenant.s.class=spot
 tenant.s.dscp=8
+state_dir=$T/state
 EOC
     ip netns exec "$ns" "$builddir/shoald" -c "$T/conf" --ready-file "$T/ready" >"$T/agent.log" 2>&1 &
     agent=$!
@@ -147,6 +148,7 @@ EOC
         mkdir -m 777 "$T/nobody"
         sed -e "s|^listen=.*|listen=$T/nobody/sock|" -e "s|^qos_rates_dir=.*|qos_rates_dir=$T/nobody/rates|" \
             -e 's|^http=.*|http=127.0.0.1:0|' -e 's|^qos_tc_dev=.*|qos_tc_dev=q0,q1|' \
+            -e "s|^state_dir=.*|state_dir=$T/nobody/state|" \
             "$T/conf" >"$T/nobody/conf"
         echo "qos_capacity_net=100m" >>"$T/nobody/conf"
         chmod 644 "$T/nobody/conf"
