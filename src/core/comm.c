@@ -40,9 +40,10 @@ SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int t
     uint8_t raw[SHOAL_SECRET_BYTES];
     shoal_boot_uid_t u;
     shoal_tenant_id_t id;
+    shoal_tenant_cred_t cred;
     struct sockaddr_storage ss;
     socklen_t len;
-    int any;
+    int any, found = 0;
     shoal_status_t st;
 
     if (uid == NULL) {
@@ -50,15 +51,20 @@ SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int t
     }
     shoal_config_global_init();
     memset(&u, 0, sizeof(u));
-    /* The id carries the identity of the process that makes it: its ranks must match. */
-    SHOAL_CHECK(shoal_tenant_id_resolve(NULL, &id));
-    SHOAL_CHECK(shoal_random_bytes(u.secret, sizeof(u.secret)));
+    memset(raw, 0, sizeof(raw));
+    memset(&cred, 0, sizeof(cred));
+    /* The id carries the identity of the process that makes it: its ranks must match. Both
+     * it and the secret's binding take one reading of the credential. */
+    SHOAL_CHECK_GOTO(shoal_tenant_cred_load(&cred, &found), st, out);
+    SHOAL_CHECK_GOTO(shoal_tenant_id_resolve(NULL, found ? &cred : NULL, &id), st, out);
+    SHOAL_CHECK_GOTO(shoal_random_bytes(u.secret, sizeof(u.secret)), st, out);
     memcpy(raw, u.secret, sizeof(raw));
     SHOAL_CHECK_GOTO(shoal_boot_ident_make(&id, &u.ident), st, out);
     SHOAL_CHECK_GOTO(shoal_boot_listen_addr(0, &ss, &len, &any), st, out);
     /* The root proves the secret bound to the credential (if any); the id carries it
      * unbound (shoal_tenant_secret_bind). */
-    SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(u.secret, sizeof(u.secret)), st, out);
+    SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(found ? &cred : NULL, u.secret, sizeof(u.secret)),
+                     st, out);
     SHOAL_CHECK_GOTO(shoal_boot_root_start(&ss, len, any, timeout_ms, &u), st, out);
     memcpy(u.secret, raw, sizeof(raw));
     shoal_boot_uid_encode(&u, uid);
@@ -66,6 +72,7 @@ SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int t
 out:
     shoal_secret_wipe(&u, sizeof(u));
     shoal_secret_wipe(raw, sizeof(raw));
+    shoal_secret_wipe(&cred, sizeof(cred));
     return st;
 }
 
@@ -865,6 +872,7 @@ static shoal_status_t shoal_comm_derive_keys(struct shoal_comm *comm, const uint
  * rank proves; id: the same identity in names. */
 static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int rank,
                                           const shoal_boot_uid_t *u, const shoal_tenant_id_t *id,
+                                          const shoal_tenant_cred_t *cred,
                                           const shoal_config_t *cfg)
 {
     struct shoal_comm *comm = NULL;
@@ -872,6 +880,7 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
 
     SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
     comm->ident = *id;
+    comm->init_cred = cred; /* the caller's reading, for the meter's registration */
     /* First: a stop signal during a long bootstrap is then a request, not a death. */
     SHOAL_CHECK_GOTO(shoal_stop_comm_init(&comm->stop, id->tenant, id->job), st, err);
     SHOAL_CHECK_GOTO(shoal_qos_comm_init(comm), st, err);
@@ -883,11 +892,13 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     /* After the topology's init traffic: the counters start at the first call. */
     SHOAL_CHECK_GOTO(shoal_meter_comm_init(comm), st, err);
     SHOAL_CHECK_GOTO(shoal_qos_pace_comm_init(comm), st, err); /* after the meter: its page */
+    comm->init_cred = NULL;
     shoal_info(INIT, "rank %d of %d on %s: comm %08x ready (local rank %d of %d)", rank, nranks,
                shoal_hostname(), comm->comm_id, comm->local_rank, comm->local_size);
     *comm_p = comm;
     return SHOAL_OK;
 err:
+    comm->init_cred = NULL;
     if (comm->boot_root.len > 0) { /* a root here tells the job now, and the ranks that come
                                     * late (shoal_comm_init_failed's, before the grace) */
         shoal_boot_root_fail(&comm->boot_root);
@@ -903,17 +914,30 @@ static shoal_status_t shoal_comm_init_from_uid(shoal_comm_t *comm_p, int nranks,
                                                shoal_boot_uid_t *u, const shoal_config_t *cfg)
 {
     shoal_tenant_id_t id;
+    shoal_tenant_cred_t cred;
     shoal_boot_ident_t mine;
     char why[256];
+    int found = 0;
+    shoal_status_t st;
 
-    SHOAL_CHECK(shoal_tenant_id_resolve(cfg, &id));
-    SHOAL_CHECK(shoal_boot_ident_make(&id, &mine));
+    /* One reading of the credential for the identity, the secret's binding and the meter:
+     * a file the provider rewrote between them (a restart's new epoch) gave a rank a secret
+     * bound to one and an identity or registration of the other. */
+    memset(&cred, 0, sizeof(cred));
+    SHOAL_CHECK_GOTO(shoal_tenant_cred_load(&cred, &found), st, out);
+    SHOAL_CHECK_GOTO(shoal_tenant_id_resolve(cfg, found ? &cred : NULL, &id), st, out);
+    SHOAL_CHECK_GOTO(shoal_boot_ident_make(&id, &mine), st, out);
     if (shoal_boot_ident_check(&u->ident, &mine, &id, why, sizeof(why)) != SHOAL_OK) {
         shoal_error(INIT, "rank %d of %d: %s", rank, nranks, why);
-        return SHOAL_ERR_PERMISSION;
+        st = SHOAL_ERR_PERMISSION;
+        goto out;
     }
-    SHOAL_CHECK(shoal_tenant_secret_bind(u->secret, sizeof(u->secret)));
-    return shoal_comm_init_uid(comm_p, nranks, rank, u, &id, cfg);
+    SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(found ? &cred : NULL, u->secret,
+                                              sizeof(u->secret)), st, out);
+    st = shoal_comm_init_uid(comm_p, nranks, rank, u, &id, found ? &cred : NULL, cfg);
+out:
+    shoal_secret_wipe(&cred, sizeof(cred));
+    return st;
 }
 
 /* An init that failed before its rank joined leaves the others waiting for it until their
@@ -949,7 +973,8 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
  * communicator's timeout (with SHOAL_TIMEOUT_MS's, a root of cfg.timeout_ms = 60 s gave up
  * after SHOAL_TIMEOUT_MS=3s on a rank that started 8 s late, failing every rank). */
 static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t *id,
-                                               int timeout_ms, shoal_boot_uid_t *u)
+                                               const shoal_tenant_cred_t *cred, int timeout_ms,
+                                               shoal_boot_uid_t *u)
 {
     char host[256], port[8];
     uint16_t portnum;
@@ -968,7 +993,7 @@ static shoal_status_t shoal_comm_root_from_env(int rank, const shoal_tenant_id_t
                     "every rank", 2 * SHOAL_SECRET_BYTES);
         return SHOAL_ERR_INVALID_ARG;
     }
-    SHOAL_CHECK(shoal_tenant_secret_bind(u->secret, sizeof(u->secret)));
+    SHOAL_CHECK(shoal_tenant_secret_bind(cred, u->secret, sizeof(u->secret)));
     snprintf(port, sizeof(port), "%u", (unsigned)portnum);
     ret = getaddrinfo(host, port, &hints, &res);
     if (ret != 0 || res == NULL) {
@@ -1106,12 +1131,23 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
         SHOAL_CHECK(st);
     } else if (shoal_core_config.root != NULL && shoal_core_config.root[0] != '\0') {
         shoal_tenant_id_t id;
-        SHOAL_CHECK(shoal_tenant_id_resolve(cfg, &id));
-        st = shoal_comm_root_from_env(rank, &id, shoal__comm_timeout_ms(cfg), &u);
+        shoal_tenant_cred_t cred;
+        int found = 0;
+        memset(&cred, 0, sizeof(cred));
+        st = shoal_tenant_cred_load(&cred, &found); /* once: see shoal_comm_init_from_uid */
         if (st == SHOAL_OK) {
-            st = shoal_comm_init_uid(comm_p, nranks, rank, &u, &id, cfg);
-            shoal_comm_init_failed(&u, st);
+            st = shoal_tenant_id_resolve(cfg, found ? &cred : NULL, &id);
         }
+        if (st == SHOAL_OK) {
+            st = shoal_comm_root_from_env(rank, &id, found ? &cred : NULL,
+                                          shoal__comm_timeout_ms(cfg), &u);
+            if (st == SHOAL_OK) {
+                st = shoal_comm_init_uid(comm_p, nranks, rank, &u, &id, found ? &cred : NULL,
+                                         cfg);
+                shoal_comm_init_failed(&u, st);
+            }
+        }
+        shoal_secret_wipe(&cred, sizeof(cred));
         shoal_secret_wipe(&u, sizeof(u));
         return st;
 #if SHOAL_HAVE_PMIX
@@ -1478,6 +1514,28 @@ static shoal_status_t shoal_comm_split_root(struct shoal_comm *comm, const int64
     return st;
 }
 
+/* The new communicator of a split: the parent's identity; the credential the process holds
+ * now goes to the meter's registration (one that cannot be read: registered without it,
+ * which the agent refuses for a tenant's page, as before). */
+static shoal_status_t shoal_comm_split_init(struct shoal_comm *comm, shoal_comm_t *newcomm_p,
+                                            int newsize, int newrank, const shoal_boot_uid_t *u)
+{
+    shoal_tenant_cred_t cred;
+    int found = 0;
+    shoal_status_t st;
+
+    memset(&cred, 0, sizeof(cred));
+    if (shoal_tenant_cred_load(&cred, &found) != SHOAL_OK) {
+        shoal_warn(INIT, "split: the job credential could not be read: the new communicator "
+                   "registers with the node agent without it");
+        found = 0;
+    }
+    st = shoal_comm_init_uid(newcomm_p, newsize, newrank, u, &comm->ident,
+                             found ? &cred : NULL, &comm->cfg);
+    shoal_secret_wipe(&cred, sizeof(cred));
+    return st;
+}
+
 /* The colour a rank with a bad argument sends in the split's exchange (colours are ints), and
  * the one a rank without memory for the exchange's table sends. */
 #define SHOAL_SPLIT_BAD INT64_MIN
@@ -1585,7 +1643,7 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     SHOAL_CHECK_GOTO(shoal_comm_split_root(comm, all, color, leader, &u, cseq), st, out);
     held = 0;
     shoal_comm_ticket_release(comm); /* the child's bootstrap does not hold the parent */
-    st = shoal_comm_init_uid(newcomm_p, newsize, newrank, &u, &comm->ident, &comm->cfg);
+    st = shoal_comm_split_init(comm, newcomm_p, newsize, newrank, &u);
 out:
     if (held) {
         shoal_comm_ticket_release(comm);

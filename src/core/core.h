@@ -102,6 +102,8 @@ struct shoal_comm {
     uint32_t comm_id;          /* from a key derivation: reveals nothing of the secret */
     uint8_t secret[SHOAL_SECRET_BYTES]; /* the communicator's key, derived from the job secret */
     shoal_tenant_id_t ident;   /* tenant, job, epoch: part of every key derived below */
+    const struct shoal_tenant_cred *init_cred; /* during the init only: the credential it
+                                                * read (NULL: none), for the meter */
     shoal_boot_root_key_t boot_root; /* the bootstrap root (one this process may run:
                                       * destroy waits for its thread) */
     uint32_t split_seq;        /* splits of this communicator so far (same on every rank) */

@@ -148,24 +148,17 @@ int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max)
 static void shoal_meter_identity(struct shoal_comm *comm, struct shoal_meter *m)
 {
     shoal_meter_page_t *p = m->page;
-    shoal_tenant_cred_t cred;
     shoal_tenant_id_t id = comm->ident;
     const char *gpus = shoal_meter_config.gpus;
-    int found = 0;
 
     if (id.qos_weight <= 0) {
         id.qos_weight = 1;
     }
-    if (shoal_tenant_cred_load(&cred, &found) != SHOAL_OK) {
-        shoal_warn(METER, "the job credential could not be read: registering without it");
-        found = 0;
+    /* the credential the init read once (its identity is comm->ident's) */
+    if (comm->init_cred != NULL &&
+        shoal_tenant_cred_format(comm->init_cred, m->cred, sizeof(m->cred)) == SHOAL_OK) {
+        m->cred_len = strlen(m->cred);
     }
-    if (found) {
-        if (shoal_tenant_cred_format(&cred, m->cred, sizeof(m->cred)) == SHOAL_OK) {
-            m->cred_len = strlen(m->cred);
-        }
-    }
-    shoal_secret_wipe(&cred, sizeof(cred));
     p->magic = SHOAL_METER_MAGIC;
     p->version = SHOAL_METER_VERSION;
     p->size = sizeof(*p);

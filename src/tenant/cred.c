@@ -615,23 +615,20 @@ static shoal_status_t shoal_tenant_cred_read_file(const char *path,
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_tenant_secret_bind(uint8_t *secret, size_t len)
+shoal_status_t shoal_tenant_secret_bind(const shoal_tenant_cred_t *cred, uint8_t *secret,
+                                        size_t len)
 {
-    shoal_tenant_cred_t cred;
     uint8_t out[SHOAL_HMAC_BYTES];
     shoal_status_t st;
-    int found = 0;
 
     if (len != sizeof(out))
         return SHOAL_ERR_INVALID_ARG;
-    memset(&cred, 0, sizeof(cred));
-    st = shoal_tenant_cred_load(&cred, &found);
-    if (st == SHOAL_OK && found)
-        st = shoal_kdf(cred.mac, sizeof(cred.mac), "job secret", secret, len, out);
-    if (st == SHOAL_OK && found)
+    if (cred == NULL)
+        return SHOAL_OK;
+    st = shoal_kdf(cred->mac, sizeof(cred->mac), "job secret", secret, len, out);
+    if (st == SHOAL_OK)
         memcpy(secret, out, len);
     shoal_secret_wipe(out, sizeof(out));
-    shoal_secret_wipe(&cred, sizeof(cred));
     return st;
 }
 

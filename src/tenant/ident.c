@@ -57,14 +57,15 @@ static shoal_status_t shoal_tenant_epoch(uint64_t *epoch_p)
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_id_t *id)
+shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
+                                       const struct shoal_tenant_cred *cred,
+                                       shoal_tenant_id_t *id)
 {
     const char *tenant = cfg != NULL ? cfg->tenant : NULL;
     const char *job = cfg != NULL ? cfg->job_name : NULL;
     shoal_tenant_id_t out;
-    shoal_tenant_cred_t cred;
     shoal_status_t st;
-    int found = 0, claimed = 0;
+    int found = cred != NULL, claimed = 0;
 
     shoal_config_global_init();
     memset(&out, 0, sizeof(out));
@@ -76,29 +77,24 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
     if (job == NULL || job[0] == '\0') {
         job = shoal_tenant_config.job;
     }
-    memset(&cred, 0, sizeof(cred));
-    st = shoal_tenant_cred_load(&cred, &found);
-    if (st != SHOAL_OK) {
-        goto out;
-    }
     if (!found && (job == NULL || job[0] == '\0')) {
         job = shoal_cfg_getenv_raw("SLURM_JOB_ID");
     }
     if ((st = shoal_tenant_name_set("tenant", tenant, out.tenant)) != SHOAL_OK ||
         (st = shoal_tenant_name_set("job", job, out.job)) != SHOAL_OK) {
-        goto out;
+        return st;
     }
     if (found) {
         /* Only an explicit SHOAL_EPOCH is a claim the credential must match. */
         claimed = shoal_cfg_getenv("EPOCH") != NULL;
         out.epoch = claimed ? shoal_tenant_config.epoch : 0;
     } else if ((st = shoal_tenant_epoch(&out.epoch)) != SHOAL_OK) {
-        goto out;
+        return st;
     }
     /* Explicit field > SHOAL_QOS_CLASS / SHOAL_QOS_WEIGHT; either may only lower: below the
      * credential's (shoal_tenant_cred_apply), else at most SHOAL_QOS_CLASS_MAX / _WEIGHT_MAX. */
     if ((st = shoal_qos_requested(cfg, &out.qos_class, &out.qos_weight)) != SHOAL_OK) {
-        goto out;
+        return st;
     }
     if (!found) {
         shoal_qos_uncredentialed(out.qos_class, out.qos_weight, &shoal_qos_class_config,
@@ -108,25 +104,22 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg, shoal_tenant_i
 
     /* A credential is the identity: a configured tenant, job or epoch that differs is refused
      * (SHOAL_ERR_PERMISSION), a configured class or weight may only lower the credential's. */
-    if (found && (st = shoal_tenant_cred_apply(&cred, &out)) != SHOAL_OK) {
-        goto out;
+    if (found && (st = shoal_tenant_cred_apply(cred, &out)) != SHOAL_OK) {
+        return st;
     }
     /* An explicit SHOAL_EPOCH=0 is a claim too, but shoal_tenant_cred_apply takes an epoch of
      * 0 for none: checked here, or a rank told it runs epoch 0 joined with the credential of a
      * later run. After apply, which refuses a credential of another tenant or job first:
      * checked before, a rank of another job was told of the epoch only, under the
      * credential's job name as if it were its own. */
-    if (found && claimed && shoal_tenant_config.epoch == 0 && cred.id.epoch != 0) {
+    if (found && claimed && shoal_tenant_config.epoch == 0 && cred->id.epoch != 0) {
         shoal_error(TENANT, "this rank is configured for epoch 0 of job '%s' but its "
                     "credential names epoch %" PRIu64 " (a credential of another run)",
-                    cred.id.job, cred.id.epoch);
-        st = SHOAL_ERR_PERMISSION;
-        goto out;
+                    cred->id.job, cred->id.epoch);
+        return SHOAL_ERR_PERMISSION;
     }
     *id = out;
-out:
-    shoal_secret_wipe(&cred, sizeof(cred)); /* its MAC is a bearer token */
-    return st;
+    return SHOAL_OK;
 }
 
 size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t *buf, size_t len)

@@ -34,9 +34,12 @@ typedef struct {
 extern SHOAL_HIDDEN shoal_tenant_config_t shoal_tenant_config;
 
 /* ---- ident.c ---- */
-/* The identity this rank is configured with (cfg may be NULL). Names are checked: printable
- * ASCII without spaces, shorter than SHOAL_TENANT_NAME_MAX; else SHOAL_ERR_INVALID_ARG. */
+struct shoal_tenant_cred; /* shoal_tenant_cred_t, below */
+/* The identity this rank is configured with (cfg may be NULL) and holds the credential cred
+ * for (shoal_tenant_cred_load; NULL: none). Names are checked: printable ASCII without
+ * spaces, shorter than SHOAL_TENANT_NAME_MAX; else SHOAL_ERR_INVALID_ARG. */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
+                                                    const struct shoal_tenant_cred *cred,
                                                     shoal_tenant_id_t *id);
 /* Canonical bytes of the identity (length-prefixed fields), for MACs and key derivation.
  * Returns the length (at most SHOAL_TENANT_ID_ENC_MAX), or 0 if buf is too small. */
@@ -54,7 +57,7 @@ SHOAL_HIDDEN size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t 
 #define SHOAL_TENANT_WEIGHT_MAX 1000000
 #define SHOAL_TENANT_MASTER_MIN 16     /* bytes of a provider master key, at least */
 
-typedef struct {
+typedef struct shoal_tenant_cred {
     shoal_tenant_id_t id;
     int64_t expires;                    /* unix seconds; 0 = never */
     uint8_t mac[SHOAL_HMAC_BYTES];      /* HMAC(tenant key, canonical fields) */
@@ -101,14 +104,19 @@ extern SHOAL_HIDDEN shoal_tenant_cred_config_t shoal_tenant_cred_config;
 
 /* The credential this process was given (SHOAL_CREDENTIAL or SHOAL_CREDENTIAL_FILE, not
  * both), parsed: *found_p = 0 and SHOAL_OK when neither is set. The MAC is not verified here
- * (a job holds no key); the node agent that holds the tenant key verifies it. */
+ * (a job holds no key); the node agent that holds the tenant key verifies it. An init reads
+ * it once and gives that copy to everything that needs it (the identity, the secret's
+ * binding, the meter's registration): a file the provider rewrites meanwhile (a restart's
+ * new epoch) must not give them two different ones. Wipe it after use. */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_cred_load(shoal_tenant_cred_t *cred, int *found_p);
-/* With a credential (shoal_tenant_cred_load), the job secret a rank joins with is bound to it:
+/* With a credential (cred, from shoal_tenant_cred_load; NULL: none), the job secret a rank
+ * joins with is bound to it:
  * secret becomes KDF(the credential's MAC, "job secret", secret). The unique id carries the
  * secret unbound, so an id read from a channel that others can read (torch's TCPStore, an
  * environment dump) lets nobody join who does not hold the job's credential; every rank of
  * the job must hold the same one. Without a credential secret is left as it is. len must be
  * SHOAL_HMAC_BYTES. */
-SHOAL_HIDDEN shoal_status_t shoal_tenant_secret_bind(uint8_t *secret, size_t len);
+SHOAL_HIDDEN shoal_status_t shoal_tenant_secret_bind(const shoal_tenant_cred_t *cred,
+                                                     uint8_t *secret, size_t len);
 
 #endif

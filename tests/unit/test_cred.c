@@ -1,14 +1,17 @@
 /* Provider-signed job credentials (src/tenant/cred.c): key derivation, the text form and its
  * strict parser, MAC and expiry, the credential as identity, SHOAL_CREDENTIAL(_FILE), and
  * that no log line ever shows a MAC. */
+#include "shoal.h"
 #include "tenant/tenant.h"
 #include "tests/tap.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -425,6 +428,66 @@ static void test_load(void)
     shoal_tenant_cred_config.credential_file = NULL;
 }
 
+/* The opens of the file watched by inotify fd ifd since the last call. */
+static int test_opens(int ifd)
+{
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int opens = 0;
+    ssize_t n;
+
+    while ((n = read(ifd, buf, sizeof(buf))) > 0) {
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            opens += (ev->mask & IN_OPEN) != 0;
+            p += sizeof(*ev) + ev->len;
+        }
+    }
+    return opens;
+}
+
+/* An id and an init read SHOAL_CREDENTIAL_FILE once each: the identity, the secret's binding
+ * and the meter's registration take that reading. Each read it on its own (two opens for the
+ * id, three for an init): a file the provider rewrote between them (a restart's new epoch)
+ * gave a rank an identity of one credential and a secret bound to the other. */
+static void test_read_once(void)
+{
+    char text[SHOAL_TENANT_CRED_TEXT_MAX], path[64], line[SHOAL_TENANT_CRED_TEXT_MAX + 8];
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t comm = NULL;
+    shoal_uid_t uid;
+    shoal_status_t st, st2 = SHOAL_ERR_INTERNAL;
+    int fd, ifd, o1, o2;
+
+    test_cred_text(text, sizeof(text), 0);
+    snprintf(path, sizeof(path), "/tmp/test_cred_once.%d", (int)getpid());
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    snprintf(line, sizeof(line), "%s\n", text);
+    if (fd < 0 || write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        tap_bail("cannot write %s", path);
+    close(fd);
+    ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    /* with the closes: inotify merges an event into the same one still unread */
+    if (ifd < 0 || inotify_add_watch(ifd, path, IN_OPEN | IN_CLOSE) < 0)
+        tap_bail("inotify on %s: %s", path, strerror(errno));
+    shoal_tenant_cred_config.credential_file = path;
+    st = shoal_get_unique_id(&uid);
+    o1 = test_opens(ifd);
+    cfg.timeout_ms = 10000;
+    if (st == SHOAL_OK) {
+        st2 = shoal_comm_init(&comm, 1, 0, &uid, &cfg);
+    }
+    o2 = test_opens(ifd);
+    tap_ok(st == SHOAL_OK && st2 == SHOAL_OK && o1 == 1 && o2 == 1,
+           "the id (%s) and the init (%s) read the credential file once each: %d and %d "
+           "opens", shoal_status_name(st), shoal_status_name(st2), o1, o2);
+    if (comm != NULL)
+        (void)shoal_comm_destroy(comm);
+    memset(&uid, 0, sizeof(uid));
+    close(ifd);
+    unlink(path);
+    shoal_tenant_cred_config.credential_file = NULL;
+}
+
 /* Nothing above may have logged a MAC (or the first 16 hex digits of one). */
 static void test_log_has_no_mac(void)
 {
@@ -468,6 +531,7 @@ int main(void)
     test_apply();
     test_malformed();
     test_load();
+    test_read_once();
     test_log_has_no_mac();
     return tap_done();
 }
