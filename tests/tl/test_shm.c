@@ -643,7 +643,9 @@ static int squat_as_nobody(const char *name)
 
 /* Lazy contexts: rank 0 sends its message and finalizes (its segment's name goes with it)
  * before rank 1, which never mapped it, posts the receive. The message is whole in rank 1's
- * own segment: it is delivered; a receive for what never comes fails as from a dead peer.
+ * own segment: it is delivered; a receive for what never comes fails as from a dead peer, and
+ * so does a send tried first. (Before the fix, that send failed with ERR_TRANSPORT, "opening
+ * its segment ... failed: No such file or directory", where tcp says ERR_PEER_FAILED.)
  * Variant 1: the sender is rank 1, in a pid namespace of its own, whose death rank 0 tells by
  * its segment's lock, never opened here. (Before the fix, rank 0 never saw it gone: the
  * second receive waited for the timeout.) Variant 2: another user makes a file by the gone
@@ -679,7 +681,16 @@ static void case_lazy_gone(env_t *e)
         return;
     }
     shoal_tl_req_t r = {.hdr = hdr_make(11, 0, sizeof(v)), .buf = &v};
-    shoal_status_t st = tl->irecv(e->eps[snd], &r);
+    shoal_status_t st;
+    if (sh->variant != 2) {
+        /* A send first: the peer's segment, never mapped here, is gone with its name. */
+        uint64_t nothing = 0;
+        shoal_tl_req_t s = {.hdr = hdr_make(13, 0, sizeof(nothing)), .buf = &nothing};
+        st = tl->isend(e->eps[snd], &s);
+        check(st == SHOAL_ERR_PEER_FAILED, "a first send to the peer that finalized fails as "
+              "to a gone peer: %s", shoal_strerror(st));
+    }
+    st = tl->irecv(e->eps[snd], &r);
     int w = st == SHOAL_OK ? wait_one(e, &r, 5000) : -1;
     check(st == SHOAL_OK && w == 0 && r.status == SHOAL_OK && v == 0x1a2b0a7d5ULL,
           "the message of a peer that finalized before the first use is delivered (irecv %s, "

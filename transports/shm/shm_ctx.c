@@ -606,9 +606,13 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
         return SHOAL_ERR_PEER_FAILED;
     }
     if (fd < 0) {
-        shoal_error(SHM, "peer %d: opening its segment %s in %s failed: %s", ep->rank, a->name,
-                    shoal_shm_dir(), strerror(err));
-        return SHOAL_ERR_TRANSPORT;
+        shoal_error(SHM, "peer %d: opening its segment %s in %s failed: %s%s", ep->rank, a->name,
+                    shoal_shm_dir(), strerror(err),
+                    err == ENOENT ? " (the peer finalized or died)" : "");
+        /* The name goes only with its owner's context (or once every local peer mapped it,
+         * this process included): a lazy endpoint's first send to a peer that finalized or
+         * died (and was swept) finds it gone, as tcp finds a closed listener. */
+        return err == ENOENT ? SHOAL_ERR_PEER_FAILED : SHOAL_ERR_TRANSPORT;
     }
     if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (sb.st_mode & 07777) != 0600 ||
         !S_ISREG(sb.st_mode) || (size_t)sb.st_size != total) {

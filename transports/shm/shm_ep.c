@@ -108,6 +108,10 @@ shoal_status_t shoal_shm_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req)
             st = shoal_shm_ep_reserve_tx(ep);
         }
         if (st != SHOAL_OK) {
+            if (st == SHOAL_ERR_PEER_FAILED && req->errbuf != NULL && req->errlen > 0) {
+                snprintf(req->errbuf, req->errlen, "peer %d: its segment is gone (the peer "
+                         "finalized or died)", ep->rank);
+            }
             return st;
         }
     }
