@@ -4,7 +4,7 @@
  * message waking a sleeping owner (the ring of a sleeper only),
  * peer death by SIGKILL, a live peer whose main thread left (a zombie in /proc), fail()
  * propagation, corrupted ring contents, a lazy peer that finalized before the receiver's
- * first use of the endpoint, and a peer in another pid namespace.
+ * first use of the endpoint, and a peer in another pid namespace (busy, and idle and lazy).
  *
  * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
  * parent prints as TAP once they are gone. Every child runs under alarm(), and the parent
@@ -888,6 +888,34 @@ static void case_pidns(env_t *e)
           "its pid namespace: '%s'", err);
 }
 
+/* Lazy contexts, rank 1 in a pid namespace of its own, nothing ever sent either way: rank 1
+ * leaves without finalizing (its segment's name stays, its lock goes with it). Rank 0's
+ * peer_check (what shoal_comm_get_async_error asks on an idle communicator) must see it gone.
+ * (Before the fix, a peer in another pid namespace whose segment was never mapped here was
+ * judged by the lock of a descriptor never opened: alive for ever.) */
+static void case_pidns_idle(env_t *e)
+{
+    if (__atomic_load_n(&sh->stamp[0], __ATOMIC_ACQUIRE) != 0) {
+        check(1, "# SKIP cannot make a pid namespace (not root?)");
+        return;
+    }
+    if (e->rank == 1) {
+        _exit(0); /* no fini: the name stays in the directory, the lock goes */
+    }
+    char why[200] = "";
+    int culprit = 7;
+    shoal_status_t st = SHOAL_OK;
+    uint64_t t0 = shoal_time_ns();
+    while (st == SHOAL_OK && shoal_time_ns() - t0 < 3000000000ull) {
+        shoal_sleep_us(2000);
+        st = tl->peer_check(e->ctx, 1, why, sizeof(why), &culprit);
+    }
+    check(st == SHOAL_ERR_PEER_FAILED && culprit == -1, "an idle peer in another pid namespace "
+          "that left is seen gone in %.0f ms (%s, culprit %d, '%s')",
+          (shoal_time_ns() - t0) / 1e6, shoal_strerror(st), culprit, why);
+    shm_unlink(((const shoal_shm_addr_t *)sh->addr[1])->name); /* if still there */
+}
+
 /* Makes this process (rank 1 of case pidns) pid 1 of a new pid namespace: a child of it goes
  * on, this one waits and exits as the child did. Root only: else stamp[0] says skip. */
 static void child_enter_pidns(void)
@@ -1387,6 +1415,8 @@ int main(void)
         {.name = "lazy_gone_squat", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
          .variant = 2, .lazy = 1},
         {.name = "pidns", .nprocs = 2, .fn = case_pidns, .killed_rank = -1, .pidns = 1},
+        {.name = "pidns_idle", .nprocs = 2, .fn = case_pidns_idle, .killed_rank = -1,
+         .lazy = 1, .pidns = 1},
     };
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cases); i++) {
         run_case(&cases[i]);

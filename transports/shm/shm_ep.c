@@ -426,6 +426,13 @@ int shoal_shm_pid_dead(shoal_ep_t *ep)
 
 shoal_status_t shoal_shm_ep_check_peer(shoal_ep_t *ep, char *why, size_t len, int *culprit_p)
 {
+    if (ep->peer_gone == 0 && ep->pid_foreign && ep->peer_base == NULL) {
+        /* A peer in another pid namespace lives while its segment's lock is held, tested on a
+         * descriptor of the segment: a lazy endpoint never used has none, and was judged alive
+         * for ever (an idle communicator's check, shoal_comm_get_async_error). Mapping it (as a
+         * first receive does) gets one, or finds the name gone (peer_gone). */
+        (void)shoal_shm_ep_attach_rx(ep);
+    }
     if (ep->peer_gone == 0) {
         /* not mapped yet (lazy): only whether its process lives */
         if (ep->peer_ctrl != NULL &&
