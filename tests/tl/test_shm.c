@@ -626,14 +626,23 @@ static void case_corrupt(env_t *e)
     barrier();
 }
 
-/* Makes /dev/shm<name>, mode 0666, as user nobody (in a child that drops root): 1 if done. */
-static int squat_as_nobody(const char *name)
+/* Makes /dev/shm<name> as user nobody (in a child that drops root): a file of mode 0666
+ * (how 0), a symbolic link (1) or a directory (2). 1 if done. */
+static int squat_as_nobody(const char *name, int how)
 {
     int ws = 0;
     pid_t pid = fork();
     if (pid == 0) {
+        char path[128];
         if (setgid(65534) != 0 || setuid(65534) != 0) {
             _exit(1);
+        }
+        snprintf(path, sizeof(path), "/dev/shm%s", name);
+        if (how == 1) {
+            _exit(symlink("/dev/null", path) == 0 ? 0 : 1);
+        }
+        if (how == 2) {
+            _exit(mkdir(path, 0777) == 0 ? 0 : 1);
         }
         int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0666);
         _exit(fd >= 0 && fchmod(fd, 0666) == 0 ? 0 : 1);
@@ -651,7 +660,9 @@ static int squat_as_nobody(const char *name)
  * second receive waited for the timeout.) Variant 2: another user makes a file by the gone
  * segment's name before rank 1's first receive (/dev/shm is everyone's). (Before the fix, that
  * file was taken for the peer's segment: the irecv failed with ERR_PERMISSION and the message
- * in rank 1's own ring was never delivered.) */
+ * in rank 1's own ring was never delivered.) Variants 3 and 4: a symbolic link, a directory by
+ * that name. (Before the fix, opening it failed with ELOOP or EISDIR, taken for an error of
+ * the peer's segment: the irecv failed with ERR_TRANSPORT, the message never delivered.) */
 static void case_lazy_gone(env_t *e)
 {
     uint64_t v = 0, v2 = 0;
@@ -676,13 +687,13 @@ static void case_lazy_gone(env_t *e)
         shoal_sleep_us(1000);
     }
     const char *name = ((const shoal_shm_addr_t *)sh->addr[snd])->name;
-    if (sh->variant == 2 && !squat_as_nobody(name)) {
+    if (sh->variant >= 2 && !squat_as_nobody(name, sh->variant - 2)) {
         check(1, "# SKIP cannot make a file as another user (not root?)");
         return;
     }
     shoal_tl_req_t r = {.hdr = hdr_make(11, 0, sizeof(v)), .buf = &v};
     shoal_status_t st;
-    if (sh->variant != 2) {
+    if (sh->variant < 2) {
         /* A send first: the peer's segment, never mapped here, is gone with its name. */
         uint64_t nothing = 0;
         shoal_tl_req_t s = {.hdr = hdr_make(13, 0, sizeof(nothing)), .buf = &nothing};
@@ -703,8 +714,12 @@ static void case_lazy_gone(env_t *e)
     check(w == 0 && r2.status == SHOAL_ERR_PEER_FAILED, "then a recv for what never comes "
           "fails in %.0f ms: irecv %s, status %d, '%s'", (shoal_time_ns() - t0) / 1e6,
           shoal_strerror(st), r2.status, err);
-    if (sh->variant == 2) {
-        shm_unlink(name);
+    if (sh->variant >= 2) {
+        char path[128];
+        snprintf(path, sizeof(path), "/dev/shm%s", name);
+        if (sh->variant == 4 ? rmdir(path) : unlink(path)) {
+            check(0, "removing the squatter's %s failed: %s", path, strerror(errno));
+        }
     }
 }
 
@@ -1414,6 +1429,10 @@ int main(void)
          .variant = 1, .lazy = 1, .pidns = 1},
         {.name = "lazy_gone_squat", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
          .variant = 2, .lazy = 1},
+        {.name = "lazy_gone_symlink", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
+         .variant = 3, .lazy = 1},
+        {.name = "lazy_gone_dir", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
+         .variant = 4, .lazy = 1},
         {.name = "pidns", .nprocs = 2, .fn = case_pidns, .killed_rank = -1, .pidns = 1},
         {.name = "pidns_idle", .nprocs = 2, .fn = case_pidns_idle, .killed_rank = -1,
          .lazy = 1, .pidns = 1},

@@ -577,6 +577,15 @@ static int shoal_shm_addr_valid(shoal_tl_ctx_t *ctx, const shoal_shm_addr_t *a, 
     return 0;
 }
 
+/* 1 if the directory has an entry by the segment's name that is not a plain file of ours. */
+static int shoal_shm_seg_foreign(const char *name)
+{
+    char path[PATH_MAX];
+    struct stat sb;
+    return shoal_shm_seg_path(name, path, sizeof(path)) == 0 && lstat(path, &sb) == 0 &&
+           (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid());
+}
+
 /* Opens, checks and maps a peer's segment. gone_ok: a name that no longer exists is
  * SHOAL_ERR_PEER_FAILED, logged as information only (shoal_shm_ep_attach_rx). */
 static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
@@ -589,8 +598,11 @@ static shoal_status_t shoal_shm_ep_map(shoal_tl_ctx_t *ctx, shoal_ep_t *ep,
     /* The peer's segment is always ours. Once the peer removed its name, anyone may make a file
      * by that name in the directory (/dev/shm is everyone's): one we may not open (EACCES) or
      * of another owner is not the peer's, whose segment is gone. Taken for it, it failed the
-     * receive of what the peer had left in our ring with ERR_PERMISSION. */
-    int other = fd < 0 ? err == EACCES : fstat(fd, &sb) == 0 && sb.st_uid != geteuid();
+     * receive of what the peer had left in our ring with ERR_PERMISSION. Nor is a symbolic
+     * link or a directory by that name, which anyone may make there as well: their opens
+     * (ELOOP, EISDIR, shm_open's EINVAL) failed the receive with ERR_TRANSPORT. */
+    int other = fd < 0 ? err == EACCES || (err != ENOENT && shoal_shm_seg_foreign(a->name))
+                       : fstat(fd, &sb) == 0 && sb.st_uid != geteuid();
     if (gone_ok && (err == ENOENT || other)) {
         if (fd >= 0) {
             close(fd);
