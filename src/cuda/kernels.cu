@@ -74,9 +74,16 @@ template <typename A> struct shoal_apply<shoal_op_prod, A> {
     }
 };
 
-template <typename A> static __device__ __forceinline__ A shoal_avg(A x, int div)
+/* AVG's result from the accumulated sum: the sum is rounded to T first (fp16/bf16: to inf past
+ * the largest finite value, as shoal.h documents), then divided and rounded again: the bits of
+ * src/reduce (shoal_reduce_n, then shoal_reduce_avg_div), which the staging path gives. Dividing
+ * the fp32 sum made two ranks of 40000 in fp16 average to 40000 instead of inf. */
+template <typename T> static __device__ __forceinline__ T
+shoal_avg_out(typename shoal_acc<T>::type x, int div)
 {
-    return x / (A)div;
+    typedef shoal_acc<T> C;
+    typedef typename C::type A;
+    return C::out(C::in(C::out(x)) / (A)div);
 }
 
 /* U vectors of 16 bytes at v, v + stride, ...: every source's U loads are issued before
@@ -124,7 +131,7 @@ static __device__ __forceinline__ void shoal_reduce_vecs(T *__restrict__ dst,
         T *ot = reinterpret_cast<T *>(&o);
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            ot[k] = C::out(avg_div > 1 ? shoal_avg(acc[u][k], avg_div) : acc[u][k]);
+            ot[k] = avg_div > 1 ? shoal_avg_out<T>(acc[u][k], avg_div) : C::out(acc[u][k]);
         }
         reinterpret_cast<uint4 *>(dst)[v + u * stride] = o;
     }
@@ -153,7 +160,7 @@ static __device__ __forceinline__ void shoal_reduce_body(T *__restrict__ dst,
         for (int s = 1; s < nsrc; s++) {
             acc = shoal_apply<Op, A>::f(acc, C::in(reinterpret_cast<const T *>(srcs.p[s])[i]));
         }
-        dst[i] = C::out(avg_div > 1 ? shoal_avg(acc, avg_div) : acc);
+        dst[i] = avg_div > 1 ? shoal_avg_out<T>(acc, avg_div) : C::out(acc);
     }
 }
 

@@ -731,6 +731,73 @@ static void mixed_host_device(ctx_t *x)
     group_fail[g] += bad;
 }
 
+/* AVG of fp16/bf16 on device buffers: as on the host and as the README says, the sum is
+ * rounded to the dtype (to inf past its largest finite value) before the one divide. The IPC
+ * kernels divided the unrounded fp32 sum: two ranks of 40000 in fp16 averaged to 40000 there,
+ * and rank 0's largest finite value plus 1.5 half-ulps from the others to a finite number,
+ * while the staging path (the host kernels) gave inf. Even elements take those sums, odd ones
+ * ordinary values; every element must have the host's bits, blocking and stream-ordered. */
+static void avg_half_rounds_sum(ctx_t *x)
+{
+    const char *backend = getenv("SHOAL_CUDA_BACKEND");
+    size_t count = 4099;
+    int g, bad = 0;
+
+    if (backend != NULL && strcmp(backend, "nccl") == 0) {
+        return; /* NCCL's own AVG there (floats: every input premultiplied by 1/n) */
+    }
+    g = group("AllReduce AVG fp16/bf16: the sum is rounded (to inf) before the divide");
+    for (int dt = SHOAL_FLOAT16; dt <= SHOAL_BFLOAT16; dt++) {
+        int bf = dt == SHOAL_BFLOAT16;
+        /* largest finite value and half its ulp: the sum rounds to inf from max + half */
+        float max = bf ? 0x1.fep127f : 65504.0f, half = bf ? 0x1p119f : 16.0f;
+        const void *srcs[64];
+        for (int r = 0; r < x->n; r++) {
+            uint16_t *p = (uint16_t *)(x->h_tmp + (size_t)r * count * 2);
+            for (size_t i = 0; i < count; i++) {
+                float v = (float)((i + (size_t)r) % 9) * 0.375f - 1.0f;
+                if (i % 2 == 0 && x->n > 1) {
+                    v = r == 0 ? max : 1.5f * half / (float)(x->n - 1);
+                }
+                if (i % 4 == 0) {
+                    v = 40000.0f; /* the README's example: inf in fp16, exact in bf16 */
+                }
+                p[i] = bf ? shoal_float_to_bf16(v) : shoal_float_to_half(v);
+            }
+            srcs[r] = p;
+        }
+        memcpy(x->h_in, x->h_tmp + (size_t)x->rank * count * 2, count * 2);
+        shoal_reduce_n(x->h_exp, srcs, x->n, count, (shoal_dtype_t)dt, SHOAL_AVG);
+        shoal_reduce_avg_finalize(x->h_exp, count, (shoal_dtype_t)dt, SHOAL_AVG, x->n);
+        if (x->n > 1 && (((uint16_t *)x->h_exp)[2] & 0x7fff) != (bf ? 0x7f80 : 0x7c00)) {
+            fprintf(stderr, "# rank %d: the host's %s AVG of max + half is 0x%04x, not inf\n",
+                    x->rank, shoal_dtype_name((shoal_dtype_t)dt), ((uint16_t *)x->h_exp)[2]);
+            bad = 1;
+        }
+        h2d(x, x->d_in, x->h_in, count * 2);
+        for (int blocking = 1; blocking >= 0; blocking--) {
+            shoal_status_t st;
+            CK(cuMemsetD8Async(x->d_out, 0xee, count * 2, x->s));
+            st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, (shoal_dtype_t)dt,
+                                 SHOAL_AVG, x->comm, blocking ? NULL : (void *)x->s);
+            d2h(x, x->h_out, x->d_out, count * 2);
+            if (st != SHOAL_OK || memcmp(x->h_out, x->h_exp, count * 2) != 0) {
+                size_t i = 0;
+                while (st == SHOAL_OK && i + 1 < count &&
+                       ((uint16_t *)x->h_out)[i] == ((uint16_t *)x->h_exp)[i]) {
+                    i++;
+                }
+                fprintf(stderr, "# rank %d: %s AVG (%s): %s, element %zu 0x%04x (want 0x%04x)\n",
+                        x->rank, shoal_dtype_name((shoal_dtype_t)dt),
+                        blocking ? "blocking" : "stream-ordered", shoal_status_name(st), i,
+                        ((uint16_t *)x->h_out)[i], ((uint16_t *)x->h_exp)[i]);
+                bad = 1;
+            }
+        }
+    }
+    group_fail[g] += bad;
+}
+
 /* A send from a host buffer into a device buffer of the peer, and from a device buffer into a
  * host one, each longer than SHOAL_CUDA_CHUNK_SIZE: the device side cut the message into chunks
  * while the host side sent or expected it whole, and both communicators failed ("message of N
@@ -1253,6 +1320,7 @@ int main(int argc, char **argv)
         group_lost_comm(x);
         other_device_output(x);
         mixed_host_device(x);
+        avg_half_rounds_sum(x);
         p2p_host_device(x);
         sync_choice(x);
         keeps_context(x);
