@@ -117,8 +117,9 @@ SHOAL_HIDDEN shoal_status_t shoal_cuda_ctx_enter(shoal_cuda_comm_t *cc);
 /* The calling thread's current context (NULL: none), and making it current again. */
 SHOAL_HIDDEN CUcontext shoal_cuda_ctx_save(void);
 SHOAL_HIDDEN void shoal_cuda_ctx_restore(CUcontext saved);
-/* dst = srcs[0] op ... op srcs[nsrc-1] on stream (any nsrc >= 1, passes of MAX_SRCS);
- * avg_div > 1 divides the result (AVG). */
+/* dst = srcs[0] op ... op srcs[nsrc-1] on stream (any nsrc >= 1, passes of MAX_SRCS: fp16/bf16
+ * are rounded once up to MAX_SRCS sources, once per pass beyond); avg_div > 1 divides the
+ * result (AVG). */
 SHOAL_HIDDEN shoal_status_t shoal_cuda_reduce_launch(shoal_cuda_comm_t *cc, CUstream stream,
                                                      CUdeviceptr dst, const CUdeviceptr *srcs,
                                                      int nsrc, size_t count, shoal_dtype_t dtype,

@@ -99,7 +99,7 @@ static shoal_status_t shoal_cuda_ipc_setup(shoal_cuda_comm_t *cc)
 int shoal_cuda_ipc_usable(shoal_cuda_comm_t *cc)
 {
     if (cc->ipc_state == 0) {
-        if (!cc->comm->all_local || cc->comm->nranks > 64) {
+        if (!cc->comm->all_local || cc->comm->nranks > SHOAL_CUDA_MAX_SRCS) {
             cc->ipc_state = -1; /* the same answer on every rank, no exchange needed */
         } else if (shoal_cuda_ipc_setup(cc) != SHOAL_OK) {
             cc->ipc_state = -1;

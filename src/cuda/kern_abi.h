@@ -3,7 +3,11 @@
 #ifndef SHOAL_CUDA_KERN_ABI_H
 #define SHOAL_CUDA_KERN_ABI_H
 
-#define SHOAL_CUDA_MAX_SRCS 16    /* sources per launch; more are reduced in passes */
+/* Sources per launch; more are reduced in passes, and fp16/bf16 are rounded after each pass.
+ * The IPC AllReduce (at most this many ranks) reduces in one pass: rounded once, as the host
+ * kernels do (with 16, 17 ranks or more rounded the first 16's partial sum). 512 bytes of
+ * kernel parameters, well under their 4 KiB limit. */
+#define SHOAL_CUDA_MAX_SRCS 64
 #define SHOAL_CUDA_THREADS 512    /* threads per block */
 #define SHOAL_CUDA_BLOCKS_PER_SM 2 /* __launch_bounds__ minimum: <= 64 registers */
 

@@ -798,6 +798,63 @@ static void avg_half_rounds_sum(ctx_t *x)
     group_fail[g] += bad;
 }
 
+/* The reduce kernels over more sources than 16, as the IPC AllReduce launches them for more
+ * than 16 ranks on one host (up to 64 share its GPUs): fp16/bf16 must still accumulate every
+ * source in fp32 and round once (README: once per reduction step), reduce_n's bits. Launches
+ * took 16 sources, and the partial result of the first 16 was rounded to the dtype before the
+ * next pass added the rest. 40 sources of values with 10 (fp16) or 7 (bf16) fraction bits:
+ * their partial sums are not exact in the dtype. SUM and AVG, vector path and tail. */
+static void many_sources(ctx_t *x)
+{
+    static const char *const dtn[] = SHOAL_CUDA_DTYPE_NAMES;
+    enum { NS = 40 };
+    size_t count = 1003, pitch = SHOAL_ALIGN_UP(count * 2, 16);
+    shoal_cuda_comm_t cc = {.nsm = 2};
+    CUdeviceptr srcs[NS];
+    const void *hs[NS];
+    int g = group("reduce kernels over 40 sources: fp16/bf16 rounded once (reduce_n's bits)");
+    int bad = 0;
+
+    for (int dt = SHOAL_FLOAT16; dt <= SHOAL_BFLOAT16; dt++) {
+        int bf = dt == SHOAL_BFLOAT16;
+        char name[64];
+        snprintf(name, sizeof(name), "shoal_reduce_%s_sum", dtn[dt]);
+        CK(cuModuleGetFunction(&cc.fns[dt][SHOAL_SUM], x->mod, name));
+        for (int s = 0; s < NS; s++) {
+            uint16_t *p = (uint16_t *)(x->h_tmp + (size_t)s * pitch);
+            for (size_t i = 0; i < count; i++) {
+                int k = (int)((i * 7 + (size_t)s * 13) % (bf ? 127 : 1021));
+                float v = 1.0f + (float)k / (bf ? 128.0f : 1024.0f);
+                p[i] = bf ? shoal_float_to_bf16(v) : shoal_float_to_half(v);
+            }
+            hs[s] = p;
+            srcs[s] = x->d_in + (CUdeviceptr)((size_t)s * pitch);
+        }
+        h2d(x, x->d_in, x->h_tmp, NS * pitch);
+        for (int op = SHOAL_SUM; op <= SHOAL_AVG; op += SHOAL_AVG - SHOAL_SUM) {
+            shoal_status_t st;
+            shoal_reduce_n(x->h_exp, hs, NS, count, (shoal_dtype_t)dt, (shoal_op_t)op);
+            shoal_reduce_avg_finalize(x->h_exp, count, (shoal_dtype_t)dt, (shoal_op_t)op, NS);
+            CK(cuMemsetD8Async(x->d_out, 0xee, count * 2, x->s));
+            st = shoal_cuda_reduce_launch(&cc, x->s, x->d_out, srcs, NS, count,
+                                          (shoal_dtype_t)dt, (shoal_op_t)op, NS);
+            d2h(x, x->h_out, x->d_out, count * 2);
+            if (st != SHOAL_OK || memcmp(x->h_out, x->h_exp, count * 2) != 0) {
+                size_t i = 0;
+                while (i + 1 < count && ((uint16_t *)x->h_out)[i] == ((uint16_t *)x->h_exp)[i]) {
+                    i++;
+                }
+                fprintf(stderr, "# rank %d: %s %s of %d sources: %s, element %zu 0x%04x (want "
+                        "0x%04x)\n", x->rank, shoal_dtype_name((shoal_dtype_t)dt),
+                        shoal_op_name((shoal_op_t)op), NS, shoal_status_name(st), i,
+                        ((uint16_t *)x->h_out)[i], ((uint16_t *)x->h_exp)[i]);
+                bad = 1;
+            }
+        }
+    }
+    group_fail[g] += bad;
+}
+
 /* A send from a host buffer into a device buffer of the peer, and from a device buffer into a
  * host one, each longer than SHOAL_CUDA_CHUNK_SIZE: the device side cut the message into chunks
  * while the host side sent or expected it whole, and both communicators failed ("message of N
@@ -1321,6 +1378,7 @@ int main(int argc, char **argv)
         other_device_output(x);
         mixed_host_device(x);
         avg_half_rounds_sum(x);
+        many_sources(x);
         p2p_host_device(x);
         sync_choice(x);
         keeps_context(x);
