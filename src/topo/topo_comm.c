@@ -37,6 +37,8 @@ typedef struct {
                             * valid, 0: there is none, negative: it is unusable) */
     int32_t ring_bad;      /* this rank's ring host list is malformed */
     uint64_t ring_hash;    /* fingerprint of its ring host list, 0 none */
+    uint64_t layout_hash;  /* fingerprint of its SHOAL_RING_ORDER, SHOAL_TOPO_MEASURE and
+                            * SHOAL_TOPO_FILE (shoal_topo_layout_hash) */
     char host[SHOAL_TOPO_HOSTNAME_MAX]; /* short host name */
     shoal_tuning_t tuning;
 } shoal_topo_rec_t;
@@ -352,9 +354,28 @@ static shoal_status_t shoal_topo_alloc(struct shoal_comm *comm, shoal_topo_comm_
     return SHOAL_OK;
 }
 
+/* The settings each rank applies on its own that must be the same on every rank: the ring
+ * order, whether pairs measure (both sides of a pair ping-pong), and the topology file as
+ * parsed (the hosts, sockets and links). */
+static uint64_t shoal_topo_layout_hash(int n, const shoal_topo_file_t *tf)
+{
+    int32_t set[2] = {shoal_topo_config.ring_order, shoal_topo_config.topo_measure};
+    int32_t have[2] = {tf->have_intra, tf->have_inter};
+    uint64_t h = shoal_hash64(set, sizeof(set), 0x544f504fULL);
+
+    if (tf->host_of != NULL) {
+        h = shoal_hash64(tf->host_of, sizeof(int) * (size_t)n, h);
+        h = shoal_hash64(tf->socket_of, sizeof(int) * (size_t)n, h);
+        h = shoal_hash64(&tf->intra, sizeof(tf->intra), h);
+        h = shoal_hash64(&tf->inter, sizeof(tf->inter), h);
+        h = shoal_hash64(have, sizeof(have), h);
+    }
+    return h;
+}
+
 /* Round 1: my record, everyone's records. */
 static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, const shoal_topo_comm_t *tc,
-                                        shoal_topo_rec_t *all,
+                                        shoal_topo_rec_t *all, const shoal_topo_file_t *tf,
                                         const shoal_topo_ring_hosts_t *rh, int ring_bad)
 {
     shoal_topo_rec_t *me = calloc(1, sizeof(*me));
@@ -380,6 +401,7 @@ static shoal_status_t shoal_topo_round1(struct shoal_comm *comm, const shoal_top
     }
     me->ring_bad = ring_bad;
     me->ring_hash = rh->n > 0 ? rh->hash : 0;
+    me->layout_hash = shoal_topo_layout_hash(comm->nranks, tf);
     /* the name SHOAL_RING_HOSTS lists: SHOAL_HOSTID where the provider set one */
     snprintf(me->host, sizeof(me->host), "%s",
              shoal_util_config.hostid != NULL && shoal_util_config.hostid[0] != '\0'
@@ -537,7 +559,20 @@ static shoal_status_t shoal_topo_build(struct shoal_comm *comm, shoal_topo_comm_
     all = calloc((size_t)n, sizeof(*all));
     st = all == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
     SHOAL_CHECK_GOTO(st, st, out);
-    SHOAL_CHECK_GOTO(shoal_topo_round1(comm, tc, all, &rh, ring_bad), st, out);
+    SHOAL_CHECK_GOTO(shoal_topo_round1(comm, tc, all, &tf, &rh, ring_bad), st, out);
+    /* Every rank decides on the same records: all fail, at once. A rank of another ring order
+     * or topology file built another ring (and host grouping, and cost model), and the first
+     * collective waited for a peer that sent elsewhere until SHOAL_TIMEOUT_MS, which then
+     * blamed that peer; one that measures alone waited for its pair's ping-pong. */
+    for (int r = 1; r < n; r++) {
+        if (all[r].layout_hash != all[0].layout_hash) {
+            shoal_error(TOPO, "rank %d (%s) has another SHOAL_RING_ORDER, SHOAL_TOPO_MEASURE or "
+                        "SHOAL_TOPO_FILE than rank 0 (%s): they must be the same on every rank",
+                        r, shoal_comm_peer_host(comm, r), shoal_comm_peer_host(comm, 0));
+            st = SHOAL_ERR_INVALID_ARG;
+            goto out;
+        }
+    }
     for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
         known |= all[0].tuning_loaded == 1 && all[0].tuning.have[k] ? 1u << k : 0;
     }

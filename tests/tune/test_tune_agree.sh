@@ -355,4 +355,28 @@ printf 'hosts 2\n' >"$tmp/topo"
 env -u SHOAL_TUNE_MACHINE SHOAL_TOPO_FILE="$tmp/topo" "$info" -t >"$tmp/info" 2>"$tmp/info.err"
 check "... a file that gives no rank count: this host's PUs (at least 2)" \
     "^# ([2-9]|[1-9][0-9]+) ranks on (1|2) host\(s\) from " "$tmp/info"
+# Ranks whose own SHOAL_RING_ORDER or SHOAL_TOPO_FILE differ from rank 0's built other rings:
+# init passed, and the first ring AllReduce waited for a peer that sent elsewhere until
+# SHOAL_TIMEOUT_MS (20 s here), then blamed that peer. Every rank must now fail init at once,
+# saying what differs.
+printf 'hosts 2\nlayout cyclic\n' >"$tmp/topo"
+printf 'hosts 2\n' >"$tmp/topo2"
+for case in "rank 0 sets SHOAL_RING_ORDER=rank:SHOAL_RING_ORDER=rank" \
+    "rank 0 has another SHOAL_TOPO_FILE:SHOAL_TOPO_FILE=$tmp/topo2"; do
+    t0=$(date +%s)
+    env -u SHOAL_TRANSPORT -u SHOAL_TUNE_MACHINE "$shoalrun" --no-prefix --timeout 60 -n 4 \
+        -x SHOAL_TOPO_FILE="$tmp/topo" -x SHOAL_TIMEOUT_MS=20000 -x SHOAL_ALGO=ring \
+        -x TOPO_TEST_RANK0_ENV="${case#*:}" \
+        sh -c '[ "$SHOAL_RANK" = 0 ] && export "$TOPO_TEST_RANK0_ENV"; exec "$0"' \
+        "$builddir/examples/allreduce" >"$tmp/out" 2>"$tmp/err"
+    r=$?
+    secs=$(($(date +%s) - t0))
+    n_tap=$((n_tap + 1))
+    if [ "$r" -ne 0 ] && [ "$secs" -lt 15 ] &&
+        [ "$(grep -c 'than rank 0 (.*): they must be the same on every rank' "$tmp/err")" -eq 4 ]; then
+        echo "ok $n_tap - ${case%%:*}: every rank's init fails at once, saying so (${secs} s)"
+    else
+        echo "not ok $n_tap - ${case%%:*}: rc $r after ${secs} s: $(grep -m 3 ERROR "$tmp/err")"
+    fi
+done
 echo "1..$n_tap"
