@@ -589,7 +589,8 @@ void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
                                        "measured earlier, per-host cache file",
                                        "SHOAL_TUNE_MACHINE",
                                        "measured now, each rate the best of this and the "
-                                       "per-host cache file's samples"};
+                                       "per-host cache file's samples",
+                                       "SHOAL_TUNE_MACHINE where it gives them, else measured"};
     const shoal_tune_machine_t *m = &t->machine;
 
     fprintf(fp, "# settings that follow the machine (SHOAL_TUNE=%d)\n", shoal_tune_config.enable);
@@ -597,7 +598,7 @@ void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
             csrc[m->cache_src >= 0 && m->cache_src <= 3 ? m->cache_src : 0], m->l1d_kb,
             m->l2_kb, m->l3_kb, m->ncores);
     fprintf(fp, "#   memory (%s): copy in L2 %.2f GB/s, copy from memory %.2f GB/s, reduce "
-            "from memory %.2f GB/s\n", bsrc[m->bw_src >= 0 && m->bw_src <= 4 ? m->bw_src : 0],
+            "from memory %.2f GB/s\n", bsrc[m->bw_src >= 0 && m->bw_src <= 5 ? m->bw_src : 0],
             m->copy_cache_mbs / 1e3, m->copy_mem_mbs / 1e3, m->reduce_mem_mbs / 1e3);
     fprintf(fp, "#   tcp receive buffer at start: %u KiB\n", m->tcp_rbuf_kb);
     if (t->link.rate_mbps != 0 || t->link.mtu != 0) {

@@ -45,8 +45,10 @@ typedef enum {
     SHOAL_TUNE_BW_MEASURED,    /* measured by this process */
     SHOAL_TUNE_BW_CACHED,      /* read from the per-host cache file */
     SHOAL_TUNE_BW_GIVEN,       /* SHOAL_TUNE_MACHINE */
-    SHOAL_TUNE_BW_REFRESHED    /* measured by this process, each rate the best of this and the
+    SHOAL_TUNE_BW_REFRESHED,   /* measured by this process, each rate the best of this and the
                                 * per-host cache file's samples */
+    SHOAL_TUNE_BW_GIVEN_SOME   /* SHOAL_TUNE_MACHINE gives some rates, the others measured or
+                                * cached */
 } shoal_tune_bw_src_t;
 
 typedef struct {

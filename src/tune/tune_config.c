@@ -21,7 +21,8 @@ static const shoal_cfg_field_t shoal_tune_cfg_fields[] = {
      .doc = "this process's machine profile instead of discovering or measuring it, any of "
             "'l1d=32k l2=1m l3=32m copy_cache=40 copy=9.5 reduce=8 tcp_rbuf=128k' (sizes; rates "
             "in GB/s: memcpy in L2, memcpy from memory, float sum from memory; tcp_rbuf: a TCP "
-            "socket's initial receive buffer)"},
+            "socket's initial receive buffer); what it does not give is discovered or measured as "
+            "without it"},
     {.name = "TUNE_CACHE_DIR", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_tune_config_t, cache_dir),
      .doc = "where the per-host memory measurement is cached (file shoal-tune-<uid>-<hostid>, "

@@ -500,8 +500,21 @@ static void shoal_tune_machine_build(int mode, shoal_tune_machine_t *m)
             }
         }
     }
-    if ((given & 2) == 0 && shoal_tune_config.enable) {
-        shoal_tune_rates(m);
+    /* The rates not given are measured (or read from the per-host cache file), as the caches
+     * not given are discovered: 'copy=9.5' alone left the copy in L2 and the reduction at 0
+     * (unknown), and with them the slot, one-shot, LL and inline limits at their fixed
+     * defaults and the model's reduction rate 'not measured'. */
+    if (shoal_tune_config.enable &&
+        (m->copy_cache_mbs == 0 || m->copy_mem_mbs == 0 || m->reduce_mem_mbs == 0)) {
+        shoal_tune_machine_t meas = *m;
+        meas.copy_cache_mbs = meas.copy_mem_mbs = meas.reduce_mem_mbs = 0;
+        shoal_tune_rates(&meas);
+        m->copy_cache_mbs = m->copy_cache_mbs != 0 ? m->copy_cache_mbs : meas.copy_cache_mbs;
+        m->copy_mem_mbs = m->copy_mem_mbs != 0 ? m->copy_mem_mbs : meas.copy_mem_mbs;
+        m->reduce_mem_mbs = m->reduce_mem_mbs != 0 ? m->reduce_mem_mbs : meas.reduce_mem_mbs;
+        m->bw_src = (given & 2) == 0 ? meas.bw_src
+                     : meas.bw_src != SHOAL_TUNE_BW_NONE ? SHOAL_TUNE_BW_GIVEN_SOME
+                                                         : SHOAL_TUNE_BW_GIVEN;
     }
 }
 

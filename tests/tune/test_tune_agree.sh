@@ -379,4 +379,15 @@ for case in "rank 0 sets SHOAL_RING_ORDER=rank:SHOAL_RING_ORDER=rank" \
         echo "not ok $n_tap - ${case%%:*}: rc $r after ${secs} s: $(grep -m 3 ERROR "$tmp/err")"
     fi
 done
+# SHOAL_TUNE_MACHINE giving some rates: the others are measured (or read from the per-host
+# cache file), as the caches it does not give are discovered. 'copy=9.5' alone left the copy in
+# L2 and the reduction at 0.00 GB/s, and the limits that follow the copy in L2 at their fixed
+# defaults ('copy rate unknown'), the model's reduction rate 'not measured'.
+nz='(0\.0[1-9]|0\.[1-9]|[1-9])'
+info_t SHOAL_TUNE_MACHINE=copy=9.5
+check "SHOAL_TUNE_MACHINE=copy=9.5: that rate, the others measured" \
+    "memory \(SHOAL_TUNE_MACHINE where it gives them, else measured\): copy in L2 $nz[0-9.]* GB/s, copy from memory 9.50 GB/s, reduce from memory $nz" \
+    "$tmp/info"
+check "... and the limits that follow the copy in L2 are derived from it" \
+    "shm_ll_max +[0-9]+ +derived +64 x copy in L2 $nz" "$tmp/info"
 echo "1..$n_tap"
