@@ -16,6 +16,7 @@ typedef struct {
     int nppn;
     int ppn[SHOAL_TOPO_TOK_MAX];
     int hosts_line;     /* the count of the 'hosts' line, 0 without one */
+    int host_lines;     /* the host lines' highest host + 1, 0 none */
     int max_rank;       /* highest rank of the host lines, -1 none */
     int *explicit_host; /* [nranks], -1 when not placed by a host line */
 } shoal_topo_spec_t;
@@ -162,7 +163,7 @@ static int shoal_topo_file_line(char **tok, int n, int nranks, shoal_topo_spec_t
             }
             sp->max_rank = SHOAL_MAX(sp->max_rank, r);
         }
-        sp->nhosts = SHOAL_MAX(sp->nhosts, h + 1);
+        sp->host_lines = SHOAL_MAX(sp->host_lines, h + 1);
         return 0;
     }
     if (strcmp(tok[0], "link") == 0) {
@@ -260,13 +261,18 @@ static int shoal_topo_file_described(const shoal_topo_spec_t *sp)
 static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
                                              shoal_topo_file_t *tf)
 {
+    /* The layout's hosts: the 'hosts' line, else as many as the ppn list or one ppn ask for;
+     * the host lines' count only where nothing else says (they place just the ranks they
+     * name). Their count counted first: 'ppn 2' with 'host 0 ranks 7' put all 8 ranks on one
+     * host, (r / 2) mod 1, and a 'hosts' line before a host line gave another layout than
+     * after it. */
     if (sp->nhosts == 0) {
-        sp->nhosts = sp->nppn > 1 ? sp->nppn : 1;
+        sp->nhosts = sp->nppn > 1 ? sp->nppn : SHOAL_MAX(sp->host_lines, 1);
         if (sp->nppn == 1) {
             sp->nhosts = (nranks + sp->ppn[0] - 1) / sp->ppn[0];
         }
     }
-    tf->nhosts = sp->nhosts;
+    tf->nhosts = SHOAL_MAX(sp->nhosts, sp->host_lines);
     tf->sockets = sp->sockets;
     tf->nranks = nranks;
     tf->described = shoal_topo_file_described(sp);

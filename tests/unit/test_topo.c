@@ -760,6 +760,42 @@ static void test_meas_plausible(void)
            "one whose large ping-pong took no longer (or was faster, or over 1 TB/s) is not");
 }
 
+/* Host lines place only the ranks they name: the layout's hosts come from the 'hosts' line or
+ * the ppn, not from the host lines' count ('ppn 2' with 'host 0 ranks 7' put all 8 ranks on
+ * one host), and a 'hosts' line before or after a host line is the same file. */
+static void test_topo_file_host_lines(void)
+{
+    static const int want[8] = {0, 0, 1, 1, 2, 2, 3, 0};
+    shoal_topo_file_t tf, tf2;
+    int same = 1, bad = 0;
+
+    tap_is_int(shoal_topo_file_parse("ppn 2\nhost 0 ranks 7\n", 8, &tf), SHOAL_OK,
+               "topo file: ppn 2 and a host line");
+    for (int r = 0; tf.host_of != NULL && r < 8; r++) {
+        bad += tf.host_of[r] != want[r];
+    }
+    tap_ok(tf.host_of != NULL && bad == 0 && tf.nhosts == 4,
+           "... 4 hosts of 2 ranks, rank 7 moved to host 0 (%d %d %d %d %d %d %d %d, %d hosts)",
+           tf.host_of ? tf.host_of[0] : -1, tf.host_of ? tf.host_of[1] : -1,
+           tf.host_of ? tf.host_of[2] : -1, tf.host_of ? tf.host_of[3] : -1,
+           tf.host_of ? tf.host_of[4] : -1, tf.host_of ? tf.host_of[5] : -1,
+           tf.host_of ? tf.host_of[6] : -1, tf.host_of ? tf.host_of[7] : -1, tf.nhosts);
+    shoal_topo_file_free(&tf);
+    tap_ok(shoal_topo_file_parse("hosts 2\nhost 3 ranks 0\n", 6, &tf) == SHOAL_OK &&
+               shoal_topo_file_parse("host 3 ranks 0\nhosts 2\n", 6, &tf2) == SHOAL_OK,
+           "topo file: 'hosts 2' before and after 'host 3 ranks 0'");
+    for (int r = 0; tf.host_of != NULL && tf2.host_of != NULL && r < 6; r++) {
+        same &= tf.host_of[r] == tf2.host_of[r];
+    }
+    tap_ok(tf.host_of != NULL && tf2.host_of != NULL && same && tf.nhosts == tf2.nhosts &&
+               tf.described == tf2.described,
+           "... place the ranks alike (rank 1: host %d and %d; %d and %d hosts)",
+           tf.host_of ? tf.host_of[1] : -1, tf2.host_of ? tf2.host_of[1] : -1, tf.nhosts,
+           tf2.nhosts);
+    shoal_topo_file_free(&tf);
+    shoal_topo_file_free(&tf2);
+}
+
 int main(void)
 {
     shoal_config_global_init();
@@ -776,5 +812,6 @@ int main(void)
     test_tuning_squat();
     test_rh_applicable();
     test_meas_plausible();
+    test_topo_file_host_lines();
     return tap_done();
 }
