@@ -45,7 +45,7 @@ static uint64_t shoal_stop_sig_mask; /* installed now (atomic; written under the
  * that signal, read by the handler, never changed while it is installed. */
 static struct sigaction shoal_stop_sig_old[SHOAL_STOP_SIG_MAX + 1];
 /* By signal: its saved action is one-shot (SA_RESETHAND) and the handler has called it (atomic;
- * cleared at install). */
+ * cleared when an action is saved). */
 static int shoal_stop_sig_fired[SHOAL_STOP_SIG_MAX + 1];
 /* The process the handler serves (atomic): the one that installed it, or a forked child that
  * made a communicator of its own since (shoal_stop_sig_ref). */
@@ -283,11 +283,14 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
              * last destroy left its action alone) and then put back the action that call
              * returned, ours. Saved as the application's, the handler called itself at the
              * next signal until the stack overflowed. The application's action saved at the
-             * earlier install is still the one to chain. */
+             * earlier install is still the one to chain (and whether a one-shot one ran,
+             * shoal_stop_sig_fired, still holds: a forked child's first communicator finds
+             * the handler it inherited so). */
             old = shoal_stop_sig_old[s];
         } else {
             old = cur;
             shoal_stop_sig_old[s] = old;
+            __atomic_store_n(&shoal_stop_sig_fired[s], 0, __ATOMIC_RELAXED);
         }
         if (shoal_stop_sig_is_func(&old)) {
             /* The application's handler runs inside ours: with its own flags (no SA_RESTART
@@ -297,7 +300,6 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
             act.sa_flags = SA_SIGINFO | (old.sa_flags & (SA_RESTART | SA_ONSTACK | SA_NODEFER));
             act.sa_mask = old.sa_mask;
         }
-        __atomic_store_n(&shoal_stop_sig_fired[s], 0, __ATOMIC_RELAXED);
         if (sigaction(s, &act, &prev) != 0) {
             shoal_error(SCHED, "sigaction(SIG%s) installing the stop handler failed: %s",
                         shoal_stop_signal_name(s, name, sizeof(name)), strerror(errno));
@@ -309,6 +311,7 @@ static shoal_status_t shoal_stop_sig_install(uint64_t mask)
              * one is the application's (the window of a signal reading the older is its own
              * race, as it would be without us) */
             shoal_stop_sig_old[s] = prev;
+            __atomic_store_n(&shoal_stop_sig_fired[s], 0, __ATOMIC_RELAXED);
         }
         done |= SHOAL_STOP_SIG_BIT(s);
         __atomic_store_n(&shoal_stop_sig_mask, done, __ATOMIC_RELEASE);
@@ -370,9 +373,13 @@ shoal_status_t shoal_stop_sig_ref(shoal_stop_comm_t *stop)
         /* A forked child's own communicator: the handler it inherited serves it now. The
          * references it inherited are the parent's communicators, which the child cannot
          * destroy: counted, they kept the handler after the child's last destroy, and a
-         * SIGTERM to the child only set a flag nobody would read. Its count starts here. */
-        __atomic_store_n(&shoal_stop_sig_pid, getpid(), __ATOMIC_RELAXED);
+         * SIGTERM to the child only set a flag nobody would read. Its count starts here, and
+         * so does its handler, installed as for a first communicator (which also takes the
+         * process): a stop signal that came before gave the application's action back for
+         * good (shoal_stop_sig_forked), and taken as still in place, the handler was missing
+         * for this communicator (the signal never asked it to stop). */
         shoal_stop_sig_users = 0;
+        st = shoal_stop_sig_install(mask);
     }
     if (st == SHOAL_OK) {
         shoal_stop_sig_users++;

@@ -21,8 +21,10 @@
  *    next communicator (it called itself); a stop signal followed by shoal_request_stop
  *    still keeps the handler past the last destroy; a worker forked without exec gets the
  *    application's action (SIG_DFL: death), not a stop request, and so does one after it
- *    made and destroyed a communicator of its own; a process forked while another thread
- *    holds the handler's lock gets it free (its own communicator does not hang).
+ *    made and destroyed a communicator of its own; one that got the signal (its application's
+ *    handler) before it made a communicator of its own is stopped by the next; a process
+ *    forked while another thread holds the handler's lock gets it free (its own
+ *    communicator does not hang).
  */
 #include "tests/tap.h"
 
@@ -578,6 +580,97 @@ static int child_fork_worker_comm(void *arg)
     shoal_comm_destroy(comm);
     return code;
 }
+
+/* As child_fork_worker_comm, over an application handler (oneshot_handler, not one-shot): the
+ * worker gets SIGUSR2 before it has a communicator (the application's handler runs, and is its
+ * action from then on), then makes a communicator of its own and gets SIGUSR2 again. Its first
+ * communicator took the inherited handler as in place, which the first signal had replaced by
+ * the application's: the second signal only reached the application's handler and the check
+ * said no stop. Returns the child's exit code: 0 when the worker's check said stop and the
+ * application's handler ran at both signals; 6 when its communicator failed; 3 no stop; 10 +
+ * calls otherwise. */
+static int child_fork_worker_signal_comm(void *arg)
+{
+    shoal_comm_t comm = usr2_comm(oneshot_handler, 0);
+    int wstatus = 0, code = 0;
+    pid_t worker = fork();
+
+    (void)arg;
+    if (worker == 0) {
+        shoal_comm_t own;
+        int stop = 0;
+        alarm(30);
+        raise(SIGUSR2);
+        own = one_comm();
+        if (own == NULL) {
+            _exit(6);
+        }
+        raise(SIGUSR2);
+        if (shoal_comm_should_stop(own, &stop) != SHOAL_OK || stop != 1) {
+            _exit(3);
+        }
+        shoal_comm_destroy(own);
+        _exit(oneshot_calls == 2 ? 0 : 10 + (int)oneshot_calls);
+    }
+    if (worker < 0) {
+        return 5;
+    }
+    if (waitpid(worker, &wstatus, 0) != worker) {
+        code = 5;
+    } else if (WIFEXITED(wstatus)) {
+        code = WEXITSTATUS(wstatus);
+    } else {
+        code = 128 + WTERMSIG(wstatus);
+    }
+    shoal_comm_destroy(comm);
+    return code;
+}
+
+/* A one-shot (SA_RESETHAND) application handler that already ran in the process, which then
+ * forks a worker; the worker makes a communicator of its own and gets SIGUSR2: it stops, and the
+ * one-shot handler, spent before the fork (the worker would have inherited SIG_DFL without the
+ * library), is not called again. Returns 0 when so; 3 no stop; 6 no communicator; 10 + calls
+ * in the worker otherwise; 20 + calls when the process's own signal did not call it once. */
+static int child_fork_worker_oneshot(void *arg)
+{
+    shoal_comm_t comm = usr2_comm(oneshot_handler, SA_RESETHAND);
+    int wstatus = 0, code = 0;
+    pid_t worker;
+
+    (void)arg;
+    raise(SIGUSR2);
+    if (oneshot_calls != 1) {
+        return 20 + (int)oneshot_calls;
+    }
+    worker = fork();
+    if (worker == 0) {
+        shoal_comm_t own;
+        int stop = 0;
+        alarm(30);
+        own = one_comm();
+        if (own == NULL) {
+            _exit(6);
+        }
+        raise(SIGUSR2);
+        if (shoal_comm_should_stop(own, &stop) != SHOAL_OK || stop != 1) {
+            _exit(3);
+        }
+        shoal_comm_destroy(own);
+        _exit(oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
+    }
+    if (worker < 0) {
+        return 5;
+    }
+    if (waitpid(worker, &wstatus, 0) != worker) {
+        code = 5;
+    } else if (WIFEXITED(wstatus)) {
+        code = WEXITSTATUS(wstatus);
+    } else {
+        code = 128 + WTERMSIG(wstatus);
+    }
+    shoal_comm_destroy(comm);
+    return code;
+}
 #endif
 
 /* Drains the pipe whose write end is the log's (a full stderr) after 300 ms, until *done. */
@@ -817,7 +910,7 @@ static void test_children(void)
      * interceptor, and in a child forked from a process with threads it turns interceptors
      * off: a signal that reaches the worker before its first sleep never runs the handler
      * (with the CPUs busy, 4 of 8 runs under TSan; 10 of 10 passed in the release build). */
-    tap_skip(2, "TSan does not run signal handlers in a child forked from threads");
+    tap_skip(4, "TSan does not run signal handlers in a child forked from threads");
 #else
     code = in_child(child_fork_worker, NULL);
     tap_ok(code == 0, "a worker forked without exec from a process with the SIGUSR2 stop "
@@ -826,6 +919,14 @@ static void test_children(void)
     code = in_child(child_fork_worker_comm, NULL);
     tap_ok(code == 0, "a worker forked without exec that made and destroyed a communicator of "
            "its own has SIGUSR2's default action back and dies of it (child exit %d)", code);
+    code = in_child(child_fork_worker_signal_comm, NULL);
+    tap_ok(code == 0, "a worker forked without exec that got SIGUSR2 (its application's handler "
+           "ran) and then made a communicator of its own: a second SIGUSR2 stops it, the "
+           "application's handler still chained (child exit %d)", code);
+    code = in_child(child_fork_worker_oneshot, NULL);
+    tap_ok(code == 0, "a worker forked after its process's one-shot SIGUSR2 handler ran makes a "
+           "communicator of its own: SIGUSR2 stops it without calling the spent handler again "
+           "(child exit %d)", code);
 #endif
 }
 
@@ -894,7 +995,7 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(43);
+    tap_plan(45);
     test_parse();
     test_file_path();
     test_children(); /* before this process has threads */
