@@ -151,7 +151,8 @@ static int shoal_sched_round_try(void *vr, int t)
     int ji = r->line[t][r->head[t]];
     shoal_sched_job_t *j = &r->q->jobs[ji];
     shoal_sched_decision_t *d = shoal_sched_decision_new(r->plan, ji);
-    int rc;
+    int rc, preempt = j->cls == SHOAL_SCHED_RESERVED && r->o->preempt &&
+                      r->o->policy == SHOAL_SCHED_POLICY_SHOAL;
 
     if (d == NULL) {
         r->st = SHOAL_ERR_NO_MEMORY;
@@ -161,8 +162,7 @@ static int shoal_sched_round_try(void *vr, int t)
     rc = shoal_sched_round_place(r, j, &d->info);
     if (rc == 1) {
         shoal_sched_job_apply(r->c, r->q, j);
-    } else if (rc == 0 && j->cls == SHOAL_SCHED_RESERVED && r->o->preempt &&
-               r->o->policy == SHOAL_SCHED_POLICY_SHOAL) {
+    } else if (rc == 0 && preempt) {
         rc = r->o->scan_all ? shoal_sched_preempt(r->c, r->q, ji, &d->pre, &d->info)
                             : shoal_sched_preempt_among(r->c, r->q, ji, r->spot, r->nspot,
                                                         &d->pre, &d->info);
@@ -175,11 +175,17 @@ static int shoal_sched_round_try(void *vr, int t)
     j->fresh = rc == 1;
     d->share_after = shoal_sched_tenant_share(r, t);
     if (rc == 0) {
+        /* the victims' search only where it ran: with preemption off, or under a baseline
+         * policy, this said that no set of spot jobs kept to the no-cycle rule, where one
+         * may well have (it was never looked for) */
         snprintf(d->why, sizeof(d->why),
                  "pending: no subtree has room for %d ranks of %d CPUs and %ld MB each%s; "
                  "tenant %s waits for the next round", j->ranks, j->cpus, j->mem_mb,
-                 j->cls == SHOAL_SCHED_RESERVED ? ", and no set of spot jobs makes room "
-                                                  "without a preemption cycle" : "",
+                 j->cls != SHOAL_SCHED_RESERVED ? ""
+                 : preempt ? ", and no set of spot jobs makes room without a preemption cycle"
+                 : r->o->policy == SHOAL_SCHED_POLICY_SHOAL
+                     ? " (preemption is off: no spot job was looked at)"
+                     : " (this policy never preempts: no spot job was looked at)",
                  r->q->tenants[t].name);
         return 0;
     }

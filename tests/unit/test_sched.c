@@ -1256,6 +1256,53 @@ static void shoal_ts_whole_cluster_spot(void)
            "a tenant's own spot job yields, and --explain says so (%d: %s)", self, why);
 }
 
+/* A reserved job that does not fit where preemption is off (--no-preempt) or the policy never
+ * preempts (a baseline): --explain said "no set of spot jobs makes room without a preemption
+ * cycle", a search that never ran, while preempting the one spot job would have made room and
+ * kept to the rule (the shoal policy with preemption places it). */
+static void shoal_ts_pending_without_preemption(void)
+{
+    static const shoal_sched_opts_t opts[] = {
+        {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1},
+        {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 0},
+        {.policy = SHOAL_SCHED_POLICY_FIRST_FIT, .preempt = 1},
+    };
+    char why[3][640];
+    int placed[3], right = 0;
+
+    for (int k = 0; k < 3; k++) {
+        shoal_sched_cluster_t c = {0};
+        shoal_sched_queue_t q = {0};
+        shoal_sched_plan_t plan = {0};
+        int ok = shoal_sched_slurm_conf_parse("NodeName=n1 CPUs=32 Gres=gpu:8\n", "conf", &c) ==
+                     SHOAL_OK &&
+                 shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+                 shoal_sched_jobs_parse("job=big tenant=b gpus=8 class=spot state=running "
+                                        "nodes=n1\njob=r tenant=a gpus=4\n", "jobs", &c,
+                                        &q) == SHOAL_OK &&
+                 shoal_sched_plan_round(&c, &q, &opts[k], &plan) == SHOAL_OK;
+        placed[k] = -1;
+        why[k][0] = '\0';
+        for (int i = 0; ok && i < plan.n; i++) {
+            if (strcmp(q.jobs[plan.d[i].job].name, "r") == 0) {
+                placed[k] = plan.d[i].placed;
+                snprintf(why[k], sizeof(why[k]), "%s", plan.d[i].why);
+            }
+        }
+        shoal_sched_plan_free(&plan);
+        shoal_sched_queue_free(&q);
+        shoal_sched_cluster_free(&c);
+    }
+    right += placed[0] == 1;
+    right += placed[1] == 0 && strstr(why[1], "preemption cycle") == NULL &&
+             strstr(why[1], "preemption is off") != NULL;
+    right += placed[2] == 0 && strstr(why[2], "preemption cycle") == NULL &&
+             strstr(why[2], "never preempts") != NULL;
+    tap_is_int(right, 3, "a reserved job pending because preemption is off or the policy never "
+               "preempts says so, not that no set of spot jobs keeps to the rule (placed with "
+               "it: %d; off: %s; first-fit: %s)", placed[0], why[1], why[2]);
+}
+
 /* Slurm's parser takes a value in double quotes with blanks in it (Reason="bad disk" on a
  * DownNodes or NodeName line); slurm.conf was split at every blank, and such a file refused
  * ("'disk"' is not Key=Value"). A quote not closed is still an error; the jobs file has no
@@ -1876,6 +1923,7 @@ int main(void)
     shoal_ts_plan_grows_at_preemption();
     shoal_ts_many_victims();
     shoal_ts_whole_cluster_spot();
+    shoal_ts_pending_without_preemption();
     shoal_ts_quoted_values();
     shoal_ts_usage();
     shoal_ts_node_cpus();
