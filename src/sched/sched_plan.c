@@ -195,11 +195,14 @@ static int shoal_sched_round_try(void *vr, int t)
                  "weight %g)", r->q->tenants[t].past / r->q->tenants[t].weight,
                  r->q->tenants[t].past_gpu_s, r->q->tenants[t].weight);
     }
+    /* free_under_top is the ranks of this job the subtree could take (its CPUs and memory
+     * count), not its free GPUs, as this said: 8 free GPUs with room for 2 such ranks read
+     * "2 GPUs free there" */
     snprintf(d->why, sizeof(d->why),
              "tenant %s had the lowest weighted dominant share (%.4f%s) of %d tenants waiting; "
              "%d ranks on %d host(s) under %s (switch level %d, ring cost %.0f), the tightest "
-             "such subtree (%d GPUs free there)%s", r->q->tenants[t].name, d->share_before,
-             past, r->waiting, j->ranks, d->info.nhosts,
+             "such subtree (room for %d ranks of this job there)%s", r->q->tenants[t].name,
+             d->share_before, past, r->waiting, j->ranks, d->info.nhosts,
              r->o->policy != SHOAL_SCHED_POLICY_SHOAL ? "(baseline policy)"
              : d->info.level == 0 ? r->c->nodes[d->info.top].name
                                   : r->c->sw[d->info.top].name,

@@ -1303,6 +1303,33 @@ static void shoal_ts_pending_without_preemption(void)
                "it: %d; off: %s; first-fit: %s)", placed[0], why[1], why[2]);
 }
 
+/* --explain's "the tightest such subtree (N GPUs free there)" printed the ranks of this job the
+ * subtree could take, which its CPUs or memory may hold below its free GPUs: a host of 8 free
+ * GPUs and 8 CPUs, a job of 2 ranks of 4 CPUs, read "2 GPUs free there". */
+static void shoal_ts_explain_room(void)
+{
+    shoal_sched_cluster_t c = {0};
+    shoal_sched_queue_t q = {0};
+    shoal_sched_plan_t plan = {0};
+    shoal_sched_opts_t o = {.policy = SHOAL_SCHED_POLICY_SHOAL, .preempt = 1};
+    int ok = shoal_sched_slurm_conf_parse("NodeName=n1 CPUs=8 Gres=gpu:8\n", "conf", &c) ==
+                 SHOAL_OK &&
+             shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+             shoal_sched_jobs_parse("job=x tenant=a gpus=2 cpus=4\n", "jobs", &c, &q) ==
+                 SHOAL_OK &&
+             shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK && plan.n == 1 &&
+             plan.d[0].placed;
+    const char *why = ok ? plan.d[0].why : "";
+
+    tap_ok(ok && strstr(why, "GPUs free") == NULL &&
+               strstr(why, "room for 2 ranks of this job there") != NULL,
+           "--explain: a host of 8 free GPUs whose CPUs hold 2 ranks of the job has room for 2 "
+           "ranks, not 2 free GPUs (%s)", why);
+    shoal_sched_plan_free(&plan);
+    shoal_sched_queue_free(&q);
+    shoal_sched_cluster_free(&c);
+}
+
 /* Slurm's parser takes a value in double quotes with blanks in it (Reason="bad disk" on a
  * DownNodes or NodeName line); slurm.conf was split at every blank, and such a file refused
  * ("'disk"' is not Key=Value"). A quote not closed is still an error; the jobs file has no
@@ -1924,6 +1951,7 @@ int main(void)
     shoal_ts_many_victims();
     shoal_ts_whole_cluster_spot();
     shoal_ts_pending_without_preemption();
+    shoal_ts_explain_room();
     shoal_ts_quoted_values();
     shoal_ts_usage();
     shoal_ts_node_cpus();
