@@ -344,6 +344,11 @@ SHOAL_HIDDEN int shoal_sched_place(shoal_sched_cluster_t *c, shoal_sched_job_t *
  * (the lowest switch with enough free GPUs, the fullest nodes first under it). */
 SHOAL_HIDDEN int shoal_sched_place_first_fit(shoal_sched_cluster_t *c, shoal_sched_job_t *j);
 SHOAL_HIDDEN int shoal_sched_place_slurm_tree(shoal_sched_cluster_t *c, shoal_sched_job_t *j);
+/* The info of j's placement by a baseline (node_of set, not applied yet: cap[] still as that
+ * placement computed it): hosts, ring cost, the lowest switch above them (or the host) and the
+ * ranks of j it could take. 1, or SHOAL_ERR_NO_MEMORY. */
+SHOAL_HIDDEN int shoal_sched_place_describe(shoal_sched_cluster_t *c, const shoal_sched_job_t *j,
+                                            shoal_sched_place_info_t *info);
 /* Largest gang one leaf switch could still take (the fragmentation measure). */
 SHOAL_HIDDEN int shoal_sched_largest_gang(shoal_sched_cluster_t *c);
 

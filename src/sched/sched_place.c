@@ -823,6 +823,58 @@ int shoal_sched_place_slurm_tree(shoal_sched_cluster_t *c, shoal_sched_job_t *j)
     return rc;
 }
 
+/* The lowest switch above switches a and b. */
+static int shoal_sched_lca_switch(const shoal_sched_cluster_t *c, int a, int b)
+{
+    int da = 0, db = 0;
+
+    for (int s = a; c->sw[s].parent >= 0; s = c->sw[s].parent) {
+        da++;
+    }
+    for (int s = b; c->sw[s].parent >= 0; s = c->sw[s].parent) {
+        db++;
+    }
+    for (; da > db; da--) {
+        a = c->sw[a].parent;
+    }
+    for (; db > da; db--) {
+        b = c->sw[b].parent;
+    }
+    while (a != b) {
+        a = c->sw[a].parent;
+        b = c->sw[b].parent;
+    }
+    return a;
+}
+
+int shoal_sched_place_describe(shoal_sched_cluster_t *c, const shoal_sched_job_t *j,
+                               shoal_sched_place_info_t *info)
+{
+    int *hosts = malloc(sizeof(int) * (size_t)j->ranks), nh = 0, top;
+
+    if (hosts == NULL) {
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < j->ranks; r++) {
+        if (r == 0 || j->node_of[r] != j->node_of[r - 1]) {
+            hosts[nh++] = j->node_of[r];
+        }
+    }
+    top = c->nodes[hosts[0]].leaf;
+    for (int h = 1; h < nh; h++) {
+        top = shoal_sched_lca_switch(c, top, c->nodes[hosts[h]].leaf);
+    }
+    *info = (shoal_sched_place_info_t){
+        .level = nh == 1 ? 0 : c->sw[top].level,
+        .top = nh == 1 ? hosts[0] : top,
+        .nhosts = nh,
+        .cost = shoal_sched_ring_cost(c, hosts, nh),
+        .free_under_top = nh == 1 ? c->cap[hosts[0]] : c->cap[c->nnodes + top],
+    };
+    free(hosts);
+    return 1;
+}
+
 int shoal_sched_largest_gang(shoal_sched_cluster_t *c)
 {
     int best = 0;

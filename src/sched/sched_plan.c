@@ -77,15 +77,22 @@ static double shoal_sched_tenant_share(const shoal_sched_round_t *r, int t)
 static int shoal_sched_round_place(shoal_sched_round_t *r, shoal_sched_job_t *j,
                                    shoal_sched_place_info_t *info)
 {
+    int rc;
+
     memset(info, 0, sizeof(*info));
     switch (r->o->policy) {
     case SHOAL_SCHED_POLICY_FIRST_FIT:
-        return shoal_sched_place_first_fit(r->c, j);
+        rc = shoal_sched_place_first_fit(r->c, j);
+        break;
     case SHOAL_SCHED_POLICY_SLURM:
-        return shoal_sched_place_slurm_tree(r->c, j);
+        rc = shoal_sched_place_slurm_tree(r->c, j);
+        break;
     default:
         return shoal_sched_place(r->c, j, info);
     }
+    /* the baselines set the hosts only: the plan said "level=0 cost=0" and --explain "on 0
+     * host(s)" of a job spread over a leaf or the spine */
+    return rc == 1 ? shoal_sched_place_describe(r->c, j, info) : rc;
 }
 
 /* The victims of the preemption decided in r->plan->d[di]: one decision each. By index, not
@@ -200,13 +207,16 @@ static int shoal_sched_round_try(void *vr, int t)
      * "2 GPUs free there" */
     snprintf(d->why, sizeof(d->why),
              "tenant %s had the lowest weighted dominant share (%.4f%s) of %d tenants waiting; "
-             "%d ranks on %d host(s) under %s (switch level %d, ring cost %.0f), the tightest "
-             "such subtree (room for %d ranks of this job there)%s", r->q->tenants[t].name,
-             d->share_before, past, r->waiting, j->ranks, d->info.nhosts,
-             r->o->policy != SHOAL_SCHED_POLICY_SHOAL ? "(baseline policy)"
-             : d->info.level == 0 ? r->c->nodes[d->info.top].name
-                                  : r->c->sw[d->info.top].name,
-             d->info.level, d->info.cost, d->info.free_under_top,
+             "%d ranks on %d host(s) under %s (switch level %d, ring cost %.0f), %s (room for "
+             "%d ranks of this job there)%s", r->q->tenants[t].name, d->share_before, past,
+             r->waiting, j->ranks, d->info.nhosts,
+             d->info.level == 0 ? r->c->nodes[d->info.top].name : r->c->sw[d->info.top].name,
+             d->info.level, d->info.cost,
+             r->o->policy == SHOAL_SCHED_POLICY_FIRST_FIT ? "first fit in node order (baseline)"
+             : r->o->policy == SHOAL_SCHED_POLICY_SLURM
+                 ? "the lowest subtree with room, the one with least (baseline)"
+                 : "the tightest such subtree",
+             d->info.free_under_top,
              d->pre.nvictims > 0 ? "; after preempting spot jobs" : "");
     /* only the rows this job and its victims changed: a copy of every tenant's per job made
      * a round O(tenants x jobs) */

@@ -1330,6 +1330,52 @@ static void shoal_ts_explain_room(void)
     shoal_sched_cluster_free(&c);
 }
 
+/* The baseline policies (--policy first-fit, slurm-tree) set a job's hosts and no more: the
+ * plan's "place ... level=0 cost=0" and --explain's "on 0 host(s) ... ring cost 0" were said
+ * of a job on two hosts under a leaf (a ring of cost 2). The same job, the same hosts, under
+ * each policy: level, hosts, cost and top as the shoal policy reports them. */
+static void shoal_ts_baseline_info(void)
+{
+    static const int policies[] = {SHOAL_SCHED_POLICY_SHOAL, SHOAL_SCHED_POLICY_FIRST_FIT,
+                                   SHOAL_SCHED_POLICY_SLURM};
+    shoal_sched_place_info_t info[3];
+    int right = 0;
+    char why[640] = "";
+
+    for (int k = 0; k < 3; k++) {
+        shoal_sched_cluster_t c = {0};
+        shoal_sched_queue_t q = {0};
+        shoal_sched_plan_t plan = {0};
+        shoal_sched_opts_t o = {.policy = policies[k], .preempt = 1};
+        int ok = shoal_sched_slurm_conf_parse("NodeName=n[1-4] CPUs=64 Gres=gpu:4\n", "conf",
+                                              &c) == SHOAL_OK &&
+                 shoal_sched_topology_parse("SwitchName=s1 Nodes=n[1-2]\n"
+                                            "SwitchName=s2 Nodes=n[3-4]\n"
+                                            "SwitchName=top Switches=s[1-2]\n", "topo", &c) ==
+                     SHOAL_OK &&
+                 shoal_sched_cluster_finish(&c) == SHOAL_OK &&
+                 shoal_sched_jobs_parse("job=x tenant=a gpus=6\n", "jobs", &c, &q) == SHOAL_OK &&
+                 shoal_sched_plan_round(&c, &q, &o, &plan) == SHOAL_OK && plan.n == 1 &&
+                 plan.d[0].placed;
+        memset(&info[k], 0, sizeof(info[k]));
+        if (ok) {
+            info[k] = plan.d[0].info;
+            right += info[k].level == 1 && info[k].nhosts == 2 && info[k].cost == 2.0 &&
+                     info[k].top == shoal_sched_switch_find(&c, "s1") &&
+                     info[k].free_under_top == 8;
+            if (k == 1) {
+                snprintf(why, sizeof(why), "%s", plan.d[0].why);
+            }
+        }
+        shoal_sched_plan_free(&plan);
+        shoal_sched_queue_free(&q);
+        shoal_sched_cluster_free(&c);
+    }
+    tap_is_int(right, 3, "a job of 6 GPUs on two hosts of one leaf: level 1, 2 hosts, cost 2, "
+               "under s1 with room for 8, under each policy (first-fit: level %d, %d hosts, "
+               "cost %.0f; %s)", info[1].level, info[1].nhosts, info[1].cost, why);
+}
+
 /* Slurm's parser takes a value in double quotes with blanks in it (Reason="bad disk" on a
  * DownNodes or NodeName line); slurm.conf was split at every blank, and such a file refused
  * ("'disk"' is not Key=Value"). A quote not closed is still an error; the jobs file has no
@@ -1952,6 +1998,7 @@ int main(void)
     shoal_ts_whole_cluster_spot();
     shoal_ts_pending_without_preemption();
     shoal_ts_explain_room();
+    shoal_ts_baseline_info();
     shoal_ts_quoted_values();
     shoal_ts_usage();
     shoal_ts_node_cpus();
