@@ -114,16 +114,27 @@ static int shoal_log_expand_path(const char *tmpl, char *out, size_t size)
 static void shoal_log_open_file(const char *tmpl)
 {
     char path[SHOAL_LOG_PATH_MAX];
-    int fd;
+    int fd, flags;
 
     if (!shoal_log_expand_path(tmpl, path, sizeof(path))) {
         shoal_warn(CONFIG, "SHOAL_DEBUG_FILE=%s is too long; logging to stderr", tmpl);
         return;
     }
-    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    /* O_NONBLOCK: a FIFO at the path (anyone may leave one in /tmp) that no one reads held
+     * the first call into the library in open() until a reader came, for ever; it fails at
+     * once now (ENXIO). Cleared once open: a line to a reader that lags waits, as on stderr,
+     * rather than being cut. A regular file ignores the flag. */
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0640);
     if (fd < 0) {
-        shoal_warn(CONFIG, "open(SHOAL_DEBUG_FILE %s) failed: %s; logging to stderr", path,
+        shoal_warn(CONFIG, "open(SHOAL_DEBUG_FILE %s) failed: %s%s; logging to stderr", path,
+                   strerror(errno), errno == ENXIO ? " (a FIFO that no one reads)" : "");
+        return;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        shoal_warn(CONFIG, "fcntl(SHOAL_DEBUG_FILE %s) failed: %s; logging to stderr", path,
                    strerror(errno));
+        close(fd);
         return;
     }
     shoal_log_fd = fd;

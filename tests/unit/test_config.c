@@ -4,11 +4,14 @@
 #include "tests/tap.h"
 #include "shoal.h"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 
@@ -259,6 +262,85 @@ static const shoal_cfg_field_t *test_util_field(const char *name)
     return NULL;
 }
 
+/* The logger's set-up in a fresh process (the configuration is read once per process: the
+ * child is forked before this one reads it): the child sets the variables of env ("NAME=value",
+ * NULL-terminated), reads the configuration, logs one warning and exits; its stderr goes to
+ * err_path. 0 when it exited 0 within 10 s, -1 when it hung (then it is killed) or failed. */
+static int test_log_child(const char *const *env, const char *err_path)
+{
+    uint64_t deadline = shoal_deadline_ns(10000);
+    int wst = 0;
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+        if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+            _exit(3);
+        for (; *env != NULL; env++)
+            putenv((char *)(uintptr_t)*env);
+        shoal_config_global_init();
+        shoal_warn(INIT, "child warning");
+        _exit(0);
+    }
+    while (waitpid(pid, &wst, WNOHANG) == 0) {
+        if (shoal_deadline_passed(deadline)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            return -1;
+        }
+        shoal_sleep_us(10000);
+    }
+    return WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? 0 : -1;
+}
+
+/* Reads a small file whole into buf (empty when it cannot). */
+static const char *test_slurp(const char *path, char *buf, size_t size)
+{
+    FILE *fp = fopen(path, "r");
+    size_t n = 0;
+
+    if (fp != NULL) {
+        n = fread(buf, 1, size - 1, fp);
+        fclose(fp);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* SHOAL_DEBUG_FILE naming a FIFO that no one reads (anyone may leave one at a path in /tmp):
+ * the first call into the library waited in open() for a reader, for ever. It must go on,
+ * logging to stderr and saying why. */
+static void test_log_file_fifo(void)
+{
+    char dir[] = "/tmp/shoal_test_logfifo.XXXXXX", fifo[96], err[96], env_file[128], text[4096];
+    const char *env[] = {env_file, "SHOAL_DEBUG=WARN", NULL};
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(1, "mkdtemp failed");
+        return;
+    }
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(err, sizeof(err), "%s/stderr", dir);
+    snprintf(env_file, sizeof(env_file), "SHOAL_DEBUG_FILE=%s", fifo);
+    if (mkfifo(fifo, 0600) != 0) {
+        tap_skip(1, "mkfifo failed");
+    } else {
+        int r = test_log_child(env, err);
+
+        test_slurp(err, text, sizeof(text));
+        tap_ok(r == 0 && strstr(text, "SHOAL_DEBUG_FILE") != NULL &&
+                   strstr(text, "child warning") != NULL,
+               "SHOAL_DEBUG_FILE on a FIFO without a reader: no hang, logs to stderr (%s)",
+               r == 0 ? text : "hung or failed");
+    }
+    unlink(fifo);
+    unlink(err);
+    rmdir(dir);
+}
+
 /* Environment > conf file > default; warnings go to SHOAL_DEBUG_FILE. */
 static void test_global_init(void)
 {
@@ -473,6 +555,8 @@ static void test_parse_u64(void)
 
 int main(void)
 {
+    /* first: each forks a child that reads the configuration for the first time */
+    test_log_file_fifo();
     test_tables();
     test_parsers();
     test_subsys();
