@@ -145,15 +145,18 @@ static void shoal_log_init_once(void)
     const shoal_util_config_t *cfg = &shoal_util_config;
     unsigned mask;
 
-    if (!shoal_log_parse_subsys(cfg->subsys, &mask)) {
-        shoal_warn(CONFIG, "SHOAL_DEBUG_SUBSYS=%s names an unknown subsystem; using ALL",
-                   cfg->subsys);
-        mask = SHOAL_LOG_SUBSYS_ALL;
-    }
+    /* The level first and the file next, so that the logger's own warnings (the file cannot
+     * be opened, a bad subsystem) obey SHOAL_DEBUG and go to SHOAL_DEBUG_FILE as every other
+     * line does: written before, SHOAL_DEBUG=NONE still printed them, and only on stderr. */
+    shoal_log_level_cur = cfg->level;
     if (cfg->file != NULL && cfg->file[0] != '\0')
         shoal_log_open_file(cfg->file);
+    if (!shoal_log_parse_subsys(cfg->subsys, &mask)) {
+        mask = SHOAL_LOG_SUBSYS_ALL; /* the mask in force until now: the warning is shown */
+        shoal_warn(CONFIG, "SHOAL_DEBUG_SUBSYS=%s names an unknown subsystem; using ALL",
+                   cfg->subsys);
+    }
     shoal_log_subsys_mask = mask;
-    shoal_log_level_cur = cfg->level;
     if (cfg->level == SHOAL_LOG_VERSION || cfg->level >= SHOAL_LOG_INFO) {
         shoal_log_emit(SHOAL_LOG_VERSION, "VERSION", SHOAL_SUBSYS_BIT_INIT, __FILE__, __LINE__,
                        "%s", shoal_version_string());

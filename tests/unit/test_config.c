@@ -341,6 +341,40 @@ static void test_log_file_fifo(void)
     rmdir(dir);
 }
 
+/* The logger's own warnings (a bad SHOAL_DEBUG_SUBSYS) obey SHOAL_DEBUG_FILE and SHOAL_DEBUG
+ * like every other: they were written to stderr before the file was opened and before the
+ * level was set, so SHOAL_DEBUG=NONE still printed one, and the file never had it. */
+static void test_log_init_warnings(void)
+{
+    char dir[] = "/tmp/shoal_test_loginit.XXXXXX", logf[96], err[96], env_file[128];
+    char text[4096], etext[4096];
+    const char *env_file_bad[] = {env_file, "SHOAL_DEBUG_SUBSYS=NOSUCH", NULL};
+    const char *env_none_bad[] = {"SHOAL_DEBUG=NONE", "SHOAL_DEBUG_SUBSYS=NOSUCH", NULL};
+    int r;
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(2, "mkdtemp failed");
+        return;
+    }
+    snprintf(logf, sizeof(logf), "%s/log", dir);
+    snprintf(err, sizeof(err), "%s/stderr", dir);
+    snprintf(env_file, sizeof(env_file), "SHOAL_DEBUG_FILE=%s", logf);
+    r = test_log_child(env_file_bad, err);
+    test_slurp(logf, text, sizeof(text));
+    test_slurp(err, etext, sizeof(etext));
+    tap_ok(r == 0 && strstr(text, "SHOAL_DEBUG_SUBSYS=NOSUCH") != NULL &&
+               strstr(text, "child warning") != NULL && etext[0] == '\0',
+           "a bad SHOAL_DEBUG_SUBSYS is warned about in SHOAL_DEBUG_FILE, nothing on stderr "
+           "(file '%s', stderr '%s')", text, etext);
+    r = test_log_child(env_none_bad, err);
+    test_slurp(err, etext, sizeof(etext));
+    tap_ok(r == 0 && etext[0] == '\0', "SHOAL_DEBUG=NONE: no warning at all (stderr '%s')",
+           etext);
+    unlink(logf);
+    unlink(err);
+    rmdir(dir);
+}
+
 /* Environment > conf file > default; warnings go to SHOAL_DEBUG_FILE. */
 static void test_global_init(void)
 {
@@ -557,6 +591,7 @@ int main(void)
 {
     /* first: each forks a child that reads the configuration for the first time */
     test_log_file_fifo();
+    test_log_init_warnings();
     test_tables();
     test_parsers();
     test_subsys();
