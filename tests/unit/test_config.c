@@ -467,6 +467,12 @@ static void test_child_run(void)
            "child run: killed at its deadline (%s, %.2f s)", why, (shoal_time_ns() - t0) / 1e9);
     tap_is_int(shoal_child_run(pwd_argv, "/", 1, 5000, NULL, why, sizeof(why)), 0,
                "child run: runs in the directory given");
+    /* A directory it cannot enter is named as such: it was "cannot run true (not
+     * installed?)", which sent the user after a program that was there. */
+    r = shoal_child_run(ok_argv, "/nonexistent/shoal-test-dir", 1, 5000, NULL, why, sizeof(why));
+    tap_ok(r == -1 && strstr(why, "/nonexistent/shoal-test-dir") != NULL &&
+               strstr(why, "No such file") != NULL && strstr(why, "not installed") == NULL,
+           "child run: a directory that is not there is named, not the program (%s)", why);
 }
 
 /* SHOAL_CONNECT's doc names every transport that connects lazily (SHOAL_TL_CAP_LAZY) and says
