@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=52
+NTESTS=53
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -448,4 +448,15 @@ timeout -s KILL 20 "$SHOALRUN" -n 1 sh -c 'cat; echo "cat $?"' <&- >"$T/out" 2>&
 [ "$rc" -eq 0 ] && [ "$secs" -lt 10 ] && [ "$(grep -c '^\[[01]\] err$' "$T/err")" -eq 2 ] &&
     [ "$rc2" -eq 0 ] && grep -q '^\[0\] cat 0$' "$T/out"
 ok $? "stdout or stdin closed by the caller: the job ends, its lines arrive (rc $rc in ${secs}s, $rc2)"
+# 53: perf/ab.sh with -d all: every type of a size has its own row. The rows were keyed by
+# size alone, so the ten types' times of one size went into one "median over the launches"
+# (and "min" compared the fastest type of B with the fastest of A)
+top_srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+AB_TIMEOUT=60 timeout -s KILL 200 "$top_srcdir/perf/ab.sh" --reps 1 "$P" "$P" allreduce_perf \
+    -b 1K -e 4K -f 4 -n 2 -w 1 -d all >"$T/out" 2>"$T/err"; rc=$?
+rows=$(awk '$1 ~ /^[0-9]+$/' "$T/out" | wc -l)
+[ "$rc" -eq 0 ] && [ "$rows" -eq 20 ] && grep -Eq '^ +1024 +int8 +sum ' "$T/out" &&
+    grep -Eq '^ +4096 +double +sum ' "$T/out"
+ok $? "perf/ab.sh -d all: one row per size and type (rc $rc, $rows rows of 20)"
+[ "$rows" -eq 20 ] || { diag_file "$T/out"; diag_file "$T/err"; }
 exit 0
