@@ -9,12 +9,14 @@
  * and prints the medians and the ratio two / one (1.0: full overlap, 2.0: one after the
  * other). Environment as for any shoal rank (shoalrun, or SHOAL_UID/RANK/NRANKS).
  *
- *   nbc_overlap [-b BYTES] [-n REPS]
+ *   nbc_overlap [-b BYTES[K|M|G]] [-n REPS]
  */
 #include <shoal.h>
 
 #include "perf/bench_stats.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,32 @@ static double nbc_now(void)
         }                                                                                     \
     } while (0)
 
+/* -b: bytes in decimal (or 0x hex), with an optional K, M or G (powers of 1024). strtoull
+ * alone stopped at a suffix or at junk: "1G" or "8m" timed an iallreduce of 1 or 8 bytes (0 or
+ * 2 floats), nothing that loads the links being measured, and the ratio still printed. */
+static int nbc_parse_bytes(const char *s, size_t *out_p)
+{
+    unsigned long long v, mult = 1;
+    char *end;
+
+    if (*s < '0' || *s > '9') {
+        return -1;
+    }
+    errno = 0;
+    v = strtoull(s, &end, 0);
+    switch (*end) {
+    case 'K': case 'k': mult = 1ull << 10; end++; break;
+    case 'M': case 'm': mult = 1ull << 20; end++; break;
+    case 'G': case 'g': mult = 1ull << 30; end++; break;
+    default: break;
+    }
+    if (errno != 0 || *end != '\0' || v > SIZE_MAX / mult || v * mult < sizeof(float)) {
+        return -1;
+    }
+    *out_p = (size_t)(v * mult);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     size_t bytes = (size_t)8 << 20;
@@ -44,14 +72,22 @@ int main(int argc, char **argv)
     double *one, *two, *same;
 
     while ((opt = getopt(argc, argv, "b:n:")) != -1) {
-        if (opt == 'b') {
-            bytes = (size_t)strtoull(optarg, NULL, 0);
-        } else if (opt == 'n') {
-            reps = atoi(optarg);
-        } else {
-            fprintf(stderr, "usage: nbc_overlap [-b BYTES] [-n REPS]\n");
-            return 2;
+        char *end = NULL;
+
+        if (opt == 'b' && nbc_parse_bytes(optarg, &bytes) == 0) {
+            continue;
         }
+        if (opt == 'n') {
+            long v = strtol(optarg, &end, 10);
+
+            /* at least one: the medians of none read before the arrays (-n 0 printed one) */
+            if (end != optarg && *end == '\0' && v >= 1 && v <= 1000000) {
+                reps = (int)v;
+                continue;
+            }
+        }
+        fprintf(stderr, "usage: nbc_overlap [-b BYTES[K|M|G], at least 4] [-n REPS, at least 1]\n");
+        return 2;
     }
     NBC_CHECK(shoal_comm_init_env(&world, NULL));
     NBC_CHECK(shoal_comm_rank(world, &rank));

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=53
+NTESTS=54
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -459,4 +459,12 @@ rows=$(awk '$1 ~ /^[0-9]+$/' "$T/out" | wc -l)
     grep -Eq '^ +4096 +double +sum ' "$T/out"
 ok $? "perf/ab.sh -d all: one row per size and type (rc $rc, $rows rows of 20)"
 [ "$rows" -eq 20 ] || { diag_file "$T/out"; diag_file "$T/err"; }
+# 54: perf/nbc_overlap refuses a size it cannot read and no repetitions: "-b 8x" (strtoull
+# stopped at the x: 8 bytes, two floats, timed as if it loaded the links) and "-n 0" (the
+# medians of nothing read before their arrays) both ran and printed a ratio
+run -n 3 --timeout 60 "$P/nbc_overlap" -b 8x -n 1; rc1=$rc
+run -n 3 --timeout 60 "$P/nbc_overlap" -b 64 -n 0; rc2=$rc
+run -n 3 --timeout 60 "$P/nbc_overlap" -b 64K -n 1
+[ "$rc1" -eq 2 ] && [ "$rc2" -eq 2 ] && [ "$rc" -eq 0 ] && grep -q 'bytes 65536 reps 1 ' "$T/out"
+ok $? "nbc_overlap: -b 8x and -n 0 refused (rc $rc1, $rc2), -b 64K times 65536 bytes (rc $rc)"
 exit 0
