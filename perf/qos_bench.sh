@@ -33,7 +33,8 @@
 # joined by links shaped to --link (default 1gbit) with htb, RANKS ranks per host per job, tcp
 # between them (the same jobs, each launched by netns_job instead of shoalrun). --tc-script:
 # another shoal-tc.sh (e.g. an older one, to compare its htb parameters).
-# RATE in bytes/s with k m g suffixes (powers of 1024, as SHOAL_QOS_RATE_MAX takes them).
+# RATE in bytes/s with k m g suffixes (powers of 1024, as SHOAL_QOS_RATE_MAX takes them); B,
+# an AllReduce's bytes, with them too.
 # Last lines (for tests/qos/run_qos.sh):
 #   result mode=cap windows=N max_err_pct=E mean_err_pct=M min_b=B paced_a=P paced_b=Q status=ok
 #   result mode=weights windows=N max_share_err_pct=E min_jain=J paced_a=P paced_b=Q
@@ -96,6 +97,10 @@ bytes_of() { # 64m -> 67108864
 }
 cap_b=$(bytes_of "$cap")
 capacity_b=$(bytes_of "$capacity")
+# --bytes takes the suffixes of --cap too: "--bytes 4m" went to qos_load as "-b 4m", which read
+# it as 4 bytes (one float per AllReduce: nothing paced, and the header said "4m bytes")
+bytes=$(bytes_of "$bytes")
+[ "$bytes" -ge 4 ] 2>/dev/null || { echo "qos_bench.sh: --bytes must be at least 4" >&2; exit 2; }
 hosts=1
 [ "$transport" = netns ] && hosts=2
 wa=${weights%%:*}

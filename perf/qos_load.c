@@ -20,6 +20,7 @@
 #include <shoal.h>
 #include "qos/pace_page.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 
@@ -163,12 +164,22 @@ int main(int argc, char **argv)
     shoal_status_t st;
     pthread_t th;
     float *buf;
+    char *b_end;
     int opt;
 
     while ((opt = getopt(argc, argv, "s:b:p:t:w:r:L:")) != -1) {
         switch (opt) {
         case 's': seconds = atof(optarg); break;
-        case 'b': bytes = strtoull(optarg, NULL, 0); break;
+        case 'b':
+            /* bytes, nothing after them: strtoull alone read "4m" as 4 (one float per call) */
+            errno = 0;
+            bytes = strtoull(optarg, &b_end, 0);
+            if (errno != 0 || b_end == optarg || *b_end != '\0' || optarg[0] == '-' || bytes < 4) {
+                fprintf(stderr, "qos_load: -b %s: a byte count of at least 4 expected\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'p': qos_period_ms = atol(optarg); break;
         case 't': cfg.transport = optarg; break;
         case 'w': agent_path = optarg; break;

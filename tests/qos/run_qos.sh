@@ -46,7 +46,7 @@ cap_starved() { # cap_starved MIN_B
 run_cap() { # run_cap TRANSPORT
     for try in 1 2; do
         out=$(top_builddir=$builddir "$bench" --build "$builddir" --mode cap --transport "$1" \
-            --seconds 4 --cap 32m 2>&1)
+            --seconds 4 --cap 32m --bytes 128k 2>&1)
         res=$(echo "$out" | grep '^result')
         err=$(field max_err_pct "$res") mean=$(field mean_err_pct "$res")
         [ "$(field status "$res")" = ok ] && [ "$(field windows "$res")" -ge 2 ] &&
@@ -59,6 +59,12 @@ run_cap() { # run_cap TRANSPORT
         tap OK "$1: both jobs ran to the end, $(field windows "$res") full windows"
     else
         tap FAIL "$1: a job failed or stalled ($res)"
+    fi
+    # --bytes 128k (the default, written as --cap is): qos_load read "-b 128k" as 128 bytes
+    if echo "$out" | grep -q '^# qos bench: .*AllReduce of 131072 bytes,'; then
+        tap OK "$1: --bytes 128k is an AllReduce of 131072 bytes"
+    else
+        tap FAIL "$1: --bytes 128k not taken as 131072 bytes"
     fi
     minb=$(field min_b "$res")
     if cap_ok "$err" "$mean" "$minb" && cap_starved "$minb"; then
@@ -81,6 +87,16 @@ run_cap() { # run_cap TRANSPORT
 
 run_cap shm
 run_cap tcp
+
+# qos_load -b takes bytes and nothing else: "4m" was 4 bytes (one float per AllReduce)
+"$builddir/qos_load" -b 4m -s 1 >"${TMPDIR:-/tmp}/run_qos.$$" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q 'a byte count' "${TMPDIR:-/tmp}/run_qos.$$"; then
+    tap OK "qos_load -b 4m: refused (rc 2), not run as 4 bytes"
+else
+    tap FAIL "qos_load -b 4m: rc $rc: $(head -n 2 "${TMPDIR:-/tmp}/run_qos.$$")"
+fi
+rm -f "${TMPDIR:-/tmp}/run_qos.$$"
 
 # Rates pages 1:3 of 32 MiB/s (8 and 24 MiB/s: rates a loaded machine still sustains), each
 # 1 s window within 25% of the shares (unpaced, both jobs would get about 1:1: +100%/-33%);
