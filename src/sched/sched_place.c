@@ -850,8 +850,12 @@ static int shoal_sched_lca_switch(const shoal_sched_cluster_t *c, int a, int b)
 int shoal_sched_place_describe(shoal_sched_cluster_t *c, const shoal_sched_job_t *j,
                                shoal_sched_place_info_t *info)
 {
-    int *hosts = malloc(sizeof(int) * (size_t)j->ranks), nh = 0, top;
+    int *hosts, nh = 0, top;
 
+    if (j->ranks <= 0) {
+        return SHOAL_ERR_INVALID_ARG; /* a placed job has a rank */
+    }
+    hosts = malloc(sizeof(int) * (size_t)j->ranks);
     if (hosts == NULL) {
         return SHOAL_ERR_NO_MEMORY;
     }
