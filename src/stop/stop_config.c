@@ -21,9 +21,9 @@ static const shoal_cfg_field_t shoal_stop_cfg_fields[] = {
             "shoal_comm_should_stop looks for it (one lstat() call) until a stop is "
             "requested; for the node agent or a Kubernetes preStop hook; put it in a "
             "directory only the provider can write: a symbolic link, a file group or others "
-            "may write, a stranger's file in a directory others may write to, or one under "
-            "a directory others may write to without the sticky bit is ignored with a "
-            "warning; a tenant or job name that holds a '/' or is '.' or '..' (not one file "
+            "may write, a stranger's file or directory in a directory others may write "
+            "to, or one under a directory others may write to without the sticky bit is "
+            "ignored with a warning; a tenant or job name that holds a '/' or is '.' or '..' (not one file "
             "name) fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; empty = none"},
 };
 

@@ -35,12 +35,15 @@ const char *shoal_provider_file_untrusted(const char *path, const struct stat *s
     /* The directories above: one that others may write to, without the sticky bit, lets them
      * move the directory below it away and put one of their own in its place, holding a file
      * of theirs (/shared/jobs/stop with /shared mode 0777: both theirs passed the checks
-     * above). */
+     * above). With the sticky bit (/tmp), the directory below must be root's, that directory's
+     * owner's or this process's user's: anyone may make /tmp/stops before the provider does,
+     * and a stop file of theirs in it stopped another user's job. */
     if (realpath(dir, real) == NULL) {
         return "its directory cannot be resolved";
     }
     for (char *p = strrchr(real, '/'); p != NULL; p = strrchr(real, '/')) {
         int top = p == real;
+        uid_t below = dsb.st_uid;
         p[top] = '\0'; /* the parent: "/" kept whole */
         if (stat(real, &dsb) != 0) {
             return "a directory above it cannot be read";
@@ -48,6 +51,12 @@ const char *shoal_provider_file_untrusted(const char *path, const struct stat *s
         if ((dsb.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (dsb.st_mode & S_ISVTX) == 0) {
             return "others may write to a directory above it (no sticky bit), and move its "
                    "directory away";
+        }
+        if ((dsb.st_mode & (S_IWGRP | S_IWOTH)) != 0 && below != 0 && below != dsb.st_uid &&
+            below != geteuid()) {
+            return "a directory on its path belongs to another user (neither root, nor the "
+                   "owner of the directory above it, which others may write to, nor this "
+                   "process's user): anyone could have made it";
         }
         if (top) {
             break;

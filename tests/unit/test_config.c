@@ -562,6 +562,20 @@ static void test_provider_file(void)
            why1 != NULL ? why1 : "trusted");
     tap_ok(why2 == NULL, "... with the sticky bit (as /tmp): trusted (%s)",
            why2 != NULL ? why2 : "trusted");
+    /* Another user made the directory under the sticky one before the provider did (anyone
+     * may), and the file in it: it was trusted, and a stranger stopped the job. */
+    if (geteuid() == 0) {
+        const char *why3 = "setup";
+        if (chown(sub, 65534, 65534) == 0 && chown(file, 65534, 65534) == 0 &&
+            stat(file, &sb) == 0) {
+            why3 = shoal_provider_file_untrusted(file, &sb);
+        }
+        tap_ok(why3 != NULL && strstr(why3, "belongs to another user") != NULL,
+               "... a stranger's directory under the sticky one, their file in it: untrusted "
+               "(%s)", why3 != NULL ? why3 : "trusted");
+    } else {
+        tap_skip(1, "not root: no stranger's directory to make");
+    }
     unlink(file);
     rmdir(sub);
     rmdir(open_dir);
