@@ -10,8 +10,9 @@
  * SHOAL_UCX_FAST_CMPL=n, when UCX's rendezvous waits for the receiver; payloads not longer
  * than a single-copy descriptor go apart from their header; and that a sender that failed
  * (its abort notice sent) and exited before its payload was read is blamed as its notice
- * says. Children record results in a shared table, the parent prints TAP; every child runs
- * under alarm() and the parent SIGKILLs what is left at the deadline. */
+ * says; and that sends queued beyond the ring when the peer exits all end, none started on
+ * the closed endpoint. Children record results in a shared table, the parent prints TAP;
+ * every child runs under alarm() and the parent SIGKILLs what is left at the deadline. */
 #include "core/tl.h"
 #include "tests/tap.h"
 #include "transports/ucx/ucx.h"
@@ -566,6 +567,57 @@ static void body_last_words(child_t *c)
     free(buf);
 }
 
+/* ---- group "queued sends, peer gone" ------------------------------------------------------- */
+
+#define QG_NSEND (3 * SHOAL_UCX_SLOTS) /* a full ring, and twice as many queued behind it */
+
+/* Rank 0 posts QG_NSEND small sends at once (a ring's worth in flight, the rest queued) and
+ * sleeps on the wait fd, as a blocked caller does; rank 1 exits without fini. The exit wakes
+ * rank 0, whose first progress call after the sleep finds the peer gone while sends still
+ * wait in the queue: that call retired the ring and started the next ones, then closed the
+ * endpoint, and the next call started the rest on the closed endpoint (ucp_tag_send_nbx on
+ * NULL: SIGSEGV). */
+static void body_queued_gone(child_t *c)
+{
+    shoal_tl_req_t reqs[QG_NSEND], *ptrs[QG_NSEND];
+    uint8_t bufs[QG_NSEND][8];
+    shoal_status_t st = SHOAL_OK;
+    int ok = 0, failed = 0;
+
+    c->sh->pid[c->rank] = getpid();
+    if (child_connect(c) != 0) {
+        return;
+    }
+    if (c->rank == 1) {
+        pthread_barrier_wait(&c->sh->bar);
+        _exit(0); /* no fini: gone as a crash leaves it */
+    }
+    for (int k = 0; k < QG_NSEND && st == SHOAL_OK; k++) {
+        memset(bufs[k], k, sizeof(bufs[k]));
+        reqs[k] = (shoal_tl_req_t){.hdr = hdr_make(c, 1, (uint32_t)k, sizeof(bufs[k])),
+                                   .buf = bufs[k]};
+        ptrs[k] = &reqs[k];
+        st = c->ops->isend(c->ep, &reqs[k]);
+    }
+    pthread_barrier_wait(&c->sh->bar);
+    if (c->ep->pidfd >= 0) {
+        struct pollfd p = {.fd = c->ep->pidfd, .events = POLLIN};
+        (void)poll(&p, 1, 10000); /* the exit shows */
+    } else {
+        usleep(200 * 1000);
+    }
+    (void)c->ops->wait_fd(c->ctx); /* a sleep, woken by the exit: the next progress sees it */
+    int w = st == SHOAL_OK ? wait_reqs(c, ptrs, QG_NSEND, 10000) : -1;
+    for (int k = 0; w == 0 && k < QG_NSEND; k++) {
+        ok += reqs[k].status == SHOAL_OK;
+        failed += reqs[k].status == SHOAL_ERR_PEER_FAILED;
+    }
+    rec(c, 0, w == 0 && ok + failed == QG_NSEND && failed > 0,
+        "%d sends (posting: %s): %s, %d done, %d failed with SHOAL_ERR_PEER_FAILED",
+        QG_NSEND, shoal_status_name(st), w == 0 ? "all ended" : "not all ended in 10 s", ok,
+        failed);
+}
+
 static const group_t groups[] = {
     {"single copy",
      {"both directions use single copy", "mixed sizes intact, large ones read by single copy",
@@ -608,6 +660,10 @@ static const group_t groups[] = {
      {"a sender that failed and exited before its single-copy payload was read: the receive "
       "fails with the culprit of the sender's abort notice", NULL},
      body_last_words},
+    {"queued sends, peer gone",
+     {"a peer that exits while sends wait beyond the ring: every send ends (done, or "
+      "SHOAL_ERR_PEER_FAILED), none is started on the closed endpoint", NULL},
+     body_queued_gone},
 };
 
 static void run_group(const shoal_tl_ops_t *ops, const group_t *g, uint32_t comm_id)

@@ -754,7 +754,11 @@ static int shoal_ucx_ep_progress_tx(shoal_ep_t *ep)
         shoal_ucx_ep_retire(ep, req, SHOAL_OK, NULL);
         n++;
     }
-    while (ep->tx_count < SHOAL_UCX_SLOTS && ep->sq_head != NULL) {
+    /* Nothing more is sent to a peer that is gone, as in isend: its queued sends wait for the
+     * endpoint to fail. Once progress_gone has closed the endpoint (uep NULL), a send started
+     * here crashed in UCX (SIGSEGV), after the ring's last sends completed. */
+    while (ep->tx_count < SHOAL_UCX_SLOTS && ep->sq_head != NULL && !ep->gone &&
+           ep->uep != NULL) {
         shoal_ucx_tx_start(ep, shoal_ucx_queue_pop(&ep->sq_head, &ep->sq_tail));
     }
     return n;
