@@ -11,8 +11,10 @@
  * than a single-copy descriptor go apart from their header; and that a sender that failed
  * (its abort notice sent) and exited before its payload was read is blamed as its notice
  * says; and that sends queued beyond the ring when the peer exits all end, none started on
- * the closed endpoint. Children record results in a shared table, the parent prints TAP;
- * every child runs under alarm() and the parent SIGKILLs what is left at the deadline. */
+ * the closed endpoint; and that a peer over SHOAL_UCX_UNEXPECTED_MAX before connect_all
+ * checked its proof fails connect_all. Children record results in a shared table, the parent
+ * prints TAP; every child runs under alarm() and the parent SIGKILLs what is left at the
+ * deadline. */
 #include "core/tl.h"
 #include "tests/tap.h"
 #include "transports/ucx/ucx.h"
@@ -618,6 +620,73 @@ static void body_queued_gone(child_t *c)
         failed);
 }
 
+/* ---- group "early flood at connect" ------------------------------------------------------ */
+
+/* Rank 1 (lazy: it needs nobody to connect) sends rank 0 its proof, then, before anything of
+ * rank 0's came back, two messages under its key; rank 0, with SHOAL_UCX_UNEXPECTED_MAX=1,
+ * only then calls connect_all, whose first pass takes the proof and the two messages at once:
+ * the messages fail the endpoint (the limit), the proof is right. connect_all went on with the
+ * failed, closed endpoint and sent its HELLO on it (ucp_tag_send_nbx on NULL: SIGSEGV). */
+static void body_early_flood(child_t *c)
+{
+    shoal_tl_params_t p = {.rank = c->rank, .nranks = 2, .local_rank = c->rank,
+                           .local_size = 2, .comm_id = c->comm_id, .secret = test_secret,
+                           .timeout_ms = 3000, .abort_flag = &c->abort_flag,
+                           .lazy = c->rank == 1};
+    int peer = 1 - c->rank;
+    const void *addr;
+    size_t len = SHOAL_TL_ADDR_MAX;
+    shoal_status_t st = c->ops->init(&p, &c->ctx);
+    uint8_t buf[8] = {0};
+    shoal_tl_req_t req = {.hdr = hdr_make(c, 1, 0, sizeof(buf)), .buf = buf};
+
+    if (st == SHOAL_OK) {
+        st = c->ops->address(c->ctx, c->sh->addr[c->rank], &len);
+        c->sh->addr_len[c->rank] = len;
+    }
+    pthread_barrier_wait(&c->sh->bar);
+    addr = c->sh->addr[peer];
+    len = c->sh->addr_len[peer];
+    if (c->rank == 1) {
+        if (st == SHOAL_OK) {
+            st = c->ops->connect_all(c->ctx, &peer, 1, &addr, &len, &c->ep);
+        }
+        if (st == SHOAL_OK) {
+            st = c->ops->isend(c->ep, &req); /* opens the endpoint, sends the proof */
+        }
+        for (int i = 0; st == SHOAL_OK && i < 2000 && !c->ep->auth_sdone; i++) {
+            c->ops->progress(c->ctx);
+            usleep(100);
+        }
+        for (int k = 0; st == SHOAL_OK && c->ep->auth_sdone && k < 2; k++) {
+            ucp_request_param_t rp = {.op_attr_mask = 0};
+            uint8_t msg[SHOAL_UCX_SHORT_HDR_BYTES + 8] = {0};
+            void *r = ucp_tag_send_nbx(c->ep->uep, msg, sizeof(msg),
+                                       shoal_ucx_tag(c->ep->tx_tag, SHOAL_UCX_TAG_HDR), &rp);
+            if (UCS_PTR_IS_PTR(r)) {
+                ucp_request_free(r);
+            }
+        }
+        progress_for(c, 20); /* they leave */
+        if (st != SHOAL_OK || !c->ep->auth_sdone) { /* else rank 0 tells */
+            rec(c, 0, 0, "proof not sent (%s)", shoal_status_name(st));
+        }
+        pthread_barrier_wait(&c->sh->bar);
+        pthread_barrier_wait(&c->sh->bar);
+        return;
+    }
+    pthread_barrier_wait(&c->sh->bar);
+    shoal_ucx_config.unexp_max = 1;
+    double t0 = now_ms();
+    if (st == SHOAL_OK) {
+        st = c->ops->connect_all(c->ctx, &peer, 1, &addr, &len, &c->ep);
+    }
+    rec(c, 0, st == SHOAL_ERR_PROTOCOL && now_ms() - t0 < 2000,
+        "connect_all: %s after %.0f ms (want SHOAL_ERR_PROTOCOL, before the 3000 ms timeout)",
+        shoal_status_name(st), now_ms() - t0);
+    pthread_barrier_wait(&c->sh->bar);
+}
+
 static const group_t groups[] = {
     {"single copy",
      {"both directions use single copy", "mixed sizes intact, large ones read by single copy",
@@ -664,6 +733,10 @@ static const group_t groups[] = {
      {"a peer that exits while sends wait beyond the ring: every send ends (done, or "
       "SHOAL_ERR_PEER_FAILED), none is started on the closed endpoint", NULL},
      body_queued_gone},
+    {"early flood at connect",
+     {"a peer over SHOAL_UCX_UNEXPECTED_MAX before connect_all checked its proof: connect_all "
+      "fails with SHOAL_ERR_PROTOCOL, nothing is sent on the failed endpoint", NULL},
+     body_early_flood},
 };
 
 static void run_group(const shoal_tl_ops_t *ops, const group_t *g, uint32_t comm_id)

@@ -474,6 +474,14 @@ static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
     shoal_tl_ctx_t *ctx = ep->ctx;
     uint32_t v;
 
+    if (ep->status != SHOAL_OK) {
+        /* Failed while its proofs were under way (connect_all's pass over early messages: a
+         * peer over SHOAL_UCX_UNEXPECTED_MAX), its UCX endpoint closed: nothing more is sent
+         * on it (a HELLO sent there crashed in UCX), and the failure is connect_all's. */
+        shoal_error(UCX, "peer %d: connection setup failed: %s", ep->peer, ep->why);
+        *st_p = ep->status;
+        return -1;
+    }
     if (ep->gone || ep->auth_ucs != UCS_OK) {
         shoal_error(UCX, "peer %d: connection setup failed: %s", ep->peer,
                     ep->gone ? ep->why : shoal_ucx_strerror(ep->auth_ucs));
