@@ -122,6 +122,21 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_tenant_id_current(const shoal_config_t *cfg, shoal_tenant_id_t *id)
+{
+    shoal_tenant_cred_t cred;
+    int found = 0;
+    shoal_status_t st;
+
+    memset(&cred, 0, sizeof(cred));
+    st = shoal_tenant_cred_load(&cred, &found);
+    if (st == SHOAL_OK) {
+        st = shoal_tenant_id_resolve(cfg, found ? &cred : NULL, id);
+    }
+    shoal_secret_wipe(&cred, sizeof(cred)); /* its MAC is a bearer token */
+    return st;
+}
+
 size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t *buf, size_t len)
 {
     static const char tag[16] = "shoal-tenant-v1";

@@ -41,6 +41,9 @@ struct shoal_tenant_cred; /* shoal_tenant_cred_t, below */
 SHOAL_HIDDEN shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
                                                     const struct shoal_tenant_cred *cred,
                                                     shoal_tenant_id_t *id);
+/* The same from the credential read now (for tools: an init reads it once, then resolves). */
+SHOAL_HIDDEN shoal_status_t shoal_tenant_id_current(const shoal_config_t *cfg,
+                                                    shoal_tenant_id_t *id);
 /* Canonical bytes of the identity (length-prefixed fields), for MACs and key derivation.
  * Returns the length (at most SHOAL_TENANT_ID_ENC_MAX), or 0 if buf is too small. */
 #define SHOAL_TENANT_ID_ENC_MAX (16 + 2 * SHOAL_TENANT_NAME_MAX + 8)

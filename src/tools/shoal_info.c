@@ -555,15 +555,9 @@ static void shoal_info_print_roce(int tc_fixed, int sl_fixed)
 static int shoal_info_print_qos(void)
 {
     shoal_tenant_id_t id;
-    shoal_tenant_cred_t cred;
-    int found = 0;
-    shoal_status_t st = shoal_tenant_cred_load(&cred, &found);
+    shoal_status_t st = shoal_tenant_id_current(NULL, &id);
     int tc_fixed = shoal_cfg_getenv("IB_TC") != NULL, sl_fixed = shoal_cfg_getenv("IB_SL") != NULL;
 
-    if (st == SHOAL_OK) {
-        st = shoal_tenant_id_resolve(NULL, found ? &cred : NULL, &id);
-    }
-    shoal_secret_wipe(&cred, sizeof(cred));
     if (st != SHOAL_OK) {
         printf("# QoS: the identity does not resolve: %s\n", shoal_strerror(st));
         return 1;

@@ -13,19 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The library's init: the credential read once, then the identity from it. */
-static shoal_status_t ti_id_resolve(const shoal_config_t *cfg, shoal_tenant_id_t *id)
-{
-    shoal_tenant_cred_t cred;
-    int found = 0;
-    shoal_status_t st = shoal_tenant_cred_load(&cred, &found);
-
-    if (st == SHOAL_OK)
-        st = shoal_tenant_id_resolve(cfg, found ? &cred : NULL, id);
-    shoal_secret_wipe(&cred, sizeof(cred));
-    return st;
-}
-
 static char ti_log_path[64]; /* the errors logged, for the sentences a refused rank gets */
 
 static void ti_env(void)
@@ -62,30 +49,30 @@ static void ti_resolve(void)
     shoal_tenant_id_t id;
     char longname[80];
 
-    tap_is_int(ti_id_resolve(NULL, &id), SHOAL_OK, "resolve from the environment");
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_OK, "resolve from the environment");
     tap_is_str(id.tenant, "acme", "tenant from SHOAL_TENANT");
     tap_is_str(id.job, "4242", "job from SLURM_JOB_ID when SHOAL_JOB is unset");
     tap_is_int(id.epoch, 5, "epoch from SLURM_RESTART_COUNT when SHOAL_EPOCH is unset");
     /* strtoull skips white space and takes a sign: " -1" was epoch 2^64 - 1 */
     setenv("SLURM_RESTART_COUNT", " -1", 1);
-    tap_is_int(ti_id_resolve(NULL, &id), SHOAL_ERR_INVALID_ARG,
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_ERR_INVALID_ARG,
                "SLURM_RESTART_COUNT=' -1' is refused, not epoch 2^64 - 1");
     setenv("SLURM_RESTART_COUNT", "5", 1);
     cfg.tenant = "globex";
     cfg.job_name = "train-7";
-    tap_is_int(ti_id_resolve(&cfg, &id), SHOAL_OK, "resolve with config fields");
+    tap_is_int(shoal_tenant_id_current(&cfg, &id), SHOAL_OK, "resolve with config fields");
     tap_ok(strcmp(id.tenant, "globex") == 0 && strcmp(id.job, "train-7") == 0,
            "shoal_config_t.tenant and job_name win over the environment");
     cfg.tenant = "two words";
-    tap_is_int(ti_id_resolve(&cfg, &id), SHOAL_ERR_INVALID_ARG,
+    tap_is_int(shoal_tenant_id_current(&cfg, &id), SHOAL_ERR_INVALID_ARG,
                "a tenant name with a space is refused");
     memset(longname, 'x', sizeof(longname) - 1);
     longname[sizeof(longname) - 1] = '\0';
     cfg.tenant = longname;
-    tap_is_int(ti_id_resolve(&cfg, &id), SHOAL_ERR_INVALID_ARG,
+    tap_is_int(shoal_tenant_id_current(&cfg, &id), SHOAL_ERR_INVALID_ARG,
                "a tenant name of %zu bytes is refused", strlen(longname));
     cfg.tenant = "t\x01";
-    tap_is_int(ti_id_resolve(&cfg, &id), SHOAL_ERR_INVALID_ARG,
+    tap_is_int(shoal_tenant_id_current(&cfg, &id), SHOAL_ERR_INVALID_ARG,
                "a tenant name with a control character is refused");
 }
 
@@ -225,24 +212,24 @@ static void ti_cred_epoch(void)
         tap_bail("cannot make a credential");
     shoal_tenant_cred_config.credential = text;
     unsetenv("SHOAL_EPOCH");
-    tap_ok(ti_id_resolve(NULL, &id) == SHOAL_OK && id.epoch == 5,
+    tap_ok(shoal_tenant_id_current(NULL, &id) == SHOAL_OK && id.epoch == 5,
            "with a credential and no SHOAL_EPOCH: the credential's epoch");
     setenv("SHOAL_EPOCH", "5", 1);
     shoal_tenant_config.epoch = 5;
-    tap_is_int(ti_id_resolve(NULL, &id), SHOAL_OK, "SHOAL_EPOCH=5, credential 5: ok");
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_OK, "SHOAL_EPOCH=5, credential 5: ok");
     setenv("SHOAL_EPOCH", "4", 1);
     shoal_tenant_config.epoch = 4;
-    tap_is_int(ti_id_resolve(NULL, &id), SHOAL_ERR_PERMISSION,
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_ERR_PERMISSION,
                "SHOAL_EPOCH=4, credential 5: SHOAL_ERR_PERMISSION");
     setenv("SHOAL_EPOCH", "0", 1);
     shoal_tenant_config.epoch = 0;
-    tap_is_int(ti_id_resolve(NULL, &id), SHOAL_ERR_PERMISSION,
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_ERR_PERMISSION,
                "SHOAL_EPOCH=0, credential 5: SHOAL_ERR_PERMISSION");
     /* A rank of another job holding this credential is told so. The epoch was checked first:
      * it was told 'configured for epoch 0 of job train-7' (the credential's job, not its own)
      * and nothing of the job. */
     cfg.job_name = "train-8";
-    tap_is_int(ti_id_resolve(&cfg, &id), SHOAL_ERR_PERMISSION,
+    tap_is_int(shoal_tenant_id_current(&cfg, &id), SHOAL_ERR_PERMISSION,
                "SHOAL_EPOCH=0, job train-8, credential of job train-7 epoch 5: refused");
     ti_last_log(line, sizeof(line));
     tap_ok(strstr(line, "configured for job 'train-8'") != NULL &&

@@ -589,18 +589,22 @@ static int child_fork_worker_comm(void *arg)
  * said no stop. Returns the child's exit code: 0 when the worker's check said stop and the
  * application's handler ran at both signals; 6 when its communicator failed; 3 no stop; 10 +
  * calls otherwise. */
-static int child_fork_worker_signal_comm(void *arg)
+/* Forks the worker of the two cases below: it raises SIGUSR2 first when early (before it has
+ * a communicator), makes one, raises SIGUSR2 and checks for the stop; the application's
+ * handler must have run want times in it. Returns its exit code: 0 when so; 3 no stop; 5 no
+ * fork or wait; 6 no communicator; 10 + calls otherwise; 128 + signal when one killed it. */
+static int fork_worker_stops(int early, int want)
 {
-    shoal_comm_t comm = usr2_comm(oneshot_handler, 0);
-    int wstatus = 0, code = 0;
+    int wstatus = 0;
     pid_t worker = fork();
 
-    (void)arg;
     if (worker == 0) {
         shoal_comm_t own;
         int stop = 0;
         alarm(30);
-        raise(SIGUSR2);
+        if (early) {
+            raise(SIGUSR2);
+        }
         own = one_comm();
         if (own == NULL) {
             _exit(6);
@@ -610,18 +614,21 @@ static int child_fork_worker_signal_comm(void *arg)
             _exit(3);
         }
         shoal_comm_destroy(own);
-        _exit(oneshot_calls == 2 ? 0 : 10 + (int)oneshot_calls);
+        _exit(oneshot_calls == want ? 0 : 10 + (int)oneshot_calls);
     }
-    if (worker < 0) {
+    if (worker < 0 || waitpid(worker, &wstatus, 0) != worker) {
         return 5;
     }
-    if (waitpid(worker, &wstatus, 0) != worker) {
-        code = 5;
-    } else if (WIFEXITED(wstatus)) {
-        code = WEXITSTATUS(wstatus);
-    } else {
-        code = 128 + WTERMSIG(wstatus);
-    }
+    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+}
+
+static int child_fork_worker_signal_comm(void *arg)
+{
+    shoal_comm_t comm = usr2_comm(oneshot_handler, 0);
+    int code;
+
+    (void)arg;
+    code = fork_worker_stops(1, 2);
     shoal_comm_destroy(comm);
     return code;
 }
@@ -634,39 +641,14 @@ static int child_fork_worker_signal_comm(void *arg)
 static int child_fork_worker_oneshot(void *arg)
 {
     shoal_comm_t comm = usr2_comm(oneshot_handler, SA_RESETHAND);
-    int wstatus = 0, code = 0;
-    pid_t worker;
+    int code;
 
     (void)arg;
     raise(SIGUSR2);
     if (oneshot_calls != 1) {
-        return 20 + (int)oneshot_calls;
-    }
-    worker = fork();
-    if (worker == 0) {
-        shoal_comm_t own;
-        int stop = 0;
-        alarm(30);
-        own = one_comm();
-        if (own == NULL) {
-            _exit(6);
-        }
-        raise(SIGUSR2);
-        if (shoal_comm_should_stop(own, &stop) != SHOAL_OK || stop != 1) {
-            _exit(3);
-        }
-        shoal_comm_destroy(own);
-        _exit(oneshot_calls == 1 ? 0 : 10 + (int)oneshot_calls);
-    }
-    if (worker < 0) {
-        return 5;
-    }
-    if (waitpid(worker, &wstatus, 0) != worker) {
-        code = 5;
-    } else if (WIFEXITED(wstatus)) {
-        code = WEXITSTATUS(wstatus);
+        code = 20 + (int)oneshot_calls;
     } else {
-        code = 128 + WTERMSIG(wstatus);
+        code = fork_worker_stops(0, 1);
     }
     shoal_comm_destroy(comm);
     return code;

@@ -15,19 +15,6 @@
 #include <unistd.h>
 
 /* Resolves the identity in a child with these variables (NULL: unset); class/weight out. */
-/* The library's init: the credential read once, then the identity from it. */
-static shoal_status_t tq_id_resolve(const shoal_config_t *cfg, shoal_tenant_id_t *id)
-{
-    shoal_tenant_cred_t cred;
-    int found = 0;
-    shoal_status_t st = shoal_tenant_cred_load(&cred, &found);
-
-    if (st == SHOAL_OK)
-        st = shoal_tenant_id_resolve(cfg, found ? &cred : NULL, id);
-    shoal_secret_wipe(&cred, sizeof(cred));
-    return st;
-}
-
 static int resolve_in_child(const char *cred, const char *cls, const char *weight,
                             const char *cls_max, int cfg_class, int *class_p, int *weight_p)
 {
@@ -50,7 +37,7 @@ static int resolve_in_child(const char *cred, const char *cls, const char *weigh
         cls_max != NULL ? setenv("SHOAL_QOS_CLASS_MAX", cls_max, 1)
                         : unsetenv("SHOAL_QOS_CLASS_MAX");
         cfg.qos_class = cfg_class;
-        r[0] = tq_id_resolve(&cfg, &id);
+        r[0] = shoal_tenant_id_current(&cfg, &id);
         r[1] = id.qos_class;
         r[2] = id.qos_weight;
         if (write(fds[1], r, sizeof(r)) != (ssize_t)sizeof(r)) {
