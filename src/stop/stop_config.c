@@ -23,8 +23,9 @@ static const shoal_cfg_field_t shoal_stop_cfg_fields[] = {
             "directory only the provider can write: a symbolic link, a file group or others "
             "may write, a stranger's file or directory in a directory others may write "
             "to, or one under a directory others may write to without the sticky bit is "
-            "ignored with a warning; a tenant or job name that holds a '/' or is '.' or '..' (not one file "
-            "name) fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; empty = none"},
+            "ignored with a warning; a tenant or job name that holds a '/' or is '.' or "
+            "'..' (not one file name) fails shoal_comm_init with SHOAL_ERR_INVALID_ARG; "
+            "empty = none"},
 };
 
 const shoal_cfg_table_t shoal_stop_cfg_table = {

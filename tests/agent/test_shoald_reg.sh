@@ -136,7 +136,8 @@ bad=""
 for c in conf2 conf; do
     timeout -k 5 10 "$SHOALD" -c "$T/$c" >"$T/bad.out" 2>&1
     brc=$?
-    [ $brc -eq 1 ] && grep -q "another agent uses state_dir $T/state" "$T/bad.out" || bad="$bad $c:$brc"
+    [ $brc -eq 1 ] && grep -q "another agent uses state_dir $T/state" "$T/bad.out" ||
+        bad="$bad $c:$brc"
 done
 [ -z "$bad" ] && [ ! -e "$T/run2/shoald.sock" ] && [ -S "$SOCK" ] && alive
 ok $? "a second agent on the same state_dir is refused; the first keeps its socket$bad" \
