@@ -107,8 +107,9 @@ static void shoal_sched_usage_note(shoal_sched_usage_t *u, const char *tenant)
     }
     if (len + strlen(tenant) + 8 < sizeof(u->note)) {
         snprintf(u->note + len, sizeof(u->note) - len, "%s%s", len > 0 ? " " : "", tenant);
-    } else if (len + 4 < sizeof(u->note) && strcmp(u->note + len - 3, "...") != 0) {
-        snprintf(u->note + len, sizeof(u->note) - len, " ...");
+    } else if (len + 4 < sizeof(u->note) && (len < 3 || strcmp(u->note + len - 3, "...") != 0)) {
+        /* len < 3: a first name too long for the note (the test read before note[]) */
+        snprintf(u->note + len, sizeof(u->note) - len, "%s...", len > 0 ? " " : "");
     }
 }
 

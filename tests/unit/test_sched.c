@@ -1596,6 +1596,18 @@ static void shoal_ts_usage(void)
     tap_is_int(u.unknown, 3, "usage: 3 rows of tenants not in the jobs file");
     tap_is_str(u.note, "zed ze", "usage: the unknown tenants are named once each for --explain");
     shoal_sched_queue_free(&q);
+    {
+        /* a first unknown tenant whose name does not fit the note: "...", where the check for
+         * an ellipsis already there read the 3 bytes before note[] (and gave " ...") */
+        static char longcsv[1200];
+        char name[601];
+        memset(name, 'x', 600);
+        name[600] = '\0';
+        snprintf(longcsv, sizeof(longcsv), "tenant,gpu_seconds\n%s,5\n", name);
+        tap_ok(shoal_ts_usage_round(longcsv, hl, &a, &b, &u, &q) && strcmp(u.note, "...") == 0,
+               "usage: a first unknown tenant too long for the note is '...' ('%s')", u.note);
+        shoal_sched_queue_free(&q);
+    }
 
     /* equal past usage: the order is as without it */
     tap_ok(shoal_ts_usage_round("tenant,gpu_seconds\na,5000\nb,5000\n", hl, &a, &b, &u, NULL) &&
