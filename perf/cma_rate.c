@@ -15,6 +15,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "perf/perf_args.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -33,33 +35,21 @@ static double now_ns(void)
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    case '\0': break;
-    default: return 0;
-    }
-    return (size_t)v;
-}
-
 int main(int argc, char **argv)
 {
     size_t lo = 4096, hi = 4 << 20;
-    int reps = 5, opt;
+    int reps = 5, opt, bad;
     char *src, *dst, *dst2;
     pid_t child;
 
     while ((opt = getopt(argc, argv, "b:e:r:")) != -1) {
         switch (opt) {
-        case 'b': lo = parse_size(optarg); break;
-        case 'e': hi = parse_size(optarg); break;
-        case 'r': reps = atoi(optarg); break;
-        default:
+        case 'b': bad = perf_arg_size(optarg, &lo); break;
+        case 'e': bad = perf_arg_size(optarg, &hi); break;
+        case 'r': bad = perf_arg_int(optarg, 1, 1000000, &reps); break;
+        default: bad = -1; break;
+        }
+        if (bad != 0) {
             fprintf(stderr, "usage: cma_rate [-b MIN] [-e MAX] [-r REPS]\n");
             return 2;
         }

@@ -7,6 +7,7 @@
  *   4. the measurement loop and the table
  */
 #include "perf/common.h"
+#include "perf/perf_args.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -281,48 +282,6 @@ static void perf_usage(FILE *f)
             perf_prog);
 }
 
-static int perf_parse_size(const char *s, size_t *out_p)
-{
-    char *end = NULL;
-    unsigned long long v;
-    unsigned long long mult = 1;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || s[0] == '-') {
-        return -1;
-    }
-    switch (*end) {
-    case 'G': case 'g': mult <<= 10; /* fall through */
-    case 'M': case 'm': mult <<= 10; /* fall through */
-    case 'K': case 'k': mult <<= 10; end++; break;
-    case '\0': break;
-    default: return -1;
-    }
-    if ((*end == 'B' || *end == 'b') && mult > 1) {
-        end++;
-    }
-    if (*end != '\0' || v > SIZE_MAX / mult) {
-        return -1;
-    }
-    *out_p = (size_t)(v * mult);
-    return 0;
-}
-
-static int perf_parse_int(const char *s, int lo, int hi, int *out_p)
-{
-    char *end = NULL;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        return -1;
-    }
-    *out_p = (int)v;
-    return 0;
-}
-
 static int perf_parse_dtype(perf_opts_t *o, const char *s)
 {
     static const struct { const char *alias; shoal_dtype_t dtype; } aliases[] = {
@@ -361,23 +320,23 @@ static int perf_opt_apply(perf_opts_t *o, int c, const char *arg)
     int ignored;
 
     switch (c) {
-    case 'b': return perf_parse_size(arg, &o->min_bytes);
-    case 'e': return perf_parse_size(arg, &o->max_bytes);
-    case 'i': return perf_parse_size(arg, &o->step_bytes);
+    case 'b': return perf_arg_size(arg, &o->min_bytes);
+    case 'e': return perf_arg_size(arg, &o->max_bytes);
+    case 'i': return perf_arg_size(arg, &o->step_bytes);
     case 'f': {
         char *end = NULL;
 
         o->step_factor = strtod(arg, &end);
         return (end == arg || *end != '\0' || !(o->step_factor >= 1.0)) ? -1 : 0;
     }
-    case 'n': return perf_parse_int(arg, 1, 1 << 30, &o->iters);
-    case 'w': return perf_parse_int(arg, 0, 1 << 30, &o->warmup);
-    case 'c': return perf_parse_int(arg, 0, 1, &o->check);
-    case 'r': return perf_parse_int(arg, 0, 1 << 30, &o->root);
-    case 'a': return perf_parse_int(arg, 0, 3, &o->average);
-    case 'z': return perf_parse_int(arg, 0, 1, &ignored);
+    case 'n': return perf_arg_int(arg, 1, 1 << 30, &o->iters);
+    case 'w': return perf_arg_int(arg, 0, 1 << 30, &o->warmup);
+    case 'c': return perf_arg_int(arg, 0, 1, &o->check);
+    case 'r': return perf_arg_int(arg, 0, 1 << 30, &o->root);
+    case 'a': return perf_arg_int(arg, 0, 3, &o->average);
+    case 'z': return perf_arg_int(arg, 0, 1, &ignored);
     case 't': perf_transport = arg; return 0;
-    case 'm': return perf_parse_int(arg, 0, 1, &perf_memalloc);
+    case 'm': return perf_arg_int(arg, 0, 1, &perf_memalloc);
     case 'd': return perf_parse_dtype(o, arg);
     case 'o': return perf_parse_op(o, arg);
     default: return -1;
@@ -739,6 +698,7 @@ static int perf_buffers_alloc(perf_ctx_t *ctx)
         if (shoal_mem_alloc(bytes, &s) != SHOAL_OK || shoal_mem_alloc(bytes, &r) != SHOAL_OK) {
             fprintf(stderr, "%s: rank %d: shoal_mem_alloc of 2 x %zu bytes failed\n", perf_prog,
                     ctx->be.rank, bytes);
+            shoal_mem_free(s); /* NULL if the first one failed */
             return -1;
         }
         memset(s, 0, bytes);

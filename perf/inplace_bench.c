@@ -12,6 +12,8 @@
  * median and mean per call in microseconds, and in place / out of place for both patterns.
  * float sum; buffers page-aligned and faulted in before the first call.
  */
+#include "perf/perf_args.h"
+
 #include <shoal.h>
 
 #include <stdio.h>
@@ -30,18 +32,6 @@ static int ib_cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static size_t ib_size(const char *s)
-{
-    char *end;
-    size_t v = strtoull(s, &end, 0);
-    if (*end == 'K' || *end == 'k') {
-        v <<= 10;
-    } else if (*end == 'M' || *end == 'm') {
-        v <<= 20;
-    }
-    return v;
 }
 
 /* One mode: median and mean per call (rank 0's times). */
@@ -87,16 +77,23 @@ int main(int argc, char **argv)
     float *s, *r;
     double *t;
 
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "-b") == 0) {
-            lo = ib_size(argv[i + 1]);
+    for (int i = 1; i < argc; i += 2) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = v == NULL;
+        if (bad) {
+            /* an option without its value: it was ignored */
+        } else if (strcmp(argv[i], "-b") == 0) {
+            bad = perf_arg_size(v, &lo);
         } else if (strcmp(argv[i], "-e") == 0) {
-            hi = ib_size(argv[i + 1]);
+            bad = perf_arg_size(v, &hi);
         } else if (strcmp(argv[i], "-n") == 0) {
-            iters = atoi(argv[i + 1]);
+            bad = perf_arg_int(v, 1, 1 << 30, &iters);
         } else if (strcmp(argv[i], "-w") == 0) {
-            warmup = atoi(argv[i + 1]);
+            bad = perf_arg_int(v, 0, 1 << 30, &warmup);
         } else {
+            bad = 1;
+        }
+        if (bad) {
             fprintf(stderr, "usage: inplace_bench [-b SIZE] [-e SIZE] [-n ITERS] [-w WARMUP]\n");
             return 2;
         }

@@ -9,6 +9,8 @@
  * usage: membw [-s SIZE] [-t T1,T2,...] [-r REPS]   (defaults: 64M, 1,2, 10)
  * Prints one line per thread count: "membw threads T copy_GBps X size SIZE".
  */
+#include "perf/perf_args.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -20,7 +22,16 @@
 
 #define MEMBW_MAX_THREADS 256
 
+/* Held by every thread until all of them exist: go, or quit if one could not be created (the
+ * barriers count every thread, so the started ones would wait there for ever). */
 typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int state; /* 0: wait, 1: go, -1: quit */
+} membw_gate_t;
+
+typedef struct {
+    membw_gate_t *gate;
     pthread_barrier_t *start;
     pthread_barrier_t *done;
     char *src;
@@ -42,7 +53,16 @@ static double membw_now(void)
 static void *membw_thread_main(void *arg)
 {
     membw_thread_t *t = arg;
+    int state;
 
+    pthread_mutex_lock(&t->gate->lock);
+    while ((state = t->gate->state) == 0) {
+        pthread_cond_wait(&t->gate->cond, &t->gate->lock);
+    }
+    pthread_mutex_unlock(&t->gate->lock);
+    if (state < 0) {
+        return NULL;
+    }
     for (int r = 0; r < t->reps; r++) {
         pthread_barrier_wait(t->start);
         t->t0 = membw_now();
@@ -53,33 +73,11 @@ static void *membw_thread_main(void *arg)
     return NULL;
 }
 
-static int membw_parse_size(const char *s, size_t *out_p)
-{
-    char *end = NULL;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s) {
-        return -1;
-    }
-    switch (*end) {
-    case 'G': case 'g': v <<= 30; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'K': case 'k': v <<= 10; end++; break;
-    default: break;
-    }
-    if (*end != '\0' || v == 0) {
-        return -1;
-    }
-    *out_p = (size_t)v;
-    return 0;
-}
-
 /* Aggregate copy bandwidth of nthreads threads in GB/s; < 0 on failure. */
 static double membw_measure(int nthreads, size_t size, int reps)
 {
     pthread_barrier_t start, done;
+    membw_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     membw_thread_t th[MEMBW_MAX_THREADS];
     pthread_t tid[MEMBW_MAX_THREADS];
     double best = 0;
@@ -89,7 +87,7 @@ static double membw_measure(int nthreads, size_t size, int reps)
     pthread_barrier_init(&start, NULL, (unsigned)nthreads + 1);
     pthread_barrier_init(&done, NULL, (unsigned)nthreads + 1);
     for (int i = 0; i < nthreads && ok; i++) {
-        th[i] = (membw_thread_t){.start = &start, .done = &done, .size = size, .reps = reps,
+        th[i] = (membw_thread_t){.gate = &gate, .start = &start, .done = &done, .size = size, .reps = reps,
                                  .src = aligned_alloc(4096, size), .dst = aligned_alloc(4096, size)};
         ok = th[i].src != NULL && th[i].dst != NULL;
         if (ok) {
@@ -101,6 +99,10 @@ static double membw_measure(int nthreads, size_t size, int reps)
         ok = pthread_create(&tid[i], NULL, membw_thread_main, &th[i]) == 0;
         started += ok;
     }
+    pthread_mutex_lock(&gate.lock);
+    gate.state = ok ? 1 : -1;
+    pthread_cond_broadcast(&gate.cond);
+    pthread_mutex_unlock(&gate.lock);
     for (int r = 0; r < reps && ok; r++) {
         double t0, t1, t;
 
@@ -140,21 +142,22 @@ int main(int argc, char **argv)
     while ((c = getopt(argc, argv, "s:t:r:h")) != -1) {
         switch (c) {
         case 's':
-            if (membw_parse_size(optarg, &size) != 0) {
+            if (perf_arg_size(optarg, &size) != 0 || size == 0) {
                 fprintf(stderr, "membw: bad size '%s'\n", optarg);
                 return 2;
             }
             break;
         case 't': tlist = optarg; break;
-        case 'r': reps = atoi(optarg); break;
+        case 'r':
+            if (perf_arg_int(optarg, 1, 1000000, &reps) != 0) {
+                fprintf(stderr, "membw: bad repetition count '%s'\n", optarg);
+                return 2;
+            }
+            break;
         default:
             fprintf(stderr, "usage: membw [-s SIZE] [-t T1,T2,...] [-r REPS]\n");
             return c == 'h' ? 0 : 2;
         }
-    }
-    if (reps < 1 || reps > 1000000) {
-        fprintf(stderr, "membw: bad repetition count\n");
-        return 2;
     }
     for (const char *p = tlist; *p != '\0';) {
         char *end = NULL;

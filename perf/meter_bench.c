@@ -50,6 +50,8 @@
 #include "qos/pace.h"
 #include "perf/bench_stats.h"
 
+#include "perf/perf_args.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,31 +304,29 @@ int main(int argc, char **argv)
         case 'd':
             qos = strcmp(optarg, "qos") == 0;
             break;
-        case 'r': {
-            char *end;
-            rate = strtoull(optarg, &end, 0);
-            rate <<= *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
-                     : *end == 'G' || *end == 'g' ? 30 : 0;
+        case 'r':
+            if (perf_arg_size(optarg, &rate) != 0) {
+                fprintf(stderr, "meter_bench: -r %s: a rate in bytes/s expected\n", optarg);
+                return 2;
+            }
             break;
-        }
         case 'o':
             only = strcmp(optarg, "on") == 0;
             break;
-        case 'b': {
-            char *end;
-            bytes = strtoull(optarg, &end, 0);
-            bytes <<= *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
-                      : *end == 'G' || *end == 'g' ? 30 : 0;
+        case 'b':
+            if (perf_arg_size(optarg, &bytes) != 0) {
+                fprintf(stderr, "meter_bench: -b %s: a size in bytes expected\n", optarg);
+                return 2;
+            }
             break;
-        }
         case 'n':
-            calls = atoi(optarg);
-            break;
         case 'k':
-            pairs = atoi(optarg);
-            break;
         case 'w':
-            warmup = atoi(optarg);
+            if (perf_arg_int(optarg, opt == 'w' ? 0 : 1, 1 << 30,
+                             opt == 'n' ? &calls : opt == 'k' ? &pairs : &warmup) != 0) {
+                fprintf(stderr, "meter_bench: -%c %s: a count expected\n", opt, optarg);
+                return 2;
+            }
             break;
         case 'c':
             coll = strcmp(optarg, "broadcast") == 0 ? COLL_BROADCAST

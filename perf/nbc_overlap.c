@@ -11,6 +11,8 @@
  *
  *   nbc_overlap [-b BYTES[K|M|G]] [-n REPS]
  */
+#include "perf/perf_args.h"
+
 #include <shoal.h>
 
 #include "perf/bench_stats.h"
@@ -37,32 +39,6 @@ static double nbc_now(void)
         }                                                                                     \
     } while (0)
 
-/* -b: bytes in decimal (or 0x hex), with an optional K, M or G (powers of 1024). strtoull
- * alone stopped at a suffix or at junk: "1G" or "8m" timed an iallreduce of 1 or 8 bytes (0 or
- * 2 floats), nothing that loads the links being measured, and the ratio still printed. */
-static int nbc_parse_bytes(const char *s, size_t *out_p)
-{
-    unsigned long long v, mult = 1;
-    char *end;
-
-    if (*s < '0' || *s > '9') {
-        return -1;
-    }
-    errno = 0;
-    v = strtoull(s, &end, 0);
-    switch (*end) {
-    case 'K': case 'k': mult = 1ull << 10; end++; break;
-    case 'M': case 'm': mult = 1ull << 20; end++; break;
-    case 'G': case 'g': mult = 1ull << 30; end++; break;
-    default: break;
-    }
-    if (errno != 0 || *end != '\0' || v > SIZE_MAX / mult || v * mult < sizeof(float)) {
-        return -1;
-    }
-    *out_p = (size_t)(v * mult);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     size_t bytes = (size_t)8 << 20;
@@ -72,19 +48,12 @@ int main(int argc, char **argv)
     double *one, *two, *same;
 
     while ((opt = getopt(argc, argv, "b:n:")) != -1) {
-        char *end = NULL;
-
-        if (opt == 'b' && nbc_parse_bytes(optarg, &bytes) == 0) {
+        if (opt == 'b' && perf_arg_size(optarg, &bytes) == 0 && bytes >= sizeof(float)) {
             continue;
         }
-        if (opt == 'n') {
-            long v = strtol(optarg, &end, 10);
-
-            /* at least one: the medians of none read before the arrays (-n 0 printed one) */
-            if (end != optarg && *end == '\0' && v >= 1 && v <= 1000000) {
-                reps = (int)v;
-                continue;
-            }
+        /* at least one: the medians of none read before the arrays (-n 0 printed one) */
+        if (opt == 'n' && perf_arg_int(optarg, 1, 1000000, &reps) == 0) {
+            continue;
         }
         fprintf(stderr, "usage: nbc_overlap [-b BYTES[K|M|G], at least 4] [-n REPS, at least 1]\n");
         return 2;

@@ -17,6 +17,8 @@
  * rates page PATH (src/qos/pace_page.h) with RATE bytes/s and beats it (gen += 2) every
  * 200 ms for the given seconds, then leaves it (a silent agent).
  */
+#include "perf/perf_args.h"
+
 #include <shoal.h>
 #include "qos/pace_page.h"
 
@@ -164,17 +166,13 @@ int main(int argc, char **argv)
     shoal_status_t st;
     pthread_t th;
     float *buf;
-    char *b_end;
     int opt;
 
     while ((opt = getopt(argc, argv, "s:b:p:t:w:r:L:")) != -1) {
         switch (opt) {
         case 's': seconds = atof(optarg); break;
         case 'b':
-            /* bytes, nothing after them: strtoull alone read "4m" as 4 (one float per call) */
-            errno = 0;
-            bytes = strtoull(optarg, &b_end, 0);
-            if (errno != 0 || b_end == optarg || *b_end != '\0' || optarg[0] == '-' || bytes < 4) {
+            if (perf_arg_size(optarg, &bytes) != 0 || bytes < 4) {
                 fprintf(stderr, "qos_load: -b %s: a byte count of at least 4 expected\n",
                         optarg);
                 return 2;
@@ -183,7 +181,12 @@ int main(int argc, char **argv)
         case 'p': qos_period_ms = atol(optarg); break;
         case 't': cfg.transport = optarg; break;
         case 'w': agent_path = optarg; break;
-        case 'r': agent_rate = strtoull(optarg, NULL, 0); break;
+        case 'r':
+            if (perf_arg_size(optarg, &agent_rate) != 0) {
+                fprintf(stderr, "qos_load: -r %s: a rate in bytes/s expected\n", optarg);
+                return 2;
+            }
+            break;
         case 'L': lat_n = atol(optarg); break;
         default:
             fprintf(stderr, "usage: qos_load [-s seconds] [-b bytes] [-p period_ms] "

@@ -13,6 +13,8 @@
  * bytes is the whole message for allreduce and broadcast, the gathered / scattered total
  * for allgather and reduce_scatter (as the *_perf tools' size column).
  */
+#include "perf/perf_args.h"
+
 #include <shoal.h>
 
 #include <stdio.h>
@@ -37,19 +39,6 @@ static double sb_now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static size_t sb_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'G': case 'g': v *= 1024.0; /* fall through */
-    case 'M': case 'm': v *= 1024.0; /* fall through */
-    case 'K': case 'k': v *= 1024.0; break;
-    default: break;
-    }
-    return (size_t)v;
 }
 
 static int sb_call(const sb_opts_t *o, shoal_comm_t c, int n, size_t bytes, void *sb, void *rb)
@@ -81,10 +70,10 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
     while ((opt = getopt(argc, argv, "c:b:e:f:r:t:h")) != -1) {
         switch (opt) {
         case 'c': o->coll = optarg; break;
-        case 'b': o->minb = sb_size(optarg); break;
-        case 'e': o->maxb = sb_size(optarg); break;
-        case 'f': o->factor = atoi(optarg); break;
-        case 'r': o->reps = atoi(optarg); break;
+        case 'b': if (perf_arg_size(optarg, &o->minb) != 0) o->minb = 0; break;
+        case 'e': if (perf_arg_size(optarg, &o->maxb) != 0) o->maxb = 0; break;
+        case 'f': if (perf_arg_int(optarg, 2, 1 << 20, &o->factor) != 0) o->factor = 0; break;
+        case 'r': if (perf_arg_int(optarg, 1, 1 << 20, &o->reps) != 0) o->reps = 0; break;
         case 't': o->target_us = atof(optarg); break;
         default:
             fprintf(stderr, "usage: select_bench [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] "
@@ -95,7 +84,12 @@ static int sb_parse(int argc, char **argv, sb_opts_t *o)
     for (; optind < argc && o->nalgo < SB_MAX_ALGOS; optind++) {
         o->algo[o->nalgo++] = argv[optind];
     }
-    return o->factor >= 2 && o->reps >= 1 && o->minb >= 4 ? 0 : -1;
+    if (o->factor < 2 || o->reps < 1 || o->minb < 4 || o->maxb < o->minb) {
+        fprintf(stderr, "select_bench: sizes from 4 bytes up (-b <= -e), a factor of at least 2 "
+                        "and at least one repetition\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* One communicator per algorithm over the ranks of world (uid from world's rank 0). */

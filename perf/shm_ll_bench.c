@@ -20,6 +20,8 @@
 #include "coll/coll.h"
 #include "perf/bench_stats.h"
 
+#include "perf/perf_args.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,7 @@ static size_t batch(shoal_comm_t comm, const float *in, float *out, size_t count
 int main(int argc, char **argv)
 {
     const char *sizes = "8,64,112,168,512,4096";
-    int calls = 2000, pairs = 41, warmup = 2000, opt, rank, nranks;
+    int calls = 2000, pairs = 41, warmup = 2000, opt, rank, nranks, bad;
     shoal_comm_t comm;
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
     char *list, *tok, *save = NULL;
@@ -61,15 +63,19 @@ int main(int argc, char **argv)
             sizes = optarg;
             break;
         case 'n':
-            calls = atoi(optarg);
+            bad = perf_arg_int(optarg, 1, 1 << 30, &calls);
             break;
         case 'k':
-            pairs = atoi(optarg);
+            bad = perf_arg_int(optarg, 1, 1 << 30, &pairs);
             break;
         case 'w':
-            warmup = atoi(optarg);
+            bad = perf_arg_int(optarg, 0, 1 << 30, &warmup);
             break;
         default:
+            bad = -1;
+            break;
+        }
+        if (bad != 0) {
             fprintf(stderr, "usage: shm_ll_bench [-b BYTES[,BYTES...]] [-n CALLS] [-k PAIRS] "
                             "[-w WARMUP]\n");
             return 2;
@@ -102,13 +108,13 @@ int main(int argc, char **argv)
         return 1;
     }
     for (tok = strtok_r(list, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        size_t bytes = strtoull(tok, &end, 0), count = bytes / sizeof(float), bad = 0;
+        size_t bytes = 0, count, bad = 0;
         float *in, *out;
         double *ton, *toff, *diff, ns;
         int prefetch = shoal_cpu_prefetchw();
 
-        if (*end != '\0' || count == 0 || bytes > 4096 || bytes % sizeof(float) != 0) {
+        if (perf_arg_size(tok, &bytes) != 0 || (count = bytes / sizeof(float)) == 0 ||
+            bytes > 4096 || bytes % sizeof(float) != 0) {
             fprintf(stderr, "shm_ll_bench: size '%s': a multiple of 4 from 4 to 4096 bytes\n",
                     tok);
             return 2;

@@ -12,6 +12,8 @@
  */
 #include "core/core.h"
 
+#include "perf/perf_args.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,23 +44,6 @@ static double tl_perf_now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int tl_perf_parse_size(const char *s, size_t *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; end++; break;
-    case 'm': case 'M': v *= 1024 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (end == s || *end != '\0' || v < 0) {
-        return -1;
-    }
-    *out = (size_t)v;
-    return 0;
 }
 
 static void tl_perf_usage(void)
@@ -93,13 +78,13 @@ static int tl_perf_args(int argc, char **argv, tl_perf_opts_t *o)
     while ((c = getopt_long(argc, argv, "t:b:e:f:n:w:W:c:h", longopts, NULL)) != -1) {
         switch (c) {
         case 't': o->tl = optarg; break;
-        case 'b': if (tl_perf_parse_size(optarg, &o->minb) != 0) return -1; break;
-        case 'e': if (tl_perf_parse_size(optarg, &o->maxb) != 0) return -1; break;
+        case 'b': if (perf_arg_size(optarg, &o->minb) != 0) return -1; break;
+        case 'e': if (perf_arg_size(optarg, &o->maxb) != 0) return -1; break;
         case 'f': o->factor = atof(optarg); break;
-        case 'n': o->iters = atoi(optarg); break;
-        case 'w': o->warmup = atoi(optarg); break;
-        case 'W': o->window = atoi(optarg); break;
-        case 'c': o->check = atoi(optarg); break;
+        case 'n': if (perf_arg_int(optarg, 1, 1 << 30, &o->iters) != 0) return -1; break;
+        case 'w': if (perf_arg_int(optarg, 0, 1 << 30, &o->warmup) != 0) return -1; break;
+        case 'W': if (perf_arg_int(optarg, 1, 1 << 20, &o->window) != 0) return -1; break;
+        case 'c': if (perf_arg_int(optarg, 0, 1, &o->check) != 0) return -1; break;
         default: return -1;
         }
     }

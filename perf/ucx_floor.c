@@ -15,6 +15,8 @@
  * payload behind shoal's 12-byte short header. Prints the median and the minimum of REPS
  * timed runs in ns per exchange. Every wait is bounded (alarm).
  */
+#include "perf/perf_args.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +91,7 @@ static int uf_exchange(ucp_worker_h wk, ucp_ep_h ep, void *sbuf, void *rbuf, siz
 int main(int argc, char **argv)
 {
     size_t len = 20;
-    int iters = 200000, warmup = 5000, reps = 5, plain = 0, rank, c;
+    int iters = 200000, warmup = 5000, reps = 5, plain = 0, rank, c, bad;
     static const struct option opts[] = {{"plain", no_argument, NULL, 'p'}, {NULL, 0, NULL, 0}};
     unsigned char sbuf[UF_MAX_BYTES], rbuf[UF_MAX_BYTES];
     double t[UF_MAX_REPS];
@@ -104,12 +106,14 @@ int main(int argc, char **argv)
 
     while ((c = getopt_long(argc, argv, "s:n:w:r:", opts, NULL)) != -1) {
         switch (c) {
-        case 's': len = strtoul(optarg, NULL, 0); break;
-        case 'n': iters = atoi(optarg); break;
-        case 'w': warmup = atoi(optarg); break;
-        case 'r': reps = atoi(optarg); break;
+        case 's': bad = perf_arg_size(optarg, &len); break;
+        case 'n': bad = perf_arg_int(optarg, 1, 1 << 30, &iters); break;
+        case 'w': bad = perf_arg_int(optarg, 0, 1 << 30, &warmup); break;
+        case 'r': bad = perf_arg_int(optarg, 1, UF_MAX_REPS, &reps); break;
         case 'p': plain = 1; break;
-        default:
+        default: bad = -1; break;
+        }
+        if (bad != 0) {
             fprintf(stderr, "usage: ucx_floor [-s BYTES] [-n ITERS] [-w WARMUP] [-r REPS] "
                             "[--plain]\n");
             return 2;
