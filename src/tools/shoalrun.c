@@ -18,6 +18,7 @@
  */
 #include <shoal.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -64,6 +65,7 @@ typedef struct {
 typedef struct {
     pid_t pid;
     int running;
+    int zombie;     /* exited and not yet reaped: its pid, so its group's number, stays ours */
     int code;       /* exit status, 128 + signal for a signal death */
     int killed;     /* SIGKILLed by shoalrun: does not count towards the exit status */
     shoalrun_stream_t out;
@@ -103,6 +105,7 @@ typedef struct {
     int cpus[CPU_SETSIZE]; /* CPUs to pin ranks to (--bind-to), in order */
     int ncpus;           /* 0: ranks are not pinned */
     int nrunning;
+    int child_exited;    /* a SIGCHLD since the ranks were last looked at */
     int nopen;           /* open streams */
     double timeout_at;   /* 0: none */
     double kill_at;      /* SIGKILL deadline, 0: none */
@@ -928,30 +931,42 @@ static void shoalrun_rank_report(shoalrun_job_t *job, int rank, int st)
     }
 }
 
+/* A rank's exit is read and its status taken, but the rank is not reaped (WNOWAIT): a zombie
+ * keeps its pid, and with it the number of the process group it leads, from being given to
+ * another process. What the rank started in its group may outlive it, and shoalrun signals that
+ * group until the job's end (shoalrun_kill_leftovers reaps the ranks after the last kill). A
+ * rank reaped at its exit freed the number: after a pid wraparound, kill(-pid) at the end could
+ * reach a stranger's process group, as root anyone's. */
 static void shoalrun_reap(shoalrun_job_t *job)
 {
-    for (;;) {
-        int st = 0;
-        pid_t pid = waitpid(-1, &st, WNOHANG);
+    for (int i = 0; i < job->opts.nranks; i++) {
+        shoalrun_rank_t *r = &job->ranks[i];
+        siginfo_t si;
+        int st;
 
-        if (pid <= 0) {
-            return; /* 0: none exited; -1 ECHILD: none left */
+        if (!r->running) {
+            continue;
         }
-        for (int i = 0; i < job->opts.nranks; i++) {
-            if (job->ranks[i].running && job->ranks[i].pid == pid) {
-                job->ranks[i].running = 0;
-                job->nrunning--;
-                shoalrun_rank_report(job, i, st);
-                break;
-            }
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+            si.si_pid != r->pid) {
+            continue; /* running (or, ECHILD, not ours: cannot happen) */
         }
+        st = si.si_code == CLD_EXITED ? W_EXITCODE(si.si_status & 0xff, 0)
+             : si.si_code == CLD_DUMPED ? si.si_status | WCOREFLAG
+                                        : si.si_status;
+        r->running = 0;
+        r->zombie = 1;
+        job->nrunning--;
+        shoalrun_rank_report(job, i, st);
     }
 }
 
 static void shoalrun_on_signal(shoalrun_job_t *job, int sig)
 {
     if (sig == SIGCHLD) {
-        return; /* reaped by the loop */
+        job->child_exited = 1; /* looked at by the loop */
+        return;
     }
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         /* A request to the job (Slurm's --signal=USR1@120 before the time limit: checkpoint
@@ -1079,7 +1094,7 @@ static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stre
                           int *rmap)
 {
     while (job->nrunning > 0 || job->nopen > 0 || shoalrun_pending(job)) {
-        int n = 0;
+        int n = 0, nready;
 
         if (job->nrunning == 0 && job->nopen == 0 && (job->signo != 0 || job->timed_out)) {
             break; /* over, and told to stop: the output its reader does not take is dropped */
@@ -1105,15 +1120,19 @@ static void shoalrun_loop(shoalrun_job_t *job, struct pollfd *pfd, shoalrun_stre
                 }
             }
         }
-        if (poll(pfd, (nfds_t)n, shoalrun_poll_timeout(job, shoalrun_now())) < 0 &&
-            errno != EINTR) {
+        nready = poll(pfd, (nfds_t)n, shoalrun_poll_timeout(job, shoalrun_now()));
+        if (nready < 0 && errno != EINTR) {
             shoalrun_note(job, "shoalrun: poll failed: %s\n", strerror(errno));
             shoalrun_kill_deadline(job, shoalrun_now());
         }
         if (pfd[0].revents != 0) {
             shoalrun_read_signals(job);
         }
-        shoalrun_reap(job);
+        /* after each SIGCHLD, and at each quiet wake-up as well (one per rank: not per line) */
+        if (job->child_exited || nready == 0) {
+            job->child_exited = 0;
+            shoalrun_reap(job);
+        }
         for (int k = 1; k < n; k++) {
             if (pfd[k].revents == 0) {
                 continue;
@@ -1150,19 +1169,76 @@ static void shoalrun_sink_drain(shoalrun_job_t *job)
     }
 }
 
-/* The job is over: what a rank started in its process group and left running (a background
- * child) went on after shoalrun, orphaned; it is killed now, as the job's end. */
-static void shoalrun_kill_leftovers(shoalrun_job_t *job)
+/* Marks in live[i] the exited ranks whose process group holds a process that is not a zombie
+ * (the rank itself is one until reaped), from one pass over /proc. -1 if /proc cannot be read. */
+static int shoalrun_live_groups(const shoalrun_job_t *job, char *live)
 {
-    for (int i = 0; i < job->opts.nranks; i++) {
-        const shoalrun_rank_t *r = &job->ranks[i];
+    DIR *d = opendir("/proc");
+    struct dirent *e;
 
-        if (r->pid > 0 && !r->running && kill(-r->pid, 0) == 0) {
-            shoalrun_note(job, "shoalrun: rank %d exited, leaving processes of its group running: "
-                          "killing them\n", i);
-            kill(-r->pid, SIGKILL);
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char path[64], buf[512], *p;
+        long pgrp;
+        ssize_t len;
+        int fd;
+
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/%.20s/stat", e->d_name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            continue; /* gone meanwhile */
+        }
+        len = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (len <= 0) {
+            continue;
+        }
+        buf[len] = '\0';
+        /* "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses */
+        p = strrchr(buf, ')');
+        if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X' ||
+            sscanf(p + 3, "%*d %ld", &pgrp) != 1) {
+            continue;
+        }
+        for (int i = 0; i < job->opts.nranks; i++) {
+            if (job->ranks[i].zombie && (long)job->ranks[i].pid == pgrp) {
+                live[i] = 1;
+            }
         }
     }
+    closedir(d);
+    return 0;
+}
+
+/* The job is over: what a rank started in its process group and left running (a background
+ * child) went on after shoalrun, orphaned; it is killed now, as the job's end. The group's
+ * number is still ours (its leader, the rank, is an unreaped zombie: shoalrun_reap), so the
+ * kill reaches no other group; then the ranks are reaped. */
+static void shoalrun_kill_leftovers(shoalrun_job_t *job)
+{
+    char *live = calloc((size_t)job->opts.nranks, 1);
+    int known = live != NULL && shoalrun_live_groups(job, live) == 0;
+
+    for (int i = 0; i < job->opts.nranks; i++) {
+        shoalrun_rank_t *r = &job->ranks[i];
+
+        if (!r->zombie) {
+            continue; /* not started, or still running after the last kill (reaped by init) */
+        }
+        if (known && live[i]) {
+            shoalrun_note(job, "shoalrun: rank %d exited, leaving processes of its group running: "
+                          "killing them\n", i);
+        }
+        kill(-r->pid, SIGKILL); /* without /proc, blindly: the number is the job's */
+        (void)waitpid(r->pid, NULL, 0);
+        r->zombie = 0;
+    }
+    free(live);
 }
 
 static int shoalrun_exit_code(const shoalrun_job_t *job)

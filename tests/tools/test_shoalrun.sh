@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoalrun.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK SHOAL_LOCAL_SIZE
 
-NTESTS=54
+NTESTS=55
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -467,4 +467,30 @@ run -n 3 --timeout 60 "$P/nbc_overlap" -b 64 -n 0; rc2=$rc
 run -n 3 --timeout 60 "$P/nbc_overlap" -b 64K -n 1
 [ "$rc1" -eq 2 ] && [ "$rc2" -eq 2 ] && [ "$rc" -eq 0 ] && grep -q 'bytes 65536 reps 1 ' "$T/out"
 ok $? "nbc_overlap: -b 8x and -n 0 refused (rc $rc1, $rc2), -b 64K times 65536 bytes (rc $rc)"
+# 55: a rank's process group number stays the job's until the end. shoalrun reaped a rank at
+# its exit, freeing its pid; at the job's end it killed the group of that number, which after a
+# pid wraparound was a stranger's (as root, anyone's). Here, in a pid namespace of its own, the
+# next pid is set to rank 0's once it has exited and a new session is started: it took rank 0's
+# number and shoalrun killed it. Rank 0 is a zombie until the end now.
+if [ "$(id -u)" = 0 ] && unshare -pf --kill-child --mount-proc true 2>/dev/null; then
+    timeout -s KILL 60 unshare -pf --kill-child --mount-proc sh -c '
+        SR=$1 T=$2
+        "$SR" -n 2 --timeout 30 sh -c "if [ \"\$SHOAL_RANK\" = 0 ]; then echo \$\$ > $T/r0; exit 0; fi; sleep 2" &
+        sr=$!
+        i=0; while [ ! -s "$T/r0" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+        sleep 0.3
+        p0=$(cat "$T/r0")
+        echo $((p0 - 1)) > /proc/sys/kernel/ns_last_pid
+        setsid sleep 60 &
+        v=$!
+        wait $sr; rc=$?
+        alive=dead; kill -0 $v 2>/dev/null && alive=alive
+        echo "rank0 $p0 stranger $v rc $rc $alive"
+        kill $v 2>/dev/null' sh "$SHOALRUN" "$T" >"$T/out" 2>"$T/err"
+    grep -q ' rc 0 alive$' "$T/out"
+    ok $? "a stranger's process group that could take an exited rank's number is not killed ($(cat "$T/out"))"
+    rm -f "$T/r0"
+else
+    echo "ok 55 # SKIP needs root and unshare --pid"
+fi
 exit 0
