@@ -136,7 +136,8 @@ SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuni
  *   link inter lat 30 bw 0.125     between hosts (per host: the NIC is shared)
  * Host lines place only the ranks they name and do not repeat; every other rank follows the
  * layout, which wraps around past the ranks it describes (with ppn, rank r is placed like
- * r mod hosts x ppn, or mod the ppn list's sum; cyclic: r mod hosts).
+ * r mod hosts x ppn, or mod the ppn list's sum; cyclic: r mod hosts, or over a ppn list one
+ * rank per host in turn, each host left out once it has its count: ppn 3 1 gives 0 1 0 0).
  */
 typedef struct {
     int nhosts;

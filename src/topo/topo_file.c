@@ -172,7 +172,8 @@ static int shoal_topo_file_line(char **tok, int n, int nranks, shoal_topo_spec_t
     return -1;
 }
 
-/* Host of rank r from hosts/ppn/layout (explicit host lines aside); nppn >= 1 unless cyclic. */
+/* Host of rank r from hosts/ppn/layout (explicit host lines aside); nppn >= 1 unless cyclic;
+ * not cyclic over a ppn list (shoal_topo_deal_next). */
 static int shoal_topo_file_place(const shoal_topo_spec_t *sp, int r)
 {
     int total = 0;
@@ -194,6 +195,47 @@ static int shoal_topo_file_place(const shoal_topo_spec_t *sp, int r)
         r -= sp->ppn[h];
     }
     return 0;
+}
+
+/* Cyclic over a ppn list: ranks dealt one per host in turn, a host left out once it has its
+ * count ('ppn 3 1': 0 1 0 0), again from the start after the list's sum. It was r mod hosts,
+ * which gave every host the same count (0 1 0 1). The hosts that still have room form a ring
+ * (next[]), so each rank costs O(1). */
+typedef struct {
+    int left[SHOAL_TOPO_TOK_MAX];
+    int next[SHOAL_TOPO_TOK_MAX];
+    int cur, prev, dealt, total;
+} shoal_topo_deal_t;
+
+static void shoal_topo_deal_reset(const shoal_topo_spec_t *sp, shoal_topo_deal_t *d)
+{
+    d->total = 0;
+    for (int h = 0; h < sp->nppn; h++) {
+        d->left[h] = sp->ppn[h];
+        d->next[h] = (h + 1) % sp->nppn;
+        d->total += sp->ppn[h];
+    }
+    d->cur = 0;
+    d->prev = sp->nppn - 1;
+    d->dealt = 0;
+}
+
+static int shoal_topo_deal_next(const shoal_topo_spec_t *sp, shoal_topo_deal_t *d)
+{
+    int h;
+
+    if (d->dealt == d->total) {
+        shoal_topo_deal_reset(sp, d);
+    }
+    h = d->cur;
+    d->dealt++;
+    if (--d->left[h] == 0) {
+        d->next[d->prev] = d->next[h]; /* full: out of the ring */
+    } else {
+        d->prev = h;
+    }
+    d->cur = d->next[h];
+    return h % sp->nhosts;
 }
 
 /* Host of rank r in a block layout of nranks over nhosts without ppn: the first
@@ -261,6 +303,8 @@ static int shoal_topo_file_described(const shoal_topo_spec_t *sp)
 static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
                                              shoal_topo_file_t *tf)
 {
+    shoal_topo_deal_t deal;
+
     /* The layout's hosts: the 'hosts' line, else as many as the ppn list or one ppn ask for;
      * the host lines' count only where nothing else says (they place just the ranks they
      * name). Their count counted first: 'ppn 2' with 'host 0 ranks 7' put all 8 ranks on one
@@ -276,9 +320,15 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
     tf->sockets = sp->sockets;
     tf->nranks = nranks;
     tf->described = shoal_topo_file_described(sp);
+    shoal_topo_deal_reset(sp, &deal);
     for (int r = 0; r < nranks; r++) {
+        /* every rank takes its turn in the deal, those placed by host lines too: each rank's
+         * host depends on its number only, as in the other layouts */
+        int dealt = sp->cyclic && sp->nppn > 1 ? shoal_topo_deal_next(sp, &deal) : -1;
         if (sp->explicit_host[r] >= 0) {
             tf->host_of[r] = sp->explicit_host[r];
+        } else if (dealt >= 0) {
+            tf->host_of[r] = dealt;
         } else if (sp->nppn == 0 && !sp->cyclic) {
             tf->host_of[r] = shoal_topo_file_even(sp->nhosts, nranks, r);
         } else {

@@ -185,6 +185,36 @@ static void test_topo_file(void)
     }
     shoal_topo_file_free(&tf);
 
+    /* Cyclic over a ppn list: one rank per host in turn, a host left out once it has its
+     * count; past the list's sum it starts again. It was r mod hosts (0 1 0 1 | 0 1 0 1: two
+     * ranks on the host of one). */
+    {
+        static const struct {
+            const char *text;
+            int n;
+            const char *want;
+        } cc[] = {{"layout cyclic\nppn 3 1\n", 8, "01000100"},
+                  {"layout cyclic\nppn 1 3 2\n", 7, "0121210"},
+                  {"layout cyclic\nppn 2 2\n", 4, "0101"},
+                  {"layout cyclic\nppn 2 1\nhost 1 ranks 0\n", 4, "1100"}};
+        int bad = 0;
+        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cc); i++) {
+            char got[16] = {0};
+            if (shoal_topo_file_parse(cc[i].text, cc[i].n, &tf) == SHOAL_OK) {
+                for (int r = 0; r < cc[i].n; r++) {
+                    got[r] = (char)('0' + tf.host_of[r]);
+                }
+            }
+            if (strcmp(got, cc[i].want) != 0) {
+                tap_diag("'%s' over %d ranks: hosts %s, want %s", cc[i].text, cc[i].n, got,
+                         cc[i].want);
+                bad++;
+            }
+            shoal_topo_file_free(&tf);
+        }
+        tap_is_int(bad, 0, "topo file: cyclic over a ppn list gives each host its count");
+    }
+
     /* The ranks a file describes (shoal_info -t's default -n): hosts x ppn, the ppn list's sum,
      * the host lines' highest rank + 1; 0 where it does not say. */
     {
