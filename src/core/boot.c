@@ -699,8 +699,16 @@ shoal_status_t shoal_boot_read_frame(shoal_boot_t *b, int macd, uint32_t type, v
         return shoal_boot_failed_notice(b, f.round);
     }
     if (f.magic != SHOAL_BOOT_FRAME_MAGIC || f.type != type || f.len != len) {
-        b->final = macd;
-        return shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "unexpected frame from the root");
+        /* Final: a root says only what this rank expects. Something else at the root's
+         * address (another service on the port of a stale SHOAL_UID) was redialed for the
+         * whole timeout, two log lines each time. */
+        b->final = 1;
+        return shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, f.magic != SHOAL_BOOT_FRAME_MAGIC
+                                                          ? "what answers at the root's address "
+                                                            "is no shoal bootstrap root (a "
+                                                            "SHOAL_UID or SHOAL_ROOT of a job "
+                                                            "that is over?)"
+                                                          : "unexpected frame from the root");
     }
     st = shoal_sock_read_all(b->fd, payload, len, deadline, b->abort_flag);
     if (st != SHOAL_OK) {

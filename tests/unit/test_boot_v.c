@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -276,6 +277,71 @@ static void test_exit(const char *self)
            "run (status %#x)", st);
 }
 
+/* A "root" that is no shoal root: another service now holds the port of a stale SHOAL_UID
+ * (an HTTP server answers its error and closes). It will never speak the bootstrap: the rank
+ * says so at once, not after redialing it for the whole timeout. */
+typedef struct {
+    int lfd;
+    int accepts;
+    volatile int stop;
+} junk_root_t;
+
+static void *junk_root_main(void *arg)
+{
+    static const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    junk_root_t *j = arg;
+    while (!j->stop) {
+        struct pollfd p = {.fd = j->lfd, .events = POLLIN};
+        int fd;
+        if (poll(&p, 1, 20) <= 0) {
+            continue;
+        }
+        fd = accept(j->lfd, NULL, NULL);
+        if (fd < 0) {
+            continue;
+        }
+        j->accepts++;
+        (void)!write(fd, reply, sizeof(reply) - 1);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void test_not_a_root(void)
+{
+    struct sockaddr_in *s4;
+    shoal_boot_uid_t u;
+    shoal_boot_t *b = NULL;
+    junk_root_t j = {.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    socklen_t len = sizeof(u.root);
+    pthread_t th;
+    shoal_status_t st;
+
+    memset(&u, 0, sizeof(u));
+    s4 = (struct sockaddr_in *)&u.root;
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    u.root_len = sizeof(*s4);
+    if (j.lfd < 0 || bind(j.lfd, (struct sockaddr *)s4, sizeof(*s4)) != 0 ||
+        listen(j.lfd, 16) != 0 || getsockname(j.lfd, (struct sockaddr *)&u.root, &len) != 0) {
+        tap_skip(3, "no loopback listener");
+        return;
+    }
+    pthread_create(&th, NULL, junk_root_main, &j);
+    uint64_t t0 = shoal_time_ns();
+    st = shoal_boot_connect(&u, 1, 2, 3000, NULL, &b);
+    double ms = (double)(shoal_time_ns() - t0) / 1e6;
+    j.stop = 1;
+    pthread_join(th, NULL);
+    close(j.lfd);
+    tap_is_int(st, SHOAL_ERR_PROTOCOL, "a server that is no shoal root: SHOAL_ERR_PROTOCOL");
+    tap_ok(ms < 1000, "at once, not at the timeout of 3000 ms (%.1f ms)", ms);
+    tap_is_int(j.accepts, 1, "dialed once, not redialed for the whole timeout");
+    if (st == SHOAL_OK) {
+        shoal_boot_close(b);
+    }
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -310,6 +376,7 @@ int main(int argc, char **argv)
         return exit_child();
     }
     test_parse();
+    test_not_a_root();
     test_round();
     test_stop();
     test_fork();
