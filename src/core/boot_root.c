@@ -1229,6 +1229,9 @@ static void *shoal_root_thread(void *arg)
             if (r->failed == SHOAL_OK) {
                 shoal_error(BOOT, "root: no progress for %d ms (%d of %d ranks joined, round "
                             "%u); giving up", r->timeout_ms, r->joined, r->nranks, r->round);
+                /* The joined ranks learn why: a closed connection read as a root whose
+                 * process failed ("peer process failed") while it lives on. */
+                shoal_root_fail(r, SHOAL_ERR_TIMEOUT);
             }
             break;
         }

@@ -342,6 +342,43 @@ static void test_not_a_root(void)
     }
 }
 
+/* A root that gives up waiting (its timeout shorter than the ranks': the launcher's
+ * SHOAL_TIMEOUT_MS, ranks with a longer cfg.timeout_ms) while a rank never came: the ranks
+ * that joined are told it timed out, not left to find its connection closed ("peer process
+ * failed" while the root's process lives on). */
+static void test_root_gives_up(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    shoal_boot_uid_t u;
+    shoal_boot_t *b = NULL;
+    shoal_status_t st;
+
+    memset(&u, 0, sizeof(u));
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    memset(u.secret, 0x17, sizeof(u.secret));
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, 300, &u), SHOAL_OK,
+               "a root of 300 ms started");
+    st = shoal_boot_connect(&u, 0, 2, 10000, NULL, &b);
+    tap_is_int(st, SHOAL_OK, "rank 0 of 2 joined");
+    if (st != SHOAL_OK) {
+        tap_skip(2, "no join");
+        return;
+    }
+    uint64_t t0 = shoal_time_ns();
+    st = shoal_boot_barrier(b);
+    double ms = (double)(shoal_time_ns() - t0) / 1e6;
+    tap_is_int(st, SHOAL_ERR_TIMEOUT, "rank 1 never came: the joined rank is told the root "
+               "timed out (%s)", shoal_boot_error(b));
+    tap_ok(ms < 5000, "when the root gave up, not at the rank's own timeout (%.1f ms)", ms);
+    shoal_boot_close(b);
+    shoal_boot_root_key_t k;
+    shoal_boot_root_key(&u, &k);
+    shoal_boot_root_wait(&k, 1000, 1);
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -377,6 +414,7 @@ int main(int argc, char **argv)
     }
     test_parse();
     test_not_a_root();
+    test_root_gives_up();
     test_round();
     test_stop();
     test_fork();
