@@ -868,6 +868,15 @@ static shoal_status_t shoal_comm_derive_keys(struct shoal_comm *comm, const uint
     return st;
 }
 
+/* How long a communicator waits for the root this process runs, at a failed init or at
+ * destroy: up to 1 s, less with a shorter timeout. Without a timeout (< 0) still 1 s: the
+ * grace was min(-1, 1000), no end, and an init that failed here (a transport not in the
+ * build) waited for ever for a root that waits for ever for the ranks still to come. */
+static int shoal_comm_root_grace_ms(const struct shoal_comm *comm)
+{
+    return comm->timeout_ms < 0 ? 1000 : SHOAL_MIN(comm->timeout_ms, 1000);
+}
+
 /* u: where the root is, the job secret (used for the join, never kept) and the identity the
  * rank proves; id: the same identity in names. */
 static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int rank,
@@ -902,7 +911,7 @@ err:
     if (comm->boot_root.len > 0) { /* a root here tells the job now, and the ranks that come
                                     * late (shoal_comm_init_failed's, before the grace) */
         shoal_boot_root_fail(&comm->boot_root);
-        shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000), 0);
+        shoal_boot_root_wait(&comm->boot_root, shoal_comm_root_grace_ms(comm), 0);
         comm->boot_root.len = 0;
     }
     shoal_comm_destroy(comm);
@@ -1186,7 +1195,7 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     shoal_proxy_stop(comm);
     shoal_comm_abort_fail(comm, 0); /* an abort the peers were not told of yet */
     if (comm->boot_root.len > 0) { /* its root, when this process runs it: its thread over */
-        shoal_boot_root_wait(&comm->boot_root, SHOAL_MIN(comm->timeout_ms, 1000), 1);
+        shoal_boot_root_wait(&comm->boot_root, shoal_comm_root_grace_ms(comm), 1);
     }
     shoal_qos_pace_comm_fini(comm);
     shoal_comm_assembly.fini(comm);

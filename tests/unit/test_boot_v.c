@@ -379,6 +379,42 @@ static void test_root_gives_up(void)
     shoal_boot_root_wait(&k, 1000, 1);
 }
 
+/* An init that fails in the process that runs the root (a transport not in this build), with
+ * cfg.timeout_ms < 0 (no deadline): the root is told and given a grace of at most 1 s for
+ * the ranks still to come. The grace was min(timeout, 1000), -1, no end: shoal_comm_init
+ * waited for ever for a root that waits for ever for rank 1, instead of returning its error. */
+static void test_init_fails_no_timeout(void)
+{
+    int status = -1;
+    pid_t pid = fork(), got = 0;
+
+    if (pid == 0) {
+        shoal_uid_t id;
+        shoal_comm_t comm = NULL;
+        shoal_config_t cfg = SHOAL_CONFIG_INIT;
+        shoal_status_t st;
+
+        alarm(30);
+        if (shoal_get_unique_id(&id) != SHOAL_OK) {
+            _exit(3);
+        }
+        cfg.timeout_ms = -1;
+        cfg.transport = "nosuch";
+        st = shoal_comm_init(&comm, 2, 0, &id, &cfg);
+        _exit(st == SHOAL_ERR_INVALID_ARG ? 0 : 4);
+    }
+    for (int i = 0; i < 1000 && pid > 0 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++) {
+        usleep(10000);
+    }
+    if (pid > 0 && got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    tap_ok(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "an init that fails in the root's process without a timeout returns its error "
+           "within 10 s (status %#x%s)", status, got == 0 ? ", killed" : "");
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -415,6 +451,7 @@ int main(int argc, char **argv)
     test_parse();
     test_not_a_root();
     test_root_gives_up();
+    test_init_fails_no_timeout();
     test_round();
     test_stop();
     test_fork();
