@@ -540,11 +540,28 @@ static void shoal_boot_dial_refused(const shoal_boot_t *b)
                 "running?", b->rank, b->root_str, b->timeout_ms);
 }
 
+/* The dial's deadline passed: says why. last_err: the error of the last attempt that failed
+ * otherwise than refused (no route to the root's host, its SYNs unanswered), 0 if none.
+ * Before, such attempts left no word of their cause: "did not complete within the timeout",
+ * or nothing at all, where the kernel had answered "No route to host" every time. */
+static void shoal_boot_dial_timeout(const shoal_boot_t *b, int refused, int other, int last_err)
+{
+    if (refused > 0 && other == 0) {
+        shoal_boot_dial_refused(b);
+    } else if (last_err != 0) {
+        shoal_error(BOOT, "rank %d: cannot connect to the root's address %s: %s (%d failed "
+                    "attempt%s in %d ms, %d refused)", b->rank, b->root_str, strerror(last_err),
+                    refused + other, refused + other == 1 ? "" : "s", b->timeout_ms, refused);
+    } else {
+        shoal_error(BOOT, "connect(%s) did not complete within the timeout", b->root_str);
+    }
+}
+
 static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u,
                                       uint64_t deadline)
 {
     unsigned backoff_us = 1000;
-    int refused = 0, other = 0; /* attempts that ended refused, or otherwise */
+    int refused = 0, other = 0, last_err = 0; /* attempts that ended refused, or otherwise */
     for (;;) {
         int fd = socket(u->root.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         int one = 1, err = 0;
@@ -561,11 +578,8 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
             st = shoal_sock_poll(fd, POLLOUT, deadline, b->abort_flag);
             if (st != SHOAL_OK) {
                 close(fd);
-                if (st == SHOAL_ERR_TIMEOUT && refused > 0 && other == 0) {
-                    shoal_boot_dial_refused(b);
-                } else if (st == SHOAL_ERR_TIMEOUT) {
-                    shoal_error(BOOT, "connect(%s) did not complete within the timeout",
-                                b->root_str);
+                if (st == SHOAL_ERR_TIMEOUT) {
+                    shoal_boot_dial_timeout(b, refused, other, last_err);
                 }
                 return st;
             }
@@ -582,6 +596,7 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
         close(fd);
         refused += err == ECONNREFUSED;
         other += err != ECONNREFUSED;
+        last_err = err != ECONNREFUSED ? err : last_err;
         if (err != ECONNREFUSED && err != ETIMEDOUT && err != EINTR && err != ENETUNREACH &&
             err != EHOSTUNREACH) {
             shoal_error(BOOT, "connect(%s) failed: %s", b->root_str, strerror(err));
@@ -591,9 +606,7 @@ static shoal_status_t shoal_boot_dial(shoal_boot_t *b, const shoal_boot_uid_t *u
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline)) {
-            if (refused > 0 && other == 0) {
-                shoal_boot_dial_refused(b);
-            }
+            shoal_boot_dial_timeout(b, refused, other, last_err);
             return SHOAL_ERR_TIMEOUT;
         }
         shoal_sleep_us(backoff_us);

@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -415,6 +416,56 @@ static void test_init_fails_no_timeout(void)
            "within 10 s (status %#x%s)", status, got == 0 ? ", killed" : "");
 }
 
+/* A root address the network answers "unreachable" for (SHOAL_ROOT on a subnet this host has
+ * no route to): the rank retries until its timeout, then says why. It said only that the
+ * connect "did not complete within the timeout" (a firewall dropping SYNs?): the kernel's
+ * "No route to host" of every attempt was never logged. */
+static void test_unreachable(void)
+{
+    shoal_boot_uid_t u;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&u.root;
+    shoal_boot_t *b = NULL;
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), err = 0;
+    socklen_t elen = sizeof(err);
+    uint64_t t0 = shoal_time_ns();
+    tap_log_t log;
+    shoal_status_t st;
+
+    memset(&u, 0, sizeof(u));
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(9);
+    inet_pton(AF_INET6, "2001:db8::1", &s6->sin6_addr); /* documentation prefix: no host */
+    u.root_len = sizeof(*s6);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)s6, sizeof(*s6)) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            err = poll(&p, 1, 4000) == 1 &&
+                          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0
+                      ? err
+                      : 0;
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (err != EHOSTUNREACH && err != ENETUNREACH) {
+        tap_skip(2, "this host's network does not answer 2001:db8::1 with unreachable");
+        return;
+    }
+    int probe_ms = (int)((shoal_time_ns() - t0) / 1000000);
+    int level = shoal_log_level_cur;
+    tap_log_begin(&log);
+    shoal_log_level_cur = SHOAL_LOG_WARN;
+    st = shoal_boot_connect(&u, 1, 2, 2 * probe_ms + 1000, NULL, &b);
+    shoal_log_level_cur = level;
+    tap_log_end(&log);
+    tap_is_int(st, SHOAL_ERR_TIMEOUT, "an unreachable root: timed out (after retrying)");
+    tap_ok(tap_log_count(&log, "[BOOT]", strerror(err)) >= 1,
+           "the log says why every attempt failed: %s", strerror(err));
+    tap_log_close(&log);
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -452,6 +503,7 @@ int main(int argc, char **argv)
     test_not_a_root();
     test_root_gives_up();
     test_init_fails_no_timeout();
+    test_unreachable();
     test_round();
     test_stop();
     test_fork();
