@@ -87,6 +87,8 @@ struct shoal_root {
      * ranks of the root's own host connect from them, and must never be refused. */
     struct sockaddr_storage trusted[3];
     int ntrusted;
+    shoal_accept_stall_t accept_stall; /* accept() failing for want of a resource */
+    shoal_log_limit_t accept_warn;
 };
 
 static void shoal_root_client_close(shoal_root_t *r, int i)
@@ -327,12 +329,24 @@ static void shoal_root_accept(shoal_root_t *r)
         int held, probation, slot;
         int fd = accept4(r->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-                errno != ECONNABORTED) {
-                shoal_warn(BOOT, "root accept failed: %s", strerror(errno));
+            int err = errno;
+            unsigned missed;
+            if (err == EINTR || err == ECONNABORTED) {
+                continue;
+            }
+            /* Out of descriptors (EMFILE, ENFILE) or memory, accept() fails again at every
+             * pass while the connection waits in the backlog, whose listener stays readable:
+             * the root logged each one, spinning (80000 lines in 500 ms). Once a second now;
+             * while stalled, the thread sleeps instead of polling the listener. */
+            (void)shoal_accept_stall_note(&r->accept_stall, err);
+            if (err != EAGAIN && err != EWOULDBLOCK &&
+                shoal_log_limit_pass(&r->accept_warn, 1000000000ull, &missed)) {
+                shoal_warn(BOOT, "root accept(fd %d) failed: %s (%u more failures not logged)",
+                           r->listen_fd, strerror(err), missed);
             }
             return;
         }
+        (void)shoal_accept_stall_note(&r->accept_stall, 0);
         /* A source that kept failing is refused at accept (and logged) by the breaker only
          * while it holds a pending connection here; else this one is challenged, with a short
          * hello deadline (SHOAL_BOOT_PROBATION_MS). The root cannot tell a host of the job
@@ -1190,6 +1204,10 @@ static void *shoal_root_thread(void *arg)
         /* No room for a newcomer: the listen socket is left out (poll skips a negative fd)
          * until a slot frees or the oldest pending connection's grace is over. */
         int room_wait = 200, room = shoal_root_room(r, &room_wait);
+        if (r->accept_stall.since_ns != 0) { /* accept() failed for want of a resource */
+            room = 0;
+            room_wait = SHOAL_MIN(room_wait, 50);
+        }
         pfds[npfds++] = (struct pollfd){.fd = room ? r->listen_fd : -1, .events = POLLIN};
         pfds[npfds++] = (struct pollfd){.fd = live->stop_efd, .events = POLLIN};
         for (int i = 0; i < r->ncl; i++) {
@@ -1203,7 +1221,7 @@ static void *shoal_root_thread(void *arg)
             shoal_error(BOOT, "root: poll failed: %s", strerror(errno));
             break;
         }
-        if (ret > 0 && (pfds[0].revents & POLLIN)) {
+        if ((ret > 0 && (pfds[0].revents & POLLIN)) || r->accept_stall.since_ns != 0) {
             shoal_root_accept(r);
         }
         if (ret > 0 && (pfds[1].revents & POLLIN)) {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -466,6 +467,58 @@ static void test_unreachable(void)
     tap_log_close(&log);
 }
 
+/* A root whose process is out of file descriptors while a rank waits in its backlog: accept()
+ * fails (EMFILE) at every pass and the listener stays readable. The root logged "root accept
+ * failed" at every pass, spinning (tens of thousands of lines a second); at most once a
+ * second now, and it sleeps between the tries. */
+static void test_root_emfile(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    shoal_boot_uid_t u;
+    tap_fds_t fds;
+    tap_log_t log;
+    int fd, level = shoal_log_level_cur, out;
+    struct rusage r0, r1;
+
+    memset(&u, 0, sizeof(u));
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    tap_is_int(shoal_boot_root_start(&ss, sizeof(*s4), 0, 10000, &u), SHOAL_OK,
+               "a root started");
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    tap_log_begin(&log);
+    shoal_log_level_cur = SHOAL_LOG_WARN;
+    out = tap_fds_exhaust(&fds);
+    getrusage(RUSAGE_SELF, &r0);
+    int connected = out && fd >= 0 && connect(fd, (struct sockaddr *)&u.root, u.root_len) == 0;
+    usleep(500 * 1000);
+    getrusage(RUSAGE_SELF, &r1);
+    tap_fds_restore(&fds);
+    shoal_log_level_cur = level;
+    tap_log_end(&log);
+    if (!connected) {
+        tap_skip(2, "could not run out of descriptors with a connection in the backlog");
+    } else {
+        double cpu_ms = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec +
+                                 r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) * 1e3 +
+                        (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec +
+                                 r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e3;
+        int lines = tap_log_count(&log, "[BOOT]", "accept");
+        tap_ok(lines >= 1 && lines <= 2, "out of descriptors for 500 ms: the root says so once "
+               "(%d lines)", lines);
+        tap_ok(cpu_ms < 150, "and does not spin meanwhile (%.0f ms of CPU in 500 ms)", cpu_ms);
+    }
+    tap_log_close(&log);
+    if (fd >= 0) {
+        close(fd);
+    }
+    shoal_boot_root_key_t k;
+    shoal_boot_root_key(&u, &k);
+    shoal_boot_root_wait(&k, 100, 1);
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -504,6 +557,7 @@ int main(int argc, char **argv)
     test_root_gives_up();
     test_init_fails_no_timeout();
     test_unreachable();
+    test_root_emfile();
     test_round();
     test_stop();
     test_fork();
