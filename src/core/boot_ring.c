@@ -62,6 +62,7 @@ struct shoal_boot_ring {
     shoal_ring_pending_t pend[SHOAL_BOOT_MAX_PENDING];
     unsigned refused;
     uint64_t bytes_in, bytes_out;
+    shoal_accept_stall_t accept_stall;   /* accept() failing for want of a resource */
 };
 
 /* ---- the listener's check (pure) ------------------------------------------------------- */
@@ -284,8 +285,15 @@ static void shoal_ring_accept(shoal_boot_t *b, shoal_boot_ring_t *g)
         shoal_ring_pending_t *p = NULL;
         int fd = accept4(g->lfd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED) {
+                continue;
+            }
+            /* Out of descriptors or memory: see shoal_ring_links. */
+            (void)shoal_accept_stall_note(&g->accept_stall, err);
             return;
         }
+        (void)shoal_accept_stall_note(&g->accept_stall, 0);
         if (!shoal_tenant_breaker_admit((const struct sockaddr *)&ss)) {
             close(fd);
             continue;
@@ -510,9 +518,20 @@ static shoal_status_t shoal_ring_links(shoal_boot_t *b, shoal_boot_ring_t *g, ui
     shoal_ring_pending_t *who[3 + SHOAL_BOOT_MAX_PENDING];
 
     while (g->out_state != SHOAL_RING_OUT_DONE || g->prev_fd < 0) {
-        int n = 0, ret;
+        int n = 0, ret, stalled = g->accept_stall.since_ns != 0 && g->prev_fd < 0;
+        char why[192], what[256];
         if (shoal_aborted(b->abort_flag)) {
             return shoal_boot_fail(b, SHOAL_ERR_ABORTED, "making the ring's links");
+        }
+        /* accept() failing for want of a resource fails again at every pass while the
+         * previous rank waits in the backlog, and the listener stays readable: the rank spun
+         * on it without a word until its timeout, then blamed the previous rank. It tries
+         * every 50 ms, and gives up after SHOAL_ACCEPT_STALL_NS, saying why. */
+        if (stalled && shoal_accept_stall_over(&g->accept_stall, SHOAL_ACCEPT_STALL_NS, why,
+                                               sizeof(why))) {
+            snprintf(what, sizeof(what), "the ring's listener cannot take the previous "
+                     "rank: %.190s", why);
+            return shoal_boot_fail(b, SHOAL_ERR_SYSTEM, what);
         }
         if (shoal_deadline_passed(deadline)) {
             return shoal_boot_fail(b, SHOAL_ERR_TIMEOUT, g->prev_fd < 0
@@ -526,7 +545,8 @@ static shoal_status_t shoal_ring_links(shoal_boot_t *b, shoal_boot_ring_t *g, ui
         pfds[n] = (struct pollfd){.fd = g->out_state != SHOAL_RING_OUT_DONE ? g->next_fd : -1,
                                   .events = POLLIN};
         who[n++] = NULL;
-        pfds[n] = (struct pollfd){.fd = g->prev_fd < 0 ? g->lfd : -1, .events = POLLIN};
+        pfds[n] = (struct pollfd){.fd = g->prev_fd < 0 && !stalled ? g->lfd : -1,
+                                  .events = POLLIN};
         who[n++] = NULL;
         for (int i = 0; i < SHOAL_BOOT_MAX_PENDING && g->prev_fd < 0; i++) {
             if (g->pend[i].fd >= 0) {
@@ -538,9 +558,12 @@ static shoal_status_t shoal_ring_links(shoal_boot_t *b, shoal_boot_ring_t *g, ui
                 who[n++] = &g->pend[i];
             }
         }
-        ret = poll(pfds, (nfds_t)n, shoal_deadline_left_ms(deadline, 100));
+        ret = poll(pfds, (nfds_t)n, shoal_deadline_left_ms(deadline, stalled ? 50 : 100));
         if (ret < 0 && errno != EINTR) {
             return shoal_boot_fail(b, SHOAL_ERR_SYSTEM, "poll on the ring's links");
+        }
+        if (stalled) {
+            shoal_ring_accept(b, g);
         }
         if (ret <= 0) {
             continue;

@@ -519,6 +519,89 @@ static void test_root_emfile(void)
     shoal_boot_root_wait(&k, 100, 1);
 }
 
+/* The ring listener of a rank whose process is out of file descriptors when its previous
+ * rank dials (rank 1 here, a thread of this process; rank 0 a child): accept() fails at every
+ * pass and the listener stays readable. The rank spun on it without a word until its
+ * timeout, then blamed the previous rank ("never proved itself"); it fails within about a
+ * second now, naming the cause. The root's ring hook runs out of descriptors here, leaving
+ * one for rank 1's own dial. */
+static tap_fds_t ring_fds;
+static int ring_out;
+
+static void ring_emfile_hook(int nranks, uint8_t *recs)
+{
+    (void)nranks;
+    (void)recs;
+    ring_out = tap_fds_exhaust(&ring_fds) && ring_fds.n > 0;
+    if (ring_out) {
+        close(ring_fds.fds[--ring_fds.n]); /* rank 1's dial to rank 0 */
+    }
+    shoal_boot_root_ring_hook = NULL;
+}
+
+static void test_ring_emfile(void)
+{
+    struct sockaddr_storage ss;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    shoal_boot_uid_t u;
+    shoal_boot_t *b = NULL;
+    int32_t mine = 1, all[2];
+    tap_log_t log;
+    int level = shoal_log_level_cur, status;
+    pid_t pid;
+    shoal_status_t st;
+
+    memset(&u, 0, sizeof(u));
+    memset(&ss, 0, sizeof(ss));
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    memset(u.secret, 0x29, sizeof(u.secret));
+    if (shoal_core_config.boot_exchange != SHOAL_BOOT_EXCHANGE_RING ||
+        shoal_boot_root_start(&ss, sizeof(*s4), 0, 20000, &u) != SHOAL_OK) {
+        tap_skip(2, "no ring exchange or no root");
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        shoal_boot_t *b0 = NULL;
+        int32_t zero = 0, got[2];
+        alarm(30);
+        if (shoal_boot_connect(&u, 0, 2, 8000, NULL, &b0) == SHOAL_OK) {
+            (void)shoal_boot_allgather(b0, &zero, sizeof(zero), got);
+            shoal_boot_close(b0);
+        }
+        _exit(0);
+    }
+    shoal_boot_root_ring_hook = ring_emfile_hook;
+    tap_log_begin(&log);
+    shoal_log_level_cur = SHOAL_LOG_WARN;
+    uint64_t t0 = shoal_time_ns();
+    st = shoal_boot_connect(&u, 1, 2, 8000, NULL, &b);
+    if (st == SHOAL_OK) {
+        st = shoal_boot_allgather(b, &mine, sizeof(mine), all);
+    }
+    double ms = (double)(shoal_time_ns() - t0) / 1e6;
+    tap_fds_restore(&ring_fds);
+    shoal_boot_root_ring_hook = NULL;
+    shoal_log_level_cur = level;
+    tap_log_end(&log);
+    shoal_boot_close(b);
+    waitpid(pid, &status, 0);
+    if (!ring_out) {
+        tap_skip(2, "could not run out of descriptors");
+    } else {
+        tap_ok(st != SHOAL_OK && ms < 4000, "rank 1 out of descriptors for its ring listener "
+               "fails within about a second, not at its timeout of 8 s (%s after %.0f ms)",
+               shoal_strerror(st), ms);
+        tap_ok(tap_log_count(&log, "[BOOT]", strerror(EMFILE)) >= 1,
+               "and says why: %s", strerror(EMFILE));
+    }
+    tap_log_close(&log);
+    shoal_boot_root_key_t k;
+    shoal_boot_root_key(&u, &k);
+    shoal_boot_root_wait(&k, 1000, 1);
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -558,6 +641,7 @@ int main(int argc, char **argv)
     test_init_fails_no_timeout();
     test_unreachable();
     test_root_emfile();
+    test_ring_emfile();
     test_round();
     test_stop();
     test_fork();
