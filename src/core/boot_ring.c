@@ -130,6 +130,21 @@ static void shoal_ring_rec_encode(const struct sockaddr_storage *ss, uint8_t *re
     memcpy(rec + 2, &port, 2);
 }
 
+/* A record holds no interface: a link-local IPv6 address (a root at SHOAL_ROOT=[fe80::..%if])
+ * cannot be dialed without one (EINVAL), and every ring link failed. The neighbours share the
+ * link of the root: this rank's own connection to it names the interface. */
+static void shoal_ring_rec_scope(const shoal_boot_t *b, struct sockaddr_storage *ss)
+{
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss, mine;
+    socklen_t len = sizeof(mine);
+
+    if (ss->ss_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) &&
+        getsockname(b->fd, (struct sockaddr *)&mine, &len) == 0 &&
+        mine.sin6_family == AF_INET6) {
+        s6->sin6_scope_id = mine.sin6_scope_id;
+    }
+}
+
 static shoal_status_t shoal_ring_rec_decode(const uint8_t *rec, struct sockaddr_storage *ss,
                                             socklen_t *len_p)
 {
@@ -647,6 +662,8 @@ static shoal_status_t shoal_ring_open(shoal_boot_t *b)
             SHOAL_OK) {
         return shoal_boot_fail(b, SHOAL_ERR_PROTOCOL, "the root's ring answer holds no address");
     }
+    shoal_ring_rec_scope(b, &g->prev_addr);
+    shoal_ring_rec_scope(b, &g->next_addr);
     shoal_tenant_breaker_trust((const struct sockaddr *)&g->prev_addr, +1);
     g->prev_trusted = 1;
     shoal_sockaddr_str(&g->next_addr, g->next_str, sizeof(g->next_str));

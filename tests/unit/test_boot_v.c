@@ -14,6 +14,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -602,6 +604,80 @@ static void test_ring_emfile(void)
     shoal_boot_root_wait(&k, 1000, 1);
 }
 
+/* A root at an IPv6 link-local address (SHOAL_ROOT=[fe80::...%eth0]:port): the ring's
+ * records carry no interface (scope), and a link-local address without one cannot be dialed
+ * (EINVAL): the ranks' ring links failed, every bootstrap with them. Each rank takes the
+ * scope of its own connection to the root, on the same link. */
+typedef struct {
+    shoal_boot_uid_t *u;
+    int rank;
+    shoal_status_t st;
+    int32_t all[2];
+} ll_rank_t;
+
+static void *ll_rank_main(void *arg)
+{
+    ll_rank_t *me = arg;
+    shoal_boot_t *b = NULL;
+    int32_t mine = 100 + me->rank;
+
+    me->st = shoal_boot_connect(me->u, me->rank, 2, 5000, NULL, &b);
+    if (me->st == SHOAL_OK) {
+        me->st = shoal_boot_allgather(b, &mine, sizeof(mine), me->all);
+    }
+    if (me->st == SHOAL_OK) {
+        me->st = shoal_boot_barrier(b);
+    }
+    if (b != NULL) {
+        shoal_boot_close(b);
+    }
+    return NULL;
+}
+
+static void test_link_local(void)
+{
+    struct ifaddrs *ifs = NULL;
+    struct sockaddr_storage ss;
+    shoal_boot_uid_t u;
+    pthread_t th[2];
+    ll_rank_t r[2];
+    int found = 0;
+
+    memset(&ss, 0, sizeof(ss));
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *it = ifs; it != NULL && !found; it = it->ifa_next) {
+            if (it->ifa_addr != NULL && it->ifa_addr->sa_family == AF_INET6 &&
+                (it->ifa_flags & IFF_UP) != 0 && (it->ifa_flags & IFF_LOOPBACK) == 0 &&
+                IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr)) {
+                memcpy(&ss, it->ifa_addr, sizeof(struct sockaddr_in6));
+                found = 1;
+            }
+        }
+        freeifaddrs(ifs);
+    }
+    memset(&u, 0, sizeof(u));
+    memset(u.secret, 0x61, sizeof(u.secret));
+    if (!found || shoal_core_config.boot_exchange != SHOAL_BOOT_EXCHANGE_RING ||
+        shoal_boot_root_start(&ss, sizeof(struct sockaddr_in6), 0, 5000, &u) != SHOAL_OK) {
+        tap_skip(1, "no IPv6 link-local address to listen on");
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        r[k] = (ll_rank_t){.u = &u, .rank = k};
+        pthread_create(&th[k], NULL, ll_rank_main, &r[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        pthread_join(th[k], NULL);
+    }
+    tap_ok(r[0].st == SHOAL_OK && r[1].st == SHOAL_OK && r[0].all[1] == 101 &&
+               r[1].all[0] == 100,
+           "a root at a link-local address: the ring's links are made (%s, %s)",
+           shoal_strerror(r[0].st), shoal_strerror(r[1].st));
+    shoal_boot_root_key_t k;
+    shoal_boot_root_key(&u, &k);
+    shoal_boot_root_wait(&k, 1000, 1);
+}
+
 static void test_parse(void)
 {
     uint8_t t[4 + 3 + 4 + 0 + 4 + 2];
@@ -642,6 +718,7 @@ int main(int argc, char **argv)
     test_unreachable();
     test_root_emfile();
     test_ring_emfile();
+    test_link_local();
     test_round();
     test_stop();
     test_fork();
