@@ -72,7 +72,7 @@ static const shoal_cfg_field_t shoal_core_cfg_fields[] = {
      .enum_names = shoal_core_boot_binds, .offset = offsetof(shoal_core_config_t, boot_bind),
      .doc = "where a rendezvous root listens: auto (the address it publishes, chosen by "
             "SHOAL_SOCKET_IFNAME; loopback for a split whose ranks share one host), loopback "
-            "(set by shoalrun: one host), any (every interface); SHOAL_ROOT binds its address"},
+            "(set by shoalrun: one host), any (every interface); SHOAL_ROOT binds its address (every interface with any)"},
     {.name = "BOOT_EXCHANGE", .dflt = "ring", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_core_boot_exchanges,
      .offset = offsetof(shoal_core_config_t, boot_exchange),
