@@ -24,7 +24,9 @@
  *    progress call; the warning is logged once a second, not once a call;
  *  - a peer list with a bad address (eager and lazy): SHOAL_ERR_INVALID_ARG, and no file
  *    descriptor of the process is closed;
- *  - no interface of the family asked for: the error names the family as it is set. */
+ *  - no interface of the family asked for: the error names the family as it is set;
+ *  - a stranger's forged hello naming the peer, then silence, holds the socket no longer than
+ *    the hello deadline once the rank needs it (it waited for the communicator timeout). */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -796,6 +798,63 @@ static void test_no_interface(void)
            "error names SHOAL_SOCKET_FAMILY=AF_INET6 (%d line)", shoal_status_name(st), named);
 }
 
+/* A stranger that knows the communicator (its id travels in every header) sends one hello
+ * naming rank `claim`, socket 0, to the other rank, and goes silent. That rank then sends to
+ * `claim`, which progresses but posts nothing: the forged hello must not hold the socket for
+ * the whole communicator timeout (the rank waited for it instead of connecting itself, 10 s
+ * here, 300 s by default); it gets the hello deadline (500 ms) like any silent stranger. */
+static void test_forged_hello(int claim)
+{
+    const uint32_t comm_id = 0x1a2c00a0u + (uint32_t)claim;
+    int saved = shoal_tcp_config.hello_timeout_ms, other = 1 - claim;
+    uint8_t b[SHOAL_TCP_HELLO_BYTES], buf[100];
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    shoal_tcp_addr_t a;
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
+    shoal_tcp_hello_t h = {
+        .magic = SHOAL_TCP_HELLO_MAGIC, .version = SHOAL_TCP_HELLO_VERSION,
+        .length = SHOAL_TCP_HELLO_BYTES, .comm_id = comm_id, .rank = (uint32_t)claim,
+        .sock_idx = 0, .nsocks = shoal_tcp_config.nsocks,
+    };
+
+    shoal_tcp_config.hello_timeout_ms = 500;
+    if (pair_up(s, comm_id, 10000) != 0) {
+        shoal_tcp_config.hello_timeout_ms = saved;
+        return;
+    }
+    uint8_t addr[SHOAL_TL_ADDR_MAX];
+    side_addr(&s[other], addr);
+    (void)shoal_tcp_addr_decode(addr, SHOAL_TCP_ADDR_BYTES, &a);
+    shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    shoal_tcp_hello_encode(&h, b);
+    int forged = fd >= 0 && connect(fd, (struct sockaddr *)&ss, slen) == 0 &&
+                 send(fd, b, sizeof(b), MSG_NOSIGNAL) == (ssize_t)sizeof(b);
+    for (int i = 0; i < 100; i++) { /* the hello is taken: the slot is past it */
+        tl->progress(s[other].ctx);
+        usleep(1000);
+    }
+    memset(buf, 0x5a, sizeof(buf));
+    shoal_tl_req_t sr = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&sr};
+    double t0 = now_ms();
+    tl->isend(s[other].eps[claim], &sr);
+    int done = drive(sides, 2, reqs, 1, 4000);
+    double dt = now_ms() - t0;
+    tap_ok(forged && done && sr.status == SHOAL_OK && dt < 2500,
+           "a stranger's forged hello naming rank %d, then silence: rank %d's send to it "
+           "completes in %.0f ms (%s), not at the communicator timeout (10 s)", claim, other,
+           dt, done ? shoal_status_name(sr.status) : "not done");
+    if (fd >= 0) {
+        close(fd);
+    }
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    shoal_tcp_config.hello_timeout_ms = saved;
+}
+
 int main(void)
 {
     alarm(120);
@@ -815,5 +874,7 @@ int main(void)
     test_bad_address(0);
     test_bad_address(1);
     test_no_interface();
+    test_forged_hello(1);
+    test_forged_hello(0);
     return tap_done();
 }

@@ -76,9 +76,10 @@ static const shoal_cfg_field_t shoal_tcp_cfg_fields[] = {
         .doc = "a connection to a tcp transport listener (or the ib out-of-band listener) must "
                "send its hello within this time, else it is closed (a connector that is closed "
                "early reconnects); the rest of the handshake is bounded by the communicator "
-               "timeout (ib: 5 s). When every handshake slot is taken, the oldest connection "
-               "that has not proved the job secret is closed. 0 or inf: no limit of its own "
-               "(the communicator timeout; ib: 5 s)",
+               "timeout (ib: 5 s; a lazy tcp rank that needs the socket: this time too). When "
+               "every handshake slot is taken, the oldest connection that has not proved the "
+               "job secret is closed. 0 or inf: no limit of its own (the communicator timeout; "
+               "ib: 5 s)",
         .offset = offsetof(shoal_tcp_config_t, hello_timeout_ms),
         .type = SHOAL_CFG_TIME,
     },

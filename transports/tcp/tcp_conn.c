@@ -631,6 +631,24 @@ static void shoal_tcp_hs_io_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, i
                          "handshake on socket %d", ep->peer, ep->name, cause, hs->sock_idx);
 }
 
+/* Lazy: an accepted connection past its hello keeps us from connecting its socket ourselves
+ * (shoal_tcp_lazy_kick). One that has not proved the job secret may be a stranger that knows
+ * the communicator (its id travels in every header): a hello, then silence, held the socket
+ * for the whole communicator timeout while our requests to that peer waited on it. Once we
+ * need the socket it gets the hello deadline, counted from its accept; a real peer that was
+ * that slow reconnects (closed before its proof), and we connect meanwhile. */
+static int shoal_tcp_hs_holds_wanted(shoal_tcp_conn_t *conn, const shoal_tcp_hs_t *hs,
+                                     uint64_t now)
+{
+    const shoal_ep_t *ep;
+    if (!conn->lazy || hs->ep_idx < 0 || now < hs->start_ns + conn->hello_ns ||
+        (hs->state != SHOAL_TCP_HS_A_CHAL && hs->state != SHOAL_TCP_HS_A_PROOF)) {
+        return 0;
+    }
+    ep = &conn->ctx->eps[hs->ep_idx];
+    return ep->status == SHOAL_OK && (ep->sq_head != NULL || ep->rq_head != NULL);
+}
+
 void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint64_t now)
 {
     while (conn->status == SHOAL_OK) {
@@ -656,6 +674,11 @@ void shoal_tcp_hs_drive(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs, uint64_t now
                 } else if (state > SHOAL_TCP_HS_A_HELLO && now >= hs->time_ns) {
                     shoal_tcp_hs_refuse(hs, "handshake not finished within %llu ms",
                                         (unsigned long long)(conn->read_ns / 1000000ull));
+                } else if (shoal_tcp_hs_holds_wanted(conn, hs, now)) {
+                    shoal_tcp_hs_refuse(hs, "no proof within %llu ms while rank %d needs "
+                                        "the socket", (unsigned long long)(conn->hello_ns /
+                                                                           1000000ull),
+                                        conn->ctx->rank);
                 }
                 return;
             } else if (state >= SHOAL_TCP_HS_A_HELLO) {
