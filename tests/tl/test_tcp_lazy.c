@@ -26,7 +26,9 @@
  *    descriptor of the process is closed;
  *  - no interface of the family asked for: the error names the family as it is set;
  *  - a stranger's forged hello naming the peer, then silence, holds the socket no longer than
- *    the hello deadline once the rank needs it (it waited for the communicator timeout). */
+ *    the hello deadline once the rank needs it (it waited for the communicator timeout);
+ *  - a peer that failed with one of its sockets established: the refusal of the next one
+ *    names the rank its abort notice on the established socket blames. */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -855,6 +857,95 @@ static void test_forged_hello(int claim)
     shoal_tcp_config.hello_timeout_ms = saved;
 }
 
+/* Rank 1 (raw sockets with the job's key) has connected socket 0 of its 2 to rank 0 when its
+ * communicator fails because of rank 2: it sends its abort notice on socket 0 and stops
+ * listening, as a failing lazy context does. Rank 0 then sends to rank 1: its connection of
+ * socket 1 is refused. The failure must name rank 2 from the notice waiting on socket 0 (it
+ * named nobody: the core blamed rank 1). */
+static void test_partial_notice(void)
+{
+    const uint32_t comm_id = 0x1a2c00b0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], sbuf[64], got[SHOAL_HMAC_BYTES];
+    uint8_t hello[SHOAL_TCP_HELLO_BYTES], chal[SHOAL_TCP_CHALLENGE_BYTES];
+    uint8_t nonce[SHOAL_TCP_NONCE_BYTES], proof[SHOAL_HMAC_BYTES], notice[SHOAL_WIRE_HDR_BYTES];
+    unsigned saved = shoal_tcp_config.nsocks;
+    side_t s0, gone;
+    side_t *sides[1] = {&s0};
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    shoal_tcp_addr_t a;
+    size_t ngot = 0, nchal = 0;
+
+    shoal_tcp_config.nsocks = 2;
+    if (side_init(&s0, 0, comm_id, key_a, 5000) != 0 ||
+        side_init(&gone, 1, comm_id, key_a, 5000) != 0) {
+        shoal_tcp_config.nsocks = saved;
+        tap_bail("tcp init failed");
+        return;
+    }
+    side_addr(&s0, addrs[0]);
+    side_addr(&gone, addrs[1]);
+    side_fini(&gone); /* its port refuses from now on */
+    memcpy(addrs[2], addrs[1], SHOAL_TL_ADDR_MAX);
+    side_connect(&s0, addrs);
+    shoal_tcp_hello_t h = {.magic = SHOAL_TCP_HELLO_MAGIC, .version = SHOAL_TCP_HELLO_VERSION,
+                           .length = SHOAL_TCP_HELLO_BYTES, .comm_id = comm_id, .rank = 1,
+                           .sock_idx = 0, .nsocks = 2};
+    memset(nonce, 0x4d, sizeof(nonce));
+    memcpy(h.nonce, nonce, sizeof(nonce));
+    shoal_tcp_hello_encode(&h, hello);
+    (void)shoal_tcp_addr_decode(addrs[0], SHOAL_TCP_ADDR_BYTES, &a);
+    shoal_tcp_addr_sockaddr(&a, &ss, &slen);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, slen) != 0 ||
+        send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) {
+        shoal_tcp_config.nsocks = saved;
+        tap_bail("cannot connect to rank 0");
+        return;
+    }
+    for (double t = now_ms(); now_ms() - t < 2000 && ngot < sizeof(got);) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        tl->progress(s0.ctx);
+        if (poll(&pfd, 1, 1) != 1) {
+            continue;
+        }
+        ssize_t r = nchal < sizeof(chal) ? recv(fd, chal + nchal, sizeof(chal) - nchal, 0)
+                                         : recv(fd, got + ngot, sizeof(got) - ngot, 0);
+        if (r <= 0) {
+            break;
+        }
+        if (nchal < sizeof(chal)) {
+            nchal += (size_t)r;
+            if (nchal == sizeof(chal)) { /* the challenge: our proof */
+                shoal_tcp_transcript_t t = {.comm_id = comm_id, .nonce_c = nonce,
+                                            .nonce_a = chal, .from = 1, .to = 0,
+                                            .sock_idx = 0, .nsocks = 2};
+                (void)shoal_tcp_proof(key_a, "shoal-tcp", &t, proof);
+                (void)send(fd, proof, sizeof(proof), MSG_NOSIGNAL);
+            }
+        } else {
+            ngot += (size_t)r;
+        }
+    }
+    shoal_wire_hdr_t ab = {.magic = SHOAL_WIRE_MAGIC, .version = SHOAL_WIRE_VERSION,
+                           .type = SHOAL_WIRE_ABORT, .comm_id = comm_id, .chunk = 2};
+    shoal_wire_encode(&ab, notice);
+    int partial = ngot == sizeof(got) && s0.eps[1]->nestablished == 1 &&
+                  send(fd, notice, sizeof(notice), MSG_NOSIGNAL) == (ssize_t)sizeof(notice);
+    shoal_tl_req_t sr = mkreq(comm_id, 1, sbuf, sizeof(sbuf));
+    shoal_tl_req_t *reqs[] = {&sr};
+    memset(sbuf, 0, sizeof(sbuf));
+    tl->isend(s0.eps[1], &sr);
+    int done = drive(sides, 1, reqs, 1, 3000);
+    tap_ok(partial && done && sr.status == SHOAL_ERR_PEER_FAILED && sr.culprit == 2,
+           "socket 0 of 2 established, the peer's notice naming rank 2 on it, socket 1 "
+           "refused: the send fails with %s naming rank %d (want SHOAL_ERR_PEER_FAILED, 2)",
+           done ? shoal_status_name(sr.status) : "still waiting", sr.culprit);
+    close(fd);
+    side_fini(&s0);
+    shoal_tcp_config.nsocks = saved;
+}
+
 int main(void)
 {
     alarm(120);
@@ -876,5 +967,6 @@ int main(void)
     test_no_interface();
     test_forged_hello(1);
     test_forged_hello(0);
+    test_partial_notice();
     return tap_done();
 }

@@ -180,6 +180,11 @@ SHOAL_HIDDEN void shoal_tcp_lazy_fini(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_isend(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN shoal_status_t shoal_tcp_ep_irecv(shoal_ep_t *ep, shoal_tl_req_t *req);
 SHOAL_HIDDEN int shoal_tcp_ep_progress(shoal_ep_t *ep);
+/* The peer went away: if its last words, an abort notice, wait unread at a message boundary
+ * of socket 0 (we were only sending to it, or had not read from it yet), say whom it blamed
+ * ("; its communicator failed because of rank N" in buf): the rank, or -1. Best effort,
+ * never blocks. */
+SHOAL_HIDDEN int shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len);
 /* culprit: the rank the failure is blamed on (an abort notice), or -1. */
 SHOAL_HIDDEN int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
                                    const char *why);

@@ -941,20 +941,27 @@ static shoal_status_t shoal_tcp_lazy_start(shoal_tl_ctx_t *ctx)
 static void shoal_tcp_lazy_failed(shoal_tcp_conn_t *conn, shoal_tcp_hs_t *hs)
 {
     shoal_status_t st = conn->status;
-    char why[sizeof(conn->why)];
-    int ep_idx = hs->ep_idx;
+    char last[80], why[sizeof(conn->why) + sizeof(last)];
+    int ep_idx = hs->ep_idx, culprit;
+    shoal_ep_t *ep;
 
     if (ep_idx < 0 || !shoal_tcp_hs_connector(hs)) {
         shoal_tcp_hs_free(hs); /* an acceptor's internal error: forget the connection */
         return;
     }
-    snprintf(why, sizeof(why), "%s", conn->why[0] != '\0' ? conn->why : shoal_strerror(st));
+    ep = &conn->ctx->eps[ep_idx];
+    /* A peer that failed stops listening, so our connection of a socket it had not
+     * connected yet is refused; its abort notice, naming the rank it blames, waits on a
+     * socket that was established already. */
+    culprit = shoal_tcp_ep_last_words(ep, last, sizeof(last));
+    snprintf(why, sizeof(why), "%s%s", conn->why[0] != '\0' ? conn->why : shoal_strerror(st),
+             last);
     for (int i = 0; i < conn->nslots; i++) {
         if (conn->slots[i].state != SHOAL_TCP_HS_FREE && conn->slots[i].ep_idx == ep_idx) {
             shoal_tcp_hs_free(&conn->slots[i]);
         }
     }
-    (void)shoal_tcp_ep_fail(&conn->ctx->eps[ep_idx], st, -1, why);
+    (void)shoal_tcp_ep_fail(ep, culprit >= 0 ? SHOAL_ERR_PEER_FAILED : st, culprit, why);
 }
 
 /* Endpoint i has requests: connect each of its sockets that is neither established nor

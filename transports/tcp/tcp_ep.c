@@ -93,10 +93,7 @@ static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit
     return shoal_tcp_ep_fail(ep, status, culprit, why);
 }
 
-/* The peer went away: if its last words, an abort notice, wait unread at a message boundary
- * of socket 0 (we were only sending to it), say whom it blamed: the rank, or -1. Best effort,
- * never blocks. */
-static int shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len)
+int shoal_tcp_ep_last_words(shoal_ep_t *ep, char *buf, size_t len)
 {
     uint8_t raw[SHOAL_WIRE_HDR_BYTES];
     shoal_wire_hdr_t h;
