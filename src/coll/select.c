@@ -462,7 +462,12 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_coll_args_t *
         return shoal_p2p_run(comm, a);
     }
     if (SHOAL_UNLIKELY(comm->coll->check_args) && comm->nranks > 1) {
-        SHOAL_CHECK(shoal_coll_check_args(comm, a, comm->seq++));
+        /* both numbers taken whatever the check says, as a nonblocking call takes them
+         * (shoal_coll_plan): a refused call took one here, and a rank that made the same
+         * call nonblocking was one ahead for good (the next call a protocol error) */
+        uint32_t cseq = comm->seq++, seq = comm->seq++;
+        SHOAL_CHECK(shoal_coll_check_args(comm, a, cseq));
+        return shoal_coll_run_seq(comm, a, seq);
     }
     return shoal_coll_run_seq(comm, a, comm->seq++);
 }

@@ -1353,5 +1353,21 @@ void mp_test_argcheck(const mp_ctx_t *c)
         }
         mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6, "root (nonblocking)");
     }
+    /* One call, blocking on rank 0 and nonblocking on the others, its count mismatched: a
+     * refused blocking call took the check's sequence number only, a nonblocking one both
+     * (the check's and the call's), and the next call on the communicator timed out. */
+    {
+        shoal_request_t r = NULL;
+        size_t cnt = c->rank == 1 ? 3 : 2;
+        t0 = mp_now_ns();
+        if (c->rank == 0) {
+            st = shoal_allreduce(x, y, cnt, SHOAL_FLOAT32, SHOAL_SUM, sub, NULL);
+        } else if ((st = shoal_iallreduce(x, y, cnt, SHOAL_FLOAT32, SHOAL_SUM, sub, &r)) ==
+                   SHOAL_OK) {
+            st = shoal_wait(&r);
+        }
+        mp_argcheck_case(c, sub, g, st, (double)(mp_now_ns() - t0) / 1e6,
+                         "count (blocking on rank 0, nonblocking elsewhere)");
+    }
     (void)shoal_comm_destroy(sub);
 }
