@@ -99,7 +99,9 @@ typedef struct {
     int qos_weight;          /* > 0 */
     int timeout_ms;          /* every wait's deadline; < 0 means infinite */
     const char *transport;   /* "shm", "tcp", or NULL for automatic */
-    const char *algorithm;   /* "ring", "rd", ... or NULL for automatic */
+    const char *algorithm;   /* "ring", "rd", ... (SHOAL_ALGO's names) or NULL for automatic;
+                              * rank 0's is every rank's: an unknown name there fails every
+                              * rank's init (SHOAL_ERR_INVALID_ARG), elsewhere it is ignored */
 } shoal_config_t;
 
 #define SHOAL_CONFIG_INIT                                                       \

@@ -556,6 +556,7 @@ void shoal_coll_shape_tune(shoal_coll_shape_t *s, const shoal_tune_t *t)
 }
 
 #define SHOAL_COLL_AGREE_STEP 0x72000000u /* channel step of the agreement messages */
+#define SHOAL_COLL_ALGO_UNKNOWN (-2)      /* rank 0's shoal_config_t.algorithm names none */
 
 typedef struct {
     int64_t algo;
@@ -577,6 +578,11 @@ static shoal_status_t shoal_coll_agree(struct shoal_comm *comm, shoal_coll_agree
     uint32_t seq = comm->seq++;
 
     SHOAL_CHECK(shoal_chan_bcast_small(comm, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP));
+    if (g->algo == SHOAL_COLL_ALGO_UNKNOWN) {
+        return shoal_comm_set_failed(comm, SHOAL_ERR_INVALID_ARG, 0, "rank 0's "
+                                     "shoal_config_t.algorithm names no algorithm (its log says "
+                                     "which): every rank's init fails");
+    }
     if (g->algo < 0 || g->algo >= SHOAL_ALGO_COUNT) {
         return shoal_comm_set_failed(comm, SHOAL_ERR_PROTOCOL, 0, "rank 0 (%s) sent algorithm "
                                      "%lld, which does not exist", shoal_comm_peer_host(comm, 0),
@@ -617,9 +623,18 @@ shoal_status_t shoal_coll_comm_init(struct shoal_comm *comm)
                 cs->algo = i;
             }
         }
-        if (cs->algo < 0) {
-            shoal_error(COLL, "unknown algorithm '%s' in shoal_config_t.algorithm", forced);
-            return SHOAL_ERR_INVALID_ARG;
+        /* Rank 0's setting is every rank's: an unknown name elsewhere is ignored, and one on
+         * rank 0 fails every rank's init through the agreement. A rank that returned here
+         * alone left the others an init that succeeded and a first call that waited for it
+         * until the timeout. */
+        if (cs->algo < 0 && comm->rank != 0) {
+            shoal_warn(COLL, "rank %d: unknown algorithm '%s' in shoal_config_t.algorithm: "
+                       "ignored, every rank uses rank 0's", comm->rank, forced);
+            cs->algo = shoal_coll_config.algo;
+        } else if (cs->algo < 0) {
+            shoal_error(COLL, "unknown algorithm '%s' in shoal_config_t.algorithm (one of "
+                        "SHOAL_ALGO's names): every rank's init fails", forced);
+            cs->algo = SHOAL_COLL_ALGO_UNKNOWN;
         }
     }
     SHOAL_CHECK(shoal_tune_comm_agree(comm, &cs->tune));

@@ -1087,6 +1087,52 @@ static void mp_invalid_misc(const mp_ctx_t *c, int g)
     MP_EXPECT_ST(g, shoal_get_unique_id(NULL), SHOAL_ERR_INVALID_ARG);
 }
 
+/* shoal_config_t.algorithm naming no algorithm: rank 0's setting is every rank's. Unknown on
+ * another rank, it is ignored (that rank's init failed alone, and the others' first call
+ * waited for it until the timeout); unknown on rank 0, every rank's init fails at once. */
+static void mp_invalid_algorithm(const mp_ctx_t *c)
+{
+    int g = mp_group("an unknown shoal_config_t.algorithm: rank 0's fails every init, another's "
+                     "is ignored");
+
+    /* the last rank first (not with one rank), then rank 0 */
+    for (int i = c->nranks > 1 ? 0 : 1; i < 2; i++) {
+        int bad_rank = i == 0 ? c->nranks - 1 : 0;
+        shoal_config_t cfg = SHOAL_CONFIG_INIT;
+        shoal_comm_t nc = NULL;
+        shoal_status_t st = SHOAL_OK, want = bad_rank == 0 ? SHOAL_ERR_INVALID_ARG : SHOAL_OK;
+        shoal_uid_t uid;
+        double t0;
+
+        memset(&uid, 0, sizeof(uid));
+        if (c->rank == 0) {
+            st = shoal_get_unique_id(&uid);
+        }
+        if (shoal_broadcast(&uid, &uid, sizeof(uid), SHOAL_UINT8, 0, c->comm, NULL) != SHOAL_OK ||
+            st != SHOAL_OK) {
+            mp_case(g, 0, c->rank, "the id of a new communicator: %s", shoal_status_name(st));
+            return;
+        }
+        cfg.timeout_ms = 8000;
+        cfg.algorithm = c->rank == bad_rank ? "bogus" : NULL;
+        t0 = mp_now_ms();
+        st = shoal_comm_init(&nc, c->nranks, c->rank, &uid, &cfg);
+        memset(&uid, 0, sizeof(uid));
+        mp_case(g, st == want && mp_now_ms() - t0 < 4000, c->rank,
+                "'bogus' on rank %d: init %s after %.0f ms, expected %s before the 8000 ms "
+                "timeout", bad_rank, shoal_status_name(st), mp_now_ms() - t0,
+                shoal_status_name(want));
+        if (st == SHOAL_OK) {
+            int32_t x = c->rank + 1, sum = 0;
+            st = shoal_allreduce(&x, &sum, 1, SHOAL_INT32, SHOAL_SUM, nc, NULL);
+            mp_case(g, st == SHOAL_OK && sum == c->nranks * (c->nranks + 1) / 2, c->rank,
+                    "'bogus' on rank %d: an allreduce then gives %d (%s)", bad_rank, (int)sum,
+                    shoal_status_name(st));
+            shoal_comm_destroy(nc);
+        }
+    }
+}
+
 void mp_test_invalid(const mp_ctx_t *c)
 {
     int g = mp_group("invalid arguments");
@@ -1096,6 +1142,7 @@ void mp_test_invalid(const mp_ctx_t *c)
 
     mp_invalid_colls(c, g);
     mp_invalid_misc(c, g);
+    mp_invalid_algorithm(c);
     /* The communicator is unharmed. */
     le = shoal_comm_last_error(c->comm);
     mp_case(g, strcmp(le, "no error") == 0, c->rank, "last error after invalid calls: '%s'", le);
