@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #define SHOALD_HTTP_TIMEOUT_S 10
@@ -142,17 +143,24 @@ static enum MHD_Result shoald_http_error(struct MHD_Connection *c, unsigned code
 }
 
 /* The request's bearer token against token: constant-time compare; no token configured
- * (len 0) never matches. */
+ * (len 0) never matches. The scheme is case-insensitive and one or more spaces separate it
+ * from the token (RFC 7235): Prometheus sends its authorization type as configured, and one
+ * written "type: bearer" was refused at every scrape. */
 static int shoald_http_bearer_ok(struct MHD_Connection *c, const char *token, size_t token_len)
 {
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
     size_t len;
 
-    if (token_len == 0 || auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+    if (token_len == 0 || auth == NULL || strncasecmp(auth, "Bearer", 6) != 0 ||
+        (auth[6] != ' ' && auth[6] != '\t'))
         return 0;
-    auth += 7;
+    auth += 6;
+    while (*auth == ' ' || *auth == '\t')
+        auth++;
     len = strlen(auth);
+    while (len > 0 && (auth[len - 1] == ' ' || auth[len - 1] == '\t'))
+        len--; /* the field's trailing whitespace is not part of it */
     return len == token_len && shoal_memeq_ct(auth, token, len);
 }
 

@@ -190,6 +190,13 @@ is "$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer beta-scrape-token-
     401 "a tenant view with another tenant's token is refused"
 is "$(scrape "/metrics?tenant=ghost" -H "Authorization: Bearer x")" 401 \
     "an unknown tenant gets the same answer"
+# The scheme is case-insensitive and the token may follow more than one space (RFC 7235):
+# Prometheus sends its authorization type as written ("type: bearer" gave 401 at every scrape)
+is "$(scrape "/metrics?tenant=acme" -H "Authorization: bearer acme-scrape-token-0123456789"):$(
+    scrape "/metrics?tenant=acme" -H "Authorization: BEARER   acme-scrape-token-0123456789")" \
+    200:200 "the scheme 'bearer' in any case, and spaces before the token, are accepted"
+is "$(scrape "/metrics?tenant=acme" -H "Authorization: Bearerx acme-scrape-token-0123456789")" \
+    401 "but not another scheme that starts with it"
 if command -v promtool >/dev/null 2>&1; then
     scrape "/metrics?tenant=acme" -H "Authorization: Bearer acme-scrape-token-0123456789" >/dev/null
     promtool check metrics <"$T/scrape" >"$T/promtool" 2>&1
