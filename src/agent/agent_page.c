@@ -518,8 +518,10 @@ static int shoald_page_billed(const shoald_t *a, const shoald_page_t *p)
  * costs a few KiB a scrape. A job's name is the client's own when it has no credential
  * (allow_uncredentialed), so a uid that registered and ended pages under new names kept
  * max_pages_per_uid more jobs each minute for job_retention: some 60000 an hour, a /metrics
- * of 250 MB. A tenant keeps at most SHOALD_EMPTY_JOBS_PER_TENANT of them, the newest (the
- * list holds the newest first). */
+ * of 250 MB. A tenant keeps at most SHOALD_EMPTY_JOBS_PER_TENANT of them: beyond, the one gone
+ * longest goes (the one made first among those gone as long). Dropped by the order of the
+ * list (the newest made first), a long job that had just ended among a tenant's short ones
+ * lost its series at once, while jobs gone for an hour stayed. */
 #define SHOALD_EMPTY_JOBS_PER_TENANT 256
 
 static int shoald_job_empty(const shoald_job_t *j)
@@ -527,20 +529,36 @@ static int shoald_job_empty(const shoald_job_t *j)
     return j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0;
 }
 
+/* Drops tenant's empty job gone longest (ties: the last in the list, made first). */
+static void shoald_jobs_drop_oldest(shoald_t *a, const char *tenant)
+{
+    shoald_job_t **jp, **oldest = NULL, *j;
+
+    for (jp = &a->jobs; (j = *jp) != NULL; jp = &j->next) {
+        if (shoald_job_empty(j) && strcmp(j->tenant, tenant) == 0 &&
+            (oldest == NULL || j->empty_since_ns <= (*oldest)->empty_since_ns))
+            oldest = jp;
+    }
+    if (oldest == NULL)
+        return;
+    j = *oldest;
+    *oldest = j->next;
+    shoald_procs_free(j);
+    free(j);
+}
+
 static void shoald_jobs_trim(shoald_t *a)
 {
     struct {
-        const char *tenant;
+        char tenant[SHOALD_NAME_MAX];
         unsigned n;
     } *seen = NULL;
     size_t nseen = 0, cap = 0, i;
-    shoald_job_t **jp, *j;
+    shoald_job_t *j;
 
-    for (jp = &a->jobs; (j = *jp) != NULL;) {
-        if (!shoald_job_empty(j)) {
-            jp = &j->next;
+    for (j = a->jobs; j != NULL; j = j->next) {
+        if (!shoald_job_empty(j))
             continue;
-        }
         for (i = 0; i < nseen && strcmp(seen[i].tenant, j->tenant) != 0; i++)
             ;
         if (i == nseen) {
@@ -551,16 +569,14 @@ static void shoald_jobs_trim(shoald_t *a)
                     break; /* out of memory: trimmed at the next collect */
                 seen = more;
             }
-            seen[nseen].tenant = j->tenant;
+            snprintf(seen[nseen].tenant, sizeof(seen[nseen].tenant), "%s", j->tenant);
             seen[nseen++].n = 0;
         }
-        if (++seen[i].n <= SHOALD_EMPTY_JOBS_PER_TENANT) {
-            jp = &j->next;
-            continue;
-        }
-        *jp = j->next;
-        shoald_procs_free(j);
-        free(j);
+        seen[i].n++;
+    }
+    for (i = 0; i < nseen; i++) {
+        for (; seen[i].n > SHOALD_EMPTY_JOBS_PER_TENANT; seen[i].n--)
+            shoald_jobs_drop_oldest(a, seen[i].tenant);
     }
     free(seen);
 }

@@ -393,6 +393,46 @@ static void test_gpu_once(void)
     shoald_config_free(&cfg);
 }
 
+/* A tenant keeps at most 256 jobs without ranks, dropping the one gone longest (job_retention's
+ * doc). The collect dropped the one made first instead (the last in the list): a long job that
+ * had just ended among a tenant's 256 short ones lost its series at once, while jobs gone for
+ * an hour stayed. 257 empty jobs: the first made ended 1 s ago, one in the middle 100 s ago. */
+static void test_trim_gone_longest(void)
+{
+    const uint64_t now = shoal_time_ns();
+    shoald_job_t *jobs[257], *j;
+    shoald_config_t cfg;
+    shoald_t a = {0};
+    int first_kept = 0, middle_kept = 0, n = 0;
+
+    conf_load("", &cfg);
+    a.cfg = &cfg;
+    for (int i = 0; i < 257; i++) { /* jobs[0] made first: last in the list */
+        jobs[i] = calloc(1, sizeof(*jobs[i]));
+        if (jobs[i] == NULL)
+            tap_bail("out of memory");
+        snprintf(jobs[i]->tenant, sizeof(jobs[i]->tenant), "acme");
+        snprintf(jobs[i]->job, sizeof(jobs[i]->job), "sweep-%d", i);
+        jobs[i]->last_minute = -1;
+        jobs[i]->empty_since_ns = now - 10000000000ull;
+        jobs[i]->next = a.jobs;
+        a.jobs = jobs[i];
+    }
+    jobs[0]->empty_since_ns = now - 1000000000ull;
+    jobs[100]->empty_since_ns = now - 100000000000ull;
+    shoald_pages_collect(&a);
+    for (j = a.jobs; j != NULL; j = j->next) {
+        n++;
+        first_kept += j == jobs[0];
+        middle_kept += j == jobs[100];
+    }
+    tap_ok(n == 256 && first_kept && !middle_kept, "257 jobs without ranks: the one gone longest "
+           "is dropped, not the one made first (%d kept, first %d, gone longest %d)", n,
+           first_kept, middle_kept);
+    shoald_pages_free(&a);
+    shoald_config_free(&cfg);
+}
+
 /* An agent of the minute loop alone (minutes of 2 s) whose ledger is url and state_dir dir
  * (never the host's own spool); *url0 keeps cfg's own, for minute_cleanup. */
 static void minute_agent(shoald_t *a, shoald_config_t *cfg, const char *url, const char *dir,
@@ -836,7 +876,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(61);
+    tap_plan(62);
     test_escape();
     test_names();
     test_config();
@@ -846,6 +886,7 @@ int main(void)
     test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
     test_procs_gone();
     test_gpu_once();
+    test_trim_gone_longest();
     test_slow_commit();
     test_held_minute();
     test_slow_stop();
