@@ -90,8 +90,14 @@ static shoald_job_t *shoald_job_get(shoald_t *a, const char *tenant, const char 
     shoald_job_t *j;
 
     for (j = a->jobs; j != NULL; j = j->next) {
-        if (strcmp(j->tenant, tenant) == 0 && strcmp(j->job, job) == 0)
-            return j;
+        if (strcmp(j->tenant, tenant) != 0 || strcmp(j->job, job) != 0)
+            continue;
+        /* A job kept for its series only (no page, nothing left to bill) run again: its
+         * minutes are billed in the class of this run, not of the one before (spot then
+         * reserved, within job_retention, was billed spot). */
+        if (j->pages == NULL && j->failed_platform == 0 && j->failed_tenant == 0)
+            snprintf(j->class_name, sizeof(j->class_name), "%s", class_name);
+        return j;
     }
     j = calloc(1, sizeof(*j));
     if (j == NULL)

@@ -477,6 +477,41 @@ static void minute_cleanup(const char *dir, shoald_config_t *cfg, const char *ur
     shoald_config_free(cfg);
 }
 
+/* A job's minutes are billed in its class (reserved, or spot for a spot credential). A job
+ * kept without ranks (job_retention) kept the class of its first run: the same job name run
+ * again within the hour with another class (spot, then reserved) was billed in the old one.
+ * A page that registers into a job without ranks and with nothing left to bill sets it. */
+static void test_job_class_rerun(void)
+{
+    shoal_meter_page_t snap;
+    shoald_config_t cfg;
+    shoald_job_t *j = minute_job("rerun");
+    shoald_page_t *p = NULL;
+    shoald_t a = {0};
+    void *map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ, MAP_SHARED | MAP_ANONYMOUS, -1,
+                     0);
+
+    if (map == MAP_FAILED)
+        tap_bail("mmap failed");
+    conf_load("ledger_url=none\n", &cfg);
+    a.cfg = &cfg;
+    snprintf(j->class_name, sizeof(j->class_name), "spot"); /* its first run, gone */
+    j->failed_platform = 0;
+    j->empty_since_ns = shoal_time_ns();
+    a.jobs = j;
+    memset(&snap, 0, sizeof(snap));
+    snprintf(snap.tenant, sizeof(snap.tenant), "acme");
+    snprintf(snap.job, sizeof(snap.job), "rerun");
+    snap.nranks = 1;
+    snap.created_unix_ns = shoald_unix_ns();
+    tap_ok(shoald_page_add(&a, &snap, map, -1, -1, getpid(), getuid(), getgid(), "reserved",
+                           &p) == SHOAL_OK && p->job == j && strcmp(j->class_name, "reserved") == 0,
+           "the job's name run again as reserved after a spot run is billed reserved (%s)",
+           j->class_name);
+    shoald_pages_free(&a);
+    shoald_config_free(&cfg);
+}
+
 /* A commit that takes longer than the loop waits for it (here: another connection holds the
  * SQLite write lock for 400 ms) is slow, not failed: it was counted in
  * shoal_ledger_commit_failures_total, at each retry while it ran. The minute is written once
@@ -876,7 +911,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(62);
+    tap_plan(63);
     test_escape();
     test_names();
     test_config();
@@ -887,6 +922,7 @@ int main(void)
     test_procs_gone();
     test_gpu_once();
     test_trim_gone_longest();
+    test_job_class_rerun();
     test_slow_commit();
     test_held_minute();
     test_slow_stop();
