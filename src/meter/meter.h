@@ -88,7 +88,8 @@ SHOAL_HIDDEN shoal_status_t shoal_meter_comm_init(struct shoal_comm *comm);
 SHOAL_HIDDEN void shoal_meter_comm_fini(struct shoal_comm *comm);
 /* At init (meter_agent.c): register the page if an agent listens at SHOAL_AGENT (at most
  * SHOAL_METER_AGENT_MS). SHOAL_OK unless SHOAL_AGENT_REQUIRED=1 and the agent is absent
- * (SHOAL_ERR_SYSTEM), silent (SHOAL_ERR_TIMEOUT) or refuses (the status it answered). */
+ * (SHOAL_ERR_SYSTEM), silent (SHOAL_ERR_TIMEOUT), its socket not this process's to connect to
+ * (SHOAL_ERR_PERMISSION) or it refuses (the status it answered). */
 SHOAL_HIDDEN shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m);
 /* Out of line, at most once a second from shoal_meter_call_end: refine the clock rate,
  * re-register with an agent that restarted (or appeared). */

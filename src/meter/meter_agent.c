@@ -30,7 +30,8 @@ typedef enum {
     SHOAL_METER_REG_ABSENT,   /* no socket, or nobody listening */
     SHOAL_METER_REG_FAILED,   /* an agent is there but the exchange failed or timed out */
     SHOAL_METER_REG_REFUSED,  /* the agent answered no */
-    SHOAL_METER_REG_UNTRUSTED /* the listener is not one the credential may go to */
+    SHOAL_METER_REG_UNTRUSTED, /* the listener is not one the credential may go to */
+    SHOAL_METER_REG_DENIED    /* this process may not reach the socket (its mode, group) */
 } shoal_meter_reg_result_t;
 
 static int shoal_meter_agent_off(void)
@@ -91,10 +92,18 @@ static shoal_meter_reg_result_t shoal_meter_agent_connect(const char *path, uint
             }
             errno = err != 0 ? err : ETIMEDOUT;
         }
-        shoal_info(METER, "connect(%s) failed: %s: no node agent", path, strerror(errno));
+        err = errno;
         close(fd);
-        return errno == ECONNREFUSED || errno == ENOENT ? SHOAL_METER_REG_ABSENT
-                                                        : SHOAL_METER_REG_FAILED;
+        if (err == EACCES || err == EPERM) {
+            /* the agent's socket_mode and socket_group leave this process out: a refusal,
+             * not an agent that did not answer */
+            shoal_info(METER, "connect(%s) failed: %s: this process may not register with the "
+                       "node agent", path, strerror(err));
+            return SHOAL_METER_REG_DENIED;
+        }
+        shoal_info(METER, "connect(%s) failed: %s: no node agent", path, strerror(err));
+        return err == ECONNREFUSED || err == ENOENT ? SHOAL_METER_REG_ABSENT
+                                                    : SHOAL_METER_REG_FAILED;
     }
     *fd_p = fd;
     return SHOAL_METER_REG_OK;
@@ -251,8 +260,11 @@ static shoal_meter_reg_result_t shoal_meter_agent_register(struct shoal_meter *m
     uid_t uid = (uid_t)-1;
     int fd = -1;
 
-    if (m->memfd < 0 || stat(path, &sb) != 0) {
+    if (m->memfd < 0) {
         return SHOAL_METER_REG_ABSENT;
+    }
+    if (stat(path, &sb) != 0) {
+        return errno == EACCES ? SHOAL_METER_REG_DENIED : SHOAL_METER_REG_ABSENT;
     }
     r = shoal_meter_agent_connect(path, deadline, &fd);
     if (r != SHOAL_METER_REG_OK) {
@@ -336,6 +348,15 @@ shoal_status_t shoal_meter_agent_register_init(struct shoal_meter *m)
             shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 and the node agent refused this "
                         "communicator");
             return refused;
+        }
+        return SHOAL_OK;
+    case SHOAL_METER_REG_DENIED:
+        m->agent_state = SHOAL_METER_AGENT_NONE;
+        if (shoal_meter_config.agent_required) {
+            shoal_error(METER, "SHOAL_AGENT_REQUIRED=1 and this process may not connect to the "
+                        "node agent at %s: permission denied (the agent's socket_mode and "
+                        "socket_group)", shoal_meter_config.agent);
+            return SHOAL_ERR_PERMISSION;
         }
         return SHOAL_OK;
     case SHOAL_METER_REG_UNTRUSTED:

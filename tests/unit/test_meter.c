@@ -9,9 +9,14 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* This program's mmap (the library is linked in statically): while fail_page_map is set, the
@@ -153,6 +158,54 @@ static void test_tick_conv_torn(void)
            (unsigned long long)reads, (unsigned long long)worst);
 }
 
+/* A socket at SHOAL_AGENT that this job may not connect to (the agent's socket_mode 0660 with
+ * a socket_group the job is not in): under SHOAL_AGENT_REQUIRED=1 init failed with "no node
+ * agent answered" and SHOAL_ERR_TIMEOUT, as for a stuck agent; it is a refusal, said so, and
+ * SHOAL_ERR_PERMISSION. Root only: the job runs as nobody. */
+static void test_agent_denied(void)
+{
+    char dir[] = "/tmp/test_meter.XXXXXX", path[64];
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int lfd, status = -1;
+    pid_t pid;
+
+    if (geteuid() != 0 || mkdtemp(dir) == NULL) {
+        tap_skip(1, "not root: the job cannot run as another user");
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/shoald.sock", dir);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (chmod(dir, 0755) != 0 || lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        chmod(path, 0600) != 0 || listen(lfd, 4) != 0) {
+        tap_skip(1, "cannot make a listener");
+    } else if ((pid = fork()) == 0) {
+        struct shoal_meter *m = calloc(1, sizeof(*m));
+        shoal_status_t st;
+        alarm(10);
+        if (m == NULL || setgid(65534) != 0 || setuid(65534) != 0) {
+            _exit(9);
+        }
+        m->sock = -1;
+        m->memfd = memfd_create("shoal-meter", MFD_CLOEXEC);
+        m->page = calloc(1, SHOAL_METER_PAGE_BYTES);
+        shoal_meter_config.agent = path;
+        shoal_meter_config.agent_required = 1;
+        st = shoal_meter_agent_register_init(m);
+        _exit(st == SHOAL_ERR_PERMISSION ? 0 : st == SHOAL_ERR_TIMEOUT ? 2 : 3);
+    } else if (pid > 0) {
+        waitpid(pid, &status, 0);
+        tap_is_int(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0,
+                   "an agent socket this job may not connect to: SHOAL_ERR_PERMISSION (exit 0; "
+                   "2: SHOAL_ERR_TIMEOUT)");
+    }
+    if (lfd >= 0) {
+        close(lfd);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_gpus(const char *text, int want_n, int g0, int g1)
 {
     int32_t g[SHOAL_METER_MAX_GPUS];
@@ -207,5 +260,6 @@ int main(void)
     }
     test_page_map_fails();
     test_tick_conv_torn();
+    test_agent_denied();
     return tap_done();
 }
