@@ -335,17 +335,25 @@ static void shoald_reg_reply(int fd, shoal_status_t st, const char *reason)
     (void)ret;
 }
 
-static void shoald_reg_log_refusal(shoald_reg_t *r, const char *msg)
+/* A new minute of the refusals' log: the count of those the last one left out is said. Said
+ * only at the next refusal, a burst that stopped left its 20 lines and no word of the others:
+ * the loop's timer says it too (shoald_reg_timeouts, shoald_reg_wait_ms). */
+static void shoald_reg_log_minute(shoald_reg_t *r)
 {
     uint64_t minute = shoald_unix_ns() / 60000000000ull;
 
-    if (minute != r->log_minute) {
-        if (r->suppressed > 0)
-            shoal_warn(METER, "%u more refused registrations were not logged", r->suppressed);
-        r->log_minute = minute;
-        r->logged = 0;
-        r->suppressed = 0;
-    }
+    if (minute == r->log_minute)
+        return;
+    if (r->suppressed > 0)
+        shoal_warn(METER, "%u more refused registrations were not logged", r->suppressed);
+    r->log_minute = minute;
+    r->logged = 0;
+    r->suppressed = 0;
+}
+
+static void shoald_reg_log_refusal(shoald_reg_t *r, const char *msg)
+{
+    shoald_reg_log_minute(r);
     if (r->logged++ < SHOALD_REG_LOG_PER_MINUTE)
         shoal_warn(METER, "%s", msg);
     else
@@ -861,6 +869,8 @@ void shoald_reg_timeouts(shoald_reg_t *r)
     shoald_pend_t *q, *next;
     struct epoll_event ev = {.events = EPOLLIN};
 
+    if (r->suppressed > 0)
+        shoald_reg_log_minute(r);
     if (r->accept_resume_ns != 0 && r->accept_resume_ns <= now) {
         ev.data.ptr = &r->tag;
         if (epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->lfd, &ev) == 0)
@@ -888,6 +898,10 @@ int shoald_reg_wait_ms(shoald_reg_t *r)
         ms = shoal_deadline_left_ms(r->head->deadline_ns, 60000) + 1;
     if (r->accept_resume_ns != 0) {
         pause = shoal_deadline_left_ms(r->accept_resume_ns, 60000) + 1;
+        ms = ms < 0 || pause < ms ? pause : ms;
+    }
+    if (r->suppressed > 0) { /* the count of the refusals left out, at the minute's end */
+        pause = 60000 - (int)(shoald_unix_ns() / 1000000ull % 60000ull) + 1;
         ms = ms < 0 || pause < ms ? pause : ms;
     }
     return ms;

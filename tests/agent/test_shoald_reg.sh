@@ -464,6 +464,16 @@ ok $? "the refusal of a malformed credential says what is wrong" "$T/bad.log"
 scrape >/dev/null
 is "$(metric 'shoal_registrations_refused_total{reason="bad_credential"}'):$(metric \
     'shoal_registrations_refused_total{reason="expired"}')" "40:20" "all 60 refused and counted"
+# The refusals past the cap are said as a count once their minute is over: said only at the
+# next refusal, a burst that stopped left 20 lines and no word of the others. Past the next
+# minute's start (no refusal since), lines and counts add up to the 60.
+sleep $((61 - $(date +%s) % 60))
+sleep 1.5
+tail -n +"$from" "$T/agent.log" >"$T/bad.log"
+nmore=$(sed -n 's/.* \([0-9]*\) more refused registrations were not logged.*/\1/p' "$T/bad.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+is "$(($(grep -c 'refused (' "$T/bad.log") + nmore))" 60 \
+    "the refusals not logged are counted in the log once their minute is over"
 
 # Uncredentialed pages when the provider allows them.
 stop_agent
