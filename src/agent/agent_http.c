@@ -5,7 +5,8 @@
  *                                   with provider_token_file, needs that bearer token
  *   GET /metrics?tenant=T           tenant T's jobs only; needs "Authorization: Bearer TOKEN"
  *                                   with T's tenant.T.scrape_token_file
- * Anything else: 404 (or 405 for another method), with a sentence.
+ * A tenant= without a name: 400. Anything else: 404 (or 405 for another method), with a
+ * sentence.
  *
  * Every local user reaches the endpoint from 127.0.0.1, so a per-address limit is no limit
  * among them: one that kept SHOALD_HTTP_MAX_CONN / 2 connections open without a request (a
@@ -173,6 +174,19 @@ static int shoald_http_tenant_ok(shoald_http_t *h, struct MHD_Connection *c, con
     return t != NULL && shoald_http_bearer_ok(c, t->token, t->token_len);
 }
 
+/* MHD_get_connection_values' iterator: *cls = 1 once the query holds the key "tenant", with a
+ * value or without one ("?tenant", which MHD_lookup_connection_value gives as NULL). */
+static enum MHD_Result shoald_http_tenant_arg(void *cls, enum MHD_ValueKind kind,
+                                              const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (strcmp(key, "tenant") != 0)
+        return MHD_YES;
+    *(int *)cls = 1;
+    return MHD_NO;
+}
+
 static enum MHD_Result shoald_http_handler(void *cls, struct MHD_Connection *c,
                                            const char *url, const char *method,
                                            const char *version, const char *upload,
@@ -193,6 +207,15 @@ static enum MHD_Result shoald_http_handler(void *cls, struct MHD_Connection *c,
                                  "not found: shoald serves /metrics (and /metrics?tenant=NAME "
                                  "with the tenant's bearer token)\n");
     tenant = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "tenant");
+    if (tenant == NULL) { /* "?tenant" without a value was taken for no tenant asked */
+        int named = 0;
+
+        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, shoald_http_tenant_arg, &named);
+        tenant = named ? "" : NULL;
+    }
+    if (tenant != NULL && tenant[0] == '\0')
+        return shoald_http_error(c, MHD_HTTP_BAD_REQUEST,
+                                 "a tenant view names its tenant: /metrics?tenant=NAME\n");
     if (tenant != NULL && !shoald_http_tenant_ok(h, c, tenant))
         return shoald_http_error(c, MHD_HTTP_UNAUTHORIZED,
                                  "the tenant view needs the tenant's bearer token\n");

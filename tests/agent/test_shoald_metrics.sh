@@ -190,6 +190,12 @@ is "$(scrape "/metrics?tenant=acme" -H "Authorization: Bearer beta-scrape-token-
     401 "a tenant view with another tenant's token is refused"
 is "$(scrape "/metrics?tenant=ghost" -H "Authorization: Bearer x")" 401 \
     "an unknown tenant gets the same answer"
+# A tenant view that names no tenant ("?tenant" without '=', or an empty name): the first
+# was served the provider's view, every tenant's jobs, as if no tenant had been asked for.
+is "$(scrape "/metrics?tenant"):$(scrape "/metrics?tenant=")" 400:400 \
+    "a tenant view without a tenant's name is a bad request (400)"
+grep -q 'names its tenant' "$T/scrape"
+ok $? "its answer says what is missing" "$T/scrape"
 # The scheme is case-insensitive and the token may follow more than one space (RFC 7235):
 # Prometheus sends its authorization type as written ("type: bearer" gave 401 at every scrape)
 is "$(scrape "/metrics?tenant=acme" -H "Authorization: bearer acme-scrape-token-0123456789"):$(
