@@ -29,10 +29,12 @@ static void shoal_pmix_proc_set(pmix_proc_t *p, const pmix_proc_t *me, pmix_rank
     p->rank = rank;
 }
 
-/* PMIX_TIMEOUT is in whole seconds, 0 = infinite; ms < 0 is infinite. */
+/* PMIX_TIMEOUT is in whole seconds, 0 = infinite; ms < 0 is infinite. Rounded up in 64 bits:
+ * ms + 999 overflowed int for a timeout within a second of INT_MAX ("for ever" to some). */
 static int shoal_pmix_timeout_s(int ms)
 {
-    return ms < 0 ? 0 : (ms + 999) / 1000 > 0 ? (ms + 999) / 1000 : 1;
+    long long s = ((long long)ms + 999) / 1000;
+    return ms < 0 ? 0 : s > 0 ? (int)s : 1;
 }
 
 /* A PMIx launcher puts the job's namespace and its server's address in the environment;
