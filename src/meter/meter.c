@@ -121,17 +121,19 @@ int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max)
         return c < 0 ? 0 : c > SHOAL_METER_NGPUS_MAX ? SHOAL_METER_NGPUS_MAX : (int)c;
     }
     /* A list: ordinals, or CUDA_VISIBLE_DEVICES UUIDs (GPU-..., MIG-...): counted, no
-     * ordinal. CUDA stops at the first invalid entry (e.g. -1); so do we. */
+     * ordinal. CUDA stops at the first invalid entry (-1, "foo", "2x"); so do we. Anything
+     * that was not a number counted as a UUID: "0,foo,1" billed 3 GPUs where CUDA sees 1. */
     while (*s != '\0') {
         const char *end = strchr(s, ',');
         size_t len = end != NULL ? (size_t)(end - s) : strlen(s);
+        int uuid = len > 4 && (strncmp(s, "GPU-", 4) == 0 || strncmp(s, "MIG-", 4) == 0);
         char *e;
         long v = strtol(s, &e, 10);
-        if (len == 0 || (e == s + len && v < 0)) {
+        if (len == 0 || (!uuid && (s[0] < '0' || s[0] > '9' || e != s + len || v > INT32_MAX))) {
             break;
         }
         if (n < max) {
-            gpus[n] = e == s + len ? (int32_t)v : -1;
+            gpus[n] = uuid ? -1 : (int32_t)v;
         }
         n++;
         if (end == NULL) {

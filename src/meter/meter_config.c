@@ -15,7 +15,8 @@ static const shoal_cfg_field_t shoal_meter_cfg_fields[] = {
      .offset = offsetof(shoal_meter_config_t, gpus),
      .doc = "GPUs this rank occupies, for billing: a list of CUDA ordinals (0,1,3), count:N "
             "(N GPUs, ordinals unknown) or none; empty = the entries of CUDA_VISIBLE_DEVICES if "
-            "it is set, else none"},
+            "it is set, else none; a list ends, as CUDA's does, at an entry that is neither an "
+            "ordinal nor a GPU-/MIG- UUID"},
     {.name = "AGENT", .dflt = "/run/shoal/shoald.sock", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_meter_config_t, agent),
      .doc = "UNIX socket of the node agent shoald: each communicator registers its counter "

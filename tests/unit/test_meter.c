@@ -229,6 +229,10 @@ int main(void)
     test_gpus("GPU-8e1f3c2a,MIG-1", 2, -1, -1);   /* UUIDs: counted, ordinal unknown */
     test_gpus("1,-1,3", 1, 1, -1);                  /* CUDA stops at an invalid entry */
     test_gpus("5,,6", 1, 5, -1);
+    /* neither an ordinal nor a UUID: CUDA stops there, and billed 3 GPUs where it sees 1 */
+    test_gpus("0,foo,1", 1, 0, -1);
+    test_gpus("2x,3", 0, -1, -1);
+    test_gpus("1,GPU-8e1f3c2a,gpu,4", 2, 1, -1);
     tap_is_int(shoal_meter_gpus_parse("0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", g,
                                   SHOAL_METER_MAX_GPUS),
            18, "more GPUs than the page lists: all counted");
