@@ -349,7 +349,10 @@ SHOAL_EXPORT shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, si
 SHOAL_EXPORT shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p);
 /* Test or wait for *req_p. The call that finds the request complete frees it, sets *req_p to
  * NULL and returns its status (*done_p = 1); a NULL *req_p is a completed request (done,
- * SHOAL_OK), so a second test or wait is harmless. req_p == NULL: SHOAL_ERR_INVALID_ARG. */
+ * SHOAL_OK), so a second test or wait is harmless. req_p == NULL: SHOAL_ERR_INVALID_ARG. In a
+ * process forked from the one that made it, a request in flight at the fork never completes:
+ * SHOAL_ERR_INVALID_ARG at once (done, *req_p = NULL), as every call on the parent's
+ * communicator there. */
 SHOAL_EXPORT shoal_status_t shoal_test(shoal_request_t *req_p, int *done_p);
 SHOAL_EXPORT shoal_status_t shoal_wait(shoal_request_t *req_p);
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct shoal_request {
     struct shoal_request *next;   /* proxy queue, then the list of plans in flight */
@@ -28,6 +29,7 @@ struct shoal_request {
     int detached;                 /* no caller waits: the proxy frees it (post_detached) */
     shoal_proxy_cancel_t cancel;  /* detached: run if fn never does */
     int ran;                      /* fn was called */
+    uint32_t fork_gen;            /* the communicator's (core.h): made in this process? */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int done;
@@ -455,6 +457,7 @@ static shoal_status_t shoal_proxy_enqueue(struct shoal_comm *comm, shoal_plan_st
     req->fn = fn;
     req->detached = detached;
     req->cancel = cancel;
+    req->fork_gen = comm->fork_gen;
     pthread_mutex_init(&req->lock, NULL);
     pthread_cond_init(&req->cond, NULL);
     memcpy(req->arg, arg, arglen);
@@ -534,6 +537,33 @@ static void shoal_request_free(struct shoal_request *req)
     free(req);
 }
 
+/* A request of the process that forked this one: one in flight at the fork never completes
+ * here (the proxy thread is the parent's), and the test said not done forever, the wait
+ * waited forever. Read without its lock, which a thread of the parent may have held at the
+ * fork (nothing else runs on it here). Complete at the fork: its status, and it is freed; in
+ * flight: refused, as every call on the parent's communicator is here, and left (its lock
+ * may be held). The handle is NULL after either. */
+static shoal_status_t shoal_request_forked_end(shoal_request_t *req_p, const char *what)
+{
+    struct shoal_request *req = *req_p;
+    shoal_status_t st = req->status;
+
+    *req_p = NULL;
+    if (!req->done) {
+        shoal_error(CORE, "%s: the request was made by process %d, which forked this one (%d), "
+                    "and was in flight at the fork: it never completes here (it is left to the "
+                    "parent)", what, (int)req->comm->pid, (int)getpid());
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    free(req);
+    return st;
+}
+
+static int shoal_request_forked(const struct shoal_request *req)
+{
+    return SHOAL_UNLIKELY(req->fork_gen != __atomic_load_n(&shoal_fork_gen, __ATOMIC_RELAXED));
+}
+
 /* A request handle is freed by the call that sees it complete, which sets it to NULL (as MPI
  * does): a second test or wait on the same handle finds NULL, a completed request. */
 shoal_status_t shoal_test(shoal_request_t *req_p, int *done_p)
@@ -548,6 +578,10 @@ shoal_status_t shoal_test(shoal_request_t *req_p, int *done_p)
     if (req == NULL) {
         *done_p = 1;
         return SHOAL_OK;
+    }
+    if (shoal_request_forked(req)) {
+        *done_p = 1;
+        return shoal_request_forked_end(req_p, "shoal_test");
     }
     pthread_mutex_lock(&req->lock);
     done = req->done;
@@ -572,6 +606,9 @@ shoal_status_t shoal_wait(shoal_request_t *req_p)
     req = *req_p;
     if (req == NULL) {
         return SHOAL_OK;
+    }
+    if (shoal_request_forked(req)) {
+        return shoal_request_forked_end(req_p, "shoal_wait");
     }
     /* The operation has its own deadline (SHOAL_TIMEOUT_MS) and always completes. */
     pthread_mutex_lock(&req->lock);
