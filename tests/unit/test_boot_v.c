@@ -6,7 +6,8 @@
  * ranks said bye or nobody came (then it is stopped at the grace); a process forked after its
  * parent started a root neither waits for that root nor stops it, and closes its copy of
  * the root's listening socket; and the process's return from main stops a root nobody
- * waited for before the exit handlers registered earlier (libcrypto's) run. */
+ * waited for before the exit handlers registered earlier (libcrypto's) run; and a failed
+ * init of the root's process under an infinite timeout returns after the grace. */
 #include "core/core.h"
 #include "core/boot_proto.h"
 #include "tests/tap.h"
@@ -704,6 +705,42 @@ static void test_parse(void)
                "a length that would wrap an offset is refused");
 }
 
+/* A rank of the process that runs the root fails its init (here: an unknown transport) under
+ * an infinite timeout (cfg.timeout_ms < 0): the init waits for the root's thread for a grace
+ * of at most 1 s, as under a finite one. It waited forever: the grace was the timeout, -1. */
+static void test_init_fail_inf(void)
+{
+    int status = -1, waited = 0;
+    uint64_t t0 = shoal_time_ns();
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        shoal_config_t cfg = SHOAL_CONFIG_INIT;
+        shoal_comm_t c = NULL;
+        shoal_uid_t id;
+
+        alarm(60);
+        cfg.timeout_ms = -1;
+        cfg.transport = "bogus";
+        _exit(shoal_get_unique_id(&id) == SHOAL_OK &&
+                      shoal_comm_init(&c, 2, 0, &id, &cfg) == SHOAL_ERR_INVALID_ARG && c == NULL
+                  ? 0
+                  : 1);
+    }
+    while (pid > 0 && (waited = (int)waitpid(pid, &status, WNOHANG)) == 0 &&
+           shoal_time_ns() - t0 < 10000000000ull) {
+        usleep(10000);
+    }
+    if (pid > 0 && waited == 0) {
+        kill(pid, SIGKILL);
+        (void)waitpid(pid, &status, 0);
+    }
+    double ms = (double)(shoal_time_ns() - t0) / 1e6;
+    tap_ok(pid > 0 && waited == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "a failed init under an infinite timeout returns SHOAL_ERR_INVALID_ARG (%s after "
+           "%.0f ms)", waited == 0 ? "still waiting, killed" : "exited", ms);
+}
+
 int main(int argc, char **argv)
 {
     setenv("SHOAL_DEBUG", "NONE", 0);
@@ -722,6 +759,7 @@ int main(int argc, char **argv)
     test_round();
     test_stop();
     test_fork();
+    test_init_fail_inf();
     test_exit("/proc/self/exe");
     return tap_done();
 }
