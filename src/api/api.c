@@ -39,10 +39,16 @@ static shoal_status_t shoal_api_refused(shoal_comm_t comm, shoal_status_t st)
     return st;
 }
 
-static shoal_status_t shoal_api_check_comm(shoal_comm_t comm, void *stream)
+/* name: the call's, NULL for the blocking call of a's type. */
+static shoal_status_t shoal_api_check_comm(shoal_comm_t comm, const shoal_coll_args_t *a,
+                                           const char *name)
 {
-    (void)stream; /* a stream goes to the CUDA layer (shoal_api_call) */
     if (comm == NULL) {
+        if (name != NULL) {
+            shoal_error(COLL, "%s: NULL communicator", name);
+        } else {
+            shoal_error(COLL, "shoal_%s: NULL communicator", shoal_coll_type_name(a->type));
+        }
         return SHOAL_ERR_INVALID_ARG;
     }
     return shoal_comm_check_usable(comm);
@@ -132,7 +138,7 @@ static shoal_status_t shoal_api_call(shoal_comm_t comm, const shoal_coll_args_t 
     uint64_t ticket, t0 = 0;
     shoal_status_t st;
 
-    st = shoal_api_check_comm(comm, stream);
+    st = shoal_api_check_comm(comm, a, NULL);
     if (st == SHOAL_OK) {
         st = shoal_api_check_args(comm, a);
     }
@@ -290,7 +296,7 @@ static shoal_status_t shoal_api_icall(shoal_comm_t comm, const shoal_coll_args_t
     /* A refused call leaves a completed request: a later wait on it, which a caller's
      * cleanup path does without looking at the status, waited on whatever was there. */
     *req_p = NULL;
-    st = shoal_api_check_comm(comm, NULL);
+    st = shoal_api_check_comm(comm, a, name);
     if (st == SHOAL_OK) {
         st = shoal_api_check_args(comm, a);
     }

@@ -967,7 +967,13 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
     shoal_boot_uid_t u;
     shoal_status_t st;
 
-    if (comm_p == NULL || uid == NULL || nranks <= 0 || rank < 0 || rank >= nranks) {
+    if (comm_p == NULL || uid == NULL) {
+        shoal_error(INIT, "shoal_comm_init: %s is NULL", comm_p == NULL ? "comm_p" : "uid");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (nranks <= 0 || rank < 0 || rank >= nranks) {
+        shoal_error(INIT, "shoal_comm_init: rank %d of %d: nranks must be at least 1 and the rank "
+                    "in [0, nranks)", rank, nranks);
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_config_global_init();
@@ -1187,6 +1193,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
 shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
 {
     if (comm == NULL) {
+        shoal_error(CORE, "shoal_comm_destroy: NULL communicator");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoal_comm_forked(comm)) {
@@ -1233,6 +1240,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
 {
     uint64_t one = 1;
     if (comm == NULL) {
+        shoal_error(CORE, "shoal_comm_abort: NULL communicator");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoal_comm_forked(comm)) {
@@ -1560,6 +1568,10 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     shoal_status_t st;
 
     if (comm == NULL) {
+        shoal_error(CORE, "shoal_comm_split: NULL communicator");
+        if (newcomm_p != NULL) {
+            *newcomm_p = NULL; /* as after every failure */
+        }
         return SHOAL_ERR_INVALID_ARG;
     }
     /* NULL until a child is made: every failure (a failed or aborted parent, a peer gone

@@ -572,6 +572,7 @@ shoal_status_t shoal_test(shoal_request_t *req_p, int *done_p)
     int done;
     shoal_status_t st;
     if (req_p == NULL || done_p == NULL) {
+        shoal_error(CORE, "shoal_test: NULL %s pointer", req_p == NULL ? "request" : "done");
         return SHOAL_ERR_INVALID_ARG;
     }
     req = *req_p;
@@ -601,6 +602,7 @@ shoal_status_t shoal_wait(shoal_request_t *req_p)
     struct shoal_request *req;
     shoal_status_t st;
     if (req_p == NULL) {
+        shoal_error(CORE, "shoal_wait: NULL request pointer");
         return SHOAL_ERR_INVALID_ARG;
     }
     req = *req_p;

@@ -1155,6 +1155,107 @@ static void mp_invalid_algorithm(const mp_ctx_t *c)
     }
 }
 
+/* The library's log of one refused call (its stderr, fd 2, into a file meanwhile): the line
+ * that says why, in want. */
+static void mp_invalid_said(const mp_ctx_t *c, int g, const char *what, shoal_status_t (*fn)(void),
+                            const char *want)
+{
+    char text[4096] = "";
+    FILE *f = tmpfile();
+    int saved = dup(STDERR_FILENO);
+    shoal_status_t st = SHOAL_OK;
+
+    if (f != NULL && saved >= 0 && dup2(fileno(f), STDERR_FILENO) >= 0) {
+        st = fn();
+        dup2(saved, STDERR_FILENO);
+        rewind(f);
+        text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+    }
+    if (saved >= 0) {
+        close(saved);
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    mp_case(g, st == SHOAL_ERR_INVALID_ARG && strstr(text, want) != NULL, c->rank,
+            "%s: %s, the log says why ('%s' expected): '%.200s'", what, shoal_status_name(st),
+            want, text);
+}
+
+static shoal_status_t mp_inv_init_rank(void)
+{
+    shoal_comm_t nc = NULL;
+    shoal_uid_t uid;
+    memset(&uid, 0, sizeof(uid));
+    return shoal_comm_init(&nc, 2, 2, &uid, NULL);
+}
+
+static shoal_status_t mp_inv_init_null(void)
+{
+    shoal_comm_t nc = NULL;
+    return shoal_comm_init(&nc, 2, 0, NULL, NULL);
+}
+
+static shoal_status_t mp_inv_allreduce(void)
+{
+    int32_t x = 0;
+    return shoal_allreduce(&x, &x, 1, SHOAL_INT32, SHOAL_SUM, NULL, NULL);
+}
+
+static shoal_status_t mp_inv_ibarrier(void)
+{
+    shoal_request_t req = NULL;
+    return shoal_ibarrier(NULL, &req);
+}
+
+static shoal_status_t mp_inv_wait(void)
+{
+    return shoal_wait(NULL);
+}
+
+static shoal_status_t mp_inv_test(void)
+{
+    int done = 0;
+    return shoal_test(NULL, &done);
+}
+
+static shoal_status_t mp_inv_split(void)
+{
+    shoal_comm_t nc = NULL;
+    return shoal_comm_split(NULL, 0, 0, &nc);
+}
+
+static shoal_status_t mp_inv_destroy(void)
+{
+    return shoal_comm_destroy(NULL);
+}
+
+static shoal_status_t mp_inv_abort(void)
+{
+    return shoal_comm_abort(NULL);
+}
+
+/* Each refusal of a bad argument has its line in the log: these returned
+ * SHOAL_ERR_INVALID_ARG with nothing said (a rank off by one in shoal_comm_init, a NULL
+ * communicator). */
+static void mp_invalid_logged(const mp_ctx_t *c, int g)
+{
+    mp_invalid_said(c, g, "shoal_comm_init rank 2 of 2", mp_inv_init_rank, "rank 2 of 2");
+    mp_invalid_said(c, g, "shoal_comm_init NULL uid", mp_inv_init_null, "uid is NULL");
+    mp_invalid_said(c, g, "shoal_allreduce NULL comm", mp_inv_allreduce,
+                    "shoal_allreduce: NULL communicator");
+    mp_invalid_said(c, g, "shoal_ibarrier NULL comm", mp_inv_ibarrier,
+                    "shoal_ibarrier: NULL communicator");
+    mp_invalid_said(c, g, "shoal_wait NULL", mp_inv_wait, "shoal_wait: NULL request pointer");
+    mp_invalid_said(c, g, "shoal_test NULL", mp_inv_test, "shoal_test: NULL request pointer");
+    mp_invalid_said(c, g, "shoal_comm_split NULL comm", mp_inv_split,
+                    "shoal_comm_split: NULL communicator");
+    mp_invalid_said(c, g, "shoal_comm_destroy NULL", mp_inv_destroy,
+                    "shoal_comm_destroy: NULL communicator");
+    mp_invalid_said(c, g, "shoal_comm_abort NULL", mp_inv_abort,
+                    "shoal_comm_abort: NULL communicator");
+}
+
 void mp_test_invalid(const mp_ctx_t *c)
 {
     int g = mp_group("invalid arguments");
@@ -1165,6 +1266,7 @@ void mp_test_invalid(const mp_ctx_t *c)
     mp_invalid_colls(c, g);
     mp_invalid_misc(c, g);
     mp_invalid_algorithm(c);
+    mp_invalid_logged(c, g);
     /* The communicator is unharmed. */
     le = shoal_comm_last_error(c->comm);
     mp_case(g, strcmp(le, "no error") == 0, c->rank, "last error after invalid calls: '%s'", le);
