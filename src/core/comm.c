@@ -794,7 +794,7 @@ static shoal_status_t shoal_comm_bootstrap(struct shoal_comm *comm, const shoal_
 
     SHOAL_CHECK(shoal_comm_forced_tl(comm, &forced));
     SHOAL_CHECK(shoal_boot_connect(u, comm->rank, comm->nranks, comm->timeout_ms,
-                                   &comm->aborted, &boot));
+                                   comm->boot_abort, &boot));
     memset(&me, 0, sizeof(me));
     me.host_id = shoal_host_id();
     me.rank = comm->rank;
@@ -882,12 +882,14 @@ static int shoal_comm_root_grace_ms(const struct shoal_comm *comm)
 static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int rank,
                                           const shoal_boot_uid_t *u, const shoal_tenant_id_t *id,
                                           const shoal_tenant_cred_t *cred,
-                                          const shoal_config_t *cfg)
+                                          const shoal_config_t *cfg,
+                                          const volatile int *boot_abort)
 {
     struct shoal_comm *comm = NULL;
     shoal_status_t st;
 
     SHOAL_CHECK(shoal_comm_alloc(nranks, rank, cfg, &comm));
+    comm->boot_abort = boot_abort != NULL ? boot_abort : &comm->aborted;
     comm->ident = *id;
     comm->init_cred = cred; /* the caller's reading, for the meter's registration */
     /* First: a stop signal during a long bootstrap is then a request, not a death. */
@@ -896,7 +898,11 @@ static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int 
     SHOAL_CHECK_GOTO(shoal_comm_derive_keys(comm, u->secret), st, err);
     shoal_boot_root_key(u, &comm->boot_root);
     shoal_boot_root_extend(&comm->boot_root, comm->timeout_ms);
-    SHOAL_CHECK_GOTO(shoal_comm_bootstrap(comm, u), st, err);
+    st = shoal_comm_bootstrap(comm, u);
+    comm->boot_abort = &comm->aborted; /* a parent's flag is no longer needed (nor alive) */
+    if (st != SHOAL_OK) {
+        goto err;
+    }
     SHOAL_CHECK_GOTO(shoal_comm_assembly.init(comm), st, err);
     /* After the topology's init traffic: the counters start at the first call. */
     SHOAL_CHECK_GOTO(shoal_meter_comm_init(comm), st, err);
@@ -943,7 +949,7 @@ static shoal_status_t shoal_comm_init_from_uid(shoal_comm_t *comm_p, int nranks,
     }
     SHOAL_CHECK_GOTO(shoal_tenant_secret_bind(found ? &cred : NULL, u->secret,
                                               sizeof(u->secret)), st, out);
-    st = shoal_comm_init_uid(comm_p, nranks, rank, u, &id, found ? &cred : NULL, cfg);
+    st = shoal_comm_init_uid(comm_p, nranks, rank, u, &id, found ? &cred : NULL, cfg, NULL);
 out:
     shoal_secret_wipe(&cred, sizeof(cred));
     return st;
@@ -1158,7 +1164,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
                                           shoal__comm_timeout_ms(cfg), &u);
             if (st == SHOAL_OK) {
                 st = shoal_comm_init_uid(comm_p, nranks, rank, &u, &id, found ? &cred : NULL,
-                                         cfg);
+                                         cfg, NULL);
                 shoal_comm_init_failed(&u, st);
             }
         }
@@ -1547,8 +1553,10 @@ static shoal_status_t shoal_comm_split_init(struct shoal_comm *comm, shoal_comm_
                    "registers with the node agent without it");
         found = 0;
     }
+    /* its bootstrap obeys the parent's abort: the caller's way out of a wait for a member
+     * that never joins (its child init failed before it could) */
     st = shoal_comm_init_uid(newcomm_p, newsize, newrank, u, &comm->ident,
-                             found ? &cred : NULL, &comm->cfg);
+                             found ? &cred : NULL, &comm->cfg, &comm->aborted);
     shoal_secret_wipe(&cred, sizeof(cred));
     return st;
 }

@@ -391,6 +391,7 @@ void mp_test_mismatch(const mp_ctx_t *c);
 void mp_test_p2pfail(const mp_ctx_t *c);
 void mp_test_argcheck(const mp_ctx_t *c);
 void mp_test_forked(const mp_ctx_t *c);
+void mp_test_splitabort(const mp_ctx_t *c);
 
 static void mp_run_barrier(const mp_ctx_t *c) { mp_test_barrier(c, mp_sb); }
 static void mp_run_sendrecv(const mp_ctx_t *c) { mp_test_sendrecv(c, mp_sb, mp_rb); }
@@ -418,6 +419,7 @@ static const struct {
     {"p2pfail", mp_test_p2pfail, 1},
     {"argcheck", mp_test_argcheck, 1},
     {"forked", mp_test_forked, 1},
+    {"splitabort", mp_test_splitabort, 1},
 };
 
 static int mp_selected(int argc, char **argv, const char *name)

@@ -723,6 +723,73 @@ void mp_test_forked(const mp_ctx_t *c)
             "on: %s: %s", MP_ERR(st, c->comm));
 }
 
+/* ---- an abort during a split -------------------------------------------------------------- */
+
+static void *mp_aborter_main(void *arg)
+{
+    usleep(300 * 1000);
+    (void)shoal_comm_abort((shoal_comm_t)arg);
+    return NULL;
+}
+
+/* Rank 1 cannot make the child of a split (out of descriptors: its init fails before it joins
+ * the child's root), so rank 0, the child's leader, waits in the child's bootstrap for it;
+ * a second thread of rank 0 aborts the parent. The split must return then: it waited out the
+ * timeout (the child's bootstrap obeyed only the child's own abort flag, which nobody can
+ * set). On a communicator split off for it (the abort fails it); the others opt out. */
+void mp_test_splitabort(const mp_ctx_t *c)
+{
+    int g = mp_group("an abort of the parent ends a split waiting for a member's join");
+    shoal_comm_t sub = NULL, nc = NULL;
+    shoal_status_t st = shoal_comm_split(c->comm, 0, c->rank, &sub);
+    struct rlimit rl0, rl;
+    pthread_t th;
+    int lowfd = -1, color = c->rank < 2 ? 0 : SHOAL_SPLIT_NOCOLOR, started = 0;
+    double t0, ms;
+
+    mp_case(g, st == SHOAL_OK && sub != NULL, c->rank, "split for the test: %s: %s",
+            MP_ERR(st, c->comm));
+    if (st != SHOAL_OK || c->nranks < 2) {
+        shoal_comm_destroy(sub);
+        return;
+    }
+    if (c->rank == 1 && getrlimit(RLIMIT_NOFILE, &rl0) == 0 &&
+        (lowfd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) {
+        close(lowfd); /* the lowest free descriptor: below it all are taken */
+        rl = rl0;
+        rl.rlim_cur = (rlim_t)lowfd;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            lowfd = -1;
+        }
+    }
+    if (c->rank == 0) {
+        started = pthread_create(&th, NULL, mp_aborter_main, sub) == 0;
+    }
+    t0 = mp_now_ms();
+    st = shoal_comm_split(sub, color, c->rank, &nc);
+    ms = mp_now_ms() - t0;
+    if (lowfd >= 0) {
+        setrlimit(RLIMIT_NOFILE, &rl0);
+    }
+    if (c->rank == 0) {
+        if (started) {
+            pthread_join(th, NULL);
+        }
+        mp_case(g, st == SHOAL_ERR_ABORTED && nc == NULL && ms < 5000, c->rank,
+                "the leader's split, its parent aborted after 300 ms: %s after %.0f ms, comm %p "
+                "(expected SHOAL_ERR_ABORTED within 5 s)", shoal_status_name(st), ms,
+                (void *)nc);
+    } else if (c->rank == 1) {
+        mp_case(g, st != SHOAL_OK && nc == NULL, c->rank, "the split of the member out of "
+                "descriptors: %s, comm %p (expected a failure)", shoal_status_name(st),
+                (void *)nc);
+    }
+    if (nc != NULL) {
+        shoal_comm_destroy(nc);
+    }
+    shoal_comm_destroy(sub);
+}
+
 /* ---- non-blocking ------------------------------------------------------------------------- */
 
 typedef struct {

@@ -84,6 +84,11 @@ done
 for tl in $transports; do
     mp_job "$tl n=2 forked" 2 "SHOAL_TRANSPORT=$tl" "$prog" forked
 done
+# A member cannot make a split's child (out of descriptors) and the leader waits in the
+# child's bootstrap: an abort of the parent ends that split at once (mp_coll's "splitabort").
+for tl in $transports; do
+    mp_job "$tl n=3 splitabort" 3 "SHOAL_TRANSPORT=$tl" "$prog" splitabort
+done
 if [ "${MP_VARIANTS:-1}" != 0 ]; then
     # Forced algorithms and tiny pipeline chunks / windows: many slices per call.
     run "shm n=4 ring chunk=4k" 4 SHOAL_ALGO=ring SHOAL_CHUNK_SIZE=4096
