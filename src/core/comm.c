@@ -420,11 +420,17 @@ static shoal_status_t shoal_comm_alloc(int nranks, int rank, const shoal_config_
     comm->peers = calloc((size_t)nranks, sizeof(*comm->peers));
     comm->chans = calloc((size_t)nranks, sizeof(*comm->chans));
     comm->local_ranks = calloc((size_t)nranks, sizeof(int));
-    comm->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (comm->peers == NULL || comm->chans == NULL || comm->local_ranks == NULL ||
-        comm->abort_efd < 0 || lost) {
+    if (comm->peers == NULL || comm->chans == NULL || comm->local_ranks == NULL || lost) {
         shoal_comm_destroy(comm);
         return SHOAL_ERR_NO_MEMORY;
+    }
+    /* Out of descriptors is not out of memory: it said SHOAL_ERR_NO_MEMORY, with no line. */
+    comm->abort_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (comm->abort_efd < 0) {
+        shoal_error(INIT, "rank %d: eventfd for the communicator's abort notice failed: %s",
+                    rank, strerror(errno));
+        shoal_comm_destroy(comm);
+        return SHOAL_ERR_SYSTEM;
     }
     *comm_p = comm;
     return SHOAL_OK;
