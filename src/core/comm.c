@@ -3,6 +3,7 @@
  * destroy, abort, split, and the sticky error every later call reports.
  */
 #include "core/core.h"
+#include "core/boot_proto.h" /* SHOAL_BOOT_MAX_RANKS */
 #include "meter/meter.h"
 #include "qos/pace.h"
 #if SHOAL_HAVE_PMIX
@@ -983,9 +984,10 @@ shoal_status_t shoal_comm_init(shoal_comm_t *comm_p, int nranks, int rank,
         shoal_error(INIT, "shoal_comm_init: %s is NULL", comm_p == NULL ? "comm_p" : "uid");
         return SHOAL_ERR_INVALID_ARG;
     }
-    if (nranks <= 0 || rank < 0 || rank >= nranks) {
-        shoal_error(INIT, "shoal_comm_init: rank %d of %d: nranks must be at least 1 and the rank "
-                    "in [0, nranks)", rank, nranks);
+    /* nranks past what a job may have said SHOAL_ERR_NO_MEMORY (its table), with no line */
+    if (nranks <= 0 || nranks > SHOAL_BOOT_MAX_RANKS || rank < 0 || rank >= nranks) {
+        shoal_error(INIT, "shoal_comm_init: rank %d of %d: nranks must be 1 to %d and the rank in "
+                    "[0, nranks)", rank, nranks, SHOAL_BOOT_MAX_RANKS);
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_config_global_init();
@@ -1147,6 +1149,11 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
     }
     if (rank < 0 || nranks <= 0 || rank >= nranks) {
         shoal_comm_env_no_rank(rank, nranks);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (nranks > SHOAL_BOOT_MAX_RANKS) {
+        shoal_error(INIT, "shoal_comm_init_env: rank %d of %d: a job has at most %d ranks", rank,
+                    nranks, SHOAL_BOOT_MAX_RANKS);
         return SHOAL_ERR_INVALID_ARG;
     }
     memset(&u, 0, sizeof(u));

@@ -5,6 +5,7 @@
 #include "reduce/reduce.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <malloc.h>
 #include <math.h>
 #include <pthread.h>
@@ -1259,6 +1260,14 @@ static shoal_status_t mp_inv_init_rank(void)
     return shoal_comm_init(&nc, 2, 2, &uid, NULL);
 }
 
+static shoal_status_t mp_inv_init_huge(void)
+{
+    shoal_comm_t nc = NULL;
+    shoal_uid_t uid;
+    shoal_get_unique_id(&uid);
+    return shoal_comm_init(&nc, INT_MAX, 0, &uid, NULL);
+}
+
 static shoal_status_t mp_inv_init_null(void)
 {
     shoal_comm_t nc = NULL;
@@ -1311,6 +1320,9 @@ static void mp_invalid_logged(const mp_ctx_t *c, int g)
 {
     mp_invalid_said(c, g, "shoal_comm_init rank 2 of 2", mp_inv_init_rank, "rank 2 of 2");
     mp_invalid_said(c, g, "shoal_comm_init NULL uid", mp_inv_init_null, "uid is NULL");
+    /* it said SHOAL_ERR_NO_MEMORY, with nothing in the log (a table of INT_MAX peers) */
+    mp_invalid_said(c, g, "shoal_comm_init INT_MAX ranks", mp_inv_init_huge,
+                    "rank 0 of 2147483647");
     mp_invalid_said(c, g, "shoal_allreduce NULL comm", mp_inv_allreduce,
                     "shoal_allreduce: NULL communicator");
     mp_invalid_said(c, g, "shoal_ibarrier NULL comm", mp_inv_ibarrier,
