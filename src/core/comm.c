@@ -885,7 +885,9 @@ static int shoal_comm_root_grace_ms(const struct shoal_comm *comm)
 }
 
 /* u: where the root is, the job secret (used for the join, never kept) and the identity the
- * rank proves; id: the same identity in names. */
+ * rank proves; id: the same identity in names; boot_abort: the abort flag the bootstrap
+ * obeys instead of the new communicator's own, which nobody can set yet (a split's parent's),
+ * or NULL (its own). */
 static shoal_status_t shoal_comm_init_uid(shoal_comm_t *comm_p, int nranks, int rank,
                                           const shoal_boot_uid_t *u, const shoal_tenant_id_t *id,
                                           const shoal_tenant_cred_t *cred,

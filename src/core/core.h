@@ -130,11 +130,11 @@ struct shoal_comm {
     /* Read by any thread: only through shoal_comm_aborted() / shoal_comm_fatal() (acquire).
      * fatal is stored once, with release, after last_error is written (under err_lock). */
     int aborted;               /* shoal_comm_abort() was called */
-    /* The abort flag the bootstrap obeys, when not aborted: a split's child's is its parent's
-     * (nobody holds the child yet; the parent's abort ended its wait for a member that never
-     * came only at the timeout) */
-    const volatile int *boot_abort;
     shoal_status_t fatal;      /* first communicator-fatal error, or SHOAL_OK */
+    /* The abort flag the bootstrap obeys: &aborted, but a split's child's is its parent's
+     * (nobody holds the child yet: the parent's abort ended its wait for a member that never
+     * came only at the timeout); &aborted again once the bootstrap is over */
+    const volatile int *boot_abort;
     /* shoal_fork_gen when it was made: another value is a process forked from its maker,
      * where it is the parent's (its sockets, segments, threads and peers), never its own;
      * beside fatal, which every call reads with it */
