@@ -726,18 +726,28 @@ void mp_test_forked(const mp_ctx_t *c)
 
 /* ---- an abort during a split -------------------------------------------------------------- */
 
+typedef struct {
+    shoal_comm_t world, sub;
+} mp_aborter_t;
+
+/* Aborts sub once rank 1 says (over world, which another thread may use meanwhile) that its
+ * split is over: the leader is then past the exchange, in the child's bootstrap. */
 static void *mp_aborter_main(void *arg)
 {
-    usleep(300 * 1000);
-    (void)shoal_comm_abort((shoal_comm_t)arg);
+    mp_aborter_t *ab = arg;
+    int32_t over = 0;
+    (void)shoal_recv(&over, 1, SHOAL_INT32, 1, ab->world, NULL);
+    usleep(100 * 1000);
+    (void)shoal_comm_abort(ab->sub);
     return NULL;
 }
 
 /* Rank 1 cannot make the child of a split (out of descriptors: its init fails before it joins
  * the child's root), so rank 0, the child's leader, waits in the child's bootstrap for it;
- * a second thread of rank 0 aborts the parent. The split must return then: it waited out the
- * timeout (the child's bootstrap obeyed only the child's own abort flag, which nobody can
- * set). On a communicator split off for it (the abort fails it); the others opt out. */
+ * a second thread of rank 0 aborts the parent once rank 1's split is over. The split must
+ * return then: it waited out the timeout (the child's bootstrap obeyed only the child's own
+ * abort flag, which nobody can set). On a communicator split off for it (the abort fails
+ * it); the others opt out. */
 void mp_test_splitabort(const mp_ctx_t *c)
 {
     int g = mp_group("an abort of the parent ends a split waiting for a member's join");
@@ -745,6 +755,8 @@ void mp_test_splitabort(const mp_ctx_t *c)
     shoal_status_t st = shoal_comm_split(c->comm, 0, c->rank, &sub);
     struct rlimit rl0, rl;
     pthread_t th;
+    mp_aborter_t ab = {.world = c->comm, .sub = sub};
+    int32_t over = 1;
     int lowfd = -1, color = c->rank < 2 ? 0 : SHOAL_SPLIT_NOCOLOR, started = 0;
     double t0, ms;
 
@@ -764,7 +776,7 @@ void mp_test_splitabort(const mp_ctx_t *c)
         }
     }
     if (c->rank == 0) {
-        started = pthread_create(&th, NULL, mp_aborter_main, sub) == 0;
+        started = pthread_create(&th, NULL, mp_aborter_main, &ab) == 0;
     }
     t0 = mp_now_ms();
     st = shoal_comm_split(sub, color, c->rank, &nc);
@@ -772,12 +784,15 @@ void mp_test_splitabort(const mp_ctx_t *c)
     if (lowfd >= 0) {
         setrlimit(RLIMIT_NOFILE, &rl0);
     }
+    if (c->rank == 1) {
+        (void)shoal_send(&over, 1, SHOAL_INT32, 0, c->comm, NULL); /* rank 0 aborts now */
+    }
     if (c->rank == 0) {
         if (started) {
             pthread_join(th, NULL);
         }
         mp_case(g, st == SHOAL_ERR_ABORTED && nc == NULL && ms < 5000, c->rank,
-                "the leader's split, its parent aborted after 300 ms: %s after %.0f ms, comm %p "
+                "the leader's split, its parent aborted as it waits: %s after %.0f ms, comm %p "
                 "(expected SHOAL_ERR_ABORTED within 5 s)", shoal_status_name(st), ms,
                 (void *)nc);
     } else if (c->rank == 1) {
