@@ -1285,6 +1285,8 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
 shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p)
 {
     if (comm == NULL || rank_p == NULL) {
+        shoal_error(CORE, "shoal_comm_rank: NULL %s", comm == NULL ? "communicator"
+                                                                   : "rank pointer");
         return SHOAL_ERR_INVALID_ARG;
     }
     *rank_p = comm->rank;
@@ -1294,6 +1296,8 @@ shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p)
 shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p)
 {
     if (comm == NULL || size_p == NULL) {
+        shoal_error(CORE, "shoal_comm_size: NULL %s", comm == NULL ? "communicator"
+                                                                   : "size pointer");
         return SHOAL_ERR_INVALID_ARG;
     }
     *size_p = comm->nranks;
@@ -1369,6 +1373,8 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *asy
     int r;
 
     if (comm == NULL || async_error == NULL) {
+        shoal_error(CORE, "shoal_comm_get_async_error: NULL %s",
+                    comm == NULL ? "communicator" : "status pointer");
         return SHOAL_ERR_INVALID_ARG;
     }
     if (shoal_comm_forked(comm)) { /* as every call there (shoal.h); it answered SHOAL_OK */

@@ -1328,6 +1328,24 @@ static shoal_status_t mp_inv_abort(void)
     return shoal_comm_abort(NULL);
 }
 
+static shoal_status_t mp_inv_rank(void)
+{
+    int r = 0;
+    return shoal_comm_rank(NULL, &r);
+}
+
+static shoal_status_t mp_inv_size(void)
+{
+    int n = 0;
+    return shoal_comm_size(NULL, &n);
+}
+
+static shoal_status_t mp_inv_async(void)
+{
+    shoal_status_t a = SHOAL_OK;
+    return shoal_comm_get_async_error(NULL, &a);
+}
+
 /* Each refusal of a bad argument has its line in the log: these returned
  * SHOAL_ERR_INVALID_ARG with nothing said (a rank off by one in shoal_comm_init, a NULL
  * communicator). */
@@ -1350,6 +1368,12 @@ static void mp_invalid_logged(const mp_ctx_t *c, int g)
                     "shoal_comm_destroy: NULL communicator");
     mp_invalid_said(c, g, "shoal_comm_abort NULL", mp_inv_abort,
                     "shoal_comm_abort: NULL communicator");
+    mp_invalid_said(c, g, "shoal_comm_rank NULL", mp_inv_rank,
+                    "shoal_comm_rank: NULL communicator");
+    mp_invalid_said(c, g, "shoal_comm_size NULL", mp_inv_size,
+                    "shoal_comm_size: NULL communicator");
+    mp_invalid_said(c, g, "shoal_comm_get_async_error NULL", mp_inv_async,
+                    "shoal_comm_get_async_error: NULL communicator");
 }
 
 void mp_test_invalid(const mp_ctx_t *c)
