@@ -28,7 +28,9 @@
  *  - a stranger's forged hello naming the peer, then silence, holds the socket no longer than
  *    the hello deadline once the rank needs it (it waited for the communicator timeout);
  *  - a peer that failed with one of its sockets established: the refusal of the next one
- *    names the rank its abort notice on the established socket blames. */
+ *    names the rank its abort notice on the established socket blames;
+ *  - a frame of another call (the ranks' calls do not match): the receiver's endpoint fails,
+ *    and the sender, waiting for the receiver's part, learns it at once. */
 #include "tests/tap.h"
 #include "transports/tcp/tcp.h"
 
@@ -449,6 +451,43 @@ static void test_gone_eager(void)
     tl->fini(c1);
     tap_ok(st == SHOAL_ERR_PEER_FAILED && dt < 1000, "eager: a peer whose listener is gone: %s "
            "after %.0f ms, not at the 5000 ms timeout", shoal_status_name(st), dt);
+}
+
+/* Rank 1 gets a frame of another call from rank 0 (SHOAL_ERR_PROTOCOL: the ranks' calls do
+ * not match) and its endpoint fails; rank 0, which waits for rank 1's part, learns at once. No
+ * abort notice goes on such an endpoint, and its sockets stayed open until destroy: rank 0
+ * waited for its timeout (or for a destroy that an application may not make). */
+static void test_mismatch_told(void)
+{
+    const uint32_t comm_id = 0x1a2c0051u;
+    uint8_t buf[64], rbuf[64], back[64];
+    side_t s[2];
+    side_t *sides[2] = {&s[0], &s[1]};
+
+    if (pair_up(s, comm_id, 8000) != 0) {
+        return;
+    }
+    memset(buf, 7, sizeof(buf));
+    shoal_tl_req_t sr = mkreq(comm_id, 5, buf, sizeof(buf));
+    shoal_tl_req_t rr = mkreq(comm_id, 6, rbuf, sizeof(rbuf)); /* another call's */
+    shoal_tl_req_t wr = mkreq(comm_id, 7, back, sizeof(back));
+    shoal_tl_req_t *first[] = {&sr, &rr};
+    shoal_tl_req_t *then[] = {&wr};
+    tl->isend(s[0].eps[1], &sr);
+    tl->irecv(s[1].eps[0], &rr);
+    int done = drive(sides, 2, first, 2, 4000);
+    tap_ok(done && sr.status == SHOAL_OK && rr.status == SHOAL_ERR_PROTOCOL,
+           "rank 1 refuses a frame of another call: %s (send %s)", shoal_status_name(rr.status),
+           shoal_status_name(sr.status));
+    double t0 = now_ms();
+    tl->irecv(s[0].eps[1], &wr);
+    done = drive(sides, 2, then, 1, 4000);
+    double dt = now_ms() - t0;
+    tap_ok(done && wr.status == SHOAL_ERR_PEER_FAILED && dt < 1000,
+           "rank 0, waiting for rank 1's part, learns it at once: %s after %.0f ms (not done "
+           "after 4000 ms before)", done ? shoal_status_name(wr.status) : "not done", dt);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
 }
 
 /* Rank 1 is alive and progresses, but its communicator failed: rank 0 learns at once. */
@@ -958,6 +997,7 @@ int main(void)
     test_unanswered();
     test_gone_eager();
     test_failed_peer();
+    test_mismatch_told();
     test_fail_connecting();
     test_fail_accepting();
     test_linger();

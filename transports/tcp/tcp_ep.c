@@ -78,6 +78,21 @@ int shoal_tcp_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit, const 
     return n;
 }
 
+/* A frame that fails the check (another call's, another count: SHOAL_ERR_PROTOCOL) fails the
+ * endpoint here, and the peer, which sent it and waits for our part, must learn it too. No
+ * abort notice can follow (a send of ours may have stopped in the middle of a message), so
+ * each socket is shut for writing: what we sent arrives, then the end of the stream, and the
+ * peer fails at once ("closed the connection"). It waited for its whole timeout, or for our
+ * destroy. The sockets stay open for reading until destroy, as every failed endpoint's. */
+static void shoal_tcp_ep_hang_up(shoal_ep_t *ep)
+{
+    for (int i = 0; i < ep->nsocks; i++) {
+        if (ep->fds[i] >= 0) {
+            (void)shutdown(ep->fds[i], SHUT_WR);
+        }
+    }
+}
+
 /* Detected here: log once with the peer, then fail the endpoint. */
 static int shoal_tcp_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit,
                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -248,6 +263,9 @@ static int shoal_tcp_ep_pull_hdr(shoal_ep_t *ep, shoal_tl_req_t *req, int *n_p)
     if (st != SHOAL_OK) {
         *n_p += shoal_tcp_ep_error(ep, st, shoal_wire_culprit(&got), "peer %d (%s): %s",
                                    ep->peer, ep->name, why);
+        if (st != SHOAL_ERR_PEER_FAILED && st != SHOAL_ERR_ABORTED) {
+            shoal_tcp_ep_hang_up(ep);
+        }
         return -1;
     }
     got_payload = ep->roff[0];
