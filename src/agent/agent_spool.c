@@ -242,6 +242,20 @@ shoal_status_t shoald_spool_save(shoald_t *a, const shoald_batch_t *first,
     return st;
 }
 
+/* A cursor of this agent's host: keyed by its host key, or the deletion of a cursor under the
+ * older key of a host name of more than 32 characters (its first 32: shoald_page_cursor), which
+ * the batch of such a page's next minute holds. */
+static int shoald_spool_key_ours(const shoald_t *a, const shoal_ledger_cursor_t *c)
+{
+    size_t n = strlen(a->host_key);
+
+    if (strncmp(c->key, a->host_key, n) == 0 && c->key[n] == ':')
+        return 1;
+    n = strnlen(a->hostname, 32);
+    return c->ncounters < 0 && strcmp(a->host_key, a->hostname) != 0 && n > 0 &&
+           strncmp(c->key, a->hostname, n) == 0 && c->key[n] == ':';
+}
+
 /* Checks the file's contents; 0, or -1 with the cause in why. */
 static int shoald_spool_parse(shoald_t *a, const char *buf, size_t len, shoald_batch_t **list_p,
                               unsigned *n_p, char *why, size_t whylen)
@@ -250,7 +264,6 @@ static int shoald_spool_parse(shoald_t *a, const char *buf, size_t len, shoald_b
     shoald_batch_t *list = NULL, **tail = &list, *b;
     uint8_t mac[SHOAL_HMAC_BYTES];
     size_t off = sizeof(h), end;
-    size_t hostlen = strlen(a->host_key);
     uint64_t i, k;
 
     if (len < sizeof(h) + sizeof(mac)) {
@@ -319,8 +332,7 @@ static int shoald_spool_parse(shoald_t *a, const char *buf, size_t len, shoald_b
         for (k = 0; k < b->ncurs; k++) {
             const shoal_ledger_cursor_t *c = &b->curs[k];
 
-            if (!shoal_ledger_cursor_ok(c) || strncmp(c->key, a->host_key, hostlen) != 0 ||
-                c->key[hostlen] != ':') {
+            if (!shoal_ledger_cursor_ok(c) || !shoald_spool_key_ours(a, c)) {
                 snprintf(why, whylen, "holds a cursor the ledger would refuse or of another "
                          "host (batch %llu)", (unsigned long long)i);
                 goto err;

@@ -814,6 +814,69 @@ static void test_shift_taken_only(void)
     minute_cleanup(dir, &cfg2, url0);
 }
 
+/* A host name of more than 32 characters (host key: 23 of them, '~' and a hash): a page that
+ * resumed from its cursor under the older key (the name's first 32 characters) deletes that
+ * cursor in the batch of its next minute. Spooled at a stop with the database down, that batch
+ * was refused whole at the next start ("a cursor of another host"), put aside and never
+ * billed: the minute was lost. */
+static void test_spool_legacy_key(void)
+{
+    static const char host[] = "gpu-node-0042.rack-17.zone-b.example.internal";
+    char dir[] = "/tmp/agent_unit.XXXXXX", url[160], text[256];
+    shoald_config_t cfg, cfg2;
+    shoal_ledger_record_t rec;
+    shoal_ledger_cursor_t curs[2];
+    shoald_batch_t b = {0};
+    shoald_t a0 = {0}, a = {0};
+    int saved;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(url, sizeof(url), "sqlite://%s/ledger.db", dir);
+    snprintf(text, sizeof(text), "state_dir=%s\nminute_seconds=2\n", dir);
+    conf_load(text, &cfg);
+    a0.cfg = &cfg;
+    snprintf(a0.hostname, sizeof(a0.hostname), "%s", host);
+    shoald_host_key(&a0);
+    memset(&rec, 0, sizeof(rec));
+    snprintf(rec.tenant, sizeof(rec.tenant), "acme");
+    snprintf(rec.job, sizeof(rec.job), "legacy");
+    snprintf(rec.qos_class, sizeof(rec.qos_class), "reserved");
+    snprintf(rec.host, sizeof(rec.host), "%s", a0.host_key);
+    rec.minute = 1000000000;
+    rec.gpu_seconds = 2.0;
+    rec.ops = 7;
+    memset(curs, 0, sizeof(curs));
+    snprintf(curs[0].key, sizeof(curs[0].key), "%s:4242:1:0:7", a0.host_key);
+    snprintf(curs[0].tenant, sizeof(curs[0].tenant), "acme");
+    snprintf(curs[0].job, sizeof(curs[0].job), "legacy");
+    curs[0].ncounters = 1;
+    curs[0].counters[0] = 7;
+    snprintf(curs[1].key, sizeof(curs[1].key), "%.32s:4242:1:0:7", host);
+    curs[1].ncounters = -1;
+    b.minute = rec.minute;
+    b.recs = &rec;
+    b.nrecs = 1;
+    b.curs = curs;
+    b.ncurs = 2;
+    saved = shoald_spool_save(&a0, &b, NULL) == SHOAL_OK;
+    conf_load(text, &cfg2);
+    a.cfg = &cfg2;
+    cfg2.ledger_url = url;
+    snprintf(a.hostname, sizeof(a.hostname), "%s", host);
+    shoald_host_key(&a);
+    shoald_minute_init(&a); /* loads the spool, writes it to the ledger */
+    tap_ok(saved && a.ledger != NULL && a.nspooled == 0 && a.ledger_records == 1,
+           "a spooled batch that deletes a cursor under its older key (host name of %zu "
+           "characters) is written at the next start (%llu records)", strlen(host),
+           (unsigned long long)a.ledger_records);
+    shoald_minute_fini(&a);
+    shoald_pages_free(&a);
+    cfg2.ledger_url = NULL;
+    shoald_config_free(&cfg2);
+    minute_cleanup(dir, &cfg, cfg.ledger_url);
+}
+
 /* The agent's rates page for a tenant whose name starts with '.' (the library's %t takes it):
  * none was made, so such a tenant ran unpaced while it took a share from the others. */
 static void test_qos_dot_tenant(void)
@@ -911,7 +974,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(63);
+    tap_plan(64);
     test_escape();
     test_names();
     test_config();
@@ -928,6 +991,7 @@ int main(void)
     test_slow_stop();
     test_stop_spool();
     test_shift_taken_only();
+    test_spool_legacy_key();
     test_qos_dot_tenant();
     test_qos_tc_many();
     return tap_done();
