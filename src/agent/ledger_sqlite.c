@@ -167,6 +167,13 @@ static shoal_status_t shoal_ledger_sqlite_connect(shoal_ledger_sqlite_t *be, int
     struct stat st;
     int rc;
 
+    /* SQLite open(2)s the path without O_NONBLOCK: a FIFO there (a mistyped path) blocked
+     * shoal-bill, or the agent's ledger thread, for ever, waiting for a writer */
+    if (stat(be->path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        shoal_error(METER, "ledger: %s is not a regular file (an SQLite database is one)",
+                    be->path);
+        return SHOAL_ERR_TRANSPORT;
+    }
     rc = sqlite3_open_v2(be->path, &be->db, flags, NULL);
     if (rc != SQLITE_OK) {
         status = shoal_ledger_sqlite_fail(be, rc, "open");

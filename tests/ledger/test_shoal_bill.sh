@@ -14,7 +14,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=49
+NTESTS=50
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -115,6 +115,10 @@ timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" --key-file "$T/key" ve
     >"$T/out" 2>"$T/err"
 is "$?:$(ls "$T" | grep -c typo)" "2:0" \
    "verify of a ledger that is not there: exit 2 (unreadable), and none is created"
+mkfifo "$T/fifo.db"
+timeout -s KILL 10 "$BILL" --ledger "sqlite://$T/fifo.db" usage >"$T/out" 2>"$T/err"
+is "$?:$(grep -c 'not a regular file' "$T/err")" "1:1" \
+   "a ledger path that is a FIFO: exit 1 at once, saying so (no wait for a writer)"
 
 # ---- verify ----------------------------------------------------------------------------------
 bill --key-file "$T/key" verify
