@@ -789,6 +789,18 @@ static int shoal_bill_parse(int argc, char **argv, shoal_bill_args_t *a)
     return 0;
 }
 
+/* The report reached stdout in full: one cut short (a full disk) exited 0, and a billing
+ * script took the truncated CSV for the whole month. ret: the command's exit code. */
+static int shoal_bill_output_check(int ret)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "shoal-bill: cannot write the report to stdout: %s\n",
+                strerror(errno));
+        return ret == 0 ? 1 : ret;
+    }
+    return ret;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option gopts[] = {
@@ -825,15 +837,18 @@ int main(int argc, char **argv)
     ret = shoal_bill_parse(argc - optind, argv + optind, &a);
     if (ret != 0)
         return ret == 3 ? 0 : ret;
-    if (strcmp(cmd, "usage") == 0)
-        return shoal_bill_cmd_usage(&a);
-    if (strcmp(cmd, "verify") == 0)
-        return shoal_bill_cmd_verify(&a);
-    if (strcmp(cmd, "plot") == 0)
-        return shoal_bill_cmd_plot(&a);
-    if (strcmp(cmd, "sla") == 0)
-        return shoal_bill_cmd_sla(&a);
-    fprintf(stderr, "shoal-bill: unknown command '%s'\n", cmd);
-    shoal_bill_usage(stderr);
-    return 2;
+    if (strcmp(cmd, "usage") == 0) {
+        ret = shoal_bill_cmd_usage(&a);
+    } else if (strcmp(cmd, "verify") == 0) {
+        ret = shoal_bill_cmd_verify(&a);
+    } else if (strcmp(cmd, "plot") == 0) {
+        ret = shoal_bill_cmd_plot(&a);
+    } else if (strcmp(cmd, "sla") == 0) {
+        ret = shoal_bill_cmd_sla(&a);
+    } else {
+        fprintf(stderr, "shoal-bill: unknown command '%s'\n", cmd);
+        shoal_bill_usage(stderr);
+        return 2;
+    }
+    return shoal_bill_output_check(ret);
 }

@@ -14,7 +14,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=50
+NTESTS=51
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -115,6 +115,12 @@ timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/typo.db" --key-file "$T/key" ve
     >"$T/out" 2>"$T/err"
 is "$?:$(ls "$T" | grep -c typo)" "2:0" \
    "verify of a ledger that is not there: exit 2 (unreadable), and none is created"
+r=""
+for c in "usage --csv" "sla --month 2026-12" "--key-file $T/key verify"; do
+    timeout -s KILL 60 "$BILL" --ledger "sqlite://$T/ledger.db" $c >/dev/full 2>"$T/err"
+    r="$r$?$(grep -c 'cannot write the report' "$T/err")"
+done
+is "$r" 111111 "a report that cannot be written (stdout on a full disk): exit 1, saying so"
 mkfifo "$T/fifo.db"
 timeout -s KILL 10 "$BILL" --ledger "sqlite://$T/fifo.db" usage >"$T/out" 2>"$T/err"
 is "$?:$(grep -c 'not a regular file' "$T/err")" "1:1" \
