@@ -95,26 +95,41 @@ static shoal_status_t shoal_ledger_sqlite_stmt(shoal_ledger_sqlite_t *be, shoal_
     return SHOAL_OK;
 }
 
-/* The stored schema version (0: none or not a number). */
-static int shoal_ledger_sqlite_version_get(shoal_ledger_sqlite_t *be)
+/* The stored schema version (0: none or not a number), or -1 when it cannot be read: logged,
+ * its status in *status_p. A reader that may not write the ledger's directory cannot open a
+ * WAL ledger whose -shm file is not there (the agent is stopped): that read "schema version
+ * 0, this shoal reads version 2", not why. */
+static int shoal_ledger_sqlite_version_get(shoal_ledger_sqlite_t *be, shoal_status_t *status_p)
 {
-    sqlite3_stmt *st;
-    int version = 0;
+    sqlite3_stmt *st = NULL;
+    int version = 0, rc;
 
     /* not kept: a migration changes the schema under a prepared statement */
-    if (sqlite3_prepare_v2(be->db, "SELECT value FROM ledger_meta WHERE name = 'schema_version'",
-                           -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    if (sqlite3_step(st) == SQLITE_ROW)
-        version = sqlite3_column_int(st, 0);
+    rc = sqlite3_prepare_v2(be->db, "SELECT value FROM ledger_meta WHERE name = 'schema_version'",
+                            -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            version = sqlite3_column_int(st, 0);
+    }
+    if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        *status_p = shoal_ledger_sqlite_fail(be, rc, "read of the schema version");
+        if (!be->writer && ((rc & 0xff) == SQLITE_READONLY || (rc & 0xff) == SQLITE_CANTOPEN))
+            shoal_error(METER, "ledger: a reader of %s needs its -shm file (the agent makes it "
+                        "while it runs) or a directory it may write", be->path);
+        version = -1;
+    }
     sqlite3_finalize(st);
     return version;
 }
 
 static shoal_status_t shoal_ledger_sqlite_version(shoal_ledger_sqlite_t *be)
 {
-    int version = shoal_ledger_sqlite_version_get(be);
+    shoal_status_t status = SHOAL_ERR_UNSUPPORTED;
+    int version = shoal_ledger_sqlite_version_get(be, &status);
 
+    if (version < 0)
+        return status;
     if (version == SHOAL_LEDGER_SCHEMA_VERSION)
         return SHOAL_OK;
     shoal_error(METER, "ledger: %s has schema version %d, this shoal reads version %d%s",
@@ -129,6 +144,7 @@ static shoal_status_t shoal_ledger_sqlite_version(shoal_ledger_sqlite_t *be)
 static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
 {
     shoal_status_t status;
+    int version;
 
     if (!be->writer)
         return shoal_ledger_sqlite_version(be);
@@ -138,7 +154,10 @@ static shoal_status_t shoal_ledger_sqlite_schema(shoal_ledger_sqlite_t *be)
         if (status != SHOAL_OK)
             goto err_rollback;
     }
-    if (shoal_ledger_sqlite_version_get(be) == 1) {
+    version = shoal_ledger_sqlite_version_get(be, &status);
+    if (version < 0)
+        goto err_rollback;
+    if (version == 1) {
         for (size_t i = 0; i < shoal_ledger_migrate_v1_nsql; i++) {
             status = shoal_ledger_sqlite_exec(be, shoal_ledger_migrate_v1_sql[i]);
             if (status != SHOAL_OK)

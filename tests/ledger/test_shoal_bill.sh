@@ -14,7 +14,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 export LC_ALL=C
 
-NTESTS=51
+NTESTS=52
 echo "1..$NTESTS"
 n=0
 ok() { # ok EXIT-STATUS DESCRIPTION
@@ -121,6 +121,16 @@ for c in "usage --csv" "sla --month 2026-12" "--key-file $T/key verify"; do
     r="$r$?$(grep -c 'cannot write the report' "$T/err")"
 done
 is "$r" 111111 "a report that cannot be written (stdout on a full disk): exit 1, saying so"
+# A reader that may not write the ledger's directory (billing staff, not the agent's user)
+# while the agent is stopped (no -shm file beside the WAL ledger): SQLite cannot open it, and
+# the error said "schema version 0, this shoal reads version 2", not why.
+RO=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_bill_ro.XXXXXX") && cp "$T/ledger.db" "$RO/" &&
+    chmod 644 "$RO/ledger.db" && chmod 555 "$RO"
+as_user timeout -s KILL 60 "$BILL" --ledger "sqlite://$RO/ledger.db" usage >"$T/out" 2>"$T/err"
+is "$?:$(grep -c 'schema version 0' "$T/err"):$(grep -c 'needs its -shm file' "$T/err")" \
+   "1:0:1" "a reader that cannot open the WAL ledger (no -shm, a directory it may not write) \
+is told why, not 'schema version 0'"
+chmod 755 "$RO" && rm -rf "$RO"
 mkfifo "$T/fifo.db"
 timeout -s KILL 10 "$BILL" --ledger "sqlite://$T/fifo.db" usage >"$T/out" 2>"$T/err"
 is "$?:$(grep -c 'not a regular file' "$T/err")" "1:1" \
