@@ -396,12 +396,29 @@ shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, siz
     return shoal_ledger_open_as(url, key, keylen, 0, ledger_p);
 }
 
+/* The length of "password=" or "sslpassword=" (the password of the client certificate's key,
+ * libpq 13+: it was logged as written) when a parameter of that name starts at p, at the URL's
+ * start or after '?', '&' or ' '; 0 otherwise. */
+static size_t shoal_ledger_url_secret_kw(const char *url, const char *p)
+{
+    static const char *const kws[] = {"password=", "sslpassword="};
+
+    if (p != url && strchr("?& ", p[-1]) == NULL)
+        return 0;
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(kws); i++) {
+        if (strncmp(p, kws[i], strlen(kws[i])) == 0)
+            return strlen(kws[i]);
+    }
+    return 0;
+}
+
 /* A libpq URL may carry the database password (user:PASSWORD@host, ?password=, or
- * password=VALUE in a key=value string); the agent logged the URL as it was, at each retry. */
+ * password=VALUE in a key=value string) and the client key's (sslpassword=); the agent logged
+ * the URL as it was, at each retry. */
 void shoal_ledger_url_redact(const char *url, char *buf, size_t len)
 {
     const char *auth = strstr(url, "://"), *end = NULL, *at = NULL, *colon = NULL, *p;
-    size_t n = 0;
+    size_t n = 0, kwlen;
 
     if (len == 0)
         return;
@@ -430,10 +447,10 @@ void shoal_ledger_url_redact(const char *url, char *buf, size_t len)
 
         if (colon != NULL && p == colon + 1) {
             skip = at;
-        } else if (strncmp(p, "password=", 9) == 0 && (p == url || strchr("?& ", p[-1]))) {
-            memcpy(buf + n, p, SHOAL_MIN((size_t)9, len - 1 - n));
-            n += SHOAL_MIN((size_t)9, len - 1 - n);
-            p += 9;
+        } else if ((kwlen = shoal_ledger_url_secret_kw(url, p)) > 0) {
+            memcpy(buf + n, p, SHOAL_MIN(kwlen, len - 1 - n));
+            n += SHOAL_MIN(kwlen, len - 1 - n);
+            p += kwlen;
             if (*p == '\'') { /* a quoted conninfo value, \' inside */
                 for (skip = p + 1; *skip != '\0' && *skip != '\''; skip++)
                     skip += skip[0] == '\\' && skip[1] != '\0';

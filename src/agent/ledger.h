@@ -75,7 +75,8 @@ shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, siz
                                         shoal_ledger_t **ledger_p);
 void shoal_ledger_close(shoal_ledger_t *ledger);
 /* url as a log line may show it: the password of a PostgreSQL URL (user:PASSWORD@ and any
- * password=VALUE, in the query or a key=value connection string) replaced by ***. */
+ * password=VALUE or sslpassword=VALUE, in the query or a key=value connection string)
+ * replaced by ***. */
 void shoal_ledger_url_redact(const char *url, char *buf, size_t len);
 /* A URL from the command line (--ledger), which every local user reads in /proc/PID/cmdline:
  * one with a password is copied (the copy is kept for the process's life and returned), the

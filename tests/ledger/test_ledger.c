@@ -955,6 +955,11 @@ static void test_url_redact(void)
         {"postgresql:///db?host=/run/pg&password=p", "postgresql:///db?host=/run/pg&password=***"},
         {"postgresql://shoal:Xq7/Zr9@127.0.0.1:5432/db",
          "postgresql://shoal:***@127.0.0.1:5432/db"},
+        /* the password of the client certificate's key (libpq 13+): logged as written */
+        {"postgresql://shoal@host/db?sslmode=verify-full&sslpassword=keypw",
+         "postgresql://shoal@host/db?sslmode=verify-full&sslpassword=***"},
+        {"postgresql://shoal@host/db?sslpassword=kp&password=pw",
+         "postgresql://shoal@host/db?sslpassword=***&password=***"},
     };
     shoal_ledger_t *l = NULL;
     char buf[256];
