@@ -299,6 +299,16 @@ static int shoal_ledger_url_slash_in_password(const char *url)
     return at != NULL && memchr(auth, '/', (size_t)(at - auth)) != NULL;
 }
 
+/* 1 when url starts as libpq's key=value form does ("host=db dbname=billing ..."): a keyword
+ * of lowercase letters and '_', then '=' (blanks around it allowed). */
+static int shoal_ledger_url_conninfo(const char *url)
+{
+    const char *p = url + strspn(url, " \t");
+    size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+
+    return n > 0 && p[n + strspn(p + n, " \t")] == '=';
+}
+
 static shoal_status_t shoal_ledger_backend(const char *url, const shoal_ledger_ops_t **ops_p,
                                            const char **arg_p)
 {
@@ -317,6 +327,14 @@ static shoal_status_t shoal_ledger_backend(const char *url, const shoal_ledger_o
         shoal_error(METER, "ledger: a PostgreSQL URL, but shoal was built without libpq");
         return SHOAL_ERR_UNSUPPORTED;
 #endif
+    }
+    if (shoal_ledger_url_conninfo(url)) {
+        /* taken for an SQLite file name, it was made in the working directory (the agent's:
+         * /) and billed into, or its open failed with the password in the log line */
+        shoal_error(METER, "ledger: a libpq key=value string is not taken (it is not logged: "
+                    "it may hold a password); write it as postgresql://USER@HOST:PORT/DB, or "
+                    "sqlite:PATH for a file of that name");
+        return SHOAL_ERR_INVALID_ARG;
     }
     if (strncmp(url, "sqlite:", 7) == 0) {
         url += 7;

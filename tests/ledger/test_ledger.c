@@ -976,6 +976,16 @@ static void test_url_redact(void)
            "a '/' in a PostgreSQL URL's password is refused, its pieces never logged");
     if (l != NULL)
         shoal_ledger_close(l);
+    l = NULL;
+    /* libpq's key=value form was taken for an SQLite file name: made in the working directory
+     * and billed into, or its open failed with the password in the log line */
+    tap_ok(shoal_ledger_open("host=/nonexistent-shoal dbname=billing password=Kv8s3cret",
+                             test_key, sizeof(test_key) - 1, &l) == SHOAL_ERR_INVALID_ARG &&
+               log_has("key=value") && !log_has("Kv8s3cret"),
+           "a libpq key=value string is refused, not taken for an SQLite path, its password "
+           "never logged");
+    if (l != NULL)
+        shoal_ledger_close(l);
 }
 
 static void test_log_lines(void)
