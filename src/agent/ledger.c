@@ -415,17 +415,24 @@ shoal_status_t shoal_ledger_open_reader(const char *url, const uint8_t *key, siz
 }
 
 /* The length of "password=" or "sslpassword=" (the password of the client certificate's key,
- * libpq 13+: it was logged as written) when a parameter of that name starts at p, at the URL's
- * start or after '?', '&' or ' '; 0 otherwise. */
+ * libpq 13+: it was logged as written), blanks around '=' included (libpq's key=value form
+ * allows them: "password = pw" was logged as written), when a parameter of that name starts
+ * at p, at the URL's start or after '?', '&' or ' '; 0 otherwise. */
 static size_t shoal_ledger_url_secret_kw(const char *url, const char *p)
 {
-    static const char *const kws[] = {"password=", "sslpassword="};
+    static const char *const kws[] = {"password", "sslpassword"};
 
     if (p != url && strchr("?& ", p[-1]) == NULL)
         return 0;
     for (size_t i = 0; i < SHOAL_ARRAY_SIZE(kws); i++) {
-        if (strncmp(p, kws[i], strlen(kws[i])) == 0)
-            return strlen(kws[i]);
+        size_t n = strlen(kws[i]);
+
+        if (strncmp(p, kws[i], n) != 0)
+            continue;
+        n += strspn(p + n, " \t");
+        if (p[n] != '=')
+            return 0;
+        return n + 1 + strspn(p + n + 1, " \t");
     }
     return 0;
 }

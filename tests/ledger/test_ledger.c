@@ -960,6 +960,9 @@ static void test_url_redact(void)
          "postgresql://shoal@host/db?sslmode=verify-full&sslpassword=***"},
         {"postgresql://shoal@host/db?sslpassword=kp&password=pw",
          "postgresql://shoal@host/db?sslpassword=***&password=***"},
+        /* libpq's key=value form allows blanks around '=' (refused by open, but logged) */
+        {"host=db password = pw dbname=billing", "host=db password = *** dbname=billing"},
+        {"host=db password= 'p w' user=x", "host=db password= *** user=x"},
     };
     shoal_ledger_t *l = NULL;
     char buf[256];
