@@ -1954,8 +1954,15 @@ c10::intrusive_ptr<c10d::Work> ShoalBackend::alltoall_base(at::Tensor &output, a
     check_same(input, output, "all_to_all_single");
     TORCH_CHECK_VALUE(input.dim() >= 1 && output.dim() >= 1,
                       "shoal backend: all_to_all_single takes tensors with a first dimension");
-    int64_t row = input.numel() / std::max<int64_t>(input.size(0), 1);
-    int64_t orow = output.numel() / std::max<int64_t>(output.size(0), 1);
+    // The elements of one row: the product of the other dimensions. It was numel / rows, 0 for a
+    // tensor of 0 rows: a rank that sent and received nothing (expert parallelism's rank that
+    // got no tokens) padded its blocks to 0 elements, the others to theirs, and they waited
+    // for it until the group's timeout.
+    auto row_of = [](const at::Tensor &t) {
+        return c10::multiply_integers(t.sizes().begin() + 1, t.sizes().end());
+    };
+    int64_t row = row_of(input);
+    int64_t orow = row_of(output);
     TORCH_CHECK_VALUE(input.size(0) == 0 || output.size(0) == 0 || row == orow,
                       "shoal backend: all_to_all_single: input and output rows differ (", row,
                       " vs ", orow, " elements)");

@@ -28,4 +28,5 @@ def all_cases():
     out += [case_name("future_wait_in_future_callback", None, n) for n in WORLD_SIZES]
     out += [case_name("future_marked_after_wait", None, n) for n in WORLD_SIZES]
     out += [case_name("completion_threads_few", None, n) for n in WORLD_SIZES]
+    out += [case_name("all_to_all_single_empty_ranks", None, n) for n in WORLD_SIZES]
     return out

@@ -361,6 +361,29 @@ def completion_threads_few():
     return "ok" if grown <= 4 else "%d threads more after 2000 works with callbacks" % grown
 
 
+def all_to_all_single_empty_ranks(gloo):
+    """all_to_all_single with splits where the odd ranks send and receive nothing (their
+    tensors have 0 rows of 3) and the even ranks exchange 2 rows with each other, as expert
+    parallelism does with a rank that got no tokens: an empty rank took its rows to be 0
+    elements wide (the width came from numel / rows), so its padded shoal_alltoall moved 0
+    elements while the others waited for it (until the group's timeout). Here on a group of
+    its own with a 10 s timeout, so that such a wait fails this case alone."""
+    sub = dist.new_group(backend="shoal", timeout=timedelta(seconds=10))
+    busy = [r for r in range(N) if r % 2 == 0]
+    splits = [2 if R in busy and d in busy else 0 for d in range(N)]
+    t = torch.arange(sum(splits) * 3, dtype=torch.float32).view(-1, 3) + 100 * R
+    out = torch.full((sum(splits), 3), -1.0)
+    want = torch.full_like(out, -1.0)
+    dist.all_to_all_single(want, t, splits, splits, group=gloo)  # first: every rank gets here
+    try:
+        dist.all_to_all_single(out, t, splits, splits, group=sub)
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    finally:
+        dist.destroy_process_group(sub)
+    return "ok" if same(out, want) else "got %s want %s" % (out.tolist(), want.tolist())
+
+
 def _ran_now(fn):
     """Runs a Gloo call now (a collective every rank enters, whatever shoal's verdict) and
     returns what check() calls in its place: None, or the raise of what Gloo raised (a dtype
@@ -410,6 +433,8 @@ def main():
         future_wait_in_future_callback()
     res[case_name("future_marked_after_wait", None, N)] = future_marked_after_wait()
     res[case_name("completion_threads_few", None, N)] = completion_threads_few()
+    res[case_name("all_to_all_single_empty_ranks", None, N)] = \
+        all_to_all_single_empty_ranks(gloo)
     verdicts = [None] * N
     dist.all_gather_object(verdicts, res, group=gloo)
     merged = {}
