@@ -223,6 +223,15 @@ const char *op_name(const char *title)
     return strncmp(title, "shoal:", 6) == 0 ? title + 6 : title;
 }
 
+// The deadline of a wait of timeout from now. steady_clock counts nanoseconds in 64 bits: a
+// timeout beyond about 292 years (timedelta(days=200000), as "no limit") overflowed into the
+// past, and the wait raised at once that it had timed out. 100 years is the most it waits.
+std::chrono::steady_clock::time_point wait_deadline(std::chrono::milliseconds timeout)
+{
+    constexpr std::chrono::milliseconds kLongest = std::chrono::hours(24 * 365 * 100);
+    return std::chrono::steady_clock::now() + std::min(timeout, kLongest);
+}
+
 // The exception a failed shoal call becomes: torch.distributed.DistBackendError (a
 // RuntimeError) with shoal's status and its sentence.
 std::exception_ptr make_error(const std::string &msg)
@@ -401,7 +410,7 @@ class ShoalWork : public c10d::Work {
         constexpr auto kPoll = std::chrono::milliseconds(5);
         // How long a failed communicator's worker has to say how its call ended.
         constexpr auto kWorkerGrace = std::chrono::milliseconds(500);
-        auto deadline = std::chrono::steady_clock::now() + timeout;
+        auto deadline = wait_deadline(timeout);
         if (batched_.load(std::memory_order_acquire)) {
             // It runs when its batch ends (endCoalescing), which a wait inside the batch (a
             // blocking call in torch's coalescing manager) never reaches: it waited for ever.
@@ -630,7 +639,7 @@ class ShoalCudaWork : public c10d::Work {
     {
         synchronize();
         if (timeout != ::kNoTimeout) {
-            auto deadline = std::chrono::steady_clock::now() + timeout;
+            auto deadline = wait_deadline(timeout);
             while (!isCompleted()) {
                 std::string why;
                 if (comm_->failed(&why)) { // a dead peer: now, not at the deadline

@@ -63,6 +63,22 @@ def all_reduce_works():
     return "ok" if u.tolist() == [3.0] * 4 else "got %s" % u.tolist()
 
 
+def wait_long_timeout():
+    """A wait with a timeout of 200000 days (beyond the 292 years steady_clock holds in
+    nanoseconds) for an all_reduce that rank 1 joins 0.3 s late: the deadline overflowed into
+    the past, and rank 0's wait raised at once "did not complete within the wait's timeout"."""
+    t = torch.ones(2)
+    if R == 1:
+        time.sleep(0.3)
+    w = dist.all_reduce(t, async_op=True)
+    try:
+        w.wait(timeout=timedelta(days=200000))
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        w.wait()
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    return "ok" if t.tolist() == [2.0, 2.0] else "got %s" % t.tolist()
+
+
 def batch_refused(res, pg):
     """batch_isend_irecv whose second operation the backend refuses (a non-contiguous
     tensor): torch's coalescing manager never ends that batch. The batch left open took
@@ -501,6 +517,7 @@ def main():
         batch_refused(res, pg)
         batch_torch_raised(res)
         res["wait_inside_batch"] = wait_inside_batch()
+        res["wait_long_timeout"] = wait_long_timeout()
         shutdown_pending(res, gloo)
         destroy_releases_comm(res)
         forked_child(res)
