@@ -243,6 +243,20 @@ static shoal_algo_t shoal_coll_pick(const shoal_coll_shape_t *s, struct shoal_co
             best_cost = c;
         }
     }
+    /* One host, an AllReduce: the shared-memory path at every size, whatever the model says
+     * of the channels (SHOAL_ALGO may name another). It does strictly less than an algorithm
+     * over channel messages, which go through the same memory with headers and a copy more;
+     * the model compares its estimates with the link costs measured at init, which on a
+     * loaded host came out below them (8 bytes on 2 ranks: rd 0.3 us, shm 0.4 us). Ranks
+     * with counts that differ then took rd, or one rd and one shm (a crossover between their
+     * sizes), and failed the communicator with a protocol error, where this path refuses the
+     * call on every rank and the communicator lives on (README; run_shmcopy.sh's and
+     * test_errors.py's mismatch cases failed on a loaded host). */
+    if (type == SHOAL_COLL_ALLREDUCE && forced == SHOAL_ALGO_AUTO && best != SHOAL_ALGO_SHM &&
+        shoal_coll_cost_shm_ar(s, bytes) >= 0) {
+        best = SHOAL_ALGO_SHM;
+        best_cost = shoal_coll_cost_shm_ar(s, bytes);
+    }
     if (cost_p != NULL) {
         *cost_p = best_cost;
     }
