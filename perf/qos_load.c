@@ -6,7 +6,7 @@
  *   qos job=<SHOAL_TENANT> rank=<r> t=<unix ms> sent=<bytes_sent> paced_ns=<ns> rate=<B/s>
  *       net=<bytes_sent_other_host>
  * and at the end the same with end=<unix ms> instead of t=, and "qos job=... rank=... done iters=<n> status=<name>".
- * usage: qos_load [-s seconds] [-b bytes] [-p period_ms] [-t transport]
+ * usage: qos_load [-s seconds] [-b bytes, K/M/G] [-p period_ms] [-t transport]
  *
  * qos_load -L N: latency instead: AllReduce of 8 B, 64 B, 512 B, 4 KiB and 32 KiB, N timed
  * calls each (after N/10 untimed), every call timed on every rank; rank 0 prints, per size,
@@ -173,7 +173,7 @@ int main(int argc, char **argv)
         case 's': seconds = atof(optarg); break;
         case 'b':
             if (perf_arg_size(optarg, &bytes) != 0 || bytes < 4) {
-                fprintf(stderr, "qos_load: -b %s: a byte count of at least 4 expected\n",
+                fprintf(stderr, "qos_load: -b %s: a byte count of at least 4 expected (K, M, G: 1024s)\n",
                         optarg);
                 return 2;
             }

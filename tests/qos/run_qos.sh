@@ -88,13 +88,14 @@ run_cap() { # run_cap TRANSPORT
 run_cap shm
 run_cap tcp
 
-# qos_load -b takes bytes and nothing else: "4m" was 4 bytes (one float per AllReduce)
-"$builddir/qos_load" -b 4m -s 1 >"${TMPDIR:-/tmp}/run_qos.$$" 2>&1
+# qos_load -b takes a size, all of it (perf/perf_args.h: "4m" is 4 MiB): "4mx" was 4 bytes
+# (one float per AllReduce), strtoull stopping at the m
+"$builddir/qos_load" -b 4mx -s 1 >"${TMPDIR:-/tmp}/run_qos.$$" 2>&1
 rc=$?
 if [ "$rc" -eq 2 ] && grep -q 'a byte count' "${TMPDIR:-/tmp}/run_qos.$$"; then
-    tap OK "qos_load -b 4m: refused (rc 2), not run as 4 bytes"
+    tap OK "qos_load -b 4mx: refused (rc 2), not run as 4 bytes"
 else
-    tap FAIL "qos_load -b 4m: rc $rc: $(head -n 2 "${TMPDIR:-/tmp}/run_qos.$$")"
+    tap FAIL "qos_load -b 4mx: rc $rc: $(head -n 2 "${TMPDIR:-/tmp}/run_qos.$$")"
 fi
 rm -f "${TMPDIR:-/tmp}/run_qos.$$"
 
