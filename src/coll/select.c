@@ -578,6 +578,38 @@ typedef struct {
     uint64_t check_args; /* the exchange before every call: on all ranks or none */
 } shoal_coll_agreed_t;
 
+/* Before a failure that every rank decides alone from the agreement (rank 0's unknown
+ * algorithm), every rank waits until all have it: acknowledgements up the agreement's
+ * binomial tree to rank 0, then rank 0's release down it. A rank that failed at once sent
+ * its peers its failure notice (shoal_comm_set_failed), and a peer that had not taken the
+ * agreement yet failed with SHOAL_ERR_PEER_FAILED instead of SHOAL_ERR_INVALID_ARG (the CI's
+ * ucx n=8 lazy run: rank 4, the last that rank 0 sends to). Whatever fails here, the caller
+ * fails the same way, so errors are only logged. */
+static void shoal_coll_agree_settle(struct shoal_comm *comm, uint32_t seq)
+{
+    int n = comm->nranks, r = comm->rank, top = 1;
+    shoal_status_t st = SHOAL_OK;
+    uint8_t b = 1;
+
+    while (top < n) {
+        top *= 2;
+    }
+    for (int m = top / 2; m >= 1 && st == SHOAL_OK; m /= 2) { /* the tree's rounds reversed */
+        if (r < m && r + m < n) {
+            st = shoal_chan_sendrecv(comm, -1, NULL, r + m, &b, 1, seq, SHOAL_COLL_AGREE_STEP + 1);
+        } else if (r >= m && r < 2 * m) {
+            st = shoal_chan_sendrecv(comm, r - m, &b, -1, NULL, 1, seq, SHOAL_COLL_AGREE_STEP + 1);
+        }
+    }
+    if (st == SHOAL_OK) {
+        st = shoal_chan_bcast_small(comm, &b, 1, seq, SHOAL_COLL_AGREE_STEP + 2);
+    }
+    if (st != SHOAL_OK) {
+        shoal_info(COLL, "rank %d: the agreement's settling round: %s", r,
+                    shoal_status_name(st));
+    }
+}
+
 /* Every rank takes rank 0's forced algorithm and the settings of shoal_coll_state_t that
  * decide what a call puts on the wire, down a binomial tree from rank 0 (as src/tune's
  * agreement): set on one rank only (its environment or conf file), they made ranks cut the
@@ -593,6 +625,7 @@ static shoal_status_t shoal_coll_agree(struct shoal_comm *comm, shoal_coll_agree
 
     SHOAL_CHECK(shoal_chan_bcast_small(comm, g, sizeof(*g), seq, SHOAL_COLL_AGREE_STEP));
     if (g->algo == SHOAL_COLL_ALGO_UNKNOWN) {
+        shoal_coll_agree_settle(comm, seq);
         return shoal_comm_set_failed(comm, SHOAL_ERR_INVALID_ARG, 0, "rank 0's "
                                      "shoal_config_t.algorithm names no algorithm (its log says "
                                      "which): every rank's init fails");
