@@ -232,6 +232,15 @@ std::chrono::steady_clock::time_point wait_deadline(std::chrono::milliseconds ti
     return std::chrono::steady_clock::now() + std::min(timeout, kLongest);
 }
 
+// A wait's timeout as the waits read it: a negative one is no limit. torch turns a Python
+// timedelta into milliseconds through microseconds, which overflow past about 292000 years:
+// wait(timeout=timedelta.max), as "no limit", arrived negative and raised at once that the
+// call had not completed within its timeout.
+std::chrono::milliseconds wait_timeout(std::chrono::milliseconds timeout)
+{
+    return timeout.count() < 0 ? ::kNoTimeout : timeout;
+}
+
 // The exception a failed shoal call becomes: torch.distributed.DistBackendError (a
 // RuntimeError) with shoal's status and its sentence.
 std::exception_ptr make_error(const std::string &msg)
@@ -410,6 +419,7 @@ class ShoalWork : public c10d::Work {
         constexpr auto kPoll = std::chrono::milliseconds(5);
         // How long a failed communicator's worker has to say how its call ended.
         constexpr auto kWorkerGrace = std::chrono::milliseconds(500);
+        timeout = wait_timeout(timeout);
         auto deadline = wait_deadline(timeout);
         if (batched_.load(std::memory_order_acquire)) {
             // It runs when its batch ends (endCoalescing), which a wait inside the batch (a
@@ -638,6 +648,7 @@ class ShoalCudaWork : public c10d::Work {
     bool wait(std::chrono::milliseconds timeout) override
     {
         synchronize();
+        timeout = wait_timeout(timeout);
         if (timeout != ::kNoTimeout) {
             auto deadline = wait_deadline(timeout);
             while (!isCompleted()) {
@@ -745,6 +756,7 @@ class ShoalMixedWork : public c10d::Work {
     bool wait(std::chrono::milliseconds timeout) override
     {
         auto start = std::chrono::steady_clock::now();
+        timeout = wait_timeout(timeout);
         cuda_->wait(timeout);
         if (timeout != ::kNoTimeout) {
             auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(

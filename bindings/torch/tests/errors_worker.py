@@ -79,6 +79,23 @@ def wait_long_timeout():
     return "ok" if t.tolist() == [2.0, 2.0] else "got %s" % t.tolist()
 
 
+def wait_max_timeout():
+    """A wait with timeout=timedelta.max (as "no limit") for an all_reduce that rank 1 joins
+    0.3 s late: torch's conversion to milliseconds overflows (its microseconds do), the count
+    arrived negative, and rank 0's wait raised at once "did not complete within the wait's
+    timeout of -... ms"."""
+    t = torch.ones(2)
+    if R == 1:
+        time.sleep(0.3)
+    w = dist.all_reduce(t, async_op=True)
+    try:
+        w.wait(timeout=timedelta.max)
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        w.wait()
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    return "ok" if t.tolist() == [2.0, 2.0] else "got %s" % t.tolist()
+
+
 def batch_refused(res, pg):
     """batch_isend_irecv whose second operation the backend refuses (a non-contiguous
     tensor): torch's coalescing manager never ends that batch. The batch left open took
@@ -518,6 +535,7 @@ def main():
         batch_torch_raised(res)
         res["wait_inside_batch"] = wait_inside_batch()
         res["wait_long_timeout"] = wait_long_timeout()
+        res["wait_max_timeout"] = wait_max_timeout()
         shutdown_pending(res, gloo)
         destroy_releases_comm(res)
         forked_child(res)

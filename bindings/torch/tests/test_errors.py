@@ -12,7 +12,7 @@ CASES = ["bitwise_BAND", "bitwise_BOR", "bitwise_BXOR", "premul_sum", "complex_s
          "broadcast_after_refused_batch", "batch_after_refused_batch", "batch_torch_raised",
          "broadcast_after_torch_raised", "all_reduce_after_torch_raised",
          "batch_after_torch_raised", "wait_inside_batch", "wait_long_timeout",
-         "shutdown_pending",
+         "wait_max_timeout", "shutdown_pending",
          "call_after_shutdown", "destroy_releases_comm", "destroyed_works_answer",
          "forked_child", "future_before_fork", "usable_after_fork",
          "callback_drops_backend", "call_racing_shutdown"]
