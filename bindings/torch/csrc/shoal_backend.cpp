@@ -146,8 +146,12 @@ Moved moved_dtype(const at::Tensor &t)
 
 // Every tensor handed to shoal: dense, contiguous, on the CPU (or a CUDA device in a CUDA
 // build); of a dtype shoal has when it is reduced (reduce: false for data movement, which
-// takes any dtype as bytes, moved_dtype).
-void check_tensor(const at::Tensor &t, const char *what, bool reduce = true)
+// takes any dtype as bytes, moved_dtype). Element-wise calls (all_reduce, reduce, broadcast,
+// send, recv: any_format) also take a tensor dense in its own memory format (channels_last),
+// as NCCL and Gloo do: its elements lie in one block, in the same order on every rank that
+// uses that format.
+void check_tensor(const at::Tensor &t, const char *what, bool reduce = true,
+                  bool any_format = false)
 {
     TORCH_CHECK_VALUE(t.defined(), "shoal backend: ", what, " is undefined");
     if (t.layout() != at::kStrided) {
@@ -169,18 +173,20 @@ void check_tensor(const at::Tensor &t, const char *what, bool reduce = true)
     if (reduce && t.scalar_type() == at::kBool) {
         unsupported(std::string(what) + ": bool tensors are not supported in reductions");
     }
-    TORCH_CHECK_VALUE(t.is_contiguous(), "shoal backend: ", what,
-                      " is not contiguous; call .contiguous() first");
+    TORCH_CHECK_VALUE(t.is_contiguous() ||
+                          (any_format && t.is_contiguous(t.suggest_memory_format())),
+                      "shoal backend: ", what, " is not contiguous; call .contiguous() first");
     if (reduce) {
         (void)to_shoal_dtype(t);
     }
 }
 
-void check_single(const std::vector<at::Tensor> &ts, const char *what, bool reduce = true)
+void check_single(const std::vector<at::Tensor> &ts, const char *what, bool reduce = true,
+                  bool any_format = false)
 {
     TORCH_CHECK_VALUE(ts.size() == 1, "shoal backend: ", what,
                       " takes exactly one tensor per call (got ", ts.size(), ")");
-    check_tensor(ts[0], what, reduce);
+    check_tensor(ts[0], what, reduce, any_format);
 }
 
 void check_same(const at::Tensor &a, const at::Tensor &b, const char *what)
@@ -902,7 +908,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                              const c10d::BroadcastOptions &opts) override
     {
-        check_single(tensors, "broadcast tensor", false);
+        check_single(tensors, "broadcast tensor", false, true);
         check_root(opts.rootRank);
         at::Tensor t = tensors[0];
         int root = static_cast<int>(opts.rootRank);
@@ -917,7 +923,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
                                              const c10d::AllreduceOptions &opts) override
     {
-        check_single(tensors, "all_reduce tensor");
+        check_single(tensors, "all_reduce tensor", true, true);
         at::Tensor t = tensors[0];
         shoal_op_t op = to_shoal_op(opts.reduceOp);
         return enqueue(c10d::OpType::ALLREDUCE, "shoal:all_reduce", {t},
@@ -953,7 +959,7 @@ class ShoalBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
                                           const c10d::ReduceOptions &opts) override
     {
-        check_single(tensors, "reduce tensor");
+        check_single(tensors, "reduce tensor", true, true);
         check_root(opts.rootRank);
         at::Tensor t = tensors[0];
         shoal_op_t op = to_shoal_op(opts.reduceOp);
@@ -1232,7 +1238,7 @@ class ShoalBackend : public c10d::Backend {
                                         int /*tag*/) override
     {
         BatchGuard batch_guard(this);
-        check_single(tensors, "send tensor", false);
+        check_single(tensors, "send tensor", false, true);
         check_peer(dst, "send");
         at::Tensor t = tensors[0];
         return enqueue(c10d::OpType::SEND, "shoal:send", {t},
@@ -1246,7 +1252,7 @@ class ShoalBackend : public c10d::Backend {
                                         int /*tag*/) override
     {
         BatchGuard batch_guard(this);
-        check_single(tensors, "recv tensor", false);
+        check_single(tensors, "recv tensor", false, true);
         check_peer(src, "recv");
         at::Tensor t = tensors[0];
         return enqueue(c10d::OpType::RECV, "shoal:recv", {t},

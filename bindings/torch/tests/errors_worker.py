@@ -79,6 +79,36 @@ def wait_long_timeout():
     return "ok" if t.tolist() == [2.0, 2.0] else "got %s" % t.tolist()
 
 
+def channels_last():
+    """Tensors in torch.channels_last (dense in their memory format, as NCCL and Gloo take
+    them) in the element-wise calls: all_reduce, reduce, broadcast, send and recv. They were
+    refused as "not contiguous"."""
+    def nchw(k):
+        return (torch.arange(16, dtype=torch.float32).reshape(2, 2, 2, 2) * k).to(
+            memory_format=torch.channels_last)
+    peer = 1 - R
+    try:
+        a = nchw(R + 1)
+        dist.all_reduce(a)
+        b = nchw(R + 1)
+        dist.reduce(b, dst=0)
+        c = nchw(R + 1)
+        dist.broadcast(c, src=1)
+        d = nchw(R + 1) if R == 0 else nchw(0)
+        if R == 0:
+            dist.send(d, dst=peer)
+        else:
+            dist.recv(d, src=peer)
+    except Exception as e:  # noqa: BLE001 - the error is the verdict
+        return "raised %s: %s" % (type(e).__name__, str(e)[:300])
+    want = {"all_reduce": (a, nchw(3)), "reduce": (b, nchw(3) if R == 0 else nchw(R + 1)),
+            "broadcast": (c, nchw(2)), "send/recv": (d, nchw(1))}
+    for name, (got, exp) in want.items():
+        if not got.is_contiguous(memory_format=torch.channels_last) or not torch.equal(got, exp):
+            return "%s gave %s" % (name, got.tolist())
+    return "ok"
+
+
 def wait_max_timeout():
     """A wait with timeout=timedelta.max (as "no limit") for an all_reduce that rank 1 joins
     0.3 s late: torch's conversion to milliseconds overflows (its microseconds do), the count
@@ -486,6 +516,11 @@ def main():
                          lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)))
     res["non_contiguous"] = expect(ValueError, ["not contiguous"],
                                    lambda: dist.all_reduce(torch.ones(4, 4).t()))
+    res["channels_last"] = channels_last()
+    res["channels_last_all_gather"] = expect(
+        ValueError, ["not contiguous", "all_gather"],
+        lambda: dist.all_gather([torch.empty(1, 2, 2, 2) for _ in range(2)],
+                                torch.ones(1, 2, 2, 2).to(memory_format=torch.channels_last)))
     res["gather_into_wrong_size"] = expect(
         ValueError, ["all_gather_into_tensor", "expected"],
         lambda: dist.all_gather_into_tensor(torch.empty(3), torch.ones(2)))

@@ -6,7 +6,8 @@ import pytest
 from harness import launch, results_json
 
 CASES = ["bitwise_BAND", "bitwise_BOR", "bitwise_BXOR", "premul_sum", "complex_sum_via_torch",
-         "complex", "bool", "non_contiguous", "gather_into_wrong_size", "recv_anysource",
+         "complex", "bool", "non_contiguous", "channels_last",
+         "channels_last_all_gather", "gather_into_wrong_size", "recv_anysource",
          "usable_after_refusals", "alltoall_split_mismatch", "usable_after_mismatch",
          "count_mismatch", "usable_after_count_mismatch", "batch_refused",
          "broadcast_after_refused_batch", "batch_after_refused_batch", "batch_torch_raised",
