@@ -1316,6 +1316,77 @@ static void test_sweep_fork(void)
     shoal_shm_config.dir = saved;
 }
 
+/* A process that leaves by exit() without finalizing its contexts (a program that returns
+ * from main without shoal_comm_destroy, a Python script that ends on an exception): a lazy
+ * context keeps its segment's name until every local peer mapped it, and an eager one until
+ * ready(). Before the fix, both names stayed in /dev/shm after the exit, each with its
+ * fallocated pages (8 MiB of shared area by default), until a later shm init of the same user
+ * swept them once they were a minute old; now an exit handler removes them. */
+static void test_exit_unlink(void)
+{
+    int pfd[2] = {-1, -1};
+    char names[3][SHOAL_SHM_NAME_MAX];
+    memset(names, 0, sizeof(names));
+    pid_t pid = pipe(pfd) == 0 ? fork() : -1;
+    if (pid == 0) {
+        alarm(30);
+        close(pfd[0]);
+        shoal_tl_ctx_t *ctx[3] = {NULL, NULL, NULL};
+        shoal_shm_addr_t a[2];
+        size_t alen[2];
+        for (int r = 0; r < 3; r++) {
+            shoal_tl_params_t params = {.rank = r % 2, .nranks = 2, .local_rank = r % 2,
+                                        .local_size = 2, .comm_id = 0x5eed0005u + (r == 2),
+                                        .secret = secret, .timeout_ms = 1000,
+                                        .abort_flag = &no_abort, .lazy = r < 2};
+            if (tl->init(&params, &ctx[r]) != SHOAL_OK) {
+                _exit(1);
+            }
+            memcpy(names[r], ctx[r]->name, sizeof(names[r]));
+            if (r < 2) {
+                tl->address(ctx[r], &a[r], &alen[r]);
+            }
+        }
+        /* two lazy contexts connected to each other, ready, never used; an eager one that
+         * never got to ready() */
+        for (int r = 0; r < 2; r++) {
+            int peer = 1 - r;
+            const void *addrs[1] = {&a[peer]};
+            shoal_ep_t *eps[1];
+            if (tl->connect_all(ctx[r], &peer, 1, addrs, &alen[peer], eps) != SHOAL_OK ||
+                tl->ready(ctx[r]) != SHOAL_OK) {
+                _exit(1);
+            }
+        }
+        if (write(pfd[1], names, sizeof(names)) != (ssize_t)sizeof(names)) {
+            _exit(1);
+        }
+        exit(0); /* no fini */
+    }
+    if (pfd[1] >= 0) {
+        close(pfd[1]);
+    }
+    int got = pid > 0 && read(pfd[0], names, sizeof(names)) == (ssize_t)sizeof(names);
+    if (pfd[0] >= 0) {
+        close(pfd[0]);
+    }
+    int ws = 0;
+    if (pid > 0) {
+        waitpid(pid, &ws, 0);
+    }
+    got &= WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    for (int r = 0; r < 3; r++) {
+        char path[192];
+        snprintf(path, sizeof(path), "/dev/shm%s", names[r]);
+        int left = got && names[r][0] == '/' && access(path, F_OK) == 0;
+        tap_ok(got && !left, "a %s context's segment is removed when its process exits without "
+               "fini (%s)", r < 2 ? "lazy" : "not ready", left ? "left behind" : "gone");
+        if (left) {
+            unlink(path);
+        }
+    }
+}
+
 /* A umask without the owner's write bit (0277) made the segment 0400: init opened it again
  * for its lock before setting its mode, which failed for anyone but root ("opening segment
  * ... again failed: Permission denied"). Run as user nobody where we are root. */
@@ -1405,6 +1476,7 @@ int main(void)
     test_umask();
     test_sweep();
     test_sweep_fork();
+    test_exit_unlink();
     const case_t cases[] = {
         {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
          .killed_rank = -1},

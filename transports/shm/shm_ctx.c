@@ -136,12 +136,32 @@ static void shoal_shm_fork_child(void)
     pthread_mutex_unlock(&shoal_shm_fork_mutex);
 }
 
+/* A process that leaves by exit() without finalizing its contexts (main returns without
+ * shoal_comm_destroy, a script ends on an exception) left the names it still had in the
+ * directory: a lazy context's until every local peer mapped it, any context's before ready().
+ * Each held its pages (the shared area is reserved at init) until a later init of the same
+ * user swept it, a minute old at least. The contexts with a lock_fd are the ones whose name
+ * may exist: their names go here (a name already gone answers ENOENT). A forked child's list
+ * is empty (shoal_shm_fork_child): its exit removes nothing of its parent's. */
+static void shoal_shm_exit(void)
+{
+    pthread_mutex_lock(&shoal_shm_fork_mutex);
+    for (shoal_tl_ctx_t *c = shoal_shm_fork_list; c != NULL; c = c->fork_next) {
+        (void)shoal_shm_seg_unlink(c->name);
+    }
+    pthread_mutex_unlock(&shoal_shm_fork_mutex);
+}
+
 static void shoal_shm_fork_init(void)
 {
     if (pthread_atfork(shoal_shm_fork_prepare, shoal_shm_fork_parent, shoal_shm_fork_child) !=
         0) {
         shoal_warn(SHM, "pthread_atfork failed: a process forked from this one would keep "
                    "its segments' locks");
+    }
+    if (atexit(shoal_shm_exit) != 0) {
+        shoal_warn(SHM, "atexit failed: an exit without shoal_comm_destroy would leave "
+                   "segments in %s", shoal_shm_dir());
     }
 }
 
