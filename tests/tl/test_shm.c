@@ -4,7 +4,8 @@
  * message waking a sleeping owner (the ring of a sleeper only),
  * peer death by SIGKILL, a live peer whose main thread left (a zombie in /proc), fail()
  * propagation, corrupted ring contents, a lazy peer that finalized before the receiver's
- * first use of the endpoint, and a peer in another pid namespace (busy, and idle and lazy).
+ * first use of the endpoint, a peer in another pid namespace (busy, and idle and lazy), and a
+ * shoal_mem_alloc buffer freed in a process forked from its owner.
  *
  * Each case forks its ranks; children record their checks in a MAP_SHARED table which the
  * parent prints as TAP once they are gone. Every child runs under alarm(), and the parent
@@ -45,6 +46,7 @@ typedef struct {
     size_t addr_len[MAXR];
     uint8_t addr[MAXR][SHOAL_TL_ADDR_MAX];
     uint64_t stamp[MAXR];
+    shoal_tl_mem_t mem;       /* case mem_fork: rank 0's shoal_mem_alloc buffer */
     int nchecks[MAXR];
     check_t checks[MAXR][MAXCHECKS];
 } shared_t;
@@ -720,6 +722,49 @@ static void case_lazy_gone(env_t *e)
         if (sh->variant == 4 ? rmdir(path) : unlink(path)) {
             check(0, "removing the squatter's %s failed: %s", path, strerror(errno));
         }
+    }
+}
+
+/* Rank 0 allocates a shoal_mem_alloc buffer and forks a process (a data loader's worker)
+ * that frees its copy of it (an inherited object's destructor); rank 1 then maps rank 0's
+ * buffer, which rank 0 never freed. (Before the fix, the child's free cleared the magic in
+ * the shared header page, as the owner's does: rank 1 refused the buffer, "shared buffer fd
+ * N is not the one it described", and the intra-node AllReduce failed the communicator;
+ * peers that had it mapped already dropped their mapping at their next miss.) */
+static void case_mem_fork(env_t *e)
+{
+    void *buf = NULL;
+    if (e->rank == 0) {
+        shoal_status_t st = shoal_mem_alloc(8192, &buf);
+        check(st == SHOAL_OK, "shoal_mem_alloc: %s", shoal_strerror(st));
+        if (st == SHOAL_OK) {
+            fill(buf, 8192, 4242);
+            check(shoal_shm_mem_query(buf, 8192, &sh->mem), "the buffer is described");
+            pid_t pid = fork();
+            if (pid == 0) {
+                _exit(shoal_mem_free(buf) == SHOAL_OK ? 0 : 1);
+            }
+            int ws = -1, waited = pid > 0 && waitpid(pid, &ws, 0) == pid;
+            check(waited && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "a forked child frees its "
+                  "copy (wait status 0x%x)", ws);
+        }
+    }
+    barrier();
+    if (e->rank == 1 && sh->mem.id != 0) {
+        if (!shoal_shm_mem_reach_ok(e->ctx)) {
+            check(1, "# SKIP this process may not take its peer's descriptors");
+        } else {
+            uint8_t want[8192];
+            const uint8_t *q = tl->mem_map(e->ctx, 0, &sh->mem);
+            fill(want, sizeof(want), 4242);
+            check(q != NULL && memcmp(q, want, sizeof(want)) == 0, "rank 0's buffer, freed "
+                  "only in a process it forked, is mapped here whole (%s)",
+                  q == NULL ? "refused" : "mapped");
+        }
+    }
+    barrier();
+    if (buf != NULL) {
+        check(shoal_mem_free(buf) == SHOAL_OK, "the owner frees the buffer");
     }
 }
 
@@ -1506,6 +1551,7 @@ int main(void)
         {.name = "lazy_gone_dir", .nprocs = 2, .fn = case_lazy_gone, .killed_rank = -1,
          .variant = 4, .lazy = 1},
         {.name = "pidns", .nprocs = 2, .fn = case_pidns, .killed_rank = -1, .pidns = 1},
+        {.name = "mem_fork", .nprocs = 2, .fn = case_mem_fork, .killed_rank = -1},
         {.name = "pidns_idle", .nprocs = 2, .fn = case_pidns_idle, .killed_rank = -1,
          .lazy = 1, .pidns = 1},
     };

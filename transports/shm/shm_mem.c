@@ -57,6 +57,7 @@ typedef struct shoal_shm_mem {
     size_t size;      /* user bytes */
     int fd;
     uint64_t id;
+    pid_t owner;      /* the process that allocated it (not a forked child's copy) */
 } shoal_shm_mem_t;
 
 static pthread_mutex_t shoal_shm_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -185,8 +186,9 @@ static shoal_status_t shoal_shm_mem_create(size_t size, shoal_shm_mem_t *m)
         goto err_close;
     }
     h = (shoal_shm_mem_hdr_t *)m->base;
+    m->owner = getpid();
     *h = (shoal_shm_mem_hdr_t){
-        .magic = SHOAL_SHM_MEM_MAGIC, .pid = getpid(), .id = m->id, .size = size,
+        .magic = SHOAL_SHM_MEM_MAGIC, .pid = m->owner, .id = m->id, .size = size,
     };
     return SHOAL_OK;
 
@@ -253,8 +255,13 @@ shoal_status_t shoal_mem_free(void *ptr)
     }
     /* Peers that mapped it see the header's magic go (shoal_shm_mem_map drops their mapping
      * at their next miss): else the pages stayed held by up to SHOAL_SHM_PMAP_MIN mappings
-     * per peer, e.g. 1 GiB per process for 16 MiB buffers allocated and freed each step. */
-    __atomic_store_n(&((shoal_shm_mem_hdr_t *)m->base)->magic, 0, __ATOMIC_RELEASE);
+     * per peer, e.g. 1 GiB per process for 16 MiB buffers allocated and freed each step.
+     * Only the owner's free: a process forked from it (a data loader's worker) holds a copy of
+     * the record, descriptor and mapping, and its free releases those; clearing the shared
+     * header made peers refuse the owner's live buffer and fail the communicator. */
+    if (m->owner == getpid()) {
+        __atomic_store_n(&((shoal_shm_mem_hdr_t *)m->base)->magic, 0, __ATOMIC_RELEASE);
+    }
     munmap(m->base, m->total);
     close(m->fd);
     free(m);
