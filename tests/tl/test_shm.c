@@ -1361,6 +1361,64 @@ static void test_sweep_fork(void)
     shoal_shm_config.dir = saved;
 }
 
+/* Ranks of one host id whose segment directories differ: two containers with the same host
+ * name and boot id (host network) and a /dev/shm each, or SHOAL_SHM_DIR set differently. No
+ * rank can open another's segment. (Before the fix, eager init failed with
+ * SHOAL_ERR_PEER_FAILED, "opening its segment ... failed: No such file or directory (the peer
+ * finalized or died)", of a peer that was alive; lazy init succeeded and the first send
+ * failed so, mid-run.) Now connect refuses the peer's address at once, naming the cause. */
+static void test_dir_differs(void)
+{
+    char dir[] = "/tmp/shoal_shmdir_XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        tap_ok(0, "segment directories differ: mkdtemp: %s", strerror(errno));
+        return;
+    }
+    const char *saved = shoal_shm_config.dir;
+    for (int lazy = 0; lazy < 2; lazy++) {
+        shoal_tl_ctx_t *ctx[2] = {NULL, NULL};
+        shoal_shm_addr_t a;
+        size_t alen;
+        int ok = 1;
+        for (int r = 0; r < 2; r++) {
+            shoal_tl_params_t params = {.rank = r, .nranks = 2, .local_rank = r, .local_size = 2,
+                                        .comm_id = 0x5eed0007u, .secret = secret,
+                                        .timeout_ms = 1000, .abort_flag = &no_abort,
+                                        .lazy = lazy};
+            shoal_shm_config.dir = r == 0 ? saved : dir;
+            ok &= tl->init(&params, &ctx[r]) == SHOAL_OK;
+        }
+        shoal_shm_config.dir = saved;
+        shoal_status_t st = SHOAL_OK;
+        if (ok) {
+            int peer = 1;
+            const void *addrs[1] = {&a};
+            shoal_ep_t *eps[1];
+            tl->address(ctx[1], &a, &alen);
+            st = tl->connect_all(ctx[0], &peer, 1, addrs, &alen, eps);
+            if (st == SHOAL_OK) { /* lazy: the first send opens the segment */
+                uint64_t v = 1;
+                shoal_tl_req_t s = {.hdr = hdr_make(1, 0, sizeof(v)), .buf = &v};
+                st = tl->isend(eps[0], &s);
+                if (st == SHOAL_OK) {
+                    tl->fail(ctx[0], 0, SHOAL_ERR_ABORTED); /* completes it */
+                }
+            }
+        }
+        tap_is_int(st, SHOAL_ERR_INVALID_ARG, "%s: a peer whose segment directory is another "
+                   "is refused at connect as a configuration error", lazy ? "lazy" : "eager");
+        shoal_shm_config.dir = dir;
+        if (ctx[1] != NULL) {
+            tl->fini(ctx[1]);
+        }
+        shoal_shm_config.dir = saved;
+        if (ctx[0] != NULL) {
+            tl->fini(ctx[0]);
+        }
+    }
+    rmdir(dir);
+}
+
 /* A process that leaves by exit() without finalizing its contexts (a program that returns
  * from main without shoal_comm_destroy, a Python script that ends on an exception): a lazy
  * context keeps its segment's name until every local peer mapped it, and an eager one until
@@ -1522,6 +1580,7 @@ int main(void)
     test_sweep();
     test_sweep_fork();
     test_exit_unlink();
+    test_dir_differs();
     const case_t cases[] = {
         {.name = "segment", .nprocs = 2, .fn = case_segment, .pre_ready = case_segment_pre_ready,
          .killed_rank = -1},

@@ -117,6 +117,8 @@ typedef struct {
     uint64_t area_size;
     uint32_t comm_id;
     uint32_t pid_ns;          /* inode of the publisher's /proc/self/ns/pid; 0 if unknown */
+    uint64_t dir_dev;         /* its segment directory's device and inode; 0 if unknown */
+    uint64_t dir_ino;
 } shoal_shm_addr_t;
 
 /* A ring as seen from one process. */
@@ -175,6 +177,7 @@ struct shoal_tl_ctx {
     size_t area_size;
     shoal_shm_layout_t layout;
     char name[SHOAL_SHM_NAME_MAX];
+    uint64_t dir_dev, dir_ino;  /* the directory the segment is in; 0 if stat failed */
     int unlinked;
     int lock_fd;                /* our segment's fd, holding its lock until fini (the sweep
                                  * while the name exists; liveness for peers in another pid

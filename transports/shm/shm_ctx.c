@@ -528,6 +528,11 @@ static shoal_status_t shoal_shm_init(const shoal_tl_params_t *params, shoal_tl_c
     if (status != SHOAL_OK) {
         goto err_free;
     }
+    struct stat dsb;
+    if (stat(shoal_shm_dir(), &dsb) == 0) {
+        ctx->dir_dev = (uint64_t)dsb.st_dev;
+        ctx->dir_ino = (uint64_t)dsb.st_ino;
+    }
     shoal_shm_segment_format(ctx);
     shoal_info(SHM, "rank %d: segment %zu bytes (%u rings of %u x %zu B, area %zu B)",
                ctx->rank, ctx->layout.total, ctx->layout.nrings, ctx->nslots, ctx->slot_size,
@@ -554,6 +559,8 @@ static shoal_status_t shoal_shm_address(shoal_tl_ctx_t *ctx, void *addr, size_t 
         .area_size = ctx->area_size,
         .comm_id = ctx->comm_id,
         .pid_ns = shoal_pid_ns(),
+        .dir_dev = ctx->dir_dev,
+        .dir_ino = ctx->dir_ino,
     };
     memcpy(a.name, ctx->name, sizeof(a.name));
     memcpy(addr, &a, sizeof(a));
@@ -708,6 +715,19 @@ static shoal_status_t shoal_shm_ep_prepare(shoal_tl_ctx_t *ctx, shoal_ep_t *ep, 
     if (!shoal_shm_addr_valid(ctx, &a, why, sizeof(why))) {
         shoal_error(SHM, "peer %d: %s", rank, why);
         return SHOAL_ERR_PROTOCOL;
+    }
+    /* Ranks of one host id that cannot see each other's segments (containers with the same
+     * host name and boot id and a /dev/shm each, SHOAL_SHM_DIR set differently): the open of
+     * the peer's segment failed with ENOENT, taken for a peer that finalized or died. */
+    if (a.dir_ino != 0 && ctx->dir_ino != 0 &&
+        (a.dir_dev != ctx->dir_dev || a.dir_ino != ctx->dir_ino)) {
+        shoal_error(SHM, "peer %d makes its segments in another directory than this rank's %s "
+                    "(device %llx inode %llu there, %llx/%llu here): the ranks of a host must "
+                    "share SHOAL_SHM_DIR (containers with a /dev/shm each: share one, or set "
+                    "SHOAL_HOSTID per container)", rank, shoal_shm_dir(),
+                    (unsigned long long)a.dir_dev, (unsigned long long)a.dir_ino,
+                    (unsigned long long)ctx->dir_dev, (unsigned long long)ctx->dir_ino);
+        return SHOAL_ERR_INVALID_ARG;
     }
     ep->addr = a;
     ep->local_rank = a.local_rank;
