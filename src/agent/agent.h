@@ -111,6 +111,8 @@ typedef struct {
     const char *qos_tc_dev;                /* its interfaces, comma-separated */
     const char *qos_tc_link_rate;          /* their line rate (tc units, 1gbit) */
     const char *qos_spot_cpu;              /* spot processes: idle, nice, none */
+    const char *gpu_device_prefix;         /* GPU device files: PREFIX<N>; "none": not
+                                            * checked (shoald_proc_gpus_open) */
     shoald_tenant_t *tenants;
     uint8_t master[SHOALD_KEY_BYTES];
     int have_master;
@@ -157,6 +159,10 @@ typedef struct shoald_proc {
                                             * registered: its per-rank series' label */
     uint64_t gone[SHOALD_NCTR];            /* final counters of its pages dropped while it
                                             * lived (its per-rank series stay monotonic) */
+    int32_t gpus_seen;                     /* GPU device files it held open: the most of the
+                                            * samples of the minute being billed */
+    int32_t gpus_last;                     /* the last sample that could be read */
+    uint64_t gpus_round;                   /* the sampling round that read it last */
 } shoald_proc_t;
 
 typedef struct shoald_page {
@@ -209,6 +215,8 @@ struct shoald_job {
     shoald_proc_t *procs;                  /* abuse signals per process of the job */
     uint64_t gone_abuse[SHOALD_NABUSE];    /* final abuse signals of dropped processes */
     uint64_t empty_since_ns;               /* monotonic; 0 while it has pages */
+    int gpus_warned;                       /* a process was seen holding more GPUs than it
+                                            * declared (logged once) */
     int64_t last_minute;                   /* from the ledger, -1 none */
     int last_minute_known;
 };
@@ -272,6 +280,7 @@ typedef struct {
     struct shoald_closer *closer;          /* closes what clients handed over (agent_reg.c);
                                             * NULL: close() at once */
     int state_lock_fd;                     /* STATE_DIR/shoald.lock, held; -1: none */
+    uint64_t gpus_round;                   /* rounds of shoald_gpus_sample */
 } shoald_t;
 
 /* A rank's page was accepted: the agent takes conn_fd, pidfd and the mapping. */
@@ -306,6 +315,21 @@ typedef int (*shoald_span_fn)(const shoald_page_t *q, void *arg, uint64_t *s, ui
  * the job's list with a span, 0 at its other pages (a page without a process entry counts
  * its own span). */
 double shoald_proc_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg);
+/* The same as the minute bills it: each process's GPUs are the most of what its pages declare
+ * and what the agent saw it hold open over the minute (shoald_gpus_sample), so a job that
+ * declares none (SHOAL_METER_GPUS=none, no CUDA_VISIBLE_DEVICES) still pays for its GPUs. */
+double shoald_proc_billed_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg);
+/* Distinct GPU device files (prefix followed by a number: /dev/nvidia0, not /dev/nvidiactl)
+ * that process pid holds open, among its first SHOALD_GPU_SCAN_FDS descriptors; -1 when its
+ * /proc/PID/fd cannot be read (gone, another user's without the right to look). */
+#define SHOALD_GPU_SCAN_FDS 1024
+int shoald_proc_gpus_open(pid_t pid, const char *prefix);
+/* One sample of the GPUs every live page's process holds open (page NULL), or one page's:
+ * raises the process's gpus_seen; logs once per job a process that holds more than it
+ * declared. */
+void shoald_gpus_sample(shoald_t *a, shoald_page_t *page);
+/* After a minute was billed: each process starts the next one at its last sample. */
+void shoald_gpus_minute_done(shoald_t *a);
 /* The same over the pages' lives up to now_ns (unix ns), superseded pages left out: what
  * shoal_allocated_gpu_seconds_total adds for the live and the unbilled pages. */
 double shoald_page_life_gpu_seconds(const shoald_page_t *p, uint64_t now_ns);

@@ -143,6 +143,13 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
             "registration, so that its spinning ranks do not take the CPUs from other "
             "tenants' ranks: idle (SCHED_IDLE: it runs on what others leave), nice (nice "
             "19), none (left as it is); needs the same uid or CAP_SYS_NICE (said once)"},
+    {.name = "gpu_device_prefix", .dflt = "/dev/nvidia", .type = SHOAL_CFG_STRING,
+     .offset = offsetof(shoald_config_t, gpu_device_prefix),
+     .doc = "GPU device files: at registration and at each minute the agent counts the "
+            "distinct files PREFIX<N> (N a number: not nvidiactl, nvidia-uvm) each rank's "
+            "process holds open (/proc/PID/fd, its first 1024 descriptors) and bills the "
+            "most of that and the GPUs the rank declares (logged once per job when more); "
+            "none: only what the rank declares"},
 };
 #define SHOALD_CFG_SOCKET_MODE 1 /* index of the socket_mode row */
 
@@ -396,6 +403,11 @@ static int shoald_cfg_set(shoald_config_t *cfg, const char *key, const char *val
         if (strcmp(f->name, "qos_spot_cpu") == 0 && strcmp(value, "idle") != 0 &&
             strcmp(value, "nice") != 0 && strcmp(value, "none") != 0) {
             *why = "qos_spot_cpu must be idle, nice or none";
+            return -1;
+        }
+        if (strcmp(f->name, "gpu_device_prefix") == 0 && value[0] != '/' &&
+            strcmp(value, "none") != 0) {
+            *why = "gpu_device_prefix must be an absolute path prefix (/dev/nvidia) or none";
             return -1;
         }
         if (shoal_cfg_parse_value(f, value, (char *)cfg + f->offset) != 0) {

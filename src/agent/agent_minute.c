@@ -996,7 +996,7 @@ static void shoald_minute_fold(const shoald_job_t *j, const shoald_page_t *p, in
                                uint64_t from)
 {
     uint64_t t_ns = (uint64_t)t * 1000000000ull;
-    double s = shoald_proc_gpu_seconds(p, shoald_minute_before, &t_ns);
+    double s = shoald_proc_billed_gpu_seconds(p, shoald_minute_before, &t_ns);
 
     if (s > 0.0) {
         shoal_warn(METER, "%s/%s: rank %d (page %s) was not billed from %.3f s; the job's "
@@ -1071,7 +1071,7 @@ static shoal_status_t shoald_minute_job(shoald_t *a, shoald_job_t *j, int64_t mi
             }
             /* a process's GPUs once, however many of its communicators lived in t */
             win.t = t;
-            rec->gpu_seconds += shoald_proc_gpu_seconds(p, shoald_minute_span, &win);
+            rec->gpu_seconds += shoald_proc_billed_gpu_seconds(p, shoald_minute_span, &win);
         }
         if (t < minute && alive)
             rec->minute = t;
@@ -1331,7 +1331,9 @@ void shoald_minute_tick(shoald_t *a)
     }
     shoald_ledger_open(a, SHOALD_LEDGER_WAIT_MS);
     shoald_rejoins_check(a);
+    shoald_gpus_sample(a, NULL); /* the minute's last sample (its GPUs, agent_page.c) */
     b = shoald_minute_build(a, boundary);
+    shoald_gpus_minute_done(a);
     if (b != NULL && b->nrecs == 0 && b->ncurs == 0) {
         shoald_batch_free(b);
         b = NULL;

@@ -4,7 +4,9 @@
  * counters fold into its job's totals (Prometheus counters never go backwards either). */
 #include "agent/agent.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -345,6 +347,7 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snap,
     j->pages = p;
     j->empty_since_ns = 0;
     a->npages++;
+    shoald_gpus_sample(a, p);
     *page_p = p;
     return SHOAL_OK;
 }
@@ -419,10 +422,20 @@ typedef struct {
     uint64_t s, e;
 } shoald_span_t;
 
+/* The GPUs page q counts: what it declares, or (seen) the most of that and what its process
+ * was seen holding open over the minute being billed. */
+static int32_t shoald_page_gpus(const shoald_page_t *q, int seen)
+{
+    if (!seen || q->proc == NULL)
+        return q->ngpus;
+    return SHOAL_MAX(q->ngpus, q->proc->gpus_seen);
+}
+
 /* GPU-seconds of the pages of process pr in job j over their spans (span()), but skip: the
  * union of the spans times the most GPUs one of those pages declares. */
 static double shoald_proc_union(const shoald_job_t *j, const shoald_proc_t *pr,
-                                const shoald_page_t *skip, shoald_span_fn span, void *arg)
+                                const shoald_page_t *skip, shoald_span_fn span, void *arg,
+                                int seen)
 {
     shoald_span_t buf[16], *v = buf, *more, t;
     const shoald_page_t *q;
@@ -435,8 +448,8 @@ static double shoald_proc_union(const shoald_job_t *j, const shoald_proc_t *pr,
     for (q = j->pages; q != NULL; q = q->next) {
         if (q == skip || q->proc != pr || !span(q, arg, &s, &e))
             continue;
-        sum += (double)q->ngpus * (double)(e - s) / 1e9;
-        gpus = SHOAL_MAX(gpus, q->ngpus);
+        sum += (double)shoald_page_gpus(q, seen) * (double)(e - s) / 1e9;
+        gpus = SHOAL_MAX(gpus, shoald_page_gpus(q, seen));
         if (oom)
             continue;
         if (n == cap) {
@@ -474,7 +487,8 @@ static double shoald_proc_union(const shoald_job_t *j, const shoald_proc_t *pr,
     return (double)gpus * (double)len / 1e9;
 }
 
-double shoald_proc_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg)
+static double shoald_proc_gpu_seconds_of(const shoald_page_t *p, shoald_span_fn span,
+                                         void *arg, int seen)
 {
     const shoald_page_t *q;
     uint64_t s, e;
@@ -487,7 +501,117 @@ double shoald_proc_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void
         if (q->proc == p->proc && span(q, arg, &s, &e))
             return 0.0; /* counted at q, the process's first page with a span */
     }
-    return shoald_proc_union(p->job, p->proc, NULL, span, arg);
+    return shoald_proc_union(p->job, p->proc, NULL, span, arg, seen);
+}
+
+double shoald_proc_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg)
+{
+    return shoald_proc_gpu_seconds_of(p, span, arg, 0);
+}
+
+double shoald_proc_billed_gpu_seconds(const shoald_page_t *p, shoald_span_fn span, void *arg)
+{
+    return shoald_proc_gpu_seconds_of(p, span, arg, 1);
+}
+
+int shoald_proc_gpus_open(pid_t pid, const char *prefix)
+{
+    char dir[64], target[PATH_MAX];
+    uint64_t bits[4] = {0}; /* device numbers 0..255 (the driver's minors) */
+    size_t plen = strlen(prefix);
+    unsigned long num;
+    struct dirent *d;
+    ssize_t len;
+    int nfds = 0, count = 0;
+    char *end;
+    DIR *dp;
+
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    dp = opendir(dir);
+    if (dp == NULL)
+        return -1;
+    while (nfds < SHOALD_GPU_SCAN_FDS && (d = readdir(dp)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        nfds++;
+        len = readlinkat(dirfd(dp), d->d_name, target, sizeof(target) - 1);
+        if (len <= (ssize_t)plen)
+            continue; /* closed meanwhile, or too short to be PREFIX<N> */
+        target[len] = '\0';
+        if (strncmp(target, prefix, plen) != 0 || target[plen] < '0' || target[plen] > '9')
+            continue;
+        errno = 0;
+        num = strtoul(target + plen, &end, 10);
+        if (*end != '\0' || errno != 0 || num >= 64 * SHOAL_ARRAY_SIZE(bits))
+            continue; /* nvidiactl, nvidia-uvm, nvidia0-foo, or out of range */
+        if ((bits[num / 64] & (1ull << (num % 64))) == 0) {
+            bits[num / 64] |= 1ull << (num % 64);
+            count++;
+        }
+    }
+    closedir(dp);
+    return count;
+}
+
+/* Samples the process of page p (once per round). */
+static void shoald_gpus_sample_page(shoald_t *a, shoald_page_t *p, uint64_t round)
+{
+    shoald_proc_t *pr = p->proc;
+    const shoald_page_t *q;
+    int32_t declared = 0;
+    int n;
+
+    if (pr == NULL || pr->gpus_round == round || p->end_ns != 0 || p->superseded)
+        return;
+    pr->gpus_round = round;
+    /* the pid may be another process's by now: only while it is the one that registered */
+    if (pr->start_ns != 0 && shoald_proc_start_ns(pr->pid) != pr->start_ns)
+        return;
+    n = shoald_proc_gpus_open(pr->pid, a->cfg->gpu_device_prefix);
+    if (n < 0)
+        return; /* gone or not readable: what it declared (and was seen with) stands */
+    pr->gpus_last = n;
+    pr->gpus_seen = SHOAL_MAX(pr->gpus_seen, n);
+    for (q = p->job->pages; q != NULL; q = q->next) {
+        if (q->proc == pr)
+            declared = SHOAL_MAX(declared, q->ngpus);
+    }
+    if (n > declared && !p->job->gpus_warned) {
+        p->job->gpus_warned = 1;
+        shoal_warn(METER, "%s/%s: rank %d (pid %d) holds %d GPU device files (%s<N>) open but "
+                   "declares %d GPUs: billed for %d", p->job->tenant, p->job->job,
+                   (int)p->rank, (int)pr->pid, n, a->cfg->gpu_device_prefix, (int)declared, n);
+    }
+}
+
+void shoald_gpus_sample(shoald_t *a, shoald_page_t *page)
+{
+    uint64_t round;
+    shoald_job_t *j;
+    shoald_page_t *p;
+
+    if (a->cfg->gpu_device_prefix == NULL || a->cfg->gpu_device_prefix[0] != '/')
+        return; /* none */
+    round = ++a->gpus_round;
+    if (page != NULL) {
+        shoald_gpus_sample_page(a, page, round);
+        return;
+    }
+    for (j = a->jobs; j != NULL; j = j->next) {
+        for (p = j->pages; p != NULL; p = p->next)
+            shoald_gpus_sample_page(a, p, round);
+    }
+}
+
+void shoald_gpus_minute_done(shoald_t *a)
+{
+    shoald_job_t *j;
+    shoald_proc_t *pr;
+
+    for (j = a->jobs; j != NULL; j = j->next) {
+        for (pr = j->procs; pr != NULL; pr = pr->next)
+            pr->gpus_seen = pr->gpus_last;
+    }
 }
 
 /* A page's life up to now (arg: unix ns), not superseded (its successor counts it). */
@@ -632,9 +756,9 @@ void shoald_pages_collect(shoald_t *a)
                  * process's pages that remain (shoald_page_life_gpu_seconds), so the sum
                  * neither drops nor counts the process's GPUs twice */
                 j->gone_gpu_s += shoald_proc_union(j, p->proc, NULL, shoald_page_life_span,
-                                                   &unow) -
+                                                   &unow, 0) -
                                  shoald_proc_union(j, p->proc, p, shoald_page_life_span,
-                                                   &unow);
+                                                   &unow, 0);
             }
             *pp = p->next;
             if (p->proc != NULL)

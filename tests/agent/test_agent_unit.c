@@ -8,6 +8,7 @@
 #include "tests/tap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -390,6 +391,111 @@ static void test_gpu_once(void)
     tap_is_str(val, "40.000", "the job's GPU-seconds stay 40 once they are gone");
     free(t.buf);
     shoald_pages_free(&a);
+    shoald_config_free(&cfg);
+}
+
+static int span_all(const shoald_page_t *q, void *arg, uint64_t *s, uint64_t *e)
+{
+    (void)arg;
+    *s = q->created_ns;
+    *e = q->created_ns + 10000000000ull; /* 10 s */
+    return 1;
+}
+
+/* The agent's own view of a rank's GPUs (billing trusted the job's SHOAL_METER_GPUS or
+ * CUDA_VISIBLE_DEVICES: a job that declared none paid no GPU-seconds): the distinct device
+ * files PREFIX<N> a process holds open, not nvidiactl or nvidia-uvm; a gone process (its
+ * /proc/PID/fd unreadable) keeps what it declared; the minute bills the most of both, the
+ * exported series what the rank declares. */
+static void test_gpus_observed(void)
+{
+    static const char *const names[] = {"nvidia0", "nvidia1", "nvidia2", "nvidiactl",
+                                        "nvidia-uvm", "nvidia1x"};
+    char dir[] = "/tmp/test_agent_gpus.XXXXXX", path[256], prefix[128];
+    int fds[7], nfd = 0, i, okc = 1;
+    shoald_config_t cfg;
+    shoald_job_t j = {0};
+    shoald_proc_t me = {0}, dead = {0};
+    shoald_page_t pme = {0}, pdead = {0};
+    shoald_t a = {0};
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0); /* a pid that runs nothing now */
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(9, "mkdtemp failed");
+        return;
+    }
+    for (i = 0; i < (int)SHOAL_ARRAY_SIZE(names); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        fds[nfd] = open(path, O_RDWR | O_CREAT, 0600);
+        okc = okc && fds[nfd] >= 0;
+        nfd++;
+    }
+    snprintf(path, sizeof(path), "%s/nvidia0", dir);
+    fds[nfd++] = open(path, O_RDONLY); /* the same GPU twice */
+    close(fds[2]);                      /* nvidia2 exists but is not held */
+    fds[2] = -1;
+    snprintf(prefix, sizeof(prefix), "%s/nvidia", dir);
+    tap_is_int(okc ? shoald_proc_gpus_open(getpid(), prefix) : -2, 2,
+               "nvidia0 (twice) and nvidia1 are 2 GPUs; nvidiactl, nvidia-uvm, nvidia1x none");
+    tap_is_int(shoald_proc_gpus_open(pid, prefix), -1, "a gone process: -1");
+    tap_is_int(conf_load("gpu_device_prefix=dev/nvidia\n", &cfg), -1,
+               "a gpu_device_prefix that is not absolute fails");
+    shoald_config_free(&cfg);
+    snprintf(path, sizeof(path), "gpu_device_prefix=%s\n", prefix);
+    conf_load(path, &cfg);
+    a.cfg = &cfg;
+    snprintf(j.tenant, sizeof(j.tenant), "acme");
+    snprintf(j.job, sizeof(j.job), "gpus");
+    j.last_minute = -1;
+    me.pid = getpid();
+    me.start_ns = shoald_proc_start_ns(getpid());
+    dead.pid = pid;
+    me.next = &dead;
+    j.procs = &me;
+    pme.job = pdead.job = &j;
+    pme.proc = &me;
+    pme.pid = getpid();
+    pme.ngpus = 0; /* declares none, holds 2 */
+    pdead.proc = &dead;
+    pdead.pid = pid;
+    pdead.ngpus = 1; /* declares 1, gone */
+    pme.created_ns = pdead.created_ns = 1000000000ull;
+    pme.next = &pdead;
+    j.pages = &pme;
+    a.jobs = &j;
+    shoald_gpus_sample(&a, NULL);
+    tap_ok(me.gpus_seen == 2 && dead.gpus_seen == 0, "a sample sees 2 GPUs held, none of the "
+           "gone process (seen %d, %d)", (int)me.gpus_seen, (int)dead.gpus_seen);
+    tap_ok(shoald_proc_billed_gpu_seconds(&pme, span_all, NULL) == 20.0 &&
+           shoald_proc_gpu_seconds(&pme, span_all, NULL) == 0.0,
+           "declared none, holds 2: billed 2 x 10 s (the exported series: declared, 0)");
+    tap_ok(shoald_proc_billed_gpu_seconds(&pdead, span_all, NULL) == 10.0,
+           "a gone process keeps its declared 1 GPU: 10 GPU-seconds");
+    for (i = 0; i < nfd; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    shoald_gpus_sample(&a, NULL);
+    tap_ok(me.gpus_seen == 2 && me.gpus_last == 0, "GPUs closed within the minute: the "
+           "minute still bills the most it saw");
+    shoald_gpus_minute_done(&a);
+    tap_ok(shoald_proc_billed_gpu_seconds(&pme, span_all, NULL) == 0.0,
+           "the next minute starts at the last sample (none)");
+    pme.ngpus = 2;
+    snprintf(path, sizeof(path), "%s/nvidia0", dir);
+    fds[0] = open(path, O_RDONLY);
+    shoald_gpus_sample(&a, &pme);
+    tap_ok(shoald_proc_billed_gpu_seconds(&pme, span_all, NULL) == 20.0,
+           "declared 2, holds 1: billed 2");
+    close(fds[0]);
+    for (i = 0; i < (int)SHOAL_ARRAY_SIZE(names); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
     shoald_config_free(&cfg);
 }
 
@@ -974,7 +1080,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(64);
+    tap_plan(73);
     test_escape();
     test_names();
     test_config();
@@ -984,6 +1090,7 @@ int main(void)
     test_old_cursor(SHOAL_METER_NTL + 1, "nccl", 1);
     test_procs_gone();
     test_gpu_once();
+    test_gpus_observed();
     test_trim_gone_longest();
     test_job_class_rerun();
     test_slow_commit();
