@@ -281,6 +281,7 @@ typedef struct {
                                             * NULL: close() at once */
     int state_lock_fd;                     /* STATE_DIR/shoald.lock, held; -1: none */
     uint64_t gpus_round;                   /* rounds of shoald_gpus_sample */
+    uint64_t gpus_next_ns;                 /* monotonic: the next shoald_gpus_tick sample */
 } shoald_t;
 
 /* A rank's page was accepted: the agent takes conn_fd, pidfd and the mapping. */
@@ -330,6 +331,11 @@ int shoald_proc_gpus_open(pid_t pid, const char *prefix);
 void shoald_gpus_sample(shoald_t *a, shoald_page_t *page);
 /* After a minute was billed: each process starts the next one at its last sample. */
 void shoald_gpus_minute_done(shoald_t *a);
+/* Samples every live page's process six times a minute (shoald_gpus_sample), so that GPUs
+ * held between the registration and the minute's end are seen too. */
+void shoald_gpus_tick(shoald_t *a);
+/* Milliseconds until the next sample (-1: gpu_device_prefix none). */
+int shoald_gpus_wait_ms(shoald_t *a);
 /* The same over the pages' lives up to now_ns (unix ns), superseded pages left out: what
  * shoal_allocated_gpu_seconds_total adds for the live and the unbilled pages. */
 double shoald_page_life_gpu_seconds(const shoald_page_t *p, uint64_t now_ns);

@@ -145,7 +145,7 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
             "19), none (left as it is); needs the same uid or CAP_SYS_NICE (said once)"},
     {.name = "gpu_device_prefix", .dflt = "/dev/nvidia", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, gpu_device_prefix),
-     .doc = "GPU device files: at registration and at each minute the agent counts the "
+     .doc = "GPU device files: at registration and six times a minute the agent counts the "
             "distinct files PREFIX<N> (N a number: not nvidiactl, nvidia-uvm) each rank's "
             "process holds open (/proc/PID/fd, its first 1024 descriptors) and bills the "
             "most of that and the GPUs the rank declares (logged once per job when more); "

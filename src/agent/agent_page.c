@@ -603,6 +603,28 @@ void shoald_gpus_sample(shoald_t *a, shoald_page_t *page)
     }
 }
 
+static int shoald_gpus_period_ms(const shoald_t *a)
+{
+    return SHOAL_MAX(a->cfg->minute_seconds, 1) * 1000 / 6;
+}
+
+void shoald_gpus_tick(shoald_t *a)
+{
+    if (shoald_gpus_wait_ms(a) != 0)
+        return;
+    shoald_gpus_sample(a, NULL);
+    a->gpus_next_ns = shoal_deadline_ns(shoald_gpus_period_ms(a));
+}
+
+int shoald_gpus_wait_ms(shoald_t *a)
+{
+    if (a->cfg->gpu_device_prefix == NULL || a->cfg->gpu_device_prefix[0] != '/')
+        return -1;
+    if (a->gpus_next_ns == 0 || shoal_deadline_passed(a->gpus_next_ns))
+        return 0;
+    return shoal_deadline_left_ms(a->gpus_next_ns, shoald_gpus_period_ms(a)) + 1;
+}
+
 void shoald_gpus_minute_done(shoald_t *a)
 {
     shoald_job_t *j;

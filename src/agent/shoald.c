@@ -181,6 +181,7 @@ static int shoald_loop(shoald_t *a, int epfd, int sigfd, shoald_reg_t *reg, shoa
     while (!stop) {
         timeout = shoald_min_wait(shoald_reg_wait_ms(reg), shoald_minute_wait_ms(a));
         timeout = shoald_min_wait(timeout, shoald_qos_wait_ms(a));
+        timeout = shoald_min_wait(timeout, shoald_gpus_wait_ms(a));
         if (http != NULL)
             timeout = shoald_min_wait(timeout, shoald_http_wait_ms(http));
         n = epoll_wait(epfd, evs, (int)SHOAL_ARRAY_SIZE(evs), timeout);
@@ -201,6 +202,7 @@ static int shoald_loop(shoald_t *a, int epfd, int sigfd, shoald_reg_t *reg, shoa
         shoald_minute_tick(a);
         shoald_ledger_retry(a);
         shoald_qos_tick(a);
+        shoald_gpus_tick(a);
     }
     (void)sigfd;
     shoal_info(METER, "stopping");

@@ -499,6 +499,60 @@ static void test_gpus_observed(void)
     shoald_config_free(&cfg);
 }
 
+/* Sampled only at the registration and the minute's end, GPUs a rank opened after its
+ * registration and closed before the minute ended were never seen: the agent's loop samples
+ * six times a minute (shoald_gpus_tick); gpu_device_prefix=none samples nothing. */
+static void test_gpus_tick(void)
+{
+    char dir[] = "/tmp/test_agent_gpus.XXXXXX", path[256], conf[256];
+    shoald_config_t cfg;
+    shoald_job_t j = {0};
+    shoald_proc_t me = {0};
+    shoald_page_t pme = {0};
+    shoald_t a = {0};
+    int fds[2], w;
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(3, "mkdtemp failed");
+        return;
+    }
+    snprintf(conf, sizeof(conf), "minute_seconds=1\ngpu_device_prefix=%s/nvidia\n", dir);
+    conf_load(conf, &cfg);
+    a.cfg = &cfg;
+    snprintf(j.tenant, sizeof(j.tenant), "acme");
+    snprintf(j.job, sizeof(j.job), "tick");
+    me.pid = getpid();
+    me.start_ns = shoald_proc_start_ns(getpid());
+    j.procs = &me;
+    pme.job = &j;
+    pme.proc = &me;
+    pme.pid = getpid();
+    pme.created_ns = 1000000000ull;
+    j.pages = &pme;
+    a.jobs = &j;
+    shoald_gpus_tick(&a); /* the first: none held */
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/nvidia%d", dir, i);
+        fds[i] = open(path, O_RDWR | O_CREAT, 0600);
+    }
+    w = shoald_gpus_wait_ms(&a);
+    tap_ok(w > 0 && w <= 1000 / 6 + 1, "the next sample within a sixth of the minute (%d ms)", w);
+    usleep(200000);
+    shoald_gpus_tick(&a);
+    for (int i = 0; i < 2; i++) {
+        close(fds[i]);
+        snprintf(path, sizeof(path), "%s/nvidia%d", dir, i);
+        unlink(path);
+    }
+    rmdir(dir);
+    tap_ok(me.gpus_seen == 2, "2 GPUs held between the registration and the minute's end are "
+           "seen (%d)", (int)me.gpus_seen);
+    shoald_config_free(&cfg);
+    conf_load("gpu_device_prefix=none\n", &cfg);
+    tap_is_int(shoald_gpus_wait_ms(&a), -1, "gpu_device_prefix=none: no samples");
+    shoald_config_free(&cfg);
+}
+
 /* A tenant keeps at most 256 jobs without ranks, dropping the one gone longest (job_retention's
  * doc). The collect dropped the one made first instead (the last in the list): a long job that
  * had just ended among a tenant's 256 short ones lost its series at once, while jobs gone for
@@ -1080,7 +1134,7 @@ static void test_qos_tc_many(void)
 
 int main(void)
 {
-    tap_plan(73);
+    tap_plan(76);
     test_escape();
     test_names();
     test_config();
@@ -1091,6 +1145,7 @@ int main(void)
     test_procs_gone();
     test_gpu_once();
     test_gpus_observed();
+    test_gpus_tick();
     test_trim_gone_longest();
     test_job_class_rerun();
     test_slow_commit();
