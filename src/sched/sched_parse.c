@@ -441,6 +441,11 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
     shoal_hostlist_t hl = {0};
     shoal_status_t st = shoal_hostlist_parse(val, &hl);
 
+    if (st != SHOAL_OK) {
+        /* the hostlist's own message names the expression only: in a long topology.conf the
+         * line was not to be found */
+        shoal_error(SCHED, "%s:%d: bad %s=%s", src, lineno, nodes ? "Nodes" : "Switches", val);
+    }
     for (size_t h = 0; st == SHOAL_OK && h < hl.nhosts; h++) {
         char name[SHOAL_SCHED_NAME_MAX];
         int x = -1;

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=50
+NTESTS=51
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -434,3 +434,19 @@ mkdir -p "$long" 2>/dev/null
 [ "$r" -ne 0 ] && grep -q 'is longer than 4095 bytes' "$T/err" &&
     [ -z "$(find "$T/long" -type f)" ]
 is "$?" 0 "--out where the files' paths pass 4095 bytes: refused (rc $r), no file written"
+
+# 51: a malformed hostlist in topology.conf (Nodes= or Switches=) is refused naming the file and
+# the line, as in slurm.conf and the jobs file; it said only "hostlist: malformed brackets in
+# 'n[3-'", with no hint of which file or line of a long topology.conf
+printf 'SwitchName=l1 Nodes=node[01-02]\nSwitchName=l2 Nodes=node[03-\n' > "$T/badtopo"
+printf 'SwitchName=l1 Nodes=node[01-02]\nSwitchName=l2 Nodes=node[03-04]\n# x\n%s\n' \
+    'SwitchName=s Switches=l[1-2' > "$T/badtopo2"
+bad=""
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/badtopo" --jobs "$T/jobs" \
+    >/dev/null 2>"$T/err"; r1=$?
+grep -q 'badtopo:2: ' "$T/err" || bad="$bad nodes"
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/badtopo2" --jobs "$T/jobs" \
+    >/dev/null 2>"$T/err2"; r2=$?
+grep -q 'badtopo2:4: ' "$T/err2" || bad="$bad switches"
+is "$bad $r1 $r2" " 1 1" "a malformed hostlist in topology.conf: exit 1 naming file and line"
+[ -z "$bad" ] || { diag_file "$T/err"; diag_file "$T/err2"; }
