@@ -18,7 +18,8 @@
  * --usage FILE: past GPU-seconds per tenant (shoal-bill usage --csv, or tenant,gpu_seconds[,end])
  * decayed with the half-life (default 7 days; end is unix seconds, age from --usage-now or the
  * clock) and added to the order of service of weighted DRF (src/sched/sched_usage.c).
- * Exit status: 0 done, 1 an input or output error, 2 usage, 3 --job was not placed.
+ * Exit status: 0 done, 1 an input or output error, 2 usage (also a --job the jobs file does
+ * not name), 3 --job was not placed.
  */
 #include "sched/sched.h"
 
@@ -388,14 +389,23 @@ int main(int argc, char **argv)
     }
     rc = 0;
     if (a.job != NULL) {
-        rc = 3;
+        /* a name the jobs file does not have (a typo) is no job that waits: exit 3 made a
+         * script that retries pending jobs retry it forever */
+        rc = 2;
         for (int i = 0; i < q.njobs; i++) {
-            if (strcmp(q.jobs[i].name, a.job) == 0 && q.jobs[i].state == SHOAL_SCHED_RUNNING) {
+            if (strcmp(q.jobs[i].name, a.job) != 0) {
+                continue;
+            }
+            rc = 3;
+            if (q.jobs[i].state == SHOAL_SCHED_RUNNING) {
                 rc = shoal_sched_output(&c, &q.jobs[i], shoal_sched_out_kind(a.print),
                                         stdout) == SHOAL_OK ? 0 : 1;
             }
         }
-        if (rc == 3) {
+        if (rc == 2) {
+            fprintf(stderr, "shoal-place: --job %s: the jobs file %s has no job named %s\n",
+                    a.job, a.jobs, a.job);
+        } else if (rc == 3) {
             fprintf(stderr, "shoal-place: job %s is not placed\n", a.job);
         }
         goto out;

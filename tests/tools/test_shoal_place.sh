@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=51
+NTESTS=52
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -450,3 +450,10 @@ grep -q 'badtopo:2: ' "$T/err" || bad="$bad nodes"
 grep -q 'badtopo2:4: ' "$T/err2" || bad="$bad switches"
 is "$bad $r1 $r2" " 1 1" "a malformed hostlist in topology.conf: exit 1 naming file and line"
 [ -z "$bad" ] || { diag_file "$T/err"; diag_file "$T/err2"; }
+
+# 52: --job naming no job of the jobs file (a typo) said "job trian is not placed" and exited
+# 3, what a job that waits gets, so a script that retries a pending job retried forever
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --job trian --print nodelist >"$T/out" 2>"$T/err"; r=$?
+grep -q "no job named trian" "$T/err" && [ ! -s "$T/out" ]
+is "$r $?" "2 0" "--job naming no job of the jobs file: exit 2, said, nothing printed"
