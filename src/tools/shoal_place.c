@@ -387,8 +387,18 @@ int main(int argc, char **argv)
     if (shoal_sched_plan_round(&c, &q, &a.o, &plan) != SHOAL_OK) {
         goto out;
     }
-    rc = 0;
-    if (a.job != NULL) {
+    if (a.job == NULL) {
+        shoal_sched_plan_print(&c, &q, &plan, a.explain, stdout);
+    }
+    /* --out with --job --print too: the files were dropped in silence there (exit 0) */
+    rc = a.out != NULL && shoal_place_mkdir(a.out) != 0;
+    for (int i = 0; a.out != NULL && i < plan.n && rc == 0; i++) {
+        const shoal_sched_job_t *j = &q.jobs[plan.d[i].job];
+        if (plan.d[i].placed && j->state == SHOAL_SCHED_RUNNING) {
+            rc = shoal_sched_output_dir(&c, j, a.out) == SHOAL_OK ? 0 : 1;
+        }
+    }
+    if (rc == 0 && a.job != NULL) {
         /* a name the jobs file does not have (a typo) is no job that waits: exit 3 made a
          * script that retries pending jobs retry it forever */
         rc = 2;
@@ -407,16 +417,6 @@ int main(int argc, char **argv)
                     a.job, a.jobs, a.job);
         } else if (rc == 3) {
             fprintf(stderr, "shoal-place: job %s is not placed\n", a.job);
-        }
-        goto out;
-    }
-    shoal_sched_plan_print(&c, &q, &plan, a.explain, stdout);
-    if (a.out != NULL && shoal_place_mkdir(a.out) != 0)
-        rc = 1;
-    for (int i = 0; a.out != NULL && i < plan.n && rc == 0; i++) {
-        const shoal_sched_job_t *j = &q.jobs[plan.d[i].job];
-        if (plan.d[i].placed && j->state == SHOAL_SCHED_RUNNING) {
-            rc = shoal_sched_output_dir(&c, j, a.out) == SHOAL_OK ? 0 : 1;
         }
     }
 out:

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=52
+NTESTS=53
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -457,3 +457,12 @@ is "$bad $r1 $r2" " 1 1" "a malformed hostlist in topology.conf: exit 1 naming f
     --job trian --print nodelist >"$T/out" 2>"$T/err"; r=$?
 grep -q "no job named trian" "$T/err" && [ ! -s "$T/out" ]
 is "$r $?" "2 0" "--job naming no job of the jobs file: exit 2, said, nothing printed"
+
+# 53: --out DIR with --job NAME --print KIND: the job's line on stdout and the files in DIR;
+# --out was dropped in silence (no DIR, no file, exit 0) and a script then read plan/NAME.ring
+rm -rf "$T/both"
+out=$("$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --out "$T/both" --job train --print nodelist 2>"$T/err"); r=$?
+[ "$out" = "node[02,04]" ] && [ "$(cat "$T/both/train.nodelist" 2>/dev/null)" = "node[02,04]" ] &&
+    [ -s "$T/both/train.ring" ]
+is "$r $?" "0 0" "--out DIR with --job --print: the node list on stdout and the files in DIR"
