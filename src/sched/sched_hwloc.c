@@ -7,8 +7,10 @@
  */
 #include "sched/sched.h"
 
+#include <errno.h>
 #include <hwloc.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SHOAL_SCHED_PCI_NVIDIA 0x10de
 #define SHOAL_SCHED_PCI_AMD 0x1002
@@ -41,6 +43,12 @@ shoal_status_t shoal_sched_hwloc_node(shoal_sched_cluster_t *c, const char *name
     char gpu_names[256] = "", nic_names[256] = "";
     shoal_status_t st;
 
+    /* hwloc says only that it could not load the file: a missing or unreadable one read as
+     * "not an hwloc XML topology" */
+    if (access(path, R_OK) != 0) {
+        shoal_error(SCHED, "%s: cannot read it: %s", path, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
     if (hwloc_topology_init(&t) != 0) {
         return SHOAL_ERR_NO_MEMORY;
     }

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=53
+NTESTS=54
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -466,3 +466,15 @@ out=$("$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs
 [ "$out" = "node[02,04]" ] && [ "$(cat "$T/both/train.nodelist" 2>/dev/null)" = "node[02,04]" ] &&
     [ -s "$T/both/train.ring" ]
 is "$r $?" "0 0" "--out DIR with --job --print: the node list on stdout and the files in DIR"
+
+# 54: --hwloc NAME=FILE of a file that is not there (or not readable) said "FILE: not an hwloc
+# XML topology (hwloc could not load it)", as of a file of something else; it names the cause
+"$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/jobs" --hwloc "node01=$T/no-such.xml" \
+    >/dev/null 2>"$T/err"; r=$?
+if grep -q 'built without hwloc' "$T/err"; then
+    n=$((n + 1)); echo "ok $n # SKIP built without hwloc"
+else
+    grep -q "no-such.xml.*No such file or directory" "$T/err"
+    is "$r $?" "1 0" "--hwloc of a missing file: exit 1, 'No such file or directory'"
+    [ $r -eq 1 ] || diag_file "$T/err"
+fi
