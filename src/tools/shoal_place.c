@@ -271,6 +271,8 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
                           : strcmp(optarg, "slurm-tree") == 0 ? SHOAL_SCHED_POLICY_SLURM
                                                               : -1;
             if (a->o.policy < 0) {
+                fprintf(stderr, "shoal-place: --policy %s: expected shoal, first-fit or "
+                        "slurm-tree\n", optarg);
                 shoal_place_usage(stderr);
                 return 2;
             }
@@ -283,12 +285,22 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
         fprintf(stderr, "shoal-place: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (a->conf == NULL || a->jobs == NULL || (a->job == NULL) != (a->print == NULL) ||
-        (a->print != NULL && shoal_sched_out_kind(a->print) < 0)) {
-        shoal_place_usage(stderr);
-        return 2;
+    /* each says what is wrong: the usage alone named none of them */
+    if (a->conf == NULL || a->jobs == NULL) {
+        fprintf(stderr, "shoal-place: --slurm-conf and --jobs are required\n");
+    } else if ((a->job == NULL) != (a->print == NULL)) {
+        fprintf(stderr, "shoal-place: --job and --print go together\n");
+    } else if (a->print != NULL && shoal_sched_out_kind(a->print) < 0) {
+        fprintf(stderr, "shoal-place: --print %s: expected one of", a->print);
+        for (int k = 0; shoal_sched_out_names[k] != NULL; k++) {
+            fprintf(stderr, " %s", shoal_sched_out_names[k]);
+        }
+        fprintf(stderr, "\n");
+    } else {
+        return -1;
     }
-    return -1;
+    shoal_place_usage(stderr);
+    return 2;
 }
 
 /* --hwloc NAME=FILE: the host's CPUs, memory and GPUs from hwloc XML (stderr says what). */

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=54
+NTESTS=55
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -478,3 +478,19 @@ else
     is "$r $?" "1 0" "--hwloc of a missing file: exit 1, 'No such file or directory'"
     [ $r -eq 1 ] || diag_file "$T/err"
 fi
+
+# 55: a bad --policy or --print, --job without --print, no --jobs: exit 2 with the usage, and a
+# line that says what is wrong (only the usage was printed, naming none of them)
+bad=""
+chk() {
+    want=$1; shift
+    "$PLACE" "$@" >/dev/null 2>"$T/err"; r=$?
+    { [ $r -eq 2 ] && grep -q "^shoal-place: $want" "$T/err"; } || bad="$bad [$want: $r]"
+}
+chk "--policy best: expected shoal, first-fit or slurm-tree" --slurm-conf "$T/slurm.conf" \
+    --jobs "$T/jobs" --policy best
+chk "--print nodes: expected one of nodelist" --slurm-conf "$T/slurm.conf" --jobs "$T/jobs" \
+    --job train --print nodes
+chk "--job and --print go together" --slurm-conf "$T/slurm.conf" --jobs "$T/jobs" --job train
+chk "--slurm-conf and --jobs are required" --slurm-conf "$T/slurm.conf"
+is "$bad" "" "bad --policy, --print, --job alone, no --jobs: exit 2 saying which"
