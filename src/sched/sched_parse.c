@@ -451,6 +451,13 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
         int x = -1;
         if (shoal_hostlist_nth(&hl, h, name, sizeof(name)) >= 0) {
             x = nodes ? shoal_sched_node_find(c, name) : -2;
+        } else if (!nodes) {
+            /* no switch has such a name: it was warned about as a node "not in slurm.conf"
+             * and the link dropped, where a short unknown name is refused */
+            shoal_error(SCHED, "%s:%d: switch '%s...' unknown (a name longer than %d)", src,
+                        lineno, name, SHOAL_SCHED_NAME_MAX - 1);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
         }
         if (x == -2) {
             x = shoal_sched_switch_find(c, name);

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=55
+NTESTS=56
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -494,3 +494,14 @@ chk "--print nodes: expected one of nodelist" --slurm-conf "$T/slurm.conf" --job
 chk "--job and --print go together" --slurm-conf "$T/slurm.conf" --jobs "$T/jobs" --job train
 chk "--slurm-conf and --jobs are required" --slurm-conf "$T/slurm.conf"
 is "$bad" "" "bad --policy, --print, --job alone, no --jobs: exit 2 saying which"
+
+# 56: a Switches= name longer than any switch's (63) was warned about as "node '...' is not in
+# slurm.conf: ignored" and the link dropped (exit 0), where a short unknown name is refused
+long=$(printf '%070d' 0 | tr 0 x)
+printf 'SwitchName=l1 Nodes=node[01-02]\nSwitchName=l2 Nodes=node[03-04]\n%s\n' \
+    "SwitchName=s Switches=l1,$long" > "$T/longsw"
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/longsw" --jobs "$T/jobs" \
+    >/dev/null 2>"$T/err"; r=$?
+grep -q "longsw:3: switch 'x*\.\.\.' unknown" "$T/err" && ! grep -q 'is not in slurm.conf' "$T/err"
+is "$r $?" "1 0" "Switches= of a name longer than 63: exit 1, an unknown switch, not a node"
+[ $r -eq 1 ] || diag_file "$T/err"
