@@ -263,6 +263,13 @@ static int shoal_place_args(int argc, char **argv, shoal_place_args_t *a)
                         SHOAL_PLACE_HWLOC_MAX);
                 return 2;
             }
+            /* one host: a hostlist ("node[01-02]=FILE") became a host of that name, and a
+             * job placed "on one host" that Slurm reads as several */
+            if (strcspn(optarg, "[], \t") < (size_t)(strchr(optarg, '=') - optarg)) {
+                fprintf(stderr, "shoal-place: --hwloc %s: NAME is one host name, not a "
+                        "hostlist\n", optarg);
+                return 2;
+            }
             a->hwloc[a->nhwloc++] = optarg;
             break;
         case 'p':

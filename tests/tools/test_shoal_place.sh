@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=56
+NTESTS=57
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -505,3 +505,18 @@ printf 'SwitchName=l1 Nodes=node[01-02]\nSwitchName=l2 Nodes=node[03-04]\n%s\n' 
 grep -q "longsw:3: switch 'x*\.\.\.' unknown" "$T/err" && ! grep -q 'is not in slurm.conf' "$T/err"
 is "$r $?" "1 0" "Switches= of a name longer than 63: exit 1, an unknown switch, not a node"
 [ $r -eq 1 ] || diag_file "$T/err"
+
+# 57: --hwloc NAME=FILE takes one host: a hostlist as NAME ('node[01-02]=FILE') made a host of
+# that name, with the file's 4 GPUs, and a 4-GPU job was placed "on one host" node[01-02]
+# (level 0), which sbatch --nodelist reads as two hosts of 2 GPUs each
+printf 'NodeName=node[01-02] CPUs=8 RealMemory=64000 Gres=gpu:2\n' > "$T/hl.conf"
+printf 'job=a tenant=t gpus=4\n' > "$T/hl.jobs"
+"$PLACE" --slurm-conf "$T/hl.conf" --jobs "$T/hl.jobs" \
+    --hwloc "node[01-02]=$top_srcdir/tests/tools/sched_gpu_host.xml" >"$T/out" 2>"$T/err"; r=$?
+if grep -q 'built without hwloc' "$T/err"; then
+    n=$((n + 1)); echo "ok $n # SKIP built without hwloc"
+else
+    grep -q 'one host name, not a hostlist' "$T/err" && ! grep -q '^place' "$T/out"
+    is "$r $?" "2 0" "--hwloc of a hostlist as NAME: exit 2, nothing placed"
+    [ $r -eq 2 ] || { diag_file "$T/err"; diag_file "$T/out"; }
+fi
