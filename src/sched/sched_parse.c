@@ -591,10 +591,20 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
         char name[SHOAL_SCHED_NAME_MAX];
         int n = shoal_hostlist_nth(&hl, (size_t)h, name, sizeof(name)) >= 0
                     ? shoal_sched_node_find(ctx->c, name) : -1;
-        int cnt = j->ranks / nn + (h < j->ranks % nn);
-        if (n < 0 || shoal_sched_node_cap(ctx->c, n, j->cpus, j->mem_mb) < cnt) {
-            shoal_error(SCHED, "%s:%d: job %s: node %d of nodes=%s unknown or without room "
-                        "for %d ranks", src, lineno, j->name, h, nodes, cnt);
+        int cnt = j->ranks / nn + (h < j->ranks % nn), room;
+        /* the host by name, and which fault: "node 17 of nodes=n[01-64] unknown or without
+         * room" left both to be worked out */
+        if (n < 0) {
+            shoal_error(SCHED, "%s:%d: job %s: host %s of nodes=%s is not in slurm.conf", src,
+                        lineno, j->name, name, nodes);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
+        room = shoal_sched_node_cap(ctx->c, n, j->cpus, j->mem_mb);
+        if (room < cnt) {
+            shoal_error(SCHED, "%s:%d: job %s: host %s of nodes=%s has room for %d of its %d "
+                        "ranks there (GPUs, CPUs and memory per rank)", src, lineno, j->name,
+                        name, nodes, room, cnt);
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }

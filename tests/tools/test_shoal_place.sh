@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=57
+NTESTS=58
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -520,3 +520,17 @@ else
     is "$r $?" "2 0" "--hwloc of a hostlist as NAME: exit 2, nothing placed"
     [ $r -eq 2 ] || { diag_file "$T/err"; diag_file "$T/out"; }
 fi
+
+# 58: a running job's nodes= with a host slurm.conf does not have, or without room for its
+# ranks: the error named "node 1 of nodes=node[01-02]" (an index into the expression) and
+# "unknown or without room" for both; it names the host and which of the two
+printf 'job=r tenant=t gpus=8 state=running nodes=node[01,09]\n' > "$T/unk.jobs"
+printf 'job=f tenant=t gpus=4 state=running nodes=node02\n%s\n' \
+    'job=r tenant=t gpus=8 state=running nodes=node[01-02]' > "$T/full.jobs"
+"$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/unk.jobs" >/dev/null 2>"$T/err"; r1=$?
+"$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/full.jobs" >/dev/null 2>"$T/err2"; r2=$?
+grep -q 'unk.jobs:1: job r: host node09 of nodes=node\[01,09\] is not in slurm.conf' "$T/err" &&
+    grep -q 'full.jobs:2: job r: host node02 of nodes=node\[01-02\] has room for 0 of its 4' \
+        "$T/err2"
+is "$r1 $r2 $?" "1 1 0" "a running job's unknown or full host: named, and which"
+[ $? -eq 0 ] || { diag_file "$T/err"; diag_file "$T/err2"; }
