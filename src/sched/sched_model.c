@@ -285,7 +285,8 @@ shoal_status_t shoal_sched_cluster_finish(shoal_sched_cluster_t *c)
     int order = 0;
 
     if (c->nnodes == 0) {
-        shoal_error(SCHED, "no nodes (slurm.conf has no NodeName line)");
+        shoal_error(SCHED, "no nodes (slurm.conf has no NodeName line, or State=FUTURE ones "
+                    "only)");
         return SHOAL_ERR_INVALID_ARG;
     }
     SHOAL_CHECK(shoal_sched_tree_link(c));

@@ -278,6 +278,7 @@ static int shoal_sched_gres_gpus(const char *val, long *gpus)
 /* A NodeName line's numbers, -1 where neither the line nor NodeName=DEFAULT gives one. */
 typedef struct {
     long cpus, mem, gpus, boards, sockets, sockets_per_board, cores, threads;
+    int future; /* State=FUTURE: defined, not there yet (Slurm runs nothing on it) */
 } shoal_sched_node_spec_t;
 
 /* The numeric NodeName keys. A count of 0 is refused: Slurm calls CPUs=0, Sockets=0 and the
@@ -311,6 +312,11 @@ typedef struct {
 static shoal_status_t shoal_sched_node_key(shoal_sched_node_spec_t *s, const char *k,
                                            const char *v, const char *src, int lineno)
 {
+    if (strcasecmp(k, "State") == 0) {
+        /* FUTURE, or FUTURE with flags (FUTURE+...): a job planned there never starts */
+        s->future = strncasecmp(v, "FUTURE", 6) == 0 && (v[6] == '\0' || v[6] == '+');
+        return SHOAL_OK;
+    }
     if (strcasecmp(k, "Gres") == 0) {
         if (shoal_sched_gres_gpus(v, &s->gpus) != 0) {
             shoal_error(SCHED, "%s:%d: bad value %s=%s", src, lineno, k, v);
@@ -410,6 +416,9 @@ static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, co
                         src, lineno, name);
             st = SHOAL_ERR_INVALID_ARG;
             break;
+        }
+        if (spec.future) {
+            continue; /* not a node to plan on (a job there never starts) */
         }
         st = shoal_sched_node_add(ctx->c, name, (int)cpus, spec.mem, (int)spec.gpus);
     }

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=58
+NTESTS=59
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -534,3 +534,15 @@ grep -q 'unk.jobs:1: job r: host node09 of nodes=node\[01,09\] is not in slurm.c
         "$T/err2"
 is "$r1 $r2 $?" "1 1 0" "a running job's unknown or full host: named, and which"
 [ $? -eq 0 ] || { diag_file "$T/err"; diag_file "$T/err2"; }
+
+# 59: a slurm.conf node of State=FUTURE (defined, not there yet: Slurm runs nothing on it, and
+# sbatch --nodelist naming it waits) is left out of the plan; an 8-GPU job was placed on it
+printf 'NodeName=DEFAULT CPUs=16 RealMemory=64000\n%s\n%s\n' \
+    'NodeName=node[01-02] Gres=gpu:4' 'NodeName=node[03-04] Gres=gpu:8 State=FUTURE' \
+    > "$T/fut.conf"
+printf 'job=big tenant=t gpus=8\njob=four tenant=u gpus=4\n' > "$T/fut.jobs"
+"$PLACE" --slurm-conf "$T/fut.conf" --jobs "$T/fut.jobs" >"$T/out" 2>"$T/err"; r=$?
+grep -q '^place job=big tenant=t gpus=8 level=1 cost=2 nodes=node\[01-02\]$' "$T/out" &&
+    grep -q '^pending job=four' "$T/out" && ! grep -q 'node0[34]' "$T/out"
+is "$r $?" "0 0" "State=FUTURE nodes are not planned on"
+[ $? -eq 0 ] || diag_file "$T/out"
