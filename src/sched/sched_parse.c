@@ -134,6 +134,18 @@ static shoal_status_t shoal_sched_kv_split(char *line, const char *src, int line
             *p++ = '\0';
         }
         char *eq = strchr(w, '=');
+        if (quotes && kv->n == 0 && eq == NULL && strcasecmp(w, "Include") == 0) {
+            /* Slurm's "Include FILE": refused as "not Key=Value", as if the file were
+             * malformed; its NodeName lines are not read here, so say how to give them */
+            size_t n = strlen(p);
+            while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r')) {
+                n--;
+            }
+            shoal_error(SCHED, "%s:%d: Include %.*s is not followed: give its NodeName lines "
+                        "in the file without the Include line (e.g. --slurm-conf <(grep -vi "
+                        "'^include' slurm.conf; cat FILE))", src, lineno, (int)n, p);
+            return SHOAL_ERR_INVALID_ARG;
+        }
         if (eq == NULL || eq == w || kv->n == SHOAL_SCHED_KV_MAX) {
             shoal_error(SCHED, "%s:%d: '%s' is not Key=Value (or more than %d pairs)", src,
                         lineno, w, SHOAL_SCHED_KV_MAX);

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=59
+NTESTS=60
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -546,3 +546,12 @@ grep -q '^place job=big tenant=t gpus=8 level=1 cost=2 nodes=node\[01-02\]$' "$T
     grep -q '^pending job=four' "$T/out" && ! grep -q 'node0[34]' "$T/out"
 is "$r $?" "0 0" "State=FUTURE nodes are not planned on"
 [ $? -eq 0 ] || diag_file "$T/out"
+
+# 60: slurm.conf's Include line (node definitions kept in another file) was refused as
+# "'Include' is not Key=Value", as if the file were malformed, where README says lines other
+# than NodeName are ignored; it says the include is not followed and how to give those lines
+printf 'ClusterName=x\nInclude /etc/slurm/nodes.conf\nNodeName=node01 Gres=gpu:4\n' \
+    > "$T/inc.conf"
+"$PLACE" --slurm-conf "$T/inc.conf" --jobs "$T/jobs" >/dev/null 2>"$T/err"; r=$?
+grep -q "inc.conf:2: Include /etc/slurm/nodes.conf is not followed" "$T/err"
+is "$r $?" "1 0" "slurm.conf's Include: exit 1 saying it is not followed, naming the line"
