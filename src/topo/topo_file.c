@@ -392,14 +392,22 @@ out:
 shoal_status_t shoal_topo_file_load(const char *path, int nranks, shoal_topo_file_t *tf)
 {
     char *buf, why[96];
+    size_t len = 0;
     int err;
     shoal_status_t st;
 
     memset(tf, 0, sizeof(*tf));
     /* Read whole or refused: cut at the limit, the lines past it were lost without a word and
      * the last one read was parsed half ('hosts 2' at the end of a 1.2 MB file: every rank
-     * on one host); a directory read as an empty file. */
-    err = shoal_text_file_read(path, SHOAL_TOPO_FILE_MAX, &buf, NULL, why, sizeof(why));
+     * on one host); a directory read as an empty file. So was a file of zeros (a write a
+     * crash lost): the text ended at its first NUL byte, the lines past it unread. */
+    err = shoal_text_file_read(path, SHOAL_TOPO_FILE_MAX, &buf, &len, why, sizeof(why));
+    if (err == 0 && memchr(buf, '\0', len) != NULL) {
+        snprintf(why, sizeof(why), "has a NUL byte at offset %zu: not a text file",
+                 strlen(buf));
+        free(buf);
+        err = EINVAL;
+    }
     if (err != 0) {
         shoal_error(TOPO, "SHOAL_TOPO_FILE=%s %s", path, why);
         return err == ENOMEM ? SHOAL_ERR_NO_MEMORY : SHOAL_ERR_INVALID_ARG;

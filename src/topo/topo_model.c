@@ -171,10 +171,18 @@ static int shoal_tuning_untrusted(const char *path, const struct stat *sb, char 
 int shoal_tuning_read(const char *path, char **text_p, char *why, size_t whylen)
 {
     struct stat sb;
-    int err = shoal_text_file_read_st(path, SHOAL_TUNING_TEXT_MAX, text_p, NULL, &sb, why,
+    size_t len = 0;
+    int err = shoal_text_file_read_st(path, SHOAL_TUNING_TEXT_MAX, text_p, &len, &sb, why,
                                       whylen);
 
-    if (err == 0 && shoal_tuning_untrusted(path, &sb, why, whylen) != 0) {
+    /* The text ended at a NUL byte: a file of zeros was an empty profile, without a word. */
+    if (err == 0 && memchr(*text_p, '\0', len) != NULL) {
+        snprintf(why, whylen, "has a NUL byte at offset %zu: not a text file",
+                 strlen(*text_p));
+        free(*text_p);
+        *text_p = NULL;
+        err = EINVAL;
+    } else if (err == 0 && shoal_tuning_untrusted(path, &sb, why, whylen) != 0) {
         free(*text_p);
         *text_p = NULL;
         err = EPERM;

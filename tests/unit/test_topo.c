@@ -273,6 +273,25 @@ static void test_topo_file(void)
     /* A directory opens and reads nothing: it passed as an empty file (one host). */
     tap_is_int(shoal_topo_file_load("/", 4, &tf), SHOAL_ERR_INVALID_ARG,
                "topo file: a directory is refused");
+    /* A NUL byte ended the text: a file of zeros (a write lost in a crash) passed as an empty
+     * topology, every rank on one host, and the lines past a NUL were dropped unread. */
+    {
+        char path[] = "/tmp/test_topo_file.XXXXXX";
+        int fd = mkstemp(path);
+        static const char zeros[] = "\0\0\0\0hosts 2\nlink inter lat 5 bw x\n";
+        shoal_status_t st = SHOAL_ERR_SYSTEM;
+        if (fd >= 0 && write(fd, zeros, sizeof(zeros) - 1) == (ssize_t)sizeof(zeros) - 1) {
+            st = shoal_topo_file_load(path, 4, &tf);
+        }
+        tap_is_int(st, SHOAL_ERR_INVALID_ARG, "topo file: a file with a NUL byte is refused");
+        if (st == SHOAL_OK) {
+            shoal_topo_file_free(&tf);
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        unlink(path);
+    }
 }
 
 static void test_tuning(void)
@@ -347,6 +366,13 @@ static void test_tuning(void)
     tap_ok(shoal_tuning_load(path, &u) < 0, "tuning: a file past 64 KiB is refused, not cut");
     unlink(path);
     tap_is_int(shoal_tuning_load(path, &u), 0, "tuning: absent file is not an error");
+    /* past a NUL byte nothing was read: a file of zeros was an empty profile (and src/tune
+     * read none of its 'set' lines), without a word */
+    fp = fopen(path, "w");
+    fwrite("\0\0shm lat 1 bw fast\n", 1, sizeof("\0\0shm lat 1 bw fast\n") - 1, fp);
+    fclose(fp);
+    tap_ok(shoal_tuning_load(path, &u) < 0, "tuning: a file with a NUL byte is refused");
+    unlink(path);
     tap_ok(shoal_tuning_load("/", &u) < 0, "tuning: a directory is refused, not an empty profile");
     /* A malformed file: its link lines are ignored, not its 'set' lines (src/tune applies
      * those line by line); the message said the whole file was ignored. */
