@@ -261,14 +261,17 @@ static void shoal_tune_cache_write(const char *path, const shoal_tune_machine_t 
     char tmp[4200], buf[256];
     int fd, len, ok;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
+    /* A name of its own, made new (O_EXCL, 0600): path.<pid>.tmp, left by a process of the
+     * same pid killed before its rename (a container's pids repeat job after job), made every
+     * later write fail, and every init measure again and warn. */
+    if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX.tmp", path) >= (int)sizeof(tmp)) {
         return;
     }
     len = snprintf(buf, sizeof(buf), SHOAL_TUNE_FILE_MAGIC " l1d %u l2 %u l3 %u cores %d "
                    "copy_cache %u copy %u reduce %u since %lld samples %u\n", m->l1d_kb,
                    m->l2_kb, m->l3_kb, m->ncores, r->copy_cache_mbs, r->copy_mem_mbs,
                    r->reduce_mem_mbs, (long long)r->since, r->samples);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = mkostemps(tmp, 4, O_CLOEXEC);
     if (fd < 0) {
         shoal_warn(COLL, "tune: cannot create %s: %s", tmp, strerror(errno));
         return;

@@ -638,6 +638,33 @@ static void test_cache_file(void)
     unlink(lpath);
     unlink(path);
 
+    /* A temporary file a process of the same pid left (killed between its create and its
+     * rename; a container's processes have the same pids job after job): the record was never
+     * written again, every init measured and warned 'cannot create'. */
+    {
+        char stale[4200];
+        tap_log_t lg;
+        int logged, n, sfd;
+        snprintf(stale, sizeof(stale), "%s.%d.tmp", path, (int)getpid());
+        sfd = open(stale, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (sfd >= 0) {
+            close(sfd);
+        }
+        logged = tap_log_begin(&lg) == 0;
+        m = base;
+        shoal_tune_rates_at(path, &m);
+        tap_log_end(&lg);
+        n = logged ? tap_log_count(&lg, "tune: cannot", NULL) : -1;
+        tap_log_close(&lg);
+        tap_ok(sfd >= 0 && m.bw_src == SHOAL_TUNE_BW_MEASURED && n == 0 &&
+                   cache_get(path, &cc, &cm, &rm, &since, &samples) == 0 && samples == 1,
+               "a stale temporary file of this pid: the record is still written (%d warnings)",
+               n);
+        unlink(stale);
+        unlink(path);
+        unlink(lpath);
+    }
+
     /* A FIFO where the record goes (the name is known: any user can make one in /tmp before
      * the job): open() for reading waited for a writer, and init with it, for ever. */
     if (mkfifo(path, 0600) != 0) {
