@@ -232,12 +232,22 @@ shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t)
 {
     char tmp[4096];
     FILE *fp;
-    int ok, fd;
+    int ok, fd = -1;
 
-    if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp)) {
-        return SHOAL_ERR_INVALID_ARG;
+    /* path.<pid>.tmp alone: a file or link at it (another user's, or one a process of the
+     * same pid left when killed before its rename) made every save fail. A few names are
+     * tried; the mode stays 0666 less the umask (mkstemp's would be 0600). */
+    for (int i = 0; i < 16 && fd < 0; i++) {
+        unsigned r = (unsigned)shoal_hash64(&i, sizeof(i), shoal_time_ns());
+        if (snprintf(tmp, sizeof(tmp), "%s.%d.%08x.tmp", path, (int)getpid(), r) >=
+            (int)sizeof(tmp)) {
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST && errno != ELOOP) {
+            break;
+        }
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     fp = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (fp == NULL) {
         shoal_warn(TOPO, "cannot write the tuning file %s: %s", tmp, strerror(errno));
