@@ -189,7 +189,7 @@ int shoal_tune_measure(const shoal_tune_machine_t *caches, shoal_tune_machine_t 
 /* ---- per-host cache file --------------------------------------------------------------- */
 
 /* Set once each warning about the cache's place was given: once per process. */
-static int shoal_tune_dir_warned, shoal_tune_lock_warned;
+static int shoal_tune_dir_warned, shoal_tune_lock_warned, shoal_tune_open_warned;
 
 int shoal_tune_cache_file(char *buf, size_t len)
 {
@@ -297,6 +297,15 @@ static int shoal_tune_lock(const char *path, int wait)
         return -1;
     }
     fd = open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != ELOOP) {
+        /* a directory that is not there or not ours to write (a typo in
+         * SHOAL_TUNE_CACHE_DIR): every init measured again, without a word */
+        if (!__atomic_exchange_n(&shoal_tune_open_warned, 1, __ATOMIC_RELAXED)) {
+            shoal_warn(COLL, "tune: cannot create %s: %s: the per-host measurement is not "
+                       "cached (SHOAL_TUNE_CACHE_DIR)", lpath, strerror(errno));
+        }
+        return -1;
+    }
     if (fd < 0 || !shoal_tune_fd_trusted(fd, &st)) {
         /* Another user's file or link at the name (anyone may make one in /tmp before the
          * job): nothing is cached, and every init measures again. Said once, not silently. */

@@ -716,6 +716,23 @@ static void test_cache_file(void)
         unlink(path);
         unlink(lpath);
     }
+    /* a cache directory that is not there (a typo in SHOAL_TUNE_CACHE_DIR): nothing was
+     * cached, every init of every rank measured again, and nothing said so */
+    {
+        char gone[4200];
+        tap_log_t lg;
+        int logged = tap_log_begin(&lg) == 0, n;
+        snprintf(gone, sizeof(gone), "%s/no-such-dir/rec", dir);
+        m = base;
+        shoal_tune_rates_at(gone, &m);
+        m = base;
+        shoal_tune_rates_at(gone, &m);
+        tap_log_end(&lg);
+        n = logged ? tap_log_count(&lg, "no-such-dir", "not cached") : -1;
+        tap_log_close(&lg);
+        tap_ok(m.bw_src == SHOAL_TUNE_BW_MEASURED && n == 1,
+               "a cache directory that is not there: measured, and said once (%d warnings)", n);
+    }
     rmdir(dir);
 }
 
