@@ -27,9 +27,9 @@ static const shoal_cfg_field_t shoal_tune_cfg_fields[] = {
      .offset = offsetof(shoal_tune_config_t, cache_dir),
      .doc = "where the per-host memory measurement is cached (file shoal-tune-<uid>-<hostid>, "
             "-asan/-tsan/-O0 appended for such builds); measured again when an hour old, the "
-            "best rates kept, restarted after 7 days; empty = $XDG_RUNTIME_DIR, else /tmp (also "
-            "for a relative path, with a warning; a lock file of another user there is "
-            "warned about: nothing is cached)"},
+            "best rates kept, restarted after 7 days; empty = $XDG_RUNTIME_DIR where it is a "
+            "directory, else /tmp (also for a relative path, with a warning; a lock file of "
+            "another user there is warned about: nothing is cached)"},
 };
 
 const shoal_cfg_table_t shoal_tune_cfg_table = {

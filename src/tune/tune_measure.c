@@ -194,8 +194,12 @@ static int shoal_tune_dir_warned, shoal_tune_lock_warned, shoal_tune_open_warned
 int shoal_tune_cache_file(char *buf, size_t len)
 {
     const char *dir = shoal_tune_config.cache_dir;
+    struct stat st;
     if (dir == NULL || dir[0] == '\0') {
+        /* set but not there (inherited through su, or into a container): nothing was cached
+         * there, every init measured again; /tmp as when it is unset */
         dir = shoal_cfg_getenv_raw("XDG_RUNTIME_DIR");
+        dir = dir != NULL && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? dir : NULL;
     } else if (dir[0] != '/' &&
                !__atomic_exchange_n(&shoal_tune_dir_warned, 1, __ATOMIC_RELAXED)) {
         shoal_warn(COLL, "tune: SHOAL_TUNE_CACHE_DIR '%s' is not an absolute path: /tmp is "

@@ -510,6 +510,26 @@ static void test_cache_file(void)
                "a relative SHOAL_TUNE_CACHE_DIR: /tmp, said once (%s)", own);
         tap_log_close(&lg);
     }
+    /* $XDG_RUNTIME_DIR set but not there (inherited through su or into a container): the
+     * file went there, nothing was cached, every init measured again */
+    {
+        const char *saved_dir = shoal_tune_config.cache_dir;
+        char *saved_xdg = getenv("XDG_RUNTIME_DIR") != NULL
+                              ? strdup(getenv("XDG_RUNTIME_DIR")) : NULL;
+        int n;
+        shoal_tune_config.cache_dir = "";
+        setenv("XDG_RUNTIME_DIR", "/nonexistent/run/user/4242", 1);
+        n = shoal_tune_cache_file(own, sizeof(own));
+        if (saved_xdg != NULL) {
+            setenv("XDG_RUNTIME_DIR", saved_xdg, 1);
+            free(saved_xdg);
+        } else {
+            unsetenv("XDG_RUNTIME_DIR");
+        }
+        shoal_tune_config.cache_dir = saved_dir;
+        tap_ok(n == 0 && strncmp(own, "/tmp/shoal-tune-", 16) == 0,
+               "an XDG_RUNTIME_DIR that is not there: /tmp (%s)", own);
+    }
     tap_is_int(shoal_tune_cache_file(own, sizeof(own)), 0, "cache file: a path");
     tap_ok(strstr(own, "/shoal-tune-") != NULL && strlen(own) >= strlen(tag) &&
            strcmp(own + strlen(own) - strlen(tag), tag) == 0,
