@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define SHOAL_TOPO_SYS_CPU "/sys/devices/system/cpu"
 #define SHOAL_TOPO_SYS_NODE "/sys/devices/system/node"
@@ -54,6 +55,17 @@ static int shoal_topo_sysfs_cpu_pkg(int cpu)
     return (int)shoal_topo_read_long(path);
 }
 
+/* Whether the CPU is there (online: its topology directory exists). Its package id alone
+ * said so: a kernel that reports none (-1: some arm64 machines and VMs) had no CPU at all,
+ * and discovery failed whole (caches unknown, every setting its fixed default). */
+static int shoal_topo_sysfs_cpu_present(int cpu)
+{
+    char path[128];
+    struct stat st;
+    snprintf(path, sizeof(path), SHOAL_TOPO_SYS_CPU "/cpu%d/topology", cpu);
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int shoal_topo_sysfs_cpu_node(int cpu)
 {
     char path[128];
@@ -85,14 +97,15 @@ static void shoal_topo_sysfs_cpus(shoal_topo_summary_t *out)
     memset(pkg_seen, 0, sizeof(pkg_seen));
     for (int cpu = 0; cpu < SHOAL_TOPO_MAX_CPUS && cores != NULL; cpu++) {
         char path[128];
-        int pkg = shoal_topo_sysfs_cpu_pkg(cpu);
+        int pkg;
         long core, key;
-        if (pkg < 0) {
-            if (cpu > 0 && shoal_topo_sysfs_cpu_pkg(cpu + 1) < 0) {
+        if (!shoal_topo_sysfs_cpu_present(cpu)) {
+            if (cpu > 0 && !shoal_topo_sysfs_cpu_present(cpu + 1)) {
                 break;
             }
             continue;
         }
+        pkg = SHOAL_MAX(shoal_topo_sysfs_cpu_pkg(cpu), 0); /* -1: no package known, one */
         out->npus++;
         if (pkg < 256 && !pkg_seen[pkg]) {
             pkg_seen[pkg] = 1;

@@ -361,6 +361,36 @@ check "... a file that gives no rank count: this host's PUs (at least 2)" \
 # saying what differs.
 printf 'hosts 2\nlayout cyclic\n' >"$tmp/topo"
 printf 'hosts 2\n' >"$tmp/topo2"
+# sysfs of a kernel that reports no package (physical_package_id -1, some arm64 machines and
+# VMs): every CPU was skipped as absent, discovery failed whole, and the caches were unknown
+# (the settings their fixed defaults). A fake cpu tree mounted in a private mount namespace.
+fake="$tmp/fakecpu"
+for c in 0 1; do
+    mkdir -p "$fake/cpu$c/topology"
+    echo -1 >"$fake/cpu$c/topology/physical_package_id"
+    echo "$c" >"$fake/cpu$c/topology/core_id"
+done
+fake_cache() { # fake_cache INDEX LEVEL TYPE SIZE
+    mkdir -p "$fake/cpu0/cache/index$1"
+    echo "$2" >"$fake/cpu0/cache/index$1/level"
+    echo "$3" >"$fake/cpu0/cache/index$1/type"
+    echo "$4" >"$fake/cpu0/cache/index$1/size"
+}
+fake_cache 0 1 Data 48K
+fake_cache 1 1 Instruction 32K
+fake_cache 2 2 Unified 2048K
+fake_cache 3 3 Unified 32M
+n_tap=$((n_tap + 1))
+if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
+    echo "ok $n_tap # SKIP not root or no unshare -m: cannot mount a fake sysfs"
+elif unshare -m sh -c 'mount --bind "$1" /sys/devices/system/cpu && shift && exec "$@"' sh \
+    "$fake" env -u SHOAL_TUNE_MACHINE SHOAL_TOPO_DISCOVERY=sysfs "$info" -t -n 2 \
+    >"$tmp/info" 2>"$tmp/info.err" &&
+    grep -Eq 'caches \(sysfs\): L1d 48 KiB, L2 2048 KiB, L3 32768 KiB; 2 cores' "$tmp/info"; then
+    echo "ok $n_tap - sysfs without package ids: the CPUs and caches are still found"
+else
+    echo "not ok $n_tap - sysfs without package ids: $(grep -m 1 'caches (' "$tmp/info")"
+fi
 for case in "rank 0 sets SHOAL_RING_ORDER=rank:SHOAL_RING_ORDER=rank" \
     "rank 0 has another SHOAL_TOPO_FILE:SHOAL_TOPO_FILE=$tmp/topo2"; do
     t0=$(date +%s)
