@@ -314,10 +314,49 @@ static void shoal_tune_link_defaults(shoal_tune_t *t, const char *why)
                    SHOAL_TUNE_SRC_DEFAULT, "%s", why);
 }
 
+/* The ib ring and bounce slot counts that are DERIVED, from t->link and the slot size and
+ * ring in force: explicit settings applied after the derivation (a slot size, a ring) left
+ * them sized for the port's own slot (SHOAL_IB_SLOT_SIZE=1m: 64 times the ring's 4 MiB) and
+ * the bounce slots over an explicit ring (doc: 4..SHOAL_IB_RING_SLOTS). */
+static void shoal_tune_link_counts(shoal_tune_t *t)
+{
+    const shoal_tl_link_t *l = &t->link;
+    double rate = (double)l->rate_mbps * 125000.0; /* bytes/s */
+    double rtt_us = l->rtt_us != 0 ? l->rtt_us
+                    : l->soft       ? SHOAL_TUNE_IB_RTT_SOFT_US
+                                    : SHOAL_TUNE_IB_RTT_HW_US;
+    uint64_t slot = SHOAL_MAX(t->value[SHOAL_TUNE_IB_SLOT_SIZE], (uint64_t)1);
+    uint64_t cap = SHOAL_MAX(SHOAL_TUNE_IB_RING_MAX / slot, 4);
+    double bytes;
+
+    if (l->rate_mbps == 0) {
+        return;
+    }
+    if (t->src[SHOAL_TUNE_IB_NSLOTS] == SHOAL_TUNE_SRC_DERIVED) {
+        bytes = 2.0 * rate * (rtt_us + SHOAL_TUNE_IB_REACT_US) / 1e6;
+        shoal_tune_set(t, SHOAL_TUNE_IB_NSLOTS,
+                       shoal_tune_clamp(shoal_tune_pow2_ceil(bytes / (double)slot), 4,
+                                        SHOAL_MIN(cap, 4096)),
+                       SHOAL_TUNE_SRC_DERIVED,
+                       "2 x %.1f Gb/s x (rtt %.0f%s + %u us) / slot, within 4..4096, <= 4m",
+                       l->rate_mbps / 1e3, rtt_us,
+                       l->rtt_us != 0 ? " us given" : " us assumed", SHOAL_TUNE_IB_REACT_US);
+    }
+    if (t->src[SHOAL_TUNE_IB_SEND_SLOTS] == SHOAL_TUNE_SRC_DERIVED) {
+        bytes = 2.0 * rate * rtt_us / 1e6;
+        shoal_tune_set(t, SHOAL_TUNE_IB_SEND_SLOTS,
+                       shoal_tune_clamp(shoal_tune_pow2_ceil(bytes / (double)slot), 4,
+                                        SHOAL_MAX(t->value[SHOAL_TUNE_IB_NSLOTS], 4)),
+                       SHOAL_TUNE_SRC_DERIVED,
+                       "2 x %.1f Gb/s x rtt %.0f us / slot, within 4..ring slots",
+                       l->rate_mbps / 1e3, rtt_us);
+    }
+}
+
 void shoal_tune_derive_link(const shoal_tl_link_t *l, shoal_tune_t *t)
 {
-    double rate, rtt_us, bytes;
-    uint64_t slot, floor_b, nslots, nsend, cap;
+    double rate;
+    uint64_t slot, floor_b;
     unsigned chunk_ns = l->soft ? SHOAL_TUNE_IB_CHUNK_SOFT_NS : SHOAL_TUNE_IB_CHUNK_NS;
 
     t->link = *l;
@@ -326,8 +365,6 @@ void shoal_tune_derive_link(const shoal_tl_link_t *l, shoal_tune_t *t)
         return;
     }
     rate = (double)l->rate_mbps * 125000.0; /* bytes/s */
-    rtt_us = l->rtt_us != 0 ? l->rtt_us
-                            : l->soft ? SHOAL_TUNE_IB_RTT_SOFT_US : SHOAL_TUNE_IB_RTT_HW_US;
     floor_b = (uint64_t)l->mtu * SHOAL_TUNE_IB_MIN_MTUS;
     slot = shoal_tune_pow2_near(rate * chunk_ns / 1e9);
     slot = shoal_tune_clamp(SHOAL_MAX(slot, shoal_tune_pow2_ceil((double)floor_b)), 16 << 10,
@@ -336,19 +373,8 @@ void shoal_tune_derive_link(const shoal_tl_link_t *l, shoal_tune_t *t)
                    "%.1f Gb/s x %u us%s, >= %u x MTU %u, within 16k..1m", l->rate_mbps / 1e3,
                    chunk_ns / 1000, l->soft ? " (software)" : "", SHOAL_TUNE_IB_MIN_MTUS,
                    l->mtu);
-    bytes = 2.0 * rate * (rtt_us + SHOAL_TUNE_IB_REACT_US) / 1e6;
-    cap = SHOAL_MAX(SHOAL_TUNE_IB_RING_MAX / slot, 4);
-    nslots = shoal_tune_clamp(shoal_tune_pow2_ceil(bytes / (double)slot), 4,
-                              SHOAL_MIN(cap, 4096));
-    shoal_tune_set(t, SHOAL_TUNE_IB_NSLOTS, nslots, SHOAL_TUNE_SRC_DERIVED,
-                   "2 x %.1f Gb/s x (rtt %.0f%s + %u us) / slot, within 4..4096, <= 4m",
-                   l->rate_mbps / 1e3, rtt_us, l->rtt_us != 0 ? " us given" : " us assumed",
-                   SHOAL_TUNE_IB_REACT_US);
-    bytes = 2.0 * rate * rtt_us / 1e6;
-    nsend = shoal_tune_clamp(shoal_tune_pow2_ceil(bytes / (double)slot), 4, nslots);
-    shoal_tune_set(t, SHOAL_TUNE_IB_SEND_SLOTS, nsend, SHOAL_TUNE_SRC_DERIVED,
-                   "2 x %.1f Gb/s x rtt %.0f us / slot, within 4..ring slots",
-                   l->rate_mbps / 1e3, rtt_us);
+    t->src[SHOAL_TUNE_IB_NSLOTS] = t->src[SHOAL_TUNE_IB_SEND_SLOTS] = SHOAL_TUNE_SRC_DERIVED;
+    shoal_tune_link_counts(t);
 }
 
 void shoal_tune_derive(const shoal_tune_machine_t *m, shoal_tune_t *t)
@@ -510,6 +536,7 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
 
     shoal_tune_override_vars(t);
     if (tuning_text == NULL) {
+        shoal_tune_link_counts(t);
         return SHOAL_OK;
     }
     _Static_assert(SHOAL_TUNE_NKNOBS <= 32, "a bit per knob");
@@ -561,6 +588,7 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         }
     }
     free(copy);
+    shoal_tune_link_counts(t);
     return st;
 }
 

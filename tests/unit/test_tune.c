@@ -396,13 +396,25 @@ static void test_link_override(void)
            "IB_SLOT_SIZE from the tuning file wins over the port's");
     tap_ok(t.value[SHOAL_TUNE_IB_SEND_SLOTS] == 4 &&
            t.src[SHOAL_TUNE_IB_SEND_SLOTS] == SHOAL_TUNE_SRC_DERIVED, "send slots derived");
+    /* the derived bounce slots follow the ring and slot in force, not the port's own: with
+     * SHOAL_IB_RING_SLOTS=48 and a 1 ms round trip they were 64 (doc: 4..SHOAL_IB_RING_SLOTS),
+     * and an explicit slot size left the counts sized for the port's slot */
+    shoal_tune_derive(&tune_cases[0].m, &t);
+    shoal_tune_derive_link(&link_cases[5].l, &t);
+    (void)shoal_tune_override(&t, "set IB_SLOT_SIZE 1m\n");
+    tap_ok(t.value[SHOAL_TUNE_IB_NSLOTS] == 48 && t.value[SHOAL_TUNE_IB_SEND_SLOTS] == 32 &&
+               t.src[SHOAL_TUNE_IB_SEND_SLOTS] == SHOAL_TUNE_SRC_DERIVED,
+           "derived bounce slots within the explicit ring, for the explicit slot: %llu of %llu "
+           "(want 32 of 48: 2 x 12.5 GB/s x 1000 us / 1m)",
+           (unsigned long long)t.value[SHOAL_TUNE_IB_SEND_SLOTS],
+           (unsigned long long)t.value[SHOAL_TUNE_IB_NSLOTS]);
     shoal_tune_link_sizes(&link_cases[3].l, &z);
     tap_ok(z.nslots == 48 && z.send_slots == 4 && strstr(z.why, "ib_ring_slots env") != NULL &&
            strstr(z.why, "ib_send_slots derived") != NULL,
            "the transport gets the env's ring and the derived bounces: %u x %llu, %u (%s)",
            z.nslots, (unsigned long long)z.slot_size, z.send_slots, z.why);
 #else
-    tap_skip(4, "the ib transport is not built: its variables do not exist");
+    tap_skip(5, "the ib transport is not built: its variables do not exist");
 #endif
 }
 
