@@ -241,9 +241,29 @@ static void shoal_tune_derive_copy(const shoal_tune_machine_t *m, shoal_tune_t *
     }
 }
 
+/* The shm ring's slot count, if DERIVED: its ring divided by the slot size in force. An
+ * explicit slot size (SHOAL_SHM_SLOT_SIZE, a 'set' line) was applied after the count was
+ * made for the derived slot: 1m slots x 8, 8 MiB a direction where the ring is L2 / 2. */
+static void shoal_tune_shm_count(shoal_tune_t *t)
+{
+    const shoal_tune_machine_t *m = &t->machine;
+    uint64_t slot = SHOAL_MAX(t->value[SHOAL_TUNE_SHM_SLOT_SIZE], (uint64_t)1), ring, cap;
+
+    if (t->src[SHOAL_TUNE_SHM_NSLOTS] != SHOAL_TUNE_SRC_DERIVED || m->copy_mem_mbs == 0) {
+        return;
+    }
+    ring = shoal_tune_pow2_near((double)m->copy_mem_mbs * SHOAL_TUNE_SHM_RING_US);
+    cap = m->l2_kb > 0 ? shoal_tune_pow2_floor(((uint64_t)m->l2_kb << 10) / 2) : ring;
+    ring = SHOAL_MIN(ring, cap);
+    shoal_tune_set(t, SHOAL_TUNE_SHM_NSLOTS, shoal_tune_clamp(ring / slot, 2, 64),
+                   SHOAL_TUNE_SRC_DERIVED, "ring copy %.1f GB/s x %u us%s / slot, within 2..64",
+                   m->copy_mem_mbs / 1e3, SHOAL_TUNE_SHM_RING_US,
+                   m->l2_kb > 0 ? " <= L2 / 2" : "");
+}
+
 static void shoal_tune_derive_shm_ring(const shoal_tune_machine_t *m, shoal_tune_t *t)
 {
-    uint64_t slot, ring, cap;
+    uint64_t slot;
 
     if (m->copy_cache_mbs == 0 || m->copy_mem_mbs == 0) {
         shoal_tune_set(t, SHOAL_TUNE_SHM_SLOT_SIZE, SHOAL_TUNE_DFLT_SHM_SLOT,
@@ -259,13 +279,8 @@ static void shoal_tune_derive_shm_ring(const shoal_tune_machine_t *m, shoal_tune
     shoal_tune_set(t, SHOAL_TUNE_SHM_SLOT_SIZE, slot, SHOAL_TUNE_SRC_DERIVED,
                    "copy in L2 %.1f GB/s x %u ns, within 16k..1m", m->copy_cache_mbs / 1e3,
                    SHOAL_TUNE_SHM_SLOT_NS);
-    ring = shoal_tune_pow2_near((double)m->copy_mem_mbs * SHOAL_TUNE_SHM_RING_US);
-    cap = m->l2_kb > 0 ? shoal_tune_pow2_floor(((uint64_t)m->l2_kb << 10) / 2) : ring;
-    ring = SHOAL_MIN(ring, cap);
-    shoal_tune_set(t, SHOAL_TUNE_SHM_NSLOTS, shoal_tune_clamp(ring / slot, 2, 64),
-                   SHOAL_TUNE_SRC_DERIVED, "ring copy %.1f GB/s x %u us%s / slot, within 2..64",
-                   m->copy_mem_mbs / 1e3, SHOAL_TUNE_SHM_RING_US,
-                   m->l2_kb > 0 ? " <= L2 / 2" : "");
+    t->src[SHOAL_TUNE_SHM_NSLOTS] = SHOAL_TUNE_SRC_DERIVED;
+    shoal_tune_shm_count(t);
 }
 
 static void shoal_tune_derive_net(const shoal_tune_machine_t *m, shoal_tune_t *t)
@@ -536,6 +551,7 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
 
     shoal_tune_override_vars(t);
     if (tuning_text == NULL) {
+        shoal_tune_shm_count(t);
         shoal_tune_link_counts(t);
         return SHOAL_OK;
     }
@@ -588,6 +604,7 @@ shoal_status_t shoal_tune_override(shoal_tune_t *t, const char *tuning_text)
         }
     }
     free(copy);
+    shoal_tune_shm_count(t);
     shoal_tune_link_counts(t);
     return st;
 }

@@ -132,6 +132,19 @@ static void test_override(void)
            shoal_tune_src_name(t.src[SHOAL_TUNE_SHM_NSLOTS]));
     tap_ok(t.value[SHOAL_TUNE_SHM_SLOT_SIZE] == 128 << 10 &&
            t.src[SHOAL_TUNE_SHM_SLOT_SIZE] == SHOAL_TUNE_SRC_FILE, "SHM_SLOT_SIZE from the file");
+    /* a slot size set alone: the derived count divides the ring by it ("divided by the slot
+     * size"), not by the derived slot: 1m slots x 8 were 8 MiB a direction where the ring is
+     * at most L2 / 2 = 512k (then 2 slots, the least) */
+    {
+        shoal_tune_t u;
+        shoal_tune_derive(&tune_cases[0].m, &u);
+        (void)shoal_tune_override(&u, "set SHM_SLOT_SIZE 1m\n");
+        tap_ok(u.value[SHOAL_TUNE_SHM_SLOT_SIZE] == 1 << 20 &&
+                   u.value[SHOAL_TUNE_SHM_NSLOTS] == 2 &&
+                   u.src[SHOAL_TUNE_SHM_NSLOTS] == SHOAL_TUNE_SRC_DERIVED,
+               "an explicit shm slot size: the derived slot count follows it (%llu, want 2)",
+               (unsigned long long)u.value[SHOAL_TUNE_SHM_NSLOTS]);
+    }
     tap_ok(t.value[SHOAL_TUNE_TCP_MIN_SPLIT] == 1 << 20 &&
            t.src[SHOAL_TUNE_TCP_MIN_SPLIT] == SHOAL_TUNE_SRC_ENV,
            "SHOAL_TCP_MIN_SPLIT in the environment wins over the file: %llu",
