@@ -133,9 +133,12 @@ static void shoal_tune_warn_mismatch(struct shoal_comm *comm, const shoal_tune_t
     static int warned;
     shoal_tune_machine_t none = {0};
     shoal_tune_t mine;
+    char *text = shoal_tune_file_text();
 
+    /* its own tuning file's 'set' lines too: they lost to rank 0's without a word */
     shoal_tune_derive(&none, &mine);
-    shoal_tune_override(&mine, NULL);
+    (void)shoal_tune_override(&mine, text); /* a bad line was warned about at resolution */
+    free(text);
     for (int k = 0; k < SHOAL_TUNE_SHM_SLOT_SIZE; k++) { /* transport sizes: core's round 0 */
         if ((mine.src[k] == SHOAL_TUNE_SRC_ENV || mine.src[k] == SHOAL_TUNE_SRC_FILE) &&
             mine.value[k] != t->value[k] && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {

@@ -39,6 +39,18 @@ if grep -q "is not rank 0's" "$tmp/err"; then
 else
     n_tap=$((n_tap + 1)); echo "not ok $n_tap - rank 1 did not warn about its own SHOAL_CHUNK_SIZE"
 fi
+# the same setting by a 'set' line of rank 1's own SHOAL_TUNING_FILE: it lost as silently as
+# it was said to win ('explicit settings always win')
+printf 'set CHUNK_SIZE 256k\n' >"$tmp/r1tun"
+r1env="TUNE_TEST_RANK1_ENV=SHOAL_TUNING_FILE=$tmp/r1tun"
+mp_job "shm n=2, rank 1's SHOAL_TUNING_FILE sets CHUNK_SIZE" 2 \
+    "SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1 $r1env" "$rankp"
+n_tap=$((n_tap + 1))
+if grep -q "set CHUNK_SIZE in SHOAL_TUNING_FILE = 262144 is not rank 0's" "$tmp/err"; then
+    echo "ok $n_tap - rank 1 is told its tuning file's CHUNK_SIZE lost to rank 0's"
+else
+    echo "not ok $n_tap - rank 1 did not warn about its tuning file's CHUNK_SIZE"
+fi
 mp_job "tcp n=3" 3 "SHOAL_TRANSPORT=tcp SHOAL_TUNE_MACHINE=$m0 TUNE_TEST_RANK1_MACHINE=$m1" \
     "$rankp"
 
