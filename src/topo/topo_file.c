@@ -338,6 +338,25 @@ static shoal_status_t shoal_topo_file_finish(shoal_topo_spec_t *sp, int nranks,
     return shoal_topo_file_sockets(tf);
 }
 
+/* A line's first word is shown only when it is a keyword: a file given by mistake (a
+ * credential, a token) had its first line's first word, maybe the secret itself, in every
+ * rank's log. */
+static void shoal_topo_file_error(int lineno, const char *word)
+{
+    static const char *const kw[] = {"hosts", "sockets", "layout", "ppn", "host", "link"};
+
+    for (size_t i = 0; i < SHOAL_ARRAY_SIZE(kw); i++) {
+        if (strcmp(word, kw[i]) == 0) {
+            shoal_error(TOPO, "SHOAL_TOPO_FILE line %d: cannot parse the line starting with "
+                        "'%s'", lineno, word);
+            return;
+        }
+    }
+    shoal_error(TOPO, "SHOAL_TOPO_FILE line %d: does not start with a keyword (hosts, ppn, "
+                "layout, host, sockets, link; the line is not shown: is it the right file?)",
+                lineno);
+}
+
 shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_file_t *tf)
 {
     shoal_topo_spec_t sp = {.sockets = 1, .max_rank = -1};
@@ -374,8 +393,7 @@ shoal_status_t shoal_topo_file_parse(const char *text, int nranks, shoal_topo_fi
             continue;
         }
         if (n > SHOAL_TOPO_TOK_MAX || shoal_topo_file_line(tok, n, nranks, &sp, tf) != 0) {
-            shoal_error(TOPO, "SHOAL_TOPO_FILE line %d: cannot parse the line starting with '%s'",
-                        lineno, tok[0]);
+            shoal_topo_file_error(lineno, tok[0]);
             goto out;
         }
     }

@@ -84,6 +84,29 @@ int shoal_tuning_parse_line(char *line, shoal_tuning_t *t)
     return 0;
 }
 
+/* The line is shown only when its first word is a kind the file has ('shm', 'copy', ...): a
+ * file given by mistake (a credential, a token) had its first line in every rank's log. */
+static void shoal_tuning_error(int lineno, const char *line)
+{
+    size_t len = strcspn(line, " \t\r");
+    int known = (len == 4 && strncmp(line, "copy", 4) == 0) ||
+                (len == 6 && strncmp(line, "reduce", 6) == 0) ||
+                (len == 3 && strncmp(line, "set", 3) == 0);
+
+    for (int k = 0; k < SHOAL_LINK_KINDS && !known; k++) {
+        known = strlen(shoal_link_kind_names[k]) == len &&
+                strncmp(line, shoal_link_kind_names[k], len) == 0;
+    }
+    if (known) {
+        shoal_error(TOPO, "SHOAL_TUNING_FILE line %d: cannot parse '%s' (want '<kind> lat "
+                    "<us> bw <GB/s>')", lineno, line);
+    } else {
+        shoal_error(TOPO, "SHOAL_TUNING_FILE line %d: does not start with a link kind (shm, "
+                    "tcp, ucx, ib), 'copy', 'reduce' or 'set' (the line is not shown: is it the "
+                    "right file?)", lineno);
+    }
+}
+
 shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
 {
     char *copy = strdup(text), *line, *next;
@@ -111,8 +134,7 @@ shoal_status_t shoal_tuning_parse(const char *text, shoal_tuning_t *t)
             continue;
         }
         if (shoal_tuning_parse_line(line, t) != 0) {
-            shoal_error(TOPO, "SHOAL_TUNING_FILE line %d: cannot parse '%s' (want '<kind> lat "
-                        "<us> bw <GB/s>')", lineno, line);
+            shoal_tuning_error(lineno, line);
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }

@@ -248,6 +248,11 @@ static void test_topo_file(void)
     /* The error names the line, empty and comment lines counted (there was no number). */
     msg = tap_stderr_of(parse_topo_4, "hosts 2\n\n# comment\n\nppn 2\nlink inter lat 5 bw x\n");
     tap_ok(strstr(msg, "SHOAL_TOPO_FILE line 6:") != NULL, "topo file: the error names line 6");
+    /* A file given by mistake (a credential, a token): its first line went to every rank's
+     * log. A line of no known keyword is named by its number, not shown. */
+    msg = tap_stderr_of(parse_topo_4, "# key\ns3cr3t-t0ken-AbCd 42\n");
+    tap_ok(strstr(msg, "line 2") != NULL && strstr(msg, "s3cr3t") == NULL,
+           "topo file: a line of no known keyword is not shown: %s", msg);
 
     /* Larger than what is read (1 MiB): refused, not cut (every rank was on one host). */
     {
@@ -319,6 +324,12 @@ static void test_tuning(void)
            "taken");
     tap_ok(strstr(tap_stderr_of(parse_tuning, "shm lat 1 bw 5\n\n# x\ntcp lat 1 bw -5\n"),
                   "SHOAL_TUNING_FILE line 4:") != NULL, "tuning: the error names line 4");
+    {
+        const char *msg = tap_stderr_of(parse_tuning, "password=s3cr3t-t0ken-AbCd\n");
+        tap_ok(strstr(msg, "line 1") != NULL && strstr(msg, "s3cr3t") == NULL,
+               "tuning: a line of no known kind is not shown (a file given by mistake): %s",
+               msg);
+    }
     /* Words past the figures were dropped without a word: 'recv 4' without 'send' (the topology
      * file takes them in any order), a misspelt 'sned 3', a unit glued to a number. */
     tap_ok(shoal_tuning_parse("tcp lat 1 bw 2 recv 4\n", &t) == SHOAL_ERR_INVALID_ARG &&
