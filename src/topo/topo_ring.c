@@ -201,9 +201,20 @@ shoal_status_t shoal_topo_ring_hosts_parse(const char *text, shoal_topo_ring_hos
         if (len == 0 || len >= SHOAL_TOPO_HOSTNAME_MAX ||
             (*p != '\0' && *p != ',' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' &&
              *p != '#') || rh->n == SHOAL_TOPO_RING_HOSTS_MAX) {
-            shoal_warn(TOPO, "ring host list: bad host name near '%.20s' (letters, digits, '.', "
-                       "'_', '-'; at most %d characters, %d hosts)", s,
-                       SHOAL_TOPO_HOSTNAME_MAX - 1, SHOAL_TOPO_RING_HOSTS_MAX);
+            /* placed by line and column, not shown: SHOAL_RING_HOSTS_FILE naming the wrong
+             * file (a token, a credential) put its text in the log */
+            int line = 1;
+            const char *bol = text;
+            for (const char *q = text; q < s; q++) {
+                if (*q == '\n') {
+                    line++;
+                    bol = q + 1;
+                }
+            }
+            shoal_warn(TOPO, "ring host list: bad host name at line %d, column %d (letters, "
+                       "digits, '.', '_', '-'; at most %d characters, %d hosts)", line,
+                       (int)(p - bol) + 1, SHOAL_TOPO_HOSTNAME_MAX - 1,
+                       SHOAL_TOPO_RING_HOSTS_MAX);
             shoal_topo_ring_hosts_free(rh);
             return SHOAL_ERR_INVALID_ARG;
         }

@@ -108,6 +108,14 @@ static void parse_tuning(const char *text)
     (void)shoal_tuning_parse(text, &t);
 }
 
+static void parse_ring_hosts(const char *text)
+{
+    shoal_topo_ring_hosts_t rh;
+    if (shoal_topo_ring_hosts_parse(text, &rh) == SHOAL_OK) {
+        shoal_topo_ring_hosts_free(&rh);
+    }
+}
+
 static void load_tuning(const char *path)
 {
     shoal_tuning_t t;
@@ -617,6 +625,12 @@ static void test_ring_hosts(void)
     tap_ok(shoal_topo_ring_hosts_parse("b,a,c,d,c", &rh) != SHOAL_OK,
            "... also apart and out of order");
     tap_ok(shoal_topo_ring_hosts_parse("a,b$c", &rh) != SHOAL_OK, "a bad character is refused");
+    /* SHOAL_RING_HOSTS_FILE naming the wrong file (a token): its text went to the log */
+    {
+        const char *msg = tap_stderr_of(parse_ring_hosts, "a\nb\npassword=s3cr3t\n");
+        tap_ok(strstr(msg, "line 3") != NULL && strstr(msg, "s3cr3t") == NULL,
+               "ring host list: a bad name is placed by line, not shown: %s", msg);
+    }
     /* A list near the limit (65536 hosts, shoal-place's output for a large cluster): each name
      * was compared with every one before it (8 s of CPU here on every rank's init), and each
      * rank's host looked up by a scan of the whole list. */
