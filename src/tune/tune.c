@@ -633,8 +633,8 @@ void shoal_tune_print(const shoal_tune_t *t, FILE *fp)
     static const char *const bsrc[] = {"not measured", "measured now",
                                        "measured earlier, per-host cache file",
                                        "SHOAL_TUNE_MACHINE",
-                                       "measured now, each rate the best of this and the "
-                                       "per-host cache file's samples",
+                                       ("measured now, each rate the best of this and the "
+                                        "per-host cache file's samples"),
                                        "SHOAL_TUNE_MACHINE where it gives them, else measured"};
     const shoal_tune_machine_t *m = &t->machine;
 
