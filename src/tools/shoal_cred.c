@@ -203,6 +203,20 @@ static int shoal_cred_name_copy(const char *what, const char *s, char dst[SHOAL_
 
 /* ---- commands ------------------------------------------------------------------------------ */
 
+/* What a command printed reached stdout, else says so: 0 or 1. A full disk or a closed pipe
+ * exited 1 without a word (verify's 1 read as 'rejected' for a valid credential). */
+static int shoal_cred_flush(const char *what)
+{
+    int err;
+
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return 0;
+    err = errno;
+    fprintf(stderr, "shoal-cred: %s: %s\n", what, err != 0 ? strerror(err) : "write error");
+    return 1;
+}
+
 static int shoal_cred_cmd_keygen(const shoal_cred_args_t *a)
 {
     uint8_t key[SHOAL_CRED_KEY_BYTES];
@@ -287,7 +301,7 @@ static int shoal_cred_cmd_issue(const shoal_cred_args_t *a)
         shoal_tenant_cred_sign(&cred, key) == SHOAL_OK &&
         shoal_tenant_cred_format(&cred, text, sizeof(text)) == SHOAL_OK) {
         printf("%s\n", text);
-        rc = fflush(stdout) == 0 ? 0 : 1;
+        rc = shoal_cred_flush("cannot write the credential to stdout");
     }
     shoal_secret_wipe(master, sizeof(master));
     shoal_secret_wipe(key, sizeof(key));
@@ -378,7 +392,7 @@ static int shoal_cred_cmd_verify(const shoal_cred_args_t *a, const char *arg)
            cred.id.tenant, cred.id.job, cred.id.epoch, classes[cred.id.qos_class],
            cred.id.qos_weight, when);
     shoal_secret_wipe(&cred, sizeof(cred));
-    return fflush(stdout) == 0 ? 0 : 1;
+    return shoal_cred_flush("the credential is valid, but cannot write to stdout");
 }
 
 int main(int argc, char **argv)

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_cred.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_DEBUG_FILE
 
-NTESTS=38
+NTESTS=40
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -170,7 +170,24 @@ else
     n=$((n + 1)); echo "ok $n # SKIP not root: no file of another user to try"
 fi
 
-# 38: no output of any command above showed a key
+# 38-39: a credential (or verify's verdict) that cannot be written to stdout (a full disk,
+# a closed pipe) is an error that says so: both exited 1 without a word, verify's 1 read as
+# 'rejected' for a valid credential
+if [ -w /dev/full ]; then
+    timeout -s KILL 30 "$CRED" issue -k "$T/master.key" --tenant acme --job j >/dev/full \
+        2>"$T/err"
+    [ "$?" -eq 1 ] && grep -q 'cannot write the credential to stdout' "$T/err"
+    ok $? "issue with stdout on a full device: exit 1, says it could not write"
+    printf '%s\n' "$good" | timeout -s KILL 30 "$CRED" verify -k "$T/master.key" \
+        >/dev/full 2>"$T/err"
+    [ "$?" -eq 1 ] && grep -q 'cannot write to stdout' "$T/err" &&
+        ! grep -q 'credential rejected' "$T/err"
+    ok $? "verify with stdout on a full device: exit 1, says it could not write"
+else
+    n=$((n + 2)); echo "ok $((n - 1)) # SKIP no /dev/full"; echo "ok $n # SKIP no /dev/full"
+fi
+
+# 40: no output of any command above showed a key
 leak=0
 for k in master other acme globex; do
     hex=$(od -An -tx1 -v "$T/$k.key" | tr -d ' \n')
