@@ -7,6 +7,7 @@
 #include "tenant/tenant.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +35,37 @@ static shoal_status_t shoal_tenant_name_set(const char *what, const char *src, c
     return SHOAL_OK;
 }
 
+/* An explicit SHOAL_EPOCH (environment or conf file): *claimed_p = 1 and its value, which
+ * must be a count of its row's range. One that is not was a warning of the config tables and
+ * the rank ran as epoch 0 (not SLURM_RESTART_COUNT's either), with the first run's ranks. */
+static shoal_status_t shoal_tenant_epoch_claim(int *claimed_p, uint64_t *epoch_p)
+{
+    /* the row's parser: what the table takes (blanks around the number) is taken here */
+    static const shoal_cfg_field_t row = {.name = "EPOCH", .type = SHOAL_CFG_UINT};
+    const char *text = shoal_cfg_getenv("EPOCH");
+    unsigned v;
+
+    *claimed_p = text != NULL;
+    if (text == NULL) {
+        return SHOAL_OK;
+    }
+    if (shoal_cfg_parse_value(&row, text, &v) != 0) {
+        shoal_error(TENANT, "SHOAL_EPOCH=%s is not a count from 0 to %u", text, UINT_MAX);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    *epoch_p = v;
+    return SHOAL_OK;
+}
+
 /* SHOAL_EPOCH when set, else Slurm's restart count, else 0. */
 static shoal_status_t shoal_tenant_epoch(uint64_t *epoch_p)
 {
     const char *slurm;
     uint64_t v;
+    int claimed;
 
-    if (shoal_cfg_getenv("EPOCH") != NULL) {
-        *epoch_p = shoal_tenant_config.epoch;
+    SHOAL_CHECK(shoal_tenant_epoch_claim(&claimed, epoch_p));
+    if (claimed) {
         return SHOAL_OK;
     }
     slurm = shoal_cfg_getenv_raw("SLURM_RESTART_COUNT");
@@ -66,6 +90,7 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
     shoal_tenant_id_t out;
     shoal_status_t st;
     int found = cred != NULL, claimed = 0;
+    uint64_t claimed_epoch = 0;
 
     shoal_config_global_init();
     memset(&out, 0, sizeof(out));
@@ -86,8 +111,10 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
     }
     if (found) {
         /* Only an explicit SHOAL_EPOCH is a claim the credential must match. */
-        claimed = shoal_cfg_getenv("EPOCH") != NULL;
-        out.epoch = claimed ? shoal_tenant_config.epoch : 0;
+        if ((st = shoal_tenant_epoch_claim(&claimed, &out.epoch)) != SHOAL_OK) {
+            return st;
+        }
+        claimed_epoch = out.epoch;
     } else if ((st = shoal_tenant_epoch(&out.epoch)) != SHOAL_OK) {
         return st;
     }
@@ -112,7 +139,7 @@ shoal_status_t shoal_tenant_id_resolve(const shoal_config_t *cfg,
      * later run. After apply, which refuses a credential of another tenant or job first:
      * checked before, a rank of another job was told of the epoch only, under the
      * credential's job name as if it were its own. */
-    if (found && claimed && shoal_tenant_config.epoch == 0 && cred->id.epoch != 0) {
+    if (found && claimed && claimed_epoch == 0 && cred->id.epoch != 0) {
         shoal_error(TENANT, "this rank is configured for epoch 0 of job '%s' but its "
                     "credential names epoch %" PRIu64 " (a credential of another run)",
                     cred->id.job, cred->id.epoch);

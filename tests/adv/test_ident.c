@@ -47,7 +47,7 @@ static void ti_resolve(void)
 {
     shoal_config_t cfg = SHOAL_CONFIG_INIT;
     shoal_tenant_id_t id;
-    char longname[80];
+    char longname[80], line[1024];
 
     tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_OK, "resolve from the environment");
     tap_is_str(id.tenant, "acme", "tenant from SHOAL_TENANT");
@@ -58,6 +58,20 @@ static void ti_resolve(void)
     tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_ERR_INVALID_ARG,
                "SLURM_RESTART_COUNT=' -1' is refused, not epoch 2^64 - 1");
     setenv("SLURM_RESTART_COUNT", "5", 1);
+    /* A SHOAL_EPOCH that is not a count was a warning, and the rank ran as epoch 0 (neither
+     * the epoch asked for nor SLURM_RESTART_COUNT's): it joined the first run's ranks. */
+    setenv("SHOAL_EPOCH", "3x", 1);
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_ERR_INVALID_ARG,
+               "SHOAL_EPOCH=3x is refused, not epoch 0");
+    ti_last_log(line, sizeof(line));
+    tap_ok(strstr(line, "SHOAL_EPOCH=3x is not a count") != NULL, "... and the error says so");
+    setenv("SHOAL_EPOCH", "4294967296", 1);
+    tap_is_int(shoal_tenant_id_current(NULL, &id), SHOAL_ERR_INVALID_ARG,
+               "SHOAL_EPOCH=4294967296 (above SHOAL_EPOCH's range) is refused, not epoch 0");
+    setenv("SHOAL_EPOCH", " 7 ", 1); /* as the config table takes it */
+    tap_ok(shoal_tenant_id_current(NULL, &id) == SHOAL_OK && id.epoch == 7,
+           "SHOAL_EPOCH=' 7 ' is epoch 7");
+    unsetenv("SHOAL_EPOCH");
     cfg.tenant = "globex";
     cfg.job_name = "train-7";
     tap_is_int(shoal_tenant_id_current(&cfg, &id), SHOAL_OK, "resolve with config fields");
