@@ -651,13 +651,23 @@ shoal_status_t shoal_tenant_cred_load(shoal_tenant_cred_t *cred, int *found_p)
         return SHOAL_OK;
     }
     if (have_text) {
-        st = shoal_tenant_cred_parse(cfg->credential, cred);
+        /* One trailing newline dropped, as from a file: the line shoal-cred issue prints,
+         * passed whole (a Kubernetes secret made --from-file, an env file), was refused on
+         * every rank as 'field mac is not 64 lowercase hex digits'. */
+        size_t tl = strnlen(cfg->credential, SHOAL_TENANT_CRED_TEXT_MAX + 1);
+        if (tl <= SHOAL_TENANT_CRED_TEXT_MAX && cfg->credential[tl - 1] == '\n') {
+            memcpy(buf, cfg->credential, tl - 1);
+            buf[tl - 1] = '\0';
+            st = shoal_tenant_cred_parse(buf, cred);
+        } else {
+            st = shoal_tenant_cred_parse(cfg->credential, cred);
+        }
     } else {
         st = shoal_tenant_cred_read_file(cfg->credential_file, buf);
         if (st == SHOAL_OK)
             st = shoal_tenant_cred_parse(buf, cred);
-        shoal_secret_wipe(buf, sizeof(buf));
     }
+    shoal_secret_wipe(buf, sizeof(buf));
     if (st == SHOAL_OK)
         *found_p = 1;
     return st;

@@ -55,7 +55,7 @@ SHOAL_HIDDEN size_t shoal_tenant_id_encode(const shoal_tenant_id_t *id, uint8_t 
  * fields in this order, each once; names non-empty printable ASCII without ';' '=' or spaces;
  * epoch, weight and expires decimal without leading zeros; class guaranteed|burstable|spot;
  * weight 1..SHOAL_TENANT_WEIGHT_MAX; expires 0 (never) or unix seconds. Nothing else, no
- * trailing newline (a credential file may end in one). */
+ * trailing newline (SHOAL_CREDENTIAL or its file may end in one). */
 #define SHOAL_TENANT_CRED_TEXT_MAX 512 /* bytes of the text form, NUL included */
 #define SHOAL_TENANT_WEIGHT_MAX 1000000
 #define SHOAL_TENANT_MASTER_MIN 16     /* bytes of a provider master key, at least */

@@ -373,6 +373,20 @@ static void test_load(void)
                shoal_tenant_cred_verify(&c, test_key, test_now()) == SHOAL_OK,
            "SHOAL_CREDENTIAL: loaded and valid");
 
+    /* The line shoal-cred issue prints, newline included, as a launcher passes a file's
+     * content (a Kubernetes secret from --from-file, an env file): a file may end in one, the
+     * variable was refused ('field mac is not 64 lowercase hex digits') on every rank. */
+    snprintf(line, sizeof(line), "%s\n", text);
+    shoal_tenant_cred_config.credential = line;
+    memset(&c, 0, sizeof(c));
+    tap_ok(shoal_tenant_cred_load(&c, &found) == SHOAL_OK && found == 1 &&
+               shoal_tenant_cred_verify(&c, test_key, test_now()) == SHOAL_OK,
+           "SHOAL_CREDENTIAL ending in a newline: loaded and valid");
+    snprintf(line, sizeof(line), "%s\n\n", text);
+    tap_is_int(shoal_tenant_cred_load(&c, &found), SHOAL_ERR_INVALID_ARG,
+               "SHOAL_CREDENTIAL ending in two newlines: INVALID_ARG");
+    shoal_tenant_cred_config.credential = text;
+
     snprintf(path, sizeof(path), "/tmp/test_cred.%d", (int)getpid());
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     snprintf(line, sizeof(line), "%s\n", text);
