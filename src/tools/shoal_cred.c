@@ -320,11 +320,15 @@ static int shoal_cred_read_text(const char *arg, char text[SHOAL_TENANT_CRED_TEX
     int c = EOF;
 
     if (arg != NULL && strcmp(arg, "-") != 0) {
-        if (strlen(arg) >= SHOAL_TENANT_CRED_TEXT_MAX + 1) {
+        n = strlen(arg);
+        if (n >= SHOAL_TENANT_CRED_TEXT_MAX + 1) {
             fprintf(stderr, "shoal-cred verify: the credential is too long\n");
             return -1;
         }
         strcpy(text, arg);
+        /* one trailing newline, as the library drops it from SHOAL_CREDENTIAL */
+        if (n > 0 && text[n - 1] == '\n')
+            text[n - 1] = '\0';
         return 0;
     }
     for (n = 0; n < SHOAL_TENANT_CRED_TEXT_MAX && (c = getc(stdin)) != EOF && c != '\n'; n++)
