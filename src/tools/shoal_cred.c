@@ -349,7 +349,7 @@ static int shoal_cred_read_text(const char *arg, char text[SHOAL_TENANT_CRED_TEX
 static int shoal_cred_cmd_verify(const shoal_cred_args_t *a, const char *arg)
 {
     uint8_t master[SHOAL_CRED_KEY_BYTES], key[SHOAL_HMAC_BYTES];
-    char text[SHOAL_TENANT_CRED_TEXT_MAX + 2], when[64];
+    char text[SHOAL_TENANT_CRED_TEXT_MAX + 2], when[64], why[SHOAL_TENANT_CRED_WHY_MAX] = "";
     static const char *const classes[] = {"default", "guaranteed", "burstable", "spot"};
     shoal_tenant_cred_t cred;
     shoal_status_t st = SHOAL_ERR_INVALID_ARG;
@@ -362,7 +362,10 @@ static int shoal_cred_cmd_verify(const shoal_cred_args_t *a, const char *arg)
     }
     if (shoal_cred_read_text(arg, text) != 0)
         return 1;
-    if (shoal_tenant_cred_parse(text, &cred) == SHOAL_OK) {
+    /* The quiet variants, the reason printed here: through the library's log it went to
+     * SHOAL_DEBUG_FILE when set, or nowhere under SHOAL_DEBUG=NONE, and the verdict said only
+     * 'permission denied' or 'not a credential'. */
+    if (shoal_tenant_cred_parse_quiet(text, &cred, why, sizeof(why)) == SHOAL_OK) {
         if (a->master != NULL) {
             if (shoal_cred_key_read(a->master, master) == 0) {
                 have_key = shoal_tenant_key_derive(master, sizeof(master), cred.id.tenant,
@@ -373,13 +376,14 @@ static int shoal_cred_cmd_verify(const shoal_cred_args_t *a, const char *arg)
             have_key = shoal_cred_key_read(a->tenant_key, key) == 0;
         }
         if (have_key)
-            st = shoal_tenant_cred_verify(&cred, key, (int64_t)time(NULL));
+            st = shoal_tenant_cred_verify_quiet(&cred, key, (int64_t)time(NULL), why,
+                                                sizeof(why));
     }
     shoal_secret_wipe(key, sizeof(key));
     shoal_secret_wipe(text, sizeof(text));
     if (st != SHOAL_OK) {
         fprintf(stderr, "shoal-cred: credential rejected: %s\n",
-                have_key ? shoal_strerror(st) : "no usable key or not a credential");
+                why[0] != '\0' ? why : have_key ? shoal_strerror(st) : "no usable key");
         shoal_secret_wipe(&cred, sizeof(cred));
         return 1;
     }

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_cred.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_DEBUG_FILE
 
-NTESTS=41
+NTESTS=43
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -194,7 +194,21 @@ nl='
 cred verify -k "$T/master.key" "$good$nl"
 is "$rc" 0 "verify (argument ending in a newline, as SHOAL_CREDENTIAL may) exits 0"
 
-# 41: no output of any command above showed a key
+# 41-42: verify says why it rejects whatever the library's log does: with SHOAL_DEBUG_FILE
+# set (a provider's environment) or SHOAL_DEBUG=NONE the reason went to the file or nowhere,
+# and stderr said only 'permission denied' or 'no usable key or not a credential'
+printf '%s\n' "$expired" | SHOAL_DEBUG_FILE="$T/debug.log" timeout -s KILL 30 "$CRED" \
+    verify -k "$T/master.key" >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q 'credential rejected: .*expired at' "$T/err"
+ok $? "verify with SHOAL_DEBUG_FILE set: an expired credential, the reason on stderr"
+printf '%s\n' "shoal-cred-v1:tenant=acme;job=x" | SHOAL_DEBUG=NONE timeout -s KILL 30 \
+    "$CRED" verify -k "$T/master.key" >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q 'credential rejected: .*truncated' "$T/err"
+ok $? "verify with SHOAL_DEBUG=NONE: a truncated credential, the reason on stderr"
+
+# 43: no output of any command above showed a key
 leak=0
 for k in master other acme globex; do
     hex=$(od -An -tx1 -v "$T/$k.key" | tr -d ' \n')
