@@ -201,6 +201,27 @@ static int shoal_cred_name_copy(const char *what, const char *s, char dst[SHOAL_
     return 0;
 }
 
+/* A name a credential can hold (as src/tenant/cred.c takes it): 0, else -1 and the reason on
+ * stderr. Through the library's log alone (the key's derivation, the signature) the reason went
+ * to SHOAL_DEBUG_FILE or nowhere (SHOAL_DEBUG=NONE), and the command exited 1 without a word. */
+static int shoal_cred_name_ok(const char *what, const char *s)
+{
+    size_t i, n = strlen(s);
+
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c >= 0x7f || c == ';' || c == '=')
+            break;
+    }
+    if (n == 0 || n >= SHOAL_TENANT_NAME_MAX || i < n) {
+        fprintf(stderr, "shoal-cred: --%s takes 1 to %d bytes of printable ASCII without spaces, "
+                "';' or '='%s\n", what, SHOAL_TENANT_NAME_MAX - 1,
+                n > 0 && n < SHOAL_TENANT_NAME_MAX ? " (a byte that is not)" : "");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- commands ------------------------------------------------------------------------------ */
 
 /* What a command printed reached stdout, else says so: 0 or 1. A full disk or a closed pipe
@@ -246,7 +267,8 @@ static int shoal_cred_cmd_tenant_key(const shoal_cred_args_t *a)
                 "required\n");
         return 2;
     }
-    if (shoal_cred_key_read(a->master, master) != 0)
+    if (shoal_cred_name_ok("tenant", a->tenant) != 0 ||
+        shoal_cred_key_read(a->master, master) != 0)
         return 1;
     if (shoal_tenant_key_derive(master, sizeof(master), a->tenant, key) == SHOAL_OK &&
         shoal_cred_key_write(a->out, key) == 0) {
@@ -276,6 +298,8 @@ static int shoal_cred_cmd_issue(const shoal_cred_args_t *a)
     if (shoal_cred_name_copy("tenant", a->tenant, cred.id.tenant) != 0 ||
         shoal_cred_name_copy("job", a->job, cred.id.job) != 0)
         return 2;
+    if (shoal_cred_name_ok("tenant", a->tenant) != 0 || shoal_cred_name_ok("job", a->job) != 0)
+        return 1;
     if ((a->epoch != NULL && shoal_parse_u64(a->epoch, UINT64_MAX, &epoch, NULL) != 0) ||
         (a->weight != NULL &&
          (shoal_parse_u64(a->weight, SHOAL_TENANT_WEIGHT_MAX, &weight, NULL) != 0 ||

@@ -10,7 +10,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_cred.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_CREDENTIAL SHOAL_CREDENTIAL_FILE SHOAL_DEBUG SHOAL_DEBUG_FILE
 
-NTESTS=43
+NTESTS=46
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -208,7 +208,23 @@ rc=$?
 [ "$rc" -eq 1 ] && grep -q 'credential rejected: .*truncated' "$T/err"
 ok $? "verify with SHOAL_DEBUG=NONE: a truncated credential, the reason on stderr"
 
-# 43: no output of any command above showed a key
+# 43-45: a name the credential cannot hold is refused with the reason on stderr, whatever
+# the library's log does: under SHOAL_DEBUG=NONE (or with SHOAL_DEBUG_FILE) they exited 1
+# without a word
+SHOAL_DEBUG=NONE timeout -s KILL 30 "$CRED" issue -k "$T/master.key" --tenant 'ac me' \
+    --job j >"$T/out" 2>"$T/err"
+[ "$?" -eq 1 ] && grep -q -- "--tenant .*printable ASCII" "$T/err" && [ ! -s "$T/out" ]
+ok $? "issue --tenant 'ac me' under SHOAL_DEBUG=NONE: exit 1 with the reason"
+SHOAL_DEBUG=NONE timeout -s KILL 30 "$CRED" issue -k "$T/master.key" --tenant acme \
+    --job 'x=y' >"$T/out" 2>"$T/err"
+[ "$?" -eq 1 ] && grep -q -- "--job .*printable ASCII" "$T/err" && [ ! -s "$T/out" ]
+ok $? "issue --job 'x=y' under SHOAL_DEBUG=NONE: exit 1 with the reason"
+SHOAL_DEBUG=NONE timeout -s KILL 30 "$CRED" tenant-key -k "$T/master.key" --tenant 'a;b' \
+    -o "$T/ab.key" >"$T/out" 2>"$T/err"
+[ "$?" -eq 1 ] && grep -q -- "--tenant .*printable ASCII" "$T/err" && [ ! -e "$T/ab.key" ]
+ok $? "tenant-key --tenant 'a;b' under SHOAL_DEBUG=NONE: exit 1 with the reason, no file"
+
+# 46: no output of any command above showed a key
 leak=0
 for k in master other acme globex; do
     hex=$(od -An -tx1 -v "$T/$k.key" | tr -d ' \n')
