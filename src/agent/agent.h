@@ -291,6 +291,9 @@ shoal_status_t shoald_page_add(shoald_t *a, const shoal_meter_page_t *snapshot,
                                shoald_page_t **page_p);
 /* Unix ns when pid started (from /proc), 0 if unknown. */
 uint64_t shoald_proc_start_ns(pid_t pid);
+/* 1 if a page of tenant/job that the ledger held open when this agent started is awaited
+ * from process pid (the same process: its start is the one read then). */
+int shoald_rejoin_expected(const shoald_t *a, const char *tenant, const char *job, pid_t pid);
 /* a->host_key from a->hostname: the name itself up to 32 characters; a longer one as its
  * first 23, '~' and 8 hex digits of a hash of the whole (names that share their first 32
  * characters, common for cloud nodes, made one key prefix: an agent listing its host's open

@@ -681,6 +681,17 @@ static int shoald_rejoin_awaited(const shoald_t *a, const shoald_job_t *j)
     return 0;
 }
 
+int shoald_rejoin_expected(const shoald_t *a, const char *tenant, const char *job, pid_t pid)
+{
+    for (const shoald_rejoin_t *r = a->rejoins; r != NULL; r = r->next) {
+        if (!r->gone && r->pid == pid && strcmp(r->tenant, tenant) == 0 &&
+            strcmp(r->job, job) == 0 && r->start_ns != 0 &&
+            shoald_proc_start_ns(pid) == r->start_ns)
+            return 1;
+    }
+    return 0;
+}
+
 /* The cursors of the gone pages join batch b (deleted with its commit; a batch that fails is
  * retried as it is), and leave the list. */
 static void shoald_rejoins_gone_to(shoald_t *a, shoald_batch_t *b)

@@ -483,6 +483,17 @@ static const char *shoald_reg_claim(shoald_reg_t *r, shoald_pend_t *q,
     }
     st = shoal_tenant_cred_verify_quiet(&cred, t->key, (int64_t)(shoald_unix_ns() / 1000000000ull),
                                         NULL, 0);
+    /* Expired (its MAC verified) while it ran: a rank whose page the ledger held open when
+     * this agent started, back from the same process, is let in again. It registered before
+     * its credential expired, and its counts since went on; refused, the rest of its job ran
+     * unmetered after an agent restart. */
+    if (st == SHOAL_ERR_PERMISSION &&
+        shoald_rejoin_expected(r->a, cred.id.tenant, cred.id.job, q->peer.pid)) {
+        shoal_info(METER, "%s/%s: the credential expired while its rank ran; its page was open "
+                   "in the ledger when this agent started, so it registers again", t->name,
+                   cred.id.job);
+        st = SHOAL_OK;
+    }
     if (st != SHOAL_OK) {
         shoald_reg_refuse(r, q, st == SHOAL_ERR_PERMISSION ? SHOALD_REFUSE_EXPIRED :
                           SHOALD_REFUSE_BAD_CREDENTIAL, st == SHOAL_ERR_PERMISSION ?

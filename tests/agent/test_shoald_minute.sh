@@ -345,7 +345,35 @@ ok $? "the new agent found the killed rank's page open in the ledger and its pro
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key LIKE '%:$R6C:%'")" 0 \
     "its cursor was deleted"
 
-# 55-57: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
+# 55-58: a rank whose credential expires while it runs, through an agent restart. Its page is
+# open in the ledger and its process runs, so the new agent lets it register again with the
+# expired credential (it was refused as expired, and the rest of its job ran unmetered). A
+# process that was not running under that page is still refused it.
+EXP=$(cred acme expiring --expires 5)
+timeout -s KILL 60 "$MC" --sock "$SOCK" --tenant acme --job expiring --cred "$EXP" \
+    --ngpus 1 --tick 20 --hold 10 --rereg >"$T/r9.out" 2>"$T/r9.err" &
+R9=$!
+PIDS="$PIDS $R9"
+sleep 2.3
+stop_agent KILL
+sleep 4.7 # the credential expired (its expiry is in whole seconds)
+start_agent "$T/conf"
+ok $? "a new agent after a kill -9, a running rank's credential expired meanwhile" \
+    "$T/agent.log"
+timeout -s KILL 30 "$MC" --sock "$SOCK" --tenant acme --job expiring --cred "$EXP" \
+    --ngpus 1 --hold 1 >"$T/r10.out" 2>&1
+rc10=$?
+wait "$R9"; rc9=$?
+wait_minutes 2
+[ "$rc9" = 0 ] && grep -q "registered again" "$T/r9.err" &&
+    grep -q "acme/expiring: the credential expired while its rank ran" "$T/agent.log"
+ok $? "the rank registered again with its credential expired (rc $rc9)" "$T/r9.err"
+is "$(sum_ops acme expiring)" "$(final_of ops "$T/r9.out")" \
+    "its job's operations are billed exactly"
+[ "$rc10" = 1 ] && grep -q "expired" "$T/r10.out"
+ok $? "a new process with that expired credential is refused (rc $rc10)" "$T/r10.out"
+
+# 59-61: with allow_uncredentialed, a page without tenant is billed as tenant uid=N beside a
 # credentialed job; neither holds the other back (a record of tenant "" was refused by the
 # ledger and kept every later minute in memory)
 stop_agent
@@ -370,7 +398,7 @@ minutes_ok "uid=$uid" anon 1 && grep -q "of uid=$uid/anon registered" "$T/agent.
 ok $? "uid=$uid/anon: a record per minute ($(minutes_of "uid=$uid" anon)), named so in the \
 agent's registration line" "$T/agent.log"
 
-# 58-62: long host names (cloud nodes) on one ledger. Two agents whose names share their first
+# 62-66: long host names (cloud nodes) on one ledger. Two agents whose names share their first
 # 32 characters: the second, restarted, does not take the first one's open page for its own
 # (both keyed the name cut at 32, so it waited for or deleted the other host's cursors). A
 # cursor keyed that old way is resumed from and then deleted: a rank is not billed twice
@@ -415,7 +443,7 @@ is "$(sum_ops acme longhost)" "$(final_of ops "$T/lh.out")" \
 is "$(q "SELECT count(*) FROM ledger_cursors WHERE key IN ('$K', '$LK')")" 0 \
     "the old cursor went with the first batch, the new one with the rank's end"
 
-# 63-67: one job on two hosts and one ledger. The agents of node-a and node-b each bill their
+# 67-71: one job on two hosts and one ledger. The agents of node-a and node-b each bill their
 # own rank: each writes its record of every minute the job lived, in that minute. (With one
 # record per job and minute, the second agent's commit collided with the first's and moved
 # its record after the job's last minute: the job's minutes drifted into the future.)
