@@ -14,7 +14,7 @@
  *    timeout; posting alone, it gets SHOAL_ERR_TIMEOUT and rank 0 never opens an endpoint to
  *    it, while the real rank 2 connects to rank 0 beside it; with the real rank 2 silent,
  *    rank 0's SHOAL_ERR_AUTH does not say that rank 2 answered (a tag cannot tell who sent
- *    it);
+ *    it); not lazy, both get SHOAL_ERR_AUTH from connect_all after the timeout;
  *  - a stranger that floods rank 0 with messages under tags of its own: each is dropped as it
  *    comes, UCX's unexpected queue is left empty, rank 0 still serves its real peer;
  *  - a rank that sends more than SHOAL_UCX_UNEXPECTED_MAX messages before their receives:
@@ -68,15 +68,21 @@ static double now_ms(void)
     return (double)shoal_time_ns() / 1e6;
 }
 
-static int side_init(side_t *s, int rank, uint32_t comm_id, const uint8_t *key, int timeout_ms)
+static int side_init_as(side_t *s, int rank, uint32_t comm_id, const uint8_t *key,
+                        int timeout_ms, int lazy)
 {
     shoal_tl_params_t p = {
         .rank = rank, .nranks = NR, .local_rank = rank, .local_size = NR, .comm_id = comm_id,
-        .secret = key, .timeout_ms = timeout_ms, .abort_flag = &abort_flag, .lazy = 1,
+        .secret = key, .timeout_ms = timeout_ms, .abort_flag = &abort_flag, .lazy = lazy,
     };
     memset(s, 0, sizeof(*s));
     s->rank = rank;
     return tl->init(&p, &s->ctx) == SHOAL_OK ? 0 : -1;
+}
+
+static int side_init(side_t *s, int rank, uint32_t comm_id, const uint8_t *key, int timeout_ms)
+{
+    return side_init_as(s, rank, comm_id, key, timeout_ms, 1);
 }
 
 static size_t side_addr(side_t *s, uint8_t *out)
@@ -448,6 +454,76 @@ static void test_stranger(void)
     side_fini(&s2);
     side_fini(&one);
     side_fini(&s0);
+}
+
+/* Not lazy: rank 0's connect_all with a stranger of another job (another key) claiming rank 1,
+ * another process whose connect_all runs at the same time. Each sees only a proof under a key
+ * it does not hold: SHOAL_ERR_AUTH after the timeout, as lazily (it was SHOAL_ERR_TIMEOUT, as
+ * if the peer had been silent). */
+static void test_stranger_eager(void)
+{
+    const uint32_t comm_id = 0x1a2d0028u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX];
+    size_t lens[NR] = {0};
+    int up[2], down[2], wst = 0, peer = 1;
+    side_t s0, evil;
+    const void *a;
+    shoal_ep_t *ep;
+    shoal_status_t st = SHOAL_ERR_INTERNAL;
+    double t0, dt;
+
+    if (pipe(up) != 0 || pipe(down) != 0) {
+        tap_bail("pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        peer = 0;
+        if (side_init_as(&evil, 1, comm_id, key_b, 1500, 0) != 0) {
+            _exit(2);
+        }
+        lens[1] = side_addr(&evil, addrs[1]);
+        if (write(up[1], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
+            write(up[1], addrs[1], lens[1]) != (ssize_t)lens[1] ||
+            read(down[0], &lens[0], sizeof(lens[0])) != (ssize_t)sizeof(lens[0]) ||
+            lens[0] > SHOAL_TL_ADDR_MAX || read(down[0], addrs[0], lens[0]) != (ssize_t)lens[0]) {
+            _exit(3);
+        }
+        a = addrs[0];
+        st = tl->connect_all(evil.ctx, &peer, 1, &a, &lens[0], &ep);
+        side_fini(&evil);
+        _exit(st == SHOAL_ERR_AUTH ? 0 : 10 - (int)st);
+    }
+    if (pid < 0 || read(up[0], &lens[1], sizeof(lens[1])) != (ssize_t)sizeof(lens[1]) ||
+        lens[1] > SHOAL_TL_ADDR_MAX || read(up[0], addrs[1], lens[1]) != (ssize_t)lens[1] ||
+        side_init_as(&s0, 0, comm_id, key_a, 1500, 0) != 0) {
+        tap_bail("the stranger's process did not start");
+        return;
+    }
+    lens[0] = side_addr(&s0, addrs[0]);
+    if (write(down[1], &lens[0], sizeof(lens[0])) == (ssize_t)sizeof(lens[0]) &&
+        write(down[1], addrs[0], lens[0]) == (ssize_t)lens[0]) {
+        a = addrs[1];
+        t0 = now_ms();
+        st = tl->connect_all(s0.ctx, &peer, 1, &a, &lens[1], &ep);
+        dt = now_ms() - t0;
+    } else {
+        dt = 0;
+    }
+    waitpid(pid, &wst, 0);
+    tap_ok(st == SHOAL_ERR_AUTH && dt >= 1400 && dt < 5000 && WIFEXITED(wst) &&
+               WEXITSTATUS(wst) == 0,
+           "not lazy: rank 0 and a stranger with another job's key claiming rank 1 connect to "
+           "each other: rank 0 %s after %.0f ms (timeout 1500 ms), the stranger %s",
+           shoal_status_name(st), dt,
+           WIFEXITED(wst) && WEXITSTATUS(wst) == 0 ? "SHOAL_ERR_AUTH" : "another status");
+    side_fini(&s0);
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
 }
 
 /* A stranger (another job's key, claiming rank 2) that reaches rank 0's worker sends it
@@ -1149,6 +1225,7 @@ int main(void)
     test_race();
     test_one_sided();
     test_stranger();
+    test_stranger_eager();
     test_flood();
     test_early_limit();
     test_silent();

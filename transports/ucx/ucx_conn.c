@@ -528,6 +528,20 @@ static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
     return 1;
 }
 
+/* 1 if the peer's rank sent us a proof under another key (it holds another secret, or another
+ * nonce of ours: another job, another communicator): dropped when progress() took it out of
+ * UCX's unexpected queue (foreign_auth), or still there, never matched by any receive of
+ * ours. */
+static int shoal_ucx_lazy_refused(shoal_ep_t *ep)
+{
+    const ucp_tag_t rank_mask = (((ucp_tag_t)1 << SHOAL_UCX_RANK_BITS) - 1) << SHOAL_UCX_KEY_BITS;
+    ucp_tag_recv_info_t info;
+    ucp_tag_t tag = shoal_ucx_tag((ucp_tag_t)ep->peer << SHOAL_UCX_KEY_BITS, SHOAL_UCX_TAG_AUTH);
+    return ep->foreign_auth ||
+           ucp_tag_probe_nb(ep->ctx->worker, tag, rank_mask | ((ucp_tag_t)3 << 62), 0, &info) !=
+               NULL;
+}
+
 /* Waits until every endpoint has exchanged proofs, or the deadline / abort. */
 static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
 {
@@ -558,6 +572,17 @@ static shoal_status_t shoal_ucx_connect_wait(shoal_tl_ctx_t *ctx)
             return SHOAL_ERR_ABORTED;
         }
         if (shoal_deadline_passed(deadline)) {
+            /* a pending peer whose rank only sent proofs under another key: refused, as
+             * lazily (shoal_ucx_lazy_step), not a silent peer */
+            for (int i = first; i < ctx->neps; i++) {
+                if (!ctx->eps[i].auth_ok && shoal_ucx_lazy_refused(&ctx->eps[i])) {
+                    shoal_error(UCX, "rank %d: no proof from peer %d within %d ms, only proofs "
+                                "under another key claiming its rank (another job's, or a "
+                                "process posing as it): refused", ctx->rank, ctx->eps[i].peer,
+                                ctx->timeout_ms);
+                    return SHOAL_ERR_AUTH;
+                }
+            }
             shoal_error(UCX, "rank %d: no proof from peer %d within %d ms", ctx->rank,
                         ctx->eps[first].peer, ctx->timeout_ms);
             return SHOAL_ERR_TIMEOUT;
@@ -737,20 +762,6 @@ void shoal_ucx_lazy_fail(shoal_tl_ctx_t *ctx)
     }
     while (sent > 0 && shoal_time_ns() < deadline && ucp_worker_progress(ctx->worker) != 0) {
     }
-}
-
-/* 1 if the peer's rank sent us a proof under another key (it holds another secret, or another
- * nonce of ours: another job, another communicator): dropped when progress() took it out of
- * UCX's unexpected queue (foreign_auth), or still there, never matched by any receive of
- * ours. */
-static int shoal_ucx_lazy_refused(shoal_ep_t *ep)
-{
-    const ucp_tag_t rank_mask = (((ucp_tag_t)1 << SHOAL_UCX_RANK_BITS) - 1) << SHOAL_UCX_KEY_BITS;
-    ucp_tag_recv_info_t info;
-    ucp_tag_t tag = shoal_ucx_tag((ucp_tag_t)ep->peer << SHOAL_UCX_KEY_BITS, SHOAL_UCX_TAG_AUTH);
-    return ep->foreign_auth ||
-           ucp_tag_probe_nb(ep->ctx->worker, tag, rank_mask | ((ucp_tag_t)3 << 62), 0, &info) !=
-               NULL;
 }
 
 /* Endpoint ep, opened: 1 when it is done with (authenticated or failed), else 0; the
