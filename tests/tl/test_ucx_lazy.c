@@ -27,7 +27,8 @@
  *    wait fd is not woken by its exit once seen (also over tcp), then a send to it fails
  *    with the exit as the cause (over tcp UCX called it an "Endpoint timeout");
  *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
- *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit;
+ *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit; one that
+ *    connected to us, failed and left before our endpoint was up: a later send names it too;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once;
  *  - a malformed abort notice (a message of the wrong length under the abort tag, eager or
  *    rendezvous) fails the endpoint with SHOAL_ERR_PROTOCOL and is received all the same:
@@ -1028,6 +1029,62 @@ static void test_failed_peer(int proof_first)
     side_fini(&two);
 }
 
+/* Rank 1 connects to rank 0 (over tcp, whose error callback reports a peer's closed worker),
+ * and fails (culprit 2) while rank 0, which has no request for it, still waits for its HELLO;
+ * rank 1's abort notice reaches rank 0, then rank 1's worker goes. Rank 0's endpoint, gone
+ * with nothing pending, failed blaming nobody and dropped the notice: a later send to rank 1
+ * failed with culprit -1 (the core then blamed rank 1). It must name rank 2, as an endpoint
+ * already up does (shoal_ucx_ep_fail_gone). */
+static void test_failed_opening(void)
+{
+    const uint32_t comm_id = 0x1a2d0068u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
+    size_t lens[NR];
+    side_t s[2], two;
+    side_t *sides[1] = {&s[0]};
+    char *saved = tls_set("tcp");
+    char err[200] = "";
+    shoal_status_t st;
+
+    if (trio(s, comm_id, 8000, addrs, lens, &two) != 0) {
+        tls_restore(saved);
+        return;
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    shoal_tl_req_t r1 = mkreq(comm_id, 1, buf, sizeof(buf));
+    tl->isend(s[1].eps[0], &r1);
+    tl->progress(s[1].ctx); /* opens its endpoint, sends its proof */
+    for (int i = 0; i < 2000 && !(s[0].eps[1]->auth_ok && s[1].eps[0]->auth_rdone); i++) {
+        tl->progress(s[0].ctx); /* answers: its proof, then its HELLO once rank 1's checks */
+        (void)ucp_worker_progress(s[1].ctx->worker); /* no progress() of rank 1's */
+        usleep(100);
+    }
+    int opening = s[0].eps[1]->lazy_state == SHOAL_UCX_LAZY_OPEN && s[0].eps[1]->npending == 0;
+    tl->fail(s[1].ctx, 2, SHOAL_ERR_PEER_FAILED);
+    side_fini(&s[1]);
+    shoal_tl_req_t none = mkreq(comm_id, 9, buf, sizeof(buf));
+    shoal_tl_req_t *nreqs[] = {&none}; /* never posted: drive() runs 3 s of progress */
+    (void)drive(sides, 1, nreqs, 1, 3000);
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    st = tl->isend(s[0].eps[1], &r);
+    if (st == SHOAL_OK) {
+        (void)drive(sides, 1, reqs, 1, 3000);
+        st = r.done ? r.status : SHOAL_ERR_TIMEOUT;
+    }
+    tap_ok(opening && st == SHOAL_ERR_PEER_FAILED && r.culprit == 2,
+           "a peer that connected to us, then failed (culprit 2) and left before our endpoint "
+           "was up (%s): a later send fails with %s, culprit %d (%s)",
+           opening ? "opening, nothing pending" : "not so: test broken",
+           shoal_status_name(st), r.culprit, err);
+    side_fini(&s[0]);
+    side_fini(&two);
+    tls_restore(saved);
+}
+
 /* Reads what fd has until EOF into buf (NUL-terminated, the rest dropped). */
 static void read_all(int fd, char *buf, size_t len)
 {
@@ -1234,6 +1291,7 @@ int main(void)
     test_left("tcp");
     test_failed_peer(0);
     test_failed_peer(1);
+    test_failed_opening();
     test_tls_excluded();
     tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
     tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);

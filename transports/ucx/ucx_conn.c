@@ -777,10 +777,10 @@ static int shoal_ucx_lazy_step(shoal_ep_t *ep, uint64_t now, int aborted, int *n
         return 1;
     }
     if (ep->gone) {
-        /* with requests: failed by shoal_ucx_ep_progress after its grace period, the culprit
-         * named; without: now */
+        /* with requests: failed by shoal_ucx_ep_progress after its grace period; without:
+         * now; either way the culprit named (an abort notice the peer sent before it went) */
         if (ep->npending == 0) {
-            *n_p += shoal_ucx_ep_fail(ep, SHOAL_ERR_PEER_FAILED, -1, ep->why);
+            *n_p += shoal_ucx_ep_fail_gone(ep);
         }
         return ep->status != SHOAL_OK;
     }
