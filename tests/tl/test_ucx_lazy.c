@@ -29,7 +29,7 @@
  *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
  *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit; one that
  *    connected to us, failed and left before our endpoint was up: a later send names it too;
- *  - fini with a large send in flight to a live peer that never received it returns;
+ *  - fini with a large send or (matched) receive in flight, its peer not progressing, returns;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once;
  *  - a malformed abort notice (a message of the wrong length under the abort tag, eager or
  *    rendezvous) fails the endpoint with SHOAL_ERR_PROTOCOL and is received all the same:
@@ -1086,14 +1086,15 @@ static void test_failed_opening(void)
     tls_restore(saved);
 }
 
-/* A context torn down (fini) with a large send still in flight to a healthy peer that never
- * posted its receive (a caller that destroys without waiting): UCX's rendezvous send stayed
- * on the endpoint, the graceful close could not flush it, and UCX asserted at the worker's
- * destruction ("proto_reqs" not empty): the process aborted. In a child of its own; single
- * copies off, so that 4 MiB go by UCX's rendezvous. */
-static void test_fini_send_pending(void)
+/* A context torn down (fini) with a large transfer still in flight to a healthy peer (a
+ * caller that destroys without waiting): a send that the peer never received, or (recv) a
+ * receive matched to the peer's message, whose data the peer, no longer progressing, never
+ * sends. UCX's rendezvous stayed on the endpoint, the graceful close could not flush it, and
+ * UCX asserted at the worker's destruction ("proto_reqs" not empty): the process aborted. In
+ * a child of its own; single copies off, so that 4 MiB go by UCX's rendezvous. */
+static void test_fini_pending(int recv)
 {
-    const uint32_t comm_id = 0x1a2d0090u;
+    const uint32_t comm_id = 0x1a2d0090u + (uint32_t)recv;
     int wst = 0;
 
     fflush(stdout);
@@ -1103,31 +1104,42 @@ static void test_fini_send_pending(void)
         size_t lens[NR], len = 4u << 20;
         side_t s[2], two;
         side_t *sides[2] = {&s[0], &s[1]};
-        uint8_t *sb = calloc(1, len);
+        uint8_t *sb = calloc(1, len), *rb = calloc(1, len);
         alarm(30);
         shoal_ucx_config.cma = 0;
-        if (sb == NULL || trio(s, comm_id, 8000, addrs, lens, &two) != 0 ||
+        if (sb == NULL || rb == NULL || trio(s, comm_id, 8000, addrs, lens, &two) != 0 ||
             side_connect(&s[0], addrs, lens) < 0 || side_connect(&s[1], addrs, lens) < 0 ||
             !both_ways(&s[0], &s[1], comm_id, 1, 8)) {
             _exit(2);
         }
-        shoal_tl_req_t sr = mkreq(comm_id, 2, sb, len);
+        shoal_tl_req_t sr = mkreq(comm_id, 2, sb, len), rr = mkreq(comm_id, 2, rb, len);
         shoal_tl_req_t *reqs[] = {&sr};
         if (tl->isend(s[1].eps[0], &sr) != SHOAL_OK) {
             _exit(3);
         }
-        (void)drive(sides, 2, reqs, 1, 300); /* rank 0 never posts the receive */
-        side_fini(&s[1]);
-        side_fini(&s[0]);
+        (void)drive(sides, 2, reqs, 1, 300); /* rank 0 has not posted the receive */
+        if (recv) {
+            /* rank 1 no longer progresses: rank 0's receive takes its held message */
+            if (tl->irecv(s[0].eps[1], &rr) != SHOAL_OK) {
+                _exit(5);
+            }
+            (void)drive(sides, 1, reqs, 1, 100);
+            side_fini(&s[0]);
+            side_fini(&s[1]);
+        } else {
+            side_fini(&s[1]);
+            side_fini(&s[0]);
+        }
         side_fini(&two);
-        _exit(sr.done ? 4 : 0);
+        _exit(sr.done || rr.done ? 4 : 0);
     }
     if (pid > 0) {
         waitpid(pid, &wst, 0);
     }
     tap_ok(pid > 0 && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
-           "fini with a 4 MiB send in flight to a live peer that never received it returns "
-           "(%s %d)", pid > 0 && WIFSIGNALED(wst) ? "killed by signal" : "exit status",
+           "fini with a 4 MiB %s in flight, its live peer not progressing, returns (%s %d)",
+           recv ? "receive (matched)" : "send",
+           pid > 0 && WIFSIGNALED(wst) ? "killed by signal" : "exit status",
            pid > 0 && WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst));
 }
 
@@ -1338,7 +1350,8 @@ int main(void)
     test_failed_peer(0);
     test_failed_peer(1);
     test_failed_opening();
-    test_fini_send_pending();
+    test_fini_pending(0);
+    test_fini_pending(1);
     test_tls_excluded();
     tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
     tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);

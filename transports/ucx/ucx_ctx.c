@@ -98,11 +98,12 @@ static void shoal_ucx_close_all(shoal_tl_ctx_t *ctx)
             ucp_request_cancel(ctx->worker, ep->hello_rreq);
         }
         shoal_ucx_ep_cancel_reqs(ep);
-        /* Sends still in flight (a caller that tears down without waiting for them) are
-         * purged: a rendezvous that the peer never receives cannot be flushed, and UCX 1.13
-         * asserts (aborts the process) when the worker's destruction finds it on the
-         * endpoint after the close's deadline. */
-        shoal_ucx_ep_close(ep, ep->status != SHOAL_OK || ep->gone || ep->tx_count > 0);
+        /* Transfers still in flight (a caller that tears down without waiting for them) are
+         * purged: a rendezvous that the peer never completes cannot be flushed (a send the
+         * peer never receives; a receive already matched, which the cancel did not end,
+         * whose sender never sends the data), and UCX 1.13 asserts (aborts the process) when
+         * the worker's destruction finds it on the endpoint after the close's deadline. */
+        shoal_ucx_ep_close(ep, ep->status != SHOAL_OK || ep->gone || ep->npending > 0);
     }
     do {
         left = 0;
