@@ -28,7 +28,8 @@
  *    with the exit as the cause (over tcp UCX called it an "Endpoint timeout");
  *  - a live peer whose communicator failed (fail()) answers a proof with an abort notice,
  *    before or after its failure: SHOAL_ERR_PEER_FAILED at once, naming the culprit; one that
- *    connected to us, failed and left before our endpoint was up: a later send names it too;
+ *    connected to us, failed and left (or lives on) before our endpoint was up: a later send
+ *    names it too;
  *  - fini with a large send or (matched) receive in flight, its peer not progressing, returns;
  *  - the abort flag fails a connection under way with SHOAL_ERR_ABORTED at once;
  *  - a malformed abort notice (a message of the wrong length under the abort tag, eager or
@@ -1086,6 +1087,58 @@ static void test_failed_opening(void)
     tls_restore(saved);
 }
 
+/* Rank 1 connects to rank 0 and fails (culprit 2) before it checked rank 0's proof, then
+ * lives on without progressing; rank 0, which has no request for it, got rank 1's abort notice
+ * and waits for its HELLO. At the timeout rank 0's endpoint failed with SHOAL_ERR_TIMEOUT
+ * ("no proof"), blaming nobody, and a later send to rank 1 said so: it must say that rank 1
+ * failed because of rank 2, as the notice did. */
+static void test_failed_opening_alive(void)
+{
+    const uint32_t comm_id = 0x1a2d006cu;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64];
+    size_t lens[NR];
+    side_t s[2], two;
+    side_t *sides[1] = {&s[0]};
+    char err[200] = "";
+    shoal_status_t st;
+
+    if (trio(s, comm_id, 1000, addrs, lens, &two) != 0) {
+        return;
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    shoal_tl_req_t r1 = mkreq(comm_id, 1, buf, sizeof(buf));
+    tl->isend(s[1].eps[0], &r1);
+    tl->progress(s[1].ctx); /* opens its endpoint, sends its proof */
+    for (int i = 0; i < 2000 && !(s[0].eps[1]->auth_ok && s[1].eps[0]->auth_rdone); i++) {
+        tl->progress(s[0].ctx);
+        (void)ucp_worker_progress(s[1].ctx->worker); /* no progress() of rank 1's */
+        usleep(100);
+    }
+    int opening = s[0].eps[1]->lazy_state == SHOAL_UCX_LAZY_OPEN && s[0].eps[1]->npending == 0;
+    tl->fail(s[1].ctx, 2, SHOAL_ERR_PEER_FAILED);
+    shoal_tl_req_t none = mkreq(comm_id, 9, buf, sizeof(buf));
+    shoal_tl_req_t *nreqs[] = {&none}; /* never posted: drive() runs 1.5 s of progress */
+    (void)drive(sides, 1, nreqs, 1, 1500);
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    st = tl->isend(s[0].eps[1], &r);
+    if (st == SHOAL_OK) {
+        (void)drive(sides, 1, reqs, 1, 3000);
+        st = r.done ? r.status : SHOAL_ERR_TIMEOUT;
+    }
+    tap_ok(opening && st == SHOAL_ERR_PEER_FAILED && r.culprit == 2,
+           "a live peer that connected to us and failed (culprit 2) before our endpoint was up "
+           "(%s): past the timeout a send fails with %s, culprit %d (%s)",
+           opening ? "opening, nothing pending" : "not so: test broken",
+           shoal_status_name(st), r.culprit, err);
+    side_fini(&s[0]);
+    side_fini(&s[1]);
+    side_fini(&two);
+}
+
 /* A context torn down (fini) with a large transfer still in flight to a healthy peer (a
  * caller that destroys without waiting): a send that the peer never received, or (recv) a
  * receive matched to the peer's message, whose data the peer, no longer progressing, never
@@ -1350,6 +1403,7 @@ int main(void)
     test_failed_peer(0);
     test_failed_peer(1);
     test_failed_opening();
+    test_failed_opening_alive();
     test_fini_pending(0);
     test_fini_pending(1);
     test_tls_excluded();

@@ -385,6 +385,9 @@ SHOAL_HIDDEN shoal_status_t shoal_ucx_by_rank_build(shoal_tl_ctx_t *ctx);
 SHOAL_HIDDEN int shoal_ucx_ep_fail(shoal_ep_t *ep, shoal_status_t status, int culprit,
                                    const char *why);
 SHOAL_HIDDEN void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why);
+/* Looks for an abort notice from the peer; if there is one, fails the endpoint with its
+ * cause. Returns 1 then (completions in *n_p). */
+SHOAL_HIDDEN int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p);
 /* Fails a gone endpoint with SHOAL_ERR_PEER_FAILED, blaming the rank whose failure came
  * first; the completions. */
 SHOAL_HIDDEN int shoal_ucx_ep_fail_gone(shoal_ep_t *ep);

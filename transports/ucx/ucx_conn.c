@@ -808,6 +808,11 @@ static int shoal_ucx_lazy_step(shoal_ep_t *ep, uint64_t now, int aborted, int *n
         return 1;
     }
     if (ctx->timeout_ms >= 0 && now - ep->lazy_start_ns > (uint64_t)ctx->timeout_ms * 1000000ull) {
+        /* a peer that failed before it answered (and lives on) may have said why: its abort
+         * notice decides (probed every ms only while requests wait on the endpoint) */
+        if (shoal_ucx_ep_probe_abort(ep, n_p)) {
+            return 1;
+        }
         if (shoal_ucx_lazy_refused(ep)) {
             st = SHOAL_ERR_AUTH;
             /* Who sent it is unknown: a tag's rank bits are the sender's claim, and anyone

@@ -566,8 +566,6 @@ static int shoal_ucx_ep_error(shoal_ep_t *ep, shoal_status_t status, int culprit
     return shoal_ucx_ep_fail(ep, status, culprit, why);
 }
 
-static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p);
-
 /* A transfer of the endpoint ended with UCX status st. */
 static int shoal_ucx_ep_ucs_error(shoal_ep_t *ep, const char *what, ucs_status_t st)
 {
@@ -623,9 +621,7 @@ void shoal_ucx_ep_set_gone(shoal_ep_t *ep, const char *why)
     shoal_ucx_kick(ep->ctx);
 }
 
-/* Looks for an abort notice from the peer; if there is one, fails the endpoint with its
- * cause. Returns 1 then (completions in *n_p). */
-static int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
+int shoal_ucx_ep_probe_abort(shoal_ep_t *ep, int *n_p)
 {
     ucp_worker_h worker = ep->ctx->worker;
     ucp_request_param_t p = {.op_attr_mask = 0};
