@@ -17,8 +17,8 @@ extern "C" {
 
 /* Collective over mpi_comm: every process of mpi_comm calls it, and each gets a shoal
  * communicator whose rank and size are its rank and size in mpi_comm. Rank 0 of mpi_comm
- * creates the unique id (shoal_get_unique_id) and broadcasts it (MPI_Ibcast); then every
- * rank calls shoal_comm_init. cfg may be NULL (defaults).
+ * creates the unique id (shoal_get_unique_id, for cfg's tenant and job name) and broadcasts
+ * it (MPI_Ibcast); then every rank calls shoal_comm_init. cfg may be NULL (defaults).
  * mpi_comm must be an intracommunicator (MPI_Intercomm_merge an intercommunicator first).
  * Errors: SHOAL_ERR_INVALID_ARG (NULL comm_p, MPI_COMM_NULL, an intercommunicator, MPI not
  * initialised or already finalised), the

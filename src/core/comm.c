@@ -24,19 +24,34 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* Not in shoal.h: for libshoal_mpi, which makes the id for a communicator whose cfg it knows.
- * timeout_ms (< 0: none) is how long the id's root waits without progress; with
- * shoal_get_unique_id's SHOAL_TIMEOUT_MS, a rank later than that but within cfg's timeout
- * found the root gone and every rank failed. */
-SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int timeout_ms);
+/* Not in shoal.h: for libshoal_mpi, which makes the id for a communicator whose cfg it knows
+ * (cfg may be NULL). The id carries cfg's identity (its tenant and job name, as the ranks'
+ * shoal_comm_init resolves it): made for the environment's only, every rank given a cfg with
+ * a tenant or job name was refused at the join (SHOAL_ERR_PERMISSION). Its root waits cfg's
+ * timeout without progress; with SHOAL_TIMEOUT_MS, a rank later than that but within cfg's
+ * timeout found the root gone and every rank failed. */
+SHOAL_EXPORT shoal_status_t shoal__get_unique_id_cfg(shoal_uid_t *uid, const shoal_config_t *cfg);
+
+/* The id for cfg's identity (NULL: the environment's), its root waiting timeout_ms (< 0:
+ * none) without progress. */
+static shoal_status_t shoal_unique_id_make(shoal_uid_t *uid, const shoal_config_t *cfg,
+                                           int timeout_ms);
 
 shoal_status_t shoal_get_unique_id(shoal_uid_t *uid)
 {
     shoal_config_global_init();
-    return shoal__get_unique_id_timeout(uid, shoal_core_config.timeout_ms);
+    return shoal_unique_id_make(uid, NULL, shoal_core_config.timeout_ms);
 }
 
-SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int timeout_ms)
+SHOAL_EXPORT int shoal__comm_timeout_ms(const shoal_config_t *cfg);
+
+SHOAL_EXPORT shoal_status_t shoal__get_unique_id_cfg(shoal_uid_t *uid, const shoal_config_t *cfg)
+{
+    return shoal_unique_id_make(uid, cfg, shoal__comm_timeout_ms(cfg));
+}
+
+static shoal_status_t shoal_unique_id_make(shoal_uid_t *uid, const shoal_config_t *cfg,
+                                           int timeout_ms)
 {
     uint8_t raw[SHOAL_SECRET_BYTES];
     shoal_boot_uid_t u;
@@ -57,7 +72,7 @@ SHOAL_EXPORT shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int t
     /* The id carries the identity of the process that makes it: its ranks must match. Both
      * it and the secret's binding take one reading of the credential. */
     SHOAL_CHECK_GOTO(shoal_tenant_cred_load(&cred, &found), st, out);
-    SHOAL_CHECK_GOTO(shoal_tenant_id_resolve(NULL, found ? &cred : NULL, &id), st, out);
+    SHOAL_CHECK_GOTO(shoal_tenant_id_resolve(cfg, found ? &cred : NULL, &id), st, out);
     SHOAL_CHECK_GOTO(shoal_random_bytes(u.secret, sizeof(u.secret)), st, out);
     memcpy(raw, u.secret, sizeof(raw));
     SHOAL_CHECK_GOTO(shoal_boot_ident_make(&id, &u.ident), st, out);

@@ -15,9 +15,11 @@
 /* In libshoal, not in shoal.h: the deadline shoal_comm_init gives a communicator made with cfg
  * (cfg's timeout, else SHOAL_TIMEOUT_MS); -1 = none. */
 int shoal__comm_timeout_ms(const shoal_config_t *cfg);
-/* shoal_get_unique_id whose root waits timeout_ms (< 0: none) without progress, not
- * SHOAL_TIMEOUT_MS: the id's root must wait as long as cfg lets the ranks come. */
-shoal_status_t shoal__get_unique_id_timeout(shoal_uid_t *uid, int timeout_ms);
+/* shoal_get_unique_id for cfg: the id carries cfg's tenant and job name (the ranks' join
+ * checks them against their cfg: made for the environment's, a cfg with a tenant was refused
+ * on every rank), and its root waits cfg's timeout without progress, not SHOAL_TIMEOUT_MS
+ * (the id's root must wait as long as cfg lets the ranks come). */
+shoal_status_t shoal__get_unique_id_cfg(shoal_uid_t *uid, const shoal_config_t *cfg);
 
 /* What rank 0 broadcasts: its shoal_get_unique_id status, then the id. */
 typedef struct {
@@ -140,7 +142,7 @@ shoal_status_t shoal_mpi_comm_init(shoal_comm_t *comm_p, MPI_Comm mpi_comm,
     }
     timeout_ms = shoal__comm_timeout_ms(cfg != NULL ? cfg : &dflt);
     if (rank == 0) {
-        p->msg.status = shoal__get_unique_id_timeout(&p->msg.uid, timeout_ms);
+        p->msg.status = shoal__get_unique_id_cfg(&p->msg.uid, cfg != NULL ? cfg : &dflt);
     }
     /* Every rank takes part even when rank 0 failed: the status travels with the id. */
     status = shoal_mpi_bcast(p, mpi_comm, timeout_ms);

@@ -60,8 +60,8 @@ if [ -x "$B/tests/mpi/test_shoal_mpi" ]; then
     for np in 4 3; do
         run $np "$B/tests/mpi/test_shoal_mpi"
         ok $rc "test_shoal_mpi, $np ranks: exit 0 (${secs}s)"
-        [ "$(grep -c '^ok - ' "$T/out")" -eq 13 ] && ! grep -q '^not ok' "$T/out"
-        ok $? "test_shoal_mpi, $np ranks: all 13 checks pass"
+        [ "$(grep -c '^ok - ' "$T/out")" -eq 14 ] && ! grep -q '^not ok' "$T/out"
+        ok $? "test_shoal_mpi, $np ranks: all 14 checks pass"
     done
 else
     skip 4 "built without MPI: no tests/mpi/test_shoal_mpi"

@@ -132,6 +132,26 @@ static void test_rank0_absent(int rank)
     MPI_Comm_free(&dup);
 }
 
+/* cfg's tenant and job name are the communicator's identity: rank 0's unique id is made for
+ * them, so the ranks' join (which checks the id's identity against cfg's) succeeds. The id
+ * was made for the environment's identity only, and every rank failed with
+ * SHOAL_ERR_PERMISSION ("the unique id was made for another tenant"). */
+static void test_cfg_identity(void)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t c = NULL;
+    shoal_status_t st;
+
+    cfg.tenant = "mpi-tenant";
+    cfg.job_name = "mpi-job";
+    st = shoal_mpi_comm_init(&c, MPI_COMM_WORLD, &cfg);
+    test_check(st == SHOAL_OK && c != NULL, "cfg.tenant and cfg.job_name set: init succeeds "
+               "(the id is made for cfg's identity)", MPI_COMM_WORLD);
+    if (c != NULL) {
+        shoal_comm_destroy(c);
+    }
+}
+
 /* Run with SHOAL_TIMEOUT_MS=1000 ("late" mode): cfg's timeout (20 s) is the deadline of the
  * whole init, rank 0's root included. The last rank calls 3 s late, past the environment's
  * timeout but well within cfg's: every rank still gets its communicator. The root used to
@@ -175,6 +195,7 @@ int main(int argc, char **argv)
                "MPI_COMM_NULL: invalid argument, *comm_p untouched", MPI_COMM_WORLD);
     test_intercomm(rank, size);
     test_rank0_absent(rank);
+    test_cfg_identity();
     test_comm(MPI_COMM_WORLD, "MPI_COMM_WORLD");
     /* Odd and even world ranks, in reverse order: shoal ranks follow the MPI ones. */
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &half);
