@@ -1202,7 +1202,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
         shoal_secret_wipe(&u, sizeof(u));
         return st;
 #if SHOAL_HAVE_PMIX
-    } else if ((st = shoal_pmix_exchange_uid(rank, nranks, shoal__comm_timeout_ms(cfg),
+    } else if ((st = shoal_pmix_exchange_uid(rank, nranks, cfg, shoal__comm_timeout_ms(cfg),
                                              &pmix_uid)) != SHOAL_ERR_UNSUPPORTED) {
         /* PMIx launcher: rank 0's id, published through the PMIx server, under the
          * communicator's timeout (with SHOAL_TIMEOUT_MS's, cfg.timeout_ms = 3 s waited 300 s

@@ -298,7 +298,8 @@ static shoal_status_t shoal_pmix_fetch(const pmix_proc_t *me, const char *key, i
     return status;
 }
 
-shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, int timeout_ms, shoal_uid_t *uid)
+shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, const shoal_config_t *cfg,
+                                       int timeout_ms, shoal_uid_t *uid)
 {
     char key[64];
     pmix_proc_t me;
@@ -311,7 +312,7 @@ shoal_status_t shoal_pmix_exchange_uid(int rank, int nranks, int timeout_ms, sho
     }
     snprintf(key, sizeof(key), SHOAL_PMIX_KEY_PREFIX "%u", shoal_pmix_seq++);
     if (rank == 0) {
-        created = shoal_get_unique_id(&mine);
+        created = shoal__get_unique_id_cfg(&mine, cfg);
         status = shoal_pmix_publish(key, created == SHOAL_OK ? &mine : NULL);
     }
     /* Every rank fences, rank 0 also when its put failed: it returned before the fence, and

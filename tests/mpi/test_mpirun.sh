@@ -12,7 +12,7 @@ trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_ROOT SHOAL_SECRET SHOAL_RANK SHOAL_NRANKS SHOAL_LOCAL_RANK \
     SHOAL_LOCAL_SIZE SHOAL_TRANSPORT
 
-NTESTS=37
+NTESTS=39
 echo "1..$NTESTS"
 n=0
 ok() { # ok COND-EXIT-STATUS DESCRIPTION
@@ -321,4 +321,17 @@ if [ -x "$B/tests/mpi/test_shoal_mpi" ]; then
     ok $? "test_shoal_mpi late: a rank past SHOAL_TIMEOUT_MS but within cfg's timeout joins"
 else
     skip 2 "built without MPI: no tests/mpi/test_shoal_mpi"
+fi
+
+# 38-39: shoal_comm_init_env through PMIx with cfg.tenant and cfg.job_name: rank 0's id is
+# made for cfg's identity (it was made for the environment's: every rank refused at the join)
+if [ ! -x "$B/tests/mpi/test_shoal_mpi" ]; then
+    skip 2 "built without MPI: no tests/mpi/test_shoal_mpi"
+elif ! grep -q '^#define SHOAL_HAVE_PMIX 1' "$B/config.h" 2>/dev/null; then
+    skip 2 "built without PMIx (Debian: libpmix-dev)"
+else
+    run 3 "$B/tests/mpi/test_shoal_mpi" env
+    ok $rc "test_shoal_mpi env, 3 ranks: exit 0 (${secs}s)"
+    [ "$(grep -c '^ok - ' "$T/out")" -eq 1 ] && ! grep -q '^not ok' "$T/out"
+    ok $? "test_shoal_mpi env: shoal_comm_init_env (PMIx) with cfg's tenant and job joins"
 fi

@@ -3,7 +3,8 @@
  * communicator over MPI_COMM_WORLD and one over each half of an MPI_Comm_split, each checked
  * against MPI_Allreduce of the same data. Every check is agreed over all ranks; rank 0 prints
  * one line per check, "ok - ..." or "not ok - ...", and the exit status is 1 if any failed.
- * "test_shoal_mpi late" (under SHOAL_TIMEOUT_MS=1000) runs only the check of a late rank.
+ * "test_shoal_mpi late" (under SHOAL_TIMEOUT_MS=1000) runs only the check of a late rank;
+ * "test_shoal_mpi env" only shoal_comm_init_env (PMIx) with cfg's identity.
  */
 #include <shoal_mpi.h>
 
@@ -152,6 +153,23 @@ static void test_cfg_identity(void)
     }
 }
 
+/* "env" mode: shoal_comm_init_env under mpirun (the unique id through PMIx) with cfg's tenant
+ * and job name. Rank 0's id was made for the environment's identity, and every rank failed
+ * its join with SHOAL_ERR_PERMISSION. */
+static void test_env_cfg_identity(void)
+{
+    shoal_config_t cfg = SHOAL_CONFIG_INIT;
+    shoal_comm_t c = NULL;
+
+    cfg.tenant = "env-tenant";
+    cfg.job_name = "env-job";
+    test_check(shoal_comm_init_env(&c, &cfg) == SHOAL_OK && c != NULL, "shoal_comm_init_env "
+               "through PMIx, cfg.tenant and cfg.job_name set: init succeeds", MPI_COMM_WORLD);
+    if (c != NULL) {
+        shoal_comm_destroy(c);
+    }
+}
+
 /* Run with SHOAL_TIMEOUT_MS=1000 ("late" mode): cfg's timeout (20 s) is the deadline of the
  * whole init, rank 0's root included. The last rank calls 3 s late, past the environment's
  * timeout but well within cfg's: every rank still gets its communicator. The root used to
@@ -186,6 +204,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc > 1 && strcmp(argv[1], "late") == 0) {
         test_late_rank_within_cfg_timeout(rank, size);
+        MPI_Finalize();
+        return test_failed;
+    }
+    if (argc > 1 && strcmp(argv[1], "env") == 0) {
+        test_env_cfg_identity();
         MPI_Finalize();
         return test_failed;
     }
