@@ -117,7 +117,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
     {.name = "qos_period", .dflt = "100ms", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoald_config_t, qos_period_ms),
      .doc = "QoS arbiter: how often the active tenants' shares are computed and published "
-            "(ms, s; 1ms..60s); also the rates pages' heartbeat"},
+            "(ms, s; 1ms..60s); the rates pages' heartbeat is every run and at least "
+            "twice a second"},
     {.name = "qos_capacity_shm", .dflt = "0", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoald_config_t, qos_capacity_shm),
      .doc = "payload bytes/s the tenants' same-host traffic (shared memory, loopback) may "

@@ -29,8 +29,11 @@
  *    sends on a resource the agent does not divide (the NICs under tc, or a capacity of 0) is
  *    not limited by the agent (rate 0): one token bucket covers all of a communicator's
  *    traffic, and the kernel already divides that resource.
- *  - heartbeat: every page's gen moves every run, so the library takes a page whose gen stood
- *    still for SHOAL_QOS_RATES_TIMEOUT as a dead agent and runs at full speed.
+ *  - heartbeat: every page's gen moves every run, and at least every SHOALD_QOS_BEAT_NS between
+ *    runs (pace_page.h: at least once a second, whatever qos_period is), so the library takes
+ *    a page whose gen stood still for SHOAL_QOS_RATES_TIMEOUT as a dead agent and runs at full
+ *    speed. (The gen moved once a period: with qos_period above the timeout, 10 s by default,
+ *    every job took the live agent for dead for part of each period and ran unpaced.)
  *
  * The pages are files DIR/TENANT.rate (qos_rates_dir, 0644, owned by the agent: a job reads its
  * tenant's page with SHOAL_QOS_RATES=DIR/%t.rate; a rate is no secret). A page is
@@ -77,6 +80,7 @@ static const char *const shoald_qos_class_names[] = {"default", "guaranteed", "b
 #define SHOALD_QOS_IDLE_BYTES 4096 /* less than this in a period: idle */
 #define SHOALD_QOS_TC_TIMEOUT_MS 10000
 #define SHOALD_QOS_ARRIVAL_NS 500000000ull /* an arriving tenant is greedy at most this long */
+#define SHOALD_QOS_BEAT_NS 500000000ull   /* the pages' gen moves at least this often */
 
 typedef struct shoald_qos_tenant {
     struct shoald_qos_tenant *next;
@@ -100,6 +104,7 @@ typedef struct shoald_qos {
     shoald_qos_tenant_t *tenants;
     double capacity[SHOALD_QOS_NRES];      /* bytes/s, 0 = not divided by the agent */
     uint64_t next_ns, last_ns;             /* monotonic */
+    uint64_t beat_ns;                      /* next heartbeat between two runs, monotonic */
     uint64_t runs;
     int tc_devs;                           /* interfaces tc was set up on */
     int tc_failed_warned;
@@ -710,6 +715,7 @@ shoal_status_t shoald_qos_start(shoald_t *a)
         shoal_info(METER, "qos: the NICs' traffic is not divided (no tc, qos_capacity_net=0)");
     q->last_ns = shoald_qos_now();
     q->next_ns = q->last_ns + (uint64_t)cfg->qos_period_ms * 1000000ull;
+    q->beat_ns = q->last_ns + SHOALD_QOS_BEAT_NS;
     shoal_info(METER, "qos: arbiter every %d ms, rates pages in %s, capacity same host %.0f "
                "bytes/s, other host %s%.0f bytes/s", cfg->qos_period_ms, cfg->qos_rates_dir,
                q->capacity[SHOALD_QOS_SAME], q->tc_devs > 0 ? "tc, pacing " : "",
@@ -725,22 +731,33 @@ void shoald_qos_tick(shoald_t *a)
     if (q == NULL)
         return;
     now = shoald_qos_now();
-    if (now < q->next_ns)
+    if (now < q->next_ns) {
+        if (now >= q->beat_ns) {
+            /* A long period: the pages' heartbeat, their rates as they are. */
+            for (shoald_qos_tenant_t *t = q->tenants; t != NULL; t = t->next) {
+                if (t->page != NULL)
+                    shoald_qos_publish(t->page, t->comm_rate);
+            }
+            q->beat_ns = now + SHOALD_QOS_BEAT_NS;
+        }
         return;
+    }
     shoald_qos_run_once(a, (double)(now - q->last_ns) * 1e-9, now);
     q->runs++;
     q->last_ns = now;
     q->next_ns = now + (uint64_t)a->cfg->qos_period_ms * 1000000ull;
+    q->beat_ns = now + SHOALD_QOS_BEAT_NS;
 }
 
 int shoald_qos_wait_ms(shoald_t *a)
 {
-    uint64_t now;
+    uint64_t now, next;
 
     if (a->qos == NULL)
         return -1;
     now = shoald_qos_now();
-    return now >= a->qos->next_ns ? 0 : (int)((a->qos->next_ns - now + 999999) / 1000000);
+    next = SHOAL_MIN(a->qos->next_ns, a->qos->beat_ns);
+    return now >= next ? 0 : (int)((next - now + 999999) / 1000000);
 }
 
 void shoald_qos_stop(shoald_t *a)

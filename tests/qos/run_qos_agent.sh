@@ -208,5 +208,42 @@ else
     sed 's/^/# /' "$T/err" "$T/shoald.log" | tail -n 20
 fi
 rm -rf "$T"
+# 7. A long qos_period (1ms..60s) with the library's SHOAL_QOS_RATES_TIMEOUT shorter than it:
+# the pages' gen still moves at least once a second (pace_page.h's heartbeat), so the job
+# keeps the agent's rate. (The gen moved once a period: with qos_period=5s and a 1 s timeout
+# the job took the agent for dead after 1 s of each period and ran unpaced, rate 0.)
+T=$(mktemp -d)
+cat >"$T/shoald.conf" <<EOC
+listen=$T/sock
+http=127.0.0.1:0
+ledger_url=none
+allow_uncredentialed=yes
+qos_rates_dir=$T/rates
+qos_capacity_shm=16m
+qos_period=5s
+state_dir=$T/state
+EOC
+mkdir -p "$T/rates"
+SHOAL_DEBUG=INFO "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" \
+    >"$T/shoald.log" 2>&1 &
+apid=$!
+i=0
+while [ ! -s "$T/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+SHOAL_JOB=beat "$builddir/shoalrun" --no-prefix --timeout 60 -n 2 -x SHOAL_JOB \
+    -x SHOAL_AGENT="$T/sock" -x SHOAL_QOS_RATES="$T/rates/%t.rate" -x SHOAL_TRANSPORT=shm \
+    -x SHOAL_QOS_RATES_TIMEOUT=1s "$builddir/qos_load" -s 3 -b 131072 -p 500 >"$T/out" 2>"$T/err"
+rc=$?
+kill "$apid" 2>/dev/null
+wait "$apid" 2>/dev/null
+rate=$(grep ' end=' "$T/out" | head -n 1 | tr ' ' '\n' | sed -n 's/^rate=//p')
+if [ $rc -eq 0 ] && [ -n "$rate" ] && [ "$rate" -gt 0 ] && ! grep -q 'was not updated' "$T/err"
+then
+    tap OK "qos_period=5s, SHOAL_QOS_RATES_TIMEOUT=1s: the pages' heartbeat keeps the job at" \
+        "the agent's rate ($rate B/s at its end)"
+else
+    tap FAIL "qos_period=5s: the job took the agent for dead (exit $rc, rate '$rate' at its end)"
+    sed 's/^/# /' "$T/err" | tail -n 10
+fi
+rm -rf "$T"
 tap_plan
 exit $fails
