@@ -426,6 +426,15 @@ shoal_status_t shoal_qos_pace_comm_init(struct shoal_comm *comm)
             return SHOAL_ERR_INVALID_ARG;
         }
         params.rates_path = path;
+        /* The agent's heartbeat is at least once a second (pace_page.h): a shorter timeout
+         * took a live agent for dead between two beats (0 and 100ms: its rate dropped most of
+         * the time, and a warning several times a second on every rank). */
+        if (params.rates_timeout_ms >= 0 && params.rates_timeout_ms < 1000) {
+            shoal_error(QOS, "SHOAL_QOS_RATES_TIMEOUT=%d ms is shorter than the agent's "
+                        "heartbeat (its rates page moves at least once a second): use 1s or "
+                        "more, or inf", params.rates_timeout_ms);
+            return SHOAL_ERR_INVALID_ARG;
+        }
     }
     SHOAL_CHECK(shoal_qos_pace_create(&params, &p));
     if (comm->meter != NULL) {

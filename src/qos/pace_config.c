@@ -26,8 +26,9 @@ static const shoal_cfg_field_t shoal_qos_pace_cfg_fields[] = {
     {.name = "QOS_RATES_TIMEOUT", .dflt = "10s", .type = SHOAL_CFG_TIME,
      .offset = offsetof(shoal_qos_pace_config_t, rates_timeout_ms),
      .doc = "a rates page not updated for this long (agent gone) no longer limits: the last "
-            "rate holds until then, full speed after (QOS_RATE_MAX still applies); inf = keep "
-            "the last rate"},
+            "rate holds until then, full speed after (QOS_RATE_MAX still applies); at least "
+            "1s (the agent beats once a second; less fails shoal_comm_init with "
+            "SHOAL_ERR_INVALID_ARG); inf = keep the last rate"},
 };
 
 const shoal_cfg_table_t shoal_qos_pace_cfg_table = {

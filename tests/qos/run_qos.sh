@@ -134,5 +134,27 @@ elif weights_ok "$res"; then
 else
     tap FAIL "rates pages 1:3: shares off ($res)"
 fi
+
+# SHOAL_QOS_RATES_TIMEOUT shorter than the agent's heartbeat (its pages' gen moves at least
+# once a second, pace_page.h) is refused at shoal_comm_init with an error that names it: with
+# 0 or 100ms a job took its live agent for dead between two heartbeats, ran unpaced most of
+# the time and warned "was not updated" several times a second on every rank. 1s is taken.
+T=$(mktemp -d)
+for v in 0 100ms 1s; do
+    "$builddir/shoalrun" --no-prefix --timeout 30 -n 2 -x SHOAL_TRANSPORT=shm \
+        -x SHOAL_QOS_RATES="$T/%t.rate" -x SHOAL_QOS_RATES_TIMEOUT=$v \
+        "$builddir/qos_load" -s 0.3 -b 4096 >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ $v = 1s ] && [ $rc -eq 0 ]; then
+        tap OK "SHOAL_QOS_RATES_TIMEOUT=1s: the job runs"
+    elif [ $v != 1s ] && [ $rc -ne 0 ] && grep -q 'SHOAL_QOS_RATES_TIMEOUT' "$T/err" &&
+        ! grep -q 'was not updated' "$T/err"; then
+        tap OK "SHOAL_QOS_RATES_TIMEOUT=$v: refused at init with an error that names it"
+    else
+        tap FAIL "SHOAL_QOS_RATES_TIMEOUT=$v: exit $rc"
+        sed 's/^/# /' "$T/err" | tail -n 5
+    fi
+done
+rm -rf "$T"
 tap_plan
 exit $fails
