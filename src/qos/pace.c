@@ -410,6 +410,15 @@ shoal_status_t shoal_qos_pace_comm_init(struct shoal_comm *comm)
     if (params.rate_max == 0 && shoal_qos_pace_config.rate_max != 0) {
         params.rate_max = 1; /* raised to the minimum rate */
     }
+    if (params.rate_max != 0 && params.rate_max < SHOAL_QOS_PACE_RATE_MIN) {
+        /* a hard cap the ranks exceed: said, not silent */
+        shoal_warn_once(QOS, "SHOAL_QOS_RATE_MAX=%zu bytes/s over %u local ranks is %llu a "
+                        "rank, below the pacer's minimum of %llu: each rank is paced at the "
+                        "minimum (%llu bytes/s on this host together)",
+                        shoal_qos_pace_config.rate_max, div,
+                        (unsigned long long)params.rate_max, SHOAL_QOS_PACE_RATE_MIN,
+                        SHOAL_QOS_PACE_RATE_MIN * div);
+    }
     if (params.rate_max == 0 && rates == NULL) {
         return SHOAL_OK; /* nothing to pace: the hook is one branch */
     }

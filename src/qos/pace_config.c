@@ -10,7 +10,8 @@ static const shoal_cfg_field_t shoal_qos_pace_cfg_fields[] = {
      .offset = offsetof(shoal_qos_pace_config_t, rate_max),
      .doc = "hard cap on the payload bytes per second a communicator's ranks on one host send "
             "together, on every transport (the provider's limit; k m g = 1024 powers); each "
-            "rank is paced at its equal part; 0 = none"},
+            "rank is paced at its equal part, at least 64k (a smaller part is raised to it, "
+            "with a warning); 0 = none"},
     {.name = "QOS_BURST", .dflt = "256k", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_qos_pace_config_t, burst),
      .doc = "token bucket size of a paced rank, bytes (at least 128k and 5 ms of its rate); "

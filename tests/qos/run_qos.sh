@@ -155,6 +155,19 @@ for v in 0 100ms 1s; do
         sed 's/^/# /' "$T/err" | tail -n 5
     fi
 done
+# A hard cap whose part of a rank is below the pacer's minimum (64 KiB/s a rank): the ranks
+# are paced at the minimum, above the cap, which is said (it was silent: SHOAL_QOS_RATE_MAX=64k
+# on 2 local ranks ran at 128 KiB/s with no word) and documented.
+"$builddir/shoalrun" --no-prefix --timeout 30 -n 2 -x SHOAL_TRANSPORT=shm \
+    -x SHOAL_QOS_RATE_MAX=64k "$builddir/qos_load" -s 0.3 -b 4096 >"$T/out" 2>"$T/err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "SHOAL_QOS_RATE_MAX=65536 .*below the pacer's minimum" "$T/err"
+then
+    tap OK "SHOAL_QOS_RATE_MAX=64k on 2 local ranks: raised to the minimum, with a warning"
+else
+    tap FAIL "SHOAL_QOS_RATE_MAX=64k on 2 local ranks: exit $rc, no warning"
+    sed 's/^/# /' "$T/err" | tail -n 5
+fi
 rm -rf "$T"
 tap_plan
 exit $fails
