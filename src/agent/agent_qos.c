@@ -24,7 +24,8 @@
  *  - arrivals and leaves do not wait for the period: a tenant's first registration divides
  *    again at once with it greedy (before the reply), and it stays greedy until it has sent
  *    for a whole period (the first runs measure a job still starting); a tenant's last
- *    communicator ending divides again at once without it. The libraries read their pages
+ *    communicator ending divides again at once without it; another communicator of an active
+ *    tenant starting or ending splits its rate again at once. The libraries read their pages
  *    every 2 ms, so the shares move within a few ms of the event. A tenant that also
  *    sends on a resource the agent does not divide (the NICs under tc, or a capacity of 0) is
  *    not limited by the agent (rate 0): one token bucket covers all of a communicator's
@@ -472,6 +473,31 @@ static void shoald_qos_spot_cpu(shoald_t *a, const shoald_page_t *p)
                p->job->tenant, p->job->job, idle ? "SCHED_IDLE" : "nice 19", n);
 }
 
+/* The tenant's live communicators on this host (distinct job and comm id among its live
+ * pages), as shoald_qos_measure counts them. */
+static unsigned shoald_qos_live_comms(const shoald_t *a, const char *tenant)
+{
+    const shoald_job_t *j;
+    const shoald_page_t *p, *o;
+    unsigned n = 0;
+
+    for (j = a->jobs; j != NULL; j = j->next) {
+        if (strcmp(j->tenant, tenant) != 0)
+            continue;
+        for (p = j->pages; p != NULL; p = p->next) {
+            int first = 1;
+            if (p->end_ns != 0 || p->superseded)
+                continue;
+            for (o = j->pages; o != p && first; o = o->next) {
+                if (o->end_ns == 0 && !o->superseded && o->comm_id == p->comm_id)
+                    first = 0;
+            }
+            n += (unsigned)first;
+        }
+    }
+    return n;
+}
+
 void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_page_t *snap,
                               int cred_class, int cred_weight)
 {
@@ -516,6 +542,15 @@ void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_p
         t->demand[SHOALD_QOS_SAME] = -1;
         t->demand[SHOALD_QOS_NIC] = 0;
         shoald_qos_divide(q);
+    } else if (t->comms > 0 && t->page != NULL) {
+        /* Another communicator of an active tenant: the tenant's rate is split among its
+         * communicators now (it kept the rate of one until the next run, up to qos_period
+         * away: the tenant sent twice its share meanwhile). */
+        unsigned n = shoald_qos_live_comms(a, t->name);
+        if (n > t->comms) {
+            t->comms = n;
+            shoald_qos_divide(q);
+        }
     }
 }
 
@@ -523,8 +558,7 @@ void shoald_qos_page_end(shoald_t *a, shoald_page_t *p)
 {
     shoald_qos_t *q = a->qos;
     shoald_qos_tenant_t *t;
-    const shoald_job_t *j;
-    const shoald_page_t *o;
+    unsigned n;
 
     if (q == NULL)
         return;
@@ -532,13 +566,14 @@ void shoald_qos_page_end(shoald_t *a, shoald_page_t *p)
     }
     if (t == NULL || t->comms == 0)
         return;
-    for (j = a->jobs; j != NULL; j = j->next) {
-        if (strcmp(j->tenant, t->name) != 0)
-            continue;
-        for (o = j->pages; o != NULL; o = o->next) {
-            if (o->end_ns == 0 && !o->superseded)
-                return; /* still active: the next run measures it */
+    n = shoald_qos_live_comms(a, t->name);
+    if (n > 0) {
+        /* still active: the next run measures it; fewer communicators share its rate now */
+        if (n < t->comms) {
+            t->comms = n;
+            shoald_qos_divide(q);
         }
+        return;
     }
     /* Its last communicator on this host ended: the others get its part now. */
     t->comms = 0;

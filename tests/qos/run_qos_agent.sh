@@ -244,6 +244,51 @@ else
     tap FAIL "qos_period=5s: the job took the agent for dead (exit $rc, rate '$rate' at its end)"
     sed 's/^/# /' "$T/err" | tail -n 10
 fi
+# 8. A second communicator of a tenant (another job of the same uid) registers between two runs
+# of the arbiter (qos_period=5s): its tenant's rate is split between the two at once, each rank
+# of the newcomer at 16 MiB/s / 2 communicators / 2 ranks. (The page kept the rate of one
+# communicator until the next run, up to qos_period later: the tenant sent twice its share.)
+T=$(mktemp -d)
+sed -e "s|^listen=.*|listen=$T/sock|" -e "s|^qos_rates_dir=.*|qos_rates_dir=$T/rates|" \
+    -e "s|^state_dir=.*|state_dir=$T/state|" >"$T/shoald.conf" <<EOC
+listen=
+http=127.0.0.1:0
+ledger_url=none
+allow_uncredentialed=yes
+qos_rates_dir=
+qos_capacity_shm=16m
+qos_period=5s
+state_dir=
+EOC
+mkdir -p "$T/rates"
+SHOAL_DEBUG=INFO "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" \
+    >"$T/shoald.log" 2>&1 &
+apid=$!
+i=0
+while [ ! -s "$T/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+pids=
+secs=4 # the first one runs on past the second one's end
+for j in one two; do
+    [ $j = two ] && sleep 1
+    SHOAL_JOB=$j "$builddir/shoalrun" --no-prefix --timeout 60 -n 2 -x SHOAL_JOB \
+        -x SHOAL_AGENT="$T/sock" -x SHOAL_QOS_RATES="$T/rates/%t.rate" -x SHOAL_TRANSPORT=shm \
+        "$builddir/qos_load" -s $secs -b 131072 -p 500 >"$T/out.$j" 2>"$T/err.$j" &
+    pids="$pids $!"
+    secs=1
+done
+wait $pids
+kill "$apid" 2>/dev/null
+wait "$apid" 2>/dev/null
+rate=$(grep ' end=' "$T/out.two" | head -n 1 | tr ' ' '\n' | sed -n 's/^rate=//p')
+rate1=$(grep ' end=' "$T/out.one" | head -n 1 | tr ' ' '\n' | sed -n 's/^rate=//p')
+if [ "$rate" = 4194304 ] && [ "$rate1" = 8388608 ]; then
+    tap OK "a tenant's second communicator: the tenant's rate split at its registration" \
+        "($rate B/s a rank), whole again for the first at the second's end"
+else
+    tap FAIL "a tenant's second communicator: a rank at '$rate' B/s, not 4194304 (the first" \
+        "at its end '$rate1', not 8388608)"
+    sed 's/^/# /' "$T/err.two" | tail -n 5
+fi
 rm -rf "$T"
 tap_plan
 exit $fails
