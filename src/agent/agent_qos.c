@@ -123,14 +123,30 @@ static uint64_t shoald_qos_now(void)
 /* ---- tc ---------------------------------------------------------------------------------- */
 
 /* Runs argv (the tc script) with a deadline; its exit status, or -1. Its output goes to the
- * agent's stderr (the journal). */
+ * agent's stderr (the journal). Its signals as a program expects them: none blocked, the
+ * defaults (it inherited the agent's SIGTERM and SIGINT blocked for the signalfd and SIGPIPE
+ * ignored: neither it nor its tc could be ended by a kill, a timeout(1) or the unit's stop). */
 static int shoald_qos_run(char *const argv[])
 {
     uint64_t deadline = shoald_qos_now() + SHOALD_QOS_TC_TIMEOUT_MS * 1000000ull;
+    posix_spawnattr_t attr;
+    sigset_t none, dflt;
     pid_t pid;
     int status, err;
 
-    err = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
+    sigemptyset(&none);
+    sigemptyset(&dflt);
+    sigaddset(&dflt, SIGTERM);
+    sigaddset(&dflt, SIGINT);
+    sigaddset(&dflt, SIGPIPE);
+    err = posix_spawnattr_init(&attr);
+    if (err == 0) {
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &dflt);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        err = posix_spawn(&pid, argv[0], NULL, &attr, argv, environ);
+        posix_spawnattr_destroy(&attr);
+    }
     if (err != 0) {
         shoal_warn(METER, "cannot run %s: %s", argv[0], strerror(err));
         return -1;

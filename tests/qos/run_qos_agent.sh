@@ -290,5 +290,49 @@ else
     sed 's/^/# /' "$T/err.two" | tail -n 5
 fi
 rm -rf "$T"
+# 9. qos_tc's script runs with the signals as a program expects them: none blocked, SIGPIPE not
+# ignored. (It inherited the agent's own: SIGTERM and SIGINT blocked for its signalfd, SIGPIPE
+# ignored, so an operator's kill, a timeout(1) inside the script, or a stop of the unit could
+# not end it or its tc, and its pipelines saw EPIPE.) A stand-in script records them.
+if [ -x "$builddir/shoal-cred" ]; then
+    T=$(mktemp -d)
+    "$builddir/shoal-cred" keygen -o "$T/master.key" >/dev/null 2>&1
+    # awk, not sh: a shell clears its own signal mask at its start
+    cat >"$T/tc.sh" <<EOS
+#!$(command -v awk) -f
+BEGIN { while ((getline l < "/proc/self/status") > 0) if (l ~ /^Sig(Blk|Ign)/) print l > "$T/sig"
+        exit 3 }
+EOS
+    chmod 755 "$T/tc.sh"
+    cat >"$T/shoald.conf" <<EOC
+listen=$T/sock
+http=none
+ledger_url=none
+master_key_file=$T/master.key
+qos_rates_dir=$T/rates
+qos_tc=$T/tc.sh
+qos_tc_dev=shoalq0
+tenant.a.dscp=10
+state_dir=$T/state
+EOC
+    "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" >"$T/shoald.log" 2>&1 &
+    apid=$!
+    i=0
+    while [ ! -s "$T/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill "$apid" 2>/dev/null
+    wait "$apid" 2>/dev/null
+    blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$T/sig" 2>/dev/null)
+    ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' "$T/sig" 2>/dev/null)
+    if [ -n "$blk" ] && [ "$blk" = 0000000000000000 ] && [ $((0x$ign & 0x1000)) = 0 ]; then
+        tap OK "qos_tc's script runs with no signal blocked and SIGPIPE not ignored"
+    else
+        tap FAIL "qos_tc's script: SigBlk '$blk', SigIgn '$ign' (SIGTERM 0x4000, SIGINT 0x2," \
+            "SIGPIPE 0x1000)"
+        sed 's/^/# /' "$T/shoald.log" | tail -n 5
+    fi
+    rm -rf "$T"
+else
+    tap OK "# SKIP shoal-cred not built"
+fi
 tap_plan
 exit $fails
