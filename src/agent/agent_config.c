@@ -137,7 +137,8 @@ static const shoal_cfg_field_t shoald_cfg_fields[] = {
      .doc = "interfaces for qos_tc, comma-separated"},
     {.name = "qos_tc_link_rate", .dflt = "1gbit", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_tc_link_rate),
-     .doc = "line rate of the qos_tc_dev interfaces (tc units: 1gbit, 100gbit)"},
+     .doc = "line rate of the qos_tc_dev interfaces (tc units in any case: bit, kbit, mbit, "
+            "gbit, bps = bytes/s; e.g. 1gbit, 100Gbit)"},
     {.name = "qos_spot_cpu", .dflt = "idle", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoald_config_t, qos_spot_cpu),
      .doc = "CPU priority the arbiter gives a spot communicator's process at its "

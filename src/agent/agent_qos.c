@@ -56,12 +56,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -168,21 +170,25 @@ static int shoald_qos_run(char *const argv[])
     }
 }
 
-/* tc rate string -> bits/s (units bit kbit mbit gbit, powers of 1000), 0 if malformed. */
+/* tc rate string -> bits/s, 0 if malformed: the units shoal-tc.sh takes, as tc does in any
+ * case (bit kbit mbit gbit, powers of 1000; bps = bytes/s). "1Gbit" and "125000000bps" were
+ * refused here while the script and tc take them: tc was never set up. */
 static double shoald_qos_tc_bits(const char *s)
 {
     char *end;
     double v = strtod(s, &end);
 
-    if (end == s || v <= 0)
+    if (end == s || !(v > 0) || !isfinite(v))
         return 0;
-    if (strcmp(end, "gbit") == 0)
+    if (strcasecmp(end, "gbit") == 0)
         return v * 1e9;
-    if (strcmp(end, "mbit") == 0)
+    if (strcasecmp(end, "mbit") == 0)
         return v * 1e6;
-    if (strcmp(end, "kbit") == 0)
+    if (strcasecmp(end, "kbit") == 0)
         return v * 1e3;
-    if (strcmp(end, "bit") == 0 || *end == '\0')
+    if (strcasecmp(end, "bps") == 0)
+        return v * 8;
+    if (strcasecmp(end, "bit") == 0 || *end == '\0')
         return v;
     return 0;
 }

@@ -301,6 +301,7 @@ if [ -x "$builddir/shoal-cred" ]; then
     cat >"$T/tc.sh" <<EOS
 #!$(command -v awk) -f
 BEGIN { while ((getline l < "/proc/self/status") > 0) if (l ~ /^Sig(Blk|Ign)/) print l > "$T/sig"
+        for (i = 1; i < ARGC; i++) print ARGV[i] > "$T/args"
         exit 3 }
 EOS
     chmod 755 "$T/tc.sh"
@@ -330,8 +331,29 @@ EOC
             "SIGPIPE 0x1000)"
         sed 's/^/# /' "$T/shoald.log" | tail -n 5
     fi
+    # 10. qos_tc_link_rate in tc's units as shoal-tc.sh and tc take them, any case, and bps
+    # (bytes): "1Gbit" and "125000000bps" were "not a tc rate" to the agent, tc never set up.
+    for rate in 1Gbit 125000000bps; do
+        rm -f "$T/ready" "$T/args"
+        sed -i "s/^qos_tc_link_rate=.*//" "$T/shoald.conf"
+        echo "qos_tc_link_rate=$rate" >>"$T/shoald.conf"
+        "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" >"$T/shoald.log" 2>&1 &
+        apid=$!
+        i=0
+        while [ ! -s "$T/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+        kill "$apid" 2>/dev/null
+        wait "$apid" 2>/dev/null
+        if grep -qx "a,rate=970000000bit,dscp=10" "$T/args" 2>/dev/null; then
+            tap OK "qos_tc_link_rate=$rate: the tc script runs, tenant a at 97% of 1 Gbit/s"
+        else
+            tap FAIL "qos_tc_link_rate=$rate: the tc script was not run as expected"
+            sed 's/^/# /' "$T/shoald.log" | grep -i 'tc' | tail -n 3
+        fi
+    done
     rm -rf "$T"
 else
+    tap OK "# SKIP shoal-cred not built"
+    tap OK "# SKIP shoal-cred not built"
     tap OK "# SKIP shoal-cred not built"
 fi
 tap_plan
