@@ -716,7 +716,8 @@ static void shoald_qos_run_once(shoald_t *a, double dt, uint64_t mono)
     shoald_qos_divide(a->qos);
 }
 
-/* mkdir -p, mode 0755 (the pages are for every local job to read). */
+/* mkdir -p, mode 0755 (the pages are for every local job to read), whatever the umask: made
+ * 0700 under umask 077, every other uid's job could not open its page and ran unpaced. */
 static int shoald_qos_mkdir(const char *dir)
 {
     char buf[4096];
@@ -731,8 +732,12 @@ static int shoald_qos_mkdir(const char *dir)
         if (buf[i] != '/' && buf[i] != '\0')
             continue;
         buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        if (mkdir(buf, 0755) == 0) {
+            if (chmod(buf, 0755) != 0)
+                return -1;
+        } else if (errno != EEXIST) {
             return -1;
+        }
         buf[i] = i < n ? '/' : '\0';
     }
     return 0;

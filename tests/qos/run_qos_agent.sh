@@ -350,8 +350,26 @@ EOC
             sed 's/^/# /' "$T/shoald.log" | grep -i 'tc' | tail -n 3
         fi
     done
+    # 11. The rates directory shoald makes is 0755 whatever its umask: with umask 077 it was
+    # 0700, every other uid's job could not open its page and ran unpaced without a word.
+    rm -f "$T/ready"
+    sed -i "s|^qos_rates_dir=.*|qos_rates_dir=$T/new/rates|" "$T/shoald.conf"
+    (umask 077 && exec "$builddir/shoald" -c "$T/shoald.conf" --ready-file "$T/ready" \
+        >"$T/shoald.log" 2>&1) &
+    apid=$!
+    i=0
+    while [ ! -s "$T/ready" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    modes=$(stat -c %a "$T/new" "$T/new/rates" 2>/dev/null | tr '\n' ' ')
+    kill "$apid" 2>/dev/null
+    wait "$apid" 2>/dev/null
+    if [ "$modes" = "755 755 " ]; then
+        tap OK "umask 077: the rates directory shoald makes is 0755 (its parents too)"
+    else
+        tap FAIL "umask 077: the rates directory and its parent made with modes '$modes'"
+    fi
     rm -rf "$T"
 else
+    tap OK "# SKIP shoal-cred not built"
     tap OK "# SKIP shoal-cred not built"
     tap OK "# SKIP shoal-cred not built"
     tap OK "# SKIP shoal-cred not built"
