@@ -5,6 +5,7 @@
 #include "qos/pace.h"
 #include "meter/meter.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stddef.h>
@@ -70,8 +71,18 @@ static void shoal_qos_pace_page_open(shoal_qos_pacer_t *p, uint64_t now)
      * refuse it; a regular file's reads are the same with it. */
     fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
-        return; /* no agent (yet), or gone: the timeout decides */
+        /* no agent (yet), or gone: the timeout decides. Anything else (a symbolic link, not
+         * followed; no permission) is said, once per cause: it was as silent, and the job ran
+         * unpaced for its life. */
+        if (errno != ENOENT && errno != p->open_errno) {
+            p->open_errno = errno;
+            shoal_warn(QOS, "cannot open the rates page %s: %s%s: the agent's rate does not "
+                       "apply", p->path, strerror(errno), errno == ELOOP ? " (a symbolic "
+                       "link, not followed)" : "");
+        }
+        return;
     }
+    p->open_errno = 0;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
         sb.st_size < (off_t)sizeof(shoal_qos_rates_page_t) ||
         (p->page_fd >= 0 && (uint64_t)sb.st_ino == p->page_ino &&

@@ -89,6 +89,7 @@ typedef struct shoal_qos_pacer {
     uint64_t page_ino, page_dev;
     uint64_t refused_ino;      /* the last page refused as untrusted or as no rates page
                                 * (warned once) */
+    int open_errno;            /* the last open's error other than ENOENT (warned once) */
     uint64_t page_gen;         /* last gen seen */
     uint64_t page_seen_ns;     /* when gen last moved (or the page was opened) */
     uint64_t next_open_ns;     /* next attempt to (re)open the path */

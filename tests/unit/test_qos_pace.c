@@ -526,6 +526,46 @@ static void test_rates_trust(void)
     unlink(path);
 }
 
+/* A page the pacer cannot open other than by its absence (a symlink at the path, which it does
+ * not follow; no permission) is said once: it was taken as "no agent yet", and the job ran
+ * unpaced for its life without a word. */
+static void test_rates_unopenable(void)
+{
+    char path[300], target[300], logp[300], buf[8192];
+    snprintf(path, sizeof(path), "%s/link.rate", page_dir);
+    snprintf(target, sizeof(target), "%s/real.rate", page_dir);
+    snprintf(logp, sizeof(logp), "%s/open.log", page_dir);
+    page_write(target, 2, 5000000, SHOAL_QOS_RATES_MAGIC);
+    if (symlink(target, path) != 0) {
+        tap_bail("symlink %s: %s", path, strerror(errno));
+    }
+    int logfd = open(logp, O_RDWR | O_CREAT | O_TRUNC, 0600), saved = dup(2), n = 0;
+    if (logfd < 0 || saved < 0 || dup2(logfd, 2) < 0) {
+        tap_bail("redirecting stderr to %s", logp);
+    }
+    shoal_qos_pace_params_t prm = {.rates_path = path, .rates_timeout_ms = 400, .share_div = 1};
+    shoal_qos_pacer_t *p;
+    shoal_qos_pace_create(&prm, &p);
+    uint64_t r = shoal_qos_pace_rate(p);
+    for (int i = 0; i < 150; i++) {
+        r |= rate_after(p, 10);
+    }
+    shoal_qos_pace_destroy(p);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t len = pread(logfd, buf, sizeof(buf) - 1, 0);
+    buf[len > 0 ? len : 0] = '\0';
+    for (const char *q = buf; (q = strstr(q, "cannot open the rates page")) != NULL; q++) {
+        n++;
+    }
+    close(logfd);
+    unlink(logp);
+    tap_is_int((long long)r, 0, "a symlink at the rates page's path is not followed");
+    tap_is_int(n, 1, "... and said once in 1.5 s (it was silent: the job ran unpaced)");
+    unlink(path);
+    unlink(target);
+}
+
 static int near(const double *got, const double *want, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -681,6 +721,7 @@ int main(void)
     test_rates_truncated();
     test_rates_fifo();
     test_rates_trust();
+    test_rates_unopenable();
     test_rates_path();
     test_share();
     test_tick_clock();
