@@ -392,6 +392,22 @@ static void test_imm(void)
     tap_is_int(shoal_ib_imm_encode(&a, &v), -1, "imm: credits over 16 bits refused");
 }
 
+/* SHOAL_IB_USE_RDMACM=1: the timeout of a connect's address and route resolution is what is
+ * left of the deadline, at most 10 s. Without a deadline (SHOAL_TIMEOUT_MS=inf) it was 1 ms:
+ * UINT64_MAX - now read as a negative count, so every connect whose peer's address was not in
+ * the neighbour cache failed at once with RDMA_CM_EVENT_ADDR_ERROR. */
+static void test_cm_resolve_ms(void)
+{
+    int ms = shoal_ib_cm_resolve_ms(UINT64_MAX);
+    tap_is_int(ms, 10000, "rdma_cm: no deadline resolves for 10 s at a time (%d ms)", ms);
+    ms = shoal_ib_cm_resolve_ms(shoal_time_ns() + 3000000000ull);
+    tap_ok(ms > 2900 && ms <= 3000, "rdma_cm: 3 s left resolves for 3 s (%d ms)", ms);
+    ms = shoal_ib_cm_resolve_ms(shoal_time_ns() + 60000000000ull);
+    tap_is_int(ms, 10000, "rdma_cm: 60 s left resolves for 10 s at a time (%d ms)", ms);
+    ms = shoal_ib_cm_resolve_ms(shoal_time_ns() - 1000000000ull);
+    tap_is_int(ms, 1, "rdma_cm: a deadline passed still gives 1 ms (%d ms)", ms);
+}
+
 static void test_qp(void)
 {
     shoal_ib_qp_plan_t p = {
@@ -1678,6 +1694,7 @@ int main(int argc, char **argv)
     test_model();
     test_chunks();
     test_imm();
+    test_cm_resolve_ms();
     test_qp();
     test_regcache();
     test_regcache_same_start();

@@ -427,6 +427,10 @@ typedef struct {
 } shoal_ib_qos_t;
 SHOAL_HIDDEN void shoal_ib_qos_pick(unsigned cfg_tc, unsigned cfg_sl, int qos_tc, int qos_sl,
                                     uint64_t rate_Bps, shoal_ib_qos_t *out);
+/* SHOAL_IB_USE_RDMACM=1: the timeout in ms of one resolution step of a connect (address, then
+ * route) with deadline_ns ahead (UINT64_MAX: none, SHOAL_TIMEOUT_MS=inf): what is left of it,
+ * 1..10000. */
+SHOAL_HIDDEN int shoal_ib_cm_resolve_ms(uint64_t deadline_ns);
 
 /* ---- the host's RoCE QoS configuration (ib_hostqos.c) ------------------------------------ */
 /* On RoCE the NIC, not the queue pair, decides whether a packet is lossless: it maps the packet

@@ -375,8 +375,7 @@ shoal_status_t shoal_ib_cm_connect(shoal_ep_t *ep, const uint8_t token[SHOAL_IB_
     struct rdma_conn_param cp;
     uint8_t req[SHOAL_IB_CM_REQ_BYTES], rep[SHOAL_IB_CM_REP_BYTES], pair[SHOAL_IB_PAIR_BYTES];
     uint8_t tos = (uint8_t)ctx->qos.tc;
-    int ms = (int)SHOAL_MIN(SHOAL_MAX((int64_t)(deadline - shoal_time_ns()) / 1000000, 1),
-                            10000);
+    int ms = shoal_ib_cm_resolve_ms(deadline);
 
     if (ep->raddr.cm_port == 0) {
         shoal_error(IB, "rank %d: peer %d does not listen for rdma_cm connections: "

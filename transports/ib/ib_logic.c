@@ -520,3 +520,11 @@ void shoal_ib_qos_pick(unsigned cfg_tc, unsigned cfg_sl, int qos_tc, int qos_sl,
     out->sl = qos_sl >= 0 && qos_sl <= 15 ? (unsigned)qos_sl : cfg_sl;
     out->rate_kbps = rate_Bps == 0 ? 0 : (uint32_t)SHOAL_MIN(SHOAL_MAX(kbps, 1), UINT32_MAX);
 }
+
+/* ---- rdma_cm ------------------------------------------------------------------------------ */
+
+int shoal_ib_cm_resolve_ms(uint64_t deadline_ns)
+{
+    /* no deadline is the cap, not UINT64_MAX - now read as a negative count (1 ms) */
+    return SHOAL_MAX(shoal_deadline_left_ms(deadline_ns, 10000), 1);
+}
