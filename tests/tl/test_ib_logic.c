@@ -607,6 +607,7 @@ static void test_layout(void)
 {
     shoal_ib_layout_t l;
     shoal_ib_region_t r, q;
+    shoal_status_t st;
     int ok = 1;
 
     tap_is_int(shoal_ib_layout_init(&l, 3, 5, 5000, 3, 13, 4096), SHOAL_OK, "layout: init");
@@ -631,6 +632,11 @@ static void test_layout(void)
                SHOAL_ERR_INVALID_ARG, "layout: sizes that overflow are refused");
     tap_is_int(shoal_ib_layout_init(&l, 2, 64, 65536, 0, 72, 4096), SHOAL_ERR_INVALID_ARG,
                "layout: zero bounce slots refused");
+    /* One peer's send area: its bounce slots plus its staged headers past 2^64 bytes wrapped
+     * to 128 GiB, the headers 16 EiB in, and it was SHOAL_OK. */
+    st = shoal_ib_layout_init(&l, 1, 2, UINT32_MAX, UINT32_MAX, UINT32_MAX, 4096);
+    tap_is_int(st, SHOAL_ERR_INVALID_ARG, "layout: a send area past 2^64 bytes is refused "
+               "(send area %zu bytes, headers at %zu)", l.send_len, l.hdr_off);
 
     tap_is_int(shoal_ib_region_access(SHOAL_IB_REGION_RING),
                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,

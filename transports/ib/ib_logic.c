@@ -165,10 +165,15 @@ shoal_status_t shoal_ib_layout_init(shoal_ib_layout_t *l, int npeers, uint32_t n
     l->slot_size = slot_size;
     l->nbounce = nbounce;
     l->sq_depth = sq_depth;
-    /* 32-bit counts times 32-bit sizes fit 64 bits; the products over peers are checked */
+    /* 32-bit counts times 32-bit sizes fit 64 bits; their sums, the rounding up to a page and
+     * the products over peers are checked */
     l->ring_len = (size_t)nslots * slot_size;
     l->hdr_off = (size_t)nbounce * slot_size;
     l->send_len = l->hdr_off + (size_t)sq_depth * SHOAL_WIRE_HDR_BYTES;
+    if (l->send_len < l->hdr_off || l->ring_len > SIZE_MAX - (page - 1) ||
+        l->send_len > SIZE_MAX - (page - 1)) {
+        return SHOAL_ERR_INVALID_ARG;
+    }
     l->ring_stride = SHOAL_ALIGN_UP(l->ring_len, page);
     l->send_stride = SHOAL_ALIGN_UP(l->send_len, page);
     if (l->ring_stride > SIZE_MAX / n || l->send_stride > SIZE_MAX / n) {
