@@ -408,6 +408,25 @@ static void test_cm_resolve_ms(void)
     tap_is_int(ms, 1, "rdma_cm: a deadline passed still gives 1 ms (%d ms)", ms);
 }
 
+/* SHOAL_IB_USE_RDMACM=1: a connect rejected by the peer's own check (rdma_reject: not the rank
+ * or token it issued) is an authentication failure; one rejected because nothing listens on
+ * the peer's port any more (its communicator failed or timed out at init, or its process is
+ * gone, after it sent the token) is the peer's failure. Both were SHOAL_ERR_AUTH, "the peer
+ * refused our request" and "different job secret?": an init that failed on one rank read as a
+ * key mismatch on the others. */
+static void test_cm_rejected(void)
+{
+    shoal_status_t st = shoal_ib_cm_rejected(SHOAL_IB_CM_REJ_CONSUMER);
+    tap_is_int(st, SHOAL_ERR_AUTH, "rdma_cm: the peer's reject of our request is %s",
+               shoal_status_name(st));
+    st = shoal_ib_cm_rejected(SHOAL_IB_CM_REJ_NO_LISTENER);
+    tap_is_int(st, SHOAL_ERR_PEER_FAILED, "rdma_cm: no listener on the peer's port is %s",
+               shoal_status_name(st));
+    st = shoal_ib_cm_rejected(10); /* stale connection */
+    tap_is_int(st, SHOAL_ERR_TRANSPORT, "rdma_cm: another reject reason is %s",
+               shoal_status_name(st));
+}
+
 static void test_qp(void)
 {
     shoal_ib_qp_plan_t p = {
@@ -1701,6 +1720,7 @@ int main(int argc, char **argv)
     test_chunks();
     test_imm();
     test_cm_resolve_ms();
+    test_cm_rejected();
     test_qp();
     test_regcache();
     test_regcache_same_start();

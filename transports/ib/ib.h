@@ -431,6 +431,13 @@ SHOAL_HIDDEN void shoal_ib_qos_pick(unsigned cfg_tc, unsigned cfg_sl, int qos_tc
  * route) with deadline_ns ahead (UINT64_MAX: none, SHOAL_TIMEOUT_MS=inf): what is left of it,
  * 1..10000. */
 SHOAL_HIDDEN int shoal_ib_cm_resolve_ms(uint64_t deadline_ns);
+/* A connect's RDMA_CM_EVENT_REJECTED with status (the IBTA reason of the CM's REJ): SHOAL_ERR_AUTH
+ * for the peer's own reject (consumer defined: our request's rank or token was not the one it
+ * issued), SHOAL_ERR_PEER_FAILED for no listener on the port (invalid service ID: the peer's
+ * process is gone, or its communicator failed and closed it), else SHOAL_ERR_TRANSPORT. */
+#define SHOAL_IB_CM_REJ_NO_LISTENER 8  /* IB_CM_REJ_INVALID_SERVICE_ID */
+#define SHOAL_IB_CM_REJ_CONSUMER 28    /* IB_CM_REJ_CONSUMER_DEFINED: rdma_reject() */
+SHOAL_HIDDEN shoal_status_t shoal_ib_cm_rejected(int status);
 
 /* ---- the host's RoCE QoS configuration (ib_hostqos.c) ------------------------------------ */
 /* On RoCE the NIC, not the queue pair, decides whether a packet is lossless: it maps the packet

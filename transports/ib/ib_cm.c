@@ -320,11 +320,18 @@ static shoal_status_t shoal_ib_cm_expect(shoal_ep_t *ep, enum rdma_cm_event_type
     }
     rdma_ack_cm_event(ev);
     if (got != want) {
+        /* a reject is the peer's check only when it says so: nothing listening is a peer
+         * that failed (or whose communicator did) after it sent the token */
+        shoal_status_t st = got == RDMA_CM_EVENT_REJECTED ? shoal_ib_cm_rejected(status)
+                                                          : SHOAL_ERR_TRANSPORT;
         shoal_error(IB, "rank %d: rdma_cm connecting to peer %d: %s (status %d) while waiting "
                     "for %s%s", ep->ctx->rank, ep->peer, rdma_event_str(got), status,
                     rdma_event_str(want),
-                    got == RDMA_CM_EVENT_REJECTED ? ": the peer refused our request" : "");
-        return got == RDMA_CM_EVENT_REJECTED ? SHOAL_ERR_AUTH : SHOAL_ERR_TRANSPORT;
+                    st == SHOAL_ERR_AUTH ? ": the peer refused our request"
+                    : st == SHOAL_ERR_PEER_FAILED ? ": nothing listens on the peer's rdma_cm "
+                                                    "port (its process or communicator ended)"
+                                                  : "");
+        return st;
     }
     return SHOAL_OK;
 }

@@ -533,3 +533,15 @@ int shoal_ib_cm_resolve_ms(uint64_t deadline_ns)
     /* no deadline is the cap, not UINT64_MAX - now read as a negative count (1 ms) */
     return SHOAL_MAX(shoal_deadline_left_ms(deadline_ns, 10000), 1);
 }
+
+shoal_status_t shoal_ib_cm_rejected(int status)
+{
+    switch (status) {
+    case SHOAL_IB_CM_REJ_CONSUMER:
+        return SHOAL_ERR_AUTH;
+    case SHOAL_IB_CM_REJ_NO_LISTENER:
+        return SHOAL_ERR_PEER_FAILED;
+    default:
+        return SHOAL_ERR_TRANSPORT;
+    }
+}
