@@ -760,6 +760,9 @@ static shoal_status_t shoal_sched_jobs_line(void *vctx, shoal_sched_kv_t *kv, co
     strcpy(j->name, kv->val[0]);
     SHOAL_CHECK(shoal_sched_index_add(&ctx->job_ix, shoal_sched_job_name, ctx->q->jobs));
     j->tenant = -1;
+    /* Slurm's default of one CPU per task: with 0, CPUs were not counted and a job was placed
+     * on a node whose CPUs other jobs' cpus= had taken (cpus=0: none, as srun --overcommit) */
+    j->cpus = 1;
     for (int i = 1; i < kv->n; i++) {
         SHOAL_CHECK(shoal_sched_job_key(ctx, j, kv->key[i], kv->val[i], src, lineno, &nodes));
         weight = strcasecmp(kv->key[i], "weight") == 0 ? kv->val[i] : weight;

@@ -11,6 +11,7 @@ place=${top_builddir:-.}/shoal-place
 dir=$(mktemp -d "${TMPDIR:-/tmp}/place_cmd.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 sed "/^NodeName=/{/Gres=/!s/\$/ Gres=gpu:$n/}" "$conf" >"$dir/slurm.conf"
-printf 'tenant=acme weight=1\njob=slurmtest tenant=acme gpus=%s class=reserved\n' "$n" \
+# cpus=0: CPUs not counted, as the test's srun --overcommit on a node of fewer CPUs than ranks
+printf 'tenant=acme weight=1\njob=slurmtest tenant=acme gpus=%s cpus=0 class=reserved\n' "$n" \
     >"$dir/jobs"
 "$place" --slurm-conf "$dir/slurm.conf" --jobs "$dir/jobs" --job slurmtest --print "$kind"

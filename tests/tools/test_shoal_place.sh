@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=60
+NTESTS=61
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -555,3 +555,15 @@ printf 'ClusterName=x\nInclude /etc/slurm/nodes.conf\nNodeName=node01 Gres=gpu:4
 "$PLACE" --slurm-conf "$T/inc.conf" --jobs "$T/jobs" >/dev/null 2>"$T/err"; r=$?
 grep -q "inc.conf:2: Include /etc/slurm/nodes.conf is not followed" "$T/err"
 is "$r $?" "1 0" "slurm.conf's Include: exit 1 saying it is not followed, naming the line"
+
+# 61: a job without cpus= counted no CPU (0 per rank): with cpus=8 filling an 8-CPU node, a
+# job with no cpus= was still placed there, where Slurm (one CPU per task by default) waits;
+# cpus=0 (srun --overcommit) still counts none
+printf 'NodeName=n1 CPUs=8 RealMemory=64000 Gres=gpu:8\n' > "$T/cpu1.conf"
+printf 'job=a tenant=t gpus=1 cpus=8\njob=b tenant=u gpus=1\njob=c tenant=v gpus=1 cpus=0\n' \
+    > "$T/cpu1.jobs"
+"$PLACE" --slurm-conf "$T/cpu1.conf" --jobs "$T/cpu1.jobs" >"$T/out" 2>"$T/err"; r=$?
+grep -q '^place job=a ' "$T/out" && grep -q '^pending job=b ' "$T/out" &&
+    grep -q '^place job=c ' "$T/out"
+is "$r $?" "0 0" "a job without cpus= takes one CPU a rank, as Slurm; cpus=0 takes none"
+[ $? -eq 0 ] || { diag_file "$T/out"; diag_file "$T/err"; }
