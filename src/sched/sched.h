@@ -79,6 +79,7 @@ typedef struct {
     int gpus_busy;     /* bits set in gpu_used */
     int cpus_used;
     long mem_used;
+    int down;          /* slurm.conf: DOWN, DRAIN, FAIL or FAILING: no new job goes there */
 } shoal_sched_node_t;
 
 typedef struct {
@@ -249,9 +250,12 @@ SHOAL_HIDDEN int shoal_sched_lca_level(const shoal_sched_cluster_t *c, int a, in
 SHOAL_HIDDEN double shoal_sched_ring_cost(const shoal_sched_cluster_t *c, int *nodes, int n);
 /* Marks GPU g of node n busy or free, keeping the counters. */
 SHOAL_HIDDEN void shoal_sched_node_gpu_set(shoal_sched_cluster_t *c, int n, int g, int busy);
-/* Ranks a node could still take for this per-rank demand. */
+/* Ranks a node could still take for this per-rank demand (0 on a node that is down). */
 SHOAL_HIDDEN int shoal_sched_node_cap(const shoal_sched_cluster_t *c, int node, int cpus,
                                       long mem_mb);
+/* The same, down or not: the room a running job of the jobs file takes there. */
+SHOAL_HIDDEN int shoal_sched_node_room(const shoal_sched_cluster_t *c, int node, int cpus,
+                                       long mem_mb);
 /* Allocate / release a job's resources (node_of and gpu_of of all ranks set). */
 SHOAL_HIDDEN void shoal_sched_job_apply(shoal_sched_cluster_t *c, shoal_sched_queue_t *q,
                                         shoal_sched_job_t *j);

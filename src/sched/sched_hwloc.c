@@ -76,10 +76,11 @@ shoal_status_t shoal_sched_hwloc_node(shoal_sched_cluster_t *c, const char *name
         return SHOAL_ERR_INVALID_ARG;
     }
     int at = shoal_sched_node_find(c, name);
-    int leaf = at >= 0 ? c->nodes[at].leaf : -1;
+    int leaf = at >= 0 ? c->nodes[at].leaf : -1, down = at >= 0 ? c->nodes[at].down : 0;
     st = shoal_sched_node_add(c, name, pus, mem_mb, gpus);
     if (st == SHOAL_OK && at >= 0) {
         c->nodes[at].leaf = leaf; /* a topology.conf read before keeps its switch */
+        c->nodes[at].down = down; /* and slurm.conf's DOWN or DRAIN holds */
     }
     if (st == SHOAL_OK && summary != NULL) {
         snprintf(summary, size, "%s: %d CPUs, %ld MB, %d GPU(s) [%s], %d NIC(s) [%s]", name, pus,

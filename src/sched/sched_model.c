@@ -532,6 +532,11 @@ void shoal_sched_node_gpu_set(shoal_sched_cluster_t *c, int n, int g, int busy)
 
 int shoal_sched_node_cap(const shoal_sched_cluster_t *c, int node, int cpus, long mem_mb)
 {
+    return c->nodes[node].down ? 0 : shoal_sched_node_room(c, node, cpus, mem_mb);
+}
+
+int shoal_sched_node_room(const shoal_sched_cluster_t *c, int node, int cpus, long mem_mb)
+{
     const shoal_sched_node_t *n = &c->nodes[node];
     int cap = n->gpus - n->gpus_busy;
 

@@ -1,5 +1,6 @@
 /*
- * The inputs: slurm.conf NodeName lines, topology.conf (the tree form), the jobs file.
+ * The inputs: slurm.conf NodeName and DownNodes lines, topology.conf (the tree form), the jobs
+ * file.
  * Every line is "Key=Value Key=Value ..." (keys case-insensitive, '#' starts a comment, a
  * trailing '\' joins the next line). Anything malformed is an error naming the line.
  */
@@ -291,6 +292,7 @@ static int shoal_sched_gres_gpus(const char *val, long *gpus)
 typedef struct {
     long cpus, mem, gpus, boards, sockets, sockets_per_board, cores, threads;
     int future; /* State=FUTURE: defined, not there yet (Slurm runs nothing on it) */
+    int down;   /* State=DOWN, DRAIN, FAIL or FAILING: Slurm starts no new job there */
 } shoal_sched_node_spec_t;
 
 /* The numeric NodeName keys. A count of 0 is refused: Slurm calls CPUs=0, Sockets=0 and the
@@ -319,6 +321,7 @@ static const struct {
 typedef struct {
     shoal_sched_cluster_t *c;
     shoal_sched_node_spec_t dflt; /* NodeName=DEFAULT so far */
+    shoal_hostlist_t down;        /* the DownNodes= lines' hosts, marked at the end */
 } shoal_sched_conf_ctx_t;
 
 static shoal_status_t shoal_sched_node_key(shoal_sched_node_spec_t *s, const char *k,
@@ -327,6 +330,19 @@ static shoal_status_t shoal_sched_node_key(shoal_sched_node_spec_t *s, const cha
     if (strcasecmp(k, "State") == 0) {
         /* FUTURE, or FUTURE with flags (FUTURE+...): a job planned there never starts */
         s->future = strncasecmp(v, "FUTURE", 6) == 0 && (v[6] == '\0' || v[6] == '+');
+        /* taken as the others were: jobs planned where sbatch --nodelist waits for ever */
+        s->down = 0;
+        for (const char *w = v;;) { /* each word of STATE+FLAG+... */
+            size_t n = strcspn(w, "+");
+            s->down |= (n == 4 && strncasecmp(w, "DOWN", 4) == 0) ||
+                       (n == 5 && strncasecmp(w, "DRAIN", 5) == 0) ||
+                       (n == 4 && strncasecmp(w, "FAIL", 4) == 0) ||
+                       (n == 7 && strncasecmp(w, "FAILING", 7) == 0);
+            if (w[n] == '\0') {
+                break;
+            }
+            w += n + 1;
+        }
         return SHOAL_OK;
     }
     if (strcasecmp(k, "Gres") == 0) {
@@ -397,6 +413,14 @@ static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, co
     shoal_status_t st = SHOAL_OK;
     long cpus;
 
+    if (strcasecmp(kv->key[0], "DownNodes") == 0) {
+        /* DOWN by default, or State= DRAIN, FAIL, FAILING, FUTURE: no new job in each case */
+        if (shoal_hostlist_parse(kv->val[0], &ctx->down) != SHOAL_OK) {
+            shoal_error(SCHED, "%s:%d: bad DownNodes '%s'", src, lineno, kv->val[0]);
+            return SHOAL_ERR_INVALID_ARG;
+        }
+        return SHOAL_OK;
+    }
     if (strcasecmp(kv->key[0], "NodeName") != 0) {
         return SHOAL_OK; /* partitions and the rest are Slurm's business */
     }
@@ -433,6 +457,9 @@ static shoal_status_t shoal_sched_conf_line(void *vctx, shoal_sched_kv_t *kv, co
             continue; /* not a node to plan on (a job there never starts) */
         }
         st = shoal_sched_node_add(ctx->c, name, (int)cpus, spec.mem, (int)spec.gpus);
+        if (st == SHOAL_OK) {
+            ctx->c->nodes[ctx->c->nnodes - 1].down = spec.down;
+        }
     }
     shoal_hostlist_free(&hl);
     return st;
@@ -447,7 +474,23 @@ shoal_status_t shoal_sched_slurm_conf_parse(const char *text, const char *src,
         .dflt = {.cpus = -1, .mem = 1, .gpus = 0, .boards = -1, .sockets = -1,
                  .sockets_per_board = -1, .cores = -1, .threads = -1},
     };
-    return shoal_sched_lines(text, src, 1, shoal_sched_conf_line, &ctx);
+    shoal_status_t st = shoal_sched_lines(text, src, 1, shoal_sched_conf_line, &ctx);
+
+    /* DownNodes= after every NodeName line, as Slurm applies them; a name it does not
+     * define is an error in Slurm's log, not a fatal one */
+    for (size_t h = 0; st == SHOAL_OK && h < ctx.down.nhosts; h++) {
+        char name[SHOAL_SCHED_NAME_MAX];
+        int n = shoal_hostlist_nth(&ctx.down, h, name, sizeof(name)) >= 0
+                    ? shoal_sched_node_find(c, name) : -1;
+        if (n >= 0) {
+            c->nodes[n].down = 1;
+        } else {
+            shoal_warn(SCHED, "%s: DownNodes names %s, not a node of it (or of State=FUTURE): "
+                       "ignored", src, name);
+        }
+    }
+    shoal_hostlist_free(&ctx.down);
+    return st;
 }
 
 /* topology.conf: two passes, so Switches= may name a switch defined further down. */
@@ -621,7 +664,7 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }
-        room = shoal_sched_node_cap(ctx->c, n, j->cpus, j->mem_mb);
+        room = shoal_sched_node_room(ctx->c, n, j->cpus, j->mem_mb); /* down or not */
         if (room < cnt) {
             shoal_error(SCHED, "%s:%d: job %s: host %s of nodes=%s has room for %d of its %d "
                         "ranks there (GPUs, CPUs and memory per rank)", src, lineno, j->name,

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=61
+NTESTS=62
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -567,3 +567,24 @@ grep -q '^place job=a ' "$T/out" && grep -q '^pending job=b ' "$T/out" &&
     grep -q '^place job=c ' "$T/out"
 is "$r $?" "0 0" "a job without cpus= takes one CPU a rank, as Slurm; cpus=0 takes none"
 [ $? -eq 0 ] || { diag_file "$T/out"; diag_file "$T/err"; }
+
+# 62: slurm.conf's DownNodes= lines and State=DOWN|DRAIN|FAIL|FAILING on NodeName lines were
+# ignored: jobs were planned on nodes Slurm gives no new job; a job running on a drained node
+# is still taken (its GPUs counted)
+cat > "$T/down.conf" <<'CONF'
+NodeName=DEFAULT CPUs=16 RealMemory=64000 Gres=gpu:4
+NodeName=node01
+NodeName=node02 State=DRAIN
+NodeName=node03 State=down
+NodeName=node04
+NodeName=node05 State=FAIL
+NodeName=node06 State=UNKNOWN
+DownNodes=node04 Reason="bad gpu"
+CONF
+printf '%s\n' 'job=r tenant=t gpus=2 state=running nodes=node02' 'job=a tenant=x gpus=4' \
+    'job=b tenant=y gpus=4' 'job=c tenant=z gpus=1' > "$T/down.jobs"
+"$PLACE" --slurm-conf "$T/down.conf" --jobs "$T/down.jobs" >"$T/out" 2>"$T/err"; r=$?
+grep -q '^place job=a .*nodes=node0[16]$' "$T/out" &&
+    grep -q '^place job=b .*nodes=node0[16]$' "$T/out" && grep -q '^pending job=c ' "$T/out"
+is "$r $?" "0 0" "DownNodes= and State=DOWN/DRAIN/FAIL nodes take no new job"
+[ $r -eq 0 ] || { diag_file "$T/out"; diag_file "$T/err"; }
