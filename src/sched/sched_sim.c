@@ -393,9 +393,9 @@ shoal_status_t shoal_sched_simulate_all(const shoal_sched_sim_opts_t *o, FILE *o
 {
     shoal_sched_sim_result_t r[3];
     FILE *series = NULL;
+    char path[4096];
 
     if (o->outdir != NULL) {
-        char path[4096];
         snprintf(path, sizeof(path), "%s/series.dat", o->outdir);
         series = fopen(path, "w");
         if (series == NULL) {
@@ -429,7 +429,14 @@ shoal_status_t shoal_sched_simulate_all(const shoal_sched_sim_opts_t *o, FILE *o
             r[1].cross_traffic > 0 ? 100.0 * (1 - r[0].cross_traffic / r[1].cross_traffic) : 0,
             r[0].utilization, r[1].utilization);
     if (series != NULL) {
-        fclose(series);
+        /* a full disk cut the data short and the simulation still exited 0; and gnuplot
+         * was left to plot what was there */
+        int bad = ferror(series);
+        int err = fclose(series) != 0 ? errno : 0; /* the failed write's, tried again */
+        if (bad || err != 0) {
+            shoal_error(SCHED, "writing %s failed: %s", path, strerror(err != 0 ? err : EIO));
+            return SHOAL_ERR_SYSTEM;
+        }
         shoal_sched_sim_plot(o->outdir);
     }
     return SHOAL_OK;

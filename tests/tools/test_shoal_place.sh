@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=62
+NTESTS=63
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -588,3 +588,11 @@ grep -q '^place job=a .*nodes=node0[16]$' "$T/out" &&
     grep -q '^place job=b .*nodes=node0[16]$' "$T/out" && grep -q '^pending job=c ' "$T/out"
 is "$r $?" "0 0" "DownNodes= and State=DOWN/DRAIN/FAIL nodes take no new job"
 [ $r -eq 0 ] || { diag_file "$T/out"; diag_file "$T/err"; }
+
+# 63: simulate --out where series.dat cannot be written (a full disk): its write errors were
+# not checked, and the simulation exited 0 with the data cut short
+mkdir "$T/simfull" && ln -s /dev/full "$T/simfull/series.dat"
+"$PLACE" simulate --jobs 20 --out "$T/simfull" >"$T/out" 2>"$T/err"; r=$?
+grep -q 'series.dat' "$T/err" && [ ! -e "$T/simfull/utilization.png" ]
+is "$r $?" "1 0" "simulate --out on a full disk: exit 1 naming series.dat, no plots"
+[ $r -eq 1 ] || diag_file "$T/err"
