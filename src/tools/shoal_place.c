@@ -14,7 +14,8 @@
  * before topology.conf). Prints one line per decision (place / preempt / pending; --explain
  * adds why). --out DIR (made if missing)
  * writes DIR/<job>.{nodelist,slurm_hostfile,ompi_hostfile,rankfile,gpus,ring} for every job
- * placed; --job NAME --print KIND prints one of them (e.g. for sbatch --nodelist=$(...)).
+ * placed; --job NAME --print KIND prints one of them (e.g. for sbatch --nodelist=$(...)), and
+ * with --explain the plan and its reasons on stderr.
  * --usage FILE: past GPU-seconds per tenant (shoal-bill usage --csv, or tenant,gpu_seconds[,end])
  * decayed with the half-life (default 7 days; end is unix seconds, age from --usage-now or the
  * clock) and added to the order of service of weighted DRF (src/sched/sched_usage.c).
@@ -400,14 +401,17 @@ int main(int argc, char **argv)
     if (shoal_place_load(&a, &c, &q) != SHOAL_OK) {
         goto out;
     }
-    if (a.usage != NULL && a.explain && a.job == NULL) {
-        shoal_sched_usage_explain(&c, &q, &a.u, stdout);
+    /* with --job --print, --explain goes to stderr (it was dropped in silence): stdout is the
+     * one file, for sbatch --nodelist=$(...) */
+    FILE *plan_fp = a.job == NULL ? stdout : a.explain ? stderr : NULL;
+    if (a.usage != NULL && a.explain) {
+        shoal_sched_usage_explain(&c, &q, &a.u, plan_fp);
     }
     if (shoal_sched_plan_round(&c, &q, &a.o, &plan) != SHOAL_OK) {
         goto out;
     }
-    if (a.job == NULL) {
-        shoal_sched_plan_print(&c, &q, &plan, a.explain, stdout);
+    if (plan_fp != NULL) {
+        shoal_sched_plan_print(&c, &q, &plan, a.explain, plan_fp);
     }
     /* --out with --job --print too: the files were dropped in silence there (exit 0) */
     rc = a.out != NULL && shoal_place_mkdir(a.out) != 0;

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=63
+NTESTS=64
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -596,3 +596,12 @@ mkdir "$T/simfull" && ln -s /dev/full "$T/simfull/series.dat"
 grep -q 'series.dat' "$T/err" && [ ! -e "$T/simfull/utilization.png" ]
 is "$r $?" "1 0" "simulate --out on a full disk: exit 1 naming series.dat, no plots"
 [ $r -eq 1 ] || diag_file "$T/err"
+
+# 64: --explain with --job --print was ignored in silence; the plan and its reasons go to
+# stderr, stdout keeps the node list alone for $(...)
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    --job train --print nodelist --explain >"$T/out" 2>"$T/err"; r=$?
+[ "$(cat "$T/out")" = "node[02,04]" ] && grep -q '^  why: ' "$T/err" &&
+    grep -q '^place job=train ' "$T/err"
+is "$r $?" "0 0" "--explain with --job --print: reasons on stderr, the node list alone on stdout"
+[ $r -eq 0 ] || diag_file "$T/err"
