@@ -647,7 +647,11 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
     }
     j->node_of = malloc(sizeof(int) * (size_t)j->ranks);
     j->gpu_of = malloc(sizeof(int) * (size_t)j->ranks);
-    if (j->node_of == NULL || j->gpu_of == NULL) {
+    /* the hosts named so far: a host named twice (n1,n2,n1) gave node[1-2,1] and its lines
+     * twice in the launcher files; Slurm's node list of a job is a set */
+    char *seen = calloc((size_t)ctx->c->nnodes + 1, 1);
+    if (j->node_of == NULL || j->gpu_of == NULL || seen == NULL) {
+        free(seen);
         shoal_hostlist_free(&hl);
         return SHOAL_ERR_NO_MEMORY;
     }
@@ -664,6 +668,13 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }
+        if (seen[n]) {
+            shoal_error(SCHED, "%s:%d: job %s: host %s is named twice in nodes=%s", src, lineno,
+                        j->name, name, nodes);
+            st = SHOAL_ERR_INVALID_ARG;
+            break;
+        }
+        seen[n] = 1;
         room = shoal_sched_node_room(ctx->c, n, j->cpus, j->mem_mb); /* down or not */
         if (room < cnt) {
             shoal_error(SCHED, "%s:%d: job %s: host %s of nodes=%s has room for %d of its %d "
@@ -681,13 +692,13 @@ static shoal_status_t shoal_sched_job_alloc_nodes(shoal_sched_jobs_ctx_t *ctx,
                 cnt--;
             }
         }
-        /* applied node by node so a node listed twice is counted twice */
         for (int k = r - (j->ranks / nn + (h < j->ranks % nn)); k < r; k++) {
             shoal_sched_node_gpu_set(ctx->c, n, j->gpu_of[k], 1);
             ctx->c->nodes[n].cpus_used += j->cpus;
             ctx->c->nodes[n].mem_used += j->mem_mb;
         }
     }
+    free(seen);
     shoal_hostlist_free(&hl);
     if (st == SHOAL_OK) {
         /* the node counters are set; the tenant's use comes with the job's demand */

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=64
+NTESTS=65
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -605,3 +605,13 @@ is "$r $?" "1 0" "simulate --out on a full disk: exit 1 naming series.dat, no pl
     grep -q '^place job=train ' "$T/err"
 is "$r $?" "0 0" "--explain with --job --print: reasons on stderr, the node list alone on stdout"
 [ $r -eq 0 ] || diag_file "$T/err"
+
+# 65: a running job of nodes=node01,node02,node01 was taken, its node list printed as
+# node[01-02,01] and node01's lines twice in its files; a host named twice is refused
+printf 'job=r tenant=t gpus=4 state=running nodes=node01,node02,node01\n' > "$T/dup.jobs"
+"$PLACE" --slurm-conf "$T/slurm.conf" --jobs "$T/dup.jobs" --job r --print nodelist \
+    >"$T/out" 2>"$T/err"; r=$?
+grep -q 'dup.jobs:1: job r: host node01 is named twice in nodes=node01,node02,node01' "$T/err" &&
+    [ ! -s "$T/out" ]
+is "$r $?" "1 0" "a running job's nodes= naming a host twice: exit 1 naming it"
+[ $r -eq 1 ] || { diag_file "$T/out"; diag_file "$T/err"; }
