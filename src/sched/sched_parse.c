@@ -523,8 +523,13 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
             st = SHOAL_ERR_INVALID_ARG;
             break;
         }
+        /* named again under the same switch (Nodes=n[1-2],n1): Slurm takes a set; "under
+         * two switches" or "two parents" refused such a topology.conf */
         if (x == -2) {
             x = shoal_sched_switch_find(c, name);
+            if (x >= 0 && x != s && c->sw[x].parent == s) {
+                continue;
+            }
             if (x < 0 || x == s || c->sw[x].parent >= 0) {
                 shoal_error(SCHED, "%s:%d: switch '%s' unknown, itself, or under two parents",
                             src, lineno, name);
@@ -538,6 +543,8 @@ static shoal_status_t shoal_sched_topo_link(shoal_sched_cluster_t *c, int s, con
         } else if (x < 0) {
             shoal_warn(SCHED, "%s:%d: node '%s' is not in slurm.conf: ignored", src, lineno,
                        name);
+        } else if (c->nodes[x].leaf == s) {
+            continue;
         } else if (c->nodes[x].leaf >= 0) {
             shoal_error(SCHED, "%s:%d: node '%s' under two switches", src, lineno, name);
             st = SHOAL_ERR_INVALID_ARG;

@@ -13,7 +13,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/test_shoal_place.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 unset SHOAL_UID SHOAL_RANK SHOAL_NRANKS SHOAL_RING_HOSTS SHOAL_RING_HOSTS_FILE SHOAL_TOPO_FILE
 
-NTESTS=65
+NTESTS=66
 echo "1..$NTESTS"
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
@@ -615,3 +615,15 @@ grep -q 'dup.jobs:1: job r: host node01 is named twice in nodes=node01,node02,no
     [ ! -s "$T/out" ]
 is "$r $?" "1 0" "a running job's nodes= naming a host twice: exit 1 naming it"
 [ $r -eq 1 ] || { diag_file "$T/out"; diag_file "$T/err"; }
+
+# 66: a node (or switch) listed twice under the same switch (Nodes=node[01-02],node01) was
+# refused as "node under two switches"; Slurm takes the list as a set: the same plan
+printf '%s\n' 'SwitchName=leaf1 Nodes=node[01-02],node01' 'SwitchName=leaf2 Nodes=node[03-04]' \
+    'SwitchName=spine Switches=leaf[1-2],leaf1' > "$T/dup.topo"
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/topology.conf" --jobs "$T/jobs" \
+    >"$T/plan1" 2>&1
+"$PLACE" --slurm-conf "$T/slurm.conf" --topology "$T/dup.topo" --jobs "$T/jobs" \
+    >"$T/out" 2>"$T/err"; r=$?
+cmp -s "$T/plan1" "$T/out" && [ ! -s "$T/err" ]
+is "$r $?" "0 0" "a node or switch named twice under one switch: the plan as without it"
+[ $r -eq 0 ] || diag_file "$T/err"
