@@ -122,6 +122,13 @@ SHOAL_HIDDEN int shoal_tuning_load(const char *path, shoal_tuning_t *t);
  * another local user could have left or changed, see topo_model.c). */
 SHOAL_HIDDEN int shoal_tuning_read(const char *path, char **text_p, char *why, size_t whylen);
 SHOAL_HIDDEN shoal_status_t shoal_tuning_save(const char *path, const shoal_tuning_t *t);
+/* The profile rank 0 saves to an absent SHOAL_TUNING_FILE after measuring (bit k of measured:
+ * some pair measured kind k believably, links[k] its figures; of tried: some pair timed it):
+ * 1 and *t, or 0 where nothing was measured or a kind timed was not believable anywhere (a
+ * loaded machine). The file is not written then: written without that kind, it would exist,
+ * so no later job would write it, and every one would measure that kind again. */
+SHOAL_HIDDEN int shoal_topo_profile(uint32_t measured, uint32_t tried, const shoal_link_t *links,
+                                    shoal_tuning_t *t);
 
 /* ---- synthetic topology (SHOAL_TOPO_FILE) ---------------------------------------------
  *   # comment                      anything after '#' is ignored

@@ -43,9 +43,11 @@ typedef struct {
     shoal_tuning_t tuning;
 } shoal_topo_rec_t;
 
-/* Round 2 record: what this rank measured as the leader of a pair (kind -1: nothing). */
+/* Round 2 record: what this rank measured as the leader of a pair (kind -1: nothing; tried:
+ * the kind the pair timed, believable or not, -1 none). */
 typedef struct {
     int32_t kind[2];
+    int32_t tried[2];
     double alpha_us[2];
     double beta_us[2];
     double send_us[2];
@@ -233,6 +235,7 @@ static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, 
     int kind;
 
     m->kind[ph] = -1;
+    m->tried[ph] = -1;
     if (peer < 0 || peer >= comm->nranks) {
         return SHOAL_OK;
     }
@@ -249,6 +252,7 @@ static shoal_status_t shoal_topo_measure_phase(struct shoal_comm *comm, int ph, 
     if (rank < peer) {
         SHOAL_CHECK(shoal_topo_recv(comm, peer, &peer_recv_us, sizeof(double), comm->seq,
                                     step));
+        m->tried[ph] = kind;
         if (!shoal_link_meas_plausible(small_us, large_us, large)) {
             /* not reported (nor saved): the tuning file's or the default figures stand */
             shoal_info(TOPO, "rank %d: the %s link to rank %d measured %.2f us for 8 B and "
@@ -502,12 +506,29 @@ static void shoal_topo_finish(struct shoal_comm *comm, shoal_topo_comm_t *tc,
     shoal_topo_log(comm, tc, links, ki | ke);
 }
 
+int shoal_topo_profile(uint32_t measured, uint32_t tried, const shoal_link_t *links,
+                       shoal_tuning_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (measured == 0 || (tried & ~measured) != 0) {
+        return 0;
+    }
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        if ((measured & (1u << k)) != 0) {
+            t->have[k] = 1;
+            t->link[k] = links[k];
+        }
+    }
+    return 1;
+}
+
 static void shoal_topo_save_tuning(struct shoal_comm *comm, const shoal_topo_rec_t *all,
                                    const shoal_topo_meas_t *meas)
 {
     const char *tpath = shoal_topo_config.tuning_file;
     shoal_tuning_t t;
     shoal_link_t links[SHOAL_LINK_KINDS];
+    uint32_t measured = 0, tried = 0;
 
     /* Only where there is no file: one that is there but unusable (a typo, too large) was
      * reported at load and is the user's to fix; writing over it would lose it. */
@@ -515,16 +536,18 @@ static void shoal_topo_save_tuning(struct shoal_comm *comm, const shoal_topo_rec
         meas == NULL) {
         return;
     }
-    memset(&t, 0, sizeof(t));
     shoal_topo_link_table(comm->nranks, meas, NULL, links);
     for (int r = 0; r < comm->nranks; r++) {
         for (int ph = 0; ph < 2; ph++) {
-            int k = meas[r].kind[ph];
-            if (k >= 0 && k < SHOAL_LINK_KINDS) {
-                t.have[k] = 1;
-                t.link[k] = links[k];
-            }
+            int k = meas[r].kind[ph], kt = meas[r].tried[ph];
+            measured |= k >= 0 && k < SHOAL_LINK_KINDS ? 1u << k : 0;
+            tried |= kt >= 0 && kt < SHOAL_LINK_KINDS ? 1u << kt : 0;
         }
+    }
+    if (!shoal_topo_profile(measured, tried, links, &t)) {
+        shoal_info(TOPO, "%s not written: a link kind was not measured believably (a loaded "
+                   "machine?); the next job measures again", tpath);
+        return;
     }
     if (shoal_tuning_save(tpath, &t) == SHOAL_OK) {
         shoal_info(TOPO, "wrote the measured link profile to %s", tpath);
@@ -537,7 +560,7 @@ static shoal_status_t shoal_topo_build(struct shoal_comm *comm, shoal_topo_comm_
     int n = comm->nranks;
     shoal_topo_file_t tf;
     shoal_topo_rec_t *all = NULL;
-    shoal_topo_meas_t *meas = NULL, mine = {.kind = {-1, -1}};
+    shoal_topo_meas_t *meas = NULL, mine = {.kind = {-1, -1}, .tried = {-1, -1}};
     shoal_topo_ring_hosts_t rh = {0};
     uint8_t *buf = NULL;
     uint32_t known = 0;

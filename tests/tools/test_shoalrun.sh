@@ -177,8 +177,13 @@ perf_case "shoalrun -n 3 reduce_scatter_perf: #wrong 0" \
 
 # 26-28: SHOAL_TUNING_FILE: rank 0 writes what it measured when the file is absent; a file
 # that exists is read instead of measuring, its link and memory rates reach the cost model
+# (on a loaded machine a run's measurement may not be believable: the file is then not
+# written, and the next run measures again; it wrote a file with no link line, never rewritten)
 tune="$T/tuning"
-run -n 2 --timeout 120 -x SHOAL_TUNING_FILE="$tune" "$P/allreduce_perf" -b 8 -e 8 -n 2 -w 1
+for i in 1 2 3; do
+    run -n 2 --timeout 120 -x SHOAL_TUNING_FILE="$tune" "$P/allreduce_perf" -b 8 -e 8 -n 2 -w 1
+    [ "$rc" -ne 0 ] || [ -f "$tune" ] && break
+done
 [ "$rc" -eq 0 ] && grep -q '^shm lat [0-9.]* bw [0-9.]* send [0-9.]* recv [0-9.]*$' "$tune"
 ok $? "an absent tuning file is written after measuring (rc $rc)"
 [ -f "$tune" ] || diag_file "$T/err"

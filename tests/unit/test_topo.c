@@ -845,6 +845,29 @@ static void test_meas_plausible(void)
            "one whose large ping-pong took no longer (or was faster, or over 1 TB/s) is not");
 }
 
+/* The profile rank 0 saves to an absent SHOAL_TUNING_FILE: where every pair's measurement was
+ * not believable (a loaded machine), a file with no link line was written; from then on it
+ * existed, so no job wrote it again and every one measured again (the same for a kind missing
+ * from a partial profile). */
+static void test_profile_save(void)
+{
+    shoal_link_t links[SHOAL_LINK_KINDS];
+    shoal_tuning_t t;
+    uint32_t shm = 1u << SHOAL_LINK_SHM, tcp = 1u << SHOAL_LINK_TCP;
+
+    for (int k = 0; k < SHOAL_LINK_KINDS; k++) {
+        links[k] = (shoal_link_t){.alpha_us = 1 + k, .beta_us = 1e-4, .send_us = 1, .recv_us = 1};
+    }
+    tap_is_int(shoal_topo_profile(0, shm, links, &t), 0,
+               "profile: nothing measured believably (shm timed): not saved");
+    tap_is_int(shoal_topo_profile(shm, shm | tcp, links, &t), 0,
+               "profile: shm measured, tcp timed but not believable: not saved");
+    tap_ok(shoal_topo_profile(shm | tcp, shm | tcp, links, &t) == 1 &&
+               t.have[SHOAL_LINK_SHM] && t.have[SHOAL_LINK_TCP] &&
+               t.link[SHOAL_LINK_TCP].alpha_us == 1 + SHOAL_LINK_TCP,
+           "profile: every kind timed was measured: saved with its figures");
+}
+
 /* Host lines place only the ranks they name: the layout's hosts come from the 'hosts' line or
  * the ppn, not from the host lines' count ('ppn 2' with 'host 0 ranks 7' put all 8 ranks on
  * one host), and a 'hosts' line before or after a host line is the same file. */
@@ -898,5 +921,6 @@ int main(void)
     test_rh_applicable();
     test_meas_plausible();
     test_topo_file_host_lines();
+    test_profile_save();
     return tap_done();
 }
