@@ -53,7 +53,7 @@ static void shoal_info_usage(FILE *fp)
             "      algorithm chosen per size by the cost model (links: SHOAL_TOPO_FILE,\n"
             "      SHOAL_TUNING_FILE or defaults, of SHOAL_TRANSPORT's kind where set)\n"
             "  -n N      with -t: number of ranks, 1..%d (default: the topology file's,\n"
-            "            else the number of PUs of this host)\n"
+            "            else the number of PUs of this host, at least 2)\n"
             "  --ppn P   with -t: ranks per host, 1..%d (default: all on one host)\n"
             "  -q  print QoS: the class and weight this process's communicators get (the\n"
             "      credential's, lowered by SHOAL_QOS_CLASS/_WEIGHT; without one at most\n"

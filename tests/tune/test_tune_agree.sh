@@ -300,6 +300,17 @@ if [ "$r:$r2" = "0:2" ] && grep -q "^usage: shoal_info" "$tmp/opt" &&
 then
     echo "ok $n_tap - shoal_info --help exits 0; an unknown option is named as given, exit 2"
 else echo "not ok $n_tap - shoal_info --help rc $r, --bogus rc $r2: $(head -n 1 "$tmp/opt2")"; fi
+# -n's default without a topology file: this host's PUs, at least 2 (the usage said the PUs;
+# with discovery off, 0 PUs, it shows 2 ranks)
+"$info" --help >"$tmp/opt" 2>&1
+env -u SHOAL_TUNE_MACHINE SHOAL_TOPO_DISCOVERY=none "$info" -t >"$tmp/info" 2>&1; r=$?
+n_tap=$((n_tap + 1))
+if [ "$r" -eq 0 ] && grep -q "PUs of this host, at least 2)" "$tmp/opt" &&
+    grep -q "^# 2 ranks on 1 host(s)" "$tmp/info"
+then
+    echo "ok $n_tap - shoal_info -t: -n's default, as the usage says: the PUs, at least 2"
+else echo "not ok $n_tap - shoal_info -t -n's default: rc $r: $(grep -h 'PUs of\|ranks on' \
+    "$tmp/opt" "$tmp/info")"; fi
 # shoal_info -c is a SHOAL_CONF_FILE: only what was set is an assignment (a default or a
 # derived value fed back would pin it; a secret's "<set>" would become its value)
 env -i PATH="$PATH" SHOAL_DEBUG=INFO SHOAL_SECRET="$(printf '5a%.0s' $(seq 32))" "$info" -c \
