@@ -218,6 +218,7 @@ typedef struct {
     int *socket_of;
     int *order;
     shoal_link_t intra, inter;
+    int tuning_bad; /* SHOAL_TUNING_FILE is there but unusable (said on stderr) */
 } shoal_info_topo_t;
 
 /* The link kind of every channel that SHOAL_TRANSPORT forces (a job's init uses it between
@@ -235,11 +236,13 @@ static int shoal_info_topo_layout(shoal_info_topo_t *t, int n, int ppn)
     const char *path = shoal_topo_config.topo_file, *tpath = shoal_topo_config.tuning_file;
     shoal_topo_file_t tf;
     shoal_tuning_t tun;
-    int have_tun = tpath != NULL && tpath[0] != '\0' && shoal_tuning_load(tpath, &tun) == 1;
+    int tl = tpath != NULL && tpath[0] != '\0' ? shoal_tuning_load(tpath, &tun) : 0;
+    int have_tun = tl == 1;
     int fk = shoal_info_forced_kind();
     int ki = fk >= 0 ? fk : SHOAL_LINK_SHM, ke = fk >= 0 ? fk : SHOAL_LINK_TCP;
 
     memset(&tf, 0, sizeof(tf));
+    t->tuning_bad = tl < 0;
     t->intra = have_tun && tun.have[ki] ? tun.link[ki] : shoal_link_default(ki);
     t->inter = have_tun && tun.have[ke] ? tun.link[ke] : shoal_link_default(ke);
     t->n = n;
@@ -444,7 +447,9 @@ static int shoal_info_print_topo(int n, int ppn)
     free(t.host_of);
     free(t.socket_of);
     free(t.order);
-    return ok ? 0 : 1;
+    /* an unusable tuning file fails -t as an unusable topology file does: the job runs
+     * without its figures (it said why on stderr, and exited 0) */
+    return ok && !t.tuning_bad ? 0 : 1;
 }
 
 static void shoal_info_print_mark(int v)

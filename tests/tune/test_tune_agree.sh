@@ -330,10 +330,25 @@ mkfifo "$tmp/fifo"
 env -u SHOAL_TUNE_MACHINE SHOAL_TUNING_FILE="$tmp/fifo" timeout -s KILL 60 "$info" -t -n 2 \
     >"$tmp/info" 2>"$tmp/info.err"; r=$?
 n_tap=$((n_tap + 1))
-if [ "$r" -eq 0 ] && grep -q "SHOAL_TUNING_FILE=$tmp/fifo is not a regular file (a FIFO)" "$tmp/info.err"
+if [ "$r" -eq 1 ] && grep -q "SHOAL_TUNING_FILE=$tmp/fifo is not a regular file (a FIFO)" "$tmp/info.err"
 then
-    echo "ok $n_tap - a FIFO as SHOAL_TUNING_FILE is refused at once with the reason"
+    echo "ok $n_tap - a FIFO as SHOAL_TUNING_FILE is refused at once with the reason (exit 1)"
 else echo "not ok $n_tap - a FIFO as SHOAL_TUNING_FILE: rc $r: $(head -n 2 "$tmp/info.err")"; fi
+# A malformed SHOAL_TUNING_FILE fails -t as a malformed SHOAL_TOPO_FILE does (it exited 0
+# after the error, the topology file's 1)
+printf 'shm lat x bw 1\n' >"$tmp/badtun"
+printf 'bogus\n' >"$tmp/badtopo"
+env -u SHOAL_TUNE_MACHINE SHOAL_TUNING_FILE="$tmp/badtun" "$info" -t -n 2 \
+    >"$tmp/info" 2>"$tmp/info.err"; r=$?
+env -u SHOAL_TUNE_MACHINE SHOAL_TOPO_FILE="$tmp/badtopo" "$info" -t -n 2 \
+    >"$tmp/info2" 2>"$tmp/info2.err"; r2=$?
+n_tap=$((n_tap + 1))
+if [ "$r:$r2" = "1:1" ] && grep -q "SHOAL_TUNING_FILE line 1" "$tmp/info.err" &&
+    grep -q "^# allreduce: modelled" "$tmp/info"
+then
+    echo "ok $n_tap - shoal_info -t: a malformed SHOAL_TUNING_FILE is exit 1, as a SHOAL_TOPO_FILE"
+else echo "not ok $n_tap - shoal_info -t malformed tuning file rc $r, topology file rc $r2:" \
+    "$(head -n 1 "$tmp/info.err")"; fi
 # The same for SHOAL_CONF_FILE, read at the first call into the library; and /dev/zero, one
 # line that getline grew until the memory ran out
 env -u SHOAL_TUNE_MACHINE SHOAL_CONF_FILE="$tmp/fifo" timeout -s KILL 60 "$info" -c \
