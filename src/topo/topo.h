@@ -51,6 +51,9 @@ enum { SHOAL_TOPO_DISC_AUTO = 0, SHOAL_TOPO_DISC_HWLOC, SHOAL_TOPO_DISC_SYSFS,
 SHOAL_HIDDEN void shoal_topo_discover(int mode, shoal_topo_summary_t *out);
 SHOAL_HIDDEN int shoal_topo_discover_hwloc(shoal_topo_summary_t *out); /* 0: ok */
 SHOAL_HIDDEN int shoal_topo_discover_sysfs(shoal_topo_summary_t *out); /* 0: ok */
+/* The sockets, cores and PUs of the cpu directories under root (/sys/devices/system/cpu)
+ * added to out (a test gives it another root). */
+SHOAL_HIDDEN void shoal_topo_sysfs_cpus_at(const char *root, shoal_topo_summary_t *out);
 SHOAL_HIDDEN void shoal_topo_summary_print(const shoal_topo_summary_t *s, FILE *fp);
 
 /* ---- link model ---------------------------------------------------------------------- */

@@ -48,21 +48,26 @@ static int shoal_topo_read_str(const char *path, char *buf, size_t len)
 }
 
 /* Package (socket) id of a CPU, -1 unknown. */
+static int shoal_topo_sysfs_cpu_pkg_at(const char *root, int cpu)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%.400s/cpu%d/topology/physical_package_id", root, cpu);
+    return (int)shoal_topo_read_long(path);
+}
+
 static int shoal_topo_sysfs_cpu_pkg(int cpu)
 {
-    char path[128];
-    snprintf(path, sizeof(path), SHOAL_TOPO_SYS_CPU "/cpu%d/topology/physical_package_id", cpu);
-    return (int)shoal_topo_read_long(path);
+    return shoal_topo_sysfs_cpu_pkg_at(SHOAL_TOPO_SYS_CPU, cpu);
 }
 
 /* Whether the CPU is there (online: its topology directory exists). Its package id alone
  * said so: a kernel that reports none (-1: some arm64 machines and VMs) had no CPU at all,
  * and discovery failed whole (caches unknown, every setting its fixed default). */
-static int shoal_topo_sysfs_cpu_present(int cpu)
+static int shoal_topo_sysfs_cpu_present(const char *root, int cpu)
 {
-    char path[128];
+    char path[512];
     struct stat st;
-    snprintf(path, sizeof(path), SHOAL_TOPO_SYS_CPU "/cpu%d/topology", cpu);
+    snprintf(path, sizeof(path), "%.400s/cpu%d/topology", root, cpu);
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -88,33 +93,37 @@ static int shoal_topo_sysfs_cpu_node(int cpu)
     return node;
 }
 
-/* Sockets, cores (distinct package/core pairs) and PUs from the cpu directories. */
-static void shoal_topo_sysfs_cpus(shoal_topo_summary_t *out)
+/* Sockets (distinct package ids), cores (distinct package/core pairs) and PUs from the cpu
+ * directories under root. Package ids are not small: a seen-table of 256 left every CPU of a
+ * package id of 256 or more uncounted ('sockets 0'). */
+void shoal_topo_sysfs_cpus_at(const char *root, shoal_topo_summary_t *out)
 {
-    static int pkg_seen[256];
     long *cores = calloc(SHOAL_TOPO_MAX_CPUS, sizeof(long));
+    int *pkgs = calloc(SHOAL_TOPO_MAX_CPUS, sizeof(int));
 
-    memset(pkg_seen, 0, sizeof(pkg_seen));
-    for (int cpu = 0; cpu < SHOAL_TOPO_MAX_CPUS && cores != NULL; cpu++) {
-        char path[128];
-        int pkg;
+    for (int cpu = 0; cpu < SHOAL_TOPO_MAX_CPUS && cores != NULL && pkgs != NULL; cpu++) {
+        char path[512];
+        int pkg, seen = 0;
         long core, key;
-        if (!shoal_topo_sysfs_cpu_present(cpu)) {
-            if (cpu > 0 && !shoal_topo_sysfs_cpu_present(cpu + 1)) {
+        if (!shoal_topo_sysfs_cpu_present(root, cpu)) {
+            if (cpu > 0 && !shoal_topo_sysfs_cpu_present(root, cpu + 1)) {
                 break;
             }
             continue;
         }
-        pkg = SHOAL_MAX(shoal_topo_sysfs_cpu_pkg(cpu), 0); /* -1: no package known, one */
+        /* -1: no package known, one */
+        pkg = SHOAL_MAX(shoal_topo_sysfs_cpu_pkg_at(root, cpu), 0);
         out->npus++;
-        if (pkg < 256 && !pkg_seen[pkg]) {
-            pkg_seen[pkg] = 1;
-            out->nsockets++;
+        for (int i = 0; i < out->nsockets; i++) {
+            seen |= pkgs[i] == pkg;
         }
-        snprintf(path, sizeof(path), SHOAL_TOPO_SYS_CPU "/cpu%d/topology/core_id", cpu);
+        if (!seen) {
+            pkgs[out->nsockets++] = pkg;
+        }
+        snprintf(path, sizeof(path), "%.400s/cpu%d/topology/core_id", root, cpu);
         core = shoal_topo_read_long(path);
         key = ((long)pkg << 20) | (core & 0xfffff);
-        int seen = 0;
+        seen = 0;
         for (int i = 0; i < out->ncores; i++) {
             seen |= cores[i] == key;
         }
@@ -123,6 +132,7 @@ static void shoal_topo_sysfs_cpus(shoal_topo_summary_t *out)
         }
     }
     free(cores);
+    free(pkgs);
 }
 
 static void shoal_topo_sysfs_caches(shoal_topo_summary_t *out)
@@ -221,7 +231,7 @@ int shoal_topo_discover_sysfs(shoal_topo_summary_t *out)
     DIR *d;
     struct dirent *e;
 
-    shoal_topo_sysfs_cpus(out);
+    shoal_topo_sysfs_cpus_at(SHOAL_TOPO_SYS_CPU, out);
     if (out->npus == 0) {
         return -1;
     }

@@ -868,6 +868,59 @@ static void test_profile_save(void)
            "profile: every kind timed was measured: saved with its figures");
 }
 
+static void fake_cpu(const char *root, int cpu, int pkg, int core)
+{
+    char path[256];
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "%s/cpu%d", root, cpu);
+    mkdir(path, 0700);
+    snprintf(path, sizeof(path), "%s/cpu%d/topology", root, cpu);
+    mkdir(path, 0700);
+    snprintf(path, sizeof(path), "%s/cpu%d/topology/physical_package_id", root, cpu);
+    if ((fp = fopen(path, "w")) != NULL) {
+        fprintf(fp, "%d\n", pkg);
+        fclose(fp);
+    }
+    snprintf(path, sizeof(path), "%s/cpu%d/topology/core_id", root, cpu);
+    if ((fp = fopen(path, "w")) != NULL) {
+        fprintf(fp, "%d\n", core);
+        fclose(fp);
+    }
+}
+
+/* sysfs discovery counted a package only if its id was under 256: one of 256 or more (ids
+ * are not small everywhere) was no socket ('sockets 0' where every package was such). */
+static void test_discover_pkg_ids(void)
+{
+    char root[] = "/tmp/shoal-topo-cpus-XXXXXX", cmd[64];
+    shoal_topo_summary_t s;
+
+    if (mkdtemp(root) == NULL) {
+        tap_skip(2, "mkdtemp failed");
+        return;
+    }
+    fake_cpu(root, 0, 0, 0);
+    fake_cpu(root, 1, 300, 0);
+    fake_cpu(root, 2, 300, 1);
+    memset(&s, 0, sizeof(s));
+    shoal_topo_sysfs_cpus_at(root, &s);
+    tap_ok(s.npus == 3 && s.nsockets == 2 && s.ncores == 3,
+           "sysfs: packages 0 and 300: 2 sockets, 3 cores, 3 PUs (%d, %d, %d)", s.nsockets,
+           s.ncores, s.npus);
+    fake_cpu(root, 0, 4096, 0);
+    fake_cpu(root, 1, 4096, 1);
+    fake_cpu(root, 2, 4096, 2);
+    memset(&s, 0, sizeof(s));
+    shoal_topo_sysfs_cpus_at(root, &s);
+    tap_ok(s.npus == 3 && s.nsockets == 1 && s.ncores == 3,
+           "sysfs: every CPU in package 4096: 1 socket, 3 cores (%d, %d)", s.nsockets, s.ncores);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    if (system(cmd) != 0) {
+        tap_diag("could not remove %s", root);
+    }
+}
+
 /* Host lines place only the ranks they name: the layout's hosts come from the 'hosts' line or
  * the ppn, not from the host lines' count ('ppn 2' with 'host 0 ranks 7' put all 8 ranks on
  * one host), and a 'hosts' line before or after a host line is the same file. */
@@ -922,5 +975,6 @@ int main(void)
     test_meas_plausible();
     test_topo_file_host_lines();
     test_profile_save();
+    test_discover_pkg_ids();
     return tap_done();
 }
