@@ -32,7 +32,8 @@ static const shoal_cfg_field_t shoal_topo_cfg_fields[] = {
     {.name = "TOPO_DISCOVERY", .dflt = "auto", .type = SHOAL_CFG_ENUM,
      .enum_names = shoal_topo_disc_names,
      .offset = offsetof(shoal_topo_config_t, topo_discovery),
-     .doc = "host discovery: auto (hwloc if built in, else sysfs), hwloc, sysfs or none"},
+     .doc = "host discovery: auto (hwloc if built in, else sysfs), hwloc (sysfs, with a "
+            "warning, where hwloc is not built in or fails), sysfs or none"},
     {.name = "TUNING_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_topo_config_t, tuning_file),
      .doc = "cached link profile ('<kind> lat <us> bw <GB/s> [send <us> [recv <us>]]' lines: "

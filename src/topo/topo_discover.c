@@ -266,6 +266,12 @@ void shoal_topo_discover(int mode, shoal_topo_summary_t *out)
         shoal_topo_summary_t s;
         memset(&s, 0, sizeof(s));
         if (mode == SHOAL_TOPO_DISC_AUTO || mode == SHOAL_TOPO_DISC_HWLOC) {
+#if !SHOAL_HAVE_HWLOC
+            if (mode == SHOAL_TOPO_DISC_HWLOC) { /* a load that fails says so itself */
+                shoal_warn(TOPO, "SHOAL_TOPO_DISCOVERY=hwloc: this library was built without "
+                           "hwloc: discovering by sysfs");
+            }
+#endif
             if (shoal_topo_discover_hwloc(&s) != 0) {
                 memset(&s, 0, sizeof(s));
             } else if (s.ngpus == 0) {

@@ -579,6 +579,15 @@ static void test_hier_model(void)
            "hier model: not applicable on one host");
 }
 
+#if !SHOAL_HAVE_HWLOC
+static void discover_hwloc(const char *unused)
+{
+    shoal_topo_summary_t s;
+    (void)unused;
+    shoal_topo_discover(SHOAL_TOPO_DISC_HWLOC, &s);
+}
+#endif
+
 static void test_discover(void)
 {
     shoal_topo_summary_t s;
@@ -592,6 +601,13 @@ static void test_discover(void)
            "hwloc discovery: %d PUs, %d cores, %d NICs", s.npus, s.ncores, s.nnics);
 #else
     tap_skip(1, "hwloc not built in");
+    /* SHOAL_TOPO_DISCOVERY=hwloc, a mode of its own, fell back to sysfs without a word */
+    {
+        const char *msg = tap_stderr_of(discover_hwloc, NULL);
+        tap_ok(strstr(msg, "SHOAL_TOPO_DISCOVERY=hwloc: this library was built without hwloc") !=
+                   NULL,
+               "SHOAL_TOPO_DISCOVERY=hwloc without hwloc built in: said (%s)", msg);
+    }
 #endif
 }
 
