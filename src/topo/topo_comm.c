@@ -583,6 +583,9 @@ static shoal_status_t shoal_topo_build(struct shoal_comm *comm, shoal_topo_comm_
     st = all == NULL ? SHOAL_ERR_NO_MEMORY : SHOAL_OK;
     SHOAL_CHECK_GOTO(st, st, out);
     SHOAL_CHECK_GOTO(shoal_topo_round1(comm, tc, all, &tf, &rh, ring_bad), st, out);
+    for (int r = 0; r < n; r++) {
+        all[r].host[sizeof(all[r].host) - 1] = '\0'; /* another rank's: used as a string */
+    }
     /* Every rank decides on the same records: all fail, at once. A rank of another ring order
      * or topology file built another ring (and host grouping, and cost model), and the first
      * collective waited for a peer that sent elsewhere until SHOAL_TIMEOUT_MS, which then
