@@ -50,8 +50,11 @@ static void shoal_cuda_nccl_load_once(void)
 static const ncclDataType_t shoal_nccl_types[SHOAL_DTYPE_COUNT] = {
     ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64,
     ncclFloat16, ncclBfloat16, ncclFloat32, ncclFloat64};
+/* AVG is NCCL's sum, divided by shoal's kernel: ncclAvg premultiplies every floating input
+ * by 1/n, while shoal rounds the sum to the dtype (fp16: to inf past 65504) and divides once,
+ * on every path (shoal.h); two ranks of 40000 in fp16 averaged to 40000 here, inf elsewhere. */
 static const ncclRedOp_t shoal_nccl_ops[SHOAL_OP_COUNT] = {ncclSum, ncclProd, ncclMin, ncclMax,
-                                                           ncclAvg};
+                                                           ncclSum};
 
 /* 1 if every rank is local with a distinct GPU and loaded NCCL (same answer everywhere). */
 static shoal_status_t shoal_cuda_nccl_agree(shoal_cuda_comm_t *cc, int *ok_p)
@@ -182,6 +185,11 @@ shoal_status_t shoal_cuda_nccl_allreduce(shoal_cuda_comm_t *cc, const shoal_cuda
                         shoal_nccl.ncclGetErrorString(r));
             st = SHOAL_ERR_SYSTEM;
         }
+    }
+    if (st == SHOAL_OK && a->op == SHOAL_AVG && cc->comm->nranks > 1) {
+        CUdeviceptr o = (CUdeviceptr)(uintptr_t)out;
+        st = shoal_cuda_reduce_launch(cc, cc->kern, o, &o, 1, a->count, a->dtype, SHOAL_AVG,
+                                      cc->comm->nranks);
     }
     if (st == SHOAL_OK && tmp != 0) {
         st = shoal_cuda_copy_rows(cc->kern, a->recvbuf, it->out.dev, 0, out, 1, 0, bytes, 1);

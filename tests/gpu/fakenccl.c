@@ -251,16 +251,23 @@ static float fn_bf2f(uint16_t h)
 #define FN_OP(a, b, op) ((op) == ncclProd ? (a) * (b) : (op) == ncclMin ? ((b) < (a) ? (b) : (a)) \
                          : (op) == ncclMax ? ((b) > (a) ? (b) : (a)) : (a) + (b))
 
-/* out[i] = op over ranks of slot[r][i], in rank order; avg divides the sum by n. */
-#define FN_REDUCE(T, ACC, LOAD, STORE)                                                      \
+/* out[i] = op over ranks of slot[r][i], in rank order. avg as a real NCCL computes it:
+ * integers divide the sum by n; floating types (FLT) are ncclPreMulSum with 1/n, every input
+ * multiplied by 1/n in its type before the sum (so an fp16 sum past the largest finite value
+ * still averages to a finite number there). */
+#define FN_REDUCE(T, ACC, LOAD, STORE, FLT)                                                 \
     do {                                                                                    \
+        int premul = (FLT) && op == ncclAvg;                                                \
+        ACC scale = (ACC)(1.0 / c->nranks);                                                 \
         for (size_t i = 0; i < cnt; i++) {                                                  \
             ACC v = LOAD(((const T *)c->slots)[i]);                                         \
+            v = premul ? (ACC)(v * scale) : v;                                              \
             for (int r = 1; r < c->nranks; r++) {                                           \
                 ACC w = LOAD(((const T *)(c->slots + (size_t)r * FN_SLOT))[i]);             \
+                w = premul ? (ACC)(w * scale) : w;                                          \
                 v = (ACC)FN_OP(v, w, op);                                                   \
             }                                                                               \
-            if (op == ncclAvg) {                                                            \
+            if (op == ncclAvg && !(FLT)) {                                                  \
                 v = (ACC)(v / (ACC)c->nranks);                                              \
             }                                                                               \
             ((T *)c->tmp)[i] = STORE(v);                                                    \
@@ -271,16 +278,16 @@ static float fn_bf2f(uint16_t h)
 static ncclResult_t fn_reduce(struct ncclComm *c, size_t cnt, ncclDataType_t dt, ncclRedOp_t op)
 {
     switch (dt) {
-    case ncclInt8: FN_REDUCE(int8_t, int8_t, FN_ID, FN_ID); break;
-    case ncclUint8: FN_REDUCE(uint8_t, uint8_t, FN_ID, FN_ID); break;
-    case ncclInt32: FN_REDUCE(int32_t, int32_t, FN_ID, FN_ID); break;
-    case ncclUint32: FN_REDUCE(uint32_t, uint32_t, FN_ID, FN_ID); break;
-    case ncclInt64: FN_REDUCE(int64_t, int64_t, FN_ID, FN_ID); break;
-    case ncclUint64: FN_REDUCE(uint64_t, uint64_t, FN_ID, FN_ID); break;
-    case ncclFloat16: FN_REDUCE(_Float16, _Float16, FN_ID, FN_ID); break;
-    case ncclFloat32: FN_REDUCE(float, float, FN_ID, FN_ID); break;
-    case ncclFloat64: FN_REDUCE(double, double, FN_ID, FN_ID); break;
-    case ncclBfloat16: FN_REDUCE(uint16_t, float, fn_bf2f, fn_f2bf); break;
+    case ncclInt8: FN_REDUCE(int8_t, int8_t, FN_ID, FN_ID, 0); break;
+    case ncclUint8: FN_REDUCE(uint8_t, uint8_t, FN_ID, FN_ID, 0); break;
+    case ncclInt32: FN_REDUCE(int32_t, int32_t, FN_ID, FN_ID, 0); break;
+    case ncclUint32: FN_REDUCE(uint32_t, uint32_t, FN_ID, FN_ID, 0); break;
+    case ncclInt64: FN_REDUCE(int64_t, int64_t, FN_ID, FN_ID, 0); break;
+    case ncclUint64: FN_REDUCE(uint64_t, uint64_t, FN_ID, FN_ID, 0); break;
+    case ncclFloat16: FN_REDUCE(_Float16, _Float16, FN_ID, FN_ID, 1); break;
+    case ncclFloat32: FN_REDUCE(float, float, FN_ID, FN_ID, 1); break;
+    case ncclFloat64: FN_REDUCE(double, double, FN_ID, FN_ID, 1); break;
+    case ncclBfloat16: FN_REDUCE(uint16_t, float, fn_bf2f, fn_f2bf, 1); break;
     default:
         return ncclInvalidArgument;
     }

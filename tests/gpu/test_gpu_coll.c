@@ -735,17 +735,15 @@ static void mixed_host_device(ctx_t *x)
  * rounded to the dtype (to inf past its largest finite value) before the one divide. The IPC
  * kernels divided the unrounded fp32 sum: two ranks of 40000 in fp16 averaged to 40000 there,
  * and rank 0's largest finite value plus 1.5 half-ulps from the others to a finite number,
- * while the staging path (the host kernels) gave inf. Even elements take those sums, odd ones
- * ordinary values; every element must have the host's bits, blocking and stream-ordered. */
+ * while the staging path (the host kernels) gave inf; the NCCL delegate passed ncclAvg on
+ * (floats: every input premultiplied by 1/n), finite there too. Even elements take those
+ * sums, odd ones ordinary values; every element must have the host's bits, blocking and
+ * stream-ordered, on every backend. */
 static void avg_half_rounds_sum(ctx_t *x)
 {
-    const char *backend = getenv("SHOAL_CUDA_BACKEND");
     size_t count = 4099;
     int g, bad = 0;
 
-    if (backend != NULL && strcmp(backend, "nccl") == 0) {
-        return; /* NCCL's own AVG there (floats: every input premultiplied by 1/n) */
-    }
     g = group("AllReduce AVG fp16/bf16: the sum is rounded (to inf) before the divide");
     for (int dt = SHOAL_FLOAT16; dt <= SHOAL_BFLOAT16; dt++) {
         int bf = dt == SHOAL_BFLOAT16;
