@@ -142,7 +142,8 @@ static shoal_status_t shoal_cuda_run_one(shoal_cuda_comm_t *cc, const shoal_cuda
      * is on the device: a rank whose input was in host memory staged while the others waited
      * for it in the IPC path's setup, until the timeout. */
     if (a->type == SHOAL_COLL_ALLREDUCE && cc->comm->nranks > 1) {
-        if (shoal_cuda_config.backend == SHOAL_CUDA_BACKEND_NCCL && shoal_cuda_nccl_usable(cc)) {
+        if (shoal_cuda_config.backend == SHOAL_CUDA_BACKEND_NCCL && shoal_cuda_nccl_same_op(a) &&
+            shoal_cuda_nccl_usable(cc)) {
             return shoal_cuda_nccl_allreduce(cc, it);
         }
         if (shoal_cuda_config.backend != SHOAL_CUDA_BACKEND_STAGING && shoal_cuda_ipc_usable(cc)) {

@@ -27,7 +27,8 @@ static const shoal_cfg_field_t shoal_cuda_cfg_fields[] = {
      .enum_names = shoal_cuda_backend_names, .offset = offsetof(shoal_cuda_config_t, backend),
      .doc = "device-buffer AllReduce: auto/ipc (GPU kernels over CUDA IPC on one host, else "
             "staging), staging (pinned host buffers + host algorithms), nccl (NCCL on one host "
-            "with one GPU per rank, else auto)"},
+            "with one GPU per rank, else auto; MIN/MAX of floats take auto's path: NCCL's "
+            "drop NaN)"},
     {.name = "CUDA_IPC_SIZE", .dflt = "32m", .type = SHOAL_CFG_SIZE,
      .offset = offsetof(shoal_cuda_config_t, ipc_size),
      .doc = "device buffer per rank shared with the ranks of the host through CUDA IPC"},

@@ -153,6 +153,15 @@ SHOAL_HIDDEN int shoal_cuda_nccl_usable(shoal_cuda_comm_t *cc); /* collective on
 SHOAL_HIDDEN shoal_status_t shoal_cuda_nccl_allreduce(shoal_cuda_comm_t *cc,
                                                       const shoal_cuda_item_t *it);
 SHOAL_HIDDEN void shoal_cuda_nccl_fini(shoal_cuda_comm_t *cc);
+/* 1 if NCCL computes a's op as shoal does: not MIN/MAX of a floating type, where NCCL's
+ * fminf/fmaxf (__hmin/__hmax) return the other operand of a NaN and shoal propagates the NaN.
+ * Depends on the call alone: the same answer on every rank. */
+static inline int shoal_cuda_nccl_same_op(const shoal_coll_args_t *a)
+{
+    int fp = a->dtype == SHOAL_FLOAT16 || a->dtype == SHOAL_BFLOAT16 ||
+             a->dtype == SHOAL_FLOAT32 || a->dtype == SHOAL_FLOAT64;
+    return !(fp && (a->op == SHOAL_MIN || a->op == SHOAL_MAX));
+}
 
 /* Host collective on host buffers inside the layer (ticket already held). */
 static inline shoal_status_t shoal_cuda_host_coll(shoal_cuda_comm_t *cc, shoal_coll_type_t type,

@@ -248,8 +248,18 @@ static float fn_bf2f(uint16_t h)
     return f;
 }
 
-#define FN_OP(a, b, op) ((op) == ncclProd ? (a) * (b) : (op) == ncclMin ? ((b) < (a) ? (b) : (a)) \
-                         : (op) == ncclMax ? ((b) > (a) ? (b) : (a)) : (a) + (b))
+/* Integers: FN_OP_0. Floating types: FN_OP_1, min and max as a real NCCL's (fminf, fmaxf,
+ * __hmin, __hmax): a NaN operand gives the other one. */
+#define FN_OP_0(a, b, op)                                                                   \
+    ((op) == ncclProd ? (a) * (b) : (op) == ncclMin ? ((b) < (a) ? (b) : (a))                \
+     : (op) == ncclMax ? ((b) > (a) ? (b) : (a)) : (a) + (b))
+#define FN_OP_1(a, b, op) ((op) == ncclProd ? (a) * (b) : (op) == ncclMin ? fn_fmin(a, b) \
+                           : (op) == ncclMax ? -fn_fmin(-(a), -(b)) : (a) + (b))
+
+static double fn_fmin(double a, double b)
+{
+    return a != a ? b : b != b ? a : b < a ? b : a;
+}
 
 /* out[i] = op over ranks of slot[r][i], in rank order. avg as a real NCCL computes it:
  * integers divide the sum by n; floating types (FLT) are ncclPreMulSum with 1/n, every input
@@ -265,7 +275,7 @@ static float fn_bf2f(uint16_t h)
             for (int r = 1; r < c->nranks; r++) {                                           \
                 ACC w = LOAD(((const T *)(c->slots + (size_t)r * FN_SLOT))[i]);             \
                 w = premul ? (ACC)(w * scale) : w;                                          \
-                v = (ACC)FN_OP(v, w, op);                                                   \
+                v = (ACC)FN_OP_##FLT(v, w, op);                                             \
             }                                                                               \
             if (op == ncclAvg && !(FLT)) {                                                  \
                 v = (ACC)(v / (ACC)c->nranks);                                              \

@@ -14,6 +14,7 @@
 #include "tests/tap.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <signal.h>
@@ -90,6 +91,17 @@ static void store(shoal_dtype_t dt, void *buf, size_t i, int64_t v)
     case SHOAL_FLOAT32: ((float *)buf)[i] = (float)v; break;
     case SHOAL_FLOAT64: ((double *)buf)[i] = (double)v; break;
     default: break;
+    }
+}
+
+/* Element i of a floating-point buffer as a double (NaN stays NaN). */
+static double load(shoal_dtype_t dt, const void *buf, size_t i)
+{
+    switch (dt) {
+    case SHOAL_FLOAT16: return shoal_half_to_float(((const uint16_t *)buf)[i]);
+    case SHOAL_BFLOAT16: return shoal_bf16_to_float(((const uint16_t *)buf)[i]);
+    case SHOAL_FLOAT32: return ((const float *)buf)[i];
+    default: return ((const double *)buf)[i];
     }
 }
 
@@ -796,6 +808,64 @@ static void avg_half_rounds_sum(ctx_t *x)
     group_fail[g] += bad;
 }
 
+/* MIN/MAX of floats on device buffers propagate NaN as on the host (shoal.h, README): a NaN
+ * of any rank gives NaN, the other elements the host's bits. The NCCL delegate took ncclMin
+ * and ncclMax, whose fminf/fmaxf (__hmin/__hmax) return the other operand: the NaN was lost.
+ * NaN at element i on rank i % (n + 1); none where that is n. */
+static void minmax_nan(ctx_t *x)
+{
+    static const shoal_dtype_t dts[] = {SHOAL_FLOAT16, SHOAL_BFLOAT16, SHOAL_FLOAT32,
+                                        SHOAL_FLOAT64};
+    size_t count = 1027;
+    int g = group("AllReduce MIN/MAX of floats: a NaN of any rank gives NaN"), bad = 0;
+
+    for (size_t d = 0; d < SHOAL_ARRAY_SIZE(dts); d++) {
+        shoal_dtype_t dt = dts[d];
+        size_t es = shoal_dtype_size(dt);
+        const void *srcs[64];
+        for (int r = 0; r < x->n; r++) {
+            uint8_t *p = x->h_tmp + (size_t)r * count * es;
+            for (size_t i = 0; i < count; i++) {
+                store(dt, p, i, (int64_t)((i + (size_t)r) % 7) - 3);
+                if (i % (size_t)(x->n + 1) == (size_t)r) {
+                    uint64_t nan = dt == SHOAL_FLOAT16    ? 0x7e00
+                                   : dt == SHOAL_BFLOAT16 ? 0x7fc0
+                                   : dt == SHOAL_FLOAT32  ? 0x7fc00000u
+                                                          : 0x7ff8000000000000ull;
+                    memcpy(p + i * es, &nan, es); /* little-endian: the low es bytes */
+                }
+            }
+            srcs[r] = p;
+        }
+        memcpy(x->h_in, x->h_tmp + (size_t)x->rank * count * es, count * es);
+        h2d(x, x->d_in, x->h_in, count * es);
+        for (int op = SHOAL_MIN; op <= SHOAL_MAX; op++) {
+            shoal_status_t st;
+            size_t i;
+            shoal_reduce_n(x->h_exp, srcs, x->n, count, dt, (shoal_op_t)op);
+            CK(cuMemsetD8Async(x->d_out, 0xee, count * es, x->s));
+            st = shoal_allreduce((void *)x->d_in, (void *)x->d_out, count, dt, (shoal_op_t)op,
+                                 x->comm, (void *)x->s);
+            d2h(x, x->h_out, x->d_out, count * es);
+            for (i = 0; st == SHOAL_OK && i < count; i++) {
+                double got = load(dt, x->h_out, i), want = load(dt, x->h_exp, i);
+                if (isnan(got) != isnan(want) ||
+                    (!isnan(want) && memcmp(x->h_out + i * es, x->h_exp + i * es, es) != 0)) {
+                    break;
+                }
+            }
+            if (st != SHOAL_OK || i < count) {
+                fprintf(stderr, "# rank %d: %s %s: %s, element %zu is %g (want %g)\n",
+                        x->rank, shoal_dtype_name(dt), shoal_op_name((shoal_op_t)op),
+                        shoal_status_name(st), i, i < count ? load(dt, x->h_out, i) : 0.0,
+                        i < count ? load(dt, x->h_exp, i) : 0.0);
+                bad = 1;
+            }
+        }
+    }
+    group_fail[g] += bad;
+}
+
 /* The reduce kernels over more sources than 16, as the IPC AllReduce launches them for more
  * than 16 ranks on one host (up to 64 share its GPUs): fp16/bf16 must still accumulate every
  * source in fp32 and round once (README: once per reduction step), reduce_n's bits. Launches
@@ -986,7 +1056,9 @@ static uint64_t ipc_expected(ctx_t *x, size_t count, size_t es)
     uint64_t moved = 0;
     size_t chunk, v = 16 / es;
 
-    if (x->n < 2 || shoal_cuda_comm_get(x->comm, -1, &cc) != SHOAL_OK || cc->ipc_state <= 0) {
+    /* the delegate takes the f32 SUM of the metering (the IPC path may be set up for others) */
+    if (x->n < 2 || shoal_cuda_comm_get(x->comm, -1, &cc) != SHOAL_OK || cc->ipc_state <= 0 ||
+        cc->nccl_state > 0) {
         return 0;
     }
     chunk = cc->ipc_chunk_bytes / 16 * 16 / es;
@@ -1360,6 +1432,7 @@ int main(int argc, char **argv)
         legacy_stream(x);
     }
     sweep(x);
+    minmax_nan(x);
     if (!nccl_mode) {
         if (!host_sync) {
             stream_order(x);
