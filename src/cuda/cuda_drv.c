@@ -5,6 +5,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 shoal_cuda_drv_t shoal_cuda_drv;
 int shoal_cuda_drv_version;
@@ -18,10 +19,31 @@ static int shoal_cuda_drv_mapped; /* libcuda seen in the process */
 #define SHOAL_CUDA_XSTR_(x) #x
 #define SHOAL_CUDA_XSTR(x) SHOAL_CUDA_XSTR_(x)
 
+/* dlsym, and for the entry points that cuda.h maps to a version newer drivers added with the
+ * same arguments, the first version where the driver lacks it: the stream memory operations'
+ * _v2 came with CUDA 11.7 (before, the v1 functions work where the device attribute says so,
+ * which cuda_comm.c asks), cuEventElapsedTime_v2 with 12.8. Every older driver failed to
+ * load ("lacks cuStreamWriteValue32_v2"), and with 12.8 headers every driver before 12.8. */
+static void *shoal_cuda_drv_sym(void *h, const char *name)
+{
+    static const char *const first[] = {"cuStreamWriteValue32_v2", "cuStreamWaitValue32_v2",
+                                        "cuEventElapsedTime_v2"};
+    char v1[32];
+    void *p = dlsym(h, name);
+
+    for (size_t i = 0; p == NULL && i < SHOAL_ARRAY_SIZE(first); i++) {
+        if (strcmp(name, first[i]) == 0) {
+            snprintf(v1, sizeof(v1), "%.*s", (int)(strlen(name) - 3), name); /* no "_v2" */
+            p = dlsym(h, v1);
+        }
+    }
+    return p;
+}
+
 static int shoal_cuda_drv_resolve(void *h)
 {
 #define SHOAL_CUDA_DRV_SYM_(name)                                                         \
-    *(void **)&shoal_cuda_drv.name = dlsym(h, SHOAL_CUDA_XSTR(name));                       \
+    *(void **)&shoal_cuda_drv.name = shoal_cuda_drv_sym(h, SHOAL_CUDA_XSTR(name));          \
     if (shoal_cuda_drv.name == NULL) {                                                    \
         snprintf(shoal_cuda_drv_why, sizeof(shoal_cuda_drv_why),                          \
                  "the CUDA driver lacks %s (too old?)", SHOAL_CUDA_XSTR(name));           \

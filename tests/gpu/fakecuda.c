@@ -38,6 +38,20 @@
  */
 #include <cuda.h>
 
+#ifdef FAKECUDA_OLD_NAMES
+/* libfakecuda_old: a driver before CUDA 11.7, whose entry points are the first versions of
+ * those cuda.h now maps to newer names: the stream memory operations without _v2 (11.7),
+ * cuEventElapsedTime without _v2 (12.8). The same arguments. */
+#undef cuStreamWaitValue32
+#undef cuStreamWriteValue32
+#undef cuEventElapsedTime
+CUresult CUDAAPI cuStreamWaitValue32(CUstream s, CUdeviceptr addr, cuuint32_t v,
+                                     unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue32(CUstream s, CUdeviceptr addr, cuuint32_t v,
+                                      unsigned int flags);
+CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent a, CUevent b);
+#endif
+
 #include "cuda/kern_abi.h"
 #include "tests/gpu/fakecuda.h"
 

@@ -116,12 +116,17 @@ run "${L}gpu n=2 staging chunk=64k" 2 SHOAL_CUDA_BACKEND=staging SHOAL_CUDA_CHUN
 run "${L}gpu n=2 rank 0 IPC buffer 64k" 2 GPU_RANK0_IPC_SIZE=64k SHOAL_CUDA_IPC_SIZE=1m
 run "${L}gpu n=2 hostfn sync" 2 SHOAL_CUDA_SYNC=hostfn GPU_EXPECT_SYNC=hostfn
 run "${L}gpu n=2 host sync" 2 SHOAL_CUDA_SYNC=host GPU_EXPECT_SYNC=host
-# the emulation as a driver older than 11.7 without the v1 memops: the hostfn fallback
+# the emulation as a driver older than 11.7 without the v1 memops: the hostfn fallback; with
+# GPU_OLD_LIBCUDA (run_gpu_emu.sh), under such a driver's entry point names, and the driver
+# must load (GPU_REQUIRE_DRIVER: no skip)
 case ${SHOAL_CUDA_LIBCUDA:-} in
 *fakecuda*)
-    run "${L}gpu n=2 CUDA 11.6 driver" 2 FAKECUDA_DRIVER_VERSION=11060 GPU_EXPECT_SYNC=hostfn
+    drv=${GPU_OLD_LIBCUDA:-$SHOAL_CUDA_LIBCUDA}
+    run "${L}gpu n=2 CUDA 11.6 driver" 2 FAKECUDA_DRIVER_VERSION=11060 GPU_EXPECT_SYNC=hostfn \
+        "SHOAL_CUDA_LIBCUDA=$drv" GPU_REQUIRE_DRIVER=1
     run "${L}gpu n=2 CUDA 11.6 driver, v1 memops on" 2 FAKECUDA_DRIVER_VERSION=11060 \
-        FAKECUDA_MEMOPS_V1=1 GPU_EXPECT_SYNC=memops
+        FAKECUDA_MEMOPS_V1=1 GPU_EXPECT_SYNC=memops "SHOAL_CUDA_LIBCUDA=$drv" \
+        GPU_REQUIRE_DRIVER=1
     ;;
 esac
 # one device per rank where there are several (FAKECUDA_DEVICES: the emulation's count)

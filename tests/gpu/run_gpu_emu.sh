@@ -26,6 +26,16 @@ SHOAL_CUDA_LIBCUDA=$lib
 # short one took on a loaded 2-core machine (158 ms; 150 was the limit then).
 FAKECUDA_HOSTFN_MAX_MS=${FAKECUDA_HOSTFN_MAX_MS:-500}
 export SHOAL_CUDA_LIBCUDA FAKECUDA_HOSTFN_MAX_MS
+# libfakecuda_old: the emulation with a pre-11.7 driver's entry point names (the 11.6 runs)
+old=$builddir/tests/gpu/.libs/libfakecuda_old.so
+if [ -r "$old" ]; then
+    case $old in
+    /*) ;;
+    *) old=$(pwd)/$old ;;
+    esac
+    GPU_OLD_LIBCUDA=$old
+    export GPU_OLD_LIBCUDA
+fi
 # libfakenccl (tests/gpu/fakenccl.c, NCCL builds): the NCCL delegate's runs, emulated too
 nccl=$builddir/tests/gpu/.libs/libfakenccl.so
 if [ -r "$nccl" ]; then
