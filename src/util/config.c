@@ -594,16 +594,21 @@ static shoal_cfg_origin_t *shoal_cfg_origin_find(const shoal_cfg_field_t *f)
 static void shoal_cfg_secret_scrub_env(const char *name)
 {
     char full[SHOAL_CFG_NAME_MAX];
-    char *value;
+    char **env;
     int n;
 
-    n = snprintf(full, sizeof(full), SHOAL_CFG_PREFIX "%s", name);
+    n = snprintf(full, sizeof(full), SHOAL_CFG_PREFIX "%s=", name);
     if (n < 0 || (size_t)n >= sizeof(full))
         return;
-    value = getenv(full);
-    if (value == NULL)
-        return;
-    shoal_secret_wipe(value, strlen(value));
+    /* Every entry of the name, not only the one getenv finds: a block holding it twice
+     * (env X=a X=b, a launcher that appends) kept the second value readable in
+     * /proc/PID/environ, and unsetenv drops both entries from environ, so after it the
+     * second's bytes could no longer be reached to wipe them. */
+    for (env = environ; env != NULL && *env != NULL; env++) {
+        if (strncmp(*env, full, (size_t)n) == 0)
+            shoal_secret_wipe(*env + n, strlen(*env + n));
+    }
+    full[n - 1] = '\0';
     unsetenv(full);
 }
 

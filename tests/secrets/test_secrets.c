@@ -18,6 +18,10 @@
 extern char **environ;
 
 #define TS_SECRET "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e7a11a"
+/* A second SHOAL_SECRET, and two SHOAL_CREDENTIALs, in the same environment block. */
+#define TS_DUP_SECRET "d0b1ed0b1ed0b1ed0b1ed0b1ed0b1ed0b1ed0b1ed0b1ed0b1ed0b1ed0b1e2222"
+#define TS_CRED1 "cred1c0ffee1c0ffee1c0ffee1c0ffee"
+#define TS_CRED2 "cred2beefed2beefed2beefed2beefed"
 #define TS_FILE_SECRET "f11e5ec2f11e5ec2f11e5ec2f11e5ec2f11e5ec2f11e5ec2f11e5ec2f11eb0b0"
 #define TS_UID "0123456789abcdef" "fedcba9876543210" "0123456789abcdef" "fedcba9876543210" \
                "0123456789abcdef" "fedcba9876543210" "0123456789abcdef" "fedcba9876543210" \
@@ -162,6 +166,16 @@ static void ts_after_init(const char *dir)
            "/proc/self/environ no longer shows either value");
     free(buf);
 
+    /* A variable present twice in the block (env A=1 A=2, a launcher that appends): getenv
+     * finds the first, unsetenv drops both from environ, but the second's bytes stayed in the
+     * block, readable in /proc/PID/environ. */
+    buf = ts_slurp("/proc/self/environ", &len);
+    tap_ok(buf != NULL && len > 0 && !ts_contains(buf, len, TS_DUP_SECRET) &&
+               !ts_contains(buf, len, TS_CRED1) && !ts_contains(buf, len, TS_CRED2) &&
+               !ts_env_has_value(buf, len, "SHOAL_CREDENTIAL="),
+           "a secret variable given twice: /proc/self/environ shows neither value");
+    free(buf);
+
     /* A child (a data-loader worker, system()) does not inherit them. */
     snprintf(path, sizeof(path), "%s/child.env", dir);
     snprintf(cmd, sizeof(cmd), "env > '%s'", path);
@@ -228,6 +242,9 @@ static int ts_reexec(void)
     }
     env[k++] = "SHOAL_SECRET=" TS_SECRET;
     env[k++] = "SHOAL_UID=" TS_UID;
+    env[k++] = "SHOAL_CREDENTIAL=" TS_CRED1;
+    env[k++] = "SHOAL_SECRET=" TS_DUP_SECRET;
+    env[k++] = "SHOAL_CREDENTIAL=" TS_CRED2;
     env[k++] = "SHOAL_DEBUG=TRACE";
     env[k++] = "SHOAL_DEBUG_SUBSYS=ALL";
     env[k++] = "SHOAL_NOT_A_KNOB=1";
