@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -111,6 +112,30 @@ static int shoal_log_expand_path(const char *tmpl, char *out, size_t size)
     return 1;
 }
 
+/* A file at SHOAL_DEBUG_FILE that another user made, in a directory anyone may write to
+ * (SHOAL_DEBUG_FILE=/tmp/shoal.log): made first, mode 0666, it let that user read every line
+ * the job logged. Root's files and this user's are taken; other files where only their owner
+ * could have put them (a shared log in a directory of its own) too. 1 if refused (warned). */
+static int shoal_log_file_foreign(int fd, const char *path)
+{
+    char dir[SHOAL_LOG_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t len = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    struct stat sb, dsb;
+
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid == geteuid() ||
+        sb.st_uid == 0)
+        return 0;
+    memcpy(dir, slash == NULL ? "." : path, len);
+    dir[len] = '\0';
+    if (stat(dir, &dsb) != 0 || (dsb.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+        return 0;
+    shoal_warn(CONFIG, "SHOAL_DEBUG_FILE %s belongs to uid %u, in a directory others may "
+               "write to: another user could have made it to read this log; logging to stderr",
+               path, (unsigned)sb.st_uid);
+    return 1;
+}
+
 static void shoal_log_open_file(const char *tmpl)
 {
     char path[SHOAL_LOG_PATH_MAX];
@@ -128,6 +153,10 @@ static void shoal_log_open_file(const char *tmpl)
     if (fd < 0) {
         shoal_warn(CONFIG, "open(SHOAL_DEBUG_FILE %s) failed: %s%s; logging to stderr", path,
                    strerror(errno), errno == ENXIO ? " (a FIFO that no one reads)" : "");
+        return;
+    }
+    if (shoal_log_file_foreign(fd, path)) {
+        close(fd);
         return;
     }
     flags = fcntl(fd, F_GETFL);

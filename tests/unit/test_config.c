@@ -341,6 +341,48 @@ static void test_log_file_fifo(void)
     rmdir(dir);
 }
 
+/* SHOAL_DEBUG_FILE=/tmp/shoal.log (a fixed name in a directory anyone may write to): another
+ * user who made that file first, mode 0666, read every line the job logged (host names,
+ * addresses, tenants, jobs). A file of another user there is refused: the log goes to stderr,
+ * with the reason. Needs root (to give the file to another user); skipped otherwise. */
+static void test_log_file_foreign(void)
+{
+    char dir[] = "/tmp/shoal_test_logown.XXXXXX", logf[96], err[96], env_file[128];
+    char text[4096], etext[4096];
+    const char *env[] = {env_file, "SHOAL_DEBUG=WARN", NULL};
+    int fd, r;
+
+    if (geteuid() != 0) {
+        tap_skip(1, "not root: cannot give a file to another user");
+        return;
+    }
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(1, "mkdtemp failed");
+        return;
+    }
+    snprintf(logf, sizeof(logf), "%s/shoal.log", dir);
+    snprintf(err, sizeof(err), "%s/stderr", dir);
+    snprintf(env_file, sizeof(env_file), "SHOAL_DEBUG_FILE=%s", logf);
+    fd = open(logf, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (chmod(dir, 01777) != 0 || fd < 0 || fchown(fd, 65534, 65534) != 0 ||
+        fchmod(fd, 0666) != 0) {
+        tap_skip(1, "cannot set up another user's file");
+    } else {
+        r = test_log_child(env, err);
+        test_slurp(logf, text, sizeof(text));
+        test_slurp(err, etext, sizeof(etext));
+        tap_ok(r == 0 && text[0] == '\0' && strstr(etext, "SHOAL_DEBUG_FILE") != NULL &&
+                   strstr(etext, "child warning") != NULL,
+               "SHOAL_DEBUG_FILE: another user's file in a directory anyone may write to is not "
+               "written; the log goes to stderr (file '%s', stderr '%s')", text, etext);
+    }
+    if (fd >= 0)
+        close(fd);
+    unlink(logf);
+    unlink(err);
+    rmdir(dir);
+}
+
 /* The logger's own warnings (a bad SHOAL_DEBUG_SUBSYS) obey SHOAL_DEBUG_FILE and SHOAL_DEBUG
  * like every other: they were written to stderr before the file was opened and before the
  * level was set, so SHOAL_DEBUG=NONE still printed one, and the file never had it. */
@@ -611,6 +653,7 @@ int main(void)
 {
     /* first: each forks a child that reads the configuration for the first time */
     test_log_file_fifo();
+    test_log_file_foreign();
     test_log_init_warnings();
     test_tables();
     test_parsers();
