@@ -178,6 +178,11 @@ static void shoal_log_init_once(void)
      * be opened, a bad subsystem) obey SHOAL_DEBUG and go to SHOAL_DEBUG_FILE as every other
      * line does: written before, SHOAL_DEBUG=NONE still printed them, and only on stderr. */
     shoal_log_level_cur = cfg->level;
+    /* stderr closed (prog 2>&-, a daemon that closed 0-2): the next file or socket opened
+     * takes fd 2, and the lines went into it (a data file, a transport's byte stream). They
+     * are dropped; SHOAL_DEBUG_FILE still works. */
+    if (fcntl(STDERR_FILENO, F_GETFD) < 0 && errno == EBADF)
+        shoal_log_fd = -1;
     if (cfg->file != NULL && cfg->file[0] != '\0')
         shoal_log_open_file(cfg->file);
     if (!shoal_log_parse_subsys(cfg->subsys, &mask)) {
@@ -201,6 +206,8 @@ static void shoal_log_write_all(const char *buf, size_t len)
 {
     ssize_t ret;
 
+    if (shoal_log_fd < 0)
+        return;
     while (len > 0) {
         ret = write(shoal_log_fd, buf, len);
         if (ret < 0) {

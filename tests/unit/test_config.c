@@ -383,6 +383,51 @@ static void test_log_file_foreign(void)
     rmdir(dir);
 }
 
+/* A process started with stderr closed (prog 2>&-, a daemon that closed 0-2): the next file
+ * or socket it opened took fd 2, and every log line went into it (into a data file, or a
+ * transport's byte stream as garbage for the peer). The lines are dropped instead. */
+static void test_log_stderr_closed(void)
+{
+    char dir[] = "/tmp/shoal_test_logfd2.XXXXXX", data[96], text[4096];
+    uint64_t deadline = shoal_deadline_ns(10000);
+    int wst = -1;
+    pid_t pid;
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(1, "mkdtemp failed");
+        return;
+    }
+    snprintf(data, sizeof(data), "%s/data", dir);
+    pid = fork();
+    if (pid == 0) {
+        int fd;
+
+        close(STDERR_FILENO);
+        putenv("SHOAL_DEBUG=WARN");
+        shoal_config_global_init();
+        fd = open(data, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd != STDERR_FILENO)
+            _exit(3);
+        shoal_warn(INIT, "child warning");
+        _exit(0);
+    }
+    while (pid > 0 && waitpid(pid, &wst, WNOHANG) == 0) {
+        if (shoal_deadline_passed(deadline)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            wst = -1;
+            break;
+        }
+        shoal_sleep_us(10000);
+    }
+    test_slurp(data, text, sizeof(text));
+    tap_ok(pid > 0 && wst == 0 && text[0] == '\0',
+           "stderr closed at init: a log line does not go into the file that took fd 2 "
+           "(status %d, file '%s')", wst, text);
+    unlink(data);
+    rmdir(dir);
+}
+
 /* The logger's own warnings (a bad SHOAL_DEBUG_SUBSYS) obey SHOAL_DEBUG_FILE and SHOAL_DEBUG
  * like every other: they were written to stderr before the file was opened and before the
  * level was set, so SHOAL_DEBUG=NONE still printed one, and the file never had it. */
@@ -654,6 +699,7 @@ int main(void)
     /* first: each forks a child that reads the configuration for the first time */
     test_log_file_fifo();
     test_log_file_foreign();
+    test_log_stderr_closed();
     test_log_init_warnings();
     test_tables();
     test_parsers();
