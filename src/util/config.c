@@ -591,10 +591,64 @@ static shoal_cfg_origin_t *shoal_cfg_origin_find(const shoal_cfg_field_t *f)
  * the process starts (data-loader workers, system()) does not inherit it. Like every change
  * of the environment, this is not safe against another thread calling getenv or setenv at the
  * same time: it runs once, in the first shoal call that reads the configuration. */
+/* Whether [lo, hi) lies in one readable and writable mapping (the block is on the stack,
+ * unless a program moved it with prctl: then it is left alone rather than written blind). */
+static int shoal_cfg_range_writable(unsigned long long lo, unsigned long long hi)
+{
+    FILE *fp = fopen("/proc/self/maps", "re");
+    char line[512], perms[8];
+    unsigned long long a, b;
+    int ok = 0;
+
+    if (fp == NULL)
+        return 0;
+    while (!ok && fgets(line, sizeof(line), fp) != NULL) {
+        ok = sscanf(line, "%llx-%llx %7s", &a, &b, perms) == 3 && a <= lo && hi <= b &&
+             perms[0] == 'r' && perms[1] == 'w';
+    }
+    fclose(fp);
+    return ok;
+}
+
+/* The block the process was started with ([env_start, env_end) of /proc/self/stat, what
+ * /proc/PID/environ shows): 0 if it cannot be read. */
+static int shoal_cfg_env_block(char **start_p, char **end_p)
+{
+    unsigned long long v[2] = {0, 0};
+    char buf[2048], *p;
+    ssize_t len;
+    int fd, field;
+
+    fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+        return 0;
+    buf[len] = '\0';
+    p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (p == NULL)
+        return 0;
+    p++;
+    /* fields from 3 (state) on: env_start and env_end are the 50th and 51st */
+    for (field = 3; field <= 51 && p != NULL; field++) {
+        p += strspn(p, " ");
+        if (field >= 50)
+            v[field - 50] = strtoull(p, NULL, 10);
+        p = strchr(p, ' ');
+    }
+    if (v[0] == 0 || v[1] <= v[0] || !shoal_cfg_range_writable(v[0], v[1]))
+        return 0;
+    *start_p = (char *)(uintptr_t)v[0];
+    *end_p = (char *)(uintptr_t)v[1];
+    return 1;
+}
+
 static void shoal_cfg_secret_scrub_env(const char *name)
 {
     char full[SHOAL_CFG_NAME_MAX];
-    char **env;
+    char **env, *start, *end, *p;
     int n;
 
     n = snprintf(full, sizeof(full), SHOAL_CFG_PREFIX "%s=", name);
@@ -607,6 +661,14 @@ static void shoal_cfg_secret_scrub_env(const char *name)
     for (env = environ; env != NULL && *env != NULL; env++) {
         if (strncmp(*env, full, (size_t)n) == 0)
             shoal_secret_wipe(*env + n, strlen(*env + n));
+    }
+    /* An entry the program set again (setenv, os.environ[...] =) points at a copy: the
+     * launcher's stays in the block /proc/PID/environ shows, wiped there too. */
+    if (shoal_cfg_env_block(&start, &end)) {
+        for (p = start; p < end; p += strnlen(p, (size_t)(end - p)) + 1) {
+            if ((size_t)(end - p) > (size_t)n && strncmp(p, full, (size_t)n) == 0)
+                shoal_secret_wipe(p + n, strnlen(p + n, (size_t)(end - p) - (size_t)n));
+        }
     }
     full[n - 1] = '\0';
     unsetenv(full);

@@ -148,6 +148,10 @@ static void ts_after_init(const char *dir)
     size_t len = 0;
     int rc;
 
+    /* The program sets SHOAL_UID again, its own value (os.environ["SHOAL_UID"] = ..., a
+     * wrapper that exports what it was given): environ now points at a copy, and the
+     * launcher's entry stays in the block /proc/PID/environ shows. */
+    setenv("SHOAL_UID", TS_UID, 1);
     shoal_config_global_init();
     tap_is_str(shoal_core_config.secret, TS_SECRET, "the library keeps its copy of SHOAL_SECRET");
     tap_is_str(shoal_core_config.uid, TS_UID, "the library keeps its copy of SHOAL_UID");
@@ -174,6 +178,12 @@ static void ts_after_init(const char *dir)
                !ts_contains(buf, len, TS_CRED1) && !ts_contains(buf, len, TS_CRED2) &&
                !ts_env_has_value(buf, len, "SHOAL_CREDENTIAL="),
            "a secret variable given twice: /proc/self/environ shows neither value");
+    free(buf);
+
+    buf = ts_slurp("/proc/self/environ", &len);
+    tap_ok(buf != NULL && len > 0 && !ts_contains(buf, len, "77aa77aa55bb55bb"),
+           "SHOAL_UID set again by the program: the launcher's value is gone from "
+           "/proc/self/environ too");
     free(buf);
 
     /* A child (a data-loader worker, system()) does not inherit them. */
