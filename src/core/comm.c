@@ -1149,6 +1149,7 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p, const shoal_config_t *c
 #endif
 
     if (comm_p == NULL) {
+        shoal_error(INIT, "shoal_comm_init_env: comm_p is NULL");
         return SHOAL_ERR_INVALID_ARG;
     }
     shoal_config_global_init();

@@ -1289,6 +1289,11 @@ static shoal_status_t mp_inv_init_null(void)
     return shoal_comm_init(&nc, 2, 0, NULL, NULL);
 }
 
+static shoal_status_t mp_inv_init_env_null(void)
+{
+    return shoal_comm_init_env(NULL, NULL);
+}
+
 static shoal_status_t mp_inv_allreduce(void)
 {
     int32_t x = 0;
@@ -1356,6 +1361,9 @@ static void mp_invalid_logged(const mp_ctx_t *c, int g)
     /* it said SHOAL_ERR_NO_MEMORY, with nothing in the log (a table of INT_MAX peers) */
     mp_invalid_said(c, g, "shoal_comm_init INT_MAX ranks", mp_inv_init_huge,
                     "rank 0 of 2147483647");
+    /* it said SHOAL_ERR_INVALID_ARG with nothing in the log */
+    mp_invalid_said(c, g, "shoal_comm_init_env NULL comm_p", mp_inv_init_env_null,
+                    "shoal_comm_init_env: comm_p is NULL");
     mp_invalid_said(c, g, "shoal_allreduce NULL comm", mp_inv_allreduce,
                     "shoal_allreduce: NULL communicator");
     mp_invalid_said(c, g, "shoal_ibarrier NULL comm", mp_inv_ibarrier,
