@@ -1595,6 +1595,9 @@ static shoal_status_t shoal_comm_split_init(struct shoal_comm *comm, shoal_comm_
     st = shoal_comm_init_uid(newcomm_p, newsize, newrank, u, &comm->ident,
                              found ? &cred : NULL, &comm->cfg, &comm->aborted);
     shoal_secret_wipe(&cred, sizeof(cred));
+    /* The leader's init that failed before its bootstrap (out of memory or descriptors) left
+     * its root waiting for it, and the members there until their timeout: told now. */
+    shoal_comm_init_failed(u, st);
     return st;
 }
 

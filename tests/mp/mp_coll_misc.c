@@ -4,6 +4,7 @@
 
 #include "reduce/reduce.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
@@ -748,6 +749,8 @@ static void *mp_aborter_main(void *arg)
  * return then: it waited out the timeout (the child's bootstrap obeyed only the child's own
  * abort flag, which nobody can set). On a communicator split off for it (the abort fails
  * it); the others opt out. */
+static void mp_test_split_leader_fails(const mp_ctx_t *c, int g);
+
 void mp_test_splitabort(const mp_ctx_t *c)
 {
     int g = mp_group("an abort of the parent ends a split waiting for a member's join");
@@ -801,6 +804,63 @@ void mp_test_splitabort(const mp_ctx_t *c)
         mp_case(g, st == SHOAL_ERR_SYSTEM && nc == NULL, c->rank, "the split of the member out "
                 "of descriptors: %s, comm %p (expected SHOAL_ERR_SYSTEM)", shoal_status_name(st),
                 (void *)nc);
+    }
+    if (nc != NULL) {
+        shoal_comm_destroy(nc);
+    }
+    shoal_comm_destroy(sub);
+    mp_test_split_leader_fails(c, g);
+}
+
+/* The rlimit that leaves this process exactly n free descriptors, or 0. */
+static rlim_t mp_fd_limit_for(int n)
+{
+    for (int fd = 0; fd < 65536; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && --n == 0) {
+            return (rlim_t)fd + 1;
+        }
+    }
+    return 0;
+}
+
+/* The leader (rank 0), left one free descriptor, starts the child's root, then cannot make
+ * the child (out of descriptors before its bootstrap): rank 1, waiting at the root for the
+ * leader's join, must be told at once. It waited out its timeout (the root, which the
+ * leader's failed init did not fail, waited for the leader). */
+static void mp_test_split_leader_fails(const mp_ctx_t *c, int g)
+{
+    shoal_comm_t sub = NULL, nc = NULL;
+    shoal_status_t st = shoal_comm_split(c->comm, 0, c->rank, &sub);
+    struct rlimit rl0, rl;
+    int color = c->rank < 2 ? 0 : SHOAL_SPLIT_NOCOLOR, limited = 0;
+    double t0, ms;
+
+    if (st != SHOAL_OK || c->nranks < 2) {
+        shoal_comm_destroy(sub);
+        return;
+    }
+    /* the roots of the earlier splits close their descriptors as their threads end (1 s at
+     * most after their last rank) */
+    usleep(1500 * 1000);
+    if (c->rank == 0 && getrlimit(RLIMIT_NOFILE, &rl0) == 0) {
+        rl = rl0;
+        rl.rlim_cur = mp_fd_limit_for(1);
+        limited = rl.rlim_cur > 0 && setrlimit(RLIMIT_NOFILE, &rl) == 0;
+    }
+    t0 = mp_now_ms();
+    st = shoal_comm_split(sub, color, c->rank, &nc);
+    ms = mp_now_ms() - t0;
+    if (limited) {
+        setrlimit(RLIMIT_NOFILE, &rl0);
+    }
+    if (c->rank == 0) {
+        mp_case(g, !limited || (st != SHOAL_OK && nc == NULL), c->rank, "the split of the "
+                "leader out of descriptors: %s, comm %p (expected a failure)",
+                shoal_status_name(st), (void *)nc);
+    } else if (c->rank == 1) {
+        mp_case(g, st != SHOAL_OK && nc == NULL && ms < 5000, c->rank, "a member of a split "
+                "whose leader cannot make the child: %s after %.0f ms, comm %p (expected a "
+                "failure within 5 s)", shoal_status_name(st), ms, (void *)nc);
     }
     if (nc != NULL) {
         shoal_comm_destroy(nc);
