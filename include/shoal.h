@@ -159,12 +159,13 @@ SHOAL_EXPORT shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm,
  *   of its loop (e.g. after each step). It agrees, with one AllReduce MAX of 4 bytes under the
  *   communicator's timeout and failure detection, whether any rank had a request when it
  *   entered the call, and sets *stop to that answer (0 or 1): the same on every rank for the
- *   same call. A request arriving during the agreement is answered by the next call. When the
- *   call returns, every rank has finished the calls it issued on comm before it (host calls
- *   and shoal_i* requests; synchronise a stream first). Once the answer was 1 it stays 1, and
- *   later calls return at once without traffic. A failed or aborted communicator returns its
- *   error and leaves *stop unchanged: a dead rank is an error within SHOAL_TIMEOUT_MS, never a
- *   hang.
+ *   same call. A request arriving during the agreement is answered by the next call. When a
+ *   call that agrees returns (each one up to the first answer of 1), every rank has finished
+ *   the calls it issued on comm before it (host calls and shoal_i* requests; synchronise a
+ *   stream first). Once the answer was 1 it stays 1: later calls return 1 at once, without
+ *   traffic, and say nothing of the other ranks' calls. A failed or aborted communicator
+ *   returns its error and leaves *stop unchanged: a dead rank is an error within
+ *   SHOAL_TIMEOUT_MS, never a hang.
  * - SHOAL_STOP_SIGNALS=USR1,TERM: the library installs a handler for those signals that calls
  *   shoal_request_stop (and then the application's previous handler, if it had one), at the
  *   first communicator's init, and restores the previous actions when the last communicator
