@@ -11,9 +11,10 @@ static const shoal_cfg_field_t shoal_stop_cfg_fields[] = {
      .doc = "signals that ask the job to stop (e.g. USR1,TERM): the first communicator "
             "installs a handler for them that only flags a stop request, which the next "
             "shoal_comm_should_stop agrees on across ranks (the application's own handler "
-            "still runs; its actions are restored when the last communicator is destroyed); "
-            "HUP INT QUIT ALRM TERM USR1 USR2 XCPU PWR RTMIN+n; empty = the library installs "
-            "no handler"},
+            "still runs; its actions are restored when the last communicator is destroyed, "
+            "unless a stop is under way: one of the signals came or an agreement said stop, "
+            "and then the handler stays); HUP INT QUIT ALRM TERM USR1 USR2 XCPU PWR RTMIN+n; "
+            "empty = the library installs no handler"},
     {.name = "STOP_FILE", .dflt = "", .type = SHOAL_CFG_STRING,
      .offset = offsetof(shoal_stop_config_t, file),
      .doc = "a path whose existence asks the job to stop (%t the tenant, uid=N without one; "

@@ -275,6 +275,26 @@ static void test_parse(void)
     }
 }
 
+/* SHOAL_STOP_SIGNALS' doc (and its README row) said the application's actions are restored
+ * when the last communicator is destroyed, and left out that the handler stays once a stop
+ * is under way (what the code does, and shoal.h says). */
+extern const shoal_cfg_table_t shoal_stop_cfg_table;
+
+static void test_signals_doc(void)
+{
+    const char *doc = NULL;
+
+    for (size_t i = 0; i < shoal_stop_cfg_table.nfields; i++) {
+        if (strcmp(shoal_stop_cfg_table.fields[i].name, "STOP_SIGNALS") == 0) {
+            doc = shoal_stop_cfg_table.fields[i].doc;
+        }
+    }
+    tap_ok(doc != NULL && strstr(doc, "restored when the last communicator is destroyed, "
+                                      "unless a stop is under way") != NULL &&
+               strstr(doc, "the handler stays") != NULL,
+           "SHOAL_STOP_SIGNALS' doc says the handler stays once a stop is under way");
+}
+
 static void test_file_path(void)
 {
     char buf[64], why[160] = "";
@@ -977,8 +997,9 @@ int main(void)
     pthread_create(&nt, NULL, nothing, NULL);
     pthread_join(nt, NULL);
     base = thread_count();
-    tap_plan(45);
+    tap_plan(46);
     test_parse();
+    test_signals_doc();
     test_file_path();
     test_children(); /* before this process has threads */
 
