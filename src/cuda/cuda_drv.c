@@ -102,6 +102,8 @@ fail:
         dlclose(shoal_cuda_drv_handle);
         shoal_cuda_drv_handle = NULL;
     }
+    /* the functions looked up so far point into the library just closed */
+    memset(&shoal_cuda_drv, 0, sizeof(shoal_cuda_drv));
     shoal_cuda_drv_status = SHOAL_ERR_UNSUPPORTED;
 }
 

@@ -18,13 +18,18 @@
 
 #define STUB_LIBCUDA "/usr/local/cuda/lib64/stubs/libcuda.so"
 
-/* Child mode "stub": the toolkit's stub driver loads but cuInit fails. Exit 0 if handled. */
+/* Child mode "stub": the toolkit's stub driver loads but cuInit fails. Exit 0 if handled:
+ * the function table is cleared too (its pointers pointed into the closed library). */
 static int stub_mode(void)
 {
+    static const shoal_cuda_drv_t zero;
     shoal_status_t st = shoal_cuda_drv_load();
     const char *why = shoal_cuda_drv_reason();
-    printf("# stub driver: %s (%s)\n", shoal_status_name(st), why);
-    return st == SHOAL_ERR_UNSUPPORTED && strstr(why, "cuInit failed") != NULL ? 0 : 1;
+    int cleared = memcmp(&shoal_cuda_drv, &zero, sizeof(zero)) == 0;
+    printf("# stub driver: %s (%s), table %s\n", shoal_status_name(st), why,
+           cleared ? "cleared" : "still set");
+    return st == SHOAL_ERR_UNSUPPORTED && strstr(why, "cuInit failed") != NULL && cleared ? 0
+                                                                                            : 1;
 }
 
 /* Child mode "stubhost": the process has mapped the stub driver itself (as a framework
@@ -139,7 +144,7 @@ int main(int argc, char **argv)
             snprintf(cmd, sizeof(cmd), "SHOAL_CUDA_LIBCUDA=%s /proc/%d/exe stub", STUB_LIBCUDA,
                      (int)getpid());
             tap_is_int(system(cmd), 0, "the stub driver (cuInit fails): unsupported, reason "
-                       "given");
+                       "given, function table cleared");
             char log[64] = "/tmp/test_cuda_nodriver.XXXXXX", line[512];
             int fd = mkstemp(log), quiet = 1;
             snprintf(cmd, sizeof(cmd), "SHOAL_CUDA_LIBCUDA=%s /proc/%d/exe stubhost 2>%s",
