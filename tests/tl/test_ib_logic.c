@@ -201,6 +201,26 @@ static void test_soft_device(void)
                "soft device: without sysfs, a hardware device is assumed");
 }
 
+/* SHOAL_IB_USE_RDMACM's doc said only SHOAL_IB_MTU does not apply under rdma_cm; the
+ * service level and the partition key are the connection manager's too (ib_cm.c sets
+ * neither), so SHOAL_IB_SL and SHOAL_IB_PKEY were silently ignored. */
+extern const shoal_cfg_table_t shoal_ib_cfg_table;
+
+static void test_rdmacm_doc(void)
+{
+    const char *doc = NULL;
+
+    for (size_t i = 0; i < shoal_ib_cfg_table.nfields; i++) {
+        if (strcmp(shoal_ib_cfg_table.fields[i].name, "IB_USE_RDMACM") == 0) {
+            doc = shoal_ib_cfg_table.fields[i].doc;
+        }
+    }
+    tap_ok(doc != NULL &&
+               strstr(doc, "SHOAL_IB_MTU, SHOAL_IB_SL and SHOAL_IB_PKEY do not apply") != NULL,
+           "SHOAL_IB_USE_RDMACM's doc names SHOAL_IB_MTU, SHOAL_IB_SL and SHOAL_IB_PKEY as not "
+           "applying");
+}
+
 static void test_mtu(void)
 {
     char why[160];
@@ -1713,6 +1733,7 @@ int main(int argc, char **argv)
     test_hca();
     test_gid();
     test_soft_device();
+    test_rdmacm_doc();
     test_mtu();
     test_rate();
     test_credits();

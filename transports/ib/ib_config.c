@@ -107,8 +107,9 @@ static const shoal_cfg_field_t shoal_ib_cfg_fields[] = {
     SHOAL_IB_FIELD("IB_USE_RDMACM", "0", SHOAL_CFG_BOOL, use_rdmacm,
                    "1: connect every queue pair through librdmacm (the connection manager "
                    "resolves the route from the IP address of the peer's RoCE GID, chooses the "
-                   "path MTU and moves the queue pair through its states; SHOAL_IB_MTU does "
-                   "not apply), after the same authenticated out-of-band handshake, which "
+                   "path MTU, service level and partition key and moves the queue pair "
+                   "through its states; SHOAL_IB_MTU, SHOAL_IB_SL and SHOAL_IB_PKEY do not "
+                   "apply), after the same authenticated out-of-band handshake, which "
                    "issues the token the rdma_cm request must carry. The same on every rank; "
                    "0: the out-of-band queue pair exchange"),
     SHOAL_IB_FIELD("IB_SOFT_DEVICE", "-1", SHOAL_CFG_INT, soft_device,
