@@ -296,10 +296,18 @@ static int shoal_cfg_parse_enum(const char *s, const char *const *names, int *ou
 static int shoal_cfg_parse_string(const shoal_cfg_field_t *f, const char *text, void *dst)
 {
     const char *copy = NULL;
+    size_t len;
 
-    if (text[0] != '\0') {
-        copy = (f->flags & SHOAL_CFG_F_SECRET) ? shoal_cfg_secret_strdup(text, strlen(text))
-                                               : shoal_cfg_strdup(text, strlen(text));
+    /* trimmed, as a value of the conf file is (SHOAL_SOCKET_IFNAME="eth0 " named no
+     * interface) */
+    while (isspace((unsigned char)*text))
+        text++;
+    len = strlen(text);
+    while (len > 0 && isspace((unsigned char)text[len - 1]))
+        len--;
+    if (len > 0) {
+        copy = (f->flags & SHOAL_CFG_F_SECRET) ? shoal_cfg_secret_strdup(text, len)
+                                               : shoal_cfg_strdup(text, len);
         if (copy == NULL)
             return -1;
     }

@@ -180,6 +180,11 @@ static void test_parsers(void)
     tap_ok(test_parse(SHOAL_CFG_STRING, "", &v) == 0 && v.s == NULL, "STRING '' -> NULL");
     tap_ok(test_parse(SHOAL_CFG_STRING, "eth0", &v) == 0 && v.s != NULL &&
                strcmp(v.s, "eth0") == 0, "STRING 'eth0' copied");
+    /* A value from the environment kept its blanks (SHOAL_SOCKET_IFNAME="eth0 " named no
+     * interface) while the same value in the conf file was trimmed. */
+    tap_ok(test_parse(SHOAL_CFG_STRING, " eth0\t ", &v) == 0 && v.s != NULL &&
+               strcmp(v.s, "eth0") == 0, "STRING ' eth0\\t ' trimmed to 'eth0'");
+    tap_ok(test_parse(SHOAL_CFG_STRING, "  ", &v) == 0 && v.s == NULL, "STRING '  ' -> NULL");
 }
 
 static void test_subsys(void)
