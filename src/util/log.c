@@ -149,10 +149,15 @@ static void shoal_log_open_file(const char *tmpl)
      * the first call into the library in open() until a reader came, for ever; it fails at
      * once now (ENXIO). Cleared once open: a line to a reader that lags waits, as on stderr,
      * rather than being cut. A regular file ignores the flag. */
-    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0640);
+    /* O_NOFOLLOW: a link at the path (another user's, in /tmp) had the lines appended to its
+     * target, a file of the user's own the foreign-owner check below let through. */
+    fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
+                        O_NOFOLLOW, 0640);
     if (fd < 0) {
         shoal_warn(CONFIG, "open(SHOAL_DEBUG_FILE %s) failed: %s%s; logging to stderr", path,
-                   strerror(errno), errno == ENXIO ? " (a FIFO that no one reads)" : "");
+                   strerror(errno), errno == ENXIO   ? " (a FIFO that no one reads)"
+                                    : errno == ELOOP ? " (a symbolic link: not followed)"
+                                                     : "");
         return;
     }
     if (shoal_log_file_foreign(fd, path)) {

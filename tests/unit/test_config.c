@@ -388,6 +388,44 @@ static void test_log_file_foreign(void)
     rmdir(dir);
 }
 
+/* SHOAL_DEBUG_FILE at a symbolic link (one another user left at the fixed name in /tmp,
+ * pointing at a file of the user's own): every line the job logged was appended to the
+ * link's target. The link is refused: the log goes to stderr, with the reason. */
+static void test_log_file_symlink(void)
+{
+    char dir[] = "/tmp/shoal_test_loglink.XXXXXX", link[96], target[96], err[96];
+    char env_file[128], text[4096], etext[4096];
+    const char *env[] = {env_file, "SHOAL_DEBUG=WARN", NULL};
+    int fd, r;
+
+    if (mkdtemp(dir) == NULL) {
+        tap_skip(1, "mkdtemp failed");
+        return;
+    }
+    snprintf(link, sizeof(link), "%s/shoal.log", dir);
+    snprintf(target, sizeof(target), "%s/target", dir);
+    snprintf(err, sizeof(err), "%s/stderr", dir);
+    snprintf(env_file, sizeof(env_file), "SHOAL_DEBUG_FILE=%s", link);
+    fd = open(target, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || symlink(target, link) != 0) {
+        tap_skip(1, "cannot set up a link");
+    } else {
+        r = test_log_child(env, err);
+        test_slurp(target, text, sizeof(text));
+        test_slurp(err, etext, sizeof(etext));
+        tap_ok(r == 0 && text[0] == '\0' && strstr(etext, "SHOAL_DEBUG_FILE") != NULL &&
+                   strstr(etext, "child warning") != NULL,
+               "SHOAL_DEBUG_FILE at a symbolic link: its target is not written; the log goes to "
+               "stderr (target '%s', stderr '%s')", text, etext);
+    }
+    if (fd >= 0)
+        close(fd);
+    unlink(link);
+    unlink(target);
+    unlink(err);
+    rmdir(dir);
+}
+
 /* A process started with stderr closed (prog 2>&-, a daemon that closed 0-2): the next file
  * or socket it opened took fd 2, and every log line went into it (into a data file, or a
  * transport's byte stream as garbage for the peer). The lines are dropped instead. */
@@ -704,6 +742,7 @@ int main(void)
     /* first: each forks a child that reads the configuration for the first time */
     test_log_file_fifo();
     test_log_file_foreign();
+    test_log_file_symlink();
     test_log_stderr_closed();
     test_log_init_warnings();
     test_tables();
