@@ -21,7 +21,7 @@ typedef struct {
 static void shoal_child_exec(char *const argv[], const char *dir, int quiet, int fd)
 {
     shoal_child_fail_t f = {.step = 1};
-    int null = open("/dev/null", O_WRONLY);
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC); /* dup2 clears it on 1 and 2 */
 
     if (null >= 0) {
         dup2(null, STDOUT_FILENO);

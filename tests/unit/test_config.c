@@ -578,6 +578,12 @@ static void test_child_run(void)
     char *none_argv[] = {"shoal-no-such-program-here", NULL};
     char *sleep_argv[] = {"sleep", "30", NULL};
     char *pwd_argv[] = {"sh", "-c", "test \"$(pwd)\" = /", NULL};
+    /* a /dev/null above 2 that is not /dev/null in this process (sh's parent) came from the
+     * runner */
+    char *nofd_argv[] = {"sh", "-c", "for f in /proc/$$/fd/*; do n=${f##*/}; "
+                         "[ \"$n\" -gt 2 ] && [ \"$(readlink $f)\" = /dev/null ] && "
+                         "[ \"$(readlink /proc/$PPID/fd/$n)\" != /dev/null ] && exit 1; "
+                         "done; exit 0", NULL};
     volatile sig_atomic_t pid = -1;
     char why[256] = "";
     uint64_t t0;
@@ -603,6 +609,10 @@ static void test_child_run(void)
     tap_ok(r == -1 && strstr(why, "/nonexistent/shoal-test-dir") != NULL &&
                strstr(why, "No such file") != NULL && strstr(why, "not installed") == NULL,
            "child run: a directory that is not there is named, not the program (%s)", why);
+    /* The child's own /dev/null descriptor (opened for its stdout) went on into the program
+     * it ran, an fd above 2 that it never asked for. */
+    r = shoal_child_run(nofd_argv, NULL, 1, 5000, NULL, why, sizeof(why));
+    tap_ok(r == 0, "child run: no /dev/null descriptor above 2 in the program run (%s)", why);
 }
 
 /* SHOAL_CONNECT's doc names every transport that connects lazily (SHOAL_TL_CAP_LAZY) and says
