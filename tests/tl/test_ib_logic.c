@@ -181,6 +181,19 @@ static void test_gid(void)
     tap_is_int(shoal_ib_gid_parse(V6, raw), 0, "gid: parser reads the sysfs form");
 }
 
+/* stat() of this program (the library's objects are linked in): records the last path while
+ * stat_seen is set, then does what libc's does. */
+static char stat_seen[512];
+static int stat_record;
+
+int stat(const char *path, struct stat *st)
+{
+    if (stat_record) {
+        snprintf(stat_seen, sizeof(stat_seen), "%s", path);
+    }
+    return fstatat(AT_FDCWD, path, st, 0);
+}
+
 /* Software devices: rxe and siw by their vendor ids, others by the missing bus device. */
 static void test_soft_device(void)
 {
@@ -199,6 +212,14 @@ static void test_soft_device(void)
                "soft device: siw's vendor id is software");
     tap_is_int(shoal_ib_soft_device(root, "absent", 0x02c9), 0,
                "soft device: without sysfs, a hardware device is assumed");
+    /* An empty SHOAL_IB_SYSFS_ROOT is /sys, as for the GID choice and the device probe: it
+     * looked under /class/infiniband. */
+    stat_record = 1;
+    stat_seen[0] = '\0';
+    (void)shoal_ib_soft_device("", "mlx5_0", 0x02c9);
+    stat_record = 0;
+    tap_ok(strncmp(stat_seen, "/sys/class/infiniband/mlx5_0", 28) == 0,
+           "soft device: an empty sysfs root is /sys (looked at '%s')", stat_seen);
 }
 
 /* SHOAL_IB_USE_RDMACM's doc said only SHOAL_IB_MTU does not apply under rdma_cm; the

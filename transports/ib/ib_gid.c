@@ -343,13 +343,14 @@ int shoal_ib_soft_device(const char *root, const char *dev, uint32_t vendor_id)
     if (vendor_id == SHOAL_IB_VENDOR_RXE || vendor_id == SHOAL_IB_VENDOR_SIW) {
         return 1;
     }
+    /* empty is /sys, as for the GID choice and the device probe */
+    root = root != NULL && root[0] != '\0' ? root : "/sys";
     /* a device of the class with no bus device behind it is the kernel's own */
-    snprintf(path, sizeof(path), "%s/class/infiniband/%s", root != NULL ? root : "/sys", dev);
+    snprintf(path, sizeof(path), "%s/class/infiniband/%s", root, dev);
     if (stat(path, &st) != 0) {
         return 0; /* no sysfs: not known, a hardware device is the safer guess */
     }
-    snprintf(path, sizeof(path), "%s/class/infiniband/%s/device", root != NULL ? root : "/sys",
-             dev);
+    snprintf(path, sizeof(path), "%s/class/infiniband/%s/device", root, dev);
     return stat(path, &st) != 0;
 }
 
