@@ -136,6 +136,15 @@ static int shoal_log_file_foreign(int fd, const char *path)
     return 1;
 }
 
+/* 1 if path is a symbolic link of this user's or root's. */
+static int shoal_log_link_ours(const char *path)
+{
+    struct stat sb;
+
+    return lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) &&
+           (sb.st_uid == geteuid() || sb.st_uid == 0);
+}
+
 static void shoal_log_open_file(const char *tmpl)
 {
     char path[SHOAL_LOG_PATH_MAX];
@@ -150,13 +159,20 @@ static void shoal_log_open_file(const char *tmpl)
      * once now (ENXIO). Cleared once open: a line to a reader that lags waits, as on stderr,
      * rather than being cut. A regular file ignores the flag. */
     /* O_NOFOLLOW: a link at the path (another user's, in /tmp) had the lines appended to its
-     * target, a file of the user's own the foreign-owner check below let through. */
+     * target, a file of the user's own the foreign-owner check below let through. A link of
+     * the user's own or root's (/dev/stderr) is followed: no one else can replace it in a
+     * sticky directory, and what it points at passes the same checks. */
     fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
                         O_NOFOLLOW, 0640);
+    if (fd < 0 && errno == ELOOP && shoal_log_link_ours(path)) {
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
+                  0640);
+    }
     if (fd < 0) {
         shoal_warn(CONFIG, "open(SHOAL_DEBUG_FILE %s) failed: %s%s; logging to stderr", path,
                    strerror(errno), errno == ENXIO   ? " (a FIFO that no one reads)"
-                                    : errno == ELOOP ? " (a symbolic link: not followed)"
+                                    : errno == ELOOP ? " (another user's symbolic link: not "
+                                                       "followed)"
                                                      : "");
         return;
     }

@@ -31,9 +31,9 @@ static const shoal_cfg_field_t shoal_util_cfg_fields[] = {
     {
         .name = "DEBUG_FILE",
         .dflt = "",
-        .doc = "log to this file instead of stderr; %h is the host name, %p the pid (a "
-               "symbolic link, or another user's file in a directory others may write to, is "
-               "refused: stderr)",
+        .doc = "log to this file instead of stderr; %h is the host name, %p the pid "
+               "(another user's symbolic link, or another user's file in a directory others "
+               "may write to, is refused: stderr)",
         .offset = offsetof(shoal_util_config_t, file),
         .type = SHOAL_CFG_STRING,
     },
