@@ -428,9 +428,14 @@ static void shoald_qos_divide(shoald_qos_t *q)
          * 0, it was no limit at all on the tenant's page, the lightest tenant unpaced. */
         for (i = 0; i < n; i++) {
             double g = ts[i]->given[r] > 0 ? ts[i]->given[r] : arrive[i];
+            uint64_t v;
 
-            if (g > 0)
-                ts[i]->rate += SHOAL_MAX((uint64_t)g, 1ull);
+            if (!(g > 0))
+                continue;
+            /* Saturated: a share of 2^64 (a capacity near it) cast to uint64_t was undefined,
+             * 0 on x86 (the page said 1 B/s), and the two resources' sum could wrap. */
+            v = g >= 0x1p64 ? UINT64_MAX : SHOAL_MAX((uint64_t)g, 1ull);
+            ts[i]->rate = ts[i]->rate > UINT64_MAX - v ? UINT64_MAX : ts[i]->rate + v;
         }
     }
     for (i = 0; i < n; i++) {

@@ -5,6 +5,7 @@
  * a slow or absent database: a slow commit not counted as failed, a minute held while the
  * ledger could not be opened not billed over, a stop that waits for a slow commit. */
 #include "agent/agent.h"
+#include "qos/pace_page.h"
 #include "tests/tap.h"
 
 #include <errno.h>
@@ -12,11 +13,15 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1132,9 +1137,108 @@ static void test_qos_tc_many(void)
     free(conf);
 }
 
+/* ---- the QoS arbiter's pages (src/agent/agent_qos.c) ---- */
+
+/* A QoS arbiter with rates pages in DIR/qos: cfg from conf (qos_rates_dir added), with the
+ * capacities given when not 0 (values a config file cannot hold); a filled. */
+static void qos_begin(char *dir, const char *conf, size_t shm, size_t net, shoald_config_t *cfg,
+                      shoald_t *a)
+{
+    char text[512];
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(text, sizeof(text), "qos_rates_dir=%s/qos\n%s", dir, conf);
+    if (conf_load(text, cfg) != 0)
+        tap_bail("bad configuration %s", text);
+    if (shm != 0)
+        cfg->qos_capacity_shm = shm;
+    if (net != 0)
+        cfg->qos_capacity_net = net;
+    memset(a, 0, sizeof(*a));
+    a->cfg = cfg;
+    if (shoald_qos_start(a) != SHOAL_OK || a->qos == NULL)
+        tap_bail("no QoS arbiter");
+}
+
+static void qos_end(char *dir, shoald_config_t *cfg, shoald_t *a)
+{
+    char cmd[160];
+
+    shoald_qos_stop(a);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        tap_diag("could not remove %s", dir);
+    shoald_config_free(cfg);
+}
+
+/* A live page of tenant's job (not in a->jobs), pid and pidfd given. */
+static shoald_page_t *qos_page(const char *tenant, pid_t pid, int pidfd)
+{
+    shoald_page_t *p = calloc(1, sizeof(*p));
+
+    if (p == NULL)
+        tap_bail("out of memory");
+    p->map = mmap(NULL, SHOAL_METER_PAGE_BYTES, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p->map == MAP_FAILED)
+        tap_bail("mmap failed");
+    p->job = minute_job("train");
+    snprintf(p->job->tenant, sizeof(p->job->tenant), "%s", tenant);
+    p->pid = pid;
+    p->pidfd = pidfd;
+    return p;
+}
+
+static void qos_page_free(shoald_page_t *p)
+{
+    munmap((void *)p->map, SHOAL_METER_PAGE_BYTES);
+    free(p->job);
+    free(p->proc);
+    free(p);
+}
+
+/* The rate DIR/qos/TENANT.rate holds; 0 when there is no such page. */
+static uint64_t qos_rate(const char *dir, const char *tenant)
+{
+    char path[300];
+    uint64_t rate = 0;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/qos/%s.rate", dir, tenant);
+    fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    if (pread(fd, &rate, sizeof(rate), offsetof(shoal_qos_rates_page_t, rate)) !=
+        (ssize_t)sizeof(rate))
+        rate = 0;
+    close(fd);
+    return rate;
+}
+
+/* qos_capacity_shm near 2^64 (a "no limit worth the name" figure): the cast of the share to
+ * uint64_t was undefined, on x86 0, and the tenant's page said 1 B/s. */
+static void test_qos_rate_huge(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX";
+    shoald_config_t cfg;
+    shoald_t a;
+    shoald_page_t *p;
+    uint64_t rate;
+
+    qos_begin(dir, "", SIZE_MAX, SIZE_MAX, &cfg, &a);
+    p = qos_page("acme", getpid(), -1);
+    shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 0, 0);
+    rate = qos_rate(dir, "acme");
+    tap_ok(rate == UINT64_MAX, "qos_capacity_shm=qos_capacity_net=2^64-1: the tenant's rate "
+           "saturates (rate %llu)", (unsigned long long)rate);
+    qos_page_free(p);
+    qos_end(dir, &cfg, &a);
+}
+
 int main(void)
 {
-    tap_plan(76);
+    tap_plan(77);
     test_escape();
     test_names();
     test_config();
@@ -1156,5 +1260,6 @@ int main(void)
     test_spool_legacy_key();
     test_qos_dot_tenant();
     test_qos_tc_many();
+    test_qos_rate_huge();
     return tap_done();
 }
