@@ -559,7 +559,8 @@ void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_p
      * not at the next run, up to qos_period away. It stays greedy until its page has sent for
      * a whole period (the runs before measure a job still starting), at most
      * SHOALD_QOS_ARRIVAL_NS. */
-    if (t->comms == 0 && t->page != NULL && q->capacity[SHOALD_QOS_SAME] > 0) {
+    if (t->comms == 0 && t->page != NULL &&
+        (q->capacity[SHOALD_QOS_SAME] > 0 || q->capacity[SHOALD_QOS_NIC] > 0)) {
         p->qos_fresh_ns = shoald_qos_now() + SHOALD_QOS_ARRIVAL_NS;
         t->comms = 1;
         t->weight = w;
@@ -567,7 +568,9 @@ void shoald_qos_page_register(shoald_t *a, shoald_page_t *p, const shoal_meter_p
         t->fresh = 1;
         t->unarbitrated = 0;
         t->demand[SHOALD_QOS_SAME] = -1;
-        t->demand[SHOALD_QOS_NIC] = 0;
+        /* only the NICs divided (qos_capacity_shm 0): its share of them (there was no
+         * division at all, its page said 0, unlimited, until the next run) */
+        t->demand[SHOALD_QOS_NIC] = q->capacity[SHOALD_QOS_SAME] > 0 ? 0 : -1;
         shoald_qos_divide(q);
     } else if (t->comms > 0 && t->page != NULL) {
         /* Another communicator of an active tenant: the tenant's rate is split among its

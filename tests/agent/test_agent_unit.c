@@ -1236,9 +1236,29 @@ static void test_qos_rate_huge(void)
     qos_end(dir, &cfg, &a);
 }
 
+/* Only qos_capacity_net set: an arriving tenant got no division (it was done only when
+ * qos_capacity_shm was set), its page said 0 (unlimited) until the next run. */
+static void test_qos_arrive_net(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX";
+    shoald_config_t cfg;
+    shoald_t a;
+    shoald_page_t *p;
+    uint64_t rate;
+
+    qos_begin(dir, "qos_capacity_net=100m\nqos_period=60s\n", 0, 0, &cfg, &a);
+    p = qos_page("acme", getpid(), -1);
+    shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 0, 0);
+    rate = qos_rate(dir, "acme");
+    tap_ok(rate == 100ull << 20, "qos_capacity_net=100m only: an arriving tenant's page holds "
+           "its share at once (rate %llu)", (unsigned long long)rate);
+    qos_page_free(p);
+    qos_end(dir, &cfg, &a);
+}
+
 int main(void)
 {
-    tap_plan(77);
+    tap_plan(78);
     test_escape();
     test_names();
     test_config();
@@ -1261,5 +1281,6 @@ int main(void)
     test_qos_dot_tenant();
     test_qos_tc_many();
     test_qos_rate_huge();
+    test_qos_arrive_net();
     return tap_done();
 }
