@@ -360,15 +360,23 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
 
 /* ---- the arbiter -------------------------------------------------------------------------- */
 
-/* A page's payload bytes sent so far, same host and other host (p->ctr as last read). */
+/* a + b, at most UINT64_MAX */
+static uint64_t shoald_qos_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* A page's payload bytes sent so far, same host and other host (p->ctr as last read). The
+ * sums saturate: the counters are the rank's to write, and a wrapped sum was a huge 'used'
+ * (in /metrics, and the tenant greedy) the run after. */
 static void shoald_qos_page_bytes(const shoald_page_t *p, uint64_t now[SHOALD_QOS_NRES])
 {
     now[SHOALD_QOS_SAME] = now[SHOALD_QOS_NIC] = 0;
     for (int tl = 0; tl < SHOAL_METER_NTL; tl++) {
-        now[SHOALD_QOS_SAME] += p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC +
-                                       SHOAL_METER_SAME_HOST];
-        now[SHOALD_QOS_NIC] += p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC +
-                                      SHOAL_METER_OTHER_HOST];
+        now[SHOALD_QOS_SAME] = shoald_qos_add(now[SHOALD_QOS_SAME],
+            p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST]);
+        now[SHOALD_QOS_NIC] = shoald_qos_add(now[SHOALD_QOS_NIC],
+            p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC + SHOAL_METER_OTHER_HOST]);
     }
 }
 

@@ -1256,9 +1256,31 @@ static void test_qos_arrive_net(void)
     qos_end(dir, &cfg, &a);
 }
 
+/* A page whose counters a hostile rank made huge: the sum over transports wrapped (a small
+ * figure, and the next reading's difference a huge 'used'). */
+static void test_qos_bytes_wrap(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX";
+    shoald_config_t cfg;
+    shoald_t a;
+    shoald_page_t *p;
+
+    qos_begin(dir, "qos_capacity_shm=100m\n", 0, 0, &cfg, &a);
+    p = qos_page("acme", getpid(), -1);
+    for (int tl = 0; tl < 2; tl++) {
+        p->ctr[SHOALD_CTR_SENT + tl * SHOAL_METER_NLOC + SHOAL_METER_SAME_HOST] =
+            UINT64_MAX / 2 + 1;
+    }
+    shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 0, 0);
+    tap_ok(p->qos_prev[0] == UINT64_MAX, "two transports' counters of 2^63 each: the bytes "
+           "sent saturate (%llu)", (unsigned long long)p->qos_prev[0]);
+    qos_page_free(p);
+    qos_end(dir, &cfg, &a);
+}
+
 int main(void)
 {
-    tap_plan(78);
+    tap_plan(79);
     test_escape();
     test_names();
     test_config();
@@ -1282,5 +1304,6 @@ int main(void)
     test_qos_tc_many();
     test_qos_rate_huge();
     test_qos_arrive_net();
+    test_qos_bytes_wrap();
     return tap_done();
 }
