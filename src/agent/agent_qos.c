@@ -90,6 +90,8 @@ typedef struct shoald_qos_tenant {
     char name[SHOALD_NAME_MAX];
     char path[4096];
     shoal_qos_rates_page_t *page;          /* mapped read-write, NULL if it could not be made */
+    int page_failed;                       /* page could not be made: tried again (quietly) at
+                                            * each registration and run */
     int weight, qos_class;                 /* of its live pages: the largest, the best */
     unsigned comms, ranks;                 /* live on this host */
     double used[SHOALD_QOS_NRES];          /* bytes/s in the last period */
@@ -297,7 +299,7 @@ static void shoald_qos_publish(shoal_qos_rates_page_t *pg, uint64_t rate)
 /* Makes DIR/NAME.rate (a new file renamed into place, so a reader never maps a half-made
  * page); NULL when it cannot (said once per tenant: the tenant then runs unarbitrated). */
 static shoal_qos_rates_page_t *shoald_qos_page_make(const char *dir, const char *name,
-                                                    char *path, size_t len)
+                                                    char *path, size_t len, int say)
 {
     char tmp[4200];
     void *map;
@@ -308,7 +310,8 @@ static shoal_qos_rates_page_t *shoald_qos_page_make(const char *dir, const char 
     unlink(tmp);
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0 || fchmod(fd, 0644) != 0 || ftruncate(fd, SHOAL_QOS_RATES_PAGE_BYTES) != 0) {
-        shoal_warn(METER, "cannot make the rates page %s: %s", tmp, strerror(errno));
+        if (say)
+            shoal_warn(METER, "cannot make the rates page %s: %s", tmp, strerror(errno));
         if (fd >= 0)
             close(fd);
         return NULL;
@@ -316,7 +319,8 @@ static shoal_qos_rates_page_t *shoald_qos_page_make(const char *dir, const char 
     map = mmap(NULL, SHOAL_QOS_RATES_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        shoal_warn(METER, "cannot map the rates page %s: %s", tmp, strerror(errno));
+        if (say)
+            shoal_warn(METER, "cannot map the rates page %s: %s", tmp, strerror(errno));
         unlink(tmp);
         return NULL;
     }
@@ -325,7 +329,8 @@ static shoal_qos_rates_page_t *shoald_qos_page_make(const char *dir, const char 
     pg->version = SHOAL_QOS_RATES_VERSION;
     shoald_qos_publish(pg, 0);
     if (rename(tmp, path) != 0) {
-        shoal_warn(METER, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (say)
+            shoal_warn(METER, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         munmap(map, SHOAL_QOS_RATES_PAGE_BYTES);
         unlink(tmp);
         return NULL;
@@ -339,8 +344,20 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
     shoald_qos_tenant_t *t;
 
     for (t = q->tenants; t != NULL; t = t->next) {
-        if (strcmp(t->name, name) == 0)
-            return t;
+        if (strcmp(t->name, name) != 0)
+            continue;
+        /* A page that could not be made (the directory removed, the disk full) is made when
+         * it can: it was never tried again, the tenant ran unpaced for as long as the agent
+         * ran. */
+        if (t->page == NULL && t->page_failed) {
+            t->page = shoald_qos_page_make(a->cfg->qos_rates_dir, name, t->path,
+                                           sizeof(t->path), 0);
+            t->page_failed = t->page == NULL;
+            if (t->page != NULL)
+                shoal_info(METER, "qos: rates page %s for tenant %s (made now)", t->path,
+                           name);
+        }
+        return t;
     }
     t = calloc(1, sizeof(*t));
     if (t == NULL)
@@ -349,8 +366,11 @@ static shoald_qos_tenant_t *shoald_qos_tenant(shoald_t *a, const char *name)
     /* the library's %t: a job without tenant is "uid=N" on both sides (shoald_page_add). The
      * names it takes are the library's (shoal_provider_name_ok; '.'-first names such as ".x"
      * were refused here: such a tenant ran unpaced and still took a share from the others) */
-    if (name[0] != '\0' && shoal_provider_name_ok(name))
-        t->page = shoald_qos_page_make(a->cfg->qos_rates_dir, name, t->path, sizeof(t->path));
+    if (name[0] != '\0' && shoal_provider_name_ok(name)) {
+        t->page = shoald_qos_page_make(a->cfg->qos_rates_dir, name, t->path, sizeof(t->path),
+                                       1);
+        t->page_failed = t->page == NULL;
+    }
     if (t->page != NULL)
         shoal_info(METER, "qos: rates page %s for tenant %s", t->path, name);
     t->next = q->tenants;

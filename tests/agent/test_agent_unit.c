@@ -1278,9 +1278,43 @@ static void test_qos_bytes_wrap(void)
     qos_end(dir, &cfg, &a);
 }
 
+/* The rates directory gone when a tenant arrived (removed, disk full): its page was never
+ * made again, the tenant ran unpaced for as long as the agent ran. */
+static void test_qos_page_retry(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", qdir[64], cmd[128];
+    shoald_config_t cfg;
+    shoald_t a;
+    shoald_page_t *p, *p2;
+    tap_log_t lg;
+    uint64_t rate;
+
+    qos_begin(dir, "qos_capacity_shm=100m\n", 0, 0, &cfg, &a);
+    snprintf(qdir, sizeof(qdir), "%s/qos", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", qdir);
+    if (system(cmd) != 0)
+        tap_bail("cannot remove %s", qdir);
+    p = qos_page("acme", getpid(), -1);
+    tap_log_begin(&lg); /* the warning that the page cannot be made */
+    shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 0, 0);
+    tap_log_end(&lg);
+    tap_log_close(&lg);
+    if (mkdir(qdir, 0755) != 0)
+        tap_bail("cannot make %s", qdir);
+    p2 = qos_page("acme", getpid(), -1);
+    p2->comm_id = 1;
+    shoald_qos_page_register(&a, p2, (const shoal_meter_page_t *)p2->map, 0, 0);
+    rate = qos_rate(dir, "acme");
+    tap_ok(rate == 100ull << 20, "a rates page that could not be made is made when the tenant "
+           "registers again (rate %llu)", (unsigned long long)rate);
+    qos_page_free(p);
+    qos_page_free(p2);
+    qos_end(dir, &cfg, &a);
+}
+
 int main(void)
 {
-    tap_plan(79);
+    tap_plan(80);
     test_escape();
     test_names();
     test_config();
@@ -1305,5 +1339,6 @@ int main(void)
     test_qos_rate_huge();
     test_qos_arrive_net();
     test_qos_bytes_wrap();
+    test_qos_page_retry();
     return tap_done();
 }
