@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -477,6 +478,22 @@ static void shoald_qos_divide(shoald_qos_t *q)
     }
 }
 
+/* 1 when the page's process has exited: its pid may run another process by now (another
+ * tenant's). The pidfd tells it; without one, the start time (a pid without a process, or
+ * another process's start). */
+static int shoald_qos_proc_gone(const shoald_page_t *p)
+{
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+
+    if (p->end_ns != 0)
+        return 1;
+    if (p->pidfd >= 0)
+        return poll(&pf, 1, 0) != 0; /* exited (POLLIN), or the pidfd unusable */
+    if (p->proc == NULL || p->proc->start_ns == 0)
+        return kill(p->pid, 0) != 0 && errno == ESRCH;
+    return shoald_proc_start_ns(p->pid) != p->proc->start_ns;
+}
+
 /* A spot communicator's process (qos_spot_cpu): every thread it has now to SCHED_IDLE or
  * nice 19 (threads it makes later inherit it from their creator). On a host with fewer CPUs
  * than busy ranks, a spot job's ranks spin-waiting for each other take CPU time from the
@@ -492,6 +509,13 @@ static void shoald_qos_spot_cpu(shoald_t *a, const shoald_page_t *p)
 
     if (!idle && !nice19)
         return;
+    /* Looked up by pid: a process gone by now (its pid reused) was set to SCHED_IDLE or
+     * nice 19 in its place, whoever's it was. */
+    if (shoald_qos_proc_gone(p)) {
+        shoal_info(METER, "qos: spot pid %d (%s/%s) is gone: no CPU priority to lower",
+                   (int)p->pid, p->job->tenant, p->job->job);
+        return;
+    }
     snprintf(dir, sizeof(dir), "/proc/%d/task", (int)p->pid);
     d = opendir(dir);
     if (d == NULL) {

@@ -1312,9 +1312,63 @@ static void test_qos_page_retry(void)
     qos_end(dir, &cfg, &a);
 }
 
+/* qos_spot_cpu: the spot page's process is gone and its pid runs another process (pid reuse,
+ * possibly another tenant's): that process was set to nice 19. Here the page's pidfd is an
+ * exited child's, its pid a live child's; then no pidfd and a start time that is not the
+ * live child's. */
+static void test_qos_spot_gone(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX";
+    shoald_config_t cfg;
+    shoald_t a;
+    shoald_page_t *p;
+    pid_t dead, live;
+    int pidfd, st, n0, n1 = -100, n2 = -100;
+
+    dead = fork();
+    if (dead == 0)
+        _exit(0);
+    pidfd = (int)syscall(SYS_pidfd_open, dead, 0);
+    waitpid(dead, &st, 0);
+    live = fork();
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    if (dead < 0 || live < 0)
+        tap_bail("fork failed");
+    n0 = getpriority(PRIO_PROCESS, (id_t)live);
+    qos_begin(dir, "qos_capacity_shm=100m\nqos_spot_cpu=nice\n", 0, 0, &cfg, &a);
+    if (pidfd >= 0) {
+        p = qos_page("acme", live, pidfd);
+        shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 3, 1);
+        n1 = getpriority(PRIO_PROCESS, (id_t)live);
+        qos_page_free(p);
+        close(pidfd);
+    } else {
+        n1 = n0; /* no pidfds here */
+    }
+    p = qos_page("acme", live, -1);
+    p->comm_id = 1;
+    p->proc = calloc(1, sizeof(*p->proc));
+    if (p->proc == NULL)
+        tap_bail("out of memory");
+    p->proc->pid = live;
+    p->proc->start_ns = shoald_proc_start_ns(live) + 1;
+    shoald_qos_page_register(&a, p, (const shoal_meter_page_t *)p->map, 3, 1);
+    n2 = getpriority(PRIO_PROCESS, (id_t)live);
+    qos_page_free(p);
+    qos_end(dir, &cfg, &a);
+    kill(live, SIGKILL);
+    waitpid(live, &st, 0);
+    tap_ok(n1 == n0 && n2 == n0, "qos_spot_cpu=nice: a spot page whose process is gone leaves "
+           "the pid's new process alone (nice %d, after the pidfd %d, the start time %d)", n0,
+           n1, n2);
+}
+
 int main(void)
 {
-    tap_plan(80);
+    tap_plan(81);
     test_escape();
     test_names();
     test_config();
@@ -1340,5 +1394,6 @@ int main(void)
     test_qos_arrive_net();
     test_qos_bytes_wrap();
     test_qos_page_retry();
+    test_qos_spot_gone();
     return tap_done();
 }
