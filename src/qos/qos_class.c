@@ -205,7 +205,11 @@ void shoal_qos_uncredentialed(int req_class, int req_weight, const shoal_qos_cla
     if (c < SHOAL_QOS_DEFAULT || c > SHOAL_QOS_SPOT) {
         c = SHOAL_QOS_DEFAULT;
     }
-    if (shoal_qos_class_rank(c) > shoal_qos_class_rank(cmax)) {
+    if (shoal_qos_class_rank(c) > shoal_qos_class_rank(cmax) && c == SHOAL_QOS_DEFAULT) {
+        /* nothing asked for (SHOAL_QOS_CLASS_MAX=spot): the ceiling, no warning about a
+         * class the job did not ask for */
+        c = cmax;
+    } else if (shoal_qos_class_rank(c) > shoal_qos_class_rank(cmax)) {
         shoal_warn_once(QOS, "QoS class %s asked for without a credential: using %s "
                         "(SHOAL_QOS_CLASS_MAX; a class above it takes a provider-signed "
                         "SHOAL_CREDENTIAL)", shoal_qos_class_name(c), shoal_qos_class_name(cmax));

@@ -193,6 +193,35 @@ static void test_ib_pick(void)
 #endif
 }
 
+/* SHOAL_QOS_CLASS_MAX=spot: a job that asked for no class was told "QoS class default asked for
+ * without a credential" (default ranks above spot), a warning about nothing it did. */
+static void test_uncred_quiet(void)
+{
+    shoal_qos_class_config_t qc = {.class_max = SHOAL_QOS_SPOT, .weight_max = 1};
+    int lvl = shoal_log_level_cur, logged, quiet, loud, c = -1, w = -1, c2 = -1, w2 = -1;
+    unsigned mask = shoal_log_subsys_mask;
+    tap_log_t lg;
+
+    shoal_log_level_cur = SHOAL_LOG_WARN;
+    shoal_log_subsys_mask = ~0u;
+    logged = tap_log_begin(&lg) == 0;
+    shoal_qos_uncredentialed(SHOAL_QOS_DEFAULT, 1, &qc, &c, &w);
+    tap_log_end(&lg);
+    quiet = logged ? tap_log_count(&lg, "asked for without a credential", NULL) : -1;
+    tap_log_close(&lg);
+    logged = tap_log_begin(&lg) == 0;
+    shoal_qos_uncredentialed(SHOAL_QOS_BURSTABLE, 1, &qc, &c2, &w2);
+    tap_log_end(&lg);
+    loud = logged ? tap_log_count(&lg, "class burstable asked for without a credential", NULL)
+                  : -1;
+    tap_log_close(&lg);
+    shoal_log_level_cur = lvl;
+    shoal_log_subsys_mask = mask;
+    tap_ok(c == SHOAL_QOS_SPOT && c2 == SHOAL_QOS_SPOT && quiet == 0 && loud == 1,
+           "SHOAL_QOS_CLASS_MAX=spot: nothing asked for is spot without a warning, burstable "
+           "asked for is warned about (class %d and %d, %d and %d warnings)", c, c2, quiet, loud);
+}
+
 /* shoal_config_t's QoS fields: outside their range an error, not silently the default. */
 static void test_requested(void)
 {
@@ -220,6 +249,7 @@ int main(void)
     test_lists();
     test_marks();
     test_ib_pick();
+    test_uncred_quiet();
     test_requested(); /* last: it loads the configuration, which test_effective sets up */
     return tap_done();
 }
