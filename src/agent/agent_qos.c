@@ -420,9 +420,13 @@ static void shoald_qos_divide(shoald_qos_t *q)
         t->rate = 0;
     }
     for (r = 0; r < SHOALD_QOS_NRES; r++) {
+        /* A tenant without a page runs unpaced whatever it is given: it takes no share
+         * (its weight's part was taken from the others, for nothing). */
         for (i = 0; i < n; i++) {
-            w[i] = ts[i]->comms > 0 ? ts[i]->weight : 0;
-            d[i] = ts[i]->comms > 0 ? ts[i]->demand[r] : 0;
+            int in = ts[i]->comms > 0 && ts[i]->page != NULL;
+
+            w[i] = in ? ts[i]->weight : 0;
+            d[i] = in ? ts[i]->demand[r] : 0;
         }
         if (q->capacity[r] <= 0) {
             memset(out, 0, sizeof(out));

@@ -1366,9 +1366,52 @@ static void test_qos_spot_gone(void)
            n1, n2);
 }
 
+/* A tenant whose rates page cannot be made (here a directory in the way of its temporary
+ * file) runs unpaced: it still took its weight's share from the others, a tenant alone with
+ * it was held at half the capacity. */
+static void test_qos_no_page_share(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", tmp[128];
+    const char *names[2] = {"acme", "bad"};
+    shoald_page_t *p[2];
+    shoald_config_t cfg;
+    shoald_t a;
+    tap_log_t lg;
+    uint64_t rate;
+
+    qos_begin(dir, "qos_capacity_shm=100m\nqos_period=1ms\n", 0, 0, &cfg, &a);
+    snprintf(tmp, sizeof(tmp), "%s/qos/.bad.rate.tmp", dir);
+    if (mkdir(tmp, 0755) != 0)
+        tap_bail("cannot make %s", tmp);
+    tap_log_begin(&lg); /* the warning that bad's page cannot be made */
+    for (int i = 0; i < 2; i++) {
+        p[i] = qos_page(names[i], getpid(), -1);
+        p[i]->job->pages = p[i];
+        p[i]->job->next = a.jobs;
+        a.jobs = p[i]->job;
+        shoald_qos_page_register(&a, p[i], (const shoal_meter_page_t *)p[i]->map, 0, 0);
+    }
+    tap_log_end(&lg);
+    tap_log_close(&lg);
+    /* both send all they can for a period: acme arriving, bad measured greedy */
+    for (int i = 0; i < 2; i++)
+        p[i]->ctr[SHOALD_CTR_SENT + SHOAL_METER_SAME_HOST] += 100ull << 20;
+    usleep(5000);
+    shoald_qos_tick(&a);
+    rate = qos_rate(dir, "acme");
+    tap_ok(rate == 100ull << 20, "a tenant without a rates page (unpaced) takes no share from "
+           "the others (acme's rate %llu of %llu)", (unsigned long long)rate, 100ull << 20);
+    a.jobs = NULL;
+    for (int i = 0; i < 2; i++) {
+        p[i]->job->pages = NULL;
+        qos_page_free(p[i]);
+    }
+    qos_end(dir, &cfg, &a);
+}
+
 int main(void)
 {
-    tap_plan(81);
+    tap_plan(82);
     test_escape();
     test_names();
     test_config();
@@ -1395,5 +1438,6 @@ int main(void)
     test_qos_bytes_wrap();
     test_qos_page_retry();
     test_qos_spot_gone();
+    test_qos_no_page_share();
     return tap_done();
 }
