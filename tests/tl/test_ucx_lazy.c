@@ -37,6 +37,7 @@
  *    UCX keeps no descriptor of it;
  *  - UCX_TLS as a list of exclusions that leaves shared memory in (^tcp): the ranks of one
  *    host connect and exchange data over it;
+ *  - SHOAL_UCX_INLINE_MAX above 1 MiB: 1 MiB is used, and a warning says so;
  * and (not lazy, but this suite makes contexts in processes of its own) UCX's own messages
  * never reach the application's stdout. */
 #include "tests/tap.h"
@@ -1210,6 +1211,45 @@ static void read_all(int fd, char *buf, size_t len)
     buf[off] = '\0';
 }
 
+/* SHOAL_UCX_INLINE_MAX above the transport's 1 MiB cap (derived or set): the context uses 1 MiB
+ * and says so with a warning naming the variable; silently capped, a user who set 4m saw
+ * payloads above 1 MiB leave the inline path with no word. */
+static void test_inline_cap(void)
+{
+    shoal_tl_sizes_t sz = {.ucx_inline_max = 4u << 20};
+    shoal_tl_params_t p = {
+        .rank = 0, .nranks = NR, .local_rank = 0, .local_size = NR, .comm_id = 0x1c0000a1u,
+        .secret = key_a, .timeout_ms = 1000, .abort_flag = &abort_flag, .lazy = 1,
+        .sizes = &sz,
+    };
+    char path[] = "/tmp/test_ucx_lazy.XXXXXX", ebuf[8192] = "";
+    int fd = mkstemp(path), saved = dup(2);
+    shoal_tl_ctx_t *ctx = NULL;
+    size_t used = 0;
+
+    if (fd < 0 || saved < 0) {
+        tap_bail("mkstemp/dup: %s", strerror(errno));
+        return;
+    }
+    unlink(path);
+    fflush(stderr);
+    dup2(fd, 2);
+    if (tl->init(&p, &ctx) == SHOAL_OK) {
+        used = ctx->inline_max;
+        tl->fini(ctx);
+    }
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    (void)lseek(fd, 0, SEEK_SET);
+    read_all(fd, ebuf, sizeof(ebuf));
+    close(fd);
+    tap_ok(used == (size_t)1 << 20 && strstr(ebuf, "SHOAL_UCX_INLINE_MAX") != NULL &&
+               strstr(ebuf, "1 MiB") != NULL,
+           "SHOAL_UCX_INLINE_MAX of 4 MiB: 1 MiB used (%zu) and a warning says so (%s)", used,
+           strchr(ebuf, '\n') != NULL ? "logged" : "nothing logged");
+}
+
 /* UCX's own messages (here its warning about an unknown UCX_ variable, printed when a context
  * is made) go to shoal's log on stderr, never to the application's stdout, UCX's default: a
  * rank whose peer had gone printed UCX's "shmat(...) failed" there. In a child that loads UCX
@@ -1407,6 +1447,7 @@ int main(void)
     test_fini_pending(0);
     test_fini_pending(1);
     test_tls_excluded();
+    test_inline_cap();
     tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
     tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);
     return tap_done();

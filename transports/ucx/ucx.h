@@ -93,6 +93,7 @@
 #define SHOAL_UCX_ADDR_HDR_BYTES 64
 #define SHOAL_UCX_NONCE_BYTES 16
 #define SHOAL_UCX_SLOTS 16                 /* in-flight messages per endpoint and direction */
+#define SHOAL_UCX_INLINE_CAP ((size_t)1 << 20) /* SHOAL_UCX_INLINE_MAX at most (1 MiB) */
 #define SHOAL_UCX_RANK_BITS 22
 #define SHOAL_UCX_KEY_BITS 40
 #define SHOAL_UCX_DRAIN_CALLS 256          /* shoal_ucx_drain: most progress calls */

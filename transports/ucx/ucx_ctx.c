@@ -465,10 +465,14 @@ static shoal_status_t shoal_ucx_init(const shoal_tl_params_t *params, shoal_tl_c
     ctx->abort_flag = params->abort_flag;
     ctx->lazy = params->lazy;
     /* derived (src/tune through core, explicit settings applied), else the variable */
-    ctx->inline_max = SHOAL_MIN(params->sizes != NULL && params->sizes->ucx_inline_max != 0
-                                    ? (size_t)params->sizes->ucx_inline_max
-                                    : shoal_ucx_config.inline_max,
-                                (size_t)1 << 20);
+    ctx->inline_max = params->sizes != NULL && params->sizes->ucx_inline_max != 0
+                          ? (size_t)params->sizes->ucx_inline_max : shoal_ucx_config.inline_max;
+    if (ctx->inline_max > SHOAL_UCX_INLINE_CAP) {
+        /* each of an endpoint's 32 slots holds one inline message */
+        shoal_warn(UCX, "SHOAL_UCX_INLINE_MAX=%zu is above the ucx transport's limit: payloads "
+                   "of up to 1 MiB travel inline", ctx->inline_max);
+        ctx->inline_max = SHOAL_UCX_INLINE_CAP;
+    }
     ctx->cma_min = params->sizes != NULL && params->sizes->ucx_cma_min != 0
                        ? (size_t)params->sizes->ucx_cma_min : shoal_ucx_config.cma_min;
     if (params->nranks > (1 << SHOAL_UCX_RANK_BITS)) {
