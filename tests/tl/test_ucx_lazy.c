@@ -37,6 +37,7 @@
  *    UCX keeps no descriptor of it;
  *  - UCX_TLS as a list of exclusions that leaves shared memory in (^tcp): the ranks of one
  *    host connect and exchange data over it;
+ *  - a proof longer than its buffer under a peer's tag: SHOAL_ERR_PROTOCOL at once;
  *  - SHOAL_UCX_INLINE_MAX above 1 MiB: 1 MiB is used, and a warning says so;
  * and (not lazy, but this suite makes contexts in processes of its own) UCX's own messages
  * never reach the application's stdout. */
@@ -357,6 +358,22 @@ static int stranger_trio(side_t *s0, side_t *one, side_t *evil, uint32_t comm_id
     lens[0] = side_addr(s0, addrs[0]);
     lens[1] = side_addr(one, addrs[1]);
     lens[2] = side_addr(evil, addrs[2]);
+    return 0;
+}
+
+/* Ranks 0, 1 and 2 of a job (key_a) and a stranger of another job (key_b) claiming rank 2;
+ * the real rank 2's address in addrs; -1 (bailed out) if UCX fails. */
+static int trio_keys(side_t *s0, side_t *one, side_t *two, side_t *evil, uint32_t comm_id,
+                     uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], size_t lens[NR])
+{
+    if (stranger_trio(s0, one, evil, comm_id, addrs, lens) != 0) {
+        return -1;
+    }
+    if (side_init(two, 2, comm_id, key_a, 1500) != 0) {
+        tap_bail("ucx init failed");
+        return -1;
+    }
+    lens[2] = side_addr(two, addrs[2]);
     return 0;
 }
 
@@ -1211,6 +1228,60 @@ static void read_all(int fd, char *buf, size_t len)
     buf[off] = '\0';
 }
 
+/* A proof longer than its receive buffer under rank 2's authentication tag (a peer of another
+ * version or a broken one; sent here from another process's endpoint under the tag the real
+ * rank 2 would use): rank 0's receive from rank 2 fails at once with SHOAL_ERR_PROTOCOL, not
+ * SHOAL_ERR_PEER_FAILED with UCX's "Message truncated" (nobody failed). */
+static void test_long_proof(void)
+{
+    const uint32_t comm_id = 0x1a2d00b0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64], big[200];
+    size_t lens[NR];
+    side_t s0, one, two, evil;
+    side_t *sides[2] = {&s0, &evil};
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    char err[200] = "";
+    void *sr = NULL;
+
+    if (trio_keys(&s0, &one, &two, &evil, comm_id, addrs, lens) != 0) {
+        return;
+    }
+    side_connect(&s0, addrs, lens);
+    side_connect(&two, addrs, lens);
+    side_connect(&evil, addrs, lens);
+    shoal_tl_req_t es = mkreq(comm_id, 1, buf, sizeof(buf));
+    tl->isend(evil.eps[0], &es);
+    for (int i = 0; i < 100 && evil.eps[0]->uep == NULL; i++) {
+        tl->progress(evil.ctx);
+    }
+    shoal_tl_req_t r = mkreq(comm_id, 1, buf, sizeof(buf));
+    shoal_tl_req_t *reqs[] = {&r};
+    r.errbuf = err;
+    r.errlen = sizeof(err);
+    tl->irecv(s0.eps[2], &r);
+    memset(big, 0x77, sizeof(big));
+    if (evil.eps[0]->uep != NULL) {
+        sr = ucp_tag_send_nbx(evil.eps[0]->uep, big, sizeof(big),
+                              shoal_ucx_tag(two.eps[0]->tx_tag, SHOAL_UCX_TAG_AUTH), &p);
+    }
+    int done = drive(sides, 2, reqs, 1, 1000);
+    tap_ok(done && r.status == SHOAL_ERR_PROTOCOL,
+           "a %zu-byte proof: rank 0's receive fails at once with SHOAL_ERR_PROTOCOL (%s: %s)",
+           sizeof(big), done ? shoal_status_name(r.status) : "not done", err);
+    for (int i = 0; i < 1000 && UCS_PTR_IS_PTR(sr) &&
+                    ucp_request_check_status(sr) == UCS_INPROGRESS; i++) {
+        tl->progress(evil.ctx);
+        tl->progress(s0.ctx);
+    }
+    if (UCS_PTR_IS_PTR(sr)) {
+        ucp_request_free(sr);
+    }
+    side_fini(&evil);
+    side_fini(&s0);
+    side_fini(&one);
+    side_fini(&two);
+}
+
 /* SHOAL_UCX_INLINE_MAX above the transport's 1 MiB cap (derived or set): the context uses 1 MiB
  * and says so with a warning naming the variable; silently capped, a user who set 4m saw
  * payloads above 1 MiB leave the inline path with no word. */
@@ -1447,6 +1518,7 @@ int main(void)
     test_fini_pending(0);
     test_fini_pending(1);
     test_tls_excluded();
+    test_long_proof();
     test_inline_cap();
     tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
     tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);

@@ -482,6 +482,13 @@ static int shoal_ucx_ep_auth_check(shoal_ep_t *ep, shoal_status_t *st_p)
         *st_p = ep->status;
         return -1;
     }
+    if (!ep->gone && ep->auth_ucs == UCS_ERR_MESSAGE_TRUNCATED) {
+        /* a proof or HELLO longer than its buffer: not a failed peer, a malformed message */
+        shoal_error(UCX, "peer %d: connection setup failed: its proof or HELLO is longer "
+                    "than the protocol's (a malformed message): refused", ep->peer);
+        *st_p = SHOAL_ERR_PROTOCOL;
+        return -1;
+    }
     if (ep->gone || ep->auth_ucs != UCS_OK) {
         shoal_error(UCX, "peer %d: connection setup failed: %s", ep->peer,
                     ep->gone ? ep->why : shoal_ucx_strerror(ep->auth_ucs));
