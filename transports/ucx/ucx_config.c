@@ -21,8 +21,11 @@ static const shoal_cfg_field_t shoal_ucx_cfg_fields[] = {
                "from the caller's buffer as a second message (eager or rendezvous, as UCX "
                "chooses; between ranks of one host one message with the header, or a single "
                "copy: SHOAL_UCX_FAST_CMPL, SHOAL_UCX_CMA); both sides use the smaller of their "
-               "values; at most 1m (a larger value is taken as 1m, with a warning); unset: 8k "
-               "x the copy rate in L2 / 55 GB/s, a power of two within 2k..64k (SHOAL_TUNE)",
+               "values; at most 1m (a larger value is taken as 1m, with a warning). Each peer "
+               "holds 32 buffers of 32 + this many bytes, all written at init (1000 peers at "
+               "8k: about 250 MiB a rank; SHOAL_CONNECT=lazy: only those of the peers used "
+               "are touched); unset: 8k x the copy rate in L2 / 55 GB/s, a power of two "
+               "within 2k..64k (SHOAL_TUNE)",
         .offset = offsetof(shoal_ucx_config_t, inline_max),
         .type = SHOAL_CFG_SIZE,
         .flags = SHOAL_CFG_F_DERIVED,
