@@ -39,6 +39,7 @@
  *    host connect and exchange data over it;
  *  - a proof longer than its buffer under a peer's tag: SHOAL_ERR_PROTOCOL at once;
  *  - SHOAL_UCX_INLINE_MAX above 1 MiB: 1 MiB is used, and a warning says so;
+ *  - fini of a quarantined context releases every UCX request of its endpoints;
  * and (not lazy, but this suite makes contexts in processes of its own) UCX's own messages
  * never reach the application's stdout. */
 #include "tests/tap.h"
@@ -1436,6 +1437,91 @@ static int bad_notice_child(size_t glen)
     return ok ? 0 : 1;
 }
 
+/* The child of check_quarantine_fini, its stderr in the file: rank 0 has a single-copy send to
+ * rank 1 in flight (its FIN receive posted) when its context is quarantined (as when another
+ * endpoint's matched receive cannot be cancelled), then finalized. 0: done, 2: setup failed,
+ * 3: UCX unusable. */
+static int quarantine_child(void)
+{
+    const uint32_t comm_id = 0x1a2d00c0u;
+    uint8_t addrs[NR][SHOAL_TL_ADDR_MAX], buf[64], *big = calloc(1, 8u << 20);
+    size_t lens[NR];
+    side_t s[3];
+
+    setenv("UCX_LOG_LEVEL", "warn", 1);
+    unsetenv("UCX_LOG_FILE");
+    shoal_config_global_init();
+    tl = shoal_tl_find("ucx");
+    if (tl == NULL || (tl->query != NULL && !tl->query())) {
+        return 3;
+    }
+    for (int r = 0; r < NR; r++) {
+        if (big == NULL || side_init(&s[r], r, comm_id, key_a, 5000) != 0 ||
+            (lens[r] = side_addr(&s[r], addrs[r])) == 0) {
+            return 2;
+        }
+    }
+    side_connect(&s[0], addrs, lens);
+    side_connect(&s[1], addrs, lens);
+    if (!both_ways(&s[0], &s[1], comm_id, 1, sizeof(buf))) {
+        return 2;
+    }
+    shoal_tl_req_t r = mkreq(comm_id, 2, big, 8u << 20);
+    tl->isend(s[0].eps[1], &r);
+    for (int i = 0; i < 1000; i++) {
+        tl->progress(s[0].ctx);
+    }
+    s[0].ctx->quarantined = 1;
+    side_fini(&s[0]);
+    fprintf(stderr, "--- rank 0 finalized\n");
+    side_fini(&s[1]);
+    side_fini(&s[2]);
+    free(big);
+    return 0;
+}
+
+/* A quarantined context's fini (its worker never progressed again) left the requests of its
+ * live endpoints (a FIN receive, forced closes) unreleased at ucp_worker_destroy: UCX says
+ * "not returned to mpool", and asserts (aborts the process) on one with ud_verbs. 1: passed,
+ * 0: failed, -1: UCX unusable there. */
+static int check_quarantine_fini(char *why, size_t len)
+{
+    char path[] = "/tmp/test_ucx_lazy.XXXXXX", ebuf[16384] = "", *mark;
+    int fd = mkstemp(path), st = 0;
+    pid_t pid;
+
+    if (fd < 0) {
+        snprintf(why, len, "mkstemp: %s", strerror(errno));
+        return 0;
+    }
+    unlink(path);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        alarm(30);
+        _exit(dup2(fd, 2) < 0 ? 2 : quarantine_child());
+    }
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) == 2) {
+        snprintf(why, len, "the child failed (status 0x%x)", st);
+        close(fd);
+        return 0;
+    }
+    (void)lseek(fd, 0, SEEK_SET);
+    read_all(fd, ebuf, sizeof(ebuf));
+    close(fd);
+    if (WEXITSTATUS(st) == 3) {
+        return -1;
+    }
+    mark = strstr(ebuf, "--- rank 0 finalized");
+    if (mark != NULL) {
+        *mark = '\0';
+    }
+    snprintf(why, len, "%s", mark == NULL ? "rank 0's fini not reached" :
+             strstr(ebuf, "not returned to mpool") != NULL ? "a UCX request left behind" :
+                                                               "nothing left behind");
+    return mark != NULL && strstr(ebuf, "not returned to mpool") == NULL;
+}
+
 /* In a child (UCX loaded there with UCX_LOG_LEVEL=warn, its log in a file): rank 0, connected
  * to rank 1, sends glen bytes under rank 1's abort tag; rank 1's receive must fail with
  * SHOAL_ERR_PROTOCOL ("malformed abort notice"), and the message must have been received:
@@ -1483,14 +1569,15 @@ static int check_bad_notice(size_t glen, char *why, size_t len)
 
 int main(void)
 {
-    char log_why[300] = "", eager_why[200] = "", rndv_why[200] = "";
-    int log_ok, eager_ok, rndv_ok;
+    char log_why[300] = "", eager_why[200] = "", rndv_why[200] = "", q_why[100] = "";
+    int log_ok, eager_ok, rndv_ok, q_ok;
 
     alarm(120);
     setvbuf(stdout, NULL, _IOLBF, 0);
     log_ok = check_log_stdout(log_why, sizeof(log_why));
     eager_ok = check_bad_notice(64, eager_why, sizeof(eager_why));
     rndv_ok = check_bad_notice(1 << 20, rndv_why, sizeof(rndv_why));
+    q_ok = check_quarantine_fini(q_why, sizeof(q_why));
     /* UCX's own warnings (to stdout) about the strangers' proofs left unmatched at fini */
     setenv("UCX_LOG_LEVEL", "error", 0);
     shoal_config_global_init();
@@ -1522,5 +1609,6 @@ int main(void)
     test_inline_cap();
     tap_ok(eager_ok == 1, "a malformed 64-byte abort notice: %s", eager_why);
     tap_ok(rndv_ok == 1, "a malformed 1 MiB abort notice (rendezvous): %s", rndv_why);
+    tap_ok(q_ok == 1, "fini of a quarantined context with a send in flight: %s", q_why);
     return tap_done();
 }

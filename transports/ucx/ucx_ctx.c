@@ -154,8 +154,25 @@ static void shoal_ucx_fini(shoal_tl_ctx_t *ctx)
     if (ctx->worker != NULL && !ctx->quarantined) {
         shoal_ucx_close_all(ctx);
     } else {
+        /* Quarantined (never progressed again): what is outstanding is cancelled (a receive
+         * not matched ends at once) and every request released, as close_all does; one left
+         * unreleased makes ucp_worker_destroy warn, and assert with ud_verbs. */
         for (int i = 0; i < ctx->neps; i++) {
-            shoal_ucx_ep_close(&ctx->eps[i], 1);
+            shoal_ep_t *ep = &ctx->eps[i];
+            void **reqs[] = {&ep->auth_rreq, &ep->hello_rreq, &ep->auth_sreq, &ep->hello_sreq};
+            if (ctx->worker != NULL) {
+                shoal_ucx_ep_cancel_reqs(ep);
+                for (size_t k = 0; k < SHOAL_ARRAY_SIZE(reqs); k++) {
+                    if (*reqs[k] != NULL) {
+                        ucp_request_cancel(ctx->worker, *reqs[k]);
+                    }
+                }
+            }
+            shoal_ucx_ep_close(ep, 1);
+            if (ep->close_req != NULL) {
+                ucp_request_free(ep->close_req);
+                ep->close_req = NULL;
+            }
         }
     }
     for (int i = 0; i < ctx->neps; i++) {
