@@ -117,8 +117,18 @@ int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max)
         return 0;
     }
     if (strncmp(text, "count:", 6) == 0) {
-        long c = strtol(text + 6, NULL, 10);
-        return c < 0 ? 0 : c > SHOAL_METER_NGPUS_MAX ? SHOAL_METER_NGPUS_MAX : (int)c;
+        /* digits only: count:two was 0 GPUs and count:2x 2, without a word */
+        char *e;
+        long c;
+        if (text[6] < '0' || text[6] > '9') {
+            return -1;
+        }
+        errno = 0;
+        c = strtol(text + 6, &e, 10);
+        if (*e != '\0') {
+            return -1;
+        }
+        return errno == ERANGE || c > SHOAL_METER_NGPUS_MAX ? SHOAL_METER_NGPUS_MAX : (int)c;
     }
     /* A list: ordinals, or CUDA_VISIBLE_DEVICES UUIDs (GPU-..., MIG-...): counted, no
      * ordinal. CUDA stops at the first invalid entry (-1, "foo", "2x"); so do we. Anything
@@ -178,6 +188,11 @@ static void shoal_meter_identity(struct shoal_comm *comm, struct shoal_meter *m)
         gpus = shoal_cfg_getenv_raw("CUDA_VISIBLE_DEVICES");
     }
     p->ngpus = shoal_meter_gpus_parse(gpus, p->gpus, SHOAL_METER_MAX_GPUS);
+    if (p->ngpus < 0) {
+        shoal_warn_once(METER, "SHOAL_METER_GPUS=%s: count:N takes a number of GPUs; this "
+                        "rank declares none", gpus);
+        p->ngpus = 0;
+    }
     p->pid = (int32_t)getpid();
     {
         struct timespec ts;

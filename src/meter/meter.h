@@ -100,7 +100,8 @@ SHOAL_HIDDEN void shoal_meter_check(struct shoal_meter *m, uint64_t now_ticks);
  * (shoal_meter_check, in the call that holds the ticket, at its end; a test between calls). */
 SHOAL_HIDDEN void shoal_meter_tick_rebase(shoal_meter_page_t *p, uint64_t nmult);
 SHOAL_HIDDEN void shoal_meter_agent_check(struct shoal_meter *m);
-/* GPUs of SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES: count, ordinals in gpus[] (-1 unknown). */
+/* GPUs of SHOAL_METER_GPUS / CUDA_VISIBLE_DEVICES: count, ordinals in gpus[] (-1 unknown);
+ * -1 for a count:N whose N is not a number. */
 SHOAL_HIDDEN int shoal_meter_gpus_parse(const char *text, int32_t *gpus, int max);
 
 /* ---- hot path helpers ---------------------------------------------------------------- */

@@ -233,6 +233,14 @@ int main(void)
     test_gpus("0,foo,1", 1, 0, -1);
     test_gpus("2x,3", 0, -1, -1);
     test_gpus("1,GPU-8e1f3c2a,gpu,4", 2, 1, -1);
+    /* count:N takes a number and nothing else: count:two billed 0 GPUs and count:2x 2, with
+     * no word; now -1 (malformed), which the init reports and bills as none declared */
+    test_gpus("count:two", -1, -1, -1);
+    test_gpus("count:2x", -1, -1, -1);
+    test_gpus("count:", -1, -1, -1);
+    test_gpus("count:-3", -1, -1, -1);
+    test_gpus("count: 4", -1, -1, -1);
+    test_gpus("count:0", 0, -1, -1);
     tap_is_int(shoal_meter_gpus_parse("0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", g,
                                   SHOAL_METER_MAX_GPUS),
            18, "more GPUs than the page lists: all counted");
