@@ -369,6 +369,8 @@ shoal_status_t shoald_state_lock(shoald_t *a);
 /* Reads the spool: SHOAL_OK with the batches (none when there is no spool), or refused
  * (logged, the file renamed aside). */
 shoal_status_t shoald_spool_load(shoald_t *a, shoald_batch_t **list_p, unsigned *n_p);
+/* An agent without a ledger: a spool left in state_dir is not read, so it says so. */
+void shoald_spool_unread(shoald_t *a);
 
 /* Looks up the page's ledger cursor (when the ledger is open). */
 void shoald_page_cursor(shoald_t *a, shoald_page_t *p);

@@ -1312,6 +1312,8 @@ void shoald_minute_init(shoald_t *a)
                                   shoal_deadline_ns(a->cfg->rejoin_wait_ms) : 0;
     if (a->cfg->ledger_url != NULL)
         (void)shoald_spool_load(a, &a->spooled, &a->nspooled); /* a refusal is logged */
+    else
+        shoald_spool_unread(a);
     if (a->cfg->ledger_url != NULL && shoald_lg_start(a) == SHOAL_OK) {
         /* nothing is served yet: the first open may take a connection's time */
         shoald_ledger_open(a, SHOALD_LEDGER_OPEN_WAIT_MS);

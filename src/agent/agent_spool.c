@@ -468,3 +468,18 @@ err_refuse:
     shoald_spool_refuse(a, path, why);
     return SHOAL_ERR_INVALID_ARG;
 }
+
+/* Only an agent with a ledger reads the spool: one started with ledger_url=none over the
+ * state_dir of one that had a ledger left its minutes there, billed by no one, without a
+ * word. It stays for an agent with that ledger. */
+void shoald_spool_unread(shoald_t *a)
+{
+    char path[4096];
+    struct stat sb;
+
+    if (shoald_spool_path(a, "", path, sizeof(path)) != 0 || lstat(path, &sb) != 0)
+        return;
+    shoal_warn(METER, "spool: %s holds minutes an agent could not write to its ledger: with "
+               "ledger_url=none they are not billed; an agent with that ledger writes them at "
+               "its start", path);
+}

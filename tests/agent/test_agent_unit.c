@@ -1409,9 +1409,49 @@ static void test_qos_no_page_share(void)
     qos_end(dir, &cfg, &a);
 }
 
+/* An agent run with ledger_url=none over a state_dir that holds a spool (minutes an agent
+ * with a ledger could not write at its stop) never reads it: those minutes are billed by no
+ * one, and it said nothing. It says so at its start, and leaves the spool for an agent with
+ * the ledger. */
+static void test_spool_no_ledger(void)
+{
+    char dir[] = "/tmp/agent_unit.XXXXXX", spool[160], logp[200], buf[8192];
+    shoald_config_t cfg;
+    shoald_t a = {0};
+    const char *url0;
+    struct stat sb;
+    ssize_t len;
+    int fd, logfd, saved;
+
+    if (mkdtemp(dir) == NULL)
+        tap_bail("mkdtemp failed");
+    snprintf(spool, sizeof(spool), "%s/ledger.spool", dir);
+    snprintf(logp, sizeof(logp), "%s/warn.log", dir);
+    fd = open(spool, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || write(fd, "SHOALSP1", 8) != 8)
+        tap_bail("cannot write %s", spool);
+    close(fd);
+    logfd = open(logp, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    saved = dup(2);
+    if (logfd < 0 || saved < 0 || dup2(logfd, 2) < 0)
+        tap_bail("redirecting stderr to %s", logp);
+    minute_agent(&a, &cfg, NULL, dir, &url0); /* ledger_url=none */
+    shoald_minute_fini(&a);
+    dup2(saved, 2);
+    close(saved);
+    len = pread(logfd, buf, sizeof(buf) - 1, 0);
+    close(logfd);
+    buf[len > 0 ? len : 0] = '\0';
+    tap_ok(strstr(buf, spool) != NULL && strstr(buf, "not billed") != NULL &&
+               stat(spool, &sb) == 0,
+           "an agent without a ledger says that the spool's minutes are not billed, and "
+           "leaves it (log: %.200s)", buf);
+    minute_cleanup(dir, &cfg, url0);
+}
+
 int main(void)
 {
-    tap_plan(82);
+    tap_plan(83);
     test_escape();
     test_names();
     test_config();
@@ -1431,6 +1471,7 @@ int main(void)
     test_stop_spool();
     test_shift_taken_only();
     test_spool_legacy_key();
+    test_spool_no_ledger();
     test_qos_dot_tenant();
     test_qos_tc_many();
     test_qos_rate_huge();
