@@ -135,8 +135,8 @@ static const char *shoal_cfg_strdup(const char *s, size_t len)
 
 /* ---- parsers ------------------------------------------------------------------------ */
 
-/* Copies text without leading/trailing blanks into buf; 0 if it does not fit. */
-static int shoal_cfg_trim(const char *text, char *buf, size_t size)
+/* text without its leading and trailing blanks: the start, and its length in *len_p. */
+static const char *shoal_cfg_span(const char *text, size_t *len_p)
 {
     size_t len;
 
@@ -145,6 +145,16 @@ static int shoal_cfg_trim(const char *text, char *buf, size_t size)
     len = strlen(text);
     while (len > 0 && isspace((unsigned char)text[len - 1]))
         len--;
+    *len_p = len;
+    return text;
+}
+
+/* Copies text without leading/trailing blanks into buf; 0 if it does not fit. */
+static int shoal_cfg_trim(const char *text, char *buf, size_t size)
+{
+    size_t len;
+
+    text = shoal_cfg_span(text, &len);
     if (len >= size)
         return 0;
     memcpy(buf, text, len);
@@ -300,11 +310,7 @@ static int shoal_cfg_parse_string(const shoal_cfg_field_t *f, const char *text, 
 
     /* trimmed, as a value of the conf file is (SHOAL_SOCKET_IFNAME="eth0 " named no
      * interface) */
-    while (isspace((unsigned char)*text))
-        text++;
-    len = strlen(text);
-    while (len > 0 && isspace((unsigned char)text[len - 1]))
-        len--;
+    text = shoal_cfg_span(text, &len);
     if (len > 0) {
         copy = (f->flags & SHOAL_CFG_F_SECRET) ? shoal_cfg_secret_strdup(text, len)
                                                : shoal_cfg_strdup(text, len);
