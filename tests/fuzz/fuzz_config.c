@@ -4,6 +4,8 @@
  * and parsed again: it must give the same value. */
 #include "tests/fuzz/fuzz.h"
 
+#include <ctype.h>
+
 #define FUZZ_CFG_GUARD 16
 
 static const shoal_cfg_field_t *fuzz_cfg_field(unsigned idx)
@@ -73,8 +75,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_require(memchr(text, '\0', sizeof(text)) != NULL);
         memset(dst2, 0xa5, sizeof(dst2));
         if (f->type == SHOAL_CFG_STRING) {
-            const char *v = *(const char **)dst;
-            fuzz_require(v == NULL ? s[0] == '\0' : strcmp(v, s) == 0);
+            /* the value without its leading and trailing blanks (as the conf file's);
+             * blanks alone are unset */
+            const char *v = *(const char **)dst, *b = s;
+            size_t n;
+            while (isspace((unsigned char)*b)) {
+                b++;
+            }
+            n = strlen(b);
+            while (n > 0 && isspace((unsigned char)b[n - 1])) {
+                n--;
+            }
+            fuzz_require(v == NULL ? n == 0 : strlen(v) == n && memcmp(v, b, n) == 0);
         } else if (strlen(text) < sizeof(text) - 1) {
             fuzz_require(shoal_cfg_parse_value(f, text, dst2) == 0);
             fuzz_require(memcmp(dst, dst2, w) == 0);
