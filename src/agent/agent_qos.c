@@ -468,7 +468,7 @@ static void shoald_qos_divide(shoald_qos_t *q)
             /* Saturated: a share of 2^64 (a capacity near it) cast to uint64_t was undefined,
              * 0 on x86 (the page said 1 B/s), and the two resources' sum could wrap. */
             v = g >= 0x1p64 ? UINT64_MAX : SHOAL_MAX((uint64_t)g, 1ull);
-            ts[i]->rate = ts[i]->rate > UINT64_MAX - v ? UINT64_MAX : ts[i]->rate + v;
+            ts[i]->rate = shoald_qos_add(ts[i]->rate, v);
         }
     }
     for (i = 0; i < n; i++) {
